@@ -1,0 +1,183 @@
+"""Group advantages and the clipped policy-gradient loss on selected tokens (GRPO / DAPO).
+
+Per token, with ``rho = exp(log_prob - old_log_prob)`` and advantage ``A``:
+``loss_t = -min(rho * A, clip(rho, 1 - clip_low, 1 + clip_high) * A)``, aggregated over the
+*selected* tokens only (unselected tokens get exactly zero gradient):
+
+- ``token_mean``: ``sum_t loss_t / (number of selected tokens)`` (the 20-Entropy reference's
+  choice and the default; TRL's ``top_entropy_quantile`` instead keeps the normaliser over all
+  response tokens);
+- ``seq_mean_token_mean``: mean over sequences of each sequence's mean over its selected tokens
+  (sequences with no selected token are left out);
+- ``seq_mean_token_sum_norm`` (Dr. GRPO): ``sum_b sum_t loss_bt / (B * L)`` with the constant
+  ``L = max_response_length`` (default: the padded length T).
+
+Optional terms, aggregated the same way: ``kl_coef * k3`` with
+``k3 = exp(ref - lp) - (ref - lp) - 1`` (needs reference log-probs), and
+``- entropy_coef * H`` (an entropy bonus; needs ``differentiable_entropy=True`` statistics).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ict.stats import TokenStatistics
+
+AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
+_MAX_LOG_RATIO = 20.0
+
+
+@dataclass
+class PolicyLossConfig:
+    """Options of :func:`policy_loss`.
+
+    Attributes:
+        clip_low: lower clip range, ``rho >= 1 - clip_low`` (DAPO: 0.2).
+        clip_high: upper clip range, ``rho <= 1 + clip_high`` (DAPO clip-higher: 0.28).
+        aggregation: one of ``token_mean``, ``seq_mean_token_mean``, ``seq_mean_token_sum_norm``.
+        max_response_length: the constant ``L`` of ``seq_mean_token_sum_norm``, in tokens
+            (``None``: the padded response length T).
+        kl_coef: weight of the k3 KL to the reference policy (0: no KL term).
+        entropy_coef: weight of the entropy bonus (0: none; > 0 reproduces entropy explosion).
+    """
+
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    aggregation: str = "token_mean"
+    max_response_length: int | None = None
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {self.aggregation!r}")
+        if not 0.0 <= self.clip_low < 1.0 or self.clip_high < 0.0:
+            raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}")
+        if self.kl_coef < 0 or self.entropy_coef < 0:
+            raise ValueError("kl_coef and entropy_coef must be >= 0")
+
+
+def group_advantages(
+    rewards: Tensor, group_size: int, normalize_std: bool = True, eps: float = 1e-6
+) -> Tensor:
+    """GRPO advantages ``A_i = (r_i - mean(r)) / (std(r) + eps)`` within groups of ``group_size``.
+
+    ``rewards`` is ``[N]`` with the ``group_size`` completions of one prompt adjacent;
+    ``std`` is the unbiased sample standard deviation (as TRL and verl). Groups whose rewards
+    are all equal get zero advantage. Returns ``[N]`` float32.
+    """
+    if group_size < 2:
+        raise ValueError(f"group_size must be >= 2 for group advantages, got {group_size}")
+    if rewards.numel() % group_size:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
+    grouped = rewards.detach().float().view(-1, group_size)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    if normalize_std:
+        centred = centred / (grouped.std(dim=1, keepdim=True) + eps)
+    return centred.reshape(-1)
+
+
+def aggregate(values: Tensor, weights: Tensor, aggregation: str, max_response_length: int | None = None) -> Tensor:
+    """Aggregate ``[B, T]`` per-token ``values`` over tokens with ``weights`` (0/1) > 0."""
+    weights = weights.to(values.dtype)
+    masked = values * weights
+    if aggregation == "token_mean":
+        return masked.sum() / weights.sum().clamp(min=1.0)
+    if aggregation == "seq_mean_token_mean":
+        per_sequence_count = weights.sum(dim=-1)
+        has_tokens = per_sequence_count > 0
+        per_sequence = masked.sum(dim=-1) / per_sequence_count.clamp(min=1.0)
+        return (per_sequence * has_tokens).sum() / has_tokens.sum().clamp(min=1)
+    if aggregation == "seq_mean_token_sum_norm":
+        length = max_response_length or values.shape[-1]
+        return masked.sum() / (values.shape[0] * length)
+    raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
+
+
+def k3_kl(log_probs: Tensor, reference_log_probs: Tensor) -> Tensor:
+    """Per-token k3 estimator of KL(pi || ref): ``exp(ref - lp) - (ref - lp) - 1`` (>= 0)."""
+    delta = (reference_log_probs - log_probs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    return delta.exp() - delta - 1.0
+
+
+def _masked_mean(values: Tensor, mask: Tensor) -> float:
+    count = int(mask.sum())
+    return float(values.detach()[mask].double().mean()) if count else math.nan
+
+
+def policy_loss(
+    stats: TokenStatistics,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    selected_mask: Tensor,
+    config: PolicyLossConfig | None = None,
+    reference_log_probs: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Clipped surrogate on the selected tokens; returns ``(loss, metrics)``.
+
+    ``stats.log_probs``/``old_log_probs`` are ``[B, T]``; ``advantages`` is ``[B]`` (one per
+    completion) or ``[B, T]``. Metrics (floats; NaN when undefined): ``selected_fraction``,
+    ``clip_fraction`` (selected tokens whose clipped term is the active one), ``entropy``,
+    ``entropy_selected``, ``renyi2``, ``renyi2_selected``, ``js_score``/``js_score_selected``
+    (of the first computed reference) and ``js_<reference>``/``js_<reference>_selected`` for each,
+    ``kl`` (k3 to the reference, NaN without one), ``kl_old`` (k3 to the old policy),
+    ``policy_loss``.
+    """
+    config = config or PolicyLossConfig()
+    response = response_mask.bool()
+    selected = selected_mask.bool() & response
+    log_probs = stats.log_probs
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    advantages = advantages.to(log_probs.dtype).expand_as(log_probs)
+
+    log_ratio = (log_probs - old_log_probs.detach()).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    ratio = log_ratio.exp()
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1.0 - config.clip_low, 1.0 + config.clip_high) * advantages
+    per_token = -torch.minimum(unclipped, clipped)
+    surrogate = aggregate(per_token, selected, config.aggregation, config.max_response_length)
+    loss = surrogate
+
+    kl_value = math.nan
+    if reference_log_probs is not None:
+        kl = k3_kl(log_probs, reference_log_probs.detach())
+        kl_value = _masked_mean(kl, response)
+        if config.kl_coef > 0:
+            loss = loss + config.kl_coef * aggregate(kl, selected, config.aggregation, config.max_response_length)
+    elif config.kl_coef > 0:
+        raise ValueError("kl_coef > 0 needs reference_log_probs")
+    if config.entropy_coef > 0:
+        if not stats.entropy.requires_grad:
+            raise ValueError("entropy_coef > 0 needs token_statistics(..., differentiable_entropy=True)")
+        loss = loss - config.entropy_coef * aggregate(
+            stats.entropy, selected, config.aggregation, config.max_response_length
+        )
+
+    with torch.no_grad():
+        num_response = int(response.sum())
+        metrics: dict[str, float] = {
+            "selected_fraction": float(selected.sum()) / num_response if num_response else math.nan,
+            "clip_fraction": _masked_mean((clipped < unclipped).float(), selected),
+            "entropy": _masked_mean(stats.entropy, response),
+            "entropy_selected": _masked_mean(stats.entropy, selected),
+            "renyi2": _masked_mean(stats.renyi2, response),
+            "renyi2_selected": _masked_mean(stats.renyi2, selected),
+            "js_score": math.nan,
+            "js_score_selected": math.nan,
+            "kl": kl_value,
+            "kl_old": _masked_mean(k3_kl(log_probs, old_log_probs), response),
+            "policy_loss": float(surrogate.detach()),
+        }
+        for position, (name, scores) in enumerate(stats.js_scores.items()):
+            metrics[f"js_{name}"] = _masked_mean(scores, response)
+            metrics[f"js_{name}_selected"] = _masked_mean(scores, selected)
+            if position == 0:
+                metrics["js_score"] = metrics[f"js_{name}"]
+                metrics["js_score_selected"] = metrics[f"js_{name}_selected"]
+    return loss, metrics

@@ -1,0 +1,312 @@
+"""Token statistics of a policy's next-token distributions: pure tensor math, no models.
+
+For every response position t with temperature-scaled distribution
+``p_t = softmax(logits_t / temperature)`` over the vocabulary V:
+
+- ``log_probs[t]  = log p_t(token_t)``                  (differentiable; the loss uses it)
+- ``entropy[t]    = H(p_t)  = -sum_v p_tv log p_tv``     (Shannon, nats)
+- ``renyi2[t]     = H2(p_t) = -log sum_v p_tv^2``        (second-order Renyi, nats; H2 <= H)
+- ``js_scores[r][t] = JS(p_t || q_t) = H(m) - H(p_t)/2 - H(q_t)/2``, ``m = (p_t + q_t)/2``,
+  in [0, ln 2], for the references ``r``:
+
+  - ``seq_mean``: ``q_t`` = mean of ``p`` over the response positions of the same sequence;
+  - ``prev``: ``q_t = p_{t'}`` with ``t'`` the previous response position of the same sequence;
+    the first response position of a sequence has no predecessor and scores 0 (it is compared
+    with itself);
+  - ``ref``: ``q_t`` = the reference model's distribution at the same position (its logits given).
+
+Shapes: ``logits [B, T, V]`` (float32 or bfloat16) where ``logits[:, t]`` is the distribution
+that produced ``token_ids[:, t]`` (the caller shifts), ``token_ids [B, T]``,
+``response_mask [B, T]``. Every output is ``[B, T]`` float32 and 0 outside the response mask.
+
+Memory: everything is computed in float32, in chunks of response positions, so the extra
+memory beyond the logits is a few ``[chunk, V]`` temporaries; no ``[B, T, V]`` softmax copy is
+ever built, in the forward or the backward pass. Passes over the vocabulary: one for
+log-sum-exp, entropy, Renyi-2, ``prev`` and ``ref`` scores and the running sequence mean; one
+more for ``seq_mean`` scores (its reference is only known after the first pass).
+Each row must have at least one finite logit; ``-inf`` entries (masked vocabulary) are fine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+JS_REFERENCES = ("seq_mean", "prev", "ref")
+LN2 = math.log(2.0)
+_CHUNK_ELEMENTS = 1 << 21  # elements of one [chunk, V] float32 temporary (8 MiB)
+
+
+@dataclass
+class TokenStatistics:
+    """Per-position statistics, each ``[B, T]`` float32, zero outside the response mask."""
+
+    log_probs: Tensor
+    entropy: Tensor
+    renyi2: Tensor
+    js_scores: dict[str, Tensor] = field(default_factory=dict)
+
+
+def default_chunk_size(vocab_size: int) -> int:
+    """Rows per chunk so that one ``[chunk, V]`` float32 temporary holds about 8 MiB."""
+    return max(1, _CHUNK_ELEMENTS // max(vocab_size, 1))
+
+
+def _chunks(total: int, size: int) -> Iterator[slice]:
+    for start in range(0, total, size):
+        yield slice(start, min(start + size, total))
+
+
+def _shifted_scaled(rows: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
+    """float32 ``z = rows / temperature - max`` and the max ``[c, 1]``.
+
+    ``rows`` must be a fresh ``[c, V]`` tensor (an advanced-indexing copy): float32 rows are
+    modified in place.
+    """
+    scaled = rows.float()
+    if temperature != 1.0:
+        scaled.div_(temperature)
+    row_max = scaled.amax(dim=-1, keepdim=True)
+    scaled.sub_(row_max)
+    return scaled, row_max
+
+
+def _entropy_of(probabilities: Tensor) -> Tensor:
+    """Shannon entropy in nats of each row of ``[c, V]`` probabilities (0 log 0 = 0)."""
+    return torch.special.entr(probabilities).sum(dim=-1)
+
+
+def _normalised_from_logits(rows: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
+    """Softmax of ``rows / temperature`` (``[c, V]`` float32) and its log-normaliser ``[c]``."""
+    shifted, row_max = _shifted_scaled(rows, temperature)
+    probabilities = shifted.exp_()
+    total = probabilities.sum(dim=-1, keepdim=True)
+    probabilities.div_(total)
+    return probabilities, (row_max + total.log()).squeeze(-1)
+
+
+def _js_from_mixture_entropy(mixture_entropy: Tensor, entropy_p: Tensor, entropy_q: Tensor) -> Tensor:
+    return (mixture_entropy - 0.5 * entropy_p - 0.5 * entropy_q).clamp_(0.0, LN2)
+
+
+class _ResponseLogProbs(torch.autograd.Function):
+    """``log p(token)`` and ``H(p)`` from a precomputed log-normaliser, with a chunked backward.
+
+    Forward is a gather; backward recomputes ``p`` one chunk of rows at a time:
+    ``d log p(y) / d logits = (onehot(y) - p) / T`` and
+    ``d H / d logits = -p (log p + H) / T``.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx,
+        logits: Tensor,
+        token_ids: Tensor,
+        batch_index: Tensor,
+        time_index: Tensor,
+        log_normaliser: Tensor,
+        entropy: Tensor,
+        temperature: float,
+        chunk_size: int,
+    ) -> tuple[Tensor, Tensor]:
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(logits, token_ids, batch_index, time_index, log_normaliser, entropy)
+        ctx.temperature = temperature
+        ctx.chunk_size = chunk_size
+        tokens = token_ids[batch_index, time_index]
+        token_logits = logits[batch_index, time_index, tokens].float() / temperature
+        log_probs = torch.zeros(token_ids.shape, dtype=torch.float32, device=logits.device)
+        log_probs[batch_index, time_index] = token_logits - log_normaliser
+        entropy_out = torch.zeros_like(log_probs)
+        entropy_out[batch_index, time_index] = entropy
+        return log_probs, entropy_out
+
+    @staticmethod
+    def backward(ctx, grad_log_probs: Tensor | None, grad_entropy: Tensor | None):  # type: ignore[override]
+        logits, token_ids, batch_index, time_index, log_normaliser, entropy = ctx.saved_tensors
+        temperature, chunk_size = ctx.temperature, ctx.chunk_size
+        grad_logits = torch.zeros_like(logits)
+        if grad_log_probs is None and grad_entropy is None:
+            return grad_logits, None, None, None, None, None, None, None
+        for part in _chunks(batch_index.numel(), chunk_size):
+            rows_b, rows_t = batch_index[part], time_index[part]
+            shifted = logits[rows_b, rows_t].float()
+            if temperature != 1.0:
+                shifted.div_(temperature)
+            log_p = shifted.sub_(log_normaliser[part].unsqueeze(-1))
+            probabilities = log_p.exp()
+            grad_rows = torch.zeros_like(probabilities)
+            if grad_log_probs is not None:
+                weight = grad_log_probs[rows_b, rows_t].float().unsqueeze(-1)
+                grad_rows.addcmul_(probabilities, weight, value=-1.0)
+                grad_rows.scatter_add_(1, token_ids[rows_b, rows_t].unsqueeze(-1), weight)
+            if grad_entropy is not None:
+                weight = grad_entropy[rows_b, rows_t].float().unsqueeze(-1)
+                finite_log_p = torch.where(probabilities > 0, log_p, 0.0)
+                finite_log_p.add_(entropy[part].unsqueeze(-1))
+                grad_rows.addcmul_(probabilities * finite_log_p, weight, value=-1.0)
+            if temperature != 1.0:
+                grad_rows.div_(temperature)
+            grad_logits[rows_b, rows_t] = grad_rows.to(grad_logits.dtype)
+        return grad_logits, None, None, None, None, None, None, None
+
+
+def _check_inputs(
+    logits: Tensor,
+    token_ids: Tensor,
+    response_mask: Tensor,
+    temperature: float,
+    js_references: Sequence[str],
+    reference_logits: Tensor | None,
+) -> None:
+    if logits.dim() != 3:
+        raise ValueError(f"logits must be [B, T, V], got shape {tuple(logits.shape)}")
+    if token_ids.shape != logits.shape[:2] or response_mask.shape != logits.shape[:2]:
+        raise ValueError(
+            f"token_ids {tuple(token_ids.shape)} and response_mask {tuple(response_mask.shape)} "
+            f"must both be [B, T] = {tuple(logits.shape[:2])}"
+        )
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    unknown = [name for name in js_references if name not in JS_REFERENCES]
+    if unknown:
+        raise ValueError(f"unknown JS reference {unknown[0]!r}; choose from {', '.join(JS_REFERENCES)}")
+    if "ref" in js_references:
+        if reference_logits is None:
+            raise ValueError("the 'ref' JS reference needs reference_logits [B, T, V]")
+        if reference_logits.shape != logits.shape:
+            raise ValueError(
+                f"reference_logits {tuple(reference_logits.shape)} must match logits {tuple(logits.shape)}"
+            )
+
+
+def token_statistics(
+    logits: Tensor,
+    token_ids: Tensor,
+    response_mask: Tensor,
+    temperature: float = 1.0,
+    js_references: Sequence[str] = (),
+    reference_logits: Tensor | None = None,
+    differentiable_entropy: bool = False,
+    chunk_size: int | None = None,
+) -> TokenStatistics:
+    """Compute :class:`TokenStatistics` for the response positions (see the module docstring).
+
+    ``log_probs`` carries gradients to ``logits``; ``entropy`` does too when
+    ``differentiable_entropy`` (needed only for an entropy bonus). Everything else is computed
+    without building a graph. ``chunk_size`` is in positions (default: 8 MiB temporaries).
+    """
+    js_references = tuple(dict.fromkeys(js_references))
+    _check_inputs(logits, token_ids, response_mask, temperature, js_references, reference_logits)
+    batch_size, length, vocab_size = logits.shape
+    chunk_size = chunk_size or default_chunk_size(vocab_size)
+    device = logits.device
+    mask = response_mask.bool()
+    batch_index, time_index = mask.nonzero(as_tuple=True)  # row-major: sequence by sequence
+    num_rows = batch_index.numel()
+
+    log_normaliser = torch.empty(num_rows, dtype=torch.float32, device=device)
+    entropy = torch.empty_like(log_normaliser)
+    renyi2 = torch.empty_like(log_normaliser)
+    want_prev, want_ref, want_mean = (name in js_references for name in ("prev", "ref", "seq_mean"))
+    # The predecessor of a response row is the row before it when both are in one sequence.
+    first_of_sequence = torch.ones(num_rows, dtype=torch.bool, device=device)
+    first_of_sequence[1:] = batch_index[1:] != batch_index[:-1]
+    prev_mixture_entropy = torch.zeros_like(log_normaliser) if want_prev else None
+    ref_js = torch.zeros_like(log_normaliser) if want_ref else None
+    sequence_sum = (
+        torch.zeros(batch_size, vocab_size, dtype=torch.float32, device=device) if want_mean else None
+    )
+
+    with torch.no_grad():
+        previous_row: Tensor | None = None
+        for part in _chunks(num_rows, chunk_size):
+            rows_b, rows_t = batch_index[part], time_index[part]
+            probabilities, normaliser = _normalised_from_logits(logits[rows_b, rows_t], temperature)
+            log_normaliser[part] = normaliser
+            entropy[part] = _entropy_of(probabilities)
+            renyi2[part] = -2.0 * torch.linalg.vector_norm(probabilities, ord=2, dim=-1).log()
+            if sequence_sum is not None:
+                sequence_sum.index_add_(0, rows_b, probabilities)
+            if prev_mixture_entropy is not None:
+                mixture = probabilities.clone()
+                mixture[1:].add_(probabilities[:-1])
+                if previous_row is not None:
+                    mixture[0].add_(previous_row)
+                else:
+                    mixture[0].add_(probabilities[0])
+                prev_mixture_entropy[part] = _entropy_of(mixture.mul_(0.5))
+                previous_row = probabilities[-1].clone()
+            if ref_js is not None:
+                assert reference_logits is not None
+                reference, _ = _normalised_from_logits(reference_logits[rows_b, rows_t], temperature)
+                reference_entropy = _entropy_of(reference)
+                mixture_entropy = _entropy_of(reference.add_(probabilities).mul_(0.5))
+                ref_js[part] = _js_from_mixture_entropy(mixture_entropy, entropy[part], reference_entropy)
+            del probabilities
+
+        js_rows: dict[str, Tensor] = {}
+        if prev_mixture_entropy is not None:
+            previous_entropy = torch.cat([entropy[:1], entropy[:-1]])
+            js = _js_from_mixture_entropy(prev_mixture_entropy, entropy, previous_entropy)
+            js_rows["prev"] = js.masked_fill_(first_of_sequence, 0.0)
+        if ref_js is not None:
+            js_rows["ref"] = ref_js
+        if sequence_sum is not None:
+            js_rows["seq_mean"] = _seq_mean_js(
+                logits, batch_index, time_index, log_normaliser, entropy, sequence_sum, temperature, chunk_size
+            )
+
+    log_probs, entropy_full = _ResponseLogProbs.apply(
+        logits, token_ids, batch_index, time_index, log_normaliser, entropy, temperature, chunk_size
+    )
+    if not differentiable_entropy:
+        entropy_full = entropy_full.detach()
+
+    def scatter(values: Tensor) -> Tensor:
+        full = torch.zeros(batch_size, length, dtype=torch.float32, device=device)
+        full[batch_index, time_index] = values
+        return full
+
+    return TokenStatistics(
+        log_probs=log_probs,
+        entropy=entropy_full,
+        renyi2=scatter(renyi2),
+        js_scores={name: scatter(js_rows[name]) for name in js_references},
+    )
+
+
+def _seq_mean_js(
+    logits: Tensor,
+    batch_index: Tensor,
+    time_index: Tensor,
+    log_normaliser: Tensor,
+    entropy: Tensor,
+    sequence_sum: Tensor,
+    temperature: float,
+    chunk_size: int,
+) -> Tensor:
+    """JS of each response row to the mean distribution of its sequence (second vocabulary pass)."""
+    counts = torch.bincount(batch_index, minlength=sequence_sum.shape[0]).clamp_(min=1)
+    sequence_mean = sequence_sum.div_(counts.unsqueeze(-1).float())
+    sequence_entropy = _entropy_of(sequence_mean)
+    js = torch.empty_like(entropy)
+    for part in _chunks(batch_index.numel(), chunk_size):
+        rows_b, rows_t = batch_index[part], time_index[part]
+        scaled = logits[rows_b, rows_t].float()
+        if temperature != 1.0:
+            scaled.div_(temperature)
+        mixture = scaled.sub_(log_normaliser[part].unsqueeze(-1)).exp_()
+        # Rows are sorted by sequence: add each sequence's mean to its contiguous run of rows.
+        sequences, run_lengths = torch.unique_consecutive(rows_b, return_counts=True)
+        start = 0
+        for sequence, run in zip(sequences.tolist(), run_lengths.tolist()):
+            mixture[start : start + run].add_(sequence_mean[sequence])
+            start += run
+        mixture_entropy = _entropy_of(mixture.mul_(0.5))
+        js[part] = _js_from_mixture_entropy(mixture_entropy, entropy[part], sequence_entropy[rows_b])
+    return js

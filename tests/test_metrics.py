@@ -1,0 +1,46 @@
+"""pass@k against the exact combinatorial formula."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from math import comb
+
+import numpy as np
+import pytest
+
+from ict.metrics import average_at_n, pass_at_k, pass_at_k_table
+
+
+def exact_pass_at_k(n: int, c: int, k: int) -> Fraction:
+    return 1 - Fraction(comb(n - c, k), comb(n, k))
+
+
+def test_pass_at_k_equals_exact_formula_for_all_n_up_to_32():
+    for n in range(1, 33):
+        for k in range(1, n + 1):
+            counts = np.arange(n + 1)
+            vectorised = pass_at_k(np.full(n + 1, n), counts, k)
+            for c in range(n + 1):
+                expected = float(exact_pass_at_k(n, c, k))
+                assert vectorised[c] == pytest.approx(expected, abs=1e-12)
+                assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+
+
+def test_pass_at_k_mixed_sample_counts_and_table():
+    n = np.array([4, 8, 8, 16])
+    c = np.array([1, 0, 8, 3])
+    expected = [float(exact_pass_at_k(a, b, 4)) for a, b in zip(n, c)]
+    assert pass_at_k(n, c, 4).tolist() == pytest.approx(expected)
+    table = pass_at_k_table(n, c, [1, 4])
+    assert table[1] == pytest.approx(np.mean(c / n))
+    assert table[4] == pytest.approx(np.mean(expected))
+    assert average_at_n(n, c) == pytest.approx(np.mean(c / n))
+
+
+def test_pass_at_k_rejects_impossible_inputs():
+    with pytest.raises(ValueError):
+        pass_at_k(4, 1, 5)
+    with pytest.raises(ValueError):
+        pass_at_k(4, 5, 1)
+    with pytest.raises(ValueError):
+        pass_at_k(4, 1, 0)

@@ -1,0 +1,196 @@
+"""Token statistics against plain float64 full-softmax formulas written here."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ict.stats import token_statistics
+
+LN2 = math.log(2.0)
+
+
+def reference_distributions(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    return torch.softmax(logits.double() / temperature, dim=-1)
+
+
+def reference_entropy(p: torch.Tensor) -> torch.Tensor:
+    return -(p * torch.where(p > 0, p.log(), torch.zeros_like(p))).sum(-1)
+
+
+def reference_js(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """JS via its KL definition (not the entropy identity the code uses)."""
+    m = 0.5 * (p + q)
+
+    def kl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.where(a > 0, a * (a.log() - b.log()), torch.zeros_like(a)).sum(-1)
+
+    return 0.5 * kl(p, m) + 0.5 * kl(q, m)
+
+
+def reference_statistics(logits, token_ids, mask, temperature, reference_logits=None):
+    p = reference_distributions(logits, temperature)
+    batch, length, _ = p.shape
+    mask_d = mask.double()
+    out = {
+        "log_probs": torch.log_softmax(logits.double() / temperature, -1).gather(-1, token_ids[..., None])[..., 0]
+        * mask_d,
+        "entropy": reference_entropy(p) * mask_d,
+        "renyi2": -torch.log((p**2).sum(-1)) * mask_d,
+    }
+    seq_mean = torch.zeros(batch, length, dtype=torch.float64)
+    prev = torch.zeros(batch, length, dtype=torch.float64)
+    for b in range(batch):
+        positions = [t for t in range(length) if mask[b, t]]
+        if not positions:
+            continue
+        mean = p[b, positions].mean(0)
+        for index, t in enumerate(positions):
+            seq_mean[b, t] = reference_js(p[b, t], mean)
+            if index > 0:
+                prev[b, t] = reference_js(p[b, t], p[b, positions[index - 1]])
+    out["seq_mean"] = seq_mean
+    out["prev"] = prev
+    if reference_logits is not None:
+        out["ref"] = reference_js(p, reference_distributions(reference_logits, temperature)) * mask_d
+    return out
+
+
+def make_batch(seed: int, batch=3, length=9, vocab=37, scale=3.0):
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn(batch, length, vocab, generator=generator) * scale
+    token_ids = torch.randint(0, vocab, (batch, length), generator=generator)
+    mask = torch.rand(batch, length, generator=generator) > 0.25
+    mask[0, 0] = True
+    return logits, token_ids, mask
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6, 1.7])
+@pytest.mark.parametrize("chunk_size", [1, 4, None])
+def test_matches_full_softmax_reference(temperature, chunk_size):
+    logits, token_ids, mask = make_batch(0)
+    reference_logits = torch.randn_like(logits) * 2
+    stats = token_statistics(
+        logits, token_ids, mask, temperature, ("seq_mean", "prev", "ref"), reference_logits, chunk_size=chunk_size
+    )
+    expected = reference_statistics(logits, token_ids, mask, temperature, reference_logits)
+    for name in ("log_probs", "entropy", "renyi2"):
+        torch.testing.assert_close(getattr(stats, name).double(), expected[name], atol=1e-5, rtol=0)
+    for name in ("seq_mean", "prev", "ref"):
+        torch.testing.assert_close(stats.js_scores[name].double(), expected[name], atol=1e-5, rtol=0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    batch=st.integers(1, 4),
+    length=st.integers(1, 12),
+    vocab=st.integers(2, 64),
+    scale=st.floats(0.1, 20.0),
+    temperature=st.floats(0.3, 2.0),
+)
+def test_properties_on_random_batches(seed, batch, length, vocab, scale, temperature):
+    logits, token_ids, mask = make_batch(seed, batch, length, vocab, scale)
+    stats = token_statistics(logits, token_ids, mask, temperature, ("seq_mean", "prev"), chunk_size=5)
+    expected = reference_statistics(logits, token_ids, mask, temperature)
+    torch.testing.assert_close(stats.entropy.double(), expected["entropy"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(stats.js_scores["seq_mean"].double(), expected["seq_mean"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(stats.js_scores["prev"].double(), expected["prev"], atol=1e-5, rtol=0)
+    for scores in stats.js_scores.values():
+        assert scores.min() >= 0 and scores.max() <= LN2
+    assert (stats.renyi2 <= stats.entropy + 1e-5).all()
+    outside = ~mask
+    for tensor in (stats.log_probs, stats.entropy, stats.renyi2, *stats.js_scores.values()):
+        assert (tensor[outside] == 0).all()
+
+
+def test_masked_vocabulary_and_extreme_logits_stay_finite():
+    logits, token_ids, mask = make_batch(1, vocab=40, scale=1e4)
+    logits[:, :, :10] = -float("inf")
+    token_ids = token_ids.clamp(min=10)
+    logits[0, 0, 10:] = 1e4  # a flat distribution over the finite entries
+    stats = token_statistics(logits, token_ids, mask, 0.7, ("seq_mean", "prev"))
+    for tensor in (stats.log_probs, stats.entropy, stats.renyi2, *stats.js_scores.values()):
+        assert torch.isfinite(tensor).all()
+    assert stats.entropy[0, 0].item() == pytest.approx(math.log(30), abs=1e-5)
+    expected = reference_statistics(logits, token_ids, mask, 0.7)
+    torch.testing.assert_close(stats.entropy.double(), expected["entropy"], atol=1e-4, rtol=0)
+    torch.testing.assert_close(stats.js_scores["prev"].double(), expected["prev"], atol=1e-4, rtol=0)
+
+
+def test_bfloat16_logits_are_computed_in_float32():
+    logits, token_ids, mask = make_batch(2)
+    low = logits.bfloat16()
+    stats = token_statistics(low, token_ids, mask, 1.0, ("seq_mean",))
+    expected = reference_statistics(low.float(), token_ids, mask, 1.0)
+    assert stats.entropy.dtype == torch.float32
+    torch.testing.assert_close(stats.entropy.double(), expected["entropy"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(stats.js_scores["seq_mean"].double(), expected["seq_mean"], atol=1e-5, rtol=0)
+
+
+def test_known_values_of_js():
+    # Two disjoint one-hot distributions: JS = ln 2; identical ones: 0.
+    logits = torch.full((1, 2, 4), -float("inf"))
+    logits[0, 0, 0] = 0.0
+    logits[0, 1, 3] = 0.0
+    stats = token_statistics(logits, torch.tensor([[0, 3]]), torch.ones(1, 2, dtype=torch.bool), 1.0, ("prev",))
+    assert stats.js_scores["prev"][0].tolist() == pytest.approx([0.0, LN2], abs=1e-6)
+    assert stats.entropy[0].tolist() == pytest.approx([0.0, 0.0], abs=1e-6)
+
+
+def test_log_prob_gradient_matches_autograd_reference():
+    logits, token_ids, mask = make_batch(3)
+    logits[1, :, :5] = -float("inf")
+    weights = torch.randn(logits.shape[:2], dtype=torch.float64)
+    ours = logits.clone().requires_grad_()
+    stats = token_statistics(ours, token_ids, mask, 0.8, chunk_size=3)
+    (stats.log_probs.double() * weights).sum().backward()
+    theirs = logits.double().clone().requires_grad_()
+    log_p = torch.log_softmax(theirs / 0.8, -1).gather(-1, token_ids[..., None])[..., 0]
+    (log_p * mask * weights).sum().backward()
+    torch.testing.assert_close(ours.grad.double(), theirs.grad, atol=1e-5, rtol=0)
+
+
+def test_entropy_gradient_when_asked_for():
+    logits, token_ids, mask = make_batch(4)
+    weights = torch.randn(logits.shape[:2], dtype=torch.float64)
+    ours = logits.clone().requires_grad_()
+    stats = token_statistics(ours, token_ids, mask, 1.3, differentiable_entropy=True)
+    (stats.entropy.double() * weights).sum().backward()
+    theirs = logits.double().clone().requires_grad_()
+    (reference_entropy(torch.softmax(theirs / 1.3, -1)) * mask * weights).sum().backward()
+    torch.testing.assert_close(ours.grad.double(), theirs.grad, atol=1e-5, rtol=0)
+    assert not token_statistics(logits.requires_grad_(), token_ids, mask).entropy.requires_grad
+
+
+def test_statistics_other_than_log_probs_build_no_graph():
+    logits, token_ids, mask = make_batch(5)
+    stats = token_statistics(logits.requires_grad_(), token_ids, mask, 1.0, ("seq_mean", "prev"))
+    assert stats.log_probs.requires_grad
+    assert not stats.entropy.requires_grad and not stats.renyi2.requires_grad
+    assert not any(scores.requires_grad for scores in stats.js_scores.values())
+
+
+def test_bad_inputs_raise_clear_errors():
+    logits, token_ids, mask = make_batch(6)
+    with pytest.raises(ValueError, match="unknown JS reference"):
+        token_statistics(logits, token_ids, mask, js_references=("nope",))
+    with pytest.raises(ValueError, match="reference_logits"):
+        token_statistics(logits, token_ids, mask, js_references=("ref",))
+    with pytest.raises(ValueError, match="temperature"):
+        token_statistics(logits, token_ids, mask, temperature=0.0)
+    with pytest.raises(ValueError, match=r"\[B, T\]"):
+        token_statistics(logits, token_ids[:, :-1], mask)
+
+
+def test_empty_response_gives_zeros():
+    logits, token_ids, _ = make_batch(7)
+    mask = torch.zeros(token_ids.shape, dtype=torch.bool)
+    stats = token_statistics(logits.requires_grad_(), token_ids, mask, 1.0, ("seq_mean", "prev"))
+    assert stats.entropy.abs().sum() == 0 and stats.js_scores["seq_mean"].abs().sum() == 0
+    stats.log_probs.sum().backward()
+    assert logits.grad.abs().sum() == 0
