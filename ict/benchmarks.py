@@ -1,0 +1,564 @@
+"""Benchmark registry and loaders: one data-driven table, name -> source, fields, answer type, prompt.
+
+A benchmark is loaded either from a local directory (``--data-dir DIR`` holding ``<name>.jsonl``,
+one JSON object per line, in the formats of the published redistributions, see
+``docs/evaluation.md``) or from the Hugging Face hub (``datasets.load_dataset``). Each row becomes a
+`Problem`: the question, the rendered prompt, and a normalized gold answer
+
+* ``math``: a bare LaTeX answer (see `ict.verify.normalize_gold`), checked with math-verify;
+* ``choice``: the option letter (``A``...), options rendered in the prompt as ``A) ...``;
+* ``reasoning_gym``: the generated entry, scored by the task's own scorer.
+
+Reasoning-gym tasks are named ``rg:<task>`` with optional ``:key=value`` parts, e.g.
+``rg:chain_sum:max_terms=2:max_digits=1:size=100``. They are generated with seed
+`REASONING_GYM_EVAL_SEED` (1_000_003), disjoint from training seeds (< 1_000_000), unless a
+``seed=`` part says otherwise.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ict.errors import UsageError
+from ict.verify import normalize_gold
+
+AnswerType = Literal["math", "choice", "reasoning_gym"]
+Group = Literal["math", "olympiad", "commonsense", "reasoning_gym"]
+
+MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+MATH_TEMPLATE = "{question}\n" + MATH_INSTRUCTION
+"""Prompt templates: ``{question}`` and ``{options}`` are replaced literally (no str.format, so
+LaTeX braces need no escaping)."""
+CHOICE_TEMPLATE = (
+    "{question}\n\n{options}\n\n"
+    "Answer with the letter of the correct option. Please reason step by step, and put the "
+    "letter of your final answer within \\boxed{}."
+)
+REASONING_GYM_TEMPLATE = MATH_TEMPLATE
+REASONING_GYM_EVAL_SEED = 1_000_003
+"""Seed of generated reasoning-gym evaluation sets; training uses seeds below 1_000_000."""
+REASONING_GYM_DEFAULT_SIZE = 200
+OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+# The 18 MMLU subjects of the MMLU-STEM redistribution (the local mmlu_stem.jsonl; lm-eval's STEM
+# category without anatomy). A hub load of cais/mmlu keeps these subjects only.
+MMLU_STEM_SUBJECTS = (
+    "abstract_algebra", "astronomy", "college_biology", "college_chemistry",
+    "college_computer_science", "college_mathematics", "college_physics", "computer_security",
+    "conceptual_physics", "electrical_engineering", "elementary_mathematics",
+    "high_school_biology", "high_school_chemistry", "high_school_computer_science",
+    "high_school_mathematics", "high_school_physics", "high_school_statistics",
+    "machine_learning",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """Where a benchmark lives on the Hugging Face hub; several configs are concatenated."""
+
+    path: str
+    split: str
+    configs: tuple[str | None, ...] = (None,)
+    row_filter: tuple[str, tuple[str, ...]] | None = None
+    """(field, allowed values): keep only rows whose field is one of the values."""
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """One registry entry. Field lists are tried in order; the first field present wins, so
+    the hub layout and the common redistributions load with the same spec.
+
+    gold_fields: (field, gold format) pairs; formats of `normalize_gold` for math
+    (``latex``, ``gsm8k``, ``number``, ``list``, ``boxed_solution``) and, for multiple choice,
+    ``index`` (0-based int or digit string), ``letter`` (``"C"``), ``label`` (matched against the
+    labels of a ``{"label": [...], "text": [...]}`` choices field, e.g. ARC's "1"-"4").
+    choices_format: ``list`` (a list or its Python-literal string), ``label_text`` (dict of
+    parallel ``label``/``text`` lists), ``gpqa`` (``Correct Answer`` + ``Incorrect Answer 1-3``,
+    shuffled with a per-question fixed seed)."""
+
+    name: str
+    group: Group
+    answer_type: AnswerType
+    description: str
+    hub: HubSource | None
+    question_fields: tuple[str, ...]
+    gold_fields: tuple[tuple[str, str], ...]
+    prompt_template: str
+    choices_fields: tuple[str, ...] = ()
+    choices_format: Literal["list", "label_text", "gpqa", ""] = ""
+    id_fields: tuple[str, ...] = ("unique_id", "id", "idx")
+    context_field: str | None = None
+
+
+REGISTRY: dict[str, BenchmarkSpec] = {}
+
+
+def register_benchmark(spec: BenchmarkSpec) -> BenchmarkSpec:
+    """Add (or replace) a registry entry."""
+    REGISTRY[spec.name] = spec
+    return spec
+
+
+_MATH_QUESTION = ("problem", "question", "Problem", "Question")
+
+for _spec in (
+    BenchmarkSpec(
+        "math500", "math", "math", "MATH-500 (PRM800K test split of MATH)",
+        HubSource("HuggingFaceH4/MATH-500", "test"),
+        _MATH_QUESTION, (("answer", "latex"), ("solution", "boxed_solution")), MATH_TEMPLATE,
+    ),
+    BenchmarkSpec(
+        "aime24", "olympiad", "math", "AIME 2024 (I and II), integer answers",
+        HubSource("HuggingFaceH4/aime_2024", "train"),
+        _MATH_QUESTION, (("answer", "number"),), MATH_TEMPLATE,
+    ),
+    BenchmarkSpec(
+        "aime25", "olympiad", "math", "AIME 2025 (I and II), integer answers",
+        HubSource("opencompass/AIME2025", "test", ("AIME2025-I", "AIME2025-II")),
+        _MATH_QUESTION, (("answer", "number"),), MATH_TEMPLATE,
+    ),
+    BenchmarkSpec(
+        "amc23", "olympiad", "math", "AMC 2023 (answers stored as floats, e.g. 27.0)",
+        HubSource("math-ai/amc23", "test"),
+        _MATH_QUESTION, (("answer", "number"),), MATH_TEMPLATE,
+    ),
+    BenchmarkSpec(
+        "olympiadbench", "olympiad", "math", "OlympiadBench, open-ended English math (competition)",
+        HubSource("Hothan/OlympiadBench", "train", ("OE_TO_maths_en_COMP",)),
+        _MATH_QUESTION, (("final_answer", "list"),), MATH_TEMPLATE, context_field="context",
+    ),
+    BenchmarkSpec(
+        "minerva_math", "math", "math", "Minerva Math (MIT OCW science problems)",
+        HubSource("math-ai/minervamath", "test"),
+        _MATH_QUESTION, (("answer", "latex"), ("solution", "boxed_solution")), MATH_TEMPLATE,
+    ),
+    BenchmarkSpec(
+        "gsm8k", "math", "math", "GSM8K grade-school word problems (test)",
+        HubSource("openai/gsm8k", "test", ("main",)),
+        _MATH_QUESTION, (("answer", "gsm8k"),), MATH_TEMPLATE,
+    ),
+    BenchmarkSpec(
+        "mmlu_stem", "commonsense", "choice", "MMLU, 18 STEM subjects (4 options)",
+        HubSource("cais/mmlu", "test", ("all",), ("subject", MMLU_STEM_SUBJECTS)),
+        ("question",), (("answer", "index"),), CHOICE_TEMPLATE,
+        choices_fields=("choices",), choices_format="list",
+    ),
+    BenchmarkSpec(
+        "mmlu_pro", "commonsense", "choice", "MMLU-Pro (up to 10 options)",
+        HubSource("TIGER-Lab/MMLU-Pro", "test"),
+        ("question",), (("answer_index", "index"), ("answer", "letter")), CHOICE_TEMPLATE,
+        choices_fields=("options", "choices"), choices_format="list",
+        id_fields=("question_id", "id"),
+    ),
+    BenchmarkSpec(
+        "gpqa_diamond", "commonsense", "choice",
+        "GPQA-Diamond (gated on the hub; options shuffled with a per-question fixed seed)",
+        HubSource("Idavidrein/gpqa", "train", ("gpqa_diamond",)),
+        ("Question", "question"), (("Correct Answer", "gpqa"),), CHOICE_TEMPLATE,
+        choices_fields=("Correct Answer",), choices_format="gpqa", id_fields=("Record ID", "id"),
+    ),
+    BenchmarkSpec(
+        "commonsense_qa", "commonsense", "choice", "CommonsenseQA (validation split, 5 options)",
+        HubSource("tau/commonsense_qa", "validation"),
+        ("question",), (("answerKey", "label"),), CHOICE_TEMPLATE,
+        choices_fields=("choices",), choices_format="label_text", id_fields=("id",),
+    ),
+    BenchmarkSpec(
+        "arc_challenge", "commonsense", "choice", "ARC-Challenge (test; some rows label 1-4)",
+        HubSource("allenai/ai2_arc", "test", ("ARC-Challenge",)),
+        ("question",), (("answerKey", "label"),), CHOICE_TEMPLATE,
+        choices_fields=("choices",), choices_format="label_text", id_fields=("id",),
+    ),
+):
+    register_benchmark(_spec)
+
+SUITES: dict[str, tuple[str, ...]] = {
+    "math": ("math500", "gsm8k", "minerva_math"),
+    "olympiad": ("aime24", "aime25", "amc23", "olympiadbench"),
+    "commonsense": ("commonsense_qa", "arc_challenge", "mmlu_stem", "mmlu_pro", "gpqa_diamond"),
+    # Seven benchmarks over the three groups of the paper (its exact list is not public): the seven
+    # sets of the common RLVR redistribution, so the suite also runs offline from one directory.
+    "paper": (
+        "math500", "gsm8k", "minerva_math", "aime24", "amc23", "olympiadbench", "mmlu_stem",
+    ),
+}  # fmt: skip
+
+
+@dataclass
+class Problem:
+    """One evaluation item. ``gold``: bare LaTeX (math), option letter (choice) or the reference
+    answer (reasoning_gym, informative only: scoring uses ``entry``)."""
+
+    benchmark: str
+    index: int
+    problem_id: str
+    question: str
+    prompt: str
+    gold: str
+    answer_type: AnswerType
+    choices: list[str] | None = None
+    entry: dict[str, Any] | None = None
+
+
+@dataclass
+class Benchmark:
+    """A loaded benchmark: its spec, problems, where they came from, and (reasoning-gym) the
+    dataset object whose ``score_answer`` scores completions."""
+
+    spec: BenchmarkSpec
+    problems: list[Problem]
+    source: str
+    scorer: Any = None
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+# --------------------------------------------------------------------------------------------
+# Names and suites
+# --------------------------------------------------------------------------------------------
+
+
+def available_benchmarks() -> list[str]:
+    """Registered benchmark names (reasoning-gym tasks are added as ``rg:<task>``)."""
+    return sorted(REGISTRY)
+
+
+def expand_benchmark_names(names: str | Sequence[str]) -> list[str]:
+    """Comma-separated names and suite names -> unique benchmark names in order.
+
+    ``"paper"`` expands to its seven benchmarks; ``rg:...`` names pass through after validation.
+    Unknown names raise `UsageError` listing what exists."""
+    if isinstance(names, str):
+        names = [part for part in names.split(",")]
+    result: list[str] = []
+    for raw in names:
+        name = raw.strip()
+        if not name:
+            continue
+        members = SUITES.get(name, (name,))
+        for member in members:
+            if member.startswith("rg:"):
+                parse_reasoning_gym_name(member)
+            elif member not in REGISTRY:
+                raise UsageError(
+                    f"unknown benchmark {member!r}; known: {', '.join(available_benchmarks())}; "
+                    f"suites: {', '.join(SUITES)}; or rg:<reasoning-gym task>"
+                )
+            if member not in result:
+                result.append(member)
+    if not result:
+        raise UsageError("no benchmark given (e.g. --benchmarks gsm8k,math500 or a suite name)")
+    return result
+
+
+def suites_of(name: str) -> list[str]:
+    return [suite for suite, members in SUITES.items() if name in members]
+
+
+def group_of(name: str) -> str:
+    """The group (math / olympiad / commonsense / reasoning_gym) a benchmark belongs to."""
+    if name.startswith("rg:"):
+        return "reasoning_gym"
+    return REGISTRY[name].group
+
+
+# --------------------------------------------------------------------------------------------
+# Row -> Problem
+# --------------------------------------------------------------------------------------------
+
+
+def _first_field(row: dict[str, Any], fields: Sequence[str]) -> tuple[str, Any] | None:
+    for name in fields:
+        if name in row and row[name] is not None and row[name] != "":
+            return name, row[name]
+    return None
+
+
+def _as_list(value: Any) -> list[Any]:
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            parsed = ast.literal_eval(text)
+        except (ValueError, SyntaxError) as error:
+            raise ValueError(f"choices are not a list: {text[:80]!r}") from error
+        value = parsed
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"choices are not a list: {value!r}")
+    return list(value)
+
+
+def _choices_and_answer(spec: BenchmarkSpec, row: dict[str, Any]) -> tuple[list[str], int]:
+    """Option texts and the 0-based index of the correct one."""
+    if spec.choices_format == "gpqa":
+        correct = str(row["Correct Answer"]).strip()
+        wrong = [str(row[f"Incorrect Answer {i}"]).strip() for i in (1, 2, 3)]
+        question = str(_first_field(row, spec.question_fields) or ("", ""))[1]
+        seed = int.from_bytes(hashlib.sha256(str(question).encode()).digest()[:8], "big")
+        options = [correct, *wrong]
+        random.Random(seed).shuffle(options)
+        return options, options.index(correct)
+    found = _first_field(row, spec.choices_fields)
+    if found is None:
+        raise ValueError(f"row has none of the choices fields {spec.choices_fields}")
+    value = found[1]
+    labels: list[str] | None = None
+    if spec.choices_format == "label_text":
+        if isinstance(value, str):
+            value = ast.literal_eval(value)
+        labels = [str(label).strip() for label in _as_list(value["label"])]
+        options = [str(text) for text in _as_list(value["text"])]
+    else:
+        options = [str(option) for option in _as_list(value)]
+    if not 2 <= len(options) <= len(OPTION_LETTERS):
+        raise ValueError(f"expected 2-26 options, got {len(options)}")
+    for gold_field, gold_format in spec.gold_fields:
+        if gold_field not in row or row[gold_field] is None or row[gold_field] == "":
+            continue
+        raw = row[gold_field]
+        if gold_format == "index":
+            index = int(str(raw).strip())
+        elif gold_format == "letter":
+            index = OPTION_LETTERS.index(str(raw).strip().upper())
+        elif gold_format == "label":
+            if labels is None:
+                raise ValueError("gold format 'label' needs label_text choices")
+            index = labels.index(str(raw).strip())
+        else:
+            raise ValueError(f"unknown choice gold format {gold_format!r}")
+        if not 0 <= index < len(options):
+            raise ValueError(f"answer index {index} out of range for {len(options)} options")
+        return options, index
+    raise ValueError(f"row has none of the answer fields {[f for f, _ in spec.gold_fields]}")
+
+
+def render_template(template: str, question: str, options: str = "") -> str:
+    """Fill ``{question}`` and ``{options}`` in a prompt template (literal replacement)."""
+    return template.replace("{options}", options).replace("{question}", question)
+
+
+def render_options(options: Sequence[str]) -> str:
+    """``A) first\\nB) second ...``"""
+    return "\n".join(f"{OPTION_LETTERS[i]}) {str(option).strip()}" for i, option in enumerate(options))
+
+
+def problem_from_row(spec: BenchmarkSpec, row: dict[str, Any], index: int) -> Problem:
+    """Build a `Problem` from one raw row (hub or local file). Raises ValueError on a bad row."""
+    found = _first_field(row, spec.question_fields)
+    if found is None:
+        raise ValueError(f"row has none of the question fields {spec.question_fields}")
+    question = str(found[1]).strip()
+    if spec.context_field and row.get(spec.context_field):
+        question = f"{str(row[spec.context_field]).strip()}\n\n{question}"
+    id_found = _first_field(row, spec.id_fields)
+    problem_id = str(id_found[1]) if id_found else str(index)
+    if spec.answer_type == "choice":
+        options, answer_index = _choices_and_answer(spec, row)
+        prompt = render_template(spec.prompt_template, question, render_options(options))
+        return Problem(spec.name, index, problem_id, question, prompt,
+                       OPTION_LETTERS[answer_index], "choice", choices=options)  # fmt: skip
+    for gold_field, gold_format in spec.gold_fields:
+        if gold_field in row and row[gold_field] is not None and row[gold_field] != "":
+            gold = normalize_gold(row[gold_field], gold_format)  # type: ignore[arg-type]
+            break
+    else:
+        raise ValueError(f"row has none of the answer fields {[f for f, _ in spec.gold_fields]}")
+    if not gold:
+        raise ValueError("empty gold answer")
+    prompt = render_template(spec.prompt_template, question)
+    return Problem(spec.name, index, problem_id, question, prompt, gold, spec.answer_type)
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Rows of a JSON-lines file (blank lines skipped); a bad line raises `UsageError` with its
+    line number."""
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise UsageError(f"{path}:{number}: not valid JSON ({error.msg})") from error
+            if not isinstance(row, dict):
+                raise UsageError(f"{path}:{number}: expected a JSON object per line")
+            rows.append(row)
+    return rows
+
+
+def _hub_reachable(timeout_seconds: float = 3.0) -> bool:
+    """Whether the hub endpoint accepts a TCP connection (avoids minutes of retries offline)."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host = endpoint.hostname or "huggingface.co"
+    port = endpoint.port or (443 if endpoint.scheme != "http" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_seconds):
+            return True
+    except OSError:
+        return False
+
+
+def _go_offline() -> None:
+    """Switch datasets/huggingface_hub to offline mode in this process (cached data still loads)."""
+    try:
+        import datasets.config
+        import huggingface_hub.constants
+
+        datasets.config.HF_HUB_OFFLINE = True
+        huggingface_hub.constants.HF_HUB_OFFLINE = True
+    except (ImportError, AttributeError):  # pragma: no cover - other library versions
+        pass
+
+
+def _load_hub_rows(spec: BenchmarkSpec) -> tuple[list[dict[str, Any]], str]:
+    assert spec.hub is not None
+    hub = spec.hub
+    try:
+        from datasets import load_dataset
+    except ImportError as error:  # pragma: no cover - datasets is a dependency
+        raise UsageError("loading from the hub needs the `datasets` package") from error
+    if not _hub_reachable():
+        _go_offline()
+    rows: list[dict[str, Any]] = []
+    for config in hub.configs:
+        try:
+            dataset = load_dataset(hub.path, config, split=hub.split)
+        except Exception as error:  # noqa: BLE001 - any failure: offline, gated, renamed
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise UsageError(
+                f"cannot load benchmark {spec.name!r} from the Hugging Face hub "
+                f"({hub.path}{'/' + config if config else ''}, split {hub.split}): {first_line[:200]}"
+                f" -- offline? pass --data-dir DIR holding {spec.name}.jsonl"
+            ) from None
+        rows.extend(dict(row) for row in dataset)
+    if hub.row_filter is not None:
+        key, allowed = hub.row_filter
+        rows = [row for row in rows if row.get(key) in allowed]
+    label = f"hub:{hub.path}" + (f"/{','.join(c for c in hub.configs if c)}" if hub.configs[0] else "")
+    return rows, f"{label}:{hub.split}"
+
+
+def parse_reasoning_gym_name(name: str) -> tuple[str, dict[str, Any], int, int]:
+    """``rg:<task>[:key=value]...`` -> (task, config, size, seed).
+
+    ``size`` (default `REASONING_GYM_DEFAULT_SIZE`) and ``seed`` (default
+    `REASONING_GYM_EVAL_SEED`) are taken out of the config; values are Python literals when they
+    parse as such (``3``, ``0.5``, ``True``, ``[1,2]``), else strings."""
+    parts = name.split(":")
+    if len(parts) < 2 or parts[0] != "rg" or not parts[1]:
+        raise UsageError(f"bad reasoning-gym benchmark {name!r}; use rg:<task>[:key=value]...")
+    task = parts[1]
+    try:
+        import reasoning_gym
+        from reasoning_gym.factory import DATASETS
+    except ImportError as error:  # pragma: no cover - dependency
+        raise UsageError("reasoning-gym tasks need the `reasoning-gym` package") from error
+    del reasoning_gym
+    if task not in DATASETS:
+        raise UsageError(f"unknown reasoning-gym task {task!r} (e.g. chain_sum, basic_arithmetic, "
+                         f"products, gcd; {len(DATASETS)} tasks in all)")  # fmt: skip
+    config: dict[str, Any] = {}
+    for part in parts[2:]:
+        if "=" not in part:
+            raise UsageError(f"bad reasoning-gym option {part!r} in {name!r}; use key=value")
+        key, value = part.split("=", 1)
+        try:
+            config[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            config[key.strip()] = value.strip()
+    size = int(config.pop("size", REASONING_GYM_DEFAULT_SIZE))
+    seed = int(config.pop("seed", REASONING_GYM_EVAL_SEED))
+    if size < 1:
+        raise UsageError(f"reasoning-gym size must be >= 1 in {name!r}")
+    return task, config, size, seed
+
+
+def load_reasoning_gym(name: str) -> Benchmark:
+    """Generate a reasoning-gym evaluation set (see `parse_reasoning_gym_name`)."""
+    import reasoning_gym
+
+    task, config, size, seed = parse_reasoning_gym_name(name)
+    try:
+        dataset = reasoning_gym.create_dataset(task, size=size, seed=seed, **config)
+    except (TypeError, ValueError, AssertionError) as error:
+        raise UsageError(f"cannot create reasoning-gym task {name!r}: {error}") from None
+    spec = BenchmarkSpec(name, "reasoning_gym", "reasoning_gym", f"reasoning-gym {task}", None,
+                         ("question",), (("answer", "latex"),), REASONING_GYM_TEMPLATE)  # fmt: skip
+    problems = []
+    for index in range(size):
+        entry = dataset[index]
+        question = str(entry["question"]).strip()
+        problems.append(Problem(name, index, str(index), question,
+                                render_template(spec.prompt_template, question),
+                                str(entry["answer"]), "reasoning_gym", entry=entry))  # fmt: skip
+    return Benchmark(spec, problems, f"reasoning_gym:{task}:seed={seed}", scorer=dataset,
+                     config={"task": task, "size": size, "seed": seed, **config})  # fmt: skip
+
+
+def load_benchmark(
+    name: str, data_dir: str | Path | None = None, limit: int | None = None
+) -> Benchmark:
+    """Load one benchmark.
+
+    data_dir: directory with ``<name>.jsonl`` (a missing file is a `UsageError`); ``None`` loads
+    from the hub (offline, this fails with one `UsageError` line that says to pass --data-dir).
+    limit: keep the first ``limit`` problems (in file order).
+    Reasoning-gym names (``rg:...``) are generated and ignore ``data_dir``."""
+    if limit is not None and limit < 1:
+        raise UsageError(f"--limit must be >= 1, got {limit}")
+    if name.startswith("rg:"):
+        benchmark = load_reasoning_gym(name)
+    else:
+        if name not in REGISTRY:
+            expand_benchmark_names([name])  # raises the informative error
+        spec = REGISTRY[name]
+        if data_dir is not None:
+            path = Path(data_dir).expanduser() / f"{name}.jsonl"
+            if not path.is_file():
+                raise UsageError(f"benchmark file not found: {path} (expected <name>.jsonl in "
+                                 f"--data-dir)")  # fmt: skip
+            rows, source = read_jsonl(path), str(path)
+        else:
+            if spec.hub is None:
+                raise UsageError(f"benchmark {name!r} has no hub source; pass --data-dir")
+            rows, source = _load_hub_rows(spec)
+        problems = []
+        for index, row in enumerate(rows):
+            try:
+                problems.append(problem_from_row(spec, row, index))
+            except (ValueError, KeyError, TypeError, SyntaxError) as error:
+                raise UsageError(f"{source}: row {index + 1} of {name}: {error}") from None
+        if not problems:
+            raise UsageError(f"{source}: benchmark {name!r} has no rows")
+        benchmark = Benchmark(spec, problems, source)
+    if limit is not None:
+        benchmark.problems = benchmark.problems[:limit]
+    return benchmark
+
+
+def load_benchmarks(
+    names: str | Sequence[str], data_dir: str | Path | None = None, limit: int | None = None
+) -> list[Benchmark]:
+    """`load_benchmark` for each name after suite expansion (`expand_benchmark_names`)."""
+    return [load_benchmark(name, data_dir, limit) for name in expand_benchmark_names(names)]

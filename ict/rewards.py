@@ -1,0 +1,182 @@
+"""Reward functions: a registry of `name -> fn(completion, problem) -> float`.
+
+Built in:
+- `reasoning_gym`: the task's own scorer (`dataset.score_answer`) on a strictly extracted answer
+  (extraction `last_number`: the last number in the completion, or `tag`: the content of the last
+  `<answer></answer>` pair, else the last `\\boxed{}`); the scorer never sees the whole text, so
+  verbose answers earn no partial credit;
+- `math`: math-verify on the completion against the normalised gold, with a hard time bound
+  per check in a worker process (`ict.verify.verify_math`);
+- `choice`: the committed option letter (`ict.verify.extract_choice_letter`) equals the gold;
+- `last_number`: the last number in the completion equals the numeric gold;
+- `format`: 1 if the completion holds exactly one non-empty `<answer>...</answer>` pair.
+
+Register your own with `@register_reward("name")`; `build_reward` combines several names with
+weights (`"math,format"` with `format_weight`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ict.errors import UsageError
+
+if TYPE_CHECKING:
+    from ict.data import Problem
+
+RewardFunction = Callable[[str, "Problem"], float]
+REWARDS: dict[str, RewardFunction] = {}
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_MAX_SCAN_CHARS = 20_000
+
+
+def register_reward(name: str) -> Callable[[RewardFunction], RewardFunction]:
+    """Decorator: register `fn(completion, problem) -> float` under `name`."""
+
+    def decorator(function: RewardFunction) -> RewardFunction:
+        REWARDS[name] = function
+        return function
+
+    return decorator
+
+
+def extract_last_number(text: str) -> str | None:
+    """The last number in `text` (commas removed, `-` kept, a trailing `.0..` stripped)."""
+    matches = _NUMBER.findall(text[-_MAX_SCAN_CHARS:])
+    if not matches:
+        return None
+    number = matches[-1].replace(",", "")
+    if "." in number and set(number.split(".", 1)[1]) == {"0"}:
+        number = number.split(".", 1)[0]
+    return number
+
+
+def _numbers_equal(left: str, right: str) -> bool:
+    try:
+        return math.isclose(float(left.replace(",", "")), float(right.replace(",", "")),
+                            rel_tol=1e-9, abs_tol=1e-9)
+    except ValueError:
+        return left.strip() == right.strip()
+
+
+def extract_answer(completion: str, extraction: str) -> str | None:
+    """Strict answer extraction: `last_number` or `tag` (see the module docstring)."""
+    if extraction == "last_number":
+        return extract_last_number(completion)
+    if extraction == "tag":
+        from ict.verify import extract_tagged_answer
+
+        return extract_tagged_answer(completion)
+    raise UsageError(f"unknown answer extraction {extraction!r} (use last_number or tag)")
+
+
+def reasoning_gym_reward(completion: str, problem: Problem, extraction: str = "last_number") -> float:
+    """The reasoning-gym task's score of the strictly extracted answer (0 when none)."""
+    if problem.scorer is None:
+        raise UsageError("the reasoning_gym reward needs reasoning-gym problems")
+    answer = extract_answer(completion, extraction)
+    if answer is None:
+        return 0.0
+    return float(problem.scorer.score_answer(answer=answer, entry=problem.entry))
+
+
+@register_reward("reasoning_gym")
+def _reasoning_gym_last_number(completion: str, problem: Problem) -> float:
+    return reasoning_gym_reward(completion, problem, "last_number")
+
+
+@register_reward("reasoning_gym_tag")
+def _reasoning_gym_tag(completion: str, problem: Problem) -> float:
+    return reasoning_gym_reward(completion, problem, "tag")
+
+
+@register_reward("math")
+def math_reward(completion: str, problem: Problem, timeout_seconds: float = 5.0) -> float:
+    """1 if math-verify judges the completion's answer equal to the gold, else 0."""
+    from ict.verify import verify_math
+
+    return float(verify_math(completion, problem.answer, timeout_seconds=timeout_seconds))
+
+
+@register_reward("choice")
+def choice_reward(completion: str, problem: Problem) -> float:
+    """1 if the option letter the completion commits to is the gold letter."""
+    from ict.verify import extract_choice_letter
+
+    if not problem.choices:
+        raise UsageError("the choice reward needs problems with choices (set choices_field)")
+    return float(extract_choice_letter(completion, len(problem.choices)) == problem.answer)
+
+
+@register_reward("last_number")
+def last_number_reward(completion: str, problem: Problem) -> float:
+    """1 if the last number in the completion equals the (numeric) gold answer."""
+    number = extract_last_number(completion)
+    return float(number is not None and _numbers_equal(number, problem.answer))
+
+
+@register_reward("format")
+def format_reward(completion: str, problem: Problem) -> float:
+    """1 if the completion contains exactly one non-empty `<answer>...</answer>` pair."""
+    matches = _ANSWER_TAG.findall(completion[-_MAX_SCAN_CHARS:])
+    return float(len(matches) == 1 and bool(matches[0].strip()))
+
+
+@dataclass
+class Reward:
+    """A weighted sum of registered rewards. `correctness` is the first (task) reward alone,
+    used for the accuracy metric (correct = task reward >= 1)."""
+
+    names: list[str]
+    weights: list[float]
+    functions: list[RewardFunction]
+
+    def score(self, completions: Sequence[str], problems: Sequence[Problem]) -> tuple[
+            list[float], list[float]]:
+        """(total rewards, task rewards) for paired completions and problems."""
+        totals, task = [], []
+        for completion, problem in zip(completions, problems, strict=True):
+            values = [function(completion, problem) for function in self.functions]
+            task.append(values[0])
+            totals.append(sum(weight * value for weight, value in zip(self.weights, values,
+                                                                      strict=True)))
+        return totals, task
+
+
+def default_reward_name(kind: str, extraction: str = "last_number") -> str:
+    """The task reward for a problem kind."""
+    if kind == "reasoning_gym":
+        return "reasoning_gym" if extraction == "last_number" else "reasoning_gym_tag"
+    return {"math": "math", "choice": "choice"}.get(kind, "math")
+
+
+def build_reward(spec: str, problem_kind: str, extraction: str = "last_number",
+                 format_weight: float = 0.0, verify_timeout: float = 5.0) -> Reward:
+    """Reward from a comma-separated spec (`auto` = the default task reward for the problem
+    kind), plus `format` with `format_weight` when that is > 0. Task rewards have weight 1."""
+    names = [name.strip() for name in spec.split(",") if name.strip()] or ["auto"]
+    names = [default_reward_name(problem_kind, extraction) if name == "auto" else name
+             for name in names]
+    weights = [1.0] * len(names)
+    if format_weight > 0:
+        if "format" in names:
+            weights[names.index("format")] = format_weight
+        else:
+            names.append("format")
+            weights.append(format_weight)
+    functions: list[RewardFunction] = []
+    for name in names:
+        if name not in REWARDS:
+            raise UsageError(f"unknown reward {name!r}; registered: {', '.join(sorted(REWARDS))}")
+        function = REWARDS[name]
+        if name == "math":
+            def function(completion: str, problem: Problem, _t: float = verify_timeout) -> float:
+                return math_reward(completion, problem, _t)
+        functions.append(function)
+    return Reward(names, weights, functions)

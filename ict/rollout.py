@@ -1,0 +1,300 @@
+"""Rollouts: sample completions from a causal LM (Hugging Face `generate`, optional vLLM) and pack
+them into right-aligned tensors for training.
+
+`generate_completions` is the one entry point used by the trainer and by evaluation. Prompts are
+rendered with the tokenizer's chat template when it has one, left-padded, generated in batches of
+`batch_size` sequences, and every completion stops at the first EOS token."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ict.errors import UsageError
+
+Prompt = str | list[dict[str, str]]
+
+
+@dataclass
+class Rollout:
+    """Completions for a list of prompts; `num_samples` completions per prompt.
+
+    Indexing is [prompt][sample]. Token ids exclude padding; a completion that ended with EOS
+    keeps the EOS id as its last token (`finished` is True) so the policy learns to stop."""
+
+    prompt_texts: list[str]
+    prompt_ids: list[list[int]]
+    completions: list[list[str]]
+    completion_ids: list[list[list[int]]]
+    finished: list[list[bool]]
+    generation_seconds: float = 0.0
+    num_generated_tokens: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_prompts(self) -> int:
+        return len(self.completions)
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.completions[0]) if self.completions else 0
+
+    def flat_completions(self) -> list[str]:
+        """Completion texts in prompt-major order (prompt 0 samples, prompt 1 samples, ...)."""
+        return [text for group in self.completions for text in group]
+
+
+def render_prompt(tokenizer: Any, prompt: Prompt, system_prompt: str | None = None) -> str:
+    """Prompt text the model sees: the chat template (with generation prompt) when the tokenizer
+    has one, else the raw text (message contents joined by newlines)."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    if system_prompt and not any(message.get("role") == "system" for message in messages):
+        messages = [{"role": "system", "content": system_prompt}, *messages]
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return "\n".join(message["content"] for message in messages)
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    ids: list[int] = []
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (config_eos, tokenizer.eos_token_id):
+        if value is None:
+            continue
+        for item in value if isinstance(value, list | tuple) else [value]:
+            if int(item) not in ids:
+                ids.append(int(item))
+    if not ids:
+        raise UsageError("the tokenizer has no EOS token; generation could not stop")
+    return ids
+
+
+def _encode_prompt(tokenizer: Any, text: str) -> list[int]:
+    # A chat template already contains the special tokens; a raw prompt gets the tokenizer's own.
+    add_special = not bool(getattr(tokenizer, "chat_template", None))
+    return list(tokenizer(text, add_special_tokens=add_special)["input_ids"])
+
+
+def _truncate_at_eos(token_ids: list[int], eos_ids: Sequence[int], pad_id: int | None) -> tuple[
+        list[int], bool]:
+    for index, token in enumerate(token_ids):
+        if token in eos_ids:
+            return token_ids[: index + 1], True
+    if pad_id is not None:  # HF fills finished rows with pad; unfinished rows have no pad run
+        while token_ids and token_ids[-1] == pad_id and pad_id not in eos_ids:
+            token_ids = token_ids[:-1]
+    return token_ids, False
+
+
+@torch.no_grad()
+def generate_completions(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[Prompt],
+    num_samples: int = 1,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 64,
+    batch_size: int = 32,
+    seed: int | None = None,
+    greedy: bool = False,
+    system_prompt: str | None = None,
+    backend: Any = None,
+) -> Rollout:
+    """Sample `num_samples` completions for each prompt.
+
+    prompts: plain strings (wrapped as one user message) or chat message lists.
+    batch_size: sequences per `generate` call (prompts are repeated `num_samples` times first).
+    seed: seeds the sampling RNG inside a forked RNG scope (the caller's RNG state is untouched).
+    greedy: argmax decoding (temperature/top_p ignored).
+    backend: an object with the same `generate_completions` method (e.g. `VLLMBackend`) to use
+    instead of Hugging Face generate.
+    Returns a `Rollout` (texts decoded without special tokens, plus token ids for training)."""
+    if num_samples < 1 or max_new_tokens < 1 or batch_size < 1:
+        raise UsageError("num_samples, max_new_tokens and batch_size must be >= 1")
+    if backend is not None:
+        return backend.generate_completions(
+            tokenizer, prompts, num_samples=num_samples, temperature=temperature, top_p=top_p,
+            max_new_tokens=max_new_tokens, seed=seed, greedy=greedy, system_prompt=system_prompt)
+    prompt_texts = [render_prompt(tokenizer, prompt, system_prompt) for prompt in prompts]
+    prompt_ids = [_encode_prompt(tokenizer, text) for text in prompt_texts]
+    eos_ids = _eos_ids(model, tokenizer)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
+    device = next(model.parameters()).device
+    flat = [(index, sample) for index in range(len(prompts)) for sample in range(num_samples)]
+    completion_ids: list[list[list[int]]] = [[[] for _ in range(num_samples)] for _ in prompts]
+    finished: list[list[bool]] = [[False] * num_samples for _ in prompts]
+
+    was_training = model.training
+    model.eval()
+    start = time.perf_counter()
+    fork_devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=fork_devices):
+        if seed is not None:
+            torch.manual_seed(seed)
+        for begin in range(0, len(flat), batch_size):
+            chunk = flat[begin: begin + batch_size]
+            rows = [prompt_ids[index] for index, _ in chunk]
+            width = max(len(row) for row in rows)
+            input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+            attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+            for row_index, row in enumerate(rows):  # left padding
+                input_ids[row_index, width - len(row):] = torch.tensor(row, dtype=torch.long)
+                attention_mask[row_index, width - len(row):] = 1
+            sampling: dict[str, Any] = (
+                {"do_sample": False} if greedy or temperature <= 0
+                else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0})
+            output = model.generate(
+                input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                max_new_tokens=max_new_tokens, eos_token_id=eos_ids, pad_token_id=pad_id,
+                use_cache=True, **sampling)
+            new_tokens = output[:, width:].tolist()
+            for (index, sample), tokens in zip(chunk, new_tokens, strict=True):
+                ids, done = _truncate_at_eos(tokens, eos_ids, pad_id)
+                completion_ids[index][sample] = ids
+                finished[index][sample] = done
+    seconds = time.perf_counter() - start
+    if was_training:
+        model.train()
+    completions = [[tokenizer.decode(ids, skip_special_tokens=True) for ids in group]
+                   for group in completion_ids]
+    return Rollout(prompt_texts=prompt_texts, prompt_ids=prompt_ids, completions=completions,
+                   completion_ids=completion_ids, finished=finished, generation_seconds=seconds,
+                   num_generated_tokens=sum(len(ids) for group in completion_ids for ids in group))
+
+
+@dataclass
+class RolloutBatch:
+    """Training tensors for N = num_prompts * num_samples sequences (prompt-major order).
+
+    input_ids [N, P + T]: prompt left-padded to P tokens, then the response right-padded to T.
+    attention_mask [N, P + T]: 1 on real tokens.
+    response_ids [N, T], response_mask [N, T] bool: the sampled tokens and where they are real.
+    The logits that produced response token t are `model(input_ids).logits[:, P - 1 + t]`."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_ids: torch.Tensor
+    response_mask: torch.Tensor
+    prompt_length: int
+
+    def to(self, device: torch.device) -> RolloutBatch:
+        return RolloutBatch(self.input_ids.to(device), self.attention_mask.to(device),
+                            self.response_ids.to(device), self.response_mask.to(device),
+                            self.prompt_length)
+
+    def select(self, rows: torch.Tensor | slice) -> RolloutBatch:
+        """The sub-batch of the given rows (same P and T)."""
+        return RolloutBatch(self.input_ids[rows], self.attention_mask[rows],
+                            self.response_ids[rows], self.response_mask[rows], self.prompt_length)
+
+
+def pack_rollout(rollout: Rollout, pad_id: int) -> RolloutBatch:
+    """Pack a rollout into `RolloutBatch` tensors (see its docstring for the layout)."""
+    prompt_rows = [rollout.prompt_ids[index] for index in range(rollout.num_prompts)
+                   for _ in range(rollout.num_samples)]
+    response_rows = [ids for group in rollout.completion_ids for ids in group]
+    prompt_length = max(len(row) for row in prompt_rows)
+    response_length = max(1, max(len(row) for row in response_rows))
+    count = len(prompt_rows)
+    input_ids = torch.full((count, prompt_length + response_length), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    response_ids = torch.full((count, response_length), pad_id, dtype=torch.long)
+    response_mask = torch.zeros((count, response_length), dtype=torch.bool)
+    for row, (prompt, response) in enumerate(zip(prompt_rows, response_rows, strict=True)):
+        input_ids[row, prompt_length - len(prompt): prompt_length] = torch.tensor(prompt)
+        attention_mask[row, prompt_length - len(prompt): prompt_length] = 1
+        if response:
+            values = torch.tensor(response, dtype=torch.long)
+            input_ids[row, prompt_length: prompt_length + len(response)] = values
+            attention_mask[row, prompt_length: prompt_length + len(response)] = 1
+            response_ids[row, : len(response)] = values
+            response_mask[row, : len(response)] = True
+    return RolloutBatch(input_ids, attention_mask, response_ids, response_mask, prompt_length)
+
+
+class VLLMBackend:
+    """Rollouts with vLLM (optional extra `ict[vllm]`, GPU only); weights are pushed from the
+    training model after each update with `sync_weights`.
+
+    The engine runs in the trainer's process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) so the weights
+    can be loaded in place."""
+
+    def __init__(self, model_path: str, dtype: str = "bfloat16", gpu_memory_utilization: float = 0.3,
+                 max_model_len: int = 4096, seed: int = 0) -> None:
+        import os
+
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        try:
+            from vllm import LLM
+        except ImportError as error:
+            raise UsageError("rollout backend vllm needs `pip install ict[vllm]` on a GPU") from error
+        self.llm = LLM(model=model_path, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
+                       max_model_len=max_model_len, seed=seed, enable_prefix_caching=True)
+
+    def _model_runner_model(self) -> Any:
+        engine = self.llm.llm_engine
+        executor = getattr(engine, "model_executor", None)
+        if executor is None:  # vLLM V1 in-process engine
+            executor = engine.engine_core.engine_core.model_executor
+        worker = executor.driver_worker
+        worker = getattr(worker, "worker", worker)
+        return worker.model_runner.model
+
+    @torch.no_grad()
+    def sync_weights(self, model: Any) -> None:
+        """Copy the training model's weights (LoRA merged) into the vLLM engine."""
+        if hasattr(model, "merge_and_unload"):  # peft: merged view without touching the adapter
+            state = {}
+            model.merge_adapter()
+            try:
+                for name, tensor in model.get_base_model().state_dict().items():
+                    if "lora_" in name:
+                        continue
+                    state[name.replace("base_layer.", "")] = tensor.detach().clone()
+            finally:
+                model.unmerge_adapter()
+            items = state.items()
+        else:
+            items = ((name, tensor.detach()) for name, tensor in model.state_dict().items())
+        weights = list(items)
+        if hasattr(self.llm, "apply_model"):  # vLLM >= 0.9: run inside the (in-process) worker
+            self.llm.apply_model(lambda vllm_model: vllm_model.load_weights(weights=weights))
+        else:
+            self._model_runner_model().load_weights(weights=weights)
+        self.llm.reset_prefix_cache()
+
+    def generate_completions(self, tokenizer: Any, prompts: Sequence[Prompt], num_samples: int,
+                             temperature: float, top_p: float, max_new_tokens: int,
+                             seed: int | None, greedy: bool, system_prompt: str | None) -> Rollout:
+        from vllm import SamplingParams
+
+        prompt_texts = [render_prompt(tokenizer, prompt, system_prompt) for prompt in prompts]
+        prompt_ids = [_encode_prompt(tokenizer, text) for text in prompt_texts]
+        params = SamplingParams(n=num_samples, temperature=0.0 if greedy else temperature,
+                                top_p=1.0 if greedy else top_p, max_tokens=max_new_tokens,
+                                seed=seed)
+        start = time.perf_counter()
+        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params,
+                                    use_tqdm=False)
+        seconds = time.perf_counter() - start
+        eos_ids = [tokenizer.eos_token_id]
+        completion_ids, finished, completions = [], [], []
+        for output in outputs:
+            ids_group, done_group, text_group = [], [], []
+            for sample in output.outputs:
+                ids, done = _truncate_at_eos(list(sample.token_ids), eos_ids, None)
+                ids_group.append(ids)
+                done_group.append(done or sample.finish_reason == "stop")
+                text_group.append(tokenizer.decode(ids, skip_special_tokens=True))
+            completion_ids.append(ids_group)
+            finished.append(done_group)
+            completions.append(text_group)
+        return Rollout(prompt_texts=prompt_texts, prompt_ids=prompt_ids, completions=completions,
+                       completion_ids=completion_ids, finished=finished,
+                       generation_seconds=seconds,
+                       num_generated_tokens=sum(len(i) for g in completion_ids for i in g))

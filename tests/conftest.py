@@ -1,0 +1,87 @@
+"""Shared fixtures: a tiny random Llama-like causal LM and a word-level tokenizer with a chat
+template, built from code (no download), and a synthetic verifiable arithmetic task."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+SPECIAL_TOKENS = ["<pad>", "<|im_end|>", "<|im_start|>", "<unk>"]
+WORDS = ["user", "assistant", "system", "what", "is", "the", "answer", "sum", "of", "and", "so",
+         "+", "-", "=", "?", ".", ":"]
+DIGITS = [str(digit) for digit in range(10)]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }} {{ message['content'] }}"
+    "<|im_end|> {% endfor %}{% if add_generation_prompt %}<|im_start|>assistant {% endif %}"
+)
+
+
+def build_tiny_tokenizer():
+    """Word-level tokenizer over ~30 symbols; digits are single tokens; EOS is <|im_end|>."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: index for index, token in enumerate(SPECIAL_TOKENS + WORDS + DIGITS)}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.Whitespace()])
+    backend.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>",
+                                        eos_token="<|im_end|>", bos_token="<|im_start|>",
+                                        unk_token="<unk>")
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def build_tiny_model(vocab_size: int, seed: int = 0, hidden_size: int = 32, layers: int = 2):
+    """A randomly initialised LlamaForCausalLM from a config (float32)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden_size,
+                         intermediate_size=2 * hidden_size, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=256, initializer_range=0.2, pad_token_id=0, bos_token_id=2,
+                         eos_token_id=1, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = 0
+    model.generation_config.eos_token_id = 1
+    return model
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    return build_tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """Directory with a saved tiny random model + tokenizer (loadable with from_pretrained)."""
+    path = tmp_path_factory.mktemp("tiny-model")
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(len(tokenizer))
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def write_arithmetic_task(path: Path, size: int = 64, seed: int = 0) -> Path:
+    """JSONL of one-digit additions: {"question": "what is 3 + 4 ?", "answer": "7"}."""
+    rng = random.Random(seed)
+    with path.open("w") as handle:
+        for _ in range(size):
+            left, right = rng.randint(0, 4), rng.randint(0, 5)
+            handle.write(json.dumps({"question": f"what is {left} + {right} ?",
+                                     "answer": str(left + right)}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def arithmetic_task(tmp_path_factory) -> Path:
+    return write_arithmetic_task(tmp_path_factory.mktemp("task") / "sums.jsonl")

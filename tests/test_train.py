@@ -1,0 +1,268 @@
+"""End-to-end training on a tiny random model (built from a config, no download) and a synthetic
+verifiable task: every method, metric fields, selected fractions, updates only through selected
+tokens (against an independent autograd reference), checkpoint + resume exactness."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from ict.checkpoint import COMPLETE_MARKER, complete_checkpoints, latest_checkpoint
+from ict.config import TrainConfig
+from ict.loss import PolicyLossConfig
+from ict.rewards import REWARDS, register_reward
+from ict.rollout import RolloutBatch
+from ict.trainer import METRIC_FIELDS, accumulate_gradients, train
+
+TIMING_FIELDS = {"tokens_per_second", "generation_tokens_per_second", "generation_seconds",
+                 "training_seconds", "step_seconds"}
+
+
+@register_reward("contains_answer")
+def contains_answer(completion: str, problem) -> float:
+    """Synthetic verifiable reward: 1 if the gold number appears as a word of the completion."""
+    return float(problem.answer in completion.split())
+
+
+def tiny_config(model_dir: Path, task: Path, run_dir: Path, **overrides) -> TrainConfig:
+    values = dict(model=str(model_dir), dataset=str(task), reward="contains_answer",
+                  num_steps=3, prompts_per_step=4, num_generations=4, max_new_tokens=10,
+                  micro_batch_size=8, generation_batch_size=16, learning_rate=3e-3,
+                  run_dir=str(run_dir), progress=False, tensorboard=False, seed=1)
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+# Which selected fraction each method implies over a step's micro-batches (bounds).
+EXPECTED_FRACTION = {"grpo": (1.0, 1.0), "stapo": (0.9, 1.0), "entropy": (0.2, 0.25),
+                     "ict": (0.1, 0.15), "random": (0.1, 0.15)}
+
+
+@pytest.mark.parametrize("method", ["grpo", "entropy", "stapo", "ict", "random"])
+def test_each_method_trains_and_logs_every_field(method, tiny_model_dir, arithmetic_task,
+                                                 tmp_path):
+    config = tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", method=method,
+                         tensorboard=method == "ict")
+    result = train(config)
+    lines = read_metrics(tmp_path / "run")
+    assert [line["step"] for line in lines] == [1, 2, 3]
+    for line in lines:
+        missing = [name for name in METRIC_FIELDS if name not in line]
+        assert not missing
+        required = [name for name in METRIC_FIELDS if name != "kl_ref"]
+        for name in required:
+            assert line[name] is not None and math.isfinite(line[name]), (name, line[name])
+        low, high = EXPECTED_FRACTION[method]
+        assert low <= line["selected_fraction"] <= high
+        assert 0.0 <= line["js_score"] <= math.log(2) + 1e-6
+        assert line["renyi2"] <= line["entropy"] + 1e-5  # H2 <= H
+        assert 0.0 <= line["accuracy"] <= 1.0
+    rewards_seen = [line["reward_mean"] for line in lines]
+    assert any(value > 0 for value in rewards_seen)  # the synthetic task gives some signal
+    # the resolved config and the final checkpoint are in the run directory
+    saved = (tmp_path / "run" / "config.yaml").read_text()
+    assert f"method: {method}" in saved
+    assert result.checkpoint is not None and (result.checkpoint / COMPLETE_MARKER).is_file()
+    if method == "ict":
+        assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def _fixed_batch(vocab_size: int, seed: int = 0) -> tuple[RolloutBatch, torch.Tensor]:
+    """8 sequences: prompts of 3-5 tokens left-padded to 5, responses of 4-9 tokens padded to 9."""
+    generator = torch.Generator().manual_seed(seed)
+    rows, prompt_width, response_width = 8, 5, 9
+    input_ids = torch.zeros((rows, prompt_width + response_width), dtype=torch.long)
+    attention = torch.zeros_like(input_ids)
+    response_ids = torch.zeros((rows, response_width), dtype=torch.long)
+    response_mask = torch.zeros((rows, response_width), dtype=torch.bool)
+    for row in range(rows):
+        prompt_length = 3 + row % 3
+        response_length = 4 + row % 6
+        prompt = torch.randint(4, vocab_size, (prompt_length,), generator=generator)
+        response = torch.randint(4, vocab_size, (response_length,), generator=generator)
+        input_ids[row, prompt_width - prompt_length: prompt_width] = prompt
+        attention[row, prompt_width - prompt_length: prompt_width] = 1
+        input_ids[row, prompt_width: prompt_width + response_length] = response
+        attention[row, prompt_width: prompt_width + response_length] = 1
+        response_ids[row, :response_length] = response
+        response_mask[row, :response_length] = True
+    advantages = torch.randn(rows, generator=generator)
+    return RolloutBatch(input_ids, attention, response_ids, response_mask, prompt_width), advantages
+
+
+def _reference_gradients(model, batch: RolloutBatch, advantages: torch.Tensor,
+                         selected: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Independent reference: run each sequence alone (no padding), take log-softmax at the
+    positions before each response token, and backprop -sum_{selected} A * log p / |selected|
+    (the clipped surrogate's gradient at ratio 1, token-mean over selected tokens)."""
+    model.zero_grad(set_to_none=True)
+    total = torch.zeros(())
+    count = int(selected.sum())
+    for row in range(batch.input_ids.shape[0]):
+        tokens = batch.input_ids[row][batch.attention_mask[row].bool()]
+        length = int(batch.response_mask[row].sum())
+        logits = model(input_ids=tokens.unsqueeze(0)).logits[0].float()
+        log_probs = torch.log_softmax(logits[-length - 1:-1], dim=-1)
+        response = batch.response_ids[row, :length]
+        token_log_probs = log_probs.gather(1, response.unsqueeze(1)).squeeze(1)
+        total = total - (advantages[row] * token_log_probs * selected[row, :length].float()).sum()
+    (total / count).backward()
+    grads = {name: parameter.grad.detach().clone() for name, parameter in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+@pytest.mark.parametrize("selector,options,ratio", [
+    ("entropy", {"ratio": 0.2}, 0.2),
+    ("ict", {"ratio": 0.1, "reference": "seq_mean", "unit": "position", "scope": "batch"}, 0.1),
+    ("ict", {"ratio": 0.1, "reference": "prev", "unit": "position", "scope": "batch"}, 0.1),
+    ("random", {"ratio": 0.1, "seed": None, "scope": "batch"}, 0.1),
+    ("all", {}, 1.0),
+])
+def test_parameters_change_only_through_selected_tokens(selector, options, ratio, tiny_tokenizer):
+    from conftest import build_tiny_model
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=3)
+    batch, advantages = _fixed_batch(len(tiny_tokenizer))
+    micro = 4  # two micro-batches: the ranking is per micro-batch
+
+    model.zero_grad(set_to_none=True)
+    result = accumulate_gradients(model, batch, advantages, None, selector, options,
+                                  PolicyLossConfig(), micro_batch_size=micro, selection_seed=5)
+    grads = {name: parameter.grad.detach().clone() for name, parameter in model.named_parameters()}
+    selected = result.selected_mask
+    assert not (selected & ~batch.response_mask).any()
+    expected_count = sum(math.ceil(round(ratio * int(batch.response_mask[start:start + micro].sum()),
+                                         9)) for start in range(0, 8, micro))
+    assert int(selected.sum()) == expected_count
+
+    reference = _reference_gradients(model, batch, advantages, selected)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, reference[name], rtol=1e-4, atol=1e-6, msg=name)
+
+    # GRPO ("all") restricted to the selected tokens moves the parameters identically ...
+    restricted = RolloutBatch(batch.input_ids, batch.attention_mask, batch.response_ids,
+                              selected.clone(), batch.prompt_length)
+    model.zero_grad(set_to_none=True)
+    accumulate_gradients(model, restricted, advantages, None, "all", {},
+                         PolicyLossConfig(), micro_batch_size=8)
+    for name, parameter in model.named_parameters():
+        torch.testing.assert_close(parameter.grad, grads[name], rtol=1e-4, atol=1e-6)
+    # ... and after one AdamW step the parameters are equal, while full GRPO differs.
+    if selector != "all":
+        model.zero_grad(set_to_none=True)
+        accumulate_gradients(model, batch, advantages, None, "all", {}, PolicyLossConfig(),
+                             micro_batch_size=8)
+        full = torch.cat([p.grad.flatten() for p in model.parameters()])
+        assert not torch.allclose(full, torch.cat([g.flatten() for g in grads.values()]))
+
+
+def test_checkpoint_resume_reproduces_the_next_step(tiny_model_dir, arithmetic_task, tmp_path):
+    uninterrupted = tmp_path / "a"
+    train(tiny_config(tiny_model_dir, arithmetic_task, uninterrupted, num_steps=3,
+                      save_every=2, keep_checkpoints=0, method="ict"))
+    assert [path.name for path in complete_checkpoints(uninterrupted)] == [
+        "step-00000002", "step-00000003"]
+
+    interrupted = tmp_path / "b"
+    train(tiny_config(tiny_model_dir, arithmetic_task, interrupted, num_steps=2, method="ict"))
+    # a crash mid-write leaves a temp dir (and maybe a half-written step dir): both are ignored
+    (interrupted / "checkpoints" / ".tmp-step-00000003-x").mkdir()
+    (interrupted / "checkpoints" / "step-00000009").mkdir()
+    (interrupted / "checkpoints" / "step-00000009" / "model.safetensors").write_bytes(b"x")
+    assert latest_checkpoint(interrupted).name == "step-00000002"
+    shutil.rmtree(interrupted / "checkpoints" / "step-00000009")
+    train(tiny_config(tiny_model_dir, arithmetic_task, interrupted, num_steps=3, method="ict",
+                      resume=True))
+
+    expected = read_metrics(uninterrupted)
+    resumed = read_metrics(interrupted)
+    assert [line["step"] for line in resumed] == [1, 2, 3]
+    for name in expected[2]:
+        if name in TIMING_FIELDS:
+            continue
+        assert resumed[2][name] == expected[2][name], name
+    # only safetensors / JSON / text files: nothing is unpickled on load
+    suffixes = {path.suffix for path in latest_checkpoint(interrupted).rglob("*") if path.is_file()}
+    assert suffixes <= {".safetensors", ".json", "", ".jinja", ".txt"}
+
+
+def test_kl_reference_and_multiple_updates(tiny_model_dir, arithmetic_task, tmp_path):
+    """kl_coef > 0 keeps the initial policy; updates_per_batch=2 with mini-batches reuses the batch
+    (old log-probs): the clip fraction and KL to the rollout policy become non-zero."""
+    config = tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=2,
+                         method="ict", js_reference="ref", kl_coef=0.05, updates_per_batch=2,
+                         mini_batch_size=8, learning_rate=2e-2)
+    train(config)
+    lines = read_metrics(tmp_path / "run")
+    assert all(line["kl_ref"] is not None and line["kl_ref"] >= 0 for line in lines)
+    assert lines[-1]["kl_ref"] > 0  # the policy moved away from the reference
+    assert any(line["kl"] > 0 for line in lines)
+
+
+def test_registered_reward_is_pluggable():
+    assert REWARDS["contains_answer"] is contains_answer
+
+
+def test_entropy_collapse_and_explosion_warnings():
+    from rich.console import Console
+
+    from ict.trainer import _check_entropy
+
+    console = Console(record=True, width=200)
+    config = TrainConfig(entropy_collapse_fraction=0.5, entropy_explosion_factor=2.0)
+    state = {"initial_entropy": None, "warned": []}
+    fired = []
+    for step, entropy in enumerate([1.0, 0.8, 0.4, 0.3, 2.5, 2.6], 1):
+        metrics = {"step": step, "entropy": entropy}
+        state = _check_entropy(metrics, state, config, console)
+        fired.append(metrics["entropy_warning"])
+    assert fired == [None, None, "collapse", None, "explosion", None]  # once per kind
+    text = console.export_text()
+    assert "entropy collapse" in text and "entropy explosion" in text
+
+
+def test_checkpoint_loads_with_from_pretrained(tiny_model_dir, arithmetic_task, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    result = train(tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=1,
+                               method="grpo"))
+    reloaded = AutoModelForCausalLM.from_pretrained(result.checkpoint)
+    trained = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    from safetensors.torch import load_model
+
+    load_model(trained, str(result.checkpoint / "model.safetensors"))
+    for (name, left), (_, right) in zip(reloaded.state_dict().items(),
+                                        trained.state_dict().items(), strict=True):
+        assert torch.equal(left, right), name
+
+
+def test_lora_training_with_the_adapter_free_model_as_reference(tiny_model_dir, arithmetic_task,
+                                                                tmp_path):
+    """With LoRA the reference policy is the same model with its adapter disabled; only adapter
+    weights change, and the checkpoint also holds a loadable peft adapter."""
+    from safetensors.torch import load_file
+
+    result = train(tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=2,
+                               method="ict", js_reference="ref", kl_coef=0.1, lora_rank=4,
+                               learning_rate=5e-2))
+    lines = read_metrics(tmp_path / "run")
+    assert lines[0]["kl_ref"] == pytest.approx(0.0, abs=1e-6)  # adapter starts as a no-op
+    assert lines[-1]["kl_ref"] > 0
+    assert (result.checkpoint / "adapter" / "adapter_config.json").is_file()
+    saved = load_file(str(result.checkpoint / "model.safetensors"))
+    base = load_file(str(tiny_model_dir / "model.safetensors"))
+    for name, tensor in saved.items():
+        if "lora_" in name:
+            continue
+        plain = name.replace("base_model.model.", "", 1).replace("base_layer.", "")
+        assert torch.equal(tensor, base[plain]), name  # base weights untouched

@@ -1,0 +1,330 @@
+"""Answer extraction, gold normalization and the bounded math-verify checker.
+
+The real-data tests read the benchmark copies in ../shared/data/benchmarks (skipped when absent):
+each row's reference solution (or its gold wrapped in a boxed completion) must be judged correct,
+and another row's must be judged incorrect. "Another row" is the next row whose normalized gold
+string differs (rows with identical golds are genuinely interchangeable).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from ict.verify import (
+    MathVerifier,
+    check_math,
+    extract_boxed_answer,
+    extract_choice_letter,
+    extract_tagged_answer,
+    gold_from_gsm8k,
+    gold_from_list,
+    gold_from_number,
+    mark_hash_answer,
+    normalize_gold,
+    sanitize_text,
+    verify_math,
+    verify_math_batch,
+)
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks"
+
+
+# ------------------------------------------------------------------------ extraction
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("so \\boxed{42}.", "42"),
+        ("\\boxed{1} then \\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+        ("\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}", "\\left( 3, \\frac{\\pi}{2} \\right)"),
+        ("$\\fbox{7}$", "7"),
+        ("or $\\framebox{204}$ minutes", "204"),
+        ("\\boxed {  5 }", "5"),
+        ("\\boxed 5 apples", "5"),
+        ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),  # escaped braces are literal
+        ("first \\boxed{3} then \\boxed{4", "3"),  # unclosed last box: the earlier complete one
+        ("no box here", None),
+        ("\\boxed{", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_extract_boxed_answer(text, expected):
+    assert extract_boxed_answer(text) == expected
+
+
+def test_extract_boxed_answer_bounded_on_huge_input():
+    huge = "x" * 1_000_000 + "\\boxed{12}"
+    assert extract_boxed_answer(huge) == "12"
+    assert extract_boxed_answer("\\boxed{" + "{" * 10_000) is None
+    assert extract_boxed_answer("\\boxed{" * 10_000) is None
+    assert extract_boxed_answer(b"\\boxed{\xff\xfe 3}") == "\ufffd\ufffd 3"
+
+
+@pytest.mark.parametrize(
+    ("text", "num_choices", "expected"),
+    [
+        ("The answer is \\boxed{C}.", 4, "C"),
+        ("\\boxed{(B)}", 4, "B"),
+        ("\\boxed{\\text{D}}", 4, "D"),
+        ("\\boxed{\\textbf{(A)}}", 4, "A"),
+        ("\\boxed{B) 42 kg}", 4, "B"),
+        ("\\boxed{E}", 4, None),  # not one of 4 options
+        ("\\boxed{42}", 4, None),
+        ("Reasoning... The answer is (B).", 4, "B"),
+        ("so the final answer is: **C**", 4, "C"),
+        ("Answer: D", 4, "D"),
+        ("answer is A, no wait, the answer is B", 4, "B"),
+        ("B", 4, "B"),
+        ("(c)", 4, None),  # lower case is not an option letter
+        (" C. ", 4, "C"),
+        ("B) the mitochondria", 4, "B"),
+        ("I think A is wrong and B is right", 4, None),
+        ("the answer is a good question", 4, None),
+        ("The answer is J", 10, "J"),
+        ("", 4, None),
+    ],
+)
+def test_extract_choice_letter(text, num_choices, expected):
+    assert extract_choice_letter(text, num_choices) == expected
+
+
+def test_extract_choice_letter_rejects_bad_count():
+    with pytest.raises(ValueError):
+        extract_choice_letter("A", 0)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<answer>7</answer>", "7"),
+        ("<answer>1</answer> then <answer> -6 </answer>", "-6"),
+        ("so \\boxed{12}", "12"),
+        ("<answer>3</answer> and \\boxed{4}", "3"),  # the tag wins
+        ("the result is 7", None),  # no fallback to the last number
+        ("<answer></answer>", None),
+        ("<answer>5", None),
+    ],
+)
+def test_extract_tagged_answer(text, expected):
+    assert extract_tagged_answer(text) == expected
+
+
+# ------------------------------------------------------------------------ gold formats
+
+
+def test_gold_formats():
+    assert gold_from_gsm8k("So 3 + 4 = <<3+4=7>>7\n#### 1,234") == "1234"
+    assert gold_from_gsm8k("#### $72") == "72"
+    with pytest.raises(ValueError):
+        gold_from_gsm8k("no marker")
+    assert gold_from_number(27.0) == "27"
+    assert gold_from_number("27.0") == "27"
+    assert gold_from_number(4.25) == "4.25"
+    assert gold_from_number("-900") == "-900"
+    assert gold_from_list(["$2$"]) == "2"
+    assert gold_from_list("['$2$']") == "2"
+    assert gold_from_list(["$\\frac{1}{4} n(n+1)$"]) == "\\frac{1}{4} n(n+1)"
+    assert gold_from_list(["$(3,2),(-3,2)$", "$x$"]) == "(3,2),(-3,2), x"
+    assert normalize_gold("\\boxed{1.6} \\mathrm{~cm}", "boxed_solution") == "1.6"
+    assert normalize_gold("$\\frac{1}{2}$", "latex") == "\\frac{1}{2}"
+    assert normalize_gold("27.0", "latex") == "27"
+    assert normalize_gold(["$2$"]) == "2"
+    assert normalize_gold("text #### 5") == "5"
+    assert normalize_gold(36.0) == "36"
+    assert mark_hash_answer("x\n#### 1,234\n") == "x\n\\boxed{1234}"
+    assert mark_hash_answer("\\boxed{3} #### 4") == "\\boxed{3} #### 4"
+
+
+# ------------------------------------------------------------------------ math checks
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    pool = MathVerifier(num_workers=2)
+    yield pool
+    pool.close()
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        ("so \\boxed{\\frac{1}{2}}", "0.5", True),
+        ("so \\boxed{\\dfrac12}", "\\frac{1}{2}", True),
+        ("\\boxed{1}", "1 - \\sqrt{2}", False),  # a bare gold must not parse as its first number
+        ("\\boxed{1-\\sqrt{2}}", "1 - \\sqrt{2}", True),
+        ("\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}", "\\left( 3, \\frac{\\pi}{2} \\right)", True),
+        ("\\boxed{(3, \\pi/2)}", "\\left( 3, \\frac{\\pi}{2} \\right)", True),
+        ("\\boxed{(2, 3)}", "\\left( 3, \\frac{\\pi}{2} \\right)", False),
+        ("The answer is $x = 5$.", "5", True),
+        ("\\boxed{27}", normalize_gold(27.0), True),
+        ("\\boxed{4.5\\times 10^{33}}", "4.5e33", True),
+        ("\\boxed{4.5e33}", "4.5e33", True),
+        ("\\boxed{1.3e-27}", "2.88e-19", False),  # tiny numbers: relative, not 6-decimal, match
+        ("\\boxed{2.88 \\times 10^{-19}}", "2.88e-19", True),
+        ("...\n#### 72", "72", True),  # GSM8K-style final line
+        ("I do not know", "3", False),
+    ],
+)
+def test_check_math_cases(verifier, completion, gold, expected):
+    verdict = verifier.check(completion, gold, timeout_seconds=10.0)
+    assert verdict.correct is expected, verdict
+
+
+@pytest.mark.parametrize(
+    ("completion", "lenient", "anchored"),
+    [
+        ("so \\boxed{20}", True, True),
+        ("The final answer is 20.", True, True),
+        ("Answer: 20", True, True),
+        ("...\n#### 20", True, True),
+        ("10 * 20 = 200 and then 20 chickens", True, False),  # a number merely mentioned
+        ("20", True, False),
+        ("So there is 10C10 * 20 * 20 * 10 = 10 * 20 * 20 *", True, False),
+    ],
+)
+def test_anchored_extraction(verifier, completion, lenient, anchored):
+    assert verifier.check(completion, "20", 10.0, "lenient").correct is lenient
+    assert verifier.check(completion, "20", 10.0, "anchored").correct is anchored
+    with pytest.raises(ValueError):
+        verifier.check(completion, "20", 10.0, "fuzzy")
+
+
+def test_module_functions_and_threads():
+    assert verify_math("\\boxed{18}", "18") is True
+    assert verify_math_batch([("\\boxed{3}", "3"), ("\\boxed{4}", "3")]) == [True, False]
+    assert verify_math_batch([("it is 3", "3")], extraction="anchored") == [False]
+    results: list[bool] = []
+    thread = threading.Thread(target=lambda: results.append(verify_math("\\boxed{2}", "2")))
+    thread.start()
+    thread.join()
+    assert results == [True]  # works off the main thread (no signal.alarm)
+
+
+ADVERSARIAL = {
+    "one_megabyte": "a" * 1_000_000,
+    "power_tower": "\\boxed{9^{9^{9^{9}}}}",
+    "nested_braces": "\\boxed{" + "{" * 10_000 + "1" + "}" * 10_000 + "}",
+    "open_braces": "{" * 10_000,
+    "unclosed_box": "The answer is \\boxed{12",
+    "invalid_utf8": b"\\boxed{\xff\xfe\xfd} \xc3\x28 \x80",
+    "lone_surrogate": "\\boxed{\udcff12}",
+}
+
+
+def test_adversarial_completions_get_a_verdict(verifier):
+    timeout = 2.0
+    verdicts = {name: verifier.check(text, "12", timeout) for name, text in ADVERSARIAL.items()}
+    for name, verdict in verdicts.items():
+        assert verdict.correct is False, name
+        assert verdict.status in {"ok", "no_answer", "timeout", "error"}, name
+    # the power tower cannot be evaluated: it must be cut off by the bound, not hang the run
+    assert verdicts["power_tower"].status == "timeout"
+    assert verdicts["power_tower"].seconds >= timeout
+    # invalid bytes around a valid answer are replaced, the answer still counts
+    assert verifier.check(b"\xff\xfe so \\boxed{12} \xc3\x28", "12", timeout).correct is True
+    # the pool recovers after a killed worker
+    assert verifier.check("\\boxed{12}", "12", timeout).correct is True
+    # a batch mixing adversarial and normal items keeps every normal verdict
+    batch = [(text, "12") for text in ADVERSARIAL.values()] + [("\\boxed{12}", "12")] * 3
+    results = verifier.check_batch(batch, timeout)
+    assert [v.correct for v in results[-3:]] == [True, True, True]
+    assert len(results) == len(batch)
+
+
+def test_sanitize_text():
+    assert sanitize_text(b"a\xffb") == "a\ufffdb"
+    assert sanitize_text("a\udcffb").encode("utf-8") == b"a?b"
+    assert sanitize_text(None) == ""
+
+
+# ------------------------------------------------------------------------ real data
+
+
+def _rows(name: str) -> list[dict]:
+    path = DATA_DIR / f"{name}.jsonl"
+    if not path.is_file():
+        pytest.skip(f"benchmark copy not found: {path} (../shared/data/benchmarks is absent)")
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def _other_index(golds: list[str], index: int) -> int:
+    other = (index + 1) % len(golds)
+    while golds[other] == golds[index]:
+        other = (other + 1) % len(golds)
+    return other
+
+
+def _accuracy(verifier, completions: list[str], golds: list[str]) -> tuple[float, float, list]:
+    """(fraction of own completions judged correct, fraction of others judged incorrect, misses),
+    with the anchored extraction `ict eval` uses (the lenient one gives the same numbers here)."""
+    own = verifier.check_batch(list(zip(completions, golds, strict=True)), 10.0, "anchored")
+    others = verifier.check_batch(
+        [(completions[_other_index(golds, i)], gold) for i, gold in enumerate(golds)], 10.0,
+        "anchored",
+    )
+    misses = [("own", i, golds[i], v) for i, v in enumerate(own) if not v.correct]
+    misses += [("other", i, golds[i], v) for i, v in enumerate(others) if v.correct]
+    positive = sum(v.correct for v in own) / len(own)
+    negative = sum(not v.correct for v in others) / len(others)
+    return positive, negative, misses
+
+
+def _boxed(gold: str) -> str:
+    return f"Let me think. The final answer is \\boxed{{{gold}}}."
+
+
+def test_math500_reference_solutions(verifier):
+    rows = _rows("math500")
+    golds = [normalize_gold(row["answer"], "latex") for row in rows]
+    positive, negative, misses = _accuracy(verifier, [row["solution"] for row in rows], golds)
+    assert len(rows) == 500
+    assert positive >= 0.99 and negative >= 0.99, misses[:5]
+
+
+def test_gsm8k_reference_answers(verifier):
+    rows = _rows("gsm8k")
+    golds = [normalize_gold(row["answer"], "gsm8k") for row in rows]
+    positive, negative, misses = _accuracy(verifier, [row["answer"] for row in rows], golds)
+    assert len(rows) == 1319
+    assert positive >= 0.99 and negative >= 0.99, misses[:5]
+
+
+@pytest.mark.parametrize(("name", "field", "fmt"), [("aime24", "answer", "number"),
+                                                    ("amc23", "answer", "number"),
+                                                    ("olympiadbench", "final_answer", "list")])
+def test_boxed_gold_completions(verifier, name, field, fmt):
+    rows = _rows(name)
+    golds = [normalize_gold(row[field], fmt) for row in rows]
+    positive, negative, misses = _accuracy(verifier, [_boxed(gold) for gold in golds], golds)
+    assert positive >= 0.99 and negative >= 0.99, misses[:5]
+
+
+@pytest.mark.slow
+def test_minerva_reference_solutions(verifier):
+    rows = _rows("minerva_math")
+    golds = [normalize_gold(row["solution"], "boxed_solution") for row in rows]
+    positive, negative, misses = _accuracy(verifier, [row["solution"] for row in rows], golds)
+    assert positive >= 0.99 and negative >= 0.99, misses[:5]
+
+
+def test_mmlu_stem_letters():
+    rows = _rows("mmlu_stem")
+    letters = "ABCD"
+    for row in rows:
+        gold = letters[int(row["answer"])]
+        wrong = letters[(int(row["answer"]) + 1) % 4]
+        assert extract_choice_letter(f"Reasoning.\nThe answer is \\boxed{{{gold}}}", 4) == gold
+        assert extract_choice_letter(f"Reasoning.\nThe answer is \\boxed{{{wrong}}}", 4) != gold
+        assert extract_choice_letter(f"The answer is ({wrong}).", 4) == wrong
+
+
+def test_check_math_default_pool_smoke():
+    verdict = check_math("\\boxed{\\sqrt{4}}", "2")
+    assert verdict.correct and verdict.status == "ok" and verdict.extracted == "\\sqrt{4}"
