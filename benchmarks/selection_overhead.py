@@ -230,10 +230,13 @@ def run_memory_worker(kind: str, name: str, sizes: Sizes, tiny: bool, device: to
 
 
 def spawn(arguments: list[str], tiny: bool) -> dict:
+    """Run a worker; a failed one (e.g. killed for memory) gives ``{"error": ...}``, not an exception."""
     command = [sys.executable, __file__, *arguments] + (["--tiny"] if tiny else [])
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise RuntimeError(f"worker {arguments} failed:\n{result.stderr[-3000:]}")
+        reason = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else f"exit code {result.returncode}"
+        print(f"  worker {arguments} failed: {reason}", file=sys.stderr, flush=True)
+        return {"error": reason}
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -246,7 +249,10 @@ def table(title: str, times: dict, memory: dict[str, dict], names: list[str], ex
         rule += "---|"
     lines = [f"**{title}**", "", header, rule]
     for name in names:
-        row, mem = times[name], memory[name]
+        row, mem = times.get(name, times), memory[name]
+        if "error" in row or "error" in mem or "error" in base:
+            lines.append(f"| {name} | failed: {row.get('error') or mem.get('error') or base.get('error')} |")
+            continue
         line = (
             f"| {name} | {row['seconds']:.2f} | {row['ratio']:.3f} | {row['cpu_seconds']:.2f} | "
             f"{row['cpu_ratio']:.3f} | {mem['peak_bytes'] / 2**20:.0f} | {mem['peak_bytes'] / base['peak_bytes']:.3f} |"
@@ -261,6 +267,7 @@ def measure_kind(kind: str, sizes: Sizes, tiny: bool) -> tuple[dict, dict[str, d
     names = list(STEP_CONFIGS if kind == "step" else STATS_CONFIGS)
     print(f"  {kind}: timing {len(names)} configurations x {sizes.repeats} rounds", file=sys.stderr, flush=True)
     times = spawn(["--worker", f"{kind}-times"], tiny)
+    print(f"  {kind} timings: {json.dumps(times)}", file=sys.stderr, flush=True)
     memory = {}
     for name in names:
         memory[name] = spawn(["--worker", f"{kind}-memory", "--name", name], tiny)
@@ -296,7 +303,7 @@ def main() -> None:
     if args.only in (None, "step"):
         times, memory, names = measure_kind("step", sizes, args.tiny)
         title = (
-            f"Training step, {times['model']}, B={sizes.batch}, T={sizes.prompt}+{sizes.response} "
+            f"Training step, {times.get('model', 'SmolLM2-135M')}, B={sizes.batch}, T={sizes.prompt}+{sizes.response} "
             f"(median of {sizes.repeats} interleaved rounds after a warm-up)"
         )
         print(table(title, times, memory, names, extra_column=False))
