@@ -47,6 +47,8 @@ class TrainConfig:
     lora_alpha: float = _option(16.0, "LoRA alpha")
     lora_dropout: float = _option(0.0, "LoRA dropout")
     gradient_checkpointing: bool = _option(False, "recompute activations in the backward pass")
+    freeze_embeddings: bool = _option(False, "do not train the input embeddings (nor a tied "
+                                      "output layer)")
 
     # ---- training data
     dataset: str = _option("chain_sum",

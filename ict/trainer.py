@@ -395,6 +395,8 @@ def train(config: TrainConfig, console: Any = None,
     model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype,
                                                 device=config.device, lora=lora,
                                                 gradient_checkpointing=config.gradient_checkpointing)
+    if config.freeze_embeddings:
+        model.get_input_embeddings().weight.requires_grad_(False)
     model.train()
     device = next(model.parameters()).device
     selector, selector_options = config.selector, config.selector_options()

@@ -266,3 +266,14 @@ def test_lora_training_with_the_adapter_free_model_as_reference(tiny_model_dir, 
             continue
         plain = name.replace("base_model.model.", "", 1).replace("base_layer.", "")
         assert torch.equal(tensor, base[plain]), name  # base weights untouched
+
+
+def test_freeze_embeddings_leaves_them_untouched(tiny_model_dir, arithmetic_task, tmp_path):
+    from safetensors.torch import load_file
+
+    result = train(tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=2,
+                               method="grpo", freeze_embeddings=True, learning_rate=5e-2))
+    saved = load_file(str(result.checkpoint / "model.safetensors"))
+    base = load_file(str(tiny_model_dir / "model.safetensors"))
+    assert torch.equal(saved["model.embed_tokens.weight"], base["model.embed_tokens.weight"])
+    assert not torch.equal(saved["lm_head.weight"], base["lm_head.weight"])  # untied here
