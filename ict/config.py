@@ -47,8 +47,9 @@ class TrainConfig:
     lora_alpha: float = _option(16.0, "LoRA alpha")
     lora_dropout: float = _option(0.0, "LoRA dropout")
     gradient_checkpointing: bool = _option(False, "recompute activations in the backward pass")
-    freeze_embeddings: bool = _option(False, "do not train the input embeddings (nor a tied "
-                                      "output layer)")
+    freeze_embeddings: bool = _option(True, "do not train the input embeddings (nor a tied "
+                                      "output layer): Adam turns their tiny gradients on rare "
+                                      "tokens into full-size steps")
 
     # ---- training data
     dataset: str = _option("chain_sum",
@@ -120,7 +121,7 @@ class TrainConfig:
 
     # ---- optimisation
     num_steps: int = _option(50, "training steps (one rollout batch each)")
-    learning_rate: float = _option(5e-6, "AdamW learning rate (the default suits the 135M "
+    learning_rate: float = _option(2e-5, "AdamW learning rate (the default suits the 135M "
                                     "offline default; use ~1e-6 for 0.5B+ models)")
     weight_decay: float = _option(0.0, "AdamW weight decay")
     adam_beta1: float = _option(0.9, "AdamW beta1")

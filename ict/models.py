@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,6 +91,7 @@ def offline_default_path(cache_dir: str | os.PathLike[str] | None = None) -> Pat
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf_dir, gguf_file = _gguf_location()
+    print(f"converting {gguf_file} to safetensors in {target} (once, ~30 s)", file=sys.stderr)
     tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
     model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file,
                                                  dtype=torch.float32)

@@ -274,7 +274,7 @@ class MetricsLogger:
 
     def __init__(self, run_dir: Path, tensorboard: bool, resume_step: int = 0) -> None:
         self.path = run_dir / "metrics.jsonl"
-        if resume_step and self.path.exists():  # drop lines of steps after the checkpoint
+        if self.path.exists():  # a resumed run keeps the lines up to its checkpoint only
             lines = [line for line in self.path.read_text().splitlines() if line.strip()
                      and json.loads(line).get("step", 0) <= resume_step]
             self.path.write_text("".join(line + "\n" for line in lines))
@@ -375,6 +375,11 @@ def train(config: TrainConfig, console: Any = None,
     run_dir = Path(config.run_dir) if config.run_dir else default_run_dir(config)
     run_dir.mkdir(parents=True, exist_ok=True)
     config.run_dir = str(run_dir)
+    if not config.resume:
+        if latest_checkpoint(run_dir) is not None:
+            raise UsageError(f"{run_dir} already holds checkpoints of a run: pass --resume to "
+                             "continue it, or choose another --run-dir")
+        (run_dir / "eval.json").unlink(missing_ok=True)
     torch.manual_seed(config.seed)
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
@@ -616,6 +621,11 @@ def _check_entropy(metrics: dict[str, Any], state: dict[str, Any], config: Train
     return state
 
 
+def _window_mean(values: list[float]) -> str:
+    finite = [value for value in values if math.isfinite(value)]
+    return _fmt(sum(finite) / len(finite)) if finite else "nan"
+
+
 def _fmt(value: float) -> str:
     return f"{value:.3f}" if isinstance(value, float) and math.isfinite(value) else "nan"
 
@@ -664,10 +674,13 @@ def _summary(console: Any, run_dir: Path, before: dict[str, Any], after: dict[st
     rewards = [line["reward_mean"] for line in lines]
     entropies = [line["entropy"] if line["entropy"] is not None else math.nan for line in lines]
     if rewards:
-        console.print(f"reward per step   {sparkline(rewards)}  ({rewards[0]:.3f} -> "
-                      f"{rewards[-1]:.3f})")
-        console.print(f"entropy per step  {sparkline(entropies)}  ({_fmt(entropies[0])} -> "
-                      f"{_fmt(entropies[-1])} nats)")
+        window = min(10, max(1, len(rewards) // 2))
+        console.print(f"reward per step   {sparkline(rewards)}  (mean of the first {window} "
+                      f"steps {_window_mean(rewards[:window])} -> last {window} "
+                      f"{_window_mean(rewards[-window:])})")
+        console.print(f"entropy per step  {sparkline(entropies)}  (first {window} "
+                      f"{_window_mean(entropies[:window])} -> last {window} "
+                      f"{_window_mean(entropies[-window:])} nats)")
     plot = _plot_curves(run_dir, lines)
     if plot is not None:
         console.print(f"reward/entropy plot: {plot}")

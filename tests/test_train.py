@@ -277,3 +277,12 @@ def test_freeze_embeddings_leaves_them_untouched(tiny_model_dir, arithmetic_task
     base = load_file(str(tiny_model_dir / "model.safetensors"))
     assert torch.equal(saved["model.embed_tokens.weight"], base["model.embed_tokens.weight"])
     assert not torch.equal(saved["lm_head.weight"], base["lm_head.weight"])  # untied here
+
+
+def test_a_fresh_run_refuses_a_directory_with_checkpoints(tiny_model_dir, arithmetic_task,
+                                                          tmp_path):
+    from ict.errors import UsageError
+
+    train(tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=1))
+    with pytest.raises(UsageError, match="--resume"):
+        train(tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=2))
