@@ -39,6 +39,8 @@ from torch import Tensor
 JS_REFERENCES = ("seq_mean", "prev", "ref")
 LN2 = math.log(2.0)
 _CHUNK_ELEMENTS = 1 << 21  # elements of one [chunk, V] float32 temporary (8 MiB)
+_TINY = torch.finfo(torch.float32).tiny
+_LOWEST = torch.finfo(torch.float32).min
 
 
 @dataclass
@@ -76,17 +78,30 @@ def _shifted_scaled(rows: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
 
 
 def _entropy_of(probabilities: Tensor) -> Tensor:
-    """Shannon entropy in nats of each row of ``[c, V]`` probabilities (0 log 0 = 0)."""
-    return torch.special.entr(probabilities).sum(dim=-1)
+    """Shannon entropy in nats of each row of ``[c, V]`` probabilities (0 log 0 = 0).
+
+    ``-<p, log max(p, tiny)>``: one log and one dot product per row (``torch.special.entr`` is
+    about 1.6x slower on CPU).
+    """
+    terms = probabilities.clamp_min(_TINY).log_().mul_(probabilities)
+    return terms.sum(dim=-1).neg_()
 
 
-def _normalised_from_logits(rows: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
-    """Softmax of ``rows / temperature`` (``[c, V]`` float32) and its log-normaliser ``[c]``."""
+def _softmax_with_entropy(rows: Tensor, temperature: float) -> tuple[Tensor, Tensor, Tensor]:
+    """Softmax ``p`` of ``rows / temperature`` (``[c, V]`` float32), its log-normaliser and its
+    Shannon entropy (``[c]`` each).
+
+    With ``z = rows / temperature - max`` and ``Z = sum exp(z)``:
+    ``H(p) = log Z - <exp(z), z> / Z``, which needs no logarithm per vocabulary entry.
+    """
     shifted, row_max = _shifted_scaled(rows, temperature)
-    probabilities = shifted.exp_()
+    probabilities = shifted.exp()
     total = probabilities.sum(dim=-1, keepdim=True)
+    shifted.clamp_min_(_LOWEST)  # -inf logits: exp(z) = 0 and 0 * z must be 0, not nan
+    log_total = total.log().squeeze(-1)
+    entropy = log_total - shifted.mul_(probabilities).sum(dim=-1) / total.squeeze(-1)
     probabilities.div_(total)
-    return probabilities, (row_max + total.log()).squeeze(-1)
+    return probabilities, row_max.squeeze(-1) + log_total, entropy.clamp_(min=0.0)
 
 
 def _js_from_mixture_entropy(mixture_entropy: Tensor, entropy_p: Tensor, entropy_q: Tensor) -> Tensor:
@@ -139,16 +154,22 @@ class _ResponseLogProbs(torch.autograd.Function):
                 shifted.div_(temperature)
             log_p = shifted.sub_(log_normaliser[part].unsqueeze(-1))
             probabilities = log_p.exp()
-            grad_rows = torch.zeros_like(probabilities)
-            if grad_log_probs is not None:
-                weight = grad_log_probs[rows_b, rows_t].float().unsqueeze(-1)
-                grad_rows.addcmul_(probabilities, weight, value=-1.0)
-                grad_rows.scatter_add_(1, token_ids[rows_b, rows_t].unsqueeze(-1), weight)
+            # Each [chunk, V] buffer is updated in place: fresh ones cost page faults on CPU.
+            log_prob_weight = (
+                None if grad_log_probs is None else grad_log_probs[rows_b, rows_t].float().unsqueeze(-1)
+            )
             if grad_entropy is not None:
-                weight = grad_entropy[rows_b, rows_t].float().unsqueeze(-1)
-                finite_log_p = torch.where(probabilities > 0, log_p, 0.0)
-                finite_log_p.add_(entropy[part].unsqueeze(-1))
-                grad_rows.addcmul_(probabilities * finite_log_p, weight, value=-1.0)
+                entropy_weight = grad_entropy[rows_b, rows_t].float().unsqueeze(-1)
+                log_p.masked_fill_(probabilities == 0, 0.0)  # 0 log 0 = 0 for -inf logits
+                grad_rows = log_p.add_(entropy[part].unsqueeze(-1)).mul_(probabilities)
+                grad_rows.mul_(entropy_weight.neg())
+                if log_prob_weight is not None:
+                    grad_rows.addcmul_(probabilities, log_prob_weight, value=-1.0)
+            else:
+                assert log_prob_weight is not None
+                grad_rows = probabilities.mul_(log_prob_weight.neg())
+            if log_prob_weight is not None:
+                grad_rows.scatter_add_(1, token_ids[rows_b, rows_t].unsqueeze(-1), log_prob_weight)
             if temperature != 1.0:
                 grad_rows.div_(temperature)
             grad_logits[rows_b, rows_t] = grad_rows.to(grad_logits.dtype)
@@ -226,9 +247,11 @@ def token_statistics(
         previous_row: Tensor | None = None
         for part in _chunks(num_rows, chunk_size):
             rows_b, rows_t = batch_index[part], time_index[part]
-            probabilities, normaliser = _normalised_from_logits(logits[rows_b, rows_t], temperature)
+            probabilities, normaliser, row_entropy = _softmax_with_entropy(
+                logits[rows_b, rows_t], temperature
+            )
             log_normaliser[part] = normaliser
-            entropy[part] = _entropy_of(probabilities)
+            entropy[part] = row_entropy
             renyi2[part] = -2.0 * torch.linalg.vector_norm(probabilities, ord=2, dim=-1).log()
             if sequence_sum is not None:
                 sequence_sum.index_add_(0, rows_b, probabilities)
@@ -243,8 +266,9 @@ def token_statistics(
                 previous_row = probabilities[-1].clone()
             if ref_js is not None:
                 assert reference_logits is not None
-                reference, _ = _normalised_from_logits(reference_logits[rows_b, rows_t], temperature)
-                reference_entropy = _entropy_of(reference)
+                reference, _, reference_entropy = _softmax_with_entropy(
+                    reference_logits[rows_b, rows_t], temperature
+                )
                 mixture_entropy = _entropy_of(reference.add_(probabilities).mul_(0.5))
                 ref_js[part] = _js_from_mixture_entropy(mixture_entropy, entropy[part], reference_entropy)
             del probabilities

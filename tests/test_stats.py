@@ -167,6 +167,27 @@ def test_entropy_gradient_when_asked_for():
     assert not token_statistics(logits.requires_grad_(), token_ids, mask).entropy.requires_grad
 
 
+def test_log_prob_and_entropy_gradients_together():
+    """The loss with an entropy bonus back-propagates through both outputs at once."""
+    logits, token_ids, mask = make_batch(5)
+    logits[0, :, :7] = -float("inf")
+    log_prob_weights = torch.randn(logits.shape[:2], dtype=torch.float64)
+    entropy_weights = torch.randn(logits.shape[:2], dtype=torch.float64)
+    ours = logits.clone().requires_grad_()
+    stats = token_statistics(ours, token_ids, mask, 0.7, differentiable_entropy=True, chunk_size=2)
+    ((stats.log_probs.double() * log_prob_weights).sum()
+     + (stats.entropy.double() * entropy_weights).sum()).backward()
+    theirs = logits.double().clone().requires_grad_()
+    log_p = torch.log_softmax(theirs / 0.7, -1)
+    probabilities = log_p.exp()
+    # -sum p log p with 0 log 0 = 0, written so that autograd gives no nan at -inf logits
+    entropy = -(probabilities * torch.where(probabilities > 0, log_p, 0.0)).sum(-1)
+    picked = log_p.gather(-1, token_ids[..., None])[..., 0]
+    ((picked * log_prob_weights + entropy * entropy_weights) * mask).sum().backward()
+    assert torch.isfinite(ours.grad).all()
+    torch.testing.assert_close(ours.grad.double(), theirs.grad, atol=1e-5, rtol=0)
+
+
 def test_statistics_other_than_log_probs_build_no_graph():
     logits, token_ids, mask = make_batch(5)
     stats = token_statistics(logits.requires_grad_(), token_ids, mask, 1.0, ("seq_mean", "prev"))
