@@ -16,9 +16,11 @@ baseline, as wall-clock and as CPU time of the process (robust when other work s
 machine). ``extra memory`` (statistics table) is the peak minus the peak before the call, i.e.
 the memory the statistics need beyond their inputs. Memory: on CUDA the allocator's
 peak; on CPU the peak resident set size of the worker process (model, optimizer state and
-logits included), so the ratios are what a user sees. Run::
+logits included), so the ratios are what a user sees. The memory workers run with
+``MALLOC_MMAP_THRESHOLD_=131072`` so that this peak is the peak of live memory, reproducible to a
+few MiB (with glibc's default it varies by +-10% between identical runs). Run::
 
-    python benchmarks/selection_overhead.py              # full sizes (CPU, 2 cores: ~30 minutes)
+    python benchmarks/selection_overhead.py              # full sizes (CPU, 2 cores: ~25 minutes)
     python benchmarks/selection_overhead.py --tiny       # seconds; a smoke test of the script
 """
 
@@ -229,10 +231,18 @@ def run_memory_worker(kind: str, name: str, sizes: Sizes, tiny: bool, device: to
     return {"peak_bytes": peak, "extra_bytes": peak - before}
 
 
-def spawn(arguments: list[str], tiny: bool) -> dict:
+# glibc keeps freed large blocks in its heap and reuses them by chance, which makes the peak
+# resident set size of a process vary by +-10% between identical runs. Serving every block of
+# 128 KiB or more with its own mmap, returned at free, makes it the peak of live memory:
+# identical runs then agree to within a few MiB. Timing workers keep the default allocator.
+MEMORY_WORKER_ENVIRONMENT = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+
+
+def spawn(arguments: list[str], tiny: bool, environment: dict[str, str] | None = None) -> dict:
     """Run a worker; a failed one (e.g. killed for memory) gives ``{"error": ...}``, not an exception."""
     command = [sys.executable, __file__, *arguments] + (["--tiny"] if tiny else [])
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    result = subprocess.run(command, capture_output=True, text=True, check=False,
+                            env={**os.environ, **(environment or {})})
     if result.returncode != 0:
         reason = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else f"exit code {result.returncode}"
         print(f"  worker {arguments} failed: {reason}", file=sys.stderr, flush=True)
@@ -270,8 +280,10 @@ def measure_kind(kind: str, sizes: Sizes, tiny: bool) -> tuple[dict, dict[str, d
     print(f"  {kind} timings: {json.dumps(times)}", file=sys.stderr, flush=True)
     memory = {}
     for name in names:
-        memory[name] = spawn(["--worker", f"{kind}-memory", "--name", name], tiny)
-        print(f"  {kind} memory {name}: {memory[name]['peak_bytes'] / 2**20:.0f} MiB", file=sys.stderr, flush=True)
+        memory[name] = spawn(["--worker", f"{kind}-memory", "--name", name], tiny, MEMORY_WORKER_ENVIRONMENT)
+        peak = memory[name].get("peak_bytes")
+        shown = f"{peak / 2**20:.0f} MiB" if peak is not None else memory[name]["error"]
+        print(f"  {kind} memory {name}: {shown}", file=sys.stderr, flush=True)
     return times, memory, names
 
 
