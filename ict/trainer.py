@@ -16,15 +16,21 @@ Each step (read top to bottom):
 6. log one JSON line of metrics (+ TensorBoard, progress bar), warn on entropy collapse or
    explosion, checkpoint every `save_every` steps and at the end.
 
+Ctrl-C (or SIGTERM) lets the current step finish, checkpoints it and stops with
+`KeyboardInterrupt`, so `--resume` loses nothing; a second Ctrl-C aborts at once.
+
 Randomness is drawn from generators seeded by (seed, step), so a run resumed from a checkpoint
 repeats exactly what the uninterrupted run would have done (CPU, fixed seed).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -443,6 +449,7 @@ def train(config: TrainConfig, console: Any = None,
     all_metrics: list[dict[str, Any]] = []
     last_checkpoint = None
     progress = _progress(console, config, start_step)
+    stop = _StopRequest(console)
     try:
         for step in range(start_step, config.num_steps):
             metrics = train_step(step, config, model, tokenizer, optimizer, sampler, reward,
@@ -461,11 +468,17 @@ def train(config: TrainConfig, console: Any = None,
                                 reward=f"{metrics['reward_mean']:.3f}",
                                 entropy=f"{_fmt(metrics['entropy'])}")
             done = step + 1 == config.num_steps
-            if done or (config.save_every and (step + 1) % config.save_every == 0):
+            if done or stop.requested or (config.save_every
+                                          and (step + 1) % config.save_every == 0):
                 last_checkpoint = save_checkpoint(run_dir, step + 1, model, optimizer,
                                                   trainer_state, tokenizer,
                                                   keep=config.keep_checkpoints)
+            if stop.requested and not done:
+                console.print(f"stopped after step {step + 1}: {last_checkpoint}; continue "
+                              f"with --resume --run-dir {run_dir}")
+                raise KeyboardInterrupt
     finally:
+        stop.restore()
         if progress is not None:
             progress.stop()
         logger.close()
@@ -476,6 +489,31 @@ def train(config: TrainConfig, console: Any = None,
         _write_eval(run_dir, "after", eval_after)
     _summary(console, run_dir, eval_before, eval_after, last_checkpoint)
     return TrainResult(run_dir, all_metrics, eval_before, eval_after, last_checkpoint)
+
+
+class _StopRequest:
+    """First SIGINT/SIGTERM: set `requested` (the loop checkpoints after the current step and
+    stops); the second: abort at once. Signal handlers exist only in the main thread."""
+
+    def __init__(self, console: Any) -> None:
+        self.requested = False
+        self.console = console
+        self.previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for number in (signal.SIGINT, signal.SIGTERM):
+                self.previous[number] = signal.signal(number, self._handle)
+
+    def _handle(self, number: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        with contextlib.suppress(Exception):
+            self.console.print("stopping after this step (checkpointed; Ctrl-C again aborts)")
+
+    def restore(self) -> None:
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)
+        self.previous = {}
 
 
 def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,

@@ -286,3 +286,19 @@ def test_a_fresh_run_refuses_a_directory_with_checkpoints(tiny_model_dir, arithm
     train(tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=1))
     with pytest.raises(UsageError, match="--resume"):
         train(tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=2))
+
+
+def test_ctrl_c_checkpoints_the_finished_step_and_resume_completes(tiny_model_dir, arithmetic_task,
+                                                                  tmp_path):
+    import signal
+
+    run_dir = tmp_path / "run"
+    config = tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=3)
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C during step 1: it finishes, then stops
+        train(config, on_step=lambda metrics: signal.raise_signal(signal.SIGINT)
+              if metrics["step"] == 1 else None)
+    assert latest_checkpoint(run_dir).name == "step-00000001"
+    assert [line["step"] for line in read_metrics(run_dir)] == [1]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+    train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=3, resume=True))
+    assert [line["step"] for line in read_metrics(run_dir)] == [1, 2, 3]
