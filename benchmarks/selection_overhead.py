@@ -22,6 +22,7 @@ few MiB (with glibc's default it varies by +-10% between identical runs). Run::
 
     python benchmarks/selection_overhead.py              # full sizes (CPU, 2 cores: ~25 minutes)
     python benchmarks/selection_overhead.py --tiny       # seconds; a smoke test of the script
+    python benchmarks/selection_overhead.py --memory-only  # memory columns only (any machine load)
 """
 
 from __future__ import annotations
@@ -263,9 +264,14 @@ def table(title: str, times: dict, memory: dict[str, dict], names: list[str], ex
         if "error" in row or "error" in mem or "error" in base:
             lines.append(f"| {name} | failed: {row.get('error') or mem.get('error') or base.get('error')} |")
             continue
+        timing = (
+            f"{row['seconds']:.2f} | {row['ratio']:.3f} | {row['cpu_seconds']:.2f} | {row['cpu_ratio']:.3f}"
+            if "seconds" in row
+            else "- | - | - | -"
+        )
         line = (
-            f"| {name} | {row['seconds']:.2f} | {row['ratio']:.3f} | {row['cpu_seconds']:.2f} | "
-            f"{row['cpu_ratio']:.3f} | {mem['peak_bytes'] / 2**20:.0f} | {mem['peak_bytes'] / base['peak_bytes']:.3f} |"
+            f"| {name} | {timing} | {mem['peak_bytes'] / 2**20:.0f} | "
+            f"{mem['peak_bytes'] / base['peak_bytes']:.3f} |"
         )
         if extra_column:
             line += f" {mem['extra_bytes'] / 2**20:.0f} |"
@@ -273,11 +279,15 @@ def table(title: str, times: dict, memory: dict[str, dict], names: list[str], ex
     return "\n".join(lines)
 
 
-def measure_kind(kind: str, sizes: Sizes, tiny: bool) -> tuple[dict, dict[str, dict], list[str]]:
+def measure_kind(
+    kind: str, sizes: Sizes, tiny: bool, timing: bool = True
+) -> tuple[dict, dict[str, dict], list[str]]:
     names = list(STEP_CONFIGS if kind == "step" else STATS_CONFIGS)
-    print(f"  {kind}: timing {len(names)} configurations x {sizes.repeats} rounds", file=sys.stderr, flush=True)
-    times = spawn(["--worker", f"{kind}-times"], tiny)
-    print(f"  {kind} timings: {json.dumps(times)}", file=sys.stderr, flush=True)
+    times: dict = {}
+    if timing:
+        print(f"  {kind}: timing {len(names)} configurations x {sizes.repeats} rounds", file=sys.stderr, flush=True)
+        times = spawn(["--worker", f"{kind}-times"], tiny)
+        print(f"  {kind} timings: {json.dumps(times)}", file=sys.stderr, flush=True)
     memory = {}
     for name in names:
         memory[name] = spawn(["--worker", f"{kind}-memory", "--name", name], tiny, MEMORY_WORKER_ENVIRONMENT)
@@ -292,6 +302,9 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="tiny sizes: a smoke test of the script")
     parser.add_argument("--only", choices=["step", "stats"], help="run one of the two measurements")
     parser.add_argument("--rounds", type=int, help="timing rounds (default: 3 full, 2 tiny)")
+    parser.add_argument(
+        "--memory-only", action="store_true", help="skip the timings (memory does not depend on machine load)"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--name", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -313,20 +326,20 @@ def main() -> None:
     where = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU, {os.cpu_count()} cores"
     print(f"device: {where}; torch {torch.__version__}; threads {torch.get_num_threads()}")
     if args.only in (None, "step"):
-        times, memory, names = measure_kind("step", sizes, args.tiny)
+        times, memory, names = measure_kind("step", sizes, args.tiny, not args.memory_only)
         title = (
             f"Training step, {times.get('model', 'SmolLM2-135M')}, B={sizes.batch}, T={sizes.prompt}+{sizes.response} "
             f"(median of {sizes.repeats} interleaved rounds after a warm-up)"
         )
-        print(table(title, times, memory, names, extra_column=False))
+        print(table(title + (" - memory only" if args.memory_only else ""), times, memory, names, extra_column=False))
         print()
     if args.only in (None, "stats"):
-        times, memory, names = measure_kind("stats", sizes, args.tiny)
+        times, memory, names = measure_kind("stats", sizes, args.tiny, not args.memory_only)
         title = (
             f"Token statistics alone, B={sizes.batch_stats}, T={sizes.length_stats}, "
             f"V={sizes.vocab_stats:,}, float32 logits (median of {sizes.repeats} interleaved rounds after a warm-up)"
         )
-        print(table(title, times, memory, names, extra_column=True))
+        print(table(title + (" - memory only" if args.memory_only else ""), times, memory, names, extra_column=True))
 
 
 if __name__ == "__main__":
