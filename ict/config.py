@@ -83,7 +83,7 @@ class TrainConfig:
 
     # ---- rollouts
     prompts_per_step: int = _option(8, "prompts sampled per training step")
-    num_generations: int = _option(4, "G: completions per prompt")
+    num_generations: int = _option(8, "G: completions per prompt")
     temperature: float = _option(0.7, "sampling temperature (also used for the token statistics)")
     top_p: float = _option(1.0, "nucleus sampling threshold")
     max_new_tokens: int = _option(32, "maximum completion length in tokens")
