@@ -371,12 +371,7 @@ def _prepare_output_dir(
     finished = {key: records for key, records in grouped.items()
                 if _complete(records, config.num_samples, config.greedy)}  # fmt: skip
     if len(finished) != len(grouped) or samples_path.is_file():
-        temporary = samples_path.with_suffix(".jsonl.tmp")
-        with open(temporary, "w", encoding="utf-8") as handle:
-            for records in finished.values():
-                for record in records:
-                    handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        os.replace(temporary, samples_path)
+        _write_all_records(samples_path, finished)
     return finished, regrade and bool(finished)
 
 
