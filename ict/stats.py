@@ -9,6 +9,10 @@ For every response position t with temperature-scaled distribution
 - ``js_scores[r][t] = JS(p_t || q_t) = H(m) - H(p_t)/2 - H(q_t)/2``, ``m = (p_t + q_t)/2``,
   in [0, ln 2], for the references ``r``:
 
+  - ``group_mean`` (ICT's reference, as the paper is read; ``METHOD.md`` section 2): ``q_t`` = mean
+    of ``p_{j,t}`` over the rows ``j`` of the same group (``group_ids``: the G completions of one
+    prompt) that have a response token at the same response position ``t``. A position where only
+    one row of its group is still generating scores 0 (it is compared with itself);
   - ``seq_mean``: ``q_t`` = mean of ``p`` over the response positions of the same sequence;
   - ``prev``: ``q_t = p_{t'}`` with ``t'`` the previous response position of the same sequence;
     the first response position of a sequence has no predecessor and scores 0 (it is compared
@@ -17,13 +21,18 @@ For every response position t with temperature-scaled distribution
 
 Shapes: ``logits [B, T, V]`` (float32 or bfloat16) where ``logits[:, t]`` is the distribution
 that produced ``token_ids[:, t]`` (the caller shifts), ``token_ids [B, T]``,
-``response_mask [B, T]``. Every output is ``[B, T]`` float32 and 0 outside the response mask.
+``response_mask [B, T]``, ``group_ids [B]`` (integer labels; rows with equal labels form a group,
+in any order; needed by ``group_mean`` only). Every output is ``[B, T]`` float32 and 0 outside the
+response mask.
 
 Memory: everything is computed in float32, in chunks of response positions, so the extra
 memory beyond the logits is a few ``[chunk, V]`` temporaries; no ``[B, T, V]`` softmax copy is
 ever built, in the forward or the backward pass. Passes over the vocabulary: one for
 log-sum-exp, entropy, Renyi-2, ``prev`` and ``ref`` scores and the running sequence mean; one
-more for ``seq_mean`` scores (its reference is only known after the first pass).
+more for ``seq_mean`` scores (its reference is only known after the first pass) and one more for
+``group_mean``, group by group over blocks of positions: its extra memory is one
+``[G, chunk, V]`` float32 block of the group's rows (about 8 MiB by default) plus ``[chunk, V]``
+buffers for the group mean.
 Each row must have at least one finite logit; ``-inf`` entries (masked vocabulary) are fine.
 """
 
@@ -36,7 +45,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-JS_REFERENCES = ("seq_mean", "prev", "ref")
+JS_REFERENCES = ("group_mean", "seq_mean", "prev", "ref")
 LN2 = math.log(2.0)
 _CHUNK_ELEMENTS = 1 << 21  # elements of one [chunk, V] float32 temporary (8 MiB)
 _TINY = torch.finfo(torch.float32).tiny
@@ -183,6 +192,7 @@ def _check_inputs(
     temperature: float,
     js_references: Sequence[str],
     reference_logits: Tensor | None,
+    group_ids: Tensor | None = None,
 ) -> None:
     if logits.dim() != 3:
         raise ValueError(f"logits must be [B, T, V], got shape {tuple(logits.shape)}")
@@ -203,6 +213,11 @@ def _check_inputs(
             raise ValueError(
                 f"reference_logits {tuple(reference_logits.shape)} must match logits {tuple(logits.shape)}"
             )
+    if "group_mean" in js_references:
+        if group_ids is None:
+            raise ValueError("the 'group_mean' JS reference needs group_ids [B] (which rows share a prompt)")
+        if group_ids.shape != logits.shape[:1]:
+            raise ValueError(f"group_ids {tuple(group_ids.shape)} must be [B] = ({logits.shape[0]},)")
 
 
 def token_statistics(
@@ -214,6 +229,7 @@ def token_statistics(
     reference_logits: Tensor | None = None,
     differentiable_entropy: bool = False,
     chunk_size: int | None = None,
+    group_ids: Tensor | None = None,
 ) -> TokenStatistics:
     """Compute :class:`TokenStatistics` for the response positions (see the module docstring).
 
@@ -222,7 +238,7 @@ def token_statistics(
     without building a graph. ``chunk_size`` is in positions (default: 8 MiB temporaries).
     """
     js_references = tuple(dict.fromkeys(js_references))
-    _check_inputs(logits, token_ids, response_mask, temperature, js_references, reference_logits)
+    _check_inputs(logits, token_ids, response_mask, temperature, js_references, reference_logits, group_ids)
     batch_size, length, vocab_size = logits.shape
     chunk_size = chunk_size or default_chunk_size(vocab_size)
     device = logits.device
@@ -284,6 +300,12 @@ def token_statistics(
             js_rows["seq_mean"] = _seq_mean_js(
                 logits, batch_index, time_index, log_normaliser, entropy, sequence_sum, temperature, chunk_size
             )
+        if "group_mean" in js_references:
+            assert group_ids is not None
+            entropy_full = torch.zeros(batch_size, length, dtype=torch.float32, device=device)
+            entropy_full[batch_index, time_index] = entropy
+            js_full = _group_mean_js(logits, mask, group_ids, entropy_full, temperature, chunk_size)
+            js_rows["group_mean"] = js_full[batch_index, time_index]
 
     log_probs, entropy_full = _ResponseLogProbs.apply(
         logits, token_ids, batch_index, time_index, log_normaliser, entropy, temperature, chunk_size
@@ -333,4 +355,46 @@ def _seq_mean_js(
             start += run
         mixture_entropy = _entropy_of(mixture.mul_(0.5))
         js[part] = _js_from_mixture_entropy(mixture_entropy, entropy[part], sequence_entropy[rows_b])
+    return js
+
+
+def _group_mean_js(
+    logits: Tensor, mask: Tensor, group_ids: Tensor, entropy: Tensor, temperature: float, chunk_size: int
+) -> Tensor:
+    """``[B, T]`` JS of each response position to its group's mean distribution at that position.
+
+    For each group (rows with one label) and block of ``c`` positions: the ``[G, c, V]`` softmax of
+    the group's rows, their masked sum ``[c, V]``, the mean ``q`` over the ``n_t`` rows present at
+    each position, then ``JS = H((p + q) / 2) - H(p)/2 - H(q)/2``; positions with ``n_t < 2`` score
+    0. ``entropy [B, T]`` is ``H(p)`` from the first pass.
+    """
+    batch_size, length, vocab_size = logits.shape
+    js = torch.zeros(batch_size, length, dtype=torch.float32, device=logits.device)
+    for label in torch.unique(group_ids).tolist():
+        rows = (group_ids == label).nonzero(as_tuple=True)[0]
+        group_mask = mask[rows]  # [G, T]
+        present = group_mask.sum(dim=0)  # [T]
+        if rows.numel() < 2 or int(present.max()) < 2:
+            continue
+        last = int(present.nonzero().max()) + 1
+        block = max(1, chunk_size // rows.numel())
+        for part in _chunks(last, block):
+            counts = present[part]
+            if int(counts.max()) < 2:
+                continue
+            scaled = logits[rows, part].float()  # [G, c, V] copy
+            if temperature != 1.0:
+                scaled.div_(temperature)
+            probabilities = scaled.sub_(scaled.amax(dim=-1, keepdim=True)).exp_()  # in place
+            probabilities.div_(probabilities.sum(dim=-1, keepdim=True))
+            inside = group_mask[:, part]
+            probabilities.mul_(inside.unsqueeze(-1))
+            mean = probabilities.sum(dim=0).div_(counts.clamp(min=1).unsqueeze(-1).float())  # [c, V]
+            mean_entropy = _entropy_of(mean)
+            mixture_entropy = _entropy_of(probabilities.add_(mean).mul_(0.5).flatten(0, 1)).view(inside.shape)
+            scores = _js_from_mixture_entropy(
+                mixture_entropy, entropy[rows, part], mean_entropy.unsqueeze(0).expand_as(mixture_entropy)
+            )
+            scores = scores.masked_fill_(~inside | (counts < 2).unsqueeze(0), 0.0)
+            js[rows, part] = scores
     return js

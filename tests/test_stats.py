@@ -215,3 +215,77 @@ def test_empty_response_gives_zeros():
     assert stats.entropy.abs().sum() == 0 and stats.js_scores["seq_mean"].abs().sum() == 0
     stats.log_probs.sum().backward()
     assert logits.grad.abs().sum() == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# group_mean: JS to the mean distribution of the group's rows present at the same position
+
+
+def reference_group_mean(logits, mask, group_ids, temperature):
+    """Plain float64 loops: for each row and position, the mean of p over the group's rows that
+    have a response token at that position; fewer than two such rows score 0."""
+    p = reference_distributions(logits, temperature)
+    batch, length, _ = p.shape
+    out = torch.zeros(batch, length, dtype=torch.float64)
+    for b in range(batch):
+        members = [j for j in range(batch) if int(group_ids[j]) == int(group_ids[b])]
+        for t in range(length):
+            if not mask[b, t]:
+                continue
+            present = [j for j in members if mask[j, t]]
+            if len(present) < 2:
+                continue
+            mean = torch.stack([p[j, t] for j in present]).mean(0)
+            out[b, t] = reference_js(p[b, t], mean)
+    return out
+
+
+def ragged_group_batch(seed: int, groups=(3, 2, 1), length=7, vocab=23, scale=3.0):
+    """Rows of several groups (a group of one included), ragged right-padded lengths, shuffled
+    group labels, and some -inf logits."""
+    generator = torch.Generator().manual_seed(seed)
+    labels = [label for label, size in zip((7, 2, 5, 11), groups) for _ in range(size)]
+    order = torch.randperm(len(labels), generator=generator)
+    group_ids = torch.tensor(labels)[order]
+    batch = len(labels)
+    logits = torch.randn(batch, length, vocab, generator=generator) * scale
+    logits[torch.rand(batch, length, vocab, generator=generator) < 0.2] = float("-inf")
+    logits[..., 0] = logits[..., 0].nan_to_num(neginf=0.0)  # every row keeps a finite logit
+    lengths = torch.randint(1, length + 1, (batch,), generator=generator)
+    mask = torch.arange(length)[None, :] < lengths[:, None]
+    token_ids = torch.randint(0, vocab, (batch, length), generator=generator)
+    return logits, token_ids, mask, group_ids
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("chunk_size", [1, 3, None])
+def test_group_mean_matches_float64_reference(seed, temperature, chunk_size):
+    logits, token_ids, mask, group_ids = ragged_group_batch(seed)
+    stats = token_statistics(logits, token_ids, mask, temperature, ("group_mean",),
+                             chunk_size=chunk_size, group_ids=group_ids)
+    expected = reference_group_mean(logits, mask, group_ids, temperature)
+    assert torch.allclose(stats.js_scores["group_mean"].double(), expected, atol=1e-5)
+
+
+def test_group_mean_lone_position_and_group_of_one_score_zero():
+    logits, token_ids, _ = make_batch(5, batch=3, length=5)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0]], dtype=torch.bool)
+    group_ids = torch.tensor([0, 0, 1])  # row 2 is a group of one
+    js = token_statistics(logits, token_ids, mask, js_references=("group_mean",),
+                          group_ids=group_ids).js_scores["group_mean"]
+    assert torch.all(js[0, 2:] == 0)  # row 1 stopped: row 0 is alone from position 2 on
+    assert torch.all(js[2] == 0)
+    assert torch.all(js[:2, :2] > 0)
+
+
+def test_group_mean_identical_rows_score_zero_and_needs_group_ids():
+    logits, token_ids, mask = make_batch(6, batch=1)
+    logits = logits.expand(4, -1, -1).clone()
+    mask = mask.expand(4, -1).clone()
+    token_ids = token_ids.expand(4, -1).clone()
+    js = token_statistics(logits, token_ids, mask, js_references=("group_mean",),
+                          group_ids=torch.zeros(4, dtype=torch.long)).js_scores["group_mean"]
+    assert js.abs().max() < 1e-6
+    with pytest.raises(ValueError, match="group_ids"):
+        token_statistics(logits, token_ids, mask, js_references=("group_mean",))
