@@ -12,9 +12,20 @@ Per token, with ``rho = exp(log_prob - old_log_prob)`` and advantage ``A``:
 - ``seq_mean_token_sum_norm`` (Dr. GRPO): ``sum_b sum_t loss_bt / (B * L)`` with the constant
   ``L = max_response_length`` (default: the padded length T).
 
-Optional terms, aggregated the same way: ``kl_coef * k3`` with
-``k3 = exp(ref - lp) - (ref - lp) - 1`` (needs reference log-probs), and
-``- entropy_coef * H`` (an entropy bonus; needs ``differentiable_entropy=True`` statistics).
+``denominator="all"`` divides by the response tokens instead of the selected ones (per sequence
+for ``seq_mean_token_mean``): TRL's ``top_entropy_quantile`` convention, whose loss is about
+``ratio`` times ours at the same mask.
+
+Dual-clip (``clip_ratio_c``, verl's formula; off by default): for ``A < 0`` the per-token loss
+is ``min(-A * clip_ratio_c, max(-rho * A, -clip(rho) * A))``, bounding the loss of a token whose
+ratio has grown far above 1.
+
+Optional terms: ``kl_coef * k3`` with ``k3 = exp(ref - lp) - (ref - lp) - 1`` (needs reference
+log-probs), and ``- entropy_coef * H`` (an entropy bonus; needs ``differentiable_entropy=True``
+statistics), each aggregated over the selected tokens or, with ``regularizer_tokens="all"``, over
+all response tokens (as verl and TRL do); and KL-Cov's per-token penalty
+``kl_penalty_t * |lp - old_lp|`` (``kl_penalty`` from :class:`ict.selectors.Selection`), part of
+the per-token policy loss.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from torch import Tensor
 from ict.stats import TokenStatistics
 
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
+TOKEN_SETS = ("selected", "all")
 _MAX_LOG_RATIO = 20.0
 
 
@@ -43,6 +55,12 @@ class PolicyLossConfig:
             (``None``: the padded response length T).
         kl_coef: weight of the k3 KL to the reference policy (0: no KL term).
         entropy_coef: weight of the entropy bonus (0: none; > 0 reproduces entropy explosion).
+        clip_ratio_c: dual-clip bound for negative advantages (verl; ``None``: off; > 1).
+        regularizer_tokens: tokens the KL and entropy terms cover: ``selected`` or ``all``
+            response tokens (verl's and TRL's choice).
+        denominator: normaliser of ``token_mean`` / ``seq_mean_token_mean``: ``selected`` tokens
+            (ours, the 20-Entropy reference) or ``all`` response tokens (TRL's
+            ``top_entropy_quantile``).
     """
 
     clip_low: float = 0.2
@@ -51,8 +69,16 @@ class PolicyLossConfig:
     max_response_length: int | None = None
     kl_coef: float = 0.0
     entropy_coef: float = 0.0
+    clip_ratio_c: float | None = None
+    regularizer_tokens: str = "selected"
+    denominator: str = "selected"
 
     def __post_init__(self) -> None:
+        if self.clip_ratio_c is not None and not self.clip_ratio_c > 1.0:
+            raise ValueError(f"clip_ratio_c must be > 1 (or None), got {self.clip_ratio_c}")
+        for name in ("regularizer_tokens", "denominator"):
+            if getattr(self, name) not in TOKEN_SETS:
+                raise ValueError(f"{name} must be one of {', '.join(TOKEN_SETS)}, got {getattr(self, name)!r}")
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {self.aggregation!r}")
         if not 0.0 <= self.clip_low < 1.0 or self.clip_high < 0.0:
@@ -81,21 +107,45 @@ def group_advantages(
     return centred.reshape(-1)
 
 
-def aggregate(values: Tensor, weights: Tensor, aggregation: str, max_response_length: int | None = None) -> Tensor:
-    """Aggregate ``[B, T]`` per-token ``values`` over tokens with ``weights`` (0/1) > 0."""
+def aggregate(
+    values: Tensor,
+    weights: Tensor,
+    aggregation: str,
+    max_response_length: int | None = None,
+    normaliser_weights: Tensor | None = None,
+) -> Tensor:
+    """Aggregate ``[B, T]`` per-token ``values`` over tokens with ``weights`` (0/1) > 0.
+
+    ``normaliser_weights`` (default: ``weights``) are the tokens counted in the denominators of
+    ``token_mean`` and ``seq_mean_token_mean`` (sequences count when they have a selected token).
+    """
     weights = weights.to(values.dtype)
+    counted = weights if normaliser_weights is None else normaliser_weights.to(values.dtype)
     masked = values * weights
     if aggregation == "token_mean":
-        return masked.sum() / weights.sum().clamp(min=1.0)
+        return masked.sum() / counted.sum().clamp(min=1.0)
     if aggregation == "seq_mean_token_mean":
-        per_sequence_count = weights.sum(dim=-1)
-        has_tokens = per_sequence_count > 0
-        per_sequence = masked.sum(dim=-1) / per_sequence_count.clamp(min=1.0)
+        has_tokens = weights.sum(dim=-1) > 0
+        per_sequence = masked.sum(dim=-1) / counted.sum(dim=-1).clamp(min=1.0)
         return (per_sequence * has_tokens).sum() / has_tokens.sum().clamp(min=1)
     if aggregation == "seq_mean_token_sum_norm":
         length = max_response_length or values.shape[-1]
         return masked.sum() / (values.shape[0] * length)
     raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
+
+
+def aggregation_weight(selected: Tensor, response_mask: Tensor, config: PolicyLossConfig) -> float:
+    """The weight of one micro-batch's aggregated loss in its mini-batch's, so that
+    ``sum_m w_m * loss_m / sum_m w_m`` is the loss of the whole mini-batch: its counted tokens
+    (``token_mean``: selected, or response tokens with ``denominator="all"``), its sequences with
+    a selected token (``seq_mean_token_mean``), its sequences (``seq_mean_token_sum_norm``)."""
+    selected = selected.bool() & response_mask.bool()
+    if config.aggregation == "token_mean":
+        counted = response_mask.bool() if config.denominator == "all" else selected
+        return float(counted.sum()) if bool(selected.any()) else 0.0
+    if config.aggregation == "seq_mean_token_mean":
+        return float((selected.sum(dim=-1) > 0).sum())
+    return float(selected.shape[0])
 
 
 def k3_kl(log_probs: Tensor, reference_log_probs: Tensor) -> Tensor:
@@ -117,6 +167,7 @@ def policy_loss(
     selected_mask: Tensor,
     config: PolicyLossConfig | None = None,
     reference_log_probs: Tensor | None = None,
+    kl_penalty: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped surrogate on the selected tokens; returns ``(loss, metrics)``.
 
@@ -141,23 +192,31 @@ def policy_loss(
     unclipped = ratio * advantages
     clipped = ratio.clamp(1.0 - config.clip_low, 1.0 + config.clip_high) * advantages
     per_token = -torch.minimum(unclipped, clipped)
-    surrogate = aggregate(per_token, selected, config.aggregation, config.max_response_length)
+    if config.clip_ratio_c is not None:
+        per_token = torch.where(advantages < 0, torch.minimum(per_token, -advantages * config.clip_ratio_c), per_token)
+    if kl_penalty is not None:
+        per_token = per_token + kl_penalty.to(log_probs.dtype) * log_ratio.abs()
+    counted = response if config.denominator == "all" else selected
+    surrogate = aggregate(per_token, selected, config.aggregation, config.max_response_length, counted)
     loss = surrogate
+    regularized = response if config.regularizer_tokens == "all" else selected
+
+    def regularizer(values: Tensor) -> Tensor:
+        return aggregate(values, regularized, config.aggregation, config.max_response_length,
+                         response if config.regularizer_tokens == "all" else counted)
 
     kl_value = math.nan
     if reference_log_probs is not None:
         kl = k3_kl(log_probs, reference_log_probs.detach())
         kl_value = _masked_mean(kl, response)
         if config.kl_coef > 0:
-            loss = loss + config.kl_coef * aggregate(kl, selected, config.aggregation, config.max_response_length)
+            loss = loss + config.kl_coef * regularizer(kl)
     elif config.kl_coef > 0:
         raise ValueError("kl_coef > 0 needs reference_log_probs")
     if config.entropy_coef > 0:
         if not stats.entropy.requires_grad:
             raise ValueError("entropy_coef > 0 needs token_statistics(..., differentiable_entropy=True)")
-        loss = loss - config.entropy_coef * aggregate(
-            stats.entropy, selected, config.aggregation, config.max_response_length
-        )
+        loss = loss - config.entropy_coef * regularizer(stats.entropy)
 
     with torch.no_grad():
         num_response = int(response.sum())

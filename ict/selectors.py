@@ -1,8 +1,10 @@
 """Token selectors: which response tokens the policy-gradient loss updates.
 
-A selector is a named function ``fn(inputs: SelectionInputs, **options) -> mask`` returning a
-boolean ``[B, T]`` mask that is a subset of the response mask. Selectors live in a registry;
-register your own with :func:`register_selector`.
+A selector is a named function ``fn(inputs: SelectionInputs, **options)`` returning a boolean
+``[B, T]`` mask, a subset of the response mask, of the tokens the policy-gradient loss updates (or
+a :class:`Selection` that also carries a per-token KL penalty). Selectors live in a registry, the
+one place that declares each selector's options, defaults, presets and ranking population;
+register your own with :func:`register_selector` (e.g. in a module loaded by :func:`load_plugin`).
 
 Built in (defaults in brackets):
 
@@ -13,15 +15,33 @@ Built in (defaults in brackets):
   with advantage > 0, sampled probability < tau_p and entropy strictly below the ``quantile``
   of the entropies of exactly those positive-advantage low-probability tokens (STAPO,
   arXiv 2602.15620; linear-interpolation quantile as ``torch.quantile``).
-- ``ict`` [ratio=0.1, reference="seq_mean", unit="position", scope="batch"]: the top ``ratio``
-  by Jensen-Shannon score (ICT, arXiv 2606.19771). ``unit="position"`` ranks positions;
-  ``unit="token_id"`` ranks the unique sampled token ids by their mean score, keeps the top
+- ``ict`` [ratio=0.1, reference="group_mean", unit="position", scope="batch"]: the top ``ratio``
+  by Jensen-Shannon score (ICT, arXiv 2606.19771). ``reference="group_mean"`` is the paper's
+  score as its method section is read (JS to the mean distribution of the prompt's G completions
+  at the same position; ``METHOD.md`` section 2); ``seq_mean``, ``prev`` and ``ref`` are
+  ablations. ``unit="position"`` ranks positions; ``unit="token_id"`` (our variant, not the
+  paper's) ranks the unique sampled token ids by their mean score, keeps the top
   ``ceil(ratio * U)`` of the ``U`` unique ids and selects every response position holding one
-  of them. ``scope="batch"`` ranks all response tokens together; ``"sequence"`` ranks each
-  sequence separately.
+  of them. Preset ``paper``: per-sequence percentile and the ``seq_mean_token_mean`` loss.
 - ``random`` [ratio=0.1, seed=None, scope="batch"]: a uniformly random ``ceil(ratio * N)``
   response tokens (the control at ICT's fraction). Uses ``inputs.generator`` if given, else a
   generator seeded with ``seed``, else torch's global generator.
+- ``clip_cov`` [ratio=2e-4, cov_low=1.0, cov_high=5.0] (Clip-Cov, arXiv 2505.22617): every
+  response token except ``max(1, int(ratio * N))`` drawn at random among those whose centred
+  covariance ``Cov_t = (log p_t - mean log p) (A_t - mean A)`` lies strictly between
+  ``cov_low`` and ``cov_high`` (and that the ratio clip does not already clip): their gradient
+  is cut.
+- ``kl_cov`` [ratio=2e-3, kl_coef=1.0] (KL-Cov, arXiv 2505.22617): every response token; the
+  ``max(1, int(ratio * N))`` tokens with the largest ``Cov_t`` also get
+  ``kl_coef * |log p - log p_old|`` added to their loss (``Selection.kl_penalty``). The
+  paper's 7B setting (its 32B setting uses ratio 2e-4). verl's ``kl_cov`` loss has no ratio clip;
+  ours keeps the loss's clip (identical when each batch is used for one update).
+
+Scopes (ranking populations): ``"batch"`` ranks all response tokens of the inputs together (the
+whole rollout batch of the step, or the mini-batch when a batch is split into several optimizer
+steps: the trainer hands a selector its whole population), ``"group"`` ranks the G completions of
+each prompt together (``inputs.group_ids``), ``"sequence"`` ranks each sequence alone.
+:func:`ranking_population` says which rows a selector must see at once.
 
 Counting rules shared by every top-``ratio`` selector: ``N`` response tokens give
 ``k = ceil(ratio * N)`` (the product is rounded to 9 decimals first, so ``0.1 * 30`` is 3,
@@ -42,29 +62,65 @@ from torch import Tensor
 
 from ict.stats import TokenStatistics
 
+SCOPES = ("sequence", "group", "batch")
+POPULATIONS = ("token", *SCOPES)
+
 
 @dataclass
 class SelectionInputs:
-    """Everything a selector may look at. ``advantages`` is ``[B]`` or ``[B, T]``."""
+    """Everything a selector may look at, each ``[B, T]`` unless stated.
+
+    ``advantages`` is ``[B]`` or ``[B, T]``; ``group_ids`` ``[B]`` labels the rows that share a
+    prompt (needed by ``scope="group"``); ``old_log_probs`` are the rollout policy's log-probs
+    (``None``: equal to the current ones, ratio 1) and ``clip_range`` the loss's
+    ``(clip_low, clip_high)``, used by Clip-Cov to skip tokens the ratio clip already clips.
+    """
 
     stats: TokenStatistics
     response_mask: Tensor
     advantages: Tensor | None = None
     token_ids: Tensor | None = None
     generator: torch.Generator | None = None
+    group_ids: Tensor | None = None
+    old_log_probs: Tensor | None = None
+    clip_range: tuple[float, float] | None = None
 
 
-SelectorFunction = Callable[..., Tensor]
+@dataclass
+class Selection:
+    """A selector's result: ``mask`` (bool ``[B, T]``, the tokens in the policy-gradient loss) and
+    an optional ``kl_penalty`` (float ``[B, T]``, a per-token coefficient of
+    ``|log p - log p_old|`` added to the loss; KL-Cov)."""
+
+    mask: Tensor
+    kl_penalty: Tensor | None = None
+
+
+SelectorFunction = Callable[..., "Tensor | Selection"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named setting of a method: selector options plus the training options it implies
+    (e.g. the loss aggregation), and a note saying where the values come from."""
+
+    selector_options: dict[str, Any]
+    train_options: dict[str, Any]
+    note: str
 
 
 @dataclass(frozen=True)
 class Selector:
-    """A registered selector: its function, default options and the JS references it needs."""
+    """A registered selector: its function, default options, the JS references it needs, the
+    rows it must see at once (``population(options)``, one of :data:`POPULATIONS`) and presets."""
 
     name: str
     function: SelectorFunction
     defaults: dict[str, Any]
     js_references: Callable[[dict[str, Any]], tuple[str, ...]]
+    population: Callable[[dict[str, Any]], str]
+    presets: dict[str, Preset]
+    description: str
 
 
 SELECTORS: dict[str, Selector] = {}
@@ -74,19 +130,28 @@ def register_selector(
     name: str,
     defaults: dict[str, Any] | None = None,
     js_references: Callable[[dict[str, Any]], tuple[str, ...]] | None = None,
+    population: str | Callable[[dict[str, Any]], str] = "token",
+    presets: dict[str, Preset] | None = None,
 ) -> Callable[[SelectorFunction], SelectorFunction]:
-    """Decorator registering ``fn(inputs, **options) -> bool mask [B, T]`` under ``name``.
+    """Decorator registering ``fn(inputs, **options) -> bool mask [B, T] | Selection``.
 
     ``defaults`` lists every option the selector accepts; ``js_references(options)`` says which
-    JS references (see :mod:`ict.stats`) must be computed for it.
+    JS references (see :mod:`ict.stats`) must be computed for it; ``population`` (a name or a
+    function of the options) is the smallest set of rows whose tokens it ranks together:
+    ``"token"`` (a per-token rule), ``"sequence"``, ``"group"`` or ``"batch"``. The first line of
+    the function's docstring is its description in ``--help``.
     """
 
     def decorator(function: SelectorFunction) -> SelectorFunction:
+        population_of = population if callable(population) else (lambda options: population)
         SELECTORS[name] = Selector(
             name=name,
             function=function,
             defaults=dict(defaults or {}),
             js_references=js_references or (lambda options: ()),
+            population=population_of,
+            presets=dict(presets or {}),
+            description=(function.__doc__ or name).strip().splitlines()[0],
         )
         return function
 
@@ -99,10 +164,24 @@ def _get_selector(name: str) -> Selector:
     return SELECTORS[name]
 
 
-def resolve_options(name: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The selector's defaults updated by ``options`` (``None`` values keep the default)."""
+def get_preset(name: str, preset: str) -> Preset:
+    """The preset ``preset`` of selector ``name`` (ValueError naming the known ones)."""
+    presets = _get_selector(name).presets
+    if preset not in presets:
+        known = ", ".join(sorted(presets)) or "none"
+        raise ValueError(f"selector {name!r} has no preset {preset!r} (presets: {known})")
+    return presets[preset]
+
+
+def resolve_options(
+    name: str, options: dict[str, Any] | None = None, preset: str | None = None
+) -> dict[str, Any]:
+    """The selector's defaults, updated by the preset's selector options, then by ``options``
+    (``None`` values keep the earlier value)."""
     selector = _get_selector(name)
     resolved = dict(selector.defaults)
+    if preset is not None:
+        resolved.update(get_preset(name, preset).selector_options)
     for key, value in (options or {}).items():
         if key not in selector.defaults:
             accepted = ", ".join(selector.defaults) or "none"
@@ -117,16 +196,93 @@ def required_js_references(name: str, options: dict[str, Any] | None = None) -> 
     return tuple(_get_selector(name).js_references(resolve_options(name, options)))
 
 
-def select_tokens(name: str, inputs: SelectionInputs, **options: Any) -> Tensor:
-    """Run the selector ``name``; returns a bool ``[B, T]`` subset of the response mask."""
+def ranking_population(name: str, options: dict[str, Any] | None = None) -> str:
+    """The rows selector ``name`` must see at once to return the mask it would return on the
+    whole batch: ``"token"``, ``"sequence"``, ``"group"`` or ``"batch"`` (see the module doc)."""
+    population = _get_selector(name).population(resolve_options(name, options))
+    if population not in POPULATIONS:
+        raise ValueError(f"selector {name!r} declares population {population!r}; use one of {POPULATIONS}")
+    return population
+
+
+def parse_selector_options(name: str, raw: dict[str, Any]) -> dict[str, Any]:
+    """Options given as text (``{"ratio": "0.2"}``) converted to the type of each default.
+
+    A default of ``None`` accepts YAML scalars (``7``, ``0.5``, ``none``, text). Unknown keys and
+    unconvertible values raise ValueError naming the accepted keys or the expected type.
+    """
+    import yaml
+
     selector = _get_selector(name)
-    mask = selector.function(inputs, **resolve_options(name, options))
+    parsed: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in selector.defaults:
+            accepted = ", ".join(selector.defaults) or "none"
+            raise ValueError(f"selector {name!r} has no option {key!r} (accepted: {accepted})")
+        default = selector.defaults[key]
+        if not isinstance(value, str):
+            parsed[key] = value
+            continue
+        text = value.strip()
+        try:
+            if isinstance(default, bool):
+                if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError
+                parsed[key] = text.lower() in ("true", "1", "yes")
+            elif isinstance(default, int):
+                parsed[key] = int(text)
+            elif isinstance(default, float):
+                parsed[key] = float(text)
+            elif isinstance(default, str):
+                parsed[key] = text
+            else:
+                parsed[key] = yaml.safe_load(text)
+        except (ValueError, yaml.YAMLError):
+            kind = type(default).__name__
+            raise ValueError(f"selector {name!r} option {key}={value!r} is not a {kind}") from None
+    return parsed
+
+
+def load_plugin(module: str) -> None:
+    """Import ``module`` (a dotted module name or a path to a ``.py`` file) so that the selectors
+    it registers with :func:`register_selector` become available by name."""
+    import importlib
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(module)
+    try:
+        if module.endswith(".py"):
+            if not path.is_file():
+                raise ValueError(f"plugin file not found: {module}")
+            spec = importlib.util.spec_from_file_location(f"ict_plugin_{path.stem}", path)
+            assert spec is not None and spec.loader is not None
+            loaded = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(loaded)
+        else:
+            importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        raise ValueError(f"cannot import plugin {module!r}: {error}; give a module on the Python "
+                         "path or a .py file") from None
+
+
+def select(name: str, inputs: SelectionInputs, **options: Any) -> Selection:
+    """Run the selector ``name``; its ``mask`` is a bool ``[B, T]`` subset of the response mask."""
+    selector = _get_selector(name)
+    result = selector.function(inputs, **resolve_options(name, options))
+    selection = result if isinstance(result, Selection) else Selection(mask=result)
+    mask = selection.mask
     response_mask = inputs.response_mask.bool()
     if mask.dtype != torch.bool or mask.shape != response_mask.shape:
         raise ValueError(f"selector {name!r} must return a bool mask of shape {tuple(response_mask.shape)}")
     if (mask & ~response_mask).any():
         raise ValueError(f"selector {name!r} selected tokens outside the response mask")
-    return mask
+    return selection
+
+
+def select_tokens(name: str, inputs: SelectionInputs, **options: Any) -> Tensor:
+    """Run the selector ``name``; returns its bool ``[B, T]`` mask (see :func:`select`)."""
+    return select(name, inputs, **options).mask
 
 
 def _check_ratio(ratio: float) -> float:
@@ -141,27 +297,39 @@ def selection_count(ratio: float, num_tokens: int) -> int:
     return math.ceil(round(_check_ratio(ratio) * num_tokens, 9))
 
 
-def top_fraction_mask(scores: Tensor, response_mask: Tensor, ratio: float, scope: str = "batch") -> Tensor:
-    """Mask of the ``ceil(ratio * N)`` highest ``scores`` among response tokens.
+def population_rows(scope: str, num_rows: int, group_ids: Tensor | None = None) -> list[Tensor]:
+    """Row indices of each population of ``scope``: all rows (``batch``), each row
+    (``sequence``), or the rows of each label of ``group_ids [B]`` (``group``)."""
+    if scope == "batch":
+        return [torch.arange(num_rows)]
+    if scope == "sequence":
+        return [torch.tensor([row]) for row in range(num_rows)]
+    if scope == "group":
+        if group_ids is None:
+            raise ValueError("scope='group' needs group_ids [B] in SelectionInputs")
+        labels = group_ids.cpu()
+        return [(labels == label).nonzero(as_tuple=True)[0] for label in torch.unique(labels)]
+    raise ValueError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
 
-    ``scope="batch"`` ranks all response tokens of ``[B, T]`` together; ``"sequence"`` ranks
-    each row with its own ``N_b``. Ties go to the earlier position.
-    """
+
+def top_fraction_mask(
+    scores: Tensor, response_mask: Tensor, ratio: float, scope: str = "batch", group_ids: Tensor | None = None
+) -> Tensor:
+    """Mask of the ``ceil(ratio * N)`` highest ``scores`` among the ``N`` response tokens of each
+    population of ``scope`` (see :func:`population_rows`). Ties go to the earlier (row-major)
+    position."""
     _check_ratio(ratio)
-    if scope not in ("batch", "sequence"):
-        raise ValueError(f"scope must be 'batch' or 'sequence', got {scope!r}")
     mask = response_mask.bool()
     selected = torch.zeros_like(mask)
-    if scope == "batch":
-        batch_index, time_index = mask.nonzero(as_tuple=True)
+    for rows in population_rows(scope, mask.shape[0], group_ids):
+        rows = rows.to(mask.device)
+        local_row, time_index = mask[rows].nonzero(as_tuple=True)
+        batch_index = rows[local_row]
         count = selection_count(ratio, batch_index.numel())
         if count:
             order = torch.sort(scores[batch_index, time_index], descending=True, stable=True).indices
             keep = order[:count]
             selected[batch_index[keep], time_index[keep]] = True
-        return selected
-    for row in range(mask.shape[0]):
-        selected[row] = top_fraction_mask(scores[row : row + 1], mask[row : row + 1], ratio, "batch")[0]
     return selected
 
 
@@ -171,7 +339,7 @@ def select_all(inputs: SelectionInputs) -> Tensor:
     return inputs.response_mask.bool().clone()
 
 
-@register_selector("entropy", defaults={"ratio": 0.2})
+@register_selector("entropy", defaults={"ratio": 0.2}, population="batch")
 def select_top_entropy(inputs: SelectionInputs, ratio: float) -> Tensor:
     """20-Entropy: the ``ceil(ratio * N)`` highest-entropy response tokens of the batch."""
     return top_fraction_mask(inputs.stats.entropy, inputs.response_mask, ratio, "batch")
@@ -199,7 +367,7 @@ def stapo_silenced_mask(
     return candidates & (entropy.double() < threshold)
 
 
-@register_selector("stapo", defaults={"tau_p": 0.002, "quantile": 0.75})
+@register_selector("stapo", defaults={"tau_p": 0.002, "quantile": 0.75}, population="batch")
 def select_stapo(inputs: SelectionInputs, tau_p: float, quantile: float) -> Tensor:
     """STAPO (S2T): every response token except the silenced spurious ones."""
     silenced = stapo_silenced_mask(
@@ -219,7 +387,12 @@ def _js_score(inputs: SelectionInputs, reference: str) -> Tensor:
 
 
 def top_unique_token_mask(
-    scores: Tensor, token_ids: Tensor, response_mask: Tensor, ratio: float, scope: str = "batch"
+    scores: Tensor,
+    token_ids: Tensor,
+    response_mask: Tensor,
+    ratio: float,
+    scope: str = "batch",
+    group_ids: Tensor | None = None,
 ) -> Tensor:
     """Select the top ``ceil(ratio * U)`` unique token ids by mean score; mask their positions.
 
@@ -227,14 +400,12 @@ def top_unique_token_mask(
     """
     _check_ratio(ratio)
     mask = response_mask.bool()
-    if scope == "sequence":
-        rows = [
-            top_unique_token_mask(scores[row : row + 1], token_ids[row : row + 1], mask[row : row + 1], ratio)
-            for row in range(mask.shape[0])
-        ]
-        return torch.cat(rows) if rows else mask.clone()
     if scope != "batch":
-        raise ValueError(f"scope must be 'batch' or 'sequence', got {scope!r}")
+        selected = torch.zeros_like(mask)
+        for rows in population_rows(scope, mask.shape[0], group_ids):
+            rows = rows.to(mask.device)
+            selected[rows] = top_unique_token_mask(scores[rows], token_ids[rows], mask[rows], ratio)
+        return selected
     ids = token_ids[mask]
     if ids.numel() == 0:
         return torch.zeros_like(mask)
@@ -247,24 +418,41 @@ def top_unique_token_mask(
     return mask & torch.isin(token_ids, chosen)
 
 
+# The full-token warm-up of the paper preset is the blog reading's (unconfirmed) "first steps
+# update every token"; the number of steps is not given anywhere we can read. 10 steps is our
+# guess: long enough for the group advantages to move the policy off its initial distribution
+# (the offline default's reward rises over its first ~10 steps), short next to a 100+ step run.
+ICT_PAPER_PRESET = Preset(
+    selector_options={"reference": "group_mean", "ratio": 0.1, "scope": "sequence", "unit": "position"},
+    train_options={"aggregation": "seq_mean_token_mean", "full_token_warmup_steps": 10},
+    note="arXiv 2606.19771 as two public readings describe it (METHOD.md section 2): JS to the "
+    "group mean, top 10% per sequence, mean over sequences of each sequence's token mean, a "
+    "full-token warm-up (its length, 10 steps, is our guess)",
+)
+
+
 @register_selector(
     "ict",
-    defaults={"ratio": 0.1, "reference": "seq_mean", "unit": "position", "scope": "batch"},
+    defaults={"ratio": 0.1, "reference": "group_mean", "unit": "position", "scope": "batch"},
     js_references=lambda options: (options["reference"],),
+    population=lambda options: options["scope"],
+    presets={"paper": ICT_PAPER_PRESET},
 )
-def select_top_js(inputs: SelectionInputs, ratio: float, reference: str, unit: str, scope: str) -> Tensor:
-    """ICT: the top ``ratio`` of response tokens by Jensen-Shannon score."""
+def select_ict(inputs: SelectionInputs, ratio: float, reference: str, unit: str, scope: str) -> Tensor:
+    """ICT: the top ``ratio`` of response tokens by Jensen-Shannon score (default: to the group mean)."""
     scores = _js_score(inputs, reference)
     if unit == "position":
-        return top_fraction_mask(scores, inputs.response_mask, ratio, scope)
+        return top_fraction_mask(scores, inputs.response_mask, ratio, scope, inputs.group_ids)
     if unit == "token_id":
         if inputs.token_ids is None:
             raise ValueError("unit='token_id' needs token_ids in SelectionInputs")
-        return top_unique_token_mask(scores, inputs.token_ids, inputs.response_mask, ratio, scope)
+        return top_unique_token_mask(scores, inputs.token_ids, inputs.response_mask, ratio, scope, inputs.group_ids)
     raise ValueError(f"unit must be 'position' or 'token_id', got {unit!r}")
 
 
-@register_selector("random", defaults={"ratio": 0.1, "seed": None, "scope": "batch"})
+# The random scores are drawn over the whole [B, T] at once, so the draw (and the mask) depends on
+# which rows are present: the population is the batch whatever the ranking scope.
+@register_selector("random", defaults={"ratio": 0.1, "seed": None, "scope": "batch"}, population="batch")
 def select_random(inputs: SelectionInputs, ratio: float, seed: int | None, scope: str) -> Tensor:
     """Control: a uniformly random ``ceil(ratio * N)`` of the response tokens."""
     generator = inputs.generator
@@ -273,4 +461,59 @@ def select_random(inputs: SelectionInputs, ratio: float, seed: int | None, scope
     scores = torch.rand(
         inputs.response_mask.shape, generator=generator, device=inputs.response_mask.device
     )
-    return top_fraction_mask(scores, inputs.response_mask, ratio, scope)
+    return top_fraction_mask(scores, inputs.response_mask, ratio, scope, inputs.group_ids)
+
+
+def token_covariance(log_probs: Tensor, advantages: Tensor, response_mask: Tensor) -> Tensor:
+    """``Cov_t = (log p_t - mean log p) * (A_t - mean A)`` with means over the response tokens
+    (arXiv 2505.22617, eq. for the centred cross-product); ``[B, T]`` float64, 0 outside."""
+    mask = response_mask.bool()
+    log_p = log_probs.detach().double()
+    adv = advantages.double()
+    count = mask.sum().clamp(min=1)
+    centred_log_p = log_p - log_p[mask].sum() / count
+    centred_adv = adv - adv[mask].sum() / count
+    return torch.where(mask, centred_log_p * centred_adv, torch.zeros_like(log_p))
+
+
+def _cov_count(ratio: float, num_tokens: int) -> int:
+    """``max(1, int(ratio * N))`` tokens (verl's and the paper's count), 0 when ``N = 0``."""
+    return max(1, int(_check_ratio(ratio) * num_tokens)) if num_tokens else 0
+
+
+@register_selector("clip_cov", defaults={"ratio": 2e-4, "cov_low": 1.0, "cov_high": 5.0}, population="batch")
+def select_clip_cov(inputs: SelectionInputs, ratio: float, cov_low: float, cov_high: float) -> Tensor:
+    """Clip-Cov: cut the gradient of a random few tokens with covariance in (cov_low, cov_high)."""
+    response = inputs.response_mask.bool()
+    advantages = _token_advantages(inputs)
+    covariance = token_covariance(inputs.stats.log_probs, advantages, response)
+    candidates = response & (covariance > cov_low) & (covariance < cov_high)
+    if inputs.old_log_probs is not None and inputs.clip_range is not None:
+        ratio_now = (inputs.stats.log_probs.detach() - inputs.old_log_probs.detach()).exp()
+        low, high = inputs.clip_range
+        unclipped = -advantages * ratio_now
+        clipped = -advantages * ratio_now.clamp(1.0 - low, 1.0 + high)
+        candidates &= ~(clipped > unclipped)  # tokens the ratio clip already clips keep it
+    batch_index, time_index = candidates.nonzero(as_tuple=True)
+    count = min(_cov_count(ratio, int(response.sum())), batch_index.numel())
+    keep = response.clone()
+    if count:
+        order = torch.randperm(batch_index.numel(), generator=inputs.generator, device=batch_index.device)
+        chosen = order[:count]
+        keep[batch_index[chosen], time_index[chosen]] = False
+    return keep
+
+
+@register_selector("kl_cov", defaults={"ratio": 2e-3, "kl_coef": 1.0}, population="batch")
+def select_kl_cov(inputs: SelectionInputs, ratio: float, kl_coef: float) -> Selection:
+    """KL-Cov: every token; a |log-ratio| penalty on the tokens of largest covariance."""
+    response = inputs.response_mask.bool()
+    covariance = token_covariance(inputs.stats.log_probs, _token_advantages(inputs), response)
+    batch_index, time_index = response.nonzero(as_tuple=True)
+    count = _cov_count(ratio, batch_index.numel())
+    penalty = torch.zeros(response.shape, dtype=torch.float32, device=response.device)
+    if count:
+        order = torch.sort(covariance[batch_index, time_index], descending=True, stable=True).indices
+        chosen = order[:count]
+        penalty[batch_index[chosen], time_index[chosen]] = float(kl_coef)
+    return Selection(mask=response.clone(), kl_penalty=penalty)

@@ -77,7 +77,8 @@ def test_gradient_is_zero_exactly_at_unselected_positions():
     stats = token_statistics(logits, token_ids, response, 1.0, ("seq_mean",))
     advantages = torch.tensor([1.0, -0.5, 2.0])
     selected = select_tokens(
-        "ict", SelectionInputs(stats=stats, response_mask=response, advantages=advantages), ratio=0.3
+        "ict", SelectionInputs(stats=stats, response_mask=response, advantages=advantages), ratio=0.3,
+        reference="seq_mean",
     )
     loss, _ = policy_loss(stats, stats.log_probs.detach(), advantages, response, selected)
     loss.backward()
@@ -124,3 +125,85 @@ def test_metrics_over_all_and_selected_tokens():
 def test_bad_config_is_an_error():
     with pytest.raises(ValueError, match="aggregation"):
         PolicyLossConfig(aggregation="sum")
+
+
+# ---------------------------------------------------------------------------------------------
+# The peers' loss options: dual-clip, the denominator, the regulariser's tokens, KL-Cov's penalty
+
+from ict.loss import aggregation_weight  # noqa: E402
+
+RATIOS = torch.tensor([[1.5, 0.5, 1.0, 1.1], [0.7, 1.3, 0.9, 6.0]])
+ADVANTAGES = torch.tensor([1.0, -2.0])
+RESPONSE = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
+SELECTED = torch.tensor([[1, 1, 0, 0], [1, 0, 1, 1]], dtype=torch.bool)
+
+
+def hand_losses(clip_c=None):
+    out = []
+    for row, a in zip(RATIOS.tolist(), ADVANTAGES.tolist()):
+        values = []
+        for rho in row:
+            value = max(-rho * a, -min(max(rho, 0.8), 1.28) * a)
+            if clip_c is not None and a < 0:
+                value = min(value, -a * clip_c)
+            values.append(value)
+        out.append(values)
+    return out
+
+
+def test_dual_clip_bounds_negative_advantage_tokens():
+    losses = hand_losses(clip_c=3.0)
+    assert losses[1][3] == pytest.approx(6.0)  # -A * 3 = 6 instead of 12
+    chosen = [(b, t) for b in range(2) for t in range(4) if SELECTED[b, t]]
+    config = PolicyLossConfig(clip_ratio_c=3.0)
+    loss, _ = policy_loss(fixed_stats(RATIOS.log()), torch.zeros(2, 4), ADVANTAGES, RESPONSE, SELECTED, config)
+    assert loss.item() == pytest.approx(sum(losses[b][t] for b, t in chosen) / len(chosen), rel=1e-6)
+    plain, _ = policy_loss(fixed_stats(RATIOS.log()), torch.zeros(2, 4), ADVANTAGES, RESPONSE, SELECTED)
+    assert plain.item() > loss.item()
+    with pytest.raises(ValueError, match="clip_ratio_c"):
+        PolicyLossConfig(clip_ratio_c=0.5)
+
+
+def test_denominator_all_is_trls_top_entropy_quantile_normalisation():
+    losses = hand_losses()
+    chosen = [(b, t) for b in range(2) for t in range(4) if SELECTED[b, t]]
+    total = sum(losses[b][t] for b, t in chosen)
+    config = PolicyLossConfig(denominator="all")
+    loss, _ = policy_loss(fixed_stats(RATIOS.log()), torch.zeros(2, 4), ADVANTAGES, RESPONSE, SELECTED, config)
+    # TRL: (per_token_loss * entropy_mask * completion_mask).sum() / completion_mask.sum()
+    assert loss.item() == pytest.approx(total / int(RESPONSE.sum()), rel=1e-6)
+    config = PolicyLossConfig(denominator="all", aggregation="seq_mean_token_mean")
+    loss, _ = policy_loss(fixed_stats(RATIOS.log()), torch.zeros(2, 4), ADVANTAGES, RESPONSE, SELECTED, config)
+    seq0 = (losses[0][0] + losses[0][1]) / 3
+    seq1 = (losses[1][0] + losses[1][2] + losses[1][3]) / 4
+    assert loss.item() == pytest.approx((seq0 + seq1) / 2, rel=1e-6)
+    assert aggregation_weight(SELECTED, RESPONSE, config) == 2.0
+    assert aggregation_weight(SELECTED, RESPONSE, PolicyLossConfig(denominator="all")) == 7.0
+    assert aggregation_weight(SELECTED, RESPONSE, PolicyLossConfig()) == 5.0
+
+
+def test_regularizer_tokens_all_covers_every_response_token():
+    log_probs = torch.tensor([[-1.0, -2.0, -0.5, -3.0], [-0.1, -0.7, -1.2, -2.2]])
+    reference = log_probs + torch.tensor([[0.3, -0.2, 0.5, 0.0], [0.1, 0.4, -0.6, 0.2]])
+    stats = fixed_stats(log_probs)
+
+    def k3(b, t):
+        delta = float(reference[b, t] - log_probs[b, t])
+        return math.exp(delta) - delta - 1
+
+    for tokens, mask in (("selected", SELECTED), ("all", RESPONSE)):
+        config = PolicyLossConfig(kl_coef=0.5, regularizer_tokens=tokens)
+        loss, _ = policy_loss(stats, log_probs, ADVANTAGES, RESPONSE, SELECTED, config, reference_log_probs=reference)
+        base, _ = policy_loss(stats, log_probs, ADVANTAGES, RESPONSE, SELECTED, PolicyLossConfig())
+        cells = [(b, t) for b in range(2) for t in range(4) if mask[b, t]]
+        expected_kl = sum(k3(b, t) for b, t in cells) / len(cells)
+        assert (loss - base).item() == pytest.approx(0.5 * expected_kl, rel=1e-5)
+
+
+def test_kl_penalty_adds_absolute_log_ratio_on_its_tokens():
+    old = torch.zeros(2, 4)
+    penalty = torch.zeros(2, 4)
+    penalty[1, 3] = 2.0
+    loss, _ = policy_loss(fixed_stats(RATIOS.log()), old, ADVANTAGES, RESPONSE, SELECTED, kl_penalty=penalty)
+    base, _ = policy_loss(fixed_stats(RATIOS.log()), old, ADVANTAGES, RESPONSE, SELECTED)
+    assert (loss - base).item() == pytest.approx(2.0 * math.log(6.0) / 5, rel=1e-5)

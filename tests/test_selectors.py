@@ -28,7 +28,7 @@ def make_inputs(seed: int = 0, batch: int = 4, length: int = 16, vocab: int = 11
         entropy=torch.rand(batch, length, generator=generator) * 3,
         renyi2=torch.rand(batch, length, generator=generator),
         js_scores={
-            name: torch.rand(batch, length, generator=generator) * math.log(2) for name in ("seq_mean", "prev", "ref")
+            name: torch.rand(batch, length, generator=generator) * math.log(2) for name in ("group_mean", "seq_mean", "prev", "ref")
         },
     )
     return SelectionInputs(
@@ -37,6 +37,7 @@ def make_inputs(seed: int = 0, batch: int = 4, length: int = 16, vocab: int = 11
         advantages=torch.randn(batch, generator=generator),
         token_ids=torch.randint(0, vocab, (batch, length), generator=generator),
         generator=torch.Generator().manual_seed(seed + 1),
+        group_ids=torch.arange(batch) // 2,
     )
 
 
@@ -166,7 +167,7 @@ def test_ict_uses_the_requested_reference():
         expected = reference_20_entropy_mask(inputs.stats.js_scores[reference], inputs.response_mask, 0.1)
         assert torch.equal(mask, expected)
     assert required_js_references("ict", {"reference": "prev"}) == ("prev",)
-    assert required_js_references("ict") == ("seq_mean",)
+    assert required_js_references("ict") == ("group_mean",)  # the paper's reference is the default
     assert required_js_references("entropy") == ()
     del inputs.stats.js_scores["prev"]
     with pytest.raises(ValueError, match="not computed"):
@@ -175,7 +176,7 @@ def test_ict_uses_the_requested_reference():
 
 def test_ict_sequence_scope_ranks_each_sequence():
     inputs = make_inputs(4, batch=5, length=20)
-    mask = select_tokens("ict", inputs, ratio=0.2, scope="sequence")
+    mask = select_tokens("ict", inputs, ratio=0.2, scope="sequence", reference="seq_mean")
     for row in range(5):
         n = int(inputs.response_mask[row].sum())
         assert int(mask[row].sum()) == exact_count(0.2, n)
@@ -186,7 +187,7 @@ def test_ict_sequence_scope_ranks_each_sequence():
 
 def test_ict_token_id_unit_selects_top_unique_ids_by_mean_score():
     inputs = make_inputs(5, batch=3, length=25, vocab=9)
-    mask = select_tokens("ict", inputs, ratio=0.3, unit="token_id")
+    mask = select_tokens("ict", inputs, ratio=0.3, unit="token_id", reference="seq_mean")
     ids = inputs.token_ids[inputs.response_mask]
     scores = inputs.stats.js_scores["seq_mean"][inputs.response_mask]
     means = {int(i): scores[ids == i].double().mean().item() for i in ids.unique()}
@@ -231,3 +232,168 @@ def test_users_can_register_a_selector():
     finally:
         SELECTORS.pop("first_token_test", None)
         SELECTORS.pop("outside_test", None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scopes, populations, presets, option parsing, plugins, STAPO's strict rule, Clip-Cov, KL-Cov
+
+from ict.selectors import (  # noqa: E402
+    Selection,
+    get_preset,
+    load_plugin,
+    parse_selector_options,
+    ranking_population,
+    resolve_options,
+    select,
+)
+
+
+def test_group_scope_ranks_each_group_alone():
+    inputs = make_inputs(11, batch=6, length=12)
+    inputs.group_ids = torch.tensor([3, 1, 3, 1, 7, 7])
+    mask = select_tokens("ict", inputs, ratio=0.25, scope="group")
+    scores = inputs.stats.js_scores["group_mean"]
+    for label in (1, 3, 7):
+        rows = [row for row in range(6) if int(inputs.group_ids[row]) == label]
+        cells = [(row, t) for row in rows for t in range(12) if inputs.response_mask[row, t]]
+        # independent rule: sort by (-score, row-major position), keep ceil(0.25 n)
+        cells.sort(key=lambda cell: (-float(scores[cell]), cell))
+        keep = set(cells[: exact_count(0.25, len(cells))])
+        got = {(row, t) for row in rows for t in range(12) if mask[row, t]}
+        assert got == keep
+
+
+@pytest.mark.parametrize("name", sorted(["all", "entropy", "stapo", "ict", "random", "clip_cov", "kl_cov"]))
+def test_selection_on_a_population_equals_selection_on_the_batch(name):
+    """A selector given exactly its ranking population returns the same mask as on the whole
+    batch: what lets the trainer select per micro-batch when micro-batches hold populations."""
+    inputs = make_inputs(12, batch=6, length=10)
+    options = {"scope": "group"} if name in ("ict", "random") else {}
+    population = ranking_population(name, options)
+    if population == "batch":
+        pytest.skip("a batch-population selector must see the whole batch: nothing to split")
+    full = select_tokens(name, inputs, **options)
+    parts = population_rows_for_test(population, inputs)
+    for rows in parts:
+        part = SelectionInputs(
+            stats=TokenStatistics(*(getattr(inputs.stats, f)[rows] for f in ("log_probs", "entropy", "renyi2")),
+                                  js_scores={k: v[rows] for k, v in inputs.stats.js_scores.items()}),
+            response_mask=inputs.response_mask[rows], advantages=inputs.advantages[rows],
+            token_ids=inputs.token_ids[rows], group_ids=inputs.group_ids[rows])
+        assert torch.equal(select_tokens(name, part, **options), full[rows])
+
+
+def population_rows_for_test(population, inputs):
+    batch = inputs.response_mask.shape[0]
+    if population in ("token", "sequence"):
+        return [torch.tensor([row]) for row in range(batch)]
+    return [torch.tensor([row for row in range(batch) if int(inputs.group_ids[row]) == label])
+            for label in inputs.group_ids.unique().tolist()]
+
+
+def test_ranking_populations_come_from_the_registry():
+    assert ranking_population("all") == "token"
+    assert ranking_population("entropy") == "batch"
+    assert ranking_population("stapo") == "batch"
+    assert ranking_population("ict") == "batch"
+    assert ranking_population("ict", {"scope": "sequence"}) == "sequence"
+    assert ranking_population("random", {"scope": "group"}) == "batch"  # one draw over the batch
+    with pytest.raises(ValueError, match="scope must be one of"):
+        select_tokens("ict", make_inputs(), scope="micro")
+
+
+def test_paper_preset_and_option_parsing():
+    preset = get_preset("ict", "paper")
+    assert preset.selector_options["reference"] == "group_mean"
+    assert preset.selector_options["scope"] == "sequence"
+    assert preset.train_options["aggregation"] == "seq_mean_token_mean"
+    assert resolve_options("ict", {"ratio": 0.2}, preset="paper") == {
+        "ratio": 0.2, "reference": "group_mean", "unit": "position", "scope": "sequence"}
+    with pytest.raises(ValueError, match="no preset"):
+        resolve_options("entropy", preset="paper")
+    assert parse_selector_options("ict", {"ratio": "0.2", "reference": "prev"}) == {"ratio": 0.2, "reference": "prev"}
+    assert parse_selector_options("random", {"seed": "7"}) == {"seed": 7}
+    with pytest.raises(ValueError, match="is not a float"):
+        parse_selector_options("ict", {"ratio": "lots"})
+    with pytest.raises(ValueError, match="accepted: ratio"):
+        parse_selector_options("entropy", {"ratioo": "0.1"})
+
+
+def test_a_plugin_file_registers_a_selector(tmp_path):
+    plugin = tmp_path / "my_selector.py"
+    plugin.write_text(
+        "from ict.selectors import register_selector\n"
+        "@register_selector('last_token_plugin', defaults={'keep': 1})\n"
+        "def select_last(inputs, keep):\n"
+        "    '''Keep the last response token of each row.'''\n"
+        "    mask = inputs.response_mask.clone()\n"
+        "    mask[:, :-keep] = False\n"
+        "    return mask\n")
+    try:
+        load_plugin(str(plugin))
+        inputs = make_inputs(mask_rate=-1.0)
+        mask = select_tokens("last_token_plugin", inputs)
+        assert mask[:, -1].all() and not mask[:, :-1].any()
+        assert SELECTORS["last_token_plugin"].description == "Keep the last response token of each row."
+    finally:
+        SELECTORS.pop("last_token_plugin", None)
+    with pytest.raises(ValueError, match="cannot import plugin"):
+        load_plugin("no_such_module_for_ict")
+
+
+def test_stapo_candidates_need_strictly_positive_advantage():
+    """Zero-advantage low-probability tokens are not candidates: counting them (A >= 0) would
+    change the entropy quantile and so which positive-advantage tokens are silenced."""
+    log_probs = torch.log(torch.full((2, 4), 0.001))
+    entropy = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.05, 0.06, 0.07, 0.08]])
+    mask = torch.ones(2, 4, dtype=torch.bool)
+    inputs = SelectionInputs(stats=TokenStatistics(log_probs, entropy, entropy.clone()),
+                             response_mask=mask, advantages=torch.tensor([1.0, 0.0]))
+    kept = select_tokens("stapo", inputs)
+    # A > 0: candidates are row 0 only; quantile 0.75 of [0.1..0.4] = 0.325 -> silence 0.1, 0.2, 0.3.
+    strict = mask.clone()
+    strict[0, :3] = False
+    assert torch.equal(kept, strict)
+    # A >= 0 would add row 1 (entropies 0.05-0.08): quantile of 8 values = 0.2125 silences
+    # 0.1, 0.2 and all of row 1, keeping (0, 2): a different mask.
+    threshold = torch.quantile(entropy.flatten().double(), 0.75)
+    non_strict = mask & ~(entropy.double() < threshold)
+    assert not torch.equal(non_strict, strict)
+
+
+def hand_covariance(log_probs, advantages, mask):
+    cells = [(b, t) for b in range(mask.shape[0]) for t in range(mask.shape[1]) if mask[b, t]]
+    mean_lp = sum(float(log_probs[c]) for c in cells) / len(cells)
+    mean_a = sum(float(advantages[c[0]]) for c in cells) / len(cells)
+    return {c: (float(log_probs[c]) - mean_lp) * (float(advantages[c[0]]) - mean_a) for c in cells}
+
+
+def test_kl_cov_penalises_the_largest_covariance_tokens():
+    log_probs = torch.tensor([[-0.1, -3.0, -0.5, -2.0], [-1.0, -0.2, -4.0, -0.3]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.bool)
+    advantages = torch.tensor([1.5, -1.0])
+    inputs = SelectionInputs(TokenStatistics(log_probs, torch.ones(2, 4), torch.ones(2, 4)), mask, advantages)
+    selection = select("kl_cov", inputs, ratio=0.3, kl_coef=0.5)
+    covariance = hand_covariance(log_probs, advantages, mask)
+    top = sorted(covariance, key=lambda c: -covariance[c])[: max(1, int(0.3 * 7))]  # 2 tokens
+    expected = torch.zeros(2, 4)
+    for cell in top:
+        expected[cell] = 0.5
+    assert isinstance(selection, Selection)
+    assert torch.equal(selection.mask, mask)
+    assert torch.equal(selection.kl_penalty, expected)
+
+
+def test_clip_cov_cuts_random_tokens_within_the_covariance_band():
+    log_probs = torch.tensor([[-0.1, -3.0, -0.5, -2.0, -6.0], [-1.0, -0.2, -4.0, -0.3, -5.0]])
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    advantages = torch.tensor([2.0, -2.0])
+    inputs = SelectionInputs(TokenStatistics(log_probs, torch.ones(2, 5), torch.ones(2, 5)), mask, advantages,
+                             generator=torch.Generator().manual_seed(0))
+    covariance = hand_covariance(log_probs, advantages, mask)
+    band = {c for c, v in covariance.items() if 0.5 < v < 5.0}
+    kept = select_tokens("clip_cov", inputs, ratio=0.2, cov_low=0.5, cov_high=5.0)
+    cut = {(b, t) for b in range(2) for t in range(5) if mask[b, t] and not kept[b, t]}
+    assert len(cut) == min(max(1, int(0.2 * 10)), len(band)) and cut <= band
+    # A band that holds no token cuts nothing.
+    assert torch.equal(select_tokens("clip_cov", inputs, cov_low=100.0, cov_high=200.0), mask)
