@@ -16,11 +16,11 @@ from typing import Any
 
 import yaml
 
+from ict import selectors
 from ict.errors import UsageError
 
-METHOD_TO_SELECTOR = {"grpo": "all", "entropy": "entropy", "stapo": "stapo", "ict": "ict",
-                      "random": "random"}
-DEFAULT_RATIOS = {"entropy": 0.2, "ict": 0.1, "random": 0.1}
+# Method names that are not selector names (the only alias: the field calls GRPO "grpo").
+METHOD_ALIASES = {"grpo": "all"}
 
 
 def _option(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
@@ -93,20 +93,22 @@ class TrainConfig:
     vllm_gpu_memory_utilization: float = _option(0.3, "fraction of GPU memory vLLM may use")
 
     # ---- method: token selection
-    method: str = _option("ict", "which tokens are updated: grpo (all), entropy (top-entropy), "
-                          "stapo (silence spurious tokens), ict (top-JS), random (control)",
-                          tuple(METHOD_TO_SELECTOR))
-    ratio: float | None = _option(None, "fraction of response tokens selected (entropy, ict, "
-                                  "random); None = the method default (entropy 0.2, ict 0.1, "
-                                  "random 0.1)")
-    js_reference: str = _option("seq_mean", "ICT: JS reference distribution",
-                                ("seq_mean", "prev", "ref"))
-    selection_unit: str = _option("position", "ICT: rank positions or unique token ids",
-                                  ("position", "token_id"))
-    selection_scope: str = _option("batch", "ICT/random: rank over the micro-batch or per "
-                                   "sequence", ("batch", "sequence"))
-    stapo_tau_p: float = _option(0.002, "STAPO: probability threshold of spurious tokens")
-    stapo_quantile: float = _option(0.75, "STAPO: entropy quantile of spurious tokens")
+    method: str = _option("ict", "which tokens are updated: any selector of the registry "
+                          "(ict: top 10% by JS to the group mean, the paper's score; all or its "
+                          "alias grpo; entropy: 20-Entropy; stapo; random: the control; "
+                          "clip_cov; kl_cov; or one a --plugin registers)")
+    selector: dict = _option({}, "the selector's options as selector.key=value (e.g. "
+                             "selector.reference=seq_mean, selector.scope=sequence); unset keys "
+                             "take the registry's defaults; config.yaml shows them all")
+    ratio: float | None = _option(None, "shortcut for selector.ratio (selectors with a ratio)")
+    preset: str | None = _option(None, "a named setting of the method from the registry, e.g. "
+                                 "paper for ict (group_mean, 10% per sequence, "
+                                 "seq_mean_token_mean loss, a full-token warm-up); options you "
+                                 "set yourself win")
+    plugin: str | None = _option(None, "comma-separated modules or .py files imported first "
+                                 "(they register selectors or rewards)")
+    full_token_warmup_steps: int = _option(0, "the first N steps update every response token "
+                                           "(the paper preset's warm-up)")
 
     # ---- loss
     clip_low: float = _option(0.2, "lower clip range: ratio >= 1 - clip_low")
@@ -115,8 +117,16 @@ class TrainConfig:
                                ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"))
     max_response_length: int | None = _option(None, "L of seq_mean_token_sum_norm (None: "
                                                "max_new_tokens)")
+    denominator: str = _option("selected", "loss normaliser: selected tokens (ours, the "
+                               "20-Entropy reference) or all response tokens (TRL's "
+                               "top_entropy_quantile)", ("selected", "all"))
+    clip_ratio_c: float | None = _option(None, "dual-clip bound for negative advantages "
+                                         "(verl's clip_ratio_c, e.g. 3 or 10; None: off)")
     kl_coef: float = _option(0.0, "weight of the k3 KL to the initial policy (0: none)")
     entropy_coef: float = _option(0.0, "entropy bonus weight (0: none)")
+    regularizer_tokens: str = _option("selected", "tokens the KL and entropy terms cover: "
+                                      "selected, or all response tokens (verl, TRL)",
+                                      ("selected", "all"))
     normalize_advantage_std: bool = _option(True, "divide group advantages by the group std")
 
     # ---- optimisation
@@ -128,11 +138,18 @@ class TrainConfig:
     adam_beta2: float = _option(0.999, "AdamW beta2")
     adam_eps: float = _option(1e-8, "AdamW epsilon")
     max_grad_norm: float = _option(1.0, "gradient clipping norm (0: no clipping)")
+    max_consecutive_skips: int = _option(3, "updates with a non-finite loss or gradient are "
+                                         "skipped (weights untouched); this many in a row stop "
+                                         "the run after a checkpoint")
     warmup_steps: int = _option(0, "linear learning-rate warm-up steps")
     updates_per_batch: int = _option(1, "passes over each rollout batch (> 1 uses old log-probs)")
     mini_batch_size: int | None = _option(None, "sequences per optimizer step (None: the whole "
                                           "rollout batch)")
-    micro_batch_size: int = _option(16, "sequences per forward/backward (gradient accumulation)")
+    micro_batch_size: int | None = _option(None, "sequences per forward/backward (gradient "
+                                           "accumulation; None: the whole mini-batch). A memory "
+                                           "setting only: the selected tokens never depend on it "
+                                           "(a population larger than a micro-batch is scored "
+                                           "in an extra no-grad pass)")
     stats_chunk_size: int | None = _option(None, "positions per chunk in token statistics")
     seed: int = _option(0, "random seed (data order, sampling, random selector)")
     num_threads: int | None = _option(None, "torch CPU threads (None: torch's default; 1 is "
@@ -158,43 +175,84 @@ class TrainConfig:
 
     # -------------------------------------------------------------------------------------
     @property
-    def selector(self) -> str:
+    def selector_name(self) -> str:
         """Selector registry name of `method`."""
-        return METHOD_TO_SELECTOR[self.method]
+        return METHOD_ALIASES.get(self.method, self.method)
 
     def selector_options(self) -> dict[str, Any]:
-        """Keyword options of `ict.selectors.select_tokens` for this method."""
-        ratio = self.ratio if self.ratio is not None else DEFAULT_RATIOS.get(self.method)
-        if self.method in ("entropy",):
-            return {"ratio": ratio}
-        if self.method == "ict":
-            return {"ratio": ratio, "reference": self.js_reference, "unit": self.selection_unit,
-                    "scope": self.selection_scope}
-        if self.method == "random":
-            return {"ratio": ratio, "scope": self.selection_scope}
-        if self.method == "stapo":
-            return {"tau_p": self.stapo_tau_p, "quantile": self.stapo_quantile}
-        return {}
+        """The selector's resolved options: registry defaults < preset < `selector` < `ratio`."""
+        options = dict(self.selector)
+        if self.ratio is not None:
+            if "ratio" not in selectors.resolve_options(self.selector_name):
+                raise UsageError(f"method {self.method!r} has no ratio; remove --ratio")
+            options["ratio"] = self.ratio
+        try:
+            options = selectors.parse_selector_options(self.selector_name, options)
+            return selectors.resolve_options(self.selector_name, options, self.preset)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+
+    def resolve(self, explicit: set[str] | None = None) -> TrainConfig:
+        """Validate, apply the preset's training options to the fields not set explicitly
+        (`explicit`: their names; default: the fields that differ from their defaults), and
+        store the selector's fully resolved options in `selector` (so config.yaml shows them)."""
+        self.validate()
+        if explicit is None:
+            explicit = {item.name for item in dataclasses.fields(self)
+                        if getattr(self, item.name) != _default_of(item)}
+        if self.preset is not None:
+            try:
+                preset = selectors.get_preset(self.selector_name, self.preset)
+            except ValueError as error:
+                raise UsageError(str(error)) from None
+            for key, value in preset.train_options.items():
+                if key not in explicit:
+                    setattr(self, key, value)
+        self.selector = self.selector_options()
+        self.ratio = None  # folded into selector.ratio
+        return self.validate()
+
+    def load_plugins(self) -> None:
+        for module in (self.plugin or "").split(","):
+            if module.strip():
+                try:
+                    selectors.load_plugin(module.strip())
+                except ValueError as error:
+                    raise UsageError(str(error)) from None
 
     def validate(self) -> TrainConfig:
         """Check choices and ranges; raise UsageError with one clear line."""
+        self.load_plugins()
+        if self.selector_name not in selectors.SELECTORS:
+            names = ", ".join(["grpo", *sorted(selectors.SELECTORS)])
+            raise UsageError(f"method={self.method!r} is not one of {names} (or register it "
+                             "in a --plugin module)")
+        options = self.selector_options()
+        ratio = options.get("ratio")
+        if isinstance(ratio, int | float) and not 0.0 < ratio <= 1.0:
+            raise UsageError(f"ratio must be in (0, 1], got {ratio}")
         for item in dataclasses.fields(self):
             choices = item.metadata.get("choices")
             value = getattr(self, item.name)
             if choices and value not in choices:
                 raise UsageError(f"{item.name}={value!r} is not one of {', '.join(choices)}")
-        positive = ("prompts_per_step", "max_new_tokens", "generation_batch_size", "num_steps",
-                    "micro_batch_size", "updates_per_batch")
+            positive = ("prompts_per_step", "max_new_tokens", "generation_batch_size", "num_steps",
+                    "updates_per_batch", "max_consecutive_skips")
         for name in positive:
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            raise UsageError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
         if self.num_generations < 2:
             raise UsageError("num_generations must be >= 2 (group advantages need a group)")
+        rows = self.prompts_per_step * self.num_generations
         if self.mini_batch_size is not None and not (
-                1 <= self.mini_batch_size <= self.prompts_per_step * self.num_generations):
-            raise UsageError("mini_batch_size must be in 1..prompts_per_step*num_generations")
-        if self.ratio is not None and not 0.0 < self.ratio <= 1.0:
-            raise UsageError(f"ratio must be in (0, 1], got {self.ratio}")
+                1 <= self.mini_batch_size <= rows and self.mini_batch_size % self.num_generations == 0):
+            raise UsageError(f"mini_batch_size must be a multiple of num_generations "
+                             f"({self.num_generations}) in 1..{rows}: mini-batches hold whole "
+                             "groups (the group-mean score and group advantages need them)")
+        if self.clip_ratio_c is not None and not self.clip_ratio_c > 1:
+            raise UsageError(f"clip_ratio_c must be > 1 (or none), got {self.clip_ratio_c}")
         if not self.temperature > 0:
             raise UsageError("temperature must be > 0 for training rollouts")
         if not 0.0 < self.top_p <= 1.0:
@@ -204,7 +262,7 @@ class TrainConfig:
         if self.num_threads is not None and self.num_threads < 1:
             raise UsageError("num_threads must be >= 1")
         for name in ("eval_size", "eval_every", "save_every", "warmup_steps", "lora_rank",
-                     "keep_checkpoints"):
+                     "keep_checkpoints", "full_token_warmup_steps"):
             if getattr(self, name) < 0:
                 raise UsageError(f"{name} must be >= 0")
         if self.resume and not self.run_dir:
@@ -215,6 +273,12 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _default_of(item: dataclasses.Field) -> Any:
+    if item.default is not dataclasses.MISSING:
+        return item.default
+    return item.default_factory()  # type: ignore[misc]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -329,23 +393,36 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return {str(key).replace("-", "_"): value for key, value in data.items()}
 
 
+# Option names of earlier versions -> the selector option they set now.
+_RENAMED = {"js_reference": "reference", "selection_unit": "unit", "selection_scope": "scope",
+            "stapo_tau_p": "tau_p", "stapo_quantile": "quantile"}
+
+
 def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | None = None,
                  overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """Resolve defaults < YAML < options < overrides into a validated `TrainConfig`."""
+    """Resolve defaults < YAML < options < overrides into a validated `TrainConfig`.
+
+    A preset's training options (e.g. `aggregation`) apply unless set explicitly; the returned
+    config holds the selector's fully resolved options in `selector`."""
     values: dict[str, Any] = {}
     if yaml_path:
-        values = apply_overrides(values, load_yaml(yaml_path))
-    values = apply_overrides(values, options or {})
-    values = apply_overrides(values, overrides or {})
-    return TrainConfig(**values).validate()
+        values = apply_overrides(values, _renamed(load_yaml(yaml_path)))
+    values = apply_overrides(values, _renamed(options or {}))
+    values = apply_overrides(values, _renamed(overrides or {}))
+    return TrainConfig(**values).resolve(explicit=set(values))
+
+
+def _renamed(values: dict[str, Any]) -> dict[str, Any]:
+    """Accept the option names of earlier versions (`js_reference=prev` is `selector.reference`)."""
+    out = {}
+    for key, value in values.items():
+        name = key.replace("-", "_")
+        out[f"selector.{_RENAMED[name]}" if name in _RENAMED else key] = value
+    return out
 
 
 def save_config(config: TrainConfig, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
-
-
-def load_saved_config(path: str | Path) -> TrainConfig:
-    return build_config(yaml_path=path)
 
 
 def describe(value: Any) -> str:

@@ -1,5 +1,9 @@
-"""The one exception type for bad user input; the CLI prints it as one line and exits 2."""
+"""Errors the command line turns into one line on stderr (never a traceback)."""
 
 
 class UsageError(Exception):
-    """Bad input from the user (option, file, model id); the message is shown as is."""
+    """Bad user input (an option, a file, a path): the message names the problem and the fix."""
+
+
+class TrainingDiverged(Exception):
+    """Training stopped after too many consecutive non-finite updates (checkpointed first)."""

@@ -61,6 +61,24 @@ class TokenStatistics:
     renyi2: Tensor
     js_scores: dict[str, Tensor] = field(default_factory=dict)
 
+    def detached(self) -> TokenStatistics:
+        """The same statistics without gradients."""
+        return TokenStatistics(self.log_probs.detach(), self.entropy.detach(), self.renyi2.detach(),
+                               {name: scores.detach() for name, scores in self.js_scores.items()})
+
+    def rows(self, index: Tensor | slice) -> TokenStatistics:
+        """The statistics of the rows ``index`` of the batch."""
+        return TokenStatistics(self.log_probs[index], self.entropy[index], self.renyi2[index],
+                               {name: scores[index] for name, scores in self.js_scores.items()})
+
+    @staticmethod
+    def concat(parts: Sequence[TokenStatistics]) -> TokenStatistics:
+        """Row-wise concatenation of statistics with equal ``T`` and the same JS references."""
+        return TokenStatistics(
+            torch.cat([part.log_probs for part in parts]), torch.cat([part.entropy for part in parts]),
+            torch.cat([part.renyi2 for part in parts]),
+            {name: torch.cat([part.js_scores[name] for part in parts]) for name in parts[0].js_scores})
+
 
 def default_chunk_size(vocab_size: int) -> int:
     """Rows per chunk so that one ``[chunk, V]`` float32 temporary holds about 8 MiB."""

@@ -1,20 +1,24 @@
 """The training loop: the one place that wires every part together.
 
-Each step (read top to bottom):
+Each step (read top to bottom; `train_step`):
 
 1. take `prompts_per_step` problems (a seeded, resumable stream);
-2. sample `num_generations` completions per prompt (`ict.rollout`);
+2. sample `num_generations` (G) completions per prompt (`ict.rollout`); rows are prompt-major, so
+   the G completions of a prompt (a group) are adjacent and `group_ids = row // G`;
 3. score them (`ict.rewards`) and turn the rewards into group advantages
    (`ict.loss.group_advantages`);
-4. pack prompt + completion tokens; when a batch is used for more than one optimizer step
-   (`updates_per_batch > 1` or several mini-batches) record the rollout policy's log-probs first;
-5. for each mini-batch, for each micro-batch: forward, slice the logits of the response positions,
-   compute token statistics (`ict.stats.token_statistics`), select the tokens to update
-   (`ict.selectors.select_tokens`), compute the clipped loss on them (`ict.loss.policy_loss`),
-   backward; then normalise the accumulated gradient so the loss is aggregated over the whole
-   mini-batch, clip it, and take an AdamW step;
-6. log one JSON line of metrics (+ TensorBoard, progress bar), warn on entropy collapse or
-   explosion, checkpoint every `save_every` steps and at the end.
+4. for each mini-batch (whole groups), `update_mini_batch`: when the selector's ranking
+   population spans several micro-batches, a no-grad scoring pass computes the statistics of the
+   whole mini-batch and the selection is made once (`select_population`); then, per micro-batch,
+   `micro_batch_step`: forward -> token statistics -> selection -> clipped loss -> backward; the
+   accumulated gradient is normalised to the mini-batch's aggregate, a non-finite one is skipped,
+   else clipped and applied with AdamW;
+5. the diagnostics of the step's selection (`ict.diagnostics`) and one JSON line of metrics
+   (`ict.reporting`); warnings on entropy collapse or explosion; checkpoints.
+
+Which tokens are selected never depends on `micro_batch_size` (a memory setting): a selector
+always ranks its whole population (`ict.selectors.ranking_population`): the sequence, the group,
+or the whole mini-batch.
 
 Ctrl-C (or SIGTERM) lets the current step finish, checkpoints it and stops with
 `KeyboardInterrupt`, so `--resume` loses nothing; a second Ctrl-C aborts at once.
@@ -27,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import math
 import signal
 import threading
@@ -43,23 +46,33 @@ import torch
 from ict.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from ict.config import TrainConfig, save_config
 from ict.data import Problem, PromptSampler, load_training_data
-from ict.errors import UsageError
-from ict.loss import PolicyLossConfig, group_advantages, policy_loss
+from ict.diagnostics import DIAGNOSTIC_KEYS, token_diagnostics
+from ict.errors import TrainingDiverged, UsageError
+from ict.loss import PolicyLossConfig, aggregation_weight, group_advantages, policy_loss
 from ict.models import LoraOptions, load_model_and_tokenizer
+from ict.reporting import MetricsLogger, print_summary, progress_bar, step_line, write_eval
 from ict.rewards import Reward, build_reward
 from ict.rollout import RolloutBatch, generate_completions, pack_rollout
-from ict.selectors import SelectionInputs, required_js_references, select_tokens
-from ict.stats import token_statistics
+from ict.selectors import (
+    Selection,
+    SelectionInputs,
+    ranking_population,
+    required_js_references,
+    select,
+)
+from ict.stats import TokenStatistics, token_statistics
 
 # Fields every metrics line carries (tests check them); values are floats or null (NaN).
+# `kl`: k3 KL to the reference (initial) policy, null without one; `kl_old`: to the rollout policy.
 METRIC_FIELDS = (
     "step", "reward_mean", "reward_std", "accuracy", "entropy", "entropy_selected", "renyi2",
     "renyi2_selected", "selected_fraction", "js_score", "js_score_selected", "clip_fraction", "kl",
-    "kl_ref", "loss", "grad_norm", "learning_rate", "response_length_mean", "finished_fraction",
-    "zero_advantage_fraction", "tokens_per_second", "generation_seconds", "training_seconds",
-    "step_seconds",
+    "kl_old", "loss", "grad_norm", "learning_rate", "response_length_mean", "finished_fraction",
+    "zero_advantage_fraction", "skipped_updates", "tokens_per_second", "generation_seconds",
+    "training_seconds", "step_seconds", *DIAGNOSTIC_KEYS,
 )
-MONITOR_JS_REFERENCE = "seq_mean"
+# Every method computes the paper's score too: `js_score` and the diagnostics' ICT overlap use it.
+MONITOR_JS_REFERENCE = "group_mean"
 
 
 def step_seed(seed: int, step: int, stream: int) -> int:
@@ -68,7 +81,7 @@ def step_seed(seed: int, step: int, stream: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Forward pass and token statistics
+# Forward pass
 
 def response_logits(model: Any, batch: RolloutBatch) -> torch.Tensor:
     """Logits [B, T, V] of the distributions that produced the response tokens.
@@ -85,20 +98,6 @@ def response_logits(model: Any, batch: RolloutBatch) -> torch.Tensor:
     logits = outputs.logits[:, :-1]
     assert logits.shape[1] == length and batch.input_ids.shape[1] == prompt_length + length
     return logits
-
-
-@torch.no_grad()
-def rollout_log_probs(model: Any, batch: RolloutBatch, temperature: float, micro_batch_size: int,
-                      chunk_size: int | None) -> torch.Tensor:
-    """log pi(token) [N, T] of the response tokens under `model` (no grad), in micro-batches."""
-    parts = []
-    for start in range(0, batch.input_ids.shape[0], micro_batch_size):
-        micro = batch.select(slice(start, start + micro_batch_size))
-        stats = token_statistics(response_logits(model, micro), micro.response_ids,
-                                 micro.response_mask, temperature=temperature,
-                                 chunk_size=chunk_size)
-        parts.append(stats.log_probs.detach())
-    return torch.cat(parts)
 
 
 class ReferencePolicy:
@@ -121,28 +120,129 @@ class ReferencePolicy:
 
 
 # ---------------------------------------------------------------------------------------------
-# One optimizer step's gradient over a mini-batch
+# The method: which selector, and what its statistics must contain
+
+@dataclass(frozen=True)
+class Method:
+    """A selector with its resolved options, the rows it ranks together (`population`) and the
+    JS references the statistics must include (the selector's and the monitor's)."""
+
+    selector: str
+    options: dict[str, Any]
+    population: str
+    js_references: tuple[str, ...]
+
+    @classmethod
+    def of(cls, selector: str, options: dict[str, Any]) -> Method:
+        references = (MONITOR_JS_REFERENCE, *required_js_references(selector, options))
+        return cls(selector, dict(options), ranking_population(selector, options),
+                   tuple(dict.fromkeys(references)))
+
+
+ALL_TOKENS = Method.of("all", {})
+
 
 @dataclass
-class UpdateResult:
-    """Gradient accumulation result: the selected mask of every row, summed metrics."""
+class StepContext:
+    """What every micro-batch of a step shares."""
 
-    selected_mask: torch.Tensor
+    loss_config: PolicyLossConfig
+    temperature: float = 1.0
+    chunk_size: int | None = None
+    reference: ReferencePolicy | None = None
+
+
+def statistics_of(model: Any, micro: RolloutBatch, group_ids: torch.Tensor, references: tuple[str, ...],
+                  context: StepContext, differentiable_entropy: bool = False,
+                  ) -> tuple[TokenStatistics, torch.Tensor | None]:
+    """Token statistics of `micro` under `model` (log-probs carry gradients when grad is on), and
+    the reference policy's log-probs when the loss or a `ref` score needs them."""
+    logits = response_logits(model, micro)
+    reference_logits = None
+    if context.reference is not None and ("ref" in references or context.loss_config.kl_coef > 0):
+        reference_logits = context.reference.logits(micro)
+    stats = token_statistics(
+        logits, micro.response_ids, micro.response_mask, temperature=context.temperature,
+        js_references=tuple(name for name in references if name != "ref" or reference_logits is not None),
+        reference_logits=reference_logits, differentiable_entropy=differentiable_entropy,
+        chunk_size=context.chunk_size, group_ids=group_ids)
+    reference_log_probs = None
+    if reference_logits is not None:
+        reference_log_probs = token_statistics(
+            reference_logits, micro.response_ids, micro.response_mask,
+            temperature=context.temperature, chunk_size=context.chunk_size).log_probs.detach()
+    return stats, reference_log_probs
+
+
+def micro_batches(rows: int, micro_batch_size: int, group_size: int, whole_groups: bool) -> list[slice]:
+    """Row slices of at most `micro_batch_size` rows; with `whole_groups`, of whole groups
+    (a multiple of `group_size` rows, at least one group)."""
+    size = max(group_size, micro_batch_size // group_size * group_size) if whole_groups else micro_batch_size
+    return [slice(start, min(start + size, rows)) for start in range(0, rows, size)]
+
+
+@torch.no_grad()
+def score_batch(model: Any, batch: RolloutBatch, group_ids: torch.Tensor, references: tuple[str, ...],
+                context: StepContext, micro_batch_size: int, group_size: int) -> TokenStatistics:
+    """Detached statistics [N, T] of the whole batch, in micro-batches of whole groups (the
+    scoring pass: the population's scores before the first gradient micro-batch)."""
+    parts = [statistics_of(model, batch.select(part), group_ids[part], references, context)[0]
+             for part in micro_batches(batch.input_ids.shape[0], micro_batch_size, group_size, True)]
+    return TokenStatistics.concat([part.detached() for part in parts])
+
+
+# ---------------------------------------------------------------------------------------------
+# One optimizer step's gradient over a mini-batch
+
+def select_population(method: Method, stats: TokenStatistics, batch: RolloutBatch,
+                      advantages: torch.Tensor, group_ids: torch.Tensor,
+                      old_log_probs: torch.Tensor | None, context: StepContext,
+                      generator: torch.Generator) -> Selection:
+    """Run the method's selector on the statistics of `batch` (its whole ranking population)."""
+    inputs = SelectionInputs(
+        stats=stats, response_mask=batch.response_mask, advantages=advantages,
+        token_ids=batch.response_ids, generator=generator, group_ids=group_ids,
+        old_log_probs=old_log_probs,
+        clip_range=(context.loss_config.clip_low, context.loss_config.clip_high))
+    return select(method.selector, inputs, **method.options)
+
+
+@dataclass
+class MicroBatchResult:
     loss: float
-    metric_sums: dict[str, float] = field(default_factory=dict)
-    metric_counts: dict[str, float] = field(default_factory=dict)
+    weight: float
+    metrics: dict[str, float]
+    selection: Selection
+    stats: TokenStatistics  # detached
 
 
-def aggregation_weight(selected: torch.Tensor, aggregation: str) -> float:
-    """The denominator a micro-batch contributes to its mini-batch's aggregated loss, so that
-    `sum_micro weight_micro * loss_micro / sum_micro weight_micro` equals the loss of the whole
-    mini-batch: selected tokens (token_mean), sequences with a selected token
-    (seq_mean_token_mean), sequences (seq_mean_token_sum_norm)."""
-    if aggregation == "token_mean":
-        return float(selected.sum())
-    if aggregation == "seq_mean_token_mean":
-        return float((selected.sum(dim=-1) > 0).sum())
-    return float(selected.shape[0])
+def micro_batch_step(model: Any, micro: RolloutBatch, advantages: torch.Tensor,
+                     group_ids: torch.Tensor, old_log_probs: torch.Tensor | None, method: Method,
+                     context: StepContext, selection: Selection | None,
+                     generator: torch.Generator, js_scores: dict[str, torch.Tensor] | None = None,
+                     ) -> MicroBatchResult:
+    """The algorithm on one micro-batch: statistics -> selection -> loss -> backward.
+
+    `selection` (and the JS scores it was made on) are given when the selection was made on the
+    whole population beforehand; otherwise this micro-batch holds its population and selects
+    here. The loss is backpropagated scaled by its aggregation weight (the caller divides by the
+    mini-batch's total weight)."""
+    references = method.js_references if js_scores is None else ()
+    stats, reference_log_probs = statistics_of(
+        model, micro, group_ids, references, context,
+        differentiable_entropy=context.loss_config.entropy_coef > 0)
+    if js_scores is not None:
+        stats.js_scores = dict(js_scores)
+    old = old_log_probs if old_log_probs is not None else stats.log_probs.detach()
+    if selection is None:
+        selection = select_population(method, stats, micro, advantages, group_ids, old, context, generator)
+    loss, metrics = policy_loss(stats, old, advantages, micro.response_mask, selection.mask,
+                                context.loss_config, reference_log_probs=reference_log_probs,
+                                kl_penalty=selection.kl_penalty)
+    weight = aggregation_weight(selection.mask, micro.response_mask, context.loss_config)
+    if weight > 0 and loss.requires_grad:
+        (loss * weight).backward()
+    return MicroBatchResult(float(loss.detach()), weight, metrics, selection, stats.detached())
 
 
 # metric name -> which tokens it averages over (used to combine micro-batches exactly)
@@ -152,93 +252,121 @@ _METRIC_COUNTS = {"entropy": "response", "renyi2": "response", "js_score": "resp
                   "clip_fraction": "selected"}
 
 
+class MetricTotals:
+    """Token-weighted sums of the loss metrics over micro-batches, so that each step metric is
+    the mean over all its tokens (response or selected, per `_METRIC_COUNTS`)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, float] = {}
+
+    def add_count(self, name: str, count: float) -> None:
+        self.counts[name] = self.counts.get(name, 0.0) + count
+
+    def add(self, metrics: dict[str, float], num_response: float, num_selected: float) -> None:
+        self.add_count("response", num_response)
+        self.add_count("selected", num_selected)
+        for name, over in _METRIC_COUNTS.items():
+            value = metrics.get(name, math.nan)
+            count = num_response if over == "response" else num_selected
+            if value is None or not math.isfinite(value) or count == 0:
+                continue
+            self.sums[name] = self.sums.get(name, 0.0) + value * count
+            self.add_count(name, count)
+
+    def merge(self, other: MetricTotals) -> None:
+        for name, value in other.sums.items():
+            self.sums[name] = self.sums.get(name, 0.0) + value
+        for name, value in other.counts.items():
+            self.add_count(name, value)
+
+    def mean(self, name: str) -> float:
+        return self.sums[name] / self.counts[name] if self.counts.get(name) else math.nan
+
+
+@dataclass
+class UpdateResult:
+    """A mini-batch's accumulated gradient: its selection, statistics and summed metrics."""
+
+    selected_mask: torch.Tensor
+    stats: TokenStatistics
+    loss: float
+    totals: MetricTotals = field(default_factory=MetricTotals)
+
+
 def accumulate_gradients(
     model: Any,
     batch: RolloutBatch,
     advantages: torch.Tensor,
     old_log_probs: torch.Tensor | None,
-    selector: str,
-    selector_options: dict[str, Any],
+    selector: str | Method,
+    selector_options: dict[str, Any] | None,
     loss_config: PolicyLossConfig,
     temperature: float = 1.0,
     micro_batch_size: int = 8,
     chunk_size: int | None = None,
     reference: ReferencePolicy | None = None,
     selection_seed: int = 0,
+    group_size: int = 1,
+    population_stats: TokenStatistics | None = None,
 ) -> UpdateResult:
     """Backward the selective policy loss of `batch` into `.grad` (not zeroed here).
 
-    batch: N sequences; advantages [N]; old_log_probs [N, T] or None (then the current
-    log-probs, detached: ratio 1). Selection runs per micro-batch (a `batch`-scope ranking covers
-    the micro-batch, as in the 20-Entropy reference). The gradient left in `.grad` is that of
-    the mini-batch loss aggregated over all its selected tokens (see `aggregation_weight`)."""
-    js_references = tuple(dict.fromkeys(
-        (*required_js_references(selector, selector_options), MONITOR_JS_REFERENCE)))
+    batch: N sequences, prompt-major in groups of `group_size`; advantages [N]; old_log_probs
+    [N, T] or None (then the current log-probs, detached: ratio 1). Selection covers the
+    selector's whole ranking population, never one micro-batch of a larger one: when every
+    micro-batch holds whole populations it runs inside the gradient pass, otherwise on
+    statistics of the whole batch (`population_stats`, or a no-grad scoring pass). The gradient
+    left in `.grad` is that of the batch's loss aggregated over all its selected tokens."""
+    method = selector if isinstance(selector, Method) else Method.of(selector, selector_options or {})
+    context = StepContext(loss_config, temperature, chunk_size, reference)
     rows = batch.input_ids.shape[0]
-    selected_rows: list[torch.Tensor] = []
-    weighted_losses: list[tuple[float, float]] = []
-    sums: dict[str, float] = {}
-    counts: dict[str, float] = {}
-    trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
-    for micro_index, start in enumerate(range(0, rows, micro_batch_size)):
-        part = slice(start, start + micro_batch_size)
-        micro = batch.select(part)
-        logits = response_logits(model, micro)
-        reference_logits = None
-        need_reference = reference is not None and ("ref" in js_references
-                                                    or loss_config.kl_coef > 0)
-        if need_reference:
-            assert reference is not None
-            reference_logits = reference.logits(micro)
-        stats = token_statistics(
-            logits, micro.response_ids, micro.response_mask, temperature=temperature,
-            js_references=tuple(name for name in js_references
-                                if name != "ref" or reference_logits is not None),
-            reference_logits=reference_logits,
-            differentiable_entropy=loss_config.entropy_coef > 0, chunk_size=chunk_size)
-        reference_log_probs = None
-        if reference_logits is not None:
-            reference_log_probs = token_statistics(
-                reference_logits, micro.response_ids, micro.response_mask,
-                temperature=temperature, chunk_size=chunk_size).log_probs.detach()
-        del reference_logits
-        micro_advantages = advantages[part]
-        generator = torch.Generator(device=logits.device).manual_seed(
-            selection_seed + micro_index)
-        selected = select_tokens(selector, SelectionInputs(
-            stats=stats, response_mask=micro.response_mask, advantages=micro_advantages,
-            token_ids=micro.response_ids, generator=generator), **selector_options)
-        old = old_log_probs[part] if old_log_probs is not None else stats.log_probs.detach()
-        loss, metrics = policy_loss(stats, old, micro_advantages, micro.response_mask, selected,
-                                    loss_config, reference_log_probs=reference_log_probs)
-        weight = aggregation_weight(selected & micro.response_mask, loss_config.aggregation)
-        if weight > 0 and loss.requires_grad:
-            (loss * weight).backward()
-        weighted_losses.append((weight, float(loss.detach())))
-        selected_rows.append(selected.detach().cpu())
-        num_response = float(micro.response_mask.sum())
-        num_selected = float((selected & micro.response_mask).sum())
-        counts["response"] = counts.get("response", 0.0) + num_response
-        counts["selected"] = counts.get("selected", 0.0) + num_selected
-        for name, over in _METRIC_COUNTS.items():
-            value = metrics.get(name, math.nan)
-            count = num_response if over == "response" else num_selected
-            if value is None or not math.isfinite(value) or count == 0:
-                continue
-            sums[name] = sums.get(name, 0.0) + value * count
-            counts[name] = counts.get(name, 0.0) + count
-    total_weight = sum(weight for weight, _ in weighted_losses)
+    if rows % group_size:
+        raise UsageError(f"a batch of {rows} rows does not hold whole groups of {group_size}")
+    group_ids = torch.arange(rows, device=batch.input_ids.device) // group_size
+    generator = torch.Generator(device=batch.input_ids.device).manual_seed(selection_seed)
+    whole_groups = micro_batch_size >= rows or (micro_batch_size % group_size == 0)
+    parts = micro_batches(rows, micro_batch_size, group_size, whole_groups=False)
+    in_one_pass = whole_groups and (method.population in ("token", "sequence", "group") or len(parts) == 1)
+    selection: Selection | None = None
+    if not in_one_pass:
+        if population_stats is None:
+            population_stats = score_batch(model, batch, group_ids, method.js_references, context,
+                                           micro_batch_size, group_size)
+        old_for_selection = old_log_probs if old_log_probs is not None else population_stats.log_probs
+        selection = select_population(method, population_stats, batch, advantages, group_ids,
+                                      old_for_selection, context, generator)
+    results = []
+    for part in parts:
+        results.append(micro_batch_step(
+            model, batch.select(part), advantages[part], group_ids[part],
+            old_log_probs[part] if old_log_probs is not None else None, method, context,
+            None if selection is None else Selection(
+                selection.mask[part], None if selection.kl_penalty is None else selection.kl_penalty[part]),
+            generator, None if population_stats is None else population_stats.rows(part).js_scores))
+    total_weight = sum(result.weight for result in results)
     if total_weight > 0:
-        for parameter in trainable:
+        for parameter in model.parameters():
             if parameter.grad is not None:
                 parameter.grad.div_(total_weight)
-    loss_value = (sum(weight * value for weight, value in weighted_losses) / total_weight
-                  if total_weight > 0 else 0.0)
-    width = batch.response_mask.shape[1]
-    mask = torch.zeros((rows, width), dtype=torch.bool)
-    mask[:] = torch.cat(selected_rows)
-    return UpdateResult(selected_mask=mask, loss=loss_value, metric_sums=sums,
-                        metric_counts=counts)
+    totals = MetricTotals()
+    for part, result in zip(parts, results):
+        response = batch.response_mask[part]
+        totals.add(result.metrics, float(response.sum()), float((result.selection.mask & response).sum()))
+    stats = population_stats if population_stats is not None else TokenStatistics.concat(
+        [result.stats for result in results])
+    return UpdateResult(
+        selected_mask=torch.cat([result.selection.mask for result in results]).cpu(),
+        stats=stats,
+        loss=(sum(result.weight * result.loss for result in results) / total_weight
+              if total_weight > 0 else 0.0),
+        totals=totals)
+
+
+def gradients_are_finite(model: Any) -> bool:
+    """True when every accumulated gradient is finite (a NaN/inf one must not reach AdamW)."""
+    return all(bool(torch.isfinite(parameter.grad).all()) for parameter in model.parameters()
+               if parameter.grad is not None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,60 +390,6 @@ def evaluate_accuracy(model: Any, tokenizer: Any, problems: list[Problem], rewar
     return {"accuracy": sum(value >= 1.0 for value in task) / len(task),
             "reward_mean": sum(totals) / len(totals), "num_problems": len(problems),
             "example_completion": rollout.completions[0][0]}
-
-
-# ---------------------------------------------------------------------------------------------
-# Logging helpers
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, torch.Tensor):
-        return _json_value(value.item())
-    return value
-
-
-class MetricsLogger:
-    """metrics.jsonl (one JSON object per step) + TensorBoard scalars."""
-
-    def __init__(self, run_dir: Path, tensorboard: bool, resume_step: int = 0) -> None:
-        self.path = run_dir / "metrics.jsonl"
-        if self.path.exists():  # a resumed run keeps the lines up to its checkpoint only
-            lines = [line for line in self.path.read_text().splitlines() if line.strip()
-                     and json.loads(line).get("step", 0) <= resume_step]
-            self.path.write_text("".join(line + "\n" for line in lines))
-        self.writer = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step + 1
-                                        if resume_step else None)
-
-    def log(self, metrics: dict[str, Any]) -> None:
-        with self.path.open("a") as handle:
-            handle.write(json.dumps({key: _json_value(value) for key, value in metrics.items()})
-                         + "\n")
-        if self.writer is not None:
-            for key, value in metrics.items():
-                if key != "step" and isinstance(value, int | float) and math.isfinite(value):
-                    self.writer.add_scalar(f"train/{key}", value, metrics["step"])
-            self.writer.flush()
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-
-
-def sparkline(values: list[float]) -> str:
-    """A one-line text chart of `values` (for the terminal summary)."""
-    bars = "▁▂▃▄▅▆▇█"
-    finite = [value for value in values if math.isfinite(value)]
-    if not finite:
-        return ""
-    low, high = min(finite), max(finite)
-    span = high - low or 1.0
-    return "".join(bars[min(len(bars) - 1, int((value - low) / span * (len(bars) - 1) + 0.5))]
-                   if math.isfinite(value) else " " for value in values)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -376,7 +450,7 @@ def train(config: TrainConfig, console: Any = None,
     """Run `config.num_steps` training steps; return the metrics and where everything went."""
     from rich.console import Console
 
-    config.validate()
+    config.resolve()
     console = console or Console(stderr=True, soft_wrap=True)
     run_dir = Path(config.run_dir) if config.run_dir else default_run_dir(config)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -410,20 +484,14 @@ def train(config: TrainConfig, console: Any = None,
         model.get_input_embeddings().weight.requires_grad_(False)
     model.train()
     device = next(model.parameters()).device
-    selector, selector_options = config.selector, config.selector_options()
-    if selector == "random":
-        selector_options = {**selector_options, "seed": None}  # the per-step generator decides
-    needs_reference = config.kl_coef > 0 or "ref" in required_js_references(selector,
-                                                                            selector_options)
+    method = method_of(config)
+    needs_reference = config.kl_coef > 0 or "ref" in method.js_references
     reference = ReferencePolicy(model) if needs_reference else None
     optimizer = build_optimizer(model, config)
-    loss_config = PolicyLossConfig(
-        clip_low=config.clip_low, clip_high=config.clip_high, aggregation=config.aggregation,
-        max_response_length=config.max_response_length or config.max_new_tokens,
-        kl_coef=config.kl_coef, entropy_coef=config.entropy_coef)
+    loss_config = loss_config_of(config)
 
     # ---- resume
-    start_step, trainer_state = 0, {"initial_entropy": None, "warned": []}
+    start_step, trainer_state = 0, {"initial_entropy": None, "warned": [], "consecutive_skips": 0}
     if config.resume:
         checkpoint = latest_checkpoint(run_dir)
         if checkpoint is None:
@@ -435,8 +503,8 @@ def train(config: TrainConfig, console: Any = None,
     save_config(config, run_dir / "config.yaml")
     logger = MetricsLogger(run_dir, config.tensorboard, resume_step=start_step)
     backend = _make_backend(config, model)
-    console.print(f"run directory: {run_dir}  |  method {config.method} ({selector} "
-                  f"{selector_options})  |  data: {data.description}  |  reward: "
+    console.print(f"run directory: {run_dir}  |  method {config.method} ({method.selector} "
+                  f"{method.options})  |  data: {data.description}  |  reward: "
                   f"{'+'.join(reward.names)}  |  device {device}")
 
     eval_before: dict[str, Any] = {}
@@ -444,16 +512,16 @@ def train(config: TrainConfig, console: Any = None,
         eval_before = evaluate_accuracy(model, tokenizer, data.eval, reward, config)
         console.print(f"eval before training: accuracy {eval_before['accuracy']:.3f} on "
                       f"{len(data.eval)} held-out problems")
-        _write_eval(run_dir, "before", eval_before)
+        write_eval(run_dir, "before", eval_before)
 
     all_metrics: list[dict[str, Any]] = []
     last_checkpoint = None
-    progress = _progress(console, config, start_step)
+    progress = progress_bar(console, config.num_steps, config.progress, start_step)
     stop = _StopRequest(console)
     try:
         for step in range(start_step, config.num_steps):
             metrics = train_step(step, config, model, tokenizer, optimizer, sampler, reward,
-                                 selector, selector_options, loss_config, reference, backend)
+                                 method, loss_config, reference, backend, trainer_state)
             trainer_state = _check_entropy(metrics, trainer_state, config, console)
             if config.eval_every and data.eval and (step + 1) % config.eval_every == 0:
                 evaluation = evaluate_accuracy(model, tokenizer, data.eval, reward, config)
@@ -462,17 +530,24 @@ def train(config: TrainConfig, console: Any = None,
             all_metrics.append(metrics)
             if on_step is not None:
                 on_step(metrics)
-            console.print(_step_line(metrics, config.num_steps))  # above the live bar
+            console.print(step_line(metrics, config.num_steps))  # above the live bar
             if progress is not None:
                 progress.update(progress.task_ids[0], advance=1,
                                 reward=f"{metrics['reward_mean']:.3f}",
-                                entropy=f"{_fmt(metrics['entropy'])}")
+                                entropy=f"{metrics['entropy']:.3f}")
             done = step + 1 == config.num_steps
-            if done or stop.requested or (config.save_every
-                                          and (step + 1) % config.save_every == 0):
+            diverged = trainer_state["consecutive_skips"] >= config.max_consecutive_skips
+            if done or stop.requested or diverged or (config.save_every
+                                                      and (step + 1) % config.save_every == 0):
                 last_checkpoint = save_checkpoint(run_dir, step + 1, model, optimizer,
                                                   trainer_state, tokenizer,
                                                   keep=config.keep_checkpoints)
+            if diverged and not done:
+                raise TrainingDiverged(
+                    f"{trainer_state['consecutive_skips']} consecutive updates had a non-finite "
+                    f"loss or gradient (weights untouched since the last good one, checkpointed "
+                    f"in {last_checkpoint}); lower learning_rate or check the data, then "
+                    f"--resume --run-dir {run_dir}")
             if stop.requested and not done:
                 console.print(f"stopped after step {step + 1}: {last_checkpoint}; continue "
                               f"with --resume --run-dir {run_dir}")
@@ -486,8 +561,8 @@ def train(config: TrainConfig, console: Any = None,
     eval_after: dict[str, Any] = {}
     if data.eval:
         eval_after = evaluate_accuracy(model, tokenizer, data.eval, reward, config)
-        _write_eval(run_dir, "after", eval_after)
-    _summary(console, run_dir, eval_before, eval_after, last_checkpoint)
+        write_eval(run_dir, "after", eval_after)
+    print_summary(console, run_dir, eval_before, eval_after, last_checkpoint)
     return TrainResult(run_dir, all_metrics, eval_before, eval_after, last_checkpoint)
 
 
@@ -516,14 +591,37 @@ class _StopRequest:
         self.previous = {}
 
 
+def method_of(config: TrainConfig) -> Method:
+    """The configured method with its resolved options (`TrainConfig.selector_options`)."""
+    return Method.of(config.selector_name, config.selector_options())
+
+
+def loss_config_of(config: TrainConfig) -> PolicyLossConfig:
+    return PolicyLossConfig(
+        clip_low=config.clip_low, clip_high=config.clip_high, aggregation=config.aggregation,
+        max_response_length=config.max_response_length or config.max_new_tokens,
+        kl_coef=config.kl_coef, entropy_coef=config.entropy_coef, clip_ratio_c=config.clip_ratio_c,
+        regularizer_tokens=config.regularizer_tokens, denominator=config.denominator)
+
+
+def group_order(num_groups: int, group_size: int, generator: torch.Generator) -> torch.Tensor:
+    """A random order of the rows that keeps each group's rows together and in order."""
+    groups = torch.randperm(num_groups, generator=generator)
+    return (groups.unsqueeze(1) * group_size + torch.arange(group_size)).reshape(-1)
+
+
 def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
                optimizer: torch.optim.Optimizer, sampler: PromptSampler, reward: Reward,
-               selector: str, selector_options: dict[str, Any], loss_config: PolicyLossConfig,
-               reference: ReferencePolicy | None, backend: Any = None) -> dict[str, Any]:
-    """One step: rollouts -> rewards -> advantages -> updates. Returns its metrics line."""
+               method: Method, loss_config: PolicyLossConfig, reference: ReferencePolicy | None,
+               backend: Any = None, trainer_state: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One step: rollouts -> rewards -> advantages -> updates. Returns its metrics line.
+
+    `trainer_state["consecutive_skips"]` counts updates skipped for a non-finite loss or
+    gradient in a row (reset by a good update)."""
     step_start = time.perf_counter()
     device = next(model.parameters()).device
     group_size = config.num_generations
+    state = trainer_state if trainer_state is not None else {"consecutive_skips": 0}
 
     # 1-2. prompts and rollouts
     problems = sampler.batch(step)
@@ -539,93 +637,114 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
     rewards = torch.tensor(totals, dtype=torch.float32)
     advantages = group_advantages(rewards, group_size, config.normalize_advantage_std)
 
-    # 4. pack; old log-probs only when the batch feeds more than one optimizer step
+    # 4. pack; when the batch feeds more than one optimizer step, score it once first: the
+    #    rollout policy's log-probs (old) and the first mini-batch's population statistics
     training_start = time.perf_counter()
     batch = pack_rollout(rollout, tokenizer.pad_token_id).to(device)
     advantages = advantages.to(device)
     rows = batch.input_ids.shape[0]
     mini_batch_size = config.mini_batch_size or rows
+    micro_batch_size = config.micro_batch_size or mini_batch_size
+    if step < config.full_token_warmup_steps:
+        method = ALL_TOKENS
+    context = StepContext(loss_config, config.temperature, config.stats_chunk_size, reference)
     reuses = config.updates_per_batch > 1 or mini_batch_size < rows
-    old_log_probs = (rollout_log_probs(model, batch, config.temperature, config.micro_batch_size,
-                                       config.stats_chunk_size) if reuses else None)
+    initial_stats = None
+    if reuses:
+        group_ids = torch.arange(rows, device=device) // group_size
+        initial_stats = score_batch(model, batch, group_ids, method.js_references, context,
+                                    micro_batch_size, group_size)
+    old_log_probs = initial_stats.log_probs if initial_stats is not None else None
 
     # 5. mini-batch updates
     learning_rate = learning_rate_at(config, step)
     for group in optimizer.param_groups:
         group["lr"] = learning_rate
     order_generator = torch.Generator().manual_seed(step_seed(config.seed, step, 1))
-    sums: dict[str, float] = {}
-    counts: dict[str, float] = {}
-    losses, grad_norms = [], []
+    totals_all = MetricTotals()
+    losses, grad_norms, skipped = [], [], 0
+    first_pass: list[tuple[torch.Tensor, UpdateResult]] = []
     update_index = 0
     for _ in range(config.updates_per_batch):
-        order = (torch.randperm(rows, generator=order_generator) if mini_batch_size < rows
-                 else torch.arange(rows))
+        order = (group_order(rows // group_size, group_size, order_generator)
+                 if mini_batch_size < rows else torch.arange(rows))
         for start in range(0, rows, mini_batch_size):
             index = order[start: start + mini_batch_size].to(device)
             optimizer.zero_grad(set_to_none=True)
             result = accumulate_gradients(
                 model, batch.select(index), advantages[index],
-                old_log_probs[index] if old_log_probs is not None else None, selector,
-                selector_options, loss_config, temperature=config.temperature,
-                micro_batch_size=config.micro_batch_size, chunk_size=config.stats_chunk_size,
-                reference=reference,
-                selection_seed=step_seed(config.seed, step, 2) + 1000 * update_index)
+                old_log_probs[index] if old_log_probs is not None else None, method, None,
+                loss_config, temperature=config.temperature, micro_batch_size=micro_batch_size,
+                chunk_size=config.stats_chunk_size, reference=reference,
+                selection_seed=step_seed(config.seed, step, 2) + 1000 * update_index,
+                group_size=group_size,
+                population_stats=initial_stats.rows(index) if update_index == 0 and initial_stats
+                is not None else None)
             trainable = [p for p in model.parameters() if p.requires_grad and p.grad is not None]
-            if trainable:
-                max_norm = config.max_grad_norm if config.max_grad_norm > 0 else float("inf")
-                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(trainable, max_norm)))
-                optimizer.step()
-            else:
-                grad_norms.append(0.0)
+            max_norm = config.max_grad_norm if config.max_grad_norm > 0 else float("inf")
+            norm = float(torch.nn.utils.clip_grad_norm_(trainable, max_norm)) if trainable else 0.0
+            if math.isfinite(result.loss) and math.isfinite(norm):
+                if trainable:
+                    optimizer.step()
+                grad_norms.append(norm)
+                state["consecutive_skips"] = 0
+            else:  # weights and optimizer state stay as they are
+                skipped += 1
+                state["consecutive_skips"] = state.get("consecutive_skips", 0) + 1
             optimizer.zero_grad(set_to_none=True)
             losses.append(result.loss)
-            for key, value in result.metric_sums.items():
-                sums[key] = sums.get(key, 0.0) + value
-            for key, value in result.metric_counts.items():
-                counts[key] = counts.get(key, 0.0) + value
+            totals_all.merge(result.totals)
+            if update_index < math.ceil(rows / mini_batch_size):
+                first_pass.append((index, result))
             update_index += 1
     if backend is not None:
         backend.sync_weights(model)
     training_seconds = time.perf_counter() - training_start
 
-    # 6. metrics
-    def mean_of(name: str) -> float:
-        return sums[name] / counts[name] if counts.get(name) else math.nan
-
+    # 6. diagnostics of the step's selection (each row once) and metrics
+    rows_seen = torch.cat([index for index, _ in first_pass])
+    diagnostics = token_diagnostics(
+        TokenStatistics.concat([result.stats for _, result in first_pass]),
+        batch.response_mask[rows_seen].cpu(),
+        torch.cat([result.selected_mask for _, result in first_pass]),
+        advantages[rows_seen].cpu())
     lengths = [len(ids) for group in rollout.completion_ids for ids in group]
     step_seconds = time.perf_counter() - step_start
     grouped = rewards.view(-1, group_size)
     zero_advantage = float((grouped.max(dim=1).values == grouped.min(dim=1).values).float().mean())
     finished = [done for group in rollout.finished for done in group]
+    counts = totals_all.counts
+    finite_losses = [value for value in losses if math.isfinite(value)]
     return {
         "step": step + 1,
         "reward_mean": float(rewards.mean()),
         "reward_std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
         "accuracy": sum(value >= 1.0 for value in task) / len(task),
-        "entropy": mean_of("entropy"),
-        "entropy_selected": mean_of("entropy_selected"),
-        "renyi2": mean_of("renyi2"),
-        "renyi2_selected": mean_of("renyi2_selected"),
+        "entropy": totals_all.mean("entropy"),
+        "entropy_selected": totals_all.mean("entropy_selected"),
+        "renyi2": totals_all.mean("renyi2"),
+        "renyi2_selected": totals_all.mean("renyi2_selected"),
         "selected_fraction": (counts.get("selected", 0.0) / counts["response"]
                               if counts.get("response") else math.nan),
-        "js_score": mean_of("js_score"),
-        "js_score_selected": mean_of("js_score_selected"),
-        "clip_fraction": mean_of("clip_fraction") if counts.get("clip_fraction") else 0.0,
-        "kl": mean_of("kl_old") if counts.get("kl_old") else 0.0,
-        "kl_ref": mean_of("kl"),
-        "loss": sum(losses) / len(losses),
-        "grad_norm": sum(grad_norms) / len(grad_norms),
+        "js_score": totals_all.mean("js_score"),
+        "js_score_selected": totals_all.mean("js_score_selected"),
+        "clip_fraction": totals_all.mean("clip_fraction") if counts.get("clip_fraction") else 0.0,
+        "kl": totals_all.mean("kl"),
+        "kl_old": totals_all.mean("kl_old") if counts.get("kl_old") else 0.0,
+        "loss": sum(finite_losses) / len(finite_losses) if finite_losses else math.nan,
+        "grad_norm": sum(grad_norms) / len(grad_norms) if grad_norms else math.nan,
         "learning_rate": learning_rate,
         "response_length_mean": sum(lengths) / len(lengths),
         "finished_fraction": sum(finished) / len(finished),
         "zero_advantage_fraction": zero_advantage,
+        "skipped_updates": skipped,
         "tokens_per_second": rollout.num_generated_tokens / step_seconds,
         "generation_tokens_per_second": (rollout.num_generated_tokens
                                          / max(rollout.generation_seconds, 1e-9)),
         "generation_seconds": rollout.generation_seconds,
         "training_seconds": training_seconds,
         "step_seconds": step_seconds,
+        **diagnostics,
         "sample_completion": rollout.completions[0][0][:200],
     }
 
@@ -657,106 +776,3 @@ def _check_entropy(metrics: dict[str, Any], state: dict[str, Any], config: Train
     metrics["entropy_warning"] = warning
     state["warned"] = warned
     return state
-
-
-def _window_mean(values: list[float]) -> str:
-    finite = [value for value in values if math.isfinite(value)]
-    return _fmt(sum(finite) / len(finite)) if finite else "nan"
-
-
-def _fmt(value: float) -> str:
-    return f"{value:.3f}" if isinstance(value, float) and math.isfinite(value) else "nan"
-
-
-def _step_line(metrics: dict[str, Any], total: int) -> str:
-    return (f"step {metrics['step']:>4}/{total}  reward {metrics['reward_mean']:.3f}  acc "
-            f"{metrics['accuracy']:.3f}  entropy {_fmt(metrics['entropy'])}  renyi2 "
-            f"{_fmt(metrics['renyi2'])}  selected {_fmt(metrics['selected_fraction'])}  len "
-            f"{metrics['response_length_mean']:.1f}  {metrics['step_seconds']:.1f}s")
-
-
-def _progress(console: Any, config: TrainConfig, start_step: int) -> Any:
-    """A rich progress bar with reward and entropy, or None (no TTY or progress disabled)."""
-    if not config.progress or not console.is_terminal:
-        return None
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("reward {task.fields[reward]}"),
-                        TextColumn("entropy {task.fields[entropy]}"), TimeElapsedColumn(),
-                        TimeRemainingColumn(), console=console)
-    progress.add_task("train", total=config.num_steps, completed=start_step, reward="-",
-                      entropy="-")
-    progress.start()
-    return progress
-
-
-def _write_eval(run_dir: Path, name: str, result: dict[str, Any]) -> None:
-    path = run_dir / "eval.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data[name] = result
-    path.write_text(json.dumps(data, indent=1))
-
-
-def _summary(console: Any, run_dir: Path, before: dict[str, Any], after: dict[str, Any],
-             checkpoint: Path | None) -> None:
-    metrics_path = run_dir / "metrics.jsonl"
-    lines = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
-    rewards = [line["reward_mean"] for line in lines]
-    entropies = [line["entropy"] if line["entropy"] is not None else math.nan for line in lines]
-    if rewards:
-        window = min(10, max(1, len(rewards) // 2))
-        console.print(f"reward per step   {sparkline(rewards)}  (mean of the first {window} "
-                      f"steps {_window_mean(rewards[:window])} -> last {window} "
-                      f"{_window_mean(rewards[-window:])})")
-        console.print(f"entropy per step  {sparkline(entropies)}  (first {window} "
-                      f"{_window_mean(entropies[:window])} -> last {window} "
-                      f"{_window_mean(entropies[-window:])} nats)")
-    plot = _plot_curves(run_dir, lines)
-    if plot is not None:
-        console.print(f"reward/entropy plot: {plot}")
-    if before and after:
-        console.print(f"held-out accuracy: before {before['accuracy']:.3f} -> after "
-                      f"{after['accuracy']:.3f} ({after['num_problems']} problems)")
-    console.print(f"metrics: {metrics_path}  tensorboard: {run_dir / 'tensorboard'}")
-    if checkpoint is not None:
-        console.print(f"checkpoint: {checkpoint}")
-
-
-def _plot_curves(run_dir: Path, lines: list[dict[str, Any]]) -> Path | None:
-    """Save reward, accuracy and entropy per step as RUN_DIR/curves.png (None if no data)."""
-    if not lines:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    steps = [line["step"] for line in lines]
-
-    def series(name: str) -> list[float]:
-        return [line.get(name) if line.get(name) is not None else math.nan for line in lines]
-
-    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5))
-    left.plot(steps, series("reward_mean"), label="reward mean")
-    left.plot(steps, series("accuracy"), label="accuracy")
-    left.set_xlabel("step")
-    left.legend()
-    right.plot(steps, series("entropy"), label="Shannon entropy (all)")
-    right.plot(steps, series("renyi2"), label="Renyi-2 entropy (all)")
-    right.plot(steps, series("entropy_selected"), label="Shannon entropy (selected)", ls="--")
-    right.set_xlabel("step")
-    right.set_ylabel("nats")
-    right.legend(fontsize=7)
-    figure.tight_layout()
-    path = run_dir / "curves.png"
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path

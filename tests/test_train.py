@@ -58,7 +58,7 @@ def test_each_method_trains_and_logs_every_field(method, tiny_model_dir, arithme
     for line in lines:
         missing = [name for name in METRIC_FIELDS if name not in line]
         assert not missing
-        required = [name for name in METRIC_FIELDS if name != "kl_ref"]
+        required = [name for name in METRIC_FIELDS if name != "kl"]
         for name in required:
             assert line[name] is not None and math.isfinite(line[name]), (name, line[name])
         low, high = EXPECTED_FRACTION[method]
@@ -133,7 +133,7 @@ def test_parameters_change_only_through_selected_tokens(selector, options, ratio
 
     model = build_tiny_model(len(tiny_tokenizer), seed=3)
     batch, advantages = _fixed_batch(len(tiny_tokenizer))
-    micro = 4  # two micro-batches: the ranking is per micro-batch
+    micro = 4  # two micro-batches: the ranking still covers the whole batch
 
     model.zero_grad(set_to_none=True)
     result = accumulate_gradients(model, batch, advantages, None, selector, options,
@@ -141,8 +141,7 @@ def test_parameters_change_only_through_selected_tokens(selector, options, ratio
     grads = {name: parameter.grad.detach().clone() for name, parameter in model.named_parameters()}
     selected = result.selected_mask
     assert not (selected & ~batch.response_mask).any()
-    expected_count = sum(math.ceil(round(ratio * int(batch.response_mask[start:start + micro].sum()),
-                                         9)) for start in range(0, 8, micro))
+    expected_count = math.ceil(round(ratio * int(batch.response_mask.sum()), 9))
     assert int(selected.sum()) == expected_count
 
     reference = _reference_gradients(model, batch, advantages, selected)
@@ -200,13 +199,13 @@ def test_kl_reference_and_multiple_updates(tiny_model_dir, arithmetic_task, tmp_
     """kl_coef > 0 keeps the initial policy; updates_per_batch=2 with mini-batches reuses the batch
     (old log-probs): the clip fraction and KL to the rollout policy become non-zero."""
     config = tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=2,
-                         method="ict", js_reference="ref", kl_coef=0.05, updates_per_batch=2,
-                         mini_batch_size=8, learning_rate=2e-2)
+                         method="ict", selector={"reference": "ref"}, kl_coef=0.05,
+                         updates_per_batch=2, mini_batch_size=8, learning_rate=2e-2)
     train(config)
     lines = read_metrics(tmp_path / "run")
-    assert all(line["kl_ref"] is not None and line["kl_ref"] >= 0 for line in lines)
-    assert lines[-1]["kl_ref"] > 0  # the policy moved away from the reference
-    assert any(line["kl"] > 0 for line in lines)
+    assert all(line["kl"] is not None and line["kl"] >= 0 for line in lines)
+    assert lines[-1]["kl"] > 0  # the policy moved away from the reference
+    assert any(line["kl_old"] > 0 for line in lines)
 
 
 def test_registered_reward_is_pluggable():
@@ -252,12 +251,14 @@ def test_lora_training_with_the_adapter_free_model_as_reference(tiny_model_dir, 
     weights change, and the checkpoint also holds a loadable peft adapter."""
     from safetensors.torch import load_file
 
-    result = train(tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=2,
-                               method="ict", js_reference="ref", kl_coef=0.1, lora_rank=4,
-                               learning_rate=5e-2))
+    # 3 steps: at step 1 the policy equals the reference, so every `ref` score ties at 0 and the
+    # earliest tokens are selected; they may all lie in zero-advantage groups (no update).
+    result = train(tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=3,
+                               method="ict", selector={"reference": "ref"}, kl_coef=0.1,
+                               lora_rank=4, learning_rate=5e-2))
     lines = read_metrics(tmp_path / "run")
-    assert lines[0]["kl_ref"] == pytest.approx(0.0, abs=1e-6)  # adapter starts as a no-op
-    assert lines[-1]["kl_ref"] > 0
+    assert lines[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # adapter starts as a no-op
+    assert lines[-1]["kl"] > 0
     assert (result.checkpoint / "adapter" / "adapter_config.json").is_file()
     saved = load_file(str(result.checkpoint / "model.safetensors"))
     base = load_file(str(tiny_model_dir / "model.safetensors"))
@@ -302,3 +303,169 @@ def test_ctrl_c_checkpoints_the_finished_step_and_resume_completes(tiny_model_di
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
     train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=3, resume=True))
     assert [line["step"] for line in read_metrics(run_dir)] == [1, 2, 3]
+
+
+# ---------------------------------------------------------------------------------------------
+# Selection never depends on micro_batch_size; presets; plugins; non-finite updates
+
+
+def _grouped_batch(vocab_size: int, groups: int = 4, group_size: int = 4, seed: int = 1):
+    """`groups` prompts x `group_size` completions: equal prompts within a group (left padded),
+    ragged responses."""
+    generator = torch.Generator().manual_seed(seed)
+    rows, prompt_width, response_width = groups * group_size, 5, 8
+    input_ids = torch.zeros((rows, prompt_width + response_width), dtype=torch.long)
+    attention = torch.zeros_like(input_ids)
+    response_ids = torch.zeros((rows, response_width), dtype=torch.long)
+    response_mask = torch.zeros((rows, response_width), dtype=torch.bool)
+    for group in range(groups):
+        prompt_length = 3 + group % 3
+        prompt = torch.randint(4, vocab_size, (prompt_length,), generator=generator)
+        for member in range(group_size):
+            row = group * group_size + member
+            length = 2 + int(torch.randint(0, response_width - 1, (1,), generator=generator))
+            response = torch.randint(4, vocab_size, (length,), generator=generator)
+            input_ids[row, prompt_width - prompt_length: prompt_width] = prompt
+            attention[row, prompt_width - prompt_length: prompt_width + length] = 1
+            input_ids[row, prompt_width: prompt_width + length] = response
+            response_ids[row, :length] = response
+            response_mask[row, :length] = True
+    advantages = torch.randn(rows, generator=generator)
+    return RolloutBatch(input_ids, attention, response_ids, response_mask, prompt_width), advantages
+
+
+SELECTOR_CASES = [
+    ("all", {}), ("entropy", {}), ("stapo", {"tau_p": 0.05}), ("random", {}),
+    ("ict", {}), ("ict", {"scope": "group"}), ("ict", {"scope": "sequence"}),
+    ("ict", {"reference": "seq_mean"}), ("ict", {"reference": "prev", "unit": "token_id"}),
+    ("clip_cov", {"ratio": 0.05, "cov_low": 0.0, "cov_high": 100.0}), ("kl_cov", {"ratio": 0.05}),
+]
+
+
+def test_every_registered_selector_is_covered_by_the_invariance_cases():
+    from ict.selectors import SELECTORS
+
+    assert {name for name, _ in SELECTOR_CASES} == set(SELECTORS)
+
+
+@pytest.mark.parametrize("selector,options", SELECTOR_CASES)
+def test_selection_is_identical_for_every_micro_batch_size(selector, options, tiny_tokenizer):
+    """The mask (and the gradient) of a mini-batch do not depend on micro_batch_size 1, 2, 8, 64:
+    a selector always ranks its whole population (sequence, group or batch)."""
+    from conftest import build_tiny_model
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=4)
+    batch, advantages = _grouped_batch(len(tiny_tokenizer))
+    masks, gradients = [], []
+    for micro in (1, 2, 8, 64):
+        model.zero_grad(set_to_none=True)
+        result = accumulate_gradients(model, batch, advantages, None, selector, options,
+                                      PolicyLossConfig(), micro_batch_size=micro,
+                                      selection_seed=11, group_size=4)
+        masks.append(result.selected_mask)
+        gradients.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    for mask, gradient in zip(masks[1:], gradients[1:]):
+        assert torch.equal(mask, masks[0])
+        torch.testing.assert_close(gradient, gradients[0], rtol=1e-4, atol=1e-6)
+    assert masks[0].any()
+
+
+def test_paper_preset_resolves_every_value(tmp_path):
+    from ict.config import build_config, parse_key_values
+
+    config = build_config(None, {"method": "ict", "preset": "paper"}, {})
+    assert config.selector == {"ratio": 0.1, "reference": "group_mean", "unit": "position",
+                               "scope": "sequence"}
+    assert config.aggregation == "seq_mean_token_mean" and config.full_token_warmup_steps == 10
+    explicit = build_config(None, {"method": "ict", "preset": "paper", "aggregation": "token_mean"},
+                            parse_key_values(["selector.ratio=0.2"]))
+    assert explicit.aggregation == "token_mean" and explicit.selector["ratio"] == 0.2
+    from ict.config import save_config
+
+    save_config(explicit, tmp_path / "c.yaml")
+    saved = (tmp_path / "c.yaml").read_text()
+    assert "reference: group_mean" in saved and "scope: sequence" in saved
+    from ict.errors import UsageError
+
+    with pytest.raises(UsageError, match="no preset"):
+        build_config(None, {"method": "entropy", "preset": "paper"}, {})
+    with pytest.raises(UsageError, match="has no option"):
+        build_config(None, {"method": "entropy"}, parse_key_values(["selector.reference=prev"]))
+    with pytest.raises(UsageError, match="ratio must be in"):
+        build_config(None, {"method": "random"}, parse_key_values(["selector.ratio=2"]))
+    old_names = build_config(None, {"js_reference": "prev"}, {})  # the earlier option name
+    assert old_names.selector["reference"] == "prev"
+
+
+def test_a_plugin_selector_trains_by_name(tiny_model_dir, arithmetic_task, tmp_path):
+    from ict.selectors import SELECTORS
+
+    plugin = tmp_path / "first_half.py"
+    plugin.write_text(
+        "import torch\n"
+        "from ict.selectors import register_selector\n"
+        "@register_selector('first_half_plugin', defaults={'ratio': 0.5}, population='sequence')\n"
+        "def first_half(inputs, ratio):\n"
+        "    '''The first half of each response.'''\n"
+        "    mask = inputs.response_mask.bool()\n"
+        "    keep = mask.cumsum(-1) <= (mask.sum(-1, keepdim=True) * ratio).ceil()\n"
+        "    return mask & keep\n")
+    try:
+        result = train(tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=1,
+                                   method="first_half_plugin", plugin=str(plugin)))
+        assert 0.5 <= result.metrics[0]["selected_fraction"] <= 0.7
+    finally:
+        SELECTORS.pop("first_half_plugin", None)
+
+
+def test_full_token_warmup_updates_every_token_first(tiny_model_dir, arithmetic_task, tmp_path):
+    result = train(tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=3,
+                               method="ict", full_token_warmup_steps=2))
+    fractions = [line["selected_fraction"] for line in result.metrics]
+    assert fractions[:2] == [1.0, 1.0] and fractions[2] < 0.2
+    for line in result.metrics:
+        assert 0.0 <= line["above_beta_fraction"] <= 1.0
+        assert line["jaccard_ict10"] is not None
+
+
+def test_non_finite_updates_are_skipped_and_stop_the_run(tiny_model_dir, arithmetic_task, tmp_path):
+    """NaN logits at chosen steps: the update is skipped (weights untouched), counted, and
+    max_consecutive_skips in a row stop the run after a checkpoint of the last good state."""
+    from safetensors.torch import load_file
+
+    import ict.trainer as trainer_module
+    from ict.errors import TrainingDiverged
+
+    original = trainer_module.response_logits
+    poisoned_steps = set()
+    calls = {"step": 0}
+
+    def poisoned(model, batch):
+        logits = original(model, batch)
+        return logits * float("nan") if calls["step"] in poisoned_steps and model.training else logits
+
+    def count_steps(metrics):
+        calls["step"] = metrics["step"]
+
+    trainer_module.response_logits = poisoned
+    try:
+        poisoned_steps.update({1})  # the second step (0-based index 1)
+        run = tmp_path / "run"
+        train(tiny_config(tiny_model_dir, arithmetic_task, run, num_steps=3, save_every=1,
+                          keep_checkpoints=0), on_step=count_steps)
+        lines = read_metrics(run)
+        assert [line["skipped_updates"] for line in lines] == [0, 1, 0]
+        first = load_file(str(run / "checkpoints" / "step-00000001" / "model.safetensors"))
+        second = load_file(str(run / "checkpoints" / "step-00000002" / "model.safetensors"))
+        assert all(torch.equal(first[name], second[name]) for name in first)  # untouched
+
+        poisoned_steps.clear()
+        poisoned_steps.update({1, 2, 3})
+        calls["step"] = 0
+        stopped = tmp_path / "stopped"
+        with pytest.raises(TrainingDiverged, match="2 consecutive updates"):
+            train(tiny_config(tiny_model_dir, arithmetic_task, stopped, num_steps=5,
+                              max_consecutive_skips=2), on_step=count_steps)
+        assert latest_checkpoint(stopped).name == "step-00000003"
+    finally:
+        trainer_module.response_logits = original

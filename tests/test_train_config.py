@@ -23,9 +23,9 @@ def test_precedence_defaults_yaml_options_overrides(tmp_path):
     assert config.learning_rate == 3e-5
     assert config.dataset_config == {"max_terms": 3, "max_digits": 2}
     assert config.ratio is None
-    assert config.selector == "entropy" and config.selector_options() == {"ratio": 0.2}
+    assert config.selector_name == "entropy" and config.selector_options() == {"ratio": 0.2}
     assert build_config(None, {}, {}).selector_options() == {
-        "ratio": 0.1, "reference": "seq_mean", "unit": "position", "scope": "batch"}
+        "ratio": 0.1, "reference": "group_mean", "unit": "position", "scope": "batch"}
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -69,3 +69,15 @@ def test_cli_bad_value_exits_2_with_one_line(capsys, tmp_path):
     code = cli.main(["train", "--num-steps", "0", "--run-dir", str(tmp_path / "r")])
     assert code == 2
     assert capsys.readouterr().err.strip() == "error: num_steps must be >= 1, got 0"
+
+
+def test_conventional_option_names_are_aliases():
+    from ict.cli import train as train_command
+
+    parser = argparse.ArgumentParser(prog="ict")
+    subparsers = parser.add_subparsers()
+    train_command.add_parser(subparsers)
+    args = parser.parse_args(["train", "--output-dir", "runs/x", "--max-steps", "7",
+                              "--method", "clip_cov", "--plugin", "my_module"])
+    assert args.run_dir == "runs/x" and args.num_steps == "7"
+    assert args.method == "clip_cov" and args.plugin == "my_module"

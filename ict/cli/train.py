@@ -16,6 +16,10 @@ from ict.config import (
 )
 
 
+# The names users of TRL / transformers expect, accepted next to ours.
+ALIASES = {"run_dir": ["--output-dir"], "num_steps": ["--max-steps"]}
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "train",
@@ -33,10 +37,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         inner, optional = _optional_inner(types_by_name[item.name])
         default = (item.default if item.default is not dataclasses.MISSING
                    else item.default_factory())  # type: ignore[misc]
-        help_text = f"{item.metadata.get('help', '')} (default: {describe(default)})"
-        flag = "--" + item.name.replace("_", "-")
+        help_text = f"{item.metadata.get('help', '')} (default: {describe(default)})".replace("%", "%%")
+        flags = ["--" + item.name.replace("_", "-"), *ALIASES.get(item.name, [])]
         if inner is bool:
-            parser.add_argument(flag, dest=item.name, action=argparse.BooleanOptionalAction,
+            parser.add_argument(*flags, dest=item.name, action=argparse.BooleanOptionalAction,
                                 default=argparse.SUPPRESS, help=help_text)
             continue
         choices = item.metadata.get("choices")
@@ -44,7 +48,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    else {int: "INT", float: "FLOAT", dict: "JSON"}.get(inner, "TEXT"))
         if optional:
             metavar += "|none"
-        parser.add_argument(flag, dest=item.name, default=argparse.SUPPRESS, metavar=metavar,
+        parser.add_argument(*flags, dest=item.name, default=argparse.SUPPRESS, metavar=metavar,
                             choices=item.metadata.get("choices"), help=help_text)
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="option overrides, applied last (default: none)")

@@ -1,0 +1,167 @@
+"""Reporting of a training run: the metrics file and TensorBoard, the per-step line, the live
+progress bar, the end-of-run summary (sparklines) and the curves figure. Used by the trainer and
+by `ict compare`; knows nothing of models or the algorithm."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item") and callable(value.item):  # a 0-d tensor or numpy scalar
+        return _json_value(value.item())
+    return value
+
+
+class MetricsLogger:
+    """metrics.jsonl (one JSON object per step) + TensorBoard scalars."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool, resume_step: int = 0) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        if self.path.exists():  # a resumed run keeps the lines up to its checkpoint only
+            lines = [line for line in self.path.read_text().splitlines() if line.strip()
+                     and json.loads(line).get("step", 0) <= resume_step]
+            self.path.write_text("".join(line + "\n" for line in lines))
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step + 1
+                                        if resume_step else None)
+
+    def log(self, metrics: dict[str, Any]) -> None:
+        with self.path.open("a") as handle:
+            handle.write(json.dumps({key: _json_value(value) for key, value in metrics.items()})
+                         + "\n")
+        if self.writer is not None:
+            for key, value in metrics.items():
+                if key != "step" and isinstance(value, int | float) and math.isfinite(value):
+                    self.writer.add_scalar(f"train/{key}", value, metrics["step"])
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def sparkline(values: list[float]) -> str:
+    """A one-line text chart of `values` (for the terminal summary)."""
+    bars = "▁▂▃▄▅▆▇█"
+    finite = [value for value in values if math.isfinite(value)]
+    if not finite:
+        return ""
+    low, high = min(finite), max(finite)
+    span = high - low or 1.0
+    return "".join(bars[min(len(bars) - 1, int((value - low) / span * (len(bars) - 1) + 0.5))]
+                   if math.isfinite(value) else " " for value in values)
+
+
+def _window_mean(values: list[float]) -> str:
+    finite = [value for value in values if math.isfinite(value)]
+    return _fmt(sum(finite) / len(finite)) if finite else "nan"
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3f}" if isinstance(value, float) and math.isfinite(value) else "nan"
+
+
+def step_line(metrics: dict[str, Any], total: int) -> str:
+    """One line per step for the terminal (skipped updates shown only when there were some)."""
+    skipped = metrics.get("skipped_updates") or 0
+    return (f"step {metrics['step']:>4}/{total}  reward {metrics['reward_mean']:.3f}  acc "
+            f"{metrics['accuracy']:.3f}  entropy {_fmt(metrics['entropy'])}  renyi2 "
+            f"{_fmt(metrics['renyi2'])}  selected {_fmt(metrics['selected_fraction'])}  len "
+            f"{metrics['response_length_mean']:.1f}  {metrics['step_seconds']:.1f}s"
+            + (f"  SKIPPED {skipped} non-finite update(s)" if skipped else ""))
+
+
+def progress_bar(console: Any, total_steps: int, enabled: bool, start_step: int) -> Any:
+    """A rich progress bar with reward and entropy, or None (no TTY or progress disabled)."""
+    if not enabled or not console.is_terminal:
+        return None
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("reward {task.fields[reward]}"),
+                        TextColumn("entropy {task.fields[entropy]}"), TimeElapsedColumn(),
+                        TimeRemainingColumn(), console=console)
+    progress.add_task("train", total=total_steps, completed=start_step, reward="-",
+                      entropy="-")
+    progress.start()
+    return progress
+
+
+def write_eval(run_dir: Path, name: str, result: dict[str, Any]) -> None:
+    path = run_dir / "eval.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[name] = result
+    path.write_text(json.dumps(data, indent=1))
+
+
+def print_summary(console: Any, run_dir: Path, before: dict[str, Any], after: dict[str, Any],
+             checkpoint: Path | None) -> None:
+    metrics_path = run_dir / "metrics.jsonl"
+    lines = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    rewards = [line["reward_mean"] for line in lines]
+    entropies = [line["entropy"] if line["entropy"] is not None else math.nan for line in lines]
+    if rewards:
+        window = min(10, max(1, len(rewards) // 2))
+        console.print(f"reward per step   {sparkline(rewards)}  (mean of the first {window} "
+                      f"steps {_window_mean(rewards[:window])} -> last {window} "
+                      f"{_window_mean(rewards[-window:])})")
+        console.print(f"entropy per step  {sparkline(entropies)}  (first {window} "
+                      f"{_window_mean(entropies[:window])} -> last {window} "
+                      f"{_window_mean(entropies[-window:])} nats)")
+    plot = plot_curves(run_dir, lines)
+    if plot is not None:
+        console.print(f"reward/entropy plot: {plot}")
+    if before and after:
+        console.print(f"held-out accuracy: before {before['accuracy']:.3f} -> after "
+                      f"{after['accuracy']:.3f} ({after['num_problems']} problems)")
+    console.print(f"metrics: {metrics_path}  tensorboard: {run_dir / 'tensorboard'}")
+    if checkpoint is not None:
+        console.print(f"checkpoint: {checkpoint}")
+
+
+def plot_curves(run_dir: Path, lines: list[dict[str, Any]]) -> Path | None:
+    """Save reward, accuracy and entropy per step as RUN_DIR/curves.png (None if no data)."""
+    if not lines:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [line["step"] for line in lines]
+
+    def series(name: str) -> list[float]:
+        return [line.get(name) if line.get(name) is not None else math.nan for line in lines]
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5))
+    left.plot(steps, series("reward_mean"), label="reward mean")
+    left.plot(steps, series("accuracy"), label="accuracy")
+    left.set_xlabel("step")
+    left.legend()
+    right.plot(steps, series("entropy"), label="Shannon entropy (all)")
+    right.plot(steps, series("renyi2"), label="Renyi-2 entropy (all)")
+    right.plot(steps, series("entropy_selected"), label="Shannon entropy (selected)", ls="--")
+    right.set_xlabel("step")
+    right.set_ylabel("nats")
+    right.legend(fontsize=7)
+    figure.tight_layout()
+    path = run_dir / "curves.png"
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
