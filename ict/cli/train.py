@@ -15,7 +15,6 @@ from ict.config import (
     parse_key_values,
 )
 
-
 # The names users of TRL / transformers expect, accepted next to ours.
 ALIASES = {"run_dir": ["--output-dir"], "num_steps": ["--max-steps"]}
 
