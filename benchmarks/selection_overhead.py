@@ -43,21 +43,28 @@ from ict.loss import PolicyLossConfig, group_advantages, policy_loss
 from ict.selectors import SelectionInputs, required_js_references, select_tokens
 from ict.stats import token_statistics
 
-STEP_CONFIGS: dict[str, tuple[str, dict]] = {
-    "all (GRPO)": ("all", {}),
-    "entropy (20-Entropy)": ("entropy", {}),
-    "stapo": ("stapo", {}),
-    "random": ("random", {"seed": 0}),
-    "ict seq_mean": ("ict", {"reference": "seq_mean"}),
-    "ict prev": ("ict", {"reference": "prev"}),
-    "ict ref": ("ict", {"reference": "ref"}),
+# name -> (selector, options, group size G of the B sequences, loss aggregation)
+STEP_CONFIGS: dict[str, tuple[str, dict, int, str]] = {
+    "all (GRPO)": ("all", {}, 8, "token_mean"),
+    "entropy (20-Entropy)": ("entropy", {}, 8, "token_mean"),
+    "stapo": ("stapo", {}, 8, "token_mean"),
+    "random": ("random", {"seed": 0}, 8, "token_mean"),
+    "ict group_mean (default), 1 group of 8": ("ict", {}, 8, "token_mean"),
+    "ict group_mean (default), 2 groups of 4": ("ict", {}, 4, "token_mean"),
+    "ict paper preset, 2 groups of 4": ("ict", {"scope": "sequence"}, 4, "seq_mean_token_mean"),
+    "ict seq_mean": ("ict", {"reference": "seq_mean"}, 8, "token_mean"),
+    "ict prev": ("ict", {"reference": "prev"}, 8, "token_mean"),
+    "ict ref": ("ict", {"reference": "ref"}, 8, "token_mean"),
 }
-STATS_CONFIGS: dict[str, tuple[str, ...]] = {
-    "log-prob + entropy + Renyi-2 (GRPO)": (),
-    "+ JS seq_mean": ("seq_mean",),
-    "+ JS prev": ("prev",),
-    "+ JS ref": ("ref",),
-    "+ JS seq_mean, prev, ref": ("seq_mean", "prev", "ref"),
+# name -> (JS references, group size G of the B rows)
+STATS_CONFIGS: dict[str, tuple[tuple[str, ...], int]] = {
+    "log-prob + entropy + Renyi-2 (GRPO)": ((), 4),
+    "+ JS group_mean, 1 group of 4": (("group_mean",), 4),
+    "+ JS group_mean, 2 groups of 2": (("group_mean",), 2),
+    "+ JS seq_mean": (("seq_mean",), 4),
+    "+ JS prev": (("prev",), 4),
+    "+ JS ref": (("ref",), 4),
+    "+ JS seq_mean, prev, ref": (("seq_mean", "prev", "ref"), 4),
 }
 
 
@@ -136,9 +143,11 @@ class StepBench:
         rewards = torch.randint(0, 2, (sizes.batch,), generator=generator).float()
         self.advantages = group_advantages(rewards, group_size=2).to(device)
         self.keep = sizes.response + 1
+        self.device = device
 
     def step(self, name: str) -> None:
-        selector, options = STEP_CONFIGS[name]
+        selector, options, group_size, aggregation = STEP_CONFIGS[name]
+        group_ids = torch.arange(self.input_ids.shape[0], device=self.device) // group_size
         references = required_js_references(selector, options)
         logits = self.model(self.input_ids, logits_to_keep=self.keep).logits[:, :-1]
         reference_logits = None
@@ -146,13 +155,24 @@ class StepBench:
             assert self.reference_model is not None
             with torch.no_grad():
                 reference_logits = self.reference_model(self.input_ids, logits_to_keep=self.keep).logits[:, :-1]
-        stats = token_statistics(logits, self.response_ids, self.response_mask, 1.0, references, reference_logits)
+        stats = token_statistics(
+            logits, self.response_ids, self.response_mask, 1.0, references, reference_logits, group_ids=group_ids
+        )
         inputs = SelectionInputs(
-            stats=stats, response_mask=self.response_mask, advantages=self.advantages, token_ids=self.response_ids
+            stats=stats,
+            response_mask=self.response_mask,
+            advantages=self.advantages,
+            token_ids=self.response_ids,
+            group_ids=group_ids,
         )
         selected = select_tokens(selector, inputs, **options)
         loss, _ = policy_loss(
-            stats, stats.log_probs.detach(), self.advantages, self.response_mask, selected, PolicyLossConfig()
+            stats,
+            stats.log_probs.detach(),
+            self.advantages,
+            self.response_mask,
+            selected,
+            PolicyLossConfig(aggregation=aggregation),
         )
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
@@ -174,15 +194,16 @@ class StatsBench:
         self.mask = torch.ones(shape[:2], dtype=torch.bool, device=device)
 
     def step(self, name: str) -> None:
-        references = STATS_CONFIGS[name]
-        token_statistics(self.logits, self.token_ids, self.mask, 1.0, references, self.reference_logits)
+        references, group_size = STATS_CONFIGS[name]
+        group_ids = torch.arange(self.mask.shape[0], device=self.mask.device) // group_size
+        token_statistics(self.logits, self.token_ids, self.mask, 1.0, references, self.reference_logits, group_ids=group_ids)
 
 
 def needs_reference(kind: str, name: str) -> bool:
     if kind == "step":
-        selector, options = STEP_CONFIGS[name]
+        selector, options, _, _ = STEP_CONFIGS[name]
         return "ref" in required_js_references(selector, options)
-    return "ref" in STATS_CONFIGS[name]
+    return "ref" in STATS_CONFIGS[name][0]
 
 
 def make_bench(kind: str, sizes: Sizes, tiny: bool, device: torch.device, with_reference: bool):
