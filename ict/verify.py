@@ -273,20 +273,33 @@ def gold_from_number(value: float | int | str) -> str:
     return text
 
 
+MAX_LIST_LITERAL_CHARS = 10_000
+
+
+def list_literal(text: str) -> list[str] | None:
+    """The strings of ``text`` when it is a Python list (or tuple) literal of strings, such as
+    OlympiadBench's ``"['$2$']"``; else None. LaTeX intervals and sets (``[0, \\infty)``,
+    ``[-1, 3]``) are not string lists and give None. ``ast.literal_eval`` evaluates literals
+    only (no code), on at most ``MAX_LIST_LITERAL_CHARS`` characters."""
+    text = text.strip()
+    if not (text.startswith("[") and text.endswith("]")) or len(text) > MAX_LIST_LITERAL_CHARS:
+        return None
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        return None
+    if isinstance(value, list | tuple) and value and all(isinstance(item, str) for item in value):
+        return list(value)
+    return None
+
+
 def gold_from_list(value: Sequence[str] | str) -> str:
     """OlympiadBench ``final_answer``: a list (or its Python-literal string) of LaTeX answers like
     ``['$2$']``. Math delimiters are stripped from each element; several elements are joined with
     ``", "`` (a multiple answer, compared as a set/tuple by math-verify)."""
     items: Any = value
     if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("["):
-            try:
-                items = ast.literal_eval(text)
-            except (ValueError, SyntaxError):
-                items = [text.strip("[]")]
-        else:
-            items = [text]
+        items = list_literal(value) or [value.strip()]
     # "$a$,$b$" inside one element is one answer typeset as several formulas: drop every
     # unescaped "$" (a currency "\\$" stays)
     parts = [re.sub(r"(?<!\\)\$", "", _strip_math_delimiters(str(item))).strip() for item in items]
@@ -308,11 +321,12 @@ def normalize_gold(raw: Any, fmt: GoldFormat = "auto") -> str:
     """One bare LaTeX gold answer from a published format (see module docstring).
 
     ``fmt``: ``"latex"`` (bare LaTeX, outer ``$`` stripped), ``"gsm8k"``, ``"list"``, ``"number"``,
-    ``"boxed_solution"``, or ``"auto"`` (list/list-string -> list, text with ``####`` -> gsm8k,
-    text with ``\\boxed`` -> boxed_solution, a number -> number, else latex).
+    ``"boxed_solution"``, or ``"auto"`` (a list, or a string that is a Python list literal of
+    strings -> list; text with ``####`` -> gsm8k, text with ``\\boxed`` -> boxed_solution, a
+    number -> number, else latex: so ``[0, \\infty)`` and ``[-1, 3]`` stay as they are).
     """
     if fmt == "auto":
-        if isinstance(raw, (list, tuple)) or (isinstance(raw, str) and raw.strip().startswith("[")):
+        if isinstance(raw, (list, tuple)) or (isinstance(raw, str) and list_literal(raw) is not None):
             fmt = "list"
         elif isinstance(raw, (int, float)):
             fmt = "number"
