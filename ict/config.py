@@ -151,6 +151,9 @@ class TrainConfig:
                                            "(a population larger than a micro-batch is scored "
                                            "in an extra no-grad pass)")
     stats_chunk_size: int | None = _option(None, "positions per chunk in token statistics")
+    shared_prompt_forward: bool = _option(True, "run each prompt once for its G completions in "
+                                          "the training forward (exact; off: one forward per "
+                                          "row)")
     seed: int = _option(0, "random seed (data order, sampling, random selector)")
     num_threads: int | None = _option(None, "torch CPU threads (None: torch's default; 1 is "
                                       "faster when other jobs share the cores)")

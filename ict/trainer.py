@@ -48,6 +48,7 @@ from ict.config import TrainConfig, save_config
 from ict.data import Problem, PromptSampler, load_training_data
 from ict.diagnostics import DIAGNOSTIC_KEYS, token_diagnostics
 from ict.errors import TrainingDiverged, UsageError
+from ict.forward import response_logits
 from ict.loss import PolicyLossConfig, aggregation_weight, group_advantages, policy_loss
 from ict.models import LoraOptions, load_model_and_tokenizer
 from ict.reporting import MetricsLogger, print_summary, progress_bar, step_line, write_eval
@@ -83,28 +84,12 @@ def step_seed(seed: int, step: int, stream: int) -> int:
 # ---------------------------------------------------------------------------------------------
 # Forward pass
 
-def response_logits(model: Any, batch: RolloutBatch) -> torch.Tensor:
-    """Logits [B, T, V] of the distributions that produced the response tokens.
-
-    `logits[:, t]` comes from position `P - 1 + t`; only those positions are kept (the prompt's
-    logits are never materialised beyond the model's own output)."""
-    prompt_length = batch.prompt_length
-    length = batch.response_ids.shape[1]
-    # Left padding: positions count real tokens only, as `generate` does.
-    position_ids = (batch.attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    outputs = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                    position_ids=position_ids, logits_to_keep=length + 1, use_cache=False)
-    # logits_to_keep=T+1 keeps positions P-1 .. P+T-1; drop the last (it predicts past the end).
-    logits = outputs.logits[:, :-1]
-    assert logits.shape[1] == length and batch.input_ids.shape[1] == prompt_length + length
-    return logits
-
-
 class ReferencePolicy:
     """The initial policy (for `kl_coef > 0` and the `ref` JS reference): a frozen copy of the
     model, or the LoRA model with its adapter disabled."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, shared_prompt: bool = True) -> None:
+        self.shared_prompt = shared_prompt
         self.uses_adapter = hasattr(model, "disable_adapter")
         self.model = model if self.uses_adapter else copy.deepcopy(model).eval()
         if not self.uses_adapter:
@@ -115,8 +100,8 @@ class ReferencePolicy:
     def logits(self, batch: RolloutBatch) -> torch.Tensor:
         if self.uses_adapter:
             with self.model.disable_adapter():
-                return response_logits(self.model, batch).detach()
-        return response_logits(self.model, batch).detach()
+                return response_logits(self.model, batch, self.shared_prompt).detach()
+        return response_logits(self.model, batch, self.shared_prompt).detach()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,6 +135,7 @@ class StepContext:
     temperature: float = 1.0
     chunk_size: int | None = None
     reference: ReferencePolicy | None = None
+    shared_prompt: bool = True
 
 
 def statistics_of(model: Any, micro: RolloutBatch, group_ids: torch.Tensor, references: tuple[str, ...],
@@ -157,7 +143,7 @@ def statistics_of(model: Any, micro: RolloutBatch, group_ids: torch.Tensor, refe
                   ) -> tuple[TokenStatistics, torch.Tensor | None]:
     """Token statistics of `micro` under `model` (log-probs carry gradients when grad is on), and
     the reference policy's log-probs when the loss or a `ref` score needs them."""
-    logits = response_logits(model, micro)
+    logits = response_logits(model, micro, context.shared_prompt)
     reference_logits = None
     if context.reference is not None and ("ref" in references or context.loss_config.kl_coef > 0):
         reference_logits = context.reference.logits(micro)
@@ -309,6 +295,7 @@ def accumulate_gradients(
     selection_seed: int = 0,
     group_size: int = 1,
     population_stats: TokenStatistics | None = None,
+    shared_prompt: bool = True,
 ) -> UpdateResult:
     """Backward the selective policy loss of `batch` into `.grad` (not zeroed here).
 
@@ -319,7 +306,7 @@ def accumulate_gradients(
     statistics of the whole batch (`population_stats`, or a no-grad scoring pass). The gradient
     left in `.grad` is that of the batch's loss aggregated over all its selected tokens."""
     method = selector if isinstance(selector, Method) else Method.of(selector, selector_options or {})
-    context = StepContext(loss_config, temperature, chunk_size, reference)
+    context = StepContext(loss_config, temperature, chunk_size, reference, shared_prompt)
     rows = batch.input_ids.shape[0]
     if rows % group_size:
         raise UsageError(f"a batch of {rows} rows does not hold whole groups of {group_size}")
@@ -486,7 +473,7 @@ def train(config: TrainConfig, console: Any = None,
     device = next(model.parameters()).device
     method = method_of(config)
     needs_reference = config.kl_coef > 0 or "ref" in method.js_references
-    reference = ReferencePolicy(model) if needs_reference else None
+    reference = ReferencePolicy(model, config.shared_prompt_forward) if needs_reference else None
     optimizer = build_optimizer(model, config)
     loss_config = loss_config_of(config)
 
@@ -647,7 +634,8 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
     micro_batch_size = config.micro_batch_size or mini_batch_size
     if step < config.full_token_warmup_steps:
         method = ALL_TOKENS
-    context = StepContext(loss_config, config.temperature, config.stats_chunk_size, reference)
+    context = StepContext(loss_config, config.temperature, config.stats_chunk_size, reference,
+                          config.shared_prompt_forward)
     reuses = config.updates_per_batch > 1 or mini_batch_size < rows
     initial_stats = None
     if reuses:
@@ -679,7 +667,7 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
                 selection_seed=step_seed(config.seed, step, 2) + 1000 * update_index,
                 group_size=group_size,
                 population_stats=initial_stats.rows(index) if update_index == 0 and initial_stats
-                is not None else None)
+                is not None else None, shared_prompt=config.shared_prompt_forward)
             trainable = [p for p in model.parameters() if p.requires_grad and p.grad is not None]
             max_norm = config.max_grad_norm if config.max_grad_norm > 0 else float("inf")
             norm = float(torch.nn.utils.clip_grad_norm_(trainable, max_norm)) if trainable else 0.0

@@ -440,8 +440,8 @@ def test_non_finite_updates_are_skipped_and_stop_the_run(tiny_model_dir, arithme
     poisoned_steps = set()
     calls = {"step": 0}
 
-    def poisoned(model, batch):
-        logits = original(model, batch)
+    def poisoned(model, batch, *args):
+        logits = original(model, batch, *args)
         return logits * float("nan") if calls["step"] in poisoned_steps and model.training else logits
 
     def count_steps(metrics):

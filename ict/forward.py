@@ -1,0 +1,84 @@
+"""The policy's forward pass over a rollout batch: the logits that produced each response token.
+
+`response_logits(model, batch)` returns ``[B, T, V]`` where ``logits[:, t]`` is the distribution
+that produced ``batch.response_ids[:, t]``. Two ways, equal within float32 rounding (tested):
+
+- plain: one forward of every row's ``prompt + response`` (``shared_prompt=False``);
+- shared prompt (default): the G completions of a prompt share it, so each distinct prompt (a run
+  of adjacent rows with identical prompt tokens) is run once, with ``use_cache``; its key/value
+  cache is expanded to the run's rows by an index (which back-propagates: the prompt's gradient
+  is the sum over its completions), and only the response tokens are run per row, attending to
+  that cache. The prompt's cost is paid once per group, forward and backward. The logits of the
+  prompt's last position (they produce response token 0) come from the prompt pass.
+
+The shared path needs a model whose forward accepts ``past_key_values`` (every Hugging Face
+decoder, peft wrappers included) and is skipped (plain path) under gradient checkpointing,
+which does not combine with a cache carrying gradients.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ict.rollout import RolloutBatch
+
+
+def _position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Left padding: positions count real tokens only, as `generate` does."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def prompt_runs(batch: RolloutBatch) -> torch.Tensor:
+    """``[B]`` index of each row's distinct prompt: adjacent rows with identical prompt tokens
+    and mask share one (a group of G completions, or the part of one in a micro-batch)."""
+    prompts = batch.input_ids[:, : batch.prompt_length]
+    masks = batch.attention_mask[:, : batch.prompt_length]
+    new_run = torch.ones(prompts.shape[0], dtype=torch.bool, device=prompts.device)
+    if prompts.shape[0] > 1:
+        same = (prompts[1:] == prompts[:-1]).all(dim=1) & (masks[1:] == masks[:-1]).all(dim=1)
+        new_run[1:] = ~same
+    return new_run.long().cumsum(0) - 1
+
+
+def plain_response_logits(model: Any, batch: RolloutBatch) -> torch.Tensor:
+    """One forward of every row's prompt + response; keeps only the response positions."""
+    length = batch.response_ids.shape[1]
+    outputs = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                    position_ids=_position_ids(batch.attention_mask), logits_to_keep=length + 1,
+                    use_cache=False)
+    # logits_to_keep=T+1 keeps positions P-1 .. P+T-1; drop the last (it predicts past the end).
+    logits = outputs.logits[:, :-1]
+    assert logits.shape[1] == length
+    return logits
+
+
+def shared_prompt_response_logits(model: Any, batch: RolloutBatch) -> torch.Tensor:
+    """The same logits with each distinct prompt run once (see the module docstring)."""
+    run_of_row = prompt_runs(batch)
+    first_rows = torch.nonzero(torch.diff(run_of_row, prepend=run_of_row.new_tensor([-1]))).squeeze(-1)
+    prompt_length = batch.prompt_length
+    prompt_mask = batch.attention_mask[first_rows, :prompt_length]
+    prompt_out = model(input_ids=batch.input_ids[first_rows, :prompt_length], attention_mask=prompt_mask,
+                       position_ids=_position_ids(prompt_mask), use_cache=True, logits_to_keep=1)
+    cache = prompt_out.past_key_values
+    cache.batch_select_indices(run_of_row)  # [U, ...] -> [B, ...]; differentiable indexing
+    positions = _position_ids(batch.attention_mask)[:, prompt_length:]
+    response_out = model(input_ids=batch.response_ids, attention_mask=batch.attention_mask,
+                         position_ids=positions, past_key_values=cache, use_cache=True,
+                         cache_position=torch.arange(prompt_length, batch.input_ids.shape[1],
+                                                     device=batch.input_ids.device))
+    first = prompt_out.logits[:, -1:][run_of_row]  # produces response token 0
+    return torch.cat([first, response_out.logits[:, :-1]], dim=1)
+
+
+def response_logits(model: Any, batch: RolloutBatch, shared_prompt: bool = True) -> torch.Tensor:
+    """Logits ``[B, T, V]`` of the distributions that produced the response tokens.
+
+    ``shared_prompt``: run each distinct prompt once (exact; faster when rows share prompts)."""
+    checkpointing = any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
+    shares = shared_prompt and not checkpointing and batch.input_ids.shape[0] > 1
+    if shares and int(prompt_runs(batch)[-1]) + 1 < batch.input_ids.shape[0]:
+        return shared_prompt_response_logits(model, batch)
+    return plain_response_logits(model, batch)

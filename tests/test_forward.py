@@ -1,0 +1,80 @@
+"""The shared-prompt forward equals the plain per-row forward: log-probs and parameter gradients
+within 1e-5 (float32, CPU), with left-padded prompts, ragged completions and split groups."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ict.forward import (
+    plain_response_logits,
+    prompt_runs,
+    response_logits,
+    shared_prompt_response_logits,
+)
+from ict.rollout import RolloutBatch
+from ict.stats import token_statistics
+
+
+def grouped_batch(vocab: int, group_sizes=(3, 1, 4), seed: int = 0) -> RolloutBatch:
+    """Groups of rows with one prompt each (prompts of different lengths: left padding) and
+    ragged right-padded responses (some of length 1)."""
+    generator = torch.Generator().manual_seed(seed)
+    rows = sum(group_sizes)
+    prompt_width, response_width = 6, 7
+    input_ids = torch.zeros(rows, prompt_width + response_width, dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    response_ids = torch.zeros(rows, response_width, dtype=torch.long)
+    response_mask = torch.zeros(rows, response_width, dtype=torch.bool)
+    row = 0
+    for index, size in enumerate(group_sizes):
+        prompt_length = 2 + (index * 3) % 5
+        prompt = torch.randint(4, vocab, (prompt_length,), generator=generator)
+        for _ in range(size):
+            length = 1 + int(torch.randint(0, response_width, (1,), generator=generator))
+            response = torch.randint(4, vocab, (length,), generator=generator)
+            input_ids[row, prompt_width - prompt_length: prompt_width] = prompt
+            input_ids[row, prompt_width: prompt_width + length] = response
+            mask[row, prompt_width - prompt_length: prompt_width + length] = 1
+            response_ids[row, :length] = response
+            response_mask[row, :length] = True
+            row += 1
+    return RolloutBatch(input_ids, mask, response_ids, response_mask, prompt_width)
+
+
+def log_probs_and_grads(model, batch, forward):
+    model.zero_grad(set_to_none=True)
+    logits = forward(model, batch)
+    stats = token_statistics(logits, batch.response_ids, batch.response_mask)
+    weights = torch.linspace(-1.0, 1.0, stats.log_probs.numel()).view_as(stats.log_probs)
+    (stats.log_probs * weights).sum().backward()
+    grads = {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
+    return stats.log_probs.detach(), grads
+
+
+@pytest.mark.parametrize("group_sizes", [(3, 1, 4), (4, 4), (2, 5, 1, 2)])
+def test_shared_prompt_forward_equals_the_plain_forward(group_sizes, tiny_tokenizer):
+    from conftest import build_tiny_model
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=2)
+    batch = grouped_batch(len(tiny_tokenizer), group_sizes)
+    assert int(prompt_runs(batch)[-1]) + 1 == len(group_sizes)
+    plain_lp, plain_grads = log_probs_and_grads(model, batch, plain_response_logits)
+    shared_lp, shared_grads = log_probs_and_grads(model, batch, shared_prompt_response_logits)
+    torch.testing.assert_close(shared_lp, plain_lp, rtol=0, atol=1e-5)
+    assert plain_grads.keys() == shared_grads.keys()
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(shared_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_a_split_group_and_distinct_prompts(tiny_tokenizer):
+    """A micro-batch holding part of a group, and rows that share no prompt, both work."""
+    from conftest import build_tiny_model
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=3)
+    batch = grouped_batch(len(tiny_tokenizer), (4, 3), seed=1)
+    part = batch.select(slice(2, 6))  # the end of group 0 and most of group 1
+    for sub in (part, grouped_batch(len(tiny_tokenizer), (1, 1, 1), seed=2)):
+        expected = plain_response_logits(model, sub)
+        torch.testing.assert_close(response_logits(model, sub), expected, rtol=0, atol=1e-5)
+    assert torch.equal(response_logits(model, part, shared_prompt=False), plain_response_logits(model, part))
