@@ -171,6 +171,8 @@ class TrainConfig:
     resume: bool = _option(False, "continue from the newest complete checkpoint in run_dir")
     tensorboard: bool = _option(True, "write TensorBoard event files to RUN_DIR/tensorboard")
     progress: bool = _option(True, "show a live progress bar")
+    profile: bool = _option(False, "print (and save as RUN_DIR/profile.md) the time and peak "
+                            "memory of each phase of a step")
     entropy_collapse_fraction: float = _option(0.1, "warn when entropy falls below this "
                                                "fraction of its starting value")
     entropy_explosion_factor: float = _option(3.0, "warn when entropy exceeds this multiple "

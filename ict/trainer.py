@@ -51,6 +51,7 @@ from ict.errors import TrainingDiverged, UsageError
 from ict.forward import response_logits
 from ict.loss import PolicyLossConfig, aggregation_weight, group_advantages, policy_loss
 from ict.models import LoraOptions, load_model_and_tokenizer
+from ict.profiling import StepProfiler
 from ict.reporting import MetricsLogger, print_summary, progress_bar, step_line, write_eval
 from ict.rewards import Reward, build_reward
 from ict.rollout import RolloutBatch, generate_completions, pack_rollout
@@ -136,6 +137,7 @@ class StepContext:
     chunk_size: int | None = None
     reference: ReferencePolicy | None = None
     shared_prompt: bool = True
+    profiler: StepProfiler = field(default_factory=StepProfiler)
 
 
 def statistics_of(model: Any, micro: RolloutBatch, group_ids: torch.Tensor, references: tuple[str, ...],
@@ -143,15 +145,19 @@ def statistics_of(model: Any, micro: RolloutBatch, group_ids: torch.Tensor, refe
                   ) -> tuple[TokenStatistics, torch.Tensor | None]:
     """Token statistics of `micro` under `model` (log-probs carry gradients when grad is on), and
     the reference policy's log-probs when the loss or a `ref` score needs them."""
-    logits = response_logits(model, micro, context.shared_prompt)
+    profile = context.profiler.phase
+    with profile("forward"):
+        logits = response_logits(model, micro, context.shared_prompt)
     reference_logits = None
     if context.reference is not None and ("ref" in references or context.loss_config.kl_coef > 0):
-        reference_logits = context.reference.logits(micro)
-    stats = token_statistics(
-        logits, micro.response_ids, micro.response_mask, temperature=context.temperature,
-        js_references=tuple(name for name in references if name != "ref" or reference_logits is not None),
-        reference_logits=reference_logits, differentiable_entropy=differentiable_entropy,
-        chunk_size=context.chunk_size, group_ids=group_ids)
+        with profile("reference forward"):
+            reference_logits = context.reference.logits(micro)
+    with profile("statistics"):
+        stats = token_statistics(
+            logits, micro.response_ids, micro.response_mask, temperature=context.temperature,
+            js_references=tuple(name for name in references if name != "ref" or reference_logits is not None),
+            reference_logits=reference_logits, differentiable_entropy=differentiable_entropy,
+            chunk_size=context.chunk_size, group_ids=group_ids)
     reference_log_probs = None
     if reference_logits is not None:
         reference_log_probs = token_statistics(
@@ -172,9 +178,10 @@ def score_batch(model: Any, batch: RolloutBatch, group_ids: torch.Tensor, refere
                 context: StepContext, micro_batch_size: int, group_size: int) -> TokenStatistics:
     """Detached statistics [N, T] of the whole batch, in micro-batches of whole groups (the
     scoring pass: the population's scores before the first gradient micro-batch)."""
-    parts = [statistics_of(model, batch.select(part), group_ids[part], references, context)[0]
-             for part in micro_batches(batch.input_ids.shape[0], micro_batch_size, group_size, True)]
-    return TokenStatistics.concat([part.detached() for part in parts])
+    with context.profiler.phase("scoring pass"):
+        parts = [statistics_of(model, batch.select(part), group_ids[part], references, context)[0]
+                 for part in micro_batches(batch.input_ids.shape[0], micro_batch_size, group_size, True)]
+        return TokenStatistics.concat([part.detached() for part in parts])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,7 +197,8 @@ def select_population(method: Method, stats: TokenStatistics, batch: RolloutBatc
         token_ids=batch.response_ids, generator=generator, group_ids=group_ids,
         old_log_probs=old_log_probs,
         clip_range=(context.loss_config.clip_low, context.loss_config.clip_high))
-    return select(method.selector, inputs, **method.options)
+    with context.profiler.phase("selection"):
+        return select(method.selector, inputs, **method.options)
 
 
 @dataclass
@@ -227,7 +235,8 @@ def micro_batch_step(model: Any, micro: RolloutBatch, advantages: torch.Tensor,
                                 kl_penalty=selection.kl_penalty)
     weight = aggregation_weight(selection.mask, micro.response_mask, context.loss_config)
     if weight > 0 and loss.requires_grad:
-        (loss * weight).backward()
+        with context.profiler.phase("backward"):
+            (loss * weight).backward()
     return MicroBatchResult(float(loss.detach()), weight, metrics, selection, stats.detached())
 
 
@@ -296,6 +305,7 @@ def accumulate_gradients(
     group_size: int = 1,
     population_stats: TokenStatistics | None = None,
     shared_prompt: bool = True,
+    profiler: StepProfiler | None = None,
 ) -> UpdateResult:
     """Backward the selective policy loss of `batch` into `.grad` (not zeroed here).
 
@@ -306,7 +316,8 @@ def accumulate_gradients(
     statistics of the whole batch (`population_stats`, or a no-grad scoring pass). The gradient
     left in `.grad` is that of the batch's loss aggregated over all its selected tokens."""
     method = selector if isinstance(selector, Method) else Method.of(selector, selector_options or {})
-    context = StepContext(loss_config, temperature, chunk_size, reference, shared_prompt)
+    context = StepContext(loss_config, temperature, chunk_size, reference, shared_prompt,
+                          profiler or StepProfiler())
     rows = batch.input_ids.shape[0]
     if rows % group_size:
         raise UsageError(f"a batch of {rows} rows does not hold whole groups of {group_size}")
@@ -504,11 +515,14 @@ def train(config: TrainConfig, console: Any = None,
     all_metrics: list[dict[str, Any]] = []
     last_checkpoint = None
     progress = progress_bar(console, config.num_steps, config.progress, start_step)
+    profiler = StepProfiler(config.profile, device)
     stop = _StopRequest(console)
     try:
         for step in range(start_step, config.num_steps):
-            metrics = train_step(step, config, model, tokenizer, optimizer, sampler, reward,
-                                 method, loss_config, reference, backend, trainer_state)
+            with profiler.phase("step"):
+                metrics = train_step(step, config, model, tokenizer, optimizer, sampler, reward,
+                                     method, loss_config, reference, backend, trainer_state,
+                                     profiler)
             trainer_state = _check_entropy(metrics, trainer_state, config, console)
             if config.eval_every and data.eval and (step + 1) % config.eval_every == 0:
                 evaluation = evaluate_accuracy(model, tokenizer, data.eval, reward, config)
@@ -526,9 +540,10 @@ def train(config: TrainConfig, console: Any = None,
             diverged = trainer_state["consecutive_skips"] >= config.max_consecutive_skips
             if done or stop.requested or diverged or (config.save_every
                                                       and (step + 1) % config.save_every == 0):
-                last_checkpoint = save_checkpoint(run_dir, step + 1, model, optimizer,
-                                                  trainer_state, tokenizer,
-                                                  keep=config.keep_checkpoints)
+                with profiler.phase("checkpoint"):
+                    last_checkpoint = save_checkpoint(run_dir, step + 1, model, optimizer,
+                                                      trainer_state, tokenizer,
+                                                      keep=config.keep_checkpoints)
             if diverged and not done:
                 raise TrainingDiverged(
                     f"{trainer_state['consecutive_skips']} consecutive updates had a non-finite "
@@ -544,6 +559,13 @@ def train(config: TrainConfig, console: Any = None,
         if progress is not None:
             progress.stop()
         logger.close()
+        profiler.close()
+    if config.profile:
+        steps_run = max(1, len(all_metrics))
+        table = profiler.table(steps_run)
+        (run_dir / "profile.md").write_text(table + "\n")
+        console.print(f"step profile (mean of {steps_run} steps; also in {run_dir / 'profile.md'}):\n"
+                      + table)
 
     eval_after: dict[str, Any] = {}
     if data.eval:
@@ -600,7 +622,8 @@ def group_order(num_groups: int, group_size: int, generator: torch.Generator) ->
 def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
                optimizer: torch.optim.Optimizer, sampler: PromptSampler, reward: Reward,
                method: Method, loss_config: PolicyLossConfig, reference: ReferencePolicy | None,
-               backend: Any = None, trainer_state: dict[str, Any] | None = None) -> dict[str, Any]:
+               backend: Any = None, trainer_state: dict[str, Any] | None = None,
+               profiler: StepProfiler | None = None) -> dict[str, Any]:
     """One step: rollouts -> rewards -> advantages -> updates. Returns its metrics line.
 
     `trainer_state["consecutive_skips"]` counts updates skipped for a non-finite loss or
@@ -609,18 +632,22 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
     device = next(model.parameters()).device
     group_size = config.num_generations
     state = trainer_state if trainer_state is not None else {"consecutive_skips": 0}
+    profiler = profiler or StepProfiler()
 
     # 1-2. prompts and rollouts
     problems = sampler.batch(step)
-    rollout = generate_completions(
-        model, tokenizer, [problem.prompt for problem in problems], num_samples=group_size,
-        temperature=config.temperature, top_p=config.top_p, max_new_tokens=config.max_new_tokens,
-        batch_size=config.generation_batch_size, seed=step_seed(config.seed, step, 0),
-        system_prompt=config.system_prompt, backend=backend)
+    with profiler.phase("generation"):
+        rollout = generate_completions(
+            model, tokenizer, [problem.prompt for problem in problems], num_samples=group_size,
+            temperature=config.temperature, top_p=config.top_p,
+            max_new_tokens=config.max_new_tokens, batch_size=config.generation_batch_size,
+            seed=step_seed(config.seed, step, 0), system_prompt=config.system_prompt,
+            backend=backend)
 
     # 3. rewards and group advantages (completions are prompt-major: groups are adjacent)
     flat_problems = [problem for problem in problems for _ in range(group_size)]
-    totals, task = reward.score(rollout.flat_completions(), flat_problems)
+    with profiler.phase("rewards"):
+        totals, task = reward.score(rollout.flat_completions(), flat_problems)
     rewards = torch.tensor(totals, dtype=torch.float32)
     advantages = group_advantages(rewards, group_size, config.normalize_advantage_std)
 
@@ -635,7 +662,7 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
     if step < config.full_token_warmup_steps:
         method = ALL_TOKENS
     context = StepContext(loss_config, config.temperature, config.stats_chunk_size, reference,
-                          config.shared_prompt_forward)
+                          config.shared_prompt_forward, profiler)
     reuses = config.updates_per_batch > 1 or mini_batch_size < rows
     initial_stats = None
     if reuses:
@@ -667,13 +694,16 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
                 selection_seed=step_seed(config.seed, step, 2) + 1000 * update_index,
                 group_size=group_size,
                 population_stats=initial_stats.rows(index) if update_index == 0 and initial_stats
-                is not None else None, shared_prompt=config.shared_prompt_forward)
+                is not None else None, shared_prompt=config.shared_prompt_forward,
+                profiler=profiler)
             trainable = [p for p in model.parameters() if p.requires_grad and p.grad is not None]
             max_norm = config.max_grad_norm if config.max_grad_norm > 0 else float("inf")
-            norm = float(torch.nn.utils.clip_grad_norm_(trainable, max_norm)) if trainable else 0.0
-            if math.isfinite(result.loss) and math.isfinite(norm):
-                if trainable:
+            with profiler.phase("optimizer"):
+                norm = float(torch.nn.utils.clip_grad_norm_(trainable, max_norm)) if trainable else 0.0
+                finite = math.isfinite(result.loss) and math.isfinite(norm)
+                if finite and trainable:
                     optimizer.step()
+            if finite:
                 grad_norms.append(norm)
                 state["consecutive_skips"] = 0
             else:  # weights and optimizer state stay as they are
@@ -691,11 +721,12 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
 
     # 6. diagnostics of the step's selection (each row once) and metrics
     rows_seen = torch.cat([index for index, _ in first_pass])
-    diagnostics = token_diagnostics(
-        TokenStatistics.concat([result.stats for _, result in first_pass]),
-        batch.response_mask[rows_seen].cpu(),
-        torch.cat([result.selected_mask for _, result in first_pass]),
-        advantages[rows_seen].cpu())
+    with profiler.phase("diagnostics"):
+        diagnostics = token_diagnostics(
+            TokenStatistics.concat([result.stats for _, result in first_pass]),
+            batch.response_mask[rows_seen].cpu(),
+            torch.cat([result.selected_mask for _, result in first_pass]),
+            advantages[rows_seen].cpu())
     lengths = [len(ids) for group in rollout.completion_ids for ids in group]
     step_seconds = time.perf_counter() - step_start
     grouped = rewards.view(-1, group_size)

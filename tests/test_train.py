@@ -469,3 +469,12 @@ def test_non_finite_updates_are_skipped_and_stop_the_run(tiny_model_dir, arithme
         assert latest_checkpoint(stopped).name == "step-00000003"
     finally:
         trainer_module.response_logits = original
+
+
+def test_profile_reports_every_phase(tiny_model_dir, arithmetic_task, tmp_path):
+    train(tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=1, profile=True,
+                      method="entropy", micro_batch_size=4))
+    table = (tmp_path / "run" / "profile.md").read_text()
+    for phase in ("| step |", "| generation |", "| rewards |", "| scoring pass |", "| forward |",
+                  "| statistics |", "| selection |", "| backward |", "| optimizer |", "| checkpoint |"):
+        assert phase in table, phase
