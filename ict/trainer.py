@@ -424,7 +424,7 @@ def _make_backend(config: TrainConfig, model: Any) -> Any:
     """vLLM backend when asked (or `auto` on a GPU with vLLM installed), else None (HF)."""
     import importlib.util
 
-    from ict.models import OFFLINE_DEFAULT_MODEL, offline_default_path
+    from ict.models import OFFLINE_DEFAULT_MODEL, dtype_name, offline_default_path
 
     device = next(model.parameters()).device
     wanted = config.rollout_backend
@@ -436,7 +436,7 @@ def _make_backend(config: TrainConfig, model: Any) -> Any:
     from ict.rollout import VLLMBackend
 
     path = str(offline_default_path()) if config.model == OFFLINE_DEFAULT_MODEL else config.model
-    backend = VLLMBackend(path, dtype="bfloat16" if config.dtype in ("auto", "bf16") else "float32",
+    backend = VLLMBackend(path, dtype=dtype_name(config.dtype, device),
                           gpu_memory_utilization=config.vllm_gpu_memory_utilization,
                           max_model_len=4096, seed=config.seed)
     backend.sync_weights(model)

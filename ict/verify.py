@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ict.problems import OPTION_LETTERS
+
 # Bounds on the work done in the calling process.
 MAX_SCAN_CHARS = 20_000
 """Only the last this-many characters of a completion are scanned or sent to math-verify."""
@@ -146,7 +148,6 @@ def extract_boxed_answer(text: str | bytes | None) -> str | None:
     return None
 
 
-_CHOICE_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def _choice_pattern(letters: str) -> str:
@@ -169,9 +170,9 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
     Valid letters are the first ``num_choices`` of A-Z, upper case only (a lone "a" is an article).
     Anything else (a letter mentioned mid-sentence, several letters) gives ``None``.
     """
-    if not 1 <= num_choices <= len(_CHOICE_LETTERS):
+    if not 1 <= num_choices <= len(OPTION_LETTERS):
         raise ValueError(f"num_choices must be in 1..26, got {num_choices}")
-    letters = _CHOICE_LETTERS[:num_choices]
+    letters = OPTION_LETTERS[:num_choices]
     text = _tail(sanitize_text(completion))
     letter = _choice_pattern(letters)
 
@@ -651,7 +652,7 @@ class MathVerifier:
         if extraction not in MATH_EXTRACTIONS:
             raise ValueError(f"extraction must be one of {MATH_EXTRACTIONS}, got {extraction!r}")
         tasks = [(_tail(sanitize_text(completion)), sanitize_text(gold), extraction)
-                 for completion, gold in pairs]  # fmt: skip
+                 for completion, gold in pairs]
         results: list[MathVerdict | None] = [None] * len(tasks)
         if not tasks:
             return []

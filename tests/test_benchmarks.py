@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from ict.benchmarks import (
-    MATH_INSTRUCTION,
     REASONING_GYM_EVAL_SEED,
     REGISTRY,
     SUITES,
@@ -21,6 +20,7 @@ from ict.benchmarks import (
     problem_from_row,
 )
 from ict.errors import UsageError
+from ict.problems import MATH_INSTRUCTION
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks"
 
@@ -66,8 +66,8 @@ def test_local_files_load_as_they_are(name):
     benchmark = load_benchmark(name, DATA_DIR)
     assert len(benchmark.problems) == rows
     first = benchmark.problems[0]
-    assert first.gold == first_gold and first.answer_type == answer_type
-    assert all(problem.gold for problem in benchmark.problems)
+    assert first.answer == first_gold and first.kind == answer_type
+    assert all(problem.answer for problem in benchmark.problems)
     assert [p.index for p in benchmark.problems] == list(range(rows))
     if answer_type == "math":
         assert first.prompt.endswith(MATH_INSTRUCTION) and first.question in first.prompt
@@ -81,7 +81,7 @@ def test_local_gold_examples():
     if not DATA_DIR.is_dir():
         pytest.skip(f"{DATA_DIR} is absent")
     olympiad = load_benchmark("olympiadbench", DATA_DIR).problems
-    by_id = {p.problem_id: p.gold for p in olympiad}
+    by_id = {p.problem_id: p.answer for p in olympiad}
     raw = {json.loads(line)["id"]: json.loads(line)["final_answer"]
            for line in open(DATA_DIR / "olympiadbench.jsonl", encoding="utf-8")}  # fmt: skip
     multiple = [row for row in raw.values() if "$,$" in row[0]]
@@ -91,42 +91,42 @@ def test_local_gold_examples():
             assert by_id[str(key)] == value[0].replace("$", "").strip()
     assert by_id[str(next(iter(raw)))] == "2"
     gsm = load_benchmark("gsm8k", DATA_DIR).problems
-    assert all("," not in p.gold and "#" not in p.gold for p in gsm)
+    assert all("," not in p.answer and "#" not in p.answer for p in gsm)
     mmlu = load_benchmark("mmlu_stem", DATA_DIR, limit=50).problems
     rows = [json.loads(line) for line in open(DATA_DIR / "mmlu_stem.jsonl", encoding="utf-8")][:50]
-    assert [p.gold for p in mmlu] == ["ABCD"[int(row["answer"])] for row in rows]
+    assert [p.answer for p in mmlu] == ["ABCD"[int(row["answer"])] for row in rows]
 
 
 def test_hub_format_rows():
     # MMLU with a Python-list string and a string index (the README's format)
     problem = problem_from_row(REGISTRY["mmlu_stem"], {
         "question": "2+2?", "choices": "['3', '4', '5', '6']", "answer": "1"}, 0)  # fmt: skip
-    assert problem.gold == "B" and problem.choices == ["3", "4", "5", "6"]
+    assert problem.answer == "B" and problem.choices == ["3", "4", "5", "6"]
     assert "A) 3\nB) 4\nC) 5\nD) 6" in problem.prompt
     # MMLU-Pro: ten options, letter or index answer
     row = {"question_id": 7, "question": "q", "options": [str(i) for i in range(10)],
            "answer": "J", "answer_index": 9}  # fmt: skip
     problem = problem_from_row(REGISTRY["mmlu_pro"], row, 0)
-    assert problem.gold == "J" and problem.problem_id == "7" and "J) 9" in problem.prompt
+    assert problem.answer == "J" and problem.problem_id == "7" and "J) 9" in problem.prompt
     # CommonsenseQA: labels A-E
     row = {"id": "x", "question": "Where?", "answerKey": "E",
            "choices": {"label": ["A", "B", "C", "D", "E"], "text": ["a", "b", "c", "d", "e"]}}
-    assert problem_from_row(REGISTRY["commonsense_qa"], row, 0).gold == "E"
+    assert problem_from_row(REGISTRY["commonsense_qa"], row, 0).answer == "E"
     # ARC: some rows use labels "1"-"4"; the gold is mapped by position to a letter
     row = {"id": "y", "question": "Which?", "answerKey": "3",
            "choices": {"label": ["1", "2", "3", "4"], "text": ["w", "x", "y", "z"]}}
     problem = problem_from_row(REGISTRY["arc_challenge"], row, 0)
-    assert problem.gold == "C" and "C) y" in problem.prompt
+    assert problem.answer == "C" and "C) y" in problem.prompt
     # GPQA: options shuffled with a per-question fixed seed, the gold follows the correct answer
     row = {"Question": "What is it?", "Correct Answer": "right", "Incorrect Answer 1": "w1",
            "Incorrect Answer 2": "w2", "Incorrect Answer 3": "w3"}
     first = problem_from_row(REGISTRY["gpqa_diamond"], row, 0)
     again = problem_from_row(REGISTRY["gpqa_diamond"], dict(row), 5)
     assert first.choices == again.choices and sorted(first.choices) == ["right", "w1", "w2", "w3"]
-    assert first.choices["ABCD".index(first.gold)] == "right"
+    assert first.choices["ABCD".index(first.answer)] == "right"
     # AIME 2025 on the hub uses question/answer
     problem = problem_from_row(REGISTRY["aime25"], {"question": "Find x.", "answer": "70"}, 0)
-    assert problem.gold == "70" and problem.prompt.startswith("Find x.")
+    assert problem.answer == "70" and problem.prompt.startswith("Find x.")
     # OlympiadBench context is prepended
     row = {"question": "Find n.", "context": "Let n be 2.", "final_answer": ["$2$"]}
     assert problem_from_row(REGISTRY["olympiadbench"], row, 0).question == "Let n be 2.\n\nFind n."
@@ -144,7 +144,7 @@ def test_local_file_errors(tmp_path):
     with pytest.raises(UsageError, match="row 1 of gsm8k"):
         load_benchmark("gsm8k", tmp_path)
     (tmp_path / "gsm8k.jsonl").write_text('{"question": "q", "answer": "x\\n#### 1,234"}\n')
-    assert load_benchmark("gsm8k", tmp_path).problems[0].gold == "1234"
+    assert load_benchmark("gsm8k", tmp_path).problems[0].answer == "1234"
     with pytest.raises(UsageError, match="--limit"):
         load_benchmark("gsm8k", tmp_path, limit=0)
 
@@ -175,8 +175,8 @@ def test_reasoning_gym_tasks():
     reference = reasoning_gym.create_dataset("chain_sum", size=6, seed=REASONING_GYM_EVAL_SEED,
                                              max_terms=2, max_digits=1)  # fmt: skip
     assert [p.question for p in benchmark.problems] == [reference[i]["question"] for i in range(6)]
-    assert [p.gold for p in benchmark.problems] == [reference[i]["answer"] for i in range(6)]
-    assert benchmark.scorer.score_answer(answer=benchmark.problems[0].gold,
+    assert [p.answer for p in benchmark.problems] == [reference[i]["answer"] for i in range(6)]
+    assert benchmark.scorer.score_answer(answer=benchmark.problems[0].answer,
                                          entry=benchmark.problems[0].entry) == 1.0  # fmt: skip
     assert group_of(name) == "reasoning_gym"
     assert len(load_benchmarks([name], limit=2)[0].problems) == 2

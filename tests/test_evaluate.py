@@ -74,8 +74,8 @@ def test_grade_completions_per_answer_type(tmp_path):
     assert [(v.correct, v.extracted) for v in verdicts] == [(True, "B"), (False, "A"), (False, None)]
     rg = load_benchmark("rg:chain_sum:max_terms=2:max_digits=1:size=3")
     r = rg.problems[0]
-    verdicts = grade_completions(rg, [(r, f"<answer>{r.gold}</answer>"), (r, f"\\boxed{{{r.gold}}}"),
-                                      (r, f"The answer is {r.gold}"),
+    verdicts = grade_completions(rg, [(r, f"<answer>{r.answer}</answer>"), (r, f"\\boxed{{{r.answer}}}"),
+                                      (r, f"The answer is {r.answer}"),
                                       (r, "<answer>999</answer>")])  # fmt: skip
     assert [v.correct for v in verdicts] == [True, True, False, False]
     assert verdicts[2].status == "no_answer"  # strict: no last-number fallback
@@ -294,3 +294,22 @@ def test_lora_checkpoint_loads(tmp_path, tiny_model_dir):
         merged = generator.model(prompt).logits
     torch.testing.assert_close(merged, expected, rtol=1e-4, atol=1e-5)
     assert generator.tokenizer.padding_side == "left"
+
+
+def test_every_eval_option_comes_from_the_dataclass():
+    import argparse
+    import dataclasses
+
+    from ict.cli import evaluate as eval_command
+    from ict.evaluate import EvalConfig
+
+    parser = argparse.ArgumentParser(prog="ict")
+    subparsers = parser.add_subparsers()
+    eval_parser = eval_command.add_parser(subparsers)
+    help_text = " ".join(eval_parser.format_help().split())
+    for item in dataclasses.fields(EvalConfig):
+        assert "--" + item.name.replace("_", "-") in help_text, item.name
+        assert item.metadata.get("help"), item.name
+    assert "(default: 1,4)" in help_text and "(default: smollm2-135m-instruct)" in help_text
+    args = parser.parse_args(["eval", "--n", "3", "--k", "1,2", "--output-dir", "x"])
+    assert (args.num_samples, args.ks, args.output_dir) == ("3", "1,2", "x")

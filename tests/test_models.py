@@ -118,3 +118,11 @@ def test_packed_batch_gives_the_log_probs_of_unpadded_sequences(tiny_model_dir):
             torch.testing.assert_close(log_probs[row, : len(response)], expected, rtol=1e-4,
                                        atol=1e-5)
             row += 1
+
+
+def test_one_dtype_resolver_for_train_eval_and_vllm():
+    from ict.models import dtype_name
+
+    assert dtype_name("fp16", "cuda") == "float16"  # the trainer's vLLM map once sent fp16 to fp32
+    assert dtype_name("auto", "cpu") == "float32" and dtype_name("auto", "cuda") == "bfloat16"
+    assert dtype_name("bf16", "cpu") == "bfloat16"

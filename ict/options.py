@@ -1,0 +1,145 @@
+"""Options from documented dataclasses: one field = one option, one help text, one default.
+
+`option(default, help, choices)` declares a field; `add_dataclass_options` turns every field of a
+config dataclass into a command-line flag (``--num-steps`` for ``num_steps``, plus aliases);
+`parse_field` converts a string (command line, ``key=value``) or a YAML value to the field's type.
+`ict train` (`ict.config.TrainConfig`) and `ict eval` (`ict.evaluate.EvalConfig`) both use them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import json
+import types
+import typing
+from dataclasses import field
+from typing import Any
+
+import yaml
+
+from ict.errors import UsageError
+
+
+def option(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
+    """A dataclass field with its help text (and allowed values) in the metadata."""
+    metadata: dict[str, Any] = {"help": help}
+    if choices:
+        metadata["choices"] = choices
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def default_of(item: dataclasses.Field) -> Any:
+    if item.default is not dataclasses.MISSING:
+        return item.default
+    return item.default_factory()  # type: ignore[misc]
+
+
+def optional_inner(annotation: Any) -> tuple[Any, bool]:
+    """(inner type, is optional) for `X | None`."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        return args[0], len(args) < len(typing.get_args(annotation))
+    return annotation, False
+
+
+def describe(value: Any) -> str:
+    """Short text form of a default for --help."""
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"))
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def suggestion(cls: type, name: str) -> str:
+    close = difflib.get_close_matches(name.replace("-", "_"), list(typing.get_type_hints(cls)), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def parse_field(cls: type, name: str, raw: Any) -> Any:
+    """Convert `raw` (a string from the CLI or a YAML value) to the type of field `name` of the
+    dataclass `cls`; a bad value is a one-line `UsageError`."""
+    types_by_name = typing.get_type_hints(cls)
+    if name not in types_by_name:
+        raise UsageError(f"unknown option {name!r}{suggestion(cls, name)}")
+    inner, optional = optional_inner(types_by_name[name])
+    if isinstance(raw, str) and optional and raw.strip().lower() in ("none", "null", "~"):
+        return None
+    if raw is None:
+        if optional:
+            return None
+        raise UsageError(f"{name} cannot be null")
+    try:
+        if inner is bool:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if inner is int:
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError
+            return int(raw)
+        if inner is float:
+            if isinstance(raw, bool):
+                raise ValueError
+            return float(raw)
+        if inner is dict or typing.get_origin(inner) is dict:
+            value = yaml.safe_load(raw) if isinstance(raw, str) else raw
+            if value is None:
+                return {}
+            if not isinstance(value, dict):
+                raise ValueError
+            return dict(value)
+        if typing.get_origin(inner) is tuple:  # tuple[int, ...]: "1,4" or a YAML list
+            parts = raw.split(",") if isinstance(raw, str) else list(raw)
+            values = tuple(int(str(part).strip()) for part in parts if str(part).strip())
+            if not values:
+                raise ValueError
+            return values
+        if inner is str:
+            return str(raw)
+    except (ValueError, TypeError, yaml.YAMLError):
+        kind = getattr(inner, "__name__", str(inner))
+        raise UsageError(f"bad value for {name}: {raw!r} (expected {kind})") from None
+    raise UsageError(f"unsupported option type for {name}")
+
+
+def add_dataclass_options(parser: argparse.ArgumentParser, cls: type,
+                          aliases: dict[str, list[str]] | None = None) -> None:
+    """One flag per field of `cls` (default suppressed: unset options are absent from the parsed
+    namespace, so YAML values and dataclass defaults are not masked)."""
+    aliases = aliases or {}
+    types_by_name = typing.get_type_hints(cls)
+    for item in dataclasses.fields(cls):
+        inner, optional = optional_inner(types_by_name[item.name])
+        help_text = f"{item.metadata.get('help', '')} (default: {describe(default_of(item))})"
+        help_text = help_text.replace("%", "%%")
+        flags = ["--" + item.name.replace("_", "-"), *aliases.get(item.name, [])]
+        if inner is bool:
+            parser.add_argument(*flags, dest=item.name, action=argparse.BooleanOptionalAction,
+                                default=argparse.SUPPRESS, help=help_text)
+            continue
+        choices = item.metadata.get("choices")
+        metavar = ("{" + ",".join(choices) + "}" if choices
+                   else {int: "INT", float: "FLOAT", dict: "JSON"}.get(inner, "TEXT"))
+        if typing.get_origin(inner) is tuple:
+            metavar = "INT,INT,..."
+        if optional:
+            metavar += "|none"
+        parser.add_argument(*flags, dest=item.name, default=argparse.SUPPRESS, metavar=metavar,
+                            choices=choices, help=help_text)
+
+
+def given_options(cls: type, namespace: argparse.Namespace) -> dict[str, Any]:
+    """The fields of `cls` that the command line set (raw strings or booleans)."""
+    names = {item.name for item in dataclasses.fields(cls)}
+    return {name: value for name, value in vars(namespace).items() if name in names}
