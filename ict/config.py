@@ -226,6 +226,10 @@ class TrainConfig:
         ratio = options.get("ratio")
         if isinstance(ratio, int | float) and not 0.0 < ratio <= 1.0:
             raise UsageError(f"ratio must be in (0, 1], got {ratio}")
+        try:
+            selectors.check_options(self.selector_name, options)
+        except ValueError as error:
+            raise UsageError(f"method {self.method}: {error}") from None
         for item in dataclasses.fields(self):
             choices = item.metadata.get("choices")
             value = getattr(self, item.name)

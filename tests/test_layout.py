@@ -19,7 +19,7 @@ LAYERS = {
     # 2: what wires them: the training configuration and loop, the evaluation
     "config": 2, "trainer": 2, "evaluate": 2,
     # 3: the command line only parses and calls the library
-    "cli": 3, "__init__": 3,
+    "cli": 3, "__init__": 3, "__main__": 3,
 }
 
 

@@ -1,4 +1,9 @@
-"""Command line: `ict train`, `ict eval`. Only parses arguments and calls the library."""
+"""Command line: `ict train`, `ict eval`. Only parses arguments and calls the library.
+
+Errors are one line on stderr, never a traceback: bad input (`UsageError`, a missing file, a bad
+value) exits with 2, a run stopped by non-finite updates with 1, anything unexpected with 1 and a
+hint; `--debug` (or ICT_DEBUG=1) shows the traceback instead.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import argparse
 import os
 import sys
 
-from ict.errors import UsageError
+from ict.errors import TrainingDiverged, UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="RL with verifiable rewards and token-selective policy updates (ICT).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    parser.add_argument("--debug", action="store_true",
+                        help="show the full traceback of an error (also ICT_DEBUG=1)")
     subparsers = parser.add_subparsers(dest="command", required=True)
     train_command.add_parser(subparsers)
     eval_command.add_parser(subparsers)
@@ -27,16 +34,29 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    debug = args.debug or bool(os.environ.get("ICT_DEBUG"))
     try:
         return int(args.run(args) or 0)
-    except (UsageError, FileNotFoundError, ValueError) as error:
-        if os.environ.get("ICT_DEBUG"):
-            raise
-        print(f"error: {error}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except (UsageError, FileNotFoundError, NotADirectoryError, PermissionError, ValueError) as error:
+        if debug:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except TrainingDiverged as error:
+        if debug:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except Exception as error:  # noqa: BLE001 - the last line of defence: one line, not a traceback
+        if debug:
+            raise
+        message = " ".join(str(error).split()) or type(error).__name__
+        print(f"error: {type(error).__name__}: {message} (run with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

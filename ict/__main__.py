@@ -1,0 +1,7 @@
+"""`python -m ict ...` is `ict ...`."""
+
+import sys
+
+from ict.cli import main
+
+sys.exit(main())
