@@ -55,7 +55,7 @@ MMLU_STEM_SUBJECTS = (
     "high_school_biology", "high_school_chemistry", "high_school_computer_science",
     "high_school_mathematics", "high_school_physics", "high_school_statistics",
     "machine_learning",
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ SUITES: dict[str, tuple[str, ...]] = {
     "paper": (
         "math500", "gsm8k", "minerva_math", "aime24", "amc23", "olympiadbench", "mmlu_stem",
     ),
-}  # fmt: skip
+}
 
 
 @dataclass
@@ -419,7 +419,7 @@ def parse_reasoning_gym_name(name: str) -> tuple[str, dict[str, Any], int, int]:
     del reasoning_gym
     if task not in DATASETS:
         raise UsageError(f"unknown reasoning-gym task {task!r} (e.g. chain_sum, basic_arithmetic, "
-                         f"products, gcd; {len(DATASETS)} tasks in all)")  # fmt: skip
+                         f"products, gcd; {len(DATASETS)} tasks in all)")
     config: dict[str, Any] = {}
     for part in parts[2:]:
         if "=" not in part:
@@ -479,7 +479,7 @@ def load_benchmark(
             path = Path(data_dir).expanduser() / f"{name}.jsonl"
             if not path.is_file():
                 raise UsageError(f"benchmark file not found: {path} (expected <name>.jsonl in "
-                                 f"--data-dir)")  # fmt: skip
+                                 f"--data-dir)")
             rows, source = read_jsonl(path), str(path)
         else:
             if spec.hub is None:

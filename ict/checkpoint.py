@@ -168,10 +168,24 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 def load_checkpoint(path: str | Path, model: Any, optimizer: torch.optim.Optimizer | None,
                     restore_rng: bool = True) -> dict[str, Any]:
-    """Restore model weights, optimizer state and RNG states; return the trainer state."""
+    """Restore model weights, optimizer state and RNG states; return the trainer state.
+
+    A damaged checkpoint (truncated or unreadable files) is a one-line `UsageError`."""
     path = Path(path)
     if not (path / COMPLETE_MARKER).is_file():
         raise UsageError(f"checkpoint {path} is incomplete (no {COMPLETE_MARKER} marker)")
+    try:
+        return _load_checkpoint(path, model, optimizer, restore_rng)
+    except UsageError:
+        raise
+    except Exception as error:  # safetensors, JSON and torch report damage in many types
+        detail = " ".join(str(error).split())[:200]
+        raise UsageError(f"checkpoint {path} is damaged ({type(error).__name__}: {detail}); delete "
+                         "it to resume from the one before, or start a fresh --run-dir") from None
+
+
+def _load_checkpoint(path: Path, model: Any, optimizer: torch.optim.Optimizer | None,
+                     restore_rng: bool) -> dict[str, Any]:
     missing, unexpected = load_model(model, str(path / "model.safetensors"),
                                      strict=False, device=str(next(model.parameters()).device))
     if missing or unexpected:

@@ -73,9 +73,14 @@ def records_to_problems(records: Sequence[dict[str, Any]], question_field: str,
     from ict.verify import normalize_gold
 
     problems = []
-    for record in records:
-        question = _get_field(record, question_field)
-        raw_answer = _get_field(record, answer_field)
+    for number, record in enumerate(records, 1):
+        try:
+            question = _get_field(record, question_field)
+            raw_answer = _get_field(record, answer_field)
+        except UsageError as error:
+            raise UsageError(f"row {number}: {error}; set --question-field/--answer-field") from None
+        if isinstance(question, str) and not question.strip():
+            raise UsageError(f"row {number}: empty question; fix or remove the row")
         if choices_field:
             choices = _get_field(record, choices_field)
             if isinstance(choices, str):
@@ -107,16 +112,29 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         rows = []
-        with path.open(encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as error:
-                        raise UsageError(f"{path}:{number}: invalid JSON ({error.msg})") from None
+        for number, raw in enumerate(path.read_bytes().splitlines(), 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise UsageError(f"{path}:{number}: not UTF-8 text; re-encode the file as UTF-8") from None
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise UsageError(f"{path}:{number}: invalid JSON ({error.msg}); fix or remove "
+                                     "the line") from None
+                if not isinstance(row, dict):
+                    raise UsageError(f"{path}:{number}: expected a JSON object, got "
+                                     f"{type(row).__name__}")
+                rows.append(row)
         return rows
     if suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            raise UsageError(f"{path}: not UTF-8 text; re-encode the file as UTF-8") from None
+        except json.JSONDecodeError as error:
+            raise UsageError(f"{path}: invalid JSON ({error.msg} at line {error.lineno})") from None
         if not isinstance(data, list):
             raise UsageError(f"{path} must hold a JSON list of records")
         return data

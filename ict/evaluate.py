@@ -68,7 +68,7 @@ RUN_FILE = "run.json"
 MAX_NEW_TOKENS_GPU = 4096
 MAX_NEW_TOKENS_CPU = 512
 RESUME_KEYS = ("model", "num_samples", "greedy", "temperature", "top_p", "max_new_tokens", "seed",
-               "system_prompt")  # fmt: skip
+               "system_prompt")
 """Configuration fields that must match for a rerun to reuse finished problems."""
 GRADING_KEYS = ("math_extraction", "verify_timeout")
 """Grading settings: when they differ from the stored run, stored samples are re-graded."""
@@ -356,7 +356,11 @@ def _prepare_output_dir(
     """Create the directory, check the run configuration, and return the finished problems'
     records (the samples file is rewritten without records of unfinished problems) and whether
     they must be re-graded (``--regrade``, or grading settings changed since they were graded)."""
-    output_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"cannot create the output directory {output_dir} ({error.strerror}); "
+                         "choose another --output-dir") from None
     samples_path = output_dir / SAMPLES_FILE
     run_path = output_dir / RUN_FILE
     current: dict[str, Any] = {key: getattr(config, key) for key in RESUME_KEYS}
@@ -368,7 +372,7 @@ def _prepare_output_dir(
     elif run_path.is_file() and samples_path.is_file():
         previous = json.loads(run_path.read_text(encoding="utf-8"))
         differing = {key: (previous.get(key), value) for key, value in current.items()
-                     if previous.get(key) != value}  # fmt: skip
+                     if previous.get(key) != value}
         if differing:
             details = ", ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in differing.items())
             raise UsageError(
@@ -377,10 +381,10 @@ def _prepare_output_dir(
             )
         regrade = regrade or previous.get("grading", LEGACY_GRADING) != grading
     run_path.write_text(json.dumps({**current, "grading": grading}, indent=2) + "\n",
-                        encoding="utf-8")  # fmt: skip
+                        encoding="utf-8")
     grouped = load_sample_records(samples_path)
     finished = {key: records for key, records in grouped.items()
-                if _complete(records, config.num_samples, config.greedy)}  # fmt: skip
+                if _complete(records, config.num_samples, config.greedy)}
     if len(finished) != len(grouped) or samples_path.is_file():
         _write_all_records(samples_path, finished)
     return finished, regrade and bool(finished)
@@ -396,7 +400,7 @@ def _write_all_records(path: Path, records: dict[str, list[dict[str, Any]]]) -> 
 
 
 def regrade_records(benchmarks: Sequence[Benchmark], records: dict[str, list[dict[str, Any]]],
-                    config: EvalConfig, verifier: MathVerifier) -> int:  # fmt: skip
+                    config: EvalConfig, verifier: MathVerifier) -> int:
     """Grade the stored completions of the given benchmarks' problems again with the current
     rules (no generation); updates ``extracted``, ``correct``, ``score``, ``status`` in place.
     Returns the number of re-graded completions."""
@@ -409,10 +413,10 @@ def regrade_records(benchmarks: Sequence[Benchmark], records: dict[str, list[dic
         if not pairs:
             continue
         verdicts = grade_completions(benchmark, [(p, r["completion"]) for p, r in pairs],
-                                     config.verify_timeout, verifier, config.math_extraction)  # fmt: skip
+                                     config.verify_timeout, verifier, config.math_extraction)
         for (problem, record), verdict in zip(pairs, verdicts, strict=True):
             record.update(gold=problem.answer, extracted=verdict.extracted, correct=verdict.correct,
-                          score=verdict.score, status=verdict.status)  # fmt: skip
+                          score=verdict.score, status=verdict.status)
         count += len(pairs)
     return count
 
@@ -434,7 +438,7 @@ class Generator:
     name: str = "hf"
 
     def generate(self, prompts: Sequence[str], num_samples: int, greedy: bool,
-                 seed: int) -> tuple[list[list[str]], list[list[int]], list[list[bool]]]:  # fmt: skip
+                 seed: int) -> tuple[list[list[str]], list[list[int]], list[list[bool]]]:
         from ict.rollout import generate_completions
 
         rollout = generate_completions(
@@ -443,7 +447,7 @@ class Generator:
             max_new_tokens=self.config.max_new_tokens, batch_size=self.config.batch_size,
             seed=seed, greedy=greedy, system_prompt=self.config.system_prompt,
             backend=self.backend,
-        )  # fmt: skip
+        )
         lengths = [[len(ids) for ids in group] for group in rollout.completion_ids]
         return rollout.completions, lengths, rollout.finished
 
@@ -504,6 +508,7 @@ def load_generator(config: EvalConfig) -> Generator:
         dtype_name,
         load_model_and_tokenizer,
         offline_default_path,
+        require_chat_template,
     )
 
     use_vllm = config.backend == "vllm" or (config.backend == "auto" and _vllm_available())
@@ -516,7 +521,8 @@ def load_generator(config: EvalConfig) -> Generator:
         return Generator(*_load_lora_checkpoint(adapter, config), config, None, "hf")
     if not use_vllm:
         model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype,
-                                                    device=config.device)  # fmt: skip
+                                                    device=config.device)
+        require_chat_template(tokenizer, config.model)
         return Generator(model, tokenizer, config, None, "hf")
     from transformers import AutoTokenizer
 
@@ -528,7 +534,7 @@ def load_generator(config: EvalConfig) -> Generator:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     backend = VLLMBackend(path, dtype=dtype, gpu_memory_utilization=0.85,
-                          max_model_len=8192, seed=config.seed)  # fmt: skip
+                          max_model_len=8192, seed=config.seed)
     return Generator(None, tokenizer, config, backend, "vllm")
 
 
@@ -544,7 +550,7 @@ def _chunk_seed(seed: int, benchmark: str, first_index: int, greedy: bool) -> in
 
 def _records_for_problem(problem: Problem, completions: list[str], lengths: list[int],
                          finished: list[bool], verdicts: list[Verdict],
-                         greedy: bool) -> list[dict[str, Any]]:  # fmt: skip
+                         greedy: bool) -> list[dict[str, Any]]:
     records = []
     for sample, (completion, length, done, verdict) in enumerate(
         zip(completions, lengths, finished, verdicts, strict=True)
@@ -556,12 +562,12 @@ def _records_for_problem(problem: Problem, completions: list[str], lengths: list
             "gold": problem.answer, "extracted": verdict.extracted, "correct": verdict.correct,
             "score": verdict.score, "status": verdict.status, "num_tokens": length,
             "finished": done,
-        })  # fmt: skip
+        })
     return records
 
 
 def _benchmark_result(benchmark: Benchmark, records_by_problem: dict[str, list[dict[str, Any]]],
-                      config: EvalConfig) -> BenchmarkResult:  # fmt: skip
+                      config: EvalConfig) -> BenchmarkResult:
     n = config.num_samples
     correct = np.zeros((len(benchmark.problems), n), dtype=bool)
     majority: list[bool] = []
@@ -574,12 +580,12 @@ def _benchmark_result(benchmark: Benchmark, records_by_problem: dict[str, list[d
             correct[row, r["sample"]] = bool(r["correct"])
             statuses[r["status"]] += 1
         majority.append(majority_vote_correct([r["extracted"] for r in sampled[:n]],
-                                              [bool(r["correct"]) for r in sampled[:n]]))  # fmt: skip
+                                              [bool(r["correct"]) for r in sampled[:n]]))
         if config.greedy:
             greedy.append(any(bool(r["correct"]) for r in records if r.get("greedy")))
     metrics = benchmark_metrics(correct, config.ks, majority, greedy if config.greedy else None)
     return BenchmarkResult(benchmark.name, group_of(benchmark.name), benchmark.source,
-                           len(benchmark.problems), n, metrics, dict(statuses))  # fmt: skip
+                           len(benchmark.problems), n, metrics, dict(statuses))
 
 
 def evaluate(
@@ -603,15 +609,15 @@ def evaluate(
     records, needs_regrade = _prepare_output_dir(config, output_dir)
     todo = [(benchmark, [p for p in benchmark.problems
                          if _problem_key(benchmark.name, p.index) not in records])
-            for benchmark in benchmarks]  # fmt: skip
+            for benchmark in benchmarks]
     total = sum(len(benchmark.problems) for benchmark in benchmarks)
     remaining = sum(len(problems) for _, problems in todo)
     say = log or (lambda message: None)
     say(f"{total} problems in {len(benchmarks)} benchmark(s); {total - remaining} already done in "
-        f"{output_dir}")  # fmt: skip
+        f"{output_dir}")
     verifier = MathVerifier(config.verify_workers) if config.verify_workers else default_verifier()
     timing = {"load_model_seconds": 0.0, "generation_seconds": 0.0, "grading_seconds": 0.0,
-              "generated_tokens": 0.0}  # fmt: skip
+              "generated_tokens": 0.0}
     if config.threads is not None:
         import torch
 
@@ -629,7 +635,7 @@ def evaluate(
                 generator = load_generator(config)
                 timing["load_model_seconds"] = time.perf_counter() - load_start
             _generate_and_grade(config, generator, todo, records, output_dir, verifier, timing,
-                                total, total - remaining, progress)  # fmt: skip
+                                total, total - remaining, progress)
     finally:
         if verifier is not default_verifier():
             verifier.close()
@@ -650,7 +656,7 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
                         todo: list[tuple[Benchmark, list[Problem]]],
                         records: dict[str, list[dict[str, Any]]], output_dir: Path,
                         verifier: MathVerifier, timing: dict[str, float], total: int,
-                        already: int, progress: bool) -> None:  # fmt: skip
+                        already: int, progress: bool) -> None:
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -662,7 +668,7 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
 
     per_chunk = max(1, config.batch_size // config.num_samples)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TimeRemainingColumn())  # fmt: skip
+               TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, disable=not progress, transient=False) as bar, open(
         output_dir / SAMPLES_FILE, "a", encoding="utf-8"
     ) as samples_file:
@@ -684,16 +690,16 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
                 for greedy, (completions, lengths, finished) in outputs.items():
                     items = [(problem, text) for problem, group in zip(chunk, completions,
                                                                        strict=True)
-                             for text in group]  # fmt: skip
+                             for text in group]
                     verdicts = grade_completions(benchmark, items, config.verify_timeout, verifier,
-                                                 config.math_extraction)  # fmt: skip
+                                                 config.math_extraction)
                     width = len(completions[0])
                     for offset, problem in enumerate(chunk):
                         key = _problem_key(benchmark.name, problem.index)
                         problem_records = _records_for_problem(
                             problem, completions[offset], lengths[offset], finished[offset],
                             verdicts[offset * width : (offset + 1) * width], greedy,
-                        )  # fmt: skip
+                        )
                         records.setdefault(key, []).extend(problem_records)
                 timing["grading_seconds"] += time.perf_counter() - grading_start
                 for problem in chunk:  # one problem's lines together, then flush
@@ -738,7 +744,7 @@ def markdown_table(result: EvalResult) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in result.rows():
         cells = [row.name, row.group, str(row.num_problems),
-                 *(_percent(row.metrics.get(m, float("nan"))) for m in metrics)]  # fmt: skip
+                 *(_percent(row.metrics.get(m, float("nan"))) for m in metrics)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -755,13 +761,13 @@ def write_results(result: EvalResult) -> None:
         writer.writerow(["benchmark", "group", "num_problems", "num_samples", *metrics])
         for row in result.rows():
             writer.writerow([row.name, row.group, row.num_problems, row.num_samples,
-                             *(f"{row.metrics.get(m, float('nan')):.6f}" for m in metrics)])  # fmt: skip
+                             *(f"{row.metrics.get(m, float('nan')):.6f}" for m in metrics)])
     config = result.config
     note = (f"Model `{config['model']}`, n={config['num_samples']}, temperature "
             f"{config['temperature']}, top-p {config['top_p']}, max {config['max_new_tokens']} new "
             f"tokens, seed {config['seed']}" + (f", first {config['limit']} problems per benchmark"
                                                 if config.get("limit") else "") +
-            ". Metrics in percent; aggregates are macro means over benchmarks.\n")  # fmt: skip
+            ". Metrics in percent; aggregates are macro means over benchmarks.\n")
     (directory / "results.md").write_text(note + "\n" + markdown_table(result), encoding="utf-8")
 
 
@@ -777,10 +783,10 @@ def print_results_table(result: EvalResult) -> None:
     for index, row in enumerate(result.rows()):
         table.add_row(row.name, row.group, str(row.num_problems),
                       *(_percent(row.metrics.get(m, float("nan"))) for m in metrics),
-                      end_section=index == len(result.benchmarks) - 1)  # fmt: skip
+                      end_section=index == len(result.benchmarks) - 1)
     cells = [[row.name, row.group, str(row.num_problems)] for row in result.rows()]
     widths = [max(len(column), *(len(cell[i]) for cell in cells)) for i, column in
-              enumerate(("benchmark", "group", "problems"))]  # fmt: skip
+              enumerate(("benchmark", "group", "problems"))]
     needed = sum(widths) + sum(max(len(m), 5) for m in metrics) + 3 * (3 + len(metrics)) + 1
     console = Console()
     if console.width < needed:  # never truncate benchmark names (e.g. piped output is 80 wide)

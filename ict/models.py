@@ -63,6 +63,14 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return _DTYPES[dtype]
 
 
+def require_chat_template(tokenizer: Any, model: str) -> None:
+    """Refuse a tokenizer without a chat template: prompts are chat messages, and a raw
+    concatenation would silently train or test a different prompt format."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise UsageError(f"the tokenizer of {model} has no chat template: use an instruct/chat "
+                         "model, or add a chat_template to its tokenizer_config.json")
+
+
 def dtype_name(dtype: str, device: torch.device | str) -> str:
     """The torch dtype name (``float32``, ``bfloat16``, ``float16``) of a dtype option on a
     device: what ``ict train``, ``ict eval`` and the vLLM backend all use."""

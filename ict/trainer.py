@@ -50,7 +50,7 @@ from ict.diagnostics import DIAGNOSTIC_KEYS, token_diagnostics
 from ict.errors import TrainingDiverged, UsageError
 from ict.forward import response_logits
 from ict.loss import PolicyLossConfig, aggregation_weight, group_advantages, policy_loss
-from ict.models import LoraOptions, load_model_and_tokenizer
+from ict.models import LoraOptions, load_model_and_tokenizer, require_chat_template
 from ict.profiling import StepProfiler
 from ict.reporting import MetricsLogger, print_summary, progress_bar, step_line, write_eval
 from ict.rewards import Reward, build_reward
@@ -451,7 +451,11 @@ def train(config: TrainConfig, console: Any = None,
     config.resolve()
     console = console or Console(stderr=True, soft_wrap=True)
     run_dir = Path(config.run_dir) if config.run_dir else default_run_dir(config)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"cannot create the run directory {run_dir} ({error.strerror}); choose "
+                         "another --run-dir") from None
     config.run_dir = str(run_dir)
     if not config.resume:
         if latest_checkpoint(run_dir) is not None:
@@ -478,6 +482,7 @@ def train(config: TrainConfig, console: Any = None,
     model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype,
                                                 device=config.device, lora=lora,
                                                 gradient_checkpointing=config.gradient_checkpointing)
+    require_chat_template(tokenizer, config.model)
     if config.freeze_embeddings:
         model.get_input_embeddings().weight.requires_grad_(False)
     model.train()

@@ -1,0 +1,108 @@
+"""Bad input through the command line: one line on stderr naming the problem, exit code 2, no
+traceback, and nothing already written is damaged."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ict", *args], capture_output=True, text=True, cwd=cwd,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
+                               "OMP_NUM_THREADS": "1", "HOME": str(cwd)}, timeout=300)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert len(lines) == 1, result.stderr[-2000:]
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, tiny_model_dir, arithmetic_task) -> Path:
+    """A finished 1-step run (to check nothing gets damaged) and the bad inputs."""
+    root = tmp_path_factory.mktemp("cli-errors")
+    (root / "model").symlink_to(tiny_model_dir)
+    shutil.copy(arithmetic_task, root / "task.jsonl")
+    (root / "missing_field.jsonl").write_text(json.dumps({"prompt": "2+2?", "answer": "4"}) + "\n")
+    (root / "bad_json.jsonl").write_text('{"question": "2+2?", "answer": "4"}\n{"question": oops}\n')
+    (root / "empty_prompt.jsonl").write_text(json.dumps({"question": "  ", "answer": "4"}) + "\n")
+    (root / "latin1.jsonl").write_bytes('{"question": "caf\u00e9?", "answer": "4"}\n'.encode("latin-1"))
+    (root / "unknown_key.yaml").write_text("num_steps: 1\nlearnin_rate: 0.1\n")
+    (root / "a_file").write_text("not a directory\n")
+    no_template = root / "no_template"
+    shutil.copytree(tiny_model_dir, no_template)
+    config_path = no_template / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config.pop("chat_template", None)
+    config_path.write_text(json.dumps(config))
+    for name in ("chat_template.jinja", "chat_template.json"):
+        (no_template / name).unlink(missing_ok=True)
+    base = ["train", "--model", "model", "--dataset", "task.jsonl", "--reward", "last_number",
+            "--num-steps", "1", "--prompts-per-step", "2", "--num-generations", "2",
+            "--max-new-tokens", "4", "--no-progress", "--no-tensorboard"]
+    done = run_cli(*base, "--run-dir", "done", cwd=root)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return root
+
+
+BASE = ["--model", "model", "--dataset", "task.jsonl", "--reward", "last_number", "--num-steps", "1",
+        "--prompts-per-step", "2", "--num-generations", "2", "--max-new-tokens", "4", "--no-progress",
+        "--no-tensorboard"]
+
+CASES = [
+    (["train", "--method", "ppo"], ["method='ppo'"]),
+    (["train", "selector.reference=nope"], ["unknown JS reference"]),
+    (["train", "--method", "entropy", "selector.scope=sequence"], ["has no option 'scope'"]),
+    (["train", "--ratio", "1.5"], ["ratio must be in (0, 1]"]),
+    (["train", "--num-stepz", "3"], []),  # argparse: exit 2, its own usage line
+    (["train", *BASE, "--model", "no/such/dir", "--run-dir", "r1"], ["no/such/dir"]),
+    (["train", *BASE, "--dataset", "missing_field.jsonl", "--run-dir", "r2"], ["row 1", "question"]),
+    (["train", *BASE, "--dataset", "bad_json.jsonl", "--run-dir", "r3"], ["bad_json.jsonl:2", "invalid JSON"]),
+    (["train", *BASE, "--dataset", "empty_prompt.jsonl", "--run-dir", "r4"], ["empty question"]),
+    (["train", *BASE, "--dataset", "latin1.jsonl", "--run-dir", "r5"], ["not UTF-8"]),
+    (["train", "--config", "unknown_key.yaml"], ["learnin_rate", "did you mean learning_rate"]),
+    (["train", *BASE, "--run-dir", "a_file/run"], ["cannot create the run directory"]),
+    (["train", *BASE, "--model", "no_template", "--run-dir", "r6"], ["no chat template"]),
+    (["eval", "--model", "model", "--benchmarks", "nope"], ["unknown benchmark 'nope'"]),
+    (["eval", "--model", "model", "--benchmarks", "gsm8k", "--data-dir", ".", "--output-dir", "a_file/x"],
+     ["gsm8k.jsonl"]),
+    (["eval", "--model", "model", "--n", "2", "--k", "4"], ["--k values must be in 1..n"]),
+]
+
+
+@pytest.mark.parametrize("args,fragments", CASES, ids=[" ".join(case[0][:4]) for case in CASES])
+def test_bad_input_is_one_line_and_exit_2(workspace, args, fragments):
+    before = {path: path.read_bytes() for path in (workspace / "done").rglob("*") if path.is_file()}
+    result = run_cli(*args, cwd=workspace)
+    if args[:2] == ["train", "--num-stepz"]:
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        return
+    assert_one_line_error(result, *fragments)
+    after = {path: path.read_bytes() for path in (workspace / "done").rglob("*") if path.is_file()}
+    assert before == after  # the finished run is untouched
+
+
+def test_a_damaged_checkpoint_is_one_line(workspace):
+    run = workspace / "damaged"
+    shutil.copytree(workspace / "done", run)
+    model_file = next(run.glob("checkpoints/step-*/model.safetensors"))
+    model_file.write_bytes(model_file.read_bytes()[:1000])  # truncated
+    result = run_cli("train", *BASE, "--num-steps", "2", "--run-dir", str(run), "--resume", cwd=workspace)
+    assert_one_line_error(result, "is damaged", "delete it")
+
+
+def test_debug_shows_the_traceback(workspace):
+    result = run_cli("--debug", "train", *BASE, "--dataset", "bad_json.jsonl", "--run-dir", "r7", cwd=workspace)
+    assert result.returncode != 0 and "Traceback" in result.stderr
