@@ -21,6 +21,7 @@ import os
 import random
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,10 @@ def restore_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) ->
 # ---------------------------------------------------------------------------------------------
 # Save / find / load
 
+WRITE_DELAY_ENV = "ICT_CHECKPOINT_WRITE_DELAY"
+"""Seconds to pause in the middle of writing a checkpoint (tests kill the process there)."""
+
+
 def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=1, sort_keys=True))
 
@@ -121,6 +126,8 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: torch
     temp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
     try:
         save_model(model, str(temp / "model.safetensors"))
+        if os.environ.get(WRITE_DELAY_ENV):  # fault-injection tests kill the process in here
+            time.sleep(float(os.environ[WRITE_DELAY_ENV]))
         tensors, meta = flatten_optimizer_state(optimizer.state_dict())
         save_file(tensors, str(temp / "optimizer.safetensors"))
         _write_json(temp / "optimizer.json", meta)
