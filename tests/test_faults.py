@@ -87,13 +87,13 @@ def test_sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run(tiny_
             lines_seen = len(metrics_of(run)) if (run / "metrics.jsonl").exists() else 0
             target = lines_seen + 1
 
-            def condition():
+            def condition(target: int = target) -> bool:
                 path = run / "metrics.jsonl"
                 return path.exists() and len(path.read_text().splitlines()) >= target
         else:
             wait = rng.uniform(3.0, 12.0)
 
-            def condition():
+            def condition(start: float = start, wait: float = wait) -> bool:
                 return time.monotonic() - start > wait
         killed = kill_when(process, condition)
         if not killed:
