@@ -203,10 +203,12 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
         return last.group(1)
 
     stripped = text.strip().strip("*").strip()
-    match = re.fullmatch(rf"\(?({letter})\)?\.?", stripped) or re.match(
-        rf"\(?({letter})(?:\)|\.|:)[ \t][^\n]*$", stripped
-    )
+    match = re.fullmatch(rf"\(?({letter})\)?\.?", stripped)
     if match:
+        return match.group(1)
+    match = re.match(rf"\(?({letter})(?:\)|\.|:)[ \t]([^\n]*)$", stripped)
+    # "B) 42" commits to B; "(A) (B) (C) (D)" lists every option and commits to none
+    if match and not re.search(rf"(?:^|\s)\(?({letter})\)", match.group(2)):
         return match.group(1)
     return None
 
