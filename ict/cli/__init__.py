@@ -10,7 +10,9 @@ from ict.errors import UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ict.cli import compare as compare_command
     from ict.cli import evaluate as eval_command
+    from ict.cli import plot as plot_command
     from ict.cli import train as train_command
 
     parser = argparse.ArgumentParser(
@@ -21,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     train_command.add_parser(subparsers)
     eval_command.add_parser(subparsers)
+    compare_command.add_parser(subparsers)
+    plot_command.add_parser(subparsers)
     return parser
 
 
