@@ -68,7 +68,6 @@ def test_compare_end_to_end(tiny_model_dir, arithmetic_task, tmp_path):
             assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
     # same seed -> same training prompts: the first step's prompts are identical across methods
     # (the sample completion differs only through the model, which is identical at step 1)
-    # a recorded command line is listed in the report
     first = [json.loads((output / "runs" / label / "seed0" / "metrics.jsonl").read_text()
                         .splitlines()[0]) for label in ("grpo", "ict-ratio=0.2")]
     assert first[0]["sample_completion"] == first[1]["sample_completion"]
