@@ -12,6 +12,7 @@ from ict.errors import UsageError
 def build_parser() -> argparse.ArgumentParser:
     from ict.cli import compare as compare_command
     from ict.cli import evaluate as eval_command
+    from ict.cli import inspect as inspect_command
     from ict.cli import plot as plot_command
     from ict.cli import train as train_command
 
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     eval_command.add_parser(subparsers)
     compare_command.add_parser(subparsers)
     plot_command.add_parser(subparsers)
+    inspect_command.add_parser(subparsers)
     return parser
 
 
