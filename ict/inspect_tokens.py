@@ -1,5 +1,6 @@
 """Token view: every completion token coloured by a score (JS, entropy, Renyi-2), marked where
-ICT (top 10% JS), 20-Entropy (top 20% entropy) and STAPO would select it; terminal (rich) and one
+ICT (top 10% JS) and 20-Entropy (top 20% entropy) would select it and where STAPO
+would silence it; terminal (rich) and one
 self-contained HTML page (inline CSS, no scripts, no network fetches)."""
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, color: str = "js",
     for label, name, options in SELECTIONS:
         extra = {"reference": reference} if name == "ict" else {}
         masks[label] = select_tokens(name, inputs, **options, **extra)
+    # STAPO updates every token but the spurious ones: show the ones it silences
+    masks["stapo_silenced"] = batch.response_mask.bool() & ~masks.pop("stapo")
     score = {"js": stats.js_scores[reference], "entropy": stats.entropy,
              "renyi2": stats.renyi2}[color]
     tokens, scores = [], []
@@ -76,25 +79,31 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, color: str = "js",
                      {label: counter.most_common(10) for label, counter in counters.items()})
 
 
-def _shade(value: float, top: float) -> tuple[int, int, int]:
-    """White -> red by value / top."""
-    level = 0.0 if top <= 0 else max(0.0, min(1.0, value / top))
+def _range(view: TokenView) -> tuple[float, float]:
+    values = [value for row in view.scores for value in row]
+    return (min(values), max(values)) if values else (0.0, 1.0)
+
+
+def _shade(value: float, low: float, high: float) -> tuple[int, int, int]:
+    """White (the batch minimum) -> red (the batch maximum), linear in the score."""
+    level = 0.0 if high <= low else max(0.0, min(1.0, (value - low) / (high - low)))
     return 255, int(255 - 200 * level), int(255 - 200 * level)
 
 
 def render_html(view: TokenView) -> str:
     """One self-contained page: a coloured <span class="tok"> per token with its score and
     selections in the title; ICT-selected tokens underlined, 20-Entropy boxed, STAPO struck."""
-    top = max((max(row) for row in view.scores if row), default=1.0)
+    low, high = _range(view)
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ict inspect</title>",
              "<style>body{font-family:monospace;max-width:1100px;margin:1em auto}"
-             ".tok{white-space:pre-wrap;padding:1px 0}.ict{border-bottom:3px solid #1f4fd1}"
+             ".tok{white-space:pre-wrap;padding:1px 0;margin-right:3px}.ict{border-bottom:3px solid #1f4fd1}"
              ".entropy20{outline:1px solid #1a8a1a}.stapo{text-decoration:line-through}"
              ".prompt{color:#555;margin-top:1.2em}.stats{background:#f4f4f4;padding:.5em}"
              "</style></head><body>",
              f"<h1>Token view ({html.escape(view.score_name)})</h1>",
-             "<p>Colour: white (0) to red (max " + f"{top:.3f}" + " nats). Underlined blue: ICT "
-             "(top 10% JS); green box: 20-Entropy; struck: STAPO.</p>",
+             f"<p>Colour: white ({low:.3f}) to red ({high:.3f} nats), the batch's range. Underlined "
+             "blue: ICT (top 10% JS); green box: 20-Entropy (top 20% entropy); struck: silenced "
+             "by STAPO (its spurious tokens).</p>",
              f"<div class='stats'>Jaccard(ICT, 20-Entropy) = {view.jaccard_ict_entropy20:.3f}"]
     for label, items in view.top_tokens.items():
         listed = ", ".join(f"{html.escape(repr(token))} x{count}" for token, count in items)
@@ -106,7 +115,7 @@ def render_html(view: TokenView) -> str:
         for position, (token, value) in enumerate(zip(tokens, scores, strict=True)):
             classes = ["tok", *(label for label in view.selected
                                 if view.selected[label][index][position])]
-            red, green, blue = _shade(value, top)
+            red, green, blue = _shade(value, low, high)
             parts.append(f"<span class='{' '.join(classes)}' style='background:rgb({red},"
                          f"{green},{blue})' title='{view.score_name}={value:.4f}'>"
                          f"{html.escape(token)}</span>")
@@ -121,11 +130,11 @@ def print_view(view: TokenView, console: Any = None) -> None:
     from rich.text import Text
 
     console = console or Console()
-    top = max((max(row) for row in view.scores if row), default=1.0)
+    low, high = _range(view)
     for index, (tokens, scores) in enumerate(zip(view.tokens, view.scores, strict=True)):
         text = Text(f"#{index}: ")
         for position, (token, value) in enumerate(zip(tokens, scores, strict=True)):
-            red, green, blue = _shade(value, top)
+            red, green, blue = _shade(value, low, high)
             style = f"black on rgb({red},{green},{blue})"
             if view.selected["ict"][index][position]:
                 style += " underline bold"
