@@ -15,7 +15,10 @@ from ict.errors import TrainingDiverged, UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ict.cli import compare as compare_command
     from ict.cli import evaluate as eval_command
+    from ict.cli import inspect as inspect_command
+    from ict.cli import plot as plot_command
     from ict.cli import train as train_command
 
     parser = argparse.ArgumentParser(
@@ -28,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     train_command.add_parser(subparsers)
     eval_command.add_parser(subparsers)
+    compare_command.add_parser(subparsers)
+    plot_command.add_parser(subparsers)
+    inspect_command.add_parser(subparsers)
     return parser
 
 

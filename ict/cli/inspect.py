@@ -1,0 +1,52 @@
+"""`ict inspect`: colour every completion token by its JS score / entropy / Renyi-2 entropy."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ict.errors import UsageError
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register the `inspect` subcommand."""
+    parser = subparsers.add_parser(
+        "inspect", help="token view: scores and ICT / 20-Entropy / STAPO selections per token",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m-instruct", help="model id or directory")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", help="sample --n completions of this prompt")
+    source.add_argument("--samples", help="JSONL of {prompt, completion} records")
+    parser.add_argument("--n", type=int, default=4, help="completions per prompt (>= 2)")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--color", choices=("js", "entropy", "renyi2"), default="js")
+    parser.add_argument("--reference", default="seq_mean",
+                        help="JS reference (seq_mean, prev; group_mean once ict.stats has it)")
+    parser.add_argument("--html", default=None, help="write the self-contained HTML page here")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from ict.inspect_tokens import build_view, print_view, render_html, rollout_from_samples
+    from ict.models import load_model_and_tokenizer
+    from ict.rollout import generate_completions
+
+    if args.n < 2:
+        raise UsageError("--n must be >= 2 (JS scores compare completions)")
+    model, tokenizer = load_model_and_tokenizer(args.model, device="cpu")
+    if args.samples:
+        rollout = rollout_from_samples(tokenizer, Path(args.samples))
+    else:
+        rollout = generate_completions(model, tokenizer, [args.prompt], num_samples=args.n,
+                                       temperature=args.temperature,
+                                       max_new_tokens=args.max_new_tokens, seed=args.seed)
+    view = build_view(model, tokenizer, rollout, args.color, args.reference, args.temperature)
+    print_view(view)
+    if args.html:
+        Path(args.html).write_text(render_html(view), encoding="utf-8")
+        print(f"html: {args.html}")
+    return 0

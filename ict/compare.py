@@ -1,0 +1,402 @@
+"""`ict compare`: train several methods over several seeds under identical conditions, evaluate
+each final model with pass@k, and write a report with paired intervals and p-values.
+
+Layout: ``DIR/runs/<method-label>/seed<k>/`` is an ordinary `ict train` run directory plus
+``eval/`` (the `ict eval` outputs of its final checkpoint: samples.jsonl, results.json). Same
+seed => same training prompts in the same order and the same rollout seeds (`ict.trainer`
+derives both from ``seed``); every run is evaluated on the same problems with the same sampling
+seed. A run whose ``eval/results.json`` exists is reused; a run with an older checkpoint resumes;
+``report_only`` rebuilds ``DIR/report.md``, ``DIR/*.csv`` and ``DIR/*.png`` from the run
+directories alone.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import platform
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ict.errors import UsageError
+from ict.metrics import pass_at_k
+from ict.significance import (
+    RESAMPLING_UNIT,
+    paired_bootstrap,
+    paired_permutation_test,
+)
+
+BASELINES = ("grpo", "random")
+COMMANDS_FILE = "commands.txt"  # every non-report-only `ict compare` command line, appended
+# selector option name -> today's TrainConfig field (one place; see `method_overrides`)
+OPTION_FIELDS = {"ratio": "ratio", "reference": "js_reference", "unit": "selection_unit",
+                 "scope": "selection_scope", "tau_p": "stapo_tau_p",
+                 "quantile": "stapo_quantile"}
+PRESETS = {("ict", "paper"): {"ratio": "0.1", "reference": "group_mean", "scope": "sequence",
+                              "aggregation": "seq_mean_token_mean"}}
+
+
+@dataclass
+class MethodSpec:
+    """One compared method: ``name`` (a TrainConfig method), its options, and a label."""
+
+    name: str
+    options: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        if not self.options:
+            return self.name
+        parts = [f"{key}={value}" for key, value in self.options.items()]
+        return re.sub(r"[^A-Za-z0-9_.=-]", "_", self.name + "-" + "-".join(parts))
+
+
+def parse_methods(text: str) -> list[MethodSpec]:
+    """``"grpo,ict:reference=seq_mean,ratio=0.2,random"`` -> specs. A ``key=value`` item after a
+    ``method:`` item belongs to that method."""
+    specs: list[MethodSpec] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        if ":" in item:
+            name, first = item.split(":", 1)
+            specs.append(MethodSpec(name.strip(), {}))
+            item = first
+        elif "=" not in item:
+            specs.append(MethodSpec(item, {}))
+            continue
+        if "=" not in item or not specs:
+            raise UsageError(f"bad method option {item!r}; use method:key=value,key=value")
+        key, value = item.split("=", 1)
+        specs[-1].options[key.strip()] = value.strip()
+    labels = [spec.label for spec in specs]
+    if not specs or len(set(labels)) != len(labels):
+        raise UsageError(f"--methods needs distinct methods, got {text!r}")
+    return specs
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--seeds must be comma-separated integers, got {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise UsageError(f"--seeds needs distinct integers, got {text!r}")
+    return seeds
+
+
+def method_overrides(spec: MethodSpec) -> dict[str, str]:
+    """TrainConfig ``key=value`` overrides of one method spec (today's field names)."""
+    options = dict(spec.options)
+    preset = options.pop("preset", None)
+    resolved: dict[str, str] = {}
+    if preset is not None:
+        if (spec.name, preset) not in PRESETS:
+            raise UsageError(f"unknown preset {preset!r} for {spec.name}")
+        resolved.update(PRESETS[(spec.name, preset)])
+    resolved.update(options)
+    overrides = {"method": spec.name}
+    for key, value in resolved.items():
+        overrides[OPTION_FIELDS.get(key, key)] = value
+    return overrides
+
+
+@dataclass
+class CompareConfig:
+    """Options of `ict compare`."""
+
+    methods: list[MethodSpec]
+    seeds: list[int]
+    output_dir: Path
+    config_file: str | None = None
+    overrides: dict[str, str] = field(default_factory=dict)
+    eval_benchmarks: str = "rg:chain_sum:min_terms=2:max_terms=2:min_digits=1:max_digits=1:size=200"
+    eval_data_dir: str | None = None
+    eval_n: int = 4
+    eval_temperature: float = 0.6
+    eval_max_new_tokens: int = 64
+    eval_math_extraction: str = "anchored"
+    eval_limit: int | None = None
+    report_only: bool = False
+    bootstrap_resamples: int = 10_000
+    command: str = ""
+
+
+def run_dir(output_dir: Path, label: str, seed: int) -> Path:
+    return output_dir / "runs" / label / f"seed{seed}"
+
+
+def _final_checkpoint(directory: Path, num_steps: int) -> Path | None:
+    from ict.checkpoint import latest_checkpoint
+
+    checkpoint = latest_checkpoint(directory)
+    if checkpoint is not None and checkpoint.name == f"step-{num_steps:08d}":
+        return checkpoint
+    return None
+
+
+def run_comparison(config: CompareConfig, log: Any = print) -> Path:
+    """Train and evaluate every (method, seed) not finished yet, then write the report."""
+    from ict.config import build_config
+    from ict.evaluate import EvalConfig, evaluate
+    from ict.trainer import train
+
+    config.output_dir.mkdir(parents=True, exist_ok=True)
+    if not config.report_only:
+        if config.command:
+            with open(config.output_dir / COMMANDS_FILE, "a", encoding="utf-8") as handle:
+                handle.write(config.command + "\n")
+        ks = tuple(k for k in (1, 4) if k <= config.eval_n)
+        for spec in config.methods:
+            for seed in config.seeds:
+                directory = run_dir(config.output_dir, spec.label, seed)
+                if (directory / "eval" / "results.json").is_file():
+                    log(f"reuse {directory}")
+                    continue
+                overrides = {**config.overrides, **method_overrides(spec), "seed": str(seed),
+                             "run_dir": str(directory), "progress": "false"}
+                train_config = build_config(config.config_file, {}, overrides)
+                checkpoint = _final_checkpoint(directory, train_config.num_steps)
+                if checkpoint is None:
+                    from ict.checkpoint import latest_checkpoint
+
+                    train_config.resume = latest_checkpoint(directory) is not None
+                    log(f"train {spec.label} seed {seed} -> {directory}")
+                    checkpoint = train(train_config).checkpoint
+                assert checkpoint is not None
+                log(f"evaluate {checkpoint}")
+                evaluate(EvalConfig(
+                    model=str(checkpoint), benchmarks=config.eval_benchmarks,
+                    data_dir=config.eval_data_dir, output_dir=str(directory / "eval"),
+                    num_samples=config.eval_n, ks=ks, temperature=config.eval_temperature,
+                    max_new_tokens=config.eval_max_new_tokens, seed=0, limit=config.eval_limit,
+                    math_extraction=config.eval_math_extraction,
+                    device=train_config.device, threads=train_config.num_threads),
+                    progress=False, print_table=False)
+    return write_report(config)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading run directories
+
+@dataclass
+class RunRecord:
+    label: str
+    seed: int
+    directory: Path
+    metrics: list[dict[str, Any]]
+    correct: dict[str, dict[int, list[bool]]]  # benchmark -> problem index -> sampled verdicts
+
+
+def load_runs(output_dir: Path) -> list[RunRecord]:
+    """Every ``runs/<label>/seed<k>`` directory with metrics or evaluation samples."""
+    records = []
+    for directory in sorted((output_dir / "runs").glob("*/seed*")):
+        match = re.fullmatch(r"seed(-?\d+)", directory.name)
+        if match is None:
+            continue
+        metrics_path = directory / "metrics.jsonl"
+        metrics = ([json.loads(line) for line in metrics_path.read_text().splitlines()
+                    if line.strip()] if metrics_path.is_file() else [])
+        correct: dict[str, dict[int, list[bool]]] = {}
+        samples = directory / "eval" / "samples.jsonl"
+        if samples.is_file():
+            for line in samples.read_text(encoding="utf-8").splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if record.get("greedy"):
+                    continue
+                per_problem = correct.setdefault(record["benchmark"], {})
+                verdicts = per_problem.setdefault(int(record["index"]), [])
+                verdicts.append(bool(record["correct"]))
+        records.append(RunRecord(directory.parent.name, int(match.group(1)), directory, metrics,
+                                 correct))
+    return records
+
+
+def problem_scores(run: RunRecord, benchmark: str, k: int) -> tuple[list[int], np.ndarray]:
+    """(problem indices, unbiased pass@k per problem) of one run on one benchmark."""
+    per_problem = run.correct.get(benchmark, {})
+    indices = sorted(per_problem)
+    n = np.array([len(per_problem[i]) for i in indices])
+    c = np.array([sum(per_problem[i]) for i in indices])
+    if not indices or k > int(n.min()):
+        return indices, np.full(len(indices), math.nan)
+    return indices, np.asarray(pass_at_k(n, c, k), dtype=np.float64)
+
+
+def score_matrix(runs: list[RunRecord], benchmark: str, k: int) -> tuple[list[int], np.ndarray]:
+    """Seeds (sorted) and pass@k [seeds, problems] over the problems every run evaluated."""
+    runs = sorted(runs, key=lambda run: run.seed)
+    common = None
+    for run in runs:
+        keys = set(run.correct.get(benchmark, {}))
+        common = keys if common is None else common & keys
+    columns = sorted(common or ())
+    rows = []
+    for run in runs:
+        indices, scores = problem_scores(run, benchmark, k)
+        lookup = dict(zip(indices, scores, strict=True))
+        rows.append([lookup[i] for i in columns])
+    return [run.seed for run in runs], np.array(rows, dtype=np.float64).reshape(len(runs),
+                                                                                len(columns))
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+def _fmt(value: float, digits: int = 1, scale: float = 100.0) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{scale * value:.{digits}f}"
+
+
+def summarize(runs: list[RunRecord], resamples: int = 10_000) -> dict[str, Any]:
+    """Per benchmark and k: per-method mean/std over seeds, and paired differences to the
+    baselines (bootstrap interval over problems and seeds, permutation p-value)."""
+    by_label: dict[str, list[RunRecord]] = {}
+    for run in runs:
+        by_label.setdefault(run.label, []).append(run)
+    benchmarks = sorted({name for run in runs for name in run.correct})
+    table: list[dict[str, Any]] = []
+    differences: list[dict[str, Any]] = []
+    for benchmark in benchmarks:
+        for k in (1, 4):
+            matrices = {}
+            for label, group in by_label.items():
+                if not all(benchmark in run.correct for run in group):
+                    continue
+                seeds, matrix = score_matrix(group, benchmark, k)
+                if matrix.size == 0 or np.isnan(matrix).any():
+                    continue
+                matrices[label] = (seeds, matrix)
+                per_seed = matrix.mean(axis=1)
+                table.append({"benchmark": benchmark, "metric": f"pass@{k}", "method": label,
+                              "seeds": len(seeds), "problems": matrix.shape[1],
+                              "mean": float(per_seed.mean()),
+                              "std": float(per_seed.std(ddof=1)) if len(seeds) > 1 else math.nan,
+                              "per_seed": {str(s): float(v) for s, v in zip(seeds, per_seed,
+                                                                            strict=True)}})
+            for baseline in BASELINES:
+                if baseline not in matrices:
+                    continue
+                base_seeds, base = matrices[baseline]
+                for label, (seeds, matrix) in matrices.items():
+                    if label == baseline:
+                        continue
+                    shared = sorted(set(seeds) & set(base_seeds))
+                    if not shared:
+                        continue
+                    a = matrix[[seeds.index(s) for s in shared]]
+                    b = base[[base_seeds.index(s) for s in shared]]
+                    if a.shape != b.shape:
+                        continue
+                    boot = paired_bootstrap(a, b, resamples=resamples, seed=0)
+                    differences.append({
+                        "benchmark": benchmark, "metric": f"pass@{k}", "method": label,
+                        "baseline": baseline, "seeds": len(shared), "problems": a.shape[1],
+                        "difference": boot.difference, "low": boot.low, "high": boot.high,
+                        "p_value": paired_permutation_test(a, b, resamples=resamples, seed=0)})
+    warnings = []
+    for run in runs:
+        for line in run.metrics:
+            if line.get("entropy_warning"):
+                warnings.append({"method": run.label, "seed": run.seed,
+                                 "warning": line["entropy_warning"], "step": line["step"]})
+    return {"table": table, "differences": differences, "warnings": warnings}
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([row[column] for column in columns])
+
+
+def _environment() -> list[str]:
+    from importlib import metadata
+
+    lines = [f"Python {sys.version.split()[0]} on {platform.platform()} "
+             f"({platform.machine()}, {__import__('os').cpu_count()} CPUs)"]
+    versions = []
+    for package in ("torch", "transformers", "numpy", "reasoning-gym", "matplotlib"):
+        try:
+            versions.append(f"{package} {metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            continue
+    lines.append(", ".join(versions))
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            lines.append(f"GPU: {torch.cuda.get_device_name(0)}")
+    except ImportError:  # pragma: no cover
+        pass
+    return lines
+
+
+def write_report(config: CompareConfig) -> Path:
+    """report.md, results.csv, differences.csv, curves.png in the output directory."""
+    from ict.plots import plot_runs
+
+    output_dir = config.output_dir
+    runs = load_runs(output_dir)
+    if not runs:
+        raise UsageError(f"no runs under {output_dir / 'runs'}; run ict compare without "
+                         "--report-only first")
+    summary = summarize(runs, config.bootstrap_resamples)
+    _write_csv(output_dir / "results.csv", summary["table"],
+               ["benchmark", "metric", "method", "seeds", "problems", "mean", "std"])
+    _write_csv(output_dir / "differences.csv", summary["differences"],
+               ["benchmark", "metric", "method", "baseline", "seeds", "problems", "difference",
+                "low", "high", "p_value"])
+    (output_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    figure = plot_runs([run.directory for run in runs], output_dir / "curves.png",
+                       labels=[run.label for run in runs])
+    lines = ["# ict compare report", ""]
+    labels = sorted({run.label for run in runs})
+    lines.append(f"Methods: {', '.join(labels)}. Runs: {len(runs)} "
+                 f"({', '.join(f'{run.label}/seed{run.seed}' for run in runs)}).")
+    lines += ["", "## Final-model evaluation (percent; mean ± std over seeds)", "",
+              "| benchmark | metric | method | seeds | problems | mean | std |",
+              "|---|---|---|---|---|---|---|"]
+    for row in summary["table"]:
+        lines.append(f"| {row['benchmark']} | {row['metric']} | {row['method']} | "
+                     f"{row['seeds']} | {row['problems']} | {_fmt(row['mean'])} | "
+                     f"{_fmt(row['std'])} |")
+    lines += ["", "## Paired differences to the baselines (percentage points)", "",
+              f"Interval: 95% percentile bootstrap, {config.bootstrap_resamples} resamples; "
+              f"resampling unit: {RESAMPLING_UNIT}. p: two-sided paired sign-flip permutation "
+              "test on the per-problem differences averaged over seeds (exact when <= 16 "
+              "problems).", "",
+              "| benchmark | metric | method | vs | difference | 95% interval | p |",
+              "|---|---|---|---|---|---|---|"]
+    for row in summary["differences"]:
+        lines.append(f"| {row['benchmark']} | {row['metric']} | {row['method']} | "
+                     f"{row['baseline']} | {_fmt(row['difference'])} | "
+                     f"[{_fmt(row['low'])}, {_fmt(row['high'])}] | {row['p_value']:.3g} |")
+    lines += ["", "## Training curves", "",
+              "Mean over seeds (line) and min..max over seeds (band) per method.", "",
+              f"![training curves]({figure.name})" if figure else "(no metrics logged)", "",
+              "## Entropy collapse / explosion (the trainer's `entropy_warning`)", ""]
+    if summary["warnings"]:
+        lines += [f"- {w['method']} seed {w['seed']}: {w['warning']} at step {w['step']}"
+                  for w in summary["warnings"]]
+    else:
+        lines.append("No run collapsed or exploded.")
+    commands_path = output_dir / COMMANDS_FILE
+    commands = (commands_path.read_text().splitlines() if commands_path.is_file()
+                else ["(command not recorded)"])
+    lines += ["", "## Reproduce", "", "```", *dict.fromkeys(commands),
+              f"ict compare --report-only --output-dir {output_dir}", "```", "",
+              "## Environment", "", *[f"- {line}" for line in _environment()], ""]
+    path = output_dir / "report.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path

@@ -1,0 +1,165 @@
+"""Token view: every completion token coloured by a score (JS, entropy, Renyi-2), marked where
+ICT (top 10% JS) and 20-Entropy (top 20% entropy) would select it and where STAPO
+would silence it; terminal (rich) and one
+self-contained HTML page (inline CSS, no scripts, no network fetches)."""
+
+from __future__ import annotations
+
+import html
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+COLOR_SCORES = ("js", "entropy", "renyi2")
+SELECTIONS = (("ict", "ict", {"ratio": 0.1}), ("entropy20", "entropy", {"ratio": 0.2}),
+              ("stapo", "stapo", {}))
+
+
+@dataclass
+class TokenView:
+    """Per completion: token strings, scores and selection flags (lists of equal length)."""
+
+    prompts: list[str]
+    tokens: list[list[str]]
+    scores: list[list[float]]
+    selected: dict[str, list[list[bool]]]
+    score_name: str
+    jaccard_ict_entropy20: float
+    top_tokens: dict[str, list[tuple[str, int]]]
+
+
+def build_view(model: Any, tokenizer: Any, rollout: Any, color: str = "js",
+               reference: str = "seq_mean", temperature: float = 1.0) -> TokenView:
+    """Token statistics (`ict.stats.token_statistics`) and selections of a rollout."""
+    from ict.rollout import pack_rollout
+    from ict.selectors import SelectionInputs, select_tokens
+    from ict.stats import token_statistics
+    from ict.trainer import response_logits
+
+    if color not in COLOR_SCORES:
+        raise ValueError(f"--color must be one of {', '.join(COLOR_SCORES)}")
+    batch = pack_rollout(rollout, tokenizer.pad_token_id)
+    with torch.no_grad():
+        logits = response_logits(model, batch)
+        stats = token_statistics(logits, batch.response_ids, batch.response_mask,
+                                 temperature=temperature, js_references=(reference,))
+    inputs = SelectionInputs(stats=stats, response_mask=batch.response_mask,
+                             token_ids=batch.response_ids,
+                             advantages=torch.zeros(batch.response_ids.shape[0]))
+    masks = {}
+    for label, name, options in SELECTIONS:
+        extra = {"reference": reference} if name == "ict" else {}
+        masks[label] = select_tokens(name, inputs, **options, **extra)
+    # STAPO updates every token but the spurious ones: show the ones it silences
+    masks["stapo_silenced"] = batch.response_mask.bool() & ~masks.pop("stapo")
+    score = {"js": stats.js_scores[reference], "entropy": stats.entropy,
+             "renyi2": stats.renyi2}[color]
+    tokens, scores = [], []
+    selected: dict[str, list[list[bool]]] = {label: [] for label in masks}
+    counters: dict[str, Counter[str]] = {label: Counter() for label in masks}
+    for row in range(batch.response_ids.shape[0]):
+        length = int(batch.response_mask[row].sum())
+        ids = batch.response_ids[row, :length].tolist()
+        strings = [tokenizer.decode([token]) for token in ids]
+        tokens.append(strings)
+        scores.append(score[row, :length].tolist())
+        for label, mask in masks.items():
+            flags = mask[row, :length].tolist()
+            selected[label].append(flags)
+            counters[label].update(s for s, flag in zip(strings, flags, strict=True) if flag)
+    a, b = masks["ict"], masks["entropy20"]
+    union = int((a | b).sum())
+    jaccard = int((a & b).sum()) / union if union else float("nan")
+    prompts = [text for text in rollout.prompt_texts for _ in range(rollout.num_samples)]
+    return TokenView(prompts, tokens, scores, selected, color, jaccard,
+                     {label: counter.most_common(10) for label, counter in counters.items()})
+
+
+def _range(view: TokenView) -> tuple[float, float]:
+    values = [value for row in view.scores for value in row]
+    return (min(values), max(values)) if values else (0.0, 1.0)
+
+
+def _shade(value: float, low: float, high: float) -> tuple[int, int, int]:
+    """White (the batch minimum) -> red (the batch maximum), linear in the score."""
+    level = 0.0 if high <= low else max(0.0, min(1.0, (value - low) / (high - low)))
+    return 255, int(255 - 200 * level), int(255 - 200 * level)
+
+
+def render_html(view: TokenView) -> str:
+    """One self-contained page: a coloured <span class="tok"> per token with its score and
+    selections in the title; ICT-selected tokens underlined, 20-Entropy boxed, STAPO struck."""
+    low, high = _range(view)
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ict inspect</title>",
+             "<style>body{font-family:monospace;max-width:1100px;margin:1em auto}"
+             ".tok{white-space:pre-wrap;padding:1px 0;margin-right:3px}.ict{border-bottom:3px solid #1f4fd1}"
+             ".entropy20{outline:1px solid #1a8a1a}.stapo{text-decoration:line-through}"
+             ".prompt{color:#555;margin-top:1.2em}.stats{background:#f4f4f4;padding:.5em}"
+             "</style></head><body>",
+             f"<h1>Token view ({html.escape(view.score_name)})</h1>",
+             f"<p>Colour: white ({low:.3f}) to red ({high:.3f} nats), the batch's range. Underlined "
+             "blue: ICT (top 10% JS); green box: 20-Entropy (top 20% entropy); struck: silenced "
+             "by STAPO (its spurious tokens).</p>",
+             f"<div class='stats'>Jaccard(ICT, 20-Entropy) = {view.jaccard_ict_entropy20:.3f}"]
+    for label, items in view.top_tokens.items():
+        listed = ", ".join(f"{html.escape(repr(token))} x{count}" for token, count in items)
+        parts.append(f"<br>{label} selects most often: {listed}")
+    parts.append("</div>")
+    for index, (prompt, tokens, scores) in enumerate(zip(view.prompts, view.tokens, view.scores,
+                                                         strict=True)):
+        parts.append(f"<div class='prompt'>#{index}: {html.escape(prompt[-200:])}</div><p>")
+        for position, (token, value) in enumerate(zip(tokens, scores, strict=True)):
+            classes = ["tok", *(label for label in view.selected
+                                if view.selected[label][index][position])]
+            red, green, blue = _shade(value, low, high)
+            parts.append(f"<span class='{' '.join(classes)}' style='background:rgb({red},"
+                         f"{green},{blue})' title='{view.score_name}={value:.4f}'>"
+                         f"{html.escape(token)}</span>")
+        parts.append("</p>")
+    parts.append("</body></html>")
+    return "".join(parts)
+
+
+def print_view(view: TokenView, console: Any = None) -> None:
+    """Terminal rendering with rich: background colour by score, ICT tokens underlined."""
+    from rich.console import Console
+    from rich.text import Text
+
+    console = console or Console()
+    low, high = _range(view)
+    for index, (tokens, scores) in enumerate(zip(view.tokens, view.scores, strict=True)):
+        text = Text(f"#{index}: ")
+        for position, (token, value) in enumerate(zip(tokens, scores, strict=True)):
+            red, green, blue = _shade(value, low, high)
+            style = f"black on rgb({red},{green},{blue})"
+            if view.selected["ict"][index][position]:
+                style += " underline bold"
+            text.append(token, style=style)
+        console.print(text)
+    console.print(f"Jaccard(ICT, 20-Entropy) = {view.jaccard_ict_entropy20:.3f}")
+    for label, items in view.top_tokens.items():
+        console.print(f"{label} most selected: " + ", ".join(f"{t!r} x{c}" for t, c in items))
+
+
+def rollout_from_samples(tokenizer: Any, path: Path) -> Any:
+    """Rollout from a JSONL of {"prompt", "completion"} (grouped by prompt; equal group sizes)."""
+    from ict.rollout import Rollout, _encode_prompt, render_prompt
+
+    groups: dict[str, list[str]] = {}
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            groups.setdefault(record["prompt"], []).append(record["completion"])
+    sizes = {len(group) for group in groups.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"{path}: every prompt needs the same number of completions")
+    texts = [render_prompt(tokenizer, prompt, None) for prompt in groups]
+    ids = [[tokenizer.encode(c, add_special_tokens=False) for c in group]
+           for group in groups.values()]
+    return Rollout(texts, [_encode_prompt(tokenizer, text) for text in texts],
+                   [list(group) for group in groups.values()], ids,
+                   [[False] * len(group) for group in groups.values()])

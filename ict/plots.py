@@ -1,0 +1,100 @@
+"""Training curves of several runs: per label, the mean over runs (line) and min..max (band)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+# (title, y label, [(metrics key, line style suffix)])
+PANELS = [
+    ("Reward", "mean reward per completion", [("reward_mean", "")]),
+    ("Shannon entropy", "nats per token", [("entropy", "all"), ("entropy_selected", "selected")]),
+    ("Renyi-2 entropy", "nats per token", [("renyi2", "all"), ("renyi2_selected", "selected")]),
+    ("Selected fraction", "fraction of response tokens", [("selected_fraction", "")]),
+    ("Response length", "tokens per completion", [("response_length_mean", "")]),
+    ("Regime: p(token) > beta", "fraction of tokens",
+     [("above_beta_fraction", "all"), ("above_beta_fraction_selected", "selected")]),
+]
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _series(lines: list[dict], key: str) -> dict[int, float]:
+    return {int(line["step"]): (float(line[key]) if line.get(key) is not None else math.nan)
+            for line in lines if key in line}
+
+
+def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) -> Path | None:
+    """Draw the `PANELS` of the runs into `out` (PNG). Runs with the same label are pooled:
+    line = mean over runs at each step, band = min..max. Panels with no data are left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    labels = labels or [Path(directory).name for directory in run_dirs]
+    groups: dict[str, list[list[dict]]] = {}
+    for directory, label in zip(run_dirs, labels, strict=True):
+        lines = read_metrics(Path(directory))
+        if lines:
+            groups.setdefault(label, []).append(lines)
+    if not groups:
+        return None
+    panels = [panel for panel in PANELS
+              if any(_has(lines, key) for runs in groups.values() for lines in runs
+                     for key, _ in panel[2])]
+    columns = 3
+    rows = math.ceil(len(panels) / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(15, 4.2 * rows), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for axis, (title, ylabel, keys) in zip(axes.flat, panels, strict=False):
+        for index, (label, runs) in enumerate(sorted(groups.items())):
+            colour = colours[index % len(colours)]
+            for key, suffix in keys:
+                series = [_series(lines, key) for lines in runs]
+                steps = sorted(set().union(*series))
+                if not steps:
+                    continue
+                values = np.array([[s.get(step, math.nan) for step in steps] for s in series])
+                if np.isnan(values).all():
+                    continue
+                with np.errstate(all="ignore"):
+                    import warnings
+
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", RuntimeWarning)
+                        mean = np.nanmean(values, axis=0)
+                        low, high = np.nanmin(values, axis=0), np.nanmax(values, axis=0)
+                style = "--" if suffix == "selected" else "-"
+                name = f"{label} ({suffix})" if suffix else label
+                axis.plot(steps, mean, style, color=colour, label=f"{name}, n={len(runs)}")
+                if len(runs) > 1:
+                    axis.fill_between(steps, low, high, color=colour, alpha=0.15, linewidth=0)
+        axis.set_title(title)
+        axis.set_xlabel("training step")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.set_ylabel(ylabel)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    for axis in list(axes.flat)[len(panels):]:
+        axis.set_visible(False)
+    figure.suptitle("Mean over seeds (line), min..max over seeds (band); dashed = selected tokens")
+    figure.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=90)
+    plt.close(figure)
+    return out
+
+
+def _has(lines: list[dict], key: str) -> bool:
+    return any(line.get(key) is not None for line in lines)

@@ -1,0 +1,97 @@
+"""Paired significance tests for method comparisons (pure numpy).
+
+Scores come as arrays ``[S, P]``: one value per (seed, problem), e.g. each problem's unbiased
+pass@k from the final model of seed s. Two methods are *paired*: row s of method A and row s of
+method B share the training seed (same prompts, same rollout seeds), column p is the same
+evaluation problem.
+
+* `paired_bootstrap`: the difference of means ``mean(A) - mean(B)`` and a percentile interval from
+  resampling seeds AND problems with replacement (a two-way bootstrap: draw S seed indices and P
+  problem indices, use the same indices for A and B, average over the S x P sub-grid).
+* `paired_permutation_test`: two-sided sign-flip test on the per-problem differences averaged over
+  seeds, ``d_p = mean_s (A[s, p] - B[s, p])``: under H0 (no difference) each ``d_p`` is symmetric
+  about 0; p = (1 + #{|mean(sign * d)| >= |mean(d)|}) / (1 + R).
+* `sign_test`: exact two-sided binomial sign test on the nonzero ``d_p``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+RESAMPLING_UNIT = ("problems and seeds (two-way paired bootstrap: seed indices and problem "
+                   "indices drawn with replacement, the same draw for both methods)")
+
+
+@dataclass
+class BootstrapResult:
+    """Difference of means and its percentile interval (same units as the scores)."""
+
+    difference: float
+    low: float
+    high: float
+    confidence: float
+    resamples: int
+
+
+def _paired(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    a = np.atleast_2d(np.asarray(a, dtype=np.float64))
+    b = np.atleast_2d(np.asarray(b, dtype=np.float64))
+    if a.shape != b.shape or a.size == 0:
+        raise ValueError(f"paired scores need equal non-empty [seeds, problems] shapes, got "
+                         f"{a.shape} and {b.shape}")
+    return a, b
+
+
+def paired_bootstrap(a: np.ndarray, b: np.ndarray, resamples: int = 10_000,
+                     confidence: float = 0.95, seed: int = 0) -> BootstrapResult:
+    """Two-way paired bootstrap of ``mean(a) - mean(b)`` over seeds (rows) and problems (columns).
+
+    Each resample draws S row indices and P column indices with replacement
+    (`numpy.random.default_rng(seed)`: rows first, then columns) and takes the mean of
+    ``(a - b)[rows][:, columns]``; the interval is the (1-confidence)/2 and (1+confidence)/2
+    percentiles (numpy's default linear interpolation)."""
+    a, b = _paired(a, b)
+    diff = a - b
+    seeds, problems = diff.shape
+    rng = np.random.default_rng(seed)
+    stats = np.empty(resamples)
+    for index in range(resamples):
+        rows = rng.integers(0, seeds, seeds)
+        columns = rng.integers(0, problems, problems)
+        stats[index] = diff[rows][:, columns].mean()
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.percentile(stats, [100 * tail, 100 * (1 - tail)])
+    return BootstrapResult(float(diff.mean()), float(low), float(high), confidence, resamples)
+
+
+def paired_permutation_test(a: np.ndarray, b: np.ndarray, resamples: int = 10_000,
+                            seed: int = 0) -> float:
+    """Two-sided sign-flip permutation p-value for the per-problem differences (averaged over
+    seeds). With P <= 16 problems all 2^P sign patterns are enumerated (exact p-value)."""
+    a, b = _paired(a, b)
+    d = (a - b).mean(axis=0)
+    observed = abs(d.mean())
+    tolerance = 1e-12
+    if d.size <= 16:
+        signs = 1 - 2 * ((np.arange(2 ** d.size)[:, None] >> np.arange(d.size)) & 1)
+        means = np.abs((signs * d).mean(axis=1))
+        return float(np.mean(means >= observed - tolerance))
+    rng = np.random.default_rng(seed)
+    signs = rng.choice(np.array([-1.0, 1.0]), size=(resamples, d.size))
+    means = np.abs((signs * d).mean(axis=1))
+    return float((1 + np.sum(means >= observed - tolerance)) / (1 + resamples))
+
+
+def sign_test(a: np.ndarray, b: np.ndarray) -> float:
+    """Exact two-sided binomial sign test on the nonzero per-problem differences (seed mean)."""
+    a, b = _paired(a, b)
+    d = (a - b).mean(axis=0)
+    positive, negative = int(np.sum(d > 0)), int(np.sum(d < 0))
+    n = positive + negative
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(positive, negative) + 1)) / 2 ** n
+    return float(min(1.0, 2 * tail))

@@ -1,0 +1,137 @@
+"""`ict compare` end to end on a tiny random model: 2 methods x 2 seeds, 2 steps, a tiny
+evaluation; the report's numbers are recomputed here from the runs' raw samples.jsonl."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ict.cli import main
+from ict.rewards import register_reward
+
+
+@register_reward("compare_contains_answer")
+def compare_contains_answer(completion: str, problem) -> float:
+    return float(problem.answer in completion.split())
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _data_dir(path: Path) -> Path:
+    path.mkdir(parents=True)
+    with open(path / "gsm8k.jsonl", "w") as handle:
+        for a, b in [(1, 2), (3, 4), (2, 2), (4, 5), (0, 3), (1, 1)]:
+            handle.write(json.dumps({"question": f"what is {a} + {b} ?",
+                                     "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}) + "\n")
+    return path
+
+
+def _per_problem_pass_at_k(samples: Path, k: int) -> dict[int, float]:
+    """Independent pass@k: 1 - C(n-c, k)/C(n, k) from the raw verdicts."""
+    verdicts: dict[int, list[bool]] = {}
+    for line in samples.read_text().splitlines():
+        record = json.loads(line)
+        if not record["greedy"]:
+            verdicts.setdefault(record["index"], []).append(record["correct"])
+    return {index: 1 - math.comb(len(v) - sum(v), k) / math.comb(len(v), k)
+            for index, v in verdicts.items()}
+
+
+def test_compare_end_to_end(tiny_model_dir, arithmetic_task, tmp_path):
+    output = tmp_path / "cmp"
+    argv = ["compare", "--methods", "grpo,ict:ratio=0.2", "--seeds", "0,1",
+            "--output-dir", str(output), "--eval-benchmarks", "gsm8k",
+            "--eval-data-dir", str(_data_dir(tmp_path / "data")), "--eval-n", "4",
+            "--eval-max-new-tokens", "6", "--eval-math-extraction", "lenient",
+            "--bootstrap-resamples", "2000",
+            f"model={tiny_model_dir}", f"dataset={arithmetic_task}",
+            "reward=compare_contains_answer", "num_steps=2", "prompts_per_step=2",
+            "num_generations=4", "max_new_tokens=8", "micro_batch_size=8",
+            "learning_rate=3e-3", "tensorboard=false"]
+    assert main(argv) == 0
+    for label in ("grpo", "ict-ratio=0.2"):
+        for seed in (0, 1):
+            run = output / "runs" / label / f"seed{seed}"
+            assert (run / "eval" / "results.json").is_file()
+            assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+    # same seed -> same training prompts: the first step's prompts are identical across methods
+    # (the sample completion differs only through the model, which is identical at step 1)
+    first = [json.loads((output / "runs" / label / "seed0" / "metrics.jsonl").read_text()
+                        .splitlines()[0]) for label in ("grpo", "ict-ratio=0.2")]
+    assert first[0]["sample_completion"] == first[1]["sample_completion"]
+    assert first[0]["reward_mean"] == first[1]["reward_mean"]
+
+    report = (output / "report.md").read_text()
+    assert "problems and seeds" in report and "![training curves](curves.png)" in report
+    assert (output / "curves.png").stat().st_size > 10_000
+
+    # one cell: pass@4 of ict-ratio=0.2, mean over seeds of the mean over problems
+    expected = []
+    matrices = {}
+    for label in ("grpo", "ict-ratio=0.2"):
+        rows = []
+        for seed in (0, 1):
+            scores = _per_problem_pass_at_k(output / "runs" / label / f"seed{seed}" / "eval"
+                                            / "samples.jsonl", 4)
+            rows.append([scores[i] for i in sorted(scores)])
+        matrices[label] = np.array(rows)
+    expected = matrices["ict-ratio=0.2"].mean(axis=1)
+    rows = list(csv.DictReader(open(output / "results.csv")))
+    cell = next(row for row in rows if row["method"] == "ict-ratio=0.2"
+                and row["metric"] == "pass@4")
+    assert float(cell["mean"]) == pytest.approx(expected.mean(), abs=1e-12)
+    assert float(cell["std"]) == pytest.approx(expected.std(ddof=1), abs=1e-12)
+    assert f"| gsm8k | pass@4 | ict-ratio=0.2 | 2 | 6 | {100 * expected.mean():.1f} |" in report
+
+    # one bootstrap interval, recomputed with the same draws (rows, then columns, seed 0)
+    diff = matrices["ict-ratio=0.2"] - matrices["grpo"]
+    rng = np.random.default_rng(0)
+    stats = []
+    for _ in range(2000):
+        r = rng.integers(0, 2, 2)
+        c = rng.integers(0, 6, 6)
+        stats.append(np.mean([[diff[i, j] for j in c] for i in r]))
+    low, high = np.percentile(stats, [2.5, 97.5])
+    row = next(r for r in csv.DictReader(open(output / "differences.csv"))
+               if r["method"] == "ict-ratio=0.2" and r["baseline"] == "grpo"
+               and r["metric"] == "pass@4")
+    assert float(row["difference"]) == pytest.approx(diff.mean(), abs=1e-12)
+    assert float(row["low"]) == pytest.approx(low, abs=1e-12)
+    assert float(row["high"]) == pytest.approx(high, abs=1e-12)
+
+    # a rerun reuses every run; --report-only rebuilds the same report from the directories
+    mtime = (output / "runs" / "grpo" / "seed0" / "metrics.jsonl").stat().st_mtime
+    (output / "report.md").unlink()
+    assert main(["compare", "--methods", "grpo", "--seeds", "0", "--output-dir", str(output),
+                 "--report-only", "--bootstrap-resamples", "2000"]) == 0
+    assert (output / "report.md").read_text().split("## Reproduce")[0] == \
+        report.split("## Reproduce")[0]
+    assert (output / "runs" / "grpo" / "seed0" / "metrics.jsonl").stat().st_mtime == mtime
+
+    # ict plot on any set of runs
+    out = tmp_path / "plot.png"
+    assert main(["plot", *[str(p) for p in sorted((output / "runs").glob("*/seed*"))],
+                 "--by", "method", "--out", str(out)]) == 0
+    assert out.stat().st_size > 10_000
+
+
+def test_method_options_map_to_config_fields():
+    from ict.compare import method_overrides, parse_methods
+
+    specs = parse_methods("grpo,ict:reference=prev,ratio=0.2,random")
+    assert [spec.label for spec in specs] == ["grpo", "ict-reference=prev-ratio=0.2", "random"]
+    assert method_overrides(specs[1]) == {"method": "ict", "js_reference": "prev",
+                                          "ratio": "0.2"}
+    assert main(["compare", "--methods", "ict:ratio", "--output-dir", "x"]) == 2

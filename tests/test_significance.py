@@ -1,0 +1,76 @@
+"""Paired bootstrap / permutation / sign tests against hand cases and scipy."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from ict.significance import paired_bootstrap, paired_permutation_test, sign_test
+
+
+def test_bootstrap_of_a_constant_difference_is_a_point():
+    a = np.full((3, 20), 0.7)
+    result = paired_bootstrap(a, a - 0.25, resamples=500)
+    assert result.difference == pytest.approx(0.25)
+    assert result.low == pytest.approx(0.25) and result.high == pytest.approx(0.25)
+
+
+def test_bootstrap_interval_matches_a_hand_written_resampler():
+    rng = np.random.default_rng(3)
+    a, b = rng.random((3, 15)), rng.random((3, 15))
+    result = paired_bootstrap(a, b, resamples=400, seed=11)
+    draw = np.random.default_rng(11)
+    values = []
+    for _ in range(400):
+        rows = draw.integers(0, 3, 3)
+        columns = draw.integers(0, 15, 15)
+        values.append(sum(a[r, c] - b[r, c] for r in rows for c in columns) / 45)
+    assert result.low == pytest.approx(np.percentile(values, 2.5), abs=1e-12)
+    assert result.high == pytest.approx(np.percentile(values, 97.5), abs=1e-12)
+    assert result.low <= result.difference <= result.high
+
+
+def test_bootstrap_covers_the_normal_interval_for_many_problems():
+    rng = np.random.default_rng(0)
+    d = rng.normal(0.1, 1.0, (1, 2000))
+    result = paired_bootstrap(d, np.zeros_like(d), resamples=2000)
+    half = 1.96 * d.std(ddof=1) / math.sqrt(d.size)
+    assert result.low == pytest.approx(d.mean() - half, abs=0.01)
+    assert result.high == pytest.approx(d.mean() + half, abs=0.01)
+
+
+def test_exact_permutation_p_value_by_enumeration():
+    d = np.array([0.5, 0.25, -0.125, 1.0, 0.0, 0.75])
+    observed = abs(d.mean())
+    count = sum(abs(np.mean(np.array(signs) * d)) >= observed - 1e-12
+                for signs in itertools.product([-1, 1], repeat=d.size))
+    assert paired_permutation_test(d[None], np.zeros((1, 6))) == pytest.approx(count / 64)
+    # all-positive differences of 6 problems: only the identity and its mirror are as extreme
+    assert paired_permutation_test(np.ones((2, 6)), np.zeros((2, 6))) == pytest.approx(2 / 64)
+
+
+def test_monte_carlo_permutation_against_scipy():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(1)
+    a, b = rng.random((2, 40)) + 0.1, rng.random((2, 40))
+    d = (a - b).mean(axis=0)
+    reference = scipy_stats.permutation_test(
+        (d,), np.mean, permutation_type="samples", n_resamples=20000, alternative="two-sided",
+        random_state=0).pvalue
+    assert paired_permutation_test(a, b, resamples=20000) == pytest.approx(reference, abs=0.01)
+
+
+def test_sign_test_hand_cases():
+    # 5 positive, 1 negative: p = 2 * (C(6,0) + C(6,1)) / 64 = 14/64
+    a = np.array([[1, 1, 1, 1, 1, 0, 0.5]])
+    b = np.array([[0, 0, 0, 0, 0, 1, 0.5]])
+    assert sign_test(a, b) == pytest.approx(14 / 64)
+    assert sign_test(np.zeros((1, 3)), np.zeros((1, 3))) == 1.0
+
+
+def test_shape_mismatch_is_a_clear_error():
+    with pytest.raises(ValueError, match="paired"):
+        paired_bootstrap(np.zeros((2, 3)), np.zeros((2, 4)))
