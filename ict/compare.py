@@ -35,11 +35,6 @@ from ict.significance import (
 BASELINES = ("grpo", "random")
 COMMANDS_FILE = "commands.txt"  # every non-report-only `ict compare` command line, appended
 # selector option name -> today's TrainConfig field (one place; see `method_overrides`)
-OPTION_FIELDS = {"ratio": "ratio", "reference": "js_reference", "unit": "selection_unit",
-                 "scope": "selection_scope", "tau_p": "stapo_tau_p",
-                 "quantile": "stapo_quantile"}
-PRESETS = {("ict", "paper"): {"ratio": "0.1", "reference": "group_mean", "scope": "sequence",
-                              "aggregation": "seq_mean_token_mean"}}
 
 
 @dataclass
@@ -92,18 +87,17 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def method_overrides(spec: MethodSpec) -> dict[str, str]:
-    """TrainConfig ``key=value`` overrides of one method spec (today's field names)."""
-    options = dict(spec.options)
-    preset = options.pop("preset", None)
-    resolved: dict[str, str] = {}
-    if preset is not None:
-        if (spec.name, preset) not in PRESETS:
-            raise UsageError(f"unknown preset {preset!r} for {spec.name}")
-        resolved.update(PRESETS[(spec.name, preset)])
-    resolved.update(options)
+    """TrainConfig ``key=value`` overrides of one method spec: ``preset`` -> the registry preset,
+    an option of the method's selector -> ``selector.<key>``, anything else (e.g.
+    ``aggregation``) -> the training option of that name (checked when the config is built)."""
+    from ict.config import METHOD_ALIASES
+    from ict.selectors import SELECTORS
+
+    selector = SELECTORS.get(METHOD_ALIASES.get(spec.name, spec.name))
+    selector_keys = set(selector.defaults) if selector is not None else set()
     overrides = {"method": spec.name}
-    for key, value in resolved.items():
-        overrides[OPTION_FIELDS.get(key, key)] = value
+    for key, value in spec.options.items():
+        overrides[f"selector.{key}" if key in selector_keys else key] = value
     return overrides
 
 

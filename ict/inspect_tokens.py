@@ -33,27 +33,29 @@ class TokenView:
 
 
 def build_view(model: Any, tokenizer: Any, rollout: Any, color: str = "js",
-               reference: str = "seq_mean", temperature: float = 1.0) -> TokenView:
+               reference: str = "group_mean", temperature: float = 1.0) -> TokenView:
     """Token statistics (`ict.stats.token_statistics`) and selections of a rollout."""
+    from ict.forward import response_logits
     from ict.rollout import pack_rollout
     from ict.selectors import SelectionInputs, select_tokens
     from ict.stats import token_statistics
-    from ict.trainer import response_logits
 
     if color not in COLOR_SCORES:
         raise ValueError(f"--color must be one of {', '.join(COLOR_SCORES)}")
     batch = pack_rollout(rollout, tokenizer.pad_token_id)
+    group_ids = torch.arange(batch.response_ids.shape[0]) // max(1, rollout.num_samples)
+    references = tuple(dict.fromkeys((reference, "group_mean")))  # ICT's marks use its default
     with torch.no_grad():
         logits = response_logits(model, batch)
         stats = token_statistics(logits, batch.response_ids, batch.response_mask,
-                                 temperature=temperature, js_references=(reference,))
+                                 temperature=temperature, js_references=references,
+                                 group_ids=group_ids)
     inputs = SelectionInputs(stats=stats, response_mask=batch.response_mask,
                              token_ids=batch.response_ids,
-                             advantages=torch.zeros(batch.response_ids.shape[0]))
+                             advantages=torch.zeros(batch.response_ids.shape[0]), group_ids=group_ids)
     masks = {}
     for label, name, options in SELECTIONS:
-        extra = {"reference": reference} if name == "ict" else {}
-        masks[label] = select_tokens(name, inputs, **options, **extra)
+        masks[label] = select_tokens(name, inputs, **options)
     # STAPO updates every token but the spurious ones: show the ones it silences
     masks["stapo_silenced"] = batch.response_mask.bool() & ~masks.pop("stapo")
     score = {"js": stats.js_scores[reference], "entropy": stats.entropy,

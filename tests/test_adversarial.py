@@ -10,7 +10,12 @@ import pytest
 
 from ict.problems import Problem
 from ict.rewards import choice_reward, reasoning_gym_reward
-from ict.verify import MathVerifier, extract_boxed_answer, extract_choice_letter, extract_tagged_answer
+from ict.verify import (
+    MathVerifier,
+    extract_boxed_answer,
+    extract_choice_letter,
+    extract_tagged_answer,
+)
 
 RTL = "\u202e"
 ADVERSARIAL: dict[str, str | bytes] = {

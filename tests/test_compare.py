@@ -132,6 +132,8 @@ def test_method_options_map_to_config_fields():
 
     specs = parse_methods("grpo,ict:reference=prev,ratio=0.2,random")
     assert [spec.label for spec in specs] == ["grpo", "ict-reference=prev-ratio=0.2", "random"]
-    assert method_overrides(specs[1]) == {"method": "ict", "js_reference": "prev",
-                                          "ratio": "0.2"}
+    assert method_overrides(specs[1]) == {"method": "ict", "selector.reference": "prev",
+                                          "selector.ratio": "0.2"}
+    assert method_overrides(parse_methods("ict:preset=paper,aggregation=token_mean")[0]) == {
+        "method": "ict", "preset": "paper", "aggregation": "token_mean"}
     assert main(["compare", "--methods", "ict:ratio", "--output-dir", "x"]) == 2

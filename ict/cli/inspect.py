@@ -23,8 +23,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--color", choices=("js", "entropy", "renyi2"), default="js")
-    parser.add_argument("--reference", default="seq_mean",
-                        help="JS reference (seq_mean, prev; group_mean once ict.stats has it)")
+    parser.add_argument("--reference", default="group_mean",
+                        help="JS reference of the js colour: group_mean (the paper's; ICT's marks "
+                             "always use it), seq_mean or prev")
     parser.add_argument("--html", default=None, help="write the self-contained HTML page here")
     parser.set_defaults(run=run)
     return parser
