@@ -9,6 +9,11 @@ For every response position t with temperature-scaled distribution
 - ``js_scores[r][t] = JS(p_t || q_t) = H(m) - H(p_t)/2 - H(q_t)/2``, ``m = (p_t + q_t)/2``,
   in [0, ln 2], for the references ``r``:
 
+  - ``group_mean`` (ICT's reference, arXiv 2606.19771): ``q_{i,t}`` = mean of ``p_{j,t}`` over
+    the rows ``j`` of the same group (equal ``group_ids``: the G completions of one prompt) that
+    have a response token at the same position ``t`` (index along T), row ``i`` included. A
+    position where only one row of the group still has a token is compared with itself and
+    scores 0;
   - ``seq_mean``: ``q_t`` = mean of ``p`` over the response positions of the same sequence;
   - ``prev``: ``q_t = p_{t'}`` with ``t'`` the previous response position of the same sequence;
     the first response position of a sequence has no predecessor and scores 0 (it is compared
@@ -23,12 +28,17 @@ Memory: everything is computed in float32, in chunks of response positions, so t
 memory beyond the logits is a few ``[chunk, V]`` temporaries; no ``[B, T, V]`` softmax copy is
 ever built, in the forward or the backward pass. Passes over the vocabulary: one for
 log-sum-exp, entropy, Renyi-2, ``prev`` and ``ref`` scores and the running sequence mean; one
-more for ``seq_mean`` scores (its reference is only known after the first pass).
+more for ``seq_mean`` scores (its reference is only known after the first pass) and one more
+for ``group_mean`` scores, taken position by position: rows are ordered by (position, group)
+and each chunk holds whole (position, group) blocks, so its extra memory is the chunk's
+``[c, V]`` probabilities, a ``[k, V]`` group-sum buffer (k <= c blocks), the gathered
+``[c, V]`` means and one ``[c, V]`` entropy temporary, with ``c = max(chunk, G)``.
 Each row must have at least one finite logit; ``-inf`` entries (masked vocabulary) are fine.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +46,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-JS_REFERENCES = ("seq_mean", "prev", "ref")
+JS_REFERENCES = ("group_mean", "seq_mean", "prev", "ref")
 LN2 = math.log(2.0)
 _CHUNK_ELEMENTS = 1 << 21  # elements of one [chunk, V] float32 temporary (8 MiB)
 _TINY = torch.finfo(torch.float32).tiny
@@ -104,6 +114,15 @@ def _softmax_with_entropy(rows: Tensor, temperature: float) -> tuple[Tensor, Ten
     return probabilities, row_max.squeeze(-1) + log_total, entropy.clamp_(min=0.0)
 
 
+def _log_softmax_rows(rows: Tensor, log_normaliser: Tensor, temperature: float) -> Tensor:
+    """float32 ``log p = rows / temperature - log Z`` of fresh ``[c, V]`` rows (modified in place
+    when float32) given their log-normalisers ``[c]``."""
+    scaled = rows.float()
+    if temperature != 1.0:
+        scaled.div_(temperature)
+    return scaled.sub_(log_normaliser.unsqueeze(-1))
+
+
 def _js_from_mixture_entropy(mixture_entropy: Tensor, entropy_p: Tensor, entropy_q: Tensor) -> Tensor:
     return (mixture_entropy - 0.5 * entropy_p - 0.5 * entropy_q).clamp_(0.0, LN2)
 
@@ -149,10 +168,7 @@ class _ResponseLogProbs(torch.autograd.Function):
             return grad_logits, None, None, None, None, None, None, None
         for part in _chunks(batch_index.numel(), chunk_size):
             rows_b, rows_t = batch_index[part], time_index[part]
-            shifted = logits[rows_b, rows_t].float()
-            if temperature != 1.0:
-                shifted.div_(temperature)
-            log_p = shifted.sub_(log_normaliser[part].unsqueeze(-1))
+            log_p = _log_softmax_rows(logits[rows_b, rows_t], log_normaliser[part], temperature)
             probabilities = log_p.exp()
             # Each [chunk, V] buffer is updated in place: fresh ones cost page faults on CPU.
             log_prob_weight = (
@@ -183,6 +199,7 @@ def _check_inputs(
     temperature: float,
     js_references: Sequence[str],
     reference_logits: Tensor | None,
+    group_ids: Tensor | None,
 ) -> None:
     if logits.dim() != 3:
         raise ValueError(f"logits must be [B, T, V], got shape {tuple(logits.shape)}")
@@ -203,6 +220,10 @@ def _check_inputs(
             raise ValueError(
                 f"reference_logits {tuple(reference_logits.shape)} must match logits {tuple(logits.shape)}"
             )
+    if "group_mean" in js_references and group_ids is None:
+        raise ValueError("the 'group_mean' JS reference needs group_ids [B] (equal ids = completions of one prompt)")
+    if group_ids is not None and tuple(group_ids.shape) != (logits.shape[0],):
+        raise ValueError(f"group_ids must be [B] = [{logits.shape[0]}], got shape {tuple(group_ids.shape)}")
 
 
 def token_statistics(
@@ -214,15 +235,19 @@ def token_statistics(
     reference_logits: Tensor | None = None,
     differentiable_entropy: bool = False,
     chunk_size: int | None = None,
+    group_ids: Tensor | None = None,
 ) -> TokenStatistics:
     """Compute :class:`TokenStatistics` for the response positions (see the module docstring).
+
+    ``group_ids`` (LongTensor ``[B]``, any values, rows of a group need not be contiguous) says
+    which rows are the completions of one prompt; required for the ``group_mean`` reference.
 
     ``log_probs`` carries gradients to ``logits``; ``entropy`` does too when
     ``differentiable_entropy`` (needed only for an entropy bonus). Everything else is computed
     without building a graph. ``chunk_size`` is in positions (default: 8 MiB temporaries).
     """
     js_references = tuple(dict.fromkeys(js_references))
-    _check_inputs(logits, token_ids, response_mask, temperature, js_references, reference_logits)
+    _check_inputs(logits, token_ids, response_mask, temperature, js_references, reference_logits, group_ids)
     batch_size, length, vocab_size = logits.shape
     chunk_size = chunk_size or default_chunk_size(vocab_size)
     device = logits.device
@@ -284,6 +309,11 @@ def token_statistics(
             js_rows["seq_mean"] = _seq_mean_js(
                 logits, batch_index, time_index, log_normaliser, entropy, sequence_sum, temperature, chunk_size
             )
+        if "group_mean" in js_references:
+            assert group_ids is not None
+            js_rows["group_mean"] = _group_mean_js(
+                logits, batch_index, time_index, log_normaliser, entropy, group_ids, temperature, chunk_size
+            )
 
     log_probs, entropy_full = _ResponseLogProbs.apply(
         logits, token_ids, batch_index, time_index, log_normaliser, entropy, temperature, chunk_size
@@ -321,10 +351,7 @@ def _seq_mean_js(
     js = torch.empty_like(entropy)
     for part in _chunks(batch_index.numel(), chunk_size):
         rows_b, rows_t = batch_index[part], time_index[part]
-        scaled = logits[rows_b, rows_t].float()
-        if temperature != 1.0:
-            scaled.div_(temperature)
-        mixture = scaled.sub_(log_normaliser[part].unsqueeze(-1)).exp_()
+        mixture = _log_softmax_rows(logits[rows_b, rows_t], log_normaliser[part], temperature).exp_()
         # Rows are sorted by sequence: add each sequence's mean to its contiguous run of rows.
         sequences, run_lengths = torch.unique_consecutive(rows_b, return_counts=True)
         start = 0
@@ -333,4 +360,52 @@ def _seq_mean_js(
             start += run
         mixture_entropy = _entropy_of(mixture.mul_(0.5))
         js[part] = _js_from_mixture_entropy(mixture_entropy, entropy[part], sequence_entropy[rows_b])
+    return js
+
+
+def _group_mean_js(
+    logits: Tensor,
+    batch_index: Tensor,
+    time_index: Tensor,
+    log_normaliser: Tensor,
+    entropy: Tensor,
+    group_ids: Tensor,
+    temperature: float,
+    chunk_size: int,
+) -> Tensor:
+    """JS of each response row to the mean distribution of its group at the same position.
+
+    Rows are visited in (position, group) order; a chunk ends on a block boundary and holds at
+    least one whole block, so each block's mean is complete within its chunk.
+    """
+    num_rows = batch_index.numel()
+    js = torch.zeros_like(entropy)
+    if num_rows == 0:
+        return js
+    _, group_rank = torch.unique(group_ids.to(batch_index.device), return_inverse=True)
+    num_groups = int(group_rank.max().item()) + 1
+    key = time_index * num_groups + group_rank[batch_index]
+    order = torch.argsort(key, stable=True)
+    _, block_of_row, block_sizes = torch.unique_consecutive(key[order], return_inverse=True, return_counts=True)
+    block_ends = block_sizes.cumsum(0).tolist()
+    start, first_block = 0, 0
+    while start < num_rows:
+        last_block = bisect.bisect_right(block_ends, start + chunk_size, lo=first_block)
+        last_block = max(last_block, first_block + 1)
+        end = block_ends[last_block - 1]
+        rows = order[start:end]
+        probabilities = _log_softmax_rows(
+            logits[batch_index[rows], time_index[rows]], log_normaliser[rows], temperature
+        ).exp_()
+        local_block = block_of_row[start:end] - first_block
+        block_mean = torch.zeros(last_block - first_block, probabilities.shape[1], dtype=torch.float32,
+                                 device=probabilities.device)
+        block_mean.index_add_(0, local_block, probabilities)
+        block_mean.div_(block_sizes[first_block:last_block].unsqueeze(-1).float())
+        mean_entropy = _entropy_of(block_mean)
+        mixture_entropy = _entropy_of(probabilities.add_(block_mean[local_block]).mul_(0.5))
+        js[rows] = _js_from_mixture_entropy(mixture_entropy, entropy[rows], mean_entropy[local_block])
+        # A block of one row is its own mean: exactly 0 rather than rounding noise.
+        js[rows[block_sizes[block_of_row[start:end]] == 1]] = 0.0
+        start, first_block = end, last_block
     return js

@@ -215,3 +215,92 @@ def test_empty_response_gives_zeros():
     assert stats.entropy.abs().sum() == 0 and stats.js_scores["seq_mean"].abs().sum() == 0
     stats.log_probs.sum().backward()
     assert logits.grad.abs().sum() == 0
+
+
+def reference_group_mean_js(logits, mask, group_ids, temperature):
+    """float64 loop: JS of p_{i,t} to the mean of p_{j,t} over rows j of i's group with mask[j, t]."""
+    p = reference_distributions(logits, temperature)
+    batch, length, _ = p.shape
+    out = torch.zeros(batch, length, dtype=torch.float64)
+    for i in range(batch):
+        for t in range(length):
+            if not mask[i, t]:
+                continue
+            members = [j for j in range(batch) if group_ids[j] == group_ids[i] and mask[j, t]]
+            mean = torch.stack([p[j, t] for j in members]).mean(0)
+            out[i, t] = reference_js(p[i, t], mean)
+    return out
+
+
+def ragged_group_batch(seed: int, group_ids, length=10, vocab=31, scale=3.0):
+    """Logits with ragged completion lengths (a prefix mask per row, some rows end early)."""
+    generator = torch.Generator().manual_seed(seed)
+    batch = len(group_ids)
+    logits = torch.randn(batch, length, vocab, generator=generator) * scale
+    token_ids = torch.randint(0, vocab, (batch, length), generator=generator)
+    lengths = torch.randint(1, length + 1, (batch,), generator=generator)
+    mask = torch.arange(length)[None, :] < lengths[:, None]
+    return logits, token_ids, mask, torch.tensor(group_ids)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("chunk_size", [1, 3, None])
+def test_group_mean_matches_float64_reference(temperature, chunk_size):
+    # Unsorted, non-contiguous group ids: groups 7 (rows 0, 3, 5, 6), 2 (rows 1, 4), 9 (row 2 alone).
+    group_ids = [7, 2, 9, 7, 2, 7, 7]
+    logits, token_ids, mask, groups = ragged_group_batch(11, group_ids)
+    mask[0, :] = True  # row 0 outlives the others of group 7: the last positions have one row
+    mask[3, 6:] = False
+    mask[5, 6:] = False
+    mask[6, 6:] = False
+    logits[1, :, :4] = -float("inf")  # masked vocabulary in one row
+    logits[4, 2, 10:] = -float("inf")
+    stats = token_statistics(
+        logits, token_ids, mask, temperature, ("group_mean", "seq_mean"), chunk_size=chunk_size, group_ids=groups
+    )
+    expected = reference_group_mean_js(logits, mask, groups, temperature)
+    torch.testing.assert_close(stats.js_scores["group_mean"].double(), expected, atol=1e-5, rtol=0)
+    assert (stats.js_scores["group_mean"][2] == 0).all()  # a group of one
+    assert (stats.js_scores["group_mean"][0, 6:] == 0).all()  # one completion remains
+    assert stats.js_scores["group_mean"][0, :6].min() > 0
+    seq_expected = reference_statistics(logits, token_ids, mask, temperature)["seq_mean"]
+    torch.testing.assert_close(stats.js_scores["seq_mean"].double(), seq_expected, atol=1e-5, rtol=0)
+
+
+def test_group_mean_with_a_response_mask_that_is_not_a_prefix():
+    logits, token_ids, mask = make_batch(12, batch=6, length=8)
+    groups = torch.tensor([1, 0, 1, 0, 1, 0])
+    stats = token_statistics(logits, token_ids, mask, 1.3, ("group_mean",), chunk_size=2, group_ids=groups)
+    expected = reference_group_mean_js(logits, mask, groups, 1.3)
+    torch.testing.assert_close(stats.js_scores["group_mean"].double(), expected, atol=1e-5, rtol=0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    group_ids=st.lists(st.integers(0, 3), min_size=1, max_size=6),
+    vocab=st.integers(2, 40),
+    scale=st.floats(0.1, 20.0),
+    chunk_size=st.integers(1, 8),
+)
+def test_group_mean_properties(seed, group_ids, vocab, scale, chunk_size):
+    logits, token_ids, mask, groups = ragged_group_batch(seed, group_ids, length=6, vocab=vocab, scale=scale)
+    stats = token_statistics(logits, token_ids, mask, 1.0, ("group_mean",), chunk_size=chunk_size, group_ids=groups)
+    scores = stats.js_scores["group_mean"]
+    assert scores.min() >= 0 and scores.max() <= LN2
+    assert (scores[~mask] == 0).all()
+    torch.testing.assert_close(scores.double(), reference_group_mean_js(logits, mask, groups, 1.0), atol=1e-5, rtol=0)
+    # Identical rows in one group: every row equals the group mean, so JS = 0.
+    same = logits[:1].expand_as(logits).clone()
+    full = torch.ones_like(mask)
+    same_stats = token_statistics(same, token_ids, full, 1.0, ("group_mean",), chunk_size=chunk_size,
+                                  group_ids=torch.zeros_like(groups))
+    assert same_stats.js_scores["group_mean"].abs().max() <= 1e-6
+
+
+def test_group_mean_needs_group_ids():
+    logits, token_ids, mask = make_batch(13)
+    with pytest.raises(ValueError, match="group_ids"):
+        token_statistics(logits, token_ids, mask, js_references=("group_mean",))
+    with pytest.raises(ValueError, match="group_ids"):
+        token_statistics(logits, token_ids, mask, js_references=("group_mean",), group_ids=torch.zeros(2))
