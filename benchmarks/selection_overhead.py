@@ -58,7 +58,11 @@ STATS_CONFIGS: dict[str, tuple[str, ...]] = {
     "+ JS prev": ("prev",),
     "+ JS ref": ("ref",),
     "+ JS seq_mean, prev, ref": ("seq_mean", "prev", "ref"),
+    "+ JS group_mean (one group of B)": ("group_mean",),
+    "+ JS group_mean (two groups of B/2)": ("group_mean",),
 }
+# Groups the B rows of the stats bench form, for the group_mean rows (default: one group).
+STATS_GROUPS: dict[str, int] = {"+ JS group_mean (two groups of B/2)": 2}
 
 
 @dataclass
@@ -172,10 +176,14 @@ class StatsBench:
             self.reference_logits = torch.empty(shape, device=device).normal_(generator=generator).add_(self.logits)
         self.token_ids = torch.randint(0, sizes.vocab_stats, shape[:2], device=device, generator=generator)
         self.mask = torch.ones(shape[:2], dtype=torch.bool, device=device)
+        self.batch = sizes.batch_stats
 
     def step(self, name: str) -> None:
         references = STATS_CONFIGS[name]
-        token_statistics(self.logits, self.token_ids, self.mask, 1.0, references, self.reference_logits)
+        groups = STATS_GROUPS.get(name, 1)
+        group_ids = torch.arange(self.batch, device=self.mask.device) * groups // self.batch
+        token_statistics(self.logits, self.token_ids, self.mask, 1.0, references, self.reference_logits,
+                         group_ids=group_ids)
 
 
 def needs_reference(kind: str, name: str) -> bool:
