@@ -127,103 +127,151 @@ def _js_from_mixture_entropy(mixture_entropy: Tensor, entropy_p: Tensor, entropy
     return (mixture_entropy - 0.5 * entropy_p - 0.5 * entropy_q).clamp_(0.0, LN2)
 
 
-class _ResponseLogProbs(torch.autograd.Function):
-    """``log p(token)`` and ``H(p)`` from a precomputed log-normaliser, with a chunked backward.
+class _LogitsHead:
+    """Rows provider over given logits ``[B, T, V]``: the rows are gathered copies."""
 
-    Forward is a gather; backward recomputes ``p`` one chunk of rows at a time:
-    ``d log p(y) / d logits = (onehot(y) - p) / T`` and
-    ``d H / d logits = -p (log p + H) / T``.
+    def __init__(self, logits: Tensor) -> None:
+        self.logits = logits
+        self.inputs: tuple[Tensor, ...] = (logits,)
+
+    def rows(self, rows_b: Tensor, rows_t: Tensor) -> Tensor:
+        return self.logits[rows_b, rows_t]
+
+    def new_grads(self) -> list[Tensor]:
+        return [torch.zeros_like(self.logits)]
+
+    def accumulate(self, grads: list[Tensor], rows_b: Tensor, rows_t: Tensor, grad_rows: Tensor) -> None:
+        grads[0][rows_b, rows_t] = grad_rows.to(grads[0].dtype)
+
+
+class _LinearHead:
+    """Rows provider ``logits = hidden @ weight.T (+ bias)`` computed for one chunk of rows at a time.
+
+    The backward accumulates ``grad_hidden = g @ W``, ``grad_W += g.T @ h`` and
+    ``grad_bias += sum g`` from each chunk's ``[c, V]`` logit gradient ``g``.
     """
+
+    def __init__(self, hidden: Tensor, weight: Tensor, bias: Tensor | None) -> None:
+        self.hidden, self.weight, self.bias = hidden, weight, bias
+        self.inputs = (hidden, weight) if bias is None else (hidden, weight, bias)
+
+    def rows(self, rows_b: Tensor, rows_t: Tensor) -> Tensor:
+        out = self.hidden[rows_b, rows_t] @ self.weight.T
+        return out if self.bias is None else out.add_(self.bias)
+
+    def new_grads(self) -> list[Tensor]:
+        return [torch.zeros_like(tensor) for tensor in self.inputs]
+
+    def accumulate(self, grads: list[Tensor], rows_b: Tensor, rows_t: Tensor, grad_rows: Tensor) -> None:
+        grad_rows = grad_rows.to(self.weight.dtype)
+        grads[0][rows_b, rows_t] = (grad_rows @ self.weight).to(grads[0].dtype)
+        grads[1].addmm_(grad_rows.T, self.hidden[rows_b, rows_t].to(grads[1].dtype))
+        if self.bias is not None:
+            grads[2].add_(grad_rows.sum(dim=0).to(grads[2].dtype))
+
+
+_Head = _LogitsHead | _LinearHead
+
+
+def _logit_row_grads(
+    log_p: Tensor,
+    tokens: Tensor,
+    entropy: Tensor,
+    log_prob_weight: Tensor | None,
+    entropy_weight: Tensor | None,
+    temperature: float,
+) -> Tensor:
+    """Gradient wrt one chunk's logits ``[c, V]`` of ``sum w_lp log p(y) + w_H H(p)``, from
+    ``log p`` (overwritten): ``d log p(y) / d logits = (onehot(y) - p) / T`` and
+    ``d H / d logits = -p (log p + H) / T``."""
+    probabilities = log_p.exp()
+    # Each [chunk, V] buffer is updated in place: fresh ones cost page faults on CPU.
+    if entropy_weight is not None:
+        log_p.masked_fill_(probabilities == 0, 0.0)  # 0 log 0 = 0 for -inf logits
+        grad_rows = log_p.add_(entropy.unsqueeze(-1)).mul_(probabilities)
+        grad_rows.mul_(entropy_weight.neg())
+        if log_prob_weight is not None:
+            grad_rows.addcmul_(probabilities, log_prob_weight, value=-1.0)
+    else:
+        assert log_prob_weight is not None
+        grad_rows = probabilities.mul_(log_prob_weight.neg())
+    if log_prob_weight is not None:
+        grad_rows.scatter_add_(1, tokens.unsqueeze(-1), log_prob_weight)
+    if temperature != 1.0:
+        grad_rows.div_(temperature)
+    return grad_rows
+
+
+class _ResponseLogProbs(torch.autograd.Function):
+    """``log p(token)`` and ``H(p)`` from values of the no-grad pass, with a chunked backward that
+    recomputes each chunk's logits through the head (see :func:`_logit_row_grads`)."""
 
     @staticmethod
     def forward(  # type: ignore[override]
         ctx,
-        logits: Tensor,
+        head: _Head,
         token_ids: Tensor,
         batch_index: Tensor,
         time_index: Tensor,
         log_normaliser: Tensor,
         entropy: Tensor,
+        token_log_probs: Tensor,
         temperature: float,
         chunk_size: int,
+        *inputs: Tensor,
     ) -> tuple[Tensor, Tensor]:
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(logits, token_ids, batch_index, time_index, log_normaliser, entropy)
-        ctx.temperature = temperature
-        ctx.chunk_size = chunk_size
-        tokens = token_ids[batch_index, time_index]
-        token_logits = logits[batch_index, time_index, tokens].float() / temperature
-        log_probs = torch.zeros(token_ids.shape, dtype=torch.float32, device=logits.device)
-        log_probs[batch_index, time_index] = token_logits - log_normaliser
+        ctx.save_for_backward(token_ids, batch_index, time_index, log_normaliser, entropy)
+        ctx.head, ctx.temperature, ctx.chunk_size = head, temperature, chunk_size
+        log_probs = torch.zeros(token_ids.shape, dtype=torch.float32, device=token_ids.device)
+        log_probs[batch_index, time_index] = token_log_probs
         entropy_out = torch.zeros_like(log_probs)
         entropy_out[batch_index, time_index] = entropy
         return log_probs, entropy_out
 
     @staticmethod
     def backward(ctx, grad_log_probs: Tensor | None, grad_entropy: Tensor | None):  # type: ignore[override]
-        logits, token_ids, batch_index, time_index, log_normaliser, entropy = ctx.saved_tensors
-        temperature, chunk_size = ctx.temperature, ctx.chunk_size
-        grad_logits = torch.zeros_like(logits)
-        if grad_log_probs is None and grad_entropy is None:
-            return grad_logits, None, None, None, None, None, None, None
-        for part in _chunks(batch_index.numel(), chunk_size):
-            rows_b, rows_t = batch_index[part], time_index[part]
-            log_p = _log_softmax_rows(logits[rows_b, rows_t], log_normaliser[part], temperature)
-            probabilities = log_p.exp()
-            # Each [chunk, V] buffer is updated in place: fresh ones cost page faults on CPU.
-            log_prob_weight = (
-                None if grad_log_probs is None else grad_log_probs[rows_b, rows_t].float().unsqueeze(-1)
-            )
-            if grad_entropy is not None:
-                entropy_weight = grad_entropy[rows_b, rows_t].float().unsqueeze(-1)
-                log_p.masked_fill_(probabilities == 0, 0.0)  # 0 log 0 = 0 for -inf logits
-                grad_rows = log_p.add_(entropy[part].unsqueeze(-1)).mul_(probabilities)
-                grad_rows.mul_(entropy_weight.neg())
-                if log_prob_weight is not None:
-                    grad_rows.addcmul_(probabilities, log_prob_weight, value=-1.0)
-            else:
-                assert log_prob_weight is not None
-                grad_rows = probabilities.mul_(log_prob_weight.neg())
-            if log_prob_weight is not None:
-                grad_rows.scatter_add_(1, token_ids[rows_b, rows_t].unsqueeze(-1), log_prob_weight)
-            if temperature != 1.0:
-                grad_rows.div_(temperature)
-            grad_logits[rows_b, rows_t] = grad_rows.to(grad_logits.dtype)
-        return grad_logits, None, None, None, None, None, None, None
+        token_ids, batch_index, time_index, log_normaliser, entropy = ctx.saved_tensors
+        head, temperature = ctx.head, ctx.temperature
+        grads = head.new_grads()
+        if grad_log_probs is not None or grad_entropy is not None:
+            for part in _chunks(batch_index.numel(), ctx.chunk_size):
+                rows_b, rows_t = batch_index[part], time_index[part]
+                log_p = _log_softmax_rows(head.rows(rows_b, rows_t), log_normaliser[part], temperature)
+                grad_rows = _logit_row_grads(
+                    log_p,
+                    token_ids[rows_b, rows_t],
+                    entropy[part],
+                    None if grad_log_probs is None else grad_log_probs[rows_b, rows_t].float().unsqueeze(-1),
+                    None if grad_entropy is None else grad_entropy[rows_b, rows_t].float().unsqueeze(-1),
+                    temperature,
+                )
+                head.accumulate(grads, rows_b, rows_t, grad_rows)
+        return (None,) * 9 + tuple(grads)
 
 
-def _check_inputs(
-    logits: Tensor,
+def _check_common(
+    shape: tuple[int, int, int],
     token_ids: Tensor,
     response_mask: Tensor,
     temperature: float,
     js_references: Sequence[str],
-    reference_logits: Tensor | None,
     group_ids: Tensor | None,
 ) -> None:
-    if logits.dim() != 3:
-        raise ValueError(f"logits must be [B, T, V], got shape {tuple(logits.shape)}")
-    if token_ids.shape != logits.shape[:2] or response_mask.shape != logits.shape[:2]:
+    if token_ids.shape != shape[:2] or response_mask.shape != shape[:2]:
         raise ValueError(
             f"token_ids {tuple(token_ids.shape)} and response_mask {tuple(response_mask.shape)} "
-            f"must both be [B, T] = {tuple(logits.shape[:2])}"
+            f"must both be [B, T] = {tuple(shape[:2])}"
         )
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     unknown = [name for name in js_references if name not in JS_REFERENCES]
     if unknown:
         raise ValueError(f"unknown JS reference {unknown[0]!r}; choose from {', '.join(JS_REFERENCES)}")
-    if "ref" in js_references:
-        if reference_logits is None:
-            raise ValueError("the 'ref' JS reference needs reference_logits [B, T, V]")
-        if reference_logits.shape != logits.shape:
-            raise ValueError(
-                f"reference_logits {tuple(reference_logits.shape)} must match logits {tuple(logits.shape)}"
-            )
     if "group_mean" in js_references and group_ids is None:
         raise ValueError("the 'group_mean' JS reference needs group_ids [B] (equal ids = completions of one prompt)")
-    if group_ids is not None and tuple(group_ids.shape) != (logits.shape[0],):
-        raise ValueError(f"group_ids must be [B] = [{logits.shape[0]}], got shape {tuple(group_ids.shape)}")
+    if group_ids is not None and tuple(group_ids.shape) != (shape[0],):
+        raise ValueError(f"group_ids must be [B] = [{shape[0]}], got shape {tuple(group_ids.shape)}")
 
 
 def token_statistics(
@@ -239,18 +287,90 @@ def token_statistics(
 ) -> TokenStatistics:
     """Compute :class:`TokenStatistics` for the response positions (see the module docstring).
 
-    ``group_ids`` (LongTensor ``[B]``, any values, rows of a group need not be contiguous) says
-    which rows are the completions of one prompt; required for the ``group_mean`` reference.
-
     ``log_probs`` carries gradients to ``logits``; ``entropy`` does too when
     ``differentiable_entropy`` (needed only for an entropy bonus). Everything else is computed
     without building a graph. ``chunk_size`` is in positions (default: 8 MiB temporaries).
+    ``group_ids`` (LongTensor ``[B]``, any values, rows of a group need not be contiguous) says
+    which rows are the completions of one prompt; required for the ``group_mean`` reference.
     """
     js_references = tuple(dict.fromkeys(js_references))
-    _check_inputs(logits, token_ids, response_mask, temperature, js_references, reference_logits, group_ids)
-    batch_size, length, vocab_size = logits.shape
+    if logits.dim() != 3:
+        raise ValueError(f"logits must be [B, T, V], got shape {tuple(logits.shape)}")
+    _check_common(tuple(logits.shape), token_ids, response_mask, temperature, js_references, group_ids)
+    reference_head = None
+    if "ref" in js_references:
+        if reference_logits is None:
+            raise ValueError("the 'ref' JS reference needs reference_logits [B, T, V]")
+        if reference_logits.shape != logits.shape:
+            raise ValueError(
+                f"reference_logits {tuple(reference_logits.shape)} must match logits {tuple(logits.shape)}"
+            )
+        reference_head = _LogitsHead(reference_logits)
+    return _statistics(
+        _LogitsHead(logits), tuple(logits.shape), token_ids, response_mask, temperature, js_references,
+        reference_head, differentiable_entropy, chunk_size, group_ids,
+    )
+
+
+def token_statistics_from_hidden(
+    hidden: Tensor,
+    lm_head_weight: Tensor,
+    token_ids: Tensor,
+    response_mask: Tensor,
+    temperature: float = 1.0,
+    js_references: Sequence[str] = (),
+    group_ids: Tensor | None = None,
+    lm_head_bias: Tensor | None = None,
+    differentiable_entropy: bool = False,
+    chunk_size: int | None = None,
+) -> TokenStatistics:
+    """:func:`token_statistics` of ``logits = hidden @ lm_head_weight.T (+ lm_head_bias)`` without
+    ever building the ``[B, T, V]`` logits, forward or backward.
+
+    ``hidden [B, T, d]`` is the final hidden state whose logits at ``t`` produced
+    ``token_ids[:, t]``; ``lm_head_weight [V, d]``; ``lm_head_bias [V]`` or None. The logits
+    are computed one chunk of response rows at a time (in the dtype of ``hidden``, then float32)
+    by the same per-chunk code as the logits path; the backward recomputes each chunk's logits
+    and accumulates ``grad_hidden``, ``grad_weight`` (and ``grad_bias``) chunk by chunk, so the
+    extra memory is a few ``[chunk, V]`` float32 blocks plus one ``[V, d]`` weight gradient.
+    Every reference but ``ref`` is supported (``ref`` needs a second model's hidden states).
+    Do not modify the weight in place between the forward and the backward.
+    """
+    js_references = tuple(dict.fromkeys(js_references))
+    if hidden.dim() != 3 or lm_head_weight.dim() != 2 or hidden.shape[-1] != lm_head_weight.shape[-1]:
+        raise ValueError(
+            f"hidden must be [B, T, d] and lm_head_weight [V, d], got {tuple(hidden.shape)} and "
+            f"{tuple(lm_head_weight.shape)}"
+        )
+    if lm_head_bias is not None and tuple(lm_head_bias.shape) != (lm_head_weight.shape[0],):
+        raise ValueError(f"lm_head_bias must be [V] = [{lm_head_weight.shape[0]}], got {tuple(lm_head_bias.shape)}")
+    if "ref" in js_references:
+        raise ValueError("the 'ref' JS reference is not supported from hidden states; use token_statistics")
+    shape = (hidden.shape[0], hidden.shape[1], lm_head_weight.shape[0])
+    _check_common(shape, token_ids, response_mask, temperature, js_references, group_ids)
+    return _statistics(
+        _LinearHead(hidden, lm_head_weight, lm_head_bias), shape, token_ids, response_mask, temperature,
+        js_references, None, differentiable_entropy, chunk_size, group_ids,
+    )
+
+
+def _statistics(
+    head: _Head,
+    shape: tuple[int, int, int],
+    token_ids: Tensor,
+    response_mask: Tensor,
+    temperature: float,
+    js_references: tuple[str, ...],
+    reference_head: _LogitsHead | None,
+    differentiable_entropy: bool,
+    chunk_size: int | None,
+    group_ids: Tensor | None,
+) -> TokenStatistics:
+    """The statistics of the module docstring from a rows provider (one implementation for both
+    the logits and the hidden-state paths)."""
+    batch_size, length, vocab_size = shape
     chunk_size = chunk_size or default_chunk_size(vocab_size)
-    device = logits.device
+    device = token_ids.device
     mask = response_mask.bool()
     batch_index, time_index = mask.nonzero(as_tuple=True)  # row-major: sequence by sequence
     num_rows = batch_index.numel()
@@ -258,12 +378,13 @@ def token_statistics(
     log_normaliser = torch.empty(num_rows, dtype=torch.float32, device=device)
     entropy = torch.empty_like(log_normaliser)
     renyi2 = torch.empty_like(log_normaliser)
-    want_prev, want_ref, want_mean = (name in js_references for name in ("prev", "ref", "seq_mean"))
+    token_log_probs = torch.empty_like(log_normaliser)
+    want_prev, want_mean = ("prev" in js_references), ("seq_mean" in js_references)
     # The predecessor of a response row is the row before it when both are in one sequence.
     first_of_sequence = torch.ones(num_rows, dtype=torch.bool, device=device)
     first_of_sequence[1:] = batch_index[1:] != batch_index[:-1]
     prev_mixture_entropy = torch.zeros_like(log_normaliser) if want_prev else None
-    ref_js = torch.zeros_like(log_normaliser) if want_ref else None
+    ref_js = torch.zeros_like(log_normaliser) if reference_head is not None else None
     sequence_sum = (
         torch.zeros(batch_size, vocab_size, dtype=torch.float32, device=device) if want_mean else None
     )
@@ -272,10 +393,12 @@ def token_statistics(
         previous_row: Tensor | None = None
         for part in _chunks(num_rows, chunk_size):
             rows_b, rows_t = batch_index[part], time_index[part]
-            probabilities, normaliser, row_entropy = _softmax_with_entropy(
-                logits[rows_b, rows_t], temperature
-            )
+            rows = head.rows(rows_b, rows_t)
+            token_logits = rows.gather(1, token_ids[rows_b, rows_t].unsqueeze(-1)).squeeze(-1).float()
+            probabilities, normaliser, row_entropy = _softmax_with_entropy(rows, temperature)
+            del rows
             log_normaliser[part] = normaliser
+            token_log_probs[part] = token_logits.div_(temperature).sub_(normaliser)
             entropy[part] = row_entropy
             renyi2[part] = -2.0 * torch.linalg.vector_norm(probabilities, ord=2, dim=-1).log()
             if sequence_sum is not None:
@@ -290,9 +413,9 @@ def token_statistics(
                 prev_mixture_entropy[part] = _entropy_of(mixture.mul_(0.5))
                 previous_row = probabilities[-1].clone()
             if ref_js is not None:
-                assert reference_logits is not None
+                assert reference_head is not None
                 reference, _, reference_entropy = _softmax_with_entropy(
-                    reference_logits[rows_b, rows_t], temperature
+                    reference_head.rows(rows_b, rows_t), temperature
                 )
                 mixture_entropy = _entropy_of(reference.add_(probabilities).mul_(0.5))
                 ref_js[part] = _js_from_mixture_entropy(mixture_entropy, entropy[part], reference_entropy)
@@ -307,16 +430,17 @@ def token_statistics(
             js_rows["ref"] = ref_js
         if sequence_sum is not None:
             js_rows["seq_mean"] = _seq_mean_js(
-                logits, batch_index, time_index, log_normaliser, entropy, sequence_sum, temperature, chunk_size
+                head, batch_index, time_index, log_normaliser, entropy, sequence_sum, temperature, chunk_size
             )
         if "group_mean" in js_references:
             assert group_ids is not None
             js_rows["group_mean"] = _group_mean_js(
-                logits, batch_index, time_index, log_normaliser, entropy, group_ids, temperature, chunk_size
+                head, batch_index, time_index, log_normaliser, entropy, group_ids, temperature, chunk_size
             )
 
     log_probs, entropy_full = _ResponseLogProbs.apply(
-        logits, token_ids, batch_index, time_index, log_normaliser, entropy, temperature, chunk_size
+        head, token_ids, batch_index, time_index, log_normaliser, entropy, token_log_probs, temperature,
+        chunk_size, *head.inputs,
     )
     if not differentiable_entropy:
         entropy_full = entropy_full.detach()
@@ -335,7 +459,7 @@ def token_statistics(
 
 
 def _seq_mean_js(
-    logits: Tensor,
+    head: _Head,
     batch_index: Tensor,
     time_index: Tensor,
     log_normaliser: Tensor,
@@ -351,7 +475,7 @@ def _seq_mean_js(
     js = torch.empty_like(entropy)
     for part in _chunks(batch_index.numel(), chunk_size):
         rows_b, rows_t = batch_index[part], time_index[part]
-        mixture = _log_softmax_rows(logits[rows_b, rows_t], log_normaliser[part], temperature).exp_()
+        mixture = _log_softmax_rows(head.rows(rows_b, rows_t), log_normaliser[part], temperature).exp_()
         # Rows are sorted by sequence: add each sequence's mean to its contiguous run of rows.
         sequences, run_lengths = torch.unique_consecutive(rows_b, return_counts=True)
         start = 0
@@ -364,7 +488,7 @@ def _seq_mean_js(
 
 
 def _group_mean_js(
-    logits: Tensor,
+    head: _Head,
     batch_index: Tensor,
     time_index: Tensor,
     log_normaliser: Tensor,
@@ -395,7 +519,7 @@ def _group_mean_js(
         end = block_ends[last_block - 1]
         rows = order[start:end]
         probabilities = _log_softmax_rows(
-            logits[batch_index[rows], time_index[rows]], log_normaliser[rows], temperature
+            head.rows(batch_index[rows], time_index[rows]), log_normaliser[rows], temperature
         ).exp_()
         local_block = block_of_row[start:end] - first_block
         block_mean = torch.zeros(last_block - first_block, probabilities.shape[1], dtype=torch.float32,

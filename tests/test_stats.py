@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ict.stats import token_statistics
+from ict.stats import token_statistics, token_statistics_from_hidden
 
 LN2 = math.log(2.0)
 
@@ -304,3 +304,92 @@ def test_group_mean_needs_group_ids():
         token_statistics(logits, token_ids, mask, js_references=("group_mean",))
     with pytest.raises(ValueError, match="group_ids"):
         token_statistics(logits, token_ids, mask, js_references=("group_mean",), group_ids=torch.zeros(2))
+
+
+def hidden_batch(seed: int, batch=4, length=7, width=6, vocab=29, bias=True):
+    generator = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(batch, length, width, generator=generator)
+    weight = torch.randn(vocab, width, generator=generator)
+    lm_bias = torch.randn(vocab, generator=generator) if bias else None
+    token_ids = torch.randint(0, vocab, (batch, length), generator=generator)
+    lengths = torch.randint(1, length + 1, (batch,), generator=generator)
+    mask = torch.arange(length)[None, :] < lengths[:, None]
+    return hidden, weight, lm_bias, token_ids, mask
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("chunk_size", [1, 3, None])
+def test_hidden_path_matches_float64_reference_and_logits_path(bias, chunk_size):
+    hidden, weight, lm_bias, token_ids, mask = hidden_batch(21, bias=bias)
+    groups = torch.tensor([3, 1, 3, 1])
+    temperature = 0.8
+    references = ("group_mean", "seq_mean", "prev")
+    lp_weights = torch.randn(mask.shape, dtype=torch.float64)
+    entropy_weights = torch.randn(mask.shape, dtype=torch.float64)
+
+    ours = [hidden.clone().requires_grad_(), weight.clone().requires_grad_()]
+    if bias:
+        ours.append(lm_bias.clone().requires_grad_())
+    stats = token_statistics_from_hidden(
+        ours[0], ours[1], token_ids, mask, temperature, references, group_ids=groups,
+        lm_head_bias=ours[2] if bias else None, differentiable_entropy=True, chunk_size=chunk_size,
+    )
+    ((stats.log_probs.double() * lp_weights).sum() + (stats.entropy.double() * entropy_weights).sum()).backward()
+
+    # Independent float64 reference: full logits, full softmax, autograd.
+    theirs = [tensor.double().clone().requires_grad_() for tensor in ([hidden, weight] + ([lm_bias] if bias else []))]
+    logits64 = theirs[0] @ theirs[1].T + (theirs[2] if bias else 0.0)
+    log_p = torch.log_softmax(logits64 / temperature, -1)
+    probabilities = log_p.exp()
+    entropy = -(probabilities * torch.where(probabilities > 0, log_p, 0.0)).sum(-1)
+    picked = log_p.gather(-1, token_ids[..., None])[..., 0]
+    ((picked * lp_weights + entropy * entropy_weights) * mask).sum().backward()
+    expected = reference_statistics(logits64.detach(), token_ids, mask, temperature)
+    for name in ("log_probs", "entropy", "renyi2"):
+        torch.testing.assert_close(getattr(stats, name).double(), expected[name], atol=1e-5, rtol=0)
+    for name in ("seq_mean", "prev"):
+        torch.testing.assert_close(stats.js_scores[name].double(), expected[name], atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        stats.js_scores["group_mean"].double(),
+        reference_group_mean_js(logits64.detach(), mask, groups, temperature), atol=1e-5, rtol=0,
+    )
+    for mine, reference in zip(ours, theirs):
+        torch.testing.assert_close(mine.grad.double(), reference.grad, atol=1e-5, rtol=0)
+
+    # And equal to the logits path on the same float32 logits (values and gradients).
+    hidden_l, weight_l = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    logits32 = hidden_l @ weight_l.T + (lm_bias if bias else 0.0)
+    via_logits = token_statistics(logits32, token_ids, mask, temperature, references, group_ids=groups,
+                                  differentiable_entropy=True, chunk_size=chunk_size)
+    ((via_logits.log_probs.double() * lp_weights).sum() + (via_logits.entropy.double() * entropy_weights).sum()).backward()
+    for name in ("log_probs", "entropy", "renyi2"):
+        torch.testing.assert_close(getattr(stats, name), getattr(via_logits, name), atol=1e-5, rtol=0)
+    for name in references:
+        torch.testing.assert_close(stats.js_scores[name], via_logits.js_scores[name], atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours[0].grad, hidden_l.grad, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours[1].grad, weight_l.grad, atol=1e-5, rtol=0)
+
+
+def test_hidden_path_log_prob_gradient_only_and_no_graph_for_scores():
+    hidden, weight, _, token_ids, mask = hidden_batch(22, bias=False)
+    ours_h, ours_w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    stats = token_statistics_from_hidden(ours_h, ours_w, token_ids, mask, 1.0, ("prev",), chunk_size=2)
+    assert not stats.entropy.requires_grad and not stats.js_scores["prev"].requires_grad
+    stats.log_probs.sum().backward()
+    theirs_h, theirs_w = hidden.double().requires_grad_(), weight.double().requires_grad_()
+    log_p = torch.log_softmax(theirs_h @ theirs_w.T, -1).gather(-1, token_ids[..., None])[..., 0]
+    (log_p * mask).sum().backward()
+    torch.testing.assert_close(ours_h.grad.double(), theirs_h.grad, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours_w.grad.double(), theirs_w.grad, atol=1e-5, rtol=0)
+
+
+def test_hidden_path_bad_inputs():
+    hidden, weight, _, token_ids, mask = hidden_batch(23)
+    with pytest.raises(ValueError, match="'ref'"):
+        token_statistics_from_hidden(hidden, weight, token_ids, mask, js_references=("ref",))
+    with pytest.raises(ValueError, match=r"\[V, d\]"):
+        token_statistics_from_hidden(hidden, weight[:, :-1], token_ids, mask)
+    with pytest.raises(ValueError, match="group_ids"):
+        token_statistics_from_hidden(hidden, weight, token_ids, mask, js_references=("group_mean",))
+    with pytest.raises(ValueError, match="lm_head_bias"):
+        token_statistics_from_hidden(hidden, weight, token_ids, mask, lm_head_bias=torch.zeros(3))
