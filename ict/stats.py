@@ -9,10 +9,11 @@ For every response position t with temperature-scaled distribution
 - ``js_scores[r][t] = JS(p_t || q_t) = H(m) - H(p_t)/2 - H(q_t)/2``, ``m = (p_t + q_t)/2``,
   in [0, ln 2], for the references ``r``:
 
-  - ``group_mean`` (ICT's reference, as the paper is read; ``METHOD.md`` section 2): ``q_t`` = mean
-    of ``p_{j,t}`` over the rows ``j`` of the same group (``group_ids``: the G completions of one
-    prompt) that have a response token at the same response position ``t``. A position where only
-    one row of its group is still generating scores 0 (it is compared with itself);
+  - ``group_mean`` (ICT's reference, arXiv 2606.19771): ``q_{i,t}`` = mean of ``p_{j,t}`` over
+    the rows ``j`` of the same group (equal ``group_ids``: the G completions of one prompt) that
+    have a response token at the same position ``t`` (index along T), row ``i`` included. A
+    position where only one row of the group still has a token is compared with itself and
+    scores 0;
   - ``seq_mean``: ``q_t`` = mean of ``p`` over the response positions of the same sequence;
   - ``prev``: ``q_t = p_{t'}`` with ``t'`` the previous response position of the same sequence;
     the first response position of a sequence has no predecessor and scores 0 (it is compared
@@ -21,23 +22,23 @@ For every response position t with temperature-scaled distribution
 
 Shapes: ``logits [B, T, V]`` (float32 or bfloat16) where ``logits[:, t]`` is the distribution
 that produced ``token_ids[:, t]`` (the caller shifts), ``token_ids [B, T]``,
-``response_mask [B, T]``, ``group_ids [B]`` (integer labels; rows with equal labels form a group,
-in any order; needed by ``group_mean`` only). Every output is ``[B, T]`` float32 and 0 outside the
-response mask.
+``response_mask [B, T]``. Every output is ``[B, T]`` float32 and 0 outside the response mask.
 
 Memory: everything is computed in float32, in chunks of response positions, so the extra
 memory beyond the logits is a few ``[chunk, V]`` temporaries; no ``[B, T, V]`` softmax copy is
 ever built, in the forward or the backward pass. Passes over the vocabulary: one for
 log-sum-exp, entropy, Renyi-2, ``prev`` and ``ref`` scores and the running sequence mean; one
-more for ``seq_mean`` scores (its reference is only known after the first pass) and one more for
-``group_mean``, group by group over blocks of positions: its extra memory is one
-``[G, chunk, V]`` float32 block of the group's rows (about 8 MiB by default) plus ``[chunk, V]``
-buffers for the group mean.
+more for ``seq_mean`` scores (its reference is only known after the first pass) and one more
+for ``group_mean`` scores, taken position by position: rows are ordered by (position, group)
+and each chunk holds whole (position, group) blocks, so its extra memory is the chunk's
+``[c, V]`` probabilities, a ``[k, V]`` group-sum buffer (k <= c blocks), the gathered
+``[c, V]`` means and one ``[c, V]`` entropy temporary, with ``c = max(chunk, G)``.
 Each row must have at least one finite logit; ``-inf`` entries (masked vocabulary) are fine.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -131,111 +132,164 @@ def _softmax_with_entropy(rows: Tensor, temperature: float) -> tuple[Tensor, Ten
     return probabilities, row_max.squeeze(-1) + log_total, entropy.clamp_(min=0.0)
 
 
+def _log_softmax_rows(rows: Tensor, log_normaliser: Tensor, temperature: float) -> Tensor:
+    """float32 ``log p = rows / temperature - log Z`` of fresh ``[c, V]`` rows (modified in place
+    when float32) given their log-normalisers ``[c]``."""
+    scaled = rows.float()
+    if temperature != 1.0:
+        scaled.div_(temperature)
+    return scaled.sub_(log_normaliser.unsqueeze(-1))
+
+
 def _js_from_mixture_entropy(mixture_entropy: Tensor, entropy_p: Tensor, entropy_q: Tensor) -> Tensor:
     return (mixture_entropy - 0.5 * entropy_p - 0.5 * entropy_q).clamp_(0.0, LN2)
 
 
-class _ResponseLogProbs(torch.autograd.Function):
-    """``log p(token)`` and ``H(p)`` from a precomputed log-normaliser, with a chunked backward.
+class _LogitsHead:
+    """Rows provider over given logits ``[B, T, V]``: the rows are gathered copies."""
 
-    Forward is a gather; backward recomputes ``p`` one chunk of rows at a time:
-    ``d log p(y) / d logits = (onehot(y) - p) / T`` and
-    ``d H / d logits = -p (log p + H) / T``.
+    def __init__(self, logits: Tensor) -> None:
+        self.logits = logits
+        self.inputs: tuple[Tensor, ...] = (logits,)
+
+    def rows(self, rows_b: Tensor, rows_t: Tensor) -> Tensor:
+        return self.logits[rows_b, rows_t]
+
+    def new_grads(self) -> list[Tensor]:
+        return [torch.zeros_like(self.logits)]
+
+    def accumulate(self, grads: list[Tensor], rows_b: Tensor, rows_t: Tensor, grad_rows: Tensor) -> None:
+        grads[0][rows_b, rows_t] = grad_rows.to(grads[0].dtype)
+
+
+class _LinearHead:
+    """Rows provider ``logits = hidden @ weight.T (+ bias)`` computed for one chunk of rows at a time.
+
+    The backward accumulates ``grad_hidden = g @ W``, ``grad_W += g.T @ h`` and
+    ``grad_bias += sum g`` from each chunk's ``[c, V]`` logit gradient ``g``.
     """
+
+    def __init__(self, hidden: Tensor, weight: Tensor, bias: Tensor | None) -> None:
+        self.hidden, self.weight, self.bias = hidden, weight, bias
+        self.inputs = (hidden, weight) if bias is None else (hidden, weight, bias)
+
+    def rows(self, rows_b: Tensor, rows_t: Tensor) -> Tensor:
+        out = self.hidden[rows_b, rows_t] @ self.weight.T
+        return out if self.bias is None else out.add_(self.bias)
+
+    def new_grads(self) -> list[Tensor]:
+        return [torch.zeros_like(tensor) for tensor in self.inputs]
+
+    def accumulate(self, grads: list[Tensor], rows_b: Tensor, rows_t: Tensor, grad_rows: Tensor) -> None:
+        grad_rows = grad_rows.to(self.weight.dtype)
+        grads[0][rows_b, rows_t] = (grad_rows @ self.weight).to(grads[0].dtype)
+        grads[1].addmm_(grad_rows.T, self.hidden[rows_b, rows_t].to(grads[1].dtype))
+        if self.bias is not None:
+            grads[2].add_(grad_rows.sum(dim=0).to(grads[2].dtype))
+
+
+_Head = _LogitsHead | _LinearHead
+
+
+def _logit_row_grads(
+    log_p: Tensor,
+    tokens: Tensor,
+    entropy: Tensor,
+    log_prob_weight: Tensor | None,
+    entropy_weight: Tensor | None,
+    temperature: float,
+) -> Tensor:
+    """Gradient wrt one chunk's logits ``[c, V]`` of ``sum w_lp log p(y) + w_H H(p)``, from
+    ``log p`` (overwritten): ``d log p(y) / d logits = (onehot(y) - p) / T`` and
+    ``d H / d logits = -p (log p + H) / T``."""
+    probabilities = log_p.exp()
+    # Each [chunk, V] buffer is updated in place: fresh ones cost page faults on CPU.
+    if entropy_weight is not None:
+        log_p.masked_fill_(probabilities == 0, 0.0)  # 0 log 0 = 0 for -inf logits
+        grad_rows = log_p.add_(entropy.unsqueeze(-1)).mul_(probabilities)
+        grad_rows.mul_(entropy_weight.neg())
+        if log_prob_weight is not None:
+            grad_rows.addcmul_(probabilities, log_prob_weight, value=-1.0)
+    else:
+        assert log_prob_weight is not None
+        grad_rows = probabilities.mul_(log_prob_weight.neg())
+    if log_prob_weight is not None:
+        grad_rows.scatter_add_(1, tokens.unsqueeze(-1), log_prob_weight)
+    if temperature != 1.0:
+        grad_rows.div_(temperature)
+    return grad_rows
+
+
+class _ResponseLogProbs(torch.autograd.Function):
+    """``log p(token)`` and ``H(p)`` from values of the no-grad pass, with a chunked backward that
+    recomputes each chunk's logits through the head (see :func:`_logit_row_grads`)."""
 
     @staticmethod
     def forward(  # type: ignore[override]
         ctx,
-        logits: Tensor,
+        head: _Head,
         token_ids: Tensor,
         batch_index: Tensor,
         time_index: Tensor,
         log_normaliser: Tensor,
         entropy: Tensor,
+        token_log_probs: Tensor,
         temperature: float,
         chunk_size: int,
+        *inputs: Tensor,
     ) -> tuple[Tensor, Tensor]:
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(logits, token_ids, batch_index, time_index, log_normaliser, entropy)
-        ctx.temperature = temperature
-        ctx.chunk_size = chunk_size
-        tokens = token_ids[batch_index, time_index]
-        token_logits = logits[batch_index, time_index, tokens].float() / temperature
-        log_probs = torch.zeros(token_ids.shape, dtype=torch.float32, device=logits.device)
-        log_probs[batch_index, time_index] = token_logits - log_normaliser
+        ctx.save_for_backward(token_ids, batch_index, time_index, log_normaliser, entropy)
+        ctx.head, ctx.temperature, ctx.chunk_size = head, temperature, chunk_size
+        log_probs = torch.zeros(token_ids.shape, dtype=torch.float32, device=token_ids.device)
+        log_probs[batch_index, time_index] = token_log_probs
         entropy_out = torch.zeros_like(log_probs)
         entropy_out[batch_index, time_index] = entropy
         return log_probs, entropy_out
 
     @staticmethod
     def backward(ctx, grad_log_probs: Tensor | None, grad_entropy: Tensor | None):  # type: ignore[override]
-        logits, token_ids, batch_index, time_index, log_normaliser, entropy = ctx.saved_tensors
-        temperature, chunk_size = ctx.temperature, ctx.chunk_size
-        grad_logits = torch.zeros_like(logits)
-        if grad_log_probs is None and grad_entropy is None:
-            return grad_logits, None, None, None, None, None, None, None
-        for part in _chunks(batch_index.numel(), chunk_size):
-            rows_b, rows_t = batch_index[part], time_index[part]
-            shifted = logits[rows_b, rows_t].float()
-            if temperature != 1.0:
-                shifted.div_(temperature)
-            log_p = shifted.sub_(log_normaliser[part].unsqueeze(-1))
-            probabilities = log_p.exp()
-            # Each [chunk, V] buffer is updated in place: fresh ones cost page faults on CPU.
-            log_prob_weight = (
-                None if grad_log_probs is None else grad_log_probs[rows_b, rows_t].float().unsqueeze(-1)
-            )
-            if grad_entropy is not None:
-                entropy_weight = grad_entropy[rows_b, rows_t].float().unsqueeze(-1)
-                log_p.masked_fill_(probabilities == 0, 0.0)  # 0 log 0 = 0 for -inf logits
-                grad_rows = log_p.add_(entropy[part].unsqueeze(-1)).mul_(probabilities)
-                grad_rows.mul_(entropy_weight.neg())
-                if log_prob_weight is not None:
-                    grad_rows.addcmul_(probabilities, log_prob_weight, value=-1.0)
-            else:
-                assert log_prob_weight is not None
-                grad_rows = probabilities.mul_(log_prob_weight.neg())
-            if log_prob_weight is not None:
-                grad_rows.scatter_add_(1, token_ids[rows_b, rows_t].unsqueeze(-1), log_prob_weight)
-            if temperature != 1.0:
-                grad_rows.div_(temperature)
-            grad_logits[rows_b, rows_t] = grad_rows.to(grad_logits.dtype)
-        return grad_logits, None, None, None, None, None, None, None
+        token_ids, batch_index, time_index, log_normaliser, entropy = ctx.saved_tensors
+        head, temperature = ctx.head, ctx.temperature
+        grads = head.new_grads()
+        if grad_log_probs is not None or grad_entropy is not None:
+            for part in _chunks(batch_index.numel(), ctx.chunk_size):
+                rows_b, rows_t = batch_index[part], time_index[part]
+                log_p = _log_softmax_rows(head.rows(rows_b, rows_t), log_normaliser[part], temperature)
+                grad_rows = _logit_row_grads(
+                    log_p,
+                    token_ids[rows_b, rows_t],
+                    entropy[part],
+                    None if grad_log_probs is None else grad_log_probs[rows_b, rows_t].float().unsqueeze(-1),
+                    None if grad_entropy is None else grad_entropy[rows_b, rows_t].float().unsqueeze(-1),
+                    temperature,
+                )
+                head.accumulate(grads, rows_b, rows_t, grad_rows)
+        return (None,) * 9 + tuple(grads)
 
 
-def _check_inputs(
-    logits: Tensor,
+def _check_common(
+    shape: tuple[int, int, int],
     token_ids: Tensor,
     response_mask: Tensor,
     temperature: float,
     js_references: Sequence[str],
-    reference_logits: Tensor | None,
-    group_ids: Tensor | None = None,
+    group_ids: Tensor | None,
 ) -> None:
-    if logits.dim() != 3:
-        raise ValueError(f"logits must be [B, T, V], got shape {tuple(logits.shape)}")
-    if token_ids.shape != logits.shape[:2] or response_mask.shape != logits.shape[:2]:
+    if token_ids.shape != shape[:2] or response_mask.shape != shape[:2]:
         raise ValueError(
             f"token_ids {tuple(token_ids.shape)} and response_mask {tuple(response_mask.shape)} "
-            f"must both be [B, T] = {tuple(logits.shape[:2])}"
+            f"must both be [B, T] = {tuple(shape[:2])}"
         )
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     unknown = [name for name in js_references if name not in JS_REFERENCES]
     if unknown:
         raise ValueError(f"unknown JS reference {unknown[0]!r}; choose from {', '.join(JS_REFERENCES)}")
-    if "ref" in js_references:
-        if reference_logits is None:
-            raise ValueError("the 'ref' JS reference needs reference_logits [B, T, V]")
-        if reference_logits.shape != logits.shape:
-            raise ValueError(
-                f"reference_logits {tuple(reference_logits.shape)} must match logits {tuple(logits.shape)}"
-            )
-    if "group_mean" in js_references:
-        if group_ids is None:
-            raise ValueError("the 'group_mean' JS reference needs group_ids [B] (which rows share a prompt)")
-        if group_ids.shape != logits.shape[:1]:
-            raise ValueError(f"group_ids {tuple(group_ids.shape)} must be [B] = ({logits.shape[0]},)")
+    if "group_mean" in js_references and group_ids is None:
+        raise ValueError("the 'group_mean' JS reference needs group_ids [B] (equal ids = completions of one prompt)")
+    if group_ids is not None and tuple(group_ids.shape) != (shape[0],):
+        raise ValueError(f"group_ids must be [B] = [{shape[0]}], got shape {tuple(group_ids.shape)}")
 
 
 def token_statistics(
@@ -254,12 +308,87 @@ def token_statistics(
     ``log_probs`` carries gradients to ``logits``; ``entropy`` does too when
     ``differentiable_entropy`` (needed only for an entropy bonus). Everything else is computed
     without building a graph. ``chunk_size`` is in positions (default: 8 MiB temporaries).
+    ``group_ids`` (LongTensor ``[B]``, any values, rows of a group need not be contiguous) says
+    which rows are the completions of one prompt; required for the ``group_mean`` reference.
     """
     js_references = tuple(dict.fromkeys(js_references))
-    _check_inputs(logits, token_ids, response_mask, temperature, js_references, reference_logits, group_ids)
-    batch_size, length, vocab_size = logits.shape
+    if logits.dim() != 3:
+        raise ValueError(f"logits must be [B, T, V], got shape {tuple(logits.shape)}")
+    _check_common(tuple(logits.shape), token_ids, response_mask, temperature, js_references, group_ids)
+    reference_head = None
+    if "ref" in js_references:
+        if reference_logits is None:
+            raise ValueError("the 'ref' JS reference needs reference_logits [B, T, V]")
+        if reference_logits.shape != logits.shape:
+            raise ValueError(
+                f"reference_logits {tuple(reference_logits.shape)} must match logits {tuple(logits.shape)}"
+            )
+        reference_head = _LogitsHead(reference_logits)
+    return _statistics(
+        _LogitsHead(logits), tuple(logits.shape), token_ids, response_mask, temperature, js_references,
+        reference_head, differentiable_entropy, chunk_size, group_ids,
+    )
+
+
+def token_statistics_from_hidden(
+    hidden: Tensor,
+    lm_head_weight: Tensor,
+    token_ids: Tensor,
+    response_mask: Tensor,
+    temperature: float = 1.0,
+    js_references: Sequence[str] = (),
+    group_ids: Tensor | None = None,
+    lm_head_bias: Tensor | None = None,
+    differentiable_entropy: bool = False,
+    chunk_size: int | None = None,
+) -> TokenStatistics:
+    """:func:`token_statistics` of ``logits = hidden @ lm_head_weight.T (+ lm_head_bias)`` without
+    ever building the ``[B, T, V]`` logits, forward or backward.
+
+    ``hidden [B, T, d]`` is the final hidden state whose logits at ``t`` produced
+    ``token_ids[:, t]``; ``lm_head_weight [V, d]``; ``lm_head_bias [V]`` or None. The logits
+    are computed one chunk of response rows at a time (in the dtype of ``hidden``, then float32)
+    by the same per-chunk code as the logits path; the backward recomputes each chunk's logits
+    and accumulates ``grad_hidden``, ``grad_weight`` (and ``grad_bias``) chunk by chunk, so the
+    extra memory is a few ``[chunk, V]`` float32 blocks plus one ``[V, d]`` weight gradient.
+    Every reference but ``ref`` is supported (``ref`` needs a second model's hidden states).
+    Do not modify the weight in place between the forward and the backward.
+    """
+    js_references = tuple(dict.fromkeys(js_references))
+    if hidden.dim() != 3 or lm_head_weight.dim() != 2 or hidden.shape[-1] != lm_head_weight.shape[-1]:
+        raise ValueError(
+            f"hidden must be [B, T, d] and lm_head_weight [V, d], got {tuple(hidden.shape)} and "
+            f"{tuple(lm_head_weight.shape)}"
+        )
+    if lm_head_bias is not None and tuple(lm_head_bias.shape) != (lm_head_weight.shape[0],):
+        raise ValueError(f"lm_head_bias must be [V] = [{lm_head_weight.shape[0]}], got {tuple(lm_head_bias.shape)}")
+    if "ref" in js_references:
+        raise ValueError("the 'ref' JS reference is not supported from hidden states; use token_statistics")
+    shape = (hidden.shape[0], hidden.shape[1], lm_head_weight.shape[0])
+    _check_common(shape, token_ids, response_mask, temperature, js_references, group_ids)
+    return _statistics(
+        _LinearHead(hidden, lm_head_weight, lm_head_bias), shape, token_ids, response_mask, temperature,
+        js_references, None, differentiable_entropy, chunk_size, group_ids,
+    )
+
+
+def _statistics(
+    head: _Head,
+    shape: tuple[int, int, int],
+    token_ids: Tensor,
+    response_mask: Tensor,
+    temperature: float,
+    js_references: tuple[str, ...],
+    reference_head: _LogitsHead | None,
+    differentiable_entropy: bool,
+    chunk_size: int | None,
+    group_ids: Tensor | None,
+) -> TokenStatistics:
+    """The statistics of the module docstring from a rows provider (one implementation for both
+    the logits and the hidden-state paths)."""
+    batch_size, length, vocab_size = shape
     chunk_size = chunk_size or default_chunk_size(vocab_size)
-    device = logits.device
+    device = token_ids.device
     mask = response_mask.bool()
     batch_index, time_index = mask.nonzero(as_tuple=True)  # row-major: sequence by sequence
     num_rows = batch_index.numel()
@@ -267,12 +396,13 @@ def token_statistics(
     log_normaliser = torch.empty(num_rows, dtype=torch.float32, device=device)
     entropy = torch.empty_like(log_normaliser)
     renyi2 = torch.empty_like(log_normaliser)
-    want_prev, want_ref, want_mean = (name in js_references for name in ("prev", "ref", "seq_mean"))
+    token_log_probs = torch.empty_like(log_normaliser)
+    want_prev, want_mean = ("prev" in js_references), ("seq_mean" in js_references)
     # The predecessor of a response row is the row before it when both are in one sequence.
     first_of_sequence = torch.ones(num_rows, dtype=torch.bool, device=device)
     first_of_sequence[1:] = batch_index[1:] != batch_index[:-1]
     prev_mixture_entropy = torch.zeros_like(log_normaliser) if want_prev else None
-    ref_js = torch.zeros_like(log_normaliser) if want_ref else None
+    ref_js = torch.zeros_like(log_normaliser) if reference_head is not None else None
     sequence_sum = (
         torch.zeros(batch_size, vocab_size, dtype=torch.float32, device=device) if want_mean else None
     )
@@ -281,10 +411,12 @@ def token_statistics(
         previous_row: Tensor | None = None
         for part in _chunks(num_rows, chunk_size):
             rows_b, rows_t = batch_index[part], time_index[part]
-            probabilities, normaliser, row_entropy = _softmax_with_entropy(
-                logits[rows_b, rows_t], temperature
-            )
+            rows = head.rows(rows_b, rows_t)
+            token_logits = rows.gather(1, token_ids[rows_b, rows_t].unsqueeze(-1)).squeeze(-1).float()
+            probabilities, normaliser, row_entropy = _softmax_with_entropy(rows, temperature)
+            del rows
             log_normaliser[part] = normaliser
+            token_log_probs[part] = token_logits.div_(temperature).sub_(normaliser)
             entropy[part] = row_entropy
             renyi2[part] = -2.0 * torch.linalg.vector_norm(probabilities, ord=2, dim=-1).log()
             if sequence_sum is not None:
@@ -299,9 +431,9 @@ def token_statistics(
                 prev_mixture_entropy[part] = _entropy_of(mixture.mul_(0.5))
                 previous_row = probabilities[-1].clone()
             if ref_js is not None:
-                assert reference_logits is not None
+                assert reference_head is not None
                 reference, _, reference_entropy = _softmax_with_entropy(
-                    reference_logits[rows_b, rows_t], temperature
+                    reference_head.rows(rows_b, rows_t), temperature
                 )
                 mixture_entropy = _entropy_of(reference.add_(probabilities).mul_(0.5))
                 ref_js[part] = _js_from_mixture_entropy(mixture_entropy, entropy[part], reference_entropy)
@@ -316,17 +448,17 @@ def token_statistics(
             js_rows["ref"] = ref_js
         if sequence_sum is not None:
             js_rows["seq_mean"] = _seq_mean_js(
-                logits, batch_index, time_index, log_normaliser, entropy, sequence_sum, temperature, chunk_size
+                head, batch_index, time_index, log_normaliser, entropy, sequence_sum, temperature, chunk_size
             )
         if "group_mean" in js_references:
             assert group_ids is not None
-            entropy_full = torch.zeros(batch_size, length, dtype=torch.float32, device=device)
-            entropy_full[batch_index, time_index] = entropy
-            js_full = _group_mean_js(logits, mask, group_ids, entropy_full, temperature, chunk_size)
-            js_rows["group_mean"] = js_full[batch_index, time_index]
+            js_rows["group_mean"] = _group_mean_js(
+                head, batch_index, time_index, log_normaliser, entropy, group_ids, temperature, chunk_size
+            )
 
     log_probs, entropy_full = _ResponseLogProbs.apply(
-        logits, token_ids, batch_index, time_index, log_normaliser, entropy, temperature, chunk_size
+        head, token_ids, batch_index, time_index, log_normaliser, entropy, token_log_probs, temperature,
+        chunk_size, *head.inputs,
     )
     if not differentiable_entropy:
         entropy_full = entropy_full.detach()
@@ -345,7 +477,7 @@ def token_statistics(
 
 
 def _seq_mean_js(
-    logits: Tensor,
+    head: _Head,
     batch_index: Tensor,
     time_index: Tensor,
     log_normaliser: Tensor,
@@ -361,10 +493,7 @@ def _seq_mean_js(
     js = torch.empty_like(entropy)
     for part in _chunks(batch_index.numel(), chunk_size):
         rows_b, rows_t = batch_index[part], time_index[part]
-        scaled = logits[rows_b, rows_t].float()
-        if temperature != 1.0:
-            scaled.div_(temperature)
-        mixture = scaled.sub_(log_normaliser[part].unsqueeze(-1)).exp_()
+        mixture = _log_softmax_rows(head.rows(rows_b, rows_t), log_normaliser[part], temperature).exp_()
         # Rows are sorted by sequence: add each sequence's mean to its contiguous run of rows.
         sequences, run_lengths = torch.unique_consecutive(rows_b, return_counts=True)
         start = 0
@@ -377,42 +506,48 @@ def _seq_mean_js(
 
 
 def _group_mean_js(
-    logits: Tensor, mask: Tensor, group_ids: Tensor, entropy: Tensor, temperature: float, chunk_size: int
+    head: _Head,
+    batch_index: Tensor,
+    time_index: Tensor,
+    log_normaliser: Tensor,
+    entropy: Tensor,
+    group_ids: Tensor,
+    temperature: float,
+    chunk_size: int,
 ) -> Tensor:
-    """``[B, T]`` JS of each response position to its group's mean distribution at that position.
+    """JS of each response row to the mean distribution of its group at the same position.
 
-    For each group (rows with one label) and block of ``c`` positions: the ``[G, c, V]`` softmax of
-    the group's rows, their masked sum ``[c, V]``, the mean ``q`` over the ``n_t`` rows present at
-    each position, then ``JS = H((p + q) / 2) - H(p)/2 - H(q)/2``; positions with ``n_t < 2`` score
-    0. ``entropy [B, T]`` is ``H(p)`` from the first pass.
+    Rows are visited in (position, group) order; a chunk ends on a block boundary and holds at
+    least one whole block, so each block's mean is complete within its chunk.
     """
-    batch_size, length, vocab_size = logits.shape
-    js = torch.zeros(batch_size, length, dtype=torch.float32, device=logits.device)
-    for label in torch.unique(group_ids).tolist():
-        rows = (group_ids == label).nonzero(as_tuple=True)[0]
-        group_mask = mask[rows]  # [G, T]
-        present = group_mask.sum(dim=0)  # [T]
-        if rows.numel() < 2 or int(present.max()) < 2:
-            continue
-        last = int(present.nonzero().max()) + 1
-        block = max(1, chunk_size // rows.numel())
-        for part in _chunks(last, block):
-            counts = present[part]
-            if int(counts.max()) < 2:
-                continue
-            scaled = logits[rows, part].float()  # [G, c, V] copy
-            if temperature != 1.0:
-                scaled.div_(temperature)
-            probabilities = scaled.sub_(scaled.amax(dim=-1, keepdim=True)).exp_()  # in place
-            probabilities.div_(probabilities.sum(dim=-1, keepdim=True))
-            inside = group_mask[:, part]
-            probabilities.mul_(inside.unsqueeze(-1))
-            mean = probabilities.sum(dim=0).div_(counts.clamp(min=1).unsqueeze(-1).float())  # [c, V]
-            mean_entropy = _entropy_of(mean)
-            mixture_entropy = _entropy_of(probabilities.add_(mean).mul_(0.5).flatten(0, 1)).view(inside.shape)
-            scores = _js_from_mixture_entropy(
-                mixture_entropy, entropy[rows, part], mean_entropy.unsqueeze(0).expand_as(mixture_entropy)
-            )
-            scores = scores.masked_fill_(~inside | (counts < 2).unsqueeze(0), 0.0)
-            js[rows, part] = scores
+    num_rows = batch_index.numel()
+    js = torch.zeros_like(entropy)
+    if num_rows == 0:
+        return js
+    _, group_rank = torch.unique(group_ids.to(batch_index.device), return_inverse=True)
+    num_groups = int(group_rank.max().item()) + 1
+    key = time_index * num_groups + group_rank[batch_index]
+    order = torch.argsort(key, stable=True)
+    _, block_of_row, block_sizes = torch.unique_consecutive(key[order], return_inverse=True, return_counts=True)
+    block_ends = block_sizes.cumsum(0).tolist()
+    start, first_block = 0, 0
+    while start < num_rows:
+        last_block = bisect.bisect_right(block_ends, start + chunk_size, lo=first_block)
+        last_block = max(last_block, first_block + 1)
+        end = block_ends[last_block - 1]
+        rows = order[start:end]
+        probabilities = _log_softmax_rows(
+            head.rows(batch_index[rows], time_index[rows]), log_normaliser[rows], temperature
+        ).exp_()
+        local_block = block_of_row[start:end] - first_block
+        block_mean = torch.zeros(last_block - first_block, probabilities.shape[1], dtype=torch.float32,
+                                 device=probabilities.device)
+        block_mean.index_add_(0, local_block, probabilities)
+        block_mean.div_(block_sizes[first_block:last_block].unsqueeze(-1).float())
+        mean_entropy = _entropy_of(block_mean)
+        mixture_entropy = _entropy_of(probabilities.add_(block_mean[local_block]).mul_(0.5))
+        js[rows] = _js_from_mixture_entropy(mixture_entropy, entropy[rows], mean_entropy[local_block])
+        # A block of one row is its own mean: exactly 0 rather than rounding noise.
+        js[rows[block_sizes[block_of_row[start:end]] == 1]] = 0.0
+        start, first_block = end, last_block
     return js

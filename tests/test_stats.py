@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ict.stats import token_statistics
+from ict.stats import token_statistics, token_statistics_from_hidden
 
 LN2 = math.log(2.0)
 
@@ -217,11 +217,189 @@ def test_empty_response_gives_zeros():
     assert logits.grad.abs().sum() == 0
 
 
+def reference_group_mean_js(logits, mask, group_ids, temperature):
+    """float64 loop: JS of p_{i,t} to the mean of p_{j,t} over rows j of i's group with mask[j, t]."""
+    p = reference_distributions(logits, temperature)
+    batch, length, _ = p.shape
+    out = torch.zeros(batch, length, dtype=torch.float64)
+    for i in range(batch):
+        for t in range(length):
+            if not mask[i, t]:
+                continue
+            members = [j for j in range(batch) if group_ids[j] == group_ids[i] and mask[j, t]]
+            mean = torch.stack([p[j, t] for j in members]).mean(0)
+            out[i, t] = reference_js(p[i, t], mean)
+    return out
+
+
+def ragged_group_batch(seed: int, group_ids, length=10, vocab=31, scale=3.0):
+    """Logits with ragged completion lengths (a prefix mask per row, some rows end early)."""
+    generator = torch.Generator().manual_seed(seed)
+    batch = len(group_ids)
+    logits = torch.randn(batch, length, vocab, generator=generator) * scale
+    token_ids = torch.randint(0, vocab, (batch, length), generator=generator)
+    lengths = torch.randint(1, length + 1, (batch,), generator=generator)
+    mask = torch.arange(length)[None, :] < lengths[:, None]
+    return logits, token_ids, mask, torch.tensor(group_ids)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("chunk_size", [1, 3, None])
+def test_group_mean_matches_float64_reference(temperature, chunk_size):
+    # Unsorted, non-contiguous group ids: groups 7 (rows 0, 3, 5, 6), 2 (rows 1, 4), 9 (row 2 alone).
+    group_ids = [7, 2, 9, 7, 2, 7, 7]
+    logits, token_ids, mask, groups = ragged_group_batch(11, group_ids)
+    mask[0, :] = True  # row 0 outlives the others of group 7: the last positions have one row
+    mask[3, 6:] = False
+    mask[5, 6:] = False
+    mask[6, 6:] = False
+    logits[1, :, :4] = -float("inf")  # masked vocabulary in one row
+    logits[4, 2, 10:] = -float("inf")
+    stats = token_statistics(
+        logits, token_ids, mask, temperature, ("group_mean", "seq_mean"), chunk_size=chunk_size, group_ids=groups
+    )
+    expected = reference_group_mean_js(logits, mask, groups, temperature)
+    torch.testing.assert_close(stats.js_scores["group_mean"].double(), expected, atol=1e-5, rtol=0)
+    assert (stats.js_scores["group_mean"][2] == 0).all()  # a group of one
+    assert (stats.js_scores["group_mean"][0, 6:] == 0).all()  # one completion remains
+    assert stats.js_scores["group_mean"][0, :6].min() > 0
+    seq_expected = reference_statistics(logits, token_ids, mask, temperature)["seq_mean"]
+    torch.testing.assert_close(stats.js_scores["seq_mean"].double(), seq_expected, atol=1e-5, rtol=0)
+
+
+def test_group_mean_with_a_response_mask_that_is_not_a_prefix():
+    logits, token_ids, mask = make_batch(12, batch=6, length=8)
+    groups = torch.tensor([1, 0, 1, 0, 1, 0])
+    stats = token_statistics(logits, token_ids, mask, 1.3, ("group_mean",), chunk_size=2, group_ids=groups)
+    expected = reference_group_mean_js(logits, mask, groups, 1.3)
+    torch.testing.assert_close(stats.js_scores["group_mean"].double(), expected, atol=1e-5, rtol=0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    group_ids=st.lists(st.integers(0, 3), min_size=1, max_size=6),
+    vocab=st.integers(2, 40),
+    scale=st.floats(0.1, 20.0),
+    chunk_size=st.integers(1, 8),
+)
+def test_group_mean_properties(seed, group_ids, vocab, scale, chunk_size):
+    logits, token_ids, mask, groups = ragged_group_batch(seed, group_ids, length=6, vocab=vocab, scale=scale)
+    stats = token_statistics(logits, token_ids, mask, 1.0, ("group_mean",), chunk_size=chunk_size, group_ids=groups)
+    scores = stats.js_scores["group_mean"]
+    assert scores.min() >= 0 and scores.max() <= LN2
+    assert (scores[~mask] == 0).all()
+    torch.testing.assert_close(scores.double(), reference_group_mean_js(logits, mask, groups, 1.0), atol=1e-5, rtol=0)
+    # Identical rows in one group: every row equals the group mean, so JS = 0.
+    same = logits[:1].expand_as(logits).clone()
+    full = torch.ones_like(mask)
+    same_stats = token_statistics(same, token_ids, full, 1.0, ("group_mean",), chunk_size=chunk_size,
+                                  group_ids=torch.zeros_like(groups))
+    assert same_stats.js_scores["group_mean"].abs().max() <= 1e-6
+
+
+def test_group_mean_needs_group_ids():
+    logits, token_ids, mask = make_batch(13)
+    with pytest.raises(ValueError, match="group_ids"):
+        token_statistics(logits, token_ids, mask, js_references=("group_mean",))
+    with pytest.raises(ValueError, match="group_ids"):
+        token_statistics(logits, token_ids, mask, js_references=("group_mean",), group_ids=torch.zeros(2))
+
+
+def hidden_batch(seed: int, batch=4, length=7, width=6, vocab=29, bias=True):
+    generator = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(batch, length, width, generator=generator)
+    weight = torch.randn(vocab, width, generator=generator)
+    lm_bias = torch.randn(vocab, generator=generator) if bias else None
+    token_ids = torch.randint(0, vocab, (batch, length), generator=generator)
+    lengths = torch.randint(1, length + 1, (batch,), generator=generator)
+    mask = torch.arange(length)[None, :] < lengths[:, None]
+    return hidden, weight, lm_bias, token_ids, mask
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("chunk_size", [1, 3, None])
+def test_hidden_path_matches_float64_reference_and_logits_path(bias, chunk_size):
+    hidden, weight, lm_bias, token_ids, mask = hidden_batch(21, bias=bias)
+    groups = torch.tensor([3, 1, 3, 1])
+    temperature = 0.8
+    references = ("group_mean", "seq_mean", "prev")
+    lp_weights = torch.randn(mask.shape, dtype=torch.float64)
+    entropy_weights = torch.randn(mask.shape, dtype=torch.float64)
+
+    ours = [hidden.clone().requires_grad_(), weight.clone().requires_grad_()]
+    if bias:
+        ours.append(lm_bias.clone().requires_grad_())
+    stats = token_statistics_from_hidden(
+        ours[0], ours[1], token_ids, mask, temperature, references, group_ids=groups,
+        lm_head_bias=ours[2] if bias else None, differentiable_entropy=True, chunk_size=chunk_size,
+    )
+    ((stats.log_probs.double() * lp_weights).sum() + (stats.entropy.double() * entropy_weights).sum()).backward()
+
+    # Independent float64 reference: full logits, full softmax, autograd.
+    theirs = [tensor.double().clone().requires_grad_() for tensor in ([hidden, weight] + ([lm_bias] if bias else []))]
+    logits64 = theirs[0] @ theirs[1].T + (theirs[2] if bias else 0.0)
+    log_p = torch.log_softmax(logits64 / temperature, -1)
+    probabilities = log_p.exp()
+    entropy = -(probabilities * torch.where(probabilities > 0, log_p, 0.0)).sum(-1)
+    picked = log_p.gather(-1, token_ids[..., None])[..., 0]
+    ((picked * lp_weights + entropy * entropy_weights) * mask).sum().backward()
+    expected = reference_statistics(logits64.detach(), token_ids, mask, temperature)
+    for name in ("log_probs", "entropy", "renyi2"):
+        torch.testing.assert_close(getattr(stats, name).double(), expected[name], atol=1e-5, rtol=0)
+    for name in ("seq_mean", "prev"):
+        torch.testing.assert_close(stats.js_scores[name].double(), expected[name], atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        stats.js_scores["group_mean"].double(),
+        reference_group_mean_js(logits64.detach(), mask, groups, temperature), atol=1e-5, rtol=0,
+    )
+    for mine, reference in zip(ours, theirs):
+        torch.testing.assert_close(mine.grad.double(), reference.grad, atol=1e-5, rtol=0)
+
+    # And equal to the logits path on the same float32 logits (values and gradients).
+    hidden_l, weight_l = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    logits32 = hidden_l @ weight_l.T + (lm_bias if bias else 0.0)
+    via_logits = token_statistics(logits32, token_ids, mask, temperature, references, group_ids=groups,
+                                  differentiable_entropy=True, chunk_size=chunk_size)
+    ((via_logits.log_probs.double() * lp_weights).sum() + (via_logits.entropy.double() * entropy_weights).sum()).backward()
+    for name in ("log_probs", "entropy", "renyi2"):
+        torch.testing.assert_close(getattr(stats, name), getattr(via_logits, name), atol=1e-5, rtol=0)
+    for name in references:
+        torch.testing.assert_close(stats.js_scores[name], via_logits.js_scores[name], atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours[0].grad, hidden_l.grad, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours[1].grad, weight_l.grad, atol=1e-5, rtol=0)
+
+
+def test_hidden_path_log_prob_gradient_only_and_no_graph_for_scores():
+    hidden, weight, _, token_ids, mask = hidden_batch(22, bias=False)
+    ours_h, ours_w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    stats = token_statistics_from_hidden(ours_h, ours_w, token_ids, mask, 1.0, ("prev",), chunk_size=2)
+    assert not stats.entropy.requires_grad and not stats.js_scores["prev"].requires_grad
+    stats.log_probs.sum().backward()
+    theirs_h, theirs_w = hidden.double().requires_grad_(), weight.double().requires_grad_()
+    log_p = torch.log_softmax(theirs_h @ theirs_w.T, -1).gather(-1, token_ids[..., None])[..., 0]
+    (log_p * mask).sum().backward()
+    torch.testing.assert_close(ours_h.grad.double(), theirs_h.grad, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours_w.grad.double(), theirs_w.grad, atol=1e-5, rtol=0)
+
+
+def test_hidden_path_bad_inputs():
+    hidden, weight, _, token_ids, mask = hidden_batch(23)
+    with pytest.raises(ValueError, match="'ref'"):
+        token_statistics_from_hidden(hidden, weight, token_ids, mask, js_references=("ref",))
+    with pytest.raises(ValueError, match=r"\[V, d\]"):
+        token_statistics_from_hidden(hidden, weight[:, :-1], token_ids, mask)
+    with pytest.raises(ValueError, match="group_ids"):
+        token_statistics_from_hidden(hidden, weight, token_ids, mask, js_references=("group_mean",))
+    with pytest.raises(ValueError, match="lm_head_bias"):
+        token_statistics_from_hidden(hidden, weight, token_ids, mask, lm_head_bias=torch.zeros(3))
+
+
 # ---------------------------------------------------------------------------------------------
 # group_mean: JS to the mean distribution of the group's rows present at the same position
 
 
-def reference_group_mean(logits, mask, group_ids, temperature):
+def loop_reference_group_mean(logits, mask, group_ids, temperature):
     """Plain float64 loops: for each row and position, the mean of p over the group's rows that
     have a response token at that position; fewer than two such rows score 0."""
     p = reference_distributions(logits, temperature)
@@ -240,7 +418,7 @@ def reference_group_mean(logits, mask, group_ids, temperature):
     return out
 
 
-def ragged_group_batch(seed: int, groups=(3, 2, 1), length=7, vocab=23, scale=3.0):
+def sized_group_batch(seed: int, groups=(3, 2, 1), length=7, vocab=23, scale=3.0):
     """Rows of several groups (a group of one included), ragged right-padded lengths, shuffled
     group labels, and some -inf logits."""
     generator = torch.Generator().manual_seed(seed)
@@ -260,11 +438,11 @@ def ragged_group_batch(seed: int, groups=(3, 2, 1), length=7, vocab=23, scale=3.
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 @pytest.mark.parametrize("chunk_size", [1, 3, None])
-def test_group_mean_matches_float64_reference(seed, temperature, chunk_size):
-    logits, token_ids, mask, group_ids = ragged_group_batch(seed)
+def test_group_mean_matches_a_second_float64_reference(seed, temperature, chunk_size):
+    logits, token_ids, mask, group_ids = sized_group_batch(seed)
     stats = token_statistics(logits, token_ids, mask, temperature, ("group_mean",),
                              chunk_size=chunk_size, group_ids=group_ids)
-    expected = reference_group_mean(logits, mask, group_ids, temperature)
+    expected = loop_reference_group_mean(logits, mask, group_ids, temperature)
     assert torch.allclose(stats.js_scores["group_mean"].double(), expected, atol=1e-5)
 
 
