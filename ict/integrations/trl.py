@@ -1,0 +1,247 @@
+"""Every ict token selector inside TRL's ``GRPOTrainer`` (TRL 1.15 - 1.16).
+
+Usage::
+
+    from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer
+    args = ICTGRPOConfig(output_dir="out", token_selector="ict:reference=group_mean,ratio=0.1")
+    trainer = ICTGRPOTrainer(model=..., reward_funcs=..., args=args, train_dataset=...)
+
+How it plugs in (least invasive: two overridden methods, no copied TRL code):
+
+- TRL's ``_compute_loss`` runs the policy forward once with its fused LM head (no ``[N, V]``
+  logits). A forward hook on the model's backbone keeps the detached final hidden states of that
+  same forward; no second forward of the policy runs.
+- TRL's mask hook ``get_high_entropy_mask`` (the ``top_entropy_quantile`` path) is replaced by our
+  selection; the trainer sets ``top_entropy_quantile`` below 1 internally so TRL calls it.
+- Selection population: the hidden states, completion ids, masks and advantages of the current
+  micro-batch of *every* process are gathered; each process computes the statistics of the whole
+  gathered micro-batch with :func:`ict.stats.token_statistics_from_hidden` (no gradient; the
+  loss keeps TRL's own log-probs), runs the selector on it and keeps its own rows. So a ``batch``
+  ranking covers the tokens of all processes (like TRL's ``top_entropy_quantile``) and every
+  process gets exactly the mask our selector returns on the gathered tensor.
+- ``group_mean`` needs whole groups: rows with identical prompt token ids form a group. TRL's
+  ``RepeatSampler`` keeps a group inside one *global* generation batch but spreads it over
+  processes and, with ``steps_per_generation > 1``, over shuffled micro-batches; so a
+  ``group_mean`` reference requires ``steps_per_generation == 1`` (checked at start-up) and the
+  gather above makes groups whole across processes. The group's distributions are then exact.
+- Loss denominator: ``selection_denominator="ours"`` (default) normalises the policy loss by the
+  number of *selected* tokens (ict's ``denominator="selected"``): the mask passed to TRL is
+  ``selected * N / N_sel`` with ``N`` and ``N_sel`` counted over the population the chosen TRL
+  ``loss_type`` normalises over (per sequence for grpo/sapo, the local micro-batch for bnpo, the
+  gathered micro-batch for dapo/cispo/vespo/dr_grpo). ``"trl"`` passes the 0/1 mask, so the
+  denominators stay TRL's completion-token counts (TRL's ``top_entropy_quantile`` convention).
+- Metrics added to TRL's logger: ``ict/selected_fraction``, ``ict/entropy_selected``,
+  ``ict/entropy_unselected`` (means over the gathered micro-batch).
+
+Not supported: models whose LM head applies a logit scale or soft-capping (refused at start-up),
+FSDP / DeepSpeed ZeRO-3 sharded LM heads (the full ``[V, d]`` weight must be readable on each
+process), vision-language inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+from trl import GRPOConfig, GRPOTrainer
+
+from ict.selectors import SelectionInputs, required_js_references, resolve_options, select_tokens
+from ict.stats import token_statistics_from_hidden
+
+SELECTION_DENOMINATORS = ("ours", "trl")
+
+
+def parse_token_selector(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"name:key=value,key=value"`` -> ``(name, options)``; values take the type of the default.
+
+    ``"ict:reference=group_mean,ratio=0.1"`` -> ``("ict", {"reference": "group_mean", "ratio": 0.1})``.
+    """
+    name, _, raw = spec.partition(":")
+    name = name.strip()
+    defaults = resolve_options(name)  # raises for an unknown selector
+    options: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ValueError(f"token_selector option {item!r} must be key=value (e.g. ratio=0.1)")
+        if key not in defaults:
+            accepted = ", ".join(defaults) or "none"
+            raise ValueError(f"selector {name!r} has no option {key!r} (accepted: {accepted})")
+        options[key] = _coerce(value.strip(), defaults[key])
+    return name, options
+
+
+def _coerce(value: str, default: Any) -> Any:
+    if value.lower() in ("none", "null"):
+        return None
+    if isinstance(default, bool):
+        return value.lower() in ("1", "true", "yes")
+    if isinstance(default, (int, float)) or default is None:
+        for kind in (int, float) if not isinstance(default, float) else (float,):
+            try:
+                return kind(value)
+            except ValueError:
+                pass
+    return value
+
+
+@dataclass
+class ICTGRPOConfig(GRPOConfig):
+    """``GRPOConfig`` plus ict's token selection (every other field is TRL's)."""
+
+    token_selector: str = field(
+        default="ict:reference=group_mean,ratio=0.1",
+        metadata={"help": "Registered ict selector and options, 'name:key=value,...' "
+                  "(e.g. 'ict:reference=group_mean,ratio=0.1', 'entropy:ratio=0.2', 'all')."},
+    )
+    selection_denominator: str = field(
+        default="ours",
+        metadata={"help": "'ours': the loss is normalised by the selected tokens; 'trl': by TRL's "
+                  "completion-token counts (TRL's top_entropy_quantile convention)."},
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.selection_denominator not in SELECTION_DENOMINATORS:
+            raise ValueError(
+                f"selection_denominator must be 'ours' or 'trl', got {self.selection_denominator!r}")
+        parse_token_selector(self.token_selector)
+
+
+def group_ids_from_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> Tensor:
+    """``[B]`` ids, equal for rows whose (unpadded) prompt tokens are equal."""
+    keys = [tuple(row[mask.bool()].tolist()) for row, mask in zip(prompt_ids, prompt_mask)]
+    index: dict[tuple, int] = {}
+    return torch.tensor([index.setdefault(key, len(index)) for key in keys], dtype=torch.long)
+
+
+class ICTGRPOTrainer(GRPOTrainer):
+    """``trl.GRPOTrainer`` whose loss updates only the tokens an ict selector picks."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        config = self.args
+        spec = getattr(config, "token_selector", ICTGRPOConfig.token_selector)
+        self.selection_denominator = getattr(config, "selection_denominator", "ours")
+        self.selector_name, self.selector_options = parse_token_selector(spec)
+        self.js_references = required_js_references(self.selector_name, self.selector_options)
+        if self.top_entropy_quantile < 1.0:
+            raise ValueError("top_entropy_quantile and token_selector both pick tokens; leave "
+                             "top_entropy_quantile at 1.0")
+        if "group_mean" in self.js_references and config.steps_per_generation != 1:
+            raise ValueError("a group_mean reference needs whole groups in each micro-batch: set "
+                             "steps_per_generation=1 (and gradient_accumulation_steps=1)")
+        if "ref" in self.js_references:
+            raise ValueError("the 'ref' JS reference is not supported inside TRL; use group_mean, "
+                             "seq_mean or prev")
+        text_config = self.accelerator.unwrap_model(self.model).config.get_text_config()
+        for name in ("final_logit_softcapping", "logit_scale", "output_multiplier",
+                     "lm_head_multiplier", "logits_scaling"):
+            if getattr(text_config, name, None) not in (None, 1.0):
+                raise ValueError(f"models with {name} in their LM head are not supported by "
+                                 "ict.integrations.trl")
+        # TRL calls get_high_entropy_mask (overridden below) only when this is below 1.
+        self.top_entropy_quantile = 0.0
+        self._capture: list[Tensor] | None = None
+        self._loss_inputs: dict[str, Tensor] | None = None
+        backbone = self.accelerator.unwrap_model(self.model).base_model
+        backbone.register_forward_hook(self._keep_hidden)
+
+    def _keep_hidden(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if self._capture is not None:
+            self._capture.append(output.last_hidden_state.detach())
+
+    def _compute_loss(self, model, inputs):  # type: ignore[override]
+        self._capture, self._loss_inputs = [], inputs
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._capture, self._loss_inputs = None, None
+
+    def _gather_rows(self, tensor: Tensor, pad: float | int = 0) -> Tensor:
+        """Concatenate the ``[B, ...]`` tensors of all processes along rows (dim 1 padded)."""
+        if tensor.dim() > 1:
+            tensor = self.accelerator.pad_across_processes(tensor, dim=1, pad_index=pad)
+        return self.accelerator.gather(tensor.contiguous())
+
+    def get_high_entropy_mask(self, entropies: Tensor, mask: Tensor, threshold: float) -> Tensor:
+        """Our selection for this micro-batch; a float weight ``[B, T]`` (see the module doc)."""
+        if self._loss_inputs is None or not self._capture:
+            raise RuntimeError("ICTGRPOTrainer: selection requested outside _compute_loss")
+        inputs = self._loss_inputs
+        completion_ids = inputs["completion_ids"]
+        local_rows, length = completion_ids.shape
+        hidden = torch.cat(self._capture, dim=0)[:, -length - 1 : -1]
+        head = self.accelerator.unwrap_model(self.model).get_output_embeddings()
+        rows = self.accelerator.gather(torch.tensor([local_rows], device=mask.device))
+        if (rows != local_rows).any():
+            raise RuntimeError("ICTGRPOTrainer needs the same micro-batch size on every process")
+        start = self.accelerator.process_index * local_rows
+        advantages = inputs["advantages"]
+        gathered = {
+            "hidden": self._gather_rows(hidden),
+            "ids": self._gather_rows(completion_ids),
+            "mask": self._gather_rows(mask.to(torch.long)),
+            "advantages": self._gather_rows(advantages.float()),
+        }
+        group_ids = None
+        if "group_mean" in self.js_references:
+            prompt_ids = self._gather_rows(inputs["prompt_ids"])
+            prompt_mask = self._gather_rows(inputs["prompt_mask"].to(torch.long))
+            group_ids = group_ids_from_prompts(prompt_ids, prompt_mask).to(mask.device)
+            gathered["group_ids"] = group_ids
+        response_mask = gathered["mask"].bool()
+        with torch.no_grad():
+            stats = token_statistics_from_hidden(
+                gathered["hidden"], head.weight.detach(), gathered["ids"], response_mask,
+                temperature=self.temperature, js_references=self.js_references,
+                group_ids=group_ids,
+                lm_head_bias=None if head.bias is None else head.bias.detach(),
+            )
+        selected = select_tokens(
+            self.selector_name,
+            SelectionInputs(stats=stats, response_mask=response_mask,
+                            advantages=gathered["advantages"], token_ids=gathered["ids"]),
+            **self.selector_options,
+        )
+        self._log_selection(stats.entropy, response_mask, selected)
+        self.on_selection({**gathered, "stats": stats, "selected": selected, "start": start})
+        own = slice(start, start + local_rows)
+        weights = self._denominator_weights(selected, response_mask, own)
+        return weights[own, : mask.shape[1]].to(entropies.dtype)
+
+    def _denominator_weights(self, selected: Tensor, response_mask: Tensor, own: slice) -> Tensor:
+        """0/1 mask (``"trl"``) or ``selected * N / N_sel`` over TRL's normalising population."""
+        weights = selected.float()
+        if self.selection_denominator == "trl":
+            return weights
+        if self.loss_type in ("grpo", "sapo", "luspo"):
+            scale = response_mask.sum(-1, keepdim=True) / selected.sum(-1, keepdim=True).clamp(min=1)
+            return weights * scale
+        if self.loss_type == "bnpo":
+            scale = response_mask[own].sum() / selected[own].sum().clamp(min=1)
+            return weights * scale
+        return weights * (response_mask.sum() / selected.sum().clamp(min=1))
+
+    def _log_selection(self, entropy: Tensor, response_mask: Tensor, selected: Tensor) -> None:
+        mode = "train" if self.model.training else "eval"
+        unselected = response_mask & ~selected
+        total = int(response_mask.sum())
+        metrics = self._metrics[mode]
+        metrics["ict/selected_fraction"].append(float(selected.sum()) / total if total else math.nan)
+        metrics["ict/entropy_selected"].append(_masked_mean(entropy, selected))
+        metrics["ict/entropy_unselected"].append(_masked_mean(entropy, unselected))
+
+    def on_selection(self, record: dict[str, Any]) -> None:
+        """Called once per micro-batch with the gathered tensors, ``stats`` and ``selected``
+        (identical on every process); ``start`` is this process's first row. No-op; override to
+        inspect the selection."""
+
+
+def _masked_mean(values: Tensor, mask: Tensor) -> float:
+    count = int(mask.sum())
+    return float((values * mask).sum()) / count if count else math.nan

@@ -1,0 +1,53 @@
+"""Driver for tests/test_integration_trl.py: 2 GRPO steps of a tiny model through
+ICTGRPOTrainer (run directly or under ``accelerate launch``); every process dumps each
+selection record (gathered tensors, its mask, the LM head weight) to OUT/rank{r}_call{i}.pt."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer
+
+model_dir, out_dir, selector = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+torch.set_num_threads(1)
+
+
+class DumpingTrainer(ICTGRPOTrainer):
+    calls = 0
+
+    def on_selection(self, record):
+        head = self.accelerator.unwrap_model(self.model).get_output_embeddings().weight
+        own = slice(record["start"], record["start"] + self._loss_inputs["completion_ids"].shape[0])
+        dump = {key: value for key, value in record.items() if key != "stats"}
+        dump.update(entropy=record["stats"].entropy, js=dict(record["stats"].js_scores),
+                    weight=head.detach().clone(), own=(own.start, own.stop))
+        rank = self.accelerator.process_index
+        torch.save(dump, out_dir / f"rank{rank}_call{DumpingTrainer.calls}.pt")
+        DumpingTrainer.calls += 1
+
+
+def reward(completions, **kwargs):
+    return [float(len(str(completion))) % 3 for completion in completions]
+
+
+prompts = [[{"role": "user", "content": f"what is {a} + {b} ?"}] for a in range(4) for b in range(4)]
+tokenizer = AutoTokenizer.from_pretrained(model_dir)
+model = AutoModelForCausalLM.from_pretrained(model_dir)
+args = ICTGRPOConfig(
+    output_dir=str(out_dir / "trainer"), token_selector=selector, per_device_train_batch_size=4,
+    num_generations=4, max_completion_length=8, max_steps=2, steps_per_generation=1,
+    gradient_accumulation_steps=1, learning_rate=1e-3, report_to="none", use_cpu=True,
+    logging_steps=1, save_strategy="no", temperature=1.0, seed=0,
+)
+trainer = DumpingTrainer(model=model, processing_class=tokenizer, reward_funcs=reward, args=args,
+                         train_dataset=Dataset.from_dict({"prompt": prompts}))
+trainer.train()
+if trainer.accelerator.is_main_process:
+    fractions = [entry["ict/selected_fraction"] for entry in trainer.state.log_history
+                 if "ict/selected_fraction" in entry]
+    torch.save({"fractions": fractions, "log": trainer.state.log_history}, out_dir / "log.pt")
