@@ -17,7 +17,7 @@ LAYERS = {
     "hub": 1, "verify": 1, "data": 1, "benchmarks": 1, "rewards": 1, "rollout": 1, "forward": 1,
     "models": 1, "checkpoint": 1, "reporting": 1, "plots": 1,
     # 2: what wires them: the training configuration and loop, the evaluation
-    "config": 2, "trainer": 2, "evaluate": 2, "compare": 2, "inspect_tokens": 2,
+    "config": 2, "trainer": 2, "evaluate": 2, "compare": 2, "inspect_tokens": 2, "integrations": 2,
     # 3: the command line only parses and calls the library
     "cli": 3, "__init__": 3, "__main__": 3,
 }
