@@ -7,7 +7,12 @@ Layout of `RUN_DIR/checkpoints/step-00000012/`:
 - `rng.safetensors` + `rng.json`: torch CPU/CUDA generator states, numpy and Python `random`;
 - `trainer_state.json`: step and trainer bookkeeping; `config.json`/tokenizer files so the
   directory also loads with `from_pretrained` (full fine-tuning) or as a peft adapter (`adapter/`);
-- `COMPLETE`: written last.
+- `COMPLETE`: written last; a JSON manifest `{"step": N, "files": {relative path: size}}` that
+  `verify_checkpoint` checks before anything is loaded (a truncated file is refused).
+
+Test hook: `ICT_CHECKPOINT_WRITE_DELAY=<seconds>` sleeps that long after each file written into the
+temporary directory, so a fault-injection test can SIGKILL the process while a checkpoint is being
+written (tests/test_faults.py). Unset in normal use.
 
 Everything is written into a hidden temporary directory that is renamed into place only after
 `COMPLETE` exists, so a crash mid-write never leaves a checkpoint that looks complete; loading
@@ -37,6 +42,29 @@ CHECKPOINT_PREFIX = "step-"
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
+
+
+def truncate_jsonl(path: str | Path, max_step: int) -> None:
+    """Keep the lines of a metrics JSONL file whose `step` <= `max_step` (a resumed run's lines
+    up to its checkpoint), dropping a torn last line. Atomic: temp file + fsync + rename, so a
+    kill during the rewrite leaves the old file intact."""
+    path = Path(path)
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line torn by a kill mid-write
+        if isinstance(record, dict) and record.get("step", 0) <= max_step:
+            kept.append(line + "\n")
+    temp = path.with_name(f".{path.name}.tmp")
+    with open(temp, "w") as handle:
+        handle.write("".join(kept))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -101,19 +129,50 @@ def restore_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) ->
 # ---------------------------------------------------------------------------------------------
 # Save / find / load
 
-WRITE_DELAY_ENV = "ICT_CHECKPOINT_WRITE_DELAY"
-"""Seconds to pause in the middle of writing a checkpoint (tests kill the process there)."""
-
-
 def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=1, sort_keys=True))
 
 
+def _fsync_path(path: Path) -> None:
+    """fsync one file or directory (directory entries: makes a rename durable)."""
+    handle = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    except OSError:  # some file systems refuse fsync on directories
+        pass
+    finally:
+        os.close(handle)
+
+
 def _fsync_dir(path: Path) -> None:
-    for file in path.rglob("*"):
-        if file.is_file():
-            with open(file, "rb") as handle:
-                os.fsync(handle.fileno())
+    for file in sorted(path.rglob("*")):
+        _fsync_path(file)
+    _fsync_path(path)
+
+
+WRITE_DELAY_ENV = "ICT_CHECKPOINT_WRITE_DELAY"
+
+
+def _write_delay() -> None:
+    """The `ICT_CHECKPOINT_WRITE_DELAY` test hook (see the module docstring)."""
+    delay = os.environ.get(WRITE_DELAY_ENV)
+    if delay:
+        time.sleep(float(delay))
+
+
+def _remove_dir(path: Path) -> None:
+    """Delete a checkpoint directory so that a kill mid-way never leaves a partial directory
+    that still looks complete: rename it to a hidden name first (atomic), then delete."""
+    trash = path.with_name(f".del-{path.name}-{os.getpid()}")
+    os.replace(path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _remove_leftovers(root: Path) -> None:
+    """Delete temporary/trash directories left by a process killed while saving."""
+    for path in root.iterdir():
+        if path.is_dir() and path.name.startswith((".tmp-", ".del-")):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: torch.optim.Optimizer,
@@ -123,17 +182,19 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: torch
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{CHECKPOINT_PREFIX}{step:08d}"
+    _remove_leftovers(root)  # one process writes a run directory at a time
     temp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
     try:
         save_model(model, str(temp / "model.safetensors"))
-        if os.environ.get(WRITE_DELAY_ENV):  # fault-injection tests kill the process in here
-            time.sleep(float(os.environ[WRITE_DELAY_ENV]))
+        _write_delay()
         tensors, meta = flatten_optimizer_state(optimizer.state_dict())
         save_file(tensors, str(temp / "optimizer.safetensors"))
+        _write_delay()
         _write_json(temp / "optimizer.json", meta)
         rng_tensors, rng_meta = capture_rng_state()
         save_file(rng_tensors, str(temp / "rng.safetensors"))
         _write_json(temp / "rng.json", rng_meta)
+        _write_delay()
         _write_json(temp / "trainer_state.json", {**trainer_state, "step": step})
         if hasattr(model, "peft_config"):
             model.save_pretrained(temp / "adapter")
@@ -143,17 +204,23 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: torch
                 model.generation_config.save_pretrained(temp)
         if tokenizer is not None:
             tokenizer.save_pretrained(temp)
+        files = {str(file.relative_to(temp)): file.stat().st_size
+                 for file in sorted(temp.rglob("*")) if file.is_file()}
         _fsync_dir(temp)
-        (temp / COMPLETE_MARKER).write_text(f"{step}\n")
+        _write_delay()
+        _write_json(temp / COMPLETE_MARKER, {"step": step, "files": files})
+        _fsync_path(temp / COMPLETE_MARKER)
+        _fsync_path(temp)
         if final.exists():
-            shutil.rmtree(final)
+            _remove_dir(final)
         os.replace(temp, final)
+        _fsync_path(root)
     finally:
         if temp.exists():
             shutil.rmtree(temp, ignore_errors=True)
     if keep > 0:
         for old in complete_checkpoints(run_dir)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            _remove_dir(old)
     return final
 
 
@@ -173,26 +240,44 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
+def verify_checkpoint(path: str | Path) -> None:
+    """Raise UsageError (one line, with the fix) unless `path` is a complete, untruncated
+    checkpoint: the marker exists, every file of its manifest has its recorded size, the JSON
+    files parse and the safetensors headers are valid. Nothing is loaded into a model."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    fix = (f"delete {path} to resume from the previous checkpoint, or start a new run with "
+           "another --run-dir")
+    marker = path / COMPLETE_MARKER
+    if not marker.is_file():
+        raise UsageError(f"checkpoint {path} is incomplete (no {COMPLETE_MARKER} marker): {fix}")
+    try:
+        text = marker.read_text()
+        manifest = json.loads(text) if text.strip().startswith("{") else {"files": {}}
+        for name, size in manifest.get("files", {}).items():
+            if not (path / name).is_file() or (path / name).stat().st_size != size:
+                raise ValueError(f"{name} is missing or truncated")
+        for name in ("optimizer.json", "rng.json", "trainer_state.json"):
+            json.loads((path / name).read_text())
+        for name in ("model.safetensors", "optimizer.safetensors", "rng.safetensors"):
+            with safe_open(str(path / name), framework="pt") as handle:
+                list(handle.keys())
+    except (OSError, ValueError, UnicodeDecodeError, Exception) as error:
+        if isinstance(error, UsageError):
+            raise
+        detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UsageError(f"checkpoint {path} is corrupt or truncated ({detail}): {fix}") from None
+
+
 def load_checkpoint(path: str | Path, model: Any, optimizer: torch.optim.Optimizer | None,
                     restore_rng: bool = True) -> dict[str, Any]:
     """Restore model weights, optimizer state and RNG states; return the trainer state.
 
-    A damaged checkpoint (truncated or unreadable files) is a one-line `UsageError`."""
+    The checkpoint is verified first (`verify_checkpoint`), so a corrupt one raises UsageError
+    before the model or optimizer is touched."""
     path = Path(path)
-    if not (path / COMPLETE_MARKER).is_file():
-        raise UsageError(f"checkpoint {path} is incomplete (no {COMPLETE_MARKER} marker)")
-    try:
-        return _load_checkpoint(path, model, optimizer, restore_rng)
-    except UsageError:
-        raise
-    except Exception as error:  # safetensors, JSON and torch report damage in many types
-        detail = " ".join(str(error).split())[:200]
-        raise UsageError(f"checkpoint {path} is damaged ({type(error).__name__}: {detail}); delete "
-                         "it to resume from the one before, or start a fresh --run-dir") from None
-
-
-def _load_checkpoint(path: Path, model: Any, optimizer: torch.optim.Optimizer | None,
-                     restore_rng: bool) -> dict[str, Any]:
+    verify_checkpoint(path)
     missing, unexpected = load_model(model, str(path / "model.safetensors"),
                                      strict=False, device=str(next(model.parameters()).device))
     if missing or unexpected:

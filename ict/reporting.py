@@ -9,6 +9,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ict.checkpoint import truncate_jsonl
+
 
 def _json_value(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
@@ -23,10 +25,7 @@ class MetricsLogger:
 
     def __init__(self, run_dir: Path, tensorboard: bool, resume_step: int = 0) -> None:
         self.path = run_dir / "metrics.jsonl"
-        if self.path.exists():  # a resumed run keeps the lines up to its checkpoint only
-            lines = [line for line in self.path.read_text().splitlines() if line.strip()
-                     and json.loads(line).get("step", 0) <= resume_step]
-            self.path.write_text("".join(line + "\n" for line in lines))
+        truncate_jsonl(self.path, resume_step)  # a resumed run keeps the lines up to its checkpoint
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter

@@ -100,7 +100,7 @@ def test_a_damaged_checkpoint_is_one_line(workspace):
     model_file = next(run.glob("checkpoints/step-*/model.safetensors"))
     model_file.write_bytes(model_file.read_bytes()[:1000])  # truncated
     result = run_cli("train", *BASE, "--num-steps", "2", "--run-dir", str(run), "--resume", cwd=workspace)
-    assert_one_line_error(result, "is damaged", "delete it")
+    assert_one_line_error(result, "is corrupt or truncated", "delete")
 
 
 def test_debug_shows_the_traceback(workspace):
