@@ -212,13 +212,23 @@ def make_bench(kind: str, sizes: Sizes, tiny: bool, device: torch.device, with_r
     return StatsBench(sizes, device, with_reference)
 
 
+def config_names(kind: str) -> list[str]:
+    """The configurations to run: all, or (``--configs`` / ICT_BENCH_CONFIGS) the baseline plus
+    those whose name contains one of the given comma-separated substrings."""
+    names = list(STEP_CONFIGS if kind == "step" else STATS_CONFIGS)
+    wanted = [part for part in os.environ.get("ICT_BENCH_CONFIGS", "").split(",") if part]
+    if not wanted:
+        return names
+    return [names[0], *(name for name in names[1:] if any(part in name for part in wanted))]
+
+
 def run_timing_worker(kind: str, sizes: Sizes, tiny: bool, device: torch.device) -> dict:
     """Every configuration in one process, interleaved over rounds (the order rotates each round).
 
     Interleaving makes the ratios robust to slow drifts in machine load; each round gives one
     ratio to the baseline, and the median over rounds is reported.
     """
-    names = list(STEP_CONFIGS if kind == "step" else STATS_CONFIGS)
+    names = config_names(kind)
     bench = make_bench(kind, sizes, tiny, device, with_reference=True)
     bench.step(names[0])  # warm-up: lazy optimizer state, allocator, kernels
     wall: dict[str, list[float]] = {name: [] for name in names}
@@ -303,7 +313,7 @@ def table(title: str, times: dict, memory: dict[str, dict], names: list[str], ex
 def measure_kind(
     kind: str, sizes: Sizes, tiny: bool, timing: bool = True
 ) -> tuple[dict, dict[str, dict], list[str]]:
-    names = list(STEP_CONFIGS if kind == "step" else STATS_CONFIGS)
+    names = config_names(kind)
     times: dict = {}
     if timing:
         print(f"  {kind}: timing {len(names)} configurations x {sizes.repeats} rounds", file=sys.stderr, flush=True)
@@ -326,10 +336,14 @@ def main() -> None:
     parser.add_argument(
         "--memory-only", action="store_true", help="skip the timings (memory does not depend on machine load)"
     )
+    parser.add_argument("--configs", help="comma-separated substrings: run the baseline and the "
+                        "configurations whose name contains one (default: all)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--name", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = TINY if args.tiny else FULL
+    if args.configs:
+        os.environ["ICT_BENCH_CONFIGS"] = args.configs
     if args.rounds:
         sizes.repeats = args.rounds
         os.environ["ICT_BENCH_ROUNDS"] = str(args.rounds)
