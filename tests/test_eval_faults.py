@@ -1,0 +1,73 @@
+"""SIGKILL a real `ict eval` process mid-run and restart it: finished problems are not generated
+again, none is counted twice, and the results equal an uninterrupted evaluation's."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_gsm8k(directory: Path, size: int = 24) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = [{"question": f"what is {a} + {a % 5} ?", "answer": f"{a} + {a % 5} = {a + a % 5}\n#### {a + a % 5}"}
+            for a in range(size)]
+    (directory / "gsm8k.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    return directory
+
+
+def eval_command(model: Path, data: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "ict", "eval", "--model", str(model), "--benchmarks", "gsm8k", "--data-dir",
+            str(data), "--n", "2", "--k", "1,2", "--max-new-tokens", "6", "--batch-size", "2", "--device", "cpu",
+            "--output-dir", str(out), "--quiet", "--threads", "1"]
+
+
+def environment() -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+            "HOME": os.environ.get("HOME", "/tmp")}
+
+
+def sample_records(out: Path) -> list[dict]:
+    path = out / "samples.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_killed_evaluation_resumes_without_redoing_or_double_counting(tiny_model_dir, tmp_path):
+    data = write_gsm8k(tmp_path / "data")
+    reference = tmp_path / "reference"
+    done = subprocess.run(eval_command(tiny_model_dir, data, reference), env=environment(), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    expected = json.loads((reference / "results.json").read_text())
+
+    out = tmp_path / "killed"
+    process = subprocess.Popen(eval_command(tiny_model_dir, data, out), env=environment(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while len(sample_records(out)) < 8 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert process.poll() is None, "the evaluation finished before it could be killed"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    before = {(r["benchmark"], r["index"], r["sample"]): r["completion"] for r in sample_records(out)}
+    assert 0 < len(before) < 48 and not (out / "results.json").exists()
+
+    finish = subprocess.run(eval_command(tiny_model_dir, data, out), env=environment(), capture_output=True,
+                            text=True, timeout=600)
+    assert finish.returncode == 0, finish.stderr[-2000:]
+    records = sample_records(out)
+    keys = [(r["benchmark"], r["index"], r["sample"]) for r in records]
+    assert len(keys) == len(set(keys)) == 24 * 2  # every problem once per sample, none twice
+    after = dict(zip(keys, (r["completion"] for r in records), strict=True))
+    finished_before = {key for key in before if sum(k[1] == key[1] for k in before) == 2}
+    assert all(after[key] == before[key] for key in finished_before)  # finished problems kept as they were
+    resumed = json.loads((out / "results.json").read_text())
+    assert resumed["benchmarks"] == expected["benchmarks"]
