@@ -54,6 +54,9 @@ class TrainConfig:
     question_field: str = option("question", "file/hub datasets: field with the question")
     answer_field: str = option("answer", "file/hub datasets: field with the gold answer")
     choices_field: str | None = option(None, "field with multiple-choice options (list)")
+    skip_bad_rows: bool = option(False, "leave out dataset rows that cannot be used (bad JSON, "
+                                 "missing fields, empty question, unreadable gold) and report how "
+                                 "many, instead of refusing the file")
     prompt_suffix: str = option("", "text appended to every question (e.g. an answer-format "
                                  "instruction)")
     system_prompt: str | None = option(None, "system message (None: the chat template's)")

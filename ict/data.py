@@ -64,48 +64,68 @@ def _choice_gold(raw: Any, num_choices: int) -> str:
 
 def records_to_problems(records: Sequence[dict[str, Any]], question_field: str,
                         answer_field: str, choices_field: str | None = None,
-                        prompt_suffix: str = "") -> list[Problem]:
+                        prompt_suffix: str = "", skipped: list[str] | None = None) -> list[Problem]:
     """Map raw records (file rows / hub rows) to problems with the given field names.
 
     A question that is a list of chat messages is used as the conversation; a choices field may
     hold a list or its Python-literal string (as in MMLU copies). Math golds are normalised with
-    `ict.verify.normalize_gold` (`#### 42` -> `42`, `['$2$']` -> `2`)."""
-    from ict.verify import normalize_gold
-
+    `ict.verify.normalize_gold` (`#### 42` -> `42`, `['$2$']` -> `2`). A row that cannot be used
+    raises a `UsageError` naming it, unless `skipped` is a list: then the row is left out and its
+    reason appended there."""
     problems = []
     for number, record in enumerate(records, 1):
         try:
-            question = _get_field(record, question_field)
-            raw_answer = _get_field(record, answer_field)
+            problems.append(_record_to_problem(record, question_field, answer_field, choices_field,
+                                               prompt_suffix))
         except UsageError as error:
-            raise UsageError(f"row {number}: {error}; set --question-field/--answer-field") from None
-        if isinstance(question, str) and not question.strip():
-            raise UsageError(f"row {number}: empty question; fix or remove the row")
-        if choices_field:
-            choices = _get_field(record, choices_field)
-            if isinstance(choices, str):
-                choices = ast.literal_eval(choices)
-            choices = [str(choice) for choice in choices]
-            prompt = choice_prompt(str(question), choices) + prompt_suffix
-            problems.append(Problem(prompt=prompt, answer=_choice_gold(raw_answer, len(choices)),
-                                    kind="choice", choices=choices, entry=record))
-            continue
-        if isinstance(question, list):
-            prompt: str | list[dict[str, str]] = [dict(message) for message in question]
-            if prompt_suffix and prompt:
-                prompt[-1]["content"] = prompt[-1]["content"] + prompt_suffix
-        else:
-            prompt = str(question) + prompt_suffix
-        try:
-            gold = normalize_gold(raw_answer)
-        except ValueError as error:
-            raise UsageError(f"cannot read gold answer {raw_answer!r}: {error}") from None
-        problems.append(Problem(prompt=prompt, answer=gold, kind="math", entry=record))
+            if skipped is None:
+                raise UsageError(f"row {number}: {error}") from None
+            skipped.append(f"row {number}: {error}")
     return problems
 
 
-def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a .jsonl (one JSON object a line), .json (a list of objects) or .parquet file."""
+def _record_to_problem(record: dict[str, Any], question_field: str, answer_field: str,
+                       choices_field: str | None, prompt_suffix: str) -> Problem:
+    from ict.verify import normalize_gold
+
+    try:
+        question = _get_field(record, question_field)
+        raw_answer = _get_field(record, answer_field)
+    except UsageError as error:
+        raise UsageError(f"{error}; set --question-field/--answer-field") from None
+    if isinstance(question, str) and not question.strip():
+        raise UsageError("empty question; fix or remove the row")
+    if choices_field:
+        choices = _get_field(record, choices_field)
+        if isinstance(choices, str):
+            try:
+                choices = ast.literal_eval(choices)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                raise UsageError(f"choices {choices[:80]!r} are not a list") from None
+        if not isinstance(choices, list | tuple):
+            raise UsageError(f"choices {choices!r:.80} are not a list")
+        choices = [str(choice) for choice in choices]
+        prompt = choice_prompt(str(question), choices) + prompt_suffix
+        return Problem(prompt=prompt, answer=_choice_gold(raw_answer, len(choices)), kind="choice",
+                       choices=choices, entry=record)
+    if isinstance(question, list):
+        prompt: str | list[dict[str, str]] = [dict(message) for message in question]
+        if prompt_suffix and prompt:
+            prompt[-1]["content"] = prompt[-1]["content"] + prompt_suffix
+    else:
+        prompt = str(question) + prompt_suffix
+    try:
+        gold = normalize_gold(raw_answer)
+    except ValueError as error:
+        raise UsageError(f"cannot read gold answer {raw_answer!r:.80}: {error}") from None
+    return Problem(prompt=prompt, answer=gold, kind="math", entry=record)
+
+
+def read_records(path: str | Path, skipped: list[str] | None = None) -> list[dict[str, Any]]:
+    """Rows of a .jsonl (one JSON object a line), .json (a list of objects) or .parquet file.
+
+    A .jsonl line that is not UTF-8 or not a JSON object raises a `UsageError` naming it, unless
+    `skipped` is a list: then the line is left out and its reason appended there."""
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"data file not found: {path}")
@@ -114,18 +134,13 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
         rows = []
         for number, raw in enumerate(path.read_bytes().splitlines(), 1):
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise UsageError(f"{path}:{number}: not UTF-8 text; re-encode the file as UTF-8") from None
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise UsageError(f"{path}:{number}: invalid JSON ({error.msg}); fix or remove "
-                                     "the line") from None
-                if not isinstance(row, dict):
-                    raise UsageError(f"{path}:{number}: expected a JSON object, got "
-                                     f"{type(row).__name__}")
+                row = _jsonl_row(raw)
+            except UsageError as error:
+                if skipped is None:
+                    raise UsageError(f"{path}:{number}: {error}") from None
+                skipped.append(f"{path}:{number}: {error}")
+                continue
+            if row is not None:
                 rows.append(row)
         return rows
     if suffix == ".json":
@@ -143,6 +158,23 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
 
         return parquet.read_table(path).to_pylist()
     raise UsageError(f"unsupported data file {path} (use {', '.join(FILE_SUFFIXES)})")
+
+
+def _jsonl_row(raw: bytes) -> dict[str, Any] | None:
+    """One JSON-lines row (None for a blank line); a bad one is a `UsageError`."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError("not UTF-8 text; re-encode the file as UTF-8") from None
+    if not line.strip():
+        return None
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"invalid JSON ({error.msg}); fix or remove the line") from None
+    if not isinstance(row, dict):
+        raise UsageError(f"expected a JSON object, got {type(row).__name__}")
+    return row
 
 
 def hub_records(dataset_id: str, subset: str | None, split: str) -> list[dict[str, Any]]:
@@ -176,15 +208,18 @@ def load_training_data(dataset: str, *, dataset_config: dict[str, Any] | None = 
                        dataset_size: int = 10000, question_field: str = "question",
                        answer_field: str = "answer", choices_field: str | None = None,
                        prompt_suffix: str = "", eval_size: int = 0,
-                       seed: int = 0) -> TrainingData:
+                       seed: int = 0, skip_bad_rows: bool = False) -> TrainingData:
     """Load training problems and `eval_size` held-out ones.
 
     reasoning-gym: evaluation problems are generated with another seed (`seed + 1000003`);
-    files and hub datasets: the last `eval_size` rows after a seeded shuffle are held out."""
+    files and hub datasets: the last `eval_size` rows after a seeded shuffle are held out. A row
+    that cannot be used is refused (`UsageError`), or with `skip_bad_rows` left out and counted
+    in the description."""
+    skipped: list[str] | None = [] if skip_bad_rows else None
     if dataset.lower().endswith(FILE_SUFFIXES) or os.path.exists(dataset):
-        records = read_records(dataset)
+        records = read_records(dataset, skipped)
         problems = records_to_problems(records, question_field, answer_field, choices_field,
-                                       prompt_suffix)
+                                       prompt_suffix, skipped)
         description = f"file {dataset}"
     elif is_reasoning_gym_task(dataset):
         train = reasoning_gym_problems(dataset, dataset_size, seed, dataset_config, prompt_suffix)
@@ -194,13 +229,15 @@ def load_training_data(dataset: str, *, dataset_config: dict[str, Any] | None = 
     elif "/" in dataset:
         records = hub_records(dataset, dataset_subset, dataset_split)
         problems = records_to_problems(records, question_field, answer_field, choices_field,
-                                       prompt_suffix)
+                                       prompt_suffix, skipped)
         description = f"hub {dataset}:{dataset_subset or ''}:{dataset_split}"
     else:
         raise UsageError(f"dataset {dataset!r} is neither a reasoning-gym task, a file, nor a hub "
                          "id (org/name)")
+    if skipped:
+        description += f" ({len(skipped)} unusable rows skipped; first: {skipped[0]})"
     if not problems:
-        raise UsageError(f"dataset {dataset!r} has no rows")
+        raise UsageError(f"dataset {dataset!r} has no usable rows")
     order = list(range(len(problems)))
     random.Random(seed).shuffle(order)
     eval_count = min(eval_size, len(problems) - 1)

@@ -472,7 +472,7 @@ def train(config: TrainConfig, console: Any = None,
         dataset_split=config.dataset_split, dataset_size=config.dataset_size,
         question_field=config.question_field, answer_field=config.answer_field,
         choices_field=config.choices_field, prompt_suffix=config.prompt_suffix,
-        eval_size=config.eval_size, seed=config.seed)
+        eval_size=config.eval_size, seed=config.seed, skip_bad_rows=config.skip_bad_rows)
     reward = build_reward(config.reward, data.train[0].kind, config.answer_extraction,
                           config.format_reward, config.verify_timeout)
     sampler = PromptSampler(data.train, config.prompts_per_step, config.seed)

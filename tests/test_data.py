@@ -86,3 +86,15 @@ def test_prompt_sampler_is_a_pure_function_of_the_batch_index():
     # every epoch visits each problem once
     epoch = [prompt for batch in first for prompt in batch][:10]
     assert sorted(epoch, key=int) == [str(index) for index in range(10)]
+
+
+def test_bad_rows_are_refused_or_skipped_with_a_count(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b'{"question": "1+1?", "answer": "2"}\n{"question": oops}\n'
+                     b'{"question": "  ", "answer": "3"}\n{"prompt": "x", "answer": "4"}\n'
+                     b'{"question": "caf\xe9?", "answer": "5"}\n[1, 2]\n{"question": "2+2?", "answer": "4"}\n')
+    with pytest.raises(UsageError, match="mixed.jsonl:2: invalid JSON"):
+        load_training_data(str(path))
+    data = load_training_data(str(path), skip_bad_rows=True)
+    assert sorted(problem.answer for problem in data.train + data.eval) == ["2", "4"]
+    assert "5 unusable rows skipped" in data.description
