@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -357,20 +356,10 @@ def problem_from_row(spec: BenchmarkSpec, row: dict[str, Any], index: int) -> Pr
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Rows of a JSON-lines file (blank lines skipped); a bad line raises `UsageError` with its
-    line number."""
-    rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise UsageError(f"{path}:{number}: not valid JSON ({error.msg})") from error
-            if not isinstance(row, dict):
-                raise UsageError(f"{path}:{number}: expected a JSON object per line")
-            rows.append(row)
-    return rows
+    line number (`ict.data.read_records`, the one JSON-lines reader)."""
+    from ict.data import read_records
+
+    return read_records(path)
 
 
 def _load_hub_rows(spec: BenchmarkSpec) -> tuple[list[dict[str, Any]], str]:

@@ -171,7 +171,7 @@ def _jsonl_row(raw: bytes) -> dict[str, Any] | None:
     try:
         row = json.loads(line)
     except json.JSONDecodeError as error:
-        raise UsageError(f"invalid JSON ({error.msg}); fix or remove the line") from None
+        raise UsageError(f"not valid JSON ({error.msg}); fix or remove the line") from None
     if not isinstance(row, dict):
         raise UsageError(f"expected a JSON object, got {type(row).__name__}")
     return row

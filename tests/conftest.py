@@ -85,3 +85,12 @@ def write_arithmetic_task(path: Path, size: int = 64, seed: int = 0) -> Path:
 @pytest.fixture(scope="session")
 def arithmetic_task(tmp_path_factory) -> Path:
     return write_arithmetic_task(tmp_path_factory.mktemp("task") / "sums.jsonl")
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models generate much faster with one thread on a shared 2-core machine."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -69,7 +69,7 @@ CASES = [
     (["train", "--num-stepz", "3"], []),  # argparse: exit 2, its own usage line
     (["train", *BASE, "--model", "no/such/dir", "--run-dir", "r1"], ["no/such/dir"]),
     (["train", *BASE, "--dataset", "missing_field.jsonl", "--run-dir", "r2"], ["row 1", "question"]),
-    (["train", *BASE, "--dataset", "bad_json.jsonl", "--run-dir", "r3"], ["bad_json.jsonl:2", "invalid JSON"]),
+    (["train", *BASE, "--dataset", "bad_json.jsonl", "--run-dir", "r3"], ["bad_json.jsonl:2", "not valid JSON"]),
     (["train", *BASE, "--dataset", "empty_prompt.jsonl", "--run-dir", "r4"], ["empty question"]),
     (["train", *BASE, "--dataset", "latin1.jsonl", "--run-dir", "r5"], ["not UTF-8"]),
     (["train", "--config", "unknown_key.yaml"], ["learnin_rate", "did you mean learning_rate"]),

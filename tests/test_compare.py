@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from ict.cli import main
 from ict.rewards import register_reward
@@ -21,12 +20,7 @@ def compare_contains_answer(completion: str, problem) -> float:
     return float(problem.answer in completion.split())
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _data_dir(path: Path) -> Path:

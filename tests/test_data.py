@@ -93,7 +93,7 @@ def test_bad_rows_are_refused_or_skipped_with_a_count(tmp_path):
     path.write_bytes(b'{"question": "1+1?", "answer": "2"}\n{"question": oops}\n'
                      b'{"question": "  ", "answer": "3"}\n{"prompt": "x", "answer": "4"}\n'
                      b'{"question": "caf\xe9?", "answer": "5"}\n[1, 2]\n{"question": "2+2?", "answer": "4"}\n')
-    with pytest.raises(UsageError, match="mixed.jsonl:2: invalid JSON"):
+    with pytest.raises(UsageError, match="mixed.jsonl:2: not valid JSON"):
         load_training_data(str(path))
     data = load_training_data(str(path), skip_bad_rows=True)
     assert sorted(problem.answer for problem in data.train + data.eval) == ["2", "4"]

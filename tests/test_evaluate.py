@@ -25,14 +25,7 @@ from ict.evaluate import (
     majority_vote_correct,
 )
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models generate much faster with one thread on a shared 2-core machine."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def write_data_dir(path: Path) -> Path:

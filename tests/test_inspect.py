@@ -8,17 +8,10 @@ import subprocess
 import tempfile
 
 import pytest
-import torch
 
 from ict.cli import main
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _render(tiny_model_dir, tmp_path, color="entropy"):
