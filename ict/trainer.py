@@ -361,11 +361,6 @@ def accumulate_gradients(
         totals=totals)
 
 
-def gradients_are_finite(model: Any) -> bool:
-    """True when every accumulated gradient is finite (a NaN/inf one must not reach AdamW)."""
-    return all(bool(torch.isfinite(parameter.grad).all()) for parameter in model.parameters()
-               if parameter.grad is not None)
-
 
 # ---------------------------------------------------------------------------------------------
 # Evaluation
