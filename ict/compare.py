@@ -118,6 +118,7 @@ class CompareConfig:
     eval_math_extraction: str = "anchored"
     eval_limit: int | None = None
     report_only: bool = False
+    train_only: bool = False
     bootstrap_resamples: int = 10_000
     command: str = ""
 
@@ -164,6 +165,8 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
                     log(f"train {spec.label} seed {seed} -> {directory}")
                     checkpoint = train(train_config).checkpoint
                 assert checkpoint is not None
+                if config.train_only:
+                    continue
                 log(f"evaluate {checkpoint}")
                 evaluate(EvalConfig(
                     model=str(checkpoint), benchmarks=config.eval_benchmarks,
@@ -173,6 +176,8 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
                     math_extraction=config.eval_math_extraction,
                     device=train_config.device, threads=train_config.num_threads),
                     progress=False, print_table=False)
+    if config.train_only:
+        return config.output_dir
     return write_report(config)
 
 

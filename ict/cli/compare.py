@@ -41,6 +41,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--bootstrap-resamples", type=int, default=defaults.bootstrap_resamples)
     parser.add_argument("--report-only", action="store_true",
                         help="rebuild the report from the run directories; train nothing")
+    parser.add_argument("--train-only", action="store_true",
+                        help="train every run to its final checkpoint; evaluate nothing and "
+                             "write no report (a later run without it evaluates them)")
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="training option overrides for every run")
     parser.set_defaults(run=run)
@@ -58,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         eval_data_dir=args.eval_data_dir, eval_n=args.eval_n,
         eval_temperature=args.eval_temperature, eval_max_new_tokens=args.eval_max_new_tokens,
         eval_math_extraction=args.eval_math_extraction, eval_limit=args.eval_limit,
-        report_only=args.report_only, bootstrap_resamples=args.bootstrap_resamples,
+        report_only=args.report_only, train_only=args.train_only,
+        bootstrap_resamples=args.bootstrap_resamples,
         command="ict " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["compare"] else "")
     report = run_comparison(config)
     print(f"report: {report}")
