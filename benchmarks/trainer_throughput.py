@@ -70,8 +70,8 @@ def run_trl(steps: int, small: bool, checkpointing: bool) -> list[float]:
     from trl import GRPOConfig, GRPOTrainer
 
     from ict.data import load_training_data
+    from ict.extraction import extract_last_number
     from ict.models import offline_default_path
-    from ict.rewards import extract_last_number
 
     s = settings(small)
     data = load_training_data("chain_sum", dataset_config={"min_terms": 2, "max_terms": 2, "min_digits": 1,

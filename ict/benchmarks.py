@@ -26,21 +26,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ict.errors import UsageError
+from ict.gold import normalize_gold
 from ict.hub import go_offline, hub_reachable
 from ict.problems import (
     CHOICE_TEMPLATE,
     MATH_TEMPLATE,
     OPTION_LETTERS,
+    REASONING_GYM_TEMPLATES,
     Problem,
     render_options,
     render_template,
 )
-from ict.verify import normalize_gold
 
 AnswerType = Literal["math", "choice", "reasoning_gym"]
 Group = Literal["math", "olympiad", "commonsense", "reasoning_gym"]
 
-REASONING_GYM_TEMPLATE = MATH_TEMPLATE
 REASONING_GYM_EVAL_SEED = 1_000_003
 """Seed of generated reasoning-gym evaluation sets; training uses seeds below 1_000_000."""
 REASONING_GYM_DEFAULT_SIZE = 200
@@ -425,8 +425,9 @@ def parse_reasoning_gym_name(name: str) -> tuple[str, dict[str, Any], int, int]:
     return task, config, size, seed
 
 
-def load_reasoning_gym(name: str) -> Benchmark:
-    """Generate a reasoning-gym evaluation set (see `parse_reasoning_gym_name`)."""
+def load_reasoning_gym(name: str, answer_extraction: str = "tag") -> Benchmark:
+    """Generate a reasoning-gym evaluation set (see `parse_reasoning_gym_name`); the prompt
+    template follows the answer extraction (`ict.problems.REASONING_GYM_TEMPLATES`)."""
     import reasoning_gym
 
     task, config, size, seed = parse_reasoning_gym_name(name)
@@ -435,7 +436,8 @@ def load_reasoning_gym(name: str) -> Benchmark:
     except (TypeError, ValueError, AssertionError) as error:
         raise UsageError(f"cannot create reasoning-gym task {name!r}: {error}") from None
     spec = BenchmarkSpec(name, "reasoning_gym", "reasoning_gym", f"reasoning-gym {task}", None,
-                         ("question",), (("answer", "latex"),), REASONING_GYM_TEMPLATE)
+                         ("question",), (("answer", "latex"),),
+                         REASONING_GYM_TEMPLATES[answer_extraction])
     problems = []
     for index in range(size):
         entry = dataset[index]
@@ -448,18 +450,20 @@ def load_reasoning_gym(name: str) -> Benchmark:
 
 
 def load_benchmark(
-    name: str, data_dir: str | Path | None = None, limit: int | None = None
+    name: str, data_dir: str | Path | None = None, limit: int | None = None,
+    answer_extraction: str = "tag",
 ) -> Benchmark:
     """Load one benchmark.
 
     data_dir: directory with ``<name>.jsonl`` (a missing file is a `UsageError`); ``None`` loads
     from the hub (offline, this fails with one `UsageError` line that says to pass --data-dir).
     limit: keep the first ``limit`` problems (in file order).
-    Reasoning-gym names (``rg:...``) are generated and ignore ``data_dir``."""
+    Reasoning-gym names (``rg:...``) are generated and ignore ``data_dir``; their prompt follows
+    ``answer_extraction`` (``tag`` or ``last_number``, see `ict.grading`)."""
     if limit is not None and limit < 1:
         raise UsageError(f"--limit must be >= 1, got {limit}")
     if name.startswith("rg:"):
-        benchmark = load_reasoning_gym(name)
+        benchmark = load_reasoning_gym(name, answer_extraction)
     else:
         if name not in REGISTRY:
             expand_benchmark_names([name])  # raises the informative error

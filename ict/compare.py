@@ -116,6 +116,7 @@ class CompareConfig:
     eval_temperature: float = 0.6
     eval_max_new_tokens: int = 64
     eval_math_extraction: str = "anchored"
+    eval_answer_extraction: str = "last_number"
     eval_limit: int | None = None
     report_only: bool = False
     train_only: bool = False
@@ -174,6 +175,7 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
                     num_samples=config.eval_n, ks=ks, temperature=config.eval_temperature,
                     max_new_tokens=config.eval_max_new_tokens, seed=0, limit=config.eval_limit,
                     math_extraction=config.eval_math_extraction,
+                    answer_extraction=config.eval_answer_extraction,
                     device=train_config.device, threads=train_config.num_threads),
                     progress=False, print_table=False)
     if config.train_only:

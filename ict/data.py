@@ -86,7 +86,7 @@ def records_to_problems(records: Sequence[dict[str, Any]], question_field: str,
 
 def _record_to_problem(record: dict[str, Any], question_field: str, answer_field: str,
                        choices_field: str | None, prompt_suffix: str) -> Problem:
-    from ict.verify import normalize_gold
+    from ict.gold import normalize_gold
 
     try:
         question = _get_field(record, question_field)

@@ -49,18 +49,12 @@ from ict.benchmarks import (
     load_benchmark,
 )
 from ict.errors import UsageError
+from ict.extraction import sanitize_text
+from ict.grading import ANSWER_EXTRACTIONS, GradingRules, Verdict, grade_batch
 from ict.metrics import pass_at_k
 from ict.options import option
 from ict.problems import Problem
-from ict.verify import (
-    DEFAULT_TIMEOUT_SECONDS,
-    MATH_EXTRACTIONS,
-    MathVerifier,
-    default_verifier,
-    extract_choice_letter,
-    extract_tagged_answer,
-    sanitize_text,
-)
+from ict.verify import DEFAULT_TIMEOUT_SECONDS, MATH_EXTRACTIONS, MathVerifier, default_verifier
 
 SAMPLES_FILE = "samples.jsonl"
 RESULTS_FILES = ("results.json", "results.csv", "results.md")
@@ -68,11 +62,14 @@ RUN_FILE = "run.json"
 MAX_NEW_TOKENS_GPU = 4096
 MAX_NEW_TOKENS_CPU = 512
 RESUME_KEYS = ("model", "num_samples", "greedy", "temperature", "top_p", "max_new_tokens", "seed",
-               "system_prompt")
-"""Configuration fields that must match for a rerun to reuse finished problems."""
+               "system_prompt", "answer_extraction")
+"""Configuration fields that must match for a rerun to reuse finished problems
+(``answer_extraction`` changes reasoning-gym prompts)."""
 GRADING_KEYS = ("math_extraction", "verify_timeout")
 """Grading settings: when they differ from the stored run, stored samples are re-graded."""
 LEGACY_GRADING = {"math_extraction": "lenient", "verify_timeout": DEFAULT_TIMEOUT_SECONDS}
+LEGACY_RESUME = {"answer_extraction": "tag"}
+"""Values of resume keys added later, for run files written before them."""
 
 
 @dataclass
@@ -109,6 +106,11 @@ class EvalConfig:
                                   "after 'the answer is' / 'Answer:'; lenient: math-verify's "
                                   "fallback to the last formula or number also counts",
                                   ("anchored", "lenient"))
+    answer_extraction: str = option("tag", "reasoning-gym answers: tag = the last <answer></answer> "
+                                    "or \\boxed{}, with the \\boxed{} instruction in the prompt; "
+                                    "last_number = the last number, with the bare question as "
+                                    "prompt (ict train's default reward and prompt)",
+                                    ANSWER_EXTRACTIONS)
     regrade: bool = option(False, "grade the stored completions in --output-dir again with the "
                            "current rules (automatic when grading options changed)")
     verify_workers: int | None = option(None, "math-verify worker processes; None = min(2, CPUs)")
@@ -129,6 +131,8 @@ class EvalConfig:
             raise UsageError("--max-new-tokens and --batch-size must be >= 1")
         if self.math_extraction not in MATH_EXTRACTIONS:
             raise UsageError(f"--math-extraction must be one of {', '.join(MATH_EXTRACTIONS)}")
+        if self.answer_extraction not in ANSWER_EXTRACTIONS:
+            raise UsageError(f"--answer-extraction must be one of {', '.join(ANSWER_EXTRACTIONS)}")
         if not self.verify_timeout > 0:
             raise UsageError("--verify-timeout must be > 0")
         if self.backend not in ("auto", "hf", "vllm"):
@@ -155,16 +159,6 @@ class EvalConfig:
             return Path(self.output_dir).expanduser()
         slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.model.strip("/"))
         return Path("runs") / "eval" / slug.strip("._")[-80:]
-
-
-@dataclass
-class Verdict:
-    """Grade of one completion. ``score``: the raw score (1/0, or reasoning-gym's float)."""
-
-    correct: bool
-    extracted: str | None
-    status: str
-    score: float
 
 
 @dataclass
@@ -203,37 +197,15 @@ def grade_completions(
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
     verifier: MathVerifier | None = None,
     math_extraction: str = "anchored",
+    answer_extraction: str = "tag",
 ) -> list[Verdict]:
-    """Grade ``(problem, completion)`` pairs of one benchmark (math checks run as one batch).
-    math_extraction: ``anchored`` or ``lenient`` (`ict.verify.MathExtraction`)."""
-    answer_type = benchmark.spec.answer_type
-    if answer_type == "math":
-        verifier = verifier or default_verifier()
-        verdicts = verifier.check_batch(
-            [(completion, problem.answer) for problem, completion in items], timeout_seconds,
-            math_extraction,  # type: ignore[arg-type]
-        )
-        return [Verdict(v.correct, v.extracted, v.status, float(v.correct)) for v in verdicts]
-    results = []
-    for problem, completion in items:
-        if answer_type == "choice":
-            assert problem.choices is not None
-            letter = extract_choice_letter(completion, len(problem.choices))
-            correct = letter is not None and letter == problem.answer
-            status = "ok" if letter is not None else "no_answer"
-            results.append(Verdict(correct, letter, status, float(correct)))
-        else:
-            extracted = extract_tagged_answer(completion)
-            if extracted is None:
-                results.append(Verdict(False, None, "no_answer", 0.0))
-                continue
-            try:
-                score = float(benchmark.scorer.score_answer(answer=extracted, entry=problem.entry))
-                status = "ok"
-            except Exception:  # noqa: BLE001 - a scorer failing on odd input is a wrong answer
-                score, status = 0.0, "error"
-            results.append(Verdict(score >= 1.0 - 1e-9, extracted, status, score))
-    return results
+    """Grade ``(problem, completion)`` pairs of one benchmark with the one grader
+    (`ict.grading.grade_batch`, the rules `ict train`'s rewards use)."""
+    if any(problem.kind != benchmark.spec.answer_type for problem, _ in items):
+        raise ValueError(f"every problem of {benchmark.name} must be of kind "
+                         f"{benchmark.spec.answer_type}")
+    rules = GradingRules(answer_extraction, math_extraction, timeout_seconds)
+    return grade_batch(items, rules, verifier)
 
 
 # --------------------------------------------------------------------------------------------
@@ -371,6 +343,7 @@ def _prepare_output_dir(
             (output_dir / name).unlink(missing_ok=True)
     elif run_path.is_file() and samples_path.is_file():
         previous = json.loads(run_path.read_text(encoding="utf-8"))
+        previous = {**LEGACY_RESUME, **previous}
         differing = {key: (previous.get(key), value) for key, value in current.items()
                      if previous.get(key) != value}
         if differing:
@@ -413,7 +386,8 @@ def regrade_records(benchmarks: Sequence[Benchmark], records: dict[str, list[dic
         if not pairs:
             continue
         verdicts = grade_completions(benchmark, [(p, r["completion"]) for p, r in pairs],
-                                     config.verify_timeout, verifier, config.math_extraction)
+                                     config.verify_timeout, verifier, config.math_extraction,
+                                     config.answer_extraction)
         for (problem, record), verdict in zip(pairs, verdicts, strict=True):
             record.update(gold=problem.answer, extracted=verdict.extracted, correct=verdict.correct,
                           score=verdict.score, status=verdict.status)
@@ -604,7 +578,8 @@ def evaluate(
     started = time.perf_counter()
     requested = [name.strip() for name in config.benchmarks.split(",") if name.strip()]
     names = expand_benchmark_names(requested)
-    benchmarks = [load_benchmark(name, config.data_dir, config.limit) for name in names]
+    benchmarks = [load_benchmark(name, config.data_dir, config.limit, config.answer_extraction)
+                  for name in names]
     output_dir = config.resolved_output_dir()
     records, needs_regrade = _prepare_output_dir(config, output_dir)
     todo = [(benchmark, [p for p in benchmark.problems
@@ -692,7 +667,7 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
                                                                        strict=True)
                              for text in group]
                     verdicts = grade_completions(benchmark, items, config.verify_timeout, verifier,
-                                                 config.math_extraction)
+                                                 config.math_extraction, config.answer_extraction)
                     width = len(completions[0])
                     for offset, problem in enumerate(chunk):
                         key = _problem_key(benchmark.name, problem.index)

@@ -19,6 +19,9 @@ MATH_INSTRUCTION = "Please reason step by step, and put your final answer within
 MATH_TEMPLATE = "{question}\n" + MATH_INSTRUCTION
 """Prompt templates: ``{question}`` and ``{options}`` are replaced literally (no str.format, so
 LaTeX braces need no escaping)."""
+REASONING_GYM_TEMPLATES = {"tag": MATH_TEMPLATE, "last_number": "{question}"}
+"""Reasoning-gym prompt by answer extraction: ``tag`` asks for a ``\\boxed{}`` answer; ``last_number``
+is the bare question, the prompt `ict train` uses with its default ``last_number`` reward."""
 CHOICE_TEMPLATE = (
     "{question}\n\n{options}\n\n"
     "Answer with the letter of the correct option. Please reason step by step, and put the "

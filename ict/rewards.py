@@ -1,13 +1,14 @@
 """Reward functions: a registry of `name -> fn(completion, problem) -> float`.
 
+Each task reward is a rule of the one grader, `ict.grading` (evaluation uses the same rules).
 Built in:
 - `reasoning_gym`: the task's own scorer (`dataset.score_answer`) on a strictly extracted answer
   (extraction `last_number`: the last number in the completion, or `tag`: the content of the last
   `<answer></answer>` pair, else the last `\\boxed{}`); the scorer never sees the whole text, so
   verbose answers earn no partial credit;
 - `math`: math-verify on the completion against the normalised gold, with a hard time bound
-  per check in a worker process (`ict.verify.verify_math`);
-- `choice`: the committed option letter (`ict.verify.extract_choice_letter`) equals the gold;
+  per check in a worker process (`ict.grading.grade_math_batch`, lenient extraction);
+- `choice`: the committed option letter (`ict.grading.grade_choice`) equals the gold;
 - `last_number`: the last number in the completion equals the numeric gold;
 - `format`: 1 if the completion holds exactly one non-empty `<answer>...</answer>` pair.
 
@@ -17,13 +18,20 @@ weights (`"math,format"` with `format_weight`).
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ict.errors import UsageError
+from ict.extraction import tail
+from ict.grading import (
+    GradingRules,
+    grade_choice,
+    grade_math_batch,
+    grade_number,
+    grade_reasoning_gym,
+)
 
 if TYPE_CHECKING:
     from ict.problems import Problem
@@ -31,9 +39,7 @@ if TYPE_CHECKING:
 RewardFunction = Callable[[str, "Problem"], float]
 REWARDS: dict[str, RewardFunction] = {}
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_MAX_SCAN_CHARS = 20_000
 
 
 def register_reward(name: str) -> Callable[[RewardFunction], RewardFunction]:
@@ -46,44 +52,9 @@ def register_reward(name: str) -> Callable[[RewardFunction], RewardFunction]:
     return decorator
 
 
-def extract_last_number(text: str) -> str | None:
-    """The last number in `text` (commas removed, `-` kept, a trailing `.0..` stripped)."""
-    matches = _NUMBER.findall(text[-_MAX_SCAN_CHARS:])
-    if not matches:
-        return None
-    number = matches[-1].replace(",", "")
-    if "." in number and set(number.split(".", 1)[1]) == {"0"}:
-        number = number.split(".", 1)[0]
-    return number
-
-
-def _numbers_equal(left: str, right: str) -> bool:
-    try:
-        return math.isclose(float(left.replace(",", "")), float(right.replace(",", "")),
-                            rel_tol=1e-9, abs_tol=1e-9)
-    except ValueError:
-        return left.strip() == right.strip()
-
-
-def extract_answer(completion: str, extraction: str) -> str | None:
-    """Strict answer extraction: `last_number` or `tag` (see the module docstring)."""
-    if extraction == "last_number":
-        return extract_last_number(completion)
-    if extraction == "tag":
-        from ict.verify import extract_tagged_answer
-
-        return extract_tagged_answer(completion)
-    raise UsageError(f"unknown answer extraction {extraction!r} (use last_number or tag)")
-
-
 def reasoning_gym_reward(completion: str, problem: Problem, extraction: str = "last_number") -> float:
     """The reasoning-gym task's score of the strictly extracted answer (0 when none)."""
-    if problem.scorer is None:
-        raise UsageError("the reasoning_gym reward needs reasoning-gym problems")
-    answer = extract_answer(completion, extraction)
-    if answer is None:
-        return 0.0
-    return float(problem.scorer.score_answer(answer=answer, entry=problem.entry))
+    return grade_reasoning_gym(problem, completion, extraction).score
 
 
 @register_reward("reasoning_gym")
@@ -98,33 +69,28 @@ def _reasoning_gym_tag(completion: str, problem: Problem) -> float:
 
 @register_reward("math")
 def math_reward(completion: str, problem: Problem, timeout_seconds: float = 5.0) -> float:
-    """1 if math-verify judges the completion's answer equal to the gold, else 0."""
-    from ict.verify import verify_math
-
-    return float(verify_math(completion, problem.answer, timeout_seconds=timeout_seconds))
+    """1 if math-verify judges the completion's answer equal to the gold, else 0 (lenient
+    extraction: a bare final number counts)."""
+    rules = GradingRules(math_extraction="lenient", timeout_seconds=timeout_seconds)
+    return grade_math_batch([(problem, completion)], rules)[0].score
 
 
 @register_reward("choice")
 def choice_reward(completion: str, problem: Problem) -> float:
     """1 if the option letter the completion commits to is the gold letter."""
-    from ict.verify import extract_choice_letter
-
-    if not problem.choices:
-        raise UsageError("the choice reward needs problems with choices (set choices_field)")
-    return float(extract_choice_letter(completion, len(problem.choices)) == problem.answer)
+    return grade_choice(problem, completion).score
 
 
 @register_reward("last_number")
 def last_number_reward(completion: str, problem: Problem) -> float:
     """1 if the last number in the completion equals the (numeric) gold answer."""
-    number = extract_last_number(completion)
-    return float(number is not None and _numbers_equal(number, problem.answer))
+    return grade_number(problem, completion).score
 
 
 @register_reward("format")
 def format_reward(completion: str, problem: Problem) -> float:
     """1 if the completion contains exactly one non-empty `<answer>...</answer>` pair."""
-    matches = _ANSWER_TAG.findall(completion[-_MAX_SCAN_CHARS:])
+    matches = _ANSWER_TAG.findall(tail(completion))
     return float(len(matches) == 1 and bool(matches[0].strip()))
 
 

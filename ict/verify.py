@@ -1,28 +1,20 @@
-"""Answer extraction and checking: bounded math-verify, option letters, strict tagged answers.
+"""Bounded math-verify: a persistent worker process with a hard wall-clock bound per check.
 
-Everything here treats model output as untrusted input:
+Model output is untrusted input. Math checks (`verify_math`, `check_math`, their `_batch` forms)
+run math-verify in a persistent worker *process* and enforce a hard wall-clock bound per check by
+killing and restarting the worker. math-verify's own timeouts use `signal.alarm` (main thread
+only), so they are switched off (`parsing_timeout=None`, `timeout_seconds=None`) and the bound
+is ours. A check that exceeds the bound is judged incorrect with status ``"timeout"``. One round
+trip to a warm worker costs well under a millisecond plus the parse itself.
 
-* extraction helpers (`extract_boxed_answer`, `extract_choice_letter`, `extract_tagged_answer`) do
-  bounded work in the calling process (at most `MAX_SCAN_CHARS` characters are scanned, no
-  regular expression with nested quantifiers runs over the whole text);
-* math checks (`verify_math`, `check_math`, their `_batch` forms) run math-verify in a persistent
-  worker *process* and enforce a hard wall-clock bound per check by killing and restarting the
-  worker. math-verify's own timeouts use `signal.alarm` (main thread only), so they are switched off
-  (`parsing_timeout=None`, `timeout_seconds=None`) and the bound is ours. A check that exceeds the
-  bound is judged incorrect with status ``"timeout"``. One round trip to a warm worker costs well
-  under a millisecond plus the parse itself.
-
-Gold answers come in several published formats; `normalize_gold` turns each into one bare LaTeX
-answer (``"#### 1,234"`` -> ``"1234"``, ``"['$2$']"`` -> ``"2"``, ``27.0`` -> ``"27"``, a Minerva
-solution -> its last ``\\boxed{}``), and the worker wraps it as ``$<gold>$`` before parsing (a bare
-``1 - \\sqrt{2}`` would otherwise parse as ``1``).
+Gold answers arrive normalised by `ict.gold.normalize_gold`; the worker wraps each as
+``$<gold>$`` before parsing. Answer extraction outside math-verify lives in `ict.extraction`;
+which rule grades which problem is `ict.grading`'s job.
 """
 
 from __future__ import annotations
 
-import ast
 import atexit
-import math
 import os
 import pickle
 import re
@@ -32,20 +24,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ict.problems import OPTION_LETTERS
+from ict.extraction import BOXED_COMMANDS, sanitize_text, tail
 
-# Bounds on the work done in the calling process.
-MAX_SCAN_CHARS = 20_000
-"""Only the last this-many characters of a completion are scanned or sent to math-verify."""
-MAX_BOXED_CHARS = 2_000
-"""A ``\\boxed{...}`` whose content is longer than this is treated as not closed."""
-MAX_BOXED_TRIES = 8
-"""How many ``\\boxed`` occurrences, from the last backwards, are tried before giving up."""
 DEFAULT_TIMEOUT_SECONDS = 5.0
 WORKER_START_TIMEOUT_SECONDS = 120.0
 WORKER_MEMORY_LIMIT_BYTES = 8 * 1024**3
@@ -59,302 +44,6 @@ one). ``anchored``: only ``\\boxed{}`` (or ``#### x``) and anchors such as "the 
 "final answer:", "Answer:"; a completion that merely mentions numbers has no answer."""
 MATH_EXTRACTIONS = ("lenient", "anchored")
 
-
-# --------------------------------------------------------------------------------------------
-# Text hygiene and bounded extraction
-# --------------------------------------------------------------------------------------------
-
-
-def sanitize_text(text: str | bytes | None) -> str:
-    """Return valid UTF-8-encodable text: bytes are decoded with U+FFFD for invalid sequences,
-    lone surrogates and NUL characters are replaced. ``None`` becomes ``""``."""
-    if text is None:
-        return ""
-    if isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", errors="replace")
-    elif not isinstance(text, str):
-        text = str(text)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", errors="replace").decode("utf-8")
-    return text.replace("\x00", "\ufffd")
-
-
-def _tail(text: str, limit: int = MAX_SCAN_CHARS) -> str:
-    return text if len(text) <= limit else text[-limit:]
-
-
-def _balanced_group(text: str, open_index: int, limit: int = MAX_BOXED_CHARS) -> str | None:
-    """Content of the brace group opening at ``text[open_index] == '{'``; ``None`` if it does not
-    close within ``limit`` characters. ``\\{`` and ``\\}`` are literal braces and do not count."""
-    depth = 0
-    index = open_index
-    end = min(len(text), open_index + limit + 2)
-    while index < end:
-        char = text[index]
-        if char == "\\":
-            index += 2
-            continue
-        if char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return text[open_index + 1 : index]
-        index += 1
-    return None
-
-
-_BOXED_COMMANDS = ("\\boxed", "\\fbox", "\\framebox")
-
-
-def extract_boxed_answer(text: str | bytes | None) -> str | None:
-    """Content of the last complete ``\\boxed{...}`` (or ``\\fbox{...}``, ``\\framebox{...}``).
-
-    Rule: find the last occurrence of one of the commands; after optional spaces it must be followed
-    by a brace group that closes within `MAX_BOXED_CHARS` characters (``\\{``/``\\}`` are literal),
-    or by ``\\boxed <token>`` (space form, the token runs to the next whitespace or ``$``). If the
-    last occurrence is unclosed, earlier ones are tried (at most `MAX_BOXED_TRIES`). Only the last
-    `MAX_SCAN_CHARS` characters are looked at. Returns the stripped content, or ``None``.
-    """
-    text = _tail(sanitize_text(text))
-    candidates: list[tuple[int, str]] = []
-    for command in _BOXED_COMMANDS:
-        start = len(text)
-        for _ in range(MAX_BOXED_TRIES):
-            position = text.rfind(command, 0, start)
-            if position < 0:
-                break
-            candidates.append((position, command))
-            start = position
-    candidates.sort(reverse=True)
-    for position, command in candidates[:MAX_BOXED_TRIES]:
-        after = position + len(command)
-        if after < len(text) and text[after].isalpha():
-            continue  # e.g. \boxedA is another macro
-        index = after
-        while index < len(text) and text[index] in " \t":
-            index += 1
-        if index < len(text) and text[index] == "{":
-            content = _balanced_group(text, index)
-            if content is not None:
-                return content.strip()
-            continue
-        if command == "\\boxed" and index > after and index < len(text):
-            match = re.match(r"[^\s$]{1,100}", text[index : index + 101])
-            if match:
-                return match.group(0)
-    return None
-
-
-
-
-def _choice_pattern(letters: str) -> str:
-    return f"[{letters}]"
-
-
-def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> str | None:
-    """The option letter a completion commits to, or ``None``. Strict rule, first that applies:
-
-    1. the content of the last ``\\boxed{}`` is a single valid letter, optionally wrapped as
-       ``(B)``, ``B)``, ``B.``, ``\\text{B}``, ``\\textbf{(B)}``, or starts with such a letter
-       followed by ``)``/``.``/``:`` and the option text (``\\boxed{B) 42}``);
-    2. otherwise the last phrase "answer is", "answer:", "Answer -" (case-insensitive, optionally
-       "final"/"correct", optionally bold ``**``) followed by a valid letter as a whole word, in
-       optional parentheses;
-    3. otherwise the whole completion, stripped of whitespace, ``*`` and a trailing period, is one
-       valid letter, optionally in parentheses or followed by ``)`` / ``.`` / ``:`` and option text
-       on the same line (``B) 42``).
-
-    Valid letters are the first ``num_choices`` of A-Z, upper case only (a lone "a" is an article).
-    Anything else (a letter mentioned mid-sentence, several letters) gives ``None``.
-    """
-    if not 1 <= num_choices <= len(OPTION_LETTERS):
-        raise ValueError(f"num_choices must be in 1..26, got {num_choices}")
-    letters = OPTION_LETTERS[:num_choices]
-    text = _tail(sanitize_text(completion))
-    letter = _choice_pattern(letters)
-
-    boxed = extract_boxed_answer(text)
-    if boxed is not None:
-        inner = boxed.strip()
-        for _ in range(3):  # peel \text{...}, \textbf{...}, \mathrm{...}
-            match = re.fullmatch(r"\\(?:text|textbf|mathrm|mathbf)\s*\{(.*)\}", inner, flags=re.S)
-            if not match:
-                break
-            inner = match.group(1).strip()
-        match = re.fullmatch(rf"\(?({letter})\)?\.?", inner) or re.match(
-            rf"\(?({letter})(?:\)|\.|:)\s", inner + " "
-        )
-        if match:
-            return match.group(1)
-        return None
-
-    phrase = re.compile(
-        rf"(?:final\s+|correct\s+)?answer\s*(?:is\s*:?|:|-)\s*(?:option\s+)?\**\s*(?:\\?\(|\[)?\s*({letter})\b(?![\w'])",
-        flags=re.IGNORECASE,
-    )
-    last = None
-    for match in phrase.finditer(text):
-        if match.group(1) in letters:  # IGNORECASE widened the class; keep upper case only
-            last = match
-    if last is not None:
-        return last.group(1)
-
-    stripped = text.strip().strip("*").strip()
-    match = re.fullmatch(rf"\(?({letter})\)?\.?", stripped)
-    if match:
-        return match.group(1)
-    match = re.match(rf"\(?({letter})(?:\)|\.|:)[ \t]([^\n]*)$", stripped)
-    # "B) 42" commits to B; "(A) (B) (C) (D)" lists every option and commits to none
-    if match and not re.search(rf"(?:^|\s)\(?({letter})\)", match.group(2)):
-        return match.group(1)
-    return None
-
-
-def extract_tagged_answer(completion: str | bytes | None, tag_name: str = "answer") -> str | None:
-    """Strict answer extraction for reasoning-gym style tasks.
-
-    Rule: the content of the last complete ``<answer>...</answer>`` pair; if there is none, the
-    content of the last ``\\boxed{}`` (`extract_boxed_answer`); else ``None``. No fallback to "the
-    last number in the text": reasoning-gym scorers give partial credit to verbose answers, so only
-    an explicitly marked answer is scored. Content is stripped; an empty answer gives ``None``.
-    """
-    text = _tail(sanitize_text(completion))
-    close = f"</{tag_name}>"
-    open_tag = f"<{tag_name}>"
-    end = text.rfind(close)
-    if end >= 0:
-        start = text.rfind(open_tag, 0, end)
-        if start >= 0:
-            content = text[start + len(open_tag) : end].strip()
-            return content or None
-    boxed = extract_boxed_answer(text)
-    return boxed or None
-
-
-# --------------------------------------------------------------------------------------------
-# Gold answers
-# --------------------------------------------------------------------------------------------
-
-GoldFormat = Literal["latex", "gsm8k", "list", "number", "boxed_solution", "auto"]
-
-
-def _strip_math_delimiters(text: str) -> str:
-    text = text.strip()
-    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
-        if text.startswith(left) and text.endswith(right) and len(text) >= len(left) + len(right):
-            inner = text[len(left) : len(text) - len(right)].strip()
-            if left == "$" and "$" in inner:
-                continue  # "$a$, $b$" is two formulas, not one
-            return inner
-    return text
-
-
-def gold_from_gsm8k(answer_text: str) -> str:
-    """``"... #### 1,234"`` -> ``"1234"`` (text after the last ``####``, commas and ``$`` removed)."""
-    if "####" not in answer_text:
-        raise ValueError(f"GSM8K answer has no '####' marker: {answer_text[-80:]!r}")
-    final = answer_text.rsplit("####", 1)[1].strip()
-    return final.replace(",", "").replace("$", "").strip()
-
-
-def gold_from_number(value: float | int | str) -> str:
-    """``27.0`` / ``"27.0"`` -> ``"27"``; non-integral numbers keep their shortest repr (``"4.25"``)."""
-    if isinstance(value, str):
-        text = value.strip().replace(",", "")
-        try:
-            number = float(text)
-        except ValueError:
-            return value.strip()
-    else:
-        number = float(value)
-        text = repr(value)
-    if math.isfinite(number) and number == int(number) and abs(number) < 1e15:
-        return str(int(number))
-    return text
-
-
-MAX_LIST_LITERAL_CHARS = 10_000
-
-
-def list_literal(text: str) -> list[str] | None:
-    """The strings of ``text`` when it is a Python list (or tuple) literal of strings, such as
-    OlympiadBench's ``"['$2$']"``; else None. LaTeX intervals and sets (``[0, \\infty)``,
-    ``[-1, 3]``) are not string lists and give None. ``ast.literal_eval`` evaluates literals
-    only (no code), on at most ``MAX_LIST_LITERAL_CHARS`` characters."""
-    text = text.strip()
-    if not (text.startswith("[") and text.endswith("]")) or len(text) > MAX_LIST_LITERAL_CHARS:
-        return None
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
-        return None
-    if isinstance(value, list | tuple) and value and all(isinstance(item, str) for item in value):
-        return list(value)
-    return None
-
-
-def gold_from_list(value: Sequence[str] | str) -> str:
-    """OlympiadBench ``final_answer``: a list (or its Python-literal string) of LaTeX answers like
-    ``['$2$']``. Math delimiters are stripped from each element; several elements are joined with
-    ``", "`` (a multiple answer, compared as a set/tuple by math-verify)."""
-    items: Any = value
-    if isinstance(value, str):
-        items = list_literal(value) or [value.strip()]
-    # "$a$,$b$" inside one element is one answer typeset as several formulas: drop every
-    # unescaped "$" (a currency "\\$" stays)
-    parts = [re.sub(r"(?<!\\)\$", "", _strip_math_delimiters(str(item))).strip() for item in items]
-    parts = [part for part in parts if part]
-    if not parts:
-        raise ValueError(f"empty gold answer list: {value!r}")
-    return ", ".join(parts)
-
-
-def gold_from_boxed_solution(solution: str) -> str:
-    """Minerva-style gold: the content of the last ``\\boxed{}`` of the reference solution."""
-    boxed = extract_boxed_answer(solution)
-    if boxed is None:
-        raise ValueError(f"solution has no \\boxed{{}} answer: {solution[-80:]!r}")
-    return boxed.replace("$", " ").strip()  # a '$' inside a box is a typesetting slip
-
-
-def normalize_gold(raw: Any, fmt: GoldFormat = "auto") -> str:
-    """One bare LaTeX gold answer from a published format (see module docstring).
-
-    ``fmt``: ``"latex"`` (bare LaTeX, outer ``$`` stripped), ``"gsm8k"``, ``"list"``, ``"number"``,
-    ``"boxed_solution"``, or ``"auto"`` (a list, or a string that is a Python list literal of
-    strings -> list; text with ``####`` -> gsm8k, text with ``\\boxed`` -> boxed_solution, a
-    number -> number, else latex: so ``[0, \\infty)`` and ``[-1, 3]`` stay as they are).
-    """
-    if fmt == "auto":
-        if isinstance(raw, (list, tuple)) or (isinstance(raw, str) and list_literal(raw) is not None):
-            fmt = "list"
-        elif isinstance(raw, (int, float)):
-            fmt = "number"
-        elif isinstance(raw, str) and "####" in raw:
-            fmt = "gsm8k"
-        elif isinstance(raw, str) and any(command in raw for command in _BOXED_COMMANDS):
-            fmt = "boxed_solution"
-        else:
-            fmt = "latex"
-    if fmt == "gsm8k":
-        return gold_from_gsm8k(str(raw))
-    if fmt == "list":
-        return gold_from_list(raw)
-    if fmt == "number":
-        return gold_from_number(raw)
-    if fmt == "boxed_solution":
-        return gold_from_boxed_solution(str(raw))
-    if fmt == "latex":
-        text = _strip_math_delimiters(str(raw))
-        if re.fullmatch(r"[-+]?\d+\.0+", text):
-            text = text.split(".")[0]
-        return text
-    raise ValueError(f"unknown gold format {fmt!r}")
-
-
 _E_NOTATION = re.compile(r"(?<![\w.])([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d{1,3})(?![\w.])")
 
 
@@ -363,7 +52,7 @@ def mark_hash_answer(completion: str) -> str:
     answer on the same line gets that answer boxed (``"... #### 72"`` -> ``"... \\boxed{72}"``),
     so that math-verify's boxed-first extraction picks it. Other completions are returned as is."""
     marker = completion.rfind("####")
-    if marker < 0 or any(command in completion for command in _BOXED_COMMANDS):
+    if marker < 0 or any(command in completion for command in BOXED_COMMANDS):
         return completion
     line = completion[marker + 4 :].split("\n", 1)[0].strip().replace(",", "").strip("$ .")
     if not line:
@@ -653,7 +342,7 @@ class MathVerifier:
             raise ValueError(f"timeout_seconds must be > 0, got {timeout_seconds}")
         if extraction not in MATH_EXTRACTIONS:
             raise ValueError(f"extraction must be one of {MATH_EXTRACTIONS}, got {extraction!r}")
-        tasks = [(_tail(sanitize_text(completion)), sanitize_text(gold), extraction)
+        tasks = [(tail(sanitize_text(completion)), sanitize_text(gold), extraction)
                  for completion, gold in pairs]
         results: list[MathVerdict | None] = [None] * len(tasks)
         if not tasks:

@@ -8,14 +8,10 @@ import time
 
 import pytest
 
+from ict.extraction import extract_boxed_answer, extract_choice_letter, extract_tagged_answer
 from ict.problems import Problem
 from ict.rewards import choice_reward, reasoning_gym_reward
-from ict.verify import (
-    MathVerifier,
-    extract_boxed_answer,
-    extract_choice_letter,
-    extract_tagged_answer,
-)
+from ict.verify import MathVerifier
 
 RTL = "\u202e"
 ADVERSARIAL: dict[str, str | bytes] = {

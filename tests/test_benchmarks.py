@@ -26,7 +26,7 @@ DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks
 
 ISSUE_BENCHMARKS = {"math500", "aime24", "aime25", "amc23", "olympiadbench", "minerva_math",
                     "gsm8k", "mmlu_stem", "mmlu_pro", "gpqa_diamond", "commonsense_qa",
-                    "arc_challenge"}  # fmt: skip
+                    "arc_challenge"}
 
 
 def test_registry_and_suites():
@@ -83,7 +83,7 @@ def test_local_gold_examples():
     olympiad = load_benchmark("olympiadbench", DATA_DIR).problems
     by_id = {p.problem_id: p.answer for p in olympiad}
     raw = {json.loads(line)["id"]: json.loads(line)["final_answer"]
-           for line in open(DATA_DIR / "olympiadbench.jsonl", encoding="utf-8")}  # fmt: skip
+           for line in open(DATA_DIR / "olympiadbench.jsonl", encoding="utf-8")}
     multiple = [row for row in raw.values() if "$,$" in row[0]]
     assert multiple, "expected answers typeset as several formulas"
     for key, value in raw.items():
@@ -100,12 +100,12 @@ def test_local_gold_examples():
 def test_hub_format_rows():
     # MMLU with a Python-list string and a string index (the README's format)
     problem = problem_from_row(REGISTRY["mmlu_stem"], {
-        "question": "2+2?", "choices": "['3', '4', '5', '6']", "answer": "1"}, 0)  # fmt: skip
+        "question": "2+2?", "choices": "['3', '4', '5', '6']", "answer": "1"}, 0)
     assert problem.answer == "B" and problem.choices == ["3", "4", "5", "6"]
     assert "A) 3\nB) 4\nC) 5\nD) 6" in problem.prompt
     # MMLU-Pro: ten options, letter or index answer
     row = {"question_id": 7, "question": "q", "options": [str(i) for i in range(10)],
-           "answer": "J", "answer_index": 9}  # fmt: skip
+           "answer": "J", "answer_index": 9}
     problem = problem_from_row(REGISTRY["mmlu_pro"], row, 0)
     assert problem.answer == "J" and problem.problem_id == "7" and "J) 9" in problem.prompt
     # CommonsenseQA: labels A-E
@@ -169,15 +169,15 @@ def test_reasoning_gym_tasks():
     name = "rg:chain_sum:max_terms=2:max_digits=1:size=6"
     task, config, size, seed = parse_reasoning_gym_name(name)
     assert (task, config, size, seed) == ("chain_sum", {"max_terms": 2, "max_digits": 1}, 6,
-                                          REASONING_GYM_EVAL_SEED)  # fmt: skip
+                                          REASONING_GYM_EVAL_SEED)
     assert REASONING_GYM_EVAL_SEED >= 1_000_000  # training seeds are below 1_000_000
     benchmark = load_benchmark(name)
     reference = reasoning_gym.create_dataset("chain_sum", size=6, seed=REASONING_GYM_EVAL_SEED,
-                                             max_terms=2, max_digits=1)  # fmt: skip
+                                             max_terms=2, max_digits=1)
     assert [p.question for p in benchmark.problems] == [reference[i]["question"] for i in range(6)]
     assert [p.answer for p in benchmark.problems] == [reference[i]["answer"] for i in range(6)]
     assert benchmark.scorer.score_answer(answer=benchmark.problems[0].answer,
-                                         entry=benchmark.problems[0].entry) == 1.0  # fmt: skip
+                                         entry=benchmark.problems[0].entry) == 1.0
     assert group_of(name) == "reasoning_gym"
     assert len(load_benchmarks([name], limit=2)[0].problems) == 2
     assert parse_reasoning_gym_name("rg:gcd:seed=1000007")[3] == 1_000_007

@@ -32,13 +32,13 @@ def write_data_dir(path: Path) -> Path:
     """Small benchmark files in the published formats (GSM8K, MATH-500, MMLU-STEM)."""
     path.mkdir(parents=True, exist_ok=True)
     gsm = [{"question": f"what is {a} + {b} ?", "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}
-           for a, b in [(1, 2), (3, 4), (2, 2), (4, 5)]]  # fmt: skip
+           for a, b in [(1, 2), (3, 4), (2, 2), (4, 5)]]
     math500 = [{"problem": "what is 1 + 1 ?", "solution": "so \\boxed{2}", "answer": "2",
                 "unique_id": "test/a.json"},
                {"problem": "what is 3 - 1 ?", "solution": "\\boxed{\\frac{4}{2}}", "answer": "2",
-                "unique_id": "test/b.json"}]  # fmt: skip
+                "unique_id": "test/b.json"}]
     mmlu = [{"question": "what is 2 + 2 ?", "type": "x", "choices": ["3", "4", "5", "6"],
-             "answer": 1}]  # fmt: skip
+             "answer": 1}]
     for name, rows in (("gsm8k", gsm), ("math500", math500), ("mmlu_stem", mmlu)):
         with open(path / f"{name}.jsonl", "w", encoding="utf-8") as handle:
             for row in rows:
@@ -54,7 +54,7 @@ def test_grade_completions_per_answer_type(tmp_path):
     gsm = load_benchmark("gsm8k", data)
     p0, p1 = gsm.problems[0], gsm.problems[1]
     items = [(p0, "1 + 2 = 3, so \\boxed{3}"), (p0, "\\boxed{4}"), (p1, "So the answer is 7."),
-             (p1, "the sum is 7"), (p1, "")]  # fmt: skip
+             (p1, "the sum is 7"), (p1, "")]
     verdicts = grade_completions(gsm, items)  # anchored math extraction
     assert [v.correct for v in verdicts] == [True, False, True, False, False]
     assert verdicts[0].extracted == "3" and verdicts[4].status == "no_answer"
@@ -63,13 +63,13 @@ def test_grade_completions_per_answer_type(tmp_path):
     mmlu = load_benchmark("mmlu_stem", data)
     q = mmlu.problems[0]
     verdicts = grade_completions(mmlu, [(q, "The answer is \\boxed{B}"), (q, "\\boxed{A}"),
-                                        (q, "I am not sure")])  # fmt: skip
+                                        (q, "I am not sure")])
     assert [(v.correct, v.extracted) for v in verdicts] == [(True, "B"), (False, "A"), (False, None)]
     rg = load_benchmark("rg:chain_sum:max_terms=2:max_digits=1:size=3")
     r = rg.problems[0]
     verdicts = grade_completions(rg, [(r, f"<answer>{r.answer}</answer>"), (r, f"\\boxed{{{r.answer}}}"),
                                       (r, f"The answer is {r.answer}"),
-                                      (r, "<answer>999</answer>")])  # fmt: skip
+                                      (r, "<answer>999</answer>")])
     assert [v.correct for v in verdicts] == [True, True, False, False]
     assert verdicts[2].status == "no_answer"  # strict: no last-number fallback
 
@@ -107,7 +107,7 @@ def test_aggregates_are_macro_means():
 
     rows = [BenchmarkResult("gsm8k", "math", "", 10, 4, {"pass@1": 0.2}),
             BenchmarkResult("math500", "math", "", 30, 4, {"pass@1": 0.6}),
-            BenchmarkResult("aime24", "olympiad", "", 30, 4, {"pass@1": 0.0})]  # fmt: skip
+            BenchmarkResult("aime24", "olympiad", "", 30, 4, {"pass@1": 0.0})]
     aggregates = {row.name: row for row in aggregate_results(rows, ["olympiad"])}
     assert aggregates["group:math"].metrics["pass@1"] == pytest.approx(0.4)
     assert aggregates["all"].metrics["pass@1"] == pytest.approx(0.8 / 3)
@@ -131,7 +131,7 @@ def _recompute_from_samples(samples: list[dict], n: int, ks: list[int]) -> dict[
             entry[f"pass@{k}"].append(_pass_at_k_reference(n, c, k))
         entry["avg"].append(c / n)
     return {name: {key: sum(values) / len(values) for key, values in entry.items()}
-            for name, entry in per_benchmark.items()}  # fmt: skip
+            for name, entry in per_benchmark.items()}
 
 
 def test_cli_eval_end_to_end(tmp_path, tiny_model_dir, capsys):
@@ -140,7 +140,7 @@ def test_cli_eval_end_to_end(tmp_path, tiny_model_dir, capsys):
     code = main(["eval", "--model", str(tiny_model_dir), "--benchmarks", "gsm8k,math500,mmlu_stem",
                  "--data-dir", str(data), "--n", "3", "--k", "1,2,3", "--max-new-tokens", "6",
                  "--batch-size", "8", "--greedy", "--output-dir", str(out), "--quiet",
-                 "--device", "cpu"])  # fmt: skip
+                 "--device", "cpu"])
     assert code == 0
     printed = capsys.readouterr().out
     for name in ("gsm8k", "math500", "mmlu_stem", "pass@3", "maj@3", "greedy"):
@@ -150,7 +150,7 @@ def test_cli_eval_end_to_end(tmp_path, tiny_model_dir, capsys):
     samples = [json.loads(line) for line in open(out / "samples.jsonl", encoding="utf-8")]
     assert len(samples) == (4 + 2 + 1) * (3 + 1)  # problems x (n sampled + 1 greedy)
     keys = {"benchmark", "index", "problem_id", "sample", "greedy", "prompt", "completion",
-            "gold", "extracted", "correct", "status", "num_tokens"}  # fmt: skip
+            "gold", "extracted", "correct", "status", "num_tokens"}
     assert all(keys <= set(record) for record in samples)
     assert Counter(r["benchmark"] for r in samples) == {"gsm8k": 16, "math500": 8, "mmlu_stem": 4}
     assert all("\\boxed{}" in r["prompt"] for r in samples)
@@ -195,7 +195,7 @@ def test_resume_skips_finished_problems(tmp_path, tiny_model_dir):
     def config(limit: int) -> EvalConfig:
         return EvalConfig(model=str(tiny_model_dir), benchmarks="gsm8k", data_dir=str(data),
                           output_dir=str(out), num_samples=2, ks=(1, 2), max_new_tokens=4,
-                          batch_size=2, limit=limit)  # fmt: skip
+                          batch_size=2, limit=limit)
 
     first = _generator(config(2), tiny_model_dir)
     evaluate(config(2), generator=first, progress=False, print_table=False)
@@ -227,10 +227,10 @@ def test_changed_grading_regrades_without_generating(tmp_path, tiny_model_dir):
     def config(extraction: str) -> EvalConfig:
         return EvalConfig(model=str(tiny_model_dir), benchmarks="gsm8k,math500", data_dir=str(data),
                           output_dir=str(out), num_samples=2, ks=(1,), max_new_tokens=4,
-                          math_extraction=extraction)  # fmt: skip
+                          math_extraction=extraction)
 
     evaluate(config("lenient"), generator=_generator(config("lenient"), tiny_model_dir),
-             progress=False, print_table=False)  # fmt: skip
+             progress=False, print_table=False)
     # make the stored completions interesting: an anchored answer, a bare number, no number
     samples = [json.loads(line) for line in open(out / "samples.jsonl", encoding="utf-8")]
     texts = ["so the answer is 3", "3", "nothing"]
@@ -242,7 +242,7 @@ def test_changed_grading_regrades_without_generating(tmp_path, tiny_model_dir):
     assert generator.prompts == []
     regraded = [json.loads(line) for line in open(out / "samples.jsonl", encoding="utf-8")]
     expected = check_math_batch([(r["completion"], r["gold"]) for r in regraded],
-                                extraction="anchored")  # fmt: skip
+                                extraction="anchored")
     assert [r["correct"] for r in regraded] == [v.correct for v in expected]
     assert any(r["correct"] for r in regraded)  # "so the answer is 3" for gold 3
     assert not any(r["correct"] for r in regraded if r["completion"] == "3")
@@ -253,7 +253,7 @@ def test_cli_errors(tmp_path, tiny_model_dir, capsys):
     data = write_data_dir(tmp_path / "data")
     out = tmp_path / "out"
     base = ["eval", "--model", str(tiny_model_dir), "--data-dir", str(data), "--output-dir",
-            str(out), "--quiet", "--max-new-tokens", "2", "--benchmarks", "mmlu_stem"]  # fmt: skip
+            str(out), "--quiet", "--max-new-tokens", "2", "--benchmarks", "mmlu_stem"]
     assert main([*base, "--n", "2", "--k", "1,4"]) == 2
     assert "--k values must be in 1..n" in capsys.readouterr().err
     assert main([*base, "--benchmarks", "nope"]) == 2

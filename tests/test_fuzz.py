@@ -11,14 +11,13 @@ from hypothesis import strategies as st
 
 from ict.data import read_records, records_to_problems
 from ict.errors import UsageError
-from ict.verify import (
+from ict.extraction import (
     extract_boxed_answer,
     extract_choice_letter,
     extract_tagged_answer,
-    list_literal,
-    normalize_gold,
     sanitize_text,
 )
+from ict.gold import list_literal, normalize_gold
 
 LATEX_PIECES = ["\\boxed{", "\\frac{", "}", "{", "\\sqrt", "[", "]", "(", ")", "$", "\\$", "####", "\\text{",
                 "answer is", "Answer:", "<answer>", "</answer>", "(B)", "C)", "1", "-2.5", ",", "'", '"',

@@ -6,7 +6,8 @@ import pytest
 
 from ict.data import Problem, reasoning_gym_problems
 from ict.errors import UsageError
-from ict.rewards import REWARDS, build_reward, extract_last_number, register_reward
+from ict.extraction import extract_last_number
+from ict.rewards import REWARDS, build_reward, register_reward
 
 
 @pytest.mark.parametrize("text,expected", [

@@ -14,21 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from ict.verify import (
-    MathVerifier,
-    check_math,
+from ict.extraction import (
     extract_boxed_answer,
     extract_choice_letter,
     extract_tagged_answer,
-    gold_from_gsm8k,
-    gold_from_list,
-    gold_from_number,
-    mark_hash_answer,
-    normalize_gold,
     sanitize_text,
-    verify_math,
-    verify_math_batch,
 )
+from ict.gold import gold_from_gsm8k, gold_from_list, gold_from_number, normalize_gold
+from ict.verify import MathVerifier, check_math, mark_hash_answer, verify_math, verify_math_batch
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks"
 

@@ -38,6 +38,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="first N problems of each benchmark")
     parser.add_argument("--eval-math-extraction", default="anchored",
                         choices=("anchored", "lenient"))
+    parser.add_argument("--eval-answer-extraction", default=defaults.eval_answer_extraction,
+                        choices=("tag", "last_number"),
+                        help="reasoning-gym answers: last_number = the bare question as prompt "
+                             "and the last number as answer (ict train's default); tag = "
+                             "\\boxed{} or <answer> tags with the \\boxed{} instruction")
     parser.add_argument("--bootstrap-resamples", type=int, default=defaults.bootstrap_resamples)
     parser.add_argument("--report-only", action="store_true",
                         help="rebuild the report from the run directories; train nothing")
@@ -60,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
         overrides=parse_key_values(args.overrides), eval_benchmarks=args.eval_benchmarks,
         eval_data_dir=args.eval_data_dir, eval_n=args.eval_n,
         eval_temperature=args.eval_temperature, eval_max_new_tokens=args.eval_max_new_tokens,
-        eval_math_extraction=args.eval_math_extraction, eval_limit=args.eval_limit,
+        eval_math_extraction=args.eval_math_extraction,
+        eval_answer_extraction=args.eval_answer_extraction, eval_limit=args.eval_limit,
         report_only=args.report_only, train_only=args.train_only,
         bootstrap_resamples=args.bootstrap_resamples,
         command="ict " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["compare"] else "")

@@ -1,0 +1,208 @@
+"""Answer extraction from untrusted model output: ``\\boxed{}``, option letters, ``<answer>`` tags,
+the last number.
+
+Every function does bounded work: at most `MAX_SCAN_CHARS` characters (the completion's tail)
+are scanned and no regular expression with nested quantifiers runs over the whole text.
+`ict.grading` picks which extraction a problem uses; math answers are extracted by math-verify
+inside `ict.verify`'s worker process.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ict.problems import OPTION_LETTERS
+
+MAX_SCAN_CHARS = 20_000
+"""Only the last this-many characters of a completion are scanned or sent to math-verify."""
+MAX_BOXED_CHARS = 2_000
+"""A ``\\boxed{...}`` whose content is longer than this is treated as not closed."""
+MAX_BOXED_TRIES = 8
+"""How many ``\\boxed`` occurrences, from the last backwards, are tried before giving up."""
+
+# --------------------------------------------------------------------------------------------
+# Text hygiene and bounded extraction
+# --------------------------------------------------------------------------------------------
+
+
+def sanitize_text(text: str | bytes | None) -> str:
+    """Return valid UTF-8-encodable text: bytes are decoded with U+FFFD for invalid sequences,
+    lone surrogates and NUL characters are replaced. ``None`` becomes ``""``."""
+    if text is None:
+        return ""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    elif not isinstance(text, str):
+        text = str(text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", errors="replace").decode("utf-8")
+    return text.replace("\x00", "\ufffd")
+
+
+def tail(text: str, limit: int = MAX_SCAN_CHARS) -> str:
+    return text if len(text) <= limit else text[-limit:]
+
+
+def _balanced_group(text: str, open_index: int, limit: int = MAX_BOXED_CHARS) -> str | None:
+    """Content of the brace group opening at ``text[open_index] == '{'``; ``None`` if it does not
+    close within ``limit`` characters. ``\\{`` and ``\\}`` are literal braces and do not count."""
+    depth = 0
+    index = open_index
+    end = min(len(text), open_index + limit + 2)
+    while index < end:
+        char = text[index]
+        if char == "\\":
+            index += 2
+            continue
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return text[open_index + 1 : index]
+        index += 1
+    return None
+
+
+BOXED_COMMANDS = ("\\boxed", "\\fbox", "\\framebox")
+
+
+def extract_boxed_answer(text: str | bytes | None) -> str | None:
+    """Content of the last complete ``\\boxed{...}`` (or ``\\fbox{...}``, ``\\framebox{...}``).
+
+    Rule: find the last occurrence of one of the commands; after optional spaces it must be followed
+    by a brace group that closes within `MAX_BOXED_CHARS` characters (``\\{``/``\\}`` are literal),
+    or by ``\\boxed <token>`` (space form, the token runs to the next whitespace or ``$``). If the
+    last occurrence is unclosed, earlier ones are tried (at most `MAX_BOXED_TRIES`). Only the last
+    `MAX_SCAN_CHARS` characters are looked at. Returns the stripped content, or ``None``.
+    """
+    text = tail(sanitize_text(text))
+    candidates: list[tuple[int, str]] = []
+    for command in BOXED_COMMANDS:
+        start = len(text)
+        for _ in range(MAX_BOXED_TRIES):
+            position = text.rfind(command, 0, start)
+            if position < 0:
+                break
+            candidates.append((position, command))
+            start = position
+    candidates.sort(reverse=True)
+    for position, command in candidates[:MAX_BOXED_TRIES]:
+        after = position + len(command)
+        if after < len(text) and text[after].isalpha():
+            continue  # e.g. \boxedA is another macro
+        index = after
+        while index < len(text) and text[index] in " \t":
+            index += 1
+        if index < len(text) and text[index] == "{":
+            content = _balanced_group(text, index)
+            if content is not None:
+                return content.strip()
+            continue
+        if command == "\\boxed" and index > after and index < len(text):
+            match = re.match(r"[^\s$]{1,100}", text[index : index + 101])
+            if match:
+                return match.group(0)
+    return None
+
+
+
+
+def _choice_pattern(letters: str) -> str:
+    return f"[{letters}]"
+
+
+def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> str | None:
+    """The option letter a completion commits to, or ``None``. Strict rule, first that applies:
+
+    1. the content of the last ``\\boxed{}`` is a single valid letter, optionally wrapped as
+       ``(B)``, ``B)``, ``B.``, ``\\text{B}``, ``\\textbf{(B)}``, or starts with such a letter
+       followed by ``)``/``.``/``:`` and the option text (``\\boxed{B) 42}``);
+    2. otherwise the last phrase "answer is", "answer:", "Answer -" (case-insensitive, optionally
+       "final"/"correct", optionally bold ``**``) followed by a valid letter as a whole word, in
+       optional parentheses;
+    3. otherwise the whole completion, stripped of whitespace, ``*`` and a trailing period, is one
+       valid letter, optionally in parentheses or followed by ``)`` / ``.`` / ``:`` and option text
+       on the same line (``B) 42``).
+
+    Valid letters are the first ``num_choices`` of A-Z, upper case only (a lone "a" is an article).
+    Anything else (a letter mentioned mid-sentence, several letters) gives ``None``.
+    """
+    if not 1 <= num_choices <= len(OPTION_LETTERS):
+        raise ValueError(f"num_choices must be in 1..26, got {num_choices}")
+    letters = OPTION_LETTERS[:num_choices]
+    text = tail(sanitize_text(completion))
+    letter = _choice_pattern(letters)
+
+    boxed = extract_boxed_answer(text)
+    if boxed is not None:
+        inner = boxed.strip()
+        for _ in range(3):  # peel \text{...}, \textbf{...}, \mathrm{...}
+            match = re.fullmatch(r"\\(?:text|textbf|mathrm|mathbf)\s*\{(.*)\}", inner, flags=re.S)
+            if not match:
+                break
+            inner = match.group(1).strip()
+        match = re.fullmatch(rf"\(?({letter})\)?\.?", inner) or re.match(
+            rf"\(?({letter})(?:\)|\.|:)\s", inner + " "
+        )
+        if match:
+            return match.group(1)
+        return None
+
+    phrase = re.compile(
+        rf"(?:final\s+|correct\s+)?answer\s*(?:is\s*:?|:|-)\s*(?:option\s+)?\**\s*(?:\\?\(|\[)?\s*({letter})\b(?![\w'])",
+        flags=re.IGNORECASE,
+    )
+    last = None
+    for match in phrase.finditer(text):
+        if match.group(1) in letters:  # IGNORECASE widened the class; keep upper case only
+            last = match
+    if last is not None:
+        return last.group(1)
+
+    stripped = text.strip().strip("*").strip()
+    match = re.fullmatch(rf"\(?({letter})\)?\.?", stripped)
+    if match:
+        return match.group(1)
+    match = re.match(rf"\(?({letter})(?:\)|\.|:)[ \t]([^\n]*)$", stripped)
+    # "B) 42" commits to B; "(A) (B) (C) (D)" lists every option and commits to none
+    if match and not re.search(rf"(?:^|\s)\(?({letter})\)", match.group(2)):
+        return match.group(1)
+    return None
+
+
+def extract_tagged_answer(completion: str | bytes | None, tag_name: str = "answer") -> str | None:
+    """Strict answer extraction for reasoning-gym style tasks.
+
+    Rule: the content of the last complete ``<answer>...</answer>`` pair; if there is none, the
+    content of the last ``\\boxed{}`` (`extract_boxed_answer`); else ``None``. No fallback to "the
+    last number in the text": reasoning-gym scorers give partial credit to verbose answers, so only
+    an explicitly marked answer is scored. Content is stripped; an empty answer gives ``None``.
+    """
+    text = tail(sanitize_text(completion))
+    close = f"</{tag_name}>"
+    open_tag = f"<{tag_name}>"
+    end = text.rfind(close)
+    if end >= 0:
+        start = text.rfind(open_tag, 0, end)
+        if start >= 0:
+            content = text[start + len(open_tag) : end].strip()
+            return content or None
+    boxed = extract_boxed_answer(text)
+    return boxed or None
+
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def extract_last_number(text: str) -> str | None:
+    """The last number in `text` (commas removed, `-` kept, a trailing `.0..` stripped)."""
+    matches = _NUMBER.findall(tail(sanitize_text(text)))
+    if not matches:
+        return None
+    number = matches[-1].replace(",", "")
+    if "." in number and set(number.split(".", 1)[1]) == {"0"}:
+        number = number.split(".", 1)[0]
+    return number

@@ -1,0 +1,153 @@
+"""The one grader of training rewards and evaluation: which answer rule judges which problem.
+
+Rules, picked by ``Problem.kind`` (`grade_batch`) or by name (the reward functions):
+
+* ``math`` (`grade_math_batch`): math-verify on the completion against the normalised gold,
+  under a hard time bound per check in a worker process (`ict.verify`); ``math_extraction``
+  ``anchored`` (only ``\\boxed{}`` or "the answer is"-style anchors) or ``lenient``;
+* ``choice`` (`grade_choice`): the option letter the completion commits to
+  (`ict.extraction.extract_choice_letter`) equals the gold letter;
+* ``reasoning_gym`` (`grade_reasoning_gym`): the task's own scorer on the strictly extracted
+  answer; ``answer_extraction`` ``last_number`` (the last number in the completion) or ``tag``
+  (the last ``<answer></answer>`` pair, else the last ``\\boxed{}``). The scorer never sees the
+  whole text, so a verbose answer earns no partial credit; a scorer that raises scores 0;
+* ``number`` (`grade_number`): the last number in the completion equals the numeric gold.
+
+A `Verdict`'s ``score`` is the raw score (1 or 0, or reasoning-gym's float in [0, 1]) and is the
+training reward; ``correct`` is ``score >= 1`` and is what evaluation counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ict.errors import UsageError
+from ict.extraction import extract_choice_letter, extract_last_number, extract_tagged_answer
+from ict.problems import Problem
+from ict.verify import DEFAULT_TIMEOUT_SECONDS, MATH_EXTRACTIONS, MathVerifier, default_verifier
+
+ANSWER_EXTRACTIONS = ("tag", "last_number")
+"""How a reasoning-gym answer is found (see the module docstring)."""
+
+
+@dataclass(frozen=True)
+class GradingRules:
+    """The grading options shared by `ict train` (rewards) and `ict eval`."""
+
+    answer_extraction: str = "tag"
+    """Reasoning-gym answers: ``tag`` or ``last_number``."""
+    math_extraction: str = "anchored"
+    """Math answers: ``anchored`` or ``lenient`` (`ict.verify.MathExtraction`)."""
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    """Hard time bound per math check in seconds (over it: incorrect, status ``timeout``)."""
+
+    def __post_init__(self) -> None:
+        if self.answer_extraction not in ANSWER_EXTRACTIONS:
+            raise UsageError(f"unknown answer extraction {self.answer_extraction!r} (use "
+                             f"{' or '.join(ANSWER_EXTRACTIONS)})")
+        if self.math_extraction not in MATH_EXTRACTIONS:
+            raise UsageError(f"unknown math extraction {self.math_extraction!r} (use "
+                             f"{' or '.join(MATH_EXTRACTIONS)})")
+
+
+@dataclass
+class Verdict:
+    """Grade of one completion. ``score``: the raw score (1/0, or reasoning-gym's float);
+    ``status``: ``ok``, ``no_answer``, ``timeout``, ``error`` or ``bad_gold``."""
+
+    correct: bool
+    extracted: str | None
+    status: str
+    score: float
+
+
+def _binary(correct: bool, extracted: str | None) -> Verdict:
+    return Verdict(correct, extracted, "ok" if extracted is not None else "no_answer",
+                   float(correct))
+
+
+def extract_answer(completion: str, extraction: str) -> str | None:
+    """A reasoning-gym answer by ``extraction`` (``last_number`` or ``tag``)."""
+    if extraction == "last_number":
+        return extract_last_number(completion)
+    if extraction == "tag":
+        return extract_tagged_answer(completion)
+    raise UsageError(f"unknown answer extraction {extraction!r} (use "
+                     f"{' or '.join(ANSWER_EXTRACTIONS)})")
+
+
+def grade_reasoning_gym(problem: Problem, completion: str, extraction: str = "tag") -> Verdict:
+    """The task's scorer (``problem.scorer.score_answer``) on the extracted answer."""
+    if problem.scorer is None:
+        raise UsageError("reasoning-gym grading needs reasoning-gym problems (with a scorer)")
+    extracted = extract_answer(completion, extraction)
+    if extracted is None:
+        return Verdict(False, None, "no_answer", 0.0)
+    try:
+        score = float(problem.scorer.score_answer(answer=extracted, entry=problem.entry))
+    except Exception:  # noqa: BLE001 - a scorer failing on odd input is a wrong answer
+        return Verdict(False, extracted, "error", 0.0)
+    return Verdict(score >= 1.0 - 1e-9, extracted, "ok", score)
+
+
+def grade_choice(problem: Problem, completion: str) -> Verdict:
+    """The committed option letter equals the gold letter."""
+    if not problem.choices:
+        raise UsageError("choice grading needs problems with choices (set choices_field)")
+    letter = extract_choice_letter(completion, len(problem.choices))
+    return _binary(letter is not None and letter == problem.answer, letter)
+
+
+def _numbers_equal(left: str, right: str) -> bool:
+    try:
+        return math.isclose(float(left.replace(",", "")), float(right.replace(",", "")),
+                            rel_tol=1e-9, abs_tol=1e-9)
+    except ValueError:
+        return left.strip() == right.strip()
+
+
+def grade_number(problem: Problem, completion: str) -> Verdict:
+    """The last number in the completion equals the (numeric) gold answer."""
+    number = extract_last_number(completion)
+    return _binary(number is not None and _numbers_equal(number, problem.answer), number)
+
+
+def grade_math_batch(items: Sequence[tuple[Problem, str]], rules: GradingRules = GradingRules(),
+                     verifier: MathVerifier | None = None) -> list[Verdict]:
+    """math-verify on every ``(problem, completion)`` pair, as one batch of bounded checks."""
+    verifier = verifier or default_verifier()
+    verdicts = verifier.check_batch(
+        [(completion, problem.answer) for problem, completion in items], rules.timeout_seconds,
+        rules.math_extraction,  # type: ignore[arg-type]
+    )
+    return [Verdict(v.correct, v.extracted, v.status, float(v.correct)) for v in verdicts]
+
+
+def grade_batch(items: Sequence[tuple[Problem, str]], rules: GradingRules = GradingRules(),
+                verifier: MathVerifier | None = None) -> list[Verdict]:
+    """Grade ``(problem, completion)`` pairs by each problem's ``kind`` (math checks run as one
+    batch). Returns one `Verdict` per pair, in order."""
+    verdicts: list[Verdict | None] = [None] * len(items)
+    math_indices = [i for i, (problem, _) in enumerate(items) if problem.kind == "math"]
+    if math_indices:
+        graded = grade_math_batch([items[i] for i in math_indices], rules, verifier)
+        for index, verdict in zip(math_indices, graded, strict=True):
+            verdicts[index] = verdict
+    for index, (problem, completion) in enumerate(items):
+        if problem.kind == "math":
+            continue
+        if problem.kind == "choice":
+            verdicts[index] = grade_choice(problem, completion)
+        elif problem.kind == "reasoning_gym":
+            verdicts[index] = grade_reasoning_gym(problem, completion, rules.answer_extraction)
+        else:
+            raise UsageError(f"no grading rule for problem kind {problem.kind!r}")
+    return [verdict for verdict in verdicts if verdict is not None]
+
+
+def grade(problem: Problem, completion: str, rules: GradingRules = GradingRules(),
+          verifier: MathVerifier | None = None) -> Verdict:
+    """`grade_batch` of one pair."""
+    return grade_batch([(problem, completion)], rules, verifier)[0]

@@ -1,0 +1,125 @@
+"""The one grader: training rewards and evaluation judge the same completion the same way."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ict.benchmarks import load_benchmark
+from ict.data import reasoning_gym_problems
+from ict.errors import UsageError
+from ict.evaluate import RUN_FILE, EvalConfig, _prepare_output_dir, grade_completions
+from ict.grading import GradingRules, grade, grade_batch
+from ict.problems import Problem
+from ict.rewards import REWARDS, build_reward
+
+RG = "rg:chain_sum:min_terms=2:max_terms=2:min_digits=1:max_digits=1:size=4"
+
+
+class ExactScorer:
+    """A reasoning-gym-like scorer written here: 1.0 for the exact answer, 0.5 for the answer with
+    a trailing period, raises on 'boom'."""
+
+    def score_answer(self, answer: str, entry: dict) -> float:
+        if answer == "boom":
+            raise RuntimeError("scorer failure")
+        if answer == entry["answer"]:
+            return 1.0
+        return 0.5 if answer == entry["answer"] + "." else 0.0
+
+
+def rg_problem(answer: str = "12") -> Problem:
+    return Problem("What is 5 + 7?", answer, "reasoning_gym", scorer=ExactScorer(),
+                   entry={"answer": answer})
+
+
+@pytest.mark.parametrize(
+    ("completion", "extraction", "expected"),
+    [
+        ("5 + 7 = 12", "last_number", (True, "12", "ok", 1.0)),
+        ("12 or maybe 13", "last_number", (False, "13", "ok", 0.0)),
+        ("no digits here", "last_number", (False, None, "no_answer", 0.0)),
+        ("5 + 7 = 12", "tag", (False, None, "no_answer", 0.0)),
+        ("<answer>12</answer> then 40", "tag", (True, "12", "ok", 1.0)),
+        ("\\boxed{12.}", "tag", (False, "12.", "ok", 0.5)),
+        ("<answer>boom</answer>", "tag", (False, "boom", "error", 0.0)),
+    ],
+)
+def test_reasoning_gym_rules(completion, extraction, expected):
+    verdict = grade(rg_problem(), completion, GradingRules(answer_extraction=extraction))
+    assert (verdict.correct, verdict.extracted, verdict.status, verdict.score) == expected
+
+
+def test_rewards_are_the_graders_scores():
+    """Each task reward of `ict train` is the grader's score of the same completion."""
+    problem = rg_problem()
+    completions = ["5 + 7 = 12", "<answer>12</answer> 3", "\\boxed{12.}", "none", "<answer>boom</answer>"]
+    by_rule = {"reasoning_gym": "last_number", "reasoning_gym_tag": "tag"}
+    for name, extraction in by_rule.items():
+        rewards = [REWARDS[name](c, problem) for c in completions]
+        scores = [v.score for v in grade_batch([(problem, c) for c in completions],
+                                               GradingRules(answer_extraction=extraction))]
+        assert rewards == scores
+    # "\\boxed{12.}": the last number is 12 (a trailing period is not a decimal point)
+    assert [REWARDS["reasoning_gym"](c, problem) for c in completions] == [1.0, 0.0, 1.0, 0.0, 0.0]
+    choice = Problem("q", "B", "choice", choices=["x", "y", "z"])
+    assert [REWARDS["choice"](c, choice) for c in ("\\boxed{B}", "A", "")] == [1.0, 0.0, 0.0]
+    number = Problem("q", "1,234", "math")
+    assert [REWARDS["last_number"](c, number) for c in ("so 1234.0", "1233", "")] == [1.0, 0.0, 0.0]
+
+
+def test_mixed_kinds_keep_their_order():
+    math_problem = Problem("1+2?", "3", "math")
+    choice = Problem("q", "A", "choice", choices=["a", "b"])
+    items = [(choice, "\\boxed{A}"), (math_problem, "\\boxed{3}"), (rg_problem(), "12"),
+             (math_problem, "\\boxed{4}"), (choice, "B")]
+    verdicts = grade_batch(items, GradingRules(answer_extraction="last_number"))
+    assert [v.correct for v in verdicts] == [True, True, True, False, False]
+    with pytest.raises(UsageError):
+        grade_batch([(Problem("q", "1", "poetry"), "1")])
+    with pytest.raises(UsageError):
+        GradingRules(answer_extraction="first_number")
+
+
+def test_eval_last_number_uses_the_training_prompt_and_answer_rule():
+    """`ict eval --answer-extraction last_number` shows the model exactly the prompt `ict train`
+    trains on (the bare question) and grades the answer the reward grades."""
+    tagged = load_benchmark(RG)
+    bare = load_benchmark(RG, answer_extraction="last_number")
+    assert [p.entry["question"] for p in bare.problems] == [p.entry["question"]
+                                                             for p in tagged.problems]
+    for problem in bare.problems:
+        assert problem.prompt == problem.entry["question"]
+        assert "\\boxed" not in problem.prompt
+    for problem in tagged.problems:
+        assert "\\boxed{}" in problem.prompt
+    training = reasoning_gym_problems(
+        "chain_sum", 4, 1_000_003, {"min_terms": 2, "max_terms": 2, "min_digits": 1,
+                                    "max_digits": 1})
+    assert [p.prompt for p in training] == [p.prompt for p in bare.problems]
+    problem = bare.problems[0]
+    completions = [f"The sum is {problem.answer}", f"{problem.answer} then 99", "no idea"]
+    verdicts = grade_completions(bare, [(problem, c) for c in completions],
+                                 answer_extraction="last_number")
+    assert [v.correct for v in verdicts] == [True, False, False]
+    reward = build_reward("auto", "reasoning_gym", "last_number")
+    assert reward.score(completions, [problem] * 3)[1] == [1.0, 0.0, 0.0]
+
+
+def test_eval_runs_from_before_the_option_still_resume(tmp_path):
+    out = tmp_path / "eval"
+    out.mkdir()
+    (out / "samples.jsonl").write_text("")
+    old = {"model": "m", "num_samples": 4, "greedy": False, "temperature": 0.6, "top_p": 0.95,
+           "max_new_tokens": 8, "seed": 0, "system_prompt": None,
+           "grading": {"math_extraction": "anchored", "verify_timeout": 5.0}}
+    (out / RUN_FILE).write_text(json.dumps(old))
+    config = EvalConfig(model="m", max_new_tokens=8, output_dir=str(out))
+    _prepare_output_dir(config, out)  # answer_extraction "tag" = what older runs used
+    assert json.loads((out / RUN_FILE).read_text())["answer_extraction"] == "tag"
+    (out / "samples.jsonl").write_text("")
+    config = EvalConfig(model="m", max_new_tokens=8, output_dir=str(out),
+                        answer_extraction="last_number")
+    with pytest.raises(UsageError, match="answer_extraction"):
+        _prepare_output_dir(config, out)
