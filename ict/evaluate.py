@@ -2,15 +2,15 @@
 
 Flow (`evaluate`): load benchmarks (`ict.benchmarks`) -> for each chunk of problems, generate
 ``n`` sampled completions per problem (plus one greedy completion with ``greedy=True``) through
-`ict.rollout.generate_completions` (vLLM when selected) -> grade each completion (math:
-`ict.verify` math-verify under a hard time bound; multiple choice: the option letter; reasoning-gym:
-the task's scorer on a strictly extracted answer) -> append one JSON line per completion to
-``samples.jsonl`` -> after all problems, compute metrics and write ``results.json``,
-``results.csv``, ``results.md`` and print a table.
+`ict.rollout.generate_completions` (vLLM when selected) -> grade each completion with the one
+grader `ict.grading` (the rules `ict train`'s rewards use) -> append one JSON line per
+completion to ``samples.jsonl`` (`ict.eval_records`) -> after all problems, compute metrics
+(`ict.metrics`) and write ``results.json``, ``results.csv``, ``results.md`` and print a table
+(`ict.eval_results`).
 
 Resume: ``samples.jsonl`` is written problem by problem; on a rerun into the same output
 directory, problems whose samples are all present are not generated again (the run configuration
-must match, see `RESUME_KEYS`). Metrics are always recomputed from the sample records.
+must match, see `ict.eval_records.RESUME_KEYS`). Metrics are always recomputed from the records.
 
 Metrics per benchmark (fractions in [0, 1]; tables show percent):
 
@@ -26,50 +26,49 @@ reasoning_gym), per requested suite, and over everything evaluated.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import hashlib
 import json
-import math
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ict.benchmarks import (
-    SUITES,
     Benchmark,
     expand_benchmark_names,
     group_of,
     load_benchmark,
 )
 from ict.errors import UsageError
-from ict.extraction import sanitize_text
+from ict.eval_records import (
+    GRADING_KEYS,
+    RESUME_KEYS,
+    SAMPLES_FILE,
+    prepare_output_dir,
+    problem_key,
+    records_for_problem,
+    write_all_records,
+)
+from ict.eval_results import (
+    BenchmarkResult,
+    EvalResult,
+    aggregate_results,
+    print_results_table,
+    write_results,
+)
 from ict.grading import ANSWER_EXTRACTIONS, GradingRules, Verdict, grade_batch
-from ict.metrics import pass_at_k
+from ict.metrics import benchmark_metrics, majority_vote_correct
 from ict.options import option
 from ict.problems import Problem
 from ict.verify import DEFAULT_TIMEOUT_SECONDS, MATH_EXTRACTIONS, MathVerifier, default_verifier
 
-SAMPLES_FILE = "samples.jsonl"
-RESULTS_FILES = ("results.json", "results.csv", "results.md")
-RUN_FILE = "run.json"
 MAX_NEW_TOKENS_GPU = 4096
 MAX_NEW_TOKENS_CPU = 512
-RESUME_KEYS = ("model", "num_samples", "greedy", "temperature", "top_p", "max_new_tokens", "seed",
-               "system_prompt", "answer_extraction")
-"""Configuration fields that must match for a rerun to reuse finished problems
-(``answer_extraction`` changes reasoning-gym prompts)."""
-GRADING_KEYS = ("math_extraction", "verify_timeout")
-"""Grading settings: when they differ from the stored run, stored samples are re-graded."""
-LEGACY_GRADING = {"math_extraction": "lenient", "verify_timeout": DEFAULT_TIMEOUT_SECONDS}
-LEGACY_RESUME = {"answer_extraction": "tag"}
-"""Values of resume keys added later, for run files written before them."""
 
 
 @dataclass
@@ -161,31 +160,6 @@ class EvalConfig:
         return Path("runs") / "eval" / slug.strip("._")[-80:]
 
 
-@dataclass
-class BenchmarkResult:
-    name: str
-    group: str
-    source: str
-    num_problems: int
-    num_samples: int
-    metrics: dict[str, float]
-    statuses: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class EvalResult:
-    """What `evaluate` returns (also written to results.json)."""
-
-    config: dict[str, Any]
-    benchmarks: list[BenchmarkResult]
-    aggregates: list[BenchmarkResult]
-    output_dir: Path
-    timing: dict[str, float]
-
-    def rows(self) -> list[BenchmarkResult]:
-        return [*self.benchmarks, *self.aggregates]
-
-
 # --------------------------------------------------------------------------------------------
 # Grading
 # --------------------------------------------------------------------------------------------
@@ -208,170 +182,6 @@ def grade_completions(
     return grade_batch(items, rules, verifier)
 
 
-# --------------------------------------------------------------------------------------------
-# Metrics
-# --------------------------------------------------------------------------------------------
-
-
-def majority_vote_correct(extracted: Sequence[str | None], correct: Sequence[bool]) -> bool:
-    """maj@n for one problem: the most frequent non-empty extracted answer (identical strings after
-    stripping whitespace vote together; ties go to the answer that appears first) is correct?
-    False when no sample has an answer."""
-    keys = [None if answer is None else "".join(str(answer).split()) for answer in extracted]
-    counts = Counter(key for key in keys if key)
-    if not counts:
-        return False
-    best = max(counts.values())
-    for key, is_correct in zip(keys, correct, strict=True):
-        if key and counts[key] == best:
-            return bool(is_correct)
-    return False  # pragma: no cover
-
-
-def benchmark_metrics(
-    correct: np.ndarray,
-    ks: Sequence[int],
-    majority: Sequence[bool] | None = None,
-    greedy: Sequence[bool] | None = None,
-) -> dict[str, float]:
-    """Metrics from a [problems, n] boolean matrix of sampled verdicts.
-
-    pass@k: mean over problems of the unbiased estimator (`ict.metrics.pass_at_k`);
-    avg@n: mean of c/n; maj@n: mean of ``majority``; greedy: mean of ``greedy``."""
-    correct = np.asarray(correct, dtype=bool)
-    num_problems, n = correct.shape
-    counts = correct.sum(axis=1)
-    totals = np.full(num_problems, n)
-    metrics: dict[str, float] = {}
-    for k in ks:
-        metrics[f"pass@{k}"] = float(np.mean(pass_at_k(totals, counts, int(k))))
-    metrics[f"avg@{n}"] = float(np.mean(counts / n))
-    if majority is not None:
-        metrics[f"maj@{n}"] = float(np.mean(np.asarray(majority, dtype=float)))
-    if greedy is not None:
-        metrics["greedy"] = float(np.mean(np.asarray(greedy, dtype=float)))
-    return metrics
-
-
-def macro_mean(results: Sequence[BenchmarkResult], name: str, group: str) -> BenchmarkResult:
-    """Unweighted mean of each metric over benchmarks (a suite's headline number)."""
-    keys = list(results[0].metrics)
-    metrics = {key: float(np.mean([result.metrics[key] for result in results])) for key in keys}
-    return BenchmarkResult(
-        name=name, group=group, source="macro mean of " + ", ".join(r.name for r in results),
-        num_problems=sum(r.num_problems for r in results), num_samples=results[0].num_samples,
-        metrics=metrics,
-    )
-
-
-def aggregate_results(
-    results: Sequence[BenchmarkResult], requested: Sequence[str] = ()
-) -> list[BenchmarkResult]:
-    """Macro means: each requested suite, each group present, and all evaluated benchmarks;
-    an aggregate whose member set repeats an earlier one (or is a single benchmark) is skipped."""
-    by_name = {result.name: result for result in results}
-    candidates: list[tuple[str, str, list[BenchmarkResult]]] = []
-    for suite in requested:
-        if suite in SUITES:
-            members = [by_name[name] for name in SUITES[suite] if name in by_name]
-            candidates.append((f"suite:{suite}", suite, members))
-    groups: dict[str, list[BenchmarkResult]] = {}
-    for result in results:
-        groups.setdefault(result.group, []).append(result)
-    for group, members in groups.items():
-        candidates.append((f"group:{group}", group, members))
-    candidates.append(("all", "all", list(results)))
-    seen: set[frozenset[str]] = set()
-    aggregates = []
-    for name, group, members in candidates:
-        key = frozenset(member.name for member in members)
-        if len(members) < 2 or key in seen:
-            continue
-        seen.add(key)
-        aggregates.append(macro_mean(members, name, group))
-    return aggregates
-
-
-# --------------------------------------------------------------------------------------------
-# Sample records and resume
-# --------------------------------------------------------------------------------------------
-
-
-def _problem_key(benchmark: str, index: int) -> str:
-    return f"{benchmark}#{index}"
-
-
-def load_sample_records(path: Path) -> dict[str, list[dict[str, Any]]]:
-    """samples.jsonl -> records grouped by problem key (a torn last line is ignored)."""
-    grouped: dict[str, list[dict[str, Any]]] = {}
-    if not path.is_file():
-        return grouped
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            grouped.setdefault(_problem_key(record["benchmark"], record["index"]), []).append(record)
-    return grouped
-
-
-def _complete(records: list[dict[str, Any]], num_samples: int, greedy: bool) -> bool:
-    sampled = {r["sample"] for r in records if not r.get("greedy")}
-    has_greedy = any(r.get("greedy") for r in records)
-    return sampled == set(range(num_samples)) and (has_greedy or not greedy)
-
-
-def _prepare_output_dir(
-    config: EvalConfig, output_dir: Path
-) -> tuple[dict[str, list[dict[str, Any]]], bool]:
-    """Create the directory, check the run configuration, and return the finished problems'
-    records (the samples file is rewritten without records of unfinished problems) and whether
-    they must be re-graded (``--regrade``, or grading settings changed since they were graded)."""
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UsageError(f"cannot create the output directory {output_dir} ({error.strerror}); "
-                         "choose another --output-dir") from None
-    samples_path = output_dir / SAMPLES_FILE
-    run_path = output_dir / RUN_FILE
-    current: dict[str, Any] = {key: getattr(config, key) for key in RESUME_KEYS}
-    grading = {key: getattr(config, key) for key in GRADING_KEYS}
-    regrade = config.regrade
-    if config.overwrite:
-        for name in (SAMPLES_FILE, RUN_FILE, *RESULTS_FILES):
-            (output_dir / name).unlink(missing_ok=True)
-    elif run_path.is_file() and samples_path.is_file():
-        previous = json.loads(run_path.read_text(encoding="utf-8"))
-        previous = {**LEGACY_RESUME, **previous}
-        differing = {key: (previous.get(key), value) for key, value in current.items()
-                     if previous.get(key) != value}
-        if differing:
-            details = ", ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in differing.items())
-            raise UsageError(
-                f"{output_dir} holds samples of a different run ({details}); "
-                "pass --overwrite or another --output-dir"
-            )
-        regrade = regrade or previous.get("grading", LEGACY_GRADING) != grading
-    run_path.write_text(json.dumps({**current, "grading": grading}, indent=2) + "\n",
-                        encoding="utf-8")
-    grouped = load_sample_records(samples_path)
-    finished = {key: records for key, records in grouped.items()
-                if _complete(records, config.num_samples, config.greedy)}
-    if len(finished) != len(grouped) or samples_path.is_file():
-        _write_all_records(samples_path, finished)
-    return finished, regrade and bool(finished)
-
-
-def _write_all_records(path: Path, records: dict[str, list[dict[str, Any]]]) -> None:
-    temporary = path.with_suffix(".jsonl.tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        for problem_records in records.values():
-            for record in problem_records:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    os.replace(temporary, path)
-
-
 def regrade_records(benchmarks: Sequence[Benchmark], records: dict[str, list[dict[str, Any]]],
                     config: EvalConfig, verifier: MathVerifier) -> int:
     """Grade the stored completions of the given benchmarks' problems again with the current
@@ -381,7 +191,7 @@ def regrade_records(benchmarks: Sequence[Benchmark], records: dict[str, list[dic
     for benchmark in benchmarks:
         pairs: list[tuple[Problem, dict[str, Any]]] = []
         for problem in benchmark.problems:
-            for record in records.get(_problem_key(benchmark.name, problem.index), []):
+            for record in records.get(problem_key(benchmark.name, problem.index), []):
                 pairs.append((problem, record))
         if not pairs:
             continue
@@ -522,24 +332,6 @@ def _chunk_seed(seed: int, benchmark: str, first_index: int, greedy: bool) -> in
     return int.from_bytes(digest[:4], "big")
 
 
-def _records_for_problem(problem: Problem, completions: list[str], lengths: list[int],
-                         finished: list[bool], verdicts: list[Verdict],
-                         greedy: bool) -> list[dict[str, Any]]:
-    records = []
-    for sample, (completion, length, done, verdict) in enumerate(
-        zip(completions, lengths, finished, verdicts, strict=True)
-    ):
-        records.append({
-            "benchmark": problem.benchmark, "index": problem.index,
-            "problem_id": problem.problem_id, "sample": -1 if greedy else sample,
-            "greedy": greedy, "prompt": problem.prompt, "completion": sanitize_text(completion),
-            "gold": problem.answer, "extracted": verdict.extracted, "correct": verdict.correct,
-            "score": verdict.score, "status": verdict.status, "num_tokens": length,
-            "finished": done,
-        })
-    return records
-
-
 def _benchmark_result(benchmark: Benchmark, records_by_problem: dict[str, list[dict[str, Any]]],
                       config: EvalConfig) -> BenchmarkResult:
     n = config.num_samples
@@ -548,7 +340,7 @@ def _benchmark_result(benchmark: Benchmark, records_by_problem: dict[str, list[d
     greedy: list[bool] = []
     statuses: Counter[str] = Counter()
     for row, problem in enumerate(benchmark.problems):
-        records = records_by_problem[_problem_key(benchmark.name, problem.index)]
+        records = records_by_problem[problem_key(benchmark.name, problem.index)]
         sampled = sorted((r for r in records if not r.get("greedy")), key=lambda r: r["sample"])
         for r in sampled[:n]:
             correct[row, r["sample"]] = bool(r["correct"])
@@ -581,9 +373,12 @@ def evaluate(
     benchmarks = [load_benchmark(name, config.data_dir, config.limit, config.answer_extraction)
                   for name in names]
     output_dir = config.resolved_output_dir()
-    records, needs_regrade = _prepare_output_dir(config, output_dir)
+    records, needs_regrade = prepare_output_dir(
+        output_dir, {key: getattr(config, key) for key in RESUME_KEYS},
+        {key: getattr(config, key) for key in GRADING_KEYS}, config.num_samples, config.greedy,
+        config.overwrite, config.regrade)
     todo = [(benchmark, [p for p in benchmark.problems
-                         if _problem_key(benchmark.name, p.index) not in records])
+                         if problem_key(benchmark.name, p.index) not in records])
             for benchmark in benchmarks]
     total = sum(len(benchmark.problems) for benchmark in benchmarks)
     remaining = sum(len(problems) for _, problems in todo)
@@ -601,7 +396,7 @@ def evaluate(
         if needs_regrade:
             grading_start = time.perf_counter()
             count = regrade_records(benchmarks, records, config, verifier)
-            _write_all_records(output_dir / SAMPLES_FILE, records)
+            write_all_records(output_dir / SAMPLES_FILE, records)
             timing["grading_seconds"] += time.perf_counter() - grading_start
             say(f"re-graded {count} stored completions ({config.math_extraction} math extraction)")
         if remaining:
@@ -670,106 +465,17 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
                                                  config.math_extraction, config.answer_extraction)
                     width = len(completions[0])
                     for offset, problem in enumerate(chunk):
-                        key = _problem_key(benchmark.name, problem.index)
-                        problem_records = _records_for_problem(
+                        key = problem_key(benchmark.name, problem.index)
+                        problem_records = records_for_problem(
                             problem, completions[offset], lengths[offset], finished[offset],
                             verdicts[offset * width : (offset + 1) * width], greedy,
                         )
                         records.setdefault(key, []).extend(problem_records)
                 timing["grading_seconds"] += time.perf_counter() - grading_start
                 for problem in chunk:  # one problem's lines together, then flush
-                    for record in records[_problem_key(benchmark.name, problem.index)]:
+                    for record in records[problem_key(benchmark.name, problem.index)]:
                         samples_file.write(json.dumps(record, ensure_ascii=False) + "\n")
                     samples_file.flush()
                 bar.advance(task, len(chunk))
 
 
-# --------------------------------------------------------------------------------------------
-# Output
-# --------------------------------------------------------------------------------------------
-
-
-def _metric_names(result: EvalResult) -> list[str]:
-    names: list[str] = []
-    for row in result.rows():
-        for key in row.metrics:
-            if key not in names:
-                names.append(key)
-    return names
-
-
-def _percent(value: float) -> str:
-    return "-" if value is None or math.isnan(value) else f"{100 * value:.1f}"
-
-
-def results_as_dict(result: EvalResult) -> dict[str, Any]:
-    return {
-        "config": result.config,
-        "benchmarks": {row.name: dataclasses.asdict(row) for row in result.benchmarks},
-        "aggregates": {row.name: dataclasses.asdict(row) for row in result.aggregates},
-        "timing": result.timing,
-        "metric_units": "fractions in [0, 1]",
-    }
-
-
-def markdown_table(result: EvalResult) -> str:
-    """The results as a Markdown table (metrics in percent)."""
-    metrics = _metric_names(result)
-    header = ["benchmark", "group", "problems", *metrics]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in result.rows():
-        cells = [row.name, row.group, str(row.num_problems),
-                 *(_percent(row.metrics.get(m, float("nan"))) for m in metrics)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def write_results(result: EvalResult) -> None:
-    """results.json, results.csv (fractions) and results.md (percent) in the output directory."""
-    directory = result.output_dir
-    (directory / "results.json").write_text(
-        json.dumps(results_as_dict(result), indent=2, default=str) + "\n", encoding="utf-8"
-    )
-    metrics = _metric_names(result)
-    with open(directory / "results.csv", "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["benchmark", "group", "num_problems", "num_samples", *metrics])
-        for row in result.rows():
-            writer.writerow([row.name, row.group, row.num_problems, row.num_samples,
-                             *(f"{row.metrics.get(m, float('nan')):.6f}" for m in metrics)])
-    config = result.config
-    note = (f"Model `{config['model']}`, n={config['num_samples']}, temperature "
-            f"{config['temperature']}, top-p {config['top_p']}, max {config['max_new_tokens']} new "
-            f"tokens, seed {config['seed']}" + (f", first {config['limit']} problems per benchmark"
-                                                if config.get("limit") else "") +
-            ". Metrics in percent; aggregates are macro means over benchmarks.\n")
-    (directory / "results.md").write_text(note + "\n" + markdown_table(result), encoding="utf-8")
-
-
-def print_results_table(result: EvalResult) -> None:
-    """Print the results table (rich) and where the files are."""
-    from rich.console import Console
-    from rich.table import Table
-
-    metrics = _metric_names(result)
-    table = Table(title=f"ict eval: {result.config['model']} (percent)")
-    for column in ("benchmark", "group", "problems", *metrics):
-        table.add_column(column, justify="left" if column in ("benchmark", "group") else "right")
-    for index, row in enumerate(result.rows()):
-        table.add_row(row.name, row.group, str(row.num_problems),
-                      *(_percent(row.metrics.get(m, float("nan"))) for m in metrics),
-                      end_section=index == len(result.benchmarks) - 1)
-    cells = [[row.name, row.group, str(row.num_problems)] for row in result.rows()]
-    widths = [max(len(column), *(len(cell[i]) for cell in cells)) for i, column in
-              enumerate(("benchmark", "group", "problems"))]
-    needed = sum(widths) + sum(max(len(m), 5) for m in metrics) + 3 * (3 + len(metrics)) + 1
-    console = Console()
-    if console.width < needed:  # never truncate benchmark names (e.g. piped output is 80 wide)
-        console = Console(width=needed)
-    console.print(table)
-    timing = result.timing
-    console.print(
-        f"wall {timing['wall_seconds']:.1f}s (generation {timing['generation_seconds']:.1f}s, "
-        f"{int(timing['generated_tokens'])} tokens; grading {timing['grading_seconds']:.1f}s); "
-        f"outputs in {result.output_dir}/ ({SAMPLES_FILE}, {', '.join(RESULTS_FILES)})"
-    )

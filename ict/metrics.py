@@ -2,11 +2,13 @@
 
 Unbiased pass@k (Chen et al. 2021): with ``n`` samples of which ``c`` are correct,
 ``pass@k = 1 - C(n - c, k) / C(n, k) = 1 - prod_{i=0}^{k-1} (n - c - i) / (n - i)``,
-which is 1 when ``n - c < k``. avg@n = mean of ``c / n`` (pass@1 from n samples).
+which is 1 when ``n - c < k``. avg@n = mean of ``c / n`` (pass@1 from n samples). maj@n: the most
+frequent extracted answer is correct (`majority_vote_correct`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -45,3 +47,43 @@ def average_at_n(num_samples: Sequence[int] | np.ndarray, num_correct: Sequence[
     n = np.asarray(num_samples, dtype=np.float64)
     c = np.asarray(num_correct, dtype=np.float64)
     return float(np.mean(c / n)) if n.size else float("nan")
+
+
+def majority_vote_correct(extracted: Sequence[str | None], correct: Sequence[bool]) -> bool:
+    """maj@n for one problem: the most frequent non-empty extracted answer (identical strings after
+    stripping whitespace vote together; ties go to the answer that appears first) is correct?
+    False when no sample has an answer."""
+    keys = [None if answer is None else "".join(str(answer).split()) for answer in extracted]
+    counts = Counter(key for key in keys if key)
+    if not counts:
+        return False
+    best = max(counts.values())
+    for key, is_correct in zip(keys, correct, strict=True):
+        if key and counts[key] == best:
+            return bool(is_correct)
+    return False  # pragma: no cover
+
+
+def benchmark_metrics(
+    correct: np.ndarray,
+    ks: Sequence[int],
+    majority: Sequence[bool] | None = None,
+    greedy: Sequence[bool] | None = None,
+) -> dict[str, float]:
+    """Metrics from a [problems, n] boolean matrix of sampled verdicts.
+
+    pass@k: mean over problems of the unbiased estimator (`ict.metrics.pass_at_k`);
+    avg@n: mean of c/n; maj@n: mean of ``majority``; greedy: mean of ``greedy``."""
+    correct = np.asarray(correct, dtype=bool)
+    num_problems, n = correct.shape
+    counts = correct.sum(axis=1)
+    totals = np.full(num_problems, n)
+    metrics: dict[str, float] = {}
+    for k in ks:
+        metrics[f"pass@{k}"] = float(np.mean(pass_at_k(totals, counts, int(k))))
+    metrics[f"avg@{n}"] = float(np.mean(counts / n))
+    if majority is not None:
+        metrics[f"maj@{n}"] = float(np.mean(np.asarray(majority, dtype=float)))
+    if greedy is not None:
+        metrics["greedy"] = float(np.mean(np.asarray(greedy, dtype=float)))
+    return metrics

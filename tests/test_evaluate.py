@@ -15,15 +15,9 @@ import torch
 
 from ict.benchmarks import load_benchmark
 from ict.cli import main
-from ict.evaluate import (
-    EvalConfig,
-    Generator,
-    aggregate_results,
-    benchmark_metrics,
-    evaluate,
-    grade_completions,
-    majority_vote_correct,
-)
+from ict.eval_results import aggregate_results
+from ict.evaluate import EvalConfig, Generator, evaluate, grade_completions
+from ict.metrics import benchmark_metrics, majority_vote_correct
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -103,7 +97,7 @@ def test_majority_vote():
 
 
 def test_aggregates_are_macro_means():
-    from ict.evaluate import BenchmarkResult
+    from ict.eval_results import BenchmarkResult
 
     rows = [BenchmarkResult("gsm8k", "math", "", 10, 4, {"pass@1": 0.2}),
             BenchmarkResult("math500", "math", "", 30, 4, {"pass@1": 0.6}),

@@ -9,7 +9,8 @@ import pytest
 from ict.benchmarks import load_benchmark
 from ict.data import reasoning_gym_problems
 from ict.errors import UsageError
-from ict.evaluate import RUN_FILE, EvalConfig, _prepare_output_dir, grade_completions
+from ict.eval_records import GRADING_KEYS, RESUME_KEYS, RUN_FILE, prepare_output_dir
+from ict.evaluate import EvalConfig, grade_completions
 from ict.grading import GradingRules, grade, grade_batch
 from ict.problems import Problem
 from ict.rewards import REWARDS, build_reward
@@ -107,6 +108,12 @@ def test_eval_last_number_uses_the_training_prompt_and_answer_rule():
     assert reward.score(completions, [problem] * 3)[1] == [1.0, 0.0, 0.0]
 
 
+def _prepare(config: EvalConfig, out):
+    return prepare_output_dir(out, {key: getattr(config, key) for key in RESUME_KEYS},
+                              {key: getattr(config, key) for key in GRADING_KEYS},
+                              config.num_samples, config.greedy)
+
+
 def test_eval_runs_from_before_the_option_still_resume(tmp_path):
     out = tmp_path / "eval"
     out.mkdir()
@@ -116,10 +123,10 @@ def test_eval_runs_from_before_the_option_still_resume(tmp_path):
            "grading": {"math_extraction": "anchored", "verify_timeout": 5.0}}
     (out / RUN_FILE).write_text(json.dumps(old))
     config = EvalConfig(model="m", max_new_tokens=8, output_dir=str(out))
-    _prepare_output_dir(config, out)  # answer_extraction "tag" = what older runs used
+    _prepare(config, out)  # answer_extraction "tag" = what older runs used
     assert json.loads((out / RUN_FILE).read_text())["answer_extraction"] == "tag"
     (out / "samples.jsonl").write_text("")
     config = EvalConfig(model="m", max_new_tokens=8, output_dir=str(out),
                         answer_extraction="last_number")
     with pytest.raises(UsageError, match="answer_extraction"):
-        _prepare_output_dir(config, out)
+        _prepare(config, out)

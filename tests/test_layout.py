@@ -15,7 +15,7 @@ LAYERS = {
     "problems": 0, "options": 0, "profiling": 0, "significance": 0,
     # 1: data, rewards, rollouts, models, checkpoints, reporting: each stands alone
     "hub": 1, "extraction": 1, "gold": 1, "verify": 1, "grading": 1, "data": 1, "benchmarks": 1,
-    "rewards": 1, "rollout": 1, "forward": 1, "models": 1, "checkpoint": 1, "reporting": 1, "plots": 1,
+    "rewards": 1, "rollout": 1, "forward": 1, "models": 1, "eval_records": 1, "eval_results": 1, "checkpoint": 1, "reporting": 1, "plots": 1,
     # 2: what wires them: the training configuration and loop, the evaluation
     "config": 2, "trainer": 2, "evaluate": 2, "compare": 2, "inspect_tokens": 2, "integrations": 2,
     # 3: the command line only parses and calls the library
