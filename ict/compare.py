@@ -120,6 +120,7 @@ class CompareConfig:
     eval_limit: int | None = None
     report_only: bool = False
     train_only: bool = False
+    eval_only: bool = False
     bootstrap_resamples: int = 10_000
     command: str = ""
 
@@ -138,7 +139,9 @@ def _final_checkpoint(directory: Path, num_steps: int) -> Path | None:
 
 
 def run_comparison(config: CompareConfig, log: Any = print) -> Path:
-    """Train and evaluate every (method, seed) not finished yet, then write the report."""
+    """Train and evaluate every (method, seed) not finished yet, then write the report.
+    ``train_only``: train, evaluate nothing, no report; ``eval_only``: evaluate the runs trained
+    to their final step (train nothing), then write the report; ``report_only``: the report."""
     from ict.config import build_config
     from ict.evaluate import EvalConfig, evaluate
     from ict.trainer import train
@@ -159,6 +162,9 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
                              "run_dir": str(directory), "progress": "false"}
                 train_config = build_config(config.config_file, {}, overrides)
                 checkpoint = _final_checkpoint(directory, train_config.num_steps)
+                if checkpoint is None and config.eval_only:
+                    log(f"skip {directory} (not trained to step {train_config.num_steps} yet)")
+                    continue
                 if checkpoint is None:
                     from ict.checkpoint import latest_checkpoint
 

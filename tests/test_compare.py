@@ -131,3 +131,24 @@ def test_method_options_map_to_config_fields():
     assert method_overrides(parse_methods("ict:preset=paper,aggregation=token_mean")[0]) == {
         "method": "ict", "preset": "paper", "aggregation": "token_mean"}
     assert main(["compare", "--methods", "ict:ratio", "--output-dir", "x"]) == 2
+
+
+def test_train_only_then_eval_only(tiny_model_dir, arithmetic_task, tmp_path):
+    """A grid trained by one process (--train-only) is evaluated by another (--eval-only), which
+    skips runs not trained to their final step and never trains."""
+    output = tmp_path / "cmp"
+    common = ["--methods", "grpo", "--output-dir", str(output), "--eval-benchmarks", "gsm8k",
+              "--eval-data-dir", str(_data_dir(tmp_path / "data")), "--eval-n", "2",
+              "--eval-max-new-tokens", "4", "--eval-math-extraction", "lenient",
+              "--bootstrap-resamples", "100", f"model={tiny_model_dir}",
+              f"dataset={arithmetic_task}", "reward=compare_contains_answer", "num_steps=1",
+              "prompts_per_step=2", "num_generations=2", "max_new_tokens=4",
+              "tensorboard=false"]
+    assert main(["compare", "--train-only", "--seeds", "0", *common]) == 0
+    trained = output / "runs" / "grpo" / "seed0"
+    assert (trained / "checkpoints" / "step-00000001").is_dir()
+    assert not (trained / "eval").exists() and not (output / "report.md").exists()
+    assert main(["compare", "--eval-only", "--seeds", "0,1", *common]) == 0
+    assert (trained / "eval" / "results.json").is_file()
+    assert not (output / "runs" / "grpo" / "seed1").exists()  # untrained: skipped, not trained
+    assert (output / "report.md").is_file()

@@ -49,6 +49,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--train-only", action="store_true",
                         help="train every run to its final checkpoint; evaluate nothing and "
                              "write no report (a later run without it evaluates them)")
+    parser.add_argument("--eval-only", action="store_true",
+                        help="evaluate the runs already trained to their final step (train "
+                             "nothing; safe next to a --train-only process), then the report")
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="training option overrides for every run")
     parser.set_defaults(run=run)
@@ -68,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         eval_math_extraction=args.eval_math_extraction,
         eval_answer_extraction=args.eval_answer_extraction, eval_limit=args.eval_limit,
         report_only=args.report_only, train_only=args.train_only,
+        eval_only=args.eval_only,
         bootstrap_resamples=args.bootstrap_resamples,
         command="ict " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["compare"] else "")
     report = run_comparison(config)
