@@ -33,7 +33,7 @@ from ict.significance import (
 )
 
 BASELINES = ("grpo", "random")
-COMMANDS_FILE = "commands.txt"  # every non-report-only `ict compare` command line, appended
+COMMANDS_FILE = "commands.txt"  # every distinct non-report-only `ict compare` command line
 # selector option name -> today's TrainConfig field (one place; see `method_overrides`)
 
 
@@ -148,8 +148,10 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
 
     config.output_dir.mkdir(parents=True, exist_ok=True)
     if not config.report_only:
-        if config.command:
-            with open(config.output_dir / COMMANDS_FILE, "a", encoding="utf-8") as handle:
+        commands = config.output_dir / COMMANDS_FILE
+        seen = commands.read_text(encoding="utf-8").splitlines() if commands.is_file() else []
+        if config.command and config.command not in seen:
+            with open(commands, "a", encoding="utf-8") as handle:
                 handle.write(config.command + "\n")
         ks = tuple(k for k in (1, 4) if k <= config.eval_n)
         for spec in config.methods:
