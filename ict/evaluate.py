@@ -65,6 +65,7 @@ from ict.grading import ANSWER_EXTRACTIONS, GradingRules, Verdict, grade_batch
 from ict.metrics import benchmark_metrics, majority_vote_correct
 from ict.options import option
 from ict.problems import Problem
+from ict.reporting import progress_columns
 from ict.verify import DEFAULT_TIMEOUT_SECONDS, MATH_EXTRACTIONS, MathVerifier, default_verifier
 
 MAX_NEW_TOKENS_GPU = 4096
@@ -427,18 +428,10 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
                         records: dict[str, list[dict[str, Any]]], output_dir: Path,
                         verifier: MathVerifier, timing: dict[str, float], total: int,
                         already: int, progress: bool) -> None:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from rich.progress import Progress
 
     per_chunk = max(1, config.batch_size // config.num_samples)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TimeRemainingColumn())
+    columns = progress_columns("{task.description}")
     with Progress(*columns, disable=not progress, transient=False) as bar, open(
         output_dir / SAMPLES_FILE, "a", encoding="utf-8"
     ) as samples_file:

@@ -79,23 +79,29 @@ def step_line(metrics: dict[str, Any], total: int) -> str:
             + (f"  SKIPPED {skipped} non-finite update(s)" if skipped else ""))
 
 
-def progress_bar(console: Any, total_steps: int, enabled: bool, start_step: int) -> Any:
-    """A rich progress bar with reward and entropy, or None (no TTY or progress disabled)."""
-    if not enabled or not console.is_terminal:
-        return None
+def progress_columns(label: str, *fields: str) -> tuple[Any, ...]:
+    """rich progress columns: ``label``, the bar, done/total, ``name {value}`` for each task field
+    in ``fields``, elapsed and remaining time (shared by `ict train` and `ict eval`)."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
-        Progress,
         TextColumn,
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
 
-    progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("reward {task.fields[reward]}"),
-                        TextColumn("entropy {task.fields[entropy]}"), TimeElapsedColumn(),
-                        TimeRemainingColumn(), console=console)
+    return (TextColumn(label), BarColumn(), MofNCompleteColumn(),
+            *(TextColumn(f"{name} {{task.fields[{name}]}}") for name in fields),
+            TimeElapsedColumn(), TimeRemainingColumn())
+
+
+def progress_bar(console: Any, total_steps: int, enabled: bool, start_step: int) -> Any:
+    """A rich progress bar with reward and entropy, or None (no TTY or progress disabled)."""
+    if not enabled or not console.is_terminal:
+        return None
+    from rich.progress import Progress
+
+    progress = Progress(*progress_columns("[bold]train", "reward", "entropy"), console=console)
     progress.add_task("train", total=total_steps, completed=start_step, reward="-",
                       entropy="-")
     progress.start()
