@@ -118,7 +118,10 @@ class TrainConfig:
     kl_coef: float = option(0.0, "weight of the k3 KL to the initial policy (0: none)")
     entropy_coef: float = option(0.0, "entropy bonus weight (0: none)")
     regularizer_tokens: str = option("selected", "tokens the KL and entropy terms cover: "
-                                      "selected, or all response tokens (verl, TRL)",
+                                      "selected, or all response tokens (verl, TRL; with "
+                                      "several micro-batches per mini-batch, each micro-batch's "
+                                      "term is weighted by its share of the policy loss's "
+                                      "tokens, exact with one micro-batch)",
                                       ("selected", "all"))
     normalize_advantage_std: bool = option(True, "divide group advantages by the group std")
 

@@ -57,7 +57,10 @@ class PolicyLossConfig:
         entropy_coef: weight of the entropy bonus (0: none; > 0 reproduces entropy explosion).
         clip_ratio_c: dual-clip bound for negative advantages (verl; ``None``: off; > 1).
         regularizer_tokens: tokens the KL and entropy terms cover: ``selected`` or ``all``
-            response tokens (verl's and TRL's choice).
+            response tokens (verl's and TRL's choice). A caller that splits a mini-batch into
+            micro-batches weights each loss by `aggregation_weight` (the policy loss's tokens);
+            with ``all`` the regularizer's own denominator is the response tokens, so the
+            combined regularizer equals the mini-batch's only with one micro-batch.
         denominator: normaliser of ``token_mean`` / ``seq_mean_token_mean``: ``selected`` tokens
             (ours, the 20-Entropy reference) or ``all`` response tokens (TRL's
             ``top_entropy_quantile``).
