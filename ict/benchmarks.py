@@ -5,7 +5,7 @@ one JSON object per line, in the formats of the published redistributions, see
 ``docs/evaluation.md``) or from the Hugging Face hub (``datasets.load_dataset``). Each row becomes a
 `Problem`: the question, the rendered prompt, and a normalized gold answer
 
-* ``math``: a bare LaTeX answer (see `ict.verify.normalize_gold`), checked with math-verify;
+* ``math``: a bare LaTeX answer (see `ict.gold.normalize_gold`), checked with math-verify;
 * ``choice``: the option letter (``A``...), options rendered in the prompt as ``A) ...``;
 * ``reasoning_gym``: the generated entry, scored by the task's own scorer.
 

@@ -69,7 +69,7 @@ def records_to_problems(records: Sequence[dict[str, Any]], question_field: str,
 
     A question that is a list of chat messages is used as the conversation; a choices field may
     hold a list or its Python-literal string (as in MMLU copies). Math golds are normalised with
-    `ict.verify.normalize_gold` (`#### 42` -> `42`, `['$2$']` -> `2`). A row that cannot be used
+    `ict.gold.normalize_gold` (`#### 42` -> `42`, `['$2$']` -> `2`). A row that cannot be used
     raises a `UsageError` naming it, unless `skipped` is a list: then the row is left out and its
     reason appended there."""
     problems = []
