@@ -142,7 +142,7 @@ def verl_loss(spec: str, remove_padding: bool, loss_agg_mode: str = "token-mean"
 
 
 def reference_loss(spec: str, loss_agg_mode: str = "token-mean", denominator: str = "selected",
-                   clip_ratio_c: float | None = None):
+                   clip_ratio_c: float | None = None, generator: torch.Generator | None = None):
     """Independent of verl: padded logits, column P + t - 1 predicts response token t."""
     batch, model = make_batch(), ToyLM()
     logits = model(batch["input_ids"], batch["position_ids"]).logits[:, PROMPT - 1: PROMPT + RESPONSE - 1]
@@ -156,7 +156,7 @@ def reference_loss(spec: str, loss_agg_mode: str = "token-mean", denominator: st
     selection = select(name, SelectionInputs(
         stats=stats.detached(), response_mask=mask, advantages=batch["advantages"],
         token_ids=batch["responses"], group_ids=group_ids, old_log_probs=batch["old_log_probs"],
-        clip_range=(0.2, 0.28)), **options)
+        clip_range=(0.2, 0.28), generator=generator), **options)
     loss, _ = policy_loss(stats, batch["old_log_probs"], batch["advantages"], mask, selection.mask,
                           config, kl_penalty=selection.kl_penalty)
     loss.backward()
@@ -188,6 +188,16 @@ def test_verl_loss_equals_ict_policy_loss(spec: str, remove_padding: bool) -> No
         assert not torch.allclose(expected, plain, atol=1e-4)
     if spec.startswith(("ict", "entropy")):  # a real subset was selected
         assert 0 < selection.mask.sum() < make_batch()["response_mask"].sum()
+
+
+@pytest.mark.parametrize("spec", ["random:ratio=0.3", "clip_cov:ratio=0.2,cov_low=-100,cov_high=100"])
+def test_randomised_selectors_use_the_documented_seed(spec: str) -> None:
+    seed = ict_verl.selection_seed(7, ict_verl.micro_batch_counter[0])
+    loss, grad, _ = verl_loss(spec, True, ict_seed=7)
+    expected, expected_grad, selection = reference_loss(spec, generator=torch.Generator().manual_seed(seed))
+    assert torch.allclose(loss, expected, atol=1e-6, rtol=0)
+    assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0)
+    assert 0 < selection.mask.sum() < make_batch()["response_mask"].sum()
 
 
 @pytest.mark.parametrize("loss_agg_mode", list(AGGREGATIONS))
@@ -236,28 +246,38 @@ def test_refusals() -> None:
         fsdp.prepare_model_outputs(model(**inputs), output_args, data, partial(ppo_loss, config=config))
 
 
-def _rank_main(rank: int, world: int, store: str, spec: str, out: str) -> None:
-    """One data-parallel rank: its 3 rows (one group), verl's loss, gradients averaged like FSDP."""
+TWO_RANK_SPECS = ["ict:reference=group_mean,ratio=0.3", "stapo:tau_p=0.1,quantile=0.75", "random:ratio=0.3"]
+
+
+def _rank_main(rank: int, world: int, store: str, out: str) -> None:
+    """One data-parallel rank: its 3 rows (one group), verl's loss per spec, gradients averaged
+    over the ranks as FSDP does."""
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
-        share = len(UIDS) // world
-        group = torch.distributed.group.WORLD
-        loss, grad, _ = verl_loss(spec, True, rows=slice(rank * share, (rank + 1) * share), dp_group=group)
-        torch.distributed.all_reduce(grad)
+        share, grads = len(UIDS) // world, []
+        for spec in TWO_RANK_SPECS:
+            _, grad, _ = verl_loss(spec, True, rows=slice(rank * share, (rank + 1) * share),
+                                   dp_group=torch.distributed.group.WORLD)
+            torch.distributed.all_reduce(grad)
+            grads.append(grad / world)
         if rank == 0:
-            torch.save({"grad": grad / world}, out)
+            torch.save(grads, out)
     finally:
         torch.distributed.destroy_process_group()
 
 
-@pytest.mark.parametrize("spec", ["ict:reference=group_mean,ratio=0.3", "stapo:tau_p=0.1,quantile=0.75"])
-def test_two_ranks_update_like_the_whole_batch(spec: str, tmp_path) -> None:
-    """2 gloo processes, 3 rows each: the FSDP-averaged gradient is the whole mini-batch's."""
-    out = tmp_path / "grad.pt"
-    torch.multiprocessing.spawn(_rank_main, args=(2, str(tmp_path / "store"), spec, str(out)), nprocs=2)
-    _, expected_grad, _ = reference_loss(spec)
-    assert torch.allclose(torch.load(out)["grad"], expected_grad, atol=1e-6, rtol=0)
+@pytest.mark.slow
+def test_two_ranks_update_like_the_whole_batch(tmp_path) -> None:
+    """2 gloo processes, 3 rows each: the FSDP-averaged gradient is the whole mini-batch's, for a
+    group_mean, a batch-quantile and a random selection (both ranks draw the same mask: the n-th
+    micro-batch's seed)."""
+    out = tmp_path / "grads.pt"
+    torch.multiprocessing.spawn(_rank_main, args=(2, str(tmp_path / "store"), str(out)), nprocs=2)
+    for index, (spec, grad) in enumerate(zip(TWO_RANK_SPECS, torch.load(out), strict=True)):
+        generator = torch.Generator().manual_seed(ict_verl.selection_seed(0, index))
+        _, expected_grad, _ = reference_loss(spec, generator=generator)
+        assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0), spec
 
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "verl" / "run_gsm8k.sh"

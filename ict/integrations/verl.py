@@ -58,11 +58,13 @@ Memory: the response logits are copied once into ``[B, T, V]`` (in the logits' d
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import torch
+import verl
 from torch import Tensor
 from verl.trainer.ppo.core_algos import register_policy_loss
 from verl.utils import tensordict_utils as tu
@@ -81,6 +83,10 @@ from ict.selectors import (
     select,
 )
 from ict.stats import TokenStatistics, token_statistics
+
+if not str(getattr(verl, "__version__", "")).startswith("0.9."):
+    warnings.warn(f"ict.integrations.verl is written for verl 0.9 (found {getattr(verl, '__version__', '?')}): "
+                  "its engine hook may not match", stacklevel=2)
 
 LOSS_NAME = "ict"
 # verl's loss_agg_mode -> ict.loss aggregation
@@ -103,7 +109,8 @@ class ICTPolicyLossConfig(VerlPolicyLossConfig):
             (response tokens, TRL's ``top_entropy_quantile`` convention).
         ict_dual_clip: apply verl's ``actor.clip_ratio_c`` dual clip (ict's default: off).
         ict_seed: seed of the selection generator (``random``, ``clip_cov``); the n-th training
-            micro-batch of a run uses ``(ict_seed, n)`` on every rank.
+            micro-batch of a process uses :func:`selection_seed` ``(ict_seed, n)`` on every rank
+            (a selector's own ``seed`` option is not used).
     """
 
     ict_selector: str = "ict:reference=group_mean,ratio=0.1"
@@ -149,7 +156,13 @@ class MicroBatchSelection:
 
 
 _pending: list[MicroBatchSelection] = []
-_counter = [0]  # training micro-batches seen by this process (the selection seed's stream)
+# training micro-batches selected by this process so far: the n of selection_seed (equal on all ranks)
+micro_batch_counter = [0]
+
+
+def selection_seed(seed: int, micro_batch: int) -> int:
+    """Seed of the selection generator of the ``micro_batch``-th training micro-batch."""
+    return int(seed) * 1_000_003 + int(micro_batch)
 
 
 def _padded(tensor: Tensor, length: int) -> Tensor:
@@ -279,8 +292,8 @@ def select_micro_batch(
     all_mask = all_mask.bool()
 
     generator = torch.Generator(device=device).manual_seed(
-        int(getattr(policy, "ict_seed", 0)) * 1_000_003 + _counter[0])
-    _counter[0] += 1
+        selection_seed(getattr(policy, "ict_seed", 0), micro_batch_counter[0]))
+    micro_batch_counter[0] += 1
     loss_config = loss_config_of(actor_config, actor_config.loss_agg_mode)
     selection = select(name, SelectionInputs(
         stats=all_stats, response_mask=all_mask, advantages=all_advantages, token_ids=all_ids,
