@@ -192,7 +192,7 @@ def test_verl_loss_equals_ict_policy_loss(spec: str, remove_padding: bool) -> No
 
 @pytest.mark.parametrize("spec", ["random:ratio=0.3", "clip_cov:ratio=0.2,cov_low=-100,cov_high=100"])
 def test_randomised_selectors_use_the_documented_seed(spec: str) -> None:
-    seed = ict_verl.selection_seed(7, ict_verl.micro_batch_counter[0])
+    seed = ict_verl.selection_seed(7, ict_verl.selection_counter[0])
     loss, grad, _ = verl_loss(spec, True, ict_seed=7)
     expected, expected_grad, selection = reference_loss(spec, generator=torch.Generator().manual_seed(seed))
     assert torch.allclose(loss, expected, atol=1e-6, rtol=0)
@@ -231,19 +231,60 @@ def test_refusals() -> None:
         ict_verl.ICTPolicyLossConfig(loss_mode="ict", ict_selector="entropy:ratoi=0.2")
     with pytest.raises(UsageError, match="'ref'"):
         ict_verl.ICTPolicyLossConfig(loss_mode="ict", ict_selector="ict:reference=ref")
-    # a micro-batch smaller than the mini-batch: the selection would not see its population
+    # a micro-batch that is not the whole mini-batch reaching the one-pass path
     batch, model = make_batch(), ToyLM()
     data, fsdp = micro_batch(batch, True, global_batch_size=12), engine()
     inputs, output_args = fsdp.prepare_model_inputs(data)
     loss_function = partial(ppo_loss, config=actor_config("entropy"))
-    with pytest.raises(UsageError, match="ppo_micro_batch_size_per_gpu"):
+    with pytest.raises(RuntimeError, match="6 rows of a 12-row mini-batch"):
         fsdp.prepare_model_outputs(model(**inputs), output_args, data, loss_function)
     # group_mean with a group split over ranks (here: rollout.n says 4 rows per uid)
     config = FSDPActorConfig(strategy="fsdp", rollout_n=4, ppo_micro_batch_size_per_gpu=6,
                              policy_loss=ict_verl.ICTPolicyLossConfig(loss_mode="ict"))
     data = micro_batch(batch, True)
-    with pytest.raises(UsageError, match="whole groups"):
+    with pytest.raises(UsageError, match="whole groups .4 rows per uid. in each micro-batch"):
         fsdp.prepare_model_outputs(model(**inputs), output_args, data, partial(ppo_loss, config=config))
+
+
+@pytest.fixture
+def single_process_group(tmp_path, monkeypatch):
+    """A gloo group of one process; verl's device helpers pointed at the CPU."""
+    import verl.utils.seqlen_balancing as balancing
+    import verl.workers.engine.fsdp.transformer_impl as fsdp_impl
+
+    monkeypatch.setattr(fsdp_impl, "get_device_id", lambda: "cpu")
+    monkeypatch.setattr(fsdp_impl, "get_device_name", lambda: "cpu")
+    monkeypatch.setattr(balancing, "get_device_name", lambda: "cpu")
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield torch.distributed.group.WORLD
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.parametrize(("spec", "dynamic"), [
+    ("ict:reference=group_mean,ratio=0.3", False), ("entropy:ratio=0.2", False),
+    ("kl_cov:ratio=0.2,kl_coef=1.0", False), ("stapo:tau_p=0.1,quantile=0.75", True),
+    ("ict:reference=seq_mean,ratio=0.3", True)])
+def test_several_micro_batches_select_on_the_whole_mini_batch(spec, dynamic, single_process_group) -> None:
+    """verl's own forward_backward_batch cuts the mini-batch into micro-batches (2 of 3 rows, or by
+    a token budget): the scoring pass selects once on all 6 rows, and the accumulated gradient is
+    that of the whole mini-batch's loss."""
+    batch, model, config = make_batch(), ToyLM(), actor_config(spec)
+    data, fsdp = micro_batch(batch, True), engine()
+    fsdp.module, fsdp._autocast_dtype, fsdp.scaler = model, torch.float32, None
+    fsdp.get_data_parallel_group = lambda: single_process_group
+    fsdp.get_data_parallel_size = lambda: 1
+    fsdp.engine_config.use_no_sync_for_gradient_accumulation = False
+    if dynamic:
+        tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=22)
+    else:
+        tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=3)
+    forwards = []
+    model.register_forward_hook(lambda module, args, output: forwards.append(1))
+    fsdp.forward_backward_batch(data, partial(ppo_loss, config=config))
+    generator = torch.Generator().manual_seed(ict_verl.selection_seed(0, ict_verl.selection_counter[0] - 1))
+    _, expected_grad, _ = reference_loss(spec, generator=generator)
+    assert torch.allclose(model.token.grad, expected_grad, atol=1e-6, rtol=0)
+    assert len(forwards) >= 4 and len(forwards) % 2 == 0  # scoring pass + training pass
 
 
 TWO_RANK_SPECS = ["ict:reference=group_mean,ratio=0.3", "stapo:tau_p=0.1,quantile=0.75", "random:ratio=0.3"]
@@ -304,8 +345,7 @@ def test_launch_script_builds_our_config_in_verl(method: str) -> None:
     assert isinstance(actor.policy_loss, ict_verl.ICTPolicyLossConfig)
     assert actor.policy_loss.loss_mode == "ict"
     assert parse_token_selector(actor.policy_loss.ict_selector)[0] == METHODS[method]
-    per_gpu = actor.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n // config.trainer.n_gpus_per_node
-    assert actor.ppo_micro_batch_size_per_gpu == per_gpu and not actor.use_dynamic_bsz
+    assert actor.ppo_micro_batch_size_per_gpu % actor.rollout_n == 0 and not actor.use_dynamic_bsz
     assert config.trainer.balance_batch is False and actor.rollout_n == 8
 
 

@@ -17,6 +17,7 @@ N_GPUS=${N_GPUS:-8}
 ROLLOUT_N=${ROLLOUT_N:-8}         # completions per prompt (G)
 TRAIN_BATCH=${TRAIN_BATCH:-64}    # prompts per step
 MINI_BATCH=${MINI_BATCH:-16}      # prompts per optimizer update
+MICRO=${MICRO:-$ROLLOUT_N}        # sequences per GPU per forward (a multiple of ROLLOUT_N: whole groups)
 EPOCHS=${EPOCHS:-3}
 
 case "$METHOD" in
@@ -30,13 +31,14 @@ case "$METHOD" in
   *) echo "METHOD must be one of grpo entropy stapo ict random kl_cov clip_cov, got '$METHOD'" >&2; exit 2 ;;
 esac
 
-# Whole groups on every GPU, and each GPU's micro-batch = its whole share of the mini-batch
-# (the selection ranks the whole mini-batch, as `ict train` does).
-if (( TRAIN_BATCH % N_GPUS || MINI_BATCH % N_GPUS || TRAIN_BATCH % MINI_BATCH )); then
-  echo "TRAIN_BATCH ($TRAIN_BATCH) and MINI_BATCH ($MINI_BATCH) must be multiples of N_GPUS ($N_GPUS), and TRAIN_BATCH of MINI_BATCH" >&2
+# Whole groups on every GPU and in every micro-batch (group_mean compares the completions of a
+# prompt position by position). The selection always ranks the whole mini-batch, as `ict train`
+# does: with several micro-batches per GPU the integration adds one no-grad scoring forward.
+SHARE=$(( MINI_BATCH * ROLLOUT_N / N_GPUS ))
+if (( TRAIN_BATCH % N_GPUS || MINI_BATCH % N_GPUS || TRAIN_BATCH % MINI_BATCH || MICRO % ROLLOUT_N || SHARE % MICRO )); then
+  echo "need TRAIN_BATCH and MINI_BATCH multiples of N_GPUS ($N_GPUS), TRAIN_BATCH of MINI_BATCH, MICRO of ROLLOUT_N and MINI_BATCH*ROLLOUT_N/N_GPUS ($SHARE) of MICRO ($MICRO)" >&2
   exit 2
 fi
-MICRO=$(( MINI_BATCH * ROLLOUT_N / N_GPUS ))
 
 ARGS=(
   algorithm.adv_estimator=grpo

@@ -23,18 +23,25 @@ How it plugs in (no verl file is changed or copied):
   :func:`ict.stats.token_statistics` computes log-probs, entropy, Renyi-2 and the selector's JS
   scores without gradient, at the rollout temperature. ``group_mean`` groups are the rows with
   equal verl ``uid`` (the ``rollout.n`` completions of one prompt).
-- Population: the ``[B, T]`` statistics, masks, advantages, old log-probs, token ids and uids of
-  the micro-batch of every data-parallel rank are all-gathered (scores only, never
-  distributions); each rank runs :func:`ict.selectors.select` on the gathered mini-batch and keeps
-  its rows, so every rank gets exactly the mask our selector returns on the whole mini-batch
-  (randomised selectors get one generator seeded identically on every rank).
+- Population: a selector ranks the whole mini-batch, as in ``ict train``. When a rank's
+  mini-batch share is one micro-batch, the ``[B, T]`` statistics, masks, advantages, old
+  log-probs, token ids and uids of every data-parallel rank are all-gathered right there (scores
+  only, never distributions); each rank runs :func:`ict.selectors.select` on the gathered
+  mini-batch and keeps its rows. When it is several micro-batches (``ppo_micro_batch_size_per_gpu``
+  smaller, or ``use_dynamic_bsz``), a wrapper of the engine's ``forward_backward_batch`` first
+  runs verl's own forward-only pass over the same micro-batches with a scoring loss (one extra
+  no-grad forward per mini-batch, like ``ict train``'s scoring pass), selects once on the gathered
+  mini-batch, then runs the training pass, whose micro-batches take their rows of that selection.
+  Randomised selectors get one generator seeded identically on every rank
+  (:func:`selection_seed`).
 - Loss: verl's unchanged ``ppo_loss`` calls ``get_policy_loss_fn("ict")``, i.e.
   :func:`compute_policy_loss_ict`, with verl's differentiable ``log_prob``; it takes the
   selection of this micro-batch and returns :func:`ict.loss.policy_loss` (one implementation of
-  the clipped surrogate, aggregation and KL-Cov penalty) times ``dp * w_rank / W``, where ``w`` is
-  :func:`ict.loss.aggregation_weight` (selected tokens for ``token_mean``) and ``W`` its sum over
-  ranks: FSDP averages gradients over ranks, so the update is that of our trainer's loss on the
-  whole mini-batch. On one rank the returned loss *is* ``policy_loss``.
+  the clipped surrogate, aggregation and KL-Cov penalty) times ``dp * w_micro / W``, where ``w``
+  is :func:`ict.loss.aggregation_weight` (selected tokens for ``token_mean``) and ``W`` its sum
+  over the mini-batch on all ranks: verl sums micro-batch gradients and FSDP averages ranks, so
+  the update is that of our trainer's loss on the whole mini-batch. With one rank and one
+  micro-batch the returned loss *is* ``policy_loss``.
 - Options map from verl's actor config: ``clip_ratio_low`` / ``clip_ratio_high`` -> clip range,
   ``loss_agg_mode`` ``token-mean`` / ``seq-mean-token-mean`` / ``seq-mean-token-sum-norm`` ->
   our aggregations (``loss_scale_factor`` -> ``max_response_length``); verl's dual clip
@@ -42,13 +49,12 @@ How it plugs in (no verl file is changed or copied):
   ``entropy_coeff`` and ``use_kl_loss`` terms are added by verl over all response tokens (our
   ``regularizer_tokens="all"``).
 
-Requirements (each refused with a one-line error naming the setting): every rank's micro-batch
-is its whole mini-batch share (``actor.ppo_micro_batch_size_per_gpu = ppo_mini_batch_size *
-rollout.n / n_gpus``, ``use_dynamic_bsz=False``), so the selection covers the mini-batch as in
-``ict train``; ``group_mean`` / ``scope=group`` need the ``rollout.n`` rows of each uid on one
-rank (``trainer.balance_batch=False``, ``actor.shuffle=False``); materialised logits
-(``use_fused_kernels=False``); no Ulysses sequence parallelism; one temperature; no rollout
-importance weights; ``loss_agg_mode`` not ``token-sum`` / ``seq-mean-token-sum``.
+Requirements (each refused with a one-line error naming the setting): ``group_mean`` needs the
+``rollout.n`` rows of each uid in one micro-batch (``trainer.balance_batch=False``,
+``actor.shuffle=False``, ``use_dynamic_bsz=False``, ``ppo_micro_batch_size_per_gpu`` a multiple
+of ``rollout.n``); materialised logits (``use_fused_kernels=False``); no Ulysses sequence
+parallelism; one temperature; no rollout importance weights; ``loss_agg_mode`` not
+``token-sum`` / ``seq-mean-token-sum``.
 
 Not supported: Megatron (vocabulary-parallel logits would need an all-reduce of the per-shard
 sums; the loss refuses to run without this module's FSDP hook), the ``ref`` JS reference.
@@ -78,7 +84,6 @@ from ict.loss import TOKEN_SETS, PolicyLossConfig, aggregation_weight, policy_lo
 from ict.selectors import (
     Selection,
     SelectionInputs,
-    ranking_population,
     required_js_references,
     select,
 )
@@ -147,22 +152,38 @@ def loss_config_of(actor_config: Any, loss_agg_mode: str) -> PolicyLossConfig:
 
 
 @dataclass
+class MicroBatchScores:
+    """One micro-batch's detached statistics and selection inputs on this rank, ``[B, T]``."""
+
+    stats: TokenStatistics
+    response_mask: Tensor
+    advantages: Tensor
+    old_log_probs: Tensor
+    token_ids: Tensor
+    uids: list[Any]
+    global_batch_size: int | None  # rows of the whole mini-batch over all ranks (verl's)
+
+
+@dataclass
 class MicroBatchSelection:
     """The selection of one training micro-batch, handed from the engine hook to the loss."""
 
     selection: Selection  # this rank's rows, [B, T]
     stats: TokenStatistics  # this rank's rows, detached
-    scale: float  # dp * w_rank / W (see the module docstring)
+    scale: float  # dp * w_micro / W (see the module docstring)
 
 
-_pending: list[MicroBatchSelection] = []
-# training micro-batches selected by this process so far: the n of selection_seed (equal on all ranks)
-micro_batch_counter = [0]
+_pending: list[MicroBatchSelection] = []  # the current micro-batch's, for compute_policy_loss_ict
+_queue: list[MicroBatchSelection] = []  # the mini-batch's, made by the scoring pass
+_scored: list[MicroBatchScores] = []  # filled by the scoring pass
+# selections made by this process so far (one per mini-batch): the n of selection_seed
+selection_counter = [0]
 
 
-def selection_seed(seed: int, micro_batch: int) -> int:
-    """Seed of the selection generator of the ``micro_batch``-th training micro-batch."""
-    return int(seed) * 1_000_003 + int(micro_batch)
+def selection_seed(seed: int, selection: int) -> int:
+    """Seed of the generator of this process's ``selection``-th selection (one per mini-batch,
+    counted from 0; equal on every rank)."""
+    return int(seed) * 1_000_003 + int(selection)
 
 
 def _padded(tensor: Tensor, length: int) -> Tensor:
@@ -220,24 +241,22 @@ def _all_gather(tensor: Tensor, group: Any, world: int) -> Tensor:
     return torch.cat(parts)
 
 
-def select_micro_batch(
-    logits: Tensor,
-    micro_batch: Any,
-    actor_config: Any,
-    dp_group: Any = None,
-    packed_to_row: Tensor | None = None,
-) -> MicroBatchSelection:
-    """Statistics, population-wide selection and loss scale of one training micro-batch.
+def _selector(actor_config: Any) -> tuple[str, dict[str, Any]]:
+    return parse_token_selector(actor_config.policy_loss.ict_selector)
+
+
+def score_micro_batch(
+    logits: Tensor, micro_batch: Any, actor_config: Any, packed_to_row: Tensor | None = None
+) -> MicroBatchScores:
+    """ict's statistics of one micro-batch's responses (no gradient).
 
     ``logits`` ``[R, V]``: the actor's logits, one row per packed token (``packed_to_row [nnz]``
     maps packed token ``k`` to its row; ``None``: row ``k``). ``micro_batch`` is verl's
     TensorDict (``responses``, ``response_mask``, ``advantages``, ``old_log_probs``, ``uid``,
     ``temperature``, ``prompts`` / ``attention_mask`` or nested ``input_ids``).
     """
-    policy = actor_config.policy_loss
-    name, options = parse_token_selector(policy.ict_selector)
+    name, options = _selector(actor_config)
     references = required_js_references(name, options)
-    population = ranking_population(name, options)
     device = logits.device
     num_packed = packed_to_row.numel() if packed_to_row is not None else logits.shape[0]
     index = response_row_index(micro_batch, num_packed, device)
@@ -247,67 +266,91 @@ def select_micro_batch(
     response_mask = _padded(micro_batch["response_mask"], length).bool().to(device)
     token_ids = _padded(micro_batch["responses"], length).to(device)
     uids = _uids(micro_batch, rows)
-    group_ids = _group_ids(uids, device)
-    needs_groups = "group_mean" in references or population == "group"
-    if needs_groups:
-        sizes = torch.bincount(group_ids)
+    group_ids = None
+    if "group_mean" in references:
+        group_ids = _group_ids(uids, device)
         expected = getattr(actor_config, "rollout_n", None)
-        if isinstance(expected, int) and bool((sizes != expected).any()):
+        if isinstance(expected, int) and bool((torch.bincount(group_ids) != expected).any()):
             raise UsageError(
-                f"ict selector {name!r} needs whole groups ({expected} rows per uid) on each rank; "
-                "set trainer.balance_batch=False and actor.shuffle=False, with ppo_mini_batch_size a "
-                "multiple of the number of GPUs")
+                f"the group_mean reference needs whole groups ({expected} rows per uid) in each "
+                "micro-batch: set trainer.balance_batch=False, actor.shuffle=False, "
+                "actor.use_dynamic_bsz=False and ppo_micro_batch_size_per_gpu a multiple of rollout.n")
     with torch.no_grad():
         response_logits = logits.detach()[torch.where(response_mask, index, torch.zeros_like(index))]
         stats = token_statistics(response_logits, token_ids, response_mask, temperature=_temperature(micro_batch),
-                                 js_references=references, group_ids=group_ids if needs_groups else None)
+                                 js_references=references, group_ids=group_ids)
         del response_logits
-    advantages = _padded(micro_batch["advantages"], length).to(device=device, dtype=torch.float32)
-    old_log_probs = _padded(micro_batch["old_log_probs"], length).to(device=device, dtype=torch.float32)
+    total = tu.get_non_tensor_data(data=micro_batch, key="global_batch_size", default=None)
+    return MicroBatchScores(
+        stats=stats, response_mask=response_mask, token_ids=token_ids, uids=uids,
+        advantages=_padded(micro_batch["advantages"], length).to(device=device, dtype=torch.float32),
+        old_log_probs=_padded(micro_batch["old_log_probs"], length).to(device=device, dtype=torch.float32),
+        global_batch_size=None if total is None else int(total))
 
+
+def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
+                      dp_group: Any = None) -> list[MicroBatchSelection]:
+    """Select once on the whole mini-batch: this rank's micro-batches ``parts`` and those of every
+    rank of ``dp_group`` (all-gathered ``[B, T]`` scores); returns each part's rows of the mask
+    and its loss scale ``dp * w_part / W``."""
+    name, options = _selector(actor_config)
+    references = required_js_references(name, options)
+    length = max(part.response_mask.shape[1] for part in parts)
+    device = parts[0].response_mask.device
+
+    def cat(field: str) -> Tensor:
+        return torch.cat([_padded(getattr(part, field), length) for part in parts])
+
+    stats = TokenStatistics.concat([TokenStatistics(*(_padded(t, length) for t in (
+        part.stats.log_probs, part.stats.entropy, part.stats.renyi2)),
+        {ref: _padded(part.stats.js_scores[ref], length) for ref in references}) for part in parts])
+    response_mask, token_ids = cat("response_mask"), cat("token_ids")
+    uids = [uid for part in parts for uid in part.uids]
+    rows = len(uids)
     world = _world(dp_group)
     rank = torch.distributed.get_rank(dp_group) if world > 1 else 0
     if world > 1:
         counts = _all_gather(torch.tensor([rows], device=device), dp_group, world)
         if bool((counts != rows).any()):
-            raise UsageError("loss_mode=ict needs the same micro-batch size on every rank: set "
-                             "actor.use_dynamic_bsz=False")
+            raise RuntimeError(f"ict: mini-batch rows differ between ranks: {counts.tolist()}")
         gathered_uids: list[list[Any]] = [[] for _ in range(world)]
         torch.distributed.all_gather_object(gathered_uids, uids, group=dp_group)
-        all_uids = [uid for part in gathered_uids for uid in part]
-    else:
-        all_uids = uids
-    total_rows = tu.get_non_tensor_data(data=micro_batch, key="global_batch_size", default=None)
-    if total_rows is not None and len(all_uids) != int(total_rows):
-        raise UsageError(
-            f"ict selector {name!r} ranks its whole mini-batch, but each rank's micro-batch holds "
-            f"{rows} of the mini-batch's {int(total_rows) // world} rows per rank: set "
-            "actor.ppo_micro_batch_size_per_gpu = ppo_mini_batch_size * rollout.n / n_gpus")
+        uids = [uid for part in gathered_uids for uid in part]
+    expected = parts[0].global_batch_size
+    if expected is not None and len(uids) != expected:
+        raise RuntimeError(f"ict: the selection sees {len(uids)} rows of a {expected}-row mini-batch")
     columns = [stats.log_probs, stats.entropy, stats.renyi2, *(stats.js_scores[ref] for ref in references),
-               response_mask.float(), advantages, old_log_probs]
-    gathered = _all_gather(torch.stack(columns, dim=1), dp_group, world).unbind(dim=1)
-    all_ids = _all_gather(token_ids, dp_group, world)
-    log_probs, entropy, renyi2, *js, all_mask, all_advantages, all_old = gathered
-    all_stats = TokenStatistics(log_probs, entropy, renyi2, dict(zip(references, js)))
+               response_mask.float(), cat("advantages"), cat("old_log_probs")]
+    log_probs, entropy, renyi2, *js, all_mask, advantages, old_log_probs = \
+        _all_gather(torch.stack(columns, dim=1), dp_group, world).unbind(dim=1)
     all_mask = all_mask.bool()
 
     generator = torch.Generator(device=device).manual_seed(
-        selection_seed(getattr(policy, "ict_seed", 0), micro_batch_counter[0]))
-    micro_batch_counter[0] += 1
+        selection_seed(getattr(actor_config.policy_loss, "ict_seed", 0), selection_counter[0]))
+    selection_counter[0] += 1
     loss_config = loss_config_of(actor_config, actor_config.loss_agg_mode)
     selection = select(name, SelectionInputs(
-        stats=all_stats, response_mask=all_mask, advantages=all_advantages, token_ids=all_ids,
-        generator=generator, group_ids=_group_ids(all_uids, device), old_log_probs=all_old,
+        stats=TokenStatistics(log_probs, entropy, renyi2, dict(zip(references, js))),
+        response_mask=all_mask, advantages=advantages, token_ids=_all_gather(token_ids, dp_group, world),
+        generator=generator, group_ids=_group_ids(uids, device), old_log_probs=old_log_probs,
         clip_range=(loss_config.clip_low, loss_config.clip_high)), **options)
-    own = slice(rank * rows, (rank + 1) * rows)
     total = aggregation_weight(selection.mask, all_mask, loss_config)
-    local = aggregation_weight(selection.mask[own], all_mask[own], loss_config)
-    return MicroBatchSelection(
-        selection=Selection(selection.mask[own],
-                            None if selection.kl_penalty is None else selection.kl_penalty[own]),
-        stats=stats,
-        scale=world * local / total if total > 0 else 0.0,
-    )
+    results, start = [], rank * rows
+    for part in parts:
+        own = slice(start, start + len(part.uids))
+        start = own.stop
+        part_length = part.response_mask.shape[1]
+        mask = selection.mask[own, :part_length]
+        penalty = None if selection.kl_penalty is None else selection.kl_penalty[own, :part_length]
+        weight = aggregation_weight(mask, part.response_mask, loss_config)
+        results.append(MicroBatchSelection(Selection(mask, penalty), part.stats,
+                                           world * weight / total if total > 0 else 0.0))
+    return results
+
+
+def _score_only(config: Any, model_output: Any, data: Any, dp_group: Any = None) -> tuple[Tensor, dict]:
+    """The loss function of the scoring pass: the hook records the scores; no loss."""
+    return torch.zeros(()), {}
 
 
 def _ict_actor_config(loss_function: Any) -> Any:
@@ -336,12 +379,19 @@ def _packed_rows(logits: Tensor, micro_batch: Any) -> tuple[Tensor, Tensor]:
 
 def _prepare_model_outputs(self: Any, output: Any, output_args: Any, micro_batch: Any,
                            logits_processor_func: Any) -> dict[str, Any]:
-    """verl's ``prepare_model_outputs``, then ict's selection for a training micro-batch."""
+    """verl's ``prepare_model_outputs``, then ict's scores / selection for an ``ict`` loss."""
     model_output = _original_prepare_model_outputs(self, output, output_args, micro_batch, logits_processor_func)
     actor_config = _ict_actor_config(logits_processor_func)
     if actor_config is None:
         return model_output
+    scoring = logits_processor_func.func is _score_only
     _pending.clear()
+    if not scoring and _queue:  # selected beforehand on the whole mini-batch
+        record = _queue.pop(0)
+        if record.selection.mask.shape[0] != len(micro_batch):
+            raise RuntimeError("ict: the training micro-batches differ from the scoring pass's")
+        _pending.append(record)
+        return model_output
     logits = getattr(output, "logits", None)
     if tu.get_non_tensor_data(data=micro_batch, key="use_fused_kernels", default=False) or logits is None:
         raise UsageError("loss_mode=ict needs the actor's logits: set actor_rollout_ref.model.use_fused_kernels=False")
@@ -354,15 +404,55 @@ def _prepare_model_outputs(self: Any, output: Any, output_args: Any, micro_batch
         rows, packed_to_row = logits.squeeze(0), None
     else:
         rows, packed_to_row = _packed_rows(logits, micro_batch)
-    _pending.append(select_micro_batch(rows, micro_batch, actor_config, self.get_data_parallel_group(),
-                                       packed_to_row))
+    scores = score_micro_batch(rows, micro_batch, actor_config, packed_to_row)
+    if scoring:
+        _scored.append(scores)
+    else:  # the micro-batch is the whole mini-batch share of this rank
+        _pending.extend(select_mini_batch([scores], actor_config, self.get_data_parallel_group()))
     return model_output
 
 
-_original_prepare_model_outputs = getattr(
-    FSDPEngineWithLMHead.prepare_model_outputs, "_ict_original", FSDPEngineWithLMHead.prepare_model_outputs)
-_prepare_model_outputs._ict_original = _original_prepare_model_outputs  # type: ignore[attr-defined]
-FSDPEngineWithLMHead.prepare_model_outputs = _prepare_model_outputs
+def _micro_batches_per_mini_batch(data: Any) -> int | None:
+    """Micro-batches verl will cut ``data`` into (``None``: dynamic, unknown beforehand)."""
+    if tu.get_non_tensor_data(data=data, key="use_dynamic_bsz", default=True):
+        return None
+    size = tu.get_non_tensor_data(data=data, key="micro_batch_size_per_gpu", default=None)
+    group = tu.get_non_tensor_data(data=data, key="force_group_size", default=1)
+    return None if size is None else len(data) // (int(size) * int(group))
+
+
+def _forward_backward_batch(self: Any, data: Any, loss_function: Any, forward_only: bool = False) -> Any:
+    """verl's ``forward_backward_batch``; for an ``ict`` loss over several micro-batches, first a
+    no-grad scoring pass over them and one selection on the whole mini-batch."""
+    actor_config = None if forward_only else _ict_actor_config(loss_function)
+    if actor_config is None or _micro_batches_per_mini_batch(data) == 1:
+        return _original_forward_backward_batch(self, data, loss_function, forward_only)
+    _scored.clear()
+    _queue.clear()
+    try:
+        _original_forward_backward_batch(self, data, partial(_score_only, config=actor_config), True)
+        _queue.extend(select_mini_batch(_scored, actor_config, self.get_data_parallel_group()))
+        _scored.clear()
+        output = _original_forward_backward_batch(self, data, loss_function, forward_only)
+        if _queue:
+            raise RuntimeError(f"ict: {len(_queue)} selected micro-batches were not trained on")
+        return output
+    finally:
+        _scored.clear()
+        _queue.clear()
+
+
+def _wrap(cls: type, name: str, wrapper: Any) -> Any:
+    """Replace ``cls.name`` by ``wrapper`` once (re-imports keep the first original)."""
+    current = cls.__dict__.get(name, getattr(cls, name))
+    original = getattr(current, "_ict_original", current)
+    wrapper._ict_original = original
+    setattr(cls, name, wrapper)
+    return original
+
+
+_original_prepare_model_outputs = _wrap(FSDPEngineWithLMHead, "prepare_model_outputs", _prepare_model_outputs)
+_original_forward_backward_batch = _wrap(FSDPEngineWithLMHead, "forward_backward_batch", _forward_backward_batch)
 
 
 @register_policy_loss(LOSS_NAME)
