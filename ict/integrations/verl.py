@@ -13,9 +13,10 @@ How it plugs in (no verl file is changed or copied):
   :class:`ICTPolicyLossConfig` (verl's ``PolicyLossConfig`` plus the ``ict_*`` fields below)
   imports this module in every process that builds the actor config, the FSDP workers included.
   Importing it (1) registers the policy loss ``"ict"`` with verl's ``register_policy_loss`` and
-  (2) wraps ``FSDPEngineWithLMHead.prepare_model_outputs`` (the method that turns the actor's
-  logits into log-probs / entropy). The wrapper runs verl's method unchanged and does extra
-  work only in a training forward whose loss is ``ppo_loss`` with ``loss_mode="ict"``.
+  (2) wraps two methods of ``FSDPEngineWithLMHead``: ``prepare_model_outputs`` (which turns the
+  actor's logits into log-probs / entropy) and ``forward_backward_batch``. Each wrapper runs
+  verl's method unchanged and does extra work only for a training pass whose loss is
+  ``ppo_loss`` with ``loss_mode="ict"``.
 - Score: in that wrapper the logits of the micro-batch exist (``[1, nnz, V]`` packed with
   ``use_remove_padding``, else ``[B, S, V]``). The response rows are gathered into ``[B, T, V]``
   with verl's own slicing rule (``no_padding_2_padding`` applied to row numbers, so position
@@ -466,7 +467,7 @@ def compute_policy_loss_ict(
     rollout_is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Any]]:
     """verl policy loss ``"ict"``: :func:`ict.loss.policy_loss` on this micro-batch's selection,
-    scaled by ``dp * w_rank / W`` (see the module docstring). Shapes ``[B, T]``."""
+    scaled by ``dp * w_micro / W`` (see the module docstring). Shapes ``[B, T]``."""
     if rollout_is_weights is not None:
         raise UsageError("loss_mode=ict does not apply rollout importance weights: disable "
                          "algorithm.rollout_correction")
