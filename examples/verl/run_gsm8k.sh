@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# ICT and its baselines in verl 0.9 (FSDP actor + vLLM rollouts): Qwen2.5 on GSM8K, one node.
+#
+#   METHOD=ict bash examples/verl/run_gsm8k.sh [more hydra overrides]
+#
+# METHOD: grpo | entropy | stapo | ict | random | kl_cov | clip_cov (all run through the same
+# policy loss "ict" of ict.integrations.verl, so only the token selection differs).
+# Data: verl's examples/data_preprocess/gsm8k.py --local_save_dir "$DATA" (train/test.parquet).
+# Needs a verl 0.9 environment with this repository installed (docs/scaling.md, section verl).
+# DRY_RUN=1 prints the command line (one argument per line) instead of running it.
+set -euo pipefail
+
+METHOD=${METHOD:-ict}
+MODEL=${MODEL:-Qwen/Qwen2.5-1.5B-Instruct}
+DATA=${DATA:-$HOME/data/gsm8k}
+N_GPUS=${N_GPUS:-8}
+ROLLOUT_N=${ROLLOUT_N:-8}         # completions per prompt (G)
+TRAIN_BATCH=${TRAIN_BATCH:-64}    # prompts per step
+MINI_BATCH=${MINI_BATCH:-16}      # prompts per optimizer update
+MICRO=${MICRO:-$ROLLOUT_N}        # sequences per GPU per forward (a multiple of ROLLOUT_N: whole groups)
+EPOCHS=${EPOCHS:-3}
+
+case "$METHOD" in
+  grpo)     SELECTOR="all" ;;
+  entropy)  SELECTOR="entropy:ratio=0.2" ;;
+  stapo)    SELECTOR="stapo:tau_p=0.002,quantile=0.75" ;;
+  ict)      SELECTOR="ict:reference=group_mean,ratio=0.1" ;;
+  random)   SELECTOR="random:ratio=0.1" ;;
+  kl_cov)   SELECTOR="kl_cov:ratio=0.002,kl_coef=1.0" ;;
+  clip_cov) SELECTOR="clip_cov:ratio=0.0002,cov_low=1.0,cov_high=5.0" ;;
+  *) echo "METHOD must be one of grpo entropy stapo ict random kl_cov clip_cov, got '$METHOD'" >&2; exit 2 ;;
+esac
+
+# Whole groups on every GPU and in every micro-batch (group_mean compares the completions of a
+# prompt position by position). The selection always ranks the whole mini-batch, as `ict train`
+# does: with several micro-batches per GPU the integration adds one no-grad scoring forward.
+SHARE=$(( MINI_BATCH * ROLLOUT_N / N_GPUS ))
+if (( TRAIN_BATCH % N_GPUS || MINI_BATCH % N_GPUS || TRAIN_BATCH % MINI_BATCH || MICRO % ROLLOUT_N || SHARE % MICRO )); then
+  echo "need TRAIN_BATCH and MINI_BATCH multiples of N_GPUS ($N_GPUS), TRAIN_BATCH of MINI_BATCH, MICRO of ROLLOUT_N and MINI_BATCH*ROLLOUT_N/N_GPUS ($SHARE) of MICRO ($MICRO)" >&2
+  exit 2
+fi
+
+ARGS=(
+  algorithm.adv_estimator=grpo
+  algorithm.use_kl_in_reward=False
+  data.train_files="$DATA/train.parquet"
+  data.val_files="$DATA/test.parquet"
+  data.train_batch_size="$TRAIN_BATCH"
+  data.max_prompt_length=512
+  data.max_response_length=1024
+  data.filter_overlong_prompts=True
+  data.truncation=error
+  actor_rollout_ref.model.path="$MODEL"
+  actor_rollout_ref.model.use_remove_padding=True
+  actor_rollout_ref.model.use_fused_kernels=False
+  actor_rollout_ref.model.enable_gradient_checkpointing=True
+  actor_rollout_ref.actor.optim.lr=1e-6
+  actor_rollout_ref.actor.ppo_mini_batch_size="$MINI_BATCH"
+  actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="$MICRO"
+  actor_rollout_ref.actor.use_dynamic_bsz=False
+  actor_rollout_ref.actor.shuffle=False
+  actor_rollout_ref.actor.ppo_epochs=1
+  actor_rollout_ref.actor.clip_ratio_low=0.2
+  actor_rollout_ref.actor.clip_ratio_high=0.28
+  actor_rollout_ref.actor.loss_agg_mode=token-mean
+  actor_rollout_ref.actor.use_kl_loss=False
+  actor_rollout_ref.actor.entropy_coeff=0
+  actor_rollout_ref.actor.fsdp_config.param_offload=False
+  actor_rollout_ref.actor.fsdp_config.optimizer_offload=False
+  actor_rollout_ref.actor.policy_loss._target_=ict.integrations.verl.ICTPolicyLossConfig
+  actor_rollout_ref.actor.policy_loss.loss_mode=ict
+  "+actor_rollout_ref.actor.policy_loss.ict_selector='$SELECTOR'"
+  actor_rollout_ref.rollout.name=vllm
+  actor_rollout_ref.rollout.n="$ROLLOUT_N"
+  actor_rollout_ref.rollout.temperature=1.0
+  actor_rollout_ref.rollout.tensor_model_parallel_size=1
+  actor_rollout_ref.rollout.gpu_memory_utilization=0.5
+  actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16
+  actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16
+  trainer.balance_batch=False
+  trainer.critic_warmup=0
+  trainer.logger='["console"]'
+  trainer.project_name=ict_verl_gsm8k
+  trainer.experiment_name="$METHOD"
+  trainer.n_gpus_per_node="$N_GPUS"
+  trainer.nnodes=1
+  trainer.save_freq=-1
+  trainer.test_freq=10
+  trainer.total_epochs="$EPOCHS"
+)
+
+if [[ -n "${DRY_RUN:-}" ]]; then
+  printf '%s\n' "${ARGS[@]}" "$@"
+  exit 0
+fi
+exec python3 -m verl.trainer.main_ppo "${ARGS[@]}" "$@"

@@ -1,0 +1,488 @@
+"""Every ict token selector inside verl 0.9 (FSDP engine), as the policy loss ``"ict"``.
+
+Usage (verl's own launcher; the overrides load this module in every Ray worker)::
+
+    python -m verl.trainer.main_ppo ... \\
+        actor_rollout_ref.actor.policy_loss._target_=ict.integrations.verl.ICTPolicyLossConfig \\
+        actor_rollout_ref.actor.policy_loss.loss_mode=ict \\
+        +actor_rollout_ref.actor.policy_loss.ict_selector="'ict:reference=group_mean,ratio=0.1'"
+
+How it plugs in (no verl file is changed or copied):
+
+- Loading: hydra instantiates ``actor.policy_loss`` from its ``_target_``; pointing it at
+  :class:`ICTPolicyLossConfig` (verl's ``PolicyLossConfig`` plus the ``ict_*`` fields below)
+  imports this module in every process that builds the actor config, the FSDP workers included.
+  Importing it (1) registers the policy loss ``"ict"`` with verl's ``register_policy_loss`` and
+  (2) wraps two methods of ``FSDPEngineWithLMHead``: ``prepare_model_outputs`` (which turns the
+  actor's logits into log-probs / entropy) and ``forward_backward_batch``. Each wrapper runs
+  verl's method unchanged and does extra work only for a training pass whose loss is
+  ``ppo_loss`` with ``loss_mode="ict"``.
+- Score: in that wrapper the logits of the micro-batch exist (``[1, nnz, V]`` packed with
+  ``use_remove_padding``, else ``[B, S, V]``). The response rows are gathered into ``[B, T, V]``
+  with verl's own slicing rule (``no_padding_2_padding`` applied to row numbers, so position
+  ``t`` of every completion is column ``t``: group positions survive remove-padding) and
+  :func:`ict.stats.token_statistics` computes log-probs, entropy, Renyi-2 and the selector's JS
+  scores without gradient, at the rollout temperature. ``group_mean`` groups are the rows with
+  equal verl ``uid`` (the ``rollout.n`` completions of one prompt).
+- Population: a selector ranks the whole mini-batch, as in ``ict train``. When a rank's
+  mini-batch share is one micro-batch, the ``[B, T]`` statistics, masks, advantages, old
+  log-probs, token ids and uids of every data-parallel rank are all-gathered right there (scores
+  only, never distributions); each rank runs :func:`ict.selectors.select` on the gathered
+  mini-batch and keeps its rows. When it is several micro-batches (``ppo_micro_batch_size_per_gpu``
+  smaller, or ``use_dynamic_bsz``), a wrapper of the engine's ``forward_backward_batch`` first
+  runs verl's own forward-only pass over the same micro-batches with a scoring loss (one extra
+  no-grad forward per mini-batch, like ``ict train``'s scoring pass), selects once on the gathered
+  mini-batch, then runs the training pass, whose micro-batches take their rows of that selection.
+  Randomised selectors get one generator seeded identically on every rank
+  (:func:`selection_seed`).
+- Loss: verl's unchanged ``ppo_loss`` calls ``get_policy_loss_fn("ict")``, i.e.
+  :func:`compute_policy_loss_ict`, with verl's differentiable ``log_prob``; it takes the
+  selection of this micro-batch and returns :func:`ict.loss.policy_loss` (one implementation of
+  the clipped surrogate, aggregation and KL-Cov penalty) times ``dp * w_micro / W``, where ``w``
+  is :func:`ict.loss.aggregation_weight` (selected tokens for ``token_mean``) and ``W`` its sum
+  over the mini-batch on all ranks: verl sums micro-batch gradients and FSDP averages ranks, so
+  the update is that of our trainer's loss on the whole mini-batch. With one rank and one
+  micro-batch the returned loss *is* ``policy_loss``.
+- Options map from verl's actor config: ``clip_ratio_low`` / ``clip_ratio_high`` -> clip range,
+  ``loss_agg_mode`` ``token-mean`` / ``seq-mean-token-mean`` / ``seq-mean-token-sum-norm`` ->
+  our aggregations (``loss_scale_factor`` -> ``max_response_length``); verl's dual clip
+  (``clip_ratio_c``) only with ``ict_dual_clip=True`` (ours is off by default). verl's
+  ``entropy_coeff`` and ``use_kl_loss`` terms are added by verl over all response tokens (our
+  ``regularizer_tokens="all"``).
+
+Requirements (each refused with a one-line error naming the setting): ``group_mean`` needs the
+``rollout.n`` rows of each uid in one micro-batch (``trainer.balance_batch=False``,
+``actor.shuffle=False``, ``use_dynamic_bsz=False``, ``ppo_micro_batch_size_per_gpu`` a multiple
+of ``rollout.n``); materialised logits (``use_fused_kernels=False``); no Ulysses sequence
+parallelism; one temperature; no rollout importance weights; ``loss_agg_mode`` not
+``token-sum`` / ``seq-mean-token-sum``.
+
+Not supported: Megatron (vocabulary-parallel logits would need an all-reduce of the per-shard
+sums; the loss refuses to run without this module's FSDP hook), the ``ref`` JS reference.
+Memory: the response logits are copied once into ``[B, T, V]`` (in the logits' dtype) per micro-batch.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import torch
+import verl
+from torch import Tensor
+from verl.trainer.ppo.core_algos import register_policy_loss
+from verl.utils import tensordict_utils as tu
+from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
+from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+from verl.workers.utils.padding import no_padding_2_padding
+
+from ict.errors import UsageError
+from ict.integrations import parse_token_selector
+from ict.loss import TOKEN_SETS, PolicyLossConfig, aggregation_weight, policy_loss
+from ict.selectors import (
+    Selection,
+    SelectionInputs,
+    required_js_references,
+    select,
+)
+from ict.stats import TokenStatistics, token_statistics
+
+if not str(getattr(verl, "__version__", "")).startswith("0.9."):
+    warnings.warn(f"ict.integrations.verl is written for verl 0.9 (found {getattr(verl, '__version__', '?')}): "
+                  "its engine hook may not match", stacklevel=2)
+
+LOSS_NAME = "ict"
+# verl's loss_agg_mode -> ict.loss aggregation
+AGGREGATIONS = {
+    "token-mean": "token_mean",
+    "seq-mean-token-mean": "seq_mean_token_mean",
+    "seq-mean-token-sum-norm": "seq_mean_token_sum_norm",
+}
+
+
+@dataclass
+class ICTPolicyLossConfig(VerlPolicyLossConfig):
+    """verl's ``PolicyLossConfig`` plus ict's token selection (set ``loss_mode="ict"``).
+
+    Attributes:
+        ict_selector: registered ict selector and options, ``"name:key=value,..."``
+            (``"ict:reference=group_mean,ratio=0.1"``, ``"entropy:ratio=0.2"``, ``"stapo"``,
+            ``"random:ratio=0.1"``, ``"kl_cov"``, ``"all"``).
+        ict_denominator: ``"selected"`` (ours: normalise by the selected tokens) or ``"all"``
+            (response tokens, TRL's ``top_entropy_quantile`` convention).
+        ict_dual_clip: apply verl's ``actor.clip_ratio_c`` dual clip (ict's default: off).
+        ict_seed: seed of the selection generator (``random``, ``clip_cov``); the n-th training
+            micro-batch of a process uses :func:`selection_seed` ``(ict_seed, n)`` on every rank
+            (a selector's own ``seed`` option is not used).
+    """
+
+    ict_selector: str = "ict:reference=group_mean,ratio=0.1"
+    ict_denominator: str = "selected"
+    ict_dual_clip: bool = False
+    ict_seed: int = 0
+
+    def __post_init__(self) -> None:
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
+        name, options = parse_token_selector(self.ict_selector)
+        if "ref" in required_js_references(name, options):
+            raise UsageError("the 'ref' JS reference is not supported inside verl; use group_mean, "
+                             "seq_mean or prev")
+        if self.ict_denominator not in TOKEN_SETS:
+            raise UsageError(f"ict_denominator must be 'selected' or 'all', got {self.ict_denominator!r}")
+
+
+def loss_config_of(actor_config: Any, loss_agg_mode: str) -> PolicyLossConfig:
+    """ict's :class:`PolicyLossConfig` from verl's actor config (see the module docstring)."""
+    if loss_agg_mode not in AGGREGATIONS:
+        raise UsageError(f"loss_mode=ict supports loss_agg_mode {', '.join(AGGREGATIONS)}; got "
+                         f"{loss_agg_mode!r}")
+    policy = actor_config.policy_loss
+    clip = actor_config.clip_ratio
+    low = actor_config.clip_ratio_low if actor_config.clip_ratio_low is not None else clip
+    high = actor_config.clip_ratio_high if actor_config.clip_ratio_high is not None else clip
+    return PolicyLossConfig(
+        clip_low=low, clip_high=high, aggregation=AGGREGATIONS[loss_agg_mode],
+        max_response_length=actor_config.loss_scale_factor,
+        clip_ratio_c=actor_config.clip_ratio_c if getattr(policy, "ict_dual_clip", False) else None,
+        denominator=getattr(policy, "ict_denominator", "selected"))
+
+
+@dataclass
+class MicroBatchScores:
+    """One micro-batch's detached statistics and selection inputs on this rank, ``[B, T]``."""
+
+    stats: TokenStatistics
+    response_mask: Tensor
+    advantages: Tensor
+    old_log_probs: Tensor
+    token_ids: Tensor
+    uids: list[Any]
+    global_batch_size: int | None  # rows of the whole mini-batch over all ranks (verl's)
+
+
+@dataclass
+class MicroBatchSelection:
+    """The selection of one training micro-batch, handed from the engine hook to the loss."""
+
+    selection: Selection  # this rank's rows, [B, T]
+    stats: TokenStatistics  # this rank's rows, detached
+    scale: float  # dp * w_micro / W (see the module docstring)
+
+
+_pending: list[MicroBatchSelection] = []  # the current micro-batch's, for compute_policy_loss_ict
+_queue: list[MicroBatchSelection] = []  # the mini-batch's, made by the scoring pass
+_scored: list[MicroBatchScores] = []  # filled by the scoring pass
+# selections made by this process so far (one per mini-batch): the n of selection_seed
+selection_counter = [0]
+
+
+def selection_seed(seed: int, selection: int) -> int:
+    """Seed of the generator of this process's ``selection``-th selection (one per mini-batch,
+    counted from 0; equal on every rank)."""
+    return int(seed) * 1_000_003 + int(selection)
+
+
+def _padded(tensor: Tensor, length: int) -> Tensor:
+    tensor = tensor.to_padded_tensor(0) if tensor.is_nested else tensor
+    if tensor.shape[1] < length:
+        tensor = torch.nn.functional.pad(tensor, (0, length - tensor.shape[1]))
+    return tensor[:, :length]
+
+
+def response_row_index(micro_batch: Any, num_packed: int, device: torch.device) -> Tensor:
+    """``[B, T]`` row numbers of the packed (``[nnz, ...]``) model output that hold the
+    distribution of each response token, by verl's own ``no_padding_2_padding`` rule (0 at
+    padding)."""
+    rows = torch.arange(num_packed, device=device)
+    return no_padding_2_padding(rows, micro_batch)
+
+
+def _temperature(micro_batch: Any) -> float:
+    temperature = micro_batch["temperature"]
+    if isinstance(temperature, Tensor):
+        values = torch.unique(temperature.float())
+        if values.numel() != 1:
+            raise UsageError("loss_mode=ict needs one sampling temperature for the whole batch")
+        return float(values)
+    return float(temperature)
+
+
+def _group_ids(uids: list[Any], device: torch.device) -> Tensor:
+    index: dict[Any, int] = {}
+    return torch.tensor([index.setdefault(uid, len(index)) for uid in uids], dtype=torch.long, device=device)
+
+
+def _uids(micro_batch: Any, rows: int) -> list[Any]:
+    uids = tu.get(micro_batch, "uid")
+    if uids is None:
+        raise UsageError("loss_mode=ict needs verl's 'uid' batch field (the prompt of each row)")
+    uids = list(uids)
+    if len(uids) != rows:
+        raise RuntimeError(f"ict: {len(uids)} uids for {rows} rows")
+    return uids
+
+
+def _world(group: Any) -> int:
+    dist = torch.distributed
+    if group is None or not dist.is_available() or not dist.is_initialized():
+        return 1
+    return dist.get_world_size(group)
+
+
+def _all_gather(tensor: Tensor, group: Any, world: int) -> Tensor:
+    if world == 1:
+        return tensor
+    parts = [torch.empty_like(tensor) for _ in range(world)]
+    torch.distributed.all_gather(parts, tensor.contiguous(), group=group)
+    return torch.cat(parts)
+
+
+def _selector(actor_config: Any) -> tuple[str, dict[str, Any]]:
+    return parse_token_selector(actor_config.policy_loss.ict_selector)
+
+
+def score_micro_batch(
+    logits: Tensor, micro_batch: Any, actor_config: Any, packed_to_row: Tensor | None = None
+) -> MicroBatchScores:
+    """ict's statistics of one micro-batch's responses (no gradient).
+
+    ``logits`` ``[R, V]``: the actor's logits, one row per packed token (``packed_to_row [nnz]``
+    maps packed token ``k`` to its row; ``None``: row ``k``). ``micro_batch`` is verl's
+    TensorDict (``responses``, ``response_mask``, ``advantages``, ``old_log_probs``, ``uid``,
+    ``temperature``, ``prompts`` / ``attention_mask`` or nested ``input_ids``).
+    """
+    name, options = _selector(actor_config)
+    references = required_js_references(name, options)
+    device = logits.device
+    num_packed = packed_to_row.numel() if packed_to_row is not None else logits.shape[0]
+    index = response_row_index(micro_batch, num_packed, device)
+    if packed_to_row is not None:
+        index = packed_to_row[index]
+    rows, length = index.shape
+    response_mask = _padded(micro_batch["response_mask"], length).bool().to(device)
+    token_ids = _padded(micro_batch["responses"], length).to(device)
+    uids = _uids(micro_batch, rows)
+    group_ids = None
+    if "group_mean" in references:
+        group_ids = _group_ids(uids, device)
+        expected = getattr(actor_config, "rollout_n", None)
+        if isinstance(expected, int) and bool((torch.bincount(group_ids) != expected).any()):
+            raise UsageError(
+                f"the group_mean reference needs whole groups ({expected} rows per uid) in each "
+                "micro-batch: set trainer.balance_batch=False, actor.shuffle=False, "
+                "actor.use_dynamic_bsz=False and ppo_micro_batch_size_per_gpu a multiple of rollout.n")
+    with torch.no_grad():
+        response_logits = logits.detach()[torch.where(response_mask, index, torch.zeros_like(index))]
+        stats = token_statistics(response_logits, token_ids, response_mask, temperature=_temperature(micro_batch),
+                                 js_references=references, group_ids=group_ids)
+        del response_logits
+    total = tu.get_non_tensor_data(data=micro_batch, key="global_batch_size", default=None)
+    return MicroBatchScores(
+        stats=stats, response_mask=response_mask, token_ids=token_ids, uids=uids,
+        advantages=_padded(micro_batch["advantages"], length).to(device=device, dtype=torch.float32),
+        old_log_probs=_padded(micro_batch["old_log_probs"], length).to(device=device, dtype=torch.float32),
+        global_batch_size=None if total is None else int(total))
+
+
+def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
+                      dp_group: Any = None) -> list[MicroBatchSelection]:
+    """Select once on the whole mini-batch: this rank's micro-batches ``parts`` and those of every
+    rank of ``dp_group`` (all-gathered ``[B, T]`` scores); returns each part's rows of the mask
+    and its loss scale ``dp * w_part / W``."""
+    name, options = _selector(actor_config)
+    references = required_js_references(name, options)
+    length = max(part.response_mask.shape[1] for part in parts)
+    device = parts[0].response_mask.device
+
+    def cat(field: str) -> Tensor:
+        return torch.cat([_padded(getattr(part, field), length) for part in parts])
+
+    stats = TokenStatistics.concat([TokenStatistics(*(_padded(t, length) for t in (
+        part.stats.log_probs, part.stats.entropy, part.stats.renyi2)),
+        {ref: _padded(part.stats.js_scores[ref], length) for ref in references}) for part in parts])
+    response_mask, token_ids = cat("response_mask"), cat("token_ids")
+    uids = [uid for part in parts for uid in part.uids]
+    rows = len(uids)
+    world = _world(dp_group)
+    rank = torch.distributed.get_rank(dp_group) if world > 1 else 0
+    if world > 1:
+        counts = _all_gather(torch.tensor([rows], device=device), dp_group, world)
+        if bool((counts != rows).any()):
+            raise RuntimeError(f"ict: mini-batch rows differ between ranks: {counts.tolist()}")
+        gathered_uids: list[list[Any]] = [[] for _ in range(world)]
+        torch.distributed.all_gather_object(gathered_uids, uids, group=dp_group)
+        uids = [uid for part in gathered_uids for uid in part]
+    expected = parts[0].global_batch_size
+    if expected is not None and len(uids) != expected:
+        raise RuntimeError(f"ict: the selection sees {len(uids)} rows of a {expected}-row mini-batch")
+    columns = [stats.log_probs, stats.entropy, stats.renyi2, *(stats.js_scores[ref] for ref in references),
+               response_mask.float(), cat("advantages"), cat("old_log_probs")]
+    log_probs, entropy, renyi2, *js, all_mask, advantages, old_log_probs = \
+        _all_gather(torch.stack(columns, dim=1), dp_group, world).unbind(dim=1)
+    all_mask = all_mask.bool()
+
+    generator = torch.Generator(device=device).manual_seed(
+        selection_seed(getattr(actor_config.policy_loss, "ict_seed", 0), selection_counter[0]))
+    selection_counter[0] += 1
+    loss_config = loss_config_of(actor_config, actor_config.loss_agg_mode)
+    selection = select(name, SelectionInputs(
+        stats=TokenStatistics(log_probs, entropy, renyi2, dict(zip(references, js))),
+        response_mask=all_mask, advantages=advantages, token_ids=_all_gather(token_ids, dp_group, world),
+        generator=generator, group_ids=_group_ids(uids, device), old_log_probs=old_log_probs,
+        clip_range=(loss_config.clip_low, loss_config.clip_high)), **options)
+    total = aggregation_weight(selection.mask, all_mask, loss_config)
+    results, start = [], rank * rows
+    for part in parts:
+        own = slice(start, start + len(part.uids))
+        start = own.stop
+        part_length = part.response_mask.shape[1]
+        mask = selection.mask[own, :part_length]
+        penalty = None if selection.kl_penalty is None else selection.kl_penalty[own, :part_length]
+        weight = aggregation_weight(mask, part.response_mask, loss_config)
+        results.append(MicroBatchSelection(Selection(mask, penalty), part.stats,
+                                           world * weight / total if total > 0 else 0.0))
+    return results
+
+
+def _score_only(config: Any, model_output: Any, data: Any, dp_group: Any = None) -> tuple[Tensor, dict]:
+    """The loss function of the scoring pass: the hook records the scores; no loss."""
+    return torch.zeros(()), {}
+
+
+def _ict_actor_config(loss_function: Any) -> Any:
+    """verl's actor config when ``loss_function`` is ``ppo_loss`` bound to ``loss_mode="ict"``."""
+    if not isinstance(loss_function, partial):
+        return None
+    config = loss_function.keywords.get("config")
+    policy = getattr(config, "policy_loss", None)
+    if policy is None or policy.get("loss_mode", "vanilla") != LOSS_NAME:
+        return None
+    if not isinstance(policy, ICTPolicyLossConfig):
+        raise UsageError("loss_mode=ict needs actor_rollout_ref.actor.policy_loss._target_="
+                         "ict.integrations.verl.ICTPolicyLossConfig")
+    return config
+
+
+def _packed_rows(logits: Tensor, micro_batch: Any) -> tuple[Tensor, Tensor]:
+    """``[B, S, V]`` logits of left-aligned sequences -> ``[B*S, V]`` view and packed -> row map."""
+    batch, length = logits.shape[:2]
+    offsets = micro_batch["input_ids"].offsets().to(logits.device)
+    lengths = offsets.diff()
+    sequence = torch.repeat_interleave(torch.arange(batch, device=logits.device), lengths)
+    within = torch.arange(int(offsets[-1]), device=logits.device) - offsets[sequence]
+    return logits.reshape(batch * length, -1), sequence * length + within
+
+
+def _prepare_model_outputs(self: Any, output: Any, output_args: Any, micro_batch: Any,
+                           logits_processor_func: Any) -> dict[str, Any]:
+    """verl's ``prepare_model_outputs``, then ict's scores / selection for an ``ict`` loss."""
+    model_output = _original_prepare_model_outputs(self, output, output_args, micro_batch, logits_processor_func)
+    actor_config = _ict_actor_config(logits_processor_func)
+    if actor_config is None:
+        return model_output
+    scoring = logits_processor_func.func is _score_only
+    _pending.clear()
+    if not scoring and _queue:  # selected beforehand on the whole mini-batch
+        record = _queue.pop(0)
+        if record.selection.mask.shape[0] != len(micro_batch):
+            raise RuntimeError("ict: the training micro-batches differ from the scoring pass's")
+        _pending.append(record)
+        return model_output
+    logits = getattr(output, "logits", None)
+    if tu.get_non_tensor_data(data=micro_batch, key="use_fused_kernels", default=False) or logits is None:
+        raise UsageError("loss_mode=ict needs the actor's logits: set actor_rollout_ref.model.use_fused_kernels=False")
+    if getattr(self, "use_ulysses_sp", False):
+        raise UsageError("loss_mode=ict does not support Ulysses sequence parallelism: set "
+                         "ulysses_sequence_parallel_size=1")
+    if hasattr(logits, "full_tensor"):  # tensor-parallel DTensor, sharded over the vocabulary
+        logits = logits.full_tensor()
+    if tu.get_non_tensor_data(data=micro_batch, key="use_remove_padding", default=True):
+        rows, packed_to_row = logits.squeeze(0), None
+    else:
+        rows, packed_to_row = _packed_rows(logits, micro_batch)
+    scores = score_micro_batch(rows, micro_batch, actor_config, packed_to_row)
+    if scoring:
+        _scored.append(scores)
+    else:  # the micro-batch is the whole mini-batch share of this rank
+        _pending.extend(select_mini_batch([scores], actor_config, self.get_data_parallel_group()))
+    return model_output
+
+
+def _micro_batches_per_mini_batch(data: Any) -> int | None:
+    """Micro-batches verl will cut ``data`` into (``None``: dynamic, unknown beforehand)."""
+    if tu.get_non_tensor_data(data=data, key="use_dynamic_bsz", default=True):
+        return None
+    size = tu.get_non_tensor_data(data=data, key="micro_batch_size_per_gpu", default=None)
+    group = tu.get_non_tensor_data(data=data, key="force_group_size", default=1)
+    return None if size is None else len(data) // (int(size) * int(group))
+
+
+def _forward_backward_batch(self: Any, data: Any, loss_function: Any, forward_only: bool = False) -> Any:
+    """verl's ``forward_backward_batch``; for an ``ict`` loss over several micro-batches, first a
+    no-grad scoring pass over them and one selection on the whole mini-batch."""
+    actor_config = None if forward_only else _ict_actor_config(loss_function)
+    if actor_config is None or _micro_batches_per_mini_batch(data) == 1:
+        return _original_forward_backward_batch(self, data, loss_function, forward_only)
+    _scored.clear()
+    _queue.clear()
+    try:
+        _original_forward_backward_batch(self, data, partial(_score_only, config=actor_config), True)
+        _queue.extend(select_mini_batch(_scored, actor_config, self.get_data_parallel_group()))
+        _scored.clear()
+        output = _original_forward_backward_batch(self, data, loss_function, forward_only)
+        if _queue:
+            raise RuntimeError(f"ict: {len(_queue)} selected micro-batches were not trained on")
+        return output
+    finally:
+        _scored.clear()
+        _queue.clear()
+
+
+def _wrap(cls: type, name: str, wrapper: Any) -> Any:
+    """Replace ``cls.name`` by ``wrapper`` once (re-imports keep the first original)."""
+    current = cls.__dict__.get(name, getattr(cls, name))
+    original = getattr(current, "_ict_original", current)
+    wrapper._ict_original = original
+    setattr(cls, name, wrapper)
+    return original
+
+
+_original_prepare_model_outputs = _wrap(FSDPEngineWithLMHead, "prepare_model_outputs", _prepare_model_outputs)
+_original_forward_backward_batch = _wrap(FSDPEngineWithLMHead, "forward_backward_batch", _forward_backward_batch)
+
+
+@register_policy_loss(LOSS_NAME)
+def compute_policy_loss_ict(
+    old_log_prob: Tensor,
+    log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Any]]:
+    """verl policy loss ``"ict"``: :func:`ict.loss.policy_loss` on this micro-batch's selection,
+    scaled by ``dp * w_micro / W`` (see the module docstring). Shapes ``[B, T]``."""
+    if rollout_is_weights is not None:
+        raise UsageError("loss_mode=ict does not apply rollout importance weights: disable "
+                         "algorithm.rollout_correction")
+    if not _pending:
+        raise UsageError("loss_mode=ict runs only in verl's FSDP engine with ict.integrations.verl "
+                         "loaded (policy_loss._target_=ict.integrations.verl.ICTPolicyLossConfig); "
+                         "Megatron is not supported")
+    record = _pending.pop()
+    if record.selection.mask.shape != log_prob.shape:
+        raise RuntimeError(f"ict: selection {tuple(record.selection.mask.shape)} does not match "
+                           f"log_prob {tuple(log_prob.shape)}")
+    stats = TokenStatistics(log_prob, record.stats.entropy, record.stats.renyi2, record.stats.js_scores)
+    loss, metrics = policy_loss(stats, old_log_prob, advantages, response_mask, record.selection.mask,
+                                loss_config_of(config, loss_agg_mode),
+                                kl_penalty=record.selection.kl_penalty)
+    reported = {f"actor/ict_{key}": metrics[key] for key in
+                ("selected_fraction", "clip_fraction", "entropy_selected", "js_score_selected")}
+    return loss * record.scale, {key: value for key, value in reported.items() if not math.isnan(value)}

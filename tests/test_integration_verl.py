@@ -1,0 +1,355 @@
+"""ict.integrations.verl inside verl 0.9's own data path, on CPU.
+
+A tiny batch (2 prompts x 3 completions, left-padded prompts of different lengths, ragged
+responses) goes through verl's ``DataProto.to_tensordict`` and ``left_right_2_no_padding``, verl's
+FSDP engine's ``prepare_model_inputs`` / ``prepare_model_outputs`` (with and without remove-padding)
+and verl's unchanged ``ppo_loss``, which fetches our loss with ``get_policy_loss_fn("ict")``. The
+reference takes the logits of the *padded* batch directly (column ``P + t - 1`` predicts response
+token ``t``), runs ``ict.selectors.select`` and ``ict.loss.policy_loss``: loss and gradient must
+agree to 1e-6.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import warnings
+from functools import partial
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    pytest.importorskip("verl.workers.engine.fsdp.transformer_impl",
+                        reason="verl 0.9 is not importable here (it needs its own environment; "
+                               "see docs/scaling.md, section verl)")
+    import verl as verl_package
+    from verl import DataProto
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+    from verl.utils import tensordict_utils as tu
+    from verl.utils import torch_functional as verl_F
+    from verl.workers.config import FSDPActorConfig
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+    from verl.workers.utils.losses import ppo_loss
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    from ict.integrations import verl as ict_verl
+
+from ict.errors import UsageError
+from ict.integrations import parse_token_selector
+from ict.loss import PolicyLossConfig, policy_loss
+from ict.selectors import SelectionInputs, required_js_references, select
+from ict.stats import token_statistics
+
+VOCAB, PROMPT, RESPONSE, GROUP = 13, 4, 6, 3
+TEMPERATURE = 0.8
+PROMPT_LENGTHS = [4, 4, 4, 2, 2, 2]  # two prompts, 3 completions each
+RESPONSE_LENGTHS = [6, 3, 5, 1, 6, 4]
+UIDS = ["p0", "p0", "p0", "p1", "p1", "p1"]
+AGGREGATIONS = {"token-mean": "token_mean", "seq-mean-token-mean": "seq_mean_token_mean",
+                "seq-mean-token-sum-norm": "seq_mean_token_sum_norm"}
+
+
+def make_batch(seed: int = 0) -> dict[str, torch.Tensor]:
+    """Left-padded prompts, right-padded responses, as verl's rollout hands them over."""
+    generator = torch.Generator().manual_seed(seed)
+    rows = len(UIDS)
+    prompts = torch.zeros(rows, PROMPT, dtype=torch.long)
+    responses = torch.zeros(rows, RESPONSE, dtype=torch.long)
+    attention = torch.zeros(rows, PROMPT + RESPONSE, dtype=torch.long)
+    prompt_tokens = {uid: torch.randint(1, VOCAB, (PROMPT,), generator=generator) for uid in set(UIDS)}
+    for row, (uid, p_len, r_len) in enumerate(zip(UIDS, PROMPT_LENGTHS, RESPONSE_LENGTHS)):
+        prompts[row, PROMPT - p_len:] = prompt_tokens[uid][:p_len]
+        responses[row, :r_len] = torch.randint(1, VOCAB, (r_len,), generator=generator)
+        attention[row, PROMPT - p_len: PROMPT + r_len] = 1
+    response_mask = attention[:, PROMPT:].clone()
+    position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 1.0])
+    grouped = rewards.view(-1, GROUP)
+    advantages = ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-6)).view(-1)
+    old_log_probs = -torch.rand(rows, RESPONSE, generator=generator) * 3.0
+    return {
+        "prompts": prompts, "responses": responses,
+        "input_ids": torch.cat([prompts, responses], dim=1), "attention_mask": attention,
+        "position_ids": position_ids, "response_mask": response_mask,
+        "advantages": advantages[:, None] * response_mask, "old_log_probs": old_log_probs * response_mask,
+    }
+
+
+class ToyLM(torch.nn.Module):
+    """logits = token embedding + position embedding (any differentiable map of the inputs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(1)
+        self.token = torch.nn.Parameter(torch.randn(VOCAB, VOCAB, generator=generator) * 2.0)
+        self.position = torch.nn.Parameter(torch.randn(PROMPT + RESPONSE, VOCAB, generator=generator))
+
+    def forward(self, input_ids, position_ids, **unused):
+        return SimpleNamespace(logits=self.token[input_ids] + self.position[position_ids])
+
+
+def actor_config(spec: str, loss_agg_mode: str = "token-mean", **policy: object) -> FSDPActorConfig:
+    return FSDPActorConfig(
+        strategy="fsdp", rollout_n=GROUP, ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=6,
+        clip_ratio_low=0.2, clip_ratio_high=0.28, loss_agg_mode=loss_agg_mode,
+        policy_loss=ict_verl.ICTPolicyLossConfig(loss_mode="ict", ict_selector=spec, **policy))
+
+
+def engine() -> FSDPEngineWithLMHead:
+    """verl's FSDP engine object without a model or process group (its tensor methods only)."""
+    instance = object.__new__(FSDPEngineWithLMHead)
+    instance.engine_config = SimpleNamespace(entropy_checkpointing=False, entropy_from_logits_with_chunking=False)
+    instance.compute_entropy_from_logits = verl_F.entropy_from_logits
+    instance.use_ulysses_sp = False
+    instance.ulysses_sequence_parallel_size = 1
+    instance.pad_to_length = False
+    instance.get_data_parallel_group = lambda: None
+    return instance
+
+
+def micro_batch(batch: dict[str, torch.Tensor], remove_padding: bool, global_batch_size: int = 6,
+                rows: slice = slice(None), dp_size: int = 1):
+    """The batch as verl's trainer hands it to the actor worker (``rows``: this rank's share)."""
+    tensors = {key: value[rows] for key, value in batch.items()}
+    proto = DataProto.from_dict(tensors=tensors, non_tensors={"uid": np.array(UIDS[rows], dtype=object)},
+                                meta_info={"temperature": TEMPERATURE})
+    data = left_right_2_no_padding(proto.to_tensordict())
+    tu.assign_non_tensor(data, use_remove_padding=remove_padding, calculate_entropy=True,
+                         global_batch_size=global_batch_size, dp_size=dp_size,
+                         batch_num_tokens=int(batch["response_mask"].sum()))
+    return data
+
+
+def verl_loss(spec: str, remove_padding: bool, loss_agg_mode: str = "token-mean",
+              rows: slice = slice(None), dp_group: object = None, **policy: object):
+    """verl's path: prepare inputs -> model -> prepare outputs (our hook) -> ppo_loss -> "ict"."""
+    batch, model, config = make_batch(), ToyLM(), actor_config(spec, loss_agg_mode, **policy)
+    dp_size = 1 if dp_group is None else torch.distributed.get_world_size(dp_group)
+    data, fsdp = micro_batch(batch, remove_padding, rows=rows, dp_size=dp_size), engine()
+    fsdp.get_data_parallel_group = lambda: dp_group
+    inputs, output_args = fsdp.prepare_model_inputs(data)
+    output = model(**inputs)
+    loss_function = partial(ppo_loss, config=config)
+    model_output = fsdp.prepare_model_outputs(output, output_args, data, loss_function)
+    loss, metrics = loss_function(model_output=model_output, data=data, dp_group=None)
+    loss.backward()
+    return loss.detach(), model.token.grad, metrics
+
+
+def reference_loss(spec: str, loss_agg_mode: str = "token-mean", denominator: str = "selected",
+                   clip_ratio_c: float | None = None, generator: torch.Generator | None = None):
+    """Independent of verl: padded logits, column P + t - 1 predicts response token t."""
+    batch, model = make_batch(), ToyLM()
+    logits = model(batch["input_ids"], batch["position_ids"]).logits[:, PROMPT - 1: PROMPT + RESPONSE - 1]
+    name, options = parse_token_selector(spec)
+    mask = batch["response_mask"].bool()
+    group_ids = torch.tensor([0, 0, 0, 1, 1, 1])
+    stats = token_statistics(logits, batch["responses"], mask, temperature=TEMPERATURE,
+                             js_references=required_js_references(name, options), group_ids=group_ids)
+    config = PolicyLossConfig(clip_low=0.2, clip_high=0.28, aggregation=AGGREGATIONS[loss_agg_mode],
+                              denominator=denominator, clip_ratio_c=clip_ratio_c)
+    selection = select(name, SelectionInputs(
+        stats=stats.detached(), response_mask=mask, advantages=batch["advantages"],
+        token_ids=batch["responses"], group_ids=group_ids, old_log_probs=batch["old_log_probs"],
+        clip_range=(0.2, 0.28), generator=generator), **options)
+    loss, _ = policy_loss(stats, batch["old_log_probs"], batch["advantages"], mask, selection.mask,
+                          config, kl_penalty=selection.kl_penalty)
+    loss.backward()
+    return loss.detach(), model.token.grad, selection
+
+
+SELECTORS = [
+    "ict:reference=group_mean,ratio=0.3",
+    "ict:reference=group_mean,ratio=0.25,scope=sequence",
+    "entropy:ratio=0.2",
+    "stapo:tau_p=0.1,quantile=0.75",
+    "kl_cov:ratio=0.2,kl_coef=1.0",
+    "all",
+]
+
+
+@pytest.mark.parametrize("remove_padding", [True, False], ids=["rmpad", "padded"])
+@pytest.mark.parametrize("spec", SELECTORS)
+def test_verl_loss_equals_ict_policy_loss(spec: str, remove_padding: bool) -> None:
+    loss, grad, metrics = verl_loss(spec, remove_padding)
+    expected, expected_grad, selection = reference_loss(spec)
+    assert torch.allclose(loss, expected, atol=1e-6, rtol=0), (float(loss), float(expected))
+    assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0)
+    fraction = float(selection.mask.sum()) / float(make_batch()["response_mask"].sum())
+    assert metrics["actor/ict_selected_fraction"].values == pytest.approx([fraction])
+    if spec.startswith("kl_cov"):  # the penalty is applied: the loss differs from the plain one
+        assert selection.kl_penalty is not None and bool(selection.kl_penalty.any())
+        plain, _, _ = reference_loss("all")
+        assert not torch.allclose(expected, plain, atol=1e-4)
+    if spec.startswith(("ict", "entropy")):  # a real subset was selected
+        assert 0 < selection.mask.sum() < make_batch()["response_mask"].sum()
+
+
+@pytest.mark.parametrize("spec", ["random:ratio=0.3", "clip_cov:ratio=0.2,cov_low=-100,cov_high=100"])
+def test_randomised_selectors_use_the_documented_seed(spec: str) -> None:
+    seed = ict_verl.selection_seed(7, ict_verl.selection_counter[0])
+    loss, grad, _ = verl_loss(spec, True, ict_seed=7)
+    expected, expected_grad, selection = reference_loss(spec, generator=torch.Generator().manual_seed(seed))
+    assert torch.allclose(loss, expected, atol=1e-6, rtol=0)
+    assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0)
+    assert 0 < selection.mask.sum() < make_batch()["response_mask"].sum()
+
+
+@pytest.mark.parametrize("loss_agg_mode", list(AGGREGATIONS))
+def test_aggregations_denominator_and_dual_clip(loss_agg_mode: str) -> None:
+    spec = "ict:reference=group_mean,ratio=0.3"
+    for policy, reference in [({}, {}), ({"ict_denominator": "all"}, {"denominator": "all"}),
+                              ({"ict_dual_clip": True}, {"clip_ratio_c": 3.0})]:
+        loss, grad, _ = verl_loss(spec, True, loss_agg_mode, **policy)
+        expected, expected_grad, _ = reference_loss(spec, loss_agg_mode, **reference)
+        assert torch.allclose(loss, expected, atol=1e-6, rtol=0), (policy, float(loss), float(expected))
+        assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0)
+
+
+def test_registered_in_verl_and_other_losses_untouched() -> None:
+    assert get_policy_loss_fn("ict") is ict_verl.compute_policy_loss_ict
+    batch, model = make_batch(), ToyLM()
+    data, fsdp = micro_batch(batch, True), engine()
+    inputs, output_args = fsdp.prepare_model_inputs(data)
+    config = FSDPActorConfig(strategy="fsdp", rollout_n=GROUP, ppo_micro_batch_size_per_gpu=6)
+    fsdp.prepare_model_outputs(model(**inputs), output_args, data, partial(ppo_loss, config=config))
+    assert ict_verl._pending == []  # vanilla loss: the hook did nothing
+
+
+def test_refusals() -> None:
+    with pytest.raises(UsageError, match="FSDP engine"):
+        get_policy_loss_fn("ict")(torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(1, 2),
+                                  torch.ones(1, 2, dtype=torch.bool), "token-mean", actor_config("all"))
+    with pytest.raises(UsageError, match="loss_agg_mode"):
+        verl_loss("all", True, "token-sum")
+    with pytest.raises(ValueError, match="no option"):
+        ict_verl.ICTPolicyLossConfig(loss_mode="ict", ict_selector="entropy:ratoi=0.2")
+    with pytest.raises(UsageError, match="'ref'"):
+        ict_verl.ICTPolicyLossConfig(loss_mode="ict", ict_selector="ict:reference=ref")
+    # a micro-batch that is not the whole mini-batch reaching the one-pass path
+    batch, model = make_batch(), ToyLM()
+    data, fsdp = micro_batch(batch, True, global_batch_size=12), engine()
+    inputs, output_args = fsdp.prepare_model_inputs(data)
+    loss_function = partial(ppo_loss, config=actor_config("entropy"))
+    with pytest.raises(RuntimeError, match="6 rows of a 12-row mini-batch"):
+        fsdp.prepare_model_outputs(model(**inputs), output_args, data, loss_function)
+    # group_mean with a group split over ranks (here: rollout.n says 4 rows per uid)
+    config = FSDPActorConfig(strategy="fsdp", rollout_n=4, ppo_micro_batch_size_per_gpu=6,
+                             policy_loss=ict_verl.ICTPolicyLossConfig(loss_mode="ict"))
+    data = micro_batch(batch, True)
+    with pytest.raises(UsageError, match="whole groups .4 rows per uid. in each micro-batch"):
+        fsdp.prepare_model_outputs(model(**inputs), output_args, data, partial(ppo_loss, config=config))
+
+
+@pytest.fixture
+def single_process_group(tmp_path, monkeypatch):
+    """A gloo group of one process; verl's device helpers pointed at the CPU."""
+    import verl.utils.seqlen_balancing as balancing
+    import verl.workers.engine.fsdp.transformer_impl as fsdp_impl
+
+    monkeypatch.setattr(fsdp_impl, "get_device_id", lambda: "cpu")
+    monkeypatch.setattr(fsdp_impl, "get_device_name", lambda: "cpu")
+    monkeypatch.setattr(balancing, "get_device_name", lambda: "cpu")
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield torch.distributed.group.WORLD
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.parametrize(("spec", "dynamic"), [
+    ("ict:reference=group_mean,ratio=0.3", False), ("entropy:ratio=0.2", False),
+    ("kl_cov:ratio=0.2,kl_coef=1.0", False), ("stapo:tau_p=0.1,quantile=0.75", True),
+    ("ict:reference=seq_mean,ratio=0.3", True)])
+def test_several_micro_batches_select_on_the_whole_mini_batch(spec, dynamic, single_process_group) -> None:
+    """verl's own forward_backward_batch cuts the mini-batch into micro-batches (2 of 3 rows, or by
+    a token budget): the scoring pass selects once on all 6 rows, and the accumulated gradient is
+    that of the whole mini-batch's loss."""
+    batch, model, config = make_batch(), ToyLM(), actor_config(spec)
+    data, fsdp = micro_batch(batch, True), engine()
+    fsdp.module, fsdp._autocast_dtype, fsdp.scaler = model, torch.float32, None
+    fsdp.get_data_parallel_group = lambda: single_process_group
+    fsdp.get_data_parallel_size = lambda: 1
+    fsdp.engine_config.use_no_sync_for_gradient_accumulation = False
+    if dynamic:
+        tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=22)
+    else:
+        tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=3)
+    forwards = []
+    model.register_forward_hook(lambda module, args, output: forwards.append(1))
+    fsdp.forward_backward_batch(data, partial(ppo_loss, config=config))
+    generator = torch.Generator().manual_seed(ict_verl.selection_seed(0, ict_verl.selection_counter[0] - 1))
+    _, expected_grad, _ = reference_loss(spec, generator=generator)
+    assert torch.allclose(model.token.grad, expected_grad, atol=1e-6, rtol=0)
+    assert len(forwards) >= 4 and len(forwards) % 2 == 0  # scoring pass + training pass
+
+
+TWO_RANK_SPECS = ["ict:reference=group_mean,ratio=0.3", "stapo:tau_p=0.1,quantile=0.75", "random:ratio=0.3"]
+
+
+def _rank_main(rank: int, world: int, store: str, out: str) -> None:
+    """One data-parallel rank: its 3 rows (one group), verl's loss per spec, gradients averaged
+    over the ranks as FSDP does."""
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        share, grads = len(UIDS) // world, []
+        for spec in TWO_RANK_SPECS:
+            _, grad, _ = verl_loss(spec, True, rows=slice(rank * share, (rank + 1) * share),
+                                   dp_group=torch.distributed.group.WORLD)
+            torch.distributed.all_reduce(grad)
+            grads.append(grad / world)
+        if rank == 0:
+            torch.save(grads, out)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_ranks_update_like_the_whole_batch(tmp_path) -> None:
+    """2 gloo processes, 3 rows each: the FSDP-averaged gradient is the whole mini-batch's, for a
+    group_mean, a batch-quantile and a random selection (both ranks draw the same mask: the n-th
+    micro-batch's seed)."""
+    out = tmp_path / "grads.pt"
+    torch.multiprocessing.spawn(_rank_main, args=(2, str(tmp_path / "store"), str(out)), nprocs=2)
+    for index, (spec, grad) in enumerate(zip(TWO_RANK_SPECS, torch.load(out), strict=True)):
+        generator = torch.Generator().manual_seed(ict_verl.selection_seed(0, index))
+        _, expected_grad, _ = reference_loss(spec, generator=generator)
+        assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0), spec
+
+
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "verl" / "run_gsm8k.sh"
+METHODS = {"grpo": "all", "entropy": "entropy", "stapo": "stapo", "ict": "ict", "random": "random",
+           "kl_cov": "kl_cov", "clip_cov": "clip_cov"}
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_launch_script_builds_our_config_in_verl(method: str) -> None:
+    """The example's overrides compose with verl's own ppo_trainer config, and the actor config
+    the workers build from it carries our policy-loss config and selector."""
+    from hydra import compose, initialize_config_dir
+    from verl.utils.config import omega_conf_to_dataclass
+
+    environment = {"PATH": os.environ.get("PATH", ""), "METHOD": method, "DRY_RUN": "1", "DATA": "/data"}
+    overrides = subprocess.run(["bash", str(SCRIPT)], env=environment, capture_output=True, text=True,
+                               check=True).stdout.splitlines()
+    config_dir = Path(verl_package.__file__).parent / "trainer" / "config"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+            config = compose("ppo_trainer", overrides=overrides)
+        actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
+    assert isinstance(actor.policy_loss, ict_verl.ICTPolicyLossConfig)
+    assert actor.policy_loss.loss_mode == "ict"
+    assert parse_token_selector(actor.policy_loss.ict_selector)[0] == METHODS[method]
+    assert actor.ppo_micro_batch_size_per_gpu % actor.rollout_n == 0 and not actor.use_dynamic_bsz
+    assert config.trainer.balance_batch is False and actor.rollout_n == 8
+
+
+def test_launch_script_refuses_unknown_method() -> None:
+    result = subprocess.run(["bash", str(SCRIPT)], env={"PATH": os.environ.get("PATH", ""), "HOME": "/tmp", "METHOD": "foo"},
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "METHOD must be one of" in result.stderr
