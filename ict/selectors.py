@@ -266,23 +266,30 @@ def load_plugin(module: str) -> None:
                          "path or a .py file") from None
 
 
-def check_options(name: str, options: dict[str, Any] | None = None) -> None:
+def _dummy_inputs() -> SelectionInputs:
+    """A tiny ``[2, 3]`` batch with every JS reference, for start-up checks."""
+    from ict.stats import JS_REFERENCES
+
+    shape = (2, 3)
+    zeros = torch.zeros(shape)
+    stats = TokenStatistics(zeros - 1.0, zeros + 1.0, zeros + 0.5, {ref: zeros.clone() for ref in JS_REFERENCES})
+    return SelectionInputs(stats, torch.ones(shape, dtype=torch.bool), torch.tensor([1.0, -1.0]),
+                           torch.zeros(shape, dtype=torch.long), torch.Generator().manual_seed(0),
+                           torch.zeros(2, dtype=torch.long))
+
+
+def check_options(name: str, options: dict[str, Any] | None = None) -> Selection:
     """Raise ValueError when selector ``name`` rejects ``options`` (an unknown key, a JS
     reference that does not exist, a bad scope...): it is run once on a tiny dummy batch, so a
-    bad value fails before any model is loaded."""
+    bad value fails before any model is loaded. Returns that dummy `Selection` (e.g. to see
+    whether the selector adds a ``kl_penalty``)."""
     from ict.stats import JS_REFERENCES
 
     resolved = resolve_options(name, options)
     unknown = [ref for ref in required_js_references(name, resolved) if ref not in JS_REFERENCES]
     if unknown:
         raise ValueError(f"unknown JS reference {unknown[0]!r}; choose from {', '.join(JS_REFERENCES)}")
-    shape = (2, 3)
-    zeros = torch.zeros(shape)
-    stats = TokenStatistics(zeros - 1.0, zeros + 1.0, zeros + 0.5, {ref: zeros.clone() for ref in JS_REFERENCES})
-    inputs = SelectionInputs(stats, torch.ones(shape, dtype=torch.bool), torch.tensor([1.0, -1.0]),
-                             torch.zeros(shape, dtype=torch.long), torch.Generator().manual_seed(0),
-                             torch.zeros(2, dtype=torch.long))
-    select(name, inputs, **resolved)
+    return select(name, _dummy_inputs(), **resolved)
 
 
 def select(name: str, inputs: SelectionInputs, **options: Any) -> Selection:

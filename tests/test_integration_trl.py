@@ -113,3 +113,16 @@ def test_trl_two_processes(tiny_model_dir, tmp_path, selector, ratio, score):
           "--mixed_precision", "no", "--dynamo_backend", "no", str(DRIVER), str(tiny_model_dir),
           str(tmp_path), selector], tmp_path, ACCELERATE_USE_CPU="1")
     _check(tmp_path, 2, ratio, score)
+
+
+def test_kl_cov_is_refused_at_configuration():
+    """KL-Cov adds a per-token penalty TRL has no hook for: refused with one clear line, while a
+    mask-only selector with options passes."""
+    from ict.integrations.trl import ICTGRPOConfig, parse_supported_selector
+
+    with pytest.raises(ValueError, match="per-token KL penalty"):
+        parse_supported_selector("kl_cov:ratio=0.002")
+    assert parse_supported_selector("clip_cov") == ("clip_cov", {})
+    with pytest.raises(ValueError, match="per-token KL penalty"):
+        ICTGRPOConfig(output_dir="unused", token_selector="kl_cov", report_to="none", use_cpu=True,
+                      bf16=False)

@@ -33,7 +33,9 @@ How it plugs in (least invasive: two overridden methods, no copied TRL code):
 - Metrics added to TRL's logger: ``ict/selected_fraction``, ``ict/entropy_selected``,
   ``ict/entropy_unselected`` (means over the gathered micro-batch).
 
-Not supported: models whose LM head applies a logit scale or soft-capping (refused at start-up),
+Not supported: selectors that add a per-token KL penalty (KL-Cov; TRL has a token-mask hook but
+none on its per-token loss; refused at start-up), models whose LM head applies a logit scale or
+soft-capping (refused at start-up),
 FSDP / DeepSpeed ZeRO-3 sharded LM heads (the full ``[V, d]`` weight must be readable on each
 process), vision-language inputs.
 """
@@ -49,7 +51,7 @@ from torch import Tensor
 from trl import GRPOConfig, GRPOTrainer
 
 from ict.integrations import parse_token_selector
-from ict.selectors import SelectionInputs, required_js_references, select_tokens
+from ict.selectors import SelectionInputs, check_options, required_js_references, select_tokens
 from ict.stats import token_statistics_from_hidden
 
 SELECTION_DENOMINATORS = ("ours", "trl")
@@ -75,7 +77,19 @@ class ICTGRPOConfig(GRPOConfig):
         if self.selection_denominator not in SELECTION_DENOMINATORS:
             raise ValueError(
                 f"selection_denominator must be 'ours' or 'trl', got {self.selection_denominator!r}")
-        parse_token_selector(self.token_selector)
+        parse_supported_selector(self.token_selector)
+
+
+def parse_supported_selector(spec: str) -> tuple[str, dict[str, Any]]:
+    """`parse_token_selector`, refusing selectors that add a per-token KL penalty (KL-Cov):
+    TRL's ``GRPOTrainer`` exposes a token mask hook but no hook on its per-token loss, so the
+    penalty could only be added by copying ``_compute_loss``."""
+    name, options = parse_token_selector(spec)
+    if check_options(name, options).kl_penalty is not None:
+        raise ValueError(f"selector {name!r} adds a per-token KL penalty to the loss, which TRL's "
+                         "GRPOTrainer has no hook for (only a token mask); use ict train or the "
+                         "verl integration for it")
+    return name, options
 
 
 def group_ids_from_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> Tensor:
@@ -93,7 +107,7 @@ class ICTGRPOTrainer(GRPOTrainer):
         config = self.args
         spec = getattr(config, "token_selector", ICTGRPOConfig.token_selector)
         self.selection_denominator = getattr(config, "selection_denominator", "ours")
-        self.selector_name, self.selector_options = parse_token_selector(spec)
+        self.selector_name, self.selector_options = parse_supported_selector(spec)
         self.js_references = required_js_references(self.selector_name, self.selector_options)
         if self.top_entropy_quantile < 1.0:
             raise ValueError("top_entropy_quantile and token_selector both pick tokens; leave "
