@@ -157,6 +157,14 @@ def k3_kl(log_probs: Tensor, reference_log_probs: Tensor) -> Tensor:
     return delta.exp() - delta - 1.0
 
 
+def kl_penalty_term(log_probs: Tensor, old_log_probs: Tensor, kl_penalty: Tensor) -> Tensor:
+    """KL-Cov's per-token penalty ``kl_penalty_t * |log p_t - old log p_t|`` (``[B, T]``; the
+    log-ratio clamped to +-20 as in the surrogate; ``old_log_probs`` detached). Part of the
+    per-token policy loss of :func:`policy_loss`; the TRL integration adds the same term."""
+    log_ratio = (log_probs - old_log_probs.detach()).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    return kl_penalty.to(log_probs.dtype) * log_ratio.abs()
+
+
 def _masked_mean(values: Tensor, mask: Tensor) -> float:
     count = int(mask.sum())
     return float(values.detach()[mask].double().mean()) if count else math.nan
@@ -198,7 +206,7 @@ def policy_loss(
     if config.clip_ratio_c is not None:
         per_token = torch.where(advantages < 0, torch.minimum(per_token, -advantages * config.clip_ratio_c), per_token)
     if kl_penalty is not None:
-        per_token = per_token + kl_penalty.to(log_probs.dtype) * log_ratio.abs()
+        per_token = per_token + kl_penalty_term(log_probs, old_log_probs, kl_penalty)
     counted = response if config.denominator == "all" else selected
     surrogate = aggregate(per_token, selected, config.aggregation, config.max_response_length, counted)
     loss = surrogate

@@ -1,6 +1,8 @@
 """Driver for tests/test_integration_trl.py: 2 GRPO steps of a tiny model through
 ICTGRPOTrainer (run directly or under ``accelerate launch``); every process dumps each
-selection record (gathered tensors, its mask, the LM head weight) to OUT/rank{r}_call{i}.pt."""
+selection record (gathered tensors, its mask, the LM head weight) to OUT/rank{r}_call{i}.pt and,
+for a selector with a KL penalty, each added penalty term (with TRL's and the old log-probs) to
+OUT/rank{r}_penalty{i}.pt. Arguments: MODEL_DIR OUT SELECTOR [NUM_ITERATIONS]."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer
 
 model_dir, out_dir, selector = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+num_iterations = int(sys.argv[4]) if len(sys.argv) > 4 else 1
 torch.set_num_threads(1)
 
 
@@ -24,11 +27,23 @@ class DumpingTrainer(ICTGRPOTrainer):
         head = self.accelerator.unwrap_model(self.model).get_output_embeddings().weight
         own = slice(record["start"], record["start"] + self._loss_inputs["completion_ids"].shape[0])
         dump = {key: value for key, value in record.items() if key != "stats"}
-        dump.update(entropy=record["stats"].entropy, js=dict(record["stats"].js_scores),
+        dump.update(entropy=record["stats"].entropy, log_probs=record["stats"].log_probs,
+                    js=dict(record["stats"].js_scores),
                     weight=head.detach().clone(), own=(own.start, own.stop))
         rank = self.accelerator.process_index
         torch.save(dump, out_dir / f"rank{rank}_call{DumpingTrainer.calls}.pt")
         DumpingTrainer.calls += 1
+
+    def kl_penalty_loss(self, log_probs, old_log_probs, inputs):
+        term = super().kl_penalty_loss(log_probs, old_log_probs, inputs)
+        penalty, weights, mask = self._kl_penalty
+        dump = {"term": term.detach().clone(), "log_probs": log_probs.detach().clone(),
+                "old_log_probs": old_log_probs.detach().clone(), "old_given": "old_per_token_logps" in inputs,
+                "kl_penalty": penalty, "weights": weights, "mask": mask, "advantages": inputs["advantages"],
+                "num_items_in_batch": inputs["num_items_in_batch"], "requires_grad": term.requires_grad}
+        rank = self.accelerator.process_index
+        torch.save(dump, out_dir / f"rank{rank}_penalty{DumpingTrainer.calls - 1}.pt")
+        return term
 
 
 def reward(completions, **kwargs):
@@ -42,7 +57,7 @@ args = ICTGRPOConfig(
     output_dir=str(out_dir / "trainer"), token_selector=selector, per_device_train_batch_size=4,
     num_generations=4, max_completion_length=8, max_steps=2, steps_per_generation=1,
     gradient_accumulation_steps=1, learning_rate=1e-3, report_to="none", use_cpu=True,
-    logging_steps=1, save_strategy="no", temperature=1.0, seed=0,
+    logging_steps=1, save_strategy="no", temperature=1.0, seed=0, num_iterations=num_iterations,
 )
 trainer = DumpingTrainer(model=model, processing_class=tokenizer, reward_funcs=reward, args=args,
                          train_dataset=Dataset.from_dict({"prompt": prompts}))

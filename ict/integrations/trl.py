@@ -10,7 +10,8 @@ How it plugs in (least invasive: two overridden methods, no copied TRL code):
 
 - TRL's ``_compute_loss`` runs the policy forward once with its fused LM head (no ``[N, V]``
   logits). A forward hook on the model's backbone keeps the detached final hidden states of that
-  same forward; no second forward of the policy runs.
+  same forward (and one on the model its per-token log-probs, used by KL-Cov's penalty); no
+  second forward of the policy runs.
 - TRL's mask hook ``get_high_entropy_mask`` (the ``top_entropy_quantile`` path) is replaced by our
   selection; the trainer sets ``top_entropy_quantile`` below 1 internally so TRL calls it.
 - Selection population: the hidden states, completion ids, masks and advantages of the current
@@ -30,12 +31,22 @@ How it plugs in (least invasive: two overridden methods, no copied TRL code):
   ``loss_type`` normalises over (per sequence for grpo/sapo, the local micro-batch for bnpo, the
   gathered micro-batch for dapo/cispo/vespo/dr_grpo). ``"trl"`` passes the 0/1 mask, so the
   denominators stay TRL's completion-token counts (TRL's ``top_entropy_quantile`` convention).
+- Per-token KL penalty (KL-Cov, ``Selection.kl_penalty``): TRL has no hook on its per-token
+  loss, so ``_compute_loss`` adds, after TRL's loss, ``kl_penalty_t * |log p_t - old log p_t|``
+  (:func:`ict.loss.kl_penalty_term`) times the mask weight above, aggregated over TRL's mask with
+  TRL's normaliser for the ``loss_type`` and divided by its gradient-accumulation normaliser
+  exactly as TRL's own loss (:func:`trl_aggregate`): the sum equals TRL's loss with the penalty in
+  its per-token loss, as in :func:`ict.loss.policy_loss`. ``log p`` is the log-prob TRL's own
+  surrogate uses (the fused head's output of the same forward, with its gradient), ``old log p``
+  TRL's ``old_per_token_logps`` (absent when TRL skips it, i.e. one update per generation: then
+  the detached ``log p``, a zero term with zero gradient). Like TRL's ``beta`` KL term, the
+  penalty is not multiplied by TRL's off-policy sequence mask nor its vLLM importance-sampling
+  ratio. KL-Cov selects every response token, so both ``selection_denominator`` give weight 1.
 - Metrics added to TRL's logger: ``ict/selected_fraction``, ``ict/entropy_selected``,
-  ``ict/entropy_unselected`` (means over the gathered micro-batch).
+  ``ict/entropy_unselected`` (means over the gathered micro-batch); with a KL penalty also
+  ``ict/kl_penalty`` (its contribution to the step's loss, mean over processes).
 
-Not supported: selectors that add a per-token KL penalty (KL-Cov; TRL has a token-mask hook but
-none on its per-token loss; refused at start-up), models whose LM head applies a logit scale or
-soft-capping (refused at start-up),
+Not supported: models whose LM head applies a logit scale or soft-capping (refused at start-up),
 FSDP / DeepSpeed ZeRO-3 sharded LM heads (the full ``[V, d]`` weight must be readable on each
 process), vision-language inputs.
 """
@@ -51,7 +62,8 @@ from torch import Tensor
 from trl import GRPOConfig, GRPOTrainer
 
 from ict.integrations import parse_token_selector
-from ict.selectors import SelectionInputs, check_options, required_js_references, select_tokens
+from ict.loss import kl_penalty_term
+from ict.selectors import SelectionInputs, check_options, required_js_references, select
 from ict.stats import token_statistics_from_hidden
 
 SELECTION_DENOMINATORS = ("ours", "trl")
@@ -77,19 +89,56 @@ class ICTGRPOConfig(GRPOConfig):
         if self.selection_denominator not in SELECTION_DENOMINATORS:
             raise ValueError(
                 f"selection_denominator must be 'ours' or 'trl', got {self.selection_denominator!r}")
-        parse_supported_selector(self.token_selector)
+        _parse_selector(self.token_selector)
 
 
-def parse_supported_selector(spec: str) -> tuple[str, dict[str, Any]]:
-    """`parse_token_selector`, refusing selectors that add a per-token KL penalty (KL-Cov):
-    TRL's ``GRPOTrainer`` exposes a token mask hook but no hook on its per-token loss, so the
-    penalty could only be added by copying ``_compute_loss``."""
+def _parse_selector(spec: str) -> tuple[str, dict[str, Any]]:
+    """`parse_token_selector`, with the options checked on a dummy batch (fails before loading)."""
     name, options = parse_token_selector(spec)
-    if check_options(name, options).kl_penalty is not None:
-        raise ValueError(f"selector {name!r} adds a per-token KL penalty to the loss, which TRL's "
-                         "GRPOTrainer has no hook for (only a token mask); use ict train or the "
-                         "verl integration for it")
+    check_options(name, options)
     return name, options
+
+
+TRL_LOSS_TYPES = ("grpo", "sapo", "bnpo", "dr_grpo", "luspo", "dapo", "cispo", "vespo")
+
+
+def trl_aggregate(
+    per_token: Tensor,
+    mask: Tensor,
+    loss_type: str,
+    *,
+    max_completion_length: int,
+    num_items_in_batch: Tensor | float | None = None,
+    num_processes: int = 1,
+    accumulation_steps: int = 1,
+    steps_per_generation: int = 1,
+) -> Tensor:
+    """A ``[B, T]`` per-token loss aggregated over ``mask`` as TRL 1.16's ``GRPOTrainer`` does
+    for ``loss_type`` and divided by its gradient-accumulation normaliser: grpo/sapo: mean over
+    sequences of per-sequence token means; bnpo: token mean of the micro-batch; dr_grpo:
+    ``sum / (B * max_completion_length)``; luspo: mean over sequences of per-sequence sums (each
+    then ``/ accumulation_steps``); dapo/cispo/vespo: ``sum / (num_items_in_batch / num_processes
+    * accumulation_steps / steps_per_generation)``. In evaluation TRL neither accumulates nor
+    splits: pass ``accumulation_steps = steps_per_generation = 1``."""
+    mask = mask.to(per_token.dtype)
+    masked = per_token * mask
+    if loss_type in ("grpo", "sapo"):
+        loss = (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    elif loss_type == "bnpo":
+        loss = masked.sum() / mask.sum().clamp(min=1.0)
+    elif loss_type == "dr_grpo":
+        loss = masked.sum() / (per_token.size(0) * max_completion_length)
+    elif loss_type == "luspo":
+        loss = masked.sum(-1).mean()
+    elif loss_type in ("dapo", "cispo", "vespo"):
+        if num_items_in_batch is None:
+            raise ValueError(f"loss_type {loss_type!r} needs num_items_in_batch")
+        items = torch.as_tensor(num_items_in_batch, dtype=per_token.dtype, device=per_token.device)
+        normaliser = items.clamp(min=1.0) / num_processes * accumulation_steps / steps_per_generation
+        return masked.sum() / normaliser
+    else:
+        raise ValueError(f"unknown TRL loss_type {loss_type!r}; known: {', '.join(TRL_LOSS_TYPES)}")
+    return loss / accumulation_steps
 
 
 def group_ids_from_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> Tensor:
@@ -107,7 +156,7 @@ class ICTGRPOTrainer(GRPOTrainer):
         config = self.args
         spec = getattr(config, "token_selector", ICTGRPOConfig.token_selector)
         self.selection_denominator = getattr(config, "selection_denominator", "ours")
-        self.selector_name, self.selector_options = parse_supported_selector(spec)
+        self.selector_name, self.selector_options = _parse_selector(spec)
         self.js_references = required_js_references(self.selector_name, self.selector_options)
         if self.top_entropy_quantile < 1.0:
             raise ValueError("top_entropy_quantile and token_selector both pick tokens; leave "
@@ -127,20 +176,57 @@ class ICTGRPOTrainer(GRPOTrainer):
         # TRL calls get_high_entropy_mask (overridden below) only when this is below 1.
         self.top_entropy_quantile = 0.0
         self._capture: list[Tensor] | None = None
+        self._log_probs: list[Tensor] | None = None
         self._loss_inputs: dict[str, Tensor] | None = None
-        backbone = self.accelerator.unwrap_model(self.model).base_model
-        backbone.register_forward_hook(self._keep_hidden)
+        self._kl_penalty: tuple[Tensor, Tensor, Tensor] | None = None
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        unwrapped.base_model.register_forward_hook(self._keep_hidden)
+        unwrapped.register_forward_hook(self._keep_log_probs)
 
     def _keep_hidden(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if self._capture is not None:
             self._capture.append(output.last_hidden_state.detach())
 
+    def _keep_log_probs(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        """The fused head's per-token log-probs (with gradient): TRL's ``per_token_logps``."""
+        if self._log_probs is not None and getattr(output, "log_probs", None) is not None:
+            self._log_probs.append(output.log_probs)
+
     def _compute_loss(self, model, inputs):  # type: ignore[override]
-        self._capture, self._loss_inputs = [], inputs
+        self._capture, self._log_probs, self._loss_inputs, self._kl_penalty = [], [], inputs, None
         try:
-            return super()._compute_loss(model, inputs)
+            loss = super()._compute_loss(model, inputs)
+            if self._kl_penalty is not None:
+                if not self._log_probs:
+                    raise RuntimeError("ICTGRPOTrainer: TRL's per-token log-probs were not captured "
+                                       "(the fused LM head's output has no log_probs)")
+                length = inputs["completion_ids"].shape[1]
+                # TRL's per_token_logps: outputs.log_probs[:, -logits_to_keep:] of each chunk
+                log_probs = torch.cat(self._log_probs, dim=0)[:, -length:]
+                old = inputs.get("old_per_token_logps")
+                loss = loss + self.kl_penalty_loss(
+                    log_probs, log_probs.detach() if old is None else old, inputs)
+            return loss
         finally:
-            self._capture, self._loss_inputs = None, None
+            self._capture, self._log_probs, self._loss_inputs, self._kl_penalty = None, None, None, None
+
+    def kl_penalty_loss(self, log_probs: Tensor, old_log_probs: Tensor, inputs: dict[str, Any]) -> Tensor:
+        """The selection's per-token KL penalty as a term of TRL's loss (see the module doc)."""
+        if self._kl_penalty is None:
+            raise RuntimeError("ICTGRPOTrainer: no KL penalty selected for this micro-batch")
+        penalty, weights, mask = self._kl_penalty
+        training = self.model.training
+        accumulation = self.current_gradient_accumulation_steps if training else 1
+        term = trl_aggregate(
+            kl_penalty_term(log_probs, old_log_probs, penalty) * weights, mask, self.loss_type,
+            max_completion_length=self.max_completion_length,
+            num_items_in_batch=inputs.get("num_items_in_batch"),
+            num_processes=self.accelerator.num_processes, accumulation_steps=accumulation,
+            steps_per_generation=self.args.steps_per_generation if training else 1,
+        )
+        contribution = self.accelerator.gather(term.detach().reshape(1) * accumulation).mean()
+        self._metrics["train" if training else "eval"]["ict/kl_penalty"].append(float(contribution))
+        return term
 
     def _gather_rows(self, tensor: Tensor, pad: float | int = 0) -> Tensor:
         """Concatenate the ``[B, ...]`` tensors of all processes along rows (dim 1 padded)."""
@@ -182,17 +268,22 @@ class ICTGRPOTrainer(GRPOTrainer):
                 group_ids=group_ids,
                 lm_head_bias=None if head.bias is None else head.bias.detach(),
             )
-        selected = select_tokens(
+        selection = select(
             self.selector_name,
             SelectionInputs(stats=stats, response_mask=response_mask,
                             advantages=gathered["advantages"], token_ids=gathered["ids"]),
             **self.selector_options,
         )
+        selected = selection.mask
         self._log_selection(stats.entropy, response_mask, selected)
-        self.on_selection({**gathered, "stats": stats, "selected": selected, "start": start})
+        self.on_selection({**gathered, "stats": stats, "selected": selected,
+                           "kl_penalty": selection.kl_penalty, "start": start})
         own = slice(start, start + local_rows)
         weights = self._denominator_weights(selected, response_mask, own)
-        return weights[own, : mask.shape[1]].to(entropies.dtype)
+        weights = weights[own, : mask.shape[1]].to(entropies.dtype)
+        if selection.kl_penalty is not None:
+            self._kl_penalty = (selection.kl_penalty[own, : mask.shape[1]], weights, mask)
+        return weights
 
     def _denominator_weights(self, selected: Tensor, response_mask: Tensor, own: slice) -> Tensor:
         """0/1 mask (``"trl"``) or ``selected * N / N_sel`` over TRL's normalising population."""
@@ -217,9 +308,9 @@ class ICTGRPOTrainer(GRPOTrainer):
         metrics["ict/entropy_unselected"].append(_masked_mean(entropy, unselected))
 
     def on_selection(self, record: dict[str, Any]) -> None:
-        """Called once per micro-batch with the gathered tensors, ``stats`` and ``selected``
-        (identical on every process); ``start`` is this process's first row. No-op; override to
-        inspect the selection."""
+        """Called once per micro-batch with the gathered tensors, ``stats``, ``selected`` and
+        ``kl_penalty`` (``None`` for mask-only selectors; identical on every process); ``start``
+        is this process's first row. No-op; override to inspect the selection."""
 
 
 def _masked_mean(values: Tensor, mask: Tensor) -> float:
