@@ -150,6 +150,14 @@ class TrainConfig:
     shared_prompt_forward: bool = option(True, "run each prompt once for its G completions in "
                                           "the training forward (exact; off: one forward per "
                                           "row)")
+    statistics_from: str = option("logits", "what the token statistics are computed from: "
+                                  "logits (the model's [B, T, V] logits) or hidden (the final "
+                                  "hidden states and the LM-head weight, a chunk of positions at "
+                                  "a time: no [B, T, V] tensor, forward or backward; the same "
+                                  "statistics and gradients; for large vocabularies or tight "
+                                  "GPU memory). hidden needs a plain linear LM head and does not "
+                                  "take the 'ref' JS reference (it compares two models' logits)",
+                                  ("logits", "hidden"))
     seed: int = option(0, "random seed (data order, sampling, random selector)")
     num_threads: int | None = option(None, "torch CPU threads (None: torch's default; 1 is "
                                       "faster when other jobs share the cores)")
@@ -236,6 +244,10 @@ class TrainConfig:
             selectors.check_options(self.selector_name, options)
         except ValueError as error:
             raise UsageError(f"method {self.method}: {error}") from None
+        if self.statistics_from == "hidden" and "ref" in selectors.required_js_references(
+                self.selector_name, options):
+            raise UsageError(f"method {self.method}: the 'ref' JS reference needs the policy's and "
+                             "the reference policy's logits; use statistics_from=logits")
         for item in dataclasses.fields(self):
             choices = item.metadata.get("choices")
             value = getattr(self, item.name)

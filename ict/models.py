@@ -201,3 +201,33 @@ def apply_lora(model: Any, lora: LoraOptions) -> Any:
     config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                         target_modules=targets, task_type="CAUSAL_LM")
     return get_peft_model(model, config)
+
+
+# Config fields of Hugging Face models whose logits are not ``hidden @ W.T + b``: soft-capping
+# (Gemma 2/3), a logit scale (Cohere), output multipliers (Granite, Falcon-H1, ...).
+NON_LINEAR_HEAD_FIELDS = ("final_logit_softcapping", "logit_scale", "output_multiplier",
+                          "lm_head_multiplier", "logits_scaling")
+
+
+def linear_lm_head(model: Any, purpose: str = "statistics_from=hidden",
+                   hint: str = "; use statistics_from=logits",
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The LM head's weight ``[V, d]`` and bias ``[V]`` (or None) of a model (peft wrappers
+    included) whose logits are exactly ``final_hidden @ weight.T + bias``.
+
+    Refused with a UsageError (``"{purpose} needs ... {hint}"``): a config with logit
+    soft-capping or a logit scale (`NON_LINEAR_HEAD_FIELDS` set to anything but 1), and an output
+    layer that is not a plain ``torch.nn.Linear`` (e.g. a LoRA-adapted ``lm_head``: its weight
+    does not hold the adapter's delta). The one copy of this check: the trainer's
+    ``statistics_from=hidden`` (`ict.forward.response_hidden`) and ``ict.integrations.trl`` use it."""
+    text_config = model.config.get_text_config()
+    for name in NON_LINEAR_HEAD_FIELDS:
+        value = getattr(text_config, name, None)
+        if value not in (None, 1.0):
+            raise UsageError(f"{purpose} needs a plain linear LM head, but the model has "
+                             f"{name}={value} (its logits are not hidden @ W.T){hint}")
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear):
+        raise UsageError(f"{purpose} needs a plain torch.nn.Linear LM head, got "
+                         f"{type(head).__name__} (e.g. LoRA on lm_head){hint}")
+    return head.weight, head.bias

@@ -155,18 +155,20 @@ class _LogitsHead:
     def rows(self, rows_b: Tensor, rows_t: Tensor) -> Tensor:
         return self.logits[rows_b, rows_t]
 
-    def new_grads(self) -> list[Tensor]:
-        return [torch.zeros_like(self.logits)]
+    def new_grads(self, needed: Sequence[bool]) -> list[Tensor | None]:
+        return [torch.zeros_like(self.logits) if needed[0] else None]
 
-    def accumulate(self, grads: list[Tensor], rows_b: Tensor, rows_t: Tensor, grad_rows: Tensor) -> None:
-        grads[0][rows_b, rows_t] = grad_rows.to(grads[0].dtype)
+    def accumulate(self, grads: list[Tensor | None], rows_b: Tensor, rows_t: Tensor, grad_rows: Tensor) -> None:
+        if grads[0] is not None:
+            grads[0][rows_b, rows_t] = grad_rows.to(grads[0].dtype)
 
 
 class _LinearHead:
     """Rows provider ``logits = hidden @ weight.T (+ bias)`` computed for one chunk of rows at a time.
 
     The backward accumulates ``grad_hidden = g @ W``, ``grad_W += g.T @ h`` and
-    ``grad_bias += sum g`` from each chunk's ``[c, V]`` logit gradient ``g``.
+    ``grad_bias += sum g`` from each chunk's ``[c, V]`` logit gradient ``g``, each only when its
+    input needs a gradient (a frozen or tied-and-frozen head costs no ``[V, d]`` buffer).
     """
 
     def __init__(self, hidden: Tensor, weight: Tensor, bias: Tensor | None) -> None:
@@ -177,14 +179,16 @@ class _LinearHead:
         out = self.hidden[rows_b, rows_t] @ self.weight.T
         return out if self.bias is None else out.add_(self.bias)
 
-    def new_grads(self) -> list[Tensor]:
-        return [torch.zeros_like(tensor) for tensor in self.inputs]
+    def new_grads(self, needed: Sequence[bool]) -> list[Tensor | None]:
+        return [torch.zeros_like(tensor) if need else None for tensor, need in zip(self.inputs, needed)]
 
-    def accumulate(self, grads: list[Tensor], rows_b: Tensor, rows_t: Tensor, grad_rows: Tensor) -> None:
+    def accumulate(self, grads: list[Tensor | None], rows_b: Tensor, rows_t: Tensor, grad_rows: Tensor) -> None:
         grad_rows = grad_rows.to(self.weight.dtype)
-        grads[0][rows_b, rows_t] = (grad_rows @ self.weight).to(grads[0].dtype)
-        grads[1].addmm_(grad_rows.T, self.hidden[rows_b, rows_t].to(grads[1].dtype))
-        if self.bias is not None:
+        if grads[0] is not None:
+            grads[0][rows_b, rows_t] = (grad_rows @ self.weight).to(grads[0].dtype)
+        if grads[1] is not None:
+            grads[1].addmm_(grad_rows.T, self.hidden[rows_b, rows_t].to(grads[1].dtype))
+        if len(grads) > 2 and grads[2] is not None:
             grads[2].add_(grad_rows.sum(dim=0).to(grads[2].dtype))
 
 
@@ -251,7 +255,7 @@ class _ResponseLogProbs(torch.autograd.Function):
     def backward(ctx, grad_log_probs: Tensor | None, grad_entropy: Tensor | None):  # type: ignore[override]
         token_ids, batch_index, time_index, log_normaliser, entropy = ctx.saved_tensors
         head, temperature = ctx.head, ctx.temperature
-        grads = head.new_grads()
+        grads = head.new_grads(ctx.needs_input_grad[9:])
         if grad_log_probs is not None or grad_entropy is not None:
             for part in _chunks(batch_index.numel(), ctx.chunk_size):
                 rows_b, rows_t = batch_index[part], time_index[part]

@@ -48,9 +48,9 @@ from ict.config import TrainConfig, save_config
 from ict.data import Problem, PromptSampler, load_training_data
 from ict.diagnostics import DIAGNOSTIC_KEYS, token_diagnostics
 from ict.errors import TrainingDiverged, UsageError
-from ict.forward import response_logits
+from ict.forward import response_hidden, response_logits
 from ict.loss import PolicyLossConfig, aggregation_weight, group_advantages, policy_loss
-from ict.models import LoraOptions, load_model_and_tokenizer, require_chat_template
+from ict.models import LoraOptions, linear_lm_head, load_model_and_tokenizer, require_chat_template
 from ict.profiling import StepProfiler
 from ict.reporting import MetricsLogger, print_summary, progress_bar, step_line, write_eval
 from ict.rewards import Reward, build_reward
@@ -62,7 +62,7 @@ from ict.selectors import (
     required_js_references,
     select,
 )
-from ict.stats import TokenStatistics, token_statistics
+from ict.stats import TokenStatistics, token_statistics, token_statistics_from_hidden
 
 # Fields every metrics line carries (tests check them); values are floats or null (NaN).
 # `kl`: k3 KL to the reference (initial) policy, null without one; `kl_old`: to the rollout policy.
@@ -98,11 +98,16 @@ class ReferencePolicy:
                 parameter.requires_grad_(False)
 
     @torch.no_grad()
-    def logits(self, batch: RolloutBatch) -> torch.Tensor:
+    def outputs(self, batch: RolloutBatch, hidden: bool = False) -> torch.Tensor:
+        """The reference's response logits ``[B, T, V]`` (or, ``hidden``, final hidden states)."""
+        forward = response_hidden if hidden else response_logits
         if self.uses_adapter:
             with self.model.disable_adapter():
-                return response_logits(self.model, batch, self.shared_prompt).detach()
-        return response_logits(self.model, batch, self.shared_prompt).detach()
+                return forward(self.model, batch, self.shared_prompt).detach()
+        return forward(self.model, batch, self.shared_prompt).detach()
+
+    def logits(self, batch: RolloutBatch) -> torch.Tensor:
+        return self.outputs(batch)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,31 +143,61 @@ class StepContext:
     reference: ReferencePolicy | None = None
     shared_prompt: bool = True
     profiler: StepProfiler = field(default_factory=StepProfiler)
+    statistics_from: str = "logits"  # or "hidden" (TrainConfig.statistics_from)
 
 
 def statistics_of(model: Any, micro: RolloutBatch, group_ids: torch.Tensor, references: tuple[str, ...],
                   context: StepContext, differentiable_entropy: bool = False,
                   ) -> tuple[TokenStatistics, torch.Tensor | None]:
     """Token statistics of `micro` under `model` (log-probs carry gradients when grad is on), and
-    the reference policy's log-probs when the loss or a `ref` score needs them."""
+    the reference policy's log-probs when the loss or a `ref` score needs them.
+
+    ``context.statistics_from``: ``"logits"`` computes them from the model's ``[B, T, V]``
+    logits (`token_statistics`); ``"hidden"`` from its final hidden states and LM-head weight
+    (`token_statistics_from_hidden`: no ``[B, T, V]`` tensor, forward or backward; equal within
+    rounding), and the reference policy's log-probs (KL) likewise. The ``ref`` JS reference
+    compares two models' full distributions and is refused with ``"hidden"``."""
     profile = context.profiler.phase
+    from_hidden = context.statistics_from == "hidden"
+    if from_hidden and "ref" in references:
+        raise UsageError("the 'ref' JS reference needs the policy's and the reference policy's "
+                         "logits; use statistics_from=logits")
     with profile("forward"):
-        logits = response_logits(model, micro, context.shared_prompt)
-    reference_logits = None
+        outputs = (response_hidden if from_hidden else response_logits)(model, micro, context.shared_prompt)
+    reference_outputs = None
     if context.reference is not None and ("ref" in references or context.loss_config.kl_coef > 0):
         with profile("reference forward"):
-            reference_logits = context.reference.logits(micro)
+            reference_outputs = context.reference.outputs(micro, hidden=from_hidden)
     with profile("statistics"):
-        stats = token_statistics(
-            logits, micro.response_ids, micro.response_mask, temperature=context.temperature,
-            js_references=tuple(name for name in references if name != "ref" or reference_logits is not None),
-            reference_logits=reference_logits, differentiable_entropy=differentiable_entropy,
-            chunk_size=context.chunk_size, group_ids=group_ids)
+        if from_hidden:
+            weight, bias = linear_lm_head(model)
+            stats = token_statistics_from_hidden(
+                outputs, weight, micro.response_ids, micro.response_mask,
+                temperature=context.temperature, js_references=references, group_ids=group_ids,
+                lm_head_bias=bias, differentiable_entropy=differentiable_entropy,
+                chunk_size=context.chunk_size)
+        else:
+            stats = token_statistics(
+                outputs, micro.response_ids, micro.response_mask, temperature=context.temperature,
+                js_references=tuple(name for name in references
+                                    if name != "ref" or reference_outputs is not None),
+                reference_logits=reference_outputs, differentiable_entropy=differentiable_entropy,
+                chunk_size=context.chunk_size, group_ids=group_ids)
     reference_log_probs = None
-    if reference_logits is not None:
-        reference_log_probs = token_statistics(
-            reference_logits, micro.response_ids, micro.response_mask,
-            temperature=context.temperature, chunk_size=context.chunk_size).log_probs.detach()
+    if reference_outputs is not None:
+        with torch.no_grad():
+            if from_hidden:
+                assert context.reference is not None
+                weight, bias = linear_lm_head(context.reference.model)
+                reference_stats = token_statistics_from_hidden(
+                    reference_outputs, weight.detach(), micro.response_ids, micro.response_mask,
+                    temperature=context.temperature, chunk_size=context.chunk_size,
+                    lm_head_bias=None if bias is None else bias.detach())
+            else:
+                reference_stats = token_statistics(
+                    reference_outputs, micro.response_ids, micro.response_mask,
+                    temperature=context.temperature, chunk_size=context.chunk_size)
+        reference_log_probs = reference_stats.log_probs.detach()
     return stats, reference_log_probs
 
 
@@ -306,6 +341,7 @@ def accumulate_gradients(
     population_stats: TokenStatistics | None = None,
     shared_prompt: bool = True,
     profiler: StepProfiler | None = None,
+    statistics_from: str = "logits",
 ) -> UpdateResult:
     """Backward the selective policy loss of `batch` into `.grad` (not zeroed here).
 
@@ -317,7 +353,7 @@ def accumulate_gradients(
     left in `.grad` is that of the batch's loss aggregated over all its selected tokens."""
     method = selector if isinstance(selector, Method) else Method.of(selector, selector_options or {})
     context = StepContext(loss_config, temperature, chunk_size, reference, shared_prompt,
-                          profiler or StepProfiler())
+                          profiler or StepProfiler(), statistics_from)
     rows = batch.input_ids.shape[0]
     if rows % group_size:
         raise UsageError(f"a batch of {rows} rows does not hold whole groups of {group_size}")
@@ -478,6 +514,8 @@ def train(config: TrainConfig, console: Any = None,
                                                 device=config.device, lora=lora,
                                                 gradient_checkpointing=config.gradient_checkpointing)
     require_chat_template(tokenizer, config.model)
+    if config.statistics_from == "hidden":
+        linear_lm_head(model)  # refuse a soft-capped or scaled head before any work
     if config.freeze_embeddings:
         model.get_input_embeddings().weight.requires_grad_(False)
     model.train()
@@ -662,7 +700,7 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
     if step < config.full_token_warmup_steps:
         method = ALL_TOKENS
     context = StepContext(loss_config, config.temperature, config.stats_chunk_size, reference,
-                          config.shared_prompt_forward, profiler)
+                          config.shared_prompt_forward, profiler, config.statistics_from)
     reuses = config.updates_per_batch > 1 or mini_batch_size < rows
     initial_stats = None
     if reuses:
@@ -695,7 +733,7 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
                 group_size=group_size,
                 population_stats=initial_stats.rows(index) if update_index == 0 and initial_stats
                 is not None else None, shared_prompt=config.shared_prompt_forward,
-                profiler=profiler)
+                profiler=profiler, statistics_from=config.statistics_from)
             trainable = [p for p in model.parameters() if p.requires_grad and p.grad is not None]
             max_norm = config.max_grad_norm if config.max_grad_norm > 0 else float("inf")
             with profiler.phase("optimizer"):

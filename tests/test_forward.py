@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from ict.forward import (
-    plain_response_logits,
+    plain_response_outputs,
     prompt_runs,
     response_logits,
-    shared_prompt_response_logits,
+    shared_prompt_response_outputs,
 )
 from ict.rollout import RolloutBatch
 from ict.stats import token_statistics
@@ -59,8 +59,8 @@ def test_shared_prompt_forward_equals_the_plain_forward(group_sizes, tiny_tokeni
     model = build_tiny_model(len(tiny_tokenizer), seed=2)
     batch = grouped_batch(len(tiny_tokenizer), group_sizes)
     assert int(prompt_runs(batch)[-1]) + 1 == len(group_sizes)
-    plain_lp, plain_grads = log_probs_and_grads(model, batch, plain_response_logits)
-    shared_lp, shared_grads = log_probs_and_grads(model, batch, shared_prompt_response_logits)
+    plain_lp, plain_grads = log_probs_and_grads(model, batch, plain_response_outputs)
+    shared_lp, shared_grads = log_probs_and_grads(model, batch, shared_prompt_response_outputs)
     torch.testing.assert_close(shared_lp, plain_lp, rtol=0, atol=1e-5)
     assert plain_grads.keys() == shared_grads.keys()
     for name, grad in plain_grads.items():
@@ -75,6 +75,6 @@ def test_a_split_group_and_distinct_prompts(tiny_tokenizer):
     batch = grouped_batch(len(tiny_tokenizer), (4, 3), seed=1)
     part = batch.select(slice(2, 6))  # the end of group 0 and most of group 1
     for sub in (part, grouped_batch(len(tiny_tokenizer), (1, 1, 1), seed=2)):
-        expected = plain_response_logits(model, sub)
+        expected = plain_response_outputs(model, sub)
         torch.testing.assert_close(response_logits(model, sub), expected, rtol=0, atol=1e-5)
-    assert torch.equal(response_logits(model, part, shared_prompt=False), plain_response_logits(model, part))
+    assert torch.equal(response_logits(model, part, shared_prompt=False), plain_response_outputs(model, part))

@@ -46,7 +46,8 @@ How it plugs in (least invasive: two overridden methods, no copied TRL code):
   ``ict/entropy_unselected`` (means over the gathered micro-batch); with a KL penalty also
   ``ict/kl_penalty`` (its contribution to the step's loss, mean over processes).
 
-Not supported: models whose LM head applies a logit scale or soft-capping (refused at start-up),
+Not supported: models whose LM head is not a plain linear layer (logit scale, soft-capping,
+LoRA on ``lm_head``: refused at start-up by :func:`ict.models.linear_lm_head`),
 FSDP / DeepSpeed ZeRO-3 sharded LM heads (the full ``[V, d]`` weight must be readable on each
 process), vision-language inputs.
 """
@@ -61,8 +62,10 @@ import torch
 from torch import Tensor
 from trl import GRPOConfig, GRPOTrainer
 
+from ict.errors import UsageError
 from ict.integrations import parse_token_selector
 from ict.loss import kl_penalty_term
+from ict.models import linear_lm_head
 from ict.selectors import SelectionInputs, check_options, required_js_references, select
 from ict.stats import token_statistics_from_hidden
 
@@ -167,12 +170,10 @@ class ICTGRPOTrainer(GRPOTrainer):
         if "ref" in self.js_references:
             raise ValueError("the 'ref' JS reference is not supported inside TRL; use group_mean, "
                              "seq_mean or prev")
-        text_config = self.accelerator.unwrap_model(self.model).config.get_text_config()
-        for name in ("final_logit_softcapping", "logit_scale", "output_multiplier",
-                     "lm_head_multiplier", "logits_scaling"):
-            if getattr(text_config, name, None) not in (None, 1.0):
-                raise ValueError(f"models with {name} in their LM head are not supported by "
-                                 "ict.integrations.trl")
+        try:
+            linear_lm_head(self.accelerator.unwrap_model(self.model), "ict.integrations.trl", "")
+        except UsageError as error:  # TRL's configuration errors are ValueErrors
+            raise ValueError(str(error)) from None
         # TRL calls get_high_entropy_mask (overridden below) only when this is below 1.
         self.top_entropy_quantile = 0.0
         self._capture: list[Tensor] | None = None
@@ -242,7 +243,7 @@ class ICTGRPOTrainer(GRPOTrainer):
         completion_ids = inputs["completion_ids"]
         local_rows, length = completion_ids.shape
         hidden = torch.cat(self._capture, dim=0)[:, -length - 1 : -1]
-        head = self.accelerator.unwrap_model(self.model).get_output_embeddings()
+        weight, bias = linear_lm_head(self.accelerator.unwrap_model(self.model), "ict.integrations.trl", "")
         rows = self.accelerator.gather(torch.tensor([local_rows], device=mask.device))
         if (rows != local_rows).any():
             raise RuntimeError("ICTGRPOTrainer needs the same micro-batch size on every process")
@@ -263,10 +264,9 @@ class ICTGRPOTrainer(GRPOTrainer):
         response_mask = gathered["mask"].bool()
         with torch.no_grad():
             stats = token_statistics_from_hidden(
-                gathered["hidden"], head.weight.detach(), gathered["ids"], response_mask,
+                gathered["hidden"], weight.detach(), gathered["ids"], response_mask,
                 temperature=self.temperature, js_references=self.js_references,
-                group_ids=group_ids,
-                lm_head_bias=None if head.bias is None else head.bias.detach(),
+                group_ids=group_ids, lm_head_bias=None if bias is None else bias.detach(),
             )
         selection = select(
             self.selector_name,
