@@ -81,6 +81,10 @@ class TrainConfig:
     top_p: float = option(1.0, "nucleus sampling threshold")
     max_new_tokens: int = option(32, "maximum completion length in tokens")
     generation_batch_size: int = option(32, "sequences per generate call")
+    generation_shared_prefill: bool = option(True, "run each prompt's prefix once per generate "
+                                             "call and share its KV cache between its "
+                                             "completions (same batches and sampler; off: one "
+                                             "prefill per row, the previous path)")
     rollout_backend: str = option("auto", "auto (vllm when installed on a GPU, else hf), hf, "
                                    "vllm", ("auto", "hf", "vllm"))
     vllm_gpu_memory_utilization: float = option(0.3, "fraction of GPU memory vLLM may use")

@@ -89,6 +89,73 @@ def _truncate_at_eos(token_ids: list[int], eos_ids: Sequence[int], pad_id: int |
     return token_ids, False
 
 
+def _left_pad(rows: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """input_ids [B, W] and attention_mask [B, W] (long) of `rows` left-padded to the longest W."""
+    width = max(len(row) for row in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for row_index, row in enumerate(rows):
+        input_ids[row_index, width - len(row):] = torch.tensor(row, dtype=torch.long)
+        attention_mask[row_index, width - len(row):] = 1
+    return input_ids, attention_mask
+
+
+def shared_prefill_cache(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                         rows: torch.Tensor) -> Any:
+    """KV cache of the first W - 1 columns of each unique prompt, expanded to the rows of a batch.
+
+    input_ids, attention_mask [U, W]: the unique prompts of a batch, left-padded to W >= 2.
+    rows [B] long: the unique prompt of each batch row (values in 0..U-1).
+    Returns a transformers `DynamicCache` with B rows and W - 1 positions: `model.generate` given
+    it, the B rows' full input_ids [B, W] and mask [B, W] runs only the last prompt column and
+    then decodes as usual. Position ids follow the attention mask as in `generate` (pads 0)."""
+    from transformers import DynamicCache
+
+    prefix_ids, prefix_mask = input_ids[:, :-1], attention_mask[:, :-1]
+    position_ids = (prefix_mask.cumsum(-1) - 1).masked_fill(prefix_mask == 0, 0)
+    cache = DynamicCache(config=model.config)
+    model(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=position_ids,
+          past_key_values=cache, use_cache=True, logits_to_keep=1)
+    cache.batch_select_indices(rows)
+    return cache
+
+
+def generate_rows(model: Any, prompt_ids: Sequence[list[int]], rows: Sequence[int], pad_id: int,
+                  eos_ids: list[int], max_new_tokens: int, sampling: dict[str, Any],
+                  shared_prefill: bool = True, **generate_options: Any) -> list[list[int]]:
+    """One `model.generate` call for B rows; row b continues prompt `prompt_ids[rows[b]]`.
+
+    Returns the B new-token lists (each <= max_new_tokens, padded after EOS as HF returns them).
+    shared_prefill: when some prompt fills several rows, its prefix is run once
+    (`shared_prefill_cache`) instead of once per row; the decoding is the same `generate` on the
+    same [B, W] rows, so the sampler draws the same random numbers. Off when a cache is chosen
+    in `generate_options` (e.g. a static cache).
+    generate_options: further `model.generate` keyword arguments."""
+    device = next(model.parameters()).device
+    input_ids, attention_mask = _left_pad([prompt_ids[index] for index in rows], pad_id)
+    unique = sorted(set(rows))
+    own_cache = {"past_key_values", "cache_implementation"} & set(generate_options)
+    if shared_prefill and not own_cache and len(unique) < len(rows) and input_ids.shape[1] >= 2:
+        unique_ids, unique_mask = _left_pad([prompt_ids[index] for index in unique], pad_id)
+        position = {index: row for row, index in enumerate(unique)}
+        select = torch.tensor([position[index] for index in rows], dtype=torch.long)
+        generate_options["past_key_values"] = shared_prefill_cache(
+            model, unique_ids.to(device), unique_mask.to(device), select.to(device))
+    output = model.generate(
+        input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+        max_new_tokens=max_new_tokens, eos_token_id=eos_ids, pad_token_id=pad_id, use_cache=True,
+        **sampling, **generate_options)
+    return output[:, input_ids.shape[1]:].tolist()
+
+
+def sampling_options(temperature: float, top_p: float, greedy: bool) -> dict[str, Any]:
+    """`generate` keyword arguments of the sampler: argmax when greedy (or temperature <= 0),
+    else multinomial sampling at `temperature` with nucleus `top_p` and no top-k cut."""
+    if greedy or temperature <= 0:
+        return {"do_sample": False}
+    return {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
+
+
 @torch.no_grad()
 def generate_completions(
     model: Any,
@@ -103,6 +170,8 @@ def generate_completions(
     greedy: bool = False,
     system_prompt: str | None = None,
     backend: Any = None,
+    shared_prefill: bool = True,
+    generate_options: dict[str, Any] | None = None,
 ) -> Rollout:
     """Sample `num_samples` completions for each prompt.
 
@@ -112,6 +181,10 @@ def generate_completions(
     greedy: argmax decoding (temperature/top_p ignored).
     backend: an object with the same `generate_completions` method (e.g. `VLLMBackend`) to use
     instead of Hugging Face generate.
+    shared_prefill: run each prompt's prefix once per `generate` call and share its KV cache
+    between its rows (see `generate_rows`); the batches and the sampler are unchanged, so a seed
+    gives the same tokens as without it up to floating-point differences in the logits.
+    generate_options: further `model.generate` keyword arguments (e.g. a static cache).
     Returns a `Rollout` (texts decoded without special tokens, plus token ids for training)."""
     if num_samples < 1 or max_new_tokens < 1 or batch_size < 1:
         raise UsageError("num_samples, max_new_tokens and batch_size must be >= 1")
@@ -127,6 +200,7 @@ def generate_completions(
     flat = [(index, sample) for index in range(len(prompts)) for sample in range(num_samples)]
     completion_ids: list[list[list[int]]] = [[[] for _ in range(num_samples)] for _ in prompts]
     finished: list[list[bool]] = [[False] * num_samples for _ in prompts]
+    sampling = sampling_options(temperature, top_p, greedy)
 
     was_training = model.training
     model.eval()
@@ -137,21 +211,9 @@ def generate_completions(
             torch.manual_seed(seed)
         for begin in range(0, len(flat), batch_size):
             chunk = flat[begin: begin + batch_size]
-            rows = [prompt_ids[index] for index, _ in chunk]
-            width = max(len(row) for row in rows)
-            input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-            attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-            for row_index, row in enumerate(rows):  # left padding
-                input_ids[row_index, width - len(row):] = torch.tensor(row, dtype=torch.long)
-                attention_mask[row_index, width - len(row):] = 1
-            sampling: dict[str, Any] = (
-                {"do_sample": False} if greedy or temperature <= 0
-                else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0})
-            output = model.generate(
-                input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-                max_new_tokens=max_new_tokens, eos_token_id=eos_ids, pad_token_id=pad_id,
-                use_cache=True, **sampling)
-            new_tokens = output[:, width:].tolist()
+            new_tokens = generate_rows(model, prompt_ids, [index for index, _ in chunk], pad_id,
+                                       eos_ids, max_new_tokens, sampling, shared_prefill,
+                                       **(generate_options or {}))
             for (index, sample), tokens in zip(chunk, new_tokens, strict=True):
                 ids, done = _truncate_at_eos(tokens, eos_ids, pad_id)
                 completion_ids[index][sample] = ids

@@ -414,7 +414,7 @@ def evaluate_accuracy(model: Any, tokenizer: Any, problems: list[Problem], rewar
         temperature=max(temperature, 1e-5), top_p=config.top_p,
         max_new_tokens=config.max_new_tokens, batch_size=config.generation_batch_size,
         seed=step_seed(config.seed, -1, 0), greedy=temperature <= 0,
-        system_prompt=config.system_prompt)
+        system_prompt=config.system_prompt, shared_prefill=config.generation_shared_prefill)
     totals, task = reward.score(rollout.flat_completions(), problems)
     return {"accuracy": sum(value >= 1.0 for value in task) / len(task),
             "reward_mean": sum(totals) / len(totals), "num_problems": len(problems),
@@ -680,7 +680,7 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
             temperature=config.temperature, top_p=config.top_p,
             max_new_tokens=config.max_new_tokens, batch_size=config.generation_batch_size,
             seed=step_seed(config.seed, step, 0), system_prompt=config.system_prompt,
-            backend=backend)
+            backend=backend, shared_prefill=config.generation_shared_prefill)
 
     # 3. rewards and group advantages (completions are prompt-major: groups are adjacent)
     flat_problems = [problem for problem in problems for _ in range(group_size)]
