@@ -32,7 +32,7 @@ from ict.significance import (
     paired_permutation_test,
 )
 
-BASELINES = ("grpo", "random")
+BASELINES = ("grpo", "random")  # method names; every run label of these methods is a baseline
 COMMANDS_FILE = "commands.txt"  # every distinct non-report-only `ict compare` command line
 # selector option name -> today's TrainConfig field (one place; see `method_overrides`)
 
@@ -50,6 +50,12 @@ class MethodSpec:
             return self.name
         parts = [f"{key}={value}" for key, value in self.options.items()]
         return re.sub(r"[^A-Za-z0-9_.=-]", "_", self.name + "-" + "-".join(parts))
+
+
+def method_of(label: str) -> str:
+    """The method name of a run label: ``"random-ratio=0.1"`` -> ``"random"`` (method names
+    have no ``-``; see :attr:`MethodSpec.label`)."""
+    return label.split("-", 1)[0]
 
 
 def parse_methods(text: str) -> list[MethodSpec]:
@@ -292,9 +298,7 @@ def summarize(runs: list[RunRecord], resamples: int = 10_000) -> dict[str, Any]:
                               "std": float(per_seed.std(ddof=1)) if len(seeds) > 1 else math.nan,
                               "per_seed": {str(s): float(v) for s, v in zip(seeds, per_seed,
                                                                             strict=True)}})
-            for baseline in BASELINES:
-                if baseline not in matrices:
-                    continue
+            for baseline in (label for label in matrices if method_of(label) in BASELINES):
                 base_seeds, base = matrices[baseline]
                 for label, (seeds, matrix) in matrices.items():
                     if label == baseline:

@@ -152,3 +152,20 @@ def test_train_only_then_eval_only(tiny_model_dir, arithmetic_task, tmp_path):
     assert (trained / "eval" / "results.json").is_file()
     assert not (output / "runs" / "grpo" / "seed1").exists()  # untrained: skipped, not trained
     assert (output / "report.md").is_file()
+
+
+def test_a_baseline_with_options_is_still_a_baseline(tmp_path):
+    """`random:ratio=0.1` runs under the label `random-ratio=0.1`: every method is compared to it
+    (as to `grpo`), with the difference of the per-problem pass@1 means."""
+    from ict.compare import RunRecord, summarize
+
+    verdicts = {"grpo": [True, True, False, False], "random-ratio=0.1": [True, False, False, False],
+                "ict-ratio=0.1": [True, True, True, False]}
+    runs = [RunRecord(label, seed, tmp_path, [], {"b": {i: [v] * 4 for i, v in enumerate(values)}})
+            for label, values in verdicts.items() for seed in (0, 1)]
+    rows = summarize(runs, resamples=200)["differences"]
+    pairs = {(row["method"], row["baseline"]): row["difference"] for row in rows if row["metric"] == "pass@1"}
+    assert pairs[("ict-ratio=0.1", "random-ratio=0.1")] == pytest.approx(0.75 - 0.25)
+    assert pairs[("ict-ratio=0.1", "grpo")] == pytest.approx(0.75 - 0.5)
+    assert pairs[("grpo", "random-ratio=0.1")] == pytest.approx(0.5 - 0.25)
+    assert ("random-ratio=0.1", "random-ratio=0.1") not in pairs
