@@ -30,12 +30,7 @@ from typing import Any
 import torch
 
 from ict.models import linear_lm_head
-from ict.rollout import RolloutBatch
-
-
-def _position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Left padding: positions count real tokens only, as `generate` does."""
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+from ict.rollout import RolloutBatch, left_padded_position_ids
 
 
 def prompt_runs(batch: RolloutBatch) -> torch.Tensor:
@@ -67,7 +62,7 @@ def plain_response_outputs(model: Any, batch: RolloutBatch, hidden: bool = False
     # Keeping T+1 positions keeps P-1 .. P+T-1; drop the last (it predicts past the end).
     outputs, _ = _forward(model, hidden, length + 1, input_ids=batch.input_ids,
                           attention_mask=batch.attention_mask,
-                          position_ids=_position_ids(batch.attention_mask), use_cache=False)
+                          position_ids=left_padded_position_ids(batch.attention_mask), use_cache=False)
     outputs = outputs[:, :-1]
     assert outputs.shape[1] == length
     return outputs
@@ -80,10 +75,10 @@ def shared_prompt_response_outputs(model: Any, batch: RolloutBatch, hidden: bool
     prompt_length = batch.prompt_length
     prompt_mask = batch.attention_mask[first_rows, :prompt_length]
     prompt_outputs, cache = _forward(model, hidden, 1, input_ids=batch.input_ids[first_rows, :prompt_length],
-                                     attention_mask=prompt_mask, position_ids=_position_ids(prompt_mask),
+                                     attention_mask=prompt_mask, position_ids=left_padded_position_ids(prompt_mask),
                                      use_cache=True)
     cache.batch_select_indices(run_of_row)  # [U, ...] -> [B, ...]; differentiable indexing
-    positions = _position_ids(batch.attention_mask)[:, prompt_length:]
+    positions = left_padded_position_ids(batch.attention_mask)[:, prompt_length:]
     length = batch.response_ids.shape[1]
     response_outputs, _ = _forward(model, hidden, length, input_ids=batch.response_ids,
                                    attention_mask=batch.attention_mask, position_ids=positions,

@@ -100,6 +100,12 @@ def _left_pad(rows: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, tor
     return input_ids, attention_mask
 
 
+def left_padded_position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """``[B, W]`` position ids of left-padded rows: real tokens count 0, 1, ... as `generate`
+    numbers them; pads get 0."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
 def shared_prefill_cache(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                          rows: torch.Tensor) -> Any:
     """KV cache of the first W - 1 columns of each unique prompt, expanded to the rows of a batch.
@@ -108,11 +114,11 @@ def shared_prefill_cache(model: Any, input_ids: torch.Tensor, attention_mask: to
     rows [B] long: the unique prompt of each batch row (values in 0..U-1).
     Returns a transformers `DynamicCache` with B rows and W - 1 positions: `model.generate` given
     it, the B rows' full input_ids [B, W] and mask [B, W] runs only the last prompt column and
-    then decodes as usual. Position ids follow the attention mask as in `generate` (pads 0)."""
+    then decodes as usual. Position ids: `left_padded_position_ids`."""
     from transformers import DynamicCache
 
     prefix_ids, prefix_mask = input_ids[:, :-1], attention_mask[:, :-1]
-    position_ids = (prefix_mask.cumsum(-1) - 1).masked_fill(prefix_mask == 0, 0)
+    position_ids = left_padded_position_ids(prefix_mask)
     cache = DynamicCache(config=model.config)
     model(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=position_ids,
           past_key_values=cache, use_cache=True, logits_to_keep=1)
