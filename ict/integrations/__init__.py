@@ -8,13 +8,15 @@ Each integration imports its engine lazily, so ``import ict`` never needs TRL or
 
 from typing import Any
 
-from ict.selectors import resolve_options
+from ict.selectors import check_options, resolve_options
 
 
 def parse_token_selector(spec: str) -> tuple[str, dict[str, Any]]:
     """``"name:key=value,key=value"`` -> ``(name, options)``; values take the type of the default.
 
     ``"ict:reference=group_mean,ratio=0.1"`` -> ``("ict", {"reference": "group_mean", "ratio": 0.1})``.
+    The option values are checked on a dummy batch (`check_options`), so a bad value fails
+    before a model is loaded.
     """
     name, _, raw = spec.partition(":")
     name = name.strip()
@@ -29,6 +31,7 @@ def parse_token_selector(spec: str) -> tuple[str, dict[str, Any]]:
             accepted = ", ".join(defaults) or "none"
             raise ValueError(f"selector {name!r} has no option {key!r} (accepted: {accepted})")
         options[key] = _coerce(value.strip(), defaults[key])
+    check_options(name, options)
     return name, options
 
 

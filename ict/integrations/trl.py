@@ -66,7 +66,7 @@ from ict.errors import UsageError
 from ict.integrations import parse_token_selector
 from ict.loss import kl_penalty_term
 from ict.models import linear_lm_head
-from ict.selectors import SelectionInputs, check_options, required_js_references, select
+from ict.selectors import SelectionInputs, required_js_references, select
 from ict.stats import token_statistics_from_hidden
 
 SELECTION_DENOMINATORS = ("ours", "trl")
@@ -92,14 +92,7 @@ class ICTGRPOConfig(GRPOConfig):
         if self.selection_denominator not in SELECTION_DENOMINATORS:
             raise ValueError(
                 f"selection_denominator must be 'ours' or 'trl', got {self.selection_denominator!r}")
-        _parse_selector(self.token_selector)
-
-
-def _parse_selector(spec: str) -> tuple[str, dict[str, Any]]:
-    """`parse_token_selector`, with the options checked on a dummy batch (fails before loading)."""
-    name, options = parse_token_selector(spec)
-    check_options(name, options)
-    return name, options
+        parse_token_selector(self.token_selector)
 
 
 TRL_LOSS_TYPES = ("grpo", "sapo", "bnpo", "dr_grpo", "luspo", "dapo", "cispo", "vespo")
@@ -159,7 +152,7 @@ class ICTGRPOTrainer(GRPOTrainer):
         config = self.args
         spec = getattr(config, "token_selector", ICTGRPOConfig.token_selector)
         self.selection_denominator = getattr(config, "selection_denominator", "ours")
-        self.selector_name, self.selector_options = _parse_selector(spec)
+        self.selector_name, self.selector_options = parse_token_selector(spec)
         self.js_references = required_js_references(self.selector_name, self.selector_options)
         if self.top_entropy_quantile < 1.0:
             raise ValueError("top_entropy_quantile and token_selector both pick tokens; leave "
