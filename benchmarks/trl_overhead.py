@@ -1,9 +1,12 @@
 """ICT inside TRL (ict.integrations.trl.ICTGRPOTrainer) vs plain trl.GRPOTrainer, identical
-settings, on the offline default model on CPU. Each (variant, round) runs in its own
-subprocess, variants interleaved round by round; prints the median training-step time
-(TRL's ``step_time`` metric: generation + loss + update) and the peak RSS, and the ratios.
+settings, on the offline default model, on CPU (fp32) or a GPU (fp32 weights, TRL's bf16
+mixed precision). Each (variant, round) runs in its own subprocess, variants interleaved round
+by round; prints the median training-step time (TRL's ``step_time`` metric: generation + loss +
+update), the peak memory (CPU: resident set; GPU: ``torch.cuda.max_memory_allocated``) and the
+ratios.
 
     PYTHONPATH=$PWD python benchmarks/trl_overhead.py --rounds 2 --steps 3
+    PYTHONPATH=$PWD python benchmarks/trl_overhead.py --device cuda --prompts 16 --length 128
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from pathlib import Path
 VARIANTS = ("trl", "ict")
 
 
-def child(variant: str, steps: int, completions: int, length: int, out: str, threads: int) -> None:
+def child(variant: str, steps: int, completions: int, length: int, out: str, threads: int,
+          device: str, prompts: int) -> None:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -28,16 +32,18 @@ def child(variant: str, steps: int, completions: int, length: int, out: str, thr
     from trl import GRPOConfig, GRPOTrainer
 
     from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer
+    from ict.models import offline_default_path
 
-    path = Path.home() / ".cache" / "ict" / "smollm2-135m-instruct"
+    path = offline_default_path()
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    prompts = [[{"role": "user", "content": f"What is {a} + {b}? Answer with a number."}]
-               for a in range(8) for b in range(8)]
-    common = dict(output_dir=f"{out}.trainer", per_device_train_batch_size=completions,
+    questions = [[{"role": "user", "content": f"What is {a} + {b}? Answer with a number."}]
+                 for a in range(8) for b in range(8)]
+    gpu = device == "cuda"
+    common = dict(output_dir=f"{out}.trainer", per_device_train_batch_size=prompts * completions,
                   num_generations=completions, max_completion_length=length, max_steps=steps,
                   steps_per_generation=1, gradient_accumulation_steps=1, report_to="none",
-                  use_cpu=True, logging_steps=1, save_strategy="no", seed=0)
+                  use_cpu=not gpu, bf16=gpu, logging_steps=1, save_strategy="no", seed=0)
     if variant == "ict":
         args, trainer_class = ICTGRPOConfig(token_selector="ict:reference=group_mean,ratio=0.1",
                                             **common), ICTGRPOTrainer
@@ -48,10 +54,11 @@ def child(variant: str, steps: int, completions: int, length: int, out: str, thr
         return [float(any(ch.isdigit() for ch in str(c))) for c in completions]
 
     trainer = trainer_class(model=model, processing_class=tokenizer, reward_funcs=reward, args=args,
-                            train_dataset=Dataset.from_dict({"prompt": prompts}))
+                            train_dataset=Dataset.from_dict({"prompt": questions}))
     trainer.train()
     times = [e["step_time"] for e in trainer.state.log_history if "step_time" in e]
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mb = (torch.cuda.max_memory_allocated() / 2**20 if gpu
+               else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     Path(out).write_text(json.dumps({"step_times": times, "peak_mb": peak_mb}))
 
 
@@ -62,27 +69,35 @@ def main() -> None:
     parser.add_argument("--completions", type=int, default=8)
     parser.add_argument("--length", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--prompts", type=int, default=1, help="prompts per step")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.steps, args.completions, args.length, args.out, args.threads)
+        child(args.child, args.steps, args.completions, args.length, args.out, args.threads,
+              args.device, args.prompts)
         return
     results: dict[str, list[dict]] = {variant: [] for variant in VARIANTS}
     for round_index in range(args.rounds):
         for variant in VARIANTS if round_index % 2 == 0 else VARIANTS[::-1]:
-            out = f"/tmp/trl_overhead_{variant}_{round_index}.json"
-            subprocess.run([sys.executable, __file__, "--child", variant, "--out", out,
-                            "--steps", str(args.steps), "--completions", str(args.completions),
-                            "--length", str(args.length), "--threads", str(args.threads)],
-                           check=True, capture_output=True)
+            out = f"/tmp/trl_overhead_{args.device}_{variant}_{round_index}.json"
+            command = [sys.executable, __file__, "--child", variant, "--out", out,
+                       "--steps", str(args.steps), "--completions", str(args.completions),
+                       "--length", str(args.length), "--threads", str(args.threads),
+                       "--device", args.device, "--prompts", str(args.prompts)]
+            finished = subprocess.run(command, capture_output=True, text=True)
+            if finished.returncode:
+                sys.exit(f"{variant} failed:\n{finished.stderr[-4000:]}")
             results[variant].append(json.loads(Path(out).read_text()))
             print(f"round {round_index} {variant}: {results[variant][-1]}", flush=True)
     summary = {}
     for variant in VARIANTS:
         times = [t for run in results[variant] for t in run["step_times"][1:]]
         summary[variant] = (statistics.median(times), max(run["peak_mb"] for run in results[variant]))
-    print("\n| variant | median step time (s) | peak RSS (MB) |\n|---|---|---|")
+    memory = "peak GPU memory (MiB)" if args.device == "cuda" else "peak RSS (MB)"
+    print(f"\n{args.device}: {args.prompts} prompt(s) x {args.completions} completions, <= "
+          f"{args.length} tokens\n\n| variant | median step time (s) | {memory} |\n|---|---|---|")
     for variant in VARIANTS:
         print(f"| {variant} | {summary[variant][0]:.2f} | {summary[variant][1]:.0f} |")
     print(f"| ict / trl | {summary['ict'][0] / summary['trl'][0]:.3f} | "
