@@ -10,7 +10,9 @@ optimizer update per rollout batch. Variants (each in its own process, so each p
 - ``grpo bf16`` / ``ict bf16``: bf16 weights (``--dtype bf16 --autocast off``).
 
 Step time: the median of the steps after one warm-up step (generation + rewards + statistics +
-selection + loss + backward + update). Memory: ``torch.cuda.max_memory_allocated`` over the run.
+selection + loss + backward + update). Memory: the largest per-phase peak of
+``torch.cuda.max_memory_allocated`` over the timed steps (the profiler resets the peak at each
+phase, so the counter read at the end would only cover the last phase).
 Printed: a markdown table, the ratios ICT / GRPO, and the phase profile of each variant::
 
     PYTHONPATH=$PWD python benchmarks/gpu_steps.py --steps 3
@@ -75,7 +77,7 @@ def child(variant: str, steps: int, prompts: int, generations: int, length: int,
     profiler.close()
     Path(out).write_text(json.dumps({
         "step_seconds": [line["step_seconds"] for line in lines],
-        "peak_mib": torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else 0.0,
+        "peak_mib": max(profiler.peak.values(), default=0) / 2**20 if device == "cuda" else 0.0,
         "tokens": [line["response_length_mean"] for line in lines],
         "reward": [line["reward_mean"] for line in lines],
         "profile": profiler.table(steps),

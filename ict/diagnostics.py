@@ -63,8 +63,10 @@ def token_diagnostics(
     ``stats`` fields and masks are ``[N, T]``; ``advantages`` is ``[N]`` (one per completion).
     ``jaccard_ict10`` needs ``stats.js_scores["group_mean"]``.
     """
-    response = response_mask.bool()
-    selected = selected_mask.bool() & response
+    device = stats.log_probs.device  # the masks may come from another device (e.g. CPU)
+    response = response_mask.to(device).bool()
+    selected = selected_mask.to(device).bool() & response
+    advantages = advantages.to(device)
     log_probs = stats.log_probs.detach().float()
     log_p_over_beta = log_probs + stats.renyi2.float()  # log p(a*) - log beta, beta = exp(-H2)
     above = log_p_over_beta > 0

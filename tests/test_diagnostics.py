@@ -64,3 +64,21 @@ def test_jaccard_with_the_reference_selections():
         torch.ones(3, dtype=torch.bool), torch.ones(3, dtype=torch.bool))  # NaN vs 1.0
     none_selected = token_diagnostics(stats, response, torch.zeros(4, 10, dtype=torch.bool), torch.ones(4))
     assert math.isnan(none_selected["above_beta_fraction_selected"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (masks on CPU, statistics on the GPU)")
+def test_masks_on_cpu_with_statistics_on_the_gpu():
+    # The trainer keeps the masks and advantages on the CPU; on a GPU the statistics live there.
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 6, 5, generator=generator)
+    tokens = torch.randint(0, 5, (4, 6), generator=generator)
+    response = torch.ones(4, 6, dtype=torch.bool)
+    selected = torch.rand(4, 6, generator=generator) > 0.5
+    advantages = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    group_ids = torch.tensor([0, 0, 1, 1])
+    on_cpu = token_diagnostics(token_statistics(logits, tokens, response, js_references=("group_mean",),
+                                                group_ids=group_ids), response, selected, advantages)
+    on_gpu = token_diagnostics(token_statistics(logits.cuda(), tokens.cuda(), response.cuda(),
+                                                js_references=("group_mean",), group_ids=group_ids.cuda()),
+                               response, selected, advantages)
+    assert on_gpu == pytest.approx(on_cpu, abs=1e-5, nan_ok=True)
