@@ -1,0 +1,170 @@
+"""The vLLM weight sync (`ict.rollout.VLLMBackend.sync_weights`) on CPU, without vLLM.
+
+vLLM needs a GPU and is not installable on the machines these tests run on, so the engine is
+stood in for by an object with vLLM's two entry points that `sync_weights` uses
+(`LLM.apply_model(fn)`, which calls `fn` on the engine's model, or the older model-runner path;
+and `reset_prefix_cache()`); the engine's model is a separate Hugging Face model whose
+`load_weights(weights)` loads the `(name, tensor)` pairs by name, as vLLM's models do. What is
+tested is ours: which weights are pushed, under which names, and when the trainer pushes them.
+"""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from ict.rollout import VLLMBackend, generate_completions
+from tests.conftest import build_tiny_model
+from tests.test_train import tiny_config
+
+
+class EngineModel(torch.nn.Module):
+    """The engine's copy of the model; `load_weights` as vLLM's models take it."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.loaded: list[list[str]] = []
+
+    def load_weights(self, weights: Any) -> None:
+        weights = list(weights)
+        self.loaded.append([name for name, _ in weights])
+        own = self.model.state_dict()
+        unknown = [name for name, _ in weights if name not in own]
+        assert not unknown, f"names the engine does not know: {unknown}"
+        with torch.no_grad():
+            for name, tensor in weights:
+                own[name].copy_(tensor)
+
+
+class StandInLLM:
+    """`vllm.LLM`'s surface used by `sync_weights` (`apply_model`, `reset_prefix_cache`)."""
+
+    def __init__(self, engine_model: EngineModel, with_apply_model: bool = True) -> None:
+        self.engine_model = engine_model
+        self.prefix_cache_resets = 0
+        if with_apply_model:
+            self.apply_model = lambda fn: fn(self.engine_model)
+        else:  # vLLM < 0.9: llm_engine.model_executor.driver_worker.model_runner.model
+            runner = SimpleNamespace(model=engine_model)
+            self.llm_engine = SimpleNamespace(
+                model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=runner)))
+
+    def reset_prefix_cache(self) -> None:
+        self.prefix_cache_resets += 1
+
+
+def backend_with(engine_model: EngineModel, with_apply_model: bool = True) -> VLLMBackend:
+    backend = VLLMBackend.__new__(VLLMBackend)  # no vllm import, no engine start
+    backend.llm = StandInLLM(engine_model, with_apply_model)
+    return backend
+
+
+def same_weights(first: torch.nn.Module, second: torch.nn.Module) -> bool:
+    a, b = first.state_dict(), second.state_dict()
+    return a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
+
+
+@pytest.mark.parametrize("with_apply_model", [True, False], ids=["apply_model", "model_runner"])
+def test_sync_pushes_every_weight_of_a_full_model(tiny_tokenizer, with_apply_model):
+    trained = build_tiny_model(len(tiny_tokenizer), seed=0)
+    engine = EngineModel(build_tiny_model(len(tiny_tokenizer), seed=1))
+    assert not same_weights(trained, engine.model)
+    backend = backend_with(engine, with_apply_model)
+    backend.sync_weights(trained)
+    assert same_weights(trained, engine.model)
+    assert backend.llm.prefix_cache_resets == 1  # cached prefixes were computed with old weights
+    with torch.no_grad():  # a later update reaches the engine at the next sync
+        trained.lm_head.weight.add_(0.5)
+    assert not same_weights(trained, engine.model)
+    backend.sync_weights(trained)
+    assert same_weights(trained, engine.model)
+
+
+def test_sync_pushes_the_merged_lora_weights_and_leaves_the_adapter_unmerged(tiny_tokenizer):
+    from peft import LoraConfig, get_peft_model
+
+    base = build_tiny_model(len(tiny_tokenizer), seed=0)
+    trained = get_peft_model(copy.deepcopy(base), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    torch.manual_seed(3)
+    with torch.no_grad():  # B = 0 at initialisation; give the adapter a non-zero delta
+        for name, parameter in trained.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.5)
+    # Independent reference: W + (alpha / r) * B @ A for each adapted weight.
+    expected = copy.deepcopy(base).state_dict()
+    for name, module in trained.named_modules():
+        if hasattr(module, "lora_A") and "default" in getattr(module, "lora_A", {}):
+            delta = module.lora_B["default"].weight @ module.lora_A["default"].weight * (8 / 4)
+            key = name.removeprefix("base_model.model.") + ".weight"
+            expected[key] = expected[key] + delta
+    input_ids = torch.tensor([[4, 5, 6, 7, 8]])
+    before = trained(input_ids).logits.detach()
+
+    engine = EngineModel(build_tiny_model(len(tiny_tokenizer), seed=1))
+    backend_with(engine).sync_weights(trained)
+
+    assert all("lora_" not in name and "base_layer" not in name for name in engine.loaded[0])
+    assert set(engine.loaded[0]) == set(expected)
+    for name, value in engine.model.state_dict().items():
+        torch.testing.assert_close(value, expected[name], rtol=1e-5, atol=1e-6)
+    assert not torch.equal(expected["model.layers.0.self_attn.q_proj.weight"],
+                           base.state_dict()["model.layers.0.self_attn.q_proj.weight"])
+    # The training model is as it was: adapter unmerged, same outputs, base weights untouched.
+    assert not any(getattr(module, "merged", False) for module in trained.modules())
+    torch.testing.assert_close(trained(input_ids).logits.detach(), before)
+    torch.testing.assert_close(
+        trained.base_model.model.model.layers[0].self_attn.q_proj.base_layer.weight,
+        base.model.layers[0].self_attn.q_proj.weight)
+
+
+def test_the_trainer_generates_every_step_with_the_weights_of_the_last_update(
+        tiny_model_dir, arithmetic_task, tmp_path, monkeypatch):
+    """`ict train` with a vLLM backend: the engine gets the weights before the first rollout and
+    after every update, so each step's completions come from the current policy."""
+    import ict.trainer
+
+    pushes: list[dict[str, torch.Tensor]] = []
+    generations: list[bool] = []
+
+    class RecordingBackend(VLLMBackend):
+        def __init__(self, trained: torch.nn.Module) -> None:
+            self.trained = trained
+            self.engine = EngineModel(copy.deepcopy(trained))
+            with torch.no_grad():  # the engine starts from stale weights
+                for parameter in self.engine.model.parameters():
+                    parameter.add_(1.0)
+            self.llm = StandInLLM(self.engine)
+
+        def sync_weights(self, model: Any) -> None:
+            super().sync_weights(model)
+            pushes.append({name: tensor.clone() for name, tensor in model.state_dict().items()})
+
+        def generate_completions(self, tokenizer, prompts, num_samples, temperature, top_p,
+                                 max_new_tokens, seed, greedy, system_prompt):
+            generations.append(same_weights(self.engine.model, self.trained))
+            return generate_completions(self.engine.model, tokenizer, prompts, num_samples=num_samples,
+                                        temperature=temperature, top_p=top_p,
+                                        max_new_tokens=max_new_tokens, seed=seed, greedy=greedy,
+                                        system_prompt=system_prompt)
+
+    def make_backend(config, model):
+        backend = RecordingBackend(model)
+        backend.sync_weights(model)  # as _make_backend does after starting the engine
+        return backend
+
+    monkeypatch.setattr(ict.trainer, "_make_backend", make_backend)
+    config = tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=3,
+                         method="grpo", eval_size=0, save_every=0)
+    result = ict.trainer.train(config)
+
+    assert len(result.metrics) == 3
+    assert generations == [True, True, True]  # every rollout from the trained weights
+    assert len(pushes) == 1 + 3  # at start, then after each step's update
+    changed = [not all(torch.equal(pushes[k][name], pushes[k + 1][name]) for name in pushes[k])
+               for k in range(3)]
+    assert changed == [True, True, True]  # each push carried a new update
