@@ -2,8 +2,10 @@
 settings, on the offline default model, on CPU (fp32) or a GPU (fp32 weights, TRL's bf16
 mixed precision). Each (variant, round) runs in its own subprocess, variants interleaved round
 by round; prints the median training-step time (TRL's ``step_time`` metric: generation + loss +
-update), the peak memory (CPU: resident set; GPU: ``torch.cuda.max_memory_allocated``) and the
-ratios.
+update), on CPU also the median CPU seconds of the process per step (steadier than wall time on
+a shared machine), the mean completion length (the policies differ after the first update, and
+so does the generation work), the peak memory (CPU: resident set; GPU:
+``torch.cuda.max_memory_allocated``) and the ratios.
 
     PYTHONPATH=$PWD python benchmarks/trl_overhead.py --rounds 2 --steps 3
     PYTHONPATH=$PWD python benchmarks/trl_overhead.py --device cuda --prompts 16 --length 128
@@ -17,6 +19,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 VARIANTS = ("trl", "ict")
@@ -26,7 +29,7 @@ def child(variant: str, steps: int, completions: int, length: int, out: str, thr
           device: str, prompts: int) -> None:
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
     torch.set_num_threads(threads)
     from trl import GRPOConfig, GRPOTrainer
@@ -53,13 +56,28 @@ def child(variant: str, steps: int, completions: int, length: int, out: str, thr
     def reward(completions, **kwargs):
         return [float(any(ch.isdigit() for ch in str(c))) for c in completions]
 
+    cpu_seconds: list[float] = []
+
+    class CPUTime(TrainerCallback):
+        """Process CPU seconds of each optimizer step (generation + loss + update)."""
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.start = time.process_time()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            cpu_seconds.append(time.process_time() - self.start)
+
     trainer = trainer_class(model=model, processing_class=tokenizer, reward_funcs=reward, args=args,
-                            train_dataset=Dataset.from_dict({"prompt": questions}))
+                            train_dataset=Dataset.from_dict({"prompt": questions}),
+                            callbacks=[CPUTime()])
     trainer.train()
     times = [e["step_time"] for e in trainer.state.log_history if "step_time" in e]
+    lengths = [e["completions/mean_length"] for e in trainer.state.log_history
+               if "completions/mean_length" in e]
     peak_mb = (torch.cuda.max_memory_allocated() / 2**20 if gpu
                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    Path(out).write_text(json.dumps({"step_times": times, "peak_mb": peak_mb}))
+    Path(out).write_text(json.dumps({"step_times": times, "cpu_seconds": cpu_seconds,
+                                     "lengths": lengths, "peak_mb": peak_mb}))
 
 
 def main() -> None:
@@ -93,15 +111,23 @@ def main() -> None:
             print(f"round {round_index} {variant}: {results[variant][-1]}", flush=True)
     summary = {}
     for variant in VARIANTS:
-        times = [t for run in results[variant] for t in run["step_times"][1:]]
-        summary[variant] = (statistics.median(times), max(run["peak_mb"] for run in results[variant]))
+        runs = results[variant]
+        summary[variant] = (
+            statistics.median([t for run in runs for t in run["step_times"][1:]]),
+            statistics.median([t for run in runs for t in run["cpu_seconds"][1:]]),
+            statistics.mean([t for run in runs for t in run["lengths"][1:]]),
+            max(run["peak_mb"] for run in runs),
+        )
     memory = "peak GPU memory (MiB)" if args.device == "cuda" else "peak RSS (MB)"
     print(f"\n{args.device}: {args.prompts} prompt(s) x {args.completions} completions, <= "
-          f"{args.length} tokens\n\n| variant | median step time (s) | {memory} |\n|---|---|---|")
+          f"{args.length} tokens, {args.rounds} runs x {args.steps - 1} timed steps per variant\n\n"
+          f"| variant | median step time (s) | median process CPU s per step | mean completion "
+          f"length | {memory} |\n|---|---|---|---|---|")
     for variant in VARIANTS:
-        print(f"| {variant} | {summary[variant][0]:.2f} | {summary[variant][1]:.0f} |")
-    print(f"| ict / trl | {summary['ict'][0] / summary['trl'][0]:.3f} | "
-          f"{summary['ict'][1] / summary['trl'][1]:.3f} |")
+        wall, cpu, length, peak = summary[variant]
+        print(f"| {variant} | {wall:.2f} | {cpu:.2f} | {length:.1f} | {peak:.0f} |")
+    ratios = [summary["ict"][i] / summary["trl"][i] for i in range(4)]
+    print(f"| ict / trl | {ratios[0]:.3f} | {ratios[1]:.3f} | {ratios[2]:.3f} | {ratios[3]:.3f} |")
 
 
 if __name__ == "__main__":

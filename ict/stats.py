@@ -27,10 +27,12 @@ that produced ``token_ids[:, t]`` (the caller shifts), ``token_ids [B, T]``,
 Memory: everything is computed in float32, in chunks of response positions, so the extra
 memory beyond the logits is a few ``[chunk, V]`` temporaries; no ``[B, T, V]`` softmax copy is
 ever built, in the forward or the backward pass. Passes over the vocabulary: one for
-log-sum-exp, entropy, Renyi-2, ``prev`` and ``ref`` scores and the running sequence mean; one
-more for ``seq_mean`` scores (its reference is only known after the first pass) and one more
-for ``group_mean`` scores, taken position by position: rows are ordered by (position, group)
-and each chunk holds whole (position, group) blocks, so its extra memory is the chunk's
+log-sum-exp, entropy, Renyi-2, ``prev``, ``ref`` and ``group_mean`` scores and the running
+sequence mean; one more for ``seq_mean`` scores (its reference is only known after the first
+pass). ``group_mean`` is scored position by position: rows are visited in (position, group)
+order and each chunk holds whole (position, group) blocks (with ``prev`` also asked for, whose
+first pass must visit rows in sequence order, it takes a pass of its own), so its extra memory
+is the chunk's
 ``[c, V]`` probabilities, a ``[k, V]`` group-sum buffer (k <= c blocks), the gathered
 ``[c, V]`` means and one ``[c, V]`` entropy temporary, with ``c = max(chunk, G)``.
 Each row must have at least one finite logit; ``-inf`` entries (masked vocabulary) are fine.
@@ -411,9 +413,20 @@ def _statistics(
         torch.zeros(batch_size, vocab_size, dtype=torch.float32, device=device) if want_mean else None
     )
 
+    # group_mean without prev (which needs rows in sequence order): score it in this pass, with
+    # the rows visited in (position, group) blocks; otherwise in a pass of its own afterwards.
+    fuse_group_mean = "group_mean" in js_references and not want_prev
+    group_js = torch.zeros_like(log_normaliser) if fuse_group_mean else None
+    if fuse_group_mean:
+        assert group_ids is not None
+        parts: Iterator[tuple[Tensor | slice, _Blocks | None]] = _group_block_chunks(
+            batch_index, time_index, group_ids, chunk_size)
+    else:
+        parts = ((part, None) for part in _chunks(num_rows, chunk_size))
+
     with torch.no_grad():
         previous_row: Tensor | None = None
-        for part in _chunks(num_rows, chunk_size):
+        for part, blocks in parts:
             rows_b, rows_t = batch_index[part], time_index[part]
             rows = head.rows(rows_b, rows_t)
             token_logits = rows.gather(1, token_ids[rows_b, rows_t].unsqueeze(-1)).squeeze(-1).float()
@@ -441,6 +454,9 @@ def _statistics(
                 )
                 mixture_entropy = _entropy_of(reference.add_(probabilities).mul_(0.5))
                 ref_js[part] = _js_from_mixture_entropy(mixture_entropy, entropy[part], reference_entropy)
+            if group_js is not None:
+                assert blocks is not None
+                group_js[part] = _group_js_of_chunk(probabilities, row_entropy, blocks)  # last: in place
             del probabilities
 
         js_rows: dict[str, Tensor] = {}
@@ -454,7 +470,9 @@ def _statistics(
             js_rows["seq_mean"] = _seq_mean_js(
                 head, batch_index, time_index, log_normaliser, entropy, sequence_sum, temperature, chunk_size
             )
-        if "group_mean" in js_references:
+        if group_js is not None:
+            js_rows["group_mean"] = group_js
+        elif "group_mean" in js_references:
             assert group_ids is not None
             js_rows["group_mean"] = _group_mean_js(
                 head, batch_index, time_index, log_normaliser, entropy, group_ids, temperature, chunk_size
@@ -509,25 +527,26 @@ def _seq_mean_js(
     return js
 
 
-def _group_mean_js(
-    head: _Head,
-    batch_index: Tensor,
-    time_index: Tensor,
-    log_normaliser: Tensor,
-    entropy: Tensor,
-    group_ids: Tensor,
-    temperature: float,
-    chunk_size: int,
-) -> Tensor:
-    """JS of each response row to the mean distribution of its group at the same position.
+@dataclass
+class _Blocks:
+    """The (position, group) blocks of one chunk of rows: ``local`` ``[c]`` is each row's block
+    (0..k-1) and ``sizes`` ``[k]`` the rows per block."""
 
-    Rows are visited in (position, group) order; a chunk ends on a block boundary and holds at
-    least one whole block, so each block's mean is complete within its chunk.
+    local: Tensor
+    sizes: Tensor
+
+
+def _group_block_chunks(
+    batch_index: Tensor, time_index: Tensor, group_ids: Tensor, chunk_size: int
+) -> Iterator[tuple[Tensor, _Blocks]]:
+    """Chunks of response rows (indices into ``batch_index``) in (position, group) order.
+
+    A chunk ends on a block boundary and holds at least one whole block, so each block's mean
+    is complete within its chunk (a chunk has ``max(chunk_size, G)`` rows at most).
     """
     num_rows = batch_index.numel()
-    js = torch.zeros_like(entropy)
     if num_rows == 0:
-        return js
+        return
     _, group_rank = torch.unique(group_ids.to(batch_index.device), return_inverse=True)
     num_groups = int(group_rank.max().item()) + 1
     key = time_index * num_groups + group_rank[batch_index]
@@ -539,19 +558,43 @@ def _group_mean_js(
         last_block = bisect.bisect_right(block_ends, start + chunk_size, lo=first_block)
         last_block = max(last_block, first_block + 1)
         end = block_ends[last_block - 1]
-        rows = order[start:end]
+        yield order[start:end], _Blocks(block_of_row[start:end] - first_block,
+                                        block_sizes[first_block:last_block])
+        start, first_block = end, last_block
+
+
+def _group_js_of_chunk(probabilities: Tensor, entropy: Tensor, blocks: _Blocks) -> Tensor:
+    """JS ``[c]`` of each row of ``probabilities`` ``[c, V]`` (overwritten) to its block's mean.
+
+    ``JS = H((p + m) / 2) - H(p) / 2 - H(m) / 2`` with ``m`` the mean of the block's rows and
+    ``entropy`` ``[c]`` = ``H(p)``; a block of one row is its own mean: exactly 0.
+    """
+    block_mean = torch.zeros(blocks.sizes.numel(), probabilities.shape[1], dtype=torch.float32,
+                             device=probabilities.device)
+    block_mean.index_add_(0, blocks.local, probabilities)
+    block_mean.div_(blocks.sizes.unsqueeze(-1).float())
+    mean_entropy = _entropy_of(block_mean)
+    mixture_entropy = _entropy_of(probabilities.add_(block_mean[blocks.local]).mul_(0.5))
+    js = _js_from_mixture_entropy(mixture_entropy, entropy, mean_entropy[blocks.local])
+    return js.masked_fill_(blocks.sizes[blocks.local] == 1, 0.0)
+
+
+def _group_mean_js(
+    head: _Head,
+    batch_index: Tensor,
+    time_index: Tensor,
+    log_normaliser: Tensor,
+    entropy: Tensor,
+    group_ids: Tensor,
+    temperature: float,
+    chunk_size: int,
+) -> Tensor:
+    """JS of each response row to the mean distribution of its group at the same position, in
+    a vocabulary pass of its own (when the first pass must visit rows in sequence order)."""
+    js = torch.zeros_like(entropy)
+    for rows, blocks in _group_block_chunks(batch_index, time_index, group_ids, chunk_size):
         probabilities = _log_softmax_rows(
             head.rows(batch_index[rows], time_index[rows]), log_normaliser[rows], temperature
         ).exp_()
-        local_block = block_of_row[start:end] - first_block
-        block_mean = torch.zeros(last_block - first_block, probabilities.shape[1], dtype=torch.float32,
-                                 device=probabilities.device)
-        block_mean.index_add_(0, local_block, probabilities)
-        block_mean.div_(block_sizes[first_block:last_block].unsqueeze(-1).float())
-        mean_entropy = _entropy_of(block_mean)
-        mixture_entropy = _entropy_of(probabilities.add_(block_mean[local_block]).mul_(0.5))
-        js[rows] = _js_from_mixture_entropy(mixture_entropy, entropy[rows], mean_entropy[local_block])
-        # A block of one row is its own mean: exactly 0 rather than rounding noise.
-        js[rows[block_sizes[block_of_row[start:end]] == 1]] = 0.0
-        start, first_block = end, last_block
+        js[rows] = _group_js_of_chunk(probabilities, entropy[rows], blocks)
     return js
