@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import build_tiny_model
+from test_train import tiny_config
 
 from ict.rollout import VLLMBackend, generate_completions
-from tests.conftest import build_tiny_model
-from tests.test_train import tiny_config
 
 
 class EngineModel(torch.nn.Module):
