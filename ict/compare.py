@@ -18,6 +18,7 @@ import math
 import platform
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from ict.significance import (
     paired_permutation_test,
 )
 
-BASELINES = ("grpo", "random")  # method names; every run label of these methods is a baseline
+BASELINES = ("grpo", "random")  # default baselines: method names (every run label of them)
 COMMANDS_FILE = "commands.txt"  # every distinct non-report-only `ict compare` command line
 # selector option name -> today's TrainConfig field (one place; see `method_overrides`)
 
@@ -128,6 +129,9 @@ class CompareConfig:
     train_only: bool = False
     eval_only: bool = False
     bootstrap_resamples: int = 10_000
+    baselines: list[str] = field(default_factory=lambda: list(BASELINES))
+    """what every other run is compared with: method names (all their run labels) or run labels
+    (e.g. ``ict-reference=group_mean-ratio=0.1`` for an ablation)"""
     command: str = ""
 
 
@@ -272,7 +276,13 @@ def _fmt(value: float, digits: int = 1, scale: float = 100.0) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{scale * value:.{digits}f}"
 
 
-def summarize(runs: list[RunRecord], resamples: int = 10_000) -> dict[str, Any]:
+def is_baseline(label: str, baselines: Sequence[str]) -> bool:
+    """A run label is a baseline when it, or its method name, is listed."""
+    return label in baselines or method_of(label) in baselines
+
+
+def summarize(runs: list[RunRecord], resamples: int = 10_000,
+              baselines: Sequence[str] = BASELINES) -> dict[str, Any]:
     """Per benchmark and k: per-method mean/std over seeds, and paired differences to the
     baselines (bootstrap interval over problems and seeds, permutation p-value)."""
     by_label: dict[str, list[RunRecord]] = {}
@@ -298,7 +308,7 @@ def summarize(runs: list[RunRecord], resamples: int = 10_000) -> dict[str, Any]:
                               "std": float(per_seed.std(ddof=1)) if len(seeds) > 1 else math.nan,
                               "per_seed": {str(s): float(v) for s, v in zip(seeds, per_seed,
                                                                             strict=True)}})
-            for baseline in (label for label in matrices if method_of(label) in BASELINES):
+            for baseline in (label for label in matrices if is_baseline(label, baselines)):
                 base_seeds, base = matrices[baseline]
                 for label, (seeds, matrix) in matrices.items():
                     if label == baseline:
@@ -364,7 +374,7 @@ def write_report(config: CompareConfig) -> Path:
     if not runs:
         raise UsageError(f"no runs under {output_dir / 'runs'}; run ict compare without "
                          "--report-only first")
-    summary = summarize(runs, config.bootstrap_resamples)
+    summary = summarize(runs, config.bootstrap_resamples, config.baselines)
     _write_csv(output_dir / "results.csv", summary["table"],
                ["benchmark", "metric", "method", "seeds", "problems", "mean", "std"])
     _write_csv(output_dir / "differences.csv", summary["differences"],
@@ -384,7 +394,11 @@ def write_report(config: CompareConfig) -> Path:
         lines.append(f"| {row['benchmark']} | {row['metric']} | {row['method']} | "
                      f"{row['seeds']} | {row['problems']} | {_fmt(row['mean'])} | "
                      f"{_fmt(row['std'])} |")
+    missing = [name for name in config.baselines
+               if not any(is_baseline(run.label, [name]) for run in runs)]
     lines += ["", "## Paired differences to the baselines (percentage points)", "",
+              f"Baselines: {', '.join(config.baselines)}"
+              + (f" (no runs of {', '.join(missing)})" if missing else "") + ".", "",
               f"Interval: 95% percentile bootstrap, {config.bootstrap_resamples} resamples; "
               f"resampling unit: {RESAMPLING_UNIT}. p: two-sided paired sign-flip permutation "
               "test on the per-problem differences averaged over seeds (exact when <= 16 "

@@ -169,3 +169,25 @@ def test_a_baseline_with_options_is_still_a_baseline(tmp_path):
     assert pairs[("ict-ratio=0.1", "grpo")] == pytest.approx(0.75 - 0.5)
     assert pairs[("grpo", "random-ratio=0.1")] == pytest.approx(0.5 - 0.25)
     assert ("random-ratio=0.1", "random-ratio=0.1") not in pairs
+
+
+def test_an_ablation_compares_with_a_run_label_named_as_baseline(tmp_path):
+    """`--baselines ict-reference=group_mean-ratio=0.1`: each ablation run against the default
+    run (and no grpo or random runs needed); the report names the baselines."""
+    from ict.compare import RunRecord, summarize
+
+    verdicts = {"ict-reference=group_mean-ratio=0.1": [True, True, False, False],
+                "ict-reference=group_mean-ratio=0.2": [True, False, False, False],
+                "ict-reference=prev-ratio=0.1": [True, True, True, True]}
+    runs = [RunRecord(label, 0, tmp_path, [], {"b": {i: [v] * 4 for i, v in enumerate(values)}})
+            for label, values in verdicts.items()]
+    assert summarize(runs, resamples=200)["differences"] == []  # the default baselines: none here
+    rows = summarize(runs, resamples=200, baselines=["ict-reference=group_mean-ratio=0.1"])["differences"]
+    pairs = {(row["method"], row["baseline"]): row["difference"] for row in rows if row["metric"] == "pass@1"}
+    assert pairs == {
+        ("ict-reference=group_mean-ratio=0.2", "ict-reference=group_mean-ratio=0.1"): pytest.approx(0.25 - 0.5),
+        ("ict-reference=prev-ratio=0.1", "ict-reference=group_mean-ratio=0.1"): pytest.approx(1.0 - 0.5),
+    }
+    # "ict" as a method name makes every ict run a baseline of the others.
+    rows = summarize(runs, resamples=200, baselines=["ict"])["differences"]
+    assert len([row for row in rows if row["metric"] == "pass@1"]) == 6

@@ -19,7 +19,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="For every method and seed: train (same prompts, same rollout seeds per "
         "seed), evaluate the final checkpoint (same problems, same sampling seed), and write "
         "DIR/report.md, results.csv, differences.csv and curves.png with paired bootstrap "
-        "intervals and permutation p-values against grpo and random. Finished runs are reused.",
+        "intervals and permutation p-values against the baselines (default grpo and random). "
+        "Finished runs are reused.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--methods", default="grpo,entropy,stapo,ict,random",
                         help="comma-separated methods; options as method:key=value,key=value "
@@ -44,6 +45,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "and the last number as answer (ict train's default); tag = "
                              "\\boxed{} or <answer> tags with the \\boxed{} instruction")
     parser.add_argument("--bootstrap-resamples", type=int, default=defaults.bootstrap_resamples)
+    parser.add_argument("--baselines", default=",".join(defaults.baselines),
+                        help="comma-separated method names or run labels every other run is "
+                             "compared with (e.g. ict-reference=group_mean-ratio=0.1 for an "
+                             "ablation)")
     parser.add_argument("--report-only", action="store_true",
                         help="rebuild the report from the run directories; train nothing")
     parser.add_argument("--train-only", action="store_true",
@@ -73,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         report_only=args.report_only, train_only=args.train_only,
         eval_only=args.eval_only,
         bootstrap_resamples=args.bootstrap_resamples,
+        baselines=[name.strip() for name in args.baselines.split(",") if name.strip()],
         command="ict " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["compare"] else "")
     report = run_comparison(config)
     print(f"report: {report}")
