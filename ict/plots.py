@@ -57,7 +57,7 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
     figure, axes = plt.subplots(rows, columns, figsize=(15, 4.2 * rows), squeeze=False)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for axis, (title, ylabel, keys) in zip(axes.flat, panels, strict=False):
-        for index, (label, runs) in enumerate(sorted(groups.items())):
+        for index, (_label, runs) in enumerate(sorted(groups.items())):
             colour = colours[index % len(colours)]
             for key, suffix in keys:
                 series = [_series(lines, key) for lines in runs]
@@ -75,8 +75,7 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
                         mean = np.nanmean(values, axis=0)
                         low, high = np.nanmin(values, axis=0), np.nanmax(values, axis=0)
                 style = "--" if suffix == "selected" else "-"
-                name = f"{label} ({suffix})" if suffix else label
-                axis.plot(steps, mean, style, color=colour, label=f"{name}, n={len(runs)}")
+                axis.plot(steps, mean, style, color=colour)
                 if len(runs) > 1:
                     axis.fill_between(steps, low, high, color=colour, alpha=0.15, linewidth=0)
         axis.set_title(title)
@@ -84,11 +83,24 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_ylabel(ylabel)
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
     for axis in list(axes.flat)[len(panels):]:
         axis.set_visible(False)
-    figure.suptitle("Mean over seeds (line), min..max over seeds (band); dashed = selected tokens")
-    figure.tight_layout()
+    # One legend for all panels, below them: a colour per label, a line style per token set.
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colours[index % len(colours)], linewidth=2,
+                      label=f"{label} (n={len(runs)})")
+               for index, (label, runs) in enumerate(sorted(groups.items()))]
+    handles += [Line2D([], [], color="black", linestyle="-", label="all response tokens"),
+                Line2D([], [], color="black", linestyle="--", label="selected tokens")]
+    legend_columns = 3
+    legend_rows = math.ceil(len(handles) / legend_columns)
+    legend_height = (0.3 + 0.25 * legend_rows) / (4.2 * rows + 0.3 + 0.25 * legend_rows)
+    figure.set_size_inches(15, 4.2 * rows + 0.3 + 0.25 * legend_rows)
+    figure.legend(handles=handles, loc="lower center", ncol=legend_columns, fontsize=9,
+                  frameon=False)
+    figure.suptitle("Mean over seeds (line), min..max over seeds (band)")
+    figure.tight_layout(rect=(0, legend_height, 1, 1))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=90)
