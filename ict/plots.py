@@ -52,13 +52,18 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
     panels = [panel for panel in PANELS
               if any(_has(lines, key) for runs in groups.values() for lines in runs
                      for key, _ in panel[2])]
-    columns = 3
-    rows = math.ceil(len(panels) / columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(15, 4.2 * rows), squeeze=False)
+    ordered = sorted(groups.items())
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colour_of = {label: colours[index % len(colours)] for index, (label, _) in enumerate(ordered)}
+    columns, legend_columns = 3, 3
+    rows = math.ceil(len(panels) / columns)
+    # One legend below the panels: a colour per label, plus the two line styles.
+    legend_inches = 0.3 + 0.25 * math.ceil((len(ordered) + 2) / legend_columns)
+    height = 4.2 * rows + legend_inches
+    figure, axes = plt.subplots(rows, columns, figsize=(15, height), squeeze=False)
     for axis, (title, ylabel, keys) in zip(axes.flat, panels, strict=False):
-        for index, (_label, runs) in enumerate(sorted(groups.items())):
-            colour = colours[index % len(colours)]
+        for label, runs in ordered:
+            colour = colour_of[label]
             for key, suffix in keys:
                 series = [_series(lines, key) for lines in runs]
                 steps = sorted(set().union(*series))
@@ -85,22 +90,16 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
         axis.grid(alpha=0.3)
     for axis in list(axes.flat)[len(panels):]:
         axis.set_visible(False)
-    # One legend for all panels, below them: a colour per label, a line style per token set.
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=colours[index % len(colours)], linewidth=2,
-                      label=f"{label} (n={len(runs)})")
-               for index, (label, runs) in enumerate(sorted(groups.items()))]
+    handles = [Line2D([], [], color=colour_of[label], linewidth=2, label=f"{label} (n={len(runs)})")
+               for label, runs in ordered]
     handles += [Line2D([], [], color="black", linestyle="-", label="all response tokens"),
                 Line2D([], [], color="black", linestyle="--", label="selected tokens")]
-    legend_columns = 3
-    legend_rows = math.ceil(len(handles) / legend_columns)
-    legend_height = (0.3 + 0.25 * legend_rows) / (4.2 * rows + 0.3 + 0.25 * legend_rows)
-    figure.set_size_inches(15, 4.2 * rows + 0.3 + 0.25 * legend_rows)
     figure.legend(handles=handles, loc="lower center", ncol=legend_columns, fontsize=9,
                   frameon=False)
     figure.suptitle("Mean over seeds (line), min..max over seeds (band)")
-    figure.tight_layout(rect=(0, legend_height, 1, 1))
+    figure.tight_layout(rect=(0, legend_inches / height, 1, 1))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=90)

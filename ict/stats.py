@@ -32,8 +32,7 @@ sequence mean; one more for ``seq_mean`` scores (its reference is only known aft
 pass). ``group_mean`` is scored position by position: rows are visited in (position, group)
 order and each chunk holds whole (position, group) blocks (with ``prev`` also asked for, whose
 first pass must visit rows in sequence order, it takes a pass of its own), so its extra memory
-is the chunk's
-``[c, V]`` probabilities, a ``[k, V]`` group-sum buffer (k <= c blocks), the gathered
+is the chunk's ``[c, V]`` probabilities, a ``[k, V]`` group-sum buffer (k <= c blocks), the gathered
 ``[c, V]`` means and one ``[c, V]`` entropy temporary, with ``c = max(chunk, G)``.
 Each row must have at least one finite logit; ``-inf`` entries (masked vocabulary) are fine.
 """
@@ -415,12 +414,12 @@ def _statistics(
 
     # group_mean without prev (which needs rows in sequence order): score it in this pass, with
     # the rows visited in (position, group) blocks; otherwise in a pass of its own afterwards.
-    fuse_group_mean = "group_mean" in js_references and not want_prev
-    group_js = torch.zeros_like(log_normaliser) if fuse_group_mean else None
-    if fuse_group_mean:
+    group_js: Tensor | None = None
+    parts: Iterator[tuple[Tensor | slice, _Blocks | None]]
+    if "group_mean" in js_references and not want_prev:
         assert group_ids is not None
-        parts: Iterator[tuple[Tensor | slice, _Blocks | None]] = _group_block_chunks(
-            batch_index, time_index, group_ids, chunk_size)
+        group_js = torch.zeros_like(log_normaliser)
+        parts = _group_block_chunks(batch_index, time_index, group_ids, chunk_size)
     else:
         parts = ((part, None) for part in _chunks(num_rows, chunk_size))
 
