@@ -109,6 +109,7 @@ def render_html(view: TokenView) -> str:
              f"<div class='stats'>Jaccard(ICT, 20-Entropy) = {view.jaccard_ict_entropy20:.3f}"]
     for label, items in view.top_tokens.items():
         listed = ", ".join(f"{html.escape(repr(token))} x{count}" for token, count in items)
+        listed = listed or "(none in this batch)"
         parts.append(f"<br>{label} selects most often: {listed}")
     parts.append("</div>")
     for index, (prompt, tokens, scores) in enumerate(zip(view.prompts, view.tokens, view.scores,
@@ -144,7 +145,8 @@ def print_view(view: TokenView, console: Any = None) -> None:
         console.print(text)
     console.print(f"Jaccard(ICT, 20-Entropy) = {view.jaccard_ict_entropy20:.3f}")
     for label, items in view.top_tokens.items():
-        console.print(f"{label} most selected: " + ", ".join(f"{t!r} x{c}" for t, c in items))
+        listed = ", ".join(f"{token!r} x{count}" for token, count in items)
+        console.print(f"{label} most selected: {listed or '(none in this batch)'}")
 
 
 def rollout_from_samples(tokenizer: Any, path: Path) -> Any:

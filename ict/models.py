@@ -108,15 +108,21 @@ def _gguf_location() -> tuple[Path, str]:
     )
 
 
+def _is_converted(target: Path) -> bool:
+    """Whether ``target`` holds a complete converted copy (config and weights)."""
+    return (target / "config.json").is_file() and (target / "model.safetensors").is_file()
+
+
 def offline_default_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """Path of the safetensors copy of the offline default model, converting it on first use.
 
     Conversion: transformers loads the GGUF (dequantised to fp32, ~25 s on 2 cores), the GGUF
     quantizer markers are cleared so the model is an ordinary trainable one, and it is saved with
     its tokenizer into a temporary directory that is renamed into place (atomic: a crash never
-    leaves a half-written cache that looks complete)."""
+    leaves a half-written cache that looks complete; of two processes converting at once, the
+    second keeps the first one's copy instead of deleting it under the first one's feet)."""
     target = Path(cache_dir) if cache_dir else cache_root() / OFFLINE_DEFAULT_MODEL
-    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+    if _is_converted(target):
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -132,6 +138,8 @@ def offline_default_path(cache_dir: str | os.PathLike[str] | None = None) -> Pat
         model.save_pretrained(temp_dir, safe_serialization=True)
         tokenizer.save_pretrained(temp_dir)
         os.chmod(temp_dir, 0o755)
+        if _is_converted(target):  # another process converted it meanwhile: keep theirs
+            return target
         if target.exists():  # a stale, incomplete directory from an older layout
             shutil.rmtree(target)
         os.replace(temp_dir, target)

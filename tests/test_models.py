@@ -45,6 +45,36 @@ def test_offline_default_without_package_says_how_to_install(monkeypatch, tmp_pa
         load_model_and_tokenizer(OFFLINE_DEFAULT_MODEL, device="cpu")
 
 
+def test_offline_default_conversion_keeps_a_copy_another_process_finished(
+        monkeypatch, tmp_path, tiny_model_dir):
+    """Two runs converting the GGUF at once: the one that finishes second must not delete the
+    finished copy the first one is already loading from."""
+    import transformers
+
+    from ict import models
+
+    target = tmp_path / "converted"
+    model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir), device="cpu")
+    real_save = tokenizer.save_pretrained
+
+    def save_while_another_process_finishes(directory, *args, **kwargs):
+        result = real_save(directory, *args, **kwargs)
+        target.mkdir()  # the other process renames its complete copy into place now
+        (target / "config.json").write_text("{}")
+        (target / "model.safetensors").write_text("theirs")
+        return result
+
+    monkeypatch.setattr(tokenizer, "save_pretrained", save_while_another_process_finishes)
+    monkeypatch.setattr(models, "_gguf_location", lambda: (tmp_path, "model.gguf"))
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained",
+                        lambda *args, **kwargs: tokenizer)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *args, **kwargs: model)
+    assert models.offline_default_path(target) == target
+    assert (target / "model.safetensors").read_text() == "theirs"
+    assert [p.name for p in tmp_path.iterdir()] == ["converted"]  # no temporary left behind
+
+
 def test_missing_local_model_directory():
     with pytest.raises(UsageError, match="not found"):
         load_model_and_tokenizer("./no/such/model", device="cpu")
