@@ -35,7 +35,15 @@ from ict.significance import (
 
 BASELINES = ("grpo", "random")  # default baselines: method names (every run label of them)
 COMMANDS_FILE = "commands.txt"  # every distinct non-report-only `ict compare` command line
-# selector option name -> today's TrainConfig field (one place; see `method_overrides`)
+END_WINDOW = 10  # training steps averaged for "the end of training" (the last END_WINDOW logged)
+END_METRICS = {  # metrics key -> column title (with unit) of the end-of-training table
+    "reward_mean": "reward",
+    "entropy": "entropy (nats/token)",
+    "renyi2": "Renyi-2 (nats/token)",
+    "selected_fraction": "selected fraction",
+    "response_length_mean": "length (tokens)",
+    "finished_fraction": "finished before the cap",
+}
 
 
 @dataclass
@@ -332,7 +340,22 @@ def summarize(runs: list[RunRecord], resamples: int = 10_000,
             if line.get("entropy_warning"):
                 warnings.append({"method": run.label, "seed": run.seed,
                                  "warning": line["entropy_warning"], "step": line["step"]})
-    return {"table": table, "differences": differences, "warnings": warnings}
+    return {"table": table, "differences": differences, "warnings": warnings,
+            "training_end": training_end(runs)}
+
+
+def training_end(runs: list[RunRecord], window: int = END_WINDOW) -> list[dict[str, Any]]:
+    """Per run: each of :data:`END_METRICS` averaged over its last ``window`` logged steps
+    (NaN where the key was never logged), with the number of steps the run logged."""
+    rows = []
+    for run in runs:
+        last = run.metrics[-window:]
+        row: dict[str, Any] = {"method": run.label, "seed": run.seed, "steps": len(run.metrics)}
+        for key in END_METRICS:
+            values = [line[key] for line in last if isinstance(line.get(key), (int, float))]
+            row[key] = float(np.mean(values)) if values else math.nan
+        rows.append(row)
+    return rows
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
@@ -366,7 +389,8 @@ def _environment() -> list[str]:
 
 
 def write_report(config: CompareConfig) -> Path:
-    """report.md, results.csv, differences.csv, curves.png in the output directory."""
+    """report.md, results.csv, differences.csv, training_end.csv, summary.json and curves.png
+    in the output directory."""
     from ict.plots import plot_runs
 
     output_dir = config.output_dir
@@ -380,6 +404,8 @@ def write_report(config: CompareConfig) -> Path:
     _write_csv(output_dir / "differences.csv", summary["differences"],
                ["benchmark", "metric", "method", "baseline", "seeds", "problems", "difference",
                 "low", "high", "p_value"])
+    _write_csv(output_dir / "training_end.csv", summary["training_end"],
+               ["method", "seed", "steps", *END_METRICS])
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     figure = plot_runs([run.directory for run in runs], output_dir / "curves.png",
                        labels=[run.label for run in runs])
@@ -409,6 +435,18 @@ def write_report(config: CompareConfig) -> Path:
         lines.append(f"| {row['benchmark']} | {row['metric']} | {row['method']} | "
                      f"{row['baseline']} | {_fmt(row['difference'])} | "
                      f"[{_fmt(row['low'])}, {_fmt(row['high'])}] | {row['p_value']:.3g} |")
+    lines += ["", f"## The end of training (mean of the last {END_WINDOW} steps; mean over seeds)",
+              "", "| method | seeds | " + " | ".join(END_METRICS.values()) + " |",
+              "|---|---|" + "---|" * len(END_METRICS)]
+    for label in labels:
+        group = [row for row in summary["training_end"] if row["method"] == label]
+        cells = []
+        for key in END_METRICS:
+            values = [row[key] for row in group if math.isfinite(row[key])]
+            mean = float(np.mean(values)) if values else math.nan
+            cells.append(_fmt(mean, 0, 100.0) + "%" if key == "finished_fraction" and values
+                         else _fmt(mean, 1 if key == "response_length_mean" else 2, 1.0))
+        lines.append(f"| {label} | {len(group)} | " + " | ".join(cells) + " |")
     lines += ["", "## Training curves", "",
               "Mean over seeds (line) and min..max over seeds (band) per method.", "",
               f"![training curves]({figure.name})" if figure else "(no metrics logged)", "",
@@ -421,8 +459,10 @@ def write_report(config: CompareConfig) -> Path:
     commands_path = output_dir / COMMANDS_FILE
     commands = (commands_path.read_text().splitlines() if commands_path.is_file()
                 else ["(command not recorded)"])
+    baselines_option = ("" if tuple(config.baselines) == BASELINES
+                        else f" --baselines {','.join(config.baselines)}")
     lines += ["", "## Reproduce", "", "```", *dict.fromkeys(commands),
-              f"ict compare --report-only --output-dir {output_dir}", "```", "",
+              f"ict compare --report-only --output-dir {output_dir}" + baselines_option, "```", "",
               "## Environment", "", *[f"- {line}" for line in _environment()], ""]
     path = output_dir / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")

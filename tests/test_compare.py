@@ -105,6 +105,21 @@ def test_compare_end_to_end(tiny_model_dir, arithmetic_task, tmp_path):
     assert float(row["low"]) == pytest.approx(low, abs=1e-12)
     assert float(row["high"]) == pytest.approx(high, abs=1e-12)
 
+    # the end-of-training table: a run's metrics averaged over its last steps (here both)
+    lines = [json.loads(line) for line in (output / "runs" / "grpo" / "seed1" / "metrics.jsonl")
+             .read_text().splitlines()]
+    row = next(r for r in csv.DictReader(open(output / "training_end.csv"))
+               if r["method"] == "grpo" and r["seed"] == "1")
+    assert int(row["steps"]) == 2
+    assert float(row["entropy"]) == pytest.approx((lines[0]["entropy"] + lines[1]["entropy"]) / 2)
+    assert float(row["response_length_mean"]) == pytest.approx(
+        (lines[0]["response_length_mean"] + lines[1]["response_length_mean"]) / 2)
+    lengths = [np.mean([json.loads(line)["response_length_mean"] for line in
+                        (output / "runs" / "ict-ratio=0.2" / f"seed{seed}" / "metrics.jsonl")
+                        .read_text().splitlines()]) for seed in (0, 1)]
+    table_row = next(line for line in report.splitlines() if line.startswith("| ict-ratio=0.2 | 2 |"))
+    assert table_row.split(" | ")[6] == f"{np.mean(lengths):.1f}"  # the length column
+
     # a rerun reuses every run; --report-only rebuilds the same report from the directories
     mtime = (output / "runs" / "grpo" / "seed0" / "metrics.jsonl").stat().st_mtime
     (output / "report.md").unlink()
@@ -113,6 +128,11 @@ def test_compare_end_to_end(tiny_model_dir, arithmetic_task, tmp_path):
     assert (output / "report.md").read_text().split("## Reproduce")[0] == \
         report.split("## Reproduce")[0]
     assert (output / "runs" / "grpo" / "seed0" / "metrics.jsonl").stat().st_mtime == mtime
+    # the report's reproduce line carries non-default baselines
+    assert main(["compare", "--output-dir", str(output), "--report-only", "--baselines", "grpo",
+                 "--bootstrap-resamples", "100"]) == 0
+    assert (f"ict compare --report-only --output-dir {output} --baselines grpo"
+            in (output / "report.md").read_text())
 
     # ict plot on any set of runs
     out = tmp_path / "plot.png"
