@@ -138,11 +138,13 @@ def offline_default_path(cache_dir: str | os.PathLike[str] | None = None) -> Pat
         model.save_pretrained(temp_dir, safe_serialization=True)
         tokenizer.save_pretrained(temp_dir)
         os.chmod(temp_dir, 0o755)
-        if _is_converted(target):  # another process converted it meanwhile: keep theirs
-            return target
-        if target.exists():  # a stale, incomplete directory from an older layout
+        if target.exists() and not _is_converted(target):  # stale, from an older layout
             shutil.rmtree(target)
-        os.replace(temp_dir, target)
+        try:
+            os.replace(temp_dir, target)
+        except OSError:  # another process renamed its complete copy into place first
+            if not _is_converted(target):
+                raise
     finally:
         if temp_dir.exists():
             shutil.rmtree(temp_dir, ignore_errors=True)
