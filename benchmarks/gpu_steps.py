@@ -44,12 +44,18 @@ def child(variant: str, steps: int, prompts: int, generations: int, length: int,
           device: str) -> None:
     import torch
 
-    from ict.config import build_config
-    from ict.data import PromptSampler, load_training_data
-    from ict.models import load_model_and_tokenizer
-    from ict.profiling import StepProfiler
-    from ict.rewards import build_reward
-    from ict.trainer import build_optimizer, loss_config_of, method_of, train_step, weights_dtype
+    from ict.answers.rewards import build_reward
+    from ict.core.profiling import StepProfiler
+    from ict.data.training_data import PromptSampler, load_training_data
+    from ict.training.config import build_config
+    from ict.training.models import load_model_and_tokenizer
+    from ict.training.trainer import (
+        build_optimizer,
+        loss_config_of,
+        method_of,
+        train_step,
+        weights_dtype,
+    )
 
     overrides = {"prompts_per_step": prompts, "num_generations": generations,
                  "max_new_tokens": length, "micro_batch_size": 64,

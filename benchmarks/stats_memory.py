@@ -5,8 +5,8 @@ prompt, ``T = N / 8``) and an LM head ``weight [V, d]``, both requiring gradient
 forward + backward of ``sum(log_probs)`` with the ``group_mean`` JS score (one group of 8):
 
 - ``logits``: ``logits = hidden @ W.T`` (what a model's LM head builds), then
-  :func:`ict.stats.token_statistics`;
-- ``hidden``: :func:`ict.stats.token_statistics_from_hidden` (no ``[N, V]`` tensor).
+  :func:`ict.core.stats.token_statistics`;
+- ``hidden``: :func:`ict.core.stats.token_statistics_from_hidden` (no ``[N, V]`` tensor).
 
 Each (variant, V) runs alone in a fresh process; its peak resident set size (``ru_maxrss``)
 minus the one after the inputs were built is the extra memory (gradients of the inputs
@@ -30,7 +30,7 @@ import time
 
 import torch
 
-from ict.stats import token_statistics, token_statistics_from_hidden
+from ict.core.stats import token_statistics, token_statistics_from_hidden
 
 GROUP_SIZE = 8
 VARIANTS = ("hidden", "logits")

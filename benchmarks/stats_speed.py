@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ict.stats import token_statistics, token_statistics_from_hidden  # noqa: E402
+from ict.core.stats import token_statistics, token_statistics_from_hidden  # noqa: E402
 
 REFERENCES = {"none": (), "group_mean": ("group_mean",), "seq_mean": ("seq_mean",), "prev": ("prev",)}
 

@@ -6,7 +6,7 @@ prompts, same seeds), each with its own model copy. `--compare` picks the option
 - `shared_prompt` (default): `shared_prompt_forward` on (each prompt runs once for its G
   completions) vs off (one forward per row, the previous behaviour);
 - `statistics_from`: the token statistics from the `[B, T, V]` logits vs from the final hidden
-  states and the LM-head weight (`ict.stats.token_statistics_from_hidden`, no `[B, T, V]` tensor).
+  states and the LM-head weight (`ict.core.stats.token_statistics_from_hidden`, no `[B, T, V]` tensor).
 
 Printed: the per-phase table of each (seconds per step, share, peak memory), the ratios of their
 step and training times (generation is identical code in both), and the largest growth of the
@@ -30,12 +30,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ict.config import build_config  # noqa: E402
-from ict.data import PromptSampler, load_training_data  # noqa: E402
-from ict.models import load_model_and_tokenizer  # noqa: E402
-from ict.profiling import StepProfiler, resident_bytes  # noqa: E402
-from ict.rewards import build_reward  # noqa: E402
-from ict.trainer import build_optimizer, loss_config_of, method_of, train_step  # noqa: E402
+from ict.answers.rewards import build_reward  # noqa: E402
+from ict.core.profiling import StepProfiler, resident_bytes  # noqa: E402
+from ict.data.training_data import PromptSampler, load_training_data  # noqa: E402
+from ict.training.config import build_config  # noqa: E402
+from ict.training.models import load_model_and_tokenizer  # noqa: E402
+from ict.training.trainer import build_optimizer, loss_config_of, method_of, train_step  # noqa: E402
 
 # --compare -> the two variants: (name, TrainConfig field, value); the first is the default.
 COMPARISONS = {

@@ -36,11 +36,11 @@ def settings(small: bool) -> dict:
 
 
 def run_ours(steps: int, small: bool) -> list[float]:
-    from ict.config import build_config
-    from ict.data import PromptSampler, load_training_data
-    from ict.models import load_model_and_tokenizer
-    from ict.rewards import build_reward
-    from ict.trainer import build_optimizer, loss_config_of, method_of, train_step
+    from ict.answers.rewards import build_reward
+    from ict.data.training_data import PromptSampler, load_training_data
+    from ict.training.config import build_config
+    from ict.training.models import load_model_and_tokenizer
+    from ict.training.trainer import build_optimizer, loss_config_of, method_of, train_step
 
     s = settings(small)
     config = build_config(None, {"method": "all", "prompts_per_step": s["prompts"], "num_generations": s["generations"],
@@ -69,9 +69,9 @@ def run_trl(steps: int, small: bool, checkpointing: bool) -> list[float]:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from ict.data import load_training_data
-    from ict.extraction import extract_last_number
-    from ict.models import offline_default_path
+    from ict.answers.extraction import extract_last_number
+    from ict.data.training_data import load_training_data
+    from ict.training.models import offline_default_path
 
     s = settings(small)
     data = load_training_data("chain_sum", dataset_config={"min_terms": 2, "max_terms": 2, "min_digits": 1,

@@ -8,10 +8,14 @@ import time
 
 import pytest
 
-from ict.extraction import extract_boxed_answer, extract_choice_letter, extract_tagged_answer
-from ict.problems import Problem
-from ict.rewards import choice_reward, reasoning_gym_reward
-from ict.verify import MathVerifier
+from ict.answers.extraction import (
+    extract_boxed_answer,
+    extract_choice_letter,
+    extract_tagged_answer,
+)
+from ict.answers.rewards import choice_reward, reasoning_gym_reward
+from ict.answers.verify import MathVerifier
+from ict.core.problems import Problem
 
 RTL = "\u202e"
 ADVERSARIAL: dict[str, str | bytes] = {

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ict.benchmarks import (
+from ict.core.errors import UsageError
+from ict.core.problems import MATH_INSTRUCTION
+from ict.data.benchmarks import (
     REASONING_GYM_EVAL_SEED,
     REGISTRY,
     SUITES,
@@ -19,8 +21,6 @@ from ict.benchmarks import (
     parse_reasoning_gym_name,
     problem_from_row,
 )
-from ict.errors import UsageError
-from ict.problems import MATH_INSTRUCTION
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks"
 

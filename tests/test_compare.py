@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ict.answers.rewards import register_reward
 from ict.cli import main
-from ict.rewards import register_reward
 
 
 @register_reward("compare_contains_answer")
@@ -142,7 +142,7 @@ def test_compare_end_to_end(tiny_model_dir, arithmetic_task, tmp_path):
 
 
 def test_method_options_map_to_config_fields():
-    from ict.compare import method_overrides, parse_methods
+    from ict.analysis.compare import method_overrides, parse_methods
 
     specs = parse_methods("grpo,ict:reference=prev,ratio=0.2,random")
     assert [spec.label for spec in specs] == ["grpo", "ict-reference=prev-ratio=0.2", "random"]
@@ -177,7 +177,7 @@ def test_train_only_then_eval_only(tiny_model_dir, arithmetic_task, tmp_path):
 def test_a_baseline_with_options_is_still_a_baseline(tmp_path):
     """`random:ratio=0.1` runs under the label `random-ratio=0.1`: every method is compared to it
     (as to `grpo`), with the difference of the per-problem pass@1 means."""
-    from ict.compare import RunRecord, summarize
+    from ict.analysis.compare import RunRecord, summarize
 
     verdicts = {"grpo": [True, True, False, False], "random-ratio=0.1": [True, False, False, False],
                 "ict-ratio=0.1": [True, True, True, False]}
@@ -194,7 +194,7 @@ def test_a_baseline_with_options_is_still_a_baseline(tmp_path):
 def test_an_ablation_compares_with_a_run_label_named_as_baseline(tmp_path):
     """`--baselines ict-reference=group_mean-ratio=0.1`: each ablation run against the default
     run (and no grpo or random runs needed); the report names the baselines."""
-    from ict.compare import RunRecord, summarize
+    from ict.analysis.compare import RunRecord, summarize
 
     verdicts = {"ict-reference=group_mean-ratio=0.1": [True, True, False, False],
                 "ict-reference=group_mean-ratio=0.2": [True, False, False, False],

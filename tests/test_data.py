@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ict.data import PromptSampler, load_training_data, read_records
-from ict.errors import UsageError
+from ict.core.errors import UsageError
+from ict.data.training_data import PromptSampler, load_training_data, read_records
 
 
 def test_jsonl_with_nested_field_mapping_and_gsm8k_gold(tmp_path):
@@ -36,7 +36,7 @@ def test_parquet_and_multiple_choice(tmp_path):
     data = load_training_data(str(path), choices_field="choices")
     answers = {problem.prompt.splitlines()[0]: problem.answer for problem in data.train}
     assert answers == {"2+2?": "B", "3+3?": "A"}
-    # one renderer for training and evaluation: "A) x", as ict.benchmarks renders MMLU
+    # one renderer for training and evaluation: "A) x", as ict.data.benchmarks renders MMLU
     assert "B) 4" in data.train[0].prompt or "B) 7" in data.train[0].prompt
 
 
@@ -76,7 +76,7 @@ def test_unknown_dataset_name():
 
 
 def test_prompt_sampler_is_a_pure_function_of_the_batch_index():
-    from ict.data import Problem
+    from ict.data.training_data import Problem
 
     problems = [Problem(prompt=str(index), answer=str(index), kind="math") for index in range(10)]
     sampler = PromptSampler(problems, batch_size=4, seed=3)

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from ict.diagnostics import DIAGNOSTIC_KEYS, jaccard, token_diagnostics
-from ict.stats import token_statistics
+from ict.core.diagnostics import DIAGNOSTIC_KEYS, jaccard, token_diagnostics
+from ict.core.stats import token_statistics
 
 
 def test_regime_fractions_on_hand_built_distributions():

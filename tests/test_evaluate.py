@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from ict.benchmarks import load_benchmark
 from ict.cli import main
-from ict.eval_results import aggregate_results
-from ict.evaluate import EvalConfig, Generator, evaluate, grade_completions
-from ict.metrics import benchmark_metrics, majority_vote_correct
+from ict.core.metrics import benchmark_metrics, majority_vote_correct
+from ict.data.benchmarks import load_benchmark
+from ict.evaluation.evaluate import EvalConfig, Generator, evaluate, grade_completions
+from ict.evaluation.results import aggregate_results
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -97,7 +97,7 @@ def test_majority_vote():
 
 
 def test_aggregates_are_macro_means():
-    from ict.eval_results import BenchmarkResult
+    from ict.evaluation.results import BenchmarkResult
 
     rows = [BenchmarkResult("gsm8k", "math", "", 10, 4, {"pass@1": 0.2}),
             BenchmarkResult("math500", "math", "", 30, 4, {"pass@1": 0.6}),
@@ -213,7 +213,7 @@ def test_resume_skips_finished_problems(tmp_path, tiny_model_dir):
 
 
 def test_changed_grading_regrades_without_generating(tmp_path, tiny_model_dir):
-    from ict.verify import check_math_batch
+    from ict.answers.verify import check_math_batch
 
     data = write_data_dir(tmp_path / "data")
     out = tmp_path / "out"
@@ -266,7 +266,7 @@ def test_lora_checkpoint_loads(tmp_path, tiny_model_dir):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ict.evaluate import load_generator
+    from ict.evaluation.evaluate import load_generator
 
     checkpoint = tmp_path / "step-00000001"
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
@@ -288,7 +288,7 @@ def test_every_eval_option_comes_from_the_dataclass():
     import dataclasses
 
     from ict.cli import evaluate as eval_command
-    from ict.evaluate import EvalConfig
+    from ict.evaluation.evaluate import EvalConfig
 
     parser = argparse.ArgumentParser(prog="ict")
     subparsers = parser.add_subparsers()

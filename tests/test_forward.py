@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ict.forward import (
+from ict.core.stats import token_statistics
+from ict.training.forward import (
     plain_response_outputs,
     prompt_runs,
     response_logits,
     shared_prompt_response_outputs,
 )
-from ict.rollout import RolloutBatch
-from ict.stats import token_statistics
+from ict.training.rollout import RolloutBatch
 
 
 def grouped_batch(vocab: int, group_sizes=(3, 1, 4), seed: int = 0) -> RolloutBatch:

@@ -9,15 +9,15 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ict.data import read_records, records_to_problems
-from ict.errors import UsageError
-from ict.extraction import (
+from ict.answers.extraction import (
     extract_boxed_answer,
     extract_choice_letter,
     extract_tagged_answer,
     sanitize_text,
 )
-from ict.gold import list_literal, normalize_gold
+from ict.answers.gold import list_literal, normalize_gold
+from ict.core.errors import UsageError
+from ict.data.training_data import read_records, records_to_problems
 
 LATEX_PIECES = ["\\boxed{", "\\frac{", "}", "{", "\\sqrt", "[", "]", "(", ")", "$", "\\$", "####", "\\text{",
                 "answer is", "Answer:", "<answer>", "</answer>", "(B)", "C)", "1", "-2.5", ",", "'", '"',

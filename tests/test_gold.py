@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ict.benchmarks import REGISTRY
-from ict.gold import list_literal, normalize_gold
-from ict.verify import check_math_batch
+from ict.answers.gold import list_literal, normalize_gold
+from ict.answers.verify import check_math_batch
+from ict.data.benchmarks import REGISTRY
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "benchmarks"
 MATH_STYLE = Path(__file__).parent / "data" / "math_style_golds.jsonl"

@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from ict.benchmarks import load_benchmark
-from ict.data import reasoning_gym_problems
-from ict.errors import UsageError
-from ict.eval_records import GRADING_KEYS, RESUME_KEYS, RUN_FILE, prepare_output_dir
-from ict.evaluate import EvalConfig, grade_completions
-from ict.grading import GradingRules, grade, grade_batch
-from ict.problems import Problem
-from ict.rewards import REWARDS, build_reward
+from ict.answers.grading import GradingRules, grade, grade_batch
+from ict.answers.rewards import REWARDS, build_reward
+from ict.core.errors import UsageError
+from ict.core.problems import Problem
+from ict.data.benchmarks import load_benchmark
+from ict.data.training_data import reasoning_gym_problems
+from ict.evaluation.evaluate import EvalConfig, grade_completions
+from ict.evaluation.records import GRADING_KEYS, RESUME_KEYS, RUN_FILE, prepare_output_dir
 
 RG = "rg:chain_sum:min_terms=2:max_terms=2:min_digits=1:max_digits=1:size=4"
 

@@ -9,17 +9,17 @@ import pytest
 import torch
 from test_forward import grouped_batch
 
-from ict.config import TrainConfig
-from ict.errors import UsageError
-from ict.forward import (
+from ict.core.errors import UsageError
+from ict.core.loss import PolicyLossConfig
+from ict.training.config import TrainConfig
+from ict.training.forward import (
     plain_response_outputs,
     response_hidden,
     response_logits,
     shared_prompt_response_outputs,
 )
-from ict.loss import PolicyLossConfig
-from ict.models import linear_lm_head
-from ict.trainer import ReferencePolicy, accumulate_gradients
+from ict.training.models import linear_lm_head
+from ict.training.trainer import ReferencePolicy, accumulate_gradients
 
 
 def tiny_model(vocab: int, seed: int, bias: bool = False):
@@ -84,8 +84,8 @@ def test_a_training_step_from_hidden_equals_the_one_from_logits(case, tiny_token
     def no_logits(*args, **kwargs):
         raise AssertionError("statistics_from='hidden' built the [B, T, V] logits")
 
-    monkeypatch.setattr("ict.trainer.response_logits", no_logits)
-    monkeypatch.setattr("ict.trainer.token_statistics", no_logits)
+    monkeypatch.setattr("ict.training.trainer.response_logits", no_logits)
+    monkeypatch.setattr("ict.training.trainer.token_statistics", no_logits)
     hidden_result, hidden_grads = _step(model, batch, advantages, "hidden", **dict(kwargs))
     assert torch.equal(hidden_result.selected_mask, logits_result.selected_mask)
     assert logits_result.selected_mask.any()
@@ -113,7 +113,7 @@ def test_a_head_that_is_not_plain_linear_is_refused(tiny_tokenizer):
     with pytest.raises(UsageError, match="logit_scale"):
         linear_lm_head(model)
     model.config.logit_scale = None
-    from ict.models import LoraOptions, apply_lora
+    from ict.training.models import LoraOptions, apply_lora
 
     adapted = apply_lora(model, LoraOptions(rank=2, target_modules=["q_proj", "lm_head"]))
     with pytest.raises(UsageError, match="plain torch.nn.Linear"):
@@ -121,7 +121,7 @@ def test_a_head_that_is_not_plain_linear_is_refused(tiny_tokenizer):
 
 
 def test_hidden_through_a_peft_wrapper_and_the_ref_reference_is_refused(tiny_tokenizer):
-    from ict.models import LoraOptions, apply_lora
+    from ict.training.models import LoraOptions, apply_lora
 
     vocab = len(tiny_tokenizer)
     model = apply_lora(tiny_model(vocab, seed=1), LoraOptions(rank=2))
@@ -150,7 +150,7 @@ def test_train_with_statistics_from_hidden_repeats_the_logits_run(tiny_model_dir
     """`ict train --statistics-from hidden` end to end (with a KL reference): the same metrics."""
     from test_train import tiny_config
 
-    from ict.trainer import train
+    from ict.training.trainer import train
 
     runs = {}
     for source in ("logits", "hidden"):
@@ -171,7 +171,7 @@ def test_train_under_bf16_autocast_keeps_fp32_weights(tiny_model_dir, arithmetic
     so only the first step is compared)."""
     from test_train import tiny_config
 
-    from ict.trainer import train
+    from ict.training.trainer import train
 
     lines = {}
     for autocast in ("off", "bf16"):

@@ -3,7 +3,7 @@ and under ``accelerate launch --cpu --num_processes 2``. Checked against referen
 here: the mask is the top ceil(ratio * N) of the gathered scores of all processes, the
 group_mean JS equals a float64 full-softmax computation from the captured hidden states, and
 every process holds its own rows of the same gathered mask. KL-Cov: the penalty added after
-TRL's loss equals ict.loss.policy_loss's penalty part for every TRL loss_type (tensors, and
+TRL's loss equals ict.core.loss.policy_loss's penalty part for every TRL loss_type (tensors, and
 through TRL's own _compute_loss), and a 2-iteration run differs from a kl_coef=0 one by exactly
 that term, on the step whose old log-probs differ from the current ones only."""
 
@@ -46,7 +46,7 @@ def _top_fraction_reference(scores: torch.Tensor, mask: torch.Tensor, ratio: flo
 
 def _group_mean_js_reference(hidden, weight, mask, group_ids) -> torch.Tensor:
     """float64 JS between each row's softmax and the mean softmax at t of its group's rows that
-    have a token at t, the row itself included (ict.stats' group_mean definition)."""
+    have a token at t, the row itself included (ict.core.stats' group_mean definition)."""
     probs = torch.softmax(hidden.double() @ weight.double().T, dim=-1)
     result = torch.zeros(mask.shape, dtype=torch.float64)
 
@@ -118,7 +118,7 @@ def test_trl_two_processes(tiny_model_dir, tmp_path, selector, ratio, score):
     _check(tmp_path, 2, ratio, score)
 
 
-# KL-Cov: the penalty ICTGRPOTrainer adds after TRL's loss, against ict.loss.policy_loss.
+# KL-Cov: the penalty ICTGRPOTrainer adds after TRL's loss, against ict.core.loss.policy_loss.
 # TRL 1.16 loss_type -> (our aggregation, its max_response_length); dapo/cispo/vespo normalise by
 # the generation batch's tokens, a token mean when that batch is the micro-batch.
 TRL_AGGREGATIONS = {
@@ -131,8 +131,8 @@ TRL_AGGREGATIONS = {
 
 def _penalty_reference(log_probs, old_log_probs, mask, kl_penalty, loss_type):
     """policy_loss with the KL-Cov penalty minus policy_loss without it (every token selected)."""
-    from ict.loss import PolicyLossConfig, policy_loss
-    from ict.stats import TokenStatistics
+    from ict.core.loss import PolicyLossConfig, policy_loss
+    from ict.core.stats import TokenStatistics
 
     aggregation, length = TRL_AGGREGATIONS[loss_type]
     config = PolicyLossConfig(aggregation=aggregation, max_response_length=length)
@@ -159,8 +159,8 @@ def test_kl_penalty_term_equals_policy_loss_part(loss_type, denominator):
     equals policy_loss(kl_penalty) - policy_loss(): value and gradient w.r.t. the log-probs."""
     from types import SimpleNamespace
 
+    from ict.core.loss import kl_penalty_term
     from ict.integrations.trl import ICTGRPOTrainer, trl_aggregate
-    from ict.loss import kl_penalty_term
 
     generator = torch.Generator().manual_seed(0)
     lengths = torch.tensor([6, 3, 5, 1])

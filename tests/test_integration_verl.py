@@ -5,7 +5,7 @@ responses) goes through verl's ``DataProto.to_tensordict`` and ``left_right_2_no
 FSDP engine's ``prepare_model_inputs`` / ``prepare_model_outputs`` (with and without remove-padding)
 and verl's unchanged ``ppo_loss``, which fetches our loss with ``get_policy_loss_fn("ict")``. The
 reference takes the logits of the *padded* batch directly (column ``P + t - 1`` predicts response
-token ``t``), runs ``ict.selectors.select`` and ``ict.loss.policy_loss``: loss and gradient must
+token ``t``), runs ``ict.core.selectors.select`` and ``ict.core.loss.policy_loss``: loss and gradient must
 agree to 1e-6.
 """
 
@@ -39,11 +39,11 @@ with warnings.catch_warnings():
 
     from ict.integrations import verl as ict_verl
 
-from ict.errors import UsageError
+from ict.core.errors import UsageError
+from ict.core.loss import PolicyLossConfig, policy_loss
+from ict.core.selectors import SelectionInputs, required_js_references, select
+from ict.core.stats import token_statistics
 from ict.integrations import parse_token_selector
-from ict.loss import PolicyLossConfig, policy_loss
-from ict.selectors import SelectionInputs, required_js_references, select
-from ict.stats import token_statistics
 
 VOCAB, PROMPT, RESPONSE, GROUP = 13, 4, 6, 3
 TEMPERATURE = 0.8

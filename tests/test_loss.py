@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from ict.loss import PolicyLossConfig, group_advantages, policy_loss
-from ict.selectors import SelectionInputs, select_tokens
-from ict.stats import TokenStatistics, token_statistics
+from ict.core.loss import PolicyLossConfig, group_advantages, policy_loss
+from ict.core.selectors import SelectionInputs, select_tokens
+from ict.core.stats import TokenStatistics, token_statistics
 
 
 def test_group_advantages_match_hand_values():
@@ -130,7 +130,7 @@ def test_bad_config_is_an_error():
 # ---------------------------------------------------------------------------------------------
 # The peers' loss options: dual-clip, the denominator, the regulariser's tokens, KL-Cov's penalty
 
-from ict.loss import aggregation_weight  # noqa: E402
+from ict.core.loss import aggregation_weight  # noqa: E402
 
 RATIOS = torch.tensor([[1.5, 0.5, 1.0, 1.1], [0.7, 1.3, 0.9, 6.0]])
 ADVANTAGES = torch.tensor([1.0, -2.0])

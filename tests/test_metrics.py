@@ -8,7 +8,7 @@ from math import comb
 import numpy as np
 import pytest
 
-from ict.metrics import average_at_n, pass_at_k, pass_at_k_table
+from ict.core.metrics import average_at_n, pass_at_k, pass_at_k_table
 
 
 def exact_pass_at_k(n: int, c: int, k: int) -> Fraction:

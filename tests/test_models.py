@@ -7,10 +7,10 @@ import importlib.util
 import pytest
 import torch
 
-from ict.errors import UsageError
-from ict.models import OFFLINE_DEFAULT_MODEL, load_model_and_tokenizer, resolve_dtype
-from ict.rollout import generate_completions, pack_rollout
-from ict.trainer import response_logits
+from ict.core.errors import UsageError
+from ict.training.models import OFFLINE_DEFAULT_MODEL, load_model_and_tokenizer, resolve_dtype
+from ict.training.rollout import generate_completions, pack_rollout
+from ict.training.trainer import response_logits
 
 
 def test_load_local_directory(tiny_model_dir):
@@ -24,7 +24,7 @@ def test_load_local_directory(tiny_model_dir):
 
 
 def test_lora_wraps_and_freezes_the_base(tiny_model_dir):
-    from ict.models import LoraOptions
+    from ict.training.models import LoraOptions
 
     model, _ = load_model_and_tokenizer(str(tiny_model_dir), device="cpu",
                                         lora=LoraOptions(rank=4))
@@ -51,7 +51,7 @@ def test_offline_default_conversion_keeps_a_copy_another_process_finished(
     finished copy the first one is already loading from."""
     import transformers
 
-    from ict import models
+    from ict.training import models
 
     target = tmp_path / "converted"
     model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir), device="cpu")
@@ -151,7 +151,7 @@ def test_packed_batch_gives_the_log_probs_of_unpadded_sequences(tiny_model_dir):
 
 
 def test_one_dtype_resolver_for_train_eval_and_vllm():
-    from ict.models import dtype_name
+    from ict.training.models import dtype_name
 
     assert dtype_name("fp16", "cuda") == "float16"  # the trainer's vLLM map once sent fp16 to fp32
     assert dtype_name("auto", "cpu") == "float32" and dtype_name("auto", "cuda") == "bfloat16"
@@ -159,9 +159,9 @@ def test_one_dtype_resolver_for_train_eval_and_vllm():
 
 
 def test_mixed_precision_resolution():
-    from ict.config import TrainConfig
-    from ict.models import compute_context, resolve_autocast
-    from ict.trainer import weights_dtype
+    from ict.training.config import TrainConfig
+    from ict.training.models import compute_context, resolve_autocast
+    from ict.training.trainer import weights_dtype
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert resolve_autocast("auto", cpu) is None and resolve_autocast("auto", cuda) == torch.bfloat16

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ict.data import Problem, reasoning_gym_problems
-from ict.errors import UsageError
-from ict.extraction import extract_last_number
-from ict.rewards import REWARDS, build_reward, register_reward
+from ict.answers.extraction import extract_last_number
+from ict.answers.rewards import REWARDS, build_reward, register_reward
+from ict.core.errors import UsageError
+from ict.data.training_data import Problem, reasoning_gym_problems
 
 
 @pytest.mark.parametrize("text,expected", [

@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import build_tiny_model
 
-from ict.rollout import (
+from ict.training.rollout import (
     _encode_prompt,
     _left_pad,
     generate_completions,

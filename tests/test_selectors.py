@@ -10,14 +10,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ict.selectors import (
+from ict.core.selectors import (
     SELECTORS,
     SelectionInputs,
     register_selector,
     required_js_references,
     select_tokens,
 )
-from ict.stats import TokenStatistics
+from ict.core.stats import TokenStatistics
 
 
 def make_inputs(seed: int = 0, batch: int = 4, length: int = 16, vocab: int = 11, mask_rate: float = 0.3):
@@ -237,7 +237,7 @@ def test_users_can_register_a_selector():
 # ---------------------------------------------------------------------------------------------
 # Scopes, populations, presets, option parsing, plugins, STAPO's strict rule, Clip-Cov, KL-Cov
 
-from ict.selectors import (  # noqa: E402
+from ict.core.selectors import (  # noqa: E402
     Selection,
     get_preset,
     load_plugin,
@@ -322,7 +322,7 @@ def test_paper_preset_and_option_parsing():
 def test_a_plugin_file_registers_a_selector(tmp_path):
     plugin = tmp_path / "my_selector.py"
     plugin.write_text(
-        "from ict.selectors import register_selector\n"
+        "from ict.core.selectors import register_selector\n"
         "@register_selector('last_token_plugin', defaults={'keep': 1})\n"
         "def select_last(inputs, keep):\n"
         "    '''Keep the last response token of each row.'''\n"

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from ict.significance import paired_bootstrap, paired_permutation_test, sign_test
+from ict.core.significance import paired_bootstrap, paired_permutation_test, sign_test
 
 
 def test_bootstrap_of_a_constant_difference_is_a_point():

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ict.stats import token_statistics, token_statistics_from_hidden
+from ict.core.stats import token_statistics, token_statistics_from_hidden
 
 LN2 = math.log(2.0)
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from ict.checkpoint import COMPLETE_MARKER, complete_checkpoints, latest_checkpoint
-from ict.config import TrainConfig
-from ict.loss import PolicyLossConfig
-from ict.rewards import REWARDS, register_reward
-from ict.rollout import RolloutBatch
-from ict.trainer import METRIC_FIELDS, accumulate_gradients, train
+from ict.answers.rewards import REWARDS, register_reward
+from ict.core.loss import PolicyLossConfig
+from ict.training.checkpoint import COMPLETE_MARKER, complete_checkpoints, latest_checkpoint
+from ict.training.config import TrainConfig
+from ict.training.rollout import RolloutBatch
+from ict.training.trainer import METRIC_FIELDS, accumulate_gradients, train
 
 TIMING_FIELDS = {"tokens_per_second", "generation_tokens_per_second", "generation_seconds",
                  "training_seconds", "step_seconds"}
@@ -215,7 +215,7 @@ def test_registered_reward_is_pluggable():
 def test_entropy_collapse_and_explosion_warnings():
     from rich.console import Console
 
-    from ict.trainer import _check_entropy
+    from ict.training.trainer import _check_entropy
 
     console = Console(record=True, width=200)
     config = TrainConfig(entropy_collapse_fraction=0.5, entropy_explosion_factor=2.0)
@@ -282,7 +282,7 @@ def test_freeze_embeddings_leaves_them_untouched(tiny_model_dir, arithmetic_task
 
 def test_a_fresh_run_refuses_a_directory_with_checkpoints(tiny_model_dir, arithmetic_task,
                                                           tmp_path):
-    from ict.errors import UsageError
+    from ict.core.errors import UsageError
 
     train(tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=1))
     with pytest.raises(UsageError, match="--resume"):
@@ -344,7 +344,7 @@ SELECTOR_CASES = [
 
 
 def test_every_registered_selector_is_covered_by_the_invariance_cases():
-    from ict.selectors import SELECTORS
+    from ict.core.selectors import SELECTORS
 
     assert {name for name, _ in SELECTOR_CASES} == set(SELECTORS)
 
@@ -372,7 +372,7 @@ def test_selection_is_identical_for_every_micro_batch_size(selector, options, ti
 
 
 def test_paper_preset_resolves_every_value(tmp_path):
-    from ict.config import build_config, parse_key_values
+    from ict.training.config import build_config, parse_key_values
 
     config = build_config(None, {"method": "ict", "preset": "paper"}, {})
     assert config.selector == {"ratio": 0.1, "reference": "group_mean", "unit": "position",
@@ -381,12 +381,12 @@ def test_paper_preset_resolves_every_value(tmp_path):
     explicit = build_config(None, {"method": "ict", "preset": "paper", "aggregation": "token_mean"},
                             parse_key_values(["selector.ratio=0.2"]))
     assert explicit.aggregation == "token_mean" and explicit.selector["ratio"] == 0.2
-    from ict.config import save_config
+    from ict.training.config import save_config
 
     save_config(explicit, tmp_path / "c.yaml")
     saved = (tmp_path / "c.yaml").read_text()
     assert "reference: group_mean" in saved and "scope: sequence" in saved
-    from ict.errors import UsageError
+    from ict.core.errors import UsageError
 
     with pytest.raises(UsageError, match="no preset"):
         build_config(None, {"method": "entropy", "preset": "paper"}, {})
@@ -399,12 +399,12 @@ def test_paper_preset_resolves_every_value(tmp_path):
 
 
 def test_a_plugin_selector_trains_by_name(tiny_model_dir, arithmetic_task, tmp_path):
-    from ict.selectors import SELECTORS
+    from ict.core.selectors import SELECTORS
 
     plugin = tmp_path / "first_half.py"
     plugin.write_text(
         "import torch\n"
-        "from ict.selectors import register_selector\n"
+        "from ict.core.selectors import register_selector\n"
         "@register_selector('first_half_plugin', defaults={'ratio': 0.5}, population='sequence')\n"
         "def first_half(inputs, ratio):\n"
         "    '''The first half of each response.'''\n"
@@ -434,8 +434,8 @@ def test_non_finite_updates_are_skipped_and_stop_the_run(tiny_model_dir, arithme
     max_consecutive_skips in a row stop the run after a checkpoint of the last good state."""
     from safetensors.torch import load_file
 
-    import ict.trainer as trainer_module
-    from ict.errors import TrainingDiverged
+    import ict.training.trainer as trainer_module
+    from ict.core.errors import TrainingDiverged
 
     original = trainer_module.response_logits
     poisoned_steps = set()

@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from ict.config import TrainConfig, build_config, parse_key_values
-from ict.errors import UsageError
+from ict.core.errors import UsageError
+from ict.training.config import TrainConfig, build_config, parse_key_values
 
 
 def test_precedence_defaults_yaml_options_overrides(tmp_path):

@@ -14,14 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from ict.extraction import (
+from ict.answers.extraction import (
     extract_boxed_answer,
     extract_choice_letter,
     extract_tagged_answer,
     sanitize_text,
 )
-from ict.gold import gold_from_gsm8k, gold_from_list, gold_from_number, normalize_gold
-from ict.verify import MathVerifier, check_math, mark_hash_answer, verify_math, verify_math_batch
+from ict.answers.gold import gold_from_gsm8k, gold_from_list, gold_from_number, normalize_gold
+from ict.answers.verify import (
+    MathVerifier,
+    check_math,
+    mark_hash_answer,
+    verify_math,
+    verify_math_batch,
+)
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks"
 

@@ -1,4 +1,4 @@
-"""The vLLM weight sync (`ict.rollout.VLLMBackend.sync_weights`) on CPU, without vLLM.
+"""The vLLM weight sync (`ict.training.rollout.VLLMBackend.sync_weights`) on CPU, without vLLM.
 
 vLLM needs a GPU and is not installable on the machines these tests run on, so the engine is
 stood in for by an object with vLLM's two entry points that `sync_weights` uses
@@ -19,7 +19,7 @@ import torch
 from conftest import build_tiny_model
 from test_train import tiny_config
 
-from ict.rollout import VLLMBackend, generate_completions
+from ict.training.rollout import VLLMBackend, generate_completions
 
 
 class EngineModel(torch.nn.Module):
@@ -126,7 +126,7 @@ def test_the_trainer_generates_every_step_with_the_weights_of_the_last_update(
         tiny_model_dir, arithmetic_task, tmp_path, monkeypatch):
     """`ict train` with a vLLM backend: the engine gets the weights before the first rollout and
     after every update, so each step's completions come from the current policy."""
-    import ict.trainer
+    import ict.training.trainer
 
     pushes: list[dict[str, torch.Tensor]] = []
     generations: list[bool] = []
@@ -157,10 +157,10 @@ def test_the_trainer_generates_every_step_with_the_weights_of_the_last_update(
         backend.sync_weights(model)  # as _make_backend does after starting the engine
         return backend
 
-    monkeypatch.setattr(ict.trainer, "_make_backend", make_backend)
+    monkeypatch.setattr(ict.training.trainer, "_make_backend", make_backend)
     config = tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=3,
                          method="grpo", eval_size=0, save_every=0)
-    result = ict.trainer.train(config)
+    result = ict.training.trainer.train(config)
 
     assert len(result.metrics) == 3
     assert generations == [True, True, True]  # every rollout from the trained weights

@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from ict.errors import TrainingDiverged, UsageError
+from ict.core.errors import TrainingDiverged, UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,4 @@
-"""`ict compare` and `ict plot`: parse options, call `ict.compare` / `ict.plots`."""
+"""`ict compare` and `ict plot`: parse options, call `ict.analysis.compare` / `ict.analysis.plots`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the `compare` subcommand."""
-    from ict.compare import CompareConfig
+    from ict.analysis.compare import CompareConfig
 
     defaults = CompareConfig(methods=[], seeds=[], output_dir=Path("."))
     parser = subparsers.add_parser(
@@ -64,8 +64,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ict.compare import CompareConfig, parse_methods, parse_seeds, run_comparison
-    from ict.config import parse_key_values
+    from ict.analysis.compare import CompareConfig, parse_methods, parse_seeds, run_comparison
+    from ict.training.config import parse_key_values
 
     config = CompareConfig(
         methods=parse_methods(args.methods), seeds=parse_seeds(args.seeds),

@@ -1,5 +1,5 @@
 """`ict eval`: evaluate a model on benchmarks (pass@k, avg@n, maj@n); options generated from
-`ict.evaluate.EvalConfig` (one source of truth), then `ict.evaluate.evaluate`."""
+`ict.evaluation.evaluate.EvalConfig` (one source of truth), then `ict.evaluation.evaluate.evaluate`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from ict.options import add_dataclass_options, given_options, parse_field
+from ict.core.options import add_dataclass_options, given_options, parse_field
 
 # Short names kept from earlier versions, and the conventional ones.
 ALIASES = {"num_samples": ["--n"], "ks": ["--k"]}
@@ -15,8 +15,8 @@ ALIASES = {"num_samples": ["--n"], "ks": ["--k"]}
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the `eval` subcommand."""
-    from ict.benchmarks import REASONING_GYM_EVAL_SEED, SUITES, available_benchmarks
-    from ict.evaluate import EvalConfig
+    from ict.data.benchmarks import REASONING_GYM_EVAL_SEED, SUITES, available_benchmarks
+    from ict.evaluation.evaluate import EvalConfig
 
     suites = "; ".join(f"{name} = {','.join(members)}" for name, members in SUITES.items())
     parser = subparsers.add_parser(
@@ -45,7 +45,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Build an `EvalConfig` from the options and run the evaluation."""
-    from ict.evaluate import EvalConfig, evaluate
+    from ict.evaluation.evaluate import EvalConfig, evaluate
 
     values = {name: parse_field(EvalConfig, name, raw) for name, raw in given_options(EvalConfig, args).items()}
     config = EvalConfig(**values)

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ict.errors import UsageError
+from ict.core.errors import UsageError
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -32,9 +32,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ict.inspect_tokens import build_view, print_view, render_html, rollout_from_samples
-    from ict.models import load_model_and_tokenizer
-    from ict.rollout import generate_completions
+    from ict.analysis.token_view import build_view, print_view, render_html, rollout_from_samples
+    from ict.training.models import load_model_and_tokenizer
+    from ict.training.rollout import generate_completions
 
     if args.n < 2:
         raise UsageError("--n must be >= 2 (JS scores compare completions)")

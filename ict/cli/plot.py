@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ict.errors import UsageError
+from ict.core.errors import UsageError
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -25,7 +25,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ict.plots import plot_runs
+    from ict.analysis.plots import plot_runs
 
     directories = [Path(path) for path in args.run_dirs]
     missing = [str(path) for path in directories if not (path / "metrics.jsonl").is_file()]

@@ -1,12 +1,12 @@
-"""`ict train`: options generated from `ict.config.TrainConfig` (one source of truth)."""
+"""`ict train`: options generated from `ict.training.config.TrainConfig` (one source of truth)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from ict.config import TrainConfig, build_config, parse_key_values
-from ict.options import add_dataclass_options, given_options
+from ict.core.options import add_dataclass_options, given_options
+from ict.training.config import TrainConfig, build_config, parse_key_values
 
 # The names users of TRL / transformers expect, accepted next to ours.
 ALIASES = {"run_dir": ["--output-dir"], "num_steps": ["--max-steps"]}
@@ -35,7 +35,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ict.trainer import train
+    from ict.training.trainer import train
 
     config = build_config(args.config, given_options(TrainConfig, args), parse_key_values(args.overrides))
     train(config)

@@ -8,7 +8,7 @@ Each integration imports its engine lazily, so ``import ict`` never needs TRL or
 
 from typing import Any
 
-from ict.selectors import check_options, resolve_options
+from ict.core.selectors import check_options, resolve_options
 
 
 def parse_token_selector(spec: str) -> tuple[str, dict[str, Any]]:

@@ -16,7 +16,7 @@ How it plugs in (least invasive: two overridden methods, no copied TRL code):
   selection; the trainer sets ``top_entropy_quantile`` below 1 internally so TRL calls it.
 - Selection population: the hidden states, completion ids, masks and advantages of the current
   micro-batch of *every* process are gathered; each process computes the statistics of the whole
-  gathered micro-batch with :func:`ict.stats.token_statistics_from_hidden` (no gradient; the
+  gathered micro-batch with :func:`ict.core.stats.token_statistics_from_hidden` (no gradient; the
   loss keeps TRL's own log-probs), runs the selector on it and keeps its own rows. So a ``batch``
   ranking covers the tokens of all processes (like TRL's ``top_entropy_quantile``) and every
   process gets exactly the mask our selector returns on the gathered tensor.
@@ -33,10 +33,10 @@ How it plugs in (least invasive: two overridden methods, no copied TRL code):
   denominators stay TRL's completion-token counts (TRL's ``top_entropy_quantile`` convention).
 - Per-token KL penalty (KL-Cov, ``Selection.kl_penalty``): TRL has no hook on its per-token
   loss, so ``_compute_loss`` adds, after TRL's loss, ``kl_penalty_t * |log p_t - old log p_t|``
-  (:func:`ict.loss.kl_penalty_term`) times the mask weight above, aggregated over TRL's mask with
+  (:func:`ict.core.loss.kl_penalty_term`) times the mask weight above, aggregated over TRL's mask with
   TRL's normaliser for the ``loss_type`` and divided by its gradient-accumulation normaliser
   exactly as TRL's own loss (:func:`trl_aggregate`): the sum equals TRL's loss with the penalty in
-  its per-token loss, as in :func:`ict.loss.policy_loss`. ``log p`` is the log-prob TRL's own
+  its per-token loss, as in :func:`ict.core.loss.policy_loss`. ``log p`` is the log-prob TRL's own
   surrogate uses (the fused head's output of the same forward, with its gradient), ``old log p``
   TRL's ``old_per_token_logps`` (absent when TRL skips it, i.e. one update per generation: then
   the detached ``log p``, a zero term with zero gradient). Like TRL's ``beta`` KL term, the
@@ -47,7 +47,7 @@ How it plugs in (least invasive: two overridden methods, no copied TRL code):
   ``ict/kl_penalty`` (its contribution to the step's loss, mean over processes).
 
 Not supported: models whose LM head is not a plain linear layer (logit scale, soft-capping,
-LoRA on ``lm_head``: refused at start-up by :func:`ict.models.linear_lm_head`),
+LoRA on ``lm_head``: refused at start-up by :func:`ict.training.models.linear_lm_head`),
 FSDP / DeepSpeed ZeRO-3 sharded LM heads (the full ``[V, d]`` weight must be readable on each
 process), vision-language inputs.
 """
@@ -62,12 +62,12 @@ import torch
 from torch import Tensor
 from trl import GRPOConfig, GRPOTrainer
 
-from ict.errors import UsageError
+from ict.core.errors import UsageError
+from ict.core.loss import kl_penalty_term
+from ict.core.selectors import SelectionInputs, required_js_references, select
+from ict.core.stats import token_statistics_from_hidden
 from ict.integrations import parse_token_selector
-from ict.loss import kl_penalty_term
-from ict.models import linear_lm_head
-from ict.selectors import SelectionInputs, required_js_references, select
-from ict.stats import token_statistics_from_hidden
+from ict.training.models import linear_lm_head
 
 SELECTION_DENOMINATORS = ("ours", "trl")
 

@@ -21,13 +21,13 @@ How it plugs in (no verl file is changed or copied):
   ``use_remove_padding``, else ``[B, S, V]``). The response rows are gathered into ``[B, T, V]``
   with verl's own slicing rule (``no_padding_2_padding`` applied to row numbers, so position
   ``t`` of every completion is column ``t``: group positions survive remove-padding) and
-  :func:`ict.stats.token_statistics` computes log-probs, entropy, Renyi-2 and the selector's JS
+  :func:`ict.core.stats.token_statistics` computes log-probs, entropy, Renyi-2 and the selector's JS
   scores without gradient, at the rollout temperature. ``group_mean`` groups are the rows with
   equal verl ``uid`` (the ``rollout.n`` completions of one prompt).
 - Population: a selector ranks the whole mini-batch, as in ``ict train``. When a rank's
   mini-batch share is one micro-batch, the ``[B, T]`` statistics, masks, advantages, old
   log-probs, token ids and uids of every data-parallel rank are all-gathered right there (scores
-  only, never distributions); each rank runs :func:`ict.selectors.select` on the gathered
+  only, never distributions); each rank runs :func:`ict.core.selectors.select` on the gathered
   mini-batch and keeps its rows. When it is several micro-batches (``ppo_micro_batch_size_per_gpu``
   smaller, or ``use_dynamic_bsz``), a wrapper of the engine's ``forward_backward_batch`` first
   runs verl's own forward-only pass over the same micro-batches with a scoring loss (one extra
@@ -37,9 +37,9 @@ How it plugs in (no verl file is changed or copied):
   (:func:`selection_seed`).
 - Loss: verl's unchanged ``ppo_loss`` calls ``get_policy_loss_fn("ict")``, i.e.
   :func:`compute_policy_loss_ict`, with verl's differentiable ``log_prob``; it takes the
-  selection of this micro-batch and returns :func:`ict.loss.policy_loss` (one implementation of
+  selection of this micro-batch and returns :func:`ict.core.loss.policy_loss` (one implementation of
   the clipped surrogate, aggregation and KL-Cov penalty) times ``dp * w_micro / W``, where ``w``
-  is :func:`ict.loss.aggregation_weight` (selected tokens for ``token_mean``) and ``W`` its sum
+  is :func:`ict.core.loss.aggregation_weight` (selected tokens for ``token_mean``) and ``W`` its sum
   over the mini-batch on all ranks: verl sums micro-batch gradients and FSDP averages ranks, so
   the update is that of our trainer's loss on the whole mini-batch. With one rank and one
   micro-batch the returned loss *is* ``policy_loss``.
@@ -79,23 +79,23 @@ from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 from verl.workers.utils.padding import no_padding_2_padding
 
-from ict.errors import UsageError
-from ict.integrations import parse_token_selector
-from ict.loss import TOKEN_SETS, PolicyLossConfig, aggregation_weight, policy_loss
-from ict.selectors import (
+from ict.core.errors import UsageError
+from ict.core.loss import TOKEN_SETS, PolicyLossConfig, aggregation_weight, policy_loss
+from ict.core.selectors import (
     Selection,
     SelectionInputs,
     required_js_references,
     select,
 )
-from ict.stats import TokenStatistics, token_statistics
+from ict.core.stats import TokenStatistics, token_statistics
+from ict.integrations import parse_token_selector
 
 if not str(getattr(verl, "__version__", "")).startswith("0.9."):
     warnings.warn(f"ict.integrations.verl is written for verl 0.9 (found {getattr(verl, '__version__', '?')}): "
                   "its engine hook may not match", stacklevel=2)
 
 LOSS_NAME = "ict"
-# verl's loss_agg_mode -> ict.loss aggregation
+# verl's loss_agg_mode -> ict.core.loss aggregation
 AGGREGATIONS = {
     "token-mean": "token_mean",
     "seq-mean-token-mean": "seq_mean_token_mean",
@@ -466,7 +466,7 @@ def compute_policy_loss_ict(
     config: Any = None,
     rollout_is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Any]]:
-    """verl policy loss ``"ict"``: :func:`ict.loss.policy_loss` on this micro-batch's selection,
+    """verl policy loss ``"ict"``: :func:`ict.core.loss.policy_loss` on this micro-batch's selection,
     scaled by ``dp * w_micro / W`` (see the module docstring). Shapes ``[B, T]``."""
     if rollout_is_weights is not None:
         raise UsageError("loss_mode=ict does not apply rollout importance weights: disable "

@@ -1,16 +1,16 @@
 """Evaluation: sample n completions per problem, grade them, and report pass@k, avg@n, maj@n.
 
-Flow (`evaluate`): load benchmarks (`ict.benchmarks`) -> for each chunk of problems, generate
+Flow (`evaluate`): load benchmarks (`ict.data.benchmarks`) -> for each chunk of problems, generate
 ``n`` sampled completions per problem (plus one greedy completion with ``greedy=True``) through
-`ict.rollout.generate_completions` (vLLM when selected) -> grade each completion with the one
-grader `ict.grading` (the rules `ict train`'s rewards use) -> append one JSON line per
-completion to ``samples.jsonl`` (`ict.eval_records`) -> after all problems, compute metrics
-(`ict.metrics`) and write ``results.json``, ``results.csv``, ``results.md`` and print a table
-(`ict.eval_results`).
+`ict.training.rollout.generate_completions` (vLLM when selected) -> grade each completion with the one
+grader `ict.answers.grading` (the rules `ict train`'s rewards use) -> append one JSON line per
+completion to ``samples.jsonl`` (`ict.evaluation.records`) -> after all problems, compute metrics
+(`ict.core.metrics`) and write ``results.json``, ``results.csv``, ``results.md`` and print a table
+(`ict.evaluation.results`).
 
 Resume: ``samples.jsonl`` is written problem by problem; on a rerun into the same output
 directory, problems whose samples are all present are not generated again (the run configuration
-must match, see `ict.eval_records.RESUME_KEYS`). Metrics are always recomputed from the records.
+must match, see `ict.evaluation.records.RESUME_KEYS`). Metrics are always recomputed from the records.
 
 Metrics per benchmark (fractions in [0, 1]; tables show percent):
 
@@ -38,14 +38,24 @@ from typing import Any
 
 import numpy as np
 
-from ict.benchmarks import (
+from ict.answers.grading import ANSWER_EXTRACTIONS, GradingRules, Verdict, grade_batch
+from ict.answers.verify import (
+    DEFAULT_TIMEOUT_SECONDS,
+    MATH_EXTRACTIONS,
+    MathVerifier,
+    default_verifier,
+)
+from ict.core.errors import UsageError
+from ict.core.metrics import benchmark_metrics, majority_vote_correct
+from ict.core.options import option
+from ict.core.problems import Problem
+from ict.data.benchmarks import (
     Benchmark,
     expand_benchmark_names,
     group_of,
     load_benchmark,
 )
-from ict.errors import UsageError
-from ict.eval_records import (
+from ict.evaluation.records import (
     GRADING_KEYS,
     RESUME_KEYS,
     SAMPLES_FILE,
@@ -54,19 +64,14 @@ from ict.eval_records import (
     records_for_problem,
     write_all_records,
 )
-from ict.eval_results import (
+from ict.evaluation.results import (
     BenchmarkResult,
     EvalResult,
     aggregate_results,
     print_results_table,
     write_results,
 )
-from ict.grading import ANSWER_EXTRACTIONS, GradingRules, Verdict, grade_batch
-from ict.metrics import benchmark_metrics, majority_vote_correct
-from ict.options import option
-from ict.problems import Problem
-from ict.reporting import progress_columns
-from ict.verify import DEFAULT_TIMEOUT_SECONDS, MATH_EXTRACTIONS, MathVerifier, default_verifier
+from ict.training.reporting import progress_columns
 
 MAX_NEW_TOKENS_GPU = 4096
 MAX_NEW_TOKENS_CPU = 512
@@ -148,7 +153,7 @@ class EvalConfig:
         """Fill in the automatic completion length (4096 tokens on a GPU, 512 on a CPU, where
         generation is ~50 tokens/s for a 135M model)."""
         if self.max_new_tokens is None:
-            from ict.models import resolve_device
+            from ict.training.models import resolve_device
 
             on_gpu = resolve_device(self.device).type == "cuda"
             self.max_new_tokens = MAX_NEW_TOKENS_GPU if on_gpu else MAX_NEW_TOKENS_CPU
@@ -175,7 +180,7 @@ def grade_completions(
     answer_extraction: str = "tag",
 ) -> list[Verdict]:
     """Grade ``(problem, completion)`` pairs of one benchmark with the one grader
-    (`ict.grading.grade_batch`, the rules `ict train`'s rewards use)."""
+    (`ict.answers.grading.grade_batch`, the rules `ict train`'s rewards use)."""
     if any(problem.kind != benchmark.spec.answer_type for problem, _ in items):
         raise ValueError(f"every problem of {benchmark.name} must be of kind "
                          f"{benchmark.spec.answer_type}")
@@ -224,7 +229,7 @@ class Generator:
 
     def generate(self, prompts: Sequence[str], num_samples: int, greedy: bool,
                  seed: int) -> tuple[list[list[str]], list[list[int]], list[list[bool]]]:
-        from ict.rollout import generate_completions
+        from ict.training.rollout import generate_completions
 
         rollout = generate_completions(
             self.model, self.tokenizer, list(prompts), num_samples=num_samples,
@@ -266,7 +271,7 @@ def _load_lora_checkpoint(adapter: Path, config: EvalConfig) -> tuple[Any, Any]:
     from peft import PeftModel
     from transformers import AutoTokenizer
 
-    from ict.models import load_model_and_tokenizer
+    from ict.training.models import load_model_and_tokenizer
 
     base = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
     if not base:
@@ -288,7 +293,7 @@ def load_generator(config: EvalConfig) -> Generator:
 
     backend ``auto``: vLLM when it is installed and a GPU is present, else Hugging Face
     ``generate``; ``hf`` / ``vllm`` force one (vllm without a GPU or the package is an error)."""
-    from ict.models import (
+    from ict.training.models import (
         OFFLINE_DEFAULT_MODEL,
         dtype_name,
         load_model_and_tokenizer,
@@ -311,7 +316,7 @@ def load_generator(config: EvalConfig) -> Generator:
         return Generator(model, tokenizer, config, None, "hf")
     from transformers import AutoTokenizer
 
-    from ict.rollout import VLLMBackend
+    from ict.training.rollout import VLLMBackend
 
     path = str(offline_default_path()) if config.model == OFFLINE_DEFAULT_MODEL else config.model
     dtype = dtype_name(config.dtype, "cuda")  # vLLM runs on a GPU

@@ -1,7 +1,7 @@
 """Gold answers: every published format turned into one bare LaTeX answer.
 
 `normalize_gold`: ``"#### 1,234"`` -> ``"1234"``, ``"['$2$']"`` -> ``"2"``, ``27.0`` -> ``"27"``,
-a Minerva solution -> its last ``\\boxed{}``. `ict.verify`'s worker wraps the result as
+a Minerva solution -> its last ``\\boxed{}``. `ict.answers.verify`'s worker wraps the result as
 ``$<gold>$`` before parsing (a bare ``1 - \\sqrt{2}`` would otherwise parse as ``1``).
 """
 
@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from ict.extraction import BOXED_COMMANDS, extract_boxed_answer
+from ict.answers.extraction import BOXED_COMMANDS, extract_boxed_answer
 
 # --------------------------------------------------------------------------------------------
 # Gold answers

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ict.checkpoint import truncate_jsonl
+from ict.training.checkpoint import truncate_jsonl
 
 
 def _json_value(value: Any) -> Any:

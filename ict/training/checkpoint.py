@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from ict.errors import UsageError
+from ict.core.errors import UsageError
 
 COMPLETE_MARKER = "COMPLETE"
 CHECKPOINT_PREFIX = "step-"

@@ -3,7 +3,7 @@ each final model with pass@k, and write a report with paired intervals and p-val
 
 Layout: ``DIR/runs/<method-label>/seed<k>/`` is an ordinary `ict train` run directory plus
 ``eval/`` (the `ict eval` outputs of its final checkpoint: samples.jsonl, results.json). Same
-seed => same training prompts in the same order and the same rollout seeds (`ict.trainer`
+seed => same training prompts in the same order and the same rollout seeds (`ict.training.trainer`
 derives both from ``seed``); every run is evaluated on the same problems with the same sampling
 seed. A run whose ``eval/results.json`` exists is reused; a run with an older checkpoint resumes;
 ``report_only`` rebuilds ``DIR/report.md``, ``DIR/*.csv`` and ``DIR/*.png`` from the run
@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ict.errors import UsageError
-from ict.metrics import pass_at_k
-from ict.significance import (
+from ict.core.errors import UsageError
+from ict.core.metrics import pass_at_k
+from ict.core.significance import (
     RESAMPLING_UNIT,
     paired_bootstrap,
     paired_permutation_test,
@@ -105,8 +105,8 @@ def method_overrides(spec: MethodSpec) -> dict[str, str]:
     """TrainConfig ``key=value`` overrides of one method spec: ``preset`` -> the registry preset,
     an option of the method's selector -> ``selector.<key>``, anything else (e.g.
     ``aggregation``) -> the training option of that name (checked when the config is built)."""
-    from ict.config import METHOD_ALIASES
-    from ict.selectors import SELECTORS
+    from ict.core.selectors import SELECTORS
+    from ict.training.config import METHOD_ALIASES
 
     selector = SELECTORS.get(METHOD_ALIASES.get(spec.name, spec.name))
     selector_keys = set(selector.defaults) if selector is not None else set()
@@ -148,7 +148,7 @@ def run_dir(output_dir: Path, label: str, seed: int) -> Path:
 
 
 def _final_checkpoint(directory: Path, num_steps: int) -> Path | None:
-    from ict.checkpoint import latest_checkpoint
+    from ict.training.checkpoint import latest_checkpoint
 
     checkpoint = latest_checkpoint(directory)
     if checkpoint is not None and checkpoint.name == f"step-{num_steps:08d}":
@@ -160,9 +160,9 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
     """Train and evaluate every (method, seed) not finished yet, then write the report.
     ``train_only``: train, evaluate nothing, no report; ``eval_only``: evaluate the runs trained
     to their final step (train nothing), then write the report; ``report_only``: the report."""
-    from ict.config import build_config
-    from ict.evaluate import EvalConfig, evaluate
-    from ict.trainer import train
+    from ict.evaluation.evaluate import EvalConfig, evaluate
+    from ict.training.config import build_config
+    from ict.training.trainer import train
 
     config.output_dir.mkdir(parents=True, exist_ok=True)
     if not config.report_only:
@@ -186,7 +186,7 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
                     log(f"skip {directory} (not trained to step {train_config.num_steps} yet)")
                     continue
                 if checkpoint is None:
-                    from ict.checkpoint import latest_checkpoint
+                    from ict.training.checkpoint import latest_checkpoint
 
                     train_config.resume = latest_checkpoint(directory) is not None
                     log(f"train {spec.label} seed {seed} -> {directory}")
@@ -391,7 +391,7 @@ def _environment() -> list[str]:
 def write_report(config: CompareConfig) -> Path:
     """report.md, results.csv, differences.csv, training_end.csv, summary.json and curves.png
     in the output directory."""
-    from ict.plots import plot_runs
+    from ict.analysis.plots import plot_runs
 
     output_dir = config.output_dir
     runs = load_runs(output_dir)

@@ -34,11 +34,11 @@ class TokenView:
 
 def build_view(model: Any, tokenizer: Any, rollout: Any, color: str = "js",
                reference: str = "group_mean", temperature: float = 1.0) -> TokenView:
-    """Token statistics (`ict.stats.token_statistics`) and selections of a rollout."""
-    from ict.forward import response_logits
-    from ict.rollout import pack_rollout
-    from ict.selectors import SelectionInputs, select_tokens
-    from ict.stats import token_statistics
+    """Token statistics (`ict.core.stats.token_statistics`) and selections of a rollout."""
+    from ict.core.selectors import SelectionInputs, select_tokens
+    from ict.core.stats import token_statistics
+    from ict.training.forward import response_logits
+    from ict.training.rollout import pack_rollout
 
     if color not in COLOR_SCORES:
         raise ValueError(f"--color must be one of {', '.join(COLOR_SCORES)}")
@@ -151,7 +151,7 @@ def print_view(view: TokenView, console: Any = None) -> None:
 
 def rollout_from_samples(tokenizer: Any, path: Path) -> Any:
     """Rollout from a JSONL of {"prompt", "completion"} (grouped by prompt; equal group sizes)."""
-    from ict.rollout import Rollout, _encode_prompt, render_prompt
+    from ict.training.rollout import Rollout, _encode_prompt, render_prompt
 
     groups: dict[str, list[str]] = {}
     for line in Path(path).read_text(encoding="utf-8").splitlines():

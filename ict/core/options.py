@@ -3,7 +3,7 @@
 `option(default, help, choices)` declares a field; `add_dataclass_options` turns every field of a
 config dataclass into a command-line flag (``--num-steps`` for ``num_steps``, plus aliases);
 `parse_field` converts a string (command line, ``key=value``) or a YAML value to the field's type.
-`ict train` (`ict.config.TrainConfig`) and `ict eval` (`ict.evaluate.EvalConfig`) both use them.
+`ict train` (`ict.training.config.TrainConfig`) and `ict eval` (`ict.evaluation.evaluate.EvalConfig`) both use them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from ict.errors import UsageError
+from ict.core.errors import UsageError
 
 
 def option(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:

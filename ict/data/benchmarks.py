@@ -5,7 +5,7 @@ one JSON object per line, in the formats of the published redistributions, see
 ``docs/evaluation.md``) or from the Hugging Face hub (``datasets.load_dataset``). Each row becomes a
 `Problem`: the question, the rendered prompt, and a normalized gold answer
 
-* ``math``: a bare LaTeX answer (see `ict.gold.normalize_gold`), checked with math-verify;
+* ``math``: a bare LaTeX answer (see `ict.answers.gold.normalize_gold`), checked with math-verify;
 * ``choice``: the option letter (``A``...), options rendered in the prompt as ``A) ...``;
 * ``reasoning_gym``: the generated entry, scored by the task's own scorer.
 
@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ict.errors import UsageError
-from ict.gold import normalize_gold
-from ict.hub import go_offline, hub_reachable
-from ict.problems import (
+from ict.answers.gold import normalize_gold
+from ict.core.errors import UsageError
+from ict.core.problems import (
     CHOICE_TEMPLATE,
     MATH_TEMPLATE,
     OPTION_LETTERS,
@@ -37,6 +36,7 @@ from ict.problems import (
     render_options,
     render_template,
 )
+from ict.data.hub import go_offline, hub_reachable
 
 AnswerType = Literal["math", "choice", "reasoning_gym"]
 Group = Literal["math", "olympiad", "commonsense", "reasoning_gym"]
@@ -356,8 +356,8 @@ def problem_from_row(spec: BenchmarkSpec, row: dict[str, Any], index: int) -> Pr
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Rows of a JSON-lines file (blank lines skipped); a bad line raises `UsageError` with its
-    line number (`ict.data.read_records`, the one JSON-lines reader)."""
-    from ict.data import read_records
+    line number (`ict.data.training_data.read_records`, the one JSON-lines reader)."""
+    from ict.data.training_data import read_records
 
     return read_records(path)
 
@@ -427,7 +427,7 @@ def parse_reasoning_gym_name(name: str) -> tuple[str, dict[str, Any], int, int]:
 
 def load_reasoning_gym(name: str, answer_extraction: str = "tag") -> Benchmark:
     """Generate a reasoning-gym evaluation set (see `parse_reasoning_gym_name`); the prompt
-    template follows the answer extraction (`ict.problems.REASONING_GYM_TEMPLATES`)."""
+    template follows the answer extraction (`ict.core.problems.REASONING_GYM_TEMPLATES`)."""
     import reasoning_gym
 
     task, config, size, seed = parse_reasoning_gym_name(name)
@@ -459,7 +459,7 @@ def load_benchmark(
     from the hub (offline, this fails with one `UsageError` line that says to pass --data-dir).
     limit: keep the first ``limit`` problems (in file order).
     Reasoning-gym names (``rg:...``) are generated and ignore ``data_dir``; their prompt follows
-    ``answer_extraction`` (``tag`` or ``last_number``, see `ict.grading`)."""
+    ``answer_extraction`` (``tag`` or ``last_number``, see `ict.answers.grading`)."""
     if limit is not None and limit < 1:
         raise UsageError(f"--limit must be >= 1, got {limit}")
     if name.startswith("rg:"):

@@ -3,21 +3,21 @@
 Each step (read top to bottom; `train_step`):
 
 1. take `prompts_per_step` problems (a seeded, resumable stream);
-2. sample `num_generations` (G) completions per prompt (`ict.rollout`); rows are prompt-major, so
+2. sample `num_generations` (G) completions per prompt (`ict.training.rollout`); rows are prompt-major, so
    the G completions of a prompt (a group) are adjacent and `group_ids = row // G`;
-3. score them (`ict.rewards`) and turn the rewards into group advantages
-   (`ict.loss.group_advantages`);
+3. score them (`ict.answers.rewards`) and turn the rewards into group advantages
+   (`ict.core.loss.group_advantages`);
 4. for each mini-batch (whole groups), `update_mini_batch`: when the selector's ranking
    population spans several micro-batches, a no-grad scoring pass computes the statistics of the
    whole mini-batch and the selection is made once (`select_population`); then, per micro-batch,
    `micro_batch_step`: forward -> token statistics -> selection -> clipped loss -> backward; the
    accumulated gradient is normalised to the mini-batch's aggregate, a non-finite one is skipped,
    else clipped and applied with AdamW;
-5. the diagnostics of the step's selection (`ict.diagnostics`) and one JSON line of metrics
-   (`ict.reporting`); warnings on entropy collapse or explosion; checkpoints.
+5. the diagnostics of the step's selection (`ict.core.diagnostics`) and one JSON line of metrics
+   (`ict.training.reporting`); warnings on entropy collapse or explosion; checkpoints.
 
 Which tokens are selected never depends on `micro_batch_size` (a memory setting): a selector
-always ranks its whole population (`ict.selectors.ranking_population`): the sequence, the group,
+always ranks its whole population (`ict.core.selectors.ranking_population`): the sequence, the group,
 or the whole mini-batch.
 
 Ctrl-C (or SIGTERM) lets the current step finish, checkpoints it and stops with
@@ -43,14 +43,24 @@ from typing import Any
 
 import torch
 
-from ict.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from ict.config import TrainConfig, save_config
-from ict.data import Problem, PromptSampler, load_training_data
-from ict.diagnostics import DIAGNOSTIC_KEYS, token_diagnostics
-from ict.errors import TrainingDiverged, UsageError
-from ict.forward import response_hidden, response_logits
-from ict.loss import PolicyLossConfig, aggregation_weight, group_advantages, policy_loss
-from ict.models import (
+from ict.answers.rewards import Reward, build_reward
+from ict.core.diagnostics import DIAGNOSTIC_KEYS, token_diagnostics
+from ict.core.errors import TrainingDiverged, UsageError
+from ict.core.loss import PolicyLossConfig, aggregation_weight, group_advantages, policy_loss
+from ict.core.profiling import StepProfiler
+from ict.core.selectors import (
+    Selection,
+    SelectionInputs,
+    ranking_population,
+    required_js_references,
+    select,
+)
+from ict.core.stats import TokenStatistics, token_statistics, token_statistics_from_hidden
+from ict.data.training_data import Problem, PromptSampler, load_training_data
+from ict.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from ict.training.config import TrainConfig, save_config
+from ict.training.forward import response_hidden, response_logits
+from ict.training.models import (
     LoraOptions,
     compute_context,
     linear_lm_head,
@@ -58,18 +68,8 @@ from ict.models import (
     require_chat_template,
     resolve_autocast,
 )
-from ict.profiling import StepProfiler
-from ict.reporting import MetricsLogger, print_summary, progress_bar, step_line, write_eval
-from ict.rewards import Reward, build_reward
-from ict.rollout import RolloutBatch, generate_completions, pack_rollout
-from ict.selectors import (
-    Selection,
-    SelectionInputs,
-    ranking_population,
-    required_js_references,
-    select,
-)
-from ict.stats import TokenStatistics, token_statistics, token_statistics_from_hidden
+from ict.training.reporting import MetricsLogger, print_summary, progress_bar, step_line, write_eval
+from ict.training.rollout import RolloutBatch, generate_completions, pack_rollout
 
 # Fields every metrics line carries (tests check them); values are floats or null (NaN).
 # `kl`: k3 KL to the reference (initial) policy, null without one; `kl_old`: to the rollout policy.
@@ -474,7 +474,7 @@ def _make_backend(config: TrainConfig, model: Any) -> Any:
     """vLLM backend when asked (or `auto` on a GPU with vLLM installed), else None (HF)."""
     import importlib.util
 
-    from ict.models import OFFLINE_DEFAULT_MODEL, dtype_name, offline_default_path
+    from ict.training.models import OFFLINE_DEFAULT_MODEL, dtype_name, offline_default_path
 
     device = next(model.parameters()).device
     wanted = config.rollout_backend
@@ -483,7 +483,7 @@ def _make_backend(config: TrainConfig, model: Any) -> Any:
         return None
     if device.type != "cuda":
         raise UsageError("rollout_backend=vllm needs a CUDA device")
-    from ict.rollout import VLLMBackend
+    from ict.training.rollout import VLLMBackend
 
     path = str(offline_default_path()) if config.model == OFFLINE_DEFAULT_MODEL else config.model
     compute_dtype = resolve_autocast(config.autocast, device)

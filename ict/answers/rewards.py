@@ -1,14 +1,14 @@
 """Reward functions: a registry of `name -> fn(completion, problem) -> float`.
 
-Each task reward is a rule of the one grader, `ict.grading` (evaluation uses the same rules).
+Each task reward is a rule of the one grader, `ict.answers.grading` (evaluation uses the same rules).
 Built in:
 - `reasoning_gym`: the task's own scorer (`dataset.score_answer`) on a strictly extracted answer
   (extraction `last_number`: the last number in the completion, or `tag`: the content of the last
   `<answer></answer>` pair, else the last `\\boxed{}`); the scorer never sees the whole text, so
   verbose answers earn no partial credit;
 - `math`: math-verify on the completion against the normalised gold, with a hard time bound
-  per check in a worker process (`ict.grading.grade_math_batch`, lenient extraction);
-- `choice`: the committed option letter (`ict.grading.grade_choice`) equals the gold;
+  per check in a worker process (`ict.answers.grading.grade_math_batch`, lenient extraction);
+- `choice`: the committed option letter (`ict.answers.grading.grade_choice`) equals the gold;
 - `last_number`: the last number in the completion equals the numeric gold;
 - `format`: 1 if the completion holds exactly one non-empty `<answer>...</answer>` pair.
 
@@ -23,18 +23,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ict.errors import UsageError
-from ict.extraction import tail
-from ict.grading import (
+from ict.answers.extraction import tail
+from ict.answers.grading import (
     GradingRules,
     grade_choice,
     grade_math_batch,
     grade_number,
     grade_reasoning_gym,
 )
+from ict.core.errors import UsageError
 
 if TYPE_CHECKING:
-    from ict.problems import Problem
+    from ict.core.problems import Problem
 
 RewardFunction = Callable[[str, "Problem"], float]
 REWARDS: dict[str, RewardFunction] = {}

@@ -24,7 +24,7 @@ Optional terms: ``kl_coef * k3`` with ``k3 = exp(ref - lp) - (ref - lp) - 1`` (n
 log-probs), and ``- entropy_coef * H`` (an entropy bonus; needs ``differentiable_entropy=True``
 statistics), each aggregated over the selected tokens or, with ``regularizer_tokens="all"``, over
 all response tokens (as verl and TRL do); and KL-Cov's per-token penalty
-``kl_penalty_t * |lp - old_lp|`` (``kl_penalty`` from :class:`ict.selectors.Selection`), part of
+``kl_penalty_t * |lp - old_lp|`` (``kl_penalty`` from :class:`ict.core.selectors.Selection`), part of
 the per-token policy loss.
 """
 
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ict.stats import TokenStatistics
+from ict.core.stats import TokenStatistics
 
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 TOKEN_SETS = ("selected", "all")

@@ -3,15 +3,15 @@ the last number.
 
 Every function does bounded work: at most `MAX_SCAN_CHARS` characters (the completion's tail)
 are scanned and no regular expression with nested quantifiers runs over the whole text.
-`ict.grading` picks which extraction a problem uses; math answers are extracted by math-verify
-inside `ict.verify`'s worker process.
+`ict.answers.grading` picks which extraction a problem uses; math answers are extracted by math-verify
+inside `ict.answers.verify`'s worker process.
 """
 
 from __future__ import annotations
 
 import re
 
-from ict.problems import OPTION_LETTERS
+from ict.core.problems import OPTION_LETTERS
 
 MAX_SCAN_CHARS = 20_000
 """Only the last this-many characters of a completion are scanned or sent to math-verify."""

@@ -1,7 +1,7 @@
 """The one problem type of training and evaluation, and the one way prompts are rendered.
 
-A `Problem` is a prompt with a verifiable gold answer. Training data (`ict.data`) and evaluation
-benchmarks (`ict.benchmarks`) both produce them, and both render multiple-choice options the same
+A `Problem` is a prompt with a verifiable gold answer. Training data (`ict.data.training_data`) and evaluation
+benchmarks (`ict.data.benchmarks`) both produce them, and both render multiple-choice options the same
 way (`render_options`: ``A) first``), so a model trained on one is tested on the same format.
 """
 

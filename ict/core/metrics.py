@@ -72,7 +72,7 @@ def benchmark_metrics(
 ) -> dict[str, float]:
     """Metrics from a [problems, n] boolean matrix of sampled verdicts.
 
-    pass@k: mean over problems of the unbiased estimator (`ict.metrics.pass_at_k`);
+    pass@k: mean over problems of the unbiased estimator (`ict.core.metrics.pass_at_k`);
     avg@n: mean of c/n; maj@n: mean of ``majority``; greedy: mean of ``greedy``."""
     correct = np.asarray(correct, dtype=bool)
     num_problems, n = correct.shape

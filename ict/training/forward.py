@@ -4,9 +4,9 @@ produced each response token.
 `response_logits(model, batch)` returns ``[B, T, V]`` where ``logits[:, t]`` is the distribution
 that produced ``batch.response_ids[:, t]``; `response_hidden(model, batch)` returns ``[B, T, d]``,
 the final hidden states those logits are computed from (``logits = hidden @ W.T + b`` with the
-head of `ict.models.linear_lm_head`, which it checks), by running the model's decoder
+head of `ict.training.models.linear_lm_head`, which it checks), by running the model's decoder
 (``model.get_decoder()``, also through a peft wrapper) without its LM head: with
-`ict.stats.token_statistics_from_hidden` no ``[B, T, V]`` tensor is ever built. Both run the
+`ict.core.stats.token_statistics_from_hidden` no ``[B, T, V]`` tensor is ever built. Both run the
 same code (`plain_response_outputs`, `shared_prompt_response_outputs`; ``hidden`` picks the
 module and its output), in two ways, equal within float32 rounding (tested):
 
@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
-from ict.models import linear_lm_head
-from ict.rollout import RolloutBatch, left_padded_position_ids
+from ict.training.models import linear_lm_head
+from ict.training.rollout import RolloutBatch, left_padded_position_ids
 
 
 def prompt_runs(batch: RolloutBatch) -> torch.Tensor:
@@ -109,7 +109,7 @@ def response_logits(model: Any, batch: RolloutBatch, shared_prompt: bool = True)
 def response_hidden(model: Any, batch: RolloutBatch, shared_prompt: bool = True) -> torch.Tensor:
     """Final hidden states ``[B, T, d]`` whose LM-head logits produced the response tokens:
     ``response_hidden(...) @ W.T + b == response_logits(...)`` with ``W, b =
-    ict.models.linear_lm_head(model)`` (checked here: a model whose head is not plain linear is
+    ict.training.models.linear_lm_head(model)`` (checked here: a model whose head is not plain linear is
     refused with a UsageError). ``shared_prompt`` as in `response_logits`."""
     linear_lm_head(model)
     return response_outputs(model, batch, shared_prompt, hidden=True)

@@ -13,11 +13,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ict.errors import UsageError
-from ict.extraction import sanitize_text
-from ict.grading import Verdict
-from ict.problems import Problem
-from ict.verify import DEFAULT_TIMEOUT_SECONDS
+from ict.answers.extraction import sanitize_text
+from ict.answers.grading import Verdict
+from ict.answers.verify import DEFAULT_TIMEOUT_SECONDS
+from ict.core.errors import UsageError
+from ict.core.problems import Problem
 
 SAMPLES_FILE = "samples.jsonl"
 RESULTS_FILES = ("results.json", "results.csv", "results.md")

@@ -7,9 +7,9 @@ only), so they are switched off (`parsing_timeout=None`, `timeout_seconds=None`)
 is ours. A check that exceeds the bound is judged incorrect with status ``"timeout"``. One round
 trip to a warm worker costs well under a millisecond plus the parse itself.
 
-Gold answers arrive normalised by `ict.gold.normalize_gold`; the worker wraps each as
-``$<gold>$`` before parsing. Answer extraction outside math-verify lives in `ict.extraction`;
-which rule grades which problem is `ict.grading`'s job.
+Gold answers arrive normalised by `ict.answers.gold.normalize_gold`; the worker wraps each as
+``$<gold>$`` before parsing. Answer extraction outside math-verify lives in `ict.answers.extraction`;
+which rule grades which problem is `ict.answers.grading`'s job.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ict.extraction import BOXED_COMMANDS, sanitize_text, tail
+from ict.answers.extraction import BOXED_COMMANDS, sanitize_text, tail
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
 WORKER_START_TIMEOUT_SECONDS = 120.0
@@ -206,7 +206,7 @@ class _Worker:
         env["PYTHONPATH"] = package_root + os.pathsep + env.get("PYTHONPATH", "")
         env.setdefault("OMP_NUM_THREADS", "1")
         self.process = subprocess.Popen(
-            [sys.executable, "-c", "from ict.verify import _worker_main; _worker_main()"],
+            [sys.executable, "-c", "from ict.answers.verify import _worker_main; _worker_main()"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

@@ -60,7 +60,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ict.stats import TokenStatistics
+from ict.core.stats import TokenStatistics
 
 SCOPES = ("sequence", "group", "batch")
 POPULATIONS = ("token", *SCOPES)
@@ -136,7 +136,7 @@ def register_selector(
     """Decorator registering ``fn(inputs, **options) -> bool mask [B, T] | Selection``.
 
     ``defaults`` lists every option the selector accepts; ``js_references(options)`` says which
-    JS references (see :mod:`ict.stats`) must be computed for it; ``population`` (a name or a
+    JS references (see :mod:`ict.core.stats`) must be computed for it; ``population`` (a name or a
     function of the options) is the smallest set of rows whose tokens it ranks together:
     ``"token"`` (a per-token rule), ``"sequence"``, ``"group"`` or ``"batch"``. The first line of
     the function's docstring is its description in ``--help``.
@@ -192,7 +192,7 @@ def resolve_options(
 
 
 def required_js_references(name: str, options: dict[str, Any] | None = None) -> tuple[str, ...]:
-    """JS references that :func:`ict.stats.token_statistics` must compute for this selector."""
+    """JS references that :func:`ict.core.stats.token_statistics` must compute for this selector."""
     return tuple(_get_selector(name).js_references(resolve_options(name, options)))
 
 
@@ -268,7 +268,7 @@ def load_plugin(module: str) -> None:
 
 def _dummy_inputs() -> SelectionInputs:
     """A tiny ``[2, 3]`` batch with every JS reference, for start-up checks."""
-    from ict.stats import JS_REFERENCES
+    from ict.core.stats import JS_REFERENCES
 
     shape = (2, 3)
     zeros = torch.zeros(shape)
@@ -283,7 +283,7 @@ def check_options(name: str, options: dict[str, Any] | None = None) -> Selection
     reference that does not exist, a bad scope...): it is run once on a tiny dummy batch, so a
     bad value fails before any model is loaded. Returns that dummy `Selection` (e.g. to see
     whether the selector adds a ``kl_penalty``)."""
-    from ict.stats import JS_REFERENCES
+    from ict.core.stats import JS_REFERENCES
 
     resolved = resolve_options(name, options)
     unknown = [ref for ref in required_js_references(name, resolved) if ref not in JS_REFERENCES]

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ict.errors import UsageError
+from ict.core.errors import UsageError
 
 Prompt = str | list[dict[str, str]]
 

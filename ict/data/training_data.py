@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ict.errors import UsageError
-from ict.hub import hub_reachable
-from ict.problems import OPTION_LETTERS, Problem, choice_prompt
+from ict.core.errors import UsageError
+from ict.core.problems import OPTION_LETTERS, Problem, choice_prompt
+from ict.data.hub import hub_reachable
 
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 EVAL_SEED_OFFSET = 1_000_003
@@ -69,7 +69,7 @@ def records_to_problems(records: Sequence[dict[str, Any]], question_field: str,
 
     A question that is a list of chat messages is used as the conversation; a choices field may
     hold a list or its Python-literal string (as in MMLU copies). Math golds are normalised with
-    `ict.gold.normalize_gold` (`#### 42` -> `42`, `['$2$']` -> `2`). A row that cannot be used
+    `ict.answers.gold.normalize_gold` (`#### 42` -> `42`, `['$2$']` -> `2`). A row that cannot be used
     raises a `UsageError` naming it, unless `skipped` is a list: then the row is left out and its
     reason appended there."""
     problems = []
@@ -86,7 +86,7 @@ def records_to_problems(records: Sequence[dict[str, Any]], question_field: str,
 
 def _record_to_problem(record: dict[str, Any], question_field: str, answer_field: str,
                        choices_field: str | None, prompt_suffix: str) -> Problem:
-    from ict.gold import normalize_gold
+    from ict.answers.gold import normalize_gold
 
     try:
         question = _get_field(record, question_field)

@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from ict import selectors
-from ict.errors import UsageError
-from ict.options import default_of, option, optional_inner, parse_field
+from ict.core import selectors
+from ict.core.errors import UsageError
+from ict.core.options import default_of, option, optional_inner, parse_field
 
 # Method names that are not selector names (the only alias: the field calls GRPO "grpo").
 METHOD_ALIASES = {"grpo": "all"}

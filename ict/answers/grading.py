@@ -3,10 +3,10 @@
 Rules, picked by ``Problem.kind`` (`grade_batch`) or by name (the reward functions):
 
 * ``math`` (`grade_math_batch`): math-verify on the completion against the normalised gold,
-  under a hard time bound per check in a worker process (`ict.verify`); ``math_extraction``
+  under a hard time bound per check in a worker process (`ict.answers.verify`); ``math_extraction``
   ``anchored`` (only ``\\boxed{}`` or "the answer is"-style anchors) or ``lenient``;
 * ``choice`` (`grade_choice`): the option letter the completion commits to
-  (`ict.extraction.extract_choice_letter`) equals the gold letter;
+  (`ict.answers.extraction.extract_choice_letter`) equals the gold letter;
 * ``reasoning_gym`` (`grade_reasoning_gym`): the task's own scorer on the strictly extracted
   answer; ``answer_extraction`` ``last_number`` (the last number in the completion) or ``tag``
   (the last ``<answer></answer>`` pair, else the last ``\\boxed{}``). The scorer never sees the
@@ -23,10 +23,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ict.errors import UsageError
-from ict.extraction import extract_choice_letter, extract_last_number, extract_tagged_answer
-from ict.problems import Problem
-from ict.verify import DEFAULT_TIMEOUT_SECONDS, MATH_EXTRACTIONS, MathVerifier, default_verifier
+from ict.answers.extraction import extract_choice_letter, extract_last_number, extract_tagged_answer
+from ict.answers.verify import (
+    DEFAULT_TIMEOUT_SECONDS,
+    MATH_EXTRACTIONS,
+    MathVerifier,
+    default_verifier,
+)
+from ict.core.errors import UsageError
+from ict.core.problems import Problem
 
 ANSWER_EXTRACTIONS = ("tag", "last_number")
 """How a reasoning-gym answer is found (see the module docstring)."""
@@ -39,7 +44,7 @@ class GradingRules:
     answer_extraction: str = "tag"
     """Reasoning-gym answers: ``tag`` or ``last_number``."""
     math_extraction: str = "anchored"
-    """Math answers: ``anchored`` or ``lenient`` (`ict.verify.MathExtraction`)."""
+    """Math answers: ``anchored`` or ``lenient`` (`ict.answers.verify.MathExtraction`)."""
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
     """Hard time bound per math check in seconds (over it: incorrect, status ``timeout``)."""
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ict.benchmarks import SUITES
-from ict.eval_records import RESULTS_FILES, SAMPLES_FILE
+from ict.data.benchmarks import SUITES
+from ict.evaluation.records import RESULTS_FILES, SAMPLES_FILE
 
 
 @dataclass

@@ -27,8 +27,8 @@ import math
 
 from torch import Tensor
 
-from ict.selectors import top_fraction_mask
-from ict.stats import TokenStatistics
+from ict.core.selectors import top_fraction_mask
+from ict.core.stats import TokenStatistics
 
 DIAGNOSTIC_KEYS = (
     "above_beta_fraction",
