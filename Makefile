@@ -23,15 +23,18 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # verl 0.9.1 cannot share this environment as a whole (its extras pin torch 2.11, its core
-# transformers < 5.11), so the tests of ict.integrations.verl get its core without dependencies
-# plus what its imports need; where that install fails, those tests skip with a message.
+# transformers < 5.11), so the tests of ict.integrations.verl get its core, tensordict and
+# TransferQueue (what its default v1 trainer imports; the verl-core extra) without dependencies,
+# plus what their imports need. The stamp is written only when that install succeeded (else the
+# next `make test` tries again); where it fails, those tests skip and say why (pytest -rs).
 VERL_STAMP = $(VENV)/.ict-verl-installed
-$(VERL_STAMP): $(STAMP)
-	( $(PIP) install --quiet --no-deps verl==0.9.1 tensordict==0.10.0 && \
+$(VERL_STAMP): $(STAMP) Makefile
+	( $(PIP) install --quiet --no-deps verl==0.9.1 tensordict==0.10.0 TransferQueue==0.1.11 && \
 	  $(PIP) install --quiet ray hydra-core omegaconf codetiming cloudpickle orjson \
-	    importlib_metadata pyvers lazy-importer ) \
-	  || echo "verl not installed: tests/test_integration_verl.py will skip"
-	touch $(VERL_STAMP)
+	    importlib_metadata pyvers lazy-importer pyzmq msgspec prometheus_client cachetools \
+	    fastapi uvicorn torchdata aiohttp && \
+	  touch $(VERL_STAMP) ) \
+	  || echo "verl not installed: tests/test_integration_verl.py will skip (make test retries the install)"
 
 # Short ICT run on the offline default (SmolLM2-135M-Instruct, reasoning-gym chain_sum),
 # with held-out accuracy before and after; results in $(DEMO_DIR).

@@ -35,7 +35,7 @@ with warnings.catch_warnings():
     from verl.workers.config import FSDPActorConfig
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
     from verl.workers.utils.losses import ppo_loss
-    from verl.workers.utils.padding import left_right_2_no_padding
+    from verl.workers.utils.padding import left_right_2_no_padding, response_to_nested
 
     from ict.integrations import verl as ict_verl
 
@@ -54,15 +54,16 @@ AGGREGATIONS = {"token-mean": "token_mean", "seq-mean-token-mean": "seq_mean_tok
                 "seq-mean-token-sum-norm": "seq_mean_token_sum_norm"}
 
 
-def make_batch(seed: int = 0) -> dict[str, torch.Tensor]:
+def make_batch(seed: int = 0, response_lengths: list[int] | None = None) -> dict[str, torch.Tensor]:
     """Left-padded prompts, right-padded responses, as verl's rollout hands them over."""
+    response_lengths = RESPONSE_LENGTHS if response_lengths is None else response_lengths
     generator = torch.Generator().manual_seed(seed)
     rows = len(UIDS)
     prompts = torch.zeros(rows, PROMPT, dtype=torch.long)
     responses = torch.zeros(rows, RESPONSE, dtype=torch.long)
     attention = torch.zeros(rows, PROMPT + RESPONSE, dtype=torch.long)
     prompt_tokens = {uid: torch.randint(1, VOCAB, (PROMPT,), generator=generator) for uid in set(UIDS)}
-    for row, (uid, p_len, r_len) in enumerate(zip(UIDS, PROMPT_LENGTHS, RESPONSE_LENGTHS)):
+    for row, (uid, p_len, r_len) in enumerate(zip(UIDS, PROMPT_LENGTHS, response_lengths)):
         prompts[row, PROMPT - p_len:] = prompt_tokens[uid][:p_len]
         responses[row, :r_len] = torch.randint(1, VOCAB, (r_len,), generator=generator)
         attention[row, PROMPT - p_len: PROMPT + r_len] = 1
@@ -100,9 +101,11 @@ def actor_config(spec: str, loss_agg_mode: str = "token-mean", **policy: object)
         policy_loss=ict_verl.ICTPolicyLossConfig(loss_mode="ict", ict_selector=spec, **policy))
 
 
-def engine() -> FSDPEngineWithLMHead:
-    """verl's FSDP engine object without a model or process group (its tensor methods only)."""
+def engine(step: int | None = None) -> FSDPEngineWithLMHead:
+    """verl's FSDP engine object without a model or process group (its tensor methods only);
+    ``step``: its LR scheduler's step count (the training step)."""
     instance = object.__new__(FSDPEngineWithLMHead)
+    instance.lr_scheduler = None if step is None else SimpleNamespace(last_epoch=step)
     instance.engine_config = SimpleNamespace(entropy_checkpointing=False, entropy_from_logits_with_chunking=False)
     instance.compute_entropy_from_logits = verl_F.entropy_from_logits
     instance.use_ulysses_sp = False
@@ -113,24 +116,57 @@ def engine() -> FSDPEngineWithLMHead:
 
 
 def micro_batch(batch: dict[str, torch.Tensor], remove_padding: bool, global_batch_size: int = 6,
-                rows: slice = slice(None), dp_size: int = 1):
-    """The batch as verl's trainer hands it to the actor worker (``rows``: this rank's share)."""
-    tensors = {key: value[rows] for key, value in batch.items()}
-    proto = DataProto.from_dict(tensors=tensors, non_tensors={"uid": np.array(UIDS[rows], dtype=object)},
-                                meta_info={"temperature": TEMPERATURE})
-    data = left_right_2_no_padding(proto.to_tensordict())
+                rows: slice | list[int] = slice(None), dp_size: int = 1, v1: bool = False):
+    """The batch as verl's trainer hands it to the actor worker (``rows``: this rank's share).
+    ``v1=False``: the v0 trainer's padded ``DataProto`` through ``left_right_2_no_padding``;
+    ``v1=True``: the v1 trainer's format (:func:`v1_batch`)."""
+    if v1:
+        data = v1_batch(batch, rows)
+    else:
+        tensors = {key: value[rows] for key, value in batch.items()}
+        uids = np.array(UIDS, dtype=object)[rows]
+        proto = DataProto.from_dict(tensors=tensors, non_tensors={"uid": uids},
+                                    meta_info={"temperature": TEMPERATURE})
+        data = left_right_2_no_padding(proto.to_tensordict())
     tu.assign_non_tensor(data, use_remove_padding=remove_padding, calculate_entropy=True,
                          global_batch_size=global_batch_size, dp_size=dp_size,
                          batch_num_tokens=int(batch["response_mask"].sum()))
     return data
 
 
+def v1_batch(batch: dict[str, torch.Tensor], rows: slice | list[int]):
+    """verl v1's worker input: each sample's unpadded fields as its agent loop puts them into
+    TransferQueue (verl's ``list_of_dict_to_tensordict``, jagged nested tensors), advantages and
+    old log-probs as its trainer writes them back (``response_to_nested``), the temperature as
+    its ``extra_info``."""
+    rows = list(range(len(UIDS)))[rows] if isinstance(rows, slice) else list(rows)
+    samples = []
+    for row in rows:
+        attended = batch["attention_mask"][row].bool()
+        prompt = batch["prompts"][row][attended[:PROMPT]]
+        response = batch["responses"][row][attended[PROMPT:]]
+        input_ids = torch.cat([prompt, response])
+        samples.append({"prompts": prompt, "responses": response, "input_ids": input_ids,
+                        "attention_mask": torch.ones_like(input_ids), "position_ids": torch.arange(len(input_ids)),
+                        "response_mask": torch.ones_like(response), "uid": UIDS[row]})
+    data = tu.list_of_dict_to_tensordict(samples)
+    for key in ("prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask"):
+        data[key] = torch.nested.as_nested_tensor([sample[key] for sample in samples], layout=torch.jagged)
+    for key in ("advantages", "old_log_probs"):
+        data[key] = response_to_nested(batch[key][rows], data["response_mask"])
+    tu.assign_non_tensor(data, temperature=TEMPERATURE)
+    return data
+
+
 def verl_loss(spec: str, remove_padding: bool, loss_agg_mode: str = "token-mean",
-              rows: slice = slice(None), dp_group: object = None, **policy: object):
+              rows: slice | list[int] = slice(None), dp_group: object = None, step: int | None = None,
+              response_lengths: list[int] | None = None, pad_to_length: int = 0, v1: bool = False,
+              **policy: object):
     """verl's path: prepare inputs -> model -> prepare outputs (our hook) -> ppo_loss -> "ict"."""
-    batch, model, config = make_batch(), ToyLM(), actor_config(spec, loss_agg_mode, **policy)
+    batch, model, config = make_batch(response_lengths=response_lengths), ToyLM(), actor_config(spec, loss_agg_mode, **policy)
     dp_size = 1 if dp_group is None else torch.distributed.get_world_size(dp_group)
-    data, fsdp = micro_batch(batch, remove_padding, rows=rows, dp_size=dp_size), engine()
+    data, fsdp = micro_batch(batch, remove_padding, rows=rows, dp_size=dp_size, v1=v1), engine(step)
+    fsdp.pad_to_length, fsdp.pad_to_length_bucket = bool(pad_to_length), pad_to_length
     fsdp.get_data_parallel_group = lambda: dp_group
     inputs, output_args = fsdp.prepare_model_inputs(data)
     output = model(**inputs)
@@ -142,10 +178,15 @@ def verl_loss(spec: str, remove_padding: bool, loss_agg_mode: str = "token-mean"
 
 
 def reference_loss(spec: str, loss_agg_mode: str = "token-mean", denominator: str = "selected",
-                   clip_ratio_c: float | None = None, generator: torch.Generator | None = None):
-    """Independent of verl: padded logits, column P + t - 1 predicts response token t."""
-    batch, model = make_batch(), ToyLM()
-    logits = model(batch["input_ids"], batch["position_ids"]).logits[:, PROMPT - 1: PROMPT + RESPONSE - 1]
+                   clip_ratio_c: float | None = None, generator: torch.Generator | None = None,
+                   response_lengths: list[int] | None = None):
+    """Independent of verl: padded logits, column P + t - 1 predicts response token t; the
+    responses padded to the longest one (a random draw depends on the padded width)."""
+    batch, model = make_batch(response_lengths=response_lengths), ToyLM()
+    width = max(RESPONSE_LENGTHS if response_lengths is None else response_lengths)
+    logits = model(batch["input_ids"], batch["position_ids"]).logits[:, PROMPT - 1: PROMPT + width - 1]
+    batch = {key: value[:, :width] if key in ("responses", "response_mask", "advantages", "old_log_probs")
+             else value for key, value in batch.items()}
     name, options = parse_token_selector(spec)
     mask = batch["response_mask"].bool()
     group_ids = torch.tensor([0, 0, 0, 1, 1, 1])
@@ -173,10 +214,11 @@ SELECTORS = [
 ]
 
 
-@pytest.mark.parametrize("remove_padding", [True, False], ids=["rmpad", "padded"])
+@pytest.mark.parametrize(("remove_padding", "v1"), [(True, False), (False, False), (True, True), (False, True)],
+                         ids=["v0-rmpad", "v0-padded", "v1-rmpad", "v1-padded"])
 @pytest.mark.parametrize("spec", SELECTORS)
-def test_verl_loss_equals_ict_policy_loss(spec: str, remove_padding: bool) -> None:
-    loss, grad, metrics = verl_loss(spec, remove_padding)
+def test_verl_loss_equals_ict_policy_loss(spec: str, remove_padding: bool, v1: bool) -> None:
+    loss, grad, metrics = verl_loss(spec, remove_padding, v1=v1)
     expected, expected_grad, selection = reference_loss(spec)
     assert torch.allclose(loss, expected, atol=1e-6, rtol=0), (float(loss), float(expected))
     assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0)
@@ -191,13 +233,34 @@ def test_verl_loss_equals_ict_policy_loss(spec: str, remove_padding: bool) -> No
 
 
 @pytest.mark.parametrize("spec", ["random:ratio=0.3", "clip_cov:ratio=0.2,cov_low=-100,cov_high=100"])
-def test_randomised_selectors_use_the_documented_seed(spec: str) -> None:
-    seed = ict_verl.selection_seed(7, ict_verl.selection_counter[0])
-    loss, grad, _ = verl_loss(spec, True, ict_seed=7)
-    expected, expected_grad, selection = reference_loss(spec, generator=torch.Generator().manual_seed(seed))
+def test_randomised_selectors_use_the_documented_seed(spec: str, monkeypatch) -> None:
+    """The n-th selection of training step s (the LR scheduler's step count, which a resume
+    restores) draws with selection_seed(ict_seed, s, n): a resumed process draws what the
+    original run drew at that step, and no two steps share a draw."""
+    monkeypatch.setattr(ict_verl, "_selections", {"step": -1, "index": 0})
+    for step, index in [(5, 0), (5, 1), (6, 0)]:
+        seed = ict_verl.selection_seed(7, step, index)
+        loss, grad, _ = verl_loss(spec, True, ict_seed=7, step=step, v1=True)
+        expected, expected_grad, selection = reference_loss(spec, generator=torch.Generator().manual_seed(seed))
+        assert torch.allclose(loss, expected, atol=1e-6, rtol=0), (step, index)
+        assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0)
+        assert 0 < selection.mask.sum() < make_batch()["response_mask"].sum()
+    # a resumed process (fresh module state) at step 5 draws step 5's first mask again
+    monkeypatch.setattr(ict_verl, "_selections", {"step": -1, "index": 0})
+    loss, _, _ = verl_loss(spec, True, ict_seed=7, step=5)
+    expected, _, _ = reference_loss(spec, generator=torch.Generator().manual_seed(ict_verl.selection_seed(7, 5, 0)))
     assert torch.allclose(loss, expected, atol=1e-6, rtol=0)
-    assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0)
-    assert 0 < selection.mask.sum() < make_batch()["response_mask"].sum()
+    seeds = {ict_verl.selection_seed(7, step, index) for step in range(50) for index in range(50)}
+    assert len(seeds) == 2500
+
+
+def test_pad_to_length_strips_the_packed_padding() -> None:
+    """verl's pad_to_length appends tokens to the packed sequence (bucket 16: 43 -> 48 rows)."""
+    for spec in ["ict:reference=group_mean,ratio=0.3", "entropy:ratio=0.2"]:
+        loss, grad, _ = verl_loss(spec, True, pad_to_length=16, v1=True)
+        expected, expected_grad, _ = reference_loss(spec)
+        assert torch.allclose(loss, expected, atol=1e-6, rtol=0)
+        assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("loss_agg_mode", list(AGGREGATIONS))
@@ -280,26 +343,39 @@ def test_several_micro_batches_select_on_the_whole_mini_batch(spec, dynamic, sin
         tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=3)
     forwards = []
     model.register_forward_hook(lambda module, args, output: forwards.append(1))
+    ict_verl._selections.update(step=-1, index=0)
     fsdp.forward_backward_batch(data, partial(ppo_loss, config=config))
-    generator = torch.Generator().manual_seed(ict_verl.selection_seed(0, ict_verl.selection_counter[0] - 1))
+    generator = torch.Generator().manual_seed(ict_verl.selection_seed(0, 0, 0))
     _, expected_grad, _ = reference_loss(spec, generator=generator)
     assert torch.allclose(model.token.grad, expected_grad, atol=1e-6, rtol=0)
     assert len(forwards) >= 4 and len(forwards) % 2 == 0  # scoring pass + training pass
 
 
 TWO_RANK_SPECS = ["ict:reference=group_mean,ratio=0.3", "stapo:tau_p=0.1,quantile=0.75", "random:ratio=0.3"]
+# responses of prompt p0 are at most 5 tokens long, those of p1 at most 4: under v1 each rank's
+# micro-batch is padded to its own longest response, so the two ranks hold [3, 5] and [3, 4]
+TWO_RANK_LENGTHS = [5, 3, 5, 1, 4, 4]
+
+
+def v1_rank_rows(world: int) -> list[list[int]]:
+    """Each rank's rows in verl v1's dispatch after ict's whole-group balancing (verl's
+    ``get_seqlen_balanced_partitions`` over the groups' ``calculate_workload``)."""
+    seq_lens = [p + r for p, r in zip(PROMPT_LENGTHS, TWO_RANK_LENGTHS)]
+    order = ict_verl.group_balanced_order(UIDS, seq_lens, world, GROUP)
+    share = len(order) // world
+    return [order[rank * share:(rank + 1) * share] for rank in range(world)]
 
 
 def _rank_main(rank: int, world: int, store: str, out: str) -> None:
-    """One data-parallel rank: its 3 rows (one group), verl's loss per spec, gradients averaged
-    over the ranks as FSDP does."""
+    """One data-parallel rank: its rows of the v1-balanced batch (one whole group, its own
+    response width), verl's loss per spec, gradients averaged over the ranks as FSDP does."""
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
-        share, grads = len(UIDS) // world, []
+        rows, grads = v1_rank_rows(world)[rank], []
         for spec in TWO_RANK_SPECS:
-            _, grad, _ = verl_loss(spec, True, rows=slice(rank * share, (rank + 1) * share),
-                                   dp_group=torch.distributed.group.WORLD)
+            _, grad, _ = verl_loss(spec, True, rows=rows, dp_group=torch.distributed.group.WORLD,
+                                   response_lengths=TWO_RANK_LENGTHS, v1=True)
             torch.distributed.all_reduce(grad)
             grads.append(grad / world)
         if rank == 0:
@@ -309,16 +385,75 @@ def _rank_main(rank: int, world: int, store: str, out: str) -> None:
 
 
 @pytest.mark.slow
-def test_two_ranks_update_like_the_whole_batch(tmp_path) -> None:
-    """2 gloo processes, 3 rows each: the FSDP-averaged gradient is the whole mini-batch's, for a
-    group_mean, a batch-quantile and a random selection (both ranks draw the same mask: the n-th
-    micro-batch's seed)."""
+def test_two_ranks_of_different_widths_update_like_the_whole_batch(tmp_path) -> None:
+    """2 gloo processes with response widths 5 and 4: the scores are padded to the all-reduced
+    widest response before the gather, and the FSDP-averaged gradient is the whole mini-batch's,
+    for a group_mean, a batch-quantile and a random selection (both ranks draw the same mask)."""
+    widths = sorted(max(TWO_RANK_LENGTHS[row] for row in rows) for rows in v1_rank_rows(2))
+    assert widths == [4, 5]
     out = tmp_path / "grads.pt"
     torch.multiprocessing.spawn(_rank_main, args=(2, str(tmp_path / "store"), str(out)), nprocs=2)
     for index, (spec, grad) in enumerate(zip(TWO_RANK_SPECS, torch.load(out), strict=True)):
-        generator = torch.Generator().manual_seed(ict_verl.selection_seed(0, index))
-        _, expected_grad, _ = reference_loss(spec, generator=generator)
+        generator = torch.Generator().manual_seed(ict_verl.selection_seed(0, 0, index))
+        _, expected_grad, _ = reference_loss(spec, generator=generator, response_lengths=TWO_RANK_LENGTHS)
         assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0), spec
+
+
+def _v1_trainer(trainer_base, loss_mode: str, selector: str, mini_batch: int = 2):
+    """verl v1's PPOTrainer state that ``_balance_batch`` reads: 2 data-parallel ranks, G=2."""
+    import types
+
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.create({
+        "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": mini_batch, "policy_loss": {
+            "loss_mode": loss_mode, "ict_selector": selector}}, "rollout": {"n": 2}},
+        "trainer": {"critic_warmup": 0}})
+    trainer = SimpleNamespace(config=config, use_critic=False, global_steps=1, tokenizer=SimpleNamespace(eos_token_id=0),
+                              actor_rollout_wg=SimpleNamespace(_dispatch_info={"actor": [0, 1]}))
+    trainer._get_required_batch_multiple = types.MethodType(trainer_base.PPOTrainer._get_required_batch_multiple, trainer)
+    return trainer
+
+
+def test_v1_balance_keeps_whole_groups_on_each_rank() -> None:
+    """verl v1's own ``PPOTrainer._balance_batch`` (ict wraps it): for a group selector each
+    rank's contiguous share is whole groups, as balanced as whole groups allow (brute force over
+    all splits, verl's workload 24576 s + s^2); for verl's own loss it still balances single
+    sequences, which splits groups (why group_mean needs the wrapper)."""
+    trainer_base = pytest.importorskip(
+        "verl.trainer.ppo.v1.trainer_base",
+        reason="verl's v1 trainer imports transfer_queue (verl's verl-core extra); docs/scaling.md, section verl")
+    from transfer_queue import KVBatchMeta
+
+    seq_len = {"a": 100, "b": 90, "c": 20, "d": 10}
+    keys = [f"{uid}_{session}_0" for uid in "cadb" for session in range(2)]
+
+    def balanced(loss_mode: str, selector: str) -> tuple[list[str], dict]:
+        batch = KVBatchMeta(keys=list(keys), tags=[{"seq_len": seq_len[key[0]]} for key in keys], partition_id="train")
+        metrics: dict = {}
+        trainer_base.PPOTrainer._balance_batch(_v1_trainer(trainer_base, loss_mode, selector), batch, metrics)
+        return [key[0] for key in batch.keys], metrics
+
+    def workload(uids: list[str]) -> int:
+        return sum(24576 * seq_len[uid] + seq_len[uid] ** 2 for uid in uids)
+
+    for selector in ["ict:reference=group_mean,ratio=0.1", "ict:reference=seq_mean,scope=group"]:
+        uids, metrics = balanced("ict", selector)
+        ranks = [uids[:4], uids[4:]]
+        assert set(ranks[0]).isdisjoint(ranks[1]) and all(a == b for a, b in zip(uids[::2], uids[1::2])), uids
+        best = min(max(workload(2 * pair), workload(2 * [u for u in "abcd" if u not in pair]))
+                   for pair in [("a", "b"), ("a", "c"), ("a", "d")])
+        assert max(workload(rank) for rank in ranks) == best
+        assert "global_seqlen/min" in metrics
+    uids, _ = balanced("vanilla", "all")
+    assert not set(uids[:4]).isdisjoint(uids[4:])  # verl's sequence balancing splits a group
+    uids, _ = balanced("ict", "entropy:ratio=0.2")  # no group statistics: verl's balancing
+    assert not set(uids[:4]).isdisjoint(uids[4:])
+    with pytest.raises(UsageError, match="ppo_mini_batch_size .1. a multiple of the 2 data-parallel ranks"):
+        batch = KVBatchMeta(keys=list(keys), tags=[{"seq_len": 1} for _ in keys], partition_id="train")
+        trainer_base.PPOTrainer._balance_batch(_v1_trainer(trainer_base, "ict", "ict", mini_batch=1), batch, {})
+    with pytest.raises(UsageError, match="prompt count divisible by the 2 data-parallel ranks; got 3 prompts"):
+        ict_verl.group_balanced_order(list("aabbcc"), [1] * 6, 2, 2)
 
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "verl" / "run_gsm8k.sh"
@@ -346,7 +481,11 @@ def test_launch_script_builds_our_config_in_verl(method: str) -> None:
     assert actor.policy_loss.loss_mode == "ict"
     assert parse_token_selector(actor.policy_loss.ict_selector)[0] == METHODS[method]
     assert actor.ppo_micro_batch_size_per_gpu % actor.rollout_n == 0 and not actor.use_dynamic_bsz
-    assert config.trainer.balance_batch is False and actor.rollout_n == 8
+    assert actor.rollout_n == 8
+    # verl's default (v1) trainer, with ict loaded in every Ray process (its balancing wrapped)
+    assert config.trainer.use_v1 is True
+    assert config.ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES == "ict.integrations.verl"
+    assert f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES={ict_verl.__name__}" == ict_verl.V1_OVERRIDE
 
 
 def test_launch_script_refuses_unknown_method() -> None:

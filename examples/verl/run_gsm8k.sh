@@ -32,8 +32,11 @@ case "$METHOD" in
 esac
 
 # Whole groups on every GPU and in every micro-batch (group_mean compares the completions of a
-# prompt position by position). The selection always ranks the whole mini-batch, as `ict train`
-# does: with several micro-batches per GPU the integration adds one no-grad scoring forward.
+# prompt position by position). verl's default (v1) trainer balances single sequences across GPUs;
+# the VERL_USE_EXTERNAL_MODULES override below loads ict.integrations.verl in verl's trainer too,
+# which then balances whole prompts instead (with trainer.use_v1=False, trainer.balance_batch=False
+# does it). The selection always ranks the whole mini-batch, as `ict train` does: with several
+# micro-batches per GPU the integration adds one no-grad scoring forward.
 SHARE=$(( MINI_BATCH * ROLLOUT_N / N_GPUS ))
 if (( TRAIN_BATCH % N_GPUS || MINI_BATCH % N_GPUS || TRAIN_BATCH % MINI_BATCH || MICRO % ROLLOUT_N || SHARE % MICRO )); then
   echo "need TRAIN_BATCH and MINI_BATCH multiples of N_GPUS ($N_GPUS), TRAIN_BATCH of MINI_BATCH, MICRO of ROLLOUT_N and MINI_BATCH*ROLLOUT_N/N_GPUS ($SHARE) of MICRO ($MICRO)" >&2
@@ -77,6 +80,7 @@ ARGS=(
   actor_rollout_ref.rollout.gpu_memory_utilization=0.5
   actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16
   actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16
+  +ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=ict.integrations.verl
   trainer.balance_batch=False
   trainer.critic_warmup=0
   trainer.logger='["console"]'

@@ -1,11 +1,13 @@
 """Every ict token selector inside verl 0.9 (FSDP engine), as the policy loss ``"ict"``.
 
-Usage (verl's own launcher; the overrides load this module in every Ray worker)::
+Usage (verl's own launcher and its default v1 trainer; the overrides load this module in every
+Ray process, verl's trainer included)::
 
     python -m verl.trainer.main_ppo ... \\
         actor_rollout_ref.actor.policy_loss._target_=ict.integrations.verl.ICTPolicyLossConfig \\
         actor_rollout_ref.actor.policy_loss.loss_mode=ict \\
-        +actor_rollout_ref.actor.policy_loss.ict_selector="'ict:reference=group_mean,ratio=0.1'"
+        +actor_rollout_ref.actor.policy_loss.ict_selector="'ict:reference=group_mean,ratio=0.1'" \\
+        +ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=ict.integrations.verl
 
 How it plugs in (no verl file is changed or copied):
 
@@ -24,17 +26,26 @@ How it plugs in (no verl file is changed or copied):
   :func:`ict.core.stats.token_statistics` computes log-probs, entropy, Renyi-2 and the selector's JS
   scores without gradient, at the rollout temperature. ``group_mean`` groups are the rows with
   equal verl ``uid`` (the ``rollout.n`` completions of one prompt).
+- Whole groups under verl's v1 trainer: v1 balances single sequences across the data-parallel
+  ranks (``PPOTrainer._balance_batch``), which splits a prompt's completions. The
+  ``VERL_USE_EXTERNAL_MODULES`` override imports this module in verl's trainer process, where it
+  wraps that method: for a selector that needs groups (:func:`needs_whole_groups`) it balances
+  whole prompts with verl's own ``get_seqlen_balanced_partitions`` (:func:`group_balanced_order`),
+  so every rank's share, mini-batch and micro-batch (sizes multiples of ``rollout.n``, no shuffle)
+  holds whole groups and the scores below are exact; otherwise verl's balancing is unchanged.
+  Under ``trainer.use_v1=False`` ``trainer.balance_batch=False`` keeps the groups together.
 - Population: a selector ranks the whole mini-batch, as in ``ict train``. When a rank's
   mini-batch share is one micro-batch, the ``[B, T]`` statistics, masks, advantages, old
   log-probs, token ids and uids of every data-parallel rank are all-gathered right there (scores
-  only, never distributions); each rank runs :func:`ict.core.selectors.select` on the gathered
+  only, never distributions; padded first to the widest response of all ranks, since v1 pads each
+  micro-batch to its own longest); each rank runs :func:`ict.core.selectors.select` on the gathered
   mini-batch and keeps its rows. When it is several micro-batches (``ppo_micro_batch_size_per_gpu``
   smaller, or ``use_dynamic_bsz``), a wrapper of the engine's ``forward_backward_batch`` first
   runs verl's own forward-only pass over the same micro-batches with a scoring loss (one extra
   no-grad forward per mini-batch, like ``ict train``'s scoring pass), selects once on the gathered
   mini-batch, then runs the training pass, whose micro-batches take their rows of that selection.
-  Randomised selectors get one generator seeded identically on every rank
-  (:func:`selection_seed`).
+  Randomised selectors get one generator seeded identically on every rank and after a resume
+  (:func:`selection_seed` of the training step, read from the actor's LR scheduler).
 - Loss: verl's unchanged ``ppo_loss`` calls ``get_policy_loss_fn("ict")``, i.e.
   :func:`compute_policy_loss_ict`, with verl's differentiable ``log_prob``; it takes the
   selection of this micro-batch and returns :func:`ict.core.loss.policy_loss` (one implementation of
@@ -51,14 +62,17 @@ How it plugs in (no verl file is changed or copied):
   ``regularizer_tokens="all"``).
 
 Requirements (each refused with a one-line error naming the setting): ``group_mean`` needs the
-``rollout.n`` rows of each uid in one micro-batch (``trainer.balance_batch=False``,
-``actor.shuffle=False``, ``use_dynamic_bsz=False``, ``ppo_micro_batch_size_per_gpu`` a multiple
-of ``rollout.n``); materialised logits (``use_fused_kernels=False``); no Ulysses sequence
+``rollout.n`` rows of each uid in one micro-batch (v1: this module loaded in the trainer, no
+padding rows, ``ppo_mini_batch_size`` a multiple of the GPU count; v0: ``trainer.balance_batch=False``;
+both: ``actor.shuffle=False``, ``use_dynamic_bsz=False``, ``ppo_micro_batch_size_per_gpu`` a
+multiple of ``rollout.n``); materialised logits (``use_fused_kernels=False``); no Ulysses sequence
 parallelism; one temperature; no rollout importance weights; ``loss_agg_mode`` not
 ``token-sum`` / ``seq-mean-token-sum``.
 
 Not supported: Megatron (vocabulary-parallel logits would need an all-reduce of the per-shard
 sums; the loss refuses to run without this module's FSDP hook), the ``ref`` JS reference.
+``pad_to_length`` (a bucket-padded packed sequence) is supported: the padding rows are stripped
+before scoring, as verl's own output path does.
 Memory: the response logits are copied once into ``[B, T, V]`` (in the logits' dtype) per micro-batch.
 """
 
@@ -75,6 +89,11 @@ import verl
 from torch import Tensor
 from verl.trainer.ppo.core_algos import register_policy_loss
 from verl.utils import tensordict_utils as tu
+from verl.utils.seqlen_balancing import (
+    calculate_workload,
+    get_seqlen_balanced_partitions,
+    log_seqlen_unbalance,
+)
 from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 from verl.workers.utils.padding import no_padding_2_padding
@@ -84,17 +103,26 @@ from ict.core.loss import TOKEN_SETS, PolicyLossConfig, aggregation_weight, poli
 from ict.core.selectors import (
     Selection,
     SelectionInputs,
+    ranking_population,
     required_js_references,
     select,
 )
 from ict.core.stats import TokenStatistics, token_statistics
 from ict.integrations import parse_token_selector
+from ict.training.trainer import step_seed
+
+try:  # verl's default (v1) trainer; it imports transfer_queue (the verl-core extra)
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer as V1Trainer
+except ImportError:  # then v1 cannot run in this environment either
+    V1Trainer = None
 
 if not str(getattr(verl, "__version__", "")).startswith("0.9."):
     warnings.warn(f"ict.integrations.verl is written for verl 0.9 (found {getattr(verl, '__version__', '?')}): "
                   "its engine hook may not match", stacklevel=2)
 
 LOSS_NAME = "ict"
+# the hydra override that imports this module in every Ray process, verl's trainer included
+V1_OVERRIDE = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=ict.integrations.verl"
 # verl's loss_agg_mode -> ict.core.loss aggregation
 AGGREGATIONS = {
     "token-mean": "token_mean",
@@ -114,9 +142,9 @@ class ICTPolicyLossConfig(VerlPolicyLossConfig):
         ict_denominator: ``"selected"`` (ours: normalise by the selected tokens) or ``"all"``
             (response tokens, TRL's ``top_entropy_quantile`` convention).
         ict_dual_clip: apply verl's ``actor.clip_ratio_c`` dual clip (ict's default: off).
-        ict_seed: seed of the selection generator (``random``, ``clip_cov``); the n-th training
-            micro-batch of a process uses :func:`selection_seed` ``(ict_seed, n)`` on every rank
-            (a selector's own ``seed`` option is not used).
+        ict_seed: seed of the selection generator (``random``, ``clip_cov``): the n-th selection
+            of training step s uses :func:`selection_seed` ``(ict_seed, s, n)`` on every rank and
+            after a resume (a selector's own ``seed`` option is not used).
     """
 
     ict_selector: str = "ict:reference=group_mean,ratio=0.1"
@@ -177,14 +205,31 @@ class MicroBatchSelection:
 _pending: list[MicroBatchSelection] = []  # the current micro-batch's, for compute_policy_loss_ict
 _queue: list[MicroBatchSelection] = []  # the mini-batch's, made by the scoring pass
 _scored: list[MicroBatchScores] = []  # filled by the scoring pass
-# selections made by this process so far (one per mini-batch): the n of selection_seed
-selection_counter = [0]
+# the training step of the last selection and how many selections it has made (see selection_seed)
+_selections = {"step": -1, "index": 0}
 
 
-def selection_seed(seed: int, selection: int) -> int:
-    """Seed of the generator of this process's ``selection``-th selection (one per mini-batch,
-    counted from 0; equal on every rank)."""
-    return int(seed) * 1_000_003 + int(selection)
+def selection_seed(seed: int, step: int, index: int) -> int:
+    """Seed of the generator of the ``index``-th selection (one per mini-batch and PPO epoch,
+    counted from 0) of training step ``step``: equal on every rank, and after a resume (``step``
+    is the actor's learning-rate scheduler step count, which verl's checkpoint restores). The
+    formula of ``ict train``'s ``index``-th update of a step."""
+    return step_seed(int(seed), int(step), 2) + 1000 * int(index)
+
+
+def training_step(engine: Any) -> int:
+    """Completed training steps of verl's engine: its LR scheduler's ``last_epoch`` (one
+    scheduler step per ``update_actor`` call; 0 without a scheduler)."""
+    scheduler = getattr(engine, "lr_scheduler", None)
+    return int(getattr(scheduler, "last_epoch", 0) or 0) if scheduler is not None else 0
+
+
+def _next_selection_seed(seed: int, step: int) -> int:
+    if _selections["step"] != step:
+        _selections.update(step=step, index=0)
+    index = _selections["index"]
+    _selections["index"] = index + 1
+    return selection_seed(seed, step, index)
 
 
 def _padded(tensor: Tensor, length: int) -> Tensor:
@@ -274,8 +319,9 @@ def score_micro_batch(
         if isinstance(expected, int) and bool((torch.bincount(group_ids) != expected).any()):
             raise UsageError(
                 f"the group_mean reference needs whole groups ({expected} rows per uid) in each "
-                "micro-batch: set trainer.balance_batch=False, actor.shuffle=False, "
-                "actor.use_dynamic_bsz=False and ppo_micro_batch_size_per_gpu a multiple of rollout.n")
+                "micro-batch: set actor.shuffle=False, actor.use_dynamic_bsz=False, "
+                "ppo_micro_batch_size_per_gpu a multiple of rollout.n, and load ict in verl's trainer "
+                f"({V1_OVERRIDE}; with trainer.use_v1=False: trainer.balance_batch=False)")
     with torch.no_grad():
         response_logits = logits.detach()[torch.where(response_mask, index, torch.zeros_like(index))]
         stats = token_statistics(response_logits, token_ids, response_mask, temperature=_temperature(micro_batch),
@@ -290,14 +336,20 @@ def score_micro_batch(
 
 
 def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
-                      dp_group: Any = None) -> list[MicroBatchSelection]:
+                      dp_group: Any = None, step: int = 0) -> list[MicroBatchSelection]:
     """Select once on the whole mini-batch: this rank's micro-batches ``parts`` and those of every
-    rank of ``dp_group`` (all-gathered ``[B, T]`` scores); returns each part's rows of the mask
-    and its loss scale ``dp * w_part / W``."""
+    rank of ``dp_group`` (all-gathered ``[B, T]`` scores, padded to the widest response of all
+    ranks: verl pads each micro-batch to its own longest); returns each part's rows of the mask
+    and its loss scale ``dp * w_part / W``. ``step``: the training step (:func:`selection_seed`)."""
     name, options = _selector(actor_config)
     references = required_js_references(name, options)
     length = max(part.response_mask.shape[1] for part in parts)
     device = parts[0].response_mask.device
+    world = _world(dp_group)
+    if world > 1:
+        width = torch.tensor([length], device=device)
+        torch.distributed.all_reduce(width, op=torch.distributed.ReduceOp.MAX, group=dp_group)
+        length = int(width)
 
     def cat(field: str) -> Tensor:
         return torch.cat([_padded(getattr(part, field), length) for part in parts])
@@ -308,7 +360,6 @@ def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
     response_mask, token_ids = cat("response_mask"), cat("token_ids")
     uids = [uid for part in parts for uid in part.uids]
     rows = len(uids)
-    world = _world(dp_group)
     rank = torch.distributed.get_rank(dp_group) if world > 1 else 0
     if world > 1:
         counts = _all_gather(torch.tensor([rows], device=device), dp_group, world)
@@ -327,8 +378,7 @@ def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
     all_mask = all_mask.bool()
 
     generator = torch.Generator(device=device).manual_seed(
-        selection_seed(getattr(actor_config.policy_loss, "ict_seed", 0), selection_counter[0]))
-    selection_counter[0] += 1
+        _next_selection_seed(getattr(actor_config.policy_loss, "ict_seed", 0), step))
     loss_config = loss_config_of(actor_config, actor_config.loss_agg_mode)
     selection = select(name, SelectionInputs(
         stats=TokenStatistics(log_probs, entropy, renyi2, dict(zip(references, js))),
@@ -402,14 +452,19 @@ def _prepare_model_outputs(self: Any, output: Any, output_args: Any, micro_batch
     if hasattr(logits, "full_tensor"):  # tensor-parallel DTensor, sharded over the vocabulary
         logits = logits.full_tensor()
     if tu.get_non_tensor_data(data=micro_batch, key="use_remove_padding", default=True):
+        # pad_to_length appends output_args["pad_size"] tokens to the packed sequence: strip them
+        # as verl's own _gather_and_unpad_packed does (Ulysses is refused above)
+        pad_size = int(output_args.get("pad_size", 0) or 0) if isinstance(output_args, dict) else 0
         rows, packed_to_row = logits.squeeze(0), None
+        rows = rows[: rows.shape[0] - pad_size]
     else:
         rows, packed_to_row = _packed_rows(logits, micro_batch)
     scores = score_micro_batch(rows, micro_batch, actor_config, packed_to_row)
     if scoring:
         _scored.append(scores)
     else:  # the micro-batch is the whole mini-batch share of this rank
-        _pending.extend(select_mini_batch([scores], actor_config, self.get_data_parallel_group()))
+        _pending.extend(select_mini_batch([scores], actor_config, self.get_data_parallel_group(),
+                                          training_step(self)))
     return model_output
 
 
@@ -432,7 +487,8 @@ def _forward_backward_batch(self: Any, data: Any, loss_function: Any, forward_on
     _queue.clear()
     try:
         _original_forward_backward_batch(self, data, partial(_score_only, config=actor_config), True)
-        _queue.extend(select_mini_batch(_scored, actor_config, self.get_data_parallel_group()))
+        _queue.extend(select_mini_batch(_scored, actor_config, self.get_data_parallel_group(),
+                                        training_step(self)))
         _scored.clear()
         output = _original_forward_backward_batch(self, data, loss_function, forward_only)
         if _queue:
@@ -441,6 +497,63 @@ def _forward_backward_batch(self: Any, data: Any, loss_function: Any, forward_on
     finally:
         _scored.clear()
         _queue.clear()
+
+
+def needs_whole_groups(name: str, options: dict[str, Any]) -> bool:
+    """Whether selector ``name`` needs each prompt's completions together: the ``group_mean`` JS
+    reference (scored per micro-batch) or the ``group`` ranking population."""
+    return "group_mean" in required_js_references(name, options) or ranking_population(name, options) == "group"
+
+
+def group_balanced_order(uids: list[Any], seq_lens: list[int], dp_size: int, group_size: int) -> list[int]:
+    """Row order for verl's v1 dispatch (rank ``r`` takes the ``r``-th of ``dp_size`` equal
+    contiguous shares) in which every uid's rows are contiguous and on one rank, the ranks balanced
+    by verl's own ``get_seqlen_balanced_partitions`` over whole groups (workload: verl's
+    ``calculate_workload`` of each row's sequence length, summed per group)."""
+    groups: dict[Any, list[int]] = {}
+    for row, uid in enumerate(uids):
+        groups.setdefault(uid, []).append(row)
+    sizes = sorted({len(rows) for rows in groups.values()})
+    if sizes != [group_size] or len(groups) % dp_size:
+        raise UsageError(
+            f"ict's group selectors under verl's v1 trainer need rollout.n={group_size} rows per prompt and a "
+            f"prompt count divisible by the {dp_size} data-parallel ranks; got {len(groups)} prompts with "
+            f"{sizes} rows (padded or filtered batches are not supported)")
+    members = list(groups.values())
+    workload = calculate_workload(torch.tensor(seq_lens, dtype=torch.int64))
+    group_workloads = [int(workload[rows].sum()) for rows in members]
+    partitions = get_seqlen_balanced_partitions(group_workloads, k_partitions=dp_size, equal_size=True)
+    return [row for partition in partitions for group in partition for row in members[group]]
+
+
+def _balance_batch_v1(self: Any, batch: Any, metrics: dict, logging_prefix: str = "global_seqlen",
+                      keep_minibatch: bool = False) -> Any:
+    """verl v1's ``PPOTrainer._balance_batch``; for an ``ict`` loss whose selector needs whole
+    groups, balance whole groups instead of single sequences (:func:`group_balanced_order`)."""
+    actor = self.config.actor_rollout_ref.actor
+    policy = actor.get("policy_loss", {}) or {}
+    if policy.get("loss_mode", "vanilla") != LOSS_NAME or not needs_whole_groups(
+            *parse_token_selector(policy.get("ict_selector", ICTPolicyLossConfig.ict_selector))):
+        return _original_balance_batch(self, batch, metrics, logging_prefix, keep_minibatch)
+    worker_group = self.actor_rollout_wg
+    if "actor" not in worker_group._dispatch_info:
+        worker_group._dispatch_info["actor"] = worker_group._query_dispatch_info("actor")
+    dp_size = max(worker_group._dispatch_info["actor"]) + 1
+    multiple = self._get_required_batch_multiple(dp_size)
+    if len(batch) % multiple or int(actor.ppo_mini_batch_size) % dp_size:
+        raise UsageError(
+            f"ict's group selectors under verl's v1 trainer need whole prompts on every GPU: a batch of "
+            f"{len(batch)} rows must be a multiple of {multiple} (no padding rows) and ppo_mini_batch_size "
+            f"({actor.ppo_mini_batch_size}) a multiple of the {dp_size} data-parallel ranks")
+    uids = [str(key).rsplit("_", 2)[0] for key in batch.keys]  # v1's keys: {uid}_{session}_{index}
+    seq_lens = [int(tag["seq_len"]) for tag in batch.tags]
+    order = group_balanced_order(uids, seq_lens, dp_size, int(self.config.actor_rollout_ref.rollout.n))
+    batch.reorder(order)
+    share = len(order) // dp_size
+    metrics.update(log_seqlen_unbalance(
+        seqlen_list=[seq_lens[row] for row in order],
+        partitions=[list(range(rank * share, (rank + 1) * share)) for rank in range(dp_size)], prefix=logging_prefix))
+    return batch
 
 
 def _wrap(cls: type, name: str, wrapper: Any) -> Any:
@@ -454,6 +567,7 @@ def _wrap(cls: type, name: str, wrapper: Any) -> Any:
 
 _original_prepare_model_outputs = _wrap(FSDPEngineWithLMHead, "prepare_model_outputs", _prepare_model_outputs)
 _original_forward_backward_batch = _wrap(FSDPEngineWithLMHead, "forward_backward_batch", _forward_backward_batch)
+_original_balance_batch = None if V1Trainer is None else _wrap(V1Trainer, "_balance_batch", _balance_batch_v1)
 
 
 @register_policy_loss(LOSS_NAME)
