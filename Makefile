@@ -11,7 +11,7 @@ STAMP = $(VENV)/.ict-installed
 DEMO_DIR ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint clean-demo
+.PHONY: install demo test fuzz lint clean-demo
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,13 @@ demo: $(STAMP)
 
 test: $(STAMP) $(VERL_STAMP)
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# Exploratory fuzzing: every hypothesis test (-m hypothesis), randomized, FUZZ_EXAMPLES examples
+# each (the "fuzz" profile of tests/conftest.py); a finding becomes an @example in the test.
+FUZZ_EXAMPLES ?= 2000
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=fuzz HYPOTHESIS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VENV)/bin/python -m pytest \
+	  -m hypothesis --hypothesis-show-statistics $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check ict tests

@@ -1,14 +1,37 @@
 """Shared fixtures: a tiny random Llama-like causal LM and a word-level tokenizer with a chat
-template, built from code (no download), and a synthetic verifiable arithmetic task."""
+template, built from code (no download), and a synthetic verifiable arithmetic task.
+
+Hypothesis profiles (the profile decides every property test's example budget; tests set no
+`max_examples` of their own):
+- ``ci``: derandomized (examples are a function of the test, not of a random seed), no example
+  database, 100 examples a test, failures print a reproduction blob. Selected when ``CI`` is set,
+  so ``CI=true make test`` gives the same answer every time.
+- ``dev`` (default): randomized, 100 examples a test.
+- ``fuzz``: randomized, ``HYPOTHESIS_FUZZ_EXAMPLES`` (default 2000) examples a test; ``make fuzz``.
+``HYPOTHESIS_PROFILE=<name>`` picks a profile explicitly.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
+
+PROPERTY_EXAMPLES = 100
+FUZZ_EXAMPLES = int(os.environ.get("HYPOTHESIS_FUZZ_EXAMPLES", "2000"))
+_QUIET_CHECKS = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+settings.register_profile("ci", derandomize=True, database=None, max_examples=PROPERTY_EXAMPLES,
+                          deadline=None, print_blob=True, suppress_health_check=_QUIET_CHECKS)
+settings.register_profile("dev", max_examples=PROPERTY_EXAMPLES, deadline=None,
+                          suppress_health_check=_QUIET_CHECKS)
+settings.register_profile("fuzz", max_examples=FUZZ_EXAMPLES, deadline=None, print_blob=True,
+                          suppress_health_check=_QUIET_CHECKS)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 SPECIAL_TOKENS = ["<pad>", "<|im_end|>", "<|im_start|>", "<unk>"]
 WORDS = ["user", "assistant", "system", "what", "is", "the", "answer", "sum", "of", "and", "so",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from ict.answers.extraction import (
@@ -17,16 +17,16 @@ from ict.answers.extraction import (
 )
 from ict.answers.gold import list_literal, normalize_gold
 from ict.core.errors import UsageError
+from ict.core.problems import Problem
+from ict.data.benchmarks import load_benchmark
 from ict.data.training_data import read_records, records_to_problems
 
 LATEX_PIECES = ["\\boxed{", "\\frac{", "}", "{", "\\sqrt", "[", "]", "(", ")", "$", "\\$", "####", "\\text{",
                 "answer is", "Answer:", "<answer>", "</answer>", "(B)", "C)", "1", "-2.5", ",", "'", '"',
                 "\\infty", "\\cup", "%", "^", "_", "\x00", "\u202e", "\udcff", "\\\\", "&", "\\begin{pmatrix}"]
 latex_like = st.lists(st.sampled_from(LATEX_PIECES) | st.text(max_size=5), max_size=40).map("".join)
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-@SETTINGS
 @given(data=st.binary(max_size=400))
 def test_random_bytes_files_load_or_fail_with_a_usage_error(tmp_path_factory, data):
     path = tmp_path_factory.mktemp("fuzz") / "data.jsonl"
@@ -38,24 +38,61 @@ def test_random_bytes_files_load_or_fail_with_a_usage_error(tmp_path_factory, da
         pass
 
 
+FIELD_NAMES = ["question", "answer", "choices", "role", "content", "problem", "final_answer", "x"]
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
                            lambda children: st.lists(children, max_size=3)
-                           | st.dictionaries(st.sampled_from(["question", "answer", "x"]), children, max_size=3),
+                           | st.dictionaries(st.sampled_from(FIELD_NAMES), children, max_size=3),
                            max_leaves=8)
 
 
-@SETTINGS
+def assert_well_formed(problem: Problem) -> None:
+    """What a loader returns: a text prompt or chat messages of text, and a non-empty text gold."""
+    assert isinstance(problem.answer, str) and problem.answer.strip()
+    if isinstance(problem.prompt, list):
+        assert all(isinstance(m["role"], str) and isinstance(m["content"], str) for m in problem.prompt)
+    else:
+        assert isinstance(problem.prompt, str)
+    assert all(isinstance(choice, str) for choice in problem.choices or [])
+
+
+# regression examples found by fuzzing (see `make fuzz`); each was an internal error once
+@example(rows=[{"question": [None], "answer": None}])
+@example(rows=[{"question": [{"role": "user"}], "answer": "1"}])
+@example(rows=[{"question": [{"role": "user", "content": 3}], "answer": "1"}])
+@example(rows=[{"question": "q", "answer": True}])
+@example(rows=[{"question": "q", "answer": {"x": 1}}])
+@example(rows=[{"question": {"x": "q"}, "answer": "1"}])
+@example(rows=[3, None, [], "text"])
 @given(rows=st.lists(json_values, max_size=5))
 def test_random_json_lines_load_or_fail_with_a_usage_error(tmp_path_factory, rows):
     path = tmp_path_factory.mktemp("fuzz") / "data.jsonl"
     path.write_text("\n".join(json.dumps(row) for row in rows))
-    try:
-        records_to_problems(read_records(path), "question", "answer")
-    except UsageError:
-        pass
+    for choices_field in (None, "choices"):
+        try:
+            problems = records_to_problems(read_records(path), "question", "answer", choices_field)
+        except UsageError:
+            continue
+        for problem in problems:
+            assert_well_formed(problem)
 
 
-@SETTINGS
+@example(rows=[{"question": "q", "choices": [None, "b"], "answer": 0}])
+@example(rows=[{"problem": ["q"], "answer": "1"}])
+@example(rows=[{"question": "q", "final_answer": [{"x": 1}]}])
+@given(rows=st.lists(json_values, max_size=4))
+def test_random_benchmark_rows_load_or_fail_with_a_usage_error(tmp_path_factory, rows):
+    data_dir = tmp_path_factory.mktemp("fuzz-bench")
+    text = "\n".join(json.dumps(row) for row in rows)
+    for name in ("gsm8k", "math500", "mmlu_stem", "olympiadbench"):
+        (data_dir / f"{name}.jsonl").write_text(text)
+        try:
+            benchmark = load_benchmark(name, data_dir)
+        except UsageError:
+            continue
+        for problem in benchmark.problems:
+            assert_well_formed(problem)
+
+
 @given(text=latex_like)
 def test_gold_normalisation_returns_text_or_a_value_error(text):
     for fmt in ("auto", "latex", "list", "gsm8k", "number", "boxed_solution"):
@@ -66,7 +103,6 @@ def test_gold_normalisation_returns_text_or_a_value_error(text):
     assert list_literal(text) is None or all(isinstance(item, str) for item in list_literal(text))
 
 
-@SETTINGS
 @given(text=latex_like | st.binary(max_size=200), choices=st.integers(1, 26))
 def test_extractors_never_raise(text, choices):
     assert isinstance(sanitize_text(text), str)

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from ict.core.selectors import (
@@ -45,7 +45,6 @@ def exact_count(ratio: float, n: int) -> int:
     return math.ceil(Fraction(str(ratio)) * n)
 
 
-@settings(max_examples=40, deadline=None)
 @given(
     seed=st.integers(0, 1000),
     ratio=st.sampled_from([0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.999, 1.0]),

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from ict.core.stats import token_statistics, token_statistics_from_hidden
@@ -84,7 +84,6 @@ def test_matches_full_softmax_reference(temperature, chunk_size):
         torch.testing.assert_close(stats.js_scores[name].double(), expected[name], atol=1e-5, rtol=0)
 
 
-@settings(max_examples=25, deadline=None)
 @given(
     seed=st.integers(0, 10_000),
     batch=st.integers(1, 4),
@@ -275,7 +274,6 @@ def test_group_mean_with_a_response_mask_that_is_not_a_prefix():
     torch.testing.assert_close(stats.js_scores["group_mean"].double(), expected, atol=1e-5, rtol=0)
 
 
-@settings(max_examples=25, deadline=None)
 @given(
     seed=st.integers(0, 10_000),
     group_ids=st.lists(st.integers(0, 3), min_size=1, max_size=6),

@@ -37,6 +37,15 @@ from ict.core.problems import (
     render_template,
 )
 from ict.data.hub import go_offline, hub_reachable
+from ict.data.rows import (
+    Rows,
+    checked_answer,
+    checked_choices,
+    checked_object,
+    checked_question,
+    checked_text,
+    read_records,
+)
 
 AnswerType = Literal["math", "choice", "reasoning_gym"]
 Group = Literal["math", "olympiad", "commonsense", "reasoning_gym"]
@@ -262,27 +271,13 @@ def _first_field(row: dict[str, Any], fields: Sequence[str]) -> tuple[str, Any] 
     return None
 
 
-def _as_list(value: Any) -> list[Any]:
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            parsed = ast.literal_eval(text)
-        except (ValueError, SyntaxError) as error:
-            raise ValueError(f"choices are not a list: {text[:80]!r}") from error
-        value = parsed
-    if hasattr(value, "tolist"):
-        value = value.tolist()
-    if not isinstance(value, (list, tuple)):
-        raise ValueError(f"choices are not a list: {value!r}")
-    return list(value)
-
-
 def _choices_and_answer(spec: BenchmarkSpec, row: dict[str, Any]) -> tuple[list[str], int]:
     """Option texts and the 0-based index of the correct one."""
     if spec.choices_format == "gpqa":
-        correct = str(row["Correct Answer"]).strip()
-        wrong = [str(row[f"Incorrect Answer {i}"]).strip() for i in (1, 2, 3)]
-        question = str(_first_field(row, spec.question_fields) or ("", ""))[1]
+        correct = checked_text(row["Correct Answer"], "Correct Answer").strip()
+        wrong = [checked_text(row[f"Incorrect Answer {i}"], f"Incorrect Answer {i}").strip()
+                 for i in (1, 2, 3)]
+        question = str((_first_field(row, spec.question_fields) or ("", ""))[1])
         seed = int.from_bytes(hashlib.sha256(str(question).encode()).digest()[:8], "big")
         options = [correct, *wrong]
         random.Random(seed).shuffle(options)
@@ -290,21 +285,21 @@ def _choices_and_answer(spec: BenchmarkSpec, row: dict[str, Any]) -> tuple[list[
     found = _first_field(row, spec.choices_fields)
     if found is None:
         raise ValueError(f"row has none of the choices fields {spec.choices_fields}")
-    value = found[1]
+    name, value = found
     labels: list[str] | None = None
     if spec.choices_format == "label_text":
         if isinstance(value, str):
             value = ast.literal_eval(value)
-        labels = [str(label).strip() for label in _as_list(value["label"])]
-        options = [str(text) for text in _as_list(value["text"])]
+        if not isinstance(value, dict) or "label" not in value or "text" not in value:
+            raise ValueError(f"field {name!r} must be an object with 'label' and 'text' lists")
+        labels = [label.strip() for label in checked_choices(value["label"], f"{name}.label")]
+        options = checked_choices(value["text"], f"{name}.text")
     else:
-        options = [str(option) for option in _as_list(value)]
-    if not 2 <= len(options) <= len(OPTION_LETTERS):
-        raise ValueError(f"expected 2-26 options, got {len(options)}")
+        options = checked_choices(value, name)
     for gold_field, gold_format in spec.gold_fields:
         if gold_field not in row or row[gold_field] is None or row[gold_field] == "":
             continue
-        raw = row[gold_field]
+        raw = checked_answer(row[gold_field], gold_field)
         if gold_format == "index":
             index = int(str(raw).strip())
         elif gold_format == "letter":
@@ -323,12 +318,14 @@ def _choices_and_answer(spec: BenchmarkSpec, row: dict[str, Any]) -> tuple[list[
 
 def problem_from_row(spec: BenchmarkSpec, row: dict[str, Any], index: int) -> Problem:
     """Build a `Problem` from one raw row (hub or local file). Raises ValueError on a bad row."""
+    row = checked_object(row)
     found = _first_field(row, spec.question_fields)
     if found is None:
         raise ValueError(f"row has none of the question fields {spec.question_fields}")
-    question = str(found[1]).strip()
+    question = str(checked_question(found[1], found[0], messages=False)).strip()
     if spec.context_field and row.get(spec.context_field):
-        question = f"{str(row[spec.context_field]).strip()}\n\n{question}"
+        context = checked_text(row[spec.context_field], spec.context_field)
+        question = f"{context.strip()}\n\n{question}"
     id_found = _first_field(row, spec.id_fields)
     problem_id = str(id_found[1]) if id_found else str(index)
     if spec.answer_type == "choice":
@@ -338,7 +335,8 @@ def problem_from_row(spec: BenchmarkSpec, row: dict[str, Any], index: int) -> Pr
                        benchmark=spec.name, index=index, problem_id=problem_id, question=question)
     for gold_field, gold_format in spec.gold_fields:
         if gold_field in row and row[gold_field] is not None and row[gold_field] != "":
-            gold = normalize_gold(row[gold_field], gold_format)  # type: ignore[arg-type]
+            raw = checked_answer(row[gold_field], gold_field)
+            gold = normalize_gold(raw, gold_format)  # type: ignore[arg-type]
             break
     else:
         raise ValueError(f"row has none of the answer fields {[f for f, _ in spec.gold_fields]}")
@@ -354,11 +352,9 @@ def problem_from_row(spec: BenchmarkSpec, row: dict[str, Any], index: int) -> Pr
 # --------------------------------------------------------------------------------------------
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path) -> Rows:
     """Rows of a JSON-lines file (blank lines skipped); a bad line raises `UsageError` with its
-    line number (`ict.data.training_data.read_records`, the one JSON-lines reader)."""
-    from ict.data.training_data import read_records
-
+    line number (`ict.data.rows.read_records`, the one JSON-lines reader)."""
     return read_records(path)
 
 
@@ -478,12 +474,13 @@ def load_benchmark(
             if spec.hub is None:
                 raise UsageError(f"benchmark {name!r} has no hub source; pass --data-dir")
             rows, source = _load_hub_rows(spec)
+            rows = Rows(rows, source)
         problems = []
         for index, row in enumerate(rows):
             try:
                 problems.append(problem_from_row(spec, row, index))
             except (ValueError, KeyError, TypeError, SyntaxError) as error:
-                raise UsageError(f"{source}: row {index + 1} of {name}: {error}") from None
+                raise UsageError(f"{rows.where(index)} of {name}: {error}") from None
         if not problems:
             raise UsageError(f"{source}: benchmark {name!r} has no rows")
         benchmark = Benchmark(spec, problems, source)

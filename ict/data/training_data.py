@@ -7,18 +7,23 @@ multiple-choice options, and the `kind` that picks the default reward (`reasonin
 
 from __future__ import annotations
 
-import ast
-import json
 import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ict.core.errors import UsageError
 from ict.core.problems import OPTION_LETTERS, Problem, choice_prompt
 from ict.data.hub import hub_reachable
+from ict.data.rows import (
+    checked_answer,
+    checked_choices,
+    checked_object,
+    checked_question,
+    read_records,
+    row_location,
+)
 
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 EVAL_SEED_OFFSET = 1_000_003
@@ -68,113 +73,55 @@ def records_to_problems(records: Sequence[dict[str, Any]], question_field: str,
     """Map raw records (file rows / hub rows) to problems with the given field names.
 
     A question that is a list of chat messages is used as the conversation; a choices field may
-    hold a list or its Python-literal string (as in MMLU copies). Math golds are normalised with
-    `ict.answers.gold.normalize_gold` (`#### 42` -> `42`, `['$2$']` -> `2`). A row that cannot be used
-    raises a `UsageError` naming it, unless `skipped` is a list: then the row is left out and its
-    reason appended there."""
+    hold a list or its Python-literal string (as in MMLU copies). Field values are checked by
+    `ict.data.rows` (null, booleans, objects, malformed messages are refused). Math golds are
+    normalised with `ict.answers.gold.normalize_gold` (`#### 42` -> `42`, `['$2$']` -> `2`). A row
+    that cannot be used raises a `UsageError` naming its file, line and row (`Rows.where`), unless
+    `skipped` is a list: then the row is left out and its reason appended there."""
     problems = []
-    for number, record in enumerate(records, 1):
+    for index, record in enumerate(records):
         try:
             problems.append(_record_to_problem(record, question_field, answer_field, choices_field,
                                                prompt_suffix))
-        except UsageError as error:
+        except (UsageError, ValueError) as error:
+            where = row_location(records, index)
             if skipped is None:
-                raise UsageError(f"row {number}: {error}") from None
-            skipped.append(f"row {number}: {error}")
+                raise UsageError(f"{where}: {error}") from None
+            skipped.append(f"{where}: {error}")
     return problems
 
 
-def _record_to_problem(record: dict[str, Any], question_field: str, answer_field: str,
+def _record_to_problem(record: Any, question_field: str, answer_field: str,
                        choices_field: str | None, prompt_suffix: str) -> Problem:
+    """One problem from one record; a bad value raises `ValueError` or `UsageError`."""
     from ict.answers.gold import normalize_gold
 
+    record = checked_object(record)
     try:
         question = _get_field(record, question_field)
         raw_answer = _get_field(record, answer_field)
     except UsageError as error:
         raise UsageError(f"{error}; set --question-field/--answer-field") from None
-    if isinstance(question, str) and not question.strip():
-        raise UsageError("empty question; fix or remove the row")
+    question = checked_question(question, question_field, messages=not choices_field)
+    raw_answer = checked_answer(raw_answer, answer_field)
     if choices_field:
-        choices = _get_field(record, choices_field)
-        if isinstance(choices, str):
-            try:
-                choices = ast.literal_eval(choices)
-            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-                raise UsageError(f"choices {choices[:80]!r} are not a list") from None
-        if not isinstance(choices, list | tuple):
-            raise UsageError(f"choices {choices!r:.80} are not a list")
-        choices = [str(choice) for choice in choices]
-        prompt = choice_prompt(str(question), choices) + prompt_suffix
+        choices = checked_choices(_get_field(record, choices_field), choices_field)
+        prompt = choice_prompt(question, choices) + prompt_suffix
         return Problem(prompt=prompt, answer=_choice_gold(raw_answer, len(choices)), kind="choice",
                        choices=choices, entry=record)
     if isinstance(question, list):
-        prompt: str | list[dict[str, str]] = [dict(message) for message in question]
-        if prompt_suffix and prompt:
+        prompt: str | list[dict[str, str]] = question
+        if prompt_suffix:
             prompt[-1]["content"] = prompt[-1]["content"] + prompt_suffix
     else:
-        prompt = str(question) + prompt_suffix
+        prompt = question + prompt_suffix
     try:
         gold = normalize_gold(raw_answer)
     except ValueError as error:
         raise UsageError(f"cannot read gold answer {raw_answer!r:.80}: {error}") from None
+    if not gold.strip():
+        raise UsageError(f"gold answer {raw_answer!r:.80} is empty once normalised")
     return Problem(prompt=prompt, answer=gold, kind="math", entry=record)
-
-
-def read_records(path: str | Path, skipped: list[str] | None = None) -> list[dict[str, Any]]:
-    """Rows of a .jsonl (one JSON object a line), .json (a list of objects) or .parquet file.
-
-    A .jsonl line that is not UTF-8 or not a JSON object raises a `UsageError` naming it, unless
-    `skipped` is a list: then the line is left out and its reason appended there."""
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"data file not found: {path}")
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        rows = []
-        for number, raw in enumerate(path.read_bytes().splitlines(), 1):
-            try:
-                row = _jsonl_row(raw)
-            except UsageError as error:
-                if skipped is None:
-                    raise UsageError(f"{path}:{number}: {error}") from None
-                skipped.append(f"{path}:{number}: {error}")
-                continue
-            if row is not None:
-                rows.append(row)
-        return rows
-    if suffix == ".json":
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError:
-            raise UsageError(f"{path}: not UTF-8 text; re-encode the file as UTF-8") from None
-        except json.JSONDecodeError as error:
-            raise UsageError(f"{path}: invalid JSON ({error.msg} at line {error.lineno})") from None
-        if not isinstance(data, list):
-            raise UsageError(f"{path} must hold a JSON list of records")
-        return data
-    if suffix == ".parquet":
-        import pyarrow.parquet as parquet
-
-        return parquet.read_table(path).to_pylist()
-    raise UsageError(f"unsupported data file {path} (use {', '.join(FILE_SUFFIXES)})")
-
-
-def _jsonl_row(raw: bytes) -> dict[str, Any] | None:
-    """One JSON-lines row (None for a blank line); a bad one is a `UsageError`."""
-    try:
-        line = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise UsageError("not UTF-8 text; re-encode the file as UTF-8") from None
-    if not line.strip():
-        return None
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise UsageError(f"not valid JSON ({error.msg}); fix or remove the line") from None
-    if not isinstance(row, dict):
-        raise UsageError(f"expected a JSON object, got {type(row).__name__}")
-    return row
 
 
 def hub_records(dataset_id: str, subset: str | None, split: str) -> list[dict[str, Any]]:

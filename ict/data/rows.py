@@ -1,0 +1,231 @@
+"""Raw data rows: reading JSON-lines/JSON/Parquet files into JSON objects that remember where they
+came from, and checking the values of question, answer, choices and chat-message fields.
+
+The one home of these checks for both loaders (`ict.data.training_data` for `ict train --dataset`,
+`ict.data.benchmarks` for `ict eval --data-dir`). A value that cannot be used raises `ValueError`
+with one line naming the field; the loaders prefix the file, line and row (`Rows.where`) and turn
+it into a `UsageError` (exit code 2). What the published datasets ship is accepted: text
+questions, chat-message lists, text/number/list-of-text golds (AMC's ``27.0``, MMLU's index ``2``,
+OlympiadBench's ``["$2$"]``), choices as a list or its Python-literal string.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ict.core.errors import UsageError
+
+MAX_CHOICES = 26
+
+
+class Rows(list):
+    """A list of rows (dicts) that knows its source and each row's line (JSON lines) or record
+    number (a JSON list); without `numbers`, rows are counted from 1."""
+
+    def __init__(self, rows: list[dict[str, Any]], source: str, numbers: list[int] | None = None,
+                 unit: str = "line") -> None:
+        super().__init__(rows)
+        self.source = source
+        self.numbers = numbers
+        self.unit = unit
+
+    def where(self, index: int) -> str:
+        """``file:line: row n`` for the 0-based row `index` (``file: record m`` in a JSON list,
+        ``source: row n`` without numbers)."""
+        if self.numbers is None:
+            return f"{self.source}: row {index + 1}"
+        if self.unit == "line":
+            return f"{self.source}:{self.numbers[index]}: row {index + 1}"
+        return f"{self.source}: {self.unit} {self.numbers[index]}"
+
+
+def row_location(rows: Any, index: int) -> str:
+    """Where row `index` of `rows` came from: `Rows.where`, or ``row n`` for a plain list."""
+    return rows.where(index) if isinstance(rows, Rows) else f"row {index + 1}"
+
+
+def describe(value: Any) -> str:
+    """A short name of a JSON value for error lines: ``null``, ``a number (3)``, ``a list``..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int | float):
+        return f"a number ({value!r:.40})"
+    if isinstance(value, str):
+        return f"text ({value!r:.40})"
+    if isinstance(value, list | tuple):
+        return f"a list of {len(value)}"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def checked_object(row: Any) -> dict[str, Any]:
+    """`row` itself when it is a JSON object (dict); else `ValueError`."""
+    if not isinstance(row, dict):
+        raise ValueError(f"expected a JSON object, got {describe(row)}")
+    return row
+
+
+def checked_text(value: Any, field: str) -> str:
+    """A text field (question, context, option): a string, else `ValueError`."""
+    if not isinstance(value, str):
+        raise ValueError(f"field {field!r} must be text, got {describe(value)}")
+    return value
+
+
+def checked_messages(value: list[Any], field: str) -> list[dict[str, Any]]:
+    """A non-empty list of chat messages, each an object with text ``role`` and ``content``."""
+    if not value:
+        raise ValueError(f"field {field!r} is an empty list (expected text or chat messages)")
+    messages = []
+    for number, message in enumerate(value, 1):
+        if not isinstance(message, dict):
+            raise ValueError(f"field {field!r}: message {number} must be an object with 'role' and "
+                             f"'content', got {describe(message)}")
+        for key in ("role", "content"):
+            if key not in message:
+                raise ValueError(f"field {field!r}: message {number} has no {key!r}")
+            if not isinstance(message[key], str):
+                raise ValueError(f"field {field!r}: message {number} {key!r} must be text, got "
+                                 f"{describe(message[key])}")
+        messages.append(dict(message))
+    return messages
+
+
+def checked_question(value: Any, field: str, messages: bool = True) -> str | list[dict[str, Any]]:
+    """A question: non-blank text, or (with `messages`) a list of chat messages."""
+    if messages and isinstance(value, list):
+        return checked_messages(value, field)
+    if not isinstance(value, str):
+        expected = "text or a list of chat messages" if messages else "text"
+        raise ValueError(f"field {field!r} must be {expected}, got {describe(value)}")
+    if not value.strip():
+        raise ValueError("empty question; fix or remove the row")
+    return value
+
+
+def checked_answer(value: Any, field: str) -> str | int | float | list[Any]:
+    """A gold answer: non-blank text, a finite number, or a non-empty list of texts/numbers."""
+    if isinstance(value, str):
+        if not value.strip():
+            raise ValueError(f"field {field!r} is empty")
+        return value
+    if _is_number(value):
+        return value
+    if isinstance(value, list | tuple) and value and all(
+            isinstance(item, str) or _is_number(item) for item in value):
+        return list(value)
+    raise ValueError(f"field {field!r} must be text, a number or a list of texts, got "
+                     f"{describe(value)}")
+
+
+def checked_choices(value: Any, field: str) -> list[str]:
+    """Multiple-choice options: a list (or its Python-literal string) of 2-26 texts/numbers."""
+    if isinstance(value, str):
+        try:
+            value = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            raise ValueError(f"field {field!r}: choices {value[:80]!r} are not a list") from None
+    if hasattr(value, "tolist"):  # numpy arrays from parquet/hub rows
+        value = value.tolist()
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"field {field!r}: choices must be a list, got {describe(value)}")
+    for number, option in enumerate(value, 1):
+        if not (isinstance(option, str) or _is_number(option)):
+            raise ValueError(f"field {field!r}: option {number} must be text or a number, got "
+                             f"{describe(option)}")
+    if not 2 <= len(value) <= MAX_CHOICES:
+        raise ValueError(f"field {field!r}: expected 2-{MAX_CHOICES} options, got {len(value)}")
+    return [str(option) for option in value]
+
+
+# --------------------------------------------------------------------------------------------
+# Files
+# --------------------------------------------------------------------------------------------
+
+
+def read_records(path: str | Path, skipped: list[str] | None = None) -> Rows:
+    """Rows of a .jsonl (one JSON object a line), .json (a list of objects) or .parquet file.
+
+    A .jsonl line that is not UTF-8 or not a JSON object (and a .json element that is not an
+    object) raises a `UsageError` naming the file and line, unless `skipped` is a list: then it is
+    left out and its reason appended there."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"data file not found: {path}")
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return _read_jsonl(path, skipped)
+    if suffix == ".json":
+        return _read_json(path, skipped)
+    if suffix == ".parquet":
+        import pyarrow.parquet as parquet
+
+        return Rows(parquet.read_table(path).to_pylist(), str(path))
+    raise UsageError(f"unsupported data file {path} (use .jsonl, .json, .parquet)")
+
+
+def _refuse_or_skip(where: str, error: Exception, skipped: list[str] | None) -> None:
+    if skipped is None:
+        raise UsageError(f"{where}: {error}") from None
+    skipped.append(f"{where}: {error}")
+
+
+def _read_jsonl(path: Path, skipped: list[str] | None) -> Rows:
+    rows, lines = [], []
+    for number, raw in enumerate(path.read_bytes().splitlines(), 1):
+        try:
+            row = _jsonl_row(raw)
+        except ValueError as error:
+            _refuse_or_skip(f"{path}:{number}", error, skipped)
+            continue
+        if row is not None:
+            rows.append(row)
+            lines.append(number)
+    return Rows(rows, str(path), lines)
+
+
+def _read_json(path: Path, skipped: list[str] | None) -> Rows:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text; re-encode the file as UTF-8") from None
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{path}: invalid JSON ({error.msg} at line {error.lineno})") from None
+    if not isinstance(data, list):
+        raise UsageError(f"{path} must hold a JSON list of records")
+    rows, numbers = [], []
+    for number, row in enumerate(data, 1):
+        try:
+            rows.append(checked_object(row))
+            numbers.append(number)
+        except ValueError as error:
+            _refuse_or_skip(f"{path}: record {number}", error, skipped)
+    return Rows(rows, str(path), numbers, unit="record")
+
+
+def _jsonl_row(raw: bytes) -> dict[str, Any] | None:
+    """One JSON-lines row (None for a blank line); a bad one is a `ValueError`."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text; re-encode the file as UTF-8") from None
+    if not line.strip():
+        return None
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not valid JSON ({error.msg}); fix or remove the line") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply; fix or remove the line") from None
+    return checked_object(row)

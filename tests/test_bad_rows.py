@@ -1,0 +1,125 @@
+"""Every kind of bad row in a data file is refused through the command line with the file, the line,
+the row and one line on stderr, exit code 2: `ict train --dataset FILE` and `ict eval --data-dir DIR`
+share the checks of `ict.data.rows`. What published datasets ship (numeric golds, lists of LaTeX
+golds, chat messages) is accepted. Every case fails before a model is loaded."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ict.cli import main
+from ict.data.training_data import load_training_data
+
+GOOD = {"question": "what is 1 + 1 ?", "answer": "2"}
+GOOD_CHOICE = {"question": "which?", "choices": ["a", "b"], "answer": 1}
+MESSAGES = [{"role": "user", "content": "what is 1 + 1 ?"}]
+
+# (bad row as JSON text, fragment of the error line); the row is written on line 3 after a good
+# row and a blank line, so the error names line 3 and row 2
+QUESTION_ROWS = [
+    ('{"question": null, "answer": "2"}', "question"),
+    ('{"question": 7, "answer": "2"}', "number"),
+    ('{"question": true, "answer": "2"}', "boolean"),
+    ('{"question": {"text": "q"}, "answer": "2"}', "object"),
+    ('{"question": [null], "answer": null}', "question"),
+    ('{"question": [{"content": "q"}], "answer": "2"}', "'role'"),
+    ('{"question": [{"role": "user"}], "answer": "2"}', "'content'"),
+    ('{"question": [{"role": "user", "content": 5}], "answer": "2"}', "must be text"),
+    ('{"question": [{"role": null, "content": "q"}], "answer": "2"}', "must be text"),
+]
+ANSWER_ROWS = [
+    ('{"question": "q", "answer": null}', "answer"),
+    ('{"question": "q", "answer": false}', "boolean"),
+    ('{"question": "q", "answer": {"value": 2}}', "object"),
+    ('{"question": "q", "answer": [null]}', "list"),
+    ('{"question": "q", "answer": []}', "answer"),
+    ('{"question": "q", "answer": NaN}', "number"),
+]
+LINE_ROWS = [("3", "expected a JSON object"), ("[1, 2]", "expected a JSON object"),
+             ('"text"', "expected a JSON object"), ("null", "expected a JSON object"),
+             ('{"question": ', "not valid JSON")]
+CHOICE_ROWS = [
+    ('{"question": "q", "choices": null, "answer": 0}', "choices"),
+    ('{"question": "q", "choices": {"a": 1}, "answer": 0}', "object"),
+    ('{"question": "q", "choices": ["a", null], "answer": 0}', "option 2"),
+    ('{"question": "q", "choices": ["a", ["b"]], "answer": 0}', "option 2"),
+    ('{"question": "q", "choices": 4, "answer": 0}', "number"),
+    ('{"question": "q", "choices": ["a", "b"], "answer": true}', "boolean"),
+]
+
+
+def write_rows(path, good: dict, bad: str):
+    path.write_text(json.dumps(good) + "\n\n" + bad + "\n")
+    return path
+
+
+def assert_one_line(code: int, err: str, *fragments: str) -> None:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("error:"), err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def train_args(model, dataset, run_dir, *extra: str) -> list[str]:
+    return ["train", "--model", str(model), "--dataset", str(dataset), "--reward", "last_number",
+            "--num-steps", "1", "--no-progress", "--no-tensorboard", "--run-dir", str(run_dir), *extra]
+
+
+@pytest.mark.parametrize(("bad", "fragment"), QUESTION_ROWS + ANSWER_ROWS + LINE_ROWS)
+def test_train_refuses_a_bad_row_with_file_line_and_row(tmp_path, tiny_model_dir, capsys, bad, fragment):
+    data = write_rows(tmp_path / "bad.jsonl", GOOD, bad)
+    code = main(train_args(tiny_model_dir, data, tmp_path / "run"))
+    where = ("bad.jsonl:3",) if (bad, fragment) in LINE_ROWS else ("bad.jsonl:3: row 2",)
+    assert_one_line(code, capsys.readouterr().err, *where, fragment)
+
+
+@pytest.mark.parametrize(("bad", "fragment"), CHOICE_ROWS)
+def test_train_refuses_bad_choices(tmp_path, tiny_model_dir, capsys, bad, fragment):
+    data = write_rows(tmp_path / "bad.jsonl", GOOD_CHOICE, bad)
+    code = main(train_args(tiny_model_dir, data, tmp_path / "run", "--choices-field", "choices"))
+    assert_one_line(code, capsys.readouterr().err, "bad.jsonl:3: row 2", fragment)
+
+
+def eval_args(model, data_dir, out, benchmark: str) -> list[str]:
+    return ["eval", "--model", str(model), "--benchmarks", benchmark, "--data-dir", str(data_dir),
+            "--output-dir", str(out), "--quiet", "--max-new-tokens", "2"]
+
+
+@pytest.mark.parametrize(("bad", "fragment"), QUESTION_ROWS + ANSWER_ROWS + LINE_ROWS)
+def test_eval_refuses_a_bad_row_with_file_line_and_row(tmp_path, tiny_model_dir, capsys, bad, fragment):
+    data = tmp_path / "data"
+    data.mkdir()
+    write_rows(data / "math500.jsonl", {"problem": "q", "answer": "2"}, bad)
+    code = main(eval_args(tiny_model_dir, data, tmp_path / "out", "math500"))
+    where = ("math500.jsonl:3",) if (bad, fragment) in LINE_ROWS else ("math500.jsonl:3: row 2",)
+    # a benchmark reads text questions only: a chat-message list is refused as "must be text"
+    assert_one_line(code, capsys.readouterr().err, *where)
+    assert (tmp_path / "out").exists() is False
+
+
+@pytest.mark.parametrize(("bad", "fragment"), CHOICE_ROWS)
+def test_eval_refuses_bad_choices(tmp_path, tiny_model_dir, capsys, bad, fragment):
+    data = tmp_path / "data"
+    data.mkdir()
+    write_rows(data / "mmlu_stem.jsonl", GOOD_CHOICE, bad)
+    code = main(eval_args(tiny_model_dir, data, tmp_path / "out", "mmlu_stem"))
+    err = capsys.readouterr().err
+    assert_one_line(code, err, "mmlu_stem.jsonl:3: row 2")
+    if "null" not in bad.split('"choices": ')[1][:5]:  # a null choices field reads as a missing one
+        assert fragment in err
+
+
+def test_what_published_datasets_ship_is_accepted(tmp_path):
+    """Numeric golds (AMC's 27.0, a GSM8K-like 18), OlympiadBench's list of LaTeX golds, chat
+    messages: accepted, normalised by hand-known values."""
+    rows = [{"question": "a", "answer": 27.0}, {"question": "b", "answer": 18},
+            {"question": "c", "answer": ["$2$"]}, {"question": "d", "answer": 4.25},
+            {"question": MESSAGES, "answer": "x^2"}]
+    path = tmp_path / "ok.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    problems = load_training_data(str(path), seed=0).train
+    assert sorted(p.answer for p in problems) == sorted(["27", "18", "2", "4.25", "x^2"])
+    assert [p.prompt for p in problems if isinstance(p.prompt, list)] == [MESSAGES]
