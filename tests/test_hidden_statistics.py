@@ -19,7 +19,7 @@ from ict.training.forward import (
     shared_prompt_response_outputs,
 )
 from ict.training.models import linear_lm_head
-from ict.training.trainer import ReferencePolicy, accumulate_gradients
+from ict.training.step import ReferencePolicy, accumulate_gradients
 
 
 def tiny_model(vocab: int, seed: int, bias: bool = False):
@@ -84,8 +84,8 @@ def test_a_training_step_from_hidden_equals_the_one_from_logits(case, tiny_token
     def no_logits(*args, **kwargs):
         raise AssertionError("statistics_from='hidden' built the [B, T, V] logits")
 
-    monkeypatch.setattr("ict.training.trainer.response_logits", no_logits)
-    monkeypatch.setattr("ict.training.trainer.token_statistics", no_logits)
+    monkeypatch.setattr("ict.training.step.response_logits", no_logits)
+    monkeypatch.setattr("ict.training.step.token_statistics", no_logits)
     hidden_result, hidden_grads = _step(model, batch, advantages, "hidden", **dict(kwargs))
     assert torch.equal(hidden_result.selected_mask, logits_result.selected_mask)
     assert logits_result.selected_mask.any()

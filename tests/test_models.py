@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from ict.core.errors import UsageError
+from ict.training.forward import response_logits
 from ict.training.models import OFFLINE_DEFAULT_MODEL, load_model_and_tokenizer, resolve_dtype
 from ict.training.rollout import generate_completions, pack_rollout
-from ict.training.trainer import response_logits
 
 
 def test_load_local_directory(tiny_model_dir):

@@ -17,7 +17,8 @@ from ict.core.loss import PolicyLossConfig
 from ict.training.checkpoint import COMPLETE_MARKER, complete_checkpoints, latest_checkpoint
 from ict.training.config import TrainConfig
 from ict.training.rollout import RolloutBatch
-from ict.training.trainer import METRIC_FIELDS, accumulate_gradients, train
+from ict.training.step import accumulate_gradients
+from ict.training.trainer import METRIC_FIELDS, train
 
 TIMING_FIELDS = {"tokens_per_second", "generation_tokens_per_second", "generation_seconds",
                  "training_seconds", "step_seconds"}
@@ -434,7 +435,7 @@ def test_non_finite_updates_are_skipped_and_stop_the_run(tiny_model_dir, arithme
     max_consecutive_skips in a row stop the run after a checkpoint of the last good state."""
     from safetensors.torch import load_file
 
-    import ict.training.trainer as trainer_module
+    import ict.training.step as trainer_module
     from ict.core.errors import TrainingDiverged
 
     original = trainer_module.response_logits

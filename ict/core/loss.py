@@ -229,25 +229,33 @@ def policy_loss(
             raise ValueError("entropy_coef > 0 needs token_statistics(..., differentiable_entropy=True)")
         loss = loss - config.entropy_coef * regularizer(stats.entropy)
 
-    with torch.no_grad():
-        num_response = int(response.sum())
-        metrics: dict[str, float] = {
-            "selected_fraction": float(selected.sum()) / num_response if num_response else math.nan,
-            "clip_fraction": _masked_mean((clipped < unclipped).float(), selected),
-            "entropy": _masked_mean(stats.entropy, response),
-            "entropy_selected": _masked_mean(stats.entropy, selected),
-            "renyi2": _masked_mean(stats.renyi2, response),
-            "renyi2_selected": _masked_mean(stats.renyi2, selected),
-            "js_score": math.nan,
-            "js_score_selected": math.nan,
-            "kl": kl_value,
-            "kl_old": _masked_mean(k3_kl(log_probs, old_log_probs), response),
-            "policy_loss": float(surrogate.detach()),
-        }
-        for position, (name, scores) in enumerate(stats.js_scores.items()):
-            metrics[f"js_{name}"] = _masked_mean(scores, response)
-            metrics[f"js_{name}_selected"] = _masked_mean(scores, selected)
-            if position == 0:
-                metrics["js_score"] = metrics[f"js_{name}"]
-                metrics["js_score_selected"] = metrics[f"js_{name}_selected"]
+    metrics = _loss_metrics(stats, response, selected, clipped < unclipped, kl_value,
+                            old_log_probs, float(surrogate.detach()))
     return loss, metrics
+
+
+@torch.no_grad()
+def _loss_metrics(stats: TokenStatistics, response: Tensor, selected: Tensor, clipped: Tensor,
+                  kl_value: float, old_log_probs: Tensor, surrogate: float) -> dict[str, float]:
+    """`policy_loss`'s metrics: token means over the response or the selected tokens."""
+    num_response = int(response.sum())
+    metrics: dict[str, float] = {
+        "selected_fraction": float(selected.sum()) / num_response if num_response else math.nan,
+        "clip_fraction": _masked_mean(clipped.float(), selected),
+        "entropy": _masked_mean(stats.entropy, response),
+        "entropy_selected": _masked_mean(stats.entropy, selected),
+        "renyi2": _masked_mean(stats.renyi2, response),
+        "renyi2_selected": _masked_mean(stats.renyi2, selected),
+        "js_score": math.nan,
+        "js_score_selected": math.nan,
+        "kl": kl_value,
+        "kl_old": _masked_mean(k3_kl(stats.log_probs, old_log_probs), response),
+        "policy_loss": surrogate,
+    }
+    for position, (name, scores) in enumerate(stats.js_scores.items()):
+        metrics[f"js_{name}"] = _masked_mean(scores, response)
+        metrics[f"js_{name}_selected"] = _masked_mean(scores, selected)
+        if position == 0:
+            metrics["js_score"] = metrics[f"js_{name}"]
+            metrics["js_score_selected"] = metrics[f"js_{name}_selected"]
+    return metrics
