@@ -13,7 +13,8 @@ Built in:
 - `format`: 1 if the completion holds exactly one non-empty `<answer>...</answer>` pair.
 
 Register your own with `@register_reward("name")`; `build_reward` combines several names with
-weights (`"math,format"` with `format_weight`).
+weights (`"math,format"` with `format_weight`). `soft_overlong_penalty` is DAPO's length penalty,
+added to the total reward by the trainer when `overlong_buffer > 0`.
 """
 
 from __future__ import annotations
@@ -113,6 +114,35 @@ class Reward:
             totals.append(sum(weight * value for weight, value in zip(self.weights, values,
                                                                       strict=True)))
         return totals, task
+
+
+def soft_overlong_penalty(lengths: Sequence[int], max_length: int, buffer: int,
+                          factor: float = 1.0) -> list[float]:
+    """DAPO's soft overlong punishment (arXiv 2503.14476, eq. 13; TRL's
+    `trl.rewards.get_soft_overlong_punishment`, with verl's `overlong_buffer.penalty_factor`).
+
+    For a completion of ``|y|`` tokens (EOS included), ``L_max = max_length`` and
+    ``L_cache = buffer`` (``0 < buffer <= max_length``), times ``factor``::
+
+        0                                  if |y| <= L_max - L_cache
+        ((L_max - L_cache) - |y|) / L_cache  if L_max - L_cache < |y| <= L_max
+        -1                                 if |y| > L_max
+
+    So the penalty falls linearly from 0 to ``-factor`` over the last ``buffer`` tokens before
+    the cap; with the generation cap as ``L_max``, a completion cut off at the cap gets
+    ``-factor``. Added to the task reward (it never rewards short completions)."""
+    if not 0 < buffer <= max_length:
+        raise ValueError(f"overlong buffer must be in 1..{max_length} (the length cap), got {buffer}")
+    start = max_length - buffer
+    penalties = []
+    for length in lengths:
+        if length <= start:
+            penalties.append(0.0)
+        elif length <= max_length:
+            penalties.append(factor * (start - length) / buffer)
+        else:
+            penalties.append(-factor)
+    return penalties
 
 
 def default_reward_name(kind: str, extraction: str = "last_number") -> str:

@@ -151,6 +151,14 @@ def aggregation_weight(selected: Tensor, response_mask: Tensor, config: PolicyLo
     return float(selected.shape[0])
 
 
+def mask_truncated_completions(response_mask: Tensor, finished: Tensor) -> Tensor:
+    """TRL's ``mask_truncated_completions`` (DAPO): the ``[B, T]`` response mask with the rows of
+    completions that did not end with EOS (``finished[b]`` False, i.e. cut off at the length cap)
+    set to False, so those completions get no loss, are never selected and count in no
+    denominator. ``finished``: ``[B]`` bool."""
+    return response_mask & finished.to(device=response_mask.device, dtype=torch.bool).unsqueeze(-1)
+
+
 def k3_kl(log_probs: Tensor, reference_log_probs: Tensor) -> Tensor:
     """Per-token k3 estimator of KL(pi || ref): ``exp(ref - lp) - (ref - lp) - 1`` (>= 0)."""
     delta = (reference_log_probs - log_probs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)

@@ -77,6 +77,12 @@ class TrainConfig:
     format_reward: float = option(0.0, "weight of the format reward (answer in "
                                    "<answer></answer> tags) added to the task reward")
     verify_timeout: float = option(5.0, "seconds allowed per math-verify check")
+    overlong_buffer: int = option(0, "DAPO's soft overlong punishment: a penalty falling "
+                                  "linearly from 0 to -overlong_penalty_factor over the last N "
+                                  "tokens before max_new_tokens (-factor at the cap), added to the "
+                                  "reward; 0: off")
+    overlong_penalty_factor: float = option(1.0, "size of the overlong penalty at the cap "
+                                            "(verl's overlong_buffer.penalty_factor)")
 
     # ---- rollouts
     prompts_per_step: int = option(8, "prompts sampled per training step")
@@ -131,6 +137,9 @@ class TrainConfig:
                                       "term is weighted by its share of the policy loss's "
                                       "tokens, exact with one micro-batch)",
                                       ("selected", "all"))
+    mask_truncated_completions: bool = option(False, "TRL's mask_truncated_completions: "
+                                              "completions cut off at max_new_tokens (no EOS) "
+                                              "get no loss and are never selected")
     normalize_advantage_std: bool = option(True, "divide group advantages by the group std")
 
     # ---- optimisation
@@ -294,6 +303,11 @@ class TrainConfig:
             raise UsageError("--resume needs --run-dir (the run to continue)")
         if self.verify_timeout <= 0:
             raise UsageError("verify_timeout must be > 0")
+        if not 0 <= self.overlong_buffer <= self.max_new_tokens:
+            raise UsageError(f"overlong_buffer must be in 0..max_new_tokens ({self.max_new_tokens}), "
+                             f"got {self.overlong_buffer}")
+        if self.overlong_penalty_factor < 0:
+            raise UsageError(f"overlong_penalty_factor must be >= 0, got {self.overlong_penalty_factor}")
         return self
 
     def to_dict(self) -> dict[str, Any]:

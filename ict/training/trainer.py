@@ -37,10 +37,10 @@ from typing import Any
 
 import torch
 
-from ict.answers.rewards import Reward, build_reward
+from ict.answers.rewards import Reward, build_reward, soft_overlong_penalty
 from ict.core.diagnostics import DIAGNOSTIC_KEYS, token_diagnostics
 from ict.core.errors import TrainingDiverged, UsageError
-from ict.core.loss import PolicyLossConfig, group_advantages
+from ict.core.loss import PolicyLossConfig, group_advantages, mask_truncated_completions
 from ict.core.profiling import StepProfiler
 from ict.core.stats import TokenStatistics
 from ict.data.training_data import Problem, PromptSampler, TrainingData, load_training_data
@@ -72,7 +72,8 @@ METRIC_FIELDS = (
     "step", "reward_mean", "reward_std", "accuracy", "entropy", "entropy_selected", "renyi2",
     "renyi2_selected", "selected_fraction", "js_score", "js_score_selected", "clip_fraction", "kl",
     "kl_old", "loss", "grad_norm", "learning_rate", "response_length_mean", "finished_fraction",
-    "zero_advantage_fraction", "skipped_updates", "tokens_per_second", "generation_seconds",
+    "zero_advantage_fraction", "truncated_fraction", "overlong_penalty_mean", "skipped_updates",
+    "tokens_per_second", "generation_seconds",
     "training_seconds", "step_seconds", *DIAGNOSTIC_KEYS,
 )
 
@@ -422,10 +423,15 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
     problems = sampler.batch(step)
     rollout = _generate(step, config, model, tokenizer, problems, backend, profiler, compute_dtype)
     rewards, task = _score(rollout, problems, reward, config.num_generations, profiler)
+    penalties = _overlong_penalties(rollout, config)
+    rewards = rewards + penalties
     advantages = group_advantages(rewards, config.num_generations,
                                   config.normalize_advantage_std).to(device)
     training_start = time.perf_counter()
     batch = pack_rollout(rollout, tokenizer.pad_token_id).to(device)
+    if config.mask_truncated_completions:
+        finished = torch.tensor([done for group in rollout.finished for done in group])
+        batch.response_mask = mask_truncated_completions(batch.response_mask, finished)
     if step < config.full_token_warmup_steps:
         method = ALL_TOKENS
     context = StepContext(loss_config, config.temperature, config.stats_chunk_size, reference,
@@ -446,6 +452,7 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
             "learning_rate": learning_rate, **_length_metrics(rollout),
             "zero_advantage_fraction": float((grouped.max(dim=1).values
                                               == grouped.min(dim=1).values).float().mean()),
+            "overlong_penalty_mean": float(penalties.mean()),
             "skipped_updates": updates.skipped,
             **_speed_metrics(rollout, time.perf_counter() - step_start, training_seconds),
             **diagnostics, "sample_completion": rollout.completions[0][0][:200]}
@@ -472,6 +479,16 @@ def _score(rollout: Any, problems: list[Problem], reward: Reward, group_size: in
     with profiler.phase("rewards"):
         totals, task = reward.score(rollout.flat_completions(), flat_problems)
     return torch.tensor(totals, dtype=torch.float32), task
+
+
+def _overlong_penalties(rollout: Any, config: TrainConfig) -> torch.Tensor:
+    """`soft_overlong_penalty` of each completion's length [N] (float32; zeros when off), with the
+    generation cap `max_new_tokens` as L_max and `overlong_buffer` as L_cache."""
+    lengths = [len(ids) for group in rollout.completion_ids for ids in group]
+    if config.overlong_buffer <= 0:
+        return torch.zeros(len(lengths))
+    return torch.tensor(soft_overlong_penalty(lengths, config.max_new_tokens, config.overlong_buffer,
+                                              config.overlong_penalty_factor), dtype=torch.float32)
 
 
 def _selection_diagnostics(updates: BatchUpdates, batch: Any, advantages: torch.Tensor
@@ -520,7 +537,8 @@ def _length_metrics(rollout: Any) -> dict[str, float]:
     lengths = [len(ids) for group in rollout.completion_ids for ids in group]
     finished = [done for group in rollout.finished for done in group]
     return {"response_length_mean": sum(lengths) / len(lengths),
-            "finished_fraction": sum(finished) / len(finished)}
+            "finished_fraction": sum(finished) / len(finished),
+            "truncated_fraction": 1.0 - sum(finished) / len(finished)}
 
 
 def _speed_metrics(rollout: Any, step_seconds: float, training_seconds: float) -> dict[str, float]:
