@@ -10,6 +10,7 @@ import json
 import pytest
 
 from ict.cli import main
+from ict.core.errors import UsageError
 from ict.data.training_data import load_training_data
 
 GOOD = {"question": "what is 1 + 1 ?", "answer": "2"}
@@ -123,3 +124,13 @@ def test_what_published_datasets_ship_is_accepted(tmp_path):
     problems = load_training_data(str(path), seed=0).train
     assert sorted(p.answer for p in problems) == sorted(["27", "18", "2", "4.25", "x^2"])
     assert [p.prompt for p in problems if isinstance(p.prompt, list)] == [MESSAGES]
+
+
+def test_a_json_list_names_the_record_and_bad_rows_can_be_skipped(tmp_path):
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps([GOOD, 5, {"question": None, "answer": "1"}, GOOD]))
+    with pytest.raises(UsageError, match=r"rows.json: record 2: expected a JSON object, got a number"):
+        load_training_data(str(path))
+    data = load_training_data(str(path), skip_bad_rows=True)
+    assert len(data.train) == 2
+    assert "2 unusable rows skipped; first: " in data.description and "record 2" in data.description
