@@ -339,6 +339,8 @@ SELECTOR_CASES = [
     ("all", {}), ("entropy", {}), ("stapo", {"tau_p": 0.05}), ("random", {}),
     ("ict", {}), ("ict", {"scope": "group"}), ("ict", {"scope": "sequence"}),
     ("ict", {"reference": "seq_mean"}), ("ict", {"reference": "prev", "unit": "token_id"}),
+    ("ict", {"reference": "group_mean"}), ("ict", {"reference": "group_mean_loo"}),
+    ("ict", {"reference": "group_mean_loo_absorbing", "scope": "sequence"}),
     ("clip_cov", {"ratio": 0.05, "cov_low": 0.0, "cov_high": 100.0}), ("kl_cov", {"ratio": 0.05}),
 ]
 

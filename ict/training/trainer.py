@@ -49,6 +49,7 @@ from ict.core.errors import TrainingDiverged, UsageError
 from ict.core.loss import PolicyLossConfig, aggregation_weight, group_advantages, policy_loss
 from ict.core.profiling import StepProfiler
 from ict.core.selectors import (
+    ICT_DEFAULT_REFERENCE,
     Selection,
     SelectionInputs,
     ranking_population,
@@ -81,7 +82,7 @@ METRIC_FIELDS = (
     "training_seconds", "step_seconds", *DIAGNOSTIC_KEYS,
 )
 # Every method computes the paper's score too: `js_score` and the diagnostics' ICT overlap use it.
-MONITOR_JS_REFERENCE = "group_mean"
+MONITOR_JS_REFERENCE = ICT_DEFAULT_REFERENCE
 
 
 def step_seed(seed: int, step: int, stream: int) -> int:
