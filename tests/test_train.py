@@ -377,7 +377,7 @@ def test_paper_preset_resolves_every_value(tmp_path):
     from ict.training.config import build_config, parse_key_values
 
     config = build_config(None, {"method": "ict", "preset": "paper"}, {})
-    assert config.selector == {"ratio": 0.1, "reference": "group_mean", "unit": "position",
+    assert config.selector == {"ratio": 0.1, "reference": "group_mean_absorbing", "unit": "position",
                                "scope": "sequence"}
     assert config.aggregation == "seq_mean_token_mean" and config.full_token_warmup_steps == 10
     explicit = build_config(None, {"method": "ict", "preset": "paper", "aggregation": "token_mean"},
@@ -387,7 +387,7 @@ def test_paper_preset_resolves_every_value(tmp_path):
 
     save_config(explicit, tmp_path / "c.yaml")
     saved = (tmp_path / "c.yaml").read_text()
-    assert "reference: group_mean" in saved and "scope: sequence" in saved
+    assert "reference: group_mean_absorbing" in saved and "scope: sequence" in saved
     from ict.core.errors import UsageError
 
     with pytest.raises(UsageError, match="no preset"):

@@ -74,6 +74,11 @@ GROUP_MEAN_VARIANTS: dict[str, tuple[bool, bool]] = {  # name -> (absorbing, lea
 """The references that compare a row with its group at the same position (they need
 ``group_ids`` and whole groups in one call)."""
 JS_REFERENCES = (*GROUP_MEAN_VARIANTS, "seq_mean", "prev", "ref")
+
+
+def needs_groups(js_references: Sequence[str]) -> bool:
+    """Whether any of ``js_references`` is a group reference (needs ``group_ids`` and whole groups)."""
+    return any(name in GROUP_MEAN_VARIANTS for name in js_references)
 LN2 = math.log(2.0)
 _CHUNK_ELEMENTS = 1 << 21  # elements of one [chunk, V] float32 temporary (8 MiB)
 _TINY = torch.finfo(torch.float32).tiny
@@ -319,7 +324,7 @@ def _check_common(
     if unknown:
         raise ValueError(f"unknown JS reference {unknown[0]!r}; choose from {', '.join(JS_REFERENCES)}")
     grouped = [name for name in js_references if name in GROUP_MEAN_VARIANTS]
-    if grouped and group_ids is None:
+    if needs_groups(js_references) and group_ids is None:
         raise ValueError(f"the {grouped[0]!r} JS reference needs group_ids [B] (equal ids = completions of one prompt)")
     if group_ids is not None and tuple(group_ids.shape) != (shape[0],):
         raise ValueError(f"group_ids must be [B] = [{shape[0]}], got shape {tuple(group_ids.shape)}")
