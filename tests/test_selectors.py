@@ -129,13 +129,20 @@ def test_ties_at_the_threshold_are_drawn_at_random_and_reported(kind):
     assert selection.mask[0].tolist() == [True, True, False, False] and not selection.tie_decided.any()
 
 
-def test_top_count_without_a_generator_is_deterministic():
+def test_top_count_without_a_generator_is_deterministic_and_ranks_nan_and_inf_first():
     from ict.core.selectors import top_count
 
     values = torch.ones(10)
     first, tie = top_count(values, 4)
     second, _ = top_count(values, 4)
     assert torch.equal(first, second) and int(tie.sum()) == 4
+    values = torch.tensor([0.5, float("nan"), float("inf"), 2.0, float("-inf")])
+    keep, tie = top_count(values, 3)
+    assert sorted(keep.tolist()) == [1, 2, 3] and not tie.any()
+    keep, tie = top_count(torch.full((6,), float("nan")), 2)
+    assert keep.numel() == 2 and int(tie.sum()) == 2
+    keep, tie = top_count(torch.tensor([float("-inf")] * 3 + [1.0]), 2)
+    assert 3 in keep.tolist() and keep.numel() == 2 and int(tie.sum()) == 1
 
 
 def reference_20_entropy_mask(entropy: torch.Tensor, response_mask: torch.Tensor, top_ratio: float) -> torch.Tensor:

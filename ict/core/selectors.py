@@ -362,7 +362,8 @@ def top_count(
 
     Every value above ``s_k + tolerance`` (``s_k`` the ``count``-th largest) is kept; the
     remaining slots go to a uniform draw, with ``generator``, among the values within
-    ``tolerance`` of ``s_k``. No draw happens when those fit the slots exactly.
+    ``tolerance`` of ``s_k``. No draw happens when those fit the slots exactly. NaN counts as
+    ``+inf`` (a non-finite step still selects ``count`` tokens, so its loss is non-finite).
     """
     decided = torch.zeros(values.shape, dtype=torch.bool, device=values.device)
     if count >= values.numel():
@@ -370,9 +371,10 @@ def top_count(
     if count <= 0:
         return torch.zeros(0, dtype=torch.long, device=values.device), decided
     values = values.double()
+    values = torch.where(values.isnan(), math.inf, values)  # NaN ranks first, as in torch.sort
     threshold = torch.topk(values, count, sorted=True).values[-1]
     sure = (values > threshold + tolerance).nonzero(as_tuple=True)[0]
-    tied = ((values - threshold).abs() <= tolerance).nonzero(as_tuple=True)[0]
+    tied = ((values == threshold) | ((values - threshold).abs() <= tolerance)).nonzero(as_tuple=True)[0]
     slots = count - sure.numel()
     if tied.numel() > slots:
         if generator is None:
