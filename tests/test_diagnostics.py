@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ict.core.diagnostics import DIAGNOSTIC_KEYS, jaccard, token_diagnostics
+from ict.core.selectors import ICT_DEFAULT_REFERENCE
 from ict.core.stats import token_statistics
 
 
@@ -48,14 +49,14 @@ def test_jaccard_with_the_reference_selections():
     logits = torch.randn(4, 10, 7, generator=generator) * 2
     tokens = torch.randint(0, 7, (4, 10), generator=generator)
     response = torch.ones(4, 10, dtype=torch.bool)
-    stats = token_statistics(logits, tokens, response, js_references=("group_mean",),
+    stats = token_statistics(logits, tokens, response, js_references=(ICT_DEFAULT_REFERENCE,),
                              group_ids=torch.tensor([0, 0, 1, 1]))
     entropy_order = sorted(range(40), key=lambda i: (-float(stats.entropy.flatten()[i]), i))
     top_entropy = torch.zeros(40, dtype=torch.bool)
     top_entropy[entropy_order[:8]] = True  # ceil(0.2 * 40)
     out = token_diagnostics(stats, response, top_entropy.view(4, 10), torch.ones(4))
     assert out["jaccard_entropy20"] == 1.0
-    js_order = sorted(range(40), key=lambda i: (-float(stats.js_scores["group_mean"].flatten()[i]), i))
+    js_order = sorted(range(40), key=lambda i: (-float(stats.js_scores[ICT_DEFAULT_REFERENCE].flatten()[i]), i))
     top_js = torch.zeros(40, dtype=torch.bool)
     top_js[js_order[:4]] = True
     expected = len(set(js_order[:4]) & set(entropy_order[:8])) / len(set(js_order[:4]) | set(entropy_order[:8]))
@@ -82,3 +83,34 @@ def test_masks_on_cpu_with_statistics_on_the_gpu():
                                                 js_references=("group_mean",), group_ids=group_ids.cuda()),
                                response, selected, advantages)
     assert on_gpu == pytest.approx(on_cpu, abs=1e-5, nan_ok=True)
+
+
+def test_selection_anatomy_on_hand_built_masks():
+    from ict.core.diagnostics import ANATOMY_KEYS, selection_anatomy
+
+    # Group 0: rows 0 (length 2, finished) and 1 (length 5 = T, truncated); group 1: row 2
+    # (length 3, finished) alone. T = 5.
+    response = torch.tensor([[1, 1, 0, 0, 0], [1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool)
+    groups = torch.tensor([4, 4, 9])
+    selected = torch.tensor([[0, 1, 0, 0, 0], [1, 0, 1, 0, 1], [0, 0, 1, 0, 0]], dtype=torch.bool)
+    tie = torch.tensor([[0, 1, 0, 0, 0], [0, 0, 0, 0, 0], [0, 0, 1, 0, 0]], dtype=torch.bool)
+    out = selection_anatomy(selected, response, groups, tie_decided=tie)
+    assert set(out) == set(ANATOMY_KEYS)
+    # Fewer than G alive: row 1 at t = 2, 3, 4 (row 0 ended); a group of one never.
+    # Selected: (0,1) no, (1,0) no, (1,2) yes, (1,4) yes, (2,2) no -> 2 / 5.
+    assert out["selected_partial_group_fraction"] == pytest.approx(2 / 5)
+    assert out["all_partial_group_fraction"] == pytest.approx(3 / 10)
+    # t / L: 1/2, 0/5, 2/5, 4/5, 2/3.
+    assert out["selected_relative_position"] == pytest.approx((1 / 2 + 0 + 2 / 5 + 4 / 5 + 2 / 3) / 5)
+    every = (0 + 1 / 2) + (0 + 1 + 2 + 3 + 4) / 5 + (0 + 1 + 2) / 3
+    assert out["all_relative_position"] == pytest.approx(every / 10)
+    # End tokens: (0, 1) and (2, 2) (finished rows); row 1 is truncated. Both selected.
+    assert out["selected_end_token_fraction"] == pytest.approx(2 / 5)
+    assert out["all_end_token_fraction"] == pytest.approx(2 / 10)
+    assert out["selected_tie_fraction"] == pytest.approx(2 / 5)
+    # Declared: row 2 not finished -> one end token.
+    out = selection_anatomy(selected, response, groups, finished=torch.tensor([True, False, False]))
+    assert out["selected_end_token_fraction"] == pytest.approx(1 / 5)
+    assert math.isnan(out["selected_tie_fraction"])
+    empty = selection_anatomy(torch.zeros_like(selected), response, groups)
+    assert math.isnan(empty["selected_relative_position"]) and empty["all_relative_position"] > 0

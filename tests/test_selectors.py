@@ -11,13 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ict.core.selectors import (
+    ICT_DEFAULT_REFERENCE,
     SELECTORS,
     SelectionInputs,
     register_selector,
     required_js_references,
     select_tokens,
 )
-from ict.core.stats import TokenStatistics
+from ict.core.stats import JS_REFERENCES, TokenStatistics
 
 
 def make_inputs(seed: int = 0, batch: int = 4, length: int = 16, vocab: int = 11, mask_rate: float = 0.3):
@@ -28,7 +29,7 @@ def make_inputs(seed: int = 0, batch: int = 4, length: int = 16, vocab: int = 11
         entropy=torch.rand(batch, length, generator=generator) * 3,
         renyi2=torch.rand(batch, length, generator=generator),
         js_scores={
-            name: torch.rand(batch, length, generator=generator) * math.log(2) for name in ("group_mean", "seq_mean", "prev", "ref")
+            name: torch.rand(batch, length, generator=generator) * math.log(2) for name in JS_REFERENCES
         },
     )
     return SelectionInputs(
@@ -75,11 +76,72 @@ def test_ratio_edge_cases():
         assert not select_tokens(name, empty).any()
 
 
-def test_ties_go_to_the_earlier_position():
-    inputs = make_inputs(length=6, batch=2, mask_rate=-1.0)
-    inputs.stats.entropy = torch.ones(2, 6)
-    mask = select_tokens("entropy", inputs, ratio=0.25)  # k = 3 of 12, all tied
-    assert mask.flatten().tolist() == [True] * 3 + [False] * 9
+def _tied_inputs(values, seed=0):
+    """One row of scores ``values`` as both entropy and every JS score; token ids all distinct."""
+    scores = torch.tensor([values], dtype=torch.float32)
+    inputs = make_inputs(seed, batch=1, length=len(values), mask_rate=-1.0)
+    inputs.stats.entropy = scores.clone()
+    inputs.stats.js_scores = {name: scores.clone() for name in JS_REFERENCES}
+    inputs.token_ids = torch.arange(len(values)).view(1, -1)
+    return inputs
+
+
+def _run(kind, inputs, ratio):
+    from ict.core.selectors import select
+
+    if kind == "ict_token_id":
+        return select("ict", inputs, ratio=ratio, unit="token_id")
+    return select(kind, inputs, ratio=ratio)
+
+
+@pytest.mark.parametrize("kind", ["entropy", "ict", "ict_token_id"])
+def test_ties_at_the_threshold_are_drawn_at_random_and_reported(kind):
+    # k = 3 of 12, all tied: 3 tokens drawn, all decided by a tie; the draw follows the generator.
+    masks = []
+    for seed in range(200):
+        selection = _run(kind, _tied_inputs([1.0] * 12, seed), 0.25)
+        assert int(selection.mask.sum()) == 3
+        assert torch.equal(selection.tie_decided, selection.mask)
+        again = _run(kind, _tied_inputs([1.0] * 12, seed), 0.25)
+        assert torch.equal(again.mask, selection.mask)  # deterministic given the generator
+        masks.append(selection.mask[0].double())
+    frequency = torch.stack(masks).mean(0)  # each position expects 3/12 = 0.25
+    assert frequency.min() > 0.12 and frequency.max() < 0.38
+    assert frequency[:6].mean() == pytest.approx(0.25, abs=0.05)  # no pull towards the start
+    # Hand-built: 2.0 is above the threshold (1.0) by more than the tolerance, so it is kept and
+    # not tie-decided; 2 slots remain for the four values within 1e-6 of 1.0 (near-ties
+    # included); 0.5 is never kept.
+    values = [1.0, 0.5, 1.0 + 5e-7, 2.0, 1.0 - 5e-7, 1.0]
+    for seed in range(20):
+        selection = _run(kind, _tied_inputs(values, seed), 0.5)
+        mask, tie = selection.mask[0].tolist(), selection.tie_decided[0].tolist()
+        assert mask[3] and not tie[3] and not mask[1]
+        assert sum(mask[i] for i in (0, 2, 4, 5)) == 2 and tie == [m and i != 3 for i, m in enumerate(mask)]
+    # Distinct scores (gaps > tolerance): no tie, the top ones, and the generator is not used.
+    inputs = _tied_inputs([0.3, 0.1, 0.2, 0.4], 0)
+    state = inputs.generator.get_state()
+    selection = _run(kind, inputs, 0.5)
+    assert selection.mask[0].tolist() == [True, False, False, True] and not selection.tie_decided.any()
+    assert torch.equal(inputs.generator.get_state(), state)
+    # Enough room for every tied value: kept, no draw, not tie-decided.
+    selection = _run(kind, _tied_inputs([1.0, 1.0, 0.0, 0.0], 0), 0.5)
+    assert selection.mask[0].tolist() == [True, True, False, False] and not selection.tie_decided.any()
+
+
+def test_top_count_without_a_generator_is_deterministic_and_ranks_nan_and_inf_first():
+    from ict.core.selectors import top_count
+
+    values = torch.ones(10)
+    first, tie = top_count(values, 4)
+    second, _ = top_count(values, 4)
+    assert torch.equal(first, second) and int(tie.sum()) == 4
+    values = torch.tensor([0.5, float("nan"), float("inf"), 2.0, float("-inf")])
+    keep, tie = top_count(values, 3)
+    assert sorted(keep.tolist()) == [1, 2, 3] and not tie.any()
+    keep, tie = top_count(torch.full((6,), float("nan")), 2)
+    assert keep.numel() == 2 and int(tie.sum()) == 2
+    keep, tie = top_count(torch.tensor([float("-inf")] * 3 + [1.0]), 2)
+    assert 3 in keep.tolist() and keep.numel() == 2 and int(tie.sum()) == 1
 
 
 def reference_20_entropy_mask(entropy: torch.Tensor, response_mask: torch.Tensor, top_ratio: float) -> torch.Tensor:
@@ -114,9 +176,9 @@ def test_trl_quantile_rule_differs_by_ties_and_normaliser():
     inputs.stats.entropy = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.9, 0.9, 0.9]])
     ours = select_tokens("entropy", inputs, ratio=0.2)
     theirs = trl_quantile_mask(inputs.stats.entropy, inputs.response_mask, 0.8)
-    # ... but a tie at the threshold: we keep exactly k = 2 (earliest first), TRL keeps all 3 tied.
+    # ... but a tie at the threshold: we keep exactly k = 2 (drawn among the tied), TRL keeps all 3.
     assert int(ours.sum()) == 2 and int(theirs.sum()) == 3
-    assert ours[0].tolist()[-3:] == [True, True, False]
+    assert int(ours[0, -3:].sum()) == 2
     # Normaliser: our token_mean divides by the selected count, TRL's by all response tokens.
     per_token = torch.arange(10.0).view(1, 10)
     ours_loss = (per_token * ours).sum() / ours.sum()
@@ -166,7 +228,10 @@ def test_ict_uses_the_requested_reference():
         expected = reference_20_entropy_mask(inputs.stats.js_scores[reference], inputs.response_mask, 0.1)
         assert torch.equal(mask, expected)
     assert required_js_references("ict", {"reference": "prev"}) == ("prev",)
-    assert required_js_references("ict") == ("group_mean",)  # the paper's reference is the default
+    assert required_js_references("ict") == (ICT_DEFAULT_REFERENCE,)
+    assert ICT_DEFAULT_REFERENCE in JS_REFERENCES and ICT_DEFAULT_REFERENCE.startswith("group_mean")
+    # The alive-only mean of the first comparison stays reachable by its old name.
+    assert required_js_references("ict", {"reference": "group_mean"}) == ("group_mean",)
     assert required_js_references("entropy") == ()
     del inputs.stats.js_scores["prev"]
     with pytest.raises(ValueError, match="not computed"):
@@ -251,7 +316,7 @@ def test_group_scope_ranks_each_group_alone():
     inputs = make_inputs(11, batch=6, length=12)
     inputs.group_ids = torch.tensor([3, 1, 3, 1, 7, 7])
     mask = select_tokens("ict", inputs, ratio=0.25, scope="group")
-    scores = inputs.stats.js_scores["group_mean"]
+    scores = inputs.stats.js_scores[ICT_DEFAULT_REFERENCE]
     for label in (1, 3, 7):
         rows = [row for row in range(6) if int(inputs.group_ids[row]) == label]
         cells = [(row, t) for row in rows for t in range(12) if inputs.response_mask[row, t]]
@@ -303,11 +368,11 @@ def test_ranking_populations_come_from_the_registry():
 
 def test_paper_preset_and_option_parsing():
     preset = get_preset("ict", "paper")
-    assert preset.selector_options["reference"] == "group_mean"
+    assert preset.selector_options["reference"] == ICT_DEFAULT_REFERENCE
     assert preset.selector_options["scope"] == "sequence"
     assert preset.train_options["aggregation"] == "seq_mean_token_mean"
     assert resolve_options("ict", {"ratio": 0.2}, preset="paper") == {
-        "ratio": 0.2, "reference": "group_mean", "unit": "position", "scope": "sequence"}
+        "ratio": 0.2, "reference": ICT_DEFAULT_REFERENCE, "unit": "position", "scope": "sequence"}
     with pytest.raises(ValueError, match="no preset"):
         resolve_options("entropy", preset="paper")
     assert parse_selector_options("ict", {"ratio": "0.2", "reference": "prev"}) == {"ratio": 0.2, "reference": "prev"}

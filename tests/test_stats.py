@@ -465,3 +465,171 @@ def test_group_mean_identical_rows_score_zero_and_needs_group_ids():
     assert js.abs().max() < 1e-6
     with pytest.raises(ValueError, match="group_ids"):
         token_statistics(logits, token_ids, mask, js_references=("group_mean",))
+
+
+# ---------------------------------------------------------------------------------------------
+# group_mean variants: absorbing finished rows and leave-one-out
+
+
+VARIANTS = {  # name -> (absorbing, leave_one_out), restated here
+    "group_mean": (False, False),
+    "group_mean_absorbing": (True, False),
+    "group_mean_loo": (False, True),
+    "group_mean_loo_absorbing": (True, True),
+}
+
+
+def loop_reference_variant(logits, token_ids, mask, group_ids, temperature, absorbing, leave_one_out,
+                           finished=None):
+    """Plain float64 loops. Contributors to row i's reference at t: every row j of i's group with
+    a response token at t (j != i for leave-one-out) and, when absorbing, every finished row j whose
+    last response position e_j < t, as a one-hot on token_ids[j, e_j]. Finished (default): the row
+    ends before the last column. No contributor other than i itself: 0."""
+    p = reference_distributions(logits, temperature)
+    batch, length, vocab = p.shape
+    last = [max((t for t in range(length) if mask[b, t]), default=None) for b in range(batch)]
+    if finished is None:
+        finished = [last[b] is not None and last[b] < length - 1 for b in range(batch)]
+    out = torch.zeros(batch, length, dtype=torch.float64)
+    for i in range(batch):
+        for t in range(length):
+            if not mask[i, t]:
+                continue
+            contributors = []
+            for j in range(batch):
+                if int(group_ids[j]) != int(group_ids[i]) or (leave_one_out and j == i):
+                    continue
+                if mask[j, t]:
+                    contributors.append(p[j, t])
+                elif absorbing and finished[j] and last[j] is not None and last[j] < t:
+                    point = torch.zeros(vocab, dtype=torch.float64)
+                    point[int(token_ids[j, last[j]])] = 1.0
+                    contributors.append(point)
+            if len(contributors) < (1 if leave_one_out else 2):
+                continue
+            out[i, t] = reference_js(p[i, t], torch.stack(contributors).mean(0))
+    return out
+
+
+def variant_batch(seed: int, length=8, vocab=19):
+    """Groups of 2, 1 and 4 rows (labels 2, 5, 7, shuffled over the rows); ragged lengths, in
+    label order 3, 8 | 5 | 2, 8, 4, 3: one row of groups 2 and 7 is truncated (it reaches the
+    last column), the others end early (finished); -inf logits; two rows of group 7 end on the
+    same token. Returns the batch and the row of length 4."""
+    logits, token_ids, _, group_ids = sized_group_batch(seed, groups=(4, 2, 1), length=length, vocab=vocab)
+    order = torch.argsort(group_ids, stable=True)  # rows in label order
+    lengths = torch.empty(len(group_ids), dtype=torch.long)
+    lengths[order] = torch.tensor([3, length, 5, 2, length, 4, 3])
+    mask = torch.arange(length)[None, :] < lengths[:, None]
+    token_ids[order[3], 1] = token_ids[order[6], 2]
+    return logits, token_ids, mask, group_ids, int(order[5])
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("chunk_size", [1, 3, None])
+def test_group_mean_variants_match_float64_loops(variant, seed, temperature, chunk_size):
+    logits, token_ids, mask, group_ids, _ = variant_batch(seed)
+    absorbing, leave_one_out = VARIANTS[variant]
+    expected = loop_reference_variant(logits, token_ids, mask, group_ids, temperature, absorbing, leave_one_out)
+    stats = token_statistics(logits, token_ids, mask, temperature, (variant,), chunk_size=chunk_size,
+                             group_ids=group_ids)
+    torch.testing.assert_close(stats.js_scores[variant].double(), expected, atol=2e-5, rtol=0)
+    lone = (group_ids == 5).nonzero()[0, 0]  # the group of one
+    assert (stats.js_scores[variant][lone] == 0).all()
+
+
+@pytest.mark.parametrize("chunk_size", [2, None])
+def test_all_variants_together_with_prev_and_an_explicit_finished(chunk_size):
+    """Several group variants in one call (the first in the first pass, the others in passes of
+    their own; with prev, all in their own), and ``finished`` given: the row of length 4 ended
+    early but is declared truncated, so it is not absorbed."""
+    logits, token_ids, mask, group_ids, row = variant_batch(4)
+    finished = mask[:, -1].logical_not()
+    finished[row] = False
+    finished_list = finished.tolist()
+    default = loop_reference_variant(logits, token_ids, mask, group_ids, 0.9, True, False)
+    assert not torch.allclose(default, loop_reference_variant(logits, token_ids, mask, group_ids, 0.9, True,
+                                                              False, finished_list))
+    for extra in ((), ("prev", "seq_mean")):
+        references = (*VARIANTS, *extra)
+        stats = token_statistics(logits, token_ids, mask, 0.9, references, chunk_size=chunk_size,
+                                 group_ids=group_ids, finished=finished)
+        for variant, (absorbing, leave_one_out) in VARIANTS.items():
+            expected = loop_reference_variant(logits, token_ids, mask, group_ids, 0.9, absorbing, leave_one_out,
+                                              finished_list)
+            torch.testing.assert_close(stats.js_scores[variant].double(), expected, atol=2e-5, rtol=0)
+
+
+def test_absorbing_point_masses_by_hand():
+    """Two rows of one group, vocabulary 2. Row 0: one token, the end token 1 (finished). Row 1 at
+    t = 1 has p = (1, 0). Absorbing: the mean at t = 1 is q = ((1, 0) + (0, 1)) / 2, m = (3/4, 1/4),
+    JS = H(m) - H(q)/2 = h(1/4) - ln 2 / 2; leave-one-out absorbing: the other is (0, 1), JS = ln 2;
+    alive-only: 0 (alone)."""
+    logits = torch.tensor([[[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]],
+                           [[0.0, 0.0], [0.0, -float("inf")], [0.0, 0.0]]])
+    token_ids = torch.tensor([[1, 0, 0], [0, 0, 0]])
+    mask = torch.tensor([[True, False, False], [True, True, False]])
+    groups = torch.zeros(2, dtype=torch.long)
+    stats = token_statistics(logits, token_ids, mask, 1.0, tuple(VARIANTS), group_ids=groups)
+    assert stats.js_scores["group_mean"][1, 1] == 0
+    assert stats.js_scores["group_mean_loo"][1, 1] == 0
+    expected = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75)) - LN2 / 2
+    assert stats.js_scores["group_mean_absorbing"][1, 1].item() == pytest.approx(expected, abs=1e-6)
+    assert stats.js_scores["group_mean_loo_absorbing"][1, 1].item() == pytest.approx(LN2, abs=1e-6)
+    # At t = 0 both rows are uniform: every variant scores 0.
+    for variant in VARIANTS:
+        assert stats.js_scores[variant][:, 0].abs().max() < 1e-6
+    # Declared truncated, row 0 is not absorbed: row 1 is alone at t = 1.
+    stats = token_statistics(logits, token_ids, mask, 1.0, tuple(VARIANTS), group_ids=groups,
+                             finished=torch.tensor([False, False]))
+    assert all(stats.js_scores[variant][1, 1] == 0 for variant in VARIANTS)
+
+
+def test_absorbing_removes_the_alive_count_cap():
+    """8 rows, one-hot-like distributions on 8 distinct tokens: alive-only JS is capped by the rows
+    alive (h((n+1)/2n) - h(1/n)/2: 0.497 for 8, 0.216 for 2); with 6 rows finished, absorbing
+    keeps the mean over 8 rows."""
+    def h(x):
+        return -(x * math.log(x) + (1 - x) * math.log(1 - x))
+
+    def cap(n):
+        return h((n + 1) / (2 * n)) - h(1 / n) / 2
+
+    assert cap(8) == pytest.approx(0.4969, abs=1e-4) and cap(2) == pytest.approx(0.2158, abs=1e-4)
+    vocab, length = 16, 4
+    logits = torch.full((8, length, vocab), -60.0)
+    for row in range(8):
+        logits[row, :, row] = 60.0  # a point mass on token `row` at every position
+    token_ids = torch.arange(8)[:, None].expand(8, length).clone() + 8  # ends on tokens 8..15
+    mask = torch.ones(8, length, dtype=torch.bool)
+    mask[2:, 2:] = False  # rows 2-7 end at t = 1 (finished); rows 0-1 are truncated at the cap
+    stats = token_statistics(logits, token_ids, mask, 1.0, tuple(VARIANTS), group_ids=torch.zeros(8))
+    assert stats.js_scores["group_mean"][0, 0].item() == pytest.approx(cap(8), abs=1e-5)
+    assert stats.js_scores["group_mean"][0, 3].item() == pytest.approx(cap(2), abs=1e-5)
+    assert stats.js_scores["group_mean_absorbing"][0, 3].item() == pytest.approx(cap(8), abs=1e-5)
+    # Leave-one-out: the others never hold the row's token: JS = ln 2 at every position.
+    assert stats.js_scores["group_mean_loo"][0].min().item() == pytest.approx(LN2, abs=1e-5)
+    assert stats.js_scores["group_mean_loo_absorbing"][0].min().item() == pytest.approx(LN2, abs=1e-5)
+
+
+@pytest.mark.parametrize("chunk_size", [1, None])
+def test_hidden_path_supports_every_variant(chunk_size):
+    hidden, weight, lm_bias, token_ids, mask = hidden_batch(22, batch=6)
+    groups = torch.tensor([3, 1, 3, 1, 3, 3])
+    logits = hidden.double() @ weight.double().T + lm_bias.double()
+    stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 0.8, tuple(VARIANTS), groups,
+                                         lm_bias, chunk_size=chunk_size)
+    for variant, (absorbing, leave_one_out) in VARIANTS.items():
+        expected = loop_reference_variant(logits, token_ids, mask, groups, 0.8, absorbing, leave_one_out)
+        torch.testing.assert_close(stats.js_scores[variant].double(), expected, atol=2e-5, rtol=0)
+
+
+def test_finished_must_be_one_flag_per_row():
+    logits, token_ids, mask, group_ids, _ = variant_batch(0)
+    with pytest.raises(ValueError, match="finished"):
+        token_statistics(logits, token_ids, mask, js_references=("group_mean_absorbing",), group_ids=group_ids,
+                         finished=torch.ones(3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="group_ids"):
+        token_statistics(logits, token_ids, mask, js_references=("group_mean_loo",))

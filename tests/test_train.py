@@ -340,6 +340,8 @@ SELECTOR_CASES = [
     ("all", {}), ("entropy", {}), ("stapo", {"tau_p": 0.05}), ("random", {}),
     ("ict", {}), ("ict", {"scope": "group"}), ("ict", {"scope": "sequence"}),
     ("ict", {"reference": "seq_mean"}), ("ict", {"reference": "prev", "unit": "token_id"}),
+    ("ict", {"reference": "group_mean"}), ("ict", {"reference": "group_mean_loo"}),
+    ("ict", {"reference": "group_mean_loo_absorbing", "scope": "sequence"}),
     ("clip_cov", {"ratio": 0.05, "cov_low": 0.0, "cov_high": 100.0}), ("kl_cov", {"ratio": 0.05}),
 ]
 
@@ -376,7 +378,7 @@ def test_paper_preset_resolves_every_value(tmp_path):
     from ict.training.config import build_config, parse_key_values
 
     config = build_config(None, {"method": "ict", "preset": "paper"}, {})
-    assert config.selector == {"ratio": 0.1, "reference": "group_mean", "unit": "position",
+    assert config.selector == {"ratio": 0.1, "reference": "group_mean_absorbing", "unit": "position",
                                "scope": "sequence"}
     assert config.aggregation == "seq_mean_token_mean" and config.full_token_warmup_steps == 10
     explicit = build_config(None, {"method": "ict", "preset": "paper", "aggregation": "token_mean"},
@@ -386,7 +388,7 @@ def test_paper_preset_resolves_every_value(tmp_path):
 
     save_config(explicit, tmp_path / "c.yaml")
     saved = (tmp_path / "c.yaml").read_text()
-    assert "reference: group_mean" in saved and "scope: sequence" in saved
+    assert "reference: group_mean_absorbing" in saved and "scope: sequence" in saved
     from ict.core.errors import UsageError
 
     with pytest.raises(UsageError, match="no preset"):

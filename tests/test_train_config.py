@@ -25,7 +25,10 @@ def test_precedence_defaults_yaml_options_overrides(tmp_path):
     assert config.ratio is None
     assert config.selector_name == "entropy" and config.selector_options() == {"ratio": 0.2}
     assert build_config(None, {}, {}).selector_options() == {
-        "ratio": 0.1, "reference": "group_mean", "unit": "position", "scope": "batch"}
+        "ratio": 0.1, "reference": "group_mean_absorbing", "unit": "position", "scope": "batch"}
+    # The first comparison's configs say `reference: group_mean`: still the alive-only mean.
+    old = build_config("configs/compare-cpu.yaml", {}, {"selector.reference": "group_mean"})
+    assert old.selector["reference"] == "group_mean"
 
 
 @pytest.mark.parametrize("overrides,message", [

@@ -35,7 +35,7 @@ class TokenView:
 def build_view(model: Any, tokenizer: Any, rollout: Any, color: str = "js",
                reference: str = "group_mean", temperature: float = 1.0) -> TokenView:
     """Token statistics (`ict.core.stats.token_statistics`) and selections of a rollout."""
-    from ict.core.selectors import SelectionInputs, select_tokens
+    from ict.core.selectors import SelectionInputs, required_js_references, select_tokens
     from ict.core.stats import token_statistics
     from ict.training.forward import response_logits
     from ict.training.rollout import pack_rollout
@@ -44,7 +44,7 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, color: str = "js",
         raise ValueError(f"--color must be one of {', '.join(COLOR_SCORES)}")
     batch = pack_rollout(rollout, tokenizer.pad_token_id)
     group_ids = torch.arange(batch.response_ids.shape[0]) // max(1, rollout.num_samples)
-    references = tuple(dict.fromkeys((reference, "group_mean")))  # ICT's marks use its default
+    references = tuple(dict.fromkeys((reference, *required_js_references("ict"))))  # ICT's marks: its default
     with torch.no_grad():
         logits = response_logits(model, batch)
         stats = token_statistics(logits, batch.response_ids, batch.response_mask,

@@ -13,22 +13,42 @@ micro-batches together), so they cost no extra pass over the vocabulary.
   an entropy filter).
 - ``jaccard_entropy20`` / ``jaccard_ict10``: Jaccard overlap ``|S & R| / |S | R|`` of the
   method's selection ``S`` with what 20-Entropy (top 20% entropy over the step) and ICT (top 10%
-  by JS to the group mean over the step) would select on the same tokens.
+  by its default JS reference, ``ICT_DEFAULT_REFERENCE``, over the step) would select on the
+  same tokens (ties drawn with a generator seeded with 0).
 - ``selected_positive_advantage_fraction``: share of the selected tokens that lie in completions
   with positive advantage (the paper's A.3.4: high-JS tokens sit in positive-advantage
   completions although the score uses no reward).
 
 All values are floats; NaN where undefined (no selected token, no JS scores).
+
+:func:`selection_anatomy` says *where* in the responses a selection lies (issue 22):
+
+- ``selected_partial_group_fraction``: share of the selected tokens at positions where fewer
+  than G completions of their group are alive (``G`` = the group's rows, ``alive`` = has a
+  response token at that position); with right-padded responses, the positions at or after
+  the end of the group's shortest completion (``t >= L_min``);
+- ``selected_relative_position``: mean of ``t / L`` over the selected tokens, ``t`` the 0-based
+  index of the token among its completion's response tokens and ``L`` their number (a uniform
+  selection gives ``(L - 1) / 2L``, a little under 0.5);
+- ``selected_end_token_fraction``: share of the selected tokens that are end tokens (at the
+  last response position of a *finished* completion, as :func:`ict.core.stats.response_ends`
+  defines it);
+- ``selected_tie_fraction``: share of the selected tokens decided by a tie at the selection
+  threshold (``Selection.tie_decided``; NaN when not given).
+
+Each ``*_fraction`` / ``*_position`` also has an ``all_`` twin over every response token (the
+value a uniform selection would have).
 """
 
 from __future__ import annotations
 
 import math
 
+import torch
 from torch import Tensor
 
-from ict.core.selectors import top_fraction_mask
-from ict.core.stats import TokenStatistics
+from ict.core.selectors import ICT_DEFAULT_REFERENCE, top_fraction_mask
+from ict.core.stats import TokenStatistics, response_ends
 
 DIAGNOSTIC_KEYS = (
     "above_beta_fraction",
@@ -61,7 +81,7 @@ def token_diagnostics(
     """The diagnostics of the module docstring for one step.
 
     ``stats`` fields and masks are ``[N, T]``; ``advantages`` is ``[N]`` (one per completion).
-    ``jaccard_ict10`` needs ``stats.js_scores["group_mean"]``.
+    ``jaccard_ict10`` needs ``stats.js_scores[ICT_DEFAULT_REFERENCE]``.
     """
     device = stats.log_probs.device  # the masks may come from another device (e.g. CPU)
     response = response_mask.to(device).bool()
@@ -85,7 +105,65 @@ def token_diagnostics(
     }
     if bool(response.any()):
         out["jaccard_entropy20"] = jaccard(selected, top_fraction_mask(entropy, response, 0.2, "batch"))
-        scores = stats.js_scores.get("group_mean")
+        scores = stats.js_scores.get(ICT_DEFAULT_REFERENCE)
         if scores is not None:
             out["jaccard_ict10"] = jaccard(selected, top_fraction_mask(scores, response, 0.1, "batch"))
     return out
+
+
+ANATOMY_KEYS = (
+    "selected_partial_group_fraction",
+    "selected_relative_position",
+    "selected_end_token_fraction",
+    "selected_tie_fraction",
+    "all_partial_group_fraction",
+    "all_relative_position",
+    "all_end_token_fraction",
+)
+
+
+def token_anatomy(response_mask: Tensor, group_ids: Tensor, finished: Tensor | None = None) -> dict[str, Tensor]:
+    """Per-token anatomy, each ``[B, T]``: ``partial_group`` (bool: fewer than G rows of the group
+    alive at that position), ``relative_position`` (float64 ``t / L``, 0 outside the response) and
+    ``end_token`` (bool: the last response token of a finished row)."""
+    response = response_mask.bool()
+    _, rank = torch.unique(group_ids.to(response.device), return_inverse=True)
+    num_groups = int(rank.max()) + 1 if rank.numel() else 0
+    group_size = torch.bincount(rank, minlength=num_groups)
+    alive = torch.zeros(num_groups, response.shape[1], dtype=torch.long, device=response.device)
+    alive.index_add_(0, rank, response.long())
+    partial = response & (alive[rank] < group_size[rank].unsqueeze(-1))
+    index = response.long().cumsum(dim=1) - 1
+    length = response.sum(dim=1, keepdim=True).clamp(min=1)
+    relative = torch.where(response, index.double() / length.double(), torch.zeros((), dtype=torch.float64))
+    last, done = response_ends(response, finished)
+    end = torch.zeros_like(response)
+    rows = done.nonzero(as_tuple=True)[0]
+    end[rows, last[rows]] = True
+    return {"partial_group": partial, "relative_position": relative, "end_token": end}
+
+
+def selection_anatomy(
+    selected_mask: Tensor,
+    response_mask: Tensor,
+    group_ids: Tensor,
+    finished: Tensor | None = None,
+    tie_decided: Tensor | None = None,
+) -> dict[str, float]:
+    """The anatomy figures of the module docstring for one selection (``ANATOMY_KEYS``).
+
+    Masks are ``[B, T]``; ``group_ids`` ``[B]`` labels the completions of one prompt;
+    ``finished`` ``[B]`` (optional) as in :func:`ict.core.stats.response_ends`.
+    """
+    response = response_mask.bool()
+    selected = selected_mask.to(response.device).bool() & response
+    anatomy = token_anatomy(response, group_ids, finished)
+    out = {}
+    for name, values in (("partial_group_fraction", anatomy["partial_group"].double()),
+                         ("relative_position", anatomy["relative_position"]),
+                         ("end_token_fraction", anatomy["end_token"].double())):
+        out[f"selected_{name}"] = _mean(values, selected)
+        out[f"all_{name}"] = _mean(values, response)
+    out["selected_tie_fraction"] = (math.nan if tie_decided is None else
+                                    _mean((tie_decided.to(response.device).bool() & selected).double(), selected))
+    return {key: out[key] for key in ANATOMY_KEYS}

@@ -15,11 +15,13 @@ Built in (defaults in brackets):
   with advantage > 0, sampled probability < tau_p and entropy strictly below the ``quantile``
   of the entropies of exactly those positive-advantage low-probability tokens (STAPO,
   arXiv 2602.15620; linear-interpolation quantile as ``torch.quantile``).
-- ``ict`` [ratio=0.1, reference="group_mean", unit="position", scope="batch"]: the top ``ratio``
-  by Jensen-Shannon score (ICT, arXiv 2606.19771). ``reference="group_mean"`` is the paper's
-  score as its method section is read (JS to the mean distribution of the prompt's G completions
-  at the same position; ``METHOD.md`` section 2); ``seq_mean``, ``prev`` and ``ref`` are
-  ablations. ``unit="position"`` ranks positions; ``unit="token_id"`` (our variant, not the
+- ``ict`` [ratio=0.1, reference=ICT_DEFAULT_REFERENCE, unit="position", scope="batch"]: the top
+  ``ratio`` by Jensen-Shannon score (ICT, arXiv 2606.19771). The group references
+  (``group_mean_absorbing``, ``group_mean_loo``, ``group_mean_loo_absorbing`` and the alive-only
+  ``group_mean`` of the first comparison; see :mod:`ict.core.stats`) are readings of the paper's
+  score, JS to the mean distribution of the prompt's G completions at the same position
+  (``METHOD.md`` section 2); ``seq_mean``, ``prev`` and ``ref`` are ablations.
+  ``unit="position"`` ranks positions; ``unit="token_id"`` (our variant, not the
   paper's) ranks the unique sampled token ids by their mean score, keeps the top
   ``ceil(ratio * U)`` of the ``U`` unique ids and selects every response position holding one
   of them. Preset ``paper``: per-sequence percentile and the ``seq_mean_token_mean`` loss.
@@ -46,8 +48,14 @@ each prompt together (``inputs.group_ids``), ``"sequence"`` ranks each sequence 
 Counting rules shared by every top-``ratio`` selector: ``N`` response tokens give
 ``k = ceil(ratio * N)`` (the product is rounded to 9 decimals first, so ``0.1 * 30`` is 3,
 not 4); so at least one token is selected whenever ``N > 0``, none when ``N = 0``, all when
-``ratio = 1``. Ties are broken by position: the earlier (row-major) position wins. A ratio
-outside (0, 1] is an error.
+``ratio = 1``. A ratio outside (0, 1] is an error. Ties favour no position: with ``s_k`` the
+``k``-th largest score, every token scoring above ``s_k + tol`` is selected and the remaining
+slots go to tokens drawn uniformly at random (``inputs.generator``; without one, a generator
+seeded with 0) among those within ``tol`` of ``s_k`` (``tol`` = :data:`TIE_TOLERANCE`, absolute,
+in the score's unit). When more tokens than slots lie within ``tol``, the tokens drawn are
+*decided by a tie* (``Selection.tie_decided``); a score that saturates shows up there. The
+draw only happens when there is such a tie, so selections without one consume no randomness,
+and it is the same on every process given the same generator state.
 """
 
 from __future__ import annotations
@@ -88,12 +96,15 @@ class SelectionInputs:
 
 @dataclass
 class Selection:
-    """A selector's result: ``mask`` (bool ``[B, T]``, the tokens in the policy-gradient loss) and
-    an optional ``kl_penalty`` (float ``[B, T]``, a per-token coefficient of
-    ``|log p - log p_old|`` added to the loss; KL-Cov)."""
+    """A selector's result: ``mask`` (bool ``[B, T]``, the tokens in the policy-gradient loss), an
+    optional ``kl_penalty`` (float ``[B, T]``, a per-token coefficient of
+    ``|log p - log p_old|`` added to the loss; KL-Cov) and, for the top-fraction selectors,
+    ``tie_decided`` (bool ``[B, T]``, the selected tokens decided by a tie at the threshold; see
+    the module docstring)."""
 
     mask: Tensor
     kl_penalty: Tensor | None = None
+    tie_decided: Tensor | None = None
 
 
 SelectorFunction = Callable[..., "Tensor | Selection"]
@@ -338,25 +349,80 @@ def population_rows(scope: str, num_rows: int, group_ids: Tensor | None = None) 
     raise ValueError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
 
 
-def top_fraction_mask(
-    scores: Tensor, response_mask: Tensor, ratio: float, scope: str = "batch", group_ids: Tensor | None = None
-) -> Tensor:
-    """Mask of the ``ceil(ratio * N)`` highest ``scores`` among the ``N`` response tokens of each
-    population of ``scope`` (see :func:`population_rows`). Ties go to the earlier (row-major)
-    position."""
+TIE_TOLERANCE = 1e-6
+"""Scores within this distance (absolute, in the score's unit) of the selection threshold are
+tied (float32 JS scores and entropies carry rounding errors of about 1e-7 to 1e-6 nats)."""
+
+
+def top_count(
+    values: Tensor, count: int, generator: torch.Generator | None = None, tolerance: float = TIE_TOLERANCE
+) -> tuple[Tensor, Tensor]:
+    """Indices of the ``count`` largest of ``values`` ``[n]`` with position-neutral ties, and a bool
+    ``[n]`` of the kept indices that a tie decided (see the module docstring).
+
+    Every value above ``s_k + tolerance`` (``s_k`` the ``count``-th largest) is kept; the
+    remaining slots go to a uniform draw, with ``generator``, among the values within
+    ``tolerance`` of ``s_k``. No draw happens when those fit the slots exactly. NaN counts as
+    ``+inf`` (a non-finite step still selects ``count`` tokens, so its loss is non-finite).
+    """
+    decided = torch.zeros(values.shape, dtype=torch.bool, device=values.device)
+    if count >= values.numel():
+        return torch.arange(values.numel(), device=values.device), decided
+    if count <= 0:
+        return torch.zeros(0, dtype=torch.long, device=values.device), decided
+    values = values.double()
+    values = torch.where(values.isnan(), math.inf, values)  # NaN ranks first, as in torch.sort
+    threshold = torch.topk(values, count, sorted=True).values[-1]
+    sure = (values > threshold + tolerance).nonzero(as_tuple=True)[0]
+    tied = ((values == threshold) | ((values - threshold).abs() <= tolerance)).nonzero(as_tuple=True)[0]
+    slots = count - sure.numel()
+    if tied.numel() > slots:
+        if generator is None:
+            generator = torch.Generator().manual_seed(0)
+        draw = torch.randperm(tied.numel(), generator=generator, device=generator.device)
+        tied = tied[draw[:slots].to(tied.device)]
+        decided[tied] = True
+    return torch.cat([sure, tied]), decided
+
+
+def top_fraction_selection(
+    scores: Tensor,
+    response_mask: Tensor,
+    ratio: float,
+    scope: str = "batch",
+    group_ids: Tensor | None = None,
+    generator: torch.Generator | None = None,
+    tolerance: float = TIE_TOLERANCE,
+) -> Selection:
+    """The ``ceil(ratio * N)`` highest ``scores`` among the ``N`` response tokens of each population
+    of ``scope`` (see :func:`population_rows`), ties (within ``tolerance``) broken at random with
+    ``generator`` (see :func:`top_count`; populations in order), with the tie-decided tokens."""
     _check_ratio(ratio)
     mask = response_mask.bool()
     selected = torch.zeros_like(mask)
+    decided = torch.zeros_like(mask)
     for rows in population_rows(scope, mask.shape[0], group_ids):
         rows = rows.to(mask.device)
         local_row, time_index = mask[rows].nonzero(as_tuple=True)
         batch_index = rows[local_row]
         count = selection_count(ratio, batch_index.numel())
         if count:
-            order = torch.sort(scores[batch_index, time_index], descending=True, stable=True).indices
-            keep = order[:count]
+            keep, tie = top_count(scores[batch_index, time_index], count, generator, tolerance)
             selected[batch_index[keep], time_index[keep]] = True
-    return selected
+            decided[batch_index[tie], time_index[tie]] = True
+    return Selection(mask=selected, tie_decided=decided)
+
+
+def top_fraction_mask(
+    scores: Tensor,
+    response_mask: Tensor,
+    ratio: float,
+    scope: str = "batch",
+    group_ids: Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """The mask of :func:`top_fraction_selection`."""
+    return top_fraction_selection(scores, response_mask, ratio, scope, group_ids, generator).mask
 
 
 @register_selector("all")
@@ -366,9 +432,10 @@ def select_all(inputs: SelectionInputs) -> Tensor:
 
 
 @register_selector("entropy", defaults={"ratio": 0.2}, population="batch")
-def select_top_entropy(inputs: SelectionInputs, ratio: float) -> Tensor:
+def select_top_entropy(inputs: SelectionInputs, ratio: float) -> Selection:
     """20-Entropy: the ``ceil(ratio * N)`` highest-entropy response tokens of the batch."""
-    return top_fraction_mask(inputs.stats.entropy, inputs.response_mask, ratio, "batch")
+    return top_fraction_selection(inputs.stats.entropy, inputs.response_mask, ratio, "batch",
+                                  generator=inputs.generator)
 
 
 def _token_advantages(inputs: SelectionInputs) -> Tensor:
@@ -412,44 +479,48 @@ def _js_score(inputs: SelectionInputs, reference: str) -> Tensor:
     return scores
 
 
-def top_unique_token_mask(
+def top_unique_token_selection(
     scores: Tensor,
     token_ids: Tensor,
     response_mask: Tensor,
     ratio: float,
     scope: str = "batch",
     group_ids: Tensor | None = None,
-) -> Tensor:
+    generator: torch.Generator | None = None,
+) -> Selection:
     """Select the top ``ceil(ratio * U)`` unique token ids by mean score; mask their positions.
 
-    Ties between ids go to the smaller token id.
+    Ties between ids are broken at random with ``generator`` (:func:`top_count`); the positions
+    of an id a tie decided are tie-decided.
     """
     _check_ratio(ratio)
     mask = response_mask.bool()
-    if scope != "batch":
-        selected = torch.zeros_like(mask)
-        for rows in population_rows(scope, mask.shape[0], group_ids):
-            rows = rows.to(mask.device)
-            selected[rows] = top_unique_token_mask(scores[rows], token_ids[rows], mask[rows], ratio)
-        return selected
-    ids = token_ids[mask]
-    if ids.numel() == 0:
-        return torch.zeros_like(mask)
-    unique_ids, inverse = torch.unique(ids, return_inverse=True)
-    sums = torch.zeros(unique_ids.numel(), dtype=torch.float64, device=scores.device)
-    sums.index_add_(0, inverse, scores[mask].double())
-    means = sums / torch.bincount(inverse, minlength=unique_ids.numel()).double()
-    count = selection_count(ratio, unique_ids.numel())
-    chosen = unique_ids[torch.sort(means, descending=True, stable=True).indices[:count]]
-    return mask & torch.isin(token_ids, chosen)
+    selected, decided = torch.zeros_like(mask), torch.zeros_like(mask)
+    populations = population_rows(scope, mask.shape[0], group_ids) if scope != "batch" else [None]
+    for rows in populations:
+        part = mask if rows is None else torch.zeros_like(mask).index_fill_(0, rows.to(mask.device), True) & mask
+        ids = token_ids[part]
+        if ids.numel() == 0:
+            continue
+        unique_ids, inverse = torch.unique(ids, return_inverse=True)
+        sums = torch.zeros(unique_ids.numel(), dtype=torch.float64, device=scores.device)
+        sums.index_add_(0, inverse, scores[part].double())
+        means = sums / torch.bincount(inverse, minlength=unique_ids.numel()).double()
+        keep, tie = top_count(means, selection_count(ratio, unique_ids.numel()), generator)
+        selected |= part & torch.isin(token_ids, unique_ids[keep])
+        decided |= part & torch.isin(token_ids, unique_ids[tie])
+    return Selection(mask=selected, tie_decided=decided)
 
+
+ICT_DEFAULT_REFERENCE = "group_mean_absorbing"
+"""ICT's default JS reference (``docs/method.md`` gives the measurement behind the choice)."""
 
 # The full-token warm-up of the paper preset is the blog reading's (unconfirmed) "first steps
 # update every token"; the number of steps is not given anywhere we can read. 10 steps is our
 # guess: long enough for the group advantages to move the policy off its initial distribution
 # (the offline default's reward rises over its first ~10 steps), short next to a 100+ step run.
 ICT_PAPER_PRESET = Preset(
-    selector_options={"reference": "group_mean", "ratio": 0.1, "scope": "sequence", "unit": "position"},
+    selector_options={"reference": ICT_DEFAULT_REFERENCE, "ratio": 0.1, "scope": "sequence", "unit": "position"},
     train_options={"aggregation": "seq_mean_token_mean", "full_token_warmup_steps": 10},
     note="arXiv 2606.19771 as two public readings describe it (METHOD.md section 2): JS to the "
     "group mean, top 10% per sequence, mean over sequences of each sequence's token mean, a "
@@ -459,27 +530,29 @@ ICT_PAPER_PRESET = Preset(
 
 @register_selector(
     "ict",
-    defaults={"ratio": 0.1, "reference": "group_mean", "unit": "position", "scope": "batch"},
+    defaults={"ratio": 0.1, "reference": ICT_DEFAULT_REFERENCE, "unit": "position", "scope": "batch"},
     js_references=lambda options: (options["reference"],),
     population=lambda options: options["scope"],
     presets={"paper": ICT_PAPER_PRESET},
 )
-def select_ict(inputs: SelectionInputs, ratio: float, reference: str, unit: str, scope: str) -> Tensor:
+def select_ict(inputs: SelectionInputs, ratio: float, reference: str, unit: str, scope: str) -> Selection:
     """ICT: the top ``ratio`` of response tokens by Jensen-Shannon score (default: to the group mean)."""
     scores = _js_score(inputs, reference)
     if unit == "position":
-        return top_fraction_mask(scores, inputs.response_mask, ratio, scope, inputs.group_ids)
+        return top_fraction_selection(scores, inputs.response_mask, ratio, scope, inputs.group_ids,
+                                      inputs.generator)
     if unit == "token_id":
         if inputs.token_ids is None:
             raise ValueError("unit='token_id' needs token_ids in SelectionInputs")
-        return top_unique_token_mask(scores, inputs.token_ids, inputs.response_mask, ratio, scope, inputs.group_ids)
+        return top_unique_token_selection(scores, inputs.token_ids, inputs.response_mask, ratio, scope,
+                                          inputs.group_ids, inputs.generator)
     raise ValueError(f"unit must be 'position' or 'token_id', got {unit!r}")
 
 
 # The random scores are drawn over the whole [B, T] at once, so the draw (and the mask) depends on
 # which rows are present: the population is the batch whatever the ranking scope.
 @register_selector("random", defaults={"ratio": 0.1, "seed": None, "scope": "batch"}, population="batch")
-def select_random(inputs: SelectionInputs, ratio: float, seed: int | None, scope: str) -> Tensor:
+def select_random(inputs: SelectionInputs, ratio: float, seed: int | None, scope: str) -> Selection:
     """Control: a uniformly random ``ceil(ratio * N)`` of the response tokens."""
     generator = inputs.generator
     if generator is None and seed is not None:
@@ -487,7 +560,7 @@ def select_random(inputs: SelectionInputs, ratio: float, seed: int | None, scope
     scores = torch.rand(
         inputs.response_mask.shape, generator=generator, device=inputs.response_mask.device
     )
-    return top_fraction_mask(scores, inputs.response_mask, ratio, scope, inputs.group_ids)
+    return top_fraction_selection(scores, inputs.response_mask, ratio, scope, inputs.group_ids, generator)
 
 
 def token_covariance(log_probs: Tensor, advantages: Tensor, response_mask: Tensor) -> Tensor:

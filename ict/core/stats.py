@@ -9,11 +9,29 @@ For every response position t with temperature-scaled distribution
 - ``js_scores[r][t] = JS(p_t || q_t) = H(m) - H(p_t)/2 - H(q_t)/2``, ``m = (p_t + q_t)/2``,
   in [0, ln 2], for the references ``r``:
 
-  - ``group_mean`` (ICT's reference, arXiv 2606.19771): ``q_{i,t}`` = mean of ``p_{j,t}`` over
-    the rows ``j`` of the same group (equal ``group_ids``: the G completions of one prompt) that
-    have a response token at the same position ``t`` (index along T), row ``i`` included. A
-    position where only one row of the group still has a token is compared with itself and
-    scores 0;
+  - ``group_mean`` and its variants (ICT's reference, arXiv 2606.19771): ``q_{i,t}`` = a mean
+    of the distributions of the rows ``j`` of the same group (equal ``group_ids``: the G
+    completions of one prompt) at the same position ``t`` (index along T). Which rows count:
+
+    - ``group_mean`` (alive-only, this project's first reading; kept so that earlier runs
+      reproduce): the rows that have a response token at ``t``, row ``i`` included. Its JS is
+      capped by the number ``n`` of rows alive (``h((n+1)/2n) - h(1/n)/2``, 0 for ``n = 1``);
+    - ``group_mean_absorbing``: the rows alive at ``t`` plus, for every *finished* row of the
+      group whose last response position is before ``t``, a point mass on its *end token*, row
+      ``i`` included: the mean is over all G rows when none is truncated (the paper's
+      ``1/G sum_j``);
+    - ``group_mean_loo``: the rows alive at ``t`` other than ``i`` (leave-one-out);
+    - ``group_mean_loo_absorbing``: the alive rows and the absorbed point masses other than
+      row ``i``'s own.
+
+    A row is *finished* when its completion ended by itself (e.g. on EOS) rather than at the
+    length cap; its *end token* is the token at its last response position (``token_ids[i, e]``
+    with ``e = max{t : response_mask[i, t]}``, e.g. EOS); a truncated row is not finished and,
+    like a row with no response token, contributes nothing after its last position. By default
+    (``finished=None``) a row is finished when its last response position is before the last
+    column ``T - 1``: exact when responses are right-padded to the longest one of the batch and
+    truncated rows reach the cap (our trainer, TRL, verl); pass ``finished [B]`` otherwise. A
+    row with no other contributor at ``t`` (a group of one, the last row alive) scores 0;
   - ``seq_mean``: ``q_t`` = mean of ``p`` over the response positions of the same sequence;
   - ``prev``: ``q_t = p_{t'}`` with ``t'`` the previous response position of the same sequence;
     the first response position of a sequence has no predecessor and scores 0 (it is compared
@@ -47,7 +65,20 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-JS_REFERENCES = ("group_mean", "seq_mean", "prev", "ref")
+GROUP_MEAN_VARIANTS: dict[str, tuple[bool, bool]] = {  # name -> (absorbing, leave_one_out)
+    "group_mean": (False, False),
+    "group_mean_absorbing": (True, False),
+    "group_mean_loo": (False, True),
+    "group_mean_loo_absorbing": (True, True),
+}
+"""The references that compare a row with its group at the same position (they need
+``group_ids`` and whole groups in one call)."""
+JS_REFERENCES = (*GROUP_MEAN_VARIANTS, "seq_mean", "prev", "ref")
+
+
+def needs_groups(js_references: Sequence[str]) -> bool:
+    """Whether any of ``js_references`` is a group reference (needs ``group_ids`` and whole groups)."""
+    return any(name in GROUP_MEAN_VARIANTS for name in js_references)
 LN2 = math.log(2.0)
 _CHUNK_ELEMENTS = 1 << 21  # elements of one [chunk, V] float32 temporary (8 MiB)
 _TINY = torch.finfo(torch.float32).tiny
@@ -280,6 +311,7 @@ def _check_common(
     temperature: float,
     js_references: Sequence[str],
     group_ids: Tensor | None,
+    finished: Tensor | None,
 ) -> None:
     if token_ids.shape != shape[:2] or response_mask.shape != shape[:2]:
         raise ValueError(
@@ -291,10 +323,13 @@ def _check_common(
     unknown = [name for name in js_references if name not in JS_REFERENCES]
     if unknown:
         raise ValueError(f"unknown JS reference {unknown[0]!r}; choose from {', '.join(JS_REFERENCES)}")
-    if "group_mean" in js_references and group_ids is None:
-        raise ValueError("the 'group_mean' JS reference needs group_ids [B] (equal ids = completions of one prompt)")
+    grouped = [name for name in js_references if name in GROUP_MEAN_VARIANTS]
+    if needs_groups(js_references) and group_ids is None:
+        raise ValueError(f"the {grouped[0]!r} JS reference needs group_ids [B] (equal ids = completions of one prompt)")
     if group_ids is not None and tuple(group_ids.shape) != (shape[0],):
         raise ValueError(f"group_ids must be [B] = [{shape[0]}], got shape {tuple(group_ids.shape)}")
+    if finished is not None and tuple(finished.shape) != (shape[0],):
+        raise ValueError(f"finished must be [B] = [{shape[0]}], got shape {tuple(finished.shape)}")
 
 
 def token_statistics(
@@ -307,6 +342,7 @@ def token_statistics(
     differentiable_entropy: bool = False,
     chunk_size: int | None = None,
     group_ids: Tensor | None = None,
+    finished: Tensor | None = None,
 ) -> TokenStatistics:
     """Compute :class:`TokenStatistics` for the response positions (see the module docstring).
 
@@ -314,12 +350,14 @@ def token_statistics(
     ``differentiable_entropy`` (needed only for an entropy bonus). Everything else is computed
     without building a graph. ``chunk_size`` is in positions (default: 8 MiB temporaries).
     ``group_ids`` (LongTensor ``[B]``, any values, rows of a group need not be contiguous) says
-    which rows are the completions of one prompt; required for the ``group_mean`` reference.
+    which rows are the completions of one prompt; required for the ``group_mean`` references.
+    ``finished`` (bool ``[B]``, optional): which rows ended by themselves, for the absorbing
+    variants (default: inferred, see the module docstring).
     """
     js_references = tuple(dict.fromkeys(js_references))
     if logits.dim() != 3:
         raise ValueError(f"logits must be [B, T, V], got shape {tuple(logits.shape)}")
-    _check_common(tuple(logits.shape), token_ids, response_mask, temperature, js_references, group_ids)
+    _check_common(tuple(logits.shape), token_ids, response_mask, temperature, js_references, group_ids, finished)
     reference_head = None
     if "ref" in js_references:
         if reference_logits is None:
@@ -331,7 +369,7 @@ def token_statistics(
         reference_head = _LogitsHead(reference_logits)
     return _statistics(
         _LogitsHead(logits), tuple(logits.shape), token_ids, response_mask, temperature, js_references,
-        reference_head, differentiable_entropy, chunk_size, group_ids,
+        reference_head, differentiable_entropy, chunk_size, group_ids, finished,
     )
 
 
@@ -346,6 +384,7 @@ def token_statistics_from_hidden(
     lm_head_bias: Tensor | None = None,
     differentiable_entropy: bool = False,
     chunk_size: int | None = None,
+    finished: Tensor | None = None,
 ) -> TokenStatistics:
     """:func:`token_statistics` of ``logits = hidden @ lm_head_weight.T (+ lm_head_bias)`` without
     ever building the ``[B, T, V]`` logits, forward or backward.
@@ -370,11 +409,83 @@ def token_statistics_from_hidden(
     if "ref" in js_references:
         raise ValueError("the 'ref' JS reference is not supported from hidden states; use token_statistics")
     shape = (hidden.shape[0], hidden.shape[1], lm_head_weight.shape[0])
-    _check_common(shape, token_ids, response_mask, temperature, js_references, group_ids)
+    _check_common(shape, token_ids, response_mask, temperature, js_references, group_ids, finished)
     return _statistics(
         _LinearHead(hidden, lm_head_weight, lm_head_bias), shape, token_ids, response_mask, temperature,
-        js_references, None, differentiable_entropy, chunk_size, group_ids,
+        js_references, None, differentiable_entropy, chunk_size, group_ids, finished,
     )
+
+
+@dataclass
+class _Rows:
+    """The response rows of a batch, row-major (sequence by sequence): ``batch_index`` and
+    ``time_index`` ``[N]``."""
+
+    batch_index: Tensor
+    time_index: Tensor
+
+    def chunks(self, size: int) -> Iterator[tuple[Tensor | slice, _Blocks | None]]:
+        return ((part, None) for part in _chunks(self.batch_index.numel(), size))
+
+
+class _FirstPass:
+    """Accumulators of the first vocabulary pass: log-normaliser, entropy, Renyi-2 and sampled
+    log-prob of every response row, plus the ``prev``, ``ref`` and (when its blocks are given)
+    one group reference's scores, and the per-sequence sums of ``seq_mean``."""
+
+    def __init__(self, rows: _Rows, batch_size: int, vocab_size: int, want_prev: bool, want_ref: bool,
+                 want_mean: bool, group_variant: str | None) -> None:
+        num_rows, device = rows.batch_index.numel(), rows.batch_index.device
+        self.log_normaliser = torch.empty(num_rows, dtype=torch.float32, device=device)
+        self.entropy = torch.empty_like(self.log_normaliser)
+        self.renyi2 = torch.empty_like(self.log_normaliser)
+        self.token_log_probs = torch.empty_like(self.log_normaliser)
+        self.prev_mixture_entropy = torch.zeros_like(self.log_normaliser) if want_prev else None
+        self.ref_js = torch.zeros_like(self.log_normaliser) if want_ref else None
+        self.group_variant = group_variant
+        self.group_js = torch.zeros_like(self.log_normaliser) if group_variant is not None else None
+        self.sequence_sum = (
+            torch.zeros(batch_size, vocab_size, dtype=torch.float32, device=device) if want_mean else None
+        )
+        self.previous_row: Tensor | None = None
+
+    def update(self, part: Tensor | slice, blocks: _Blocks | None, head: _Head, reference_head: _Head | None,
+               rows_b: Tensor, rows_t: Tensor, token_ids: Tensor, temperature: float) -> None:
+        """Process one chunk of rows (``part``: their indices into the response rows)."""
+        rows = head.rows(rows_b, rows_t)
+        token_logits = rows.gather(1, token_ids[rows_b, rows_t].unsqueeze(-1)).squeeze(-1).float()
+        probabilities, normaliser, row_entropy = _softmax_with_entropy(rows, temperature)
+        del rows
+        self.log_normaliser[part] = normaliser
+        self.token_log_probs[part] = token_logits.div_(temperature).sub_(normaliser)
+        self.entropy[part] = row_entropy
+        self.renyi2[part] = -2.0 * torch.linalg.vector_norm(probabilities, ord=2, dim=-1).log()
+        if self.sequence_sum is not None:
+            self.sequence_sum.index_add_(0, rows_b, probabilities)
+        if self.prev_mixture_entropy is not None:
+            mixture = probabilities.clone()
+            mixture[1:].add_(probabilities[:-1])
+            mixture[0].add_(self.previous_row if self.previous_row is not None else probabilities[0])
+            self.prev_mixture_entropy[part] = _entropy_of(mixture.mul_(0.5))
+            self.previous_row = probabilities[-1].clone()
+        if self.ref_js is not None:
+            assert reference_head is not None
+            reference, _, reference_entropy = _softmax_with_entropy(reference_head.rows(rows_b, rows_t), temperature)
+            mixture_entropy = _entropy_of(reference.add_(probabilities).mul_(0.5))
+            self.ref_js[part] = _js_from_mixture_entropy(mixture_entropy, row_entropy, reference_entropy)
+        if self.group_js is not None:
+            assert blocks is not None and self.group_variant is not None
+            leave_one_out = GROUP_MEAN_VARIANTS[self.group_variant][1]
+            self.group_js[part] = _group_js_of_chunk(probabilities, row_entropy, blocks, leave_one_out)  # in place
+
+    def prev_js(self, rows: _Rows) -> Tensor:
+        """``prev`` scores; the first row of each sequence is compared with itself: 0."""
+        assert self.prev_mixture_entropy is not None
+        first_of_sequence = torch.ones_like(rows.batch_index, dtype=torch.bool)
+        first_of_sequence[1:] = rows.batch_index[1:] != rows.batch_index[:-1]
+        previous_entropy = torch.cat([self.entropy[:1], self.entropy[:-1]])
+        js = _js_from_mixture_entropy(self.prev_mixture_entropy, self.entropy, previous_entropy)
+        return js.masked_fill_(first_of_sequence, 0.0)
 
 
 def _statistics(
@@ -388,119 +499,69 @@ def _statistics(
     differentiable_entropy: bool,
     chunk_size: int | None,
     group_ids: Tensor | None,
+    finished: Tensor | None,
 ) -> TokenStatistics:
     """The statistics of the module docstring from a rows provider (one implementation for both
     the logits and the hidden-state paths)."""
     batch_size, length, vocab_size = shape
     chunk_size = chunk_size or default_chunk_size(vocab_size)
-    device = token_ids.device
-    mask = response_mask.bool()
-    batch_index, time_index = mask.nonzero(as_tuple=True)  # row-major: sequence by sequence
-    num_rows = batch_index.numel()
-
-    log_normaliser = torch.empty(num_rows, dtype=torch.float32, device=device)
-    entropy = torch.empty_like(log_normaliser)
-    renyi2 = torch.empty_like(log_normaliser)
-    token_log_probs = torch.empty_like(log_normaliser)
-    want_prev, want_mean = ("prev" in js_references), ("seq_mean" in js_references)
-    # The predecessor of a response row is the row before it when both are in one sequence.
-    first_of_sequence = torch.ones(num_rows, dtype=torch.bool, device=device)
-    first_of_sequence[1:] = batch_index[1:] != batch_index[:-1]
-    prev_mixture_entropy = torch.zeros_like(log_normaliser) if want_prev else None
-    ref_js = torch.zeros_like(log_normaliser) if reference_head is not None else None
-    sequence_sum = (
-        torch.zeros(batch_size, vocab_size, dtype=torch.float32, device=device) if want_mean else None
-    )
-
-    # group_mean without prev (which needs rows in sequence order): score it in this pass, with
-    # the rows visited in (position, group) blocks; otherwise in a pass of its own afterwards.
-    group_js: Tensor | None = None
-    parts: Iterator[tuple[Tensor | slice, _Blocks | None]]
-    if "group_mean" in js_references and not want_prev:
+    batch_index, time_index = response_mask.bool().nonzero(as_tuple=True)  # row-major
+    rows = _Rows(batch_index, time_index)
+    want_prev = "prev" in js_references
+    group_variants = [name for name in js_references if name in GROUP_MEAN_VARIANTS]
+    layout = None
+    if group_variants:
         assert group_ids is not None
-        group_js = torch.zeros_like(log_normaliser)
-        parts = _group_block_chunks(batch_index, time_index, group_ids, chunk_size)
-    else:
-        parts = ((part, None) for part in _chunks(num_rows, chunk_size))
+        layout = _group_layout(rows, token_ids, group_ids, finished, length)
+    # The first group variant is scored in the first pass when no `prev` (which needs rows in
+    # sequence order) is asked for; every other one takes a vocabulary pass of its own.
+    in_first = group_variants[0] if group_variants and not want_prev else None
+    first = _FirstPass(rows, batch_size, vocab_size, want_prev, reference_head is not None,
+                       "seq_mean" in js_references, in_first)
+    parts: Iterator[tuple[Tensor | slice, _Blocks | None]] = rows.chunks(chunk_size)
+    if in_first is not None:
+        parts = _group_block_chunks(rows, layout, chunk_size, GROUP_MEAN_VARIANTS[in_first][0])
 
     with torch.no_grad():
-        previous_row: Tensor | None = None
         for part, blocks in parts:
-            rows_b, rows_t = batch_index[part], time_index[part]
-            rows = head.rows(rows_b, rows_t)
-            token_logits = rows.gather(1, token_ids[rows_b, rows_t].unsqueeze(-1)).squeeze(-1).float()
-            probabilities, normaliser, row_entropy = _softmax_with_entropy(rows, temperature)
-            del rows
-            log_normaliser[part] = normaliser
-            token_log_probs[part] = token_logits.div_(temperature).sub_(normaliser)
-            entropy[part] = row_entropy
-            renyi2[part] = -2.0 * torch.linalg.vector_norm(probabilities, ord=2, dim=-1).log()
-            if sequence_sum is not None:
-                sequence_sum.index_add_(0, rows_b, probabilities)
-            if prev_mixture_entropy is not None:
-                mixture = probabilities.clone()
-                mixture[1:].add_(probabilities[:-1])
-                if previous_row is not None:
-                    mixture[0].add_(previous_row)
-                else:
-                    mixture[0].add_(probabilities[0])
-                prev_mixture_entropy[part] = _entropy_of(mixture.mul_(0.5))
-                previous_row = probabilities[-1].clone()
-            if ref_js is not None:
-                assert reference_head is not None
-                reference, _, reference_entropy = _softmax_with_entropy(
-                    reference_head.rows(rows_b, rows_t), temperature
-                )
-                mixture_entropy = _entropy_of(reference.add_(probabilities).mul_(0.5))
-                ref_js[part] = _js_from_mixture_entropy(mixture_entropy, entropy[part], reference_entropy)
-            if group_js is not None:
-                assert blocks is not None
-                group_js[part] = _group_js_of_chunk(probabilities, row_entropy, blocks)  # last: in place
-            del probabilities
-
+            first.update(part, blocks, head, reference_head, batch_index[part], time_index[part], token_ids,
+                         temperature)
         js_rows: dict[str, Tensor] = {}
-        if prev_mixture_entropy is not None:
-            previous_entropy = torch.cat([entropy[:1], entropy[:-1]])
-            js = _js_from_mixture_entropy(prev_mixture_entropy, entropy, previous_entropy)
-            js_rows["prev"] = js.masked_fill_(first_of_sequence, 0.0)
-        if ref_js is not None:
-            js_rows["ref"] = ref_js
-        if sequence_sum is not None:
-            js_rows["seq_mean"] = _seq_mean_js(
-                head, batch_index, time_index, log_normaliser, entropy, sequence_sum, temperature, chunk_size
-            )
-        if group_js is not None:
-            js_rows["group_mean"] = group_js
-        elif "group_mean" in js_references:
-            assert group_ids is not None
-            js_rows["group_mean"] = _group_mean_js(
-                head, batch_index, time_index, log_normaliser, entropy, group_ids, temperature, chunk_size
-            )
+        if want_prev:
+            js_rows["prev"] = first.prev_js(rows)
+        if first.ref_js is not None:
+            js_rows["ref"] = first.ref_js
+        if first.sequence_sum is not None:
+            js_rows["seq_mean"] = _seq_mean_js(head, rows, first.log_normaliser, first.entropy,
+                                               first.sequence_sum, temperature, chunk_size)
+        for variant in group_variants:
+            if variant == in_first:
+                assert first.group_js is not None
+                js_rows[variant] = first.group_js
+            else:
+                assert layout is not None
+                js_rows[variant] = _group_mean_js(head, rows, layout, first.log_normaliser, first.entropy,
+                                                  variant, temperature, chunk_size)
 
     log_probs, entropy_full = _ResponseLogProbs.apply(
-        head, token_ids, batch_index, time_index, log_normaliser, entropy, token_log_probs, temperature,
-        chunk_size, *head.inputs,
+        head, token_ids, batch_index, time_index, first.log_normaliser, first.entropy, first.token_log_probs,
+        temperature, chunk_size, *head.inputs,
     )
     if not differentiable_entropy:
         entropy_full = entropy_full.detach()
 
     def scatter(values: Tensor) -> Tensor:
-        full = torch.zeros(batch_size, length, dtype=torch.float32, device=device)
+        full = torch.zeros(batch_size, length, dtype=torch.float32, device=token_ids.device)
         full[batch_index, time_index] = values
         return full
 
-    return TokenStatistics(
-        log_probs=log_probs,
-        entropy=entropy_full,
-        renyi2=scatter(renyi2),
-        js_scores={name: scatter(js_rows[name]) for name in js_references},
-    )
+    return TokenStatistics(log_probs=log_probs, entropy=entropy_full, renyi2=scatter(first.renyi2),
+                           js_scores={name: scatter(js_rows[name]) for name in js_references})
 
 
 def _seq_mean_js(
     head: _Head,
-    batch_index: Tensor,
-    time_index: Tensor,
+    rows: _Rows,
     log_normaliser: Tensor,
     entropy: Tensor,
     sequence_sum: Tensor,
@@ -508,6 +569,7 @@ def _seq_mean_js(
     chunk_size: int,
 ) -> Tensor:
     """JS of each response row to the mean distribution of its sequence (second vocabulary pass)."""
+    batch_index, time_index = rows.batch_index, rows.time_index
     counts = torch.bincount(batch_index, minlength=sequence_sum.shape[0]).clamp_(min=1)
     sequence_mean = sequence_sum.div_(counts.unsqueeze(-1).float())
     sequence_entropy = _entropy_of(sequence_mean)
@@ -526,74 +588,159 @@ def _seq_mean_js(
     return js
 
 
+# ---------------------------------------------------------------------------------------------
+# Group references: JS of each row to a mean over its group at the same position
+
+
+def _ends(rows: _Rows, batch_size: int, length: int, finished: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Each row's last response position (``-1``: none) and whether it is finished (``[B]`` each)."""
+    device = rows.batch_index.device
+    last = torch.full((batch_size,), -1, dtype=torch.long, device=device)
+    last.scatter_reduce_(0, rows.batch_index, rows.time_index, reduce="amax")
+    done = last < length - 1 if finished is None else finished.to(device).bool()
+    return last, done & (last >= 0)
+
+
+def response_ends(response_mask: Tensor, finished: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """``(last, finished)``: each row's last response position (long ``[B]``, ``-1`` for a row
+    without response token) and whether the row is *finished* (bool ``[B]``; given, or inferred
+    as "ends before the last column", see the module docstring). The end token of a finished
+    row ``i`` is ``token_ids[i, last[i]]``."""
+    batch_index, time_index = response_mask.bool().nonzero(as_tuple=True)
+    return _ends(_Rows(batch_index, time_index), response_mask.shape[0], response_mask.shape[1], finished)
+
+
+@dataclass
+class _GroupLayout:
+    """The groups of a batch: ``rank`` ``[B]`` (0..num_groups-1) and, for the absorbing
+    variants, the finished rows of each group as a ``[num_groups, M]`` table of their last
+    response position (``end_time``; padding: ``T``, never before a position) and end token
+    (``end_token``)."""
+
+    rank: Tensor
+    num_groups: int
+    end_time: Tensor
+    end_token: Tensor
+
+
+def _group_layout(rows: _Rows, token_ids: Tensor, group_ids: Tensor, finished: Tensor | None,
+                  length: int) -> _GroupLayout:
+    """Group ranks and the finished rows' (last position, end token) per group (see the module
+    docstring for *finished* and *end token*)."""
+    device = rows.batch_index.device
+    batch_size = token_ids.shape[0]
+    _, rank = torch.unique(group_ids.to(device), return_inverse=True)
+    num_groups = int(rank.max().item()) + 1 if batch_size else 0
+    last, done = _ends(rows, batch_size, length, finished)
+    done_rows = done.nonzero(as_tuple=True)[0]
+    done_rows = done_rows[torch.argsort(rank[done_rows], stable=True)]
+    per_group = torch.bincount(rank[done_rows], minlength=num_groups)
+    width = int(per_group.max().item()) if done_rows.numel() else 0
+    slot = torch.arange(done_rows.numel(), device=device) - (per_group.cumsum(0) - per_group)[rank[done_rows]]
+    end_time = torch.full((num_groups, width), length, dtype=torch.long, device=device)
+    end_token = torch.zeros((num_groups, width), dtype=torch.long, device=device)
+    end_time[rank[done_rows], slot] = last[done_rows]
+    end_token[rank[done_rows], slot] = token_ids[done_rows, last[done_rows]].to(device)
+    return _GroupLayout(rank, num_groups, end_time, end_token)
+
+
 @dataclass
 class _Blocks:
     """The (position, group) blocks of one chunk of rows: ``local`` ``[c]`` is each row's block
-    (0..k-1) and ``sizes`` ``[k]`` the rows per block."""
+    (0..k-1), ``sizes`` ``[k]`` the rows per block, ``counts`` ``[k]`` the contributors to the
+    block's mean (its rows plus its absorbed point masses) and ``absorbed`` the
+    ``(block, token)`` index pairs of the point masses (one pair per finished row)."""
 
     local: Tensor
     sizes: Tensor
+    counts: Tensor
+    absorbed: tuple[Tensor, Tensor]
 
 
-def _group_block_chunks(
-    batch_index: Tensor, time_index: Tensor, group_ids: Tensor, chunk_size: int
-) -> Iterator[tuple[Tensor, _Blocks]]:
-    """Chunks of response rows (indices into ``batch_index``) in (position, group) order.
+def _group_block_chunks(rows: _Rows, layout: _GroupLayout | None, chunk_size: int,
+                        absorbing: bool) -> Iterator[tuple[Tensor, _Blocks]]:
+    """Chunks of response rows (indices into the rows) in (position, group) order.
 
     A chunk ends on a block boundary and holds at least one whole block, so each block's mean
     is complete within its chunk (a chunk has ``max(chunk_size, G)`` rows at most).
     """
+    assert layout is not None
+    batch_index, time_index = rows.batch_index, rows.time_index
     num_rows = batch_index.numel()
     if num_rows == 0:
         return
-    _, group_rank = torch.unique(group_ids.to(batch_index.device), return_inverse=True)
-    num_groups = int(group_rank.max().item()) + 1
-    key = time_index * num_groups + group_rank[batch_index]
+    key = time_index * layout.num_groups + layout.rank[batch_index]
     order = torch.argsort(key, stable=True)
-    _, block_of_row, block_sizes = torch.unique_consecutive(key[order], return_inverse=True, return_counts=True)
+    block_keys, block_of_row, block_sizes = torch.unique_consecutive(
+        key[order], return_inverse=True, return_counts=True)
+    block_time, block_group = block_keys // layout.num_groups, block_keys % layout.num_groups
     block_ends = block_sizes.cumsum(0).tolist()
     start, first_block = 0, 0
     while start < num_rows:
         last_block = bisect.bisect_right(block_ends, start + chunk_size, lo=first_block)
         last_block = max(last_block, first_block + 1)
         end = block_ends[last_block - 1]
-        yield order[start:end], _Blocks(block_of_row[start:end] - first_block,
-                                        block_sizes[first_block:last_block])
+        blocks = slice(first_block, last_block)
+        sizes = block_sizes[blocks]
+        # Finished rows of the block's group whose last position is before the block's.
+        absorbed = layout.end_time[block_group[blocks]] < block_time[blocks].unsqueeze(-1)
+        absorbed &= absorbing
+        pairs = absorbed.nonzero(as_tuple=True)
+        tokens = layout.end_token[block_group[blocks]][pairs]
+        yield order[start:end], _Blocks(block_of_row[start:end] - first_block, sizes,
+                                        sizes + absorbed.sum(dim=-1), (pairs[0], tokens))
         start, first_block = end, last_block
 
 
-def _group_js_of_chunk(probabilities: Tensor, entropy: Tensor, blocks: _Blocks) -> Tensor:
+def _group_js_of_chunk(probabilities: Tensor, entropy: Tensor, blocks: _Blocks, leave_one_out: bool) -> Tensor:
     """JS ``[c]`` of each row of ``probabilities`` ``[c, V]`` (overwritten) to its block's mean.
 
-    ``JS = H((p + m) / 2) - H(p) / 2 - H(m) / 2`` with ``m`` the mean of the block's rows and
-    ``entropy`` ``[c]`` = ``H(p)``; a block of one row is its own mean: exactly 0.
+    With ``S`` the sum of the block's distributions and absorbed point masses over its ``n``
+    contributors: the mean ``m = S / n`` (row included) or ``m_i = (S - p_i) / (n - 1)``
+    (``leave_one_out``); ``JS = H((p + m) / 2) - H(p) / 2 - H(m) / 2`` with ``entropy`` ``[c]``
+    = ``H(p)``. A row with no other contributor scores exactly 0.
     """
-    block_mean = torch.zeros(blocks.sizes.numel(), probabilities.shape[1], dtype=torch.float32,
-                             device=probabilities.device)
-    block_mean.index_add_(0, blocks.local, probabilities)
-    block_mean.div_(blocks.sizes.unsqueeze(-1).float())
-    mean_entropy = _entropy_of(block_mean)
-    mixture_entropy = _entropy_of(probabilities.add_(block_mean[blocks.local]).mul_(0.5))
-    js = _js_from_mixture_entropy(mixture_entropy, entropy, mean_entropy[blocks.local])
-    return js.masked_fill_(blocks.sizes[blocks.local] == 1, 0.0)
+    block_sum = torch.zeros(blocks.sizes.numel(), probabilities.shape[1], dtype=torch.float32,
+                            device=probabilities.device)
+    block_sum.index_add_(0, blocks.local, probabilities)
+    if blocks.absorbed[0].numel():
+        ones = torch.ones(blocks.absorbed[0].numel(), dtype=torch.float32, device=probabilities.device)
+        block_sum.index_put_(blocks.absorbed, ones, accumulate=True)
+    counts = blocks.counts[blocks.local].float()
+    if not leave_one_out:
+        block_sum.div_(blocks.counts.unsqueeze(-1).float())
+        mean_entropy = _entropy_of(block_sum)[blocks.local]
+        mixture_entropy = _entropy_of(probabilities.add_(block_sum[blocks.local]).mul_(0.5))
+        alone = counts == 1
+    else:
+        others = block_sum[blocks.local].sub_(probabilities).clamp_min_(0.0)
+        del block_sum
+        others.div_((counts - 1).clamp_min(1.0).unsqueeze(-1))
+        mean_entropy = _entropy_of(others)
+        mixture_entropy = _entropy_of(others.add_(probabilities).mul_(0.5))
+        alone = counts <= 1
+    js = _js_from_mixture_entropy(mixture_entropy, entropy, mean_entropy)
+    return js.masked_fill_(alone, 0.0)
 
 
 def _group_mean_js(
     head: _Head,
-    batch_index: Tensor,
-    time_index: Tensor,
+    rows: _Rows,
+    layout: _GroupLayout,
     log_normaliser: Tensor,
     entropy: Tensor,
-    group_ids: Tensor,
+    variant: str,
     temperature: float,
     chunk_size: int,
 ) -> Tensor:
-    """JS of each response row to the mean distribution of its group at the same position, in
-    a vocabulary pass of its own (when the first pass must visit rows in sequence order)."""
+    """JS of each response row to its group reference at the same position, in a vocabulary
+    pass of its own (a second group variant, or when the first pass visits rows in sequence
+    order for ``prev``)."""
+    absorbing, leave_one_out = GROUP_MEAN_VARIANTS[variant]
     js = torch.zeros_like(entropy)
-    for rows, blocks in _group_block_chunks(batch_index, time_index, group_ids, chunk_size):
+    for part, blocks in _group_block_chunks(rows, layout, chunk_size, absorbing):
         probabilities = _log_softmax_rows(
-            head.rows(batch_index[rows], time_index[rows]), log_normaliser[rows], temperature
+            head.rows(rows.batch_index[part], rows.time_index[part]), log_normaliser[part], temperature
         ).exp_()
-        js[rows] = _group_js_of_chunk(probabilities, entropy[rows], blocks)
+        js[part] = _group_js_of_chunk(probabilities, entropy[part], blocks, leave_one_out)
     return js

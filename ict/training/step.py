@@ -28,6 +28,7 @@ from ict.core.errors import UsageError
 from ict.core.loss import PolicyLossConfig, aggregation_weight, policy_loss
 from ict.core.profiling import StepProfiler
 from ict.core.selectors import (
+    ICT_DEFAULT_REFERENCE,
     Selection,
     SelectionInputs,
     ranking_population,
@@ -41,7 +42,7 @@ from ict.training.models import compute_context, linear_lm_head
 from ict.training.rollout import RolloutBatch
 
 # Every method computes the paper's score too: `js_score` and the diagnostics' ICT overlap use it.
-MONITOR_JS_REFERENCE = "group_mean"
+MONITOR_JS_REFERENCE = ICT_DEFAULT_REFERENCE
 
 
 def step_seed(seed: int, step: int, stream: int) -> int:
