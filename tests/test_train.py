@@ -482,3 +482,19 @@ def test_profile_reports_every_phase(tiny_model_dir, arithmetic_task, tmp_path):
     for phase in ("| step |", "| generation |", "| rewards |", "| scoring pass |", "| forward |",
                   "| statistics |", "| selection |", "| backward |", "| optimizer |", "| checkpoint |"):
         assert phase in table, phase
+
+
+def test_selection_anatomy_is_logged_for_every_method(tiny_model_dir, arithmetic_task, tmp_path):
+    """All tokens selected (grpo): the selected anatomy equals the all-token anatomy and no
+    selection is decided by a tie; ICT's figures are shares in [0, 1]."""
+    from ict.core.diagnostics import ANATOMY_KEYS
+
+    for method in ("grpo", "ict"):
+        run = tmp_path / method
+        train(tiny_config(tiny_model_dir, arithmetic_task, run, method=method))
+        for line in read_metrics(run):
+            assert all(0.0 <= line[key] <= 1.0 for key in ANATOMY_KEYS), line
+            if method == "grpo":
+                for name in ("partial_group_fraction", "relative_position", "end_token_fraction"):
+                    assert line[f"selected_{name}"] == pytest.approx(line[f"all_{name}"])
+                assert line["selected_tie_fraction"] == 0.0

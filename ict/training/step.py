@@ -293,6 +293,9 @@ class UpdateResult:
     stats: TokenStatistics
     loss: float
     totals: MetricTotals = field(default_factory=MetricTotals)
+    tie_decided: torch.Tensor | None = None
+    """bool ``[B, T]``: the selected tokens decided by a tie at the threshold (None: the
+    selector ranks nothing)"""
 
 
 def accumulate_gradients(
@@ -361,12 +364,14 @@ def accumulate_gradients(
         totals.add(result.metrics, float(response.sum()), float((result.selection.mask & response).sum()))
     stats = population_stats if population_stats is not None else TokenStatistics.concat(
         [result.stats for result in results])
+    ties = [result.selection.tie_decided for result in results]
     return UpdateResult(
         selected_mask=torch.cat([result.selection.mask for result in results]).cpu(),
         stats=stats,
         loss=(sum(result.weight * result.loss for result in results) / total_weight
               if total_weight > 0 else 0.0),
-        totals=totals)
+        totals=totals,
+        tie_decided=(None if any(tie is None for tie in ties) else torch.cat(ties).cpu()))
 
 
 

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from ict.answers.rewards import Reward, build_reward, soft_overlong_penalty
-from ict.core.diagnostics import DIAGNOSTIC_KEYS, token_diagnostics
+from ict.core.diagnostics import ANATOMY_KEYS, DIAGNOSTIC_KEYS, selection_anatomy, token_diagnostics
 from ict.core.errors import TrainingDiverged, UsageError
 from ict.core.loss import PolicyLossConfig, group_advantages, mask_truncated_completions
 from ict.core.profiling import StepProfiler
@@ -74,7 +74,7 @@ METRIC_FIELDS = (
     "kl_old", "loss", "grad_norm", "learning_rate", "response_length_mean", "finished_fraction",
     "zero_advantage_fraction", "truncated_fraction", "overlong_penalty_mean", "skipped_updates",
     "tokens_per_second", "generation_seconds",
-    "training_seconds", "step_seconds", *DIAGNOSTIC_KEYS,
+    "training_seconds", "step_seconds", *DIAGNOSTIC_KEYS, *ANATOMY_KEYS,
 )
 
 
@@ -446,7 +446,8 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
         backend.sync_weights(model)
     training_seconds = time.perf_counter() - training_start
     with profiler.phase("diagnostics"):
-        diagnostics = _selection_diagnostics(updates, batch, advantages)
+        diagnostics = _selection_diagnostics(updates, batch, advantages, rollout,
+                                             config.num_generations)
     grouped = rewards.view(-1, config.num_generations)
     return {"step": step + 1, **_reward_metrics(rewards, task), **_update_metrics(updates),
             "learning_rate": learning_rate, **_length_metrics(rollout),
@@ -491,15 +492,24 @@ def _overlong_penalties(rollout: Any, config: TrainConfig) -> torch.Tensor:
                                               config.overlong_penalty_factor), dtype=torch.float32)
 
 
-def _selection_diagnostics(updates: BatchUpdates, batch: Any, advantages: torch.Tensor
-                           ) -> dict[str, float]:
-    """`token_diagnostics` of the step's selection, each row once (the first pass)."""
-    rows_seen = torch.cat([index for index, _ in updates.first_pass])
-    return token_diagnostics(
+def _selection_diagnostics(updates: BatchUpdates, batch: Any, advantages: torch.Tensor,
+                           rollout: Any, group_size: int) -> dict[str, float]:
+    """`token_diagnostics` and `selection_anatomy` of the step's selection, each row once (the
+    first pass; rows are prompt-major, so row // G is its group)."""
+    rows_seen = torch.cat([index for index, _ in updates.first_pass]).cpu()
+    response_mask = batch.response_mask[rows_seen.to(batch.response_mask.device)].cpu()
+    selected = torch.cat([result.selected_mask for _, result in updates.first_pass])
+    ties = [result.tie_decided for _, result in updates.first_pass]
+    finished = torch.tensor([done for group in rollout.finished for done in group])[rows_seen]
+    diagnostics = token_diagnostics(
         TokenStatistics.concat([result.stats for _, result in updates.first_pass]),
-        batch.response_mask[rows_seen].cpu(),
-        torch.cat([result.selected_mask for _, result in updates.first_pass]),
-        advantages[rows_seen].cpu())
+        response_mask, selected, advantages[rows_seen.to(advantages.device)].cpu())
+    # a selector that ranks nothing (all tokens, random, STAPO's rule) decides nothing by a tie
+    tie_decided = (torch.zeros_like(selected) if any(tie is None for tie in ties)
+                   else torch.cat(ties))
+    anatomy = selection_anatomy(selected, response_mask, rows_seen // group_size, finished,
+                                tie_decided)
+    return {**diagnostics, **anatomy}
 
 
 def _reward_metrics(rewards: torch.Tensor, task: list[float]) -> dict[str, float]:
