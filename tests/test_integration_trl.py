@@ -82,10 +82,16 @@ def _check(out_dir: Path, processes: int, ratio: float, score_key: str | None) -
         assert int(selected.sum()) == math.ceil(round(ratio * total, 9))
         if score_key == "group_mean":
             group_ids = first["group_ids"]
+            # TRL's own grouping: G = 4 consecutive global rows, whose advantages sum to 0
             assert sorted(torch.bincount(group_ids).tolist()) == [4] * (len(group_ids) // 4)
-            reference = _group_mean_js_reference(first["hidden"], first["weight"], mask, group_ids)
-            torch.testing.assert_close(first["js"]["group_mean"].double(), reference, atol=1e-5, rtol=1e-4)
-            scores = reference
+            for group in group_ids.unique():
+                assert abs(float(first["advantages"][group_ids == group].sum())) < 1e-4
+            scores = torch.zeros(mask.shape, dtype=torch.float64)
+            for record in records:  # each process scored its own rows from its own hidden states
+                own = slice(*record["own"])
+                reference = _group_mean_js_reference(record["hidden"], record["weight"], mask[own], group_ids[own])
+                torch.testing.assert_close(record["js"]["group_mean"][own].double(), reference, atol=1e-5, rtol=1e-4)
+                scores[own] = reference
         else:
             scores = first["entropy"]
         assert torch.equal(selected, _top_fraction_reference(scores, mask, ratio))
@@ -157,10 +163,8 @@ def test_kl_cov_is_accepted_and_checked_at_configuration():
 def test_kl_penalty_term_equals_policy_loss_part(loss_type, denominator):
     """The term added to TRL's loss (per-token penalty times the mask weight, TRL's aggregation)
     equals policy_loss(kl_penalty) - policy_loss(): value and gradient w.r.t. the log-probs."""
-    from types import SimpleNamespace
-
     from ict.core.loss import kl_penalty_term
-    from ict.integrations.trl import ICTGRPOTrainer, trl_aggregate
+    from ict.integrations.trl import OURS_AGGREGATION, ours_weights, trl_aggregate
 
     generator = torch.Generator().manual_seed(0)
     lengths = torch.tensor([6, 3, 5, 1])
@@ -172,8 +176,9 @@ def test_kl_penalty_term_equals_policy_loss_part(loss_type, denominator):
     for b, t in [(0, 1), (0, 4), (1, 2), (2, 0), (3, 0)]:
         kl_penalty[b, t] = 1.5
     # KL-Cov selects every response token: the mask weight is 1 under both denominators
-    owner = SimpleNamespace(selection_denominator=denominator, loss_type=loss_type)
-    weights = ICTGRPOTrainer._denominator_weights(owner, mask, mask, slice(0, 4))
+    if denominator == "ours" and loss_type not in OURS_AGGREGATION:
+        pytest.skip(f"selection_denominator='ours' is refused for {loss_type}")
+    weights = ours_weights(mask, mask, loss_type) if denominator == "ours" else mask.float()
     assert torch.equal(weights, mask.float())
     ours = trl_aggregate(kl_penalty_term(log_probs, old, kl_penalty) * weights, mask, loss_type,
                          max_completion_length=9, num_items_in_batch=mask.sum())
@@ -251,8 +256,11 @@ def test_trl_compute_loss_adds_kl_penalty(kl_cov_trainer, loss_type):
     With advantages and old == current the term is 0 and the loss is TRL's aggregation of -A."""
     from ict.integrations.trl import trl_aggregate
 
+    from ict.integrations.trl import OURS_AGGREGATION
+
     trainer = kl_cov_trainer
     trainer.loss_type = loss_type
+    trainer.selection_denominator = "ours" if loss_type in OURS_AGGREGATION else "trl"
     records = []
     trainer.on_selection = records.append
     inputs = _loss_inputs(trainer, torch.zeros(4), perturb=0.5)
