@@ -322,3 +322,140 @@ def test_trl_kl_cov_one_process(tiny_model_dir, tmp_path):
     term = float(penalised["penalties"][1]["term"])
     assert term > 1e-3
     assert penalised["loss"][1] == pytest.approx(plain["loss"][1] + term, abs=1e-6)
+
+
+# ---- issue 23: configurations researchers run, in-process through TRL's real GRPOTrainer.train() ----
+
+def _reward(completions, **kwargs):
+    return [float(sum(map(ord, str(completion))) % 7) for completion in completions]
+
+
+def _train_in_process(model_dir, out_dir, selector, model=None, prompts=None, steps=1, **overrides):
+    """One ICTGRPOTrainer run of ``steps`` steps; returns (trainer, selection records)."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer
+
+    torch.manual_seed(0)
+    options = dict(per_device_train_batch_size=4, num_generations=4, max_completion_length=8, max_steps=steps,
+                   steps_per_generation=1, learning_rate=1e-2, report_to="none", use_cpu=True, bf16=False,
+                   logging_steps=1, save_strategy="no", temperature=1.0, seed=0)
+    options.update(overrides)
+    args = ICTGRPOConfig(output_dir=str(out_dir), token_selector=selector, **options)
+    prompts = prompts or [f"what is {a} + {b} ?" for a in range(4) for b in range(2)]
+    records = []
+    trainer = ICTGRPOTrainer(model=model or AutoModelForCausalLM.from_pretrained(model_dir),
+                             processing_class=AutoTokenizer.from_pretrained(model_dir), reward_funcs=_reward,
+                             args=args, train_dataset=Dataset.from_dict({"prompt": prompts}))
+    def keep(record):  # with the LM head as the statistics saw it (before this step's update)
+        head = trainer.accelerator.unwrap_model(trainer.model).get_output_embeddings().weight
+        records.append({**record, "weight": head.detach().clone()})
+
+    trainer.on_selection = keep
+    trainer.train()
+    return trainer, records
+
+
+def _check_group_mean_js(record, atol=1e-5):
+    """The dumped group_mean JS equals the float64 reference from the captured hidden states."""
+    weight = record["weight"]
+    mask, groups, own = record["mask"].bool(), record["group_ids"], slice(record["start"], None)
+    reference = _group_mean_js_reference(record["hidden"].double(), weight.double(), mask[own], groups[own])
+    torch.testing.assert_close(record["stats"].js_scores["group_mean"][own].double(), reference, atol=atol, rtol=1e-3)
+
+
+def test_trl_full_fine_tuning_updates_weights(tiny_model_dir, tmp_path):
+    trainer, records = _train_in_process(tiny_model_dir, tmp_path, "ict:reference=group_mean,ratio=0.25")
+    assert len(records) == 1
+    record = records[0]
+    _check_group_mean_js(record)
+    mask = record["mask"].bool()
+    assert int(record["selected"].sum()) == math.ceil(0.25 * int(mask.sum()))
+    assert trainer.state.log_history[0]["grad_norm"] > 0
+
+
+def test_trl_lora_hooks_the_backbone_trl_uses(tiny_model_dir, tmp_path):
+    """PEFT: TRL patches get_base_model(); the hidden states of its backbone are captured, the
+    statistics use the frozen LM head, and only the adapter weights move."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    trainer, records = _train_in_process(tiny_model_dir, tmp_path, "ict:reference=group_mean,ratio=0.25",
+                                         model=model)
+    assert len(records) == 1
+    _check_group_mean_js(records[0])
+    moved = {name for name, p in trainer.model.named_parameters() if not torch.equal(p.detach(), before[name])}
+    assert moved and all("lora_" in name for name in moved)
+
+
+def test_trl_bf16_weights_with_fp32_head(tiny_model_dir, tmp_path):
+    """bf16 weights, cast_lm_head_to_fp32: the bf16 hidden states are cast to the float32 head."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    trainer, records = _train_in_process(tiny_model_dir, tmp_path, "ict:reference=group_mean,ratio=0.25",
+                                         model=model, cast_lm_head_to_fp32=True)
+    head = trainer.model.get_output_embeddings().weight
+    assert head.dtype == torch.float32 and records[0]["hidden"].dtype == torch.bfloat16
+    _check_group_mean_js(records[0], atol=1e-4)
+    assert math.isfinite(trainer.state.log_history[0]["loss"])
+
+
+def test_trl_scope_group_and_duplicate_prompts(tiny_model_dir, tmp_path):
+    """16 copies of one prompt, G=4, 8 rows: two groups of 4 (TRL's grouping, whose advantages
+    sum to 0 per group), not one group of 8; scope=group selects ceil(ratio * N_g) per group."""
+    trainer, records = _train_in_process(tiny_model_dir, tmp_path, "ict:reference=group_mean,ratio=0.25,scope=group",
+                                         prompts=["what is 1 + 1 ?"] * 16, per_device_train_batch_size=8)
+    record = records[0]
+    groups, mask, selected = record["group_ids"], record["mask"].bool(), record["selected"]
+    assert sorted(torch.bincount(groups).tolist()) == [4, 4]
+    for group in groups.unique():
+        rows = groups == group
+        assert abs(float(record["advantages"][rows].sum())) < 1e-4
+        assert int(selected[rows].sum()) == math.ceil(0.25 * int(mask[rows].sum()))
+    _check_group_mean_js(record)
+
+
+def test_trl_refusals_are_one_line(tiny_model_dir, tmp_path, monkeypatch):
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import trl
+    from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer
+
+    def construct(**options):
+        args = ICTGRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, bf16=False,
+                             per_device_train_batch_size=4, num_generations=4, **options)
+        return ICTGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                              processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+                              reward_funcs=_reward, args=args, train_dataset=Dataset.from_dict({"prompt": ["a"] * 4}))
+
+    cases = [
+        (dict(loss_type="vespo"), "selection_denominator='ours' is not defined for loss_type='vespo'"),
+        (dict(token_selector="ict:scope=group,reference=seq_mean", steps_per_generation=2,
+              gradient_accumulation_steps=2), "needs whole groups"),
+    ]
+    for options, message in cases:
+        with pytest.raises(ValueError, match=message) as error:
+            construct(**options)
+        assert "\n" not in str(error.value)
+    construct(loss_type="vespo", selection_denominator="trl")  # accepted with TRL's denominators
+    monkeypatch.setattr(trl, "__version__", "1.17.0")
+    with pytest.raises(ValueError, match=r"tested with TRL >=1\.16\.0,<1\.17; installed TRL 1\.17\.0"):
+        construct()
+
+
+def test_selection_generator_is_shared_and_resumable():
+    """Same (seed, step, call) -> same draws (every process, after a resume); any change -> others."""
+    from ict.integrations.trl import selection_generator
+
+    def draw(*key):
+        return torch.rand(8, generator=selection_generator(*key, device=torch.device("cpu")))
+
+    assert torch.equal(draw(0, 5, 1, "train"), draw(0, 5, 1, "train"))
+    for other in [(1, 5, 1, "train"), (0, 6, 1, "train"), (0, 5, 2, "train"), (0, 5, 1, "eval")]:
+        assert not torch.equal(draw(0, 5, 1, "train"), draw(*other))
