@@ -459,3 +459,104 @@ def test_selection_generator_is_shared_and_resumable():
     assert torch.equal(draw(0, 5, 1, "train"), draw(0, 5, 1, "train"))
     for other in [(1, 5, 1, "train"), (0, 6, 1, "train"), (0, 5, 2, "train"), (0, 5, 1, "eval")]:
         assert not torch.equal(draw(0, 5, 1, "train"), draw(*other))
+
+
+def _reference_loss(trainer, loss_type, log_probs, old, advantages, mask, selected, denominator):
+    """ict's policy_loss (grpo/bnpo/dr_grpo/dapo) or ict's aggregation of the loss type's own
+    per-token loss written out here (sapo/cispo/luspo), on the selected tokens."""
+    from ict.core.loss import PolicyLossConfig, aggregate, policy_loss
+    from ict.core.stats import TokenStatistics
+    from ict.integrations.trl import OURS_AGGREGATION
+
+    aggregation = OURS_AGGREGATION[loss_type]
+    length = {"dr_grpo": trainer.max_completion_length, "luspo": 1}.get(loss_type)
+    low, high = trainer.epsilon_low, trainer.epsilon_high
+    counted = selected if denominator == "selected" else mask
+    a = advantages.double()[:, None].expand_as(log_probs)
+    ratio = (log_probs.double() - old.double()).exp()
+    if loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"):
+        config = PolicyLossConfig(clip_low=low, clip_high=high, aggregation=aggregation, max_response_length=length,
+                                  denominator=denominator)
+        stats = TokenStatistics(log_probs.double(), torch.zeros_like(a), torch.zeros_like(a))
+        return policy_loss(stats, old.double(), advantages.double(), mask, selected, config)[0]
+    if loss_type == "sapo":
+        tau = torch.where(a > 0, trainer.args.sapo_temperature_pos, trainer.args.sapo_temperature_neg)
+        per_token = -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * a
+    elif loss_type == "cispo":
+        per_token = -ratio.clamp(max=high).detach() * a * log_probs.double()
+    else:  # luspo: one sequence-level ratio, the mean log-ratio over the completion
+        m = mask.double()
+        sequence = (((log_probs.double() - old.double()) * m).sum(-1) / m.sum(-1)).exp()[:, None].expand_as(a)
+        per_token = -torch.minimum(sequence * a, sequence.clamp(1 - low, 1 + high) * a)
+    return aggregate(per_token, selected, aggregation, length, counted)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "sapo", "bnpo", "dr_grpo", "luspo", "dapo", "cispo"])
+def test_trl_ours_denominator_equals_policy_loss(kl_cov_trainer, loss_type):
+    """Through TRL's _compute_loss (old != current log-probs, so ratios and clipping are live), with
+    20-Entropy's mask: selection_denominator='ours' gives the loss and LM-head gradient of ict's
+    policy_loss (denominator='selected'); 'trl' gives TRL's completion-token denominators
+    (policy_loss denominator='all', times the share of sequences with a selected token for grpo/sapo,
+    whose mean TRL takes over every sequence; dr_grpo/luspo have constant denominators)."""
+    trainer = kl_cov_trainer
+    trainer.selector_name, trainer.selector_options = "entropy", {"ratio": 0.3}
+    trainer.js_references, trainer.population = (), "batch"
+    trainer.loss_type = loss_type
+    trainer.importance_sampling_level = "sequence" if loss_type == "luspo" else "token"
+    trainer.current_gradient_accumulation_steps = 1
+    records = []
+    trainer.on_selection = records.append
+    advantages = torch.tensor([1.0, -0.5, 0.25, -2.0])
+    inputs = _loss_inputs(trainer, advantages, perturb=0.3)
+    mask = inputs["completion_mask"].bool()
+    try:
+        for denominator in ("ours", "trl"):
+            trainer.selection_denominator = denominator
+            loss = trainer._compute_loss(trainer.model, inputs)
+            selected = records[-1]["selected"]
+            assert 0 < int(selected.sum()) < int(mask.sum()) and not selected[3].any()  # row 3: 2 low-entropy tokens
+            log_probs, _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+                torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1), 7)
+            reference = _reference_loss(trainer, loss_type, log_probs, inputs["old_per_token_logps"], advantages,
+                                        mask, selected, "selected" if denominator == "ours" else "all")
+            if denominator == "trl" and loss_type in ("grpo", "sapo"):  # TRL's mean is over every sequence,
+                rows = selected.any(-1)  # policy_loss's over the sequences with a selected token
+                reference = reference * rows.sum() / rows.numel()
+            torch.testing.assert_close(loss.double(), reference, atol=1e-6, rtol=1e-5)
+            torch.testing.assert_close(_head_grad(trainer, loss).double(), _head_grad(trainer, reference).double(),
+                                       atol=1e-6, rtol=1e-5)
+    finally:
+        trainer.importance_sampling_level, trainer.current_gradient_accumulation_steps = "token", 2
+        trainer.selection_denominator = "ours"
+        trainer.selector_name, trainer.selector_options = "kl_cov", {"ratio": 0.2, "kl_coef": 1.5}
+        trainer.js_references, trainer.population = (), "batch"
+
+
+def test_trl_clip_cov_gets_old_log_probs_and_clip_range(kl_cov_trainer, monkeypatch):
+    """Clip-Cov sees TRL's old log-probs and (epsilon_low, epsilon_high), and draws from the shared
+    generator: two calls at the same (step, call) choose the same tokens."""
+    import ict.integrations.trl as integration
+
+    trainer = kl_cov_trainer
+    seen = []
+    original = integration.select
+
+    def spy(name, inputs, **options):
+        seen.append(inputs)
+        return original(name, inputs, **options)
+
+    monkeypatch.setattr(integration, "select", spy)
+    monkeypatch.setattr(trainer, "selector_name", "clip_cov")
+    monkeypatch.setattr(trainer, "selector_options", {"ratio": 0.5, "cov_low": -10.0, "cov_high": 10.0})
+    monkeypatch.setattr(trainer, "loss_type", "dapo")
+    records = []
+    trainer.on_selection = records.append
+    inputs = _loss_inputs(trainer, torch.tensor([1.0, -0.5, 0.25, -2.0]), perturb=0.3)
+    for _ in range(2):
+        trainer._call_key = None  # the same (step, call) again, as after a resume
+        trainer._compute_loss(trainer.model, inputs)
+    assert torch.equal(seen[0].old_log_probs, inputs["old_per_token_logps"])
+    assert seen[0].clip_range == (trainer.epsilon_low, trainer.epsilon_high)
+    assert torch.equal(records[0]["selected"], records[1]["selected"])
+    assert not torch.equal(records[0]["selected"], records[0]["mask"].bool())  # some tokens were cut
