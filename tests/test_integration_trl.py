@@ -105,23 +105,56 @@ CASES = [("ict:reference=group_mean,ratio=0.1,scope=batch", 0.1, "group_mean"),
          ("entropy:ratio=0.2", 0.2, None)]
 
 
-@pytest.mark.parametrize(("selector", "ratio", "score"), CASES)
-def test_trl_one_process(tiny_model_dir, tmp_path, selector, ratio, score):
-    _run([sys.executable, str(DRIVER), str(tiny_model_dir), str(tmp_path), selector], tmp_path)
-    _check(tmp_path, 1, ratio, score)
+def test_trl_one_process(tiny_model_dir, tmp_path):
+    _run([sys.executable, str(DRIVER), str(tiny_model_dir), str(tmp_path), ";".join(case[0] for case in CASES)],
+         tmp_path)
+    for index, (_, ratio, score) in enumerate(CASES):
+        _check(tmp_path / str(index), 1, ratio, score)
 
 
-@pytest.mark.parametrize(("selector", "ratio", "score"), CASES[:1])
-def test_trl_two_processes(tiny_model_dir, tmp_path, selector, ratio, score):
+def _check_random_equal_on_ranks(out_dir: Path, ratio: float) -> None:
+    """`random` under 2 processes: the same gathered mask on both ranks, ceil(ratio * N) tokens,
+    a different draw on each step."""
+    calls = [[torch.load(out_dir / f"rank{rank}_call{call}.pt") for rank in range(2)] for call in range(2)]
+    for first, second in calls:
+        assert first["mask"].shape[0] == 8 and torch.equal(first["selected"], second["selected"])
+        assert int(first["selected"].sum()) == math.ceil(round(ratio * int(first["mask"].sum()), 9))
+        assert first["own"] == (0, 4) and second["own"] == (4, 8)
+    assert not torch.equal(calls[0][0]["selected"], calls[1][0]["selected"])
+
+
+def _check_straddling_groups(out_dir: Path) -> None:
+    """G=4 over 2 rows per process: the group spans both processes, its hidden states are
+    gathered and each process's JS equals the float64 reference over the whole group."""
+    for call in range(2):
+        records = [torch.load(out_dir / f"rank{rank}_call{call}.pt") for rank in range(2)]
+        width = max(record["hidden"].shape[1] for record in records)
+        hidden = torch.cat([torch.nn.functional.pad(record["hidden"], (0, 0, 0, width - record["hidden"].shape[1]))
+                            for record in records])
+        first = records[0]
+        mask, group_ids = first["mask"].bool(), first["group_ids"]
+        assert group_ids.tolist() == [0, 0, 0, 0] and mask.shape == (4, width)
+        reference = _group_mean_js_reference(hidden, first["weight"], mask, group_ids)
+        for record in records:
+            torch.testing.assert_close(record["js"]["group_mean"].double(), reference, atol=1e-5, rtol=1e-4)
+            assert torch.equal(record["selected"], first["selected"])
+
+
+def test_trl_two_processes(tiny_model_dir, tmp_path):
+    """One `accelerate launch` of 2 CPU processes (gloo), three runs: ICT group_mean (groups on one
+    process), `random` (equal masks on both ranks), ICT with groups spanning the processes."""
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))
     if accelerate is None:
         pytest.skip("accelerate CLI not installed next to this Python")
+    runs = "ict:reference=group_mean,ratio=0.1,scope=batch;random:ratio=0.2;ict:reference=group_mean,ratio=0.25@2"
     # accelerate 1.15's `launch --cpu --num_processes 2` starts ONE process; `--multi_gpu` with
     # ACCELERATE_USE_CPU=1 starts two CPU processes (gloo), as verified by the gathered shapes below.
     _run([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
           "--mixed_precision", "no", "--dynamo_backend", "no", str(DRIVER), str(tiny_model_dir),
-          str(tmp_path), selector], tmp_path, ACCELERATE_USE_CPU="1")
-    _check(tmp_path, 2, ratio, score)
+          str(tmp_path), runs], tmp_path, ACCELERATE_USE_CPU="1")
+    _check(tmp_path / "0", 2, 0.1, "group_mean")
+    _check_random_equal_on_ranks(tmp_path / "1", 0.2)
+    _check_straddling_groups(tmp_path / "2")
 
 
 # KL-Cov: the penalty ICTGRPOTrainer adds after TRL's loss, against ict.core.loss.policy_loss.
@@ -202,26 +235,41 @@ def test_kl_penalty_term_equals_policy_loss_part(loss_type, denominator):
             torch.testing.assert_close(half, part / 2, atol=1e-6, rtol=0)
 
 
-@pytest.fixture(scope="module")
-def kl_cov_trainer(tiny_model_dir, tmp_path_factory):
+def _loss_trainer(model_dir, out_dir):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer
 
     torch.manual_seed(0)
-    args = ICTGRPOConfig(output_dir=str(tmp_path_factory.mktemp("trl-kl-cov")),
-                         token_selector="kl_cov:ratio=0.2,kl_coef=1.5", per_device_train_batch_size=4,
-                         num_generations=4, max_completion_length=9, steps_per_generation=1,
-                         report_to="none", use_cpu=True, bf16=False, temperature=0.7)
+    args = ICTGRPOConfig(output_dir=str(out_dir), token_selector="kl_cov:ratio=0.2,kl_coef=1.5",
+                         per_device_train_batch_size=4, num_generations=4, max_completion_length=9,
+                         steps_per_generation=1, report_to="none", use_cpu=True, bf16=False, temperature=0.7)
     trainer = ICTGRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-        processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+        model=AutoModelForCausalLM.from_pretrained(model_dir),
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
         reward_funcs=lambda completions, **kwargs: [0.0] * len(completions), args=args,
         train_dataset=Dataset.from_dict({"prompt": ["what is 1 + 1 ?"] * 4}))
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 2
     return trainer
+
+
+def _trainer_fixture(tiny_model_dir, tmp_path_factory):
+    """A constructed ICTGRPOTrainer for calls into TRL's _compute_loss. Module-scoped users are
+    built when first used: after a test constructs another trainer, accelerate's shared state
+    is re-initialised, so each group of tests gets its own."""
+    return _loss_trainer(tiny_model_dir, tmp_path_factory.mktemp("trl-trainer"))
+
+
+@pytest.fixture(scope="module")
+def kl_cov_trainer(tiny_model_dir, tmp_path_factory):
+    return _trainer_fixture(tiny_model_dir, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def loss_trainer(tiny_model_dir, tmp_path_factory):
+    return _trainer_fixture(tiny_model_dir, tmp_path_factory)
 
 
 def _loss_inputs(trainer, advantages, perturb):
@@ -254,9 +302,7 @@ def test_trl_compute_loss_adds_kl_penalty(kl_cov_trainer, loss_type):
     loss is our term alone): value and LM-head gradient equal policy_loss's penalty part / GA,
     with TRL's log-probs, the old log-probs given and the selection's max(1, int(0.2 N)) tokens.
     With advantages and old == current the term is 0 and the loss is TRL's aggregation of -A."""
-    from ict.integrations.trl import trl_aggregate
-
-    from ict.integrations.trl import OURS_AGGREGATION
+    from ict.integrations.trl import OURS_AGGREGATION, trl_aggregate
 
     trainer = kl_cov_trainer
     trainer.loss_type = loss_type
@@ -284,14 +330,18 @@ def test_trl_compute_loss_adds_kl_penalty(kl_cov_trainer, loss_type):
         torch.testing.assert_close(loss, expected, atol=1e-6, rtol=0)
 
 
-def _kl_cov_run(model_dir: Path, out_dir: Path, kl_coef: float) -> dict:
-    out_dir.mkdir()
-    _run([sys.executable, str(DRIVER), str(model_dir), str(out_dir), f"kl_cov:ratio=0.2,kl_coef={kl_coef}", "2"],
-         out_dir)
-    log = torch.load(out_dir / "log.pt")["log"]
-    return {"loss": [entry["loss"] for entry in log if "loss" in entry],
-            "penalties": [torch.load(out_dir / f"rank0_penalty{call}.pt") for call in range(2)],
-            "calls": [torch.load(out_dir / f"rank0_call{call}.pt") for call in range(2)]}
+def _kl_cov_runs(model_dir: Path, out_dir: Path, kl_coefs: tuple[float, ...]) -> list[dict]:
+    """One driver process, one 2-iteration run per coefficient (OUT/i/)."""
+    runs = ";".join(f"kl_cov:ratio=0.2,kl_coef={kl_coef}" for kl_coef in kl_coefs)
+    _run([sys.executable, str(DRIVER), str(model_dir), str(out_dir), runs, "2"], out_dir)
+    results = []
+    for index in range(len(kl_coefs)):
+        run_dir = out_dir / str(index)
+        log = torch.load(run_dir / "log.pt")["log"]
+        results.append({"loss": [entry["loss"] for entry in log if "loss" in entry],
+                        "penalties": [torch.load(run_dir / f"rank0_penalty{call}.pt") for call in range(2)],
+                        "calls": [torch.load(run_dir / f"rank0_call{call}.pt") for call in range(2)]})
+    return results
 
 
 def test_trl_kl_cov_one_process(tiny_model_dir, tmp_path):
@@ -299,8 +349,7 @@ def test_trl_kl_cov_one_process(tiny_model_dir, tmp_path):
     penalises the max(1, int(0.2 N)) tokens of largest covariance; on step 1 (old == current log-probs)
     the loss equals a kl_coef=0 run's, on step 2 it exceeds it by exactly the term we added, which
     equals policy_loss's penalty part on the dumped log-probs."""
-    penalised = _kl_cov_run(tiny_model_dir, tmp_path / "coef1", 1.0)
-    plain = _kl_cov_run(tiny_model_dir, tmp_path / "coef0", 0.0)
+    penalised, plain = _kl_cov_runs(tiny_model_dir, tmp_path, (1.0, 0.0))
     assert len(penalised["loss"]) == len(plain["loss"]) == 2
     for call, dump in zip(penalised["calls"], penalised["penalties"]):
         mask = call["mask"].bool()
@@ -421,10 +470,10 @@ def test_trl_scope_group_and_duplicate_prompts(tiny_model_dir, tmp_path):
 
 
 def test_trl_refusals_are_one_line(tiny_model_dir, tmp_path, monkeypatch):
+    import trl
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import trl
     from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer
 
     def construct(**options):
@@ -492,13 +541,13 @@ def _reference_loss(trainer, loss_type, log_probs, old, advantages, mask, select
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "sapo", "bnpo", "dr_grpo", "luspo", "dapo", "cispo"])
-def test_trl_ours_denominator_equals_policy_loss(kl_cov_trainer, loss_type):
+def test_trl_ours_denominator_equals_policy_loss(loss_trainer, loss_type):
     """Through TRL's _compute_loss (old != current log-probs, so ratios and clipping are live), with
     20-Entropy's mask: selection_denominator='ours' gives the loss and LM-head gradient of ict's
     policy_loss (denominator='selected'); 'trl' gives TRL's completion-token denominators
     (policy_loss denominator='all', times the share of sequences with a selected token for grpo/sapo,
     whose mean TRL takes over every sequence; dr_grpo/luspo have constant denominators)."""
-    trainer = kl_cov_trainer
+    trainer = loss_trainer
     trainer.selector_name, trainer.selector_options = "entropy", {"ratio": 0.3}
     trainer.js_references, trainer.population = (), "batch"
     trainer.loss_type = loss_type
@@ -533,12 +582,12 @@ def test_trl_ours_denominator_equals_policy_loss(kl_cov_trainer, loss_type):
         trainer.js_references, trainer.population = (), "batch"
 
 
-def test_trl_clip_cov_gets_old_log_probs_and_clip_range(kl_cov_trainer, monkeypatch):
+def test_trl_clip_cov_gets_old_log_probs_and_clip_range(loss_trainer, monkeypatch):
     """Clip-Cov sees TRL's old log-probs and (epsilon_low, epsilon_high), and draws from the shared
     generator: two calls at the same (step, call) choose the same tokens."""
     import ict.integrations.trl as integration
 
-    trainer = kl_cov_trainer
+    trainer = loss_trainer
     seen = []
     original = integration.select
 
