@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -474,7 +475,7 @@ def test_trl_refusals_are_one_line(tiny_model_dir, tmp_path, monkeypatch):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer
+    from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer, sharded_head_refusal
 
     def construct(**options):
         args = ICTGRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, bf16=False,
@@ -487,12 +488,19 @@ def test_trl_refusals_are_one_line(tiny_model_dir, tmp_path, monkeypatch):
         (dict(loss_type="vespo"), "selection_denominator='ours' is not defined for loss_type='vespo'"),
         (dict(token_selector="ict:scope=group,reference=seq_mean", steps_per_generation=2,
               gradient_accumulation_steps=2), "needs whole groups"),
+        # FSDP: refused before TRL builds anything (on CPU accelerate would run plain DDP instead of
+        # FSDP2, and FSDP1 finds no device, so neither can be tested here)
+        (dict(fsdp=True, fsdp_config={"fsdp_version": 2}), r"does not support FSDP \(fsdp_version=2\)"),
+        (dict(fsdp=True, fsdp_config={"fsdp_version": 1}), r"does not support FSDP \(fsdp_version=1\)"),
     ]
     for options, message in cases:
         with pytest.raises(ValueError, match=message) as error:
             construct(**options)
         assert "\n" not in str(error.value)
     construct(loss_type="vespo", selection_denominator="trl")  # accepted with TRL's denominators
+    zero3 = sharded_head_refusal(None, deepspeed_plugin=SimpleNamespace(zero_stage=3))  # deepspeed not installed
+    assert zero3.startswith("ict.integrations.trl does not support DeepSpeed ZeRO-3")
+    assert sharded_head_refusal(None, deepspeed_plugin=SimpleNamespace(zero_stage=2)) is None
     monkeypatch.setattr(trl, "__version__", "1.17.0")
     with pytest.raises(ValueError, match=r"tested with TRL >=1\.16\.0,<1\.17; installed TRL 1\.17\.0"):
         construct()

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,6 +188,23 @@ def ours_weights(selected: Tensor, response_mask: Tensor, loss_type: str,
                      f"(defined for: {', '.join(OURS_AGGREGATION)}); use selection_denominator='trl'")
 
 
+def sharded_head_refusal(config: Any, fsdp_plugin: Any = None, deepspeed_plugin: Any = None) -> str | None:
+    """The one-line refusal of FSDP (1 and 2) and DeepSpeed ZeRO-3, whose LM-head weight is
+    sharded (TRL gathers it inside its fused head; the integration is untested there), or None."""
+    fsdp_config = getattr(config, "fsdp_config", None) or {}
+    requested = bool(getattr(config, "fsdp", None)) or fsdp_plugin is not None or (
+        os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true"))
+    if requested:
+        version = (fsdp_config.get("version") or fsdp_config.get("fsdp_version")
+                   or getattr(fsdp_plugin, "fsdp_version", None) or os.environ.get("FSDP_VERSION", "1"))
+        return (f"ict.integrations.trl does not support FSDP (fsdp_version={version}): the LM head is sharded and "
+                "this mode is untested; use DDP or DeepSpeed ZeRO-1/2")
+    if getattr(deepspeed_plugin, "zero_stage", 0) == 3:
+        return ("ict.integrations.trl does not support DeepSpeed ZeRO-3: the LM head is partitioned and this mode "
+                "is untested; use DeepSpeed ZeRO-1/2 or DDP")
+    return None
+
+
 def selection_generator(seed: int, step: int, call: int, mode: str, device: torch.device) -> torch.Generator:
     """A generator seeded from (seed, global step, call within the step, mode): the same on every
     process (TRL seeds each device differently) and after a resume from a checkpoint."""
@@ -209,6 +227,10 @@ class ICTGRPOTrainer(GRPOTrainer):
         import trl
 
         check_trl_version(trl.__version__)
+        config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        refusal = sharded_head_refusal(config) if config is not None else None
+        if refusal:  # before TRL builds anything
+            raise ValueError(refusal)
         super().__init__(*args, **kwargs)
         self._refuse_sharded_head()
         config = self.args
@@ -245,16 +267,12 @@ class ICTGRPOTrainer(GRPOTrainer):
         return target.base_model
 
     def _refuse_sharded_head(self) -> None:
-        """One line for the distributed modes whose LM head is sharded (untested here)."""
-        if getattr(self, "is_fsdp_enabled", False):
-            plugin = getattr(self.accelerator.state, "fsdp_plugin", None)
-            version = getattr(plugin, "fsdp_version", 1)
-            raise ValueError(f"ict.integrations.trl does not support FSDP (fsdp_version={version}: the LM head "
-                             "is sharded, and this mode is untested); use DDP or DeepSpeed ZeRO-1/2")
-        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
-        if getattr(self, "is_deepspeed_enabled", False) and getattr(plugin, "zero_stage", 0) == 3:
-            raise ValueError("ict.integrations.trl does not support DeepSpeed ZeRO-3 (the LM head is "
-                             "partitioned, and this mode is untested); use ZeRO-1/2 or DDP")
+        """One line for the distributed modes whose LM head is sharded (untested here), also
+        when requested but dropped by accelerate (on CPU it runs plain DDP instead of FSDP2)."""
+        refusal = sharded_head_refusal(self.args, getattr(self.accelerator.state, "fsdp_plugin", None),
+                                       getattr(self.accelerator.state, "deepspeed_plugin", None))
+        if refusal:
+            raise ValueError(refusal)
 
     def _check_configuration(self, config: Any) -> None:
         if self.top_entropy_quantile < 1.0:
