@@ -1,11 +1,13 @@
-"""ICTGRPOTrainer (ict.integrations.trl) trains a tiny random model for 2 steps, in one process
-and under ``accelerate launch --cpu --num_processes 2``. Checked against references written
-here: the mask is the top ceil(ratio * N) of the gathered scores of all processes, the
-group_mean JS equals a float64 full-softmax computation from the captured hidden states, and
-every process holds its own rows of the same gathered mask. KL-Cov: the penalty added after
-TRL's loss equals ict.core.loss.policy_loss's penalty part for every TRL loss_type (tensors, and
-through TRL's own _compute_loss), and a 2-iteration run differs from a kl_coef=0 one by exactly
-that term, on the step whose old log-probs differ from the current ones only."""
+"""ICTGRPOTrainer (ict.integrations.trl) through TRL's real GRPOTrainer on a tiny random model, in
+one process and under ``accelerate launch`` with 2 CPU processes (gloo). Checked against references
+written here: the mask is the top ceil(ratio * N) of the scores of all processes, the group_mean JS
+equals a float64 full-softmax computation from the captured hidden states (full fine-tuning, LoRA,
+bf16 weights with an fp32 head, groups spanning processes), groups are TRL's G completions (duplicate
+prompts included; advantages sum to 0 per group), `random` draws the same mask on both ranks, and for
+every loss_type the "ours" denominator gives ict.core.loss.policy_loss's loss and LM-head gradient.
+KL-Cov: the penalty added after TRL's loss equals policy_loss's penalty part for every TRL loss_type
+(tensors, and through TRL's own _compute_loss), and a 2-iteration run differs from a kl_coef=0 one
+by exactly that term. Refusals (FSDP, ZeRO-3, TRL version, vespo + "ours") are one line."""
 
 from __future__ import annotations
 
