@@ -9,6 +9,17 @@ so does the generation work), the peak memory (CPU: resident set; GPU:
 
     PYTHONPATH=$PWD python benchmarks/trl_overhead.py --rounds 2 --steps 3
     PYTHONPATH=$PWD python benchmarks/trl_overhead.py --device cuda --prompts 16 --length 128
+
+``--scaling 1,2,4`` instead measures the selection's cost per process against the number of
+processes P (issue 23, item 8): a random tiny model (vocabulary 8192, width 128, from a config;
+no download) trains 3 steps under ``accelerate launch --multi_gpu --num_processes P`` with
+``ACCELERATE_USE_CPU=1`` (gloo; accelerate 1.15's ``--cpu --num_processes P`` starts one
+process), each process holding 8 rows (2 groups of G=4) per micro-batch. Per process it prints
+the bytes received from the selection's gathers per micro-batch, what gathering every process's
+hidden states ``[P*B, T, d]`` (the integration before issue 23) would receive, and the CPU
+seconds of the statistics + selection per micro-batch (``get_high_entropy_mask``).
+
+    PYTHONPATH=$PWD python benchmarks/trl_overhead.py --scaling 1,2,4
 """
 
 from __future__ import annotations
@@ -80,6 +91,101 @@ def child(variant: str, steps: int, completions: int, length: int, out: str, thr
                                      "lengths": lengths, "peak_mb": peak_mb}))
 
 
+SCALING_VOCAB, SCALING_WIDTH, SCALING_ROWS = 8192, 128, 8
+
+
+def scaling_child(model_dir: str, out: str, selector: str) -> None:
+    """One process of a ``--scaling`` run: writes its gather bytes and statistics CPU seconds."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer
+
+    torch.set_num_threads(1)
+    seconds: list[float] = []
+
+    class Timed(ICTGRPOTrainer):
+        def get_high_entropy_mask(self, entropies, mask, threshold):
+            start = time.process_time()
+            weights = super().get_high_entropy_mask(entropies, mask, threshold)
+            seconds.append(time.process_time() - start)
+            return weights
+
+    args = ICTGRPOConfig(output_dir=f"{out}.trainer", token_selector=selector,
+                         per_device_train_batch_size=SCALING_ROWS, num_generations=4, max_completion_length=32,
+                         max_steps=3, steps_per_generation=1, report_to="none", use_cpu=True, logging_steps=1,
+                         save_strategy="no", seed=0, temperature=1.0)
+    prompts = [f"w{index} w{index + 1} w{index + 2}" for index in range(64)]
+    trainer = Timed(model=AutoModelForCausalLM.from_pretrained(model_dir),
+                    processing_class=AutoTokenizer.from_pretrained(model_dir),
+                    reward_funcs=lambda completions, **kwargs: [float(len(str(c)) % 5) for c in completions],
+                    args=args, train_dataset=Dataset.from_dict({"prompt": prompts}))
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    Path(f"{out}.rank{rank}.json").write_text(json.dumps({
+        "bytes": trainer.ict_gathered_bytes, "calls": len(seconds), "seconds": seconds,
+        "processes": trainer.accelerator.num_processes}))
+
+
+def build_scaling_model(path: Path) -> None:
+    """A random Llama (vocabulary 8192, width 128, 2 layers) and a word-level tokenizer over it."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    vocab = {token: index for index, token in
+             enumerate(specials + [f"w{i}" for i in range(SCALING_VOCAB - len(specials))])}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>",
+                                        bos_token="<bos>", unk_token="<unk>", padding_side="left")
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=SCALING_VOCAB, hidden_size=SCALING_WIDTH, intermediate_size=2 * SCALING_WIDTH,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=128, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+                         tie_word_embeddings=False)
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id, model.generation_config.eos_token_id = 0, 1
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+def scaling(counts: list[int], selectors: list[str]) -> None:
+    """The ``--scaling`` table (see the module doc)."""
+    import os
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="trl_scaling_"))
+    build_scaling_model(root / "model")
+    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    print("| selector | P | rows per process | bytes gathered per process per micro-batch | "
+          "gathering all hidden states would be | statistics + selection CPU s per micro-batch (median) |\n"
+          "|---|---|---|---|---|---|", flush=True)
+    for selector in selectors:
+        for processes in counts:
+            out = root / f"{selector.replace(':', '_').replace(',', '_')}_{processes}"
+            launch = [accelerate, "launch", "--num_processes", str(processes), "--num_machines", "1",
+                      "--mixed_precision", "no", "--dynamo_backend", "no"]
+            if processes > 1:
+                launch.insert(2, "--multi_gpu")
+            command = [*launch, __file__, "--scaling-child", str(root / "model"), "--out", str(out),
+                       "--selector", selector]
+            finished = subprocess.run(command, capture_output=True, text=True, env=env)
+            if finished.returncode:
+                sys.exit(f"P={processes} failed:\n{finished.stderr[-4000:]}")
+            ranks = [json.loads(Path(f"{out}.rank{rank}.json").read_text()) for rank in range(processes)]
+            assert all(rank["processes"] == processes for rank in ranks)
+            per_call = max(rank["bytes"] / rank["calls"] for rank in ranks)
+            hidden = processes * SCALING_ROWS * 32 * SCALING_WIDTH * 4 if processes > 1 else 0
+            cpu = max(statistics.median(rank["seconds"][1:]) for rank in ranks)
+            print(f"| {selector} | {processes} | {SCALING_ROWS} | {per_call:,.0f} | >= {hidden:,} | {cpu:.4f} |",
+                  flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=2)
@@ -89,9 +195,19 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--prompts", type=int, default=1, help="prompts per step")
+    parser.add_argument("--scaling", default=None, help="comma-separated process counts (e.g. 1,2,4)")
+    parser.add_argument("--selector", default="ict:reference=group_mean,ratio=0.1",
+                        help="--scaling: selectors, ';'-separated")
+    parser.add_argument("--scaling-child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.scaling_child:
+        scaling_child(args.scaling_child, args.out, args.selector)
+        return
+    if args.scaling:
+        scaling([int(count) for count in args.scaling.split(",")], args.selector.split(";"))
+        return
     if args.child:
         child(args.child, args.steps, args.completions, args.length, args.out, args.threads,
               args.device, args.prompts)

@@ -1,11 +1,13 @@
-"""ICTGRPOTrainer (ict.integrations.trl) trains a tiny random model for 2 steps, in one process
-and under ``accelerate launch --cpu --num_processes 2``. Checked against references written
-here: the mask is the top ceil(ratio * N) of the gathered scores of all processes, the
-group_mean JS equals a float64 full-softmax computation from the captured hidden states, and
-every process holds its own rows of the same gathered mask. KL-Cov: the penalty added after
-TRL's loss equals ict.core.loss.policy_loss's penalty part for every TRL loss_type (tensors, and
-through TRL's own _compute_loss), and a 2-iteration run differs from a kl_coef=0 one by exactly
-that term, on the step whose old log-probs differ from the current ones only."""
+"""ICTGRPOTrainer (ict.integrations.trl) through TRL's real GRPOTrainer on a tiny random model, in
+one process and under ``accelerate launch`` with 2 CPU processes (gloo). Checked against references
+written here: the mask is the top ceil(ratio * N) of the scores of all processes, the group_mean JS
+equals a float64 full-softmax computation from the captured hidden states (full fine-tuning, LoRA,
+bf16 weights with an fp32 head, groups spanning processes), groups are TRL's G completions (duplicate
+prompts included; advantages sum to 0 per group), `random` draws the same mask on both ranks, and for
+every loss_type the "ours" denominator gives ict.core.loss.policy_loss's loss and LM-head gradient.
+KL-Cov: the penalty added after TRL's loss equals policy_loss's penalty part for every TRL loss_type
+(tensors, and through TRL's own _compute_loss), and a 2-iteration run differs from a kl_coef=0 one
+by exactly that term. Refusals (FSDP, ZeRO-3, TRL version, vespo + "ours") are one line."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -82,10 +85,16 @@ def _check(out_dir: Path, processes: int, ratio: float, score_key: str | None) -
         assert int(selected.sum()) == math.ceil(round(ratio * total, 9))
         if score_key == "group_mean":
             group_ids = first["group_ids"]
+            # TRL's own grouping: G = 4 consecutive global rows, whose advantages sum to 0
             assert sorted(torch.bincount(group_ids).tolist()) == [4] * (len(group_ids) // 4)
-            reference = _group_mean_js_reference(first["hidden"], first["weight"], mask, group_ids)
-            torch.testing.assert_close(first["js"]["group_mean"].double(), reference, atol=1e-5, rtol=1e-4)
-            scores = reference
+            for group in group_ids.unique():
+                assert abs(float(first["advantages"][group_ids == group].sum())) < 1e-4
+            scores = torch.zeros(mask.shape, dtype=torch.float64)
+            for record in records:  # each process scored its own rows from its own hidden states
+                own = slice(*record["own"])
+                reference = _group_mean_js_reference(record["hidden"], record["weight"], mask[own], group_ids[own])
+                torch.testing.assert_close(record["js"]["group_mean"][own].double(), reference, atol=1e-5, rtol=1e-4)
+                scores[own] = reference
         else:
             scores = first["entropy"]
         assert torch.equal(selected, _top_fraction_reference(scores, mask, ratio))
@@ -99,23 +108,56 @@ CASES = [("ict:reference=group_mean,ratio=0.1,scope=batch", 0.1, "group_mean"),
          ("entropy:ratio=0.2", 0.2, None)]
 
 
-@pytest.mark.parametrize(("selector", "ratio", "score"), CASES)
-def test_trl_one_process(tiny_model_dir, tmp_path, selector, ratio, score):
-    _run([sys.executable, str(DRIVER), str(tiny_model_dir), str(tmp_path), selector], tmp_path)
-    _check(tmp_path, 1, ratio, score)
+def test_trl_one_process(tiny_model_dir, tmp_path):
+    _run([sys.executable, str(DRIVER), str(tiny_model_dir), str(tmp_path), ";".join(case[0] for case in CASES)],
+         tmp_path)
+    for index, (_, ratio, score) in enumerate(CASES):
+        _check(tmp_path / str(index), 1, ratio, score)
 
 
-@pytest.mark.parametrize(("selector", "ratio", "score"), CASES[:1])
-def test_trl_two_processes(tiny_model_dir, tmp_path, selector, ratio, score):
+def _check_random_equal_on_ranks(out_dir: Path, ratio: float) -> None:
+    """`random` under 2 processes: the same gathered mask on both ranks, ceil(ratio * N) tokens,
+    a different draw on each step."""
+    calls = [[torch.load(out_dir / f"rank{rank}_call{call}.pt") for rank in range(2)] for call in range(2)]
+    for first, second in calls:
+        assert first["mask"].shape[0] == 8 and torch.equal(first["selected"], second["selected"])
+        assert int(first["selected"].sum()) == math.ceil(round(ratio * int(first["mask"].sum()), 9))
+        assert first["own"] == (0, 4) and second["own"] == (4, 8)
+    assert not torch.equal(calls[0][0]["selected"], calls[1][0]["selected"])
+
+
+def _check_straddling_groups(out_dir: Path) -> None:
+    """G=4 over 2 rows per process: the group spans both processes, its hidden states are
+    gathered and each process's JS equals the float64 reference over the whole group."""
+    for call in range(2):
+        records = [torch.load(out_dir / f"rank{rank}_call{call}.pt") for rank in range(2)]
+        width = max(record["hidden"].shape[1] for record in records)
+        hidden = torch.cat([torch.nn.functional.pad(record["hidden"], (0, 0, 0, width - record["hidden"].shape[1]))
+                            for record in records])
+        first = records[0]
+        mask, group_ids = first["mask"].bool(), first["group_ids"]
+        assert group_ids.tolist() == [0, 0, 0, 0] and mask.shape == (4, width)
+        reference = _group_mean_js_reference(hidden, first["weight"], mask, group_ids)
+        for record in records:
+            torch.testing.assert_close(record["js"]["group_mean"].double(), reference, atol=1e-5, rtol=1e-4)
+            assert torch.equal(record["selected"], first["selected"])
+
+
+def test_trl_two_processes(tiny_model_dir, tmp_path):
+    """One `accelerate launch` of 2 CPU processes (gloo), three runs: ICT group_mean (groups on one
+    process), `random` (equal masks on both ranks), ICT with groups spanning the processes."""
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))
     if accelerate is None:
         pytest.skip("accelerate CLI not installed next to this Python")
+    runs = "ict:reference=group_mean,ratio=0.1,scope=batch;random:ratio=0.2;ict:reference=group_mean,ratio=0.25@2"
     # accelerate 1.15's `launch --cpu --num_processes 2` starts ONE process; `--multi_gpu` with
     # ACCELERATE_USE_CPU=1 starts two CPU processes (gloo), as verified by the gathered shapes below.
     _run([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
           "--mixed_precision", "no", "--dynamo_backend", "no", str(DRIVER), str(tiny_model_dir),
-          str(tmp_path), selector], tmp_path, ACCELERATE_USE_CPU="1")
-    _check(tmp_path, 2, ratio, score)
+          str(tmp_path), runs], tmp_path, ACCELERATE_USE_CPU="1")
+    _check(tmp_path / "0", 2, 0.1, "group_mean")
+    _check_random_equal_on_ranks(tmp_path / "1", 0.2)
+    _check_straddling_groups(tmp_path / "2")
 
 
 # KL-Cov: the penalty ICTGRPOTrainer adds after TRL's loss, against ict.core.loss.policy_loss.
@@ -157,10 +199,8 @@ def test_kl_cov_is_accepted_and_checked_at_configuration():
 def test_kl_penalty_term_equals_policy_loss_part(loss_type, denominator):
     """The term added to TRL's loss (per-token penalty times the mask weight, TRL's aggregation)
     equals policy_loss(kl_penalty) - policy_loss(): value and gradient w.r.t. the log-probs."""
-    from types import SimpleNamespace
-
     from ict.core.loss import kl_penalty_term
-    from ict.integrations.trl import ICTGRPOTrainer, trl_aggregate
+    from ict.integrations.trl import OURS_AGGREGATION, ours_weights, trl_aggregate
 
     generator = torch.Generator().manual_seed(0)
     lengths = torch.tensor([6, 3, 5, 1])
@@ -172,8 +212,9 @@ def test_kl_penalty_term_equals_policy_loss_part(loss_type, denominator):
     for b, t in [(0, 1), (0, 4), (1, 2), (2, 0), (3, 0)]:
         kl_penalty[b, t] = 1.5
     # KL-Cov selects every response token: the mask weight is 1 under both denominators
-    owner = SimpleNamespace(selection_denominator=denominator, loss_type=loss_type)
-    weights = ICTGRPOTrainer._denominator_weights(owner, mask, mask, slice(0, 4))
+    if denominator == "ours" and loss_type not in OURS_AGGREGATION:
+        pytest.skip(f"selection_denominator='ours' is refused for {loss_type}")
+    weights = ours_weights(mask, mask, loss_type) if denominator == "ours" else mask.float()
     assert torch.equal(weights, mask.float())
     ours = trl_aggregate(kl_penalty_term(log_probs, old, kl_penalty) * weights, mask, loss_type,
                          max_completion_length=9, num_items_in_batch=mask.sum())
@@ -197,26 +238,41 @@ def test_kl_penalty_term_equals_policy_loss_part(loss_type, denominator):
             torch.testing.assert_close(half, part / 2, atol=1e-6, rtol=0)
 
 
-@pytest.fixture(scope="module")
-def kl_cov_trainer(tiny_model_dir, tmp_path_factory):
+def _loss_trainer(model_dir, out_dir):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer
 
     torch.manual_seed(0)
-    args = ICTGRPOConfig(output_dir=str(tmp_path_factory.mktemp("trl-kl-cov")),
-                         token_selector="kl_cov:ratio=0.2,kl_coef=1.5", per_device_train_batch_size=4,
-                         num_generations=4, max_completion_length=9, steps_per_generation=1,
-                         report_to="none", use_cpu=True, bf16=False, temperature=0.7)
+    args = ICTGRPOConfig(output_dir=str(out_dir), token_selector="kl_cov:ratio=0.2,kl_coef=1.5",
+                         per_device_train_batch_size=4, num_generations=4, max_completion_length=9,
+                         steps_per_generation=1, report_to="none", use_cpu=True, bf16=False, temperature=0.7)
     trainer = ICTGRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-        processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+        model=AutoModelForCausalLM.from_pretrained(model_dir),
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
         reward_funcs=lambda completions, **kwargs: [0.0] * len(completions), args=args,
         train_dataset=Dataset.from_dict({"prompt": ["what is 1 + 1 ?"] * 4}))
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 2
     return trainer
+
+
+def _trainer_fixture(tiny_model_dir, tmp_path_factory):
+    """A constructed ICTGRPOTrainer for calls into TRL's _compute_loss. Module-scoped users are
+    built when first used: after a test constructs another trainer, accelerate's shared state
+    is re-initialised, so each group of tests gets its own."""
+    return _loss_trainer(tiny_model_dir, tmp_path_factory.mktemp("trl-trainer"))
+
+
+@pytest.fixture(scope="module")
+def kl_cov_trainer(tiny_model_dir, tmp_path_factory):
+    return _trainer_fixture(tiny_model_dir, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def loss_trainer(tiny_model_dir, tmp_path_factory):
+    return _trainer_fixture(tiny_model_dir, tmp_path_factory)
 
 
 def _loss_inputs(trainer, advantages, perturb):
@@ -249,10 +305,11 @@ def test_trl_compute_loss_adds_kl_penalty(kl_cov_trainer, loss_type):
     loss is our term alone): value and LM-head gradient equal policy_loss's penalty part / GA,
     with TRL's log-probs, the old log-probs given and the selection's max(1, int(0.2 N)) tokens.
     With advantages and old == current the term is 0 and the loss is TRL's aggregation of -A."""
-    from ict.integrations.trl import trl_aggregate
+    from ict.integrations.trl import OURS_AGGREGATION, trl_aggregate
 
     trainer = kl_cov_trainer
     trainer.loss_type = loss_type
+    trainer.selection_denominator = "ours" if loss_type in OURS_AGGREGATION else "trl"
     records = []
     trainer.on_selection = records.append
     inputs = _loss_inputs(trainer, torch.zeros(4), perturb=0.5)
@@ -276,14 +333,18 @@ def test_trl_compute_loss_adds_kl_penalty(kl_cov_trainer, loss_type):
         torch.testing.assert_close(loss, expected, atol=1e-6, rtol=0)
 
 
-def _kl_cov_run(model_dir: Path, out_dir: Path, kl_coef: float) -> dict:
-    out_dir.mkdir()
-    _run([sys.executable, str(DRIVER), str(model_dir), str(out_dir), f"kl_cov:ratio=0.2,kl_coef={kl_coef}", "2"],
-         out_dir)
-    log = torch.load(out_dir / "log.pt")["log"]
-    return {"loss": [entry["loss"] for entry in log if "loss" in entry],
-            "penalties": [torch.load(out_dir / f"rank0_penalty{call}.pt") for call in range(2)],
-            "calls": [torch.load(out_dir / f"rank0_call{call}.pt") for call in range(2)]}
+def _kl_cov_runs(model_dir: Path, out_dir: Path, kl_coefs: tuple[float, ...]) -> list[dict]:
+    """One driver process, one 2-iteration run per coefficient (OUT/i/)."""
+    runs = ";".join(f"kl_cov:ratio=0.2,kl_coef={kl_coef}" for kl_coef in kl_coefs)
+    _run([sys.executable, str(DRIVER), str(model_dir), str(out_dir), runs, "2"], out_dir)
+    results = []
+    for index in range(len(kl_coefs)):
+        run_dir = out_dir / str(index)
+        log = torch.load(run_dir / "log.pt")["log"]
+        results.append({"loss": [entry["loss"] for entry in log if "loss" in entry],
+                        "penalties": [torch.load(run_dir / f"rank0_penalty{call}.pt") for call in range(2)],
+                        "calls": [torch.load(run_dir / f"rank0_call{call}.pt") for call in range(2)]})
+    return results
 
 
 def test_trl_kl_cov_one_process(tiny_model_dir, tmp_path):
@@ -291,8 +352,7 @@ def test_trl_kl_cov_one_process(tiny_model_dir, tmp_path):
     penalises the max(1, int(0.2 N)) tokens of largest covariance; on step 1 (old == current log-probs)
     the loss equals a kl_coef=0 run's, on step 2 it exceeds it by exactly the term we added, which
     equals policy_loss's penalty part on the dumped log-probs."""
-    penalised = _kl_cov_run(tiny_model_dir, tmp_path / "coef1", 1.0)
-    plain = _kl_cov_run(tiny_model_dir, tmp_path / "coef0", 0.0)
+    penalised, plain = _kl_cov_runs(tiny_model_dir, tmp_path, (1.0, 0.0))
     assert len(penalised["loss"]) == len(plain["loss"]) == 2
     for call, dump in zip(penalised["calls"], penalised["penalties"]):
         mask = call["mask"].bool()
@@ -314,3 +374,248 @@ def test_trl_kl_cov_one_process(tiny_model_dir, tmp_path):
     term = float(penalised["penalties"][1]["term"])
     assert term > 1e-3
     assert penalised["loss"][1] == pytest.approx(plain["loss"][1] + term, abs=1e-6)
+
+
+# ---- issue 23: configurations researchers run, in-process through TRL's real GRPOTrainer.train() ----
+
+def _reward(completions, **kwargs):
+    return [float(sum(map(ord, str(completion))) % 7) for completion in completions]
+
+
+def _train_in_process(model_dir, out_dir, selector, model=None, prompts=None, steps=1, **overrides):
+    """One ICTGRPOTrainer run of ``steps`` steps; returns (trainer, selection records)."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer
+
+    torch.manual_seed(0)
+    options = dict(per_device_train_batch_size=4, num_generations=4, max_completion_length=8, max_steps=steps,
+                   steps_per_generation=1, learning_rate=1e-2, report_to="none", use_cpu=True, bf16=False,
+                   logging_steps=1, save_strategy="no", temperature=1.0, seed=0)
+    options.update(overrides)
+    args = ICTGRPOConfig(output_dir=str(out_dir), token_selector=selector, **options)
+    prompts = prompts or [f"what is {a} + {b} ?" for a in range(4) for b in range(2)]
+    records = []
+    trainer = ICTGRPOTrainer(model=model or AutoModelForCausalLM.from_pretrained(model_dir),
+                             processing_class=AutoTokenizer.from_pretrained(model_dir), reward_funcs=_reward,
+                             args=args, train_dataset=Dataset.from_dict({"prompt": prompts}))
+    def keep(record):  # with the LM head as the statistics saw it (before this step's update)
+        head = trainer.accelerator.unwrap_model(trainer.model).get_output_embeddings().weight
+        records.append({**record, "weight": head.detach().clone()})
+
+    trainer.on_selection = keep
+    trainer.train()
+    return trainer, records
+
+
+def _check_group_mean_js(record, atol=1e-5):
+    """The dumped group_mean JS equals the float64 reference from the captured hidden states."""
+    weight = record["weight"]
+    mask, groups, own = record["mask"].bool(), record["group_ids"], slice(record["start"], None)
+    reference = _group_mean_js_reference(record["hidden"].double(), weight.double(), mask[own], groups[own])
+    torch.testing.assert_close(record["stats"].js_scores["group_mean"][own].double(), reference, atol=atol, rtol=1e-3)
+
+
+def test_trl_full_fine_tuning_updates_weights(tiny_model_dir, tmp_path):
+    trainer, records = _train_in_process(tiny_model_dir, tmp_path, "ict:reference=group_mean,ratio=0.25")
+    assert len(records) == 1
+    record = records[0]
+    _check_group_mean_js(record)
+    mask = record["mask"].bool()
+    assert int(record["selected"].sum()) == math.ceil(0.25 * int(mask.sum()))
+    assert trainer.state.log_history[0]["grad_norm"] > 0
+
+
+def test_trl_lora_hooks_the_backbone_trl_uses(tiny_model_dir, tmp_path):
+    """PEFT: TRL patches get_base_model(); the hidden states of its backbone are captured, the
+    statistics use the frozen LM head, and only the adapter weights move."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    trainer, records = _train_in_process(tiny_model_dir, tmp_path, "ict:reference=group_mean,ratio=0.25",
+                                         model=model)
+    assert len(records) == 1
+    _check_group_mean_js(records[0])
+    moved = {name for name, p in trainer.model.named_parameters() if not torch.equal(p.detach(), before[name])}
+    assert moved and all("lora_" in name for name in moved)
+
+
+def test_trl_bf16_weights_with_fp32_head(tiny_model_dir, tmp_path):
+    """bf16 weights, cast_lm_head_to_fp32: the bf16 hidden states are cast to the float32 head."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    trainer, records = _train_in_process(tiny_model_dir, tmp_path, "ict:reference=group_mean,ratio=0.25",
+                                         model=model, cast_lm_head_to_fp32=True)
+    head = trainer.model.get_output_embeddings().weight
+    assert head.dtype == torch.float32 and records[0]["hidden"].dtype == torch.bfloat16
+    _check_group_mean_js(records[0], atol=1e-4)
+    assert math.isfinite(trainer.state.log_history[0]["loss"])
+
+
+def test_trl_scope_group_and_duplicate_prompts(tiny_model_dir, tmp_path):
+    """16 copies of one prompt, G=4, 8 rows: two groups of 4 (TRL's grouping, whose advantages
+    sum to 0 per group), not one group of 8; scope=group selects ceil(ratio * N_g) per group."""
+    trainer, records = _train_in_process(tiny_model_dir, tmp_path, "ict:reference=group_mean,ratio=0.25,scope=group",
+                                         prompts=["what is 1 + 1 ?"] * 16, per_device_train_batch_size=8)
+    record = records[0]
+    groups, mask, selected = record["group_ids"], record["mask"].bool(), record["selected"]
+    assert sorted(torch.bincount(groups).tolist()) == [4, 4]
+    for group in groups.unique():
+        rows = groups == group
+        assert abs(float(record["advantages"][rows].sum())) < 1e-4
+        assert int(selected[rows].sum()) == math.ceil(0.25 * int(mask[rows].sum()))
+    _check_group_mean_js(record)
+
+
+def test_trl_refusals_are_one_line(tiny_model_dir, tmp_path, monkeypatch):
+    import trl
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer, sharded_head_refusal
+
+    def construct(**options):
+        args = ICTGRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, bf16=False,
+                             per_device_train_batch_size=4, num_generations=4, **options)
+        return ICTGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                              processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+                              reward_funcs=_reward, args=args, train_dataset=Dataset.from_dict({"prompt": ["a"] * 4}))
+
+    cases = [
+        (dict(loss_type="vespo"), "selection_denominator='ours' is not defined for loss_type='vespo'"),
+        (dict(token_selector="ict:scope=group,reference=seq_mean", steps_per_generation=2,
+              gradient_accumulation_steps=2), "needs whole groups"),
+        # FSDP: refused before TRL builds anything (on CPU accelerate would run plain DDP instead of
+        # FSDP2, and FSDP1 finds no device, so neither can be tested here)
+        (dict(fsdp=True, fsdp_config={"fsdp_version": 2}), r"does not support FSDP \(fsdp_version=2\)"),
+        (dict(fsdp=True, fsdp_config={"fsdp_version": 1}), r"does not support FSDP \(fsdp_version=1\)"),
+    ]
+    for options, message in cases:
+        with pytest.raises(ValueError, match=message) as error:
+            construct(**options)
+        assert "\n" not in str(error.value)
+    construct(loss_type="vespo", selection_denominator="trl")  # accepted with TRL's denominators
+    zero3 = sharded_head_refusal(None, deepspeed_plugin=SimpleNamespace(zero_stage=3))  # deepspeed not installed
+    assert zero3.startswith("ict.integrations.trl does not support DeepSpeed ZeRO-3")
+    assert sharded_head_refusal(None, deepspeed_plugin=SimpleNamespace(zero_stage=2)) is None
+    monkeypatch.setattr(trl, "__version__", "1.17.0")
+    with pytest.raises(ValueError, match=r"tested with TRL >=1\.16\.0,<1\.17; installed TRL 1\.17\.0"):
+        construct()
+
+
+def test_selection_generator_is_shared_and_resumable():
+    """Same (seed, step, call) -> same draws (every process, after a resume); any change -> others."""
+    from ict.integrations.trl import selection_generator
+
+    def draw(*key):
+        return torch.rand(8, generator=selection_generator(*key, device=torch.device("cpu")))
+
+    assert torch.equal(draw(0, 5, 1, "train"), draw(0, 5, 1, "train"))
+    for other in [(1, 5, 1, "train"), (0, 6, 1, "train"), (0, 5, 2, "train"), (0, 5, 1, "eval")]:
+        assert not torch.equal(draw(0, 5, 1, "train"), draw(*other))
+
+
+def _reference_loss(trainer, loss_type, log_probs, old, advantages, mask, selected, denominator):
+    """ict's policy_loss (grpo/bnpo/dr_grpo/dapo) or ict's aggregation of the loss type's own
+    per-token loss written out here (sapo/cispo/luspo), on the selected tokens."""
+    from ict.core.loss import PolicyLossConfig, aggregate, policy_loss
+    from ict.core.stats import TokenStatistics
+    from ict.integrations.trl import OURS_AGGREGATION
+
+    aggregation = OURS_AGGREGATION[loss_type]
+    length = {"dr_grpo": trainer.max_completion_length, "luspo": 1}.get(loss_type)
+    low, high = trainer.epsilon_low, trainer.epsilon_high
+    counted = selected if denominator == "selected" else mask
+    a = advantages.double()[:, None].expand_as(log_probs)
+    ratio = (log_probs.double() - old.double()).exp()
+    if loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"):
+        config = PolicyLossConfig(clip_low=low, clip_high=high, aggregation=aggregation, max_response_length=length,
+                                  denominator=denominator)
+        stats = TokenStatistics(log_probs.double(), torch.zeros_like(a), torch.zeros_like(a))
+        return policy_loss(stats, old.double(), advantages.double(), mask, selected, config)[0]
+    if loss_type == "sapo":
+        tau = torch.where(a > 0, trainer.args.sapo_temperature_pos, trainer.args.sapo_temperature_neg)
+        per_token = -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * a
+    elif loss_type == "cispo":
+        per_token = -ratio.clamp(max=high).detach() * a * log_probs.double()
+    else:  # luspo: one sequence-level ratio, the mean log-ratio over the completion
+        m = mask.double()
+        sequence = (((log_probs.double() - old.double()) * m).sum(-1) / m.sum(-1)).exp()[:, None].expand_as(a)
+        per_token = -torch.minimum(sequence * a, sequence.clamp(1 - low, 1 + high) * a)
+    return aggregate(per_token, selected, aggregation, length, counted)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "sapo", "bnpo", "dr_grpo", "luspo", "dapo", "cispo"])
+def test_trl_ours_denominator_equals_policy_loss(loss_trainer, loss_type):
+    """Through TRL's _compute_loss (old != current log-probs, so ratios and clipping are live), with
+    20-Entropy's mask: selection_denominator='ours' gives the loss and LM-head gradient of ict's
+    policy_loss (denominator='selected'); 'trl' gives TRL's completion-token denominators
+    (policy_loss denominator='all', times the share of sequences with a selected token for grpo/sapo,
+    whose mean TRL takes over every sequence; dr_grpo/luspo have constant denominators)."""
+    trainer = loss_trainer
+    trainer.selector_name, trainer.selector_options = "entropy", {"ratio": 0.3}
+    trainer.js_references, trainer.population = (), "batch"
+    trainer.loss_type = loss_type
+    trainer.importance_sampling_level = "sequence" if loss_type == "luspo" else "token"
+    trainer.current_gradient_accumulation_steps = 1
+    records = []
+    trainer.on_selection = records.append
+    advantages = torch.tensor([1.0, -0.5, 0.25, -2.0])
+    inputs = _loss_inputs(trainer, advantages, perturb=0.3)
+    mask = inputs["completion_mask"].bool()
+    try:
+        for denominator in ("ours", "trl"):
+            trainer.selection_denominator = denominator
+            loss = trainer._compute_loss(trainer.model, inputs)
+            selected = records[-1]["selected"]
+            assert 0 < int(selected.sum()) < int(mask.sum()) and not selected[3].any()  # row 3: 2 low-entropy tokens
+            log_probs, _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+                torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1), 7)
+            reference = _reference_loss(trainer, loss_type, log_probs, inputs["old_per_token_logps"], advantages,
+                                        mask, selected, "selected" if denominator == "ours" else "all")
+            if denominator == "trl" and loss_type in ("grpo", "sapo"):  # TRL's mean is over every sequence,
+                rows = selected.any(-1)  # policy_loss's over the sequences with a selected token
+                reference = reference * rows.sum() / rows.numel()
+            torch.testing.assert_close(loss.double(), reference, atol=1e-6, rtol=1e-5)
+            torch.testing.assert_close(_head_grad(trainer, loss).double(), _head_grad(trainer, reference).double(),
+                                       atol=1e-6, rtol=1e-5)
+    finally:
+        trainer.importance_sampling_level, trainer.current_gradient_accumulation_steps = "token", 2
+        trainer.selection_denominator = "ours"
+        trainer.selector_name, trainer.selector_options = "kl_cov", {"ratio": 0.2, "kl_coef": 1.5}
+        trainer.js_references, trainer.population = (), "batch"
+
+
+def test_trl_clip_cov_gets_old_log_probs_and_clip_range(loss_trainer, monkeypatch):
+    """Clip-Cov sees TRL's old log-probs and (epsilon_low, epsilon_high), and draws from the shared
+    generator: two calls at the same (step, call) choose the same tokens."""
+    import ict.integrations.trl as integration
+
+    trainer = loss_trainer
+    seen = []
+    original = integration.select
+
+    def spy(name, inputs, **options):
+        seen.append(inputs)
+        return original(name, inputs, **options)
+
+    monkeypatch.setattr(integration, "select", spy)
+    monkeypatch.setattr(trainer, "selector_name", "clip_cov")
+    monkeypatch.setattr(trainer, "selector_options", {"ratio": 0.5, "cov_low": -10.0, "cov_high": 10.0})
+    monkeypatch.setattr(trainer, "loss_type", "dapo")
+    records = []
+    trainer.on_selection = records.append
+    inputs = _loss_inputs(trainer, torch.tensor([1.0, -0.5, 0.25, -2.0]), perturb=0.3)
+    for _ in range(2):
+        trainer._call_key = None  # the same (step, call) again, as after a resume
+        trainer._compute_loss(trainer.model, inputs)
+    assert torch.equal(seen[0].old_log_probs, inputs["old_per_token_logps"])
+    assert seen[0].clip_range == (trainer.epsilon_low, trainer.epsilon_high)
+    assert torch.equal(records[0]["selected"], records[1]["selected"])
+    assert not torch.equal(records[0]["selected"], records[0]["mask"].bool())  # some tokens were cut

@@ -2,7 +2,11 @@
 ICTGRPOTrainer (run directly or under ``accelerate launch``); every process dumps each
 selection record (gathered tensors, its mask, the LM head weight) to OUT/rank{r}_call{i}.pt and,
 for a selector with a KL penalty, each added penalty term (with TRL's and the old log-probs) to
-OUT/rank{r}_penalty{i}.pt. Arguments: MODEL_DIR OUT SELECTOR [NUM_ITERATIONS]."""
+OUT/rank{r}_penalty{i}.pt. Arguments: MODEL_DIR OUT SELECTOR [NUM_ITERATIONS].
+
+SELECTOR may list several runs separated by ';', each optionally ending in '@B' (the
+per-device batch, default 4): run i then writes to OUT/i/ (one process start for all runs).
+Each process also writes its gathered bytes to OUT/rank{r}_bytes.pt."""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer
 
-model_dir, out_dir, selector = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+model_dir, root_dir, selectors = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3].split(";")
 num_iterations = int(sys.argv[4]) if len(sys.argv) > 4 else 1
 torch.set_num_threads(1)
 
@@ -32,6 +36,7 @@ class DumpingTrainer(ICTGRPOTrainer):
                     weight=head.detach().clone(), own=(own.start, own.stop))
         rank = self.accelerator.process_index
         torch.save(dump, out_dir / f"rank{rank}_call{DumpingTrainer.calls}.pt")
+        torch.save(self.ict_gathered_bytes, out_dir / f"rank{rank}_bytes.pt")
         DumpingTrainer.calls += 1
 
     def kl_penalty_loss(self, log_probs, old_log_probs, inputs):
@@ -47,22 +52,28 @@ class DumpingTrainer(ICTGRPOTrainer):
 
 
 def reward(completions, **kwargs):
-    return [float(len(str(completion))) % 3 for completion in completions]
+    return [float(sum(map(ord, str(completion))) % 7) for completion in completions]
 
 
 prompts = [[{"role": "user", "content": f"what is {a} + {b} ?"}] for a in range(4) for b in range(4)]
 tokenizer = AutoTokenizer.from_pretrained(model_dir)
-model = AutoModelForCausalLM.from_pretrained(model_dir)
-args = ICTGRPOConfig(
-    output_dir=str(out_dir / "trainer"), token_selector=selector, per_device_train_batch_size=4,
-    num_generations=4, max_completion_length=8, max_steps=2, steps_per_generation=1,
-    gradient_accumulation_steps=1, learning_rate=1e-3, report_to="none", use_cpu=True,
-    logging_steps=1, save_strategy="no", temperature=1.0, seed=0, num_iterations=num_iterations,
-)
-trainer = DumpingTrainer(model=model, processing_class=tokenizer, reward_funcs=reward, args=args,
-                         train_dataset=Dataset.from_dict({"prompt": prompts}))
-trainer.train()
-if trainer.accelerator.is_main_process:
-    fractions = [entry["ict/selected_fraction"] for entry in trainer.state.log_history
-                 if "ict/selected_fraction" in entry]
-    torch.save({"fractions": fractions, "log": trainer.state.log_history}, out_dir / "log.pt")
+for index, spec in enumerate(selectors):
+    selector, _, batch = spec.partition("@")
+    out_dir = root_dir / str(index) if len(selectors) > 1 else root_dir
+    out_dir.mkdir(exist_ok=True)
+    DumpingTrainer.calls = 0
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    args = ICTGRPOConfig(
+        output_dir=str(out_dir / "trainer"), token_selector=selector, per_device_train_batch_size=int(batch or 4),
+        num_generations=4, max_completion_length=8, max_steps=2, steps_per_generation=1,
+        gradient_accumulation_steps=1, learning_rate=1e-3, report_to="none", use_cpu=True,
+        logging_steps=1, save_strategy="no", temperature=1.0, seed=0, num_iterations=num_iterations,
+    )
+    trainer = DumpingTrainer(model=model, processing_class=tokenizer, reward_funcs=reward, args=args,
+                             train_dataset=Dataset.from_dict({"prompt": prompts}))
+    trainer.train()
+    if trainer.accelerator.is_main_process:
+        fractions = [entry["ict/selected_fraction"] for entry in trainer.state.log_history
+                     if "ict/selected_fraction" in entry]
+        torch.save({"fractions": fractions, "log": trainer.state.log_history}, out_dir / "log.pt")

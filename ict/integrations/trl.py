@@ -1,4 +1,5 @@
-"""Every ict token selector inside TRL's ``GRPOTrainer`` (TRL 1.15 - 1.16).
+"""Every ict token selector inside TRL's ``GRPOTrainer`` (tested on TRL 1.16; see
+:data:`TESTED_TRL`).
 
 Usage::
 
@@ -6,70 +7,89 @@ Usage::
     args = ICTGRPOConfig(output_dir="out", token_selector="ict:reference=group_mean,ratio=0.1")
     trainer = ICTGRPOTrainer(model=..., reward_funcs=..., args=args, train_dataset=...)
 
-How it plugs in (least invasive: two overridden methods, no copied TRL code):
+How it plugs in (no copied TRL code; three overridden methods):
 
-- TRL's ``_compute_loss`` runs the policy forward once with its fused LM head (no ``[N, V]``
-  logits). A forward hook on the model's backbone keeps the detached final hidden states of that
-  same forward (and one on the model its per-token log-probs, used by KL-Cov's penalty); no
-  second forward of the policy runs.
-- TRL's mask hook ``get_high_entropy_mask`` (the ``top_entropy_quantile`` path) is replaced by our
-  selection; the trainer sets ``top_entropy_quantile`` below 1 internally so TRL calls it.
-- Selection population: the hidden states, completion ids, masks and advantages of the current
-  micro-batch of *every* process are gathered; each process computes the statistics of the whole
-  gathered micro-batch with :func:`ict.core.stats.token_statistics_from_hidden` (no gradient; the
-  loss keeps TRL's own log-probs), runs the selector on it and keeps its own rows. So a ``batch``
-  ranking covers the tokens of all processes (like TRL's ``top_entropy_quantile``) and every
-  process gets exactly the mask our selector returns on the gathered tensor.
-- ``group_mean`` needs whole groups: rows with identical prompt token ids form a group. TRL's
-  ``RepeatSampler`` keeps a group inside one *global* generation batch but spreads it over
-  processes and, with ``steps_per_generation > 1``, over shuffled micro-batches; so a
-  ``group_mean`` reference requires ``steps_per_generation == 1`` (checked at start-up) and the
-  gather above makes groups whole across processes. The group's distributions are then exact.
-- Loss denominator: ``selection_denominator="ours"`` (default) normalises the policy loss by the
-  number of *selected* tokens (ict's ``denominator="selected"``): the mask passed to TRL is
-  ``selected * N / N_sel`` with ``N`` and ``N_sel`` counted over the population the chosen TRL
-  ``loss_type`` normalises over (per sequence for grpo/sapo, the local micro-batch for bnpo, the
-  gathered micro-batch for dapo/cispo/vespo/dr_grpo). ``"trl"`` passes the 0/1 mask, so the
-  denominators stay TRL's completion-token counts (TRL's ``top_entropy_quantile`` convention).
-- Per-token KL penalty (KL-Cov, ``Selection.kl_penalty``): TRL has no hook on its per-token
-  loss, so ``_compute_loss`` adds, after TRL's loss, ``kl_penalty_t * |log p_t - old log p_t|``
-  (:func:`ict.core.loss.kl_penalty_term`) times the mask weight above, aggregated over TRL's mask with
-  TRL's normaliser for the ``loss_type`` and divided by its gradient-accumulation normaliser
-  exactly as TRL's own loss (:func:`trl_aggregate`): the sum equals TRL's loss with the penalty in
-  its per-token loss, as in :func:`ict.core.loss.policy_loss`. ``log p`` is the log-prob TRL's own
-  surrogate uses (the fused head's output of the same forward, with its gradient), ``old log p``
-  TRL's ``old_per_token_logps`` (absent when TRL skips it, i.e. one update per generation: then
-  the detached ``log p``, a zero term with zero gradient). Like TRL's ``beta`` KL term, the
-  penalty is not multiplied by TRL's off-policy sequence mask nor its vLLM importance-sampling
-  ratio. KL-Cov selects every response token, so both ``selection_denominator`` give weight 1.
-- Metrics added to TRL's logger: ``ict/selected_fraction``, ``ict/entropy_selected``,
-  ``ict/entropy_unselected`` (means over the gathered micro-batch); with a KL penalty also
-  ``ict/kl_penalty`` (its contribution to the step's loss, mean over processes).
+- ``_generate_and_score_completions``: tags each row with its group, ``global row // G``, the
+  grouping TRL's own advantages use (``rewards.view(-1, num_generations)``); duplicate prompts
+  stay separate groups. The tag travels through TRL's shuffle and split like every other key.
+- ``_compute_loss`` runs TRL's (one policy forward, fused LM head, no ``[N, V]`` logits). A forward
+  hook on the backbone TRL's fused head calls (``get_base_model()`` first under PEFT, then its
+  ``base_model``) keeps the detached final hidden states; one on the model keeps the fused head's
+  per-token log-probs (KL-Cov's penalty). No second forward.
+- ``get_high_entropy_mask`` (TRL's ``top_entropy_quantile`` hook; the trainer sets the quantile
+  below 1 so TRL calls it) returns our selection as the per-token weight TRL multiplies its
+  per-token loss by.
 
-Not supported: models whose LM head is not a plain linear layer (logit scale, soft-capping,
-LoRA on ``lm_head``: refused at start-up by :func:`ict.training.models.linear_lm_head`),
-FSDP / DeepSpeed ZeRO-3 sharded LM heads (the full ``[V, d]`` weight must be readable on each
-process), vision-language inputs.
+Cost per process (item 8 of issue 23): each process scores only its own rows with
+:func:`ict.core.stats.token_statistics_from_hidden` (hidden states cast to the head's dtype as
+TRL's fused head does, ``cast_lm_head_to_fp32`` included). A ``group_mean`` reference needs every
+row of a group: when each group's G rows are on one process (``per_device_train_batch_size`` a
+multiple of G) nothing is exchanged; otherwise the hidden states are gathered (the one case whose
+cost grows with the number of processes; the statistics are then exact too). The selector then
+sees the rows its ranking population needs (:func:`ict.core.selectors.ranking_population`):
+``token``/``sequence``/``group`` (groups local) run on the local rows; ``batch`` gathers only the
+``[B, T]`` statistics, masks, ids and advantages of all processes (never hidden states) and every
+process runs the selector on the same gathered tensors and keeps its rows. Random draws
+(``random``, ``clip_cov``) use a generator seeded from (seed, global step, call index within the
+step), equal on every process and after a resume. Clip-Cov receives TRL's old log-probs and
+clip range ``(epsilon_low, epsilon_high)``.
+
+Loss denominator, ``selection_denominator``: ``"trl"`` passes the 0/1 mask (TRL's
+``top_entropy_quantile`` convention: TRL's completion-token denominators). ``"ours"`` (default)
+makes TRL's loss equal, in value and gradient, to ict's :func:`ict.core.loss.policy_loss`
+(``denominator="selected"``) aggregated as the loss type aggregates (:data:`OURS_AGGREGATION`):
+the weight is ``selected * c`` with ``c`` = ``n_b / n_sel_b * B / S`` for grpo/sapo (``S``: rows
+with a selected token), ``N / N_sel`` of the micro-batch for bnpo, of the gathered micro-batch for
+dapo/cispo (exact with ``steps_per_generation = 1``; otherwise each micro-batch's selected mean
+weighted by its tokens), and 1 for dr_grpo/luspo (constant denominators). vespo is refused under
+"ours" (its per-sequence gamma weights are not a per-token loss ict aggregates).
+
+KL-Cov (``Selection.kl_penalty``): ``_compute_loss`` adds ``kl_penalty_t * |log p_t - old log
+p_t|`` (:func:`ict.core.loss.kl_penalty_term`) times the weight above, aggregated as TRL's loss
+(:func:`trl_aggregate`), so the sum equals TRL's loss with the penalty in its per-token loss.
+
+Metrics added to TRL's logger: ``ict/selected_fraction``, ``ict/entropy_selected``,
+``ict/entropy_unselected`` (over the population the selector saw), ``ict/kl_penalty``.
+
+Refused at construction, one line each (before any generation): TRL outside :data:`TESTED_TRL`;
+DeepSpeed ZeRO-3 and FSDP (1 and 2: the LM head is sharded; not tested here);
+``top_entropy_quantile < 1``; a group population or reference with ``steps_per_generation > 1``
+(TRL shuffles a group over micro-batches); the ``ref`` reference; a non-linear or LoRA-adapted LM
+head (:func:`ict.training.models.linear_lm_head`); vespo with ``selection_denominator="ours"``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from packaging.version import Version
 from torch import Tensor
 from trl import GRPOConfig, GRPOTrainer
 
 from ict.core.errors import UsageError
 from ict.core.loss import kl_penalty_term
-from ict.core.selectors import SelectionInputs, required_js_references, select
-from ict.core.stats import token_statistics_from_hidden
+from ict.core.selectors import SelectionInputs, ranking_population, required_js_references, select
+from ict.core.stats import TokenStatistics, token_statistics_from_hidden
 from ict.integrations import parse_token_selector
 from ict.training.models import linear_lm_head
 
 SELECTION_DENOMINATORS = ("ours", "trl")
+TESTED_TRL = ("1.16.0", "1.17")  # >= first, < second
+GROUP_KEY = "ict_group_ids"
+
+
+def check_trl_version(version: str) -> None:
+    """Raise one line unless ``TESTED_TRL[0] <= version < TESTED_TRL[1]``: the integration
+    overrides TRL's private ``_compute_loss`` / ``get_high_entropy_mask``, which change freely."""
+    low, high = TESTED_TRL
+    if not Version(low) <= Version(version) < Version(high):
+        raise ValueError(f"ict.integrations.trl is tested with TRL >={low},<{high}; installed TRL {version} "
+                         f"(pip install 'trl>={low},<{high}')")
 
 
 @dataclass
@@ -83,8 +103,8 @@ class ICTGRPOConfig(GRPOConfig):
     )
     selection_denominator: str = field(
         default="ours",
-        metadata={"help": "'ours': the loss is normalised by the selected tokens; 'trl': by TRL's "
-                  "completion-token counts (TRL's top_entropy_quantile convention)."},
+        metadata={"help": "'ours': the loss is ict's policy_loss on the selected tokens; 'trl': TRL's "
+                  "completion-token denominators (TRL's top_entropy_quantile convention)."},
     )
 
     def __post_init__(self) -> None:
@@ -96,6 +116,13 @@ class ICTGRPOConfig(GRPOConfig):
 
 
 TRL_LOSS_TYPES = ("grpo", "sapo", "bnpo", "dr_grpo", "luspo", "dapo", "cispo", "vespo")
+# loss_type -> ict aggregation whose "selected" denominator selection_denominator="ours" reproduces
+# (dr_grpo: L = max_completion_length; luspo: L = 1, a mean over sequences of sequence sums).
+OURS_AGGREGATION = {
+    "grpo": "seq_mean_token_mean", "sapo": "seq_mean_token_mean", "bnpo": "token_mean",
+    "dapo": "token_mean", "cispo": "token_mean", "dr_grpo": "seq_mean_token_sum_norm",
+    "luspo": "seq_mean_token_sum_norm",
+}
 
 
 def trl_aggregate(
@@ -137,34 +164,85 @@ def trl_aggregate(
     return loss / accumulation_steps
 
 
-def group_ids_from_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> Tensor:
-    """``[B]`` ids, equal for rows whose (unpadded) prompt tokens are equal."""
-    keys = [tuple(row[mask.bool()].tolist()) for row, mask in zip(prompt_ids, prompt_mask)]
-    index: dict[tuple, int] = {}
-    return torch.tensor([index.setdefault(key, len(index)) for key in keys], dtype=torch.long)
+def ours_weights(selected: Tensor, response_mask: Tensor, loss_type: str,
+                 global_counts: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """The ``[B, T]`` weight that turns TRL's ``loss_type`` aggregation of its per-token loss
+    into ict's aggregation (:data:`OURS_AGGREGATION`, ``denominator="selected"``) on the
+    ``selected`` tokens of this micro-batch (see the module doc). ``global_counts`` =
+    (response tokens, selected tokens) of the gathered micro-batch, for dapo/cispo."""
+    selected = selected.bool() & response_mask.bool()
+    weights = selected.float()
+    if loss_type in ("grpo", "sapo"):
+        per_row = selected.sum(-1, keepdim=True)
+        rows_with = (per_row > 0).sum().clamp(min=1)
+        scale = response_mask.sum(-1, keepdim=True) / per_row.clamp(min=1) * (selected.shape[0] / rows_with)
+        return weights * scale
+    if loss_type == "bnpo":
+        return weights * (response_mask.sum() / selected.sum().clamp(min=1))
+    if loss_type in ("dapo", "cispo"):
+        tokens, chosen = global_counts if global_counts is not None else (response_mask.sum(), selected.sum())
+        return weights * (tokens / chosen.clamp(min=1))
+    if loss_type in ("dr_grpo", "luspo"):
+        return weights
+    raise ValueError(f"selection_denominator='ours' is not defined for TRL loss_type {loss_type!r} "
+                     f"(defined for: {', '.join(OURS_AGGREGATION)}); use selection_denominator='trl'")
+
+
+def sharded_head_refusal(config: Any, fsdp_plugin: Any = None, deepspeed_plugin: Any = None) -> str | None:
+    """The one-line refusal of FSDP (1 and 2) and DeepSpeed ZeRO-3, whose LM-head weight is
+    sharded (TRL gathers it inside its fused head; the integration is untested there), or None."""
+    fsdp_config = getattr(config, "fsdp_config", None) or {}
+    requested = bool(getattr(config, "fsdp", None)) or fsdp_plugin is not None or (
+        os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true"))
+    if requested:
+        version = (fsdp_config.get("version") or fsdp_config.get("fsdp_version")
+                   or getattr(fsdp_plugin, "fsdp_version", None) or os.environ.get("FSDP_VERSION", "1"))
+        return (f"ict.integrations.trl does not support FSDP (fsdp_version={version}): the LM head is sharded and "
+                "this mode is untested; use DDP or DeepSpeed ZeRO-1/2")
+    if getattr(deepspeed_plugin, "zero_stage", 0) == 3:
+        return ("ict.integrations.trl does not support DeepSpeed ZeRO-3: the LM head is partitioned and this mode "
+                "is untested; use DeepSpeed ZeRO-1/2 or DDP")
+    return None
+
+
+def selection_generator(seed: int, step: int, call: int, mode: str, device: torch.device) -> torch.Generator:
+    """A generator seeded from (seed, global step, call within the step, mode): the same on every
+    process (TRL seeds each device differently) and after a resume from a checkpoint."""
+    digest = hashlib.sha256(f"{seed}:{step}:{call}:{mode}".encode()).digest()
+    return torch.Generator(device=device).manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
+
+
+def group_ids_of_rows(process_index: int, local_rows: int, num_generations: int, device: torch.device) -> Tensor:
+    """``[local_rows]`` group index of this process's generated rows: TRL's ``RepeatSampler``
+    puts each prompt's G completions on consecutive global rows and TRL slices process ``r``'s
+    rows ``[r * local_rows, (r + 1) * local_rows)``, so ``group = global row // G``."""
+    rows = torch.arange(local_rows, device=device) + process_index * local_rows
+    return torch.div(rows, num_generations, rounding_mode="floor")
 
 
 class ICTGRPOTrainer(GRPOTrainer):
     """``trl.GRPOTrainer`` whose loss updates only the tokens an ict selector picks."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        import trl
+
+        check_trl_version(trl.__version__)
+        config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        refusal = sharded_head_refusal(config) if config is not None else None
+        if refusal:  # before TRL builds anything
+            raise ValueError(refusal)
         super().__init__(*args, **kwargs)
+        self._refuse_sharded_head()
         config = self.args
         spec = getattr(config, "token_selector", ICTGRPOConfig.token_selector)
         self.selection_denominator = getattr(config, "selection_denominator", "ours")
         self.selector_name, self.selector_options = parse_token_selector(spec)
         self.js_references = required_js_references(self.selector_name, self.selector_options)
-        if self.top_entropy_quantile < 1.0:
-            raise ValueError("top_entropy_quantile and token_selector both pick tokens; leave "
-                             "top_entropy_quantile at 1.0")
-        if "group_mean" in self.js_references and config.steps_per_generation != 1:
-            raise ValueError("a group_mean reference needs whole groups in each micro-batch: set "
-                             "steps_per_generation=1 (and gradient_accumulation_steps=1)")
-        if "ref" in self.js_references:
-            raise ValueError("the 'ref' JS reference is not supported inside TRL; use group_mean, "
-                             "seq_mean or prev")
+        self.population = ranking_population(self.selector_name, self.selector_options)
+        self._check_configuration(config)
+        unwrapped = self.accelerator.unwrap_model(self.model)
         try:
-            linear_lm_head(self.accelerator.unwrap_model(self.model), "ict.integrations.trl", "")
+            linear_lm_head(unwrapped, "ict.integrations.trl", "")
         except UsageError as error:  # TRL's configuration errors are ValueErrors
             raise ValueError(str(error)) from None
         # TRL calls get_high_entropy_mask (overridden below) only when this is below 1.
@@ -173,9 +251,54 @@ class ICTGRPOTrainer(GRPOTrainer):
         self._log_probs: list[Tensor] | None = None
         self._loss_inputs: dict[str, Tensor] | None = None
         self._kl_penalty: tuple[Tensor, Tensor, Tensor] | None = None
-        unwrapped = self.accelerator.unwrap_model(self.model)
-        unwrapped.base_model.register_forward_hook(self._keep_hidden)
+        self._call_key: tuple[str, int] | None = None
+        self._call_index = 0
+        self.ict_gathered_bytes = 0  # bytes this process received from gathers of the selection
+        self._backbone(unwrapped).register_forward_hook(self._keep_hidden)
         unwrapped.register_forward_hook(self._keep_log_probs)
+
+    @staticmethod
+    def _backbone(unwrapped: torch.nn.Module) -> torch.nn.Module:
+        """The module whose output TRL's fused head reads: ``base_model`` of the PEFT model's
+        ``get_base_model()`` (TRL patches that model), else of the model."""
+        from accelerate.utils import is_peft_model
+
+        target = unwrapped.get_base_model() if is_peft_model(unwrapped) else unwrapped
+        return target.base_model
+
+    def _refuse_sharded_head(self) -> None:
+        """One line for the distributed modes whose LM head is sharded (untested here), also
+        when requested but dropped by accelerate (on CPU it runs plain DDP instead of FSDP2)."""
+        refusal = sharded_head_refusal(self.args, getattr(self.accelerator.state, "fsdp_plugin", None),
+                                       getattr(self.accelerator.state, "deepspeed_plugin", None))
+        if refusal:
+            raise ValueError(refusal)
+
+    def _check_configuration(self, config: Any) -> None:
+        if self.top_entropy_quantile < 1.0:
+            raise ValueError("top_entropy_quantile and token_selector both pick tokens; leave "
+                             "top_entropy_quantile at 1.0")
+        if self._needs_groups() and config.steps_per_generation != 1:
+            raise ValueError(f"token_selector {self.selector_name!r} needs whole groups in each micro-batch "
+                             "(TRL shuffles a group over micro-batches): set steps_per_generation=1 "
+                             "(and gradient_accumulation_steps=1)")
+        if "ref" in self.js_references:
+            raise ValueError("the 'ref' JS reference is not supported inside TRL; use group_mean, "
+                             "seq_mean or prev")
+        if self.selection_denominator == "ours" and self.loss_type not in OURS_AGGREGATION:
+            raise ValueError(f"selection_denominator='ours' is not defined for loss_type={self.loss_type!r} "
+                             f"(defined for {', '.join(OURS_AGGREGATION)}); use selection_denominator='trl'")
+
+    def _needs_groups(self) -> bool:
+        return "group_mean" in self.js_references or self.population == "group"
+
+    def _generate_and_score_completions(self, inputs):  # type: ignore[override]
+        output = super()._generate_and_score_completions(inputs)
+        training = self.model.training
+        generations = self.num_generations if training else (self.num_generations_eval or self.num_generations)
+        ids = output["completion_ids"]
+        output[GROUP_KEY] = group_ids_of_rows(self.accelerator.process_index, ids.shape[0], generations, ids.device)
+        return output
 
     def _keep_hidden(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if self._capture is not None:
@@ -222,74 +345,115 @@ class ICTGRPOTrainer(GRPOTrainer):
         self._metrics["train" if training else "eval"]["ict/kl_penalty"].append(float(contribution))
         return term
 
-    def _gather_rows(self, tensor: Tensor, pad: float | int = 0) -> Tensor:
-        """Concatenate the ``[B, ...]`` tensors of all processes along rows (dim 1 padded)."""
+    def _gather(self, tensor: Tensor, pad: float | int = 0) -> Tensor:
+        """Rows of every process concatenated (dim 1 padded to the longest); counts the bytes."""
+        if self.accelerator.num_processes == 1:
+            return tensor
         if tensor.dim() > 1:
-            tensor = self.accelerator.pad_across_processes(tensor, dim=1, pad_index=pad)
-        return self.accelerator.gather(tensor.contiguous())
+            tensor = self.accelerator.pad_across_processes(tensor.contiguous(), dim=1, pad_index=pad)
+        gathered = self.accelerator.gather(tensor.contiguous())
+        self.ict_gathered_bytes += gathered.numel() * gathered.element_size()
+        return gathered
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        mode = "train" if self.model.training else "eval"
+        key = (mode, int(self.state.global_step))
+        if key != self._call_key:
+            self._call_key, self._call_index = key, 0
+        call, self._call_index = self._call_index, self._call_index + 1
+        seed = self.selector_options.get("seed")
+        return selection_generator(self.args.seed if seed is None else int(seed), key[1], call, mode, device)
+
+    def _statistics(self, hidden: Tensor, ids: Tensor, response: Tensor, group_ids: Tensor | None) -> TokenStatistics:
+        """No-grad statistics of these rows from the captured hidden states, cast to the LM
+        head's dtype as TRL's fused head does (float32 under ``cast_lm_head_to_fp32``)."""
+        weight, bias = linear_lm_head(self.accelerator.unwrap_model(self.model), "ict.integrations.trl", "")
+        with torch.no_grad():
+            return token_statistics_from_hidden(
+                hidden.to(weight.dtype), weight.detach(), ids, response, temperature=self.temperature,
+                js_references=self.js_references,
+                group_ids=group_ids if "group_mean" in self.js_references else None,
+                lm_head_bias=None if bias is None else bias.detach(),
+            )
+
+    def _gather_inputs(self, local: SelectionInputs) -> SelectionInputs:
+        """The selection inputs of every process's rows: one gather of a ``[B, T, k]`` float32
+        stack of the ``[B, T]`` statistics, masks, ids and advantages (no hidden states)."""
+        shape = local.response_mask.shape
+        columns: dict[str, Tensor] = {
+            "mask": local.response_mask, "ids": local.token_ids,
+            "advantages": local.advantages if local.advantages.dim() == 2 else local.advantages[:, None],
+            "log_probs": local.stats.log_probs, "entropy": local.stats.entropy, "renyi2": local.stats.renyi2,
+            **{f"js:{name}": scores for name, scores in sorted(local.stats.js_scores.items())},
+        }
+        if local.group_ids is not None:
+            columns["group_ids"] = local.group_ids[:, None]
+        if local.old_log_probs is not None:
+            columns["old"] = local.old_log_probs
+        stacked = torch.stack([value.float().expand(shape) for value in columns.values()], dim=-1)
+        parts = dict(zip(columns, self._gather(stacked).unbind(-1)))
+        stats = TokenStatistics(parts["log_probs"], parts["entropy"], parts["renyi2"],
+                                {key[3:]: value for key, value in parts.items() if key.startswith("js:")})
+        return SelectionInputs(
+            stats=stats, response_mask=parts["mask"].bool(),
+            advantages=parts["advantages"] if local.advantages.dim() == 2 else parts["advantages"][:, 0],
+            token_ids=parts["ids"].long(), generator=local.generator,
+            group_ids=parts["group_ids"][:, 0].long() if "group_ids" in parts else None,
+            old_log_probs=parts.get("old"), clip_range=local.clip_range)
+
+    def _population(self, hidden: Tensor, response: Tensor) -> tuple[SelectionInputs, int]:
+        """The rows the selector must see (see the module doc) and this process's first row."""
+        inputs = self._loss_inputs
+        ids, group_ids, old = inputs["completion_ids"], inputs.get(GROUP_KEY), inputs.get("old_per_token_logps")
+        if group_ids is None and self._needs_groups():
+            raise RuntimeError("ICTGRPOTrainer: the rows carry no group tags (not generated by this trainer)")
+        rows = ids.shape[0]
+        generations = self.num_generations if self.model.training else (
+            self.num_generations_eval or self.num_generations)
+        groups_local = self.accelerator.num_processes == 1 or rows % generations == 0
+        start = self.accelerator.process_index * rows
+        common = dict(generator=self._generator(response.device), clip_range=(self.epsilon_low, self.epsilon_high))
+        if "group_mean" in self.js_references and not groups_local:  # the rows of a group span processes
+            ids, response = self._gather(ids), self._gather(response.long()).bool()
+            group_ids = self._gather(group_ids)
+            stats = self._statistics(self._gather(hidden), ids, response, group_ids)
+            return SelectionInputs(stats=stats, response_mask=response, advantages=self._gather(
+                inputs["advantages"].float()), token_ids=ids, group_ids=group_ids,
+                old_log_probs=None if old is None else self._gather(old), **common), start
+        local = SelectionInputs(stats=self._statistics(hidden, ids, response, group_ids), response_mask=response,
+                                advantages=inputs["advantages"].float(), token_ids=ids, group_ids=group_ids,
+                                old_log_probs=old, **common)
+        if self.population == "batch" or (self.population == "group" and not groups_local):
+            return self._gather_inputs(local), start
+        return local, 0
 
     def get_high_entropy_mask(self, entropies: Tensor, mask: Tensor, threshold: float) -> Tensor:
         """Our selection for this micro-batch; a float weight ``[B, T]`` (see the module doc)."""
         if self._loss_inputs is None or not self._capture:
             raise RuntimeError("ICTGRPOTrainer: selection requested outside _compute_loss")
-        inputs = self._loss_inputs
-        completion_ids = inputs["completion_ids"]
-        local_rows, length = completion_ids.shape
+        rows, length = mask.shape
         hidden = torch.cat(self._capture, dim=0)[:, -length - 1 : -1]
-        weight, bias = linear_lm_head(self.accelerator.unwrap_model(self.model), "ict.integrations.trl", "")
-        rows = self.accelerator.gather(torch.tensor([local_rows], device=mask.device))
-        if (rows != local_rows).any():
-            raise RuntimeError("ICTGRPOTrainer needs the same micro-batch size on every process")
-        start = self.accelerator.process_index * local_rows
-        advantages = inputs["advantages"]
-        gathered = {
-            "hidden": self._gather_rows(hidden),
-            "ids": self._gather_rows(completion_ids),
-            "mask": self._gather_rows(mask.to(torch.long)),
-            "advantages": self._gather_rows(advantages.float()),
-        }
-        group_ids = None
-        if "group_mean" in self.js_references:
-            prompt_ids = self._gather_rows(inputs["prompt_ids"])
-            prompt_mask = self._gather_rows(inputs["prompt_mask"].to(torch.long))
-            group_ids = group_ids_from_prompts(prompt_ids, prompt_mask).to(mask.device)
-            gathered["group_ids"] = group_ids
-        response_mask = gathered["mask"].bool()
-        with torch.no_grad():
-            stats = token_statistics_from_hidden(
-                gathered["hidden"], weight.detach(), gathered["ids"], response_mask,
-                temperature=self.temperature, js_references=self.js_references,
-                group_ids=group_ids, lm_head_bias=None if bias is None else bias.detach(),
-            )
-        selection = select(
-            self.selector_name,
-            SelectionInputs(stats=stats, response_mask=response_mask,
-                            advantages=gathered["advantages"], token_ids=gathered["ids"]),
-            **self.selector_options,
-        )
-        selected = selection.mask
-        self._log_selection(stats.entropy, response_mask, selected)
-        self.on_selection({**gathered, "stats": stats, "selected": selected,
-                           "kl_penalty": selection.kl_penalty, "start": start})
-        own = slice(start, start + local_rows)
-        weights = self._denominator_weights(selected, response_mask, own)
-        weights = weights[own, : mask.shape[1]].to(entropies.dtype)
-        if selection.kl_penalty is not None:
-            self._kl_penalty = (selection.kl_penalty[own, : mask.shape[1]], weights, mask)
-        return weights
-
-    def _denominator_weights(self, selected: Tensor, response_mask: Tensor, own: slice) -> Tensor:
-        """0/1 mask (``"trl"``) or ``selected * N / N_sel`` over TRL's normalising population."""
-        weights = selected.float()
+        response = mask.bool()
+        population, start = self._population(hidden, response)
+        selection = select(self.selector_name, population, **self.selector_options)
+        own = slice(start, start + rows)
+        selected = selection.mask[own, :length]
         if self.selection_denominator == "trl":
-            return weights
-        if self.loss_type in ("grpo", "sapo", "luspo"):
-            scale = response_mask.sum(-1, keepdim=True) / selected.sum(-1, keepdim=True).clamp(min=1)
-            return weights * scale
-        if self.loss_type == "bnpo":
-            scale = response_mask[own].sum() / selected[own].sum().clamp(min=1)
-            return weights * scale
-        return weights * (response_mask.sum() / selected.sum().clamp(min=1))
+            weights = selected.float()
+        else:
+            counts = None
+            if self.loss_type in ("dapo", "cispo"):
+                counts = self._gather(torch.stack([response.sum(), selected.sum()]).float()[None]).sum(0)
+            weights = ours_weights(selected, response, self.loss_type, None if counts is None else tuple(counts))
+        weights = weights.to(entropies.dtype)
+        self._log_selection(population.stats.entropy, population.response_mask, selection.mask)
+        self.on_selection({"stats": population.stats, "mask": population.response_mask, "selected": selection.mask,
+                           "ids": population.token_ids, "advantages": population.advantages,
+                           "group_ids": population.group_ids, "kl_penalty": selection.kl_penalty,
+                           "start": start, "hidden": hidden, "weights": weights})
+        if selection.kl_penalty is not None:
+            self._kl_penalty = (selection.kl_penalty[own, :length], weights, mask)
+        return weights
 
     def _log_selection(self, entropy: Tensor, response_mask: Tensor, selected: Tensor) -> None:
         mode = "train" if self.model.training else "eval"
@@ -301,9 +465,11 @@ class ICTGRPOTrainer(GRPOTrainer):
         metrics["ict/entropy_unselected"].append(_masked_mean(entropy, unselected))
 
     def on_selection(self, record: dict[str, Any]) -> None:
-        """Called once per micro-batch with the gathered tensors, ``stats``, ``selected`` and
-        ``kl_penalty`` (``None`` for mask-only selectors; identical on every process); ``start``
-        is this process's first row. No-op; override to inspect the selection."""
+        """Called once per micro-batch with the selector's population (``stats``, ``mask``,
+        ``selected``, ``ids``, ``advantages``, ``group_ids``, ``kl_penalty``; identical on every
+        process when the population is gathered), ``start`` (this process's first row in it),
+        ``hidden`` (this process's captured hidden states) and ``weights`` (the weight TRL gets).
+        No-op; override to inspect the selection."""
 
 
 def _masked_mean(values: Tensor, mask: Tensor) -> float:
