@@ -62,7 +62,9 @@ def child(variant: str, steps: int, prompts: int, generations: int, length: int,
                  "generation_batch_size": prompts * generations, "device": device,
                  **VARIANTS[variant]}
     config = build_config(None, overrides, {})  # the defaults: configs/offline-default.yaml
-    assert config.method != "ict" or config.selector["reference"] == "group_mean"
+    from ict.core.selectors import ICT_DEFAULT_REFERENCE
+
+    assert config.method != "ict" or config.selector["reference"] == ICT_DEFAULT_REFERENCE
     data = load_training_data(config.dataset, dataset_config=config.dataset_config, eval_size=0,
                               seed=config.seed)
     reward = build_reward(config.reward, "reasoning_gym", config.answer_extraction)

@@ -67,6 +67,37 @@ def _group_mean_js_reference(hidden, weight, mask, group_ids) -> torch.Tensor:
     return result
 
 
+def _absorbing_js_reference(hidden, weight, mask, group_ids, token_ids) -> torch.Tensor:
+    """float64 JS to the mean over all G rows of the group at t, where a row that finished before
+    the last column (its last response token, EOS, is the end token) contributes a point mass on
+    that token at every later position; a truncated row (reaching the last column) contributes
+    nothing after its end (ict.core.stats' group_mean_absorbing definition)."""
+    probs = torch.softmax(hidden.double() @ weight.double().T, dim=-1)
+    rows, length = mask.shape
+    ends = [int(mask[r].nonzero().max()) if mask[r].any() else -1 for r in range(rows)]
+    result = torch.zeros(mask.shape, dtype=torch.float64)
+
+    def entropy(p):
+        return -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
+
+    for b in range(rows):
+        for t in range(length):
+            if not mask[b, t]:
+                continue
+            parts = []
+            for r in range(rows):
+                if group_ids[r] != group_ids[b]:
+                    continue
+                if mask[r, t]:
+                    parts.append(probs[r, t])
+                elif 0 <= ends[r] < t and ends[r] < length - 1:
+                    parts.append(torch.nn.functional.one_hot(token_ids[r, ends[r]], probs.shape[-1]).double())
+            q = torch.stack(parts).mean(0)
+            m = 0.5 * (probs[b, t] + q)
+            result[b, t] = entropy(m) - 0.5 * (entropy(probs[b, t]) + entropy(q))
+    return result
+
+
 def _check(out_dir: Path, processes: int, ratio: float, score_key: str | None) -> None:
     dumps = sorted(out_dir.glob("rank*_call*.pt"))
     calls = len(dumps) // processes
@@ -425,6 +456,22 @@ def test_trl_full_fine_tuning_updates_weights(tiny_model_dir, tmp_path):
     mask = record["mask"].bool()
     assert int(record["selected"].sum()) == math.ceil(0.25 * int(mask.sum()))
     assert trainer.state.log_history[0]["grad_norm"] > 0
+
+
+def test_trl_default_ict_uses_the_absorbing_group_reference(tiny_model_dir, tmp_path):
+    """ICT with default options scores against group_mean_absorbing (float64 reference from the
+    captured hidden states) and selects the top ceil(0.25 N)."""
+    from ict.core.selectors import ICT_DEFAULT_REFERENCE
+
+    assert ICT_DEFAULT_REFERENCE == "group_mean_absorbing"
+    trainer, records = _train_in_process(tiny_model_dir, tmp_path, "ict:ratio=0.25")
+    record = records[0]
+    mask, groups, own = record["mask"].bool(), record["group_ids"], slice(record["start"], None)
+    reference = _absorbing_js_reference(record["hidden"].double(), record["weight"].double(),
+                                        mask[own], groups[own], record["ids"][own])
+    torch.testing.assert_close(record["stats"].js_scores["group_mean_absorbing"][own].double(),
+                               reference, atol=1e-5, rtol=1e-3)
+    assert int(record["selected"].sum()) == math.ceil(0.25 * int(mask.sum()))
 
 
 def test_trl_lora_hooks_the_backbone_trl_uses(tiny_model_dir, tmp_path):

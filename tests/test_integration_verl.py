@@ -205,6 +205,7 @@ def reference_loss(spec: str, loss_agg_mode: str = "token-mean", denominator: st
 
 
 SELECTORS = [
+    "ict:ratio=0.3",  # the default reference, group_mean_absorbing
     "ict:reference=group_mean,ratio=0.3",
     "ict:reference=group_mean,ratio=0.25,scope=sequence",
     "entropy:ratio=0.2",
@@ -351,7 +352,7 @@ def test_several_micro_batches_select_on_the_whole_mini_batch(spec, dynamic, sin
     assert len(forwards) >= 4 and len(forwards) % 2 == 0  # scoring pass + training pass
 
 
-TWO_RANK_SPECS = ["ict:reference=group_mean,ratio=0.3", "stapo:tau_p=0.1,quantile=0.75", "random:ratio=0.3"]
+TWO_RANK_SPECS = ["ict:ratio=0.3", "ict:reference=group_mean,ratio=0.3", "stapo:tau_p=0.1,quantile=0.75", "random:ratio=0.3"]
 # responses of prompt p0 are at most 5 tokens long, those of p1 at most 4: under v1 each rank's
 # micro-batch is padded to its own longest response, so the two ranks hold [3, 5] and [3, 4]
 TWO_RANK_LENGTHS = [5, 3, 5, 1, 4, 4]
@@ -437,7 +438,8 @@ def test_v1_balance_keeps_whole_groups_on_each_rank() -> None:
     def workload(uids: list[str]) -> int:
         return sum(24576 * seq_len[uid] + seq_len[uid] ** 2 for uid in uids)
 
-    for selector in ["ict:reference=group_mean,ratio=0.1", "ict:reference=seq_mean,scope=group"]:
+    for selector in ["ict:ratio=0.1", "ict:reference=group_mean,ratio=0.1",
+                     "ict:reference=seq_mean,scope=group"]:
         uids, metrics = balanced("ict", selector)
         ranks = [uids[:4], uids[4:]]
         assert set(ranks[0]).isdisjoint(ranks[1]) and all(a == b for a, b in zip(uids[::2], uids[1::2])), uids

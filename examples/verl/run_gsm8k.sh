@@ -24,7 +24,7 @@ case "$METHOD" in
   grpo)     SELECTOR="all" ;;
   entropy)  SELECTOR="entropy:ratio=0.2" ;;
   stapo)    SELECTOR="stapo:tau_p=0.002,quantile=0.75" ;;
-  ict)      SELECTOR="ict:reference=group_mean,ratio=0.1" ;;
+  ict)      SELECTOR="ict:ratio=0.1" ;;
   random)   SELECTOR="random:ratio=0.1" ;;
   kl_cov)   SELECTOR="kl_cov:ratio=0.002,kl_coef=1.0" ;;
   clip_cov) SELECTOR="clip_cov:ratio=0.0002,cov_low=1.0,cov_high=5.0" ;;

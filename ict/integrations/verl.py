@@ -6,7 +6,7 @@ Ray process, verl's trainer included)::
     python -m verl.trainer.main_ppo ... \\
         actor_rollout_ref.actor.policy_loss._target_=ict.integrations.verl.ICTPolicyLossConfig \\
         actor_rollout_ref.actor.policy_loss.loss_mode=ict \\
-        +actor_rollout_ref.actor.policy_loss.ict_selector="'ict:reference=group_mean,ratio=0.1'" \\
+        +actor_rollout_ref.actor.policy_loss.ict_selector="'ict:ratio=0.1'" \\
         +ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=ict.integrations.verl
 
 How it plugs in (no verl file is changed or copied):
@@ -107,7 +107,7 @@ from ict.core.selectors import (
     required_js_references,
     select,
 )
-from ict.core.stats import TokenStatistics, token_statistics
+from ict.core.stats import TokenStatistics, needs_groups, token_statistics
 from ict.integrations import parse_token_selector
 from ict.training.trainer import step_seed
 
@@ -137,7 +137,7 @@ class ICTPolicyLossConfig(VerlPolicyLossConfig):
 
     Attributes:
         ict_selector: registered ict selector and options, ``"name:key=value,..."``
-            (``"ict:reference=group_mean,ratio=0.1"``, ``"entropy:ratio=0.2"``, ``"stapo"``,
+            (``"ict:ratio=0.1"``, ``"entropy:ratio=0.2"``, ``"stapo"``,
             ``"random:ratio=0.1"``, ``"kl_cov"``, ``"all"``).
         ict_denominator: ``"selected"`` (ours: normalise by the selected tokens) or ``"all"``
             (response tokens, TRL's ``top_entropy_quantile`` convention).
@@ -147,7 +147,7 @@ class ICTPolicyLossConfig(VerlPolicyLossConfig):
             after a resume (a selector's own ``seed`` option is not used).
     """
 
-    ict_selector: str = "ict:reference=group_mean,ratio=0.1"
+    ict_selector: str = "ict:ratio=0.1"
     ict_denominator: str = "selected"
     ict_dual_clip: bool = False
     ict_seed: int = 0
@@ -313,12 +313,12 @@ def score_micro_batch(
     token_ids = _padded(micro_batch["responses"], length).to(device)
     uids = _uids(micro_batch, rows)
     group_ids = None
-    if "group_mean" in references:
+    if needs_groups(references):
         group_ids = _group_ids(uids, device)
         expected = getattr(actor_config, "rollout_n", None)
         if isinstance(expected, int) and bool((torch.bincount(group_ids) != expected).any()):
             raise UsageError(
-                f"the group_mean reference needs whole groups ({expected} rows per uid) in each "
+                f"the group references (group_mean*) need whole groups ({expected} rows per uid) in each "
                 "micro-batch: set actor.shuffle=False, actor.use_dynamic_bsz=False, "
                 "ppo_micro_batch_size_per_gpu a multiple of rollout.n, and load ict in verl's trainer "
                 f"({V1_OVERRIDE}; with trainer.use_v1=False: trainer.balance_batch=False)")
@@ -500,9 +500,10 @@ def _forward_backward_batch(self: Any, data: Any, loss_function: Any, forward_on
 
 
 def needs_whole_groups(name: str, options: dict[str, Any]) -> bool:
-    """Whether selector ``name`` needs each prompt's completions together: the ``group_mean`` JS
-    reference (scored per micro-batch) or the ``group`` ranking population."""
-    return "group_mean" in required_js_references(name, options) or ranking_population(name, options) == "group"
+    """Whether selector ``name`` needs each prompt's completions together: a group JS reference
+    (``group_mean`` and its variants, scored per micro-batch) or the ``group`` ranking population."""
+    return (needs_groups(required_js_references(name, options))
+            or ranking_population(name, options) == "group")
 
 
 def group_balanced_order(uids: list[Any], seq_lens: list[int], dp_size: int, group_size: int) -> list[int]:
