@@ -467,6 +467,8 @@ def test_trl_default_ict_uses_the_absorbing_group_reference(tiny_model_dir, tmp_
     trainer, records = _train_in_process(tiny_model_dir, tmp_path, "ict:ratio=0.25")
     record = records[0]
     mask, groups, own = record["mask"].bool(), record["group_ids"], slice(record["start"], None)
+    lengths = mask[own].sum(dim=1)
+    assert bool((lengths < mask.shape[1]).any()), "no completion ended early: absorption untested"
     reference = _absorbing_js_reference(record["hidden"].double(), record["weight"].double(),
                                         mask[own], groups[own], record["ids"][own])
     torch.testing.assert_close(record["stats"].js_scores["group_mean_absorbing"][own].double(),
