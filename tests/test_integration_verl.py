@@ -205,6 +205,7 @@ def reference_loss(spec: str, loss_agg_mode: str = "token-mean", denominator: st
 
 
 SELECTORS = [
+    "ict:ratio=0.3",  # ICT's default reference (group_mean_absorbing)
     "ict:reference=group_mean,ratio=0.3",
     "ict:reference=group_mean,ratio=0.25,scope=sequence",
     "entropy:ratio=0.2",
@@ -492,3 +493,12 @@ def test_launch_script_refuses_unknown_method() -> None:
     result = subprocess.run(["bash", str(SCRIPT)], env={"PATH": os.environ.get("PATH", ""), "HOME": "/tmp", "METHOD": "foo"},
                             capture_output=True, text=True)
     assert result.returncode == 2 and "METHOD must be one of" in result.stderr
+
+
+def test_every_group_reference_keeps_groups_whole() -> None:
+    from ict.core.stats import GROUP_MEAN_VARIANTS
+
+    assert ict_verl.needs_whole_groups("ict", {})  # the default reference is a group reference
+    for reference in GROUP_MEAN_VARIANTS:
+        assert ict_verl.needs_whole_groups("ict", {"reference": reference})
+    assert not ict_verl.needs_whole_groups("ict", {"reference": "prev"})

@@ -74,7 +74,7 @@ from trl import GRPOConfig, GRPOTrainer
 from ict.core.errors import UsageError
 from ict.core.loss import kl_penalty_term
 from ict.core.selectors import SelectionInputs, ranking_population, required_js_references, select
-from ict.core.stats import TokenStatistics, token_statistics_from_hidden
+from ict.core.stats import TokenStatistics, needs_groups, token_statistics_from_hidden
 from ict.integrations import parse_token_selector
 from ict.training.models import linear_lm_head
 
@@ -290,7 +290,7 @@ class ICTGRPOTrainer(GRPOTrainer):
                              f"(defined for {', '.join(OURS_AGGREGATION)}); use selection_denominator='trl'")
 
     def _needs_groups(self) -> bool:
-        return "group_mean" in self.js_references or self.population == "group"
+        return needs_groups(self.js_references) or self.population == "group"
 
     def _generate_and_score_completions(self, inputs):  # type: ignore[override]
         output = super()._generate_and_score_completions(inputs)
@@ -372,7 +372,7 @@ class ICTGRPOTrainer(GRPOTrainer):
             return token_statistics_from_hidden(
                 hidden.to(weight.dtype), weight.detach(), ids, response, temperature=self.temperature,
                 js_references=self.js_references,
-                group_ids=group_ids if "group_mean" in self.js_references else None,
+                group_ids=group_ids if needs_groups(self.js_references) else None,
                 lm_head_bias=None if bias is None else bias.detach(),
             )
 
@@ -413,7 +413,7 @@ class ICTGRPOTrainer(GRPOTrainer):
         groups_local = self.accelerator.num_processes == 1 or rows % generations == 0
         start = self.accelerator.process_index * rows
         common = dict(generator=self._generator(response.device), clip_range=(self.epsilon_low, self.epsilon_high))
-        if "group_mean" in self.js_references and not groups_local:  # the rows of a group span processes
+        if needs_groups(self.js_references) and not groups_local:  # the rows of a group span processes
             ids, response = self._gather(ids), self._gather(response.long()).bool()
             group_ids = self._gather(group_ids)
             stats = self._statistics(self._gather(hidden), ids, response, group_ids)

@@ -107,7 +107,7 @@ from ict.core.selectors import (
     required_js_references,
     select,
 )
-from ict.core.stats import TokenStatistics, token_statistics
+from ict.core.stats import TokenStatistics, needs_groups, token_statistics
 from ict.integrations import parse_token_selector
 from ict.training.trainer import step_seed
 
@@ -313,7 +313,7 @@ def score_micro_batch(
     token_ids = _padded(micro_batch["responses"], length).to(device)
     uids = _uids(micro_batch, rows)
     group_ids = None
-    if "group_mean" in references:
+    if needs_groups(references):
         group_ids = _group_ids(uids, device)
         expected = getattr(actor_config, "rollout_n", None)
         if isinstance(expected, int) and bool((torch.bincount(group_ids) != expected).any()):
@@ -500,9 +500,9 @@ def _forward_backward_batch(self: Any, data: Any, loss_function: Any, forward_on
 
 
 def needs_whole_groups(name: str, options: dict[str, Any]) -> bool:
-    """Whether selector ``name`` needs each prompt's completions together: the ``group_mean`` JS
-    reference (scored per micro-batch) or the ``group`` ranking population."""
-    return "group_mean" in required_js_references(name, options) or ranking_population(name, options) == "group"
+    """Whether selector ``name`` needs each prompt's completions together: a group JS reference
+    (``group_mean`` or a variant, scored per micro-batch) or the ``group`` ranking population."""
+    return needs_groups(required_js_references(name, options)) or ranking_population(name, options) == "group"
 
 
 def group_balanced_order(uids: list[Any], seq_lens: list[int], dp_size: int, group_size: int) -> list[int]:
