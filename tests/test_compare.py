@@ -120,6 +120,25 @@ def test_compare_end_to_end(tiny_model_dir, arithmetic_task, tmp_path):
     table_row = next(line for line in report.splitlines() if line.startswith("| ict-ratio=0.2 | 2 |"))
     assert table_row.split(" | ")[6] == f"{np.mean(lengths):.1f}"  # the length column
 
+    # the selection anatomy: each seed's mean over its last steps, then the mean over seeds,
+    # with the all-token value in parentheses
+    ict_lines = [[json.loads(line) for line in (output / "runs" / "ict-ratio=0.2" / f"seed{seed}"
+                                                 / "metrics.jsonl").read_text().splitlines()]
+                 for seed in (0, 1)]
+    row = next(r for r in csv.DictReader(open(output / "training_end.csv"))
+               if r["method"] == "ict-ratio=0.2" and r["seed"] == "0")
+    for key in ("selected_partial_group_fraction", "all_relative_position", "selected_tie_fraction"):
+        assert float(row[key]) == pytest.approx(sum(line[key] for line in ict_lines[0]) / 2)
+    def seed_mean(key):
+        return np.mean([np.mean([line[key] for line in lines]) for lines in ict_lines])
+    anatomy_row = [line for line in report.splitlines() if line.startswith("| ict-ratio=0.2 | 2 |")][1]
+    cells = anatomy_row.strip(" |").split(" | ")[2:]
+    assert cells[0] == (f"{seed_mean('selected_partial_group_fraction'):.2f} "
+                        f"({seed_mean('all_partial_group_fraction'):.2f})")
+    assert cells[1] == (f"{seed_mean('selected_relative_position'):.2f} "
+                        f"({seed_mean('all_relative_position'):.2f})")
+    assert cells[3] == f"{seed_mean('selected_tie_fraction'):.2f}"
+
     # a rerun reuses every run; --report-only rebuilds the same report from the directories
     mtime = (output / "runs" / "grpo" / "seed0" / "metrics.jsonl").stat().st_mtime
     (output / "report.md").unlink()
@@ -139,6 +158,12 @@ def test_compare_end_to_end(tiny_model_dir, arithmetic_task, tmp_path):
     assert main(["plot", *[str(p) for p in sorted((output / "runs").glob("*/seed*"))],
                  "--by", "method", "--out", str(out)]) == 0
     assert out.stat().st_size > 10_000
+    from ict.analysis.plots import panels_with_data, read_metrics
+
+    titles = [panel[0] for panel in panels_with_data(
+        {"ict": [read_metrics(output / "runs" / "ict-ratio=0.2" / "seed0")]})]
+    assert titles[-4:] == ["Anatomy: fewer than G alive", "Anatomy: relative position t/L",
+                           "Anatomy: end tokens", "Anatomy: decided by a tie"]
 
 
 def test_method_options_map_to_config_fields():
@@ -211,3 +236,26 @@ def test_an_ablation_compares_with_a_run_label_named_as_baseline(tmp_path):
     # "ict" as a method name makes every ict run a baseline of the others.
     rows = summarize(runs, resamples=200, baselines=["ict"])["differences"]
     assert len([row for row in rows if row["metric"] == "pass@1"]) == 6
+
+
+def test_runs_logged_before_the_anatomy_report_a_dash(tmp_path):
+    """Metrics without the anatomy keys (runs older than it): NaN in training_end.csv, a dash in
+    the report's anatomy table, no anatomy panel in the curves (and no crash)."""
+    from ict.analysis.compare import CompareConfig, write_report
+    from ict.analysis.plots import panels_with_data, read_metrics
+
+    run = tmp_path / "cmp" / "runs" / "grpo" / "seed0"
+    run.mkdir(parents=True)
+    lines = [{"step": step, "reward_mean": 0.25 * step, "entropy": 1.0, "response_length_mean": 8.0}
+             for step in (1, 2)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    report = write_report(CompareConfig(methods=[], seeds=[0], output_dir=tmp_path / "cmp",
+                                        bootstrap_resamples=10)).read_text()
+    rows = [line for line in report.splitlines() if line.startswith("| grpo | 1 |")]
+    assert rows[0].split(" | ")[2] == "0.38"  # reward: (0.25 + 0.5) / 2
+    assert rows[1] == "| grpo | 1 | - | - | - | - |"
+    row = next(csv.DictReader(open(tmp_path / "cmp" / "training_end.csv")))
+    assert math.isnan(float(row["selected_partial_group_fraction"]))
+    titles = [panel[0] for panel in panels_with_data({"grpo": [read_metrics(run)]})]
+    assert titles == ["Reward", "Shannon entropy", "Response length"]
+    assert (tmp_path / "cmp" / "curves.png").stat().st_size > 5_000

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import tempfile
 
+import numpy as np
 import pytest
 
 from ict.cli import main
@@ -14,10 +15,10 @@ from ict.cli import main
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _render(tiny_model_dir, tmp_path, color="entropy"):
+def _render(tiny_model_dir, tmp_path, color="entropy", tokens="10", seed="0"):
     page = tmp_path / "view.html"
     assert main(["inspect", "--model", str(tiny_model_dir), "--prompt", "what is 1 + 2 ?",
-                 "--n", "4", "--max-new-tokens", "10", "--color", color,
+                 "--n", "4", "--max-new-tokens", tokens, "--seed", seed, "--color", color,
                  "--html", str(page)]) == 0
     return page
 
@@ -52,3 +53,33 @@ def test_html_renders_in_headless_chromium(tiny_model_dir, tmp_path):
                     f"--screenshot={shot}", "--window-size=1200,900", page.as_uri()],
                    check=True, timeout=120, capture_output=True)
     assert shot.stat().st_size > 5_000
+
+
+def test_each_selection_shows_its_anatomy(tiny_model_dir, tmp_path, capsys):
+    """The anatomy lines of ICT's and 20-Entropy's selections, recomputed by hand (float64) from
+    the page's spans: one prompt, G = 4 completions of ragged lengths; a position has "fewer than
+    G alive" when some completion is shorter; relative position t / L; an end token is a
+    finished completion's final <|im_end|>."""
+    page = _render(tiny_model_dir, tmp_path, color="js", tokens="40", seed="1").read_text()
+    printed = capsys.readouterr().out
+    rows = [re.findall(r"<span class='tok([^']*)'[^>]*>([^<]*)</span>", block)
+            for block in page.split("<div class='prompt'>")[1:]]
+    lengths = [len(row) for row in rows]
+    assert len(rows) == 4 and len(set(lengths)) > 1  # ragged: some positions have < G alive
+    assert any(row[-1][1] == "&lt;|im_end|&gt;" for row in rows)  # some completion finished
+
+    def figures(label):
+        marks = [(t, len(row), text) for row in rows for t, (classes, text) in enumerate(row)
+                 if label is None or label in classes.split()]
+        return (np.mean([sum(n > t for n in lengths) < 4 for t, _, _ in marks]),
+                np.mean([t / n for t, n, _ in marks]),
+                np.mean([t == n - 1 and text == "&lt;|im_end|&gt;" for t, n, text in marks]))
+
+    everything = figures(None)
+    for label in ("ict", "entropy20"):
+        selected = figures(label)
+        expected = (f"{label}: fewer than G alive {selected[0]:.2f} (all {everything[0]:.2f}), "
+                    f"relative position t/L {selected[1]:.2f} (all {everything[1]:.2f}), "
+                    f"end tokens {selected[2]:.2f} (all {everything[2]:.2f}), decided by a tie ")
+        assert expected in printed and expected in page
+    assert re.search(r"stapo: .*decided by a tie 0\.00", printed)  # STAPO ranks nothing

@@ -44,6 +44,15 @@ END_METRICS = {  # metrics key -> column title (with unit) of the end-of-trainin
     "response_length_mean": "length (tokens)",
     "finished_fraction": "finished before the cap",
 }
+ANATOMY_COLUMNS = {  # (selected key, all-token key or None) -> column title of the anatomy table
+    ("selected_partial_group_fraction", "all_partial_group_fraction"): "fewer than G alive",
+    ("selected_relative_position", "all_relative_position"): "relative position t/L",
+    ("selected_end_token_fraction", "all_end_token_fraction"): "end tokens",
+    ("selected_tie_fraction", None): "decided by a tie",
+}
+END_KEYS = (*END_METRICS, *(key for pair in ANATOMY_COLUMNS for key in pair if key))
+"""every metrics key of training_end.csv: :data:`END_METRICS`, then the selection anatomy
+(``ict.core.diagnostics.ANATOMY_KEYS``; NaN for runs logged before it existed)"""
 
 
 @dataclass
@@ -345,14 +354,16 @@ def summarize(runs: list[RunRecord], resamples: int = 10_000,
 
 
 def training_end(runs: list[RunRecord], window: int = END_WINDOW) -> list[dict[str, Any]]:
-    """Per run: each of :data:`END_METRICS` averaged over its last ``window`` logged steps
-    (NaN where the key was never logged), with the number of steps the run logged."""
+    """Per run: each of :data:`END_KEYS` averaged over the finite values of its last ``window``
+    logged steps (NaN where there is none, e.g. a key the run never logged), with the number of
+    steps the run logged."""
     rows = []
     for run in runs:
         last = run.metrics[-window:]
         row: dict[str, Any] = {"method": run.label, "seed": run.seed, "steps": len(run.metrics)}
-        for key in END_METRICS:
-            values = [line[key] for line in last if isinstance(line.get(key), (int, float))]
+        for key in END_KEYS:
+            values = [line[key] for line in last if isinstance(line.get(key), (int, float))
+                      and math.isfinite(line[key])]
             row[key] = float(np.mean(values)) if values else math.nan
         rows.append(row)
     return rows
@@ -388,6 +399,41 @@ def _environment() -> list[str]:
     return lines
 
 
+def _seed_mean(group: list[dict[str, Any]], key: str) -> float:
+    """Mean over seeds of one training_end key, over the seeds where it is finite (else NaN)."""
+    values = [row[key] for row in group if math.isfinite(row[key])]
+    return float(np.mean(values)) if values else math.nan
+
+
+def _training_end_lines(rows: list[dict[str, Any]], labels: list[str]) -> list[str]:
+    """The report's end-of-training table, then its selection-anatomy table (selected, with the
+    all-token value in parentheses; a dash for runs logged before the anatomy existed)."""
+    lines = ["", f"## The end of training (mean of the last {END_WINDOW} steps; mean over seeds)",
+             "", "| method | seeds | " + " | ".join(END_METRICS.values()) + " |",
+             "|---|---|" + "---|" * len(END_METRICS)]
+    anatomy = ["", "Where the selected tokens lie (`selection_anatomy`, same means): the selected "
+               "tokens' value, the all-token value (a uniform selection's) in parentheses.", "",
+               "| method | seeds | " + " | ".join(ANATOMY_COLUMNS.values()) + " |",
+               "|---|---|" + "---|" * len(ANATOMY_COLUMNS)]
+    for label in labels:
+        group = [row for row in rows if row["method"] == label]
+        cells = []
+        for key in END_METRICS:
+            mean = _seed_mean(group, key)
+            cells.append(_fmt(mean, 0, 100.0) + "%" if key == "finished_fraction"
+                         and math.isfinite(mean) else
+                         _fmt(mean, 1 if key == "response_length_mean" else 2, 1.0))
+        lines.append(f"| {label} | {len(group)} | " + " | ".join(cells) + " |")
+        cells = []
+        for selected, everything in ANATOMY_COLUMNS:
+            cell = _fmt(_seed_mean(group, selected), 2, 1.0)
+            if everything is not None and cell != "-":
+                cell += f" ({_fmt(_seed_mean(group, everything), 2, 1.0)})"
+            cells.append(cell)
+        anatomy.append(f"| {label} | {len(group)} | " + " | ".join(cells) + " |")
+    return lines + anatomy
+
+
 def write_report(config: CompareConfig) -> Path:
     """report.md, results.csv, differences.csv, training_end.csv, summary.json and curves.png
     in the output directory."""
@@ -405,7 +451,7 @@ def write_report(config: CompareConfig) -> Path:
                ["benchmark", "metric", "method", "baseline", "seeds", "problems", "difference",
                 "low", "high", "p_value"])
     _write_csv(output_dir / "training_end.csv", summary["training_end"],
-               ["method", "seed", "steps", *END_METRICS])
+               ["method", "seed", "steps", *END_KEYS])
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     figure = plot_runs([run.directory for run in runs], output_dir / "curves.png",
                        labels=[run.label for run in runs])
@@ -435,18 +481,7 @@ def write_report(config: CompareConfig) -> Path:
         lines.append(f"| {row['benchmark']} | {row['metric']} | {row['method']} | "
                      f"{row['baseline']} | {_fmt(row['difference'])} | "
                      f"[{_fmt(row['low'])}, {_fmt(row['high'])}] | {row['p_value']:.3g} |")
-    lines += ["", f"## The end of training (mean of the last {END_WINDOW} steps; mean over seeds)",
-              "", "| method | seeds | " + " | ".join(END_METRICS.values()) + " |",
-              "|---|---|" + "---|" * len(END_METRICS)]
-    for label in labels:
-        group = [row for row in summary["training_end"] if row["method"] == label]
-        cells = []
-        for key in END_METRICS:
-            values = [row[key] for row in group if math.isfinite(row[key])]
-            mean = float(np.mean(values)) if values else math.nan
-            cells.append(_fmt(mean, 0, 100.0) + "%" if key == "finished_fraction" and values
-                         else _fmt(mean, 1 if key == "response_length_mean" else 2, 1.0))
-        lines.append(f"| {label} | {len(group)} | " + " | ".join(cells) + " |")
+    lines += _training_end_lines(summary["training_end"], labels)
     lines += ["", "## Training curves", "",
               "Mean over seeds (line) and min..max over seeds (band) per method.", "",
               f"![training curves]({figure.name})" if figure else "(no metrics logged)", "",

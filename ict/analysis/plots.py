@@ -1,4 +1,9 @@
-"""Training curves of several runs: per label, the mean over runs (line) and min..max (band)."""
+"""Training curves of several runs: per label, the mean over runs (line) and min..max (band).
+
+The last four panels are the selection's anatomy (``ict.core.diagnostics.selection_anatomy``):
+the selected tokens' value (dashed) against the all-token value (solid, what a uniform selection
+would give). Runs logged before the anatomy existed have none of these keys: their panels are
+left out (or, next to newer runs, drawn without them)."""
 
 from __future__ import annotations
 
@@ -17,6 +22,14 @@ PANELS = [
     ("Response length", "tokens per completion", [("response_length_mean", "")]),
     ("Regime: p(token) > beta", "fraction of tokens",
      [("above_beta_fraction", "all"), ("above_beta_fraction_selected", "selected")]),
+    ("Anatomy: fewer than G alive", "fraction of tokens",
+     [("all_partial_group_fraction", "all"), ("selected_partial_group_fraction", "selected")]),
+    ("Anatomy: relative position t/L", "mean over tokens",
+     [("all_relative_position", "all"), ("selected_relative_position", "selected")]),
+    ("Anatomy: end tokens", "fraction of tokens",
+     [("all_end_token_fraction", "all"), ("selected_end_token_fraction", "selected")]),
+    ("Anatomy: decided by a tie", "fraction of selected tokens",
+     [("selected_tie_fraction", "selected")]),
 ]
 
 
@@ -49,9 +62,7 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
             groups.setdefault(label, []).append(lines)
     if not groups:
         return None
-    panels = [panel for panel in PANELS
-              if any(_has(lines, key) for runs in groups.values() for lines in runs
-                     for key, _ in panel[2])]
+    panels = panels_with_data(groups)
     ordered = sorted(groups.items())
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colour_of = {label: colours[index % len(colours)] for index, (label, _) in enumerate(ordered)}
@@ -59,7 +70,8 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
     rows = math.ceil(len(panels) / columns)
     # One legend below the panels: a colour per label, plus the two line styles.
     legend_inches = 0.3 + 0.25 * math.ceil((len(ordered) + 2) / legend_columns)
-    height = 4.2 * rows + legend_inches
+    title_inches = 0.4  # room for the suptitle above the panels
+    height = 4.2 * rows + legend_inches + title_inches
     figure, axes = plt.subplots(rows, columns, figsize=(15, height), squeeze=False)
     for axis, (title, ylabel, keys) in zip(axes.flat, panels, strict=False):
         for label, runs in ordered:
@@ -99,7 +111,7 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
     figure.legend(handles=handles, loc="lower center", ncol=legend_columns, fontsize=9,
                   frameon=False)
     figure.suptitle("Mean over seeds (line), min..max over seeds (band)")
-    figure.tight_layout(rect=(0, legend_inches / height, 1, 1))
+    figure.tight_layout(rect=(0, legend_inches / height, 1, 1 - title_inches / height))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=90)
@@ -109,3 +121,10 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
 
 def _has(lines: list[dict], key: str) -> bool:
     return any(line.get(key) is not None for line in lines)
+
+
+def panels_with_data(groups: dict[str, list[list[dict]]]) -> list[tuple[str, str, list]]:
+    """The :data:`PANELS` for which some run (label -> runs -> metrics lines) logged a key."""
+    return [panel for panel in PANELS
+            if any(_has(lines, key) for runs in groups.values() for lines in runs
+                   for key, _ in panel[2])]

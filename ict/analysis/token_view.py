@@ -1,7 +1,9 @@
 """Token view: every completion token coloured by a score (JS, entropy, Renyi-2), marked where
 ICT (top 10% JS) and 20-Entropy (top 20% entropy) would select it and where STAPO
 would silence it; terminal (rich) and one
-self-contained HTML page (inline CSS, no scripts, no network fetches)."""
+self-contained HTML page (inline CSS, no scripts, no network fetches). Both views also give the
+anatomy of each selection (``ict.core.diagnostics.selection_anatomy``): where in the responses
+the selected tokens lie, against all response tokens."""
 
 from __future__ import annotations
 
@@ -30,12 +32,35 @@ class TokenView:
     score_name: str
     jaccard_ict_entropy20: float
     top_tokens: dict[str, list[tuple[str, int]]]
+    anatomy: dict[str, dict[str, float]]
+    """per selection (ict, entropy20, stapo: the tokens each updates): ``ANATOMY_KEYS`` -> value"""
+
+
+ANATOMY_ROWS = (  # (title, selected key, all-token key or None) of the anatomy table
+    ("fewer than G alive", "selected_partial_group_fraction", "all_partial_group_fraction"),
+    ("relative position t/L", "selected_relative_position", "all_relative_position"),
+    ("end tokens", "selected_end_token_fraction", "all_end_token_fraction"),
+    ("decided by a tie", "selected_tie_fraction", None),
+)
+
+
+def anatomy_lines(view: TokenView) -> list[str]:
+    """One plain-text line per selection: its anatomy figures, the all-token value in brackets."""
+    lines = []
+    for label, figures in view.anatomy.items():
+        cells = []
+        for title, selected, everything in ANATOMY_ROWS:
+            cell = f"{title} {figures[selected]:.2f}"
+            cells.append(cell + (f" (all {figures[everything]:.2f})" if everything else ""))
+        lines.append(f"{label}: " + ", ".join(cells))
+    return lines
 
 
 def build_view(model: Any, tokenizer: Any, rollout: Any, color: str = "js",
                reference: str = "group_mean", temperature: float = 1.0) -> TokenView:
     """Token statistics (`ict.core.stats.token_statistics`) and selections of a rollout."""
-    from ict.core.selectors import SelectionInputs, required_js_references, select_tokens
+    from ict.core.diagnostics import selection_anatomy
+    from ict.core.selectors import SelectionInputs, required_js_references, select
     from ict.core.stats import token_statistics
     from ict.training.forward import response_logits
     from ict.training.rollout import pack_rollout
@@ -53,9 +78,14 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, color: str = "js",
     inputs = SelectionInputs(stats=stats, response_mask=batch.response_mask,
                              token_ids=batch.response_ids,
                              advantages=torch.zeros(batch.response_ids.shape[0]), group_ids=group_ids)
-    masks = {}
+    masks, anatomy = {}, {}
+    finished = torch.tensor([done for group in rollout.finished for done in group])
     for label, name, options in SELECTIONS:
-        masks[label] = select_tokens(name, inputs, **options)
+        selection = select(name, inputs, **options)
+        masks[label] = selection.mask
+        # a selector that ranks nothing (STAPO's rule) decides nothing by a tie
+        ties = selection.tie_decided if selection.tie_decided is not None else torch.zeros_like(selection.mask)
+        anatomy[label] = selection_anatomy(selection.mask, batch.response_mask, group_ids, finished, ties)
     # STAPO updates every token but the spurious ones: show the ones it silences
     masks["stapo_silenced"] = batch.response_mask.bool() & ~masks.pop("stapo")
     score = {"js": stats.js_scores[reference], "entropy": stats.entropy,
@@ -78,7 +108,8 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, color: str = "js",
     jaccard = int((a & b).sum()) / union if union else float("nan")
     prompts = [text for text in rollout.prompt_texts for _ in range(rollout.num_samples)]
     return TokenView(prompts, tokens, scores, selected, color, jaccard,
-                     {label: counter.most_common(10) for label, counter in counters.items()})
+                     {label: counter.most_common(10) for label, counter in counters.items()},
+                     anatomy)
 
 
 def _range(view: TokenView) -> tuple[float, float]:
@@ -111,6 +142,8 @@ def render_html(view: TokenView) -> str:
         listed = ", ".join(f"{html.escape(repr(token))} x{count}" for token, count in items)
         listed = listed or "(none in this batch)"
         parts.append(f"<br>{label} selects most often: {listed}")
+    parts.append("<br>Where each selection lies (all response tokens in parentheses):<br>")
+    parts.append("<br>".join(html.escape(line) for line in anatomy_lines(view)))
     parts.append("</div>")
     for index, (prompt, tokens, scores) in enumerate(zip(view.prompts, view.tokens, view.scores,
                                                          strict=True)):
@@ -147,6 +180,9 @@ def print_view(view: TokenView, console: Any = None) -> None:
     for label, items in view.top_tokens.items():
         listed = ", ".join(f"{token!r} x{count}" for token, count in items)
         console.print(f"{label} most selected: {listed or '(none in this batch)'}")
+    console.print("Where each selection lies (all response tokens in parentheses):")
+    for line in anatomy_lines(view):
+        console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
 
 
 def rollout_from_samples(tokenizer: Any, path: Path) -> Any:
