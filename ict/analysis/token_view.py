@@ -57,7 +57,7 @@ def anatomy_lines(view: TokenView) -> list[str]:
 
 
 def build_view(model: Any, tokenizer: Any, rollout: Any, color: str = "js",
-               reference: str = "group_mean", temperature: float = 1.0) -> TokenView:
+               reference: str | None = None, temperature: float = 1.0) -> TokenView:
     """Token statistics (`ict.core.stats.token_statistics`) and selections of a rollout."""
     from ict.core.diagnostics import selection_anatomy
     from ict.core.selectors import SelectionInputs, required_js_references, select
@@ -69,6 +69,7 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, color: str = "js",
         raise ValueError(f"--color must be one of {', '.join(COLOR_SCORES)}")
     batch = pack_rollout(rollout, tokenizer.pad_token_id)
     group_ids = torch.arange(batch.response_ids.shape[0]) // max(1, rollout.num_samples)
+    reference = reference or required_js_references("ict")[0]  # the colour: ICT's default score
     references = tuple(dict.fromkeys((reference, *required_js_references("ict"))))  # ICT's marks: its default
     with torch.no_grad():
         logits = response_logits(model, batch)

@@ -7,6 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from ict.core.errors import UsageError
+from ict.core.selectors import ICT_DEFAULT_REFERENCE
+from ict.core.stats import JS_REFERENCES
+
+# every JS reference but 'ref' (the inspect view loads no reference model)
+JS_COLOUR_REFERENCES = tuple(name for name in JS_REFERENCES if name != "ref")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -23,9 +28,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--color", choices=("js", "entropy", "renyi2"), default="js")
-    parser.add_argument("--reference", default="group_mean",
-                        help="JS reference of the js colour: group_mean (the paper's; ICT's marks "
-                             "always use it), seq_mean or prev")
+    parser.add_argument("--reference", default=ICT_DEFAULT_REFERENCE, choices=JS_COLOUR_REFERENCES,
+                        help="JS reference of the js colour (ICT's marks always use ICT's default, "
+                             f"{ICT_DEFAULT_REFERENCE})")
     parser.add_argument("--html", default=None, help="write the self-contained HTML page here")
     parser.set_defaults(run=run)
     return parser
