@@ -33,9 +33,15 @@ class TokenView:
 
 
 def build_view(model: Any, tokenizer: Any, rollout: Any, color: str = "js",
-               reference: str = "group_mean", temperature: float = 1.0) -> TokenView:
-    """Token statistics (`ict.core.stats.token_statistics`) and selections of a rollout."""
-    from ict.core.selectors import SelectionInputs, required_js_references, select_tokens
+               reference: str | None = None, temperature: float = 1.0) -> TokenView:
+    """Token statistics (`ict.core.stats.token_statistics`) and selections of a rollout;
+    ``reference`` colours the js scores (default: ICT's default reference)."""
+    from ict.core.selectors import (
+        ICT_DEFAULT_REFERENCE,
+        SelectionInputs,
+        required_js_references,
+        select_tokens,
+    )
     from ict.core.stats import token_statistics
     from ict.training.forward import response_logits
     from ict.training.rollout import pack_rollout
@@ -44,6 +50,7 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, color: str = "js",
         raise ValueError(f"--color must be one of {', '.join(COLOR_SCORES)}")
     batch = pack_rollout(rollout, tokenizer.pad_token_id)
     group_ids = torch.arange(batch.response_ids.shape[0]) // max(1, rollout.num_samples)
+    reference = reference or ICT_DEFAULT_REFERENCE
     references = tuple(dict.fromkeys((reference, *required_js_references("ict"))))  # ICT's marks: its default
     with torch.no_grad():
         logits = response_logits(model, batch)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ict.core.errors import UsageError
+from ict.core.selectors import ICT_DEFAULT_REFERENCE
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -23,9 +24,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--color", choices=("js", "entropy", "renyi2"), default="js")
-    parser.add_argument("--reference", default="group_mean",
-                        help="JS reference of the js colour: group_mean (the paper's; ICT's marks "
-                             "always use it), seq_mean or prev")
+    parser.add_argument("--reference", default=ICT_DEFAULT_REFERENCE,
+                        help=f"JS reference of the js colour: {ICT_DEFAULT_REFERENCE} (ICT's default; "
+                             "ICT's marks always use it), group_mean (alive-only), group_mean_loo, "
+                             "group_mean_loo_absorbing, seq_mean or prev")
     parser.add_argument("--html", default=None, help="write the self-contained HTML page here")
     parser.set_defaults(run=run)
     return parser
