@@ -62,7 +62,9 @@ def make_batch(seed: int = 0, response_lengths: list[int] | None = None) -> dict
     prompts = torch.zeros(rows, PROMPT, dtype=torch.long)
     responses = torch.zeros(rows, RESPONSE, dtype=torch.long)
     attention = torch.zeros(rows, PROMPT + RESPONSE, dtype=torch.long)
-    prompt_tokens = {uid: torch.randint(1, VOCAB, (PROMPT,), generator=generator) for uid in set(UIDS)}
+    # uids in first-appearance order: a set's order follows the process's string-hash seed, so the
+    # spawned ranks of the two-rank test would draw other prompts than the reference's process
+    prompt_tokens = {uid: torch.randint(1, VOCAB, (PROMPT,), generator=generator) for uid in dict.fromkeys(UIDS)}
     for row, (uid, p_len, r_len) in enumerate(zip(UIDS, PROMPT_LENGTHS, response_lengths)):
         prompts[row, PROMPT - p_len:] = prompt_tokens[uid][:p_len]
         responses[row, :r_len] = torch.randint(1, VOCAB, (r_len,), generator=generator)
