@@ -14,10 +14,13 @@ so does the generation work), the peak memory (CPU: resident set; GPU:
 processes P (issue 23, item 8): a random tiny model (vocabulary 8192, width 128, from a config;
 no download) trains 3 steps under ``accelerate launch --multi_gpu --num_processes P`` with
 ``ACCELERATE_USE_CPU=1`` (gloo; accelerate 1.15's ``--cpu --num_processes P`` starts one
-process), each process holding 8 rows (2 groups of G=4) per micro-batch. Per process it prints
-the bytes received from the selection's gathers per micro-batch, what gathering every process's
-hidden states ``[P*B, T, d]`` (the integration before issue 23) would receive, and the CPU
-seconds of the statistics + selection per micro-batch (``get_high_entropy_mask``).
+process), each process holding B rows per micro-batch (``--scaling-rows``, default ``8,2``: 2
+groups of G=4 on each process, then groups spanning two processes). Per process it prints the
+bytes received per micro-batch for the selection, in all and by kind (``ranking``: the ``[B, T]``
+statistics of every process a batch ranking needs; ``group_rows``: the other processes' rows of
+this process's groups, hidden states included; ``tags``: the ``[B]`` group tags), what gathering
+every process's hidden states ``[P*B, T, d]`` (the integration before issue 23) would receive, and
+the CPU seconds of the statistics + selection per micro-batch (``get_high_entropy_mask``).
 
     PYTHONPATH=$PWD python benchmarks/trl_overhead.py --scaling 1,2,4
 """
@@ -91,10 +94,10 @@ def child(variant: str, steps: int, completions: int, length: int, out: str, thr
                                      "lengths": lengths, "peak_mb": peak_mb}))
 
 
-SCALING_VOCAB, SCALING_WIDTH, SCALING_ROWS = 8192, 128, 8
+SCALING_VOCAB, SCALING_WIDTH, SCALING_LENGTH = 8192, 128, 32
 
 
-def scaling_child(model_dir: str, out: str, selector: str) -> None:
+def scaling_child(model_dir: str, out: str, selector: str, rows: int) -> None:
     """One process of a ``--scaling`` run: writes its gather bytes and statistics CPU seconds."""
     import torch
     from datasets import Dataset
@@ -113,7 +116,8 @@ def scaling_child(model_dir: str, out: str, selector: str) -> None:
             return weights
 
     args = ICTGRPOConfig(output_dir=f"{out}.trainer", token_selector=selector,
-                         per_device_train_batch_size=SCALING_ROWS, num_generations=4, max_completion_length=32,
+                         per_device_train_batch_size=rows, num_generations=4,
+                         max_completion_length=SCALING_LENGTH,
                          max_steps=3, steps_per_generation=1, report_to="none", use_cpu=True, logging_steps=1,
                          save_strategy="no", seed=0, temperature=1.0)
     prompts = [f"w{index} w{index + 1} w{index + 2}" for index in range(64)]
@@ -124,7 +128,8 @@ def scaling_child(model_dir: str, out: str, selector: str) -> None:
     trainer.train()
     rank = trainer.accelerator.process_index
     Path(f"{out}.rank{rank}.json").write_text(json.dumps({
-        "bytes": trainer.ict_gathered_bytes, "calls": len(seconds), "seconds": seconds,
+        "bytes": trainer.ict_gathered_bytes, "by_kind": trainer.ict_received_bytes, "calls": len(seconds),
+        "seconds": seconds,
         "processes": trainer.accelerator.num_processes}))
 
 
@@ -152,7 +157,7 @@ def build_scaling_model(path: Path) -> None:
     tokenizer.save_pretrained(path)
 
 
-def scaling(counts: list[int], selectors: list[str]) -> None:
+def scaling(counts: list[int], selectors: list[str], rows_options: list[int]) -> None:
     """The ``--scaling`` table (see the module doc)."""
     import os
     import shutil
@@ -162,28 +167,35 @@ def scaling(counts: list[int], selectors: list[str]) -> None:
     build_scaling_model(root / "model")
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    print("| selector | P | rows per process | bytes gathered per process per micro-batch | "
-          "gathering all hidden states would be | statistics + selection CPU s per micro-batch (median) |\n"
-          "|---|---|---|---|---|---|", flush=True)
+    kinds = ("ranking", "group_rows", "tags")
+    print("| selector | B (G=4) | P | bytes received per process per micro-batch | "
+          + " | ".join(kinds) + " | gathering all hidden states would be | "
+          "statistics + selection CPU s per micro-batch (median) |\n|" + "---|" * (6 + len(kinds)), flush=True)
     for selector in selectors:
-        for processes in counts:
-            out = root / f"{selector.replace(':', '_').replace(',', '_')}_{processes}"
-            launch = [accelerate, "launch", "--num_processes", str(processes), "--num_machines", "1",
-                      "--mixed_precision", "no", "--dynamo_backend", "no"]
-            if processes > 1:
-                launch.insert(2, "--multi_gpu")
-            command = [*launch, __file__, "--scaling-child", str(root / "model"), "--out", str(out),
-                       "--selector", selector]
-            finished = subprocess.run(command, capture_output=True, text=True, env=env)
-            if finished.returncode:
-                sys.exit(f"P={processes} failed:\n{finished.stderr[-4000:]}")
-            ranks = [json.loads(Path(f"{out}.rank{rank}.json").read_text()) for rank in range(processes)]
-            assert all(rank["processes"] == processes for rank in ranks)
-            per_call = max(rank["bytes"] / rank["calls"] for rank in ranks)
-            hidden = processes * SCALING_ROWS * 32 * SCALING_WIDTH * 4 if processes > 1 else 0
-            cpu = max(statistics.median(rank["seconds"][1:]) for rank in ranks)
-            print(f"| {selector} | {processes} | {SCALING_ROWS} | {per_call:,.0f} | >= {hidden:,} | {cpu:.4f} |",
-                  flush=True)
+        for rows in rows_options:
+            for processes in counts:
+                if processes * rows % 4:  # TRL needs whole groups in the generation batch
+                    print(f"| {selector} | {rows} | {processes} | (P*B not a multiple of G) |", flush=True)
+                    continue
+                out = root / f"{selector.replace(':', '_').replace(',', '_')}_{rows}_{processes}"
+                launch = [accelerate, "launch", "--num_processes", str(processes), "--num_machines", "1",
+                          "--mixed_precision", "no", "--dynamo_backend", "no"]
+                if processes > 1:
+                    launch.insert(2, "--multi_gpu")
+                command = [*launch, __file__, "--scaling-child", str(root / "model"), "--out", str(out),
+                           "--selector", selector, "--scaling-rows", str(rows)]
+                finished = subprocess.run(command, capture_output=True, text=True, env=env)
+                if finished.returncode:
+                    sys.exit(f"P={processes} failed:\n{finished.stderr[-4000:]}")
+                ranks = [json.loads(Path(f"{out}.rank{rank}.json").read_text()) for rank in range(processes)]
+                assert all(rank["processes"] == processes for rank in ranks)
+                per_call = max(rank["bytes"] / rank["calls"] for rank in ranks)
+                by_kind = [max(rank["by_kind"].get(kind, 0) / rank["calls"] for rank in ranks) for kind in kinds]
+                hidden = processes * rows * SCALING_LENGTH * SCALING_WIDTH * 4 if processes > 1 else 0
+                cpu = max(statistics.median(rank["seconds"][1:]) for rank in ranks)
+                print(f"| {selector} | {rows} | {processes} | {per_call:,.0f} | "
+                      + " | ".join(f"{value:,.0f}" for value in by_kind)
+                      + f" | >= {hidden:,} | {cpu:.4f} |", flush=True)
 
 
 def main() -> None:
@@ -196,17 +208,20 @@ def main() -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--prompts", type=int, default=1, help="prompts per step")
     parser.add_argument("--scaling", default=None, help="comma-separated process counts (e.g. 1,2,4)")
-    parser.add_argument("--selector", default="ict:reference=group_mean,ratio=0.1",
+    parser.add_argument("--selector", default="ict:ratio=0.1",
                         help="--scaling: selectors, ';'-separated")
+    parser.add_argument("--scaling-rows", default="8,2",
+                        help="--scaling: rows per process per micro-batch, comma-separated (G=4)")
     parser.add_argument("--scaling-child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.scaling_child:
-        scaling_child(args.scaling_child, args.out, args.selector)
+        scaling_child(args.scaling_child, args.out, args.selector, int(args.scaling_rows))
         return
     if args.scaling:
-        scaling([int(count) for count in args.scaling.split(",")], args.selector.split(";"))
+        scaling([int(count) for count in args.scaling.split(",")], args.selector.split(";"),
+                [int(rows) for rows in args.scaling_rows.split(",")])
         return
     if args.child:
         child(args.child, args.steps, args.completions, args.length, args.out, args.threads,

@@ -158,11 +158,17 @@ def _check_random_equal_on_ranks(out_dir: Path, ratio: float) -> None:
 
 
 def _check_straddling_groups(out_dir: Path) -> None:
-    """G=4 over 2 rows per process: the group spans both processes, its hidden states are
-    gathered and each process's JS equals the float64 reference over the whole group."""
+    """G=4 over 2 rows per process: the group spans both processes, each process receives the
+    other's 2 rows of the group (hidden states, ids, mask; never its own rows back) and its JS
+    equals the float64 reference over the whole group."""
+    before = [{}, {}]
     for call in range(2):
         records = [torch.load(out_dir / f"rank{rank}_call{call}.pt") for rank in range(2)]
         width = max(record["hidden"].shape[1] for record in records)
+        for rank, record in enumerate(records):
+            received = record["received"].get("group_rows", 0) - before[rank].get("group_rows", 0)
+            assert received == 2 * width * (record["hidden"].shape[2] * 4 + 8 + 8)
+            before[rank] = record["received"]
         hidden = torch.cat([torch.nn.functional.pad(record["hidden"], (0, 0, 0, width - record["hidden"].shape[1]))
                             for record in records])
         first = records[0]

@@ -6,7 +6,8 @@ OUT/rank{r}_penalty{i}.pt. Arguments: MODEL_DIR OUT SELECTOR [NUM_ITERATIONS].
 
 SELECTOR may list several runs separated by ';', each optionally ending in '@B' (the
 per-device batch, default 4): run i then writes to OUT/i/ (one process start for all runs).
-Each process also writes its gathered bytes to OUT/rank{r}_bytes.pt."""
+Each process also writes the bytes it received for the selection (total and by kind) to
+OUT/rank{r}_bytes.pt."""
 
 from __future__ import annotations
 
@@ -33,10 +34,11 @@ class DumpingTrainer(ICTGRPOTrainer):
         dump = {key: value for key, value in record.items() if key != "stats"}
         dump.update(entropy=record["stats"].entropy, log_probs=record["stats"].log_probs,
                     js=dict(record["stats"].js_scores),
-                    weight=head.detach().clone(), own=(own.start, own.stop))
+                    weight=head.detach().clone(), own=(own.start, own.stop),
+                    received=dict(self.ict_received_bytes))
         rank = self.accelerator.process_index
         torch.save(dump, out_dir / f"rank{rank}_call{DumpingTrainer.calls}.pt")
-        torch.save(self.ict_gathered_bytes, out_dir / f"rank{rank}_bytes.pt")
+        torch.save({"total": self.ict_gathered_bytes, **self.ict_received_bytes}, out_dir / f"rank{rank}_bytes.pt")
         DumpingTrainer.calls += 1
 
     def kl_penalty_loss(self, log_probs, old_log_probs, inputs):

@@ -14,7 +14,9 @@ Per token, with ``rho = exp(log_prob - old_log_prob)`` and advantage ``A``:
 
 ``denominator="all"`` divides by the response tokens instead of the selected ones (per sequence
 for ``seq_mean_token_mean``): TRL's ``top_entropy_quantile`` convention, whose loss is about
-``ratio`` times ours at the same mask.
+``ratio`` times ours at the same mask. Exactly TRL's for ``token_mean`` (bnpo); for
+``seq_mean_token_mean`` the mean is still over the sequences with a selected token, where TRL's
+grpo averages over all sequences (``S / B`` times ours, ``S`` the sequences with a selection).
 
 Dual-clip (``clip_ratio_c``, verl's formula; off by default): for ``A < 0`` the per-token loss
 is ``min(-A * clip_ratio_c, max(-rho * A, -clip(rho) * A))``, bounding the loss of a token whose

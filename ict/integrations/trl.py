@@ -24,8 +24,10 @@ Cost per process (item 8 of issue 23): each process scores only its own rows wit
 :func:`ict.core.stats.token_statistics_from_hidden` (hidden states cast to the head's dtype as
 TRL's fused head does, ``cast_lm_head_to_fp32`` included). A ``group_mean`` reference needs every
 row of a group: when each group's G rows are on one process (``per_device_train_batch_size`` a
-multiple of G) nothing is exchanged; otherwise the hidden states are gathered (the one case whose
-cost grows with the number of processes; the statistics are then exact too). The selector then
+multiple of G) nothing is exchanged; otherwise each process receives, point to point, the hidden
+states, ids and masks of the other processes' rows of its own groups (at most ``2 (G - 1)`` rows,
+whatever the number of processes; found from one gather of the ``[B]`` group tags) and scores its
+rows exactly against their whole groups. The selector then
 sees the rows its ranking population needs (:func:`ict.core.selectors.ranking_population`):
 ``token``/``sequence``/``group`` (groups local) run on the local rows; ``batch`` gathers only the
 ``[B, T]`` statistics, masks, ids and advantages of all processes (never hidden states) and every
@@ -253,7 +255,10 @@ class ICTGRPOTrainer(GRPOTrainer):
         self._kl_penalty: tuple[Tensor, Tensor, Tensor] | None = None
         self._call_key: tuple[str, int] | None = None
         self._call_index = 0
-        self.ict_gathered_bytes = 0  # bytes this process received from gathers of the selection
+        self.ict_gathered_bytes = 0  # bytes this process received for the selection, all kinds
+        # by kind: "ranking" ([B, T] statistics of every process), "group_rows" (other processes'
+        # rows of this process's groups), "tags" (group tags), "counts" (dapo/cispo token counts)
+        self.ict_received_bytes: dict[str, int] = {}
         self._backbone(unwrapped).register_forward_hook(self._keep_hidden)
         unwrapped.register_forward_hook(self._keep_log_probs)
 
@@ -345,15 +350,57 @@ class ICTGRPOTrainer(GRPOTrainer):
         self._metrics["train" if training else "eval"]["ict/kl_penalty"].append(float(contribution))
         return term
 
-    def _gather(self, tensor: Tensor, pad: float | int = 0) -> Tensor:
+    def _count(self, kind: str, tensor: Tensor) -> None:
+        size = tensor.numel() * tensor.element_size()
+        self.ict_gathered_bytes += size
+        self.ict_received_bytes[kind] = self.ict_received_bytes.get(kind, 0) + size
+
+    def _gather(self, tensor: Tensor, kind: str, pad: float | int = 0) -> Tensor:
         """Rows of every process concatenated (dim 1 padded to the longest); counts the bytes."""
         if self.accelerator.num_processes == 1:
             return tensor
         if tensor.dim() > 1:
             tensor = self.accelerator.pad_across_processes(tensor.contiguous(), dim=1, pad_index=pad)
         gathered = self.accelerator.gather(tensor.contiguous())
-        self.ict_gathered_bytes += gathered.numel() * gathered.element_size()
+        self._count(kind, gathered)
         return gathered
+
+    def _rows_of_own_groups(self, group_ids: Tensor, tensors: list[Tensor]) -> tuple[list[Tensor], Tensor]:
+        """Each ``[B, T, ...]`` tensor (dim 1 padded to the longest of all processes) with the
+        rows of the other processes that belong to this process's groups appended (received point
+        to point, processes in order, their rows in their order), and the group tags of all those
+        rows. What is exchanged does not grow with the number of processes beyond the ``[B]``
+        tags: each process receives only rows of its own groups."""
+        import torch.distributed as dist
+
+        processes, me = self.accelerator.num_processes, self.accelerator.process_index
+        tensors = [self.accelerator.pad_across_processes(tensor.contiguous(), dim=1, pad_index=0)
+                   for tensor in tensors]
+        tags = self._gather(group_ids, "tags").view(processes, -1)
+        operations, received, received_tags = [], [], []
+        for other in range(processes):
+            if other == me:
+                continue
+            to_send = torch.isin(group_ids, tags[other]).nonzero().flatten()
+            incoming = torch.isin(tags[other], group_ids)
+            count = int(incoming.sum())
+            for index, tensor in enumerate(tensors):  # the tag orders the exchange on both sides
+                if to_send.numel():
+                    operations.append(dist.P2POp(dist.isend, tensor[to_send].contiguous(), other, tag=index))
+                if count:
+                    buffer = tensor.new_empty((count, *tensor.shape[1:]))
+                    operations.append(dist.P2POp(dist.irecv, buffer, other, tag=index))
+                    received.append((index, buffer))
+            if count:
+                received_tags.append(tags[other][incoming])
+        if operations:
+            for request in dist.batch_isend_irecv(operations):
+                request.wait()
+        for _, buffer in received:
+            self._count("group_rows", buffer)
+        rows = [torch.cat([tensor, *[buffer for index, buffer in received if index == position]])
+                for position, tensor in enumerate(tensors)]
+        return rows, torch.cat([group_ids, *received_tags])
 
     def _generator(self, device: torch.device) -> torch.Generator:
         mode = "train" if self.model.training else "eval"
@@ -391,7 +438,7 @@ class ICTGRPOTrainer(GRPOTrainer):
         if local.old_log_probs is not None:
             columns["old"] = local.old_log_probs
         stacked = torch.stack([value.float().expand(shape) for value in columns.values()], dim=-1)
-        parts = dict(zip(columns, self._gather(stacked).unbind(-1)))
+        parts = dict(zip(columns, self._gather(stacked, "ranking").unbind(-1)))
         stats = TokenStatistics(parts["log_probs"], parts["entropy"], parts["renyi2"],
                                 {key[3:]: value for key, value in parts.items() if key.startswith("js:")})
         return SelectionInputs(
@@ -414,13 +461,13 @@ class ICTGRPOTrainer(GRPOTrainer):
         start = self.accelerator.process_index * rows
         common = dict(generator=self._generator(response.device), clip_range=(self.epsilon_low, self.epsilon_high))
         if needs_groups(self.js_references) and not groups_local:  # the rows of a group span processes
-            ids, response = self._gather(ids), self._gather(response.long()).bool()
-            group_ids = self._gather(group_ids)
-            stats = self._statistics(self._gather(hidden), ids, response, group_ids)
-            return SelectionInputs(stats=stats, response_mask=response, advantages=self._gather(
-                inputs["advantages"].float()), token_ids=ids, group_ids=group_ids,
-                old_log_probs=None if old is None else self._gather(old), **common), start
-        local = SelectionInputs(stats=self._statistics(hidden, ids, response, group_ids), response_mask=response,
+            (group_hidden, group_token_ids, group_response), group_tags = self._rows_of_own_groups(
+                group_ids, [hidden, ids, response.long()])
+            rows_width = (slice(0, rows), slice(0, ids.shape[1]))
+            stats = self._statistics(group_hidden, group_token_ids, group_response.bool(), group_tags).rows(rows_width)
+        else:
+            stats = self._statistics(hidden, ids, response, group_ids)
+        local = SelectionInputs(stats=stats, response_mask=response,
                                 advantages=inputs["advantages"].float(), token_ids=ids, group_ids=group_ids,
                                 old_log_probs=old, **common)
         if self.population == "batch" or (self.population == "group" and not groups_local):
@@ -443,7 +490,7 @@ class ICTGRPOTrainer(GRPOTrainer):
         else:
             counts = None
             if self.loss_type in ("dapo", "cispo"):
-                counts = self._gather(torch.stack([response.sum(), selected.sum()]).float()[None]).sum(0)
+                counts = self._gather(torch.stack([response.sum(), selected.sum()]).float()[None], "counts").sum(0)
             weights = ours_weights(selected, response, self.loss_type, None if counts is None else tuple(counts))
         weights = weights.to(entropies.dtype)
         self._log_selection(population.stats.entropy, population.response_mask, selection.mask)
