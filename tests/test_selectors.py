@@ -94,6 +94,17 @@ def _run(kind, inputs, ratio):
     return select(kind, inputs, ratio=ratio)
 
 
+@pytest.mark.parametrize("kind", ["all", "random"])
+def test_a_selector_that_ranks_nothing_decides_nothing_by_a_tie(kind):
+    # all scores equal (every token tied), yet these selectors do not rank: tie_decided is all False
+    from ict.core.selectors import select
+
+    inputs = _tied_inputs([1.0] * 12, 0)
+    selection = select(kind, inputs) if kind == "all" else select(kind, inputs, ratio=0.25)
+    assert selection.tie_decided is not None and selection.tie_decided.shape == selection.mask.shape
+    assert selection.mask.any() and not selection.tie_decided.any()
+
+
 @pytest.mark.parametrize("kind", ["entropy", "ict", "ict_token_id"])
 def test_ties_at_the_threshold_are_drawn_at_random_and_reported(kind):
     # k = 3 of 12, all tied: 3 tokens drawn, all decided by a tie; the draw follows the generator.

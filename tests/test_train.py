@@ -374,6 +374,32 @@ def test_selection_is_identical_for_every_micro_batch_size(selector, options, ti
     assert masks[0].any()
 
 
+def test_tie_decisions_survive_the_split_into_micro_batches(tiny_tokenizer):
+    """A batch population selected once, then split into micro-batches, keeps which tokens a tie
+    decided (the step's `selected_tie_fraction` comes from them)."""
+    from conftest import build_tiny_model
+
+    from ict.core.selectors import SELECTORS, Selection, register_selector
+
+    @register_selector("tie_all_test", population="batch")
+    def tie_all(inputs):
+        """Every response token, each decided by a tie (test only)."""
+        mask = inputs.response_mask.bool()
+        return Selection(mask=mask, tie_decided=mask.clone())
+
+    try:
+        model = build_tiny_model(len(tiny_tokenizer), seed=4)
+        batch, advantages = _grouped_batch(len(tiny_tokenizer))
+        for micro in (2, 64):
+            result = accumulate_gradients(model, batch, advantages, None, "tie_all_test", {},
+                                          PolicyLossConfig(), micro_batch_size=micro,
+                                          selection_seed=11, group_size=4)
+            assert result.tie_decided is not None
+            assert torch.equal(result.tie_decided, result.selected_mask) and result.selected_mask.any()
+    finally:
+        SELECTORS.pop("tie_all_test")
+
+
 def test_paper_preset_resolves_every_value(tmp_path):
     from ict.training.config import build_config, parse_key_values
 

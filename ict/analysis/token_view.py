@@ -84,9 +84,8 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, color: str = "js",
     for label, name, options in SELECTIONS:
         selection = select(name, inputs, **options)
         masks[label] = selection.mask
-        # a selector that ranks nothing (STAPO's rule) decides nothing by a tie
-        ties = selection.tie_decided if selection.tie_decided is not None else torch.zeros_like(selection.mask)
-        anatomy[label] = selection_anatomy(selection.mask, batch.response_mask, group_ids, finished, ties)
+        anatomy[label] = selection_anatomy(selection.mask, batch.response_mask, group_ids, finished,
+                                           selection.tie_decided)
     # STAPO updates every token but the spurious ones: show the ones it silences
     masks["stapo_silenced"] = batch.response_mask.bool() & ~masks.pop("stapo")
     score = {"js": stats.js_scores[reference], "entropy": stats.entropy,

@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -100,7 +100,8 @@ class Selection:
     optional ``kl_penalty`` (float ``[B, T]``, a per-token coefficient of
     ``|log p - log p_old|`` added to the loss; KL-Cov) and, for the top-fraction selectors,
     ``tie_decided`` (bool ``[B, T]``, the selected tokens decided by a tie at the threshold; see
-    the module docstring)."""
+    the module docstring; :func:`select` fills it with False for a selector that reports none:
+    one that ranks nothing, such as ``all``, ``random`` or STAPO's rule, decides nothing by a tie)."""
 
     mask: Tensor
     kl_penalty: Tensor | None = None
@@ -314,6 +315,8 @@ def select(name: str, inputs: SelectionInputs, **options: Any) -> Selection:
         raise ValueError(f"selector {name!r} must return a bool mask of shape {tuple(response_mask.shape)}")
     if (mask & ~response_mask).any():
         raise ValueError(f"selector {name!r} selected tokens outside the response mask")
+    if selection.tie_decided is None:
+        selection = replace(selection, tie_decided=torch.zeros_like(mask))
     return selection
 
 

@@ -351,7 +351,8 @@ def accumulate_gradients(
             model, batch.select(part), advantages[part], group_ids[part],
             old_log_probs[part] if old_log_probs is not None else None, method, context,
             None if selection is None else Selection(
-                selection.mask[part], None if selection.kl_penalty is None else selection.kl_penalty[part]),
+                selection.mask[part], None if selection.kl_penalty is None else selection.kl_penalty[part],
+                None if selection.tie_decided is None else selection.tie_decided[part]),
             generator, None if population_stats is None else population_stats.rows(part).js_scores))
     total_weight = sum(result.weight for result in results)
     if total_weight > 0:

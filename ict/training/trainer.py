@@ -504,11 +504,8 @@ def _selection_diagnostics(updates: BatchUpdates, batch: Any, advantages: torch.
     diagnostics = token_diagnostics(
         TokenStatistics.concat([result.stats for _, result in updates.first_pass]),
         response_mask, selected, advantages[rows_seen.to(advantages.device)].cpu())
-    # a selector that ranks nothing (all tokens, random, STAPO's rule) decides nothing by a tie
-    tie_decided = (torch.zeros_like(selected) if any(tie is None for tie in ties)
-                   else torch.cat(ties))
     anatomy = selection_anatomy(selected, response_mask, rows_seen // group_size, finished,
-                                tie_decided)
+                                None if any(tie is None for tie in ties) else torch.cat(ties))
     return {**diagnostics, **anatomy}
 
 
