@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ict.core.diagnostics import ANATOMY_FIGURES
 from ict.core.errors import UsageError
 from ict.core.metrics import pass_at_k
 from ict.core.significance import (
@@ -44,13 +45,8 @@ END_METRICS = {  # metrics key -> column title (with unit) of the end-of-trainin
     "response_length_mean": "length (tokens)",
     "finished_fraction": "finished before the cap",
 }
-ANATOMY_COLUMNS = {  # (selected key, all-token key or None) -> column title of the anatomy table
-    ("selected_partial_group_fraction", "all_partial_group_fraction"): "fewer than G alive",
-    ("selected_relative_position", "all_relative_position"): "relative position t/L",
-    ("selected_end_token_fraction", "all_end_token_fraction"): "end tokens",
-    ("selected_tie_fraction", None): "decided by a tie",
-}
-END_KEYS = (*END_METRICS, *(key for pair in ANATOMY_COLUMNS for key in pair if key))
+END_KEYS = (*END_METRICS, *(key for _, _, selected, everything in ANATOMY_FIGURES
+                            for key in (selected, everything) if key))
 """every metrics key of training_end.csv: :data:`END_METRICS`, then the selection anatomy
 (``ict.core.diagnostics.ANATOMY_KEYS``; NaN for runs logged before it existed)"""
 
@@ -413,8 +409,8 @@ def _training_end_lines(rows: list[dict[str, Any]], labels: list[str]) -> list[s
              "|---|---|" + "---|" * len(END_METRICS)]
     anatomy = ["", "Where the selected tokens lie (`selection_anatomy`, same means): the selected "
                "tokens' value, the all-token value (a uniform selection's) in parentheses.", "",
-               "| method | seeds | " + " | ".join(ANATOMY_COLUMNS.values()) + " |",
-               "|---|---|" + "---|" * len(ANATOMY_COLUMNS)]
+               "| method | seeds | " + " | ".join(figure[0] for figure in ANATOMY_FIGURES) + " |",
+               "|---|---|" + "---|" * len(ANATOMY_FIGURES)]
     for label in labels:
         group = [row for row in rows if row["method"] == label]
         cells = []
@@ -425,7 +421,7 @@ def _training_end_lines(rows: list[dict[str, Any]], labels: list[str]) -> list[s
                          _fmt(mean, 1 if key == "response_length_mean" else 2, 1.0))
         lines.append(f"| {label} | {len(group)} | " + " | ".join(cells) + " |")
         cells = []
-        for selected, everything in ANATOMY_COLUMNS:
+        for _, _, selected, everything in ANATOMY_FIGURES:
             cell = _fmt(_seed_mean(group, selected), 2, 1.0)
             if everything is not None and cell != "-":
                 cell += f" ({_fmt(_seed_mean(group, everything), 2, 1.0)})"

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ict.core.diagnostics import ANATOMY_FIGURES
+
 # (title, y label, [(metrics key, line style suffix)])
 PANELS = [
     ("Reward", "mean reward per completion", [("reward_mean", "")]),
@@ -22,14 +24,8 @@ PANELS = [
     ("Response length", "tokens per completion", [("response_length_mean", "")]),
     ("Regime: p(token) > beta", "fraction of tokens",
      [("above_beta_fraction", "all"), ("above_beta_fraction_selected", "selected")]),
-    ("Anatomy: fewer than G alive", "fraction of tokens",
-     [("all_partial_group_fraction", "all"), ("selected_partial_group_fraction", "selected")]),
-    ("Anatomy: relative position t/L", "mean over tokens",
-     [("all_relative_position", "all"), ("selected_relative_position", "selected")]),
-    ("Anatomy: end tokens", "fraction of tokens",
-     [("all_end_token_fraction", "all"), ("selected_end_token_fraction", "selected")]),
-    ("Anatomy: decided by a tie", "fraction of selected tokens",
-     [("selected_tie_fraction", "selected")]),
+    *((f"Anatomy: {title}", unit, [*([(everything, "all")] if everything else []), (selected, "selected")])
+      for title, unit, selected, everything in ANATOMY_FIGURES),
 ]
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from ict.core.diagnostics import ANATOMY_FIGURES
+
 COLOR_SCORES = ("js", "entropy", "renyi2")
 SELECTIONS = (("ict", "ict", {"ratio": 0.1}), ("entropy20", "entropy", {"ratio": 0.2}),
               ("stapo", "stapo", {}))
@@ -36,20 +38,12 @@ class TokenView:
     """per selection (ict, entropy20, stapo: the tokens each updates): ``ANATOMY_KEYS`` -> value"""
 
 
-ANATOMY_ROWS = (  # (title, selected key, all-token key or None) of the anatomy table
-    ("fewer than G alive", "selected_partial_group_fraction", "all_partial_group_fraction"),
-    ("relative position t/L", "selected_relative_position", "all_relative_position"),
-    ("end tokens", "selected_end_token_fraction", "all_end_token_fraction"),
-    ("decided by a tie", "selected_tie_fraction", None),
-)
-
-
 def anatomy_lines(view: TokenView) -> list[str]:
     """One plain-text line per selection: its anatomy figures, the all-token value in brackets."""
     lines = []
     for label, figures in view.anatomy.items():
         cells = []
-        for title, selected, everything in ANATOMY_ROWS:
+        for title, _, selected, everything in ANATOMY_FIGURES:
             cell = f"{title} {figures[selected]:.2f}"
             cells.append(cell + (f" (all {figures[everything]:.2f})" if everything else ""))
         lines.append(f"{label}: " + ", ".join(cells))

@@ -111,15 +111,15 @@ def token_diagnostics(
     return out
 
 
-ANATOMY_KEYS = (
-    "selected_partial_group_fraction",
-    "selected_relative_position",
-    "selected_end_token_fraction",
-    "selected_tie_fraction",
-    "all_partial_group_fraction",
-    "all_relative_position",
-    "all_end_token_fraction",
+ANATOMY_FIGURES = (  # (title, unit, selected key, all-token key or None): one per anatomy figure
+    ("fewer than G alive", "fraction of tokens", "selected_partial_group_fraction",
+     "all_partial_group_fraction"),
+    ("relative position t/L", "mean over tokens", "selected_relative_position", "all_relative_position"),
+    ("end tokens", "fraction of tokens", "selected_end_token_fraction", "all_end_token_fraction"),
+    ("decided by a tie", "fraction of selected tokens", "selected_tie_fraction", None),
 )
+ANATOMY_KEYS = (*(figure[2] for figure in ANATOMY_FIGURES),
+                *(figure[3] for figure in ANATOMY_FIGURES if figure[3] is not None))
 
 
 def token_anatomy(response_mask: Tensor, group_ids: Tensor, finished: Tensor | None = None) -> dict[str, Tensor]:

@@ -255,9 +255,9 @@ class ICTGRPOTrainer(GRPOTrainer):
         self._kl_penalty: tuple[Tensor, Tensor, Tensor] | None = None
         self._call_key: tuple[str, int] | None = None
         self._call_index = 0
-        self.ict_gathered_bytes = 0  # bytes this process received for the selection, all kinds
-        # by kind: "ranking" ([B, T] statistics of every process), "group_rows" (other processes'
-        # rows of this process's groups), "tags" (group tags), "counts" (dapo/cispo token counts)
+        # bytes this process received for the selection, by kind: "ranking" ([B, T] statistics of
+        # every process), "group_rows" (other processes' rows of this process's groups), "tags"
+        # (group tags), "counts" (dapo/cispo token counts)
         self.ict_received_bytes: dict[str, int] = {}
         self._backbone(unwrapped).register_forward_hook(self._keep_hidden)
         unwrapped.register_forward_hook(self._keep_log_probs)
@@ -350,9 +350,13 @@ class ICTGRPOTrainer(GRPOTrainer):
         self._metrics["train" if training else "eval"]["ict/kl_penalty"].append(float(contribution))
         return term
 
+    @property
+    def ict_gathered_bytes(self) -> int:
+        """Bytes this process received for the selection, all kinds."""
+        return sum(self.ict_received_bytes.values())
+
     def _count(self, kind: str, tensor: Tensor) -> None:
         size = tensor.numel() * tensor.element_size()
-        self.ict_gathered_bytes += size
         self.ict_received_bytes[kind] = self.ict_received_bytes.get(kind, 0) + size
 
     def _gather(self, tensor: Tensor, kind: str, pad: float | int = 0) -> Tensor:
@@ -377,7 +381,8 @@ class ICTGRPOTrainer(GRPOTrainer):
         tensors = [self.accelerator.pad_across_processes(tensor.contiguous(), dim=1, pad_index=0)
                    for tensor in tensors]
         tags = self._gather(group_ids, "tags").view(processes, -1)
-        operations, received, received_tags = [], [], []
+        operations, received_tags = [], []
+        received: list[list[Tensor]] = [[] for _ in tensors]  # per tensor, the buffers in order
         for other in range(processes):
             if other == me:
                 continue
@@ -390,16 +395,15 @@ class ICTGRPOTrainer(GRPOTrainer):
                 if count:
                     buffer = tensor.new_empty((count, *tensor.shape[1:]))
                     operations.append(dist.P2POp(dist.irecv, buffer, other, tag=index))
-                    received.append((index, buffer))
+                    received[index].append(buffer)
             if count:
                 received_tags.append(tags[other][incoming])
         if operations:
             for request in dist.batch_isend_irecv(operations):
                 request.wait()
-        for _, buffer in received:
+        for buffer in (buffer for buffers in received for buffer in buffers):
             self._count("group_rows", buffer)
-        rows = [torch.cat([tensor, *[buffer for index, buffer in received if index == position]])
-                for position, tensor in enumerate(tensors)]
+        rows = [torch.cat([tensor, *buffers]) for tensor, buffers in zip(tensors, received, strict=True)]
         return rows, torch.cat([group_ids, *received_tags])
 
     def _generator(self, device: torch.device) -> torch.Generator:

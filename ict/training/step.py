@@ -292,10 +292,10 @@ class UpdateResult:
     selected_mask: torch.Tensor
     stats: TokenStatistics
     loss: float
+    tie_decided: torch.Tensor
+    """bool ``[B, T]``: the selected tokens decided by a tie at the threshold (all False for a
+    selector that ranks nothing; :func:`ict.core.selectors.select`)"""
     totals: MetricTotals = field(default_factory=MetricTotals)
-    tie_decided: torch.Tensor | None = None
-    """bool ``[B, T]``: the selected tokens decided by a tie at the threshold (None: the
-    selector ranks nothing)"""
 
 
 def accumulate_gradients(
@@ -352,7 +352,7 @@ def accumulate_gradients(
             old_log_probs[part] if old_log_probs is not None else None, method, context,
             None if selection is None else Selection(
                 selection.mask[part], None if selection.kl_penalty is None else selection.kl_penalty[part],
-                None if selection.tie_decided is None else selection.tie_decided[part]),
+                selection.tie_decided[part]),
             generator, None if population_stats is None else population_stats.rows(part).js_scores))
     total_weight = sum(result.weight for result in results)
     if total_weight > 0:
@@ -372,7 +372,7 @@ def accumulate_gradients(
         loss=(sum(result.weight * result.loss for result in results) / total_weight
               if total_weight > 0 else 0.0),
         totals=totals,
-        tie_decided=(None if any(tie is None for tie in ties) else torch.cat(ties).cpu()))
+        tie_decided=torch.cat(ties).cpu())
 
 
 

@@ -505,7 +505,7 @@ def _selection_diagnostics(updates: BatchUpdates, batch: Any, advantages: torch.
         TokenStatistics.concat([result.stats for _, result in updates.first_pass]),
         response_mask, selected, advantages[rows_seen.to(advantages.device)].cpu())
     anatomy = selection_anatomy(selected, response_mask, rows_seen // group_size, finished,
-                                None if any(tie is None for tie in ties) else torch.cat(ties))
+                                torch.cat(ties))
     return {**diagnostics, **anatomy}
 
 
