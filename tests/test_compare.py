@@ -259,3 +259,34 @@ def test_runs_logged_before_the_anatomy_report_a_dash(tmp_path):
     titles = [panel[0] for panel in panels_with_data({"grpo": [read_metrics(run)]})]
     assert titles == ["Reward", "Shannon entropy", "Response length"]
     assert (tmp_path / "cmp" / "curves.png").stat().st_size > 5_000
+
+
+def test_a_run_still_training_is_listed_not_averaged(tmp_path):
+    """A run that logged 2 of its 30 planned steps (another process's, or one stopped) is named as
+    in progress and kept out of the end-of-training table, the CSVs and the curves; with no
+    finished run the report is refused in one line."""
+    from ict.analysis.compare import CompareConfig, write_report
+    from ict.core.errors import UsageError
+
+    def make_run(label: str, planned: int, rewards: list[float]) -> None:
+        run = tmp_path / "cmp" / "runs" / label / "seed0"
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text(f"method: {label}\nnum_steps: {planned}\n")
+        lines = [{"step": step, "reward_mean": reward, "entropy": 1.0, "response_length_mean": 8.0}
+                 for step, reward in enumerate(rewards, start=1)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    config = CompareConfig(methods=[], seeds=[0], output_dir=tmp_path / "cmp", bootstrap_resamples=10)
+    make_run("stapo", 30, [0.5, 0.7])
+    with pytest.raises(UsageError, match=r"no run .* has finished training yet \(in progress: stapo/seed0 "
+                                         r"\(2 of 30 steps\)\)"):
+        write_report(config)
+    make_run("grpo", 2, [0.25, 0.5])
+    report = write_report(config).read_text()
+    assert "In progress, left out of every table and figure: stapo/seed0 (2 of 30 steps)." in report
+    assert "Runs: 1 (grpo/seed0)" in report
+    rows = [line for line in report.splitlines() if line.startswith("| ")]
+    assert not any(line.startswith("| stapo") for line in rows)
+    assert [row["method"] for row in csv.DictReader(open(tmp_path / "cmp" / "training_end.csv"))] == ["grpo"]
+    summary = json.loads((tmp_path / "cmp" / "summary.json").read_text())
+    assert summary["in_progress"] == ["stapo/seed0 (2 of 30 steps)"]

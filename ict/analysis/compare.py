@@ -7,7 +7,7 @@ seed => same training prompts in the same order and the same rollout seeds (`ict
 derives both from ``seed``); every run is evaluated on the same problems with the same sampling
 seed. A run whose ``eval/results.json`` exists is reused; a run with an older checkpoint resumes;
 ``report_only`` rebuilds ``DIR/report.md``, ``DIR/*.csv`` and ``DIR/*.png`` from the run
-directories alone.
+directories alone, leaving out (and listing) runs not yet trained to their ``num_steps``.
 """
 
 from __future__ import annotations
@@ -224,6 +224,17 @@ class RunRecord:
     directory: Path
     metrics: list[dict[str, Any]]
     correct: dict[str, dict[int, list[bool]]]  # benchmark -> problem index -> sampled verdicts
+    planned_steps: int | None = None  # num_steps of the run's config.yaml (None: not recorded)
+
+    @property
+    def steps_logged(self) -> int:
+        """The last step in its metrics.jsonl (0 when none)."""
+        return max((int(line["step"]) for line in self.metrics if isinstance(line.get("step"), int)), default=0)
+
+    @property
+    def in_progress(self) -> bool:
+        """Trained to fewer steps than its config plans: still training, or stopped before its end."""
+        return self.planned_steps is not None and self.steps_logged < self.planned_steps
 
 
 def load_runs(output_dir: Path) -> list[RunRecord]:
@@ -250,8 +261,20 @@ def load_runs(output_dir: Path) -> list[RunRecord]:
                 verdicts = per_problem.setdefault(int(record["index"]), [])
                 verdicts.append(bool(record["correct"]))
         records.append(RunRecord(directory.parent.name, int(match.group(1)), directory, metrics,
-                                 correct))
+                                 correct, _planned_steps(directory / "config.yaml")))
     return records
+
+
+def _planned_steps(path: Path) -> int | None:
+    """``num_steps`` of a run's resolved config.yaml, or None (no file, or no integer there)."""
+    import yaml
+
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except yaml.YAMLError:
+        return None
+    steps = config.get("num_steps") if isinstance(config, dict) else None
+    return steps if isinstance(steps, int) else None
 
 
 def problem_scores(run: RunRecord, benchmark: str, k: int) -> tuple[list[int], np.ndarray]:
@@ -432,7 +455,8 @@ def _training_end_lines(rows: list[dict[str, Any]], labels: list[str]) -> list[s
 
 def write_report(config: CompareConfig) -> Path:
     """report.md, results.csv, differences.csv, training_end.csv, summary.json and curves.png
-    in the output directory."""
+    in the output directory, over the runs that finished training; a run that logged fewer
+    steps than its config.yaml's ``num_steps`` is only listed as in progress."""
     from ict.analysis.plots import plot_runs
 
     output_dir = config.output_dir
@@ -440,7 +464,16 @@ def write_report(config: CompareConfig) -> Path:
     if not runs:
         raise UsageError(f"no runs under {output_dir / 'runs'}; run ict compare without "
                          "--report-only first")
+    # A run still training (another process's) or stopped early would mix a partial run's
+    # curves and end-of-training means with finished ones: it is listed, never averaged.
+    in_progress = [f"{run.label}/seed{run.seed} ({run.steps_logged} of {run.planned_steps} steps)"
+                   for run in runs if run.in_progress]
+    runs = [run for run in runs if not run.in_progress]
+    if not runs:
+        raise UsageError(f"no run under {output_dir / 'runs'} has finished training yet "
+                         f"(in progress: {', '.join(in_progress)})")
     summary = summarize(runs, config.bootstrap_resamples, config.baselines)
+    summary["in_progress"] = in_progress
     _write_csv(output_dir / "results.csv", summary["table"],
                ["benchmark", "metric", "method", "seeds", "problems", "mean", "std"])
     _write_csv(output_dir / "differences.csv", summary["differences"],
@@ -455,6 +488,8 @@ def write_report(config: CompareConfig) -> Path:
     labels = sorted({run.label for run in runs})
     lines.append(f"Methods: {', '.join(labels)}. Runs: {len(runs)} "
                  f"({', '.join(f'{run.label}/seed{run.seed}' for run in runs)}).")
+    if in_progress:
+        lines.append(f"In progress, left out of every table and figure: {', '.join(in_progress)}.")
     lines += ["", "## Final-model evaluation (percent; mean ± std over seeds)", "",
               "| benchmark | metric | method | seeds | problems | mean | std |",
               "|---|---|---|---|---|---|---|"]
