@@ -188,13 +188,15 @@ def test_train_only_then_eval_only(tiny_model_dir, arithmetic_task, tmp_path):
               "--bootstrap-resamples", "100", f"model={tiny_model_dir}",
               f"dataset={arithmetic_task}", "reward=compare_contains_answer", "num_steps=1",
               "prompts_per_step=2", "num_generations=2", "max_new_tokens=4",
-              "tensorboard=false"]
+              "tensorboard=false", "dtype=fp32"]
     assert main(["compare", "--train-only", "--seeds", "0", *common]) == 0
     trained = output / "runs" / "grpo" / "seed0"
     assert (trained / "checkpoints" / "step-00000001").is_dir()
     assert not (trained / "eval").exists() and not (output / "report.md").exists()
     assert main(["compare", "--eval-only", "--seeds", "0,1", *common]) == 0
     assert (trained / "eval" / "results.json").is_file()
+    # the evaluation loads the weights in the run's own dtype (eval's auto is bf16 on a GPU)
+    assert json.loads((trained / "eval" / "results.json").read_text())["config"]["dtype"] == "fp32"
     assert not (output / "runs" / "grpo" / "seed1").exists()  # untrained: skipped, not trained
     assert (output / "report.md").is_file()
 

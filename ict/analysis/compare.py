@@ -207,7 +207,8 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
                     max_new_tokens=config.eval_max_new_tokens, seed=0, limit=config.eval_limit,
                     math_extraction=config.eval_math_extraction,
                     answer_extraction=config.eval_answer_extraction,
-                    device=train_config.device, threads=train_config.num_threads),
+                    device=train_config.device, dtype=train_config.dtype,
+                    threads=train_config.num_threads),
                     progress=False, print_table=False)
     if config.train_only:
         return config.output_dir
