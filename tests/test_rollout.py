@@ -10,6 +10,7 @@ from conftest import build_tiny_model
 from ict.training.rollout import (
     _encode_prompt,
     _left_pad,
+    cache_argument,
     generate_completions,
     render_prompt,
     shared_prefill_cache,
@@ -66,6 +67,27 @@ def test_shared_prefill_cache_gives_the_logits_of_a_full_prefill(model, tiny_tok
         cache = shared_prefill_cache(model, unique_ids, unique_mask, torch.tensor(rows))
         width = input_ids.shape[1]
         got = model(input_ids=full_ids[:, width - 1:], attention_mask=full_mask,
-                    position_ids=position_ids[:, width - 1:], past_key_values=cache).logits
+                    position_ids=position_ids[:, width - 1:], **{cache_argument(model): cache}).logits
     assert cache.get_seq_length() == width + 2
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
+def test_the_cache_keyword_is_the_one_the_installed_transformers_takes(model, tiny_tokenizer,
+                                                                       one_thread):
+    """The name is read from the decoder's forward (a peft wrapper's forward takes **kwargs, so it
+    must agree with its base model's), and the shared paths raise no deprecation warning: once a
+    release removes the old keyword, a model's **kwargs would swallow it and silently drop the
+    cache."""
+    import inspect
+    import warnings
+
+    import peft
+
+    name = cache_argument(model)
+    assert name in inspect.signature(type(model.get_decoder()).forward).parameters
+    wrapped = peft.get_peft_model(build_tiny_model(len(tiny_tokenizer), seed=3),
+                                  peft.LoraConfig(r=2, target_modules=["q_proj"]))
+    assert cache_argument(wrapped) == name
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*past_key_values.*", category=FutureWarning)
+        _rollouts(model, tiny_tokenizer, batch_size=5, greedy=True)

@@ -18,8 +18,9 @@ module and its output), in two ways, equal within float32 rounding (tested):
   that cache. The prompt's cost is paid once per group, forward and backward. The outputs of the
   prompt's last position (they produce response token 0) come from the prompt pass.
 
-The shared path needs a model whose forward accepts ``past_key_values`` (every Hugging Face
-decoder, peft wrappers included) and is skipped (plain path) under gradient checkpointing,
+The shared path needs a model whose forward accepts a cache (``past_key_values``, renamed
+``cache`` in newer transformers: `cache_argument`; every Hugging Face decoder, peft wrappers
+included) and is skipped (plain path) under gradient checkpointing,
 which does not combine with a cache carrying gradients.
 """
 
@@ -30,7 +31,12 @@ from typing import Any
 import torch
 
 from ict.training.models import linear_lm_head
-from ict.training.rollout import RolloutBatch, left_padded_position_ids
+from ict.training.rollout import (
+    RolloutBatch,
+    cache_argument,
+    left_padded_position_ids,
+    output_cache,
+)
 
 
 def prompt_runs(batch: RolloutBatch) -> torch.Tensor:
@@ -51,9 +57,9 @@ def _forward(model: Any, hidden: bool, keep: int, **inputs: Any) -> tuple[torch.
     key/value cache."""
     if hidden:
         out = model.get_decoder()(**inputs)
-        return out.last_hidden_state[:, -keep:], out.past_key_values
+        return out.last_hidden_state[:, -keep:], output_cache(out)
     out = model(**inputs, logits_to_keep=keep)
-    return out.logits, out.past_key_values
+    return out.logits, output_cache(out)
 
 
 def plain_response_outputs(model: Any, batch: RolloutBatch, hidden: bool = False) -> torch.Tensor:
@@ -82,7 +88,7 @@ def shared_prompt_response_outputs(model: Any, batch: RolloutBatch, hidden: bool
     length = batch.response_ids.shape[1]
     response_outputs, _ = _forward(model, hidden, length, input_ids=batch.response_ids,
                                    attention_mask=batch.attention_mask, position_ids=positions,
-                                   past_key_values=cache, use_cache=True,
+                                   use_cache=True, **{cache_argument(model): cache},
                                    cache_position=torch.arange(prompt_length, batch.input_ids.shape[1],
                                                                device=batch.input_ids.device))
     first = prompt_outputs[run_of_row]  # produces response token 0

@@ -7,6 +7,7 @@ rendered with the tokenizer's chat template when it has one, left-padded, genera
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -106,6 +107,22 @@ def left_padded_position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def cache_argument(model: Any) -> str:
+    """Name of the key/value-cache keyword of `model`'s forward and `generate`: ``cache`` for
+    transformers versions that renamed it (5.24 deprecates ``past_key_values``, to be removed from
+    forward in 5.40, where a model's ``**kwargs`` would swallow the old name and silently drop the
+    cache), else ``past_key_values``. Read from the decoder's forward, so peft wrappers agree."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    return "cache" if "cache" in inspect.signature(type(decoder).forward).parameters else "past_key_values"
+
+
+def output_cache(output: Any) -> Any:
+    """The key/value cache of a model output (``cache`` in new transformers, else
+    ``past_key_values``)."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
+
+
 def shared_prefill_cache(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                          rows: torch.Tensor) -> Any:
     """KV cache of the first W - 1 columns of each unique prompt, expanded to the rows of a batch.
@@ -121,7 +138,7 @@ def shared_prefill_cache(model: Any, input_ids: torch.Tensor, attention_mask: to
     position_ids = left_padded_position_ids(prefix_mask)
     cache = DynamicCache(config=model.config)
     model(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=position_ids,
-          past_key_values=cache, use_cache=True, logits_to_keep=1)
+          use_cache=True, logits_to_keep=1, **{cache_argument(model): cache})
     cache.batch_select_indices(rows)
     return cache
 
@@ -140,12 +157,12 @@ def generate_rows(model: Any, prompt_ids: Sequence[list[int]], rows: Sequence[in
     device = next(model.parameters()).device
     input_ids, attention_mask = _left_pad([prompt_ids[index] for index in rows], pad_id)
     unique = sorted(set(rows))
-    own_cache = {"past_key_values", "cache_implementation"} & set(generate_options)
+    own_cache = {"cache", "past_key_values", "cache_implementation"} & set(generate_options)
     if shared_prefill and not own_cache and len(unique) < len(rows) and input_ids.shape[1] >= 2:
         unique_ids, unique_mask = _left_pad([prompt_ids[index] for index in unique], pad_id)
         position = {index: row for row, index in enumerate(unique)}
         select = torch.tensor([position[index] for index in rows], dtype=torch.long)
-        generate_options["past_key_values"] = shared_prefill_cache(
+        generate_options[cache_argument(model)] = shared_prefill_cache(
             model, unique_ids.to(device), unique_mask.to(device), select.to(device))
     output = model.generate(
         input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
