@@ -196,7 +196,12 @@ def test_train_only_then_eval_only(tiny_model_dir, arithmetic_task, tmp_path):
     assert main(["compare", "--eval-only", "--seeds", "0,1", *common]) == 0
     assert (trained / "eval" / "results.json").is_file()
     # the evaluation loads the weights in the run's own dtype (eval's auto is bf16 on a GPU)
-    assert json.loads((trained / "eval" / "results.json").read_text())["config"]["dtype"] == "fp32"
+    evaluated = json.loads((trained / "eval" / "results.json").read_text())
+    assert evaluated["config"]["dtype"] == "fp32"
+    import torch
+
+    assert evaluated["environment"]["packages"]["torch"] == torch.__version__
+    assert f"1 run(s) trained with torch {torch.__version__}" in (output / "report.md").read_text()
     assert not (output / "runs" / "grpo" / "seed1").exists()  # untrained: skipped, not trained
     assert (output / "report.md").is_file()
 

@@ -191,6 +191,17 @@ def test_checkpoint_resume_reproduces_the_next_step(tiny_model_dir, arithmetic_t
         if name in TIMING_FIELDS:
             continue
         assert resumed[2][name] == expected[2][name], name
+    # each start and resume records its environment; a fresh run starts the file over
+    import transformers
+
+    environments = [json.loads(line) for line in
+                    (interrupted / "environment.jsonl").read_text().splitlines()]
+    assert [entry["first_step"] for entry in environments] == [1, 3]
+    assert environments[1]["packages"]["torch"] == torch.__version__
+    assert environments[1]["packages"]["transformers"] == transformers.__version__
+    shutil.rmtree(interrupted / "checkpoints")
+    train(tiny_config(tiny_model_dir, arithmetic_task, interrupted, num_steps=1, method="ict"))
+    assert len((interrupted / "environment.jsonl").read_text().splitlines()) == 1
     # only safetensors / JSON / text files: nothing is unpickled on load
     suffixes = {path.suffix for path in latest_checkpoint(interrupted).rglob("*") if path.is_file()}
     assert suffixes <= {".safetensors", ".json", "", ".jinja", ".txt"}

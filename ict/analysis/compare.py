@@ -15,9 +15,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-import platform
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -397,25 +395,32 @@ def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> No
             writer.writerow([row[column] for column in columns])
 
 
-def _environment() -> list[str]:
-    from importlib import metadata
+def _environment(runs: Sequence[RunRecord]) -> list[str]:
+    """The report's environment lines: this process's (`environment_record`), then the distinct
+    environments the runs trained in (their environment.jsonl; runs older than that file are
+    counted as not recorded)."""
+    from ict.training.reporting import ENVIRONMENT_FILE, environment_record
 
-    lines = [f"Python {sys.version.split()[0]} on {platform.platform()} "
-             f"({platform.machine()}, {__import__('os').cpu_count()} CPUs)"]
-    versions = []
-    for package in ("torch", "transformers", "numpy", "reasoning-gym", "matplotlib"):
-        try:
-            versions.append(f"{package} {metadata.version(package)}")
-        except metadata.PackageNotFoundError:
-            continue
-    lines.append(", ".join(versions))
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            lines.append(f"GPU: {torch.cuda.get_device_name(0)}")
-    except ImportError:  # pragma: no cover
-        pass
+    record = environment_record()
+    lines = [f"this report: Python {record['python']} on {record['platform']} ({record['machine']}, "
+             f"{record['cpu_count']} CPUs"
+             + (f", GPU {record['gpu']})" if record["gpu"] else ")"),
+             "this report's packages: " + ", ".join(f"{name} {version}" for name, version
+                                                  in record["packages"].items())]
+    trained: dict[str, list[str]] = {}
+    for run in runs:
+        path = run.directory / ENVIRONMENT_FILE
+        entries = ([json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+                   if path.is_file() else [])
+        for entry in entries or [None]:
+            key = ("not recorded" if entry is None else
+                   ", ".join(f"{name} {entry['packages'][name]}" for name in
+                             ("torch", "transformers") if name in entry["packages"])
+                   + f"; {entry['cpu_count']} CPUs" + (f", {entry['gpu']}" if entry["gpu"] else ""))
+            trained.setdefault(key, []).append(f"{run.label}/seed{run.seed}")
+    for key, names in trained.items():
+        lines.append(f"{len(set(names))} run(s) trained with {key}" if key != "not recorded" else
+                     f"{len(set(names))} run(s) trained before environment.jsonl was recorded")
     return lines
 
 
@@ -530,7 +535,7 @@ def write_report(config: CompareConfig) -> Path:
                         else f" --baselines {','.join(config.baselines)}")
     lines += ["", "## Reproduce", "", "```", *dict.fromkeys(commands),
               f"ict compare --report-only --output-dir {output_dir}" + baselines_option, "```", "",
-              "## Environment", "", *[f"- {line}" for line in _environment()], ""]
+              "## Environment", "", *[f"- {line}" for line in _environment(runs)], ""]
     path = output_dir / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return path

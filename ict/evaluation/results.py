@@ -17,6 +17,7 @@ import numpy as np
 
 from ict.data.benchmarks import SUITES
 from ict.evaluation.records import RESULTS_FILES, SAMPLES_FILE
+from ict.training.reporting import environment_record
 
 
 @dataclass
@@ -103,6 +104,7 @@ def results_as_dict(result: EvalResult) -> dict[str, Any]:
         "aggregates": {row.name: dataclasses.asdict(row) for row in result.aggregates},
         "timing": result.timing,
         "metric_units": "fractions in [0, 1]",
+        "environment": environment_record(),
     }
 
 

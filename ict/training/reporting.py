@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import platform
+import sys
+import time
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +23,44 @@ def _json_value(value: Any) -> Any:
     if hasattr(value, "item") and callable(value.item):  # a 0-d tensor or numpy scalar
         return _json_value(value.item())
     return value
+
+
+ENVIRONMENT_FILE = "environment.jsonl"
+# The installed packages whose versions can change a run's numbers or its evaluation.
+ENVIRONMENT_PACKAGES = ("ict", "torch", "transformers", "peft", "numpy", "reasoning-gym",
+                        "math-verify", "datasets", "trl")
+
+
+def environment_record() -> dict[str, Any]:
+    """What this process runs on: Python, platform, CPU count, the versions of
+    `ENVIRONMENT_PACKAGES` (those installed) and the GPU, if torch sees one."""
+    versions = {}
+    for package in ENVIRONMENT_PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    record: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform(),
+                              "machine": platform.machine(), "cpu_count": os.cpu_count(),
+                              "packages": versions, "gpu": None}
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            record["gpu"] = torch.cuda.get_device_name(0)
+    except ImportError:  # pragma: no cover
+        pass
+    return record
+
+
+def append_environment(run_dir: Path, first_step: int) -> None:
+    """Append one `environment_record` to RUN_DIR/environment.jsonl each time a run starts or
+    resumes (`first_step`: the first step this process trains), so a run resumed on another
+    machine, or after an upgrade, shows every environment it ran on."""
+    record = {"first_step": first_step, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              **environment_record()}
+    with (run_dir / ENVIRONMENT_FILE).open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
 
 
 class MetricsLogger:

@@ -54,7 +54,15 @@ from ict.training.models import (
     require_chat_template,
     resolve_autocast,
 )
-from ict.training.reporting import MetricsLogger, print_summary, progress_bar, step_line, write_eval
+from ict.training.reporting import (
+    ENVIRONMENT_FILE,
+    MetricsLogger,
+    append_environment,
+    print_summary,
+    progress_bar,
+    step_line,
+    write_eval,
+)
 from ict.training.rollout import generate_completions, pack_rollout
 from ict.training.step import (
     ALL_TOKENS,
@@ -200,6 +208,7 @@ def train(config: TrainConfig, console: Any = None,
     run = _set_up(config, console, _prepare_run_dir(config))
     _resume(run)
     save_config(config, run.run_dir / "config.yaml")
+    append_environment(run.run_dir, run.start_step + 1)
     run.logger = MetricsLogger(run.run_dir, config.tensorboard, resume_step=run.start_step)
     run.backend = _make_backend(config, run.model)
     console.print(f"run directory: {run.run_dir}  |  method {config.method} ({run.method.selector} "
@@ -230,6 +239,7 @@ def _prepare_run_dir(config: TrainConfig) -> Path:
             raise UsageError(f"{run_dir} already holds checkpoints of a run: pass --resume to "
                              "continue it, or choose another --run-dir")
         (run_dir / "eval.json").unlink(missing_ok=True)
+        (run_dir / ENVIRONMENT_FILE).unlink(missing_ok=True)
     return run_dir
 
 
