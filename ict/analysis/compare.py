@@ -407,20 +407,20 @@ def _environment(runs: Sequence[RunRecord]) -> list[str]:
              + (f", GPU {record['gpu']})" if record["gpu"] else ")"),
              "this report's packages: " + ", ".join(f"{name} {version}" for name, version
                                                   in record["packages"].items())]
-    trained: dict[str, list[str]] = {}
+    trained: dict[str | None, set[str]] = {}  # torch/transformers/CPUs/GPU -> runs; None: no file
     for run in runs:
         path = run.directory / ENVIRONMENT_FILE
         entries = ([json.loads(line) for line in path.read_text().splitlines() if line.strip()]
                    if path.is_file() else [])
         for entry in entries or [None]:
-            key = ("not recorded" if entry is None else
-                   ", ".join(f"{name} {entry['packages'][name]}" for name in
-                             ("torch", "transformers") if name in entry["packages"])
-                   + f"; {entry['cpu_count']} CPUs" + (f", {entry['gpu']}" if entry["gpu"] else ""))
-            trained.setdefault(key, []).append(f"{run.label}/seed{run.seed}")
+            key = None if entry is None else (
+                ", ".join(f"{name} {entry['packages'][name]}" for name in ("torch", "transformers")
+                          if name in entry["packages"])
+                + f"; {entry['cpu_count']} CPUs" + (f", {entry['gpu']}" if entry["gpu"] else ""))
+            trained.setdefault(key, set()).add(f"{run.label}/seed{run.seed}")
     for key, names in trained.items():
-        lines.append(f"{len(set(names))} run(s) trained with {key}" if key != "not recorded" else
-                     f"{len(set(names))} run(s) trained before environment.jsonl was recorded")
+        lines.append(f"{len(names)} run(s) trained with {key}" if key is not None else
+                     f"{len(names)} run(s) trained before environment.jsonl was recorded")
     return lines
 
 
