@@ -90,31 +90,49 @@ def after_shortest_end(response: torch.Tensor, group_ids: torch.Tensor) -> torch
     return response & (torch.arange(response.shape[1])[None, :] >= shortest[:, None])
 
 
+def load_policy(model: str, threads: int, seed: int = 0):
+    """``(model, tokenizer)`` loaded as the trainer loads them (float32, CPU, eval mode), with
+    ``threads`` torch threads and torch's global seed set to ``seed``."""
+    from ict.training.models import load_model_and_tokenizer
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(threads)
+    policy, tokenizer = load_model_and_tokenizer(model, dtype="fp32", device="cpu")
+    return policy.eval(), tokenizer
+
+
+def sample_rollout(model, tokenizer, prompts: list, group_size: int, temperature: float, max_new_tokens: int,
+                   seed: int, top_p: float = 1.0, batch_size: int = 32, system_prompt: str | None = None,
+                   shared_prefill: bool = True):
+    """``(rollout, batch)``: ``group_size`` completions of each prompt sampled as the trainer samples
+    them (``generate_completions``; rows prompt-major) and packed (``pack_rollout``)."""
+    from ict.training.rollout import generate_completions, pack_rollout
+
+    rollout = generate_completions(
+        model, tokenizer, prompts, num_samples=group_size, temperature=temperature, top_p=top_p,
+        max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed, system_prompt=system_prompt,
+        shared_prefill=shared_prefill)
+    return rollout, pack_rollout(rollout, tokenizer.pad_token_id)
+
+
 def rollouts(temperature: float, batches: int, threads: int):
     """Yield (response_ids, response_mask, logits, group_ids, finished, step) per batch."""
     from ict.data.training_data import PromptSampler, load_training_data
     from ict.training.config import build_config
     from ict.training.forward import response_logits
-    from ict.training.models import load_model_and_tokenizer
-    from ict.training.rollout import generate_completions, pack_rollout
     from ict.training.trainer import step_seed
 
     config = build_config(CONFIG, {}, {"temperature": str(temperature)})
-    torch.manual_seed(config.seed)
-    torch.set_num_threads(threads)
     data = load_training_data(config.dataset, dataset_config=config.dataset_config, dataset_size=config.dataset_size,
                               eval_size=config.eval_size, seed=config.seed)
     sampler = PromptSampler(data.train, config.prompts_per_step, config.seed)
-    model, tokenizer = load_model_and_tokenizer(config.model, dtype="fp32", device="cpu")
-    model.eval()
+    model, tokenizer = load_policy(config.model, threads, config.seed)
     for step in range(batches):
         problems = sampler.batch(step)
-        rollout = generate_completions(
-            model, tokenizer, [problem.prompt for problem in problems], num_samples=config.num_generations,
-            temperature=temperature, top_p=config.top_p, max_new_tokens=config.max_new_tokens,
-            batch_size=config.generation_batch_size, seed=step_seed(config.seed, step, 0),
-            system_prompt=config.system_prompt, shared_prefill=config.generation_shared_prefill)
-        batch = pack_rollout(rollout, tokenizer.pad_token_id)
+        rollout, batch = sample_rollout(
+            model, tokenizer, [problem.prompt for problem in problems], config.num_generations, temperature,
+            config.max_new_tokens, step_seed(config.seed, step, 0), config.top_p, config.generation_batch_size,
+            config.system_prompt, config.generation_shared_prefill)
         with torch.no_grad():
             logits = response_logits(model, batch, config.shared_prompt_forward)
         finished = torch.tensor([done for group in rollout.finished for done in group])

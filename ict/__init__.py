@@ -20,12 +20,14 @@ from ict.core.loss import PolicyLossConfig, group_advantages, policy_loss
 from ict.core.metrics import pass_at_k, pass_at_k_table
 from ict.core.selectors import (
     SELECTORS,
+    Selection,
     SelectionInputs,
     register_selector,
     required_js_references,
+    select,
     select_tokens,
 )
-from ict.core.stats import TokenStatistics, token_statistics
+from ict.core.stats import SCORE_METRICS, TokenStatistics, score_key, token_statistics
 
 __version__ = "0.1.0"
 
@@ -74,8 +76,10 @@ if not any(isinstance(finder, _MovedModuleFinder) for finder in sys.meta_path):
     sys.meta_path.append(_MovedModuleFinder())
 
 __all__ = [
+    "SCORE_METRICS",
     "SELECTORS",
     "PolicyLossConfig",
+    "Selection",
     "SelectionInputs",
     "TokenStatistics",
     "group_advantages",
@@ -84,6 +88,8 @@ __all__ = [
     "policy_loss",
     "register_selector",
     "required_js_references",
+    "score_key",
+    "select",
     "select_tokens",
     "token_statistics",
 ]

@@ -1,9 +1,11 @@
 """Benchmark registry: names and suites, local files loaded as they are, hub-format rows, offline
-hub errors, reasoning-gym tasks."""
+hub errors, reasoning-gym tasks, and the paper's seven benchmarks from small files built here."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -186,3 +188,226 @@ def test_reasoning_gym_tasks():
             parse_reasoning_gym_name(bad)
     with pytest.raises(UsageError, match="cannot create"):
         load_benchmark("rg:chain_sum:no_such_option=3")
+
+
+# ------------------------------------------------------------------------ the paper's seven
+
+PAPER_SEVEN = ["gsm8k", "math500", "mmlu_stem", "gpqa_diamond", "aime23", "aime24", "aime25"]
+INSTRUCTION_END = "put your final answer within \\boxed{}."
+
+
+def test_paper_suite_is_the_papers_seven():
+    assert expand_benchmark_names("paper") == PAPER_SEVEN
+    assert [group_of(name) for name in PAPER_SEVEN] == [
+        "math", "math", "commonsense", "commonsense", "olympiad", "olympiad", "olympiad"]
+    assert expand_benchmark_names("aime23,paper") == ["aime23", *[n for n in PAPER_SEVEN
+                                                                  if n != "aime23"]]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+
+
+# name -> rows in the layouts of the published redistributions, and (question, gold, id) expected
+PAPER_FILES: dict[str, tuple[list[dict], list[tuple[str, str, str]]]] = {
+    "gsm8k": ([{"question": "Tom has 1,000 apples and buys 234 more. How many?",
+                "answer": "1000 + 234 = <<1000+234=1234>>1234\n#### 1,234"}],
+              [("Tom has 1,000 apples and buys 234 more. How many?", "1234", "0")]),
+    "math500": ([{"problem": "Compute $\\frac{2}{4}$.", "solution": "It is $\\boxed{\\frac12}$.",
+                  "answer": "\\frac{1}{2}", "subject": "Algebra", "level": 1,
+                  "unique_id": "test/algebra/1.json"},
+                 {"problem": "What is $3^2$?", "solution": "So $\\boxed{9}$."}],
+                [("Compute $\\frac{2}{4}$.", "\\frac{1}{2}", "test/algebra/1.json"),
+                 ("What is $3^2$?", "9", "1")]),
+    "aime24": ([{"id": 60, "problem": "Find the number $m+n$.", "solution": "... $\\boxed{204}$",
+                 "answer": "204", "url": "https://artofproblemsolving.com/wiki/x", "year": "2024"}],
+               [("Find the number $m+n$.", "204", "60")]),
+    # aime23: the AIME 1983-2024 CSV layout, AI-MO/aimo-validation-aime, MathArena/aime_2023_I
+    "aime23": ([{"ID": "2023-I-1", "Year": 2023, "Problem Number": 1, "Question": "Find $p+q$.",
+                 "Answer": 263, "Part": "I"},
+                {"id": 7, "problem": "Find the remainder.", "answer": "080",
+                 "solution": "so $\\boxed{080}$", "url": "https://artofproblemsolving.com/y"},
+                {"problem_idx": 3, "problem": "Find $N$.", "answer": 33}],
+               [("Find $p+q$.", "263", "2023-I-1"), ("Find the remainder.", "80", "7"),
+                ("Find $N$.", "33", "3")]),
+    # aime25: opencompass/AIME2025, yentinglin/aime_2025, math-ai/aime25
+    "aime25": ([{"question": "Find the sum of all bases $b$.", "answer": "70"},
+                {"id": "II-1", "problem": "Find $x$.", "answer": "588", "solution": "",
+                 "url": "https://artofproblemsolving.com/z", "year": 2025},
+                {"id": 29, "problem": "Find $k$.", "answer": 240.0}],
+               [("Find the sum of all bases $b$.", "70", "0"), ("Find $x$.", "588", "II-1"),
+                ("Find $k$.", "240", "29")]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PAPER_FILES))
+def test_paper_math_benchmarks_from_local_files(tmp_path, name):
+    rows, expected = PAPER_FILES[name]
+    write_jsonl(tmp_path / f"{name}.jsonl", rows)
+    benchmark = load_benchmark(name, tmp_path)
+    assert benchmark.source == str(tmp_path / f"{name}.jsonl")
+    assert len(benchmark.problems) == len(expected)
+    for index, (problem, (question, gold, problem_id)) in enumerate(
+            zip(benchmark.problems, expected, strict=True)):
+        assert problem.kind == "math" and problem.benchmark == name and problem.index == index
+        assert problem.question == question
+        assert problem.prompt.startswith(question + "\n") and problem.prompt.endswith(INSTRUCTION_END)
+        assert problem.answer == gold and problem.problem_id == problem_id
+
+
+def test_mmlu_stem_from_a_local_file(tmp_path):
+    write_jsonl(tmp_path / "mmlu_stem.jsonl", [
+        {"question": "Which is a prime?", "subject": "abstract_algebra",
+         "choices": ["4", "6", "7", "9"], "answer": 2},
+        {"question": "Unit of force?", "type": "college_physics",
+         "choices": "['joule', 'newton', 'watt', 'pascal']", "answer": "1"}])
+    first, second = load_benchmark("mmlu_stem", tmp_path).problems
+    assert (first.answer, first.choices) == ("C", ["4", "6", "7", "9"])
+    assert "Which is a prime?\n\nA) 4\nB) 6\nC) 7\nD) 9\n\n" in first.prompt
+    assert (second.answer, second.choices) == ("B", ["joule", "newton", "watt", "pascal"])
+
+
+GPQA_QUESTIONS = [f"GPQA question {number}: which option is right?" for number in range(12)]
+
+
+def gpqa_rows() -> list[dict]:
+    return [{"Record ID": f"rec{number}", "Question": question,
+             "Correct Answer": f" right {number} ", "Incorrect Answer 1": f"wrong a{number}",
+             "Incorrect Answer 2": f"wrong b{number}", "Incorrect Answer 3": f"wrong c{number}\n",
+             "High-level domain": "Physics"}
+            for number, question in enumerate(GPQA_QUESTIONS)]
+
+
+def expected_gpqa(row: dict) -> tuple[list[str], str]:
+    """The documented rule, computed here: the answers (correct first) shuffled by
+    random.Random(seed), seed = the first 8 bytes (big-endian) of SHA-256(question, UTF-8)."""
+    answers = [row[field].strip() for field in ("Correct Answer", "Incorrect Answer 1",
+                                                "Incorrect Answer 2", "Incorrect Answer 3")]
+    seed = int.from_bytes(hashlib.sha256(row["Question"].encode("utf-8")).digest()[:8], "big")
+    shuffled = list(answers)
+    random.Random(seed).shuffle(shuffled)
+    return shuffled, "ABCD"[shuffled.index(answers[0])]
+
+
+def test_gpqa_diamond_from_a_local_file_shuffles_per_question(tmp_path):
+    rows = gpqa_rows()
+    write_jsonl(tmp_path / "gpqa_diamond.jsonl", rows)
+    problems = load_benchmark("gpqa_diamond", tmp_path).problems
+    letters = []
+    for row, problem in zip(rows, problems, strict=True):
+        choices, letter = expected_gpqa(row)
+        assert problem.kind == "choice" and problem.problem_id == row["Record ID"]
+        assert problem.choices == choices and problem.answer == letter
+        assert problem.choices["ABCD".index(problem.answer)] == row["Correct Answer"].strip()
+        assert problem.question == row["Question"]
+        options = "\n".join(f"{'ABCD'[i]}) {text}" for i, text in enumerate(choices))
+        assert problem.prompt.startswith(f"{row['Question']}\n\n{options}\n\n")
+        letters.append(letter)
+    assert len(set(letters)) > 1  # the correct answer is not always A
+    # the order follows the question, not the row's position or the run
+    write_jsonl(tmp_path / "gpqa_diamond.jsonl", rows[::-1])
+    reversed_problems = load_benchmark("gpqa_diamond", tmp_path).problems[::-1]
+    assert [(p.choices, p.answer) for p in reversed_problems] == [(p.choices, p.answer)
+                                                                   for p in problems]
+    # a row without one of the four answers is a one-line error naming the field
+    broken = dict(rows[0])
+    del broken["Incorrect Answer 2"]
+    write_jsonl(tmp_path / "gpqa_diamond.jsonl", [broken])
+    with pytest.raises(UsageError, match=r"gpqa_diamond.jsonl:1: row 1 of gpqa_diamond: .*"
+                                         r"'Incorrect Answer 2'") as caught:
+        load_benchmark("gpqa_diamond", tmp_path)
+    assert "\n" not in str(caught.value)
+
+
+def test_paper_suite_loads_from_one_directory(tmp_path):
+    for name, (rows, _) in PAPER_FILES.items():
+        write_jsonl(tmp_path / f"{name}.jsonl", rows)
+    write_jsonl(tmp_path / "mmlu_stem.jsonl", [{"question": "q", "choices": ["a", "b"], "answer": 0}])
+    write_jsonl(tmp_path / "gpqa_diamond.jsonl", gpqa_rows()[:2])
+    loaded = load_benchmarks("paper", tmp_path)
+    assert [benchmark.name for benchmark in loaded] == PAPER_SEVEN
+    assert [len(benchmark.problems) for benchmark in loaded] == [1, 2, 1, 2, 3, 1, 3]
+    (tmp_path / "aime23.jsonl").unlink()
+    with pytest.raises(UsageError, match=r"benchmark file not found: .*aime23\.jsonl"):
+        load_benchmarks("paper", tmp_path)
+
+
+class FakeHub:
+    """`datasets.load_dataset` stand-in: records each (path, config, split) asked for and
+    returns the rows given for it."""
+
+    def __init__(self, rows: dict[tuple[str, str | None, str], list[dict]]) -> None:
+        self.rows = rows
+        self.calls: list[tuple[str, str | None, str]] = []
+
+    def __call__(self, path: str, config: str | None = None, split: str | None = None) -> list:
+        self.calls.append((path, config, split))
+        return self.rows[(path, config, split)]
+
+
+def test_new_paper_benchmarks_load_from_their_hub_sources(monkeypatch):
+    import datasets
+
+    import ict.data.benchmarks as benchmarks
+
+    csv_rows = [{"ID": f"{year}-{part}-{number}", "Year": year, "Problem Number": number,
+                 "Question": f"AIME {year} {part} problem {number}", "Answer": number * 7, "Part": part}
+                for year in (2022, 2023, 2024) for part in ("I", "II") for number in (1, 2)]
+    gpqa = gpqa_rows()[:3]
+    hub = FakeHub({
+        ("di-zhang-fdu/AIME_1983_2024", None, "train"): csv_rows,
+        ("opencompass/AIME2025", "AIME2025-I", "test"): [{"question": "I-1", "answer": "70"}],
+        ("opencompass/AIME2025", "AIME2025-II", "test"): [{"question": "II-1", "answer": "588"}],
+        ("Idavidrein/gpqa", "gpqa_diamond", "train"): gpqa,
+    })
+    monkeypatch.setattr(benchmarks, "hub_reachable", lambda: True)
+    monkeypatch.setattr(datasets, "load_dataset", hub)
+    aime23 = load_benchmark("aime23")
+    assert [p.problem_id for p in aime23.problems] == ["2023-I-1", "2023-I-2", "2023-II-1",
+                                                       "2023-II-2"]
+    assert [p.answer for p in aime23.problems] == ["7", "14", "7", "14"]
+    assert aime23.source == "hub:di-zhang-fdu/AIME_1983_2024:train"
+    aime25 = load_benchmark("aime25")
+    assert [(p.question, p.answer) for p in aime25.problems] == [("I-1", "70"), ("II-1", "588")]
+    gpqa_problems = load_benchmark("gpqa_diamond").problems
+    assert [(p.choices, p.answer) for p in gpqa_problems] == [expected_gpqa(row) for row in gpqa]
+    assert hub.calls == [("di-zhang-fdu/AIME_1983_2024", None, "train"),
+                         ("opencompass/AIME2025", "AIME2025-I", "test"),
+                         ("opencompass/AIME2025", "AIME2025-II", "test"),
+                         ("Idavidrein/gpqa", "gpqa_diamond", "train")]
+
+
+def test_gated_gpqa_is_one_clear_error(monkeypatch):
+    import datasets
+
+    import ict.data.benchmarks as benchmarks
+
+    def gated(*args, **kwargs):
+        raise ConnectionError("Dataset 'Idavidrein/gpqa' is a gated dataset on the Hub. You must "
+                              "be authenticated to access it.\nmore detail on a second line")
+
+    monkeypatch.setattr(benchmarks, "hub_reachable", lambda: True)
+    monkeypatch.setattr(datasets, "load_dataset", gated)
+    with pytest.raises(UsageError) as caught:
+        load_benchmark("gpqa_diamond")
+    message = str(caught.value)
+    assert "\n" not in message and "second line" not in message
+    assert "Idavidrein/gpqa/gpqa_diamond, split train" in message and "gated" in message
+    assert "--data-dir DIR holding gpqa_diamond.jsonl" in message
+
+
+@pytest.mark.parametrize("name,hub_id", [("gpqa_diamond", "Idavidrein/gpqa"),
+                                         ("aime23", "di-zhang-fdu/AIME_1983_2024"),
+                                         ("aime25", "opencompass/AIME2025")])
+def test_new_paper_benchmarks_offline_is_one_clear_error(monkeypatch, name, hub_id):
+    import datasets.config
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_DATASETS_CACHE", "/nonexistent-ict-test-cache")
+    with pytest.raises(UsageError) as caught:
+        load_benchmark(name)
+    message = str(caught.value)
+    assert "\n" not in message and hub_id in message
+    assert f"--data-dir DIR holding {name}.jsonl" in message

@@ -297,3 +297,88 @@ def test_a_run_still_training_is_listed_not_averaged(tmp_path):
     assert [row["method"] for row in csv.DictReader(open(tmp_path / "cmp" / "training_end.csv"))] == ["grpo"]
     summary = json.loads((tmp_path / "cmp" / "summary.json").read_text())
     assert summary["in_progress"] == ["stapo/seed0 (2 of 30 steps)"]
+
+
+def test_ict_metric_and_complement_specs_build_configs():
+    """`ict compare --methods` accepts the ablations' options (generic over selector options):
+    each spec becomes a training config whose selector asks for the keyed score; nothing trains."""
+    from ict.analysis.compare import method_overrides, parse_methods
+    from ict.core.errors import UsageError
+    from ict.core.selectors import required_js_references
+    from ict.training.config import build_config
+
+    specs = parse_methods("ict:metric=kl,ict:metric=wasserstein,ict:complement=true,ratio=0.1")
+    assert [spec.label for spec in specs] == ["ict-metric=kl", "ict-metric=wasserstein",
+                                              "ict-complement=true-ratio=0.1"]
+    assert method_overrides(specs[0]) == {"method": "ict", "selector.metric": "kl"}
+    assert method_overrides(specs[2]) == {"method": "ict", "selector.complement": "true",
+                                          "selector.ratio": "0.1"}
+    configs = [build_config(None, {}, method_overrides(spec)) for spec in specs]
+    assert [(config.selector["metric"], config.selector["complement"]) for config in configs] == [
+        ("kl", False), ("wasserstein", False), ("js", True)]
+    reference = configs[0].selector["reference"]
+    assert [required_js_references("ict", config.selector) for config in configs] == [
+        (f"{reference}:kl",), (f"{reference}:wasserstein",), (reference,)]
+    with pytest.raises(UsageError, match="unknown score metric"):
+        build_config(None, {}, method_overrides(parse_methods("ict:metric=tv")[0]))
+
+
+def test_the_paper_figures_and_top_tokens_in_the_report(tmp_path):
+    """Hand-written metrics lines with the paper's figures and the top-token lists: the report's
+    figures table holds each seed's mean over its steps (finite values only: a null ratio, an
+    infinite one in the trainer, is left out), then the mean over seeds; the top tokens are the
+    per-step lists summed over steps and seeds; the curves gain the figures' panels."""
+    from ict.analysis.compare import CompareConfig, write_report
+    from ict.analysis.plots import panels_with_data, read_metrics
+
+    def make_run(seed: int, lines: list[dict]) -> Path:
+        run = tmp_path / "cmp" / "runs" / "ict" / f"seed{seed}"
+        run.mkdir(parents=True)
+        (run / "metrics.jsonl").write_text("".join(json.dumps({"step": step, "reward_mean": 0.5, **line}) + "\n"
+                                                   for step, line in enumerate(lines, start=1)))
+        return run
+
+    base = {"above_beta_fraction": 0.5, "above_beta_fraction_selected": 0.25, "sample_completion": "text"}
+    run0 = make_run(0, [
+        {**base, "selected_token_prob_mean": 0.2, "all_token_prob_mean": 0.6, "selected_token_prob_std": 0.1,
+         "all_token_prob_std": 0.3, "selected_high_low_entropy_ratio": 1.0, "score_knee_fraction": 0.1,
+         "score_knee_share": 0.5, "top_selected_tokens": [["7", 3], [" the", 1]],
+         "top_unselected_tokens": [["|", 4]]},
+        {**base, "selected_token_prob_mean": 0.4, "all_token_prob_mean": 0.6, "selected_token_prob_std": 0.3,
+         "all_token_prob_std": 0.3, "selected_high_low_entropy_ratio": None, "score_knee_fraction": 0.3,
+         "score_knee_share": 1.0, "top_selected_tokens": [[" the", 5]], "top_unselected_tokens": []},
+    ])
+    make_run(1, [{**base, "selected_token_prob_mean": 0.1, "all_token_prob_mean": 0.5,
+                  "selected_token_prob_std": 0.06, "all_token_prob_std": 0.2,
+                  "selected_high_low_entropy_ratio": 0.5, "score_knee_fraction": 0.2, "score_knee_share": 0.25,
+                  "top_selected_tokens": [["7", 1]], "top_unselected_tokens": [["|", 1], ["x", 1]]}])
+    report = write_report(CompareConfig(methods=[], seeds=[0, 1], output_dir=tmp_path / "cmp",
+                                        bootstrap_resamples=10)).read_text()
+    header = next(line for line in report.splitlines() if line.startswith("| method | seeds | p(a*) mean"))
+    assert header.split(" | ")[2:] == ["p(a*) mean (probability)", "p(a*) std (probability)",
+                                       "high:low entropy (ratio of counts, median split)",
+                                       "p(a*) > beta (fraction of tokens)", "score knee (rank / L of the sorted score)",
+                                       "responses with a knee (fraction of responses) |"]
+    assert "| paper (arXiv 2606.19771) | - | 0.18 | 0.09 | 1.03 (GSM8K), 0.99 (MATH) | - | ~0.10 | - |" in report
+    row = [line for line in report.splitlines() if line.startswith("| ict | 2 |")][2]
+    # seed 0: means over its 2 steps, seed 1: its one step; then the mean of the two seeds
+    p_mean = ((0.2 + 0.4) / 2 + 0.1) / 2          # 0.2
+    p_all = (0.6 + 0.5) / 2                       # 0.55
+    std = ((0.1 + 0.3) / 2 + 0.06) / 2            # 0.13
+    std_all = (0.3 + 0.2) / 2                     # 0.25
+    ratio = (1.0 + 0.5) / 2                       # seed 0 has one finite ratio (1.0)
+    knee = ((0.1 + 0.3) / 2 + 0.2) / 2            # 0.2
+    share = ((0.5 + 1.0) / 2 + 0.25) / 2          # 0.5
+    assert row == (f"| ict | 2 | {p_mean:.2f} ({p_all:.2f}) | {std:.2f} ({std_all:.2f}) | {ratio:.2f} | "
+                   f"0.25 (0.50) | {knee:.2f} | {share:.2f} |")
+    # top tokens: " the" 1 + 5, "7" 3 + 1; unselected "|" 4 + 1, "x" 1 (the pipe escaped for markdown)
+    assert "| ict | `' the'` x6, `'7'` x4 | `'\\|'` x5, `'x'` x1 |" in report
+    row = next(csv.DictReader(open(tmp_path / "cmp" / "training_end.csv")))
+    assert float(row["selected_token_prob_mean"]) == pytest.approx(0.3)
+    assert float(row["selected_high_low_entropy_ratio"]) == pytest.approx(1.0)
+    summary = json.loads((tmp_path / "cmp" / "summary.json").read_text())
+    assert summary["top_tokens"]["ict"]["selected"] == [[" the", 6], ["7", 4]]
+    titles = [panel[0] for panel in panels_with_data({"ict": [read_metrics(run0)]})]
+    assert titles == ["Reward", "Regime: p(token) > beta", "Paper: p(a*) mean", "Paper: p(a*) std",
+                      "Paper: high:low entropy", "Paper: score knee", "Paper: responses with a knee"]
+    assert (tmp_path / "cmp" / "curves.png").stat().st_size > 5_000

@@ -20,7 +20,7 @@ def test_regime_fractions_on_hand_built_distributions():
     tokens = torch.tensor([[0, 1, 2], [2, 0, 1]])  # sampled: 0.7, 0.2, 0.1 | 0.5, 0.25, 0.25
     response = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool)
     selected = torch.tensor([[1, 0, 0], [0, 1, 0]], dtype=torch.bool)
-    stats = token_statistics(logits, tokens, response)
+    stats = token_statistics(logits, tokens, response, temperature=1.0)
     out = token_diagnostics(stats, response, selected, advantages=torch.tensor([1.0, -1.0]))
     sampled = [(0.7, 0.54), (0.2, 0.54), (0.1, 0.54), (0.5, 0.375), (0.25, 0.375)]
     assert out["above_beta_fraction"] == pytest.approx(2 / 5)  # 0.7 > 0.54 and 0.5 > 0.375
@@ -34,7 +34,8 @@ def test_regime_fractions_on_hand_built_distributions():
 
 def test_entropy_split_against_the_median():
     entropy = torch.tensor([[0.1, 0.9, 0.5, 0.3], [0.8, 0.2, 0.7, 0.4]])
-    stats = token_statistics(torch.zeros(2, 4, 3), torch.zeros(2, 4, dtype=torch.long), torch.ones(2, 4, dtype=torch.bool))
+    stats = token_statistics(torch.zeros(2, 4, 3), torch.zeros(2, 4, dtype=torch.long), torch.ones(2, 4, dtype=torch.bool),
+                             temperature=1.0)
     stats.entropy = entropy
     response = torch.ones(2, 4, dtype=torch.bool)
     selected = torch.tensor([[0, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
@@ -49,7 +50,7 @@ def test_jaccard_with_the_reference_selections():
     logits = torch.randn(4, 10, 7, generator=generator) * 2
     tokens = torch.randint(0, 7, (4, 10), generator=generator)
     response = torch.ones(4, 10, dtype=torch.bool)
-    stats = token_statistics(logits, tokens, response, js_references=(ICT_DEFAULT_REFERENCE,),
+    stats = token_statistics(logits, tokens, response, temperature=1.0, js_references=(ICT_DEFAULT_REFERENCE,),
                              group_ids=torch.tensor([0, 0, 1, 1]))
     entropy_order = sorted(range(40), key=lambda i: (-float(stats.entropy.flatten()[i]), i))
     top_entropy = torch.zeros(40, dtype=torch.bool)
@@ -77,12 +78,20 @@ def test_masks_on_cpu_with_statistics_on_the_gpu():
     selected = torch.rand(4, 6, generator=generator) > 0.5
     advantages = torch.tensor([1.0, -1.0, 0.5, -0.5])
     group_ids = torch.tensor([0, 0, 1, 1])
-    on_cpu = token_diagnostics(token_statistics(logits, tokens, response, js_references=("group_mean",),
+    on_cpu = token_diagnostics(token_statistics(logits, tokens, response, 1.0, js_references=("group_mean",),
                                                 group_ids=group_ids), response, selected, advantages)
-    on_gpu = token_diagnostics(token_statistics(logits.cuda(), tokens.cuda(), response.cuda(),
+    on_gpu = token_diagnostics(token_statistics(logits.cuda(), tokens.cuda(), response.cuda(), 1.0,
                                                 js_references=("group_mean",), group_ids=group_ids.cuda()),
                                response, selected, advantages)
     assert on_gpu == pytest.approx(on_cpu, abs=1e-5, nan_ok=True)
+    from ict.core.diagnostics import paper_figures
+
+    figures_cpu = paper_figures(token_statistics(logits, tokens, response, 1.0, js_references=("group_mean",),
+                                                 group_ids=group_ids), response, selected, reference="group_mean")
+    figures_gpu = paper_figures(token_statistics(logits.cuda(), tokens.cuda(), response.cuda(), 1.0,
+                                                 js_references=("group_mean",), group_ids=group_ids.cuda()),
+                                response, selected, reference="group_mean")
+    assert figures_gpu == pytest.approx(figures_cpu, abs=1e-5, nan_ok=True)
 
 
 def test_selection_anatomy_on_hand_built_masks():
@@ -114,3 +123,182 @@ def test_selection_anatomy_on_hand_built_masks():
     assert math.isnan(out["selected_tie_fraction"])
     empty = selection_anatomy(torch.zeros_like(selected), response, groups)
     assert math.isnan(empty["selected_relative_position"]) and empty["all_relative_position"] > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The paper's figures (p(a*), high:low entropy, knee), top tokens, aligned share
+
+
+def _stats_with(entropy: torch.Tensor, probabilities: torch.Tensor, scores: torch.Tensor | None = None):
+    """Statistics whose sampled-token probabilities, entropies and ICT scores are set by hand."""
+    from ict.core.diagnostics import ict_default_reference
+    from ict.core.stats import TokenStatistics
+
+    js = {} if scores is None else {ict_default_reference(): scores}
+    return TokenStatistics(probabilities.log(), entropy, torch.zeros_like(entropy), js)
+
+
+def test_selected_token_probability_and_entropy_ratio_by_hand():
+    from ict.core.diagnostics import PAPER_FIGURE_KEYS, paper_figures
+
+    probabilities = torch.tensor([[0.1, 0.3, 0.5, 0.9], [0.2, 0.6, 0.4, 1.0]])
+    entropy = torch.tensor([[0.1, 0.9, 0.5, 0.3], [0.8, 0.2, 0.7, 0.4]])
+    response = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.bool)
+    selected = torch.tensor([[1, 1, 0, 1], [1, 1, 0, 1]], dtype=torch.bool)  # (1, 3) is not a response token
+    out = paper_figures(_stats_with(entropy, probabilities), response, selected)
+    assert set(out) == set(PAPER_FIGURE_KEYS)
+    # selected p: 0.1, 0.3, 0.9, 0.2, 0.6 -> mean 0.42; population variance
+    # ((-.32)^2 + (-.12)^2 + .48^2 + (-.22)^2 + .18^2) / 5 = (.1024 + .0144 + .2304 + .0484 + .0324) / 5 = .0856
+    assert out["selected_token_prob_mean"] == pytest.approx(0.42)
+    assert out["selected_token_prob_std"] == pytest.approx(math.sqrt(0.0856))
+    # all 7 response tokens: 0.1 .3 .5 .9 .2 .6 .4 -> mean 3.0 / 7
+    mean = 3.0 / 7
+    values = [0.1, 0.3, 0.5, 0.9, 0.2, 0.6, 0.4]
+    assert out["all_token_prob_mean"] == pytest.approx(mean)
+    assert out["all_token_prob_std"] == pytest.approx(math.sqrt(sum((v - mean) ** 2 for v in values) / 7))
+    # median of the 7 response entropies .1 .2 .3 .5 .7 .8 .9 -> 0.5; selected entropies
+    # .1 .9 .3 | .8 .2: above 0.5 -> .9, .8 (2); at or below -> .1, .3, .2 (3)
+    assert out["selected_high_low_entropy_ratio"] == pytest.approx(2 / 3)
+    # beta = exp(-H2) = 1 here (renyi2 = 0): p > 1 never
+    assert out["above_beta_fraction_selected"] == 0.0
+    only_high = paper_figures(_stats_with(entropy, probabilities), response,
+                              torch.tensor([[0, 1, 0, 0], [1, 0, 0, 0]], dtype=torch.bool))
+    assert only_high["selected_high_low_entropy_ratio"] == math.inf
+    assert only_high["selected_token_prob_std"] == pytest.approx(0.05)  # p 0.3 and 0.2
+    nothing = paper_figures(_stats_with(entropy, probabilities), response, torch.zeros_like(response))
+    assert math.isnan(nothing["selected_high_low_entropy_ratio"]) and math.isnan(nothing["selected_token_prob_mean"])
+    assert math.isnan(nothing["score_knee_fraction"])  # no ICT scores given
+
+
+def _perpendicular_knee(values: list[float]) -> float:
+    """Independent Kneedle: the point of a descending curve farthest below the straight line from
+    its first to its last point, by the perpendicular distance (cross product), on raw scores
+    with x = rank / L rescaled to [0, 1] in both axes."""
+    ordered = sorted(values, reverse=True)
+    n = len(ordered)
+    points = [((r - 1) / (n - 1), (s - ordered[-1]) / (ordered[0] - ordered[-1])) for r, s in enumerate(ordered, 1)]
+    (x0, y0), (x1, y1) = points[0], points[-1]
+    norm = math.hypot(x1 - x0, y1 - y0)
+    # signed distance, positive below the line (the line runs from top left to bottom right)
+    distance = [((x1 - x0) * (y0 - y) - (y1 - y0) * (x0 - x)) / norm for x, y in points]
+    best = max(range(n), key=lambda i: (distance[i], -i))
+    return (best + 1) / n
+
+
+def test_score_knee_of_piecewise_linear_curves():
+    from ict.core.diagnostics import paper_figures, score_knees
+
+    t = 20
+    # Row 0, L = 20: 1 -> 0.1 linearly over ranks 1..3, then 0.1 -> 0 over ranks 3..20. Below the
+    # chord c_r = 1 - (r - 1) / 19 by: r = 2: 0.947 - 0.55 = 0.397; r = 3: 0.895 - 0.1 = 0.795;
+    # r = 4: 0.842 - 0.094 = 0.748 -> the knee is rank 3, x = 3 / 20 = 0.15.
+    row0 = [1.0, 0.55, 0.1] + [0.1 * (20 - r) / 17 for r in range(4, 21)]
+    # Row 1, L = 10: 1, then 0.2 -> 0 linearly over ranks 2..10; c_r = 1 - (r - 1) / 9:
+    # r = 2: 0.889 - 0.2 = 0.689, r = 3: 0.778 - 0.175 = 0.603 -> rank 2, x = 0.2.
+    row1 = [1.0] + [0.2 * (10 - r) / 8 for r in range(2, 11)]
+    # Row 2, L = 6: a plateau that drops at its end (saturation): concave, nowhere below the chord.
+    row2 = [0.6, 0.6, 0.6, 0.6, 0.54, 0.0]
+    # Row 3, L = 2: too short.
+    row3 = [0.3, 0.1]
+    rows = [row0, row1, row2, row3]
+    scores = torch.zeros(4, t)
+    response = torch.zeros(4, t, dtype=torch.bool)
+    generator = torch.Generator().manual_seed(0)
+    for index, row in enumerate(rows):
+        shuffled = torch.tensor(row)[torch.randperm(len(row), generator=generator)]  # unsorted in time
+        scores[index, : len(row)] = shuffled
+        response[index, : len(row)] = True
+    knees = score_knees(scores, response)
+    assert knees[0].item() == pytest.approx(0.15) and knees[1].item() == pytest.approx(0.2)
+    assert math.isnan(knees[2].item()) and math.isnan(knees[3].item())
+    assert _perpendicular_knee(row0) == pytest.approx(0.15) and _perpendicular_knee(row1) == pytest.approx(0.2)
+    out = paper_figures(_stats_with(torch.rand(4, t, generator=generator), torch.full((4, t), 0.5), scores),
+                        response, response)
+    assert out["score_knee_fraction"] == pytest.approx((0.15 + 0.2) / 2)
+    assert out["score_knee_share"] == pytest.approx(2 / 3)  # rows 0, 1 of the three with L >= 3
+
+
+def test_score_knee_of_random_curves_matches_the_perpendicular_distance():
+    from ict.core.diagnostics import score_knees
+
+    generator = torch.Generator().manual_seed(3)
+    scores = torch.rand(6, 30, generator=generator) ** 4  # convex-ish: many small, few large
+    lengths = [30, 25, 12, 7, 4, 3]
+    response = torch.arange(30)[None, :] < torch.tensor(lengths)[:, None]
+    knees = score_knees(scores, response)
+    for index, length in enumerate(lengths):
+        expected = _perpendicular_knee(scores[index, :length].double().tolist())
+        assert knees[index].item() == pytest.approx(expected), index
+
+
+def test_top_token_counts_by_hand():
+    from ict.core.diagnostics import top_token_counts
+
+    token_ids = torch.tensor([[5, 7, 5, 9, 1], [7, 7, 3, 5, 2]])
+    response = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    selected = torch.tensor([[1, 1, 1, 0, 1], [0, 1, 0, 1, 0]], dtype=torch.bool)  # (0, 4) not a response token
+    out = top_token_counts(token_ids, response, selected, k=2)
+    # selected: 5, 7, 5 | 7, 5 -> 5 x3, 7 x2; unselected: 9 | 7, 3, 2 -> each once: ids ascending
+    assert out == {"selected": [(5, 3), (7, 2)], "unselected": [(2, 1), (3, 1)]}
+
+
+def test_aligned_share_by_hand():
+    from ict.core.diagnostics import aligned_share
+
+    token_ids = torch.tensor([
+        [1, 2, 3, 4, 5, 0],   # group 0: rows 0, 1 agree on 3 tokens, then differ -> D = 3
+        [1, 2, 3, 9, 9, 9],
+        [4, 4, 0, 0, 0, 0],   # group 1: row 2 ends after 2 identical tokens -> D = 2
+        [4, 4, 4, 0, 0, 0],
+        [8, 0, 0, 0, 0, 0],   # group 2: differ at once -> D = 0
+        [7, 0, 0, 0, 0, 0],
+    ])
+    lengths = torch.tensor([5, 6, 2, 3, 1, 1])
+    response = torch.arange(6)[None, :] < lengths[:, None]
+    shares = [3 / 5, 3 / 6, 2 / 2, 2 / 3, 0.0, 0.0]
+    assert aligned_share(token_ids, response, torch.tensor([0, 0, 1, 1, 2, 2])) == pytest.approx(sum(shares) / 6)
+
+
+def test_a_tiny_run_logs_the_paper_figures_and_top_tokens(tiny_model_dir, arithmetic_task, tmp_path, one_thread):
+    """One ICT step on the tiny model: the metrics line holds every new key; the top-token lists
+    are [string, count] pairs whose counts add up to at most the selected / unselected tokens."""
+    import json
+
+    from ict.core.diagnostics import PAPER_FIGURE_KEYS, TOP_TOKEN_KEYS
+    from ict.training.config import TrainConfig
+    from ict.training.trainer import train
+
+    run = tmp_path / "run"
+    train(TrainConfig(model=str(tiny_model_dir), dataset=str(arithmetic_task), reward="last_number",
+                      method="ict", num_steps=1, prompts_per_step=2, num_generations=4, max_new_tokens=8,
+                      micro_batch_size=8, run_dir=str(run), progress=False, tensorboard=True, seed=1,
+                      full_token_warmup_steps=0))
+    line = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    assert set(PAPER_FIGURE_KEYS) <= set(line) and set(TOP_TOKEN_KEYS.values()) <= set(line)
+    assert 0.0 < line["selected_token_prob_mean"] <= 1.0 and 0.0 < line["all_token_prob_mean"] <= 1.0
+    assert line["score_knee_fraction"] is None or 0.0 < line["score_knee_fraction"] <= 1.0
+    tokens = round(line["response_length_mean"] * 8)
+    selected = sum(count for _, count in line["top_selected_tokens"])
+    unselected = sum(count for _, count in line["top_unselected_tokens"])
+    assert all(isinstance(text, str) and count >= 1 for text, count in
+               line["top_selected_tokens"] + line["top_unselected_tokens"])
+    assert 1 <= len(line["top_selected_tokens"]) <= 10 and selected + unselected <= tokens
+    assert selected <= 0.1 * tokens + 8  # at most ceil(0.1 L) of each of the 8 responses
+
+
+def test_token_agreement_by_hand():
+    from ict.core.diagnostics import token_agreement
+
+    token_ids = torch.tensor([
+        [1, 2, 3, 0],   # group 0 (3 rows)
+        [1, 2, 4, 5],
+        [7, 2, 3, 0],
+        [6, 6, 0, 0],   # group 1 (2 rows): row 4 alone at t = 1
+        [6, 0, 0, 0],
+    ])
+    lengths = torch.tensor([3, 4, 3, 2, 1])
+    response = torch.arange(4)[None, :] < lengths[:, None]
+    # group 0, t = 0: ids 1, 1, 7 -> 1/2, 1/2, 0; t = 1: all 2 -> 1, 1, 1; t = 2: 3, 4, 3 -> 1/2, 0, 1/2;
+    # t = 3: row 1 alone -> left out. Group 1, t = 0: 6, 6 -> 1, 1; t = 1: row 3 alone -> left out.
+    shares = [0.5, 0.5, 0.0, 1.0, 1.0, 1.0, 0.5, 0.0, 0.5, 1.0, 1.0]
+    assert token_agreement(token_ids, response, torch.tensor([0, 0, 0, 1, 1])) == pytest.approx(sum(shares) / 11)

@@ -1,5 +1,6 @@
 """SIGKILL a real `ict eval` process mid-run and restart it: finished problems are not generated
-again, none is counted twice, and the results equal an uninterrupted evaluation's."""
+again, none is counted twice, and the results equal an uninterrupted evaluation's; with one
+sampling seed and with several (`--seeds`: no seed's samples mixed into another's)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,10 +25,10 @@ def write_gsm8k(directory: Path, size: int = 24) -> Path:
     return directory
 
 
-def eval_command(model: Path, data: Path, out: Path) -> list[str]:
+def eval_command(model: Path, data: Path, out: Path, extra: tuple[str, ...] = ()) -> list[str]:
     return [sys.executable, "-m", "ict", "eval", "--model", str(model), "--benchmarks", "gsm8k", "--data-dir",
             str(data), "--n", "2", "--k", "1,2", "--max-new-tokens", "6", "--batch-size", "2", "--device", "cpu",
-            "--output-dir", str(out), "--quiet", "--threads", "1"]
+            "--output-dir", str(out), "--quiet", "--threads", "1", *extra]
 
 
 def environment() -> dict[str, str]:
@@ -34,22 +37,33 @@ def environment() -> dict[str, str]:
 
 
 def sample_records(out: Path) -> list[dict]:
+    """The complete records of samples.jsonl; a line being written (or torn by the kill) is left
+    out, as the resume does."""
     path = out / "samples.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
 
 
-def test_killed_evaluation_resumes_without_redoing_or_double_counting(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("seeds", [(0,), (0, 1)], ids=["one-seed", "two-seeds"])
+def test_killed_evaluation_resumes_without_redoing_or_double_counting(tiny_model_dir, tmp_path, seeds):
     data = write_gsm8k(tmp_path / "data")
     reference = tmp_path / "reference"
-    done = subprocess.run(eval_command(tiny_model_dir, data, reference), env=environment(), capture_output=True,
-                          text=True, timeout=600)
+    extra = () if len(seeds) == 1 else ("--seeds", ",".join(map(str, seeds)))
+    total = 24 * 2 * len(seeds)  # problems x n x seeds
+    done = subprocess.run(eval_command(tiny_model_dir, data, reference, extra), env=environment(),
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     expected = json.loads((reference / "results.json").read_text())
 
     out = tmp_path / "killed"
-    process = subprocess.Popen(eval_command(tiny_model_dir, data, out), env=environment(),
+    process = subprocess.Popen(eval_command(tiny_model_dir, data, out, extra), env=environment(),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 600
     while len(sample_records(out)) < 8 and process.poll() is None and time.monotonic() < deadline:
@@ -57,17 +71,19 @@ def test_killed_evaluation_resumes_without_redoing_or_double_counting(tiny_model
     assert process.poll() is None, "the evaluation finished before it could be killed"
     process.send_signal(signal.SIGKILL)
     process.wait()
-    before = {(r["benchmark"], r["index"], r["sample"]): r["completion"] for r in sample_records(out)}
-    assert 0 < len(before) < 48 and not (out / "results.json").exists()
+    before = {(r["benchmark"], r["index"], r["seed"], r["sample"]): r["completion"]
+              for r in sample_records(out)}
+    assert 0 < len(before) < total and not (out / "results.json").exists()
 
-    finish = subprocess.run(eval_command(tiny_model_dir, data, out), env=environment(), capture_output=True,
-                            text=True, timeout=600)
+    finish = subprocess.run(eval_command(tiny_model_dir, data, out, extra), env=environment(),
+                            capture_output=True, text=True, timeout=600)
     assert finish.returncode == 0, finish.stderr[-2000:]
     records = sample_records(out)
-    keys = [(r["benchmark"], r["index"], r["sample"]) for r in records]
-    assert len(keys) == len(set(keys)) == 24 * 2  # every problem once per sample, none twice
+    keys = [(r["benchmark"], r["index"], r["seed"], r["sample"]) for r in records]
+    assert len(keys) == len(set(keys)) == total  # every problem once per seed and sample, none twice
+    assert {r["seed"] for r in records} == set(seeds)
     after = dict(zip(keys, (r["completion"] for r in records), strict=True))
-    finished_before = {key for key in before if sum(k[1] == key[1] for k in before) == 2}
-    assert all(after[key] == before[key] for key in finished_before)  # finished problems kept as they were
+    finished_before = {key for key in before if sum(k[1:3] == key[1:3] for k in before) == 2}
+    assert all(after[key] == before[key] for key in finished_before)  # finished units kept as they were
     resumed = json.loads((out / "results.json").read_text())
     assert resumed["benchmarks"] == expected["benchmarks"]

@@ -45,7 +45,7 @@ def grouped_batch(vocab: int, group_sizes=(3, 1, 4), seed: int = 0) -> RolloutBa
 def log_probs_and_grads(model, batch, forward):
     model.zero_grad(set_to_none=True)
     logits = forward(model, batch)
-    stats = token_statistics(logits, batch.response_ids, batch.response_mask)
+    stats = token_statistics(logits, batch.response_ids, batch.response_mask, temperature=1.0)
     weights = torch.linspace(-1.0, 1.0, stats.log_probs.numel()).view_as(stats.log_probs)
     (stats.log_probs * weights).sum().backward()
     grads = {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}

@@ -19,7 +19,7 @@ from ict.training.forward import (
     shared_prompt_response_outputs,
 )
 from ict.training.models import linear_lm_head
-from ict.training.step import ReferencePolicy, accumulate_gradients
+from ict.training.step import Method, ReferencePolicy, StepContext, accumulate_gradients
 
 
 def tiny_model(vocab: int, seed: int, bias: bool = False):
@@ -58,10 +58,13 @@ def test_hidden_times_the_head_is_the_logits_on_both_paths(group_sizes, bias, ti
 
 def _step(model, batch, advantages, statistics_from, **kwargs):
     model.zero_grad(set_to_none=True)
-    result = accumulate_gradients(model, batch, advantages, None, "ict",
-                                  {"reference": "group_mean", "ratio": 0.3},
-                                  kwargs.pop("loss_config", PolicyLossConfig()), temperature=0.7,
-                                  group_size=4, statistics_from=statistics_from, **kwargs)
+    context = StepContext(kwargs.pop("loss_config", PolicyLossConfig()), 0.7,
+                          reference=kwargs.pop("reference", None),
+                          shared_prompt=kwargs.pop("shared_prompt", True),
+                          statistics_from=statistics_from)
+    method = Method.of("ict", {"reference": "group_mean", "ratio": 0.3, "scope": "batch"})
+    result = accumulate_gradients(model, batch, advantages, None, method, context, group_size=4,
+                                  **kwargs)
     grads = {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
     return result, grads
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import subprocess
@@ -83,3 +84,59 @@ def test_each_selection_shows_its_anatomy(tiny_model_dir, tmp_path, capsys):
                     f"end tokens {selected[2]:.2f} (all {everything[2]:.2f}), decided by a tie ")
         assert expected in printed and expected in page
     assert re.search(r"stapo: .*decided by a tie 0\.00", printed)  # STAPO ranks nothing
+
+
+def test_paper_figures_of_the_ict_selection_match_an_independent_forward(tiny_model_dir, tmp_path, capsys):
+    """The printed p(a*) mean/std, high:low entropy ratio and p(a*) > beta share of ICT's marks,
+    recomputed here from one plain forward pass per completion (no padding, no batching): p =
+    softmax(logits / T), p(a*) its sampled entry, H = -sum p log p, beta = sum p^2; the median is
+    that of all response tokens' entropies (the lower middle value)."""
+    import json
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    prompt = "what is 1 + 2 ?"
+    completions = ["the sum is 3", "so 1 + 2 = 3 .", "the answer is 3 and so", "what is the sum ? 3 3"]
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps({"prompt": prompt, "completion": c}) + "\n" for c in completions))
+    page = tmp_path / "view.html"
+    assert main(["inspect", "--model", str(tiny_model_dir), "--samples", str(samples), "--temperature", "0.8",
+                 "--color", "js", "--html", str(page)]) == 0
+    printed = capsys.readouterr().out
+    marks = [[("ict" in classes.split()) for classes in re.findall(r"<span class='tok([^']*)'", block)]
+             for block in page.read_text().split("<div class='prompt'>")[1:]]
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                         add_generation_prompt=True)
+    prompt_ids = tokenizer(chat, add_special_tokens=False)["input_ids"]
+    sampled, entropy, beta, selected = [], [], [], []
+    for completion, flags in zip(completions, marks, strict=True):
+        ids = tokenizer.encode(completion, add_special_tokens=False)
+        assert len(ids) == len(flags)
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt_ids + ids])).logits[0].double()
+        for t, token in enumerate(ids):
+            p = torch.softmax(logits[len(prompt_ids) - 1 + t] / 0.8, dim=-1)
+            sampled.append(float(p[token]))
+            entropy.append(float(-(p * p.log()).sum()))
+            beta.append(float((p * p).sum()))
+        selected += flags
+    median = sorted(entropy)[(len(entropy) - 1) // 2]
+    chosen = [i for i, flag in enumerate(selected) if flag]
+    mean = np.mean([sampled[i] for i in chosen])
+    std = np.std([sampled[i] for i in chosen])
+    high = sum(entropy[i] > median for i in chosen)
+    low = len(chosen) - high
+    above = np.mean([sampled[i] > beta[i] for i in chosen])
+    line = next(text for text in printed.splitlines() if text.strip().startswith("ict: p(a*) mean"))
+    numbers = dict(re.findall(r"(p\(a\*\) mean|p\(a\*\) std|high:low entropy|p\(a\*\) > beta) ([0-9.]+|inf)", line))
+    assert float(numbers["p(a*) mean"]) == pytest.approx(mean, abs=0.0051)
+    assert float(numbers["p(a*) std"]) == pytest.approx(std, abs=0.0051)
+    assert float(numbers["high:low entropy"]) == pytest.approx(high / low if low else math.inf, abs=0.0051)
+    assert float(numbers["p(a*) > beta"]) == pytest.approx(above, abs=0.0051)
+    assert "the paper: p(a*) mean 0.18, p(a*) std 0.09" in printed
+    assert re.search(r"sorted ICT score per response: score knee (0\.\d\d|1\.00|nan)", printed)
+    assert "ict leaves out most often:" in printed and "The paper's figures" in page.read_text()

@@ -22,6 +22,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from ict.core.selectors import SelectionInputs
+
 pytest.importorskip("trl")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -429,7 +431,7 @@ def _train_in_process(model_dir, out_dir, selector, model=None, prompts=None, st
     torch.manual_seed(0)
     options = dict(per_device_train_batch_size=4, num_generations=4, max_completion_length=8, max_steps=steps,
                    steps_per_generation=1, learning_rate=1e-2, report_to="none", use_cpu=True, bf16=False,
-                   logging_steps=1, save_strategy="no", temperature=1.0, seed=0)
+                   logging_steps=1, save_strategy="no", temperature=1.0, seed=0, full_token_warmup_steps=0)
     options.update(overrides)
     args = ICTGRPOConfig(output_dir=str(out_dir), token_selector=selector, **options)
     prompts = prompts or [f"what is {a} + {b} ?" for a in range(4) for b in range(2)]
@@ -479,7 +481,49 @@ def test_trl_default_ict_uses_the_absorbing_group_reference(tiny_model_dir, tmp_
                                         mask[own], groups[own], record["ids"][own])
     torch.testing.assert_close(record["stats"].js_scores["group_mean_absorbing"][own].double(),
                                reference, atol=1e-5, rtol=1e-3)
-    assert int(record["selected"].sum()) == math.ceil(0.25 * int(mask.sum()))
+    # the default scope is per response: ceil(0.25 L) of each completion, its highest scores
+    selected = record["selected"][own]
+    assert selected.sum(dim=1).tolist() == [math.ceil(round(0.25 * int(n), 9)) for n in lengths]
+    for row in range(selected.shape[0]):
+        chosen = reference[row][selected[row]]
+        others = reference[row][mask[own][row] & ~selected[row]]
+        if others.numel():
+            assert float(chosen.min()) >= float(others.max()) - 1e-5
+
+
+def test_trl_default_ict_is_the_papers_recipe(tiny_model_dir, tmp_path):
+    """`token_selector="ict"` is the paper's recipe in TRL: loss_type grpo (with
+    selection_denominator='ours', ict's seq_mean_token_mean: Sparse-GRPO) and a full-token
+    warm-up by TRL's global step; other methods keep TRL's dapo and no warm-up; explicit values win."""
+    from ict.core.selectors import select
+    from ict.integrations.trl import ICTGRPOConfig
+
+    common = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True, bf16=False)
+    default = ICTGRPOConfig(token_selector="ict", **common)
+    assert (default.loss_type, default.full_token_warmup_steps) == ("grpo", 10)
+    assert (ICTGRPOConfig(**common).loss_type, ICTGRPOConfig(**common).token_selector) == ("grpo", "ict")
+    for spec in ("entropy", "all", "ict:preset=batch"):
+        config = ICTGRPOConfig(token_selector=spec, **common)
+        assert (config.loss_type, config.full_token_warmup_steps) == ("dapo", 0), spec
+    explicit = ICTGRPOConfig(token_selector="ict", loss_type="bnpo", full_token_warmup_steps=3, **common)
+    assert (explicit.loss_type, explicit.full_token_warmup_steps) == ("bnpo", 3)
+    with pytest.raises(ValueError, match="is not a bool"):
+        ICTGRPOConfig(token_selector="ict:complement=flase", **common)
+    # one warm-up step (every token), then the library's selection on the same statistics
+    trainer, records = _train_in_process(tiny_model_dir, tmp_path / "run", "ict", steps=2,
+                                         full_token_warmup_steps=1)
+    assert trainer.loss_type == "grpo" and len(records) == 2
+    assert torch.equal(records[0]["selected"].bool(), records[0]["mask"].bool())
+    record = records[1]
+    inputs = SelectionInputs(stats=record["stats"], response_mask=record["mask"].bool(),
+                             advantages=record["advantages"], token_ids=record["ids"],
+                             group_ids=record["group_ids"])
+    expected = select("ict", inputs).mask
+    assert torch.equal(record["selected"].bool(), expected)
+    assert bool((expected.sum(dim=1) < record["mask"].sum(dim=1)).any())
+    fractions = [entry["ict/full_token_warmup"] for entry in trainer.state.log_history
+                 if "ict/full_token_warmup" in entry]
+    assert fractions == [1.0, 0.0]
 
 
 def test_trl_lora_hooks_the_backbone_trl_uses(tiny_model_dir, tmp_path):

@@ -11,6 +11,7 @@ agree to 1e-6.
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import warnings
@@ -97,6 +98,10 @@ class ToyLM(torch.nn.Module):
 
 
 def actor_config(spec: str, loss_agg_mode: str = "token-mean", **policy: object) -> FSDPActorConfig:
+    """verl's actor config with the policy loss "ict"; the loss follows verl's ``loss_agg_mode``
+    and has no full-token warm-up unless ``policy`` says otherwise (the method's defaults are
+    tested in test_the_method_defaults_reach_verl)."""
+    policy = {"ict_aggregation": "loss_agg_mode", "ict_full_token_warmup_steps": 0, **policy}
     return FSDPActorConfig(
         strategy="fsdp", rollout_n=GROUP, ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=6,
         clip_ratio_low=0.2, clip_ratio_high=0.28, loss_agg_mode=loss_agg_mode,
@@ -210,6 +215,7 @@ SELECTORS = [
     "ict:ratio=0.3",  # the default reference, group_mean_absorbing
     "ict:reference=group_mean,ratio=0.3",
     "ict:reference=group_mean,ratio=0.25,scope=sequence",
+    "ict:preset=batch,ratio=0.3",  # the batch-ranked recipe before the paper's
     "entropy:ratio=0.2",
     "stapo:tau_p=0.1,quantile=0.75",
     "kl_cov:ratio=0.2,kl_coef=1.0",
@@ -233,6 +239,31 @@ def test_verl_loss_equals_ict_policy_loss(spec: str, remove_padding: bool, v1: b
         assert not torch.allclose(expected, plain, atol=1e-4)
     if spec.startswith(("ict", "entropy")):  # a real subset was selected
         assert 0 < selection.mask.sum() < make_batch()["response_mask"].sum()
+
+
+@pytest.mark.parametrize("v1", [False, True], ids=["v0", "v1"])
+def test_the_method_defaults_reach_verl(v1: bool) -> None:
+    """ict's defaults (the paper's recipe) inside verl: with ``ict_selector`` left at "ict" and
+    no ``ict_*`` loss options, the loss is Sparse-GRPO (seq-mean-token-mean whatever verl's
+    ``loss_agg_mode``) and the first 10 training steps (the actor's LR-scheduler step) update
+    every response token; from step 10 the mask is the per-response top 10%."""
+    defaults = ict_verl.ICTPolicyLossConfig(loss_mode="ict")
+    assert defaults.ict_selector == "ict"
+    unset = {"ict_aggregation": None, "ict_full_token_warmup_steps": None}
+    response_tokens = float(make_batch()["response_mask"].sum())
+    for step in (0, 9):
+        loss, grad, metrics = verl_loss("ict", True, step=step, v1=v1, **unset)
+        expected, expected_grad, _ = reference_loss("all", "seq-mean-token-mean")
+        assert torch.allclose(loss, expected, atol=1e-6, rtol=0), step
+        assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0)
+        assert metrics["actor/ict_selected_fraction"].values == pytest.approx([1.0])
+    loss, grad, metrics = verl_loss("ict", True, step=10, v1=v1, **unset)
+    expected, expected_grad, selection = reference_loss("ict:scope=sequence,ratio=0.1", "seq-mean-token-mean")
+    assert torch.allclose(loss, expected, atol=1e-6, rtol=0)
+    assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0)
+    lengths = make_batch()["response_mask"].sum(-1)
+    assert int(selection.mask.sum()) == sum(math.ceil(round(0.1 * int(n), 9)) for n in lengths if n > 0)
+    assert metrics["actor/ict_selected_fraction"].values == pytest.approx([float(selection.mask.sum()) / response_tokens])
 
 
 @pytest.mark.parametrize("spec", ["random:ratio=0.3", "clip_cov:ratio=0.2,cov_low=-100,cov_high=100"])

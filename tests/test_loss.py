@@ -92,7 +92,7 @@ def test_kl_and_entropy_terms():
     logits = torch.randn(2, 5, 7, requires_grad=True)
     token_ids = torch.randint(0, 7, (2, 5))
     response = torch.ones(2, 5, dtype=torch.bool)
-    stats = token_statistics(logits, token_ids, response, differentiable_entropy=True)
+    stats = token_statistics(logits, token_ids, response, differentiable_entropy=True, temperature=1.0)
     reference = stats.log_probs.detach() + 0.3
     expected_k3 = math.exp(0.3) - 0.3 - 1
     config = PolicyLossConfig(kl_coef=0.5, entropy_coef=0.1)
@@ -100,7 +100,7 @@ def test_kl_and_entropy_terms():
     loss, metrics = policy_loss(stats, stats.log_probs.detach(), advantages, response, response, config, reference)
     assert metrics["kl"] == pytest.approx(expected_k3, rel=1e-5)
     assert loss.item() == pytest.approx(0.5 * expected_k3 - 0.1 * stats.entropy.mean().item(), rel=1e-5)
-    plain = token_statistics(logits, token_ids, response)
+    plain = token_statistics(logits, token_ids, response, temperature=1.0)
     with pytest.raises(ValueError, match="differentiable_entropy"):
         policy_loss(plain, plain.log_probs.detach(), advantages, response, response, PolicyLossConfig(entropy_coef=0.1))
     with pytest.raises(ValueError, match="reference_log_probs"):

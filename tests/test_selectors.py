@@ -55,7 +55,8 @@ def exact_count(ratio: float, n: int) -> int:
 )
 def test_top_fraction_selectors_select_exactly_ceil_ratio_n(seed, ratio, name, batch, length):
     inputs = make_inputs(seed, batch, length)
-    mask = select_tokens(name, inputs, ratio=ratio)
+    scope = {"scope": "batch"} if name == "ict" else {}  # ict's default ranks each response
+    mask = select_tokens(name, inputs, ratio=ratio, **scope)
     n = int(inputs.response_mask.sum())
     assert mask.dtype == torch.bool
     assert not (mask & ~inputs.response_mask).any()
@@ -65,7 +66,7 @@ def test_top_fraction_selectors_select_exactly_ceil_ratio_n(seed, ratio, name, b
 def test_ratio_edge_cases():
     inputs = make_inputs(length=10, mask_rate=-1.0)  # every token is a response token: N = 40
     assert int(select_tokens("ict", inputs, ratio=1.0).sum()) == 40
-    assert int(select_tokens("ict", inputs, ratio=0.001).sum()) == 1  # fewer tokens than 1/ratio: one
+    assert int(select_tokens("ict", inputs, ratio=0.001, scope="batch").sum()) == 1  # fewer than 1/ratio: one
     assert int(select_tokens("entropy", inputs, ratio=0.1).sum()) == 4  # 0.1 * 40 is 4, not 5
     for bad in (0.0, -0.1, 1.5):
         with pytest.raises(ValueError, match=r"ratio must be in \(0, 1\]"):
@@ -235,7 +236,7 @@ def test_stapo_rule_on_hand_built_cases():
 def test_ict_uses_the_requested_reference():
     inputs = make_inputs(3)
     for reference in ("seq_mean", "prev", "ref"):
-        mask = select_tokens("ict", inputs, reference=reference)
+        mask = select_tokens("ict", inputs, reference=reference, scope="batch")
         expected = reference_20_entropy_mask(inputs.stats.js_scores[reference], inputs.response_mask, 0.1)
         assert torch.equal(mask, expected)
     assert required_js_references("ict", {"reference": "prev"}) == ("prev",)
@@ -262,7 +263,7 @@ def test_ict_sequence_scope_ranks_each_sequence():
 
 def test_ict_token_id_unit_selects_top_unique_ids_by_mean_score():
     inputs = make_inputs(5, batch=3, length=25, vocab=9)
-    mask = select_tokens("ict", inputs, ratio=0.3, unit="token_id", reference="seq_mean")
+    mask = select_tokens("ict", inputs, ratio=0.3, unit="token_id", reference="seq_mean", scope="batch")
     ids = inputs.token_ids[inputs.response_mask]
     scores = inputs.stats.js_scores["seq_mean"][inputs.response_mask]
     means = {int(i): scores[ids == i].double().mean().item() for i in ids.unique()}
@@ -370,8 +371,8 @@ def test_ranking_populations_come_from_the_registry():
     assert ranking_population("all") == "token"
     assert ranking_population("entropy") == "batch"
     assert ranking_population("stapo") == "batch"
-    assert ranking_population("ict") == "batch"
-    assert ranking_population("ict", {"scope": "sequence"}) == "sequence"
+    assert ranking_population("ict") == "sequence"  # the paper's per-response percentile
+    assert ranking_population("ict", {"scope": "batch"}) == "batch"
     assert ranking_population("random", {"scope": "group"}) == "batch"  # one draw over the batch
     with pytest.raises(ValueError, match="scope must be one of"):
         select_tokens("ict", make_inputs(), scope="micro")
@@ -383,7 +384,8 @@ def test_paper_preset_and_option_parsing():
     assert preset.selector_options["scope"] == "sequence"
     assert preset.train_options["aggregation"] == "seq_mean_token_mean"
     assert resolve_options("ict", {"ratio": 0.2}, preset="paper") == {
-        "ratio": 0.2, "reference": ICT_DEFAULT_REFERENCE, "unit": "position", "scope": "sequence"}
+        "ratio": 0.2, "reference": ICT_DEFAULT_REFERENCE, "unit": "position", "scope": "sequence",
+        "metric": "js", "complement": False}
     with pytest.raises(ValueError, match="no preset"):
         resolve_options("entropy", preset="paper")
     assert parse_selector_options("ict", {"ratio": "0.2", "reference": "prev"}) == {"ratio": 0.2, "reference": "prev"}
@@ -472,3 +474,86 @@ def test_clip_cov_cuts_random_tokens_within_the_covariance_band():
     assert len(cut) == min(max(1, int(0.2 * 10)), len(band)) and cut <= band
     # A band that holds no token cuts nothing.
     assert torch.equal(select_tokens("clip_cov", inputs, cov_low=100.0, cov_high=200.0), mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# ICT's ablations: the score metric (js, kl, wasserstein) and the complement of the top ratio
+
+
+def metric_inputs(seed: int, batch: int = 4, length: int = 16):
+    """make_inputs plus a kl and a wasserstein score for every reference (continuous random
+    values: no ties), keyed "<reference>:<metric>" as token_statistics keys them."""
+    inputs = make_inputs(seed, batch, length)
+    generator = torch.Generator().manual_seed(1000 + seed)
+    for reference in JS_REFERENCES:
+        inputs.stats.js_scores[f"{reference}:kl"] = torch.rand(batch, length, generator=generator) * 5
+        inputs.stats.js_scores[f"{reference}:wasserstein"] = torch.rand(batch, length, generator=generator)
+    return inputs
+
+
+def sorted_top_mask(scores: torch.Tensor, response_mask: torch.Tensor, ratio: float, per_row: bool) -> torch.Tensor:
+    """Independent restatement: sort the response tokens' scores (descending) over the batch or
+    each row, and keep the first ceil(ratio * N)."""
+    out = torch.zeros_like(response_mask)
+    populations = [[row] for row in range(scores.shape[0])] if per_row else [list(range(scores.shape[0]))]
+    for rows in populations:
+        cells = [(float(scores[b, t]), b, t) for b in rows for t in range(scores.shape[1]) if response_mask[b, t]]
+        cells.sort(reverse=True)
+        for _, b, t in cells[: exact_count(ratio, len(cells))]:
+            out[b, t] = True
+    return out
+
+
+@pytest.mark.parametrize("metric", ["js", "kl", "wasserstein"])
+@pytest.mark.parametrize("reference", [ICT_DEFAULT_REFERENCE, "group_mean_loo", "prev"])
+def test_ict_metric_ranks_by_the_keyed_score(metric, reference):
+    inputs = metric_inputs(7)
+    key = reference if metric == "js" else f"{reference}:{metric}"
+    assert required_js_references("ict", {"metric": metric, "reference": reference}) == (key,)
+    mask = select_tokens("ict", inputs, reference=reference, metric=metric, scope="batch", ratio=0.2)
+    assert torch.equal(mask, sorted_top_mask(inputs.stats.js_scores[key], inputs.response_mask, 0.2, False))
+    del inputs.stats.js_scores[key]
+    with pytest.raises(ValueError, match="not computed"):
+        select_tokens("ict", inputs, reference=reference, metric=metric)
+
+
+def test_ict_bad_metric_is_a_one_line_error():
+    from ict.core.selectors import check_options
+
+    assert SELECTORS["ict"].defaults["metric"] == "js" and SELECTORS["ict"].defaults["complement"] is False
+    check_options("ict", {"metric": "kl"})
+    check_options("ict", {"metric": "wasserstein", "complement": True})
+    for options, pattern in (({"metric": "tv"}, "unknown score metric 'tv'"),
+                             ({"metric": "kl", "reference": "nope"}, "unknown JS reference 'nope'")):
+        with pytest.raises(ValueError, match=pattern) as error:
+            check_options("ict", options)
+        assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("ratio", [0.1, 0.3])
+@pytest.mark.parametrize("scope", ["batch", "sequence"])
+@pytest.mark.parametrize("metric", ["js", "kl"])
+def test_ict_complement_is_the_response_minus_the_top(seed, ratio, scope, metric):
+    inputs = metric_inputs(seed, batch=5, length=20)
+    key = ICT_DEFAULT_REFERENCE if metric == "js" else f"{ICT_DEFAULT_REFERENCE}:{metric}"
+    top = sorted_top_mask(inputs.stats.js_scores[key], inputs.response_mask, ratio, scope == "sequence")
+    selection = select("ict", inputs, ratio=ratio, scope=scope, metric=metric, complement=True)
+    assert torch.equal(selection.mask, inputs.response_mask & ~top)
+    assert not selection.tie_decided.any()
+    if scope == "batch":
+        n = int(inputs.response_mask.sum())
+        assert int(selection.mask.sum()) == n - exact_count(ratio, n)
+
+
+def test_parse_token_selector_accepts_the_metric_and_the_complement():
+    from ict.integrations import parse_token_selector
+
+    name, options = parse_token_selector("ict:metric=kl")
+    assert name == "ict" and options["metric"] == "kl" and not options.get("complement", False)
+    assert required_js_references(name, options) == (f"{ICT_DEFAULT_REFERENCE}:kl",)
+    name, options = parse_token_selector("ict:metric=wasserstein,complement=true,ratio=0.1")
+    assert (options["metric"], options["complement"], options["ratio"]) == ("wasserstein", True, 0.1)
+    assert required_js_references(name, options) == (f"{ICT_DEFAULT_REFERENCE}:wasserstein",)
+    with pytest.raises(ValueError, match="unknown score metric"):
+        parse_token_selector("ict:metric=tv")

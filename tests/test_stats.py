@@ -163,7 +163,7 @@ def test_entropy_gradient_when_asked_for():
     theirs = logits.double().clone().requires_grad_()
     (reference_entropy(torch.softmax(theirs / 1.3, -1)) * mask * weights).sum().backward()
     torch.testing.assert_close(ours.grad.double(), theirs.grad, atol=1e-5, rtol=0)
-    assert not token_statistics(logits.requires_grad_(), token_ids, mask).entropy.requires_grad
+    assert not token_statistics(logits.requires_grad_(), token_ids, mask, temperature=1.0).entropy.requires_grad
 
 
 def test_log_prob_and_entropy_gradients_together():
@@ -198,13 +198,13 @@ def test_statistics_other_than_log_probs_build_no_graph():
 def test_bad_inputs_raise_clear_errors():
     logits, token_ids, mask = make_batch(6)
     with pytest.raises(ValueError, match="unknown JS reference"):
-        token_statistics(logits, token_ids, mask, js_references=("nope",))
+        token_statistics(logits, token_ids, mask, js_references=("nope",), temperature=1.0)
     with pytest.raises(ValueError, match="reference_logits"):
-        token_statistics(logits, token_ids, mask, js_references=("ref",))
+        token_statistics(logits, token_ids, mask, js_references=("ref",), temperature=1.0)
     with pytest.raises(ValueError, match="temperature"):
         token_statistics(logits, token_ids, mask, temperature=0.0)
     with pytest.raises(ValueError, match=r"\[B, T\]"):
-        token_statistics(logits, token_ids[:, :-1], mask)
+        token_statistics(logits, token_ids[:, :-1], mask, temperature=1.0)
 
 
 def test_empty_response_gives_zeros():
@@ -299,9 +299,9 @@ def test_group_mean_properties(seed, group_ids, vocab, scale, chunk_size):
 def test_group_mean_needs_group_ids():
     logits, token_ids, mask = make_batch(13)
     with pytest.raises(ValueError, match="group_ids"):
-        token_statistics(logits, token_ids, mask, js_references=("group_mean",))
+        token_statistics(logits, token_ids, mask, js_references=("group_mean",), temperature=1.0)
     with pytest.raises(ValueError, match="group_ids"):
-        token_statistics(logits, token_ids, mask, js_references=("group_mean",), group_ids=torch.zeros(2))
+        token_statistics(logits, token_ids, mask, js_references=("group_mean",), group_ids=torch.zeros(2), temperature=1.0)
 
 
 def hidden_batch(seed: int, batch=4, length=7, width=6, vocab=29, bias=True):
@@ -384,13 +384,13 @@ def test_hidden_path_log_prob_gradient_only_and_no_graph_for_scores():
 def test_hidden_path_bad_inputs():
     hidden, weight, _, token_ids, mask = hidden_batch(23)
     with pytest.raises(ValueError, match="'ref'"):
-        token_statistics_from_hidden(hidden, weight, token_ids, mask, js_references=("ref",))
+        token_statistics_from_hidden(hidden, weight, token_ids, mask, js_references=("ref",), temperature=1.0)
     with pytest.raises(ValueError, match=r"\[V, d\]"):
-        token_statistics_from_hidden(hidden, weight[:, :-1], token_ids, mask)
+        token_statistics_from_hidden(hidden, weight[:, :-1], token_ids, mask, temperature=1.0)
     with pytest.raises(ValueError, match="group_ids"):
-        token_statistics_from_hidden(hidden, weight, token_ids, mask, js_references=("group_mean",))
+        token_statistics_from_hidden(hidden, weight, token_ids, mask, js_references=("group_mean",), temperature=1.0)
     with pytest.raises(ValueError, match="lm_head_bias"):
-        token_statistics_from_hidden(hidden, weight, token_ids, mask, lm_head_bias=torch.zeros(3))
+        token_statistics_from_hidden(hidden, weight, token_ids, mask, lm_head_bias=torch.zeros(3), temperature=1.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -449,7 +449,7 @@ def test_group_mean_lone_position_and_group_of_one_score_zero():
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0]], dtype=torch.bool)
     group_ids = torch.tensor([0, 0, 1])  # row 2 is a group of one
     js = token_statistics(logits, token_ids, mask, js_references=("group_mean",),
-                          group_ids=group_ids).js_scores["group_mean"]
+                          group_ids=group_ids, temperature=1.0).js_scores["group_mean"]
     assert torch.all(js[0, 2:] == 0)  # row 1 stopped: row 0 is alone from position 2 on
     assert torch.all(js[2] == 0)
     assert torch.all(js[:2, :2] > 0)
@@ -461,10 +461,10 @@ def test_group_mean_identical_rows_score_zero_and_needs_group_ids():
     mask = mask.expand(4, -1).clone()
     token_ids = token_ids.expand(4, -1).clone()
     js = token_statistics(logits, token_ids, mask, js_references=("group_mean",),
-                          group_ids=torch.zeros(4, dtype=torch.long)).js_scores["group_mean"]
+                          group_ids=torch.zeros(4, dtype=torch.long), temperature=1.0).js_scores["group_mean"]
     assert js.abs().max() < 1e-6
     with pytest.raises(ValueError, match="group_ids"):
-        token_statistics(logits, token_ids, mask, js_references=("group_mean",))
+        token_statistics(logits, token_ids, mask, js_references=("group_mean",), temperature=1.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -477,6 +477,27 @@ VARIANTS = {  # name -> (absorbing, leave_one_out), restated here
     "group_mean_loo": (False, True),
     "group_mean_loo_absorbing": (True, True),
 }
+
+
+def group_reference_mean(p, mask, token_ids, group_ids, finished, last, i, t, absorbing, leave_one_out):
+    """Mean of the contributors to row i's group reference at t (float64 [V]), or None when there
+    is none other than i: every row j of i's group with a response token at t (j != i for
+    leave-one-out) and, when absorbing, every finished row j whose last response position
+    e_j < t, as a one-hot on token_ids[j, e_j]."""
+    batch, _, vocab = p.shape
+    contributors = []
+    for j in range(batch):
+        if int(group_ids[j]) != int(group_ids[i]) or (leave_one_out and j == i):
+            continue
+        if mask[j, t]:
+            contributors.append(p[j, t])
+        elif absorbing and finished[j] and last[j] is not None and last[j] < t:
+            point = torch.zeros(vocab, dtype=torch.float64)
+            point[int(token_ids[j, last[j]])] = 1.0
+            contributors.append(point)
+    if len(contributors) < (1 if leave_one_out else 2):
+        return None
+    return torch.stack(contributors).mean(0)
 
 
 def loop_reference_variant(logits, token_ids, mask, group_ids, temperature, absorbing, leave_one_out,
@@ -495,19 +516,10 @@ def loop_reference_variant(logits, token_ids, mask, group_ids, temperature, abso
         for t in range(length):
             if not mask[i, t]:
                 continue
-            contributors = []
-            for j in range(batch):
-                if int(group_ids[j]) != int(group_ids[i]) or (leave_one_out and j == i):
-                    continue
-                if mask[j, t]:
-                    contributors.append(p[j, t])
-                elif absorbing and finished[j] and last[j] is not None and last[j] < t:
-                    point = torch.zeros(vocab, dtype=torch.float64)
-                    point[int(token_ids[j, last[j]])] = 1.0
-                    contributors.append(point)
-            if len(contributors) < (1 if leave_one_out else 2):
-                continue
-            out[i, t] = reference_js(p[i, t], torch.stack(contributors).mean(0))
+            q = group_reference_mean(p, mask, token_ids, group_ids, finished, last, i, t, absorbing,
+                                     leave_one_out)
+            if q is not None:
+                out[i, t] = reference_js(p[i, t], q)
     return out
 
 
@@ -630,6 +642,184 @@ def test_finished_must_be_one_flag_per_row():
     logits, token_ids, mask, group_ids, _ = variant_batch(0)
     with pytest.raises(ValueError, match="finished"):
         token_statistics(logits, token_ids, mask, js_references=("group_mean_absorbing",), group_ids=group_ids,
-                         finished=torch.ones(3, dtype=torch.bool))
+                         finished=torch.ones(3, dtype=torch.bool), temperature=1.0)
     with pytest.raises(ValueError, match="group_ids"):
-        token_statistics(logits, token_ids, mask, js_references=("group_mean_loo",))
+        token_statistics(logits, token_ids, mask, js_references=("group_mean_loo",), temperature=1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Score metrics: kl and wasserstein (= total variation under the 0-1 ground metric)
+
+
+FLOAT32_TINY = torch.finfo(torch.float32).tiny  # the documented clamp inside log q
+
+
+def reference_kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """float64 KL(p || q) = sum_{p_v > 0} p_v (log p_v - log max(q_v, tiny32)), over the last dim."""
+    log_q = q.clamp_min(FLOAT32_TINY).log()
+    return torch.where(p > 0, p * (torch.where(p > 0, p, 1.0).log() - log_q), torch.zeros_like(p)).sum(-1)
+
+
+def reference_wasserstein(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """float64 1-Wasserstein under the 0-1 ground metric: total variation 1/2 sum |p - q|."""
+    return 0.5 * (p - q).abs().sum(-1)
+
+
+REFERENCE_METRICS = {"js": reference_js, "kl": reference_kl, "wasserstein": reference_wasserstein}
+
+
+def loop_reference_scores(logits, token_ids, mask, group_ids, temperature, reference, metric, finished=None,
+                          reference_logits=None):
+    """Plain float64 loops over rows and positions, with the whole [B, T, V] softmax: ``metric``
+    of p_{i,t} to the reference q_{i,t} as the stats module docstring defines it. Group variants:
+    contributors are the rows j of i's group with a response token at t (j != i for
+    leave-one-out) and, when absorbing, every finished row j (default: ends before the last
+    column) with last position e_j < t, as a one-hot on token_ids[j, e_j]; no contributor other
+    than i: 0. seq_mean: mean of p over i's response positions. prev: p at i's previous response
+    position (none: 0). ref: the reference logits' softmax."""
+    p = reference_distributions(logits, temperature)
+    divergence = REFERENCE_METRICS[metric]
+    batch, length, vocab = p.shape
+    last = [max((t for t in range(length) if mask[b, t]), default=None) for b in range(batch)]
+    if finished is None:
+        finished = [last[b] is not None and last[b] < length - 1 for b in range(batch)]
+    out = torch.zeros(batch, length, dtype=torch.float64)
+    for i in range(batch):
+        positions = [t for t in range(length) if mask[i, t]]
+        for index, t in enumerate(positions):
+            if reference in VARIANTS:
+                absorbing, leave_one_out = VARIANTS[reference]
+                q = group_reference_mean(p, mask, token_ids, group_ids, finished, last, i, t, absorbing,
+                                         leave_one_out)
+                if q is None:
+                    continue
+            elif reference == "seq_mean":
+                q = torch.stack([p[i, s] for s in positions]).mean(0)
+            elif reference == "prev":
+                if index == 0:
+                    continue
+                q = p[i, positions[index - 1]]
+            else:
+                q = reference_distributions(reference_logits, temperature)[i, t]
+            out[i, t] = divergence(p[i, t], q)
+    return out
+
+
+@pytest.mark.parametrize("metric", ["kl", "wasserstein"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 1.3])
+@pytest.mark.parametrize("chunk_size", [1, 3, None])
+def test_group_variant_metrics_match_float64_loops(metric, variant, temperature, chunk_size):
+    """variant_batch has finished and truncated (right-padded) rows, a group of one and -inf
+    logits, so the absorbed point masses and the zero entries of leave-one-out means occur."""
+    logits, token_ids, mask, group_ids, _ = variant_batch(1)
+    key = f"{variant}:{metric}"
+    stats = token_statistics(logits, token_ids, mask, temperature, (key,), chunk_size=chunk_size,
+                             group_ids=group_ids)
+    expected = loop_reference_scores(logits, token_ids, mask, group_ids, temperature, variant, metric)
+    torch.testing.assert_close(stats.js_scores[key].double(), expected, atol=1e-5, rtol=1e-6)
+    assert set(stats.js_scores) == {key}
+    lone = (group_ids == 5).nonzero()[0, 0]  # the group of one
+    assert (stats.js_scores[key][lone] == 0).all()
+    assert (stats.js_scores[key][~mask] == 0).all()
+    if metric == "wasserstein":
+        assert stats.js_scores[key].max() <= 1.0
+
+
+@pytest.mark.parametrize("seed", [0, 2, 3])
+@pytest.mark.parametrize("chunk_size", [2, None])
+def test_every_metric_of_every_reference_in_one_call(seed, chunk_size):
+    """All references x all metrics at once (prev forces every group variant into a pass of its
+    own; the other layout puts the first group variant in the first pass), with ``finished``
+    given and temperature 0.8; JS keeps the bare reference name."""
+    logits, token_ids, mask, group_ids, row = variant_batch(seed)
+    reference_logits = torch.randn_like(logits) * 2
+    finished = mask[:, -1].logical_not()
+    finished[row] = False  # ended early but declared truncated: not absorbed
+    for references in ((*VARIANTS, "seq_mean", "prev", "ref"), (*VARIANTS, "seq_mean", "ref")):
+        keys = [reference if metric == "js" else f"{reference}:{metric}"
+                for reference in references for metric in ("js", "kl", "wasserstein")]
+        stats = token_statistics(logits, token_ids, mask, 0.8, keys, reference_logits, chunk_size=chunk_size,
+                                 group_ids=group_ids, finished=finished)
+        assert list(stats.js_scores) == keys
+        for reference in references:
+            for metric in ("js", "kl", "wasserstein"):
+                key = reference if metric == "js" else f"{reference}:{metric}"
+                expected = loop_reference_scores(logits, token_ids, mask, group_ids, 0.8, reference, metric,
+                                                 finished.tolist(), reference_logits)
+                torch.testing.assert_close(stats.js_scores[key].double(), expected, atol=2e-5, rtol=1e-6,
+                                           msg=lambda text, key=key: f"{key}: {text}")
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3, None])
+def test_hidden_path_metrics_match_float64_loops(chunk_size):
+    hidden, weight, lm_bias, token_ids, mask = hidden_batch(24, batch=6)
+    groups = torch.tensor([3, 1, 3, 1, 3, 3])
+    logits = hidden.double() @ weight.double().T + lm_bias.double()
+    keys = [f"{variant}:{metric}" for variant in VARIANTS for metric in ("kl", "wasserstein")]
+    keys += ["seq_mean:kl", "prev:wasserstein"]
+    stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 0.7, keys, groups, lm_bias,
+                                         chunk_size=chunk_size)
+    for key in keys:
+        reference, metric = key.split(":")
+        expected = loop_reference_scores(logits, token_ids, mask, groups, 0.7, reference, metric)
+        torch.testing.assert_close(stats.js_scores[key].double(), expected, atol=1e-5, rtol=1e-6)
+        assert not stats.js_scores[key].requires_grad
+
+
+def test_leave_one_out_kl_keeps_small_means_precise():
+    """Row 0 puts almost all its mass on token 0 where the other row of its group has ~1.5e-6:
+    KL to the leave-one-out mean is ~13.4 nats and needs that small mean to relative precision
+    (the group sum minus row 0 rounds it by ~1e-7 absolute, ~1% here: a 0.01 nat error)."""
+    logits = torch.zeros(2, 1, 5)
+    logits[0, 0, 0] = 12.0
+    logits[1, 0, 0] = -12.0
+    token_ids = torch.zeros(2, 1, dtype=torch.long)
+    mask = torch.ones(2, 1, dtype=torch.bool)
+    groups = torch.zeros(2, dtype=torch.long)
+    for variant in ("group_mean_loo", "group_mean_loo_absorbing", "group_mean", "group_mean_absorbing"):
+        key = f"{variant}:kl"
+        stats = token_statistics(logits, token_ids, mask, 1.0, (key,), group_ids=groups)
+        expected = loop_reference_scores(logits, token_ids, mask, groups, 1.0, variant, "kl")
+        torch.testing.assert_close(stats.js_scores[key].double(), expected, atol=1e-5, rtol=1e-6)
+        if variant.startswith("group_mean_loo"):
+            assert expected[0, 0] > 13.0
+
+
+def test_known_values_of_kl_and_wasserstein():
+    """prev of two disjoint one-hots: TV = 1 (every unit of mass moves, at cost 1) and KL is the
+    documented clamp value -log(float32 tiny) = 87.34 nats; identical rows score 0."""
+    logits = torch.full((1, 3, 4), -float("inf"))
+    logits[0, 0, 0] = 0.0
+    logits[0, 1, 3] = 0.0
+    logits[0, 2, 3] = 0.0
+    stats = token_statistics(logits, torch.tensor([[0, 3, 3]]), torch.ones(1, 3, dtype=torch.bool), 1.0,
+                             ("prev:kl", "prev:wasserstein"))
+    assert stats.js_scores["prev:wasserstein"][0].tolist() == pytest.approx([0.0, 1.0, 0.0], abs=1e-6)
+    assert stats.js_scores["prev:kl"][0].tolist() == pytest.approx([0.0, -math.log(FLOAT32_TINY), 0.0], abs=1e-4)
+
+
+def test_score_keys_and_bad_metrics():
+    from ict.core.stats import SCORE_METRICS, needs_groups, score_key, split_score_key
+
+    assert SCORE_METRICS == ("js", "kl", "wasserstein")
+    assert score_key("group_mean_absorbing") == "group_mean_absorbing"
+    assert score_key("group_mean_absorbing", "kl") == "group_mean_absorbing:kl"
+    assert split_score_key("prev:wasserstein") == ("prev", "wasserstein")
+    assert split_score_key("prev") == ("prev", "js")
+    assert needs_groups(["group_mean_loo:kl"]) and not needs_groups(["seq_mean:kl"])
+    with pytest.raises(ValueError, match="unknown score metric 'tv'"):
+        score_key("prev", "tv")
+    logits, token_ids, mask, group_ids, _ = variant_batch(0)
+    for bad, pattern in (("group_mean:tv", "unknown score metric"), ("nope:kl", "unknown JS reference"),
+                         ("group_mean:js", "bare reference name")):
+        with pytest.raises(ValueError, match=pattern) as error:
+            token_statistics(logits, token_ids, mask, js_references=(bad,), group_ids=group_ids, temperature=1.0)
+        assert "\n" not in str(error.value)
+    with pytest.raises(ValueError, match="group_ids"):
+        token_statistics(logits, token_ids, mask, js_references=("group_mean_absorbing:kl",), temperature=1.0)
+    with pytest.raises(ValueError, match="'ref'"):
+        token_statistics(logits, token_ids, mask, js_references=("ref:kl",), temperature=1.0)
+    hidden, weight, _, hidden_ids, hidden_mask = hidden_batch(25)
+    with pytest.raises(ValueError, match="'ref'"):
+        token_statistics_from_hidden(hidden, weight, hidden_ids, hidden_mask, js_references=("ref:wasserstein",), temperature=1.0)

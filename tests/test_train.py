@@ -17,7 +17,7 @@ from ict.core.loss import PolicyLossConfig
 from ict.training.checkpoint import COMPLETE_MARKER, complete_checkpoints, latest_checkpoint
 from ict.training.config import TrainConfig
 from ict.training.rollout import RolloutBatch
-from ict.training.step import accumulate_gradients
+from ict.training.step import Method, StepContext, accumulate_gradients
 from ict.training.trainer import METRIC_FIELDS, train
 
 TIMING_FIELDS = {"tokens_per_second", "generation_tokens_per_second", "generation_seconds",
@@ -45,17 +45,23 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 # Which selected fraction each method implies over a step's micro-batches (bounds).
 EXPECTED_FRACTION = {"grpo": (1.0, 1.0), "stapo": (0.9, 1.0), "entropy": (0.2, 0.25),
-                     "ict": (0.1, 0.15), "random": (0.1, 0.15)}
+                     "ict": (0.1, 0.35), "random": (0.1, 0.15)}  # ict: ceil(0.1 L) of each short response
 
 
 @pytest.mark.parametrize("method", ["grpo", "entropy", "stapo", "ict", "random"])
 def test_each_method_trains_and_logs_every_field(method, tiny_model_dir, arithmetic_task,
                                                  tmp_path):
+    # ict: one step of its full-token warm-up (every token), then its per-response selection
+    extra = {"full_token_warmup_steps": 1} if method == "ict" else {}
     config = tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", method=method,
-                         tensorboard=method == "ict")
+                         tensorboard=method == "ict", **extra)
     result = train(config)
     lines = read_metrics(tmp_path / "run")
     assert [line["step"] for line in lines] == [1, 2, 3]
+    assert [line["full_token_warmup"] for line in lines] == ([1.0, 0.0, 0.0] if method == "ict" else [0.0] * 3)
+    if method == "ict":
+        assert lines[0]["selected_fraction"] == 1.0
+        lines = lines[1:]
     for line in lines:
         missing = [name for name in METRIC_FIELDS if name not in line]
         assert not missing
@@ -122,6 +128,15 @@ def _reference_gradients(model, batch: RolloutBatch, advantages: torch.Tensor,
     return grads
 
 
+def _accumulate(model, batch, advantages, selector, options, micro_batch_size, group_size=1,
+                selection_seed=0, temperature=1.0):
+    """accumulate_gradients with the method and a step context at `temperature`."""
+    return accumulate_gradients(model, batch, advantages, None, Method.of(selector, options),
+                                StepContext(PolicyLossConfig(), temperature),
+                                micro_batch_size=micro_batch_size, group_size=group_size,
+                                selection_seed=selection_seed)
+
+
 @pytest.mark.parametrize("selector,options,ratio", [
     ("entropy", {"ratio": 0.2}, 0.2),
     ("ict", {"ratio": 0.1, "reference": "seq_mean", "unit": "position", "scope": "batch"}, 0.1),
@@ -137,8 +152,7 @@ def test_parameters_change_only_through_selected_tokens(selector, options, ratio
     micro = 4  # two micro-batches: the ranking still covers the whole batch
 
     model.zero_grad(set_to_none=True)
-    result = accumulate_gradients(model, batch, advantages, None, selector, options,
-                                  PolicyLossConfig(), micro_batch_size=micro, selection_seed=5)
+    result = _accumulate(model, batch, advantages, selector, options, micro, selection_seed=5)
     grads = {name: parameter.grad.detach().clone() for name, parameter in model.named_parameters()}
     selected = result.selected_mask
     assert not (selected & ~batch.response_mask).any()
@@ -153,15 +167,13 @@ def test_parameters_change_only_through_selected_tokens(selector, options, ratio
     restricted = RolloutBatch(batch.input_ids, batch.attention_mask, batch.response_ids,
                               selected.clone(), batch.prompt_length)
     model.zero_grad(set_to_none=True)
-    accumulate_gradients(model, restricted, advantages, None, "all", {},
-                         PolicyLossConfig(), micro_batch_size=8)
+    _accumulate(model, restricted, advantages, "all", {}, 8)
     for name, parameter in model.named_parameters():
         torch.testing.assert_close(parameter.grad, grads[name], rtol=1e-4, atol=1e-6)
     # ... and after one AdamW step the parameters are equal, while full GRPO differs.
     if selector != "all":
         model.zero_grad(set_to_none=True)
-        accumulate_gradients(model, batch, advantages, None, "all", {}, PolicyLossConfig(),
-                             micro_batch_size=8)
+        _accumulate(model, batch, advantages, "all", {}, 8)
         full = torch.cat([p.grad.flatten() for p in model.parameters()])
         assert not torch.allclose(full, torch.cat([g.flatten() for g in grads.values()]))
 
@@ -349,7 +361,7 @@ def _grouped_batch(vocab_size: int, groups: int = 4, group_size: int = 4, seed: 
 
 SELECTOR_CASES = [
     ("all", {}), ("entropy", {}), ("stapo", {"tau_p": 0.05}), ("random", {}),
-    ("ict", {}), ("ict", {"scope": "group"}), ("ict", {"scope": "sequence"}),
+    ("ict", {}), ("ict", {"scope": "group"}), ("ict", {"scope": "batch"}),
     ("ict", {"reference": "seq_mean"}), ("ict", {"reference": "prev", "unit": "token_id"}),
     ("ict", {"reference": "group_mean"}), ("ict", {"reference": "group_mean_loo"}),
     ("ict", {"reference": "group_mean_loo_absorbing", "scope": "sequence"}),
@@ -374,9 +386,8 @@ def test_selection_is_identical_for_every_micro_batch_size(selector, options, ti
     masks, gradients = [], []
     for micro in (1, 2, 8, 64):
         model.zero_grad(set_to_none=True)
-        result = accumulate_gradients(model, batch, advantages, None, selector, options,
-                                      PolicyLossConfig(), micro_batch_size=micro,
-                                      selection_seed=11, group_size=4)
+        result = _accumulate(model, batch, advantages, selector, options, micro, group_size=4,
+                             selection_seed=11)
         masks.append(result.selected_mask)
         gradients.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     for mask, gradient in zip(masks[1:], gradients[1:]):
@@ -402,9 +413,8 @@ def test_tie_decisions_survive_the_split_into_micro_batches(tiny_tokenizer):
         model = build_tiny_model(len(tiny_tokenizer), seed=4)
         batch, advantages = _grouped_batch(len(tiny_tokenizer))
         for micro in (2, 64):
-            result = accumulate_gradients(model, batch, advantages, None, "tie_all_test", {},
-                                          PolicyLossConfig(), micro_batch_size=micro,
-                                          selection_seed=11, group_size=4)
+            result = _accumulate(model, batch, advantages, "tie_all_test", {}, micro, group_size=4,
+                                 selection_seed=11)
             assert result.tie_decided is not None
             assert torch.equal(result.tie_decided, result.selected_mask) and result.selected_mask.any()
     finally:
@@ -416,7 +426,7 @@ def test_paper_preset_resolves_every_value(tmp_path):
 
     config = build_config(None, {"method": "ict", "preset": "paper"}, {})
     assert config.selector == {"ratio": 0.1, "reference": "group_mean_absorbing", "unit": "position",
-                               "scope": "sequence"}
+                               "scope": "sequence", "metric": "js", "complement": False}
     assert config.aggregation == "seq_mean_token_mean" and config.full_token_warmup_steps == 10
     explicit = build_config(None, {"method": "ict", "preset": "paper", "aggregation": "token_mean"},
                             parse_key_values(["selector.ratio=0.2"]))

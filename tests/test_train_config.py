@@ -24,8 +24,15 @@ def test_precedence_defaults_yaml_options_overrides(tmp_path):
     assert config.dataset_config == {"max_terms": 3, "max_digits": 2}
     assert config.ratio is None
     assert config.selector_name == "entropy" and config.selector_options() == {"ratio": 0.2}
-    assert build_config(None, {}, {}).selector_options() == {
-        "ratio": 0.1, "reference": "group_mean_absorbing", "unit": "position", "scope": "batch"}
+    # ict's default is the paper's recipe (arXiv 2606.19771, issue 30): the top 10% of each
+    # response, the Sparse-GRPO loss (mean over responses of each one's selected-token mean) and a
+    # full-token warm-up.
+    default = build_config(None, {}, {})
+    assert default.method == "ict" and default.selector["scope"] == "sequence"
+    assert default.selector["ratio"] == 0.1 and default.selector["unit"] == "position"
+    assert default.aggregation == "seq_mean_token_mean" and default.full_token_warmup_steps == 10
+    # every other method keeps the token mean and no warm-up
+    assert (config.aggregation, config.full_token_warmup_steps) == ("token_mean", 0)
     # The first comparison's configs say `reference: group_mean`: still the alive-only mean.
     old = build_config("configs/compare-cpu.yaml", {}, {"selector.reference": "group_mean"})
     assert old.selector["reference"] == "group_mean"
@@ -84,3 +91,104 @@ def test_conventional_option_names_are_aliases():
                               "--method", "clip_cov", "--plugin", "my_module"])
     assert args.run_dir == "runs/x" and args.num_steps == "7"
     assert args.method == "clip_cov" and args.plugin == "my_module"
+
+
+@pytest.mark.parametrize("explicit", [
+    {"aggregation": "token_mean", "full_token_warmup_steps": 0},  # equal to the old defaults
+    {"aggregation": "seq_mean_token_sum_norm", "full_token_warmup_steps": 3},
+])
+@pytest.mark.parametrize("preset", ["paper", "batch", None])
+def test_a_preset_never_overrides_an_explicit_option_and_resolving_again_changes_nothing(
+        explicit, preset, tmp_path):
+    """Issue 30 item 1: `train()` resolves the config it is given again; a value the user set
+    (even one equal to a field's former default) must survive that, and config.yaml records it."""
+    from ict.training.config import load_yaml, save_config
+
+    options = {"method": "ict", **explicit}
+    if preset:
+        options["preset"] = preset
+    config = build_config(None, options, {})
+    assert (config.aggregation, config.full_token_warmup_steps) == (
+        explicit["aggregation"], explicit["full_token_warmup_steps"])
+    before = config.to_dict()
+    config.resolve()
+    assert config.to_dict() == before
+    save_config(config, tmp_path / "config.yaml")
+    recorded = load_yaml(tmp_path / "config.yaml")
+    assert recorded["aggregation"] == explicit["aggregation"]
+    assert recorded["full_token_warmup_steps"] == explicit["full_token_warmup_steps"]
+    # the recorded file reproduces the run: rebuilt from it, the config is the same
+    assert build_config(tmp_path / "config.yaml").to_dict() == before
+
+
+def test_presets_fill_only_what_is_unset():
+    batch = build_config(None, {"method": "ict", "preset": "batch"}, {})
+    assert batch.selector["scope"] == "batch"
+    assert (batch.aggregation, batch.full_token_warmup_steps) == ("token_mean", 0)
+    mixed = build_config(None, {"method": "ict", "preset": "batch", "full_token_warmup_steps": "4",
+                                "selector.scope": "group"}, {})
+    assert mixed.selector["scope"] == "group" and mixed.full_token_warmup_steps == 4
+    assert mixed.aggregation == "token_mean"
+
+
+def test_a_plugin_module_runs_once(tmp_path):
+    """Issue 30 item 1: validation used to import a plugin file on every call (4 times a run)."""
+    counter = tmp_path / "count.txt"
+    plugin = tmp_path / "counting_plugin.py"
+    plugin.write_text(
+        "from pathlib import Path\n"
+        f"path = Path({str(counter)!r})\n"
+        "path.write_text(str(int(path.read_text()) + 1) if path.exists() else '1')\n")
+    config = build_config(None, {"method": "entropy", "plugin": str(plugin)}, {})
+    config.resolve()
+    config.validate()
+    assert counter.read_text() == "1"
+
+
+def test_one_strict_parser_for_selector_specs_everywhere():
+    """Issue 32 item 3: the TRL/verl spec parser is the registry's strict one (the lenient
+    `_coerce` turned "flase" into False without a word); presets work in specs too."""
+    from ict.core.selectors import resolve_options
+    from ict.integrations import parse_token_selector
+
+    with pytest.raises(ValueError, match="complement='flase' is not a bool") as error:
+        parse_token_selector("ict:complement=flase")
+    assert "\n" not in str(error.value)
+    with pytest.raises(ValueError, match="is not a float"):
+        parse_token_selector("entropy:ratio=a lot")
+    with pytest.raises(ValueError, match="given twice"):
+        parse_token_selector("entropy:ratio=0.1,ratio=0.2")
+    name, options = parse_token_selector("random:seed=none,ratio=0.25")
+    assert name == "random" and options["seed"] is None and options["ratio"] == 0.25
+    name, options, preset = parse_token_selector("ict:preset=batch,ratio=0.2", with_preset=True)
+    assert preset == "batch" and options["scope"] == "batch" and options["ratio"] == 0.2
+    # the CLI/YAML path gives the same options for the same text
+    config = build_config(None, {"method": "ict", "preset": "batch"}, {"selector.ratio": "0.2"})
+    assert config.selector == options == resolve_options("ict", {"ratio": 0.2}, "batch")
+    with pytest.raises(UsageError, match="is not a bool"):
+        build_config(None, {"method": "ict"}, {"selector.complement": "flase"})
+
+
+def test_every_committed_run_reproduces_from_its_config_yaml():
+    """Issue 30 item 5: the defaults changed (ict is the paper's recipe), but every committed
+    run's config.yaml records its resolved options, so rebuilding a config from it gives the same
+    recipe it ran: the same selector options (new options at the value that reproduces the old
+    behaviour), loss aggregation, warm-up and temperature."""
+    from pathlib import Path
+
+    from ict.training.config import load_yaml
+
+    root = Path(__file__).resolve().parents[1] / "results"
+    paths = sorted(root.rglob("config.yaml"))
+    assert len(paths) >= 20
+    for path in paths:
+        recorded = load_yaml(path)
+        config = build_config(path)
+        for key in ("aggregation", "full_token_warmup_steps", "temperature", "method", "num_steps"):
+            assert getattr(config, key) == recorded.get(key, getattr(config, key)), (path, key)
+        if recorded.get("aggregation") is None:  # recorded before the option existed: the old default
+            assert config.aggregation == "token_mean", path
+        assert config.full_token_warmup_steps == recorded.get("full_token_warmup_steps", 0), path
+        for key, value in (recorded.get("selector") or {}).items():
+            assert config.selector[key] == value, (path, key)
+        assert config.selector.get("metric", "js") == "js" and not config.selector.get("complement", False)

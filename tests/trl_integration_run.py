@@ -71,6 +71,7 @@ for index, spec in enumerate(selectors):
         num_generations=4, max_completion_length=8, max_steps=2, steps_per_generation=1,
         gradient_accumulation_steps=1, learning_rate=1e-3, report_to="none", use_cpu=True,
         logging_steps=1, save_strategy="no", temperature=1.0, seed=0, num_iterations=num_iterations,
+        full_token_warmup_steps=0, loss_type="dapo",
     )
     trainer = DumpingTrainer(model=model, processing_class=tokenizer, reward_funcs=reward, args=args,
                              train_dataset=Dataset.from_dict({"prompt": prompts}))

@@ -20,16 +20,16 @@ MINI_BATCH=${MINI_BATCH:-16}      # prompts per optimizer update
 MICRO=${MICRO:-$ROLLOUT_N}        # sequences per GPU per forward (a multiple of ROLLOUT_N: whole groups)
 EPOCHS=${EPOCHS:-3}
 
+# Each method with the registry's defaults (ict.core.selectors; `ict train --help` lists them):
+# ict is the paper's recipe (top 10% of each response by JS to the group mean, Sparse-GRPO loss,
+# a 10-step full-token warm-up by the actor's training step); ICT_SELECTOR overrides the spec,
+# e.g. ICT_SELECTOR='ict:preset=batch' for the batch-ranked recipe.
 case "$METHOD" in
   grpo)     SELECTOR="all" ;;
-  entropy)  SELECTOR="entropy:ratio=0.2" ;;
-  stapo)    SELECTOR="stapo:tau_p=0.002,quantile=0.75" ;;
-  ict)      SELECTOR="ict:ratio=0.1" ;;
-  random)   SELECTOR="random:ratio=0.1" ;;
-  kl_cov)   SELECTOR="kl_cov:ratio=0.002,kl_coef=1.0" ;;
-  clip_cov) SELECTOR="clip_cov:ratio=0.0002,cov_low=1.0,cov_high=5.0" ;;
+  entropy|stapo|ict|random|kl_cov|clip_cov) SELECTOR="$METHOD" ;;
   *) echo "METHOD must be one of grpo entropy stapo ict random kl_cov clip_cov, got '$METHOD'" >&2; exit 2 ;;
 esac
+SELECTOR=${ICT_SELECTOR:-$SELECTOR}
 
 # Whole groups on every GPU and in every micro-batch (group_mean compares the completions of a
 # prompt position by position). verl's default (v1) trainer balances single sequences across GPUs;

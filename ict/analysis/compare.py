@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ict.core.diagnostics import ANATOMY_FIGURES
+from ict.core.diagnostics import ANATOMY_FIGURES, PAPER_FIGURES, TOP_TOKEN_KEYS, TOP_TOKENS
 from ict.core.errors import UsageError
 from ict.core.metrics import pass_at_k
 from ict.core.significance import (
@@ -43,10 +43,13 @@ END_METRICS = {  # metrics key -> column title (with unit) of the end-of-trainin
     "response_length_mean": "length (tokens)",
     "finished_fraction": "finished before the cap",
 }
-END_KEYS = (*END_METRICS, *(key for _, _, selected, everything in ANATOMY_FIGURES
-                            for key in (selected, everything) if key))
+END_KEYS = tuple(dict.fromkeys((*END_METRICS, *(key for _, _, selected, everything in ANATOMY_FIGURES
+                                                 for key in (selected, everything) if key),
+                                  *(key for figure in PAPER_FIGURES for key in figure[2:4] if key))))
 """every metrics key of training_end.csv: :data:`END_METRICS`, then the selection anatomy
-(``ict.core.diagnostics.ANATOMY_KEYS``; NaN for runs logged before it existed)"""
+(``ict.core.diagnostics.ANATOMY_KEYS``) and the paper's figures
+(``ict.core.diagnostics.PAPER_FIGURE_KEYS``); NaN for runs logged before they existed. Only
+numbers are averaged: non-numeric keys (``sample_completion``, the top-token lists) never are."""
 
 
 @dataclass
@@ -368,7 +371,7 @@ def summarize(runs: list[RunRecord], resamples: int = 10_000,
                 warnings.append({"method": run.label, "seed": run.seed,
                                  "warning": line["entropy_warning"], "step": line["step"]})
     return {"table": table, "differences": differences, "warnings": warnings,
-            "training_end": training_end(runs)}
+            "training_end": training_end(runs), "top_tokens": top_tokens(runs)}
 
 
 def training_end(runs: list[RunRecord], window: int = END_WINDOW) -> list[dict[str, Any]]:
@@ -385,6 +388,28 @@ def training_end(runs: list[RunRecord], window: int = END_WINDOW) -> list[dict[s
             row[key] = float(np.mean(values)) if values else math.nan
         rows.append(row)
     return rows
+
+
+def top_tokens(runs: list[RunRecord], window: int = END_WINDOW, k: int = TOP_TOKENS) -> dict[str, dict[str, list]]:
+    """Per run label, the ``k`` most frequent selected and unselected token strings of its last
+    ``window`` logged steps, summed over its seeds: ``{label: {"selected": [[string, count], ...],
+    "unselected": [...]}}`` (counts add up the per-step top lists, :data:`TOP_TOKEN_KEYS`; a
+    token outside a step's list counts 0 there). Runs logged before the lists existed add nothing."""
+    totals: dict[str, dict[str, dict[str, int]]] = {}
+    for run in runs:
+        per_label = totals.setdefault(run.label, {name: {} for name in TOP_TOKEN_KEYS})
+        for line in run.metrics[-window:]:
+            for name, key in TOP_TOKEN_KEYS.items():
+                items = line.get(key)
+                if not isinstance(items, list):
+                    continue
+                for item in items:
+                    if isinstance(item, list | tuple) and len(item) == 2 and isinstance(item[1], int):
+                        per_label[name][str(item[0])] = per_label[name].get(str(item[0]), 0) + item[1]
+    return {label: {name: [[text, count] for text, count in
+                           sorted(counter.items(), key=lambda pair: (-pair[1], pair[0]))[:k]]
+                    for name, counter in counters.items()}
+            for label, counters in totals.items()}
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
@@ -456,7 +481,47 @@ def _training_end_lines(rows: list[dict[str, Any]], labels: list[str]) -> list[s
                 cell += f" ({_fmt(_seed_mean(group, everything), 2, 1.0)})"
             cells.append(cell)
         anatomy.append(f"| {label} | {len(group)} | " + " | ".join(cells) + " |")
-    return lines + anatomy
+    return lines + anatomy + _paper_figure_lines(rows, labels)
+
+
+def _paper_figure_lines(rows: list[dict[str, Any]], labels: list[str]) -> list[str]:
+    """The paper's figures of each method's selected tokens (``PAPER_FIGURES``; same means as the
+    end-of-training table), the all-token value in parentheses, with the paper's row first."""
+    lines = ["", "The paper's figures of the selected tokens (`paper_figures`, same means; the "
+             "all-token value in parentheses; the paper's own values in the first row; the knee "
+             "is that of the sorted ICT score per response, whatever the method).", "",
+             "| method | seeds | " + " | ".join(f"{title} ({unit})" for title, unit, *_ in PAPER_FIGURES) + " |",
+             "|---|---|" + "---|" * len(PAPER_FIGURES),
+             "| paper (arXiv 2606.19771) | - | " + " | ".join(figure[4] or "-" for figure in PAPER_FIGURES) + " |"]
+    for label in labels:
+        group = [row for row in rows if row["method"] == label]
+        cells = []
+        for _, _, selected, everything, _ in PAPER_FIGURES:
+            cell = _fmt(_seed_mean(group, selected), 2, 1.0)
+            if everything is not None and cell != "-":
+                cell += f" ({_fmt(_seed_mean(group, everything), 2, 1.0)})"
+            cells.append(cell)
+        lines.append(f"| {label} | {len(group)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _token_cell(text: str) -> str:
+    """A token string in a markdown table cell: its repr as code (pipes escaped, backticks as ')."""
+    return "`" + repr(text).replace("|", "\\|").replace("`", "'") + "`"
+
+
+def _top_token_lines(tokens: dict[str, dict[str, list]], labels: list[str]) -> list[str]:
+    """Per method, its most frequent selected and unselected tokens (:func:`top_tokens`)."""
+    if not any(counts for label in labels for counts in tokens.get(label, {}).values()):
+        return []
+    lines = ["", f"Most frequent selected / unselected tokens (the per-step top {TOP_TOKENS} "
+             f"lists of the last {END_WINDOW} steps, summed over seeds):", "",
+             "| method | selected | unselected |", "|---|---|---|"]
+    for label in labels:
+        cells = [", ".join(_token_cell(text) + f" x{count}" for text, count in tokens.get(label, {}).get(name, []))
+                 or "-" for name in TOP_TOKEN_KEYS]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def write_report(config: CompareConfig) -> Path:
@@ -519,6 +584,7 @@ def write_report(config: CompareConfig) -> Path:
                      f"{row['baseline']} | {_fmt(row['difference'])} | "
                      f"[{_fmt(row['low'])}, {_fmt(row['high'])}] | {row['p_value']:.3g} |")
     lines += _training_end_lines(summary["training_end"], labels)
+    lines += _top_token_lines(summary["top_tokens"], labels)
     lines += ["", "## Training curves", "",
               "Mean over seeds (line) and min..max over seeds (band) per method.", "",
               f"![training curves]({figure.name})" if figure else "(no metrics logged)", "",

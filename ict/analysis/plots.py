@@ -1,6 +1,9 @@
 """Training curves of several runs: per label, the mean over runs (line) and min..max (band).
 
-The last four panels are the selection's anatomy (``ict.core.diagnostics.selection_anatomy``):
+Before the anatomy come the paper's figures of the selected tokens
+(``ict.core.diagnostics.PAPER_FIGURES``: p(a*), the high:low entropy ratio, the sorted-score
+knee; the regime panel already shows the share with p(a*) > beta), the selected tokens' value
+dashed, the all-token value solid. The last four panels are the selection's anatomy (``ict.core.diagnostics.selection_anatomy``):
 the selected tokens' value (dashed) against the all-token value (solid, what a uniform selection
 would give). Runs logged before the anatomy existed have none of these keys: their panels are
 left out (or, next to newer runs, drawn without them)."""
@@ -13,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ict.core.diagnostics import ANATOMY_FIGURES
+from ict.core.diagnostics import ANATOMY_FIGURES, PAPER_FIGURES
 
 # (title, y label, [(metrics key, line style suffix)])
 PANELS = [
@@ -24,6 +27,9 @@ PANELS = [
     ("Response length", "tokens per completion", [("response_length_mean", "")]),
     ("Regime: p(token) > beta", "fraction of tokens",
      [("above_beta_fraction", "all"), ("above_beta_fraction_selected", "selected")]),
+    *((f"Paper: {title}", unit, [*([(everything, "all")] if everything else []),
+                                  (selected, "selected" if selected.startswith("selected_") else "")])
+      for title, unit, selected, everything, _ in PAPER_FIGURES if selected != "above_beta_fraction_selected"),
     *((f"Anatomy: {title}", unit, [*([(everything, "all")] if everything else []), (selected, "selected")])
       for title, unit, selected, everything in ANATOMY_FIGURES),
 ]

@@ -3,20 +3,23 @@ ICT (top 10% JS) and 20-Entropy (top 20% entropy) would select it and where STAP
 would silence it; terminal (rich) and one
 self-contained HTML page (inline CSS, no scripts, no network fetches). Both views also give the
 anatomy of each selection (``ict.core.diagnostics.selection_anatomy``): where in the responses
-the selected tokens lie, against all response tokens."""
+the selected tokens lie, against all response tokens; and the paper's figures of each selection
+(``ict.core.diagnostics.paper_figures``: p(a*) mean +- std, the high:low entropy ratio, the share
+with p(a*) > beta; once for the batch, the knee of the sorted ICT score per response), next to
+the paper's values, with the tokens ICT leaves out most often."""
 
 from __future__ import annotations
 
 import html
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ict.core.diagnostics import ANATOMY_FIGURES
+from ict.core.diagnostics import ANATOMY_FIGURES, PAPER_FIGURES
 
 COLOR_SCORES = ("js", "entropy", "renyi2")
 SELECTIONS = (("ict", "ict", {"ratio": 0.1}), ("entropy20", "entropy", {"ratio": 0.2}),
@@ -36,6 +39,10 @@ class TokenView:
     top_tokens: dict[str, list[tuple[str, int]]]
     anatomy: dict[str, dict[str, float]]
     """per selection (ict, entropy20, stapo: the tokens each updates): ``ANATOMY_KEYS`` -> value"""
+    figures: dict[str, dict[str, float]] = field(default_factory=dict)
+    """per selection (as ``anatomy``): ``PAPER_FIGURE_KEYS`` -> value"""
+    top_unselected: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    """per selection: its most frequent unselected response tokens (string, count)"""
 
 
 def anatomy_lines(view: TokenView) -> list[str]:
@@ -50,10 +57,39 @@ def anatomy_lines(view: TokenView) -> list[str]:
     return lines
 
 
-def build_view(model: Any, tokenizer: Any, rollout: Any, color: str = "js",
-               reference: str | None = None, temperature: float = 1.0) -> TokenView:
-    """Token statistics (`ict.core.stats.token_statistics`) and selections of a rollout."""
-    from ict.core.diagnostics import selection_anatomy
+def _is_batch_figure(key: str) -> bool:
+    """Figures of the batch's score curves, the same for every selection (the knee)."""
+    return key.startswith("score_knee")
+
+
+def figure_lines(view: TokenView) -> list[str]:
+    """Plain-text lines of the paper's figures: one per selection (the all-token value in
+    brackets), one for the batch (the knee of the sorted ICT score per response), the paper's."""
+    lines = []
+    batch: dict[str, float] = {}
+    for label, figures in view.figures.items():
+        cells = []
+        for title, _, selected, everything, _ in PAPER_FIGURES:
+            if _is_batch_figure(selected):
+                batch[title] = figures[selected]
+                continue
+            cell = f"{title} {figures[selected]:.2f}"
+            cells.append(cell + (f" (all {figures[everything]:.2f})" if everything else ""))
+        lines.append(f"{label}: " + ", ".join(cells))
+    if batch:
+        lines.append("sorted ICT score per response: " + ", ".join(f"{title} {value:.2f}"
+                                                                   for title, value in batch.items()))
+    if view.figures:
+        lines.append("the paper: " + ", ".join(f"{title} {paper}" for title, _, _, _, paper in PAPER_FIGURES
+                                               if paper))
+    return lines
+
+
+def build_view(model: Any, tokenizer: Any, rollout: Any, *, temperature: float, color: str = "js",
+               reference: str | None = None) -> TokenView:
+    """Token statistics (`ict.core.stats.token_statistics`) and selections of a rollout, at the
+    rollout's sampling `temperature` (the statistics' temperature)."""
+    from ict.core.diagnostics import paper_figures, selection_anatomy
     from ict.core.selectors import SelectionInputs, required_js_references, select
     from ict.core.stats import token_statistics
     from ict.training.forward import response_logits
@@ -73,13 +109,16 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, color: str = "js",
     inputs = SelectionInputs(stats=stats, response_mask=batch.response_mask,
                              token_ids=batch.response_ids,
                              advantages=torch.zeros(batch.response_ids.shape[0]), group_ids=group_ids)
-    masks, anatomy = {}, {}
+    masks, anatomy, figures = {}, {}, {}
     finished = torch.tensor([done for group in rollout.finished for done in group])
     for label, name, options in SELECTIONS:
         selection = select(name, inputs, **options)
         masks[label] = selection.mask
         anatomy[label] = selection_anatomy(selection.mask, batch.response_mask, group_ids, finished,
                                            selection.tie_decided)
+        figures[label] = paper_figures(stats, batch.response_mask, selection.mask)  # knee: ICT's default
+    # the tokens each selection leaves out (STAPO's are its silenced ones, shown below anyway)
+    unselected = {label: batch.response_mask.bool() & ~mask for label, mask in masks.items() if label != "stapo"}
     # STAPO updates every token but the spurious ones: show the ones it silences
     masks["stapo_silenced"] = batch.response_mask.bool() & ~masks.pop("stapo")
     score = {"js": stats.js_scores[reference], "entropy": stats.entropy,
@@ -87,6 +126,7 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, color: str = "js",
     tokens, scores = [], []
     selected: dict[str, list[list[bool]]] = {label: [] for label in masks}
     counters: dict[str, Counter[str]] = {label: Counter() for label in masks}
+    left_out: dict[str, Counter[str]] = {label: Counter() for label in unselected}
     for row in range(batch.response_ids.shape[0]):
         length = int(batch.response_mask[row].sum())
         ids = batch.response_ids[row, :length].tolist()
@@ -97,13 +137,16 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, color: str = "js",
             flags = mask[row, :length].tolist()
             selected[label].append(flags)
             counters[label].update(s for s, flag in zip(strings, flags, strict=True) if flag)
+        for label, mask in unselected.items():
+            left_out[label].update(s for s, flag in zip(strings, mask[row, :length].tolist(), strict=True)
+                                   if flag)
     a, b = masks["ict"], masks["entropy20"]
     union = int((a | b).sum())
     jaccard = int((a & b).sum()) / union if union else float("nan")
     prompts = [text for text in rollout.prompt_texts for _ in range(rollout.num_samples)]
     return TokenView(prompts, tokens, scores, selected, color, jaccard,
                      {label: counter.most_common(10) for label, counter in counters.items()},
-                     anatomy)
+                     anatomy, figures, {label: counter.most_common(10) for label, counter in left_out.items()})
 
 
 def _range(view: TokenView) -> tuple[float, float]:
@@ -138,6 +181,11 @@ def render_html(view: TokenView) -> str:
         parts.append(f"<br>{label} selects most often: {listed}")
     parts.append("<br>Where each selection lies (all response tokens in parentheses):<br>")
     parts.append("<br>".join(html.escape(line) for line in anatomy_lines(view)))
+    parts.append("<br>The paper's figures of each selection (all response tokens in parentheses):<br>")
+    parts.append("<br>".join(html.escape(line) for line in figure_lines(view)))
+    for label, items in view.top_unselected.items():
+        listed = ", ".join(f"{html.escape(repr(token))} x{count}" for token, count in items)
+        parts.append(f"<br>{label} leaves out most often: {listed or '(none in this batch)'}")
     parts.append("</div>")
     for index, (prompt, tokens, scores) in enumerate(zip(view.prompts, view.tokens, view.scores,
                                                          strict=True)):
@@ -177,6 +225,13 @@ def print_view(view: TokenView, console: Any = None) -> None:
     console.print("Where each selection lies (all response tokens in parentheses):")
     for line in anatomy_lines(view):
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+    console.print("The paper's figures of each selection (all response tokens in parentheses):")
+    for line in figure_lines(view):
+        console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+    for label, items in view.top_unselected.items():
+        listed = ", ".join(f"{token!r} x{count}" for token, count in items)
+        console.print(f"{label} leaves out most often: {listed or '(none in this batch)'}",
+                      markup=False, highlight=False, soft_wrap=True)
 
 
 def rollout_from_samples(tokenizer: Any, path: Path) -> Any:

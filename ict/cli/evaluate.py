@@ -25,10 +25,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=(
             "Sample --n completions per problem, grade them (math-verify under a hard time bound, "
             "option letters, reasoning-gym scorers) and report unbiased pass@k, avg@n, maj@n "
-            "(and greedy accuracy with --greedy) per benchmark and macro-averaged per suite. "
-            "Writes samples.jsonl (every prompt, completion, extracted answer and verdict), "
+            "(and greedy accuracy with --greedy) per benchmark and macro-averaged per suite; "
+            "with --seeds 0,1,2 each metric is the mean over sampling seeds, shown with its std "
+            "and the per-seed values. Writes samples.jsonl (every prompt, completion, extracted answer and verdict), "
             "results.json, results.csv and results.md to --output-dir; a rerun into the same "
-            "directory resumes (finished problems are not generated again)."
+            "directory resumes (finished problems of each seed are not generated again)."
         ),
         epilog=(
             f"Benchmarks: {', '.join(available_benchmarks())}, or rg:<task>[:key=value]... "

@@ -9,6 +9,7 @@ from typing import Any
 from ict.core.errors import UsageError
 from ict.core.selectors import ICT_DEFAULT_REFERENCE
 from ict.core.stats import JS_REFERENCES
+from ict.training.config import TrainConfig
 
 # every JS reference but 'ref' (the inspect view loads no reference model)
 JS_COLOUR_REFERENCES = tuple(name for name in JS_REFERENCES if name != "ref")
@@ -19,13 +20,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "inspect", help="token view: scores and ICT / 20-Entropy / STAPO selections per token",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--model", default="smollm2-135m-instruct", help="model id or directory")
+    parser.add_argument("--model", default=TrainConfig.model, help="model id or directory")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="sample --n completions of this prompt")
     source.add_argument("--samples", help="JSONL of {prompt, completion} records")
     parser.add_argument("--n", type=int, default=4, help="completions per prompt (>= 2)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--temperature", type=float, default=TrainConfig.temperature,
+                        help="sampling temperature, also the statistics' (ict train's default)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--color", choices=("js", "entropy", "renyi2"), default="js")
     parser.add_argument("--reference", default=ICT_DEFAULT_REFERENCE, choices=JS_COLOUR_REFERENCES,
@@ -50,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
         rollout = generate_completions(model, tokenizer, [args.prompt], num_samples=args.n,
                                        temperature=args.temperature,
                                        max_new_tokens=args.max_new_tokens, seed=args.seed)
-    view = build_view(model, tokenizer, rollout, args.color, args.reference, args.temperature)
+    view = build_view(model, tokenizer, rollout, temperature=args.temperature, color=args.color,
+                      reference=args.reference)
     print_view(view)
     if args.html:
         Path(args.html).write_text(render_html(view), encoding="utf-8")

@@ -38,6 +38,36 @@ All values are floats; NaN where undefined (no selected token, no JS scores).
 
 Each ``*_fraction`` / ``*_position`` also has an ``all_`` twin over every response token (the
 value a uniform selection would have).
+
+:func:`paper_figures` gives the paper's figures of its selected tokens (``PAPER_FIGURES``; its
+A.4.1 and section 3.1), for any selection; ``p(a*) = exp(log_prob)`` is the probability of the
+sampled token under the temperature-scaled policy:
+
+- ``selected_token_prob_mean`` / ``selected_token_prob_std``: mean and standard deviation
+  (population, ``ddof = 0``) of ``p(a*)`` over the selected tokens (the paper: 0.18 +- 0.09);
+  ``all_token_prob_mean`` / ``all_token_prob_std`` over every response token;
+- ``selected_high_low_entropy_ratio``: ``#{selected: H > m} / #{selected: H <= m}`` with ``m``
+  the median entropy of the step's response tokens (all of them, selected or not; the lower
+  middle value for an even count, as ``torch.median``); the paper reports 1.03 (GSM8K) and 0.99
+  (MATH). ``inf`` when every selected token lies above ``m`` (JSON null), NaN when none is
+  selected. ``selected_high_entropy_fraction`` ``f`` above is the same split: ratio ``f / (1 - f)``;
+- ``above_beta_fraction_selected`` / ``above_beta_fraction``: share with ``p(a*) > beta`` (as above);
+- ``score_knee_fraction``: the knee of each response's sorted score curve (Kneedle). For a response
+  with ``L >= 3`` tokens, sort its ICT scores descending, ``s_1 >= ... >= s_L`` (the score the
+  registry's ``ict`` selector ranks by default, :func:`ict_default_reference`), and put
+  ``x_r = r / L`` (``r = 1..L``, so ``x`` in ``(0, 1]``), ``y_r = (s_r - s_L) / (s_1 - s_L)`` in
+  ``[0, 1]``. The chord from ``(x_1, 1)`` to ``(x_L, 0)`` is ``c_r = 1 - (r - 1) / (L - 1)``; the
+  knee is ``x_r*`` at ``r* = argmax_r (c_r - y_r)``, the point farthest below the chord (the
+  perpendicular distance is proportional, so the same point; the first on a tie). The figure is
+  the mean of ``x_r*`` over the responses that have a knee: ``L >= 3``, ``s_1 > s_L`` and some
+  point more than 1e-9 below the chord. A straight or concave curve (a plateau of saturated
+  scores that drops at its end) has none; ``score_knee_share`` is the share of the ``L >= 3``
+  responses that have one. The paper reports an elbow near 0.10.
+
+:func:`top_token_counts` gives the most frequent selected and unselected token ids (the trainer
+logs their decoded strings as ``top_selected_tokens`` / ``top_unselected_tokens``: lists of
+``[string, count]``, the only non-numeric diagnostics). :func:`aligned_share` says how long the
+G completions of a prompt stay identical, :func:`token_agreement` how alike they are.
 """
 
 from __future__ import annotations
@@ -47,7 +77,7 @@ import math
 import torch
 from torch import Tensor
 
-from ict.core.selectors import ICT_DEFAULT_REFERENCE, top_fraction_mask
+from ict.core.selectors import ICT_DEFAULT_REFERENCE, resolve_options, top_fraction_mask
 from ict.core.stats import TokenStatistics, response_ends
 
 DIAGNOSTIC_KEYS = (
@@ -167,3 +197,169 @@ def selection_anatomy(
     out["selected_tie_fraction"] = (math.nan if tie_decided is None else
                                     _mean((tie_decided.to(response.device).bool() & selected).double(), selected))
     return {key: out[key] for key in ANATOMY_KEYS}
+
+
+# ---------------------------------------------------------------------------------------------
+# The paper's figures of its selected tokens
+
+PAPER_FIGURES = (  # (title, unit, selected key, all-token key or None, the paper's value or None)
+    ("p(a*) mean", "probability", "selected_token_prob_mean", "all_token_prob_mean", "0.18"),
+    ("p(a*) std", "probability", "selected_token_prob_std", "all_token_prob_std", "0.09"),
+    ("high:low entropy", "ratio of counts, median split", "selected_high_low_entropy_ratio", None,
+     "1.03 (GSM8K), 0.99 (MATH)"),
+    ("p(a*) > beta", "fraction of tokens", "above_beta_fraction_selected", "above_beta_fraction", None),
+    ("score knee", "rank / L of the sorted score", "score_knee_fraction", None, "~0.10"),
+    ("responses with a knee", "fraction of responses", "score_knee_share", None, None),
+)
+"""One home for the paper's figures: titles, units, metrics keys and the paper's values."""
+PAPER_FIGURE_KEYS = tuple(dict.fromkeys(key for figure in PAPER_FIGURES for key in figure[2:4] if key))
+TOP_TOKEN_KEYS = {"selected": "top_selected_tokens", "unselected": "top_unselected_tokens"}
+"""metrics keys of the most frequent selected / unselected token strings (lists of [string, count])"""
+TOP_TOKENS = 10
+KNEE_TOLERANCE = 1e-9  # how far below the chord a point must lie to count as a knee (y units)
+
+
+def ict_default_reference() -> str:
+    """The JS reference the registry's ``ict`` selector ranks by with its default options."""
+    return str(resolve_options("ict")["reference"])
+
+
+def _std(values: Tensor, mask: Tensor) -> float:
+    """Population standard deviation (``ddof = 0``) of ``values[mask]`` (NaN when empty)."""
+    return float(values[mask].double().std(correction=0)) if bool(mask.any()) else math.nan
+
+
+def score_knees(scores: Tensor, response_mask: Tensor, tolerance: float = KNEE_TOLERANCE) -> Tensor:
+    """Per response, the knee ``x_r*`` of its sorted score curve (module docstring), float64 ``[B]``.
+
+    ``scores`` and ``response_mask`` are ``[B, T]``. NaN for a response without a knee (fewer
+    than 3 tokens, constant scores, or no point more than ``tolerance`` below the chord).
+    """
+    response = response_mask.bool()
+    values = torch.where(response, scores.detach().double(), torch.full((), -math.inf, dtype=torch.float64,
+                                                                        device=scores.device))
+    ordered = values.sort(dim=1, descending=True).values  # the L real scores first
+    length = response.sum(dim=1)
+    rank = torch.arange(1, response.shape[1] + 1, device=scores.device, dtype=torch.float64)
+    last = ordered.gather(1, (length - 1).clamp(min=0).unsqueeze(1))
+    first = ordered[:, :1]
+    span = first - last
+    valid_rank = rank.unsqueeze(0) <= length.unsqueeze(1)
+    y = torch.where(valid_rank, (ordered - last) / span.clamp(min=1e-300), torch.zeros((), dtype=torch.float64,
+                                                                                        device=scores.device))
+    steps = (length - 1).clamp(min=1).double().unsqueeze(1)
+    below = torch.where(valid_rank, 1.0 - (rank - 1.0) / steps - y,
+                        torch.full((), -math.inf, dtype=torch.float64, device=scores.device))
+    best, index = below.max(dim=1)  # the first maximal point
+    has_knee = (length >= 3) & (span.squeeze(1) > 0) & (best > tolerance)
+    knee = (index.double() + 1.0) / length.clamp(min=1).double()
+    return torch.where(has_knee, knee, torch.full((), math.nan, dtype=torch.float64, device=scores.device))
+
+
+def paper_figures(
+    stats: TokenStatistics,
+    response_mask: Tensor,
+    selected_mask: Tensor,
+    reference: str | None = None,
+) -> dict[str, float]:
+    """The paper's figures of a selection (``PAPER_FIGURE_KEYS``; formulas in the module docstring).
+
+    ``stats`` fields and masks are ``[N, T]`` (one step, all rows). The knee uses
+    ``stats.js_scores[reference]`` (default :func:`ict_default_reference`; NaN when absent).
+    """
+    device = stats.log_probs.device
+    response = response_mask.to(device).bool()
+    selected = selected_mask.to(device).bool() & response
+    log_probs = stats.log_probs.detach().double()
+    probability = log_probs.exp()
+    above = (log_probs + stats.renyi2.detach().double()) > 0  # p(a*) > beta = exp(-H2)
+    entropy = stats.entropy.detach().float()
+    median = float(entropy[response].median()) if bool(response.any()) else math.nan
+    high = int((selected & (entropy > median)).sum())
+    low = int((selected & (entropy <= median)).sum())
+    ratio = high / low if low else (math.inf if high else math.nan)
+    out = {
+        "selected_token_prob_mean": _mean(probability, selected),
+        "all_token_prob_mean": _mean(probability, response),
+        "selected_token_prob_std": _std(probability, selected),
+        "all_token_prob_std": _std(probability, response),
+        "selected_high_low_entropy_ratio": ratio,
+        "above_beta_fraction_selected": _mean(above.double(), selected),
+        "above_beta_fraction": _mean(above.double(), response),
+        "score_knee_fraction": math.nan,
+        "score_knee_share": math.nan,
+    }
+    scores = stats.js_scores.get(reference or ict_default_reference())
+    if scores is not None:
+        knees = score_knees(scores, response)
+        eligible = response.sum(dim=1) >= 3
+        found = ~knees.isnan()
+        if bool(found.any()):
+            out["score_knee_fraction"] = float(knees[found].mean())
+        if bool(eligible.any()):
+            out["score_knee_share"] = float(found[eligible].double().mean())
+    return {key: out[key] for key in PAPER_FIGURE_KEYS}
+
+
+def top_token_counts(
+    token_ids: Tensor, response_mask: Tensor, selected_mask: Tensor, k: int = TOP_TOKENS,
+) -> dict[str, list[tuple[int, int]]]:
+    """The ``k`` most frequent token ids among the selected and among the unselected response
+    tokens: ``{"selected": [(id, count), ...], "unselected": [...]}``, by count descending, then
+    id ascending. All inputs ``[N, T]``."""
+    response = response_mask.bool()
+    selected = selected_mask.to(response.device).bool() & response
+    out = {}
+    for name, mask in (("selected", selected), ("unselected", response & ~selected)):
+        ids, counts = torch.unique(token_ids.to(response.device)[mask], return_counts=True)  # ids ascending
+        order = torch.sort(-counts, stable=True).indices[:k]
+        out[name] = [(int(ids[i]), int(counts[i])) for i in order]
+    return out
+
+
+def aligned_share(token_ids: Tensor, response_mask: Tensor, group_ids: Tensor) -> float:
+    """Mean over responses of the share of each response's tokens before its group first diverges.
+
+    A group *diverges* at the first position ``D`` where not all of its G rows have a response
+    token, or where they do not all hold the same token id (``D = 0`` when they differ at once);
+    a response of ``L`` tokens contributes ``min(D, L) / L``. Inputs ``[B, T]`` and ``[B]``;
+    responses without tokens are left out (NaN when none has one).
+    """
+    response = response_mask.bool()
+    tokens = token_ids.to(response.device)
+    _, rank = torch.unique(group_ids.to(response.device), return_inverse=True)
+    shares = []
+    for group in range(int(rank.max()) + 1 if rank.numel() else 0):
+        rows = (rank == group).nonzero(as_tuple=True)[0]
+        alive = response[rows].all(dim=0)
+        same = (tokens[rows] == tokens[rows[0]]).all(dim=0)
+        split = (~(alive & same)).nonzero(as_tuple=True)[0]
+        divergence = int(split[0]) if split.numel() else response.shape[1]
+        for row in rows.tolist():
+            length = int(response[row].sum())
+            if length:
+                shares.append(min(divergence, length) / length)
+    return sum(shares) / len(shares) if shares else math.nan
+
+
+def token_agreement(token_ids: Tensor, response_mask: Tensor, group_ids: Tensor) -> float:
+    """Mean over response tokens ``(i, t)`` of the share of the other rows of ``i``'s group alive at
+    ``t`` that hold the same token id there: ``#{j != i alive at t: y_j,t = y_i,t} / #{j != i alive
+    at t}`` (tokens with no other row alive left out; NaN when none is left). 1 for identical
+    completions, about ``sum_v p_v^2`` for independent draws. Inputs ``[B, T]`` and ``[B]``.
+    Unlike :func:`aligned_share` one deviating row does not end the agreement of the others."""
+    response = response_mask.bool()
+    tokens = token_ids.to(response.device)
+    _, rank = torch.unique(group_ids.to(response.device), return_inverse=True)
+    total, count = 0.0, 0
+    for group in range(int(rank.max()) + 1 if rank.numel() else 0):
+        rows = (rank == group).nonzero(as_tuple=True)[0]
+        alive = response[rows]  # [G, T]
+        both = alive.unsqueeze(1) & alive.unsqueeze(0)  # [G, G, T]
+        same = (tokens[rows].unsqueeze(1) == tokens[rows].unsqueeze(0)) & both
+        others = alive.sum(dim=0, keepdim=True) - 1  # [1, T]
+        matches = same.sum(dim=1) - alive.long()  # [G, T], the row itself left out
+        counted = alive & (others > 0)
+        total += float((matches.double() / others.clamp(min=1).double())[counted].sum())
+        count += int(counted.sum())
+    return total / count if count else math.nan

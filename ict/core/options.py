@@ -135,6 +135,7 @@ def add_dataclass_options(parser: argparse.ArgumentParser, cls: type,
             metavar = "INT,INT,..."
         if optional:
             metavar += "|none"
+            choices = (*choices, "none") if choices else None
         parser.add_argument(*flags, dest=item.name, default=argparse.SUPPRESS, metavar=metavar,
                             choices=choices, help=help_text)
 

@@ -25,6 +25,15 @@ Built in (defaults in brackets):
   paper's) ranks the unique sampled token ids by their mean score, keeps the top
   ``ceil(ratio * U)`` of the ``U`` unique ids and selects every response position holding one
   of them. Preset ``paper``: per-sequence percentile and the ``seq_mean_token_mean`` loss.
+  Option ``metric`` [``"js"``] (an ablation; :data:`ict.core.stats.SCORE_METRICS`): the score
+  that ranks, ``"js"`` (Jensen-Shannon, in [0, ln 2] nats), ``"kl"`` (``KL(p || q)`` in nats,
+  ``log q`` clamped at float32's smallest normal: in [0, 87.3]) or ``"wasserstein"`` (the
+  1-Wasserstein distance under the 0-1 ground metric on the vocabulary, which is the total
+  variation ``1/2 sum_v |p_v - q_v|``, in [0, 1]); it reads ``js_scores[score_key(reference,
+  metric)]``. Option ``complement`` [False] (the paper's "90%-frequent" ablation): select
+  exactly the response tokens that the top-``ratio`` selection leaves out (the other ~90% at
+  ratio 0.1); it reports no tie-decided tokens (which tied tokens it holds follows the top
+  selection's draw).
 - ``random`` [ratio=0.1, seed=None, scope="batch"]: a uniformly random ``ceil(ratio * N)``
   response tokens (the control at ICT's fraction). Uses ``inputs.generator`` if given, else a
   generator seeded with ``seed``, else torch's global generator.
@@ -68,7 +77,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ict.core.stats import TokenStatistics
+from ict.core.stats import TokenStatistics, score_key
 
 SCOPES = ("sequence", "group", "batch")
 POPULATIONS = ("token", *SCOPES)
@@ -133,6 +142,7 @@ class Selector:
     population: Callable[[dict[str, Any]], str]
     presets: dict[str, Preset]
     description: str
+    train_defaults: dict[str, Any]
 
 
 SELECTORS: dict[str, Selector] = {}
@@ -144,6 +154,7 @@ def register_selector(
     js_references: Callable[[dict[str, Any]], tuple[str, ...]] | None = None,
     population: str | Callable[[dict[str, Any]], str] = "token",
     presets: dict[str, Preset] | None = None,
+    train_defaults: dict[str, Any] | None = None,
 ) -> Callable[[SelectorFunction], SelectorFunction]:
     """Decorator registering ``fn(inputs, **options) -> bool mask [B, T] | Selection``.
 
@@ -164,10 +175,35 @@ def register_selector(
             population=population_of,
             presets=dict(presets or {}),
             description=(function.__doc__ or name).strip().splitlines()[0],
+            train_defaults=_checked_train_options(name, train_defaults or {}),
         )
         return function
 
     return decorator
+
+
+TRAIN_OPTION_DEFAULTS: dict[str, Any] = {"aggregation": "token_mean", "full_token_warmup_steps": 0}
+"""The training options a method may set (its ``train_defaults``, a preset's ``train_options``)
+and their values for a method that sets none: the loss aggregation (``ict.core.loss``) and the
+number of first steps that update every response token. A training configuration leaves them
+unset (``None``) to take the method's value (:func:`method_train_options`)."""
+
+
+def _checked_train_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(options) - set(TRAIN_OPTION_DEFAULTS))
+    if unknown:
+        raise ValueError(f"selector {name!r}: {unknown[0]!r} is not a training option a method sets "
+                         f"({', '.join(TRAIN_OPTION_DEFAULTS)})")
+    return dict(options)
+
+
+def method_train_options(name: str, preset: str | None = None) -> dict[str, Any]:
+    """The training options of selector ``name``: :data:`TRAIN_OPTION_DEFAULTS`, updated by the
+    selector's ``train_defaults``, then by the preset's ``train_options``."""
+    resolved = {**TRAIN_OPTION_DEFAULTS, **_get_selector(name).train_defaults}
+    if preset is not None:
+        resolved.update(get_preset(name, preset).train_options)
+    return resolved
 
 
 def _get_selector(name: str) -> Selector:
@@ -236,6 +272,9 @@ def parse_selector_options(name: str, raw: dict[str, Any]) -> dict[str, Any]:
             parsed[key] = value
             continue
         text = value.strip()
+        if text.lower() in ("none", "null", "~"):
+            parsed[key] = None  # the default (resolve_options keeps it)
+            continue
         try:
             if isinstance(default, bool):
                 if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
@@ -255,14 +294,21 @@ def parse_selector_options(name: str, raw: dict[str, Any]) -> dict[str, Any]:
     return parsed
 
 
+_LOADED_PLUGINS: set[str] = set()
+
+
 def load_plugin(module: str) -> None:
     """Import ``module`` (a dotted module name or a path to a ``.py`` file) so that the selectors
-    it registers with :func:`register_selector` become available by name."""
+    it registers with :func:`register_selector` become available by name. A plugin runs once per
+    process: loading the same module or file again does nothing."""
     import importlib
     import importlib.util
     from pathlib import Path
 
     path = Path(module)
+    key = str(path.resolve()) if module.endswith(".py") else module
+    if key in _LOADED_PLUGINS:
+        return
     try:
         if module.endswith(".py"):
             if not path.is_file():
@@ -273,18 +319,20 @@ def load_plugin(module: str) -> None:
             spec.loader.exec_module(loaded)
         else:
             importlib.import_module(module)
+        _LOADED_PLUGINS.add(key)
     except ModuleNotFoundError as error:
         raise ValueError(f"cannot import plugin {module!r}: {error}; give a module on the Python "
                          "path or a .py file") from None
 
 
 def _dummy_inputs() -> SelectionInputs:
-    """A tiny ``[2, 3]`` batch with every JS reference, for start-up checks."""
-    from ict.core.stats import JS_REFERENCES
+    """A tiny ``[2, 3]`` batch with every score (each JS reference with each metric), for start-up checks."""
+    from ict.core.stats import JS_REFERENCES, SCORE_METRICS
 
     shape = (2, 3)
     zeros = torch.zeros(shape)
-    stats = TokenStatistics(zeros - 1.0, zeros + 1.0, zeros + 0.5, {ref: zeros.clone() for ref in JS_REFERENCES})
+    stats = TokenStatistics(zeros - 1.0, zeros + 1.0, zeros + 0.5,
+                            {score_key(ref, metric): zeros.clone() for ref in JS_REFERENCES for metric in SCORE_METRICS})
     return SelectionInputs(stats, torch.ones(shape, dtype=torch.bool), torch.tensor([1.0, -1.0]),
                            torch.zeros(shape, dtype=torch.long), torch.Generator().manual_seed(0),
                            torch.zeros(2, dtype=torch.long))
@@ -295,12 +343,11 @@ def check_options(name: str, options: dict[str, Any] | None = None) -> Selection
     reference that does not exist, a bad scope...): it is run once on a tiny dummy batch, so a
     bad value fails before any model is loaded. Returns that dummy `Selection` (e.g. to see
     whether the selector adds a ``kl_penalty``)."""
-    from ict.core.stats import JS_REFERENCES
+    from ict.core.stats import split_score_key
 
     resolved = resolve_options(name, options)
-    unknown = [ref for ref in required_js_references(name, resolved) if ref not in JS_REFERENCES]
-    if unknown:
-        raise ValueError(f"unknown JS reference {unknown[0]!r}; choose from {', '.join(JS_REFERENCES)}")
+    for key in required_js_references(name, resolved):
+        split_score_key(key)  # one-line ValueError for an unknown reference or metric
     return select(name, _dummy_inputs(), **resolved)
 
 
@@ -472,12 +519,14 @@ def select_stapo(inputs: SelectionInputs, tau_p: float, quantile: float) -> Tens
     return inputs.response_mask.bool() & ~silenced
 
 
-def _js_score(inputs: SelectionInputs, reference: str) -> Tensor:
-    scores = inputs.stats.js_scores.get(reference)
+def _js_score(inputs: SelectionInputs, key: str) -> Tensor:
+    """The ``[B, T]`` scores ``inputs.stats.js_scores[key]`` (``key``: a score key,
+    :func:`ict.core.stats.score_key`, e.g. ``"group_mean_absorbing"`` or ``"prev:kl"``)."""
+    scores = inputs.stats.js_scores.get(key)
     if scores is None:
         raise ValueError(
-            f"JS scores for reference {reference!r} were not computed; "
-            f"pass js_references=({reference!r},) to token_statistics"
+            f"JS scores for reference {key!r} were not computed; "
+            f"pass js_references=({key!r},) to token_statistics"
         )
     return scores
 
@@ -518,38 +567,58 @@ def top_unique_token_selection(
 ICT_DEFAULT_REFERENCE = "group_mean_absorbing"
 """ICT's default JS reference (``docs/method.md`` gives the measurement behind the choice)."""
 
-# The full-token warm-up of the paper preset is the blog reading's (unconfirmed) "first steps
-# update every token"; the number of steps is not given anywhere we can read. 10 steps is our
-# guess: long enough for the group advantages to move the policy off its initial distribution
-# (the offline default's reward rises over its first ~10 steps), short next to a 100+ step run.
-ICT_PAPER_PRESET = Preset(
-    selector_options={"reference": ICT_DEFAULT_REFERENCE, "ratio": 0.1, "scope": "sequence", "unit": "position"},
-    train_options={"aggregation": "seq_mean_token_mean", "full_token_warmup_steps": 10},
-    note="arXiv 2606.19771 as two public readings describe it (METHOD.md section 2): JS to the "
-    "group mean, top 10% per sequence, mean over sequences of each sequence's token mean, a "
-    "full-token warm-up (its length, 10 steps, is our guess)",
-)
+# The paper's recipe (arXiv 2606.19771 as three public readings of its full text describe it):
+# the mask is the top 10% of each response's own positions, the loss is Sparse-GRPO (its Eq. 11:
+# the mean over responses of each response's mean over its selected tokens), and the first Theta
+# steps update every token. Theta = 10, 20 and 40 converge alike there; the default is not
+# stated, so 10 is our choice (the shortest the paper reports).
+ICT_PAPER_SELECTOR_OPTIONS = {"ratio": 0.1, "reference": ICT_DEFAULT_REFERENCE, "unit": "position",
+                              "scope": "sequence"}
+ICT_PAPER_TRAIN_OPTIONS = {"aggregation": "seq_mean_token_mean", "full_token_warmup_steps": 10}
+
+ICT_PRESETS = {
+    "paper": Preset(
+        selector_options=ICT_PAPER_SELECTOR_OPTIONS, train_options=ICT_PAPER_TRAIN_OPTIONS,
+        note="the paper's recipe, ict's default: top 10% of each response by JS to the group "
+        "mean, Sparse-GRPO aggregation (seq_mean_token_mean), a 10-step full-token warm-up"),
+    "batch": Preset(
+        selector_options={"scope": "batch"},
+        train_options={"aggregation": "token_mean", "full_token_warmup_steps": 0},
+        note="ict's default before the paper's recipe (the second comparison, results/cpu-v2): "
+        "top 10% of the whole batch, token_mean loss, no warm-up"),
+}
 
 
 @register_selector(
     "ict",
-    defaults={"ratio": 0.1, "reference": ICT_DEFAULT_REFERENCE, "unit": "position", "scope": "batch"},
-    js_references=lambda options: (options["reference"],),
+    defaults={**ICT_PAPER_SELECTOR_OPTIONS, "metric": "js", "complement": False},
+    js_references=lambda options: (score_key(options["reference"], options["metric"]),),
     population=lambda options: options["scope"],
-    presets={"paper": ICT_PAPER_PRESET},
+    presets=ICT_PRESETS,
+    train_defaults=ICT_PAPER_TRAIN_OPTIONS,
 )
-def select_ict(inputs: SelectionInputs, ratio: float, reference: str, unit: str, scope: str) -> Selection:
-    """ICT: the top ``ratio`` of response tokens by Jensen-Shannon score (default: to the group mean)."""
-    scores = _js_score(inputs, reference)
+def select_ict(inputs: SelectionInputs, ratio: float, reference: str, unit: str, scope: str,
+               metric: str = "js", complement: bool = False) -> Selection:
+    """ICT: the top ``ratio`` of response tokens by Jensen-Shannon score (default: to the group mean).
+
+    ``metric`` picks the score (``js``, ``kl`` or ``wasserstein`` = total variation; see the
+    module docstring); ``complement`` selects the response tokens the top ``ratio`` leaves out
+    (no tie-decided tokens reported)."""
+    scores = _js_score(inputs, score_key(reference, metric))
     if unit == "position":
-        return top_fraction_selection(scores, inputs.response_mask, ratio, scope, inputs.group_ids,
-                                      inputs.generator)
-    if unit == "token_id":
+        selection = top_fraction_selection(scores, inputs.response_mask, ratio, scope, inputs.group_ids,
+                                           inputs.generator)
+    elif unit == "token_id":
         if inputs.token_ids is None:
             raise ValueError("unit='token_id' needs token_ids in SelectionInputs")
-        return top_unique_token_selection(scores, inputs.token_ids, inputs.response_mask, ratio, scope,
-                                          inputs.group_ids, inputs.generator)
-    raise ValueError(f"unit must be 'position' or 'token_id', got {unit!r}")
+        selection = top_unique_token_selection(scores, inputs.token_ids, inputs.response_mask, ratio, scope,
+                                               inputs.group_ids, inputs.generator)
+    else:
+        raise ValueError(f"unit must be 'position' or 'token_id', got {unit!r}")
+    if complement:
+        rest = inputs.response_mask.bool() & ~selection.mask
+        return Selection(mask=rest, tie_decided=torch.zeros_like(rest))
+    return selection
 
 
 # The random scores are drawn over the whole [B, T] at once, so the draw (and the mask) depends on

@@ -38,20 +38,42 @@ For every response position t with temperature-scaled distribution
     with itself);
   - ``ref``: ``q_t`` = the reference model's distribution at the same position (its logits given).
 
+Score metrics (ablations of the JS score, for the same references; :data:`SCORE_METRICS`). A
+score is asked for by its key (:func:`score_key`): the bare reference name for JS (so
+``js_scores["group_mean_absorbing"]`` is JS, as it always was), ``"<reference>:<metric>"``
+otherwise (``js_scores["group_mean_absorbing:kl"]``). Every metric scores 0 where JS is set to 0
+(no other contributor, the first ``prev`` position):
+
+- ``js``: the Jensen-Shannon divergence above, in [0, ln 2] nats;
+- ``kl``: ``KL(p_t || q_t) = sum_v p_tv log p_tv - sum_v p_tv log max(q_tv, tiny)`` in nats,
+  ``tiny`` = float32's smallest normal number (1.2e-38), so the score is finite, in
+  [0, -log tiny = 87.3]. Only where ``q_tv = 0 < p_tv`` does the clamp matter (KL would be
+  ``+inf``): never for ``group_mean``, ``group_mean_absorbing`` and ``seq_mean``, whose ``q``
+  contains ``p`` itself; possible for the leave-one-out variants, ``prev`` and ``ref`` (e.g.
+  masked vocabulary entries, or others that are only absorbed point masses). For the
+  leave-one-out variants the mean of the others is then summed directly (not as the group sum
+  minus the row, whose rounding would hide ``q_tv = 0`` and spoil ``log q`` where ``q << p``);
+- ``wasserstein``: the 1-Wasserstein (earth mover's) distance between ``p_t`` and ``q_t`` with
+  the 0-1 ground metric on the vocabulary (moving mass between two distinct tokens costs 1),
+  which is exactly the total variation distance ``TV = 1/2 sum_v |p_tv - q_tv|``, in [0, 1].
+
 Shapes: ``logits [B, T, V]`` (float32 or bfloat16) where ``logits[:, t]`` is the distribution
 that produced ``token_ids[:, t]`` (the caller shifts), ``token_ids [B, T]``,
 ``response_mask [B, T]``. Every output is ``[B, T]`` float32 and 0 outside the response mask.
 
 Memory: everything is computed in float32, in chunks of response positions, so the extra
 memory beyond the logits is a few ``[chunk, V]`` temporaries; no ``[B, T, V]`` softmax copy is
-ever built, in the forward or the backward pass. Passes over the vocabulary: one for
+ever built, in the forward or the backward pass. Every metric of one reference is computed in
+the same pass as its JS. Passes over the vocabulary: one for
 log-sum-exp, entropy, Renyi-2, ``prev``, ``ref`` and ``group_mean`` scores and the running
 sequence mean; one more for ``seq_mean`` scores (its reference is only known after the first
 pass). ``group_mean`` is scored position by position: rows are visited in (position, group)
 order and each chunk holds whole (position, group) blocks (with ``prev`` also asked for, whose
 first pass must visit rows in sequence order, it takes a pass of its own), so its extra memory
 is the chunk's ``[c, V]`` probabilities, a ``[k, V]`` group-sum buffer (k <= c blocks), the gathered
-``[c, V]`` means and one ``[c, V]`` entropy temporary, with ``c = max(chunk, G)``.
+``[c, V]`` means and one ``[c, V]`` entropy temporary, with ``c = max(chunk, G)`` (a ``kl``
+score of a leave-one-out variant adds one ``[c, V]`` sum and costs ``G - 1`` gathered adds per
+chunk: the direct sum over the others).
 Each row must have at least one finite logit; ``-inf`` entries (masked vocabulary) are fine.
 """
 
@@ -74,11 +96,46 @@ GROUP_MEAN_VARIANTS: dict[str, tuple[bool, bool]] = {  # name -> (absorbing, lea
 """The references that compare a row with its group at the same position (they need
 ``group_ids`` and whole groups in one call)."""
 JS_REFERENCES = (*GROUP_MEAN_VARIANTS, "seq_mean", "prev", "ref")
+SCORE_METRICS = ("js", "kl", "wasserstein")
+"""How a row's distribution is compared with its reference (module docstring): Jensen-Shannon,
+KL(p || q), and 1-Wasserstein under the 0-1 ground metric (= total variation)."""
+
+
+def score_key(reference: str, metric: str = "js") -> str:
+    """The ``js_scores`` key of ``metric`` (one of :data:`SCORE_METRICS`) to ``reference``: the bare
+    reference name for ``"js"``, else ``"<reference>:<metric>"`` (e.g. ``"group_mean_absorbing:kl"``)."""
+    if metric not in SCORE_METRICS:
+        raise ValueError(f"unknown score metric {metric!r}; choose from {', '.join(SCORE_METRICS)}")
+    return reference if metric == "js" else f"{reference}:{metric}"
+
+
+def split_score_key(name: str) -> tuple[str, str]:
+    """``(reference, metric)`` of a score key (:func:`score_key`'s inverse); ValueError (one line)
+    for an unknown reference or metric, and for ``"<reference>:js"`` (JS is the bare name)."""
+    reference, colon, metric = name.partition(":")
+    if reference not in JS_REFERENCES:
+        raise ValueError(f"unknown JS reference {reference!r}; choose from {', '.join(JS_REFERENCES)}")
+    if not colon:
+        return reference, "js"
+    if metric == "js":
+        raise ValueError(f"score {name!r}: a JS score is keyed by the bare reference name {reference!r}")
+    if metric not in SCORE_METRICS:
+        raise ValueError(f"unknown score metric {metric!r} in {name!r}; choose from {', '.join(SCORE_METRICS)}")
+    return reference, metric
 
 
 def needs_groups(js_references: Sequence[str]) -> bool:
-    """Whether any of ``js_references`` is a group reference (needs ``group_ids`` and whole groups)."""
-    return any(name in GROUP_MEAN_VARIANTS for name in js_references)
+    """Whether any of ``js_references`` (score keys) is a group reference (needs ``group_ids`` and
+    whole groups)."""
+    return any(name.partition(":")[0] in GROUP_MEAN_VARIANTS for name in js_references)
+
+
+def needs_reference_logits(js_references: Sequence[str]) -> bool:
+    """Whether any of ``js_references`` (score keys) compares with the reference model (``ref``,
+    any metric): its logits must then be given."""
+    return any(name.partition(":")[0] == "ref" for name in js_references)
+
+
 LN2 = math.log(2.0)
 _CHUNK_ELEMENTS = 1 << 21  # elements of one [chunk, V] float32 temporary (8 MiB)
 _TINY = torch.finfo(torch.float32).tiny
@@ -175,6 +232,37 @@ def _log_softmax_rows(rows: Tensor, log_normaliser: Tensor, temperature: float) 
 
 def _js_from_mixture_entropy(mixture_entropy: Tensor, entropy_p: Tensor, entropy_q: Tensor) -> Tensor:
     return (mixture_entropy - 0.5 * entropy_p - 0.5 * entropy_q).clamp_(0.0, LN2)
+
+
+_KL_MAX = -math.log(_TINY)  # 87.34 nats: KL with log max(q, tiny) never exceeds it
+
+
+def _divergences(probabilities: Tensor, entropy_p: Tensor, reference: Tensor, entropy_q: Tensor | None,
+                 metrics: Sequence[str]) -> dict[str, Tensor]:
+    """Each of ``metrics`` (:data:`SCORE_METRICS`) of every row ``p`` of ``probabilities`` ``[c, V]``
+    to the same row ``q`` of ``reference`` ``[c, V]`` (overwritten when ``"js"`` is asked), ``[c]``
+    float32 each, in nats for ``js`` and ``kl``:
+
+    - ``js  = H((p + q) / 2) - H(p) / 2 - H(q) / 2`` in [0, ln 2];
+    - ``kl  = -H(p) - <p, log max(q, tiny)>`` in [0, 87.3];
+    - ``wasserstein = TV(p, q) = 1/2 sum_v |p_v - q_v|`` in [0, 1] (1-Wasserstein under the 0-1
+      ground metric).
+
+    ``entropy_p`` ``[c]`` = ``H(p)``; ``entropy_q`` ``[c]`` = ``H(q)`` (None: computed here). Each
+    metric costs one ``[c, V]`` temporary.
+    """
+    scores: dict[str, Tensor] = {}
+    if "kl" in metrics:
+        cross = reference.clamp_min(_TINY).log_().mul_(probabilities).sum(dim=-1)
+        scores["kl"] = cross.add_(entropy_p).neg_().clamp_(0.0, _KL_MAX)
+    if "wasserstein" in metrics:
+        scores["wasserstein"] = torch.sub(probabilities, reference).abs_().sum(dim=-1).mul_(0.5).clamp_(0.0, 1.0)
+    if "js" in metrics:
+        if entropy_q is None:
+            entropy_q = _entropy_of(reference)
+        mixture_entropy = _entropy_of(reference.add_(probabilities).mul_(0.5))
+        scores["js"] = _js_from_mixture_entropy(mixture_entropy, entropy_p, entropy_q)
+    return scores
 
 
 class _LogitsHead:
@@ -320,11 +408,9 @@ def _check_common(
         )
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    unknown = [name for name in js_references if name not in JS_REFERENCES]
-    if unknown:
-        raise ValueError(f"unknown JS reference {unknown[0]!r}; choose from {', '.join(JS_REFERENCES)}")
-    grouped = [name for name in js_references if name in GROUP_MEAN_VARIANTS]
-    if needs_groups(js_references) and group_ids is None:
+    references = [split_score_key(name)[0] for name in js_references]  # raises for an unknown one
+    grouped = [name for name in references if name in GROUP_MEAN_VARIANTS]
+    if grouped and group_ids is None:
         raise ValueError(f"the {grouped[0]!r} JS reference needs group_ids [B] (equal ids = completions of one prompt)")
     if group_ids is not None and tuple(group_ids.shape) != (shape[0],):
         raise ValueError(f"group_ids must be [B] = [{shape[0]}], got shape {tuple(group_ids.shape)}")
@@ -336,7 +422,7 @@ def token_statistics(
     logits: Tensor,
     token_ids: Tensor,
     response_mask: Tensor,
-    temperature: float = 1.0,
+    temperature: float,
     js_references: Sequence[str] = (),
     reference_logits: Tensor | None = None,
     differentiable_entropy: bool = False,
@@ -352,14 +438,16 @@ def token_statistics(
     ``group_ids`` (LongTensor ``[B]``, any values, rows of a group need not be contiguous) says
     which rows are the completions of one prompt; required for the ``group_mean`` references.
     ``finished`` (bool ``[B]``, optional): which rows ended by themselves, for the absorbing
-    variants (default: inferred, see the module docstring).
+    variants (default: inferred, see the module docstring). ``js_references`` are score keys
+    (:func:`score_key`): a reference name for its JS score, ``"<reference>:kl"`` or
+    ``"<reference>:wasserstein"`` for another metric; ``js_scores`` is keyed by them.
     """
     js_references = tuple(dict.fromkeys(js_references))
     if logits.dim() != 3:
         raise ValueError(f"logits must be [B, T, V], got shape {tuple(logits.shape)}")
     _check_common(tuple(logits.shape), token_ids, response_mask, temperature, js_references, group_ids, finished)
     reference_head = None
-    if "ref" in js_references:
+    if needs_reference_logits(js_references):
         if reference_logits is None:
             raise ValueError("the 'ref' JS reference needs reference_logits [B, T, V]")
         if reference_logits.shape != logits.shape:
@@ -378,7 +466,7 @@ def token_statistics_from_hidden(
     lm_head_weight: Tensor,
     token_ids: Tensor,
     response_mask: Tensor,
-    temperature: float = 1.0,
+    temperature: float,
     js_references: Sequence[str] = (),
     group_ids: Tensor | None = None,
     lm_head_bias: Tensor | None = None,
@@ -395,8 +483,8 @@ def token_statistics_from_hidden(
     by the same per-chunk code as the logits path; the backward recomputes each chunk's logits
     and accumulates ``grad_hidden``, ``grad_weight`` (and ``grad_bias``) chunk by chunk, so the
     extra memory is a few ``[chunk, V]`` float32 blocks plus one ``[V, d]`` weight gradient.
-    Every reference but ``ref`` is supported (``ref`` needs a second model's hidden states).
-    Do not modify the weight in place between the forward and the backward.
+    Every reference but ``ref`` is supported (``ref`` needs a second model's hidden states), with
+    every metric. Do not modify the weight in place between the forward and the backward.
     """
     js_references = tuple(dict.fromkeys(js_references))
     if hidden.dim() != 3 or lm_head_weight.dim() != 2 or hidden.shape[-1] != lm_head_weight.shape[-1]:
@@ -406,10 +494,10 @@ def token_statistics_from_hidden(
         )
     if lm_head_bias is not None and tuple(lm_head_bias.shape) != (lm_head_weight.shape[0],):
         raise ValueError(f"lm_head_bias must be [V] = [{lm_head_weight.shape[0]}], got {tuple(lm_head_bias.shape)}")
-    if "ref" in js_references:
-        raise ValueError("the 'ref' JS reference is not supported from hidden states; use token_statistics")
     shape = (hidden.shape[0], hidden.shape[1], lm_head_weight.shape[0])
     _check_common(shape, token_ids, response_mask, temperature, js_references, group_ids, finished)
+    if needs_reference_logits(js_references):
+        raise ValueError("the 'ref' JS reference is not supported from hidden states; use token_statistics")
     return _statistics(
         _LinearHead(hidden, lm_head_weight, lm_head_bias), shape, token_ids, response_mask, temperature,
         js_references, None, differentiable_entropy, chunk_size, group_ids, finished,
@@ -431,23 +519,35 @@ class _Rows:
 class _FirstPass:
     """Accumulators of the first vocabulary pass: log-normaliser, entropy, Renyi-2 and sampled
     log-prob of every response row, plus the ``prev``, ``ref`` and (when its blocks are given)
-    one group reference's scores, and the per-sequence sums of ``seq_mean``."""
+    one group reference's scores of the metrics asked for each, and the per-sequence sums of
+    ``seq_mean``. ``scores`` is keyed by score key (:func:`score_key`), ``[N]`` each."""
 
-    def __init__(self, rows: _Rows, batch_size: int, vocab_size: int, want_prev: bool, want_ref: bool,
-                 want_mean: bool, group_variant: str | None) -> None:
+    def __init__(self, rows: _Rows, batch_size: int, vocab_size: int, prev_metrics: tuple[str, ...],
+                 ref_metrics: tuple[str, ...], want_mean: bool, group_variant: str | None,
+                 group_metrics: tuple[str, ...]) -> None:
         num_rows, device = rows.batch_index.numel(), rows.batch_index.device
         self.log_normaliser = torch.empty(num_rows, dtype=torch.float32, device=device)
         self.entropy = torch.empty_like(self.log_normaliser)
         self.renyi2 = torch.empty_like(self.log_normaliser)
         self.token_log_probs = torch.empty_like(self.log_normaliser)
-        self.prev_mixture_entropy = torch.zeros_like(self.log_normaliser) if want_prev else None
-        self.ref_js = torch.zeros_like(self.log_normaliser) if want_ref else None
+        self.prev_metrics, self.ref_metrics = prev_metrics, ref_metrics
         self.group_variant = group_variant
-        self.group_js = torch.zeros_like(self.log_normaliser) if group_variant is not None else None
+        self.group_metrics = group_metrics if group_variant is not None else ()
+        self.scores: dict[str, Tensor] = {}
+        for reference, metrics in (("prev", prev_metrics), ("ref", ref_metrics),
+                                   (group_variant, self.group_metrics)):
+            for metric in metrics:
+                assert reference is not None
+                self.scores[score_key(reference, metric)] = torch.zeros_like(self.log_normaliser)
         self.sequence_sum = (
             torch.zeros(batch_size, vocab_size, dtype=torch.float32, device=device) if want_mean else None
         )
         self.previous_row: Tensor | None = None
+        self.previous_entropy: Tensor | None = None
+
+    def _store(self, reference: str, part: Tensor | slice, scores: dict[str, Tensor]) -> None:
+        for metric, values in scores.items():
+            self.scores[score_key(reference, metric)][part] = values
 
     def update(self, part: Tensor | slice, blocks: _Blocks | None, head: _Head, reference_head: _Head | None,
                rows_b: Tensor, rows_t: Tensor, token_ids: Tensor, temperature: float) -> None:
@@ -462,30 +562,36 @@ class _FirstPass:
         self.renyi2[part] = -2.0 * torch.linalg.vector_norm(probabilities, ord=2, dim=-1).log()
         if self.sequence_sum is not None:
             self.sequence_sum.index_add_(0, rows_b, probabilities)
-        if self.prev_mixture_entropy is not None:
-            mixture = probabilities.clone()
-            mixture[1:].add_(probabilities[:-1])
-            mixture[0].add_(self.previous_row if self.previous_row is not None else probabilities[0])
-            self.prev_mixture_entropy[part] = _entropy_of(mixture.mul_(0.5))
-            self.previous_row = probabilities[-1].clone()
-        if self.ref_js is not None:
+        if self.prev_metrics:
+            # Rows in sequence order: q of each row is the row before it (across chunks); the
+            # first row of a sequence is zeroed in `finish`.
+            previous = torch.empty_like(probabilities)
+            previous[1:] = probabilities[:-1]
+            previous[0] = self.previous_row if self.previous_row is not None else probabilities[0]
+            first_entropy = self.previous_entropy if self.previous_entropy is not None else row_entropy[:1]
+            previous_entropy = torch.cat([first_entropy, row_entropy[:-1]])
+            self.previous_row, self.previous_entropy = probabilities[-1].clone(), row_entropy[-1:].clone()
+            self._store("prev", part, _divergences(probabilities, row_entropy, previous, previous_entropy,
+                                                   self.prev_metrics))
+        if self.ref_metrics:
             assert reference_head is not None
             reference, _, reference_entropy = _softmax_with_entropy(reference_head.rows(rows_b, rows_t), temperature)
-            mixture_entropy = _entropy_of(reference.add_(probabilities).mul_(0.5))
-            self.ref_js[part] = _js_from_mixture_entropy(mixture_entropy, row_entropy, reference_entropy)
-        if self.group_js is not None:
+            self._store("ref", part, _divergences(probabilities, row_entropy, reference, reference_entropy,
+                                                  self.ref_metrics))
+        if self.group_metrics:
             assert blocks is not None and self.group_variant is not None
             leave_one_out = GROUP_MEAN_VARIANTS[self.group_variant][1]
-            self.group_js[part] = _group_js_of_chunk(probabilities, row_entropy, blocks, leave_one_out)  # in place
+            self._store(self.group_variant, part, _group_scores_of_chunk(probabilities, row_entropy, blocks,
+                                                                         leave_one_out, self.group_metrics))
 
-    def prev_js(self, rows: _Rows) -> Tensor:
-        """``prev`` scores; the first row of each sequence is compared with itself: 0."""
-        assert self.prev_mixture_entropy is not None
+    def finish(self, rows: _Rows) -> None:
+        """Zero the ``prev`` scores of the first row of each sequence (compared with itself)."""
+        if not self.prev_metrics:
+            return
         first_of_sequence = torch.ones_like(rows.batch_index, dtype=torch.bool)
         first_of_sequence[1:] = rows.batch_index[1:] != rows.batch_index[:-1]
-        previous_entropy = torch.cat([self.entropy[:1], self.entropy[:-1]])
-        js = _js_from_mixture_entropy(self.prev_mixture_entropy, self.entropy, previous_entropy)
-        return js.masked_fill_(first_of_sequence, 0.0)
+        for metric in self.prev_metrics:
+            self.scores[score_key("prev", metric)].masked_fill_(first_of_sequence, 0.0)
 
 
 def _statistics(
@@ -507,8 +613,12 @@ def _statistics(
     chunk_size = chunk_size or default_chunk_size(vocab_size)
     batch_index, time_index = response_mask.bool().nonzero(as_tuple=True)  # row-major
     rows = _Rows(batch_index, time_index)
-    want_prev = "prev" in js_references
-    group_variants = [name for name in js_references if name in GROUP_MEAN_VARIANTS]
+    metrics_of: dict[str, tuple[str, ...]] = {}  # reference -> its metrics asked for
+    for name in js_references:
+        reference, metric = split_score_key(name)
+        metrics_of[reference] = (*metrics_of.get(reference, ()), metric)
+    want_prev = "prev" in metrics_of
+    group_variants = [name for name in metrics_of if name in GROUP_MEAN_VARIANTS]
     layout = None
     if group_variants:
         assert group_ids is not None
@@ -516,8 +626,9 @@ def _statistics(
     # The first group variant is scored in the first pass when no `prev` (which needs rows in
     # sequence order) is asked for; every other one takes a vocabulary pass of its own.
     in_first = group_variants[0] if group_variants and not want_prev else None
-    first = _FirstPass(rows, batch_size, vocab_size, want_prev, reference_head is not None,
-                       "seq_mean" in js_references, in_first)
+    first = _FirstPass(rows, batch_size, vocab_size, metrics_of.get("prev", ()),
+                       metrics_of.get("ref", ()) if reference_head is not None else (),
+                       "seq_mean" in metrics_of, in_first, metrics_of.get(in_first or "", ()))
     parts: Iterator[tuple[Tensor | slice, _Blocks | None]] = rows.chunks(chunk_size)
     if in_first is not None:
         parts = _group_block_chunks(rows, layout, chunk_size, GROUP_MEAN_VARIANTS[in_first][0])
@@ -526,22 +637,21 @@ def _statistics(
         for part, blocks in parts:
             first.update(part, blocks, head, reference_head, batch_index[part], time_index[part], token_ids,
                          temperature)
-        js_rows: dict[str, Tensor] = {}
-        if want_prev:
-            js_rows["prev"] = first.prev_js(rows)
-        if first.ref_js is not None:
-            js_rows["ref"] = first.ref_js
+        first.finish(rows)
+        scores = first.scores
         if first.sequence_sum is not None:
-            js_rows["seq_mean"] = _seq_mean_js(head, rows, first.log_normaliser, first.entropy,
-                                               first.sequence_sum, temperature, chunk_size)
+            for metric, values in _seq_mean_scores(head, rows, first.log_normaliser, first.entropy,
+                                                   first.sequence_sum, temperature, chunk_size,
+                                                   metrics_of["seq_mean"]).items():
+                scores[score_key("seq_mean", metric)] = values
         for variant in group_variants:
             if variant == in_first:
-                assert first.group_js is not None
-                js_rows[variant] = first.group_js
-            else:
-                assert layout is not None
-                js_rows[variant] = _group_mean_js(head, rows, layout, first.log_normaliser, first.entropy,
-                                                  variant, temperature, chunk_size)
+                continue
+            assert layout is not None
+            for metric, values in _group_mean_scores(head, rows, layout, first.log_normaliser, first.entropy,
+                                                     variant, temperature, chunk_size,
+                                                     metrics_of[variant]).items():
+                scores[score_key(variant, metric)] = values
 
     log_probs, entropy_full = _ResponseLogProbs.apply(
         head, token_ids, batch_index, time_index, first.log_normaliser, first.entropy, first.token_log_probs,
@@ -556,10 +666,10 @@ def _statistics(
         return full
 
     return TokenStatistics(log_probs=log_probs, entropy=entropy_full, renyi2=scatter(first.renyi2),
-                           js_scores={name: scatter(js_rows[name]) for name in js_references})
+                           js_scores={name: scatter(scores[name]) for name in js_references})
 
 
-def _seq_mean_js(
+def _seq_mean_scores(
     head: _Head,
     rows: _Rows,
     log_normaliser: Tensor,
@@ -567,25 +677,23 @@ def _seq_mean_js(
     sequence_sum: Tensor,
     temperature: float,
     chunk_size: int,
-) -> Tensor:
-    """JS of each response row to the mean distribution of its sequence (second vocabulary pass)."""
+    metrics: Sequence[str],
+) -> dict[str, Tensor]:
+    """``metrics`` of each response row to the mean distribution of its sequence (second
+    vocabulary pass), ``[N]`` each."""
     batch_index, time_index = rows.batch_index, rows.time_index
     counts = torch.bincount(batch_index, minlength=sequence_sum.shape[0]).clamp_(min=1)
     sequence_mean = sequence_sum.div_(counts.unsqueeze(-1).float())
-    sequence_entropy = _entropy_of(sequence_mean)
-    js = torch.empty_like(entropy)
+    sequence_entropy = _entropy_of(sequence_mean) if "js" in metrics else None
+    scores = {metric: torch.empty_like(entropy) for metric in metrics}
     for part in _chunks(batch_index.numel(), chunk_size):
         rows_b, rows_t = batch_index[part], time_index[part]
-        mixture = _log_softmax_rows(head.rows(rows_b, rows_t), log_normaliser[part], temperature).exp_()
-        # Rows are sorted by sequence: add each sequence's mean to its contiguous run of rows.
-        sequences, run_lengths = torch.unique_consecutive(rows_b, return_counts=True)
-        start = 0
-        for sequence, run in zip(sequences.tolist(), run_lengths.tolist()):
-            mixture[start : start + run].add_(sequence_mean[sequence])
-            start += run
-        mixture_entropy = _entropy_of(mixture.mul_(0.5))
-        js[part] = _js_from_mixture_entropy(mixture_entropy, entropy[part], sequence_entropy[rows_b])
-    return js
+        probabilities = _log_softmax_rows(head.rows(rows_b, rows_t), log_normaliser[part], temperature).exp_()
+        chunk_scores = _divergences(probabilities, entropy[part], sequence_mean[rows_b],
+                                    None if sequence_entropy is None else sequence_entropy[rows_b], metrics)
+        for metric, values in chunk_scores.items():
+            scores[metric][part] = values
+    return scores
 
 
 # ---------------------------------------------------------------------------------------------
@@ -692,38 +800,65 @@ def _group_block_chunks(rows: _Rows, layout: _GroupLayout | None, chunk_size: in
         start, first_block = end, last_block
 
 
-def _group_js_of_chunk(probabilities: Tensor, entropy: Tensor, blocks: _Blocks, leave_one_out: bool) -> Tensor:
-    """JS ``[c]`` of each row of ``probabilities`` ``[c, V]`` (overwritten) to its block's mean.
+def _sum_of_others(probabilities: Tensor, blocks: _Blocks) -> Tensor:
+    """``sum_{j != i} p_j`` over the other rows ``j`` of each row ``i``'s block, ``[c, V]``, summed
+    directly (``G - 1`` gathered adds), so that an entry is exactly 0 where every other row's is
+    and small entries keep their relative precision (``S - p_i`` loses both to rounding). The rows
+    of a block are contiguous in the chunk (:func:`_group_block_chunks`)."""
+    sizes = blocks.sizes[blocks.local]
+    start = (blocks.sizes.cumsum(0) - blocks.sizes)[blocks.local]
+    slot = torch.arange(blocks.local.numel(), device=probabilities.device) - start
+    others = torch.zeros_like(probabilities)
+    for shift in range(1, int(blocks.sizes.max().item()) if blocks.sizes.numel() else 1):
+        targets = (sizes > shift).nonzero(as_tuple=True)[0]
+        partners = start[targets] + (slot[targets] + shift) % sizes[targets]
+        others.index_add_(0, targets, probabilities.index_select(0, partners))
+    return others
+
+
+def _group_scores_of_chunk(probabilities: Tensor, entropy: Tensor, blocks: _Blocks, leave_one_out: bool,
+                           metrics: Sequence[str]) -> dict[str, Tensor]:
+    """``metrics`` (:func:`_divergences`), ``[c]`` each, of each row of ``probabilities`` ``[c, V]``
+    to its block's mean.
 
     With ``S`` the sum of the block's distributions and absorbed point masses over its ``n``
     contributors: the mean ``m = S / n`` (row included) or ``m_i = (S - p_i) / (n - 1)``
-    (``leave_one_out``); ``JS = H((p + m) / 2) - H(p) / 2 - H(m) / 2`` with ``entropy`` ``[c]``
-    = ``H(p)``. A row with no other contributor scores exactly 0.
+    (``leave_one_out``; with ``kl`` asked, ``S - p_i`` is summed directly by
+    :func:`_sum_of_others`, and the other metrics of the call use that sum too: equal within
+    float32 rounding); ``entropy`` ``[c]`` = ``H(p)``. A row with no other contributor scores
+    exactly 0.
     """
     block_sum = torch.zeros(blocks.sizes.numel(), probabilities.shape[1], dtype=torch.float32,
                             device=probabilities.device)
-    block_sum.index_add_(0, blocks.local, probabilities)
+    direct = leave_one_out and "kl" in metrics
+    if not direct:
+        block_sum.index_add_(0, blocks.local, probabilities)
     if blocks.absorbed[0].numel():
         ones = torch.ones(blocks.absorbed[0].numel(), dtype=torch.float32, device=probabilities.device)
         block_sum.index_put_(blocks.absorbed, ones, accumulate=True)
     counts = blocks.counts[blocks.local].float()
+    mean_entropy = None
     if not leave_one_out:
         block_sum.div_(blocks.counts.unsqueeze(-1).float())
-        mean_entropy = _entropy_of(block_sum)[blocks.local]
-        mixture_entropy = _entropy_of(probabilities.add_(block_sum[blocks.local]).mul_(0.5))
+        if "js" in metrics:
+            mean_entropy = _entropy_of(block_sum)[blocks.local]
+        mean = block_sum[blocks.local]
         alone = counts == 1
     else:
-        others = block_sum[blocks.local].sub_(probabilities).clamp_min_(0.0)
-        del block_sum
-        others.div_((counts - 1).clamp_min(1.0).unsqueeze(-1))
-        mean_entropy = _entropy_of(others)
-        mixture_entropy = _entropy_of(others.add_(probabilities).mul_(0.5))
+        if direct:
+            mean = _sum_of_others(probabilities, blocks)
+            if blocks.absorbed[0].numel():
+                mean.add_(block_sum[blocks.local])  # the absorbed point masses (exact integers)
+        else:
+            mean = block_sum[blocks.local].sub_(probabilities).clamp_min_(0.0)
+        mean.div_((counts - 1).clamp_min(1.0).unsqueeze(-1))
         alone = counts <= 1
-    js = _js_from_mixture_entropy(mixture_entropy, entropy, mean_entropy)
-    return js.masked_fill_(alone, 0.0)
+    del block_sum
+    scores = _divergences(probabilities, entropy, mean, mean_entropy, metrics)
+    return {metric: values.masked_fill_(alone, 0.0) for metric, values in scores.items()}
 
 
-def _group_mean_js(
+def _group_mean_scores(
     head: _Head,
     rows: _Rows,
     layout: _GroupLayout,
@@ -732,15 +867,18 @@ def _group_mean_js(
     variant: str,
     temperature: float,
     chunk_size: int,
-) -> Tensor:
-    """JS of each response row to its group reference at the same position, in a vocabulary
-    pass of its own (a second group variant, or when the first pass visits rows in sequence
-    order for ``prev``)."""
+    metrics: Sequence[str],
+) -> dict[str, Tensor]:
+    """``metrics`` of each response row to its group reference at the same position, ``[N]`` each,
+    in a vocabulary pass of its own (a second group variant, or when the first pass visits rows
+    in sequence order for ``prev``)."""
     absorbing, leave_one_out = GROUP_MEAN_VARIANTS[variant]
-    js = torch.zeros_like(entropy)
+    scores = {metric: torch.zeros_like(entropy) for metric in metrics}
     for part, blocks in _group_block_chunks(rows, layout, chunk_size, absorbing):
         probabilities = _log_softmax_rows(
             head.rows(rows.batch_index[part], rows.time_index[part]), log_normaliser[part], temperature
         ).exp_()
-        js[part] = _group_js_of_chunk(probabilities, entropy[part], blocks, leave_one_out)
-    return js
+        chunk_scores = _group_scores_of_chunk(probabilities, entropy[part], blocks, leave_one_out, metrics)
+        for metric, values in chunk_scores.items():
+            scores[metric][part] = values
+    return scores

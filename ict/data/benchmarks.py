@@ -73,8 +73,10 @@ class HubSource:
     path: str
     split: str
     configs: tuple[str | None, ...] = (None,)
-    row_filter: tuple[str, tuple[str, ...]] | None = None
+    row_filter: tuple[str, tuple[str | int, ...]] | None = None
     """(field, allowed values): keep only rows whose field is one of the values."""
+    gated: bool = False
+    """The dataset needs its terms accepted on the hub and a login; the load error says so."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,8 @@ def register_benchmark(spec: BenchmarkSpec) -> BenchmarkSpec:
 
 
 _MATH_QUESTION = ("problem", "question", "Problem", "Question")
+_AIME_GOLD = (("answer", "number"), ("Answer", "number"))
+_AIME_IDS = ("id", "ID", "problem_idx", "unique_id", "idx")
 
 for _spec in (
     BenchmarkSpec(
@@ -121,15 +125,27 @@ for _spec in (
         HubSource("HuggingFaceH4/MATH-500", "test"),
         _MATH_QUESTION, (("answer", "latex"), ("solution", "boxed_solution")), MATH_TEMPLATE,
     ),
+    # AIME 2023 (I and II, 30 problems). Hub id an assumption: di-zhang-fdu/AIME_1983_2024 (split
+    # train, one CSV of every AIME 1983-2023, columns ID "2023-I-1", Year, Problem Number,
+    # Question, Answer, Part), rows of Year 2023 kept. Local aime23.jsonl: that layout, or the
+    # problem/answer of the AI-MO/aimo-validation-aime and MathArena/aime_2023_I/II sets.
+    BenchmarkSpec(
+        "aime23", "olympiad", "math", "AIME 2023 (I and II), integer answers",
+        HubSource("di-zhang-fdu/AIME_1983_2024", "train", row_filter=("Year", (2023, "2023"))),
+        _MATH_QUESTION, _AIME_GOLD, MATH_TEMPLATE, id_fields=_AIME_IDS,
+    ),
     BenchmarkSpec(
         "aime24", "olympiad", "math", "AIME 2024 (I and II), integer answers",
         HubSource("HuggingFaceH4/aime_2024", "train"),
-        _MATH_QUESTION, (("answer", "number"),), MATH_TEMPLATE,
+        _MATH_QUESTION, _AIME_GOLD, MATH_TEMPLATE, id_fields=_AIME_IDS,
     ),
+    # AIME 2025 (I and II, 30 problems). Hub id an assumption: opencompass/AIME2025, configs
+    # AIME2025-I and AIME2025-II (split test, fields question, answer). Local aime25.jsonl: that
+    # layout, or problem/answer/id of yentinglin/aime_2025 and math-ai/aime25.
     BenchmarkSpec(
         "aime25", "olympiad", "math", "AIME 2025 (I and II), integer answers",
         HubSource("opencompass/AIME2025", "test", ("AIME2025-I", "AIME2025-II")),
-        _MATH_QUESTION, (("answer", "number"),), MATH_TEMPLATE,
+        _MATH_QUESTION, _AIME_GOLD, MATH_TEMPLATE, id_fields=_AIME_IDS,
     ),
     BenchmarkSpec(
         "amc23", "olympiad", "math", "AMC 2023 (answers stored as floats, e.g. 27.0)",
@@ -164,10 +180,14 @@ for _spec in (
         choices_fields=("options", "choices"), choices_format="list",
         id_fields=("question_id", "id"),
     ),
+    # GPQA diamond (198 questions), gated on the hub (split train, config gpqa_diamond). Fields of
+    # the hub rows and of a local gpqa_diamond.jsonl: Question, Correct Answer, Incorrect Answer
+    # 1-3, Record ID. The four options are shuffled per row with a seed from the SHA-256 of the
+    # question text, so the correct letter varies and is the same on every machine and run.
     BenchmarkSpec(
         "gpqa_diamond", "commonsense", "choice",
-        "GPQA-Diamond (gated on the hub; options shuffled with a per-question fixed seed)",
-        HubSource("Idavidrein/gpqa", "train", ("gpqa_diamond",)),
+        "GPQA diamond (gated on the hub; options shuffled with a per-question fixed seed)",
+        HubSource("Idavidrein/gpqa", "train", ("gpqa_diamond",), gated=True),
         ("Question", "question"), (("Correct Answer", "gpqa"),), CHOICE_TEMPLATE,
         choices_fields=("Correct Answer",), choices_format="gpqa", id_fields=("Record ID", "id"),
     ),
@@ -190,11 +210,8 @@ SUITES: dict[str, tuple[str, ...]] = {
     "math": ("math500", "gsm8k", "minerva_math"),
     "olympiad": ("aime24", "aime25", "amc23", "olympiadbench"),
     "commonsense": ("commonsense_qa", "arc_challenge", "mmlu_stem", "mmlu_pro", "gpqa_diamond"),
-    # Seven benchmarks over the three groups of the paper (its exact list is not public): the seven
-    # sets of the common RLVR redistribution, so the suite also runs offline from one directory.
-    "paper": (
-        "math500", "gsm8k", "minerva_math", "aime24", "amc23", "olympiadbench", "mmlu_stem",
-    ),
+    # The paper's seven: GSM8K, MATH-500, MMLU-STEM, GPQA diamond, AIME 2023, 2024 and 2025.
+    "paper": ("gsm8k", "math500", "mmlu_stem", "gpqa_diamond", "aime23", "aime24", "aime25"),
 }
 
 
@@ -274,14 +291,7 @@ def _first_field(row: dict[str, Any], fields: Sequence[str]) -> tuple[str, Any] 
 def _choices_and_answer(spec: BenchmarkSpec, row: dict[str, Any]) -> tuple[list[str], int]:
     """Option texts and the 0-based index of the correct one."""
     if spec.choices_format == "gpqa":
-        correct = checked_text(row["Correct Answer"], "Correct Answer").strip()
-        wrong = [checked_text(row[f"Incorrect Answer {i}"], f"Incorrect Answer {i}").strip()
-                 for i in (1, 2, 3)]
-        question = str((_first_field(row, spec.question_fields) or ("", ""))[1])
-        seed = int.from_bytes(hashlib.sha256(str(question).encode()).digest()[:8], "big")
-        options = [correct, *wrong]
-        random.Random(seed).shuffle(options)
-        return options, options.index(correct)
+        return _gpqa_options(spec, row)
     found = _first_field(row, spec.choices_fields)
     if found is None:
         raise ValueError(f"row has none of the choices fields {spec.choices_fields}")
@@ -314,6 +324,24 @@ def _choices_and_answer(spec: BenchmarkSpec, row: dict[str, Any]) -> tuple[list[
             raise ValueError(f"answer index {index} out of range for {len(options)} options")
         return options, index
     raise ValueError(f"row has none of the answer fields {[f for f, _ in spec.gold_fields]}")
+
+
+GPQA_FIELDS = ("Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
+
+
+def _gpqa_options(spec: BenchmarkSpec, row: dict[str, Any]) -> tuple[list[str], int]:
+    """GPQA's four answers (`GPQA_FIELDS`, correct first) shuffled by ``random.Random(seed)``,
+    seed = the first 8 bytes (big-endian) of the SHA-256 of the question text as stored; returns
+    the options and the index of the correct one."""
+    missing = [name for name in GPQA_FIELDS if name not in row]
+    if missing:
+        raise ValueError(f"row has no {', '.join(repr(name) for name in missing)}")
+    texts = [checked_text(row[name], name).strip() for name in GPQA_FIELDS]
+    question = str((_first_field(row, spec.question_fields) or ("", ""))[1])
+    seed = int.from_bytes(hashlib.sha256(question.encode()).digest()[:8], "big")
+    order = list(range(len(texts)))  # the permutation shuffle() applies to the texts themselves
+    random.Random(seed).shuffle(order)
+    return [texts[i] for i in order], order.index(0)
 
 
 def problem_from_row(spec: BenchmarkSpec, row: dict[str, Any], index: int) -> Problem:
@@ -373,10 +401,12 @@ def _load_hub_rows(spec: BenchmarkSpec) -> tuple[list[dict[str, Any]], str]:
             dataset = load_dataset(hub.path, config, split=hub.split)
         except Exception as error:  # noqa: BLE001 - any failure: offline, gated, renamed
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            gated = (f"; gated: accept its terms at https://huggingface.co/datasets/{hub.path} "
+                     "and log in (hf auth login)" if hub.gated else "")
             raise UsageError(
                 f"cannot load benchmark {spec.name!r} from the Hugging Face hub "
                 f"({hub.path}{'/' + config if config else ''}, split {hub.split}): {first_line[:200]}"
-                f" -- offline? pass --data-dir DIR holding {spec.name}.jsonl"
+                f" -- offline? pass --data-dir DIR holding {spec.name}.jsonl{gated}"
             ) from None
         rows.extend(dict(row) for row in dataset)
     if hub.row_filter is not None:

@@ -1,7 +1,8 @@
 """Evaluation: sample n completions per problem, grade them, and report pass@k, avg@n, maj@n.
 
-Flow (`evaluate`): load benchmarks (`ict.data.benchmarks`) -> for each chunk of problems, generate
-``n`` sampled completions per problem (plus one greedy completion with ``greedy=True``) through
+Flow (`evaluate`): load benchmarks (`ict.data.benchmarks`) -> for each chunk of problems and each
+sampling seed (``seeds``, default ``seed`` alone), generate ``n`` sampled completions per problem
+(plus one greedy completion with ``greedy=True``, the same for every seed) through
 `ict.training.rollout.generate_completions` (vLLM when selected) -> grade each completion with the one
 grader `ict.answers.grading` (the rules `ict train`'s rewards use) -> append one JSON line per
 completion to ``samples.jsonl`` (`ict.evaluation.records`) -> after all problems, compute metrics
@@ -9,8 +10,10 @@ completion to ``samples.jsonl`` (`ict.evaluation.records`) -> after all problems
 (`ict.evaluation.results`).
 
 Resume: ``samples.jsonl`` is written problem by problem; on a rerun into the same output
-directory, problems whose samples are all present are not generated again (the run configuration
-must match, see `ict.evaluation.records.RESUME_KEYS`). Metrics are always recomputed from the records.
+directory, a problem's samples of a seed (a unit, `ict.evaluation.records.unit_key`) that are all
+present are not generated again (the run configuration must match, see
+`ict.evaluation.records.RESUME_KEYS`). Metrics are always recomputed from the records of the
+requested seeds only.
 
 Metrics per benchmark (fractions in [0, 1]; tables show percent):
 
@@ -19,6 +22,10 @@ Metrics per benchmark (fractions in [0, 1]; tables show percent):
 * ``maj@n``: majority vote over the n extracted answers (identical strings vote together, ties go
   to the answer seen first, samples with no answer do not vote); correct if the winning answer is;
 * ``greedy``: accuracy of the single greedy completion (with ``greedy=True``).
+
+Seeds: every metric is computed per seed from that seed's ``n`` samples, then averaged over
+seeds (``metrics``); with more than one seed the per-seed values (``per_seed``) and their sample
+standard deviation over seeds (``std``) are reported too.
 
 Aggregates are macro means over benchmarks: per group (math / olympiad / commonsense /
 reasoning_gym), per requested suite, and over everything evaluated.
@@ -60,14 +67,16 @@ from ict.evaluation.records import (
     RESUME_KEYS,
     SAMPLES_FILE,
     prepare_output_dir,
-    problem_key,
     records_for_problem,
+    unit_key,
     write_all_records,
 )
 from ict.evaluation.results import (
     BenchmarkResult,
     EvalResult,
     aggregate_results,
+    mean_over_seeds,
+    per_seed_table,
     print_results_table,
     write_results,
 )
@@ -94,7 +103,11 @@ class EvalConfig:
     max_new_tokens: int | None = option(None, "completion length limit in tokens; None = 4096 "
                                         "on a GPU, 512 on a CPU")
     batch_size: int = option(32, "sequences per generate call (problems per call = batch / n)")
-    seed: int = option(0, "sampling seed")
+    seed: int = option(0, "sampling seed of a run with one seed (unused when --seeds is given)")
+    seeds: tuple[int, ...] | None = option(None, "comma-separated sampling seeds, e.g. 0,1,2: "
+                                           "sample n completions with each and report every "
+                                           "metric averaged over seeds, with the per-seed values "
+                                           "and their std; None = --seed alone")
     greedy: bool = option(False, "also generate one greedy completion per problem and report "
                           "its accuracy")
     limit: int | None = option(None, "evaluate only the first N problems of each benchmark")
@@ -148,6 +161,16 @@ class EvalConfig:
             raise UsageError("--verify-workers must be >= 1")
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise UsageError("--temperature must be >= 0 and --top-p in (0, 1]")
+        if self.seeds is not None:
+            if not self.seeds:
+                raise UsageError("--seeds needs at least one seed (e.g. --seeds 0,1,2)")
+            repeated = sorted({seed for seed in self.seeds if self.seeds.count(seed) > 1})
+            if repeated:
+                raise UsageError(f"--seeds lists a seed more than once: {repeated}")
+
+    def resolved_seeds(self) -> tuple[int, ...]:
+        """The sampling seeds of the run: ``seeds``, or ``(seed,)`` when it is None."""
+        return tuple(self.seeds) if self.seeds is not None else (self.seed,)
 
     def resolve_max_new_tokens(self) -> int:
         """Fill in the automatic completion length (4096 tokens on a GPU, 512 on a CPU, where
@@ -190,14 +213,18 @@ def grade_completions(
 
 def regrade_records(benchmarks: Sequence[Benchmark], records: dict[str, list[dict[str, Any]]],
                     config: EvalConfig, verifier: MathVerifier) -> int:
-    """Grade the stored completions of the given benchmarks' problems again with the current
-    rules (no generation); updates ``extracted``, ``correct``, ``score``, ``status`` in place.
+    """Grade the stored completions (every seed) of the given benchmarks' problems again with the
+    current rules (no generation); updates ``extracted``, ``correct``, ``score``, ``status`` in place.
     Returns the number of re-graded completions."""
     count = 0
+    by_problem: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for unit in records.values():  # every stored seed and the greedy completion
+        for record in unit:
+            by_problem.setdefault((record["benchmark"], int(record["index"])), []).append(record)
     for benchmark in benchmarks:
         pairs: list[tuple[Problem, dict[str, Any]]] = []
         for problem in benchmark.problems:
-            for record in records.get(problem_key(benchmark.name, problem.index), []):
+            for record in by_problem.get((benchmark.name, problem.index), []):
                 pairs.append((problem, record))
         if not pairs:
             continue
@@ -333,31 +360,51 @@ def load_generator(config: EvalConfig) -> Generator:
 # --------------------------------------------------------------------------------------------
 
 
+def _units(config: EvalConfig) -> list[int | None]:
+    """What each problem needs: the samples of every seed, then (``greedy``) the greedy
+    completion (``None``)."""
+    return [*config.resolved_seeds(), *([None] if config.greedy else [])]
+
+
 def _chunk_seed(seed: int, benchmark: str, first_index: int, greedy: bool) -> int:
+    """The generation seed of one chunk of problems (its first problem's index) and one seed."""
     digest = hashlib.sha256(f"{seed}|{benchmark}|{first_index}|{greedy}".encode()).digest()
     return int.from_bytes(digest[:4], "big")
 
 
-def _benchmark_result(benchmark: Benchmark, records_by_problem: dict[str, list[dict[str, Any]]],
-                      config: EvalConfig) -> BenchmarkResult:
+def _seed_metrics(benchmark: Benchmark, records: dict[str, list[dict[str, Any]]],
+                  config: EvalConfig, seed: int, greedy: list[bool] | None,
+                  statuses: Counter[str]) -> dict[str, float]:
+    """The metrics of one benchmark from the ``n`` samples of one seed (`benchmark_metrics`)."""
     n = config.num_samples
     correct = np.zeros((len(benchmark.problems), n), dtype=bool)
     majority: list[bool] = []
-    greedy: list[bool] = []
-    statuses: Counter[str] = Counter()
     for row, problem in enumerate(benchmark.problems):
-        records = records_by_problem[problem_key(benchmark.name, problem.index)]
-        sampled = sorted((r for r in records if not r.get("greedy")), key=lambda r: r["sample"])
-        for r in sampled[:n]:
+        sampled = sorted(records[unit_key(benchmark.name, problem.index, seed)],
+                         key=lambda r: r["sample"])[:n]
+        for r in sampled:
             correct[row, r["sample"]] = bool(r["correct"])
             statuses[r["status"]] += 1
-        majority.append(majority_vote_correct([r["extracted"] for r in sampled[:n]],
-                                              [bool(r["correct"]) for r in sampled[:n]]))
-        if config.greedy:
-            greedy.append(any(bool(r["correct"]) for r in records if r.get("greedy")))
-    metrics = benchmark_metrics(correct, config.ks, majority, greedy if config.greedy else None)
+        majority.append(majority_vote_correct([r["extracted"] for r in sampled],
+                                              [bool(r["correct"]) for r in sampled]))
+    return benchmark_metrics(correct, config.ks, majority, greedy)
+
+
+def _benchmark_result(benchmark: Benchmark, records: dict[str, list[dict[str, Any]]],
+                      config: EvalConfig) -> BenchmarkResult:
+    """One benchmark's metrics: per seed, then their mean over seeds (and std, `mean_over_seeds`)."""
+    greedy = None
+    if config.greedy:
+        greedy = [any(bool(r["correct"]) for r in records[unit_key(benchmark.name, p.index, None)])
+                  for p in benchmark.problems]
+    statuses: Counter[str] = Counter()
+    seeds = config.resolved_seeds()
+    per_seed = {seed: _seed_metrics(benchmark, records, config, seed, greedy, statuses)
+                for seed in seeds}
+    metrics, std = mean_over_seeds(per_seed)
     return BenchmarkResult(benchmark.name, group_of(benchmark.name), benchmark.source,
-                           len(benchmark.problems), n, metrics, dict(statuses))
+                           len(benchmark.problems), config.num_samples, metrics, dict(statuses),
+                           list(seeds), per_seed_table(per_seed), std)
 
 
 def evaluate(
@@ -383,14 +430,17 @@ def evaluate(
         output_dir, {key: getattr(config, key) for key in RESUME_KEYS},
         {key: getattr(config, key) for key in GRADING_KEYS}, config.num_samples, config.greedy,
         config.overwrite, config.regrade)
+    units = _units(config)
     todo = [(benchmark, [p for p in benchmark.problems
-                         if problem_key(benchmark.name, p.index) not in records])
+                         if any(unit_key(benchmark.name, p.index, seed) not in records
+                                for seed in units)])
             for benchmark in benchmarks]
     total = sum(len(benchmark.problems) for benchmark in benchmarks)
     remaining = sum(len(problems) for _, problems in todo)
     say = log or (lambda message: None)
-    say(f"{total} problems in {len(benchmarks)} benchmark(s); {total - remaining} already done in "
-        f"{output_dir}")
+    seeds = config.resolved_seeds()
+    say(f"{total} problems in {len(benchmarks)} benchmark(s) x {len(seeds)} seed(s) "
+        f"({','.join(map(str, seeds))}); {total - remaining} problems already done in {output_dir}")
     verifier = MathVerifier(config.verify_workers) if config.verify_workers else default_verifier()
     timing = {"load_model_seconds": 0.0, "generation_seconds": 0.0, "grading_seconds": 0.0,
               "generated_tokens": 0.0}
@@ -420,6 +470,7 @@ def evaluate(
     timing["wall_seconds"] = time.perf_counter() - started
     config_dict = dataclasses.asdict(config)
     config_dict["ks"] = list(config.ks)
+    config_dict["seeds"] = list(seeds)
     config_dict["backend_used"] = generator.name if generator is not None else None
     result = EvalResult(config_dict, results, aggregates, output_dir, timing)
     write_results(result)
@@ -436,6 +487,8 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
     from rich.progress import Progress
 
     per_chunk = max(1, config.batch_size // config.num_samples)
+    units = _units(config)
+    first_seed = config.resolved_seeds()[0]  # greedy decoding ignores it; kept for the record
     columns = progress_columns("{task.description}")
     with Progress(*columns, disable=not progress, transient=False) as bar, open(
         output_dir / SAMPLES_FILE, "a", encoding="utf-8"
@@ -445,34 +498,42 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
             for begin in range(0, len(problems), per_chunk):
                 chunk = problems[begin : begin + per_chunk]
                 bar.update(task, description=f"{benchmark.name}")
-                prompts = [problem.prompt for problem in chunk]
-                passes = [(False, config.num_samples)] + ([(True, 1)] if config.greedy else [])
-                outputs: dict[bool, tuple[list[list[str]], list[list[int]], list[list[bool]]]] = {}
-                for greedy, count in passes:
-                    seed = _chunk_seed(config.seed, benchmark.name, chunk[0].index, greedy)
+                new_keys: set[str] = set()
+                for unit in units:  # each seed's samples, then the greedy completion
+                    needing = [problem for problem in chunk
+                               if unit_key(benchmark.name, problem.index, unit) not in records]
+                    if not needing:
+                        continue
+                    greedy = unit is None
+                    seed = _chunk_seed(first_seed if unit is None else unit, benchmark.name,
+                                       needing[0].index, greedy)
                     generation_start = time.perf_counter()
-                    outputs[greedy] = generator.generate(prompts, count, greedy, seed)
+                    completions, lengths, finished = generator.generate(
+                        [problem.prompt for problem in needing], 1 if greedy else config.num_samples,
+                        greedy, seed)
                     timing["generation_seconds"] += time.perf_counter() - generation_start
-                    timing["generated_tokens"] += sum(map(sum, outputs[greedy][1]))
-                grading_start = time.perf_counter()
-                for greedy, (completions, lengths, finished) in outputs.items():
-                    items = [(problem, text) for problem, group in zip(chunk, completions,
+                    timing["generated_tokens"] += sum(map(sum, lengths))
+                    grading_start = time.perf_counter()
+                    items = [(problem, text) for problem, group in zip(needing, completions,
                                                                        strict=True)
                              for text in group]
                     verdicts = grade_completions(benchmark, items, config.verify_timeout, verifier,
                                                  config.math_extraction, config.answer_extraction)
                     width = len(completions[0])
-                    for offset, problem in enumerate(chunk):
-                        key = problem_key(benchmark.name, problem.index)
-                        problem_records = records_for_problem(
+                    for offset, problem in enumerate(needing):
+                        key = unit_key(benchmark.name, problem.index, unit)
+                        records[key] = records_for_problem(
                             problem, completions[offset], lengths[offset], finished[offset],
-                            verdicts[offset * width : (offset + 1) * width], greedy,
+                            verdicts[offset * width : (offset + 1) * width], greedy, unit,
                         )
-                        records.setdefault(key, []).extend(problem_records)
-                timing["grading_seconds"] += time.perf_counter() - grading_start
-                for problem in chunk:  # one problem's lines together, then flush
-                    for record in records[problem_key(benchmark.name, problem.index)]:
-                        samples_file.write(json.dumps(record, ensure_ascii=False) + "\n")
+                        new_keys.add(key)
+                    timing["grading_seconds"] += time.perf_counter() - grading_start
+                for problem in chunk:  # one problem's new lines together, then flush
+                    for unit in units:
+                        key = unit_key(benchmark.name, problem.index, unit)
+                        if key in new_keys:
+                            for record in records[key]:
+                                samples_file.write(json.dumps(record, ensure_ascii=False) + "\n")
                     samples_file.flush()
                 bar.advance(task, len(chunk))
 

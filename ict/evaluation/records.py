@@ -1,9 +1,13 @@
 """Resumable evaluation records: ``samples.jsonl`` (one JSON line per graded completion, written
 problem by problem) and ``run.json`` (the configuration the samples belong to).
 
-A rerun into the same directory keeps the problems whose samples are all present; the
-configuration in `RESUME_KEYS` must match, and a change of `GRADING_KEYS` only re-grades the stored
-completions. A torn last line (an interrupted write) is ignored.
+Records are kept and resumed by *unit* (`unit_key`): the ``n`` sampled completions of one problem
+under one sampling seed, or its one greedy completion. A rerun into the same directory keeps the
+units whose records are all present (units of other seeds and benchmarks stay in the file), so a
+multi-seed run never mixes seeds; the configuration in `RESUME_KEYS` must match, and a change of
+`GRADING_KEYS` only re-grades the stored completions. A torn last line (an interrupted write) is
+ignored. Records written before the ``seed`` field existed take the ``seed`` of the old
+``run.json``.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ from ict.core.problems import Problem
 SAMPLES_FILE = "samples.jsonl"
 RESULTS_FILES = ("results.json", "results.csv", "results.md")
 RUN_FILE = "run.json"
-RESUME_KEYS = ("model", "num_samples", "greedy", "temperature", "top_p", "max_new_tokens", "seed",
+RESUME_KEYS = ("model", "num_samples", "greedy", "temperature", "top_p", "max_new_tokens",
                "system_prompt", "answer_extraction")
-"""Configuration fields that must match for a rerun to reuse finished problems
-(``answer_extraction`` changes reasoning-gym prompts)."""
+"""Configuration fields that must match for a rerun to reuse finished units
+(``answer_extraction`` changes reasoning-gym prompts). The sampling seed is not among them: it is
+part of every record's key (`unit_key`)."""
 GRADING_KEYS = ("math_extraction", "verify_timeout")
 """Grading settings: when they differ from the stored run, stored samples are re-graded."""
 LEGACY_GRADING = {"math_extraction": "lenient", "verify_timeout": DEFAULT_TIMEOUT_SECONDS}
@@ -33,12 +38,21 @@ LEGACY_RESUME = {"answer_extraction": "tag"}
 """Values of resume keys added later, for run files written before them."""
 
 
-def problem_key(benchmark: str, index: int) -> str:
-    return f"{benchmark}#{index}"
+def unit_key(benchmark: str, index: int, seed: int | None) -> str:
+    """The key of one unit of records: problem ``index`` of ``benchmark`` sampled with ``seed``
+    (``None``: its greedy completion, which no seed changes)."""
+    return f"{benchmark}#{index}#" + ("greedy" if seed is None else f"seed={seed}")
 
 
-def load_sample_records(path: Path) -> dict[str, list[dict[str, Any]]]:
-    """samples.jsonl -> records grouped by problem key (a torn last line is ignored)."""
+def record_key(record: dict[str, Any]) -> str:
+    """`unit_key` of a ``samples.jsonl`` record."""
+    seed = None if record.get("greedy") else int(record["seed"])
+    return unit_key(record["benchmark"], int(record["index"]), seed)
+
+
+def load_sample_records(path: Path, legacy_seed: int = 0) -> dict[str, list[dict[str, Any]]]:
+    """samples.jsonl -> records grouped by `unit_key` (a torn last line is ignored); a sampled
+    record without a ``seed`` (written before the field existed) gets ``legacy_seed``."""
     grouped: dict[str, list[dict[str, Any]]] = {}
     if not path.is_file():
         return grouped
@@ -48,24 +62,35 @@ def load_sample_records(path: Path) -> dict[str, list[dict[str, Any]]]:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            grouped.setdefault(problem_key(record["benchmark"], record["index"]), []).append(record)
+            if not isinstance(record, dict) or not {"benchmark", "index", "sample"} <= set(record):
+                continue
+            if record.get("greedy"):
+                record["seed"] = None
+            elif record.get("seed") is None:
+                record["seed"] = legacy_seed
+            elif not isinstance(record["seed"], int):
+                continue
+            grouped.setdefault(record_key(record), []).append(record)
     return grouped
 
 
-def is_complete(records: list[dict[str, Any]], num_samples: int, greedy: bool) -> bool:
-    """Does one problem's record list hold samples 0..n-1 (and the greedy one when asked)?"""
-    sampled = {r["sample"] for r in records if not r.get("greedy")}
-    has_greedy = any(r.get("greedy") for r in records)
-    return sampled == set(range(num_samples)) and (has_greedy or not greedy)
+def is_complete(records: list[dict[str, Any]], num_samples: int) -> bool:
+    """Does one unit's record list hold samples 0..n-1 (a sampled unit), or the greedy completion
+    (a greedy unit)?"""
+    if any(r.get("greedy") for r in records):
+        return True
+    return {r["sample"] for r in records} == set(range(num_samples))
 
 
 def prepare_output_dir(
     output_dir: Path, current: dict[str, Any], grading: dict[str, Any], num_samples: int,
     greedy: bool, overwrite: bool = False, regrade: bool = False,
 ) -> tuple[dict[str, list[dict[str, Any]]], bool]:
-    """Create the directory, check the run configuration, and return the finished problems'
-    records (the samples file is rewritten without records of unfinished problems) and whether
-    they must be re-graded (``regrade``, or grading settings changed since they were graded).
+    """Create the directory, check the run configuration, and return the finished units'
+    records by `unit_key` (the samples file is rewritten without records of unfinished units) and
+    whether they must be re-graded (``regrade``, or grading settings changed since they were
+    graded). ``num_samples`` decides when a sampled unit is finished; ``greedy`` is part of the
+    configuration check only (through ``current``).
 
     current: the run's `RESUME_KEYS` values (must equal the stored ones to resume);
     grading: its `GRADING_KEYS` values (a change only re-grades)."""
@@ -76,12 +101,20 @@ def prepare_output_dir(
                          "choose another --output-dir") from None
     samples_path = output_dir / SAMPLES_FILE
     run_path = output_dir / RUN_FILE
+    legacy_seed = 0
     if overwrite:
         for name in (SAMPLES_FILE, RUN_FILE, *RESULTS_FILES):
             (output_dir / name).unlink(missing_ok=True)
     elif run_path.is_file() and samples_path.is_file():
-        previous = json.loads(run_path.read_text(encoding="utf-8"))
+        try:
+            previous = json.loads(run_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            previous = None
+        if not isinstance(previous, dict):
+            raise UsageError(f"{run_path} is not a JSON object; pass --overwrite or another "
+                             "--output-dir")
         previous = {**LEGACY_RESUME, **previous}
+        legacy_seed = int(previous.get("seed") or 0)
         differing = {key: (previous.get(key), value) for key, value in current.items()
                      if previous.get(key) != value}
         if differing:
@@ -93,9 +126,9 @@ def prepare_output_dir(
         regrade = regrade or previous.get("grading", LEGACY_GRADING) != grading
     run_path.write_text(json.dumps({**current, "grading": grading}, indent=2) + "\n",
                         encoding="utf-8")
-    grouped = load_sample_records(samples_path)
+    grouped = load_sample_records(samples_path, legacy_seed)
     finished = {key: records for key, records in grouped.items()
-                if is_complete(records, num_samples, greedy)}
+                if is_complete(records, num_samples)}
     if len(finished) != len(grouped) or samples_path.is_file():
         write_all_records(samples_path, finished)
     return finished, regrade and bool(finished)
@@ -112,8 +145,9 @@ def write_all_records(path: Path, records: dict[str, list[dict[str, Any]]]) -> N
 
 def records_for_problem(problem: Problem, completions: list[str], lengths: list[int],
                          finished: list[bool], verdicts: list[Verdict],
-                         greedy: bool) -> list[dict[str, Any]]:
-    """One ``samples.jsonl`` record per completion of one problem (``sample`` -1 = greedy)."""
+                         greedy: bool, seed: int | None) -> list[dict[str, Any]]:
+    """One ``samples.jsonl`` record per completion of one problem (``sample`` -1 = greedy);
+    ``seed`` is the sampling seed of the completions (``None`` for the greedy one)."""
     records = []
     for sample, (completion, length, done, verdict) in enumerate(
         zip(completions, lengths, finished, verdicts, strict=True)
@@ -121,7 +155,8 @@ def records_for_problem(problem: Problem, completions: list[str], lengths: list[
         records.append({
             "benchmark": problem.benchmark, "index": problem.index,
             "problem_id": problem.problem_id, "sample": -1 if greedy else sample,
-            "greedy": greedy, "prompt": problem.prompt, "completion": sanitize_text(completion),
+            "greedy": greedy, "seed": None if greedy else seed, "prompt": problem.prompt,
+            "completion": sanitize_text(completion),
             "gold": problem.answer, "extracted": verdict.extracted, "correct": verdict.correct,
             "score": verdict.score, "status": verdict.status, "num_tokens": length,
             "finished": done,

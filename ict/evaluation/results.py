@@ -1,5 +1,6 @@
-"""Evaluation results: per-benchmark metrics, macro-mean aggregates, and the output files
-(``results.json`` and ``results.csv`` in fractions, ``results.md`` and the printed table in percent).
+"""Evaluation results: per-benchmark metrics (per sampling seed, their mean and std over seeds),
+macro-mean aggregates, and the output files (``results.json`` and ``results.csv`` in fractions,
+``results.md`` and the printed table in percent).
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ from ict.training.reporting import environment_record
 
 @dataclass
 class BenchmarkResult:
+    """One row of the results: a benchmark or an aggregate of benchmarks.
+
+    metrics: the mean over seeds of each metric (the one seed's values with one seed);
+    seeds: the sampling seeds; per_seed: seed (as text) -> that seed's metrics;
+    std: each metric's sample standard deviation over seeds (empty with one seed)."""
+
     name: str
     group: str
     source: str
@@ -29,6 +36,14 @@ class BenchmarkResult:
     num_samples: int
     metrics: dict[str, float]
     statuses: dict[str, int] = field(default_factory=dict)
+    seeds: list[int] = field(default_factory=list)
+    per_seed: dict[str, dict[str, float]] = field(default_factory=dict)
+    std: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def multi_seed(self) -> bool:
+        """More than one seed: the row has a spread and per-seed values to show."""
+        return len(self.per_seed) > 1
 
 
 @dataclass
@@ -45,14 +60,40 @@ class EvalResult:
         return [*self.benchmarks, *self.aggregates]
 
 
+def mean_over_seeds(per_seed: dict[Any, dict[str, float]]) -> tuple[dict[str, float],
+                                                                     dict[str, float]]:
+    """(mean, std) over seeds of each metric; std is the sample standard deviation (ddof=1), as
+    in `ict compare`, and empty with a single seed."""
+    tables = list(per_seed.values())
+    mean = {key: float(np.mean([table[key] for table in tables])) for key in tables[0]}
+    std = ({key: float(np.std([table[key] for table in tables], ddof=1)) for key in tables[0]}
+           if len(tables) > 1 else {})
+    return mean, std
+
+
+def per_seed_table(per_seed: dict[int, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Seed -> metrics with the seeds as text (the keys results.json has)."""
+    return {str(seed): dict(metrics) for seed, metrics in per_seed.items()}
+
+
 def macro_mean(results: Sequence[BenchmarkResult], name: str, group: str) -> BenchmarkResult:
-    """Unweighted mean of each metric over benchmarks (a suite's headline number)."""
+    """Unweighted mean of each metric over benchmarks (a suite's headline number); per seed the
+    macro mean of the members' values of that seed, and the std over seeds of those."""
     keys = list(results[0].metrics)
-    metrics = {key: float(np.mean([result.metrics[key] for result in results])) for key in keys}
+    per_seed: dict[str, dict[str, float]] = {}
+    if results[0].per_seed and all(r.per_seed.keys() == results[0].per_seed.keys()
+                                   for r in results):
+        per_seed = {seed: {key: float(np.mean([r.per_seed[seed][key] for r in results]))
+                           for key in keys} for seed in results[0].per_seed}
+    if per_seed:
+        metrics, std = mean_over_seeds(per_seed)
+    else:
+        metrics = {key: float(np.mean([result.metrics[key] for result in results])) for key in keys}
+        std = {}
     return BenchmarkResult(
         name=name, group=group, source="macro mean of " + ", ".join(r.name for r in results),
         num_problems=sum(r.num_problems for r in results), num_samples=results[0].num_samples,
-        metrics=metrics,
+        metrics=metrics, seeds=list(results[0].seeds), per_seed=per_seed, std=std,
     )
 
 
@@ -97,6 +138,32 @@ def _percent(value: float) -> str:
     return "-" if value is None or math.isnan(value) else f"{100 * value:.1f}"
 
 
+def _cell(row: BenchmarkResult, metric: str) -> str:
+    """A metric in percent; ``mean ± std`` over seeds when the row has several seeds."""
+    text = _percent(row.metrics.get(metric, float("nan")))
+    if row.multi_seed and metric in row.std:
+        text += f" ± {100 * row.std[metric]:.1f}"
+    return text
+
+
+def display_rows(result: EvalResult) -> list[tuple[list[str], bool]]:
+    """The table rows as text cells (benchmark, group, problems, metrics in percent), each with
+    whether it ends the benchmarks' section. A row with several seeds shows ``mean ± std`` and
+    is followed by one row per seed (``<name> seed=<s>``)."""
+    metrics = _metric_names(result)
+    rows: list[tuple[list[str], bool]] = []
+    for index, row in enumerate(result.rows()):
+        rows.append(([row.name, row.group, str(row.num_problems),
+                      *(_cell(row, m) for m in metrics)], False))
+        if row.multi_seed:
+            for seed, values in row.per_seed.items():
+                rows.append(([f"{row.name} seed={seed}", row.group, str(row.num_problems),
+                              *(_percent(values.get(m, float("nan"))) for m in metrics)], False))
+        if index == len(result.benchmarks) - 1:
+            rows[-1] = (rows[-1][0], True)
+    return rows
+
+
 def results_as_dict(result: EvalResult) -> dict[str, Any]:
     return {
         "config": result.config,
@@ -113,31 +180,51 @@ def markdown_table(result: EvalResult) -> str:
     metrics = _metric_names(result)
     header = ["benchmark", "group", "problems", *metrics]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in result.rows():
-        cells = [row.name, row.group, str(row.num_problems),
-                 *(_percent(row.metrics.get(m, float("nan"))) for m in metrics)]
+    for cells, _ in display_rows(result):
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def write_results(result: EvalResult) -> None:
-    """results.json, results.csv (fractions) and results.md (percent) in the output directory."""
+    """results.json, results.csv (fractions) and results.md (percent) in the output directory.
+
+    With several seeds results.csv has a ``seed`` column (``mean`` for the mean over seeds, whose
+    row also has ``<metric>_std`` columns, then one row per seed)."""
     directory = result.output_dir
     (directory / "results.json").write_text(
         json.dumps(results_as_dict(result), indent=2, default=str) + "\n", encoding="utf-8"
     )
     metrics = _metric_names(result)
+    multi_seed = any(row.multi_seed for row in result.rows())
+
+    def fraction(values: dict[str, float], metric: str) -> str:
+        return f"{values.get(metric, float('nan')):.6f}"
+
     with open(directory / "results.csv", "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["benchmark", "group", "num_problems", "num_samples", *metrics])
-        for row in result.rows():
-            writer.writerow([row.name, row.group, row.num_problems, row.num_samples,
-                             *(f"{row.metrics.get(m, float('nan')):.6f}" for m in metrics)])
+        if not multi_seed:
+            writer.writerow(["benchmark", "group", "num_problems", "num_samples", *metrics])
+            for row in result.rows():
+                writer.writerow([row.name, row.group, row.num_problems, row.num_samples,
+                                 *(fraction(row.metrics, m) for m in metrics)])
+        else:
+            writer.writerow(["benchmark", "group", "num_problems", "num_samples", "seed", *metrics,
+                             *(f"{m}_std" for m in metrics)])
+            for row in result.rows():
+                start = [row.name, row.group, row.num_problems, row.num_samples]
+                writer.writerow([*start, "mean", *(fraction(row.metrics, m) for m in metrics),
+                                 *(fraction(row.std, m) for m in metrics)])
+                for seed, values in row.per_seed.items():
+                    writer.writerow([*start, seed, *(fraction(values, m) for m in metrics),
+                                     *([""] * len(metrics))])
     config = result.config
+    seeds = config.get("seeds") or [config["seed"]]
+    seed_note = (f"seed {seeds[0]}" if len(seeds) == 1 else
+                 f"seeds {','.join(map(str, seeds))} (mean ± std over seeds, then each seed)")
     note = (f"Model `{config['model']}`, n={config['num_samples']}, temperature "
             f"{config['temperature']}, top-p {config['top_p']}, max {config['max_new_tokens']} new "
-            f"tokens, seed {config['seed']}" + (f", first {config['limit']} problems per benchmark"
-                                                if config.get("limit") else "") +
+            f"tokens, {seed_note}" + (f", first {config['limit']} problems per benchmark"
+                                      if config.get("limit") else "") +
             ". Metrics in percent; aggregates are macro means over benchmarks.\n")
     (directory / "results.md").write_text(note + "\n" + markdown_table(result), encoding="utf-8")
 
@@ -148,17 +235,20 @@ def print_results_table(result: EvalResult) -> None:
     from rich.table import Table
 
     metrics = _metric_names(result)
-    table = Table(title=f"ict eval: {result.config['model']} (percent)")
-    for column in ("benchmark", "group", "problems", *metrics):
+    seeds = result.config.get("seeds") or [result.config.get("seed")]
+    title = f"ict eval: {result.config['model']} (percent)"
+    if len(seeds) > 1:
+        title += f", mean ± std over seeds {','.join(map(str, seeds))}"
+    table = Table(title=title)
+    columns = ("benchmark", "group", "problems", *metrics)
+    for column in columns:
         table.add_column(column, justify="left" if column in ("benchmark", "group") else "right")
-    for index, row in enumerate(result.rows()):
-        table.add_row(row.name, row.group, str(row.num_problems),
-                      *(_percent(row.metrics.get(m, float("nan"))) for m in metrics),
-                      end_section=index == len(result.benchmarks) - 1)
-    cells = [[row.name, row.group, str(row.num_problems)] for row in result.rows()]
-    widths = [max(len(column), *(len(cell[i]) for cell in cells)) for i, column in
-              enumerate(("benchmark", "group", "problems"))]
-    needed = sum(widths) + sum(max(len(m), 5) for m in metrics) + 3 * (3 + len(metrics)) + 1
+    rows = display_rows(result)
+    for cells, end_section in rows:
+        table.add_row(*cells, end_section=end_section)
+    widths = [max(len(column), *(len(cells[i]) for cells, _ in rows)) for i, column in
+              enumerate(columns)]
+    needed = sum(widths) + 3 * len(columns) + 1
     console = Console()
     if console.width < needed:  # never truncate benchmark names (e.g. piped output is 80 wide)
         console = Console(width=needed)

@@ -8,42 +8,31 @@ Each integration imports its engine lazily, so ``import ict`` never needs TRL or
 
 from typing import Any
 
-from ict.core.selectors import check_options, resolve_options
+from ict.core.selectors import check_options, parse_selector_options, resolve_options
 
 
-def parse_token_selector(spec: str) -> tuple[str, dict[str, Any]]:
-    """``"name:key=value,key=value"`` -> ``(name, options)``; values take the type of the default.
+def parse_token_selector(spec: str, with_preset: bool = False) -> Any:
+    """``"name:key=value,key=value"`` -> ``(name, options)``, the selector's fully resolved options:
+    the registry's defaults < the preset named by a ``preset=NAME`` item < the given options.
 
-    ``"ict:reference=group_mean,ratio=0.1"`` -> ``("ict", {"reference": "group_mean", "ratio": 0.1})``.
-    The option values are checked on a dummy batch (`check_options`), so a bad value fails
-    before a model is loaded.
+    ``"ict:reference=group_mean,ratio=0.1"`` -> ``("ict", {"ratio": 0.1, "reference": "group_mean",
+    ...})``. Values are parsed by the registry's one strict parser
+    (:func:`ict.core.selectors.parse_selector_options`: ``flase`` is an error, not False) and
+    checked on a dummy batch (`check_options`), so a bad spec fails in one line (ValueError) before
+    a model is loaded. ``with_preset=True`` returns ``(name, options, preset)`` (preset or None).
     """
     name, _, raw = spec.partition(":")
     name = name.strip()
-    defaults = resolve_options(name)  # raises for an unknown selector
-    options: dict[str, Any] = {}
+    given: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in raw.split(","))):
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep:
             raise ValueError(f"token_selector option {item!r} must be key=value (e.g. ratio=0.1)")
-        if key not in defaults:
-            accepted = ", ".join(defaults) or "none"
-            raise ValueError(f"selector {name!r} has no option {key!r} (accepted: {accepted})")
-        options[key] = _coerce(value.strip(), defaults[key])
+        if key in given:
+            raise ValueError(f"token_selector option {key!r} is given twice in {spec!r}")
+        given[key] = value.strip()
+    preset = given.pop("preset", None)
+    options = resolve_options(name, parse_selector_options(name, given), preset)
     check_options(name, options)
-    return name, options
-
-
-def _coerce(value: str, default: Any) -> Any:
-    if value.lower() in ("none", "null"):
-        return None
-    if isinstance(default, bool):
-        return value.lower() in ("1", "true", "yes")
-    if isinstance(default, (int, float)) or default is None:
-        for kind in (int, float) if not isinstance(default, float) else (float,):
-            try:
-                return kind(value)
-            except ValueError:
-                pass
-    return value
+    return (name, options, preset) if with_preset else (name, options)

@@ -75,8 +75,20 @@ from trl import GRPOConfig, GRPOTrainer
 
 from ict.core.errors import UsageError
 from ict.core.loss import kl_penalty_term
-from ict.core.selectors import SelectionInputs, ranking_population, required_js_references, select
-from ict.core.stats import TokenStatistics, needs_groups, token_statistics_from_hidden
+from ict.core.selectors import (
+    Selection,
+    SelectionInputs,
+    method_train_options,
+    ranking_population,
+    required_js_references,
+    select,
+)
+from ict.core.stats import (
+    TokenStatistics,
+    needs_groups,
+    needs_reference_logits,
+    token_statistics_from_hidden,
+)
 from ict.integrations import parse_token_selector
 from ict.training.models import linear_lm_head
 
@@ -99,9 +111,21 @@ class ICTGRPOConfig(GRPOConfig):
     """``GRPOConfig`` plus ict's token selection (every other field is TRL's)."""
 
     token_selector: str = field(
-        default="ict:ratio=0.1",
-        metadata={"help": "Registered ict selector and options, 'name:key=value,...' "
-                  "(e.g. 'ict:ratio=0.1' (default reference group_mean_absorbing), 'entropy:ratio=0.2', 'all')."},
+        default="ict",
+        metadata={"help": "Registered ict selector and options, 'name:key=value,...'; unset options take "
+                  "the registry's defaults (e.g. 'ict' (the paper's recipe: top 10% of each completion "
+                  "by JS to the group mean), 'ict:preset=batch', 'entropy:ratio=0.2', 'all')."},
+    )
+    loss_type: str | None = field(  # type: ignore[assignment]
+        default=None,
+        metadata={"help": "TRL's loss_type; None: the one that gives the method's aggregation (registry, "
+                  "with selection_denominator='ours'): 'grpo' (seq_mean_token_mean, the paper's "
+                  "Sparse-GRPO) for ict, TRL's default 'dapo' (token_mean) otherwise."},
+    )
+    full_token_warmup_steps: int | None = field(
+        default=None,
+        metadata={"help": "The first N optimizer steps (TRL's global_step) update every completion token; "
+                  "None: the method's (registry: 10 for ict, the paper's warm-up; 0 otherwise)."},
     )
     selection_denominator: str = field(
         default="ours",
@@ -110,11 +134,18 @@ class ICTGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
+        name, _, preset = parse_token_selector(self.token_selector, with_preset=True)
+        method = method_train_options(name, preset)
+        if self.loss_type is None:
+            self.loss_type = TRL_LOSS_TYPE_OF[method["aggregation"]]
+        if self.full_token_warmup_steps is None:
+            self.full_token_warmup_steps = method["full_token_warmup_steps"]
+        if self.full_token_warmup_steps < 0:
+            raise ValueError(f"full_token_warmup_steps must be >= 0, got {self.full_token_warmup_steps}")
         super().__post_init__()
         if self.selection_denominator not in SELECTION_DENOMINATORS:
             raise ValueError(
                 f"selection_denominator must be 'ours' or 'trl', got {self.selection_denominator!r}")
-        parse_token_selector(self.token_selector)
 
 
 TRL_LOSS_TYPES = ("grpo", "sapo", "bnpo", "dr_grpo", "luspo", "dapo", "cispo", "vespo")
@@ -125,6 +156,11 @@ OURS_AGGREGATION = {
     "dapo": "token_mean", "cispo": "token_mean", "dr_grpo": "seq_mean_token_sum_norm",
     "luspo": "seq_mean_token_sum_norm",
 }
+
+
+TRL_LOSS_TYPE_OF = {"seq_mean_token_mean": "grpo", "token_mean": "dapo", "seq_mean_token_sum_norm": "dr_grpo"}
+"""ict aggregation -> the TRL loss_type that gives it under selection_denominator='ours' (token_mean:
+TRL's default dapo)."""
 
 
 def trl_aggregate(
@@ -238,7 +274,10 @@ class ICTGRPOTrainer(GRPOTrainer):
         config = self.args
         spec = getattr(config, "token_selector", ICTGRPOConfig.token_selector)
         self.selection_denominator = getattr(config, "selection_denominator", "ours")
-        self.selector_name, self.selector_options = parse_token_selector(spec)
+        self.selector_name, self.selector_options, preset = parse_token_selector(spec, with_preset=True)
+        warmup = getattr(config, "full_token_warmup_steps", None)
+        self.full_token_warmup_steps = (method_train_options(self.selector_name, preset)["full_token_warmup_steps"]
+                                        if warmup is None else int(warmup))
         self.js_references = required_js_references(self.selector_name, self.selector_options)
         self.population = ranking_population(self.selector_name, self.selector_options)
         self._check_configuration(config)
@@ -287,7 +326,7 @@ class ICTGRPOTrainer(GRPOTrainer):
             raise ValueError(f"token_selector {self.selector_name!r} needs whole groups in each micro-batch "
                              "(TRL shuffles a group over micro-batches): set steps_per_generation=1 "
                              "(and gradient_accumulation_steps=1)")
-        if "ref" in self.js_references:
+        if needs_reference_logits(self.js_references):
             raise ValueError("the 'ref' JS reference is not supported inside TRL; use group_mean, "
                              "seq_mean or prev")
         if self.selection_denominator == "ours" and self.loss_type not in OURS_AGGREGATION:
@@ -486,7 +525,10 @@ class ICTGRPOTrainer(GRPOTrainer):
         hidden = torch.cat(self._capture, dim=0)[:, -length - 1 : -1]
         response = mask.bool()
         population, start = self._population(hidden, response)
-        selection = select(self.selector_name, population, **self.selector_options)
+        if self.in_full_token_warmup():
+            selection = Selection(mask=population.response_mask.clone())
+        else:
+            selection = select(self.selector_name, population, **self.selector_options)
         own = slice(start, start + rows)
         selected = selection.mask[own, :length]
         if self.selection_denominator == "trl":
@@ -506,12 +548,18 @@ class ICTGRPOTrainer(GRPOTrainer):
             self._kl_penalty = (selection.kl_penalty[own, :length], weights, mask)
         return weights
 
+    def in_full_token_warmup(self) -> bool:
+        """Whether this optimizer step (TRL's ``global_step``, 0-based) is one of the first
+        ``full_token_warmup_steps``, which update every completion token."""
+        return self.model.training and self.state.global_step < self.full_token_warmup_steps
+
     def _log_selection(self, entropy: Tensor, response_mask: Tensor, selected: Tensor) -> None:
         mode = "train" if self.model.training else "eval"
         unselected = response_mask & ~selected
         total = int(response_mask.sum())
         metrics = self._metrics[mode]
         metrics["ict/selected_fraction"].append(float(selected.sum()) / total if total else math.nan)
+        metrics["ict/full_token_warmup"].append(float(self.in_full_token_warmup()))
         metrics["ict/entropy_selected"].append(_masked_mean(entropy, selected))
         metrics["ict/entropy_unselected"].append(_masked_mean(entropy, unselected))
 

@@ -78,6 +78,7 @@ Memory: the response logits are copied once into ``[B, T, V]`` (in the logits' d
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -103,11 +104,12 @@ from ict.core.loss import TOKEN_SETS, PolicyLossConfig, aggregation_weight, poli
 from ict.core.selectors import (
     Selection,
     SelectionInputs,
+    method_train_options,
     ranking_population,
     required_js_references,
     select,
 )
-from ict.core.stats import TokenStatistics, needs_groups, token_statistics
+from ict.core.stats import TokenStatistics, needs_groups, needs_reference_logits, token_statistics
 from ict.integrations import parse_token_selector
 from ict.training.trainer import step_seed
 
@@ -136,9 +138,17 @@ class ICTPolicyLossConfig(VerlPolicyLossConfig):
     """verl's ``PolicyLossConfig`` plus ict's token selection (set ``loss_mode="ict"``).
 
     Attributes:
-        ict_selector: registered ict selector and options, ``"name:key=value,..."``
-            (``"ict:ratio=0.1"``, ``"entropy:ratio=0.2"``, ``"stapo"``,
-            ``"random:ratio=0.1"``, ``"kl_cov"``, ``"all"``).
+        ict_selector: registered ict selector and options, ``"name:key=value,..."``; unset
+            options take the registry's defaults (``"ict"``: the paper's recipe, top 10% of each
+            response by JS to the group mean; ``"ict:preset=batch"``, ``"entropy:ratio=0.2"``,
+            ``"stapo"``, ``"random:ratio=0.1"``, ``"kl_cov"``, ``"all"``).
+        ict_aggregation: the loss aggregation; ``None``: the method's (registry:
+            ``seq_mean_token_mean`` for ict, the paper's Sparse-GRPO; ``token_mean`` otherwise);
+            ``"loss_agg_mode"``: verl's ``actor.loss_agg_mode``; or ``token_mean``,
+            ``seq_mean_token_mean``, ``seq_mean_token_sum_norm``.
+        ict_full_token_warmup_steps: the first N training steps (the actor's LR-scheduler step,
+            :func:`training_step`) update every response token; ``None``: the method's (registry:
+            10 for ict, the paper's warm-up; 0 otherwise).
         ict_denominator: ``"selected"`` (ours: normalise by the selected tokens) or ``"all"``
             (response tokens, TRL's ``top_entropy_quantile`` convention).
         ict_dual_clip: apply verl's ``actor.clip_ratio_c`` dual clip (ict's default: off).
@@ -147,7 +157,9 @@ class ICTPolicyLossConfig(VerlPolicyLossConfig):
             after a resume (a selector's own ``seed`` option is not used).
     """
 
-    ict_selector: str = "ict:ratio=0.1"
+    ict_selector: str = "ict"
+    ict_aggregation: str | None = None
+    ict_full_token_warmup_steps: int | None = None
     ict_denominator: str = "selected"
     ict_dual_clip: bool = False
     ict_seed: int = 0
@@ -156,25 +168,53 @@ class ICTPolicyLossConfig(VerlPolicyLossConfig):
         parent = getattr(super(), "__post_init__", None)
         if parent is not None:
             parent()
-        name, options = parse_token_selector(self.ict_selector)
-        if "ref" in required_js_references(name, options):
+        name, options, _ = parsed_selector(self.ict_selector)
+        if self.ict_aggregation not in (None, "loss_agg_mode", *AGGREGATIONS.values()):
+            raise UsageError(f"ict_aggregation must be none, loss_agg_mode or one of "
+                             f"{', '.join(AGGREGATIONS.values())}; got {self.ict_aggregation!r}")
+        if self.ict_full_token_warmup_steps is not None and self.ict_full_token_warmup_steps < 0:
+            raise UsageError(f"ict_full_token_warmup_steps must be >= 0, got {self.ict_full_token_warmup_steps}")
+        if needs_reference_logits(required_js_references(name, options)):
             raise UsageError("the 'ref' JS reference is not supported inside verl; use group_mean, "
                              "seq_mean or prev")
         if self.ict_denominator not in TOKEN_SETS:
             raise UsageError(f"ict_denominator must be 'selected' or 'all', got {self.ict_denominator!r}")
 
 
+@functools.cache
+def parsed_selector(spec: str) -> tuple[str, dict[str, Any], str | None]:
+    """``(name, resolved options, preset)`` of an ``ict_selector`` spec, parsed once per process
+    (:func:`ict.integrations.parse_token_selector`). Do not modify the returned options."""
+    return parse_token_selector(spec, with_preset=True)
+
+
+def method_options(policy: Any) -> dict[str, Any]:
+    """The method's training options (``aggregation``, ``full_token_warmup_steps``) with the
+    policy loss config's ``ict_aggregation`` / ``ict_full_token_warmup_steps`` where set."""
+    name, _, preset = parsed_selector(policy.get("ict_selector", ICTPolicyLossConfig.ict_selector))
+    resolved = dict(method_train_options(name, preset))
+    for key in resolved:
+        value = policy.get(f"ict_{key}", None)
+        if value is not None and value != "loss_agg_mode":
+            resolved[key] = value
+    return resolved
+
+
 def loss_config_of(actor_config: Any, loss_agg_mode: str) -> PolicyLossConfig:
     """ict's :class:`PolicyLossConfig` from verl's actor config (see the module docstring)."""
-    if loss_agg_mode not in AGGREGATIONS:
-        raise UsageError(f"loss_mode=ict supports loss_agg_mode {', '.join(AGGREGATIONS)}; got "
-                         f"{loss_agg_mode!r}")
     policy = actor_config.policy_loss
+    if policy.get("ict_aggregation", None) == "loss_agg_mode":
+        if loss_agg_mode not in AGGREGATIONS:
+            raise UsageError(f"loss_mode=ict supports loss_agg_mode {', '.join(AGGREGATIONS)}; got "
+                             f"{loss_agg_mode!r}")
+        aggregation = AGGREGATIONS[loss_agg_mode]
+    else:
+        aggregation = method_options(policy)["aggregation"]
     clip = actor_config.clip_ratio
     low = actor_config.clip_ratio_low if actor_config.clip_ratio_low is not None else clip
     high = actor_config.clip_ratio_high if actor_config.clip_ratio_high is not None else clip
     return PolicyLossConfig(
-        clip_low=low, clip_high=high, aggregation=AGGREGATIONS[loss_agg_mode],
+        clip_low=low, clip_high=high, aggregation=aggregation,
         max_response_length=actor_config.loss_scale_factor,
         clip_ratio_c=actor_config.clip_ratio_c if getattr(policy, "ict_dual_clip", False) else None,
         denominator=getattr(policy, "ict_denominator", "selected"))
@@ -288,7 +328,8 @@ def _all_gather(tensor: Tensor, group: Any, world: int) -> Tensor:
 
 
 def _selector(actor_config: Any) -> tuple[str, dict[str, Any]]:
-    return parse_token_selector(actor_config.policy_loss.ict_selector)
+    name, options, _ = parsed_selector(actor_config.policy_loss.ict_selector)
+    return name, options
 
 
 def score_micro_batch(
@@ -380,11 +421,15 @@ def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
     generator = torch.Generator(device=device).manual_seed(
         _next_selection_seed(getattr(actor_config.policy_loss, "ict_seed", 0), step))
     loss_config = loss_config_of(actor_config, actor_config.loss_agg_mode)
-    selection = select(name, SelectionInputs(
-        stats=TokenStatistics(log_probs, entropy, renyi2, dict(zip(references, js))),
-        response_mask=all_mask, advantages=advantages, token_ids=_all_gather(token_ids, dp_group, world),
-        generator=generator, group_ids=_group_ids(uids, device), old_log_probs=old_log_probs,
-        clip_range=(loss_config.clip_low, loss_config.clip_high)), **options)
+    all_token_ids = _all_gather(token_ids, dp_group, world)
+    if step < method_options(actor_config.policy_loss)["full_token_warmup_steps"]:
+        selection = Selection(mask=all_mask.clone())  # the full-token warm-up
+    else:
+        selection = select(name, SelectionInputs(
+            stats=TokenStatistics(log_probs, entropy, renyi2, dict(zip(references, js))),
+            response_mask=all_mask, advantages=advantages, token_ids=all_token_ids,
+            generator=generator, group_ids=_group_ids(uids, device), old_log_probs=old_log_probs,
+            clip_range=(loss_config.clip_low, loss_config.clip_high)), **options)
     total = aggregation_weight(selection.mask, all_mask, loss_config)
     results, start = [], rank * rows
     for part in parts:
@@ -534,7 +579,7 @@ def _balance_batch_v1(self: Any, batch: Any, metrics: dict, logging_prefix: str 
     actor = self.config.actor_rollout_ref.actor
     policy = actor.get("policy_loss", {}) or {}
     if policy.get("loss_mode", "vanilla") != LOSS_NAME or not needs_whole_groups(
-            *parse_token_selector(policy.get("ict_selector", ICTPolicyLossConfig.ict_selector))):
+            *parsed_selector(policy.get("ict_selector", ICTPolicyLossConfig.ict_selector))[:2]):
         return _original_balance_batch(self, batch, metrics, logging_prefix, keep_minibatch)
     worker_group = self.actor_rollout_wg
     if "actor" not in worker_group._dispatch_info:

@@ -16,7 +16,8 @@ import yaml
 
 from ict.core import selectors
 from ict.core.errors import UsageError
-from ict.core.options import default_of, option, optional_inner, parse_field
+from ict.core.options import option, optional_inner, parse_field
+from ict.core.stats import needs_reference_logits
 
 # Method names that are not selector names (the only alias: the field calls GRPO "grpo").
 METHOD_ALIASES = {"grpo": "all"}
@@ -87,7 +88,9 @@ class TrainConfig:
     # ---- rollouts
     prompts_per_step: int = option(8, "prompts sampled per training step")
     num_generations: int = option(8, "G: completions per prompt")
-    temperature: float = option(0.7, "sampling temperature (also used for the token statistics)")
+    temperature: float = option(1.0, "sampling temperature of the rollouts, also the temperature "
+                                "of every token statistic (the policy's softmax(logits / T)); "
+                                "1.0 as in TRL's and verl's defaults (docs/method.md)")
     top_p: float = option(1.0, "nucleus sampling threshold")
     max_new_tokens: int = option(32, "maximum completion length in tokens")
     generation_batch_size: int = option(32, "sequences per generate call")
@@ -108,20 +111,25 @@ class TrainConfig:
                              "selector.reference=seq_mean, selector.scope=sequence); unset keys "
                              "take the registry's defaults; config.yaml shows them all")
     ratio: float | None = option(None, "shortcut for selector.ratio (selectors with a ratio)")
-    preset: str | None = option(None, "a named setting of the method from the registry, e.g. "
-                                 "paper for ict (group_mean, 10% per sequence, "
-                                 "seq_mean_token_mean loss, a full-token warm-up); options you "
-                                 "set yourself win")
+    preset: str | None = option(None, "a named setting of the method from the registry (ict: "
+                                 "paper, its default recipe; batch, the recipe before it: top "
+                                 "10% of the batch, token_mean, no warm-up); options you set "
+                                 "yourself win")
     plugin: str | None = option(None, "comma-separated modules or .py files imported first "
                                  "(they register selectors or rewards)")
-    full_token_warmup_steps: int = option(0, "the first N steps update every response token "
-                                           "(the paper preset's warm-up)")
+    full_token_warmup_steps: int | None = option(None, "the first N steps update every response "
+                                                  "token (None: the method's, from the "
+                                                  "registry: 10 for ict, the paper's warm-up; 0 "
+                                                  "otherwise)")
 
     # ---- loss
     clip_low: float = option(0.2, "lower clip range: ratio >= 1 - clip_low")
     clip_high: float = option(0.28, "upper clip range: ratio <= 1 + clip_high")
-    aggregation: str = option("token_mean", "loss aggregation over selected tokens",
-                               ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"))
+    aggregation: str | None = option(None, "loss aggregation over selected tokens (None: the "
+                                      "method's, from the registry: seq_mean_token_mean for ict, "
+                                      "the paper's Sparse-GRPO; token_mean otherwise)",
+                                      ("token_mean", "seq_mean_token_mean",
+                                       "seq_mean_token_sum_norm"))
     max_response_length: int | None = option(None, "L of seq_mean_token_sum_norm (None: "
                                                "max_new_tokens)")
     denominator: str = option("selected", "loss normaliser: selected tokens (ours, the "
@@ -218,22 +226,20 @@ class TrainConfig:
         except ValueError as error:
             raise UsageError(str(error)) from None
 
-    def resolve(self, explicit: set[str] | None = None) -> TrainConfig:
-        """Validate, apply the preset's training options to the fields not set explicitly
-        (`explicit`: their names; default: the fields that differ from their defaults), and
-        store the selector's fully resolved options in `selector` (so config.yaml shows them)."""
+    def resolve(self) -> TrainConfig:
+        """Validate and fill what the method decides: the training options left unset (``None``;
+        see ``selectors.TRAIN_OPTION_DEFAULTS``) take the preset's value, else the method's
+        (:func:`ict.core.selectors.method_train_options`), and `selector` gets the selector's fully
+        resolved options (so config.yaml shows them all). A value set explicitly is never
+        replaced, and resolving a resolved config changes nothing."""
         self.validate()
-        if explicit is None:
-            explicit = {item.name for item in dataclasses.fields(self)
-                        if getattr(self, item.name) != default_of(item)}
-        if self.preset is not None:
-            try:
-                preset = selectors.get_preset(self.selector_name, self.preset)
-            except ValueError as error:
-                raise UsageError(str(error)) from None
-            for key, value in preset.train_options.items():
-                if key not in explicit:
-                    setattr(self, key, value)
+        try:
+            method_options = selectors.method_train_options(self.selector_name, self.preset)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        for key, value in method_options.items():
+            if getattr(self, key) is None:
+                setattr(self, key, value)
         self.selector = self.selector_options()
         self.ratio = None  # folded into selector.ratio
         return self.validate()
@@ -261,16 +267,16 @@ class TrainConfig:
             selectors.check_options(self.selector_name, options)
         except ValueError as error:
             raise UsageError(f"method {self.method}: {error}") from None
-        if self.statistics_from == "hidden" and "ref" in selectors.required_js_references(
-                self.selector_name, options):
+        if self.statistics_from == "hidden" and needs_reference_logits(
+                selectors.required_js_references(self.selector_name, options)):
             raise UsageError(f"method {self.method}: the 'ref' JS reference needs the policy's and "
                              "the reference policy's logits; use statistics_from=logits")
         for item in dataclasses.fields(self):
             choices = item.metadata.get("choices")
             value = getattr(self, item.name)
-            if choices and value not in choices:
+            if choices and value is not None and value not in choices:
                 raise UsageError(f"{item.name}={value!r} is not one of {', '.join(choices)}")
-            positive = ("prompts_per_step", "max_new_tokens", "generation_batch_size", "num_steps",
+        positive = ("prompts_per_step", "max_new_tokens", "generation_batch_size", "num_steps",
                     "updates_per_batch", "max_consecutive_skips")
         for name in positive:
             if getattr(self, name) < 1:
@@ -297,7 +303,8 @@ class TrainConfig:
             raise UsageError("num_threads must be >= 1")
         for name in ("eval_size", "eval_every", "save_every", "warmup_steps", "lora_rank",
                      "keep_checkpoints", "full_token_warmup_steps"):
-            if getattr(self, name) < 0:
+            value = getattr(self, name)
+            if value is not None and value < 0:
                 raise UsageError(f"{name} must be >= 0")
         if self.resume and not self.run_dir:
             raise UsageError("--resume needs --run-dir (the run to continue)")
@@ -379,14 +386,14 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
                  overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Resolve defaults < YAML < options < overrides into a validated `TrainConfig`.
 
-    A preset's training options (e.g. `aggregation`) apply unless set explicitly; the returned
-    config holds the selector's fully resolved options in `selector`."""
+    The method's training options (e.g. `aggregation`; a preset's first) apply where unset; the
+    returned config holds the selector's fully resolved options in `selector`."""
     values: dict[str, Any] = {}
     if yaml_path:
         values = apply_overrides(values, _renamed(load_yaml(yaml_path)))
     values = apply_overrides(values, _renamed(options or {}))
     values = apply_overrides(values, _renamed(overrides or {}))
-    return TrainConfig(**values).resolve(explicit=set(values))
+    return TrainConfig(**values).resolve()
 
 
 def _renamed(values: dict[str, Any]) -> dict[str, Any]:

@@ -172,6 +172,8 @@ def print_summary(console: Any, run_dir: Path, before: dict[str, Any], after: di
         console.print(f"entropy per step  {sparkline(entropies)}  (first {window} "
                       f"{_window_mean(entropies[:window])} -> last {window} "
                       f"{_window_mean(entropies[-window:])} nats)")
+    for text in selection_summary(lines):
+        console.print(text)
     plot = plot_curves(run_dir, lines)
     if plot is not None:
         console.print(f"reward/entropy plot: {plot}")
@@ -181,6 +183,45 @@ def print_summary(console: Any, run_dir: Path, before: dict[str, Any], after: di
     console.print(f"metrics: {metrics_path}  tensorboard: {run_dir / 'tensorboard'}")
     if checkpoint is not None:
         console.print(f"checkpoint: {checkpoint}")
+
+
+def selection_summary(lines: list[dict[str, Any]]) -> list[str]:
+    """What the method selected over its selecting steps (the full-token warm-up's steps left
+    out), next to the paper's figures (`ict.core.diagnostics.PAPER_FIGURES`): the mean of each
+    figure over those steps, and the token strings selected and left out most often (counts
+    summed). Empty when no step selected."""
+    from collections import Counter
+
+    from ict.core.diagnostics import PAPER_FIGURES, TOP_TOKEN_KEYS
+
+    selecting = [line for line in lines if not line.get("full_token_warmup")
+                 and line.get("selected_fraction") is not None and line["selected_fraction"] < 1.0]
+    if not selecting:
+        return []
+
+    def mean(key: str) -> str:
+        values = [line[key] for line in selecting if isinstance(line.get(key), int | float)
+                  and math.isfinite(line[key])]
+        return f"{sum(values) / len(values):.2f}" if values else "-"
+
+    texts = [f"what was selected (mean over the {len(selecting)} selecting steps; the paper's "
+             "value in brackets):"]
+    figures = []
+    for title, _, key, all_key, paper in PAPER_FIGURES:
+        text = f"{title} {mean(key)}"
+        if all_key:
+            text += f" (all tokens {mean(all_key)})"
+        figures.append(text + (f" [{paper}]" if paper else ""))
+    texts.append("  " + "; ".join(figures))
+    for kind, key in TOP_TOKEN_KEYS.items():
+        counts: Counter[str] = Counter()
+        for line in selecting:
+            for token, count in line.get(key) or []:
+                counts[token] += count
+        if counts:
+            shown = ", ".join(f"{token!r} {count}" for token, count in counts.most_common(8))
+            texts.append(f"  most often {kind}: {shown}")
+    return texts
 
 
 def plot_curves(run_dir: Path, lines: list[dict[str, Any]]) -> Path | None:

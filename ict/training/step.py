@@ -35,7 +35,12 @@ from ict.core.selectors import (
     required_js_references,
     select,
 )
-from ict.core.stats import TokenStatistics, token_statistics, token_statistics_from_hidden
+from ict.core.stats import (
+    TokenStatistics,
+    needs_reference_logits,
+    token_statistics,
+    token_statistics_from_hidden,
+)
 from ict.training.config import TrainConfig
 from ict.training.forward import response_hidden, response_logits
 from ict.training.models import compute_context, linear_lm_head
@@ -106,7 +111,7 @@ class StepContext:
     """What every micro-batch of a step shares."""
 
     loss_config: PolicyLossConfig
-    temperature: float = 1.0
+    temperature: float  # the rollout's sampling temperature (TrainConfig.temperature)
     chunk_size: int | None = None
     reference: ReferencePolicy | None = None
     shared_prompt: bool = True
@@ -128,13 +133,13 @@ def statistics_of(model: Any, micro: RolloutBatch, group_ids: torch.Tensor, refe
     compares two models' full distributions and is refused with ``"hidden"``."""
     profile = context.profiler.phase
     from_hidden = context.statistics_from == "hidden"
-    if from_hidden and "ref" in references:
+    if from_hidden and needs_reference_logits(references):
         raise UsageError("the 'ref' JS reference needs the policy's and the reference policy's "
                          "logits; use statistics_from=logits")
     with profile("forward"):
         outputs = (response_hidden if from_hidden else response_logits)(model, micro, context.shared_prompt)
     reference_outputs = None
-    if context.reference is not None and ("ref" in references or context.loss_config.kl_coef > 0):
+    if context.reference is not None and (needs_reference_logits(references) or context.loss_config.kl_coef > 0):
         with profile("reference forward"):
             reference_outputs = context.reference.outputs(micro, hidden=from_hidden)
     with profile("statistics"):
@@ -303,20 +308,13 @@ def accumulate_gradients(
     batch: RolloutBatch,
     advantages: torch.Tensor,
     old_log_probs: torch.Tensor | None,
-    selector: str | Method,
-    selector_options: dict[str, Any] | None,
-    loss_config: PolicyLossConfig,
-    temperature: float = 1.0,
-    micro_batch_size: int = 8,
-    chunk_size: int | None = None,
-    reference: ReferencePolicy | None = None,
+    method: Method,
+    context: StepContext,
+    *,
+    micro_batch_size: int,
+    group_size: int,
     selection_seed: int = 0,
-    group_size: int = 1,
     population_stats: TokenStatistics | None = None,
-    shared_prompt: bool = True,
-    profiler: StepProfiler | None = None,
-    statistics_from: str = "logits",
-    compute_dtype: torch.dtype | None = None,
 ) -> UpdateResult:
     """Backward the selective policy loss of `batch` into `.grad` (not zeroed here).
 
@@ -326,9 +324,6 @@ def accumulate_gradients(
     micro-batch holds whole populations it runs inside the gradient pass, otherwise on
     statistics of the whole batch (`population_stats`, or a no-grad scoring pass). The gradient
     left in `.grad` is that of the batch's loss aggregated over all its selected tokens."""
-    method = selector if isinstance(selector, Method) else Method.of(selector, selector_options or {})
-    context = StepContext(loss_config, temperature, chunk_size, reference, shared_prompt,
-                          profiler or StepProfiler(), statistics_from, compute_dtype)
     rows = batch.input_ids.shape[0]
     if rows % group_size:
         raise UsageError(f"a batch of {rows} rows does not hold whole groups of {group_size}")
@@ -450,15 +445,10 @@ def update_on_batch(model: Any, optimizer: torch.optim.Optimizer, batch: Rollout
         optimizer.zero_grad(set_to_none=True)
         result = accumulate_gradients(
             model, batch.select(index), advantages[index],
-            old_log_probs[index] if old_log_probs is not None else None, method, None,
-            context.loss_config, temperature=context.temperature,
-            micro_batch_size=config.micro_batch_size or mini_batch_size,
-            chunk_size=context.chunk_size, reference=context.reference,
+            old_log_probs[index] if old_log_probs is not None else None, method, context,
+            micro_batch_size=config.micro_batch_size or mini_batch_size, group_size=group_size,
             selection_seed=step_seed(config.seed, step, 2) + 1000 * update_index,
-            group_size=group_size,
-            population_stats=initial.rows(index) if update_index == 0 and initial is not None else None,
-            shared_prompt=context.shared_prompt, profiler=context.profiler,
-            statistics_from=context.statistics_from, compute_dtype=context.compute_dtype)
+            population_stats=initial.rows(index) if update_index == 0 and initial is not None else None)
         norm, applied = apply_update(model, optimizer, result.loss, config.max_grad_norm,
                                      context.profiler)
         if applied:

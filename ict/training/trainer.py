@@ -38,11 +38,19 @@ from typing import Any
 import torch
 
 from ict.answers.rewards import Reward, build_reward, soft_overlong_penalty
-from ict.core.diagnostics import ANATOMY_KEYS, DIAGNOSTIC_KEYS, selection_anatomy, token_diagnostics
+from ict.core.diagnostics import (
+    ANATOMY_KEYS,
+    DIAGNOSTIC_KEYS,
+    TOP_TOKEN_KEYS,
+    paper_figures,
+    selection_anatomy,
+    token_diagnostics,
+    top_token_counts,
+)
 from ict.core.errors import TrainingDiverged, UsageError
 from ict.core.loss import PolicyLossConfig, group_advantages, mask_truncated_completions
 from ict.core.profiling import StepProfiler
-from ict.core.stats import TokenStatistics
+from ict.core.stats import TokenStatistics, needs_reference_logits
 from ict.data.training_data import Problem, PromptSampler, TrainingData, load_training_data
 from ict.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from ict.training.config import TrainConfig, save_config
@@ -81,6 +89,7 @@ METRIC_FIELDS = (
     "renyi2_selected", "selected_fraction", "js_score", "js_score_selected", "clip_fraction", "kl",
     "kl_old", "loss", "grad_norm", "learning_rate", "response_length_mean", "finished_fraction",
     "zero_advantage_fraction", "truncated_fraction", "overlong_penalty_mean", "skipped_updates",
+    "full_token_warmup",
     "tokens_per_second", "generation_seconds",
     "training_seconds", "step_seconds", *DIAGNOSTIC_KEYS, *ANATOMY_KEYS,
 )
@@ -214,6 +223,9 @@ def train(config: TrainConfig, console: Any = None,
     console.print(f"run directory: {run.run_dir}  |  method {config.method} ({run.method.selector} "
                   f"{run.method.options})  |  data: {run.data.description}  |  reward: "
                   f"{'+'.join(run.reward.names)}  |  device {next(run.model.parameters()).device}")
+    warmup_note = full_token_warmup_note(config)
+    if warmup_note:
+        console.print(warmup_note)
     eval_before = _evaluate_before(run)
     all_metrics = _run_steps(run, on_step)
     eval_after: dict[str, Any] = {}
@@ -222,6 +234,19 @@ def train(config: TrainConfig, console: Any = None,
         write_eval(run.run_dir, "after", eval_after)
     print_summary(console, run.run_dir, eval_before, eval_after, run.last_checkpoint)
     return TrainResult(run.run_dir, all_metrics, eval_before, eval_after, run.last_checkpoint)
+
+
+def full_token_warmup_note(config: TrainConfig) -> str:
+    """What the full-token warm-up does to this run, in one line ('' when there is none)."""
+    warmup, steps = config.full_token_warmup_steps or 0, config.num_steps
+    if warmup <= 0 or config.selector_name == "all":
+        return ""
+    if warmup >= steps:
+        return (f"note: full_token_warmup_steps={warmup} >= num_steps={steps}: every step updates "
+                f"all response tokens (GRPO) and {config.method}'s selection never runs; set "
+                "full_token_warmup_steps lower (or num_steps higher) to see it")
+    return (f"full-token warm-up: steps 1-{warmup} of {steps} update every response token, "
+            f"{config.method}'s selection from step {warmup + 1}")
 
 
 def _prepare_run_dir(config: TrainConfig) -> Path:
@@ -259,7 +284,7 @@ def _set_up(config: TrainConfig, console: Any, run_dir: Path) -> _Run:
     sampler = PromptSampler(data.train, config.prompts_per_step, config.seed)
     model, tokenizer = _load_policy(config)
     method = method_of(config)
-    needs_reference = config.kl_coef > 0 or "ref" in method.js_references
+    needs_reference = config.kl_coef > 0 or needs_reference_logits(method.js_references)
     reference = ReferencePolicy(model, config.shared_prompt_forward) if needs_reference else None
     return _Run(config, console, run_dir, data, reward, sampler, model, tokenizer,
                 build_optimizer(model, config), method, loss_config_of(config), reference)
@@ -442,7 +467,8 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
     if config.mask_truncated_completions:
         finished = torch.tensor([done for group in rollout.finished for done in group])
         batch.response_mask = mask_truncated_completions(batch.response_mask, finished)
-    if step < config.full_token_warmup_steps:
+    warmup = step < config.full_token_warmup_steps
+    if warmup:
         method = ALL_TOKENS
     context = StepContext(loss_config, config.temperature, config.stats_chunk_size, reference,
                           config.shared_prompt_forward, profiler, config.statistics_from,
@@ -457,14 +483,14 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
     training_seconds = time.perf_counter() - training_start
     with profiler.phase("diagnostics"):
         diagnostics = _selection_diagnostics(updates, batch, advantages, rollout,
-                                             config.num_generations)
+                                             config.num_generations, tokenizer)
     grouped = rewards.view(-1, config.num_generations)
     return {"step": step + 1, **_reward_metrics(rewards, task), **_update_metrics(updates),
             "learning_rate": learning_rate, **_length_metrics(rollout),
             "zero_advantage_fraction": float((grouped.max(dim=1).values
                                               == grouped.min(dim=1).values).float().mean()),
             "overlong_penalty_mean": float(penalties.mean()),
-            "skipped_updates": updates.skipped,
+            "skipped_updates": updates.skipped, "full_token_warmup": float(warmup),
             **_speed_metrics(rollout, time.perf_counter() - step_start, training_seconds),
             **diagnostics, "sample_completion": rollout.completions[0][0][:200]}
 
@@ -503,20 +529,27 @@ def _overlong_penalties(rollout: Any, config: TrainConfig) -> torch.Tensor:
 
 
 def _selection_diagnostics(updates: BatchUpdates, batch: Any, advantages: torch.Tensor,
-                           rollout: Any, group_size: int) -> dict[str, float]:
-    """`token_diagnostics` and `selection_anatomy` of the step's selection, each row once (the
-    first pass; rows are prompt-major, so row // G is its group)."""
+                           rollout: Any, group_size: int, tokenizer: Any = None) -> dict[str, Any]:
+    """`token_diagnostics`, `selection_anatomy` and `paper_figures` of the step's selection, each
+    row once (the first pass; rows are prompt-major, so row // G is its group), and the most
+    frequent selected / unselected tokens (`TOP_TOKEN_KEYS`: lists of [string, count], decoded
+    with `tokenizer`; the id as text without one)."""
     rows_seen = torch.cat([index for index, _ in updates.first_pass]).cpu()
     response_mask = batch.response_mask[rows_seen.to(batch.response_mask.device)].cpu()
     selected = torch.cat([result.selected_mask for _, result in updates.first_pass])
     ties = [result.tie_decided for _, result in updates.first_pass]
     finished = torch.tensor([done for group in rollout.finished for done in group])[rows_seen]
-    diagnostics = token_diagnostics(
-        TokenStatistics.concat([result.stats for _, result in updates.first_pass]),
-        response_mask, selected, advantages[rows_seen.to(advantages.device)].cpu())
+    stats = TokenStatistics.concat([result.stats for _, result in updates.first_pass])
+    diagnostics = token_diagnostics(stats, response_mask, selected,
+                                    advantages[rows_seen.to(advantages.device)].cpu())
     anatomy = selection_anatomy(selected, response_mask, rows_seen // group_size, finished,
                                 torch.cat(ties))
-    return {**diagnostics, **anatomy}
+    figures = paper_figures(stats, response_mask, selected)  # the knee: the registry's ICT score
+    token_ids = batch.response_ids[rows_seen.to(batch.response_ids.device)].cpu()
+    top = {TOP_TOKEN_KEYS[name]: [[tokenizer.decode([token]) if tokenizer is not None else str(token), count]
+                                  for token, count in counts]
+           for name, counts in top_token_counts(token_ids, response_mask, selected).items()}
+    return {**diagnostics, **anatomy, **figures, **top}
 
 
 def _reward_metrics(rewards: torch.Tensor, task: list[float]) -> dict[str, float]:

@@ -1,0 +1,63 @@
+"""The docs and the configs that restate a default agree with where it lives (issue 32 item 1):
+the selector registry (selector options, a method's training options) and `TrainConfig`."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from ict.core.selectors import SELECTORS, TRAIN_OPTION_DEFAULTS, method_train_options
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _value(text: str):
+    """A documented value: a number (``2e-4`` too, which YAML 1.1 reads as text), else YAML."""
+    try:
+        return float(text) if not text.isdigit() else int(text)
+    except ValueError:
+        return yaml.safe_load(text)
+
+
+def test_the_selector_table_of_docs_method_matches_the_registry():
+    """Every `key=value` in the options column of docs/method.md's selector table is the
+    registry's default (selector option or the method's training option), and every registered
+    built-in option is listed."""
+    lines = (ROOT / "docs" / "method.md").read_text().splitlines()
+    start = lines.index("| name | method | options (defaults) | population | rule |")
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    seen = set()
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        name = cells[0].strip("`")
+        if name not in SELECTORS or len(cells) < 3:
+            continue
+        seen.add(name)
+        stated = dict(re.findall(r"`([a-z_0-9]+)=([^`]+)`", cells[2]))
+        defaults = {**SELECTORS[name].defaults, **method_train_options(name)}
+        for key, text in stated.items():
+            assert key in defaults, (name, key)
+            expected = defaults[key]
+            assert _value(text) == expected or str(expected) == text, (name, key, text, expected)
+        listed = set(stated) - set(TRAIN_OPTION_DEFAULTS)
+        assert listed == set(SELECTORS[name].defaults), (name, set(SELECTORS[name].defaults) - listed)
+    assert {"all", "entropy", "stapo", "ict", "random", "clip_cov", "kl_cov"} <= seen
+
+
+def test_the_config_that_writes_out_the_defaults_matches_them():
+    """configs/offline-default.yaml claims to write out `ict train`'s defaults: every value above
+    its "Not defaults" line is the resolved default configuration's."""
+    from ict.training.config import build_config
+
+    text = (ROOT / "configs" / "offline-default.yaml").read_text()
+    claimed = yaml.safe_load(text.split("# Not defaults")[0])
+    defaults = build_config(None).to_dict()
+    for key, value in claimed.items():
+        assert defaults[key] == value, (key, value, defaults[key])
+    assert len(claimed) >= 15
