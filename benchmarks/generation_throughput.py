@@ -15,7 +15,7 @@ repetition). Run::
 Variants: `current` (the previous default: prompts repeated G times, `generate` on 32 rows at
 a time), `batch 64` (one call), `num_return_sequences` (each prompt encoded once, HF repeats it;
 4 prompts x 8 per call), `shared prefill` (the new default: each prompt's prefix is run once per
-call and its KV cache shared by its G rows; see `ict.training.rollout.generate_rows`) at 32 and 64 rows,
+call and its KV cache shared by its G rows; see `ict.models.rollout.generate_rows`) at 32 and 64 rows,
 `static cache` (`cache_implementation="static"`), and with `--compile` a static cache with
 `torch.compile` of the decoding step (its compilation is in its warm-up line). On the 2-core CPU
 the compiled decoding step was no faster (20.7-21.1 CPU seconds per step against 20.8) after a
@@ -38,9 +38,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ict.data.training_data import PromptSampler, load_training_data  # noqa: E402
-from ict.training.config import TrainConfig  # noqa: E402
-from ict.training.models import load_model_and_tokenizer, offline_default_path  # noqa: E402
-from ict.training.rollout import (  # noqa: E402
+from ict.models.loading import load_model_and_tokenizer, offline_default_path  # noqa: E402
+from ict.models.rollout import (  # noqa: E402
     _encode_prompt,
     _eos_ids,
     _left_pad,
@@ -49,6 +48,7 @@ from ict.training.rollout import (  # noqa: E402
     render_prompt,
     sampling_options,
 )
+from ict.training.config import TrainConfig  # noqa: E402
 
 Tokens = list[list[list[int]]]  # [prompt][sample][token]
 

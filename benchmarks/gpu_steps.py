@@ -47,8 +47,8 @@ def child(variant: str, steps: int, prompts: int, generations: int, length: int,
     from ict.answers.rewards import build_reward
     from ict.core.profiling import StepProfiler
     from ict.data.training_data import PromptSampler, load_training_data
+    from ict.models.loading import load_model_and_tokenizer
     from ict.training.config import build_config
-    from ict.training.models import load_model_and_tokenizer
     from ict.training.trainer import (
         build_optimizer,
         loss_config_of,

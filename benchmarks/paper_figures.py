@@ -97,8 +97,8 @@ def measure(model: Any, tokenizer: Any, prompts: list[str], group_size: int, tem
             max_new_tokens: int, seed: int) -> dict[str, Any]:
     """One rollout at ``temperature``, its statistics at the same temperature, and the figures of
     every scope x reference (see the module docstring)."""
-    from ict.training.forward import response_logits
-    from ict.training.trainer import step_seed
+    from ict.core.seeding import step_seed
+    from ict.models.forward import response_logits
 
     start = time.perf_counter()
     rollout, batch = sample_rollout(model, tokenizer, prompts, group_size, temperature, max_new_tokens,

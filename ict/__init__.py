@@ -41,17 +41,24 @@ MOVED_MODULES = {
     "ict.verify": "ict.answers.verify", "ict.grading": "ict.answers.grading",
     "ict.rewards": "ict.answers.rewards",
     "ict.benchmarks": "ict.data.benchmarks", "ict.hub": "ict.data.hub",
-    "ict.models": "ict.training.models", "ict.rollout": "ict.training.rollout",
-    "ict.forward": "ict.training.forward", "ict.trainer": "ict.training.trainer",
-    "ict.checkpoint": "ict.training.checkpoint", "ict.config": "ict.training.config",
-    "ict.reporting": "ict.training.reporting",
+    "ict.rollout": "ict.models.rollout",
+    "ict.forward": "ict.models.forward", "ict.trainer": "ict.training.trainer",
+    "ict.checkpoint": "ict.runs.checkpoint", "ict.config": "ict.training.config",
+    "ict.reporting": "ict.runs.reporting",
     "ict.evaluate": "ict.evaluation.evaluate", "ict.eval_records": "ict.evaluation.records",
     "ict.eval_results": "ict.evaluation.results",
     "ict.compare": "ict.analysis.compare", "ict.plots": "ict.analysis.plots",
     "ict.inspect_tokens": "ict.analysis.token_view",
+    "ict.training.models": "ict.models.loading", "ict.training.rollout": "ict.models.rollout",
+    "ict.training.forward": "ict.models.forward", "ict.training.checkpoint": "ict.runs.checkpoint",
+    "ict.training.reporting": "ict.runs.reporting",
 }
-"""Module paths before the move into subpackages -> where they live now (``ict.data`` is now the
-package, which re-exports the training-data names). ``import ict.stats`` still works."""
+"""Module paths before the moves into subpackages -> where they live now (``ict.data`` is now the
+package, which re-exports the training-data names). ``import ict.stats`` still works, with a
+DeprecationWarning; the old paths are removed in ict 0.3.0 (:data:`MOVED_MODULES_REMOVED_IN`).
+``ict.models`` is now the package of model loading, rollout and forward pass (it was an alias of
+``ict.training.models``, now ``ict.models.loading``)."""
+MOVED_MODULES_REMOVED_IN = "0.3.0"
 
 
 class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -63,6 +70,10 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec):  # noqa: ANN001
+        import warnings
+
+        warnings.warn(f"{spec.name} moved to {MOVED_MODULES[spec.name]}; the old path is removed in ict "
+                      f"{MOVED_MODULES_REMOVED_IN}", DeprecationWarning, stacklevel=2)
         module = importlib.import_module(MOVED_MODULES[spec.name])
         spec.loader_state = module.__spec__
         return module

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import build_tiny_model, build_tiny_tokenizer, write_arithmetic_task
 
-from ict.training.checkpoint import complete_checkpoints, verify_checkpoint
+from ict.runs.checkpoint import complete_checkpoints, verify_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 NUM_STEPS = 4

@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from ict.core.stats import token_statistics
-from ict.training.forward import (
+from ict.models.forward import (
     plain_response_outputs,
     prompt_runs,
     response_logits,
     shared_prompt_response_outputs,
 )
-from ict.training.rollout import RolloutBatch
+from ict.models.rollout import RolloutBatch
 
 
 def grouped_batch(vocab: int, group_sizes=(3, 1, 4), seed: int = 0) -> RolloutBatch:

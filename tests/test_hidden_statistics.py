@@ -11,14 +11,14 @@ from test_forward import grouped_batch
 
 from ict.core.errors import UsageError
 from ict.core.loss import PolicyLossConfig
-from ict.training.config import TrainConfig
-from ict.training.forward import (
+from ict.models.forward import (
     plain_response_outputs,
     response_hidden,
     response_logits,
     shared_prompt_response_outputs,
 )
-from ict.training.models import linear_lm_head
+from ict.models.loading import linear_lm_head
+from ict.training.config import TrainConfig
 from ict.training.step import Method, ReferencePolicy, StepContext, accumulate_gradients
 
 
@@ -116,7 +116,7 @@ def test_a_head_that_is_not_plain_linear_is_refused(tiny_tokenizer):
     with pytest.raises(UsageError, match="logit_scale"):
         linear_lm_head(model)
     model.config.logit_scale = None
-    from ict.training.models import LoraOptions, apply_lora
+    from ict.models.loading import LoraOptions, apply_lora
 
     adapted = apply_lora(model, LoraOptions(rank=2, target_modules=["q_proj", "lm_head"]))
     with pytest.raises(UsageError, match="plain torch.nn.Linear"):
@@ -124,7 +124,7 @@ def test_a_head_that_is_not_plain_linear_is_refused(tiny_tokenizer):
 
 
 def test_hidden_through_a_peft_wrapper_and_the_ref_reference_is_refused(tiny_tokenizer):
-    from ict.training.models import LoraOptions, apply_lora
+    from ict.models.loading import LoraOptions, apply_lora
 
     vocab = len(tiny_tokenizer)
     model = apply_lora(tiny_model(vocab, seed=1), LoraOptions(rank=2))

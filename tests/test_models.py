@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from ict.core.errors import UsageError
-from ict.training.forward import response_logits
-from ict.training.models import OFFLINE_DEFAULT_MODEL, load_model_and_tokenizer, resolve_dtype
-from ict.training.rollout import generate_completions, pack_rollout
+from ict.models.forward import response_logits
+from ict.models.loading import OFFLINE_DEFAULT_MODEL, load_model_and_tokenizer, resolve_dtype
+from ict.models.rollout import generate_completions, pack_rollout
 
 
 def test_load_local_directory(tiny_model_dir):
@@ -24,7 +24,7 @@ def test_load_local_directory(tiny_model_dir):
 
 
 def test_lora_wraps_and_freezes_the_base(tiny_model_dir):
-    from ict.training.models import LoraOptions
+    from ict.models.loading import LoraOptions
 
     model, _ = load_model_and_tokenizer(str(tiny_model_dir), device="cpu",
                                         lora=LoraOptions(rank=4))
@@ -151,7 +151,7 @@ def test_packed_batch_gives_the_log_probs_of_unpadded_sequences(tiny_model_dir):
 
 
 def test_one_dtype_resolver_for_train_eval_and_vllm():
-    from ict.training.models import dtype_name
+    from ict.models.loading import dtype_name
 
     assert dtype_name("fp16", "cuda") == "float16"  # the trainer's vLLM map once sent fp16 to fp32
     assert dtype_name("auto", "cpu") == "float32" and dtype_name("auto", "cuda") == "bfloat16"
@@ -159,8 +159,8 @@ def test_one_dtype_resolver_for_train_eval_and_vllm():
 
 
 def test_mixed_precision_resolution():
+    from ict.models.loading import compute_context, resolve_autocast
     from ict.training.config import TrainConfig
-    from ict.training.models import compute_context, resolve_autocast
     from ict.training.trainer import weights_dtype
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")

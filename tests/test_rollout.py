@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import build_tiny_model
 
-from ict.training.rollout import (
+from ict.models.rollout import (
     _encode_prompt,
     _left_pad,
     cache_argument,

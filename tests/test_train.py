@@ -14,9 +14,9 @@ import torch
 
 from ict.answers.rewards import REWARDS, register_reward
 from ict.core.loss import PolicyLossConfig
-from ict.training.checkpoint import COMPLETE_MARKER, complete_checkpoints, latest_checkpoint
+from ict.models.rollout import RolloutBatch
+from ict.runs.checkpoint import COMPLETE_MARKER, complete_checkpoints, latest_checkpoint
 from ict.training.config import TrainConfig
-from ict.training.rollout import RolloutBatch
 from ict.training.step import Method, StepContext, accumulate_gradients
 from ict.training.trainer import METRIC_FIELDS, train
 

@@ -1,4 +1,4 @@
-"""The vLLM weight sync (`ict.training.rollout.VLLMBackend.sync_weights`) on CPU, without vLLM.
+"""The vLLM weight sync (`ict.models.rollout.VLLMBackend.sync_weights`) on CPU, without vLLM.
 
 vLLM needs a GPU and is not installable on the machines these tests run on, so the engine is
 stood in for by an object with vLLM's two entry points that `sync_weights` uses
@@ -19,7 +19,7 @@ import torch
 from conftest import build_tiny_model
 from test_train import tiny_config
 
-from ict.training.rollout import VLLMBackend, generate_completions
+from ict.models.rollout import VLLMBackend, generate_completions
 
 
 class EngineModel(torch.nn.Module):

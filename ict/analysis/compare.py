@@ -154,7 +154,7 @@ def run_dir(output_dir: Path, label: str, seed: int) -> Path:
 
 
 def _final_checkpoint(directory: Path, num_steps: int) -> Path | None:
-    from ict.training.checkpoint import latest_checkpoint
+    from ict.runs.checkpoint import latest_checkpoint
 
     checkpoint = latest_checkpoint(directory)
     if checkpoint is not None and checkpoint.name == f"step-{num_steps:08d}":
@@ -192,7 +192,7 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
                     log(f"skip {directory} (not trained to step {train_config.num_steps} yet)")
                     continue
                 if checkpoint is None:
-                    from ict.training.checkpoint import latest_checkpoint
+                    from ict.runs.checkpoint import latest_checkpoint
 
                     train_config.resume = latest_checkpoint(directory) is not None
                     log(f"train {spec.label} seed {seed} -> {directory}")
@@ -424,7 +424,7 @@ def _environment(runs: Sequence[RunRecord]) -> list[str]:
     """The report's environment lines: this process's (`environment_record`), then the distinct
     environments the runs trained in (their environment.jsonl; runs older than that file are
     counted as not recorded)."""
-    from ict.training.reporting import ENVIRONMENT_FILE, environment_record
+    from ict.runs.reporting import ENVIRONMENT_FILE, environment_record
 
     record = environment_record()
     lines = [f"this report: Python {record['python']} on {record['platform']} ({record['machine']}, "

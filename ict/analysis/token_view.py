@@ -92,8 +92,8 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, *, temperature: float, 
     from ict.core.diagnostics import paper_figures, selection_anatomy
     from ict.core.selectors import SelectionInputs, required_js_references, select
     from ict.core.stats import token_statistics
-    from ict.training.forward import response_logits
-    from ict.training.rollout import pack_rollout
+    from ict.models.forward import response_logits
+    from ict.models.rollout import pack_rollout
 
     if color not in COLOR_SCORES:
         raise ValueError(f"--color must be one of {', '.join(COLOR_SCORES)}")
@@ -236,7 +236,7 @@ def print_view(view: TokenView, console: Any = None) -> None:
 
 def rollout_from_samples(tokenizer: Any, path: Path) -> Any:
     """Rollout from a JSONL of {"prompt", "completion"} (grouped by prompt; equal group sizes)."""
-    from ict.training.rollout import Rollout, _encode_prompt, render_prompt
+    from ict.models.rollout import Rollout, _encode_prompt, render_prompt
 
     groups: dict[str, list[str]] = {}
     for line in Path(path).read_text(encoding="utf-8").splitlines():

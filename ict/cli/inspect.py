@@ -40,8 +40,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from ict.analysis.token_view import build_view, print_view, render_html, rollout_from_samples
-    from ict.training.models import load_model_and_tokenizer
-    from ict.training.rollout import generate_completions
+    from ict.models.loading import load_model_and_tokenizer
+    from ict.models.rollout import generate_completions
 
     if args.n < 2:
         raise UsageError("--n must be >= 2 (JS scores compare completions)")

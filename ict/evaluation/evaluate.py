@@ -3,7 +3,7 @@
 Flow (`evaluate`): load benchmarks (`ict.data.benchmarks`) -> for each chunk of problems and each
 sampling seed (``seeds``, default ``seed`` alone), generate ``n`` sampled completions per problem
 (plus one greedy completion with ``greedy=True``, the same for every seed) through
-`ict.training.rollout.generate_completions` (vLLM when selected) -> grade each completion with the one
+`ict.models.rollout.generate_completions` (vLLM when selected) -> grade each completion with the one
 grader `ict.answers.grading` (the rules `ict train`'s rewards use) -> append one JSON line per
 completion to ``samples.jsonl`` (`ict.evaluation.records`) -> after all problems, compute metrics
 (`ict.core.metrics`) and write ``results.json``, ``results.csv``, ``results.md`` and print a table
@@ -80,7 +80,7 @@ from ict.evaluation.results import (
     print_results_table,
     write_results,
 )
-from ict.training.reporting import progress_columns
+from ict.runs.reporting import progress_columns
 
 MAX_NEW_TOKENS_GPU = 4096
 MAX_NEW_TOKENS_CPU = 512
@@ -176,7 +176,7 @@ class EvalConfig:
         """Fill in the automatic completion length (4096 tokens on a GPU, 512 on a CPU, where
         generation is ~50 tokens/s for a 135M model)."""
         if self.max_new_tokens is None:
-            from ict.training.models import resolve_device
+            from ict.models.loading import resolve_device
 
             on_gpu = resolve_device(self.device).type == "cuda"
             self.max_new_tokens = MAX_NEW_TOKENS_GPU if on_gpu else MAX_NEW_TOKENS_CPU
@@ -256,7 +256,7 @@ class Generator:
 
     def generate(self, prompts: Sequence[str], num_samples: int, greedy: bool,
                  seed: int) -> tuple[list[list[str]], list[list[int]], list[list[bool]]]:
-        from ict.training.rollout import generate_completions
+        from ict.models.rollout import generate_completions
 
         rollout = generate_completions(
             self.model, self.tokenizer, list(prompts), num_samples=num_samples,
@@ -298,7 +298,7 @@ def _load_lora_checkpoint(adapter: Path, config: EvalConfig) -> tuple[Any, Any]:
     from peft import PeftModel
     from transformers import AutoTokenizer
 
-    from ict.training.models import load_model_and_tokenizer
+    from ict.models.loading import load_model_and_tokenizer
 
     base = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
     if not base:
@@ -320,7 +320,7 @@ def load_generator(config: EvalConfig) -> Generator:
 
     backend ``auto``: vLLM when it is installed and a GPU is present, else Hugging Face
     ``generate``; ``hf`` / ``vllm`` force one (vllm without a GPU or the package is an error)."""
-    from ict.training.models import (
+    from ict.models.loading import (
         OFFLINE_DEFAULT_MODEL,
         dtype_name,
         load_model_and_tokenizer,
@@ -343,7 +343,7 @@ def load_generator(config: EvalConfig) -> Generator:
         return Generator(model, tokenizer, config, None, "hf")
     from transformers import AutoTokenizer
 
-    from ict.training.rollout import VLLMBackend
+    from ict.models.rollout import VLLMBackend
 
     path = str(offline_default_path()) if config.model == OFFLINE_DEFAULT_MODEL else config.model
     dtype = dtype_name(config.dtype, "cuda")  # vLLM runs on a GPU

@@ -18,7 +18,7 @@ import numpy as np
 
 from ict.data.benchmarks import SUITES
 from ict.evaluation.records import RESULTS_FILES, SAMPLES_FILE
-from ict.training.reporting import environment_record
+from ict.runs.reporting import environment_record
 
 
 @dataclass

@@ -57,7 +57,7 @@ Refused at construction, one line each (before any generation): TRL outside :dat
 DeepSpeed ZeRO-3 and FSDP (1 and 2: the LM head is sharded; not tested here);
 ``top_entropy_quantile < 1``; a group population or reference with ``steps_per_generation > 1``
 (TRL shuffles a group over micro-batches); the ``ref`` reference; a non-linear or LoRA-adapted LM
-head (:func:`ict.training.models.linear_lm_head`); vespo with ``selection_denominator="ours"``.
+head (:func:`ict.models.loading.linear_lm_head`); vespo with ``selection_denominator="ours"``.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ from ict.core.stats import (
     token_statistics_from_hidden,
 )
 from ict.integrations import parse_token_selector
-from ict.training.models import linear_lm_head
+from ict.models.loading import linear_lm_head
 
 SELECTION_DENOMINATORS = ("ours", "trl")
 TESTED_TRL = ("1.16.0", "1.17")  # >= first, < second

@@ -101,6 +101,7 @@ from verl.workers.utils.padding import no_padding_2_padding
 
 from ict.core.errors import UsageError
 from ict.core.loss import TOKEN_SETS, PolicyLossConfig, aggregation_weight, policy_loss
+from ict.core.seeding import step_seed
 from ict.core.selectors import (
     Selection,
     SelectionInputs,
@@ -111,7 +112,6 @@ from ict.core.selectors import (
 )
 from ict.core.stats import TokenStatistics, needs_groups, needs_reference_logits, token_statistics
 from ict.integrations import parse_token_selector
-from ict.training.trainer import step_seed
 
 try:  # verl's default (v1) trainer; it imports transfer_queue (the verl-core extra)
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer as V1Trainer

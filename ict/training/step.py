@@ -27,6 +27,7 @@ import torch
 from ict.core.errors import UsageError
 from ict.core.loss import PolicyLossConfig, aggregation_weight, policy_loss
 from ict.core.profiling import StepProfiler
+from ict.core.seeding import step_seed
 from ict.core.selectors import (
     ICT_DEFAULT_REFERENCE,
     Selection,
@@ -41,18 +42,13 @@ from ict.core.stats import (
     token_statistics,
     token_statistics_from_hidden,
 )
+from ict.models.forward import response_hidden, response_logits
+from ict.models.loading import compute_context, linear_lm_head
+from ict.models.rollout import RolloutBatch
 from ict.training.config import TrainConfig
-from ict.training.forward import response_hidden, response_logits
-from ict.training.models import compute_context, linear_lm_head
-from ict.training.rollout import RolloutBatch
 
 # Every method computes the paper's score too: `js_score` and the diagnostics' ICT overlap use it.
 MONITOR_JS_REFERENCE = ICT_DEFAULT_REFERENCE
-
-
-def step_seed(seed: int, step: int, stream: int) -> int:
-    """Seed of random stream `stream` (0: sampling, 1: mini-batch order, 2: selection) at `step`."""
-    return (seed * 1_000_003 + step * 9_973 + stream * 7_919) % (2**63 - 1)
 
 
 # ---------------------------------------------------------------------------------------------

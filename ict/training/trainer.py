@@ -3,14 +3,14 @@
 Each step (read top to bottom; `train_step`):
 
 1. take `prompts_per_step` problems (a seeded, resumable stream);
-2. sample `num_generations` (G) completions per prompt (`ict.training.rollout`); rows are
+2. sample `num_generations` (G) completions per prompt (`ict.models.rollout`); rows are
    prompt-major, so the G completions of a prompt (a group) are adjacent and `group_ids = row // G`;
 3. score them (`ict.answers.rewards`) and turn the rewards into group advantages
    (`ict.core.loss.group_advantages`);
 4. the policy updates (`ict.training.step.update_on_batch`: statistics -> selection -> loss ->
    backward per micro-batch, accumulated per mini-batch, one optimizer update per mini-batch);
 5. the diagnostics of the step's selection (`ict.core.diagnostics`) and one JSON line of metrics
-   (`ict.training.reporting`); warnings on entropy collapse or explosion; checkpoints.
+   (`ict.runs.reporting`); warnings on entropy collapse or explosion; checkpoints.
 
 The run (`train`): run directory -> data, reward, model, optimizer -> resume -> evaluation
 before -> the step loop (log, checkpoint, stop on a signal or a divergence) -> evaluation after.
@@ -50,11 +50,10 @@ from ict.core.diagnostics import (
 from ict.core.errors import TrainingDiverged, UsageError
 from ict.core.loss import PolicyLossConfig, group_advantages, mask_truncated_completions
 from ict.core.profiling import StepProfiler
+from ict.core.seeding import step_seed
 from ict.core.stats import TokenStatistics, needs_reference_logits
 from ict.data.training_data import Problem, PromptSampler, TrainingData, load_training_data
-from ict.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from ict.training.config import TrainConfig, save_config
-from ict.training.models import (
+from ict.models.loading import (
     LoraOptions,
     compute_context,
     linear_lm_head,
@@ -62,7 +61,9 @@ from ict.training.models import (
     require_chat_template,
     resolve_autocast,
 )
-from ict.training.reporting import (
+from ict.models.rollout import generate_completions, pack_rollout
+from ict.runs.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from ict.runs.reporting import (
     ENVIRONMENT_FILE,
     MetricsLogger,
     append_environment,
@@ -71,14 +72,13 @@ from ict.training.reporting import (
     step_line,
     write_eval,
 )
-from ict.training.rollout import generate_completions, pack_rollout
+from ict.training.config import TrainConfig, save_config
 from ict.training.step import (
     ALL_TOKENS,
     BatchUpdates,
     Method,
     ReferencePolicy,
     StepContext,
-    step_seed,
     update_on_batch,
 )
 
@@ -160,7 +160,7 @@ def _make_backend(config: TrainConfig, model: Any) -> Any:
     """vLLM backend when asked (or `auto` on a GPU with vLLM installed), else None (HF)."""
     import importlib.util
 
-    from ict.training.models import OFFLINE_DEFAULT_MODEL, dtype_name, offline_default_path
+    from ict.models.loading import OFFLINE_DEFAULT_MODEL, dtype_name, offline_default_path
 
     device = next(model.parameters()).device
     wanted = config.rollout_backend
@@ -169,7 +169,7 @@ def _make_backend(config: TrainConfig, model: Any) -> Any:
         return None
     if device.type != "cuda":
         raise UsageError("rollout_backend=vllm needs a CUDA device")
-    from ict.training.rollout import VLLMBackend
+    from ict.models.rollout import VLLMBackend
 
     path = str(offline_default_path()) if config.model == OFFLINE_DEFAULT_MODEL else config.model
     compute_dtype = resolve_autocast(config.autocast, device)

@@ -4,7 +4,7 @@ produced each response token.
 `response_logits(model, batch)` returns ``[B, T, V]`` where ``logits[:, t]`` is the distribution
 that produced ``batch.response_ids[:, t]``; `response_hidden(model, batch)` returns ``[B, T, d]``,
 the final hidden states those logits are computed from (``logits = hidden @ W.T + b`` with the
-head of `ict.training.models.linear_lm_head`, which it checks), by running the model's decoder
+head of `ict.models.loading.linear_lm_head`, which it checks), by running the model's decoder
 (``model.get_decoder()``, also through a peft wrapper) without its LM head: with
 `ict.core.stats.token_statistics_from_hidden` no ``[B, T, V]`` tensor is ever built. Both run the
 same code (`plain_response_outputs`, `shared_prompt_response_outputs`; ``hidden`` picks the
@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from ict.training.models import linear_lm_head
-from ict.training.rollout import (
+from ict.models.loading import linear_lm_head
+from ict.models.rollout import (
     RolloutBatch,
     cache_argument,
     left_padded_position_ids,
@@ -115,7 +115,7 @@ def response_logits(model: Any, batch: RolloutBatch, shared_prompt: bool = True)
 def response_hidden(model: Any, batch: RolloutBatch, shared_prompt: bool = True) -> torch.Tensor:
     """Final hidden states ``[B, T, d]`` whose LM-head logits produced the response tokens:
     ``response_hidden(...) @ W.T + b == response_logits(...)`` with ``W, b =
-    ict.training.models.linear_lm_head(model)`` (checked here: a model whose head is not plain linear is
+    ict.models.loading.linear_lm_head(model)`` (checked here: a model whose head is not plain linear is
     refused with a UsageError). ``shared_prompt`` as in `response_logits`."""
     linear_lm_head(model)
     return response_outputs(model, batch, shared_prompt, hidden=True)

@@ -244,7 +244,7 @@ def linear_lm_head(model: Any, purpose: str = "statistics_from=hidden",
     soft-capping or a logit scale (`NON_LINEAR_HEAD_FIELDS` set to anything but 1), and an output
     layer that is not a plain ``torch.nn.Linear`` (e.g. a LoRA-adapted ``lm_head``: its weight
     does not hold the adapter's delta). The one copy of this check: the trainer's
-    ``statistics_from=hidden`` (`ict.training.forward.response_hidden`) and ``ict.integrations.trl`` use it."""
+    ``statistics_from=hidden`` (`ict.models.forward.response_hidden`) and ``ict.integrations.trl`` use it."""
     text_config = model.config.get_text_config()
     for name in NON_LINEAR_HEAD_FIELDS:
         value = getattr(text_config, name, None)

@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ict.training.checkpoint import truncate_jsonl
+from ict.runs.checkpoint import truncate_jsonl
 
 
 def _json_value(value: Any) -> Any:
