@@ -40,13 +40,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ict.data.training_data import PromptSampler, load_training_data  # noqa: E402
 from ict.models.loading import load_model_and_tokenizer, offline_default_path  # noqa: E402
 from ict.models.rollout import (  # noqa: E402
+    SamplingSettings,
     _encode_prompt,
     _eos_ids,
     _left_pad,
     _truncate_at_eos,
     generate_completions,
     render_prompt,
-    sampling_options,
 )
 from ict.training.config import TrainConfig  # noqa: E402
 
@@ -75,7 +75,7 @@ def num_return_sequences_rollout(model: Any, tokenizer: Any, prompts: list[str],
     eos_ids = _eos_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id
     per_call = max(1, config.generation_batch_size // num_samples)
-    sampling = sampling_options(config.temperature, config.top_p, False)
+    sampling = SamplingSettings(config.temperature, max_new_tokens, config.top_p).generate_kwargs()
     result: Tokens = []
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(seed)
@@ -99,9 +99,9 @@ def variants(model: Any, tokenizer: Any, config: TrainConfig, compile_decoding: 
     def hf(batch_size: int, shared: bool, **options: Any) -> Callable[[list[str], int, int], Tokens]:
         def run(prompts: list[str], seed: int, max_new_tokens: int) -> Tokens:
             return generate_completions(
-                model, tokenizer, prompts, num_samples=group, temperature=config.temperature,
-                top_p=config.top_p, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                seed=seed, shared_prefill=shared, generate_options=options).completion_ids
+                model, tokenizer, prompts, SamplingSettings(config.temperature, max_new_tokens, config.top_p),
+                num_samples=group, batch_size=batch_size, seed=seed, shared_prefill=shared,
+                generate_options=options).completion_ids
         return run
 
     table = {

@@ -106,11 +106,11 @@ def sample_rollout(model, tokenizer, prompts: list, group_size: int, temperature
                    shared_prefill: bool = True):
     """``(rollout, batch)``: ``group_size`` completions of each prompt sampled as the trainer samples
     them (``generate_completions``; rows prompt-major) and packed (``pack_rollout``)."""
-    from ict.models.rollout import generate_completions, pack_rollout
+    from ict.models.rollout import SamplingSettings, generate_completions, pack_rollout
 
     rollout = generate_completions(
-        model, tokenizer, prompts, num_samples=group_size, temperature=temperature, top_p=top_p,
-        max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed, system_prompt=system_prompt,
+        model, tokenizer, prompts, SamplingSettings(temperature, max_new_tokens, top_p),
+        num_samples=group_size, batch_size=batch_size, seed=seed, system_prompt=system_prompt,
         shared_prefill=shared_prefill)
     return rollout, pack_rollout(rollout, tokenizer.pad_token_id)
 

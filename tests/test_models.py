@@ -10,7 +10,7 @@ import torch
 from ict.core.errors import UsageError
 from ict.models.forward import response_logits
 from ict.models.loading import OFFLINE_DEFAULT_MODEL, load_model_and_tokenizer, resolve_dtype
-from ict.models.rollout import generate_completions, pack_rollout
+from ict.models.rollout import SamplingSettings, generate_completions, pack_rollout
 
 
 def test_load_local_directory(tiny_model_dir):
@@ -98,8 +98,8 @@ def _greedy_reference(model, prompt_ids: list[int], steps: int, eos_id: int) -> 
 def test_batched_greedy_generation_matches_unbatched_reference(tiny_model_dir):
     model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir), device="cpu")
     prompts = ["what is 3 + 4 ?", "sum of 1 and 2 ?", [{"role": "user", "content": "what is 9 ?"}]]
-    rollout = generate_completions(model, tokenizer, prompts, num_samples=1, max_new_tokens=8,
-                                   batch_size=3, greedy=True)
+    rollout = generate_completions(model, tokenizer, prompts, SamplingSettings(1.0, 8, greedy=True),
+                                   num_samples=1, batch_size=3)
     assert rollout.num_prompts == 3 and rollout.num_samples == 1
     for index in range(3):
         expected = _greedy_reference(model, rollout.prompt_ids[index], 8, tokenizer.eos_token_id)
@@ -111,11 +111,11 @@ def test_batched_greedy_generation_matches_unbatched_reference(tiny_model_dir):
 def test_sampling_is_seeded_and_stops_at_eos(tiny_model_dir):
     model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir), device="cpu")
     state = torch.get_rng_state()
-    first = generate_completions(model, tokenizer, ["what is 1 + 1 ?"] * 2, num_samples=4,
-                                 temperature=1.0, max_new_tokens=12, batch_size=3, seed=7)
+    first = generate_completions(model, tokenizer, ["what is 1 + 1 ?"] * 2, SamplingSettings(1.0, 12),
+                                 num_samples=4, batch_size=3, seed=7)
     assert torch.equal(state, torch.get_rng_state())  # the caller's RNG is untouched
-    again = generate_completions(model, tokenizer, ["what is 1 + 1 ?"] * 2, num_samples=4,
-                                 temperature=1.0, max_new_tokens=12, batch_size=3, seed=7)
+    again = generate_completions(model, tokenizer, ["what is 1 + 1 ?"] * 2, SamplingSettings(1.0, 12),
+                                 num_samples=4, batch_size=3, seed=7)
     assert first.completion_ids == again.completion_ids
     eos = tokenizer.eos_token_id
     for group, done_group in zip(first.completion_ids, first.finished, strict=True):
@@ -130,7 +130,7 @@ def test_packed_batch_gives_the_log_probs_of_unpadded_sequences(tiny_model_dir):
     same response log-probs as each sequence run alone."""
     model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir), device="cpu")
     rollout = generate_completions(model, tokenizer, ["what is 3 ?", "the sum of 1 and 2 and 3 ?"],
-                                   num_samples=2, temperature=1.0, max_new_tokens=6, seed=1)
+                                   SamplingSettings(1.0, 6), num_samples=2, seed=1)
     batch = pack_rollout(rollout, tokenizer.pad_token_id)
     with torch.no_grad():
         logits = response_logits(model, batch)

@@ -8,6 +8,7 @@ import torch
 from conftest import build_tiny_model
 
 from ict.models.rollout import (
+    SamplingSettings,
     _encode_prompt,
     _left_pad,
     cache_argument,
@@ -25,8 +26,9 @@ def model(tiny_tokenizer):
     return build_tiny_model(len(tiny_tokenizer), seed=3).eval()
 
 
-def _rollouts(model, tokenizer, **options):
-    return [generate_completions(model, tokenizer, PROMPTS, num_samples=3, max_new_tokens=10,
+def _rollouts(model, tokenizer, temperature=1.0, greedy=False, **options):
+    sampling = SamplingSettings(temperature, max_new_tokens=10, greedy=greedy)
+    return [generate_completions(model, tokenizer, PROMPTS, sampling, num_samples=3,
                                  shared_prefill=shared, **options) for shared in (False, True)]
 
 

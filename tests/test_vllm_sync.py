@@ -144,13 +144,10 @@ def test_the_trainer_generates_every_step_with_the_weights_of_the_last_update(
             super().sync_weights(model)
             pushes.append({name: tensor.clone() for name, tensor in model.state_dict().items()})
 
-        def generate_completions(self, tokenizer, prompts, num_samples, temperature, top_p,
-                                 max_new_tokens, seed, greedy, system_prompt):
+        def generate_completions(self, tokenizer, prompts, num_samples, sampling, seed, system_prompt):
             generations.append(same_weights(self.engine.model, self.trained))
-            return generate_completions(self.engine.model, tokenizer, prompts, num_samples=num_samples,
-                                        temperature=temperature, top_p=top_p,
-                                        max_new_tokens=max_new_tokens, seed=seed, greedy=greedy,
-                                        system_prompt=system_prompt)
+            return generate_completions(self.engine.model, tokenizer, prompts, sampling,
+                                        num_samples=num_samples, seed=seed, system_prompt=system_prompt)
 
     def make_backend(config, model):
         backend = RecordingBackend(model)

@@ -31,6 +31,7 @@ from ict.core.significance import (
     paired_bootstrap,
     paired_permutation_test,
 )
+from ict.evaluation.evaluate import EvalConfig
 
 BASELINES = ("grpo", "random")  # default baselines: method names (every run label of them)
 COMMANDS_FILE = "commands.txt"  # every distinct non-report-only `ict compare` command line
@@ -133,8 +134,8 @@ class CompareConfig:
     overrides: dict[str, str] = field(default_factory=dict)
     eval_benchmarks: str = "rg:chain_sum:min_terms=2:max_terms=2:min_digits=1:max_digits=1:size=200"
     eval_data_dir: str | None = None
-    eval_n: int = 4
-    eval_temperature: float = 0.6
+    eval_n: int = EvalConfig.num_samples
+    eval_temperature: float = EvalConfig.temperature
     eval_max_new_tokens: int = 64
     eval_math_extraction: str = "anchored"
     eval_answer_extraction: str = "last_number"

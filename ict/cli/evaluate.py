@@ -7,7 +7,8 @@ import argparse
 import sys
 from typing import Any
 
-from ict.core.options import add_dataclass_options, given_options, parse_field
+from ict.cli.options import add_dataclass_options, given_options
+from ict.core.options import parse_field
 
 # Short names kept from earlier versions, and the conventional ones.
 ALIASES = {"num_samples": ["--n"], "ks": ["--k"]}

@@ -41,7 +41,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from ict.analysis.token_view import build_view, print_view, render_html, rollout_from_samples
     from ict.models.loading import load_model_and_tokenizer
-    from ict.models.rollout import generate_completions
+    from ict.models.rollout import SamplingSettings, generate_completions
 
     if args.n < 2:
         raise UsageError("--n must be >= 2 (JS scores compare completions)")
@@ -49,9 +49,9 @@ def run(args: argparse.Namespace) -> int:
     if args.samples:
         rollout = rollout_from_samples(tokenizer, Path(args.samples))
     else:
-        rollout = generate_completions(model, tokenizer, [args.prompt], num_samples=args.n,
-                                       temperature=args.temperature,
-                                       max_new_tokens=args.max_new_tokens, seed=args.seed)
+        sampling = SamplingSettings(args.temperature, args.max_new_tokens)
+        rollout = generate_completions(model, tokenizer, [args.prompt], sampling, num_samples=args.n,
+                                       seed=args.seed)
     view = build_view(model, tokenizer, rollout, temperature=args.temperature, color=args.color,
                       reference=args.reference)
     print_view(view)

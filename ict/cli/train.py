@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ict.core.options import add_dataclass_options, given_options
+from ict.cli.options import add_dataclass_options, given_options
 from ict.training.config import TrainConfig, build_config, parse_key_values
 
 # The names users of TRL / transformers expect, accepted next to ours.

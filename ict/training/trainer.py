@@ -61,7 +61,7 @@ from ict.models.loading import (
     require_chat_template,
     resolve_autocast,
 )
-from ict.models.rollout import generate_completions, pack_rollout
+from ict.models.rollout import SamplingSettings, generate_completions, pack_rollout
 from ict.runs.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from ict.runs.reporting import (
     ENVIRONMENT_FILE,
@@ -109,10 +109,9 @@ def evaluate_accuracy(model: Any, tokenizer: Any, problems: list[Problem], rewar
     device = next(model.parameters()).device
     with compute_context(device, resolve_autocast(config.autocast, device)):
         rollout = generate_completions(
-            model, tokenizer, [problem.prompt for problem in problems], num_samples=1,
-            temperature=max(temperature, 1e-5), top_p=config.top_p,
-            max_new_tokens=config.max_new_tokens, batch_size=config.generation_batch_size,
-            seed=step_seed(config.seed, -1, 0), greedy=temperature <= 0,
+            model, tokenizer, [problem.prompt for problem in problems],
+            SamplingSettings(temperature, config.max_new_tokens, config.top_p), num_samples=1,
+            batch_size=config.generation_batch_size, seed=step_seed(config.seed, -1, 0),
             system_prompt=config.system_prompt, shared_prefill=config.generation_shared_prefill)
     totals, task = reward.score(rollout.flat_completions(), problems)
     return {"accuracy": sum(value >= 1.0 for value in task) / len(task),
@@ -495,15 +494,19 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
             **diagnostics, "sample_completion": rollout.completions[0][0][:200]}
 
 
+def sampling_settings(config: TrainConfig) -> SamplingSettings:
+    """The training rollouts' sampling (`config.temperature` is also every statistic's)."""
+    return SamplingSettings(config.temperature, config.max_new_tokens, config.top_p)
+
+
 def _generate(step: int, config: TrainConfig, model: Any, tokenizer: Any, problems: list[Problem],
               backend: Any, profiler: StepProfiler, compute_dtype: torch.dtype | None) -> Any:
     """`num_generations` completions of each problem, prompt-major (groups are adjacent)."""
     device = next(model.parameters()).device
     with profiler.phase("generation"), compute_context(device, compute_dtype):
         return generate_completions(
-            model, tokenizer, [problem.prompt for problem in problems],
-            num_samples=config.num_generations, temperature=config.temperature,
-            top_p=config.top_p, max_new_tokens=config.max_new_tokens,
+            model, tokenizer, [problem.prompt for problem in problems], sampling_settings(config),
+            num_samples=config.num_generations,
             batch_size=config.generation_batch_size, seed=step_seed(config.seed, step, 0),
             system_prompt=config.system_prompt, backend=backend,
             shared_prefill=config.generation_shared_prefill)
