@@ -188,7 +188,7 @@ def test_trl_two_processes(tiny_model_dir, tmp_path):
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))
     if accelerate is None:
         pytest.skip("accelerate CLI not installed next to this Python")
-    runs = "ict:reference=group_mean,ratio=0.1,scope=batch;random:ratio=0.2;ict:reference=group_mean,ratio=0.25@2"
+    runs = "ict:reference=group_mean,ratio=0.1,scope=batch;random:ratio=0.2;ict:reference=group_mean,ratio=0.25,scope=batch@2"
     # accelerate 1.15's `launch --cpu --num_processes 2` starts ONE process; `--multi_gpu` with
     # ACCELERATE_USE_CPU=1 starts two CPU processes (gloo), as verified by the gathered shapes below.
     _run([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
