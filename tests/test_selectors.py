@@ -240,8 +240,8 @@ def test_ict_uses_the_requested_reference():
         expected = reference_20_entropy_mask(inputs.stats.js_scores[reference], inputs.response_mask, 0.1)
         assert torch.equal(mask, expected)
     assert required_js_references("ict", {"reference": "prev"}) == ("prev",)
-    assert required_js_references("ict") == (ICT_DEFAULT_REFERENCE,)
-    assert ICT_DEFAULT_REFERENCE in JS_REFERENCES and ICT_DEFAULT_REFERENCE.startswith("group_mean")
+    # the documented default (docs/method.md): JS to the absorbing group mean
+    assert required_js_references("ict") == ("group_mean_absorbing",)
     # The alive-only mean of the first comparison stays reachable by its old name.
     assert required_js_references("ict", {"reference": "group_mean"}) == ("group_mean",)
     assert required_js_references("entropy") == ()
