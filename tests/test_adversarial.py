@@ -64,6 +64,7 @@ def verifier():
     pool.close()
 
 
+@pytest.mark.slow  # a process start, a subprocess or a long verifier loop
 def test_at_least_thirty_adversarial_completions_through_every_verifier(verifier, tmp_path):
     assert len(ADVERSARIAL) >= 30
     import reasoning_gym

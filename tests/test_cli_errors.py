@@ -82,6 +82,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow  # a process start, a subprocess or a long verifier loop
 @pytest.mark.parametrize("args,fragments", CASES, ids=[" ".join(case[0][:4]) for case in CASES])
 def test_bad_input_is_one_line_and_exit_2(workspace, args, fragments):
     before = {path: path.read_bytes() for path in (workspace / "done").rglob("*") if path.is_file()}
@@ -94,6 +95,7 @@ def test_bad_input_is_one_line_and_exit_2(workspace, args, fragments):
     assert before == after  # the finished run is untouched
 
 
+@pytest.mark.slow  # a process start, a subprocess or a long verifier loop
 def test_a_damaged_checkpoint_is_one_line(workspace):
     run = workspace / "damaged"
     shutil.copytree(workspace / "done", run)
@@ -103,6 +105,7 @@ def test_a_damaged_checkpoint_is_one_line(workspace):
     assert_one_line_error(result, "is corrupt or truncated", "delete")
 
 
+@pytest.mark.slow  # a process start, a subprocess or a long verifier loop
 def test_debug_shows_the_traceback(workspace):
     result = run_cli("--debug", "train", *BASE, "--dataset", "bad_json.jsonl", "--run-dir", "r7", cwd=workspace)
     assert result.returncode != 0 and "Traceback" in result.stderr

@@ -43,6 +43,7 @@ def _per_problem_pass_at_k(samples: Path, k: int) -> dict[int, float]:
             for index, v in verdicts.items()}
 
 
+@pytest.mark.slow  # a process start, a subprocess or a long verifier loop
 def test_compare_end_to_end(tiny_model_dir, arithmetic_task, tmp_path):
     output = tmp_path / "cmp"
     argv = ["compare", "--methods", "grpo,ict:ratio=0.2", "--seeds", "0,1",
@@ -178,6 +179,7 @@ def test_method_options_map_to_config_fields():
     assert main(["compare", "--methods", "ict:ratio", "--output-dir", "x"]) == 2
 
 
+@pytest.mark.slow  # a process start, a subprocess or a long verifier loop
 def test_train_only_then_eval_only(tiny_model_dir, arithmetic_task, tmp_path):
     """A grid trained by one process (--train-only) is evaluated by another (--eval-only), which
     skips runs not trained to their final step and never trains."""

@@ -51,6 +51,7 @@ def sample_records(out: Path) -> list[dict]:
     return records
 
 
+@pytest.mark.slow  # a process start, a subprocess or a long verifier loop
 @pytest.mark.parametrize("seeds", [(0,), (0, 1)], ids=["one-seed", "two-seeds"])
 def test_killed_evaluation_resumes_without_redoing_or_double_counting(tiny_model_dir, tmp_path, seeds):
     data = write_gsm8k(tmp_path / "data")

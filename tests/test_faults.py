@@ -122,6 +122,7 @@ def _during_checkpoint(step: int, file_name: str):
     return trigger
 
 
+@pytest.mark.slow  # a process start, a subprocess or a long verifier loop
 def test_sigkill_at_random_points_then_resume_gives_the_uninterrupted_metrics(setup):
     root, task, reference = setup
     assert [line["step"] for line in reference] == list(range(1, NUM_STEPS + 1))

@@ -141,6 +141,7 @@ CASES = [("ict:reference=group_mean,ratio=0.1,scope=batch", 0.1, "group_mean"),
          ("entropy:ratio=0.2", 0.2, None)]
 
 
+@pytest.mark.slow  # a process start, a subprocess or a long verifier loop
 def test_trl_one_process(tiny_model_dir, tmp_path):
     _run([sys.executable, str(DRIVER), str(tiny_model_dir), str(tmp_path), ";".join(case[0] for case in CASES)],
          tmp_path)
@@ -182,6 +183,7 @@ def _check_straddling_groups(out_dir: Path) -> None:
             assert torch.equal(record["selected"], first["selected"])
 
 
+@pytest.mark.slow  # a process start, a subprocess or a long verifier loop
 def test_trl_two_processes(tiny_model_dir, tmp_path):
     """One `accelerate launch` of 2 CPU processes (gloo), three runs: ICT group_mean (groups on one
     process), `random` (equal masks on both ranks), ICT with groups spanning the processes."""
@@ -386,6 +388,7 @@ def _kl_cov_runs(model_dir: Path, out_dir: Path, kl_coefs: tuple[float, ...]) ->
     return results
 
 
+@pytest.mark.slow  # a process start, a subprocess or a long verifier loop
 def test_trl_kl_cov_one_process(tiny_model_dir, tmp_path):
     """KL-Cov trains through TRL (2 steps on one generation batch, num_iterations=2): each micro-batch
     penalises the max(1, int(0.2 N)) tokens of largest covariance; on step 1 (old == current log-probs)

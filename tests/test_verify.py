@@ -216,6 +216,7 @@ ADVERSARIAL = {
 }
 
 
+@pytest.mark.slow  # a process start, a subprocess or a long verifier loop
 def test_adversarial_completions_get_a_verdict(verifier):
     timeout = 2.0
     verdicts = {name: verifier.check(text, "12", timeout) for name, text in ADVERSARIAL.items()}
@@ -279,6 +280,7 @@ def _boxed(gold: str) -> str:
     return f"Let me think. The final answer is \\boxed{{{gold}}}."
 
 
+@pytest.mark.slow  # a process start, a subprocess or a long verifier loop
 def test_math500_reference_solutions(verifier):
     rows = _rows("math500")
     golds = [normalize_gold(row["answer"], "latex") for row in rows]
