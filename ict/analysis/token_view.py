@@ -10,6 +10,7 @@ the paper's values, with the tokens ICT leaves out most often."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 from collections import Counter
@@ -19,11 +20,50 @@ from typing import Any
 
 import torch
 
-from ict.core.diagnostics import ANATOMY_FIGURES, PAPER_FIGURES
+from ict.core.diagnostics import ANATOMY_FIGURES, PAPER_FIGURES, ict_default_reference
+from ict.core.errors import UsageError
+from ict.core.options import option
+from ict.core.stats import JS_REFERENCES
+from ict.models.loading import OFFLINE_DEFAULT_MODEL
+from ict.training.config import TrainConfig
 
 COLOR_SCORES = ("js", "entropy", "renyi2")
-SELECTIONS = (("ict", "ict", {"ratio": 0.1}), ("entropy20", "entropy", {"ratio": 0.2}),
-              ("stapo", "stapo", {}))
+SELECTIONS = (("ict", "ict", {}), ("entropy20", "entropy", {}), ("stapo", "stapo", {}))
+"""(mark, selector, options): each selector with the registry's defaults"""
+JS_COLOUR_REFERENCES = tuple(name for name in JS_REFERENCES if name != "ref")
+"""every JS reference but 'ref' (the inspect view loads no reference model)"""
+
+
+@dataclass
+class InspectConfig:
+    """Every option of `ict inspect` (the CLI options are generated from these fields)."""
+
+    model: str = option(OFFLINE_DEFAULT_MODEL, "model id or directory")
+    prompt: str | None = option(None, "sample --n completions of this prompt (or give --samples)")
+    samples: str | None = option(None, "JSONL of {prompt, completion} records (or give --prompt)")
+    num_samples: int = option(4, "completions per prompt (>= 2: JS scores compare completions)")
+    max_new_tokens: int = option(64, "maximum completion length in tokens")
+    temperature: float = option(TrainConfig.temperature, "sampling temperature, also the "
+                                "statistics' (ict train's default)")
+    seed: int = option(0, "sampling seed")
+    color: str = option("js", "what colours the tokens", COLOR_SCORES)
+    reference: str = option(ict_default_reference(), "JS reference of the js colour (ICT's marks "
+                            "always use ICT's default)", JS_COLOUR_REFERENCES)
+    html: str | None = option(None, "write the self-contained HTML page here")
+
+    def validate(self) -> InspectConfig:
+        """One-line UsageError for a bad combination."""
+        if (self.prompt is None) == (self.samples is None):
+            raise UsageError("give exactly one of --prompt and --samples")
+        if self.num_samples < 2:
+            raise UsageError("--n must be >= 2 (JS scores compare completions)")
+        if self.max_new_tokens < 1 or not self.temperature > 0:
+            raise UsageError("--max-new-tokens must be >= 1 and --temperature > 0")
+        for item in dataclasses.fields(self):
+            choices = item.metadata.get("choices")
+            if choices and getattr(self, item.name) not in choices:
+                raise UsageError(f"--{item.name}={getattr(self, item.name)!r} is not one of {', '.join(choices)}")
+        return self
 
 
 @dataclass
