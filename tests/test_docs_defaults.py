@@ -61,3 +61,17 @@ def test_the_config_that_writes_out_the_defaults_matches_them():
     for key, value in claimed.items():
         assert defaults[key] == value, (key, value, defaults[key])
     assert len(claimed) >= 14
+
+
+def test_the_demo_figures_quoted_in_the_readme_are_the_benchmark_docs():
+    """The README quotes `make demo`'s held-out accuracy and time from docs/benchmarks.md, where
+    the measurement is described: both places give the same numbers."""
+    readme = (ROOT / "README.md").read_text()
+    benchmarks = (ROOT / "docs" / "benchmarks.md").read_text()
+    quoted = re.search(r"\(0\.375 -> (0\.\d+) on a 2-core [^,]+, (\d+ min \d+ s) from a fresh clone",
+                       " ".join(readme.split()))
+    assert quoted, "README's demo line changed: update this test"
+    accuracy, minutes = quoted.groups()
+    flat = " ".join(benchmarks.split())
+    assert f"**{minutes}**, 0.375 -> {accuracy}" in flat
+    assert (ROOT / "configs" / "demo.yaml").is_file()
