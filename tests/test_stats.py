@@ -479,6 +479,16 @@ VARIANTS = {  # name -> (absorbing, leave_one_out), restated here
 }
 
 
+def row_ends(mask, finished=None):
+    """Each row's last response position (None: no response token) and whether it finished
+    (default: it ends before the last column)."""
+    batch, length = mask.shape
+    last = [max((t for t in range(length) if mask[b, t]), default=None) for b in range(batch)]
+    if finished is None:
+        finished = [last[b] is not None and last[b] < length - 1 for b in range(batch)]
+    return last, finished
+
+
 def group_reference_mean(p, mask, token_ids, group_ids, finished, last, i, t, absorbing, leave_one_out):
     """Mean of the contributors to row i's group reference at t (float64 [V]), or None when there
     is none other than i: every row j of i's group with a response token at t (j != i for
@@ -508,9 +518,7 @@ def loop_reference_variant(logits, token_ids, mask, group_ids, temperature, abso
     ends before the last column. No contributor other than i itself: 0."""
     p = reference_distributions(logits, temperature)
     batch, length, vocab = p.shape
-    last = [max((t for t in range(length) if mask[b, t]), default=None) for b in range(batch)]
-    if finished is None:
-        finished = [last[b] is not None and last[b] < length - 1 for b in range(batch)]
+    last, finished = row_ends(mask, finished)
     out = torch.zeros(batch, length, dtype=torch.float64)
     for i in range(batch):
         for t in range(length):
@@ -680,9 +688,7 @@ def loop_reference_scores(logits, token_ids, mask, group_ids, temperature, refer
     p = reference_distributions(logits, temperature)
     divergence = REFERENCE_METRICS[metric]
     batch, length, vocab = p.shape
-    last = [max((t for t in range(length) if mask[b, t]), default=None) for b in range(batch)]
-    if finished is None:
-        finished = [last[b] is not None and last[b] < length - 1 for b in range(batch)]
+    last, finished = row_ends(mask, finished)
     out = torch.zeros(batch, length, dtype=torch.float64)
     for i in range(batch):
         positions = [t for t in range(length) if mask[i, t]]
