@@ -131,10 +131,9 @@ def test_selection_anatomy_on_hand_built_masks():
 
 def _stats_with(entropy: torch.Tensor, probabilities: torch.Tensor, scores: torch.Tensor | None = None):
     """Statistics whose sampled-token probabilities, entropies and ICT scores are set by hand."""
-    from ict.core.diagnostics import ict_default_reference
     from ict.core.stats import TokenStatistics
 
-    js = {} if scores is None else {ict_default_reference(): scores}
+    js = {} if scores is None else {ICT_DEFAULT_REFERENCE: scores}
     return TokenStatistics(probabilities.log(), entropy, torch.zeros_like(entropy), js)
 
 

@@ -23,7 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from ict.core.diagnostics import ANATOMY_FIGURES, PAPER_FIGURES, TOP_TOKEN_KEYS, TOP_TOKENS
+from ict.core.diagnostics import (
+    ANATOMY_FIGURES,
+    PAPER_FIGURE_KEYS,
+    PAPER_FIGURES,
+    TOP_TOKEN_KEYS,
+    TOP_TOKENS,
+)
 from ict.core.errors import UsageError
 from ict.core.metrics import pass_at_k
 from ict.core.significance import (
@@ -46,7 +52,7 @@ END_METRICS = {  # metrics key -> column title (with unit) of the end-of-trainin
 }
 END_KEYS = tuple(dict.fromkeys((*END_METRICS, *(key for _, _, selected, everything in ANATOMY_FIGURES
                                                  for key in (selected, everything) if key),
-                                  *(key for figure in PAPER_FIGURES for key in figure[2:4] if key))))
+                                  *PAPER_FIGURE_KEYS)))
 """every metrics key of training_end.csv: :data:`END_METRICS`, then the selection anatomy
 (``ict.core.diagnostics.ANATOMY_KEYS``) and the paper's figures
 (``ict.core.diagnostics.PAPER_FIGURE_KEYS``); NaN for runs logged before they existed. Only
@@ -394,23 +400,14 @@ def training_end(runs: list[RunRecord], window: int = END_WINDOW) -> list[dict[s
 def top_tokens(runs: list[RunRecord], window: int = END_WINDOW, k: int = TOP_TOKENS) -> dict[str, dict[str, list]]:
     """Per run label, the ``k`` most frequent selected and unselected token strings of its last
     ``window`` logged steps, summed over its seeds: ``{label: {"selected": [[string, count], ...],
-    "unselected": [...]}}`` (counts add up the per-step top lists, :data:`TOP_TOKEN_KEYS`; a
-    token outside a step's list counts 0 there). Runs logged before the lists existed add nothing."""
-    totals: dict[str, dict[str, dict[str, int]]] = {}
+    "unselected": [...]}}`` (:func:`ict.runs.reporting.summed_top_tokens`). Runs logged before
+    the lists existed add nothing."""
+    from ict.runs.reporting import summed_top_tokens
+
+    lines_of: dict[str, list[dict]] = {}
     for run in runs:
-        per_label = totals.setdefault(run.label, {name: {} for name in TOP_TOKEN_KEYS})
-        for line in run.metrics[-window:]:
-            for name, key in TOP_TOKEN_KEYS.items():
-                items = line.get(key)
-                if not isinstance(items, list):
-                    continue
-                for item in items:
-                    if isinstance(item, list | tuple) and len(item) == 2 and isinstance(item[1], int):
-                        per_label[name][str(item[0])] = per_label[name].get(str(item[0]), 0) + item[1]
-    return {label: {name: [[text, count] for text, count in
-                           sorted(counter.items(), key=lambda pair: (-pair[1], pair[0]))[:k]]
-                    for name, counter in counters.items()}
-            for label, counters in totals.items()}
+        lines_of.setdefault(run.label, []).extend(run.metrics[-window:])
+    return {label: summed_top_tokens(lines, k) for label, lines in lines_of.items()}
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:

@@ -10,7 +10,6 @@ the paper's values, with the tokens ICT leaves out most often."""
 
 from __future__ import annotations
 
-import dataclasses
 import html
 import json
 from collections import Counter
@@ -20,9 +19,10 @@ from typing import Any
 
 import torch
 
-from ict.core.diagnostics import ANATOMY_FIGURES, PAPER_FIGURES, ict_default_reference
+from ict.core.diagnostics import ANATOMY_FIGURES, PAPER_FIGURES
 from ict.core.errors import UsageError
-from ict.core.options import option
+from ict.core.options import check_choices, option
+from ict.core.selectors import ICT_DEFAULT_REFERENCE
 from ict.core.stats import JS_REFERENCES
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
 from ict.training.config import TrainConfig
@@ -47,7 +47,7 @@ class InspectConfig:
                                 "statistics' (ict train's default)")
     seed: int = option(0, "sampling seed")
     color: str = option("js", "what colours the tokens", COLOR_SCORES)
-    reference: str = option(ict_default_reference(), "JS reference of the js colour (ICT's marks "
+    reference: str = option(ICT_DEFAULT_REFERENCE, "JS reference of the js colour (ICT's marks "
                             "always use ICT's default)", JS_COLOUR_REFERENCES)
     html: str | None = option(None, "write the self-contained HTML page here")
 
@@ -59,10 +59,7 @@ class InspectConfig:
             raise UsageError("--n must be >= 2 (JS scores compare completions)")
         if self.max_new_tokens < 1 or not self.temperature > 0:
             raise UsageError("--max-new-tokens must be >= 1 and --temperature > 0")
-        for item in dataclasses.fields(self):
-            choices = item.metadata.get("choices")
-            if choices and getattr(self, item.name) not in choices:
-                raise UsageError(f"--{item.name}={getattr(self, item.name)!r} is not one of {', '.join(choices)}")
+        check_choices(self)
         return self
 
 

@@ -54,7 +54,7 @@ sampled token under the temperature-scaled policy:
 - ``above_beta_fraction_selected`` / ``above_beta_fraction``: share with ``p(a*) > beta`` (as above);
 - ``score_knee_fraction``: the knee of each response's sorted score curve (Kneedle). For a response
   with ``L >= 3`` tokens, sort its ICT scores descending, ``s_1 >= ... >= s_L`` (the score the
-  registry's ``ict`` selector ranks by default, :func:`ict_default_reference`), and put
+  registry's ``ict`` selector ranks by default, ``ICT_DEFAULT_REFERENCE``), and put
   ``x_r = r / L`` (``r = 1..L``, so ``x`` in ``(0, 1]``), ``y_r = (s_r - s_L) / (s_1 - s_L)`` in
   ``[0, 1]``. The chord from ``(x_1, 1)`` to ``(x_L, 0)`` is ``c_r = 1 - (r - 1) / (L - 1)``; the
   knee is ``x_r*`` at ``r* = argmax_r (c_r - y_r)``, the point farthest below the chord (the
@@ -77,7 +77,7 @@ import math
 import torch
 from torch import Tensor
 
-from ict.core.selectors import ICT_DEFAULT_REFERENCE, resolve_options, top_fraction_mask
+from ict.core.selectors import ICT_DEFAULT_REFERENCE, top_fraction_mask
 from ict.core.stats import TokenStatistics, response_ends
 
 DIAGNOSTIC_KEYS = (
@@ -102,6 +102,17 @@ def jaccard(first: Tensor, second: Tensor) -> float:
     return int((first & second).sum()) / union if union else math.nan
 
 
+def above_beta(stats: TokenStatistics) -> Tensor:
+    """bool ``[N, T]``: ``p(a*) > beta = exp(-H2)``, i.e. ``log_prob + renyi2 > 0`` (float64)."""
+    return (stats.log_probs.detach().double() + stats.renyi2.detach().double()) > 0
+
+
+def entropy_median(entropy: Tensor, response: Tensor) -> float:
+    """The median entropy of the response tokens (``torch.median``: the lower middle value for an
+    even count; NaN without response tokens): the high / low split of the entropy diagnostics."""
+    return float(entropy[response].median()) if bool(response.any()) else math.nan
+
+
 def token_diagnostics(
     stats: TokenStatistics,
     response_mask: Tensor,
@@ -119,9 +130,9 @@ def token_diagnostics(
     advantages = advantages.to(device)
     log_probs = stats.log_probs.detach().float()
     log_p_over_beta = log_probs + stats.renyi2.float()  # log p(a*) - log beta, beta = exp(-H2)
-    above = log_p_over_beta > 0
+    above = above_beta(stats)
     entropy = stats.entropy.detach().float()
-    median = float(entropy[response].median()) if bool(response.any()) else math.nan
+    median = entropy_median(entropy, response)
     positive = (advantages.reshape(-1, 1) > 0).expand_as(response)
     out = {
         "above_beta_fraction": _mean(above.float(), response),
@@ -219,11 +230,6 @@ TOP_TOKENS = 10
 KNEE_TOLERANCE = 1e-9  # how far below the chord a point must lie to count as a knee (y units)
 
 
-def ict_default_reference() -> str:
-    """The JS reference the registry's ``ict`` selector ranks by with its default options."""
-    return str(resolve_options("ict")["reference"])
-
-
 def _std(values: Tensor, mask: Tensor) -> float:
     """Population standard deviation (``ddof = 0``) of ``values[mask]`` (NaN when empty)."""
     return float(values[mask].double().std(correction=0)) if bool(mask.any()) else math.nan
@@ -265,16 +271,15 @@ def paper_figures(
     """The paper's figures of a selection (``PAPER_FIGURE_KEYS``; formulas in the module docstring).
 
     ``stats`` fields and masks are ``[N, T]`` (one step, all rows). The knee uses
-    ``stats.js_scores[reference]`` (default :func:`ict_default_reference`; NaN when absent).
+    ``stats.js_scores[reference]`` (default ``ICT_DEFAULT_REFERENCE``, ICT's default score; NaN when absent).
     """
     device = stats.log_probs.device
     response = response_mask.to(device).bool()
     selected = selected_mask.to(device).bool() & response
-    log_probs = stats.log_probs.detach().double()
-    probability = log_probs.exp()
-    above = (log_probs + stats.renyi2.detach().double()) > 0  # p(a*) > beta = exp(-H2)
+    probability = stats.log_probs.detach().double().exp()
+    above = above_beta(stats)
     entropy = stats.entropy.detach().float()
-    median = float(entropy[response].median()) if bool(response.any()) else math.nan
+    median = entropy_median(entropy, response)
     high = int((selected & (entropy > median)).sum())
     low = int((selected & (entropy <= median)).sum())
     ratio = high / low if low else (math.inf if high else math.nan)
@@ -289,7 +294,7 @@ def paper_figures(
         "score_knee_fraction": math.nan,
         "score_knee_share": math.nan,
     }
-    scores = stats.js_scores.get(reference or ict_default_reference())
+    scores = stats.js_scores.get(reference or ICT_DEFAULT_REFERENCE)
     if scores is not None:
         knees = score_knees(scores, response)
         eligible = response.sum(dim=1) >= 3

@@ -110,3 +110,13 @@ def parse_field(cls: type, name: str, raw: Any) -> Any:
         kind = getattr(inner, "__name__", str(inner))
         raise UsageError(f"bad value for {name}: {raw!r} (expected {kind})") from None
     raise UsageError(f"unsupported option type for {name}")
+
+
+def check_choices(config: Any) -> None:
+    """One-line `UsageError` for a field of the dataclass instance `config` whose value is not one
+    of the field's declared choices (`option(..., choices)`); ``None`` (unset) passes."""
+    for item in dataclasses.fields(config):
+        choices = item.metadata.get("choices")
+        value = getattr(config, item.name)
+        if choices and value is not None and value not in choices:
+            raise UsageError(f"{item.name}={value!r} is not one of {', '.join(choices)}")

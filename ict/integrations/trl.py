@@ -76,7 +76,6 @@ from trl import GRPOConfig, GRPOTrainer
 from ict.core.errors import UsageError
 from ict.core.loss import kl_penalty_term
 from ict.core.selectors import (
-    Selection,
     SelectionInputs,
     method_train_options,
     ranking_population,
@@ -525,8 +524,8 @@ class ICTGRPOTrainer(GRPOTrainer):
         hidden = torch.cat(self._capture, dim=0)[:, -length - 1 : -1]
         response = mask.bool()
         population, start = self._population(hidden, response)
-        if self.in_full_token_warmup():
-            selection = Selection(mask=population.response_mask.clone())
+        if self.in_full_token_warmup():  # every completion token: the registry's "all"
+            selection = select("all", population)
         else:
             selection = select(self.selector_name, population, **self.selector_options)
         own = slice(start, start + rows)

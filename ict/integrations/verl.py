@@ -421,15 +421,15 @@ def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
     generator = torch.Generator(device=device).manual_seed(
         _next_selection_seed(getattr(actor_config.policy_loss, "ict_seed", 0), step))
     loss_config = loss_config_of(actor_config, actor_config.loss_agg_mode)
-    all_token_ids = _all_gather(token_ids, dp_group, world)
+    inputs = SelectionInputs(
+        stats=TokenStatistics(log_probs, entropy, renyi2, dict(zip(references, js))),
+        response_mask=all_mask, advantages=advantages, token_ids=_all_gather(token_ids, dp_group, world),
+        generator=generator, group_ids=_group_ids(uids, device), old_log_probs=old_log_probs,
+        clip_range=(loss_config.clip_low, loss_config.clip_high))
     if step < method_options(actor_config.policy_loss)["full_token_warmup_steps"]:
-        selection = Selection(mask=all_mask.clone())  # the full-token warm-up
+        selection = select("all", inputs)  # the full-token warm-up: every response token
     else:
-        selection = select(name, SelectionInputs(
-            stats=TokenStatistics(log_probs, entropy, renyi2, dict(zip(references, js))),
-            response_mask=all_mask, advantages=advantages, token_ids=all_token_ids,
-            generator=generator, group_ids=_group_ids(uids, device), old_log_probs=old_log_probs,
-            clip_range=(loss_config.clip_low, loss_config.clip_high)), **options)
+        selection = select(name, inputs, **options)
     total = aggregation_weight(selection.mask, all_mask, loss_config)
     results, start = [], rank * rows
     for part in parts:

@@ -185,14 +185,32 @@ def print_summary(console: Any, run_dir: Path, before: dict[str, Any], after: di
         console.print(f"checkpoint: {checkpoint}")
 
 
+def summed_top_tokens(lines: list[dict[str, Any]], k: int) -> dict[str, list[list[Any]]]:
+    """The ``k`` most frequent selected and unselected token strings over metrics ``lines``: the
+    per-step top lists (``ict.core.diagnostics.TOP_TOKEN_KEYS``) added up, a token outside a
+    step's list counting 0 there; ``{"selected": [[string, count], ...], "unselected": [...]}``
+    by count descending, then string. Lines without the lists (older runs) add nothing."""
+    from ict.core.diagnostics import TOP_TOKEN_KEYS
+
+    totals: dict[str, dict[str, int]] = {name: {} for name in TOP_TOKEN_KEYS}
+    for line in lines:
+        for name, key in TOP_TOKEN_KEYS.items():
+            items = line.get(key)
+            if not isinstance(items, list):
+                continue
+            for item in items:
+                if isinstance(item, list | tuple) and len(item) == 2 and isinstance(item[1], int):
+                    totals[name][str(item[0])] = totals[name].get(str(item[0]), 0) + item[1]
+    return {name: [[text, count] for text, count in sorted(counts.items(), key=lambda pair: (-pair[1], pair[0]))[:k]]
+            for name, counts in totals.items()}
+
+
 def selection_summary(lines: list[dict[str, Any]]) -> list[str]:
     """What the method selected over its selecting steps (the full-token warm-up's steps left
     out), next to the paper's figures (`ict.core.diagnostics.PAPER_FIGURES`): the mean of each
     figure over those steps, and the token strings selected and left out most often (counts
     summed). Empty when no step selected."""
-    from collections import Counter
-
-    from ict.core.diagnostics import PAPER_FIGURES, TOP_TOKEN_KEYS
+    from ict.core.diagnostics import PAPER_FIGURES
 
     selecting = [line for line in lines if not line.get("full_token_warmup")
                  and line.get("selected_fraction") is not None and line["selected_fraction"] < 1.0]
@@ -213,13 +231,9 @@ def selection_summary(lines: list[dict[str, Any]]) -> list[str]:
             text += f" (all tokens {mean(all_key)})"
         figures.append(text + (f" [{paper}]" if paper else ""))
     texts.append("  " + "; ".join(figures))
-    for kind, key in TOP_TOKEN_KEYS.items():
-        counts: Counter[str] = Counter()
-        for line in selecting:
-            for token, count in line.get(key) or []:
-                counts[token] += count
+    for kind, counts in summed_top_tokens(selecting, 8).items():
         if counts:
-            shown = ", ".join(f"{token!r} {count}" for token, count in counts.most_common(8))
+            shown = ", ".join(f"{token!r} {count}" for token, count in counts)
             texts.append(f"  most often {kind}: {shown}")
     return texts
 

@@ -16,7 +16,7 @@ import yaml
 
 from ict.core import selectors
 from ict.core.errors import UsageError
-from ict.core.options import option, optional_inner, parse_field
+from ict.core.options import check_choices, option, optional_inner, parse_field
 from ict.core.stats import needs_reference_logits
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
 
@@ -272,11 +272,7 @@ class TrainConfig:
                 selectors.required_js_references(self.selector_name, options)):
             raise UsageError(f"method {self.method}: the 'ref' JS reference needs the policy's and "
                              "the reference policy's logits; use statistics_from=logits")
-        for item in dataclasses.fields(self):
-            choices = item.metadata.get("choices")
-            value = getattr(self, item.name)
-            if choices and value is not None and value not in choices:
-                raise UsageError(f"{item.name}={value!r} is not one of {', '.join(choices)}")
+        check_choices(self)
         positive = ("prompts_per_step", "max_new_tokens", "generation_batch_size", "num_steps",
                     "updates_per_batch", "max_consecutive_skips")
         for name in positive:
