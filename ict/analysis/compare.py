@@ -17,12 +17,14 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ict.answers.grading import ANSWER_EXTRACTIONS
+from ict.answers.verify import MATH_EXTRACTIONS
 from ict.core.diagnostics import (
     ANATOMY_FIGURES,
     PAPER_FIGURE_KEYS,
@@ -32,12 +34,14 @@ from ict.core.diagnostics import (
 )
 from ict.core.errors import UsageError
 from ict.core.metrics import pass_at_k
+from ict.core.options import check_choices, option
 from ict.core.significance import (
     RESAMPLING_UNIT,
     paired_bootstrap,
     paired_permutation_test,
 )
 from ict.evaluation.evaluate import EvalConfig
+from ict.training.config import TrainConfig
 
 BASELINES = ("grpo", "random")  # default baselines: method names (every run label of them)
 COMMANDS_FILE = "commands.txt"  # every distinct non-report-only `ict compare` command line
@@ -104,16 +108,6 @@ def parse_methods(text: str) -> list[MethodSpec]:
     return specs
 
 
-def parse_seeds(text: str) -> list[int]:
-    try:
-        seeds = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UsageError(f"--seeds must be comma-separated integers, got {text!r}") from None
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise UsageError(f"--seeds needs distinct integers, got {text!r}")
-    return seeds
-
-
 def method_overrides(spec: MethodSpec) -> dict[str, str]:
     """TrainConfig ``key=value`` overrides of one method spec: ``preset`` -> the registry preset,
     an option of the method's selector -> ``selector.<key>``, anything else (e.g.
@@ -131,29 +125,73 @@ def method_overrides(spec: MethodSpec) -> dict[str, str]:
 
 @dataclass
 class CompareConfig:
-    """Options of `ict compare`."""
+    """Every option of `ict compare` (the CLI options are generated from these fields). Its
+    ``--config`` YAML holds the training options of every run (as `ict train --config`) and may
+    also set these options (`compare_options` splits the two)."""
 
-    methods: list[MethodSpec]
-    seeds: list[int]
-    output_dir: Path
-    config_file: str | None = None
+    methods: str = option("grpo,entropy,stapo,ict,random",
+                          "comma-separated methods; options as method:key=value,key=value (e.g. "
+                          "ict:reference=prev,ratio=0.2 or ict:preset=batch)")
+    seeds: tuple[int, ...] = option((0, 1, 2), "comma-separated training seeds (distinct)")
+    output_dir: Path | None = option(None, "comparison directory (required)")
+    config_file: str | None = option(None, "YAML of training options for every run (ict train's "
+                                     "keys), which may also set any ict compare option")
+    eval_benchmarks: str = option(
+        "rg:chain_sum:min_terms=2:max_terms=2:min_digits=1:max_digits=1:size=200",
+        "benchmarks for the final models (ict eval names, rg:<task>...)")
+    eval_data_dir: str | None = option(None, "directory of benchmark files; None = the hub")
+    eval_n: int = option(EvalConfig.num_samples, "samples per evaluation problem")
+    eval_temperature: float = option(EvalConfig.temperature, "evaluation sampling temperature")
+    eval_max_new_tokens: int = option(64, "evaluation completion length limit in tokens")
+    eval_math_extraction: str = option(EvalConfig.math_extraction, "math answer extraction",
+                                       MATH_EXTRACTIONS)
+    eval_answer_extraction: str = option(
+        TrainConfig.answer_extraction, "reasoning-gym answers: last_number = the bare question as prompt and the "
+        "last number as answer (ict train's default); tag = \\boxed{} or <answer> tags with the "
+        "\\boxed{} instruction", ANSWER_EXTRACTIONS)
+    eval_limit: int | None = option(None, "first N problems of each benchmark; None = all")
+    report_only: bool = option(False, "rebuild the report from the run directories; train nothing")
+    train_only: bool = option(False, "train every run to its final checkpoint; evaluate nothing "
+                              "and write no report (a later run without it evaluates them)")
+    eval_only: bool = option(False, "evaluate the runs already trained to their final step "
+                             "(train nothing; safe next to a --train-only process), then the "
+                             "report")
+    bootstrap_resamples: int = option(10_000, "bootstrap resamples of each paired interval")
+    baselines: tuple[str, ...] = option(BASELINES, "comma-separated method names or run labels "
+                                        "every other run is compared with (e.g. "
+                                        "ict-reference=group_mean-ratio=0.1 for an ablation)")
     overrides: dict[str, str] = field(default_factory=dict)
-    eval_benchmarks: str = "rg:chain_sum:min_terms=2:max_terms=2:min_digits=1:max_digits=1:size=200"
-    eval_data_dir: str | None = None
-    eval_n: int = EvalConfig.num_samples
-    eval_temperature: float = EvalConfig.temperature
-    eval_max_new_tokens: int = 64
-    eval_math_extraction: str = "anchored"
-    eval_answer_extraction: str = "last_number"
-    eval_limit: int | None = None
-    report_only: bool = False
-    train_only: bool = False
-    eval_only: bool = False
-    bootstrap_resamples: int = 10_000
-    baselines: list[str] = field(default_factory=lambda: list(BASELINES))
-    """what every other run is compared with: method names (all their run labels) or run labels
-    (e.g. ``ict-reference=group_mean-ratio=0.1`` for an ablation)"""
+    """training ``key=value`` overrides for every run (the command line's positional items)"""
     command: str = ""
+    """the command line, appended to ``DIR/commands.txt`` (empty: not recorded)"""
+
+    @property
+    def method_specs(self) -> list[MethodSpec]:
+        """`methods` parsed (`parse_methods`)."""
+        return parse_methods(self.methods)
+
+    def validate(self) -> CompareConfig:
+        """One-line UsageError for a bad option or combination."""
+        if self.output_dir is None:
+            raise UsageError("--output-dir is required")
+        self.output_dir = Path(self.output_dir)
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise UsageError(f"--seeds needs distinct integers, got {self.seeds}")
+        if sum((self.report_only, self.train_only, self.eval_only)) > 1:
+            raise UsageError("give at most one of --report-only, --train-only and --eval-only")
+        if self.eval_n < 1 or self.eval_max_new_tokens < 1 or self.bootstrap_resamples < 1:
+            raise UsageError("--eval-n, --eval-max-new-tokens and --bootstrap-resamples must be "
+                             ">= 1")
+        self.method_specs  # noqa: B018 - parse now: a bad spec fails before anything trains
+        check_choices(self)
+        return self
+
+
+def compare_options(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A ``--config`` YAML's mapping split into (ict compare options, training options)."""
+    names = {item.name for item in fields(CompareConfig) if "help" in item.metadata}
+    ours = {key: value for key, value in values.items() if key.replace("-", "_") in names}
+    return ours, {key: value for key, value in values.items() if key not in ours}
 
 
 def run_dir(output_dir: Path, label: str, seed: int) -> Path:
@@ -174,9 +212,11 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
     ``train_only``: train, evaluate nothing, no report; ``eval_only``: evaluate the runs trained
     to their final step (train nothing), then write the report; ``report_only``: the report."""
     from ict.evaluation.evaluate import EvalConfig, evaluate
-    from ict.training.config import build_config
+    from ict.training.config import build_config, load_yaml
     from ict.training.trainer import train
 
+    config = config.validate()
+    assert config.output_dir is not None
     config.output_dir.mkdir(parents=True, exist_ok=True)
     if not config.report_only:
         commands = config.output_dir / COMMANDS_FILE
@@ -185,7 +225,9 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
             with open(commands, "a", encoding="utf-8") as handle:
                 handle.write(config.command + "\n")
         ks = tuple(k for k in (1, 4) if k <= config.eval_n)
-        for spec in config.methods:
+        training_options = (compare_options(load_yaml(config.config_file))[1]
+                            if config.config_file else {})
+        for spec in config.method_specs:
             for seed in config.seeds:
                 directory = run_dir(config.output_dir, spec.label, seed)
                 if (directory / "eval" / "results.json").is_file():
@@ -193,7 +235,7 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
                     continue
                 overrides = {**config.overrides, **method_overrides(spec), "seed": str(seed),
                              "run_dir": str(directory), "progress": "false"}
-                train_config = build_config(config.config_file, {}, overrides)
+                train_config = build_config(None, training_options, overrides)
                 checkpoint = _final_checkpoint(directory, train_config.num_steps)
                 if checkpoint is None and config.eval_only:
                     log(f"skip {directory} (not trained to step {train_config.num_steps} yet)")

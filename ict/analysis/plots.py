@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ict.core.diagnostics import ANATOMY_FIGURES, PAPER_FIGURES
+from ict.core.errors import UsageError
+from ict.core.options import check_choices, option
 
 # (title, y label, [(metrics key, line style suffix)])
 PANELS = [
@@ -130,3 +133,37 @@ def panels_with_data(groups: dict[str, list[list[dict]]]) -> list[tuple[str, str
     return [panel for panel in PANELS
             if any(_has(lines, key) for runs in groups.values() for lines in runs
                    for key, _ in panel[2])]
+
+
+@dataclass
+class PlotConfig:
+    """Every option of `ict plot` (the CLI options are generated from these fields)."""
+
+    run_dirs: tuple[Path, ...] = option((), "run directories (each with metrics.jsonl)",
+                                        positional=True)
+    out: Path | None = option(None, "output PNG (required)")
+    by: str = option("run", "label each run by its directory (run), or pool runs by the parent "
+                     "directory's name (method: ict compare's runs/<method>/seed<k>)",
+                     ("run", "method"))
+
+    def validate(self) -> PlotConfig:
+        """One-line UsageError for a missing output or a directory without metrics.jsonl."""
+        if self.out is None:
+            raise UsageError("--out is required")
+        if not self.run_dirs:
+            raise UsageError("give at least one run directory")
+        missing = [str(path) for path in self.run_dirs if not (Path(path) / "metrics.jsonl").is_file()]
+        if missing:
+            raise UsageError(f"no metrics.jsonl in {', '.join(missing)}; pass ict train run "
+                             "directories")
+        check_choices(self)
+        return self
+
+
+def plot(config: PlotConfig) -> Path | None:
+    """`plot_runs` of `config.run_dirs`, labelled by directory or pooled by method."""
+    config = config.validate()
+    assert config.out is not None
+    directories = [Path(path) for path in config.run_dirs]
+    labels = [(path.parent.name if config.by == "method" else str(path)) for path in directories]
+    return plot_runs(directories, Path(config.out), labels)

@@ -7,8 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from ict.cli.options import add_dataclass_options, given_options
-from ict.core.options import parse_field
+from ict.cli.options import add_config_option, add_dataclass_options, options_from_args
 
 # Short names kept from earlier versions, and the conventional ones.
 ALIASES = {"num_samples": ["--n"], "ks": ["--k"]}
@@ -39,6 +38,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_config_option(parser, "ict eval options")
     add_dataclass_options(parser, EvalConfig, ALIASES)
     parser.add_argument("--quiet", action="store_true", help="no progress bar (default: off)")
     parser.set_defaults(run=run)
@@ -46,11 +46,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build an `EvalConfig` from the options and run the evaluation."""
+    """Build an `EvalConfig` (defaults < --config < flags) and run the evaluation."""
     from ict.evaluation.evaluate import EvalConfig, evaluate
-
-    values = {name: parse_field(EvalConfig, name, raw) for name, raw in given_options(EvalConfig, args).items()}
-    config = EvalConfig(**values)
+    config = options_from_args(EvalConfig, args)
     evaluate(config, progress=not args.quiet,
              log=None if args.quiet else (lambda message: print(message, file=sys.stderr)))
     return 0

@@ -7,8 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ict.cli.options import add_dataclass_options, given_options
-from ict.core.options import parse_field
+from ict.cli.options import add_config_option, add_dataclass_options, options_from_args
 
 ALIASES = {"num_samples": ["--n"]}
 
@@ -19,6 +18,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
     parser = subparsers.add_parser(
         "inspect", help="token view: scores and ICT / 20-Entropy / STAPO selections per token")
+    add_config_option(parser, "ict inspect options")
     add_dataclass_options(parser, InspectConfig, ALIASES)
     parser.set_defaults(run=run)
     return parser
@@ -35,9 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from ict.models.loading import load_model_and_tokenizer
     from ict.models.rollout import SamplingSettings, generate_completions
 
-    values = {name: parse_field(InspectConfig, name, raw)
-              for name, raw in given_options(InspectConfig, args).items()}
-    config = InspectConfig(**values).validate()
+    config = options_from_args(InspectConfig, args).validate()
     model, tokenizer = load_model_and_tokenizer(config.model, device="cpu")
     if config.samples:
         rollout = rollout_from_samples(tokenizer, Path(config.samples))

@@ -3,7 +3,8 @@
 `option(default, help, choices)` declares a field; `parse_field` converts a string (command line,
 ``key=value``) or a YAML value to the field's type. The command-line flags are made from the same
 fields by `ict.cli.options.add_dataclass_options`.
-`ict train` (`ict.training.config.TrainConfig`) and `ict eval` (`ict.evaluation.evaluate.EvalConfig`) both use them.
+Every command uses them: `ict train` (`TrainConfig`), `ict eval` (`EvalConfig`), `ict compare`
+(`CompareConfig`), `ict inspect` (`InspectConfig`) and `ict plot` (`PlotConfig`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import types
 import typing
 from dataclasses import field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -21,11 +23,16 @@ import yaml
 from ict.core.errors import UsageError
 
 
-def option(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
-    """A dataclass field with its help text (and allowed values) in the metadata."""
+def option(default: Any, help: str, choices: tuple[str, ...] | None = None,
+           positional: bool = False) -> Any:
+    """A dataclass field with its help text (and allowed values) in the metadata; `positional`:
+    on the command line an argument without a flag (one or more values for a tuple field).
+    Fields declared without `option` (no help text) are internal: no flag, no YAML key."""
     metadata: dict[str, Any] = {"help": help}
     if choices:
         metadata["choices"] = choices
+    if positional:
+        metadata["positional"] = True
     if isinstance(default, list | dict):
         return field(default_factory=lambda: type(default)(default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -98,18 +105,27 @@ def parse_field(cls: type, name: str, raw: Any) -> Any:
             if not isinstance(value, dict):
                 raise ValueError
             return dict(value)
-        if typing.get_origin(inner) is tuple:  # tuple[int, ...]: "1,4" or a YAML list
+        if typing.get_origin(inner) is tuple:  # tuple[int, ...]: "1,4", a YAML list or argv list
+            element = typing.get_args(inner)[0]
             parts = raw.split(",") if isinstance(raw, str) else list(raw)
-            values = tuple(int(str(part).strip()) for part in parts if str(part).strip())
+            values = tuple(_scalar(element, str(part).strip()) for part in parts
+                           if str(part).strip())
             if not values:
                 raise ValueError
             return values
-        if inner is str:
-            return str(raw)
+        if inner is str or inner is Path:
+            if isinstance(raw, dict | list):
+                raise ValueError
+            return _scalar(inner, str(raw))
     except (ValueError, TypeError, yaml.YAMLError):
         kind = getattr(inner, "__name__", str(inner))
         raise UsageError(f"bad value for {name}: {raw!r} (expected {kind})") from None
     raise UsageError(f"unsupported option type for {name}")
+
+
+def _scalar(kind: type, text: str) -> Any:
+    """`text` as an int, a path or a string (`kind`)."""
+    return int(text) if kind is int else Path(text) if kind is Path else str(text)
 
 
 def check_choices(config: Any) -> None:

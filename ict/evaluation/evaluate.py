@@ -124,7 +124,7 @@ class EvalConfig:
     math_extraction: str = option("anchored", "anchored: a math answer must be in \\boxed{} or "
                                   "after 'the answer is' / 'Answer:'; lenient: math-verify's "
                                   "fallback to the last formula or number also counts",
-                                  ("anchored", "lenient"))
+                                  MATH_EXTRACTIONS)
     answer_extraction: str = option("tag", "reasoning-gym answers: tag = the last <answer></answer> "
                                     "or \\boxed{}, with the \\boxed{} instruction in the prompt; "
                                     "last_number = the last number, with the bare question as "

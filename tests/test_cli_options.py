@@ -1,0 +1,119 @@
+"""Every command's options come from its config dataclass: one flag per documented field, the
+field's default in --help, YAML keys = field names (``--config``), flags over YAML."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from ict.analysis.compare import CompareConfig, compare_options
+from ict.analysis.plots import PlotConfig
+from ict.analysis.token_view import InspectConfig
+from ict.cli import build_parser, main
+from ict.cli.options import options_from_args
+from ict.evaluation.evaluate import EvalConfig
+from ict.training.config import TrainConfig
+
+COMMANDS = {"train": TrainConfig, "eval": EvalConfig, "compare": CompareConfig,
+            "inspect": InspectConfig, "plot": PlotConfig}
+# what a command adds beside its dataclass's fields: the YAML file, positional key=value
+# overrides of training options, and eval's progress switch
+EXTRA = {"train": {"config", "overrides"}, "eval": {"config", "quiet"},
+         "compare": {"overrides"}, "inspect": {"config"}, "plot": {"config"}}
+
+
+def subparser(command: str) -> argparse.ArgumentParser:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[command]
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_option_of_every_command_is_one_field_of_its_dataclass(command):
+    cls = COMMANDS[command]
+    parser = subparser(command)
+    destinations = {a.dest for a in parser._actions if a.dest != "help"}
+    fields = {item.name for item in dataclasses.fields(cls) if "help" in item.metadata}
+    assert destinations == fields | EXTRA[command]
+    internal = {item.name for item in dataclasses.fields(cls)} - fields
+    assert command != "compare" or internal == {"overrides", "command"}
+    help_text = parser.format_help()
+    for item in dataclasses.fields(cls):
+        if "help" in item.metadata and not item.metadata.get("positional"):
+            assert "--" + item.name.replace("_", "-") in help_text
+
+
+def test_help_shows_the_defaults_a_user_would_get():
+    # independent facts: the documented defaults of ict compare (docs/results.md) and ict plot
+    compare_help = " ".join(subparser("compare").format_help().split())
+    assert "--seeds INT,... comma-separated training seeds (distinct) (default: 0,1,2)" in compare_help
+    assert "(default: grpo,random)" in compare_help
+    assert "--by {run,method}" in " ".join(subparser("plot").format_help().split())
+
+
+def test_yaml_keys_are_the_field_names_and_flags_override_them(tmp_path):
+    path = tmp_path / "eval.yaml"
+    path.write_text("benchmarks: gsm8k\nnum_samples: 8\nks: [1, 2]\ntemperature: 0.3\n"
+                    "max-new-tokens: 100\n")
+    args = build_parser().parse_args(["eval", "--config", str(path), "--n", "6"])
+    config = options_from_args(EvalConfig, args)
+    assert (config.benchmarks, config.num_samples, config.ks, config.temperature,
+            config.max_new_tokens) == ("gsm8k", 6, (1, 2), 0.3, 100)
+
+
+def test_an_unknown_yaml_key_is_one_line_exit_2(tmp_path, capsys):
+    path = tmp_path / "eval.yaml"
+    path.write_text("num_sample: 8\n")
+    assert main(["eval", "--config", str(path)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert error == ["error: unknown option 'num_sample' (did you mean num_samples?)"]
+
+
+def test_the_compare_yaml_holds_training_options_and_may_set_compare_options(tmp_path):
+    values = {"model": "m", "num_steps": 3, "methods": "grpo,ict:ratio=0.2", "eval-n": 2,
+              "seeds": [3, 4]}
+    ours, training = compare_options(values)
+    assert ours == {"methods": "grpo,ict:ratio=0.2", "eval-n": 2, "seeds": [3, 4]}
+    assert training == {"model": "m", "num_steps": 3}
+    path = tmp_path / "compare.yaml"
+    path.write_text(json.dumps(values))
+    args = build_parser().parse_args(["compare", "--config", str(path), "--output-dir", "out",
+                                      "--seeds", "7", "lr=1"])
+    config = options_from_args(CompareConfig, args, ours).validate()
+    assert [spec.label for spec in config.method_specs] == ["grpo", "ict-ratio=0.2"]
+    assert (config.eval_n, config.seeds, config.output_dir, config.config_file) == (
+        2, (7,), Path("out"), str(path))
+    assert args.overrides == ["lr=1"]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["compare", "--methods", "grpo"], "error: --output-dir is required"),
+    (["compare", "--output-dir", "x", "--seeds", "0,0"], "error: --seeds needs distinct integers"),
+    (["compare", "--output-dir", "x", "--seeds", "a"], "error: bad value for seeds: 'a'"),
+    (["compare", "--output-dir", "x", "--train-only", "--eval-only"], "error: give at most one"),
+    (["plot", "--out", "x.png"], "error: give at least one run directory"),
+    (["plot", "nowhere"], "error: --out is required"),
+    (["plot", "nowhere", "--out", "x.png"], "error: no metrics.jsonl in nowhere"),
+])
+def test_bad_compare_and_plot_options_are_one_line_exit_2(argv, message, tmp_path, monkeypatch,
+                                                          capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(message), error
+    assert not (tmp_path / "x").exists()
+
+
+def test_plot_reads_its_run_directories_from_yaml(tmp_path):
+    run = tmp_path / "runs" / "ict" / "seed0"
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps({"step": step, "reward_mean": step / 4})
+                                                 for step in range(1, 4)) + "\n")
+    path = tmp_path / "plot.yaml"
+    path.write_text(f"run_dirs: [{run}]\nby: method\nout: {tmp_path / 'curves.png'}\n")
+    assert main(["plot", "--config", str(path)]) == 0
+    assert (tmp_path / "curves.png").stat().st_size > 1000
