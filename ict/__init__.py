@@ -6,7 +6,7 @@ The method core, pure tensor functions shared by every backend::
 
 The package is layered (each imports only the ones before it): `ict.core` (math and plain
 types), `ict.answers` (answer checking and rewards), `ict.data`, `ict.training`,
-`ict.evaluation`, `ict.integrations` (TRL, verl), `ict.analysis`, `ict.cli`.
+`ict.evaluation`, `ict.integrations` (TRL, verl), `ict.analysis`, `ict.experiments`, `ict.cli`.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ MOVED_MODULES = {
     "ict.reporting": "ict.runs.reporting",
     "ict.evaluate": "ict.evaluation.evaluate", "ict.eval_records": "ict.evaluation.records",
     "ict.eval_results": "ict.evaluation.results",
-    "ict.compare": "ict.analysis.compare", "ict.plots": "ict.analysis.plots",
+    "ict.compare": "ict.experiments.compare", "ict.plots": "ict.analysis.plots",
     "ict.inspect_tokens": "ict.analysis.token_view",
     "ict.training.models": "ict.models.loading", "ict.training.rollout": "ict.models.rollout",
     "ict.training.forward": "ict.models.forward", "ict.training.checkpoint": "ict.runs.checkpoint",

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from ict.analysis.compare import CompareConfig, compare_options
 from ict.analysis.plots import PlotConfig
 from ict.analysis.token_view import InspectConfig
 from ict.cli import build_parser, main
 from ict.cli.options import options_from_args
 from ict.evaluation.evaluate import EvalConfig
+from ict.experiments.compare import CompareConfig, compare_options
 from ict.training.config import TrainConfig
 
 COMMANDS = {"train": TrainConfig, "eval": EvalConfig, "compare": CompareConfig,

@@ -168,7 +168,7 @@ def test_compare_end_to_end(tiny_model_dir, arithmetic_task, tmp_path):
 
 
 def test_method_options_map_to_config_fields():
-    from ict.analysis.compare import method_overrides, parse_methods
+    from ict.experiments.compare import method_overrides, parse_methods
 
     specs = parse_methods("grpo,ict:reference=prev,ratio=0.2,random")
     assert [spec.label for spec in specs] == ["grpo", "ict-reference=prev-ratio=0.2", "random"]
@@ -250,7 +250,7 @@ def test_an_ablation_compares_with_a_run_label_named_as_baseline(tmp_path):
 def test_runs_logged_before_the_anatomy_report_a_dash(tmp_path):
     """Metrics without the anatomy keys (runs older than it): NaN in training_end.csv, a dash in
     the report's anatomy table, no anatomy panel in the curves (and no crash)."""
-    from ict.analysis.compare import CompareConfig, write_report
+    from ict.analysis.compare import write_report
     from ict.analysis.plots import panels_with_data, read_metrics
 
     run = tmp_path / "cmp" / "runs" / "grpo" / "seed0"
@@ -258,8 +258,7 @@ def test_runs_logged_before_the_anatomy_report_a_dash(tmp_path):
     lines = [{"step": step, "reward_mean": 0.25 * step, "entropy": 1.0, "response_length_mean": 8.0}
              for step in (1, 2)]
     (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    report = write_report(CompareConfig(methods=[], seeds=[0], output_dir=tmp_path / "cmp",
-                                        bootstrap_resamples=10)).read_text()
+    report = write_report(tmp_path / "cmp", ("grpo", "random"), 10).read_text()
     rows = [line for line in report.splitlines() if line.startswith("| grpo | 1 |")]
     assert rows[0].split(" | ")[2] == "0.38"  # reward: (0.25 + 0.5) / 2
     assert rows[1] == "| grpo | 1 | - | - | - | - |"
@@ -274,7 +273,7 @@ def test_a_run_still_training_is_listed_not_averaged(tmp_path):
     """A run that logged 2 of its 30 planned steps (another process's, or one stopped) is named as
     in progress and kept out of the end-of-training table, the CSVs and the curves; with no
     finished run the report is refused in one line."""
-    from ict.analysis.compare import CompareConfig, write_report
+    from ict.analysis.compare import write_report
     from ict.core.errors import UsageError
 
     def make_run(label: str, planned: int, rewards: list[float]) -> None:
@@ -285,13 +284,12 @@ def test_a_run_still_training_is_listed_not_averaged(tmp_path):
                  for step, reward in enumerate(rewards, start=1)]
         (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
 
-    config = CompareConfig(methods=[], seeds=[0], output_dir=tmp_path / "cmp", bootstrap_resamples=10)
     make_run("stapo", 30, [0.5, 0.7])
     with pytest.raises(UsageError, match=r"no run .* has finished training yet \(in progress: stapo/seed0 "
                                          r"\(2 of 30 steps\)\)"):
-        write_report(config)
+        write_report(tmp_path / "cmp", ("grpo", "random"), 10)
     make_run("grpo", 2, [0.25, 0.5])
-    report = write_report(config).read_text()
+    report = write_report(tmp_path / "cmp", ("grpo", "random"), 10).read_text()
     assert "In progress, left out of every table and figure: stapo/seed0 (2 of 30 steps)." in report
     assert "Runs: 1 (grpo/seed0)" in report
     rows = [line for line in report.splitlines() if line.startswith("| ")]
@@ -304,9 +302,9 @@ def test_a_run_still_training_is_listed_not_averaged(tmp_path):
 def test_ict_metric_and_complement_specs_build_configs():
     """`ict compare --methods` accepts the ablations' options (generic over selector options):
     each spec becomes a training config whose selector asks for the keyed score; nothing trains."""
-    from ict.analysis.compare import method_overrides, parse_methods
     from ict.core.errors import UsageError
     from ict.core.selectors import required_js_references
+    from ict.experiments.compare import method_overrides, parse_methods
     from ict.training.config import build_config
 
     specs = parse_methods("ict:metric=kl,ict:metric=wasserstein,ict:complement=true,ratio=0.1")
@@ -330,7 +328,7 @@ def test_the_paper_figures_and_top_tokens_in_the_report(tmp_path):
     figures table holds each seed's mean over its steps (finite values only: a null ratio, an
     infinite one in the trainer, is left out), then the mean over seeds; the top tokens are the
     per-step lists summed over steps and seeds; the curves gain the figures' panels."""
-    from ict.analysis.compare import CompareConfig, write_report
+    from ict.analysis.compare import write_report
     from ict.analysis.plots import panels_with_data, read_metrics
 
     def make_run(seed: int, lines: list[dict]) -> Path:
@@ -354,8 +352,7 @@ def test_the_paper_figures_and_top_tokens_in_the_report(tmp_path):
                   "selected_token_prob_std": 0.06, "all_token_prob_std": 0.2,
                   "selected_high_low_entropy_ratio": 0.5, "score_knee_fraction": 0.2, "score_knee_share": 0.25,
                   "top_selected_tokens": [["7", 1]], "top_unselected_tokens": [["|", 1], ["x", 1]]}])
-    report = write_report(CompareConfig(methods=[], seeds=[0, 1], output_dir=tmp_path / "cmp",
-                                        bootstrap_resamples=10)).read_text()
+    report = write_report(tmp_path / "cmp", ("grpo", "random"), 10).read_text()
     header = next(line for line in report.splitlines() if line.startswith("| method | seeds | p(a*) mean"))
     assert header.split(" | ")[2:] == ["p(a*) mean (probability)", "p(a*) std (probability)",
                                        "high:low entropy (ratio of counts, median split)",

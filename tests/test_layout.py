@@ -21,10 +21,13 @@ ALLOWED = {
     "training": {"core", "answers", "data", "models", "runs"},
     "evaluation": {"core", "answers", "data", "models", "runs"},
     "integrations": {"core", "models"},
-    # ict compare trains and evaluates every method x seed, so it sits above both
-    "analysis": {"core", "answers", "data", "models", "runs", "training", "evaluation"},
+    # reads run directories and draws them; scores the tokens of a rollout (ict inspect)
+    "analysis": {"core", "models", "runs"},
+    # ict compare trains and evaluates every method x seed, then writes analysis's report
+    "experiments": {"core", "answers", "data", "models", "runs", "training", "evaluation",
+                    "analysis"},
     "cli": {"core", "answers", "data", "models", "runs", "training", "evaluation", "analysis",
-            "integrations"},
+            "experiments", "integrations"},
     # the package root re-exports the core API and maps the old module paths
     "__init__": {"core"},
     "__main__": {"cli"},

@@ -380,11 +380,11 @@ def test_ranking_populations_come_from_the_registry():
 
 def test_paper_preset_and_option_parsing():
     preset = get_preset("ict", "paper")
-    assert preset.selector_options["reference"] == ICT_DEFAULT_REFERENCE
+    assert preset.selector_options["reference"] == "group_mean_absorbing"  # the reading docs/method.md chose
     assert preset.selector_options["scope"] == "sequence"
     assert preset.train_options["aggregation"] == "seq_mean_token_mean"
     assert resolve_options("ict", {"ratio": 0.2}, preset="paper") == {
-        "ratio": 0.2, "reference": ICT_DEFAULT_REFERENCE, "unit": "position", "scope": "sequence",
+        "ratio": 0.2, "reference": "group_mean_absorbing", "unit": "position", "scope": "sequence",
         "metric": "js", "complement": False}
     with pytest.raises(ValueError, match="no preset"):
         resolve_options("entropy", preset="paper")

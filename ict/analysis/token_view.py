@@ -25,7 +25,7 @@ from ict.core.options import check_choices, option
 from ict.core.selectors import ICT_DEFAULT_REFERENCE
 from ict.core.stats import JS_REFERENCES
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
-from ict.training.config import TrainConfig
+from ict.models.rollout import ROLLOUT_TEMPERATURE
 
 COLOR_SCORES = ("js", "entropy", "renyi2")
 SELECTIONS = (("ict", "ict", {}), ("entropy20", "entropy", {}), ("stapo", "stapo", {}))
@@ -43,7 +43,7 @@ class InspectConfig:
     samples: str | None = option(None, "JSONL of {prompt, completion} records (or give --prompt)")
     num_samples: int = option(4, "completions per prompt (>= 2: JS scores compare completions)")
     max_new_tokens: int = option(64, "maximum completion length in tokens")
-    temperature: float = option(TrainConfig.temperature, "sampling temperature, also the "
+    temperature: float = option(ROLLOUT_TEMPERATURE, "sampling temperature, also the "
                                 "statistics' (ict train's default)")
     seed: int = option(0, "sampling seed")
     color: str = option("js", "what colours the tokens", COLOR_SCORES)

@@ -1,5 +1,5 @@
-"""`ict compare`: options generated from `ict.analysis.compare.CompareConfig`, then
-`ict.analysis.compare.run_comparison`."""
+"""`ict compare`: options generated from `ict.experiments.compare.CompareConfig`, then
+`ict.experiments.compare.run_comparison`."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ ALIASES = {"config_file": ["--config"]}
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the `compare` subcommand."""
-    from ict.analysis.compare import CompareConfig
+    from ict.experiments.compare import CompareConfig
 
     parser = subparsers.add_parser(
         "compare", help="train methods x seeds identically, evaluate pass@k, write a report",
@@ -34,7 +34,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Build a `CompareConfig` (defaults < --config's compare keys < flags) and run it."""
-    from ict.analysis.compare import CompareConfig, compare_options, run_comparison
+    from ict.experiments.compare import CompareConfig, compare_options, run_comparison
     from ict.training.config import load_yaml, parse_key_values
 
     yaml_values = compare_options(load_yaml(args.config_file))[0] if getattr(

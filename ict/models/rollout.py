@@ -171,6 +171,12 @@ def generate_rows(model: Any, prompt_ids: Sequence[list[int]], rows: Sequence[in
     return output[:, input_ids.shape[1]:].tolist()
 
 
+ROLLOUT_TEMPERATURE = 1.0
+"""The default sampling temperature of training rollouts (`ict train`) and of `ict inspect`,
+and so of every token statistic computed on them: 1.0, as TRL's and verl's defaults, and the
+temperature at which docs/method.md measured the paper's figures closest."""
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
     """How completions are sampled: multinomial sampling from ``softmax(logits / temperature)``

@@ -19,6 +19,7 @@ from ict.core.errors import UsageError
 from ict.core.options import check_choices, option, optional_inner, parse_field
 from ict.core.stats import needs_reference_logits
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
+from ict.models.rollout import ROLLOUT_TEMPERATURE
 
 # Method names that are not selector names (the only alias: the field calls GRPO "grpo").
 METHOD_ALIASES = {"grpo": "all"}
@@ -89,7 +90,7 @@ class TrainConfig:
     # ---- rollouts
     prompts_per_step: int = option(8, "prompts sampled per training step")
     num_generations: int = option(8, "G: completions per prompt")
-    temperature: float = option(1.0, "sampling temperature of the rollouts, also the temperature "
+    temperature: float = option(ROLLOUT_TEMPERATURE, "sampling temperature of the rollouts, also the temperature "
                                 "of every token statistic (the policy's softmax(logits / T)); "
                                 "1.0 as in TRL's and verl's defaults (docs/method.md)")
     top_p: float = option(1.0, "nucleus sampling threshold")

@@ -1,0 +1,216 @@
+"""`ict compare`: train several methods over several seeds under identical conditions, evaluate
+each final model with pass@k, and write the report (`ict.analysis.compare.write_report`).
+
+Layout: ``DIR/runs/<method-label>/seed<k>/`` (`ict.analysis.compare.run_dir`) is an ordinary
+`ict train` run directory plus ``eval/`` (the `ict eval` outputs of its final checkpoint). Same
+seed => same training prompts in the same order and the same rollout seeds (`ict.training.trainer`
+derives both from ``seed``); every run is evaluated on the same problems with the same sampling
+seed. A run whose ``eval/results.json`` exists is reused; a run with an older checkpoint resumes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ict.analysis.compare import BASELINES, COMMANDS_FILE, run_dir, write_report
+from ict.answers.grading import ANSWER_EXTRACTIONS
+from ict.answers.verify import MATH_EXTRACTIONS
+from ict.core.errors import UsageError
+from ict.core.options import check_choices, option
+from ict.evaluation.evaluate import EvalConfig
+from ict.training.config import TrainConfig
+
+
+@dataclass
+class MethodSpec:
+    """One compared method: ``name`` (a TrainConfig method), its options, and a label."""
+
+    name: str
+    options: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        if not self.options:
+            return self.name
+        parts = [f"{key}={value}" for key, value in self.options.items()]
+        return re.sub(r"[^A-Za-z0-9_.=-]", "_", self.name + "-" + "-".join(parts))
+
+
+def parse_methods(text: str) -> list[MethodSpec]:
+    """``"grpo,ict:reference=seq_mean,ratio=0.2,random"`` -> specs. A ``key=value`` item after a
+    ``method:`` item belongs to that method."""
+    specs: list[MethodSpec] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        if ":" in item:
+            name, first = item.split(":", 1)
+            specs.append(MethodSpec(name.strip(), {}))
+            item = first
+        elif "=" not in item:
+            specs.append(MethodSpec(item, {}))
+            continue
+        if "=" not in item or not specs:
+            raise UsageError(f"bad method option {item!r}; use method:key=value,key=value")
+        key, value = item.split("=", 1)
+        specs[-1].options[key.strip()] = value.strip()
+    labels = [spec.label for spec in specs]
+    if not specs or len(set(labels)) != len(labels):
+        raise UsageError(f"--methods needs distinct methods, got {text!r}")
+    return specs
+
+
+def method_overrides(spec: MethodSpec) -> dict[str, str]:
+    """TrainConfig ``key=value`` overrides of one method spec: ``preset`` -> the registry preset,
+    an option of the method's selector -> ``selector.<key>``, anything else (e.g.
+    ``aggregation``) -> the training option of that name (checked when the config is built)."""
+    from ict.core.selectors import SELECTORS
+    from ict.training.config import METHOD_ALIASES
+
+    selector = SELECTORS.get(METHOD_ALIASES.get(spec.name, spec.name))
+    selector_keys = set(selector.defaults) if selector is not None else set()
+    overrides = {"method": spec.name}
+    for key, value in spec.options.items():
+        overrides[f"selector.{key}" if key in selector_keys else key] = value
+    return overrides
+
+
+@dataclass
+class CompareConfig:
+    """Every option of `ict compare` (the CLI options are generated from these fields). Its
+    ``--config`` YAML holds the training options of every run (as `ict train --config`) and may
+    also set these options (`compare_options` splits the two)."""
+
+    methods: str = option("grpo,entropy,stapo,ict,random",
+                          "comma-separated methods; options as method:key=value,key=value (e.g. "
+                          "ict:reference=prev,ratio=0.2 or ict:preset=batch)")
+    seeds: tuple[int, ...] = option((0, 1, 2), "comma-separated training seeds (distinct)")
+    output_dir: Path | None = option(None, "comparison directory (required)")
+    config_file: str | None = option(None, "YAML of training options for every run (ict train's "
+                                     "keys), which may also set any ict compare option")
+    eval_benchmarks: str = option(
+        "rg:chain_sum:min_terms=2:max_terms=2:min_digits=1:max_digits=1:size=200",
+        "benchmarks for the final models (ict eval names, rg:<task>...)")
+    eval_data_dir: str | None = option(None, "directory of benchmark files; None = the hub")
+    eval_n: int = option(EvalConfig.num_samples, "samples per evaluation problem")
+    eval_temperature: float = option(EvalConfig.temperature, "evaluation sampling temperature")
+    eval_max_new_tokens: int = option(64, "evaluation completion length limit in tokens")
+    eval_math_extraction: str = option(EvalConfig.math_extraction, "math answer extraction",
+                                       MATH_EXTRACTIONS)
+    eval_answer_extraction: str = option(
+        TrainConfig.answer_extraction, "reasoning-gym answers: last_number = the bare question as prompt and the "
+        "last number as answer (ict train's default); tag = \\boxed{} or <answer> tags with the "
+        "\\boxed{} instruction", ANSWER_EXTRACTIONS)
+    eval_limit: int | None = option(None, "first N problems of each benchmark; None = all")
+    report_only: bool = option(False, "rebuild the report from the run directories; train nothing")
+    train_only: bool = option(False, "train every run to its final checkpoint; evaluate nothing "
+                              "and write no report (a later run without it evaluates them)")
+    eval_only: bool = option(False, "evaluate the runs already trained to their final step "
+                             "(train nothing; safe next to a --train-only process), then the "
+                             "report")
+    bootstrap_resamples: int = option(10_000, "bootstrap resamples of each paired interval")
+    baselines: tuple[str, ...] = option(BASELINES, "comma-separated method names or run labels "
+                                        "every other run is compared with (e.g. "
+                                        "ict-reference=group_mean-ratio=0.1 for an ablation)")
+    overrides: dict[str, str] = field(default_factory=dict)
+    """training ``key=value`` overrides for every run (the command line's positional items)"""
+    command: str = ""
+    """the command line, appended to ``DIR/commands.txt`` (empty: not recorded)"""
+
+    @property
+    def method_specs(self) -> list[MethodSpec]:
+        """`methods` parsed (`parse_methods`)."""
+        return parse_methods(self.methods)
+
+    def validate(self) -> CompareConfig:
+        """One-line UsageError for a bad option or combination."""
+        if self.output_dir is None:
+            raise UsageError("--output-dir is required")
+        self.output_dir = Path(self.output_dir)
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise UsageError(f"--seeds needs distinct integers, got {self.seeds}")
+        if sum((self.report_only, self.train_only, self.eval_only)) > 1:
+            raise UsageError("give at most one of --report-only, --train-only and --eval-only")
+        if self.eval_n < 1 or self.eval_max_new_tokens < 1 or self.bootstrap_resamples < 1:
+            raise UsageError("--eval-n, --eval-max-new-tokens and --bootstrap-resamples must be "
+                             ">= 1")
+        self.method_specs  # noqa: B018 - parse now: a bad spec fails before anything trains
+        check_choices(self)
+        return self
+
+
+def compare_options(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A ``--config`` YAML's mapping split into (ict compare options, training options)."""
+    names = {item.name for item in fields(CompareConfig) if "help" in item.metadata}
+    ours = {key: value for key, value in values.items() if key.replace("-", "_") in names}
+    return ours, {key: value for key, value in values.items() if key not in ours}
+
+
+def _final_checkpoint(directory: Path, num_steps: int) -> Path | None:
+    from ict.runs.checkpoint import latest_checkpoint
+
+    checkpoint = latest_checkpoint(directory)
+    if checkpoint is not None and checkpoint.name == f"step-{num_steps:08d}":
+        return checkpoint
+    return None
+
+
+def run_comparison(config: CompareConfig, log: Any = print) -> Path:
+    """Train and evaluate every (method, seed) not finished yet, then write the report.
+    ``train_only``: train, evaluate nothing, no report; ``eval_only``: evaluate the runs trained
+    to their final step (train nothing), then write the report; ``report_only``: the report."""
+    from ict.evaluation.evaluate import EvalConfig, evaluate
+    from ict.training.config import build_config, load_yaml
+    from ict.training.trainer import train
+
+    config = config.validate()
+    assert config.output_dir is not None
+    config.output_dir.mkdir(parents=True, exist_ok=True)
+    if not config.report_only:
+        commands = config.output_dir / COMMANDS_FILE
+        seen = commands.read_text(encoding="utf-8").splitlines() if commands.is_file() else []
+        if config.command and config.command not in seen:
+            with open(commands, "a", encoding="utf-8") as handle:
+                handle.write(config.command + "\n")
+        ks = tuple(k for k in (1, 4) if k <= config.eval_n)
+        training_options = (compare_options(load_yaml(config.config_file))[1]
+                            if config.config_file else {})
+        for spec in config.method_specs:
+            for seed in config.seeds:
+                directory = run_dir(config.output_dir, spec.label, seed)
+                if (directory / "eval" / "results.json").is_file():
+                    log(f"reuse {directory}")
+                    continue
+                overrides = {**config.overrides, **method_overrides(spec), "seed": str(seed),
+                             "run_dir": str(directory), "progress": "false"}
+                train_config = build_config(None, training_options, overrides)
+                checkpoint = _final_checkpoint(directory, train_config.num_steps)
+                if checkpoint is None and config.eval_only:
+                    log(f"skip {directory} (not trained to step {train_config.num_steps} yet)")
+                    continue
+                if checkpoint is None:
+                    from ict.runs.checkpoint import latest_checkpoint
+
+                    train_config.resume = latest_checkpoint(directory) is not None
+                    log(f"train {spec.label} seed {seed} -> {directory}")
+                    checkpoint = train(train_config).checkpoint
+                assert checkpoint is not None
+                if config.train_only:
+                    continue
+                log(f"evaluate {checkpoint}")
+                evaluate(EvalConfig(
+                    model=str(checkpoint), benchmarks=config.eval_benchmarks,
+                    data_dir=config.eval_data_dir, output_dir=str(directory / "eval"),
+                    num_samples=config.eval_n, ks=ks, temperature=config.eval_temperature,
+                    max_new_tokens=config.eval_max_new_tokens, seed=0, limit=config.eval_limit,
+                    math_extraction=config.eval_math_extraction,
+                    answer_extraction=config.eval_answer_extraction,
+                    device=train_config.device, dtype=train_config.dtype,
+                    threads=train_config.num_threads),
+                    progress=False, print_table=False)
+    if config.train_only:
+        return config.output_dir
+    return write_report(config.output_dir, config.baselines, config.bootstrap_resamples)
