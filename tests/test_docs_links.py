@@ -1,6 +1,7 @@
 """The front door stays short and its links, snippets and layout stay true: every relative link of
 README.md and docs/*.md resolves, the README is at most 220 lines, its library-API snippets run,
-and its layout section names every subpackage that ``ls ict/`` shows."""
+and its layout section names every subpackage that ``ls ict/`` shows; every `ict.` name the docs
+give exists."""
 
 from __future__ import annotations
 
@@ -69,3 +70,45 @@ def test_readme_layout_names_every_subpackage():
     subpackages = sorted(path.parent.name for path in (ROOT / "ict").glob("*/__init__.py"))
     missing = [name for name in subpackages if not re.search(rf"^\s+{name}/", layout, flags=re.M)]
     assert not missing, f"README layout lacks {missing}"
+
+
+DOTTED_NAME = re.compile(r"`(ict(?:\.[A-Za-z_]\w*)+)")
+
+
+def resolves(dotted: str) -> bool:
+    """Whether ``ict.a.b.C`` names a module of this package or an attribute of one. A module
+    whose own import needs a package this environment lacks (e.g. verl) counts as resolved."""
+    import importlib
+    import warnings
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # old paths still resolve
+                found = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError as error:
+            if error.name and not error.name.startswith("ict"):
+                return True
+            continue
+        for attribute in parts[cut:]:
+            if not hasattr(found, attribute):
+                return False
+            found = getattr(found, attribute)
+        return True
+    return False
+
+
+def test_every_name_the_docs_give_exists():
+    """A name in backticks such as `ict.core.selectors.select_ict` is a module or an attribute the
+    package has (the docs once named an `ict.select` it did not export)."""
+    stale = sorted({(str(path.relative_to(ROOT)), match.group(1)) for path in DOCS
+                    for match in DOTTED_NAME.finditer(path.read_text())
+                    if not resolves(match.group(1))})
+    assert not stale, stale
+
+
+def test_the_name_check_catches_a_stale_name():
+    assert resolves("ict.core.selectors.select_ict") and resolves("ict.experiments.compare")
+    assert not resolves("ict.select_all_tokens") and not resolves("ict.core.selectors.no_such_selector")
+    assert not resolves("ict.no_such_module.thing")
