@@ -33,6 +33,19 @@ settings.register_profile("fuzz", max_examples=FUZZ_EXAMPLES, deadline=None, pri
                           suppress_health_check=_QUIET_CHECKS)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``engines`` (real engines in their own environments, e.g. vLLM through
+    .venv-vllm; ~1 min of engine start each) run only when the ``-m`` expression names them
+    (``make test-engines``: ``-m engines``); every other run skips them with that reason, so the
+    default ``make test`` needs none of those environments."""
+    if "engines" in (config.option.markexpr or ""):
+        return
+    skip = pytest.mark.skip(reason="engine test: run with `make test-engines` (pytest -m engines)")
+    for item in items:
+        if item.get_closest_marker("engines"):
+            item.add_marker(skip)
+
+
 SPECIAL_TOKENS = ["<pad>", "<|im_end|>", "<|im_start|>", "<unk>"]
 WORDS = ["user", "assistant", "system", "what", "is", "the", "answer", "sum", "of", "and", "so",
          "+", "-", "=", "?", ".", ":"]

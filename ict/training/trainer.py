@@ -156,18 +156,25 @@ def learning_rate_at(config: TrainConfig, step: int) -> float:
 
 
 def _make_backend(config: TrainConfig, model: Any) -> Any:
-    """vLLM backend when asked (or `auto` on a GPU with vLLM installed), else None (HF)."""
+    """The vLLM backend when asked (`auto`: whenever vLLM is installed, on a GPU or a CPU; see
+    docs/benchmarks.md, "Rollouts: vLLM against Hugging Face"), else None (HF `generate`).
+
+    On a CUDA device vLLM gets `vllm_gpu_memory_utilization` of the GPU; on a CPU a KV cache of
+    `vllm_cpu_kvcache_gib` GiB and eager execution. It generates in the dtype the trainer
+    computes in (autocast's, else the weights': fp32 on CPU by default)."""
     import importlib.util
 
     from ict.models.loading import OFFLINE_DEFAULT_MODEL, dtype_name, offline_default_path
 
     device = next(model.parameters()).device
     wanted = config.rollout_backend
-    if wanted == "hf" or (wanted == "auto" and (device.type != "cuda"
+    supported = device.type in ("cuda", "cpu")
+    if wanted == "hf" or (wanted == "auto" and (not supported
                                                 or importlib.util.find_spec("vllm") is None)):
         return None
-    if device.type != "cuda":
-        raise UsageError("rollout_backend=vllm needs a CUDA device")
+    if not supported:
+        raise UsageError(f"rollout_backend=vllm runs on a CUDA device or the CPU, not {device.type}; "
+                         "use --rollout-backend hf")
     from ict.models.rollout import VLLMBackend
 
     path = str(offline_default_path()) if config.model == OFFLINE_DEFAULT_MODEL else config.model
@@ -176,7 +183,10 @@ def _make_backend(config: TrainConfig, model: Any) -> Any:
              else dtype_name(weights_dtype(config), device))
     backend = VLLMBackend(path, dtype=dtype,
                           gpu_memory_utilization=config.vllm_gpu_memory_utilization,
-                          max_model_len=4096, seed=config.seed)
+                          max_model_len=min(4096, getattr(model.config, "max_position_embeddings",
+                                                          None) or 4096),
+                          seed=config.seed, device=device.type,
+                          cpu_kvcache_gib=config.vllm_cpu_kvcache_gib)
     backend.sync_weights(model)
     return backend
 
@@ -221,7 +231,8 @@ def train(config: TrainConfig, console: Any = None,
     run.backend = _make_backend(config, run.model)
     console.print(f"run directory: {run.run_dir}  |  method {config.method} ({run.method.selector} "
                   f"{run.method.options})  |  data: {run.data.description}  |  reward: "
-                  f"{'+'.join(run.reward.names)}  |  device {next(run.model.parameters()).device}")
+                  f"{'+'.join(run.reward.names)}  |  device {next(run.model.parameters()).device}  |  "
+                  f"rollouts: {'vLLM' if run.backend is not None else 'Hugging Face generate'}")
     warmup_note = full_token_warmup_note(config)
     if warmup_note:
         console.print(warmup_note)
