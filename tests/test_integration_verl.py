@@ -233,6 +233,10 @@ def test_verl_loss_equals_ict_policy_loss(spec: str, remove_padding: bool, v1: b
     assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0)
     fraction = float(selection.mask.sum()) / float(make_batch()["response_mask"].sum())
     assert metrics["actor/ict_selected_fraction"].values == pytest.approx([fraction])
+    # ict's paper diagnostics reach verl's metrics (ict.core.diagnostics, on the same selection)
+    for key in ("above_beta_fraction", "above_beta_fraction_selected", "selected_token_prob_mean",
+                "all_token_prob_mean"):
+        assert 0.0 <= metrics[f"actor/ict_{key}"].values[0] <= 1.0, key
     if spec.startswith("kl_cov"):  # the penalty is applied: the loss differs from the plain one
         assert selection.kl_penalty is not None and bool(selection.kl_penalty.any())
         plain, _, _ = reference_loss("all")

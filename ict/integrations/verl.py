@@ -53,7 +53,9 @@ How it plugs in (no verl file is changed or copied):
   is :func:`ict.core.loss.aggregation_weight` (selected tokens for ``token_mean``) and ``W`` its sum
   over the mini-batch on all ranks: verl sums micro-batch gradients and FSDP averages ranks, so
   the update is that of our trainer's loss on the whole mini-batch. With one rank and one
-  micro-batch the returned loss *is* ``policy_loss``.
+  micro-batch the returned loss *is* ``policy_loss``. Its metrics (verl's ``actor/*``):
+  ``actor/ict_selected_fraction``, the clip fraction, entropy and JS score of the selected tokens,
+  and ict's paper diagnostics of the selection (:func:`selection_diagnostics`).
 - Options map from verl's actor config: ``clip_ratio_low`` / ``clip_ratio_high`` -> clip range,
   ``loss_agg_mode`` ``token-mean`` / ``seq-mean-token-mean`` / ``seq-mean-token-sum-norm`` ->
   our aggregations (``loss_scale_factor`` -> ``max_response_length``); verl's dual clip
@@ -99,6 +101,7 @@ from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 from verl.workers.utils.padding import no_padding_2_padding
 
+from ict.core.diagnostics import paper_figures, token_diagnostics
 from ict.core.errors import UsageError
 from ict.core.loss import TOKEN_SETS, PolicyLossConfig, aggregation_weight, policy_loss
 from ict.core.seeding import step_seed
@@ -645,4 +648,23 @@ def compute_policy_loss_ict(
                                 kl_penalty=record.selection.kl_penalty)
     reported = {f"actor/ict_{key}": metrics[key] for key in
                 ("selected_fraction", "clip_fraction", "entropy_selected", "js_score_selected")}
-    return loss * record.scale, {key: value for key, value in reported.items() if not math.isnan(value)}
+    reported.update({f"actor/ict_{key}": value for key, value in
+                     selection_diagnostics(stats, response_mask, record.selection.mask, advantages).items()})
+    return loss * record.scale, {key: value for key, value in reported.items() if math.isfinite(value)}
+
+
+def selection_diagnostics(stats: TokenStatistics, response_mask: Tensor, selected: Tensor,
+                          advantages: Tensor) -> dict[str, float]:
+    """ict's per-step diagnostics of a selection (:func:`ict.core.diagnostics.token_diagnostics`
+    and :func:`ict.core.diagnostics.paper_figures`: the regime, entropy split, Jaccard overlaps,
+    token probabilities), from the micro-batch's ``[B, T]`` statistics and token advantages
+    (one value per completion: the mean over its response tokens). Undefined values are NaN.
+    Computed per micro-batch (verl averages its micro-batches' metrics): with one micro-batch per
+    mini-batch, as in ``examples/verl/run_cpu.sh``, they are the mini-batch's."""
+    with torch.no_grad():
+        mask = response_mask.bool()
+        per_row = advantages.detach().float().masked_fill(~mask, 0).sum(1) / mask.sum(1).clamp(min=1)
+        detached = TokenStatistics(stats.log_probs.detach(), stats.entropy, stats.renyi2, stats.js_scores)
+        values = {**token_diagnostics(detached, mask, selected, per_row),
+                  **paper_figures(detached, mask, selected)}
+    return {key: float(value) for key, value in values.items() if isinstance(value, (int, float))}
