@@ -42,6 +42,6 @@ def run(args: argparse.Namespace) -> int:
     config = options_from_args(CompareConfig, args, yaml_values)
     config.overrides = parse_key_values(args.overrides)
     config.command = "ict " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["compare"] else ""
-    report = run_comparison(config.validate())
+    report = run_comparison(config)  # validates it first
     print(f"report: {report}")
     return 0

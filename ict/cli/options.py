@@ -10,18 +10,19 @@ flags given, in that order of precedence, each value converted by `ict.core.opti
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import typing
 from pathlib import Path
 from typing import Any
 
 from ict.core.errors import UsageError
-from ict.core.options import default_of, describe, optional_inner, parse_field, suggestion
-
-
-def option_fields(cls: type) -> list[dataclasses.Field]:
-    """The fields of `cls` that are options (declared with `ict.core.options.option`)."""
-    return [item for item in dataclasses.fields(cls) if "help" in item.metadata]
+from ict.core.options import (
+    default_of,
+    describe,
+    option_fields,
+    optional_inner,
+    parse_field,
+    suggestion,
+)
 
 
 def add_dataclass_options(parser: argparse.ArgumentParser, cls: type,

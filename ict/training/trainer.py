@@ -61,7 +61,7 @@ from ict.models.loading import (
     require_chat_template,
     resolve_autocast,
 )
-from ict.models.rollout import SamplingSettings, generate_completions, pack_rollout
+from ict.models.rollout import VLLM_DEVICES, SamplingSettings, generate_completions, pack_rollout
 from ict.runs.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from ict.runs.reporting import (
     ENVIRONMENT_FILE,
@@ -168,7 +168,7 @@ def _make_backend(config: TrainConfig, model: Any) -> Any:
 
     device = next(model.parameters()).device
     wanted = config.rollout_backend
-    supported = device.type in ("cuda", "cpu")
+    supported = device.type in VLLM_DEVICES
     if wanted == "hf" or (wanted == "auto" and (not supported
                                                 or importlib.util.find_spec("vllm") is None)):
         return None
@@ -183,8 +183,7 @@ def _make_backend(config: TrainConfig, model: Any) -> Any:
              else dtype_name(weights_dtype(config), device))
     backend = VLLMBackend(path, dtype=dtype,
                           gpu_memory_utilization=config.vllm_gpu_memory_utilization,
-                          max_model_len=min(4096, getattr(model.config, "max_position_embeddings",
-                                                          None) or 4096),
+                          max_model_len=4096,
                           seed=config.seed, device=device.type,
                           cpu_kvcache_gib=config.vllm_cpu_kvcache_gib)
     backend.sync_weights(model)
