@@ -36,7 +36,8 @@ Built in (defaults in brackets):
   selection's draw).
 - ``random`` [ratio=0.1, seed=None, scope="batch"]: a uniformly random ``ceil(ratio * N)``
   response tokens (the control at ICT's fraction). Uses ``inputs.generator`` if given, else a
-  generator seeded with ``seed``, else torch's global generator.
+  generator seeded with ``seed``, else torch's global generator. Preset ``paper``: ICT's recipe
+  with this random score (``scope="sequence"``, ``seq_mean_token_mean``, 10 warm-up steps).
 - ``clip_cov`` [ratio=2e-4, cov_low=1.0, cov_high=5.0] (Clip-Cov, arXiv 2505.22617): every
   response token except ``max(1, int(ratio * N))`` drawn at random among those whose centred
   covariance ``Cov_t = (log p_t - mean log p) (A_t - mean A)`` lies strictly between
@@ -623,7 +624,17 @@ def select_ict(inputs: SelectionInputs, ratio: float, reference: str, unit: str,
 
 # The random scores are drawn over the whole [B, T] at once, so the draw (and the mask) depends on
 # which rows are present: the population is the batch whatever the ranking scope.
-@register_selector("random", defaults={"ratio": 0.1, "seed": None, "scope": "batch"}, population="batch")
+RANDOM_PRESETS = {
+    "paper": Preset(
+        selector_options={"scope": "sequence"}, train_options=ICT_PAPER_TRAIN_OPTIONS,
+        note="ICT's recipe with a uniform random score: the top 10% of each response, the "
+        "Sparse-GRPO aggregation, the 10-step full-token warm-up; differs from ict only in the "
+        "score (the control of the regime probe and the third comparison)"),
+}
+
+
+@register_selector("random", defaults={"ratio": 0.1, "seed": None, "scope": "batch"}, population="batch",
+                   presets=RANDOM_PRESETS)
 def select_random(inputs: SelectionInputs, ratio: float, seed: int | None, scope: str) -> Selection:
     """Control: a uniformly random ``ceil(ratio * N)`` of the response tokens."""
     generator = inputs.generator
