@@ -94,9 +94,11 @@ def plateau_share(scores: torch.Tensor, response: torch.Tensor, level: float = P
 
 
 def measure(model: Any, tokenizer: Any, prompts: list[str], group_size: int, temperature: float,
-            max_new_tokens: int, seed: int) -> dict[str, Any]:
+            max_new_tokens: int, seed: int, unit: str = "position") -> dict[str, Any]:
     """One rollout at ``temperature``, its statistics at the same temperature, and the figures of
-    every scope x reference (see the module docstring)."""
+    every scope x reference (see the module docstring), ICT ranking ``unit`` (``position``: the
+    paper's token positions; ``token_id``: the abstract's "unique tokens", each sampled id ranked
+    by its mean score and selected at all its positions)."""
     from ict.core.seeding import step_seed
     from ict.models.forward import response_logits
 
@@ -126,7 +128,7 @@ def measure(model: Any, tokenizer: Any, prompts: list[str], group_size: int, tem
         for reference in GROUP_MEAN_VARIANTS:
             inputs = SelectionInputs(stats, response, token_ids=batch.response_ids, group_ids=group_ids,
                                      generator=torch.Generator().manual_seed(step_seed(seed, 0, 2)))
-            selection = select("ict", inputs, ratio=RATIO, reference=reference, scope=scope, unit="position")
+            selection = select("ict", inputs, ratio=RATIO, reference=reference, scope=scope, unit=unit)
             out["rows"].append({"scope": scope, "reference": reference,
                                 **paper_figures(stats, response, selection.mask, reference=reference),
                                 "plateau_share": plateau_share(stats.js_scores[reference], response),
@@ -202,6 +204,9 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=160)
     parser.add_argument("--seed", type=int, default=0, help="problems, sampling and tie-break seed")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--unit", default="position", choices=("position", "token_id"),
+                        help="what ICT ranks: token positions (the paper's) or unique token ids "
+                        "(the abstract's 'top 10%% of unique tokens'); token_id labels its rows")
     parser.add_argument("--json", default="results/paper-figures/figures.json", help="merged results")
     parser.add_argument("--table", default="results/paper-figures/table.md", help="markdown of every setting")
     args = parser.parse_args()
@@ -212,10 +217,12 @@ def main() -> None:
     path = Path(args.json)
     merged = json.loads(path.read_text()) if path.is_file() else {"settings": {}}
     for temperature in (float(value) for value in args.temperatures.split(",")):
-        label = f"{name}, {args.dataset}, T={temperature}"
-        result = measure(model, tokenizer, prompts, args.group_size, temperature, args.max_new_tokens, args.seed)
+        label = f"{name}, {args.dataset}, T={temperature}" + (
+            ", unit=token_id" if args.unit == "token_id" else "")
+        result = measure(model, tokenizer, prompts, args.group_size, temperature, args.max_new_tokens, args.seed,
+                         args.unit)
         merged["settings"][label] = _jsonable({"model": args.model, "dataset": args.dataset, "seed": args.seed,
-                                               "threads": args.threads, **result})
+                                               "threads": args.threads, "unit": args.unit, **result})
         print(f"{label}: {result['seconds']:.0f} s, mean length {result['mean_length']:.1f}, "
               f"aligned share {result['aligned_share']:.3f}", flush=True)
         path.parent.mkdir(parents=True, exist_ok=True)

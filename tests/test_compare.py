@@ -381,3 +381,50 @@ def test_the_paper_figures_and_top_tokens_in_the_report(tmp_path):
     assert titles == ["Reward", "Regime: p(token) > beta", "Paper: p(a*) mean", "Paper: p(a*) std",
                       "Paper: high:low entropy", "Paper: score knee", "Paper: responses with a knee"]
     assert (tmp_path / "cmp" / "curves.png").stat().st_size > 5_000
+
+
+def test_compare_learning_curves_from_kept_checkpoints(tiny_model_dir, arithmetic_task, tmp_path):
+    """--eval-steps evaluates the untrained model once (base-model/) and each kept checkpoint
+    (evals/step-N/) with the final evaluation's settings; learning_curves.csv holds their pass@k,
+    recomputed here from the raw samples; --eval-ks reaches ict eval and the report (k = n)."""
+    output = tmp_path / "cmp"
+    common = ["--methods", "grpo", "--seeds", "0", "--output-dir", str(output),
+              "--eval-benchmarks", "gsm8k", "--eval-data-dir", str(_data_dir(tmp_path / "data")),
+              "--eval-n", "3", "--eval-ks", "1,3", "--eval-max-new-tokens", "4",
+              "--eval-math-extraction", "lenient", "--bootstrap-resamples", "100",
+              f"model={tiny_model_dir}", f"dataset={arithmetic_task}",
+              "reward=compare_contains_answer", "num_steps=3", "prompts_per_step=2",
+              "num_generations=2", "max_new_tokens=4", "tensorboard=false", "save_every=1",
+              "keep_checkpoints=0", "learning_rate=3e-3"]
+    assert main(["compare", "--train-only", *common]) == 0
+    assert main(["compare", "--eval-only", "--eval-steps", "0,1,2", *common]) == 0
+    run = output / "runs" / "grpo" / "seed0"
+    sources = {0: output / "base-model", 1: run / "evals" / "step-00000001",
+               2: run / "evals" / "step-00000002", 3: run / "eval"}
+    for directory in sources.values():
+        results = json.loads((directory / "results.json").read_text())
+        assert results["config"]["ks"] == [1, 3] and results["config"]["num_samples"] == 3
+    rows = list(csv.DictReader(open(output / "learning_curves.csv")))
+    for step, directory in sources.items():
+        for k in (1, 3):
+            expected = np.mean(list(_per_problem_pass_at_k(directory / "samples.jsonl", k).values()))
+            row = next(r for r in rows if int(r["step"]) == step and r["metric"] == f"pass@{k}")
+            assert float(row["value"]) == pytest.approx(expected, abs=1e-12)
+            assert row["method"] == "grpo" and row["problems"] == "6"
+    assert not any(r["metric"] == "pass@4" for r in rows)  # k above n is left out
+    report = (output / "report.md").read_text()
+    assert "## Held-out learning curves" in report and "| step 0 | step 1 | step 2 | step 3 |" in report
+    assert (output / "learning_curves.png").stat().st_size > 5_000
+    # a second run of the same command reuses every evaluation (nothing regenerated)
+    stamps = {step: (d / "results.json").stat().st_mtime_ns for step, d in sources.items()}
+    assert main(["compare", "--eval-only", "--eval-steps", "0,1,2", *common]) == 0
+    assert stamps == {step: (d / "results.json").stat().st_mtime_ns for step, d in sources.items()}
+
+
+def test_compare_refuses_bad_eval_steps_and_ks(tmp_path, capsys):
+    base = ["compare", "--output-dir", str(tmp_path / "x"), "--eval-n", "4"]
+    assert main([*base, "--eval-ks", "1,8"]) == 2
+    assert "--eval-ks" in capsys.readouterr().err
+    assert main([*base, "--eval-steps", "25,25"]) == 2
+    assert "--eval-steps" in capsys.readouterr().err
+    assert main([*base, "--eval-steps", "-5"]) == 2

@@ -479,6 +479,46 @@ def test_full_token_warmup_updates_every_token_first(tiny_model_dir, arithmetic_
         assert line["jaccard_ict10"] is not None
 
 
+def test_the_end_of_the_warm_up_is_evaluated_and_the_phases_printed(tiny_model_dir,
+                                                                     arithmetic_task, tmp_path):
+    """With a warm-up and a held-out set, the model at the warm-up's last step is evaluated
+    (eval.json "after_warmup"), and the summary prints before -> after warm-up -> after with
+    the selecting phase's gained/lost problems counted from the two verdict lists."""
+    import io
+
+    from rich.console import Console
+
+    from ict.runs.reporting import phase_lines
+
+    buffer = io.StringIO()
+    train(tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=3,
+                      method="ict", full_token_warmup_steps=2, eval_size=4),
+          console=Console(file=buffer, width=300))
+    record = json.loads((tmp_path / "run" / "eval.json").read_text())
+    assert set(record) == {"before", "after_warmup", "after"}
+    for name in record:
+        assert len(record[name]["correct"]) == 4
+        assert record[name]["accuracy"] == sum(record[name]["correct"]) / 4
+    printed = buffer.getvalue()
+    assert "eval after the full-token warm-up (step 2)" in printed
+    assert "after the full-token warm-up (step 2)" in printed and "after ict's selection (step 3)" in printed
+    # the phase line on hand-made verdicts: 2 gained, 1 lost of 5
+    lines = phase_lines({"accuracy": 0.2, "num_problems": 5},
+                        {"accuracy": 0.4, "correct": [True, True, False, False, False]},
+                        {"accuracy": 0.6, "num_problems": 5,
+                         "correct": [True, False, True, True, False]}, ("ict", 11, 20))
+    assert lines[0] == ("held-out accuracy: before 0.200 -> after the full-token warm-up (step 10) "
+                        "0.400 -> after ict's selection (step 20) 0.600 (5 problems, greedy)")
+    assert "(steps 11-20): 2 problems gained, 1 lost, net +1 of 5" in lines[1]
+    assert "added 1 of 5" in lines[1] and "moved it +0.200" in lines[1]
+    same = phase_lines({"accuracy": 0.2, "num_problems": 2}, {"accuracy": 0.5, "correct": [True, False]},
+                       {"accuracy": 0.5, "num_problems": 2, "correct": [False, True]}, ("ict", 3, 4))
+    assert "net +0 of 2: ict's selecting phase added nothing" in same[1]
+    # without a warm-up: the plain before -> after line
+    assert phase_lines({"accuracy": 0.2}, None, {"accuracy": 0.5, "num_problems": 2}, None) == [
+        "held-out accuracy: before 0.200 -> after 0.500 (2 problems)"]
+
+
 def test_non_finite_updates_are_skipped_and_stop_the_run(tiny_model_dir, arithmetic_task, tmp_path):
     """NaN logits at chosen steps: the update is skipped (weights untouched), counted, and
     max_consecutive_skips in a row stop the run after a checkpoint of the last good state."""

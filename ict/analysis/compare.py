@@ -4,8 +4,10 @@ end of training, the curves and the exact commands.
 
 Layout: ``DIR/runs/<method-label>/seed<k>/`` (`run_dir`) is an ordinary `ict train` run
 directory plus ``eval/`` (the `ict eval` outputs of its final checkpoint: samples.jsonl,
-results.json). The report covers the runs trained to their ``num_steps`` and lists the others as
-in progress.
+results.json) and, where intermediate checkpoints were evaluated, ``evals/step-<N>/``
+(`step_eval_dir`); ``DIR/base-model/`` holds the untrained model's evaluation (step 0 of every
+learning curve). The report covers the runs trained to their ``num_steps`` and lists the others
+as in progress.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from ict.core.significance import (
 )
 
 BASELINES = ("grpo", "random")  # default baselines: method names (every run label of them)
+BASE_MODEL_DIR = "base-model"  # DIR/base-model/: the untrained model's evaluation (step 0)
+DEFAULT_KS = (1, 4)  # k of pass@k for an evaluation whose results.json does not name its ks
 COMMANDS_FILE = "commands.txt"  # every distinct non-report-only `ict compare` command line
 END_WINDOW = 10  # training steps averaged for "the end of training" (the last END_WINDOW logged)
 END_METRICS = {  # metrics key -> column title (with unit) of the end-of-training table
@@ -67,6 +71,11 @@ def run_dir(output_dir: Path, label: str, seed: int) -> Path:
     return output_dir / "runs" / label / f"seed{seed}"
 
 
+def step_eval_dir(run_directory: Path, step: int) -> Path:
+    """Where the evaluation of a run's checkpoint at ``step`` goes: ``RUN/evals/step-<N>/``."""
+    return run_directory / "evals" / f"step-{step:08d}"
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading run directories
 
@@ -78,6 +87,7 @@ class RunRecord:
     metrics: list[dict[str, Any]]
     correct: dict[str, dict[int, list[bool]]]  # benchmark -> problem index -> sampled verdicts
     planned_steps: int | None = None  # num_steps of the run's config.yaml (None: not recorded)
+    ks: tuple[int, ...] = DEFAULT_KS  # the k of pass@k its final evaluation asked for
 
     @property
     def steps_logged(self) -> int:
@@ -100,22 +110,39 @@ def load_runs(output_dir: Path) -> list[RunRecord]:
         metrics_path = directory / "metrics.jsonl"
         metrics = ([json.loads(line) for line in metrics_path.read_text().splitlines()
                     if line.strip()] if metrics_path.is_file() else [])
-        correct: dict[str, dict[int, list[bool]]] = {}
-        samples = directory / "eval" / "samples.jsonl"
-        if samples.is_file():
-            for line in samples.read_text(encoding="utf-8").splitlines():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if record.get("greedy"):
-                    continue
-                per_problem = correct.setdefault(record["benchmark"], {})
-                verdicts = per_problem.setdefault(int(record["index"]), [])
-                verdicts.append(bool(record["correct"]))
+        correct = read_verdicts(directory / "eval" / "samples.jsonl")
         records.append(RunRecord(directory.parent.name, int(match.group(1)), directory, metrics,
-                                 correct, _planned_steps(directory / "config.yaml")))
+                                 correct, _planned_steps(directory / "config.yaml"),
+                                 evaluated_ks(directory / "eval")))
     return records
+
+
+def read_verdicts(samples: Path) -> dict[str, dict[int, list[bool]]]:
+    """benchmark -> problem index -> the sampled completions' verdicts, from an `ict eval`
+    samples.jsonl (greedy completions and unreadable lines left out; empty if no file)."""
+    correct: dict[str, dict[int, list[bool]]] = {}
+    if not samples.is_file():
+        return correct
+    for line in samples.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record.get("greedy"):
+            continue
+        per_problem = correct.setdefault(record["benchmark"], {})
+        per_problem.setdefault(int(record["index"]), []).append(bool(record["correct"]))
+    return correct
+
+
+def evaluated_ks(eval_dir: Path) -> tuple[int, ...]:
+    """The k of pass@k an `ict eval` output directory asked for (its results.json's
+    ``config.ks``), else :data:`DEFAULT_KS`."""
+    try:
+        ks = json.loads((eval_dir / "results.json").read_text())["config"]["ks"]
+        return tuple(sorted(int(k) for k in ks))
+    except (OSError, ValueError, KeyError, TypeError):
+        return DEFAULT_KS
 
 
 def _planned_steps(path: Path) -> int | None:
@@ -158,6 +185,65 @@ def score_matrix(runs: list[RunRecord], benchmark: str, k: int) -> tuple[list[in
                                                                                 len(columns))
 
 
+def mean_pass_at_k(correct: dict[int, list[bool]], k: int) -> float:
+    """Unbiased pass@k averaged over problems (NaN when a problem has fewer than k samples)."""
+    if not correct or k > min(len(verdicts) for verdicts in correct.values()):
+        return math.nan
+    n = np.array([len(verdicts) for verdicts in correct.values()])
+    c = np.array([sum(verdicts) for verdicts in correct.values()])
+    return float(np.mean(pass_at_k(n, c, k)))
+
+
+def learning_curves(output_dir: Path, runs: list[RunRecord]) -> list[dict[str, Any]]:
+    """Held-out pass@k along training, one row per (run, step, benchmark, k): step 0 from
+    ``DIR/base-model/`` (the untrained model, shared by every run), step N from
+    ``RUN/evals/step-N/``, the final step from ``RUN/eval/``. Empty when no run has an
+    intermediate evaluation."""
+    if not any((run.directory / "evals").is_dir() for run in runs):
+        return []
+    base = read_verdicts(output_dir / BASE_MODEL_DIR / "samples.jsonl")
+    rows = []
+    for run in runs:
+        points = {0: (base, evaluated_ks(output_dir / BASE_MODEL_DIR))} if base else {}
+        for directory in sorted((run.directory / "evals").glob("step-*")):
+            match = re.fullmatch(r"step-(\d+)", directory.name)
+            if match:
+                points[int(match.group(1))] = (read_verdicts(directory / "samples.jsonl"),
+                                               evaluated_ks(directory))
+        if run.correct:
+            points[run.planned_steps or run.steps_logged] = (run.correct, run.ks)
+        for step, (correct, ks) in sorted(points.items()):
+            for benchmark, per_problem in sorted(correct.items()):
+                for k in ks:
+                    value = mean_pass_at_k(per_problem, k)
+                    if math.isfinite(value):
+                        rows.append({"method": run.label, "seed": run.seed, "step": step,
+                                     "benchmark": benchmark, "metric": f"pass@{k}",
+                                     "problems": len(per_problem), "value": value})
+    return rows
+
+
+def _learning_curve_lines(rows: list[dict[str, Any]], figure: Path | None) -> list[str]:
+    """The report's learning-curve table: mean over seeds at each evaluated step."""
+    if not rows:
+        return []
+    steps = sorted({row["step"] for row in rows})
+    cells: dict[tuple[str, str, str], dict[int, list[float]]] = {}
+    for row in rows:
+        key = (row["benchmark"], row["metric"], row["method"])
+        cells.setdefault(key, {}).setdefault(row["step"], []).append(row["value"])
+    lines = ["", "## Held-out learning curves (percent; mean over seeds)", "",
+             "Step 0 is the untrained model (the same for every method).", "",
+             "| benchmark | metric | method | " + " | ".join(f"step {s}" for s in steps) + " |",
+             "|---|---|---|" + "---|" * len(steps)]
+    for (benchmark, metric, method), by_step in sorted(cells.items()):
+        values = [_fmt(float(np.mean(by_step[s]))) if s in by_step else "-" for s in steps]
+        lines.append(f"| {benchmark} | {metric} | {method} | " + " | ".join(values) + " |")
+    if figure is not None:
+        lines += ["", f"![held-out learning curves]({figure.name})"]
+    return lines
+
+
 # ---------------------------------------------------------------------------------------------
 # Report
 
@@ -180,8 +266,9 @@ def summarize(runs: list[RunRecord], resamples: int = 10_000,
     benchmarks = sorted({name for run in runs for name in run.correct})
     table: list[dict[str, Any]] = []
     differences: list[dict[str, Any]] = []
+    ks = sorted(set().union(*(run.ks for run in runs)))
     for benchmark in benchmarks:
-        for k in (1, 4):
+        for k in ks:
             matrices = {}
             for label, group in by_label.items():
                 if not all(benchmark in run.correct for run in group):
@@ -368,11 +455,11 @@ def _top_token_lines(tokens: dict[str, dict[str, list]], labels: list[str]) -> l
 
 def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples: int) -> Path:
     """report.md, results.csv, differences.csv, training_end.csv, summary.json and curves.png
-    in `output_dir` (a comparison directory), over the runs that finished training; a run that
+    (with intermediate evaluations also learning_curves.csv and .png) in `output_dir` (a comparison directory), over the runs that finished training; a run that
     logged fewer steps than its config.yaml's ``num_steps`` is only listed as in progress.
     `baselines`: method names or run labels every other run is compared with;
     `bootstrap_resamples`: of each paired interval."""
-    from ict.analysis.plots import plot_runs
+    from ict.analysis.plots import plot_learning_curves, plot_runs
 
     runs = load_runs(output_dir)
     if not runs:
@@ -398,6 +485,12 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     figure = plot_runs([run.directory for run in runs], output_dir / "curves.png",
                        labels=[run.label for run in runs])
+    curves = learning_curves(output_dir, runs)
+    curve_figure = None
+    if curves:
+        _write_csv(output_dir / "learning_curves.csv", curves,
+                   ["method", "seed", "step", "benchmark", "metric", "problems", "value"])
+        curve_figure = plot_learning_curves(curves, output_dir / "learning_curves.png")
     lines = ["# ict compare report", ""]
     labels = sorted({run.label for run in runs})
     lines.append(f"Methods: {', '.join(labels)}. Runs: {len(runs)} "
@@ -426,6 +519,7 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
         lines.append(f"| {row['benchmark']} | {row['metric']} | {row['method']} | "
                      f"{row['baseline']} | {_fmt(row['difference'])} | "
                      f"[{_fmt(row['low'])}, {_fmt(row['high'])}] | {row['p_value']:.3g} |")
+    lines += _learning_curve_lines(curves, curve_figure)
     lines += _training_end_lines(summary["training_end"], labels)
     lines += _top_token_lines(summary["top_tokens"], labels)
     lines += ["", "## Training curves", "",

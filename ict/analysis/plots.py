@@ -124,6 +124,59 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
     return out
 
 
+def plot_learning_curves(rows: list[dict], out: Path) -> Path | None:
+    """Held-out pass@k against the training step (rows of
+    ``ict.analysis.compare.learning_curves``): one panel per benchmark and k, per method the
+    mean over seeds (line, points at the evaluated steps) and min..max (band)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({(row["benchmark"], row["metric"]) for row in rows},
+                    key=lambda pair: (pair[0], int(pair[1].split("@")[1])))
+    if not panels:
+        return None
+    methods = sorted({row["method"] for row in rows})
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    columns = min(3, len(panels))
+    panel_rows = math.ceil(len(panels) / columns)
+    figure, axes = plt.subplots(panel_rows, columns, figsize=(5 * columns, 3.8 * panel_rows + 0.6),
+                                squeeze=False)
+    for axis, (benchmark, metric) in zip(axes.flat, panels, strict=False):
+        for index, method in enumerate(methods):
+            by_step: dict[int, list[float]] = {}
+            for row in rows:
+                if (row["benchmark"], row["metric"], row["method"]) == (benchmark, metric, method):
+                    by_step.setdefault(row["step"], []).append(100 * row["value"])
+            if not by_step:
+                continue
+            steps = sorted(by_step)
+            colour = colours[index % len(colours)]
+            axis.plot(steps, [np.mean(by_step[s]) for s in steps], "o-", color=colour,
+                      label=method)
+            if max(len(values) for values in by_step.values()) > 1:
+                axis.fill_between(steps, [min(by_step[s]) for s in steps],
+                                  [max(by_step[s]) for s in steps], color=colour, alpha=0.15,
+                                  linewidth=0)
+        axis.set_title(f"{metric}: {benchmark}", fontsize=8)
+        axis.set_xlabel("training step (0 = untrained)")
+        axis.set_ylabel(f"{metric} (%)")
+        axis.grid(alpha=0.3)
+    for axis in list(axes.flat)[len(panels):]:
+        axis.set_visible(False)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=min(len(methods), 3), fontsize=8,
+                  frameon=False)
+    figure.suptitle("Held-out pass@k: mean over seeds (line), min..max (band)")
+    figure.tight_layout(rect=(0, 0.6 / (3.8 * panel_rows + 0.6) + 0.04, 1, 0.95))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=90)
+    plt.close(figure)
+    return out
+
+
 def _has(lines: list[dict], key: str) -> bool:
     return any(line.get(key) is not None for line in lines)
 

@@ -2,7 +2,9 @@
 each final model with pass@k, and write the report (`ict.analysis.compare.write_report`).
 
 Layout: ``DIR/runs/<method-label>/seed<k>/`` (`ict.analysis.compare.run_dir`) is an ordinary
-`ict train` run directory plus ``eval/`` (the `ict eval` outputs of its final checkpoint). Same
+`ict train` run directory plus ``eval/`` (the `ict eval` outputs of its final checkpoint) and,
+with ``eval_steps``, ``evals/step-<N>/`` (those of its checkpoint at step N); step 0, the untrained
+model, is evaluated once for the comparison in ``DIR/base-model/``. Same
 seed => same training prompts in the same order and the same rollout seeds (`ict.training.trainer`
 derives both from ``seed``); every run is evaluated on the same problems with the same sampling
 seed. A run whose ``eval/results.json`` exists is reused; a run with an older checkpoint resumes.
@@ -15,7 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ict.analysis.compare import BASELINES, COMMANDS_FILE, run_dir, write_report
+from ict.analysis.compare import (
+    BASE_MODEL_DIR,
+    BASELINES,
+    COMMANDS_FILE,
+    run_dir,
+    step_eval_dir,
+    write_report,
+)
 from ict.answers.grading import ANSWER_EXTRACTIONS
 from ict.answers.verify import MATH_EXTRACTIONS
 from ict.core.errors import UsageError
@@ -96,6 +105,13 @@ class CompareConfig:
         "benchmarks for the final models (ict eval names, rg:<task>...)")
     eval_data_dir: str | None = option(None, "directory of benchmark files; None = the hub")
     eval_n: int = option(EvalConfig.num_samples, "samples per evaluation problem")
+    eval_ks: tuple[int, ...] | None = option(None, "comma-separated k of pass@k (each <= "
+                                             "--eval-n); None = those of ict eval's default "
+                                             f"{EvalConfig.ks} that are <= --eval-n")
+    eval_steps: tuple[int, ...] = option((), "also evaluate the checkpoints of these training "
+                                         "steps (kept by save_every / keep_checkpoints: 0) into "
+                                         "RUN/evals/step-N/, for learning curves; 0 = the "
+                                         "untrained model, once, in DIR/base-model/")
     eval_temperature: float = option(EvalConfig.temperature, "evaluation sampling temperature")
     eval_max_new_tokens: int = option(64, "evaluation completion length limit in tokens")
     eval_math_extraction: str = option(EvalConfig.math_extraction, "math answer extraction",
@@ -121,6 +137,13 @@ class CompareConfig:
     """the command line, appended to ``DIR/commands.txt`` (empty: not recorded)"""
 
     @property
+    def ks(self) -> tuple[int, ...]:
+        """`eval_ks`, or ict eval's default ks that fit in `eval_n` samples."""
+        if self.eval_ks is not None:
+            return self.eval_ks
+        return tuple(k for k in EvalConfig.ks if k <= self.eval_n)
+
+    @property
     def method_specs(self) -> list[MethodSpec]:
         """`methods` parsed (`parse_methods`)."""
         return parse_methods(self.methods)
@@ -137,6 +160,13 @@ class CompareConfig:
         if self.eval_n < 1 or self.eval_max_new_tokens < 1 or self.bootstrap_resamples < 1:
             raise UsageError("--eval-n, --eval-max-new-tokens and --bootstrap-resamples must be "
                              ">= 1")
+        if self.eval_ks is not None and (not self.eval_ks or any(
+                k < 1 or k > self.eval_n for k in self.eval_ks)):
+            raise UsageError(f"--eval-ks needs k in 1..--eval-n ({self.eval_n}), got "
+                             f"{self.eval_ks}")
+        if any(step < 0 for step in self.eval_steps) or len(set(self.eval_steps)) != len(
+                self.eval_steps):
+            raise UsageError(f"--eval-steps needs distinct steps >= 0, got {self.eval_steps}")
         self.method_specs  # noqa: B018 - parse now: a bad spec fails before anything trains
         check_choices(self)
         return self
@@ -161,8 +191,9 @@ def _final_checkpoint(directory: Path, num_steps: int) -> Path | None:
 def run_comparison(config: CompareConfig, log: Any = print) -> Path:
     """Train and evaluate every (method, seed) not finished yet, then write the report.
     ``train_only``: train, evaluate nothing, no report; ``eval_only``: evaluate the runs trained
-    to their final step (train nothing), then write the report; ``report_only``: the report."""
-    from ict.evaluation.evaluate import EvalConfig, evaluate
+    to their final step (train nothing), then write the report; ``report_only``: the report.
+    With ``eval_steps``, the checkpoints of those steps (and, for 0, the untrained model) are
+    evaluated too, with the same settings; an evaluation already written is reused."""
     from ict.training.config import build_config, load_yaml
     from ict.training.trainer import train
 
@@ -175,18 +206,24 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
         if config.command and config.command not in seen:
             with open(commands, "a", encoding="utf-8") as handle:
                 handle.write(config.command + "\n")
-        ks = tuple(k for k in (1, 4) if k <= config.eval_n)
         training_options = (compare_options(load_yaml(config.config_file))[1]
                             if config.config_file else {})
+        base_evaluated = False
         for spec in config.method_specs:
             for seed in config.seeds:
                 directory = run_dir(config.output_dir, spec.label, seed)
-                if (directory / "eval" / "results.json").is_file():
-                    log(f"reuse {directory}")
-                    continue
                 overrides = {**config.overrides, **method_overrides(spec), "seed": str(seed),
                              "run_dir": str(directory), "progress": "false"}
                 train_config = build_config(None, training_options, overrides)
+                if not config.train_only and 0 in config.eval_steps and not base_evaluated:
+                    _evaluate(config, train_config, train_config.model,
+                              config.output_dir / BASE_MODEL_DIR, log)
+                    base_evaluated = True
+                if (directory / "eval" / "results.json").is_file():
+                    log(f"reuse {directory}")
+                    if not config.train_only:
+                        _evaluate_steps(config, train_config, directory, log)
+                    continue
                 checkpoint = _final_checkpoint(directory, train_config.num_steps)
                 if checkpoint is None and config.eval_only:
                     log(f"skip {directory} (not trained to step {train_config.num_steps} yet)")
@@ -200,17 +237,45 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
                 assert checkpoint is not None
                 if config.train_only:
                     continue
-                log(f"evaluate {checkpoint}")
-                evaluate(EvalConfig(
-                    model=str(checkpoint), benchmarks=config.eval_benchmarks,
-                    data_dir=config.eval_data_dir, output_dir=str(directory / "eval"),
-                    num_samples=config.eval_n, ks=ks, temperature=config.eval_temperature,
-                    max_new_tokens=config.eval_max_new_tokens, seed=0, limit=config.eval_limit,
-                    math_extraction=config.eval_math_extraction,
-                    answer_extraction=config.eval_answer_extraction,
-                    device=train_config.device, dtype=train_config.dtype,
-                    threads=train_config.num_threads),
-                    progress=False, print_table=False)
+                _evaluate(config, train_config, str(checkpoint), directory / "eval", log)
+                _evaluate_steps(config, train_config, directory, log)
     if config.train_only:
         return config.output_dir
     return write_report(config.output_dir, config.baselines, config.bootstrap_resamples)
+
+
+def _evaluate_steps(config: CompareConfig, train_config: TrainConfig, directory: Path,
+                    log: Any) -> None:
+    """Evaluate the run's checkpoints at ``config.eval_steps`` (0 and the final step excepted:
+    the untrained model and ``eval/``) into ``evals/step-<N>/``; a missing one is reported."""
+    from ict.runs.checkpoint import COMPLETE_MARKER, checkpoint_dir
+
+    for step in sorted(config.eval_steps):
+        if step in (0, train_config.num_steps):
+            continue
+        checkpoint = checkpoint_dir(directory) / f"step-{step:08d}"
+        if not (checkpoint / COMPLETE_MARKER).is_file():
+            log(f"no checkpoint of step {step} in {directory} (save_every "
+                f"{train_config.save_every}, keep_checkpoints {train_config.keep_checkpoints}); "
+                "not evaluated")
+            continue
+        _evaluate(config, train_config, str(checkpoint), step_eval_dir(directory, step), log)
+
+
+def _evaluate(config: CompareConfig, train_config: TrainConfig, model: str, output_dir: Path,
+              log: Any) -> None:
+    """`ict eval` of ``model`` into ``output_dir`` with the comparison's settings (sampling seed
+    0, the run's device, dtype and threads); skipped when its results.json exists."""
+    from ict.evaluation.evaluate import EvalConfig, evaluate
+
+    if (output_dir / "results.json").is_file():
+        return
+    log(f"evaluate {model} -> {output_dir}")
+    evaluate(EvalConfig(
+        model=model, benchmarks=config.eval_benchmarks, data_dir=config.eval_data_dir,
+        output_dir=str(output_dir), num_samples=config.eval_n, ks=config.ks,
+        temperature=config.eval_temperature, max_new_tokens=config.eval_max_new_tokens, seed=0,
+        limit=config.eval_limit, math_extraction=config.eval_math_extraction,
+        answer_extraction=config.eval_answer_extraction, device=train_config.device,
+        dtype=train_config.dtype, threads=train_config.num_threads),
+        progress=False, print_table=False)

@@ -151,15 +151,53 @@ def progress_bar(console: Any, total_steps: int, enabled: bool, start_step: int)
     return progress
 
 
-def write_eval(run_dir: Path, name: str, result: dict[str, Any]) -> None:
+AFTER_WARMUP = "after_warmup"  # eval.json's key for the evaluation at the end of the warm-up
+
+
+def read_eval(run_dir: Path) -> dict[str, Any]:
+    """The run's eval.json ({} when there is none): "before", "after_warmup", "after"."""
     path = run_dir / "eval.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def write_eval(run_dir: Path, name: str, result: dict[str, Any]) -> None:
+    data = read_eval(run_dir)
     data[name] = result
-    path.write_text(json.dumps(data, indent=1))
+    (run_dir / "eval.json").write_text(json.dumps(data, indent=1))
+
+
+def phase_lines(before: dict[str, Any], after_warmup: dict[str, Any] | None,
+                after: dict[str, Any], phase: tuple[str, int, int] | None) -> list[str]:
+    """The held-out accuracy line (before -> after the warm-up -> after), and with a warm-up
+    what the method's own phase did: problems it got right that the warm-up's model missed
+    (gained), the reverse (lost), and their net, saying so when it added nothing."""
+    count = after["num_problems"]
+    if not (after_warmup and phase and before):
+        return [f"held-out accuracy: before {before['accuracy']:.3f} -> after "
+                f"{after['accuracy']:.3f} ({count} problems)"]
+    method, first, last = phase
+    lines = [f"held-out accuracy: before {before['accuracy']:.3f} -> after the full-token "
+             f"warm-up (step {first - 1}) {after_warmup['accuracy']:.3f} -> after {method}'s "
+             f"selection (step {last}) {after['accuracy']:.3f} ({count} problems, greedy)"]
+    start, end = after_warmup.get("correct"), after.get("correct")
+    if start is None or end is None or len(start) != len(end):
+        return lines
+    gained = sum(1 for a, b in zip(start, end, strict=True) if b and not a)
+    lost = sum(1 for a, b in zip(start, end, strict=True) if a and not b)
+    net = gained - lost
+    verdict = (f"{method}'s selecting phase added nothing on these held-out problems"
+               if net <= 0 else f"{method}'s selecting phase added {net} of {count}")
+    lines.append(f"{method}'s own phase (steps {first}-{last}): {gained} problems gained, {lost} "
+                 f"lost, net {net:+d} of {count}: {verdict}; the warm-up (GRPO on every token) "
+                 f"moved it {after_warmup['accuracy'] - before['accuracy']:+.3f}")
+    return lines
 
 
 def print_summary(console: Any, run_dir: Path, before: dict[str, Any], after: dict[str, Any],
-             checkpoint: Path | None) -> None:
+                  checkpoint: Path | None, after_warmup: dict[str, Any] | None = None,
+                  phase: tuple[str, int, int] | None = None) -> None:
+    """The end-of-run lines: reward and entropy sparklines, what was selected, the held-out
+    accuracy (before -> after the warm-up -> after, `phase_lines`) and where the files are."""
     metrics_path = run_dir / "metrics.jsonl"
     lines = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
     rewards = [line["reward_mean"] for line in lines]
@@ -178,8 +216,8 @@ def print_summary(console: Any, run_dir: Path, before: dict[str, Any], after: di
     if plot is not None:
         console.print(f"reward/entropy plot: {plot}")
     if before and after:
-        console.print(f"held-out accuracy: before {before['accuracy']:.3f} -> after "
-                      f"{after['accuracy']:.3f} ({after['num_problems']} problems)")
+        for text in phase_lines(before, after_warmup, after, phase):
+            console.print(text)
     console.print(f"metrics: {metrics_path}  tensorboard: {run_dir / 'tensorboard'}")
     if checkpoint is not None:
         console.print(f"checkpoint: {checkpoint}")

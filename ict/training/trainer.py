@@ -64,11 +64,13 @@ from ict.models.loading import (
 from ict.models.rollout import VLLM_DEVICES, SamplingSettings, generate_completions, pack_rollout
 from ict.runs.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from ict.runs.reporting import (
+    AFTER_WARMUP,
     ENVIRONMENT_FILE,
     MetricsLogger,
     append_environment,
     print_summary,
     progress_bar,
+    read_eval,
     step_line,
     write_eval,
 )
@@ -102,7 +104,7 @@ METRIC_FIELDS = (
 def evaluate_accuracy(model: Any, tokenizer: Any, problems: list[Problem], reward: Reward,
                       config: TrainConfig, temperature: float | None = None) -> dict[str, float]:
     """Accuracy (task reward >= 1) and mean reward of one completion per held-out problem
-    (greedy when the evaluation temperature is 0)."""
+    (greedy when the evaluation temperature is 0); ``correct``: each problem's verdict, in order."""
     if not problems:
         return {}
     temperature = config.eval_temperature if temperature is None else temperature
@@ -114,9 +116,10 @@ def evaluate_accuracy(model: Any, tokenizer: Any, problems: list[Problem], rewar
             batch_size=config.generation_batch_size, seed=step_seed(config.seed, -1, 0),
             system_prompt=config.system_prompt, shared_prefill=config.generation_shared_prefill)
     totals, task = reward.score(rollout.flat_completions(), problems)
-    return {"accuracy": sum(value >= 1.0 for value in task) / len(task),
+    correct = [value >= 1.0 for value in task]
+    return {"accuracy": sum(correct) / len(correct),
             "reward_mean": sum(totals) / len(totals), "num_problems": len(problems),
-            "example_completion": rollout.completions[0][0]}
+            "example_completion": rollout.completions[0][0], "correct": correct}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,8 +244,19 @@ def train(config: TrainConfig, console: Any = None,
     if run.data.eval:
         eval_after = evaluate_accuracy(run.model, run.tokenizer, run.data.eval, run.reward, config)
         write_eval(run.run_dir, "after", eval_after)
-    print_summary(console, run.run_dir, eval_before, eval_after, run.last_checkpoint)
+    after_warmup = read_eval(run.run_dir).get(AFTER_WARMUP) if eval_after else None
+    print_summary(console, run.run_dir, eval_before, eval_after, run.last_checkpoint,
+                  after_warmup=after_warmup, phase=selection_phase(config))
     return TrainResult(run.run_dir, all_metrics, eval_before, eval_after, run.last_checkpoint)
+
+
+def selection_phase(config: TrainConfig) -> tuple[str, int, int] | None:
+    """(method, first, last step) of the steps where the method's own selection runs after a
+    full-token warm-up; None when there is no warm-up (or it covers every step)."""
+    warmup, steps = config.full_token_warmup_steps or 0, config.num_steps
+    if warmup <= 0 or warmup >= steps or config.selector_name == "all":
+        return None
+    return config.method, warmup + 1, steps
 
 
 def full_token_warmup_note(config: TrainConfig) -> str:
@@ -379,6 +393,13 @@ def _record_step(run: _Run, metrics: dict[str, Any], all_metrics: list[dict[str,
     if config.eval_every and run.data.eval and metrics["step"] % config.eval_every == 0:
         evaluation = evaluate_accuracy(run.model, run.tokenizer, run.data.eval, run.reward, config)
         metrics["eval_accuracy"] = evaluation["accuracy"]
+    phase = selection_phase(config)
+    if run.data.eval and phase is not None and metrics["step"] == phase[1] - 1:
+        # the end of the full-token warm-up: what the method's own phase starts from
+        evaluation = evaluate_accuracy(run.model, run.tokenizer, run.data.eval, run.reward, config)
+        write_eval(run.run_dir, AFTER_WARMUP, evaluation)
+        run.console.print(f"eval after the full-token warm-up (step {metrics['step']}): accuracy "
+                          f"{evaluation['accuracy']:.3f} on {len(run.data.eval)} held-out problems")
     assert run.logger is not None
     run.logger.log(metrics)
     all_metrics.append(metrics)
