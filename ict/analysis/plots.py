@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,7 +160,7 @@ def plot_learning_curves(rows: list[dict], out: Path) -> Path | None:
                 axis.fill_between(steps, [min(by_step[s]) for s in steps],
                                   [max(by_step[s]) for s in steps], color=colour, alpha=0.15,
                                   linewidth=0)
-        axis.set_title(f"{metric}: {benchmark}", fontsize=8)
+        axis.set_title(textwrap.fill(f"{metric}: {benchmark}", 52), fontsize=8)
         axis.set_xlabel("training step (0 = untrained)")
         axis.set_ylabel(f"{metric} (%)")
         axis.grid(alpha=0.3)
@@ -169,7 +170,7 @@ def plot_learning_curves(rows: list[dict], out: Path) -> Path | None:
     figure.legend(handles, labels, loc="lower center", ncol=min(len(methods), 3), fontsize=8,
                   frameon=False)
     figure.suptitle("Held-out pass@k: mean over seeds (line), min..max (band)")
-    figure.tight_layout(rect=(0, 0.6 / (3.8 * panel_rows + 0.6) + 0.04, 1, 0.95))
+    figure.tight_layout(rect=(0, 0.5 / (3.8 * panel_rows + 0.6), 1, 0.95))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=90)
