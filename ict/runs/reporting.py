@@ -187,7 +187,8 @@ def phase_lines(before: dict[str, Any], after_warmup: dict[str, Any] | None,
     net = gained - lost
     verdict = (f"{method}'s selecting phase added nothing on these held-out problems"
                if net <= 0 else f"{method}'s selecting phase added {net} of {count}")
-    lines.append(f"{method}'s own phase (steps {first}-{last}): {gained} problems gained, {lost} "
+    lines.append(f"{method}'s own phase (steps {first}-{last}): {gained} "
+                 f"problem{'' if gained == 1 else 's'} gained, {lost} "
                  f"lost, net {net:+d} of {count}: {verdict}; the warm-up (GRPO on every token) "
                  f"moved it {after_warmup['accuracy'] - before['accuracy']:+.3f}")
     return lines
