@@ -396,6 +396,23 @@ def test_paper_preset_and_option_parsing():
         parse_selector_options("entropy", {"ratioo": "0.1"})
 
 
+def test_random_paper_preset_is_icts_recipe_with_a_random_score():
+    """random:preset=paper differs from ict only in the score: ICT's per-response scope and
+    training options, and each response gets exactly ceil(0.1 * its length) random tokens."""
+    from ict.core.selectors import method_train_options
+
+    assert resolve_options("random", preset="paper") == {"ratio": 0.1, "seed": None, "scope": "sequence"}
+    assert method_train_options("random", "paper") == {"aggregation": "seq_mean_token_mean",
+                                                       "full_token_warmup_steps": 10}
+    assert method_train_options("random", "paper") == method_train_options("ict")
+    inputs = make_inputs(5, batch=6, length=23, mask_rate=0.2)
+    mask = select_tokens("random", inputs, **resolve_options("random", preset="paper"))
+    for row in range(6):
+        length = int(inputs.response_mask[row].sum())
+        assert int(mask[row].sum()) == exact_count(0.1, length)
+    assert not (mask & ~inputs.response_mask).any()
+
+
 def test_a_plugin_file_registers_a_selector(tmp_path):
     plugin = tmp_path / "my_selector.py"
     plugin.write_text(
