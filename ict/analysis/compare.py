@@ -159,7 +159,12 @@ def _planned_steps(path: Path) -> int | None:
 
 def problem_scores(run: RunRecord, benchmark: str, k: int) -> tuple[list[int], np.ndarray]:
     """(problem indices, unbiased pass@k per problem) of one run on one benchmark."""
-    per_problem = run.correct.get(benchmark, {})
+    return verdict_scores(run.correct.get(benchmark, {}), k)
+
+
+def verdict_scores(per_problem: dict[int, list[bool]], k: int) -> tuple[list[int], np.ndarray]:
+    """(problem indices, unbiased pass@k per problem) from each problem's sampled verdicts; all
+    NaN when a problem has fewer than k samples."""
     indices = sorted(per_problem)
     n = np.array([len(per_problem[i]) for i in indices])
     c = np.array([sum(per_problem[i]) for i in indices])
@@ -185,15 +190,6 @@ def score_matrix(runs: list[RunRecord], benchmark: str, k: int) -> tuple[list[in
                                                                                 len(columns))
 
 
-def mean_pass_at_k(correct: dict[int, list[bool]], k: int) -> float:
-    """Unbiased pass@k averaged over problems (NaN when a problem has fewer than k samples)."""
-    if not correct or k > min(len(verdicts) for verdicts in correct.values()):
-        return math.nan
-    n = np.array([len(verdicts) for verdicts in correct.values()])
-    c = np.array([sum(verdicts) for verdicts in correct.values()])
-    return float(np.mean(pass_at_k(n, c, k)))
-
-
 def learning_curves(output_dir: Path, runs: list[RunRecord]) -> list[dict[str, Any]]:
     """Held-out pass@k along training, one row per (run, step, benchmark, k): step 0 from
     ``DIR/base-model/`` (the untrained model, shared by every run), step N from
@@ -215,7 +211,8 @@ def learning_curves(output_dir: Path, runs: list[RunRecord]) -> list[dict[str, A
         for step, (correct, ks) in sorted(points.items()):
             for benchmark, per_problem in sorted(correct.items()):
                 for k in ks:
-                    value = mean_pass_at_k(per_problem, k)
+                    scores = verdict_scores(per_problem, k)[1]
+                    value = float(scores.mean()) if scores.size else math.nan
                     if math.isfinite(value):
                         rows.append({"method": run.label, "seed": run.seed, "step": step,
                                      "benchmark": benchmark, "metric": f"pass@{k}",

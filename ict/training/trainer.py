@@ -390,16 +390,19 @@ def _record_step(run: _Run, metrics: dict[str, Any], all_metrics: list[dict[str,
     """Entropy warnings, the periodic evaluation, the metrics line, the console and progress."""
     config = run.config
     run.trainer_state = _check_entropy(metrics, run.trainer_state, config, run.console)
-    if config.eval_every and run.data.eval and metrics["step"] % config.eval_every == 0:
-        evaluation = evaluate_accuracy(run.model, run.tokenizer, run.data.eval, run.reward, config)
-        metrics["eval_accuracy"] = evaluation["accuracy"]
     phase = selection_phase(config)
-    if run.data.eval and phase is not None and metrics["step"] == phase[1] - 1:
-        # the end of the full-token warm-up: what the method's own phase starts from
+    periodic = bool(config.eval_every) and metrics["step"] % config.eval_every == 0
+    # the end of the full-token warm-up: what the method's own phase starts from
+    warmup_end = phase is not None and metrics["step"] == phase[1] - 1
+    if run.data.eval and (periodic or warmup_end):  # one evaluation serves both
         evaluation = evaluate_accuracy(run.model, run.tokenizer, run.data.eval, run.reward, config)
-        write_eval(run.run_dir, AFTER_WARMUP, evaluation)
-        run.console.print(f"eval after the full-token warm-up (step {metrics['step']}): accuracy "
-                          f"{evaluation['accuracy']:.3f} on {len(run.data.eval)} held-out problems")
+        if periodic:
+            metrics["eval_accuracy"] = evaluation["accuracy"]
+        if warmup_end:
+            write_eval(run.run_dir, AFTER_WARMUP, evaluation)
+            run.console.print(f"eval after the full-token warm-up (step {metrics['step']}): "
+                              f"accuracy {evaluation['accuracy']:.3f} on {len(run.data.eval)} "
+                              "held-out problems")
     assert run.logger is not None
     run.logger.log(metrics)
     all_metrics.append(metrics)
