@@ -140,3 +140,51 @@ def test_paper_figures_of_the_ict_selection_match_an_independent_forward(tiny_mo
     assert "the paper: p(a*) mean 0.18, p(a*) std 0.09" in printed
     assert re.search(r"sorted ICT score per response: score knee (0\.\d\d|1\.00|nan)", printed)
     assert "ict leaves out most often:" in printed and "The paper's figures" in page.read_text()
+
+
+def test_samples_file_first_prompts_and_end_tokens(tiny_model_dir, tmp_path, capsys):
+    """An evaluation's samples.jsonl as --samples: --num-prompts keeps the file's first K prompts
+    (in file order), a finished record's completion ends on the tokenizer's EOS token, an
+    unfinished one does not; the page names the model and the file."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    records = [("what is 1 + 2 ?", "the sum is 3", True), ("what is 1 + 2 ?", "so it is 3 and", False),
+               ("what is 4 + 4 ?", "it is 8", True), ("what is 4 + 4 ?", "8", True),
+               ("what is 9 - 2 ?", "7", True), ("what is 9 - 2 ?", "it is 7", True)]
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps({"prompt": p, "completion": c, "finished": f, "extra": 1}) + "\n"
+                               for p, c, f in records))
+    page = tmp_path / "view.html"
+    assert main(["inspect", "--model", str(tiny_model_dir), "--samples", str(samples),
+                 "--num-prompts", "2", "--html", str(page)]) == 0
+    text = page.read_text()
+    blocks = text.split("<div class='prompt'>")[1:]
+    assert len(blocks) == 4 and "9 - 2" not in text
+    assert "what is 1 + 2 ?" in blocks[0] and "(same prompt)" in blocks[1] and "4 + 4" in blocks[2]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    for block, (_, completion, finished) in zip(blocks, records, strict=False):
+        tokens = re.findall(r"<span class='tok[^']*'[^>]*>([^<]*)</span>", block)
+        expected = len(tokenizer.encode(completion, add_special_tokens=False)) + finished
+        assert len(tokens) == expected
+        assert (tokens[-1] == "&lt;|im_end|&gt;") == finished
+    assert f"model: {tiny_model_dir}" in text and f"completions: {samples} (first 2 prompts)" in text
+
+
+@pytest.mark.parametrize(("lines", "options", "message"), [
+    (['{"prompt": "a", "completion": "b"}', '{"prompt": "a", "completion": "c"}'],
+     ["--prompt", "x", "--num-prompts", "1"], "--num-prompts needs --samples"),
+    (['{"prompt": "a", "completion": "b"}', '{"prompt": "a", "completion": "c"}'],
+     ["--num-prompts", "0"], "--num-prompts needs --samples and must be >= 1"),
+    (['{"prompt": "a", "completion": "b"}', '{"prompt": "a", "completion": "c"}',
+      '{"prompt": "d", "completion": "e"}'], [], "every prompt needs the same number"),
+    (['{"prompt": "a"}'], [], "not a {prompt, completion} JSON record"),
+])
+def test_bad_samples_exit_2(tiny_model_dir, tmp_path, capsys, lines, options, message):
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("\n".join(lines) + "\n")
+    args = ["inspect", "--model", str(tiny_model_dir)]
+    args += options if "--prompt" in options else ["--samples", str(samples), *options]
+    assert main(args) == 2
+    assert message in capsys.readouterr().err

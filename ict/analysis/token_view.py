@@ -40,7 +40,10 @@ class InspectConfig:
 
     model: str = option(OFFLINE_DEFAULT_MODEL, "model id or directory")
     prompt: str | None = option(None, "sample --n completions of this prompt (or give --samples)")
-    samples: str | None = option(None, "JSONL of {prompt, completion} records (or give --prompt)")
+    samples: str | None = option(None, "JSONL of {prompt, completion} records, e.g. an evaluation's "
+                                 "samples.jsonl (or give --prompt)")
+    num_prompts: int | None = option(None, "with --samples: only the file's first K prompts "
+                                     "(default: all)")
     num_samples: int = option(4, "completions per prompt (>= 2: JS scores compare completions)")
     max_new_tokens: int = option(64, "maximum completion length in tokens")
     temperature: float = option(ROLLOUT_TEMPERATURE, "sampling temperature, also the "
@@ -55,6 +58,8 @@ class InspectConfig:
         """One-line UsageError for a bad combination."""
         if (self.prompt is None) == (self.samples is None):
             raise UsageError("give exactly one of --prompt and --samples")
+        if self.num_prompts is not None and (self.samples is None or self.num_prompts < 1):
+            raise UsageError("--num-prompts needs --samples and must be >= 1")
         if self.num_samples < 2:
             raise UsageError("--n must be >= 2 (JS scores compare completions)")
         if self.max_new_tokens < 1 or not self.temperature > 0:
@@ -197,9 +202,11 @@ def _shade(value: float, low: float, high: float) -> tuple[int, int, int]:
     return 255, int(255 - 200 * level), int(255 - 200 * level)
 
 
-def render_html(view: TokenView) -> str:
+def render_html(view: TokenView, source: str = "") -> str:
     """One self-contained page: a coloured <span class="tok"> per token with its score and
-    selections in the title; ICT-selected tokens underlined, 20-Entropy boxed, STAPO struck."""
+    selections in the title; ICT-selected tokens underlined, 20-Entropy boxed, STAPO struck.
+    `source` (e.g. the model and the samples file) is printed under the heading; each prompt's
+    text is printed once, above the first of its completions."""
     low, high = _range(view)
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ict inspect</title>",
              "<style>body{font-family:monospace;max-width:1100px;margin:1em auto}"
@@ -208,6 +215,7 @@ def render_html(view: TokenView) -> str:
              ".prompt{color:#555;margin-top:1.2em}.stats{background:#f4f4f4;padding:.5em}"
              "</style></head><body>",
              f"<h1>Token view ({html.escape(view.score_name)})</h1>",
+             f"<p>{html.escape(source)}</p>" if source else "",
              f"<p>Colour: white ({low:.3f}) to red ({high:.3f} nats), the batch's range. Underlined "
              "blue: ICT (top 10% JS); green box: 20-Entropy (top 20% entropy); struck: silenced "
              "by STAPO (its spurious tokens).</p>",
@@ -226,7 +234,8 @@ def render_html(view: TokenView) -> str:
     parts.append("</div>")
     for index, (prompt, tokens, scores) in enumerate(zip(view.prompts, view.tokens, view.scores,
                                                          strict=True)):
-        parts.append(f"<div class='prompt'>#{index}: {html.escape(prompt[-200:])}</div><p>")
+        shown = "(same prompt)" if index and view.prompts[index - 1] == prompt else prompt[-200:]
+        parts.append(f"<div class='prompt'>#{index}: {html.escape(shown)}</div><p>")
         for position, (token, value) in enumerate(zip(tokens, scores, strict=True)):
             classes = ["tok", *(label for label in view.selected
                                 if view.selected[label][index][position])]
@@ -271,21 +280,37 @@ def print_view(view: TokenView, console: Any = None) -> None:
                       markup=False, highlight=False, soft_wrap=True)
 
 
-def rollout_from_samples(tokenizer: Any, path: Path) -> Any:
-    """Rollout from a JSONL of {"prompt", "completion"} (grouped by prompt; equal group sizes)."""
+def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = None) -> Any:
+    """Rollout from a JSONL of {"prompt", "completion", optional "finished"} records (an
+    evaluation's samples.jsonl is one), grouped by prompt in file order; the first `num_prompts`
+    prompts (all when None), each with the same number of completions. A finished completion
+    (it ended on EOS, as a rollout's does) gets the tokenizer's EOS token after its text's
+    tokens; a record without "finished" counts as cut by the length cap. The text is
+    re-tokenized, so a sample whose sampled ids were not the canonical tokenization differs."""
     from ict.models.rollout import Rollout, _encode_prompt, render_prompt
 
-    groups: dict[str, list[str]] = {}
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if line.strip():
+    groups: dict[str, list[tuple[str, bool]]] = {}
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
             record = json.loads(line)
-            groups.setdefault(record["prompt"], []).append(record["completion"])
+            prompt, completion = record["prompt"], record["completion"]
+        except (ValueError, KeyError, TypeError) as error:
+            raise UsageError(f"{path}:{number}: not a {{prompt, completion}} JSON record ({error})") from None
+        if prompt not in groups and num_prompts is not None and len(groups) == num_prompts:
+            continue
+        groups.setdefault(prompt, []).append((completion, bool(record.get("finished", False))))
+    if not groups:
+        raise UsageError(f"{path}: no {{prompt, completion}} records")
     sizes = {len(group) for group in groups.values()}
     if len(sizes) != 1:
-        raise ValueError(f"{path}: every prompt needs the same number of completions")
+        raise UsageError(f"{path}: every prompt needs the same number of completions "
+                         f"(found {', '.join(map(str, sorted(sizes)))})")
     texts = [render_prompt(tokenizer, prompt, None) for prompt in groups]
-    ids = [[tokenizer.encode(c, add_special_tokens=False) for c in group]
-           for group in groups.values()]
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    ids = [[tokenizer.encode(completion, add_special_tokens=False) + (eos if finished else [])
+            for completion, finished in group] for group in groups.values()]
     return Rollout(texts, [_encode_prompt(tokenizer, text) for text in texts],
-                   [list(group) for group in groups.values()], ids,
-                   [[False] * len(group) for group in groups.values()])
+                   [[completion for completion, _ in group] for group in groups.values()], ids,
+                   [[finished for _, finished in group] for group in groups.values()])

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     config = options_from_args(InspectConfig, args).validate()
     model, tokenizer = load_model_and_tokenizer(config.model, device="cpu")
     if config.samples:
-        rollout = rollout_from_samples(tokenizer, Path(config.samples))
+        rollout = rollout_from_samples(tokenizer, Path(config.samples), config.num_prompts)
     else:
         sampling = SamplingSettings(config.temperature, config.max_new_tokens)
         rollout = generate_completions(model, tokenizer, [config.prompt], sampling,
@@ -47,6 +47,12 @@ def run(args: argparse.Namespace) -> int:
                       reference=config.reference)
     print_view(view)
     if config.html:
-        Path(config.html).write_text(render_html(view), encoding="utf-8")
+        source = f"model: {config.model}; " + (
+            f"completions: {config.samples}" + (f" (first {config.num_prompts} prompts)"
+                                               if config.num_prompts else "")
+            if config.samples else f"{config.num_samples} completions sampled at temperature "
+            f"{config.temperature}, seed {config.seed}")
+        Path(config.html).write_text(render_html(view, source + f"; statistics at temperature "
+                                                 f"{config.temperature}"), encoding="utf-8")
         print(f"html: {config.html}")
     return 0
