@@ -67,6 +67,17 @@ class InspectConfig:
         check_choices(self)
         return self
 
+    def source(self) -> str:
+        """One line naming the model and where the completions came from (the page's subtitle)."""
+        if self.samples:
+            completions = f"completions: {self.samples}"
+            if self.num_prompts:
+                completions += f" (first {self.num_prompts} prompts)"
+        else:
+            completions = (f"{self.num_samples} completions sampled at temperature "
+                           f"{self.temperature}, seed {self.seed}")
+        return f"model: {self.model}; {completions}; statistics at temperature {self.temperature}"
+
 
 @dataclass
 class TokenView:

@@ -47,12 +47,6 @@ def run(args: argparse.Namespace) -> int:
                       reference=config.reference)
     print_view(view)
     if config.html:
-        source = f"model: {config.model}; " + (
-            f"completions: {config.samples}" + (f" (first {config.num_prompts} prompts)"
-                                               if config.num_prompts else "")
-            if config.samples else f"{config.num_samples} completions sampled at temperature "
-            f"{config.temperature}, seed {config.seed}")
-        Path(config.html).write_text(render_html(view, source + f"; statistics at temperature "
-                                                 f"{config.temperature}"), encoding="utf-8")
+        Path(config.html).write_text(render_html(view, config.source()), encoding="utf-8")
         print(f"html: {config.html}")
     return 0
