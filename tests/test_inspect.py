@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 import re
 import shutil
@@ -170,6 +171,29 @@ def test_samples_file_first_prompts_and_end_tokens(tiny_model_dir, tmp_path, cap
         assert len(tokens) == expected
         assert (tokens[-1] == "&lt;|im_end|&gt;") == finished
     assert f"model: {tiny_model_dir}" in text and f"completions: {samples} (first 2 prompts)" in text
+
+
+def test_page_shows_each_prompt_whole_as_the_model_saw_it(tiny_model_dir, tmp_path):
+    """A long, multi-line prompt is printed whole, in the tokenizer's own chat template (not a
+    tail of it), with its line breaks kept on the page."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    prompt = "\n".join(f"line {i}: what is 1 + 2 ?" for i in range(20))
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps({"prompt": prompt, "completion": c}) + "\n"
+                               for c in ("3", "it is 3")))
+    page = tmp_path / "view.html"
+    assert main(["inspect", "--model", str(tiny_model_dir), "--samples", str(samples),
+                 "--html", str(page)]) == 0
+    text = page.read_text()
+    seen = AutoTokenizer.from_pretrained(tiny_model_dir).apply_chat_template(
+        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+    assert len(seen) > 400 and seen.startswith("<|im_start|>user line 0:")
+    blocks = text.split("<div class='prompt'>")[1:]
+    assert blocks[0].startswith(f"#0: {html.escape(seen)}</div>") and "(same prompt)" in blocks[1]
+    assert re.search(r"\.prompt\{[^}]*white-space:pre-wrap", text)
 
 
 @pytest.mark.parametrize(("lines", "options", "message"), [

@@ -216,14 +216,15 @@ def _shade(value: float, low: float, high: float) -> tuple[int, int, int]:
 def render_html(view: TokenView, source: str = "") -> str:
     """One self-contained page: a coloured <span class="tok"> per token with its score and
     selections in the title; ICT-selected tokens underlined, 20-Entropy boxed, STAPO struck.
-    `source` (e.g. the model and the samples file) is printed under the heading; each prompt's
-    text is printed once, above the first of its completions."""
+    `source` (e.g. the model and the samples file) is printed under the heading; each prompt is
+    printed once, whole and as the model saw it (chat template, system prompt and line breaks
+    included), above the first of its completions."""
     low, high = _range(view)
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ict inspect</title>",
              "<style>body{font-family:monospace;max-width:1100px;margin:1em auto}"
              ".tok{white-space:pre-wrap;padding:1px 0;margin-right:3px}.ict{border-bottom:3px solid #1f4fd1}"
              ".entropy20{outline:1px solid #1a8a1a}.stapo{text-decoration:line-through}"
-             ".prompt{color:#555;margin-top:1.2em}.stats{background:#f4f4f4;padding:.5em}"
+             ".prompt{color:#555;margin-top:1.2em;white-space:pre-wrap}.stats{background:#f4f4f4;padding:.5em}"
              "</style></head><body>",
              f"<h1>Token view ({html.escape(view.score_name)})</h1>",
              f"<p>{html.escape(source)}</p>" if source else "",
@@ -245,7 +246,7 @@ def render_html(view: TokenView, source: str = "") -> str:
     parts.append("</div>")
     for index, (prompt, tokens, scores) in enumerate(zip(view.prompts, view.tokens, view.scores,
                                                          strict=True)):
-        shown = "(same prompt)" if index and view.prompts[index - 1] == prompt else prompt[-200:]
+        shown = "(same prompt)" if index and view.prompts[index - 1] == prompt else prompt
         parts.append(f"<div class='prompt'>#{index}: {html.escape(shown)}</div><p>")
         for position, (token, value) in enumerate(zip(tokens, scores, strict=True)):
             classes = ["tok", *(label for label in view.selected
