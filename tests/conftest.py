@@ -22,6 +22,11 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
+# Without a GPU, Triton's kernels run under its interpreter on CPU tensors (tests/test_tiles.py);
+# it must be set before triton is first imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 PROPERTY_EXAMPLES = 100
 FUZZ_EXAMPLES = int(os.environ.get("HYPOTHESIS_FUZZ_EXAMPLES", "2000"))
 _QUIET_CHECKS = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]

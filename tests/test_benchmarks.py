@@ -1,11 +1,16 @@
 """Benchmark registry: names and suites, local files loaded as they are, hub-format rows, offline
-hub errors, reasoning-gym tasks, and the paper's seven benchmarks from small files built here."""
+hub errors, reasoning-gym tasks, and the paper's seven benchmarks from small files built here; and
+the cost benchmark benchmarks/ict_cost.py, run tiny on the CPU."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -411,3 +416,80 @@ def test_new_paper_benchmarks_offline_is_one_clear_error(monkeypatch, name, hub_
     message = str(caught.value)
     assert "\n" not in message and hub_id in message
     assert f"--data-dir DIR holding {name}.jsonl" in message
+
+
+# ------------------------------------------------------------------ benchmarks/ict_cost.py, tiny
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def table_rows(output: str, first_cells: tuple[str, ...]) -> list[list[str]]:
+    """The markdown table lines of ``output`` whose first cells are ``first_cells``."""
+    rows = []
+    for line in output.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and tuple(cells[:len(first_cells)]) == first_cells:
+            rows.append(cells)
+    return rows
+
+
+def finite(cell: str, positive: bool = True) -> bool:
+    value = float(cell)
+    return math.isfinite(value) and (value > 0 if positive else value >= 0)
+
+
+@pytest.mark.slow  # a process start per section and model; ~30 s on 2 cores
+def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
+    pytest.importorskip("trl")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from ict_cost import A_ROWS
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    report_path = tmp_path / "cost.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))}
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ict_cost.py"), "--tiny", "--device", "cpu",
+                             "--json", str(report_path)], capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    tables = {part[:3]: part for part in result.stdout.split("\n### ")[1:]}  # "(a)", "(b)", "(c)"
+    assert set(tables) == {"(a)", "(b)", "(c)"}, result.stdout[-3000:]
+    # (a): every path, with finite positive seconds and ratios and a finite memory figure
+    for label in A_ROWS.values():
+        (row,) = table_rows(tables["(a)"], (label,))
+        assert finite(row[1]) and finite(row[2]) and finite(row[3], positive=False), row
+    assert "target CPU: ICT <= 1.0x TRL's head" in tables["(a)"]
+    # (b): TRL and ICT in TRL, full fine-tuning and LoRA, and their ratios; (c): ours, GRPO and ICT.
+    # Columns: configuration, variant, step time, wall per step, mean completion length, memory.
+    for config in ("full", "lora"):
+        for variant in ("trl", "ict", "ict / trl"):
+            (row,) = table_rows(tables["(b)"], (config, variant))
+            assert finite(row[2]) and finite(row[3]) and finite(row[4]), row
+            if "/" not in variant:
+                assert float(row[4]) == 8.0  # every completion ran to the cap
+    for variant in ("grpo", "ict", "ict / grpo"):
+        (row,) = table_rows(tables["(c)"], ("full", variant))
+        assert finite(row[2]) and finite(row[4]), row
+        if "/" not in variant:
+            assert float(row[4]) == 8.0
+    report = json.loads(report_path.read_text())
+    assert set(report["a"]["tiny"]["rows"]) == set(A_ROWS)
+    assert {run["variant"] for run in report["b"]["tiny"]["runs"]} == {"trl", "ict"}
+    assert {run["variant"] for run in report["c"]["tiny"]["runs"]} == {"grpo", "ict"}
+    assert not any("error" in run or "skipped" in run
+                   for section in ("b", "c") for run in report[section]["tiny"]["runs"])
+
+
+def test_stats_agreement_runs_tiny_and_agrees(tmp_path):
+    """benchmarks/stats_agreement.py at a small shape on the CPU: the torch tiles within 1e-5 of
+    its float64 computation and ICT's mask equal to float64's apart from ties."""
+    report_path = tmp_path / "agreement.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))}
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "stats_agreement.py"), "--vocab", "211",
+                             "--length", "12", "--group", "4", "--json", str(report_path)],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    assert report["shape"] == [8, 12, 211]
+    assert max(report["max_abs"]["cpu/torch - float64"].values()) < 1e-5
+    assert report["masks"]["cpu/torch"]["of them not decided by a tie"] == 0
+    assert "| cpu/torch - float64 |" in result.stdout

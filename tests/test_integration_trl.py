@@ -459,6 +459,24 @@ def _check_group_mean_js(record, atol=1e-5):
     torch.testing.assert_close(record["stats"].js_scores["group_mean"][own].double(), reference, atol=atol, rtol=1e-3)
 
 
+def _check_head_values(record: dict) -> None:
+    """The log-probs, entropy and Renyi-2 the selector saw (TRL's fused head's) equal a float64
+    computation from the captured hidden states and the head."""
+    own = slice(record["start"], None)
+    mask = record["mask"].bool()[own]
+    logits = record["hidden"].double() @ record["weight"].double().T
+    log_p = torch.log_softmax(logits, dim=-1)
+    expected = {
+        "log_probs": log_p.gather(-1, record["ids"][own][..., None])[..., 0],
+        "entropy": -(log_p.exp() * log_p).sum(-1),
+        "renyi2": -torch.log((log_p.exp() ** 2).sum(-1)),
+    }
+    for name, values in expected.items():
+        ours = getattr(record["stats"], name)[own].double()
+        torch.testing.assert_close(ours[mask], values[mask], atol=1e-5, rtol=1e-5)
+        assert (ours[~mask] == 0).all()
+
+
 def test_trl_full_fine_tuning_updates_weights(tiny_model_dir, tmp_path):
     trainer, records = _train_in_process(tiny_model_dir, tmp_path, "ict:reference=group_mean,ratio=0.25")
     assert len(records) == 1
@@ -467,6 +485,9 @@ def test_trl_full_fine_tuning_updates_weights(tiny_model_dir, tmp_path):
     mask = record["mask"].bool()
     assert int(record["selected"].sum()) == math.ceil(0.25 * int(mask.sum()))
     assert trainer.state.log_history[0]["grad_norm"] > 0
+    # the scores took TRL's fused head's log Z and entropy (one vocabulary pass), and its values
+    assert trainer.ict_head_statistics == {"reused": 1, "recomputed": 0}
+    _check_head_values(record)
 
 
 def test_trl_default_ict_uses_the_absorbing_group_reference(tiny_model_dir, tmp_path):
@@ -541,6 +562,8 @@ def test_trl_lora_hooks_the_backbone_trl_uses(tiny_model_dir, tmp_path):
     _check_group_mean_js(records[0])
     moved = {name for name, p in trainer.model.named_parameters() if not torch.equal(p.detach(), before[name])}
     assert moved and all("lora_" in name for name in moved)
+    assert trainer.ict_head_statistics == {"reused": 1, "recomputed": 0}
+    _check_head_values(records[0])
 
 
 def test_trl_bf16_weights_with_fp32_head(tiny_model_dir, tmp_path):
@@ -554,6 +577,7 @@ def test_trl_bf16_weights_with_fp32_head(tiny_model_dir, tmp_path):
     assert head.dtype == torch.float32 and records[0]["hidden"].dtype == torch.bfloat16
     _check_group_mean_js(records[0], atol=1e-4)
     assert math.isfinite(trainer.state.log_history[0]["loss"])
+    assert trainer.ict_head_statistics == {"reused": 1, "recomputed": 0}
 
 
 def test_trl_scope_group_and_duplicate_prompts(tiny_model_dir, tmp_path):

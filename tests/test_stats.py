@@ -11,6 +11,12 @@ from hypothesis import strategies as st
 
 from ict.core.stats import token_statistics, token_statistics_from_hidden
 
+
+def _tile(tokens: int | None) -> tuple[int, int] | None:
+    """A tile of ``tokens`` rows by 5 vocabulary ids (no test vocabulary is a multiple of 5), or
+    None for the device's default tile."""
+    return None if tokens is None else (tokens, 5)
+
 LN2 = math.log(2.0)
 
 
@@ -75,7 +81,7 @@ def test_matches_full_softmax_reference(temperature, chunk_size):
     logits, token_ids, mask = make_batch(0)
     reference_logits = torch.randn_like(logits) * 2
     stats = token_statistics(
-        logits, token_ids, mask, temperature, ("seq_mean", "prev", "ref"), reference_logits, chunk_size=chunk_size
+        logits, token_ids, mask, temperature, ("seq_mean", "prev", "ref"), reference_logits, tile_size=_tile(chunk_size)
     )
     expected = reference_statistics(logits, token_ids, mask, temperature, reference_logits)
     for name in ("log_probs", "entropy", "renyi2"):
@@ -94,7 +100,7 @@ def test_matches_full_softmax_reference(temperature, chunk_size):
 )
 def test_properties_on_random_batches(seed, batch, length, vocab, scale, temperature):
     logits, token_ids, mask = make_batch(seed, batch, length, vocab, scale)
-    stats = token_statistics(logits, token_ids, mask, temperature, ("seq_mean", "prev"), chunk_size=5)
+    stats = token_statistics(logits, token_ids, mask, temperature, ("seq_mean", "prev"), tile_size=_tile(5))
     expected = reference_statistics(logits, token_ids, mask, temperature)
     torch.testing.assert_close(stats.entropy.double(), expected["entropy"], atol=1e-5, rtol=0)
     torch.testing.assert_close(stats.js_scores["seq_mean"].double(), expected["seq_mean"], atol=1e-5, rtol=0)
@@ -146,7 +152,7 @@ def test_log_prob_gradient_matches_autograd_reference():
     logits[1, :, :5] = -float("inf")
     weights = torch.randn(logits.shape[:2], dtype=torch.float64)
     ours = logits.clone().requires_grad_()
-    stats = token_statistics(ours, token_ids, mask, 0.8, chunk_size=3)
+    stats = token_statistics(ours, token_ids, mask, 0.8, tile_size=_tile(3))
     (stats.log_probs.double() * weights).sum().backward()
     theirs = logits.double().clone().requires_grad_()
     log_p = torch.log_softmax(theirs / 0.8, -1).gather(-1, token_ids[..., None])[..., 0]
@@ -173,7 +179,7 @@ def test_log_prob_and_entropy_gradients_together():
     log_prob_weights = torch.randn(logits.shape[:2], dtype=torch.float64)
     entropy_weights = torch.randn(logits.shape[:2], dtype=torch.float64)
     ours = logits.clone().requires_grad_()
-    stats = token_statistics(ours, token_ids, mask, 0.7, differentiable_entropy=True, chunk_size=2)
+    stats = token_statistics(ours, token_ids, mask, 0.7, differentiable_entropy=True, tile_size=_tile(2))
     ((stats.log_probs.double() * log_prob_weights).sum()
      + (stats.entropy.double() * entropy_weights).sum()).backward()
     theirs = logits.double().clone().requires_grad_()
@@ -255,7 +261,7 @@ def test_group_mean_matches_float64_reference(temperature, chunk_size):
     logits[1, :, :4] = -float("inf")  # masked vocabulary in one row
     logits[4, 2, 10:] = -float("inf")
     stats = token_statistics(
-        logits, token_ids, mask, temperature, ("group_mean", "seq_mean"), chunk_size=chunk_size, group_ids=groups
+        logits, token_ids, mask, temperature, ("group_mean", "seq_mean"), tile_size=_tile(chunk_size), group_ids=groups
     )
     expected = reference_group_mean_js(logits, mask, groups, temperature)
     torch.testing.assert_close(stats.js_scores["group_mean"].double(), expected, atol=1e-5, rtol=0)
@@ -269,7 +275,7 @@ def test_group_mean_matches_float64_reference(temperature, chunk_size):
 def test_group_mean_with_a_response_mask_that_is_not_a_prefix():
     logits, token_ids, mask = make_batch(12, batch=6, length=8)
     groups = torch.tensor([1, 0, 1, 0, 1, 0])
-    stats = token_statistics(logits, token_ids, mask, 1.3, ("group_mean",), chunk_size=2, group_ids=groups)
+    stats = token_statistics(logits, token_ids, mask, 1.3, ("group_mean",), tile_size=_tile(2), group_ids=groups)
     expected = reference_group_mean_js(logits, mask, groups, 1.3)
     torch.testing.assert_close(stats.js_scores["group_mean"].double(), expected, atol=1e-5, rtol=0)
 
@@ -283,7 +289,7 @@ def test_group_mean_with_a_response_mask_that_is_not_a_prefix():
 )
 def test_group_mean_properties(seed, group_ids, vocab, scale, chunk_size):
     logits, token_ids, mask, groups = ragged_group_batch(seed, group_ids, length=6, vocab=vocab, scale=scale)
-    stats = token_statistics(logits, token_ids, mask, 1.0, ("group_mean",), chunk_size=chunk_size, group_ids=groups)
+    stats = token_statistics(logits, token_ids, mask, 1.0, ("group_mean",), tile_size=_tile(chunk_size), group_ids=groups)
     scores = stats.js_scores["group_mean"]
     assert scores.min() >= 0 and scores.max() <= LN2
     assert (scores[~mask] == 0).all()
@@ -291,7 +297,7 @@ def test_group_mean_properties(seed, group_ids, vocab, scale, chunk_size):
     # Identical rows in one group: every row equals the group mean, so JS = 0.
     same = logits[:1].expand_as(logits).clone()
     full = torch.ones_like(mask)
-    same_stats = token_statistics(same, token_ids, full, 1.0, ("group_mean",), chunk_size=chunk_size,
+    same_stats = token_statistics(same, token_ids, full, 1.0, ("group_mean",), tile_size=_tile(chunk_size),
                                   group_ids=torch.zeros_like(groups))
     assert same_stats.js_scores["group_mean"].abs().max() <= 1e-6
 
@@ -330,7 +336,7 @@ def test_hidden_path_matches_float64_reference_and_logits_path(bias, chunk_size)
         ours.append(lm_bias.clone().requires_grad_())
     stats = token_statistics_from_hidden(
         ours[0], ours[1], token_ids, mask, temperature, references, group_ids=groups,
-        lm_head_bias=ours[2] if bias else None, differentiable_entropy=True, chunk_size=chunk_size,
+        lm_head_bias=ours[2] if bias else None, differentiable_entropy=True, tile_size=_tile(chunk_size),
     )
     ((stats.log_probs.double() * lp_weights).sum() + (stats.entropy.double() * entropy_weights).sum()).backward()
 
@@ -358,7 +364,7 @@ def test_hidden_path_matches_float64_reference_and_logits_path(bias, chunk_size)
     hidden_l, weight_l = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
     logits32 = hidden_l @ weight_l.T + (lm_bias if bias else 0.0)
     via_logits = token_statistics(logits32, token_ids, mask, temperature, references, group_ids=groups,
-                                  differentiable_entropy=True, chunk_size=chunk_size)
+                                  differentiable_entropy=True, tile_size=_tile(chunk_size))
     ((via_logits.log_probs.double() * lp_weights).sum() + (via_logits.entropy.double() * entropy_weights).sum()).backward()
     for name in ("log_probs", "entropy", "renyi2"):
         torch.testing.assert_close(getattr(stats, name), getattr(via_logits, name), atol=1e-5, rtol=0)
@@ -371,7 +377,7 @@ def test_hidden_path_matches_float64_reference_and_logits_path(bias, chunk_size)
 def test_hidden_path_log_prob_gradient_only_and_no_graph_for_scores():
     hidden, weight, _, token_ids, mask = hidden_batch(22, bias=False)
     ours_h, ours_w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
-    stats = token_statistics_from_hidden(ours_h, ours_w, token_ids, mask, 1.0, ("prev",), chunk_size=2)
+    stats = token_statistics_from_hidden(ours_h, ours_w, token_ids, mask, 1.0, ("prev",), tile_size=_tile(2))
     assert not stats.entropy.requires_grad and not stats.js_scores["prev"].requires_grad
     stats.log_probs.sum().backward()
     theirs_h, theirs_w = hidden.double().requires_grad_(), weight.double().requires_grad_()
@@ -439,7 +445,7 @@ def sized_group_batch(seed: int, groups=(3, 2, 1), length=7, vocab=23, scale=3.0
 def test_group_mean_matches_a_second_float64_reference(seed, temperature, chunk_size):
     logits, token_ids, mask, group_ids = sized_group_batch(seed)
     stats = token_statistics(logits, token_ids, mask, temperature, ("group_mean",),
-                             chunk_size=chunk_size, group_ids=group_ids)
+                             tile_size=_tile(chunk_size), group_ids=group_ids)
     expected = loop_reference_group_mean(logits, mask, group_ids, temperature)
     assert torch.allclose(stats.js_scores["group_mean"].double(), expected, atol=1e-5)
 
@@ -553,7 +559,7 @@ def test_group_mean_variants_match_float64_loops(variant, seed, temperature, chu
     logits, token_ids, mask, group_ids, _ = variant_batch(seed)
     absorbing, leave_one_out = VARIANTS[variant]
     expected = loop_reference_variant(logits, token_ids, mask, group_ids, temperature, absorbing, leave_one_out)
-    stats = token_statistics(logits, token_ids, mask, temperature, (variant,), chunk_size=chunk_size,
+    stats = token_statistics(logits, token_ids, mask, temperature, (variant,), tile_size=_tile(chunk_size),
                              group_ids=group_ids)
     torch.testing.assert_close(stats.js_scores[variant].double(), expected, atol=2e-5, rtol=0)
     lone = (group_ids == 5).nonzero()[0, 0]  # the group of one
@@ -574,7 +580,7 @@ def test_all_variants_together_with_prev_and_an_explicit_finished(chunk_size):
                                                               False, finished_list))
     for extra in ((), ("prev", "seq_mean")):
         references = (*VARIANTS, *extra)
-        stats = token_statistics(logits, token_ids, mask, 0.9, references, chunk_size=chunk_size,
+        stats = token_statistics(logits, token_ids, mask, 0.9, references, tile_size=_tile(chunk_size),
                                  group_ids=group_ids, finished=finished)
         for variant, (absorbing, leave_one_out) in VARIANTS.items():
             expected = loop_reference_variant(logits, token_ids, mask, group_ids, 0.9, absorbing, leave_one_out,
@@ -640,7 +646,7 @@ def test_hidden_path_supports_every_variant(chunk_size):
     groups = torch.tensor([3, 1, 3, 1, 3, 3])
     logits = hidden.double() @ weight.double().T + lm_bias.double()
     stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 0.8, tuple(VARIANTS), groups,
-                                         lm_bias, chunk_size=chunk_size)
+                                         lm_bias, tile_size=_tile(chunk_size))
     for variant, (absorbing, leave_one_out) in VARIANTS.items():
         expected = loop_reference_variant(logits, token_ids, mask, groups, 0.8, absorbing, leave_one_out)
         torch.testing.assert_close(stats.js_scores[variant].double(), expected, atol=2e-5, rtol=0)
@@ -720,7 +726,7 @@ def test_group_variant_metrics_match_float64_loops(metric, variant, temperature,
     logits, so the absorbed point masses and the zero entries of leave-one-out means occur."""
     logits, token_ids, mask, group_ids, _ = variant_batch(1)
     key = f"{variant}:{metric}"
-    stats = token_statistics(logits, token_ids, mask, temperature, (key,), chunk_size=chunk_size,
+    stats = token_statistics(logits, token_ids, mask, temperature, (key,), tile_size=_tile(chunk_size),
                              group_ids=group_ids)
     expected = loop_reference_scores(logits, token_ids, mask, group_ids, temperature, variant, metric)
     torch.testing.assert_close(stats.js_scores[key].double(), expected, atol=1e-5, rtol=1e-6)
@@ -745,7 +751,7 @@ def test_every_metric_of_every_reference_in_one_call(seed, chunk_size):
     for references in ((*VARIANTS, "seq_mean", "prev", "ref"), (*VARIANTS, "seq_mean", "ref")):
         keys = [reference if metric == "js" else f"{reference}:{metric}"
                 for reference in references for metric in ("js", "kl", "wasserstein")]
-        stats = token_statistics(logits, token_ids, mask, 0.8, keys, reference_logits, chunk_size=chunk_size,
+        stats = token_statistics(logits, token_ids, mask, 0.8, keys, reference_logits, tile_size=_tile(chunk_size),
                                  group_ids=group_ids, finished=finished)
         assert list(stats.js_scores) == keys
         for reference in references:
@@ -765,7 +771,7 @@ def test_hidden_path_metrics_match_float64_loops(chunk_size):
     keys = [f"{variant}:{metric}" for variant in VARIANTS for metric in ("kl", "wasserstein")]
     keys += ["seq_mean:kl", "prev:wasserstein"]
     stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 0.7, keys, groups, lm_bias,
-                                         chunk_size=chunk_size)
+                                         tile_size=_tile(chunk_size))
     for key in keys:
         reference, metric = key.split(":")
         expected = loop_reference_scores(logits, token_ids, mask, groups, 0.7, reference, metric)

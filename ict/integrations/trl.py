@@ -67,6 +67,7 @@ head (:func:`ict.models.loading.linear_lm_head`); vespo with ``selection_denomin
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
@@ -92,9 +93,19 @@ from ict.core.stats import (
     TokenStatistics,
     needs_groups,
     needs_reference_logits,
+    parse_tile_size,
+    scores_from_hidden_given_normalisers,
     token_statistics_from_hidden,
 )
 from ict.integrations import parse_token_selector
+from ict.integrations.trl_head import HEAD_MASS_TOLERANCE, fused_head_normalisers
+from ict.integrations.trl_loss import (  # noqa: F401 (re-exported)
+    OURS_AGGREGATION,
+    TRL_LOSS_TYPE_OF,
+    TRL_LOSS_TYPES,
+    ours_weights,
+    trl_aggregate,
+)
 from ict.models.loading import linear_lm_head
 from ict.models.rollout import reload_vllm_weights, vllm_weight_reload_supported
 
@@ -138,6 +149,12 @@ class ICTGRPOConfig(GRPOConfig):
         metadata={"help": "'ours': the loss is ict's policy_loss on the selected tokens; 'trl': TRL's "
                   "completion-token denominators (TRL's top_entropy_quantile convention)."},
     )
+    stats_tile_size: str = field(
+        default="auto",
+        metadata={"help": "Token x vocabulary tile of ict's token statistics: 'auto' (follows the device: "
+                  "4096x32768 for the Triton kernels on a GPU, 256 positions in torch on a CPU) or "
+                  "'TOKENSxVOCAB', e.g. '1024x32768'."},
+    )
 
     def __post_init__(self) -> None:
         name, _, preset = parse_token_selector(self.token_selector, with_preset=True)
@@ -148,88 +165,11 @@ class ICTGRPOConfig(GRPOConfig):
             self.full_token_warmup_steps = method["full_token_warmup_steps"]
         if self.full_token_warmup_steps < 0:
             raise ValueError(f"full_token_warmup_steps must be >= 0, got {self.full_token_warmup_steps}")
+        parse_tile_size(self.stats_tile_size)  # a bad value is a one-line ValueError
         super().__post_init__()
         if self.selection_denominator not in SELECTION_DENOMINATORS:
             raise ValueError(
                 f"selection_denominator must be 'ours' or 'trl', got {self.selection_denominator!r}")
-
-
-TRL_LOSS_TYPES = ("grpo", "sapo", "bnpo", "dr_grpo", "luspo", "dapo", "cispo", "vespo")
-# loss_type -> ict aggregation whose "selected" denominator selection_denominator="ours" reproduces
-# (dr_grpo: L = max_completion_length; luspo: L = 1, a mean over sequences of sequence sums).
-OURS_AGGREGATION = {
-    "grpo": "seq_mean_token_mean", "sapo": "seq_mean_token_mean", "bnpo": "token_mean",
-    "dapo": "token_mean", "cispo": "token_mean", "dr_grpo": "seq_mean_token_sum_norm",
-    "luspo": "seq_mean_token_sum_norm",
-}
-
-
-TRL_LOSS_TYPE_OF = {"seq_mean_token_mean": "grpo", "token_mean": "dapo", "seq_mean_token_sum_norm": "dr_grpo"}
-"""ict aggregation -> the TRL loss_type that gives it under selection_denominator='ours' (token_mean:
-TRL's default dapo)."""
-
-
-def trl_aggregate(
-    per_token: Tensor,
-    mask: Tensor,
-    loss_type: str,
-    *,
-    max_completion_length: int,
-    num_items_in_batch: Tensor | float | None = None,
-    num_processes: int = 1,
-    accumulation_steps: int = 1,
-    steps_per_generation: int = 1,
-) -> Tensor:
-    """A ``[B, T]`` per-token loss aggregated over ``mask`` as TRL 1.16's ``GRPOTrainer`` does
-    for ``loss_type`` and divided by its gradient-accumulation normaliser: grpo/sapo: mean over
-    sequences of per-sequence token means; bnpo: token mean of the micro-batch; dr_grpo:
-    ``sum / (B * max_completion_length)``; luspo: mean over sequences of per-sequence sums (each
-    then ``/ accumulation_steps``); dapo/cispo/vespo: ``sum / (num_items_in_batch / num_processes
-    * accumulation_steps / steps_per_generation)``. In evaluation TRL neither accumulates nor
-    splits: pass ``accumulation_steps = steps_per_generation = 1``."""
-    mask = mask.to(per_token.dtype)
-    masked = per_token * mask
-    if loss_type in ("grpo", "sapo"):
-        loss = (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-    elif loss_type == "bnpo":
-        loss = masked.sum() / mask.sum().clamp(min=1.0)
-    elif loss_type == "dr_grpo":
-        loss = masked.sum() / (per_token.size(0) * max_completion_length)
-    elif loss_type == "luspo":
-        loss = masked.sum(-1).mean()
-    elif loss_type in ("dapo", "cispo", "vespo"):
-        if num_items_in_batch is None:
-            raise ValueError(f"loss_type {loss_type!r} needs num_items_in_batch")
-        items = torch.as_tensor(num_items_in_batch, dtype=per_token.dtype, device=per_token.device)
-        normaliser = items.clamp(min=1.0) / num_processes * accumulation_steps / steps_per_generation
-        return masked.sum() / normaliser
-    else:
-        raise ValueError(f"unknown TRL loss_type {loss_type!r}; known: {', '.join(TRL_LOSS_TYPES)}")
-    return loss / accumulation_steps
-
-
-def ours_weights(selected: Tensor, response_mask: Tensor, loss_type: str,
-                 global_counts: tuple[Tensor, Tensor] | None = None) -> Tensor:
-    """The ``[B, T]`` weight that turns TRL's ``loss_type`` aggregation of its per-token loss
-    into ict's aggregation (:data:`OURS_AGGREGATION`, ``denominator="selected"``) on the
-    ``selected`` tokens of this micro-batch (see the module doc). ``global_counts`` =
-    (response tokens, selected tokens) of the gathered micro-batch, for dapo/cispo."""
-    selected = selected.bool() & response_mask.bool()
-    weights = selected.float()
-    if loss_type in ("grpo", "sapo"):
-        per_row = selected.sum(-1, keepdim=True)
-        rows_with = (per_row > 0).sum().clamp(min=1)
-        scale = response_mask.sum(-1, keepdim=True) / per_row.clamp(min=1) * (selected.shape[0] / rows_with)
-        return weights * scale
-    if loss_type == "bnpo":
-        return weights * (response_mask.sum() / selected.sum().clamp(min=1))
-    if loss_type in ("dapo", "cispo"):
-        tokens, chosen = global_counts if global_counts is not None else (response_mask.sum(), selected.sum())
-        return weights * (tokens / chosen.clamp(min=1))
-    if loss_type in ("dr_grpo", "luspo"):
-        return weights
-    raise ValueError(f"selection_denominator='ours' is not defined for TRL loss_type {loss_type!r} "
-                     f"(defined for: {', '.join(OURS_AGGREGATION)}); use selection_denominator='trl'")
 
 
 def sharded_head_refusal(config: Any, fsdp_plugin: Any = None, deepspeed_plugin: Any = None) -> str | None:
@@ -309,6 +249,11 @@ class ICTGRPOTrainer(GRPOTrainer):
         self.top_entropy_quantile = 0.0
         self._capture: list[Tensor] | None = None
         self._log_probs: list[Tensor] | None = None
+        self._head_normalisers: list[Tensor | None] | None = None
+        self._head_outputs: list[Any] | None = None
+        # micro-batches whose scores took the fused head's log Z and entropy ("reused") or needed
+        # their own statistics pass ("recomputed": not found, or from other logits; see _statistics)
+        self.ict_head_statistics: dict[str, int] = {"reused": 0, "recomputed": 0}
         self._loss_inputs: dict[str, Tensor] | None = None
         self._kl_penalty: tuple[Tensor, Tensor, Tensor] | None = None
         self._call_key: tuple[str, int] | None = None
@@ -372,12 +317,17 @@ class ICTGRPOTrainer(GRPOTrainer):
             self._capture.append(output.last_hidden_state.detach())
 
     def _keep_log_probs(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        """The fused head's per-token log-probs (with gradient): TRL's ``per_token_logps``."""
+        """The fused head's per-token log-probs (with gradient): TRL's ``per_token_logps``; and its
+        log-normalisers, entropies and ``log sum p^2`` (:func:`fused_head_normalisers`)."""
         if self._log_probs is not None and getattr(output, "log_probs", None) is not None:
             self._log_probs.append(output.log_probs)
+            assert self._head_normalisers is not None and self._head_outputs is not None
+            self._head_normalisers.append(fused_head_normalisers(output))
+            self._head_outputs.append(output)
 
     def _compute_loss(self, model, inputs):  # type: ignore[override]
         self._capture, self._log_probs, self._loss_inputs, self._kl_penalty = [], [], inputs, None
+        self._head_normalisers, self._head_outputs = [], []
         try:
             loss = super()._compute_loss(model, inputs)
             if self._kl_penalty is not None:
@@ -393,6 +343,7 @@ class ICTGRPOTrainer(GRPOTrainer):
             return loss
         finally:
             self._capture, self._log_probs, self._loss_inputs, self._kl_penalty = None, None, None, None
+            self._head_normalisers, self._head_outputs = None, None
 
     def kl_penalty_loss(self, log_probs: Tensor, old_log_probs: Tensor, inputs: dict[str, Any]) -> Tensor:
         """The selection's per-token KL penalty as a term of TRL's loss (see the module doc)."""
@@ -477,17 +428,54 @@ class ICTGRPOTrainer(GRPOTrainer):
         seed = self.selector_options.get("seed")
         return selection_generator(self.args.seed if seed is None else int(seed), key[1], call, mode, device)
 
-    def _statistics(self, hidden: Tensor, ids: Tensor, response: Tensor, group_ids: Tensor | None) -> TokenStatistics:
+    def _statistics(self, hidden: Tensor, ids: Tensor, response: Tensor, group_ids: Tensor | None,
+                    head: tuple[Tensor, Tensor, Tensor] | None = None) -> TokenStatistics:
         """No-grad statistics of these rows from the captured hidden states, cast to the LM
-        head's dtype as TRL's fused head does (float32 under ``cast_lm_head_to_fp32``)."""
+        head's dtype and computed in the dtype TRL's fused head uses (float32 under
+        ``cast_lm_head_to_fp32``, else the autocast dtype).
+
+        ``head``: TRL's fused head's ``(log Z, entropy, log-probs)`` of these rows ``[B, T]``.
+        Then only the score pass runs, on log Z (one vocabulary pass instead of two; it also sums
+        Renyi-2's ``sum p^2``),
+        unless its tiles' probabilities do not sum to 1 within 1e-5 (log Z came from other
+        logits, e.g. a differently rounded bf16 product): the full statistics are computed then."""
         weight, bias = linear_lm_head(self.accelerator.unwrap_model(self.model), "ict.integrations.trl", "")
-        with torch.no_grad():
+        hidden, weight = hidden.to(weight.dtype), weight.detach()
+        bias = None if bias is None else bias.detach()
+        group_ids = group_ids if needs_groups(self.js_references) else None
+        tile_size = parse_tile_size(self.args.stats_tile_size)
+        exact_head = torch.autocast(hidden.device.type, enabled=False) if getattr(
+            self.args, "cast_lm_head_to_fp32", False) else contextlib.nullcontext()
+        with torch.no_grad(), exact_head:
+            if head is not None and self.js_references:
+                log_z, entropy, log_probs = head
+                scores, renyi2, deviation = scores_from_hidden_given_normalisers(
+                    hidden, weight, ids, response, self.temperature, self.js_references, log_z, entropy,
+                    group_ids, bias, tile_size=tile_size)
+                if deviation <= HEAD_MASS_TOLERANCE:
+                    self.ict_head_statistics["reused"] += 1
+                    zero = torch.zeros((), device=entropy.device)
+                    log_probs, entropy = (torch.where(response, value.float(), zero) for value in (log_probs, entropy))
+                    return TokenStatistics(log_probs, entropy, renyi2, scores)
+            self.ict_head_statistics["recomputed"] += 1
             return token_statistics_from_hidden(
-                hidden.to(weight.dtype), weight.detach(), ids, response, temperature=self.temperature,
-                js_references=self.js_references,
-                group_ids=group_ids if needs_groups(self.js_references) else None,
-                lm_head_bias=None if bias is None else bias.detach(),
-            )
+                hidden, weight, ids, response, temperature=self.temperature, js_references=self.js_references,
+                group_ids=group_ids, lm_head_bias=bias, tile_size=tile_size)
+
+    def _head_statistics(self, length: int) -> tuple[Tensor, Tensor, Tensor] | None:
+        """TRL's fused head's ``(log Z, entropy, log-probs)`` of this micro-batch's completion
+        positions ``[B, length]`` (detached), or None where they were not found."""
+        normalisers, outputs = self._head_normalisers or [], self._head_outputs or []
+        if not normalisers or any(value is None for value in normalisers):
+            return None
+        if any(getattr(output, "entropy", None) is None for output in outputs):
+            return None
+
+        def completions(values: list[Tensor]) -> Tensor:
+            return torch.cat([value.detach() for value in values], dim=0)[:, -length:]
+
+        return (completions(normalisers), completions([output.entropy for output in outputs]),
+                completions([output.log_probs for output in outputs]))
 
     def _gather_inputs(self, local: SelectionInputs) -> SelectionInputs:
         """The selection inputs of every process's rows: one gather of a ``[B, T, k]`` float32
@@ -532,7 +520,7 @@ class ICTGRPOTrainer(GRPOTrainer):
             rows_width = (slice(0, rows), slice(0, ids.shape[1]))
             stats = self._statistics(group_hidden, group_token_ids, group_response.bool(), group_tags).rows(rows_width)
         else:
-            stats = self._statistics(hidden, ids, response, group_ids)
+            stats = self._statistics(hidden, ids, response, group_ids, self._head_statistics(ids.shape[1]))
         local = SelectionInputs(stats=stats, response_mask=response,
                                 advantages=inputs["advantages"].float(), token_ids=ids, group_ids=group_ids,
                                 old_log_probs=old, **common)

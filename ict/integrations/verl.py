@@ -113,7 +113,13 @@ from ict.core.selectors import (
     required_js_references,
     select,
 )
-from ict.core.stats import TokenStatistics, needs_groups, needs_reference_logits, token_statistics
+from ict.core.stats import (
+    TokenStatistics,
+    needs_groups,
+    needs_reference_logits,
+    parse_tile_size,
+    token_statistics,
+)
 from ict.integrations import parse_token_selector
 
 try:  # verl's default (v1) trainer; it imports transfer_queue (the verl-core extra)
@@ -155,6 +161,9 @@ class ICTPolicyLossConfig(VerlPolicyLossConfig):
         ict_denominator: ``"selected"`` (ours: normalise by the selected tokens) or ``"all"``
             (response tokens, TRL's ``top_entropy_quantile`` convention).
         ict_dual_clip: apply verl's ``actor.clip_ratio_c`` dual clip (ict's default: off).
+        ict_stats_tile_size: token x vocabulary tile of ict's token statistics: ``"auto"``
+            (follows the device: 4096x32768 for the Triton kernels on a GPU, 256 positions in torch
+            on a CPU) or ``"TOKENSxVOCAB"``, e.g. ``"1024x32768"``.
         ict_seed: seed of the selection generator (``random``, ``clip_cov``): the n-th selection
             of training step s uses :func:`selection_seed` ``(ict_seed, s, n)`` on every rank and
             after a resume (a selector's own ``seed`` option is not used).
@@ -166,6 +175,7 @@ class ICTPolicyLossConfig(VerlPolicyLossConfig):
     ict_denominator: str = "selected"
     ict_dual_clip: bool = False
     ict_seed: int = 0
+    ict_stats_tile_size: str = "auto"
 
     def __post_init__(self) -> None:
         parent = getattr(super(), "__post_init__", None)
@@ -180,6 +190,10 @@ class ICTPolicyLossConfig(VerlPolicyLossConfig):
         if needs_reference_logits(required_js_references(name, options)):
             raise UsageError("the 'ref' JS reference is not supported inside verl; use group_mean, "
                              "seq_mean or prev")
+        try:
+            parse_tile_size(self.ict_stats_tile_size)
+        except ValueError as error:
+            raise UsageError(f"ict_stats_tile_size: {error}") from None
         if self.ict_denominator not in TOKEN_SETS:
             raise UsageError(f"ict_denominator must be 'selected' or 'all', got {self.ict_denominator!r}")
 
@@ -366,11 +380,12 @@ def score_micro_batch(
                 "micro-batch: set actor.shuffle=False, actor.use_dynamic_bsz=False, "
                 "ppo_micro_batch_size_per_gpu a multiple of rollout.n, and load ict in verl's trainer "
                 f"({V1_OVERRIDE}; with trainer.use_v1=False: trainer.balance_batch=False)")
-    with torch.no_grad():
-        response_logits = logits.detach()[torch.where(response_mask, index, torch.zeros_like(index))]
-        stats = token_statistics(response_logits, token_ids, response_mask, temperature=_temperature(micro_batch),
-                                 js_references=references, group_ids=group_ids)
-        del response_logits
+    with torch.no_grad():  # scored where verl's [R, V] logits lie: no [B, T, V] copy
+        stats = token_statistics(logits.detach(), token_ids, response_mask, temperature=_temperature(micro_batch),
+                                 js_references=references, group_ids=group_ids,
+                                 row_index=torch.where(response_mask, index, torch.zeros_like(index)),
+                                 tile_size=parse_tile_size(actor_config.policy_loss.get("ict_stats_tile_size",
+                                                                                        "auto")))
     total = tu.get_non_tensor_data(data=micro_batch, key="global_batch_size", default=None)
     return MicroBatchScores(
         stats=stats, response_mask=response_mask, token_ids=token_ids, uids=uids,

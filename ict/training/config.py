@@ -17,7 +17,7 @@ import yaml
 from ict.core import selectors
 from ict.core.errors import UsageError
 from ict.core.options import check_choices, option, optional_inner, parse_field
-from ict.core.stats import needs_reference_logits
+from ict.core.stats import needs_reference_logits, parse_tile_size
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
 from ict.models.rollout import ROLLOUT_TEMPERATURE, VLLM_CPU_KVCACHE_GIB
 
@@ -176,7 +176,10 @@ class TrainConfig:
                                            "setting only: the selected tokens never depend on it "
                                            "(a population larger than a micro-batch is scored "
                                            "in an extra no-grad pass)")
-    stats_chunk_size: int | None = option(None, "positions per chunk in token statistics")
+    stats_tile_size: str = option("auto", "token x vocabulary tile of the token statistics: "
+                                  "auto (follows the device: 4096x32768 for the Triton kernels "
+                                  "on a GPU; 256 positions by the whole vocabulary in torch on "
+                                  "a CPU) or TOKENSxVOCAB, e.g. 1024x32768")
     shared_prompt_forward: bool = option(True, "run each prompt once for its G completions in "
                                           "the training forward (exact; off: one forward per "
                                           "row)")
@@ -276,6 +279,10 @@ class TrainConfig:
                 selectors.required_js_references(self.selector_name, options)):
             raise UsageError(f"method {self.method}: the 'ref' JS reference needs the policy's and "
                              "the reference policy's logits; use statistics_from=logits")
+        try:
+            parse_tile_size(self.stats_tile_size)
+        except ValueError as error:
+            raise UsageError(f"stats_tile_size: {error}") from None
         check_choices(self)
         positive = ("prompts_per_step", "max_new_tokens", "generation_batch_size", "num_steps",
                     "updates_per_batch", "max_consecutive_skips")
@@ -399,11 +406,18 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
     return TrainConfig(**values).resolve()
 
 
+_WHOLE_VOCABULARY = 1 << 30  # a vocabulary tile wider than any vocabulary
+
+
 def _renamed(values: dict[str, Any]) -> dict[str, Any]:
     """Accept the option names of earlier versions (`js_reference=prev` is `selector.reference`)."""
     out = {}
     for key, value in values.items():
         name = key.replace("-", "_")
+        if name == "stats_chunk_size":  # positions per chunk before the tiles (2026-11-26)
+            if value is not None and str(value).strip().lower() not in ("none", "null", "~"):
+                out["stats_tile_size"] = f"{int(value)}x{_WHOLE_VOCABULARY}"
+            continue
         out[f"selector.{_RENAMED[name]}" if name in _RENAMED else key] = value
     return out
 

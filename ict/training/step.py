@@ -37,6 +37,7 @@ from ict.core.selectors import (
     select,
 )
 from ict.core.stats import (
+    TileSize,
     TokenStatistics,
     needs_reference_logits,
     token_statistics,
@@ -108,7 +109,7 @@ class StepContext:
 
     loss_config: PolicyLossConfig
     temperature: float  # the rollout's sampling temperature (TrainConfig.temperature)
-    chunk_size: int | None = None
+    tile_size: TileSize | None = None  # (tokens, vocab) of the statistics' tiles (None: the device's)
     reference: ReferencePolicy | None = None
     shared_prompt: bool = True
     profiler: StepProfiler = field(default_factory=StepProfiler)
@@ -145,14 +146,14 @@ def statistics_of(model: Any, micro: RolloutBatch, group_ids: torch.Tensor, refe
                 outputs, weight, micro.response_ids, micro.response_mask,
                 temperature=context.temperature, js_references=references, group_ids=group_ids,
                 lm_head_bias=bias, differentiable_entropy=differentiable_entropy,
-                chunk_size=context.chunk_size)
+                tile_size=context.tile_size)
         else:
             stats = token_statistics(
                 outputs, micro.response_ids, micro.response_mask, temperature=context.temperature,
                 js_references=tuple(name for name in references
                                     if name != "ref" or reference_outputs is not None),
                 reference_logits=reference_outputs, differentiable_entropy=differentiable_entropy,
-                chunk_size=context.chunk_size, group_ids=group_ids)
+                tile_size=context.tile_size, group_ids=group_ids)
     reference_log_probs = None
     if reference_outputs is not None:
         with torch.no_grad():
@@ -161,12 +162,12 @@ def statistics_of(model: Any, micro: RolloutBatch, group_ids: torch.Tensor, refe
                 weight, bias = linear_lm_head(context.reference.model)
                 reference_stats = token_statistics_from_hidden(
                     reference_outputs, weight.detach(), micro.response_ids, micro.response_mask,
-                    temperature=context.temperature, chunk_size=context.chunk_size,
+                    temperature=context.temperature, tile_size=context.tile_size,
                     lm_head_bias=None if bias is None else bias.detach())
             else:
                 reference_stats = token_statistics(
                     reference_outputs, micro.response_ids, micro.response_mask,
-                    temperature=context.temperature, chunk_size=context.chunk_size)
+                    temperature=context.temperature, tile_size=context.tile_size)
         reference_log_probs = reference_stats.log_probs.detach()
     return stats, reference_log_probs
 

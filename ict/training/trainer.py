@@ -51,7 +51,7 @@ from ict.core.errors import TrainingDiverged, UsageError
 from ict.core.loss import PolicyLossConfig, group_advantages, mask_truncated_completions
 from ict.core.profiling import StepProfiler
 from ict.core.seeding import step_seed
-from ict.core.stats import TokenStatistics, needs_reference_logits
+from ict.core.stats import TokenStatistics, needs_reference_logits, parse_tile_size
 from ict.data.training_data import Problem, PromptSampler, TrainingData, load_training_data
 from ict.models.loading import (
     LoraOptions,
@@ -503,7 +503,7 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
     warmup = step < config.full_token_warmup_steps
     if warmup:
         method = ALL_TOKENS
-    context = StepContext(loss_config, config.temperature, config.stats_chunk_size, reference,
+    context = StepContext(loss_config, config.temperature, parse_tile_size(config.stats_tile_size), reference,
                           config.shared_prompt_forward, profiler, config.statistics_from,
                           compute_dtype)
     learning_rate = learning_rate_at(config, step)

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The one script to run on the lent GPU machine (H100/H200; Python 3.12, torch 2.11+cu130,
+# transformers 5.17, accelerate, peft and triton there; no trl, datasets, dill, multiprocess):
+# installs the wheels carried in .whl/, records the versions, then runs, each under a time limit,
+# tests/test_tiles.py (the Triton kernels compiled on the GPU, against float64; a failure stops the
+# script), benchmarks/stats_agreement.py (GPU against CPU and float64), benchmarks/stats_profile.py (the
+# torch profiler) and benchmarks/ict_cost.py (section a at the 0.5B and 1.5B shapes, b and c at
+# the 0.5B shape). Everything lands in $OUT: versions.txt, stats_agreement.{log,json},
+# stats_profile.log, ict_cost.log (all output), ict_cost.json (every figure; written after each
+# section and each model, so a run cut short keeps what it measured).
+#
+# Prepare the wheels here, once (repository root; .whl/ is ignored through .git/info/exclude):
+#   echo /.whl/ >> .git/info/exclude
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#     -d .whl trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+# Then, from the session: run(command="bash benchmarks/gpu_run.sh", carry=[".whl"], timeout_s=600).
+# Options after the script name go to ict_cost.py (e.g. --sections a); ICT_COST_BUDGET (seconds,
+# default 370: rounds of (b) and (c) that would pass it are skipped) and ICT_COST_TIMEOUT (hard
+# limit, default 400 s) bound it, so the whole script stays under 9 minutes.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+OUT=${OUT:-/tmp/ict_cost_out}
+mkdir -p "$OUT"
+start=$(date +%s)
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || { echo "wheel install failed"; exit 1; }
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRANSFORMERS_NO_ADVISORY_WARNINGS=1
+
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  python3 - <<'EOF'
+import importlib.metadata as metadata
+import platform
+names = ["torch", "transformers", "accelerate", "peft", "triton", "trl", "datasets", "dill", "multiprocess",
+         "pyarrow", "pandas", "fsspec", "huggingface-hub", "numpy", "tokenizers", "safetensors"]
+versions = []
+for name in names:
+    try:
+        versions.append(f"{name}=={metadata.version(name)}")
+    except metadata.PackageNotFoundError:
+        versions.append(f"{name}: missing")
+print("python", platform.python_version(), " ".join(versions))
+import trl, datasets, ict.integrations.trl, ict.training.trainer  # noqa: E401,F401  fail here, not later
+print("imports: ok")
+EOF
+} 2>&1 | tee "$OUT/versions.txt"
+
+# 0. the tile tests on the GPU (the Triton kernels compiled, against float64); stop if they fail
+timeout -k 5 100 python3 -m pytest tests/test_tiles.py -q -p no:cacheprovider -W ignore 2>&1 \
+  | tee "$OUT/test_tiles.log"
+[ "${PIPESTATUS[0]}" = 0 ] || { echo "tests/test_tiles.py failed on the GPU: stopping"; exit 3; }
+# 1. agreement: GPU (Triton, torch) against the CPU and float64, ICT's masks (~30 s)
+timeout -k 5 80 python3 benchmarks/stats_agreement.py --json "$OUT/stats_agreement.json" 2>&1 \
+  | tee "$OUT/stats_agreement.log"
+# 2. the torch profiler over TRL's fused head and our ICT statistics + selection + loss (~20 s)
+timeout -k 5 50 python3 benchmarks/stats_profile.py --rows 12 2>&1 | tee "$OUT/stats_profile.log"
+# 3. the cost tables: (a) at both shapes, (b) and (c) at the 0.5B shape
+timeout -k 15 "${ICT_COST_TIMEOUT:-400}" python3 benchmarks/ict_cost.py --device cuda \
+  --models 0.5b,1.5b --train-models 0.5b \
+  --budget "${ICT_COST_BUDGET:-370}" --json "$OUT/ict_cost.json" --work-dir /tmp/ict_cost_work "$@" \
+  2>&1 | tee "$OUT/ict_cost.log"
+status=${PIPESTATUS[0]}
+echo "ict_cost.py exit status $status (124: stopped by the time limit); script $(( $(date +%s) - start )) s" \
+  | tee -a "$OUT/ict_cost.log"
+exit "$status"

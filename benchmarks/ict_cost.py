@@ -1,0 +1,558 @@
+"""What ICT costs, in one run, on random Qwen2.5-0.5B- and 1.5B-shaped models (no download).
+
+Models: ``Qwen2ForCausalLM`` from a ``Qwen2Config`` with the real sizes (0.5B: d=896,
+intermediate 4864, 24 layers, 14 heads, 2 KV heads; 1.5B: d=1536, 8960, 28, 12, 2; both tied
+embeddings, V=151,936) and random weights, with a word-level tokenizer over the same 151,936 ids
+(``<|endoftext|>`` pad, ``<|im_start|>``, ``<|im_end|>`` EOS, ``<unk>``, the chat roles, then
+``w0``, ``w1``, ...) and a ChatML-like chat template. With random weights EOS has probability
+~1/V per token, and every run also sets ``min_new_tokens`` = the cap, so every completion runs to
+the cap and both variants of a comparison generate the same number of tokens (the tables print
+the mean completion length to show it).
+
+(a) The statistics of the LM head, forward + backward, on ``[B, T, d]`` hidden states (GPU:
+2 prompts x 8 completions x 1,024 positions = 16,384 tokens, bf16 autocast over fp32 inputs as
+in mixed-precision training; CPU: 2 x 8 x 64 = 1,024 tokens, fp32, ``--threads`` threads), rows:
+
+- TRL 1.16's fused head, ``trl.kernels.chunked_logprob.ChunkedLogProbFunction`` with the
+  arguments its ``GRPOTrainer`` passes (vocabulary chunks of 32,768, outputs log-probs and
+  entropy), backward of ``sum(log_probs * advantage)``. On a GPU its Triton kernels; on a CPU
+  the same function folds each tile with torch ops (``_forward_tile``/``_backward_tile``): that
+  is what TRL 1.16's GRPOTrainer runs on a CPU (its fused head has no other CPU path), so it is
+  "TRL's head" on both;
+- naive: ``hidden @ W.T`` (bf16 under autocast), fp32 ``log_softmax`` over ``[B, T, V]``,
+  gathered log-probs, entropy (no grad), backward;
+- ours, GRPO / ICT, from hidden states (``ict.core.stats.token_statistics_from_hidden``) and
+  from logits (``token_statistics`` on ``hidden @ W.T`` computed under autocast, the matmul
+  timed): GRPO: log-probs only, backward of ``sum(log_probs * advantage)``; ICT: plus the JS
+  reference ``ict`` needs (``group_mean_absorbing``, groups of G=8), the registry's selector
+  (``select("ict", ..., ratio=0.1)``) and ``ict.core.loss.policy_loss`` (ICT's aggregation).
+
+Seconds: the median of ``--repeats`` timed calls (GPU 3; CPU 1, where one call of a row takes
+10-100 s at this shape on 2 cores) after one warm-up call of every row (rows interleaved call by
+call). Memory: the peak above what was held just before the call (the
+inputs: hidden states, weight, ids, mask, advantages), so it includes the gradients of the
+hidden states and the weight; CUDA: ``max_memory_allocated`` after ``reset_peak_memory_stats``
+minus ``memory_allocated``; CPU: the peak resident set (reset through /proc/self/clear_refs)
+minus the resident set, an estimate.
+
+(b) ICT inside TRL (``ICTGRPOTrainer``, ``token_selector="ict:ratio=0.1"``, no full-token
+warm-up) against plain ``trl.GRPOTrainer``, same settings otherwise (``loss_type="grpo"``,
+TRL's defaults incl. gradient checkpointing, bf16 mixed precision over fp32 weights on a GPU),
+full fine-tuning and LoRA (r=16, all linear layers); GPU: 8 prompts x 8 completions x 256
+tokens. Per run: TRL's ``step_time`` metric (generation + loss + backward), the wall time of
+each optimizer step, the mean completion length, the peak memory of the run (model load
+included); the first step of each run is a warm-up and not counted.
+
+(c) Our trainer (``ict.training.trainer.train_step``: HF rollouts, rewards, statistics,
+selection, loss, update), ICT (no warm-up) against GRPO, same settings, full fine-tuning
+(``freeze_embeddings``: the tied embeddings stay frozen), ``--statistics-from`` logits.
+
+(b) and (c): each variant runs ``--steps`` steps per round, ``--rounds`` rounds, the order of
+the variants reversed every round; all runs of one model and section share one process
+(``--isolation model``: starting TRL costs ~15 s a process) and each run loads its model anew
+and measures its own peak; ``--isolation run`` gives every run its own process. Rewards: a hash
+of the completion (so the advantages are not all zero).
+
+Time budget (``--budget`` seconds, default 420 on a GPU, none on a CPU): (a) gets a quarter
+(fewer timed calls, at least one, when its warm-up says so), (b) two thirds of the rest and (c)
+the remainder, shared among the models. Within (b) and (c) coverage comes first: once a run has
+been timed, each pair of runs gets the steps (at most ``--steps``, at least 2) that let the
+remaining pairs share the time left, and a pair that cannot end in time is skipped (said so, and
+left out); the first pair always runs in full. The tables say how many runs and timed steps each
+figure rests on. At 8 x 8 x 256 tokens both rounds of both configurations need roughly 6 minutes
+for (b) alone (estimated, not measured: HF generation dominates); ``--length 128`` or ``--steps 3``
+buys coverage inside the budget.
+
+Commands (the repository root)::
+
+    PYTHONPATH=$PWD python benchmarks/ict_cost.py                      # GPU: both models, all
+    PYTHONPATH=$PWD python benchmarks/ict_cost.py --sections a --models 0.5b --json a.json
+    PYTHONPATH=$PWD python benchmarks/ict_cost.py --sections a --tile-size 4096x8192
+    PYTHONPATH=$PWD python benchmarks/ict_cost.py --device cpu --sections a  # CPU line, minutes
+    PYTHONPATH=$PWD python benchmarks/ict_cost.py --tiny                # seconds-long smoke test
+    bash benchmarks/gpu_run.sh                                          # on the lent GPU machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))  # an installed ict or PYTHONPATH wins; the checkout is the fallback
+
+import ict_cost_runs as runs  # noqa: E402  (beside this file)
+
+A_ROWS = {
+    "trl": "TRL 1.16 fused head (ChunkedLogProbFunction)",
+    "naive": "naive: logits (bf16 on GPU), fp32 log_softmax, gather, entropy",
+    "grpo_hidden": "ours GRPO from hidden states",
+    "ict_hidden": "ours ICT from hidden states (+ JS, selection, loss)",
+    "grpo_logits": "ours GRPO from logits (+ the logits matmul)",
+    "ict_logits": "ours ICT from logits (+ matmul, JS, selection, loss)",
+}
+TRL_VOCAB_CHUNK = 32768  # trl.trainer.utils._CHUNKED_LOGPROB_CHUNK_SIZE in TRL 1.16, what GRPOTrainer passes
+A_BUDGET_SHARE = 0.25  # of --budget: (a)'s timed calls stop by then (the warm-up always runs)
+SECTION_TITLES = {"a": "(a) LM-head statistics", "b": "(b) ICT in TRL vs plain TRL",
+                  "c": "(c) our trainer, ICT vs GRPO"}
+
+
+# ------------------------------------------------------------------ (a) the statistics table
+
+def parse_tile(text: str | None) -> tuple[int, int] | None:
+    """``--tile-size`` through the library's parser (``"4096x8192"`` -> ``(4096, 8192)``)."""
+    from ict.core.stats import parse_tile_size
+
+    try:
+        return parse_tile_size(text)
+    except ValueError as error:
+        raise SystemExit(f"--tile-size: {error}") from None
+
+
+def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, repeats: int,
+              tile_size: tuple[int, int] | None, deadline: float | None = None) -> dict[str, Any]:
+    """Time and peak memory of every row of :data:`A_ROWS` at one shape (see the module doc);
+    fewer timed calls than ``repeats`` (at least 1) when the warm-up says that they would end
+    after ``deadline``."""
+    import torch
+    from trl.kernels.chunked_logprob import ChunkedLogProbFunction
+
+    from ict.core.loss import PolicyLossConfig, policy_loss
+    from ict.core.selectors import (
+        SelectionInputs,
+        method_train_options,
+        required_js_references,
+        resolve_options,
+        select,
+    )
+    from ict.core.stats import token_statistics, token_statistics_from_hidden
+
+    prompts, completions, length = shape
+    rows_count = prompts * completions
+    gpu = device.startswith("cuda")
+    extra: dict[str, Any] = {}
+    if tile_size is not None:
+        extra["tile_size"] = tile_size
+    torch.manual_seed(0)
+    hidden = torch.randn(rows_count, length, width, device=device).requires_grad_()
+    weight = (torch.randn(vocab, width, device=device) * 0.02).requires_grad_()
+    ids = torch.randint(0, vocab, (rows_count, length), device=device)
+    mask = torch.ones(rows_count, length, dtype=torch.bool, device=device)
+    advantages = torch.randn(rows_count, device=device)
+    group_ids = torch.arange(rows_count, device=device) // completions
+    options = resolve_options("ict", {"ratio": 0.1})
+    references = required_js_references("ict", options)
+    loss_config = PolicyLossConfig(aggregation=method_train_options("ict")["aggregation"])
+
+    def ict_loss(stats: Any) -> Any:
+        inputs = SelectionInputs(stats=stats, response_mask=mask, advantages=advantages, token_ids=ids,
+                                 group_ids=group_ids)
+        selection = select("ict", inputs, **options)
+        return policy_loss(stats, stats.log_probs.detach(), advantages, mask, selection.mask, loss_config)[0]
+
+    def trl_head() -> Any:
+        log_probs, *_ = ChunkedLogProbFunction.apply(
+            hidden.reshape(-1, width), weight, None, ids.reshape(-1), 1.0, TRL_VOCAB_CHUNK, None, 1.0,
+            ("log_probs", "entropy"))
+        return (log_probs * advantages.repeat_interleave(length)).sum()
+
+    def naive() -> Any:
+        log_probs = torch.log_softmax((hidden @ weight.T).float(), dim=-1)
+        with torch.no_grad():
+            (log_probs.exp() * log_probs).sum(-1).neg()  # the entropy, as a logging path computes it
+        return (log_probs.gather(-1, ids.unsqueeze(-1)).squeeze(-1) * advantages[:, None]).sum()
+
+    def from_hidden(ict: bool) -> Any:
+        stats = token_statistics_from_hidden(hidden, weight, ids, mask, 1.0,
+                                             js_references=references if ict else (),
+                                             group_ids=group_ids if ict else None, **extra)
+        return ict_loss(stats) if ict else (stats.log_probs * advantages[:, None]).sum()
+
+    def from_logits(ict: bool) -> Any:
+        stats = token_statistics(hidden @ weight.T, ids, mask, 1.0, js_references=references if ict else (),
+                                 group_ids=group_ids if ict else None, **extra)
+        return ict_loss(stats) if ict else (stats.log_probs * advantages[:, None]).sum()
+
+    functions = {"trl": trl_head, "naive": naive, "grpo_hidden": lambda: from_hidden(False),
+                 "ict_hidden": lambda: from_hidden(True), "grpo_logits": lambda: from_logits(False),
+                 "ict_logits": lambda: from_logits(True)}
+    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if gpu else contextlib.nullcontext())
+    meter = runs.MemoryMeter(device)
+    results: dict[str, dict[str, Any]] = {name: {"label": label, "seconds": [], "peak_mib": []}
+                                          for name, label in A_ROWS.items()}
+
+    def call(name: str, warm_up: bool) -> None:
+        hidden.grad = weight.grad = None
+        if warm_up:
+            runs.free_memory(device)
+        meter.start()
+        start = time.perf_counter()
+        try:
+            with autocast:
+                loss = functions[name]()
+            loss.backward()
+            runs.synchronize(device)
+        except (torch.OutOfMemoryError, MemoryError):
+            results[name]["error"] = "out of memory"
+            runs.free_memory(device)
+            print(f"    {name}: out of memory", flush=True)
+            return
+        results[name]["seconds"].append(time.perf_counter() - start)
+        results[name]["peak_mib"].append(meter.peak_mib())
+        del loss
+
+    for name in functions:  # a warm-up call of every row
+        call(name, True)
+    per_repeat = sum(sum(results[name]["seconds"]) for name in functions)
+    for name in functions:
+        results[name]["seconds"], results[name]["peak_mib"] = [], []
+    if deadline is not None and per_repeat > 0:
+        fit = max(1, int((deadline - time.time()) / per_repeat))
+        if fit < repeats:
+            print(f"    {fit} timed call(s) per row instead of {repeats}: the time budget", flush=True)
+            repeats = fit
+    print(f"    warm-up done ({per_repeat:.1f} s for all rows)", flush=True)
+    for _ in range(repeats):  # the timed calls, rows interleaved
+        for name in functions:
+            if "error" not in results[name]:
+                call(name, False)
+    for result in results.values():
+        if result["seconds"]:
+            result["median"] = statistics.median(result["seconds"])
+            result["peak"] = max(result["peak_mib"])
+    return {"rows": results, "tokens": rows_count * length, "d": width, "V": vocab, "repeats": repeats,
+            "shape": list(shape), "dtype": "bf16 autocast" if gpu else "fp32"}
+
+
+def child_a(settings: dict[str, Any], out: Path, deadline: float | None) -> None:
+    import torch
+
+    if settings["device"] == "cpu":
+        torch.set_num_threads(settings["threads"])
+    results = {}
+    models = settings["models"]
+    for position, model in enumerate(models):
+        width = runs.SHAPES[model].hidden
+        print(f"(a) {model}: d={width}, V={settings['a_vocab']:,}, {settings['a_shape']}", flush=True)
+        mine = None if deadline is None else time.time() + (deadline - time.time()) / (len(models) - position)
+        results[model] = head_rows(width, settings["a_vocab"], tuple(settings["a_shape"]), settings["device"],
+                                   settings["repeats"], parse_tile(settings["tile_size"]), mine)
+        out.write_text(json.dumps(results))
+
+
+def ratio(rows: dict[str, Any], name: str, key: str) -> float:
+    """Row ``name``'s ``key`` (``median`` seconds or ``peak`` MiB) over TRL's head's."""
+    row, base = rows[name], rows["trl"]
+    return row[key] / base[key] if key in row and base.get(key) else math.nan
+
+
+def print_a(results: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+    """The markdown tables of (a) and the target lines; returns the target verdicts."""
+    verdicts = []
+    gpu = settings["device"].startswith("cuda")
+    for model, result in results.items():
+        prompts, completions, length = result["shape"]
+        rows = result["rows"]
+        print(f"\n### {SECTION_TITLES['a']}, {model} shape: {prompts} prompts x {completions} completions x "
+              f"{length} positions = {result['tokens']:,} tokens, d={result['d']}, V={result['V']:,}, "
+              f"{result['dtype']}, forward + backward, median of {result['repeats']} after a warm-up\n")
+        print("| path | seconds | x TRL's head | peak memory above the inputs (MiB) | x TRL's head |\n"
+              "|---|---|---|---|---|")
+        base = rows["trl"]
+        for row in rows.values():
+            if "median" not in row:
+                print(f"| {row['label']} | {row.get('error', 'not run')} | | | |")
+                continue
+            time_ratio = row["median"] / base["median"] if "median" in base else math.nan
+            memory_ratio = row["peak"] / base["peak"] if base.get("peak") else math.nan
+            print(f"| {row['label']} | {row['median']:.4f} | {number(time_ratio, 2)} | {row['peak']:.1f} | "
+                  f"{number(memory_ratio, 2)} |")
+        checks = ([("ICT from hidden time <= 1.5x TRL's head", ratio(rows, "ict_hidden", "median"), 1.5),
+                   ("ICT from hidden memory <= 1.0x TRL's head", ratio(rows, "ict_hidden", "peak"), 1.0),
+                   ("GRPO from hidden time <= 1.0x TRL's head", ratio(rows, "grpo_hidden", "median"), 1.0)]
+                  if gpu else
+                  [(f"CPU: ICT <= 1.0x TRL's head at V={result['V']:,} from hidden states "
+                    f"({completions * prompts} x {length} tokens, {settings['threads']} threads)",
+                    ratio(rows, "ict_hidden", "median"), 1.0)])
+        print()
+        for text, value, limit in checks:
+            verdict = f"target {text}: {value:.2f}x ({'met' if value <= limit else 'NOT met'})"
+            print(verdict)
+            verdicts.append(f"{model}: {verdict}")
+    return verdicts
+
+
+# ------------------------------------------------------------------ (b), (c) children and tables
+
+def child_train(section: str, settings: dict[str, Any], model: str, out: Path, deadline: float | None,
+                only: str | None) -> None:
+    """All runs of ``section`` for ``model`` in this process (or the one run ``only``)."""
+    import torch
+
+    if settings["device"] == "cpu":
+        torch.set_num_threads(settings["threads"])
+    work = Path(settings["work_dir"])
+    model_dir = str(runs.ensure_model(work / f"model-{model}", model, settings["device"]))
+    common = (settings["prompts"], settings["completions"], settings["length"], settings["device"], work)
+
+    def run_one(variant: str, config: str, index: int, steps: int) -> dict[str, Any]:
+        if section == "b":
+            return runs.trl_run(model_dir, variant, config, steps, *common)
+        return runs.ours_run(model_dir, variant, steps, *common, settings["statistics_from"])
+
+    if only is not None:
+        variant, config, index, steps = only.split(":")
+        result = run_one(variant, config, int(index), int(steps))
+        out.write_text(json.dumps([result]))
+        return
+    configs = settings["configs"] if section == "b" else ["full"]
+    runs.run_pairs(runs.plan_pairs(configs, settings["rounds"], section), settings["steps"], deadline,
+                   run_one, lambda results: out.write_text(json.dumps(results)))
+
+
+def summarize(results: list[dict[str, Any]], section: str) -> dict[str, dict[str, Any]]:
+    """Per configuration and variant: the medians over the timed steps (each run's first step
+    dropped), the mean completion length, the largest peak, the number of runs; and the ratios."""
+    summary: dict[str, dict[str, Any]] = {}
+    good = [r for r in results if "skipped" not in r and "error" not in r]
+    pairs = {(r["config"], r["round"]) for r in good
+             if sum(o["config"] == r["config"] and o["round"] == r["round"] for o in good) == 2}
+    done = [r for r in good if (r["config"], r["round"]) in pairs]  # whole pairs only
+    for config in dict.fromkeys(r["config"] for r in done):
+        summary[config] = {}
+        for variant in runs.VARIANTS[section]:
+            mine = [r for r in done if r["config"] == config and r["variant"] == variant]
+            if not mine:
+                continue
+            timed = [t for r in mine for t in r["step_times"][1:]] or [t for r in mine for t in r["step_times"]]
+            walls = [t for r in mine for t in r.get("wall", [])[1:]]
+            lengths = [t for r in mine for t in r["lengths"][1:] if t is not None] or [math.nan]
+            summary[config][variant] = {
+                "step_time": statistics.median(timed), "wall": statistics.median(walls) if walls else math.nan,
+                "length": statistics.mean(lengths), "peak_mib": max(r["peak_mib"] for r in mine),
+                "runs": len(mine), "timed_steps": len(timed)}
+    return summary
+
+
+def number(value: float, digits: int) -> str:
+    """``value`` with ``digits`` decimals, or ``-`` when it is NaN."""
+    return "-" if value != value else f"{value:.{digits}f}"
+
+
+def print_train(section: str, model: str, summary: dict[str, dict[str, Any]],
+                settings: dict[str, Any]) -> list[str]:
+    """The markdown table of (b) or (c) for one model; returns the target verdicts."""
+    old, new = runs.VARIANTS[section]
+    what = "TRL's step_time" if section == "b" else "step seconds"
+    precision = "bf16 mixed precision" if settings["device"].startswith("cuda") else "fp32"
+    print(f"\n### {SECTION_TITLES[section]}, {model} model: {settings['prompts']} prompts x "
+          f"{settings['completions']} completions, cap {settings['length']} tokens, {precision}, "
+          f"{settings['rounds']} rounds x {settings['steps'] - 1} timed steps (each run's first step dropped; "
+          "fewer where the time budget says so: see the last column)\n")
+    memory = ("peak memory (MiB)" if settings["device"].startswith("cuda")
+              else "peak RSS above the start (MiB, an estimate)")
+    print(f"| configuration | variant | median {what} (s) | median wall per step (s) | mean completion "
+          f"length | {memory} | runs / timed steps |\n|---|---|---|---|---|---|---|")
+    verdicts = []
+    for config, variants in summary.items():
+        for variant, row in variants.items():
+            print(f"| {config} | {variant} | {row['step_time']:.3f} | {number(row['wall'], 3)} | "
+                  f"{row['length']:.1f} | {row['peak_mib']:.0f} | {row['runs']} / {row['timed_steps']} |")
+        if new in variants and old in variants:
+            a, b = variants[new], variants[old]
+            time_ratio, memory_ratio = a["step_time"] / b["step_time"], a["peak_mib"] / max(b["peak_mib"], 1e-9)
+            wall_ratio = a["wall"] / b["wall"] if b["wall"] == b["wall"] else math.nan
+            print(f"| {config} | {new} / {old} | {time_ratio:.3f} | {number(wall_ratio, 3)} | "
+                  f"{a['length'] / b['length']:.3f} | {memory_ratio:.3f} | |")
+            verdict = (f"{model} {config}: {new}/{old} step time {time_ratio:.3f} (target <= 1.05, "
+                       f"{'met' if time_ratio <= 1.05 else 'NOT met'})")
+            if section == "b":
+                verdict += (f", peak memory {memory_ratio:.3f} (target <= 1.00, "
+                            f"{'met' if memory_ratio <= 1.0 else 'NOT met'})")
+            verdicts.append(verdict)
+        for variant, row in variants.items():
+            if not abs(row["length"] - settings["length"]) < 1e-6:
+                print(f"WARNING: {config} {variant}: mean completion length {row['length']:.2f} is not the "
+                      f"cap {settings['length']}: the variants may not generate the same work")
+    print()
+    for verdict in verdicts:
+        print(verdict)
+    return verdicts
+
+
+# ------------------------------------------------------------------ the parent
+
+def resolve(args: argparse.Namespace) -> dict[str, Any]:
+    """Every setting, from the options and the device (the children resolve the same)."""
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    gpu, tiny = device.startswith("cuda"), args.tiny
+    models = args.models or ("tiny" if tiny else "0.5b,1.5b" if gpu else "0.5b")
+    train_models = args.train_models or ("tiny" if tiny or not gpu else models)
+    a_shape = args.a_shape or ("2x4x16" if tiny else "2x8x1024" if gpu else "2x8x64")
+    defaults = (2, 4, 8, 2) if tiny else (8, 8, 256, 4) if gpu else (2, 4, 32, 3)
+    return {
+        "device": device, "sections": args.sections.split(","), "models": models.split(","),
+        "train_models": train_models.split(","), "a_shape": [int(v) for v in a_shape.split("x")],
+        "a_vocab": args.a_vocab or (1000 if tiny else runs.QWEN_VOCAB),
+        "repeats": args.repeats or (3 if gpu and not tiny else 1), "tile_size": args.tile_size,
+        "prompts": args.prompts or defaults[0], "completions": args.completions or defaults[1],
+        "length": args.length or defaults[2], "steps": args.steps or defaults[3], "rounds": args.rounds,
+        "configs": args.configs.split(","), "threads": args.threads or (1 if tiny else 2), "statistics_from": args.statistics_from,
+        "budget": args.budget if args.budget is not None else (420.0 if gpu else 0.0),
+        "isolation": args.isolation, "work_dir": args.work_dir,
+    }
+
+
+def run_child(section: str, settings: dict[str, Any], extra: list[str], out: Path) -> Any:
+    """Run this script as a child (same options) and return what it wrote to ``out``."""
+    command = [sys.executable, __file__, *sys.argv[1:], "--child", section, "--out", str(out),
+               "--work-dir", settings["work_dir"], *extra]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    finished = subprocess.run(command, env=env)
+    if finished.returncode:
+        print(f"section {section} {extra}: the child failed (exit {finished.returncode})", flush=True)
+    return json.loads(out.read_text()) if out.exists() else None
+
+
+def train_section(section: str, settings: dict[str, Any], section_end: float | None,
+                  output: dict[str, Any], save: Any) -> None:
+    """(b) or (c) for every model: interleaved runs, then the table of each model (into
+    ``output``, saved after each model)."""
+    models = settings["train_models"]
+    for position, model in enumerate(models):
+        deadline = (None if section_end is None else
+                    time.time() + (section_end - time.time()) / (len(models) - position))
+        out = Path(settings["work_dir"]) / f"{section}-{model}.json"
+        print(f"\n{SECTION_TITLES[section]}, {model}: runs (seconds, per-step figures)", flush=True)
+        if settings["isolation"] == "model":
+            extra = ["--child-model", model] + ([] if deadline is None else ["--deadline", str(deadline)])
+            results = run_child(section, settings, extra, out) or []
+        else:
+            def one(variant: str, config: str, index: int, steps: int, model: str = model,
+                    out: Path = out) -> dict[str, Any]:
+                got = run_child(section, settings, ["--child-model", model, "--only",
+                                                    f"{variant}:{config}:{index}:{steps}"], out)
+                if not got:
+                    raise RuntimeError("the run's process failed (its output is above)")
+                return got[0]
+            configs = settings["configs"] if section == "b" else ["full"]
+            results = runs.run_pairs(runs.plan_pairs(configs, settings["rounds"], section), settings["steps"],
+                                     deadline, one)
+        summary = summarize(results, section)
+        output[model] = {"runs": results, "summary": summary,
+                         "verdicts": print_train(section, model, summary, settings)}
+        save()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sections", default="a,b,c", help="which sections: a, b, c (comma-separated)")
+    parser.add_argument("--models", default=None, help="0.5b, 1.5b (tiny) for (a) and, on a GPU, (b), (c); "
+                        "default: 0.5b,1.5b on a GPU, 0.5b on a CPU")
+    parser.add_argument("--train-models", default=None, help="models of (b) and (c); default: --models on a "
+                        "GPU, tiny on a CPU")
+    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    parser.add_argument("--tiny", action="store_true", help="a seconds-long run (the test)")
+    parser.add_argument("--a-shape", default=None, help="(a) PROMPTSxCOMPLETIONSxPOSITIONS (GPU 2x8x1024, CPU 2x8x64)")
+    parser.add_argument("--a-vocab", type=int, default=None, help="(a) vocabulary (default 151936)")
+    parser.add_argument("--repeats", type=int, default=None, help="(a) timed calls per row (GPU 3, CPU 1)")
+    parser.add_argument("--tile-size", default=None, help="(a) TOKENSxVOCAB passed as tile_size= to ours")
+    parser.add_argument("--prompts", type=int, default=None, help="(b, c) prompts per step (GPU 8)")
+    parser.add_argument("--completions", type=int, default=None, help="(b, c) completions per prompt (GPU 8)")
+    parser.add_argument("--length", type=int, default=None, help="(b, c) completion length cap (GPU 256)")
+    parser.add_argument("--steps", type=int, default=None, help="(b, c) steps per run, first dropped (GPU 4)")
+    parser.add_argument("--rounds", type=int, default=2, help="(b, c) rounds (variant order alternates)")
+    parser.add_argument("--configs", default="full,lora", help="(b) full, lora")
+    parser.add_argument("--statistics-from", default="logits", choices=("logits", "hidden"), help="(c)")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default 2; --tiny: 1)")
+    parser.add_argument("--budget", type=float, default=None, help="seconds for everything; rounds of (b), "
+                        "(c) that would pass it are skipped (default: 420 on a GPU, none on a CPU)")
+    parser.add_argument("--isolation", choices=("model", "run"), default="model",
+                        help="(b, c) one process per model and section, or per run")
+    parser.add_argument("--json", default=None, help="write every figure to this JSON file")
+    parser.add_argument("--work-dir", default=None, help="models and scratch (default: a temporary folder)")
+    for hidden in ("--child", "--child-model", "--out", "--deadline", "--only"):
+        parser.add_argument(hidden, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    settings = resolve(args)
+    if args.child == "a":
+        child_a(settings, Path(args.out), None if args.deadline is None else float(args.deadline))
+        return
+    if args.child:
+        child_train(args.child, settings, args.child_model, Path(args.out),
+                    None if args.deadline is None else float(args.deadline), args.only)
+        return
+    parse_tile(settings["tile_size"])
+    start = time.time()
+    temporary = settings["work_dir"] is None
+    settings["work_dir"] = settings["work_dir"] or tempfile.mkdtemp(prefix="ict_cost_")
+    Path(settings["work_dir"]).mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"settings": settings, "environment": environment(settings["device"])}
+    print(f"settings: {json.dumps(settings)}\nenvironment: {json.dumps(report['environment'])}", flush=True)
+
+    def save() -> None:
+        report["seconds"] = round(time.time() - start, 1)
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+
+    verdicts: list[str] = []
+    budget_end = start + settings["budget"] if settings["budget"] else None
+    for section in ("a", "b", "c"):
+        if section not in settings["sections"]:
+            continue
+        section_start = time.time()
+        if section == "a":
+            print(f"\n{SECTION_TITLES['a']}", flush=True)
+            extra = [] if budget_end is None else ["--deadline", str(start + A_BUDGET_SHARE * settings["budget"])]
+            results = run_child("a", settings, extra, Path(settings["work_dir"]) / "a.json") or {}
+            verdicts += print_a(results, settings)
+            report["a"] = results
+        else:
+            share = 2 / 3 if section == "b" and "c" in settings["sections"] else 1.0
+            section_end = None if budget_end is None else time.time() + (budget_end - time.time()) * share
+            report[section] = {}
+            train_section(section, settings, section_end, report[section], save)
+            verdicts += [v for model in report[section].values() for v in model["verdicts"]]
+        report.setdefault("section_seconds", {})[section] = round(time.time() - section_start, 1)
+        print(f"\n{SECTION_TITLES[section]}: {time.time() - section_start:.0f} s", flush=True)
+        save()
+    report["verdicts"] = verdicts
+    save()
+    print("\nall targets:\n" + "\n".join(verdicts) + f"\n\ntotal {time.time() - start:.0f} s", flush=True)
+    if temporary:
+        shutil.rmtree(settings["work_dir"], ignore_errors=True)
+
+
+def environment(device: str) -> dict[str, Any]:
+    """Versions and the device, for the record."""
+    import platform
+    from importlib import metadata
+
+    import torch
+
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    for name in ("transformers", "trl", "peft", "triton", "datasets"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[name] = metadata.version(name)
+    versions["device"] = (torch.cuda.get_device_name() if device.startswith("cuda")
+                          else f"cpu ({os.cpu_count()} cores)")
+    versions["load_average_1min"] = round(os.getloadavg()[0], 2)  # other work on the machine
+    return versions
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,369 @@
+"""Helpers of ``benchmarks/ict_cost.py``: the random Qwen2.5-shaped models and their word-level
+tokenizer, memory meters, the interleaved run plan with its time budget, and one training run of
+each section (b) (TRL: ``GRPOTrainer`` / ``ICTGRPOTrainer``) and (c) (our trainer, GRPO / ICT).
+Nothing here downloads anything."""
+
+from __future__ import annotations
+
+import gc
+import json
+import re
+import statistics
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+QWEN_VOCAB = 151_936
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes of a Qwen2.5 model (random weights; tied input/output embeddings)."""
+
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    vocab: int = QWEN_VOCAB
+
+
+SHAPES = {
+    "0.5b": ModelShape(896, 4864, 24, 14, 2),     # Qwen2.5-0.5B(-Instruct)
+    "1.5b": ModelShape(1536, 8960, 28, 12, 2),    # Qwen2.5-1.5B(-Instruct)
+    "tiny": ModelShape(32, 64, 2, 4, 2, 1000),    # CPU smoke tests
+}
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>")  # ids 0..3: pad, bos, eos, unk
+ROLE_WORDS = ("system", "user", "assistant")
+PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }} {{ message['content'] }}"
+    "<|im_end|> {% endfor %}{% if add_generation_prompt %}<|im_start|>assistant {% endif %}"
+)
+PROMPT_WORDS = 16
+VARIANTS = {"b": ("trl", "ict"), "c": ("grpo", "ict")}
+
+
+# ------------------------------------------------------------------ the model and the tokenizer
+
+def build_tokenizer(vocab_size: int) -> Any:
+    """Word-level tokenizer over ``vocab_size`` ids: 4 specials, the 3 chat roles, then ``w<i>``;
+    whitespace-split words; a ChatML-like chat template; EOS ``<|im_end|>`` (id 2)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = [*SPECIAL_TOKENS, *ROLE_WORDS]
+    vocab = {token: index for index, token in
+             enumerate(words + [f"w{i}" for i in range(vocab_size - len(words))])}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<|endoftext|>",
+                                        bos_token="<|im_start|>", eos_token="<|im_end|>",
+                                        unk_token="<unk>", padding_side="left")
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def ensure_model(path: Path, shape_name: str, device: str) -> Path:
+    """Build the random ``shape_name`` model and its tokenizer into ``path`` once (bf16 on disk;
+    runs load it in fp32). Its generation config forbids EOS before ``min_new_tokens`` (set per
+    run): with random weights EOS has probability ~1/V per token anyway."""
+    if (path / "done").exists():
+        return path
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    shape = SHAPES[shape_name]
+    config = Qwen2Config(
+        vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads, max_position_embeddings=32768, rms_norm_eps=1e-6,
+        tie_word_embeddings=True, pad_token_id=PAD_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config)
+    model.generation_config.pad_token_id, model.generation_config.eos_token_id = PAD_ID, EOS_ID
+    model.generation_config.bos_token_id = BOS_ID
+    model.to(torch.bfloat16).save_pretrained(path)
+    build_tokenizer(shape.vocab).save_pretrained(path)
+    del model
+    (path / "done").write_text(shape_name)
+    return path
+
+
+def prompt_texts(count: int, vocab_size: int) -> list[str]:
+    """``count`` prompts of ``PROMPT_WORDS`` random words ``w<i>``."""
+    import random
+
+    rng = random.Random(0)
+    words = vocab_size - len(SPECIAL_TOKENS) - len(ROLE_WORDS)
+    return [" ".join(f"w{rng.randrange(words)}" for _ in range(PROMPT_WORDS)) for _ in range(count)]
+
+
+def hash_reward(text: str) -> float:
+    """A verifiable-looking reward with spread (so the advantages are not all zero)."""
+    return float(zlib.crc32(text.encode()) % 5)
+
+
+# ------------------------------------------------------------------ memory meters
+
+def _proc_kib(field: str) -> int:
+    return int(re.search(rf"{field}:\s+(\d+)", Path("/proc/self/status").read_text()).group(1))
+
+
+class MemoryMeter:
+    """Peak memory of a region above what was held at its start, in MiB. CUDA:
+    ``max_memory_allocated`` after ``reset_peak_memory_stats`` minus ``memory_allocated`` at the
+    start. CPU: the peak resident set (VmHWM, reset through /proc/self/clear_refs) minus the
+    resident set at the start (an estimate: freed memory the allocator keeps counts as held)."""
+
+    def __init__(self, device: str) -> None:
+        self.cuda = device.startswith("cuda")
+
+    def start(self) -> None:
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+        else:
+            try:
+                Path("/proc/self/clear_refs").write_text("5")
+                self.base = _proc_kib("VmRSS") * 1024
+            except OSError:
+                self.base = None
+
+    def peak_mib(self) -> float:
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+            return (torch.cuda.max_memory_allocated() - self.base) / 2**20
+        if self.base is None:
+            return float("nan")
+        return max(0, _proc_kib("VmHWM") * 1024 - self.base) / 2**20
+
+
+def synchronize(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def free_memory(device: str) -> float:
+    """Collect garbage and empty the CUDA cache; returns the MiB still allocated (CUDA) or 0."""
+    import torch
+
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+        return torch.cuda.memory_allocated() / 2**20
+    return 0.0
+
+
+# ------------------------------------------------------------------ interleaved plan with a budget
+
+def plan_pairs(configs: list[str], rounds: int, section: str) -> list[tuple[str, int, tuple[str, ...]]]:
+    """(configuration, round, variant order): every round runs both variants of each
+    configuration, in the opposite order to the round before."""
+    first = VARIANTS[section]
+    return [(config, index, first if index % 2 == 0 else first[::-1])
+            for index in range(rounds) for config in configs]
+
+
+def _cost(results: list[dict[str, Any]], config: str) -> tuple[float, float] | None:
+    """(seconds per step, seconds per run besides its steps) of the finished runs of ``config``
+    (else of any), or None before the first: the median step after each run's first, and the
+    median of run time minus its steps."""
+    finished = [r for r in results if "seconds" in r and "error" not in r]
+    finished = [r for r in finished if r["config"] == config] or finished
+    if not finished:
+        return None
+    steps = [r.get("wall") or r["step_times"] for r in finished]
+    per_step = statistics.median([t for run in steps for t in (run[1:] or run)])
+    overhead = statistics.median([r["seconds"] - sum(run) for r, run in zip(finished, steps, strict=True)])
+    return per_step, max(0.0, overhead)
+
+
+def run_pairs(pairs: list[tuple[str, int, tuple[str, ...]]], steps: int, deadline: float | None,
+              run_one: Callable[[str, str, int, int], dict[str, Any]],
+              on_result: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
+    """Run each pair of variants in turn, ``steps`` steps a run. With a ``deadline`` (epoch
+    seconds), coverage comes first: once a run has been timed, each pair gets the steps (at most
+    ``steps``, at least 2: one timed) that let the remaining pairs share the time left; a pair
+    that cannot end by the deadline even with 2 steps is skipped and recorded as
+    ``{"skipped": ...}``, so the runs that are kept come in whole pairs. A run that raises is
+    recorded as ``{"error": ...}`` (its pair is then left out of the summary) and the next one
+    runs; ``on_result`` gets the list after every run (to save it as it grows)."""
+    import traceback
+
+    results: list[dict[str, Any]] = []
+    for position, (config, index, order) in enumerate(pairs):
+        cost = _cost(results, config)
+        count = steps
+        if deadline is not None and cost is not None:
+            per_step, overhead = cost
+            share = (deadline - time.time()) / (2 * (len(pairs) - position))  # per run
+            count = min(steps, max(2, int((share - overhead) / max(per_step, 1e-9))))
+            if time.time() + 2 * (overhead + count * per_step) > deadline:
+                print(f"  skipped {config} round {index}: ~{2 * (overhead + count * per_step):.0f} s "
+                      "would pass the time budget", flush=True)
+                results.append({"config": config, "round": index, "skipped": "time budget"})
+                continue
+            if count < steps:
+                print(f"  {config} round {index}: {count} steps a run (the time budget)", flush=True)
+        for variant in order:
+            start = time.time()
+            try:
+                result = run_one(variant, config, index, count)
+            except Exception as error:  # noqa: BLE001 - recorded, and the other runs go on
+                traceback.print_exc()
+                result = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+            result.update(variant=variant, config=config, round=index, seconds=time.time() - start)
+            print(f"  {config} round {index} {variant}: {json.dumps(brief(result))}", flush=True)
+            results.append(result)
+            if on_result is not None:
+                on_result(results)
+    return results
+
+
+def brief(result: dict[str, Any]) -> dict[str, Any]:
+    """A run's figures rounded for the progress line."""
+    return {key: ([round(v, 3) for v in value] if isinstance(value, list) else
+                  round(value, 3) if isinstance(value, float) else value)
+            for key, value in result.items() if key not in ("variant", "config", "round")}
+
+
+# ------------------------------------------------------------------ (b) one TRL run
+
+def trl_run(model_dir: str, variant: str, config_name: str, steps: int, prompts: int,
+            completions: int, length: int, device: str, work: Path) -> dict[str, Any]:
+    """One TRL training run: ``trl`` (``trl.GRPOTrainer``) or ``ict`` (``ICTGRPOTrainer`` with
+    ``token_selector="ict:ratio=0.1"`` and no full-token warm-up), ``full`` fine-tuning or
+    ``lora`` (r=16 on all linear layers), the same generation settings for both."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
+    from transformers.utils import logging as hf_logging
+    from trl import GRPOConfig, GRPOTrainer
+
+    from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer
+
+    gpu = device.startswith("cuda")
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    free_memory(device)
+    meter = MemoryMeter(device)
+    meter.start()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    peft_config = None
+    if config_name == "lora":
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear",
+                                 task_type="CAUSAL_LM")
+    common: dict[str, Any] = dict(
+        output_dir=str(work / f"trl-{variant}-{config_name}"), per_device_train_batch_size=prompts * completions,
+        num_generations=completions, max_completion_length=length, max_steps=steps,
+        steps_per_generation=1, gradient_accumulation_steps=1, report_to="none", use_cpu=not gpu,
+        bf16=gpu, logging_steps=1, save_strategy="no", seed=0, temperature=1.0, loss_type="grpo",
+        learning_rate=1e-6, generation_kwargs={"min_new_tokens": length}, disable_tqdm=True)
+    if variant == "ict":
+        args, trainer_class = ICTGRPOConfig(token_selector="ict:ratio=0.1", full_token_warmup_steps=0,
+                                            **common), ICTGRPOTrainer
+    else:
+        args, trainer_class = GRPOConfig(**common), GRPOTrainer
+    wall: list[float] = []
+
+    class Wall(TrainerCallback):
+        """Wall seconds of each optimizer step (generation + loss + backward + update)."""
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            synchronize(device)
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            synchronize(device)
+            wall.append(time.perf_counter() - self.start)
+
+    data = Dataset.from_dict({"prompt": [[{"role": "user", "content": text}]
+                                         for text in prompt_texts(64, len(tokenizer))]})
+    trainer = trainer_class(model=model, processing_class=tokenizer, args=args, train_dataset=data,
+                            reward_funcs=lambda completions, **kw: [hash_reward(str(c)) for c in completions],
+                            peft_config=peft_config, callbacks=[Wall()])
+    trainer.remove_callback(PrinterCallback)  # its per-step dicts; the figures are read below
+    trainer.train()
+    history = trainer.state.log_history
+    result = {"step_times": [e["step_time"] for e in history if "step_time" in e], "wall": wall,
+              "lengths": [e["completions/mean_length"] for e in history if "completions/mean_length" in e],
+              "peak_mib": meter.peak_mib()}
+    if hasattr(trainer, "ict_head_statistics"):  # micro-batches scored on TRL's log Z / recomputed
+        result["head_statistics"] = dict(trainer.ict_head_statistics)
+        print(f"    ict head statistics: {result['head_statistics']}", flush=True)
+    trainer.accelerator.free_memory()  # drops its references to the model and the optimizer
+    trainer.model = trainer.model_wrapped = trainer.optimizer = trainer.lr_scheduler = None
+    del trainer, model
+    result["left_allocated_mib"] = free_memory(device)
+    return result
+
+
+# ------------------------------------------------------------------ (c) one run of our trainer
+
+def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions: int, length: int,
+             device: str, work: Path, statistics_from: str) -> dict[str, Any]:
+    """``steps`` steps of our trainer's ``train_step`` (rollouts with Hugging Face generate,
+    rewards, statistics, selection, loss, update): ``grpo`` or ``ict`` (no full-token warm-up)."""
+    from ict.answers.rewards import Reward
+    from ict.data.training_data import PromptSampler, load_training_data
+    from ict.models.loading import load_model_and_tokenizer
+    from ict.training.config import build_config
+    from ict.training.trainer import (
+        build_optimizer,
+        loss_config_of,
+        method_of,
+        train_step,
+        weights_dtype,
+    )
+
+    data_path = work / "prompts.jsonl"
+    if not data_path.exists():  # words w0..w992 exist in every vocabulary here
+        rows = [{"question": text, "answer": "1"} for text in prompt_texts(64, SHAPES["tiny"].vocab)]
+        data_path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = build_config(None, {
+        "model": model_dir, "method": variant, "full_token_warmup_steps": 0, "dataset": str(data_path),
+        "prompts_per_step": prompts, "num_generations": completions, "max_new_tokens": length,
+        "generation_batch_size": prompts * completions, "device": device, "rollout_backend": "hf",
+        "statistics_from": statistics_from, "learning_rate": 1e-6, "temperature": 1.0,
+        "tensorboard": False, "progress": False}, {})
+    free_memory(device)
+    meter = MemoryMeter(device)
+    meter.start()
+    data = load_training_data(config.dataset, eval_size=0, seed=config.seed)
+    reward = Reward(["hash"], [1.0], [lambda completion, problem: hash_reward(completion)])
+    model, tokenizer = load_model_and_tokenizer(config.model, dtype=weights_dtype(config), device=device)
+    model.generation_config.min_new_tokens = length  # both variants run every completion to the cap
+    model.get_input_embeddings().weight.requires_grad_(not config.freeze_embeddings)
+    model.train()
+    optimizer = build_optimizer(model, config)
+    sampler = PromptSampler(data.train, config.prompts_per_step, config.seed)
+    method, loss_config = method_of(config), loss_config_of(config)
+    lines = []
+    for step in range(steps):
+        synchronize(device)
+        lines.append(train_step(step, config, model, tokenizer, optimizer, sampler, reward, method,
+                                loss_config, None))
+    result = {"step_times": [line["step_seconds"] for line in lines],
+              "lengths": [line["response_length_mean"] for line in lines],
+              "selected": [line.get("selected_fraction") for line in lines],
+              "peak_mib": meter.peak_mib()}
+    del model, optimizer
+    result["left_allocated_mib"] = free_memory(device)
+    return result

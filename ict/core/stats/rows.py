@@ -1,0 +1,151 @@
+"""Which response rows a token tile holds, in which order, and (for the group references) the
+(position, group) blocks of each tile with their absorbed point masses."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+def _ends(batch_index: Tensor, time_index: Tensor, batch_size: int, length: int,
+          finished: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Each row's last response position (``-1``: none) and whether it is finished (``[B]`` each)."""
+    last = torch.full((batch_size,), -1, dtype=torch.long, device=batch_index.device)
+    last.scatter_reduce_(0, batch_index, time_index, reduce="amax")
+    done = last < length - 1 if finished is None else finished.to(batch_index.device).bool()
+    return last, done & (last >= 0)
+
+
+def response_ends(response_mask: Tensor, finished: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """``(last, finished)``: each row's last response position (long ``[B]``, ``-1`` for a row
+    without response token) and whether the row is *finished* (bool ``[B]``; given, or inferred
+    as "ends before the last column", see :mod:`ict.core.stats`). The end token of a finished
+    row ``i`` is ``token_ids[i, last[i]]``."""
+    batch_index, time_index = response_mask.bool().nonzero(as_tuple=True)
+    return _ends(batch_index, time_index, response_mask.shape[0], response_mask.shape[1], finished)
+
+
+@dataclass
+class TileBlocks:
+    """The (position, group) blocks of one token tile, whose rows are contiguous in the tile:
+    ``start`` ``[k]`` (first row, tile-local), ``size`` ``[k]`` (rows), ``local`` ``[n]`` (each row's
+    block) and, for the absorbing variants, the point masses of the group's finished rows whose last
+    position is before the block's: ``absorbed_token`` ``[k, A]`` (``-1``: none) and
+    ``absorbed_count`` ``[k, A]`` float32 (1 or 0)."""
+
+    start: Tensor
+    size: Tensor
+    local: Tensor
+    absorbed_token: Tensor
+    absorbed_count: Tensor
+
+    def count(self, absorbing: bool) -> Tensor:
+        """Contributors to each block's mean ``[k]`` float32: its rows (+ its absorbed point masses)."""
+        count = self.size.float()
+        return count + self.absorbed_count.sum(dim=-1) if absorbing else count
+
+
+@dataclass
+class Tile:
+    """One token tile: ``part`` (a slice of the processing order) and its blocks (group order only)."""
+
+    part: slice
+    blocks: TileBlocks | None
+
+
+@dataclass
+class RowOrder:
+    """The response rows in processing order (``batch_index``, ``time_index`` ``[N]``) and its
+    token tiles. Group order ((position, group)-major) when a group reference is scored, each tile
+    holding whole blocks (at least one; so at most ``max(tokens, G)`` rows); sequence order
+    (row-major) otherwise."""
+
+    batch_index: Tensor
+    time_index: Tensor
+    tiles: list[Tile]
+
+    @property
+    def num_rows(self) -> int:
+        return self.batch_index.numel()
+
+    def previous_rows(self) -> Tensor:
+        """For each row, the index (in processing order) of the previous response position of the
+        same sequence, ``-1`` for a sequence's first one ``[N]``."""
+        num_rows, device = self.num_rows, self.batch_index.device
+        flat = self.batch_index * (int(self.time_index.max().item()) + 1 if num_rows else 1) + self.time_index
+        sequence = torch.argsort(flat)  # row-major rank -> processing index
+        previous = torch.full((num_rows,), -1, dtype=torch.long, device=device)
+        if num_rows > 1:
+            same = self.batch_index[sequence[1:]] == self.batch_index[sequence[:-1]]
+            previous[sequence[1:][same]] = sequence[:-1][same]
+        return previous
+
+
+def sequence_order(response_mask: Tensor, tokens: int) -> RowOrder:
+    """Row-major response rows in tiles of ``tokens`` rows."""
+    batch_index, time_index = response_mask.bool().nonzero(as_tuple=True)
+    tiles = [Tile(slice(start, min(start + tokens, batch_index.numel())), None)
+             for start in range(0, batch_index.numel(), tokens)]
+    return RowOrder(batch_index, time_index, tiles)
+
+
+def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, finished: Tensor | None,
+                tokens: int) -> RowOrder:
+    """Response rows in (position, group) order, tiled on block boundaries (see :class:`RowOrder`).
+
+    A row is *finished* when it ended by itself (``finished``, or inferred as "its last response
+    position is before the last column"); its point mass on its end token joins its group's mean
+    at every later position (the absorbing variants)."""
+    batch_size, length = response_mask.shape
+    batch_index, time_index = response_mask.bool().nonzero(as_tuple=True)
+    device = batch_index.device
+    _, rank = torch.unique(group_ids.to(device), return_inverse=True)
+    num_groups = int(rank.max().item()) + 1 if batch_size else 0
+    key = time_index * max(num_groups, 1) + rank[batch_index]
+    order = torch.argsort(key, stable=True)
+    batch_index, time_index = batch_index[order], time_index[order]
+    if not order.numel():
+        return RowOrder(batch_index, time_index, [])
+    block_keys, block_of_row, block_sizes = torch.unique_consecutive(
+        key[order], return_inverse=True, return_counts=True)
+    block_time, block_group = block_keys // num_groups, block_keys % num_groups
+    # Each group's finished rows as a [num_groups, M] table of (last position, end token).
+    last, done = _ends(batch_index, time_index, batch_size, length, finished)
+    done_rows = done.nonzero(as_tuple=True)[0]
+    done_rows = done_rows[torch.argsort(rank[done_rows], stable=True)]
+    per_group = torch.bincount(rank[done_rows], minlength=num_groups)
+    width = int(per_group.max().item()) if done_rows.numel() else 0
+    slot = torch.arange(done_rows.numel(), device=device) - (per_group.cumsum(0) - per_group)[rank[done_rows]]
+    end_time = torch.full((num_groups, width), length, dtype=torch.long, device=device)
+    end_token = torch.full((num_groups, width), -1, dtype=torch.long, device=device)
+    end_time[rank[done_rows], slot] = last[done_rows]
+    end_token[rank[done_rows], slot] = token_ids[done_rows, last[done_rows]].to(device)
+    block_ends = block_sizes.cumsum(0).tolist()
+    tiles: list[Tile] = []
+    start, first_block = 0, 0
+    while start < order.numel():
+        last_block = max(bisect.bisect_right(block_ends, start + tokens, lo=first_block), first_block + 1)
+        end = block_ends[last_block - 1]
+        blocks = slice(first_block, last_block)
+        sizes = block_sizes[blocks]
+        absorbed = end_time[block_group[blocks]] < block_time[blocks].unsqueeze(-1)  # [k, M]
+        tokens_of = torch.where(absorbed, end_token[block_group[blocks]], -1)
+        # Pack the point masses to the left and drop the columns no block of the tile uses.
+        packed = torch.argsort(absorbed.to(torch.int8), dim=-1, descending=True, stable=True)
+        used = int(absorbed.sum(dim=-1).max().item()) if absorbed.numel() else 0
+        tokens_of = tokens_of.gather(-1, packed)[:, :used].contiguous()
+        tiles.append(Tile(slice(start, end), TileBlocks(
+            start=(sizes.cumsum(0) - sizes), size=sizes, local=block_of_row[start:end] - first_block,
+            absorbed_token=tokens_of, absorbed_count=(tokens_of >= 0).float())))
+        start, first_block = end, last_block
+    return RowOrder(batch_index, time_index, tiles)
+
+
+def chunks(total: int, size: int) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of consecutive ranges of at most ``size`` covering ``range(total)``."""
+    for start in range(0, total, size):
+        yield start, min(start + size, total)

@@ -1,0 +1,128 @@
+"""Names of the JS references and score metrics, their keys, and :class:`TokenStatistics`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+GROUP_MEAN_VARIANTS: dict[str, tuple[bool, bool]] = {  # name -> (absorbing, leave_one_out)
+    "group_mean": (False, False),
+    "group_mean_absorbing": (True, False),
+    "group_mean_loo": (False, True),
+    "group_mean_loo_absorbing": (True, True),
+}
+"""The references that compare a row with its group at the same position (they need
+``group_ids`` and whole groups in one call)."""
+JS_REFERENCES = (*GROUP_MEAN_VARIANTS, "seq_mean", "prev", "ref")
+SCORE_METRICS = ("js", "kl", "wasserstein")
+"""How a row's distribution is compared with its reference (package docstring): Jensen-Shannon,
+KL(p || q), and 1-Wasserstein under the 0-1 ground metric (= total variation)."""
+
+LN2 = math.log(2.0)
+TINY = torch.finfo(torch.float32).tiny
+"""float32's smallest normal number: ``log max(q, TINY)`` keeps a KL score finite."""
+KL_MAX = -math.log(TINY)  # 87.34 nats: KL with log max(q, tiny) never exceeds it
+
+
+def score_key(reference: str, metric: str = "js") -> str:
+    """The ``js_scores`` key of ``metric`` (one of :data:`SCORE_METRICS`) to ``reference``: the bare
+    reference name for ``"js"``, else ``"<reference>:<metric>"`` (e.g. ``"group_mean_absorbing:kl"``)."""
+    if metric not in SCORE_METRICS:
+        raise ValueError(f"unknown score metric {metric!r}; choose from {', '.join(SCORE_METRICS)}")
+    return reference if metric == "js" else f"{reference}:{metric}"
+
+
+def split_score_key(name: str) -> tuple[str, str]:
+    """``(reference, metric)`` of a score key (:func:`score_key`'s inverse); ValueError (one line)
+    for an unknown reference or metric, and for ``"<reference>:js"`` (JS is the bare name)."""
+    reference, colon, metric = name.partition(":")
+    if reference not in JS_REFERENCES:
+        raise ValueError(f"unknown JS reference {reference!r}; choose from {', '.join(JS_REFERENCES)}")
+    if not colon:
+        return reference, "js"
+    if metric == "js":
+        raise ValueError(f"score {name!r}: a JS score is keyed by the bare reference name {reference!r}")
+    if metric not in SCORE_METRICS:
+        raise ValueError(f"unknown score metric {metric!r} in {name!r}; choose from {', '.join(SCORE_METRICS)}")
+    return reference, metric
+
+
+def needs_groups(js_references: Sequence[str]) -> bool:
+    """Whether any of ``js_references`` (score keys) is a group reference (needs ``group_ids`` and
+    whole groups)."""
+    return any(name.partition(":")[0] in GROUP_MEAN_VARIANTS for name in js_references)
+
+
+def needs_reference_logits(js_references: Sequence[str]) -> bool:
+    """Whether any of ``js_references`` (score keys) compares with the reference model (``ref``,
+    any metric): its logits must then be given."""
+    return any(name.partition(":")[0] == "ref" for name in js_references)
+
+
+@dataclass
+class TokenStatistics:
+    """Per-position statistics, each ``[B, T]`` float32, zero outside the response mask."""
+
+    log_probs: Tensor
+    entropy: Tensor
+    renyi2: Tensor
+    js_scores: dict[str, Tensor] = field(default_factory=dict)
+
+    def detached(self) -> TokenStatistics:
+        """The same statistics without gradients."""
+        return TokenStatistics(self.log_probs.detach(), self.entropy.detach(), self.renyi2.detach(),
+                               {name: scores.detach() for name, scores in self.js_scores.items()})
+
+    def rows(self, index: Tensor | slice) -> TokenStatistics:
+        """The statistics of the rows ``index`` of the batch."""
+        return TokenStatistics(self.log_probs[index], self.entropy[index], self.renyi2[index],
+                               {name: scores[index] for name, scores in self.js_scores.items()})
+
+    @staticmethod
+    def concat(parts: Sequence[TokenStatistics]) -> TokenStatistics:
+        """Row-wise concatenation of statistics with equal ``T`` and the same JS references."""
+        return TokenStatistics(
+            torch.cat([part.log_probs for part in parts]), torch.cat([part.entropy for part in parts]),
+            torch.cat([part.renyi2 for part in parts]),
+            {name: torch.cat([part.js_scores[name] for part in parts]) for name in parts[0].js_scores})
+
+
+@dataclass
+class Partials:
+    """Sums over the vocabulary of one reference's scores, accumulated tile by tile, ``[N]`` float32
+    each (rows in processing order): ``mixture = sum_v -m_v log m_v`` with ``m = (p + q) / 2``,
+    ``reference_entropy = sum_v -q_v log q_v``, ``cross = sum_v p_v log max(q_v, TINY)`` and
+    ``variation = sum_v |p_v - q_v|``."""
+
+    mixture: Tensor
+    reference_entropy: Tensor
+    cross: Tensor
+    variation: Tensor
+
+    @staticmethod
+    def zeros(num_rows: int, device: torch.device) -> Partials:
+        return Partials(*(torch.zeros(num_rows, dtype=torch.float32, device=device) for _ in range(4)))
+
+
+def scores_from_partials(partials: Partials, entropy: Tensor, metrics: Sequence[str],
+                         reference_entropy: Tensor | None = None) -> dict[str, Tensor]:
+    """Each of ``metrics`` from a reference's :class:`Partials` and ``entropy = H(p)`` ``[N]``:
+
+    - ``js  = H(m) - H(p) / 2 - H(q) / 2``, clamped to [0, ln 2] (``H(q)``: ``reference_entropy``
+      when given, else the accumulated one);
+    - ``kl  = -H(p) - sum_v p_v log max(q_v, TINY)``, clamped to [0, KL_MAX];
+    - ``wasserstein = TV(p, q) = 1/2 sum_v |p_v - q_v|``, clamped to [0, 1].
+    """
+    scores: dict[str, Tensor] = {}
+    if "js" in metrics:
+        entropy_q = partials.reference_entropy if reference_entropy is None else reference_entropy
+        scores["js"] = (partials.mixture - 0.5 * entropy - 0.5 * entropy_q).clamp_(0.0, LN2)
+    if "kl" in metrics:
+        scores["kl"] = (-entropy - partials.cross).clamp_(0.0, KL_MAX)
+    if "wasserstein" in metrics:
+        scores["wasserstein"] = (0.5 * partials.variation).clamp_(0.0, 1.0)
+    return scores

@@ -1,0 +1,476 @@
+"""The tile algorithm: token statistics over token x vocabulary tiles, forward and backward.
+
+For each token tile (``tokens`` response rows; whole (position, group) blocks when a group
+reference is scored):
+
+1. **statistics pass** - for each vocabulary tile (``vocab`` ids): the logits tile (a matrix
+   product of the rows' hidden states with the head's slice, or a slice of given logits) is folded
+   into the rows' online log-sum-exp state (``fold_statistics``): log-normaliser, sampled token's
+   log-prob, Shannon and Renyi-2 entropy;
+2. **score pass** (only when a JS reference is asked) - the tiles again (kept from pass 1 when
+   one vocabulary tile covers V, else recomputed): each reference's sums (:class:`Partials`) are
+   accumulated tile by tile, the group references by ``group_partials`` (every group variant of
+   the call from the same tile), ``prev``, ``ref`` and ``seq_mean`` in torch;
+   ``seq_mean``'s mean is known only after every tile, so it is scored in a third pass.
+
+The backward recomputes each tile and turns it into the gradient wrt its logits
+(``logit_grads``), then into ``grad_hidden += g @ W_v``, ``grad_W_v += g.T @ h`` (float32
+accumulators) or the rows of ``grad_logits``.
+
+Backends: ``"triton"`` (the kernels of :mod:`ict.core.stats.triton_tiles`, tensors on a GPU, or
+anywhere under ``TRITON_INTERPRET=1``) and ``"torch"`` (:mod:`ict.core.stats.torch_tiles`, any
+device); ``None`` picks Triton for CUDA tensors when it imports, torch otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from types import ModuleType
+
+import torch
+from torch import Tensor
+
+from ict.core.stats import torch_tiles
+from ict.core.stats.rows import RowOrder, Tile, chunks, group_order, sequence_order
+from ict.core.stats.scores import (
+    GROUP_MEAN_VARIANTS,
+    Partials,
+    TokenStatistics,
+    score_key,
+    scores_from_partials,
+    split_score_key,
+)
+from ict.core.stats.torch_tiles import RowState
+
+TileSize = tuple[int, int]
+"""``(tokens, vocab)``: response rows x vocabulary ids per tile."""
+BACKENDS = ("torch", "triton")
+_TRITON_TILE = (4096, 32768)  # the Triton kernels read the tile in its dtype: no float32 copies
+_CPU_TOKENS = 256  # rows per tile on a CPU: wide enough for efficient matrix products
+_CPU_TILE_ELEMENTS = 1 << 26  # the torch folds make a few float32 copies of a tile
+
+
+def parse_tile_size(text: str | None) -> TileSize | None:
+    """``"auto"`` / empty / None -> None (:func:`default_tile_size`); ``"TOKENSxVOCAB"`` (e.g.
+    ``"256x32768"``) -> ``(tokens, vocab)``; ValueError (one line) otherwise."""
+    if text is None or str(text).strip().lower() in ("", "auto", "none"):
+        return None
+    parts = str(text).lower().replace(" ", "").split("x")
+    if len(parts) != 2 or not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise ValueError(f"tile size must be 'auto' or TOKENSxVOCAB with positive integers (e.g. 256x32768), "
+                         f"got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def resolve_backend(backend: str | None, device: torch.device) -> str:
+    """The backend to run on ``device``: ``backend`` if given (ValueError if unknown or Triton is
+    missing), else ``"triton"`` for a CUDA device with Triton installed, else ``"torch"``."""
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"unknown statistics backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    if backend == "torch" or (backend is None and device.type != "cuda"):
+        return "torch"
+    try:
+        importlib.import_module("triton")
+    except ImportError as error:
+        if backend == "triton":
+            raise ValueError(f"the triton statistics backend needs the triton package ({error})") from None
+        return "torch"
+    return "triton"
+
+
+def default_tile_size(device: torch.device, vocab_size: int, backend: str) -> TileSize:
+    """Tiles that follow the device: TRL's ``4096 x 32768`` for the Triton kernels; for the torch
+    folds on a CPU, ``256`` rows by the whole vocabulary (up to 262,144 ids: 256 MiB a float32
+    tile), so the score pass reuses the statistics pass's tile instead of recomputing its matrix
+    product; elsewhere ``1024 x 32768``."""
+    if backend == "triton":
+        return _TRITON_TILE
+    if device.type == "cpu":
+        return _CPU_TOKENS, max(1, min(vocab_size, _CPU_TILE_ELEMENTS // _CPU_TOKENS))
+    return 1024, 32768
+
+
+def _folds(backend: str) -> ModuleType:
+    if backend == "triton":
+        return importlib.import_module("ict.core.stats.triton_tiles")
+    return torch_tiles
+
+
+class LogitsHead:
+    """Tiles of given logits ``[B, T, V]`` (or ``[R, V]`` with ``row_index [B, T]``): a gathered
+    copy of the rows' vocabulary slice."""
+
+    def __init__(self, logits: Tensor, row_index: Tensor | None = None) -> None:
+        self.logits = logits
+        self.inputs: tuple[Tensor, ...] = (logits,)
+        self.flat = logits.reshape(-1, logits.shape[-1])
+        self.row_index = row_index
+        self.length = logits.shape[1]
+
+    def rows(self, rows_b: Tensor, rows_t: Tensor) -> Tensor:
+        if self.row_index is not None:
+            return self.row_index[rows_b, rows_t].to(self.flat.device)
+        return rows_b * self.length + rows_t
+
+    def tile(self, rows: Tensor, start: int, end: int, reuse: bool = True) -> Tensor:
+        return self.flat[:, start:end].index_select(0, rows)
+
+    def release(self) -> None:
+        pass
+
+    def new_grads(self, needed: Sequence[bool]) -> list[Tensor | None]:
+        return [torch.zeros_like(self.logits) if needed[0] else None]
+
+    def accumulate(self, grads: list[Tensor | None], rows: Tensor, start: int, end: int, grad: Tensor,
+                   row_grads: Tensor | None) -> None:
+        if grads[0] is not None:
+            grads[0].view(-1, grads[0].shape[-1])[rows, start:end] = grad.to(grads[0].dtype)
+
+    def new_row_grads(self, rows: Tensor, needed: Sequence[bool]) -> Tensor | None:
+        return None
+
+    def finish_rows(self, grads: list[Tensor | None], rows_b: Tensor, rows_t: Tensor,
+                    row_grads: Tensor | None) -> None:
+        pass
+
+    def finish(self, grads: list[Tensor | None]) -> tuple[Tensor | None, ...]:
+        return tuple(grads)
+
+
+class LinearHead:
+    """Tiles of ``logits = hidden @ weight.T (+ bias)``, computed in ``compute_dtype`` (the autocast
+    dtype when autocast is on at the forward, else the hidden states' dtype) one tile at a time.
+
+    The backward accumulates ``grad_hidden`` (per token tile), ``grad_weight`` and ``grad_bias``
+    in float32, each only when its input needs a gradient (a frozen head costs no ``[V, d]``
+    buffer), and casts them to their inputs' dtypes at the end."""
+
+    def __init__(self, hidden: Tensor, weight: Tensor, bias: Tensor | None) -> None:
+        self.hidden, self.weight, self.bias = hidden, weight, bias
+        self.inputs = (hidden, weight) if bias is None else (hidden, weight, bias)
+        device_type = hidden.device.type
+        self.compute_dtype = (torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type)
+                              else hidden.dtype)
+        self._buffer: Tensor | None = None
+
+    def rows(self, rows_b: Tensor, rows_t: Tensor) -> Tensor:
+        return self.hidden[rows_b, rows_t].to(self.compute_dtype)
+
+    def tile(self, rows: Tensor, start: int, end: int, reuse: bool = True) -> Tensor:
+        """The ``[n, end - start]`` logits tile; ``reuse``: written into the head's one tile buffer
+        (the previous tile is overwritten; :meth:`release` frees it)."""
+        weight = self.weight[start:end].to(self.compute_dtype)
+        out = None
+        if reuse:
+            size = rows.shape[0] * (end - start)
+            if self._buffer is None or self._buffer.numel() < size:
+                self._buffer = None
+                self._buffer = torch.empty(size, dtype=self.compute_dtype, device=rows.device)
+            out = self._buffer[:size].view(rows.shape[0], end - start)
+        with torch.autocast(rows.device.type, enabled=False):
+            if self.bias is None:
+                return torch.mm(rows, weight.T, out=out)
+            return torch.addmm(self.bias[start:end].to(self.compute_dtype), rows, weight.T, out=out)
+
+    def release(self) -> None:
+        self._buffer = None
+
+    def new_grads(self, needed: Sequence[bool]) -> list[Tensor | None]:
+        return [torch.zeros(tensor.shape, dtype=torch.float32, device=tensor.device) if need and index else None
+                for index, (tensor, need) in enumerate(zip(self.inputs, needed))]
+
+    def new_row_grads(self, rows: Tensor, needed: Sequence[bool]) -> Tensor | None:
+        return torch.zeros(rows.shape, dtype=torch.float32, device=rows.device) if needed[0] else None
+
+    def accumulate(self, grads: list[Tensor | None], rows: Tensor, start: int, end: int, grad: Tensor,
+                   row_grads: Tensor | None) -> None:
+        grad = grad.to(self.compute_dtype)
+        with torch.autocast(rows.device.type, enabled=False):
+            if row_grads is not None:
+                _add_product(row_grads, grad, self.weight[start:end].to(self.compute_dtype))
+            if grads[1] is not None:
+                _add_product(grads[1][start:end], grad.T, rows)
+        if len(grads) > 2 and grads[2] is not None:
+            grads[2][start:end].add_(grad.sum(dim=0, dtype=torch.float32))
+
+    def finish_rows(self, grads: list[Tensor | None], rows_b: Tensor, rows_t: Tensor,
+                    row_grads: Tensor | None) -> None:
+        if row_grads is not None:
+            if grads[0] is None:
+                grads[0] = torch.zeros_like(self.hidden)
+            grads[0][rows_b, rows_t] = row_grads.to(self.hidden.dtype)
+
+    def finish(self, grads: list[Tensor | None]) -> tuple[Tensor | None, ...]:
+        return tuple(None if grad is None else grad.to(tensor.dtype) for grad, tensor in zip(grads, self.inputs))
+
+
+Head = LogitsHead | LinearHead
+
+
+def _add_product(total: Tensor, left: Tensor, right: Tensor) -> None:
+    """``total += left @ right`` into a float32 ``total`` without rounding a half-precision
+    product to its inputs' dtype first (rounding every vocabulary tile's share of a gradient to
+    bf16 before summing them biases it): float32 output of the GEMM on CUDA, float32 inputs
+    elsewhere."""
+    if left.dtype in (torch.bfloat16, torch.float16):
+        if total.device.type == "cuda":
+            try:
+                torch.addmm(total, left, right, out_dtype=torch.float32, out=total)
+                return
+            except (TypeError, RuntimeError):  # torch without out_dtype
+                pass
+        left, right = left.float(), right.float()
+    total.addmm_(left, right)
+
+
+class _ResponseLogProbs(torch.autograd.Function):
+    """``log p(token)`` and ``H(p)`` (``[N]``, processing order) from the no-grad passes, with a
+    tiled backward that recomputes each tile through the head."""
+
+    @staticmethod
+    def forward(ctx, head: Head, order: RowOrder, targets: Tensor, maximum: Tensor,  # type: ignore[override]
+                log_total: Tensor, entropy: Tensor, token_log_probs: Tensor, temperature: float, vocab: int, backend: str,
+                *inputs: Tensor) -> tuple[Tensor, Tensor]:
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(targets, maximum, log_total, entropy)
+        ctx.head, ctx.order, ctx.temperature, ctx.vocab, ctx.backend = head, order, temperature, vocab, backend
+        return token_log_probs.clone(), entropy.clone()
+
+    @staticmethod
+    def backward(ctx, grad_log_probs: Tensor | None, grad_entropy: Tensor | None):  # type: ignore[override]
+        targets, maximum, log_total, entropy = ctx.saved_tensors
+        head: Head = ctx.head
+        order: RowOrder = ctx.order
+        needed = ctx.needs_input_grad[10:]
+        grads = head.new_grads(needed)
+        if grad_log_probs is not None or grad_entropy is not None:
+            folds = _folds(ctx.backend)
+            vocab_size = head.flat.shape[-1] if isinstance(head, LogitsHead) else head.weight.shape[0]
+            grad_log_probs = None if grad_log_probs is None else grad_log_probs.float().contiguous()
+            grad_entropy = None if grad_entropy is None else grad_entropy.float().contiguous()
+            for tile in order.tiles:
+                part = tile.part
+                rows_b, rows_t = order.batch_index[part], order.time_index[part]
+                rows = head.rows(rows_b, rows_t)
+                row_grads = head.new_row_grads(rows, needed)
+                for start, end in chunks(vocab_size, ctx.vocab):
+                    grad = folds.logit_grads(
+                        head.tile(rows, start, end), targets[part], start, maximum[part], log_total[part], entropy[part],
+                        None if grad_log_probs is None else grad_log_probs[part],
+                        None if grad_entropy is None else grad_entropy[part], ctx.temperature)
+                    head.accumulate(grads, rows, start, end, grad, row_grads)
+                head.finish_rows(grads, rows_b, rows_t, row_grads)
+            head.release()
+        return (None,) * 10 + head.finish(grads)
+
+
+class _Run:
+    """One call's row order, tiles and per-row accumulators (processing order, ``[N]`` each)."""
+
+    def __init__(self, shape: tuple[int, int, int], token_ids: Tensor, response_mask: Tensor,
+                 js_references: tuple[str, ...], with_reference: bool, tile_size: TileSize | None,
+                 backend: str | None, group_ids: Tensor | None, finished: Tensor | None) -> None:
+        self.batch_size, self.length, self.vocab_size = shape
+        device = self.device = token_ids.device
+        self.backend = resolve_backend(backend, device)
+        self.tokens, self.vocab = tile_size or default_tile_size(device, self.vocab_size, self.backend)
+        self.folds = _folds(self.backend)
+        self.metrics_of: dict[str, tuple[str, ...]] = {}
+        for name in js_references:
+            reference, metric = split_score_key(name)
+            self.metrics_of[reference] = (*self.metrics_of.get(reference, ()), metric)
+        self.group_variants = [name for name in self.metrics_of if name in GROUP_MEAN_VARIANTS]
+        if self.group_variants:
+            assert group_ids is not None
+            self.order = group_order(response_mask, token_ids, group_ids, finished, self.tokens)
+        else:
+            self.order = sequence_order(response_mask, self.tokens)
+        num_rows = self.order.num_rows
+        self.targets = token_ids[self.order.batch_index, self.order.time_index].to(device, torch.long).contiguous()
+        self.state = RowState.empty(num_rows, device)
+        self.reference_state = RowState.empty(num_rows, device) if with_reference else None
+        self.partials = {reference: Partials.zeros(num_rows, device) for reference in self.metrics_of}
+        self.alone = {variant: torch.zeros(num_rows, dtype=torch.bool, device=device)
+                      for variant in self.group_variants}
+        self.previous = self.order.previous_rows() if "prev" in self.metrics_of else None
+        self.sequence_sum = (torch.zeros(self.batch_size, self.vocab_size, dtype=torch.float32, device=device)
+                             if "seq_mean" in self.metrics_of else None)
+        # sum_v p_v and sum_v p_v^2 of each row in the score pass (given normalisers)
+        self.mass: tuple[Tensor, Tensor] | None = None
+        self.maximum, self.log_total, self.entropy, self.renyi2, self.token_log_probs = (
+            torch.empty(num_rows, dtype=torch.float32, device=device) for _ in range(5))
+
+    def passes(self, head: Head, reference_head: LogitsHead | None, temperature: float,
+               given: tuple[Tensor, Tensor] | None = None) -> None:
+        """The statistics pass (skipped when ``given`` = the log-normaliser and entropy ``[B, T]``)
+        and the score pass, tile by tile (module docstring)."""
+        order, vocab_size = self.order, self.vocab_size
+        if given is not None:
+            self.maximum.copy_(given[0][order.batch_index, order.time_index])
+            self.log_total.zero_()
+            self.entropy.copy_(given[1][order.batch_index, order.time_index])
+            self.mass = (torch.zeros_like(self.entropy), torch.zeros_like(self.entropy))
+        for tile in order.tiles:
+            part = tile.part
+            rows = head.rows(order.batch_index[part], order.time_index[part])
+            reference_rows = None if reference_head is None else reference_head.rows(
+                order.batch_index[part], order.time_index[part])
+            kept = None
+            if given is None:
+                for start, end in chunks(vocab_size, self.vocab):
+                    logits = head.tile(rows, start, end)
+                    self.folds.fold_statistics(self.state.view(part), logits, self.targets[part], start, temperature)
+                    if reference_head is not None and self.reference_state is not None:
+                        self.folds.fold_statistics(self.reference_state.view(part),
+                                                   reference_head.tile(reference_rows, start, end),
+                                                   self.targets[part], start, temperature)
+                    kept = logits if end - start == vocab_size else None
+                view = self.state.view(part)
+                self.maximum[part] = view.maximum
+                self.log_total[part] = view.log_total()
+                self.entropy[part] = view.entropy()
+                self.renyi2[part] = view.renyi2()
+                self.token_log_probs[part] = (view.target - view.maximum) - self.log_total[part]
+            if not self.metrics_of:
+                continue
+            for variant in self.group_variants:
+                assert tile.blocks is not None
+                count = tile.blocks.count(GROUP_MEAN_VARIANTS[variant][0])[tile.blocks.local]
+                self.alone[variant][part] = count <= 1
+            for start, end in chunks(vocab_size, self.vocab):
+                logits = kept if kept is not None else head.tile(rows, start, end)
+                self._score_tile(tile, logits, rows, start, end, head, reference_head, reference_rows, temperature)
+
+    def scores(self, head: Head, temperature: float) -> dict[str, Tensor]:
+        """Every score asked for, ``[N]`` each, keyed by score key (``seq_mean`` takes a pass of its own)."""
+        scores: dict[str, Tensor] = {}
+        previous, entropy = self.previous, self.entropy
+        for reference, metrics in self.metrics_of.items():
+            if reference == "seq_mean":
+                continue
+            reference_entropy = None
+            if reference == "prev":
+                assert previous is not None
+                reference_entropy = torch.where(previous >= 0, entropy[previous.clamp_min(0)], entropy)
+            elif reference == "ref":
+                assert self.reference_state is not None
+                reference_entropy = self.reference_state.entropy()
+            for metric, value in scores_from_partials(self.partials[reference], entropy, metrics,
+                                                      reference_entropy).items():
+                if reference in self.alone:
+                    value.masked_fill_(self.alone[reference], 0.0)
+                if previous is not None and reference == "prev":
+                    value.masked_fill_(previous < 0, 0.0)
+                scores[score_key(reference, metric)] = value
+        if self.sequence_sum is not None:
+            for metric, value in self._seq_mean_scores(head, temperature).items():
+                scores[score_key("seq_mean", metric)] = value
+        return scores
+
+    def _score_tile(self, tile: Tile, logits: Tensor, rows: Tensor, start: int, end: int, head: Head,
+                    reference_head: LogitsHead | None, reference_rows: Tensor | None, temperature: float) -> None:
+        """Accumulate one logits tile's sums for every reference asked (and, given normalisers,
+        each row's probability mass)."""
+        part, order = tile.part, self.order
+        maximum, log_total = self.maximum[part], self.log_total[part]
+        mass = None if self.mass is None else (self.mass[0][part], self.mass[1][part])
+        for variant in self.group_variants:
+            metrics = self.metrics_of[variant]
+            absorbing, leave_one_out = GROUP_MEAN_VARIANTS[variant]
+            supports = getattr(self.folds, "supports_group", lambda *_: True)(leave_one_out, metrics)
+            fold = self.folds if supports else torch_tiles
+            fold.group_partials(_view(self.partials[variant], part), logits, maximum, log_total, temperature,
+                                tile.blocks, start, absorbing, leave_one_out, metrics, mass)
+            mass = None  # counted once
+        if mass is None and not ({"prev", "ref", "seq_mean"} & set(self.metrics_of)):
+            return
+        p = torch_tiles.probabilities(logits, maximum, log_total, temperature)
+        if mass is not None:
+            torch_tiles.accumulate_mass(mass, p)
+        if self.previous is not None:
+            partners = self.previous[part].clamp_min(0)
+            partner_rows = head.rows(order.batch_index[partners], order.time_index[partners])
+            q = torch_tiles.probabilities(head.tile(partner_rows, start, end, reuse=False), self.maximum[partners],
+                                          self.log_total[partners], temperature)
+            torch_tiles.accumulate_partials(_view(self.partials["prev"], part), p, q, self.metrics_of["prev"], False)
+        if reference_head is not None:
+            assert self.reference_state is not None and reference_rows is not None
+            reference = self.reference_state.view(part)
+            q = torch_tiles.probabilities(reference_head.tile(reference_rows, start, end), reference.maximum,
+                                          reference.log_total(), temperature)
+            torch_tiles.accumulate_partials(_view(self.partials["ref"], part), p, q, self.metrics_of["ref"], False)
+        if self.sequence_sum is not None:
+            self.sequence_sum[:, start:end].index_add_(0, order.batch_index[part], p)
+
+    def _seq_mean_scores(self, head: Head, temperature: float) -> dict[str, Tensor]:
+        """The metrics of each row to the mean distribution of its sequence (a pass of its own)."""
+        assert self.sequence_sum is not None
+        order, metrics = self.order, self.metrics_of["seq_mean"]
+        counts = torch.bincount(order.batch_index, minlength=self.batch_size).clamp_(min=1)
+        mean = self.sequence_sum.div_(counts.unsqueeze(-1).float())
+        mean_entropy = torch_tiles.entropy_terms(mean)
+        partials = Partials.zeros(order.num_rows, self.device)
+        for tile in order.tiles:
+            part = tile.part
+            rows_b = order.batch_index[part]
+            rows = head.rows(rows_b, order.time_index[part])
+            for start, end in chunks(self.vocab_size, self.vocab):
+                p = torch_tiles.probabilities(head.tile(rows, start, end), self.maximum[part], self.log_total[part],
+                                              temperature)
+                torch_tiles.accumulate_partials(_view(partials, part), p, mean[rows_b, start:end], metrics, False)
+        return scores_from_partials(partials, self.entropy, metrics, mean_entropy[order.batch_index])
+
+    def scatter(self, values: Tensor) -> Tensor:
+        """``[N]`` values in processing order -> ``[B, T]``, 0 outside the response."""
+        full = torch.zeros(self.batch_size, self.length, dtype=torch.float32, device=self.device)
+        return full.index_put((self.order.batch_index, self.order.time_index), values)
+
+def statistics(head: Head, shape: tuple[int, int, int], token_ids: Tensor, response_mask: Tensor,
+               temperature: float, js_references: tuple[str, ...], reference_head: LogitsHead | None,
+               differentiable_entropy: bool, tile_size: TileSize | None, backend: str | None,
+               group_ids: Tensor | None, finished: Tensor | None) -> TokenStatistics:
+    """The statistics of :mod:`ict.core.stats` from a head (one implementation for the logits and
+    the hidden-state paths; see this module's docstring for the passes)."""
+    run = _Run(shape, token_ids, response_mask, js_references, reference_head is not None, tile_size, backend,
+               group_ids, finished)
+    with torch.no_grad():
+        run.passes(head, reference_head, temperature)
+        scores = run.scores(head, temperature)
+        head.release()
+    log_probs, entropy = _ResponseLogProbs.apply(
+        head, run.order, run.targets, run.maximum, run.log_total, run.entropy, run.token_log_probs, temperature,
+        run.vocab, run.backend, *head.inputs)
+    if not differentiable_entropy:
+        entropy = entropy.detach()
+    return TokenStatistics(log_probs=run.scatter(log_probs), entropy=run.scatter(entropy),
+                           renyi2=run.scatter(run.renyi2),
+                           js_scores={name: run.scatter(scores[name]) for name in js_references})
+
+
+def scores_given_normalisers(head: Head, shape: tuple[int, int, int], token_ids: Tensor, response_mask: Tensor,
+                             temperature: float, js_references: tuple[str, ...], log_normaliser: Tensor,
+                             entropy: Tensor, tile_size: TileSize | None, backend: str | None,
+                             group_ids: Tensor | None, finished: Tensor | None
+                             ) -> tuple[dict[str, Tensor], Tensor, float]:
+    """The score pass alone, given each position's ``log Z`` and ``H(p)`` ``[B, T]`` (e.g. from
+    TRL's fused head): the scores ``[B, T]`` by key, Renyi-2 ``[B, T]`` and
+    ``max |sum_v p_v - 1|`` over the rows, which tells whether the given normalisers are those of
+    this head's logits (no gradient)."""
+    run = _Run(shape, token_ids, response_mask, js_references, False, tile_size, backend, group_ids, finished)
+    with torch.no_grad():
+        run.passes(head, None, temperature, given=(log_normaliser.float(), entropy.float()))
+        scores = run.scores(head, temperature)
+        head.release()
+    assert run.mass is not None
+    total, square = run.mass
+    deviation = float((total - 1.0).abs().max()) if total.numel() else 0.0
+    renyi2 = run.scatter(square.log().neg_().clamp_(min=0.0))
+    return {name: run.scatter(scores[name]) for name in js_references}, renyi2, deviation
+
+
+def _view(partials: Partials, part: slice) -> Partials:
+    return Partials(partials.mixture[part], partials.reference_entropy[part], partials.cross[part],
+                    partials.variation[part])
+
+

@@ -1,0 +1,192 @@
+"""The tile folds in torch: the twin of :mod:`ict.core.stats.triton_tiles`, for any device.
+
+Each function folds one ``[n, vt]`` logits tile (token rows x a vocabulary slice starting at
+``vocab_start``; any float dtype, read as float32) into per-row float32 accumulators ``[n]``.
+With ``z = logits / T`` (T the temperature):
+
+- :func:`fold_statistics`: the online log-sum-exp state ``(maximum m, total s = sum e^(z-m),
+  shifted a = sum e^(z-m) (z-m), square q = sum e^(2(z-m)), target = z[token])``; at the end
+  ``log Z = m + log s`` (kept in two parts), ``H = log s - a / s`` (Shannon, nats) and ``H2 = 2 log s - log q``
+  (Renyi-2, nats);
+- :func:`group_partials`: with ``p = exp(z - log Z)``, a group reference's :class:`Partials`
+  against its block's mean (a (position, group) block of contiguous rows, plus absorbed point
+  masses);
+- :func:`logit_grads`: the gradient of ``sum_rows g_lp log p(y) + g_H H(p)`` wrt the tile's logits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ict.core.stats.rows import TileBlocks
+from ict.core.stats.scores import TINY, Partials
+
+_LOWEST = torch.finfo(torch.float32).min
+
+
+@dataclass
+class RowState:
+    """Online log-sum-exp accumulators of each row (module docstring), ``[n]`` float32 each."""
+
+    maximum: Tensor
+    total: Tensor
+    shifted: Tensor
+    square: Tensor
+    target: Tensor
+
+    @staticmethod
+    def empty(num_rows: int, device: torch.device) -> RowState:
+        def full(value: float) -> Tensor:
+            return torch.full((num_rows,), value, dtype=torch.float32, device=device)
+
+        return RowState(full(float("-inf")), full(0.0), full(0.0), full(0.0), full(float("-inf")))
+
+    def view(self, part: slice) -> RowState:
+        return RowState(self.maximum[part], self.total[part], self.shifted[part], self.square[part],
+                        self.target[part])
+
+    def log_total(self) -> Tensor:
+        return self.total.log()
+
+    def entropy(self) -> Tensor:
+        return (self.total.log() - self.shifted / self.total).clamp_(min=0.0)
+
+    def renyi2(self) -> Tensor:
+        return (2.0 * self.total.log() - self.square.log()).clamp_(min=0.0)
+
+
+def scaled(tile: Tensor, temperature: float) -> Tensor:
+    """A new float32 ``tile / temperature`` (the tile itself is never modified)."""
+    return tile.float() / temperature if temperature != 1.0 or tile.dtype != torch.float32 else tile.clone()
+
+
+def probabilities(tile: Tensor, maximum: Tensor, log_total: Tensor, temperature: float) -> Tensor:
+    """``p = exp((tile / T - m) - log s)`` ``[n, vt]`` float32 (a new tensor); ``log Z = m + log s``
+    is kept in two parts, whose sum would round away ``log s`` next to a large ``m``."""
+    return scaled(tile, temperature).sub_(maximum.unsqueeze(-1)).sub_(log_total.unsqueeze(-1)).exp_()
+
+
+def entropy_terms(values: Tensor) -> Tensor:
+    """``sum_v -x_v log max(x_v, TINY)`` of each row ``[n]`` (0 log 0 = 0)."""
+    return torch.linalg.vecdot(values, values.clamp_min(TINY).log_()).neg_()
+
+
+def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start: int, temperature: float) -> None:
+    """Fold one tile into ``state`` (module docstring); ``targets`` ``[n]`` are vocabulary ids."""
+    z = scaled(tile, temperature)
+    new_max = torch.maximum(state.maximum, z.amax(dim=-1))
+    safe = torch.where(new_max == float("-inf"), 0.0, new_max)
+    z.sub_(safe.unsqueeze(-1))
+    exps = z.exp()
+    z.clamp_(min=_LOWEST)  # -inf logits: exp(z) = 0 and 0 * z must be 0, not nan
+    rescale = torch.exp(state.maximum - safe)
+    delta = torch.where(state.total > 0, state.maximum - safe, 0.0)
+    state.shifted.copy_(rescale * (state.shifted + state.total * delta) + torch.linalg.vecdot(exps, z))
+    state.square.copy_(state.square * rescale * rescale + torch.linalg.vecdot(exps, exps))
+    state.total.copy_(state.total * rescale + exps.sum(dim=-1))
+    state.maximum.copy_(new_max)
+    local = targets - vocab_start
+    inside = (local >= 0) & (local < tile.shape[1])
+    if bool(inside.any()):
+        rows = inside.nonzero(as_tuple=True)[0]
+        state.target[rows] = tile[rows, local[rows]].float() / temperature
+
+
+def accumulate_mass(mass: tuple[Tensor, Tensor], p: Tensor) -> None:
+    """Add ``sum_v p_v`` and ``sum_v p_v^2`` of each row of ``p`` ``[n, vt]`` to ``mass``."""
+    mass[0].add_(p.sum(dim=-1))
+    mass[1].add_(torch.linalg.vecdot(p, p))
+
+
+def accumulate_partials(partials: Partials, p: Tensor, q: Tensor, metrics: Sequence[str],
+                        reference_entropy: bool) -> None:
+    """Add the sums over this vocabulary slice of ``p`` ``[n, vt]`` against ``q`` ``[n, vt]``
+    (modified) to ``partials`` (``reference_entropy``: also ``sum -q log q``)."""
+    if "kl" in metrics:
+        partials.cross.add_(torch.linalg.vecdot(p, q.clamp_min(TINY).log_()))
+    if "wasserstein" in metrics:
+        partials.variation.add_(torch.sub(p, q).abs_().sum(dim=-1))
+    if "js" in metrics:
+        if reference_entropy:
+            partials.reference_entropy.add_(entropy_terms(q))
+        partials.mixture.add_(entropy_terms(q.add_(p).mul_(0.5)))
+
+
+def _sum_of_others(p: Tensor, blocks: TileBlocks) -> Tensor:
+    """``sum_{j != i} p_j`` over the other rows of each row's block ``[n, vt]``, summed directly
+    (``G - 1`` gathered adds): exactly 0 where every other row's entry is, and small entries keep
+    their relative precision (``S - p_i`` loses both to rounding)."""
+    sizes = blocks.size[blocks.local]
+    start = blocks.start[blocks.local]
+    slot = torch.arange(blocks.local.numel(), device=p.device) - start
+    others = torch.zeros_like(p)
+    for shift in range(1, int(blocks.size.max().item()) if blocks.size.numel() else 1):
+        targets = (sizes > shift).nonzero(as_tuple=True)[0]
+        partners = start[targets] + (slot[targets] + shift) % sizes[targets]
+        others.index_add_(0, targets, p.index_select(0, partners))
+    return others
+
+
+def group_partials(partials: Partials, tile: Tensor, maximum: Tensor, log_total: Tensor, temperature: float,
+                   blocks: TileBlocks, vocab_start: int, absorbing: bool, leave_one_out: bool,
+                   metrics: Sequence[str], mass: tuple[Tensor, Tensor] | None = None) -> None:
+    """Add one tile's sums of each row against its group reference to ``partials`` (and
+    ``sum_v p_v``, ``sum_v p_v^2`` of each row to ``mass`` when given).
+
+    The block's sum ``S`` over its rows (plus, ``absorbing``, its point masses) and ``n``
+    contributors give the mean ``q = S / n`` (row included) or ``q_i = (S - p_i) / (n - 1)``
+    (``leave_one_out``; with ``kl`` asked, ``S - p_i`` is summed directly)."""
+    p = probabilities(tile, maximum, log_total, temperature)
+    if mass is not None:
+        accumulate_mass(mass, p)
+    width = tile.shape[1]
+    block_sum = torch.zeros(blocks.size.numel(), width, dtype=torch.float32, device=tile.device)
+    direct = leave_one_out and "kl" in metrics
+    if not direct:
+        block_sum.index_add_(0, blocks.local, p)
+    if absorbing and blocks.absorbed_token.numel():
+        local = blocks.absorbed_token - vocab_start
+        inside = (blocks.absorbed_token >= 0) & (local >= 0) & (local < width)
+        where = inside.nonzero(as_tuple=True)
+        block_sum.index_put_((where[0], local[where]), blocks.absorbed_count[where], accumulate=True)
+    count = blocks.count(absorbing)
+    if not leave_one_out:
+        block_sum.div_(count.unsqueeze(-1))
+        if "js" in metrics:
+            partials.reference_entropy.add_(entropy_terms(block_sum)[blocks.local])
+        accumulate_partials(partials, p, block_sum[blocks.local], metrics, reference_entropy=False)
+        return
+    if direct:
+        q = _sum_of_others(p, blocks).add_(block_sum[blocks.local])  # + the absorbed point masses
+    else:
+        q = block_sum[blocks.local].sub_(p).clamp_min_(0.0)
+    q.div_((count[blocks.local] - 1).clamp_min(1.0).unsqueeze(-1))
+    accumulate_partials(partials, p, q, metrics, reference_entropy=True)
+
+
+def logit_grads(tile: Tensor, targets: Tensor, vocab_start: int, maximum: Tensor, log_total: Tensor, entropy: Tensor,
+                grad_log_probs: Tensor | None, grad_entropy: Tensor | None, temperature: float) -> Tensor:
+    """``[n, vt]`` float32 gradient wrt the tile's logits of ``sum g_lp log p(y) + g_H H(p)``:
+    ``d log p(y) / d logits = (onehot(y) - p) / T`` and ``d H / d logits = -p (log p + H) / T``;
+    ``grad_*`` are ``[n]`` float32 (None: no such term)."""
+    log_p = scaled(tile, temperature).sub_(maximum.unsqueeze(-1)).sub_(log_total.unsqueeze(-1))
+    p = log_p.exp()
+    if grad_entropy is not None:
+        log_p.masked_fill_(p == 0, 0.0)  # 0 log 0 = 0 for -inf logits
+        grad = log_p.add_(entropy.unsqueeze(-1)).mul_(p).mul_(grad_entropy.neg().unsqueeze(-1))
+        if grad_log_probs is not None:
+            grad.addcmul_(p, grad_log_probs.unsqueeze(-1), value=-1.0)
+    else:
+        assert grad_log_probs is not None
+        grad = p.mul_(grad_log_probs.neg().unsqueeze(-1))
+    if grad_log_probs is not None:
+        local = targets - vocab_start
+        inside = ((local >= 0) & (local < tile.shape[1])).nonzero(as_tuple=True)[0]
+        grad[inside, local[inside]] += grad_log_probs[inside]
+    if temperature != 1.0:
+        grad.div_(temperature)
+    return grad

@@ -1,0 +1,203 @@
+"""The tile folds as Triton kernels: the same functions, arguments and formulas as
+:mod:`ict.core.stats.torch_tiles` (see its docstring), for tiles on a GPU.
+
+Each kernel reads the ``[n, vt]`` logits tile in its own dtype and computes in float32 registers,
+so no float32 copy of a tile is made:
+
+- ``_statistics_kernel``: one program per row folds the row's vocabulary slice, ``BLOCK_V`` ids
+  at a time, into the online log-sum-exp state;
+- ``_group_kernel``: one program per (position, group) block loads its ``G`` rows ``BLOCK_V``
+  ids at a time, forms their mean (plus absorbed point masses) in registers and accumulates each
+  row's sums against it;
+- ``_logit_grad_kernel``: one program per (row, ``BLOCK_V`` ids) overwrites the tile with the
+  gradient wrt its logits (in the tile's dtype).
+
+Under ``TRITON_INTERPRET=1`` (set before this module is imported) the kernels run on CPU
+tensors, which is how the tests check them without a GPU. The leave-one-out ``kl`` score (whose
+reference is summed directly over the other rows) has no kernel: :data:`GROUP_KERNEL_METRICS`
+says which group scores do; the caller folds the rest in torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from ict.core.stats.rows import TileBlocks
+from ict.core.stats.scores import TINY, Partials
+from ict.core.stats.torch_tiles import RowState
+
+_STATISTICS_BLOCK = 1024
+_GROUP_ELEMENTS = 4096  # BLOCK_G x BLOCK_V registers of one group program
+_GRAD_BLOCK = 1024
+
+
+def supports_group(leave_one_out: bool, metrics: Sequence[str]) -> bool:
+    """Whether ``_group_kernel`` computes these scores (every one but the leave-one-out ``kl``)."""
+    return not (leave_one_out and "kl" in metrics)
+
+
+@triton.jit
+def _statistics_kernel(tile_ptr, stride, targets_ptr, max_ptr, total_ptr, shifted_ptr, square_ptr, target_ptr,
+                       vocab_start, n_cols, inv_t, BLOCK_V: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    row_ptr = tile_ptr + row * stride
+    m = tl.load(max_ptr + row)
+    s = tl.load(total_ptr + row)
+    a = tl.load(shifted_ptr + row)
+    q = tl.load(square_ptr + row)
+    for start in range(0, n_cols, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        inside = cols < n_cols
+        z = tl.load(row_ptr + cols, mask=inside, other=float("-inf")).to(tl.float32) * inv_t
+        new_m = tl.maximum(m, tl.max(z, axis=0))
+        safe = tl.where(new_m == float("-inf"), 0.0, new_m)
+        rescale = tl.exp(m - safe)
+        delta = tl.where(s > 0, m - safe, 0.0)
+        e = tl.exp(z - safe)
+        d = tl.where(e > 0, z - safe, 0.0)
+        a = rescale * (a + s * delta) + tl.sum(e * d, axis=0)
+        q = q * rescale * rescale + tl.sum(e * e, axis=0)
+        s = s * rescale + tl.sum(e, axis=0)
+        m = new_m
+    tl.store(max_ptr + row, m)
+    tl.store(total_ptr + row, s)
+    tl.store(shifted_ptr + row, a)
+    tl.store(square_ptr + row, q)
+    local = tl.load(targets_ptr + row) - vocab_start
+    if (local >= 0) & (local < n_cols):
+        tl.store(target_ptr + row, tl.load(row_ptr + local).to(tl.float32) * inv_t)
+
+
+@triton.jit
+def _entropy_terms(x):
+    return -x * tl.log(tl.maximum(x, 1.1754943508222875e-38))
+
+
+@triton.jit
+def _group_kernel(tile_ptr, stride, max_ptr, log_total_ptr, start_ptr, size_ptr, count_ptr, absorbed_token_ptr,
+                  absorbed_count_ptr, absorbed_width, mixture_ptr, reference_entropy_ptr, cross_ptr,
+                  variation_ptr, mass_ptr, square_ptr, vocab_start, n_cols, inv_t, tiny,
+                  LEAVE_ONE_OUT: tl.constexpr, WANT_JS: tl.constexpr, WANT_KL: tl.constexpr,
+                  WANT_TV: tl.constexpr, WANT_MASS: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_V: tl.constexpr):
+    block = tl.program_id(0).to(tl.int64)
+    first = tl.load(start_ptr + block).to(tl.int64)
+    size = tl.load(size_ptr + block)
+    count = tl.load(count_ptr + block)
+    slots = tl.arange(0, BLOCK_G)
+    alive = slots < size
+    rows = first + slots
+    shift = tl.load(max_ptr + rows, mask=alive, other=0.0)
+    log_total = tl.load(log_total_ptr + rows, mask=alive, other=0.0)
+    mixture = tl.zeros((BLOCK_G,), tl.float32)
+    reference_entropy = tl.zeros((BLOCK_G,), tl.float32)
+    cross = tl.zeros((BLOCK_G,), tl.float32)
+    variation = tl.zeros((BLOCK_G,), tl.float32)
+    mass = tl.zeros((BLOCK_G,), tl.float32)
+    square = tl.zeros((BLOCK_G,), tl.float32)
+    for start in range(0, n_cols, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        inside = alive[:, None] & (cols < n_cols)[None, :]
+        z = tl.load(tile_ptr + rows[:, None] * stride + cols[None, :], mask=inside, other=0.0).to(tl.float32)
+        p = tl.where(inside, tl.exp((z * inv_t - shift[:, None]) - log_total[:, None]), 0.0)
+        total = tl.sum(p, axis=0)
+        if WANT_MASS:
+            mass += tl.sum(p, axis=1)
+            square += tl.sum(p * p, axis=1)
+        for slot in range(0, absorbed_width):
+            token = tl.load(absorbed_token_ptr + block * absorbed_width + slot)
+            weight = tl.load(absorbed_count_ptr + block * absorbed_width + slot)
+            total += tl.where((cols + vocab_start == token) & (cols < n_cols), weight, 0.0)
+        if LEAVE_ONE_OUT:
+            q = tl.maximum(total[None, :] - p, 0.0) / tl.maximum(count - 1.0, 1.0)
+            if WANT_JS:
+                reference_entropy += tl.sum(_entropy_terms(q), axis=1)
+        else:
+            mean = total / count
+            q = tl.broadcast_to(mean[None, :], (BLOCK_G, BLOCK_V))
+            if WANT_JS:
+                reference_entropy += tl.sum(_entropy_terms(mean), axis=0)
+        if WANT_JS:
+            mixture += tl.sum(_entropy_terms(0.5 * (p + q)), axis=1)
+        if WANT_KL:
+            cross += tl.sum(p * tl.log(tl.maximum(q, tiny)), axis=1)
+        if WANT_TV:
+            variation += tl.sum(tl.where(inside, tl.abs(p - q), 0.0), axis=1)
+    if WANT_JS:
+        tl.store(mixture_ptr + rows, tl.load(mixture_ptr + rows, mask=alive) + mixture, mask=alive)
+        tl.store(reference_entropy_ptr + rows, tl.load(reference_entropy_ptr + rows, mask=alive)
+                 + reference_entropy, mask=alive)
+    if WANT_KL:
+        tl.store(cross_ptr + rows, tl.load(cross_ptr + rows, mask=alive) + cross, mask=alive)
+    if WANT_MASS:
+        tl.store(mass_ptr + rows, tl.load(mass_ptr + rows, mask=alive) + mass, mask=alive)
+        tl.store(square_ptr + rows, tl.load(square_ptr + rows, mask=alive) + square, mask=alive)
+    if WANT_TV:
+        tl.store(variation_ptr + rows, tl.load(variation_ptr + rows, mask=alive) + variation, mask=alive)
+
+
+@triton.jit
+def _logit_grad_kernel(tile_ptr, stride, targets_ptr, max_ptr, log_total_ptr, entropy_ptr, grad_log_probs_ptr,
+                       grad_entropy_ptr, vocab_start, n_cols, inv_t, HAS_LOG_PROB_GRAD: tl.constexpr,
+                       HAS_ENTROPY_GRAD: tl.constexpr, BLOCK_V: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
+    inside = cols < n_cols
+    pointers = tile_ptr + row * stride + cols
+    z = tl.load(pointers, mask=inside, other=0.0).to(tl.float32) * inv_t
+    log_p = (z - tl.load(max_ptr + row)) - tl.load(log_total_ptr + row)
+    p = tl.exp(log_p)
+    grad = tl.zeros((BLOCK_V,), tl.float32)
+    if HAS_LOG_PROB_GRAD:
+        is_target = (cols + vocab_start) == tl.load(targets_ptr + row)
+        grad += tl.load(grad_log_probs_ptr + row) * (is_target.to(tl.float32) - p)
+    if HAS_ENTROPY_GRAD:
+        grad -= tl.load(grad_entropy_ptr + row) * p * (tl.where(p > 0, log_p, 0.0) + tl.load(entropy_ptr + row))
+    tl.store(pointers, (grad * inv_t).to(tile_ptr.dtype.element_ty), mask=inside)
+
+
+def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start: int, temperature: float) -> None:
+    """:func:`ict.core.stats.torch_tiles.fold_statistics` as one Triton program per row."""
+    if not tile.shape[0]:
+        return
+    _statistics_kernel[(tile.shape[0],)](
+        tile, tile.stride(0), targets, state.maximum, state.total, state.shifted, state.square, state.target,
+        vocab_start, tile.shape[1], 1.0 / temperature, BLOCK_V=_STATISTICS_BLOCK)
+
+
+def group_partials(partials: Partials, tile: Tensor, maximum: Tensor, log_total: Tensor, temperature: float,
+                   blocks: TileBlocks, vocab_start: int, absorbing: bool, leave_one_out: bool,
+                   metrics: Sequence[str], mass: tuple[Tensor, Tensor] | None = None) -> None:
+    """:func:`ict.core.stats.torch_tiles.group_partials` as one Triton program per block (every
+    score but the leave-one-out ``kl``: :func:`supports_group`)."""
+    assert supports_group(leave_one_out, metrics)
+    num_blocks = blocks.size.numel()
+    if not num_blocks:
+        return
+    block_g = triton.next_power_of_2(int(blocks.size.max().item()))
+    width = blocks.absorbed_token.shape[1] if absorbing else 0
+    tokens = blocks.absorbed_token.contiguous() if width else blocks.size
+    counts = blocks.absorbed_count.contiguous() if width else log_total
+    _group_kernel[(num_blocks,)](
+        tile, tile.stride(0), maximum, log_total, blocks.start, blocks.size, blocks.count(absorbing), tokens, counts,
+        width, partials.mixture, partials.reference_entropy, partials.cross, partials.variation,
+        *((partials.variation, partials.variation) if mass is None else mass), vocab_start,
+        tile.shape[1], 1.0 / temperature, TINY, LEAVE_ONE_OUT=leave_one_out, WANT_JS="js" in metrics,
+        WANT_KL="kl" in metrics, WANT_TV="wasserstein" in metrics, WANT_MASS=mass is not None, BLOCK_G=block_g,
+        BLOCK_V=max(16, _GROUP_ELEMENTS // block_g))
+
+
+def logit_grads(tile: Tensor, targets: Tensor, vocab_start: int, maximum: Tensor, log_total: Tensor, entropy: Tensor,
+                grad_log_probs: Tensor | None, grad_entropy: Tensor | None, temperature: float) -> Tensor:
+    """:func:`ict.core.stats.torch_tiles.logit_grads`, written over ``tile`` (returned, its dtype)."""
+    if tile.shape[0]:
+        _logit_grad_kernel[(tile.shape[0], triton.cdiv(tile.shape[1], _GRAD_BLOCK))](
+            tile, tile.stride(0), targets, maximum, log_total, entropy,
+            entropy if grad_log_probs is None else grad_log_probs,
+            entropy if grad_entropy is None else grad_entropy, vocab_start, tile.shape[1], 1.0 / temperature,
+            HAS_LOG_PROB_GRAD=grad_log_probs is not None, HAS_ENTROPY_GRAD=grad_entropy is not None,
+            BLOCK_V=_GRAD_BLOCK)
+    return tile

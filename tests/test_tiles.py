@@ -1,0 +1,263 @@
+"""The tile statistics' two backends against independent float64 computations.
+
+The Triton kernels run here under Triton's interpreter (``TRITON_INTERPRET=1``, set by
+conftest.py when no GPU is present), on CPU tensors; the torch folds run natively. Each backend
+is checked at tiles that cut the vocabulary unevenly (the test vocabularies are no multiple of
+the vocabulary tile) and at one tile that holds everything: log-probs, Shannon and Renyi-2
+entropy, every JS reference with every metric, the gradients to logits, hidden states, head
+weight and bias, and ICT's masks (equal except where a tie decides).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+from test_stats import (
+    VARIANTS,
+    hidden_batch,
+    loop_reference_scores,
+    reference_statistics,
+    variant_batch,
+)
+
+from ict.core import selectors
+from ict.core.errors import UsageError
+from ict.core.stats import (
+    TokenStatistics,
+    default_tile_size,
+    parse_tile_size,
+    resolve_backend,
+    scores_from_hidden_given_normalisers,
+    token_statistics,
+    token_statistics_from_hidden,
+)
+
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+BACKENDS = [
+    "torch",
+    pytest.param("triton", marks=pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")),
+]
+TILES = [(3, 5), (4, 7), (64, 4096)]  # (tokens, vocab): uneven cuts of V = 19 / 29, and one tile for all
+METRICS = ("js", "kl", "wasserstein")
+
+DEVICE = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def run(function, backend: str, *args, **kwargs):
+    """``function(*args, backend=backend, **kwargs)`` with its tensors on the backend's device (the
+    Triton kernels on the GPU where there is one, else under the interpreter on the CPU) and its
+    results back on the CPU (differentiably)."""
+    device = DEVICE if backend == "triton" else torch.device("cpu")
+
+    def move(value):
+        return value.to(device) if isinstance(value, torch.Tensor) else value
+
+    def back(value):
+        if isinstance(value, torch.Tensor):
+            return value.cpu()
+        if isinstance(value, TokenStatistics):
+            return TokenStatistics(back(value.log_probs), back(value.entropy), back(value.renyi2),
+                                   {key: back(scores) for key, scores in value.js_scores.items()})
+        if isinstance(value, dict):
+            return {key: back(item) for key, item in value.items()}
+        if isinstance(value, tuple):
+            return tuple(back(item) for item in value)
+        return value
+
+    return back(function(*map(move, args), backend=backend, **{key: move(value) for key, value in kwargs.items()}))
+
+
+def keys_of(references) -> list[str]:
+    return [reference if metric == "js" else f"{reference}:{metric}" for reference in references
+            for metric in METRICS]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("tile", TILES)
+def test_logits_path_matches_float64(backend, tile):
+    """Every reference and metric in one call (finished and truncated rows, a group of one,
+    ``-inf`` logits), temperature 0.8, against plain float64 loops over the full softmax."""
+    logits, token_ids, mask, group_ids, _ = variant_batch(2)
+    reference_logits = torch.randn_like(logits) * 2
+    keys = keys_of((*VARIANTS, "seq_mean", "prev", "ref"))
+    stats = run(token_statistics, backend, logits, token_ids, mask, 0.8, keys, reference_logits,
+                tile_size=tile, group_ids=group_ids)
+    expected = reference_statistics(logits, token_ids, mask, 0.8)
+    # -inf logits (masked ids) outside the response: 0, not the reference's -inf * 0
+    expected["log_probs"] = torch.where(mask, expected["log_probs"], 0.0)
+    for name in ("log_probs", "entropy", "renyi2"):
+        torch.testing.assert_close(getattr(stats, name).double(), expected[name], atol=1e-5, rtol=1e-6,
+                                   msg=lambda text, name=name: f"{name}: {text}")
+    for key in keys:
+        reference, _, metric = key.partition(":")
+        want = loop_reference_scores(logits, token_ids, mask, group_ids, 0.8, reference, metric or "js",
+                                     reference_logits=reference_logits)
+        torch.testing.assert_close(stats.js_scores[key].double(), want, atol=2e-5, rtol=1e-6,
+                                   msg=lambda text, key=key: f"{key}: {text}")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("tile", TILES[:2])
+def test_logit_gradients_match_float64_autograd(backend, tile):
+    logits, token_ids, mask, group_ids, _ = variant_batch(0)
+    weights = torch.randn(mask.shape, generator=torch.Generator().manual_seed(3))
+    ours = logits.clone().requires_grad_()
+    stats = run(token_statistics, backend, ours, token_ids, mask, 0.7, ("group_mean_absorbing",),
+                differentiable_entropy=True, tile_size=tile, group_ids=group_ids)
+    ((stats.log_probs * weights).sum() + 0.3 * stats.entropy.sum()).backward()
+    exact = logits.double().requires_grad_()
+    log_p = torch.log_softmax(exact / 0.7, dim=-1)
+    entropy = -(log_p.exp() * torch.where(log_p.isfinite(), log_p, 0.0)).sum(-1)
+    token_log_p = log_p.gather(-1, token_ids[..., None])[..., 0]
+    (((token_log_p * weights + 0.3 * entropy) * mask).sum()).backward()
+    torch.testing.assert_close(ours.grad.double(), exact.grad, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("tile", TILES)
+def test_hidden_path_values_and_gradients_match_float64(backend, tile):
+    hidden, weight, lm_bias, token_ids, mask = hidden_batch(5, batch=6)
+    groups = torch.tensor([3, 1, 3, 1, 3, 3])
+    mask[1, 4:] = False  # a finished row: its end token is absorbed at later positions
+    keys = keys_of((*VARIANTS, "seq_mean", "prev"))
+    ours = [tensor.clone().requires_grad_() for tensor in (hidden, weight, lm_bias)]
+    stats = run(token_statistics_from_hidden, backend, ours[0], ours[1], token_ids, mask, 0.9, keys, groups,
+                ours[2], differentiable_entropy=True, tile_size=tile)
+    weights = torch.randn(mask.shape, generator=torch.Generator().manual_seed(4))
+    ((stats.log_probs * weights).sum() + 0.2 * stats.entropy.sum()).backward()
+    exact = [tensor.double().requires_grad_() for tensor in (hidden, weight, lm_bias)]
+    logits = exact[0] @ exact[1].T + exact[2]
+    expected = reference_statistics(logits.detach(), token_ids, mask, 0.9)
+    for name in ("log_probs", "entropy", "renyi2"):
+        torch.testing.assert_close(getattr(stats, name).double(), expected[name], atol=1e-5, rtol=1e-6)
+    for key in keys:
+        reference, _, metric = key.partition(":")
+        want = loop_reference_scores(logits.detach(), token_ids, mask, groups, 0.9, reference, metric or "js")
+        torch.testing.assert_close(stats.js_scores[key].double(), want, atol=2e-5, rtol=1e-6,
+                                   msg=lambda text, key=key: f"{key}: {text}")
+    log_p = torch.log_softmax(logits / 0.9, dim=-1)
+    entropy = -(log_p.exp() * log_p).sum(-1)
+    token_log_p = log_p.gather(-1, token_ids[..., None])[..., 0]
+    (((token_log_p * weights + 0.2 * entropy) * mask).sum()).backward()
+    for name, mine, theirs in zip(("hidden", "weight", "bias"), ours, exact):
+        torch.testing.assert_close(mine.grad.double(), theirs.grad, atol=2e-5, rtol=1e-5,
+                                   msg=lambda text, name=name: f"grad {name}: {text}")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bfloat16_hidden_states_match_float64_of_the_rounded_logits(backend):
+    """bf16 hidden states and head: each tile's logits are a bf16 matrix product, read as float32;
+    the statistics equal float64 ones of those bf16 logits."""
+    hidden, weight, _, token_ids, mask = hidden_batch(7, batch=6, bias=False)
+    groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    hidden, weight = hidden.bfloat16(), weight.bfloat16()
+    stats = run(token_statistics_from_hidden, backend, hidden, weight, token_ids, mask, 1.0,
+                ("group_mean_absorbing",), groups, tile_size=(64, 4096))
+    device = DEVICE if backend == "triton" else torch.device("cpu")  # the tiles' bf16 product
+    logits = (hidden.to(device) @ weight.to(device).T).double().cpu()
+    expected = reference_statistics(logits, token_ids, mask, 1.0)
+    torch.testing.assert_close(stats.log_probs.double(), expected["log_probs"], atol=1e-5, rtol=1e-6)
+    want = loop_reference_scores(logits, token_ids, mask, groups, 1.0, "group_mean_absorbing", "js")
+    torch.testing.assert_close(stats.js_scores["group_mean_absorbing"].double(), want, atol=2e-5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ict_masks_equal_the_float64_masks_except_at_ties(backend):
+    """ICT's default selection (top 10% per completion by JS to the absorbing group mean) from the
+    tile statistics and from float64 scores: equal wherever no tie at the threshold decides."""
+    generator = torch.Generator().manual_seed(11)
+    batch, length, vocab = 8, 24, 53
+    logits = torch.randn(batch, length, vocab, generator=generator) * 2.5
+    token_ids = torch.randint(0, vocab, (batch, length), generator=generator)
+    mask = torch.ones(batch, length, dtype=torch.bool)
+    mask[2, 15:] = False
+    mask[5, 9:] = False
+    groups = torch.arange(batch) // 4
+    reference = selectors.ICT_DEFAULT_REFERENCE
+    stats = run(token_statistics, backend, logits, token_ids, mask, 1.0, (reference,), tile_size=(16, 16),
+                group_ids=groups)
+    exact = loop_reference_scores(logits, token_ids, mask, groups, 1.0, reference, "js")
+    assert (stats.js_scores[reference].double() - exact).abs().max() < 1e-5
+    options = selectors.resolve_options("ict")
+    ours = selectors.select("ict", selectors.SelectionInputs(stats, mask, group_ids=groups), **options)
+    exact_stats = type(stats)(stats.log_probs, stats.entropy, stats.renyi2, {reference: exact.float()})
+    theirs = selectors.select("ict", selectors.SelectionInputs(exact_stats, mask, group_ids=groups), **options)
+    differ = ours.mask != theirs.mask
+    assert not (differ & ~ours.tie_decided & ~theirs.tie_decided).any()
+    assert ours.mask.sum() == theirs.mask.sum()
+
+
+def test_tile_sizes_and_backends():
+    assert parse_tile_size("auto") is None and parse_tile_size(None) is None
+    assert parse_tile_size("256x32768") == (256, 32768)
+    for bad in ("256", "0x5", "ax5", "4x5x6", "-1x5"):
+        with pytest.raises(ValueError, match="TOKENSxVOCAB"):
+            parse_tile_size(bad)
+    assert default_tile_size(torch.device("cpu"), 151936, "torch") == (256, 151936)
+    assert default_tile_size(torch.device("cpu"), 1 << 20, "torch") == (256, 1 << 18)
+    assert default_tile_size(torch.device("cpu"), 1000, "torch") == (256, 1000)
+    assert default_tile_size(torch.device("cuda"), 151936, "triton") == (4096, 32768)
+    assert resolve_backend(None, torch.device("cpu")) == "torch"
+    with pytest.raises(ValueError, match="unknown statistics backend"):
+        resolve_backend("cuda", torch.device("cpu"))
+
+
+def test_a_bad_tile_size_in_a_training_config_is_one_line():
+    from ict.training.config import build_config
+
+    with pytest.raises(UsageError, match="stats_tile_size"):
+        build_config(options={"stats_tile_size": "big"})
+    assert build_config(options={"stats_tile_size": "128x4096"}).stats_tile_size == "128x4096"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_packed_logits_with_a_row_index_equal_the_padded_ones(backend):
+    """verl's ``[R, V]`` packed logits scored in place (``row_index``) give the statistics of the
+    same logits laid out ``[B, T, V]``; the log-prob gradient lands on the packed rows."""
+    logits, token_ids, mask, group_ids, _ = variant_batch(1)
+    batch, length, vocab = logits.shape
+    permutation = torch.randperm(batch * length, generator=torch.Generator().manual_seed(2))
+    packed = torch.empty(batch * length, vocab)
+    packed[permutation] = logits.reshape(-1, vocab)
+    row_index = permutation.view(batch, length)
+    keys = keys_of(("group_mean_absorbing", "prev"))
+    padded = run(token_statistics, backend, logits, token_ids, mask, 0.9, keys, tile_size=(4, 7),
+                 group_ids=group_ids)
+    packed = packed.requires_grad_()
+    ours = run(token_statistics, backend, packed, token_ids, mask, 0.9, keys, tile_size=(4, 7),
+               group_ids=group_ids, row_index=row_index)
+    for name in ("log_probs", "entropy", "renyi2"):
+        torch.testing.assert_close(getattr(ours, name), getattr(padded, name), atol=1e-6, rtol=0)
+    for key in keys:
+        torch.testing.assert_close(ours.js_scores[key], padded.js_scores[key], atol=1e-6, rtol=0)
+    ours.log_probs.sum().backward()
+    untouched = torch.ones(batch * length, dtype=torch.bool)
+    untouched[row_index[mask]] = False
+    assert (packed.grad[untouched] == 0).all() and packed.grad[~untouched].abs().sum() > 0
+    with pytest.raises(ValueError, match="row_index"):
+        run(token_statistics, backend, packed, token_ids, mask, 0.9, row_index=row_index[:, :2])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scores_given_normalisers_equal_the_full_pass_and_flag_other_normalisers(backend):
+    """The score pass alone, given log Z and H (as TRL's fused head computes them), gives the full
+    pass's scores, with a probability mass of 1 per row; a log Z off by 0.01 is flagged."""
+    hidden, weight, lm_bias, token_ids, mask = hidden_batch(9, batch=6)
+    groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    mask[4, 5:] = False
+    keys = ["group_mean_absorbing", "group_mean:kl", "group_mean_loo:wasserstein"]
+    full = run(token_statistics_from_hidden, backend, hidden, weight, token_ids, mask, 0.9, keys, groups,
+               lm_bias, tile_size=(4, 7))
+    logits = (hidden.double() @ weight.double().T + lm_bias.double()) / 0.9
+    log_z = torch.logsumexp(logits, dim=-1).float()
+    scores, renyi2, deviation = run(
+        scores_from_hidden_given_normalisers, backend, hidden, weight, token_ids, mask, 0.9, keys, log_z, full.entropy, groups, lm_bias, tile_size=(4, 7))
+    assert deviation < 1e-5
+    torch.testing.assert_close(renyi2, full.renyi2, atol=1e-5, rtol=0)
+    for key in keys:
+        torch.testing.assert_close(scores[key], full.js_scores[key], atol=2e-6, rtol=0)
+    _, _, off = run(
+        scores_from_hidden_given_normalisers, backend, hidden, weight, token_ids, mask, 0.9, keys, log_z + 0.01, full.entropy, groups, lm_bias)
+    assert off > 5e-3
