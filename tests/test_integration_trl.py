@@ -49,10 +49,12 @@ def _top_fraction_reference(scores: torch.Tensor, mask: torch.Tensor, ratio: flo
     return reference
 
 
-def _group_mean_js_reference(hidden, weight, mask, group_ids) -> torch.Tensor:
+def _group_mean_js_reference(hidden, weight, mask, group_ids, bf16: bool = False) -> torch.Tensor:
     """float64 JS between each row's softmax and the mean softmax at t of its group's rows that
-    have a token at t, the row itself included (ict.core.stats' group_mean definition)."""
-    probs = torch.softmax(hidden.double() @ weight.double().T, dim=-1)
+    have a token at t, the row itself included (ict.core.stats' group_mean definition); ``bf16``:
+    of the bf16 product's logits, as TRL's fused head computes them under bf16 mixed precision."""
+    logits = (hidden.bfloat16() @ weight.bfloat16().T) if bf16 else hidden.double() @ weight.double().T
+    probs = torch.softmax(logits.double(), dim=-1)
     result = torch.zeros(mask.shape, dtype=torch.float64)
 
     def entropy(p):
@@ -125,7 +127,9 @@ def _check(out_dir: Path, processes: int, ratio: float, score_key: str | None) -
             scores = torch.zeros(mask.shape, dtype=torch.float64)
             for record in records:  # each process scored its own rows from its own hidden states
                 own = slice(*record["own"])
-                reference = _group_mean_js_reference(record["hidden"], record["weight"], mask[own], group_ids[own])
+                # the driver keeps TRL's default bf16 mixed precision: the scores are of the head's bf16 logits
+                reference = _group_mean_js_reference(record["hidden"], record["weight"], mask[own], group_ids[own],
+                                                     bf16=True)
                 torch.testing.assert_close(record["js"]["group_mean"][own].double(), reference, atol=1e-5, rtol=1e-4)
                 scores[own] = reference
         else:
@@ -177,7 +181,7 @@ def _check_straddling_groups(out_dir: Path) -> None:
         first = records[0]
         mask, group_ids = first["mask"].bool(), first["group_ids"]
         assert group_ids.tolist() == [0, 0, 0, 0] and mask.shape == (4, width)
-        reference = _group_mean_js_reference(hidden, first["weight"], mask, group_ids)
+        reference = _group_mean_js_reference(hidden, first["weight"], mask, group_ids, bf16=True)
         for record in records:
             torch.testing.assert_close(record["js"]["group_mean"].double(), reference, atol=1e-5, rtol=1e-4)
             assert torch.equal(record["selected"], first["selected"])
@@ -578,6 +582,27 @@ def test_trl_bf16_weights_with_fp32_head(tiny_model_dir, tmp_path):
     _check_group_mean_js(records[0], atol=1e-4)
     assert math.isfinite(trainer.state.log_history[0]["loss"])
     assert trainer.ict_head_statistics == {"reused": 1, "recomputed": 0}
+
+
+def test_trl_mixed_precision_scores_on_the_fused_heads_log_z(tiny_model_dir, tmp_path):
+    """bf16 mixed precision (TRL's bf16=True; on the CPU, bf16 autocast around the model's forward):
+    the statistics run in the head's autocast dtype, so the fused head's log Z fits their tiles
+    (probabilities sum to 1 within 1e-5) and every micro-batch is scored on it; the scores equal
+    the full statistics computed in that dtype."""
+    from ict.core.stats import token_statistics_from_hidden
+
+    trainer, records = _train_in_process(tiny_model_dir, tmp_path, "ict:reference=group_mean,ratio=0.25",
+                                         bf16=True, steps=2)
+    assert trainer._head_autocast == torch.bfloat16
+    assert trainer.ict_head_statistics == {"reused": 2, "recomputed": 0} and trainer.ict_head_deviation < 1e-5
+    record = records[-1]
+    own = slice(record["start"], None)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        full = token_statistics_from_hidden(record["hidden"], record["weight"], record["ids"][own],
+                                            record["mask"].bool()[own], 1.0, ("group_mean",),
+                                            record["group_ids"][own])
+    torch.testing.assert_close(record["stats"].js_scores["group_mean"][own], full.js_scores["group_mean"],
+                               atol=1e-5, rtol=0)
 
 
 def test_trl_scope_group_and_duplicate_prompts(tiny_model_dir, tmp_path):

@@ -147,18 +147,25 @@ def test_hidden_path_values_and_gradients_match_float64(backend, tile):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_bfloat16_hidden_states_match_float64_of_the_rounded_logits(backend):
-    """bf16 hidden states and head: each tile's logits are a bf16 matrix product, read as float32;
-    the statistics equal float64 ones of those bf16 logits."""
+@pytest.mark.parametrize("autocast", [False, True])
+def test_bfloat16_hidden_states_match_float64_of_the_rounded_logits(backend, autocast):
+    """bf16 hidden states and head, or float32 ones under bf16 autocast (mixed precision): each
+    tile's logits are a bf16 matrix product, read as float32, and the folds stay in float32 under
+    autocast; the statistics equal float64 ones of those bf16 logits."""
     hidden, weight, _, token_ids, mask = hidden_batch(7, batch=6, bias=False)
     groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    if not autocast:
+        hidden, weight = hidden.bfloat16(), weight.bfloat16()
+    device_type = DEVICE.type if backend == "triton" else "cpu"
+    with torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
+        stats = run(token_statistics_from_hidden, backend, hidden, weight, token_ids, mask, 1.0,
+                    ("group_mean_absorbing",), groups, tile_size=(64, 4096), differentiable_entropy=True)
     hidden, weight = hidden.bfloat16(), weight.bfloat16()
-    stats = run(token_statistics_from_hidden, backend, hidden, weight, token_ids, mask, 1.0,
-                ("group_mean_absorbing",), groups, tile_size=(64, 4096))
     device = DEVICE if backend == "triton" else torch.device("cpu")  # the tiles' bf16 product
     logits = (hidden.to(device) @ weight.to(device).T).double().cpu()
     expected = reference_statistics(logits, token_ids, mask, 1.0)
     torch.testing.assert_close(stats.log_probs.double(), expected["log_probs"], atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(stats.entropy.double(), expected["entropy"], atol=1e-5, rtol=1e-6)
     want = loop_reference_scores(logits, token_ids, mask, groups, 1.0, "group_mean_absorbing", "js")
     torch.testing.assert_close(stats.js_scores["group_mean_absorbing"].double(), want, atol=2e-5, rtol=1e-6)
 
@@ -253,11 +260,31 @@ def test_scores_given_normalisers_equal_the_full_pass_and_flag_other_normalisers
     logits = (hidden.double() @ weight.double().T + lm_bias.double()) / 0.9
     log_z = torch.logsumexp(logits, dim=-1).float()
     scores, renyi2, deviation = run(
-        scores_from_hidden_given_normalisers, backend, hidden, weight, token_ids, mask, 0.9, keys, log_z, full.entropy, groups, lm_bias, tile_size=(4, 7))
+        scores_from_hidden_given_normalisers, backend, hidden, weight, token_ids, mask, 0.9, keys, log_z,
+        full.entropy, groups, lm_bias, tile_size=(4, 7))
     assert deviation < 1e-5
     torch.testing.assert_close(renyi2, full.renyi2, atol=1e-5, rtol=0)
     for key in keys:
         torch.testing.assert_close(scores[key], full.js_scores[key], atol=2e-6, rtol=0)
     _, _, off = run(
-        scores_from_hidden_given_normalisers, backend, hidden, weight, token_ids, mask, 0.9, keys, log_z + 0.01, full.entropy, groups, lm_bias)
+        scores_from_hidden_given_normalisers, backend, hidden, weight, token_ids, mask, 0.9, keys, log_z + 0.01,
+        full.entropy, groups, lm_bias)
     assert off > 5e-3
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
+def test_group_kernel_split_over_the_vocabulary_matches_float64(monkeypatch):
+    """The group kernel's programs each take a span of a tile's vocabulary (4,096 ids on a GPU);
+    spans of 3 ids split these tiles into many parts, whose sums are added up in a fixed order."""
+    from ict.core.stats import triton_tiles
+
+    monkeypatch.setattr(triton_tiles, "_GROUP_SPAN", 3)
+    logits, token_ids, mask, group_ids, _ = variant_batch(3)
+    keys = keys_of(VARIANTS)
+    stats = run(token_statistics, "triton", logits, token_ids, mask, 1.1, keys, tile_size=(16, 11),
+                group_ids=group_ids)
+    for key in keys:
+        reference, _, metric = key.partition(":")
+        want = loop_reference_scores(logits, token_ids, mask, group_ids, 1.1, reference, metric or "js")
+        torch.testing.assert_close(stats.js_scores[key].double(), want, atol=2e-5, rtol=1e-6,
+                                   msg=lambda text, key=key: f"{key}: {text}")

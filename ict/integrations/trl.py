@@ -67,7 +67,6 @@ head (:func:`ict.models.loading.linear_lm_head`); vespo with ``selection_denomin
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
 import os
@@ -254,6 +253,10 @@ class ICTGRPOTrainer(GRPOTrainer):
         # micro-batches whose scores took the fused head's log Z and entropy ("reused") or needed
         # their own statistics pass ("recomputed": not found, or from other logits; see _statistics)
         self.ict_head_statistics: dict[str, int] = {"reused": 0, "recomputed": 0}
+        # the last |sum_v p_v - 1| of a micro-batch scored on the head's log Z; above the tolerance
+        # the head's log Z is not tried again (every micro-batch would pay for both)
+        self.ict_head_deviation: float | None = None
+        self._head_autocast: torch.dtype | None = None
         self._loss_inputs: dict[str, Tensor] | None = None
         self._kl_penalty: tuple[Tensor, Tensor, Tensor] | None = None
         self._call_key: tuple[str, int] | None = None
@@ -315,6 +318,11 @@ class ICTGRPOTrainer(GRPOTrainer):
     def _keep_hidden(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if self._capture is not None:
             self._capture.append(output.last_hidden_state.detach())
+            # the dtype TRL's fused head computes in: the autocast dtype of the model's forward
+            # (accelerate's mixed precision wraps the forward, not the loss around it)
+            device_type = output.last_hidden_state.device.type
+            self._head_autocast = (torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type)
+                                   else None)
 
     def _keep_log_probs(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         """The fused head's per-token log-probs (with gradient): TRL's ``per_token_logps``; and its
@@ -432,26 +440,32 @@ class ICTGRPOTrainer(GRPOTrainer):
                     head: tuple[Tensor, Tensor, Tensor] | None = None) -> TokenStatistics:
         """No-grad statistics of these rows from the captured hidden states, cast to the LM
         head's dtype and computed in the dtype TRL's fused head uses (float32 under
-        ``cast_lm_head_to_fp32``, else the autocast dtype).
+        ``cast_lm_head_to_fp32``, else the autocast dtype of the model's forward, if any).
 
         ``head``: TRL's fused head's ``(log Z, entropy, log-probs)`` of these rows ``[B, T]``.
         Then only the score pass runs, on log Z (one vocabulary pass instead of two; it also sums
         Renyi-2's ``sum p^2``),
         unless its tiles' probabilities do not sum to 1 within 1e-5 (log Z came from other
-        logits, e.g. a differently rounded bf16 product): the full statistics are computed then."""
+        logits, e.g. a differently rounded bf16 product): the full statistics are computed then,
+        and for every later micro-batch (:attr:`ict_head_deviation` keeps the value)."""
         weight, bias = linear_lm_head(self.accelerator.unwrap_model(self.model), "ict.integrations.trl", "")
         hidden, weight = hidden.to(weight.dtype), weight.detach()
         bias = None if bias is None else bias.detach()
         group_ids = group_ids if needs_groups(self.js_references) else None
         tile_size = parse_tile_size(self.args.stats_tile_size)
-        exact_head = torch.autocast(hidden.device.type, enabled=False) if getattr(
-            self.args, "cast_lm_head_to_fp32", False) else contextlib.nullcontext()
-        with torch.no_grad(), exact_head:
-            if head is not None and self.js_references:
+        device_type = hidden.device.type
+        if getattr(self.args, "cast_lm_head_to_fp32", False) or self._head_autocast is None:
+            precision: Any = torch.autocast(device_type, enabled=False)
+        else:
+            precision = torch.autocast(device_type, dtype=self._head_autocast)
+        with torch.no_grad(), precision:
+            if head is not None and self.js_references and (
+                    self.ict_head_deviation is None or self.ict_head_deviation <= HEAD_MASS_TOLERANCE):
                 log_z, entropy, log_probs = head
                 scores, renyi2, deviation = scores_from_hidden_given_normalisers(
                     hidden, weight, ids, response, self.temperature, self.js_references, log_z, entropy,
                     group_ids, bias, tile_size=tile_size)
+                self.ict_head_deviation = deviation
                 if deviation <= HEAD_MASS_TOLERANCE:
                     self.ict_head_statistics["reused"] += 1
                     zero = torch.zeros((), device=entropy.device)

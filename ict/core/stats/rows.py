@@ -42,6 +42,7 @@ class TileBlocks:
     local: Tensor
     absorbed_token: Tensor
     absorbed_count: Tensor
+    max_size: int = 1  # the largest block's rows (known on the host: no device sync per tile)
 
     def count(self, absorbing: bool) -> Tensor:
         """Contributors to each block's mean ``[k]`` float32: its rows (+ its absorbed point masses)."""
@@ -125,6 +126,7 @@ def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, fin
     end_time[rank[done_rows], slot] = last[done_rows]
     end_token[rank[done_rows], slot] = token_ids[done_rows, last[done_rows]].to(device)
     block_ends = block_sizes.cumsum(0).tolist()
+    sizes_on_host = block_sizes.tolist()
     tiles: list[Tile] = []
     start, first_block = 0, 0
     while start < order.numel():
@@ -140,7 +142,8 @@ def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, fin
         tokens_of = tokens_of.gather(-1, packed)[:, :used].contiguous()
         tiles.append(Tile(slice(start, end), TileBlocks(
             start=(sizes.cumsum(0) - sizes), size=sizes, local=block_of_row[start:end] - first_block,
-            absorbed_token=tokens_of, absorbed_count=(tokens_of >= 0).float())))
+            absorbed_token=tokens_of, absorbed_count=(tokens_of >= 0).float(),
+            max_size=max(sizes_on_host[first_block:last_block]))))
         start, first_block = end, last_block
     return RowOrder(batch_index, time_index, tiles)
 

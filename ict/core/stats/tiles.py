@@ -239,30 +239,38 @@ class _ResponseLogProbs(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_log_probs: Tensor | None, grad_entropy: Tensor | None):  # type: ignore[override]
-        targets, maximum, log_total, entropy = ctx.saved_tensors
         head: Head = ctx.head
-        order: RowOrder = ctx.order
         needed = ctx.needs_input_grad[10:]
         grads = head.new_grads(needed)
         if grad_log_probs is not None or grad_entropy is not None:
-            folds = _folds(ctx.backend)
-            vocab_size = head.flat.shape[-1] if isinstance(head, LogitsHead) else head.weight.shape[0]
-            grad_log_probs = None if grad_log_probs is None else grad_log_probs.float().contiguous()
-            grad_entropy = None if grad_entropy is None else grad_entropy.float().contiguous()
-            for tile in order.tiles:
-                part = tile.part
-                rows_b, rows_t = order.batch_index[part], order.time_index[part]
-                rows = head.rows(rows_b, rows_t)
-                row_grads = head.new_row_grads(rows, needed)
-                for start, end in chunks(vocab_size, ctx.vocab):
-                    grad = folds.logit_grads(
-                        head.tile(rows, start, end), targets[part], start, maximum[part], log_total[part], entropy[part],
-                        None if grad_log_probs is None else grad_log_probs[part],
-                        None if grad_entropy is None else grad_entropy[part], ctx.temperature)
-                    head.accumulate(grads, rows, start, end, grad, row_grads)
-                head.finish_rows(grads, rows_b, rows_t, row_grads)
-            head.release()
+            with torch.autocast(ctx.saved_tensors[0].device.type, enabled=False):  # float32 folds (see statistics)
+                _backward_tiles(ctx, grads, needed, grad_log_probs, grad_entropy)
         return (None,) * 10 + head.finish(grads)
+
+
+def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], grad_log_probs: Tensor | None,
+                    grad_entropy: Tensor | None) -> None:
+    """Accumulate the input gradients into ``grads``, tile by tile (this module's docstring)."""
+    targets, maximum, log_total, entropy = ctx.saved_tensors
+    head: Head = ctx.head
+    order: RowOrder = ctx.order
+    folds = _folds(ctx.backend)
+    vocab_size = head.flat.shape[-1] if isinstance(head, LogitsHead) else head.weight.shape[0]
+    grad_log_probs = None if grad_log_probs is None else grad_log_probs.float().contiguous()
+    grad_entropy = None if grad_entropy is None else grad_entropy.float().contiguous()
+    for tile in order.tiles:
+        part = tile.part
+        rows_b, rows_t = order.batch_index[part], order.time_index[part]
+        rows = head.rows(rows_b, rows_t)
+        row_grads = head.new_row_grads(rows, needed)
+        for start, end in chunks(vocab_size, ctx.vocab):
+            grad = folds.logit_grads(
+                head.tile(rows, start, end), targets[part], start, maximum[part], log_total[part], entropy[part],
+                None if grad_log_probs is None else grad_log_probs[part],
+                None if grad_entropy is None else grad_entropy[part], ctx.temperature)
+            head.accumulate(grads, rows, start, end, grad, row_grads)
+        head.finish_rows(grads, rows_b, rows_t, row_grads)
+    head.release()
 
 
 class _Run:
@@ -434,7 +442,9 @@ def statistics(head: Head, shape: tuple[int, int, int], token_ids: Tensor, respo
     the hidden-state paths; see this module's docstring for the passes)."""
     run = _Run(shape, token_ids, response_mask, js_references, reference_head is not None, tile_size, backend,
                group_ids, finished)
-    with torch.no_grad():
+    # the folds compute in float32 whatever the caller's autocast (a product such as vecdot would
+    # otherwise run in its lower precision); the head's tiles keep the dtype chosen at its creation
+    with torch.no_grad(), torch.autocast(token_ids.device.type, enabled=False):
         run.passes(head, reference_head, temperature)
         scores = run.scores(head, temperature)
         head.release()
@@ -458,7 +468,7 @@ def scores_given_normalisers(head: Head, shape: tuple[int, int, int], token_ids:
     ``max |sum_v p_v - 1|`` over the rows, which tells whether the given normalisers are those of
     this head's logits (no gradient)."""
     run = _Run(shape, token_ids, response_mask, js_references, False, tile_size, backend, group_ids, finished)
-    with torch.no_grad():
+    with torch.no_grad(), torch.autocast(token_ids.device.type, enabled=False):  # float32 folds
         run.passes(head, None, temperature, given=(log_normaliser.float(), entropy.float()))
         scores = run.scores(head, temperature)
         head.release()

@@ -6,9 +6,10 @@ so no float32 copy of a tile is made:
 
 - ``_statistics_kernel``: one program per row folds the row's vocabulary slice, ``BLOCK_V`` ids
   at a time, into the online log-sum-exp state;
-- ``_group_kernel``: one program per (position, group) block loads its ``G`` rows ``BLOCK_V``
-  ids at a time, forms their mean (plus absorbed point masses) in registers and accumulates each
-  row's sums against it;
+- ``_group_kernel``: one program per (position, group) block and span of vocabulary ids loads
+  its ``G`` rows ``BLOCK_V`` ids at a time, forms their mean (plus absorbed point masses) in
+  registers and accumulates each row's sums against it (the spans' sums are added on the host, in
+  a fixed order: the result does not depend on scheduling);
 - ``_logit_grad_kernel``: one program per (row, ``BLOCK_V`` ids) overwrites the tile with the
   gradient wrt its logits (in the tile's dtype).
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
 import triton
 import triton.language as tl
 from torch import Tensor
@@ -32,6 +34,7 @@ from ict.core.stats.torch_tiles import RowState
 
 _STATISTICS_BLOCK = 1024
 _GROUP_ELEMENTS = 4096  # BLOCK_G x BLOCK_V registers of one group program
+_GROUP_SPAN = 4096  # vocabulary ids of one group program (a tile's blocks x its parts fill the GPU)
 _GRAD_BLOCK = 1024
 
 
@@ -79,11 +82,13 @@ def _entropy_terms(x):
 
 @triton.jit
 def _group_kernel(tile_ptr, stride, max_ptr, log_total_ptr, start_ptr, size_ptr, count_ptr, absorbed_token_ptr,
-                  absorbed_count_ptr, absorbed_width, mixture_ptr, reference_entropy_ptr, cross_ptr,
-                  variation_ptr, mass_ptr, square_ptr, vocab_start, n_cols, inv_t, tiny,
+                  absorbed_count_ptr, absorbed_width, out_ptr, num_rows, vocab_start, n_cols, span, inv_t, tiny,
                   LEAVE_ONE_OUT: tl.constexpr, WANT_JS: tl.constexpr, WANT_KL: tl.constexpr,
                   WANT_TV: tl.constexpr, WANT_MASS: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_V: tl.constexpr):
+    # program (block, part): the block's rows over the vocabulary ids [part * span, (part + 1) * span);
+    # its sums go to out[quantity, part, row] (summed over the parts on the host: deterministic)
     block = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1).to(tl.int64)
     first = tl.load(start_ptr + block).to(tl.int64)
     size = tl.load(size_ptr + block)
     count = tl.load(count_ptr + block)
@@ -98,9 +103,10 @@ def _group_kernel(tile_ptr, stride, max_ptr, log_total_ptr, start_ptr, size_ptr,
     variation = tl.zeros((BLOCK_G,), tl.float32)
     mass = tl.zeros((BLOCK_G,), tl.float32)
     square = tl.zeros((BLOCK_G,), tl.float32)
-    for start in range(0, n_cols, BLOCK_V):
+    end = tl.minimum((part + 1) * span, n_cols)
+    for start in range(part * span, end, BLOCK_V):
         cols = start + tl.arange(0, BLOCK_V)
-        inside = alive[:, None] & (cols < n_cols)[None, :]
+        inside = alive[:, None] & (cols < end)[None, :]
         z = tl.load(tile_ptr + rows[:, None] * stride + cols[None, :], mask=inside, other=0.0).to(tl.float32)
         p = tl.where(inside, tl.exp((z * inv_t - shift[:, None]) - log_total[:, None]), 0.0)
         total = tl.sum(p, axis=0)
@@ -110,7 +116,7 @@ def _group_kernel(tile_ptr, stride, max_ptr, log_total_ptr, start_ptr, size_ptr,
         for slot in range(0, absorbed_width):
             token = tl.load(absorbed_token_ptr + block * absorbed_width + slot)
             weight = tl.load(absorbed_count_ptr + block * absorbed_width + slot)
-            total += tl.where((cols + vocab_start == token) & (cols < n_cols), weight, 0.0)
+            total += tl.where((cols + vocab_start == token) & (cols < end), weight, 0.0)
         if LEAVE_ONE_OUT:
             q = tl.maximum(total[None, :] - p, 0.0) / tl.maximum(count - 1.0, 1.0)
             if WANT_JS:
@@ -126,17 +132,14 @@ def _group_kernel(tile_ptr, stride, max_ptr, log_total_ptr, start_ptr, size_ptr,
             cross += tl.sum(p * tl.log(tl.maximum(q, tiny)), axis=1)
         if WANT_TV:
             variation += tl.sum(tl.where(inside, tl.abs(p - q), 0.0), axis=1)
-    if WANT_JS:
-        tl.store(mixture_ptr + rows, tl.load(mixture_ptr + rows, mask=alive) + mixture, mask=alive)
-        tl.store(reference_entropy_ptr + rows, tl.load(reference_entropy_ptr + rows, mask=alive)
-                 + reference_entropy, mask=alive)
-    if WANT_KL:
-        tl.store(cross_ptr + rows, tl.load(cross_ptr + rows, mask=alive) + cross, mask=alive)
-    if WANT_MASS:
-        tl.store(mass_ptr + rows, tl.load(mass_ptr + rows, mask=alive) + mass, mask=alive)
-        tl.store(square_ptr + rows, tl.load(square_ptr + rows, mask=alive) + square, mask=alive)
-    if WANT_TV:
-        tl.store(variation_ptr + rows, tl.load(variation_ptr + rows, mask=alive) + variation, mask=alive)
+    parts = tl.num_programs(1).to(tl.int64)
+    out = out_ptr + part * num_rows + rows  # quantity k at out_ptr + (k * parts + part) * num_rows + row
+    tl.store(out, mixture, mask=alive)
+    tl.store(out + parts * num_rows, reference_entropy, mask=alive)
+    tl.store(out + 2 * parts * num_rows, cross, mask=alive)
+    tl.store(out + 3 * parts * num_rows, variation, mask=alive)
+    tl.store(out + 4 * parts * num_rows, mass, mask=alive)
+    tl.store(out + 5 * parts * num_rows, square, mask=alive)
 
 
 @triton.jit
@@ -171,23 +174,36 @@ def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start:
 def group_partials(partials: Partials, tile: Tensor, maximum: Tensor, log_total: Tensor, temperature: float,
                    blocks: TileBlocks, vocab_start: int, absorbing: bool, leave_one_out: bool,
                    metrics: Sequence[str], mass: tuple[Tensor, Tensor] | None = None) -> None:
-    """:func:`ict.core.stats.torch_tiles.group_partials` as one Triton program per block (every
-    score but the leave-one-out ``kl``: :func:`supports_group`)."""
+    """:func:`ict.core.stats.torch_tiles.group_partials` as one Triton program per (block,
+    ``_GROUP_SPAN`` vocabulary ids), every score but the leave-one-out ``kl``
+    (:func:`supports_group`); the programs' sums are added up over the vocabulary parts here."""
     assert supports_group(leave_one_out, metrics)
-    num_blocks = blocks.size.numel()
+    num_blocks, num_rows, width = blocks.size.numel(), tile.shape[0], tile.shape[1]
     if not num_blocks:
         return
-    block_g = triton.next_power_of_2(int(blocks.size.max().item()))
-    width = blocks.absorbed_token.shape[1] if absorbing else 0
-    tokens = blocks.absorbed_token.contiguous() if width else blocks.size
-    counts = blocks.absorbed_count.contiguous() if width else log_total
-    _group_kernel[(num_blocks,)](
+    block_g = triton.next_power_of_2(blocks.max_size)
+    absorbed = blocks.absorbed_token.shape[1] if absorbing else 0
+    tokens = blocks.absorbed_token.contiguous() if absorbed else blocks.size
+    counts = blocks.absorbed_count.contiguous() if absorbed else log_total
+    parts = triton.cdiv(width, _GROUP_SPAN)
+    out = torch.zeros(6, parts, num_rows, dtype=torch.float32, device=tile.device)
+    _group_kernel[(num_blocks, parts)](
         tile, tile.stride(0), maximum, log_total, blocks.start, blocks.size, blocks.count(absorbing), tokens, counts,
-        width, partials.mixture, partials.reference_entropy, partials.cross, partials.variation,
-        *((partials.variation, partials.variation) if mass is None else mass), vocab_start,
-        tile.shape[1], 1.0 / temperature, TINY, LEAVE_ONE_OUT=leave_one_out, WANT_JS="js" in metrics,
-        WANT_KL="kl" in metrics, WANT_TV="wasserstein" in metrics, WANT_MASS=mass is not None, BLOCK_G=block_g,
+        absorbed, out, num_rows, vocab_start, width, _GROUP_SPAN, 1.0 / temperature, TINY,
+        LEAVE_ONE_OUT=leave_one_out, WANT_JS="js" in metrics, WANT_KL="kl" in metrics,
+        WANT_TV="wasserstein" in metrics, WANT_MASS=mass is not None, BLOCK_G=block_g,
         BLOCK_V=max(16, _GROUP_ELEMENTS // block_g))
+    sums = out.sum(dim=1)  # [6, n]
+    if "js" in metrics:
+        partials.mixture.add_(sums[0])
+        partials.reference_entropy.add_(sums[1])
+    if "kl" in metrics:
+        partials.cross.add_(sums[2])
+    if "wasserstein" in metrics:
+        partials.variation.add_(sums[3])
+    if mass is not None:
+        mass[0].add_(sums[4])
+        mass[1].add_(sums[5])
 
 
 def logit_grads(tile: Tensor, targets: Tensor, vocab_start: int, maximum: Tensor, log_total: Tensor, entropy: Tensor,
