@@ -1,4 +1,5 @@
-"""Time of the token statistics per JS reference, against the same statistics without a JS score.
+"""Time of the token statistics per JS reference, against the same statistics without a JS score,
+and (``--baseline DIR``) against another checkout of ict, side by side.
 
 No-grad statistics of a batch shaped like the CPU comparison's (64 completions x 32 positions,
 V = 49,152 and d = 576 as in SmolLM2-135M), from the logits (`token_statistics`) and from the
@@ -7,34 +8,35 @@ interleaved round by round; printed: the median seconds per case and its ratio t
 without a JS score (the cost of the score on top of log-probs, entropy and Renyi-2)::
 
     PYTHONPATH=$PWD python benchmarks/stats_speed.py --rounds 5 --threads 1
+
+With ``--baseline DIR`` (e.g. ``git worktree add /tmp/parent HEAD~1``) each round runs one
+process on this checkout and one on ``DIR``, in alternating order, each timing every case once
+after a warm-up with only the API both have; printed: both medians and their ratio::
+
+    PYTHONPATH=$PWD python benchmarks/stats_speed.py --baseline /tmp/parent --rounds 5 --threads 2
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ict.core.stats import token_statistics, token_statistics_from_hidden  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[1]
 REFERENCES = {"none": (), "group_mean": ("group_mean",), "seq_mean": ("seq_mean",), "prev": ("prev",)}
+CASES = [(path, name) for path in ("logits", "hidden") for name in REFERENCES]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=64, help="completions (groups of 8)")
-    parser.add_argument("--length", type=int, default=32)
-    parser.add_argument("--vocab", type=int, default=49152)
-    parser.add_argument("--width", type=int, default=576)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
+def time_cases(args: argparse.Namespace, rounds: int) -> dict[str, list[float]]:
+    """Seconds of every case, ``rounds`` interleaved rounds after one warm-up of each."""
+    import torch
+
+    from ict.core.stats import token_statistics, token_statistics_from_hidden
+
     torch.set_num_threads(args.threads)
     generator = torch.Generator().manual_seed(0)
     hidden = torch.randn(args.rows, args.length, args.width, generator=generator)
@@ -51,21 +53,58 @@ def main() -> None:
             else:
                 token_statistics_from_hidden(hidden, weight, tokens, mask, 1.0, references, group_ids=groups)
 
-    cases = [(path, name) for path in ("logits", "hidden") for name in REFERENCES]
-    times: dict[tuple[str, str], list[float]] = {case: [] for case in cases}
-    run("logits", ())  # warm-up
-    for _ in range(args.rounds):
-        for path, name in cases:
+    times: dict[str, list[float]] = {f"{path} {name}": [] for path, name in CASES}
+    for path, name in CASES:
+        run(path, REFERENCES[name])  # warm-up
+    for _ in range(rounds):
+        for path, name in CASES:
             start = time.perf_counter()
             run(path, REFERENCES[name])
-            times[(path, name)].append(time.perf_counter() - start)
-    print(f"{args.rows} x {args.length} positions, V = {args.vocab}, d = {args.width}, "
-          f"{args.threads} thread(s), median of {args.rounds} rounds\n")
-    print("| path | JS reference | seconds | ratio to no JS score |\n|---|---|---|---|")
-    for path, name in cases:
-        median = statistics.median(times[(path, name)])
-        base = statistics.median(times[(path, "none")])
-        print(f"| {path} | {name} | {median:.3f} | {median / base:.2f} |")
+            times[f"{path} {name}"].append(time.perf_counter() - start)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=64, help="completions (groups of 8)")
+    parser.add_argument("--length", type=int, default=32)
+    parser.add_argument("--vocab", type=int, default=49152)
+    parser.add_argument("--width", type=int, default=576)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--baseline", default=None, help="another checkout of ict, timed side by side")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # the checkout a child imports
+    args = parser.parse_args()
+    shape = (f"{args.rows} x {args.length} positions, V = {args.vocab}, d = {args.width}, "
+             f"{args.threads} thread(s), median of {args.rounds} rounds")
+    if args.child is not None:
+        sys.path.insert(0, args.child)
+        print(json.dumps(time_cases(args, 1)))
+        return
+    if args.baseline is None:
+        sys.path.insert(0, str(ROOT))
+        times = time_cases(args, args.rounds)
+        print(f"{shape}\n\n| path | JS reference | seconds | ratio to no JS score |\n|---|---|---|---|")
+        for path, name in CASES:
+            median, base = statistics.median(times[f"{path} {name}"]), statistics.median(times[f"{path} none"])
+            print(f"| {path} | {name} | {median:.3f} | {median / base:.2f} |")
+        return
+    trees = {"this checkout": str(ROOT), "baseline": str(Path(args.baseline).resolve())}
+    times = {tree: {f"{path} {name}": [] for path, name in CASES} for tree in trees}
+    options = [f"--{key}={getattr(args, key)}" for key in ("rows", "length", "vocab", "width", "threads")]
+    for round_index in range(args.rounds):
+        for tree in (list(trees) if round_index % 2 == 0 else list(trees)[::-1]):
+            result = subprocess.run([sys.executable, __file__, "--child", trees[tree], *options],
+                                    capture_output=True, text=True, cwd=trees[tree])
+            if result.returncode:
+                sys.exit(f"{tree} failed:\n{result.stderr[-3000:]}")
+            for case, values in json.loads(result.stdout.strip().splitlines()[-1]).items():
+                times[tree][case].extend(values)
+    print(f"{shape}; one process per checkout and round, alternating; baseline: {args.baseline}\n\n"
+          "| path | JS reference | this checkout (s) | baseline (s) | this / baseline |\n|---|---|---|---|---|")
+    for path, name in CASES:
+        ours, theirs = (statistics.median(times[tree][f"{path} {name}"]) for tree in trees)
+        print(f"| {path} | {name} | {ours:.3f} | {theirs:.3f} | {ours / theirs:.2f} |")
 
 
 if __name__ == "__main__":

@@ -202,13 +202,20 @@ def test_tile_sizes_and_backends():
     for bad in ("256", "0x5", "ax5", "4x5x6", "-1x5"):
         with pytest.raises(ValueError, match="TOKENSxVOCAB"):
             parse_tile_size(bad)
-    assert default_tile_size(torch.device("cpu"), 151936, "torch") == (256, 151936)
-    assert default_tile_size(torch.device("cpu"), 1 << 20, "torch") == (256, 1 << 18)
+    assert default_tile_size(torch.device("cpu"), 151936, "torch") == (256, 8192)
     assert default_tile_size(torch.device("cpu"), 1000, "torch") == (256, 1000)
+    assert default_tile_size(torch.device("cpu"), 49152, "torch", from_hidden=False) == (42, 49152)
     assert default_tile_size(torch.device("cuda"), 151936, "triton") == (4096, 32768)
     assert resolve_backend(None, torch.device("cpu")) == "torch"
     with pytest.raises(ValueError, match="unknown statistics backend"):
         resolve_backend("cuda", torch.device("cpu"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_INTERPRET", "0")
+        with pytest.raises(ValueError, match="needs CUDA tensors"):
+            resolve_backend("triton", torch.device("cpu"))
+    logits, token_ids, mask, _, _ = variant_batch(0)
+    with pytest.raises(ValueError, match="positive integers"):
+        token_statistics(logits, token_ids, mask, 1.0, tile_size=(0, 5))
 
 
 def test_a_bad_tile_size_in_a_training_config_is_one_line():

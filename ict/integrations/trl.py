@@ -151,7 +151,7 @@ class ICTGRPOConfig(GRPOConfig):
     stats_tile_size: str = field(
         default="auto",
         metadata={"help": "Token x vocabulary tile of ict's token statistics: 'auto' (follows the device: "
-                  "4096x32768 for the Triton kernels on a GPU, 256 positions in torch on a CPU) or "
+                  "4096x32768 for the Triton kernels on a GPU, 256x8192 in torch on a CPU) or "
                   "'TOKENSxVOCAB', e.g. '1024x32768'."},
     )
 

@@ -162,7 +162,7 @@ class ICTPolicyLossConfig(VerlPolicyLossConfig):
             (response tokens, TRL's ``top_entropy_quantile`` convention).
         ict_dual_clip: apply verl's ``actor.clip_ratio_c`` dual clip (ict's default: off).
         ict_stats_tile_size: token x vocabulary tile of ict's token statistics: ``"auto"``
-            (follows the device: 4096x32768 for the Triton kernels on a GPU, 256 positions in torch
+            (follows the device: 4096x32768 for the Triton kernels on a GPU, 8 MiB tiles in torch
             on a CPU) or ``"TOKENSxVOCAB"``, e.g. ``"1024x32768"``.
         ict_seed: seed of the selection generator (``random``, ``clip_cov``): the n-th selection
             of training step s uses :func:`selection_seed` ``(ict_seed, s, n)`` on every rank and

@@ -178,8 +178,8 @@ class TrainConfig:
                                            "in an extra no-grad pass)")
     stats_tile_size: str = option("auto", "token x vocabulary tile of the token statistics: "
                                   "auto (follows the device: 4096x32768 for the Triton kernels "
-                                  "on a GPU; 256 positions by the whole vocabulary in torch on "
-                                  "a CPU) or TOKENSxVOCAB, e.g. 1024x32768")
+                                  "on a GPU; 8 MiB float32 tiles in torch on a CPU) or "
+                                  "TOKENSxVOCAB, e.g. 1024x32768")
     shared_prompt_forward: bool = option(True, "run each prompt once for its G completions in "
                                           "the training forward (exact; off: one forward per "
                                           "row)")

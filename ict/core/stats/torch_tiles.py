@@ -72,12 +72,24 @@ def probabilities(tile: Tensor, maximum: Tensor, log_total: Tensor, temperature:
 
 def entropy_terms(values: Tensor) -> Tensor:
     """``sum_v -x_v log max(x_v, TINY)`` of each row ``[n]`` (0 log 0 = 0)."""
-    return torch.linalg.vecdot(values, values.clamp_min(TINY).log_()).neg_()
+    return values.clamp_min(TINY).log_().mul_(values).sum(dim=-1).neg_()
 
 
-def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start: int, temperature: float) -> None:
-    """Fold one tile into ``state`` (module docstring); ``targets`` ``[n]`` are vocabulary ids."""
-    z = scaled(tile, temperature)
+def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start: int, temperature: float,
+                    overwrite: bool = False, keep_exponentials: bool = False) -> Tensor | None:
+    """Fold one tile into ``state`` (module docstring); ``targets`` ``[n]`` are vocabulary ids;
+    ``overwrite``: the tile is not needed afterwards, so a float32 tile is worked on in place (no
+    copy). ``keep_exponentials``: return ``e^(z - m)`` ``[n, vt]`` (``m`` the running maximum after
+    this tile), which for a tile holding the whole vocabulary divided by ``s`` is ``p``."""
+    local = targets - vocab_start
+    inside = (local >= 0) & (local < tile.shape[1])
+    if bool(inside.any()):
+        rows = inside.nonzero(as_tuple=True)[0]
+        state.target[rows] = tile[rows, local[rows]].float() / temperature
+    if overwrite and tile.dtype == torch.float32:
+        z = tile.div_(temperature) if temperature != 1.0 else tile
+    else:
+        z = scaled(tile, temperature)
     new_max = torch.maximum(state.maximum, z.amax(dim=-1))
     safe = torch.where(new_max == float("-inf"), 0.0, new_max)
     z.sub_(safe.unsqueeze(-1))
@@ -85,21 +97,17 @@ def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start:
     z.clamp_(min=_LOWEST)  # -inf logits: exp(z) = 0 and 0 * z must be 0, not nan
     rescale = torch.exp(state.maximum - safe)
     delta = torch.where(state.total > 0, state.maximum - safe, 0.0)
-    state.shifted.copy_(rescale * (state.shifted + state.total * delta) + torch.linalg.vecdot(exps, z))
-    state.square.copy_(state.square * rescale * rescale + torch.linalg.vecdot(exps, exps))
+    state.square.copy_(state.square * rescale * rescale + torch.linalg.vector_norm(exps, dim=-1).square())
+    state.shifted.copy_(rescale * (state.shifted + state.total * delta) + z.mul_(exps).sum(dim=-1))
     state.total.copy_(state.total * rescale + exps.sum(dim=-1))
     state.maximum.copy_(new_max)
-    local = targets - vocab_start
-    inside = (local >= 0) & (local < tile.shape[1])
-    if bool(inside.any()):
-        rows = inside.nonzero(as_tuple=True)[0]
-        state.target[rows] = tile[rows, local[rows]].float() / temperature
+    return exps if keep_exponentials else None
 
 
 def accumulate_mass(mass: tuple[Tensor, Tensor], p: Tensor) -> None:
     """Add ``sum_v p_v`` and ``sum_v p_v^2`` of each row of ``p`` ``[n, vt]`` to ``mass``."""
     mass[0].add_(p.sum(dim=-1))
-    mass[1].add_(torch.linalg.vecdot(p, p))
+    mass[1].add_(torch.linalg.vector_norm(p, dim=-1).square())
 
 
 def accumulate_partials(partials: Partials, p: Tensor, q: Tensor, metrics: Sequence[str],
@@ -107,7 +115,7 @@ def accumulate_partials(partials: Partials, p: Tensor, q: Tensor, metrics: Seque
     """Add the sums over this vocabulary slice of ``p`` ``[n, vt]`` against ``q`` ``[n, vt]``
     (modified) to ``partials`` (``reference_entropy``: also ``sum -q log q``)."""
     if "kl" in metrics:
-        partials.cross.add_(torch.linalg.vecdot(p, q.clamp_min(TINY).log_()))
+        partials.cross.add_(q.clamp_min(TINY).log_().mul_(p).sum(dim=-1))
     if "wasserstein" in metrics:
         partials.variation.add_(torch.sub(p, q).abs_().sum(dim=-1))
     if "js" in metrics:
@@ -131,20 +139,23 @@ def _sum_of_others(p: Tensor, blocks: TileBlocks) -> Tensor:
     return others
 
 
-def group_partials(partials: Partials, tile: Tensor, maximum: Tensor, log_total: Tensor, temperature: float,
+def group_partials(partials: Partials, tile: Tensor | None, maximum: Tensor, log_total: Tensor, temperature: float,
                    blocks: TileBlocks, vocab_start: int, absorbing: bool, leave_one_out: bool,
-                   metrics: Sequence[str], mass: tuple[Tensor, Tensor] | None = None) -> None:
+                   metrics: Sequence[str], mass: tuple[Tensor, Tensor] | None = None,
+                   p: Tensor | None = None) -> None:
     """Add one tile's sums of each row against its group reference to ``partials`` (and
-    ``sum_v p_v``, ``sum_v p_v^2`` of each row to ``mass`` when given).
+    ``sum_v p_v``, ``sum_v p_v^2`` of each row to ``mass`` when given); ``p``: the tile's
+    probabilities when already known (then ``tile`` is not read).
 
     The block's sum ``S`` over its rows (plus, ``absorbing``, its point masses) and ``n``
     contributors give the mean ``q = S / n`` (row included) or ``q_i = (S - p_i) / (n - 1)``
     (``leave_one_out``; with ``kl`` asked, ``S - p_i`` is summed directly)."""
-    p = probabilities(tile, maximum, log_total, temperature)
+    if p is None:
+        p = probabilities(tile, maximum, log_total, temperature)
     if mass is not None:
         accumulate_mass(mass, p)
-    width = tile.shape[1]
-    block_sum = torch.zeros(blocks.size.numel(), width, dtype=torch.float32, device=tile.device)
+    width = p.shape[1]
+    block_sum = torch.zeros(blocks.size.numel(), width, dtype=torch.float32, device=p.device)
     direct = leave_one_out and "kl" in metrics
     if not direct:
         block_sum.index_add_(0, blocks.local, p)
@@ -172,8 +183,11 @@ def logit_grads(tile: Tensor, targets: Tensor, vocab_start: int, maximum: Tensor
                 grad_log_probs: Tensor | None, grad_entropy: Tensor | None, temperature: float) -> Tensor:
     """``[n, vt]`` float32 gradient wrt the tile's logits of ``sum g_lp log p(y) + g_H H(p)``:
     ``d log p(y) / d logits = (onehot(y) - p) / T`` and ``d H / d logits = -p (log p + H) / T``;
-    ``grad_*`` are ``[n]`` float32 (None: no such term)."""
-    log_p = scaled(tile, temperature).sub_(maximum.unsqueeze(-1)).sub_(log_total.unsqueeze(-1))
+    ``grad_*`` are ``[n]`` float32 (None: no such term). The tile is not needed afterwards (the
+    caller's own copy): a float32 one is overwritten."""
+    log_p = (tile.div_(temperature) if temperature != 1.0 else tile) if tile.dtype == torch.float32 else \
+        scaled(tile, temperature)
+    log_p.sub_(maximum.unsqueeze(-1)).sub_(log_total.unsqueeze(-1))
     p = log_p.exp()
     if grad_entropy is not None:
         log_p.masked_fill_(p == 0, 0.0)  # 0 log 0 = 0 for -inf logits

@@ -162,8 +162,10 @@ def _logit_grad_kernel(tile_ptr, stride, targets_ptr, max_ptr, log_total_ptr, en
     tl.store(pointers, (grad * inv_t).to(tile_ptr.dtype.element_ty), mask=inside)
 
 
-def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start: int, temperature: float) -> None:
-    """:func:`ict.core.stats.torch_tiles.fold_statistics` as one Triton program per row."""
+def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start: int, temperature: float,
+                    overwrite: bool = False, keep_exponentials: bool = False) -> None:
+    """:func:`ict.core.stats.torch_tiles.fold_statistics` as one Triton program per row (it never
+    writes the tile, and keeps no exponentials: the group kernel reads the tile)."""
     if not tile.shape[0]:
         return
     _statistics_kernel[(tile.shape[0],)](
