@@ -314,6 +314,7 @@ class _Run:
         self.alone = {variant: torch.zeros(num_rows, dtype=torch.bool, device=device)
                       for variant in self.group_variants}
         self.previous = self.order.previous_rows() if "prev" in self.metrics_of else None
+        self.last_p: Tensor | None = None  # prev in sequence order: the last row's p of the previous tile
         self.sequence_sum = (torch.zeros(self.batch_size, self.vocab_size, dtype=torch.float32, device=device)
                              if "seq_mean" in self.metrics_of else None)
         # sum_v p_v and sum_v p_v^2 of each row in the score pass (given normalisers)
@@ -432,10 +433,18 @@ class _Run:
         if mass is not None:
             torch_tiles.accumulate_mass(mass, p)
         if self.previous is not None:
-            partners = self.previous[part].clamp_min(0)
-            partner_rows = head.rows(order.batch_index[partners], order.time_index[partners])
-            q = torch_tiles.probabilities(head.tile(partner_rows, start, end, reuse=False), self.maximum[partners],
-                                          self.log_total[partners], temperature)
+            if not self.group_variants:  # sequence order: row i's previous position is row i - 1
+                q = torch.empty_like(p)
+                q[1:] = p[:-1]
+                if self.last_p is None:  # the previous token tile's last row, whole vocabulary
+                    self.last_p = torch.zeros(self.vocab_size, dtype=torch.float32, device=p.device)
+                q[0] = self.last_p[start:end]
+                self.last_p[start:end] = p[-1]
+            else:  # group order: the previous positions' logits, a second product
+                partners = self.previous[part].clamp_min(0)
+                partner_rows = head.rows(order.batch_index[partners], order.time_index[partners])
+                q = torch_tiles.probabilities(head.tile(partner_rows, start, end, reuse=False),
+                                              self.maximum[partners], self.log_total[partners], temperature)
             torch_tiles.accumulate_partials(_view(self.partials["prev"], part), p, q, self.metrics_of["prev"], False)
         if reference_head is not None:
             assert self.reference_state is not None and reference_rows is not None
