@@ -277,6 +277,9 @@ def test_scores_given_normalisers_equal_the_full_pass_and_flag_other_normalisers
         scores_from_hidden_given_normalisers, backend, hidden, weight, token_ids, mask, 0.9, keys, log_z + 0.01,
         full.entropy, groups, lm_bias)
     assert off > 5e-3
+    with pytest.raises(ValueError, match="hidden must be"):  # the hidden-state path's checks, shared
+        scores_from_hidden_given_normalisers(hidden, weight[:, :-1], token_ids, mask, 0.9, keys, log_z,
+                                             full.entropy, groups)
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")

@@ -249,7 +249,7 @@ class ICTGRPOTrainer(GRPOTrainer):
         self._capture: list[Tensor] | None = None
         self._log_probs: list[Tensor] | None = None
         self._head_normalisers: list[Tensor | None] | None = None
-        self._head_outputs: list[Any] | None = None
+        self._head_entropies: list[Tensor | None] | None = None
         # micro-batches whose scores took the fused head's log Z and entropy ("reused") or needed
         # their own statistics pass ("recomputed": not found, or from other logits; see _statistics)
         self.ict_head_statistics: dict[str, int] = {"reused": 0, "recomputed": 0}
@@ -326,16 +326,16 @@ class ICTGRPOTrainer(GRPOTrainer):
 
     def _keep_log_probs(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         """The fused head's per-token log-probs (with gradient): TRL's ``per_token_logps``; and its
-        log-normalisers, entropies and ``log sum p^2`` (:func:`fused_head_normalisers`)."""
+        log-normalisers (:func:`fused_head_normalisers`) and entropies."""
         if self._log_probs is not None and getattr(output, "log_probs", None) is not None:
             self._log_probs.append(output.log_probs)
-            assert self._head_normalisers is not None and self._head_outputs is not None
+            assert self._head_normalisers is not None and self._head_entropies is not None
             self._head_normalisers.append(fused_head_normalisers(output))
-            self._head_outputs.append(output)
+            self._head_entropies.append(getattr(output, "entropy", None))
 
     def _compute_loss(self, model, inputs):  # type: ignore[override]
         self._capture, self._log_probs, self._loss_inputs, self._kl_penalty = [], [], inputs, None
-        self._head_normalisers, self._head_outputs = [], []
+        self._head_normalisers, self._head_entropies = [], []
         try:
             loss = super()._compute_loss(model, inputs)
             if self._kl_penalty is not None:
@@ -351,7 +351,7 @@ class ICTGRPOTrainer(GRPOTrainer):
             return loss
         finally:
             self._capture, self._log_probs, self._loss_inputs, self._kl_penalty = None, None, None, None
-            self._head_normalisers, self._head_outputs = None, None
+            self._head_normalisers, self._head_entropies = None, None
 
     def kl_penalty_loss(self, log_probs: Tensor, old_log_probs: Tensor, inputs: dict[str, Any]) -> Tensor:
         """The selection's per-token KL penalty as a term of TRL's loss (see the module doc)."""
@@ -479,17 +479,12 @@ class ICTGRPOTrainer(GRPOTrainer):
     def _head_statistics(self, length: int) -> tuple[Tensor, Tensor, Tensor] | None:
         """TRL's fused head's ``(log Z, entropy, log-probs)`` of this micro-batch's completion
         positions ``[B, length]`` (detached), or None where they were not found."""
-        normalisers, outputs = self._head_normalisers or [], self._head_outputs or []
-        if not normalisers or any(value is None for value in normalisers):
+        parts = (self._head_normalisers or [], self._head_entropies or [], self._log_probs or [])
+        if not parts[0] or any(value is None for values in parts for value in values):
             return None
-        if any(getattr(output, "entropy", None) is None for output in outputs):
-            return None
-
-        def completions(values: list[Tensor]) -> Tensor:
-            return torch.cat([value.detach() for value in values], dim=0)[:, -length:]
-
-        return (completions(normalisers), completions([output.entropy for output in outputs]),
-                completions([output.log_probs for output in outputs]))
+        log_z, entropy, log_probs = (torch.cat([value.detach() for value in values], dim=0)[:, -length:]
+                                     for values in parts)
+        return log_z, entropy, log_probs
 
     def _gather_inputs(self, local: SelectionInputs) -> SelectionInputs:
         """The selection inputs of every process's rows: one gather of a ``[B, T, k]`` float32

@@ -223,6 +223,16 @@ def token_statistics_from_hidden(
     every metric. Do not modify the weight in place between the forward and the backward.
     """
     js_references = tuple(dict.fromkeys(js_references))
+    head, shape = _checked_linear_head(hidden, lm_head_weight, lm_head_bias, token_ids, response_mask, temperature,
+                                       js_references, group_ids, finished)
+    return statistics(head, shape, token_ids, response_mask, temperature, js_references, None,
+                      differentiable_entropy, tile_size, backend, group_ids, finished)
+
+
+def _checked_linear_head(hidden: Tensor, lm_head_weight: Tensor, lm_head_bias: Tensor | None, token_ids: Tensor,
+                         response_mask: Tensor, temperature: float, js_references: Sequence[str],
+                         group_ids: Tensor | None, finished: Tensor | None) -> tuple[LinearHead, tuple[int, int, int]]:
+    """The head of the hidden-state functions and ``(B, T, V)``, after their checks (one line each)."""
     if hidden.dim() != 3 or lm_head_weight.dim() != 2 or hidden.shape[-1] != lm_head_weight.shape[-1]:
         raise ValueError(
             f"hidden must be [B, T, d] and lm_head_weight [V, d], got {tuple(hidden.shape)} and "
@@ -234,10 +244,7 @@ def token_statistics_from_hidden(
     _check_common(shape, token_ids, response_mask, temperature, js_references, group_ids, finished)
     if needs_reference_logits(js_references):
         raise ValueError("the 'ref' JS reference is not supported from hidden states; use token_statistics")
-    return statistics(
-        LinearHead(hidden, lm_head_weight, lm_head_bias), shape, token_ids, response_mask, temperature,
-        js_references, None, differentiable_entropy, tile_size, backend, group_ids, finished,
-    )
+    return LinearHead(hidden, lm_head_weight, lm_head_bias), shape
 
 
 def scores_from_hidden_given_normalisers(
@@ -267,13 +274,10 @@ def scores_from_hidden_given_normalisers(
     product), and the scores should be recomputed with :func:`token_statistics_from_hidden`.
     """
     js_references = tuple(dict.fromkeys(js_references))
-    shape = (hidden.shape[0], hidden.shape[1], lm_head_weight.shape[0])
-    _check_common(shape, token_ids, response_mask, temperature, js_references, group_ids, finished)
-    if needs_reference_logits(js_references):
-        raise ValueError("the 'ref' JS reference is not supported from hidden states; use token_statistics")
+    head, shape = _checked_linear_head(hidden, lm_head_weight, lm_head_bias, token_ids, response_mask, temperature,
+                                       js_references, group_ids, finished)
     for name, tensor in (("log_normaliser", log_normaliser), ("entropy", entropy)):
         if tensor.shape != token_ids.shape:
             raise ValueError(f"{name} must be [B, T] = {tuple(token_ids.shape)}, got {tuple(tensor.shape)}")
-    return scores_given_normalisers(
-        LinearHead(hidden, lm_head_weight, lm_head_bias), shape, token_ids, response_mask, temperature,
-        js_references, log_normaliser, entropy, tile_size, backend, group_ids, finished)
+    return scores_given_normalisers(head, shape, token_ids, response_mask, temperature, js_references,
+                                    log_normaliser, entropy, tile_size, backend, group_ids, finished)

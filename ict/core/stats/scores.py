@@ -107,6 +107,10 @@ class Partials:
     def zeros(num_rows: int, device: torch.device) -> Partials:
         return Partials(*(torch.zeros(num_rows, dtype=torch.float32, device=device) for _ in range(4)))
 
+    def view(self, part: slice) -> Partials:
+        """The rows ``part`` (views: accumulating into them accumulates here)."""
+        return Partials(self.mixture[part], self.reference_entropy[part], self.cross[part], self.variation[part])
+
 
 def scores_from_partials(partials: Partials, entropy: Tensor, metrics: Sequence[str],
                          reference_entropy: Tensor | None = None) -> dict[str, Tensor]:

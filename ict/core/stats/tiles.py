@@ -113,6 +113,7 @@ class LogitsHead:
         self.logits = logits
         self.inputs: tuple[Tensor, ...] = (logits,)
         self.flat = logits.reshape(-1, logits.shape[-1])
+        self.vocab_size = self.flat.shape[-1]
         self.row_index = row_index
         self.length = logits.shape[1]
 
@@ -156,6 +157,7 @@ class LinearHead:
 
     def __init__(self, hidden: Tensor, weight: Tensor, bias: Tensor | None) -> None:
         self.hidden, self.weight, self.bias = hidden, weight, bias
+        self.vocab_size = weight.shape[0]
         self.inputs = (hidden, weight) if bias is None else (hidden, weight, bias)
         device_type = hidden.device.type
         self.compute_dtype = (torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type)
@@ -263,7 +265,6 @@ def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], gra
     head: Head = ctx.head
     order: RowOrder = ctx.order
     folds = _folds(ctx.backend)
-    vocab_size = head.flat.shape[-1] if isinstance(head, LogitsHead) else head.weight.shape[0]
     grad_log_probs = None if grad_log_probs is None else grad_log_probs.float().contiguous()
     grad_entropy = None if grad_entropy is None else grad_entropy.float().contiguous()
     for tile in order.tiles:
@@ -271,7 +272,7 @@ def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], gra
         rows_b, rows_t = order.batch_index[part], order.time_index[part]
         rows = head.rows(rows_b, rows_t)
         row_grads = head.new_row_grads(rows, needed)
-        for start, end in chunks(vocab_size, ctx.vocab):
+        for start, end in chunks(head.vocab_size, ctx.vocab):
             grad = folds.logit_grads(
                 head.tile(rows, start, end), targets[part], start, maximum[part], log_total[part], entropy[part],
                 None if grad_log_probs is None else grad_log_probs[part],
@@ -413,16 +414,15 @@ class _Run:
         for variant in self.group_variants:
             metrics = self.metrics_of[variant]
             absorbing, leave_one_out = GROUP_MEAN_VARIANTS[variant]
-            supports = getattr(self.folds, "supports_group", lambda *_: True)(leave_one_out, metrics)
-            if supports and self.folds is not torch_tiles:
+            if self.folds is not torch_tiles and self.folds.supports_group(leave_one_out, metrics):
                 assert logits is not None
-                self.folds.group_partials(_view(self.partials[variant], part), logits, maximum, log_total,
+                self.folds.group_partials(self.partials[variant].view(part), logits, maximum, log_total,
                                           temperature, tile.blocks, start, absorbing, leave_one_out, metrics, mass)
             else:
                 if p is None:
                     assert logits is not None
                     p = torch_tiles.probabilities(logits, maximum, log_total, temperature)
-                torch_tiles.group_partials(_view(self.partials[variant], part), logits, maximum, log_total,
+                torch_tiles.group_partials(self.partials[variant].view(part), logits, maximum, log_total,
                                            temperature, tile.blocks, start, absorbing, leave_one_out, metrics, mass, p)
             mass = None  # counted once
         if mass is None and not ({"prev", "ref", "seq_mean"} & set(self.metrics_of)):
@@ -445,13 +445,13 @@ class _Run:
                 partner_rows = head.rows(order.batch_index[partners], order.time_index[partners])
                 q = torch_tiles.probabilities(head.tile(partner_rows, start, end, reuse=False),
                                               self.maximum[partners], self.log_total[partners], temperature)
-            torch_tiles.accumulate_partials(_view(self.partials["prev"], part), p, q, self.metrics_of["prev"], False)
+            torch_tiles.accumulate_partials(self.partials["prev"].view(part), p, q, self.metrics_of["prev"], False)
         if reference_head is not None:
             assert self.reference_state is not None and reference_rows is not None
             reference = self.reference_state.view(part)
             q = torch_tiles.probabilities(reference_head.tile(reference_rows, start, end), reference.maximum,
                                           reference.log_total(), temperature)
-            torch_tiles.accumulate_partials(_view(self.partials["ref"], part), p, q, self.metrics_of["ref"], False)
+            torch_tiles.accumulate_partials(self.partials["ref"].view(part), p, q, self.metrics_of["ref"], False)
         if self.sequence_sum is not None:
             self.sequence_sum[:, start:end].index_add_(0, order.batch_index[part], p)
 
@@ -470,7 +470,7 @@ class _Run:
             for start, end in chunks(self.vocab_size, self.vocab):
                 p = torch_tiles.probabilities(head.tile(rows, start, end), self.maximum[part], self.log_total[part],
                                               temperature)
-                torch_tiles.accumulate_partials(_view(partials, part), p, mean[rows_b, start:end], metrics, False)
+                torch_tiles.accumulate_partials(partials.view(part), p, mean[rows_b, start:end], metrics, False)
         return scores_from_partials(partials, self.entropy, metrics, mean_entropy[order.batch_index])
 
     def scatter(self, values: Tensor) -> Tensor:
@@ -521,10 +521,5 @@ def scores_given_normalisers(head: Head, shape: tuple[int, int, int], token_ids:
     deviation = float((total - 1.0).abs().max()) if total.numel() else 0.0
     renyi2 = run.scatter(square.log().neg_().clamp_(min=0.0))
     return {name: run.scatter(scores[name]) for name in js_references}, renyi2, deviation
-
-
-def _view(partials: Partials, part: slice) -> Partials:
-    return Partials(partials.mixture[part], partials.reference_entropy[part], partials.cross[part],
-                    partials.variation[part])
 
 
