@@ -574,3 +574,71 @@ def test_parse_token_selector_accepts_the_metric_and_the_complement():
     assert required_js_references(name, options) == (f"{ICT_DEFAULT_REFERENCE}:wasserstein",)
     with pytest.raises(ValueError, match="unknown score metric"):
         parse_token_selector("ict:metric=tv")
+
+
+def reference_top_fraction(scores, mask, ratio, scope, group_ids, generator, tolerance=1e-6):
+    """Every population ranked alone with Python lists: the k-th largest (NaN as +inf), the
+    values above it by more than the tolerance, and the remaining slots drawn among the values
+    within the tolerance by ``randperm`` on the generator (a new one seeded with 0 when None),
+    populations in order (label order for ``group``), positions row-major."""
+    batch, length = mask.shape
+    if scope == "batch":
+        populations = [list(range(batch))]
+    elif scope == "sequence":
+        populations = [[row] for row in range(batch)]
+    else:
+        labels = group_ids.tolist()
+        populations = [[row for row in range(batch) if labels[row] == label] for label in sorted(set(labels))]
+    selected = [[False] * length for _ in range(batch)]
+    decided = [[False] * length for _ in range(batch)]
+    for rows in populations:
+        positions = [(row, t) for row in rows for t in range(length) if mask[row, t]]
+        values = [float(scores[row, t]) for row, t in positions]
+        values = [math.inf if math.isnan(value) else value for value in values]
+        count = exact_count(ratio, len(values))
+        if not count:
+            continue
+        threshold = sorted(values, reverse=True)[count - 1]
+        sure = [i for i, value in enumerate(values) if value > threshold + tolerance]
+        tied = [i for i, value in enumerate(values) if value == threshold or abs(value - threshold) <= tolerance]
+        chosen, slots = tied, count - len(sure)
+        if len(tied) > slots:
+            draw = torch.randperm(len(tied), generator=generator or torch.Generator().manual_seed(0))
+            chosen = [tied[i] for i in draw[:slots].tolist()]
+            for i in chosen:
+                decided[positions[i][0]][positions[i][1]] = True
+        for i in sure + chosen:
+            selected[positions[i][0]][positions[i][1]] = True
+    return torch.tensor(selected, dtype=torch.bool).view(batch, length), \
+        torch.tensor(decided, dtype=torch.bool).view(batch, length)
+
+
+@given(
+    seed=st.integers(0, 10_000),
+    batch=st.integers(0, 7),
+    length=st.integers(1, 12),
+    ratio=st.sampled_from([0.05, 0.1, 0.25, 0.5, 0.9, 1.0]),
+    scope=st.sampled_from(["batch", "sequence", "group"]),
+    levels=st.sampled_from([2, 3, 1000]),
+    with_generator=st.booleans(),
+)
+def test_top_fraction_selection_ranks_every_population_at_once_as_each_alone(
+        seed, batch, length, ratio, scope, levels, with_generator):
+    # few score levels make ties (and draws) common; NaN, +-inf and near-ties within the tolerance
+    from ict.core.selectors import top_fraction_selection
+
+    generator = torch.Generator().manual_seed(seed)
+    scores = torch.randint(0, levels, (batch, length), generator=generator).float() / levels
+    scores += (torch.rand(batch, length, generator=generator) < 0.1) * 5e-7
+    special = torch.rand(batch, length, generator=generator)
+    scores[special < 0.03] = float("nan")
+    scores[(special >= 0.03) & (special < 0.05)] = float("inf")
+    scores[(special >= 0.05) & (special < 0.07)] = float("-inf")
+    mask = torch.rand(batch, length, generator=generator) > 0.3
+    group_ids = torch.randint(0, 3, (batch,), generator=generator) * 10  # uneven, unsorted groups
+    ours = top_fraction_selection(scores, mask, ratio, scope, group_ids,
+                                  torch.Generator().manual_seed(seed + 1) if with_generator else None)
+    expected, expected_decided = reference_top_fraction(
+        scores, mask, ratio, scope, group_ids, torch.Generator().manual_seed(seed + 1) if with_generator else None)
+    assert torch.equal(ours.mask, expected)
+    assert torch.equal(ours.tie_decided, expected_decided)

@@ -175,9 +175,19 @@ def kl_penalty_term(log_probs: Tensor, old_log_probs: Tensor, kl_penalty: Tensor
     return kl_penalty.to(log_probs.dtype) * log_ratio.abs()
 
 
-def _masked_mean(values: Tensor, mask: Tensor) -> float:
-    count = int(mask.sum())
-    return float(values.detach()[mask].double().mean()) if count else math.nan
+def masked_means(pairs: list[tuple[Tensor, Tensor]], scalars: tuple[Tensor, ...] = ()) -> list[float]:
+    """The float64 mean of each ``values`` over its bool ``mask`` (NaN for an empty mask), then the
+    value of each 0-d tensor of ``scalars``, with one host synchronisation for all of them (one
+    ``.item()`` each would stall a GPU's queue once per metric)."""
+    if not pairs and not scalars:
+        return []
+    device = (pairs[0][0] if pairs else scalars[0]).device
+    sums = [torch.where(mask, values.detach().double(), 0.0).sum() for values, mask in pairs]
+    counts = [mask.sum().double() for _, mask in pairs]
+    numbers = torch.stack([*sums, *counts, *(scalar.detach().double().to(device) for scalar in scalars)]).tolist()
+    size = len(pairs)
+    means = [total / count if count else math.nan for total, count in zip(numbers[:size], numbers[size:2 * size])]
+    return means + numbers[2 * size:]
 
 
 def policy_loss(
@@ -226,10 +236,9 @@ def policy_loss(
         return aggregate(values, regularized, config.aggregation, config.max_response_length,
                          response if config.regularizer_tokens == "all" else counted)
 
-    kl_value = math.nan
+    kl = None
     if reference_log_probs is not None:
         kl = k3_kl(log_probs, reference_log_probs.detach())
-        kl_value = _masked_mean(kl, response)
         if config.kl_coef > 0:
             loss = loss + config.kl_coef * regularizer(kl)
     elif config.kl_coef > 0:
@@ -239,33 +248,41 @@ def policy_loss(
             raise ValueError("entropy_coef > 0 needs token_statistics(..., differentiable_entropy=True)")
         loss = loss - config.entropy_coef * regularizer(stats.entropy)
 
-    metrics = _loss_metrics(stats, response, selected, clipped < unclipped, kl_value,
-                            old_log_probs, float(surrogate.detach()))
+    metrics = _loss_metrics(stats, response, selected, clipped < unclipped, kl, old_log_probs, surrogate)
     return loss, metrics
 
 
 @torch.no_grad()
 def _loss_metrics(stats: TokenStatistics, response: Tensor, selected: Tensor, clipped: Tensor,
-                  kl_value: float, old_log_probs: Tensor, surrogate: float) -> dict[str, float]:
-    """`policy_loss`'s metrics: token means over the response or the selected tokens."""
-    num_response = int(response.sum())
-    metrics: dict[str, float] = {
-        "selected_fraction": float(selected.sum()) / num_response if num_response else math.nan,
-        "clip_fraction": _masked_mean(clipped.float(), selected),
-        "entropy": _masked_mean(stats.entropy, response),
-        "entropy_selected": _masked_mean(stats.entropy, selected),
-        "renyi2": _masked_mean(stats.renyi2, response),
-        "renyi2_selected": _masked_mean(stats.renyi2, selected),
-        "js_score": math.nan,
-        "js_score_selected": math.nan,
-        "kl": kl_value,
-        "kl_old": _masked_mean(k3_kl(stats.log_probs, old_log_probs), response),
-        "policy_loss": surrogate,
+                  kl: Tensor | None, old_log_probs: Tensor, surrogate: Tensor) -> dict[str, float]:
+    """`policy_loss`'s metrics: token means over the response or the selected tokens (one host
+    synchronisation for all, :func:`masked_means`)."""
+    pairs: dict[str, tuple[Tensor, Tensor]] = {
+        "selected_fraction": (selected.double(), response),
+        "clip_fraction": (clipped, selected),
+        "entropy": (stats.entropy, response),
+        "entropy_selected": (stats.entropy, selected),
+        "renyi2": (stats.renyi2, response),
+        "renyi2_selected": (stats.renyi2, selected),
+        "kl_old": (k3_kl(stats.log_probs, old_log_probs), response),
     }
-    for position, (name, scores) in enumerate(stats.js_scores.items()):
-        metrics[f"js_{name}"] = _masked_mean(scores, response)
-        metrics[f"js_{name}_selected"] = _masked_mean(scores, selected)
-        if position == 0:
-            metrics["js_score"] = metrics[f"js_{name}"]
-            metrics["js_score_selected"] = metrics[f"js_{name}_selected"]
+    if kl is not None:
+        pairs["kl"] = (kl, response)
+    for name, scores in stats.js_scores.items():
+        pairs[f"js_{name}"] = (scores, response)
+        pairs[f"js_{name}_selected"] = (scores, selected)
+    *means, surrogate_value = masked_means(list(pairs.values()), (surrogate,))
+    found = dict(zip(pairs, means))
+    first = next(iter(stats.js_scores), None)
+    metrics: dict[str, float] = {
+        name: found[name] for name in ("selected_fraction", "clip_fraction", "entropy", "entropy_selected",
+                                       "renyi2", "renyi2_selected")}
+    metrics["js_score"] = math.nan if first is None else found[f"js_{first}"]
+    metrics["js_score_selected"] = math.nan if first is None else found[f"js_{first}_selected"]
+    metrics["kl"] = found.get("kl", math.nan)
+    metrics["kl_old"] = found["kl_old"]
+    metrics["policy_loss"] = surrogate_value
+    for name in stats.js_scores:
+        metrics[f"js_{name}"] = found[f"js_{name}"]
+        metrics[f"js_{name}_selected"] = found[f"js_{name}_selected"]
     return metrics

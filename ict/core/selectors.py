@@ -70,7 +70,6 @@ and it is the same on every process given the same generator state.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -78,9 +77,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ict.core.ranking import (  # noqa: F401 (the ranking's names are also this module's API)
+    SCOPES,
+    TIE_TOLERANCE,
+    Selection,
+    check_ratio,
+    population_rows,
+    selection_count,
+    top_count,
+    top_fraction_mask,
+    top_fraction_selection,
+    top_unique_token_selection,
+)
 from ict.core.stats import TokenStatistics, score_key
 
-SCOPES = ("sequence", "group", "batch")
 POPULATIONS = ("token", *SCOPES)
 
 
@@ -102,20 +112,6 @@ class SelectionInputs:
     group_ids: Tensor | None = None
     old_log_probs: Tensor | None = None
     clip_range: tuple[float, float] | None = None
-
-
-@dataclass
-class Selection:
-    """A selector's result: ``mask`` (bool ``[B, T]``, the tokens in the policy-gradient loss), an
-    optional ``kl_penalty`` (float ``[B, T]``, a per-token coefficient of
-    ``|log p - log p_old|`` added to the loss; KL-Cov) and, for the top-fraction selectors,
-    ``tie_decided`` (bool ``[B, T]``, the selected tokens decided by a tie at the threshold; see
-    the module docstring; :func:`select` fills it with False for a selector that reports none:
-    one that ranks nothing, such as ``all``, ``random`` or STAPO's rule, decides nothing by a tie)."""
-
-    mask: Tensor
-    kl_penalty: Tensor | None = None
-    tie_decided: Tensor | None = None
 
 
 SelectorFunction = Callable[..., "Tensor | Selection"]
@@ -373,109 +369,6 @@ def select_tokens(name: str, inputs: SelectionInputs, **options: Any) -> Tensor:
     return select(name, inputs, **options).mask
 
 
-def _check_ratio(ratio: float) -> float:
-    ratio = float(ratio)
-    if not 0.0 < ratio <= 1.0:
-        raise ValueError(f"ratio must be in (0, 1], got {ratio}")
-    return ratio
-
-
-def selection_count(ratio: float, num_tokens: int) -> int:
-    """``ceil(ratio * num_tokens)``, with the product rounded to 9 decimals against float noise."""
-    return math.ceil(round(_check_ratio(ratio) * num_tokens, 9))
-
-
-def population_rows(scope: str, num_rows: int, group_ids: Tensor | None = None) -> list[Tensor]:
-    """Row indices of each population of ``scope``: all rows (``batch``), each row
-    (``sequence``), or the rows of each label of ``group_ids [B]`` (``group``)."""
-    if scope == "batch":
-        return [torch.arange(num_rows)]
-    if scope == "sequence":
-        return [torch.tensor([row]) for row in range(num_rows)]
-    if scope == "group":
-        if group_ids is None:
-            raise ValueError("scope='group' needs group_ids [B] in SelectionInputs")
-        labels = group_ids.cpu()
-        return [(labels == label).nonzero(as_tuple=True)[0] for label in torch.unique(labels)]
-    raise ValueError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
-
-
-TIE_TOLERANCE = 1e-6
-"""Scores within this distance (absolute, in the score's unit) of the selection threshold are
-tied (float32 JS scores and entropies carry rounding errors of about 1e-7 to 1e-6 nats)."""
-
-
-def top_count(
-    values: Tensor, count: int, generator: torch.Generator | None = None, tolerance: float = TIE_TOLERANCE
-) -> tuple[Tensor, Tensor]:
-    """Indices of the ``count`` largest of ``values`` ``[n]`` with position-neutral ties, and a bool
-    ``[n]`` of the kept indices that a tie decided (see the module docstring).
-
-    Every value above ``s_k + tolerance`` (``s_k`` the ``count``-th largest) is kept; the
-    remaining slots go to a uniform draw, with ``generator``, among the values within
-    ``tolerance`` of ``s_k``. No draw happens when those fit the slots exactly. NaN counts as
-    ``+inf`` (a non-finite step still selects ``count`` tokens, so its loss is non-finite).
-    """
-    decided = torch.zeros(values.shape, dtype=torch.bool, device=values.device)
-    if count >= values.numel():
-        return torch.arange(values.numel(), device=values.device), decided
-    if count <= 0:
-        return torch.zeros(0, dtype=torch.long, device=values.device), decided
-    values = values.double()
-    values = torch.where(values.isnan(), math.inf, values)  # NaN ranks first, as in torch.sort
-    threshold = torch.topk(values, count, sorted=True).values[-1]
-    sure = (values > threshold + tolerance).nonzero(as_tuple=True)[0]
-    tied = ((values == threshold) | ((values - threshold).abs() <= tolerance)).nonzero(as_tuple=True)[0]
-    slots = count - sure.numel()
-    if tied.numel() > slots:
-        if generator is None:
-            generator = torch.Generator().manual_seed(0)
-        draw = torch.randperm(tied.numel(), generator=generator, device=generator.device)
-        tied = tied[draw[:slots].to(tied.device)]
-        decided[tied] = True
-    return torch.cat([sure, tied]), decided
-
-
-def top_fraction_selection(
-    scores: Tensor,
-    response_mask: Tensor,
-    ratio: float,
-    scope: str = "batch",
-    group_ids: Tensor | None = None,
-    generator: torch.Generator | None = None,
-    tolerance: float = TIE_TOLERANCE,
-) -> Selection:
-    """The ``ceil(ratio * N)`` highest ``scores`` among the ``N`` response tokens of each population
-    of ``scope`` (see :func:`population_rows`), ties (within ``tolerance``) broken at random with
-    ``generator`` (see :func:`top_count`; populations in order), with the tie-decided tokens."""
-    _check_ratio(ratio)
-    mask = response_mask.bool()
-    selected = torch.zeros_like(mask)
-    decided = torch.zeros_like(mask)
-    for rows in population_rows(scope, mask.shape[0], group_ids):
-        rows = rows.to(mask.device)
-        local_row, time_index = mask[rows].nonzero(as_tuple=True)
-        batch_index = rows[local_row]
-        count = selection_count(ratio, batch_index.numel())
-        if count:
-            keep, tie = top_count(scores[batch_index, time_index], count, generator, tolerance)
-            selected[batch_index[keep], time_index[keep]] = True
-            decided[batch_index[tie], time_index[tie]] = True
-    return Selection(mask=selected, tie_decided=decided)
-
-
-def top_fraction_mask(
-    scores: Tensor,
-    response_mask: Tensor,
-    ratio: float,
-    scope: str = "batch",
-    group_ids: Tensor | None = None,
-    generator: torch.Generator | None = None,
-) -> Tensor:
-    """The mask of :func:`top_fraction_selection`."""
-    return top_fraction_selection(scores, response_mask, ratio, scope, group_ids, generator).mask
-
-
 @register_selector("all")
 def select_all(inputs: SelectionInputs) -> Tensor:
     """GRPO: every response token."""
@@ -530,39 +423,6 @@ def _js_score(inputs: SelectionInputs, key: str) -> Tensor:
             f"pass js_references=({key!r},) to token_statistics"
         )
     return scores
-
-
-def top_unique_token_selection(
-    scores: Tensor,
-    token_ids: Tensor,
-    response_mask: Tensor,
-    ratio: float,
-    scope: str = "batch",
-    group_ids: Tensor | None = None,
-    generator: torch.Generator | None = None,
-) -> Selection:
-    """Select the top ``ceil(ratio * U)`` unique token ids by mean score; mask their positions.
-
-    Ties between ids are broken at random with ``generator`` (:func:`top_count`); the positions
-    of an id a tie decided are tie-decided.
-    """
-    _check_ratio(ratio)
-    mask = response_mask.bool()
-    selected, decided = torch.zeros_like(mask), torch.zeros_like(mask)
-    populations = population_rows(scope, mask.shape[0], group_ids) if scope != "batch" else [None]
-    for rows in populations:
-        part = mask if rows is None else torch.zeros_like(mask).index_fill_(0, rows.to(mask.device), True) & mask
-        ids = token_ids[part]
-        if ids.numel() == 0:
-            continue
-        unique_ids, inverse = torch.unique(ids, return_inverse=True)
-        sums = torch.zeros(unique_ids.numel(), dtype=torch.float64, device=scores.device)
-        sums.index_add_(0, inverse, scores[part].double())
-        means = sums / torch.bincount(inverse, minlength=unique_ids.numel()).double()
-        keep, tie = top_count(means, selection_count(ratio, unique_ids.numel()), generator)
-        selected |= part & torch.isin(token_ids, unique_ids[keep])
-        decided |= part & torch.isin(token_ids, unique_ids[tie])
-    return Selection(mask=selected, tie_decided=decided)
 
 
 ICT_DEFAULT_REFERENCE = "group_mean_absorbing"
@@ -660,7 +520,7 @@ def token_covariance(log_probs: Tensor, advantages: Tensor, response_mask: Tenso
 
 def _cov_count(ratio: float, num_tokens: int) -> int:
     """``max(1, int(ratio * N))`` tokens (verl's and the paper's count), 0 when ``N = 0``."""
-    return max(1, int(_check_ratio(ratio) * num_tokens)) if num_tokens else 0
+    return max(1, int(check_ratio(ratio) * num_tokens)) if num_tokens else 0
 
 
 @register_selector("clip_cov", defaults={"ratio": 2e-4, "cov_low": 1.0, "cov_high": 5.0}, population="batch")

@@ -68,7 +68,6 @@ head (:func:`ict.models.loading.linear_lm_head`); vespo with ``selection_denomin
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import types
 from dataclasses import dataclass, field
@@ -80,7 +79,7 @@ from torch import Tensor
 from trl import GRPOConfig, GRPOTrainer
 
 from ict.core.errors import UsageError
-from ict.core.loss import kl_penalty_term
+from ict.core.loss import kl_penalty_term, masked_means
 from ict.core.selectors import (
     SelectionInputs,
     method_train_options,
@@ -575,13 +574,15 @@ class ICTGRPOTrainer(GRPOTrainer):
 
     def _log_selection(self, entropy: Tensor, response_mask: Tensor, selected: Tensor) -> None:
         mode = "train" if self.model.training else "eval"
-        unselected = response_mask & ~selected
-        total = int(response_mask.sum())
+        response_mask = response_mask.bool()
+        selected = selected.bool() & response_mask
+        fraction, entropy_selected, entropy_unselected = masked_means(  # one host sync
+            [(selected, response_mask), (entropy, selected), (entropy, response_mask & ~selected)])
         metrics = self._metrics[mode]
-        metrics["ict/selected_fraction"].append(float(selected.sum()) / total if total else math.nan)
+        metrics["ict/selected_fraction"].append(fraction)
         metrics["ict/full_token_warmup"].append(float(self.in_full_token_warmup()))
-        metrics["ict/entropy_selected"].append(_masked_mean(entropy, selected))
-        metrics["ict/entropy_unselected"].append(_masked_mean(entropy, unselected))
+        metrics["ict/entropy_selected"].append(entropy_selected)
+        metrics["ict/entropy_unselected"].append(entropy_unselected)
 
     def on_selection(self, record: dict[str, Any]) -> None:
         """Called once per micro-batch with the selector's population (``stats``, ``mask``,
@@ -590,7 +591,3 @@ class ICTGRPOTrainer(GRPOTrainer):
         ``hidden`` (this process's captured hidden states) and ``weights`` (the weight TRL gets).
         No-op; override to inspect the selection."""
 
-
-def _masked_mean(values: Tensor, mask: Tensor) -> float:
-    count = int(mask.sum())
-    return float((values * mask).sum()) / count if count else math.nan

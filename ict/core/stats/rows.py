@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -104,8 +105,8 @@ def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, fin
     batch_size, length = response_mask.shape
     batch_index, time_index = response_mask.bool().nonzero(as_tuple=True)
     device = batch_index.device
-    _, rank = torch.unique(group_ids.to(device), return_inverse=True)
-    num_groups = int(rank.max().item()) + 1 if batch_size else 0
+    labels, rank = torch.unique(group_ids.to(device), return_inverse=True)
+    num_groups = labels.numel()
     key = time_index * max(num_groups, 1) + rank[batch_index]
     order = torch.argsort(key, stable=True)
     batch_index, time_index = batch_index[order], time_index[order]
@@ -125,8 +126,13 @@ def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, fin
     end_token = torch.full((num_groups, width), -1, dtype=torch.long, device=device)
     end_time[rank[done_rows], slot] = last[done_rows]
     end_token[rank[done_rows], slot] = token_ids[done_rows, last[done_rows]].to(device)
-    block_ends = block_sizes.cumsum(0).tolist()
-    sizes_on_host = block_sizes.tolist()
+    # Each block's point masses, packed to the left: [K, M] (-1: none), and how many (on the host,
+    # with the block sizes: one device sync for every tile's layout).
+    absorbed = end_time[block_group] < block_time.unsqueeze(-1)
+    packed = torch.argsort(absorbed.to(torch.int8), dim=-1, descending=True, stable=True)
+    absorbed_tokens = torch.where(absorbed, end_token[block_group], -1).gather(-1, packed)
+    sizes_on_host, absorbed_on_host = torch.stack([block_sizes, absorbed.sum(dim=-1)]).tolist()
+    block_ends = list(itertools.accumulate(sizes_on_host))
     tiles: list[Tile] = []
     start, first_block = 0, 0
     while start < order.numel():
@@ -134,12 +140,8 @@ def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, fin
         end = block_ends[last_block - 1]
         blocks = slice(first_block, last_block)
         sizes = block_sizes[blocks]
-        absorbed = end_time[block_group[blocks]] < block_time[blocks].unsqueeze(-1)  # [k, M]
-        tokens_of = torch.where(absorbed, end_token[block_group[blocks]], -1)
-        # Pack the point masses to the left and drop the columns no block of the tile uses.
-        packed = torch.argsort(absorbed.to(torch.int8), dim=-1, descending=True, stable=True)
-        used = int(absorbed.sum(dim=-1).max().item()) if absorbed.numel() else 0
-        tokens_of = tokens_of.gather(-1, packed)[:, :used].contiguous()
+        used = max(absorbed_on_host[blocks])  # drop the columns no block of the tile uses
+        tokens_of = absorbed_tokens[blocks, :used].contiguous()
         tiles.append(Tile(slice(start, end), TileBlocks(
             start=(sizes.cumsum(0) - sizes), size=sizes, local=block_of_row[start:end] - first_block,
             absorbed_token=tokens_of, absorbed_count=(tokens_of >= 0).float(),

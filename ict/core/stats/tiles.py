@@ -163,14 +163,23 @@ class LinearHead:
         self.compute_dtype = (torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type)
                               else hidden.dtype)
         self._buffer: Tensor | None = None
+        self._weight_slice: tuple[tuple[int, int], Tensor] | None = None
 
     def rows(self, rows_b: Tensor, rows_t: Tensor) -> Tensor:
         return self.hidden[rows_b, rows_t].to(self.compute_dtype)
 
+    def weight_slice(self, start: int, end: int) -> Tensor:
+        """``weight[start:end]`` in the compute dtype, cast once for consecutive uses of the same
+        slice (a tile's product and its backward's two; the previous slice is dropped first)."""
+        if self._weight_slice is None or self._weight_slice[0] != (start, end):
+            self._weight_slice = None
+            self._weight_slice = ((start, end), self.weight[start:end].to(self.compute_dtype))
+        return self._weight_slice[1]
+
     def tile(self, rows: Tensor, start: int, end: int, reuse: bool = True) -> Tensor:
         """The ``[n, end - start]`` logits tile; ``reuse``: written into the head's one tile buffer
         (the previous tile is overwritten; :meth:`release` frees it)."""
-        weight = self.weight[start:end].to(self.compute_dtype)
+        weight = self.weight_slice(start, end)
         out = None
         if reuse:
             size = rows.shape[0] * (end - start)
@@ -184,7 +193,7 @@ class LinearHead:
             return torch.addmm(self.bias[start:end].to(self.compute_dtype), rows, weight.T, out=out)
 
     def release(self) -> None:
-        self._buffer = None
+        self._buffer = self._weight_slice = None
 
     def new_grads(self, needed: Sequence[bool]) -> list[Tensor | None]:
         return [torch.zeros(tensor.shape, dtype=torch.float32, device=tensor.device) if need and index else None
@@ -198,7 +207,7 @@ class LinearHead:
         grad = grad.to(self.compute_dtype)
         with torch.autocast(rows.device.type, enabled=False):
             if row_grads is not None:
-                _add_product(row_grads, grad, self.weight[start:end].to(self.compute_dtype))
+                _add_product(row_grads, grad, self.weight_slice(start, end))
             if grads[1] is not None:
                 _add_product(grads[1][start:end], grad.T, rows)
         if len(grads) > 2 and grads[2] is not None:

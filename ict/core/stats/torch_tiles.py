@@ -83,9 +83,9 @@ def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start:
     this tile), which for a tile holding the whole vocabulary divided by ``s`` is ``p``."""
     local = targets - vocab_start
     inside = (local >= 0) & (local < tile.shape[1])
-    if bool(inside.any()):
-        rows = inside.nonzero(as_tuple=True)[0]
-        state.target[rows] = tile[rows, local[rows]].float() / temperature
+    if tile.shape[1]:  # no device sync: rows whose token lies outside the tile keep their value
+        picked = tile.gather(1, local.clamp(0, tile.shape[1] - 1).unsqueeze(-1)).squeeze(-1).float() / temperature
+        state.target.copy_(torch.where(inside, picked, state.target))
     if overwrite and tile.dtype == torch.float32:
         z = tile.div_(temperature) if temperature != 1.0 else tile
     else:
@@ -132,10 +132,9 @@ def _sum_of_others(p: Tensor, blocks: TileBlocks) -> Tensor:
     start = blocks.start[blocks.local]
     slot = torch.arange(blocks.local.numel(), device=p.device) - start
     others = torch.zeros_like(p)
-    for shift in range(1, int(blocks.size.max().item()) if blocks.size.numel() else 1):
-        targets = (sizes > shift).nonzero(as_tuple=True)[0]
-        partners = start[targets] + (slot[targets] + shift) % sizes[targets]
-        others.index_add_(0, targets, p.index_select(0, partners))
+    for shift in range(1, blocks.max_size):  # + 0 for a block of at most `shift` rows: no device sync
+        partners = start + (slot + shift) % sizes
+        others.add_(torch.where((sizes > shift).unsqueeze(-1), p.index_select(0, partners), 0.0))
     return others
 
 
@@ -159,11 +158,12 @@ def group_partials(partials: Partials, tile: Tensor | None, maximum: Tensor, log
     direct = leave_one_out and "kl" in metrics
     if not direct:
         block_sum.index_add_(0, blocks.local, p)
-    if absorbing and blocks.absorbed_token.numel():
+    if absorbing and blocks.absorbed_token.numel() and width:
         local = blocks.absorbed_token - vocab_start
         inside = (blocks.absorbed_token >= 0) & (local >= 0) & (local < width)
-        where = inside.nonzero(as_tuple=True)
-        block_sum.index_put_((where[0], local[where]), blocks.absorbed_count[where], accumulate=True)
+        block_index = torch.arange(local.shape[0], device=p.device).unsqueeze(-1).expand_as(local)
+        block_sum.index_put_((block_index, local.clamp(0, width - 1)),  # + 0 where outside: no device sync
+                             torch.where(inside, blocks.absorbed_count, 0.0), accumulate=True)
     count = blocks.count(absorbing)
     if not leave_one_out:
         block_sum.div_(count.unsqueeze(-1))
@@ -197,10 +197,11 @@ def logit_grads(tile: Tensor, targets: Tensor, vocab_start: int, maximum: Tensor
     else:
         assert grad_log_probs is not None
         grad = p.mul_(grad_log_probs.neg().unsqueeze(-1))
-    if grad_log_probs is not None:
+    if grad_log_probs is not None and tile.shape[1]:
         local = targets - vocab_start
-        inside = ((local >= 0) & (local < tile.shape[1])).nonzero(as_tuple=True)[0]
-        grad[inside, local[inside]] += grad_log_probs[inside]
+        inside = (local >= 0) & (local < tile.shape[1])
+        grad.scatter_add_(1, local.clamp(0, tile.shape[1] - 1).unsqueeze(-1),  # + 0 outside: no device sync
+                          torch.where(inside, grad_log_probs, 0.0).unsqueeze(-1))
     if temperature != 1.0:
         grad.div_(temperature)
     return grad

@@ -1,0 +1,220 @@
+"""Top-``ratio`` ranking within populations, shared by every top-fraction selector
+(:mod:`ict.core.selectors` states the counting and tie rules).
+
+:func:`top_fraction_selection` ranks every population of a scope at once, as one padded
+``[P, M]`` table (``P`` populations, ``M`` the largest population's positions), so a batch costs a
+fixed number of host synchronisations whatever its number of sequences or groups: the
+populations' sizes (their counts ``k`` are exact integers, :func:`selection_count`), and whether a
+tie needs a draw. Only a population with more tied tokens than free slots is drawn on its own, in
+population order, exactly as :func:`top_count` draws it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+SCOPES = ("sequence", "group", "batch")
+
+TIE_TOLERANCE = 1e-6
+"""Scores within this distance (absolute, in the score's unit) of the selection threshold are
+tied (float32 JS scores and entropies carry rounding errors of about 1e-7 to 1e-6 nats)."""
+
+
+@dataclass
+class Selection:
+    """A selector's result: ``mask`` (bool ``[B, T]``, the tokens in the policy-gradient loss), an
+    optional ``kl_penalty`` (float ``[B, T]``, a per-token coefficient of
+    ``|log p - log p_old|`` added to the loss; KL-Cov) and, for the top-fraction selectors,
+    ``tie_decided`` (bool ``[B, T]``, the selected tokens decided by a tie at the threshold; see
+    :mod:`ict.core.selectors`; :func:`ict.core.selectors.select` fills it with False for a selector
+    that reports none: one that ranks nothing, such as ``all``, ``random`` or STAPO's rule, decides
+    nothing by a tie)."""
+
+    mask: Tensor
+    kl_penalty: Tensor | None = None
+    tie_decided: Tensor | None = None
+
+
+def check_ratio(ratio: float) -> float:
+    """``ratio`` as a float; ValueError unless it lies in (0, 1]."""
+    ratio = float(ratio)
+    if not 0.0 < ratio <= 1.0:
+        raise ValueError(f"ratio must be in (0, 1], got {ratio}")
+    return ratio
+
+
+def selection_count(ratio: float, num_tokens: int) -> int:
+    """``ceil(ratio * num_tokens)``, with the product rounded to 9 decimals against float noise."""
+    return math.ceil(round(check_ratio(ratio) * num_tokens, 9))
+
+
+def population_rows(scope: str, num_rows: int, group_ids: Tensor | None = None) -> list[Tensor]:
+    """Row indices of each population of ``scope``: all rows (``batch``), each row
+    (``sequence``), or the rows of each label of ``group_ids [B]`` (``group``), in ascending label
+    order, each population's rows ascending."""
+    if scope == "batch":
+        return [torch.arange(num_rows)]
+    if scope == "sequence":
+        return [torch.tensor([row]) for row in range(num_rows)]
+    if scope == "group":
+        if group_ids is None:
+            raise ValueError("scope='group' needs group_ids [B] in SelectionInputs")
+        labels = group_ids.cpu()
+        return [(labels == label).nonzero(as_tuple=True)[0] for label in torch.unique(labels)]
+    raise ValueError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+
+
+def population_table(scope: str, num_rows: int, group_ids: Tensor | None = None,
+                     device: torch.device | None = None) -> Tensor:
+    """The rows of :func:`population_rows` as one long ``[P, R]`` table on ``device`` (``R`` the
+    largest population's rows; ``-1`` pads the smaller ones), built on the device."""
+    if scope == "batch":
+        return torch.arange(num_rows, device=device).unsqueeze(0)
+    if scope == "sequence":
+        return torch.arange(num_rows, device=device).unsqueeze(-1)
+    if scope != "group":
+        raise ValueError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+    if group_ids is None:
+        raise ValueError("scope='group' needs group_ids [B] in SelectionInputs")
+    _, rank = torch.unique(group_ids.to(device), return_inverse=True)
+    order = torch.argsort(rank, stable=True)  # rows by label, each label's rows ascending
+    sizes = torch.bincount(rank)
+    ranked = rank[order]
+    slot = torch.arange(num_rows, device=device) - (sizes.cumsum(0) - sizes)[ranked]
+    table = torch.full((sizes.numel(), int(sizes.max()) if num_rows else 0), -1, dtype=torch.long, device=device)
+    table[ranked, slot] = order
+    return table
+
+
+def top_count(
+    values: Tensor, count: int, generator: torch.Generator | None = None, tolerance: float = TIE_TOLERANCE
+) -> tuple[Tensor, Tensor]:
+    """Indices of the ``count`` largest of ``values`` ``[n]`` with position-neutral ties, and a bool
+    ``[n]`` of the kept indices that a tie decided (see :mod:`ict.core.selectors`).
+
+    Every value above ``s_k + tolerance`` (``s_k`` the ``count``-th largest) is kept; the
+    remaining slots go to a uniform draw, with ``generator``, among the values within
+    ``tolerance`` of ``s_k``. No draw happens when those fit the slots exactly. NaN counts as
+    ``+inf`` (a non-finite step still selects ``count`` tokens, so its loss is non-finite).
+    """
+    decided = torch.zeros(values.shape, dtype=torch.bool, device=values.device)
+    if count >= values.numel():
+        return torch.arange(values.numel(), device=values.device), decided
+    if count <= 0:
+        return torch.zeros(0, dtype=torch.long, device=values.device), decided
+    values = values.double()
+    values = torch.where(values.isnan(), math.inf, values)  # NaN ranks first, as in torch.sort
+    threshold = torch.topk(values, count, sorted=True).values[-1]
+    sure = (values > threshold + tolerance).nonzero(as_tuple=True)[0]
+    tied = ((values == threshold) | ((values - threshold).abs() <= tolerance)).nonzero(as_tuple=True)[0]
+    slots = count - sure.numel()
+    if tied.numel() > slots:
+        tied, decided = _draw(tied, slots, generator, decided)
+    return torch.cat([sure, tied]), decided
+
+
+def _draw(tied: Tensor, slots: int, generator: torch.Generator | None, decided: Tensor) -> tuple[Tensor, Tensor]:
+    """``slots`` of the ``tied`` indices drawn uniformly (``generator``; None: a new one seeded
+    with 0), marked in ``decided``."""
+    if generator is None:
+        generator = torch.Generator().manual_seed(0)
+    draw = torch.randperm(tied.numel(), generator=generator, device=generator.device)
+    tied = tied[draw[:slots].to(tied.device)]
+    decided[tied] = True
+    return tied, decided
+
+
+def top_fraction_selection(
+    scores: Tensor,
+    response_mask: Tensor,
+    ratio: float,
+    scope: str = "batch",
+    group_ids: Tensor | None = None,
+    generator: torch.Generator | None = None,
+    tolerance: float = TIE_TOLERANCE,
+) -> Selection:
+    """The ``ceil(ratio * N)`` highest ``scores`` among the ``N`` response tokens of each population
+    of ``scope`` (see :func:`population_rows`), ties (within ``tolerance``) broken at random with
+    ``generator`` as :func:`top_count` breaks them (populations in order), with the tie-decided
+    tokens. All populations are ranked at once (module docstring); ``scores`` and
+    ``response_mask`` are ``[B, T]``."""
+    check_ratio(ratio)
+    mask = response_mask.bool()
+    batch_size, length = mask.shape
+    table = population_table(scope, batch_size, group_ids, mask.device)  # [P, R]
+    num_populations = table.shape[0]
+    if not table.numel() or not length:
+        return Selection(mask=torch.zeros_like(mask), tie_decided=torch.zeros_like(mask))
+    rows = table.clamp_min(0)
+    valid = (mask[rows] & (table >= 0).unsqueeze(-1)).reshape(num_populations, -1)  # [P, M]
+    values = scores.detach()[rows].double().reshape(num_populations, -1)
+    values = torch.where(values.isnan(), math.inf, values)  # NaN ranks first, as in torch.sort
+    counts = [selection_count(ratio, size) for size in valid.sum(dim=-1).tolist()]  # host sync 1
+    count = torch.tensor(counts, dtype=torch.long).to(mask.device, non_blocking=True)
+    ranked = torch.where(valid, values, -math.inf).sort(dim=-1, descending=True).values
+    threshold = ranked.gather(-1, (count - 1).clamp_min(0).unsqueeze(-1))  # the k-th largest [P, 1]
+    active = valid & (count > 0).unsqueeze(-1)
+    sure = active & (values > threshold + tolerance)
+    tied = active & ((values == threshold) | ((values - threshold).abs() <= tolerance))
+    slots = count - sure.sum(dim=-1)
+    drawn = tied.sum(dim=-1) > slots  # more tied tokens than free slots: a draw
+    keep = sure | (tied & ~drawn.unsqueeze(-1))
+    decided = torch.zeros_like(keep)
+    for population in drawn.nonzero(as_tuple=True)[0].tolist():  # host sync 2; rare populations
+        chosen, _ = _draw(tied[population].nonzero(as_tuple=True)[0], counts[population] - int(sure[population].sum()),
+                          generator, decided[population])
+        keep[population, chosen] = True
+    # back to [B, T]: each row sits in one population; the padding adds zeros to row 0
+    flags = (torch.stack([keep, decided]).view(2, -1, length) & (table >= 0).view(1, -1, 1)).to(torch.int32)
+    placed = torch.zeros(2, batch_size, length, dtype=torch.int32, device=mask.device)
+    placed.index_add_(1, rows.reshape(-1), flags)
+    return Selection(mask=placed[0] > 0, tie_decided=placed[1] > 0)
+
+
+def top_fraction_mask(
+    scores: Tensor,
+    response_mask: Tensor,
+    ratio: float,
+    scope: str = "batch",
+    group_ids: Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """The mask of :func:`top_fraction_selection`."""
+    return top_fraction_selection(scores, response_mask, ratio, scope, group_ids, generator).mask
+
+
+def top_unique_token_selection(
+    scores: Tensor,
+    token_ids: Tensor,
+    response_mask: Tensor,
+    ratio: float,
+    scope: str = "batch",
+    group_ids: Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> Selection:
+    """Select the top ``ceil(ratio * U)`` unique token ids by mean score; mask their positions.
+
+    Ties between ids are broken at random with ``generator`` (:func:`top_count`); the positions
+    of an id a tie decided are tie-decided.
+    """
+    check_ratio(ratio)
+    mask = response_mask.bool()
+    selected, decided = torch.zeros_like(mask), torch.zeros_like(mask)
+    populations = population_rows(scope, mask.shape[0], group_ids) if scope != "batch" else [None]
+    for rows in populations:
+        part = mask if rows is None else torch.zeros_like(mask).index_fill_(0, rows.to(mask.device), True) & mask
+        ids = token_ids[part]
+        if ids.numel() == 0:
+            continue
+        unique_ids, inverse = torch.unique(ids, return_inverse=True)
+        sums = torch.zeros(unique_ids.numel(), dtype=torch.float64, device=scores.device)
+        sums.index_add_(0, inverse, scores[part].double())
+        means = sums / torch.bincount(inverse, minlength=unique_ids.numel()).double()
+        keep, tie = top_count(means, selection_count(ratio, unique_ids.numel()), generator)
+        selected |= part & torch.isin(token_ids, unique_ids[keep])
+        decided |= part & torch.isin(token_ids, unique_ids[tie])
+    return Selection(mask=selected, tie_decided=decided)

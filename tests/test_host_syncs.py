@@ -1,0 +1,79 @@
+"""ICT's step on a GPU waits for the host at each device synchronisation (a value read back: ``.item()``,
+``.tolist()``, ``nonzero``, ``unique``, boolean indexing). Their number must not grow with the batch,
+the number of tiles or the number of ranking populations: counted here on CPU tensors, at the
+operator level, for the statistics from hidden states, the selection, the loss and its backward."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ict.core.loss import PolicyLossConfig, policy_loss
+from ict.core.selectors import SelectionInputs, method_train_options, required_js_references, resolve_options, select
+from ict.core.stats import token_statistics_from_hidden
+
+# operators whose result size or value the host must read from the device
+SYNCING = {"_local_scalar_dense", "nonzero", "_unique2", "unique_dim", "unique_consecutive", "masked_select",
+           "repeat_interleave"}
+
+
+class SyncCounter(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.__name__.split(".")[0]
+        boolean_index = name == "index" and any(
+            isinstance(index, torch.Tensor) and index.dtype == torch.bool for index in args[1] if index is not None)
+        if name in SYNCING or boolean_index:
+            self.counts[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def ict_step_syncs(monkeypatch, rows: int, tile: tuple[int, int], backend: str, scope: str) -> int:
+    generator = torch.Generator().manual_seed(rows)
+    length, width, vocab = 8, 16, 100
+    hidden = torch.randn(rows, length, width, generator=generator).requires_grad_()
+    weight = (torch.randn(vocab, width, generator=generator) * 0.2).requires_grad_()
+    token_ids = torch.randint(0, vocab, (rows, length), generator=generator)
+    mask = torch.ones(rows, length, dtype=torch.bool)
+    mask[::3, length // 2:] = False  # finished rows: the absorbing reference's point masses
+    advantages = torch.randn(rows, generator=generator)
+    group_ids = torch.arange(rows) // 4
+    options = resolve_options("ict", {"scope": scope})
+    config = PolicyLossConfig(aggregation=method_train_options("ict")["aggregation"])
+    reads = collections.Counter()
+    for method in ("tolist", "item"):
+        original = getattr(torch.Tensor, method)
+
+        def counted(self, *args, _original=original, _method=method):
+            reads[_method] += 1
+            return _original(self, *args)
+
+        monkeypatch.setattr(torch.Tensor, method, counted)
+    counter = SyncCounter()
+    with counter:
+        stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 1.0,
+                                             js_references=required_js_references("ict", options),
+                                             group_ids=group_ids, tile_size=tile, backend=backend)
+        inputs = SelectionInputs(stats=stats, response_mask=mask, advantages=advantages, token_ids=token_ids,
+                                 group_ids=group_ids)
+        selection = select("ict", inputs, **options)
+        loss, _ = policy_loss(stats, stats.log_probs.detach(), advantages, mask, selection.mask, config)
+        loss.backward()
+    monkeypatch.undo()
+    assert hidden.grad is not None and selection.mask.any()
+    return sum(counter.counts.values()) + reads["tolist"]  # .item() reaches the dispatcher already
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("scope", ["sequence", "group"])
+def test_ict_step_syncs_do_not_grow_with_rows_tiles_or_populations(monkeypatch, backend, scope):
+    small = ict_step_syncs(monkeypatch, 8, (8, 64), backend, scope)  # 2 groups, 8 token x 2 vocab tiles
+    large = ict_step_syncs(monkeypatch, 32, (8, 32), backend, scope)  # 8 groups, 24 token x 4 vocab tiles
+    assert small == large
+    assert small <= 16
