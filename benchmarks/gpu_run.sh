@@ -5,9 +5,11 @@
 # tests/test_tiles.py (the Triton kernels compiled on the GPU, against float64; a failure stops the
 # script), benchmarks/stats_agreement.py (GPU against CPU and float64), benchmarks/stats_profile.py (the
 # torch profiler) and benchmarks/ict_cost.py (section a at the 0.5B and 1.5B shapes, b and c at
-# the 0.5B shape). Everything lands in $OUT: versions.txt, stats_agreement.{log,json},
-# stats_profile.log, ict_cost.log (all output), ict_cost.json (every figure; written after each
-# section and each model, so a run cut short keeps what it measured).
+# the 0.5B shape; (a) adds ICT from hidden states at whole-vocabulary tiles, ICT_TILES, whose
+# score pass reuses the statistics pass's logits instead of recomputing them: 883 x 151,936 holds
+# as many bf16 logits as the default 4,096 x 32,768). Everything lands in $OUT: versions.txt,
+# stats_agreement.{log,json}, stats_profile.log, ict_cost.log (all output), ict_cost.json (every
+# figure; written after each section and each model, so a run cut short keeps what it measured).
 #
 # Prepare the wheels here, once (repository root; .whl/ is ignored through .git/info/exclude):
 #   echo /.whl/ >> .git/info/exclude
@@ -60,7 +62,7 @@ timeout -k 5 80 python3 benchmarks/stats_agreement.py --json "$OUT/stats_agreeme
 timeout -k 5 50 python3 benchmarks/stats_profile.py --rows 12 2>&1 | tee "$OUT/stats_profile.log"
 # 3. the cost tables: (a) at both shapes, (b) and (c) at the 0.5B shape
 timeout -k 15 "${ICT_COST_TIMEOUT:-360}" python3 benchmarks/ict_cost.py --device cuda \
-  --models 0.5b,1.5b --train-models 0.5b \
+  --models 0.5b,1.5b --train-models 0.5b --ict-tiles "${ICT_TILES:-883x151936,448x151936}" \
   --budget "${ICT_COST_BUDGET:-330}" --json "$OUT/ict_cost.json" --work-dir /tmp/ict_cost_work "$@" \
   2>&1 | tee "$OUT/ict_cost.log"
 status=${PIPESTATUS[0]}

@@ -122,10 +122,11 @@ def parse_tile(text: str | None) -> tuple[int, int] | None:
 
 
 def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, repeats: int,
-              tile_size: tuple[int, int] | None, deadline: float | None = None) -> dict[str, Any]:
-    """Time and peak memory of every row of :data:`A_ROWS` at one shape (see the module doc);
-    fewer timed calls than ``repeats`` (at least 1) when the warm-up says that they would end
-    after ``deadline``."""
+              tile_size: tuple[int, int] | None, deadline: float | None = None,
+              ict_tiles: tuple[tuple[int, int], ...] = ()) -> dict[str, Any]:
+    """Time and peak memory of every row of :data:`A_ROWS` at one shape (see the module doc),
+    plus ICT from hidden states at each of ``ict_tiles``; fewer timed calls than ``repeats`` (at
+    least 1) when the warm-up says that they would end after ``deadline``."""
     import torch
     from trl.kernels.chunked_logprob import ChunkedLogProbFunction
 
@@ -174,10 +175,11 @@ def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, 
             (log_probs.exp() * log_probs).sum(-1).neg()  # the entropy, as a logging path computes it
         return (log_probs.gather(-1, ids.unsqueeze(-1)).squeeze(-1) * advantages[:, None]).sum()
 
-    def from_hidden(ict: bool) -> Any:
+    def from_hidden(ict: bool, tile: tuple[int, int] | None = None) -> Any:
+        tiles = extra if tile is None else {"tile_size": tile}
         stats = token_statistics_from_hidden(hidden, weight, ids, mask, 1.0,
                                              js_references=references if ict else (),
-                                             group_ids=group_ids if ict else None, **extra)
+                                             group_ids=group_ids if ict else None, **tiles)
         return ict_loss(stats) if ict else (stats.log_probs * advantages[:, None]).sum()
 
     def from_logits(ict: bool) -> Any:
@@ -188,10 +190,15 @@ def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, 
     functions = {"trl": trl_head, "naive": naive, "grpo_hidden": lambda: from_hidden(False),
                  "ict_hidden": lambda: from_hidden(True), "grpo_logits": lambda: from_logits(False),
                  "ict_logits": lambda: from_logits(True)}
+    labels = dict(A_ROWS)
+    for tile in ict_tiles:
+        name = f"ict_hidden_{tile[0]}x{tile[1]}"
+        functions[name] = lambda tile=tile: from_hidden(True, tile)
+        labels[name] = f"ours ICT from hidden states, tile {tile[0]}x{tile[1]}"
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if gpu else contextlib.nullcontext())
     meter = runs.MemoryMeter(device)
     results: dict[str, dict[str, Any]] = {name: {"label": label, "seconds": [], "peak_mib": []}
-                                          for name, label in A_ROWS.items()}
+                                          for name, label in labels.items()}
 
     def call(name: str, warm_up: bool) -> None:
         hidden.grad = weight.grad = None
@@ -248,7 +255,8 @@ def child_a(settings: dict[str, Any], out: Path, deadline: float | None) -> None
         print(f"(a) {model}: d={width}, V={settings['a_vocab']:,}, {settings['a_shape']}", flush=True)
         mine = None if deadline is None else time.time() + (deadline - time.time()) / (len(models) - position)
         results[model] = head_rows(width, settings["a_vocab"], tuple(settings["a_shape"]), settings["device"],
-                                   settings["repeats"], parse_tile(settings["tile_size"]), mine)
+                                   settings["repeats"], parse_tile(settings["tile_size"]), mine,
+                                   tuple(parse_tile(text) for text in settings["ict_tiles"]))
         out.write_text(json.dumps(results))
 
 
@@ -409,6 +417,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
         "train_models": train_models.split(","), "a_shape": [int(v) for v in a_shape.split("x")],
         "a_vocab": args.a_vocab or (1000 if tiny else runs.QWEN_VOCAB),
         "repeats": args.repeats or (3 if gpu and not tiny else 1), "tile_size": args.tile_size,
+        "ict_tiles": [text for text in (args.ict_tiles or "").split(",") if text],
         "prompts": args.prompts or defaults[0], "completions": args.completions or defaults[1],
         "length": args.length or defaults[2], "steps": args.steps or defaults[3], "rounds": args.rounds,
         "configs": args.configs.split(","), "threads": args.threads or (1 if tiny else 2), "statistics_from": args.statistics_from,
@@ -471,6 +480,8 @@ def main() -> None:
     parser.add_argument("--a-vocab", type=int, default=None, help="(a) vocabulary (default 151936)")
     parser.add_argument("--repeats", type=int, default=None, help="(a) timed calls per row (GPU 3, CPU 1)")
     parser.add_argument("--tile-size", default=None, help="(a) TOKENSxVOCAB passed as tile_size= to ours")
+    parser.add_argument("--ict-tiles", default=None, help="(a) extra rows: ICT from hidden states at each "
+                        "TOKENSxVOCAB tile (comma-separated), e.g. 883x151936 (whole-vocabulary tiles)")
     parser.add_argument("--prompts", type=int, default=None, help="(b, c) prompts per step (GPU 8)")
     parser.add_argument("--completions", type=int, default=None, help="(b, c) completions per prompt (GPU 8)")
     parser.add_argument("--length", type=int, default=None, help="(b, c) completion length cap (GPU 256)")
@@ -497,6 +508,8 @@ def main() -> None:
                     None if args.deadline is None else float(args.deadline), args.only)
         return
     parse_tile(settings["tile_size"])
+    for text in settings["ict_tiles"]:
+        parse_tile(text)
     start = time.time()
     temporary = settings["work_dir"] is None
     settings["work_dir"] = settings["work_dir"] or tempfile.mkdtemp(prefix="ict_cost_")

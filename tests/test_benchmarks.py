@@ -449,12 +449,12 @@ def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
     report_path = tmp_path / "cost.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))}
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ict_cost.py"), "--tiny", "--device", "cpu",
-                             "--json", str(report_path)], capture_output=True, text=True, env=env, timeout=600)
+                             "--ict-tiles", "8x1000", "--json", str(report_path)], capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     tables = {part[:3]: part for part in result.stdout.split("\n### ")[1:]}  # "(a)", "(b)", "(c)"
     assert set(tables) == {"(a)", "(b)", "(c)"}, result.stdout[-3000:]
     # (a): every path, with finite positive seconds and ratios and a finite memory figure
-    for label in A_ROWS.values():
+    for label in [*A_ROWS.values(), "ours ICT from hidden states, tile 8x1000"]:
         (row,) = table_rows(tables["(a)"], (label,))
         assert finite(row[1]) and finite(row[2]) and finite(row[3], positive=False), row
     assert "target CPU: ICT <= 1.0x TRL's head" in tables["(a)"]
@@ -472,7 +472,7 @@ def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
         if "/" not in variant:
             assert float(row[4]) == 8.0
     report = json.loads(report_path.read_text())
-    assert set(report["a"]["tiny"]["rows"]) == set(A_ROWS)
+    assert set(report["a"]["tiny"]["rows"]) == {*A_ROWS, "ict_hidden_8x1000"}
     assert {run["variant"] for run in report["b"]["tiny"]["runs"]} == {"trl", "ict"}
     assert {run["variant"] for run in report["c"]["tiny"]["runs"]} == {"grpo", "ict"}
     assert not any("error" in run or "skipped" in run

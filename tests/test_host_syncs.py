@@ -12,7 +12,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ict.core.loss import PolicyLossConfig, policy_loss
-from ict.core.selectors import SelectionInputs, method_train_options, required_js_references, resolve_options, select
+from ict.core.selectors import (
+    SelectionInputs,
+    method_train_options,
+    required_js_references,
+    resolve_options,
+    select,
+)
 from ict.core.stats import token_statistics_from_hidden
 
 # operators whose result size or value the host must read from the device
