@@ -275,7 +275,8 @@ def test_randomised_selectors_use_the_documented_seed(spec: str, monkeypatch) ->
     """The n-th selection of training step s (the LR scheduler's step count, which a resume
     restores) draws with selection_seed(ict_seed, s, n): a resumed process draws what the
     original run drew at that step, and no two steps share a draw."""
-    monkeypatch.setattr(ict_verl, "_selections", {"step": -1, "index": 0})
+    monkeypatch.setitem(ict_verl._selections, "step", -1)  # the counter of verl_selection, in place
+    monkeypatch.setitem(ict_verl._selections, "index", 0)
     for step, index in [(5, 0), (5, 1), (6, 0)]:
         seed = ict_verl.selection_seed(7, step, index)
         loss, grad, _ = verl_loss(spec, True, ict_seed=7, step=step, v1=True)
@@ -284,7 +285,8 @@ def test_randomised_selectors_use_the_documented_seed(spec: str, monkeypatch) ->
         assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0)
         assert 0 < selection.mask.sum() < make_batch()["response_mask"].sum()
     # a resumed process (fresh module state) at step 5 draws step 5's first mask again
-    monkeypatch.setattr(ict_verl, "_selections", {"step": -1, "index": 0})
+    monkeypatch.setitem(ict_verl._selections, "step", -1)  # the counter of verl_selection, in place
+    monkeypatch.setitem(ict_verl._selections, "index", 0)
     loss, _, _ = verl_loss(spec, True, ict_seed=7, step=5)
     expected, _, _ = reference_loss(spec, generator=torch.Generator().manual_seed(ict_verl.selection_seed(7, 5, 0)))
     assert torch.allclose(loss, expected, atol=1e-6, rtol=0)

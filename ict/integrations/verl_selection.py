@@ -1,0 +1,300 @@
+"""The scoring and the selection of ict's policy loss ``"ict"`` in verl 0.9
+(:mod:`ict.integrations.verl` says how they plug in): verl's actor config read as ict's options,
+one micro-batch's statistics from the actor's logits (:func:`score_micro_batch`), and one
+selection on the whole mini-batch, gathered over the data-parallel ranks
+(:func:`select_mini_batch`), with its seed (:func:`selection_seed`)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+from verl.utils import tensordict_utils as tu
+from verl.workers.utils.padding import no_padding_2_padding
+
+from ict.core.errors import UsageError
+from ict.core.loss import PolicyLossConfig, aggregation_weight
+from ict.core.seeding import step_seed
+from ict.core.selectors import (
+    Selection,
+    SelectionInputs,
+    method_train_options,
+    required_js_references,
+    select,
+)
+from ict.core.stats import TokenStatistics, needs_groups, parse_tile_size, token_statistics
+from ict.integrations import parse_token_selector
+
+# the hydra override that imports this module in every Ray process, verl's trainer included
+V1_OVERRIDE = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=ict.integrations.verl"
+DEFAULT_SELECTOR = "ict"  # ICTPolicyLossConfig.ict_selector's default: the paper's recipe
+# verl's loss_agg_mode -> ict.core.loss aggregation
+AGGREGATIONS = {
+    "token-mean": "token_mean",
+    "seq-mean-token-mean": "seq_mean_token_mean",
+    "seq-mean-token-sum-norm": "seq_mean_token_sum_norm",
+}
+
+
+@functools.cache
+def parsed_selector(spec: str) -> tuple[str, dict[str, Any], str | None]:
+    """``(name, resolved options, preset)`` of an ``ict_selector`` spec, parsed once per process
+    (:func:`ict.integrations.parse_token_selector`). Do not modify the returned options."""
+    return parse_token_selector(spec, with_preset=True)
+
+
+def method_options(policy: Any) -> dict[str, Any]:
+    """The method's training options (``aggregation``, ``full_token_warmup_steps``) with the
+    policy loss config's ``ict_aggregation`` / ``ict_full_token_warmup_steps`` where set."""
+    name, _, preset = parsed_selector(policy.get("ict_selector", DEFAULT_SELECTOR))
+    resolved = dict(method_train_options(name, preset))
+    for key in resolved:
+        value = policy.get(f"ict_{key}", None)
+        if value is not None and value != "loss_agg_mode":
+            resolved[key] = value
+    return resolved
+
+
+def loss_config_of(actor_config: Any, loss_agg_mode: str) -> PolicyLossConfig:
+    """ict's :class:`PolicyLossConfig` from verl's actor config (see the module docstring)."""
+    policy = actor_config.policy_loss
+    if policy.get("ict_aggregation", None) == "loss_agg_mode":
+        if loss_agg_mode not in AGGREGATIONS:
+            raise UsageError(f"loss_mode=ict supports loss_agg_mode {', '.join(AGGREGATIONS)}; got "
+                             f"{loss_agg_mode!r}")
+        aggregation = AGGREGATIONS[loss_agg_mode]
+    else:
+        aggregation = method_options(policy)["aggregation"]
+    clip = actor_config.clip_ratio
+    low = actor_config.clip_ratio_low if actor_config.clip_ratio_low is not None else clip
+    high = actor_config.clip_ratio_high if actor_config.clip_ratio_high is not None else clip
+    return PolicyLossConfig(
+        clip_low=low, clip_high=high, aggregation=aggregation,
+        max_response_length=actor_config.loss_scale_factor,
+        clip_ratio_c=actor_config.clip_ratio_c if getattr(policy, "ict_dual_clip", False) else None,
+        denominator=getattr(policy, "ict_denominator", "selected"))
+
+
+@dataclass
+class MicroBatchScores:
+    """One micro-batch's detached statistics and selection inputs on this rank, ``[B, T]``."""
+
+    stats: TokenStatistics
+    response_mask: Tensor
+    advantages: Tensor
+    old_log_probs: Tensor
+    token_ids: Tensor
+    uids: list[Any]
+    global_batch_size: int | None  # rows of the whole mini-batch over all ranks (verl's)
+
+
+@dataclass
+class MicroBatchSelection:
+    """The selection of one training micro-batch, handed from the engine hook to the loss."""
+
+    selection: Selection  # this rank's rows, [B, T]
+    stats: TokenStatistics  # this rank's rows, detached
+    scale: float  # dp * w_micro / W (see the module docstring)
+
+
+# the training step of the last selection and how many selections it has made (see selection_seed)
+_selections = {"step": -1, "index": 0}
+
+
+def selection_seed(seed: int, step: int, index: int) -> int:
+    """Seed of the generator of the ``index``-th selection (one per mini-batch and PPO epoch,
+    counted from 0) of training step ``step``: equal on every rank, and after a resume (``step``
+    is the actor's learning-rate scheduler step count, which verl's checkpoint restores). The
+    formula of ``ict train``'s ``index``-th update of a step."""
+    return step_seed(int(seed), int(step), 2) + 1000 * int(index)
+
+
+def training_step(engine: Any) -> int:
+    """Completed training steps of verl's engine: its LR scheduler's ``last_epoch`` (one
+    scheduler step per ``update_actor`` call; 0 without a scheduler)."""
+    scheduler = getattr(engine, "lr_scheduler", None)
+    return int(getattr(scheduler, "last_epoch", 0) or 0) if scheduler is not None else 0
+
+
+def _next_selection_seed(seed: int, step: int) -> int:
+    if _selections["step"] != step:
+        _selections.update(step=step, index=0)
+    index = _selections["index"]
+    _selections["index"] = index + 1
+    return selection_seed(seed, step, index)
+
+
+def _padded(tensor: Tensor, length: int) -> Tensor:
+    tensor = tensor.to_padded_tensor(0) if tensor.is_nested else tensor
+    if tensor.shape[1] < length:
+        tensor = torch.nn.functional.pad(tensor, (0, length - tensor.shape[1]))
+    return tensor[:, :length]
+
+
+def response_row_index(micro_batch: Any, num_packed: int, device: torch.device) -> Tensor:
+    """``[B, T]`` row numbers of the packed (``[nnz, ...]``) model output that hold the
+    distribution of each response token, by verl's own ``no_padding_2_padding`` rule (0 at
+    padding)."""
+    rows = torch.arange(num_packed, device=device)
+    return no_padding_2_padding(rows, micro_batch)
+
+
+def _temperature(micro_batch: Any) -> float:
+    temperature = micro_batch["temperature"]
+    if isinstance(temperature, Tensor):
+        values = torch.unique(temperature.float())
+        if values.numel() != 1:
+            raise UsageError("loss_mode=ict needs one sampling temperature for the whole batch")
+        return float(values)
+    return float(temperature)
+
+
+def _group_ids(uids: list[Any], device: torch.device) -> Tensor:
+    index: dict[Any, int] = {}
+    return torch.tensor([index.setdefault(uid, len(index)) for uid in uids], dtype=torch.long, device=device)
+
+
+def _uids(micro_batch: Any, rows: int) -> list[Any]:
+    uids = tu.get(micro_batch, "uid")
+    if uids is None:
+        raise UsageError("loss_mode=ict needs verl's 'uid' batch field (the prompt of each row)")
+    uids = list(uids)
+    if len(uids) != rows:
+        raise RuntimeError(f"ict: {len(uids)} uids for {rows} rows")
+    return uids
+
+
+def _world(group: Any) -> int:
+    dist = torch.distributed
+    if group is None or not dist.is_available() or not dist.is_initialized():
+        return 1
+    return dist.get_world_size(group)
+
+
+def _all_gather(tensor: Tensor, group: Any, world: int) -> Tensor:
+    if world == 1:
+        return tensor
+    parts = [torch.empty_like(tensor) for _ in range(world)]
+    torch.distributed.all_gather(parts, tensor.contiguous(), group=group)
+    return torch.cat(parts)
+
+
+def _selector(actor_config: Any) -> tuple[str, dict[str, Any]]:
+    name, options, _ = parsed_selector(actor_config.policy_loss.ict_selector)
+    return name, options
+
+
+def score_micro_batch(
+    logits: Tensor, micro_batch: Any, actor_config: Any, packed_to_row: Tensor | None = None
+) -> MicroBatchScores:
+    """ict's statistics of one micro-batch's responses (no gradient).
+
+    ``logits`` ``[R, V]``: the actor's logits, one row per packed token (``packed_to_row [nnz]``
+    maps packed token ``k`` to its row; ``None``: row ``k``). ``micro_batch`` is verl's
+    TensorDict (``responses``, ``response_mask``, ``advantages``, ``old_log_probs``, ``uid``,
+    ``temperature``, ``prompts`` / ``attention_mask`` or nested ``input_ids``).
+    """
+    name, options = _selector(actor_config)
+    references = required_js_references(name, options)
+    device = logits.device
+    num_packed = packed_to_row.numel() if packed_to_row is not None else logits.shape[0]
+    index = response_row_index(micro_batch, num_packed, device)
+    if packed_to_row is not None:
+        index = packed_to_row[index]
+    rows, length = index.shape
+    response_mask = _padded(micro_batch["response_mask"], length).bool().to(device)
+    token_ids = _padded(micro_batch["responses"], length).to(device)
+    uids = _uids(micro_batch, rows)
+    group_ids = None
+    if needs_groups(references):
+        group_ids = _group_ids(uids, device)
+        expected = getattr(actor_config, "rollout_n", None)
+        if isinstance(expected, int) and bool((torch.bincount(group_ids) != expected).any()):
+            raise UsageError(
+                f"the group references (group_mean*) need whole groups ({expected} rows per uid) in each "
+                "micro-batch: set actor.shuffle=False, actor.use_dynamic_bsz=False, "
+                "ppo_micro_batch_size_per_gpu a multiple of rollout.n, and load ict in verl's trainer "
+                f"({V1_OVERRIDE}; with trainer.use_v1=False: trainer.balance_batch=False)")
+    with torch.no_grad():  # scored where verl's [R, V] logits lie: no [B, T, V] copy
+        stats = token_statistics(logits.detach(), token_ids, response_mask, temperature=_temperature(micro_batch),
+                                 js_references=references, group_ids=group_ids,
+                                 row_index=torch.where(response_mask, index, torch.zeros_like(index)),
+                                 tile_size=parse_tile_size(actor_config.policy_loss.get("ict_stats_tile_size",
+                                                                                        "auto")))
+    total = tu.get_non_tensor_data(data=micro_batch, key="global_batch_size", default=None)
+    return MicroBatchScores(
+        stats=stats, response_mask=response_mask, token_ids=token_ids, uids=uids,
+        advantages=_padded(micro_batch["advantages"], length).to(device=device, dtype=torch.float32),
+        old_log_probs=_padded(micro_batch["old_log_probs"], length).to(device=device, dtype=torch.float32),
+        global_batch_size=None if total is None else int(total))
+
+
+def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
+                      dp_group: Any = None, step: int = 0) -> list[MicroBatchSelection]:
+    """Select once on the whole mini-batch: this rank's micro-batches ``parts`` and those of every
+    rank of ``dp_group`` (all-gathered ``[B, T]`` scores, padded to the widest response of all
+    ranks: verl pads each micro-batch to its own longest); returns each part's rows of the mask
+    and its loss scale ``dp * w_part / W``. ``step``: the training step (:func:`selection_seed`)."""
+    name, options = _selector(actor_config)
+    references = required_js_references(name, options)
+    length = max(part.response_mask.shape[1] for part in parts)
+    device = parts[0].response_mask.device
+    world = _world(dp_group)
+    if world > 1:
+        width = torch.tensor([length], device=device)
+        torch.distributed.all_reduce(width, op=torch.distributed.ReduceOp.MAX, group=dp_group)
+        length = int(width)
+
+    def cat(field: str) -> Tensor:
+        return torch.cat([_padded(getattr(part, field), length) for part in parts])
+
+    stats = TokenStatistics.concat([TokenStatistics(*(_padded(t, length) for t in (
+        part.stats.log_probs, part.stats.entropy, part.stats.renyi2)),
+        {ref: _padded(part.stats.js_scores[ref], length) for ref in references}) for part in parts])
+    response_mask, token_ids = cat("response_mask"), cat("token_ids")
+    uids = [uid for part in parts for uid in part.uids]
+    rows = len(uids)
+    rank = torch.distributed.get_rank(dp_group) if world > 1 else 0
+    if world > 1:
+        counts = _all_gather(torch.tensor([rows], device=device), dp_group, world)
+        if bool((counts != rows).any()):
+            raise RuntimeError(f"ict: mini-batch rows differ between ranks: {counts.tolist()}")
+        gathered_uids: list[list[Any]] = [[] for _ in range(world)]
+        torch.distributed.all_gather_object(gathered_uids, uids, group=dp_group)
+        uids = [uid for part in gathered_uids for uid in part]
+    expected = parts[0].global_batch_size
+    if expected is not None and len(uids) != expected:
+        raise RuntimeError(f"ict: the selection sees {len(uids)} rows of a {expected}-row mini-batch")
+    columns = [stats.log_probs, stats.entropy, stats.renyi2, *(stats.js_scores[ref] for ref in references),
+               response_mask.float(), cat("advantages"), cat("old_log_probs")]
+    log_probs, entropy, renyi2, *js, all_mask, advantages, old_log_probs = \
+        _all_gather(torch.stack(columns, dim=1), dp_group, world).unbind(dim=1)
+    all_mask = all_mask.bool()
+
+    generator = torch.Generator(device=device).manual_seed(
+        _next_selection_seed(getattr(actor_config.policy_loss, "ict_seed", 0), step))
+    loss_config = loss_config_of(actor_config, actor_config.loss_agg_mode)
+    inputs = SelectionInputs(
+        stats=TokenStatistics(log_probs, entropy, renyi2, dict(zip(references, js))),
+        response_mask=all_mask, advantages=advantages, token_ids=_all_gather(token_ids, dp_group, world),
+        generator=generator, group_ids=_group_ids(uids, device), old_log_probs=old_log_probs,
+        clip_range=(loss_config.clip_low, loss_config.clip_high))
+    if step < method_options(actor_config.policy_loss)["full_token_warmup_steps"]:
+        selection = select("all", inputs)  # the full-token warm-up: every response token
+    else:
+        selection = select(name, inputs, **options)
+    total = aggregation_weight(selection.mask, all_mask, loss_config)
+    results, start = [], rank * rows
+    for part in parts:
+        own = slice(start, start + len(part.uids))
+        start = own.stop
+        part_length = part.response_mask.shape[1]
+        mask = selection.mask[own, :part_length]
+        penalty = None if selection.kl_penalty is None else selection.kl_penalty[own, :part_length]
+        weight = aggregation_weight(mask, part.response_mask, loss_config)
+        results.append(MicroBatchSelection(Selection(mask, penalty), part.stats,
+                                           world * weight / total if total > 0 else 0.0))
+    return results
