@@ -151,7 +151,7 @@ def top_fraction_selection(
         return Selection(mask=torch.zeros_like(mask), tie_decided=torch.zeros_like(mask))
     rows = table.clamp_min(0)
     valid = (mask[rows] & (table >= 0).unsqueeze(-1)).reshape(num_populations, -1)  # [P, M]
-    values = scores.detach()[rows].double().reshape(num_populations, -1)
+    values = scores.detach().to(mask.device)[rows].double().reshape(num_populations, -1)
     values = torch.where(values.isnan(), math.inf, values)  # NaN ranks first, as in torch.sort
     counts = [selection_count(ratio, size) for size in valid.sum(dim=-1).tolist()]  # host sync 1
     count = torch.tensor(counts, dtype=torch.long).to(mask.device, non_blocking=True)
