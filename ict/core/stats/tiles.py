@@ -430,7 +430,9 @@ class _Run:
             else:
                 if p is None:
                     assert logits is not None
-                    p = torch_tiles.probabilities(logits, maximum, log_total, temperature)
+                    # in place unless a later variant's Triton kernel still reads the logits
+                    p = torch_tiles.probabilities(logits, maximum, log_total, temperature,
+                                                  overwrite=self.folds is torch_tiles)
                 torch_tiles.group_partials(self.partials[variant].view(part), logits, maximum, log_total,
                                            temperature, tile.blocks, start, absorbing, leave_one_out, metrics, mass, p)
             mass = None  # counted once
@@ -438,7 +440,7 @@ class _Run:
             return
         if p is None:
             assert logits is not None
-            p = torch_tiles.probabilities(logits, maximum, log_total, temperature)
+            p = torch_tiles.probabilities(logits, maximum, log_total, temperature, overwrite=True)
         if mass is not None:
             torch_tiles.accumulate_mass(mass, p)
         if self.previous is not None:
@@ -453,13 +455,14 @@ class _Run:
                 partners = self.previous[part].clamp_min(0)
                 partner_rows = head.rows(order.batch_index[partners], order.time_index[partners])
                 q = torch_tiles.probabilities(head.tile(partner_rows, start, end, reuse=False),
-                                              self.maximum[partners], self.log_total[partners], temperature)
+                                              self.maximum[partners], self.log_total[partners], temperature,
+                                              overwrite=True)
             torch_tiles.accumulate_partials(self.partials["prev"].view(part), p, q, self.metrics_of["prev"], False)
         if reference_head is not None:
             assert self.reference_state is not None and reference_rows is not None
             reference = self.reference_state.view(part)
             q = torch_tiles.probabilities(reference_head.tile(reference_rows, start, end), reference.maximum,
-                                          reference.log_total(), temperature)
+                                          reference.log_total(), temperature, overwrite=True)
             torch_tiles.accumulate_partials(self.partials["ref"].view(part), p, q, self.metrics_of["ref"], False)
         if self.sequence_sum is not None:
             self.sequence_sum[:, start:end].index_add_(0, order.batch_index[part], p)
@@ -478,7 +481,7 @@ class _Run:
             rows = head.rows(rows_b, order.time_index[part])
             for start, end in chunks(self.vocab_size, self.vocab):
                 p = torch_tiles.probabilities(head.tile(rows, start, end), self.maximum[part], self.log_total[part],
-                                              temperature)
+                                              temperature, overwrite=True)
                 torch_tiles.accumulate_partials(partials.view(part), p, mean[rows_b, start:end], metrics, False)
         return scores_from_partials(partials, self.entropy, metrics, mean_entropy[order.batch_index])
 

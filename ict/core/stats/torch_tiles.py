@@ -64,10 +64,16 @@ def scaled(tile: Tensor, temperature: float) -> Tensor:
     return tile.float() / temperature if temperature != 1.0 or tile.dtype != torch.float32 else tile.clone()
 
 
-def probabilities(tile: Tensor, maximum: Tensor, log_total: Tensor, temperature: float) -> Tensor:
-    """``p = exp((tile / T - m) - log s)`` ``[n, vt]`` float32 (a new tensor); ``log Z = m + log s``
-    is kept in two parts, whose sum would round away ``log s`` next to a large ``m``."""
-    return scaled(tile, temperature).sub_(maximum.unsqueeze(-1)).sub_(log_total.unsqueeze(-1)).exp_()
+def probabilities(tile: Tensor, maximum: Tensor, log_total: Tensor, temperature: float,
+                  overwrite: bool = False) -> Tensor:
+    """``p = exp((tile / T - m) - log s)`` ``[n, vt]`` float32; ``log Z = m + log s`` is kept in two
+    parts, whose sum would round away ``log s`` next to a large ``m``. A new tensor, unless
+    ``overwrite`` (the tile is not needed afterwards) and the tile is float32: then it is ``p``."""
+    if overwrite and tile.dtype == torch.float32:
+        z = tile.div_(temperature) if temperature != 1.0 else tile
+    else:
+        z = scaled(tile, temperature)
+    return z.sub_(maximum.unsqueeze(-1)).sub_(log_total.unsqueeze(-1)).exp_()
 
 
 def entropy_terms(values: Tensor) -> Tensor:
