@@ -5,8 +5,9 @@
 ``[P, M]`` table (``P`` populations, ``M`` the largest population's positions), so a batch costs a
 fixed number of host synchronisations whatever its number of sequences or groups: the
 populations' sizes (their counts ``k`` are exact integers, :func:`selection_count`), and whether a
-tie needs a draw. Only a population with more tied tokens than free slots is drawn on its own, in
-population order, exactly as :func:`top_count` draws it.
+tie needs a draw (:func:`top_counts`, the one implementation of the tie rule; :func:`top_count`
+is its one-row case). Only a population with more tied tokens than free slots is drawn on its
+own, in population order.
 """
 
 from __future__ import annotations
@@ -55,23 +56,15 @@ def selection_count(ratio: float, num_tokens: int) -> int:
 def population_rows(scope: str, num_rows: int, group_ids: Tensor | None = None) -> list[Tensor]:
     """Row indices of each population of ``scope``: all rows (``batch``), each row
     (``sequence``), or the rows of each label of ``group_ids [B]`` (``group``), in ascending label
-    order, each population's rows ascending."""
-    if scope == "batch":
-        return [torch.arange(num_rows)]
-    if scope == "sequence":
-        return [torch.tensor([row]) for row in range(num_rows)]
-    if scope == "group":
-        if group_ids is None:
-            raise ValueError("scope='group' needs group_ids [B] in SelectionInputs")
-        labels = group_ids.cpu()
-        return [(labels == label).nonzero(as_tuple=True)[0] for label in torch.unique(labels)]
-    raise ValueError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+    order, each population's rows ascending (the rows of :func:`population_table`)."""
+    return [rows[rows >= 0] for rows in population_table(scope, num_rows, group_ids)]
 
 
 def population_table(scope: str, num_rows: int, group_ids: Tensor | None = None,
                      device: torch.device | None = None) -> Tensor:
-    """The rows of :func:`population_rows` as one long ``[P, R]`` table on ``device`` (``R`` the
-    largest population's rows; ``-1`` pads the smaller ones), built on the device."""
+    """The rows of each population of ``scope`` (:func:`population_rows`) as one long ``[P, R]``
+    table on ``device`` (default: ``group_ids``' device, else the CPU; ``R`` the largest
+    population's rows; ``-1`` pads the smaller ones), built on the device."""
     if scope == "batch":
         return torch.arange(num_rows, device=device).unsqueeze(0)
     if scope == "sequence":
@@ -80,6 +73,7 @@ def population_table(scope: str, num_rows: int, group_ids: Tensor | None = None,
         raise ValueError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
     if group_ids is None:
         raise ValueError("scope='group' needs group_ids [B] in SelectionInputs")
+    device = group_ids.device if device is None else device
     _, rank = torch.unique(group_ids.to(device), return_inverse=True)
     order = torch.argsort(rank, stable=True)  # rows by label, each label's rows ascending
     sizes = torch.bincount(rank)
@@ -90,42 +84,53 @@ def population_table(scope: str, num_rows: int, group_ids: Tensor | None = None,
     return table
 
 
+def top_counts(values: Tensor, valid: Tensor, counts: list[int], generator: torch.Generator | None = None,
+               tolerance: float = TIE_TOLERANCE) -> tuple[Tensor, Tensor]:
+    """The ``counts[p]`` largest valid ``values`` of each row ``p`` of ``[P, M]`` (``valid``: bool
+    ``[P, M]``; ``counts[p]`` at most its valid entries) with position-neutral ties: bool ``[P, M]``
+    masks of the kept entries and of those a tie decided (see :mod:`ict.core.selectors`).
+
+    Every value above ``s_k + tolerance`` (``s_k`` the row's ``k``-th largest) is kept; the
+    remaining slots go to a uniform draw, with ``generator`` (None: a new one seeded with 0 for
+    each row that draws), among the values within ``tolerance`` of ``s_k``, rows in order, each
+    drawing over its tied entries in position order. No draw happens when those fit the slots
+    exactly, so such rows consume no randomness. NaN counts as ``+inf`` (a non-finite step still
+    selects ``k`` tokens, so its loss is non-finite). Two host syncs whatever ``P``: whether a row
+    draws, and (only for a row that does) its draw."""
+    keep = torch.zeros(values.shape, dtype=torch.bool, device=values.device)
+    decided = torch.zeros_like(keep)
+    if not values.shape[-1]:
+        return keep, decided
+    values = values.double()
+    values = torch.where(values.isnan(), math.inf, values)  # NaN ranks first, as in torch.sort
+    count = torch.tensor(counts, dtype=torch.long).to(values.device, non_blocking=True)
+    ranked = torch.where(valid, values, -math.inf).sort(dim=-1, descending=True).values
+    threshold = ranked.gather(-1, (count - 1).clamp_min(0).unsqueeze(-1))  # the k-th largest [P, 1]
+    active = valid & (count > 0).unsqueeze(-1)
+    sure = active & (values > threshold + tolerance)
+    tied = active & ((values == threshold) | ((values - threshold).abs() <= tolerance))
+    slots = count - sure.sum(dim=-1)
+    drawn = tied.sum(dim=-1) > slots  # more tied entries than free slots: a draw
+    keep |= sure | (tied & ~drawn.unsqueeze(-1))
+    for row in drawn.nonzero(as_tuple=True)[0].tolist():  # rare rows, in order
+        candidates = tied[row].nonzero(as_tuple=True)[0]
+        row_generator = torch.Generator().manual_seed(0) if generator is None else generator
+        draw = torch.randperm(candidates.numel(), generator=row_generator, device=row_generator.device)
+        chosen = candidates[draw[:counts[row] - int(sure[row].sum())].to(candidates.device)]
+        keep[row, chosen] = True
+        decided[row, chosen] = True
+    return keep, decided
+
+
 def top_count(
     values: Tensor, count: int, generator: torch.Generator | None = None, tolerance: float = TIE_TOLERANCE
 ) -> tuple[Tensor, Tensor]:
-    """Indices of the ``count`` largest of ``values`` ``[n]`` with position-neutral ties, and a bool
-    ``[n]`` of the kept indices that a tie decided (see :mod:`ict.core.selectors`).
-
-    Every value above ``s_k + tolerance`` (``s_k`` the ``count``-th largest) is kept; the
-    remaining slots go to a uniform draw, with ``generator``, among the values within
-    ``tolerance`` of ``s_k``. No draw happens when those fit the slots exactly. NaN counts as
-    ``+inf`` (a non-finite step still selects ``count`` tokens, so its loss is non-finite).
-    """
-    decided = torch.zeros(values.shape, dtype=torch.bool, device=values.device)
-    if count >= values.numel():
-        return torch.arange(values.numel(), device=values.device), decided
-    if count <= 0:
-        return torch.zeros(0, dtype=torch.long, device=values.device), decided
-    values = values.double()
-    values = torch.where(values.isnan(), math.inf, values)  # NaN ranks first, as in torch.sort
-    threshold = torch.topk(values, count, sorted=True).values[-1]
-    sure = (values > threshold + tolerance).nonzero(as_tuple=True)[0]
-    tied = ((values == threshold) | ((values - threshold).abs() <= tolerance)).nonzero(as_tuple=True)[0]
-    slots = count - sure.numel()
-    if tied.numel() > slots:
-        tied, decided = _draw(tied, slots, generator, decided)
-    return torch.cat([sure, tied]), decided
-
-
-def _draw(tied: Tensor, slots: int, generator: torch.Generator | None, decided: Tensor) -> tuple[Tensor, Tensor]:
-    """``slots`` of the ``tied`` indices drawn uniformly (``generator``; None: a new one seeded
-    with 0), marked in ``decided``."""
-    if generator is None:
-        generator = torch.Generator().manual_seed(0)
-    draw = torch.randperm(tied.numel(), generator=generator, device=generator.device)
-    tied = tied[draw[:slots].to(tied.device)]
-    decided[tied] = True
-    return tied, decided
+    """Indices (ascending) of the ``count`` largest of ``values`` ``[n]`` with position-neutral
+    ties, and a bool ``[n]`` of the kept indices that a tie decided: :func:`top_counts` of one row."""
+    valid = torch.ones((1, values.numel()), dtype=torch.bool, device=values.device)
+    keep, decided = top_counts(values.reshape(1, -1), valid, [max(0, min(count, values.numel()))], generator,
+                               tolerance)
+    return keep[0].nonzero(as_tuple=True)[0], decided[0]
 
 
 def top_fraction_selection(
@@ -139,9 +144,9 @@ def top_fraction_selection(
 ) -> Selection:
     """The ``ceil(ratio * N)`` highest ``scores`` among the ``N`` response tokens of each population
     of ``scope`` (see :func:`population_rows`), ties (within ``tolerance``) broken at random with
-    ``generator`` as :func:`top_count` breaks them (populations in order), with the tie-decided
-    tokens. All populations are ranked at once (module docstring); ``scores`` and
-    ``response_mask`` are ``[B, T]``."""
+    ``generator`` (:func:`top_counts`; populations in order), with the tie-decided tokens. All
+    populations are ranked at once, as the rows of one padded table (module docstring);
+    ``scores`` and ``response_mask`` are ``[B, T]``."""
     check_ratio(ratio)
     mask = response_mask.bool()
     batch_size, length = mask.shape
@@ -150,24 +155,10 @@ def top_fraction_selection(
     if not table.numel() or not length:
         return Selection(mask=torch.zeros_like(mask), tie_decided=torch.zeros_like(mask))
     rows = table.clamp_min(0)
-    valid = (mask[rows] & (table >= 0).unsqueeze(-1)).reshape(num_populations, -1)  # [P, M]
-    values = scores.detach().to(mask.device)[rows].double().reshape(num_populations, -1)
-    values = torch.where(values.isnan(), math.inf, values)  # NaN ranks first, as in torch.sort
-    counts = [selection_count(ratio, size) for size in valid.sum(dim=-1).tolist()]  # host sync 1
-    count = torch.tensor(counts, dtype=torch.long).to(mask.device, non_blocking=True)
-    ranked = torch.where(valid, values, -math.inf).sort(dim=-1, descending=True).values
-    threshold = ranked.gather(-1, (count - 1).clamp_min(0).unsqueeze(-1))  # the k-th largest [P, 1]
-    active = valid & (count > 0).unsqueeze(-1)
-    sure = active & (values > threshold + tolerance)
-    tied = active & ((values == threshold) | ((values - threshold).abs() <= tolerance))
-    slots = count - sure.sum(dim=-1)
-    drawn = tied.sum(dim=-1) > slots  # more tied tokens than free slots: a draw
-    keep = sure | (tied & ~drawn.unsqueeze(-1))
-    decided = torch.zeros_like(keep)
-    for population in drawn.nonzero(as_tuple=True)[0].tolist():  # host sync 2; rare populations
-        chosen, _ = _draw(tied[population].nonzero(as_tuple=True)[0], counts[population] - int(sure[population].sum()),
-                          generator, decided[population])
-        keep[population, chosen] = True
+    valid = (mask[rows] & (table >= 0).unsqueeze(-1)).reshape(num_populations, -1)  # [P, R * T]
+    values = scores.detach().to(mask.device)[rows].reshape(num_populations, -1)
+    counts = [selection_count(ratio, size) for size in valid.sum(dim=-1).tolist()]  # host sync
+    keep, decided = top_counts(values, valid, counts, generator, tolerance)
     # back to [B, T]: each row sits in one population; the padding adds zeros to row 0
     flags = (torch.stack([keep, decided]).view(2, -1, length) & (table >= 0).view(1, -1, 1)).to(torch.int32)
     placed = torch.zeros(2, batch_size, length, dtype=torch.int32, device=mask.device)

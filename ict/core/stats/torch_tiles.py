@@ -59,8 +59,11 @@ class RowState:
         return (2.0 * self.total.log() - self.square.log()).clamp_(min=0.0)
 
 
-def scaled(tile: Tensor, temperature: float) -> Tensor:
-    """A new float32 ``tile / temperature`` (the tile itself is never modified)."""
+def scaled(tile: Tensor, temperature: float, overwrite: bool = False) -> Tensor:
+    """Float32 ``tile / temperature``: a new tensor, unless ``overwrite`` (the tile is not needed
+    afterwards) and the tile is float32, which is then divided in place and returned."""
+    if overwrite and tile.dtype == torch.float32:
+        return tile.div_(temperature) if temperature != 1.0 else tile
     return tile.float() / temperature if temperature != 1.0 or tile.dtype != torch.float32 else tile.clone()
 
 
@@ -69,11 +72,14 @@ def probabilities(tile: Tensor, maximum: Tensor, log_total: Tensor, temperature:
     """``p = exp((tile / T - m) - log s)`` ``[n, vt]`` float32; ``log Z = m + log s`` is kept in two
     parts, whose sum would round away ``log s`` next to a large ``m``. A new tensor, unless
     ``overwrite`` (the tile is not needed afterwards) and the tile is float32: then it is ``p``."""
-    if overwrite and tile.dtype == torch.float32:
-        z = tile.div_(temperature) if temperature != 1.0 else tile
-    else:
-        z = scaled(tile, temperature)
-    return z.sub_(maximum.unsqueeze(-1)).sub_(log_total.unsqueeze(-1)).exp_()
+    return scaled(tile, temperature, overwrite).sub_(maximum.unsqueeze(-1)).sub_(log_total.unsqueeze(-1)).exp_()
+
+
+def tile_columns(ids: Tensor, vocab_start: int, width: int) -> tuple[Tensor, Tensor]:
+    """Each vocabulary id's column in a tile of ``width`` ids starting at ``vocab_start``, clamped
+    into the tile, and whether it lies inside (so a gather or scatter needs no device sync)."""
+    local = ids - vocab_start
+    return local.clamp(0, width - 1), (local >= 0) & (local < width)
 
 
 def entropy_terms(values: Tensor) -> Tensor:
@@ -87,15 +93,11 @@ def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start:
     ``overwrite``: the tile is not needed afterwards, so a float32 tile is worked on in place (no
     copy). ``keep_exponentials``: return ``e^(z - m)`` ``[n, vt]`` (``m`` the running maximum after
     this tile), which for a tile holding the whole vocabulary divided by ``s`` is ``p``."""
-    local = targets - vocab_start
-    inside = (local >= 0) & (local < tile.shape[1])
-    if tile.shape[1]:  # no device sync: rows whose token lies outside the tile keep their value
-        picked = tile.gather(1, local.clamp(0, tile.shape[1] - 1).unsqueeze(-1)).squeeze(-1).float() / temperature
+    if tile.shape[1]:  # rows whose token lies outside the tile keep their value
+        column, inside = tile_columns(targets, vocab_start, tile.shape[1])
+        picked = tile.gather(1, column.unsqueeze(-1)).squeeze(-1).float() / temperature
         state.target.copy_(torch.where(inside, picked, state.target))
-    if overwrite and tile.dtype == torch.float32:
-        z = tile.div_(temperature) if temperature != 1.0 else tile
-    else:
-        z = scaled(tile, temperature)
+    z = scaled(tile, temperature, overwrite)
     new_max = torch.maximum(state.maximum, z.amax(dim=-1))
     safe = torch.where(new_max == float("-inf"), 0.0, new_max)
     z.sub_(safe.unsqueeze(-1))
@@ -165,11 +167,11 @@ def group_partials(partials: Partials, tile: Tensor | None, maximum: Tensor, log
     if not direct:
         block_sum.index_add_(0, blocks.local, p)
     if absorbing and blocks.absorbed_token.numel() and width:
-        local = blocks.absorbed_token - vocab_start
-        inside = (blocks.absorbed_token >= 0) & (local >= 0) & (local < width)
-        block_index = torch.arange(local.shape[0], device=p.device).unsqueeze(-1).expand_as(local)
-        block_sum.index_put_((block_index, local.clamp(0, width - 1)),  # + 0 where outside: no device sync
-                             torch.where(inside, blocks.absorbed_count, 0.0), accumulate=True)
+        # (-1, no point mass, lies outside every tile); + 0 where outside
+        column, inside = tile_columns(blocks.absorbed_token, vocab_start, width)
+        block_index = torch.arange(column.shape[0], device=p.device).unsqueeze(-1).expand_as(column)
+        block_sum.index_put_((block_index, column), torch.where(inside, blocks.absorbed_count, 0.0),
+                             accumulate=True)
     count = blocks.count(absorbing)
     if not leave_one_out:
         block_sum.div_(count.unsqueeze(-1))
@@ -191,8 +193,7 @@ def logit_grads(tile: Tensor, targets: Tensor, vocab_start: int, maximum: Tensor
     ``d log p(y) / d logits = (onehot(y) - p) / T`` and ``d H / d logits = -p (log p + H) / T``;
     ``grad_*`` are ``[n]`` float32 (None: no such term). The tile is not needed afterwards (the
     caller's own copy): a float32 one is overwritten."""
-    log_p = (tile.div_(temperature) if temperature != 1.0 else tile) if tile.dtype == torch.float32 else \
-        scaled(tile, temperature)
+    log_p = scaled(tile, temperature, overwrite=True)
     log_p.sub_(maximum.unsqueeze(-1)).sub_(log_total.unsqueeze(-1))
     p = log_p.exp()
     if grad_entropy is not None:
@@ -204,10 +205,8 @@ def logit_grads(tile: Tensor, targets: Tensor, vocab_start: int, maximum: Tensor
         assert grad_log_probs is not None
         grad = p.mul_(grad_log_probs.neg().unsqueeze(-1))
     if grad_log_probs is not None and tile.shape[1]:
-        local = targets - vocab_start
-        inside = (local >= 0) & (local < tile.shape[1])
-        grad.scatter_add_(1, local.clamp(0, tile.shape[1] - 1).unsqueeze(-1),  # + 0 outside: no device sync
-                          torch.where(inside, grad_log_probs, 0.0).unsqueeze(-1))
+        column, inside = tile_columns(targets, vocab_start, tile.shape[1])
+        grad.scatter_add_(1, column.unsqueeze(-1), torch.where(inside, grad_log_probs, 0.0).unsqueeze(-1))  # + 0 outside
     if temperature != 1.0:
         grad.div_(temperature)
     return grad
