@@ -21,6 +21,7 @@ from test_stats import (
     reference_statistics,
     variant_batch,
 )
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ict.core import selectors
 from ict.core.errors import UsageError
@@ -298,3 +299,30 @@ def test_group_kernel_split_over_the_vocabulary_matches_float64(monkeypatch):
         want = loop_reference_scores(logits, token_ids, mask, group_ids, 1.1, reference, metric or "js")
         torch.testing.assert_close(stats.js_scores[key].double(), want, atol=2e-5, rtol=1e-6,
                                    msg=lambda text, key=key: f"{key}: {text}")
+
+
+@pytest.mark.parametrize("references", [(), ("group_mean_absorbing",)])
+def test_each_pass_casts_each_head_slice_once(references):
+    """Under bf16 autocast every pass over a float32 head (statistics, score, backward) casts each
+    vocabulary slice of the weight once for all its token tiles: 3 vocabulary tiles x (2 or 3
+    passes), over several token tiles."""
+    hidden, weight, _, token_ids, mask = hidden_batch(11, batch=16, bias=False)
+    hidden, weight = hidden.requires_grad_(), weight.requires_grad_()
+    storage = weight.untyped_storage().data_ptr()
+    casts = []
+
+    class CastCounter(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.__name__.startswith("_to_copy") and args[0].untyped_storage().data_ptr() == storage:
+                casts.append(tuple(args[0].shape))
+            return func(*args, **(kwargs or {}))
+
+    vocab = weight.shape[0]
+    tile = (-(-int(mask.sum()) // 4), -(-vocab // 3))
+    with CastCounter(), torch.autocast("cpu", dtype=torch.bfloat16):
+        stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 1.0, references,
+                                             torch.arange(16) // 4, tile_size=tile, backend="torch")
+        (stats.log_probs.sum() + sum(score.sum() for score in stats.js_scores.values())).backward()
+    assert len(casts) == 3 * (3 if references else 2)
+    assert sorted(set(casts)) == sorted({(min(start + tile[1], vocab) - start, weight.shape[1])
+                                         for start in range(0, vocab, tile[1])})

@@ -1,21 +1,23 @@
 """The tile algorithm: token statistics over token x vocabulary tiles, forward and backward.
 
-For each token tile (``tokens`` response rows; whole (position, group) blocks when a group
-reference is scored):
+The response rows are cut into token tiles (``tokens`` rows; whole (position, group) blocks when a
+group reference is scored) and the vocabulary into tiles of ``vocab`` ids. Each pass visits every
+token tile once per vocabulary tile, vocabulary tiles outermost, so a head's slice is cast to the
+compute dtype once a pass (:meth:`LinearHead.weight_slice`), not once per token tile:
 
-1. **statistics pass** - for each vocabulary tile (``vocab`` ids): the logits tile (a matrix
-   product of the rows' hidden states with the head's slice, or a slice of given logits) is folded
-   into the rows' online log-sum-exp state (``fold_statistics``): log-normaliser, sampled token's
-   log-prob, Shannon and Renyi-2 entropy;
-2. **score pass** (only when a JS reference is asked) - the tiles again (kept from pass 1 when
-   one vocabulary tile covers V, else recomputed): each reference's sums (:class:`Partials`) are
-   accumulated tile by tile, the group references by ``group_partials`` (every group variant of
-   the call from the same tile), ``prev``, ``ref`` and ``seq_mean`` in torch;
-   ``seq_mean``'s mean is known only after every tile, so it is scored in a third pass.
+1. **statistics pass** - each logits tile (a matrix product of the rows' hidden states with the
+   head's slice, or a slice of given logits) is folded into its rows' online log-sum-exp state
+   (``fold_statistics``): log-normaliser, sampled token's log-prob, Shannon and Renyi-2 entropy;
+2. **score pass** (only when a JS reference is asked) - the tiles again: each reference's sums
+   (:class:`Partials`) are accumulated tile by tile, the group references by ``group_partials``
+   (every group variant of the call from the same tile), ``prev``, ``ref`` and ``seq_mean`` in
+   torch; ``seq_mean``'s mean is known only after every tile, so it is scored in a third pass.
+   When one vocabulary tile holds V, each token tile is scored right after its statistics, from
+   the kept tile (the torch folds keep its probabilities).
 
 The backward recomputes each tile and turns it into the gradient wrt its logits
-(``logit_grads``), then into ``grad_hidden += g @ W_v``, ``grad_W_v += g.T @ h`` (float32
-accumulators) or the rows of ``grad_logits``.
+(``logit_grads``), then into ``grad_hidden += g @ W_v`` (a float32 ``[N, d]`` accumulator),
+``grad_W_v += g.T @ h`` (float32) or the rows of ``grad_logits``.
 
 Backends: ``"triton"`` (the kernels of :mod:`ict.core.stats.triton_tiles`, tensors on a GPU, or
 anywhere under ``TRITON_INTERPRET=1``) and ``"torch"`` (:mod:`ict.core.stats.torch_tiles`, any
@@ -136,7 +138,7 @@ class LogitsHead:
         if grads[0] is not None:
             grads[0].view(-1, grads[0].shape[-1])[rows, start:end] = grad.to(grads[0].dtype)
 
-    def new_row_grads(self, rows: Tensor, needed: Sequence[bool]) -> Tensor | None:
+    def new_row_grads(self, num_rows: int, needed: Sequence[bool]) -> Tensor | None:
         return None
 
     def finish_rows(self, grads: list[Tensor | None], rows_b: Tensor, rows_t: Tensor,
@@ -170,7 +172,8 @@ class LinearHead:
 
     def weight_slice(self, start: int, end: int) -> Tensor:
         """``weight[start:end]`` in the compute dtype, cast once for consecutive uses of the same
-        slice (a tile's product and its backward's two; the previous slice is dropped first)."""
+        slice (every token tile of a pass, which runs vocabulary tile outermost, and a backward
+        tile's three products; the previous slice is dropped first)."""
         if self._weight_slice is None or self._weight_slice[0] != (start, end):
             self._weight_slice = None
             self._weight_slice = ((start, end), self.weight[start:end].to(self.compute_dtype))
@@ -199,8 +202,11 @@ class LinearHead:
         return [torch.zeros(tensor.shape, dtype=torch.float32, device=tensor.device) if need and index else None
                 for index, (tensor, need) in enumerate(zip(self.inputs, needed))]
 
-    def new_row_grads(self, rows: Tensor, needed: Sequence[bool]) -> Tensor | None:
-        return torch.zeros(rows.shape, dtype=torch.float32, device=rows.device) if needed[0] else None
+    def new_row_grads(self, num_rows: int, needed: Sequence[bool]) -> Tensor | None:
+        """The float32 ``grad_hidden`` accumulator of the response rows (processing order, ``[N, d]``)."""
+        if not needed[0]:
+            return None
+        return torch.zeros(num_rows, self.hidden.shape[-1], dtype=torch.float32, device=self.hidden.device)
 
     def accumulate(self, grads: list[Tensor | None], rows: Tensor, start: int, end: int, grad: Tensor,
                    row_grads: Tensor | None) -> None:
@@ -269,26 +275,26 @@ class _ResponseLogProbs(torch.autograd.Function):
 
 def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], grad_log_probs: Tensor | None,
                     grad_entropy: Tensor | None) -> None:
-    """Accumulate the input gradients into ``grads``, tile by tile (this module's docstring)."""
+    """Accumulate the input gradients into ``grads``, vocabulary tile by vocabulary tile, each over
+    every token tile (the head's slice is cast once; this module's docstring)."""
     targets, maximum, log_total, entropy = ctx.saved_tensors
     head: Head = ctx.head
     order: RowOrder = ctx.order
     folds = _folds(ctx.backend)
     grad_log_probs = None if grad_log_probs is None else grad_log_probs.float().contiguous()
     grad_entropy = None if grad_entropy is None else grad_entropy.float().contiguous()
-    for tile in order.tiles:
-        part = tile.part
-        rows_b, rows_t = order.batch_index[part], order.time_index[part]
-        rows = head.rows(rows_b, rows_t)
-        row_grads = head.new_row_grads(rows, needed)
-        for start, end in chunks(head.vocab_size, ctx.vocab):
+    row_grads = head.new_row_grads(order.num_rows, needed)
+    for start, end in chunks(head.vocab_size, ctx.vocab):
+        for tile in order.tiles:
+            part = tile.part
+            rows = head.rows(order.batch_index[part], order.time_index[part])
             grad = folds.logit_grads(
                 head.tile(rows, start, end), targets[part], start, maximum[part], log_total[part], entropy[part],
                 None if grad_log_probs is None else grad_log_probs[part],
                 None if grad_entropy is None else grad_entropy[part], ctx.temperature)
-            head.accumulate(grads, rows, start, end, grad, row_grads)
-        head.finish_rows(grads, rows_b, rows_t, row_grads)
+            head.accumulate(grads, rows, start, end, grad, None if row_grads is None else row_grads[part])
     head.release()
+    head.finish_rows(grads, order.batch_index, order.time_index, row_grads)
 
 
 class _Run:
@@ -335,55 +341,73 @@ class _Run:
     def passes(self, head: Head, reference_head: LogitsHead | None, temperature: float,
                given: tuple[Tensor, Tensor] | None = None) -> None:
         """The statistics pass (skipped when ``given`` = the log-normaliser and entropy ``[B, T]``)
-        and the score pass, tile by tile (module docstring)."""
+        and the score pass (module docstring). With several vocabulary tiles each pass runs them
+        outermost, over every token tile, so each slice of the head is cast once a pass; when one
+        tile holds the vocabulary, the score pass reuses each token tile of the statistics pass."""
         order, vocab_size = self.order, self.vocab_size
         if given is not None:
             self.maximum.copy_(given[0][order.batch_index, order.time_index])
             self.log_total.zero_()
             self.entropy.copy_(given[1][order.batch_index, order.time_index])
             self.mass = (torch.zeros_like(self.entropy), torch.zeros_like(self.entropy))
+        tiles = [(tile, head.rows(order.batch_index[tile.part], order.time_index[tile.part]),
+                  None if reference_head is None else reference_head.rows(order.batch_index[tile.part],
+                                                                          order.time_index[tile.part]))
+                 for tile in order.tiles]
         for tile in order.tiles:
-            part = tile.part
-            rows = head.rows(order.batch_index[part], order.time_index[part])
-            reference_rows = None if reference_head is None else reference_head.rows(
-                order.batch_index[part], order.time_index[part])
-            kept = kept_p = None
-            if given is None:
-                # one tile holds the vocabulary: the score pass reuses it (the torch folds keep its
-                # probabilities instead, computed once)
-                whole = self.vocab >= vocab_size and bool(self.metrics_of)
-                keep_p = whole and self.folds is torch_tiles
-                for start, end in chunks(vocab_size, self.vocab):
-                    logits = head.tile(rows, start, end)
-                    kept_p = self.folds.fold_statistics(self.state.view(part), logits, self.targets[part], start,
-                                                        temperature, overwrite=keep_p or not whole,
-                                                        keep_exponentials=keep_p)
-                    if reference_head is not None and self.reference_state is not None:
-                        self.folds.fold_statistics(self.reference_state.view(part),
-                                                   reference_head.tile(reference_rows, start, end),
-                                                   self.targets[part], start, temperature)
-                    kept = logits if end - start == vocab_size else None
-                view = self.state.view(part)
-                self.maximum[part] = view.maximum
-                self.log_total[part] = view.log_total()
-                self.entropy[part] = view.entropy()
-                self.renyi2[part] = view.renyi2()
-                self.token_log_probs[part] = (view.target - view.maximum) - self.log_total[part]
-                if kept_p is not None:
-                    kept_p.div_(view.total.unsqueeze(-1))
-            if not self.metrics_of:
-                continue
             for variant in self.group_variants:
                 assert tile.blocks is not None
                 count = tile.blocks.count(GROUP_MEAN_VARIANTS[variant][0])[tile.blocks.local]
-                self.alone[variant][part] = count <= 1
+                self.alone[variant][tile.part] = count <= 1
+        if given is None and self.vocab >= vocab_size and self.metrics_of:
+            # the torch folds keep the tile's probabilities (computed once), the Triton kernels its logits
+            keep_p = self.folds is torch_tiles
+            for tile, rows, reference_rows in tiles:
+                logits = self._fold_tile(tile.part, head, rows, reference_head, reference_rows, 0, vocab_size,
+                                         temperature, overwrite=keep_p, keep_exponentials=keep_p)
+                self._finish_statistics(tile.part)
+                if keep_p:
+                    self._score_tile(tile, None, rows, 0, vocab_size, head, reference_head, reference_rows,
+                                     temperature, logits.div_(self.state.view(tile.part).total.unsqueeze(-1)))
+                else:
+                    self._score_tile(tile, logits, rows, 0, vocab_size, head, reference_head, reference_rows,
+                                     temperature)
+            return
+        if given is None:
             for start, end in chunks(vocab_size, self.vocab):
-                if kept_p is not None:
-                    self._score_tile(tile, None, rows, start, end, head, reference_head, reference_rows, temperature,
-                                     kept_p)
-                    continue
-                logits = kept if kept is not None else head.tile(rows, start, end)
-                self._score_tile(tile, logits, rows, start, end, head, reference_head, reference_rows, temperature)
+                for tile, rows, reference_rows in tiles:
+                    self._fold_tile(tile.part, head, rows, reference_head, reference_rows, start, end, temperature,
+                                    overwrite=True)
+            self._finish_statistics(slice(None))
+        if self.metrics_of:
+            for start, end in chunks(vocab_size, self.vocab):
+                for tile, rows, reference_rows in tiles:
+                    self._score_tile(tile, head.tile(rows, start, end), rows, start, end, head, reference_head,
+                                     reference_rows, temperature)
+
+    def _fold_tile(self, part: slice, head: Head, rows: Tensor, reference_head: LogitsHead | None,
+                   reference_rows: Tensor | None, start: int, end: int, temperature: float, overwrite: bool,
+                   keep_exponentials: bool = False) -> Tensor:
+        """Fold one tile into the rows' statistics (and the reference's); returns the logits tile,
+        or its exponentials when ``keep_exponentials`` (torch folds)."""
+        logits = head.tile(rows, start, end)
+        exponentials = self.folds.fold_statistics(self.state.view(part), logits, self.targets[part], start,
+                                                  temperature, overwrite=overwrite,
+                                                  keep_exponentials=keep_exponentials)
+        if reference_head is not None and self.reference_state is not None:
+            assert reference_rows is not None
+            self.folds.fold_statistics(self.reference_state.view(part), reference_head.tile(reference_rows, start, end),
+                                       self.targets[part], start, temperature)
+        return logits if exponentials is None else exponentials
+
+    def _finish_statistics(self, part: slice) -> None:
+        """The rows' statistics from their folded state, once every vocabulary tile is folded."""
+        view = self.state.view(part)
+        self.maximum[part] = view.maximum
+        self.log_total[part] = view.log_total()
+        self.entropy[part] = view.entropy()
+        self.renyi2[part] = view.renyi2()
+        self.token_log_probs[part] = (view.target - view.maximum) - self.log_total[part]
 
     def scores(self, head: Head, temperature: float) -> dict[str, Tensor]:
         """Every score asked for, ``[N]`` each, keyed by score key (``seq_mean`` takes a pass of its own)."""
@@ -475,14 +499,14 @@ class _Run:
         mean = self.sequence_sum.div_(counts.unsqueeze(-1).float())
         mean_entropy = torch_tiles.entropy_terms(mean)
         partials = Partials.zeros(order.num_rows, self.device)
-        for tile in order.tiles:
-            part = tile.part
-            rows_b = order.batch_index[part]
-            rows = head.rows(rows_b, order.time_index[part])
-            for start, end in chunks(self.vocab_size, self.vocab):
+        tiles = [(tile.part, head.rows(order.batch_index[tile.part], order.time_index[tile.part]))
+                 for tile in order.tiles]
+        for start, end in chunks(self.vocab_size, self.vocab):
+            for part, rows in tiles:
                 p = torch_tiles.probabilities(head.tile(rows, start, end), self.maximum[part], self.log_total[part],
                                               temperature, overwrite=True)
-                torch_tiles.accumulate_partials(partials.view(part), p, mean[rows_b, start:end], metrics, False)
+                torch_tiles.accumulate_partials(partials.view(part), p, mean[order.batch_index[part], start:end],
+                                                metrics, False)
         return scores_from_partials(partials, self.entropy, metrics, mean_entropy[order.batch_index])
 
     def scatter(self, values: Tensor) -> Tensor:
