@@ -326,3 +326,37 @@ def test_each_pass_casts_each_head_slice_once(references):
     assert len(casts) == 3 * (3 if references else 2)
     assert sorted(set(casts)) == sorted({(min(start + tile[1], vocab) - start, weight.shape[1])
                                          for start in range(0, vocab, tile[1])})
+
+
+def test_a_whole_vocabulary_tile_casts_the_head_in_default_widths_for_the_backward(monkeypatch):
+    """A tile that holds the vocabulary keeps its logits for the score pass (one cast of the whole
+    head forward); the backward, which keeps nothing, casts at most the default tile's width at a
+    time (its peak holds the float32 weight gradient), and its gradients equal those of a run at
+    that width throughout."""
+    from ict.core.stats import tiles
+
+    monkeypatch.setattr(tiles, "_CPU_TILE", (256, 10))
+    hidden, weight, _, token_ids, mask = hidden_batch(12, batch=8, bias=False)
+    groups = torch.arange(8) // 4
+    results = {}
+    for name, tile in (("whole", (64, 4096)), ("narrow", (64, 10))):
+        inputs = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        storage = inputs[1].untyped_storage().data_ptr()
+        casts: list[tuple[int, ...]] = []
+
+        class CastCounter(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None, casts=casts, storage=storage):
+                if func.__name__.startswith("_to_copy") and args[0].untyped_storage().data_ptr() == storage:
+                    casts.append(tuple(args[0].shape))
+                return func(*args, **(kwargs or {}))
+
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            stats = token_statistics_from_hidden(*inputs, token_ids, mask, 1.0, ("group_mean_absorbing",), groups,
+                                                 tile_size=tile, backend="torch")
+            with CastCounter():
+                (stats.log_probs * torch.linspace(-1, 1, mask.shape[1])).sum().backward()
+        results[name] = inputs, casts
+    (whole, whole_casts), (narrow, narrow_casts) = results["whole"], results["narrow"]
+    assert whole_casts == narrow_casts == [(10, 6), (10, 6), (9, 6)]
+    for mine, theirs in zip(whole, narrow):
+        torch.testing.assert_close(mine.grad, theirs.grad, atol=1e-6, rtol=1e-5)

@@ -127,6 +127,9 @@ class LogitsHead:
     def tile(self, rows: Tensor, start: int, end: int, reuse: bool = True) -> Tensor:
         return self.flat[:, start:end].index_select(0, rows)
 
+    def backward_vocab(self, vocab: int, default: int) -> int:
+        return vocab
+
     def release(self) -> None:
         pass
 
@@ -194,6 +197,13 @@ class LinearHead:
             if self.bias is None:
                 return torch.mm(rows, weight.T, out=out)
             return torch.addmm(self.bias[start:end].to(self.compute_dtype), rows, weight.T, out=out)
+
+    def backward_vocab(self, vocab: int, default: int) -> int:
+        """The backward's vocabulary tile: ``vocab``, but at most ``default`` (the device's default
+        width) when the head is cast to the compute dtype: a wider slice would put a cast copy of
+        most of the head beside its float32 gradient, at the backward's peak. (Wide forward tiles
+        pay off by keeping their logits for the score pass, which the backward does not have.)"""
+        return vocab if self.weight.dtype == self.compute_dtype else min(vocab, default)
 
     def release(self) -> None:
         self._buffer = self._weight_slice = None
@@ -514,6 +524,7 @@ class _Run:
         full = torch.zeros(self.batch_size, self.length, dtype=torch.float32, device=self.device)
         return full.index_put((self.order.batch_index, self.order.time_index), values)
 
+
 def statistics(head: Head, shape: tuple[int, int, int], token_ids: Tensor, response_mask: Tensor,
                temperature: float, js_references: tuple[str, ...], reference_head: LogitsHead | None,
                differentiable_entropy: bool, tile_size: TileSize | None, backend: str | None,
@@ -530,7 +541,8 @@ def statistics(head: Head, shape: tuple[int, int, int], token_ids: Tensor, respo
         head.release()
     log_probs, entropy = _ResponseLogProbs.apply(
         head, run.order, run.targets, run.maximum, run.log_total, run.entropy, run.token_log_probs, temperature,
-        run.vocab, run.backend, *head.inputs)
+        head.backward_vocab(run.vocab, default_tile_size(token_ids.device, run.vocab_size, run.backend)[1]),
+        run.backend, *head.inputs)
     if not differentiable_entropy:
         entropy = entropy.detach()
     return TokenStatistics(log_probs=run.scatter(log_probs), entropy=run.scatter(entropy),
