@@ -360,3 +360,37 @@ def test_a_whole_vocabulary_tile_casts_the_head_in_default_widths_for_the_backwa
     assert whole_casts == narrow_casts == [(10, 6), (10, 6), (9, 6)]
     for mine, theirs in zip(whole, narrow):
         torch.testing.assert_close(mine.grad, theirs.grad, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("layout", ["sliced", "one_row", "vocabulary_strided"])
+def test_logits_are_read_where_they_lie(backend, layout):
+    """A model's ``logits[:, :-1]`` (not viewable as ``[B*T, V]``) is read in place, not copied whole;
+    values and the gradient (in the logits' shape) equal those of a contiguous copy. A layout that
+    cannot be read as rows (a vocabulary that is not contiguous) is copied, and still right."""
+    from ict.core.stats.tiles import LogitsHead
+
+    generator = torch.Generator().manual_seed(5)
+    batch = 1 if layout == "one_row" else 4
+    if layout == "vocabulary_strided":
+        logits = torch.randn(23, batch, 8, generator=generator).permute(1, 2, 0).requires_grad_()
+    else:
+        logits = (torch.randn(batch, 9, 23, generator=generator) * 2).requires_grad_()[:, :-1]
+    token_ids = torch.randint(0, 23, (batch, 8), generator=generator)
+    mask = torch.ones(batch, 8, dtype=torch.bool)
+    mask[0, 5:] = False
+    groups = torch.arange(batch) // 2
+    flat = LogitsHead(logits).flat
+    assert (flat.untyped_storage().data_ptr() == logits.untyped_storage().data_ptr()) == (layout != "vocabulary_strided")
+    results = []
+    for given in (logits, logits.detach().contiguous().requires_grad_()):
+        stats = run(token_statistics, backend, given, token_ids, mask, 0.8, ("group_mean_absorbing", "prev"),
+                    tile_size=(3, 7), group_ids=groups)
+        (grad,) = torch.autograd.grad((stats.log_probs * torch.linspace(-1, 1, 8)).sum(), given)
+        results.append((stats, grad))
+    (first, first_grad), (second, second_grad) = results
+    assert first_grad.shape == logits.shape
+    torch.testing.assert_close(first.log_probs, second.log_probs, atol=0, rtol=0)
+    for key in first.js_scores:
+        torch.testing.assert_close(first.js_scores[key], second.js_scores[key], atol=0, rtol=0)
+    torch.testing.assert_close(first_grad, second_grad, atol=0, rtol=0)

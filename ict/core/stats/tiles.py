@@ -107,22 +107,41 @@ def _folds(backend: str) -> ModuleType:
     return torch_tiles
 
 
+def _row_view(logits: Tensor) -> tuple[Tensor, int]:
+    """``[B, T, V]`` logits as a ``[rows, V]`` view of their own storage, where position ``(b, t)``
+    is row ``b * step + t``, and ``step``. No copy when the vocabulary is contiguous and the batch
+    stride is a multiple of the position stride (e.g. ``logits[:, :-1]`` of a model's output);
+    otherwise a contiguous copy (``step = T``)."""
+    batch, length, vocab = logits.shape
+    stride_b, stride_t, stride_v = logits.stride()
+    if logits.numel() and stride_v == 1 and length > 1 and stride_t >= vocab and (
+            batch == 1 or stride_b % stride_t == 0):
+        step = stride_b // stride_t if batch > 1 else length
+        return logits.as_strided(((batch - 1) * step + length, vocab), (stride_t, 1)), step
+    if logits.numel() and stride_v == 1 and length == 1 and stride_b >= vocab:
+        return logits.as_strided((batch, vocab), (stride_b, 1)), 1
+    return logits.contiguous().view(-1, vocab), length
+
+
 class LogitsHead:
-    """Tiles of given logits ``[B, T, V]`` (or ``[R, V]`` with ``row_index [B, T]``): a gathered
-    copy of the rows' vocabulary slice."""
+    """Tiles of given logits ``[B, T, V]`` (or ``[R, V]`` with ``row_index [B, T]``), read where
+    they lie (no copy of the logits, :func:`_row_view`): a tile is a gathered copy of its rows'
+    vocabulary slice. The gradient wrt the logits is built in the same row layout."""
 
     def __init__(self, logits: Tensor, row_index: Tensor | None = None) -> None:
         self.logits = logits
         self.inputs: tuple[Tensor, ...] = (logits,)
-        self.flat = logits.reshape(-1, logits.shape[-1])
-        self.vocab_size = self.flat.shape[-1]
         self.row_index = row_index
-        self.length = logits.shape[1]
+        if row_index is not None:
+            self.flat, self.step = (logits if logits.stride(-1) == 1 else logits.contiguous()), 0
+        else:
+            self.flat, self.step = _row_view(logits)
+        self.vocab_size = self.flat.shape[-1]
 
     def rows(self, rows_b: Tensor, rows_t: Tensor) -> Tensor:
         if self.row_index is not None:
             return self.row_index[rows_b, rows_t].to(self.flat.device)
-        return rows_b * self.length + rows_t
+        return rows_b * self.step + rows_t
 
     def tile(self, rows: Tensor, start: int, end: int, reuse: bool = True) -> Tensor:
         return self.flat[:, start:end].index_select(0, rows)
@@ -134,12 +153,14 @@ class LogitsHead:
         pass
 
     def new_grads(self, needed: Sequence[bool]) -> list[Tensor | None]:
-        return [torch.zeros_like(self.logits) if needed[0] else None]
+        """The gradient's rows ``[rows, V]``, zero, in the layout of :attr:`flat` (see :meth:`finish`)."""
+        return [torch.zeros(self.flat.shape, dtype=self.logits.dtype, device=self.logits.device) if needed[0]
+                else None]
 
     def accumulate(self, grads: list[Tensor | None], rows: Tensor, start: int, end: int, grad: Tensor,
                    row_grads: Tensor | None) -> None:
         if grads[0] is not None:
-            grads[0].view(-1, grads[0].shape[-1])[rows, start:end] = grad.to(grads[0].dtype)
+            grads[0][rows, start:end] = grad.to(grads[0].dtype)
 
     def new_row_grads(self, num_rows: int, needed: Sequence[bool]) -> Tensor | None:
         return None
@@ -149,7 +170,13 @@ class LogitsHead:
         pass
 
     def finish(self, grads: list[Tensor | None]) -> tuple[Tensor | None, ...]:
-        return tuple(grads)
+        """The gradient wrt the logits, in their shape: ``[R, V]`` as is, ``[B, T, V]`` a view of
+        the rows (``(b, t)`` at row ``b * step + t``)."""
+        grad = grads[0]
+        if grad is None or self.row_index is not None:
+            return (grad,)
+        batch, length, vocab = self.logits.shape
+        return (grad.as_strided((batch, length, vocab), (self.step * vocab, vocab, 1)),)
 
 
 class LinearHead:
