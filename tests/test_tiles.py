@@ -368,7 +368,7 @@ def test_logits_are_read_where_they_lie(backend, layout):
     """A model's ``logits[:, :-1]`` (not viewable as ``[B*T, V]``) is read in place, not copied whole;
     values and the gradient (in the logits' shape) equal those of a contiguous copy. A layout that
     cannot be read as rows (a vocabulary that is not contiguous) is copied, and still right."""
-    from ict.core.stats.tiles import LogitsHead
+    from ict.core.stats.heads import LogitsHead
 
     generator = torch.Generator().manual_seed(5)
     batch = 1 if layout == "one_row" else 4
@@ -394,3 +394,34 @@ def test_logits_are_read_where_they_lie(backend, layout):
     for key in first.js_scores:
         torch.testing.assert_close(first.js_scores[key], second.js_scores[key], atol=0, rtol=0)
     torch.testing.assert_close(first_grad, second_grad, atol=0, rtol=0)
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
+def test_the_triton_kernels_read_given_logits_where_they_lie():
+    """From logits, the Triton kernels read (statistics, group scores) and write (the gradient) each
+    row of a tile in the logits and their gradient: no gathered copy of a tile, forward or backward,
+    and the same values as the torch folds' gathered tiles."""
+    logits, token_ids, mask, groups, _ = variant_batch(31)
+    logits = logits.to(DEVICE).requires_grad_()
+    copies = []
+
+    class CopyCounter(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.__name__.split(".")[0] in ("index_select", "index", "index_put_", "index_put"):
+                result = func(*args, **(kwargs or {}))
+                if result.dim() == 2 and result.shape[-1] in (7, 5, 19):  # a tile (7 + 7 + 5 ids), the logits
+                    copies.append(func.__name__)
+                return result
+            return func(*args, **(kwargs or {}))
+
+    references = ("group_mean_absorbing", "group_mean_loo")
+    with CopyCounter():
+        stats = token_statistics(logits, token_ids.to(DEVICE), mask.to(DEVICE), 1.0, references, tile_size=(3, 7),
+                                 backend="triton", group_ids=groups.to(DEVICE))
+        (grad,) = torch.autograd.grad(stats.log_probs.sum(), logits)
+    assert copies == []
+    expected = run(token_statistics, "torch", logits.detach().cpu().requires_grad_(), token_ids, mask, 1.0,
+                   references, tile_size=(3, 7), group_ids=groups)
+    torch.testing.assert_close(stats.js_scores["group_mean_loo"].cpu(), expected.js_scores["group_mean_loo"],
+                               atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(stats.log_probs.cpu(), expected.log_probs, atol=1e-6, rtol=1e-5)

@@ -77,6 +77,7 @@ from collections.abc import Sequence
 
 from torch import Tensor
 
+from ict.core.stats.heads import LinearHead, LogitsHead
 from ict.core.stats.rows import response_ends
 from ict.core.stats.scores import (
     GROUP_MEAN_VARIANTS,
@@ -91,8 +92,6 @@ from ict.core.stats.scores import (
 )
 from ict.core.stats.tiles import (
     BACKENDS,
-    LinearHead,
-    LogitsHead,
     TileSize,
     default_tile_size,
     parse_tile_size,

@@ -60,6 +60,24 @@ class Tile:
 
 
 @dataclass
+class IndexedTile:
+    """The tile ``source[rows]`` ``[n, vt]`` without its gathered copy, for the Triton kernels,
+    which read (and write) each row where it lies: ``source`` a ``[R, vt]`` view with contiguous
+    columns (a vocabulary slice of given logits), ``rows`` long ``[n]``."""
+
+    source: Tensor
+    rows: Tensor
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.rows.shape[0], self.source.shape[1]
+
+    def gathered(self) -> Tensor:
+        """The tile as a tensor of its own (a copy)."""
+        return self.source.index_select(0, self.rows)
+
+
+@dataclass
 class RowOrder:
     """The response rows in processing order (``batch_index``, ``time_index`` ``[N]``) and its
     token tiles. Group order ((position, group)-major) when a group reference is scored, each tile

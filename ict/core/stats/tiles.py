@@ -3,7 +3,8 @@
 The response rows are cut into token tiles (``tokens`` rows; whole (position, group) blocks when a
 group reference is scored) and the vocabulary into tiles of ``vocab`` ids. Each pass visits every
 token tile once per vocabulary tile, vocabulary tiles outermost, so a head's slice is cast to the
-compute dtype once a pass (:meth:`LinearHead.weight_slice`), not once per token tile:
+compute dtype once a pass (:meth:`~ict.core.stats.heads.LinearHead.weight_slice`), not once per
+token tile:
 
 1. **statistics pass** - each logits tile (a matrix product of the rows' hidden states with the
    head's slice, or a slice of given logits) is folded into its rows' online log-sum-exp state
@@ -35,7 +36,8 @@ import torch
 from torch import Tensor
 
 from ict.core.stats import torch_tiles
-from ict.core.stats.rows import RowOrder, Tile, chunks, group_order, sequence_order
+from ict.core.stats.heads import Head, LinearHead, LogitsHead
+from ict.core.stats.rows import IndexedTile, RowOrder, Tile, chunks, group_order, sequence_order
 from ict.core.stats.scores import (
     GROUP_MEAN_VARIANTS,
     Partials,
@@ -107,185 +109,6 @@ def _folds(backend: str) -> ModuleType:
     return torch_tiles
 
 
-def _row_view(logits: Tensor) -> tuple[Tensor, int]:
-    """``[B, T, V]`` logits as a ``[rows, V]`` view of their own storage, where position ``(b, t)``
-    is row ``b * step + t``, and ``step``. No copy when the vocabulary is contiguous and the batch
-    stride is a multiple of the position stride (e.g. ``logits[:, :-1]`` of a model's output);
-    otherwise a contiguous copy (``step = T``)."""
-    batch, length, vocab = logits.shape
-    stride_b, stride_t, stride_v = logits.stride()
-    if logits.numel() and stride_v == 1 and length > 1 and stride_t >= vocab and (
-            batch == 1 or stride_b % stride_t == 0):
-        step = stride_b // stride_t if batch > 1 else length
-        return logits.as_strided(((batch - 1) * step + length, vocab), (stride_t, 1)), step
-    if logits.numel() and stride_v == 1 and length == 1 and stride_b >= vocab:
-        return logits.as_strided((batch, vocab), (stride_b, 1)), 1
-    return logits.contiguous().view(-1, vocab), length
-
-
-class LogitsHead:
-    """Tiles of given logits ``[B, T, V]`` (or ``[R, V]`` with ``row_index [B, T]``), read where
-    they lie (no copy of the logits, :func:`_row_view`): a tile is a gathered copy of its rows'
-    vocabulary slice. The gradient wrt the logits is built in the same row layout."""
-
-    def __init__(self, logits: Tensor, row_index: Tensor | None = None) -> None:
-        self.logits = logits
-        self.inputs: tuple[Tensor, ...] = (logits,)
-        self.row_index = row_index
-        if row_index is not None:
-            self.flat, self.step = (logits if logits.stride(-1) == 1 else logits.contiguous()), 0
-        else:
-            self.flat, self.step = _row_view(logits)
-        self.vocab_size = self.flat.shape[-1]
-
-    def rows(self, rows_b: Tensor, rows_t: Tensor) -> Tensor:
-        if self.row_index is not None:
-            return self.row_index[rows_b, rows_t].to(self.flat.device)
-        return rows_b * self.step + rows_t
-
-    def tile(self, rows: Tensor, start: int, end: int, reuse: bool = True) -> Tensor:
-        return self.flat[:, start:end].index_select(0, rows)
-
-    def backward_vocab(self, vocab: int, default: int) -> int:
-        return vocab
-
-    def release(self) -> None:
-        pass
-
-    def new_grads(self, needed: Sequence[bool]) -> list[Tensor | None]:
-        """The gradient's rows ``[rows, V]``, zero, in the layout of :attr:`flat` (see :meth:`finish`)."""
-        return [torch.zeros(self.flat.shape, dtype=self.logits.dtype, device=self.logits.device) if needed[0]
-                else None]
-
-    def accumulate(self, grads: list[Tensor | None], rows: Tensor, start: int, end: int, grad: Tensor,
-                   row_grads: Tensor | None) -> None:
-        if grads[0] is not None:
-            grads[0][rows, start:end] = grad.to(grads[0].dtype)
-
-    def new_row_grads(self, num_rows: int, needed: Sequence[bool]) -> Tensor | None:
-        return None
-
-    def finish_rows(self, grads: list[Tensor | None], rows_b: Tensor, rows_t: Tensor,
-                    row_grads: Tensor | None) -> None:
-        pass
-
-    def finish(self, grads: list[Tensor | None]) -> tuple[Tensor | None, ...]:
-        """The gradient wrt the logits, in their shape: ``[R, V]`` as is, ``[B, T, V]`` a view of
-        the rows (``(b, t)`` at row ``b * step + t``)."""
-        grad = grads[0]
-        if grad is None or self.row_index is not None:
-            return (grad,)
-        batch, length, vocab = self.logits.shape
-        return (grad.as_strided((batch, length, vocab), (self.step * vocab, vocab, 1)),)
-
-
-class LinearHead:
-    """Tiles of ``logits = hidden @ weight.T (+ bias)``, computed in ``compute_dtype`` (the autocast
-    dtype when autocast is on at the forward, else the hidden states' dtype) one tile at a time.
-
-    The backward accumulates ``grad_hidden`` (per token tile), ``grad_weight`` and ``grad_bias``
-    in float32, each only when its input needs a gradient (a frozen head costs no ``[V, d]``
-    buffer), and casts them to their inputs' dtypes at the end."""
-
-    def __init__(self, hidden: Tensor, weight: Tensor, bias: Tensor | None) -> None:
-        self.hidden, self.weight, self.bias = hidden, weight, bias
-        self.vocab_size = weight.shape[0]
-        self.inputs = (hidden, weight) if bias is None else (hidden, weight, bias)
-        device_type = hidden.device.type
-        self.compute_dtype = (torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type)
-                              else hidden.dtype)
-        self._buffer: Tensor | None = None
-        self._weight_slice: tuple[tuple[int, int], Tensor] | None = None
-
-    def rows(self, rows_b: Tensor, rows_t: Tensor) -> Tensor:
-        return self.hidden[rows_b, rows_t].to(self.compute_dtype)
-
-    def weight_slice(self, start: int, end: int) -> Tensor:
-        """``weight[start:end]`` in the compute dtype, cast once for consecutive uses of the same
-        slice (every token tile of a pass, which runs vocabulary tile outermost, and a backward
-        tile's three products; the previous slice is dropped first)."""
-        if self._weight_slice is None or self._weight_slice[0] != (start, end):
-            self._weight_slice = None
-            self._weight_slice = ((start, end), self.weight[start:end].to(self.compute_dtype))
-        return self._weight_slice[1]
-
-    def tile(self, rows: Tensor, start: int, end: int, reuse: bool = True) -> Tensor:
-        """The ``[n, end - start]`` logits tile; ``reuse``: written into the head's one tile buffer
-        (the previous tile is overwritten; :meth:`release` frees it)."""
-        weight = self.weight_slice(start, end)
-        out = None
-        if reuse:
-            size = rows.shape[0] * (end - start)
-            if self._buffer is None or self._buffer.numel() < size:
-                self._buffer = None
-                self._buffer = torch.empty(size, dtype=self.compute_dtype, device=rows.device)
-            out = self._buffer[:size].view(rows.shape[0], end - start)
-        with torch.autocast(rows.device.type, enabled=False):
-            if self.bias is None:
-                return torch.mm(rows, weight.T, out=out)
-            return torch.addmm(self.bias[start:end].to(self.compute_dtype), rows, weight.T, out=out)
-
-    def backward_vocab(self, vocab: int, default: int) -> int:
-        """The backward's vocabulary tile: ``vocab``, but at most ``default`` (the device's default
-        width) when the head is cast to the compute dtype: a wider slice would put a cast copy of
-        most of the head beside its float32 gradient, at the backward's peak. (Wide forward tiles
-        pay off by keeping their logits for the score pass, which the backward does not have.)"""
-        return vocab if self.weight.dtype == self.compute_dtype else min(vocab, default)
-
-    def release(self) -> None:
-        self._buffer = self._weight_slice = None
-
-    def new_grads(self, needed: Sequence[bool]) -> list[Tensor | None]:
-        return [torch.zeros(tensor.shape, dtype=torch.float32, device=tensor.device) if need and index else None
-                for index, (tensor, need) in enumerate(zip(self.inputs, needed))]
-
-    def new_row_grads(self, num_rows: int, needed: Sequence[bool]) -> Tensor | None:
-        """The float32 ``grad_hidden`` accumulator of the response rows (processing order, ``[N, d]``)."""
-        if not needed[0]:
-            return None
-        return torch.zeros(num_rows, self.hidden.shape[-1], dtype=torch.float32, device=self.hidden.device)
-
-    def accumulate(self, grads: list[Tensor | None], rows: Tensor, start: int, end: int, grad: Tensor,
-                   row_grads: Tensor | None) -> None:
-        grad = grad.to(self.compute_dtype)
-        with torch.autocast(rows.device.type, enabled=False):
-            if row_grads is not None:
-                _add_product(row_grads, grad, self.weight_slice(start, end))
-            if grads[1] is not None:
-                _add_product(grads[1][start:end], grad.T, rows)
-        if len(grads) > 2 and grads[2] is not None:
-            grads[2][start:end].add_(grad.sum(dim=0, dtype=torch.float32))
-
-    def finish_rows(self, grads: list[Tensor | None], rows_b: Tensor, rows_t: Tensor,
-                    row_grads: Tensor | None) -> None:
-        if row_grads is not None:
-            if grads[0] is None:
-                grads[0] = torch.zeros_like(self.hidden)
-            grads[0][rows_b, rows_t] = row_grads.to(self.hidden.dtype)
-
-    def finish(self, grads: list[Tensor | None]) -> tuple[Tensor | None, ...]:
-        return tuple(None if grad is None else grad.to(tensor.dtype) for grad, tensor in zip(grads, self.inputs))
-
-
-Head = LogitsHead | LinearHead
-
-
-def _add_product(total: Tensor, left: Tensor, right: Tensor) -> None:
-    """``total += left @ right`` into a float32 ``total`` without rounding a half-precision
-    product to its inputs' dtype first (rounding every vocabulary tile's share of a gradient to
-    bf16 before summing them biases it): float32 output of the GEMM on CUDA, float32 inputs
-    elsewhere."""
-    if left.dtype in (torch.bfloat16, torch.float16):
-        if total.device.type == "cuda":
-            try:
-                torch.addmm(total, left, right, out_dtype=torch.float32, out=total)
-                return
-            except (TypeError, RuntimeError):  # torch without out_dtype
-                pass
-        left, right = left.float(), right.float()
-    total.addmm_(left, right)
-
-
 class _ResponseLogProbs(torch.autograd.Function):
     """``log p(token)`` and ``H(p)`` (``[N]``, processing order) from the no-grad passes, with a
     tiled backward that recomputes each tile through the head."""
@@ -325,11 +148,16 @@ def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], gra
         for tile in order.tiles:
             part = tile.part
             rows = head.rows(order.batch_index[part], order.time_index[part])
+            tile = head.tile(rows, start, end, indexed=ctx.backend == "triton")
+            # an indexed tile's gradient goes straight into the same rows of the logits' gradient
+            indexed = isinstance(tile, IndexedTile) and grads[0] is not None
             grad = folds.logit_grads(
-                head.tile(rows, start, end), targets[part], start, maximum[part], log_total[part], entropy[part],
+                tile, targets[part], start, maximum[part], log_total[part], entropy[part],
                 None if grad_log_probs is None else grad_log_probs[part],
-                None if grad_entropy is None else grad_entropy[part], ctx.temperature)
-            head.accumulate(grads, rows, start, end, grad, None if row_grads is None else row_grads[part])
+                None if grad_entropy is None else grad_entropy[part], ctx.temperature,
+                **({"out": grads[0][:, start:end]} if indexed else {}))
+            if not indexed:
+                head.accumulate(grads, rows, start, end, grad, None if row_grads is None else row_grads[part])
     head.release()
     head.finish_rows(grads, order.batch_index, order.time_index, row_grads)
 
@@ -349,6 +177,7 @@ class _Run:
         if self.tokens < 1 or self.vocab < 1:
             raise ValueError(f"tile_size must be two positive integers (tokens, vocab), got {tile_size}")
         self.folds = _folds(self.backend)
+        self.indexed = self.backend == "triton"  # the kernels read given logits where they lie
         self.metrics_of: dict[str, tuple[str, ...]] = {}
         for name in js_references:
             reference, metric = split_score_key(name)
@@ -404,6 +233,7 @@ class _Run:
                                          temperature, overwrite=keep_p, keep_exponentials=keep_p)
                 self._finish_statistics(tile.part)
                 if keep_p:
+                    assert isinstance(logits, Tensor)
                     self._score_tile(tile, None, rows, 0, vocab_size, head, reference_head, reference_rows,
                                      temperature, logits.div_(self.state.view(tile.part).total.unsqueeze(-1)))
                 else:
@@ -419,21 +249,22 @@ class _Run:
         if self.metrics_of:
             for start, end in chunks(vocab_size, self.vocab):
                 for tile, rows, reference_rows in tiles:
-                    self._score_tile(tile, head.tile(rows, start, end), rows, start, end, head, reference_head,
-                                     reference_rows, temperature)
+                    self._score_tile(tile, head.tile(rows, start, end, indexed=self.indexed), rows, start, end,
+                                     head, reference_head, reference_rows, temperature)
 
     def _fold_tile(self, part: slice, head: Head, rows: Tensor, reference_head: LogitsHead | None,
                    reference_rows: Tensor | None, start: int, end: int, temperature: float, overwrite: bool,
-                   keep_exponentials: bool = False) -> Tensor:
+                   keep_exponentials: bool = False) -> Tensor | IndexedTile:
         """Fold one tile into the rows' statistics (and the reference's); returns the logits tile,
         or its exponentials when ``keep_exponentials`` (torch folds)."""
-        logits = head.tile(rows, start, end)
+        logits = head.tile(rows, start, end, indexed=self.indexed)
         exponentials = self.folds.fold_statistics(self.state.view(part), logits, self.targets[part], start,
                                                   temperature, overwrite=overwrite,
                                                   keep_exponentials=keep_exponentials)
         if reference_head is not None and self.reference_state is not None:
             assert reference_rows is not None
-            self.folds.fold_statistics(self.reference_state.view(part), reference_head.tile(reference_rows, start, end),
+            self.folds.fold_statistics(self.reference_state.view(part),
+                                       reference_head.tile(reference_rows, start, end, indexed=self.indexed),
                                        self.targets[part], start, temperature)
         return logits if exponentials is None else exponentials
 
@@ -472,7 +303,8 @@ class _Run:
                 scores[score_key("seq_mean", metric)] = value
         return scores
 
-    def _score_tile(self, tile: Tile, logits: Tensor | None, rows: Tensor, start: int, end: int, head: Head,
+    def _score_tile(self, tile: Tile, logits: Tensor | IndexedTile | None, rows: Tensor, start: int, end: int,
+                    head: Head,
                     reference_head: LogitsHead | None, reference_rows: Tensor | None, temperature: float,
                     p: Tensor | None = None) -> None:
         """Accumulate one logits tile's sums for every reference asked (and, given normalisers,
@@ -492,16 +324,19 @@ class _Run:
                 if p is None:
                     assert logits is not None
                     # in place unless a later variant's Triton kernel still reads the logits
-                    p = torch_tiles.probabilities(logits, maximum, log_total, temperature,
-                                                  overwrite=self.folds is torch_tiles)
-                torch_tiles.group_partials(self.partials[variant].view(part), logits, maximum, log_total,
+                    p = (torch_tiles.probabilities(logits.gathered(), maximum, log_total, temperature, overwrite=True)
+                         if isinstance(logits, IndexedTile) else
+                         torch_tiles.probabilities(logits, maximum, log_total, temperature,
+                                                   overwrite=self.folds is torch_tiles))
+                torch_tiles.group_partials(self.partials[variant].view(part), None, maximum, log_total,
                                            temperature, tile.blocks, start, absorbing, leave_one_out, metrics, mass, p)
             mass = None  # counted once
         if mass is None and not ({"prev", "ref", "seq_mean"} & set(self.metrics_of)):
             return
         if p is None:
             assert logits is not None
-            p = torch_tiles.probabilities(logits, maximum, log_total, temperature, overwrite=True)
+            p = torch_tiles.probabilities(logits.gathered() if isinstance(logits, IndexedTile) else logits, maximum,
+                                          log_total, temperature, overwrite=True)
         if mass is not None:
             torch_tiles.accumulate_mass(mass, p)
         if self.previous is not None:

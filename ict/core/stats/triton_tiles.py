@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ict.core.stats.rows import TileBlocks
+from ict.core.stats.rows import IndexedTile, TileBlocks
 from ict.core.stats.scores import TINY, Partials
 from ict.core.stats.torch_tiles import RowState
 
@@ -44,10 +44,13 @@ def supports_group(leave_one_out: bool, metrics: Sequence[str]) -> bool:
 
 
 @triton.jit
-def _statistics_kernel(tile_ptr, stride, targets_ptr, max_ptr, total_ptr, shifted_ptr, square_ptr, target_ptr,
-                       vocab_start, n_cols, inv_t, BLOCK_V: tl.constexpr):
+def _statistics_kernel(tile_ptr, stride, rows_ptr, targets_ptr, max_ptr, total_ptr, shifted_ptr, square_ptr,
+                       target_ptr, vocab_start, n_cols, inv_t, INDEXED: tl.constexpr, BLOCK_V: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    row_ptr = tile_ptr + row * stride
+    if INDEXED:  # the tile's row `row` is row rows[row] of the source
+        row_ptr = tile_ptr + tl.load(rows_ptr + row).to(tl.int64) * stride
+    else:
+        row_ptr = tile_ptr + row * stride
     m = tl.load(max_ptr + row)
     s = tl.load(total_ptr + row)
     a = tl.load(shifted_ptr + row)
@@ -81,10 +84,11 @@ def _entropy_terms(x):
 
 
 @triton.jit
-def _group_kernel(tile_ptr, stride, max_ptr, log_total_ptr, start_ptr, size_ptr, count_ptr, absorbed_token_ptr,
-                  absorbed_count_ptr, absorbed_width, out_ptr, num_rows, vocab_start, n_cols, span, inv_t, tiny,
-                  LEAVE_ONE_OUT: tl.constexpr, WANT_JS: tl.constexpr, WANT_KL: tl.constexpr,
-                  WANT_TV: tl.constexpr, WANT_MASS: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_V: tl.constexpr):
+def _group_kernel(tile_ptr, stride, rows_ptr, max_ptr, log_total_ptr, start_ptr, size_ptr, count_ptr,
+                  absorbed_token_ptr, absorbed_count_ptr, absorbed_width, out_ptr, num_rows, vocab_start, n_cols, span,
+                  inv_t, tiny, INDEXED: tl.constexpr, LEAVE_ONE_OUT: tl.constexpr, WANT_JS: tl.constexpr,
+                  WANT_KL: tl.constexpr, WANT_TV: tl.constexpr, WANT_MASS: tl.constexpr, BLOCK_G: tl.constexpr,
+                  BLOCK_V: tl.constexpr):
     # program (block, part): the block's rows over the vocabulary ids [part * span, (part + 1) * span);
     # its sums go to out[quantity, part, row] (summed over the parts on the host: deterministic)
     block = tl.program_id(0).to(tl.int64)
@@ -95,6 +99,10 @@ def _group_kernel(tile_ptr, stride, max_ptr, log_total_ptr, start_ptr, size_ptr,
     slots = tl.arange(0, BLOCK_G)
     alive = slots < size
     rows = first + slots
+    if INDEXED:
+        source_rows = tl.load(rows_ptr + rows, mask=alive, other=0).to(tl.int64)
+    else:
+        source_rows = rows
     shift = tl.load(max_ptr + rows, mask=alive, other=0.0)
     log_total = tl.load(log_total_ptr + rows, mask=alive, other=0.0)
     mixture = tl.zeros((BLOCK_G,), tl.float32)
@@ -107,7 +115,7 @@ def _group_kernel(tile_ptr, stride, max_ptr, log_total_ptr, start_ptr, size_ptr,
     for start in range(part * span, end, BLOCK_V):
         cols = start + tl.arange(0, BLOCK_V)
         inside = alive[:, None] & (cols < end)[None, :]
-        z = tl.load(tile_ptr + rows[:, None] * stride + cols[None, :], mask=inside, other=0.0).to(tl.float32)
+        z = tl.load(tile_ptr + source_rows[:, None] * stride + cols[None, :], mask=inside, other=0.0).to(tl.float32)
         p = tl.where(inside, tl.exp((z * inv_t - shift[:, None]) - log_total[:, None]), 0.0)
         total = tl.sum(p, axis=0)
         if WANT_MASS:
@@ -143,14 +151,18 @@ def _group_kernel(tile_ptr, stride, max_ptr, log_total_ptr, start_ptr, size_ptr,
 
 
 @triton.jit
-def _logit_grad_kernel(tile_ptr, stride, targets_ptr, max_ptr, log_total_ptr, entropy_ptr, grad_log_probs_ptr,
-                       grad_entropy_ptr, vocab_start, n_cols, inv_t, HAS_LOG_PROB_GRAD: tl.constexpr,
-                       HAS_ENTROPY_GRAD: tl.constexpr, BLOCK_V: tl.constexpr):
+def _logit_grad_kernel(tile_ptr, stride, rows_ptr, out_ptr, out_stride, targets_ptr, max_ptr, log_total_ptr,
+                       entropy_ptr, grad_log_probs_ptr, grad_entropy_ptr, vocab_start, n_cols, inv_t,
+                       INDEXED: tl.constexpr, HAS_LOG_PROB_GRAD: tl.constexpr, HAS_ENTROPY_GRAD: tl.constexpr,
+                       BLOCK_V: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
+    if INDEXED:
+        source_row = tl.load(rows_ptr + row).to(tl.int64)
+    else:
+        source_row = row
     cols = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
     inside = cols < n_cols
-    pointers = tile_ptr + row * stride + cols
-    z = tl.load(pointers, mask=inside, other=0.0).to(tl.float32) * inv_t
+    z = tl.load(tile_ptr + source_row * stride + cols, mask=inside, other=0.0).to(tl.float32) * inv_t
     log_p = (z - tl.load(max_ptr + row)) - tl.load(log_total_ptr + row)
     p = tl.exp(log_p)
     grad = tl.zeros((BLOCK_V,), tl.float32)
@@ -159,21 +171,31 @@ def _logit_grad_kernel(tile_ptr, stride, targets_ptr, max_ptr, log_total_ptr, en
         grad += tl.load(grad_log_probs_ptr + row) * (is_target.to(tl.float32) - p)
     if HAS_ENTROPY_GRAD:
         grad -= tl.load(grad_entropy_ptr + row) * p * (tl.where(p > 0, log_p, 0.0) + tl.load(entropy_ptr + row))
-    tl.store(pointers, (grad * inv_t).to(tile_ptr.dtype.element_ty), mask=inside)
+    tl.store(out_ptr + source_row * out_stride + cols, (grad * inv_t).to(out_ptr.dtype.element_ty), mask=inside)
 
 
-def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start: int, temperature: float,
-                    overwrite: bool = False, keep_exponentials: bool = False) -> None:
+def _addressed(tile: Tensor | IndexedTile) -> tuple[Tensor, Tensor, bool]:
+    """``(source, rows, indexed)`` of a tile: an :class:`IndexedTile`'s rows are read where they lie
+    (``rows`` is only a placeholder pointer for a tile of its own)."""
+    if isinstance(tile, IndexedTile):
+        return tile.source, tile.rows, True
+    return tile, tile, False
+
+
+def fold_statistics(state: RowState, tile: Tensor | IndexedTile, targets: Tensor, vocab_start: int,
+                    temperature: float, overwrite: bool = False, keep_exponentials: bool = False) -> None:
     """:func:`ict.core.stats.torch_tiles.fold_statistics` as one Triton program per row (it never
     writes the tile, and keeps no exponentials: the group kernel reads the tile)."""
     if not tile.shape[0]:
         return
+    source, rows, indexed = _addressed(tile)
     _statistics_kernel[(tile.shape[0],)](
-        tile, tile.stride(0), targets, state.maximum, state.total, state.shifted, state.square, state.target,
-        vocab_start, tile.shape[1], 1.0 / temperature, BLOCK_V=_STATISTICS_BLOCK)
+        source, source.stride(0), rows, targets, state.maximum, state.total, state.shifted, state.square,
+        state.target, vocab_start, tile.shape[1], 1.0 / temperature, INDEXED=indexed, BLOCK_V=_STATISTICS_BLOCK)
 
 
-def group_partials(partials: Partials, tile: Tensor, maximum: Tensor, log_total: Tensor, temperature: float,
+def group_partials(partials: Partials, tile: Tensor | IndexedTile, maximum: Tensor, log_total: Tensor,
+                   temperature: float,
                    blocks: TileBlocks, vocab_start: int, absorbing: bool, leave_one_out: bool,
                    metrics: Sequence[str], mass: tuple[Tensor, Tensor] | None = None) -> None:
     """:func:`ict.core.stats.torch_tiles.group_partials` as one Triton program per (block,
@@ -188,11 +210,12 @@ def group_partials(partials: Partials, tile: Tensor, maximum: Tensor, log_total:
     tokens = blocks.absorbed_token.contiguous() if absorbed else blocks.size
     counts = blocks.absorbed_count.contiguous() if absorbed else log_total
     parts = triton.cdiv(width, _GROUP_SPAN)
-    out = torch.zeros(6, parts, num_rows, dtype=torch.float32, device=tile.device)
+    source, rows, indexed = _addressed(tile)
+    out = torch.zeros(6, parts, num_rows, dtype=torch.float32, device=source.device)
     _group_kernel[(num_blocks, parts)](
-        tile, tile.stride(0), maximum, log_total, blocks.start, blocks.size, blocks.count(absorbing), tokens, counts,
-        absorbed, out, num_rows, vocab_start, width, _GROUP_SPAN, 1.0 / temperature, TINY,
-        LEAVE_ONE_OUT=leave_one_out, WANT_JS="js" in metrics, WANT_KL="kl" in metrics,
+        source, source.stride(0), rows, maximum, log_total, blocks.start, blocks.size, blocks.count(absorbing),
+        tokens, counts, absorbed, out, num_rows, vocab_start, width, _GROUP_SPAN, 1.0 / temperature, TINY,
+        INDEXED=indexed, LEAVE_ONE_OUT=leave_one_out, WANT_JS="js" in metrics, WANT_KL="kl" in metrics,
         WANT_TV="wasserstein" in metrics, WANT_MASS=mass is not None, BLOCK_G=block_g,
         BLOCK_V=max(16, _GROUP_ELEMENTS // block_g))
     sums = out.sum(dim=1)  # [6, n]
@@ -208,14 +231,21 @@ def group_partials(partials: Partials, tile: Tensor, maximum: Tensor, log_total:
         mass[1].add_(sums[5])
 
 
-def logit_grads(tile: Tensor, targets: Tensor, vocab_start: int, maximum: Tensor, log_total: Tensor, entropy: Tensor,
-                grad_log_probs: Tensor | None, grad_entropy: Tensor | None, temperature: float) -> Tensor:
-    """:func:`ict.core.stats.torch_tiles.logit_grads`, written over ``tile`` (returned, its dtype)."""
+def logit_grads(tile: Tensor | IndexedTile, targets: Tensor, vocab_start: int, maximum: Tensor, log_total: Tensor,
+                entropy: Tensor, grad_log_probs: Tensor | None, grad_entropy: Tensor | None, temperature: float,
+                out: Tensor | None = None) -> Tensor:
+    """:func:`ict.core.stats.torch_tiles.logit_grads`, written over ``tile`` (returned, its dtype),
+    or, for an :class:`IndexedTile`, into the same rows of ``out`` (``[R, vt]``, like its source;
+    returned)."""
+    source, rows, indexed = _addressed(tile)
+    if out is None:
+        assert not indexed, "an indexed tile's gradient needs out="
+        out = source
     if tile.shape[0]:
         _logit_grad_kernel[(tile.shape[0], triton.cdiv(tile.shape[1], _GRAD_BLOCK))](
-            tile, tile.stride(0), targets, maximum, log_total, entropy,
+            source, source.stride(0), rows, out, out.stride(0), targets, maximum, log_total, entropy,
             entropy if grad_log_probs is None else grad_log_probs,
             entropy if grad_entropy is None else grad_entropy, vocab_start, tile.shape[1], 1.0 / temperature,
-            HAS_LOG_PROB_GRAD=grad_log_probs is not None, HAS_ENTROPY_GRAD=grad_entropy is not None,
+            INDEXED=indexed, HAS_LOG_PROB_GRAD=grad_log_probs is not None, HAS_ENTROPY_GRAD=grad_entropy is not None,
             BLOCK_V=_GRAD_BLOCK)
-    return tile
+    return out

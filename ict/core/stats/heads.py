@@ -1,0 +1,197 @@
+"""The heads whose logits the tile algorithm (:mod:`ict.core.stats.tiles`) reads one tile at a
+time, and where each writes its gradient: :class:`LogitsHead` (given logits, read where they
+lie) and :class:`LinearHead` (``hidden @ weight.T (+ bias)``, computed tile by tile)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from ict.core.stats.rows import IndexedTile
+
+
+def _row_view(logits: Tensor) -> tuple[Tensor, int]:
+    """``[B, T, V]`` logits as a ``[rows, V]`` view of their own storage, where position ``(b, t)``
+    is row ``b * step + t``, and ``step``. No copy when the vocabulary is contiguous and the batch
+    stride is a multiple of the position stride (e.g. ``logits[:, :-1]`` of a model's output);
+    otherwise a contiguous copy (``step = T``)."""
+    batch, length, vocab = logits.shape
+    stride_b, stride_t, stride_v = logits.stride()
+    if logits.numel() and stride_v == 1 and length > 1 and stride_t >= vocab and (
+            batch == 1 or stride_b % stride_t == 0):
+        step = stride_b // stride_t if batch > 1 else length
+        return logits.as_strided(((batch - 1) * step + length, vocab), (stride_t, 1)), step
+    if logits.numel() and stride_v == 1 and length == 1 and stride_b >= vocab:
+        return logits.as_strided((batch, vocab), (stride_b, 1)), 1
+    return logits.contiguous().view(-1, vocab), length
+
+
+class LogitsHead:
+    """Tiles of given logits ``[B, T, V]`` (or ``[R, V]`` with ``row_index [B, T]``), read where
+    they lie (no copy of the logits, :func:`_row_view`): a tile is a gathered copy of its rows'
+    vocabulary slice. The gradient wrt the logits is built in the same row layout."""
+
+    def __init__(self, logits: Tensor, row_index: Tensor | None = None) -> None:
+        self.logits = logits
+        self.inputs: tuple[Tensor, ...] = (logits,)
+        self.row_index = row_index
+        if row_index is not None:
+            self.flat, self.step = (logits if logits.stride(-1) == 1 else logits.contiguous()), 0
+        else:
+            self.flat, self.step = _row_view(logits)
+        self.vocab_size = self.flat.shape[-1]
+
+    def rows(self, rows_b: Tensor, rows_t: Tensor) -> Tensor:
+        if self.row_index is not None:
+            return self.row_index[rows_b, rows_t].to(self.flat.device)
+        return rows_b * self.step + rows_t
+
+    def tile(self, rows: Tensor, start: int, end: int, reuse: bool = True,
+             indexed: bool = False) -> Tensor | IndexedTile:
+        """The rows' ``[n, end - start]`` slice: gathered, or (``indexed``, for the Triton
+        kernels) read where it lies."""
+        if indexed:
+            return IndexedTile(self.flat[:, start:end], rows)
+        return self.flat[:, start:end].index_select(0, rows)
+
+    def backward_vocab(self, vocab: int, default: int) -> int:
+        return vocab
+
+    def release(self) -> None:
+        pass
+
+    def new_grads(self, needed: Sequence[bool]) -> list[Tensor | None]:
+        """The gradient's rows ``[rows, V]``, zero, in the layout of :attr:`flat` (see :meth:`finish`)."""
+        return [torch.zeros(self.flat.shape, dtype=self.logits.dtype, device=self.logits.device) if needed[0]
+                else None]
+
+    def accumulate(self, grads: list[Tensor | None], rows: Tensor, start: int, end: int, grad: Tensor,
+                   row_grads: Tensor | None) -> None:
+        if grads[0] is not None:
+            grads[0][rows, start:end] = grad.to(grads[0].dtype)
+
+    def new_row_grads(self, num_rows: int, needed: Sequence[bool]) -> Tensor | None:
+        return None
+
+    def finish_rows(self, grads: list[Tensor | None], rows_b: Tensor, rows_t: Tensor,
+                    row_grads: Tensor | None) -> None:
+        pass
+
+    def finish(self, grads: list[Tensor | None]) -> tuple[Tensor | None, ...]:
+        """The gradient wrt the logits, in their shape: ``[R, V]`` as is, ``[B, T, V]`` a view of
+        the rows (``(b, t)`` at row ``b * step + t``)."""
+        grad = grads[0]
+        if grad is None or self.row_index is not None:
+            return (grad,)
+        batch, length, vocab = self.logits.shape
+        return (grad.as_strided((batch, length, vocab), (self.step * vocab, vocab, 1)),)
+
+
+class LinearHead:
+    """Tiles of ``logits = hidden @ weight.T (+ bias)``, computed in ``compute_dtype`` (the autocast
+    dtype when autocast is on at the forward, else the hidden states' dtype) one tile at a time.
+
+    The backward accumulates ``grad_hidden`` (per token tile), ``grad_weight`` and ``grad_bias``
+    in float32, each only when its input needs a gradient (a frozen head costs no ``[V, d]``
+    buffer), and casts them to their inputs' dtypes at the end."""
+
+    def __init__(self, hidden: Tensor, weight: Tensor, bias: Tensor | None) -> None:
+        self.hidden, self.weight, self.bias = hidden, weight, bias
+        self.vocab_size = weight.shape[0]
+        self.inputs = (hidden, weight) if bias is None else (hidden, weight, bias)
+        device_type = hidden.device.type
+        self.compute_dtype = (torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type)
+                              else hidden.dtype)
+        self._buffer: Tensor | None = None
+        self._weight_slice: tuple[tuple[int, int], Tensor] | None = None
+
+    def rows(self, rows_b: Tensor, rows_t: Tensor) -> Tensor:
+        return self.hidden[rows_b, rows_t].to(self.compute_dtype)
+
+    def weight_slice(self, start: int, end: int) -> Tensor:
+        """``weight[start:end]`` in the compute dtype, cast once for consecutive uses of the same
+        slice (every token tile of a pass, which runs vocabulary tile outermost, and a backward
+        tile's three products; the previous slice is dropped first)."""
+        if self._weight_slice is None or self._weight_slice[0] != (start, end):
+            self._weight_slice = None
+            self._weight_slice = ((start, end), self.weight[start:end].to(self.compute_dtype))
+        return self._weight_slice[1]
+
+    def tile(self, rows: Tensor, start: int, end: int, reuse: bool = True, indexed: bool = False) -> Tensor:
+        """The ``[n, end - start]`` logits tile; ``reuse``: written into the head's one tile buffer
+        (the previous tile is overwritten; :meth:`release` frees it). (``indexed`` has no use for
+        a product: its tile is the head's own.)"""
+        weight = self.weight_slice(start, end)
+        out = None
+        if reuse:
+            size = rows.shape[0] * (end - start)
+            if self._buffer is None or self._buffer.numel() < size:
+                self._buffer = None
+                self._buffer = torch.empty(size, dtype=self.compute_dtype, device=rows.device)
+            out = self._buffer[:size].view(rows.shape[0], end - start)
+        with torch.autocast(rows.device.type, enabled=False):
+            if self.bias is None:
+                return torch.mm(rows, weight.T, out=out)
+            return torch.addmm(self.bias[start:end].to(self.compute_dtype), rows, weight.T, out=out)
+
+    def backward_vocab(self, vocab: int, default: int) -> int:
+        """The backward's vocabulary tile: ``vocab``, but at most ``default`` (the device's default
+        width) when the head is cast to the compute dtype: a wider slice would put a cast copy of
+        most of the head beside its float32 gradient, at the backward's peak. (Wide forward tiles
+        pay off by keeping their logits for the score pass, which the backward does not have.)"""
+        return vocab if self.weight.dtype == self.compute_dtype else min(vocab, default)
+
+    def release(self) -> None:
+        self._buffer = self._weight_slice = None
+
+    def new_grads(self, needed: Sequence[bool]) -> list[Tensor | None]:
+        return [torch.zeros(tensor.shape, dtype=torch.float32, device=tensor.device) if need and index else None
+                for index, (tensor, need) in enumerate(zip(self.inputs, needed))]
+
+    def new_row_grads(self, num_rows: int, needed: Sequence[bool]) -> Tensor | None:
+        """The float32 ``grad_hidden`` accumulator of the response rows (processing order, ``[N, d]``)."""
+        if not needed[0]:
+            return None
+        return torch.zeros(num_rows, self.hidden.shape[-1], dtype=torch.float32, device=self.hidden.device)
+
+    def accumulate(self, grads: list[Tensor | None], rows: Tensor, start: int, end: int, grad: Tensor,
+                   row_grads: Tensor | None) -> None:
+        grad = grad.to(self.compute_dtype)
+        with torch.autocast(rows.device.type, enabled=False):
+            if row_grads is not None:
+                _add_product(row_grads, grad, self.weight_slice(start, end))
+            if grads[1] is not None:
+                _add_product(grads[1][start:end], grad.T, rows)
+        if len(grads) > 2 and grads[2] is not None:
+            grads[2][start:end].add_(grad.sum(dim=0, dtype=torch.float32))
+
+    def finish_rows(self, grads: list[Tensor | None], rows_b: Tensor, rows_t: Tensor,
+                    row_grads: Tensor | None) -> None:
+        if row_grads is not None:
+            if grads[0] is None:
+                grads[0] = torch.zeros_like(self.hidden)
+            grads[0][rows_b, rows_t] = row_grads.to(self.hidden.dtype)
+
+    def finish(self, grads: list[Tensor | None]) -> tuple[Tensor | None, ...]:
+        return tuple(None if grad is None else grad.to(tensor.dtype) for grad, tensor in zip(grads, self.inputs))
+
+
+Head = LogitsHead | LinearHead
+
+
+def _add_product(total: Tensor, left: Tensor, right: Tensor) -> None:
+    """``total += left @ right`` into a float32 ``total`` without rounding a half-precision
+    product to its inputs' dtype first (rounding every vocabulary tile's share of a gradient to
+    bf16 before summing them biases it): float32 output of the GEMM on CUDA, float32 inputs
+    elsewhere."""
+    if left.dtype in (torch.bfloat16, torch.float16):
+        if total.device.type == "cuda":
+            try:
+                torch.addmm(total, left, right, out_dtype=torch.float32, out=total)
+                return
+            except (TypeError, RuntimeError):  # torch without out_dtype
+                pass
+        left, right = left.float(), right.float()
+    total.addmm_(left, right)
