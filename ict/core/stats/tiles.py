@@ -21,8 +21,9 @@ The backward recomputes each tile and turns it into the gradient wrt its logits
 ``grad_W_v += g.T @ h`` (float32) or the rows of ``grad_logits``.
 
 Backends: ``"triton"`` (the kernels of :mod:`ict.core.stats.triton_tiles`, tensors on a GPU, or
-anywhere under ``TRITON_INTERPRET=1``) and ``"torch"`` (:mod:`ict.core.stats.torch_tiles`, any
-device); ``None`` picks Triton for CUDA tensors when it imports, torch otherwise.
+anywhere under ``TRITON_INTERPRET=1``; they read and write the rows of given logits where they
+lie, an :class:`IndexedTile`) and ``"torch"`` (:mod:`ict.core.stats.torch_tiles`, any device, on
+gathered tiles); ``None`` picks Triton for CUDA tensors when it imports, torch otherwise.
 """
 
 from __future__ import annotations

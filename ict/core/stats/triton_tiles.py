@@ -2,7 +2,9 @@
 :mod:`ict.core.stats.torch_tiles` (see its docstring), for tiles on a GPU.
 
 Each kernel reads the ``[n, vt]`` logits tile in its own dtype and computes in float32 registers,
-so no float32 copy of a tile is made:
+so no float32 copy of a tile is made. A tile is a tensor of its own (a product's output) or an
+:class:`~ict.core.stats.rows.IndexedTile` (rows of given logits, addressed through their indices:
+no gathered copy; ``INDEXED``):
 
 - ``_statistics_kernel``: one program per row folds the row's vocabulary slice, ``BLOCK_V`` ids
   at a time, into the online log-sum-exp state;
@@ -11,7 +13,8 @@ so no float32 copy of a tile is made:
   registers and accumulates each row's sums against it (the spans' sums are added on the host, in
   a fixed order: the result does not depend on scheduling);
 - ``_logit_grad_kernel``: one program per (row, ``BLOCK_V`` ids) overwrites the tile with the
-  gradient wrt its logits (in the tile's dtype).
+  gradient wrt its logits (in the tile's dtype), or writes it into the same rows of ``out`` (an
+  indexed tile's: the logits' gradient).
 
 Under ``TRITON_INTERPRET=1`` (set before this module is imported) the kernels run on CPU
 tensors, which is how the tests check them without a GPU. The leave-one-out ``kl`` score (whose
