@@ -1,8 +1,8 @@
 """Where the time of ICT's statistics goes: the torch profiler over one forward + backward of
-TRL 1.16's fused head and of ours (ICT from hidden states: statistics, selection and loss), at the
-statistics table's shape of benchmarks/ict_cost.py (2 x 8 x 1,024 tokens, d = 896,
-V = 151,936, bf16 autocast on a GPU; ``--length`` shortens it). Prints each one's kernels by
-their own device time (CPU time where there is no GPU)::
+TRL 1.16's fused head and of ours from hidden states (GRPO: statistics and loss; ICT: statistics,
+selection and loss), at the statistics table's shape of benchmarks/ict_cost.py (2 x 8 x 1,024
+tokens, d = 896, V = 151,936, bf16 autocast on a GPU; ``--length`` shortens it). Prints each
+one's kernels by their own device time (CPU time where there is no GPU)::
 
     PYTHONPATH=$PWD python benchmarks/stats_profile.py --rows 20
 """
@@ -57,6 +57,10 @@ def main() -> None:
                                                   group_ids=group_ids), **options)
         policy_loss(stats, stats.log_probs.detach(), advantages, mask, selection.mask, loss_config)[0].backward()
 
+    def grpo() -> None:
+        stats = token_statistics_from_hidden(hidden, weight, ids, mask, 1.0, (), group_ids)
+        policy_loss(stats, stats.log_probs.detach(), advantages, mask, mask, loss_config)[0].backward()
+
     def trl() -> None:
         from trl.kernels.chunked_logprob import ChunkedLogProbFunction
 
@@ -67,7 +71,8 @@ def main() -> None:
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
-    for name, function in (("TRL 1.16 fused head", trl), ("ours, ICT from hidden states", ours)):
+    for name, function in (("TRL 1.16 fused head", trl), ("ours, GRPO from hidden states", grpo),
+                           ("ours, ICT from hidden states", ours)):
         with autocast:
             function()  # warm-up: Triton compiles, the allocator fills
         if cuda:
