@@ -40,7 +40,8 @@ class SyncCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def ict_step_syncs(monkeypatch, rows: int, tile: tuple[int, int], backend: str, scope: str) -> int:
+def ict_step_syncs(monkeypatch, rows: int, tile: tuple[int, int], backend: str, scope: str,
+                   unit: str = "position") -> int:
     generator = torch.Generator().manual_seed(rows)
     length, width, vocab = 8, 16, 100
     hidden = torch.randn(rows, length, width, generator=generator).requires_grad_()
@@ -50,7 +51,7 @@ def ict_step_syncs(monkeypatch, rows: int, tile: tuple[int, int], backend: str, 
     mask[::3, length // 2:] = False  # finished rows: the absorbing reference's point masses
     advantages = torch.randn(rows, generator=generator)
     group_ids = torch.arange(rows) // 4
-    options = resolve_options("ict", {"scope": scope})
+    options = resolve_options("ict", {"scope": scope, "unit": unit})
     config = PolicyLossConfig(aggregation=method_train_options("ict")["aggregation"])
     reads = collections.Counter()
     for method in ("tolist", "item"):
@@ -83,3 +84,12 @@ def test_ict_step_syncs_do_not_grow_with_rows_tiles_or_populations(monkeypatch, 
     large = ict_step_syncs(monkeypatch, 32, (8, 32), backend, scope)  # 8 groups, 24 token x 4 vocab tiles
     assert small == large
     assert small <= 16
+
+
+@pytest.mark.parametrize("scope", ["sequence", "group"])
+def test_the_token_id_unit_syncs_do_not_grow_with_populations(monkeypatch, scope):
+    """ICT's ``unit=token_id`` ablation ranks every population's unique ids at once too."""
+    small = ict_step_syncs(monkeypatch, 8, (8, 64), "torch", scope, "token_id")
+    large = ict_step_syncs(monkeypatch, 32, (8, 32), "torch", scope, "token_id")
+    assert small == large
+    assert small <= 20

@@ -642,3 +642,76 @@ def test_top_fraction_selection_ranks_every_population_at_once_as_each_alone(
         scores, mask, ratio, scope, group_ids, torch.Generator().manual_seed(seed + 1) if with_generator else None)
     assert torch.equal(ours.mask, expected)
     assert torch.equal(ours.tie_decided, expected_decided)
+
+
+def reference_top_unique(scores, token_ids, mask, ratio, scope, group_ids, generator, tolerance=1e-6):
+    """Each population alone with Python lists: its response tokens' ids, ascending; each id's mean
+    score (float64, summed row-major; NaN as +inf), ranked as in :func:`reference_top_fraction`; an
+    id's positions follow it (tie-decided with it)."""
+    batch, length = mask.shape
+    if scope == "batch":
+        populations = [list(range(batch))]
+    elif scope == "sequence":
+        populations = [[row] for row in range(batch)]
+    else:
+        labels = group_ids.tolist()
+        populations = [[row for row in range(batch) if labels[row] == label] for label in sorted(set(labels))]
+    selected = [[False] * length for _ in range(batch)]
+    decided = [[False] * length for _ in range(batch)]
+    for rows in populations:
+        positions = [(row, t) for row in rows for t in range(length) if mask[row, t]]
+        sums: dict[int, float] = {}
+        numbers: dict[int, int] = {}
+        for row, t in positions:
+            token = int(token_ids[row, t])
+            sums[token] = sums.get(token, 0.0) + float(scores[row, t])
+            numbers[token] = numbers.get(token, 0) + 1
+        ids = sorted(sums)
+        values = [sums[token] / numbers[token] for token in ids]
+        values = [math.inf if math.isnan(value) else value for value in values]
+        count = exact_count(ratio, len(values))
+        if not count:
+            continue
+        threshold = sorted(values, reverse=True)[count - 1]
+        sure = [i for i, value in enumerate(values) if value > threshold + tolerance]
+        tied = [i for i, value in enumerate(values) if value == threshold or abs(value - threshold) <= tolerance]
+        chosen, slots, drawn = tied, count - len(sure), []
+        if len(tied) > slots:
+            draw = torch.randperm(len(tied), generator=generator or torch.Generator().manual_seed(0))
+            chosen = drawn = [tied[i] for i in draw[:slots].tolist()]
+        kept = {ids[i] for i in sure + chosen}
+        by_tie = {ids[i] for i in drawn}
+        for row, t in positions:
+            selected[row][t] = int(token_ids[row, t]) in kept
+            decided[row][t] = int(token_ids[row, t]) in by_tie
+    return torch.tensor(selected, dtype=torch.bool).view(batch, length), \
+        torch.tensor(decided, dtype=torch.bool).view(batch, length)
+
+
+@given(
+    seed=st.integers(0, 10_000),
+    batch=st.integers(0, 7),
+    length=st.integers(1, 12),
+    vocab=st.sampled_from([3, 8, 50]),
+    ratio=st.sampled_from([0.05, 0.1, 0.25, 0.5, 0.9, 1.0]),
+    scope=st.sampled_from(["batch", "sequence", "group"]),
+    levels=st.sampled_from([2, 3, 1000]),
+    with_generator=st.booleans(),
+)
+def test_top_unique_token_selection_ranks_every_population_at_once_as_each_alone(
+        seed, batch, length, vocab, ratio, scope, levels, with_generator):
+    from ict.core.selectors import top_unique_token_selection
+
+    generator = torch.Generator().manual_seed(seed)
+    scores = torch.randint(0, levels, (batch, length), generator=generator).float() / levels
+    scores[torch.rand(batch, length, generator=generator) < 0.03] = float("nan")
+    token_ids = torch.randint(0, vocab, (batch, length), generator=generator)
+    mask = torch.rand(batch, length, generator=generator) > 0.3
+    group_ids = torch.randint(0, 3, (batch,), generator=generator) * 10  # uneven, unsorted groups
+    ours = top_unique_token_selection(scores, token_ids, mask, ratio, scope, group_ids,
+                                      torch.Generator().manual_seed(seed + 1) if with_generator else None)
+    expected, expected_decided = reference_top_unique(
+        scores, token_ids, mask, ratio, scope, group_ids,
+        torch.Generator().manual_seed(seed + 1) if with_generator else None)
+    assert torch.equal(ours.mask, expected)
+    assert torch.equal(ours.tie_decided, expected_decided)

@@ -7,7 +7,8 @@ fixed number of host synchronisations whatever its number of sequences or groups
 populations' sizes (their counts ``k`` are exact integers, :func:`selection_count`), and whether a
 tie needs a draw (:func:`top_counts`, the one implementation of the tie rule; :func:`top_count`
 is its one-row case). Only a population with more tied tokens than free slots is drawn on its
-own, in population order.
+own, in population order. :func:`top_unique_token_selection` ranks the unique ids of every
+population the same way, as one table of (population, id) pairs.
 """
 
 from __future__ import annotations
@@ -187,25 +188,42 @@ def top_unique_token_selection(
     group_ids: Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> Selection:
-    """Select the top ``ceil(ratio * U)`` unique token ids by mean score; mask their positions.
-
-    Ties between ids are broken at random with ``generator`` (:func:`top_count`); the positions
-    of an id a tie decided are tie-decided.
+    """Select the top ``ceil(ratio * U)`` of the ``U`` unique token ids of each population of
+    ``scope`` by their mean score (float64) over the population's response tokens; mask their
+    positions. Ties between ids are broken at random with ``generator`` (:func:`top_counts`,
+    populations in order, ids ascending); the positions of an id a tie decided are tie-decided.
+    Every population at once, as a padded ``[P, max U]`` table of (population, id) pairs.
     """
     check_ratio(ratio)
     mask = response_mask.bool()
+    batch_size, length = mask.shape
     selected, decided = torch.zeros_like(mask), torch.zeros_like(mask)
-    populations = population_rows(scope, mask.shape[0], group_ids) if scope != "batch" else [None]
-    for rows in populations:
-        part = mask if rows is None else torch.zeros_like(mask).index_fill_(0, rows.to(mask.device), True) & mask
-        ids = token_ids[part]
-        if ids.numel() == 0:
-            continue
-        unique_ids, inverse = torch.unique(ids, return_inverse=True)
-        sums = torch.zeros(unique_ids.numel(), dtype=torch.float64, device=scores.device)
-        sums.index_add_(0, inverse, scores[part].double())
-        means = sums / torch.bincount(inverse, minlength=unique_ids.numel()).double()
-        keep, tie = top_count(means, selection_count(ratio, unique_ids.numel()), generator)
-        selected |= part & torch.isin(token_ids, unique_ids[keep])
-        decided |= part & torch.isin(token_ids, unique_ids[tie])
+    table = population_table(scope, batch_size, group_ids, mask.device)  # [P, R]
+    num_populations = table.shape[0]
+    # each row's population; the padding (-1) writes to a spare last slot
+    population_of = torch.zeros(batch_size + 1, dtype=torch.long, device=mask.device)
+    population_of[torch.where(table >= 0, table, batch_size)] = torch.arange(
+        num_populations, device=mask.device).unsqueeze(-1).expand_as(table)
+    rows, positions = mask.nonzero(as_tuple=True)  # the response tokens, row-major
+    if not rows.numel():
+        return Selection(mask=selected, tie_decided=decided)
+    # one sortable key per (population, id) pair: ids (any int in [-2^32, 2^32)) in the low 33 bits
+    keys = population_of[rows] * (1 << 33) + (token_ids.to(mask.device)[rows, positions].long() + (1 << 32))
+    unique_keys, inverse = torch.unique(keys, return_inverse=True)  # by population, then id
+    population = unique_keys >> 33  # each pair's
+    sums = torch.zeros(unique_keys.numel(), dtype=torch.float64, device=mask.device)
+    sums.index_add_(0, inverse, scores.detach().to(mask.device)[rows, positions].double())
+    means = sums / torch.bincount(inverse, minlength=unique_keys.numel()).double()
+    sizes = torch.bincount(population, minlength=num_populations)
+    size_list = sizes.tolist()  # host sync
+    counts = [selection_count(ratio, size) for size in size_list]
+    slot = torch.arange(unique_keys.numel(), device=mask.device) - (sizes.cumsum(0) - sizes)[population]
+    width = max(size_list)
+    values = torch.zeros(num_populations, width, dtype=torch.float64, device=mask.device)
+    valid = torch.zeros(num_populations, width, dtype=torch.bool, device=mask.device)
+    values[population, slot] = means
+    valid[population, slot] = True
+    keep, tie = top_counts(values, valid, counts, generator)
+    selected[rows, positions] = keep[population, slot][inverse]
+    decided[rows, positions] = tie[population, slot][inverse]
     return Selection(mask=selected, tie_decided=decided)
