@@ -576,41 +576,50 @@ def test_parse_token_selector_accepts_the_metric_and_the_complement():
         parse_token_selector("ict:metric=tv")
 
 
-def reference_top_fraction(scores, mask, ratio, scope, group_ids, generator, tolerance=1e-6):
-    """Every population ranked alone with Python lists: the k-th largest (NaN as +inf), the
-    values above it by more than the tolerance, and the remaining slots drawn among the values
-    within the tolerance by ``randperm`` on the generator (a new one seeded with 0 when None),
-    populations in order (label order for ``group``), positions row-major."""
-    batch, length = mask.shape
+def reference_populations(batch, scope, group_ids):
+    """The rows of each population, in order (label order for ``group``), with Python lists."""
     if scope == "batch":
-        populations = [list(range(batch))]
-    elif scope == "sequence":
-        populations = [[row] for row in range(batch)]
-    else:
-        labels = group_ids.tolist()
-        populations = [[row for row in range(batch) if labels[row] == label] for label in sorted(set(labels))]
-    selected = [[False] * length for _ in range(batch)]
-    decided = [[False] * length for _ in range(batch)]
-    for rows in populations:
+        return [list(range(batch))]
+    if scope == "sequence":
+        return [[row] for row in range(batch)]
+    labels = group_ids.tolist()
+    return [[row for row in range(batch) if labels[row] == label] for label in sorted(set(labels))]
+
+
+def reference_rank(values, ratio, generator, tolerance=1e-6):
+    """One population's ``(kept, drawn)`` entries of ``values`` with Python lists: the k-th largest
+    (NaN as +inf), the values above it by more than the tolerance, and the remaining slots drawn
+    among the values within the tolerance by ``randperm`` on the generator (a new one seeded with
+    0 when None)."""
+    values = [math.inf if math.isnan(value) else value for value in values]
+    count = exact_count(ratio, len(values))
+    if not count:
+        return [], []
+    threshold = sorted(values, reverse=True)[count - 1]
+    sure = [i for i, value in enumerate(values) if value > threshold + tolerance]
+    tied = [i for i, value in enumerate(values) if value == threshold or abs(value - threshold) <= tolerance]
+    slots = count - len(sure)
+    if len(tied) <= slots:
+        return sure + tied, []
+    draw = torch.randperm(len(tied), generator=generator or torch.Generator().manual_seed(0))
+    drawn = [tied[i] for i in draw[:slots].tolist()]
+    return sure + drawn, drawn
+
+
+def reference_top_fraction(scores, mask, ratio, scope, group_ids, generator, tolerance=1e-6):
+    """Every population ranked alone (:func:`reference_rank`), populations in order, positions
+    row-major."""
+    batch, length = mask.shape
+    selected = torch.zeros(batch, length, dtype=torch.bool)
+    decided = torch.zeros(batch, length, dtype=torch.bool)
+    for rows in reference_populations(batch, scope, group_ids):
         positions = [(row, t) for row in rows for t in range(length) if mask[row, t]]
-        values = [float(scores[row, t]) for row, t in positions]
-        values = [math.inf if math.isnan(value) else value for value in values]
-        count = exact_count(ratio, len(values))
-        if not count:
-            continue
-        threshold = sorted(values, reverse=True)[count - 1]
-        sure = [i for i, value in enumerate(values) if value > threshold + tolerance]
-        tied = [i for i, value in enumerate(values) if value == threshold or abs(value - threshold) <= tolerance]
-        chosen, slots = tied, count - len(sure)
-        if len(tied) > slots:
-            draw = torch.randperm(len(tied), generator=generator or torch.Generator().manual_seed(0))
-            chosen = [tied[i] for i in draw[:slots].tolist()]
-            for i in chosen:
-                decided[positions[i][0]][positions[i][1]] = True
-        for i in sure + chosen:
-            selected[positions[i][0]][positions[i][1]] = True
-    return torch.tensor(selected, dtype=torch.bool).view(batch, length), \
-        torch.tensor(decided, dtype=torch.bool).view(batch, length)
+        kept, drawn = reference_rank([float(scores[row, t]) for row, t in positions], ratio, generator, tolerance)
+        for i in kept:
+            selected[positions[i]] = True
+        for i in drawn:
+            decided[positions[i]] = True
+    return selected, decided
 
 
 @given(
@@ -646,19 +655,12 @@ def test_top_fraction_selection_ranks_every_population_at_once_as_each_alone(
 
 def reference_top_unique(scores, token_ids, mask, ratio, scope, group_ids, generator, tolerance=1e-6):
     """Each population alone with Python lists: its response tokens' ids, ascending; each id's mean
-    score (float64, summed row-major; NaN as +inf), ranked as in :func:`reference_top_fraction`; an
-    id's positions follow it (tie-decided with it)."""
+    score (float64, summed row-major) ranked by :func:`reference_rank`; an id's positions follow
+    it (tie-decided with it)."""
     batch, length = mask.shape
-    if scope == "batch":
-        populations = [list(range(batch))]
-    elif scope == "sequence":
-        populations = [[row] for row in range(batch)]
-    else:
-        labels = group_ids.tolist()
-        populations = [[row for row in range(batch) if labels[row] == label] for label in sorted(set(labels))]
-    selected = [[False] * length for _ in range(batch)]
-    decided = [[False] * length for _ in range(batch)]
-    for rows in populations:
+    selected = torch.zeros(batch, length, dtype=torch.bool)
+    decided = torch.zeros(batch, length, dtype=torch.bool)
+    for rows in reference_populations(batch, scope, group_ids):
         positions = [(row, t) for row in rows for t in range(length) if mask[row, t]]
         sums: dict[int, float] = {}
         numbers: dict[int, int] = {}
@@ -667,25 +669,12 @@ def reference_top_unique(scores, token_ids, mask, ratio, scope, group_ids, gener
             sums[token] = sums.get(token, 0.0) + float(scores[row, t])
             numbers[token] = numbers.get(token, 0) + 1
         ids = sorted(sums)
-        values = [sums[token] / numbers[token] for token in ids]
-        values = [math.inf if math.isnan(value) else value for value in values]
-        count = exact_count(ratio, len(values))
-        if not count:
-            continue
-        threshold = sorted(values, reverse=True)[count - 1]
-        sure = [i for i, value in enumerate(values) if value > threshold + tolerance]
-        tied = [i for i, value in enumerate(values) if value == threshold or abs(value - threshold) <= tolerance]
-        chosen, slots, drawn = tied, count - len(sure), []
-        if len(tied) > slots:
-            draw = torch.randperm(len(tied), generator=generator or torch.Generator().manual_seed(0))
-            chosen = drawn = [tied[i] for i in draw[:slots].tolist()]
-        kept = {ids[i] for i in sure + chosen}
-        by_tie = {ids[i] for i in drawn}
+        kept, drawn = reference_rank([sums[token] / numbers[token] for token in ids], ratio, generator, tolerance)
+        kept_ids, drawn_ids = {ids[i] for i in kept}, {ids[i] for i in drawn}
         for row, t in positions:
-            selected[row][t] = int(token_ids[row, t]) in kept
-            decided[row][t] = int(token_ids[row, t]) in by_tie
-    return torch.tensor(selected, dtype=torch.bool).view(batch, length), \
-        torch.tensor(decided, dtype=torch.bool).view(batch, length)
+            selected[row, t] = int(token_ids[row, t]) in kept_ids
+            decided[row, t] = int(token_ids[row, t]) in drawn_ids
+    return selected, decided
 
 
 @given(
