@@ -35,6 +35,7 @@ from ict.core import selectors  # noqa: E402
 from ict.core.stats import GROUP_MEAN_VARIANTS, TokenStatistics, token_statistics  # noqa: E402
 
 REFERENCE = selectors.ICT_DEFAULT_REFERENCE
+TARGET = 1e-5  # the agreement target (absolute, in nats for the entropies and scores)
 
 
 def float64_statistics(logits: torch.Tensor, token_ids: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor,
@@ -152,6 +153,13 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps({"shape": [batch, args.length, args.vocab], "max_abs": figures,
                                                "masks": masks}, indent=1))
+    worst = max(value for row in figures.values() for value in row.values())
+    untied = sum(row["of them not decided by a tie"] for row in masks.values())
+    met = worst <= TARGET and not untied
+    print(f"\ntarget (every value within {TARGET:g} of float64 and of the CPU; masks equal except at ties): "
+          f"{'met' if met else 'NOT met'} (largest difference {worst:.1e}, {untied} mask tokens differ untied)")
+    if not met:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
