@@ -301,6 +301,20 @@ def test_group_kernel_split_over_the_vocabulary_matches_float64(monkeypatch):
                                    msg=lambda text, key=key: f"{key}: {text}")
 
 
+class CastCounter(TorchDispatchMode):
+    """Records the shape of every cast (``_to_copy``) that reads ``tensor``'s storage."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        super().__init__()
+        self.storage = tensor.untyped_storage().data_ptr()
+        self.casts: list[tuple[int, ...]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.__name__.startswith("_to_copy") and args[0].untyped_storage().data_ptr() == self.storage:
+            self.casts.append(tuple(args[0].shape))
+        return func(*args, **(kwargs or {}))
+
+
 @pytest.mark.parametrize("references", [(), ("group_mean_absorbing",)])
 def test_each_pass_casts_each_head_slice_once(references):
     """Under bf16 autocast every pass over a float32 head (statistics, score, backward) casts each
@@ -308,18 +322,11 @@ def test_each_pass_casts_each_head_slice_once(references):
     passes), over several token tiles."""
     hidden, weight, _, token_ids, mask = hidden_batch(11, batch=16, bias=False)
     hidden, weight = hidden.requires_grad_(), weight.requires_grad_()
-    storage = weight.untyped_storage().data_ptr()
-    casts = []
-
-    class CastCounter(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func.__name__.startswith("_to_copy") and args[0].untyped_storage().data_ptr() == storage:
-                casts.append(tuple(args[0].shape))
-            return func(*args, **(kwargs or {}))
-
+    counter = CastCounter(weight)
+    casts = counter.casts
     vocab = weight.shape[0]
     tile = (-(-int(mask.sum()) // 4), -(-vocab // 3))
-    with CastCounter(), torch.autocast("cpu", dtype=torch.bfloat16):
+    with counter, torch.autocast("cpu", dtype=torch.bfloat16):
         stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 1.0, references,
                                              torch.arange(16) // 4, tile_size=tile, backend="torch")
         (stats.log_probs.sum() + sum(score.sum() for score in stats.js_scores.values())).backward()
@@ -341,21 +348,13 @@ def test_a_whole_vocabulary_tile_casts_the_head_in_default_widths_for_the_backwa
     results = {}
     for name, tile in (("whole", (64, 4096)), ("narrow", (64, 10))):
         inputs = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
-        storage = inputs[1].untyped_storage().data_ptr()
-        casts: list[tuple[int, ...]] = []
-
-        class CastCounter(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None, casts=casts, storage=storage):
-                if func.__name__.startswith("_to_copy") and args[0].untyped_storage().data_ptr() == storage:
-                    casts.append(tuple(args[0].shape))
-                return func(*args, **(kwargs or {}))
-
+        counter = CastCounter(inputs[1])
         with torch.autocast("cpu", dtype=torch.bfloat16):
             stats = token_statistics_from_hidden(*inputs, token_ids, mask, 1.0, ("group_mean_absorbing",), groups,
                                                  tile_size=tile, backend="torch")
-            with CastCounter():
+            with counter:
                 (stats.log_probs * torch.linspace(-1, 1, mask.shape[1])).sum().backward()
-        results[name] = inputs, casts
+        results[name] = inputs, counter.casts
     (whole, whole_casts), (narrow, narrow_casts) = results["whole"], results["narrow"]
     assert whole_casts == narrow_casts == [(10, 6), (10, 6), (9, 6)]
     for mine, theirs in zip(whole, narrow):

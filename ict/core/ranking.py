@@ -61,6 +61,14 @@ def population_rows(scope: str, num_rows: int, group_ids: Tensor | None = None) 
     return [rows[rows >= 0] for rows in population_table(scope, num_rows, group_ids)]
 
 
+def _places(labels: Tensor, num_labels: int = 0) -> tuple[Tensor, Tensor]:
+    """For items sorted by ``labels`` (long ``[n]``, values in ``[0, L)``): each label's number of
+    items ``[max(L, num_labels)]``, and each item's place among its label's items ``[n]`` (its column
+    in a padded ``[labels, most items]`` table)."""
+    sizes = torch.bincount(labels, minlength=num_labels)
+    return sizes, torch.arange(labels.numel(), device=labels.device) - (sizes.cumsum(0) - sizes)[labels]
+
+
 def population_table(scope: str, num_rows: int, group_ids: Tensor | None = None,
                      device: torch.device | None = None) -> Tensor:
     """The rows of each population of ``scope`` (:func:`population_rows`) as one long ``[P, R]``
@@ -77,9 +85,8 @@ def population_table(scope: str, num_rows: int, group_ids: Tensor | None = None,
     device = group_ids.device if device is None else device
     _, rank = torch.unique(group_ids.to(device), return_inverse=True)
     order = torch.argsort(rank, stable=True)  # rows by label, each label's rows ascending
-    sizes = torch.bincount(rank)
     ranked = rank[order]
-    slot = torch.arange(num_rows, device=device) - (sizes.cumsum(0) - sizes)[ranked]
+    sizes, slot = _places(ranked)
     table = torch.full((sizes.numel(), int(sizes.max()) if num_rows else 0), -1, dtype=torch.long, device=device)
     table[ranked, slot] = order
     return table
@@ -214,10 +221,9 @@ def top_unique_token_selection(
     sums = torch.zeros(unique_keys.numel(), dtype=torch.float64, device=mask.device)
     sums.index_add_(0, inverse, scores.detach().to(mask.device)[rows, positions].double())
     means = sums / torch.bincount(inverse, minlength=unique_keys.numel()).double()
-    sizes = torch.bincount(population, minlength=num_populations)
+    sizes, slot = _places(population, num_populations)
     size_list = sizes.tolist()  # host sync
     counts = [selection_count(ratio, size) for size in size_list]
-    slot = torch.arange(unique_keys.numel(), device=mask.device) - (sizes.cumsum(0) - sizes)[population]
     width = max(size_list)
     values = torch.zeros(num_populations, width, dtype=torch.float64, device=mask.device)
     valid = torch.zeros(num_populations, width, dtype=torch.bool, device=mask.device)

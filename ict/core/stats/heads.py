@@ -93,8 +93,8 @@ class LinearHead:
     """Tiles of ``logits = hidden @ weight.T (+ bias)``, computed in ``compute_dtype`` (the autocast
     dtype when autocast is on at the forward, else the hidden states' dtype) one tile at a time.
 
-    The backward accumulates ``grad_hidden`` (per token tile), ``grad_weight`` and ``grad_bias``
-    in float32, each only when its input needs a gradient (a frozen head costs no ``[V, d]``
+    The backward accumulates ``grad_hidden`` (the response rows, ``[N, d]``), ``grad_weight`` and
+    ``grad_bias`` in float32, each only when its input needs a gradient (a frozen head costs no ``[V, d]``
     buffer), and casts them to their inputs' dtypes at the end."""
 
     def __init__(self, hidden: Tensor, weight: Tensor, bias: Tensor | None) -> None:
@@ -169,9 +169,10 @@ class LinearHead:
 
     def finish_rows(self, grads: list[Tensor | None], rows_b: Tensor, rows_t: Tensor,
                     row_grads: Tensor | None) -> None:
+        """The hidden states' gradient from the rows' accumulator, once every tile is done (after
+        :meth:`release`: the tiles' memory is free by then)."""
         if row_grads is not None:
-            if grads[0] is None:
-                grads[0] = torch.zeros_like(self.hidden)
+            grads[0] = torch.zeros_like(self.hidden)
             grads[0][rows_b, rows_t] = row_grads.to(self.hidden.dtype)
 
     def finish(self, grads: list[Tensor | None]) -> tuple[Tensor | None, ...]:

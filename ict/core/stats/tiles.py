@@ -230,16 +230,15 @@ class _Run:
             # the torch folds keep the tile's probabilities (computed once), the Triton kernels its logits
             keep_p = self.folds is torch_tiles
             for tile, rows, reference_rows in tiles:
-                logits = self._fold_tile(tile.part, head, rows, reference_head, reference_rows, 0, vocab_size,
-                                         temperature, overwrite=keep_p, keep_exponentials=keep_p)
+                kept = self._fold_tile(tile.part, head, rows, reference_head, reference_rows, 0, vocab_size,
+                                       temperature, overwrite=keep_p, keep_exponentials=keep_p)
                 self._finish_statistics(tile.part)
-                if keep_p:
-                    assert isinstance(logits, Tensor)
-                    self._score_tile(tile, None, rows, 0, vocab_size, head, reference_head, reference_rows,
-                                     temperature, logits.div_(self.state.view(tile.part).total.unsqueeze(-1)))
-                else:
-                    self._score_tile(tile, logits, rows, 0, vocab_size, head, reference_head, reference_rows,
-                                     temperature)
+                p = None
+                if keep_p:  # e^(z - m) / s
+                    assert isinstance(kept, Tensor)
+                    p = kept.div_(self.state.view(tile.part).total.unsqueeze(-1))
+                self._score_tile(tile, None if keep_p else kept, rows, 0, vocab_size, head, reference_head,
+                                 reference_rows, temperature, p)
             return
         if given is None:
             for start, end in chunks(vocab_size, self.vocab):
