@@ -24,21 +24,24 @@ says which group scores do; the caller folds the rest in torch.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+from triton.language.extra import libdevice
 
 from ict.core.stats.rows import IndexedTile, TileBlocks
 from ict.core.stats.scores import TINY, Partials
 from ict.core.stats.torch_tiles import RowState
 
-_STATISTICS_BLOCK = 1024
+_STATISTICS_BLOCK = 2048
 _GROUP_ELEMENTS = 4096  # BLOCK_G x BLOCK_V registers of one group program
 _GROUP_SPAN = 4096  # vocabulary ids of one group program (a tile's blocks x its parts fill the GPU)
 _GRAD_BLOCK = 1024
+_FAST_LOG = tl.constexpr(os.environ.get("TRITON_INTERPRET") != "1")  # see _log2
 
 
 def supports_group(leave_one_out: bool, metrics: Sequence[str]) -> bool:
@@ -64,9 +67,9 @@ def _statistics_kernel(tile_ptr, stride, rows_ptr, targets_ptr, max_ptr, total_p
         z = tl.load(row_ptr + cols, mask=inside, other=float("-inf")).to(tl.float32) * inv_t
         new_m = tl.maximum(m, tl.max(z, axis=0))
         safe = tl.where(new_m == float("-inf"), 0.0, new_m)
-        rescale = tl.exp(m - safe)
+        rescale = tl.exp2((m - safe) * 1.4426950408889634)  # exp2: one instruction (tl.exp adds a denormal fix-up)
         delta = tl.where(s > 0, m - safe, 0.0)
-        e = tl.exp(z - safe)
+        e = tl.exp2((z - safe) * 1.4426950408889634)
         d = tl.where(e > 0, z - safe, 0.0)
         a = rescale * (a + s * delta) + tl.sum(e * d, axis=0)
         q = q * rescale * rescale + tl.sum(e * e, axis=0)
@@ -82,8 +85,19 @@ def _statistics_kernel(tile_ptr, stride, rows_ptr, targets_ptr, max_ptr, total_p
 
 
 @triton.jit
-def _entropy_terms(x):
-    return -x * tl.log(tl.maximum(x, 1.1754943508222875e-38))
+def _log2(x):
+    # lg2.approx.f32 (one special-function instruction, error ~2^-22) where the kernel compiles;
+    # libdevice's logf, inlined, costs ~25 instructions an element. The interpreter has no libdevice.
+    if _FAST_LOG:
+        y = libdevice.fast_log2f(x)
+    else:
+        y = tl.log2(x)
+    return y
+
+
+@triton.jit
+def _x_log2_x(x):
+    return x * _log2(tl.maximum(x, 1.1754943508222875e-38))  # 0 at x = 0
 
 
 @triton.jit
@@ -93,9 +107,11 @@ def _group_kernel(tile_ptr, stride, rows_ptr, max_ptr, log_total_ptr, start_ptr,
                   WANT_KL: tl.constexpr, WANT_TV: tl.constexpr, WANT_MASS: tl.constexpr, BLOCK_G: tl.constexpr,
                   BLOCK_V: tl.constexpr):
     # program (block, part): the block's rows over the vocabulary ids [part * span, (part + 1) * span);
-    # its sums go to out[quantity, part, row] (summed over the parts on the host: deterministic)
+    # its sums go to out[quantity, part, row] (summed over the parts on the host: deterministic).
+    # Each sum is accumulated elementwise ([BLOCK_G, BLOCK_V]) and reduced once, after the loop; the
+    # entropy-like sums are in bits (x log2 x) until then.
     block = tl.program_id(0).to(tl.int64)
-    part = tl.program_id(1).to(tl.int64)
+    part = tl.program_id(1)  # columns are int32 (a tile is narrower than 2^31), rows int64
     first = tl.load(start_ptr + block).to(tl.int64)
     size = tl.load(size_ptr + block)
     count = tl.load(count_ptr + block)
@@ -108,49 +124,62 @@ def _group_kernel(tile_ptr, stride, rows_ptr, max_ptr, log_total_ptr, start_ptr,
         source_rows = rows
     shift = tl.load(max_ptr + rows, mask=alive, other=0.0)
     log_total = tl.load(log_total_ptr + rows, mask=alive, other=0.0)
-    mixture = tl.zeros((BLOCK_G,), tl.float32)
-    reference_entropy = tl.zeros((BLOCK_G,), tl.float32)
-    cross = tl.zeros((BLOCK_G,), tl.float32)
-    variation = tl.zeros((BLOCK_G,), tl.float32)
-    mass = tl.zeros((BLOCK_G,), tl.float32)
-    square = tl.zeros((BLOCK_G,), tl.float32)
+    if LEAVE_ONE_OUT:
+        share = 1.0 / tl.maximum(count - 1.0, 1.0)  # q_i = (S - p_i) / (n - 1)
+        reference = tl.zeros((BLOCK_G, BLOCK_V), tl.float32)
+    else:
+        share = 1.0 / count  # q = S / n
+        reference = tl.zeros((1, BLOCK_V), tl.float32)
+    mixture = tl.zeros((BLOCK_G, BLOCK_V), tl.float32)
+    cross = tl.zeros((BLOCK_G, BLOCK_V), tl.float32)
+    variation = tl.zeros((BLOCK_G, BLOCK_V), tl.float32)
+    mass = tl.zeros((BLOCK_G, BLOCK_V), tl.float32)
+    square = tl.zeros((BLOCK_G, BLOCK_V), tl.float32)
+    log2e = 1.4426950408889634
     end = tl.minimum((part + 1) * span, n_cols)
     for start in range(part * span, end, BLOCK_V):
         cols = start + tl.arange(0, BLOCK_V)
         inside = alive[:, None] & (cols < end)[None, :]
-        z = tl.load(tile_ptr + source_rows[:, None] * stride + cols[None, :], mask=inside, other=0.0).to(tl.float32)
-        p = tl.where(inside, tl.exp((z * inv_t - shift[:, None]) - log_total[:, None]), 0.0)
+        z = tl.load(tile_ptr + source_rows[:, None] * stride + cols[None, :], mask=inside,
+                    other=float("-inf")).to(tl.float32)
+        p = tl.exp2(((z * inv_t - shift[:, None]) - log_total[:, None]) * log2e)  # 0 outside
         total = tl.sum(p, axis=0)
         if WANT_MASS:
-            mass += tl.sum(p, axis=1)
-            square += tl.sum(p * p, axis=1)
+            mass += p
+            square += p * p
         for slot in range(0, absorbed_width):
-            token = tl.load(absorbed_token_ptr + block * absorbed_width + slot)
+            column = (tl.load(absorbed_token_ptr + block * absorbed_width + slot) - vocab_start).to(tl.int32)
             weight = tl.load(absorbed_count_ptr + block * absorbed_width + slot)
-            total += tl.where((cols + vocab_start == token) & (cols < end), weight, 0.0)
+            total += tl.where(cols == column, tl.where(column < end, weight, 0.0), 0.0)
         if LEAVE_ONE_OUT:
-            q = tl.maximum(total[None, :] - p, 0.0) / tl.maximum(count - 1.0, 1.0)
+            q = tl.maximum(total[None, :] - p, 0.0) * share
             if WANT_JS:
-                reference_entropy += tl.sum(_entropy_terms(q), axis=1)
+                reference += _x_log2_x(q)
         else:
-            mean = total / count
+            mean = total * share
             q = tl.broadcast_to(mean[None, :], (BLOCK_G, BLOCK_V))
             if WANT_JS:
-                reference_entropy += tl.sum(_entropy_terms(mean), axis=0)
+                reference += _x_log2_x(mean)[None, :]
         if WANT_JS:
-            mixture += tl.sum(_entropy_terms(0.5 * (p + q)), axis=1)
+            mixture += _x_log2_x(0.5 * (p + q))
         if WANT_KL:
-            cross += tl.sum(p * tl.log(tl.maximum(q, tiny)), axis=1)
+            cross += p * _log2(tl.maximum(q, tiny))
         if WANT_TV:
-            variation += tl.sum(tl.where(inside, tl.abs(p - q), 0.0), axis=1)
+            variation += tl.abs(p - q)
+    ln2 = 0.6931471805599453
     parts = tl.num_programs(1).to(tl.int64)
-    out = out_ptr + part * num_rows + rows  # quantity k at out_ptr + (k * parts + part) * num_rows + row
-    tl.store(out, mixture, mask=alive)
-    tl.store(out + parts * num_rows, reference_entropy, mask=alive)
-    tl.store(out + 2 * parts * num_rows, cross, mask=alive)
-    tl.store(out + 3 * parts * num_rows, variation, mask=alive)
-    tl.store(out + 4 * parts * num_rows, mass, mask=alive)
-    tl.store(out + 5 * parts * num_rows, square, mask=alive)
+    out = out_ptr + part.to(tl.int64) * num_rows + rows  # quantity k at out_ptr + (k * parts + part) * num_rows + row
+    if WANT_JS:
+        tl.store(out, -ln2 * tl.sum(mixture, axis=1), mask=alive)
+        tl.store(out + parts * num_rows, -ln2 * tl.sum(reference, axis=1) + tl.zeros((BLOCK_G,), tl.float32),
+                 mask=alive)
+    if WANT_KL:
+        tl.store(out + 2 * parts * num_rows, ln2 * tl.sum(cross, axis=1), mask=alive)
+    if WANT_TV:
+        tl.store(out + 3 * parts * num_rows, tl.sum(variation, axis=1), mask=alive)
+    if WANT_MASS:
+        tl.store(out + 4 * parts * num_rows, tl.sum(mass, axis=1), mask=alive)
+        tl.store(out + 5 * parts * num_rows, tl.sum(square, axis=1), mask=alive)
 
 
 @triton.jit
@@ -167,7 +196,7 @@ def _logit_grad_kernel(tile_ptr, stride, rows_ptr, out_ptr, out_stride, targets_
     inside = cols < n_cols
     z = tl.load(tile_ptr + source_row * stride + cols, mask=inside, other=0.0).to(tl.float32) * inv_t
     log_p = (z - tl.load(max_ptr + row)) - tl.load(log_total_ptr + row)
-    p = tl.exp(log_p)
+    p = tl.exp2(log_p * 1.4426950408889634)
     grad = tl.zeros((BLOCK_V,), tl.float32)
     if HAS_LOG_PROB_GRAD:
         is_target = (cols + vocab_start) == tl.load(targets_ptr + row)
