@@ -301,6 +301,46 @@ def test_group_kernel_split_over_the_vocabulary_matches_float64(monkeypatch):
                                    msg=lambda text, key=key: f"{key}: {text}")
 
 
+def end_token_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One group of 5 rows: rows 0 and 1 end on token 2 and row 2 on token 3 at position 1, row 4 on
+    token 8 at position 2, row 3 runs to the last column (truncated). Logits ``[5, 6, 13]``."""
+    token_ids = torch.tensor([[5, 2, 0, 0, 0, 0], [7, 2, 0, 0, 0, 0], [1, 3, 0, 0, 0, 0],
+                              [4, 6, 4, 11, 4, 4], [9, 1, 8, 0, 0, 0]])
+    mask = torch.arange(6)[None, :] < torch.tensor([2, 2, 2, 6, 3])[:, None]
+    logits = torch.randn(5, 6, 13, generator=torch.Generator().manual_seed(8)) * 2
+    return logits, token_ids, mask, torch.zeros(5, dtype=torch.long)
+
+
+def test_finished_rows_with_one_end_token_are_one_point_mass():
+    """The absorbing references' point masses: one per end token, weighted by how many finished
+    rows end on it (the group kernel loops over them at every vocabulary step)."""
+    from ict.core.stats.rows import group_order
+
+    _, token_ids, mask, group_ids = end_token_batch()
+    (tile,) = group_order(mask, token_ids, group_ids, None, tokens=64).tiles
+    blocks = tile.blocks
+    assert blocks.absorbed_token.shape[1] == 3  # 4 finished rows, 3 end tokens
+    masses = {int(t): [(int(token), float(count)) for token, count in zip(tokens, counts) if count]
+              for t, tokens, counts in zip(range(6), blocks.absorbed_token, blocks.absorbed_count)}
+    assert masses == {0: [], 1: [], 2: [(3, 1.0), (2, 2.0)], 3: [(8, 1.0), (3, 1.0), (2, 2.0)],
+                      4: [(8, 1.0), (3, 1.0), (2, 2.0)], 5: [(8, 1.0), (3, 1.0), (2, 2.0)]}
+    assert blocks.count(True).tolist() == [5.0, 5.0, 5.0, 5.0, 5.0, 5.0]  # rows + point masses
+    assert (blocks.absorbed_token[blocks.absorbed_count == 0] == -1).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("tile", TILES[:2])
+def test_merged_point_masses_match_float64(backend, tile):
+    logits, token_ids, mask, group_ids = end_token_batch()
+    keys = keys_of(VARIANTS)
+    stats = run(token_statistics, backend, logits, token_ids, mask, 0.9, keys, tile_size=tile, group_ids=group_ids)
+    for key in keys:
+        reference, _, metric = key.partition(":")
+        want = loop_reference_scores(logits, token_ids, mask, group_ids, 0.9, reference, metric or "js")
+        torch.testing.assert_close(stats.js_scores[key].double(), want, atol=2e-5, rtol=1e-6,
+                                   msg=lambda text, key=key: f"{key}: {text}")
+
+
 class CastCounter(TorchDispatchMode):
     """Records the shape of every cast (``_to_copy``) that reads ``tensor``'s storage."""
 

@@ -35,8 +35,8 @@ class TileBlocks:
     """The (position, group) blocks of one token tile, whose rows are contiguous in the tile:
     ``start`` ``[k]`` (first row, tile-local), ``size`` ``[k]`` (rows), ``local`` ``[n]`` (each row's
     block) and, for the absorbing variants, the point masses of the group's finished rows whose last
-    position is before the block's: ``absorbed_token`` ``[k, A]`` (``-1``: none) and
-    ``absorbed_count`` ``[k, A]`` float32 (1 or 0)."""
+    position is before the block's, one per end token: ``absorbed_token`` ``[k, A]`` (``-1``: none)
+    and ``absorbed_count`` ``[k, A]`` float32 (how many of those rows end on it; 0: none)."""
 
     start: Tensor
     size: Tensor
@@ -113,6 +113,23 @@ def sequence_order(response_mask: Tensor, tokens: int) -> RowOrder:
     return RowOrder(batch_index, time_index, tiles)
 
 
+def _merged_masses(tokens: Tensor) -> tuple[Tensor, Tensor]:
+    """Each row's distinct ids and how often each occurs: ``tokens`` long ``[K, M]`` (``-1``:
+    none) -> ``(ids, counts)``, ``[K, M]`` each, packed to the left (id ``-1`` and count 0 after
+    them; counts float32)."""
+    tokens = tokens.sort(dim=-1, descending=True).values  # ids first, -1 last
+    present = tokens >= 0
+    first = present.clone()
+    first[:, 1:] &= tokens[:, 1:] != tokens[:, :-1]  # the first of each run of one id
+    width = tokens.shape[1]
+    column = torch.where(present, first.long().cumsum(dim=-1) - 1, width)  # absent -> a spare column
+    ids = torch.full((tokens.shape[0], width + 1), -1, dtype=tokens.dtype, device=tokens.device)
+    ids.scatter_(-1, column, torch.where(present, tokens, -1))  # a run writes its one id
+    counts = torch.zeros(ids.shape, dtype=torch.float32, device=tokens.device)
+    counts.scatter_add_(-1, column, present.float())
+    return ids[:, :width], counts[:, :width]
+
+
 def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, finished: Tensor | None,
                 tokens: int) -> RowOrder:
     """Response rows in (position, group) order, tiled on block boundaries (see :class:`RowOrder`).
@@ -144,12 +161,12 @@ def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, fin
     end_token = torch.full((num_groups, width), -1, dtype=torch.long, device=device)
     end_time[rank[done_rows], slot] = last[done_rows]
     end_token[rank[done_rows], slot] = token_ids[done_rows, last[done_rows]].to(device)
-    # Each block's point masses, packed to the left: [K, M] (-1: none), and how many (on the host,
-    # with the block sizes: one device sync for every tile's layout).
-    absorbed = end_time[block_group] < block_time.unsqueeze(-1)
-    packed = torch.argsort(absorbed.to(torch.int8), dim=-1, descending=True, stable=True)
-    absorbed_tokens = torch.where(absorbed, end_token[block_group], -1).gather(-1, packed)
-    sizes_on_host, absorbed_on_host = torch.stack([block_sizes, absorbed.sum(dim=-1)]).tolist()
+    # Each block's point masses, one per end token (finished rows mostly end on the same one): [K, M]
+    # tokens (-1: none) and multiplicities, packed to the left, and how many (on the host, with the
+    # block sizes: one device sync for every tile's layout).
+    absorbed_tokens, absorbed_counts = _merged_masses(
+        torch.where(end_time[block_group] < block_time.unsqueeze(-1), end_token[block_group], -1))
+    sizes_on_host, absorbed_on_host = torch.stack([block_sizes, (absorbed_counts > 0).sum(dim=-1)]).tolist()
     block_ends = list(itertools.accumulate(sizes_on_host))
     tiles: list[Tile] = []
     start, first_block = 0, 0
@@ -159,10 +176,10 @@ def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, fin
         blocks = slice(first_block, last_block)
         sizes = block_sizes[blocks]
         used = max(absorbed_on_host[blocks])  # drop the columns no block of the tile uses
-        tokens_of = absorbed_tokens[blocks, :used].contiguous()
         tiles.append(Tile(slice(start, end), TileBlocks(
             start=(sizes.cumsum(0) - sizes), size=sizes, local=block_of_row[start:end] - first_block,
-            absorbed_token=tokens_of, absorbed_count=(tokens_of >= 0).float(),
+            absorbed_token=absorbed_tokens[blocks, :used].contiguous(),
+            absorbed_count=absorbed_counts[blocks, :used].contiguous(),
             max_size=max(sizes_on_host[first_block:last_block]))))
         start, first_block = end, last_block
     return RowOrder(batch_index, time_index, tiles)
