@@ -493,3 +493,26 @@ def test_stats_agreement_runs_tiny_and_agrees(tmp_path):
     assert max(report["max_abs"]["cpu/torch - float64"].values()) < 1e-5
     assert report["masks"]["cpu/torch"]["of them not decided by a tie"] == 0
     assert "| cpu/torch - float64 |" in result.stdout
+
+
+def test_kernel_sass_compiles_the_kernels_for_an_h100_here(tmp_path):
+    """benchmarks/kernel_sass.py compiles the Triton kernels for sm_90 without a GPU and counts their
+    loops' instructions; the group kernel's logarithms are special-function instructions (an
+    exponential and two logarithms an element with the leave-one-out mean), not libdevice's
+    ~25-instruction logf."""
+    pytest.importorskip("triton")
+    report_path = tmp_path / "sass.json"
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kernel_sass.py"), "--json", str(report_path)],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ours = json.loads(report_path.read_text())["ours"]
+    for label in ("ours: statistics pass", "ours: group kernel, group_mean_absorbing",
+                  "ours: group kernel, leave-one-out", "ours: logit gradient (log-probs)"):
+        assert f"| {label} |" in result.stdout
+        assert 1 < ours[label]["per_element"] < 200 and ours[label]["registers"] <= 255, (label, ours[label])
+    assert ours["ours: group kernel, leave-one-out"]["special_per_element"] == pytest.approx(3.0, abs=0.1)
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kernel_sass.py"), "--baseline", str(tmp_path)],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert bad.returncode == 2 and "holds no ict/core/stats/triton_tiles.py" in bad.stderr
