@@ -10,15 +10,20 @@ no gathered copy; ``INDEXED``):
   at a time, into the online log-sum-exp state;
 - ``_group_kernel``: one program per (position, group) block and span of vocabulary ids loads
   its ``G`` rows ``BLOCK_V`` ids at a time, forms their mean (plus absorbed point masses) in
-  registers and accumulates each row's sums against it (the spans' sums are added on the host, in
-  a fixed order: the result does not depend on scheduling);
+  registers and accumulates each row's sums against it elementwise, reduced once at the end (the
+  spans' sums are added on the host, in a fixed order: the result does not depend on
+  scheduling). It is bound by its instructions, not by memory: its logarithms are
+  ``lg2.approx.f32`` on an NVIDIA GPU (libdevice's ``fast_log2f``: 2^-22 absolute in [0.5, 2],
+  2 ulp elsewhere, so an entropy moves by at most 2^-22 of its bits), with the entropy-like
+  sums kept in bits and scaled to nats once (``benchmarks/kernel_sass.py`` counts them);
 - ``_logit_grad_kernel``: one program per (row, ``BLOCK_V`` ids) overwrites the tile with the
   gradient wrt its logits (in the tile's dtype), or writes it into the same rows of ``out`` (an
   indexed tile's: the logits' gradient).
 
 Under ``TRITON_INTERPRET=1`` (set before this module is imported) the kernels run on CPU
-tensors, which is how the tests check them without a GPU. The leave-one-out ``kl`` score (whose
-reference is summed directly over the other rows) has no kernel: :data:`GROUP_KERNEL_METRICS`
+tensors, which is how the tests check them without a GPU (with the exact ``tl.log2``: the
+interpreter has no libdevice). The leave-one-out ``kl`` score (whose reference is summed
+directly over the other rows) has no kernel: :data:`GROUP_KERNEL_METRICS`
 says which group scores do; the caller folds the rest in torch.
 """
 
@@ -41,7 +46,9 @@ _STATISTICS_BLOCK = 2048
 _GROUP_ELEMENTS = 4096  # BLOCK_G x BLOCK_V registers of one group program
 _GROUP_SPAN = 4096  # vocabulary ids of one group program (a tile's blocks x its parts fill the GPU)
 _GRAD_BLOCK = 1024
-_FAST_LOG = tl.constexpr(os.environ.get("TRITON_INTERPRET") != "1")  # see _log2
+# lg2.approx where the kernels compile for an NVIDIA GPU (see _log2); the interpreter and ROCm
+# builds take tl.log2
+_FAST_LOG = tl.constexpr(os.environ.get("TRITON_INTERPRET") != "1" and torch.version.hip is None)
 
 
 def supports_group(leave_one_out: bool, metrics: Sequence[str]) -> bool:
