@@ -2,7 +2,8 @@
 # The one script to run on the lent GPU machine (H100/H200; Python 3.12, torch 2.11+cu130,
 # transformers 5.17, accelerate, peft and triton there; no trl, datasets, dill, multiprocess):
 # installs the wheels carried in .whl/, records the versions, then runs, each under a time limit:
-# benchmarks/stats_agreement.py (GPU against CPU and float64; a miss stops the script),
+# benchmarks/stats_agreement.py (GPU against CPU and float64; a failure stops the script, a missed
+# target is recorded and the script goes on),
 # benchmarks/ict_cost.py (section a at the 0.5B and 1.5B shapes, b and c at the 0.5B shape; (a) adds
 # ICT from hidden states at whole-vocabulary tiles, ICT_TILES, whose score pass reuses the
 # statistics pass's logits instead of recomputing them: 883 x 151,936 holds as many bf16 logits as
@@ -53,10 +54,17 @@ EOF
 } 2>&1 | tee "$OUT/versions.txt"
 
 # 1. agreement: GPU (Triton, torch) against the CPU and float64, ICT's masks (~40 s, compiling the
-# kernels); stop if it misses its target (the tables below would time wrong numbers)
+# kernels). Stop if it fails (status 1, or 124 at its time limit: the kernels are broken, the tables
+# below would time wrong code); a missed target (status 3: every value computed, some beyond 1e-5)
+# is recorded and the timings go on, since a precision miss does not change them
 timeout -k 5 90 python3 benchmarks/stats_agreement.py --json "$OUT/stats_agreement.json" 2>&1 \
   | tee "$OUT/stats_agreement.log"
-[ "${PIPESTATUS[0]}" = 0 ] || { echo "stats_agreement.py failed or missed its target on the GPU: stopping"; exit 3; }
+agreement=${PIPESTATUS[0]}
+case "$agreement" in
+  0) ;;
+  3) echo "stats_agreement.py: target MISSED on the GPU (see above); timing anyway" ;;
+  *) echo "stats_agreement.py failed on the GPU (exit status $agreement): stopping"; exit 3 ;;
+esac
 # 2. the cost tables: (a) at both shapes, (b) and (c) at the 0.5B shape
 timeout -k 15 "${ICT_COST_TIMEOUT:-360}" python3 benchmarks/ict_cost.py --device cuda \
   --models 0.5b,1.5b --train-models 0.5b --ict-tiles "${ICT_TILES:-883x151936,448x151936}" \
@@ -80,4 +88,5 @@ else
   echo "no time left for tests/test_tiles.py" | tee "$OUT/test_tiles.log"
 fi
 echo "script $(( $(date +%s) - start )) s"
+[ "$agreement" = 0 ] || { echo "the agreement target was missed (stats_agreement.log)"; exit 3; }
 exit "$status"
