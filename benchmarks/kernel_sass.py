@@ -10,7 +10,7 @@ launched at ``ict_cost.py`` (a)'s shape: a bf16 tile, 16-byte aligned pointers a
 default reference (``group_mean_absorbing``) in groups of 8 (and the leave-one-out variant). Its
 SASS comes from Triton's own ``nvdisasm``; the main loop is the longest backward branch, without
 the loops nested in it (the group kernel's loop over absorbed point masses, counted apart, per
-point mass). Registers from Triton's ``ptxas -v``::
+point mass). Registers and spilled bytes from Triton's ``ptxas -v``::
 
     PYTHONPATH=$PWD python benchmarks/kernel_sass.py
     PYTHONPATH=$PWD python benchmarks/kernel_sass.py --baseline /tmp/parent   # git worktree add /tmp/parent HEAD~1
@@ -125,6 +125,7 @@ def compile_case(kernel, constexprs: dict, elements: int, num_warps: int = 4) ->
         verbose = subprocess.run([str(ptxas), "-arch=sm_90a", "-v", str(ptx), "-o", os.devnull],
                                  capture_output=True, text=True).stderr
     registers = re.search(r"Used (\d+) registers", verbose)
+    spills = re.search(r"(\d+) bytes spill stores", verbose)
     per_thread = elements / (32 * num_warps)
     regions = loops(sass)
     if regions:
@@ -136,6 +137,7 @@ def compile_case(kernel, constexprs: dict, elements: int, num_warps: int = 4) ->
         body, inner = count(sass, 0, len(sass) - 1), 0
     return {"per_element": sum(body.values()) / per_thread, "special_per_element": body["MUFU"] / per_thread,
             "nested_per_element": inner / per_thread, "registers": int(registers.group(1)) if registers else None,
+            "spill_bytes": int(spills.group(1)) if spills else None,
             "loop_instructions": sum(body.values())}
 
 
@@ -165,14 +167,15 @@ def main() -> None:
         base = json.loads(done.stdout.strip().splitlines()[-1])
     print("SASS for sm_90 (H100), compiled here; instructions an element in each kernel's main loop"
           " (4 warps a program)\n")
-    header = "| kernel | instructions / element | special-function / element | per point mass | registers |"
+    header = ("| kernel | instructions / element | special-function / element | per point mass | registers |"
+              " spilled bytes |")
     if base:
         header += " baseline instructions / element | x baseline |"
     print(header)
     print("|" + "---|" * header.count(" |"))
     for label, figures in here.items():
         line = (f"| {label} | {figures['per_element']:.1f} | {figures['special_per_element']:.2f} | "
-                f"{figures['nested_per_element']:.1f} | {figures['registers']} |")
+                f"{figures['nested_per_element']:.1f} | {figures['registers']} | {figures['spill_bytes']} |")
         if base:
             old = base.get(label)
             line += (f" {old['per_element']:.1f} | {figures['per_element'] / old['per_element']:.2f} |" if old

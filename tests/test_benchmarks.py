@@ -512,6 +512,7 @@ def test_kernel_sass_compiles_the_kernels_for_an_h100_here(tmp_path):
                   "ours: group kernel, leave-one-out", "ours: logit gradient (log-probs)"):
         assert f"| {label} |" in result.stdout
         assert 1 < ours[label]["per_element"] < 200 and ours[label]["registers"] <= 255, (label, ours[label])
+        assert ours[label]["spill_bytes"] == 0, (label, ours[label])  # no register spilled to local memory
     assert ours["ours: group kernel, leave-one-out"]["special_per_element"] == pytest.approx(3.0, abs=0.1)
     bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kernel_sass.py"), "--baseline", str(tmp_path)],
                          capture_output=True, text=True, env=env, timeout=600)
