@@ -75,13 +75,10 @@ class LogitsHead:
     def new_row_grads(self, num_rows: int, needed: Sequence[bool]) -> Tensor | None:
         return None
 
-    def finish_rows(self, grads: list[Tensor | None], rows_b: Tensor, rows_t: Tensor,
-                    row_grads: Tensor | None) -> None:
-        pass
-
-    def finish(self, grads: list[Tensor | None]) -> tuple[Tensor | None, ...]:
+    def finish(self, grads: list[Tensor | None], rows_b: Tensor, rows_t: Tensor,
+               row_grads: Tensor | None) -> tuple[Tensor | None, ...]:
         """The gradient wrt the logits, in their shape: ``[R, V]`` as is, ``[B, T, V]`` a view of
-        the rows (``(b, t)`` at row ``b * step + t``)."""
+        the rows (``(b, t)`` at row ``b * step + t``); no row accumulator here."""
         grad = grads[0]
         if grad is None or self.row_index is not None:
             return (grad,)
@@ -167,15 +164,14 @@ class LinearHead:
         if len(grads) > 2 and grads[2] is not None:
             grads[2][start:end].add_(grad.sum(dim=0, dtype=torch.float32))
 
-    def finish_rows(self, grads: list[Tensor | None], rows_b: Tensor, rows_t: Tensor,
-                    row_grads: Tensor | None) -> None:
-        """The hidden states' gradient from the rows' accumulator, once every tile is done (after
+    def finish(self, grads: list[Tensor | None], rows_b: Tensor, rows_t: Tensor,
+               row_grads: Tensor | None) -> tuple[Tensor | None, ...]:
+        """The inputs' gradients in their dtypes, the hidden states' from the rows' accumulator
+        (``row_grads`` ``[N, d]`` of the rows ``(rows_b, rows_t)``), once every tile is done (after
         :meth:`release`: the tiles' memory is free by then)."""
         if row_grads is not None:
             grads[0] = torch.zeros_like(self.hidden)
             grads[0][rows_b, rows_t] = row_grads.to(self.hidden.dtype)
-
-    def finish(self, grads: list[Tensor | None]) -> tuple[Tensor | None, ...]:
         return tuple(None if grad is None else grad.to(tensor.dtype) for grad, tensor in zip(grads, self.inputs))
 
 

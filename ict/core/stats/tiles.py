@@ -128,16 +128,19 @@ class _ResponseLogProbs(torch.autograd.Function):
         head: Head = ctx.head
         needed = ctx.needs_input_grad[10:]
         grads = head.new_grads(needed)
+        row_grads = None
         if grad_log_probs is not None or grad_entropy is not None:
             with torch.autocast(ctx.saved_tensors[0].device.type, enabled=False):  # float32 folds (see statistics)
-                _backward_tiles(ctx, grads, needed, grad_log_probs, grad_entropy)
-        return (None,) * 10 + head.finish(grads)
+                row_grads = _backward_tiles(ctx, grads, needed, grad_log_probs, grad_entropy)
+        order: RowOrder = ctx.order
+        return (None,) * 10 + head.finish(grads, order.batch_index, order.time_index, row_grads)
 
 
 def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], grad_log_probs: Tensor | None,
-                    grad_entropy: Tensor | None) -> None:
+                    grad_entropy: Tensor | None) -> Tensor | None:
     """Accumulate the input gradients into ``grads``, vocabulary tile by vocabulary tile, each over
-    every token tile (the head's slice is cast once; this module's docstring)."""
+    every token tile (the head's slice is cast once; this module's docstring); returns the rows'
+    accumulator (``[N, d]``, processing order; None for a head without one)."""
     targets, maximum, log_total, entropy = ctx.saved_tensors
     head: Head = ctx.head
     order: RowOrder = ctx.order
@@ -160,7 +163,7 @@ def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], gra
             if not indexed:
                 head.accumulate(grads, rows, start, end, grad, None if row_grads is None else row_grads[part])
     head.release()
-    head.finish_rows(grads, order.batch_index, order.time_index, row_grads)
+    return row_grads
 
 
 class _Run:
