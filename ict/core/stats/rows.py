@@ -6,7 +6,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -44,11 +44,15 @@ class TileBlocks:
     absorbed_token: Tensor
     absorbed_count: Tensor
     max_size: int = 1  # the largest block's rows (known on the host: no device sync per tile)
+    _counts: dict[bool, Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     def count(self, absorbing: bool) -> Tensor:
-        """Contributors to each block's mean ``[k]`` float32: its rows (+ its absorbed point masses)."""
-        count = self.size.float()
-        return count + self.absorbed_count.sum(dim=-1) if absorbing else count
+        """Contributors to each block's mean ``[k]`` float32: its rows (+ its absorbed point masses);
+        computed once (every vocabulary tile of the token tile asks)."""
+        if absorbing not in self._counts:
+            count = self.size.float()
+            self._counts[absorbing] = count + self.absorbed_count.sum(dim=-1) if absorbing else count
+        return self._counts[absorbing]
 
 
 @dataclass
