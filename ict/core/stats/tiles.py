@@ -307,8 +307,7 @@ class _Run:
         return scores
 
     def _score_tile(self, tile: Tile, logits: Tensor | IndexedTile | None, rows: Tensor, start: int, end: int,
-                    head: Head,
-                    reference_head: LogitsHead | None, reference_rows: Tensor | None, temperature: float,
+                    head: Head, reference_head: LogitsHead | None, reference_rows: Tensor | None, temperature: float,
                     p: Tensor | None = None) -> None:
         """Accumulate one logits tile's sums for every reference asked (and, given normalisers,
         each row's probability mass); ``p``: the tile's probabilities when kept from the

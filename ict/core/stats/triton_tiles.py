@@ -23,8 +23,8 @@ no gathered copy; ``INDEXED``):
 Under ``TRITON_INTERPRET=1`` (set before this module is imported) the kernels run on CPU
 tensors, which is how the tests check them without a GPU (with the exact ``tl.log2``: the
 interpreter has no libdevice). The leave-one-out ``kl`` score (whose reference is summed
-directly over the other rows) has no kernel: :data:`GROUP_KERNEL_METRICS`
-says which group scores do; the caller folds the rest in torch.
+directly over the other rows) has no kernel: :func:`supports_group` says which group scores do;
+the caller folds the rest in torch.
 """
 
 from __future__ import annotations
@@ -57,6 +57,13 @@ def supports_group(leave_one_out: bool, metrics: Sequence[str]) -> bool:
 
 
 @triton.jit
+def _exp(x):
+    # e^x as exp2: one special-function instruction (tl.exp adds a fix-up for denormal results,
+    # which flush to 0 here; they are below 1.2e-38)
+    return tl.exp2(x * 1.4426950408889634)
+
+
+@triton.jit
 def _statistics_kernel(tile_ptr, stride, rows_ptr, targets_ptr, max_ptr, total_ptr, shifted_ptr, square_ptr,
                        target_ptr, vocab_start, n_cols, inv_t, INDEXED: tl.constexpr, BLOCK_V: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -74,9 +81,9 @@ def _statistics_kernel(tile_ptr, stride, rows_ptr, targets_ptr, max_ptr, total_p
         z = tl.load(row_ptr + cols, mask=inside, other=float("-inf")).to(tl.float32) * inv_t
         new_m = tl.maximum(m, tl.max(z, axis=0))
         safe = tl.where(new_m == float("-inf"), 0.0, new_m)
-        rescale = tl.exp2((m - safe) * 1.4426950408889634)  # exp2: one instruction (tl.exp adds a denormal fix-up)
+        rescale = _exp(m - safe)
         delta = tl.where(s > 0, m - safe, 0.0)
-        e = tl.exp2((z - safe) * 1.4426950408889634)
+        e = _exp(z - safe)
         d = tl.where(e > 0, z - safe, 0.0)
         a = rescale * (a + s * delta) + tl.sum(e * d, axis=0)
         q = q * rescale * rescale + tl.sum(e * e, axis=0)
@@ -142,14 +149,13 @@ def _group_kernel(tile_ptr, stride, rows_ptr, max_ptr, log_total_ptr, start_ptr,
     variation = tl.zeros((BLOCK_G, BLOCK_V), tl.float32)
     mass = tl.zeros((BLOCK_G, BLOCK_V), tl.float32)
     square = tl.zeros((BLOCK_G, BLOCK_V), tl.float32)
-    log2e = 1.4426950408889634
     end = tl.minimum((part + 1) * span, n_cols)
     for start in range(part * span, end, BLOCK_V):
         cols = start + tl.arange(0, BLOCK_V)
         inside = alive[:, None] & (cols < end)[None, :]
         z = tl.load(tile_ptr + source_rows[:, None] * stride + cols[None, :], mask=inside,
                     other=float("-inf")).to(tl.float32)
-        p = tl.exp2(((z * inv_t - shift[:, None]) - log_total[:, None]) * log2e)  # 0 outside
+        p = _exp((z * inv_t - shift[:, None]) - log_total[:, None])  # 0 outside
         total = tl.sum(p, axis=0)
         if WANT_MASS:
             mass += p
@@ -203,7 +209,7 @@ def _logit_grad_kernel(tile_ptr, stride, rows_ptr, out_ptr, out_stride, targets_
     inside = cols < n_cols
     z = tl.load(tile_ptr + source_row * stride + cols, mask=inside, other=0.0).to(tl.float32) * inv_t
     log_p = (z - tl.load(max_ptr + row)) - tl.load(log_total_ptr + row)
-    p = tl.exp2(log_p * 1.4426950408889634)
+    p = _exp(log_p)
     grad = tl.zeros((BLOCK_V,), tl.float32)
     if HAS_LOG_PROB_GRAD:
         is_target = (cols + vocab_start) == tl.load(targets_ptr + row)
@@ -234,9 +240,8 @@ def fold_statistics(state: RowState, tile: Tensor | IndexedTile, targets: Tensor
 
 
 def group_partials(partials: Partials, tile: Tensor | IndexedTile, maximum: Tensor, log_total: Tensor,
-                   temperature: float,
-                   blocks: TileBlocks, vocab_start: int, absorbing: bool, leave_one_out: bool,
-                   metrics: Sequence[str], mass: tuple[Tensor, Tensor] | None = None) -> None:
+                   temperature: float, blocks: TileBlocks, vocab_start: int, absorbing: bool,
+                   leave_one_out: bool, metrics: Sequence[str], mass: tuple[Tensor, Tensor] | None = None) -> None:
     """:func:`ict.core.stats.torch_tiles.group_partials` as one Triton program per (block,
     ``_GROUP_SPAN`` vocabulary ids), every score but the leave-one-out ``kl``
     (:func:`supports_group`); the programs' sums are added up over the vocabulary parts here."""
