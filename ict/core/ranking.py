@@ -61,7 +61,7 @@ def population_rows(scope: str, num_rows: int, group_ids: Tensor | None = None) 
     return [rows[rows >= 0] for rows in population_table(scope, num_rows, group_ids)]
 
 
-def _places(labels: Tensor, num_labels: int = 0) -> tuple[Tensor, Tensor]:
+def label_places(labels: Tensor, num_labels: int = 0) -> tuple[Tensor, Tensor]:
     """For items sorted by ``labels`` (long ``[n]``, values in ``[0, L)``): each label's number of
     items ``[max(L, num_labels)]``, and each item's place among its label's items ``[n]`` (its column
     in a padded ``[labels, most items]`` table)."""
@@ -86,7 +86,7 @@ def population_table(scope: str, num_rows: int, group_ids: Tensor | None = None,
     _, rank = torch.unique(group_ids.to(device), return_inverse=True)
     order = torch.argsort(rank, stable=True)  # rows by label, each label's rows ascending
     ranked = rank[order]
-    sizes, slot = _places(ranked)
+    sizes, slot = label_places(ranked)
     table = torch.full((sizes.numel(), int(sizes.max()) if num_rows else 0), -1, dtype=torch.long, device=device)
     table[ranked, slot] = order
     return table
@@ -221,7 +221,7 @@ def top_unique_token_selection(
     sums = torch.zeros(unique_keys.numel(), dtype=torch.float64, device=mask.device)
     sums.index_add_(0, inverse, scores.detach().to(mask.device)[rows, positions].double())
     means = sums / torch.bincount(inverse, minlength=unique_keys.numel()).double()
-    sizes, slot = _places(population, num_populations)
+    sizes, slot = label_places(population, num_populations)
     size_list = sizes.tolist()  # host sync
     counts = [selection_count(ratio, size) for size in size_list]
     width = max(size_list)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ict.core.ranking import label_places
+
 
 def _ends(batch_index: Tensor, time_index: Tensor, batch_size: int, length: int,
           finished: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -158,9 +160,8 @@ def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, fin
     last, done = _ends(batch_index, time_index, batch_size, length, finished)
     done_rows = done.nonzero(as_tuple=True)[0]
     done_rows = done_rows[torch.argsort(rank[done_rows], stable=True)]
-    per_group = torch.bincount(rank[done_rows], minlength=num_groups)
+    per_group, slot = label_places(rank[done_rows], num_groups)
     width = int(per_group.max().item()) if done_rows.numel() else 0
-    slot = torch.arange(done_rows.numel(), device=device) - (per_group.cumsum(0) - per_group)[rank[done_rows]]
     end_time = torch.full((num_groups, width), length, dtype=torch.long, device=device)
     end_token = torch.full((num_groups, width), -1, dtype=torch.long, device=device)
     end_time[rank[done_rows], slot] = last[done_rows]

@@ -152,7 +152,7 @@ def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], gra
         for tile in order.tiles:
             part = tile.part
             rows = head.rows(order.batch_index[part], order.time_index[part])
-            tile = head.tile(rows, start, end, indexed=ctx.backend == "triton")
+            tile = head.tile(rows, start, end, indexed=folds.READS_INDEXED_TILES)
             # an indexed tile's gradient goes straight into the same rows of the logits' gradient
             indexed = isinstance(tile, IndexedTile) and grads[0] is not None
             grad = folds.logit_grads(
@@ -181,7 +181,7 @@ class _Run:
         if self.tokens < 1 or self.vocab < 1:
             raise ValueError(f"tile_size must be two positive integers (tokens, vocab), got {tile_size}")
         self.folds = _folds(self.backend)
-        self.indexed = self.backend == "triton"  # the kernels read given logits where they lie
+        self.indexed = self.folds.READS_INDEXED_TILES
         self.metrics_of: dict[str, tuple[str, ...]] = {}
         for name in js_references:
             reference, metric = split_score_key(name)

@@ -26,6 +26,8 @@ from ict.core.stats.rows import TileBlocks
 from ict.core.stats.scores import TINY, Partials
 
 _LOWEST = torch.finfo(torch.float32).min
+# the folds take gathered tiles only (an IndexedTile's rows are gathered by the head)
+READS_INDEXED_TILES = False
 
 
 @dataclass

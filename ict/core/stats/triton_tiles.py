@@ -42,6 +42,8 @@ from ict.core.stats.rows import IndexedTile, TileBlocks
 from ict.core.stats.scores import TINY, Partials
 from ict.core.stats.torch_tiles import RowState
 
+# the kernels read an IndexedTile's rows where they lie in the given logits (no gathered copy)
+READS_INDEXED_TILES = True
 _STATISTICS_BLOCK = 2048
 _GROUP_ELEMENTS = 4096  # BLOCK_G x BLOCK_V registers of one group program
 _GROUP_SPAN = 4096  # vocabulary ids of one group program (a tile's blocks x its parts fill the GPU)
