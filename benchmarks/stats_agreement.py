@@ -8,11 +8,11 @@ are scored four ways:
 - ``cuda/torch``: the torch folds on the GPU;
 - ``cpu/torch``: the torch folds on the CPU;
 - ``float64``: an independent computation: the full softmax in float64, the entropies from their
-  definitions, JS through its KL definition ``(KL(p||m) + KL(q||m)) / 2`` to the absorbing group
-  mean built row by row.
+  definitions, JS through its KL definition ``(KL(p||m) + KL(q||m)) / 2`` to each group mean and
+  KL(p||q) to the two means that include the row (the group kernel's), built row by row.
 
 Printed: the largest absolute difference of each statistic (log-probs, entropy, Renyi-2, the JS
-of every group reference) between each path and float64 and between the GPU and the CPU, and
+to every group reference, the KL to ``group_mean`` and ``group_mean_absorbing``) between each path and float64 and between the GPU and the CPU, and
 whether ICT's masks (the registry's ``ict``: top 10% of each completion by JS to
 ``group_mean_absorbing``) agree, apart from tokens a tie at the threshold decides. Exit status 3
 when that target is missed (1: the script itself failed)::
@@ -35,9 +35,13 @@ MISSED = 3  # exit status: the script ran, the agreement target is missed
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ict.core import selectors  # noqa: E402
-from ict.core.stats import GROUP_MEAN_VARIANTS, TokenStatistics, token_statistics  # noqa: E402
+from ict.core.stats import GROUP_MEAN_VARIANTS, TokenStatistics, score_key, token_statistics  # noqa: E402
 
 REFERENCE = selectors.ICT_DEFAULT_REFERENCE
+# every group reference's JS, and the KL to the means with the row in them: the group kernel's other
+# logarithm (the leave-one-out KL is folded in torch on every backend; tests/test_tiles.py checks it)
+REFERENCES = (*GROUP_MEAN_VARIANTS, *(score_key(name, "kl") for name, (_, leave_one_out)
+                                      in GROUP_MEAN_VARIANTS.items() if not leave_one_out))
 TARGET = 1e-5  # the issue's agreement target (absolute, in nats for the entropies and scores)
 
 
@@ -46,7 +50,7 @@ def float64_statistics(logits: torch.Tensor, token_ids: torch.Tensor, mask: torc
     """The float64 computation of the module docstring, one completion at a time (``[B, T]`` each)."""
     batch, length, vocab = logits.shape
     out = {name: torch.zeros(batch, length, dtype=torch.float64) for name in
-           ("log_probs", "entropy", "renyi2", *GROUP_MEAN_VARIANTS)}
+           ("log_probs", "entropy", "renyi2", *REFERENCES)}
     last = [int(mask[row].nonzero().max()) if mask[row].any() else -1 for row in range(batch)]
     finished = [0 <= last[row] < length - 1 for row in range(batch)]
 
@@ -80,6 +84,8 @@ def float64_statistics(logits: torch.Tensor, token_ids: torch.Tensor, mask: torc
                     q = (total - p[index, t]) / others if leave_one_out else total / others
                     m = 0.5 * (p[index, t] + q)
                     out[name][rows[index], t] = float(0.5 * kl(p[index, t], m) + 0.5 * kl(q, m))
+                    if not leave_one_out:
+                        out[score_key(name, "kl")][rows[index], t] = float(kl(p[index, t], q))
     return out
 
 
@@ -107,7 +113,7 @@ def main() -> None:
     for row in range(0, batch, 3):  # every third completion ends early, on its own
         mask[row, args.length // 2 + row:] = False
     group_ids = torch.arange(batch) // args.group
-    references = tuple(GROUP_MEAN_VARIANTS)
+    references = REFERENCES
     cuda = torch.cuda.is_available()
     paths = [("cuda", "triton"), ("cuda", "torch")] if cuda else []
     paths.append(("cpu", "torch"))

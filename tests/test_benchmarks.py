@@ -491,6 +491,7 @@ def test_stats_agreement_runs_tiny_and_agrees(tmp_path):
     report = json.loads(report_path.read_text())
     assert report["shape"] == [8, 12, 211]
     assert max(report["max_abs"]["cpu/torch - float64"].values()) < 1e-5
+    assert {"group_mean:kl", "group_mean_absorbing:kl"} <= set(report["max_abs"]["cpu/torch - float64"])
     assert report["masks"]["cpu/torch"]["of them not decided by a tie"] == 0
     assert "| cpu/torch - float64 |" in result.stdout
 
@@ -517,3 +518,29 @@ def test_kernel_sass_compiles_the_kernels_for_an_h100_here(tmp_path):
     bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kernel_sass.py"), "--baseline", str(tmp_path)],
                          capture_output=True, text=True, env=env, timeout=600)
     assert bad.returncode == 2 and "holds no ict/core/stats/triton_tiles.py" in bad.stderr
+
+
+def test_fast_log_bound_is_within_the_agreement_target(tmp_path, capsys):
+    """benchmarks/fast_log_bound.py: at Qwen's vocabulary the group kernel's lg2.approx moves no
+    JS or KL score by more than 1e-5 nats; at uniform rows its bound is the closed form
+    ln 2 * 2^-22 * log2 V * (1.5 for JS, 1 for KL) against the plain group mean."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import fast_log_bound
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    vocab = 151_936
+    assert fast_log_bound.main(["--scales", "0.1,4", "--json", str(tmp_path / "bound.json")]) == 0
+    report = json.loads((tmp_path / "bound.json").read_text())
+    assert report["met"] and 1e-7 < report["largest"] <= 1e-5
+    assert set(report["worst"]["group_mean_absorbing"]) == {"js", "kl"}
+    assert set(report["worst"]["group_mean_loo"]) == {"js"}  # no leave-one-out KL kernel
+    assert fast_log_bound.main(["--scales", "0", "--json", str(tmp_path / "uniform.json")]) == 0
+    uniform = json.loads((tmp_path / "uniform.json").read_text())["worst"]["group_mean"]
+    unit = math.log(2) * 2.0 ** -22 * math.log2(vocab)
+    assert uniform["js"]["bound"] == pytest.approx(1.5 * unit, rel=1e-9)
+    assert uniform["kl"]["bound"] == pytest.approx(unit, rel=1e-9)
+    assert uniform["js"]["score"] == pytest.approx(0.0, abs=1e-12)
+    assert fast_log_bound.main(["--group", "4", "--vocab", "1000", "--scales", "0.1", "--json",
+                                str(tmp_path / "small.json")]) == 0
+    assert "| group_mean_loo | js | 0.1 |" in capsys.readouterr().out
