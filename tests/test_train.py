@@ -18,7 +18,8 @@ from ict.models.rollout import RolloutBatch
 from ict.runs.checkpoint import COMPLETE_MARKER, complete_checkpoints, latest_checkpoint
 from ict.training.config import TrainConfig
 from ict.training.step import Method, StepContext, accumulate_gradients
-from ict.training.trainer import METRIC_FIELDS, train
+from ict.training.step_metrics import METRIC_FIELDS
+from ict.training.trainer import train
 
 TIMING_FIELDS = {"tokens_per_second", "generation_tokens_per_second", "generation_seconds",
                  "training_seconds", "step_seconds"}
@@ -239,7 +240,7 @@ def test_registered_reward_is_pluggable():
 def test_entropy_collapse_and_explosion_warnings():
     from rich.console import Console
 
-    from ict.training.trainer import _check_entropy
+    from ict.training.step_metrics import check_entropy
 
     console = Console(record=True, width=200)
     config = TrainConfig(entropy_collapse_fraction=0.5, entropy_explosion_factor=2.0)
@@ -247,7 +248,7 @@ def test_entropy_collapse_and_explosion_warnings():
     fired = []
     for step, entropy in enumerate([1.0, 0.8, 0.4, 0.3, 2.5, 2.6], 1):
         metrics = {"step": step, "entropy": entropy}
-        state = _check_entropy(metrics, state, config, console)
+        state = check_entropy(metrics, state, config, console)
         fired.append(metrics["entropy_warning"])
     assert fired == [None, None, "collapse", None, "explosion", None]  # once per kind
     text = console.export_text()
