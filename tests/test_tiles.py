@@ -14,7 +14,7 @@ import importlib.util
 
 import pytest
 import torch
-from test_stats import (
+from stats_references import (
     VARIANTS,
     hidden_batch,
     loop_reference_scores,
