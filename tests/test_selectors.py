@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from selection_references import exact_count
 
 from ict.core.selectors import (
     ICT_DEFAULT_REFERENCE,
@@ -40,10 +40,6 @@ def make_inputs(seed: int = 0, batch: int = 4, length: int = 16, vocab: int = 11
         generator=torch.Generator().manual_seed(seed + 1),
         group_ids=torch.arange(batch) // 2,
     )
-
-
-def exact_count(ratio: float, n: int) -> int:
-    return math.ceil(Fraction(str(ratio)) * n)
 
 
 @given(
@@ -574,133 +570,3 @@ def test_parse_token_selector_accepts_the_metric_and_the_complement():
     assert required_js_references(name, options) == (f"{ICT_DEFAULT_REFERENCE}:wasserstein",)
     with pytest.raises(ValueError, match="unknown score metric"):
         parse_token_selector("ict:metric=tv")
-
-
-def reference_populations(batch, scope, group_ids):
-    """The rows of each population, in order (label order for ``group``), with Python lists."""
-    if scope == "batch":
-        return [list(range(batch))]
-    if scope == "sequence":
-        return [[row] for row in range(batch)]
-    labels = group_ids.tolist()
-    return [[row for row in range(batch) if labels[row] == label] for label in sorted(set(labels))]
-
-
-def reference_rank(values, ratio, generator, tolerance=1e-6):
-    """One population's ``(kept, drawn)`` entries of ``values`` with Python lists: the k-th largest
-    (NaN as +inf), the values above it by more than the tolerance, and the remaining slots drawn
-    among the values within the tolerance by ``randperm`` on the generator (a new one seeded with
-    0 when None)."""
-    values = [math.inf if math.isnan(value) else value for value in values]
-    count = exact_count(ratio, len(values))
-    if not count:
-        return [], []
-    threshold = sorted(values, reverse=True)[count - 1]
-    sure = [i for i, value in enumerate(values) if value > threshold + tolerance]
-    tied = [i for i, value in enumerate(values) if value == threshold or abs(value - threshold) <= tolerance]
-    slots = count - len(sure)
-    if len(tied) <= slots:
-        return sure + tied, []
-    draw = torch.randperm(len(tied), generator=generator or torch.Generator().manual_seed(0))
-    drawn = [tied[i] for i in draw[:slots].tolist()]
-    return sure + drawn, drawn
-
-
-def reference_top_fraction(scores, mask, ratio, scope, group_ids, generator, tolerance=1e-6):
-    """Every population ranked alone (:func:`reference_rank`), populations in order, positions
-    row-major."""
-    batch, length = mask.shape
-    selected = torch.zeros(batch, length, dtype=torch.bool)
-    decided = torch.zeros(batch, length, dtype=torch.bool)
-    for rows in reference_populations(batch, scope, group_ids):
-        positions = [(row, t) for row in rows for t in range(length) if mask[row, t]]
-        kept, drawn = reference_rank([float(scores[row, t]) for row, t in positions], ratio, generator, tolerance)
-        for i in kept:
-            selected[positions[i]] = True
-        for i in drawn:
-            decided[positions[i]] = True
-    return selected, decided
-
-
-@given(
-    seed=st.integers(0, 10_000),
-    batch=st.integers(0, 7),
-    length=st.integers(1, 12),
-    ratio=st.sampled_from([0.05, 0.1, 0.25, 0.5, 0.9, 1.0]),
-    scope=st.sampled_from(["batch", "sequence", "group"]),
-    levels=st.sampled_from([2, 3, 1000]),
-    with_generator=st.booleans(),
-)
-def test_top_fraction_selection_ranks_every_population_at_once_as_each_alone(
-        seed, batch, length, ratio, scope, levels, with_generator):
-    # few score levels make ties (and draws) common; NaN, +-inf and near-ties within the tolerance
-    from ict.core.selectors import top_fraction_selection
-
-    generator = torch.Generator().manual_seed(seed)
-    scores = torch.randint(0, levels, (batch, length), generator=generator).float() / levels
-    scores += (torch.rand(batch, length, generator=generator) < 0.1) * 5e-7
-    special = torch.rand(batch, length, generator=generator)
-    scores[special < 0.03] = float("nan")
-    scores[(special >= 0.03) & (special < 0.05)] = float("inf")
-    scores[(special >= 0.05) & (special < 0.07)] = float("-inf")
-    mask = torch.rand(batch, length, generator=generator) > 0.3
-    group_ids = torch.randint(0, 3, (batch,), generator=generator) * 10  # uneven, unsorted groups
-    ours = top_fraction_selection(scores, mask, ratio, scope, group_ids,
-                                  torch.Generator().manual_seed(seed + 1) if with_generator else None)
-    expected, expected_decided = reference_top_fraction(
-        scores, mask, ratio, scope, group_ids, torch.Generator().manual_seed(seed + 1) if with_generator else None)
-    assert torch.equal(ours.mask, expected)
-    assert torch.equal(ours.tie_decided, expected_decided)
-
-
-def reference_top_unique(scores, token_ids, mask, ratio, scope, group_ids, generator, tolerance=1e-6):
-    """Each population alone with Python lists: its response tokens' ids, ascending; each id's mean
-    score (float64, summed row-major) ranked by :func:`reference_rank`; an id's positions follow
-    it (tie-decided with it)."""
-    batch, length = mask.shape
-    selected = torch.zeros(batch, length, dtype=torch.bool)
-    decided = torch.zeros(batch, length, dtype=torch.bool)
-    for rows in reference_populations(batch, scope, group_ids):
-        positions = [(row, t) for row in rows for t in range(length) if mask[row, t]]
-        sums: dict[int, float] = {}
-        numbers: dict[int, int] = {}
-        for row, t in positions:
-            token = int(token_ids[row, t])
-            sums[token] = sums.get(token, 0.0) + float(scores[row, t])
-            numbers[token] = numbers.get(token, 0) + 1
-        ids = sorted(sums)
-        kept, drawn = reference_rank([sums[token] / numbers[token] for token in ids], ratio, generator, tolerance)
-        kept_ids, drawn_ids = {ids[i] for i in kept}, {ids[i] for i in drawn}
-        for row, t in positions:
-            selected[row, t] = int(token_ids[row, t]) in kept_ids
-            decided[row, t] = int(token_ids[row, t]) in drawn_ids
-    return selected, decided
-
-
-@given(
-    seed=st.integers(0, 10_000),
-    batch=st.integers(0, 7),
-    length=st.integers(1, 12),
-    vocab=st.sampled_from([3, 8, 50]),
-    ratio=st.sampled_from([0.05, 0.1, 0.25, 0.5, 0.9, 1.0]),
-    scope=st.sampled_from(["batch", "sequence", "group"]),
-    levels=st.sampled_from([2, 3, 1000]),
-    with_generator=st.booleans(),
-)
-def test_top_unique_token_selection_ranks_every_population_at_once_as_each_alone(
-        seed, batch, length, vocab, ratio, scope, levels, with_generator):
-    from ict.core.selectors import top_unique_token_selection
-
-    generator = torch.Generator().manual_seed(seed)
-    scores = torch.randint(0, levels, (batch, length), generator=generator).float() / levels
-    scores[torch.rand(batch, length, generator=generator) < 0.03] = float("nan")
-    token_ids = torch.randint(0, vocab, (batch, length), generator=generator)
-    mask = torch.rand(batch, length, generator=generator) > 0.3
-    group_ids = torch.randint(0, 3, (batch,), generator=generator) * 10  # uneven, unsorted groups
-    ours = top_unique_token_selection(scores, token_ids, mask, ratio, scope, group_ids,
-                                      torch.Generator().manual_seed(seed + 1) if with_generator else None)
-    expected, expected_decided = reference_top_unique(
-        scores, token_ids, mask, ratio, scope, group_ids,
-        torch.Generator().manual_seed(seed + 1) if with_generator else None)
-    assert torch.equal(ours.mask, expected)
-    assert torch.equal(ours.tie_decided, expected_decided)

@@ -1,0 +1,70 @@
+"""Every population ranked at once (``ict.core.ranking`` through the selectors' top-fraction and
+top-unique-id selections) equals each population ranked alone with Python lists, ties drawn on
+the same generator."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from selection_references import reference_top_fraction, reference_top_unique
+
+
+@given(
+    seed=st.integers(0, 10_000),
+    batch=st.integers(0, 7),
+    length=st.integers(1, 12),
+    ratio=st.sampled_from([0.05, 0.1, 0.25, 0.5, 0.9, 1.0]),
+    scope=st.sampled_from(["batch", "sequence", "group"]),
+    levels=st.sampled_from([2, 3, 1000]),
+    with_generator=st.booleans(),
+)
+def test_top_fraction_selection_ranks_every_population_at_once_as_each_alone(
+        seed, batch, length, ratio, scope, levels, with_generator):
+    # few score levels make ties (and draws) common; NaN, +-inf and near-ties within the tolerance
+    from ict.core.selectors import top_fraction_selection
+
+    generator = torch.Generator().manual_seed(seed)
+    scores = torch.randint(0, levels, (batch, length), generator=generator).float() / levels
+    scores += (torch.rand(batch, length, generator=generator) < 0.1) * 5e-7
+    special = torch.rand(batch, length, generator=generator)
+    scores[special < 0.03] = float("nan")
+    scores[(special >= 0.03) & (special < 0.05)] = float("inf")
+    scores[(special >= 0.05) & (special < 0.07)] = float("-inf")
+    mask = torch.rand(batch, length, generator=generator) > 0.3
+    group_ids = torch.randint(0, 3, (batch,), generator=generator) * 10  # uneven, unsorted groups
+    ours = top_fraction_selection(scores, mask, ratio, scope, group_ids,
+                                  torch.Generator().manual_seed(seed + 1) if with_generator else None)
+    expected, expected_decided = reference_top_fraction(
+        scores, mask, ratio, scope, group_ids, torch.Generator().manual_seed(seed + 1) if with_generator else None)
+    assert torch.equal(ours.mask, expected)
+    assert torch.equal(ours.tie_decided, expected_decided)
+
+
+@given(
+    seed=st.integers(0, 10_000),
+    batch=st.integers(0, 7),
+    length=st.integers(1, 12),
+    vocab=st.sampled_from([3, 8, 50]),
+    ratio=st.sampled_from([0.05, 0.1, 0.25, 0.5, 0.9, 1.0]),
+    scope=st.sampled_from(["batch", "sequence", "group"]),
+    levels=st.sampled_from([2, 3, 1000]),
+    with_generator=st.booleans(),
+)
+def test_top_unique_token_selection_ranks_every_population_at_once_as_each_alone(
+        seed, batch, length, vocab, ratio, scope, levels, with_generator):
+    from ict.core.selectors import top_unique_token_selection
+
+    generator = torch.Generator().manual_seed(seed)
+    scores = torch.randint(0, levels, (batch, length), generator=generator).float() / levels
+    scores[torch.rand(batch, length, generator=generator) < 0.03] = float("nan")
+    token_ids = torch.randint(0, vocab, (batch, length), generator=generator)
+    mask = torch.rand(batch, length, generator=generator) > 0.3
+    group_ids = torch.randint(0, 3, (batch,), generator=generator) * 10  # uneven, unsorted groups
+    ours = top_unique_token_selection(scores, token_ids, mask, ratio, scope, group_ids,
+                                      torch.Generator().manual_seed(seed + 1) if with_generator else None)
+    expected, expected_decided = reference_top_unique(
+        scores, token_ids, mask, ratio, scope, group_ids,
+        torch.Generator().manual_seed(seed + 1) if with_generator else None)
+    assert torch.equal(ours.mask, expected)
+    assert torch.equal(ours.tie_decided, expected_decided)
