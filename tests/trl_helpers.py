@@ -1,0 +1,20 @@
+"""What the TRL integration tests share: the driver script that trains through TRL's real
+GRPOTrainer in a process of its own, and how to run it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DRIVER = ROOT / "tests" / "trl_integration_run.py"
+
+
+def run_driver(command: list[str], out_dir: Path, **extra_env: str) -> None:
+    """Run ``command`` in ``out_dir`` with this checkout on PYTHONPATH, offline, one thread; the
+    output's tail is the assertion message when it fails."""
+    env = {**os.environ, **extra_env, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+           "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(command, env=env, cwd=out_dir, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
