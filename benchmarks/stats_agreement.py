@@ -12,10 +12,11 @@ are scored four ways:
   KL(p||q) to the two means that include the row (the group kernel's), built row by row.
 
 Printed: the largest absolute difference of each statistic (log-probs, entropy, Renyi-2, the JS
-to every group reference, the KL to ``group_mean`` and ``group_mean_absorbing``) between each path and float64 and between the GPU and the CPU, and
-whether ICT's masks (the registry's ``ict``: top 10% of each completion by JS to
-``group_mean_absorbing``) agree, apart from tokens a tie at the threshold decides. Exit status 3
-when that target is missed (1: the script itself failed)::
+to every group reference, the KL to ``group_mean`` and ``group_mean_absorbing``) between each
+path and float64 and between the GPU and the CPU, and whether ICT's masks (the registry's
+``ict``: top 10% of each completion by JS to ``group_mean_absorbing``) agree, apart from tokens a
+tie at the threshold decides. Exit status 3 when that target is missed (1: the script itself
+failed)::
 
     PYTHONPATH=$PWD python benchmarks/stats_agreement.py            # 2 x 8 x 256, V = 151,936
     PYTHONPATH=$PWD python benchmarks/stats_agreement.py --vocab 4099 --length 32   # seconds, CPU
