@@ -110,6 +110,15 @@ def _folds(backend: str) -> ModuleType:
     return torch_tiles
 
 
+def _probabilities(logits: Tensor | IndexedTile, maximum: Tensor, log_total: Tensor, temperature: float,
+                   overwrite: bool) -> Tensor:
+    """:func:`~ict.core.stats.torch_tiles.probabilities` of a tile; an :class:`IndexedTile` is gathered
+    first (a copy of its own, so always overwritten)."""
+    if isinstance(logits, IndexedTile):
+        return torch_tiles.probabilities(logits.gathered(), maximum, log_total, temperature, overwrite=True)
+    return torch_tiles.probabilities(logits, maximum, log_total, temperature, overwrite=overwrite)
+
+
 class _ResponseLogProbs(torch.autograd.Function):
     """``log p(token)`` and ``H(p)`` (``[N]``, processing order) from the no-grad passes, with a
     tiled backward that recomputes each tile through the head."""
@@ -181,7 +190,6 @@ class _Run:
         if self.tokens < 1 or self.vocab < 1:
             raise ValueError(f"tile_size must be two positive integers (tokens, vocab), got {tile_size}")
         self.folds = _folds(self.backend)
-        self.indexed = self.folds.READS_INDEXED_TILES
         self.metrics_of: dict[str, tuple[str, ...]] = {}
         for name in js_references:
             reference, metric = split_score_key(name)
@@ -252,22 +260,24 @@ class _Run:
         if self.metrics_of:
             for start, end in chunks(vocab_size, self.vocab):
                 for tile, rows, reference_rows in tiles:
-                    self._score_tile(tile, head.tile(rows, start, end, indexed=self.indexed), rows, start, end,
-                                     head, reference_head, reference_rows, temperature)
+                    logits = head.tile(rows, start, end, indexed=self.folds.READS_INDEXED_TILES)
+                    self._score_tile(tile, logits, rows, start, end, head, reference_head, reference_rows,
+                                     temperature)
 
     def _fold_tile(self, part: slice, head: Head, rows: Tensor, reference_head: LogitsHead | None,
                    reference_rows: Tensor | None, start: int, end: int, temperature: float, overwrite: bool,
                    keep_exponentials: bool = False) -> Tensor | IndexedTile:
         """Fold one tile into the rows' statistics (and the reference's); returns the logits tile,
         or its exponentials when ``keep_exponentials`` (torch folds)."""
-        logits = head.tile(rows, start, end, indexed=self.indexed)
+        indexed = self.folds.READS_INDEXED_TILES
+        logits = head.tile(rows, start, end, indexed=indexed)
         exponentials = self.folds.fold_statistics(self.state.view(part), logits, self.targets[part], start,
                                                   temperature, overwrite=overwrite,
                                                   keep_exponentials=keep_exponentials)
         if reference_head is not None and self.reference_state is not None:
             assert reference_rows is not None
             self.folds.fold_statistics(self.reference_state.view(part),
-                                       reference_head.tile(reference_rows, start, end, indexed=self.indexed),
+                                       reference_head.tile(reference_rows, start, end, indexed=indexed),
                                        self.targets[part], start, temperature)
         return logits if exponentials is None else exponentials
 
@@ -326,10 +336,7 @@ class _Run:
                 if p is None:
                     assert logits is not None
                     # in place unless a later variant's Triton kernel still reads the logits
-                    p = (torch_tiles.probabilities(logits.gathered(), maximum, log_total, temperature, overwrite=True)
-                         if isinstance(logits, IndexedTile) else
-                         torch_tiles.probabilities(logits, maximum, log_total, temperature,
-                                                   overwrite=self.folds is torch_tiles))
+                    p = _probabilities(logits, maximum, log_total, temperature, overwrite=self.folds is torch_tiles)
                 torch_tiles.group_partials(self.partials[variant].view(part), None, maximum, log_total,
                                            temperature, tile.blocks, start, absorbing, leave_one_out, metrics, mass, p)
             mass = None  # counted once
@@ -337,8 +344,7 @@ class _Run:
             return
         if p is None:
             assert logits is not None
-            p = torch_tiles.probabilities(logits.gathered() if isinstance(logits, IndexedTile) else logits, maximum,
-                                          log_total, temperature, overwrite=True)
+            p = _probabilities(logits, maximum, log_total, temperature, overwrite=True)
         if mass is not None:
             torch_tiles.accumulate_mass(mass, p)
         if self.previous is not None:
