@@ -38,7 +38,7 @@ TYPES = {  # every kernel argument that is no constexpr, by name (ours and TRL's
     "n_cols": "i32", "span": "i32", "inv_t": "fp32", "tiny": "fp32", "logit_scale": "fp32", "softcap": "fp32",
 }
 ALIGNED_INTEGERS = {"stride", "mm_stride", "out_stride", "span", "n_cols", "num_rows", "vocab_start"}
-GROUP_ELEMENTS, GROUP_SIZE = 4096, 8
+GROUP_SIZE = 8  # ICT's groups of 8 completions
 
 
 def kernel_cases() -> list[tuple[str, object, dict, int]]:
@@ -47,15 +47,16 @@ def kernel_cases() -> list[tuple[str, object, dict, int]]:
 
     statistics_block = getattr(ours, "_STATISTICS_BLOCK", 1024)
     grad_block = getattr(ours, "_GRAD_BLOCK", 1024)
-    block_v = max(16, GROUP_ELEMENTS // GROUP_SIZE)
+    group_elements = getattr(ours, "_GROUP_ELEMENTS", 4096)  # BLOCK_G x BLOCK_V, as group_partials launches it
+    block_v = max(16, group_elements // GROUP_SIZE)
     group = {"INDEXED": False, "WANT_JS": True, "WANT_KL": False, "WANT_TV": False, "WANT_MASS": False,
              "BLOCK_G": GROUP_SIZE, "BLOCK_V": block_v}
     cases = [
         ("ours: statistics pass", ours._statistics_kernel, {"INDEXED": False, "BLOCK_V": statistics_block},
          statistics_block),
         ("ours: group kernel, group_mean_absorbing", ours._group_kernel, {**group, "LEAVE_ONE_OUT": False},
-         GROUP_ELEMENTS),
-        ("ours: group kernel, leave-one-out", ours._group_kernel, {**group, "LEAVE_ONE_OUT": True}, GROUP_ELEMENTS),
+         group_elements),
+        ("ours: group kernel, leave-one-out", ours._group_kernel, {**group, "LEAVE_ONE_OUT": True}, group_elements),
         ("ours: logit gradient (log-probs)", ours._logit_grad_kernel,
          {"INDEXED": False, "HAS_LOG_PROB_GRAD": True, "HAS_ENTROPY_GRAD": False, "BLOCK_V": grad_block}, grad_block),
     ]
