@@ -139,6 +139,14 @@ class MemoryMeter:
             except OSError:
                 self.base = None
 
+    def alloc_retries(self) -> int | None:
+        """CUDA: how often the caching allocator has freed its cache and retried a ``cudaMalloc``
+        in this process so far (each one synchronises the device; a run's count is the difference
+        across it); None on a CPU."""
+        import torch
+
+        return int(torch.cuda.memory_stats().get("num_alloc_retries", 0)) if self.cuda else None
+
     def peak_mib(self) -> float:
         import torch
 
@@ -300,11 +308,14 @@ def trl_run(model_dir: str, variant: str, config_name: str, steps: int, prompts:
                             reward_funcs=lambda completions, **kw: [hash_reward(str(c)) for c in completions],
                             peft_config=peft_config, callbacks=[Wall()])
     trainer.remove_callback(PrinterCallback)  # its per-step dicts; the figures are read below
+    retries = meter.alloc_retries()
     trainer.train()
     history = trainer.state.log_history
     result = {"step_times": [e["step_time"] for e in history if "step_time" in e], "wall": wall,
               "lengths": [e["completions/mean_length"] for e in history if "completions/mean_length" in e],
               "peak_mib": meter.peak_mib()}
+    if retries is not None:
+        result["alloc_retries"] = meter.alloc_retries() - retries
     if hasattr(trainer, "ict_head_statistics"):  # micro-batches scored on TRL's log Z / recomputed
         result["head_statistics"] = dict(trainer.ict_head_statistics)
         print(f"    ict head statistics: {result['head_statistics']}", flush=True)
@@ -356,14 +367,19 @@ def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions
     sampler = PromptSampler(data.train, config.prompts_per_step, config.seed)
     method, loss_config = method_of(config), loss_config_of(config)
     lines = []
+    retries = meter.alloc_retries()
     for step in range(steps):
         synchronize(device)
         lines.append(train_step(step, config, model, tokenizer, optimizer, sampler, reward, method,
                                 loss_config, None))
     result = {"step_times": [line["step_seconds"] for line in lines],
+              "generation_seconds": [line["generation_seconds"] for line in lines],
+              "training_seconds": [line["training_seconds"] for line in lines],
               "lengths": [line["response_length_mean"] for line in lines],
               "selected": [line.get("selected_fraction") for line in lines],
               "peak_mib": meter.peak_mib()}
+    if retries is not None:
+        result["alloc_retries"] = meter.alloc_retries() - retries
     del model, optimizer
     result["left_allocated_mib"] = free_memory(device)
     return result

@@ -459,22 +459,26 @@ def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
         assert finite(row[1]) and finite(row[2]) and finite(row[3], positive=False), row
     assert "target CPU: ICT <= 1.0x TRL's head" in tables["(a)"]
     # (b): TRL and ICT in TRL, full fine-tuning and LoRA, and their ratios; (c): ours, GRPO and ICT.
-    # Columns: configuration, variant, step time, wall per step, mean completion length, memory.
+    # Columns: configuration, variant, step time, wall per step, generation, training (both (c)
+    # only), mean completion length, memory.
     for config in ("full", "lora"):
         for variant in ("trl", "ict", "ict / trl"):
             (row,) = table_rows(tables["(b)"], (config, variant))
-            assert finite(row[2]) and finite(row[3]) and finite(row[4]), row
+            assert finite(row[2]) and finite(row[3]) and row[4] == row[5] == "-" and finite(row[6]), row
             if "/" not in variant:
-                assert float(row[4]) == 8.0  # every completion ran to the cap
+                assert float(row[6]) == 8.0  # every completion ran to the cap
     for variant in ("grpo", "ict", "ict / grpo"):
         (row,) = table_rows(tables["(c)"], ("full", variant))
-        assert finite(row[2]) and finite(row[4]), row
+        assert finite(row[2]) and finite(row[4]) and finite(row[5]) and finite(row[6]), row
         if "/" not in variant:
-            assert float(row[4]) == 8.0
+            assert float(row[6]) == 8.0
+            assert float(row[4]) + float(row[5]) <= float(row[2])  # parts of the step
     report = json.loads(report_path.read_text())
     assert set(report["a"]["tiny"]["rows"]) == {*A_ROWS, "ict_hidden_8x1000"}
     assert {run["variant"] for run in report["b"]["tiny"]["runs"]} == {"trl", "ict"}
     assert {run["variant"] for run in report["c"]["tiny"]["runs"]} == {"grpo", "ict"}
+    for run in report["c"]["tiny"]["runs"]:
+        assert len(run["generation_seconds"]) == len(run["training_seconds"]) == len(run["step_times"])
     assert not any("error" in run or "skipped" in run
                    for section in ("b", "c") for run in report[section]["tiny"]["runs"])
 
