@@ -176,6 +176,38 @@ def free_memory(device: str) -> float:
     return 0.0
 
 
+class TritonCompiles:
+    """Triton's in-process kernel-cache misses within a ``with`` block: ``count`` misses and
+    ``seconds`` spent from each miss to its kernel being ready (compiled, or loaded from Triton's
+    disk cache). After a run's first step a miss means a kernel met arguments that specialise it
+    anew. Counts nothing where Triton is missing or has no ``knobs.runtime`` hooks."""
+
+    def __enter__(self) -> TritonCompiles:
+        self.count, self.seconds, self._started = 0, 0.0, 0.0
+        try:
+            from triton import knobs
+            self._runtime: Any = knobs.runtime
+            self._previous = (self._runtime.jit_cache_hook, self._runtime.jit_post_compile_hook)
+        except (ImportError, AttributeError):
+            self._runtime = None
+            return self
+
+        def missed(**kwargs: Any) -> Any:
+            self.count, self._started = self.count + 1, time.perf_counter()
+            return self._previous[0](**kwargs) if self._previous[0] else None
+
+        def ready(**kwargs: Any) -> Any:
+            self.seconds += time.perf_counter() - self._started
+            return self._previous[1](**kwargs) if self._previous[1] else None
+
+        self._runtime.jit_cache_hook, self._runtime.jit_post_compile_hook = missed, ready
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._runtime is not None:
+            self._runtime.jit_cache_hook, self._runtime.jit_post_compile_hook = self._previous
+
+
 # ------------------------------------------------------------------ interleaved plan with a budget
 
 def plan_pairs(configs: list[str], rounds: int, section: str) -> list[tuple[str, int, tuple[str, ...]]]:
@@ -309,13 +341,15 @@ def trl_run(model_dir: str, variant: str, config_name: str, steps: int, prompts:
                             peft_config=peft_config, callbacks=[Wall()])
     trainer.remove_callback(PrinterCallback)  # its per-step dicts; the figures are read below
     retries = meter.alloc_retries()
-    trainer.train()
+    with TritonCompiles() as compiles:
+        trainer.train()
     history = trainer.state.log_history
     result = {"step_times": [e["step_time"] for e in history if "step_time" in e], "wall": wall,
               "lengths": [e["completions/mean_length"] for e in history if "completions/mean_length" in e],
               "peak_mib": meter.peak_mib()}
     if retries is not None:
         result["alloc_retries"] = meter.alloc_retries() - retries
+    result["triton_compiles"], result["triton_compile_seconds"] = compiles.count, compiles.seconds
     if hasattr(trainer, "ict_head_statistics"):  # micro-batches scored on TRL's log Z / recomputed
         result["head_statistics"] = dict(trainer.ict_head_statistics)
         print(f"    ict head statistics: {result['head_statistics']}", flush=True)
@@ -368,15 +402,19 @@ def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions
     method, loss_config = method_of(config), loss_config_of(config)
     lines = []
     retries = meter.alloc_retries()
+    compile_seconds = []
     for step in range(steps):
         synchronize(device)
-        lines.append(train_step(step, config, model, tokenizer, optimizer, sampler, reward, method,
-                                loss_config, None))
+        with TritonCompiles() as compiles:
+            lines.append(train_step(step, config, model, tokenizer, optimizer, sampler, reward, method,
+                                    loss_config, None))
+        compile_seconds.append(compiles.seconds)
     result = {"step_times": [line["step_seconds"] for line in lines],
               "generation_seconds": [line["generation_seconds"] for line in lines],
               "training_seconds": [line["training_seconds"] for line in lines],
               "lengths": [line["response_length_mean"] for line in lines],
               "selected": [line.get("selected_fraction") for line in lines],
+              "triton_compile_seconds": compile_seconds,
               "peak_mib": meter.peak_mib()}
     if retries is not None:
         result["alloc_retries"] = meter.alloc_retries() - retries

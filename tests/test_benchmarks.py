@@ -11,6 +11,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -481,6 +482,32 @@ def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
         assert len(run["generation_seconds"]) == len(run["training_seconds"]) == len(run["step_times"])
     assert not any("error" in run or "skipped" in run
                    for section in ("b", "c") for run in report[section]["tiny"]["runs"])
+
+
+def test_triton_compiles_times_each_miss_and_restores_the_hooks():
+    """ict_cost's TritonCompiles: from Triton's cache-miss hook to its post-compile hook, for each
+    miss, calling the hooks it found, which it puts back afterwards (Triton calls both hooks
+    with keyword arguments; a GPU calls them for real)."""
+    knobs = pytest.importorskip("triton").knobs
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from ict_cost_runs import TritonCompiles
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    seen = []
+    before = (lambda **kw: seen.append("miss"), lambda **kw: seen.append("ready"))
+    knobs.runtime.jit_cache_hook, knobs.runtime.jit_post_compile_hook = before
+    try:
+        with TritonCompiles() as compiles:
+            for _ in range(2):
+                knobs.runtime.jit_cache_hook(key="k", fn=None)
+                time.sleep(0.01)
+                knobs.runtime.jit_post_compile_hook(key="k", fn=None)
+        assert compiles.count == 2 and 0.02 <= compiles.seconds < 5
+        assert seen == ["miss", "ready"] * 2
+        assert (knobs.runtime.jit_cache_hook, knobs.runtime.jit_post_compile_hook) == before
+    finally:
+        knobs.runtime.jit_cache_hook = knobs.runtime.jit_post_compile_hook = None
 
 
 def test_stats_agreement_runs_tiny_and_agrees(tmp_path):
