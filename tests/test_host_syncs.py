@@ -19,7 +19,7 @@ from ict.core.selectors import (
     resolve_options,
     select,
 )
-from ict.core.stats import token_statistics_from_hidden
+from ict.core.stats import TokenStatistics, token_statistics_from_hidden
 
 # operators whose result size or value the host must read from the device
 SYNCING = {"_local_scalar_dense", "nonzero", "_unique2", "unique_dim", "unique_consecutive", "masked_select",
@@ -93,3 +93,34 @@ def test_the_token_id_unit_syncs_do_not_grow_with_populations(monkeypatch, scope
     large = ict_step_syncs(monkeypatch, 32, (8, 32), "torch", scope, "token_id")
     assert small == large
     assert small <= 20
+
+
+def test_the_loss_reads_its_metrics_back_only_when_one_is_read(monkeypatch):
+    """`policy_loss` and its backward synchronise nothing: its metrics are computed on the device
+    and read back, once for all of them, when the first is read (`LossMetrics`)."""
+    generator = torch.Generator().manual_seed(0)
+    log_probs = torch.randn(4, 6, generator=generator).requires_grad_()
+    stats = TokenStatistics(log_probs, torch.rand(4, 6, generator=generator), torch.rand(4, 6, generator=generator),
+                            {"group_mean": torch.rand(4, 6, generator=generator)})
+    mask = torch.rand(4, 6, generator=generator) > 0.2
+    selected = mask & (torch.rand(4, 6, generator=generator) > 0.5)
+    reads = collections.Counter()
+    original = torch.Tensor.tolist
+
+    def counted(self, *args):
+        reads["tolist"] += 1
+        return original(self, *args)
+
+    monkeypatch.setattr(torch.Tensor, "tolist", counted)
+    counter = SyncCounter()
+    with counter:
+        loss, metrics = policy_loss(stats, log_probs.detach() - 0.1, torch.randn(4, generator=generator), mask,
+                                    selected)
+        loss.backward()
+    assert sum(counter.counts.values()) + reads["tolist"] == 0
+    with counter:
+        fraction, entropy = metrics["selected_fraction"], metrics["entropy"]
+        assert set(metrics) >= {"clip_fraction", "js_group_mean_selected", "policy_loss"}
+    assert reads["tolist"] == 1 and sum(counter.counts.values()) == 0
+    assert fraction == pytest.approx(float(selected.sum() / mask.sum()))
+    assert entropy == pytest.approx(float(stats.entropy[mask].double().mean()))

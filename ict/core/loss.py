@@ -33,6 +33,7 @@ the per-token policy loss.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -175,19 +176,61 @@ def kl_penalty_term(log_probs: Tensor, old_log_probs: Tensor, kl_penalty: Tensor
     return kl_penalty.to(log_probs.dtype) * log_ratio.abs()
 
 
+def masked_sums(pairs: list[tuple[Tensor, Tensor]], scalars: tuple[Tensor, ...] = ()) -> Tensor:
+    """On the device, float64 ``[2 P + S]``: the sum of each ``values`` over its bool ``mask``,
+    then each mask's count, then each 0-d tensor of ``scalars`` (``P`` pairs, ``S`` scalars; at
+    least one of either). :func:`means_of` turns its read-back into means."""
+    device = (pairs[0][0] if pairs else scalars[0]).device
+    sums = [torch.where(mask, values.detach().double(), 0.0).sum() for values, mask in pairs]
+    counts = [mask.sum().double() for _, mask in pairs]
+    return torch.stack([*sums, *counts, *(scalar.detach().double().to(device) for scalar in scalars)])
+
+
+def means_of(numbers: list[float], num_pairs: int) -> list[float]:
+    """:func:`masked_sums`'s values read back -> each pair's mean (NaN for an empty mask), then
+    the scalars."""
+    sums, counts = numbers[:num_pairs], numbers[num_pairs:2 * num_pairs]
+    return [total / count if count else math.nan for total, count in zip(sums, counts)] + numbers[2 * num_pairs:]
+
+
 def masked_means(pairs: list[tuple[Tensor, Tensor]], scalars: tuple[Tensor, ...] = ()) -> list[float]:
     """The float64 mean of each ``values`` over its bool ``mask`` (NaN for an empty mask), then the
     value of each 0-d tensor of ``scalars``, with one host synchronisation for all of them (one
     ``.item()`` each would stall a GPU's queue once per metric)."""
     if not pairs and not scalars:
         return []
-    device = (pairs[0][0] if pairs else scalars[0]).device
-    sums = [torch.where(mask, values.detach().double(), 0.0).sum() for values, mask in pairs]
-    counts = [mask.sum().double() for _, mask in pairs]
-    numbers = torch.stack([*sums, *counts, *(scalar.detach().double().to(device) for scalar in scalars)]).tolist()
-    size = len(pairs)
-    means = [total / count if count else math.nan for total, count in zip(numbers[:size], numbers[size:2 * size])]
-    return means + numbers[2 * size:]
+    return means_of(masked_sums(pairs, scalars).tolist(), len(pairs))
+
+
+class LossMetrics(Mapping[str, float]):
+    """:func:`policy_loss`'s metrics, a read-only mapping of floats. Their values are computed on
+    the device with the loss, and read back (one host synchronisation for all) when one is first
+    read: a loss backpropagated before its metrics are read keeps a GPU's queue running from the
+    forward into the backward."""
+
+    def __init__(self, numbers: Tensor, assemble: Callable[[list[float]], dict[str, float]]) -> None:
+        self._numbers: Tensor | None = numbers
+        self._assemble = assemble
+        self._values: dict[str, float] | None = None
+
+    def _read(self) -> dict[str, float]:
+        if self._values is None:
+            assert self._numbers is not None
+            self._values = self._assemble(self._numbers.tolist())  # the host synchronisation
+            self._numbers = None
+        return self._values
+
+    def __getitem__(self, name: str) -> float:
+        return self._read()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+    def __repr__(self) -> str:
+        return f"LossMetrics({self._read()!r})"
 
 
 def policy_loss(
@@ -199,7 +242,7 @@ def policy_loss(
     config: PolicyLossConfig | None = None,
     reference_log_probs: Tensor | None = None,
     kl_penalty: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+) -> tuple[Tensor, LossMetrics]:
     """Clipped surrogate on the selected tokens; returns ``(loss, metrics)``.
 
     ``stats.log_probs``/``old_log_probs`` are ``[B, T]``; ``advantages`` is ``[B]`` (one per
@@ -208,7 +251,7 @@ def policy_loss(
     ``entropy_selected``, ``renyi2``, ``renyi2_selected``, ``js_score``/``js_score_selected``
     (of the first computed reference) and ``js_<reference>``/``js_<reference>_selected`` for each,
     ``kl`` (k3 to the reference, NaN without one), ``kl_old`` (k3 to the old policy),
-    ``policy_loss``.
+    ``policy_loss``; read back from the device when first read (:class:`LossMetrics`).
     """
     config = config or PolicyLossConfig()
     response = response_mask.bool()
@@ -254,9 +297,9 @@ def policy_loss(
 
 @torch.no_grad()
 def _loss_metrics(stats: TokenStatistics, response: Tensor, selected: Tensor, clipped: Tensor,
-                  kl: Tensor | None, old_log_probs: Tensor, surrogate: Tensor) -> dict[str, float]:
-    """`policy_loss`'s metrics: token means over the response or the selected tokens (one host
-    synchronisation for all, :func:`masked_means`)."""
+                  kl: Tensor | None, old_log_probs: Tensor, surrogate: Tensor) -> LossMetrics:
+    """`policy_loss`'s metrics: token means over the response or the selected tokens, summed on
+    the device now and read back when first read (:class:`LossMetrics`)."""
     pairs: dict[str, tuple[Tensor, Tensor]] = {
         "selected_fraction": (selected.double(), response),
         "clip_fraction": (clipped, selected),
@@ -271,9 +314,16 @@ def _loss_metrics(stats: TokenStatistics, response: Tensor, selected: Tensor, cl
     for name, scores in stats.js_scores.items():
         pairs[f"js_{name}"] = (scores, response)
         pairs[f"js_{name}_selected"] = (scores, selected)
-    *means, surrogate_value = masked_means(list(pairs.values()), (surrogate,))
-    found = dict(zip(pairs, means))
-    first = next(iter(stats.js_scores), None)
+    js_names = tuple(stats.js_scores)
+    return LossMetrics(masked_sums(list(pairs.values()), (surrogate,)),
+                       lambda numbers: _assemble_metrics(means_of(numbers, len(pairs)), tuple(pairs), js_names))
+
+
+def _assemble_metrics(values: list[float], names: tuple[str, ...], js_names: tuple[str, ...]) -> dict[str, float]:
+    """`_loss_metrics`' means (one per name of ``names``, then the surrogate) -> the metrics."""
+    *means, surrogate_value = values
+    found = dict(zip(names, means))
+    first = js_names[0] if js_names else None
     metrics: dict[str, float] = {
         name: found[name] for name in ("selected_fraction", "clip_fraction", "entropy", "entropy_selected",
                                        "renyi2", "renyi2_selected")}
@@ -282,7 +332,7 @@ def _loss_metrics(stats: TokenStatistics, response: Tensor, selected: Tensor, cl
     metrics["kl"] = found.get("kl", math.nan)
     metrics["kl_old"] = found["kl_old"]
     metrics["policy_loss"] = surrogate_value
-    for name in stats.js_scores:
+    for name in js_names:
         metrics[f"js_{name}"] = found[f"js_{name}"]
         metrics[f"js_{name}_selected"] = found[f"js_{name}_selected"]
     return metrics

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,7 +213,7 @@ def select_population(method: Method, stats: TokenStatistics, batch: RolloutBatc
 class MicroBatchResult:
     loss: float
     weight: float
-    metrics: dict[str, float]
+    metrics: Mapping[str, float]  # read back when first read (LossMetrics)
     selection: Selection
     stats: TokenStatistics  # detached
 
@@ -266,7 +267,7 @@ class MetricTotals:
     def add_count(self, name: str, count: float) -> None:
         self.counts[name] = self.counts.get(name, 0.0) + count
 
-    def add(self, metrics: dict[str, float], num_response: float, num_selected: float) -> None:
+    def add(self, metrics: Mapping[str, float], num_response: float, num_selected: float) -> None:
         self.add_count("response", num_response)
         self.add_count("selected", num_selected)
         for name, over in _METRIC_COUNTS.items():
