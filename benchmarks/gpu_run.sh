@@ -11,7 +11,9 @@
 # left, tests/test_tiles.py (the Triton kernels compiled on the GPU, against float64). Everything
 # lands in $OUT: versions.txt, stats_agreement.{log,json}, ict_cost.log (all output), ict_cost.json
 # (every figure; written after each section and each model, so a run cut short keeps what it
-# measured), stats_profile.log, test_tiles.log.
+# measured), stats_profile.log (with the device's idle time in each call, charged to the host's
+# operators), stats_traces.tar (the three profiles' Chrome traces, for
+# `python benchmarks/stats_profile.py --analyze` here), test_tiles.log: 8 files, as many as come back.
 #
 # Prepare the wheels here, once (repository root; .whl/ is ignored through .git/info/exclude):
 #   echo /.whl/ >> .git/info/exclude
@@ -74,8 +76,10 @@ status=${PIPESTATUS[0]}
 echo "ict_cost.py exit status $status (124: stopped by the time limit); script $(( $(date +%s) - start )) s" \
   | tee -a "$OUT/ict_cost.log"
 # 3. the torch profiler over TRL's fused head, our GRPO statistics + loss and our ICT statistics +
-# selection + loss (~25 s)
-timeout -k 5 70 python3 benchmarks/stats_profile.py --rows 12 2>&1 | tee "$OUT/stats_profile.log"
+# selection + loss, and where the device sat idle in each (~30 s)
+timeout -k 5 70 python3 benchmarks/stats_profile.py --rows 12 --trace-dir /tmp/stats_traces 2>&1 \
+  | tee "$OUT/stats_profile.log"
+tar -cf "$OUT/stats_traces.tar" -C /tmp stats_traces 2>/dev/null || echo "no traces to pack"
 # 4. the tile tests on the GPU (the Triton kernels compiled, gradients included, against float64),
 # with the time left under the run's 600 s (compiling every kernel variant took ~110 s on an H100;
 # a run cut short lists the tests that passed)

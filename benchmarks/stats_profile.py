@@ -5,12 +5,21 @@ tokens, d = 896, V = 151,936, bf16 autocast on a GPU; ``--length`` shortens it).
 one's kernels by their own device time (CPU time where there is no GPU)::
 
     PYTHONPATH=$PWD python benchmarks/stats_profile.py --rows 20
+
+On a GPU it also prints where the device sat idle within each call: the gaps between its
+kernels, copies and fills, each instant of a gap charged to the innermost operator the host was
+running then (any thread), or to Python between operators. ``--trace-dir DIR`` writes each
+profile's Chrome trace there (``trl.json.gz``, ``grpo.json.gz``, ``ict.json.gz``);
+``--analyze TRACE...`` prints that summary for traces written before, without profiling.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
+import gzip
+import json
 import sys
 from pathlib import Path
 
@@ -29,14 +38,85 @@ from ict.core.selectors import (  # noqa: E402
 )
 from ict.core.stats import token_statistics_from_hidden  # noqa: E402
 
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")  # what keeps the device busy in a trace
+BETWEEN_OPERATORS = "(Python between operators)"
+
+
+def device_idle(events: list[dict]) -> dict | None:
+    """Chrome-trace ``events`` (microseconds) -> the call's window (the first host operator's start
+    to the last event's end), the device's busy and idle time in it (ms), the number of gaps, and
+    the idle time charged to each innermost host operator (``cpu_op``) running during it, largest
+    first; None without device or host events."""
+    spans = [e for e in events if e.get("ph") == "X" and "dur" in e]
+    device = sorted((e["ts"], e["ts"] + e["dur"]) for e in spans if e.get("cat") in DEVICE_CATEGORIES)
+    host = sorted((e["ts"], e["ts"] + e["dur"], e["name"]) for e in spans if e.get("cat") == "cpu_op")
+    if not device or not host:
+        return None
+    start, end = host[0][0], max(device[-1][1], max(op[1] for op in host))
+    busy: list[list[float]] = []
+    for first, last in device:
+        if busy and first <= busy[-1][1]:
+            busy[-1][1] = max(busy[-1][1], last)
+        else:
+            busy.append([first, last])
+    gaps, cursor = [], start
+    for first, last in busy:
+        if first > cursor:
+            gaps.append((cursor, first))
+        cursor = max(cursor, last)
+    if end > cursor:
+        gaps.append((cursor, end))
+    charged: collections.Counter[str] = collections.Counter()
+    for gap_start, gap_end in gaps:
+        inside = [op for op in host if op[0] < gap_end and op[1] > gap_start]
+        cuts = sorted({gap_start, gap_end, *(t for op in inside for t in op[:2] if gap_start < t < gap_end)})
+        for left, right in zip(cuts, cuts[1:]):
+            middle = (left + right) / 2
+            covering = [op for op in inside if op[0] <= middle < op[1]]
+            name = min(covering, key=lambda op: op[1] - op[0])[2] if covering else BETWEEN_OPERATORS
+            charged[name] += right - left
+    idle = sum(last - first for first, last in gaps)
+    return {"window_ms": (end - start) / 1e3, "busy_ms": (end - start - idle) / 1e3, "idle_ms": idle / 1e3,
+            "gaps": len(gaps), "charged_ms": {name: value / 1e3 for name, value in charged.most_common()}}
+
+
+def print_device_idle(events: list[dict], rows: int) -> None:
+    summary = device_idle(events)
+    if summary is None:
+        print("(no device events: no idle time to show)", flush=True)
+        return
+    print(f"\ndevice idle within the call: {summary['idle_ms']:.2f} ms of {summary['window_ms']:.2f} ms "
+          f"(busy {summary['busy_ms']:.2f} ms), {summary['gaps']} gaps; the host meanwhile (innermost "
+          f"operator):\n\n| operator | idle ms | share of idle |\n|---|---|---|")
+    for name, value in list(summary["charged_ms"].items())[:rows]:
+        print(f"| {name[:80]} | {value:.3f} | {value / max(summary['idle_ms'], 1e-12):.1%} |")
+    print(flush=True)
+
+
+def read_trace(path: str) -> list[dict]:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as handle:
+        trace = json.load(handle)
+    return trace["traceEvents"] if isinstance(trace, dict) else trace
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--length", type=int, default=1024)
     parser.add_argument("--width", type=int, default=896)
     parser.add_argument("--vocab", type=int, default=151936)
-    parser.add_argument("--rows", type=int, default=15, help="kernels printed per profile")
+    parser.add_argument("--rows", type=int, default=15, help="kernels (and idle operators) printed per profile")
+    parser.add_argument("--trace-dir", type=Path, help="write each profile's Chrome trace (.json.gz) here")
+    parser.add_argument("--analyze", nargs="+", metavar="TRACE", help="only print the idle summary of these traces")
     args = parser.parse_args()
+    if args.analyze:
+        missing = [path for path in args.analyze if not Path(path).is_file()]
+        if missing:
+            parser.exit(2, f"stats_profile.py: no trace at {', '.join(missing)}\n")
+        for path in args.analyze:
+            print(f"\n## {path}")
+            print_device_idle(read_trace(path), args.rows)
+        return
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     torch.manual_seed(0)
@@ -71,8 +151,10 @@ def main() -> None:
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
-    for name, function in (("TRL 1.16 fused head", trl), ("ours, GRPO from hidden states", grpo),
-                           ("ours, ICT from hidden states", ours)):
+    if args.trace_dir:
+        args.trace_dir.mkdir(parents=True, exist_ok=True)
+    for slug, name, function in (("trl", "TRL 1.16 fused head", trl), ("grpo", "ours, GRPO from hidden states", grpo),
+                                 ("ict", "ours, ICT from hidden states", ours)):
         with autocast:
             function()  # warm-up: Triton compiles, the allocator fills
         if cuda:
@@ -83,6 +165,11 @@ def main() -> None:
                 torch.cuda.synchronize()
         print(f"\n## {name}\n", flush=True)
         print(profiler.key_averages().table(sort_by=sort, row_limit=args.rows), flush=True)
+        if cuda or args.trace_dir:
+            trace = str((args.trace_dir or Path("/tmp")) / f"{slug}.json.gz")
+            profiler.export_chrome_trace(trace)
+            if cuda:
+                print_device_idle(read_trace(trace), args.rows)
         hidden.grad = weight.grad = None
 
 

@@ -510,6 +510,33 @@ def test_triton_compiles_times_each_miss_and_restores_the_hooks():
         knobs.runtime.jit_cache_hook = knobs.runtime.jit_post_compile_hook = None
 
 
+def test_device_idle_charges_each_gap_to_the_innermost_host_operator():
+    """stats_profile's idle summary on a hand-made trace (microseconds): kernels at [20, 40],
+    [35, 45] (one busy span) and [70, 90]; host operators A [0, 100] holding B [10, 30] and C
+    [50, 60], and D [105, 110] on another thread. Gaps [0, 20], [45, 70], [90, 110]."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from stats_profile import BETWEEN_OPERATORS, device_idle
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    def span(category, name, start, end, thread=1):
+        return {"ph": "X", "cat": category, "name": name, "ts": start, "dur": end - start, "tid": thread}
+
+    events = [span("kernel", "k1", 20, 40), span("gpu_memcpy", "copy", 35, 45), span("kernel", "k3", 70, 90),
+              span("cpu_op", "A", 0, 100), span("cpu_op", "B", 10, 30), span("cpu_op", "C", 50, 60),
+              span("cpu_op", "D", 105, 110, thread=2), span("cuda_runtime", "cudaLaunchKernel", 12, 14),
+              {"ph": "i", "cat": "cpu_op", "name": "instant", "ts": 55}]
+    summary = device_idle(events)
+    assert summary["gaps"] == 3
+    assert summary["window_ms"] == pytest.approx(0.110) and summary["busy_ms"] == pytest.approx(0.045)
+    assert summary["idle_ms"] == pytest.approx(0.065)
+    assert summary["charged_ms"] == pytest.approx({"A": 0.035, "B": 0.010, "C": 0.010, "D": 0.005,
+                                                    BETWEEN_OPERATORS: 0.005})
+    assert list(summary["charged_ms"])[0] == "A"
+    assert device_idle([span("cpu_op", "A", 0, 1)]) is None
+
+
 def test_stats_agreement_runs_tiny_and_agrees(tmp_path):
     """benchmarks/stats_agreement.py at a small shape on the CPU: the torch tiles within 1e-5 of
     its float64 computation and ICT's mask equal to float64's apart from ties."""
