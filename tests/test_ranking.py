@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from selection_references import reference_top_fraction, reference_top_unique
+from selection_references import exact_count, reference_top_fraction, reference_top_unique
 
 
 @given(
@@ -68,3 +68,20 @@ def test_top_unique_token_selection_ranks_every_population_at_once_as_each_alone
         torch.Generator().manual_seed(seed + 1) if with_generator else None)
     assert torch.equal(ours.mask, expected)
     assert torch.equal(ours.tie_decided, expected_decided)
+
+
+@given(
+    numerator=st.integers(1, 1_000_000),
+    sizes=st.lists(st.integers(0, 1_000_000), min_size=1, max_size=8),
+)
+def test_selection_counts_are_the_exact_decimal_counts_on_the_device(numerator, sizes):
+    """`selection_counts` (float64, on the tensor's device) equals ``ceil(ratio n)`` computed in
+    exact rationals for every ratio of at most 6 decimals and n up to 10^6, where a product lands
+    on an integer (0.1 x 30) or within 1e-6 of one; and equals the host's `selection_count`."""
+    from ict.core.ranking import selection_count, selection_counts
+
+    ratio = numerator / 1_000_000
+    counts = selection_counts(ratio, torch.tensor(sizes))
+    assert counts.dtype == torch.long
+    assert counts.tolist() == [exact_count(ratio, size) for size in sizes]
+    assert [selection_count(ratio, size) for size in sizes] == counts.tolist()

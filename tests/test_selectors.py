@@ -570,3 +570,22 @@ def test_parse_token_selector_accepts_the_metric_and_the_complement():
     assert required_js_references(name, options) == (f"{ICT_DEFAULT_REFERENCE}:wasserstein",)
     with pytest.raises(ValueError, match="unknown score metric"):
         parse_token_selector("ict:metric=tv")
+
+
+@given(seed=st.integers(0, 1000), batch=st.integers(1, 5), length=st.integers(1, 20),
+       mask_rate=st.sampled_from([0.0, 0.3, 0.9]))
+def test_every_built_in_selector_keeps_within_the_response_mask(seed, batch, length, mask_rate):
+    """`select` checks only the masks of selectors registered elsewhere (a host sync); the built-in
+    ones, with their defaults and every preset, and ICT at every scope and unit, must stay within
+    the response mask by themselves."""
+    inputs = make_inputs(seed, batch, length, mask_rate=mask_rate)
+    for name, selector in SELECTORS.items():
+        assert selector.built_in, name
+        variants = [{}, *(preset.selector_options for preset in selector.presets.values())]
+        if name == "ict":
+            variants += [{"scope": scope, "unit": unit} for scope in ("sequence", "group", "batch")
+                         for unit in ("position", "token_id")]
+        for options in variants:
+            mask = select_tokens(name, inputs, **options)
+            assert mask.dtype == torch.bool and mask.shape == inputs.response_mask.shape, (name, options)
+            assert not (mask & ~inputs.response_mask).any(), (name, options)

@@ -3,10 +3,10 @@
 
 :func:`top_fraction_selection` ranks every population of a scope at once, as one padded
 ``[P, M]`` table (``P`` populations, ``M`` the largest population's positions), so a batch costs a
-fixed number of host synchronisations whatever its number of sequences or groups: the
-populations' sizes (their counts ``k`` are exact integers, :func:`selection_count`), and whether a
+fixed number of host synchronisations whatever its number of sequences or groups: one, whether a
 tie needs a draw (:func:`top_counts`, the one implementation of the tie rule; :func:`top_count`
-is its one-row case). Only a population with more tied tokens than free slots is drawn on its
+is its one-row case). The populations' counts ``k`` stay on the device
+(:func:`selection_counts`). Only a population with more tied tokens than free slots is drawn on its
 own, in population order. :func:`top_unique_token_selection` ranks the unique ids of every
 population the same way, as one table of (population, id) pairs.
 """
@@ -49,9 +49,23 @@ def check_ratio(ratio: float) -> float:
     return ratio
 
 
+COUNT_NOISE = 5e-10
+"""A product ``ratio * n`` within this distance of an integer counts as that integer (float noise:
+``0.1 * 30`` is ``3.0000000000000004``)."""
+
+
+def selection_counts(ratio: float, num_tokens: Tensor) -> Tensor:
+    """``ceil(ratio * n)`` for each ``n`` of ``num_tokens`` (integers ``[P]``; long ``[P]`` on its
+    device, no host synchronisation), the float64 product taken as the nearest integer when within
+    :data:`COUNT_NOISE` of it."""
+    product = check_ratio(ratio) * num_tokens.double()
+    nearest = product.round()
+    return torch.where((product - nearest).abs() < COUNT_NOISE, nearest, product.ceil()).long()
+
+
 def selection_count(ratio: float, num_tokens: int) -> int:
-    """``ceil(ratio * num_tokens)``, with the product rounded to 9 decimals against float noise."""
-    return math.ceil(round(check_ratio(ratio) * num_tokens, 9))
+    """:func:`selection_counts` of one population of ``num_tokens`` tokens."""
+    return int(selection_counts(ratio, torch.tensor([num_tokens]))[0])
 
 
 def population_rows(scope: str, num_rows: int, group_ids: Tensor | None = None) -> list[Tensor]:
@@ -92,26 +106,27 @@ def population_table(scope: str, num_rows: int, group_ids: Tensor | None = None,
     return table
 
 
-def top_counts(values: Tensor, valid: Tensor, counts: list[int], generator: torch.Generator | None = None,
+def top_counts(values: Tensor, valid: Tensor, counts: Tensor, generator: torch.Generator | None = None,
                tolerance: float = TIE_TOLERANCE) -> tuple[Tensor, Tensor]:
     """The ``counts[p]`` largest valid ``values`` of each row ``p`` of ``[P, M]`` (``valid``: bool
-    ``[P, M]``; ``counts[p]`` at most its valid entries) with position-neutral ties: bool ``[P, M]``
-    masks of the kept entries and of those a tie decided (see :mod:`ict.core.selectors`).
+    ``[P, M]``; ``counts``: long ``[P]``, ``counts[p]`` at most its valid entries) with
+    position-neutral ties: bool ``[P, M]`` masks of the kept entries and of those a tie decided
+    (see :mod:`ict.core.selectors`).
 
     Every value above ``s_k + tolerance`` (``s_k`` the row's ``k``-th largest) is kept; the
     remaining slots go to a uniform draw, with ``generator`` (None: a new one seeded with 0 for
     each row that draws), among the values within ``tolerance`` of ``s_k``, rows in order, each
     drawing over its tied entries in position order. No draw happens when those fit the slots
     exactly, so such rows consume no randomness. NaN counts as ``+inf`` (a non-finite step still
-    selects ``k`` tokens, so its loss is non-finite). Two host syncs whatever ``P``: whether a row
-    draws, and (only for a row that does) its draw."""
+    selects ``k`` tokens, so its loss is non-finite). One host sync whatever ``P``: whether a row
+    draws; and, only when one does, the counts and each such row's draw."""
     keep = torch.zeros(values.shape, dtype=torch.bool, device=values.device)
     decided = torch.zeros_like(keep)
     if not values.shape[-1]:
         return keep, decided
     values = values.double()
     values = torch.where(values.isnan(), math.inf, values)  # NaN ranks first, as in torch.sort
-    count = torch.tensor(counts, dtype=torch.long).to(values.device, non_blocking=True)
+    count = counts.to(values.device)
     ranked = torch.where(valid, values, -math.inf).sort(dim=-1, descending=True).values
     threshold = ranked.gather(-1, (count - 1).clamp_min(0).unsqueeze(-1))  # the k-th largest [P, 1]
     active = valid & (count > 0).unsqueeze(-1)
@@ -120,11 +135,13 @@ def top_counts(values: Tensor, valid: Tensor, counts: list[int], generator: torc
     slots = count - sure.sum(dim=-1)
     drawn = tied.sum(dim=-1) > slots  # more tied entries than free slots: a draw
     keep |= sure | (tied & ~drawn.unsqueeze(-1))
-    for row in drawn.nonzero(as_tuple=True)[0].tolist():  # rare rows, in order
+    drawing = [row for row, draws in enumerate(drawn.tolist()) if draws]  # the host sync
+    count_of = count.tolist() if drawing else []
+    for row in drawing:  # rare rows, in order
         candidates = tied[row].nonzero(as_tuple=True)[0]
         row_generator = torch.Generator().manual_seed(0) if generator is None else generator
         draw = torch.randperm(candidates.numel(), generator=row_generator, device=row_generator.device)
-        chosen = candidates[draw[:counts[row] - int(sure[row].sum())].to(candidates.device)]
+        chosen = candidates[draw[:count_of[row] - int(sure[row].sum())].to(candidates.device)]
         keep[row, chosen] = True
         decided[row, chosen] = True
     return keep, decided
@@ -136,8 +153,8 @@ def top_count(
     """Indices (ascending) of the ``count`` largest of ``values`` ``[n]`` with position-neutral
     ties, and a bool ``[n]`` of the kept indices that a tie decided: :func:`top_counts` of one row."""
     valid = torch.ones((1, values.numel()), dtype=torch.bool, device=values.device)
-    keep, decided = top_counts(values.reshape(1, -1), valid, [max(0, min(count, values.numel()))], generator,
-                               tolerance)
+    keep, decided = top_counts(values.reshape(1, -1), valid, torch.tensor([max(0, min(count, values.numel()))]),
+                               generator, tolerance)
     return keep[0].nonzero(as_tuple=True)[0], decided[0]
 
 
@@ -165,8 +182,7 @@ def top_fraction_selection(
     rows = table.clamp_min(0)
     valid = (mask[rows] & (table >= 0).unsqueeze(-1)).reshape(num_populations, -1)  # [P, R * T]
     values = scores.detach().to(mask.device)[rows].reshape(num_populations, -1)
-    counts = [selection_count(ratio, size) for size in valid.sum(dim=-1).tolist()]  # host sync
-    keep, decided = top_counts(values, valid, counts, generator, tolerance)
+    keep, decided = top_counts(values, valid, selection_counts(ratio, valid.sum(dim=-1)), generator, tolerance)
     # back to [B, T]: each row sits in one population; the padding adds zeros to row 0
     flags = (torch.stack([keep, decided]).view(2, -1, length) & (table >= 0).view(1, -1, 1)).to(torch.int32)
     placed = torch.zeros(2, batch_size, length, dtype=torch.int32, device=mask.device)
@@ -222,14 +238,12 @@ def top_unique_token_selection(
     sums.index_add_(0, inverse, scores.detach().to(mask.device)[rows, positions].double())
     means = sums / torch.bincount(inverse, minlength=unique_keys.numel()).double()
     sizes, slot = label_places(population, num_populations)
-    size_list = sizes.tolist()  # host sync
-    counts = [selection_count(ratio, size) for size in size_list]
-    width = max(size_list)
+    width = int(sizes.max())  # host sync: the table's width
     values = torch.zeros(num_populations, width, dtype=torch.float64, device=mask.device)
     valid = torch.zeros(num_populations, width, dtype=torch.bool, device=mask.device)
     values[population, slot] = means
     valid[population, slot] = True
-    keep, tie = top_counts(values, valid, counts, generator)
+    keep, tie = top_counts(values, valid, selection_counts(ratio, sizes), generator)
     selected[rows, positions] = keep[population, slot][inverse]
     decided[rows, positions] = tie[population, slot][inverse]
     return Selection(mask=selected, tie_decided=decided)

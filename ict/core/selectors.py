@@ -130,7 +130,10 @@ class Preset:
 @dataclass(frozen=True)
 class Selector:
     """A registered selector: its function, default options, the JS references it needs, the
-    rows it must see at once (``population(options)``, one of :data:`POPULATIONS`) and presets."""
+    rows it must see at once (``population(options)``, one of :data:`POPULATIONS`) and presets.
+    ``built_in``: registered in this module, its masks tested to lie within the response mask
+    (``tests/test_selectors.py``), so :func:`select` does not check them on the device (a host
+    synchronisation between the statistics and the loss)."""
 
     name: str
     function: SelectorFunction
@@ -140,6 +143,7 @@ class Selector:
     presets: dict[str, Preset]
     description: str
     train_defaults: dict[str, Any]
+    built_in: bool = False
 
 
 SELECTORS: dict[str, Selector] = {}
@@ -173,6 +177,7 @@ def register_selector(
             presets=dict(presets or {}),
             description=(function.__doc__ or name).strip().splitlines()[0],
             train_defaults=_checked_train_options(name, train_defaults or {}),
+            built_in=function.__module__ == __name__,
         )
         return function
 
@@ -357,7 +362,7 @@ def select(name: str, inputs: SelectionInputs, **options: Any) -> Selection:
     response_mask = inputs.response_mask.bool()
     if mask.dtype != torch.bool or mask.shape != response_mask.shape:
         raise ValueError(f"selector {name!r} must return a bool mask of shape {tuple(response_mask.shape)}")
-    if (mask & ~response_mask).any():
+    if not selector.built_in and (mask & ~response_mask).any():
         raise ValueError(f"selector {name!r} selected tokens outside the response mask")
     if selection.tie_decided is None:
         selection = replace(selection, tie_decided=torch.zeros_like(mask))
