@@ -50,7 +50,7 @@ run: each step's seconds, and its generation and training (statistics, selection
 backward, update) seconds from the trainer's metrics line, so a gap between the variants can be
 placed. On a GPU, (b) and (c) also count the caching allocator's retries of ``cudaMalloc``
 (``num_alloc_retries``), which synchronise the device, and the seconds Triton spent compiling (or
-loading) kernels, per run in (b) and per step in (c).
+loading) kernels in each step.
 
 (b) and (c): each variant runs ``--steps`` steps per round, ``--rounds`` rounds, the order of
 the variants reversed every round; all runs of one model and section share one process
@@ -359,8 +359,7 @@ def summarize(results: list[dict[str, Any]], section: str) -> dict[str, dict[str
                 **{part: statistics.median(times) if times else math.nan for part, times in parts.items()},
                 "length": statistics.mean(lengths), "peak_mib": max(r["peak_mib"] for r in mine),
                 "alloc_retries": sum(r.get("alloc_retries") or 0 for r in mine),
-                "triton_compile_seconds": sum(r.get("triton_compile_seconds", 0.0) if section == "b" else
-                                              sum(r.get("triton_compile_seconds", [])[1:]) for r in mine),
+                "triton_compile_seconds": sum(t for r in mine for t in r.get("triton_compile_seconds", [])[1:]),
                 "runs": len(mine), "timed_steps": len(timed)}
     return summary
 
@@ -409,9 +408,8 @@ def print_train(section: str, model: str, summary: dict[str, dict[str, Any]],
                             f"target <= 1.00, {'met' if memory_ratio <= 1.0 else 'NOT met'})")
             verdicts.append(verdict)
             if a["triton_compile_seconds"] or b["triton_compile_seconds"]:
-                when = "in the runs" if section == "b" else "in the timed steps"
-                print(f"{config}: Triton compiled or loaded kernels {when} for {a['triton_compile_seconds']:.2f} s in "
-                      f"{new}'s runs, {b['triton_compile_seconds']:.2f} s in {old}'s")
+                print(f"{config}: Triton compiled or loaded kernels in the timed steps for "
+                      f"{a['triton_compile_seconds']:.2f} s in {new}'s runs, {b['triton_compile_seconds']:.2f} s in {old}'s")
             if a["alloc_retries"] or b["alloc_retries"]:
                 print(f"{config}: the CUDA caching allocator freed its cache and retried cudaMalloc "
                       f"{a['alloc_retries']} times in {new}'s runs, {b['alloc_retries']} in {old}'s "

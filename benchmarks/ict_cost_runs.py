@@ -182,8 +182,10 @@ class TritonCompiles:
     disk cache). After a run's first step a miss means a kernel met arguments that specialise it
     anew. Counts nothing where Triton is missing or has no ``knobs.runtime`` hooks."""
 
-    def __enter__(self) -> TritonCompiles:
+    def __init__(self) -> None:
         self.count, self.seconds, self._started = 0, 0.0, 0.0
+
+    def __enter__(self) -> TritonCompiles:
         try:
             from triton import knobs
             self._runtime: Any = knobs.runtime
@@ -322,17 +324,20 @@ def trl_run(model_dir: str, variant: str, config_name: str, steps: int, prompts:
     else:
         args, trainer_class = GRPOConfig(**common), GRPOTrainer
     wall: list[float] = []
+    compiles, compile_seconds = TritonCompiles(), []
 
     class Wall(TrainerCallback):
-        """Wall seconds of each optimizer step (generation + loss + backward + update)."""
+        """Wall seconds of each optimizer step (generation + loss + backward + update), and the
+        seconds Triton spent on kernel-cache misses within it."""
 
         def on_step_begin(self, args, state, control, **kwargs):
             synchronize(device)
-            self.start = time.perf_counter()
+            self.start, self.compiled = time.perf_counter(), compiles.seconds
 
         def on_step_end(self, args, state, control, **kwargs):
             synchronize(device)
             wall.append(time.perf_counter() - self.start)
+            compile_seconds.append(compiles.seconds - self.compiled)
 
     data = Dataset.from_dict({"prompt": [[{"role": "user", "content": text}]
                                          for text in prompt_texts(64, len(tokenizer))]})
@@ -341,15 +346,14 @@ def trl_run(model_dir: str, variant: str, config_name: str, steps: int, prompts:
                             peft_config=peft_config, callbacks=[Wall()])
     trainer.remove_callback(PrinterCallback)  # its per-step dicts; the figures are read below
     retries = meter.alloc_retries()
-    with TritonCompiles() as compiles:
+    with compiles:
         trainer.train()
     history = trainer.state.log_history
     result = {"step_times": [e["step_time"] for e in history if "step_time" in e], "wall": wall,
               "lengths": [e["completions/mean_length"] for e in history if "completions/mean_length" in e],
-              "peak_mib": meter.peak_mib()}
+              "triton_compile_seconds": compile_seconds, "peak_mib": meter.peak_mib()}
     if retries is not None:
         result["alloc_retries"] = meter.alloc_retries() - retries
-    result["triton_compiles"], result["triton_compile_seconds"] = compiles.count, compiles.seconds
     if hasattr(trainer, "ict_head_statistics"):  # micro-batches scored on TRL's log Z / recomputed
         result["head_statistics"] = dict(trainer.ict_head_statistics)
         print(f"    ict head statistics: {result['head_statistics']}", flush=True)
