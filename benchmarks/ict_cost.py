@@ -48,9 +48,13 @@ selection, loss, update), ICT (no warm-up) against GRPO, same settings, full fin
 (``freeze_embeddings``: the tied embeddings stay frozen), ``--statistics-from`` logits. Per
 run: each step's seconds, and its generation and training (statistics, selection, loss,
 backward, update) seconds from the trainer's metrics line, so a gap between the variants can be
-placed. On a GPU, (b) and (c) also count the caching allocator's retries of ``cudaMalloc``
-(``num_alloc_retries``), which synchronise the device, and the seconds Triton spent compiling (or
-loading) kernels in each step.
+placed, and the step time with the generation pooled: both variants generate the same tokens,
+so the median generation of all their steps plus each variant's median rest of the step
+(``pooled_ratio``; an estimate net of generation's jitter, beside the target's direct ratio).
+(c) also lists the synchronisations of each variant's first (untimed) step's updates by the line
+that caused them (``benchmarks/sync_census.py``). On a GPU, (b) and (c) also count the caching
+allocator's retries of ``cudaMalloc`` (``num_alloc_retries``), which synchronise the device, and
+the seconds Triton spent compiling (or loading) kernels in each step.
 
 (b) and (c): each variant runs ``--steps`` steps per round, ``--rounds`` rounds, the order of
 the variants reversed every round; all runs of one model and section share one process
@@ -354,14 +358,46 @@ def summarize(results: list[dict[str, Any]], section: str) -> dict[str, dict[str
             lengths = [t for r in mine for t in r["lengths"][1:] if t is not None] or [math.nan]
             parts = {part: [t for r in mine for t in r.get(f"{part}_seconds", [])[1:]]
                      for part in ("generation", "training")}
+            rest = [step - generation for r in mine
+                    for step, generation in zip(r["step_times"][1:], r.get("generation_seconds", [])[1:])]
             summary[config][variant] = {
                 "step_time": statistics.median(timed), "wall": statistics.median(walls) if walls else math.nan,
+                "generation_all": parts["generation"], "rest": statistics.median(rest) if rest else math.nan,
                 **{part: statistics.median(times) if times else math.nan for part, times in parts.items()},
                 "length": statistics.mean(lengths), "peak_mib": max(r["peak_mib"] for r in mine),
                 "alloc_retries": sum(r.get("alloc_retries") or 0 for r in mine),
                 "triton_compile_seconds": sum(t for r in mine for t in r.get("triton_compile_seconds", [])[1:]),
-                "runs": len(mine), "timed_steps": len(timed)}
+                "runs": len(mine), "timed_steps": len(timed),
+                "update_syncs": next((r["update_syncs"] for r in mine if "update_syncs" in r), None)}
     return summary
+
+
+def print_update_syncs(config: str, variants: dict[str, dict[str, Any]]) -> None:
+    """(c): the synchronisations of each variant's first step's updates (its first run's census,
+    ``sync_census.py``), side by side by the line that caused them."""
+    censuses = {variant: row["update_syncs"] for variant, row in variants.items() if row.get("update_syncs") is not None}
+    if not censuses:
+        return
+    places = list(dict.fromkeys(place for census in censuses.values() for place in census))
+    totals = " / ".join(f"{variant} {sum(census.values())}" for variant, census in censuses.items())
+    print(f"\n{config}: synchronisations in the first step's updates (statistics, selection, loss, backward, "
+          f"optimizer; all micro-batches): {totals}\n\n| kind @ where | {' | '.join(censuses)} |\n"
+          f"|---|{'---|' * len(censuses)}")
+    for place in places:
+        print(f"| {place} | {' | '.join(str(census.get(place, 0)) for census in censuses.values())} |")
+
+
+def pooled_ratio(new: dict[str, Any], old: dict[str, Any]) -> float:
+    """``(G + R_new) / (G + R_old)``: ``G`` the median generation seconds of both variants' timed
+    steps together, ``R`` a variant's median of (step - generation) seconds; NaN without
+    generation times. When both variants generate the same tokens, generation's step-to-step
+    jitter (seconds on a GPU, Hugging Face generate being bound by the host) is common to both,
+    and this ratio keeps only what the variant changes: training, rewards and diagnostics."""
+    generation = new.get("generation_all", []) + old.get("generation_all", [])
+    if not generation or new["rest"] != new["rest"] or old["rest"] != old["rest"]:
+        return math.nan
+    pooled = statistics.median(generation)
+    return (pooled + new["rest"]) / (pooled + old["rest"])
 
 
 def number(value: float, digits: int) -> str:
@@ -407,6 +443,14 @@ def print_train(section: str, model: str, summary: dict[str, dict[str, Any]],
                 verdict += (f", peak memory {memory_ratio:.3f} ({a['peak_mib'] - b['peak_mib']:+.4f} MiB; "
                             f"target <= 1.00, {'met' if memory_ratio <= 1.0 else 'NOT met'})")
             verdicts.append(verdict)
+            pooled = pooled_ratio(a, b)
+            if pooled == pooled:
+                print(f"{config}: {new}/{old} step time with the generation pooled {pooled:.3f} (both variants "
+                      f"generate the same tokens, so the median generation of all their steps, "
+                      f"{statistics.median(a['generation_all'] + b['generation_all']):.3f} s, plus each variant's "
+                      f"median rest of the step: {a['rest']:.3f} s against {b['rest']:.3f} s)")
+                verdicts.append(f"{model} {config}: {new}/{old} step time with the generation pooled {pooled:.3f} "
+                                "(an estimate net of generation's jitter; the target is judged on the line above)")
             if a["triton_compile_seconds"] or b["triton_compile_seconds"]:
                 print(f"{config}: Triton compiled or loaded kernels in the timed steps for "
                       f"{a['triton_compile_seconds']:.2f} s in {new}'s runs, {b['triton_compile_seconds']:.2f} s in {old}'s")
@@ -414,6 +458,7 @@ def print_train(section: str, model: str, summary: dict[str, dict[str, Any]],
                 print(f"{config}: the CUDA caching allocator freed its cache and retried cudaMalloc "
                       f"{a['alloc_retries']} times in {new}'s runs, {b['alloc_retries']} in {old}'s "
                       "(each one synchronises the device and slows its step)")
+        print_update_syncs(config, variants)
         for variant, row in variants.items():
             if not abs(row["length"] - settings["length"]) < 1e-6:
                 print(f"WARNING: {config} {variant}: mean completion length {row['length']:.2f} is not the "

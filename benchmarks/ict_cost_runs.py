@@ -366,6 +366,35 @@ def trl_run(model_dir: str, variant: str, config_name: str, steps: int, prompts:
 
 # ------------------------------------------------------------------ (c) one run of our trainer
 
+class FirstUpdateCensus:
+    """Counts the synchronisations of the first step's policy updates (``update_on_batch``:
+    statistics, selection, loss, backward and optimizer, every micro-batch) with
+    :class:`sync_census.SyncCensus` (``.census``), by wrapping the trainer's reference to it;
+    ``restore()`` puts it back. The first step is the warm-up, left out of the timings, so the
+    census's own cost on every operator times nothing."""
+
+    def __init__(self, device: str) -> None:
+        from sync_census import SyncCensus
+
+        import ict.training.trainer as trainer
+
+        self.census, self._trainer = SyncCensus(device_only=device.startswith("cuda")), trainer
+        self._original = original = trainer.update_on_batch
+        calls = []
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls.append(None)
+            if len(calls) > 1:
+                return original(*args, **kwargs)
+            with self.census:
+                return original(*args, **kwargs)
+
+        trainer.update_on_batch = counted
+
+    def restore(self) -> None:
+        self._trainer.update_on_batch = self._original
+
+
 def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions: int, length: int,
              device: str, work: Path, statistics_from: str) -> dict[str, Any]:
     """``steps`` steps of our trainer's ``train_step`` (rollouts with Hugging Face generate,
@@ -407,18 +436,23 @@ def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions
     lines = []
     retries = meter.alloc_retries()
     compile_seconds = []
-    for step in range(steps):
-        synchronize(device)
-        with TritonCompiles() as compiles:
-            lines.append(train_step(step, config, model, tokenizer, optimizer, sampler, reward, method,
-                                    loss_config, None))
-        compile_seconds.append(compiles.seconds)
+    syncs = FirstUpdateCensus(device)
+    try:
+        for step in range(steps):
+            synchronize(device)
+            with TritonCompiles() as compiles:
+                lines.append(train_step(step, config, model, tokenizer, optimizer, sampler, reward, method,
+                                        loss_config, None))
+            compile_seconds.append(compiles.seconds)
+    finally:
+        syncs.restore()
     result = {"step_times": [line["step_seconds"] for line in lines],
               "generation_seconds": [line["generation_seconds"] for line in lines],
               "training_seconds": [line["training_seconds"] for line in lines],
               "lengths": [line["response_length_mean"] for line in lines],
               "selected": [line.get("selected_fraction") for line in lines],
               "triton_compile_seconds": compile_seconds,
+              "update_syncs": {f"{kind} @ {where}": count for (kind, where), count in syncs.census.counts.most_common()},
               "peak_mib": meter.peak_mib()}
     if retries is not None:
         result["alloc_retries"] = meter.alloc_retries() - retries

@@ -8,7 +8,9 @@ one's kernels by their own device time (CPU time where there is no GPU)::
 
 On a GPU it also prints where the device sat idle within each call: the gaps between its
 kernels, copies and fills, each instant of a gap charged to the innermost operator the host was
-running then (any thread), or to Python between operators. ``--trace-dir DIR`` writes each
+running then (any thread), or to Python between operators. Then, on any device, each call's
+synchronisations by the line that caused them (``benchmarks/sync_census.py``: values read back,
+and on a GPU the copies between host and device, which a CPU cannot show). ``--trace-dir DIR`` writes each
 profile's Chrome trace there (``trl.json.gz``, ``grpo.json.gz``, ``ict.json.gz``);
 ``--analyze TRACE...`` prints that summary for traces written before, without profiling.
 """
@@ -37,6 +39,9 @@ from ict.core.selectors import (  # noqa: E402
     select,
 )
 from ict.core.stats import token_statistics_from_hidden  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sync_census import census_of, print_census  # noqa: E402
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")  # what keeps the device busy in a trace
 BETWEEN_OPERATORS = "(Python between operators)"
@@ -170,6 +175,10 @@ def main() -> None:
             profiler.export_chrome_trace(trace)
             if cuda:
                 print_device_idle(read_trace(trace), args.rows)
+        hidden.grad = weight.grad = None
+        with autocast:
+            census, cuda_warnings = census_of(function, cuda)
+        print_census(name, census, cuda_warnings)
         hidden.grad = weight.grad = None
 
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from ict.core.errors import UsageError
 from ict.core.problems import MATH_INSTRUCTION
@@ -474,6 +475,7 @@ def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
         if "/" not in variant:
             assert float(row[6]) == 8.0
             assert float(row[4]) + float(row[5]) <= float(row[2])  # parts of the step
+    assert "full: ict/grpo step time with the generation pooled" in tables["(c)"]
     report = json.loads(report_path.read_text())
     assert set(report["a"]["tiny"]["rows"]) == {*A_ROWS, "ict_hidden_8x1000"}
     assert {run["variant"] for run in report["b"]["tiny"]["runs"]} == {"trl", "ict"}
@@ -482,6 +484,74 @@ def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
         assert len(run["generation_seconds"]) == len(run["training_seconds"]) == len(run["step_times"])
     assert not any("error" in run or "skipped" in run
                    for section in ("b", "c") for run in report[section]["tiny"]["runs"])
+
+
+def test_pooled_ratio_shares_the_generation_between_the_variants():
+    """(c)'s estimate net of generation's jitter, on hand-made runs: generation 4, 6 (new) and 5, 9
+    (old) seconds, steps 5, 8 and 6, 10: the pooled generation is the median of 4, 5, 6, 9 = 5.5,
+    the rests are 1.5 and 1.0, so (5.5 + 1.5) / (5.5 + 1.0) = 7 / 6.5; the direct ratio of the
+    median steps, 6.5 / 8, says the opposite of the rests only because of generation."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from ict_cost import pooled_ratio, summarize
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    def run(variant, steps, generations):
+        return {"config": "full", "round": 0, "variant": variant, "step_times": [99.0, *steps],
+                "generation_seconds": [90.0, *generations], "training_seconds": [1.0] * 3,
+                "lengths": [8.0] * 3, "peak_mib": 1.0}
+
+    summary = summarize([run("ict", [5.0, 8.0], [4.0, 6.0]), run("grpo", [6.0, 10.0], [5.0, 9.0])], "c")
+    new, old = summary["full"]["ict"], summary["full"]["grpo"]
+    assert (new["step_time"], old["step_time"], new["rest"], old["rest"]) == (6.5, 8.0, 1.5, 1.0)
+    assert pooled_ratio(new, old) == pytest.approx(7.0 / 6.5)
+    assert math.isnan(pooled_ratio({**new, "generation_all": []}, {**old, "generation_all": []}))
+
+
+def test_sync_census_names_each_synchronisation_by_its_line():
+    """benchmarks/sync_census.py on CPU tensors: each operator that reads a value back, once, at
+    the line that ran it (``.tolist()`` too, which a CPU tensor answers without the dispatcher);
+    nothing for operators that only launch work, nor, counting the device alone, for a CPU
+    tensor's reads; and the copies' kinds, from the devices of their ends (no GPU needed)."""
+    import inspect
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from sync_census import SyncCensus, _kind
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    def here() -> str:
+        return f"tests/test_benchmarks.py:{inspect.currentframe().f_back.f_lineno} ({NAME})"
+
+    NAME = "test_sync_census_names_each_synchronisation_by_its_line"  # noqa: N806
+    x = torch.arange(6.0, requires_grad=True)
+    expected = []
+    with SyncCensus() as census:
+        x.nonzero(); expected.append(here())  # noqa: E702
+        x.sum().item(); expected.append(here())  # noqa: E702
+        x.tolist(); expected.append(here())  # noqa: E702
+        x[x > 2]; expected.append(here())  # noqa: E702
+        torch.unique(x); expected.append(here())  # noqa: E702
+        torch.tensor([5, 6]).repeat_interleave(torch.tensor([1, 2])); expected.append(here())  # noqa: E702
+        (x * 2 + 1).repeat_interleave(2).sum().backward()  # no read: sizes known on the host
+    assert census.counts == {("read", place): 1 for place in expected}
+    assert census.total() == 6 and x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]  # tolist restored
+    with SyncCensus(device_only=True) as census:
+        x.nonzero()
+        x.tolist()
+    assert not census.counts
+    to_copy, copy = torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default
+    host, device = torch.zeros(2), SimpleNamespace(device=torch.device("cuda"))
+    assert _kind(to_copy, (host,), {"device": torch.device("cuda")}, True) == "copy to device"
+    assert _kind(to_copy, (host,), {"device": "cuda", "non_blocking": True}, True) == "copy to device (non_blocking)"
+    assert _kind(to_copy, (device,), {"device": torch.device("cpu")}, True) == "copy to host"
+    assert _kind(copy, (device, host), {}, True) == "copy to device"
+    assert _kind(copy, (device, host, True), {}, True) == "copy to device (non_blocking)"
+    assert _kind(copy, (host, device), {}, True) == "copy to host"
+    assert _kind(to_copy, (host,), {"dtype": torch.float16}, True) is None
 
 
 def test_triton_compiles_times_each_miss_and_restores_the_hooks():
