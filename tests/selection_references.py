@@ -22,11 +22,10 @@ def reference_populations(batch, scope, group_ids):
     labels = group_ids.tolist()
     return [[row for row in range(batch) if labels[row] == label] for label in sorted(set(labels))]
 
-def reference_rank(values, ratio, generator, tolerance=1e-6):
+def reference_rank(values, ratio, keys, tolerance=1e-6):
     """One population's ``(kept, drawn)`` entries of ``values`` with Python lists: the k-th largest
     (NaN as +inf), the values above it by more than the tolerance, and the remaining slots drawn
-    among the values within the tolerance by ``randperm`` on the generator (a new one seeded with
-    0 when None)."""
+    among the values within the tolerance: those of the smallest ``keys`` (one per value)."""
     values = [math.inf if math.isnan(value) else value for value in values]
     count = exact_count(ratio, len(values))
     if not count:
@@ -37,19 +36,26 @@ def reference_rank(values, ratio, generator, tolerance=1e-6):
     slots = count - len(sure)
     if len(tied) <= slots:
         return sure + tied, []
-    draw = torch.randperm(len(tied), generator=generator or torch.Generator().manual_seed(0))
-    drawn = [tied[i] for i in draw[:slots].tolist()]
+    drawn = sorted(tied, key=lambda i: keys[i])[:slots]
     return sure + drawn, drawn
+
+def reference_keys(rows, columns, generator):
+    """The tie keys: ``rows x columns`` uniform float64 numbers from the generator (a new one
+    seeded with 0 when None), as nested lists."""
+    generator = generator or torch.Generator().manual_seed(0)
+    return torch.rand((rows, columns), generator=generator, dtype=torch.float64).tolist()
 
 def reference_top_fraction(scores, mask, ratio, scope, group_ids, generator, tolerance=1e-6):
     """Every population ranked alone (:func:`reference_rank`), populations in order, positions
-    row-major."""
+    row-major; one key per token (``[B, T]``, drawn once)."""
     batch, length = mask.shape
     selected = torch.zeros(batch, length, dtype=torch.bool)
     decided = torch.zeros(batch, length, dtype=torch.bool)
+    keys = reference_keys(batch, length, generator) if batch else []
     for rows in reference_populations(batch, scope, group_ids):
         positions = [(row, t) for row in rows for t in range(length) if mask[row, t]]
-        kept, drawn = reference_rank([float(scores[row, t]) for row, t in positions], ratio, generator, tolerance)
+        kept, drawn = reference_rank([float(scores[row, t]) for row, t in positions], ratio,
+                                     [keys[row][t] for row, t in positions], tolerance)
         for i in kept:
             selected[positions[i]] = True
         for i in drawn:
@@ -58,11 +64,13 @@ def reference_top_fraction(scores, mask, ratio, scope, group_ids, generator, tol
 
 def reference_top_unique(scores, token_ids, mask, ratio, scope, group_ids, generator, tolerance=1e-6):
     """Each population alone with Python lists: its response tokens' ids, ascending; each id's mean
-    score (float64, summed row-major) ranked by :func:`reference_rank`; an id's positions follow
-    it (tie-decided with it)."""
+    score (float64, summed row-major) ranked by :func:`reference_rank`, with one key per
+    (population, id) (``[P, max U]``, drawn once); an id's positions follow it (tie-decided with
+    it)."""
     batch, length = mask.shape
     selected = torch.zeros(batch, length, dtype=torch.bool)
     decided = torch.zeros(batch, length, dtype=torch.bool)
+    populations = []
     for rows in reference_populations(batch, scope, group_ids):
         positions = [(row, t) for row in rows for t in range(length) if mask[row, t]]
         sums: dict[int, float] = {}
@@ -71,8 +79,13 @@ def reference_top_unique(scores, token_ids, mask, ratio, scope, group_ids, gener
             token = int(token_ids[row, t])
             sums[token] = sums.get(token, 0.0) + float(scores[row, t])
             numbers[token] = numbers.get(token, 0) + 1
+        populations.append((positions, sums, numbers))
+    width = max((len(sums) for _, sums, _ in populations), default=0)
+    keys = reference_keys(len(populations), width, generator) if width else []
+    for population, (positions, sums, numbers) in enumerate(populations):
         ids = sorted(sums)
-        kept, drawn = reference_rank([sums[token] / numbers[token] for token in ids], ratio, generator, tolerance)
+        kept, drawn = reference_rank([sums[token] / numbers[token] for token in ids], ratio,
+                                     keys[population] if ids else [], tolerance)
         kept_ids, drawn_ids = {ids[i] for i in kept}, {ids[i] for i in drawn}
         for row, t in positions:
             selected[row, t] = int(token_ids[row, t]) in kept_ids

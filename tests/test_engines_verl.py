@@ -1,7 +1,7 @@
 """verl 0.9.1 for real on this CPU machine (examples/verl/run_cpu.sh), and ICT's masks in it.
 
 - ``test_dumped_masks_equal_library_selection``: the masks ict's verl plug-in applied in the
-  recorded ICT run (results/verl-cpu-2026-11-25/ict_masks, dumped inside verl's FSDP worker by
+  recorded ICT run (results/verl-cpu-2026-11-26/ict_masks, dumped inside verl's FSDP worker by
   examples/verl/ict_mask_dump.py) equal :func:`ict.core.selectors.select` recomputed from the
   dumped statistics (examples/verl/check_masks.py). Needs only torch and ict: runs in the default
   suite (well under a second).
@@ -25,7 +25,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "results" / "verl-cpu-2026-11-25"
+RESULTS = ROOT / "results" / "verl-cpu-2026-11-26"
 VERL_PYTHON = ROOT / ".venv-verl" / "bin" / "python"
 
 

@@ -125,12 +125,16 @@ def test_ties_at_the_threshold_are_drawn_at_random_and_reported(kind):
         mask, tie = selection.mask[0].tolist(), selection.tie_decided[0].tolist()
         assert mask[3] and not tie[3] and not mask[1]
         assert sum(mask[i] for i in (0, 2, 4, 5)) == 2 and tie == [m and i != 3 for i, m in enumerate(mask)]
-    # Distinct scores (gaps > tolerance): no tie, the top ones, and the generator is not used.
+    # Distinct scores (gaps > tolerance): no tie, the top ones. The tie keys are drawn all the
+    # same, one float64 per token (so that whether a tie draws is never read back from the
+    # device): the generator moves on by exactly that draw.
     inputs = _tied_inputs([0.3, 0.1, 0.2, 0.4], 0)
-    state = inputs.generator.get_state()
+    expected = torch.Generator().manual_seed(0)
+    expected.set_state(inputs.generator.get_state())
+    torch.rand((1, 4), generator=expected, dtype=torch.float64)
     selection = _run(kind, inputs, 0.5)
     assert selection.mask[0].tolist() == [True, False, False, True] and not selection.tie_decided.any()
-    assert torch.equal(inputs.generator.get_state(), state)
+    assert torch.equal(inputs.generator.get_state(), expected.get_state())
     # Enough room for every tied value: kept, no draw, not tie-decided.
     selection = _run(kind, _tied_inputs([1.0, 1.0, 0.0, 0.0], 0), 0.5)
     assert selection.mask[0].tolist() == [True, True, False, False] and not selection.tie_decided.any()

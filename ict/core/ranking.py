@@ -2,13 +2,13 @@
 (:mod:`ict.core.selectors` states the counting and tie rules).
 
 :func:`top_fraction_selection` ranks every population of a scope at once, as one padded
-``[P, M]`` table (``P`` populations, ``M`` the largest population's positions), so a batch costs a
-fixed number of host synchronisations whatever its number of sequences or groups: one, whether a
-tie needs a draw (:func:`top_counts`, the one implementation of the tie rule; :func:`top_count`
-is its one-row case). The populations' counts ``k`` stay on the device
-(:func:`selection_counts`). Only a population with more tied tokens than free slots is drawn on its
-own, in population order. :func:`top_unique_token_selection` ranks the unique ids of every
-population the same way, as one table of (population, id) pairs.
+``[P, M]`` table (``P`` populations, ``M`` the largest population's positions), without a host
+synchronisation (the ``group`` scope's table costs two, its number of groups and their largest
+size): the populations' counts ``k`` (:func:`selection_counts`) and the tie rule
+(:func:`top_counts`, its one implementation; :func:`top_count` is its one-row case) stay on the
+device. Ties are broken by uniform keys drawn for every ranking (:func:`tie_keys`), so whether a
+population draws never needs reading back. :func:`top_unique_token_selection` ranks the unique
+ids of every population the same way, as one table of (population, id) pairs.
 """
 
 from __future__ import annotations
@@ -106,24 +106,38 @@ def population_table(scope: str, num_rows: int, group_ids: Tensor | None = None,
     return table
 
 
+def tie_keys(shape: tuple[int, ...], device: torch.device, generator: torch.Generator | None = None) -> Tensor:
+    """One uniform float64 key per entry of ``shape`` on ``device``, drawn from ``generator`` (None:
+    a new one on ``device`` seeded with 0): the tie-break of :func:`top_counts`. A CPU generator's
+    keys reach a CUDA device through pinned memory, without waiting for the device."""
+    device = torch.device(device)
+    if generator is None:
+        generator = torch.Generator(device=device).manual_seed(0)
+    keys = torch.rand(shape, generator=generator, device=generator.device, dtype=torch.float64)
+    if keys.device == device:
+        return keys
+    if keys.device.type == "cpu" and device.type == "cuda":
+        return keys.pin_memory().to(device, non_blocking=True)
+    return keys.to(device)
+
+
 def top_counts(values: Tensor, valid: Tensor, counts: Tensor, generator: torch.Generator | None = None,
-               tolerance: float = TIE_TOLERANCE) -> tuple[Tensor, Tensor]:
+               tolerance: float = TIE_TOLERANCE, keys: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The ``counts[p]`` largest valid ``values`` of each row ``p`` of ``[P, M]`` (``valid``: bool
     ``[P, M]``; ``counts``: long ``[P]``, ``counts[p]`` at most its valid entries) with
     position-neutral ties: bool ``[P, M]`` masks of the kept entries and of those a tie decided
     (see :mod:`ict.core.selectors`).
 
     Every value above ``s_k + tolerance`` (``s_k`` the row's ``k``-th largest) is kept; the
-    remaining slots go to a uniform draw, with ``generator`` (None: a new one seeded with 0 for
-    each row that draws), among the values within ``tolerance`` of ``s_k``, rows in order, each
-    drawing over its tied entries in position order. No draw happens when those fit the slots
-    exactly, so such rows consume no randomness. NaN counts as ``+inf`` (a non-finite step still
-    selects ``k`` tokens, so its loss is non-finite). One host sync whatever ``P``: whether a row
-    draws; and, only when one does, the counts and each such row's draw."""
-    keep = torch.zeros(values.shape, dtype=torch.bool, device=values.device)
-    decided = torch.zeros_like(keep)
+    remaining slots go to the values within ``tolerance`` of ``s_k`` with the smallest ``keys``
+    (``[P, M]`` float64; None: :func:`tie_keys` of ``values.shape`` from ``generator``): a uniform
+    draw among them. A row whose tied values fit its slots keeps them all and decides nothing by
+    a tie. NaN counts as ``+inf`` (a non-finite step still selects ``k`` tokens, so its loss is
+    non-finite). Everything stays on the device: no host synchronisation, whatever ``P`` and
+    whether a row draws or not (the keys are drawn either way)."""
     if not values.shape[-1]:
-        return keep, decided
+        return torch.zeros(values.shape, dtype=torch.bool, device=values.device), torch.zeros(
+            values.shape, dtype=torch.bool, device=values.device)
     values = values.double()
     values = torch.where(values.isnan(), math.inf, values)  # NaN ranks first, as in torch.sort
     count = counts.to(values.device)
@@ -132,19 +146,15 @@ def top_counts(values: Tensor, valid: Tensor, counts: Tensor, generator: torch.G
     active = valid & (count > 0).unsqueeze(-1)
     sure = active & (values > threshold + tolerance)
     tied = active & ((values == threshold) | ((values - threshold).abs() <= tolerance))
-    slots = count - sure.sum(dim=-1)
-    drawn = tied.sum(dim=-1) > slots  # more tied entries than free slots: a draw
-    keep |= sure | (tied & ~drawn.unsqueeze(-1))
-    drawing = [row for row, draws in enumerate(drawn.tolist()) if draws]  # the host sync
-    count_of = count.tolist() if drawing else []
-    for row in drawing:  # rare rows, in order
-        candidates = tied[row].nonzero(as_tuple=True)[0]
-        row_generator = torch.Generator().manual_seed(0) if generator is None else generator
-        draw = torch.randperm(candidates.numel(), generator=row_generator, device=row_generator.device)
-        chosen = candidates[draw[:count_of[row] - int(sure[row].sum())].to(candidates.device)]
-        keep[row, chosen] = True
-        decided[row, chosen] = True
-    return keep, decided
+    slots = (count - sure.sum(dim=-1)).unsqueeze(-1)  # [P, 1]
+    draws = tied.sum(dim=-1, keepdim=True) > slots  # more tied entries than free slots: a draw
+    if keys is None:
+        keys = tie_keys(values.shape, values.device, generator)
+    order = torch.where(tied, keys.to(values.device), math.inf).argsort(dim=-1, stable=True)  # tied first, by key
+    place = torch.empty_like(order).scatter_(-1, order, torch.arange(order.shape[-1], device=order.device)
+                                             .expand_as(order))
+    won = tied & (place < slots)  # each row's tied entries of the smallest keys, as many as its slots
+    return sure | torch.where(draws, won, tied), won & draws
 
 
 def top_count(
@@ -168,8 +178,9 @@ def top_fraction_selection(
     tolerance: float = TIE_TOLERANCE,
 ) -> Selection:
     """The ``ceil(ratio * N)`` highest ``scores`` among the ``N`` response tokens of each population
-    of ``scope`` (see :func:`population_rows`), ties (within ``tolerance``) broken at random with
-    ``generator`` (:func:`top_counts`; populations in order), with the tie-decided tokens. All
+    of ``scope`` (see :func:`population_rows`), ties (within ``tolerance``) broken at random by one
+    key per token, ``tie_keys([B, T])`` from ``generator`` (:func:`top_counts`), with the
+    tie-decided tokens. All
     populations are ranked at once, as the rows of one padded table (module docstring);
     ``scores`` and ``response_mask`` are ``[B, T]``."""
     check_ratio(ratio)
@@ -182,7 +193,9 @@ def top_fraction_selection(
     rows = table.clamp_min(0)
     valid = (mask[rows] & (table >= 0).unsqueeze(-1)).reshape(num_populations, -1)  # [P, R * T]
     values = scores.detach().to(mask.device)[rows].reshape(num_populations, -1)
-    keep, decided = top_counts(values, valid, selection_counts(ratio, valid.sum(dim=-1)), generator, tolerance)
+    keys = tie_keys((batch_size, length), mask.device, generator)[rows].reshape(num_populations, -1)  # per token
+    keep, decided = top_counts(values, valid, selection_counts(ratio, valid.sum(dim=-1)), generator, tolerance,
+                               keys)
     # back to [B, T]: each row sits in one population; the padding adds zeros to row 0
     flags = (torch.stack([keep, decided]).view(2, -1, length) & (table >= 0).view(1, -1, 1)).to(torch.int32)
     placed = torch.zeros(2, batch_size, length, dtype=torch.int32, device=mask.device)
@@ -213,8 +226,9 @@ def top_unique_token_selection(
 ) -> Selection:
     """Select the top ``ceil(ratio * U)`` of the ``U`` unique token ids of each population of
     ``scope`` by their mean score (float64) over the population's response tokens; mask their
-    positions. Ties between ids are broken at random with ``generator`` (:func:`top_counts`,
-    populations in order, ids ascending); the positions of an id a tie decided are tie-decided.
+    positions. Ties between ids are broken at random by one key per (population, id) pair,
+    ``tie_keys([P, max U])`` from ``generator`` (:func:`top_counts`; populations in order, ids
+    ascending); the positions of an id a tie decided are tie-decided.
     Every population at once, as a padded ``[P, max U]`` table of (population, id) pairs.
     """
     check_ratio(ratio)

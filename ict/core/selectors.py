@@ -60,12 +60,13 @@ Counting rules shared by every top-``ratio`` selector: ``N`` response tokens giv
 not 4); so at least one token is selected whenever ``N > 0``, none when ``N = 0``, all when
 ``ratio = 1``. A ratio outside (0, 1] is an error. Ties favour no position: with ``s_k`` the
 ``k``-th largest score, every token scoring above ``s_k + tol`` is selected and the remaining
-slots go to tokens drawn uniformly at random (``inputs.generator``; without one, a generator
-seeded with 0) among those within ``tol`` of ``s_k`` (``tol`` = :data:`TIE_TOLERANCE`, absolute,
-in the score's unit). When more tokens than slots lie within ``tol``, the tokens drawn are
-*decided by a tie* (``Selection.tie_decided``); a score that saturates shows up there. The
-draw only happens when there is such a tie, so selections without one consume no randomness,
-and it is the same on every process given the same generator state.
+slots go to tokens drawn uniformly at random among those within ``tol`` of ``s_k`` (``tol`` =
+:data:`TIE_TOLERANCE`, absolute, in the score's unit): those of the smallest keys, one uniform
+float64 key per token (per id for ``unit=token_id``) drawn from ``inputs.generator`` (without
+one, a generator seeded with 0) for every ranking, whether it has a tie or not, so that the
+selection never reads back from the device whether it draws. When more tokens than slots lie
+within ``tol``, the tokens drawn are *decided by a tie* (``Selection.tie_decided``); a score that
+saturates shows up there. The draw is the same on every process given the same generator state.
 """
 
 from __future__ import annotations
