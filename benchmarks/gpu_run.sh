@@ -77,10 +77,18 @@ status=${PIPESTATUS[0]}
 echo "ict_cost.py exit status $status (124: stopped by the time limit); script $(( $(date +%s) - start )) s" \
   | tee -a "$OUT/ict_cost.log"
 # 3. the torch profiler over TRL's fused head, our GRPO statistics + loss and our ICT statistics +
-# selection + loss, and where the device sat idle in each (~30 s)
+# selection + loss, where the device sat idle in each and each one's synchronisations (~30 s)
 timeout -k 5 70 python3 benchmarks/stats_profile.py --rows 12 --trace-dir /tmp/stats_traces 2>&1 \
   | tee "$OUT/stats_profile.log"
 tar -cf "$OUT/stats_traces.tar" -C /tmp stats_traces 2>/dev/null || echo "no traces to pack"
+# 3b. the same at the 1.5B shape (d = 1,536: where our GRPO path was 1.01x TRL's head), appended to
+# the log, when 60 s are left (its traces stay here: the idle tables are in the log)
+if [ $(( ${GPU_RUN_LIMIT:-570} - ($(date +%s) - start) )) -gt 60 ]; then
+  echo -e "\n# the 1.5B shape (--width 1536)" >> "$OUT/stats_profile.log"
+  timeout -k 5 55 python3 benchmarks/stats_profile.py --rows 12 --width 1536 2>&1 | tee -a "$OUT/stats_profile.log"
+else
+  echo "no time left for the 1.5B profile" | tee -a "$OUT/stats_profile.log"
+fi
 # 4. the tile tests on the GPU (the Triton kernels compiled, gradients included, against float64),
 # with the time left under the run's 600 s (compiling every kernel variant took ~110 s on an H100;
 # a run cut short lists the tests that passed)
