@@ -368,20 +368,24 @@ def summarize(results: list[dict[str, Any]], section: str) -> dict[str, dict[str
                 "alloc_retries": sum(r.get("alloc_retries") or 0 for r in mine),
                 "triton_compile_seconds": sum(t for r in mine for t in r.get("triton_compile_seconds", [])[1:]),
                 "runs": len(mine), "timed_steps": len(timed),
-                "update_syncs": next((r["update_syncs"] for r in mine if "update_syncs" in r), None)}
+                "first_step_syncs": next((r["first_step_syncs"] for r in mine if "first_step_syncs" in r), None)}
     return summary
 
 
-def print_update_syncs(config: str, variants: dict[str, dict[str, Any]]) -> None:
-    """(c): the synchronisations of each variant's first step's updates (its first run's census,
-    ``sync_census.py``), side by side by the line that caused them."""
-    censuses = {variant: row["update_syncs"] for variant, row in variants.items() if row.get("update_syncs") is not None}
+def print_first_step_syncs(section: str, config: str, variants: dict[str, dict[str, Any]]) -> None:
+    """The synchronisations of each variant's first step (its first run's census,
+    ``sync_census.py``), side by side by the line that caused them: (b) TRL's ``training_step``
+    without the generation, (c) our trainer's updates."""
+    censuses = {variant: row["first_step_syncs"] for variant, row in variants.items()
+                if row.get("first_step_syncs") is not None}
     if not censuses:
         return
     places = list(dict.fromkeys(place for census in censuses.values() for place in census))
     totals = " / ".join(f"{variant} {sum(census.values())}" for variant, census in censuses.items())
-    print(f"\n{config}: synchronisations in the first step's updates (statistics, selection, loss, backward, "
-          f"optimizer; all micro-batches): {totals}\n\n| kind @ where | {' | '.join(censuses)} |\n"
+    what = ("TRL's training_step (forward, loss, backward; the generation left out)" if section == "b" else
+            "updates (statistics, selection, loss, backward, optimizer; all micro-batches)")
+    print(f"\n{config}: synchronisations in the first step's {what}: {totals}\n\n"
+          f"| kind @ where | {' | '.join(censuses)} |\n"
           f"|---|{'---|' * len(censuses)}")
     for place in places:
         print(f"| {place} | {' | '.join(str(census.get(place, 0)) for census in censuses.values())} |")
@@ -458,7 +462,7 @@ def print_train(section: str, model: str, summary: dict[str, dict[str, Any]],
                 print(f"{config}: the CUDA caching allocator freed its cache and retried cudaMalloc "
                       f"{a['alloc_retries']} times in {new}'s runs, {b['alloc_retries']} in {old}'s "
                       "(each one synchronises the device and slows its step)")
-        print_update_syncs(config, variants)
+        print_first_step_syncs(section, config, variants)
         for variant, row in variants.items():
             if not abs(row["length"] - settings["length"]) < 1e-6:
                 print(f"WARNING: {config} {variant}: mean completion length {row['length']:.2f} is not the "

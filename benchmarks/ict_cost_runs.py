@@ -346,12 +346,18 @@ def trl_run(model_dir: str, variant: str, config_name: str, steps: int, prompts:
                             peft_config=peft_config, callbacks=[Wall()])
     trainer.remove_callback(PrinterCallback)  # its per-step dicts; the figures are read below
     retries = meter.alloc_retries()
-    with compiles:
-        trainer.train()
+    # the first optimizer step's forward, loss and backward, without the generation
+    syncs = FirstCallCensus(trainer, "training_step", device, paused=((trainer, "_generate_and_score_completions"),))
+    try:
+        with compiles:
+            trainer.train()
+    finally:
+        syncs.restore()
     history = trainer.state.log_history
     result = {"step_times": [e["step_time"] for e in history if "step_time" in e], "wall": wall,
               "lengths": [e["completions/mean_length"] for e in history if "completions/mean_length" in e],
-              "triton_compile_seconds": compile_seconds, "peak_mib": meter.peak_mib()}
+              "triton_compile_seconds": compile_seconds, "first_step_syncs": syncs.counts(),
+              "peak_mib": meter.peak_mib()}
     if retries is not None:
         result["alloc_retries"] = meter.alloc_retries() - retries
     if hasattr(trainer, "ict_head_statistics"):  # micro-batches scored on TRL's log Z / recomputed
@@ -366,33 +372,51 @@ def trl_run(model_dir: str, variant: str, config_name: str, steps: int, prompts:
 
 # ------------------------------------------------------------------ (c) one run of our trainer
 
-class FirstUpdateCensus:
-    """Counts the synchronisations of the first step's policy updates (``update_on_batch``:
-    statistics, selection, loss, backward and optimizer, every micro-batch) with
-    :class:`sync_census.SyncCensus` (``.census``), by wrapping the trainer's reference to it;
-    ``restore()`` puts it back. The first step is the warm-up, left out of the timings, so the
-    census's own cost on every operator times nothing."""
+class FirstCallCensus:
+    """Counts the synchronisations of the first call of ``owner.name`` (a module's function or an
+    instance's method) with :class:`sync_census.SyncCensus` (``.census``), by wrapping it; the
+    calls of each ``paused`` ``(owner, name)`` inside it are left out. ``restore()`` puts every
+    wrapped attribute back. Used on each run's first step, the warm-up left out of the timings,
+    so the census's own cost on every operator times nothing."""
 
-    def __init__(self, device: str) -> None:
-        from sync_census import SyncCensus
+    def __init__(self, owner: Any, name: str, device: str, paused: tuple[tuple[Any, str], ...] = ()) -> None:
+        from sync_census import SyncCensus, harness
 
-        import ict.training.trainer as trainer
+        self.census = census = SyncCensus(device_only=device.startswith("cuda"))
+        self._saved = [(owner, name, getattr(owner, name))] + [(o, n, getattr(o, n)) for o, n in paused]
+        original, calls = getattr(owner, name), []
 
-        self.census, self._trainer = SyncCensus(device_only=device.startswith("cuda")), trainer
-        self._original = original = trainer.update_on_batch
-        calls = []
-
+        @harness
         def counted(*args: Any, **kwargs: Any) -> Any:
             calls.append(None)
             if len(calls) > 1:
                 return original(*args, **kwargs)
-            with self.census:
+            with census:
                 return original(*args, **kwargs)
 
-        trainer.update_on_batch = counted
+        setattr(owner, name, counted)
+        for paused_owner, paused_name, paused_original in self._saved[1:]:
+            setattr(paused_owner, paused_name, self._pausing(paused_original))
+
+    def _pausing(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        from sync_census import harness
+
+        @harness
+        def paused(*args: Any, **kwargs: Any) -> Any:
+            before, self.census.paused = self.census.paused, True
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.census.paused = before
+
+        return paused
+
+    def counts(self) -> dict[str, int]:
+        return {f"{kind} @ {where}": count for (kind, where), count in self.census.counts.most_common()}
 
     def restore(self) -> None:
-        self._trainer.update_on_batch = self._original
+        for owner, name, original in self._saved:
+            setattr(owner, name, original)
 
 
 def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions: int, length: int,
@@ -436,7 +460,9 @@ def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions
     lines = []
     retries = meter.alloc_retries()
     compile_seconds = []
-    syncs = FirstUpdateCensus(device)
+    import ict.training.trainer as trainer_module
+
+    syncs = FirstCallCensus(trainer_module, "update_on_batch", device)  # the policy updates
     try:
         for step in range(steps):
             synchronize(device)
@@ -452,7 +478,7 @@ def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions
               "lengths": [line["response_length_mean"] for line in lines],
               "selected": [line.get("selected_fraction") for line in lines],
               "triton_compile_seconds": compile_seconds,
-              "update_syncs": {f"{kind} @ {where}": count for (kind, where), count in syncs.census.counts.most_common()},
+              "first_step_syncs": syncs.counts(),
               "peak_mib": meter.peak_mib()}
     if retries is not None:
         result["alloc_retries"] = meter.alloc_retries() - retries

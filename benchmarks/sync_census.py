@@ -1,6 +1,5 @@
 """Where a GPU path waits for the host: every operator that synchronises the device, counted by
-the line of our code (``ict/`` or ``benchmarks/``, else the innermost frame outside torch) that
-called it.
+the line that called it (the innermost frame outside torch: ours, or TRL's or transformers').
 
 Three kinds, each a full drain of the CUDA stream's queue before the host goes on:
 
@@ -24,7 +23,6 @@ from __future__ import annotations
 
 import collections
 import sys
-import traceback
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -37,16 +35,35 @@ ROOT = Path(__file__).resolve().parents[1]
 READS = {"_local_scalar_dense", "nonzero", "_unique2", "unique_dim", "unique_consecutive", "masked_select"}
 
 
+HARNESS: set[Any] = set()
+"""Code objects of wrappers around the measured call (see :func:`harness`): never a location."""
+
+
+def harness(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Marks ``function`` (a wrapper that starts or pauses the census) as no place of its own."""
+    HARNESS.add(function.__code__)
+    return function
+
+
+def _place(frame: Any) -> str:
+    path = frame.f_code.co_filename
+    if "-packages/" in path:
+        path = path.split("-packages/", 1)[1]  # trl/trainer/grpo_trainer.py
+    elif Path(path).is_relative_to(ROOT):
+        path = str(Path(path).relative_to(ROOT))
+    return f"{path}:{frame.f_lineno} ({frame.f_code.co_name})"
+
+
 def _location() -> str:
-    """``path:line (function)`` of the innermost frame in this repository (not this file), else
-    the innermost one outside torch."""
-    frames = [frame for frame in traceback.extract_stack()[:-2] if frame.filename != __file__]
-    ours = [frame for frame in frames if frame.filename.startswith(str(ROOT)) and "-packages" not in frame.filename]
-    outside = [frame for frame in frames if "/torch/" not in frame.filename]
-    frame = (ours or outside or frames)[-1]
-    path = Path(frame.filename)
-    name = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
-    return f"{name}:{frame.lineno} ({frame.name})"
+    """The innermost frame outside torch, this file and the harness, as ``path:line (function)``
+    (another library's, such as TRL's, by its path inside the installed packages)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename != __file__ and code not in HARNESS and "/torch/" not in code.co_filename:
+            return _place(frame)
+        frame = frame.f_back
+    return "(torch)"
 
 
 def _kind(func: Any, args: tuple, kwargs: dict, device_only: bool) -> str | None:
@@ -79,12 +96,13 @@ class SyncCensus(TorchDispatchMode):
     def __init__(self, device_only: bool = False) -> None:
         super().__init__()
         self.device_only = device_only
+        self.paused = False  # while True, nothing is counted (a part of the call left out)
         self.counts: collections.Counter[tuple[str, str]] = collections.Counter()
         self._tolist: Any = None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        kind = _kind(func, args, kwargs, self.device_only)
+        kind = None if self.paused else _kind(func, args, kwargs, self.device_only)
         if kind is not None:
             self.counts[(kind, _location())] += 1
         return func(*args, **kwargs)
@@ -94,7 +112,7 @@ class SyncCensus(TorchDispatchMode):
         self._tolist = original
 
         def tolist(tensor: torch.Tensor) -> Any:  # a CPU tensor's tolist bypasses the dispatcher
-            if tensor.device.type == "cpu" and not census.device_only:
+            if tensor.device.type == "cpu" and not census.device_only and not census.paused:
                 census.counts[("read", _location())] += 1
             return original(tensor)
 

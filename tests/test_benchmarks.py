@@ -482,6 +482,21 @@ def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
     assert {run["variant"] for run in report["c"]["tiny"]["runs"]} == {"grpo", "ict"}
     for run in report["c"]["tiny"]["runs"]:
         assert len(run["generation_seconds"]) == len(run["training_seconds"]) == len(run["step_times"])
+    # each run's first-step census (sync_census.py): ICT's group layout syncs, its tie rule does not;
+    # in TRL, ICT adds to TRL's own syncs, and the generation is left out
+    for section in ("b", "c"):
+        assert "synchronisations in the first step's" in tables[f"({section})"]
+        for run in report[section]["tiny"]["runs"]:
+            places = run["first_step_syncs"]
+            assert places and all(count > 0 for count in places.values())
+            assert not any("ict/core/ranking.py" in place or "generation" in place for place in places)
+            if run["variant"] == "ict":
+                assert any("ict/core/stats/rows.py" in place for place in places)
+    trl_places = {place for run in report["b"]["tiny"]["runs"] if run["variant"] == "trl"
+                  for place in run["first_step_syncs"]}
+    ict_places = {place for run in report["b"]["tiny"]["runs"] if run["variant"] == "ict"
+                  for place in run["first_step_syncs"]}
+    assert trl_places and trl_places <= ict_places
     assert not any("error" in run or "skipped" in run
                    for section in ("b", "c") for run in report[section]["tiny"]["runs"])
 
