@@ -126,25 +126,55 @@ def test_hidden_path_values_and_gradients_match_float64(backend, tile):
     ours = [tensor.clone().requires_grad_() for tensor in (hidden, weight, lm_bias)]
     stats = run(token_statistics_from_hidden, backend, ours[0], ours[1], token_ids, mask, 0.9, keys, groups,
                 ours[2], differentiable_entropy=True, tile_size=tile)
+    assert_hidden_path_matches_float64(stats, ours, (hidden, weight, lm_bias), token_ids, mask, 0.9, keys, groups)
+
+
+def assert_hidden_path_matches_float64(stats, leaves, inputs, token_ids, mask, temperature, keys=(), groups=None):
+    """``stats`` (from hidden states, head and bias: the ``leaves``, copies of ``inputs``) equal
+    float64 ones: values, every score of ``keys``, and the gradients of ``sum(log p * w) + 0.2 sum(H)``
+    to the three inputs."""
     weights = torch.randn(mask.shape, generator=torch.Generator().manual_seed(4))
     ((stats.log_probs * weights).sum() + 0.2 * stats.entropy.sum()).backward()
-    exact = [tensor.double().requires_grad_() for tensor in (hidden, weight, lm_bias)]
+    exact = [tensor.double().requires_grad_() for tensor in inputs]
     logits = exact[0] @ exact[1].T + exact[2]
-    expected = reference_statistics(logits.detach(), token_ids, mask, 0.9)
+    expected = reference_statistics(logits.detach(), token_ids, mask, temperature)
     for name in ("log_probs", "entropy", "renyi2"):
         torch.testing.assert_close(getattr(stats, name).double(), expected[name], atol=1e-5, rtol=1e-6)
     for key in keys:
         reference, _, metric = key.partition(":")
-        want = loop_reference_scores(logits.detach(), token_ids, mask, groups, 0.9, reference, metric or "js")
+        want = loop_reference_scores(logits.detach(), token_ids, mask, groups, temperature, reference,
+                                     metric or "js")
         torch.testing.assert_close(stats.js_scores[key].double(), want, atol=2e-5, rtol=1e-6,
                                    msg=lambda text, key=key: f"{key}: {text}")
-    log_p = torch.log_softmax(logits / 0.9, dim=-1)
+    log_p = torch.log_softmax(logits / temperature, dim=-1)
     entropy = -(log_p.exp() * log_p).sum(-1)
     token_log_p = log_p.gather(-1, token_ids[..., None])[..., 0]
     (((token_log_p * weights + 0.2 * entropy) * mask).sum()).backward()
-    for name, mine, theirs in zip(("hidden", "weight", "bias"), ours, exact):
+    for name, mine, theirs in zip(("hidden", "weight", "bias"), leaves, exact):
         torch.testing.assert_close(mine.grad.double(), theirs.grad, atol=2e-5, rtol=1e-5,
                                    msg=lambda text, name=name: f"grad {name}: {text}")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("tile", TILES)
+@pytest.mark.parametrize("layout", ["contiguous", "permuted"])
+def test_every_position_a_response_reads_the_hidden_rows_as_views_and_matches_float64(backend, tile, layout):
+    """Sequence order over every position (no padding, no group reference: GRPO's path) reads each
+    token tile's hidden states as a view of the flat rows and writes the hidden states' gradient
+    as the rows' accumulator, without a scatter (``RowOrder.dense``); a non-contiguous tensor
+    (``permuted``) takes the gather. Values and gradients against float64 either way."""
+    from ict.core.stats.rows import sequence_order
+
+    hidden, weight, lm_bias, token_ids, _ = hidden_batch(9, batch=5)
+    mask = torch.ones(token_ids.shape, dtype=torch.bool)
+    assert sequence_order(mask, tile[0]).dense and not sequence_order(mask.clone().fill_(True).tril(), 4).dense
+    leaves = [tensor.clone().requires_grad_() for tensor in (hidden, weight, lm_bias)]
+    states = leaves[0] if layout == "contiguous" else leaves[0].transpose(0, 1).contiguous().transpose(0, 1)
+    assert states.is_contiguous() == (layout == "contiguous")
+    stats = run(token_statistics_from_hidden, backend, states, leaves[1], token_ids, mask, 0.9, (), None,
+                leaves[2], differentiable_entropy=True, tile_size=tile)
+    assert_hidden_path_matches_float64(stats, leaves, (hidden, weight, lm_bias), token_ids, mask, 0.9)
+    assert torch.equal(hidden, leaves[0].detach())  # the views were only read
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -43,7 +43,7 @@ class LogitsHead:
             self.flat, self.step = _row_view(logits)
         self.vocab_size = self.flat.shape[-1]
 
-    def rows(self, rows_b: Tensor, rows_t: Tensor) -> Tensor:
+    def rows(self, rows_b: Tensor, rows_t: Tensor, span: slice | None = None) -> Tensor:
         if self.row_index is not None:
             return self.row_index[rows_b, rows_t].to(self.flat.device)
         return rows_b * self.step + rows_t
@@ -76,7 +76,7 @@ class LogitsHead:
         return None
 
     def finish(self, grads: list[Tensor | None], rows_b: Tensor, rows_t: Tensor,
-               row_grads: Tensor | None) -> tuple[Tensor | None, ...]:
+               row_grads: Tensor | None, dense: bool = False) -> tuple[Tensor | None, ...]:
         """The gradient wrt the logits, in their shape: ``[R, V]`` as is, ``[B, T, V]`` a view of
         the rows (``(b, t)`` at row ``b * step + t``); no row accumulator here."""
         grad = grads[0]
@@ -104,7 +104,11 @@ class LinearHead:
         self._buffer: Tensor | None = None
         self._weight_slice: tuple[tuple[int, int], Tensor] | None = None
 
-    def rows(self, rows_b: Tensor, rows_t: Tensor) -> Tensor:
+    def rows(self, rows_b: Tensor, rows_t: Tensor, span: slice | None = None) -> Tensor:
+        """The hidden states of the rows ``(rows_b, rows_t)`` ``[n, d]`` in the compute dtype;
+        ``span``: their flat positions ``b * T + t`` when contiguous, read as a view (no gather)."""
+        if span is not None and self.hidden.is_contiguous():
+            return self.hidden.view(-1, self.hidden.shape[-1])[span].to(self.compute_dtype)
         return self.hidden[rows_b, rows_t].to(self.compute_dtype)
 
     def weight_slice(self, start: int, end: int) -> Tensor:
@@ -165,11 +169,14 @@ class LinearHead:
             grads[2][start:end].add_(grad.sum(dim=0, dtype=torch.float32))
 
     def finish(self, grads: list[Tensor | None], rows_b: Tensor, rows_t: Tensor,
-               row_grads: Tensor | None) -> tuple[Tensor | None, ...]:
+               row_grads: Tensor | None, dense: bool = False) -> tuple[Tensor | None, ...]:
         """The inputs' gradients in their dtypes, the hidden states' from the rows' accumulator
         (``row_grads`` ``[N, d]`` of the rows ``(rows_b, rows_t)``), once every tile is done (after
-        :meth:`release`: the tiles' memory is free by then)."""
-        if row_grads is not None:
+        :meth:`release`: the tiles' memory is free by then). ``dense``: the rows are every position
+        in row-major order, so the accumulator is the gradient's layout (no zeros, no scatter)."""
+        if row_grads is not None and dense:
+            grads[0] = row_grads.view(self.hidden.shape).to(self.hidden.dtype)
+        elif row_grads is not None:
             grads[0] = torch.zeros_like(self.hidden)
             grads[0][rows_b, rows_t] = row_grads.to(self.hidden.dtype)
         return tuple(None if grad is None else grad.to(tensor.dtype) for grad, tensor in zip(grads, self.inputs))

@@ -93,10 +93,16 @@ class RowOrder:
     batch_index: Tensor
     time_index: Tensor
     tiles: list[Tile]
+    dense: bool = False  # sequence order over every position of the batch: row i is flat position i
 
     @property
     def num_rows(self) -> int:
         return self.batch_index.numel()
+
+    def span(self, part: slice) -> slice | None:
+        """The flat positions ``b * T + t`` of the rows ``part`` as a slice when they are contiguous
+        (:attr:`dense`: the rows can be read as a view, without a gather), else None."""
+        return part if self.dense else None
 
     def previous_rows(self) -> Tensor:
         """For each row, the index (in processing order) of the previous response position of the
@@ -116,7 +122,7 @@ def sequence_order(response_mask: Tensor, tokens: int) -> RowOrder:
     batch_index, time_index = response_mask.bool().nonzero(as_tuple=True)
     tiles = [Tile(slice(start, min(start + tokens, batch_index.numel())), None)
              for start in range(0, batch_index.numel(), tokens)]
-    return RowOrder(batch_index, time_index, tiles)
+    return RowOrder(batch_index, time_index, tiles, dense=batch_index.numel() == response_mask.numel())
 
 
 def _merged_masses(tokens: Tensor) -> tuple[Tensor, Tensor]:

@@ -142,7 +142,7 @@ class _ResponseLogProbs(torch.autograd.Function):
             with torch.autocast(ctx.saved_tensors[0].device.type, enabled=False):  # float32 folds (see statistics)
                 row_grads = _backward_tiles(ctx, grads, needed, grad_log_probs, grad_entropy)
         order: RowOrder = ctx.order
-        return (None,) * 10 + head.finish(grads, order.batch_index, order.time_index, row_grads)
+        return (None,) * 10 + head.finish(grads, order.batch_index, order.time_index, row_grads, order.dense)
 
 
 def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], grad_log_probs: Tensor | None,
@@ -160,7 +160,7 @@ def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], gra
     for start, end in chunks(head.vocab_size, ctx.vocab):
         for tile in order.tiles:
             part = tile.part
-            rows = head.rows(order.batch_index[part], order.time_index[part])
+            rows = head.rows(order.batch_index[part], order.time_index[part], order.span(part))
             tile = head.tile(rows, start, end, indexed=folds.READS_INDEXED_TILES)
             # an indexed tile's gradient goes straight into the same rows of the logits' gradient
             indexed = isinstance(tile, IndexedTile) and grads[0] is not None
@@ -228,7 +228,7 @@ class _Run:
             self.log_total.zero_()
             self.entropy.copy_(given[1][order.batch_index, order.time_index])
             self.mass = (torch.zeros_like(self.entropy), torch.zeros_like(self.entropy))
-        tiles = [(tile, head.rows(order.batch_index[tile.part], order.time_index[tile.part]),
+        tiles = [(tile, head.rows(order.batch_index[tile.part], order.time_index[tile.part], order.span(tile.part)),
                   None if reference_head is None else reference_head.rows(order.batch_index[tile.part],
                                                                           order.time_index[tile.part]))
                  for tile in order.tiles]
@@ -379,7 +379,8 @@ class _Run:
         mean = self.sequence_sum.div_(counts.unsqueeze(-1).float())
         mean_entropy = torch_tiles.entropy_terms(mean)
         partials = Partials.zeros(order.num_rows, self.device)
-        tiles = [(tile.part, head.rows(order.batch_index[tile.part], order.time_index[tile.part]))
+        tiles = [(tile.part, head.rows(order.batch_index[tile.part], order.time_index[tile.part],
+                                       order.span(tile.part)))
                  for tile in order.tiles]
         for start, end in chunks(self.vocab_size, self.vocab):
             for part, rows in tiles:
