@@ -4,6 +4,7 @@ the same generator."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -85,3 +86,31 @@ def test_selection_counts_are_the_exact_decimal_counts_on_the_device(numerator, 
     assert counts.dtype == torch.long
     assert counts.tolist() == [exact_count(ratio, size) for size in sizes]
     assert [selection_count(ratio, size) for size in sizes] == counts.tolist()
+
+
+def test_tie_keys_are_the_generators_uniform_float64_draw():
+    """``tie_keys``: ``torch.rand(shape, float64)`` from the generator (a new one seeded with 0
+    without one), on the values' device."""
+    from ict.core.ranking import tie_keys
+
+    expected = torch.rand((3, 5), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert torch.equal(tie_keys((3, 5), torch.device("cpu")), expected)
+    generator = torch.Generator().manual_seed(7)
+    twin = torch.Generator().manual_seed(7)
+    assert torch.equal(tie_keys((2, 4), "cpu", generator), torch.rand((2, 4), generator=twin, dtype=torch.float64))
+    assert torch.equal(generator.get_state(), twin.get_state())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_tie_keys_reach_the_device_from_a_host_generator():
+    """A CPU generator's keys land on the CUDA device (through pinned memory), equal to its draw;
+    a CUDA generator's are drawn there."""
+    from ict.core.ranking import tie_keys
+
+    device = torch.device("cuda")
+    keys = tie_keys((4, 6), device, torch.Generator().manual_seed(3))
+    assert keys.device.type == "cuda"
+    expected = torch.rand((4, 6), generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    assert torch.equal(keys.cpu(), expected)
+    on_device = tie_keys((4, 6), device, torch.Generator(device=device).manual_seed(3))
+    assert on_device.device.type == "cuda" and on_device.dtype == torch.float64
