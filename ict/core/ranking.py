@@ -180,9 +180,8 @@ def top_fraction_selection(
     """The ``ceil(ratio * N)`` highest ``scores`` among the ``N`` response tokens of each population
     of ``scope`` (see :func:`population_rows`), ties (within ``tolerance``) broken at random by one
     key per token, ``tie_keys([B, T])`` from ``generator`` (:func:`top_counts`), with the
-    tie-decided tokens. All
-    populations are ranked at once, as the rows of one padded table (module docstring);
-    ``scores`` and ``response_mask`` are ``[B, T]``."""
+    tie-decided tokens. All populations are ranked at once, as the rows of one padded table
+    (module docstring); ``scores`` and ``response_mask`` are ``[B, T]``."""
     check_ratio(ratio)
     mask = response_mask.bool()
     batch_size, length = mask.shape
