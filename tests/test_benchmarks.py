@@ -634,7 +634,8 @@ def test_stats_agreement_runs_tiny_and_agrees(tmp_path):
     report = json.loads(report_path.read_text())
     assert report["shape"] == [8, 12, 211]
     assert max(report["max_abs"]["cpu/torch - float64"].values()) < 1e-5
-    assert {"group_mean:kl", "group_mean_absorbing:kl"} <= set(report["max_abs"]["cpu/torch - float64"])
+    assert {"group_mean:kl", "group_mean_absorbing:kl", "group_mean_loo:kl", "group_mean_loo_absorbing:kl"} <= set(
+        report["max_abs"]["cpu/torch - float64"])
     assert report["masks"]["cpu/torch"]["of them not decided by a tie"] == 0
     assert "| cpu/torch - float64 |" in result.stdout
 
