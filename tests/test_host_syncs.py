@@ -5,11 +5,11 @@ operator level, for the statistics from hidden states, the selection, the loss a
 
 from __future__ import annotations
 
-import collections
+import sys
+from pathlib import Path
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ict.core.loss import PolicyLossConfig, policy_loss
 from ict.core.selectors import (
@@ -21,41 +21,14 @@ from ict.core.selectors import (
 )
 from ict.core.stats import TokenStatistics, token_statistics_from_hidden
 
-# operators whose result size or value the host must read from the device
-SYNCING = {"_local_scalar_dense", "nonzero", "_unique2", "unique_dim", "unique_consecutive", "masked_select",
-           "repeat_interleave"}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+try:  # the one definition of which operators synchronise (values read back, copies)
+    from sync_census import SyncCensus
+finally:
+    sys.path.pop(0)
 
 
-class SyncCounter(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.counts: collections.Counter[str] = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.__name__.split(".")[0]
-        boolean_index = name == "index" and any(
-            isinstance(index, torch.Tensor) and index.dtype == torch.bool for index in args[1] if index is not None)
-        if name in SYNCING or boolean_index:
-            self.counts[name] += 1
-        return func(*args, **(kwargs or {}))
-
-
-def counted_reads(monkeypatch, methods: tuple[str, ...] = ("tolist",)) -> collections.Counter:
-    """Counts the calls of these ``torch.Tensor`` methods (a CPU tensor answers ``.tolist()``
-    without the dispatcher, so the ``SyncCounter`` does not see it)."""
-    reads: collections.Counter[str] = collections.Counter()
-    for method in methods:
-        original = getattr(torch.Tensor, method)
-
-        def counted(self, *args, _original=original, _method=method):
-            reads[_method] += 1
-            return _original(self, *args)
-
-        monkeypatch.setattr(torch.Tensor, method, counted)
-    return reads
-
-
-def ict_step_syncs(monkeypatch, rows: int, tile: tuple[int, int], backend: str, scope: str,
+def ict_step_syncs(rows: int, tile: tuple[int, int], backend: str, scope: str,
                    unit: str = "position") -> int:
     generator = torch.Generator().manual_seed(rows)
     length, width, vocab = 8, 16, 100
@@ -68,9 +41,8 @@ def ict_step_syncs(monkeypatch, rows: int, tile: tuple[int, int], backend: str, 
     group_ids = torch.arange(rows) // 4
     options = resolve_options("ict", {"scope": scope, "unit": unit})
     config = PolicyLossConfig(aggregation=method_train_options("ict")["aggregation"])
-    reads = counted_reads(monkeypatch, ("tolist", "item"))
-    counter = SyncCounter()
-    with counter:
+    census = SyncCensus()
+    with census:
         stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 1.0,
                                              js_references=required_js_references("ict", options),
                                              group_ids=group_ids, tile_size=tile, backend=backend)
@@ -79,16 +51,15 @@ def ict_step_syncs(monkeypatch, rows: int, tile: tuple[int, int], backend: str, 
         selection = select("ict", inputs, **options)
         loss, _ = policy_loss(stats, stats.log_probs.detach(), advantages, mask, selection.mask, config)
         loss.backward()
-    monkeypatch.undo()
     assert hidden.grad is not None and selection.mask.any()
-    return sum(counter.counts.values()) + reads["tolist"]  # .item() reaches the dispatcher already
+    return census.total()
 
 
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 @pytest.mark.parametrize("scope", ["sequence", "group"])
-def test_ict_step_syncs_do_not_grow_with_rows_tiles_or_populations(monkeypatch, backend, scope):
-    small = ict_step_syncs(monkeypatch, 8, (8, 64), backend, scope)  # 2 groups, 8 token x 2 vocab tiles
-    large = ict_step_syncs(monkeypatch, 32, (8, 32), backend, scope)  # 8 groups, 24 token x 4 vocab tiles
+def test_ict_step_syncs_do_not_grow_with_rows_tiles_or_populations(backend, scope):
+    small = ict_step_syncs(8, (8, 64), backend, scope)  # 2 groups, 8 token x 2 vocab tiles
+    large = ict_step_syncs(32, (8, 32), backend, scope)  # 8 groups, 24 token x 4 vocab tiles
     assert small == large
     # all of them the group layout's, before the first tile (its finished rows' table one of
     # them); the group scope's population table 2 more; the tie rule none (its keys are drawn on
@@ -97,16 +68,16 @@ def test_ict_step_syncs_do_not_grow_with_rows_tiles_or_populations(monkeypatch, 
 
 
 @pytest.mark.parametrize("scope", ["sequence", "group"])
-def test_the_token_id_unit_syncs_do_not_grow_with_populations(monkeypatch, scope):
+def test_the_token_id_unit_syncs_do_not_grow_with_populations(scope):
     """ICT's ``unit=token_id`` ablation ranks every population's unique ids at once too."""
-    small = ict_step_syncs(monkeypatch, 8, (8, 64), "torch", scope, "token_id")
-    large = ict_step_syncs(monkeypatch, 32, (8, 32), "torch", scope, "token_id")
+    small = ict_step_syncs(8, (8, 64), "torch", scope, "token_id")
+    large = ict_step_syncs(32, (8, 32), "torch", scope, "token_id")
     assert small == large
     assert small <= (9 if scope == "sequence" else 11)
 
 
 @pytest.mark.parametrize("kind", ["ict", "entropy", "random"])
-def test_a_sequence_scoped_selection_with_ties_and_its_loss_never_wait_for_the_device(monkeypatch, kind):
+def test_a_sequence_scoped_selection_with_ties_and_its_loss_never_wait_for_the_device(kind):
     """Between the statistics' forward and the backward nothing is read back: the top-fraction
     ranking, its tie draw (every score tied here, so every row draws) and the loss with its
     backward run on the device alone (the GPU's queue never drains there)."""
@@ -121,18 +92,16 @@ def test_a_sequence_scoped_selection_with_ties_and_its_loss_never_wait_for_the_d
                              group_ids=torch.arange(6) // 3, old_log_probs=log_probs.detach() - 0.1,
                              generator=torch.Generator().manual_seed(1))
     options = {**resolve_options(kind, {}), "scope": "sequence"} if kind == "ict" else resolve_options(kind, {})
-    reads = counted_reads(monkeypatch)
-    counter = SyncCounter()
-    with counter:
+    census = SyncCensus()
+    with census:
         selection = select(kind, inputs, **options)
         loss, _ = policy_loss(stats, log_probs.detach() - 0.1, inputs.advantages, mask, selection.mask)
         loss.backward()
-    monkeypatch.undo()
-    assert sum(counter.counts.values()) + reads["tolist"] == 0, counter.counts
+    assert census.total() == 0, census.counts
     assert (kind == "random" or selection.tie_decided.any()) and log_probs.grad is not None  # random: no ties
 
 
-def test_the_loss_reads_its_metrics_back_only_when_one_is_read(monkeypatch):
+def test_the_loss_reads_its_metrics_back_only_when_one_is_read():
     """`policy_loss` and its backward synchronise nothing: its metrics are computed on the device
     and read back, once for all of them, when the first is read (`LossMetrics`)."""
     generator = torch.Generator().manual_seed(0)
@@ -141,16 +110,16 @@ def test_the_loss_reads_its_metrics_back_only_when_one_is_read(monkeypatch):
                             {"group_mean": torch.rand(4, 6, generator=generator)})
     mask = torch.rand(4, 6, generator=generator) > 0.2
     selected = mask & (torch.rand(4, 6, generator=generator) > 0.5)
-    reads = counted_reads(monkeypatch)
-    counter = SyncCounter()
-    with counter:
+    census = SyncCensus()
+    with census:
         loss, metrics = policy_loss(stats, log_probs.detach() - 0.1, torch.randn(4, generator=generator), mask,
                                     selected)
         loss.backward()
-    assert sum(counter.counts.values()) + reads["tolist"] == 0
-    with counter:
+    assert census.total() == 0, census.counts
+    with census:
         fraction, entropy = metrics["selected_fraction"], metrics["entropy"]
         assert set(metrics) >= {"clip_fraction", "js_group_mean_selected", "policy_loss"}
-    assert reads["tolist"] == 1 and sum(counter.counts.values()) == 0
+    ((kind, where),) = census.counts  # one read, of LossMetrics' numbers
+    assert census.total() == 1 and kind == "read" and where.startswith("ict/core/loss.py:") and "(_read)" in where
     assert fraction == pytest.approx(float(selected.sum() / mask.sum()))
     assert entropy == pytest.approx(float(stats.entropy[mask].double().mean()))
