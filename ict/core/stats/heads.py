@@ -175,7 +175,7 @@ class LinearHead:
         :meth:`release`: the tiles' memory is free by then). ``dense``: the rows are every position
         in row-major order, so the accumulator is the gradient's layout (no zeros, no scatter)."""
         if row_grads is not None and dense:
-            grads[0] = row_grads.view(self.hidden.shape).to(self.hidden.dtype)
+            grads[0] = row_grads.view(self.hidden.shape)  # cast with the others below
         elif row_grads is not None:
             grads[0] = torch.zeros_like(self.hidden)
             grads[0][rows_b, rows_t] = row_grads.to(self.hidden.dtype)

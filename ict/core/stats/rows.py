@@ -99,10 +99,11 @@ class RowOrder:
     def num_rows(self) -> int:
         return self.batch_index.numel()
 
-    def span(self, part: slice) -> slice | None:
-        """The flat positions ``b * T + t`` of the rows ``part`` as a slice when they are contiguous
-        (:attr:`dense`: the rows can be read as a view, without a gather), else None."""
-        return part if self.dense else None
+    def positions(self, part: slice) -> tuple[Tensor, Tensor, slice | None]:
+        """Where the rows ``part`` lie: their ``(batch_index, time_index)``, and their flat positions
+        ``b * T + t`` as a slice when contiguous (:attr:`dense`: read as a view, without a gather),
+        else None; the arguments of a head's ``rows``."""
+        return self.batch_index[part], self.time_index[part], part if self.dense else None
 
     def previous_rows(self) -> Tensor:
         """For each row, the index (in processing order) of the previous response position of the

@@ -160,7 +160,7 @@ def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], gra
     for start, end in chunks(head.vocab_size, ctx.vocab):
         for tile in order.tiles:
             part = tile.part
-            rows = head.rows(order.batch_index[part], order.time_index[part], order.span(part))
+            rows = head.rows(*order.positions(part))
             tile = head.tile(rows, start, end, indexed=folds.READS_INDEXED_TILES)
             # an indexed tile's gradient goes straight into the same rows of the logits' gradient
             indexed = isinstance(tile, IndexedTile) and grads[0] is not None
@@ -228,9 +228,8 @@ class _Run:
             self.log_total.zero_()
             self.entropy.copy_(given[1][order.batch_index, order.time_index])
             self.mass = (torch.zeros_like(self.entropy), torch.zeros_like(self.entropy))
-        tiles = [(tile, head.rows(order.batch_index[tile.part], order.time_index[tile.part], order.span(tile.part)),
-                  None if reference_head is None else reference_head.rows(order.batch_index[tile.part],
-                                                                          order.time_index[tile.part]))
+        tiles = [(tile, head.rows(*order.positions(tile.part)),
+                  None if reference_head is None else reference_head.rows(*order.positions(tile.part)))
                  for tile in order.tiles]
         for tile in order.tiles:
             for variant in self.group_variants:
@@ -379,9 +378,7 @@ class _Run:
         mean = self.sequence_sum.div_(counts.unsqueeze(-1).float())
         mean_entropy = torch_tiles.entropy_terms(mean)
         partials = Partials.zeros(order.num_rows, self.device)
-        tiles = [(tile.part, head.rows(order.batch_index[tile.part], order.time_index[tile.part],
-                                       order.span(tile.part)))
-                 for tile in order.tiles]
+        tiles = [(tile.part, head.rows(*order.positions(tile.part))) for tile in order.tiles]
         for start, end in chunks(self.vocab_size, self.vocab):
             for part, rows in tiles:
                 p = torch_tiles.probabilities(head.tile(rows, start, end), self.maximum[part], self.log_total[part],
