@@ -423,6 +423,7 @@ def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions
              device: str, work: Path, statistics_from: str) -> dict[str, Any]:
     """``steps`` steps of our trainer's ``train_step`` (rollouts with Hugging Face generate,
     rewards, statistics, selection, loss, update): ``grpo`` or ``ict`` (no full-token warm-up)."""
+    import ict.training.trainer as trainer_module
     from ict.answers.rewards import Reward
     from ict.data.training_data import PromptSampler, load_training_data
     from ict.models.loading import load_model_and_tokenizer
@@ -460,8 +461,6 @@ def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions
     lines = []
     retries = meter.alloc_retries()
     compile_seconds = []
-    import ict.training.trainer as trainer_module
-
     syncs = FirstCallCensus(trainer_module, "update_on_batch", device)  # the policy updates
     try:
         for step in range(steps):

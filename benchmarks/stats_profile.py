@@ -10,8 +10,8 @@ On a GPU it also prints where the device sat idle within each call: the gaps bet
 kernels, copies and fills, each instant of a gap charged to the innermost operator the host was
 running then (any thread), or to Python between operators. Then, on any device, each call's
 synchronisations by the line that caused them (``benchmarks/sync_census.py``: values read back,
-and on a GPU the copies between host and device, which a CPU cannot show). ``--trace-dir DIR`` writes each
-profile's Chrome trace there (``trl.json.gz``, ``grpo.json.gz``, ``ict.json.gz``);
+and on a GPU the copies between host and device, which a CPU cannot show). ``--trace-dir DIR``
+writes each profile's Chrome trace there (``trl.json.gz``, ``grpo.json.gz``, ``ict.json.gz``);
 ``--analyze TRACE...`` prints that summary for traces written before, without profiling.
 """
 
