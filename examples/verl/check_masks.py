@@ -72,6 +72,7 @@ def check_record(record: dict[str, Any]) -> dict[str, Any]:
         "selected_tokens": int(applied.sum()),
         "selected_fraction": int(applied.sum()) / max(tokens, 1),
         "tie_decided_tokens": int(selection.tie_decided.sum()),
+        "tie_drawing_rows": int(selection.tie_decided.any(dim=-1).sum()),  # sequences whose ties drew
         "differing_tokens": differing, "equal": differing == 0,
         "diagnostics": {key: (None if isinstance(value, float) and math.isnan(value) else value)
                         for key, value in diagnostics.items()},
@@ -93,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{path.name}: step {result['step']} {result['selector']}"
               f"{' (warm-up)' if result['warmup'] else ''}: {result['selected_tokens']}/"
               f"{result['response_tokens']} tokens selected ({result['selected_fraction']:.3f}; "
-              f"{result['tie_decided_tokens']} decided by a tie), "
+              f"{result['tie_decided_tokens']} decided by a tie, in {result['tie_drawing_rows']} of "
+              f"{result['rows']} sequences), "
               f"{result['differing_tokens']} differ from ict.core.selectors -> "
               f"{'EQUAL' if result['equal'] else 'DIFFERENT'}")
     ok = bool(results) and all(result["equal"] for result in results)
