@@ -90,12 +90,13 @@ else
   echo "no time left for the 1.5B profile" | tee -a "$OUT/stats_profile.log"
 fi
 # 4. the tile tests on the GPU (the Triton kernels compiled, gradients included, against float64;
-# first the tie keys' host-to-device path, a second),
+# first the tie keys' host-to-device path and the trainer's auto choice of hidden states, seconds),
 # with the time left under the run's 600 s (compiling every kernel variant took ~110 s on an H100;
 # a run cut short lists the tests that passed)
 left=$(( ${GPU_RUN_LIMIT:-570} - ($(date +%s) - start) ))
 if [ "$left" -gt 30 ]; then
   timeout -k 5 "$left" python3 -m pytest tests/test_ranking.py::test_tie_keys_reach_the_device_from_a_host_generator \
+    tests/test_hidden_statistics.py::test_on_a_gpu_auto_takes_the_hidden_states_and_gives_the_logits_step \
     tests/test_tiles.py -v -p no:cacheprovider -W ignore 2>&1 \
     | tee "$OUT/test_tiles.log" | tail -40
   echo "tests/test_tiles.py exit status ${PIPESTATUS[0]} (124: stopped by the time limit)" | tee -a "$OUT/test_tiles.log"

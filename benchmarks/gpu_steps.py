@@ -4,9 +4,10 @@ SmolLM2-135M-Instruct on reasoning-gym chain_sum, Hugging Face rollouts, 32 prom
 completions per step (256 sequences), at most 128 new tokens, micro-batches of 64 rows, one
 optimizer update per rollout batch. Variants (each in its own process, so each peak is its own):
 
-- ``grpo`` / ``ict`` / ``ict hidden``: mixed precision, the default on a GPU (fp32 weights and
+- ``grpo`` / ``ict`` / ``ict logits``: mixed precision, the default on a GPU (fp32 weights and
   AdamW states, bf16 autocast); ICT with the paper's reference ``group_mean`` at ratio 0.1,
-  its statistics from the logits or (``hidden``) from the hidden states;
+  its statistics from the hidden states (``statistics_from: auto``, the default, on a GPU) or
+  (``logits``) from the logits;
 - ``grpo bf16`` / ``ict bf16``: bf16 weights (``--dtype bf16 --autocast off``).
 
 Step time: the median of the steps after one warm-up step (generation + rewards + statistics +
@@ -33,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 VARIANTS = {
     "grpo": {"method": "grpo"},
-    "ict": {"method": "ict"},
-    "ict hidden": {"method": "ict", "statistics_from": "hidden"},
+    "ict": {"method": "ict"},  # statistics_from auto: hidden states on a GPU
+    "ict logits": {"method": "ict", "statistics_from": "logits"},
     "grpo bf16": {"method": "grpo", "dtype": "bf16", "autocast": "off"},
     "ict bf16": {"method": "ict", "dtype": "bf16", "autocast": "off"},
 }
@@ -127,7 +128,7 @@ def main() -> None:
         lengths = [t for t in result["tokens"][1:] if t is not None]
         length = f"{statistics.mean(lengths):.1f}" if lengths else "-"
         print(f"| {variant} | {statistics.median(timed):.2f} | {length} | {result['peak_mib']:.0f} |")
-    for pair in (("ict", "grpo"), ("ict hidden", "grpo"), ("ict bf16", "grpo bf16")):
+    for pair in (("ict", "grpo"), ("ict logits", "grpo"), ("ict bf16", "grpo bf16")):
         if all(name in results for name in pair):
             a, b = (results[name] for name in pair)
             print(f"| {pair[0]} / {pair[1]} | {statistics.median(a['step_seconds'][1:]) / statistics.median(b['step_seconds'][1:]):.3f} "

@@ -45,7 +45,8 @@ included); the first step of each run is a warm-up and not counted.
 
 (c) Our trainer (``ict.training.trainer.train_step``: HF rollouts, rewards, statistics,
 selection, loss, update), ICT (no warm-up) against GRPO, same settings, full fine-tuning
-(``freeze_embeddings``: the tied embeddings stay frozen), ``--statistics-from`` logits. Per
+(``freeze_embeddings``: the tied embeddings stay frozen), ``--statistics-from`` auto, the
+trainer's default (hidden states on a GPU, the logits on a CPU; each run records which). Per
 run: each step's seconds, and its generation and training (statistics, selection, loss,
 backward, update) seconds from the trainer's metrics line, so a gap between the variants can be
 placed, and the step time with the generation pooled: both variants generate the same tokens,
@@ -368,6 +369,7 @@ def summarize(results: list[dict[str, Any]], section: str) -> dict[str, dict[str
                 "alloc_retries": sum(r.get("alloc_retries") or 0 for r in mine),
                 "triton_compile_seconds": sum(t for r in mine for t in r.get("triton_compile_seconds", [])[1:]),
                 "runs": len(mine), "timed_steps": len(timed),
+                **({"statistics_from": mine[0]["statistics_from"]} if "statistics_from" in mine[0] else {}),
                 "first_step_syncs": next((r["first_step_syncs"] for r in mine if "first_step_syncs" in r), None)}
     return summary
 
@@ -415,6 +417,9 @@ def print_train(section: str, model: str, summary: dict[str, dict[str, Any]],
     old, new = runs.VARIANTS[section]
     what = "TRL's step_time" if section == "b" else "step seconds"
     precision = "bf16 mixed precision" if settings["device"].startswith("cuda") else "fp32"
+    if section == "c":  # what the runs computed the statistics from (statistics_from resolved)
+        precision += ", statistics from " + "/".join(sorted({row.get("statistics_from", "?") for rows in
+                                                              summary.values() for row in rows.values()}))
     print(f"\n### {SECTION_TITLES[section]}, {model} model: {settings['prompts']} prompts x "
           f"{settings['completions']} completions, cap {settings['length']} tokens, {precision}, "
           f"{settings['rounds']} rounds x {settings['steps'] - 1} timed steps (each run's first step dropped; "
@@ -561,7 +566,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="(b, c) steps per run, first dropped (GPU 4)")
     parser.add_argument("--rounds", type=int, default=2, help="(b, c) rounds (variant order alternates)")
     parser.add_argument("--configs", default="full,lora", help="(b) full, lora")
-    parser.add_argument("--statistics-from", default="logits", choices=("logits", "hidden"), help="(c)")
+    parser.add_argument("--statistics-from", default="auto", choices=("auto", "logits", "hidden"),
+                        help="(c) the trainer's statistics_from (auto: its default)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default 2; --tiny: 1)")
     parser.add_argument("--budget", type=float, default=None, help="seconds for everything; rounds of (b), "
                         "(c) that would pass it are skipped (default: 420 on a GPU, none on a CPU)")

@@ -428,6 +428,7 @@ def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions
     from ict.data.training_data import PromptSampler, load_training_data
     from ict.models.loading import load_model_and_tokenizer
     from ict.training.config import build_config
+    from ict.training.step import statistics_source
     from ict.training.trainer import (
         build_optimizer,
         loss_config_of,
@@ -471,7 +472,9 @@ def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions
             compile_seconds.append(compiles.seconds)
     finally:
         syncs.restore()
-    result = {"step_times": [line["step_seconds"] for line in lines],
+    result = {"statistics_from": statistics_source(config.statistics_from, model, next(model.parameters()).device,
+                                                   method.js_references),
+              "step_times": [line["step_seconds"] for line in lines],
               "generation_seconds": [line["generation_seconds"] for line in lines],
               "training_seconds": [line["training_seconds"] for line in lines],
               "lengths": [line["response_length_mean"] for line in lines],

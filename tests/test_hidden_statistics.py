@@ -19,7 +19,13 @@ from ict.models.forward import (
 )
 from ict.models.loading import linear_lm_head
 from ict.training.config import TrainConfig
-from ict.training.step import Method, ReferencePolicy, StepContext, accumulate_gradients
+from ict.training.step import (
+    Method,
+    ReferencePolicy,
+    StepContext,
+    accumulate_gradients,
+    statistics_source,
+)
 
 
 def tiny_model(vocab: int, seed: int, bias: bool = False):
@@ -146,6 +152,46 @@ def test_hidden_through_a_peft_wrapper_and_the_ref_reference_is_refused(tiny_tok
     with pytest.raises(UsageError, match="statistics_from"):
         TrainConfig(statistics_from="both").validate()
     TrainConfig(method="ict", statistics_from="hidden").validate()
+
+
+def test_auto_computes_from_hidden_states_on_a_gpu_where_it_applies(tiny_tokenizer):
+    """``statistics_from: auto`` (the default): hidden states on a CUDA device when the head is
+    plain linear and no score compares two models' logits; the logits on a CPU, for a soft-capped
+    head, a LoRA-adapted head and the ``ref`` reference; an explicit choice is kept."""
+    from ict.models.loading import LoraOptions, apply_lora
+
+    model = tiny_model(len(tiny_tokenizer), seed=1)
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    ict_scores = ("group_mean_absorbing",)
+    assert statistics_source("auto", model, cuda, ict_scores) == "hidden"
+    assert statistics_source("auto", model, cpu, ict_scores) == "logits"
+    assert statistics_source("auto", model, cuda, ("group_mean_absorbing", "ref:kl")) == "logits"
+    assert statistics_source("hidden", model, cpu, ict_scores) == "hidden"
+    assert statistics_source("logits", model, cuda, ict_scores) == "logits"
+    model.config.final_logit_softcapping = 30.0
+    assert statistics_source("auto", model, cuda, ict_scores) == "logits"
+    model.config.final_logit_softcapping = None
+    adapted = apply_lora(model, LoraOptions(rank=2, target_modules=["q_proj", "lm_head"]))
+    assert statistics_source("auto", adapted, cuda, ict_scores) == "logits"
+    assert TrainConfig().statistics_from == "auto"
+    TrainConfig(method="ict", selector={"reference": "ref"}).validate()  # auto takes the logits there
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (auto's GPU choice)")
+def test_on_a_gpu_auto_takes_the_hidden_states_and_gives_the_logits_step(tiny_tokenizer, monkeypatch):
+    """On a CUDA device ``auto`` resolves to ``hidden``, and that step (Triton tiles) gives the
+    loss, selection and gradients of the step from the logits there."""
+    device = torch.device("cuda")
+    model = tiny_model(len(tiny_tokenizer), seed=5).to(device)
+    batch = grouped_batch(len(tiny_tokenizer), (4, 4, 4), seed=3).to(device)
+    advantages = torch.linspace(-1.0, 1.5, batch.input_ids.shape[0], device=device)
+    assert statistics_source("auto", model, device, ("group_mean",)) == "hidden"
+    logits_result, logits_grads = _step(model, batch, advantages, "logits", micro_batch_size=12)
+    hidden_result, hidden_grads = _step(model, batch, advantages, "hidden", micro_batch_size=12)
+    assert torch.equal(hidden_result.selected_mask, logits_result.selected_mask)
+    assert abs(hidden_result.loss - logits_result.loss) <= 1e-4
+    for name, grad in logits_grads.items():
+        torch.testing.assert_close(hidden_grads[name], grad, rtol=1e-3, atol=1e-4, msg=name)
 
 
 def test_train_with_statistics_from_hidden_repeats_the_logits_run(tiny_model_dir, arithmetic_task, tmp_path,

@@ -79,6 +79,7 @@ def test_each_method_trains_and_logs_every_field(method, tiny_model_dir, arithme
     # the resolved config and the final checkpoint are in the run directory
     saved = (tmp_path / "run" / "config.yaml").read_text()
     assert f"method: {method}" in saved
+    assert "statistics_from: logits" in saved  # auto, resolved on the CPU
     assert result.checkpoint is not None and (result.checkpoint / COMPLETE_MARKER).is_file()
     if method == "ict":
         assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))

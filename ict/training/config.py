@@ -183,14 +183,15 @@ class TrainConfig:
     shared_prompt_forward: bool = option(True, "run each prompt once for its G completions in "
                                           "the training forward (exact; off: one forward per "
                                           "row)")
-    statistics_from: str = option("logits", "what the token statistics are computed from: "
-                                  "logits (the model's [B, T, V] logits) or hidden (the final "
-                                  "hidden states and the LM-head weight, a chunk of positions at "
+    statistics_from: str = option("auto", "what the token statistics are computed from: "
+                                  "logits (the model's [B, T, V] logits), hidden (the final "
+                                  "hidden states and the LM-head weight, a tile of positions at "
                                   "a time: no [B, T, V] tensor, forward or backward; the same "
-                                  "statistics and gradients; for large vocabularies or tight "
-                                  "GPU memory). hidden needs a plain linear LM head and does not "
-                                  "take the 'ref' JS reference (it compares two models' logits)",
-                                  ("logits", "hidden"))
+                                  "statistics and gradients; needs a plain linear LM head and "
+                                  "does not take the 'ref' JS reference, which compares two "
+                                  "models' logits) or auto (hidden on a CUDA device where it "
+                                  "applies, else logits; config.yaml records the choice)",
+                                  ("auto", "logits", "hidden"))
     seed: int = option(0, "random seed (data order, sampling, random selector)")
     num_threads: int | None = option(None, "torch CPU threads (None: torch's default; 1 is "
                                       "faster when other jobs share the cores)")

@@ -71,6 +71,7 @@ from ict.training.step import (
     Method,
     ReferencePolicy,
     StepContext,
+    statistics_source,
     update_on_batch,
 )
 from ict.training.step_metrics import (
@@ -308,6 +309,9 @@ def _load_policy(config: TrainConfig) -> tuple[Any, Any]:
     require_chat_template(tokenizer, config.model)
     if config.statistics_from == "hidden":
         linear_lm_head(model)  # refuse a soft-capped or scaled head before any work
+    # auto resolved once the model is placed, so config.yaml records what the run computes from
+    config.statistics_from = statistics_source(config.statistics_from, model, next(model.parameters()).device,
+                                               method_of(config).js_references)
     if config.freeze_embeddings:
         model.get_input_embeddings().weight.requires_grad_(False)
     model.train()
@@ -485,12 +489,12 @@ def train_step(step: int, config: TrainConfig, model: Any, tokenizer: Any,
     if config.mask_truncated_completions:
         finished = torch.tensor([done for group in rollout.finished for done in group])
         batch.response_mask = mask_truncated_completions(batch.response_mask, finished)
+    statistics_from = statistics_source(config.statistics_from, model, device, method.js_references)
     warmup = step < config.full_token_warmup_steps
     if warmup:
         method = ALL_TOKENS
     context = StepContext(loss_config, config.temperature, parse_tile_size(config.stats_tile_size), reference,
-                          config.shared_prompt_forward, profiler, config.statistics_from,
-                          compute_dtype)
+                          config.shared_prompt_forward, profiler, statistics_from, compute_dtype)
     learning_rate = learning_rate_at(config, step)
     for group in optimizer.param_groups:
         group["lr"] = learning_rate
