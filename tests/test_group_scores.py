@@ -327,6 +327,30 @@ def test_leave_one_out_kl_keeps_small_means_precise():
             assert expected[0, 0] > 13.0
 
 
+def test_kl_of_twenty_nats_holds_float32_precision_at_a_large_vocabulary():
+    """Leave-one-out KL between random rows at V = 151,936 reaches ~17-20 nats, where ``log q`` is
+    ~-20: a relative rounding of ``p``'s normaliser (~1e-7) alone would move the cross term by
+    ~2e-6. The scores divide it by the accumulated mass, summed in float64 (Partials): every KL
+    within 3e-6 of float64 (2.3e-6 here, of which up to 9.5e-7 is the float32 result's own
+    rounding; the sums in float32, without the mass: 3.6e-6)."""
+    generator = torch.Generator().manual_seed(0)
+    groups_of, length, vocab = 8, 6, 151936
+    logits = torch.randn(2 * groups_of, length, vocab, generator=generator) * 4.0
+    token_ids = torch.randint(0, vocab, (2 * groups_of, length), generator=generator)
+    mask = torch.ones(2 * groups_of, length, dtype=torch.bool)
+    mask[0, 4:] = False  # a completion that ends early: point masses for the absorbing means
+    groups = torch.arange(2 * groups_of) // groups_of
+    keys = [f"{variant}:kl" for variant in VARIANTS]
+    stats = token_statistics(logits, token_ids, mask, 1.0, tuple(keys), group_ids=groups, backend="torch")
+    largest = 0.0
+    for key in keys:
+        expected = loop_reference_scores(logits, token_ids, mask, groups, 1.0, key.split(":")[0], "kl")
+        difference = (stats.js_scores[key].double() - expected)[mask].abs().max()
+        assert difference <= 3e-6, (key, float(difference))
+        largest = max(largest, float(expected.max()))
+    assert largest > 16.0
+
+
 def test_known_values_of_kl_and_wasserstein():
     """prev of two disjoint one-hots: TV = 1 (every unit of mass moves, at cost 1) and KL is the
     documented clamp value -log(float32 tiny) = 87.34 nats; identical rows score 0."""

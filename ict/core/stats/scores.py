@@ -93,23 +93,30 @@ class TokenStatistics:
 
 @dataclass
 class Partials:
-    """Sums over the vocabulary of one reference's scores, accumulated tile by tile, ``[N]`` float32
-    each (rows in processing order): ``mixture = sum_v -m_v log m_v`` with ``m = (p + q) / 2``,
-    ``reference_entropy = sum_v -q_v log q_v``, ``cross = sum_v p_v log max(q_v, TINY)`` and
-    ``variation = sum_v |p_v - q_v|``."""
+    """Sums over the vocabulary of one reference's scores, accumulated tile by tile, ``[N]`` each
+    (rows in processing order): ``mixture = sum_v -m_v log m_v`` with ``m = (p + q) / 2``,
+    ``reference_entropy = sum_v -q_v log q_v``, ``variation = sum_v |p_v - q_v|`` (float32), and
+    for ``kl`` ``cross = sum_v p_v log max(q_v, TINY)`` and ``mass = sum_v p_v`` (float64: KL
+    scores reach ~20 nats, where float32's rounding of these sums alone would exceed 1e-5)."""
 
     mixture: Tensor
     reference_entropy: Tensor
     cross: Tensor
     variation: Tensor
+    mass: Tensor
 
     @staticmethod
     def zeros(num_rows: int, device: torch.device) -> Partials:
-        return Partials(*(torch.zeros(num_rows, dtype=torch.float32, device=device) for _ in range(4)))
+        def zeros(dtype: torch.dtype) -> Tensor:
+            return torch.zeros(num_rows, dtype=dtype, device=device)
+
+        return Partials(zeros(torch.float32), zeros(torch.float32), zeros(torch.float64), zeros(torch.float32),
+                        zeros(torch.float64))
 
     def view(self, part: slice) -> Partials:
         """The rows ``part`` (views: accumulating into them accumulates here)."""
-        return Partials(self.mixture[part], self.reference_entropy[part], self.cross[part], self.variation[part])
+        return Partials(self.mixture[part], self.reference_entropy[part], self.cross[part], self.variation[part],
+                        self.mass[part])
 
 
 def scores_from_partials(partials: Partials, entropy: Tensor, metrics: Sequence[str],
@@ -118,7 +125,9 @@ def scores_from_partials(partials: Partials, entropy: Tensor, metrics: Sequence[
 
     - ``js  = H(m) - H(p) / 2 - H(q) / 2``, clamped to [0, ln 2] (``H(q)``: ``reference_entropy``
       when given, else the accumulated one);
-    - ``kl  = -H(p) - sum_v p_v log max(q_v, TINY)``, clamped to [0, KL_MAX];
+    - ``kl  = -H(p) - sum_v p_v log max(q_v, TINY) / sum_v p_v``, clamped to [0, KL_MAX]: the
+      division by the accumulated mass (1 up to rounding) takes the rounding of ``p``'s
+      normaliser out of the cross term, which ``log q`` of ~-20 would otherwise magnify;
     - ``wasserstein = TV(p, q) = 1/2 sum_v |p_v - q_v|``, clamped to [0, 1].
     """
     scores: dict[str, Tensor] = {}
@@ -126,7 +135,8 @@ def scores_from_partials(partials: Partials, entropy: Tensor, metrics: Sequence[
         entropy_q = partials.reference_entropy if reference_entropy is None else reference_entropy
         scores["js"] = (partials.mixture - 0.5 * entropy - 0.5 * entropy_q).clamp_(0.0, LN2)
     if "kl" in metrics:
-        scores["kl"] = (-entropy - partials.cross).clamp_(0.0, KL_MAX)
+        cross = torch.where(partials.mass > 0, partials.cross / partials.mass, partials.cross)
+        scores["kl"] = (-entropy - cross).clamp_(0.0, KL_MAX).float()
     if "wasserstein" in metrics:
         scores["wasserstein"] = (0.5 * partials.variation).clamp_(0.0, 1.0)
     return scores

@@ -262,14 +262,15 @@ def group_partials(partials: Partials, tile: Tensor | IndexedTile, maximum: Tens
         source, source.stride(0), rows, maximum, log_total, blocks.start, blocks.size, blocks.count(absorbing),
         tokens, counts, absorbed, out, num_rows, vocab_start, width, _GROUP_SPAN, 1.0 / temperature, TINY,
         INDEXED=indexed, LEAVE_ONE_OUT=leave_one_out, WANT_JS="js" in metrics, WANT_KL="kl" in metrics,
-        WANT_TV="wasserstein" in metrics, WANT_MASS=mass is not None, BLOCK_G=block_g,
+        WANT_TV="wasserstein" in metrics, WANT_MASS=mass is not None or "kl" in metrics, BLOCK_G=block_g,
         BLOCK_V=max(16, _GROUP_ELEMENTS // block_g))
-    sums = out.sum(dim=1)  # [6, n]
+    sums = out.sum(dim=1, dtype=torch.float64)  # [6, n]
     if "js" in metrics:
         partials.mixture.add_(sums[0])
         partials.reference_entropy.add_(sums[1])
     if "kl" in metrics:
         partials.cross.add_(sums[2])
+        partials.mass.add_(sums[4])
     if "wasserstein" in metrics:
         partials.variation.add_(sums[3])
     if mass is not None:
