@@ -89,6 +89,13 @@ def entropy_terms(values: Tensor) -> Tensor:
     return values.clamp_min(TINY).log_().mul_(values).sum(dim=-1).neg_()
 
 
+def squares(values: Tensor) -> Tensor:
+    """``sum_v x_v^2`` of each row ``[n]``: a dot product of the row with itself (within ~5e-7 of
+    float64 in Renyi-2 at V = 151,936; ``vector_norm(x) ** 2``, a square root squared, is biased
+    by ~2e-6 and off by up to 5e-6 there)."""
+    return torch.linalg.vecdot(values, values)
+
+
 def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start: int, temperature: float,
                     overwrite: bool = False, keep_exponentials: bool = False) -> Tensor | None:
     """Fold one tile into ``state`` (module docstring); ``targets`` ``[n]`` are vocabulary ids;
@@ -107,7 +114,7 @@ def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start:
     z.clamp_(min=_LOWEST)  # -inf logits: exp(z) = 0 and 0 * z must be 0, not nan
     rescale = torch.exp(state.maximum - safe)
     delta = torch.where(state.total > 0, state.maximum - safe, 0.0)
-    state.square.copy_(state.square * rescale * rescale + torch.linalg.vector_norm(exps, dim=-1).square())
+    state.square.copy_(state.square * rescale * rescale + squares(exps))
     state.shifted.copy_(rescale * (state.shifted + state.total * delta) + z.mul_(exps).sum(dim=-1))
     state.total.copy_(state.total * rescale + exps.sum(dim=-1))
     state.maximum.copy_(new_max)
@@ -130,7 +137,7 @@ def row_sums_float64(values: Tensor) -> Tensor:
 def accumulate_mass(mass: tuple[Tensor, Tensor], p: Tensor) -> None:
     """Add ``sum_v p_v`` and ``sum_v p_v^2`` of each row of ``p`` ``[n, vt]`` to ``mass``."""
     mass[0].add_(p.sum(dim=-1))
-    mass[1].add_(torch.linalg.vector_norm(p, dim=-1).square())
+    mass[1].add_(squares(p))
 
 
 def accumulate_partials(partials: Partials, p: Tensor, q: Tensor, metrics: Sequence[str],
