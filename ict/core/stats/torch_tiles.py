@@ -92,7 +92,7 @@ def entropy_terms(values: Tensor) -> Tensor:
 def squares(values: Tensor) -> Tensor:
     """``sum_v x_v^2`` of each row ``[n]``: a dot product of the row with itself (within ~5e-7 of
     float64 in Renyi-2 at V = 151,936; ``vector_norm(x) ** 2``, a square root squared, is biased
-    by ~2e-6 and off by up to 5e-6 there)."""
+    by ~2e-6 and off by up to 5.5e-6 there)."""
     return torch.linalg.vecdot(values, values)
 
 
@@ -126,9 +126,9 @@ _BLOCK = 256  # float32 partial sums this wide, added up in float64 (row_sums_fl
 
 def row_sums_float64(values: Tensor) -> Tensor:
     """``sum_v values_v`` of each row of ``values`` ``[n, vt]`` float32, as ``[n]`` float64: the
-    sums of ``_BLOCK`` consecutive entries in float32, added up in float64 (within ~3e-7 of the
-    exact sum relative to the sum of magnitudes; a float64 reduction of the whole row would be
-    exact to ~1e-16 but casts every entry, several times slower on a CPU)."""
+    sums of ``_BLOCK`` consecutive entries in float32, added up in float64, so float32 rounds
+    only within a block (a float64 reduction of the whole row casts every entry: 1.3 ms against
+    0.07-0.16 ms for this at 256 x 8192 on a 2-core CPU)."""
     whole = values.shape[1] // _BLOCK * _BLOCK
     sums = values[:, :whole].unflatten(1, (-1, _BLOCK)).sum(dim=-1).sum(dim=-1, dtype=torch.float64)
     return sums.add_(values[:, whole:].sum(dim=-1, dtype=torch.float64)) if whole < values.shape[1] else sums
