@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ict.core.devices import to_device_unblocking
+
 SCOPES = ("sequence", "group", "batch")
 
 TIE_TOLERANCE = 1e-6
@@ -109,16 +111,12 @@ def population_table(scope: str, num_rows: int, group_ids: Tensor | None = None,
 def tie_keys(shape: tuple[int, ...], device: torch.device, generator: torch.Generator | None = None) -> Tensor:
     """One uniform float64 key per entry of ``shape`` on ``device``, drawn from ``generator`` (None:
     a new one on ``device`` seeded with 0): the tie-break of :func:`top_counts`. A CPU generator's
-    keys reach a CUDA device through pinned memory, without waiting for the device."""
+    keys reach a CUDA device without the host waiting for it (:func:`ict.core.devices.to_device_unblocking`)."""
     device = torch.device(device)
     if generator is None:
         generator = torch.Generator(device=device).manual_seed(0)
-    keys = torch.rand(shape, generator=generator, device=generator.device, dtype=torch.float64)
-    if keys.device == device:
-        return keys
-    if keys.device.type == "cpu" and device.type == "cuda":
-        return keys.pin_memory().to(device, non_blocking=True)
-    return keys.to(device)
+    return to_device_unblocking(torch.rand(shape, generator=generator, device=generator.device,
+                                           dtype=torch.float64), device)
 
 
 def top_counts(values: Tensor, valid: Tensor, counts: Tensor, generator: torch.Generator | None = None,
