@@ -291,16 +291,17 @@ def _set_up(config: TrainConfig, console: Any, run_dir: Path) -> _Run:
     reward = build_reward(config.reward, data.train[0].kind, config.answer_extraction,
                           config.format_reward, config.verify_timeout)
     sampler = PromptSampler(data.train, config.prompts_per_step, config.seed)
-    model, tokenizer = _load_policy(config)
     method = method_of(config)
+    model, tokenizer = _load_policy(config, method)
     needs_reference = config.kl_coef > 0 or needs_reference_logits(method.js_references)
     reference = ReferencePolicy(model, config.shared_prompt_forward) if needs_reference else None
     return _Run(config, console, run_dir, data, reward, sampler, model, tokenizer,
                 build_optimizer(model, config), method, loss_config_of(config), reference)
 
 
-def _load_policy(config: TrainConfig) -> tuple[Any, Any]:
-    """The trained model (in train mode) and its tokenizer."""
+def _load_policy(config: TrainConfig, method: Method) -> tuple[Any, Any]:
+    """The trained model (in train mode) and its tokenizer; ``config.statistics_from`` resolved
+    for ``method`` on the model's device."""
     lora = LoraOptions(rank=config.lora_rank, alpha=config.lora_alpha, dropout=config.lora_dropout)
     # the optimizer updates weights of `dtype` (auto: fp32); `autocast` sets the compute dtype
     model, tokenizer = load_model_and_tokenizer(config.model, dtype=weights_dtype(config),
@@ -311,7 +312,7 @@ def _load_policy(config: TrainConfig) -> tuple[Any, Any]:
         linear_lm_head(model)  # refuse a soft-capped or scaled head before any work
     # auto resolved once the model is placed, so config.yaml records what the run computes from
     config.statistics_from = statistics_source(config.statistics_from, model, next(model.parameters()).device,
-                                               method_of(config).js_references)
+                                               method.js_references)
     if config.freeze_embeddings:
         model.get_input_embeddings().weight.requires_grad_(False)
     model.train()
