@@ -134,8 +134,8 @@ def top_counts(values: Tensor, valid: Tensor, counts: Tensor, generator: torch.G
     non-finite). Everything stays on the device: no host synchronisation, whatever ``P`` and
     whether a row draws or not (the keys are drawn either way)."""
     if not values.shape[-1]:
-        return torch.zeros(values.shape, dtype=torch.bool, device=values.device), torch.zeros(
-            values.shape, dtype=torch.bool, device=values.device)
+        nothing = torch.zeros(values.shape, dtype=torch.bool, device=values.device)
+        return nothing, nothing.clone()
     values = values.double()
     values = torch.where(values.isnan(), math.inf, values)  # NaN ranks first, as in torch.sort
     count = counts.to(values.device)
