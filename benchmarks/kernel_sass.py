@@ -57,6 +57,10 @@ def kernel_cases() -> list[tuple[str, object, dict, int]]:
         ("ours: group kernel, group_mean_absorbing", ours._group_kernel, {**group, "LEAVE_ONE_OUT": False},
          group_elements),
         ("ours: group kernel, leave-one-out", ours._group_kernel, {**group, "LEAVE_ONE_OUT": True}, group_elements),
+        # JS and KL together (js and kl scores of group_mean_absorbing): the KL's cross term and the
+        # row's mass (the leave-one-out KL is folded in torch: supports_group)
+        ("ours: group kernel, group_mean_absorbing, JS + KL", ours._group_kernel,
+         {**group, "LEAVE_ONE_OUT": False, "WANT_KL": True, "WANT_MASS": True}, group_elements),
         ("ours: logit gradient (log-probs)", ours._logit_grad_kernel,
          {"INDEXED": False, "HAS_LOG_PROB_GRAD": True, "HAS_ENTROPY_GRAD": False, "BLOCK_V": grad_block}, grad_block),
     ]

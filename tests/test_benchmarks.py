@@ -440,6 +440,21 @@ def finite(cell: str, positive: bool = True) -> bool:
     return math.isfinite(value) and (value > 0 if positive else value >= 0)
 
 
+def test_ict_cost_a_times_every_round_asked_and_stops_at_the_deadline_after_one():
+    """(a)'s timed rounds: all ``repeats`` without a deadline; with one already passed, one round
+    (never none), each row timed as often as the result says."""
+    pytest.importorskip("trl")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from ict_cost import head_rows
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    for deadline, expected in ((None, 3), (time.time() - 1.0, 1)):
+        result = head_rows(8, 50, (1, 2, 4), "cpu", 3, None, deadline)
+        assert result["repeats"] == expected
+        assert {len(row["seconds"]) for row in result["rows"].values()} == {expected}, result["rows"]
+
+
 @pytest.mark.slow  # a process start per section and model; ~30 s on 2 cores
 def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
     pytest.importorskip("trl")
@@ -654,7 +669,8 @@ def test_kernel_sass_compiles_the_kernels_for_an_h100_here(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     ours = json.loads(report_path.read_text())["ours"]
     for label in ("ours: statistics pass", "ours: group kernel, group_mean_absorbing",
-                  "ours: group kernel, leave-one-out", "ours: logit gradient (log-probs)"):
+                  "ours: group kernel, leave-one-out", "ours: group kernel, group_mean_absorbing, JS + KL",
+                  "ours: logit gradient (log-probs)"):
         assert f"| {label} |" in result.stdout
         assert 1 < ours[label]["per_element"] < 200 and ours[label]["registers"] <= 255, (label, ours[label])
         assert ours[label]["spill_bytes"] == 0, (label, ours[label])  # no register spilled to local memory
