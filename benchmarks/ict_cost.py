@@ -27,9 +27,11 @@ in mixed-precision training; CPU: 2 x 8 x 64 = 1,024 tokens, fp32, ``--threads``
   reference ``ict`` needs (``group_mean_absorbing``, groups of G=8), the registry's selector
   (``select("ict", ..., ratio=0.1)``) and ``ict.core.loss.policy_loss`` (ICT's aggregation).
 
-Seconds: the median of ``--repeats`` timed calls (GPU 3; CPU 1, where one call of a row takes
+Seconds: the median of ``--repeats`` timed calls (GPU 9; CPU 1, where one call of a row takes
 10-100 s at this shape on 2 cores) after one warm-up call of every row (rows interleaved call by
-call). Memory: the peak above what was held just before the call (the
+call; the timed rounds stop early, after at least one, when the longest round so far would pass
+the time budget: the warm-up's own time, Triton's compiles and cuBLAS's first calls included,
+says nothing of a round's). Memory: the peak above what was held just before the call (the
 inputs: hidden states, weight, ids, mask, advantages), so it includes the gradients of the
 hidden states and the weight; CUDA: ``max_memory_allocated`` after ``reset_peak_memory_stats``
 minus ``memory_allocated``; CPU: the peak resident set (reset through /proc/self/clear_refs)
@@ -136,7 +138,7 @@ def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, 
               ict_tiles: tuple[tuple[int, int], ...] = ()) -> dict[str, Any]:
     """Time and peak memory of every row of :data:`A_ROWS` at one shape (see the module doc),
     plus ICT from hidden states at each of ``ict_tiles``; fewer timed calls than ``repeats`` (at
-    least 1) when the warm-up says that they would end after ``deadline``."""
+    least 1) where another round, as long as the longest so far, would end after ``deadline``."""
     import torch
     from trl.kernels.chunked_logprob import ChunkedLogProbFunction
 
@@ -232,19 +234,21 @@ def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, 
 
     for name in functions:  # a warm-up call of every row
         call(name, True)
-    per_repeat = sum(sum(results[name]["seconds"]) for name in functions)
+    warm_up = sum(sum(results[name]["seconds"]) for name in functions)
     for name in functions:
         results[name]["seconds"], results[name]["peak_mib"] = [], []
-    if deadline is not None and per_repeat > 0:
-        fit = max(1, int((deadline - time.time()) / per_repeat))
-        if fit < repeats:
-            print(f"    {fit} timed call(s) per row instead of {repeats}: the time budget", flush=True)
-            repeats = fit
-    print(f"    warm-up done ({per_repeat:.1f} s for all rows)", flush=True)
+    print(f"    warm-up done ({warm_up:.1f} s for all rows, compiles included)", flush=True)
+    longest, done = 0.0, 0
     for _ in range(repeats):  # the timed calls, rows interleaved
+        if done and deadline is not None and time.time() + longest > deadline:
+            print(f"    {done} timed call(s) per row instead of {repeats}: the time budget", flush=True)
+            break
+        round_start = time.perf_counter()
         for name in functions:
             if "error" not in results[name]:
                 call(name, False)
+        longest, done = max(longest, time.perf_counter() - round_start), done + 1
+    repeats = done
     for result in results.values():
         if result["seconds"]:
             result["median"] = statistics.median(result["seconds"])
@@ -494,7 +498,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
         "device": device, "sections": args.sections.split(","), "models": models.split(","),
         "train_models": train_models.split(","), "a_shape": [int(v) for v in a_shape.split("x")],
         "a_vocab": args.a_vocab or (1000 if tiny else runs.QWEN_VOCAB),
-        "repeats": args.repeats or (3 if gpu and not tiny else 1), "tile_size": args.tile_size,
+        "repeats": args.repeats or (9 if gpu and not tiny else 1), "tile_size": args.tile_size,
         "ict_tiles": [text for text in (args.ict_tiles or "").split(",") if text],
         "prompts": args.prompts or defaults[0], "completions": args.completions or defaults[1],
         "length": args.length or defaults[2], "steps": args.steps or defaults[3], "rounds": args.rounds,
@@ -556,7 +560,7 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="a seconds-long run (the test)")
     parser.add_argument("--a-shape", default=None, help="(a) PROMPTSxCOMPLETIONSxPOSITIONS (GPU 2x8x1024, CPU 2x8x64)")
     parser.add_argument("--a-vocab", type=int, default=None, help="(a) vocabulary (default 151936)")
-    parser.add_argument("--repeats", type=int, default=None, help="(a) timed calls per row (GPU 3, CPU 1)")
+    parser.add_argument("--repeats", type=int, default=None, help="(a) timed calls per row (GPU 9, CPU 1)")
     parser.add_argument("--tile-size", default=None, help="(a) TOKENSxVOCAB passed as tile_size= to ours")
     parser.add_argument("--ict-tiles", default=None, help="(a) extra rows: ICT from hidden states at each "
                         "TOKENSxVOCAB tile (comma-separated), e.g. 883x151936 (whole-vocabulary tiles)")
