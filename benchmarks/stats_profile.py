@@ -8,7 +8,10 @@ one's kernels by their own device time (CPU time where there is no GPU)::
 
 On a GPU it also prints where the device sat idle within each call: the gaps between its
 kernels, copies and fills, each instant of a gap charged to the innermost operator the host was
-running then (any thread), or to Python between operators. Then, on any device, each call's
+running then (any thread), or to Python between operators; and the same idle time by the phase of
+the call the host was in (``record_function`` ranges named ``phase: ...``): ICT's row layout,
+statistics pass, score pass, selection, loss and backward. Idle time charged to a phase is that
+phase's host code on the critical path. Then, on any device, each call's
 synchronisations by the line that caused them (``benchmarks/sync_census.py``: values read back,
 and on a GPU the copies between host and device, which a CPU cannot show). ``--trace-dir DIR``
 writes each profile's Chrome trace there (``trl.json.gz``, ``grpo.json.gz``, ``ict.json.gz``);
@@ -23,10 +26,12 @@ import contextlib
 import gzip
 import json
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -45,16 +50,53 @@ from sync_census import census_of, print_census  # noqa: E402
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")  # what keeps the device busy in a trace
 BETWEEN_OPERATORS = "(Python between operators)"
+PHASE = "phase: "  # the record_function ranges of phases (see phases)
+OUTSIDE_PHASES = "(outside the phases)"
+
+
+def innermost(spans: list[tuple[float, float, str]], instant: float, default: str) -> str:
+    """The name of the shortest span ``(start, end, name)`` holding ``instant``, else ``default``."""
+    covering = [span for span in spans if span[0] <= instant < span[1]]
+    return min(covering, key=lambda span: span[1] - span[0])[2] if covering else default
+
+
+@contextlib.contextmanager
+def phases() -> Iterator[None]:
+    """Within it, ICT's statistics mark their row layout, statistics pass and score pass as
+    ``record_function`` ranges (``phase: ...``; the methods of ``ict.core.stats.tiles._Run``
+    wrapped, and restored after)."""
+    from ict.core.stats import tiles
+
+    wrapped = {"__init__": "row layout", "passes": "statistics and score passes",
+               "scores": "scores from their sums"}
+    saved = {name: getattr(tiles._Run, name) for name in wrapped}
+
+    def marked(method: Callable[..., Any], label: str) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with record_function(PHASE + label):
+                return method(*args, **kwargs)
+        return run
+
+    for name, label in wrapped.items():
+        setattr(tiles._Run, name, marked(saved[name], label))
+    try:
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(tiles._Run, name, method)
 
 
 def device_idle(events: list[dict]) -> dict | None:
     """Chrome-trace ``events`` (microseconds) -> the call's window (the first host operator's start
     to the last event's end), the device's busy and idle time in it (ms), the number of gaps, and
-    the idle time charged to each innermost host operator (``cpu_op``) running during it, largest
-    first; None without device or host events."""
+    the idle time charged to each innermost host operator (``cpu_op``) running during it, and to
+    each innermost phase (``user_annotation`` ``phase: ...``), largest first; None without device
+    or host events."""
     spans = [e for e in events if e.get("ph") == "X" and "dur" in e]
     device = sorted((e["ts"], e["ts"] + e["dur"]) for e in spans if e.get("cat") in DEVICE_CATEGORIES)
     host = sorted((e["ts"], e["ts"] + e["dur"], e["name"]) for e in spans if e.get("cat") == "cpu_op")
+    marked = [(e["ts"], e["ts"] + e["dur"], e["name"].removeprefix(PHASE)) for e in spans
+              if e.get("cat") == "user_annotation" and e["name"].startswith(PHASE)]
     if not device or not host:
         return None
     start, end = host[0][0], max(device[-1][1], max(op[1] for op in host))
@@ -72,17 +114,20 @@ def device_idle(events: list[dict]) -> dict | None:
     if end > cursor:
         gaps.append((cursor, end))
     charged: collections.Counter[str] = collections.Counter()
+    by_phase: collections.Counter[str] = collections.Counter()
     for gap_start, gap_end in gaps:
         inside = [op for op in host if op[0] < gap_end and op[1] > gap_start]
-        cuts = sorted({gap_start, gap_end, *(t for op in inside for t in op[:2] if gap_start < t < gap_end)})
+        phases_inside = [span for span in marked if span[0] < gap_end and span[1] > gap_start]
+        cuts = sorted({gap_start, gap_end, *(t for span in inside + phases_inside for t in span[:2]
+                                             if gap_start < t < gap_end)})
         for left, right in zip(cuts, cuts[1:]):
             middle = (left + right) / 2
-            covering = [op for op in inside if op[0] <= middle < op[1]]
-            name = min(covering, key=lambda op: op[1] - op[0])[2] if covering else BETWEEN_OPERATORS
-            charged[name] += right - left
+            charged[innermost(inside, middle, BETWEEN_OPERATORS)] += right - left
+            by_phase[innermost(phases_inside, middle, OUTSIDE_PHASES)] += right - left
     idle = sum(last - first for first, last in gaps)
     return {"window_ms": (end - start) / 1e3, "busy_ms": (end - start - idle) / 1e3, "idle_ms": idle / 1e3,
-            "gaps": len(gaps), "charged_ms": {name: value / 1e3 for name, value in charged.most_common()}}
+            "gaps": len(gaps), "charged_ms": {name: value / 1e3 for name, value in charged.most_common()},
+            "phases_ms": {name: value / 1e3 for name, value in by_phase.most_common()} if marked else {}}
 
 
 def print_device_idle(events: list[dict], rows: int) -> None:
@@ -95,6 +140,10 @@ def print_device_idle(events: list[dict], rows: int) -> None:
           f"operator):\n\n| operator | idle ms | share of idle |\n|---|---|---|")
     for name, value in list(summary["charged_ms"].items())[:rows]:
         print(f"| {name[:80]} | {value:.3f} | {value / max(summary['idle_ms'], 1e-12):.1%} |")
+    if summary["phases_ms"]:
+        print("\nthe same idle time by the phase the host was in:\n\n| phase | idle ms | share of idle |\n|---|---|---|")
+        for name, value in summary["phases_ms"].items():
+            print(f"| {name} | {value:.3f} | {value / max(summary['idle_ms'], 1e-12):.1%} |")
     print(flush=True)
 
 
@@ -137,21 +186,34 @@ def main() -> None:
     loss_config = PolicyLossConfig(aggregation=method_train_options("ict")["aggregation"])
 
     def ours() -> None:
-        stats = token_statistics_from_hidden(hidden, weight, ids, mask, 1.0, references, group_ids)
-        selection = select("ict", SelectionInputs(stats, mask, advantages=advantages, token_ids=ids,
-                                                  group_ids=group_ids), **options)
-        policy_loss(stats, stats.log_probs.detach(), advantages, mask, selection.mask, loss_config)[0].backward()
+        with record_function(PHASE + "statistics"):
+            stats = token_statistics_from_hidden(hidden, weight, ids, mask, 1.0, references, group_ids)
+        with record_function(PHASE + "selection"):
+            selection = select("ict", SelectionInputs(stats, mask, advantages=advantages, token_ids=ids,
+                                                      group_ids=group_ids), **options)
+        with record_function(PHASE + "loss"):
+            loss = policy_loss(stats, stats.log_probs.detach(), advantages, mask, selection.mask, loss_config)[0]
+        with record_function(PHASE + "backward"):
+            loss.backward()
 
     def grpo() -> None:
-        stats = token_statistics_from_hidden(hidden, weight, ids, mask, 1.0, (), group_ids)
-        policy_loss(stats, stats.log_probs.detach(), advantages, mask, mask, loss_config)[0].backward()
+        with record_function(PHASE + "statistics"):
+            stats = token_statistics_from_hidden(hidden, weight, ids, mask, 1.0, (), group_ids)
+        with record_function(PHASE + "loss"):
+            loss = policy_loss(stats, stats.log_probs.detach(), advantages, mask, mask, loss_config)[0]
+        with record_function(PHASE + "backward"):
+            loss.backward()
 
     def trl() -> None:
         from trl.kernels.chunked_logprob import ChunkedLogProbFunction
 
-        log_probs, *_ = ChunkedLogProbFunction.apply(hidden.reshape(-1, args.width), weight, None, ids.reshape(-1),
-                                                     1.0, 32768, None, 1.0, ("log_probs", "entropy"))
-        (log_probs * advantages.repeat_interleave(args.length)).sum().backward()
+        with record_function(PHASE + "statistics"):
+            log_probs, *_ = ChunkedLogProbFunction.apply(hidden.reshape(-1, args.width), weight, None,
+                                                         ids.reshape(-1), 1.0, 32768, None, 1.0, ("log_probs", "entropy"))
+        with record_function(PHASE + "loss"):
+            loss = (log_probs * advantages.repeat_interleave(args.length)).sum()
+        with record_function(PHASE + "backward"):
+            loss.backward()
 
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -164,7 +226,7 @@ def main() -> None:
             function()  # warm-up: Triton compiles, the allocator fills
         if cuda:
             torch.cuda.synchronize()
-        with profile(activities=activities) as profiler, autocast:
+        with profile(activities=activities) as profiler, autocast, phases():
             function()
             if cuda:
                 torch.cuda.synchronize()

@@ -613,10 +613,11 @@ def test_triton_compiles_times_each_miss_and_restores_the_hooks():
 def test_device_idle_charges_each_gap_to_the_innermost_host_operator():
     """stats_profile's idle summary on a hand-made trace (microseconds): kernels at [20, 40],
     [35, 45] (one busy span) and [70, 90]; host operators A [0, 100] holding B [10, 30] and C
-    [50, 60], and D [105, 110] on another thread. Gaps [0, 20], [45, 70], [90, 110]."""
+    [50, 60], and D [105, 110] on another thread. Gaps [0, 20], [45, 70], [90, 110]; the same idle
+    time by the innermost phase marked."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        from stats_profile import BETWEEN_OPERATORS, device_idle
+        from stats_profile import BETWEEN_OPERATORS, OUTSIDE_PHASES, PHASE, device_idle
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
 
@@ -634,7 +635,43 @@ def test_device_idle_charges_each_gap_to_the_innermost_host_operator():
     assert summary["charged_ms"] == pytest.approx({"A": 0.035, "B": 0.010, "C": 0.010, "D": 0.005,
                                                     BETWEEN_OPERATORS: 0.005})
     assert list(summary["charged_ms"])[0] == "A"
+    assert summary["phases_ms"] == {}  # no phase marked
+    # the phases: "outer" [0, 100] holding "inner" [40, 60]; [100, 110] is outside both
+    marked = events + [span("user_annotation", PHASE + "outer", 0, 100), span("user_annotation", PHASE + "inner", 40, 60),
+                       span("user_annotation", "not a phase", 0, 110)]
+    assert device_idle(marked)["phases_ms"] == pytest.approx({"outer": 0.040, "inner": 0.015, OUTSIDE_PHASES: 0.010})
     assert device_idle([span("cpu_op", "A", 0, 1)]) is None
+
+
+@pytest.mark.slow  # ~9 s on 2 cores
+def test_stats_profile_runs_tiny_and_marks_ict_phases(tmp_path):
+    """benchmarks/stats_profile.py at a tiny shape on the CPU: the three profiles and their
+    synchronisation censuses, and ICT's trace holds one range per phase (which a GPU run charges the
+    device's idle time to); the phases' wrappers are gone afterwards."""
+    import gzip
+
+    from ict.core.stats import tiles
+
+    before = {name: getattr(tiles._Run, name) for name in ("__init__", "passes", "scores")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))}
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "stats_profile.py"), "--rows", "3", "--length", "8",
+                             "--vocab", "1000", "--width", "16", "--trace-dir", str(tmp_path)],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("synchronisations in ") == 3
+    events = json.loads(gzip.open(tmp_path / "ict.json.gz", "rt").read())["traceEvents"]
+    phases = sorted(e["name"] for e in events if e.get("cat") == "user_annotation")
+    assert phases == sorted(f"phase: {name}" for name in (
+        "statistics", "row layout", "statistics and score passes", "scores from their sums", "selection", "loss",
+        "backward"))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from stats_profile import phases as marking
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    with marking():
+        assert tiles._Run.passes is not before["passes"]
+    assert {name: getattr(tiles._Run, name) for name in before} == before
 
 
 def test_stats_agreement_runs_tiny_and_agrees(tmp_path):
