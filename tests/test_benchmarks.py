@@ -5,6 +5,7 @@ the cost benchmark benchmarks/ict_cost.py, run tiny on the CPU."""
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import math
 import os
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -423,6 +425,23 @@ def test_new_paper_benchmarks_offline_is_one_clear_error(monkeypatch, name, hub_
 # ------------------------------------------------------------------ benchmarks/ict_cost.py, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def benchmark_module(name: str) -> ModuleType:
+    """The script ``benchmarks/<name>.py`` imported as a module (its folder on ``sys.path`` only
+    while importing)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def environment_with_root() -> dict[str, str]:
+    """This process's environment with the repository root added to ``PYTHONPATH`` (for a
+    benchmark run as a script)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))}
 
 
 def table_rows(output: str, first_cells: tuple[str, ...]) -> list[list[str]]:
@@ -444,11 +463,7 @@ def test_ict_cost_a_times_every_round_asked_and_stops_at_the_deadline_after_one(
     """(a)'s timed rounds: all ``repeats`` without a deadline; with one already passed, one round
     (never none), each row timed as often as the result says."""
     pytest.importorskip("trl")
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from ict_cost import head_rows
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    head_rows = benchmark_module("ict_cost").head_rows
     for deadline, expected in ((None, 3), (time.time() - 1.0, 1)):
         result = head_rows(8, 50, (1, 2, 4), "cpu", 3, None, deadline)
         assert result["repeats"] == expected
@@ -458,13 +473,9 @@ def test_ict_cost_a_times_every_round_asked_and_stops_at_the_deadline_after_one(
 @pytest.mark.slow  # a process start per section and model; ~30 s on 2 cores
 def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
     pytest.importorskip("trl")
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from ict_cost import A_ROWS
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    A_ROWS = benchmark_module("ict_cost").A_ROWS
     report_path = tmp_path / "cost.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))}
+    env = environment_with_root()
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ict_cost.py"), "--tiny", "--device", "cpu",
                              "--ict-tiles", "8x1000", "--json", str(report_path)], capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -521,11 +532,8 @@ def test_pooled_ratio_shares_the_generation_between_the_variants():
     (old) seconds, steps 5, 8 and 6, 10: the pooled generation is the median of 4, 5, 6, 9 = 5.5,
     the rests are 1.5 and 1.0, so (5.5 + 1.5) / (5.5 + 1.0) = 7 / 6.5; the direct ratio of the
     median steps, 6.5 / 8, says the opposite of the rests only because of generation."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from ict_cost import pooled_ratio, summarize
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    ict_cost = benchmark_module("ict_cost")
+    pooled_ratio, summarize = ict_cost.pooled_ratio, ict_cost.summarize
 
     def run(variant, steps, generations):
         return {"config": "full", "round": 0, "variant": variant, "step_times": [99.0, *steps],
@@ -547,11 +555,8 @@ def test_sync_census_names_each_synchronisation_by_its_line():
     import inspect
     from types import SimpleNamespace
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from sync_census import SyncCensus, _kind
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    sync_census = benchmark_module("sync_census")
+    SyncCensus, _kind = sync_census.SyncCensus, sync_census._kind
 
     def here() -> str:
         return f"tests/test_benchmarks.py:{inspect.currentframe().f_back.f_lineno} ({NAME})"
@@ -589,11 +594,7 @@ def test_triton_compiles_times_each_miss_and_restores_the_hooks():
     miss, calling the hooks it found, which it puts back afterwards (Triton calls both hooks
     with keyword arguments; a GPU calls them for real)."""
     knobs = pytest.importorskip("triton").knobs
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from ict_cost_runs import TritonCompiles
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    TritonCompiles = benchmark_module("ict_cost_runs").TritonCompiles
     seen = []
     before = (lambda **kw: seen.append("miss"), lambda **kw: seen.append("ready"))
     knobs.runtime.jit_cache_hook, knobs.runtime.jit_post_compile_hook = before
@@ -615,11 +616,11 @@ def test_device_idle_charges_each_gap_to_the_innermost_host_operator():
     [35, 45] (one busy span) and [70, 90]; host operators A [0, 100] holding B [10, 30] and C
     [50, 60], and D [105, 110] on another thread. Gaps [0, 20], [45, 70], [90, 110]; the same idle
     time by the innermost phase marked."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from stats_profile import BETWEEN_OPERATORS, OUTSIDE_PHASES, PHASE, device_idle
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    stats_profile = benchmark_module("stats_profile")
+    BETWEEN_OPERATORS = stats_profile.BETWEEN_OPERATORS
+    OUTSIDE_PHASES = stats_profile.OUTSIDE_PHASES
+    PHASE = stats_profile.PHASE
+    device_idle = stats_profile.device_idle
 
     def span(category, name, start, end, thread=1):
         return {"ph": "X", "cat": category, "name": name, "ts": start, "dur": end - start, "tid": thread}
@@ -653,7 +654,7 @@ def test_stats_profile_runs_tiny_and_marks_ict_phases(tmp_path):
     from ict.core.stats import tiles
 
     before = {name: getattr(tiles._Run, name) for name in ("__init__", "passes", "scores")}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))}
+    env = environment_with_root()
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "stats_profile.py"), "--rows", "3", "--length", "8",
                              "--vocab", "1000", "--width", "16", "--trace-dir", str(tmp_path)],
                             capture_output=True, text=True, env=env, timeout=600)
@@ -664,11 +665,7 @@ def test_stats_profile_runs_tiny_and_marks_ict_phases(tmp_path):
     assert phases == sorted(f"phase: {name}" for name in (
         "statistics", "row layout", "statistics and score passes", "scores from their sums", "selection", "loss",
         "backward"))
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from stats_profile import phases as marking
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    marking = benchmark_module("stats_profile").phases
     with marking():
         assert tiles._Run.passes is not before["passes"]
     assert {name: getattr(tiles._Run, name) for name in before} == before
@@ -678,7 +675,7 @@ def test_stats_agreement_runs_tiny_and_agrees(tmp_path):
     """benchmarks/stats_agreement.py at a small shape on the CPU: the torch tiles within 1e-5 of
     its float64 computation and ICT's mask equal to float64's apart from ties."""
     report_path = tmp_path / "agreement.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))}
+    env = environment_with_root()
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "stats_agreement.py"), "--vocab", "211",
                              "--length", "12", "--group", "4", "--json", str(report_path)],
                             capture_output=True, text=True, env=env, timeout=600)
@@ -699,8 +696,7 @@ def test_kernel_sass_compiles_the_kernels_for_an_h100_here(tmp_path):
     ~25-instruction logf."""
     pytest.importorskip("triton")
     report_path = tmp_path / "sass.json"
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))
+    env = {key: value for key, value in environment_with_root().items() if key != "TRITON_INTERPRET"}
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kernel_sass.py"), "--json", str(report_path)],
                             capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -721,11 +717,7 @@ def test_fast_log_bound_is_within_the_agreement_target(tmp_path, capsys):
     """benchmarks/fast_log_bound.py: at Qwen's vocabulary the group kernel's lg2.approx moves no
     JS or KL score by more than 1e-5 nats; at uniform rows its bound is the closed form
     ln 2 * 2^-22 * log2 V * (1.5 for JS, 1 for KL) against the plain group mean."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import fast_log_bound
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    fast_log_bound = benchmark_module("fast_log_bound")
     vocab = 151_936
     assert fast_log_bound.main(["--scales", "0.1,4", "--json", str(tmp_path / "bound.json")]) == 0
     report = json.loads((tmp_path / "bound.json").read_text())
