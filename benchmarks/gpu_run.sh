@@ -12,9 +12,10 @@
 # lands in $OUT: versions.txt, stats_agreement.{log,json}, ict_cost.log (all output), ict_cost.json
 # (every figure; written after each section and each model, so a run cut short keeps what it
 # measured), stats_profile.log (with the device's idle time in each call, charged to the host's
-# operators and to the call's phases, and each call's synchronisations by line: benchmarks/sync_census.py), stats_traces.tar
-# (the three profiles' Chrome traces, for `python benchmarks/stats_profile.py --analyze` here),
-# test_tiles.log: 8 files, as many as come back.
+# operators and to the call's phases, and each call's synchronisations by line:
+# benchmarks/sync_census.py), stats_traces.tar (the three profiles' Chrome traces, for
+# `python benchmarks/stats_profile.py --analyze` here), test_tiles.log: 8 files, as many as come
+# back.
 #
 # Prepare the wheels here, once (repository root; .whl/ is ignored through .git/info/exclude):
 #   echo /.whl/ >> .git/info/exclude

@@ -10,7 +10,7 @@ On a GPU it also prints where the device sat idle within each call: the gaps bet
 kernels, copies and fills, each instant of a gap charged to the innermost operator the host was
 running then (any thread), or to Python between operators; and the same idle time by the phase of
 the call the host was in (``record_function`` ranges named ``phase: ...``): ICT's row layout,
-statistics pass, score pass, selection, loss and backward. Idle time charged to a phase is that
+statistics and score passes, scores, selection, loss and backward. Idle time charged to a phase is that
 phase's host code on the critical path. Then, on any device, each call's
 synchronisations by the line that caused them (``benchmarks/sync_census.py``: values read back,
 and on a GPU the copies between host and device, which a CPU cannot show). ``--trace-dir DIR``
@@ -50,7 +50,7 @@ from sync_census import census_of, print_census  # noqa: E402
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")  # what keeps the device busy in a trace
 BETWEEN_OPERATORS = "(Python between operators)"
-PHASE = "phase: "  # the record_function ranges of phases (see phases)
+PHASE = "phase: "  # the record_function ranges of phases (see phase)
 OUTSIDE_PHASES = "(outside the phases)"
 
 
@@ -60,11 +60,16 @@ def innermost(spans: list[tuple[float, float, str]], instant: float, default: st
     return min(covering, key=lambda span: span[1] - span[0])[2] if covering else default
 
 
+def phase(name: str) -> record_function:
+    """The profiler range of one phase of a call (``phase: <name>``, read by :func:`device_idle`)."""
+    return record_function(PHASE + name)
+
+
 @contextlib.contextmanager
 def phases() -> Iterator[None]:
-    """Within it, ICT's statistics mark their row layout, statistics pass and score pass as
-    ``record_function`` ranges (``phase: ...``; the methods of ``ict.core.stats.tiles._Run``
-    wrapped, and restored after)."""
+    """Within it, the statistics mark their row layout, their statistics and score passes and the
+    scores from their sums as phases (the methods of ``ict.core.stats.tiles._Run`` wrapped, and
+    restored after)."""
     from ict.core.stats import tiles
 
     wrapped = {"__init__": "row layout", "passes": "statistics and score passes",
@@ -73,7 +78,7 @@ def phases() -> Iterator[None]:
 
     def marked(method: Callable[..., Any], label: str) -> Callable[..., Any]:
         def run(*args: Any, **kwargs: Any) -> Any:
-            with record_function(PHASE + label):
+            with phase(label):
                 return method(*args, **kwargs)
         return run
 
@@ -186,33 +191,33 @@ def main() -> None:
     loss_config = PolicyLossConfig(aggregation=method_train_options("ict")["aggregation"])
 
     def ours() -> None:
-        with record_function(PHASE + "statistics"):
+        with phase("statistics"):
             stats = token_statistics_from_hidden(hidden, weight, ids, mask, 1.0, references, group_ids)
-        with record_function(PHASE + "selection"):
+        with phase("selection"):
             selection = select("ict", SelectionInputs(stats, mask, advantages=advantages, token_ids=ids,
                                                       group_ids=group_ids), **options)
-        with record_function(PHASE + "loss"):
+        with phase("loss"):
             loss = policy_loss(stats, stats.log_probs.detach(), advantages, mask, selection.mask, loss_config)[0]
-        with record_function(PHASE + "backward"):
+        with phase("backward"):
             loss.backward()
 
     def grpo() -> None:
-        with record_function(PHASE + "statistics"):
+        with phase("statistics"):
             stats = token_statistics_from_hidden(hidden, weight, ids, mask, 1.0, (), group_ids)
-        with record_function(PHASE + "loss"):
+        with phase("loss"):
             loss = policy_loss(stats, stats.log_probs.detach(), advantages, mask, mask, loss_config)[0]
-        with record_function(PHASE + "backward"):
+        with phase("backward"):
             loss.backward()
 
     def trl() -> None:
         from trl.kernels.chunked_logprob import ChunkedLogProbFunction
 
-        with record_function(PHASE + "statistics"):
+        with phase("statistics"):
             log_probs, *_ = ChunkedLogProbFunction.apply(hidden.reshape(-1, args.width), weight, None,
                                                          ids.reshape(-1), 1.0, 32768, None, 1.0, ("log_probs", "entropy"))
-        with record_function(PHASE + "loss"):
+        with phase("loss"):
             loss = (log_probs * advantages.repeat_interleave(args.length)).sum()
-        with record_function(PHASE + "backward"):
+        with phase("backward"):
             loss.backward()
 
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
