@@ -178,7 +178,7 @@ def test_auto_computes_from_hidden_states_on_a_gpu_where_it_applies(tiny_tokeniz
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (auto's GPU choice)")
-def test_on_a_gpu_auto_takes_the_hidden_states_and_gives_the_logits_step(tiny_tokenizer, monkeypatch):
+def test_on_a_gpu_auto_takes_the_hidden_states_and_gives_the_logits_step(tiny_tokenizer):
     """On a CUDA device ``auto`` resolves to ``hidden``, and that step (Triton tiles) gives the
     loss, selection and gradients of the step from the logits there."""
     device = torch.device("cuda")
