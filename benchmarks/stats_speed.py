@@ -14,6 +14,14 @@ process on this checkout and one on ``DIR``, in alternating order, each timing e
 after a warm-up with only the API both have; printed: both medians and their ratio::
 
     PYTHONPATH=$PWD python benchmarks/stats_speed.py --baseline /tmp/parent --rounds 5 --threads 2
+
+``--step`` times a training step's part instead, from the hidden states with gradients: GRPO
+(log-probs, backward of ``sum(log_probs * advantage)``) and ICT (plus ICT's default reference,
+the registry's selection at ratio 0.1 and ICT's loss), as ``benchmarks/ict_cost.py`` (a) does;
+e.g. at (a)'s CPU shape against another checkout::
+
+    PYTHONPATH=$PWD python benchmarks/stats_speed.py --step --rows 16 --length 64 --vocab 151936 \
+        --width 896 --threads 2 --rounds 6 --baseline /tmp/parent
 """
 
 from __future__ import annotations
@@ -29,12 +37,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCES = {"none": (), "group_mean": ("group_mean",), "seq_mean": ("seq_mean",), "prev": ("prev",)}
 CASES = [(path, name) for path in ("logits", "hidden") for name in REFERENCES]
+STEP_CASES = [("hidden, forward + backward", name) for name in ("grpo", "ict")]  # --step
+
+
+def cases_of(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The cases timed: :data:`STEP_CASES` with ``--step``, else :data:`CASES`; the first is the
+    one the others are compared with."""
+    return STEP_CASES if args.step else CASES
 
 
 def time_cases(args: argparse.Namespace, rounds: int) -> dict[str, list[float]]:
     """Seconds of every case, ``rounds`` interleaved rounds after one warm-up of each."""
     import torch
 
+    from ict.core.loss import PolicyLossConfig, policy_loss
+    from ict.core.selectors import (
+        SelectionInputs,
+        method_train_options,
+        required_js_references,
+        resolve_options,
+        select,
+    )
     from ict.core.stats import token_statistics, token_statistics_from_hidden
 
     torch.set_num_threads(args.threads)
@@ -45,21 +68,41 @@ def time_cases(args: argparse.Namespace, rounds: int) -> dict[str, list[float]]:
     tokens = torch.randint(0, args.vocab, (args.rows, args.length), generator=generator)
     mask = torch.ones(args.rows, args.length, dtype=torch.bool)
     groups = torch.arange(args.rows) // 8
+    advantages = torch.randn(args.rows, generator=generator)
+    options = resolve_options("ict", {"ratio": 0.1})
+    loss_config = PolicyLossConfig(aggregation=method_train_options("ict")["aggregation"])
 
-    def run(path: str, references: tuple[str, ...]) -> None:
+    def step(name: str) -> None:
+        inputs = [hidden.detach().requires_grad_(), weight.detach().requires_grad_()]
+        if name == "grpo":
+            stats = token_statistics_from_hidden(*inputs, tokens, mask, 1.0)
+            loss = (stats.log_probs * advantages[:, None]).sum()
+        else:
+            stats = token_statistics_from_hidden(*inputs, tokens, mask, 1.0, required_js_references("ict", options),
+                                                 group_ids=groups)
+            selection = select("ict", SelectionInputs(stats, mask, advantages=advantages, token_ids=tokens,
+                                                      group_ids=groups), **options)
+            loss = policy_loss(stats, stats.log_probs.detach(), advantages, mask, selection.mask, loss_config)[0]
+        loss.backward()
+
+    def run(path: str, name: str) -> None:
+        if args.step:
+            step(name)
+            return
+        references = REFERENCES[name]
         with torch.no_grad():
             if path == "logits":
                 token_statistics(logits, tokens, mask, 1.0, references, group_ids=groups)
             else:
                 token_statistics_from_hidden(hidden, weight, tokens, mask, 1.0, references, group_ids=groups)
 
-    times: dict[str, list[float]] = {f"{path} {name}": [] for path, name in CASES}
-    for path, name in CASES:
-        run(path, REFERENCES[name])  # warm-up
+    times: dict[str, list[float]] = {f"{path} {name}": [] for path, name in cases_of(args)}
+    for path, name in cases_of(args):
+        run(path, name)  # warm-up
     for _ in range(rounds):
-        for path, name in CASES:
+        for path, name in cases_of(args):
             start = time.perf_counter()
-            run(path, REFERENCES[name])
+            run(path, name)
             times[f"{path} {name}"].append(time.perf_counter() - start)
     return times
 
@@ -73,8 +116,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--baseline", default=None, help="another checkout of ict, timed side by side")
+    parser.add_argument("--step", action="store_true", help="time GRPO's and ICT's forward + backward from "
+                        "the hidden states (selection and loss included) instead of the no-grad statistics")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # the checkout a child imports
     args = parser.parse_args()
+    cases = cases_of(args)
+    first, column = cases[0][1], "method" if args.step else "JS reference"
     shape = (f"{args.rows} x {args.length} positions, V = {args.vocab}, d = {args.width}, "
              f"{args.threads} thread(s), median of {args.rounds} rounds")
     if args.child is not None:
@@ -84,14 +131,15 @@ def main() -> None:
     if args.baseline is None:
         sys.path.insert(0, str(ROOT))
         times = time_cases(args, args.rounds)
-        print(f"{shape}\n\n| path | JS reference | seconds | ratio to no JS score |\n|---|---|---|---|")
-        for path, name in CASES:
-            median, base = statistics.median(times[f"{path} {name}"]), statistics.median(times[f"{path} none"])
+        print(f"{shape}\n\n| path | {column} | seconds | ratio to {first} |\n|---|---|---|---|")
+        for path, name in cases:
+            median, base = statistics.median(times[f"{path} {name}"]), statistics.median(times[f"{path} {first}"])
             print(f"| {path} | {name} | {median:.3f} | {median / base:.2f} |")
         return
     trees = {"this checkout": str(ROOT), "baseline": str(Path(args.baseline).resolve())}
-    times = {tree: {f"{path} {name}": [] for path, name in CASES} for tree in trees}
+    times = {tree: {f"{path} {name}": [] for path, name in cases} for tree in trees}
     options = [f"--{key}={getattr(args, key)}" for key in ("rows", "length", "vocab", "width", "threads")]
+    options += ["--step"] if args.step else []
     for round_index in range(args.rounds):
         for tree in (list(trees) if round_index % 2 == 0 else list(trees)[::-1]):
             result = subprocess.run([sys.executable, __file__, "--child", trees[tree], *options],
@@ -101,8 +149,8 @@ def main() -> None:
             for case, values in json.loads(result.stdout.strip().splitlines()[-1]).items():
                 times[tree][case].extend(values)
     print(f"{shape}; one process per checkout and round, alternating; baseline: {args.baseline}\n\n"
-          "| path | JS reference | this checkout (s) | baseline (s) | this / baseline |\n|---|---|---|---|---|")
-    for path, name in CASES:
+          f"| path | {column} | this checkout (s) | baseline (s) | this / baseline |\n|---|---|---|---|---|")
+    for path, name in cases:
         ours, theirs = (statistics.median(times[tree][f"{path} {name}"]) for tree in trees)
         print(f"| {path} | {name} | {ours:.3f} | {theirs:.3f} | {ours / theirs:.2f} |")
 

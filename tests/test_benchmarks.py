@@ -671,6 +671,24 @@ def test_stats_profile_runs_tiny_and_marks_ict_phases(tmp_path):
     assert {name: getattr(tiles._Run, name) for name in before} == before
 
 
+def test_stats_speed_times_the_step_parts_side_by_side_with_a_baseline():
+    """benchmarks/stats_speed.py --step at a tiny shape: GRPO's and ICT's forward + backward from
+    the hidden states, alone (ICT against GRPO) and against a baseline checkout (here this one)."""
+    command = [sys.executable, str(BENCHMARKS / "stats_speed.py"), "--step", "--rows", "16", "--length", "8",
+               "--vocab", "1000", "--width", "32", "--rounds", "2"]
+    alone = subprocess.run(command, capture_output=True, text=True, env=environment_with_root(), timeout=600)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    (grpo,) = table_rows(alone.stdout, ("hidden, forward + backward", "grpo"))
+    (ict,) = table_rows(alone.stdout, ("hidden, forward + backward", "ict"))
+    assert grpo[3] == "1.00" and finite(grpo[2]) and finite(ict[2]) and finite(ict[3])
+    paired = subprocess.run([*command, "--baseline", str(ROOT)], capture_output=True, text=True,
+                            env=environment_with_root(), timeout=600)
+    assert paired.returncode == 0, paired.stderr[-3000:]
+    for method in ("grpo", "ict"):
+        (row,) = table_rows(paired.stdout, ("hidden, forward + backward", method))
+        assert all(finite(cell) for cell in row[2:5]), row
+
+
 def test_stats_agreement_runs_tiny_and_agrees(tmp_path):
     """benchmarks/stats_agreement.py at a small shape on the CPU: the torch tiles within 1e-5 of
     its float64 computation and ICT's mask equal to float64's apart from ties."""
