@@ -177,6 +177,62 @@ def test_every_position_a_response_reads_the_hidden_rows_as_views_and_matches_fl
     assert torch.equal(hidden, leaves[0].detach())  # the views were only read
 
 
+class TileRows:
+    """Counts the rows of every logits tile a head computes or reads (both heads, both backends)."""
+
+    def __init__(self, monkeypatch) -> None:
+        from ict.core.stats.heads import LinearHead, LogitsHead
+
+        self.rows: list[int] = []
+        for cls in (LinearHead, LogitsHead):
+            original = cls.tile
+
+            def counted(head, rows, *args, original=original, **kwargs):
+                self.rows.append(rows.shape[0])
+                return original(head, rows, *args, **kwargs)
+
+            monkeypatch.setattr(cls, "tile", counted)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("source", ["hidden", "logits"])
+@pytest.mark.parametrize("reached", ["some", "none"])
+def test_the_backward_computes_only_the_tiles_of_rows_with_a_gradient(backend, source, reached, monkeypatch):
+    """A loss that reaches only some rows (ICT's selected tokens; here every third response row
+    from the fourth, or none) recomputes in the backward only those rows' tiles, re-tiled in the
+    forward's token tiles, and its gradients to hidden states, head and bias (or logits) equal
+    float64 autograd's; the rows it does not reach get exactly zero."""
+    tile = (4, 7)
+    hidden, weight, lm_bias, token_ids, mask = hidden_batch(13, batch=6)
+    groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    positions = mask.nonzero()
+    weights = torch.randn(mask.shape, generator=torch.Generator().manual_seed(5))
+    reach = torch.zeros(mask.shape, dtype=torch.bool)
+    if reached == "some":
+        reach[positions[3::3, 0], positions[3::3, 1]] = True
+    weights = torch.where(reach, weights, 0.0)
+    inputs = (hidden, weight, lm_bias) if source == "hidden" else (hidden @ weight.T + lm_bias,)
+    leaves = [tensor.clone().requires_grad_() for tensor in inputs]
+    function = token_statistics_from_hidden if source == "hidden" else token_statistics
+    arguments = (*leaves[:2], token_ids, mask, 0.9, ("group_mean_absorbing",), groups) if source == "hidden" else (
+        leaves[0], token_ids, mask, 0.9, ("group_mean_absorbing",))
+    extra = {"lm_head_bias": leaves[2]} if source == "hidden" else {"group_ids": groups}
+    stats = run(function, backend, *arguments, tile_size=tile, **extra)
+    counter = TileRows(monkeypatch)
+    (stats.log_probs * weights).sum().backward()
+    vocab_tiles = -(-weight.shape[0] // tile[1])
+    assert sum(counter.rows) == vocab_tiles * int(reach.sum())
+    assert all(rows <= tile[0] for rows in counter.rows)
+    exact = [tensor.double().requires_grad_() for tensor in inputs]
+    logits = exact[0] @ exact[1].T + exact[2] if source == "hidden" else exact[0]
+    token_log_p = torch.log_softmax(logits / 0.9, dim=-1).gather(-1, token_ids[..., None])[..., 0]
+    (token_log_p * weights * mask).sum().backward()
+    for mine, theirs in zip(leaves, exact):
+        torch.testing.assert_close(mine.grad.double(), theirs.grad, atol=2e-5, rtol=1e-5)
+    rows_grad = leaves[0].grad
+    assert not rows_grad[~reach].any()
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("autocast", [False, True])
 def test_bfloat16_hidden_states_match_float64_of_the_rounded_logits(backend, autocast):

@@ -67,8 +67,10 @@ device), so no ``[B, T, V]`` softmax copy is ever built, forward or backward, an
 states no ``[B, T, V]`` logits either. One vocabulary pass folds each tile into online
 log-sum-exp statistics (log-probs, Shannon and Renyi-2 entropy); one more scores every JS
 reference asked for (every group variant from the same tiles; ``seq_mean``'s mean is known only
-after it, so it takes a third); the backward recomputes each tile. Two backends run the same
-algorithm: Triton kernels on GPUs, torch elsewhere (``backend``; :func:`resolve_backend`).
+after it, so it takes a third); the backward recomputes each tile of the rows that have a
+gradient (a row whose loss gradient is zero, e.g. one ICT did not select, is skipped). Two
+backends run the same algorithm: Triton kernels on GPUs, torch elsewhere (``backend``;
+:func:`resolve_backend`).
 Each row must have at least one finite logit; ``-inf`` entries (masked vocabulary) are fine.
 """
 from __future__ import annotations
@@ -215,7 +217,7 @@ def token_statistics_from_hidden(
     ``token_ids[:, t]``; ``lm_head_weight [V, d]``; ``lm_head_bias [V]`` or None. The logits
     are computed one tile at a time (in the autocast dtype when autocast is on, else the dtype of
     ``hidden``; read as float32) by the same tile code as the logits path; the backward recomputes
-    each tile and accumulates ``grad_hidden``, ``grad_weight`` (and ``grad_bias``) in float32, so
+    each tile of the rows with a gradient and accumulates ``grad_hidden``, ``grad_weight`` (and ``grad_bias``) in float32, so
     the extra memory is one tile (plus the torch folds' float32 copies of it) and one ``[V, d]``
     float32 weight gradient.
     Every reference but ``ref`` is supported (``ref`` needs a second model's hidden states), with

@@ -16,8 +16,10 @@ token tile:
    When one vocabulary tile holds V, each token tile is scored right after its statistics, from
    the kept tile (the torch folds keep its probabilities).
 
-The backward recomputes each tile and turns it into the gradient wrt its logits
-(``logit_grads``), then into ``grad_hidden += g @ W_v`` (a float32 ``[N, d]`` accumulator),
+The backward recomputes each tile of the rows that have a gradient (a row whose loss gradient is
+zero, e.g. one ICT did not select, is skipped: :func:`rows_with_gradient`) and turns it into the
+gradient wrt its logits (``logit_grads``), then into ``grad_hidden += g @ W_v`` (a float32 ``[M, d]``
+accumulator of those ``M`` rows),
 ``grad_W_v += g.T @ h`` (float32) or the rows of ``grad_logits``.
 
 Backends: ``"triton"`` (the kernels of :mod:`ict.core.stats.triton_tiles`, tensors on a GPU, or
@@ -137,30 +139,59 @@ class _ResponseLogProbs(torch.autograd.Function):
         head: Head = ctx.head
         needed = ctx.needs_input_grad[10:]
         grads = head.new_grads(needed)
-        row_grads = None
+        order: RowOrder = ctx.order
+        rows_b, rows_t, dense, row_grads = order.batch_index, order.time_index, order.dense, None
         if grad_log_probs is not None or grad_entropy is not None:
             with torch.autocast(ctx.saved_tensors[0].device.type, enabled=False):  # float32 folds (see statistics)
-                row_grads = _backward_tiles(ctx, grads, needed, grad_log_probs, grad_entropy)
-        order: RowOrder = ctx.order
-        return (None,) * 10 + head.finish(grads, order.batch_index, order.time_index, row_grads, order.dense)
+                row_grads, rows_b, rows_t, dense = _backward_tiles(ctx, grads, needed, grad_log_probs, grad_entropy)
+        return (None,) * 10 + head.finish(grads, rows_b, rows_t, row_grads, dense)
+
+
+def rows_with_gradient(grad_log_probs: Tensor | None, grad_entropy: Tensor | None) -> Tensor | None:
+    """The rows (indices ``[M]``, processing order) whose ``g_lp`` or ``g_H`` ``[N]`` is not zero, when
+    some rows' are both zero; None when every row has a gradient. A row whose gradient is zero adds
+    nothing to any input's gradient, so the backward skips its tiles: ICT's loss reaches only the
+    selected tokens (~10%), GRPO's none of a group whose advantages are all zero. One device sync
+    (the rows' count). NaN is not zero: such a row is kept, and spreads its NaN as it would."""
+    active = None
+    for grad in (grad_log_probs, grad_entropy):
+        if grad is not None:
+            active = grad != 0 if active is None else active | (grad != 0)
+    if active is None:
+        return None
+    rows = active.nonzero().squeeze(-1)
+    return None if rows.numel() == active.numel() else rows
 
 
 def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], grad_log_probs: Tensor | None,
-                    grad_entropy: Tensor | None) -> Tensor | None:
+                    grad_entropy: Tensor | None) -> tuple[Tensor | None, Tensor, Tensor, bool]:
     """Accumulate the input gradients into ``grads``, vocabulary tile by vocabulary tile, each over
-    every token tile (the head's slice is cast once; this module's docstring); returns the rows'
-    accumulator (``[N, d]``, processing order; None for a head without one)."""
+    every token tile (the head's slice is cast once; this module's docstring), over the rows with a
+    gradient only (:func:`rows_with_gradient`; the others' tiles are skipped, re-tiled in token
+    tiles as long as the forward's). Returns the rows' accumulator (``[M, d]``; None for a head
+    without one), their ``(batch_index, time_index)`` ``[M]`` and whether they are the dense
+    order (the arguments of the head's ``finish``)."""
     targets, maximum, log_total, entropy = ctx.saved_tensors
     head: Head = ctx.head
     order: RowOrder = ctx.order
     folds = _folds(ctx.backend)
     grad_log_probs = None if grad_log_probs is None else grad_log_probs.float().contiguous()
     grad_entropy = None if grad_entropy is None else grad_entropy.float().contiguous()
-    row_grads = head.new_row_grads(order.num_rows, needed)
+    batch_index, time_index, dense = order.batch_index, order.time_index, order.dense
+    parts = [tile.part for tile in order.tiles]
+    active = rows_with_gradient(grad_log_probs, grad_entropy)
+    if active is not None:
+        targets, maximum, log_total, entropy, batch_index, time_index = (
+            values[active] for values in (targets, maximum, log_total, entropy, batch_index, time_index))
+        grad_log_probs = None if grad_log_probs is None else grad_log_probs[active]
+        grad_entropy = None if grad_entropy is None else grad_entropy[active]
+        tokens = max(part.stop - part.start for part in parts)
+        parts = [slice(start, end) for start, end in chunks(active.numel(), tokens)]
+        dense = False
+    row_grads = head.new_row_grads(batch_index.numel(), needed)
     for start, end in chunks(head.vocab_size, ctx.vocab):
-        for tile in order.tiles:
-            part = tile.part
-            rows = head.rows(*order.positions(part))
+        for part in parts:
+            rows = head.rows(batch_index[part], time_index[part], part if dense else None)
             tile = head.tile(rows, start, end, indexed=folds.READS_INDEXED_TILES)
             # an indexed tile's gradient goes straight into the same rows of the logits' gradient
             indexed = isinstance(tile, IndexedTile) and grads[0] is not None
@@ -172,7 +203,7 @@ def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], gra
             if not indexed:
                 head.accumulate(grads, rows, start, end, grad, None if row_grads is None else row_grads[part])
     head.release()
-    return row_grads
+    return row_grads, batch_index, time_index, dense
 
 
 class _Run:
