@@ -233,6 +233,21 @@ def test_the_backward_computes_only_the_tiles_of_rows_with_a_gradient(backend, s
     assert not rows_grad[~reach].any()
 
 
+def test_rows_with_gradient_keeps_every_row_either_term_reaches_and_nan():
+    """A row is skipped only when both its terms are zero (-0.0 included); NaN is kept (it must
+    spread as it would); None when every row has a gradient, or no term is given."""
+    from ict.core.stats.tiles import rows_with_gradient
+
+    log_probs = torch.tensor([0.0, 1.0, -0.0, float("nan"), 0.0, 2.0])
+    entropy = torch.tensor([0.0, 0.0, 0.0, 0.0, -3.0, 0.0])
+    assert rows_with_gradient(log_probs, None).tolist() == [1, 3, 5]
+    assert rows_with_gradient(None, entropy).tolist() == [4]
+    assert rows_with_gradient(log_probs, entropy).tolist() == [1, 3, 4, 5]
+    assert rows_with_gradient(log_probs + 1.0, None) is None
+    assert rows_with_gradient(None, None) is None
+    assert rows_with_gradient(torch.zeros(3), None).numel() == 0
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("autocast", [False, True])
 def test_bfloat16_hidden_states_match_float64_of_the_rounded_logits(backend, autocast):
