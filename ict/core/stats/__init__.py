@@ -217,9 +217,9 @@ def token_statistics_from_hidden(
     ``token_ids[:, t]``; ``lm_head_weight [V, d]``; ``lm_head_bias [V]`` or None. The logits
     are computed one tile at a time (in the autocast dtype when autocast is on, else the dtype of
     ``hidden``; read as float32) by the same tile code as the logits path; the backward recomputes
-    each tile of the rows with a gradient and accumulates ``grad_hidden``, ``grad_weight`` (and ``grad_bias``) in float32, so
-    the extra memory is one tile (plus the torch folds' float32 copies of it) and one ``[V, d]``
-    float32 weight gradient.
+    each tile of the rows with a gradient and accumulates ``grad_hidden``, ``grad_weight`` (and
+    ``grad_bias``) in float32, so the extra memory is one tile (plus the torch folds' float32
+    copies of it) and one ``[V, d]`` float32 weight gradient.
     Every reference but ``ref`` is supported (``ref`` needs a second model's hidden states), with
     every metric. Do not modify the weight in place between the forward and the backward.
     """

@@ -16,11 +16,10 @@ token tile:
    When one vocabulary tile holds V, each token tile is scored right after its statistics, from
    the kept tile (the torch folds keep its probabilities).
 
-The backward recomputes each tile of the rows that have a gradient (a row whose loss gradient is
-zero, e.g. one ICT did not select, is skipped: :func:`rows_with_gradient`) and turns it into the
-gradient wrt its logits (``logit_grads``), then into ``grad_hidden += g @ W_v`` (a float32 ``[M, d]``
-accumulator of those ``M`` rows),
-``grad_W_v += g.T @ h`` (float32) or the rows of ``grad_logits``.
+The backward recomputes each tile of the ``M`` rows that have a gradient (a row whose loss
+gradient is zero, e.g. one ICT did not select, is skipped: :func:`rows_with_gradient`) and turns
+it into the gradient wrt its logits (``logit_grads``), then into ``grad_hidden += g @ W_v`` (a
+float32 ``[M, d]`` accumulator), ``grad_W_v += g.T @ h`` (float32) or the rows of ``grad_logits``.
 
 Backends: ``"triton"`` (the kernels of :mod:`ict.core.stats.triton_tiles`, tensors on a GPU, or
 anywhere under ``TRITON_INTERPRET=1``; they read and write the rows of given logits where they
