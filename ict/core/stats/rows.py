@@ -105,6 +105,12 @@ class RowOrder:
         else None; the arguments of a head's ``rows``."""
         return self.batch_index[part], self.time_index[part], part if self.dense else None
 
+    def subset(self, rows: Tensor) -> RowOrder:
+        """The rows ``rows`` (indices ``[M]`` into this order, ascending) in this order, cut into
+        token tiles as long as this order's longest, without blocks (the backward reads none)."""
+        tokens = max(tile.part.stop - tile.part.start for tile in self.tiles)
+        return RowOrder(self.batch_index[rows], self.time_index[rows], _tiles(rows.numel(), tokens))
+
     def previous_rows(self) -> Tensor:
         """For each row, the index (in processing order) of the previous response position of the
         same sequence, ``-1`` for a sequence's first one ``[N]``."""
@@ -118,12 +124,16 @@ class RowOrder:
         return previous
 
 
+def _tiles(num_rows: int, tokens: int) -> list[Tile]:
+    """Consecutive token tiles of ``tokens`` rows (the last may be shorter) over ``num_rows`` rows."""
+    return [Tile(slice(start, end), None) for start, end in chunks(num_rows, tokens)]
+
+
 def sequence_order(response_mask: Tensor, tokens: int) -> RowOrder:
     """Row-major response rows in tiles of ``tokens`` rows."""
     batch_index, time_index = response_mask.bool().nonzero(as_tuple=True)
-    tiles = [Tile(slice(start, min(start + tokens, batch_index.numel())), None)
-             for start in range(0, batch_index.numel(), tokens)]
-    return RowOrder(batch_index, time_index, tiles, dense=batch_index.numel() == response_mask.numel())
+    return RowOrder(batch_index, time_index, _tiles(batch_index.numel(), tokens),
+                    dense=batch_index.numel() == response_mask.numel())
 
 
 def _merged_masses(tokens: Tensor) -> tuple[Tensor, Tensor]:

@@ -139,11 +139,11 @@ class _ResponseLogProbs(torch.autograd.Function):
         needed = ctx.needs_input_grad[10:]
         grads = head.new_grads(needed)
         order: RowOrder = ctx.order
-        rows_b, rows_t, dense, row_grads = order.batch_index, order.time_index, order.dense, None
+        row_grads = None
         if grad_log_probs is not None or grad_entropy is not None:
             with torch.autocast(ctx.saved_tensors[0].device.type, enabled=False):  # float32 folds (see statistics)
-                row_grads, rows_b, rows_t, dense = _backward_tiles(ctx, grads, needed, grad_log_probs, grad_entropy)
-        return (None,) * 10 + head.finish(grads, rows_b, rows_t, row_grads, dense)
+                row_grads, order = _backward_tiles(ctx, grads, needed, grad_log_probs, grad_entropy)
+        return (None,) * 10 + head.finish(grads, order.batch_index, order.time_index, row_grads, order.dense)
 
 
 def rows_with_gradient(grad_log_probs: Tensor | None, grad_entropy: Tensor | None) -> Tensor | None:
@@ -163,34 +163,29 @@ def rows_with_gradient(grad_log_probs: Tensor | None, grad_entropy: Tensor | Non
 
 
 def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], grad_log_probs: Tensor | None,
-                    grad_entropy: Tensor | None) -> tuple[Tensor | None, Tensor, Tensor, bool]:
+                    grad_entropy: Tensor | None) -> tuple[Tensor | None, RowOrder]:
     """Accumulate the input gradients into ``grads``, vocabulary tile by vocabulary tile, each over
     every token tile (the head's slice is cast once; this module's docstring), over the rows with a
-    gradient only (:func:`rows_with_gradient`; the others' tiles are skipped, re-tiled in token
-    tiles as long as the forward's). Returns the rows' accumulator (``[M, d]``; None for a head
-    without one), their ``(batch_index, time_index)`` ``[M]`` and whether they are the dense
-    order (the arguments of the head's ``finish``)."""
+    gradient only (:func:`rows_with_gradient`: the others' tiles are skipped, the rest re-tiled by
+    ``RowOrder.subset``). Returns the rows' accumulator (``[M, d]``, in the returned order; None for
+    a head without one) and the order of its rows."""
     targets, maximum, log_total, entropy = ctx.saved_tensors
     head: Head = ctx.head
     order: RowOrder = ctx.order
     folds = _folds(ctx.backend)
     grad_log_probs = None if grad_log_probs is None else grad_log_probs.float().contiguous()
     grad_entropy = None if grad_entropy is None else grad_entropy.float().contiguous()
-    batch_index, time_index, dense = order.batch_index, order.time_index, order.dense
-    parts = [tile.part for tile in order.tiles]
     active = rows_with_gradient(grad_log_probs, grad_entropy)
     if active is not None:
-        targets, maximum, log_total, entropy, batch_index, time_index = (
-            values[active] for values in (targets, maximum, log_total, entropy, batch_index, time_index))
+        order = order.subset(active)
+        targets, maximum, log_total, entropy = (values[active] for values in (targets, maximum, log_total, entropy))
         grad_log_probs = None if grad_log_probs is None else grad_log_probs[active]
         grad_entropy = None if grad_entropy is None else grad_entropy[active]
-        tokens = max(part.stop - part.start for part in parts)
-        parts = [slice(start, end) for start, end in chunks(active.numel(), tokens)]
-        dense = False
-    row_grads = head.new_row_grads(batch_index.numel(), needed)
+    row_grads = head.new_row_grads(order.num_rows, needed)
     for start, end in chunks(head.vocab_size, ctx.vocab):
-        for part in parts:
-            rows = head.rows(batch_index[part], time_index[part], part if dense else None)
+        for tile in order.tiles:
+            part = tile.part
+            rows = head.rows(*order.positions(part))
             tile = head.tile(rows, start, end, indexed=folds.READS_INDEXED_TILES)
             # an indexed tile's gradient goes straight into the same rows of the logits' gradient
             indexed = isinstance(tile, IndexedTile) and grads[0] is not None
@@ -202,7 +197,7 @@ def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], gra
             if not indexed:
                 head.accumulate(grads, rows, start, end, grad, None if row_grads is None else row_grads[part])
     head.release()
-    return row_grads, batch_index, time_index, dense
+    return row_grads, order
 
 
 class _Run:
