@@ -1,0 +1,346 @@
+"""The speed and agreement scripts in benchmarks/, run tiny on the CPU (ict_cost.py, stats_profile.py,
+stats_speed.py, stats_agreement.py, kernel_sass.py, fast_log_bound.py), and their pure helpers on
+hand-made inputs (pooled ratio, sync census, Triton compile timer, device idle)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def benchmark_module(name: str) -> ModuleType:
+    """The script ``benchmarks/<name>.py`` imported as a module (its folder on ``sys.path`` only
+    while importing)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def environment_with_root() -> dict[str, str]:
+    """This process's environment with the repository root added to ``PYTHONPATH`` (for a
+    benchmark run as a script)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))}
+
+
+def table_rows(output: str, first_cells: tuple[str, ...]) -> list[list[str]]:
+    """The markdown table lines of ``output`` whose first cells are ``first_cells``."""
+    rows = []
+    for line in output.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and tuple(cells[:len(first_cells)]) == first_cells:
+            rows.append(cells)
+    return rows
+
+
+def finite(cell: str, positive: bool = True) -> bool:
+    value = float(cell)
+    return math.isfinite(value) and (value > 0 if positive else value >= 0)
+
+
+def test_ict_cost_a_times_every_round_asked_and_stops_at_the_deadline_after_one():
+    """(a)'s timed rounds: all ``repeats`` without a deadline; with one already passed, one round
+    (never none), each row timed as often as the result says."""
+    pytest.importorskip("trl")
+    head_rows = benchmark_module("ict_cost").head_rows
+    for deadline, expected in ((None, 3), (time.time() - 1.0, 1)):
+        result = head_rows(8, 50, (1, 2, 4), "cpu", 3, None, deadline)
+        assert result["repeats"] == expected
+        assert {len(row["seconds"]) for row in result["rows"].values()} == {expected}, result["rows"]
+
+
+@pytest.mark.slow  # a process start per section and model; ~30 s on 2 cores
+def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
+    pytest.importorskip("trl")
+    A_ROWS = benchmark_module("ict_cost").A_ROWS
+    report_path = tmp_path / "cost.json"
+    env = environment_with_root()
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ict_cost.py"), "--tiny", "--device", "cpu",
+                             "--ict-tiles", "8x1000", "--json", str(report_path)], capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    tables = {part[:3]: part for part in result.stdout.split("\n### ")[1:]}  # "(a)", "(b)", "(c)"
+    assert set(tables) == {"(a)", "(b)", "(c)"}, result.stdout[-3000:]
+    # (a): every path, with finite positive seconds and ratios and a finite memory figure
+    for label in [*A_ROWS.values(), "ours ICT from hidden states, tile 8x1000"]:
+        (row,) = table_rows(tables["(a)"], (label,))
+        assert finite(row[1]) and finite(row[2]) and finite(row[3], positive=False), row
+    assert "target CPU: ICT <= 1.0x TRL's head" in tables["(a)"]
+    # (b): TRL and ICT in TRL, full fine-tuning and LoRA, and their ratios; (c): ours, GRPO and ICT.
+    # Columns: configuration, variant, step time, wall per step, generation, training (both (c)
+    # only), mean completion length, memory.
+    for config in ("full", "lora"):
+        for variant in ("trl", "ict", "ict / trl"):
+            (row,) = table_rows(tables["(b)"], (config, variant))
+            assert finite(row[2]) and finite(row[3]) and row[4] == row[5] == "-" and finite(row[6]), row
+            if "/" not in variant:
+                assert float(row[6]) == 8.0  # every completion ran to the cap
+    for variant in ("grpo", "ict", "ict / grpo"):
+        (row,) = table_rows(tables["(c)"], ("full", variant))
+        assert finite(row[2]) and finite(row[4]) and finite(row[5]) and finite(row[6]), row
+        if "/" not in variant:
+            assert float(row[6]) == 8.0
+            assert float(row[4]) + float(row[5]) <= float(row[2])  # parts of the step
+    assert "full: ict/grpo step time with the generation pooled" in tables["(c)"]
+    report = json.loads(report_path.read_text())
+    assert set(report["a"]["tiny"]["rows"]) == {*A_ROWS, "ict_hidden_8x1000"}
+    assert {run["variant"] for run in report["b"]["tiny"]["runs"]} == {"trl", "ict"}
+    assert {run["variant"] for run in report["c"]["tiny"]["runs"]} == {"grpo", "ict"}
+    for run in report["c"]["tiny"]["runs"]:
+        assert len(run["generation_seconds"]) == len(run["training_seconds"]) == len(run["step_times"])
+    # each run's first-step census (sync_census.py): ICT's group layout syncs, its tie rule does not;
+    # in TRL, ICT adds to TRL's own syncs, and the generation is left out
+    for section in ("b", "c"):
+        assert "synchronisations in the first step's" in tables[f"({section})"]
+        for run in report[section]["tiny"]["runs"]:
+            places = run["first_step_syncs"]
+            assert places and all(count > 0 for count in places.values())
+            assert not any("ict/core/ranking.py" in place or "generation" in place for place in places)
+            if run["variant"] == "ict":
+                assert any("ict/core/stats/rows.py" in place for place in places)
+    trl_places = {place for run in report["b"]["tiny"]["runs"] if run["variant"] == "trl"
+                  for place in run["first_step_syncs"]}
+    ict_places = {place for run in report["b"]["tiny"]["runs"] if run["variant"] == "ict"
+                  for place in run["first_step_syncs"]}
+    assert trl_places and trl_places <= ict_places
+    assert not any("error" in run or "skipped" in run
+                   for section in ("b", "c") for run in report[section]["tiny"]["runs"])
+
+
+def test_pooled_ratio_shares_the_generation_between_the_variants():
+    """(c)'s estimate net of generation's jitter, on hand-made runs: generation 4, 6 (new) and 5, 9
+    (old) seconds, steps 5, 8 and 6, 10: the pooled generation is the median of 4, 5, 6, 9 = 5.5,
+    the rests are 1.5 and 1.0, so (5.5 + 1.5) / (5.5 + 1.0) = 7 / 6.5; the direct ratio of the
+    median steps, 6.5 / 8, says the opposite of the rests only because of generation."""
+    ict_cost = benchmark_module("ict_cost")
+    pooled_ratio, summarize = ict_cost.pooled_ratio, ict_cost.summarize
+
+    def run(variant, steps, generations):
+        return {"config": "full", "round": 0, "variant": variant, "step_times": [99.0, *steps],
+                "generation_seconds": [90.0, *generations], "training_seconds": [1.0] * 3,
+                "lengths": [8.0] * 3, "peak_mib": 1.0}
+
+    summary = summarize([run("ict", [5.0, 8.0], [4.0, 6.0]), run("grpo", [6.0, 10.0], [5.0, 9.0])], "c")
+    new, old = summary["full"]["ict"], summary["full"]["grpo"]
+    assert (new["step_time"], old["step_time"], new["rest"], old["rest"]) == (6.5, 8.0, 1.5, 1.0)
+    assert pooled_ratio(new, old) == pytest.approx(7.0 / 6.5)
+    assert math.isnan(pooled_ratio({**new, "generation_all": []}, {**old, "generation_all": []}))
+
+
+def test_sync_census_names_each_synchronisation_by_its_line():
+    """benchmarks/sync_census.py on CPU tensors: each operator that reads a value back, once, at
+    the line that ran it (``.tolist()`` too, which a CPU tensor answers without the dispatcher);
+    nothing for operators that only launch work, nor, counting the device alone, for a CPU
+    tensor's reads; and the copies' kinds, from the devices of their ends (no GPU needed)."""
+    import inspect
+    from types import SimpleNamespace
+
+    sync_census = benchmark_module("sync_census")
+    SyncCensus, _kind = sync_census.SyncCensus, sync_census._kind
+
+    def here() -> str:
+        return f"tests/test_benchmark_scripts.py:{inspect.currentframe().f_back.f_lineno} ({NAME})"
+
+    NAME = "test_sync_census_names_each_synchronisation_by_its_line"  # noqa: N806
+    x = torch.arange(6.0, requires_grad=True)
+    expected = []
+    with SyncCensus() as census:
+        x.nonzero(); expected.append(here())  # noqa: E702
+        x.sum().item(); expected.append(here())  # noqa: E702
+        x.tolist(); expected.append(here())  # noqa: E702
+        x[x > 2]; expected.append(here())  # noqa: E702
+        torch.unique(x); expected.append(here())  # noqa: E702
+        torch.tensor([5, 6]).repeat_interleave(torch.tensor([1, 2])); expected.append(here())  # noqa: E702
+        (x * 2 + 1).repeat_interleave(2).sum().backward()  # no read: sizes known on the host
+    assert census.counts == {("read", place): 1 for place in expected}
+    assert census.total() == 6 and x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]  # tolist restored
+    with SyncCensus(device_only=True) as census:
+        x.nonzero()
+        x.tolist()
+    assert not census.counts
+    to_copy, copy = torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default
+    host, device = torch.zeros(2), SimpleNamespace(device=torch.device("cuda"))
+    assert _kind(to_copy, (host,), {"device": torch.device("cuda")}, True) == "copy to device"
+    assert _kind(to_copy, (host,), {"device": "cuda", "non_blocking": True}, True) == "copy to device (non_blocking)"
+    assert _kind(to_copy, (device,), {"device": torch.device("cpu")}, True) == "copy to host"
+    assert _kind(copy, (device, host), {}, True) == "copy to device"
+    assert _kind(copy, (device, host, True), {}, True) == "copy to device (non_blocking)"
+    assert _kind(copy, (host, device), {}, True) == "copy to host"
+    assert _kind(to_copy, (host,), {"dtype": torch.float16}, True) is None
+
+
+def test_triton_compiles_times_each_miss_and_restores_the_hooks():
+    """ict_cost's TritonCompiles: from Triton's cache-miss hook to its post-compile hook, for each
+    miss, calling the hooks it found, which it puts back afterwards (Triton calls both hooks
+    with keyword arguments; a GPU calls them for real)."""
+    knobs = pytest.importorskip("triton").knobs
+    TritonCompiles = benchmark_module("ict_cost_runs").TritonCompiles
+    seen = []
+    before = (lambda **kw: seen.append("miss"), lambda **kw: seen.append("ready"))
+    knobs.runtime.jit_cache_hook, knobs.runtime.jit_post_compile_hook = before
+    try:
+        with TritonCompiles() as compiles:
+            for _ in range(2):
+                knobs.runtime.jit_cache_hook(key="k", fn=None)
+                time.sleep(0.01)
+                knobs.runtime.jit_post_compile_hook(key="k", fn=None)
+        assert compiles.count == 2 and 0.02 <= compiles.seconds < 5
+        assert seen == ["miss", "ready"] * 2
+        assert (knobs.runtime.jit_cache_hook, knobs.runtime.jit_post_compile_hook) == before
+    finally:
+        knobs.runtime.jit_cache_hook = knobs.runtime.jit_post_compile_hook = None
+
+
+def test_device_idle_charges_each_gap_to_the_innermost_host_operator():
+    """stats_profile's idle summary on a hand-made trace (microseconds): kernels at [20, 40],
+    [35, 45] (one busy span) and [70, 90]; host operators A [0, 100] holding B [10, 30] and C
+    [50, 60], and D [105, 110] on another thread. Gaps [0, 20], [45, 70], [90, 110]; the same idle
+    time by the innermost phase marked."""
+    stats_profile = benchmark_module("stats_profile")
+    BETWEEN_OPERATORS = stats_profile.BETWEEN_OPERATORS
+    OUTSIDE_PHASES = stats_profile.OUTSIDE_PHASES
+    PHASE = stats_profile.PHASE
+    device_idle = stats_profile.device_idle
+
+    def span(category, name, start, end, thread=1):
+        return {"ph": "X", "cat": category, "name": name, "ts": start, "dur": end - start, "tid": thread}
+
+    events = [span("kernel", "k1", 20, 40), span("gpu_memcpy", "copy", 35, 45), span("kernel", "k3", 70, 90),
+              span("cpu_op", "A", 0, 100), span("cpu_op", "B", 10, 30), span("cpu_op", "C", 50, 60),
+              span("cpu_op", "D", 105, 110, thread=2), span("cuda_runtime", "cudaLaunchKernel", 12, 14),
+              {"ph": "i", "cat": "cpu_op", "name": "instant", "ts": 55}]
+    summary = device_idle(events)
+    assert summary["gaps"] == 3
+    assert summary["window_ms"] == pytest.approx(0.110) and summary["busy_ms"] == pytest.approx(0.045)
+    assert summary["idle_ms"] == pytest.approx(0.065)
+    assert summary["charged_ms"] == pytest.approx({"A": 0.035, "B": 0.010, "C": 0.010, "D": 0.005,
+                                                    BETWEEN_OPERATORS: 0.005})
+    assert list(summary["charged_ms"])[0] == "A"
+    assert summary["phases_ms"] == {}  # no phase marked
+    # the phases: "outer" [0, 100] holding "inner" [40, 60]; [100, 110] is outside both
+    marked = events + [span("user_annotation", PHASE + "outer", 0, 100), span("user_annotation", PHASE + "inner", 40, 60),
+                       span("user_annotation", "not a phase", 0, 110)]
+    assert device_idle(marked)["phases_ms"] == pytest.approx({"outer": 0.040, "inner": 0.015, OUTSIDE_PHASES: 0.010})
+    assert device_idle([span("cpu_op", "A", 0, 1)]) is None
+
+
+@pytest.mark.slow  # ~9 s on 2 cores
+def test_stats_profile_runs_tiny_and_marks_ict_phases(tmp_path):
+    """benchmarks/stats_profile.py at a tiny shape on the CPU: the three profiles and their
+    synchronisation censuses, and ICT's trace holds one range per phase (which a GPU run charges the
+    device's idle time to); the phases' wrappers are gone afterwards."""
+    import gzip
+
+    from ict.core.stats import tiles
+
+    before = {name: getattr(tiles._Run, name) for name in ("__init__", "passes", "scores")}
+    env = environment_with_root()
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "stats_profile.py"), "--rows", "3", "--length", "8",
+                             "--vocab", "1000", "--width", "16", "--trace-dir", str(tmp_path)],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("synchronisations in ") == 3
+    events = json.loads(gzip.open(tmp_path / "ict.json.gz", "rt").read())["traceEvents"]
+    phases = sorted(e["name"] for e in events if e.get("cat") == "user_annotation")
+    assert phases == sorted(f"phase: {name}" for name in (
+        "statistics", "row layout", "statistics and score passes", "scores from their sums", "selection", "loss",
+        "backward"))
+    marking = benchmark_module("stats_profile").phases
+    with marking():
+        assert tiles._Run.passes is not before["passes"]
+    assert {name: getattr(tiles._Run, name) for name in before} == before
+
+
+def test_stats_speed_times_the_step_parts_side_by_side_with_a_baseline():
+    """benchmarks/stats_speed.py --step at a tiny shape: GRPO's and ICT's forward + backward from
+    the hidden states, alone (ICT against GRPO) and against a baseline checkout (here this one)."""
+    command = [sys.executable, str(BENCHMARKS / "stats_speed.py"), "--step", "--rows", "16", "--length", "8",
+               "--vocab", "1000", "--width", "32", "--rounds", "2"]
+    alone = subprocess.run(command, capture_output=True, text=True, env=environment_with_root(), timeout=600)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    (grpo,) = table_rows(alone.stdout, ("hidden, forward + backward", "grpo"))
+    (ict,) = table_rows(alone.stdout, ("hidden, forward + backward", "ict"))
+    assert grpo[3] == "1.00" and finite(grpo[2]) and finite(ict[2]) and finite(ict[3])
+    paired = subprocess.run([*command, "--baseline", str(ROOT)], capture_output=True, text=True,
+                            env=environment_with_root(), timeout=600)
+    assert paired.returncode == 0, paired.stderr[-3000:]
+    for method in ("grpo", "ict"):
+        (row,) = table_rows(paired.stdout, ("hidden, forward + backward", method))
+        assert all(finite(cell) for cell in row[2:5]), row
+
+
+def test_stats_agreement_runs_tiny_and_agrees(tmp_path):
+    """benchmarks/stats_agreement.py at a small shape on the CPU: the torch tiles within 1e-5 of
+    its float64 computation and ICT's mask equal to float64's apart from ties."""
+    report_path = tmp_path / "agreement.json"
+    env = environment_with_root()
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "stats_agreement.py"), "--vocab", "211",
+                             "--length", "12", "--group", "4", "--json", str(report_path)],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    assert report["shape"] == [8, 12, 211]
+    assert max(report["max_abs"]["cpu/torch - float64"].values()) < 1e-5
+    assert {"group_mean:kl", "group_mean_absorbing:kl", "group_mean_loo:kl", "group_mean_loo_absorbing:kl"} <= set(
+        report["max_abs"]["cpu/torch - float64"])
+    assert report["masks"]["cpu/torch"]["of them not decided by a tie"] == 0
+    assert "| cpu/torch - float64 |" in result.stdout
+
+
+def test_kernel_sass_compiles_the_kernels_for_an_h100_here(tmp_path):
+    """benchmarks/kernel_sass.py compiles the Triton kernels for sm_90 without a GPU and counts their
+    loops' instructions; the group kernel's logarithms are special-function instructions (an
+    exponential and two logarithms an element with the leave-one-out mean), not libdevice's
+    ~25-instruction logf."""
+    pytest.importorskip("triton")
+    report_path = tmp_path / "sass.json"
+    env = {key: value for key, value in environment_with_root().items() if key != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kernel_sass.py"), "--json", str(report_path)],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ours = json.loads(report_path.read_text())["ours"]
+    for label in ("ours: statistics pass", "ours: group kernel, group_mean_absorbing",
+                  "ours: group kernel, leave-one-out", "ours: group kernel, group_mean_absorbing, JS + KL",
+                  "ours: logit gradient (log-probs)"):
+        assert f"| {label} |" in result.stdout
+        assert 1 < ours[label]["per_element"] < 200 and ours[label]["registers"] <= 255, (label, ours[label])
+        assert ours[label]["spill_bytes"] == 0, (label, ours[label])  # no register spilled to local memory
+    assert ours["ours: group kernel, leave-one-out"]["special_per_element"] == pytest.approx(3.0, abs=0.1)
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kernel_sass.py"), "--baseline", str(tmp_path)],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert bad.returncode == 2 and "holds no ict/core/stats/triton_tiles.py" in bad.stderr
+
+
+def test_fast_log_bound_is_within_the_agreement_target(tmp_path, capsys):
+    """benchmarks/fast_log_bound.py: at Qwen's vocabulary the group kernel's lg2.approx moves no
+    JS or KL score by more than 1e-5 nats; at uniform rows its bound is the closed form
+    ln 2 * 2^-22 * log2 V * (1.5 for JS, 1 for KL) against the plain group mean."""
+    fast_log_bound = benchmark_module("fast_log_bound")
+    vocab = 151_936
+    assert fast_log_bound.main(["--scales", "0.1,4", "--json", str(tmp_path / "bound.json")]) == 0
+    report = json.loads((tmp_path / "bound.json").read_text())
+    assert report["met"] and 1e-7 < report["largest"] <= 1e-5
+    assert set(report["worst"]["group_mean_absorbing"]) == {"js", "kl"}
+    assert set(report["worst"]["group_mean_loo"]) == {"js"}  # no leave-one-out KL kernel
+    assert fast_log_bound.main(["--scales", "0", "--json", str(tmp_path / "uniform.json")]) == 0
+    uniform = json.loads((tmp_path / "uniform.json").read_text())["worst"]["group_mean"]
+    unit = math.log(2) * 2.0 ** -22 * math.log2(vocab)
+    assert uniform["js"]["bound"] == pytest.approx(1.5 * unit, rel=1e-9)
+    assert uniform["kl"]["bound"] == pytest.approx(unit, rel=1e-9)
+    assert uniform["js"]["score"] == pytest.approx(0.0, abs=1e-12)
+    assert fast_log_bound.main(["--group", "4", "--vocab", "1000", "--scales", "0.1", "--json",
+                                str(tmp_path / "small.json")]) == 0
+    assert "| group_mean_loo | js | 0.1 |" in capsys.readouterr().out
