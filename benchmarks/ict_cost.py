@@ -26,6 +26,8 @@ in mixed-precision training; CPU: 2 x 8 x 64 = 1,024 tokens, fp32, ``--threads``
   timed): GRPO: log-probs only, backward of ``sum(log_probs * advantage)``; ICT: plus the JS
   reference ``ict`` needs (``group_mean_absorbing``, groups of G=8), the registry's selector
   (``select("ict", ..., ratio=0.1)``) and ``ict.core.loss.policy_loss`` (ICT's aggregation).
+  These and TRL's row are ``benchmarks/head_step.py``'s, the step ``stats_profile.py`` and
+  ``stats_speed.py --step`` time too.
 
 Seconds: the median of ``--repeats`` timed calls (GPU 9; CPU 1, where one call of a row takes
 10-100 s at this shape on 2 cores) after one warm-up call of every row (rows interleaved call by
@@ -105,7 +107,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))  # an installed ict or PYTHONPATH wins; the checkout is the fallback
 
-import ict_cost_runs as runs  # noqa: E402  (beside this file)
+import head_step  # noqa: E402  (beside this file)
+import ict_cost_runs as runs  # noqa: E402
 
 A_ROWS = {
     "trl": "TRL 1.16 fused head (ChunkedLogProbFunction)",
@@ -115,7 +118,6 @@ A_ROWS = {
     "grpo_logits": "ours GRPO from logits (+ the logits matmul)",
     "ict_logits": "ours ICT from logits (+ matmul, JS, selection, loss)",
 }
-TRL_VOCAB_CHUNK = 32768  # trl.trainer.utils._CHUNKED_LOGPROB_CHUNK_SIZE in TRL 1.16, what GRPOTrainer passes
 A_BUDGET_SHARE = 0.25  # of --budget: (a)'s timed calls stop by then (the warm-up always runs)
 SECTION_TITLES = {"a": "(a) LM-head statistics", "b": "(b) ICT in TRL vs plain TRL",
                   "c": "(c) our trainer, ICT vs GRPO"}
@@ -140,72 +142,26 @@ def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, 
     plus ICT from hidden states at each of ``ict_tiles``; fewer timed calls than ``repeats`` (at
     least 1) where another round, as long as the longest so far, would end after ``deadline``."""
     import torch
-    from trl.kernels.chunked_logprob import ChunkedLogProbFunction
-
-    from ict.core.loss import PolicyLossConfig, policy_loss
-    from ict.core.selectors import (
-        SelectionInputs,
-        method_train_options,
-        required_js_references,
-        resolve_options,
-        select,
-    )
-    from ict.core.stats import token_statistics, token_statistics_from_hidden
 
     prompts, completions, length = shape
-    rows_count = prompts * completions
     gpu = device.startswith("cuda")
-    extra: dict[str, Any] = {}
-    if tile_size is not None:
-        extra["tile_size"] = tile_size
-    torch.manual_seed(0)
-    hidden = torch.randn(rows_count, length, width, device=device).requires_grad_()
-    weight = (torch.randn(vocab, width, device=device) * 0.02).requires_grad_()
-    ids = torch.randint(0, vocab, (rows_count, length), device=device)
-    mask = torch.ones(rows_count, length, dtype=torch.bool, device=device)
-    advantages = torch.randn(rows_count, device=device)
-    group_ids = torch.arange(rows_count, device=device) // completions
-    options = resolve_options("ict", {"ratio": 0.1})
-    references = required_js_references("ict", options)
-    loss_config = PolicyLossConfig(aggregation=method_train_options("ict")["aggregation"])
-
-    def ict_loss(stats: Any) -> Any:
-        inputs = SelectionInputs(stats=stats, response_mask=mask, advantages=advantages, token_ids=ids,
-                                 group_ids=group_ids)
-        selection = select("ict", inputs, **options)
-        return policy_loss(stats, stats.log_probs.detach(), advantages, mask, selection.mask, loss_config)[0]
-
-    def trl_head() -> Any:
-        log_probs, *_ = ChunkedLogProbFunction.apply(
-            hidden.reshape(-1, width), weight, None, ids.reshape(-1), 1.0, TRL_VOCAB_CHUNK, None, 1.0,
-            ("log_probs", "entropy"))
-        return (log_probs * advantages.repeat_interleave(length)).sum()
+    extra: dict[str, Any] = {} if tile_size is None else {"tile_size": tile_size}
+    batch = head_step.head_batch(prompts * completions, length, width, vocab, device, group_size=completions)
 
     def naive() -> Any:
-        log_probs = torch.log_softmax((hidden @ weight.T).float(), dim=-1)
+        log_probs = torch.log_softmax((batch.hidden @ batch.weight.T).float(), dim=-1)
         with torch.no_grad():
             (log_probs.exp() * log_probs).sum(-1).neg()  # the entropy, as a logging path computes it
-        return (log_probs.gather(-1, ids.unsqueeze(-1)).squeeze(-1) * advantages[:, None]).sum()
+        return (log_probs.gather(-1, batch.token_ids.unsqueeze(-1)).squeeze(-1) * batch.advantages[:, None]).sum()
 
-    def from_hidden(ict: bool, tile: tuple[int, int] | None = None) -> Any:
-        tiles = extra if tile is None else {"tile_size": tile}
-        stats = token_statistics_from_hidden(hidden, weight, ids, mask, 1.0,
-                                             js_references=references if ict else (),
-                                             group_ids=group_ids if ict else None, **tiles)
-        return ict_loss(stats) if ict else (stats.log_probs * advantages[:, None]).sum()
-
-    def from_logits(ict: bool) -> Any:
-        stats = token_statistics(hidden @ weight.T, ids, mask, 1.0, js_references=references if ict else (),
-                                 group_ids=group_ids if ict else None, **extra)
-        return ict_loss(stats) if ict else (stats.log_probs * advantages[:, None]).sum()
-
-    functions = {"trl": trl_head, "naive": naive, "grpo_hidden": lambda: from_hidden(False),
-                 "ict_hidden": lambda: from_hidden(True), "grpo_logits": lambda: from_logits(False),
-                 "ict_logits": lambda: from_logits(True)}
+    functions: dict[str, Any] = {"trl": lambda: head_step.trl_head(batch), "naive": naive}
+    for name in ("grpo_hidden", "ict_hidden", "grpo_logits", "ict_logits"):
+        method, source = name.split("_")
+        functions[name] = lambda method=method, source=source: head_step.ours(batch, method, source, **extra)
     labels = dict(A_ROWS)
     for tile in ict_tiles:
         name = f"ict_hidden_{tile[0]}x{tile[1]}"
-        functions[name] = lambda tile=tile: from_hidden(True, tile)
+        functions[name] = lambda tile=tile: head_step.ours(batch, "ict", "hidden", tile_size=tile)
         labels[name] = f"ours ICT from hidden states, tile {tile[0]}x{tile[1]}"
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if gpu else contextlib.nullcontext())
     meter = runs.MemoryMeter(device)
@@ -213,7 +169,7 @@ def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, 
                                           for name, label in labels.items()}
 
     def call(name: str, warm_up: bool) -> None:
-        hidden.grad = weight.grad = None
+        batch.clear_grads()
         if warm_up:
             runs.free_memory(device)
         meter.start()
@@ -253,7 +209,7 @@ def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, 
         if result["seconds"]:
             result["median"] = statistics.median(result["seconds"])
             result["peak"] = max(result["peak_mib"])
-    return {"rows": results, "tokens": rows_count * length, "d": width, "V": vocab, "repeats": repeats,
+    return {"rows": results, "tokens": prompts * completions * length, "d": width, "V": vocab, "repeats": repeats,
             "shape": list(shape), "dtype": "bf16 autocast" if gpu else "fp32"}
 
 

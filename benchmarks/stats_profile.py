@@ -1,8 +1,9 @@
 """Where the time of ICT's statistics goes: the torch profiler over one forward + backward of
 TRL 1.16's fused head and of ours from hidden states (GRPO: statistics and loss; ICT: statistics,
-selection and loss), at the statistics table's shape of benchmarks/ict_cost.py (2 x 8 x 1,024
-tokens, d = 896, V = 151,936, bf16 autocast on a GPU; ``--length`` shortens it). Prints each
-one's kernels by their own device time (CPU time where there is no GPU)::
+selection and loss; the steps of ``benchmarks/head_step.py``), at the statistics table's shape of
+benchmarks/ict_cost.py (2 x 8 x 1,024 tokens, d = 896, V = 151,936, bf16 autocast on a GPU;
+``--length`` shortens it). Prints each one's kernels by their own device time (CPU time where
+there is no GPU)::
 
     PYTHONPATH=$PWD python benchmarks/stats_profile.py --rows 20
 
@@ -35,17 +36,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ict.core.loss import PolicyLossConfig, policy_loss  # noqa: E402
-from ict.core.selectors import (  # noqa: E402
-    SelectionInputs,
-    method_train_options,
-    required_js_references,
-    resolve_options,
-    select,
-)
-from ict.core.stats import token_statistics_from_hidden  # noqa: E402
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import head_step  # noqa: E402
 from sync_census import census_of, print_census  # noqa: E402
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")  # what keeps the device busy in a trace
@@ -178,55 +170,28 @@ def main() -> None:
         return
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
-    torch.manual_seed(0)
-    batch = 16
-    hidden = torch.randn(batch, args.length, args.width, device=device).requires_grad_()
-    weight = (torch.randn(args.vocab, args.width, device=device) * 0.02).requires_grad_()
-    ids = torch.randint(0, args.vocab, (batch, args.length), device=device)
-    mask = torch.ones(batch, args.length, dtype=torch.bool, device=device)
-    advantages = torch.randn(batch, device=device)
-    group_ids = torch.arange(batch, device=device) // 8
-    options = resolve_options("ict", {"ratio": 0.1})
-    references = required_js_references("ict", options)
-    loss_config = PolicyLossConfig(aggregation=method_train_options("ict")["aggregation"])
+    batch = head_step.head_batch(16, args.length, args.width, args.vocab, device)
 
-    def ours() -> None:
-        with phase("statistics"):
-            stats = token_statistics_from_hidden(hidden, weight, ids, mask, 1.0, references, group_ids)
-        with phase("selection"):
-            selection = select("ict", SelectionInputs(stats, mask, advantages=advantages, token_ids=ids,
-                                                      group_ids=group_ids), **options)
-        with phase("loss"):
-            loss = policy_loss(stats, stats.log_probs.detach(), advantages, mask, selection.mask, loss_config)[0]
-        with phase("backward"):
-            loss.backward()
+    losses = {"trl": lambda: head_step.trl_head(batch, phase=phase),
+              "grpo": lambda: head_step.ours(batch, "grpo", phase=phase),
+              "ict": lambda: head_step.ours(batch, "ict", phase=phase)}
 
-    def grpo() -> None:
-        with phase("statistics"):
-            stats = token_statistics_from_hidden(hidden, weight, ids, mask, 1.0, (), group_ids)
-        with phase("loss"):
-            loss = policy_loss(stats, stats.log_probs.detach(), advantages, mask, mask, loss_config)[0]
-        with phase("backward"):
-            loss.backward()
-
-    def trl() -> None:
-        from trl.kernels.chunked_logprob import ChunkedLogProbFunction
-
-        with phase("statistics"):
-            log_probs, *_ = ChunkedLogProbFunction.apply(hidden.reshape(-1, args.width), weight, None,
-                                                         ids.reshape(-1), 1.0, 32768, None, 1.0, ("log_probs", "entropy"))
-        with phase("loss"):
-            loss = (log_probs * advantages.repeat_interleave(args.length)).sum()
-        with phase("backward"):
-            loss.backward()
+    def step(slug: str) -> Callable[[], None]:
+        """One forward + backward of the profile ``slug``, its backward marked as a phase."""
+        def run() -> None:
+            loss = losses[slug]()
+            with phase("backward"):
+                loss.backward()
+        return run
 
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
     if args.trace_dir:
         args.trace_dir.mkdir(parents=True, exist_ok=True)
-    for slug, name, function in (("trl", "TRL 1.16 fused head", trl), ("grpo", "ours, GRPO from hidden states", grpo),
-                                 ("ict", "ours, ICT from hidden states", ours)):
+    for slug, name in (("trl", "TRL 1.16 fused head"), ("grpo", "ours, GRPO from hidden states"),
+                       ("ict", "ours, ICT from hidden states")):
+        function = step(slug)
         with autocast:
             function()  # warm-up: Triton compiles, the allocator fills
         if cuda:
@@ -242,11 +207,11 @@ def main() -> None:
             profiler.export_chrome_trace(trace)
             if cuda:
                 print_device_idle(read_trace(trace), args.rows)
-        hidden.grad = weight.grad = None
+        batch.clear_grads()
         with autocast:
             census, cuda_warnings = census_of(function, cuda)
         print_census(name, census, cuda_warnings)
-        hidden.grad = weight.grad = None
+        batch.clear_grads()
 
 
 if __name__ == "__main__":

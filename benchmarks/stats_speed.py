@@ -17,7 +17,8 @@ after a warm-up with only the API both have; printed: both medians and their rat
 
 ``--step`` times a training step's part instead, from the hidden states with gradients: GRPO
 (log-probs, backward of ``sum(log_probs * advantage)``) and ICT (plus ICT's default reference,
-the registry's selection at ratio 0.1 and ICT's loss), as ``benchmarks/ict_cost.py`` (a) does;
+the registry's selection at ratio 0.1 and ICT's loss), ``benchmarks/head_step.py``'s steps, as
+``benchmarks/ict_cost.py`` (a) times them;
 e.g. at (a)'s CPU shape against another checkout::
 
     PYTHONPATH=$PWD python benchmarks/stats_speed.py --step --rows 16 --length 64 --vocab 151936 \
@@ -48,53 +49,27 @@ def cases_of(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 def time_cases(args: argparse.Namespace, rounds: int) -> dict[str, list[float]]:
     """Seconds of every case, ``rounds`` interleaved rounds after one warm-up of each."""
+    import head_step  # beside this file; it imports the ict on sys.path (a child's checkout)
     import torch
 
-    from ict.core.loss import PolicyLossConfig, policy_loss
-    from ict.core.selectors import (
-        SelectionInputs,
-        method_train_options,
-        required_js_references,
-        resolve_options,
-        select,
-    )
     from ict.core.stats import token_statistics, token_statistics_from_hidden
 
     torch.set_num_threads(args.threads)
-    generator = torch.Generator().manual_seed(0)
-    hidden = torch.randn(args.rows, args.length, args.width, generator=generator)
-    weight = torch.randn(args.vocab, args.width, generator=generator) / args.width ** 0.5
+    batch = head_step.head_batch(args.rows, args.length, args.width, args.vocab)
+    hidden, weight, tokens, mask = batch.hidden.detach(), batch.weight.detach(), batch.token_ids, batch.response_mask
     logits = hidden @ weight.T
-    tokens = torch.randint(0, args.vocab, (args.rows, args.length), generator=generator)
-    mask = torch.ones(args.rows, args.length, dtype=torch.bool)
-    groups = torch.arange(args.rows) // 8
-    advantages = torch.randn(args.rows, generator=generator)
-    options = resolve_options("ict", {"ratio": 0.1})
-    loss_config = PolicyLossConfig(aggregation=method_train_options("ict")["aggregation"])
-
-    def step(name: str) -> None:
-        inputs = [hidden.detach().requires_grad_(), weight.detach().requires_grad_()]
-        if name == "grpo":
-            stats = token_statistics_from_hidden(*inputs, tokens, mask, 1.0)
-            loss = (stats.log_probs * advantages[:, None]).sum()
-        else:
-            stats = token_statistics_from_hidden(*inputs, tokens, mask, 1.0, required_js_references("ict", options),
-                                                 group_ids=groups)
-            selection = select("ict", SelectionInputs(stats, mask, advantages=advantages, token_ids=tokens,
-                                                      group_ids=groups), **options)
-            loss = policy_loss(stats, stats.log_probs.detach(), advantages, mask, selection.mask, loss_config)[0]
-        loss.backward()
 
     def run(path: str, name: str) -> None:
-        if args.step:
-            step(name)
+        if args.step:  # GRPO's or ICT's part of a step, forward + backward
+            head_step.ours(batch, name).backward()
+            batch.clear_grads()
             return
         references = REFERENCES[name]
         with torch.no_grad():
             if path == "logits":
-                token_statistics(logits, tokens, mask, 1.0, references, group_ids=groups)
+                token_statistics(logits, tokens, mask, 1.0, references, group_ids=batch.group_ids)
             else:
-                token_statistics_from_hidden(hidden, weight, tokens, mask, 1.0, references, group_ids=groups)
+                token_statistics_from_hidden(hidden, weight, tokens, mask, 1.0, references, group_ids=batch.group_ids)
 
     times: dict[str, list[float]] = {f"{path} {name}": [] for path, name in cases_of(args)}
     for path, name in cases_of(args):

@@ -344,3 +344,37 @@ def test_fast_log_bound_is_within_the_agreement_target(tmp_path, capsys):
     assert fast_log_bound.main(["--group", "4", "--vocab", "1000", "--scales", "0.1", "--json",
                                 str(tmp_path / "small.json")]) == 0
     assert "| group_mean_loo | js | 0.1 |" in capsys.readouterr().out
+
+
+def test_head_step_losses_are_the_ones_the_benchmarks_name():
+    """benchmarks/head_step.py, the step ict_cost.py (a), stats_profile.py and stats_speed.py time:
+    GRPO's loss from the hidden states and from the logits, and TRL's head's, each equal
+    ``sum(log_softmax(h W^T)[id] * advantage)`` computed in float64, and so do their gradients to
+    the hidden states; ICT's loss is the same from both sources, and its gradient reaches only the
+    rows its selection kept (about a tenth)."""
+    pytest.importorskip("trl")
+    head_step = benchmark_module("head_step")
+    batch = head_step.head_batch(8, 6, 16, 300, group_size=4)
+    hidden, weight = batch.hidden.detach().double().requires_grad_(), batch.weight.detach().double()
+    log_probs = torch.log_softmax(hidden @ weight.T, dim=-1).gather(-1, batch.token_ids.unsqueeze(-1)).squeeze(-1)
+    expected = (log_probs * batch.advantages.double()[:, None]).sum()
+    expected.backward()
+    for name, loss_of in (("grpo from hidden", lambda: head_step.ours(batch, "grpo")),
+                          ("grpo from logits", lambda: head_step.ours(batch, "grpo", "logits")),
+                          ("trl", lambda: head_step.trl_head(batch))):
+        batch.clear_grads()
+        loss = loss_of()
+        loss.backward()
+        assert loss.item() == pytest.approx(expected.item(), rel=1e-5), name
+        torch.testing.assert_close(batch.hidden.grad.double(), hidden.grad, rtol=1e-4, atol=1e-6, msg=name)
+    losses, reached = [], []
+    for source in ("hidden", "logits"):
+        batch.clear_grads()
+        loss = head_step.ours(batch, "ict", source)
+        loss.backward()
+        losses.append(loss.item())
+        reached.append(batch.hidden.grad.abs().sum(-1) > 0)
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5, abs=1e-7)
+    assert torch.equal(reached[0], reached[1])
+    assert 0 < reached[0].sum() <= 0.2 * reached[0].numel()
+
