@@ -27,19 +27,38 @@
 # default 330: rounds of (b) and (c) that would pass it are skipped) and ICT_COST_TIMEOUT (hard
 # limit, default 360 s) bound it; the tests get what is left of GPU_RUN_LIMIT (default 570 s), so
 # the whole script stays within the run's 600 s.
+#
+# The whole script at tiny shapes on a machine without a GPU (tests/test_benchmark_scripts.py runs
+# it so, to catch a broken script before it spends GPU time): without wheels in GPU_RUN_WHEELS
+# (default .whl) it takes the packages installed; AGREEMENT_ARGS and PROFILE_ARGS go to
+# stats_agreement.py and stats_profile.py after their own options, GPU_RUN_TESTS replaces the test
+# list and GPU_RUN_SCRATCH (default /tmp) holds the scratch files:
+#   OUT=/tmp/out AGREEMENT_ARGS="--vocab 211 --length 12 --group 4" PROFILE_ARGS="--length 8 --vocab 1000" \
+#   GPU_RUN_TESTS=tests/test_ranking.py::test_tie_keys_reach_the_device_from_a_host_generator \
+#   bash benchmarks/gpu_run.sh --tiny --device cpu --models tiny --train-models tiny --ict-tiles 8x1000
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/ict_cost_out}
-mkdir -p "$OUT"
+SCRATCH=${GPU_RUN_SCRATCH:-/tmp}
+WHEELS=${GPU_RUN_WHEELS:-.whl}
+mkdir -p "$OUT" "$SCRATCH"
 start=$(date +%s)
+read -r -a agreement_args <<< "${AGREEMENT_ARGS:-}"
+read -r -a profile_args <<< "${PROFILE_ARGS:-}"
+read -r -a tests <<< "${GPU_RUN_TESTS:-tests/test_ranking.py::test_tie_keys_reach_the_device_from_a_host_generator \
+tests/test_hidden_statistics.py::test_on_a_gpu_auto_takes_the_hidden_states_and_gives_the_logits_step tests/test_tiles.py}"
 
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || { echo "wheel install failed"; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+if compgen -G "$WHEELS/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SCRATCH/site" \
+    "$WHEELS"/*.whl || { echo "wheel install failed"; exit 1; }
+else
+  echo "no wheels in $WHEELS/: the packages installed here"
+fi
+export PYTHONPATH=$SCRATCH/site:$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRANSFORMERS_NO_ADVISORY_WARNINGS=1
 
 {
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "no nvidia-smi"
   python3 - <<'EOF'
 import importlib.metadata as metadata
 import platform
@@ -61,8 +80,8 @@ EOF
 # kernels). Stop if it fails (status 1, or 124 at its time limit: the kernels are broken, the tables
 # below would time wrong code); a missed target (status 3: every value computed, some beyond 1e-5)
 # is recorded and the timings go on, since a precision miss does not change them
-timeout -k 5 90 python3 benchmarks/stats_agreement.py --json "$OUT/stats_agreement.json" 2>&1 \
-  | tee "$OUT/stats_agreement.log"
+timeout -k 5 90 python3 benchmarks/stats_agreement.py --json "$OUT/stats_agreement.json" "${agreement_args[@]}" \
+  2>&1 | tee "$OUT/stats_agreement.log"
 agreement=${PIPESTATUS[0]}
 case "$agreement" in
   0) ;;
@@ -72,21 +91,22 @@ esac
 # 2. the cost tables: (a) at both shapes, (b) and (c) at the 0.5B shape
 timeout -k 15 "${ICT_COST_TIMEOUT:-360}" python3 benchmarks/ict_cost.py --device cuda \
   --models 0.5b,1.5b --train-models 0.5b --ict-tiles "${ICT_TILES:-883x151936,448x151936}" \
-  --budget "${ICT_COST_BUDGET:-330}" --json "$OUT/ict_cost.json" --work-dir /tmp/ict_cost_work "$@" \
+  --budget "${ICT_COST_BUDGET:-330}" --json "$OUT/ict_cost.json" --work-dir "$SCRATCH/ict_cost_work" "$@" \
   2>&1 | tee "$OUT/ict_cost.log"
 status=${PIPESTATUS[0]}
 echo "ict_cost.py exit status $status (124: stopped by the time limit); script $(( $(date +%s) - start )) s" \
   | tee -a "$OUT/ict_cost.log"
 # 3. the torch profiler over TRL's fused head, our GRPO statistics + loss and our ICT statistics +
 # selection + loss, where the device sat idle in each and each one's synchronisations (~30 s)
-timeout -k 5 70 python3 benchmarks/stats_profile.py --rows 12 --trace-dir /tmp/stats_traces 2>&1 \
-  | tee "$OUT/stats_profile.log"
-tar -cf "$OUT/stats_traces.tar" -C /tmp stats_traces 2>/dev/null || echo "no traces to pack"
+timeout -k 5 70 python3 benchmarks/stats_profile.py --rows 12 --trace-dir "$SCRATCH/stats_traces" "${profile_args[@]}" \
+  2>&1 | tee "$OUT/stats_profile.log"
+tar -cf "$OUT/stats_traces.tar" -C "$SCRATCH" stats_traces 2>/dev/null || echo "no traces to pack"
 # 3b. the same at the 1.5B shape (d = 1,536: where our GRPO path was 1.01x TRL's head), appended to
 # the log, when 60 s are left (its traces stay here: the idle tables are in the log)
 if [ $(( ${GPU_RUN_LIMIT:-570} - ($(date +%s) - start) )) -gt 60 ]; then
   echo -e "\n# the 1.5B shape (--width 1536)" >> "$OUT/stats_profile.log"
-  timeout -k 5 55 python3 benchmarks/stats_profile.py --rows 12 --width 1536 2>&1 | tee -a "$OUT/stats_profile.log"
+  timeout -k 5 55 python3 benchmarks/stats_profile.py --rows 12 --width 1536 "${profile_args[@]}" 2>&1 \
+    | tee -a "$OUT/stats_profile.log"
 else
   echo "no time left for the 1.5B profile" | tee -a "$OUT/stats_profile.log"
 fi
@@ -96,13 +116,11 @@ fi
 # a run cut short lists the tests that passed)
 left=$(( ${GPU_RUN_LIMIT:-570} - ($(date +%s) - start) ))
 if [ "$left" -gt 30 ]; then
-  timeout -k 5 "$left" python3 -m pytest tests/test_ranking.py::test_tie_keys_reach_the_device_from_a_host_generator \
-    tests/test_hidden_statistics.py::test_on_a_gpu_auto_takes_the_hidden_states_and_gives_the_logits_step \
-    tests/test_tiles.py -v -p no:cacheprovider -W ignore 2>&1 \
+  timeout -k 5 "$left" python3 -m pytest "${tests[@]}" -v -p no:cacheprovider -W ignore 2>&1 \
     | tee "$OUT/test_tiles.log" | tail -40
-  echo "tests/test_tiles.py exit status ${PIPESTATUS[0]} (124: stopped by the time limit)" | tee -a "$OUT/test_tiles.log"
+  echo "the tests' exit status ${PIPESTATUS[0]} (124: stopped by the time limit)" | tee -a "$OUT/test_tiles.log"
 else
-  echo "no time left for tests/test_tiles.py" | tee "$OUT/test_tiles.log"
+  echo "no time left for the tests" | tee "$OUT/test_tiles.log"
 fi
 echo "script $(( $(date +%s) - start )) s"
 [ "$agreement" = 0 ] || { echo "the agreement target was missed (stats_agreement.log)"; exit 3; }

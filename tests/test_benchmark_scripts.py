@@ -378,3 +378,34 @@ def test_head_step_losses_are_the_ones_the_benchmarks_name():
     assert torch.equal(reached[0], reached[1])
     assert 0 < reached[0].sum() <= 0.2 * reached[0].numel()
 
+
+@pytest.mark.slow  # every step of the script at tiny shapes, TRL's runs included: ~2 minutes on 2 cores
+def test_gpu_run_script_runs_whole_at_tiny_shapes_on_the_cpu(tmp_path):
+    """benchmarks/gpu_run.sh, the one script a lent GPU runs, here at tiny shapes on the CPU with
+    its GPU options and the tiny ones after them: every step runs and each of its 8 result files
+    comes back, so a broken script is found before it spends GPU time."""
+    pytest.importorskip("trl")
+    import tarfile
+
+    out = tmp_path / "out"
+    env = {**environment_with_root(), "OUT": str(out), "GPU_RUN_SCRATCH": str(tmp_path / "scratch"),
+           "GPU_RUN_WHEELS": str(tmp_path / "no-wheels"), "AGREEMENT_ARGS": "--vocab 211 --length 12 --group 4",
+           "PROFILE_ARGS": "--length 8 --vocab 1000",
+           "GPU_RUN_TESTS": "tests/test_ranking.py::test_tie_keys_reach_the_device_from_a_host_generator",
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    result = subprocess.run(["bash", str(BENCHMARKS / "gpu_run.sh"), "--tiny", "--device", "cpu", "--models", "tiny",
+                             "--train-models", "tiny", "--ict-tiles", "8x1000"],
+                            capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    assert {path.name for path in out.iterdir()} == {
+        "versions.txt", "stats_agreement.log", "stats_agreement.json", "ict_cost.log", "ict_cost.json",
+        "stats_profile.log", "stats_traces.tar", "test_tiles.log"}
+    assert "imports: ok" in (out / "versions.txt").read_text()
+    assert json.loads((out / "stats_agreement.json").read_text())["shape"] == [8, 12, 211]
+    assert set(json.loads((out / "ict_cost.json").read_text())) >= {"a", "b", "c"}
+    assert "ict_cost.py exit status 0" in (out / "ict_cost.log").read_text()
+    profile = (out / "stats_profile.log").read_text()
+    assert profile.count("## ours, ICT from hidden states") == 2 and "# the 1.5B shape" in profile
+    with tarfile.open(out / "stats_traces.tar") as traces:
+        assert {Path(name).name for name in traces.getnames()} >= {"trl.json.gz", "grpo.json.gz", "ict.json.gz"}
+    assert "the tests' exit status 0" in (out / "test_tiles.log").read_text()
