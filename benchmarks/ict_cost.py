@@ -553,7 +553,7 @@ def main() -> None:
     temporary = settings["work_dir"] is None
     settings["work_dir"] = settings["work_dir"] or tempfile.mkdtemp(prefix="ict_cost_")
     Path(settings["work_dir"]).mkdir(parents=True, exist_ok=True)
-    report: dict[str, Any] = {"settings": settings, "environment": environment(settings["device"])}
+    report: dict[str, Any] = {"settings": settings, "environment": runs.environment(settings["device"])}
     print(f"settings: {json.dumps(settings)}\nenvironment: {json.dumps(report['environment'])}", flush=True)
 
     def save() -> None:
@@ -587,23 +587,6 @@ def main() -> None:
     print("\nall targets:\n" + "\n".join(verdicts) + f"\n\ntotal {time.time() - start:.0f} s", flush=True)
     if temporary:
         shutil.rmtree(settings["work_dir"], ignore_errors=True)
-
-
-def environment(device: str) -> dict[str, Any]:
-    """Versions and the device, for the record."""
-    import platform
-    from importlib import metadata
-
-    import torch
-
-    versions = {"python": platform.python_version(), "torch": torch.__version__}
-    for name in ("transformers", "trl", "peft", "triton", "datasets"):
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            versions[name] = metadata.version(name)
-    versions["device"] = (torch.cuda.get_device_name() if device.startswith("cuda")
-                          else f"cpu ({os.cpu_count()} cores)")
-    versions["load_average_1min"] = round(os.getloadavg()[0], 2)  # other work on the machine
-    return versions
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
 """Helpers of ``benchmarks/ict_cost.py``: the random Qwen2.5-shaped models and their word-level
-tokenizer, memory meters, the interleaved run plan with its time budget, and one training run of
-each section (b) (TRL: ``GRPOTrainer`` / ``ICTGRPOTrainer``) and (c) (our trainer, GRPO / ICT).
-Nothing here downloads anything."""
+tokenizer, the versions and device for the record, memory meters, the interleaved run plan with
+its time budget, and one training run of each section (b) (TRL: ``GRPOTrainer`` /
+``ICTGRPOTrainer``) and (c) (our trainer, GRPO / ICT). Nothing here downloads anything."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
+import os
 import re
 import statistics
 import time
@@ -114,6 +116,23 @@ def hash_reward(text: str) -> float:
 
 def _proc_kib(field: str) -> int:
     return int(re.search(rf"{field}:\s+(\d+)", Path("/proc/self/status").read_text()).group(1))
+
+
+def environment(device: str) -> dict[str, Any]:
+    """Versions and the device, for the record."""
+    import platform
+    from importlib import metadata
+
+    import torch
+
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    for name in ("transformers", "trl", "peft", "triton", "datasets"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[name] = metadata.version(name)
+    versions["device"] = (torch.cuda.get_device_name() if device.startswith("cuda")
+                          else f"cpu ({os.cpu_count()} cores)")
+    versions["load_average_1min"] = round(os.getloadavg()[0], 2)  # other work on the machine
+    return versions
 
 
 class MemoryMeter:
