@@ -113,10 +113,10 @@ fi
 # 4. the tile tests on the GPU (the Triton kernels compiled, gradients included, against float64;
 # first the tie keys' host-to-device path and the trainer's auto choice of hidden states, seconds),
 # with the time left under the run's 600 s (compiling every kernel variant took ~110 s on an H100;
-# a run cut short lists the tests that passed)
+# a run cut short lists the tests that passed: -vv, since pyproject.toml's -q cancels one -v)
 left=$(( ${GPU_RUN_LIMIT:-570} - ($(date +%s) - start) ))
 if [ "$left" -gt 30 ]; then
-  timeout -k 5 "$left" python3 -m pytest "${tests[@]}" -v -p no:cacheprovider -W ignore 2>&1 \
+  timeout -k 5 "$left" python3 -m pytest "${tests[@]}" -vv -p no:cacheprovider -W ignore 2>&1 \
     | tee "$OUT/test_tiles.log" | tail -40
   echo "the tests' exit status ${PIPESTATUS[0]} (124: stopped by the time limit)" | tee -a "$OUT/test_tiles.log"
 else

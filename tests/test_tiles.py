@@ -156,45 +156,6 @@ def assert_hidden_path_matches_float64(stats, leaves, inputs, token_ids, mask, t
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("tile", TILES)
-@pytest.mark.parametrize("layout", ["contiguous", "permuted"])
-def test_every_position_a_response_reads_the_hidden_rows_as_views_and_matches_float64(backend, tile, layout):
-    """Sequence order over every position (no padding, no group reference: GRPO's path) reads each
-    token tile's hidden states as a view of the flat rows and writes the hidden states' gradient
-    as the rows' accumulator, without a scatter (``RowOrder.dense``); a non-contiguous tensor
-    (``permuted``) takes the gather. Values and gradients against float64 either way."""
-    from ict.core.stats.rows import sequence_order
-
-    hidden, weight, lm_bias, token_ids, _ = hidden_batch(9, batch=5)
-    mask = torch.ones(token_ids.shape, dtype=torch.bool)
-    assert sequence_order(mask, tile[0]).dense and not sequence_order(mask.clone().fill_(True).tril(), 4).dense
-    leaves = [tensor.clone().requires_grad_() for tensor in (hidden, weight, lm_bias)]
-    states = leaves[0] if layout == "contiguous" else leaves[0].transpose(0, 1).contiguous().transpose(0, 1)
-    assert states.is_contiguous() == (layout == "contiguous")
-    stats = run(token_statistics_from_hidden, backend, states, leaves[1], token_ids, mask, 0.9, (), None,
-                leaves[2], differentiable_entropy=True, tile_size=tile)
-    assert_hidden_path_matches_float64(stats, leaves, (hidden, weight, lm_bias), token_ids, mask, 0.9)
-    assert torch.equal(hidden, leaves[0].detach())  # the views were only read
-
-
-class TileRows:
-    """Counts the rows of every logits tile a head computes or reads (both heads, both backends)."""
-
-    def __init__(self, monkeypatch) -> None:
-        from ict.core.stats.heads import LinearHead, LogitsHead
-
-        self.rows: list[int] = []
-        for cls in (LinearHead, LogitsHead):
-            original = cls.tile
-
-            def counted(head, rows, *args, original=original, **kwargs):
-                self.rows.append(rows.shape[0])
-                return original(head, rows, *args, **kwargs)
-
-            monkeypatch.setattr(cls, "tile", counted)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("source", ["hidden", "logits"])
 @pytest.mark.parametrize("reached", ["some", "none"])
 def test_the_backward_computes_only_the_tiles_of_rows_with_a_gradient(backend, source, reached, monkeypatch):
@@ -296,6 +257,45 @@ def test_ict_masks_equal_the_float64_masks_except_at_ties(backend):
     differ = ours.mask != theirs.mask
     assert not (differ & ~ours.tie_decided & ~theirs.tie_decided).any()
     assert ours.mask.sum() == theirs.mask.sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("tile", TILES)
+@pytest.mark.parametrize("layout", ["contiguous", "permuted"])
+def test_every_position_a_response_reads_the_hidden_rows_as_views_and_matches_float64(backend, tile, layout):
+    """Sequence order over every position (no padding, no group reference: GRPO's path) reads each
+    token tile's hidden states as a view of the flat rows and writes the hidden states' gradient
+    as the rows' accumulator, without a scatter (``RowOrder.dense``); a non-contiguous tensor
+    (``permuted``) takes the gather. Values and gradients against float64 either way."""
+    from ict.core.stats.rows import sequence_order
+
+    hidden, weight, lm_bias, token_ids, _ = hidden_batch(9, batch=5)
+    mask = torch.ones(token_ids.shape, dtype=torch.bool)
+    assert sequence_order(mask, tile[0]).dense and not sequence_order(mask.clone().fill_(True).tril(), 4).dense
+    leaves = [tensor.clone().requires_grad_() for tensor in (hidden, weight, lm_bias)]
+    states = leaves[0] if layout == "contiguous" else leaves[0].transpose(0, 1).contiguous().transpose(0, 1)
+    assert states.is_contiguous() == (layout == "contiguous")
+    stats = run(token_statistics_from_hidden, backend, states, leaves[1], token_ids, mask, 0.9, (), None,
+                leaves[2], differentiable_entropy=True, tile_size=tile)
+    assert_hidden_path_matches_float64(stats, leaves, (hidden, weight, lm_bias), token_ids, mask, 0.9)
+    assert torch.equal(hidden, leaves[0].detach())  # the views were only read
+
+
+class TileRows:
+    """Counts the rows of every logits tile a head computes or reads (both heads, both backends)."""
+
+    def __init__(self, monkeypatch) -> None:
+        from ict.core.stats.heads import LinearHead, LogitsHead
+
+        self.rows: list[int] = []
+        for cls in (LinearHead, LogitsHead):
+            original = cls.tile
+
+            def counted(head, rows, *args, original=original, **kwargs):
+                self.rows.append(rows.shape[0])
+                return original(head, rows, *args, **kwargs)
+
+            monkeypatch.setattr(cls, "tile", counted)
 
 
 def test_tile_sizes_and_backends():
