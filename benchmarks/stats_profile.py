@@ -14,7 +14,8 @@ the call the host was in (``record_function`` ranges named ``phase: ...``): ICT'
 statistics and score passes, scores, selection, loss and backward. Idle time charged to a phase is that
 phase's host code on the critical path. Then, on any device, each call's
 synchronisations by the line that caused them (``benchmarks/sync_census.py``: values read back,
-and on a GPU the copies between host and device, which a CPU cannot show). ``--trace-dir DIR``
+and on a GPU the copies between host and device, which a CPU cannot show), and how many of its
+operators launch device work (all but views). ``--trace-dir DIR``
 writes each profile's Chrome trace there (``trl.json.gz``, ``grpo.json.gz``, ``ict.json.gz``);
 ``--analyze TRACE...`` prints that summary for traces written before, without profiling.
 """

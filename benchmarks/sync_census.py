@@ -17,6 +17,10 @@ tensors: a CPU tensor's value is read without the device (the optimizers' ``step
 one). Without it (a CPU run, standing in for the GPU) every read counts, ``.tolist()`` included
 (a CPU tensor answers it without the dispatcher: counted by a patch), and there are no copies. On CUDA, ``torch.cuda.set_sync_debug_mode`` counts the same synchronisations from the
 other side (``cuda_sync_warnings``), as a check that none escaped the census.
+
+``launches=True`` also counts, as ``launch``, every operator that is not a view (one kernel
+launch each on a GPU, roughly: a host round trip that leaves the device idle where its queue
+is empty, as between small operators); :meth:`SyncCensus.total` leaves them out.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parents[1]
 READS = {"_local_scalar_dense", "nonzero", "_unique2", "unique_dim", "unique_consecutive", "masked_select"}
+NO_KERNEL = {"scalar_tensor", "_unsafe_view", "empty", "empty_strided"}  # not views, but no device work
 
 
 HARNESS: set[Any] = set()
@@ -93,9 +98,10 @@ def _kind(func: Any, args: tuple, kwargs: dict, device_only: bool) -> str | None
 class SyncCensus(TorchDispatchMode):
     """``counts[(kind, location)]``: the synchronising operators run while the mode is on."""
 
-    def __init__(self, device_only: bool = False) -> None:
+    def __init__(self, device_only: bool = False, launches: bool = False) -> None:
         super().__init__()
         self.device_only = device_only
+        self.launches = launches
         self.paused = False  # while True, nothing is counted (a part of the call left out)
         self.counts: collections.Counter[tuple[str, str]] = collections.Counter()
         self._tolist: Any = None
@@ -105,6 +111,9 @@ class SyncCensus(TorchDispatchMode):
         kind = None if self.paused else _kind(func, args, kwargs, self.device_only)
         if kind is not None:
             self.counts[(kind, _location())] += 1
+        if (self.launches and not self.paused and not func.is_view
+                and func.__name__.split(".")[0] not in NO_KERNEL):
+            self.counts[("launch", _location())] += 1
         return func(*args, **kwargs)
 
     def __enter__(self) -> SyncCensus:
@@ -128,9 +137,10 @@ class SyncCensus(TorchDispatchMode):
 
 
 def census_of(function: Callable[[], Any], cuda: bool) -> tuple[SyncCensus, int | None]:
-    """Run ``function`` once under :class:`SyncCensus`, and on CUDA under the sync debug mode as
-    well; returns the census and the number of CUDA's synchronisation warnings (None on CPU)."""
-    census = SyncCensus(device_only=cuda)
+    """Run ``function`` once under :class:`SyncCensus` (launches counted too), and on CUDA under the
+    sync debug mode as well; returns the census and the number of CUDA's synchronisation warnings
+    (None on CPU)."""
+    census = SyncCensus(device_only=cuda, launches=True)
     if not cuda:
         with census:
             function()
@@ -148,11 +158,14 @@ def census_of(function: Callable[[], Any], cuda: bool) -> tuple[SyncCensus, int 
 
 
 def print_census(name: str, census: SyncCensus, cuda_warnings: int | None, file: Any = None) -> None:
-    """A markdown table of ``census``, most frequent first."""
+    """A markdown table of ``census``'s synchronisations, most frequent first (its launches, if
+    counted, as a total in the title)."""
     file = file or sys.stdout
     check = "" if cuda_warnings is None else f"; CUDA's sync debug mode warned {cuda_warnings} times"
-    print(f"\nsynchronisations in {name}: {census.total()}{check}\n\n| kind | where | count |\n|---|---|---|",
+    launches = f"; operators launching device work: {census.total(('launch',))}" if census.launches else ""
+    print(f"\nsynchronisations in {name}: {census.total()}{check}{launches}\n\n| kind | where | count |\n|---|---|---|",
           file=file)
     for (kind, where), count in census.counts.most_common():
-        print(f"| {kind} | {where} | {count} |", file=file)
+        if kind != "launch":
+            print(f"| {kind} | {where} | {count} |", file=file)
     print(file=file, flush=True)

@@ -253,6 +253,7 @@ def test_stats_profile_runs_tiny_and_marks_ict_phases(tmp_path):
                             capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("synchronisations in ") == 3
+    assert result.stdout.count("operators launching device work: ") == 3  # SyncCensus(launches=True)
     events = json.loads(gzip.open(tmp_path / "ict.json.gz", "rt").read())["traceEvents"]
     phases = sorted(e["name"] for e in events if e.get("cat") == "user_annotation")
     assert phases == sorted(f"phase: {name}" for name in (

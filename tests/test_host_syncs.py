@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ict.core.loss import PolicyLossConfig, policy_loss
+from ict.core.loss import PolicyLossConfig, masked_sums, policy_loss
 from ict.core.selectors import (
     SelectionInputs,
     method_train_options,
@@ -123,3 +123,24 @@ def test_the_loss_reads_its_metrics_back_only_when_one_is_read():
     assert census.total() == 1 and kind == "read" and where.startswith("ict/core/loss.py:") and "(_read)" in where
     assert fraction == pytest.approx(float(selected.sum() / mask.sum()))
     assert entropy == pytest.approx(float(stats.entropy[mask].double().mean()))
+
+
+def test_the_loss_metrics_launch_one_operator_more_a_metric():
+    """`masked_sums` (a loss's metrics) stacks pairs of one shape and sums them together: one cast
+    more a pair, where a sum each took five operators a pair (each a kernel launch on a GPU, a
+    host round trip while the device's queue is empty). Counted by `SyncCensus(launches=True)`,
+    which leaves views out."""
+    generator = torch.Generator().manual_seed(0)
+
+    def launches(num_pairs: int) -> int:
+        pairs = [(torch.randn(4, 6, generator=generator), torch.rand(4, 6, generator=generator) > 0.5)
+                 for _ in range(num_pairs)]
+        census = SyncCensus(launches=True)
+        with census:
+            masked_sums(pairs, (torch.tensor(1.0),))
+        assert census.total() == 0  # and no synchronisation
+        return census.total(("launch",))
+
+    assert launches(9) - launches(2) == 7  # was 35 (5 a pair: 12 and 47)
+    assert launches(2) <= 10
+

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ict.core.loss import PolicyLossConfig, group_advantages, policy_loss
+from ict.core.loss import PolicyLossConfig, group_advantages, masked_means, masked_sums, policy_loss
 from ict.core.selectors import SelectionInputs, select_tokens
 from ict.core.stats import TokenStatistics, token_statistics
 
@@ -120,6 +120,39 @@ def test_metrics_over_all_and_selected_tokens():
     assert metrics["renyi2_selected"] == pytest.approx(1.25)
     assert metrics["js_score"] == pytest.approx(0.2) and metrics["js_prev_selected"] == pytest.approx(0.25)
     assert math.isnan(metrics["kl"]) and metrics["kl_old"] == 0
+
+
+def test_masked_sums_are_each_pairs_float64_sum_over_its_mask_then_the_counts_and_scalars():
+    """masked_sums: each pair's sum over its mask in float64, then each mask's count, then the
+    scalars, for pairs of one shape (stacked, a few kernels for all of them) and of several
+    shapes, values of every dtype a loss metric has (bool, bfloat16, float32, float64); and
+    masked_means' means of them, NaN for an empty mask. References: Python floats over the
+    values' lists."""
+    generator = torch.Generator().manual_seed(0)
+    shape = (3, 5)
+    values = [torch.rand(shape, generator=generator) > 0.5, torch.randn(shape, generator=generator).bfloat16(),
+              torch.randn(shape, generator=generator) * 1e3, torch.randn(shape, generator=generator).double()]
+    masks = [torch.rand(shape, generator=generator) > 0.3 for _ in values]
+    masks[1] = torch.zeros(shape, dtype=torch.bool)  # an empty mask
+    scalar = torch.tensor(2.5)
+
+    def reference(pairs):
+        sums = [sum(float(v) for v, m in zip(values.flatten().tolist(), mask.flatten().tolist()) if m)
+                for values, mask in pairs]
+        counts = [float(mask.sum()) for _, mask in pairs]
+        return sums, counts
+
+    mixed = [(torch.randn(2, 7, generator=generator), torch.rand(2, 7, generator=generator) > 0.5)]
+    for pairs in (list(zip(values, masks)), list(zip(values, masks)) + mixed):
+        sums, counts = reference(pairs)
+        result = masked_sums(pairs, (scalar,))
+        assert result.dtype == torch.float64 and result.shape == (2 * len(pairs) + 1,)
+        assert result.tolist() == pytest.approx([*sums, *counts, 2.5], rel=1e-12, abs=1e-12)
+        means = masked_means(pairs, (scalar,))
+        assert math.isnan(means[1]) and means[-1] == 2.5
+        expected = [total / count for total, count in zip(sums, counts) if count]
+        assert [mean for mean in means[:-1] if not math.isnan(mean)] == pytest.approx(expected, rel=1e-12)
+    assert masked_sums([], (scalar, torch.tensor(-1.0))).tolist() == [2.5, -1.0]
 
 
 def test_bad_config_is_an_error():

@@ -179,11 +179,21 @@ def kl_penalty_term(log_probs: Tensor, old_log_probs: Tensor, kl_penalty: Tensor
 def masked_sums(pairs: list[tuple[Tensor, Tensor]], scalars: tuple[Tensor, ...] = ()) -> Tensor:
     """On the device, float64 ``[2 P + S]``: the sum of each ``values`` over its bool ``mask``,
     then each mask's count, then each 0-d tensor of ``scalars`` (``P`` pairs, ``S`` scalars; at
-    least one of either). :func:`means_of` turns its read-back into means."""
+    least one of either). :func:`means_of` turns its read-back into means. Pairs of one shape
+    (a loss's metrics) are stacked to ``[P, n]`` and summed together: ``P`` casts and a few
+    kernels in all, where one sum each took five launches a pair."""
     device = (pairs[0][0] if pairs else scalars[0]).device
-    sums = [torch.where(mask, values.detach().double(), 0.0).sum() for values, mask in pairs]
-    counts = [mask.sum().double() for _, mask in pairs]
-    return torch.stack([*sums, *counts, *(scalar.detach().double().to(device) for scalar in scalars)])
+    extra = [scalar.detach().double().to(device).reshape(1) for scalar in scalars]
+    if not pairs:
+        return torch.cat(extra)
+    shape = pairs[0][1].shape
+    if all(values.shape == mask.shape == shape for values, mask in pairs):
+        masks = torch.stack([mask.bool() for _, mask in pairs]).flatten(1)  # [P, n]
+        values = torch.stack([values.detach().double() for values, _ in pairs]).flatten(1)
+        return torch.cat([torch.where(masks, values, 0.0).sum(1), masks.sum(1).double(), *extra])
+    sums = [torch.where(mask, values.detach().double(), 0.0).sum().reshape(1) for values, mask in pairs]
+    counts = [mask.sum().double().reshape(1) for _, mask in pairs]
+    return torch.cat([*sums, *counts, *extra])
 
 
 def means_of(numbers: list[float], num_pairs: int) -> list[float]:
