@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,10 +29,10 @@ if TYPE_CHECKING:  # torch is imported where it is used: ict_cost.py's parent pr
 
 TRL_VOCAB_CHUNK = 32768  # trl.trainer.utils._CHUNKED_LOGPROB_CHUNK_SIZE in TRL 1.16, what GRPOTrainer passes
 ICT_OPTIONS = {"ratio": 0.1}  # the selector's options: ICT's defaults but the ratio, spelled out
-Phase = Callable[[str], AbstractContextManager[Any]]
+Phase = Callable[[str], contextlib.AbstractContextManager[Any]]
 
 
-def no_phase(name: str) -> AbstractContextManager[Any]:
+def no_phase(name: str) -> contextlib.AbstractContextManager[Any]:
     """No mark (the default ``phase``)."""
     return contextlib.nullcontext()
 
@@ -113,7 +112,7 @@ def trl_head(batch: HeadBatch, phase: Phase = no_phase) -> Tensor:
     """TRL 1.16's fused head (see the module doc) and its GRPO loss."""
     from trl.kernels.chunked_logprob import ChunkedLogProbFunction
 
-    rows, length, width = batch.hidden.shape
+    _, length, width = batch.hidden.shape
     with phase("statistics"):
         log_probs, *_ = ChunkedLogProbFunction.apply(
             batch.hidden.reshape(-1, width), batch.weight, None, batch.token_ids.reshape(-1), 1.0, TRL_VOCAB_CHUNK,

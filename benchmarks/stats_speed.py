@@ -57,7 +57,7 @@ def time_cases(args: argparse.Namespace, rounds: int) -> dict[str, list[float]]:
     torch.set_num_threads(args.threads)
     batch = head_step.head_batch(args.rows, args.length, args.width, args.vocab)
     hidden, weight, tokens, mask = batch.hidden.detach(), batch.weight.detach(), batch.token_ids, batch.response_mask
-    logits = hidden @ weight.T
+    logits = None if args.step else hidden @ weight.T  # the no-grad cases' logits ([R, T, V]; --step has none)
 
     def run(path: str, name: str) -> None:
         if args.step:  # GRPO's or ICT's part of a step, forward + backward

@@ -143,4 +143,3 @@ def test_the_loss_metrics_launch_one_operator_more_a_metric():
 
     assert launches(9) - launches(2) == 7  # was 35 (5 a pair: 12 and 47)
     assert launches(2) <= 10
-

@@ -155,6 +155,23 @@ def assert_hidden_path_matches_float64(stats, leaves, inputs, token_ids, mask, t
                                    msg=lambda text, name=name: f"grad {name}: {text}")
 
 
+class TileRows:
+    """Counts the rows of every logits tile a head computes or reads (both heads, both backends)."""
+
+    def __init__(self, monkeypatch) -> None:
+        from ict.core.stats.heads import LinearHead, LogitsHead
+
+        self.rows: list[int] = []
+        for cls in (LinearHead, LogitsHead):
+            original = cls.tile
+
+            def counted(head, rows, *args, original=original, **kwargs):
+                self.rows.append(rows.shape[0])
+                return original(head, rows, *args, **kwargs)
+
+            monkeypatch.setattr(cls, "tile", counted)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("source", ["hidden", "logits"])
 @pytest.mark.parametrize("reached", ["some", "none"])
@@ -279,23 +296,6 @@ def test_every_position_a_response_reads_the_hidden_rows_as_views_and_matches_fl
                 leaves[2], differentiable_entropy=True, tile_size=tile)
     assert_hidden_path_matches_float64(stats, leaves, (hidden, weight, lm_bias), token_ids, mask, 0.9)
     assert torch.equal(hidden, leaves[0].detach())  # the views were only read
-
-
-class TileRows:
-    """Counts the rows of every logits tile a head computes or reads (both heads, both backends)."""
-
-    def __init__(self, monkeypatch) -> None:
-        from ict.core.stats.heads import LinearHead, LogitsHead
-
-        self.rows: list[int] = []
-        for cls in (LinearHead, LogitsHead):
-            original = cls.tile
-
-            def counted(head, rows, *args, original=original, **kwargs):
-                self.rows.append(rows.shape[0])
-                return original(head, rows, *args, **kwargs)
-
-            monkeypatch.setattr(cls, "tile", counted)
 
 
 def test_tile_sizes_and_backends():
