@@ -39,23 +39,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/ict_cost_out}
-SCRATCH=${GPU_RUN_SCRATCH:-/tmp}
-WHEELS=${GPU_RUN_WHEELS:-.whl}
-mkdir -p "$OUT" "$SCRATCH"
 start=$(date +%s)
 read -r -a agreement_args <<< "${AGREEMENT_ARGS:-}"
 read -r -a profile_args <<< "${PROFILE_ARGS:-}"
 read -r -a tests <<< "${GPU_RUN_TESTS:-tests/test_ranking.py::test_tie_keys_reach_the_device_from_a_host_generator \
 tests/test_hidden_statistics.py::test_on_a_gpu_auto_takes_the_hidden_states_and_gives_the_logits_step tests/test_tiles.py}"
 
-if compgen -G "$WHEELS/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SCRATCH/site" \
-    "$WHEELS"/*.whl || { echo "wheel install failed"; exit 1; }
-else
-  echo "no wheels in $WHEELS/: the packages installed here"
-fi
-export PYTHONPATH=$SCRATCH/site:$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRANSFORMERS_NO_ADVISORY_WARNINGS=1
+source benchmarks/gpu_env.sh  # $OUT, the scratch folder, the wheels, the environment
 
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "no nvidia-smi"

@@ -412,3 +412,23 @@ def test_gpu_run_script_runs_whole_at_tiny_shapes_on_the_cpu(tmp_path):
     tests = (out / "test_tiles.log").read_text()
     assert "the tests' exit status 0" in tests
     assert "test_tie_keys_reach_the_device_from_a_host_generator SKIPPED" in tests  # each test by name
+
+
+def test_gpu_tile_sweep_script_runs_tiny_on_the_cpu(tmp_path):
+    """benchmarks/gpu_tile_sweep.sh runs ict_cost.py's section (a) once for each tile size given and
+    leaves one log and one JSON per size, each with the size it ran at."""
+    pytest.importorskip("trl")
+    out = tmp_path / "out"
+    env = {**environment_with_root(), "OUT": str(out), "GPU_RUN_SCRATCH": str(tmp_path / "scratch"),
+           "GPU_RUN_WHEELS": str(tmp_path / "no-wheels"), "TILE_SIZES": "8x1000 16x512", "RUN_LIMIT": "300",
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    result = subprocess.run(["bash", str(BENCHMARKS / "gpu_tile_sweep.sh"), "--tiny", "--device", "cpu",
+                             "--models", "tiny"], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    assert {path.name for path in out.iterdir()} == {"tile_sweep.log", "tiles_8x1000.json", "tiles_16x512.json"}
+    for size in ("8x1000", "16x512"):
+        figures = json.loads((out / f"tiles_{size}.json").read_text())
+        assert figures["settings"]["tile_size"] == size
+        assert figures["a"]["tiny"]["rows"]["grpo_hidden"]["median"] > 0
+    log = (out / "tile_sweep.log").read_text()
+    assert log.count("## --tile-size") == 2 and log.count("ours GRPO from hidden states |") == 2
