@@ -266,7 +266,7 @@ def print_a(results: dict[str, Any], settings: dict[str, Any]) -> list[str]:
                     ratio(rows, "ict_hidden", "median"), 1.0)])
         print()
         for text, value, limit in checks:
-            verdict = f"target {text}: {value:.2f}x ({'met' if value <= limit else 'NOT met'})"
+            verdict = f"target {text}: {value:.3f}x ({'met' if value <= limit else 'NOT met'})"
             print(verdict)
             verdicts.append(f"{model}: {verdict}")
     return verdicts
