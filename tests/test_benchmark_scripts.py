@@ -37,6 +37,15 @@ def environment_with_root() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))}
 
 
+def gpu_script_environment(tmp_path: Path, **variables: str) -> dict[str, str]:
+    """The environment a GPU script (``gpu_run.sh``, ``gpu_tile_sweep.sh``) runs in here: its
+    results in ``tmp_path/out``, its scratch files in ``tmp_path/scratch``, no wheels (the packages
+    installed here), this Python first on ``PATH``, and ``variables``."""
+    return {**environment_with_root(), "OUT": str(tmp_path / "out"), "GPU_RUN_SCRATCH": str(tmp_path / "scratch"),
+            "GPU_RUN_WHEELS": str(tmp_path / "no-wheels"),
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]), **variables}
+
+
 def table_rows(output: str, first_cells: tuple[str, ...]) -> list[list[str]]:
     """The markdown table lines of ``output`` whose first cells are ``first_cells``."""
     rows = []
@@ -389,11 +398,9 @@ def test_gpu_run_script_runs_whole_at_tiny_shapes_on_the_cpu(tmp_path):
     import tarfile
 
     out = tmp_path / "out"
-    env = {**environment_with_root(), "OUT": str(out), "GPU_RUN_SCRATCH": str(tmp_path / "scratch"),
-           "GPU_RUN_WHEELS": str(tmp_path / "no-wheels"), "AGREEMENT_ARGS": "--vocab 211 --length 12 --group 4",
-           "PROFILE_ARGS": "--length 8 --vocab 1000",
-           "GPU_RUN_TESTS": "tests/test_ranking.py::test_tie_keys_reach_the_device_from_a_host_generator",
-           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    env = gpu_script_environment(
+        tmp_path, AGREEMENT_ARGS="--vocab 211 --length 12 --group 4", PROFILE_ARGS="--length 8 --vocab 1000",
+        GPU_RUN_TESTS="tests/test_ranking.py::test_tie_keys_reach_the_device_from_a_host_generator")
     result = subprocess.run(["bash", str(BENCHMARKS / "gpu_run.sh"), "--tiny", "--device", "cpu", "--models", "tiny",
                              "--train-models", "tiny", "--ict-tiles", "8x1000"],
                             capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
@@ -419,9 +426,7 @@ def test_gpu_tile_sweep_script_runs_tiny_on_the_cpu(tmp_path):
     leaves one log and one JSON per size, each with the size it ran at."""
     pytest.importorskip("trl")
     out = tmp_path / "out"
-    env = {**environment_with_root(), "OUT": str(out), "GPU_RUN_SCRATCH": str(tmp_path / "scratch"),
-           "GPU_RUN_WHEELS": str(tmp_path / "no-wheels"), "TILE_SIZES": "8x1000 16x512", "RUN_LIMIT": "300",
-           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    env = gpu_script_environment(tmp_path, TILE_SIZES="8x1000 16x512", RUN_LIMIT="300")
     result = subprocess.run(["bash", str(BENCHMARKS / "gpu_tile_sweep.sh"), "--tiny", "--device", "cpu",
                              "--models", "tiny"], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
