@@ -13,3 +13,14 @@ else
 fi
 export PYTHONPATH=$SCRATCH/site:$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRANSFORMERS_NO_ADVISORY_WARNINGS=1
+
+# log_clocks FILE: nvidia-smi's samples of the GPU's SM clock (MHz), power (W) and temperature (C)
+# every 20 ms, timestamps in UTC, into FILE while the script runs (where nvidia-smi exists), for
+# benchmarks/gpu_clocks.py to set beside each row's timed calls.
+log_clocks() {
+  command -v nvidia-smi > /dev/null || { echo "no nvidia-smi: no clock log"; return 0; }
+  TZ=UTC nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits \
+    -lms 20 > "$1" 2>&1 &
+  CLOCKS_PID=$!
+  trap 'kill "$CLOCKS_PID" 2> /dev/null' EXIT
+}

@@ -31,7 +31,8 @@ in mixed-precision training; CPU: 2 x 8 x 64 = 1,024 tokens, fp32, ``--threads``
 
 Seconds: the median of ``--repeats`` timed calls (GPU 9; CPU 1, where one call of a row takes
 10-100 s at this shape on 2 cores) after one warm-up call of every row (rows interleaved call by
-call; the timed rounds stop early, after at least one, when the longest round so far would pass
+call, each round starting one row later than the one before, so that no row always follows the
+same row, whose heat or memory it would inherit; the timed rounds stop early, after at least one, when the longest round so far would pass
 the time budget: the warm-up's own time, Triton's compiles and cuBLAS's first calls included,
 says nothing of a round's). Memory: the peak above what was held just before the call (the
 inputs: hidden states, weight, ids, mask, advantages), so it includes the gradients of the
@@ -165,8 +166,9 @@ def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, 
         labels[name] = f"ours ICT from hidden states, tile {tile[0]}x{tile[1]}"
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if gpu else contextlib.nullcontext())
     meter = runs.MemoryMeter(device)
-    results: dict[str, dict[str, Any]] = {name: {"label": label, "seconds": [], "peak_mib": []}
+    results: dict[str, dict[str, Any]] = {name: {"label": label, "seconds": [], "peak_mib": [], "started": []}
                                           for name, label in labels.items()}
+    origin, origin_epoch = time.perf_counter(), time.time()  # "started" counts from here
 
     def call(name: str, warm_up: bool) -> None:
         batch.clear_grads()
@@ -185,6 +187,7 @@ def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, 
             print(f"    {name}: out of memory", flush=True)
             return
         results[name]["seconds"].append(time.perf_counter() - start)
+        results[name]["started"].append(round(start - origin, 4))  # seconds into the timing: the call order
         results[name]["peak_mib"].append(meter.peak_mib())
         del loss
 
@@ -192,15 +195,17 @@ def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, 
         call(name, True)
     warm_up = sum(sum(results[name]["seconds"]) for name in functions)
     for name in functions:
-        results[name]["seconds"], results[name]["peak_mib"] = [], []
+        results[name]["seconds"], results[name]["peak_mib"], results[name]["started"] = [], [], []
     print(f"    warm-up done ({warm_up:.1f} s for all rows, compiles included)", flush=True)
     longest, done = 0.0, 0
-    for _ in range(repeats):  # the timed calls, rows interleaved
+    names = list(functions)
+    for round_index in range(repeats):  # the timed calls, rows interleaved
         if done and deadline is not None and time.time() + longest > deadline:
             print(f"    {done} timed call(s) per row instead of {repeats}: the time budget", flush=True)
             break
         round_start = time.perf_counter()
-        for name in functions:
+        shift = round_index % len(names)  # each round starts one row later: no row always follows the same one
+        for name in names[shift:] + names[:shift]:
             if "error" not in results[name]:
                 call(name, False)
         longest, done = max(longest, time.perf_counter() - round_start), done + 1
@@ -209,7 +214,8 @@ def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, 
         if result["seconds"]:
             result["median"] = statistics.median(result["seconds"])
             result["peak"] = max(result["peak_mib"])
-    return {"rows": results, "tokens": prompts * completions * length, "d": width, "V": vocab, "repeats": repeats,
+    return {"rows": results, "origin_epoch": origin_epoch, "tokens": prompts * completions * length, "d": width,
+            "V": vocab, "repeats": repeats,
             "shape": list(shape), "dtype": "bf16 autocast" if gpu else "fp32"}
 
 
@@ -245,7 +251,8 @@ def print_a(results: dict[str, Any], settings: dict[str, Any]) -> list[str]:
         rows = result["rows"]
         print(f"\n### {SECTION_TITLES['a']}, {model} shape: {prompts} prompts x {completions} completions x "
               f"{length} positions = {result['tokens']:,} tokens, d={result['d']}, V={result['V']:,}, "
-              f"{result['dtype']}, forward + backward, median of {result['repeats']} after a warm-up\n")
+              f"{result['dtype']}, forward + backward, median of {result['repeats']} after a warm-up, "
+              f"our tiles {settings['tile_size'] or 'the default'}\n")
         print("| path | seconds | x TRL's head | peak memory above the inputs (MiB) | x TRL's head |\n"
               "|---|---|---|---|---|")
         base = rows["trl"]
@@ -286,9 +293,10 @@ def child_train(section: str, settings: dict[str, Any], model: str, out: Path, d
     common = (settings["prompts"], settings["completions"], settings["length"], settings["device"], work)
 
     def run_one(variant: str, config: str, index: int, steps: int) -> dict[str, Any]:
+        tile = settings["tile_size"] or "auto"
         if section == "b":
-            return runs.trl_run(model_dir, variant, config, steps, *common)
-        return runs.ours_run(model_dir, variant, steps, *common, settings["statistics_from"])
+            return runs.trl_run(model_dir, variant, config, steps, *common, stats_tile_size=tile)
+        return runs.ours_run(model_dir, variant, steps, *common, settings["statistics_from"], stats_tile_size=tile)
 
     if only is not None:
         variant, config, index, steps = only.split(":")
@@ -380,6 +388,7 @@ def print_train(section: str, model: str, summary: dict[str, dict[str, Any]],
     if section == "c":  # what the runs computed the statistics from (statistics_from resolved)
         precision += ", statistics from " + "/".join(sorted({row.get("statistics_from", "?") for rows in
                                                               summary.values() for row in rows.values()}))
+    precision += f", our tiles {settings['tile_size'] or 'the default'}"
     print(f"\n### {SECTION_TITLES[section]}, {model} model: {settings['prompts']} prompts x "
           f"{settings['completions']} completions, cap {settings['length']} tokens, {precision}, "
           f"{settings['rounds']} rounds x {settings['steps'] - 1} timed steps (each run's first step dropped; "
@@ -517,7 +526,8 @@ def main() -> None:
     parser.add_argument("--a-shape", default=None, help="(a) PROMPTSxCOMPLETIONSxPOSITIONS (GPU 2x8x1024, CPU 2x8x64)")
     parser.add_argument("--a-vocab", type=int, default=None, help="(a) vocabulary (default 151936)")
     parser.add_argument("--repeats", type=int, default=None, help="(a) timed calls per row (GPU 9, CPU 1)")
-    parser.add_argument("--tile-size", default=None, help="(a) TOKENSxVOCAB passed as tile_size= to ours")
+    parser.add_argument("--tile-size", default=None, help="TOKENSxVOCAB of our statistics' tiles: (a) tile_size= "
+                        "of ours, (b) ICT's stats_tile_size, (c) both variants' stats_tile_size (default: the device's)")
     parser.add_argument("--ict-tiles", default=None, help="(a) extra rows: ICT from hidden states at each "
                         "TOKENSxVOCAB tile (comma-separated), e.g. 883x151936 (whole-vocabulary tiles)")
     parser.add_argument("--prompts", type=int, default=None, help="(b, c) prompts per step (GPU 8)")

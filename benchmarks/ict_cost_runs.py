@@ -305,10 +305,11 @@ def brief(result: dict[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------ (b) one TRL run
 
 def trl_run(model_dir: str, variant: str, config_name: str, steps: int, prompts: int,
-            completions: int, length: int, device: str, work: Path) -> dict[str, Any]:
+            completions: int, length: int, device: str, work: Path,
+            stats_tile_size: str = "auto") -> dict[str, Any]:
     """One TRL training run: ``trl`` (``trl.GRPOTrainer``) or ``ict`` (``ICTGRPOTrainer`` with
-    ``token_selector="ict:ratio=0.1"`` and no full-token warm-up), ``full`` fine-tuning or
-    ``lora`` (r=16 on all linear layers), the same generation settings for both."""
+    ``token_selector="ict:ratio=0.1"``, no full-token warm-up and ``stats_tile_size``), ``full``
+    fine-tuning or ``lora`` (r=16 on all linear layers), the same generation settings for both."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
@@ -339,7 +340,7 @@ def trl_run(model_dir: str, variant: str, config_name: str, steps: int, prompts:
         learning_rate=1e-6, generation_kwargs={"min_new_tokens": length}, disable_tqdm=True)
     if variant == "ict":
         args, trainer_class = ICTGRPOConfig(token_selector="ict:ratio=0.1", full_token_warmup_steps=0,
-                                            **common), ICTGRPOTrainer
+                                            stats_tile_size=stats_tile_size, **common), ICTGRPOTrainer
     else:
         args, trainer_class = GRPOConfig(**common), GRPOTrainer
     wall: list[float] = []
@@ -379,6 +380,8 @@ def trl_run(model_dir: str, variant: str, config_name: str, steps: int, prompts:
               "peak_mib": meter.peak_mib()}
     if retries is not None:
         result["alloc_retries"] = meter.alloc_retries() - retries
+    if variant == "ict":
+        result["stats_tile_size"] = args.stats_tile_size  # as the trainer read it
     if hasattr(trainer, "ict_head_statistics"):  # micro-batches scored on TRL's log Z / recomputed
         result["head_statistics"] = dict(trainer.ict_head_statistics)
         print(f"    ict head statistics: {result['head_statistics']}", flush=True)
@@ -439,9 +442,10 @@ class FirstCallCensus:
 
 
 def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions: int, length: int,
-             device: str, work: Path, statistics_from: str) -> dict[str, Any]:
+             device: str, work: Path, statistics_from: str, stats_tile_size: str = "auto") -> dict[str, Any]:
     """``steps`` steps of our trainer's ``train_step`` (rollouts with Hugging Face generate,
-    rewards, statistics, selection, loss, update): ``grpo`` or ``ict`` (no full-token warm-up)."""
+    rewards, statistics, selection, loss, update): ``grpo`` or ``ict`` (no full-token warm-up), the
+    statistics in tiles of ``stats_tile_size``."""
     import ict.training.trainer as trainer_module
     from ict.answers.rewards import Reward
     from ict.data.training_data import PromptSampler, load_training_data
@@ -464,7 +468,7 @@ def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions
         "model": model_dir, "method": variant, "full_token_warmup_steps": 0, "dataset": str(data_path),
         "prompts_per_step": prompts, "num_generations": completions, "max_new_tokens": length,
         "generation_batch_size": prompts * completions, "device": device, "rollout_backend": "hf",
-        "statistics_from": statistics_from, "learning_rate": 1e-6, "temperature": 1.0,
+        "statistics_from": statistics_from, "stats_tile_size": stats_tile_size, "learning_rate": 1e-6, "temperature": 1.0,
         "tensorboard": False, "progress": False}, {})
     free_memory(device)
     meter = MemoryMeter(device)
@@ -500,6 +504,7 @@ def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions
               "selected": [line.get("selected_fraction") for line in lines],
               "triton_compile_seconds": compile_seconds,
               "first_step_syncs": syncs.counts(),
+              "stats_tile_size": config.stats_tile_size,
               "peak_mib": meter.peak_mib()}
     if retries is not None:
         result["alloc_retries"] = meter.alloc_retries() - retries

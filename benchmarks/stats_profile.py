@@ -45,6 +45,8 @@ DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")  # what keeps the dev
 BETWEEN_OPERATORS = "(Python between operators)"
 PHASE = "phase: "  # the record_function ranges of phases (see phase)
 OUTSIDE_PHASES = "(outside the phases)"
+PATH_NAMES = {"trl": "TRL 1.16 fused head", "grpo": "ours, GRPO from hidden states",
+              "ict": "ours, ICT from hidden states"}  # the calls profiled (--paths)
 
 
 def innermost(spans: list[tuple[float, float, str]], instant: float, default: str) -> str:
@@ -160,7 +162,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=15, help="kernels (and idle operators) printed per profile")
     parser.add_argument("--trace-dir", type=Path, help="write each profile's Chrome trace (.json.gz) here")
     parser.add_argument("--analyze", nargs="+", metavar="TRACE", help="only print the idle summary of these traces")
+    parser.add_argument("--paths", default="trl,grpo,ict", help="which calls to profile, in this order "
+                        "(trl, grpo, ict; a path may repeat: trl,grpo,trl asks whether the order matters)")
     args = parser.parse_args()
+    paths = args.paths.split(",")
+    if not paths or not set(paths) <= set(PATH_NAMES):
+        parser.exit(2, f"stats_profile.py: --paths takes {', '.join(PATH_NAMES)} (comma-separated), got {args.paths!r}\n")
     if args.analyze:
         missing = [path for path in args.analyze if not Path(path).is_file()]
         if missing:
@@ -190,9 +197,8 @@ def main() -> None:
     sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
     if args.trace_dir:
         args.trace_dir.mkdir(parents=True, exist_ok=True)
-    for slug, name in (("trl", "TRL 1.16 fused head"), ("grpo", "ours, GRPO from hidden states"),
-                       ("ict", "ours, ICT from hidden states")):
-        function = step(slug)
+    for index, slug in enumerate(paths):
+        name, function = PATH_NAMES[slug], step(slug)
         with autocast:
             function()  # warm-up: Triton compiles, the allocator fills
         if cuda:
@@ -204,7 +210,8 @@ def main() -> None:
         print(f"\n## {name}\n", flush=True)
         print(profiler.key_averages().table(sort_by=sort, row_limit=args.rows), flush=True)
         if cuda or args.trace_dir:
-            trace = str((args.trace_dir or Path("/tmp")) / f"{slug}.json.gz")
+            repeated = slug in paths[:index]  # a second profile of one path keeps the first's trace
+            trace = str((args.trace_dir or Path("/tmp")) / f"{slug}{f'-{index}' if repeated else ''}.json.gz")
             profiler.export_chrome_trace(trace)
             if cuda:
                 print_device_idle(read_trace(trace), args.rows)

@@ -72,6 +72,23 @@ def test_ict_cost_a_times_every_round_asked_and_stops_at_the_deadline_after_one(
         assert {len(row["seconds"]) for row in result["rows"].values()} == {expected}, result["rows"]
 
 
+def test_ict_cost_a_starts_each_round_one_row_later():
+    """(a)'s rounds rotate the rows' order, so that no row always follows the same one: round r
+    calls the rows from the r-th on (then the first ones), read back from each call's start."""
+    pytest.importorskip("trl")
+    ict_cost = benchmark_module("ict_cost")
+    rows = ict_cost.head_rows(8, 50, (1, 2, 4), "cpu", 3, None, None)["rows"]
+    names = list(rows)
+    assert names[:len(ict_cost.A_ROWS)] == list(ict_cost.A_ROWS)
+    for round_index in range(3):
+        order = sorted(names, key=lambda name: rows[name]["started"][round_index])
+        assert order == names[round_index:] + names[:round_index], (round_index, order)
+    # rounds do not overlap: every call of a round starts after every call of the round before
+    for round_index in (1, 2):
+        assert (min(row["started"][round_index] for row in rows.values())
+                > max(row["started"][round_index - 1] for row in rows.values()))
+
+
 @pytest.mark.slow  # a process start per section and model; ~30 s on 2 cores
 def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
     pytest.importorskip("trl")
@@ -79,10 +96,13 @@ def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
     report_path = tmp_path / "cost.json"
     env = environment_with_root()
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ict_cost.py"), "--tiny", "--device", "cpu",
-                             "--ict-tiles", "8x1000", "--json", str(report_path)], capture_output=True, text=True, env=env, timeout=600)
+                             "--ict-tiles", "8x1000", "--tile-size", "8x300", "--json", str(report_path)],
+                            capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     tables = {part[:3]: part for part in result.stdout.split("\n### ")[1:]}  # "(a)", "(b)", "(c)"
     assert set(tables) == {"(a)", "(b)", "(c)"}, result.stdout[-3000:]
+    # --tile-size reaches every section: ours in (a), ICT in TRL in (b), both variants in (c)
+    assert all("our tiles 8x300" in table.splitlines()[0] for table in tables.values()), result.stdout[-3000:]
     # (a): every path, with finite positive seconds and ratios and a finite memory figure
     for label in [*A_ROWS.values(), "ours ICT from hidden states, tile 8x1000"]:
         (row,) = table_rows(tables["(a)"], (label,))
@@ -110,6 +130,8 @@ def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
     assert {run["variant"] for run in report["c"]["tiny"]["runs"]} == {"grpo", "ict"}
     for run in report["c"]["tiny"]["runs"]:
         assert len(run["generation_seconds"]) == len(run["training_seconds"]) == len(run["step_times"])
+    assert {run.get("stats_tile_size") for run in report["b"]["tiny"]["runs"]} == {None, "8x300"}  # TRL: none
+    assert {run["stats_tile_size"] for run in report["c"]["tiny"]["runs"]} == {"8x300"}
     # each run's first-step census (sync_census.py): ICT's group layout syncs, its tie rule does not;
     # in TRL, ICT adds to TRL's own syncs, and the generation is left out
     for section in ("b", "c"):
@@ -274,6 +296,22 @@ def test_stats_profile_runs_tiny_and_marks_ict_phases(tmp_path):
     assert {name: getattr(tiles._Run, name) for name in before} == before
 
 
+def test_stats_profile_profiles_the_paths_asked_in_their_order(tmp_path):
+    """--paths grpo,trl,grpo: our GRPO call, TRL's head, ours again, in that order (each titled),
+    the repeated one's trace beside the first's; a path it does not know is a one-line error."""
+    command = [sys.executable, str(ROOT / "benchmarks" / "stats_profile.py"), "--rows", "3", "--length", "8",
+               "--vocab", "1000", "--width", "16", "--trace-dir", str(tmp_path)]
+    result = subprocess.run([*command, "--paths", "grpo,trl,grpo"], capture_output=True, text=True,
+                            env=environment_with_root(), timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    titles = [line for line in result.stdout.splitlines() if line.startswith("## ")]
+    assert titles == ["## ours, GRPO from hidden states", "## TRL 1.16 fused head", "## ours, GRPO from hidden states"]
+    assert {path.name for path in tmp_path.iterdir()} == {"grpo.json.gz", "trl.json.gz", "grpo-2.json.gz"}
+    wrong = subprocess.run([*command, "--paths", "grpo,dapo"], capture_output=True, text=True,
+                           env=environment_with_root(), timeout=60)
+    assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1 and "--paths" in wrong.stderr
+
+
 def test_stats_speed_times_the_step_parts_side_by_side_with_a_baseline():
     """benchmarks/stats_speed.py --step at a tiny shape: GRPO's and ICT's forward + backward from
     the hidden states, alone (ICT against GRPO) and against a baseline checkout (here this one)."""
@@ -423,17 +461,62 @@ def test_gpu_run_script_runs_whole_at_tiny_shapes_on_the_cpu(tmp_path):
 
 def test_gpu_tile_sweep_script_runs_tiny_on_the_cpu(tmp_path):
     """benchmarks/gpu_tile_sweep.sh runs ict_cost.py's section (a) once for each tile size given and
-    leaves one log and one JSON per size, each with the size it ran at."""
+    leaves one log and one JSON per size, each with the size it ran at, then profiles the paths of
+    PROFILE_PATHS in their order."""
     pytest.importorskip("trl")
     out = tmp_path / "out"
-    env = gpu_script_environment(tmp_path, TILE_SIZES="8x1000 16x512", RUN_LIMIT="300")
+    env = gpu_script_environment(tmp_path, TILE_SIZES="8x1000 16x512", RUN_LIMIT="300", PROFILE_PATHS="grpo,trl",
+                                 PROFILE_ARGS="--length 8 --vocab 1000 --width 16")
     result = subprocess.run(["bash", str(BENCHMARKS / "gpu_tile_sweep.sh"), "--tiny", "--device", "cpu",
                              "--models", "tiny"], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
-    assert {path.name for path in out.iterdir()} == {"tile_sweep.log", "tiles_8x1000.json", "tiles_16x512.json"}
+    assert {path.name for path in out.iterdir()} == {"tile_sweep.log", "tiles_8x1000.json", "tiles_16x512.json",
+                                                     "stats_profile.log"}  # no nvidia-smi here: no clock log
+    profile = (out / "stats_profile.log").read_text()
+    assert [line for line in profile.splitlines() if line.startswith("## ")] == [
+        "## ours, GRPO from hidden states", "## TRL 1.16 fused head"]
     for size in ("8x1000", "16x512"):
         figures = json.loads((out / f"tiles_{size}.json").read_text())
         assert figures["settings"]["tile_size"] == size
         assert figures["a"]["tiny"]["rows"]["grpo_hidden"]["median"] > 0
     log = (out / "tile_sweep.log").read_text()
     assert log.count("## --tile-size") == 2 and log.count("ours GRPO from hidden states |") == 2
+
+
+def test_gpu_clocks_sets_each_rows_samples_beside_its_calls(tmp_path):
+    """gpu_clocks.py on a hand-made clock log and (a) result: TRL's head called at 0.0-0.1 s and
+    1.0-1.1 s, ours at 0.5-0.6 s, from 12:00:00 UTC; samples at 0.05 s (1980 MHz, 600 W, 50 C),
+    0.55 s (1800 MHz, 700 W, 60 C), 0.8 s (outside every call) and 1.05 s (1900 MHz, 500 W,
+    52 C), and a line of nvidia-smi's that is no sample. TRL's head: 2 samples, means 1940 MHz,
+    550 W, 51 C; ours: 1 sample."""
+    from datetime import datetime, timezone
+
+    origin = datetime(2026, 11, 27, 12, 0, 0, tzinfo=timezone.utc).timestamp()
+    result = {"origin_epoch": origin, "rows": {
+        "trl": {"label": "TRL's head", "seconds": [0.1, 0.1], "started": [0.0, 1.0]},
+        "grpo_hidden": {"label": "ours", "seconds": [0.1], "started": [0.5]},
+        "naive": {"label": "naive", "seconds": [], "started": []}}}
+    cost = tmp_path / "cost.json"
+    cost.write_text(json.dumps({"a": {"1.5b": result}}))
+    clocks = tmp_path / "clocks.csv"
+    clocks.write_text("2026/11/27 12:00:00.050, 1980, 600.00, 50\n"
+                      "2026/11/27 12:00:00.550, 1800, 700.00, 60\n"
+                      "Failed to query power.draw\n"
+                      "2026/11/27 12:00:00.800, 345, 100.00, 40\n"
+                      "2026/11/27 12:00:01.050, 1900, 500.00, 52\n")
+    gpu_clocks = benchmark_module("gpu_clocks")
+    samples = gpu_clocks.read_samples(clocks)
+    assert len(samples) == 4 and samples[0][0] == pytest.approx(origin + 0.05)
+    table = gpu_clocks.row_clocks(result, samples)
+    assert table["trl"]["samples"] == 2 and table["trl"]["calls"] == 2
+    assert (table["trl"]["sm_mhz"], table["trl"]["watts"], table["trl"]["celsius"]) == pytest.approx((1940, 550, 51))
+    assert (table["grpo_hidden"]["samples"], table["grpo_hidden"]["sm_mhz"]) == (1, pytest.approx(1800))
+    assert table["naive"]["samples"] == 0 and table["naive"]["sm_mhz"] is None
+    printed = subprocess.run([sys.executable, str(BENCHMARKS / "gpu_clocks.py"), str(cost), str(clocks)],
+                             capture_output=True, text=True, timeout=60)
+    assert printed.returncode == 0, printed.stderr
+    assert "| TRL's head | 2 | 0.1000 | 2 | 1940 | 550 | 51.0 |" in printed.stdout
+    assert "| naive | 0 | - | 0 | - | - | - |" in printed.stdout
+    missing = subprocess.run([sys.executable, str(BENCHMARKS / "gpu_clocks.py"), str(cost), str(tmp_path / "none")],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "no file" in missing.stderr
