@@ -520,3 +520,27 @@ def test_gpu_clocks_sets_each_rows_samples_beside_its_calls(tmp_path):
     missing = subprocess.run([sys.executable, str(BENCHMARKS / "gpu_clocks.py"), str(cost), str(tmp_path / "none")],
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "no file" in missing.stderr
+
+
+@pytest.mark.slow  # the sweep's runs and a TRL run pair; ~1 minute on 2 cores
+def test_gpu_recheck_script_runs_tiny_on_the_cpu(tmp_path):
+    """benchmarks/gpu_recheck.sh, the next GPU's one call, at tiny shapes: the sweep's section (a)
+    at the sizes given and its profile in the order given, then (b) with LoRA alone, each file
+    where the script's header says."""
+    pytest.importorskip("trl")
+    out = tmp_path / "out"
+    env = gpu_script_environment(tmp_path, TILE_SIZES="8x1000", RUN_LIMIT="300",
+                                 SWEEP_ARGS="--tiny --device cpu --models tiny --repeats 2",
+                                 PROFILE_ARGS="--length 8 --vocab 1000 --width 16",
+                                 B_ARGS="--tiny --device cpu --rounds 1 --steps 2", GPU_RUN_LIMIT="900")
+    result = subprocess.run(["bash", str(BENCHMARKS / "gpu_recheck.sh")], capture_output=True, text=True, env=env,
+                            timeout=900, cwd=tmp_path)
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    assert {path.name for path in out.iterdir()} == {"tile_sweep.log", "tiles_8x1000.json", "stats_profile.log",
+                                                     "lora.log", "lora.json"}  # no nvidia-smi: no clock log
+    assert json.loads((out / "tiles_8x1000.json").read_text())["a"]["tiny"]["repeats"] == 2
+    profile = (out / "stats_profile.log").read_text()
+    assert [line for line in profile.splitlines() if line.startswith("## ")] == [
+        "## ours, GRPO from hidden states", "## TRL 1.16 fused head"] * 2
+    lora = json.loads((out / "lora.json").read_text())
+    assert {(run["variant"], run["config"]) for run in lora["b"]["tiny"]["runs"]} == {("trl", "lora"), ("ict", "lora")}
