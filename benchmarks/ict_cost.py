@@ -91,7 +91,6 @@ Commands (the repository root)::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -108,116 +107,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))  # an installed ict or PYTHONPATH wins; the checkout is the fallback
 
-import head_step  # noqa: E402  (beside this file)
 import ict_cost_runs as runs  # noqa: E402
+from ict_cost_head import A_TITLE, head_rows, number, parse_tile, print_a  # noqa: E402
 
-A_ROWS = {
-    "trl": "TRL 1.16 fused head (ChunkedLogProbFunction)",
-    "naive": "naive: logits (bf16 on GPU), fp32 log_softmax, gather, entropy",
-    "grpo_hidden": "ours GRPO from hidden states",
-    "ict_hidden": "ours ICT from hidden states (+ JS, selection, loss)",
-    "grpo_logits": "ours GRPO from logits (+ the logits matmul)",
-    "ict_logits": "ours ICT from logits (+ matmul, JS, selection, loss)",
-}
 A_BUDGET_SHARE = 0.25  # of --budget: (a)'s timed calls stop by then (the warm-up always runs)
-SECTION_TITLES = {"a": "(a) LM-head statistics", "b": "(b) ICT in TRL vs plain TRL",
+SECTION_TITLES = {"a": A_TITLE, "b": "(b) ICT in TRL vs plain TRL",
                   "c": "(c) our trainer, ICT vs GRPO"}
 
 
 # ------------------------------------------------------------------ (a) the statistics table
-
-def parse_tile(text: str | None) -> tuple[int, int] | None:
-    """``--tile-size`` through the library's parser (``"4096x8192"`` -> ``(4096, 8192)``)."""
-    from ict.core.stats import parse_tile_size
-
-    try:
-        return parse_tile_size(text)
-    except ValueError as error:
-        raise SystemExit(f"--tile-size: {error}") from None
-
-
-def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, repeats: int,
-              tile_size: tuple[int, int] | None, deadline: float | None = None,
-              ict_tiles: tuple[tuple[int, int], ...] = ()) -> dict[str, Any]:
-    """Time and peak memory of every row of :data:`A_ROWS` at one shape (see the module doc),
-    plus ICT from hidden states at each of ``ict_tiles``; fewer timed calls than ``repeats`` (at
-    least 1) where another round, as long as the longest so far, would end after ``deadline``."""
-    import torch
-
-    prompts, completions, length = shape
-    gpu = device.startswith("cuda")
-    extra: dict[str, Any] = {} if tile_size is None else {"tile_size": tile_size}
-    batch = head_step.head_batch(prompts * completions, length, width, vocab, device, group_size=completions)
-
-    def naive() -> Any:
-        log_probs = torch.log_softmax((batch.hidden @ batch.weight.T).float(), dim=-1)
-        with torch.no_grad():
-            (log_probs.exp() * log_probs).sum(-1).neg()  # the entropy, as a logging path computes it
-        return (log_probs.gather(-1, batch.token_ids.unsqueeze(-1)).squeeze(-1) * batch.advantages[:, None]).sum()
-
-    functions: dict[str, Any] = {"trl": lambda: head_step.trl_head(batch), "naive": naive}
-    for name in ("grpo_hidden", "ict_hidden", "grpo_logits", "ict_logits"):
-        method, source = name.split("_")
-        functions[name] = lambda method=method, source=source: head_step.ours(batch, method, source, **extra)
-    labels = dict(A_ROWS)
-    for tile in ict_tiles:
-        name = f"ict_hidden_{tile[0]}x{tile[1]}"
-        functions[name] = lambda tile=tile: head_step.ours(batch, "ict", "hidden", tile_size=tile)
-        labels[name] = f"ours ICT from hidden states, tile {tile[0]}x{tile[1]}"
-    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if gpu else contextlib.nullcontext())
-    meter = runs.MemoryMeter(device)
-    results: dict[str, dict[str, Any]] = {name: {"label": label, "seconds": [], "peak_mib": [], "started": []}
-                                          for name, label in labels.items()}
-    origin, origin_epoch = time.perf_counter(), time.time()  # "started" counts from here
-
-    def call(name: str, warm_up: bool) -> None:
-        batch.clear_grads()
-        if warm_up:
-            runs.free_memory(device)
-        meter.start()
-        start = time.perf_counter()
-        try:
-            with autocast:
-                loss = functions[name]()
-            loss.backward()
-            runs.synchronize(device)
-        except (torch.OutOfMemoryError, MemoryError):
-            results[name]["error"] = "out of memory"
-            runs.free_memory(device)
-            print(f"    {name}: out of memory", flush=True)
-            return
-        results[name]["seconds"].append(time.perf_counter() - start)
-        results[name]["started"].append(round(start - origin, 4))  # seconds into the timing: the call order
-        results[name]["peak_mib"].append(meter.peak_mib())
-        del loss
-
-    for name in functions:  # a warm-up call of every row
-        call(name, True)
-    warm_up = sum(sum(results[name]["seconds"]) for name in functions)
-    for name in functions:
-        results[name]["seconds"], results[name]["peak_mib"], results[name]["started"] = [], [], []
-    print(f"    warm-up done ({warm_up:.1f} s for all rows, compiles included)", flush=True)
-    longest, done = 0.0, 0
-    names = list(functions)
-    for round_index in range(repeats):  # the timed calls, rows interleaved
-        if done and deadline is not None and time.time() + longest > deadline:
-            print(f"    {done} timed call(s) per row instead of {repeats}: the time budget", flush=True)
-            break
-        round_start = time.perf_counter()
-        shift = round_index % len(names)  # each round starts one row later: no row always follows the same one
-        for name in names[shift:] + names[:shift]:
-            if "error" not in results[name]:
-                call(name, False)
-        longest, done = max(longest, time.perf_counter() - round_start), done + 1
-    repeats = done
-    for result in results.values():
-        if result["seconds"]:
-            result["median"] = statistics.median(result["seconds"])
-            result["peak"] = max(result["peak_mib"])
-    return {"rows": results, "origin_epoch": origin_epoch, "tokens": prompts * completions * length, "d": width,
-            "V": vocab, "repeats": repeats,
-            "shape": list(shape), "dtype": "bf16 autocast" if gpu else "fp32"}
-
 
 def child_a(settings: dict[str, Any], out: Path, deadline: float | None) -> None:
     import torch
@@ -234,49 +132,6 @@ def child_a(settings: dict[str, Any], out: Path, deadline: float | None) -> None
                                    settings["repeats"], parse_tile(settings["tile_size"]), mine,
                                    tuple(parse_tile(text) for text in settings["ict_tiles"]))
         out.write_text(json.dumps(results))
-
-
-def ratio(rows: dict[str, Any], name: str, key: str) -> float:
-    """Row ``name``'s ``key`` (``median`` seconds or ``peak`` MiB) over TRL's head's."""
-    row, base = rows[name], rows["trl"]
-    return row[key] / base[key] if key in row and base.get(key) else math.nan
-
-
-def print_a(results: dict[str, Any], settings: dict[str, Any]) -> list[str]:
-    """The markdown tables of (a) and the target lines; returns the target verdicts."""
-    verdicts = []
-    gpu = settings["device"].startswith("cuda")
-    for model, result in results.items():
-        prompts, completions, length = result["shape"]
-        rows = result["rows"]
-        print(f"\n### {SECTION_TITLES['a']}, {model} shape: {prompts} prompts x {completions} completions x "
-              f"{length} positions = {result['tokens']:,} tokens, d={result['d']}, V={result['V']:,}, "
-              f"{result['dtype']}, forward + backward, median of {result['repeats']} after a warm-up, "
-              f"our tiles {settings['tile_size'] or 'the default'}\n")
-        print("| path | seconds | x TRL's head | peak memory above the inputs (MiB) | x TRL's head |\n"
-              "|---|---|---|---|---|")
-        base = rows["trl"]
-        for row in rows.values():
-            if "median" not in row:
-                print(f"| {row['label']} | {row.get('error', 'not run')} | | | |")
-                continue
-            time_ratio = row["median"] / base["median"] if "median" in base else math.nan
-            memory_ratio = row["peak"] / base["peak"] if base.get("peak") else math.nan
-            print(f"| {row['label']} | {row['median']:.4f} | {number(time_ratio, 2)} | {row['peak']:.1f} | "
-                  f"{number(memory_ratio, 2)} |")
-        checks = ([("ICT from hidden time <= 1.5x TRL's head", ratio(rows, "ict_hidden", "median"), 1.5),
-                   ("ICT from hidden memory <= 1.0x TRL's head", ratio(rows, "ict_hidden", "peak"), 1.0),
-                   ("GRPO from hidden time <= 1.0x TRL's head", ratio(rows, "grpo_hidden", "median"), 1.0)]
-                  if gpu else
-                  [(f"CPU: ICT <= 1.0x TRL's head at V={result['V']:,} from hidden states "
-                    f"({completions * prompts} x {length} tokens, {settings['threads']} threads)",
-                    ratio(rows, "ict_hidden", "median"), 1.0)])
-        print()
-        for text, value, limit in checks:
-            verdict = f"target {text}: {value:.3f}x ({'met' if value <= limit else 'NOT met'})"
-            print(verdict)
-            verdicts.append(f"{model}: {verdict}")
-    return verdicts
 
 
 # ------------------------------------------------------------------ (b), (c) children and tables
@@ -374,9 +229,6 @@ def pooled_ratio(new: dict[str, Any], old: dict[str, Any]) -> float:
     return (pooled + new["rest"]) / (pooled + old["rest"])
 
 
-def number(value: float, digits: int) -> str:
-    """``value`` with ``digits`` decimals, or ``-`` when it is NaN."""
-    return "-" if value != value else f"{value:.{digits}f}"
 
 
 def print_train(section: str, model: str, summary: dict[str, dict[str, Any]],

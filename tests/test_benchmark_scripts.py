@@ -65,7 +65,7 @@ def test_ict_cost_a_times_every_round_asked_and_stops_at_the_deadline_after_one(
     """(a)'s timed rounds: all ``repeats`` without a deadline; with one already passed, one round
     (never none), each row timed as often as the result says."""
     pytest.importorskip("trl")
-    head_rows = benchmark_module("ict_cost").head_rows
+    head_rows = benchmark_module("ict_cost_head").head_rows
     for deadline, expected in ((None, 3), (time.time() - 1.0, 1)):
         result = head_rows(8, 50, (1, 2, 4), "cpu", 3, None, deadline)
         assert result["repeats"] == expected
@@ -76,10 +76,10 @@ def test_ict_cost_a_starts_each_round_one_row_later():
     """(a)'s rounds rotate the rows' order, so that no row always follows the same one: round r
     calls the rows from the r-th on (then the first ones), read back from each call's start."""
     pytest.importorskip("trl")
-    ict_cost = benchmark_module("ict_cost")
-    rows = ict_cost.head_rows(8, 50, (1, 2, 4), "cpu", 3, None, None)["rows"]
+    section_a = benchmark_module("ict_cost_head")
+    rows = section_a.head_rows(8, 50, (1, 2, 4), "cpu", 3, None, None)["rows"]
     names = list(rows)
-    assert names[:len(ict_cost.A_ROWS)] == list(ict_cost.A_ROWS)
+    assert names[:len(section_a.A_ROWS)] == list(section_a.A_ROWS)
     for round_index in range(3):
         order = sorted(names, key=lambda name: rows[name]["started"][round_index])
         assert order == names[round_index:] + names[:round_index], (round_index, order)
@@ -89,10 +89,29 @@ def test_ict_cost_a_starts_each_round_one_row_later():
                 > max(row["started"][round_index - 1] for row in rows.values()))
 
 
+def test_ict_cost_a_verdicts_come_with_each_rounds_ratio(capsys):
+    """(a)'s GPU verdicts on a hand-made result of 3 rounds: TRL's head 10, 20, 40 ms, our GRPO
+    path 11, 19, 40 ms: the verdict is the ratio of the medians, 20 / 20 = 1.000x (met), and the
+    rounds' own ratios 1.1, 0.95 and 1.0 follow it (median 1.000, from 0.950 to 1.100)."""
+    section_a = benchmark_module("ict_cost_head")
+    rows = {name: {"label": label, "seconds": [0.01, 0.02, 0.04], "median": 0.02, "peak": 100.0}
+            for name, label in section_a.A_ROWS.items()}
+    rows["grpo_hidden"].update(seconds=[0.011, 0.019, 0.04])
+    assert section_a.round_ratios(rows, "grpo_hidden") == pytest.approx([1.1, 0.95, 1.0])
+    result = {"shape": [2, 8, 1024], "rows": rows, "tokens": 16384, "d": 1536, "V": 151936, "repeats": 3,
+              "dtype": "bf16 autocast"}
+    verdicts = section_a.print_a({"1.5b": result}, {"device": "cuda", "tile_size": None})
+    printed = capsys.readouterr().out
+    assert "1.5b: target GRPO from hidden time <= 1.0x TRL's head: 1.000x (met)" in verdicts
+    assert ("target GRPO from hidden time <= 1.0x TRL's head: 1.000x (met)\n"
+            "  the same in each of the 3 rounds: median 1.000, from 0.950 to 1.100") in printed
+    assert "our tiles the default" in printed
+
+
 @pytest.mark.slow  # a process start per section and model; ~30 s on 2 cores
 def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
     pytest.importorskip("trl")
-    A_ROWS = benchmark_module("ict_cost").A_ROWS
+    A_ROWS = benchmark_module("ict_cost_head").A_ROWS
     report_path = tmp_path / "cost.json"
     env = environment_with_root()
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ict_cost.py"), "--tiny", "--device", "cpu",
