@@ -25,6 +25,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export OUT=${OUT:-/tmp/gpu_recheck_out}
 start=$(date +%s)
+source benchmarks/gpu_env.sh  # the wheels (TRL), once for both steps; the environment
 read -r -a sweep_args <<< "${SWEEP_ARGS:---device cuda --models 1.5b,0.5b --repeats 25}"
 read -r -a b_args <<< "${B_ARGS:---device cuda --train-models 0.5b --rounds 2 --steps 3}"
 
@@ -35,7 +36,6 @@ echo "the sweep: exit status $status; script $(( $(date +%s) - start )) s" | tee
 
 left=$(( ${GPU_RUN_LIMIT:-480} - ($(date +%s) - start) ))
 if [ "$left" -ge "${B_MIN_LEFT:-150}" ]; then
-  source benchmarks/gpu_env.sh  # the wheels (TRL), the environment
   timeout -k 15 "$left" python3 benchmarks/ict_cost.py --sections b --configs lora --json "$OUT/lora.json" \
     --work-dir "$SCRATCH/recheck_work" --budget $(( left - 40 )) "${b_args[@]}" 2>&1 | tee "$OUT/lora.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1

@@ -10,9 +10,7 @@
 #   run(command="bash benchmarks/gpu_tile_sweep.sh", carry=[".whl"], timeout_s=200)
 # On a CPU, tiny: OUT=/tmp/out bash benchmarks/gpu_tile_sweep.sh --tiny --device cpu --models tiny
 # (sizes from TILE_SIZES, e.g. TILE_SIZES="8x1000 16x500").
-# A recheck of the default against one candidate, with clocks and the profiler's order test:
-#   run(command="TILE_SIZES='4096x32768 8192x30464' RUN_LIMIT=100 PROFILE_PATHS=grpo,trl,grpo,trl \
-#     bash benchmarks/gpu_tile_sweep.sh --device cuda --models 1.5b,0.5b --repeats 25", carry=[".whl"], timeout_s=360)
+# benchmarks/gpu_recheck.sh runs it with its own sizes, more rounds and PROFILE_PATHS (below).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/tile_sweep_out}

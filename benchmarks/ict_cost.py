@@ -32,9 +32,9 @@ in mixed-precision training; CPU: 2 x 8 x 64 = 1,024 tokens, fp32, ``--threads``
 Seconds: the median of ``--repeats`` timed calls (GPU 9; CPU 1, where one call of a row takes
 10-100 s at this shape on 2 cores) after one warm-up call of every row (rows interleaved call by
 call, each round starting one row later than the one before, so that no row always follows the
-same row, whose heat or memory it would inherit; the timed rounds stop early, after at least one, when the longest round so far would pass
-the time budget: the warm-up's own time, Triton's compiles and cuBLAS's first calls included,
-says nothing of a round's). Memory: the peak above what was held just before the call (the
+same row, whose heat or memory it would inherit; the timed rounds stop early, after at least one,
+when the longest round so far would pass the time budget: the warm-up's own time, Triton's
+compiles and cuBLAS's first calls included, says nothing of a round's). Memory: the peak above what was held just before the call (the
 inputs: hidden states, weight, ids, mask, advantages), so it includes the gradients of the
 hidden states and the weight; CUDA: ``max_memory_allocated`` after ``reset_peak_memory_stats``
 minus ``memory_allocated``; CPU: the peak resident set (reset through /proc/self/clear_refs)

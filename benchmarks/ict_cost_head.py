@@ -126,8 +126,8 @@ def ratio(rows: dict[str, Any], name: str, key: str) -> float:
 
 def round_ratios(rows: dict[str, Any], name: str) -> list[float]:
     """Row ``name``'s seconds over TRL's head's in each timed round (the two calls of a round ran
-    minutes apart at most, so a drift of the machine moves both): the spread a median ratio's
-    verdict should be read against."""
+    seconds apart, so a slow drift of the machine moves both): the spread a median ratio's verdict
+    should be read against."""
     return [mine / base for mine, base in zip(rows[name].get("seconds", []), rows["trl"].get("seconds", []))
             if base > 0]
 

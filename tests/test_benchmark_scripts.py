@@ -555,6 +555,7 @@ def test_gpu_recheck_script_runs_tiny_on_the_cpu(tmp_path):
     result = subprocess.run(["bash", str(BENCHMARKS / "gpu_recheck.sh")], capture_output=True, text=True, env=env,
                             timeout=900, cwd=tmp_path)
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    assert result.stdout.count("no wheels in") == 1  # the wheels are looked for once, not again by the sweep
     assert {path.name for path in out.iterdir()} == {"tile_sweep.log", "tiles_8x1000.json", "stats_profile.log",
                                                      "lora.log", "lora.json"}  # no nvidia-smi: no clock log
     assert json.loads((out / "tiles_8x1000.json").read_text())["a"]["tiny"]["repeats"] == 2
