@@ -12,7 +12,9 @@ kernels, copies and fills, each instant of a gap charged to the innermost operat
 running then (any thread), or to Python between operators; and the same idle time by the phase of
 the call the host was in (``record_function`` ranges named ``phase: ...``): ICT's row layout,
 statistics and score passes, scores, selection, loss and backward. Idle time charged to a phase is that
-phase's host code on the critical path. Then, on any device, each call's
+phase's host code on the critical path. After each value read back (a copy to the host, where the
+host waited), the idle time until the device's next kernel of 50 us or more (or the next read):
+the host's work between a sync and the refilled queue. Then, on any device, each call's
 synchronisations by the line that caused them (``benchmarks/sync_census.py``: values read back,
 and on a GPU the copies between host and device, which a CPU cannot show), and how many of its
 operators launch device work (all but views). ``--trace-dir DIR``
@@ -130,6 +132,38 @@ def device_idle(events: list[dict]) -> dict | None:
             "phases_ms": {name: value / 1e3 for name, value in by_phase.most_common()} if marked else {}}
 
 
+def idle_after_reads(events: list[dict], long_us: float = 50.0) -> list[tuple[str, float]]:
+    """For each copy from device to host (``Memcpy DtoH``: a value read back, where the host waits),
+    the device's idle time (ms) from the copy's end to the start of the next kernel of at least
+    ``long_us`` microseconds (the queue refilled: e.g. the next matrix product) or of the next such
+    copy, whichever comes first (so no idle time is counted twice), with the innermost
+    phase the host was in at the copy's end; in the order of the copies. The host's work between a
+    sync and the next long kernel is on the critical path: the device has nothing else queued."""
+    spans = [e for e in events if e.get("ph") == "X" and "dur" in e]
+    device = sorted((e["ts"], e["ts"] + e["dur"], e.get("cat"), e.get("name", "")) for e in spans
+                    if e.get("cat") in DEVICE_CATEGORIES)
+    marked = [(e["ts"], e["ts"] + e["dur"], e["name"].removeprefix(PHASE)) for e in spans
+              if e.get("cat") == "user_annotation" and e["name"].startswith(PHASE)]
+    found = []
+    for index, (_, copy_end, category, name) in enumerate(device):
+        if category != "gpu_memcpy" or "DtoH" not in name:
+            continue
+        later = device[index + 1:]
+        stop = next((first for first, last, kind, label in later if (kind == "kernel" and last - first >= long_us)
+                     or (kind == "gpu_memcpy" and "DtoH" in label)), None)  # or the next read's copy
+        if stop is None:
+            continue
+        idle, cursor = 0.0, copy_end
+        for first, last, _, _ in later:
+            if first >= stop:
+                break
+            idle += max(0.0, first - cursor)
+            cursor = max(cursor, last)
+        idle += max(0.0, stop - cursor)
+        found.append((innermost(marked, copy_end, OUTSIDE_PHASES), idle / 1e3))
+    return found
+
+
 def print_device_idle(events: list[dict], rows: int) -> None:
     summary = device_idle(events)
     if summary is None:
@@ -144,6 +178,12 @@ def print_device_idle(events: list[dict], rows: int) -> None:
         print("\nthe same idle time by the phase the host was in:\n\n| phase | idle ms | share of idle |\n|---|---|---|")
         for name, value in summary["phases_ms"].items():
             print(f"| {name} | {value:.3f} | {value / max(summary['idle_ms'], 1e-12):.1%} |")
+    reads = idle_after_reads(events)
+    if reads:
+        print("\nafter each value read back (a copy to the host), the device's idle time until its next kernel "
+              "of 50 us or more (or the next read):\n\n| phase at the read | idle ms |\n|---|---|")
+        for name, value in reads:
+            print(f"| {name} | {value:.3f} |")
     print(flush=True)
 
 

@@ -287,6 +287,30 @@ def test_device_idle_charges_each_gap_to_the_innermost_host_operator():
     assert device_idle([span("cpu_op", "A", 0, 1)]) is None
 
 
+def test_idle_after_reads_counts_the_gaps_from_each_copy_to_the_host_to_the_next_long_kernel():
+    """stats_profile's idle after each value read back, on a hand-made trace (microseconds): a copy
+    to the host [10, 12] in phase "layout", small kernels [30, 32] and [40, 44], a copy to the
+    device [50, 51] (busy, but no read) and a 60 us kernel [100, 160]: idle 18 + 8 + 6 + 49 = 81 us.
+    A second copy [170, 171] in "backward", a kernel [200, 202] and a third copy [230, 231] before
+    any long kernel: 29 + 28 = 57 us, its window closed by that copy; the third has no long kernel
+    after it (left out)."""
+    stats_profile = benchmark_module("stats_profile")
+
+    def span(category, name, start, end):
+        return {"ph": "X", "cat": category, "name": name, "ts": start, "dur": end - start}
+
+    events = [span("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", 10, 12), span("kernel", "a", 30, 32),
+              span("kernel", "b", 40, 44), span("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 50, 51),
+              span("kernel", "product", 100, 160),
+              span("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", 170, 171), span("kernel", "c", 200, 202),
+              span("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 230, 231),
+              span("user_annotation", stats_profile.PHASE + "layout", 0, 100),
+              span("user_annotation", stats_profile.PHASE + "backward", 165, 300)]
+    reads = stats_profile.idle_after_reads(events)
+    assert [name for name, _ in reads] == ["layout", "backward"]
+    assert [value for _, value in reads] == pytest.approx([0.081, 0.057])
+
+
 @pytest.mark.slow  # ~9 s on 2 cores
 def test_stats_profile_runs_tiny_and_marks_ict_phases(tmp_path):
     """benchmarks/stats_profile.py at a tiny shape on the CPU: the three profiles and their

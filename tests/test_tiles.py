@@ -476,6 +476,44 @@ def test_each_pass_casts_each_head_slice_once(references):
                                          for start in range(0, vocab, tile[1])})
 
 
+
+@pytest.mark.parametrize("gradient_rows", ["all", "some", "none"])
+def test_the_backward_casts_its_first_head_slice_before_its_sync(gradient_rows):
+    """The forward queues the first vocabulary slice's cast before the row layout reads its rows
+    back, and the backward before `rows_with_gradient` reads their count (on a GPU the cast runs
+    while the host waits, and the first product follows the sync sooner); the backward casts each
+    slice once whether every row, some or none have a gradient."""
+    hidden, weight, _, token_ids, mask = hidden_batch(13, batch=8, bias=False)
+    hidden, weight = hidden.requires_grad_(), weight.requires_grad_()
+    storage = weight.untyped_storage().data_ptr()
+    events: list[object] = []
+
+    class Events(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.__name__.split(".")[0]
+            if name == "_to_copy" and args[0].untyped_storage().data_ptr() == storage:
+                events.append(tuple(args[0].shape))
+            elif name in ("_local_scalar_dense", "nonzero"):  # a value or a size read back
+                events.append("read")
+            return func(*args, **(kwargs or {}))
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with Events():
+            stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 1.0, tile_size=(5, 7),
+                                                 backend="torch")
+        assert events[:2] == [(7, weight.shape[1]), "read"], events  # the forward's too (the row layout's)
+        events.clear()
+        scale = {"all": torch.ones(mask.shape), "some": (torch.arange(mask.shape[1]) % 2).float().expand(mask.shape),
+                 "none": torch.zeros(mask.shape)}[gradient_rows]
+        with Events():
+            (stats.log_probs * scale).sum().backward()
+    vocab = weight.shape[0]
+    assert events[:2] == [(7, weight.shape[1]), "read"], events
+    casts = [event for event in events if event != "read"]  # each slice once: the first not again
+    assert len(casts) == (1 if gradient_rows == "none" else -(-vocab // 7)) and events.count("read") == 1, events
+    assert (weight.grad is not None and (weight.grad.abs().sum() > 0) == (gradient_rows != "none"))
+
+
 def test_a_whole_vocabulary_tile_casts_the_head_in_default_widths_for_the_backward(monkeypatch):
     """A tile that holds the vocabulary keeps its logits for the score pass (one cast of the whole
     head forward); the backward, which keeps nothing, casts at most the default tile's width at a

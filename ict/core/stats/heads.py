@@ -56,6 +56,9 @@ class LogitsHead:
             return IndexedTile(self.flat[:, start:end], rows)
         return self.flat[:, start:end].index_select(0, rows)
 
+    def prepare_tile(self, start: int, end: int) -> None:
+        """Nothing to queue ahead: a tile of given logits is read where it lies."""
+
     def backward_vocab(self, vocab: int, default: int) -> int:
         return vocab
 
@@ -119,6 +122,12 @@ class LinearHead:
             self._weight_slice = None
             self._weight_slice = ((start, end), self.weight[start:end].to(self.compute_dtype))
         return self._weight_slice[1]
+
+    def prepare_tile(self, start: int, end: int) -> None:
+        """Queue the work of the tiles ``start:end`` that does not depend on their rows, the cast of
+        the head's slice: the forward and the backward queue their first before their row syncs, so
+        the device casts while the host waits, and the first product follows the sync sooner."""
+        self.weight_slice(start, end)
 
     def tile(self, rows: Tensor, start: int, end: int, reuse: bool = True, indexed: bool = False) -> Tensor:
         """The ``[n, end - start]`` logits tile; ``reuse``: written into the head's one tile buffer

@@ -56,6 +56,7 @@ BACKENDS = ("torch", "triton")
 _TRITON_TILE = (4096, 32768)  # the Triton kernels read the tile in its dtype: no float32 copies
 _CPU_TILE = (256, 8192)  # 8 MiB float32 (default_tile_size)
 _CPU_TILE_ELEMENTS = 1 << 21
+_NONZERO_STATIC_ON_CUDA = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 7)
 
 
 def parse_tile_size(text: str | None) -> TileSize | None:
@@ -158,8 +159,12 @@ def rows_with_gradient(grad_log_probs: Tensor | None, grad_entropy: Tensor | Non
             active = grad != 0 if active is None else active | (grad != 0)
     if active is None:
         return None
-    rows = active.nonzero().squeeze(-1)
-    return None if rows.numel() == active.numel() else rows
+    count = int(active.sum().item())  # the one sync: every row -> no index kernel after it
+    if count == active.numel():
+        return None
+    if active.device.type != "cuda" or _NONZERO_STATIC_ON_CUDA:
+        return torch.nonzero_static(active, size=count).squeeze(-1)  # the count is known: no second sync
+    return active.nonzero().squeeze(-1)
 
 
 def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], grad_log_probs: Tensor | None,
@@ -175,6 +180,8 @@ def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], gra
     folds = _folds(ctx.backend)
     grad_log_probs = None if grad_log_probs is None else grad_log_probs.float().contiguous()
     grad_entropy = None if grad_entropy is None else grad_entropy.float().contiguous()
+    if order.num_rows and head.vocab_size:  # queued before rows_with_gradient's sync, not after it
+        head.prepare_tile(0, min(ctx.vocab, head.vocab_size))
     active = rows_with_gradient(grad_log_probs, grad_entropy)
     if active is not None:
         order = order.subset(active)
@@ -206,7 +213,9 @@ class _Run:
     def __init__(self, shape: tuple[int, int, int], token_ids: Tensor, response_mask: Tensor,
                  js_references: tuple[str, ...], with_reference: bool, tile_size: TileSize | None,
                  backend: str | None, group_ids: Tensor | None, finished: Tensor | None,
-                 from_hidden: bool = True) -> None:
+                 from_hidden: bool = True, head: Head | None = None) -> None:
+        """``head``: the first tile's rows-independent work (:meth:`LinearHead.prepare_tile`) is queued
+        before the row layout's syncs, so the device does it while the host waits for them."""
         self.batch_size, self.length, self.vocab_size = shape
         device = self.device = token_ids.device
         self.backend = resolve_backend(backend, device)
@@ -220,6 +229,9 @@ class _Run:
             reference, metric = split_score_key(name)
             self.metrics_of[reference] = (*self.metrics_of.get(reference, ()), metric)
         self.group_variants = [name for name in self.metrics_of if name in GROUP_MEAN_VARIANTS]
+        if head is not None and self.vocab_size:
+            with torch.no_grad():
+                head.prepare_tile(0, min(self.vocab, self.vocab_size))
         if self.group_variants:
             assert group_ids is not None
             self.order = group_order(response_mask, token_ids, group_ids, finished, self.tokens)
@@ -425,7 +437,7 @@ def statistics(head: Head, shape: tuple[int, int, int], token_ids: Tensor, respo
     """The statistics of :mod:`ict.core.stats` from a head (one implementation for the logits and
     the hidden-state paths; see this module's docstring for the passes)."""
     run = _Run(shape, token_ids, response_mask, js_references, reference_head is not None, tile_size, backend,
-               group_ids, finished, from_hidden=isinstance(head, LinearHead))
+               group_ids, finished, from_hidden=isinstance(head, LinearHead), head=head)
     # the folds compute in float32 whatever the caller's autocast (their batched dot products would
     # otherwise run in its lower precision); the head's tiles keep the dtype chosen at its creation
     with torch.no_grad(), torch.autocast(token_ids.device.type, enabled=False):
@@ -452,7 +464,8 @@ def scores_given_normalisers(head: Head, shape: tuple[int, int, int], token_ids:
     TRL's fused head): the scores ``[B, T]`` by key, Renyi-2 ``[B, T]`` and
     ``max |sum_v p_v - 1|`` over the rows, which tells whether the given normalisers are those of
     this head's logits (no gradient)."""
-    run = _Run(shape, token_ids, response_mask, js_references, False, tile_size, backend, group_ids, finished)
+    run = _Run(shape, token_ids, response_mask, js_references, False, tile_size, backend, group_ids, finished,
+               head=head)
     with torch.no_grad(), torch.autocast(token_ids.device.type, enabled=False):  # float32 folds
         run.passes(head, None, temperature, given=(log_normaliser.float(), entropy.float()))
         scores = run.scores(head, temperature)
