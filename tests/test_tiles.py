@@ -477,6 +477,44 @@ def test_each_pass_casts_each_head_slice_once(references):
 
 
 
+
+@pytest.mark.parametrize("gradient_rows", ["all", "some"])
+def test_each_pass_casts_each_token_tiles_hidden_states_once(gradient_rows):
+    """Under bf16 autocast every pass casts each token tile's float32 hidden states once, for all
+    its vocabulary tiles (the backward kept them since; it cast them again per vocabulary tile),
+    over the rows with a gradient only in the backward."""
+    hidden, weight, _, token_ids, mask = hidden_batch(14, batch=16, bias=False)
+    hidden, weight = hidden.requires_grad_(), weight.requires_grad_()
+    rows, vocab = int(mask.sum()), weight.shape[0]
+    tile = (-(-rows // 4), -(-vocab // 3))  # 4 token tiles x 3 vocabulary tiles
+    head = weight.untyped_storage().data_ptr()
+
+    class RowCasts(TorchDispatchMode):  # casts of float32 [n, d] rows to bf16, the head's left out
+        def __init__(self) -> None:
+            super().__init__()
+            self.casts: list[tuple[int, ...]] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if (func.__name__.startswith("_to_copy") and args[0].dtype == torch.float32 and args[0].dim() == 2
+                    and args[0].shape[1] == hidden.shape[-1] and args[0].untyped_storage().data_ptr() != head):
+                self.casts.append(tuple(args[0].shape))
+            return func(*args, **(kwargs or {}))
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        forward = RowCasts()
+        with forward:
+            stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 1.0, tile_size=tile, backend="torch")
+        scale = torch.ones(mask.shape) if gradient_rows == "all" else (torch.arange(mask.shape[0]) < 4).float()[:, None]
+        backward = RowCasts()
+        with backward:
+            (stats.log_probs * scale).sum().backward()
+    assert sum(shape[0] for shape in forward.casts) == rows and len(forward.casts) == 4
+    reached = int((mask & (scale != 0)).sum())
+    assert sum(shape[0] for shape in backward.casts) == reached, backward.casts
+    assert len(backward.casts) == -(-reached // tile[0])
+    assert hidden.grad is not None and bool(hidden.grad[4:].eq(0).all()) == (gradient_rows == "some")
+
+
 @pytest.mark.parametrize("gradient_rows", ["all", "some", "none"])
 def test_the_backward_casts_its_first_head_slice_before_its_sync(gradient_rows):
     """The forward queues the first vocabulary slice's cast before the row layout reads its rows

@@ -4,7 +4,7 @@ The response rows are cut into token tiles (``tokens`` rows; whole (position, gr
 group reference is scored) and the vocabulary into tiles of ``vocab`` ids. Each pass visits every
 token tile once per vocabulary tile, vocabulary tiles outermost, so a head's slice is cast to the
 compute dtype once a pass (:meth:`~ict.core.stats.heads.LinearHead.weight_slice`), not once per
-token tile:
+token tile, and each token tile's hidden states once a pass, kept for the vocabulary tiles after:
 
 1. **statistics pass** - each logits tile (a matrix product of the rows' hidden states with the
    head's slice, or a slice of given logits) is folded into its rows' online log-sum-exp state
@@ -170,9 +170,9 @@ def rows_with_gradient(grad_log_probs: Tensor | None, grad_entropy: Tensor | Non
 def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], grad_log_probs: Tensor | None,
                     grad_entropy: Tensor | None) -> tuple[Tensor | None, RowOrder]:
     """Accumulate the input gradients into ``grads``, vocabulary tile by vocabulary tile, each over
-    every token tile (the head's slice is cast once; this module's docstring), over the rows with a
-    gradient only (:func:`rows_with_gradient`: the others' tiles are skipped, the rest re-tiled by
-    ``RowOrder.subset``). Returns the rows' accumulator (``[M, d]``, in the returned order; None for
+    every token tile (the head's slice and each token tile's rows are cast once; this module's
+    docstring), over the rows with a gradient only (:func:`rows_with_gradient`: the others' tiles
+    are skipped, the rest re-tiled by ``RowOrder.subset``). Returns the rows' accumulator (``[M, d]``, in the returned order; None for
     a head without one) and the order of its rows."""
     targets, maximum, log_total, entropy = ctx.saved_tensors
     head: Head = ctx.head
@@ -189,10 +189,14 @@ def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], gra
         grad_log_probs = None if grad_log_probs is None else grad_log_probs[active]
         grad_entropy = None if grad_entropy is None else grad_entropy[active]
     row_grads = head.new_row_grads(order.num_rows, needed)
+    # each token tile's rows (hidden states in the compute dtype) once, at their first vocabulary
+    # tile (the first product follows the sync sooner), kept for the others: [M, d] in all
+    tile_rows: list[Tensor | None] = [None] * len(order.tiles)
     for start, end in chunks(head.vocab_size, ctx.vocab):
-        for tile in order.tiles:
-            part = tile.part
-            rows = head.rows(*order.positions(part))
+        for index, part in enumerate(tile.part for tile in order.tiles):
+            rows = tile_rows[index]
+            if rows is None:
+                rows = tile_rows[index] = head.rows(*order.positions(part))
             tile = head.tile(rows, start, end, indexed=folds.READS_INDEXED_TILES)
             # an indexed tile's gradient goes straight into the same rows of the logits' gradient
             indexed = isinstance(tile, IndexedTile) and grads[0] is not None
