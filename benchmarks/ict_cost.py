@@ -34,11 +34,11 @@ Seconds: the median of ``--repeats`` timed calls (GPU 9; CPU 1, where one call o
 call, each round starting one row later than the one before, so that no row always follows the
 same row, whose heat or memory it would inherit; the timed rounds stop early, after at least one,
 when the longest round so far would pass the time budget: the warm-up's own time, Triton's
-compiles and cuBLAS's first calls included, says nothing of a round's). Memory: the peak above what was held just before the call (the
-inputs: hidden states, weight, ids, mask, advantages), so it includes the gradients of the
-hidden states and the weight; CUDA: ``max_memory_allocated`` after ``reset_peak_memory_stats``
-minus ``memory_allocated``; CPU: the peak resident set (reset through /proc/self/clear_refs)
-minus the resident set, an estimate.
+compiles and cuBLAS's first calls included, says nothing of a round's). Memory: the peak above
+what was held just before the call (the inputs: hidden states, weight, ids, mask, advantages), so
+it includes the gradients of the hidden states and the weight; CUDA: ``max_memory_allocated``
+after ``reset_peak_memory_stats`` minus ``memory_allocated``; CPU: the peak resident set (reset
+through /proc/self/clear_refs) minus the resident set, an estimate.
 
 (b) ICT inside TRL (``ICTGRPOTrainer``, ``token_selector="ict:ratio=0.1"``, no full-token
 warm-up) against plain ``trl.GRPOTrainer``, same settings otherwise (``loss_type="grpo"``,
@@ -227,8 +227,6 @@ def pooled_ratio(new: dict[str, Any], old: dict[str, Any]) -> float:
         return math.nan
     pooled = statistics.median(generation)
     return (pooled + new["rest"]) / (pooled + old["rest"])
-
-
 
 
 def print_train(section: str, model: str, summary: dict[str, dict[str, Any]],

@@ -114,8 +114,7 @@ def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, 
             result["median"] = statistics.median(result["seconds"])
             result["peak"] = max(result["peak_mib"])
     return {"rows": results, "origin_epoch": origin_epoch, "tokens": prompts * completions * length, "d": width,
-            "V": vocab, "repeats": repeats,
-            "shape": list(shape), "dtype": "bf16 autocast" if gpu else "fp32"}
+            "V": vocab, "repeats": repeats, "shape": list(shape), "dtype": "bf16 autocast" if gpu else "fp32"}
 
 
 def ratio(rows: dict[str, Any], name: str, key: str) -> float:
@@ -145,15 +144,12 @@ def print_a(results: dict[str, Any], settings: dict[str, Any]) -> list[str]:
               f"our tiles {settings['tile_size'] or 'the default'}\n")
         print("| path | seconds | x TRL's head | peak memory above the inputs (MiB) | x TRL's head |\n"
               "|---|---|---|---|---|")
-        base = rows["trl"]
-        for row in rows.values():
+        for name, row in rows.items():
             if "median" not in row:
                 print(f"| {row['label']} | {row.get('error', 'not run')} | | | |")
                 continue
-            time_ratio = row["median"] / base["median"] if "median" in base else math.nan
-            memory_ratio = row["peak"] / base["peak"] if base.get("peak") else math.nan
-            print(f"| {row['label']} | {row['median']:.4f} | {number(time_ratio, 2)} | {row['peak']:.1f} | "
-                  f"{number(memory_ratio, 2)} |")
+            print(f"| {row['label']} | {row['median']:.4f} | {number(ratio(rows, name, 'median'), 2)} | "
+                  f"{row['peak']:.1f} | {number(ratio(rows, name, 'peak'), 2)} |")
         checks = ([("ICT from hidden time <= 1.5x TRL's head", ratio(rows, "ict_hidden", "median"), 1.5, "ict_hidden"),
                    ("ICT from hidden memory <= 1.0x TRL's head", ratio(rows, "ict_hidden", "peak"), 1.0, None),
                    ("GRPO from hidden time <= 1.0x TRL's head", ratio(rows, "grpo_hidden", "median"), 1.0,

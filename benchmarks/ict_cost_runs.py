@@ -468,8 +468,8 @@ def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions
         "model": model_dir, "method": variant, "full_token_warmup_steps": 0, "dataset": str(data_path),
         "prompts_per_step": prompts, "num_generations": completions, "max_new_tokens": length,
         "generation_batch_size": prompts * completions, "device": device, "rollout_backend": "hf",
-        "statistics_from": statistics_from, "stats_tile_size": stats_tile_size, "learning_rate": 1e-6, "temperature": 1.0,
-        "tensorboard": False, "progress": False}, {})
+        "statistics_from": statistics_from, "stats_tile_size": stats_tile_size, "learning_rate": 1e-6,
+        "temperature": 1.0, "tensorboard": False, "progress": False}, {})
     free_memory(device)
     meter = MemoryMeter(device)
     meter.start()

@@ -146,7 +146,6 @@ def test_the_loss_metrics_launch_one_operator_more_a_metric():
     assert launches(2) <= 10
 
 
-
 class _Operators(TorchDispatchMode):
     """The names of the operators run under it, in order."""
 

@@ -443,15 +443,19 @@ def test_merged_point_masses_match_float64(backend, tile):
 
 
 class CastCounter(TorchDispatchMode):
-    """Records the shape of every cast (``_to_copy``) that reads ``tensor``'s storage."""
+    """Records the shape of every cast (``_to_copy``) that reads ``tensor``'s storage
+    (:meth:`counts`)."""
 
     def __init__(self, tensor: torch.Tensor) -> None:
         super().__init__()
         self.storage = tensor.untyped_storage().data_ptr()
         self.casts: list[tuple[int, ...]] = []
 
+    def counts(self, source: torch.Tensor) -> bool:
+        return source.untyped_storage().data_ptr() == self.storage
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.__name__.startswith("_to_copy") and args[0].untyped_storage().data_ptr() == self.storage:
+        if func.__name__.startswith("_to_copy") and self.counts(args[0]):
             self.casts.append(tuple(args[0].shape))
         return func(*args, **(kwargs or {}))
 
@@ -476,8 +480,6 @@ def test_each_pass_casts_each_head_slice_once(references):
                                          for start in range(0, vocab, tile[1])})
 
 
-
-
 @pytest.mark.parametrize("gradient_rows", ["all", "some"])
 def test_each_pass_casts_each_token_tiles_hidden_states_once(gradient_rows):
     """Under bf16 autocast every pass casts each token tile's float32 hidden states once, for all
@@ -487,25 +489,18 @@ def test_each_pass_casts_each_token_tiles_hidden_states_once(gradient_rows):
     hidden, weight = hidden.requires_grad_(), weight.requires_grad_()
     rows, vocab = int(mask.sum()), weight.shape[0]
     tile = (-(-rows // 4), -(-vocab // 3))  # 4 token tiles x 3 vocabulary tiles
-    head = weight.untyped_storage().data_ptr()
 
-    class RowCasts(TorchDispatchMode):  # casts of float32 [n, d] rows to bf16, the head's left out
-        def __init__(self) -> None:
-            super().__init__()
-            self.casts: list[tuple[int, ...]] = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if (func.__name__.startswith("_to_copy") and args[0].dtype == torch.float32 and args[0].dim() == 2
-                    and args[0].shape[1] == hidden.shape[-1] and args[0].untyped_storage().data_ptr() != head):
-                self.casts.append(tuple(args[0].shape))
-            return func(*args, **(kwargs or {}))
+    class RowCasts(CastCounter):  # casts of float32 [n, d] rows (gathered or not), the head's left out
+        def counts(self, source: torch.Tensor) -> bool:
+            return (source.dtype == torch.float32 and source.dim() == 2 and source.shape[1] == hidden.shape[-1]
+                    and not super().counts(source))
 
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        forward = RowCasts()
+        forward = RowCasts(weight)
         with forward:
             stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 1.0, tile_size=tile, backend="torch")
         scale = torch.ones(mask.shape) if gradient_rows == "all" else (torch.arange(mask.shape[0]) < 4).float()[:, None]
-        backward = RowCasts()
+        backward = RowCasts(weight)
         with backward:
             (stats.log_probs * scale).sum().backward()
     assert sum(shape[0] for shape in forward.casts) == rows and len(forward.casts) == 4

@@ -167,13 +167,19 @@ def rows_with_gradient(grad_log_probs: Tensor | None, grad_entropy: Tensor | Non
     return active.nonzero().squeeze(-1)
 
 
+def _tile_rows(head: Head, order: RowOrder) -> list[tuple[slice, Tensor]]:
+    """Each token tile's rows of ``order`` and their head rows (hidden states in the compute dtype,
+    or rows of given logits), taken once a pass and read for every vocabulary tile."""
+    return [(tile.part, head.rows(*order.positions(tile.part))) for tile in order.tiles]
+
+
 def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], grad_log_probs: Tensor | None,
                     grad_entropy: Tensor | None) -> tuple[Tensor | None, RowOrder]:
     """Accumulate the input gradients into ``grads``, vocabulary tile by vocabulary tile, each over
     every token tile (the head's slice and each token tile's rows are cast once; this module's
     docstring), over the rows with a gradient only (:func:`rows_with_gradient`: the others' tiles
-    are skipped, the rest re-tiled by ``RowOrder.subset``). Returns the rows' accumulator (``[M, d]``, in the returned order; None for
-    a head without one) and the order of its rows."""
+    are skipped, the rest re-tiled by ``RowOrder.subset``). Returns the rows' accumulator
+    (``[M, d]``, in the returned order; None for a head without one) and the order of its rows."""
     targets, maximum, log_total, entropy = ctx.saved_tensors
     head: Head = ctx.head
     order: RowOrder = ctx.order
@@ -189,14 +195,9 @@ def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], gra
         grad_log_probs = None if grad_log_probs is None else grad_log_probs[active]
         grad_entropy = None if grad_entropy is None else grad_entropy[active]
     row_grads = head.new_row_grads(order.num_rows, needed)
-    # each token tile's rows (hidden states in the compute dtype) once, at their first vocabulary
-    # tile (the first product follows the sync sooner), kept for the others: [M, d] in all
-    tile_rows: list[Tensor | None] = [None] * len(order.tiles)
+    tiles = _tile_rows(head, order)  # [M, d] in all
     for start, end in chunks(head.vocab_size, ctx.vocab):
-        for index, part in enumerate(tile.part for tile in order.tiles):
-            rows = tile_rows[index]
-            if rows is None:
-                rows = tile_rows[index] = head.rows(*order.positions(part))
+        for part, rows in tiles:
             tile = head.tile(rows, start, end, indexed=folds.READS_INDEXED_TILES)
             # an indexed tile's gradient goes straight into the same rows of the logits' gradient
             indexed = isinstance(tile, IndexedTile) and grads[0] is not None
@@ -214,17 +215,17 @@ def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], gra
 class _Run:
     """One call's row order, tiles and per-row accumulators (processing order, ``[N]`` each)."""
 
-    def __init__(self, shape: tuple[int, int, int], token_ids: Tensor, response_mask: Tensor,
+    def __init__(self, head: Head, shape: tuple[int, int, int], token_ids: Tensor, response_mask: Tensor,
                  js_references: tuple[str, ...], with_reference: bool, tile_size: TileSize | None,
-                 backend: str | None, group_ids: Tensor | None, finished: Tensor | None,
-                 from_hidden: bool = True, head: Head | None = None) -> None:
-        """``head``: the first tile's rows-independent work (:meth:`LinearHead.prepare_tile`) is queued
-        before the row layout's syncs, so the device does it while the host waits for them."""
+                 backend: str | None, group_ids: Tensor | None, finished: Tensor | None) -> None:
+        """``head``'s kind picks the default tiles (hidden states or logits); its first tile's work
+        that does not depend on the rows (:meth:`LinearHead.prepare_tile`) is queued before the row
+        layout's syncs, so the device does it while the host waits for them."""
         self.batch_size, self.length, self.vocab_size = shape
         device = self.device = token_ids.device
         self.backend = resolve_backend(backend, device)
         self.tokens, self.vocab = tile_size or default_tile_size(device, self.vocab_size, self.backend,
-                                                                 from_hidden)
+                                                                 isinstance(head, LinearHead))
         if self.tokens < 1 or self.vocab < 1:
             raise ValueError(f"tile_size must be two positive integers (tokens, vocab), got {tile_size}")
         self.folds = _folds(self.backend)
@@ -233,7 +234,7 @@ class _Run:
             reference, metric = split_score_key(name)
             self.metrics_of[reference] = (*self.metrics_of.get(reference, ()), metric)
         self.group_variants = [name for name in self.metrics_of if name in GROUP_MEAN_VARIANTS]
-        if head is not None and self.vocab_size:
+        if self.vocab_size:
             with torch.no_grad():
                 head.prepare_tile(0, min(self.vocab, self.vocab_size))
         if self.group_variants:
@@ -419,7 +420,7 @@ class _Run:
         mean = self.sequence_sum.div_(counts.unsqueeze(-1).float())
         mean_entropy = torch_tiles.entropy_terms(mean)
         partials = Partials.zeros(order.num_rows, self.device)
-        tiles = [(tile.part, head.rows(*order.positions(tile.part))) for tile in order.tiles]
+        tiles = _tile_rows(head, order)
         for start, end in chunks(self.vocab_size, self.vocab):
             for part, rows in tiles:
                 p = torch_tiles.probabilities(head.tile(rows, start, end), self.maximum[part], self.log_total[part],
@@ -440,8 +441,8 @@ def statistics(head: Head, shape: tuple[int, int, int], token_ids: Tensor, respo
                group_ids: Tensor | None, finished: Tensor | None) -> TokenStatistics:
     """The statistics of :mod:`ict.core.stats` from a head (one implementation for the logits and
     the hidden-state paths; see this module's docstring for the passes)."""
-    run = _Run(shape, token_ids, response_mask, js_references, reference_head is not None, tile_size, backend,
-               group_ids, finished, from_hidden=isinstance(head, LinearHead), head=head)
+    run = _Run(head, shape, token_ids, response_mask, js_references, reference_head is not None, tile_size,
+               backend, group_ids, finished)
     # the folds compute in float32 whatever the caller's autocast (their batched dot products would
     # otherwise run in its lower precision); the head's tiles keep the dtype chosen at its creation
     with torch.no_grad(), torch.autocast(token_ids.device.type, enabled=False):
@@ -468,8 +469,8 @@ def scores_given_normalisers(head: Head, shape: tuple[int, int, int], token_ids:
     TRL's fused head): the scores ``[B, T]`` by key, Renyi-2 ``[B, T]`` and
     ``max |sum_v p_v - 1|`` over the rows, which tells whether the given normalisers are those of
     this head's logits (no gradient)."""
-    run = _Run(shape, token_ids, response_mask, js_references, False, tile_size, backend, group_ids, finished,
-               head=head)
+    run = _Run(head, shape, token_ids, response_mask, js_references, False, tile_size, backend, group_ids,
+               finished)
     with torch.no_grad(), torch.autocast(token_ids.device.type, enabled=False):  # float32 folds
         run.passes(head, None, temperature, given=(log_normaliser.float(), entropy.float()))
         scores = run.scores(head, temperature)
