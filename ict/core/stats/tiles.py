@@ -4,7 +4,9 @@ The response rows are cut into token tiles (``tokens`` rows; whole (position, gr
 group reference is scored) and the vocabulary into tiles of ``vocab`` ids. Each pass visits every
 token tile once per vocabulary tile, vocabulary tiles outermost, so a head's slice is cast to the
 compute dtype once a pass (:meth:`~ict.core.stats.heads.LinearHead.weight_slice`), not once per
-token tile, and each token tile's hidden states once a pass, kept for the vocabulary tiles after:
+token tile, and each token tile's hidden states once a pass, at its first use, kept for the vocabulary
+tiles after (the first tile's product is queued right after the row layout's syncs, before anything
+else of the call, so that the device computes while the host sets up the rest):
 
 1. **statistics pass** - each logits tile (a matrix product of the rows' hidden states with the
    head's slice, or a slice of given logits) is folded into its rows' online log-sum-exp state
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from types import ModuleType
 
 import torch
@@ -39,7 +41,7 @@ from torch import Tensor
 
 from ict.core.stats import torch_tiles
 from ict.core.stats.heads import Head, LinearHead, LogitsHead
-from ict.core.stats.rows import IndexedTile, RowOrder, Tile, chunks, group_order, sequence_order
+from ict.core.stats.rows import IndexedTile, RowOrder, chunks, group_order, sequence_order
 from ict.core.stats.scores import (
     GROUP_MEAN_VARIANTS,
     Partials,
@@ -167,10 +169,24 @@ def rows_with_gradient(grad_log_probs: Tensor | None, grad_entropy: Tensor | Non
     return active.nonzero().squeeze(-1)
 
 
-def _tile_rows(head: Head, order: RowOrder) -> list[tuple[slice, Tensor]]:
-    """Each token tile's rows of ``order`` and their head rows (hidden states in the compute dtype,
-    or rows of given logits), taken once a pass and read for every vocabulary tile."""
-    return [(tile.part, head.rows(*order.positions(tile.part))) for tile in order.tiles]
+class _TileRows:
+    """Each token tile's head rows (hidden states in the compute dtype, or rows of given logits),
+    ``rows[i]`` for ``order.tiles[i]``: taken at the tile's first use and kept for the pass's later
+    vocabulary tiles (so each once a pass; the first tile's product waits for no other tile's cast)."""
+
+    def __init__(self, head: Head, order: RowOrder) -> None:
+        self.head, self.order = head, order
+        self._rows: list[Tensor | None] = [None] * len(order.tiles)
+
+    def __getitem__(self, index: int) -> Tensor:
+        rows = self._rows[index]
+        if rows is None:
+            rows = self._rows[index] = self.head.rows(*self.order.positions(self.order.tiles[index].part))
+        return rows
+
+    def __iter__(self) -> Iterator[tuple[slice, Tensor]]:
+        """``(part, rows)`` of each token tile in order."""
+        return ((tile.part, self[index]) for index, tile in enumerate(self.order.tiles))
 
 
 def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], grad_log_probs: Tensor | None,
@@ -195,9 +211,9 @@ def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], gra
         grad_log_probs = None if grad_log_probs is None else grad_log_probs[active]
         grad_entropy = None if grad_entropy is None else grad_entropy[active]
     row_grads = head.new_row_grads(order.num_rows, needed)
-    tiles = _tile_rows(head, order)  # [M, d] in all
+    tile_rows = _TileRows(head, order)  # [M, d] in all
     for start, end in chunks(head.vocab_size, ctx.vocab):
-        for part, rows in tiles:
+        for part, rows in tile_rows:
             tile = head.tile(rows, start, end, indexed=folds.READS_INDEXED_TILES)
             # an indexed tile's gradient goes straight into the same rows of the logits' gradient
             indexed = isinstance(tile, IndexedTile) and grads[0] is not None
@@ -217,10 +233,15 @@ class _Run:
 
     def __init__(self, head: Head, shape: tuple[int, int, int], token_ids: Tensor, response_mask: Tensor,
                  js_references: tuple[str, ...], with_reference: bool, tile_size: TileSize | None,
-                 backend: str | None, group_ids: Tensor | None, finished: Tensor | None) -> None:
-        """``head``'s kind picks the default tiles (hidden states or logits); its first tile's work
-        that does not depend on the rows (:meth:`LinearHead.prepare_tile`) is queued before the row
-        layout's syncs, so the device does it while the host waits for them."""
+                 backend: str | None, group_ids: Tensor | None, finished: Tensor | None,
+                 statistics_pass: bool = True) -> None:
+        """Built without gradient. ``head``'s kind picks the default tiles (hidden states or logits);
+        its first tile's work that does not depend on the rows (:meth:`LinearHead.prepare_tile`) is
+        queued before the row layout's syncs, so the device does it while the host waits for them,
+        and the first tile (its product) right after them, before the accumulators: the device
+        computes it while the host allocates them (on a GPU the host's time after a sync is the
+        device's idle time). ``statistics_pass``: False when :meth:`passes` will be given the
+        normalisers (then the first tile is queued only if a score is asked)."""
         self.batch_size, self.length, self.vocab_size = shape
         device = self.device = token_ids.device
         self.backend = resolve_backend(backend, device)
@@ -235,13 +256,17 @@ class _Run:
             self.metrics_of[reference] = (*self.metrics_of.get(reference, ()), metric)
         self.group_variants = [name for name in self.metrics_of if name in GROUP_MEAN_VARIANTS]
         if self.vocab_size:
-            with torch.no_grad():
-                head.prepare_tile(0, min(self.vocab, self.vocab_size))
+            head.prepare_tile(0, min(self.vocab, self.vocab_size))
         if self.group_variants:
             assert group_ids is not None
             self.order = group_order(response_mask, token_ids, group_ids, finished, self.tokens)
         else:
             self.order = sequence_order(response_mask, self.tokens)
+        self.rows = _TileRows(head, self.order)
+        self.first_logits: Tensor | IndexedTile | None = None  # token tile 0 x vocabulary tile 0 (_logits)
+        if self.order.tiles and self.vocab_size and (statistics_pass or self.metrics_of):
+            self.first_logits = head.tile(self.rows[0], 0, min(self.vocab, self.vocab_size),
+                                          indexed=self.folds.READS_INDEXED_TILES)
         num_rows = self.order.num_rows
         self.targets = token_ids[self.order.batch_index, self.order.time_index].to(device, torch.long).contiguous()
         self.state = RowState.empty(num_rows, device)
@@ -270,9 +295,7 @@ class _Run:
             self.log_total.zero_()
             self.entropy.copy_(given[1][order.batch_index, order.time_index])
             self.mass = (torch.zeros_like(self.entropy), torch.zeros_like(self.entropy))
-        tiles = [(tile, head.rows(*order.positions(tile.part)),
-                  None if reference_head is None else reference_head.rows(*order.positions(tile.part)))
-                 for tile in order.tiles]
+        reference_rows = None if reference_head is None else _TileRows(reference_head, order)
         for tile in order.tiles:
             for variant in self.group_variants:
                 assert tile.blocks is not None
@@ -281,44 +304,52 @@ class _Run:
         if given is None and self.vocab >= vocab_size and self.metrics_of:
             # the torch folds keep the tile's probabilities (computed once), the Triton kernels its logits
             keep_p = self.folds is torch_tiles
-            for tile, rows, reference_rows in tiles:
-                kept = self._fold_tile(tile.part, head, rows, reference_head, reference_rows, 0, vocab_size,
-                                       temperature, overwrite=keep_p, keep_exponentials=keep_p)
+            for index, tile in enumerate(order.tiles):
+                kept = self._fold_tile(index, head, reference_head, reference_rows, 0, vocab_size, temperature,
+                                       overwrite=keep_p, keep_exponentials=keep_p)
                 self._finish_statistics(tile.part)
                 p = None
                 if keep_p:  # e^(z - m) / s
                     assert isinstance(kept, Tensor)
                     p = kept.div_(self.state.view(tile.part).total.unsqueeze(-1))
-                self._score_tile(tile, None if keep_p else kept, rows, 0, vocab_size, head, reference_head,
+                self._score_tile(index, None if keep_p else kept, 0, vocab_size, head, reference_head,
                                  reference_rows, temperature, p)
             return
         if given is None:
             for start, end in chunks(vocab_size, self.vocab):
-                for tile, rows, reference_rows in tiles:
-                    self._fold_tile(tile.part, head, rows, reference_head, reference_rows, start, end, temperature,
+                for index in range(len(order.tiles)):
+                    self._fold_tile(index, head, reference_head, reference_rows, start, end, temperature,
                                     overwrite=True)
             self._finish_statistics(slice(None))
         if self.metrics_of:
             for start, end in chunks(vocab_size, self.vocab):
-                for tile, rows, reference_rows in tiles:
-                    logits = head.tile(rows, start, end, indexed=self.folds.READS_INDEXED_TILES)
-                    self._score_tile(tile, logits, rows, start, end, head, reference_head, reference_rows,
-                                     temperature)
+                for index in range(len(order.tiles)):
+                    self._score_tile(index, self._logits(head, index, start, end), start, end, head, reference_head,
+                                     reference_rows, temperature)
 
-    def _fold_tile(self, part: slice, head: Head, rows: Tensor, reference_head: LogitsHead | None,
-                   reference_rows: Tensor | None, start: int, end: int, temperature: float, overwrite: bool,
+    def _logits(self, head: Head, index: int, start: int, end: int) -> Tensor | IndexedTile:
+        """Token tile ``index``'s logits over ``start:end`` (:meth:`Head.tile`); the first tile's
+        first, queued by ``__init__``, is handed out once."""
+        if index == 0 and start == 0 and self.first_logits is not None:
+            logits, self.first_logits = self.first_logits, None
+            return logits
+        return head.tile(self.rows[index], start, end, indexed=self.folds.READS_INDEXED_TILES)
+
+    def _fold_tile(self, index: int, head: Head, reference_head: LogitsHead | None,
+                   reference_rows: _TileRows | None, start: int, end: int, temperature: float, overwrite: bool,
                    keep_exponentials: bool = False) -> Tensor | IndexedTile:
-        """Fold one tile into the rows' statistics (and the reference's); returns the logits tile,
-        or its exponentials when ``keep_exponentials`` (torch folds)."""
-        indexed = self.folds.READS_INDEXED_TILES
-        logits = head.tile(rows, start, end, indexed=indexed)
+        """Fold token tile ``index``'s logits over ``start:end`` into its rows' statistics (and the
+        reference's); returns the logits tile, or its exponentials when ``keep_exponentials``
+        (torch folds)."""
+        part, indexed = self.order.tiles[index].part, self.folds.READS_INDEXED_TILES
+        logits = self._logits(head, index, start, end)
         exponentials = self.folds.fold_statistics(self.state.view(part), logits, self.targets[part], start,
                                                   temperature, overwrite=overwrite,
                                                   keep_exponentials=keep_exponentials)
         if reference_head is not None and self.reference_state is not None:
             assert reference_rows is not None
             self.folds.fold_statistics(self.reference_state.view(part),
-                                       reference_head.tile(reference_rows, start, end, indexed=indexed),
+                                       reference_head.tile(reference_rows[index], start, end, indexed=indexed),
                                        self.targets[part], start, temperature)
         return logits if exponentials is None else exponentials
 
@@ -357,13 +388,15 @@ class _Run:
                 scores[score_key("seq_mean", metric)] = value
         return scores
 
-    def _score_tile(self, tile: Tile, logits: Tensor | IndexedTile | None, rows: Tensor, start: int, end: int,
-                    head: Head, reference_head: LogitsHead | None, reference_rows: Tensor | None, temperature: float,
+    def _score_tile(self, index: int, logits: Tensor | IndexedTile | None, start: int, end: int, head: Head,
+                    reference_head: LogitsHead | None, reference_rows: _TileRows | None, temperature: float,
                     p: Tensor | None = None) -> None:
-        """Accumulate one logits tile's sums for every reference asked (and, given normalisers,
-        each row's probability mass); ``p``: the tile's probabilities when kept from the
-        statistics pass (then ``logits`` is None)."""
-        part, order = tile.part, self.order
+        """Accumulate token tile ``index``'s sums over ``start:end`` for every reference asked (and,
+        given normalisers, each row's probability mass) from its ``logits``; ``p``: the tile's
+        probabilities when kept from the statistics pass (then ``logits`` is None)."""
+        order = self.order
+        tile = order.tiles[index]
+        part = tile.part
         maximum, log_total = self.maximum[part], self.log_total[part]
         mass = None if self.mass is None else (self.mass[0][part], self.mass[1][part])
         for variant in self.group_variants:
@@ -406,7 +439,7 @@ class _Run:
         if reference_head is not None:
             assert self.reference_state is not None and reference_rows is not None
             reference = self.reference_state.view(part)
-            q = torch_tiles.probabilities(reference_head.tile(reference_rows, start, end), reference.maximum,
+            q = torch_tiles.probabilities(reference_head.tile(reference_rows[index], start, end), reference.maximum,
                                           reference.log_total(), temperature, overwrite=True)
             torch_tiles.accumulate_partials(self.partials["ref"].view(part), p, q, self.metrics_of["ref"], False)
         if self.sequence_sum is not None:
@@ -420,9 +453,9 @@ class _Run:
         mean = self.sequence_sum.div_(counts.unsqueeze(-1).float())
         mean_entropy = torch_tiles.entropy_terms(mean)
         partials = Partials.zeros(order.num_rows, self.device)
-        tiles = _tile_rows(head, order)
+        tile_rows = _TileRows(head, order)
         for start, end in chunks(self.vocab_size, self.vocab):
-            for part, rows in tiles:
+            for part, rows in tile_rows:
                 p = torch_tiles.probabilities(head.tile(rows, start, end), self.maximum[part], self.log_total[part],
                                               temperature, overwrite=True)
                 torch_tiles.accumulate_partials(partials.view(part), p, mean[order.batch_index[part], start:end],
@@ -441,11 +474,11 @@ def statistics(head: Head, shape: tuple[int, int, int], token_ids: Tensor, respo
                group_ids: Tensor | None, finished: Tensor | None) -> TokenStatistics:
     """The statistics of :mod:`ict.core.stats` from a head (one implementation for the logits and
     the hidden-state paths; see this module's docstring for the passes)."""
-    run = _Run(head, shape, token_ids, response_mask, js_references, reference_head is not None, tile_size,
-               backend, group_ids, finished)
     # the folds compute in float32 whatever the caller's autocast (their batched dot products would
     # otherwise run in its lower precision); the head's tiles keep the dtype chosen at its creation
     with torch.no_grad(), torch.autocast(token_ids.device.type, enabled=False):
+        run = _Run(head, shape, token_ids, response_mask, js_references, reference_head is not None, tile_size,
+                   backend, group_ids, finished)
         run.passes(head, reference_head, temperature)
         scores = run.scores(head, temperature)
         head.release()
@@ -469,9 +502,9 @@ def scores_given_normalisers(head: Head, shape: tuple[int, int, int], token_ids:
     TRL's fused head): the scores ``[B, T]`` by key, Renyi-2 ``[B, T]`` and
     ``max |sum_v p_v - 1|`` over the rows, which tells whether the given normalisers are those of
     this head's logits (no gradient)."""
-    run = _Run(head, shape, token_ids, response_mask, js_references, False, tile_size, backend, group_ids,
-               finished)
     with torch.no_grad(), torch.autocast(token_ids.device.type, enabled=False):  # float32 folds
+        run = _Run(head, shape, token_ids, response_mask, js_references, False, tile_size, backend, group_ids,
+                   finished, statistics_pass=False)
         run.passes(head, None, temperature, given=(log_normaliser.float(), entropy.float()))
         scores = run.scores(head, temperature)
         head.release()
