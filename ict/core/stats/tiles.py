@@ -211,7 +211,9 @@ def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], gra
         grad_log_probs = None if grad_log_probs is None else grad_log_probs[active]
         grad_entropy = None if grad_entropy is None else grad_entropy[active]
     row_grads = head.new_row_grads(order.num_rows, needed)
-    tile_rows = _TileRows(head, order)  # [M, d] in all
+    # every token tile's rows up front ([M, d] in all): taken at their first use instead, GRPO's
+    # step at the offline default was 4% slower on a CPU (results/cpu-2026-11-27c/)
+    tile_rows = list(_TileRows(head, order))
     for start, end in chunks(head.vocab_size, ctx.vocab):
         for part, rows in tile_rows:
             tile = head.tile(rows, start, end, indexed=folds.READS_INDEXED_TILES)
