@@ -51,10 +51,12 @@ def test_each_pass_casts_each_head_slice_once(references):
 
 
 @pytest.mark.parametrize("gradient_rows", ["all", "some"])
-def test_each_pass_casts_each_token_tiles_hidden_states_once(gradient_rows):
-    """Under bf16 autocast every pass casts each token tile's float32 hidden states once, for all
-    its vocabulary tiles (the backward kept them since; it cast them again per vocabulary tile),
-    over the rows with a gradient only in the backward."""
+@pytest.mark.parametrize("references", [(), ("seq_mean",)])
+def test_each_pass_casts_each_token_tiles_hidden_states_once(gradient_rows, references):
+    """Under bf16 autocast the forward casts each token tile's float32 hidden states once, for all
+    its vocabulary tiles and passes (``seq_mean``'s pass of its own included), and the backward
+    once, for all its vocabulary tiles (it cast them again per vocabulary tile), over the rows with
+    a gradient only."""
     hidden, weight, _, token_ids, mask = hidden_batch(14, batch=16, bias=False)
     hidden, weight = hidden.requires_grad_(), weight.requires_grad_()
     rows, vocab = int(mask.sum()), weight.shape[0]
@@ -68,7 +70,8 @@ def test_each_pass_casts_each_token_tiles_hidden_states_once(gradient_rows):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         forward = RowCasts(weight)
         with forward:
-            stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 1.0, tile_size=tile, backend="torch")
+            stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 1.0, js_references=references,
+                                                 tile_size=tile, backend="torch")
         scale = torch.ones(mask.shape) if gradient_rows == "all" else (torch.arange(mask.shape[0]) < 4).float()[:, None]
         backward = RowCasts(weight)
         with backward:

@@ -4,9 +4,10 @@ The response rows are cut into token tiles (``tokens`` rows; whole (position, gr
 group reference is scored) and the vocabulary into tiles of ``vocab`` ids. Each pass visits every
 token tile once per vocabulary tile, vocabulary tiles outermost, so a head's slice is cast to the
 compute dtype once a pass (:meth:`~ict.core.stats.heads.LinearHead.weight_slice`), not once per
-token tile, and each token tile's hidden states once a pass, at its first use, kept for the vocabulary
-tiles after (the first tile's product is queued right after the row layout's syncs, before anything
-else of the call, so that the device computes while the host sets up the rest):
+token tile, and each token tile's hidden states once a call's forward (at its first use, kept for
+the vocabulary tiles and passes after) and once its backward (up front). The forward's first tile's
+product is queued right after the row layout's syncs, before anything else of the call, so that
+the device computes while the host sets up the rest:
 
 1. **statistics pass** - each logits tile (a matrix product of the rows' hidden states with the
    head's slice, or a slice of given logits) is folded into its rows' online log-sum-exp state
@@ -171,8 +172,9 @@ def rows_with_gradient(grad_log_probs: Tensor | None, grad_entropy: Tensor | Non
 
 class _TileRows:
     """Each token tile's head rows (hidden states in the compute dtype, or rows of given logits),
-    ``rows[i]`` for ``order.tiles[i]``: taken at the tile's first use and kept for the pass's later
-    vocabulary tiles (so each once a pass; the first tile's product waits for no other tile's cast)."""
+    ``rows[i]`` for ``order.tiles[i]``: taken at the tile's first use and kept for the later
+    vocabulary tiles and passes that read it (so each once; the first tile's product waits for no
+    other tile's cast)."""
 
     def __init__(self, head: Head, order: RowOrder) -> None:
         self.head, self.order = head, order
@@ -244,6 +246,7 @@ class _Run:
         computes it while the host allocates them (on a GPU the host's time after a sync is the
         device's idle time). ``statistics_pass``: False when :meth:`passes` will be given the
         normalisers (then the first tile is queued only if a score is asked)."""
+        self.head = head
         self.batch_size, self.length, self.vocab_size = shape
         device = self.device = token_ids.device
         self.backend = resolve_backend(backend, device)
@@ -264,10 +267,10 @@ class _Run:
             self.order = group_order(response_mask, token_ids, group_ids, finished, self.tokens)
         else:
             self.order = sequence_order(response_mask, self.tokens)
-        self.rows = _TileRows(head, self.order)
+        self.tile_rows = _TileRows(head, self.order)
         self.first_logits: Tensor | IndexedTile | None = None  # token tile 0 x vocabulary tile 0 (_logits)
         if self.order.tiles and self.vocab_size and (statistics_pass or self.metrics_of):
-            self.first_logits = head.tile(self.rows[0], 0, min(self.vocab, self.vocab_size),
+            self.first_logits = head.tile(self.tile_rows[0], 0, min(self.vocab, self.vocab_size),
                                           indexed=self.folds.READS_INDEXED_TILES)
         num_rows = self.order.num_rows
         self.targets = token_ids[self.order.batch_index, self.order.time_index].to(device, torch.long).contiguous()
@@ -285,7 +288,7 @@ class _Run:
         self.maximum, self.log_total, self.entropy, self.renyi2, self.token_log_probs = (
             torch.empty(num_rows, dtype=torch.float32, device=device) for _ in range(5))
 
-    def passes(self, head: Head, reference_head: LogitsHead | None, temperature: float,
+    def passes(self, reference_head: LogitsHead | None, temperature: float,
                given: tuple[Tensor, Tensor] | None = None) -> None:
         """The statistics pass (skipped when ``given`` = the log-normaliser and entropy ``[B, T]``)
         and the score pass (module docstring). With several vocabulary tiles each pass runs them
@@ -307,44 +310,43 @@ class _Run:
             # the torch folds keep the tile's probabilities (computed once), the Triton kernels its logits
             keep_p = self.folds is torch_tiles
             for index, tile in enumerate(order.tiles):
-                kept = self._fold_tile(index, head, reference_head, reference_rows, 0, vocab_size, temperature,
+                kept = self._fold_tile(index, reference_head, reference_rows, 0, vocab_size, temperature,
                                        overwrite=keep_p, keep_exponentials=keep_p)
                 self._finish_statistics(tile.part)
                 p = None
                 if keep_p:  # e^(z - m) / s
                     assert isinstance(kept, Tensor)
                     p = kept.div_(self.state.view(tile.part).total.unsqueeze(-1))
-                self._score_tile(index, None if keep_p else kept, 0, vocab_size, head, reference_head,
-                                 reference_rows, temperature, p)
+                self._score_tile(index, None if keep_p else kept, 0, vocab_size, reference_head, reference_rows,
+                                 temperature, p)
             return
         if given is None:
             for start, end in chunks(vocab_size, self.vocab):
                 for index in range(len(order.tiles)):
-                    self._fold_tile(index, head, reference_head, reference_rows, start, end, temperature,
-                                    overwrite=True)
+                    self._fold_tile(index, reference_head, reference_rows, start, end, temperature, overwrite=True)
             self._finish_statistics(slice(None))
         if self.metrics_of:
             for start, end in chunks(vocab_size, self.vocab):
                 for index in range(len(order.tiles)):
-                    self._score_tile(index, self._logits(head, index, start, end), start, end, head, reference_head,
+                    self._score_tile(index, self._logits(index, start, end), start, end, reference_head,
                                      reference_rows, temperature)
 
-    def _logits(self, head: Head, index: int, start: int, end: int) -> Tensor | IndexedTile:
+    def _logits(self, index: int, start: int, end: int) -> Tensor | IndexedTile:
         """Token tile ``index``'s logits over ``start:end`` (:meth:`Head.tile`); the first tile's
         first, queued by ``__init__``, is handed out once."""
         if index == 0 and start == 0 and self.first_logits is not None:
             logits, self.first_logits = self.first_logits, None
             return logits
-        return head.tile(self.rows[index], start, end, indexed=self.folds.READS_INDEXED_TILES)
+        return self.head.tile(self.tile_rows[index], start, end, indexed=self.folds.READS_INDEXED_TILES)
 
-    def _fold_tile(self, index: int, head: Head, reference_head: LogitsHead | None,
+    def _fold_tile(self, index: int, reference_head: LogitsHead | None,
                    reference_rows: _TileRows | None, start: int, end: int, temperature: float, overwrite: bool,
                    keep_exponentials: bool = False) -> Tensor | IndexedTile:
         """Fold token tile ``index``'s logits over ``start:end`` into its rows' statistics (and the
         reference's); returns the logits tile, or its exponentials when ``keep_exponentials``
         (torch folds)."""
         part, indexed = self.order.tiles[index].part, self.folds.READS_INDEXED_TILES
-        logits = self._logits(head, index, start, end)
+        logits = self._logits(index, start, end)
         exponentials = self.folds.fold_statistics(self.state.view(part), logits, self.targets[part], start,
                                                   temperature, overwrite=overwrite,
                                                   keep_exponentials=keep_exponentials)
@@ -364,7 +366,7 @@ class _Run:
         self.renyi2[part] = view.renyi2()
         self.token_log_probs[part] = (view.target - view.maximum) - self.log_total[part]
 
-    def scores(self, head: Head, temperature: float) -> dict[str, Tensor]:
+    def scores(self, temperature: float) -> dict[str, Tensor]:
         """Every score asked for, ``[N]`` each, keyed by score key (``seq_mean`` takes a pass of its own)."""
         scores: dict[str, Tensor] = {}
         previous, entropy = self.previous, self.entropy
@@ -386,17 +388,17 @@ class _Run:
                     value.masked_fill_(previous < 0, 0.0)
                 scores[score_key(reference, metric)] = value
         if self.sequence_sum is not None:
-            for metric, value in self._seq_mean_scores(head, temperature).items():
+            for metric, value in self._seq_mean_scores(temperature).items():
                 scores[score_key("seq_mean", metric)] = value
         return scores
 
-    def _score_tile(self, index: int, logits: Tensor | IndexedTile | None, start: int, end: int, head: Head,
+    def _score_tile(self, index: int, logits: Tensor | IndexedTile | None, start: int, end: int,
                     reference_head: LogitsHead | None, reference_rows: _TileRows | None, temperature: float,
                     p: Tensor | None = None) -> None:
         """Accumulate token tile ``index``'s sums over ``start:end`` for every reference asked (and,
         given normalisers, each row's probability mass) from its ``logits``; ``p``: the tile's
         probabilities when kept from the statistics pass (then ``logits`` is None)."""
-        order = self.order
+        order, head = self.order, self.head
         tile = order.tiles[index]
         part = tile.part
         maximum, log_total = self.maximum[part], self.log_total[part]
@@ -447,7 +449,7 @@ class _Run:
         if self.sequence_sum is not None:
             self.sequence_sum[:, start:end].index_add_(0, order.batch_index[part], p)
 
-    def _seq_mean_scores(self, head: Head, temperature: float) -> dict[str, Tensor]:
+    def _seq_mean_scores(self, temperature: float) -> dict[str, Tensor]:
         """The metrics of each row to the mean distribution of its sequence (a pass of its own)."""
         assert self.sequence_sum is not None
         order, metrics = self.order, self.metrics_of["seq_mean"]
@@ -455,10 +457,9 @@ class _Run:
         mean = self.sequence_sum.div_(counts.unsqueeze(-1).float())
         mean_entropy = torch_tiles.entropy_terms(mean)
         partials = Partials.zeros(order.num_rows, self.device)
-        tile_rows = _TileRows(head, order)
         for start, end in chunks(self.vocab_size, self.vocab):
-            for part, rows in tile_rows:
-                p = torch_tiles.probabilities(head.tile(rows, start, end), self.maximum[part], self.log_total[part],
+            for part, rows in self.tile_rows:  # the other passes' rows, kept
+                p = torch_tiles.probabilities(self.head.tile(rows, start, end), self.maximum[part], self.log_total[part],
                                               temperature, overwrite=True)
                 torch_tiles.accumulate_partials(partials.view(part), p, mean[order.batch_index[part], start:end],
                                                 metrics, False)
@@ -481,8 +482,8 @@ def statistics(head: Head, shape: tuple[int, int, int], token_ids: Tensor, respo
     with torch.no_grad(), torch.autocast(token_ids.device.type, enabled=False):
         run = _Run(head, shape, token_ids, response_mask, js_references, reference_head is not None, tile_size,
                    backend, group_ids, finished)
-        run.passes(head, reference_head, temperature)
-        scores = run.scores(head, temperature)
+        run.passes(reference_head, temperature)
+        scores = run.scores(temperature)
         head.release()
     log_probs, entropy = _ResponseLogProbs.apply(
         head, run.order, run.targets, run.maximum, run.log_total, run.entropy, run.token_log_probs, temperature,
@@ -507,8 +508,8 @@ def scores_given_normalisers(head: Head, shape: tuple[int, int, int], token_ids:
     with torch.no_grad(), torch.autocast(token_ids.device.type, enabled=False):  # float32 folds
         run = _Run(head, shape, token_ids, response_mask, js_references, False, tile_size, backend, group_ids,
                    finished, statistics_pass=False)
-        run.passes(head, None, temperature, given=(log_normaliser.float(), entropy.float()))
-        scores = run.scores(head, temperature)
+        run.passes(None, temperature, given=(log_normaliser.float(), entropy.float()))
+        scores = run.scores(temperature)
         head.release()
     assert run.mass is not None
     total, square = run.mass
