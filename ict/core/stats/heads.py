@@ -65,8 +65,9 @@ class LogitsHead:
     def release(self) -> None:
         pass
 
-    def new_grads(self, needed: Sequence[bool]) -> list[Tensor | None]:
-        """The gradient's rows ``[rows, V]``, zero, in the layout of :attr:`flat` (see :meth:`finish`)."""
+    def new_grads(self, needed: Sequence[bool], written: bool = False) -> list[Tensor | None]:
+        """The gradient's rows ``[rows, V]``, zero, in the layout of :attr:`flat` (see :meth:`finish`;
+        each tile's rows are written, whatever ``written``)."""
         return [torch.zeros(self.flat.shape, dtype=self.logits.dtype, device=self.logits.device) if needed[0]
                 else None]
 
@@ -93,9 +94,11 @@ class LinearHead:
     """Tiles of ``logits = hidden @ weight.T (+ bias)``, computed in ``compute_dtype`` (the autocast
     dtype when autocast is on at the forward, else the hidden states' dtype) one tile at a time.
 
-    The backward accumulates ``grad_hidden`` (the response rows, ``[N, d]``), ``grad_weight`` and
-    ``grad_bias`` in float32, each only when its input needs a gradient (a frozen head costs no ``[V, d]``
-    buffer), and casts them to their inputs' dtypes at the end."""
+    The backward accumulates ``grad_hidden`` (the response rows, ``[N, d]``) in float32, and
+    ``grad_weight`` and ``grad_bias`` in float32 over several token tiles, or writes each of their
+    vocabulary slices once when one token tile holds every row and the head is in the compute
+    dtype (:meth:`new_grads`); each only when its input needs a gradient (a frozen head costs no
+    ``[V, d]`` buffer); they are cast to their inputs' dtypes at the end."""
 
     def __init__(self, hidden: Tensor, weight: Tensor, bias: Tensor | None) -> None:
         self.hidden, self.weight, self.bias = hidden, weight, bias
@@ -106,6 +109,7 @@ class LinearHead:
                               else hidden.dtype)
         self._buffer: Tensor | None = None
         self._weight_slice: tuple[tuple[int, int], Tensor] | None = None
+        self._writes = False  # the backward writes each slice of the head's gradients once (new_grads)
 
     def rows(self, rows_b: Tensor, rows_t: Tensor, span: slice | None = None) -> Tensor:
         """The hidden states of the rows ``(rows_b, rows_t)`` ``[n, d]`` in the compute dtype;
@@ -117,10 +121,14 @@ class LinearHead:
     def weight_slice(self, start: int, end: int) -> Tensor:
         """``weight[start:end]`` in the compute dtype, cast once for consecutive uses of the same
         slice (every token tile of a pass, which runs vocabulary tile outermost, and a backward
-        tile's three products; the previous slice is dropped first)."""
-        if self._weight_slice is None or self._weight_slice[0] != (start, end):
-            self._weight_slice = None
-            self._weight_slice = ((start, end), self.weight[start:end].to(self.compute_dtype))
+        tile's three products) or of slices inside it (a view; the backward's narrower tiles); the
+        previous slice is dropped first."""
+        if self._weight_slice is not None:
+            (first, last), cast = self._weight_slice
+            if first <= start and end <= last:
+                return cast if (start, end) == (first, last) else cast[start - first:end - first]
+        self._weight_slice = None
+        self._weight_slice = ((start, end), self.weight[start:end].to(self.compute_dtype))
         return self._weight_slice[1]
 
     def prepare_tile(self, start: int, end: int) -> None:
@@ -156,8 +164,16 @@ class LinearHead:
     def release(self) -> None:
         self._buffer = self._weight_slice = None
 
-    def new_grads(self, needed: Sequence[bool]) -> list[Tensor | None]:
-        return [torch.zeros(tensor.shape, dtype=torch.float32, device=tensor.device) if need and index else None
+    def new_grads(self, needed: Sequence[bool], written: bool = False) -> list[Tensor | None]:
+        """The head's gradients (``None`` for the hidden states': :meth:`new_row_grads`): float32
+        zeros that each token tile adds its share into; ``written`` (one token tile: each vocabulary
+        slice gets one share), in the weight's dtype when it is the compute dtype, left uninitialised
+        for :meth:`accumulate` to write each slice once (no float32 ``[V, d]`` copy, zero fill or
+        final cast)."""
+        self._writes = written and self.weight.dtype == self.compute_dtype
+        return [None if not need or not index else
+                torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device) if self._writes else
+                torch.zeros(tensor.shape, dtype=torch.float32, device=tensor.device)
                 for index, (tensor, need) in enumerate(zip(self.inputs, needed))]
 
     def new_row_grads(self, num_rows: int, needed: Sequence[bool]) -> Tensor | None:
@@ -168,14 +184,21 @@ class LinearHead:
 
     def accumulate(self, grads: list[Tensor | None], rows: Tensor, start: int, end: int, grad: Tensor,
                    row_grads: Tensor | None) -> None:
+        """Add the tile's logit gradient ``grad`` ``[n, end - start]`` into ``row_grads += grad @ W_v``
+        and the head's ``grads[1][start:end] += grad.T @ rows`` (and the bias's), or write the
+        head's when :meth:`new_grads` made them to be written once."""
         grad = grad.to(self.compute_dtype)
         with torch.autocast(rows.device.type, enabled=False):
             if row_grads is not None:
                 _add_product(row_grads, grad, self.weight_slice(start, end))
             if grads[1] is not None:
-                _add_product(grads[1][start:end], grad.T, rows)
+                (_write_product if self._writes else _add_product)(grads[1][start:end], grad.T, rows)
         if len(grads) > 2 and grads[2] is not None:
-            grads[2][start:end].add_(grad.sum(dim=0, dtype=torch.float32))
+            total = grad.sum(dim=0, dtype=torch.float32)
+            if self._writes:
+                grads[2][start:end].copy_(total)
+            else:
+                grads[2][start:end].add_(total)
 
     def finish(self, grads: list[Tensor | None], rows_b: Tensor, rows_t: Tensor,
                row_grads: Tensor | None, dense: bool = False) -> tuple[Tensor | None, ...]:
@@ -208,3 +231,12 @@ def _add_product(total: Tensor, left: Tensor, right: Tensor) -> None:
                 pass
         left, right = left.float(), right.float()
     total.addmm_(left, right)
+
+
+def _write_product(out: Tensor, left: Tensor, right: Tensor) -> None:
+    """``out = left @ right`` (``out`` in the inputs' dtype), rounded once: the GEMM's float32
+    accumulation on CUDA, float32 inputs elsewhere."""
+    if left.dtype in (torch.bfloat16, torch.float16) and out.device.type != "cuda":
+        out.copy_(left.float() @ right.float())
+    else:
+        torch.mm(left, right, out=out)

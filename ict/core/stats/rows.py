@@ -105,10 +105,12 @@ class RowOrder:
         else None; the arguments of a head's ``rows``."""
         return self.batch_index[part], self.time_index[part], part if self.dense else None
 
-    def subset(self, rows: Tensor) -> RowOrder:
-        """The rows ``rows`` (indices ``[M]`` into this order, ascending) in this order, cut into
-        token tiles as long as this order's longest, without blocks (the backward reads none)."""
-        tokens = max(tile.part.stop - tile.part.start for tile in self.tiles)
+    def retiled(self, tokens: int, rows: Tensor | None = None) -> RowOrder:
+        """The rows ``rows`` (indices ``[M]`` into this order, ascending; None: every row, and
+        :attr:`dense` kept) in this order, cut into token tiles of ``tokens`` rows, without blocks
+        (the backward reads none)."""
+        if rows is None:
+            return RowOrder(self.batch_index, self.time_index, _tiles(self.num_rows, tokens), self.dense)
         return RowOrder(self.batch_index[rows], self.time_index[rows], _tiles(rows.numel(), tokens))
 
     def previous_rows(self) -> Tensor:

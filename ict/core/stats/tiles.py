@@ -23,6 +23,8 @@ The backward recomputes each tile of the ``M`` rows that have a gradient (a row 
 gradient is zero, e.g. one ICT did not select, is skipped: :func:`rows_with_gradient`) and turns
 it into the gradient wrt its logits (``logit_grads``), then into ``grad_hidden += g @ W_v`` (a
 float32 ``[M, d]`` accumulator), ``grad_W_v += g.T @ h`` (float32) or the rows of ``grad_logits``.
+From hidden states, up to ``tokens + vocab`` rows take one token tile of narrower vocabulary
+tiles (:func:`backward_tile`), so each slice of the head's gradient is written once.
 
 Backends: ``"triton"`` (the kernels of :mod:`ict.core.stats.triton_tiles`, tensors on a GPU, or
 anywhere under ``TRITON_INTERPRET=1``; they read and write the rows of given logits where they
@@ -130,23 +132,23 @@ class _ResponseLogProbs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, head: Head, order: RowOrder, targets: Tensor, maximum: Tensor,  # type: ignore[override]
-                log_total: Tensor, entropy: Tensor, token_log_probs: Tensor, temperature: float, vocab: int, backend: str,
-                *inputs: Tensor) -> tuple[Tensor, Tensor]:
+                log_total: Tensor, entropy: Tensor, token_log_probs: Tensor, temperature: float, tile: TileSize,
+                backend: str, *inputs: Tensor) -> tuple[Tensor, Tensor]:
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(targets, maximum, log_total, entropy)
-        ctx.head, ctx.order, ctx.temperature, ctx.vocab, ctx.backend = head, order, temperature, vocab, backend
+        ctx.head, ctx.order, ctx.temperature, ctx.tile, ctx.backend = head, order, temperature, tile, backend
         return token_log_probs.clone(), entropy.clone()
 
     @staticmethod
     def backward(ctx, grad_log_probs: Tensor | None, grad_entropy: Tensor | None):  # type: ignore[override]
         head: Head = ctx.head
         needed = ctx.needs_input_grad[10:]
-        grads = head.new_grads(needed)
         order: RowOrder = ctx.order
-        row_grads = None
-        if grad_log_probs is not None or grad_entropy is not None:
+        if grad_log_probs is None and grad_entropy is None:
+            grads, row_grads = head.new_grads(needed), None
+        else:
             with torch.autocast(ctx.saved_tensors[0].device.type, enabled=False):  # float32 folds (see statistics)
-                row_grads, order = _backward_tiles(ctx, grads, needed, grad_log_probs, grad_entropy)
+                grads, row_grads, order = _backward_tiles(ctx, needed, grad_log_probs, grad_entropy)
         return (None,) * 10 + head.finish(grads, order.batch_index, order.time_index, row_grads, order.dense)
 
 
@@ -191,45 +193,71 @@ class _TileRows:
         return ((tile.part, self[index]) for index, tile in enumerate(self.order.tiles))
 
 
-def _backward_tiles(ctx, grads: list[Tensor | None], needed: Sequence[bool], grad_log_probs: Tensor | None,
-                    grad_entropy: Tensor | None) -> tuple[Tensor | None, RowOrder]:
-    """Accumulate the input gradients into ``grads``, vocabulary tile by vocabulary tile, each over
-    every token tile (the head's slice and each token tile's rows are cast once; this module's
-    docstring), over the rows with a gradient only (:func:`rows_with_gradient`: the others' tiles
-    are skipped, the rest re-tiled by ``RowOrder.subset``). Returns the rows' accumulator
-    (``[M, d]``, in the returned order; None for a head without one) and the order of its rows."""
+def backward_tile(num_rows: int, tokens: int, vocab: int) -> TileSize:
+    """The backward's tile over ``num_rows`` rows with a gradient, for a head that computes its
+    logits (:class:`~ict.core.stats.heads.LinearHead`), from the forward's ``(tokens, vocab)``:
+    when ``tokens < num_rows <= tokens + vocab``, every row in one token tile, ``k`` times
+    narrower (``ceil(vocab / k)`` ids, ``k = ceil(num_rows / tokens)``: no more elements than the
+    forward's tile, and each of the head's ``vocab`` slices, cast once, cut into ``k``); else the
+    forward's tile.
+
+    Why: each token tile adds its share ``g.T @ h`` into the head's ``[V, d]`` gradient (a read
+    and a write of it), each vocabulary tile its share ``g @ W_v`` into the rows' float32
+    ``[M, d]`` one. In units of ``8 V d M`` bytes that is ``1/tokens + 1/vocab`` for the forward's
+    tiles and ``k/vocab`` for one token tile (less when ``num_rows <= tokens + vocab``), which
+    moreover writes each slice of the head's gradient once (:meth:`LinearHead.new_grads`)."""
+    if not tokens < num_rows <= tokens + vocab:
+        return tokens, vocab
+    return num_rows, -(-vocab // -(-num_rows // tokens))
+
+
+def _backward_tiles(ctx, needed: Sequence[bool], grad_log_probs: Tensor | None, grad_entropy: Tensor | None
+                    ) -> tuple[list[Tensor | None], Tensor | None, RowOrder]:
+    """The input gradients, accumulated vocabulary tile by vocabulary tile, each over every token
+    tile (the head's slice and each token tile's rows are cast once; this module's docstring), over
+    the rows with a gradient only (:func:`rows_with_gradient`: the others' tiles are skipped), in
+    the tiles of :func:`backward_tile`. Returns the head's gradients (:meth:`Head.new_grads`), the
+    rows' accumulator (``[M, d]``, in the returned order; None for a head without one) and the
+    order of its rows."""
     targets, maximum, log_total, entropy = ctx.saved_tensors
     head: Head = ctx.head
     order: RowOrder = ctx.order
+    tokens, vocab = ctx.tile  # vocab: the width of the head's slices (cast once each)
     folds = _folds(ctx.backend)
     grad_log_probs = None if grad_log_probs is None else grad_log_probs.float().contiguous()
     grad_entropy = None if grad_entropy is None else grad_entropy.float().contiguous()
     if order.num_rows and head.vocab_size:  # queued before rows_with_gradient's sync, not after it
-        head.prepare_tile(0, min(ctx.vocab, head.vocab_size))
+        head.prepare_tile(0, min(vocab, head.vocab_size))
     active = rows_with_gradient(grad_log_probs, grad_entropy)
+    num_rows = order.num_rows if active is None else active.numel()
+    tokens, width = backward_tile(num_rows, tokens, vocab) if isinstance(head, LinearHead) else (tokens, vocab)
+    order = order.retiled(tokens, active)
     if active is not None:
-        order = order.subset(active)
         targets, maximum, log_total, entropy = (values[active] for values in (targets, maximum, log_total, entropy))
         grad_log_probs = None if grad_log_probs is None else grad_log_probs[active]
         grad_entropy = None if grad_entropy is None else grad_entropy[active]
+    grads = head.new_grads(needed, written=len(order.tiles) == 1)  # one share a vocabulary slice
     row_grads = head.new_row_grads(order.num_rows, needed)
     # every token tile's rows up front ([M, d] in all): taken at their first use instead, GRPO's
     # step at the offline default was 4% slower on a CPU (results/cpu-2026-11-27c/)
     tile_rows = list(_TileRows(head, order))
-    for start, end in chunks(head.vocab_size, ctx.vocab):
-        for part, rows in tile_rows:
-            tile = head.tile(rows, start, end, indexed=folds.READS_INDEXED_TILES)
-            # an indexed tile's gradient goes straight into the same rows of the logits' gradient
-            indexed = isinstance(tile, IndexedTile) and grads[0] is not None
-            grad = folds.logit_grads(
-                tile, targets[part], start, maximum[part], log_total[part], entropy[part],
-                None if grad_log_probs is None else grad_log_probs[part],
-                None if grad_entropy is None else grad_entropy[part], ctx.temperature,
-                **({"out": grads[0][:, start:end]} if indexed else {}))
-            if not indexed:
-                head.accumulate(grads, rows, start, end, grad, None if row_grads is None else row_grads[part])
+    for slice_start, slice_end in chunks(head.vocab_size if tile_rows else 0, vocab):
+        head.prepare_tile(slice_start, slice_end)  # cast once, read by its narrower tiles as views
+        for start, end in chunks(slice_end - slice_start, width):
+            start, end = slice_start + start, slice_start + end
+            for part, rows in tile_rows:
+                tile = head.tile(rows, start, end, indexed=folds.READS_INDEXED_TILES)
+                # an indexed tile's gradient goes straight into the same rows of the logits' gradient
+                indexed = isinstance(tile, IndexedTile) and grads[0] is not None
+                grad = folds.logit_grads(
+                    tile, targets[part], start, maximum[part], log_total[part], entropy[part],
+                    None if grad_log_probs is None else grad_log_probs[part],
+                    None if grad_entropy is None else grad_entropy[part], ctx.temperature,
+                    **({"out": grads[0][:, start:end]} if indexed else {}))
+                if not indexed:
+                    head.accumulate(grads, rows, start, end, grad, None if row_grads is None else row_grads[part])
     head.release()
-    return row_grads, order
+    return grads, row_grads, order
 
 
 class _Run:
@@ -487,7 +515,8 @@ def statistics(head: Head, shape: tuple[int, int, int], token_ids: Tensor, respo
         head.release()
     log_probs, entropy = _ResponseLogProbs.apply(
         head, run.order, run.targets, run.maximum, run.log_total, run.entropy, run.token_log_probs, temperature,
-        head.backward_vocab(run.vocab, default_tile_size(token_ids.device, run.vocab_size, run.backend)[1]),
+        (run.tokens, head.backward_vocab(run.vocab, default_tile_size(token_ids.device, run.vocab_size,
+                                                                      run.backend)[1])),
         run.backend, *head.inputs)
     if not differentiable_entropy:
         entropy = entropy.detach()
