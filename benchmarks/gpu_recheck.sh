@@ -8,7 +8,8 @@
 #      memory than TRL's head) and 8192x15232 (as many rows, in tiles of fewer elements than the
 #      default's: no more memory anywhere), with the SM clock and power logged (gpu_clocks.csv),
 #      then the torch profiler over our GRPO call and TRL's head in both orders at 1.5B
-#      (PROFILE_PATHS);
+#      (PROFILE_PATHS); each run of (a) with an extra row (--backward-ab): our GRPO path with its
+#      backward in the forward's tiles, as before backward_tile (049cca7), timed beside the new one;
 #   2. with at least B_MIN_LEFT seconds (default 150) of GPU_RUN_LIMIT (default 480) left:
 #      ict_cost.py's section (b), LoRA only, 2 rounds of 3 steps, within the time left less 40 s
 #      (its --budget: rounds that would pass it are skipped) (lora.log, lora.json).
@@ -26,7 +27,7 @@ cd "$(dirname "$0")/.." || exit 1
 export OUT=${OUT:-/tmp/gpu_recheck_out}
 start=$(date +%s)
 source benchmarks/gpu_env.sh  # the wheels (TRL), once for both steps; the environment
-read -r -a sweep_args <<< "${SWEEP_ARGS:---device cuda --models 1.5b,0.5b --repeats 25}"
+read -r -a sweep_args <<< "${SWEEP_ARGS:---device cuda --models 1.5b,0.5b --repeats 25 --backward-ab}"
 read -r -a b_args <<< "${B_ARGS:---device cuda --train-models 0.5b --rounds 2 --steps 3}"
 
 TILE_SIZES=${TILE_SIZES:-4096x32768 8192x30464 8192x15232} RUN_LIMIT=${RUN_LIMIT:-110} \

@@ -130,7 +130,8 @@ def child_a(settings: dict[str, Any], out: Path, deadline: float | None) -> None
         mine = None if deadline is None else time.time() + (deadline - time.time()) / (len(models) - position)
         results[model] = head_rows(width, settings["a_vocab"], tuple(settings["a_shape"]), settings["device"],
                                    settings["repeats"], parse_tile(settings["tile_size"]), mine,
-                                   tuple(parse_tile(text) for text in settings["ict_tiles"]))
+                                   tuple(parse_tile(text) for text in settings["ict_tiles"]),
+                                   settings["backward_ab"])
         out.write_text(json.dumps(results))
 
 
@@ -315,6 +316,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
         "a_vocab": args.a_vocab or (1000 if tiny else runs.QWEN_VOCAB),
         "repeats": args.repeats or (9 if gpu and not tiny else 1), "tile_size": args.tile_size,
         "ict_tiles": [text for text in (args.ict_tiles or "").split(",") if text],
+        "backward_ab": args.backward_ab,
         "prompts": args.prompts or defaults[0], "completions": args.completions or defaults[1],
         "length": args.length or defaults[2], "steps": args.steps or defaults[3], "rounds": args.rounds,
         "configs": args.configs.split(","), "threads": args.threads or (1 if tiny else 2), "statistics_from": args.statistics_from,
@@ -380,6 +382,8 @@ def main() -> None:
                         "of ours, (b) ICT's stats_tile_size, (c) both variants' stats_tile_size (default: the device's)")
     parser.add_argument("--ict-tiles", default=None, help="(a) extra rows: ICT from hidden states at each "
                         "TOKENSxVOCAB tile (comma-separated), e.g. 883x151936 (whole-vocabulary tiles)")
+    parser.add_argument("--backward-ab", action="store_true", help="(a) an extra row: our GRPO path from "
+                        "hidden states with its backward in the forward's tiles (as before backward_tile)")
     parser.add_argument("--prompts", type=int, default=None, help="(b, c) prompts per step (GPU 8)")
     parser.add_argument("--completions", type=int, default=None, help="(b, c) completions per prompt (GPU 8)")
     parser.add_argument("--length", type=int, default=None, help="(b, c) completion length cap (GPU 256)")

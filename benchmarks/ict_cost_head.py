@@ -35,12 +35,29 @@ def parse_tile(text: str | None) -> tuple[int, int] | None:
         raise SystemExit(f"--tile-size: {error}") from None
 
 
+@contextlib.contextmanager
+def forward_tiles_in_backward() -> Any:
+    """The backward of our statistics in the forward's tiles, as before ``backward_tile`` (every
+    token tile adds its share into the head's gradient): the library's function replaced while
+    the context is open, for an A/B of that change in one process."""
+    from ict.core.stats import tiles
+
+    original = tiles.backward_tile
+    tiles.backward_tile = lambda num_rows, tokens, vocab: (tokens, vocab)
+    try:
+        yield
+    finally:
+        tiles.backward_tile = original
+
+
 def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, repeats: int,
               tile_size: tuple[int, int] | None, deadline: float | None = None,
-              ict_tiles: tuple[tuple[int, int], ...] = ()) -> dict[str, Any]:
+              ict_tiles: tuple[tuple[int, int], ...] = (), backward_ab: bool = False) -> dict[str, Any]:
     """Time and peak memory of every row of :data:`A_ROWS` at one shape (see the module doc),
-    plus ICT from hidden states at each of ``ict_tiles``; fewer timed calls than ``repeats`` (at
-    least 1) where another round, as long as the longest so far, would end after ``deadline``."""
+    plus ICT from hidden states at each of ``ict_tiles`` and, with ``backward_ab``, our GRPO path
+    from hidden states with its backward in the forward's tiles (:func:`forward_tiles_in_backward`);
+    fewer timed calls than ``repeats`` (at least 1) where another round, as long as the longest
+    so far, would end after ``deadline``."""
     import torch
 
     prompts, completions, length = shape
@@ -63,6 +80,11 @@ def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, 
         name = f"ict_hidden_{tile[0]}x{tile[1]}"
         functions[name] = lambda tile=tile: head_step.ours(batch, "ict", "hidden", tile_size=tile)
         labels[name] = f"ours ICT from hidden states, tile {tile[0]}x{tile[1]}"
+    contexts = {}
+    if backward_ab:
+        functions["grpo_hidden_forward_tiles"] = functions["grpo_hidden"]
+        labels["grpo_hidden_forward_tiles"] = "ours GRPO from hidden states, backward in the forward's tiles"
+        contexts["grpo_hidden_forward_tiles"] = forward_tiles_in_backward
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if gpu else contextlib.nullcontext())
     meter = runs.MemoryMeter(device)
     results: dict[str, dict[str, Any]] = {name: {"label": label, "seconds": [], "peak_mib": [], "started": []}
@@ -76,9 +98,10 @@ def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, 
         meter.start()
         start = time.perf_counter()
         try:
-            with autocast:
-                loss = functions[name]()
-            loss.backward()
+            with contexts.get(name, contextlib.nullcontext)():
+                with autocast:
+                    loss = functions[name]()
+                loss.backward()
             runs.synchronize(device)
         except (torch.OutOfMemoryError, MemoryError):
             results[name]["error"] = "out of memory"

@@ -4,6 +4,7 @@ hand-made inputs (pooled ratio, sync census, Triton compile timer, device idle).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import math
@@ -72,6 +73,28 @@ def test_ict_cost_a_times_every_round_asked_and_stops_at_the_deadline_after_one(
         assert {len(row["seconds"]) for row in result["rows"].values()} == {expected}, result["rows"]
 
 
+def test_ict_cost_a_times_the_backward_in_the_forwards_tiles_beside_the_default():
+    """--backward-ab's row: the same GRPO call with `backward_tile` replaced by the forward's tile
+    while it runs (8 token tiles of 16 rows instead of one of 128 here), the same gradients; the
+    library's function is back afterwards."""
+    from ict.core.stats import tiles
+
+    section_a = benchmark_module("ict_cost_head")
+    batch = benchmark_module("head_step").head_batch(8, 16, 8, 50)
+    shapes: list[tuple[int, int]] = []
+    original = tiles.backward_tile
+    grads = []
+    for context in (section_a.forward_tiles_in_backward, contextlib.nullcontext):
+        with context():
+            shapes.append(tiles.backward_tile(128, 16, 300))
+            benchmark_module("head_step").ours(batch, "grpo", tile_size=(16, 300)).backward()
+        grads.append((batch.hidden.grad.clone(), batch.weight.grad.clone()))
+        batch.clear_grads()
+    assert shapes == [(16, 300), (128, 38)] and tiles.backward_tile is original
+    for mine, theirs in zip(*grads):
+        torch.testing.assert_close(mine, theirs, atol=1e-6, rtol=1e-5)
+
+
 def test_ict_cost_a_starts_each_round_one_row_later():
     """(a)'s rounds rotate the rows' order, so that no row always follows the same one: round r
     calls the rows from the r-th on (then the first ones), read back from each call's start."""
@@ -115,7 +138,8 @@ def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
     report_path = tmp_path / "cost.json"
     env = environment_with_root()
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ict_cost.py"), "--tiny", "--device", "cpu",
-                             "--ict-tiles", "8x1000", "--tile-size", "8x300", "--json", str(report_path)],
+                             "--ict-tiles", "8x1000", "--tile-size", "8x300", "--backward-ab", "--json",
+                             str(report_path)],
                             capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     tables = {part[:3]: part for part in result.stdout.split("\n### ")[1:]}  # "(a)", "(b)", "(c)"
@@ -123,7 +147,8 @@ def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
     # --tile-size reaches every section: ours in (a), ICT in TRL in (b), both variants in (c)
     assert all("our tiles 8x300" in table.splitlines()[0] for table in tables.values()), result.stdout[-3000:]
     # (a): every path, with finite positive seconds and ratios and a finite memory figure
-    for label in [*A_ROWS.values(), "ours ICT from hidden states, tile 8x1000"]:
+    for label in [*A_ROWS.values(), "ours ICT from hidden states, tile 8x1000",
+                  "ours GRPO from hidden states, backward in the forward's tiles"]:
         (row,) = table_rows(tables["(a)"], (label,))
         assert finite(row[1]) and finite(row[2]) and finite(row[3], positive=False), row
     assert "target CPU: ICT <= 1.0x TRL's head" in tables["(a)"]
@@ -144,7 +169,7 @@ def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
             assert float(row[4]) + float(row[5]) <= float(row[2])  # parts of the step
     assert "full: ict/grpo step time with the generation pooled" in tables["(c)"]
     report = json.loads(report_path.read_text())
-    assert set(report["a"]["tiny"]["rows"]) == {*A_ROWS, "ict_hidden_8x1000"}
+    assert set(report["a"]["tiny"]["rows"]) == {*A_ROWS, "ict_hidden_8x1000", "grpo_hidden_forward_tiles"}
     assert {run["variant"] for run in report["b"]["tiny"]["runs"]} == {"trl", "ict"}
     assert {run["variant"] for run in report["c"]["tiny"]["runs"]} == {"grpo", "ict"}
     for run in report["c"]["tiny"]["runs"]:
@@ -573,7 +598,7 @@ def test_gpu_recheck_script_runs_tiny_on_the_cpu(tmp_path):
     pytest.importorskip("trl")
     out = tmp_path / "out"
     env = gpu_script_environment(tmp_path, TILE_SIZES="8x1000", RUN_LIMIT="300",
-                                 SWEEP_ARGS="--tiny --device cpu --models tiny --repeats 2",
+                                 SWEEP_ARGS="--tiny --device cpu --models tiny --repeats 2 --backward-ab",
                                  PROFILE_ARGS="--length 8 --vocab 1000 --width 16",
                                  B_ARGS="--tiny --device cpu --rounds 1 --steps 2", GPU_RUN_LIMIT="900")
     result = subprocess.run(["bash", str(BENCHMARKS / "gpu_recheck.sh")], capture_output=True, text=True, env=env,
@@ -582,7 +607,8 @@ def test_gpu_recheck_script_runs_tiny_on_the_cpu(tmp_path):
     assert result.stdout.count("no wheels in") == 1  # the wheels are looked for once, not again by the sweep
     assert {path.name for path in out.iterdir()} == {"tile_sweep.log", "tiles_8x1000.json", "stats_profile.log",
                                                      "lora.log", "lora.json"}  # no nvidia-smi: no clock log
-    assert json.loads((out / "tiles_8x1000.json").read_text())["a"]["tiny"]["repeats"] == 2
+    section_a = json.loads((out / "tiles_8x1000.json").read_text())["a"]["tiny"]
+    assert section_a["repeats"] == 2 and section_a["rows"]["grpo_hidden_forward_tiles"]["median"] > 0
     profile = (out / "stats_profile.log").read_text()
     assert [line for line in profile.splitlines() if line.startswith("## ")] == [
         "## ours, GRPO from hidden states", "## TRL 1.16 fused head"] * 2
