@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -57,12 +58,20 @@ class TileBlocks:
         return self._counts[absorbing]
 
 
-@dataclass
 class Tile:
-    """One token tile: ``part`` (a slice of the processing order) and its blocks (group order only)."""
+    """One token tile: ``part`` (a slice of the processing order) and its blocks (group order
+    only), given or built by a function at their first use (so a call's first product is queued
+    before any tile's blocks: on a GPU the host builds them while the device computes)."""
 
-    part: slice
-    blocks: TileBlocks | None
+    def __init__(self, part: slice, blocks: TileBlocks | Callable[[], TileBlocks] | None) -> None:
+        self.part = part
+        self._blocks = blocks
+
+    @property
+    def blocks(self) -> TileBlocks | None:
+        if callable(self._blocks):
+            self._blocks = self._blocks()
+        return self._blocks
 
 
 @dataclass
@@ -198,15 +207,21 @@ def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, fin
         last_block = max(bisect.bisect_right(block_ends, start + tokens, lo=first_block), first_block + 1)
         end = block_ends[last_block - 1]
         blocks = slice(first_block, last_block)
-        sizes = block_sizes[blocks]
         used = max(absorbed_on_host[blocks])  # drop the columns no block of the tile uses
-        tiles.append(Tile(slice(start, end), TileBlocks(
-            start=(sizes.cumsum(0) - sizes), size=sizes, local=block_of_row[start:end] - first_block,
-            absorbed_token=absorbed_tokens[blocks, :used].contiguous(),
-            absorbed_count=absorbed_counts[blocks, :used].contiguous(),
-            max_size=max(sizes_on_host[first_block:last_block]))))
+        tiles.append(Tile(slice(start, end), functools.partial(  # views here, kernels at first use
+            _tile_blocks, block_sizes[blocks], block_of_row[start:end], first_block, absorbed_tokens[blocks, :used],
+            absorbed_counts[blocks, :used], max(sizes_on_host[blocks]))))
         start, first_block = end, last_block
     return RowOrder(batch_index, time_index, tiles)
+
+
+def _tile_blocks(sizes: Tensor, block_of_row: Tensor, first_block: int, absorbed_token: Tensor,
+                 absorbed_count: Tensor, max_size: int) -> TileBlocks:
+    """A tile's :class:`TileBlocks` from views of the group layout: its blocks' ``sizes``, its
+    rows' blocks ``block_of_row`` (numbered from ``first_block``) and its blocks' point masses."""
+    return TileBlocks(start=sizes.cumsum(0) - sizes, size=sizes, local=block_of_row - first_block,
+                      absorbed_token=absorbed_token.contiguous(), absorbed_count=absorbed_count.contiguous(),
+                      max_size=max_size)
 
 
 def chunks(total: int, size: int) -> Iterator[tuple[int, int]]:

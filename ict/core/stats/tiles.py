@@ -270,9 +270,10 @@ class _Run:
         """Built without gradient. ``head``'s kind picks the default tiles (hidden states or logits);
         its first tile's work that does not depend on the rows (:meth:`LinearHead.prepare_tile`) is
         queued before the row layout's syncs, so the device does it while the host waits for them,
-        and the first tile (its product) right after them, before the accumulators: the device
-        computes it while the host allocates them (on a GPU the host's time after a sync is the
-        device's idle time). ``statistics_pass``: False when :meth:`passes` will be given the
+        and the first tile (its product) right after them, before the accumulators and the group
+        layout's tile blocks (built at their first use, :class:`~ict.core.stats.rows.Tile`): the
+        device computes it while the host builds them (on a GPU the host's time after a sync is
+        the device's idle time). ``statistics_pass``: False when :meth:`passes` will be given the
         normalisers (then the first tile is queued only if a score is asked)."""
         self.head = head
         self.batch_size, self.length, self.vocab_size = shape
