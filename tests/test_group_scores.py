@@ -64,6 +64,21 @@ def test_group_mean_with_a_response_mask_that_is_not_a_prefix():
     torch.testing.assert_close(stats.js_scores["group_mean"].double(), expected, atol=1e-5, rtol=0)
 
 
+@given(ids=st.lists(st.integers(-2**40, 2**40) | st.integers(-3, 3), min_size=1, max_size=12),
+       rows=st.lists(st.lists(st.booleans(), min_size=4, max_size=4), min_size=1, max_size=12))
+def test_the_group_layout_ranks_groups_and_finds_ends_as_unique_and_nonzero_do(ids, rows):
+    """`group_ranks` (sync-free) equals `torch.unique`'s inverse, and `response_ends` (dense) the
+    last response position that `nonzero` finds in each row (-1 for none)."""
+    from ict.core.stats.rows import group_ranks, response_ends
+
+    group_ids = torch.tensor(ids)
+    assert group_ranks(group_ids).tolist() == torch.unique(group_ids, return_inverse=True)[1].tolist()
+    mask = torch.tensor(rows)
+    last, finished = response_ends(mask)
+    expected = [max((t for t in range(4) if row[t]), default=-1) for row in rows]
+    assert last.tolist() == expected and finished.tolist() == [0 <= end < 3 for end in expected]
+
+
 @given(
     seed=st.integers(0, 10_000),
     group_ids=st.lists(st.integers(0, 3), min_size=1, max_size=6),

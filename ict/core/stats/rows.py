@@ -12,25 +12,39 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ict.core.ranking import label_places
+_NONZERO_STATIC_ON_CUDA = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 7)
 
 
-def _ends(batch_index: Tensor, time_index: Tensor, batch_size: int, length: int,
-          finished: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Each row's last response position (``-1``: none) and whether it is finished (``[B]`` each)."""
-    last = torch.full((batch_size,), -1, dtype=torch.long, device=batch_index.device)
-    last.scatter_reduce_(0, batch_index, time_index, reduce="amax")
-    done = last < length - 1 if finished is None else finished.to(batch_index.device).bool()
-    return last, done & (last >= 0)
+def nonzero_given_count(mask: Tensor, count: int) -> Tensor:
+    """The indices of ``mask``'s true entries (``[count, mask.dim()]``, row-major), their number
+    known: no device sync (``nonzero`` reads it back) where ``nonzero_static`` runs without one."""
+    if mask.device.type != "cuda" or _NONZERO_STATIC_ON_CUDA:
+        return torch.nonzero_static(mask, size=count)
+    return mask.nonzero()
 
 
 def response_ends(response_mask: Tensor, finished: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """``(last, finished)``: each row's last response position (long ``[B]``, ``-1`` for a row
     without response token) and whether the row is *finished* (bool ``[B]``; given, or inferred
     as "ends before the last column", see :mod:`ict.core.stats`). The end token of a finished
-    row ``i`` is ``token_ids[i, last[i]]``."""
-    batch_index, time_index = response_mask.bool().nonzero(as_tuple=True)
-    return _ends(batch_index, time_index, response_mask.shape[0], response_mask.shape[1], finished)
+    row ``i`` is ``token_ids[i, last[i]]``. No device sync."""
+    mask = response_mask.bool()
+    batch_size, length = mask.shape
+    if length:
+        last = torch.where(mask, torch.arange(length, device=mask.device), -1).amax(dim=1)
+    else:
+        last = torch.full((batch_size,), -1, dtype=torch.long, device=mask.device)
+    done = last < length - 1 if finished is None else finished.to(mask.device).bool()
+    return last, done & (last >= 0)
+
+
+def group_ranks(group_ids: Tensor) -> Tensor:
+    """Each row's group as a rank among the distinct ids (long ``[B]``, in ``[0, B)``), without
+    the device sync of ``torch.unique`` (whose output size is read back)."""
+    ids, by_id = group_ids.sort()
+    first = torch.ones(ids.shape, dtype=torch.long, device=ids.device)
+    first[1:] = ids[1:] != ids[:-1]
+    return torch.empty_like(by_id).index_put_((by_id,), first.cumsum(0) - 1)
 
 
 @dataclass
@@ -170,28 +184,42 @@ def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, fin
 
     A row is *finished* when it ended by itself (``finished``, or inferred as "its last response
     position is before the last column"); its point mass on its end token joins its group's mean
-    at every later position (the absorbing variants)."""
-    batch_size, length = response_mask.shape
-    batch_index, time_index = response_mask.bool().nonzero(as_tuple=True)
-    device = batch_index.device
-    labels, rank = torch.unique(group_ids.to(device), return_inverse=True)
-    num_groups = labels.numel()
-    key = time_index * max(num_groups, 1) + rank[batch_index]
+    at every later position (the absorbing variants). Two device syncs: the sizes of the layout
+    (rows, blocks, finished rows, the most in one group), counted on the dense mask and read back
+    together, then the tiles' block sizes and point masses."""
+    mask = response_mask.bool()
+    batch_size, length = mask.shape
+    device = mask.device
+    if not mask.numel():
+        empty = torch.zeros(0, dtype=torch.long, device=device)
+        return RowOrder(empty, empty, [])
+    rank = group_ranks(group_ids.to(device))  # a block's key: position * B + group rank
+    block_rows = torch.zeros(length * batch_size, dtype=torch.long, device=device)
+    block_rows.index_add_(0, (torch.arange(length, device=device) * batch_size + rank.unsqueeze(-1)).flatten(),
+                          mask.flatten().long())
+    last, done = response_ends(mask, finished)
+    done_per_group = torch.zeros(batch_size, dtype=torch.long, device=device).index_add_(0, rank, done.long())
+    num_rows, num_blocks, num_done, width = torch.stack(
+        [mask.sum(), (block_rows > 0).sum(), done.sum(), done_per_group.max()]).tolist()
+    batch_index, time_index = nonzero_given_count(mask, num_rows).unbind(-1)
+    key = time_index * batch_size + rank[batch_index]
     order = torch.argsort(key, stable=True)
-    batch_index, time_index = batch_index[order], time_index[order]
-    if not order.numel():
+    batch_index, time_index, key = batch_index[order], time_index[order], key[order]
+    if not num_rows:
         return RowOrder(batch_index, time_index, [])
-    block_keys, block_of_row, block_sizes = torch.unique_consecutive(
-        key[order], return_inverse=True, return_counts=True)
-    block_time, block_group = block_keys // num_groups, block_keys % num_groups
-    # Each group's finished rows as a [num_groups, M] table of (last position, end token).
-    last, done = _ends(batch_index, time_index, batch_size, length, finished)
-    done_rows = done.nonzero(as_tuple=True)[0]
+    starts = torch.ones(num_rows, dtype=torch.bool, device=device)
+    starts[1:] = key[1:] != key[:-1]
+    block_of_row = starts.long().cumsum(0) - 1
+    block_keys = key[nonzero_given_count(starts, num_blocks).squeeze(-1)]
+    block_sizes = block_rows[block_keys]
+    block_time, block_group = block_keys // batch_size, block_keys % batch_size
+    # Each group's finished rows as a [B, width] table of (last position, end token), by group rank.
+    done_rows = nonzero_given_count(done, num_done).squeeze(-1)
     done_rows = done_rows[torch.argsort(rank[done_rows], stable=True)]
-    per_group, slot = label_places(rank[done_rows], num_groups)
-    width = int(per_group.max().item()) if done_rows.numel() else 0
-    end_time = torch.full((num_groups, width), length, dtype=torch.long, device=device)
-    end_token = torch.full((num_groups, width), -1, dtype=torch.long, device=device)
+    slot = (torch.arange(num_done, device=device)  # each finished row's place among its group's
+            - (done_per_group.cumsum(0) - done_per_group)[rank[done_rows]])
+    end_time = torch.full((batch_size, width), length, dtype=torch.long, device=device)
+    end_token = torch.full((batch_size, width), -1, dtype=torch.long, device=device)
     end_time[rank[done_rows], slot] = last[done_rows]
     end_token[rank[done_rows], slot] = token_ids[done_rows, last[done_rows]].to(device)
     # Each block's point masses, one per end token (finished rows mostly end on the same one): [K, M]

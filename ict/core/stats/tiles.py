@@ -44,7 +44,14 @@ from torch import Tensor
 
 from ict.core.stats import torch_tiles
 from ict.core.stats.heads import Head, LinearHead, LogitsHead
-from ict.core.stats.rows import IndexedTile, RowOrder, chunks, group_order, sequence_order
+from ict.core.stats.rows import (
+    IndexedTile,
+    RowOrder,
+    chunks,
+    group_order,
+    nonzero_given_count,
+    sequence_order,
+)
 from ict.core.stats.scores import (
     GROUP_MEAN_VARIANTS,
     Partials,
@@ -61,7 +68,6 @@ BACKENDS = ("torch", "triton")
 _TRITON_TILE = (4096, 32768)  # the Triton kernels read the tile in its dtype: no float32 copies
 _CPU_TILE = (256, 8192)  # 8 MiB float32 (default_tile_size)
 _CPU_TILE_ELEMENTS = 1 << 21
-_NONZERO_STATIC_ON_CUDA = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 7)
 
 
 def parse_tile_size(text: str | None) -> TileSize | None:
@@ -167,9 +173,7 @@ def rows_with_gradient(grad_log_probs: Tensor | None, grad_entropy: Tensor | Non
     count = int(active.sum().item())  # the one sync: every row -> no index kernel after it
     if count == active.numel():
         return None
-    if active.device.type != "cuda" or _NONZERO_STATIC_ON_CUDA:
-        return torch.nonzero_static(active, size=count).squeeze(-1)  # the count is known: no second sync
-    return active.nonzero().squeeze(-1)
+    return nonzero_given_count(active, count).squeeze(-1)  # the count is known: no second sync
 
 
 class _TileRows:
