@@ -69,7 +69,8 @@ def test_group_mean_with_a_response_mask_that_is_not_a_prefix():
 def test_the_group_layout_ranks_groups_and_finds_ends_as_unique_and_nonzero_do(ids, rows):
     """`group_ranks` (sync-free) equals `torch.unique`'s inverse, and `response_ends` (dense) the
     last response position that `nonzero` finds in each row (-1 for none)."""
-    from ict.core.stats.rows import group_ranks, response_ends
+    from ict.core.ranking import group_ranks
+    from ict.core.stats.rows import response_ends
 
     group_ids = torch.tensor(ids)
     assert group_ranks(group_ids).tolist() == torch.unique(group_ids, return_inverse=True)[1].tolist()

@@ -85,6 +85,15 @@ def label_places(labels: Tensor, num_labels: int = 0) -> tuple[Tensor, Tensor]:
     return sizes, torch.arange(labels.numel(), device=labels.device) - (sizes.cumsum(0) - sizes)[labels]
 
 
+def group_ranks(group_ids: Tensor) -> Tensor:
+    """Each row's group as a rank among the distinct ids (long ``[B]``, in ``[0, B)``), without
+    the device sync of ``torch.unique`` (whose output size is read back)."""
+    ids, by_id = group_ids.sort()
+    first = torch.ones(ids.shape, dtype=torch.long, device=ids.device)
+    first[1:] = ids[1:] != ids[:-1]
+    return torch.empty_like(by_id).index_put_((by_id,), first.cumsum(0) - 1)
+
+
 def population_table(scope: str, num_rows: int, group_ids: Tensor | None = None,
                      device: torch.device | None = None) -> Tensor:
     """The rows of each population of ``scope`` (:func:`population_rows`) as one long ``[P, R]``
@@ -99,11 +108,15 @@ def population_table(scope: str, num_rows: int, group_ids: Tensor | None = None,
     if group_ids is None:
         raise ValueError("scope='group' needs group_ids [B] in SelectionInputs")
     device = group_ids.device if device is None else device
-    _, rank = torch.unique(group_ids.to(device), return_inverse=True)
+    if not num_rows:
+        return torch.full((0, 0), -1, dtype=torch.long, device=device)
+    rank = group_ranks(group_ids.to(device))
+    sizes = torch.zeros(num_rows, dtype=torch.long, device=device).index_add_(0, rank, torch.ones_like(rank))
+    num_groups, most = torch.stack([(sizes > 0).sum(), sizes.max()]).tolist()  # the one read
     order = torch.argsort(rank, stable=True)  # rows by label, each label's rows ascending
     ranked = rank[order]
-    sizes, slot = label_places(ranked)
-    table = torch.full((sizes.numel(), int(sizes.max()) if num_rows else 0), -1, dtype=torch.long, device=device)
+    slot = torch.arange(num_rows, device=device) - (sizes.cumsum(0) - sizes)[ranked]
+    table = torch.full((num_groups, most), -1, dtype=torch.long, device=device)
     table[ranked, slot] = order
     return table
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ict.core.ranking import group_ranks
+
 _NONZERO_STATIC_ON_CUDA = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 7)
 
 
@@ -36,15 +38,6 @@ def response_ends(response_mask: Tensor, finished: Tensor | None = None) -> tupl
         last = torch.full((batch_size,), -1, dtype=torch.long, device=mask.device)
     done = last < length - 1 if finished is None else finished.to(mask.device).bool()
     return last, done & (last >= 0)
-
-
-def group_ranks(group_ids: Tensor) -> Tensor:
-    """Each row's group as a rank among the distinct ids (long ``[B]``, in ``[0, B)``), without
-    the device sync of ``torch.unique`` (whose output size is read back)."""
-    ids, by_id = group_ids.sort()
-    first = torch.ones(ids.shape, dtype=torch.long, device=ids.device)
-    first[1:] = ids[1:] != ids[:-1]
-    return torch.empty_like(by_id).index_put_((by_id,), first.cumsum(0) - 1)
 
 
 @dataclass
