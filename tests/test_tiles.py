@@ -292,7 +292,7 @@ def test_a_bfloat16_heads_gradients_match_float64_of_the_rounded_logits(backend,
     for leaf, want in zip(leaves, expected):
         assert leaf.grad is not None and leaf.grad.dtype == torch.bfloat16
         error = (leaf.grad.double() - want).norm() / want.norm()
-        assert error < 1e-2, (leaf.shape, float(error))  # 0.005-0.006 measured; a slice left unwritten: > 0.1
+        assert error < 1e-2, (leaf.shape, float(error))  # 0.005-0.006 here
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
