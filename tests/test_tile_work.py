@@ -181,10 +181,10 @@ class _Operators(TorchDispatchMode):
 def test_the_first_product_follows_the_row_syncs_before_any_other_tiles_work(references, monkeypatch):
     """The forward queues its first tile's product right after the row layout's last read: before
     the accumulators' allocations, the targets' gather and the group layout's tile blocks (the host
-    does them while the device computes), and after the first token tile's cast alone; the other tiles' casts come later. The
-    backward's first product follows its rows' count, its accumulator and its token tiles' casts
-    (all up front: at their first use a CPU step was slower). Values unchanged (the tile tests
-    compare them with float64)."""
+    does them while the device computes), and after the first token tile's cast alone; the other
+    tiles' casts come later. The backward's first product follows its rows' count, its accumulator
+    and its token tiles' casts (all up front: at their first use a CPU step was slower). Values
+    unchanged (the tile tests compare them with float64)."""
     hidden, weight, lm_bias, token_ids, mask = hidden_batch(13, batch=8)
     hidden, weight = hidden.requires_grad_(), weight.requires_grad_()
     groups = torch.arange(8) // 4

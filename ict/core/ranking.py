@@ -77,11 +77,13 @@ def population_rows(scope: str, num_rows: int, group_ids: Tensor | None = None) 
     return [rows[rows >= 0] for rows in population_table(scope, num_rows, group_ids)]
 
 
-def label_places(labels: Tensor, num_labels: int = 0) -> tuple[Tensor, Tensor]:
+def label_places(labels: Tensor, num_labels: int = 0, sizes: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """For items sorted by ``labels`` (long ``[n]``, values in ``[0, L)``): each label's number of
     items ``[max(L, num_labels)]``, and each item's place among its label's items ``[n]`` (its column
-    in a padded ``[labels, most items]`` table)."""
-    sizes = torch.bincount(labels, minlength=num_labels)
+    in a padded ``[labels, most items]`` table). ``sizes``: those numbers when already counted (no
+    ``bincount``, whose CUDA version reads its input back)."""
+    if sizes is None:
+        sizes = torch.bincount(labels, minlength=num_labels)
     return sizes, torch.arange(labels.numel(), device=labels.device) - (sizes.cumsum(0) - sizes)[labels]
 
 
@@ -115,7 +117,7 @@ def population_table(scope: str, num_rows: int, group_ids: Tensor | None = None,
     num_groups, most = torch.stack([(sizes > 0).sum(), sizes.max()]).tolist()  # the one read
     order = torch.argsort(rank, stable=True)  # rows by label, each label's rows ascending
     ranked = rank[order]
-    slot = torch.arange(num_rows, device=device) - (sizes.cumsum(0) - sizes)[ranked]
+    _, slot = label_places(ranked, sizes=sizes)
     table = torch.full((num_groups, most), -1, dtype=torch.long, device=device)
     table[ranked, slot] = order
     return table

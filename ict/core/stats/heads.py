@@ -126,7 +126,7 @@ class LinearHead:
         if self._weight_slice is not None:
             (first, last), cast = self._weight_slice
             if first <= start and end <= last:
-                return cast if (start, end) == (first, last) else cast[start - first:end - first]
+                return cast[start - first:end - first]
         self._weight_slice = None
         self._weight_slice = ((start, end), self.weight[start:end].to(self.compute_dtype))
         return self._weight_slice[1]

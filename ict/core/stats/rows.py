@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ict.core.ranking import group_ranks
+from ict.core.ranking import group_ranks, label_places
 
 _NONZERO_STATIC_ON_CUDA = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 7)
 
@@ -209,12 +209,12 @@ def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, fin
     # Each group's finished rows as a [B, width] table of (last position, end token), by group rank.
     done_rows = nonzero_given_count(done, num_done).squeeze(-1)
     done_rows = done_rows[torch.argsort(rank[done_rows], stable=True)]
-    slot = (torch.arange(num_done, device=device)  # each finished row's place among its group's
-            - (done_per_group.cumsum(0) - done_per_group)[rank[done_rows]])
+    done_rank = rank[done_rows]
+    _, slot = label_places(done_rank, sizes=done_per_group)
     end_time = torch.full((batch_size, width), length, dtype=torch.long, device=device)
     end_token = torch.full((batch_size, width), -1, dtype=torch.long, device=device)
-    end_time[rank[done_rows], slot] = last[done_rows]
-    end_token[rank[done_rows], slot] = token_ids[done_rows, last[done_rows]].to(device)
+    end_time[done_rank, slot] = last[done_rows]
+    end_token[done_rank, slot] = token_ids[done_rows, last[done_rows]].to(device)
     # Each block's point masses, one per end token (finished rows mostly end on the same one): [K, M]
     # tokens (-1: none) and multiplicities, packed to the left, and how many (on the host, with the
     # block sizes: one device sync for every tile's layout).
