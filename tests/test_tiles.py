@@ -270,27 +270,39 @@ def test_bfloat16_hidden_states_match_float64_of_the_rounded_logits(backend, aut
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("tokens", [64, 4])
-def test_a_bfloat16_heads_gradients_match_float64_of_the_rounded_logits(backend, tokens):
-    """bf16 hidden states, head and bias: their gradients, written once a vocabulary slice (one
-    token tile holds every row: no float32 copy of the head's gradient) or summed over several
-    token tiles in float32 and cast once, equal float64's from the same bf16 logits, within the
-    rounding of the logit gradients and of the result to bf16 (relative norm 1e-2)."""
+@pytest.mark.parametrize("precision", ["bfloat16", "autocast"])
+def test_a_half_precision_heads_gradients_match_float64_of_the_rounded_logits(backend, tokens, precision,
+                                                                              monkeypatch):
+    """bf16 hidden states, head and bias, or float32 ones under bf16 autocast: their gradients,
+    written once a vocabulary slice in their own dtype (one token tile holds every row: no zero
+    fill, no float32 copy of a bf16 head's gradient) or summed over several token tiles in float32
+    and cast once, equal float64's from the same bf16 logits, within the rounding of the logit
+    gradients (and of the result to bf16) (relative norm 1e-2)."""
+    from ict.core.stats import heads
+
     hidden, weight, lm_bias, token_ids, mask = hidden_batch(9, batch=6)
     rows = int(mask.sum())
     assert 4 + 7 < rows <= 64  # tokens=64: one token tile; tokens=4: the forward's tiles (backward_tile)
-    leaves = [tensor.bfloat16().requires_grad_() for tensor in (hidden, weight, lm_bias)]
+    dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
+    leaves = [tensor.to(dtype).requires_grad_() for tensor in (hidden, weight, lm_bias)]
     scale = torch.randn(mask.shape, generator=torch.Generator().manual_seed(3)) * mask
-    stats = run(token_statistics_from_hidden, backend, leaves[0], leaves[1], token_ids, mask, 1.0,
-                lm_head_bias=leaves[2], tile_size=(tokens, 7))
+    writes, write = [], heads._write_product
+    monkeypatch.setattr(heads, "_write_product", lambda out, *args: writes.append(out.dtype) or write(out, *args))
+    device_type = DEVICE.type if backend == "triton" else "cpu"
+    with torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "autocast"):
+        stats = run(token_statistics_from_hidden, backend, leaves[0], leaves[1], token_ids, mask, 1.0,
+                    lm_head_bias=leaves[2], tile_size=(tokens, 7))
     (stats.log_probs * scale).sum().backward()
-    hidden64, weight64, bias64 = (leaf.detach().double() for leaf in leaves)
-    logits = (leaves[0].detach() @ leaves[1].detach().T + leaves[2].detach()).double()  # the tiles' bf16 logits
+    assert writes == ([dtype] * -(-weight.shape[0] // 7) if tokens == 64 else [])  # the head's slices
+    bf16 = [leaf.detach().bfloat16() for leaf in leaves]  # the tiles' operands
+    hidden64, weight64, bias64 = (tensor.double() for tensor in bf16)
+    logits = (bf16[0] @ bf16[1].T + bf16[2]).double()  # the tiles' bf16 logits
     grad_logits = (torch.nn.functional.one_hot(token_ids, weight.shape[0]).double()
                    - torch.softmax(logits, dim=-1)) * scale.double()[..., None]
     expected = (grad_logits @ weight64, grad_logits.flatten(0, 1).T @ hidden64.flatten(0, 1),
                 grad_logits.sum(dim=(0, 1)))
     for leaf, want in zip(leaves, expected):
-        assert leaf.grad is not None and leaf.grad.dtype == torch.bfloat16
+        assert leaf.grad is not None and leaf.grad.dtype == dtype
         error = (leaf.grad.double() - want).norm() / want.norm()
         assert error < 1e-2, (leaf.shape, float(error))  # 0.005-0.006 here
 

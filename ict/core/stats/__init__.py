@@ -219,8 +219,8 @@ def token_statistics_from_hidden(
     ``hidden``; read as float32) by the same tile code as the logits path; the backward recomputes
     each tile of the rows with a gradient and accumulates ``grad_hidden``, ``grad_weight`` (and
     ``grad_bias``) in float32, so the extra memory is one tile (plus the torch folds' float32
-    copies of it) and one ``[V, d]`` float32 weight gradient (none when one token tile holds the
-    rows with a gradient and the head is in the compute dtype: each slice is written once).
+    copies of it) and one ``[V, d]`` float32 weight gradient (when one token tile holds the rows
+    with a gradient, the weight's gradient instead: each slice is written once, in its dtype).
     Every reference but ``ref`` is supported (``ref`` needs a second model's hidden states), with
     every metric. Do not modify the weight in place between the forward and the backward.
     """

@@ -96,8 +96,8 @@ class LinearHead:
 
     The backward accumulates ``grad_hidden`` (the response rows, ``[N, d]``) in float32, and
     ``grad_weight`` and ``grad_bias`` in float32 over several token tiles, or writes each of their
-    vocabulary slices once when one token tile holds every row and the head is in the compute
-    dtype (:meth:`new_grads`); each only when its input needs a gradient (a frozen head costs no
+    vocabulary slices once, in their own dtype, when one token tile holds every row
+    (:meth:`new_grads`); each only when its input needs a gradient (a frozen head costs no
     ``[V, d]`` buffer); they are cast to their inputs' dtypes at the end."""
 
     def __init__(self, hidden: Tensor, weight: Tensor, bias: Tensor | None) -> None:
@@ -167,10 +167,10 @@ class LinearHead:
     def new_grads(self, needed: Sequence[bool], written: bool = False) -> list[Tensor | None]:
         """The head's gradients (``None`` for the hidden states': :meth:`new_row_grads`): float32
         zeros that each token tile adds its share into; ``written`` (one token tile: each vocabulary
-        slice gets one share), in the weight's dtype when it is the compute dtype, left uninitialised
-        for :meth:`accumulate` to write each slice once (no float32 ``[V, d]`` copy, zero fill or
-        final cast)."""
-        self._writes = written and self.weight.dtype == self.compute_dtype
+        slice gets one share), in the inputs' dtypes, left uninitialised for :meth:`accumulate` to
+        write each slice once (no zero fill and no read of the ``[V, d]`` gradient before its
+        write; no float32 copy and final cast of a head in half precision)."""
+        self._writes = written
         return [None if not need or not index else
                 torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device) if self._writes else
                 torch.zeros(tensor.shape, dtype=torch.float32, device=tensor.device)
@@ -234,9 +234,20 @@ def _add_product(total: Tensor, left: Tensor, right: Tensor) -> None:
 
 
 def _write_product(out: Tensor, left: Tensor, right: Tensor) -> None:
-    """``out = left @ right`` (``out`` in the inputs' dtype), rounded once: the GEMM's float32
-    accumulation on CUDA, float32 inputs elsewhere."""
-    if left.dtype in (torch.bfloat16, torch.float16) and out.device.type != "cuda":
-        out.copy_(left.float() @ right.float())
-    else:
+    """``out = left @ right``, accumulated in float32 and rounded once to ``out``'s dtype: on CUDA
+    the GEMM writes ``out`` itself (in the inputs' dtype, or float32 ones of half-precision inputs:
+    a float32 head under autocast); elsewhere, and for other pairs of dtypes, from float32 inputs."""
+    half = left.dtype in (torch.bfloat16, torch.float16)
+    if out.dtype == left.dtype and (out.device.type == "cuda" or not half):
         torch.mm(left, right, out=out)
+        return
+    if half and out.dtype == torch.float32 and out.device.type == "cuda":
+        try:
+            torch.mm(left, right, out_dtype=torch.float32, out=out)
+            return
+        except (TypeError, RuntimeError):  # torch without out_dtype
+            pass
+    if out.dtype == torch.float32:
+        torch.mm(left.float(), right.float(), out=out)
+    else:
+        out.copy_(left.float() @ right.float())
