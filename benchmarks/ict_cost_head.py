@@ -38,16 +38,17 @@ def parse_tile(text: str | None) -> tuple[int, int] | None:
 @contextlib.contextmanager
 def forward_tiles_in_backward() -> Any:
     """The backward of our statistics in the forward's tiles, as before ``backward_tile`` (every
-    token tile adds its share into the head's gradient): the library's function replaced while
-    the context is open, for an A/B of that change in one process."""
-    from ict.core.stats import tiles
+    token tile adds its share into the head's gradient): the library's
+    ``LinearHead.backward_tile`` replaced while the context is open, for an A/B of that change in
+    one process."""
+    from ict.core.stats.heads import LinearHead
 
-    original = tiles.backward_tile
-    tiles.backward_tile = lambda num_rows, tokens, vocab: (tokens, vocab)
+    original = vars(LinearHead)["backward_tile"]
+    LinearHead.backward_tile = staticmethod(lambda num_rows, tokens, vocab: (tokens, vocab))  # type: ignore[method-assign]
     try:
         yield
     finally:
-        tiles.backward_tile = original
+        LinearHead.backward_tile = original  # type: ignore[method-assign]
 
 
 def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, repeats: int,

@@ -74,23 +74,23 @@ def test_ict_cost_a_times_every_round_asked_and_stops_at_the_deadline_after_one(
 
 
 def test_ict_cost_a_times_the_backward_in_the_forwards_tiles_beside_the_default():
-    """--backward-ab's row: the same GRPO call with `backward_tile` replaced by the forward's tile
-    while it runs (8 token tiles of 16 rows instead of one of 128 here), the same gradients; the
-    library's function is back afterwards."""
-    from ict.core.stats import tiles
+    """--backward-ab's row: the same GRPO call with `LinearHead.backward_tile` replaced by the
+    forward's tile while it runs (8 token tiles of 16 rows instead of one of 128 here), the same
+    gradients; the library's method is back afterwards."""
+    from ict.core.stats.heads import LinearHead
 
     section_a = benchmark_module("ict_cost_head")
     batch = benchmark_module("head_step").head_batch(8, 16, 8, 50)
     shapes: list[tuple[int, int]] = []
-    original = tiles.backward_tile
+    original = vars(LinearHead)["backward_tile"]
     grads = []
     for context in (section_a.forward_tiles_in_backward, contextlib.nullcontext):
         with context():
-            shapes.append(tiles.backward_tile(128, 16, 300))
+            shapes.append(LinearHead.backward_tile(128, 16, 300))
             benchmark_module("head_step").ours(batch, "grpo", tile_size=(16, 300)).backward()
         grads.append((batch.hidden.grad.clone(), batch.weight.grad.clone()))
         batch.clear_grads()
-    assert shapes == [(16, 300), (128, 38)] and tiles.backward_tile is original
+    assert shapes == [(16, 300), (128, 38)] and vars(LinearHead)["backward_tile"] is original
     for mine, theirs in zip(*grads):
         torch.testing.assert_close(mine, theirs, atol=1e-6, rtol=1e-5)
 

@@ -218,15 +218,17 @@ def test_the_backward_computes_only_the_tiles_of_rows_with_a_gradient(backend, s
 def test_the_backward_takes_up_to_tokens_plus_vocab_rows_in_one_narrower_token_tile():
     """GRPO's 16,384 rows at the GPU's 4096 x 32768 tiles: one token tile of 8,192 ids (as many
     elements); up to tokens + vocab rows likewise, beyond that and within one token tile the
-    forward's tiles."""
-    from ict.core.stats.tiles import backward_tile
+    forward's tiles (a head that computes its logits; given logits keep the forward's)."""
+    from ict.core.stats.heads import LinearHead, LogitsHead
 
+    backward_tile = LinearHead.backward_tile
     assert backward_tile(16384, 4096, 32768) == (16384, 8192)
     assert backward_tile(36864, 4096, 32768) == (36864, 3641)  # 9 times narrower, ceil(32768 / 9)
     assert backward_tile(36865, 4096, 32768) == (4096, 32768)
     assert backward_tile(4096, 4096, 32768) == backward_tile(1638, 4096, 32768) == (4096, 32768)
     assert backward_tile(2048, 256, 8192) == (2048, 1024)  # the CPU's tiles, the offline default's rows
     assert backward_tile(5, 4, 7) == (5, 4)
+    assert LogitsHead.backward_tile(16384, 4096, 32768) == (4096, 32768)  # given logits: the forward's
 
 
 def test_rows_with_gradient_keeps_every_row_either_term_reaches_and_nan():

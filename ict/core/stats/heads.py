@@ -62,6 +62,12 @@ class LogitsHead:
     def backward_vocab(self, vocab: int, default: int) -> int:
         return vocab
 
+    @staticmethod
+    def backward_tile(num_rows: int, tokens: int, vocab: int) -> tuple[int, int]:
+        """The forward's tile ``(tokens, vocab)``: the gradient's rows are written tile by tile
+        whatever the tiles, so fewer token tiles save nothing."""
+        return tokens, vocab
+
     def release(self) -> None:
         pass
 
@@ -160,6 +166,23 @@ class LinearHead:
         most of the head beside its float32 gradient, at the backward's peak. (Wide forward tiles
         pay off by keeping their logits for the score pass, which the backward does not have.)"""
         return vocab if self.weight.dtype == self.compute_dtype else min(vocab, default)
+
+    @staticmethod
+    def backward_tile(num_rows: int, tokens: int, vocab: int) -> tuple[int, int]:
+        """The backward's tile over ``num_rows`` rows with a gradient, from the forward's
+        ``(tokens, vocab)``: when ``tokens < num_rows <= tokens + vocab``, every row in one token
+        tile, ``k`` times narrower (``ceil(vocab / k)`` ids, ``k = ceil(num_rows / tokens)``: no
+        more elements than the forward's tile, and each of the head's ``vocab`` slices, cast once,
+        cut into ``k``); else the forward's tile.
+
+        Why: each token tile adds its share ``g.T @ h`` into the head's ``[V, d]`` gradient (a
+        read and a write of it), each vocabulary tile its share ``g @ W_v`` into the rows' float32
+        ``[M, d]`` one. In units of ``8 V d M`` bytes that is ``1/tokens + 1/vocab`` for the
+        forward's tiles and ``k/vocab`` for one token tile (less when ``num_rows <= tokens +
+        vocab``), which moreover writes each slice of the head's gradient once (:meth:`new_grads`)."""
+        if not tokens < num_rows <= tokens + vocab:
+            return tokens, vocab
+        return num_rows, -(-vocab // -(-num_rows // tokens))
 
     def release(self) -> None:
         self._buffer = self._weight_slice = None

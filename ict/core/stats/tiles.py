@@ -24,7 +24,8 @@ gradient is zero, e.g. one ICT did not select, is skipped: :func:`rows_with_grad
 it into the gradient wrt its logits (``logit_grads``), then into ``grad_hidden += g @ W_v`` (a
 float32 ``[M, d]`` accumulator), ``grad_W_v += g.T @ h`` (float32) or the rows of ``grad_logits``.
 From hidden states, up to ``tokens + vocab`` rows take one token tile of narrower vocabulary
-tiles (:func:`backward_tile`), so each slice of the head's gradient is written once.
+tiles (:meth:`~ict.core.stats.heads.LinearHead.backward_tile`), so each slice of the head's gradient is
+written once.
 
 Backends: ``"triton"`` (the kernels of :mod:`ict.core.stats.triton_tiles`, tensors on a GPU, or
 anywhere under ``TRITON_INTERPRET=1``; they read and write the rows of given logits where they
@@ -197,30 +198,12 @@ class _TileRows:
         return ((tile.part, self[index]) for index, tile in enumerate(self.order.tiles))
 
 
-def backward_tile(num_rows: int, tokens: int, vocab: int) -> TileSize:
-    """The backward's tile over ``num_rows`` rows with a gradient, for a head that computes its
-    logits (:class:`~ict.core.stats.heads.LinearHead`), from the forward's ``(tokens, vocab)``:
-    when ``tokens < num_rows <= tokens + vocab``, every row in one token tile, ``k`` times
-    narrower (``ceil(vocab / k)`` ids, ``k = ceil(num_rows / tokens)``: no more elements than the
-    forward's tile, and each of the head's ``vocab`` slices, cast once, cut into ``k``); else the
-    forward's tile.
-
-    Why: each token tile adds its share ``g.T @ h`` into the head's ``[V, d]`` gradient (a read
-    and a write of it), each vocabulary tile its share ``g @ W_v`` into the rows' float32
-    ``[M, d]`` one. In units of ``8 V d M`` bytes that is ``1/tokens + 1/vocab`` for the forward's
-    tiles and ``k/vocab`` for one token tile (less when ``num_rows <= tokens + vocab``), which
-    moreover writes each slice of the head's gradient once (:meth:`LinearHead.new_grads`)."""
-    if not tokens < num_rows <= tokens + vocab:
-        return tokens, vocab
-    return num_rows, -(-vocab // -(-num_rows // tokens))
-
-
 def _backward_tiles(ctx, needed: Sequence[bool], grad_log_probs: Tensor | None, grad_entropy: Tensor | None
                     ) -> tuple[list[Tensor | None], Tensor | None, RowOrder]:
     """The input gradients, accumulated vocabulary tile by vocabulary tile, each over every token
     tile (the head's slice and each token tile's rows are cast once; this module's docstring), over
     the rows with a gradient only (:func:`rows_with_gradient`: the others' tiles are skipped), in
-    the tiles of :func:`backward_tile`. Returns the head's gradients (:meth:`Head.new_grads`), the
+    the tiles of :meth:`Head.backward_tile`. Returns the head's gradients (:meth:`Head.new_grads`), the
     rows' accumulator (``[M, d]``, in the returned order; None for a head without one) and the
     order of its rows."""
     targets, maximum, log_total, entropy = ctx.saved_tensors
@@ -234,7 +217,7 @@ def _backward_tiles(ctx, needed: Sequence[bool], grad_log_probs: Tensor | None, 
         head.prepare_tile(0, min(vocab, head.vocab_size))
     active = rows_with_gradient(grad_log_probs, grad_entropy)
     num_rows = order.num_rows if active is None else active.numel()
-    tokens, width = backward_tile(num_rows, tokens, vocab) if isinstance(head, LinearHead) else (tokens, vocab)
+    tokens, width = head.backward_tile(num_rows, tokens, vocab)
     order = order.retiled(tokens, active)
     if active is not None:
         targets, maximum, log_total, entropy = (values[active] for values in (targets, maximum, log_total, entropy))
