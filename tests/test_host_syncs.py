@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from operator_log import OperatorLog
 
 from ict.core.loss import PolicyLossConfig, masked_sums, policy_loss
 from ict.core.selectors import (
@@ -147,18 +147,6 @@ def test_the_loss_metrics_launch_one_operator_more_a_metric():
     assert launches(2) <= 10
 
 
-class _Operators(TorchDispatchMode):
-    """The names of the operators run under it, in order."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(func.__name__.split(".")[0])
-        return func(*args, **(kwargs or {}))
-
-
 def test_the_backward_reads_its_rows_with_a_gradient_once_and_indexes_them_without_another_read():
     """`rows_with_gradient` reads one number back, the rows' count, as its last operator when every
     row has a gradient (nothing is queued between that sync and the first tile's product; CUDA's
@@ -167,10 +155,10 @@ def test_the_backward_reads_its_rows_with_a_gradient_once_and_indexes_them_witho
     from ict.core.stats.tiles import rows_with_gradient
 
     for grad, want in ((torch.tensor([0.5, -1.0, 2.0]), None), (torch.tensor([0.0, -1.0, 0.0, 3.0]), [1, 3])):
-        census, operators = SyncCensus(), _Operators()
+        census, operators = SyncCensus(), OperatorLog()
         with census, operators:
             rows = rows_with_gradient(grad, None)
-        assert census.total() == 1 and "nonzero" not in operators.names, (census.counts, operators.names)
+        assert census.total() == 1 and "nonzero" not in operators.entries, (census.counts, operators.entries)
         assert (rows if rows is None else rows.tolist()) == want
         if want is None:
-            assert operators.names[-1] == "_local_scalar_dense", operators.names
+            assert operators.entries[-1] == "_local_scalar_dense", operators.entries

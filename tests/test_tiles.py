@@ -14,6 +14,7 @@ import importlib.util
 
 import pytest
 import torch
+from operator_log import OperatorLog
 from stats_references import (
     VARIANTS,
     hidden_batch,
@@ -21,7 +22,6 @@ from stats_references import (
     reference_statistics,
     variant_batch,
 )
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ict.core import selectors
 from ict.core.errors import UsageError
@@ -542,23 +542,17 @@ def test_the_triton_kernels_read_given_logits_where_they_lie():
     and the same values as the torch folds' gathered tiles."""
     logits, token_ids, mask, groups, _ = variant_batch(31)
     logits = logits.to(DEVICE).requires_grad_()
-    copies = []
 
-    class CopyCounter(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func.__name__.split(".")[0] in ("index_select", "index", "index_put_", "index_put"):
-                result = func(*args, **(kwargs or {}))
-                if result.dim() == 2 and result.shape[-1] in (7, 5, 19):  # a tile (7 + 7 + 5 ids), the logits
-                    copies.append(func.__name__)
-                return result
-            return func(*args, **(kwargs or {}))
+    def tile_copies(name, args, result):  # a gathered or scattered tile (7 + 7 + 5 ids), or the logits
+        return name if name in ("index_select", "index", "index_put_", "index_put") and result.dim() == 2 and \
+            result.shape[-1] in (7, 5, 19) else None
 
     references = ("group_mean_absorbing", "group_mean_loo")
-    with CopyCounter():
+    with OperatorLog(tile_copies) as log:
         stats = token_statistics(logits, token_ids.to(DEVICE), mask.to(DEVICE), 1.0, references, tile_size=(3, 7),
                                  backend="triton", group_ids=groups.to(DEVICE))
         (grad,) = torch.autograd.grad(stats.log_probs.sum(), logits)
-    assert copies == []
+    assert log.entries == []
     expected = run(token_statistics, "torch", logits.detach().cpu().requires_grad_(), token_ids, mask, 1.0,
                    references, tile_size=(3, 7), group_ids=groups)
     torch.testing.assert_close(stats.js_scores["group_mean_loo"].cpu(), expected.js_scores["group_mean_loo"],
