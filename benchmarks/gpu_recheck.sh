@@ -10,11 +10,15 @@
 #      then the torch profiler over our GRPO call and TRL's head in both orders at 1.5B
 #      (PROFILE_PATHS); each run of (a) with an extra row (--backward-ab): our GRPO path with its
 #      backward in the forward's tiles, as before backward_tile (049cca7), timed beside the new one;
-#   2. with at least B_MIN_LEFT seconds (default 150) of GPU_RUN_LIMIT (default 480) left:
+#   2. the tests of the head's gradient written once a slice on the GPU (GPU_TESTS, a pytest -k
+#      expression; within TESTS_LIMIT seconds, default 60): a float32 head's slice under autocast
+#      is one GEMM with float32 output of the bf16 operands, and the Triton backend's gradients of
+#      half-precision heads against float64 (gpu_tests.log);
+#   3. with at least B_MIN_LEFT seconds (default 150) of GPU_RUN_LIMIT (default 480) left:
 #      ict_cost.py's section (b), LoRA only, 2 rounds of 3 steps, within the time left less 40 s
 #      (its --budget: rounds that would pass it are skipped) (lora.log, lora.json).
-# Lands in $OUT: tile_sweep.log, tiles_<size>.json, gpu_clocks.csv, stats_profile.log, lora.log,
-# lora.json (8 files). Afterwards, here: python benchmarks/gpu_clocks.py tiles_<size>.json gpu_clocks.csv
+# Lands in $OUT: tile_sweep.log, tiles_<size>.json, gpu_clocks.csv, stats_profile.log,
+# gpu_tests.log, lora.log, lora.json (9 files). Afterwards, here: python benchmarks/gpu_clocks.py tiles_<size>.json gpu_clocks.csv
 #   run(command="bash benchmarks/gpu_recheck.sh", carry=[".whl"], timeout_s=540)
 # (~8 minutes: with the machine's start, a rerun of one part still fits the 15 minutes)
 # On a CPU, tiny (tests/test_benchmark_scripts.py): SWEEP_ARGS and B_ARGS replace each step's options,
@@ -34,6 +38,13 @@ TILE_SIZES=${TILE_SIZES:-4096x32768 8192x30464 8192x15232} RUN_LIMIT=${RUN_LIMIT
   PROFILE_PATHS=${PROFILE_PATHS:-grpo,trl,grpo,trl} bash benchmarks/gpu_tile_sweep.sh "${sweep_args[@]}"
 status=$?
 echo "the sweep: exit status $status; script $(( $(date +%s) - start )) s" | tee -a "$OUT/tile_sweep.log"
+
+# -vv: pyproject.toml's -q cancels one -v, and a run cut short still lists the tests that passed
+timeout -k 5 "${TESTS_LIMIT:-60}" python3 -m pytest tests/test_tiles.py -vv -p no:cacheprovider -W ignore \
+  -k "${GPU_TESTS:-gemm_of_the_bf16_operands or (half_precision and triton)}" 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
+tests_status=${PIPESTATUS[0]}
+echo "the tests' exit status $tests_status (124: stopped by the time limit)" | tee -a "$OUT/gpu_tests.log"
+[ "$tests_status" = 0 ] || status=1
 
 left=$(( ${GPU_RUN_LIMIT:-480} - ($(date +%s) - start) ))
 if [ "$left" -ge "${B_MIN_LEFT:-150}" ]; then

@@ -593,20 +593,23 @@ def test_gpu_clocks_sets_each_rows_samples_beside_its_calls(tmp_path):
 @pytest.mark.slow  # the sweep's runs and a TRL run pair; ~1 minute on 2 cores
 def test_gpu_recheck_script_runs_tiny_on_the_cpu(tmp_path):
     """benchmarks/gpu_recheck.sh, the next GPU's one call, at tiny shapes: the sweep's section (a)
-    at the sizes given and its profile in the order given, then (b) with LoRA alone, each file
-    where the script's header says."""
+    at the sizes given and its profile in the order given, the tests asked for, then (b) with
+    LoRA alone, each file where the script's header says."""
     pytest.importorskip("trl")
     out = tmp_path / "out"
     env = gpu_script_environment(tmp_path, TILE_SIZES="8x1000", RUN_LIMIT="300",
                                  SWEEP_ARGS="--tiny --device cpu --models tiny --repeats 2 --backward-ab",
                                  PROFILE_ARGS="--length 8 --vocab 1000 --width 16",
-                                 B_ARGS="--tiny --device cpu --rounds 1 --steps 2", GPU_RUN_LIMIT="900")
+                                 B_ARGS="--tiny --device cpu --rounds 1 --steps 2", GPU_RUN_LIMIT="900",
+                                 GPU_TESTS="gemm_of_the_bf16_operands or (half_precision and bfloat16-64-torch)")
     result = subprocess.run(["bash", str(BENCHMARKS / "gpu_recheck.sh")], capture_output=True, text=True, env=env,
                             timeout=900, cwd=tmp_path)
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
     assert result.stdout.count("no wheels in") == 1  # the wheels are looked for once, not again by the sweep
     assert {path.name for path in out.iterdir()} == {"tile_sweep.log", "tiles_8x1000.json", "stats_profile.log",
-                                                     "lora.log", "lora.json"}  # no nvidia-smi: no clock log
+                                                     "gpu_tests.log", "lora.log", "lora.json"}  # no nvidia-smi: no clock log
+    tests = (out / "gpu_tests.log").read_text()
+    assert "1 passed, 1 skipped" in tests and "exit status 0" in tests, tests[-2000:]  # no CUDA here: skipped
     section_a = json.loads((out / "tiles_8x1000.json").read_text())["a"]["tiny"]
     assert section_a["repeats"] == 2 and section_a["rows"]["grpo_hidden_forward_tiles"]["median"] > 0
     profile = (out / "stats_profile.log").read_text()

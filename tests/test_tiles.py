@@ -309,6 +309,23 @@ def test_a_half_precision_heads_gradients_match_float64_of_the_rounded_logits(ba
         assert error < 1e-2, (leaf.shape, float(error))  # 0.005-0.006 here
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="mm's float32 output of bf16 operands runs on CUDA only")
+def test_on_a_gpu_a_float32_heads_gradient_slice_is_written_by_one_gemm_of_the_bf16_operands():
+    """Under autocast a float32 head's gradient slice ``g.T @ h`` is one GEMM of the bf16 operands
+    into the float32 slice (``mm``'s ``out_dtype``), without float32 copies of them (the fallback
+    for a torch without it), accumulated in float32 (against float64 of the same operands)."""
+    from ict.core.stats.heads import _write_product
+
+    generator = torch.Generator(device="cuda").manual_seed(5)
+    left = torch.randn(37, 300, device="cuda", generator=generator).bfloat16()
+    right = torch.randn(300, 24, device="cuda", generator=generator).bfloat16()
+    out = torch.empty(37, 24, device="cuda")
+    with OperatorLog() as log:
+        _write_product(out, left, right)
+    assert log.entries == ["mm"], log.entries
+    torch.testing.assert_close(out.double(), left.double() @ right.double(), atol=1e-3, rtol=1e-5)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_ict_masks_equal_the_float64_masks_except_at_ties(backend):
     """ICT's default selection (top 10% per completion by JS to the absorbing group mean) from the
