@@ -102,8 +102,8 @@ class LinearHead:
 
     The backward accumulates ``grad_hidden`` (the response rows, ``[N, d]``) in float32, and
     ``grad_weight`` and ``grad_bias`` in float32 over several token tiles, or writes each of their
-    vocabulary slices once, in their own dtype, when one token tile holds every row
-    (:meth:`new_grads`); each only when its input needs a gradient (a frozen head costs no
+    vocabulary slices once, in their own dtype, when one token tile holds every row and the head
+    is in the compute dtype or in float32 (:meth:`new_grads`); each only when its input needs a gradient (a frozen head costs no
     ``[V, d]`` buffer); they are cast to their inputs' dtypes at the end."""
 
     def __init__(self, hidden: Tensor, weight: Tensor, bias: Tensor | None) -> None:
@@ -190,10 +190,11 @@ class LinearHead:
     def new_grads(self, needed: Sequence[bool], written: bool = False) -> list[Tensor | None]:
         """The head's gradients (``None`` for the hidden states': :meth:`new_row_grads`): float32
         zeros that each token tile adds its share into; ``written`` (one token tile: each vocabulary
-        slice gets one share), in the inputs' dtypes, left uninitialised for :meth:`accumulate` to
-        write each slice once (no zero fill and no read of the ``[V, d]`` gradient before its
-        write; no float32 copy and final cast of a head in half precision)."""
-        self._writes = written
+        slice gets one share; a head in the compute dtype or in float32), in the inputs' dtypes,
+        left uninitialised for :meth:`accumulate` to write each slice once (no zero fill and no
+        read of the ``[V, d]`` gradient before its write; no float32 copy and final cast of a head
+        in half precision)."""
+        self._writes = written and self.weight.dtype in (self.compute_dtype, torch.float32)
         return [None if not need or not index else
                 torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device) if self._writes else
                 torch.zeros(tensor.shape, dtype=torch.float32, device=tensor.device)
