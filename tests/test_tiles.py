@@ -288,8 +288,14 @@ def test_a_half_precision_heads_gradients_match_float64_of_the_rounded_logits(ba
     dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
     leaves = [tensor.to(dtype).requires_grad_() for tensor in (hidden, weight, lm_bias)]
     scale = torch.randn(mask.shape, generator=torch.Generator().manual_seed(3)) * mask
-    writes, write = [], heads._write_product
-    monkeypatch.setattr(heads, "_write_product", lambda out, *args: writes.append(out.dtype) or write(out, *args))
+    writes, product = [], heads._product
+
+    def counted(out, left, right, add):  # the head's slices written (the rows' gradient is added into)
+        if not add:
+            writes.append(out.dtype)
+        product(out, left, right, add)
+
+    monkeypatch.setattr(heads, "_product", counted)
     device_type = DEVICE.type if backend == "triton" else "cpu"
     with torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "autocast"):
         stats = run(token_statistics_from_hidden, backend, leaves[0], leaves[1], token_ids, mask, 1.0,
@@ -314,14 +320,14 @@ def test_on_a_gpu_a_float32_heads_gradient_slice_is_written_by_one_gemm_of_the_b
     """Under autocast a float32 head's gradient slice ``g.T @ h`` is one GEMM of the bf16 operands
     into the float32 slice (``mm``'s ``out_dtype``), without float32 copies of them (the fallback
     for a torch without it), accumulated in float32 (against float64 of the same operands)."""
-    from ict.core.stats.heads import _write_product
+    from ict.core.stats.heads import _product
 
     generator = torch.Generator(device="cuda").manual_seed(5)
     left = torch.randn(37, 300, device="cuda", generator=generator).bfloat16()
     right = torch.randn(300, 24, device="cuda", generator=generator).bfloat16()
     out = torch.empty(37, 24, device="cuda")
     with OperatorLog() as log:
-        _write_product(out, left, right)
+        _product(out, left, right, add=False)
     assert log.entries == ["mm"], log.entries
     torch.testing.assert_close(out.double(), left.double() @ right.double(), atol=1e-3, rtol=1e-5)
 

@@ -103,8 +103,9 @@ class LinearHead:
     The backward accumulates ``grad_hidden`` (the response rows, ``[N, d]``) in float32, and
     ``grad_weight`` and ``grad_bias`` in float32 over several token tiles, or writes each of their
     vocabulary slices once, in their own dtype, when one token tile holds every row and the head
-    is in the compute dtype or in float32 (:meth:`new_grads`); each only when its input needs a gradient (a frozen head costs no
-    ``[V, d]`` buffer); they are cast to their inputs' dtypes at the end."""
+    is in the compute dtype or in float32 (:meth:`new_grads`); each only when its input needs a
+    gradient (a frozen head costs no ``[V, d]`` buffer); they are cast to their inputs' dtypes at
+    the end."""
 
     def __init__(self, hidden: Tensor, weight: Tensor, bias: Tensor | None) -> None:
         self.hidden, self.weight, self.bias = hidden, weight, bias
@@ -214,9 +215,9 @@ class LinearHead:
         grad = grad.to(self.compute_dtype)
         with torch.autocast(rows.device.type, enabled=False):
             if row_grads is not None:
-                _add_product(row_grads, grad, self.weight_slice(start, end))
+                _product(row_grads, grad, self.weight_slice(start, end), add=True)
             if grads[1] is not None:
-                (_write_product if self._writes else _add_product)(grads[1][start:end], grad.T, rows)
+                _product(grads[1][start:end], grad.T, rows, add=not self._writes)
         if len(grads) > 2 and grads[2] is not None:
             total = grad.sum(dim=0, dtype=torch.float32)
             if self._writes:
@@ -241,37 +242,29 @@ class LinearHead:
 Head = LogitsHead | LinearHead
 
 
-def _add_product(total: Tensor, left: Tensor, right: Tensor) -> None:
-    """``total += left @ right`` into a float32 ``total`` without rounding a half-precision
-    product to its inputs' dtype first (rounding every vocabulary tile's share of a gradient to
-    bf16 before summing them biases it): float32 output of the GEMM on CUDA, float32 inputs
-    elsewhere."""
-    if left.dtype in (torch.bfloat16, torch.float16):
-        if total.device.type == "cuda":
-            try:
-                torch.addmm(total, left, right, out_dtype=torch.float32, out=total)
-                return
-            except (TypeError, RuntimeError):  # torch without out_dtype
-                pass
-        left, right = left.float(), right.float()
-    total.addmm_(left, right)
-
-
-def _write_product(out: Tensor, left: Tensor, right: Tensor) -> None:
-    """``out = left @ right``, accumulated in float32 and rounded once to ``out``'s dtype: on CUDA
-    the GEMM writes ``out`` itself (in the inputs' dtype, or float32 ones of half-precision inputs:
-    a float32 head under autocast); elsewhere, and for other pairs of dtypes, from float32 inputs."""
+def _product(out: Tensor, left: Tensor, right: Tensor, add: bool) -> None:
+    """``out = left @ right``, or (``add``) ``out += left @ right``, accumulated in float32 and
+    rounded once to ``out``'s dtype: a half-precision product is not rounded to its operands' dtype
+    first (rounding every vocabulary tile's share of a gradient to bf16 before summing them biases
+    it). On CUDA the GEMM reads the operands in their dtype and writes ``out`` itself (float32
+    output of half-precision operands: ``out_dtype``); elsewhere, and for other pairs of dtypes,
+    it reads float32 copies of them."""
     half = left.dtype in (torch.bfloat16, torch.float16)
-    if out.dtype == left.dtype and (out.device.type == "cuda" or not half):
-        torch.mm(left, right, out=out)
-        return
-    if half and out.dtype == torch.float32 and out.device.type == "cuda":
+    cuda = out.device.type == "cuda"
+    if cuda and half and out.dtype == torch.float32:
         try:
-            torch.mm(left, right, out_dtype=torch.float32, out=out)
+            if add:
+                torch.addmm(out, left, right, out_dtype=torch.float32, out=out)
+            else:
+                torch.mm(left, right, out_dtype=torch.float32, out=out)
             return
         except (TypeError, RuntimeError):  # torch without out_dtype
             pass
-    if out.dtype == torch.float32:
-        torch.mm(left.float(), right.float(), out=out)
+    if half and not (cuda and out.dtype == left.dtype):
+        left, right = left.float(), right.float()
+    if out.dtype != left.dtype:  # a half-precision out, off CUDA
+        (out.add_ if add else out.copy_)(left @ right)
+    elif add:
+        out.addmm_(left, right)
     else:
-        out.copy_(left.float() @ right.float())
+        torch.mm(left, right, out=out)
