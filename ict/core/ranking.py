@@ -87,13 +87,20 @@ def label_places(labels: Tensor, num_labels: int = 0, sizes: Tensor | None = Non
     return sizes, torch.arange(labels.numel(), device=labels.device) - (sizes.cumsum(0) - sizes)[labels]
 
 
+def run_starts(values: Tensor) -> Tensor:
+    """Where each run of equal values starts (bool ``[n]`` of ``values`` ``[n]``, sorted or grouped):
+    ``cumsum - 1`` of it numbers the runs, as ``torch.unique_consecutive``'s inverse, without its
+    device sync."""
+    starts = torch.ones(values.shape, dtype=torch.bool, device=values.device)
+    starts[1:] = values[1:] != values[:-1]
+    return starts
+
+
 def group_ranks(group_ids: Tensor) -> Tensor:
     """Each row's group as a rank among the distinct ids (long ``[B]``, in ``[0, B)``), without
     the device sync of ``torch.unique`` (whose output size is read back)."""
     ids, by_id = group_ids.sort()
-    first = torch.ones(ids.shape, dtype=torch.long, device=ids.device)
-    first[1:] = ids[1:] != ids[:-1]
-    return torch.empty_like(by_id).index_put_((by_id,), first.cumsum(0) - 1)
+    return torch.empty_like(by_id).index_put_((by_id,), run_starts(ids).long().cumsum(0) - 1)
 
 
 def population_table(scope: str, num_rows: int, group_ids: Tensor | None = None,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ict.core.ranking import group_ranks, label_places
+from ict.core.ranking import group_ranks, label_places, run_starts
 
 _NONZERO_STATIC_ON_CUDA = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 7)
 
@@ -200,8 +200,7 @@ def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, fin
     batch_index, time_index, key = batch_index[order], time_index[order], key[order]
     if not num_rows:
         return RowOrder(batch_index, time_index, [])
-    starts = torch.ones(num_rows, dtype=torch.bool, device=device)
-    starts[1:] = key[1:] != key[:-1]
+    starts = run_starts(key)  # of the blocks, rows sorted by key
     block_of_row = starts.long().cumsum(0) - 1
     block_keys = key[nonzero_given_count(starts, num_blocks).squeeze(-1)]
     block_sizes = block_rows[block_keys]
