@@ -10,6 +10,7 @@ import math
 import statistics
 import time
 from typing import Any
+from unittest import mock
 
 import head_step  # beside this file
 import ict_cost_runs as runs
@@ -35,20 +36,13 @@ def parse_tile(text: str | None) -> tuple[int, int] | None:
         raise SystemExit(f"--tile-size: {error}") from None
 
 
-@contextlib.contextmanager
 def forward_tiles_in_backward() -> Any:
     """The backward of our statistics in the forward's tiles, as before ``backward_tile`` (every
-    token tile adds its share into the head's gradient): the library's
-    ``LinearHead.backward_tile`` replaced while the context is open, for an A/B of that change in
-    one process."""
+    token tile adds its share into the head's gradient): a context in which the library's
+    ``LinearHead.backward_tile`` is replaced, for an A/B of that change in one process."""
     from ict.core.stats.heads import LinearHead
 
-    original = vars(LinearHead)["backward_tile"]
-    LinearHead.backward_tile = staticmethod(lambda num_rows, tokens, vocab: (tokens, vocab))  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        LinearHead.backward_tile = original  # type: ignore[method-assign]
+    return mock.patch.object(LinearHead, "backward_tile", staticmethod(lambda num_rows, tokens, vocab: (tokens, vocab)))
 
 
 def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, repeats: int,
