@@ -21,7 +21,7 @@
 # gpu_tests.log, lora.log, lora.json (9 files). Afterwards, here: python benchmarks/gpu_clocks.py tiles_<size>.json gpu_clocks.csv
 #   run(command="bash benchmarks/gpu_recheck.sh", carry=[".whl"], timeout_s=540)
 # (~8 minutes: with the machine's start, a rerun of one part still fits the 15 minutes)
-# On a CPU, tiny (tests/test_benchmark_scripts.py): SWEEP_ARGS and B_ARGS replace each step's options,
+# On a CPU, tiny (tests/test_gpu_scripts.py): SWEEP_ARGS and B_ARGS replace each step's options,
 # PROFILE_ARGS goes to stats_profile.py (see gpu_tile_sweep.sh), e.g.
 #   OUT=/tmp/out TILE_SIZES=8x1000 SWEEP_ARGS="--tiny --device cpu --models tiny --repeats 2" \
 #   PROFILE_ARGS="--length 8 --vocab 1000 --width 16" B_ARGS="--tiny --device cpu --rounds 1 --steps 2" \

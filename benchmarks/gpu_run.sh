@@ -28,7 +28,7 @@
 # limit, default 360 s) bound it; the tests get what is left of GPU_RUN_LIMIT (default 570 s), so
 # the whole script stays within the run's 600 s.
 #
-# The whole script at tiny shapes on a machine without a GPU (tests/test_benchmark_scripts.py runs
+# The whole script at tiny shapes on a machine without a GPU (tests/test_gpu_scripts.py runs
 # it so, to catch a broken script before it spends GPU time): without wheels in GPU_RUN_WHEELS
 # (default .whl) it takes the packages installed; AGREEMENT_ARGS and PROFILE_ARGS go to
 # stats_agreement.py and stats_profile.py after their own options, GPU_RUN_TESTS replaces the test
