@@ -109,3 +109,70 @@ def test_a_damaged_checkpoint_is_one_line(workspace):
 def test_debug_shows_the_traceback(workspace):
     result = run_cli("--debug", "train", *BASE, "--dataset", "bad_json.jsonl", "--run-dir", "r7", cwd=workspace)
     assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+# In-process (no model loads, nothing trains: each is refused while the options are checked).
+REFUSED = [
+    (["train", "--learning-rate", "inf"], ["learning_rate", "finite"]),
+    (["train", "--lora-alpha", "nan"], ["lora_alpha", "finite"]),
+    (["train", "--overlong-penalty-factor", "nan"], ["overlong_penalty_factor", "finite"]),
+    (["train", "--max-grad-norm", "-1"], ["max_grad_norm must be >= 0"]),
+    (["train", "--adam-beta1", "1"], ["adam_beta1 must be in [0, 1)"]),
+    (["train", "--vllm-gpu-memory-utilization", "5"], ["vllm_gpu_memory_utilization must be in (0, 1]"]),
+    (["train", "--max-response-length", "0"], ["max_response_length must be >= 1"]),
+    (["train", "selector.ratio=nan"], ["ratio=nan", "finite"]),
+    (["train", "selector.ratio=.nan"], ["ratio=nan", "finite"]),
+    (["train", "--config", "unclosed.yaml"], ["unclosed.yaml", "line 2, column 1"]),
+    (["train", "dataset_config.max_terms=[1"], ["dataset_config.max_terms", "line 1, column 3"]),
+    (["train", "--plugin", "syntax_error.py"], ["failed to import: SyntaxError"]),
+    (["train", "--plugin", "raises.py"], ["failed to import: RuntimeError: boom"]),
+    (["eval", "--k", "1,,2"], ["ks", "none empty"]),
+    (["eval", "--n", "4", "--k", "2,1,2"], ["--k needs distinct values"]),
+    (["compare", "--output-dir", "a_file"], ["a_file is a file"]),
+    (["compare", "--output-dir", "c", "--eval-benchmarks", "nope"], ["unknown benchmark 'nope'"]),
+    (["compare", "--output-dir", "c", "--baselines", "grpo,nope"], ["--baselines 'nope'"]),
+    (["compare", "--output-dir", "c", "--eval-limit", "0"], ["--eval-limit must be >= 1"]),
+    (["compare", "--output-dir", "c", "--methods", "grpo,nope"], ["method='nope'"]),
+    (["plot", "empty_run", "--out", "x.png"], ["nothing to plot"]),
+    (["plot", "empty_run", "--out", "a_dir"], ["--out must name a PNG file"]),
+    (["inspect", "--samples", "a_dir"], ["a_dir is not a file"]),
+    (["inspect", "--prompt", "hi", "--html", "a_dir"], ["--html must name a file"]),
+]
+
+
+@pytest.mark.parametrize("args,fragments", REFUSED, ids=[" ".join(case[0]) for case in REFUSED])
+def test_a_bad_value_is_refused_in_one_line_before_anything_runs(tmp_path, monkeypatch, capsys, args, fragments):
+    """NaN and infinity, values out of their range, lists with a gap or a repeat, YAML that does not
+    parse, a plugin that fails to import, names that match nothing, and paths of the wrong kind:
+    one ``error:`` line, exit status 2, and nothing written (compare's directory not made)."""
+    from ict.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "unclosed.yaml").write_text("num_steps: [1\n")
+    (tmp_path / "syntax_error.py").write_text("def broken(:\n")
+    (tmp_path / "raises.py").write_text("raise RuntimeError('boom')\n")
+    (tmp_path / "a_file").write_text("not a directory\n")
+    (tmp_path / "a_dir").mkdir()
+    (tmp_path / "empty_run").mkdir()
+    (tmp_path / "empty_run" / "metrics.jsonl").write_text("")
+    before = sorted(path.name for path in tmp_path.iterdir())
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+    assert sorted(path.name for path in tmp_path.iterdir()) == before
+
+
+def test_an_argparse_error_is_one_line_with_where_to_find_help(capsys):
+    """argparse's errors (an unknown choice, a flag without its value) are one line naming the
+    command's --help, not its whole usage text; exit status 2."""
+    from ict.cli import main
+
+    for args, command in ((["train", "--dtype", "bogus"], "ict train"), (["eval", "--k"], "ict eval"),
+                          (["--no-such-flag"], "ict")):
+        with pytest.raises(SystemExit) as stopped:
+            main(args)
+        err = capsys.readouterr().err
+        assert stopped.value.code == 2 and err.count("\n") == 1, err
+        assert err.startswith(f"{command}: error: ") and err.endswith(f"(see {command} --help)\n"), err

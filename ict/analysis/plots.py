@@ -204,6 +204,8 @@ class PlotConfig:
         """One-line UsageError for a missing output or a directory without metrics.jsonl."""
         if self.out is None:
             raise UsageError("--out is required")
+        if Path(self.out).name in ("", ".", "..") or Path(self.out).is_dir():
+            raise UsageError(f"--out must name a PNG file, got {str(self.out)!r}")
         if not self.run_dirs:
             raise UsageError("give at least one run directory")
         missing = [str(path) for path in self.run_dirs if not (Path(path) / "metrics.jsonl").is_file()]
@@ -214,10 +216,14 @@ class PlotConfig:
         return self
 
 
-def plot(config: PlotConfig) -> Path | None:
-    """`plot_runs` of `config.run_dirs`, labelled by directory or pooled by method."""
+def plot(config: PlotConfig) -> Path:
+    """`plot_runs` of `config.run_dirs`, labelled by directory or pooled by method; a one-line
+    UsageError when none of them has a step."""
     config = config.validate()
     assert config.out is not None
     directories = [Path(path) for path in config.run_dirs]
     labels = [(path.parent.name if config.by == "method" else str(path)) for path in directories]
-    return plot_runs(directories, Path(config.out), labels)
+    written = plot_runs(directories, Path(config.out), labels)
+    if written is None:
+        raise UsageError(f"nothing to plot: no step in the metrics.jsonl of {', '.join(map(str, directories))}")
+    return written

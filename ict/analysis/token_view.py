@@ -64,6 +64,10 @@ class InspectConfig:
             raise UsageError("--n must be >= 2 (JS scores compare completions)")
         if self.max_new_tokens < 1 or not self.temperature > 0:
             raise UsageError("--max-new-tokens must be >= 1 and --temperature > 0")
+        if self.samples is not None and not Path(self.samples).is_file():
+            raise UsageError(f"--samples {self.samples} is not a file")
+        if self.html is not None and (Path(self.html).is_dir() or not Path(self.html).name):
+            raise UsageError(f"--html must name a file, got {self.html!r}")
         check_choices(self)
         return self
 

@@ -10,8 +10,18 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import typing
 
 from ict.core.errors import TrainingDiverged, UsageError
+
+
+class OneLineErrors(argparse.ArgumentParser):
+    """argparse's parser whose error (a flag unknown, a choice not among the choices, ...) is one
+    line, with where to look for help, instead of the command's whole usage text (exit status 2,
+    as argparse's). Its subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ict.cli import plot as plot_command
     from ict.cli import train as train_command
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrors(
         prog="ict",
         description="RL with verifiable rewards and token-selective policy updates (ICT).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import types
 import typing
 from dataclasses import field
@@ -100,10 +101,10 @@ def parse_field(cls: type, name: str, raw: Any) -> Any:
             if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
                 raise ValueError
             return int(raw)
-        if inner is float:
-            if isinstance(raw, bool):
+        if inner is float:  # finite: no option means anything by nan or inf
+            if isinstance(raw, bool) or not math.isfinite(value := float(raw)):
                 raise ValueError
-            return float(raw)
+            return value
         if inner is dict or typing.get_origin(inner) is dict:
             value = yaml.safe_load(raw) if isinstance(raw, str) else raw
             if value is None:
@@ -114,19 +115,30 @@ def parse_field(cls: type, name: str, raw: Any) -> Any:
         if typing.get_origin(inner) is tuple:  # tuple[int, ...]: "1,4", a YAML list or argv list
             element = typing.get_args(inner)[0]
             parts = raw.split(",") if isinstance(raw, str) else list(raw)
-            values = tuple(_scalar(element, str(part).strip()) for part in parts
-                           if str(part).strip())
-            if not values:
+            if not parts or any(not str(part).strip() for part in parts):  # "1,,2": an item missing
                 raise ValueError
-            return values
+            return tuple(_scalar(element, str(part).strip()) for part in parts)
         if inner is str or inner is Path:
             if isinstance(raw, dict | list):
                 raise ValueError
             return _scalar(inner, str(raw))
     except (ValueError, TypeError, yaml.YAMLError):
-        kind = getattr(inner, "__name__", str(inner))
+        kind = {float: "a finite float"}.get(inner, getattr(inner, "__name__", str(inner)))
+        if typing.get_origin(inner) is tuple:
+            kind = f"a comma-separated list of {getattr(typing.get_args(inner)[0], '__name__', 'value')}s, none empty"
+
         raise UsageError(f"bad value for {name}: {raw!r} (expected {kind})") from None
     raise UsageError(f"unsupported option type for {name}")
+
+
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """A YAML parse error in one line: its problem and where (``line L, column C``), without the
+    snippet PyYAML quotes over several lines."""
+    problem = getattr(error, "problem", None)
+    mark = getattr(error, "problem_mark", None)
+    if problem and mark is not None:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(error).split())
 
 
 def _scalar(kind: type, text: str) -> Any:

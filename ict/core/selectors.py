@@ -71,6 +71,7 @@ saturates shows up there. The draw is the same on every process given the same g
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -294,6 +295,9 @@ def parse_selector_options(name: str, raw: dict[str, Any]) -> dict[str, Any]:
         except (ValueError, yaml.YAMLError):
             kind = type(default).__name__
             raise ValueError(f"selector {name!r} option {key}={value!r} is not a {kind}") from None
+    for key, value in parsed.items():  # no selector option means anything by nan or inf
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"selector {name!r} option {key}={value!r} is not a finite number")
     return parsed
 
 
@@ -312,10 +316,10 @@ def load_plugin(module: str) -> None:
     key = str(path.resolve()) if module.endswith(".py") else module
     if key in _LOADED_PLUGINS:
         return
+    if module.endswith(".py") and not path.is_file():
+        raise ValueError(f"plugin file not found: {module}")
     try:
         if module.endswith(".py"):
-            if not path.is_file():
-                raise ValueError(f"plugin file not found: {module}")
             spec = importlib.util.spec_from_file_location(f"ict_plugin_{path.stem}", path)
             assert spec is not None and spec.loader is not None
             loaded = importlib.util.module_from_spec(spec)
@@ -326,6 +330,9 @@ def load_plugin(module: str) -> None:
     except ModuleNotFoundError as error:
         raise ValueError(f"cannot import plugin {module!r}: {error}; give a module on the Python "
                          "path or a .py file") from None
+    except Exception as error:  # noqa: BLE001 - the plugin's own code failed: one line (--debug: the traceback)
+        message = " ".join(str(error).split()) or "no message"
+        raise ValueError(f"plugin {module!r} failed to import: {type(error).__name__}: {message}") from error
 
 
 def _dummy_inputs() -> SelectionInputs:

@@ -21,6 +21,7 @@ from ict.analysis.compare import (
     BASE_MODEL_DIR,
     BASELINES,
     COMMANDS_FILE,
+    is_baseline,
     run_dir,
     step_eval_dir,
     write_report,
@@ -29,6 +30,7 @@ from ict.answers.grading import ANSWER_EXTRACTIONS
 from ict.answers.verify import MATH_EXTRACTIONS
 from ict.core.errors import UsageError
 from ict.core.options import check_choices, option, option_fields
+from ict.data.benchmarks import expand_benchmark_names
 from ict.evaluation.evaluate import EvalConfig
 from ict.training.config import TrainConfig
 
@@ -160,14 +162,32 @@ class CompareConfig:
         if self.eval_n < 1 or self.eval_max_new_tokens < 1 or self.bootstrap_resamples < 1:
             raise UsageError("--eval-n, --eval-max-new-tokens and --bootstrap-resamples must be "
                              ">= 1")
-        if self.eval_ks is not None and (not self.eval_ks or any(
+        if self.eval_ks is not None and (not self.eval_ks or len(set(self.eval_ks)) != len(self.eval_ks) or any(
                 k < 1 or k > self.eval_n for k in self.eval_ks)):
-            raise UsageError(f"--eval-ks needs k in 1..--eval-n ({self.eval_n}), got "
+            raise UsageError(f"--eval-ks needs distinct k in 1..--eval-n ({self.eval_n}), got "
                              f"{self.eval_ks}")
         if any(step < 0 for step in self.eval_steps) or len(set(self.eval_steps)) != len(
                 self.eval_steps):
             raise UsageError(f"--eval-steps needs distinct steps >= 0, got {self.eval_steps}")
-        self.method_specs  # noqa: B018 - parse now: a bad spec fails before anything trains
+        if self.output_dir.exists() and not self.output_dir.is_dir():
+            raise UsageError(f"--output-dir {self.output_dir} is a file, not a directory")
+        if self.eval_limit is not None and self.eval_limit < 1:
+            raise UsageError(f"--eval-limit must be >= 1, got {self.eval_limit}")
+        if self.eval_temperature < 0:
+            raise UsageError(f"--eval-temperature must be >= 0, got {self.eval_temperature}")
+        # everything that fails before anything trains: the methods, the benchmarks' names, and
+        # baselines given by hand (the defaults may be absent: the report says so)
+        specs = self.method_specs
+        if not (self.train_only or self.report_only):
+            expand_benchmark_names(self.eval_benchmarks)
+        if tuple(self.baselines) != BASELINES:
+            runs = self.output_dir / "runs"
+            labels = {spec.label for spec in specs} | (
+                {path.name for path in runs.iterdir() if path.is_dir()} if runs.is_dir() else set())
+            unknown = [name for name in self.baselines if not any(is_baseline(label, [name]) for label in labels)]
+            if unknown:
+                raise UsageError(f"--baselines {unknown[0]!r} is none of the runs of --methods "
+                                 f"({', '.join(sorted(labels))}) nor of {runs}")
         check_choices(self)
         return self
 
@@ -199,6 +219,14 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
 
     config = config.validate()
     assert config.output_dir is not None
+    # every run's training options built (and so checked) before the first run trains
+    training_options = (compare_options(load_yaml(config.config_file))[1]
+                        if config.config_file and not config.report_only else {})
+    runs = [] if config.report_only else [
+        (spec, seed, build_config(None, training_options, {
+            **config.overrides, **method_overrides(spec), "seed": str(seed),
+            "run_dir": str(run_dir(config.output_dir, spec.label, seed)), "progress": "false"}))
+        for spec in config.method_specs for seed in config.seeds]
     config.output_dir.mkdir(parents=True, exist_ok=True)
     if not config.report_only:
         commands = config.output_dir / COMMANDS_FILE
@@ -206,39 +234,33 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
         if config.command and config.command not in seen:
             with open(commands, "a", encoding="utf-8") as handle:
                 handle.write(config.command + "\n")
-        training_options = (compare_options(load_yaml(config.config_file))[1]
-                            if config.config_file else {})
         base_evaluated = False
-        for spec in config.method_specs:
-            for seed in config.seeds:
-                directory = run_dir(config.output_dir, spec.label, seed)
-                overrides = {**config.overrides, **method_overrides(spec), "seed": str(seed),
-                             "run_dir": str(directory), "progress": "false"}
-                train_config = build_config(None, training_options, overrides)
-                if not config.train_only and 0 in config.eval_steps and not base_evaluated:
-                    _evaluate(config, train_config, train_config.model,
-                              config.output_dir / BASE_MODEL_DIR, log)
-                    base_evaluated = True
-                if (directory / "eval" / "results.json").is_file():
-                    log(f"reuse {directory}")
-                    if not config.train_only:
-                        _evaluate_steps(config, train_config, directory, log)
-                    continue
-                checkpoint = _final_checkpoint(directory, train_config.num_steps)
-                if checkpoint is None and config.eval_only:
-                    log(f"skip {directory} (not trained to step {train_config.num_steps} yet)")
-                    continue
-                if checkpoint is None:
-                    from ict.runs.checkpoint import latest_checkpoint
+        for spec, seed, train_config in runs:
+            directory = run_dir(config.output_dir, spec.label, seed)
+            if not config.train_only and 0 in config.eval_steps and not base_evaluated:
+                _evaluate(config, train_config, train_config.model,
+                          config.output_dir / BASE_MODEL_DIR, log)
+                base_evaluated = True
+            if (directory / "eval" / "results.json").is_file():
+                log(f"reuse {directory}")
+                if not config.train_only:
+                    _evaluate_steps(config, train_config, directory, log)
+                continue
+            checkpoint = _final_checkpoint(directory, train_config.num_steps)
+            if checkpoint is None and config.eval_only:
+                log(f"skip {directory} (not trained to step {train_config.num_steps} yet)")
+                continue
+            if checkpoint is None:
+                from ict.runs.checkpoint import latest_checkpoint
 
-                    train_config.resume = latest_checkpoint(directory) is not None
-                    log(f"train {spec.label} seed {seed} -> {directory}")
-                    checkpoint = train(train_config).checkpoint
-                assert checkpoint is not None
-                if config.train_only:
-                    continue
-                _evaluate(config, train_config, str(checkpoint), directory / "eval", log)
-                _evaluate_steps(config, train_config, directory, log)
+                train_config.resume = latest_checkpoint(directory) is not None
+                log(f"train {spec.label} seed {seed} -> {directory}")
+                checkpoint = train(train_config).checkpoint
+            assert checkpoint is not None
+            if config.train_only:
+                continue
+            _evaluate(config, train_config, str(checkpoint), directory / "eval", log)
+            _evaluate_steps(config, train_config, directory, log)
     if config.train_only:
         return config.output_dir
     return write_report(config.output_dir, config.baselines, config.bootstrap_resamples)

@@ -16,7 +16,7 @@ import yaml
 
 from ict.core import selectors
 from ict.core.errors import UsageError
-from ict.core.options import check_choices, option, optional_inner, parse_field
+from ict.core.options import check_choices, option, optional_inner, parse_field, yaml_problem
 from ict.core.stats import needs_reference_logits, parse_tile_size
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
 from ict.models.rollout import ROLLOUT_TEMPERATURE, VLLM_CPU_KVCACHE_GIB
@@ -258,8 +258,8 @@ class TrainConfig:
             if module.strip():
                 try:
                     selectors.load_plugin(module.strip())
-                except ValueError as error:
-                    raise UsageError(str(error)) from None
+                except ValueError as error:  # --debug shows the plugin's own traceback
+                    raise UsageError(str(error)) from error.__cause__
 
     def validate(self) -> TrainConfig:
         """Check choices and ranges; raise UsageError with one clear line."""
@@ -326,6 +326,21 @@ class TrainConfig:
                              f"got {self.overlong_buffer}")
         if self.overlong_penalty_factor < 0:
             raise UsageError(f"overlong_penalty_factor must be >= 0, got {self.overlong_penalty_factor}")
+        if self.max_response_length is not None and self.max_response_length < 1:
+            raise UsageError(f"max_response_length must be >= 1 (or none), got {self.max_response_length}")
+        within = {  # name: (allowed range as text, test)
+            "max_grad_norm": (">= 0", lambda v: v >= 0), "eval_temperature": (">= 0", lambda v: v >= 0),
+            "clip_low": ("in [0, 1]", lambda v: 0 <= v <= 1), "clip_high": (">= 0", lambda v: v >= 0),
+            "kl_coef": (">= 0", lambda v: v >= 0), "weight_decay": (">= 0", lambda v: v >= 0),
+            "adam_eps": ("> 0", lambda v: v > 0), "adam_beta1": ("in [0, 1)", lambda v: 0 <= v < 1),
+            "adam_beta2": ("in [0, 1)", lambda v: 0 <= v < 1), "lora_alpha": ("> 0", lambda v: v > 0),
+            "lora_dropout": ("in [0, 1)", lambda v: 0 <= v < 1),
+            "vllm_gpu_memory_utilization": ("in (0, 1]", lambda v: 0 < v <= 1),
+            "entropy_collapse_fraction": (">= 0", lambda v: v >= 0),
+            "entropy_explosion_factor": ("> 0", lambda v: v > 0)}
+        for name, (allowed, test) in within.items():
+            if not test(getattr(self, name)):
+                raise UsageError(f"{name} must be {allowed}, got {getattr(self, name)}")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -356,7 +371,10 @@ def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[s
             if head not in field_types() or not (inner is dict or typing.get_origin(inner) is dict):
                 raise UsageError(f"unknown option {key!r}: only dict options take dotted keys")
             mapping = dict(merged.get(head) or {})
-            mapping[tail] = yaml.safe_load(raw) if isinstance(raw, str) else raw
+            try:
+                mapping[tail] = yaml.safe_load(raw) if isinstance(raw, str) else raw
+            except yaml.YAMLError as error:
+                raise UsageError(f"bad value for {key}: {raw!r} ({yaml_problem(error)})") from None
             merged[head] = mapping
         else:
             merged[key] = parse_value(key, raw)
@@ -382,7 +400,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as error:
-        raise UsageError(f"cannot parse YAML config {path}: {error}") from None
+        raise UsageError(f"cannot parse YAML config {path}: {yaml_problem(error)}") from None
     if not isinstance(data, dict):
         raise UsageError(f"config file {path} must hold a mapping of option: value")
     return {str(key).replace("-", "_"): value for key, value in data.items()}
