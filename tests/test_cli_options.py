@@ -117,3 +117,23 @@ def test_plot_reads_its_run_directories_from_yaml(tmp_path):
     path.write_text(f"run_dirs: [{run}]\nby: method\nout: {tmp_path / 'curves.png'}\n")
     assert main(["plot", "--config", str(path)]) == 0
     assert (tmp_path / "curves.png").stat().st_size > 1000
+
+
+def test_plot_draws_the_steps_before_a_torn_last_line_and_names_a_bad_line(tmp_path, capsys):
+    """A metrics.jsonl whose last line an interrupted write tore is drawn from the steps before it;
+    a line that is not JSON before the last, or a record without an integer step, is one error
+    line naming the file and the line (exit status 2)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    steps = "\n".join(json.dumps({"step": step, "reward_mean": step / 4}) for step in range(1, 4))
+    (run / "metrics.jsonl").write_text(steps + '\n{"step": 4, "rew')
+    assert main(["plot", str(run), "--out", str(tmp_path / "torn.png")]) == 0
+    assert (tmp_path / "torn.png").stat().st_size > 1000
+    capsys.readouterr()
+    for text, message in (('oops\n' + steps + "\n", "metrics.jsonl:1: not valid JSON"),
+                          ('{"reward_mean": 1}\n' + steps + "\n", "metrics.jsonl:1: not a metrics record")):
+        (run / "metrics.jsonl").write_text(text)
+        assert main(["plot", str(run), "--out", str(tmp_path / "bad.png")]) == 2
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and message in error[0], error
+    assert not (tmp_path / "bad.png").exists()

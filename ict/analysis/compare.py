@@ -460,8 +460,8 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
 
     runs = load_runs(output_dir)
     if not runs:
-        raise UsageError(f"no runs under {output_dir / 'runs'}; run ict compare without "
-                         "--report-only first")
+        raise UsageError(f"no runs under {output_dir / 'runs'}; train them first (ict compare "
+                         "without --report-only and --eval-only)")
     # A run still training (another process's) or stopped early would mix a partial run's
     # curves and end-of-training means with finished ones: it is listed, never averaged.
     in_progress = [f"{run.label}/seed{run.seed} ({run.steps_logged} of {run.planned_steps} steps)"

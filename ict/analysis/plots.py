@@ -43,7 +43,19 @@ def read_metrics(run_dir: Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    numbered = [(number, line) for number, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
+    records = []
+    for index, (number, line) in enumerate(numbered):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if index == len(numbered) - 1:  # a last line torn by an interrupted write: the steps before it
+                break
+            raise UsageError(f"{path}:{number}: not valid JSON") from None
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise UsageError(f"{path}:{number}: not a metrics record (a JSON object with an integer 'step')")
+        records.append(record)
+    return records
 
 
 def _series(lines: list[dict], key: str) -> dict[int, float]:
