@@ -240,3 +240,60 @@ def test_kl_penalty_adds_absolute_log_ratio_on_its_tokens():
     loss, _ = policy_loss(fixed_stats(RATIOS.log()), old, ADVANTAGES, RESPONSE, SELECTED, kl_penalty=penalty)
     base, _ = policy_loss(fixed_stats(RATIOS.log()), old, ADVANTAGES, RESPONSE, SELECTED)
     assert (loss - base).item() == pytest.approx(2.0 * math.log(6.0) / 5, rel=1e-5)
+
+
+def test_inputs_outside_the_selected_tokens_never_reach_the_loss_or_its_gradient():
+    """NaN in old log-probs, advantages or KL-Cov penalties where the surrogate has weight 0 (a
+    padding position, an unselected response token) leaves the loss and the gradient those of
+    finite inputs there, instead of NaN * 0 = NaN."""
+    torch.manual_seed(0)
+    log_probs = torch.randn(3, 5) - 1.0
+    old = log_probs.detach() + 0.1 * torch.randn(3, 5)
+    advantages = torch.randn(3, 5)
+    penalty = torch.rand(3, 5)
+    response = torch.ones(3, 5, dtype=torch.bool)
+    response[0, 3:] = False
+    selected = response.clone()
+    selected[1, 1] = selected[2, 4] = False
+    config = PolicyLossConfig(aggregation="seq_mean_token_mean")
+
+    def loss_and_grad(old, advantages, penalty):
+        leaf = log_probs.clone().requires_grad_()
+        loss, _ = policy_loss(fixed_stats(leaf), old, advantages, response, selected, config, kl_penalty=penalty)
+        loss.backward()
+        return loss.detach(), leaf.grad
+
+    clean = loss_and_grad(old, advantages, penalty)
+    outside = ~selected
+    poisoned = [torch.where(outside, torch.full_like(value, math.nan), value) for value in (old, advantages, penalty)]
+    dirty = loss_and_grad(*poisoned)
+    assert torch.isfinite(clean[0]) and torch.equal(clean[0], dirty[0]) and torch.equal(clean[1], dirty[1])
+    assert bool((clean[1][outside] == 0).all())
+
+
+@pytest.mark.parametrize("name,value", [
+    ("old_log_probs", torch.zeros(5)), ("old_log_probs", torch.zeros(3, 1)), ("advantages", torch.ones(1)),
+    ("advantages", torch.ones(())), ("advantages", torch.ones(4)), ("selected_mask", torch.ones(3, 1, dtype=torch.bool)),
+    ("response_mask", torch.ones(5, dtype=torch.bool)), ("kl_penalty", torch.ones(3)),
+])
+def test_policy_loss_refuses_inputs_it_would_broadcast(name, value):
+    """Every [B, T] input must have the log-probs' shape and the advantages [B] or [B, T]: a shape
+    torch would broadcast (or fail on five frames down) is one ValueError naming the input."""
+    inputs = {"old_log_probs": torch.zeros(3, 5), "advantages": torch.ones(3),
+              "response_mask": torch.ones(3, 5, dtype=torch.bool), "selected_mask": torch.ones(3, 5, dtype=torch.bool),
+              "kl_penalty": None, name: value}
+    with pytest.raises(ValueError, match=f"^{name} must be "):
+        policy_loss(fixed_stats(torch.zeros(3, 5)), **inputs)
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"max_response_length": 0}, "max_response_length must be >= 1"),
+    ({"max_response_length": -5}, "max_response_length must be >= 1"),
+    ({"clip_high": math.nan}, "clip_high must be finite"),
+    ({"kl_coef": math.nan}, "kl_coef must be finite"),
+    ({"entropy_coef": math.inf}, "entropy_coef must be finite"),
+    ({"clip_ratio_c": math.inf}, "clip_ratio_c must be finite"),
+])
+def test_policy_loss_config_refuses_values_that_change_the_loss_silently(options, message):
+    with pytest.raises(ValueError, match=message):
+        PolicyLossConfig(**options)

@@ -261,3 +261,28 @@ def test_hidden_path_bad_inputs():
         token_statistics_from_hidden(hidden, weight, token_ids, mask, js_references=("group_mean",), temperature=1.0)
     with pytest.raises(ValueError, match="lm_head_bias"):
         token_statistics_from_hidden(hidden, weight, token_ids, mask, lm_head_bias=torch.zeros(3), temperature=1.0)
+
+
+@pytest.mark.parametrize("references", [(), ("group_mean_absorbing",)])
+@pytest.mark.parametrize("bad_id", [-100, 11])
+def test_a_token_id_outside_the_vocabulary_at_a_response_position_is_refused(references, bad_id):
+    """A response position's id outside [0, V) (e.g. -100, an ignore index) would give log p = -inf
+    and a point mass on no id: one ValueError, from logits and from hidden states, in sequence and
+    in group order. The same id at a position outside the response mask is never read."""
+    torch.manual_seed(0)
+    batch, length, width, vocab = 4, 5, 6, 11
+    hidden, weight = torch.randn(batch, length, width), torch.randn(vocab, width)
+    logits = hidden @ weight.T
+    token_ids = torch.randint(0, vocab, (batch, length))
+    mask = torch.ones(batch, length, dtype=torch.bool)
+    mask[0, 3:] = False
+    group_ids = torch.tensor([0, 0, 1, 1])
+    token_ids[0, 4] = bad_id  # outside the response: read by nothing
+    clean = token_statistics(logits, token_ids, mask, 1.0, references, group_ids=group_ids, backend="torch")
+    assert torch.isfinite(clean.log_probs[mask]).all()
+    token_ids[2, 1] = bad_id
+    with pytest.raises(ValueError, match=r"token_ids must be in \[0, 11\) at response positions: 1 position\(s\) hold"):
+        token_statistics(logits, token_ids, mask, 1.0, references, group_ids=group_ids, backend="torch")
+    with pytest.raises(ValueError, match="token_ids must be in"):
+        token_statistics_from_hidden(hidden, weight, token_ids, mask, 1.0, references, group_ids=group_ids,
+                                     backend="torch")

@@ -91,6 +91,12 @@ class PolicyLossConfig:
             raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}")
         if self.kl_coef < 0 or self.entropy_coef < 0:
             raise ValueError("kl_coef and entropy_coef must be >= 0")
+        for name in ("clip_low", "clip_high", "kl_coef", "entropy_coef", "clip_ratio_c"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{name} must be finite, got {value}")
+        if self.max_response_length is not None and self.max_response_length < 1:
+            raise ValueError(f"max_response_length must be >= 1 (or None), got {self.max_response_length}")
 
 
 def group_advantages(
@@ -135,7 +141,7 @@ def aggregate(
         per_sequence = masked.sum(dim=-1) / counted.sum(dim=-1).clamp(min=1.0)
         return (per_sequence * has_tokens).sum() / has_tokens.sum().clamp(min=1)
     if aggregation == "seq_mean_token_sum_norm":
-        length = max_response_length or values.shape[-1]
+        length = values.shape[-1] if max_response_length is None else max_response_length
         return masked.sum() / (values.shape[0] * length)
     raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
 
@@ -264,14 +270,20 @@ def policy_loss(
     ``policy_loss``; read back from the device when first read (:class:`LossMetrics`).
     """
     config = config or PolicyLossConfig()
+    log_probs = stats.log_probs
+    _check_shapes(log_probs, old_log_probs, advantages, response_mask, selected_mask, reference_log_probs,
+                  kl_penalty)
     response = response_mask.bool()
     selected = selected_mask.bool() & response
-    log_probs = stats.log_probs
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1)
-    advantages = advantages.to(log_probs.dtype).expand_as(log_probs)
+    # the tokens the surrogate leaves out read a ratio of 1 and no advantage, whatever their inputs
+    # hold (NaN at padding would otherwise reach the loss and the gradient through 0 * NaN)
+    advantages = torch.where(selected, advantages.to(log_probs.dtype), 0.0)
+    old_log_probs = torch.where(response, old_log_probs.detach(), log_probs.detach())
+    kept_old = torch.where(selected, old_log_probs, log_probs.detach())
 
-    log_ratio = (log_probs - old_log_probs.detach()).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    log_ratio = (log_probs - kept_old).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
     ratio = log_ratio.exp()
     unclipped = ratio * advantages
     clipped = ratio.clamp(1.0 - config.clip_low, 1.0 + config.clip_high) * advantages
@@ -279,7 +291,7 @@ def policy_loss(
     if config.clip_ratio_c is not None:
         per_token = torch.where(advantages < 0, torch.minimum(per_token, -advantages * config.clip_ratio_c), per_token)
     if kl_penalty is not None:
-        per_token = per_token + kl_penalty_term(log_probs, old_log_probs, kl_penalty)
+        per_token = per_token + kl_penalty_term(log_probs, kept_old, torch.where(selected, kl_penalty, 0.0))
     counted = response if config.denominator == "all" else selected
     surrogate = aggregate(per_token, selected, config.aggregation, config.max_response_length, counted)
     loss = surrogate
@@ -303,6 +315,23 @@ def policy_loss(
 
     metrics = _loss_metrics(stats, response, selected, clipped < unclipped, kl, old_log_probs, surrogate)
     return loss, metrics
+
+
+def _check_shapes(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, response_mask: Tensor,
+                  selected_mask: Tensor, reference_log_probs: Tensor | None, kl_penalty: Tensor | None) -> None:
+    """One-line ValueError unless every ``[B, T]`` input has the shape of the log-probs and the
+    advantages are ``[B]`` or ``[B, T]`` (nothing broadcast)."""
+    shape = tuple(log_probs.shape)
+    if len(shape) != 2:
+        raise ValueError(f"log_probs must be [B, T], got {shape}")
+    given = {"old_log_probs": old_log_probs, "response_mask": response_mask, "selected_mask": selected_mask,
+             "reference_log_probs": reference_log_probs, "kl_penalty": kl_penalty}
+    for name, tensor in given.items():
+        if tensor is not None and tuple(tensor.shape) != shape:
+            raise ValueError(f"{name} must be [B, T] = {list(shape)}, got {list(tensor.shape)}")
+    if tuple(advantages.shape) not in (shape[:1], shape):
+        raise ValueError(f"advantages must be [B] = {list(shape[:1])} or [B, T] = {list(shape)}, "
+                         f"got {list(advantages.shape)}")
 
 
 @torch.no_grad()

@@ -147,9 +147,31 @@ def _tiles(num_rows: int, tokens: int) -> list[Tile]:
     return [Tile(slice(start, end), None) for start, end in chunks(num_rows, tokens)]
 
 
-def sequence_order(response_mask: Tensor, tokens: int) -> RowOrder:
-    """Row-major response rows in tiles of ``tokens`` rows."""
-    batch_index, time_index = response_mask.bool().nonzero(as_tuple=True)
+def _outside_vocabulary(mask: Tensor, token_ids: Tensor | None, vocab_size: int | None) -> Tensor:
+    """How many response positions hold a token id outside ``[0, V)`` (a 0-d count, no sync; 0
+    when no ids are given): read with the layout's sizes, and refused by :func:`_refuse_outside`."""
+    if token_ids is None or vocab_size is None:
+        return torch.zeros((), dtype=torch.long, device=mask.device)
+    token_ids = token_ids.to(mask.device)
+    return (((token_ids < 0) | (token_ids >= vocab_size)) & mask).sum()
+
+
+def _refuse_outside(count: int, vocab_size: int | None) -> None:
+    if count:
+        raise ValueError(f"token_ids must be in [0, {vocab_size}) at response positions: {count} position(s) "
+                         "hold an id outside it (e.g. -100, an ignore index: leave those out of response_mask)")
+
+
+def sequence_order(response_mask: Tensor, tokens: int, token_ids: Tensor | None = None,
+                   vocab_size: int | None = None) -> RowOrder:
+    """Row-major response rows in tiles of ``tokens`` rows. With ``token_ids`` and ``vocab_size``,
+    a response position whose id is outside ``[0, V)`` is a ValueError. One device sync (the rows'
+    count and that check, read together)."""
+    mask = response_mask.bool()
+    outside = _outside_vocabulary(mask, token_ids, vocab_size)
+    num_rows = int(torch.where(outside > 0, -outside, mask.sum()).item())  # one read: minus the ids outside
+    _refuse_outside(max(0, -num_rows), vocab_size)
+    batch_index, time_index = nonzero_given_count(mask, num_rows).unbind(-1)
     return RowOrder(batch_index, time_index, _tiles(batch_index.numel(), tokens),
                     dense=batch_index.numel() == response_mask.numel())
 
@@ -172,12 +194,13 @@ def _merged_masses(tokens: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, finished: Tensor | None,
-                tokens: int) -> RowOrder:
+                tokens: int, vocab_size: int | None = None) -> RowOrder:
     """Response rows in (position, group) order, tiled on block boundaries (see :class:`RowOrder`).
 
     A row is *finished* when it ended by itself (``finished``, or inferred as "its last response
     position is before the last column"); its point mass on its end token joins its group's mean
-    at every later position (the absorbing variants). Two device syncs: the sizes of the layout
+    at every later position (the absorbing variants); with ``vocab_size``, a response position
+    whose id is outside ``[0, V)`` is a ValueError. Two device syncs: the sizes of the layout
     (rows, blocks, finished rows, the most in one group), counted on the dense mask and read back
     together, then the tiles' block sizes and point masses."""
     mask = response_mask.bool()
@@ -192,8 +215,10 @@ def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, fin
                           mask.flatten().long())
     last, done = response_ends(mask, finished)
     done_per_group = torch.zeros(batch_size, dtype=torch.long, device=device).index_add_(0, rank, done.long())
-    num_rows, num_blocks, num_done, width = torch.stack(
-        [mask.sum(), (block_rows > 0).sum(), done.sum(), done_per_group.max()]).tolist()
+    num_rows, num_blocks, num_done, width, outside = torch.stack(
+        [mask.sum(), (block_rows > 0).sum(), done.sum(), done_per_group.max(),
+         _outside_vocabulary(mask, token_ids, vocab_size)]).tolist()
+    _refuse_outside(outside, vocab_size)
     batch_index, time_index = nonzero_given_count(mask, num_rows).unbind(-1)
     key = time_index * batch_size + rank[batch_index]
     order = torch.argsort(key, stable=True)

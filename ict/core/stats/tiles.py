@@ -280,9 +280,9 @@ class _Run:
             head.prepare_tile(0, min(self.vocab, self.vocab_size))
         if self.group_variants:
             assert group_ids is not None
-            self.order = group_order(response_mask, token_ids, group_ids, finished, self.tokens)
+            self.order = group_order(response_mask, token_ids, group_ids, finished, self.tokens, self.vocab_size)
         else:
-            self.order = sequence_order(response_mask, self.tokens)
+            self.order = sequence_order(response_mask, self.tokens, token_ids, self.vocab_size)
         self.tile_rows = _TileRows(head, self.order)
         self.first_logits: Tensor | IndexedTile | None = None  # token tile 0 x vocabulary tile 0 (_logits)
         if self.order.tiles and self.vocab_size and (statistics_pass or self.metrics_of):
