@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -593,3 +594,36 @@ def test_every_built_in_selector_keeps_within_the_response_mask(seed, batch, len
             mask = select_tokens(name, inputs, **options)
             assert mask.dtype == torch.bool and mask.shape == inputs.response_mask.shape, (name, options)
             assert not (mask & ~inputs.response_mask).any(), (name, options)
+
+
+@pytest.mark.parametrize("name,options,message", [
+    ("ict", {"complement": "no"}, "option complement must be true or false, got 'no'"),
+    ("ict", {"ratio": math.nan}, "option ratio must be a finite number"),
+    ("ict", {"reference": 3}, "option reference must be text"),
+    ("kl_cov", {"kl_coef": -1.0}, "option kl_coef must be >= 0"),
+    ("kl_cov", {"kl_coef": math.inf}, "option kl_coef must be a finite number"),
+    ("stapo", {"tau_p": math.nan}, "option tau_p must be a finite number"),
+    ("stapo", {"quantile": 1.5}, "option quantile must be in [0, 1]"),
+    ("entropy", {"ratio": True}, "option ratio must be a finite number"),
+])
+def test_a_selector_option_of_the_wrong_kind_or_range_is_refused(name, options, message):
+    """Options given from Python are checked as the command line's are: the default's kind (a
+    string would read as a true `complement`) and the option's range (a negative KL-Cov
+    coefficient rewards moving away from the old policy)."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        select_tokens(name, make_inputs(), **options)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("group_ids", torch.tensor([0, 0, 1]), "group_ids must be [B] = [4], got [3]"),
+    ("group_ids", torch.zeros(4, 1, dtype=torch.long), "group_ids must be [B] = [4], got [4, 1]"),
+    ("advantages", torch.ones(1), "advantages must be [B] = [4] or [B, T] = [4, 16], got [1]"),
+    ("token_ids", torch.zeros(4, 15, dtype=torch.long), "token_ids must be [B, T] = [4, 16]"),
+])
+def test_selection_inputs_of_the_wrong_shape_are_refused(field, value, message):
+    """A `group_ids` shorter than the batch left its last rows out of every group (never selected);
+    inputs torch would broadcast, or fail on deep inside, are one ValueError naming the input."""
+    inputs = make_inputs()
+    setattr(inputs, field, value)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        select_tokens("ict", inputs, scope="group", ratio=0.5)

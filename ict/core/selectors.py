@@ -239,8 +239,37 @@ def resolve_options(
             accepted = ", ".join(selector.defaults) or "none"
             raise ValueError(f"selector {name!r} has no option {key!r} (accepted: {accepted})")
         if value is not None:
-            resolved[key] = value
+            resolved[key] = _checked_option(name, key, selector.defaults[key], value)
     return resolved
+
+
+_OPTION_RANGES: dict[str, tuple[str, Callable[[float], bool]]] = {  # an option's name -> its range
+    "kl_coef": (">= 0", lambda value: value >= 0),
+    "tau_p": ("in [0, 1]", lambda value: 0 <= value <= 1),
+    "quantile": ("in [0, 1]", lambda value: 0 <= value <= 1),
+}
+
+
+def _checked_option(name: str, key: str, default: Any, value: Any) -> Any:
+    """``value`` if it has the kind of ``default`` (a bool for a bool, a finite real number for a
+    number, text for text; anything for a default of None) and lies in the option's range, else a
+    one-line ValueError: ``complement="no"`` would read as true, ``kl_coef=-1`` reward moving away."""
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int | float):
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    elif isinstance(default, str):
+        ok = isinstance(value, str)
+    else:
+        ok = True
+    if not ok:
+        kind = {bool: "true or false", str: "text"}.get(type(default), "a finite number")
+        raise ValueError(f"selector {name!r} option {key} must be {kind}, got {value!r}")
+    if key in _OPTION_RANGES and isinstance(value, int | float) and not isinstance(value, bool):
+        allowed, test = _OPTION_RANGES[key]
+        if not test(value):
+            raise ValueError(f"selector {name!r} option {key} must be {allowed}, got {value!r}")
+    return value
 
 
 def required_js_references(name: str, options: dict[str, Any] | None = None) -> tuple[str, ...]:
@@ -364,6 +393,7 @@ def check_options(name: str, options: dict[str, Any] | None = None) -> Selection
 def select(name: str, inputs: SelectionInputs, **options: Any) -> Selection:
     """Run the selector ``name``; its ``mask`` is a bool ``[B, T]`` subset of the response mask."""
     selector = _get_selector(name)
+    _check_input_shapes(inputs)
     result = selector.function(inputs, **resolve_options(name, options))
     selection = result if isinstance(result, Selection) else Selection(mask=result)
     mask = selection.mask
@@ -375,6 +405,26 @@ def select(name: str, inputs: SelectionInputs, **options: Any) -> Selection:
     if selection.tie_decided is None:
         selection = replace(selection, tie_decided=torch.zeros_like(mask))
     return selection
+
+
+def _check_input_shapes(inputs: SelectionInputs) -> None:
+    """One-line ValueError unless the inputs have the shapes :class:`SelectionInputs` states
+    (``[B, T]`` as the response mask; ``[B]`` group ids; ``[B]`` or ``[B, T]`` advantages): a
+    shorter ``group_ids`` would leave rows out of every population, nothing broadcast."""
+    shape = tuple(inputs.response_mask.shape)
+    if len(shape) != 2:
+        raise ValueError(f"response_mask must be [B, T], got {list(shape)}")
+    stats = inputs.stats
+    square = {"token_ids": inputs.token_ids, "old_log_probs": inputs.old_log_probs, "stats.log_probs": stats.log_probs,
+              "stats.entropy": stats.entropy, **{f"js_scores[{key!r}]": value for key, value in stats.js_scores.items()}}
+    for label, tensor in square.items():
+        if tensor is not None and tuple(tensor.shape) != shape:
+            raise ValueError(f"{label} must be [B, T] = {list(shape)} as the response mask, got {list(tensor.shape)}")
+    if inputs.group_ids is not None and tuple(inputs.group_ids.shape) != shape[:1]:
+        raise ValueError(f"group_ids must be [B] = {list(shape[:1])}, got {list(inputs.group_ids.shape)}")
+    if inputs.advantages is not None and tuple(inputs.advantages.shape) not in (shape[:1], shape):
+        raise ValueError(f"advantages must be [B] = {list(shape[:1])} or [B, T] = {list(shape)}, "
+                         f"got {list(inputs.advantages.shape)}")
 
 
 def select_tokens(name: str, inputs: SelectionInputs, **options: Any) -> Tensor:
