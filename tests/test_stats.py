@@ -4,6 +4,7 @@ hidden states, against the plain float64 full-softmax formulas of ``stats_refere
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -286,3 +287,38 @@ def test_a_token_id_outside_the_vocabulary_at_a_response_position_is_refused(ref
     with pytest.raises(ValueError, match="token_ids must be in"):
         token_statistics_from_hidden(hidden, weight, token_ids, mask, 1.0, references, group_ids=group_ids,
                                      backend="torch")
+
+
+@pytest.mark.parametrize("case,message", [
+    ("integer hidden", "hidden must be a floating-point tensor, got torch.int64"),
+    ("bool logits", "logits must be a floating-point tensor, got torch.bool"),
+    ("float token ids", "token_ids must be an integer tensor, got torch.float32"),
+    ("infinite temperature", "temperature must be a finite number > 0, got inf"),
+    ("no temperature", "temperature must be a finite number > 0, got None"),
+    ("a string of references", "js_references must be a sequence of score keys, e.g. ('seq_mean',)"),
+    ("a tile of one size", "tile_size must be two positive integers (tokens, vocab), got (4,)"),
+    ("a tile as text", "tile_size must be two positive integers (tokens, vocab), got '4x8'"),
+    ("no vocabulary", "the vocabulary must have at least one id, got V = 0"),
+])
+def test_inputs_of_the_wrong_kind_are_refused_in_one_line(case, message):
+    """Integer hidden states made the compute dtype an integer (log-probs off by nats), bool logits
+    read differently by the two backends, float ids were truncated, an infinite temperature gave
+    a uniform distribution on one backend and NaN on the other, and a string of references was
+    read letter by letter: each is one ValueError instead."""
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(2, 3, 4), torch.randn(7, 4)
+    token_ids, mask = torch.randint(0, 7, (2, 3)), torch.ones(2, 3, dtype=torch.bool)
+    logits = hidden @ weight.T
+    call = {
+        "integer hidden": lambda: token_statistics_from_hidden(hidden.long(), weight, token_ids, mask, 1.0),
+        "bool logits": lambda: token_statistics(logits > 0, token_ids, mask, 1.0),
+        "float token ids": lambda: token_statistics(logits, token_ids.float(), mask, 1.0),
+        "infinite temperature": lambda: token_statistics(logits, token_ids, mask, math.inf),
+        "no temperature": lambda: token_statistics(logits, token_ids, mask, None),
+        "a string of references": lambda: token_statistics(logits, token_ids, mask, 1.0, "seq_mean"),
+        "a tile of one size": lambda: token_statistics(logits, token_ids, mask, 1.0, tile_size=(4,)),
+        "a tile as text": lambda: token_statistics(logits, token_ids, mask, 1.0, tile_size="4x8"),
+        "no vocabulary": lambda: token_statistics_from_hidden(hidden, weight[:0], token_ids, mask, 1.0),
+    }[case]
+    with pytest.raises(ValueError, match=re.escape(message)):
+        call()

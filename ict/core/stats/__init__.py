@@ -75,8 +75,10 @@ Each row must have at least one finite logit; ``-inf`` entries (masked vocabular
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
+import torch
 from torch import Tensor
 
 from ict.core.stats.heads import LinearHead, LogitsHead
@@ -110,6 +112,23 @@ __all__ = [
 ]
 
 
+def _distinct_references(js_references: Sequence[str]) -> tuple[str, ...]:
+    """The score keys asked for, each once, in order; a bare string is a one-line ValueError (it
+    would be read letter by letter)."""
+    if isinstance(js_references, str):
+        raise ValueError(f"js_references must be a sequence of score keys, e.g. ({js_references!r},), "
+                         f"not the string {js_references!r}")
+    return tuple(dict.fromkeys(js_references))
+
+
+def _check_floating(**tensors: Tensor | None) -> None:
+    """One-line ValueError for a tensor that is not floating-point (integer hidden states would make
+    the compute dtype an integer; bool logits read as 0/1 by some kernels and not others)."""
+    for name, tensor in tensors.items():
+        if tensor is not None and not tensor.dtype.is_floating_point:
+            raise ValueError(f"{name} must be a floating-point tensor, got {tensor.dtype}")
+
+
 def _check_common(
     shape: tuple[int, int, int],
     token_ids: Tensor,
@@ -124,8 +143,13 @@ def _check_common(
             f"token_ids {tuple(token_ids.shape)} and response_mask {tuple(response_mask.shape)} "
             f"must both be [B, T] = {tuple(shape[:2])}"
         )
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if shape[2] < 1:
+        raise ValueError(f"the vocabulary must have at least one id, got V = {shape[2]}")
+    if token_ids.dtype.is_floating_point or token_ids.dtype == torch.bool:
+        raise ValueError(f"token_ids must be an integer tensor, got {token_ids.dtype}")
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not (
+            math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
     references = [split_score_key(name)[0] for name in js_references]  # raises for an unknown one
     grouped = [name for name in references if name in GROUP_MEAN_VARIANTS]
     if grouped and group_ids is None:
@@ -167,19 +191,23 @@ def token_statistics(
     (:func:`score_key`): a reference name for its JS score, ``"<reference>:kl"`` or
     ``"<reference>:wasserstein"`` for another metric; ``js_scores`` is keyed by them.
     """
-    js_references = tuple(dict.fromkeys(js_references))
+    js_references = _distinct_references(js_references)
     if row_index is not None:
         if logits.dim() != 2 or row_index.shape != token_ids.shape:
             raise ValueError(f"with row_index [B, T], logits must be [R, V]; got logits {tuple(logits.shape)}, "
                              f"row_index {tuple(row_index.shape)} and token_ids {tuple(token_ids.shape)}")
         if needs_reference_logits(js_references):
             raise ValueError("the 'ref' JS reference needs [B, T, V] logits, not row_index")
+        if row_index.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"row_index must be an int32 or int64 tensor, got {row_index.dtype}")
+        _check_floating(logits=logits)
         shape = (*token_ids.shape, logits.shape[-1])
         _check_common(shape, token_ids, response_mask, temperature, js_references, group_ids, finished)
         return statistics(LogitsHead(logits, row_index), shape, token_ids, response_mask, temperature,
                           js_references, None, differentiable_entropy, tile_size, backend, group_ids, finished)
     if logits.dim() != 3:
         raise ValueError(f"logits must be [B, T, V], got shape {tuple(logits.shape)}")
+    _check_floating(logits=logits)
     _check_common(tuple(logits.shape), token_ids, response_mask, temperature, js_references, group_ids, finished)
     reference_head = None
     if needs_reference_logits(js_references):
@@ -224,7 +252,7 @@ def token_statistics_from_hidden(
     Every reference but ``ref`` is supported (``ref`` needs a second model's hidden states), with
     every metric. Do not modify the weight in place between the forward and the backward.
     """
-    js_references = tuple(dict.fromkeys(js_references))
+    js_references = _distinct_references(js_references)
     head, shape = _checked_linear_head(hidden, lm_head_weight, lm_head_bias, token_ids, response_mask, temperature,
                                        js_references, group_ids, finished)
     return statistics(head, shape, token_ids, response_mask, temperature, js_references, None,
@@ -240,6 +268,7 @@ def _checked_linear_head(hidden: Tensor, lm_head_weight: Tensor, lm_head_bias: T
             f"hidden must be [B, T, d] and lm_head_weight [V, d], got {tuple(hidden.shape)} and "
             f"{tuple(lm_head_weight.shape)}"
         )
+    _check_floating(hidden=hidden, lm_head_weight=lm_head_weight, lm_head_bias=lm_head_bias)
     if lm_head_bias is not None and tuple(lm_head_bias.shape) != (lm_head_weight.shape[0],):
         raise ValueError(f"lm_head_bias must be [V] = [{lm_head_weight.shape[0]}], got {tuple(lm_head_bias.shape)}")
     shape = (hidden.shape[0], hidden.shape[1], lm_head_weight.shape[0])
@@ -275,7 +304,7 @@ def scores_from_hidden_given_normalisers(
     value means they were computed from other logits (e.g. another rounding of a bf16 matrix
     product), and the scores should be recomputed with :func:`token_statistics_from_hidden`.
     """
-    js_references = tuple(dict.fromkeys(js_references))
+    js_references = _distinct_references(js_references)
     head, shape = _checked_linear_head(hidden, lm_head_weight, lm_head_bias, token_ids, response_mask, temperature,
                                        js_references, group_ids, finished)
     for name, tensor in (("log_normaliser", log_normaliser), ("entropy", entropy)):

@@ -266,10 +266,11 @@ class _Run:
         self.batch_size, self.length, self.vocab_size = shape
         device = self.device = token_ids.device
         self.backend = resolve_backend(backend, device)
+        if tile_size is not None and (isinstance(tile_size, str) or len(tile_size) != 2 or not all(
+                isinstance(size, int) and not isinstance(size, bool) and size > 0 for size in tile_size)):
+            raise ValueError(f"tile_size must be two positive integers (tokens, vocab), got {tile_size!r}")
         self.tokens, self.vocab = tile_size or default_tile_size(device, self.vocab_size, self.backend,
                                                                  isinstance(head, LinearHead))
-        if self.tokens < 1 or self.vocab < 1:
-            raise ValueError(f"tile_size must be two positive integers (tokens, vocab), got {tile_size}")
         self.folds = _folds(self.backend)
         self.metrics_of: dict[str, tuple[str, ...]] = {}
         for name in js_references:
