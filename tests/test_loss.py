@@ -297,3 +297,9 @@ def test_policy_loss_refuses_inputs_it_would_broadcast(name, value):
 def test_policy_loss_config_refuses_values_that_change_the_loss_silently(options, message):
     with pytest.raises(ValueError, match=message):
         PolicyLossConfig(**options)
+
+
+@pytest.mark.parametrize("group_size", [3.0, True, 1])
+def test_group_advantages_refuse_a_group_size_that_is_not_an_integer_of_two_or_more(group_size):
+    with pytest.raises(ValueError, match="group_size must be an integer >= 2"):
+        group_advantages(torch.zeros(6), group_size)

@@ -88,6 +88,15 @@ def test_selection_counts_are_the_exact_decimal_counts_on_the_device(numerator, 
     assert [selection_count(ratio, size) for size in sizes] == counts.tolist()
 
 
+@pytest.mark.parametrize("ratio", [1e-12, 1e-300, 5e-324])
+def test_a_tiny_ratio_still_selects_one_token_of_a_population(ratio):
+    """``ceil(ratio n)`` of a positive product is at least 1 even where the product lies within
+    the count's noise of 0 (it used to round to 0 tokens); an empty population still gets 0."""
+    from ict.core.ranking import selection_counts
+
+    assert selection_counts(ratio, torch.tensor([0, 1, 20, 10**6])).tolist() == [0, 1, 1, 1]
+
+
 def test_tie_keys_are_the_generators_uniform_float64_draw():
     """``tie_keys``: ``torch.rand(shape, float64)`` from the generator (a new one seeded with 0
     without one), on the values' device."""

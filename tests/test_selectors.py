@@ -627,3 +627,10 @@ def test_selection_inputs_of_the_wrong_shape_are_refused(field, value, message):
     setattr(inputs, field, value)
     with pytest.raises(ValueError, match=re.escape(message)):
         select_tokens("ict", inputs, scope="group", ratio=0.5)
+
+
+def test_a_misspelt_reference_is_named_as_unknown_not_as_one_to_compute():
+    """`reference="group_maen"` said "pass js_references=('group_maen',)", a name that does not
+    exist; it is now the unknown-reference error listing the real ones."""
+    with pytest.raises(ValueError, match="unknown JS reference 'group_maen'; choose from group_mean"):
+        select_tokens("ict", make_inputs(), reference="group_maen")

@@ -4,6 +4,7 @@ hidden states, against the plain float64 full-softmax formulas of ``stats_refere
 from __future__ import annotations
 
 import math
+import os
 import re
 
 import pytest
@@ -322,3 +323,26 @@ def test_inputs_of_the_wrong_kind_are_refused_in_one_line(case, message):
     }[case]
     with pytest.raises(ValueError, match=re.escape(message)):
         call()
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_a_row_index_outside_the_logits_is_refused(backend, monkeypatch):
+    """With ``row_index``, a response position pointing outside the ``[R, V]`` logits made the
+    Triton kernels read memory past them (values such as -1e33) and torch raise a bare IndexError:
+    one ValueError on both backends; a padding position may point anywhere."""
+    if backend == "triton":
+        pytest.importorskip("triton")
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("the triton backend on CPU tensors needs TRITON_INTERPRET=1 before triton is imported")
+    torch.manual_seed(0)
+    logits = torch.randn(20, 37)
+    token_ids = torch.randint(0, 37, (4, 5))
+    mask = torch.ones(4, 5, dtype=torch.bool)
+    mask[3, 4] = False
+    row_index = torch.arange(20).reshape(4, 5)
+    row_index[3, 4] = 99  # padding: never read
+    token_statistics(logits, token_ids, mask, 1.0, backend=backend, row_index=row_index)
+    for bad in (20, -1):
+        row_index[1, 1] = bad
+        with pytest.raises(ValueError, match=r"row_index must be in \[0, 20\) .* 1 position\(s\) are not"):
+            token_statistics(logits, token_ids, mask, 1.0, backend=backend, row_index=row_index)

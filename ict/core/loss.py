@@ -108,8 +108,8 @@ def group_advantages(
     ``std`` is the unbiased sample standard deviation (as TRL and verl). Groups whose rewards
     are all equal get zero advantage. Returns ``[N]`` float32.
     """
-    if group_size < 2:
-        raise ValueError(f"group_size must be >= 2 for group advantages, got {group_size}")
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2:
+        raise ValueError(f"group_size must be an integer >= 2 for group advantages, got {group_size!r}")
     if rewards.numel() % group_size:
         raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
     grouped = rewards.detach().float().view(-1, group_size)

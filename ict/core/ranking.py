@@ -59,10 +59,12 @@ COUNT_NOISE = 5e-10
 def selection_counts(ratio: float, num_tokens: Tensor) -> Tensor:
     """``ceil(ratio * n)`` for each ``n`` of ``num_tokens`` (integers ``[P]``; long ``[P]`` on its
     device, no host synchronisation), the float64 product taken as the nearest integer when within
-    :data:`COUNT_NOISE` of it."""
+    :data:`COUNT_NOISE` of it (but at least 1 for ``n > 0``: a product within the noise of 0 is
+    still positive)."""
     product = check_ratio(ratio) * num_tokens.double()
     nearest = product.round()
-    return torch.where((product - nearest).abs() < COUNT_NOISE, nearest, product.ceil()).long()
+    counts = torch.where((product - nearest).abs() < COUNT_NOISE, nearest, product.ceil()).long()
+    return torch.maximum(counts, (num_tokens > 0).long())  # ceil of a positive product: >= 1, however small
 
 
 def selection_count(ratio: float, num_tokens: int) -> int:

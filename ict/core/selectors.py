@@ -481,6 +481,9 @@ def _js_score(inputs: SelectionInputs, key: str) -> Tensor:
     :func:`ict.core.stats.score_key`, e.g. ``"group_mean_absorbing"`` or ``"prev:kl"``)."""
     scores = inputs.stats.js_scores.get(key)
     if scores is None:
+        from ict.core.stats import split_score_key
+
+        split_score_key(key)  # an unknown reference or metric: its own one-line error, not "pass it"
         raise ValueError(
             f"JS scores for reference {key!r} were not computed; "
             f"pass js_references=({key!r},) to token_statistics"

@@ -72,6 +72,10 @@ gradient (a row whose loss gradient is zero, e.g. one ICT did not select, is ski
 backends run the same algorithm: Triton kernels on GPUs, torch elsewhere (``backend``;
 :func:`resolve_backend`).
 Each row must have at least one finite logit; ``-inf`` entries (masked vocabulary) are fine.
+Nothing checks for NaN or ``+inf`` logits (that would cost a device sync): such a row's statistics
+are NaN, and so is every reference that averages its distribution (its group's mean at that
+position, its sequence's ``seq_mean``, the next position's ``prev``); the selectors rank NaN
+scores first.
 """
 from __future__ import annotations
 
@@ -177,8 +181,9 @@ def token_statistics(
     """Compute :class:`TokenStatistics` for the response positions (see the module docstring).
 
     ``logits`` is ``[B, T, V]``, or ``[R, V]`` with ``row_index`` (long ``[B, T]``: the row of
-    ``logits`` that holds position ``(b, t)``; only response positions are read), e.g. verl's
-    packed logits, scored where they lie without a ``[B, T, V]`` copy.
+    ``logits`` that holds position ``(b, t)``; only response positions are read, and one device
+    sync checks that they lie in ``[0, R)``), e.g. verl's packed logits, scored where they lie
+    without a ``[B, T, V]`` copy.
 
     ``log_probs`` carries gradients to ``logits``; ``entropy`` does too when
     ``differentiable_entropy`` (needed only for an entropy bonus). Everything else is computed
@@ -201,6 +206,11 @@ def token_statistics(
         if row_index.dtype not in (torch.int32, torch.int64):
             raise ValueError(f"row_index must be an int32 or int64 tensor, got {row_index.dtype}")
         _check_floating(logits=logits)
+        rows = logits.shape[0]
+        outside = ((row_index < 0) | (row_index >= rows)) & response_mask.bool().to(row_index.device)
+        if bool(outside.any()):  # a device sync, on this path only: the kernels would read outside logits
+            raise ValueError(f"row_index must be in [0, {rows}) (the rows of logits) at response positions; "
+                             f"{int(outside.sum())} position(s) are not")
         shape = (*token_ids.shape, logits.shape[-1])
         _check_common(shape, token_ids, response_mask, temperature, js_references, group_ids, finished)
         return statistics(LogitsHead(logits, row_index), shape, token_ids, response_mask, temperature,
