@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ict.core.stats import TokenStatistics
+from ict.core.stats import TokenStatistics, check_token_shapes
 
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 TOKEN_SETS = ("selected", "all")
@@ -321,17 +321,11 @@ def _check_shapes(log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, 
                   selected_mask: Tensor, reference_log_probs: Tensor | None, kl_penalty: Tensor | None) -> None:
     """One-line ValueError unless every ``[B, T]`` input has the shape of the log-probs and the
     advantages are ``[B]`` or ``[B, T]`` (nothing broadcast)."""
-    shape = tuple(log_probs.shape)
-    if len(shape) != 2:
-        raise ValueError(f"log_probs must be [B, T], got {shape}")
-    given = {"old_log_probs": old_log_probs, "response_mask": response_mask, "selected_mask": selected_mask,
-             "reference_log_probs": reference_log_probs, "kl_penalty": kl_penalty}
-    for name, tensor in given.items():
-        if tensor is not None and tuple(tensor.shape) != shape:
-            raise ValueError(f"{name} must be [B, T] = {list(shape)}, got {list(tensor.shape)}")
-    if tuple(advantages.shape) not in (shape[:1], shape):
-        raise ValueError(f"advantages must be [B] = {list(shape[:1])} or [B, T] = {list(shape)}, "
-                         f"got {list(advantages.shape)}")
+    if log_probs.dim() != 2:
+        raise ValueError(f"log_probs must be [B, T], got {tuple(log_probs.shape)}")
+    check_token_shapes(log_probs.shape, {
+        "old_log_probs": old_log_probs, "response_mask": response_mask, "selected_mask": selected_mask,
+        "reference_log_probs": reference_log_probs, "kl_penalty": kl_penalty}, advantages=advantages)
 
 
 @torch.no_grad()

@@ -123,10 +123,10 @@ def parse_field(cls: type, name: str, raw: Any) -> Any:
                 raise ValueError
             return _scalar(inner, str(raw))
     except (ValueError, TypeError, yaml.YAMLError):
-        kind = {float: "a finite float"}.get(inner, getattr(inner, "__name__", str(inner)))
         if typing.get_origin(inner) is tuple:
             kind = f"a comma-separated list of {getattr(typing.get_args(inner)[0], '__name__', 'value')}s, none empty"
-
+        else:
+            kind = {float: "a finite float"}.get(inner, getattr(inner, "__name__", str(inner)))
         raise UsageError(f"bad value for {name}: {raw!r} (expected {kind})") from None
     raise UsageError(f"unsupported option type for {name}")
 

@@ -91,7 +91,7 @@ from ict.core.ranking import (  # noqa: F401 (the ranking's names are also this 
     top_fraction_selection,
     top_unique_token_selection,
 )
-from ict.core.stats import TokenStatistics, score_key
+from ict.core.stats import TokenStatistics, check_token_shapes, score_key
 
 POPULATIONS = ("token", *SCOPES)
 
@@ -415,16 +415,10 @@ def _check_input_shapes(inputs: SelectionInputs) -> None:
     if len(shape) != 2:
         raise ValueError(f"response_mask must be [B, T], got {list(shape)}")
     stats = inputs.stats
-    square = {"token_ids": inputs.token_ids, "old_log_probs": inputs.old_log_probs, "stats.log_probs": stats.log_probs,
-              "stats.entropy": stats.entropy, **{f"js_scores[{key!r}]": value for key, value in stats.js_scores.items()}}
-    for label, tensor in square.items():
-        if tensor is not None and tuple(tensor.shape) != shape:
-            raise ValueError(f"{label} must be [B, T] = {list(shape)} as the response mask, got {list(tensor.shape)}")
-    if inputs.group_ids is not None and tuple(inputs.group_ids.shape) != shape[:1]:
-        raise ValueError(f"group_ids must be [B] = {list(shape[:1])}, got {list(inputs.group_ids.shape)}")
-    if inputs.advantages is not None and tuple(inputs.advantages.shape) not in (shape[:1], shape):
-        raise ValueError(f"advantages must be [B] = {list(shape[:1])} or [B, T] = {list(shape)}, "
-                         f"got {list(inputs.advantages.shape)}")
+    check_token_shapes(shape, {
+        "token_ids": inputs.token_ids, "old_log_probs": inputs.old_log_probs, "stats.log_probs": stats.log_probs,
+        "stats.entropy": stats.entropy, **{f"js_scores[{key!r}]": value for key, value in stats.js_scores.items()}},
+        {"group_ids": inputs.group_ids}, inputs.advantages)
 
 
 def select_tokens(name: str, inputs: SelectionInputs, **options: Any) -> Tensor:

@@ -93,6 +93,7 @@ from ict.core.stats.scores import (
     LN2,
     SCORE_METRICS,
     TokenStatistics,
+    check_token_shapes,
     needs_groups,
     needs_reference_logits,
     score_key,
@@ -110,7 +111,7 @@ from ict.core.stats.tiles import (
 
 __all__ = [
     "BACKENDS", "GROUP_MEAN_VARIANTS", "JS_REFERENCES", "LN2", "SCORE_METRICS", "TileSize", "TokenStatistics",
-    "default_tile_size", "needs_groups", "needs_reference_logits", "parse_tile_size", "resolve_backend",
+    "check_token_shapes", "default_tile_size", "needs_groups", "needs_reference_logits", "parse_tile_size", "resolve_backend",
     "response_ends", "score_key", "scores_from_hidden_given_normalisers", "split_score_key", "token_statistics",
     "token_statistics_from_hidden",
 ]
@@ -158,10 +159,7 @@ def _check_common(
     grouped = [name for name in references if name in GROUP_MEAN_VARIANTS]
     if grouped and group_ids is None:
         raise ValueError(f"the {grouped[0]!r} JS reference needs group_ids [B] (equal ids = completions of one prompt)")
-    if group_ids is not None and tuple(group_ids.shape) != (shape[0],):
-        raise ValueError(f"group_ids must be [B] = [{shape[0]}], got shape {tuple(group_ids.shape)}")
-    if finished is not None and tuple(finished.shape) != (shape[0],):
-        raise ValueError(f"finished must be [B] = [{shape[0]}], got shape {tuple(finished.shape)}")
+    check_token_shapes(shape[:2], {}, {"group_ids": group_ids, "finished": finished})
 
 
 def token_statistics(

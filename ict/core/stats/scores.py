@@ -91,6 +91,24 @@ class TokenStatistics:
             {name: torch.cat([part.js_scores[name] for part in parts]) for name in parts[0].js_scores})
 
 
+def check_token_shapes(shape: tuple[int, ...], per_token: dict[str, Tensor | None],
+                       per_sequence: dict[str, Tensor | None] | None = None,
+                       advantages: Tensor | None = None) -> None:
+    """One-line ValueError unless each tensor of ``per_token`` is ``[B, T]`` = ``shape``, each of
+    ``per_sequence`` ``[B]``, and ``advantages`` ``[B]`` or ``[B, T]`` (None: not given), for the
+    consumers of :class:`TokenStatistics` (the selectors, the loss): nothing broadcast."""
+    shape = tuple(shape)
+    for name, tensor in per_token.items():
+        if tensor is not None and tuple(tensor.shape) != shape:
+            raise ValueError(f"{name} must be [B, T] = {list(shape)}, got {list(tensor.shape)}")
+    for name, tensor in (per_sequence or {}).items():
+        if tensor is not None and tuple(tensor.shape) != shape[:1]:
+            raise ValueError(f"{name} must be [B] = {list(shape[:1])}, got {list(tensor.shape)}")
+    if advantages is not None and tuple(advantages.shape) not in (shape[:1], shape):
+        raise ValueError(f"advantages must be [B] = {list(shape[:1])} or [B, T] = {list(shape)}, "
+                         f"got {list(advantages.shape)}")
+
+
 @dataclass
 class Partials:
     """Sums over the vocabulary of one reference's scores, accumulated tile by tile, ``[N]`` each
