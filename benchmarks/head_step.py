@@ -72,9 +72,12 @@ def head_batch(rows: int, length: int, width: int, vocab: int, device: str = "cp
         group_ids=torch.arange(rows, device=device) // group_size)
 
 
-def ours(batch: HeadBatch, method: str, source: str = "hidden", phase: Phase = no_phase, **tiles: Any) -> Tensor:
+def ours(batch: HeadBatch, method: str, source: str = "hidden", phase: Phase = no_phase,
+         logits: Tensor | None = None, **tiles: Any) -> Tensor:
     """GRPO's (``method="grpo"``) or ICT's (``"ict"``) loss from the head, statistics from
-    ``source`` ``"hidden"`` or ``"logits"``; ``tiles`` go to the statistics (e.g. ``tile_size``)."""
+    ``source`` ``"hidden"`` or ``"logits"`` (``hidden @ W.T``, or ``logits`` ``[R, T, V]`` when
+    given: then the loss's backward stops at them); ``tiles`` go to the statistics (e.g.
+    ``tile_size``)."""
     from ict.core.loss import PolicyLossConfig, policy_loss
     from ict.core.selectors import (
         SelectionInputs,
@@ -95,8 +98,8 @@ def ours(batch: HeadBatch, method: str, source: str = "hidden", phase: Phase = n
             stats = token_statistics_from_hidden(batch.hidden, batch.weight, ids, mask, 1.0, references,
                                                  group_ids=group_ids, **tiles)
         else:
-            stats = token_statistics(batch.hidden @ batch.weight.T, ids, mask, 1.0, references, group_ids=group_ids,
-                                     **tiles)
+            stats = token_statistics(batch.hidden @ batch.weight.T if logits is None else logits, ids, mask, 1.0,
+                                     references, group_ids=group_ids, **tiles)
     if not ict:
         with phase("loss"):
             return (stats.log_probs * advantages[:, None]).sum()

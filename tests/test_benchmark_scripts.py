@@ -352,7 +352,8 @@ def test_stats_profile_profiles_the_paths_asked_in_their_order(tmp_path):
 
 def test_stats_speed_times_the_step_parts_side_by_side_with_a_baseline():
     """benchmarks/stats_speed.py --step at a tiny shape: GRPO's and ICT's forward + backward from
-    the hidden states, alone (ICT against GRPO) and against a baseline checkout (here this one)."""
+    the hidden states, alone (ICT against GRPO) and against a baseline checkout (here this one);
+    from the logits against the baseline."""
     command = [sys.executable, str(BENCHMARKS / "stats_speed.py"), "--step", "--rows", "16", "--length", "8",
                "--vocab", "1000", "--width", "32", "--rounds", "2"]
     alone = subprocess.run(command, capture_output=True, text=True, env=environment_with_root(), timeout=600)
@@ -360,12 +361,20 @@ def test_stats_speed_times_the_step_parts_side_by_side_with_a_baseline():
     (grpo,) = table_rows(alone.stdout, ("hidden, forward + backward", "grpo"))
     (ict,) = table_rows(alone.stdout, ("hidden, forward + backward", "ict"))
     assert grpo[3] == "1.00" and finite(grpo[2]) and finite(ict[2]) and finite(ict[3])
+    assert all(row[4].isdigit() for row in (grpo, ict))  # median minor page faults
     paired = subprocess.run([*command, "--baseline", str(ROOT)], capture_output=True, text=True,
                             env=environment_with_root(), timeout=600)
     assert paired.returncode == 0, paired.stderr[-3000:]
     for method in ("grpo", "ict"):
         (row,) = table_rows(paired.stdout, ("hidden, forward + backward", method))
         assert all(finite(cell) for cell in row[2:5]), row
+    from_logits = subprocess.run([*command, "--rounds", "1", "--source", "logits", "--baseline", str(ROOT)],
+                                 capture_output=True, text=True, env=environment_with_root(), timeout=600)
+    assert from_logits.returncode == 0, from_logits.stderr[-3000:]
+    assert "hidden, forward" not in from_logits.stdout
+    for method in ("grpo", "ict"):
+        (row,) = table_rows(from_logits.stdout, ("logits, forward + backward", method))
+        assert all(finite(cell) for cell in row[2:5]) and row[5].isdigit() and row[6].isdigit(), row
 
 
 def test_stats_agreement_runs_tiny_and_agrees(tmp_path):

@@ -9,7 +9,7 @@ import torch
 from operator_log import READS, OperatorLog, casts_of, reads_storage
 from stats_references import hidden_batch
 
-from ict.core.stats import token_statistics_from_hidden
+from ict.core.stats import token_statistics, token_statistics_from_hidden
 
 
 def _row_casts(weight: torch.Tensor):
@@ -192,3 +192,35 @@ def test_the_first_product_follows_the_row_syncs_before_any_other_tiles_work(ref
         assert not {"full", "targets", "zeros_like", "index_put_", "cumsum", "clone"} & set(between), between
     later = forward.entries[forward.entries.index("addmm"):]
     assert "full" in later and "targets" in later  # the statistics' state and targets, queued after it
+
+
+def test_the_tiles_of_given_logits_reuse_one_buffer_and_grpos_backward_works_in_it():
+    """Given logits, every token tile is gathered into the head's one buffer, forward and backward,
+    and a backward without an entropy term turns each tile into its gradient in place: no fresh
+    ``[n, V]`` tensor a tile there (on a CPU such tensors cost page faults; docs/benchmarks.md).
+    Each tile-shaped result is kept alive, so a freed tile's memory cannot be handed out again and
+    pass for reuse."""
+    torch.manual_seed(0)
+    logits = torch.randn(4, 12, 50).requires_grad_()
+    token_ids = torch.randint(0, 50, (4, 12))
+    mask = torch.ones(4, 12, dtype=torch.bool)
+    tile = (8, 50)  # 48 rows: 6 token tiles of 8, one vocabulary tile
+    kept: list[torch.Tensor] = []
+
+    def tile_results(name, args, result):
+        if isinstance(result, torch.Tensor) and tuple(result.shape) == tile:
+            kept.append(result)
+            return name, result.untyped_storage().data_ptr()
+        return None
+
+    forward, backward = OperatorLog(tile_results), OperatorLog(tile_results)
+    with forward:
+        stats = token_statistics(logits, token_ids, mask, 1.0, tile_size=tile, backend="torch")
+    with backward:
+        (stats.log_probs * torch.randn(4, 1)).sum().backward()
+    for log in (forward, backward):
+        gathers = [storage for name, storage in log.entries if name == "index_select"]
+        assert len(gathers) == 6 and len(set(gathers)) == 1, log.entries
+    assert {storage for _, storage in backward.entries} == set(gathers), backward.entries
+    reference = torch.log_softmax(logits.detach().double(), -1).gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)
+    assert torch.allclose(stats.log_probs.double(), reference, atol=1e-5)

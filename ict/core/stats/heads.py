@@ -28,13 +28,33 @@ def _row_view(logits: Tensor) -> tuple[Tensor, int]:
     return logits.contiguous().view(-1, vocab), length
 
 
+class _TileBuffer:
+    """The storage a head writes its tiles into, reused: each tile taken from it overwrites the
+    previous one. On a CPU a fresh ``[n, vt]`` tensor a tile can cost more than its writes: glibc
+    may hand a freed block this large back to the system, and the next one's pages fault in again
+    (docs/benchmarks.md counts them)."""
+
+    def __init__(self) -> None:
+        self.storage: Tensor | None = None
+
+    def take(self, rows: int, columns: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+        """A ``[rows, columns]`` view of the storage, grown (reallocated) when too small."""
+        size = rows * columns
+        if self.storage is None or self.storage.numel() < size or self.storage.dtype != dtype:
+            self.storage = None  # freed before its successor is allocated
+            self.storage = torch.empty(size, dtype=dtype, device=device)
+        return self.storage[:size].view(rows, columns)
+
+
 class LogitsHead:
     """Tiles of given logits ``[B, T, V]`` (or ``[R, V]`` with ``row_index [B, T]``), read where
     they lie (no copy of the logits, :func:`_row_view`): a tile is a gathered copy of its rows'
-    vocabulary slice. The gradient wrt the logits is built in the same row layout."""
+    vocabulary slice, written into the head's one tile buffer unless asked for a tile of its own.
+    The gradient wrt the logits is built in the same row layout."""
 
     def __init__(self, logits: Tensor, row_index: Tensor | None = None) -> None:
         self.logits = logits
+        self._buffer = _TileBuffer()
         self.inputs: tuple[Tensor, ...] = (logits,)
         self.row_index = row_index
         if row_index is not None:
@@ -50,11 +70,13 @@ class LogitsHead:
 
     def tile(self, rows: Tensor, start: int, end: int, reuse: bool = True,
              indexed: bool = False) -> Tensor | IndexedTile:
-        """The rows' ``[n, end - start]`` slice: gathered, or (``indexed``, for the Triton
+        """The rows' ``[n, end - start]`` slice: gathered (``reuse``: into the head's tile buffer,
+        overwriting the previous tile; :meth:`release` frees it), or (``indexed``, for the Triton
         kernels) read where it lies."""
         if indexed:
             return IndexedTile(self.flat[:, start:end], rows)
-        return self.flat[:, start:end].index_select(0, rows)
+        out = self._buffer.take(rows.shape[0], end - start, self.flat.dtype, self.flat.device) if reuse else None
+        return torch.index_select(self.flat[:, start:end], 0, rows, out=out)
 
     def prepare_tile(self, start: int, end: int) -> None:
         """Nothing to queue ahead: a tile of given logits is read where it lies."""
@@ -69,7 +91,7 @@ class LogitsHead:
         return tokens, vocab
 
     def release(self) -> None:
-        pass
+        self._buffer = _TileBuffer()
 
     def new_grads(self, needed: Sequence[bool], written: bool = False) -> list[Tensor | None]:
         """The gradient's rows ``[rows, V]``, zero, in the layout of :attr:`flat` (see :meth:`finish`;
@@ -114,7 +136,7 @@ class LinearHead:
         device_type = hidden.device.type
         self.compute_dtype = (torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type)
                               else hidden.dtype)
-        self._buffer: Tensor | None = None
+        self._buffer = _TileBuffer()
         self._weight_slice: tuple[tuple[int, int], Tensor] | None = None
         self._writes = False  # the backward writes each slice of the head's gradients once (new_grads)
 
@@ -149,13 +171,7 @@ class LinearHead:
         (the previous tile is overwritten; :meth:`release` frees it). (``indexed`` has no use for
         a product: its tile is the head's own.)"""
         weight = self.weight_slice(start, end)
-        out = None
-        if reuse:
-            size = rows.shape[0] * (end - start)
-            if self._buffer is None or self._buffer.numel() < size:
-                self._buffer = None
-                self._buffer = torch.empty(size, dtype=self.compute_dtype, device=rows.device)
-            out = self._buffer[:size].view(rows.shape[0], end - start)
+        out = self._buffer.take(rows.shape[0], end - start, self.compute_dtype, rows.device) if reuse else None
         with torch.autocast(rows.device.type, enabled=False):
             if self.bias is None:
                 return torch.mm(rows, weight.T, out=out)
@@ -186,7 +202,7 @@ class LinearHead:
         return num_rows, -(-vocab // -(-num_rows // tokens))
 
     def release(self) -> None:
-        self._buffer = self._weight_slice = None
+        self._buffer, self._weight_slice = _TileBuffer(), None
 
     def new_grads(self, needed: Sequence[bool], written: bool = False) -> list[Tensor | None]:
         """The head's gradients (``None`` for the hidden states': :meth:`new_row_grads`): float32

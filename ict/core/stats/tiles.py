@@ -502,6 +502,8 @@ def statistics(head: Head, shape: tuple[int, int, int], token_ids: Tensor, respo
         run.passes(reference_head, temperature)
         scores = run.scores(temperature)
         head.release()
+        if reference_head is not None:
+            reference_head.release()
     log_probs, entropy = _ResponseLogProbs.apply(
         head, run.order, run.targets, run.maximum, run.log_total, run.entropy, run.token_log_probs, temperature,
         (run.tokens, head.backward_vocab(run.vocab, default_tile_size(token_ids.device, run.vocab_size,

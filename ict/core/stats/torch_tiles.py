@@ -114,8 +114,9 @@ def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start:
     z.clamp_(min=_LOWEST)  # -inf logits: exp(z) = 0 and 0 * z must be 0, not nan
     rescale = torch.exp(state.maximum - safe)
     delta = torch.where(state.total > 0, state.maximum - safe, 0.0)
-    state.square.copy_(state.square * rescale * rescale + squares(exps))
     state.shifted.copy_(rescale * (state.shifted + state.total * delta) + z.mul_(exps).sum(dim=-1))
+    # z is spent: sum_v e^(2(z-m)) is squared into it (squares() would allocate a fresh [n, vt])
+    state.square.copy_(state.square * rescale * rescale + torch.mul(exps, exps, out=z).sum(dim=-1))
     state.total.copy_(state.total * rescale + exps.sum(dim=-1))
     state.maximum.copy_(new_max)
     return exps if keep_exponentials else None
@@ -218,15 +219,15 @@ def logit_grads(tile: Tensor, targets: Tensor, vocab_start: int, maximum: Tensor
     caller's own copy): a float32 one is overwritten."""
     log_p = scaled(tile, temperature, overwrite=True)
     log_p.sub_(maximum.unsqueeze(-1)).sub_(log_total.unsqueeze(-1))
-    p = log_p.exp()
     if grad_entropy is not None:
+        p = log_p.exp()
         log_p.masked_fill_(p == 0, 0.0)  # 0 log 0 = 0 for -inf logits
         grad = log_p.add_(entropy.unsqueeze(-1)).mul_(p).mul_(grad_entropy.neg().unsqueeze(-1))
         if grad_log_probs is not None:
             grad.addcmul_(p, grad_log_probs.unsqueeze(-1), value=-1.0)
-    else:
+    else:  # p in place of log p: no second [n, vt] tensor
         assert grad_log_probs is not None
-        grad = p.mul_(grad_log_probs.neg().unsqueeze(-1))
+        grad = log_p.exp_().mul_(grad_log_probs.neg().unsqueeze(-1))
     if grad_log_probs is not None and tile.shape[1]:
         column, inside = tile_columns(targets, vocab_start, tile.shape[1])
         grad.scatter_add_(1, column.unsqueeze(-1), torch.where(inside, grad_log_probs, 0.0).unsqueeze(-1))  # + 0 outside
