@@ -224,3 +224,34 @@ def test_the_tiles_of_given_logits_reuse_one_buffer_and_grpos_backward_works_in_
     assert {storage for _, storage in backward.entries} == set(gathers), backward.entries
     reference = torch.log_softmax(logits.detach().double(), -1).gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)
     assert torch.allclose(stats.log_probs.double(), reference, atol=1e-5)
+
+
+@pytest.mark.parametrize("references", [("group_mean",), ("group_mean_loo", "group_mean_loo:wasserstein")])
+def test_the_torch_folds_reuse_their_temporaries_from_tile_to_tile(references):
+    """On a CPU the fold's exponentials, the rows' group references and the scores' temporaries
+    are written into the run's scratch: each operator's ``[n, V]`` results, over every token tile,
+    lie on one storage, or two where it grew once (the temporaries serve the ``[blocks, V]`` group
+    means first), and ``index_select``'s on the head's tile buffer and the references' scratch;
+    all kept alive, so that freed memory cannot pass for reuse."""
+    torch.manual_seed(1)
+    logits = torch.randn(8, 12, 50)
+    token_ids = torch.randint(0, 50, (8, 12))
+    mask = torch.ones(8, 12, dtype=torch.bool)
+    kept: list[torch.Tensor] = []
+
+    def wide_results(name, args, result):
+        if name in ("index_select", "exp", "clamp_min", "sub") and isinstance(result, torch.Tensor) \
+                and result.dim() == 2 and result.shape[1] == 50:
+            kept.append(result)
+            return name, result.untyped_storage().data_ptr()
+        return None
+
+    log = OperatorLog(wide_results)
+    with log:
+        stats = token_statistics(logits, token_ids, mask, 1.0, references, group_ids=torch.arange(8) // 4,
+                                 tile_size=(16, 50), backend="torch")
+    storages = {name: {storage for entry, storage in log.entries if entry == name} for name, _ in log.entries}
+    assert sum(name == "exp" for name, _ in log.entries) >= 6  # every token tile folded
+    assert len(storages["exp"]) == 1 and len(storages["clamp_min"] | storages.get("sub", set())) <= 2, storages
+    assert len(storages["index_select"]) == 2, storages  # the head's tile buffer, the rows' references
+    assert all(torch.isfinite(score).all() for score in stats.js_scores.values())

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from ict.core.stats.buffers import TileBuffer
 from ict.core.stats.rows import IndexedTile
 
 
@@ -28,24 +29,6 @@ def _row_view(logits: Tensor) -> tuple[Tensor, int]:
     return logits.contiguous().view(-1, vocab), length
 
 
-class _TileBuffer:
-    """The storage a head writes its tiles into, reused: each tile taken from it overwrites the
-    previous one. On a CPU a fresh ``[n, vt]`` tensor a tile can cost more than its writes: glibc
-    may hand a freed block this large back to the system, and the next one's pages fault in again
-    (docs/benchmarks.md counts them)."""
-
-    def __init__(self) -> None:
-        self.storage: Tensor | None = None
-
-    def take(self, rows: int, columns: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-        """A ``[rows, columns]`` view of the storage, grown (reallocated) when too small."""
-        size = rows * columns
-        if self.storage is None or self.storage.numel() < size or self.storage.dtype != dtype:
-            self.storage = None  # freed before its successor is allocated
-            self.storage = torch.empty(size, dtype=dtype, device=device)
-        return self.storage[:size].view(rows, columns)
-
-
 class LogitsHead:
     """Tiles of given logits ``[B, T, V]`` (or ``[R, V]`` with ``row_index [B, T]``), read where
     they lie (no copy of the logits, :func:`_row_view`): a tile is a gathered copy of its rows'
@@ -54,7 +37,7 @@ class LogitsHead:
 
     def __init__(self, logits: Tensor, row_index: Tensor | None = None) -> None:
         self.logits = logits
-        self._buffer = _TileBuffer()
+        self._buffer = TileBuffer()
         self.inputs: tuple[Tensor, ...] = (logits,)
         self.row_index = row_index
         if row_index is not None:
@@ -91,7 +74,7 @@ class LogitsHead:
         return tokens, vocab
 
     def release(self) -> None:
-        self._buffer = _TileBuffer()
+        self._buffer = TileBuffer()
 
     def new_grads(self, needed: Sequence[bool], written: bool = False) -> list[Tensor | None]:
         """The gradient's rows ``[rows, V]``, zero, in the layout of :attr:`flat` (see :meth:`finish`;
@@ -136,7 +119,7 @@ class LinearHead:
         device_type = hidden.device.type
         self.compute_dtype = (torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type)
                               else hidden.dtype)
-        self._buffer = _TileBuffer()
+        self._buffer = TileBuffer()
         self._weight_slice: tuple[tuple[int, int], Tensor] | None = None
         self._writes = False  # the backward writes each slice of the head's gradients once (new_grads)
 
@@ -202,7 +185,7 @@ class LinearHead:
         return num_rows, -(-vocab // -(-num_rows // tokens))
 
     def release(self) -> None:
-        self._buffer, self._weight_slice = _TileBuffer(), None
+        self._buffer, self._weight_slice = TileBuffer(), None
 
     def new_grads(self, needed: Sequence[bool], written: bool = False) -> list[Tensor | None]:
         """The head's gradients (``None`` for the hidden states': :meth:`new_row_grads`): float32

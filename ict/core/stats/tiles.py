@@ -30,8 +30,9 @@ written once.
 Backends: ``"triton"`` (the kernels of :mod:`ict.core.stats.triton_tiles`, tensors on a GPU, or
 anywhere under ``TRITON_INTERPRET=1``; they read and write the rows of given logits where they
 lie, an :class:`IndexedTile`) and ``"torch"`` (:mod:`ict.core.stats.torch_tiles`, any device, on
-gathered tiles); ``None`` picks Triton for CUDA tensors when it imports, torch otherwise.
-"""
+gathered tiles); ``None`` picks Triton for CUDA tensors when it imports, torch otherwise. A head
+writes the tiles it gathers or computes into one reused buffer, and on a CPU the torch folds write
+their ``[n, vt]`` temporaries into reused scratch (:mod:`ict.core.stats.buffers`)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ import torch
 from torch import Tensor
 
 from ict.core.stats import torch_tiles
+from ict.core.stats.buffers import Scratch
 from ict.core.stats.heads import Head, LinearHead, LogitsHead
 from ict.core.stats.rows import (
     IndexedTile,
@@ -298,6 +300,8 @@ class _Run:
                       for variant in self.group_variants}
         self.previous = self.order.previous_rows() if "prev" in self.metrics_of else None
         self.last_p: Tensor | None = None  # prev in sequence order: the last row's p of the previous tile
+        # the torch folds' [n, vt] temporaries, reused tile by tile on a CPU (a GPU's allocator caches)
+        self.scratch = Scratch() if device.type == "cpu" else None
         self.sequence_sum = (torch.zeros(self.batch_size, self.vocab_size, dtype=torch.float32, device=device)
                              if "seq_mean" in self.metrics_of else None)
         # sum_v p_v and sum_v p_v^2 of each row in the score pass (given normalisers)
@@ -366,12 +370,14 @@ class _Run:
         logits = self._logits(index, start, end)
         exponentials = self.folds.fold_statistics(self.state.view(part), logits, self.targets[part], start,
                                                   temperature, overwrite=overwrite,
-                                                  keep_exponentials=keep_exponentials)
+                                                  keep_exponentials=keep_exponentials, scratch=self.scratch)
         if reference_head is not None and self.reference_state is not None:
             assert reference_rows is not None
+            # its own tile (the reference head's buffer), overwritten; no scratch: the policy's kept
+            # exponentials are there
             self.folds.fold_statistics(self.reference_state.view(part),
                                        reference_head.tile(reference_rows[index], start, end, indexed=indexed),
-                                       self.targets[part], start, temperature)
+                                       self.targets[part], start, temperature, overwrite=True)
         return logits if exponentials is None else exponentials
 
     def _finish_statistics(self, part: slice) -> None:
@@ -432,8 +438,8 @@ class _Run:
                     assert logits is not None
                     # in place unless a later variant's Triton kernel still reads the logits
                     p = _probabilities(logits, maximum, log_total, temperature, overwrite=self.folds is torch_tiles)
-                torch_tiles.group_partials(self.partials[variant].view(part), None, maximum, log_total,
-                                           temperature, tile.blocks, start, absorbing, leave_one_out, metrics, mass, p)
+                torch_tiles.group_partials(self.partials[variant].view(part), None, maximum, log_total, temperature,
+                                           tile.blocks, start, absorbing, leave_one_out, metrics, mass, p, self.scratch)
             mass = None  # counted once
         if mass is None and not ({"prev", "ref", "seq_mean"} & set(self.metrics_of)):
             return
@@ -456,13 +462,15 @@ class _Run:
                 q = torch_tiles.probabilities(head.tile(partner_rows, start, end, reuse=False),
                                               self.maximum[partners], self.log_total[partners], temperature,
                                               overwrite=True)
-            torch_tiles.accumulate_partials(self.partials["prev"].view(part), p, q, self.metrics_of["prev"], False)
+            torch_tiles.accumulate_partials(self.partials["prev"].view(part), p, q, self.metrics_of["prev"], False,
+                                            self.scratch)
         if reference_head is not None:
             assert self.reference_state is not None and reference_rows is not None
             reference = self.reference_state.view(part)
             q = torch_tiles.probabilities(reference_head.tile(reference_rows[index], start, end), reference.maximum,
                                           reference.log_total(), temperature, overwrite=True)
-            torch_tiles.accumulate_partials(self.partials["ref"].view(part), p, q, self.metrics_of["ref"], False)
+            torch_tiles.accumulate_partials(self.partials["ref"].view(part), p, q, self.metrics_of["ref"], False,
+                                            self.scratch)
         if self.sequence_sum is not None:
             self.sequence_sum[:, start:end].index_add_(0, order.batch_index[part], p)
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ict.core.stats.buffers import Scratch, scratch_like
 from ict.core.stats.rows import TileBlocks
 from ict.core.stats.scores import TINY, Partials
 
@@ -84,9 +85,11 @@ def tile_columns(ids: Tensor, vocab_start: int, width: int) -> tuple[Tensor, Ten
     return local.clamp(0, width - 1), (local >= 0) & (local < width)
 
 
-def entropy_terms(values: Tensor) -> Tensor:
-    """``sum_v -x_v log max(x_v, TINY)`` of each row ``[n]`` (0 log 0 = 0)."""
-    return values.clamp_min(TINY).log_().mul_(values).sum(dim=-1).neg_()
+def entropy_terms(values: Tensor, scratch: Scratch | None = None) -> Tensor:
+    """``sum_v -x_v log max(x_v, TINY)`` of each row ``[n]`` (0 log 0 = 0); the logarithms are
+    written into ``scratch``'s ``"temporary"`` when given."""
+    logarithms = torch.clamp_min(values, TINY, out=scratch_like(scratch, "temporary", values))
+    return logarithms.log_().mul_(values).sum(dim=-1).neg_()
 
 
 def squares(values: Tensor) -> Tensor:
@@ -97,11 +100,13 @@ def squares(values: Tensor) -> Tensor:
 
 
 def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start: int, temperature: float,
-                    overwrite: bool = False, keep_exponentials: bool = False) -> Tensor | None:
+                    overwrite: bool = False, keep_exponentials: bool = False,
+                    scratch: Scratch | None = None) -> Tensor | None:
     """Fold one tile into ``state`` (module docstring); ``targets`` ``[n]`` are vocabulary ids;
     ``overwrite``: the tile is not needed afterwards, so a float32 tile is worked on in place (no
     copy). ``keep_exponentials``: return ``e^(z - m)`` ``[n, vt]`` (``m`` the running maximum after
-    this tile), which for a tile holding the whole vocabulary divided by ``s`` is ``p``."""
+    this tile), which for a tile holding the whole vocabulary divided by ``s`` is ``p``; written
+    into ``scratch``'s ``"exponentials"`` when given (then valid until that name is taken again)."""
     if tile.shape[1]:  # rows whose token lies outside the tile keep their value
         column, inside = tile_columns(targets, vocab_start, tile.shape[1])
         picked = tile.gather(1, column.unsqueeze(-1)).squeeze(-1).float() / temperature
@@ -110,7 +115,7 @@ def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start:
     new_max = torch.maximum(state.maximum, z.amax(dim=-1))
     safe = torch.where(new_max == float("-inf"), 0.0, new_max)
     z.sub_(safe.unsqueeze(-1))
-    exps = z.exp()
+    exps = torch.exp(z, out=scratch_like(scratch, "exponentials", z))
     z.clamp_(min=_LOWEST)  # -inf logits: exp(z) = 0 and 0 * z must be 0, not nan
     rescale = torch.exp(state.maximum - safe)
     delta = torch.where(state.total > 0, state.maximum - safe, 0.0)
@@ -142,18 +147,20 @@ def accumulate_mass(mass: tuple[Tensor, Tensor], p: Tensor) -> None:
 
 
 def accumulate_partials(partials: Partials, p: Tensor, q: Tensor, metrics: Sequence[str],
-                        reference_entropy: bool) -> None:
+                        reference_entropy: bool, scratch: Scratch | None = None) -> None:
     """Add the sums over this vocabulary slice of ``p`` ``[n, vt]`` against ``q`` ``[n, vt]``
-    (modified) to ``partials`` (``reference_entropy``: also ``sum -q log q``)."""
+    (modified) to ``partials`` (``reference_entropy``: also ``sum -q log q``); temporaries in
+    ``scratch``'s ``"temporary"`` when given."""
     if "kl" in metrics:  # summed in float64 (Partials)
-        partials.cross.add_(row_sums_float64(q.clamp_min(TINY).log_().mul_(p)))
+        logarithms = torch.clamp_min(q, TINY, out=scratch_like(scratch, "temporary", q))
+        partials.cross.add_(row_sums_float64(logarithms.log_().mul_(p)))
         partials.mass.add_(row_sums_float64(p))
     if "wasserstein" in metrics:
-        partials.variation.add_(torch.sub(p, q).abs_().sum(dim=-1))
+        partials.variation.add_(torch.sub(p, q, out=scratch_like(scratch, "temporary", q)).abs_().sum(dim=-1))
     if "js" in metrics:
         if reference_entropy:
-            partials.reference_entropy.add_(entropy_terms(q))
-        partials.mixture.add_(entropy_terms(q.add_(p).mul_(0.5)))
+            partials.reference_entropy.add_(entropy_terms(q, scratch))
+        partials.mixture.add_(entropy_terms(q.add_(p).mul_(0.5), scratch))
 
 
 def _sum_of_others(p: Tensor, blocks: TileBlocks) -> Tensor:
@@ -173,10 +180,11 @@ def _sum_of_others(p: Tensor, blocks: TileBlocks) -> Tensor:
 def group_partials(partials: Partials, tile: Tensor | None, maximum: Tensor, log_total: Tensor, temperature: float,
                    blocks: TileBlocks, vocab_start: int, absorbing: bool, leave_one_out: bool,
                    metrics: Sequence[str], mass: tuple[Tensor, Tensor] | None = None,
-                   p: Tensor | None = None) -> None:
+                   p: Tensor | None = None, scratch: Scratch | None = None) -> None:
     """Add one tile's sums of each row against its group reference to ``partials`` (and
     ``sum_v p_v``, ``sum_v p_v^2`` of each row to ``mass`` when given); ``p``: the tile's
-    probabilities when already known (then ``tile`` is not read).
+    probabilities when already known (then ``tile`` is not read); ``scratch``: where the rows'
+    references (``"reference"``) and other ``[n, vt]`` temporaries go.
 
     The block's sum ``S`` over its rows (plus, ``absorbing``, its point masses) and ``n``
     contributors give the mean ``q = S / n`` (row included) or ``q_i = (S - p_i) / (n - 1)``
@@ -200,15 +208,21 @@ def group_partials(partials: Partials, tile: Tensor | None, maximum: Tensor, log
     if not leave_one_out:
         block_sum.div_(count.unsqueeze(-1))
         if "js" in metrics:
-            partials.reference_entropy.add_(entropy_terms(block_sum)[blocks.local])
-        accumulate_partials(partials, p, block_sum[blocks.local], metrics, reference_entropy=False)
+            partials.reference_entropy.add_(entropy_terms(block_sum, scratch)[blocks.local])
+        accumulate_partials(partials, p, _rows_of(block_sum, blocks, scratch, p), metrics, reference_entropy=False,
+                            scratch=scratch)
         return
     if direct:
         q = _sum_of_others(p, blocks).add_(block_sum[blocks.local])  # + the absorbed point masses
     else:
-        q = block_sum[blocks.local].sub_(p).clamp_min_(0.0)
+        q = _rows_of(block_sum, blocks, scratch, p).sub_(p).clamp_min_(0.0)
     q.div_((count[blocks.local] - 1).clamp_min(1.0).unsqueeze(-1))
-    accumulate_partials(partials, p, q, metrics, reference_entropy=True)
+    accumulate_partials(partials, p, q, metrics, reference_entropy=True, scratch=scratch)
+
+
+def _rows_of(block_sum: Tensor, blocks: TileBlocks, scratch: Scratch | None, like: Tensor) -> Tensor:
+    """Each row's block's row of ``block_sum`` ``[n, vt]`` (in ``scratch``'s ``"reference"`` when given)."""
+    return torch.index_select(block_sum, 0, blocks.local, out=scratch_like(scratch, "reference", like))
 
 
 def logit_grads(tile: Tensor, targets: Tensor, vocab_start: int, maximum: Tensor, log_total: Tensor, entropy: Tensor,

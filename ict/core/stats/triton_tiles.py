@@ -38,6 +38,7 @@ import triton.language as tl
 from torch import Tensor
 from triton.language.extra import libdevice
 
+from ict.core.stats.buffers import Scratch
 from ict.core.stats.rows import IndexedTile, TileBlocks
 from ict.core.stats.scores import TINY, Partials
 from ict.core.stats.torch_tiles import RowState
@@ -230,9 +231,11 @@ def _addressed(tile: Tensor | IndexedTile) -> tuple[Tensor, Tensor, bool]:
 
 
 def fold_statistics(state: RowState, tile: Tensor | IndexedTile, targets: Tensor, vocab_start: int,
-                    temperature: float, overwrite: bool = False, keep_exponentials: bool = False) -> None:
+                    temperature: float, overwrite: bool = False, keep_exponentials: bool = False,
+                    scratch: Scratch | None = None) -> None:
     """:func:`ict.core.stats.torch_tiles.fold_statistics` as one Triton program per row (it never
-    writes the tile, and keeps no exponentials: the group kernel reads the tile)."""
+    writes the tile, keeps no exponentials, the group kernel reads the tile, and writes no
+    temporaries: ``scratch`` is unused)."""
     if not tile.shape[0]:
         return
     source, rows, indexed = _addressed(tile)
