@@ -226,13 +226,15 @@ def test_the_tiles_of_given_logits_reuse_one_buffer_and_grpos_backward_works_in_
     assert torch.allclose(stats.log_probs.double(), reference, atol=1e-5)
 
 
-@pytest.mark.parametrize("references", [("group_mean",), ("group_mean_loo", "group_mean_loo:wasserstein")])
+@pytest.mark.parametrize("references", [("group_mean",), ("group_mean_loo", "group_mean_loo:wasserstein"),
+                                        ("prev", "seq_mean:kl")])
 def test_the_torch_folds_reuse_their_temporaries_from_tile_to_tile(references):
     """On a CPU the fold's exponentials, the rows' group references and the scores' temporaries
     are written into the run's scratch: each operator's ``[n, V]`` results, over every token tile,
     lie on one storage, or two where it grew once (the temporaries serve the ``[blocks, V]`` group
-    means first), and ``index_select``'s on the head's tile buffer and the references' scratch;
-    all kept alive, so that freed memory cannot pass for reuse."""
+    means first), and ``index_select``'s on the head's tile buffer and the references' scratch
+    (the group's, or ``seq_mean``'s); ``prev`` shifts its rows into scratch too. All are kept
+    alive, so that freed memory cannot pass for reuse."""
     torch.manual_seed(1)
     logits = torch.randn(8, 12, 50)
     token_ids = torch.randint(0, 50, (8, 12))
@@ -240,7 +242,8 @@ def test_the_torch_folds_reuse_their_temporaries_from_tile_to_tile(references):
     kept: list[torch.Tensor] = []
 
     def wide_results(name, args, result):
-        if name in ("index_select", "exp", "clamp_min", "sub") and isinstance(result, torch.Tensor) \
+        if name in ("index_select", "exp", "clamp_min", "sub", "empty_like", "index") \
+                and isinstance(result, torch.Tensor) \
                 and result.dim() == 2 and result.shape[1] == 50:
             kept.append(result)
             return name, result.untyped_storage().data_ptr()
@@ -254,4 +257,5 @@ def test_the_torch_folds_reuse_their_temporaries_from_tile_to_tile(references):
     assert sum(name == "exp" for name, _ in log.entries) >= 6  # every token tile folded
     assert len(storages["exp"]) == 1 and len(storages["clamp_min"] | storages.get("sub", set())) <= 2, storages
     assert len(storages["index_select"]) == 2, storages  # the head's tile buffer, the rows' references
+    assert "empty_like" not in storages and "index" not in storages, storages  # no fresh tile of prev or seq_mean
     assert all(torch.isfinite(score).all() for score in stats.js_scores.values())

@@ -45,7 +45,7 @@ import torch
 from torch import Tensor
 
 from ict.core.stats import torch_tiles
-from ict.core.stats.buffers import Scratch
+from ict.core.stats.buffers import Scratch, scratch_like
 from ict.core.stats.heads import Head, LinearHead, LogitsHead
 from ict.core.stats.rows import (
     IndexedTile,
@@ -450,7 +450,7 @@ class _Run:
             torch_tiles.accumulate_mass(mass, p)
         if self.previous is not None:
             if not self.group_variants:  # sequence order: row i's previous position is row i - 1
-                q = torch.empty_like(p)
+                q = scratch_like(self.scratch, "previous", p)
                 q[1:] = p[:-1]
                 if self.last_p is None:  # the previous token tile's last row, whole vocabulary
                     self.last_p = torch.zeros(self.vocab_size, dtype=torch.float32, device=p.device)
@@ -480,14 +480,15 @@ class _Run:
         order, metrics = self.order, self.metrics_of["seq_mean"]
         counts = torch.bincount(order.batch_index, minlength=self.batch_size).clamp_(min=1)
         mean = self.sequence_sum.div_(counts.unsqueeze(-1).float())
-        mean_entropy = torch_tiles.entropy_terms(mean)
+        mean_entropy = torch_tiles.entropy_terms(mean, self.scratch)
         partials = Partials.zeros(order.num_rows, self.device)
         for start, end in chunks(self.vocab_size, self.vocab):
             for part, rows in self.tile_rows:  # the other passes' rows, kept
                 p = torch_tiles.probabilities(self.head.tile(rows, start, end), self.maximum[part], self.log_total[part],
                                               temperature, overwrite=True)
-                torch_tiles.accumulate_partials(partials.view(part), p, mean[order.batch_index[part], start:end],
-                                                metrics, False)
+                rows_mean = torch.index_select(mean[:, start:end], 0, order.batch_index[part],
+                                               out=scratch_like(self.scratch, "reference", p))
+                torch_tiles.accumulate_partials(partials.view(part), p, rows_mean, metrics, False, self.scratch)
         return scores_from_partials(partials, self.entropy, metrics, mean_entropy[order.batch_index])
 
     def scatter(self, values: Tensor) -> Tensor:
