@@ -113,7 +113,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--baseline", default=None, help="another checkout of ict, timed side by side")
     parser.add_argument("--step", action="store_true", help="time GRPO's and ICT's forward + backward from "
-                        "the hidden states (selection and loss included) instead of the no-grad statistics")
+                        "--source (selection and loss included) instead of the no-grad statistics")
     parser.add_argument("--source", choices=("hidden", "logits"), default="hidden",
                         help="with --step: statistics from the hidden states or from the logits")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # the checkout a child imports

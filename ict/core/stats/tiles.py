@@ -447,7 +447,7 @@ class _Run:
             assert logits is not None
             p = _probabilities(logits, maximum, log_total, temperature, overwrite=True)
         if mass is not None:
-            torch_tiles.accumulate_mass(mass, p)
+            torch_tiles.accumulate_mass(mass, p, self.scratch)
         if self.previous is not None:
             if not self.group_variants:  # sequence order: row i's previous position is row i - 1
                 q = scratch_like(self.scratch, "previous", p)

@@ -92,11 +92,15 @@ def entropy_terms(values: Tensor, scratch: Scratch | None = None) -> Tensor:
     return logarithms.log_().mul_(values).sum(dim=-1).neg_()
 
 
-def squares(values: Tensor) -> Tensor:
+def squares(values: Tensor, out: Tensor | None = None) -> Tensor:
     """``sum_v x_v^2`` of each row ``[n]``: a dot product of the row with itself (within ~5e-7 of
     float64 in Renyi-2 at V = 151,936; ``vector_norm(x) ** 2``, a square root squared, is biased
-    by ~2e-6 and off by up to 5.5e-6 there)."""
-    return torch.linalg.vecdot(values, values)
+    by ~2e-6 and off by up to 5.5e-6 there). ``out``: a tensor of ``values``' shape that the
+    products are written into (the same float32 products and sum as the dot product on a CPU,
+    without its fresh ``[n, vt]`` temporary)."""
+    if out is None:
+        return torch.linalg.vecdot(values, values)
+    return torch.mul(values, values, out=out).sum(dim=-1)
 
 
 def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start: int, temperature: float,
@@ -120,8 +124,8 @@ def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start:
     rescale = torch.exp(state.maximum - safe)
     delta = torch.where(state.total > 0, state.maximum - safe, 0.0)
     state.shifted.copy_(rescale * (state.shifted + state.total * delta) + z.mul_(exps).sum(dim=-1))
-    # z is spent: sum_v e^(2(z-m)) is squared into it (squares() would allocate a fresh [n, vt])
-    state.square.copy_(state.square * rescale * rescale + torch.mul(exps, exps, out=z).sum(dim=-1))
+    # z is spent: sum_v e^(2(z-m)) is squared into it
+    state.square.copy_(state.square * rescale * rescale + squares(exps, out=z))
     state.total.copy_(state.total * rescale + exps.sum(dim=-1))
     state.maximum.copy_(new_max)
     return exps if keep_exponentials else None
@@ -140,10 +144,11 @@ def row_sums_float64(values: Tensor) -> Tensor:
     return sums.add_(values[:, whole:].sum(dim=-1, dtype=torch.float64)) if whole < values.shape[1] else sums
 
 
-def accumulate_mass(mass: tuple[Tensor, Tensor], p: Tensor) -> None:
-    """Add ``sum_v p_v`` and ``sum_v p_v^2`` of each row of ``p`` ``[n, vt]`` to ``mass``."""
+def accumulate_mass(mass: tuple[Tensor, Tensor], p: Tensor, scratch: Scratch | None = None) -> None:
+    """Add ``sum_v p_v`` and ``sum_v p_v^2`` of each row of ``p`` ``[n, vt]`` to ``mass`` (the
+    squares in ``scratch``'s ``"temporary"`` when given)."""
     mass[0].add_(p.sum(dim=-1))
-    mass[1].add_(squares(p))
+    mass[1].add_(squares(p, out=None if scratch is None else scratch.take("temporary", p)))
 
 
 def accumulate_partials(partials: Partials, p: Tensor, q: Tensor, metrics: Sequence[str],
@@ -192,7 +197,7 @@ def group_partials(partials: Partials, tile: Tensor | None, maximum: Tensor, log
     if p is None:
         p = probabilities(tile, maximum, log_total, temperature)
     if mass is not None:
-        accumulate_mass(mass, p)
+        accumulate_mass(mass, p, scratch)
     width = p.shape[1]
     block_sum = torch.zeros(blocks.size.numel(), width, dtype=torch.float32, device=p.device)
     direct = leave_one_out and "kl" in metrics
