@@ -170,9 +170,13 @@ def test_an_argparse_error_is_one_line_with_where_to_find_help(capsys):
     from ict.cli import main
 
     for args, command in ((["train", "--dtype", "bogus"], "ict train"), (["eval", "--k"], "ict eval"),
-                          (["--no-such-flag"], "ict")):
+                          (["--no-such-flag"], "ict"), ([], "ict"), (["--debug"], "ict")):
         with pytest.raises(SystemExit) as stopped:
             main(args)
         err = capsys.readouterr().err
         assert stopped.value.code == 2 and err.count("\n") == 1, err
         assert err.startswith(f"{command}: error: ") and err.endswith(f"(see {command} --help)\n"), err
+        if args == ["--no-such-flag"]:  # the flag is named, not a missing command
+            assert "unrecognized arguments: --no-such-flag" in err, err
+        if args in ([], ["--debug"]):
+            assert "choose a command: train, eval, compare, plot, inspect" in err, err

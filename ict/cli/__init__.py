@@ -38,18 +38,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true",
                         help="show the full traceback of an error (also ICT_DEBUG=1)")
-    subparsers = parser.add_subparsers(dest="command", required=True)
+    # not required here: `main` names a missing command itself, after unknown flags (argparse
+    # would report "required: command" for `ict --bogus`)
+    subparsers = parser.add_subparsers(dest="command", metavar="command")
     train_command.add_parser(subparsers)
     eval_command.add_parser(subparsers)
     compare_command.add_parser(subparsers)
     plot_command.add_parser(subparsers)
     inspect_command.add_parser(subparsers)
+    parser.set_defaults(commands=tuple(subparsers.choices))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command is None:
+        parser.error(f"choose a command: {', '.join(args.commands)}")
     debug = args.debug or bool(os.environ.get("ICT_DEBUG"))
     try:
         return int(args.run(args) or 0)
