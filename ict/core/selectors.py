@@ -2,9 +2,10 @@
 
 A selector is a named function ``fn(inputs: SelectionInputs, **options)`` returning a boolean
 ``[B, T]`` mask, a subset of the response mask, of the tokens the policy-gradient loss updates (or
-a :class:`Selection` that also carries a per-token KL penalty). Selectors live in a registry, the
-one place that declares each selector's options, defaults, presets and ranking population;
-register your own with :func:`register_selector` (e.g. in a module loaded by :func:`load_plugin`).
+a :class:`Selection` that also carries a per-token KL penalty). Selectors live in a registry
+(:mod:`ict.core.selector_registry`, whose names this module re-exports), the one place that
+declares each selector's options, defaults, presets and ranking population; register your own with
+:func:`register_selector` (e.g. in a module loaded by :func:`load_plugin`).
 
 Built in (defaults in brackets):
 
@@ -71,11 +72,6 @@ saturates shows up there. The draw is the same on every process given the same g
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any
-
 import torch
 from torch import Tensor
 
@@ -91,339 +87,27 @@ from ict.core.ranking import (  # noqa: F401 (the ranking's names are also this 
     top_fraction_selection,
     top_unique_token_selection,
 )
-from ict.core.stats import TokenStatistics, check_token_shapes, score_key
-
-POPULATIONS = ("token", *SCOPES)
-
-
-@dataclass
-class SelectionInputs:
-    """Everything a selector may look at, each ``[B, T]`` unless stated.
-
-    ``advantages`` is ``[B]`` or ``[B, T]``; ``group_ids`` ``[B]`` labels the rows that share a
-    prompt (needed by ``scope="group"``); ``old_log_probs`` are the rollout policy's log-probs
-    (``None``: equal to the current ones, ratio 1) and ``clip_range`` the loss's
-    ``(clip_low, clip_high)``, used by Clip-Cov to skip tokens the ratio clip already clips.
-    """
-
-    stats: TokenStatistics
-    response_mask: Tensor
-    advantages: Tensor | None = None
-    token_ids: Tensor | None = None
-    generator: torch.Generator | None = None
-    group_ids: Tensor | None = None
-    old_log_probs: Tensor | None = None
-    clip_range: tuple[float, float] | None = None
-
-
-SelectorFunction = Callable[..., "Tensor | Selection"]
-
-
-@dataclass(frozen=True)
-class Preset:
-    """A named setting of a method: selector options plus the training options it implies
-    (e.g. the loss aggregation), and a note saying where the values come from."""
-
-    selector_options: dict[str, Any]
-    train_options: dict[str, Any]
-    note: str
-
-
-@dataclass(frozen=True)
-class Selector:
-    """A registered selector: its function, default options, the JS references it needs, the
-    rows it must see at once (``population(options)``, one of :data:`POPULATIONS`) and presets.
-    ``built_in``: registered in this module, its masks tested to lie within the response mask
-    (``tests/test_selectors.py``), so :func:`select` does not check them on the device (a host
-    synchronisation between the statistics and the loss)."""
-
-    name: str
-    function: SelectorFunction
-    defaults: dict[str, Any]
-    js_references: Callable[[dict[str, Any]], tuple[str, ...]]
-    population: Callable[[dict[str, Any]], str]
-    presets: dict[str, Preset]
-    description: str
-    train_defaults: dict[str, Any]
-    built_in: bool = False
-
-
-SELECTORS: dict[str, Selector] = {}
-
-
-def register_selector(
-    name: str,
-    defaults: dict[str, Any] | None = None,
-    js_references: Callable[[dict[str, Any]], tuple[str, ...]] | None = None,
-    population: str | Callable[[dict[str, Any]], str] = "token",
-    presets: dict[str, Preset] | None = None,
-    train_defaults: dict[str, Any] | None = None,
-) -> Callable[[SelectorFunction], SelectorFunction]:
-    """Decorator registering ``fn(inputs, **options) -> bool mask [B, T] | Selection``.
-
-    ``defaults`` lists every option the selector accepts; ``js_references(options)`` says which
-    JS references (see :mod:`ict.core.stats`) must be computed for it; ``population`` (a name or a
-    function of the options) is the smallest set of rows whose tokens it ranks together:
-    ``"token"`` (a per-token rule), ``"sequence"``, ``"group"`` or ``"batch"``. The first line of
-    the function's docstring is its description in ``--help``.
-    """
-
-    def decorator(function: SelectorFunction) -> SelectorFunction:
-        population_of = population if callable(population) else (lambda options: population)
-        SELECTORS[name] = Selector(
-            name=name,
-            function=function,
-            defaults=dict(defaults or {}),
-            js_references=js_references or (lambda options: ()),
-            population=population_of,
-            presets=dict(presets or {}),
-            description=(function.__doc__ or name).strip().splitlines()[0],
-            train_defaults=_checked_train_options(name, train_defaults or {}),
-            built_in=function.__module__ == __name__,
-        )
-        return function
-
-    return decorator
-
-
-TRAIN_OPTION_DEFAULTS: dict[str, Any] = {"aggregation": "token_mean", "full_token_warmup_steps": 0}
-"""The training options a method may set (its ``train_defaults``, a preset's ``train_options``)
-and their values for a method that sets none: the loss aggregation (``ict.core.loss``) and the
-number of first steps that update every response token. A training configuration leaves them
-unset (``None``) to take the method's value (:func:`method_train_options`)."""
-
-
-def _checked_train_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(options) - set(TRAIN_OPTION_DEFAULTS))
-    if unknown:
-        raise ValueError(f"selector {name!r}: {unknown[0]!r} is not a training option a method sets "
-                         f"({', '.join(TRAIN_OPTION_DEFAULTS)})")
-    return dict(options)
-
-
-def method_train_options(name: str, preset: str | None = None) -> dict[str, Any]:
-    """The training options of selector ``name``: :data:`TRAIN_OPTION_DEFAULTS`, updated by the
-    selector's ``train_defaults``, then by the preset's ``train_options``."""
-    resolved = {**TRAIN_OPTION_DEFAULTS, **_get_selector(name).train_defaults}
-    if preset is not None:
-        resolved.update(get_preset(name, preset).train_options)
-    return resolved
-
-
-def _get_selector(name: str) -> Selector:
-    if name not in SELECTORS:
-        raise ValueError(f"unknown selector {name!r}; registered: {', '.join(sorted(SELECTORS))}")
-    return SELECTORS[name]
-
-
-def get_preset(name: str, preset: str) -> Preset:
-    """The preset ``preset`` of selector ``name`` (ValueError naming the known ones)."""
-    presets = _get_selector(name).presets
-    if preset not in presets:
-        known = ", ".join(sorted(presets)) or "none"
-        raise ValueError(f"selector {name!r} has no preset {preset!r} (presets: {known})")
-    return presets[preset]
-
-
-def resolve_options(
-    name: str, options: dict[str, Any] | None = None, preset: str | None = None
-) -> dict[str, Any]:
-    """The selector's defaults, updated by the preset's selector options, then by ``options``
-    (``None`` values keep the earlier value)."""
-    selector = _get_selector(name)
-    resolved = dict(selector.defaults)
-    if preset is not None:
-        resolved.update(get_preset(name, preset).selector_options)
-    for key, value in (options or {}).items():
-        if key not in selector.defaults:
-            accepted = ", ".join(selector.defaults) or "none"
-            raise ValueError(f"selector {name!r} has no option {key!r} (accepted: {accepted})")
-        if value is not None:
-            resolved[key] = _checked_option(name, key, selector.defaults[key], value)
-    return resolved
-
-
-_OPTION_RANGES: dict[str, tuple[str, Callable[[float], bool]]] = {  # an option's name -> its range
-    "kl_coef": (">= 0", lambda value: value >= 0),
-    "tau_p": ("in [0, 1]", lambda value: 0 <= value <= 1),
-    "quantile": ("in [0, 1]", lambda value: 0 <= value <= 1),
-}
-
-
-def _checked_option(name: str, key: str, default: Any, value: Any) -> Any:
-    """``value`` if it has the kind of ``default`` (a bool for a bool, a finite real number for a
-    number, text for text; anything for a default of None) and lies in the option's range, else a
-    one-line ValueError: ``complement="no"`` would read as true, ``kl_coef=-1`` reward moving away."""
-    if isinstance(default, bool):
-        ok = isinstance(value, bool)
-    elif isinstance(default, int | float):
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    elif isinstance(default, str):
-        ok = isinstance(value, str)
-    else:
-        ok = True
-    if not ok:
-        kind = {bool: "true or false", str: "text"}.get(type(default), "a finite number")
-        raise ValueError(f"selector {name!r} option {key} must be {kind}, got {value!r}")
-    if key in _OPTION_RANGES and isinstance(value, int | float) and not isinstance(value, bool):
-        allowed, test = _OPTION_RANGES[key]
-        if not test(value):
-            raise ValueError(f"selector {name!r} option {key} must be {allowed}, got {value!r}")
-    return value
-
-
-def required_js_references(name: str, options: dict[str, Any] | None = None) -> tuple[str, ...]:
-    """JS references that :func:`ict.core.stats.token_statistics` must compute for this selector."""
-    return tuple(_get_selector(name).js_references(resolve_options(name, options)))
-
-
-def ranking_population(name: str, options: dict[str, Any] | None = None) -> str:
-    """The rows selector ``name`` must see at once to return the mask it would return on the
-    whole batch: ``"token"``, ``"sequence"``, ``"group"`` or ``"batch"`` (see the module doc)."""
-    population = _get_selector(name).population(resolve_options(name, options))
-    if population not in POPULATIONS:
-        raise ValueError(f"selector {name!r} declares population {population!r}; use one of {POPULATIONS}")
-    return population
-
-
-def parse_selector_options(name: str, raw: dict[str, Any]) -> dict[str, Any]:
-    """Options given as text (``{"ratio": "0.2"}``) converted to the type of each default.
-
-    A default of ``None`` accepts YAML scalars (``7``, ``0.5``, ``none``, text). Unknown keys and
-    unconvertible values raise ValueError naming the accepted keys or the expected type.
-    """
-    import yaml
-
-    selector = _get_selector(name)
-    parsed: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key not in selector.defaults:
-            accepted = ", ".join(selector.defaults) or "none"
-            raise ValueError(f"selector {name!r} has no option {key!r} (accepted: {accepted})")
-        default = selector.defaults[key]
-        if not isinstance(value, str):
-            parsed[key] = value
-            continue
-        text = value.strip()
-        if text.lower() in ("none", "null", "~"):
-            parsed[key] = None  # the default (resolve_options keeps it)
-            continue
-        try:
-            if isinstance(default, bool):
-                if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                    raise ValueError
-                parsed[key] = text.lower() in ("true", "1", "yes")
-            elif isinstance(default, int):
-                parsed[key] = int(text)
-            elif isinstance(default, float):
-                parsed[key] = float(text)
-            elif isinstance(default, str):
-                parsed[key] = text
-            else:
-                parsed[key] = yaml.safe_load(text)
-        except (ValueError, yaml.YAMLError):
-            kind = type(default).__name__
-            raise ValueError(f"selector {name!r} option {key}={value!r} is not a {kind}") from None
-    for key, value in parsed.items():  # no selector option means anything by nan or inf
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"selector {name!r} option {key}={value!r} is not a finite number")
-    return parsed
-
-
-_LOADED_PLUGINS: set[str] = set()
-
-
-def load_plugin(module: str) -> None:
-    """Import ``module`` (a dotted module name or a path to a ``.py`` file) so that the selectors
-    it registers with :func:`register_selector` become available by name. A plugin runs once per
-    process: loading the same module or file again does nothing."""
-    import importlib
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(module)
-    key = str(path.resolve()) if module.endswith(".py") else module
-    if key in _LOADED_PLUGINS:
-        return
-    if module.endswith(".py") and not path.is_file():
-        raise ValueError(f"plugin file not found: {module}")
-    try:
-        if module.endswith(".py"):
-            spec = importlib.util.spec_from_file_location(f"ict_plugin_{path.stem}", path)
-            assert spec is not None and spec.loader is not None
-            loaded = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(loaded)
-        else:
-            importlib.import_module(module)
-        _LOADED_PLUGINS.add(key)
-    except ModuleNotFoundError as error:
-        raise ValueError(f"cannot import plugin {module!r}: {error}; give a module on the Python "
-                         "path or a .py file") from None
-    except Exception as error:  # noqa: BLE001 - the plugin's own code failed: one line (--debug: the traceback)
-        message = " ".join(str(error).split()) or "no message"
-        raise ValueError(f"plugin {module!r} failed to import: {type(error).__name__}: {message}") from error
-
-
-def _dummy_inputs() -> SelectionInputs:
-    """A tiny ``[2, 3]`` batch with every score (each JS reference with each metric), for start-up checks."""
-    from ict.core.stats import JS_REFERENCES, SCORE_METRICS
-
-    shape = (2, 3)
-    zeros = torch.zeros(shape)
-    stats = TokenStatistics(zeros - 1.0, zeros + 1.0, zeros + 0.5,
-                            {score_key(ref, metric): zeros.clone() for ref in JS_REFERENCES for metric in SCORE_METRICS})
-    return SelectionInputs(stats, torch.ones(shape, dtype=torch.bool), torch.tensor([1.0, -1.0]),
-                           torch.zeros(shape, dtype=torch.long), torch.Generator().manual_seed(0),
-                           torch.zeros(2, dtype=torch.long))
-
-
-def check_options(name: str, options: dict[str, Any] | None = None) -> Selection:
-    """Raise ValueError when selector ``name`` rejects ``options`` (an unknown key, a JS
-    reference that does not exist, a bad scope...): it is run once on a tiny dummy batch, so a
-    bad value fails before any model is loaded. Returns that dummy `Selection` (e.g. to see
-    whether the selector adds a ``kl_penalty``)."""
-    from ict.core.stats import split_score_key
-
-    resolved = resolve_options(name, options)
-    for key in required_js_references(name, resolved):
-        split_score_key(key)  # one-line ValueError for an unknown reference or metric
-    return select(name, _dummy_inputs(), **resolved)
-
-
-def select(name: str, inputs: SelectionInputs, **options: Any) -> Selection:
-    """Run the selector ``name``; its ``mask`` is a bool ``[B, T]`` subset of the response mask."""
-    selector = _get_selector(name)
-    _check_input_shapes(inputs)
-    result = selector.function(inputs, **resolve_options(name, options))
-    selection = result if isinstance(result, Selection) else Selection(mask=result)
-    mask = selection.mask
-    response_mask = inputs.response_mask.bool()
-    if mask.dtype != torch.bool or mask.shape != response_mask.shape:
-        raise ValueError(f"selector {name!r} must return a bool mask of shape {tuple(response_mask.shape)}")
-    if not selector.built_in and (mask & ~response_mask).any():
-        raise ValueError(f"selector {name!r} selected tokens outside the response mask")
-    if selection.tie_decided is None:
-        selection = replace(selection, tie_decided=torch.zeros_like(mask))
-    return selection
-
-
-def _check_input_shapes(inputs: SelectionInputs) -> None:
-    """One-line ValueError unless the inputs have the shapes :class:`SelectionInputs` states
-    (``[B, T]`` as the response mask; ``[B]`` group ids; ``[B]`` or ``[B, T]`` advantages): a
-    shorter ``group_ids`` would leave rows out of every population, nothing broadcast."""
-    shape = tuple(inputs.response_mask.shape)
-    if len(shape) != 2:
-        raise ValueError(f"response_mask must be [B, T], got {list(shape)}")
-    stats = inputs.stats
-    check_token_shapes(shape, {
-        "token_ids": inputs.token_ids, "old_log_probs": inputs.old_log_probs, "stats.log_probs": stats.log_probs,
-        "stats.entropy": stats.entropy, **{f"js_scores[{key!r}]": value for key, value in stats.js_scores.items()}},
-        {"group_ids": inputs.group_ids}, inputs.advantages)
-
-
-def select_tokens(name: str, inputs: SelectionInputs, **options: Any) -> Tensor:
-    """Run the selector ``name``; returns its bool ``[B, T]`` mask (see :func:`select`)."""
-    return select(name, inputs, **options).mask
+from ict.core.selector_registry import (  # noqa: F401 (the registry's names are also this module's API)
+    POPULATIONS,
+    SELECTORS,
+    TRAIN_OPTION_DEFAULTS,
+    Preset,
+    SelectionInputs,
+    Selector,
+    SelectorFunction,
+    check_options,
+    get_preset,
+    load_plugin,
+    method_train_options,
+    parse_selector_options,
+    ranking_population,
+    register_selector,
+    required_js_references,
+    resolve_options,
+    select,
+    select_tokens,
+)
+from ict.core.stats import score_key
 
 
 @register_selector("all")
