@@ -259,3 +259,19 @@ def test_the_torch_folds_reuse_their_temporaries_from_tile_to_tile(references):
     assert len(storages["index_select"]) == 2, storages  # the head's tile buffer, the rows' references
     assert "empty_like" not in storages and "index" not in storages, storages  # no fresh tile of prev or seq_mean
     assert all(torch.isfinite(score).all() for score in stats.js_scores.values())
+
+
+def test_a_tile_buffer_reuses_its_storage_until_a_tile_needs_more_or_another_dtype_or_device():
+    """``TileBuffer.take`` hands out views of one storage while the tiles fit it; a larger tile, a
+    tile of another dtype or one on another device gets a new storage (on that device)."""
+    from ict.core.stats.buffers import TileBuffer
+
+    buffer, cpu = TileBuffer(), torch.device("cpu")
+    first = buffer.take(4, 6, torch.float32, cpu)
+    smaller = buffer.take(3, 5, torch.float32, cpu)
+    assert smaller.shape == (3, 5) and smaller.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+    larger = buffer.take(5, 6, torch.float32, cpu)
+    assert larger.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+    assert buffer.take(2, 2, torch.float64, cpu).dtype == torch.float64
+    on_meta = buffer.take(2, 2, torch.float64, torch.device("meta"))
+    assert on_meta.device.type == "meta" and buffer.take(2, 2, torch.float64, cpu).device == cpu

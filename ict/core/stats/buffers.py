@@ -15,9 +15,12 @@ class TileBuffer:
         self.storage: Tensor | None = None
 
     def take(self, rows: int, columns: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-        """A ``[rows, columns]`` view of the storage, grown (reallocated) when too small."""
+        """A ``[rows, columns]`` view of the storage, reallocated when too small or of another
+        dtype or device (``device``: a tensor's, with its index)."""
         size = rows * columns
-        if self.storage is None or self.storage.numel() < size or self.storage.dtype != dtype:
+        storage = self.storage
+        if (storage is None or storage.numel() < size or storage.dtype != dtype
+                or storage.device != device):
             self.storage = None  # freed before its successor is allocated
             self.storage = torch.empty(size, dtype=dtype, device=device)
         return self.storage[:size].view(rows, columns)
