@@ -168,17 +168,19 @@ def accumulate_partials(partials: Partials, p: Tensor, q: Tensor, metrics: Seque
         partials.mixture.add_(entropy_terms(q.add_(p).mul_(0.5), scratch))
 
 
-def _sum_of_others(p: Tensor, blocks: TileBlocks) -> Tensor:
+def _sum_of_others(p: Tensor, blocks: TileBlocks, scratch: Scratch | None = None) -> Tensor:
     """``sum_{j != i} p_j`` over the other rows of each row's block ``[n, vt]``, summed directly
     (``G - 1`` gathered adds): exactly 0 where every other row's entry is, and small entries keep
-    their relative precision (``S - p_i`` loses both to rounding)."""
+    their relative precision (``S - p_i`` loses both to rounding). In ``scratch``'s
+    ``"reference"`` when given (the partners' rows in its ``"temporary"``)."""
     sizes = blocks.size[blocks.local]
     start = blocks.start[blocks.local]
     slot = torch.arange(blocks.local.numel(), device=p.device) - start
-    others = torch.zeros_like(p)
+    others = scratch_like(scratch, "reference", p).zero_()
     for shift in range(1, blocks.max_size):  # + 0 for a block of at most `shift` rows: no device sync
         partners = start + (slot + shift) % sizes
-        others.add_(torch.where((sizes > shift).unsqueeze(-1), p.index_select(0, partners), 0.0))
+        partner = torch.index_select(p, 0, partners, out=scratch_like(scratch, "temporary", p))
+        others.add_(partner.masked_fill_((sizes <= shift).unsqueeze(-1), 0.0))
     return others
 
 
@@ -218,7 +220,9 @@ def group_partials(partials: Partials, tile: Tensor | None, maximum: Tensor, log
                             scratch=scratch)
         return
     if direct:
-        q = _sum_of_others(p, blocks).add_(block_sum[blocks.local])  # + the absorbed point masses
+        q = _sum_of_others(p, blocks, scratch)
+        if absorbing:  # + the absorbed point masses (block_sum holds nothing else)
+            q.add_(torch.index_select(block_sum, 0, blocks.local, out=scratch_like(scratch, "temporary", p)))
     else:
         q = _rows_of(block_sum, blocks, scratch, p).sub_(p).clamp_min_(0.0)
     q.div_((count[blocks.local] - 1).clamp_min(1.0).unsqueeze(-1))
