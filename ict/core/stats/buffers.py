@@ -34,9 +34,13 @@ class Scratch:
     def __init__(self) -> None:
         self._buffers: dict[str, TileBuffer] = {}
 
+    def buffer(self, name: str) -> TileBuffer:
+        """The buffer of ``name`` (e.g. for a head's :meth:`tile`)."""
+        return self._buffers.setdefault(name, TileBuffer())
+
     def take(self, name: str, like: Tensor) -> Tensor:
         """An uninitialised tensor of ``like``'s ``[n, vt]`` shape, dtype and device."""
-        return self._buffers.setdefault(name, TileBuffer()).take(*like.shape, like.dtype, like.device)
+        return self.buffer(name).take(*like.shape, like.dtype, like.device)
 
 
 def scratch_like(scratch: Scratch | None, name: str, like: Tensor) -> Tensor:

@@ -51,14 +51,14 @@ class LogitsHead:
             return self.row_index[rows_b, rows_t].to(self.flat.device)
         return rows_b * self.step + rows_t
 
-    def tile(self, rows: Tensor, start: int, end: int, reuse: bool = True,
+    def tile(self, rows: Tensor, start: int, end: int, buffer: TileBuffer | None = None,
              indexed: bool = False) -> Tensor | IndexedTile:
-        """The rows' ``[n, end - start]`` slice: gathered (``reuse``: into the head's tile buffer,
-        overwriting the previous tile; :meth:`release` frees it), or (``indexed``, for the Triton
-        kernels) read where it lies."""
+        """The rows' ``[n, end - start]`` slice: gathered into ``buffer`` (by default the head's
+        own, which :meth:`release` frees), overwriting its previous tile, or (``indexed``, for the
+        Triton kernels) read where it lies."""
         if indexed:
             return IndexedTile(self.flat[:, start:end], rows)
-        out = self._buffer.take(rows.shape[0], end - start, self.flat.dtype, self.flat.device) if reuse else None
+        out = (buffer or self._buffer).take(rows.shape[0], end - start, self.flat.dtype, self.flat.device)
         return torch.index_select(self.flat[:, start:end], 0, rows, out=out)
 
     def prepare_tile(self, start: int, end: int) -> None:
@@ -149,12 +149,13 @@ class LinearHead:
         the device casts while the host waits, and the first product follows the sync sooner."""
         self.weight_slice(start, end)
 
-    def tile(self, rows: Tensor, start: int, end: int, reuse: bool = True, indexed: bool = False) -> Tensor:
-        """The ``[n, end - start]`` logits tile; ``reuse``: written into the head's one tile buffer
-        (the previous tile is overwritten; :meth:`release` frees it). (``indexed`` has no use for
-        a product: its tile is the head's own.)"""
+    def tile(self, rows: Tensor, start: int, end: int, buffer: TileBuffer | None = None,
+             indexed: bool = False) -> Tensor:
+        """The ``[n, end - start]`` logits tile, written into ``buffer`` (by default the head's own,
+        which :meth:`release` frees), overwriting its previous tile. (``indexed`` has no use for a
+        product: its tile is the head's own.)"""
         weight = self.weight_slice(start, end)
-        out = self._buffer.take(rows.shape[0], end - start, self.compute_dtype, rows.device) if reuse else None
+        out = (buffer or self._buffer).take(rows.shape[0], end - start, self.compute_dtype, rows.device)
         with torch.autocast(rows.device.type, enabled=False):
             if self.bias is None:
                 return torch.mm(rows, weight.T, out=out)

@@ -45,7 +45,7 @@ import torch
 from torch import Tensor
 
 from ict.core.stats import torch_tiles
-from ict.core.stats.buffers import Scratch, scratch_like
+from ict.core.stats.buffers import Scratch, TileBuffer, scratch_like
 from ict.core.stats.heads import Head, LinearHead, LogitsHead
 from ict.core.stats.rows import (
     IndexedTile,
@@ -456,10 +456,11 @@ class _Run:
                     self.last_p = torch.zeros(self.vocab_size, dtype=torch.float32, device=p.device)
                 q[0] = self.last_p[start:end]
                 self.last_p[start:end] = p[-1]
-            else:  # group order: the previous positions' logits, a second product
+            else:  # group order: the previous positions' logits, a second product (a GPU's: a fresh tile)
                 partners = self.previous[part].clamp_min(0)
                 partner_rows = head.rows(order.batch_index[partners], order.time_index[partners])
-                q = torch_tiles.probabilities(head.tile(partner_rows, start, end, reuse=False),
+                buffer = TileBuffer() if self.scratch is None else self.scratch.buffer("partners")
+                q = torch_tiles.probabilities(head.tile(partner_rows, start, end, buffer),
                                               self.maximum[partners], self.log_total[partners], temperature,
                                               overwrite=True)
             torch_tiles.accumulate_partials(self.partials["prev"].view(part), p, q, self.metrics_of["prev"], False,
