@@ -245,7 +245,7 @@ def test_the_torch_folds_reuse_their_temporaries_from_tile_to_tile(references):
     kept: list[torch.Tensor] = []
 
     def wide_results(name, args, result):
-        if name in ("index_select", "exp", "clamp_min", "sub", "empty_like", "index", "zeros_like", "where") \
+        if name in ("index_select", "exp", "clamp_min", "sub", "empty_like", "index", "zeros_like", "where", "zeros") \
                 and isinstance(result, torch.Tensor) \
                 and result.dim() == 2 and result.shape[1] == 50:
             kept.append(result)
@@ -262,8 +262,10 @@ def test_the_torch_folds_reuse_their_temporaries_from_tile_to_tile(references):
     # the head's tile buffer, the rows' references, and in group order prev's partner rows
     in_group_order = "prev" in references and any(key.startswith("group_mean") for key in references)
     assert len(storages["index_select"]) == 2 + in_group_order, storages
-    # no fresh tile of prev, seq_mean or the leave-one-out sums of the others (kl)
+    # no fresh tile of prev, seq_mean or the leave-one-out sums of the others (kl); the blocks' sums
+    # are zeroed in place (the one "zeros" a call: seq_mean's [B, V] sums)
     assert not {"empty_like", "index", "zeros_like", "where"} & set(storages), storages
+    assert len(storages.get("zeros", ())) <= 1, storages
     assert all(torch.isfinite(score).all() for score in stats.js_scores.values())
 
 

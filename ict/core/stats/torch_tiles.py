@@ -190,8 +190,9 @@ def group_partials(partials: Partials, tile: Tensor | None, maximum: Tensor, log
                    p: Tensor | None = None, scratch: Scratch | None = None) -> None:
     """Add one tile's sums of each row against its group reference to ``partials`` (and
     ``sum_v p_v``, ``sum_v p_v^2`` of each row to ``mass`` when given); ``p``: the tile's
-    probabilities when already known (then ``tile`` is not read); ``scratch``: where the rows'
-    references (``"reference"``) and other ``[n, vt]`` temporaries go.
+    probabilities when already known (then ``tile`` is not read); ``scratch``: where the blocks'
+    sums (``"block sums"``), the rows' references (``"reference"``) and other ``[n, vt]``
+    temporaries go.
 
     The block's sum ``S`` over its rows (plus, ``absorbing``, its point masses) and ``n``
     contributors give the mean ``q = S / n`` (row included) or ``q_i = (S - p_i) / (n - 1)``
@@ -201,7 +202,8 @@ def group_partials(partials: Partials, tile: Tensor | None, maximum: Tensor, log
     if mass is not None:
         accumulate_mass(mass, p, scratch)
     width = p.shape[1]
-    block_sum = torch.zeros(blocks.size.numel(), width, dtype=torch.float32, device=p.device)
+    block_sum = (torch.zeros(blocks.size.numel(), width, dtype=torch.float32, device=p.device) if scratch is None
+                 else scratch.buffer("block sums").take(blocks.size.numel(), width, torch.float32, p.device).zero_())
     direct = leave_one_out and "kl" in metrics
     if not direct:
         block_sum.index_add_(0, blocks.local, p)
