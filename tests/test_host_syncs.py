@@ -162,3 +162,25 @@ def test_the_backward_reads_its_rows_with_a_gradient_once_and_indexes_them_witho
         assert (rows if rows is None else rows.tolist()) == want
         if want is None:
             assert operators.entries[-1] == "_local_scalar_dense", operators.entries
+
+
+@pytest.mark.parametrize("references", [("prev",), ("prev", "group_mean_absorbing")])
+def test_the_previous_position_reference_reads_nothing_back_beyond_the_row_layout(references):
+    """``prev`` finds each row's previous position on the device (``RowOrder.previous_rows``; it
+    read 3 values back before): the statistics read back the row layout's sizes alone, 1 read in
+    sequence order and 2 in group order, at 8 and 32 rows."""
+    from ict.core.stats import token_statistics
+
+    counts = []
+    for rows in (8, 32):
+        generator = torch.Generator().manual_seed(rows)
+        logits = torch.randn(rows, 8, 50, generator=generator)
+        token_ids = torch.randint(0, 50, (rows, 8), generator=generator)
+        mask = torch.ones(rows, 8, dtype=torch.bool)
+        mask[::3, 4:] = False
+        census = SyncCensus()
+        with census:
+            token_statistics(logits, token_ids, mask, 1.0, references, group_ids=torch.arange(rows) // 4,
+                             tile_size=(8, 32), backend="torch")
+        counts.append(census.total())
+    assert counts == [len(references)] * 2, counts

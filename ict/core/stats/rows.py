@@ -129,16 +129,16 @@ class RowOrder:
             return RowOrder(self.batch_index, self.time_index, _tiles(self.num_rows, tokens), self.dense)
         return RowOrder(self.batch_index[rows], self.time_index[rows], _tiles(rows.numel(), tokens))
 
-    def previous_rows(self) -> Tensor:
+    def previous_rows(self, length: int) -> Tensor:
         """For each row, the index (in processing order) of the previous response position of the
-        same sequence, ``-1`` for a sequence's first one ``[N]``."""
+        same sequence, ``-1`` for a sequence's first one ``[N]``; ``length``: the positions of a
+        sequence (``T``). No device sync."""
         num_rows, device = self.num_rows, self.batch_index.device
-        flat = self.batch_index * (int(self.time_index.max().item()) + 1 if num_rows else 1) + self.time_index
-        sequence = torch.argsort(flat)  # row-major rank -> processing index
+        sequence = torch.argsort(self.batch_index * length + self.time_index)  # row-major rank -> processing index
         previous = torch.full((num_rows,), -1, dtype=torch.long, device=device)
         if num_rows > 1:
             same = self.batch_index[sequence[1:]] == self.batch_index[sequence[:-1]]
-            previous[sequence[1:][same]] = sequence[:-1][same]
+            previous[sequence[1:]] = torch.where(same, sequence[:-1], -1)  # a permutation: no two writes collide
         return previous
 
 

@@ -298,7 +298,7 @@ class _Run:
         self.partials = {reference: Partials.zeros(num_rows, device) for reference in self.metrics_of}
         self.alone = {variant: torch.zeros(num_rows, dtype=torch.bool, device=device)
                       for variant in self.group_variants}
-        self.previous = self.order.previous_rows() if "prev" in self.metrics_of else None
+        self.previous = self.order.previous_rows(self.length) if "prev" in self.metrics_of else None
         self.last_p: Tensor | None = None  # prev in sequence order: the last row's p of the previous tile
         # the torch folds' [n, vt] temporaries, reused tile by tile on a CPU (a GPU's allocator caches)
         self.scratch = Scratch() if device.type == "cpu" else None
