@@ -1,4 +1,4 @@
-"""Time of the token statistics per JS reference, against the same statistics without a JS score,
+r"""Time of the token statistics per JS reference, against the same statistics without a JS score,
 and (``--baseline DIR``) against another checkout of ict, side by side.
 
 No-grad statistics of a batch shaped like the CPU comparison's (64 completions x 32 positions,
