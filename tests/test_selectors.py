@@ -605,13 +605,37 @@ def test_every_built_in_selector_keeps_within_the_response_mask(seed, batch, len
     ("stapo", {"tau_p": math.nan}, "option tau_p must be a finite number"),
     ("stapo", {"quantile": 1.5}, "option quantile must be in [0, 1]"),
     ("entropy", {"ratio": True}, "option ratio must be a finite number"),
+    ("random", {"seed": math.inf}, "option seed must be a finite number, got inf"),
+    ("kl_cov", {"kl_coef": 0.0}, None),
+    ("stapo", {"tau_p": 1.0, "quantile": 0.0}, None),
 ])
 def test_a_selector_option_of_the_wrong_kind_or_range_is_refused(name, options, message):
     """Options given from Python are checked as the command line's are: the default's kind (a
     string would read as a true `complement`) and the option's range (a negative KL-Cov
-    coefficient rewards moving away from the old policy)."""
+    coefficient rewards moving away from the old policy). A range's ends are allowed."""
+    if message is None:
+        select_tokens(name, make_inputs(), **options)
+        return
     with pytest.raises(ValueError, match=re.escape(message)):
         select_tokens(name, make_inputs(), **options)
+
+
+def test_an_option_range_is_the_selectors_own():
+    """A plugin's option named like a built-in's (``quantile``) is not held to the built-in's
+    range; ranges are declared per selector, and one for an option the selector lacks is refused."""
+    from ict.core.selectors import SELECTORS, register_selector
+
+    try:
+        @register_selector("quantile_plugin", defaults={"quantile": 0.5})
+        def keep_all(inputs, quantile):
+            """Keep every response token."""
+            return inputs.response_mask.bool()
+
+        assert select_tokens("quantile_plugin", make_inputs(), quantile=2.0).equal(make_inputs().response_mask.bool())
+        with pytest.raises(ValueError, match="ranges given for 'tau', which is not one of its options"):
+            register_selector("bad_ranges", defaults={"quantile": 0.5}, ranges={"tau": (0.0, 1.0)})
+    finally:
+        SELECTORS.pop("quantile_plugin", None)
 
 
 @pytest.mark.parametrize("field,value,message", [

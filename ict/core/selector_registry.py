@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -64,8 +64,8 @@ class Preset:
 @dataclass(frozen=True)
 class Selector:
     """A registered selector: its function, default options, the JS references it needs, the
-    rows it must see at once (``population(options)``, one of :data:`POPULATIONS`) and presets.
-    ``built_in``: registered in :mod:`ict.core.selectors`, its masks tested to lie within the response mask
+    rows it must see at once (``population(options)``, one of :data:`POPULATIONS`), presets and
+    the closed ranges ``(low, high)`` of its numeric options that have one. ``built_in``: registered in :mod:`ict.core.selectors`, its masks tested to lie within the response mask
     (``tests/test_selectors.py``), so :func:`select` does not check them on the device (a host
     synchronisation between the statistics and the loss)."""
 
@@ -78,6 +78,7 @@ class Selector:
     description: str
     train_defaults: dict[str, Any]
     built_in: bool = False
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 SELECTORS: dict[str, Selector] = {}
@@ -90,15 +91,21 @@ def register_selector(
     population: str | Callable[[dict[str, Any]], str] = "token",
     presets: dict[str, Preset] | None = None,
     train_defaults: dict[str, Any] | None = None,
+    ranges: dict[str, tuple[float, float]] | None = None,
 ) -> Callable[[SelectorFunction], SelectorFunction]:
     """Decorator registering ``fn(inputs, **options) -> bool mask [B, T] | Selection``.
 
     ``defaults`` lists every option the selector accepts; ``js_references(options)`` says which
     JS references (see :mod:`ict.core.stats`) must be computed for it; ``population`` (a name or a
     function of the options) is the smallest set of rows whose tokens it ranks together:
-    ``"token"`` (a per-token rule), ``"sequence"``, ``"group"`` or ``"batch"``. The first line of
-    the function's docstring is its description in ``--help``.
+    ``"token"`` (a per-token rule), ``"sequence"``, ``"group"`` or ``"batch"``; ``ranges`` maps
+    a numeric option to the closed interval ``(low, high)`` its values must lie in (``high`` may be
+    ``math.inf``): a value outside is refused with a one-line ValueError. The first line of the
+    function's docstring is its description in ``--help``.
     """
+    unranged = sorted(set(ranges or {}) - set(defaults or {}))
+    if unranged:
+        raise ValueError(f"selector {name!r}: ranges given for {unranged[0]!r}, which is not one of its options")
 
     def decorator(function: SelectorFunction) -> SelectorFunction:
         population_of = population if callable(population) else (lambda options: population)
@@ -112,6 +119,7 @@ def register_selector(
             description=(function.__doc__ or name).strip().splitlines()[0],
             train_defaults=_checked_train_options(name, train_defaults or {}),
             built_in=function.__module__ == BUILT_IN_MODULE,
+            ranges=dict(ranges or {}),
         )
         return function
 
@@ -173,35 +181,31 @@ def resolve_options(
             accepted = ", ".join(selector.defaults) or "none"
             raise ValueError(f"selector {name!r} has no option {key!r} (accepted: {accepted})")
         if value is not None:
-            resolved[key] = _checked_option(name, key, selector.defaults[key], value)
+            resolved[key] = _checked_option(selector, key, value)
     return resolved
 
 
-_OPTION_RANGES: dict[str, tuple[str, Callable[[float], bool]]] = {  # an option's name -> its range
-    "kl_coef": (">= 0", lambda value: value >= 0),
-    "tau_p": ("in [0, 1]", lambda value: 0 <= value <= 1),
-    "quantile": ("in [0, 1]", lambda value: 0 <= value <= 1),
-}
-
-
-def _checked_option(name: str, key: str, default: Any, value: Any) -> Any:
-    """``value`` if it has the kind of ``default`` (a bool for a bool, a finite real number for a
-    number, text for text; anything for a default of None) and lies in the option's range, else a
-    one-line ValueError: ``complement="no"`` would read as true, ``kl_coef=-1`` reward moving away."""
+def _checked_option(selector: Selector, key: str, value: Any) -> Any:
+    """``value`` if it has the kind of the option's default (a bool for a bool, a finite real
+    number for a number, text for text; anything but a non-finite number for a default of None)
+    and lies in the option's range, else a one-line ValueError: ``complement="no"`` would read as
+    true, ``kl_coef=-1`` reward moving away."""
+    default, name = selector.defaults[key], selector.name
     if isinstance(default, bool):
         ok = isinstance(value, bool)
     elif isinstance(default, int | float):
         ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     elif isinstance(default, str):
         ok = isinstance(value, str)
-    else:
-        ok = True
+    else:  # no option means anything by nan or inf
+        ok = not (isinstance(value, float) and not math.isfinite(value))
     if not ok:
         kind = {bool: "true or false", str: "text"}.get(type(default), "a finite number")
         raise ValueError(f"selector {name!r} option {key} must be {kind}, got {value!r}")
-    if key in _OPTION_RANGES and isinstance(value, int | float) and not isinstance(value, bool):
-        allowed, test = _OPTION_RANGES[key]
-        if not test(value):
+    if key in selector.ranges and isinstance(value, int | float) and not isinstance(value, bool):
+        low, high = selector.ranges[key]
+        if not low <= value <= high:
+            allowed = f">= {low:g}" if high == math.inf else f"in [{low:g}, {high:g}]"
             raise ValueError(f"selector {name!r} option {key} must be {allowed}, got {value!r}")
     return value
 
@@ -258,10 +262,7 @@ def parse_selector_options(name: str, raw: dict[str, Any]) -> dict[str, Any]:
         except (ValueError, yaml.YAMLError):
             kind = type(default).__name__
             raise ValueError(f"selector {name!r} option {key}={value!r} is not a {kind}") from None
-    for key, value in parsed.items():  # no selector option means anything by nan or inf
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"selector {name!r} option {key}={value!r} is not a finite number")
-    return parsed
+    return parsed  # checked (kind, finiteness, range) by resolve_options
 
 
 _LOADED_PLUGINS: set[str] = set()

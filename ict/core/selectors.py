@@ -72,6 +72,8 @@ saturates shows up there. The draw is the same on every process given the same g
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -145,7 +147,8 @@ def stapo_silenced_mask(
     return candidates & (entropy.double() < threshold)
 
 
-@register_selector("stapo", defaults={"tau_p": 0.002, "quantile": 0.75}, population="batch")
+@register_selector("stapo", defaults={"tau_p": 0.002, "quantile": 0.75}, population="batch",
+                   ranges={"tau_p": (0.0, 1.0), "quantile": (0.0, 1.0)})
 def select_stapo(inputs: SelectionInputs, tau_p: float, quantile: float) -> Tensor:
     """STAPO (S2T): every response token except the silenced spurious ones."""
     silenced = stapo_silenced_mask(
@@ -290,7 +293,8 @@ def select_clip_cov(inputs: SelectionInputs, ratio: float, cov_low: float, cov_h
     return keep
 
 
-@register_selector("kl_cov", defaults={"ratio": 2e-3, "kl_coef": 1.0}, population="batch")
+@register_selector("kl_cov", defaults={"ratio": 2e-3, "kl_coef": 1.0}, population="batch",
+                   ranges={"kl_coef": (0.0, math.inf)})
 def select_kl_cov(inputs: SelectionInputs, ratio: float, kl_coef: float) -> Selection:
     """KL-Cov: every token; a |log-ratio| penalty on the tokens of largest covariance."""
     response = inputs.response_mask.bool()
