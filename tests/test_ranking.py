@@ -71,6 +71,25 @@ def test_top_unique_token_selection_ranks_every_population_at_once_as_each_alone
     assert torch.equal(ours.tie_decided, expected_decided)
 
 
+def test_ranking_by_id_refuses_ids_its_keys_cannot_hold_and_accepts_their_ends():
+    """Each (population, id) key holds the id in 33 bits: an id outside ``[-2^32, 2^32)`` at a
+    response position would run into the population's bits (ranked with another population's ids);
+    it is refused in one line, read with the table's width (no read of its own). Outside the
+    response mask any id is ignored, and the range's ends are ranked as ids."""
+    from ict.core.ranking import top_unique_token_selection
+
+    mask = torch.tensor([[True, True, False], [True, True, True]])
+    scores = torch.tensor([[0.9, 0.1, 0.0], [0.8, 0.2, 0.5]])
+    ends = torch.tensor([[-(1 << 32), 7, 1 << 40], [(1 << 32) - 1, 7, 3]])  # 2^40 lies outside the mask
+    selection = top_unique_token_selection(scores, ends, mask, 0.5, "sequence")
+    assert selection.mask.tolist() == [[True, False, False], [True, False, True]]  # ceil(0.5 U) of U = 2, 3 ids
+    for outside in (1 << 32, -(1 << 32) - 1):
+        ids = ends.clone()
+        ids[1, 2] = outside
+        with pytest.raises(ValueError, match=r"token_ids must lie in \[-2\^32, 2\^32\) to be ranked by id: 1 "):
+            top_unique_token_selection(scores, ids, mask, 0.5, "sequence")
+
+
 @given(
     numerator=st.integers(1, 1_000_000),
     sizes=st.lists(st.integers(0, 1_000_000), min_size=1, max_size=8),

@@ -266,14 +266,19 @@ def top_unique_token_selection(
     if not rows.numel():
         return Selection(mask=selected, tie_decided=decided)
     # one sortable key per (population, id) pair: ids (any int in [-2^32, 2^32)) in the low 33 bits
-    keys = population_of[rows] * (1 << 33) + (token_ids.to(mask.device)[rows, positions].long() + (1 << 32))
+    ids = token_ids.to(mask.device)[rows, positions].long()
+    outside = ((ids < -(1 << 32)) | (ids >= 1 << 32)).sum()  # read with the table's width: no sync of its own
+    keys = population_of[rows] * (1 << 33) + (ids + (1 << 32))
     unique_keys, inverse = torch.unique(keys, return_inverse=True)  # by population, then id
     population = unique_keys >> 33  # each pair's
     sums = torch.zeros(unique_keys.numel(), dtype=torch.float64, device=mask.device)
     sums.index_add_(0, inverse, scores.detach().to(mask.device)[rows, positions].double())
     means = sums / torch.bincount(inverse, minlength=unique_keys.numel()).double()
     sizes, slot = label_places(population, num_populations)
-    width = int(sizes.max())  # host sync: the table's width
+    width, outside = torch.stack([sizes.max(), outside]).tolist()  # host sync: the table's width
+    if outside:
+        raise ValueError(f"token_ids must lie in [-2^32, 2^32) to be ranked by id: {outside} response position(s) "
+                         "hold one outside it")
     values = torch.zeros(num_populations, width, dtype=torch.float64, device=mask.device)
     valid = torch.zeros(num_populations, width, dtype=torch.bool, device=mask.device)
     values[population, slot] = means
