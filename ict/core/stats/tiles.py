@@ -487,8 +487,7 @@ class _Run:
             for part, rows in self.tile_rows:  # the other passes' rows, kept
                 p = torch_tiles.probabilities(self.head.tile(rows, start, end), self.maximum[part], self.log_total[part],
                                               temperature, overwrite=True)
-                rows_mean = torch.index_select(mean[:, start:end], 0, order.batch_index[part],
-                                               out=scratch_like(self.scratch, "reference", p))
+                rows_mean = torch_tiles.rows_of(mean[:, start:end], order.batch_index[part], self.scratch, "reference")
                 torch_tiles.accumulate_partials(partials.view(part), p, rows_mean, metrics, False, self.scratch)
         return scores_from_partials(partials, self.entropy, metrics, mean_entropy[order.batch_index])
 

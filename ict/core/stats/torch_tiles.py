@@ -179,8 +179,7 @@ def _sum_of_others(p: Tensor, blocks: TileBlocks, scratch: Scratch | None = None
     others = scratch_like(scratch, "reference", p).zero_()
     for shift in range(1, blocks.max_size):  # + 0 for a block of at most `shift` rows: no device sync
         partners = start + (slot + shift) % sizes
-        partner = torch.index_select(p, 0, partners, out=scratch_like(scratch, "temporary", p))
-        others.add_(partner.masked_fill_((sizes <= shift).unsqueeze(-1), 0.0))
+        others.add_(rows_of(p, partners, scratch, "temporary").masked_fill_((sizes <= shift).unsqueeze(-1), 0.0))
     return others
 
 
@@ -218,22 +217,26 @@ def group_partials(partials: Partials, tile: Tensor | None, maximum: Tensor, log
         block_sum.div_(count.unsqueeze(-1))
         if "js" in metrics:
             partials.reference_entropy.add_(entropy_terms(block_sum, scratch)[blocks.local])
-        accumulate_partials(partials, p, _rows_of(block_sum, blocks, scratch, p), metrics, reference_entropy=False,
+        accumulate_partials(partials, p, rows_of(block_sum, blocks.local, scratch, "reference"), metrics,
+                            reference_entropy=False,
                             scratch=scratch)
         return
     if direct:
         q = _sum_of_others(p, blocks, scratch)
         if absorbing:  # + the absorbed point masses (block_sum holds nothing else)
-            q.add_(torch.index_select(block_sum, 0, blocks.local, out=scratch_like(scratch, "temporary", p)))
+            q.add_(rows_of(block_sum, blocks.local, scratch, "temporary"))
     else:
-        q = _rows_of(block_sum, blocks, scratch, p).sub_(p).clamp_min_(0.0)
+        q = rows_of(block_sum, blocks.local, scratch, "reference").sub_(p).clamp_min_(0.0)
     q.div_((count[blocks.local] - 1).clamp_min(1.0).unsqueeze(-1))
     accumulate_partials(partials, p, q, metrics, reference_entropy=True, scratch=scratch)
 
 
-def _rows_of(block_sum: Tensor, blocks: TileBlocks, scratch: Scratch | None, like: Tensor) -> Tensor:
-    """Each row's block's row of ``block_sum`` ``[n, vt]`` (in ``scratch``'s ``"reference"`` when given)."""
-    return torch.index_select(block_sum, 0, blocks.local, out=scratch_like(scratch, "reference", like))
+def rows_of(table: Tensor, index: Tensor, scratch: Scratch | None, name: str) -> Tensor:
+    """``table[index]`` ``[n, vt]`` (the rows of ``table`` ``[m, vt]`` at ``index`` ``[n]``), written
+    into ``scratch``'s ``name`` when given."""
+    out = None if scratch is None else scratch.buffer(name).take(index.numel(), table.shape[1], table.dtype,
+                                                                  table.device)
+    return torch.index_select(table, 0, index, out=out)
 
 
 def logit_grads(tile: Tensor, targets: Tensor, vocab_start: int, maximum: Tensor, log_total: Tensor, entropy: Tensor,
