@@ -66,6 +66,7 @@ CASES = [
     (["train", "selector.reference=nope"], ["unknown JS reference"]),
     (["train", "--method", "entropy", "selector.scope=sequence"], ["has no option 'scope'"]),
     (["train", "--ratio", "1.5"], ["ratio must be in (0, 1]"]),
+    (["train", "--method", "clip_cov", "selector.cov_low=5", "selector.cov_high=1"], ["cov_low < cov_high"]),
     (["train", "--num-stepz", "3"], []),  # argparse: exit 2, its own usage line
     (["train", *BASE, "--model", "no/such/dir", "--run-dir", "r1"], ["no/such/dir"]),
     (["train", *BASE, "--dataset", "missing_field.jsonl", "--run-dir", "r2"], ["row 1", "question"]),

@@ -9,7 +9,7 @@ import torch
 
 from ict.core.diagnostics import DIAGNOSTIC_KEYS, jaccard, token_diagnostics
 from ict.core.selectors import ICT_DEFAULT_REFERENCE
-from ict.core.stats import token_statistics
+from ict.core.stats import TokenStatistics, token_statistics
 
 
 def test_regime_fractions_on_hand_built_distributions():
@@ -256,6 +256,31 @@ def test_aligned_share_by_hand():
     response = torch.arange(6)[None, :] < lengths[:, None]
     shares = [3 / 5, 3 / 6, 2 / 2, 2 / 3, 0.0, 0.0]
     assert aligned_share(token_ids, response, torch.tensor([0, 0, 1, 1, 2, 2])) == pytest.approx(sum(shares) / 6)
+
+
+def test_group_diagnostics_refuse_group_ids_that_do_not_cover_the_batch():
+    """A ``group_ids`` shorter than the batch was read as the first rows' groups: a share over the
+    rows it named (1.0 here, where row 3 disagrees: 0.0)."""
+    from ict.core.diagnostics import aligned_share, token_agreement
+
+    token_ids = torch.tensor([[1, 2, 3]] * 3 + [[9, 9, 9]])
+    response = torch.ones(4, 3, dtype=torch.bool)
+    assert aligned_share(token_ids, response, torch.zeros(4, dtype=torch.long)) == 0.0
+    for function in (aligned_share, token_agreement):
+        with pytest.raises(ValueError, match=r"^group_ids must be \[B\] = \[4\], got \[3\]"):
+            function(token_ids, response, torch.zeros(3, dtype=torch.long))
+
+
+def test_paper_figures_of_responses_shorter_than_a_knee_are_nan():
+    """Knees need 3 tokens: a batch 0 or 2 positions wide has none (the 0-wide one raised an
+    IndexError)."""
+    from ict.core.diagnostics import paper_figures, score_knees
+
+    for width in (0, 2):
+        zeros, mask = torch.zeros(2, width), torch.ones(2, width, dtype=torch.bool)
+        assert torch.isnan(score_knees(zeros, mask)).all() and score_knees(zeros, mask).shape == (2,)
+        figures = paper_figures(TokenStatistics(zeros, zeros, zeros, {ICT_DEFAULT_REFERENCE: zeros}), mask, mask)
+        assert math.isnan(figures["score_knee_fraction"]) and math.isnan(figures["score_knee_share"])
 
 
 def test_a_tiny_run_logs_the_paper_figures_and_top_tokens(tiny_model_dir, arithmetic_task, tmp_path, one_thread):

@@ -271,6 +271,68 @@ def test_inputs_outside_the_selected_tokens_never_reach_the_loss_or_its_gradient
     assert bool((clean[1][outside] == 0).all())
 
 
+@pytest.mark.parametrize("tokens", ["selected", "all"])
+def test_nan_reference_log_probs_where_the_kl_term_has_no_weight_reach_neither_loss_nor_gradient(tokens):
+    """NaN reference log-probs at a padding position (and, with ``regularizer_tokens="selected"``,
+    at an unselected response token) leave the loss and its gradient those of finite values there;
+    the ``kl`` metric (over the response tokens) is NaN only where the response holds the NaN."""
+    torch.manual_seed(1)
+    log_probs = torch.randn(3, 5) - 1.0
+    reference = log_probs + 0.2 * torch.randn(3, 5)
+    response = torch.ones(3, 5, dtype=torch.bool)
+    response[0, 3:] = False
+    selected = response.clone()
+    selected[1, 1] = False
+    config = PolicyLossConfig(kl_coef=0.1, regularizer_tokens=tokens)
+    outside = ~response if tokens == "all" else ~selected
+
+    def loss_and_grad(reference):
+        leaf = log_probs.clone().requires_grad_()
+        loss, metrics = policy_loss(fixed_stats(leaf), log_probs, torch.ones(3), response, selected, config,
+                                    reference_log_probs=reference)
+        loss.backward()
+        return loss.detach(), leaf.grad, metrics["kl"]
+
+    clean = loss_and_grad(reference)
+    dirty = loss_and_grad(torch.where(outside, math.nan, reference))
+    assert torch.isfinite(clean[0]) and torch.equal(clean[0], dirty[0]) and torch.equal(clean[1], dirty[1])
+    assert math.isfinite(clean[2]) and math.isnan(dirty[2]) == (tokens == "selected")
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (3, 0)])
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
+def test_an_empty_batch_has_a_zero_loss(shape, aggregation):
+    zeros, mask = torch.zeros(shape), torch.zeros(shape, dtype=torch.bool)
+    loss, _ = policy_loss(fixed_stats(zeros), zeros, torch.zeros(shape[0]), mask, mask,
+                          PolicyLossConfig(aggregation=aggregation))
+    assert loss.item() == 0.0
+
+
+@pytest.mark.parametrize("aggregation,denominator", [
+    ("token_mean", "selected"), ("token_mean", "all"), ("seq_mean_token_mean", "selected"),
+    ("seq_mean_token_mean", "all"), ("seq_mean_token_sum_norm", "selected")])
+def test_micro_batch_losses_weighted_by_aggregation_weight_are_the_whole_batchs_loss(aggregation, denominator):
+    """``sum_m w_m loss_m / sum_m w_m`` over one-row micro-batches is the loss of the whole batch,
+    a micro-batch without a selected token included (with ``denominator="all"`` its response
+    tokens still count in the mean: TRL's normalisation)."""
+    log_ratio = RATIOS.log()
+    selected = SELECTED.clone()
+    selected[1] = False  # row 1: response tokens, none selected
+    config = PolicyLossConfig(aggregation=aggregation, denominator=denominator)
+    whole, _ = policy_loss(fixed_stats(log_ratio), torch.zeros(2, 4), ADVANTAGES, RESPONSE, selected, config)
+    parts = [(policy_loss(fixed_stats(log_ratio[row:row + 1]), torch.zeros(1, 4), ADVANTAGES[row:row + 1],
+                          RESPONSE[row:row + 1], selected[row:row + 1], config)[0].item(),
+              aggregation_weight(selected[row:row + 1], RESPONSE[row:row + 1], config)) for row in range(2)]
+    combined = sum(loss * weight for loss, weight in parts) / sum(weight for _, weight in parts)
+    losses = hand_losses()
+    chosen = sum(losses[0][t] for t in range(4) if selected[0, t])
+    expected = {("token_mean", "selected"): chosen / 2, ("token_mean", "all"): chosen / 7,
+                ("seq_mean_token_mean", "selected"): chosen / 2, ("seq_mean_token_mean", "all"): chosen / 3,
+                ("seq_mean_token_sum_norm", "selected"): chosen / (2 * 4)}[aggregation, denominator]
+    assert whole.item() == pytest.approx(expected, rel=1e-6)
+    assert combined == pytest.approx(expected, rel=1e-6)
+
+
 @pytest.mark.parametrize("name,value", [
     ("old_log_probs", torch.zeros(5)), ("old_log_probs", torch.zeros(3, 1)), ("advantages", torch.ones(1)),
     ("advantages", torch.ones(())), ("advantages", torch.ones(4)), ("selected_mask", torch.ones(3, 1, dtype=torch.bool)),

@@ -44,3 +44,8 @@ def test_pass_at_k_rejects_impossible_inputs():
         pass_at_k(4, 5, 1)
     with pytest.raises(ValueError):
         pass_at_k(4, 1, 0)
+    with pytest.raises(ValueError, match="k must be an integer"):
+        pass_at_k(10, 3, 2.5)  # was pass@3 (0.708)
+    for n, c in (([2], [5]), ([2], [-1]), ([0], [0])):
+        with pytest.raises(ValueError, match="num_correct must be in"):
+            average_at_n(n, c)  # [2], [5] was 2.5

@@ -78,7 +78,7 @@ import torch
 from torch import Tensor
 
 from ict.core.selectors import ICT_DEFAULT_REFERENCE, top_fraction_mask
-from ict.core.stats import TokenStatistics, response_ends
+from ict.core.stats import TokenStatistics, check_token_shapes, response_ends
 
 DIAGNOSTIC_KEYS = (
     "above_beta_fraction",
@@ -242,6 +242,8 @@ def score_knees(scores: Tensor, response_mask: Tensor, tolerance: float = KNEE_T
     than 3 tokens, constant scores, or no point more than ``tolerance`` below the chord).
     """
     response = response_mask.bool()
+    if response.shape[1] < 3:  # no response has 3 tokens (and a [B, 0] one has no column to gather)
+        return torch.full(response.shape[:1], math.nan, dtype=torch.float64, device=scores.device)
     values = torch.where(response, scores.detach().double(), torch.full((), -math.inf, dtype=torch.float64,
                                                                         device=scores.device))
     ordered = values.sort(dim=1, descending=True).values  # the L real scores first
@@ -330,6 +332,7 @@ def aligned_share(token_ids: Tensor, response_mask: Tensor, group_ids: Tensor) -
     a response of ``L`` tokens contributes ``min(D, L) / L``. Inputs ``[B, T]`` and ``[B]``;
     responses without tokens are left out (NaN when none has one).
     """
+    check_token_shapes(response_mask.shape, {"token_ids": token_ids}, {"group_ids": group_ids})
     response = response_mask.bool()
     tokens = token_ids.to(response.device)
     _, rank = torch.unique(group_ids.to(response.device), return_inverse=True)
@@ -353,6 +356,7 @@ def token_agreement(token_ids: Tensor, response_mask: Tensor, group_ids: Tensor)
     at t}`` (tokens with no other row alive left out; NaN when none is left). 1 for identical
     completions, about ``sum_v p_v^2`` for independent draws. Inputs ``[B, T]`` and ``[B]``.
     Unlike :func:`aligned_share` one deviating row does not end the agreement of the others."""
+    check_token_shapes(response_mask.shape, {"token_ids": token_ids}, {"group_ids": group_ids})
     response = response_mask.bool()
     tokens = token_ids.to(response.device)
     _, rank = torch.unique(group_ids.to(response.device), return_inverse=True)

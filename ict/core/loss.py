@@ -133,7 +133,7 @@ def aggregate(
     """
     weights = weights.to(values.dtype)
     counted = weights if normaliser_weights is None else normaliser_weights.to(values.dtype)
-    masked = values * weights
+    masked = torch.where(weights > 0, values, 0.0)  # not values * weights: NaN elsewhere stays out
     if aggregation == "token_mean":
         return masked.sum() / counted.sum().clamp(min=1.0)
     if aggregation == "seq_mean_token_mean":
@@ -142,19 +142,19 @@ def aggregate(
         return (per_sequence * has_tokens).sum() / has_tokens.sum().clamp(min=1)
     if aggregation == "seq_mean_token_sum_norm":
         length = values.shape[-1] if max_response_length is None else max_response_length
-        return masked.sum() / (values.shape[0] * length)
+        return masked.sum() / max(1, values.shape[0] * length)
     raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
 
 
 def aggregation_weight(selected: Tensor, response_mask: Tensor, config: PolicyLossConfig) -> float:
     """The weight of one micro-batch's aggregated loss in its mini-batch's, so that
     ``sum_m w_m * loss_m / sum_m w_m`` is the loss of the whole mini-batch: its counted tokens
-    (``token_mean``: selected, or response tokens with ``denominator="all"``), its sequences with
-    a selected token (``seq_mean_token_mean``), its sequences (``seq_mean_token_sum_norm``)."""
+    (``token_mean``: selected, or response tokens with ``denominator="all"``, selected or not), its
+    sequences with a selected token (``seq_mean_token_mean``), its sequences
+    (``seq_mean_token_sum_norm``)."""
     selected = selected.bool() & response_mask.bool()
     if config.aggregation == "token_mean":
-        counted = response_mask.bool() if config.denominator == "all" else selected
-        return float(counted.sum()) if bool(selected.any()) else 0.0
+        return float((response_mask.bool() if config.denominator == "all" else selected).sum())
     if config.aggregation == "seq_mean_token_mean":
         return float((selected.sum(dim=-1) > 0).sum())
     return float(selected.shape[0])
@@ -303,9 +303,14 @@ def policy_loss(
 
     kl = None
     if reference_log_probs is not None:
-        kl = k3_kl(log_probs, reference_log_probs.detach())
+        # like the old log-probs: outside the response (the metric) and outside the regularized
+        # tokens (the loss) the reference reads the policy's own log-prob, so NaN there stays out
+        # of both, and of the gradient (0 * NaN)
+        reference_log_probs = reference_log_probs.detach()
+        kl = k3_kl(log_probs.detach(), torch.where(response, reference_log_probs, log_probs.detach()))
         if config.kl_coef > 0:
-            loss = loss + config.kl_coef * regularizer(kl)
+            loss = loss + config.kl_coef * regularizer(
+                k3_kl(log_probs, torch.where(regularized, reference_log_probs, log_probs.detach())))
     elif config.kl_coef > 0:
         raise ValueError("kl_coef > 0 needs reference_log_probs")
     if config.entropy_coef > 0:

@@ -17,8 +17,11 @@ import numpy as np
 def pass_at_k(num_samples: int | Sequence[int] | np.ndarray, num_correct: int | Sequence[int] | np.ndarray, k: int):
     """Unbiased pass@k per problem; scalars give a float, arrays a float64 array.
 
-    Raises ``ValueError`` when ``k`` is not in ``[1, n]`` or ``c`` is not in ``[0, n]``.
+    Raises ``ValueError`` when ``k`` is not an integer in ``[1, n]`` or ``c`` is not in ``[0, n]``.
     """
+    if isinstance(k, bool) or int(k) != k:
+        raise ValueError(f"k must be an integer, got {k!r}")
+    k = int(k)
     scalar = np.ndim(num_samples) == 0 and np.ndim(num_correct) == 0
     n = np.atleast_1d(np.asarray(num_samples, dtype=np.int64))
     c = np.atleast_1d(np.asarray(num_correct, dtype=np.int64))
@@ -43,9 +46,12 @@ def pass_at_k_table(
 
 
 def average_at_n(num_samples: Sequence[int] | np.ndarray, num_correct: Sequence[int] | np.ndarray) -> float:
-    """avg@n: mean over problems of the fraction of correct samples."""
+    """avg@n: mean over problems of the fraction of correct samples (``ValueError`` unless
+    ``0 <= c <= n`` and ``n >= 1``, as :func:`pass_at_k`)."""
     n = np.asarray(num_samples, dtype=np.float64)
     c = np.asarray(num_correct, dtype=np.float64)
+    if np.any(n < 1) or np.any(c < 0) or np.any(c > n):
+        raise ValueError("num_correct must be in [0, num_samples], and num_samples >= 1")
     return float(np.mean(c / n)) if n.size else float("nan")
 
 

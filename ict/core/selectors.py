@@ -273,6 +273,8 @@ def _cov_count(ratio: float, num_tokens: int) -> int:
 @register_selector("clip_cov", defaults={"ratio": 2e-4, "cov_low": 1.0, "cov_high": 5.0}, population="batch")
 def select_clip_cov(inputs: SelectionInputs, ratio: float, cov_low: float, cov_high: float) -> Tensor:
     """Clip-Cov: cut the gradient of a random few tokens with covariance in (cov_low, cov_high)."""
+    if not cov_low < cov_high:  # an empty band would silently cut nothing
+        raise ValueError(f"clip_cov needs cov_low < cov_high, got cov_low={cov_low}, cov_high={cov_high}")
     response = inputs.response_mask.bool()
     advantages = _token_advantages(inputs)
     covariance = token_covariance(inputs.stats.log_probs, advantages, response)
