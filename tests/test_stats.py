@@ -300,12 +300,19 @@ def test_a_token_id_outside_the_vocabulary_at_a_response_position_is_refused(ref
     ("a tile of one size", "tile_size must be two positive integers (tokens, vocab), got (4,)"),
     ("a tile as text", "tile_size must be two positive integers (tokens, vocab), got '4x8'"),
     ("no vocabulary", "the vocabulary must have at least one id, got V = 0"),
+    ("bool reference logits", "reference_logits must be a floating-point tensor, got torch.bool"),
+    ("no references", "js_references must be a sequence of score keys (strings), got None"),
+    ("a number as a reference", "js_references must be a sequence of score keys (strings), got [3]"),
+    ("group ids as a list", "group_ids must be a tensor, got list"),
+    ("a row_index with a mask of another shape", "token_ids (2, 3) and response_mask (2, 2) must both be [B, T]"),
 ])
 def test_inputs_of_the_wrong_kind_are_refused_in_one_line(case, message):
     """Integer hidden states made the compute dtype an integer (log-probs off by nats), bool logits
     read differently by the two backends, float ids were truncated, an infinite temperature gave
     a uniform distribution on one backend and NaN on the other, and a string of references was
-    read letter by letter: each is one ValueError instead."""
+    read letter by letter; bool reference logits were read differently by the backends too, and
+    the rest were tracebacks from deep inside (a TypeError, AttributeErrors, a broadcast
+    RuntimeError): each is one ValueError instead."""
     torch.manual_seed(0)
     hidden, weight = torch.randn(2, 3, 4), torch.randn(7, 4)
     token_ids, mask = torch.randint(0, 7, (2, 3)), torch.ones(2, 3, dtype=torch.bool)
@@ -320,6 +327,14 @@ def test_inputs_of_the_wrong_kind_are_refused_in_one_line(case, message):
         "a tile of one size": lambda: token_statistics(logits, token_ids, mask, 1.0, tile_size=(4,)),
         "a tile as text": lambda: token_statistics(logits, token_ids, mask, 1.0, tile_size="4x8"),
         "no vocabulary": lambda: token_statistics_from_hidden(hidden, weight[:0], token_ids, mask, 1.0),
+        "bool reference logits": lambda: token_statistics(logits, token_ids, mask, 1.0, ("ref",),
+                                                          reference_logits=logits > 0),
+        "no references": lambda: token_statistics(logits, token_ids, mask, 1.0, None),
+        "a number as a reference": lambda: token_statistics(logits, token_ids, mask, 1.0, [3]),
+        "group ids as a list": lambda: token_statistics(logits, token_ids, mask, 1.0, ("group_mean",),
+                                                        group_ids=[0, 0]),
+        "a row_index with a mask of another shape": lambda: token_statistics(
+            logits.reshape(6, 7), token_ids, mask[:, :2], 1.0, row_index=torch.arange(6).reshape(2, 3)),
     }[case]
     with pytest.raises(ValueError, match=re.escape(message)):
         call()

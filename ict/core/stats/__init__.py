@@ -80,7 +80,7 @@ scores first.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor
@@ -123,7 +123,10 @@ def _distinct_references(js_references: Sequence[str]) -> tuple[str, ...]:
     if isinstance(js_references, str):
         raise ValueError(f"js_references must be a sequence of score keys, e.g. ({js_references!r},), "
                          f"not the string {js_references!r}")
-    return tuple(dict.fromkeys(js_references))
+    keys = tuple(js_references) if isinstance(js_references, Iterable) else None
+    if keys is None or not all(isinstance(key, str) for key in keys):
+        raise ValueError(f"js_references must be a sequence of score keys (strings), got {js_references!r}")
+    return tuple(dict.fromkeys(keys))
 
 
 def _check_floating(**tensors: Tensor | None) -> None:
@@ -204,13 +207,13 @@ def token_statistics(
         if row_index.dtype not in (torch.int32, torch.int64):
             raise ValueError(f"row_index must be an int32 or int64 tensor, got {row_index.dtype}")
         _check_floating(logits=logits)
+        shape = (*token_ids.shape, logits.shape[-1])
+        _check_common(shape, token_ids, response_mask, temperature, js_references, group_ids, finished)
         rows = logits.shape[0]
         outside = ((row_index < 0) | (row_index >= rows)) & response_mask.bool().to(row_index.device)
         if bool(outside.any()):  # a device sync, on this path only: the kernels would read outside logits
             raise ValueError(f"row_index must be in [0, {rows}) (the rows of logits) at response positions; "
                              f"{int(outside.sum())} position(s) are not")
-        shape = (*token_ids.shape, logits.shape[-1])
-        _check_common(shape, token_ids, response_mask, temperature, js_references, group_ids, finished)
         return statistics(LogitsHead(logits, row_index), shape, token_ids, response_mask, temperature,
                           js_references, None, differentiable_entropy, tile_size, backend, group_ids, finished)
     if logits.dim() != 3:
@@ -225,6 +228,7 @@ def token_statistics(
             raise ValueError(
                 f"reference_logits {tuple(reference_logits.shape)} must match logits {tuple(logits.shape)}"
             )
+        _check_floating(reference_logits=reference_logits)
         reference_head = LogitsHead(reference_logits)
     return statistics(
         LogitsHead(logits), tuple(logits.shape), token_ids, response_mask, temperature, js_references,

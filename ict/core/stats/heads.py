@@ -17,11 +17,12 @@ def _row_view(logits: Tensor) -> tuple[Tensor, int]:
     """``[B, T, V]`` logits as a ``[rows, V]`` view of their own storage, where position ``(b, t)``
     is row ``b * step + t``, and ``step``. No copy when the vocabulary is contiguous and the batch
     stride is a multiple of the position stride (e.g. ``logits[:, :-1]`` of a model's output);
-    otherwise a contiguous copy (``step = T``)."""
+    otherwise (rows that overlap included: an expanded batch, overlapping windows, whose gradients
+    would be written over one another) a contiguous copy (``step = T``)."""
     batch, length, vocab = logits.shape
     stride_b, stride_t, stride_v = logits.stride()
     if logits.numel() and stride_v == 1 and length > 1 and stride_t >= vocab and (
-            batch == 1 or stride_b % stride_t == 0):
+            batch == 1 or (stride_b % stride_t == 0 and stride_b // stride_t >= length)):
         step = stride_b // stride_t if batch > 1 else length
         return logits.as_strided(((batch - 1) * step + length, vocab), (stride_t, 1)), step
     if logits.numel() and stride_v == 1 and length == 1 and stride_b >= vocab:
@@ -33,13 +34,15 @@ class LogitsHead:
     """Tiles of given logits ``[B, T, V]`` (or ``[R, V]`` with ``row_index [B, T]``), read where
     they lie (no copy of the logits, :func:`_row_view`): a tile is a gathered copy of its rows'
     vocabulary slice, written into the head's one tile buffer unless asked for a tile of its own.
-    The gradient wrt the logits is built in the same row layout."""
+    The gradient wrt the logits is built in the same row layout; with ``row_index`` several
+    positions may read one row (:attr:`distinct_rows` False), and their gradients are added."""
 
     def __init__(self, logits: Tensor, row_index: Tensor | None = None) -> None:
         self.logits = logits
         self._buffer = TileBuffer()
         self.inputs: tuple[Tensor, ...] = (logits,)
         self.row_index = row_index
+        self.distinct_rows = row_index is None  # each position its own row: a tile's gradient is written
         if row_index is not None:
             self.flat, self.step = (logits if logits.stride(-1) == 1 else logits.contiguous()), 0
         else:
@@ -85,7 +88,10 @@ class LogitsHead:
     def accumulate(self, grads: list[Tensor | None], rows: Tensor, start: int, end: int, grad: Tensor,
                    row_grads: Tensor | None) -> None:
         if grads[0] is not None:
-            grads[0][rows, start:end] = grad.to(grads[0].dtype)
+            if self.distinct_rows:
+                grads[0][rows, start:end] = grad.to(grads[0].dtype)
+            else:  # rows may repeat (row_index): each position's gradient adds to its row's
+                grads[0][:, start:end].index_add_(0, rows, grad.to(grads[0].dtype))
 
     def new_row_grads(self, num_rows: int, needed: Sequence[bool]) -> Tensor | None:
         return None
@@ -116,6 +122,7 @@ class LinearHead:
         self.hidden, self.weight, self.bias = hidden, weight, bias
         self.vocab_size = weight.shape[0]
         self.inputs = (hidden, weight) if bias is None else (hidden, weight, bias)
+        self.distinct_rows = True  # each response position is a row of its own
         device_type = hidden.device.type
         self.compute_dtype = (torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type)
                               else hidden.dtype)

@@ -238,7 +238,7 @@ def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, fin
     end_time = torch.full((batch_size, width), length, dtype=torch.long, device=device)
     end_token = torch.full((batch_size, width), -1, dtype=torch.long, device=device)
     end_time[done_rank, slot] = last[done_rows]
-    end_token[done_rank, slot] = token_ids[done_rows, last[done_rows]].to(device)
+    end_token[done_rank, slot] = token_ids[done_rows, last[done_rows]].to(device=device, dtype=torch.long)
     # Each block's point masses, one per end token (finished rows mostly end on the same one): [K, M]
     # tokens (-1: none) and multiplicities, packed to the left, and how many (on the host, with the
     # block sizes: one device sync for every tile's layout).

@@ -98,6 +98,9 @@ def check_token_shapes(shape: tuple[int, ...], per_token: dict[str, Tensor | Non
     ``per_sequence`` ``[B]``, and ``advantages`` ``[B]`` or ``[B, T]`` (None: not given), for the
     consumers of :class:`TokenStatistics` (the selectors, the loss): nothing broadcast."""
     shape = tuple(shape)
+    for name, tensor in {**per_token, **(per_sequence or {})}.items():
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise ValueError(f"{name} must be a tensor, got {type(tensor).__name__}")
     for name, tensor in per_token.items():
         if tensor is not None and tuple(tensor.shape) != shape:
             raise ValueError(f"{name} must be [B, T] = {list(shape)}, got {list(tensor.shape)}")

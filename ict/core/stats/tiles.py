@@ -235,8 +235,9 @@ def _backward_tiles(ctx, needed: Sequence[bool], grad_log_probs: Tensor | None, 
         for start, end in chunks(slice_end - slice_start, width):
             start, end = slice_start + start, slice_start + end
             for part, rows in tile_rows:
-                tile = head.tile(rows, start, end, indexed=folds.READS_INDEXED_TILES)
                 # an indexed tile's gradient goes straight into the same rows of the logits' gradient
+                # (rows that repeat are gathered instead, and their gradients added)
+                tile = head.tile(rows, start, end, indexed=folds.READS_INDEXED_TILES and head.distinct_rows)
                 indexed = isinstance(tile, IndexedTile) and grads[0] is not None
                 grad = folds.logit_grads(
                     tile, targets[part], start, maximum[part], log_total[part], entropy[part],

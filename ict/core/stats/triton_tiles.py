@@ -168,7 +168,8 @@ def _group_kernel(tile_ptr, stride, rows_ptr, max_ptr, log_total_ptr, start_ptr,
             weight = tl.load(absorbed_count_ptr + block * absorbed_width + slot)
             total += tl.where(cols == column, tl.where(column < end, weight, 0.0), 0.0)
         if LEAVE_ONE_OUT:
-            q = tl.maximum(total[None, :] - p, 0.0) * share
+            # NaN stays NaN, as in torch (a NaN logit's row spoils its group's reference)
+            q = tl.maximum(total[None, :] - p, 0.0, propagate_nan=tl.PropagateNan.ALL) * share
             if WANT_JS:
                 reference += _x_log2_x(q)
         else:
@@ -179,7 +180,7 @@ def _group_kernel(tile_ptr, stride, rows_ptr, max_ptr, log_total_ptr, start_ptr,
         if WANT_JS:
             mixture += _x_log2_x(0.5 * (p + q))
         if WANT_KL:
-            cross += p * _log2(tl.maximum(q, tiny))
+            cross += p * _log2(tl.maximum(q, tiny, propagate_nan=tl.PropagateNan.ALL))  # NaN stays NaN (torch's)
         if WANT_TV:
             variation += tl.abs(p - q)
     ln2 = 0.6931471805599453
