@@ -398,6 +398,28 @@ def test_selection_is_identical_for_every_micro_batch_size(selector, options, ti
     assert masks[0].any()
 
 
+def test_denominator_all_gives_every_micro_batch_size_the_whole_batchs_gradient(tiny_tokenizer):
+    """With ``denominator="all"`` (TRL's normalisation) a micro-batch without a selected token still
+    counts its response tokens in the mean: its weight was 0, so a split into micro-batches scaled
+    the gradient by (all response tokens) / (those of micro-batches with a selection)."""
+    from conftest import build_tiny_model
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=4)
+    batch, advantages = _grouped_batch(len(tiny_tokenizer))
+    gradients, masks = [], []
+    for micro in (1, 4, 64):
+        model.zero_grad(set_to_none=True)
+        result = accumulate_gradients(model, batch, advantages, None, Method.of("entropy", {"ratio": 0.05}),
+                                      StepContext(PolicyLossConfig(denominator="all"), 1.0),
+                                      micro_batch_size=micro, group_size=4, selection_seed=11)
+        masks.append(result.selected_mask)
+        gradients.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    assert not masks[0].any(dim=1).all()  # some one-row micro-batches select nothing
+    for mask, gradient in zip(masks[1:], gradients[1:]):
+        assert torch.equal(mask, masks[0])
+        torch.testing.assert_close(gradient, gradients[0], rtol=1e-4, atol=1e-7)
+
+
 def test_tie_decisions_survive_the_split_into_micro_batches(tiny_tokenizer):
     """A batch population selected once, then split into micro-batches, keeps which tokens a tie
     decided (the step's `selected_tie_fraction` comes from them)."""

@@ -261,7 +261,12 @@ def micro_batch_step(model: Any, micro: RolloutBatch, advantages: torch.Tensor,
                                 context.loss_config, reference_log_probs=reference_log_probs,
                                 kl_penalty=selection.kl_penalty)
     weight = aggregation_weight(selection.mask, micro.response_mask, context.loss_config)
-    if weight > 0 and loss.requires_grad:
+    config = context.loss_config
+    # no selected token and no regularizer over the rest: a zero loss, whose backward is skipped
+    # (its weight, with denominator="all", still counts)
+    reached = bool((selection.mask & micro.response_mask.bool()).any()) or (
+        config.regularizer_tokens == "all" and (config.kl_coef > 0 or config.entropy_coef > 0))
+    if weight > 0 and reached and loss.requires_grad:
         with context.profiler.phase("backward"):
             (loss * weight).backward()
     return MicroBatchResult(float(loss.detach()), weight, metrics, selection, stats.detached())
