@@ -11,9 +11,10 @@
 #      (PROFILE_PATHS); each run of (a) with an extra row (--backward-ab): our GRPO path with its
 #      backward in the forward's tiles, as before backward_tile (049cca7), timed beside the new one;
 #   2. the tests of the head's gradient written once a slice on the GPU (GPU_TESTS, a pytest -k
-#      expression; within TESTS_LIMIT seconds, default 60): a float32 head's slice under autocast
-#      is one GEMM with float32 output of the bf16 operands, and the Triton backend's gradients of
-#      half-precision heads against float64 (gpu_tests.log);
+#      expression; within TESTS_LIMIT seconds, default 90): a float32 head's slice under autocast
+#      is one GEMM with float32 output of the bf16 operands, the Triton backend's gradients of
+#      half-precision heads against float64, and the compiled kernels on aliased rows, narrow ids
+#      and a NaN logit in a group (tests/test_tile_layouts.py: NaN kept by max.NaN) (gpu_tests.log);
 #   3. with at least B_MIN_LEFT seconds (default 150) of GPU_RUN_LIMIT (default 480) left:
 #      ict_cost.py's section (b), LoRA only, 2 rounds of 3 steps, within the time left less 40 s
 #      (its --budget: rounds that would pass it are skipped) (lora.log, lora.json).
@@ -40,8 +41,9 @@ status=$?
 echo "the sweep: exit status $status; script $(( $(date +%s) - start )) s" | tee -a "$OUT/tile_sweep.log"
 
 # -vv: pyproject.toml's -q cancels one -v, and a run cut short still lists the tests that passed
-timeout -k 5 "${TESTS_LIMIT:-60}" python3 -m pytest tests/test_tiles.py -vv -p no:cacheprovider -W ignore \
-  -k "${GPU_TESTS:-gemm_of_the_bf16_operands or (half_precision and triton)}" 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
+timeout -k 5 "${TESTS_LIMIT:-90}" python3 -m pytest tests/test_tiles.py tests/test_tile_layouts.py -vv -p no:cacheprovider \
+  -W ignore -k "${GPU_TESTS:-gemm_of_the_bf16_operands or (half_precision and triton) or (triton and (alias or narrow or nan_logit))}" \
+  2>&1 | tee "$OUT/gpu_tests.log" | tail -15
 tests_status=${PIPESTATUS[0]}
 echo "the tests' exit status $tests_status (124: stopped by the time limit)" | tee -a "$OUT/gpu_tests.log"
 [ "$tests_status" = 0 ] || status=1
