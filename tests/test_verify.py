@@ -86,6 +86,12 @@ def test_extract_boxed_answer_bounded_on_huge_input():
         ("I think A is wrong and B is right", 4, None),
         ("the answer is a good question", 4, None),
         ("The answer is J", 10, "J"),
+        ("The answer is A or B.", 4, None),  # several letters commit to none (was A)
+        ("The answer is A, B and C.", 4, None),
+        ("The correct answer is (A) or (D).", 4, None),
+        ("Answer: C/D", 4, None),
+        ("The answer is B, and A is wrong.", 4, "B"),  # a letter after the commitment, not a list
+        ("The answer is (B), which is 42.", 4, "B"),
         ("", 4, None),
     ],
 )
@@ -167,6 +173,8 @@ def verifier():
         ("\\boxed{1.3e-27}", "2.88e-19", False),  # tiny numbers: relative, not 6-decimal, match
         ("\\boxed{2.88 \\times 10^{-19}}", "2.88e-19", True),
         ("...\n#### 72", "72", True),  # GSM8K-style final line
+        ("so \\boxed{62.5\\%}", "62.5%", True),  # a percent gold (OlympiadBench): was read as the text 62.5\%
+        ("so \\boxed{61\\%}", "60", False),
         ("I do not know", "3", False),
     ],
 )
@@ -182,6 +190,10 @@ def test_check_math_cases(verifier, completion, gold, expected):
         ("The final answer is 20.", True, True),
         ("Answer: 20", True, True),
         ("...\n#### 20", True, True),
+        ("#### Step 2: Revenue\n10 + 10 = 20\n\nThe answer is 20.", True, True),  # a heading, not ####'s answer
+        ("#### Final Answer\nThe answer is 20.", True, True),
+        ("so \\boxed{20\\%}", True, True),  # math-verify reads a boxed percent as no number
+        ("so \\boxed{20 %}.", True, True),
         ("10 * 20 = 200 and then 20 chickens", True, False),  # a number merely mentioned
         ("20", True, False),
         ("So there is 10C10 * 20 * 20 * 10 = 10 * 20 * 20 *", True, False),

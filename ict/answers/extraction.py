@@ -122,7 +122,7 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
        followed by ``)``/``.``/``:`` and the option text (``\\boxed{B) 42}``);
     2. otherwise the last phrase "answer is", "answer:", "Answer -" (case-insensitive, optionally
        "final"/"correct", optionally bold ``**``) followed by a valid letter as a whole word, in
-       optional parentheses;
+       optional parentheses, and not by a list of more letters ("A or B", "A, B and C", "C/D");
     3. otherwise the whole completion, stripped of whitespace, ``*`` and a trailing period, is one
        valid letter, optionally in parentheses or followed by ``)`` / ``.`` / ``:`` and option text
        on the same line (``B) 42``).
@@ -160,7 +160,10 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
         if match.group(1) in letters:  # IGNORECASE widened the class; keep upper case only
             last = match
     if last is not None:
-        return last.group(1)
+        # "the answer is A or B", "A, B and C", "(A) or (D)": several letters commit to none
+        more = re.match(rf"\)?\s*(?:[,/&]\s*(?:(?:or|and)\s+)?|(?:or|and)\s+)\(?\s*{letter}\s*\)?"
+                        rf"(?=\s*(?:$|[.,;:!?/&)]|(?:or|and)\b))", text[last.end():])
+        return None if more else last.group(1)
 
     stripped = text.strip().strip("*").strip()
     match = re.fullmatch(rf"\(?({letter})\)?\.?", stripped)

@@ -44,18 +44,22 @@ one). ``anchored``: only ``\\boxed{}`` (or ``#### x``) and anchors such as "the 
 "final answer:", "Answer:"; a completion that merely mentions numbers has no answer."""
 MATH_EXTRACTIONS = ("lenient", "anchored")
 
+_HEADING_WORD = re.compile(r"[^\W\d_]{2,}")  # "Step", "Final": a heading's first word, not an answer
+# a percent sign inside a box (see _boxed_percent_readings)
+_BOXED_PERCENT = re.compile(r"(\\boxed\s*\{[^{}]*?)\s*\\?%\s*\}")
 _E_NOTATION = re.compile(r"(?<![\w.])([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d{1,3})(?![\w.])")
 
 
 def mark_hash_answer(completion: str) -> str:
     """GSM8K convention: a completion with no ``\\boxed`` whose last ``####`` is followed by an
     answer on the same line gets that answer boxed (``"... #### 72"`` -> ``"... \\boxed{72}"``),
-    so that math-verify's boxed-first extraction picks it. Other completions are returned as is."""
+    so that math-verify's boxed-first extraction picks it. Other completions are returned as is,
+    among them a Markdown heading (``#### Step 2: Revenue``: a word of two or more letters first)."""
     marker = completion.rfind("####")
     if marker < 0 or any(command in completion for command in BOXED_COMMANDS):
         return completion
     line = completion[marker + 4 :].split("\n", 1)[0].strip().replace(",", "").strip("$ .")
-    if not line:
+    if not line or _HEADING_WORD.match(line):
         return completion
     return f"{completion[:marker]}\\boxed{{{line}}}"
 
@@ -63,6 +67,17 @@ def mark_hash_answer(completion: str) -> str:
 def _latex_e_notation(text: str) -> str:
     """``4.5e33`` -> ``4.5\\times10^{33}`` (sympy reads ``4.5e33`` in LaTeX as ``4.5*e*33``)."""
     return _E_NOTATION.sub(r"\1\\times10^{\2}", text)
+
+
+def _boxed_percent_readings(text: str) -> list[str]:
+    """The readings of a completion to try in turn: ``text`` itself, or, with a percent sign inside
+    a box, the box with a plain ``%`` (``\\boxed{62.5\\%}`` -> ``\\boxed{62.5%}``: math-verify matches
+    it to a gold "62.5%") and then with the sign moved out (``\\boxed{62.5}\\%``: read as 62.5, a
+    gold such as GSM8K's 60 for "what percentage"), where math-verify reads ``\\boxed{60\\%}`` as
+    no number."""
+    if not _BOXED_PERCENT.search(text):
+        return [text]
+    return [_BOXED_PERCENT.sub(r"\1%}", text), _BOXED_PERCENT.sub(r"\1}\\%", text)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -109,21 +124,27 @@ def _worker_check(
     if not parsed_gold:
         return False, None, "bad_gold"
     unanchored = extraction != "anchored"
-    parsed = parse(
-        _latex_e_notation(mark_hash_answer(completion)),
-        extraction_config=[
-            LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=unanchored),
-            ExprExtractionConfig(try_extract_without_anchor=unanchored),
-        ],
-        parsing_timeout=None,  # type: ignore[arg-type]
-    )
-    if not parsed:
-        return False, None, "no_answer"
-    extracted = str(parsed[-1]) if len(parsed) > 1 else str(parsed[0])
-    correct = bool(verify(parsed_gold, parsed, timeout_seconds=None))
-    if correct and not _close_for_small_numbers(parsed_gold[0], parsed[0]):
-        correct = False
-    return correct, extracted, "ok"
+    verdict: tuple[bool, str | None, str] = (False, None, "no_answer")
+    for reading in _boxed_percent_readings(_latex_e_notation(mark_hash_answer(completion))):
+        parsed = parse(
+            reading,
+            extraction_config=[
+                LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=unanchored),
+                ExprExtractionConfig(try_extract_without_anchor=unanchored),
+            ],
+            parsing_timeout=None,  # type: ignore[arg-type]
+        )
+        if not parsed:
+            continue
+        extracted = str(parsed[-1]) if len(parsed) > 1 else str(parsed[0])
+        correct = bool(verify(parsed_gold, parsed, timeout_seconds=None))
+        if correct and not _close_for_small_numbers(parsed_gold[0], parsed[0]):
+            correct = False
+        if correct:
+            return True, extracted, "ok"
+        if verdict[2] == "no_answer":  # the first reading that has an answer is reported
+            verdict = (False, extracted, "ok")
+    return verdict
 
 
 SMALL_NUMBER_BOUND = 1e-3

@@ -16,7 +16,7 @@ Built in (defaults in brackets):
   with advantage > 0, sampled probability < tau_p and entropy strictly below the ``quantile``
   of the entropies of exactly those positive-advantage low-probability tokens (STAPO,
   arXiv 2602.15620; linear-interpolation quantile as ``torch.quantile``).
-- ``ict`` [ratio=0.1, reference=ICT_DEFAULT_REFERENCE, unit="position", scope="batch"]: the top
+- ``ict`` [ratio=0.1, reference=ICT_DEFAULT_REFERENCE, unit="position", scope="sequence"]: the top
   ``ratio`` by Jensen-Shannon score (ICT, arXiv 2606.19771). The group references
   (``group_mean_absorbing``, ``group_mean_loo``, ``group_mean_loo_absorbing`` and the alive-only
   ``group_mean`` of the first comparison; see :mod:`ict.core.stats`) are readings of the paper's
