@@ -137,3 +137,19 @@ def test_plot_draws_the_steps_before_a_torn_last_line_and_names_a_bad_line(tmp_p
         error = capsys.readouterr().err.strip().splitlines()
         assert len(error) == 1 and message in error[0], error
     assert not (tmp_path / "bad.png").exists()
+
+
+@pytest.mark.parametrize("argv", [["compare"], ["--debug", "compare"]])
+def test_compare_records_its_command_line_with_global_flags_too(argv, tmp_path, monkeypatch):
+    """``ict --debug compare ...`` recorded no command in DIR/commands.txt (only ``ict compare``
+    in first place was recognised as the command line)."""
+    import sys
+
+    import ict.experiments.compare as compare
+
+    seen = {}
+    monkeypatch.setattr(compare, "run_comparison", lambda config: seen.setdefault("command", config.command))
+    words = [*argv, "--output-dir", str(tmp_path / "out"), "--methods", "grpo"]
+    monkeypatch.setattr(sys, "argv", ["ict", *words])
+    main(words)
+    assert seen["command"] == "ict " + " ".join(words)

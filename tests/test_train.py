@@ -332,6 +332,37 @@ def test_ctrl_c_checkpoints_the_finished_step_and_resume_completes(tiny_model_di
     assert [line["step"] for line in read_metrics(run_dir)] == [1, 2, 3]
 
 
+def test_a_resumed_run_reports_the_evaluation_before_it_and_refuses_a_damaged_eval_json(
+        tiny_model_dir, arithmetic_task, tmp_path):
+    """The held-out accuracy line (before -> after) was missing from a resumed run's summary; an
+    eval.json torn by a kill (it was rewritten in place) made every resume train to the end and
+    then stop on a bare JSON error. eval.json is now written atomically, and a damaged one is
+    one line naming it, before any step."""
+    import io
+    import signal
+
+    from rich.console import Console
+
+    from ict.core.errors import UsageError
+
+    run_dir = tmp_path / "run"
+    config = tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=2, eval_size=4)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, on_step=lambda metrics: signal.raise_signal(signal.SIGINT) if metrics["step"] == 1 else None)
+    before = json.loads((run_dir / "eval.json").read_text())["before"]
+    assert not list(run_dir.glob(".eval.json.tmp"))
+    (run_dir / "eval.json").write_text('{"before": {"accur')
+    with pytest.raises(UsageError, match=r"eval.json is damaged \(.*\); move it aside"):
+        train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=2, eval_size=4, resume=True))
+    assert [line["step"] for line in read_metrics(run_dir)] == [1]  # refused before any step
+    (run_dir / "eval.json").write_text(json.dumps({"before": before}))
+    output = io.StringIO()
+    result = train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=2, eval_size=4, resume=True),
+                   console=Console(file=output, width=200))
+    assert result.eval_before == before and result.eval_after
+    assert f"held-out accuracy: before {before['accuracy']:.3f} -> after" in output.getvalue()
+
+
 # ---------------------------------------------------------------------------------------------
 # Selection never depends on micro_batch_size; presets; plugins; non-finite updates
 

@@ -21,7 +21,8 @@ def test_precedence_defaults_yaml_options_overrides(tmp_path):
     assert config.method == "entropy"
     assert config.num_steps == 9
     assert config.learning_rate == 3e-5
-    assert config.dataset_config == {"max_terms": 3, "max_digits": 2}
+    # chain_sum's unset keys take the offline default's (they were reasoning-gym's: up to 4 digits)
+    assert config.dataset_config == {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}
     assert config.ratio is None
     assert config.selector_name == "entropy" and config.selector_options() == {"ratio": 0.2}
     # ict's default is the paper's recipe (arXiv 2606.19771, issue 30): the top 10% of each
@@ -52,6 +53,55 @@ def test_bad_options_raise_one_line_usage_errors(overrides, message):
     with pytest.raises(UsageError, match=message) as error:
         build_config(None, {}, parse_key_values(overrides))
     assert "\n" not in str(error.value)
+
+
+def test_dataset_config_keys_fill_the_default_tasks_options_and_no_other_tasks():
+    """``dataset_config.max_terms=3`` (the help's example) kept only that key, so reasoning-gym's
+    own defaults (4-digit operands) replaced the one-digit sums; another task got chain_sum's
+    options and failed to load (``--dataset leg_counting`` needed ``--dataset-config {}``)."""
+    assert build_config(None, {}, {"dataset_config.max_terms": "3"}).dataset_config == {
+        "min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}
+    assert build_config(None, {"dataset": "leg_counting"}, {}).dataset_config == {}
+    assert build_config(None, {"dataset": "leg_counting"}, {"dataset_config.max_animals": "3"}).dataset_config == {
+        "max_animals": 3}
+
+
+@pytest.mark.parametrize("earlier", ["yaml", "option"])
+def test_selector_ratio_given_later_beats_an_earlier_ratio(earlier, tmp_path):
+    """Precedence is defaults < --config < options < key=value for the ratio too, whichever of
+    its two names sets it (``ratio``, the shortcut, was applied last and always won)."""
+    path = tmp_path / "c.yaml"
+    path.write_text("ratio: 0.2\n")
+    yaml_path, options = (path, {}) if earlier == "yaml" else (None, {"ratio": "0.2"})
+    assert build_config(yaml_path, options, {"selector.ratio": "0.5"}).selector["ratio"] == 0.5
+    assert build_config(yaml_path, options, {}).selector["ratio"] == 0.2
+    assert build_config(None, {"ratio": "0.3"}, {}).selector["ratio"] == 0.3
+
+
+def test_resume_continues_with_the_runs_config_yaml_and_refuses_changes(tmp_path):
+    """``--resume --run-dir X`` took the defaults for every option not given again (method ict,
+    learning rate 2e-5, temperature 1.0 for a GRPO run at 3e-3 and 0.7), and rewrote config.yaml
+    to match: now the run's config.yaml is the base, the options that only say how long and how
+    visibly it runs may change, and any other change is one line."""
+    from ict.training.config import save_config
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    first = build_config(None, {"method": "grpo", "learning_rate": "3e-3", "temperature": "0.7",
+                                "num_steps": "4", "run_dir": str(run_dir)}, {"dataset_config.max_terms": "3"})
+    save_config(first, run_dir / "config.yaml")
+    resumed = build_config(None, {"run_dir": str(run_dir), "resume": True, "num_steps": "6", "progress": False}, {})
+    for name in ("method", "learning_rate", "temperature", "dataset_config", "selector", "aggregation"):
+        assert getattr(resumed, name) == getattr(first, name), name
+    assert (resumed.num_steps, resumed.resume, resumed.progress) == (6, True, False)
+    same = build_config(None, {"run_dir": str(run_dir), "resume": True, "method": "grpo", "temperature": "0.7"}, {})
+    assert same.to_dict() == {**first.to_dict(), "resume": True}
+    for options, name in (({"learning_rate": "2e-5"}, "learning_rate"), ({"method": "ict"}, "method"),
+                          ({"weight_decay": "0.5"}, "weight_decay")):
+        with pytest.raises(UsageError, match=rf"^--resume continues .*run with its config.yaml, where {name} is"):
+            build_config(None, {"run_dir": str(run_dir), "resume": True, **options}, {})
+    fresh = tmp_path / "fresh"  # no config.yaml yet: the options as given
+    assert build_config(None, {"run_dir": str(fresh), "resume": True}, {}).method == "ict"
 
 
 def test_missing_yaml_file():

@@ -41,7 +41,9 @@ def run(args: argparse.Namespace) -> int:
         args, "config_file", None) else {}
     config = options_from_args(CompareConfig, args, yaml_values)
     config.overrides = parse_key_values(args.overrides)
-    config.command = "ict " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["compare"] else ""
+    # the command line as typed, global flags (e.g. --debug) included; empty when called otherwise
+    command = next((word for word in sys.argv[1:] if not word.startswith("-")), None)
+    config.command = "ict " + shlex.join(sys.argv[1:]) if command == "compare" else ""
     report = run_comparison(config)  # validates it first
     print(f"report: {report}")
     return 0

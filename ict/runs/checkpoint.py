@@ -59,9 +59,16 @@ def truncate_jsonl(path: str | Path, max_step: int) -> None:
             continue  # a line torn by a kill mid-write
         if isinstance(record, dict) and record.get("step", 0) <= max_step:
             kept.append(line + "\n")
+    write_atomically(path, "".join(kept))
+
+
+def write_atomically(path: str | Path, text: str) -> None:
+    """Replace the file at ``path`` with ``text``: a temp file beside it, fsync, rename, so a kill
+    during the write leaves the old file (or none) and never a torn one."""
+    path = Path(path)
     temp = path.with_name(f".{path.name}.tmp")
     with open(temp, "w") as handle:
-        handle.write("".join(kept))
+        handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temp, path)

@@ -14,7 +14,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ict.runs.checkpoint import truncate_jsonl
+from ict.core.errors import UsageError
+from ict.runs.checkpoint import truncate_jsonl, write_atomically
 
 
 def _json_value(value: Any) -> Any:
@@ -155,15 +156,26 @@ AFTER_WARMUP = "after_warmup"  # eval.json's key for the evaluation at the end o
 
 
 def read_eval(run_dir: Path) -> dict[str, Any]:
-    """The run's eval.json ({} when there is none): "before", "after_warmup", "after"."""
+    """The run's eval.json ({} when there is none): "before", "after_warmup", "after". A file that
+    is not a JSON object is a one-line UsageError naming it."""
     path = run_dir / "eval.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(errors="replace"))
+        problem = None if isinstance(data, dict) else "not a JSON object"
+    except ValueError as error:
+        problem = str(error)
+    if problem is not None:
+        raise UsageError(f"{path} is damaged ({problem}); move it aside to continue (its evaluations are lost)")
+    return data
 
 
 def write_eval(run_dir: Path, name: str, result: dict[str, Any]) -> None:
+    """Add evaluation ``name`` to the run's eval.json, atomically (a kill leaves the old file)."""
     data = read_eval(run_dir)
     data[name] = result
-    (run_dir / "eval.json").write_text(json.dumps(data, indent=1))
+    write_atomically(run_dir / "eval.json", json.dumps(data, indent=1))
 
 
 def phase_lines(before: dict[str, Any], after_warmup: dict[str, Any] | None,

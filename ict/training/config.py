@@ -52,9 +52,9 @@ class TrainConfig:
     dataset: str = option("chain_sum",
                            "reasoning-gym task name, a local .jsonl/.json/.parquet file, or a "
                            "Hugging Face hub dataset id (online only)")
-    dataset_config: dict = option({"min_terms": 2, "max_terms": 2, "min_digits": 1,
-                                    "max_digits": 1},
-                                   "reasoning-gym task options (YAML mapping or JSON on the CLI)")
+    dataset_config: dict = option({}, "reasoning-gym task options (YAML mapping or JSON on the CLI); "
+                                   "for the default task chain_sum, unset keys take min_terms=2, "
+                                   "max_terms=2, min_digits=1, max_digits=1 (one-digit sums of two terms)")
     dataset_subset: str | None = option(None, "hub dataset configuration name (e.g. main)")
     dataset_split: str = option("train", "hub dataset split")
     dataset_size: int = option(10000, "reasoning-gym: number of generated training problems")
@@ -249,6 +249,7 @@ class TrainConfig:
         for key, value in method_options.items():
             if getattr(self, key) is None:
                 setattr(self, key, value)
+        self.dataset_config = {**DEFAULT_TASK_OPTIONS.get(self.dataset, {}), **self.dataset_config}
         self.selector = self.selector_options()
         self.ratio = None  # folded into selector.ratio
         return self.validate()
@@ -411,21 +412,59 @@ _RENAMED = {"js_reference": "reference", "selection_unit": "unit", "selection_sc
             "stapo_tau_p": "tau_p", "stapo_quantile": "quantile"}
 
 
+# The options a resumed run may change: how long and how visibly it runs, where, and how often it
+# saves and evaluates; not what a step computes.
+RESUME_MAY_CHANGE = frozenset({"num_steps", "resume", "run_dir", "device", "num_threads", "progress",
+                               "tensorboard", "profile", "save_every", "keep_checkpoints", "eval_every",
+                               "verify_timeout"})
+
+
 def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | None = None,
                  overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Resolve defaults < YAML < options < overrides into a validated `TrainConfig`.
 
     The method's training options (e.g. `aggregation`; a preset's first) apply where unset; the
-    returned config holds the selector's fully resolved options in `selector`."""
+    returned config holds the selector's fully resolved options in `selector`. With `resume`, the
+    run's own `RUN_DIR/config.yaml` takes the place of the defaults, and an option given with a
+    value other than the run's is a UsageError unless it is in `RESUME_MAY_CHANGE`."""
+    layers = [_renamed(load_yaml(yaml_path)) if yaml_path else {}, _renamed(options or {}),
+              _renamed(overrides or {})]
     values: dict[str, Any] = {}
-    if yaml_path:
-        values = apply_overrides(values, _renamed(load_yaml(yaml_path)))
-    values = apply_overrides(values, _renamed(options or {}))
-    values = apply_overrides(values, _renamed(overrides or {}))
-    return TrainConfig(**values).resolve()
+    for layer in layers:
+        values = _with_layer(values, layer)
+    saved_path = Path(values["run_dir"]) / "config.yaml" if values.get("resume") and values.get("run_dir") else None
+    if saved_path is None or not saved_path.is_file():
+        return TrainConfig(**values).resolve()
+    saved = _renamed(load_yaml(saved_path))
+    unknown = sorted(set(saved) - set(field_types()))
+    if unknown:
+        raise UsageError(f"{saved_path} has an unknown option {unknown[0]!r}")
+    run = TrainConfig(**saved).resolve()
+    values = saved
+    for layer in layers:
+        values = _with_layer(values, layer)
+    config = TrainConfig(**values).resolve()
+    for name, value in config.to_dict().items():
+        if name not in RESUME_MAY_CHANGE and value != getattr(run, name):
+            raise UsageError(f"--resume continues {values['run_dir']} with its config.yaml, where {name} is "
+                             f"{getattr(run, name)!r}, not {value!r}: drop the option, or start another --run-dir")
+    return config
+
+
+def _with_layer(values: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
+    """`values` with one layer of options applied (:func:`apply_overrides`); a layer that sets the
+    selector's ratio (``selector.ratio``) and not ``ratio`` also drops an earlier ``ratio`` (which
+    would otherwise win, being the shortcut applied last)."""
+    sets_selector_ratio = "selector.ratio" in layer or "ratio" in (layer.get("selector") or {})
+    merged = apply_overrides(values, layer)
+    if sets_selector_ratio and "ratio" not in layer:
+        merged.pop("ratio", None)
+    return merged
 
 
 _WHOLE_VOCABULARY = 1 << 30  # a vocabulary tile wider than any vocabulary
+# reasoning-gym tasks whose unset options take ours (the offline default's one-digit sums)
+DEFAULT_TASK_OPTIONS = {"chain_sum": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
 
 
 def _renamed(values: dict[str, Any]) -> dict[str, Any]:

@@ -333,9 +333,11 @@ def _resume(run: _Run) -> None:
 
 
 def _evaluate_before(run: _Run) -> dict[str, Any]:
-    """Held-out accuracy before the first step (not on resume)."""
-    if not run.data.eval or run.start_step != 0:
+    """Held-out accuracy before the first step (on resume: the one eval.json holds, if any)."""
+    if not run.data.eval:
         return {}
+    if run.start_step != 0:
+        return read_eval(run.run_dir).get("before", {})
     evaluation = evaluate_accuracy(run.model, run.tokenizer, run.data.eval, run.reward, run.config)
     run.console.print(f"eval before training: accuracy {evaluation['accuracy']:.3f} on "
                       f"{len(run.data.eval)} held-out problems")
