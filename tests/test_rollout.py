@@ -93,3 +93,34 @@ def test_the_cache_keyword_is_the_one_the_installed_transformers_takes(model, ti
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*past_key_values.*", category=FutureWarning)
         _rollouts(model, tiny_tokenizer, batch_size=5, greedy=True)
+
+
+def test_rollouts_ignore_the_models_own_logits_processors(tiny_tokenizer):
+    """A checkpoint's generation_config.json may set a repetition penalty (Qwen2.5-Instruct ships
+    1.1) or n-gram bans; ``generate`` applied them, so greedy rollouts were not argmax (3 of 4
+    rows differed here) and sampled ones not drawn from softmax(logits / T). Greedy rollouts equal
+    an independent argmax decode, and the model's config is left as it was."""
+    model = build_tiny_model(len(tiny_tokenizer), seed=5).eval()
+    model.generation_config.repetition_penalty = 1.3
+    model.generation_config.no_repeat_ngram_size = 2
+    own = model.generation_config
+    rollout = generate_completions(model, tiny_tokenizer, PROMPTS, SamplingSettings(0.0, 12, greedy=True))
+    assert model.generation_config is own and own.repetition_penalty == 1.3
+    eos = tiny_tokenizer.eos_token_id
+    for prompt_ids, (completion,) in zip(rollout.prompt_ids, rollout.completion_ids, strict=True):
+        ids, expected = list(prompt_ids), []
+        while len(expected) < 12 and (not expected or expected[-1] != eos):
+            with torch.no_grad():
+                token = int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+            expected.append(token)
+            ids.append(token)
+        assert completion == expected
+
+
+def test_an_unfinished_row_keeps_sampled_tokens_equal_to_the_pad_id():
+    """``generate`` pads only rows that ended; a row that ran to the cap was sampled whole, so a
+    trailing pad id is a token of it (it was stripped: 4 of 300 rows here lost one)."""
+    from ict.models.rollout import _truncate_at_eos
+
+    assert _truncate_at_eos([25, 7, 0], [1]) == ([25, 7, 0], False)
+    assert _truncate_at_eos([25, 1, 0, 0], [1]) == ([25, 1], True)

@@ -7,9 +7,10 @@ rendered with the tokenizer's chat template when it has one, left-padded, genera
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,14 +81,13 @@ def _encode_prompt(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=add_special)["input_ids"])
 
 
-def _truncate_at_eos(token_ids: list[int], eos_ids: Sequence[int], pad_id: int | None) -> tuple[
-        list[int], bool]:
+def _truncate_at_eos(token_ids: list[int], eos_ids: Sequence[int]) -> tuple[list[int], bool]:
+    """A row's tokens up to its first EOS (kept), and whether it has one. ``generate`` pads only
+    the rows that ended (after their EOS): a row without EOS ran to the cap and every token of it
+    was sampled, the pad id included."""
     for index, token in enumerate(token_ids):
         if token in eos_ids:
             return token_ids[: index + 1], True
-    if pad_id is not None:  # HF fills finished rows with pad; unfinished rows have no pad run
-        while token_ids and token_ids[-1] == pad_id and pad_id not in eos_ids:
-            token_ids = token_ids[:-1]
     return token_ids, False
 
 
@@ -165,11 +165,35 @@ def generate_rows(model: Any, prompt_ids: Sequence[list[int]], rows: Sequence[in
         select = torch.tensor([position[index] for index in rows], dtype=torch.long)
         generate_options[cache_argument(model)] = shared_prefill_cache(
             model, unique_ids.to(device), unique_mask.to(device), select.to(device))
-    output = model.generate(
-        input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-        max_new_tokens=max_new_tokens, eos_token_id=eos_ids, pad_token_id=pad_id, use_cache=True,
-        **sampling, **generate_options)
+    with plain_generation_defaults(model):
+        output = model.generate(
+            input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+            max_new_tokens=max_new_tokens, eos_token_id=eos_ids, pad_token_id=pad_id, use_cache=True,
+            **sampling, **generate_options)
     return output[:, input_ids.shape[1]:].tolist()
+
+
+@contextlib.contextmanager
+def plain_generation_defaults(model: Any) -> Iterator[None]:
+    """While it lasts, ``generate`` fills what its arguments leave unset from a plain
+    ``GenerationConfig`` (the model's special-token ids only) instead of the model's own: a
+    checkpoint's generation_config.json may set a repetition penalty (Qwen2.5-Instruct's 1.1),
+    min-p, top-k or n-gram bans, which ``generate`` would apply, so that samples were not drawn
+    from ``softmax(logits / T)`` (which every token statistic and importance ratio assumes) and
+    greedy decoding was not argmax. A peft model's base model holds the config ``generate`` reads."""
+    from transformers import GenerationConfig
+
+    owner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    own = getattr(owner, "generation_config", None)
+    if own is None:
+        yield
+        return
+    ids = {name: getattr(own, name, None) for name in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    owner.generation_config = GenerationConfig(**{name: value for name, value in ids.items() if value is not None})
+    try:
+        yield
+    finally:
+        owner.generation_config = own
 
 
 ROLLOUT_TEMPERATURE = 1.0
@@ -256,7 +280,7 @@ def generate_completions(
                                        shared_prefill,
                                        **(generate_options or {}))
             for (index, sample), tokens in zip(chunk, new_tokens, strict=True):
-                ids, done = _truncate_at_eos(tokens, eos_ids, pad_id)
+                ids, done = _truncate_at_eos(tokens, eos_ids)
                 completion_ids[index][sample] = ids
                 finished[index][sample] = done
     seconds = time.perf_counter() - start
@@ -466,7 +490,7 @@ class VLLMBackend:
         for output in outputs:
             ids_group, done_group, text_group = [], [], []
             for sample in output.outputs:
-                ids, done = _truncate_at_eos(list(sample.token_ids), eos_ids, None)
+                ids, done = _truncate_at_eos(list(sample.token_ids), eos_ids)
                 ids_group.append(ids)
                 done_group.append(done or sample.finish_reason == "stop")
                 text_group.append(tokenizer.decode(ids, skip_special_tokens=True))
