@@ -299,6 +299,52 @@ def test_a_run_still_training_is_listed_not_averaged(tmp_path):
     assert summary["in_progress"] == ["stapo/seed0 (2 of 30 steps)"]
 
 
+def test_methods_are_paired_by_problem_index_on_the_problems_both_evaluated(tmp_path):
+    """grpo evaluated problems 0-3, ict 1-4: the columns were paired by position (a difference of
+    0 over 4 problems) and a method with one problem more had no difference rows at all, silently.
+    Now each pair is compared on the problems both evaluated, and the report says so."""
+    from ict.analysis.compare import RunRecord, summarize
+
+    grpo = {0: [True] * 4, 1: [False] * 4, 2: [False] * 4, 3: [False] * 4}
+    ict = {1: [True] * 4, 2: [False] * 4, 3: [False] * 4, 4: [False] * 4, 5: [True] * 4}
+    runs = [RunRecord("grpo", 0, tmp_path, [], {"b": grpo}), RunRecord("ict", 0, tmp_path, [], {"b": ict})]
+    summary = summarize(runs, resamples=200)
+    (row,) = [row for row in summary["differences"] if row["metric"] == "pass@1"]
+    assert (row["method"], row["baseline"], row["problems"]) == ("ict", "grpo", 3)
+    assert row["difference"] == pytest.approx(1 / 3)  # problems 1-3: (1 - 0) / 3
+    assert summary["pairing"][0] == "ict against grpo on b pass@1: paired on the 3 problems both evaluated (of 5 and 4)"
+
+
+def test_an_unfinished_evaluation_is_in_progress_and_a_torn_metrics_line_is_read_as_plot_does(tmp_path):
+    """A final evaluation with samples but no results.json (interrupted at 3 of 4 problems) was
+    reported as the run's result; a metrics.jsonl whose last line a kill tore stopped the report
+    with a bare JSON error; a samples line without its fields was a KeyError (exit 1)."""
+    from ict.analysis.compare import write_report
+    from ict.core.errors import UsageError
+
+    def make_run(label: str, problems: int, finished: bool) -> Path:
+        run = tmp_path / "cmp" / "runs" / label / "seed0"
+        (run / "eval").mkdir(parents=True)
+        (run / "config.yaml").write_text(f"method: {label}\nnum_steps: 1\n")
+        (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 0.5}) + '\n{"step": 2, "rew')
+        (run / "eval" / "samples.jsonl").write_text("".join(
+            json.dumps({"benchmark": "b", "index": i, "correct": i % 2 == 0}) + "\n" for i in range(problems)))
+        if finished:
+            (run / "eval" / "results.json").write_text("{}")
+        return run
+
+    make_run("grpo", 4, finished=True)
+    ict = make_run("ict", 3, finished=False)
+    report = write_report(tmp_path / "cmp", ("grpo",), 10).read_text()
+    assert "In progress, left out of every table and figure: ict/seed0 (final evaluation not finished)." in report
+    assert [line for line in report.splitlines() if line.startswith("| b | pass@1 |")] == [
+        "| b | pass@1 | grpo | 1 | 4 | 50.0 | - |"]
+    (ict / "eval" / "results.json").write_text("{}")
+    (ict / "eval" / "samples.jsonl").write_text('{"index": 0, "correct": true}\n')
+    with pytest.raises(UsageError, match=r"ict/seed0/eval/samples.jsonl:1: not an evaluation sample"):
+        write_report(tmp_path / "cmp", ("grpo",), 10)
+
+
 def test_ict_metric_and_complement_specs_build_configs():
     """`ict compare --methods` accepts the ablations' options (generic over selector options):
     each spec becomes a training config whose selector asks for the keyed score; nothing trains."""

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ict.analysis.plots import read_metrics
 from ict.core.diagnostics import (
     ANATOMY_FIGURES,
     PAPER_FIGURE_KEYS,
@@ -88,6 +89,7 @@ class RunRecord:
     correct: dict[str, dict[int, list[bool]]]  # benchmark -> problem index -> sampled verdicts
     planned_steps: int | None = None  # num_steps of the run's config.yaml (None: not recorded)
     ks: tuple[int, ...] = DEFAULT_KS  # the k of pass@k its final evaluation asked for
+    evaluating: bool = False  # samples of its final evaluation, but no results.json: not finished
 
     @property
     def steps_logged(self) -> int:
@@ -96,8 +98,16 @@ class RunRecord:
 
     @property
     def in_progress(self) -> bool:
-        """Trained to fewer steps than its config plans: still training, or stopped before its end."""
-        return self.planned_steps is not None and self.steps_logged < self.planned_steps
+        """Trained to fewer steps than its config plans (still training, or stopped before its end),
+        or its final evaluation has not finished (no results.json beside its samples)."""
+        return self.evaluating or (self.planned_steps is not None and self.steps_logged < self.planned_steps)
+
+    @property
+    def progress(self) -> str:
+        """How far it got, for the report's in-progress list."""
+        if self.planned_steps is not None and self.steps_logged < self.planned_steps:
+            return f"{self.steps_logged} of {self.planned_steps} steps"
+        return "final evaluation not finished"
 
 
 def load_runs(output_dir: Path) -> list[RunRecord]:
@@ -107,14 +117,24 @@ def load_runs(output_dir: Path) -> list[RunRecord]:
         match = re.fullmatch(r"seed(-?\d+)", directory.name)
         if match is None:
             continue
-        metrics_path = directory / "metrics.jsonl"
-        metrics = ([json.loads(line) for line in metrics_path.read_text().splitlines()
-                    if line.strip()] if metrics_path.is_file() else [])
-        correct = read_verdicts(directory / "eval" / "samples.jsonl")
-        records.append(RunRecord(directory.parent.name, int(match.group(1)), directory, metrics,
-                                 correct, _planned_steps(directory / "config.yaml"),
-                                 evaluated_ks(directory / "eval")))
+        correct = complete_verdicts(directory / "eval")
+        records.append(RunRecord(directory.parent.name, int(match.group(1)), directory,
+                                 read_metrics(directory), correct,
+                                 _planned_steps(directory / "config.yaml"), evaluated_ks(directory / "eval"),
+                                 evaluating=correct is None))
+        if correct is None:
+            records[-1].correct = {}
     return records
+
+
+def complete_verdicts(eval_dir: Path) -> dict[str, dict[int, list[bool]]] | None:
+    """:func:`read_verdicts` of an `ict eval` output directory whose evaluation finished (its
+    results.json is written last); None for one with samples but no results.json (interrupted,
+    or still running: its problems so far are not the benchmark); {} for none."""
+    samples = eval_dir / "samples.jsonl"
+    if samples.is_file() and not (eval_dir / "results.json").is_file():
+        return None
+    return read_verdicts(samples)
 
 
 def read_verdicts(samples: Path) -> dict[str, dict[int, list[bool]]]:
@@ -123,15 +143,19 @@ def read_verdicts(samples: Path) -> dict[str, dict[int, list[bool]]]:
     correct: dict[str, dict[int, list[bool]]] = {}
     if not samples.is_file():
         return correct
-    for line in samples.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(samples.read_text(encoding="utf-8").splitlines(), 1):
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if not (isinstance(record, dict) and isinstance(record.get("benchmark"), str)
+                and isinstance(record.get("index"), int) and "correct" in record):
+            raise UsageError(f"{samples}:{number}: not an evaluation sample (a JSON object with 'benchmark', "
+                             "'index' and 'correct')")
         if record.get("greedy"):
             continue
         per_problem = correct.setdefault(record["benchmark"], {})
-        per_problem.setdefault(int(record["index"]), []).append(bool(record["correct"]))
+        per_problem.setdefault(record["index"], []).append(bool(record["correct"]))
     return correct
 
 
@@ -173,8 +197,9 @@ def verdict_scores(per_problem: dict[int, list[bool]], k: int) -> tuple[list[int
     return indices, np.asarray(pass_at_k(n, c, k), dtype=np.float64)
 
 
-def score_matrix(runs: list[RunRecord], benchmark: str, k: int) -> tuple[list[int], np.ndarray]:
-    """Seeds (sorted) and pass@k [seeds, problems] over the problems every run evaluated."""
+def score_matrix(runs: list[RunRecord], benchmark: str, k: int) -> tuple[list[int], list[int], np.ndarray]:
+    """Seeds (sorted), problem indices and pass@k [seeds, problems] over the problems every run
+    evaluated."""
     runs = sorted(runs, key=lambda run: run.seed)
     common = None
     for run in runs:
@@ -186,8 +211,7 @@ def score_matrix(runs: list[RunRecord], benchmark: str, k: int) -> tuple[list[in
         indices, scores = problem_scores(run, benchmark, k)
         lookup = dict(zip(indices, scores, strict=True))
         rows.append([lookup[i] for i in columns])
-    return [run.seed for run in runs], np.array(rows, dtype=np.float64).reshape(len(runs),
-                                                                                len(columns))
+    return [run.seed for run in runs], columns, np.array(rows, dtype=np.float64).reshape(len(runs), len(columns))
 
 
 def learning_curves(output_dir: Path, runs: list[RunRecord]) -> list[dict[str, Any]]:
@@ -203,9 +227,9 @@ def learning_curves(output_dir: Path, runs: list[RunRecord]) -> list[dict[str, A
         points = {0: (base, evaluated_ks(output_dir / BASE_MODEL_DIR))} if base else {}
         for directory in sorted((run.directory / "evals").glob("step-*")):
             match = re.fullmatch(r"step-(\d+)", directory.name)
-            if match:
-                points[int(match.group(1))] = (read_verdicts(directory / "samples.jsonl"),
-                                               evaluated_ks(directory))
+            verdicts = complete_verdicts(directory) if match else None
+            if match and verdicts is not None:  # a step's evaluation that has not finished is left out
+                points[int(match.group(1))] = (verdicts, evaluated_ks(directory))
         if run.correct:
             points[run.planned_steps or run.steps_logged] = (run.correct, run.ks)
         for step, (correct, ks) in sorted(points.items()):
@@ -263,6 +287,7 @@ def summarize(runs: list[RunRecord], resamples: int = 10_000,
     benchmarks = sorted({name for run in runs for name in run.correct})
     table: list[dict[str, Any]] = []
     differences: list[dict[str, Any]] = []
+    pairing: list[str] = []  # comparisons over fewer problems than a side evaluated
     ks = sorted(set().union(*(run.ks for run in runs)))
     for benchmark in benchmarks:
         for k in ks:
@@ -270,10 +295,10 @@ def summarize(runs: list[RunRecord], resamples: int = 10_000,
             for label, group in by_label.items():
                 if not all(benchmark in run.correct for run in group):
                     continue
-                seeds, matrix = score_matrix(group, benchmark, k)
+                seeds, problems, matrix = score_matrix(group, benchmark, k)
                 if matrix.size == 0 or np.isnan(matrix).any():
                     continue
-                matrices[label] = (seeds, matrix)
+                matrices[label] = (seeds, problems, matrix)
                 per_seed = matrix.mean(axis=1)
                 table.append({"benchmark": benchmark, "metric": f"pass@{k}", "method": label,
                               "seeds": len(seeds), "problems": matrix.shape[1],
@@ -282,17 +307,20 @@ def summarize(runs: list[RunRecord], resamples: int = 10_000,
                               "per_seed": {str(s): float(v) for s, v in zip(seeds, per_seed,
                                                                             strict=True)}})
             for baseline in (label for label in matrices if is_baseline(label, baselines)):
-                base_seeds, base = matrices[baseline]
-                for label, (seeds, matrix) in matrices.items():
+                base_seeds, base_problems, base = matrices[baseline]
+                for label, (seeds, problems, matrix) in matrices.items():
                     if label == baseline:
                         continue
                     shared = sorted(set(seeds) & set(base_seeds))
-                    if not shared:
+                    common = sorted(set(problems) & set(base_problems))  # paired by problem index
+                    if common != problems or common != base_problems:
+                        pairing.append(f"{label} against {baseline} on {benchmark} pass@{k}: paired on the "
+                                       f"{len(common)} problems both evaluated (of {len(problems)} and "
+                                       f"{len(base_problems)})")
+                    if not shared or not common:
                         continue
-                    a = matrix[[seeds.index(s) for s in shared]]
-                    b = base[[base_seeds.index(s) for s in shared]]
-                    if a.shape != b.shape:
-                        continue
+                    a = matrix[np.ix_([seeds.index(s) for s in shared], [problems.index(i) for i in common])]
+                    b = base[np.ix_([base_seeds.index(s) for s in shared], [base_problems.index(i) for i in common])]
                     boot = paired_bootstrap(a, b, resamples=resamples, seed=0)
                     differences.append({
                         "benchmark": benchmark, "metric": f"pass@{k}", "method": label,
@@ -305,7 +333,7 @@ def summarize(runs: list[RunRecord], resamples: int = 10_000,
             if line.get("entropy_warning"):
                 warnings.append({"method": run.label, "seed": run.seed,
                                  "warning": line["entropy_warning"], "step": line["step"]})
-    return {"table": table, "differences": differences, "warnings": warnings,
+    return {"table": table, "differences": differences, "pairing": pairing, "warnings": warnings,
             "training_end": training_end(runs), "top_tokens": top_tokens(runs)}
 
 
@@ -464,8 +492,7 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
                          "without --report-only and --eval-only)")
     # A run still training (another process's) or stopped early would mix a partial run's
     # curves and end-of-training means with finished ones: it is listed, never averaged.
-    in_progress = [f"{run.label}/seed{run.seed} ({run.steps_logged} of {run.planned_steps} steps)"
-                   for run in runs if run.in_progress]
+    in_progress = [f"{run.label}/seed{run.seed} ({run.progress})" for run in runs if run.in_progress]
     runs = [run for run in runs if not run.in_progress]
     if not runs:
         raise UsageError(f"no run under {output_dir / 'runs'} has finished training yet "
@@ -516,6 +543,9 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
         lines.append(f"| {row['benchmark']} | {row['metric']} | {row['method']} | "
                      f"{row['baseline']} | {_fmt(row['difference'])} | "
                      f"[{_fmt(row['low'])}, {_fmt(row['high'])}] | {row['p_value']:.3g} |")
+    if summary["pairing"]:
+        lines += ["", "Methods evaluated on different problems are compared on the problems both "
+                  "evaluated:", "", *(f"- {note}" for note in summary["pairing"])]
     lines += _learning_curve_lines(curves, curve_figure)
     lines += _training_end_lines(summary["training_end"], labels)
     lines += _top_token_lines(summary["top_tokens"], labels)
