@@ -212,3 +212,42 @@ def test_bad_samples_exit_2(tiny_model_dir, tmp_path, capsys, lines, options, me
     args += options if "--prompt" in options else ["--samples", str(samples), *options]
     assert main(args) == 2
     assert message in capsys.readouterr().err
+
+
+class _ByteTokenizer:
+    """A byte-level vocabulary: token i is the byte sequence BYTES[i]; decoding joins the bytes
+    and reads them as UTF-8 with replacement, as a byte-level BPE tokenizer does."""
+
+    BYTES = [b"a", "日".encode()[:1], "日".encode()[1:], " ", "本".encode()[:2], "本".encode()[2:], b"!"]
+
+    def decode(self, ids):
+        return b"".join(self.BYTES[i] if isinstance(self.BYTES[i], bytes) else self.BYTES[i].encode()
+                        for i in ids).decode("utf-8", errors="replace")
+
+
+def test_a_character_split_over_byte_tokens_shows_whole_on_its_last_token():
+    """Each token was decoded alone, so a CJK character over 2 or 3 byte tokens showed (and was
+    counted) as U+FFFD marks; now it shows whole on its last token and the others are ''."""
+    from ict.analysis.token_view import token_strings
+
+    assert token_strings(_ByteTokenizer(), [0, 1, 2, 3, 4, 5, 6]) == ["a", "", "日", " ", "", "本", "!"]
+    assert token_strings(_ByteTokenizer(), [0, 1]) == ["a", "\ufffd"]  # cut mid-character at the end
+    assert token_strings(_ByteTokenizer(), []) == []
+
+
+def test_the_learning_curve_legend_names_every_method_of_any_panel(tmp_path, monkeypatch):
+    """The legend was read from the first panel only: a method drawn in another panel alone was
+    missing from it."""
+    from matplotlib.figure import Figure
+
+    from ict.analysis.plots import plot_learning_curves
+
+    seen = []
+    legend = Figure.legend
+    monkeypatch.setattr(Figure, "legend", lambda self, handles, labels, **kw: (
+        seen.append(list(labels)), legend(self, handles, labels, **kw))[1])
+    rows = [{"method": method, "seed": 0, "step": step, "benchmark": bench, "metric": "pass@1", "problems": 4,
+             "value": 0.1 + step / 100} for method, bench in (("grpo", "a"), ("ict", "a"), ("ict", "b"), ("stapo", "b"))
+            for step in (0, 10)]
+    plot_learning_curves(rows, tmp_path / "curves.png")
+    assert seen == [["grpo", "ict", "stapo"]]

@@ -178,8 +178,11 @@ def plot_learning_curves(rows: list[dict], out: Path) -> Path | None:
         axis.grid(alpha=0.3)
     for axis in list(axes.flat)[len(panels):]:
         axis.set_visible(False)
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="lower center", ncol=min(len(methods), 3), fontsize=8,
+    legend: dict[str, object] = {}  # every method drawn in any panel, once
+    for axis in axes.flat:
+        for handle, label in zip(*axis.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    figure.legend(list(legend.values()), list(legend), loc="lower center", ncol=min(len(methods), 3), fontsize=8,
                   frameon=False)
     figure.suptitle("Held-out pass@k: mean over seeds (line), min..max (band)")
     figure.tight_layout(rect=(0, 0.5 / (3.8 * panel_rows + 0.6), 1, 0.95))

@@ -142,6 +142,22 @@ def figure_lines(view: TokenView) -> list[str]:
     return lines
 
 
+def token_strings(tokenizer: Any, ids: list[int]) -> list[str]:
+    """Each token's text, decoded alone; a character whose bytes span several tokens (decoding
+    one alone gives U+FFFD, e.g. a CJK character in a byte-level vocabulary) shows whole on its
+    last token, and its earlier tokens as ''."""
+    strings: list[str] = []
+    start = 0
+    for end in range(1, len(ids) + 1):
+        text = tokenizer.decode(ids[start:end])
+        if text.endswith("\ufffd") and end < len(ids):  # an incomplete character: wait for its next byte
+            strings.append("")
+            continue
+        strings.append(text)
+        start = end
+    return strings
+
+
 def build_view(model: Any, tokenizer: Any, rollout: Any, *, temperature: float, color: str = "js",
                reference: str | None = None) -> TokenView:
     """Token statistics (`ict.core.stats.token_statistics`) and selections of a rollout, at the
@@ -187,16 +203,16 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, *, temperature: float, 
     for row in range(batch.response_ids.shape[0]):
         length = int(batch.response_mask[row].sum())
         ids = batch.response_ids[row, :length].tolist()
-        strings = [tokenizer.decode([token]) for token in ids]
+        strings = token_strings(tokenizer, ids)
         tokens.append(strings)
         scores.append(score[row, :length].tolist())
         for label, mask in masks.items():
             flags = mask[row, :length].tolist()
             selected[label].append(flags)
-            counters[label].update(s for s, flag in zip(strings, flags, strict=True) if flag)
+            counters[label].update(s for s, flag in zip(strings, flags, strict=True) if flag and s)
         for label, mask in unselected.items():
             left_out[label].update(s for s, flag in zip(strings, mask[row, :length].tolist(), strict=True)
-                                   if flag)
+                                   if flag and s)
     a, b = masks["ict"], masks["entropy20"]
     union = int((a | b).sum())
     jaccard = int((a & b).sum()) / union if union else float("nan")
@@ -283,7 +299,7 @@ def print_view(view: TokenView, console: Any = None) -> None:
     console.print(f"Jaccard(ICT, 20-Entropy) = {view.jaccard_ict_entropy20:.3f}")
     for label, items in view.top_tokens.items():
         listed = ", ".join(f"{token!r} x{count}" for token, count in items)
-        console.print(f"{label} most selected: {listed or '(none in this batch)'}")
+        console.print(f"{label} most selected: {listed or '(none in this batch)'}", markup=False, highlight=False)
     console.print("Where each selection lies (all response tokens in parentheses):")
     for line in anatomy_lines(view):
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
