@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,9 @@ def test_hub_format_rows():
            "answer": "J", "answer_index": 9}
     problem = problem_from_row(REGISTRY["mmlu_pro"], row, 0)
     assert problem.answer == "J" and problem.problem_id == "7" and "J) 9" in problem.prompt
+    for gold in ("BC", "AB", ""):  # without answer_index: "BC" was read as B (a substring match)
+        with pytest.raises(ValueError, match="gold letter must be one letter|no gold answer|answer"):
+            problem_from_row(REGISTRY["mmlu_pro"], {**row, "answer": gold, "answer_index": None}, 0)
     # CommonsenseQA: labels A-E
     row = {"id": "x", "question": "Where?", "answerKey": "E",
            "choices": {"label": ["A", "B", "C", "D", "E"], "text": ["a", "b", "c", "d", "e"]}}
@@ -187,6 +191,11 @@ def test_reasoning_gym_tasks():
     assert parse_reasoning_gym_name("rg:gcd:seed=1000007")[3] == 1_000_007
     for bad in ("rg:", "rg:chain_sum:oops", "rg:chain_sum:size=0"):
         with pytest.raises(UsageError):
+            parse_reasoning_gym_name(bad)
+    # these were a TypeError (exit 1) or a ValueError naming neither the option nor the set
+    for bad, option in (("rg:chain_sum:size=[1]", "size"), ("rg:chain_sum:seed=None", "seed"),
+                        ("rg:chain_sum:size=abc", "size"), ("rg:chain_sum:size=2.5", "size")):
+        with pytest.raises(UsageError, match=rf"^reasoning-gym {option} must be an integer in '{re.escape(bad)}'"):
             parse_reasoning_gym_name(bad)
     with pytest.raises(UsageError, match="cannot create"):
         load_benchmark("rg:chain_sum:no_such_option=3")

@@ -41,6 +41,7 @@ def workspace(tmp_path_factory, tiny_model_dir, arithmetic_task) -> Path:
     (root / "latin1.jsonl").write_bytes('{"question": "caf\u00e9?", "answer": "4"}\n'.encode("latin-1"))
     (root / "unknown_key.yaml").write_text("num_steps: 1\nlearnin_rate: 0.1\n")
     (root / "a_file").write_text("not a directory\n")
+    (root / "empty_dir").mkdir()
     no_template = root / "no_template"
     shutil.copytree(tiny_model_dir, no_template)
     config_path = no_template / "tokenizer_config.json"
@@ -80,6 +81,7 @@ CASES = [
     (["eval", "--model", "model", "--benchmarks", "gsm8k", "--data-dir", ".", "--output-dir", "a_file/x"],
      ["gsm8k.jsonl"]),
     (["eval", "--model", "model", "--n", "2", "--k", "4"], ["--k values must be in 1..n"]),
+    (["eval", "--model", "empty_dir", "--benchmarks", "rg:chain_sum:size=2"], ["empty_dir holds no model"]),  # was 5 lines
 ]
 
 

@@ -313,7 +313,10 @@ def _choices_and_answer(spec: BenchmarkSpec, row: dict[str, Any]) -> tuple[list[
         if gold_format == "index":
             index = int(str(raw).strip())
         elif gold_format == "letter":
-            index = OPTION_LETTERS.index(str(raw).strip().upper())
+            letter = str(raw).strip().upper()
+            if len(letter) != 1 or letter not in OPTION_LETTERS:  # str.index would find "B" in "BC"
+                raise ValueError(f"gold letter must be one letter A-Z, got {raw!r}")
+            index = OPTION_LETTERS.index(letter)
         elif gold_format == "label":
             if labels is None:
                 raise ValueError("gold format 'label' needs label_text choices")
@@ -444,8 +447,10 @@ def parse_reasoning_gym_name(name: str) -> tuple[str, dict[str, Any], int, int]:
             config[key.strip()] = ast.literal_eval(value.strip())
         except (ValueError, SyntaxError):
             config[key.strip()] = value.strip()
-    size = int(config.pop("size", REASONING_GYM_DEFAULT_SIZE))
-    seed = int(config.pop("seed", REASONING_GYM_EVAL_SEED))
+    size, seed = config.pop("size", REASONING_GYM_DEFAULT_SIZE), config.pop("seed", REASONING_GYM_EVAL_SEED)
+    for option, value in (("size", size), ("seed", seed)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UsageError(f"reasoning-gym {option} must be an integer in {name!r}, got {value!r}")
     if size < 1:
         raise UsageError(f"reasoning-gym size must be >= 1 in {name!r}")
     return task, config, size, seed

@@ -196,9 +196,12 @@ def load_model_and_tokenizer(
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, cache_dir=None)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
-    except OSError as error:
+    except (OSError, ValueError) as error:  # ValueError: e.g. a directory with no tokenizer or model files
+        if os.path.isdir(source) and not (Path(source) / "config.json").is_file():
+            raise UsageError(f"{name_or_path} holds no model (no config.json): pass a model directory, e.g. a run's "
+                             "checkpoints/step-N") from error
         raise UsageError(
-            f"cannot load model {name_or_path!r}: {str(error).splitlines()[0]} "
+            f"cannot load model {name_or_path!r}: {str(error).strip().splitlines()[0]} "
             f"(offline? pass a local directory, or use {OFFLINE_DEFAULT_MODEL})"
         ) from error
     if tokenizer.pad_token is None:
