@@ -245,6 +245,63 @@ def test_changed_grading_regrades_without_generating(tmp_path, tiny_model_dir):
     assert json.loads((out / "run.json").read_text())["grading"]["math_extraction"] == "anchored"
 
 
+def test_a_partial_or_interrupted_regrade_leaves_no_stale_verdict(tmp_path, tiny_model_dir, monkeypatch):
+    """Each record keeps the grading it was graded with. Before, run.json's grading decided: a
+    re-grade limited to 2 of 4 problems (--limit), or one interrupted, recorded the new grading
+    for the whole directory, and the other problems kept their old verdicts for good (pass@1 0.5
+    where every completion is right under the new rule)."""
+    import ict.evaluation.evaluate as evaluation
+
+    data = write_data_dir(tmp_path / "data")
+    out = tmp_path / "out"
+
+    def config(extraction: str, limit: int = 4) -> EvalConfig:
+        return EvalConfig(model=str(tiny_model_dir), benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
+                          num_samples=2, ks=(1,), max_new_tokens=4, math_extraction=extraction, limit=limit)
+
+    def run(extraction: str, limit: int = 4) -> float:
+        result = evaluate(config(extraction, limit), generator=_generator(config(extraction, limit), tiny_model_dir),
+                          progress=False, print_table=False)
+        return result.benchmarks[0].metrics["pass@1"]
+
+    run("anchored")
+    samples = [json.loads(line) for line in open(out / "samples.jsonl", encoding="utf-8")]
+    for record in samples:  # right under lenient extraction only: a bare number at the end
+        record["completion"] = f"the sum {record['gold']}"
+    (out / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in samples))
+    assert run("anchored") == 0.0
+    assert run("lenient", limit=2) == 1.0
+    assert run("lenient") == 1.0  # problems 2 and 3 are re-graded now (they stayed anchored: 0.5)
+    real = evaluation.grade_completions
+    monkeypatch.setattr(evaluation, "grade_completions", lambda *args, **kwargs: (_ for _ in ()).throw(
+        KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):  # a re-grade to anchored, interrupted
+        run("anchored")
+    monkeypatch.setattr(evaluation, "grade_completions", real)
+    assert run("anchored") == 0.0  # every record re-graded, though run.json said anchored already
+
+
+def test_a_rerun_on_other_questions_is_refused(tmp_path, tiny_model_dir):
+    """Another --data-dir (or an edited file) puts other questions at the same indices; their
+    stored completions were graded against the new golds (100% on questions never asked)."""
+    from ict.core.errors import UsageError
+
+    out = tmp_path / "out"
+
+    def config(data: Path) -> EvalConfig:
+        return EvalConfig(model=str(tiny_model_dir), benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
+                          num_samples=2, ks=(1,), max_new_tokens=4)
+
+    first = write_data_dir(tmp_path / "data")
+    evaluate(config(first), generator=_generator(config(first), tiny_model_dir), progress=False, print_table=False)
+    other = write_data_dir(tmp_path / "other")
+    rows = (other / "gsm8k.jsonl").read_text().splitlines()
+    (other / "gsm8k.jsonl").write_text("\n".join([rows[1], rows[0], *rows[2:]]) + "\n")
+    with pytest.raises(UsageError, match=r"holds samples of another question at gsm8k #0"):
+        evaluate(config(other), generator=_generator(config(other), tiny_model_dir), progress=False,
+                 print_table=False)
+
+
 def test_cli_errors(tmp_path, tiny_model_dir, capsys):
     data = write_data_dir(tmp_path / "data")
     out = tmp_path / "out"

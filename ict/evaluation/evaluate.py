@@ -66,6 +66,7 @@ from ict.evaluation.records import (
     GRADING_KEYS,
     RESUME_KEYS,
     SAMPLES_FILE,
+    check_same_problems,
     prepare_output_dir,
     records_for_problem,
     unit_key,
@@ -214,15 +215,18 @@ def grade_completions(
 
 
 def regrade_records(benchmarks: Sequence[Benchmark], records: dict[str, list[dict[str, Any]]],
-                    config: EvalConfig, verifier: MathVerifier) -> int:
+                    config: EvalConfig, verifier: MathVerifier, everything: bool = False) -> int:
     """Grade the stored completions (every seed) of the given benchmarks' problems again with the
-    current rules (no generation); updates ``extracted``, ``correct``, ``score``, ``status`` in place.
-    Returns the number of re-graded completions."""
+    current rules (no generation), those graded with other settings (their ``grading``), or all
+    (``everything``); updates ``extracted``, ``correct``, ``score``, ``status`` and ``grading`` in
+    place. Returns the number of re-graded completions."""
+    grading = {key: getattr(config, key) for key in GRADING_KEYS}
     count = 0
     by_problem: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for unit in records.values():  # every stored seed and the greedy completion
         for record in unit:
-            by_problem.setdefault((record["benchmark"], int(record["index"])), []).append(record)
+            if everything or record.get("grading") != grading:
+                by_problem.setdefault((record["benchmark"], int(record["index"])), []).append(record)
     for benchmark in benchmarks:
         pairs: list[tuple[Problem, dict[str, Any]]] = []
         for problem in benchmark.problems:
@@ -235,7 +239,7 @@ def regrade_records(benchmarks: Sequence[Benchmark], records: dict[str, list[dic
                                      config.answer_extraction)
         for (problem, record), verdict in zip(pairs, verdicts, strict=True):
             record.update(gold=problem.answer, extracted=verdict.extracted, correct=verdict.correct,
-                          score=verdict.score, status=verdict.status)
+                          score=verdict.score, status=verdict.status, grading=grading)
         count += len(pairs)
     return count
 
@@ -428,10 +432,11 @@ def evaluate(
     benchmarks = [load_benchmark(name, config.data_dir, config.limit, config.answer_extraction)
                   for name in names]
     output_dir = config.resolved_output_dir()
-    records, needs_regrade = prepare_output_dir(
-        output_dir, {key: getattr(config, key) for key in RESUME_KEYS},
-        {key: getattr(config, key) for key in GRADING_KEYS}, config.num_samples, config.greedy,
+    grading = {key: getattr(config, key) for key in GRADING_KEYS}
+    records, regrade_all = prepare_output_dir(
+        output_dir, {key: getattr(config, key) for key in RESUME_KEYS}, grading, config.num_samples, config.greedy,
         config.overwrite, config.regrade)
+    check_same_problems(output_dir, [problem for benchmark in benchmarks for problem in benchmark.problems], records)
     units = _units(config)
     todo = [(benchmark, [p for p in benchmark.problems
                          if any(unit_key(benchmark.name, p.index, seed) not in records
@@ -451,9 +456,9 @@ def evaluate(
 
         torch.set_num_threads(config.threads)
     try:
-        if needs_regrade:
-            grading_start = time.perf_counter()
-            count = regrade_records(benchmarks, records, config, verifier)
+        grading_start = time.perf_counter()
+        count = regrade_records(benchmarks, records, config, verifier, everything=regrade_all)
+        if count:  # stored completions graded with other settings (or --regrade): graded again
             write_all_records(output_dir / SAMPLES_FILE, records)
             timing["grading_seconds"] += time.perf_counter() - grading_start
             say(f"re-graded {count} stored completions ({config.math_extraction} math extraction)")
@@ -490,6 +495,7 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
 
     per_chunk = max(1, config.batch_size // config.num_samples)
     units = _units(config)
+    grading = {key: getattr(config, key) for key in GRADING_KEYS}
     first_seed = config.resolved_seeds()[0]  # greedy decoding ignores it; kept for the record
     columns = progress_columns("{task.description}")
     with Progress(*columns, disable=not progress, transient=False) as bar, open(
@@ -526,7 +532,7 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
                         key = unit_key(benchmark.name, problem.index, unit)
                         records[key] = records_for_problem(
                             problem, completions[offset], lengths[offset], finished[offset],
-                            verdicts[offset * width : (offset + 1) * width], greedy, unit,
+                            verdicts[offset * width : (offset + 1) * width], greedy, unit, grading,
                         )
                         new_keys.add(key)
                     timing["grading_seconds"] += time.perf_counter() - grading_start

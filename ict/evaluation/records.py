@@ -32,7 +32,8 @@ RESUME_KEYS = ("model", "num_samples", "greedy", "temperature", "top_p", "max_ne
 (``answer_extraction`` changes reasoning-gym prompts). The sampling seed is not among them: it is
 part of every record's key (`unit_key`)."""
 GRADING_KEYS = ("math_extraction", "verify_timeout")
-"""Grading settings: when they differ from the stored run, stored samples are re-graded."""
+"""Grading settings: each record keeps those it was graded with (``grading``); a record graded with
+other settings than the run's is re-graded when its problem is evaluated."""
 LEGACY_GRADING = {"math_extraction": "lenient", "verify_timeout": DEFAULT_TIMEOUT_SECONDS}
 LEGACY_RESUME = {"answer_extraction": "tag"}
 """Values of resume keys added later, for run files written before them."""
@@ -88,9 +89,10 @@ def prepare_output_dir(
 ) -> tuple[dict[str, list[dict[str, Any]]], bool]:
     """Create the directory, check the run configuration, and return the finished units'
     records by `unit_key` (the samples file is rewritten without records of unfinished units) and
-    whether they must be re-graded (``regrade``, or grading settings changed since they were
-    graded). ``num_samples`` decides when a sampled unit is finished; ``greedy`` is part of the
-    configuration check only (through ``current``).
+    whether all must be re-graded (``regrade``, and there are some; records graded with other
+    settings are re-graded anyway, by their own ``grading``, which records written before it
+    existed take from the stored run). ``num_samples`` decides when a sampled unit is finished;
+    ``greedy`` is part of the configuration check only (through ``current``).
 
     current: the run's `RESUME_KEYS` values (must equal the stored ones to resume);
     grading: its `GRADING_KEYS` values (a change only re-grades)."""
@@ -123,10 +125,15 @@ def prepare_output_dir(
                 f"{output_dir} holds samples of a different run ({details}); "
                 "pass --overwrite or another --output-dir"
             )
-        regrade = regrade or previous.get("grading", LEGACY_GRADING) != grading
+        stored_grading = previous.get("grading", LEGACY_GRADING)
+    else:
+        stored_grading = LEGACY_GRADING
     run_path.write_text(json.dumps({**current, "grading": grading}, indent=2) + "\n",
                         encoding="utf-8")
     grouped = load_sample_records(samples_path, legacy_seed)
+    for unit in grouped.values():
+        for record in unit:
+            record.setdefault("grading", stored_grading)
     finished = {key: records for key, records in grouped.items()
                 if is_complete(records, num_samples)}
     if len(finished) != len(grouped) or samples_path.is_file():
@@ -143,11 +150,27 @@ def write_all_records(path: Path, records: dict[str, list[dict[str, Any]]]) -> N
     os.replace(temporary, path)
 
 
+def check_same_problems(output_dir: Path, problems: list[Problem], records: dict[str, list[dict[str, Any]]]) -> None:
+    """UsageError unless every stored record of these problems (same benchmark and index) was
+    sampled from the same prompt: another ``--data-dir`` or an edited benchmark file puts other
+    questions at the same indices, whose stored completions would be graded against them."""
+    prompts: dict[tuple[str, int], str] = {}
+    for unit in records.values():
+        for record in unit:
+            prompts.setdefault((record["benchmark"], int(record["index"])), record.get("prompt"))
+    for problem in problems:
+        stored = prompts.get((problem.benchmark, problem.index))
+        if stored is not None and stored != problem.prompt:
+            raise UsageError(f"{output_dir} holds samples of another question at {problem.benchmark} #{problem.index} "
+                             "(another --data-dir or benchmark file?); pass --overwrite or another --output-dir")
+
+
 def records_for_problem(problem: Problem, completions: list[str], lengths: list[int],
                          finished: list[bool], verdicts: list[Verdict],
-                         greedy: bool, seed: int | None) -> list[dict[str, Any]]:
+                         greedy: bool, seed: int | None, grading: dict[str, Any]) -> list[dict[str, Any]]:
     """One ``samples.jsonl`` record per completion of one problem (``sample`` -1 = greedy);
-    ``seed`` is the sampling seed of the completions (``None`` for the greedy one)."""
+    ``seed`` is the sampling seed of the completions (``None`` for the greedy one); ``grading``:
+    the `GRADING_KEYS` settings its verdicts were graded with."""
     records = []
     for sample, (completion, length, done, verdict) in enumerate(
         zip(completions, lengths, finished, verdicts, strict=True)
@@ -159,6 +182,6 @@ def records_for_problem(problem: Problem, completions: list[str], lengths: list[
             "completion": sanitize_text(completion),
             "gold": problem.answer, "extracted": verdict.extracted, "correct": verdict.correct,
             "score": verdict.score, "status": verdict.status, "num_tokens": length,
-            "finished": done,
+            "finished": done, "grading": grading,
         })
     return records
