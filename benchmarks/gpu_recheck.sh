@@ -3,7 +3,7 @@
 # our GRPO path from hidden states at the 1.5B shape took 1.005x TRL's fused head (target <= 1.0x),
 # and ICT in TRL with LoRA rested on one timed step a variant.
 #   1. benchmarks/gpu_tile_sweep.sh: ict_cost.py's section (a) at the 1.5B and 0.5B shapes, 25
-#      interleaved rounds (each starting one row later), at the default tiles (4096x32768) and at
+#      interleaved rounds (each in its own shuffled order), at the default tiles (4096x32768) and at
 #      two candidates (TILE_SIZES): 8192x30464 (3% faster in the last sweep, at 11-19% more
 #      memory than TRL's head) and 8192x15232 (as many rows, in tiles of fewer elements than the
 #      default's: no more memory anywhere), with the SM clock and power logged (gpu_clocks.csv),

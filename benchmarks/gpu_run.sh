@@ -90,6 +90,7 @@ echo "ict_cost.py exit status $status (124: stopped by the time limit); script $
 # selection + loss, where the device sat idle in each and each one's synchronisations (~30 s)
 timeout -k 5 70 python3 benchmarks/stats_profile.py --rows 12 --trace-dir "$SCRATCH/stats_traces" "${profile_args[@]}" \
   2>&1 | tee "$OUT/stats_profile.log"
+[ "${PIPESTATUS[0]}" = 0 ] || { echo "stats_profile.py failed" | tee -a "$OUT/stats_profile.log"; status=1; }
 tar -cf "$OUT/stats_traces.tar" -C "$SCRATCH" stats_traces 2>/dev/null || echo "no traces to pack"
 # 3b. the same at the 1.5B shape (d = 1,536: where our GRPO path was 1.01x TRL's head), appended to
 # the log, when 60 s are left (its traces stay here: the idle tables are in the log)
@@ -97,6 +98,7 @@ if [ $(( ${GPU_RUN_LIMIT:-570} - ($(date +%s) - start) )) -gt 60 ]; then
   echo -e "\n# the 1.5B shape (--width 1536)" >> "$OUT/stats_profile.log"
   timeout -k 5 55 python3 benchmarks/stats_profile.py --rows 12 --width 1536 "${profile_args[@]}" 2>&1 \
     | tee -a "$OUT/stats_profile.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || { echo "stats_profile.py --width 1536 failed" | tee -a "$OUT/stats_profile.log"; status=1; }
 else
   echo "no time left for the 1.5B profile" | tee -a "$OUT/stats_profile.log"
 fi
@@ -108,7 +110,9 @@ left=$(( ${GPU_RUN_LIMIT:-570} - ($(date +%s) - start) ))
 if [ "$left" -gt 30 ]; then
   timeout -k 5 "$left" python3 -m pytest "${tests[@]}" -vv -p no:cacheprovider -W ignore 2>&1 \
     | tee "$OUT/test_tiles.log" | tail -40
-  echo "the tests' exit status ${PIPESTATUS[0]} (124: stopped by the time limit)" | tee -a "$OUT/test_tiles.log"
+  tests_status=${PIPESTATUS[0]}
+  echo "the tests' exit status $tests_status (124: stopped by the time limit)" | tee -a "$OUT/test_tiles.log"
+  [ "$tests_status" = 0 ] || status=1
 else
   echo "no time left for the tests" | tee "$OUT/test_tiles.log"
 fi

@@ -1,5 +1,5 @@
 """Section (a) of ``benchmarks/ict_cost.py``: the LM head's statistics, forward + backward, each
-path of :data:`A_ROWS` timed in interleaved rounds (each starting one row later) with its peak
+path of :data:`A_ROWS` timed in interleaved rounds (each in its own shuffled order) with its peak
 memory (:func:`head_rows`; the module doc of ``ict_cost.py`` says how), and their table and target
 verdicts (:func:`print_a`)."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import random
 import statistics
 import time
 from typing import Any
@@ -121,8 +122,9 @@ def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, 
             print(f"    {done} timed call(s) per row instead of {repeats}: the time budget", flush=True)
             break
         round_start = time.perf_counter()
-        shift = round_index % len(names)  # each round starts one row later: no row always follows the same one
-        for name in names[shift:] + names[:shift]:
+        order = list(names)  # each round its own order: no row always follows the same one (a rotation
+        random.Random(round_index).shuffle(order)  # would keep every row's predecessor)
+        for name in order:
             if "error" not in results[name]:
                 call(name, False)
         longest, done = max(longest, time.perf_counter() - round_start), done + 1

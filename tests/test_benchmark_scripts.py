@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import random
 import subprocess
 import sys
 import time
@@ -65,21 +66,38 @@ def test_ict_cost_a_times_the_backward_in_the_forwards_tiles_beside_the_default(
         torch.testing.assert_close(mine, theirs, atol=1e-6, rtol=1e-5)
 
 
-def test_ict_cost_a_starts_each_round_one_row_later():
-    """(a)'s rounds rotate the rows' order, so that no row always follows the same one: round r
-    calls the rows from the r-th on (then the first ones), read back from each call's start."""
+def test_ict_cost_a_shuffles_each_rounds_order():
+    """(a)'s rounds call the rows in their own seeded shuffled order, read back from each call's
+    start, so that no row always follows the same one (a rotation, as before, kept each row's
+    predecessor: TRL's head followed the same row in every round)."""
     pytest.importorskip("trl")
     section_a = benchmark_module("ict_cost_head")
-    rows = section_a.head_rows(8, 50, (1, 2, 4), "cpu", 3, None, None)["rows"]
+    rounds = 4
+    rows = section_a.head_rows(8, 50, (1, 2, 4), "cpu", rounds, None, None)["rows"]
     names = list(rows)
     assert names[:len(section_a.A_ROWS)] == list(section_a.A_ROWS)
-    for round_index in range(3):
-        order = sorted(names, key=lambda name: rows[name]["started"][round_index])
-        assert order == names[round_index:] + names[:round_index], (round_index, order)
+    orders = [sorted(names, key=lambda name: rows[name]["started"][index]) for index in range(rounds)]
+    for index, order in enumerate(orders):
+        expected = list(names)
+        random.Random(index).shuffle(expected)
+        assert order == expected, (index, order)
+    predecessors = {order[order.index("trl") - 1] if order.index("trl") else None for order in orders}
+    assert len(predecessors) > 1, orders
     # rounds do not overlap: every call of a round starts after every call of the round before
-    for round_index in (1, 2):
-        assert (min(row["started"][round_index] for row in rows.values())
-                > max(row["started"][round_index - 1] for row in rows.values()))
+    for index in range(1, rounds):
+        assert (min(row["started"][index] for row in rows.values())
+                > max(row["started"][index - 1] for row in rows.values()))
+
+
+@pytest.mark.slow  # a process start
+def test_ict_cost_exits_1_when_a_section_fails():
+    """A child that failed was printed and the script exited 0, so gpu_run.sh and gpu_recheck.sh
+    reported success with a section's tables missing."""
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ict_cost.py"), "--tiny", "--device", "cpu",
+                             "--sections", "a", "--models", "nosuch"],
+                            capture_output=True, text=True, env=environment_with_root(), timeout=300)
+    assert result.returncode == 1, result.stdout[-2000:]
+    assert "failed:\nsection a" in result.stderr, result.stderr[-2000:]
 
 
 def test_ict_cost_a_verdicts_come_with_each_rounds_ratio(capsys):
@@ -138,6 +156,8 @@ def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
             assert float(row[6]) == 8.0
             assert float(row[4]) + float(row[5]) <= float(row[2])  # parts of the step
     assert "full: ict/grpo step time with the generation pooled" in tables["(c)"]
+    # RSS on a CPU, runs sharing one process: later runs read the memory earlier ones freed (~0)
+    assert "peak memory not judged (CPU runs sharing one process" in result.stdout
     report = json.loads(report_path.read_text())
     assert set(report["a"]["tiny"]["rows"]) == {*A_ROWS, "ict_hidden_8x1000", "grpo_hidden_forward_tiles"}
     assert {run["variant"] for run in report["b"]["tiny"]["runs"]} == {"trl", "ict"}
