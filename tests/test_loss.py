@@ -27,6 +27,12 @@ def test_group_advantages_match_hand_values():
         [0.5, -0.5, -0.5, 0.5, 0.375, 0.375, -0.625, -0.125]
     )
     assert group_advantages(torch.ones(6), 3).abs().max() == 0  # equal rewards: zero advantage
+    # partial rewards too: the float mean of 8 equal values can miss the value by an ulp, which the
+    # division by std + eps (std 0) made ~0.03 for the whole group (0.3 gave +0.029 each)
+    for value in [0.3, 0.01, 1.01, *[i / 997 for i in range(1, 997, 7)]]:
+        for size in (6, 8, 16):
+            assert group_advantages(torch.full((2 * size,), value), size).abs().max() == 0, (value, size)
+    assert not group_advantages(torch.tensor([0.3] * 7 + [0.31]), 8).eq(0).any()  # one differs: all move
     with pytest.raises(ValueError):
         group_advantages(torch.ones(5), 2)
     with pytest.raises(ValueError):

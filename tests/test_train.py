@@ -451,6 +451,22 @@ def test_denominator_all_gives_every_micro_batch_size_the_whole_batchs_gradient(
         torch.testing.assert_close(gradient, gradients[0], rtol=1e-4, atol=1e-7)
 
 
+def test_token_means_over_no_token_are_null_not_zero():
+    """clip_fraction (over selected tokens) and kl_old (over response tokens) were logged as 0.0 in
+    a step with none (every completion truncated and masked, or nothing selected), where every
+    other token mean is null."""
+    from ict.training.step import BatchUpdates
+    from ict.training.step_metrics import update_metrics
+
+    updates = BatchUpdates()
+    updates.totals.add({"entropy": 1.0, "clip_fraction": 0.5, "kl_old": 0.1}, 0.0, 0.0)
+    metrics = update_metrics(updates)
+    assert all(math.isnan(metrics[name]) for name in ("entropy", "clip_fraction", "kl_old", "selected_fraction"))
+    updates.totals.add({"entropy": 1.0, "clip_fraction": 0.5, "kl_old": 0.1}, 4.0, 2.0)
+    metrics = update_metrics(updates)
+    assert (metrics["clip_fraction"], metrics["kl_old"], metrics["selected_fraction"]) == (0.5, 0.1, 0.5)
+
+
 def test_tie_decisions_survive_the_split_into_micro_batches(tiny_tokenizer):
     """A batch population selected once, then split into micro-batches, keeps which tokens a tie
     decided (the step's `selected_tie_fraction` comes from them)."""

@@ -113,7 +113,10 @@ def group_advantages(
     if rewards.numel() % group_size:
         raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
     grouped = rewards.detach().float().view(-1, group_size)
-    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    # a group of equal rewards gets exactly 0: its float mean may differ from the value by an ulp,
+    # which the division by std + eps (std 0) would blow up to ~0.03 for every row, one sign
+    equal = (grouped == grouped[:, :1]).all(dim=1, keepdim=True)
+    centred = torch.where(equal, 0.0, grouped - grouped.mean(dim=1, keepdim=True))
     if normalize_std:
         centred = centred / (grouped.std(dim=1, keepdim=True) + eps)
     return centred.reshape(-1)

@@ -81,9 +81,9 @@ def update_metrics(updates: BatchUpdates) -> dict[str, float]:
                               if counts.get("response") else math.nan),
         "js_score": totals.mean("js_score"),
         "js_score_selected": totals.mean("js_score_selected"),
-        "clip_fraction": totals.mean("clip_fraction") if counts.get("clip_fraction") else 0.0,
+        "clip_fraction": totals.mean("clip_fraction"),  # NaN (null) without a selected token
         "kl": totals.mean("kl"),
-        "kl_old": totals.mean("kl_old") if counts.get("kl_old") else 0.0,
+        "kl_old": totals.mean("kl_old"),  # NaN (null) without a response token
         "loss": sum(finite_losses) / len(finite_losses) if finite_losses else math.nan,
         "grad_norm": (sum(updates.grad_norms) / len(updates.grad_norms) if updates.grad_norms
                       else math.nan),
