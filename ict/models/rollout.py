@@ -176,11 +176,12 @@ def generate_rows(model: Any, prompt_ids: Sequence[list[int]], rows: Sequence[in
 @contextlib.contextmanager
 def plain_generation_defaults(model: Any) -> Iterator[None]:
     """While it lasts, ``generate`` fills what its arguments leave unset from a plain
-    ``GenerationConfig`` (the model's special-token ids only) instead of the model's own: a
+    ``GenerationConfig`` (the model's special-token ids and cache choice only) instead of the model's own: a
     checkpoint's generation_config.json may set a repetition penalty (Qwen2.5-Instruct's 1.1),
     min-p, top-k or n-gram bans, which ``generate`` would apply, so that samples were not drawn
     from ``softmax(logits / T)`` (which every token statistic and importance ratio assumes) and
-    greedy decoding was not argmax. A peft model's base model holds the config ``generate`` reads."""
+    greedy decoding was not argmax. Its cache choice (``cache_implementation``, e.g. a sliding-window
+    model's) is kept too. A peft model's base model holds the config ``generate`` reads."""
     from transformers import GenerationConfig
 
     owner = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -188,8 +189,9 @@ def plain_generation_defaults(model: Any) -> Iterator[None]:
     if own is None:
         yield
         return
-    ids = {name: getattr(own, name, None) for name in ("bos_token_id", "eos_token_id", "pad_token_id")}
-    owner.generation_config = GenerationConfig(**{name: value for name, value in ids.items() if value is not None})
+    kept = {name: getattr(own, name, None)
+            for name in ("bos_token_id", "eos_token_id", "pad_token_id", "cache_implementation")}
+    owner.generation_config = GenerationConfig(**{name: value for name, value in kept.items() if value is not None})
     try:
         yield
     finally:
