@@ -234,6 +234,18 @@ def test_kl_reference_and_multiple_updates(tiny_model_dir, arithmetic_task, tmp_
     assert any(line["kl_old"] > 0 for line in lines)
 
 
+def test_the_kl_metric_is_logged_in_the_warm_up_of_a_ref_scored_method(tiny_model_dir, arithmetic_task, tmp_path):
+    """A reference model kept for the ref score (kl_coef 0): kl was null in the full-token warm-up,
+    whose every-token method drops the ref score and so skipped the reference forward; the docs say
+    kl is null only when no reference model is kept."""
+    config = tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=2, method="ict",
+                         selector={"reference": "ref"}, full_token_warmup_steps=1, learning_rate=2e-2)
+    train(config)
+    lines = read_metrics(tmp_path / "run")
+    assert [line["kl"] is not None for line in lines] == [True, True]
+    assert lines[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # the policy is the reference at step 1
+
+
 def test_registered_reward_is_pluggable():
     assert REWARDS["contains_answer"] is contains_answer
 

@@ -155,7 +155,10 @@ def statistics_of(model: Any, micro: RolloutBatch, group_ids: torch.Tensor, refe
     with profile("forward"):
         outputs = (response_hidden if from_hidden else response_logits)(model, micro, context.shared_prompt)
     reference_outputs = None
-    if context.reference is not None and (needs_reference_logits(references) or context.loss_config.kl_coef > 0):
+    # a reference is kept only for the KL term or the ref score: its forward runs whenever there is
+    # one (the kl metric too, e.g. in the full-token warm-up of a ref-scored method, whose own
+    # references are dropped then)
+    if context.reference is not None:
         with profile("reference forward"):
             reference_outputs = context.reference.outputs(micro, hidden=from_hidden)
     with profile("statistics"):
