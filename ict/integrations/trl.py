@@ -224,7 +224,10 @@ class ICTGRPOTrainer(GRPOTrainer):
 
         check_trl_version(trl.__version__)
         config = kwargs.get("args", args[2] if len(args) > 2 else None)
-        refusal = sharded_head_refusal(config) if config is not None else None
+        if not isinstance(config, ICTGRPOConfig):  # TRL's own config lacks ict's options (tile size...)
+            raise ValueError(f"ICTGRPOTrainer needs args=ICTGRPOConfig(...), got {type(config).__name__}: "
+                             "ICTGRPOConfig is TRL's GRPOConfig with the token selector's options")
+        refusal = sharded_head_refusal(config)
         if refusal:  # before TRL builds anything
             raise ValueError(refusal)
         super().__init__(*args, **kwargs)
