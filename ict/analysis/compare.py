@@ -117,13 +117,11 @@ def load_runs(output_dir: Path) -> list[RunRecord]:
         match = re.fullmatch(r"seed(-?\d+)", directory.name)
         if match is None:
             continue
-        correct = complete_verdicts(directory / "eval")
+        verdicts = complete_verdicts(directory / "eval")
         records.append(RunRecord(directory.parent.name, int(match.group(1)), directory,
-                                 read_metrics(directory), correct,
+                                 read_metrics(directory), verdicts or {},
                                  _planned_steps(directory / "config.yaml"), evaluated_ks(directory / "eval"),
-                                 evaluating=correct is None))
-        if correct is None:
-            records[-1].correct = {}
+                                 evaluating=verdicts is None))
     return records
 
 

@@ -185,6 +185,10 @@ class EvalConfig:
             self.max_new_tokens = MAX_NEW_TOKENS_GPU if on_gpu else MAX_NEW_TOKENS_CPU
         return self.max_new_tokens
 
+    def grading(self) -> dict[str, Any]:
+        """Its `GRADING_KEYS` values: the settings a verdict is graded with (each record keeps them)."""
+        return {key: getattr(self, key) for key in GRADING_KEYS}
+
     def resolved_output_dir(self) -> Path:
         if self.output_dir:
             return Path(self.output_dir).expanduser()
@@ -220,7 +224,7 @@ def regrade_records(benchmarks: Sequence[Benchmark], records: dict[str, list[dic
     current rules (no generation), those graded with other settings (their ``grading``), or all
     (``everything``); updates ``extracted``, ``correct``, ``score``, ``status`` and ``grading`` in
     place. Returns the number of re-graded completions."""
-    grading = {key: getattr(config, key) for key in GRADING_KEYS}
+    grading = config.grading()
     count = 0
     by_problem: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for unit in records.values():  # every stored seed and the greedy completion
@@ -432,10 +436,9 @@ def evaluate(
     benchmarks = [load_benchmark(name, config.data_dir, config.limit, config.answer_extraction)
                   for name in names]
     output_dir = config.resolved_output_dir()
-    grading = {key: getattr(config, key) for key in GRADING_KEYS}
     records, regrade_all = prepare_output_dir(
-        output_dir, {key: getattr(config, key) for key in RESUME_KEYS}, grading, config.num_samples, config.greedy,
-        config.overwrite, config.regrade)
+        output_dir, {key: getattr(config, key) for key in RESUME_KEYS}, config.grading(), config.num_samples,
+        config.greedy, config.overwrite, config.regrade)
     check_same_problems(output_dir, [problem for benchmark in benchmarks for problem in benchmark.problems], records)
     units = _units(config)
     todo = [(benchmark, [p for p in benchmark.problems
@@ -495,7 +498,7 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
 
     per_chunk = max(1, config.batch_size // config.num_samples)
     units = _units(config)
-    grading = {key: getattr(config, key) for key in GRADING_KEYS}
+    grading = config.grading()
     first_seed = config.resolved_seeds()[0]  # greedy decoding ignores it; kept for the record
     columns = progress_columns("{task.description}")
     with Progress(*columns, disable=not progress, transient=False) as bar, open(

@@ -7,6 +7,7 @@ Precedence (later wins): field defaults < YAML file (`--config`) < command-line 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -429,20 +430,16 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
     value other than the run's is a UsageError unless it is in `RESUME_MAY_CHANGE`."""
     layers = [_renamed(load_yaml(yaml_path)) if yaml_path else {}, _renamed(options or {}),
               _renamed(overrides or {})]
-    values: dict[str, Any] = {}
-    for layer in layers:
-        values = _with_layer(values, layer)
+    values = functools.reduce(_with_layer, layers, {})
     saved_path = Path(values["run_dir"]) / "config.yaml" if values.get("resume") and values.get("run_dir") else None
     if saved_path is None or not saved_path.is_file():
         return TrainConfig(**values).resolve()
-    saved = _renamed(load_yaml(saved_path))
-    unknown = sorted(set(saved) - set(field_types()))
-    if unknown:
-        raise UsageError(f"{saved_path} has an unknown option {unknown[0]!r}")
+    try:  # parsed as any YAML layer is (an unknown key is one line)
+        saved = _with_layer({}, _renamed(load_yaml(saved_path)))
+    except UsageError as error:
+        raise UsageError(f"{saved_path}: {error}") from None
     run = TrainConfig(**saved).resolve()
-    values = saved
-    for layer in layers:
-        values = _with_layer(values, layer)
+    values = functools.reduce(_with_layer, layers, saved)
     config = TrainConfig(**values).resolve()
     for name, value in config.to_dict().items():
         if name not in RESUME_MAY_CHANGE and value != getattr(run, name):

@@ -267,8 +267,8 @@ def micro_batch_step(model: Any, micro: RolloutBatch, advantages: torch.Tensor,
     config = context.loss_config
     # no selected token and no regularizer over the rest: a zero loss, whose backward is skipped
     # (its weight, with denominator="all", still counts)
-    reached = bool((selection.mask & micro.response_mask.bool()).any()) or (
-        config.regularizer_tokens == "all" and (config.kl_coef > 0 or config.entropy_coef > 0))
+    reached = (config.regularizer_tokens == "all" and (config.kl_coef > 0 or config.entropy_coef > 0)) or bool(
+        (selection.mask & micro.response_mask.bool()).any())  # the settings first: no read when they decide
     if weight > 0 and reached and loss.requires_grad:
         with context.profiler.phase("backward"):
             (loss * weight).backward()
