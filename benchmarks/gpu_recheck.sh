@@ -8,8 +8,11 @@
 #      memory than TRL's head) and 8192x15232 (as many rows, in tiles of fewer elements than the
 #      default's: no more memory anywhere), with the SM clock and power logged (gpu_clocks.csv),
 #      then the torch profiler over our GRPO call and TRL's head in both orders at 1.5B
-#      (PROFILE_PATHS); each run of (a) with an extra row (--backward-ab): our GRPO path with its
-#      backward in the forward's tiles, as before backward_tile (049cca7), timed beside the new one;
+#      (PROFILE_PATHS); each run of (a) with two extra rows: our GRPO path with its backward in
+#      the forward's tiles, as before backward_tile (049cca7; --backward-ab), and without its
+#      gradient mask, its backward reading its rows' count back, a device sync (--gradient-mask-ab;
+#      session 30's profile put 0.76 ms of device idle in our backward, 0.14 ms in TRL's), each
+#      timed beside the default;
 #   2. the tests of the head's gradient written once a slice on the GPU (GPU_TESTS, a pytest -k
 #      expression; within TESTS_LIMIT seconds, default 90): a float32 head's slice under autocast
 #      is one GEMM with float32 output of the bf16 operands, the Triton backend's gradients of
@@ -32,7 +35,7 @@ cd "$(dirname "$0")/.." || exit 1
 export OUT=${OUT:-/tmp/gpu_recheck_out}
 start=$(date +%s)
 source benchmarks/gpu_env.sh  # the wheels (TRL), once for both steps; the environment
-read -r -a sweep_args <<< "${SWEEP_ARGS:---device cuda --models 1.5b,0.5b --repeats 25 --backward-ab}"
+read -r -a sweep_args <<< "${SWEEP_ARGS:---device cuda --models 1.5b,0.5b --repeats 25 --backward-ab --gradient-mask-ab}"
 read -r -a b_args <<< "${B_ARGS:---device cuda --train-models 0.5b --rounds 2 --steps 3}"
 
 TILE_SIZES=${TILE_SIZES:-4096x32768 8192x30464 8192x15232} RUN_LIMIT=${RUN_LIMIT:-110} \

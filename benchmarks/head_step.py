@@ -2,7 +2,9 @@
 inputs: ``benchmarks/ict_cost.py`` (a), ``stats_profile.py`` and ``stats_speed.py --step`` call
 these, so the three time the same step.
 
-- :func:`ours`: GRPO's part (log-probs, loss ``sum(log_probs * advantage)``) or ICT's (plus the JS
+- :func:`ours`: GRPO's part (log-probs, loss ``sum(log_probs * advantage)``, the statistics given
+  the positions it differentiates, ``ict.core.loss.loss_gradient_mask``, as our trainer's GRPO
+  step gives them) or ICT's (plus the JS
   reference ICT needs, groups of G, the registry's selection at ratio 0.1 and ICT's loss,
   ``ict.core.loss.policy_loss`` with ICT's aggregation), statistics from the hidden states
   (``token_statistics_from_hidden``) or from the logits (``token_statistics`` on
@@ -14,7 +16,8 @@ these, so the three time the same step.
 Each returns the loss; the caller runs its backward (and, on a GPU, the autocast around the
 call). ``phase(name)``, a context manager per part (``statistics``, ``selection``, ``loss``),
 lets ``stats_profile.py`` mark them for the profiler. Only the API that older checkouts of ict
-also have is called, so ``stats_speed.py --baseline`` can time one with this file.
+also have is called (the gradient mask where the checkout has one), so ``stats_speed.py
+--baseline`` can time one with this file.
 """
 
 from __future__ import annotations
@@ -73,11 +76,14 @@ def head_batch(rows: int, length: int, width: int, vocab: int, device: str = "cp
 
 
 def ours(batch: HeadBatch, method: str, source: str = "hidden", phase: Phase = no_phase,
-         logits: Tensor | None = None, **tiles: Any) -> Tensor:
+         logits: Tensor | None = None, gradient_mask: bool = True, **tiles: Any) -> Tensor:
     """GRPO's (``method="grpo"``) or ICT's (``"ict"``) loss from the head, statistics from
     ``source`` ``"hidden"`` or ``"logits"`` (``hidden @ W.T``, or ``logits`` ``[R, T, V]`` when
     given: then the loss's backward stops at them); ``tiles`` go to the statistics (e.g.
-    ``tile_size``)."""
+    ``tile_size``). ``gradient_mask``: GRPO's statistics are given the positions its loss
+    differentiates (where the library has ``loss_gradient_mask``; False: not, and the backward
+    finds them with a device sync)."""
+    from ict.core import loss as losses
     from ict.core.loss import PolicyLossConfig, policy_loss
     from ict.core.selectors import (
         SelectionInputs,
@@ -93,6 +99,8 @@ def ours(batch: HeadBatch, method: str, source: str = "hidden", phase: Phase = n
     references = required_js_references("ict", options) if ict else ()
     group_ids = batch.group_ids if ict else None
     ids, mask, advantages = batch.token_ids, batch.response_mask, batch.advantages
+    if not ict and gradient_mask and hasattr(losses, "loss_gradient_mask"):
+        tiles["gradient_mask"] = losses.loss_gradient_mask(mask, advantages, PolicyLossConfig())
     with phase("statistics"):
         if source == "hidden":
             stats = token_statistics_from_hidden(batch.hidden, batch.weight, ids, mask, 1.0, references,

@@ -23,7 +23,9 @@ in mixed-precision training; CPU: 2 x 8 x 64 = 1,024 tokens, fp32, ``--threads``
   gathered log-probs, entropy (no grad), backward;
 - ours, GRPO / ICT, from hidden states (``ict.core.stats.token_statistics_from_hidden``) and
   from logits (``token_statistics`` on ``hidden @ W.T`` computed under autocast, the matmul
-  timed): GRPO: log-probs only, backward of ``sum(log_probs * advantage)``; ICT: plus the JS
+  timed): GRPO: log-probs only, given the positions its loss differentiates
+  (``ict.core.loss.loss_gradient_mask``, as our trainer's GRPO step: the backward reads nothing
+  back), backward of ``sum(log_probs * advantage)``; ICT: plus the JS
   reference ``ict`` needs (``group_mean_absorbing``, groups of G=8), the registry's selector
   (``select("ict", ..., ratio=0.1)``) and ``ict.core.loss.policy_loss`` (ICT's aggregation).
   These and TRL's row are ``benchmarks/head_step.py``'s, the step ``stats_profile.py`` and
@@ -131,7 +133,7 @@ def child_a(settings: dict[str, Any], out: Path, deadline: float | None) -> None
         results[model] = head_rows(width, settings["a_vocab"], tuple(settings["a_shape"]), settings["device"],
                                    settings["repeats"], parse_tile(settings["tile_size"]), mine,
                                    tuple(parse_tile(text) for text in settings["ict_tiles"]),
-                                   settings["backward_ab"])
+                                   settings["backward_ab"], settings["gradient_mask_ab"])
         out.write_text(json.dumps(results))
 
 
@@ -321,6 +323,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
         "repeats": args.repeats or (9 if gpu and not tiny else 1), "tile_size": args.tile_size,
         "ict_tiles": [text for text in (args.ict_tiles or "").split(",") if text],
         "backward_ab": args.backward_ab,
+        "gradient_mask_ab": args.gradient_mask_ab,
         "prompts": args.prompts or defaults[0], "completions": args.completions or defaults[1],
         "length": args.length or defaults[2], "steps": args.steps or defaults[3], "rounds": args.rounds,
         "configs": args.configs.split(","), "threads": args.threads or (1 if tiny else 2), "statistics_from": args.statistics_from,
@@ -394,6 +397,8 @@ def main() -> None:
                         "TOKENSxVOCAB tile (comma-separated), e.g. 883x151936 (whole-vocabulary tiles)")
     parser.add_argument("--backward-ab", action="store_true", help="(a) an extra row: our GRPO path from "
                         "hidden states with its backward in the forward's tiles (as before backward_tile)")
+    parser.add_argument("--gradient-mask-ab", action="store_true", help="(a) an extra row: our GRPO path from "
+                        "hidden states without its gradient mask (its backward reads its rows' count back)")
     parser.add_argument("--prompts", type=int, default=None, help="(b, c) prompts per step (GPU 8)")
     parser.add_argument("--completions", type=int, default=None, help="(b, c) completions per prompt (GPU 8)")
     parser.add_argument("--length", type=int, default=None, help="(b, c) completion length cap (GPU 256)")

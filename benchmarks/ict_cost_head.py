@@ -48,10 +48,13 @@ def forward_tiles_in_backward() -> Any:
 
 def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, repeats: int,
               tile_size: tuple[int, int] | None, deadline: float | None = None,
-              ict_tiles: tuple[tuple[int, int], ...] = (), backward_ab: bool = False) -> dict[str, Any]:
+              ict_tiles: tuple[tuple[int, int], ...] = (), backward_ab: bool = False,
+              gradient_mask_ab: bool = False) -> dict[str, Any]:
     """Time and peak memory of every row of :data:`A_ROWS` at one shape (see the module doc),
-    plus ICT from hidden states at each of ``ict_tiles`` and, with ``backward_ab``, our GRPO path
-    from hidden states with its backward in the forward's tiles (:func:`forward_tiles_in_backward`);
+    plus ICT from hidden states at each of ``ict_tiles``, with ``backward_ab`` our GRPO path
+    from hidden states with its backward in the forward's tiles (:func:`forward_tiles_in_backward`)
+    and with ``gradient_mask_ab`` the same path without its gradient mask (its backward finds the
+    rows with a gradient by reading their count back, a device sync);
     fewer timed calls than ``repeats`` (at least 1) where another round, as long as the longest
     so far, would end after ``deadline``."""
     import torch
@@ -81,6 +84,9 @@ def head_rows(width: int, vocab: int, shape: tuple[int, int, int], device: str, 
         functions["grpo_hidden_forward_tiles"] = functions["grpo_hidden"]
         labels["grpo_hidden_forward_tiles"] = "ours GRPO from hidden states, backward in the forward's tiles"
         contexts["grpo_hidden_forward_tiles"] = forward_tiles_in_backward
+    if gradient_mask_ab:
+        functions["grpo_hidden_unmasked"] = lambda: head_step.ours(batch, "grpo", "hidden", gradient_mask=False, **extra)
+        labels["grpo_hidden_unmasked"] = "ours GRPO from hidden states, no gradient mask (the backward reads back)"
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if gpu else contextlib.nullcontext())
     meter = runs.MemoryMeter(device)
     results: dict[str, dict[str, Any]] = {name: {"label": label, "seconds": [], "peak_mib": [], "started": []}

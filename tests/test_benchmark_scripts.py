@@ -126,7 +126,7 @@ def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
     report_path = tmp_path / "cost.json"
     env = environment_with_root()
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ict_cost.py"), "--tiny", "--device", "cpu",
-                             "--ict-tiles", "8x1000", "--tile-size", "8x300", "--backward-ab", "--json",
+                             "--ict-tiles", "8x1000", "--tile-size", "8x300", "--backward-ab", "--gradient-mask-ab", "--json",
                              str(report_path)],
                             capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -136,7 +136,8 @@ def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
     assert all("our tiles 8x300" in table.splitlines()[0] for table in tables.values()), result.stdout[-3000:]
     # (a): every path, with finite positive seconds and ratios and a finite memory figure
     for label in [*A_ROWS.values(), "ours ICT from hidden states, tile 8x1000",
-                  "ours GRPO from hidden states, backward in the forward's tiles"]:
+                  "ours GRPO from hidden states, backward in the forward's tiles",
+                  "ours GRPO from hidden states, no gradient mask (the backward reads back)"]:
         (row,) = table_rows(tables["(a)"], (label,))
         assert finite(row[1]) and finite(row[2]) and finite(row[3], positive=False), row
     assert "target CPU: ICT <= 1.0x TRL's head" in tables["(a)"]
@@ -159,7 +160,8 @@ def test_ict_cost_runs_tiny_on_the_cpu(tmp_path):
     # RSS on a CPU, runs sharing one process: later runs read the memory earlier ones freed (~0)
     assert "peak memory not judged (CPU runs sharing one process" in result.stdout
     report = json.loads(report_path.read_text())
-    assert set(report["a"]["tiny"]["rows"]) == {*A_ROWS, "ict_hidden_8x1000", "grpo_hidden_forward_tiles"}
+    assert set(report["a"]["tiny"]["rows"]) == {*A_ROWS, "ict_hidden_8x1000", "grpo_hidden_forward_tiles",
+                                                "grpo_hidden_unmasked"}
     assert {run["variant"] for run in report["b"]["tiny"]["runs"]} == {"trl", "ict"}
     assert {run["variant"] for run in report["c"]["tiny"]["runs"]} == {"grpo", "ict"}
     for run in report["c"]["tiny"]["runs"]:

@@ -116,7 +116,7 @@ def test_gpu_recheck_script_runs_tiny_on_the_cpu(tmp_path):
     pytest.importorskip("trl")
     out = tmp_path / "out"
     env = gpu_script_environment(tmp_path, TILE_SIZES="8x1000", RUN_LIMIT="300",
-                                 SWEEP_ARGS="--tiny --device cpu --models tiny --repeats 2 --backward-ab",
+                                 SWEEP_ARGS="--tiny --device cpu --models tiny --repeats 2 --backward-ab --gradient-mask-ab",
                                  PROFILE_ARGS="--length 8 --vocab 1000 --width 16",
                                  B_ARGS="--tiny --device cpu --rounds 1 --steps 2", GPU_RUN_LIMIT="900",
                                  GPU_TESTS="gemm_of_the_bf16_operands or (half_precision and bfloat16-64-torch)")
@@ -130,6 +130,7 @@ def test_gpu_recheck_script_runs_tiny_on_the_cpu(tmp_path):
     assert "1 passed, 1 skipped" in tests and "exit status 0" in tests, tests[-2000:]  # no CUDA here: skipped
     section_a = json.loads((out / "tiles_8x1000.json").read_text())["a"]["tiny"]
     assert section_a["repeats"] == 2 and section_a["rows"]["grpo_hidden_forward_tiles"]["median"] > 0
+    assert section_a["rows"]["grpo_hidden_unmasked"]["median"] > 0
     profile = (out / "stats_profile.log").read_text()
     assert [line for line in profile.splitlines() if line.startswith("## ")] == [
         "## ours, GRPO from hidden states", "## TRL 1.16 fused head"] * 2

@@ -252,6 +252,27 @@ class LossMetrics(Mapping[str, float]):
         return f"LossMetrics({self._read()!r})"
 
 
+def loss_gradient_mask(response_mask: Tensor, advantages: Tensor, config: PolicyLossConfig,
+                       selected_mask: Tensor | None = None, kl_penalty: Tensor | None = None) -> Tensor | None:
+    """The positions whose log-prob :func:`policy_loss` can give a nonzero gradient, known before
+    the statistics (bool ``[B, T]``; their ``gradient_mask``, so their backward reads nothing back):
+    the response positions of ``selected_mask`` (None: every one, GRPO's selection) whose advantage
+    (``[B]`` or ``[B, T]``) is not zero or whose ``kl_penalty`` is (elsewhere the surrogate's
+    per-token loss is ``ratio * 0`` and the penalty ``0 * |log-ratio|``). None, every position,
+    when ``config`` has a KL or entropy term: they reach a regularized token whatever its advantage.
+    A NaN advantage counts as nonzero (its NaN reaches the gradient, as without the mask)."""
+    if config.kl_coef > 0 or config.entropy_coef > 0:
+        return None
+    response = response_mask.bool()
+    check_token_shapes(response.shape, {"selected_mask": selected_mask, "kl_penalty": kl_penalty},
+                       advantages=advantages)
+    moving = (advantages if advantages.dim() == 2 else advantages.unsqueeze(-1)) != 0
+    if kl_penalty is not None:
+        moving = moving | (kl_penalty != 0)
+    mask = response & moving
+    return mask if selected_mask is None else mask & selected_mask.bool()
+
+
 def policy_loss(
     stats: TokenStatistics,
     old_log_probs: Tensor,

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from ict.core.errors import UsageError
-from ict.core.loss import PolicyLossConfig, aggregation_weight, policy_loss
+from ict.core.loss import PolicyLossConfig, aggregation_weight, loss_gradient_mask, policy_loss
 from ict.core.profiling import StepProfiler
 from ict.core.seeding import step_seed
 from ict.core.selectors import (
@@ -138,9 +138,12 @@ def statistics_source(choice: str, model: Any, device: torch.device, references:
 
 def statistics_of(model: Any, micro: RolloutBatch, group_ids: torch.Tensor, references: tuple[str, ...],
                   context: StepContext, differentiable_entropy: bool = False,
+                  gradient_mask: torch.Tensor | None = None,
                   ) -> tuple[TokenStatistics, torch.Tensor | None]:
     """Token statistics of `micro` under `model` (log-probs carry gradients when grad is on), and
-    the reference policy's log-probs when the loss or a `ref` score needs them.
+    the reference policy's log-probs when the loss or a `ref` score needs them. `gradient_mask`:
+    the positions the loss can differentiate, when known before it (`loss_gradient_mask`; the
+    statistics' backward then reads nothing back).
 
     ``context.statistics_from``: ``"logits"`` computes them from the model's ``[B, T, V]``
     logits (`token_statistics`); ``"hidden"`` from its final hidden states and LM-head weight
@@ -168,14 +171,14 @@ def statistics_of(model: Any, micro: RolloutBatch, group_ids: torch.Tensor, refe
                 outputs, weight, micro.response_ids, micro.response_mask,
                 temperature=context.temperature, js_references=references, group_ids=group_ids,
                 lm_head_bias=bias, differentiable_entropy=differentiable_entropy,
-                tile_size=context.tile_size)
+                tile_size=context.tile_size, gradient_mask=gradient_mask)
         else:
             stats = token_statistics(
                 outputs, micro.response_ids, micro.response_mask, temperature=context.temperature,
                 js_references=tuple(name for name in references
                                     if name != "ref" or reference_outputs is not None),
                 reference_logits=reference_outputs, differentiable_entropy=differentiable_entropy,
-                tile_size=context.tile_size, group_ids=group_ids)
+                tile_size=context.tile_size, group_ids=group_ids, gradient_mask=gradient_mask)
     reference_log_probs = None
     if reference_outputs is not None:
         with torch.no_grad():
@@ -251,10 +254,18 @@ def micro_batch_step(model: Any, micro: RolloutBatch, advantages: torch.Tensor,
     here. The loss is backpropagated scaled by its aggregation weight (the caller divides by the
     mini-batch's total weight)."""
     references = method.js_references if js_scores is None else ()
+    # the positions the loss can differentiate, when the selection is known before the statistics
+    # (made on the population, or GRPO's every token): the statistics' backward needs no sync
+    gradient_mask = None
+    if selection is not None:
+        gradient_mask = loss_gradient_mask(micro.response_mask, advantages, context.loss_config, selection.mask,
+                                           selection.kl_penalty)
+    elif method.selector == ALL_TOKENS.selector:
+        gradient_mask = loss_gradient_mask(micro.response_mask, advantages, context.loss_config)
     with compute_context(micro.input_ids.device, context.compute_dtype):
         stats, reference_log_probs = statistics_of(
             model, micro, group_ids, references, context,
-            differentiable_entropy=context.loss_config.entropy_coef > 0)
+            differentiable_entropy=context.loss_config.entropy_coef > 0, gradient_mask=gradient_mask)
     if js_scores is not None:
         stats.js_scores = dict(js_scores)
     old = old_log_probs if old_log_probs is not None else stats.log_probs.detach()

@@ -145,6 +145,7 @@ def _check_common(
     js_references: Sequence[str],
     group_ids: Tensor | None,
     finished: Tensor | None,
+    gradient_mask: Tensor | None = None,
 ) -> None:
     if token_ids.shape != shape[:2] or response_mask.shape != shape[:2]:
         raise ValueError(
@@ -162,7 +163,7 @@ def _check_common(
     grouped = [name for name in references if name in GROUP_MEAN_VARIANTS]
     if grouped and group_ids is None:
         raise ValueError(f"the {grouped[0]!r} JS reference needs group_ids [B] (equal ids = completions of one prompt)")
-    check_token_shapes(shape[:2], {}, {"group_ids": group_ids, "finished": finished})
+    check_token_shapes(shape[:2], {"gradient_mask": gradient_mask}, {"group_ids": group_ids, "finished": finished})
 
 
 def token_statistics(
@@ -178,6 +179,7 @@ def token_statistics(
     group_ids: Tensor | None = None,
     finished: Tensor | None = None,
     row_index: Tensor | None = None,
+    gradient_mask: Tensor | None = None,
 ) -> TokenStatistics:
     """Compute :class:`TokenStatistics` for the response positions (see the module docstring).
 
@@ -196,6 +198,14 @@ def token_statistics(
     variants (default: inferred, see the module docstring). ``js_references`` are score keys
     (:func:`score_key`): a reference name for its JS score, ``"<reference>:kl"`` or
     ``"<reference>:wasserstein"`` for another metric; ``js_scores`` is keyed by them.
+
+    ``gradient_mask`` (``[B, T]``, nonzero = may receive a gradient; optional): the positions
+    whose ``log_probs`` (and differentiable ``entropy``) the loss can give a nonzero gradient, when
+    the caller knows them before the loss, e.g. GRPO's response positions of nonzero advantage
+    (:func:`ict.core.loss.loss_gradient_mask`). The backward then recomputes only their tiles and
+    reads nothing back from the device; without it, it finds the rows whose gradient is not zero
+    (one device sync). A gradient at a position outside the mask is dropped, so the mask must
+    cover every position the loss differentiates.
     """
     js_references = _distinct_references(js_references)
     if row_index is not None:
@@ -208,18 +218,21 @@ def token_statistics(
             raise ValueError(f"row_index must be an int32 or int64 tensor, got {row_index.dtype}")
         _check_floating(logits=logits)
         shape = (*token_ids.shape, logits.shape[-1])
-        _check_common(shape, token_ids, response_mask, temperature, js_references, group_ids, finished)
+        _check_common(shape, token_ids, response_mask, temperature, js_references, group_ids, finished,
+                      gradient_mask)
         rows = logits.shape[0]
         outside = ((row_index < 0) | (row_index >= rows)) & response_mask.bool().to(row_index.device)
         if bool(outside.any()):  # a device sync, on this path only: the kernels would read outside logits
             raise ValueError(f"row_index must be in [0, {rows}) (the rows of logits) at response positions; "
                              f"{int(outside.sum())} position(s) are not")
         return statistics(LogitsHead(logits, row_index), shape, token_ids, response_mask, temperature,
-                          js_references, None, differentiable_entropy, tile_size, backend, group_ids, finished)
+                          js_references, None, differentiable_entropy, tile_size, backend, group_ids, finished,
+                          gradient_mask)
     if logits.dim() != 3:
         raise ValueError(f"logits must be [B, T, V], got shape {tuple(logits.shape)}")
     _check_floating(logits=logits)
-    _check_common(tuple(logits.shape), token_ids, response_mask, temperature, js_references, group_ids, finished)
+    _check_common(tuple(logits.shape), token_ids, response_mask, temperature, js_references, group_ids, finished,
+                  gradient_mask)
     reference_head = None
     if needs_reference_logits(js_references):
         if reference_logits is None:
@@ -232,7 +245,7 @@ def token_statistics(
         reference_head = LogitsHead(reference_logits)
     return statistics(
         LogitsHead(logits), tuple(logits.shape), token_ids, response_mask, temperature, js_references,
-        reference_head, differentiable_entropy, tile_size, backend, group_ids, finished,
+        reference_head, differentiable_entropy, tile_size, backend, group_ids, finished, gradient_mask,
     )
 
 
@@ -249,6 +262,7 @@ def token_statistics_from_hidden(
     tile_size: TileSize | None = None,
     backend: str | None = None,
     finished: Tensor | None = None,
+    gradient_mask: Tensor | None = None,
 ) -> TokenStatistics:
     """:func:`token_statistics` of ``logits = hidden @ lm_head_weight.T (+ lm_head_bias)`` without
     ever building the ``[B, T, V]`` logits, forward or backward.
@@ -262,18 +276,20 @@ def token_statistics_from_hidden(
     copies of it) and one ``[V, d]`` float32 weight gradient (when one token tile holds the rows
     with a gradient, the weight's gradient instead: each slice is written once, in its dtype).
     Every reference but ``ref`` is supported (``ref`` needs a second model's hidden states), with
-    every metric. Do not modify the weight in place between the forward and the backward.
+    every metric. ``gradient_mask``: as :func:`token_statistics`'s. Do not modify the weight in
+    place between the forward and the backward.
     """
     js_references = _distinct_references(js_references)
     head, shape = _checked_linear_head(hidden, lm_head_weight, lm_head_bias, token_ids, response_mask, temperature,
-                                       js_references, group_ids, finished)
+                                       js_references, group_ids, finished, gradient_mask)
     return statistics(head, shape, token_ids, response_mask, temperature, js_references, None,
-                      differentiable_entropy, tile_size, backend, group_ids, finished)
+                      differentiable_entropy, tile_size, backend, group_ids, finished, gradient_mask)
 
 
 def _checked_linear_head(hidden: Tensor, lm_head_weight: Tensor, lm_head_bias: Tensor | None, token_ids: Tensor,
                          response_mask: Tensor, temperature: float, js_references: Sequence[str],
-                         group_ids: Tensor | None, finished: Tensor | None) -> tuple[LinearHead, tuple[int, int, int]]:
+                         group_ids: Tensor | None, finished: Tensor | None, gradient_mask: Tensor | None = None,
+                         ) -> tuple[LinearHead, tuple[int, int, int]]:
     """The head of the hidden-state functions and ``(B, T, V)``, after their checks (one line each)."""
     if hidden.dim() != 3 or lm_head_weight.dim() != 2 or hidden.shape[-1] != lm_head_weight.shape[-1]:
         raise ValueError(
@@ -284,7 +300,7 @@ def _checked_linear_head(hidden: Tensor, lm_head_weight: Tensor, lm_head_bias: T
     if lm_head_bias is not None and tuple(lm_head_bias.shape) != (lm_head_weight.shape[0],):
         raise ValueError(f"lm_head_bias must be [V] = [{lm_head_weight.shape[0]}], got {tuple(lm_head_bias.shape)}")
     shape = (hidden.shape[0], hidden.shape[1], lm_head_weight.shape[0])
-    _check_common(shape, token_ids, response_mask, temperature, js_references, group_ids, finished)
+    _check_common(shape, token_ids, response_mask, temperature, js_references, group_ids, finished, gradient_mask)
     if needs_reference_logits(js_references):
         raise ValueError("the 'ref' JS reference is not supported from hidden states; use token_statistics")
     return LinearHead(hidden, lm_head_weight, lm_head_bias), shape

@@ -110,10 +110,26 @@ class RowOrder:
     time_index: Tensor
     tiles: list[Tile]
     dense: bool = False  # sequence order over every position of the batch: row i is flat position i
+    # the caller's gradient mask, read with the layout's sizes (:func:`given_gradient_rows`): the
+    # rows that may have a gradient (indices [M], ascending; None: every row); no mask: not given
+    gradient_rows: Tensor | None = None
+    gradient_rows_given: bool = False
 
     @property
     def num_rows(self) -> int:
         return self.batch_index.numel()
+
+    def with_gradient_rows(self, gradient_mask: Tensor | None, count: int) -> RowOrder:
+        """This order with the rows of ``gradient_mask`` (``[B, T]``, any dtype, nonzero = may
+        have a gradient) as its :attr:`gradient_rows`, ``count`` = the number of response rows
+        it holds (read with the layout's sizes: no device sync here); unchanged without a mask."""
+        if gradient_mask is None:
+            return self
+        rows = None
+        if count != self.num_rows:
+            marked = gradient_mask.to(self.batch_index.device).bool()[self.batch_index, self.time_index]
+            rows = nonzero_given_count(marked, count).squeeze(-1)
+        return RowOrder(self.batch_index, self.time_index, self.tiles, self.dense, rows, True)
 
     def positions(self, part: slice) -> tuple[Tensor, Tensor, slice | None]:
         """Where the rows ``part`` lie: their ``(batch_index, time_index)``, and their flat positions
@@ -156,6 +172,14 @@ def _outside_vocabulary(mask: Tensor, token_ids: Tensor | None, vocab_size: int 
     return (((token_ids < 0) | (token_ids >= vocab_size)) & mask).sum()
 
 
+def _gradient_count(mask: Tensor, gradient_mask: Tensor | None) -> Tensor:
+    """How many response positions ``gradient_mask`` marks (a 0-d count, no sync; 0 without one):
+    read with the layout's sizes (:meth:`RowOrder.with_gradient_rows`)."""
+    if gradient_mask is None:
+        return torch.zeros((), dtype=torch.long, device=mask.device)
+    return (gradient_mask.to(mask.device).bool() & mask).sum()
+
+
 def _refuse_outside(count: int, vocab_size: int | None) -> None:
     if count:
         raise ValueError(f"token_ids must be in [0, {vocab_size}) at response positions: {count} position(s) "
@@ -163,17 +187,23 @@ def _refuse_outside(count: int, vocab_size: int | None) -> None:
 
 
 def sequence_order(response_mask: Tensor, tokens: int, token_ids: Tensor | None = None,
-                   vocab_size: int | None = None) -> RowOrder:
-    """Row-major response rows in tiles of ``tokens`` rows. With ``token_ids`` and ``vocab_size``,
-    a response position whose id is outside ``[0, V)`` is a ValueError. One device sync (the rows'
-    count and that check, read together)."""
+                   vocab_size: int | None = None, gradient_mask: Tensor | None = None) -> RowOrder:
+    """Row-major response rows in tiles of ``tokens`` rows, with the rows of ``gradient_mask``
+    (:meth:`RowOrder.with_gradient_rows`). With ``token_ids`` and ``vocab_size``, a response
+    position whose id is outside ``[0, V)`` is a ValueError. One device sync (the rows' count, that
+    check and the gradient mask's count, read together)."""
     mask = response_mask.bool()
     outside = _outside_vocabulary(mask, token_ids, vocab_size)
-    num_rows = int(torch.where(outside > 0, -outside, mask.sum()).item())  # one read: minus the ids outside
+    if gradient_mask is None:
+        num_rows, marked = int(torch.where(outside > 0, -outside, mask.sum()).item()), 0  # one read: minus the ids outside
+    else:
+        num_rows, marked = torch.stack([torch.where(outside > 0, -outside, mask.sum()),
+                                        _gradient_count(mask, gradient_mask)]).tolist()
     _refuse_outside(max(0, -num_rows), vocab_size)
     batch_index, time_index = nonzero_given_count(mask, num_rows).unbind(-1)
-    return RowOrder(batch_index, time_index, _tiles(batch_index.numel(), tokens),
-                    dense=batch_index.numel() == response_mask.numel())
+    order = RowOrder(batch_index, time_index, _tiles(batch_index.numel(), tokens),
+                     dense=batch_index.numel() == response_mask.numel())
+    return order.with_gradient_rows(gradient_mask, marked)
 
 
 def _merged_masses(tokens: Tensor) -> tuple[Tensor, Tensor]:
@@ -194,37 +224,38 @@ def _merged_masses(tokens: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, finished: Tensor | None,
-                tokens: int, vocab_size: int | None = None) -> RowOrder:
+                tokens: int, vocab_size: int | None = None, gradient_mask: Tensor | None = None) -> RowOrder:
     """Response rows in (position, group) order, tiled on block boundaries (see :class:`RowOrder`).
 
     A row is *finished* when it ended by itself (``finished``, or inferred as "its last response
     position is before the last column"); its point mass on its end token joins its group's mean
     at every later position (the absorbing variants); with ``vocab_size``, a response position
-    whose id is outside ``[0, V)`` is a ValueError. Two device syncs: the sizes of the layout
-    (rows, blocks, finished rows, the most in one group), counted on the dense mask and read back
-    together, then the tiles' block sizes and point masses."""
+    whose id is outside ``[0, V)`` is a ValueError; with the rows of ``gradient_mask``
+    (:meth:`RowOrder.with_gradient_rows`). Two device syncs: the sizes of the layout (rows,
+    blocks, finished rows, the most in one group, the gradient mask's rows), counted on the dense
+    mask and read back together, then the tiles' block sizes and point masses."""
     mask = response_mask.bool()
     batch_size, length = mask.shape
     device = mask.device
     if not mask.numel():
         empty = torch.zeros(0, dtype=torch.long, device=device)
-        return RowOrder(empty, empty, [])
+        return RowOrder(empty, empty, []).with_gradient_rows(gradient_mask, 0)
     rank = group_ranks(group_ids.to(device))  # a block's key: position * B + group rank
     block_rows = torch.zeros(length * batch_size, dtype=torch.long, device=device)
     block_rows.index_add_(0, (torch.arange(length, device=device) * batch_size + rank.unsqueeze(-1)).flatten(),
                           mask.flatten().long())
     last, done = response_ends(mask, finished)
     done_per_group = torch.zeros(batch_size, dtype=torch.long, device=device).index_add_(0, rank, done.long())
-    num_rows, num_blocks, num_done, width, outside = torch.stack(
+    num_rows, num_blocks, num_done, width, outside, marked = torch.stack(
         [mask.sum(), (block_rows > 0).sum(), done.sum(), done_per_group.max(),
-         _outside_vocabulary(mask, token_ids, vocab_size)]).tolist()
+         _outside_vocabulary(mask, token_ids, vocab_size), _gradient_count(mask, gradient_mask)]).tolist()
     _refuse_outside(outside, vocab_size)
     batch_index, time_index = nonzero_given_count(mask, num_rows).unbind(-1)
     key = time_index * batch_size + rank[batch_index]
     order = torch.argsort(key, stable=True)
     batch_index, time_index, key = batch_index[order], time_index[order], key[order]
     if not num_rows:
-        return RowOrder(batch_index, time_index, [])
+        return RowOrder(batch_index, time_index, []).with_gradient_rows(gradient_mask, 0)
     starts = run_starts(key)  # of the blocks, rows sorted by key
     block_of_row = starts.long().cumsum(0) - 1
     block_keys = key[nonzero_given_count(starts, num_blocks).squeeze(-1)]
@@ -257,7 +288,7 @@ def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, fin
             _tile_blocks, block_sizes[blocks], block_of_row[start:end], first_block, absorbed_tokens[blocks, :used],
             absorbed_counts[blocks, :used], max(sizes_on_host[blocks]))))
         start, first_block = end, last_block
-    return RowOrder(batch_index, time_index, tiles)
+    return RowOrder(batch_index, time_index, tiles).with_gradient_rows(gradient_mask, marked)
 
 
 def _tile_blocks(sizes: Tensor, block_of_row: Tensor, first_block: int, absorbed_token: Tensor,

@@ -20,7 +20,8 @@ the device computes while the host sets up the rest:
    the kept tile (the torch folds keep its probabilities).
 
 The backward recomputes each tile of the ``M`` rows that have a gradient (a row whose loss
-gradient is zero, e.g. one ICT did not select, is skipped: :func:`rows_with_gradient`) and turns
+gradient is zero, e.g. one ICT did not select, is skipped: :func:`rows_with_gradient`, one device
+sync; or, when the caller gave a gradient mask, its rows, counted with the forward's layout) and turns
 it into the gradient wrt its logits (``logit_grads``), then into ``grad_hidden += g @ W_v`` (a
 float32 ``[M, d]`` accumulator), ``grad_W_v += g.T @ h`` (float32) or the rows of ``grad_logits``.
 From hidden states, up to ``tokens + vocab`` rows take one token tile of narrower vocabulary
@@ -204,7 +205,8 @@ def _backward_tiles(ctx, needed: Sequence[bool], grad_log_probs: Tensor | None, 
                     ) -> tuple[list[Tensor | None], Tensor | None, RowOrder]:
     """The input gradients, accumulated vocabulary tile by vocabulary tile, each over every token
     tile (the head's slice and each token tile's rows are cast once; this module's docstring), over
-    the rows with a gradient only (:func:`rows_with_gradient`: the others' tiles are skipped), in
+    the rows with a gradient only (:func:`rows_with_gradient`, or the rows of the caller's gradient
+    mask, :attr:`RowOrder.gradient_rows`: the others' tiles are skipped), in
     the tiles of :meth:`Head.backward_tile`. Returns the head's gradients (:meth:`Head.new_grads`), the
     rows' accumulator (``[M, d]``, in the returned order; None for a head without one) and the
     order of its rows."""
@@ -217,7 +219,8 @@ def _backward_tiles(ctx, needed: Sequence[bool], grad_log_probs: Tensor | None, 
     grad_entropy = None if grad_entropy is None else grad_entropy.float().contiguous()
     if order.num_rows and head.vocab_size:  # queued before rows_with_gradient's sync, not after it
         head.prepare_tile(0, min(vocab, head.vocab_size))
-    active = rows_with_gradient(grad_log_probs, grad_entropy)
+    # the caller's gradient mask, its rows found with the forward's layout: no sync here
+    active = order.gradient_rows if order.gradient_rows_given else rows_with_gradient(grad_log_probs, grad_entropy)
     num_rows = order.num_rows if active is None else active.numel()
     tokens, width = head.backward_tile(num_rows, tokens, vocab)
     order = order.retiled(tokens, active)
@@ -256,7 +259,7 @@ class _Run:
     def __init__(self, head: Head, shape: tuple[int, int, int], token_ids: Tensor, response_mask: Tensor,
                  js_references: tuple[str, ...], with_reference: bool, tile_size: TileSize | None,
                  backend: str | None, group_ids: Tensor | None, finished: Tensor | None,
-                 statistics_pass: bool = True) -> None:
+                 statistics_pass: bool = True, gradient_mask: Tensor | None = None) -> None:
         """Built without gradient. ``head``'s kind picks the default tiles (hidden states or logits);
         its first tile's work that does not depend on the rows (:meth:`LinearHead.prepare_tile`) is
         queued before the row layout's syncs, so the device does it while the host waits for them,
@@ -264,7 +267,8 @@ class _Run:
         layout's tile blocks (built at their first use, :class:`~ict.core.stats.rows.Tile`): the
         device computes it while the host builds them (on a GPU the host's time after a sync is
         the device's idle time). ``statistics_pass``: False when :meth:`passes` will be given the
-        normalisers (then the first tile is queued only if a score is asked)."""
+        normalisers (then the first tile is queued only if a score is asked). ``gradient_mask``: the
+        caller's (:func:`statistics`), its rows read with the layout's sizes."""
         self.head = head
         self.batch_size, self.length, self.vocab_size = shape
         device = self.device = token_ids.device
@@ -284,9 +288,10 @@ class _Run:
             head.prepare_tile(0, min(self.vocab, self.vocab_size))
         if self.group_variants:
             assert group_ids is not None
-            self.order = group_order(response_mask, token_ids, group_ids, finished, self.tokens, self.vocab_size)
+            self.order = group_order(response_mask, token_ids, group_ids, finished, self.tokens, self.vocab_size,
+                                     gradient_mask)
         else:
-            self.order = sequence_order(response_mask, self.tokens, token_ids, self.vocab_size)
+            self.order = sequence_order(response_mask, self.tokens, token_ids, self.vocab_size, gradient_mask)
         self.tile_rows = _TileRows(head, self.order)
         self.first_logits: Tensor | IndexedTile | None = None  # token tile 0 x vocabulary tile 0 (_logits)
         if self.order.tiles and self.vocab_size and (statistics_pass or self.metrics_of):
@@ -501,14 +506,18 @@ class _Run:
 def statistics(head: Head, shape: tuple[int, int, int], token_ids: Tensor, response_mask: Tensor,
                temperature: float, js_references: tuple[str, ...], reference_head: LogitsHead | None,
                differentiable_entropy: bool, tile_size: TileSize | None, backend: str | None,
-               group_ids: Tensor | None, finished: Tensor | None) -> TokenStatistics:
+               group_ids: Tensor | None, finished: Tensor | None, gradient_mask: Tensor | None = None
+               ) -> TokenStatistics:
     """The statistics of :mod:`ict.core.stats` from a head (one implementation for the logits and
-    the hidden-state paths; see this module's docstring for the passes)."""
+    the hidden-state paths; see this module's docstring for the passes). ``gradient_mask``
+    (``[B, T]``, or None): the positions whose statistics may receive a gradient; the backward
+    takes them as the rows with a gradient, without reading the gradient back (no device sync),
+    and drops a gradient elsewhere."""
     # the folds compute in float32 whatever the caller's autocast (their batched dot products would
     # otherwise run in its lower precision); the head's tiles keep the dtype chosen at its creation
     with torch.no_grad(), torch.autocast(token_ids.device.type, enabled=False):
         run = _Run(head, shape, token_ids, response_mask, js_references, reference_head is not None, tile_size,
-                   backend, group_ids, finished)
+                   backend, group_ids, finished, gradient_mask=gradient_mask)
         run.passes(reference_head, temperature)
         scores = run.scores(temperature)
         head.release()
