@@ -305,13 +305,84 @@ def test_pad_to_length_strips_the_packed_padding() -> None:
 
 @pytest.mark.parametrize("loss_agg_mode", list(AGGREGATIONS))
 def test_aggregations_denominator_and_dual_clip(loss_agg_mode: str) -> None:
-    spec = "ict:reference=group_mean,ratio=0.3"
-    for policy, reference in [({}, {}), ({"ict_denominator": "all"}, {"denominator": "all"}),
-                              ({"ict_dual_clip": True}, {"clip_ratio_c": 3.0})]:
+    """Each against the reference with the same setting, on selections where the setting changes the
+    loss (ICT's 30% at group_mean has no token the dual clip bounds: GRPO's every token has)."""
+    for spec, policy, reference in [("ict:reference=group_mean,ratio=0.3", {}, {}),
+                                    ("ict:reference=group_mean,ratio=0.3", {"ict_denominator": "all"},
+                                     {"denominator": "all"}),
+                                    ("all", {"ict_dual_clip": True}, {"clip_ratio_c": 3.0})]:
         loss, grad, _ = verl_loss(spec, True, loss_agg_mode, **policy)
         expected, expected_grad, _ = reference_loss(spec, loss_agg_mode, **reference)
         assert torch.allclose(loss, expected, atol=1e-6, rtol=0), (policy, float(loss), float(expected))
         assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0)
+        if policy and not (policy.get("ict_denominator") and loss_agg_mode == "seq-mean-token-sum-norm"):
+            # it matters (the denominator does not to Dr. GRPO's constant one)
+            assert abs(float(loss) - float(reference_loss(spec, loss_agg_mode)[0])) > 1e-3, policy
+
+
+class HalfPrecisionLM(ToyLM):
+    """ToyLM with bf16 logits (a bf16 model without flash-attn's cross-entropy: verl's log-probs bf16)."""
+
+    def forward(self, input_ids, position_ids, **unused):
+        output = super().forward(input_ids, position_ids)
+        output.logits = output.logits.to(torch.bfloat16)
+        return output
+
+
+def test_bf16_log_probs_leave_the_advantages_in_float32_as_verls_vanilla_loss_does() -> None:
+    """GRPO's selection and token-mean against verl's own vanilla loss (its dual clip out of reach),
+    both on verl's bf16 log-probs: equal. ict's loss cast the float32 advantages to the log-probs'
+    bf16 (0.2% off: 4e-4 in the loss, 1.2e-4 in the gradient)."""
+    from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
+
+    vanilla = FSDPActorConfig(strategy="fsdp", rollout_n=GROUP, ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=6,
+                              clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=1e9, loss_agg_mode="token-mean",
+                              policy_loss=VerlPolicyLossConfig(loss_mode="vanilla"))
+    results = []
+    for config in (actor_config("all"), vanilla):
+        batch, model = make_batch(), HalfPrecisionLM()
+        data, fsdp = micro_batch(batch, True), engine()
+        inputs, output_args = fsdp.prepare_model_inputs(data)
+        loss_function = partial(ppo_loss, config=config)
+        model_output = fsdp.prepare_model_outputs(model(**inputs), output_args, data, loss_function)
+        assert model_output["log_probs"].values().dtype == torch.bfloat16
+        loss, _ = loss_function(model_output=model_output, data=data, dp_group=None)
+        loss.backward()
+        results.append((loss.detach().double(), model.token.grad.double()))
+    (loss, grad), (expected, expected_grad) = results
+    assert abs(float(loss - expected)) <= 1e-7, (float(loss), float(expected))
+    torch.testing.assert_close(grad, expected_grad, atol=1e-7, rtol=0)
+
+
+def test_a_group_scoped_ranking_refuses_a_mini_batch_of_partial_groups() -> None:
+    """Rows 0, 1 of one prompt and 3, 4 of the other (actor.shuffle=True, or the v0 trainer's
+    balance_batch): a scope=group ranking ranked each fragment as a group; it is refused in one
+    line, as the group references already were."""
+    rows = [0, 1, 3, 4]
+    for spec in ("ict:reference=seq_mean,scope=group,ratio=0.3", "ict:reference=group_mean,ratio=0.3"):
+        batch, model = make_batch(), ToyLM()
+        data, fsdp = micro_batch(batch, True, global_batch_size=len(rows), rows=rows), engine()
+        inputs, output_args = fsdp.prepare_model_inputs(data)
+        with pytest.raises(UsageError, match=r"need whole groups \(3 rows per uid\)") as error:
+            fsdp.prepare_model_outputs(model(**inputs), output_args, data, partial(ppo_loss, config=actor_config(spec)))
+        assert "\n" not in str(error.value)
+    ict_verl._pending.clear()
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("ict_seed", 1.5), ("ict_seed", "abc"), ("ict_seed", None), ("ict_seed", True),
+    ("ict_dual_clip", "no"), ("ict_dual_clip", 1),
+    ("ict_full_token_warmup_steps", 2.5), ("ict_full_token_warmup_steps", True),
+    ("ict_full_token_warmup_steps", "abc"), ("ict_full_token_warmup_steps", -1),
+])
+def test_a_badly_typed_option_is_refused_in_one_line(option: str, value: object) -> None:
+    """hydra passes an override's value as typed: ict_seed=1.5 trained with seed 1, ict_dual_clip=no
+    turned the dual clip on (a true string), a warm-up of 2.5 steps ran 3 and 'abc' raised a
+    TypeError at the first selection."""
+    with pytest.raises(UsageError, match=option) as error:
+        ict_verl.ICTPolicyLossConfig(loss_mode="ict", **{option: value})
+    assert "\n" not in str(error.value)
+    ict_verl.ICTPolicyLossConfig(loss_mode="ict", ict_seed=3, ict_dual_clip=True, ict_full_token_warmup_steps=None)
 
 
 def test_registered_in_verl_and_other_losses_untouched() -> None:

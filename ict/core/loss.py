@@ -294,7 +294,9 @@ def policy_loss(
     ``policy_loss``; read back from the device when first read (:class:`LossMetrics`).
     """
     config = config or PolicyLossConfig()
-    log_probs = stats.log_probs
+    # at least float32 (the gradient flows through the cast): bf16 log-probs (verl's, from bf16
+    # logits without flash-attn's cross-entropy) would round the advantages to bf16 otherwise
+    log_probs = stats.log_probs.to(torch.promote_types(stats.log_probs.dtype, torch.float32))
     _check_shapes(log_probs, old_log_probs, advantages, response_mask, selected_mask, reference_log_probs,
                   kl_penalty)
     response = response_mask.bool()

@@ -185,8 +185,15 @@ class ICTPolicyLossConfig(VerlPolicyLossConfig):
         if self.ict_aggregation not in (None, "loss_agg_mode", *AGGREGATIONS.values()):
             raise UsageError(f"ict_aggregation must be none, loss_agg_mode or one of "
                              f"{', '.join(AGGREGATIONS.values())}; got {self.ict_aggregation!r}")
-        if self.ict_full_token_warmup_steps is not None and self.ict_full_token_warmup_steps < 0:
-            raise UsageError(f"ict_full_token_warmup_steps must be >= 0, got {self.ict_full_token_warmup_steps}")
+        # hydra hands override values through as typed (ict_seed=1.5 a float, ict_dual_clip=no a
+        # string, which is true): each is refused in one line here, not at the first selection
+        warmup = self.ict_full_token_warmup_steps
+        if warmup is not None and (not _is_integer(warmup) or warmup < 0):
+            raise UsageError(f"ict_full_token_warmup_steps must be null or an integer >= 0, got {warmup!r}")
+        if not _is_integer(self.ict_seed):
+            raise UsageError(f"ict_seed must be an integer, got {self.ict_seed!r}")
+        if not isinstance(self.ict_dual_clip, bool):
+            raise UsageError(f"ict_dual_clip must be true or false, got {self.ict_dual_clip!r}")
         if needs_reference_logits(required_js_references(name, options)):
             raise UsageError("the 'ref' JS reference is not supported inside verl; use group_mean, "
                              "seq_mean or prev")
@@ -196,6 +203,11 @@ class ICTPolicyLossConfig(VerlPolicyLossConfig):
             raise UsageError(f"ict_stats_tile_size: {error}") from None
         if self.ict_denominator not in TOKEN_SETS:
             raise UsageError(f"ict_denominator must be 'selected' or 'all', got {self.ict_denominator!r}")
+
+
+def _is_integer(value: Any) -> bool:
+    """An int that is not a bool (hydra reads ``true`` as one)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 _pending: list[MicroBatchSelection] = []  # the current micro-batch's, for compute_policy_loss_ict

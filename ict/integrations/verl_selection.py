@@ -6,6 +6,7 @@ selection on the whole mini-batch, gathered over the data-parallel ranks
 
 from __future__ import annotations
 
+import collections
 import functools
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from ict.core.selectors import (
     Selection,
     SelectionInputs,
     method_train_options,
+    ranking_population,
     required_js_references,
     select,
 )
@@ -213,11 +215,7 @@ def score_micro_batch(
         group_ids = _group_ids(uids, device)
         expected = getattr(actor_config, "rollout_n", None)
         if isinstance(expected, int) and bool((torch.bincount(group_ids) != expected).any()):
-            raise UsageError(
-                f"the group references (group_mean*) need whole groups ({expected} rows per uid) in each "
-                "micro-batch: set actor.shuffle=False, actor.use_dynamic_bsz=False, "
-                "ppo_micro_batch_size_per_gpu a multiple of rollout.n, and load ict in verl's trainer "
-                f"({V1_OVERRIDE}; with trainer.use_v1=False: trainer.balance_batch=False)")
+            raise UsageError(_partial_groups("the group references (group_mean*)", expected, "micro-batch"))
     with torch.no_grad():  # scored where verl's [R, V] logits lie: no [B, T, V] copy
         stats = token_statistics(logits.detach(), token_ids, response_mask, temperature=_temperature(micro_batch),
                                  js_references=references, group_ids=group_ids,
@@ -230,6 +228,14 @@ def score_micro_batch(
         advantages=_padded(micro_batch["advantages"], length).to(device=device, dtype=torch.float32),
         old_log_probs=_padded(micro_batch["old_log_probs"], length).to(device=device, dtype=torch.float32),
         global_batch_size=None if total is None else int(total))
+
+
+def _partial_groups(what: str, expected: int, where: str) -> str:
+    """The one-line refusal of a ``where`` (micro-batch, mini-batch) holding part of a prompt's
+    ``expected`` completions, for ``what`` needs them all."""
+    return (f"{what} need whole groups ({expected} rows per uid) in each {where}: set actor.shuffle=False, "
+            "actor.use_dynamic_bsz=False, ppo_micro_batch_size_per_gpu a multiple of rollout.n, and load ict "
+            f"in verl's trainer ({V1_OVERRIDE}; with trainer.use_v1=False: trainer.balance_batch=False)")
 
 
 def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
@@ -268,6 +274,12 @@ def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
     expected = parts[0].global_batch_size
     if expected is not None and len(uids) != expected:
         raise RuntimeError(f"ict: the selection sees {len(uids)} rows of a {expected}-row mini-batch")
+    group_size = getattr(actor_config, "rollout_n", None)
+    if (ranking_population(name, options) == "group" and isinstance(group_size, int)
+            and any(count != group_size for count in collections.Counter(uids).values())):
+        # ranked within the fragments of a prompt's completions otherwise (the group references'
+        # own check, in score_micro_batch, covers the selectors that score against the group)
+        raise UsageError(_partial_groups(f"{name}'s scope=group ranking", group_size, "mini-batch"))
     columns = [stats.log_probs, stats.entropy, stats.renyi2, *(stats.js_scores[ref] for ref in references),
                response_mask.float(), cat("advantages"), cat("old_log_probs")]
     log_probs, entropy, renyi2, *js, all_mask, advantages, old_log_probs = \
