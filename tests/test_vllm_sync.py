@@ -11,6 +11,7 @@ tested is ours: which weights are pushed, under which names, and when the traine
 from __future__ import annotations
 
 import copy
+import json
 from types import SimpleNamespace
 from typing import Any
 
@@ -165,3 +166,73 @@ def test_the_trainer_generates_every_step_with_the_weights_of_the_last_update(
     changed = [not all(torch.equal(pushes[k][name], pushes[k + 1][name]) for name in pushes[k])
                for k in range(3)]
     assert changed == [True, True, True]  # each push carried a new update
+
+
+# ---------------------------------------------------------------------------------------------
+# What vLLM would change without an error is refused before the engine runs
+
+def test_the_engine_makes_room_for_the_completions_and_refuses_a_prompt_that_would_cut_one_short(tiny_tokenizer):
+    """vLLM ends a sequence at ``max_model_len`` (prompt + completion) without an error: with the
+    trainer's fixed 4096, a 38-token prompt and max_new_tokens 4200 gave 4058 tokens, unfinished,
+    where HF's generate gave 4200. The length now makes room for max_new_tokens, and a prompt that
+    would still pass it is refused in one line."""
+    from ict.core.errors import UsageError
+    from ict.models.rollout import VLLM_PROMPT_ROOM, SamplingSettings, vllm_model_length
+
+    assert vllm_model_length(32, 4096) == 4096 and vllm_model_length(4200, 4096) == 4200 + VLLM_PROMPT_ROOM
+    backend = backend_with(EngineModel(torch.nn.Linear(1, 1)))
+    backend.max_model_len = 40
+    prompts = ["what is 1 + 1 ?"]
+    with pytest.raises(UsageError, match=r"a prompt of \d+ tokens \+ max_new_tokens 36 exceeds the vLLM engine's 40"):
+        backend.generate_completions(tiny_tokenizer, prompts, 2, SamplingSettings(1.0, 36), 0, None)
+    with pytest.raises(UsageError, match=r"vLLM samples at temperature >= 0.01 \(it would raise 0.005 to it\)"):
+        backend.generate_completions(tiny_tokenizer, prompts, 2, SamplingSettings(0.005, 4), 0, None)
+
+
+class StandInBackend:
+    """`VLLMBackend`'s constructor, recorded (no engine)."""
+
+    made: list[dict[str, Any]] = []
+
+    def __init__(self, path: str, **options: Any) -> None:
+        self.made.append({"path": path, **options})
+
+
+@pytest.mark.parametrize("case", ["no chat template", "no such directory", "empty directory", "loads"])
+def test_ict_eval_on_vllm_loads_the_tokenizer_with_the_hf_paths_checks(case, tiny_model_dir, tmp_path, monkeypatch):
+    """The vLLM branch of `ict eval` read the tokenizer with a bare `from_pretrained`: a model
+    without a chat template was evaluated on raw text (the HF branch refuses it), a missing
+    directory gave HF's repo-id OSError with exit 1, an empty one a tokenizer-conversion message."""
+    import shutil
+
+    import ict.evaluation.evaluate as evaluate
+    import ict.models.rollout as rollout
+    from ict.core.errors import UsageError
+    from ict.evaluation.evaluate import EvalConfig
+
+    monkeypatch.setattr(evaluate, "_vllm_available", lambda: True)
+    monkeypatch.setattr(rollout, "VLLMBackend", StandInBackend)
+    StandInBackend.made = []
+    model = tmp_path / "model"
+    if case == "no such directory":
+        model = tmp_path / "no-such-dir"
+    elif case == "empty directory":
+        model.mkdir()
+    else:
+        shutil.copytree(tiny_model_dir, model)
+        if case == "no chat template":
+            config_path = model / "tokenizer_config.json"
+            config = json.loads(config_path.read_text())
+            config.pop("chat_template", None)
+            config_path.write_text(json.dumps(config))
+            (model / "chat_template.jinja").unlink(missing_ok=True)
+    config = EvalConfig(model=str(model), backend="vllm", device="cpu", max_new_tokens=7000)
+    if case == "loads":
+        generator = evaluate.load_generator(config)
+        assert generator.tokenizer.chat_template and StandInBackend.made[0]["max_model_len"] == 7000 + 2048
+        return
+    expected = {"no chat template": "has no chat template", "no such directory": "model directory not found",
+                "empty directory": "holds no model"}[case]
+    with pytest.raises(UsageError, match=expected) as error:
+        evaluate.load_generator(config)
+    assert "\n" not in str(error.value) and StandInBackend.made == []

@@ -326,10 +326,9 @@ def load_generator(config: EvalConfig) -> Generator:
     2.65x the tokens per second of HF there, docs/benchmarks.md), else Hugging Face ``generate``;
     ``hf`` / ``vllm`` force one (vllm without the package is an error)."""
     from ict.models.loading import (
-        OFFLINE_DEFAULT_MODEL,
         dtype_name,
         load_model_and_tokenizer,
-        offline_default_path,
+        load_tokenizer,
         require_chat_template,
         resolve_device,
     )
@@ -352,16 +351,13 @@ def load_generator(config: EvalConfig) -> Generator:
                                                     device=config.device)
         require_chat_template(tokenizer, config.model)
         return Generator(model, tokenizer, config, None, "hf")
-    from transformers import AutoTokenizer
+    from ict.models.rollout import VLLMBackend, vllm_model_length
 
-    from ict.models.rollout import VLLMBackend
-
-    path = str(offline_default_path()) if config.model == OFFLINE_DEFAULT_MODEL else config.model
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    backend = VLLMBackend(path, dtype=dtype_name(config.dtype, device), gpu_memory_utilization=0.85,
-                          max_model_len=8192, seed=config.seed, device=device.type)
+    tokenizer, path = load_tokenizer(config.model)  # the HF path's checks and one-line errors
+    require_chat_template(tokenizer, config.model)
+    backend = VLLMBackend(str(path), dtype=dtype_name(config.dtype, device), gpu_memory_utilization=0.85,
+                          max_model_len=vllm_model_length(config.resolve_max_new_tokens(), 8192),
+                          seed=config.seed, device=device.type)
     return Generator(None, tokenizer, config, backend, "vllm")
 
 

