@@ -110,8 +110,8 @@ class RowOrder:
     time_index: Tensor
     tiles: list[Tile]
     dense: bool = False  # sequence order over every position of the batch: row i is flat position i
-    # the caller's gradient mask, read with the layout's sizes (:func:`given_gradient_rows`): the
-    # rows that may have a gradient (indices [M], ascending; None: every row); no mask: not given
+    # the caller's gradient mask, read with the layout's sizes (:meth:`RowOrder.with_gradient_rows`):
+    # the rows that may have a gradient (indices [M], ascending; None: every row); no mask: not given
     gradient_rows: Tensor | None = None
     gradient_rows_given: bool = False
 
