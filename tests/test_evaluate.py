@@ -528,3 +528,80 @@ def test_cli_seeds(tmp_path, tiny_model_dir, capsys):
     assert "bad value for seeds" in capsys.readouterr().err
     assert main([*base, "--seeds", "none", "--seed", "1"]) == 0  # --seed alone again
     assert "seed=" not in capsys.readouterr().out
+
+
+class BoxedFour(Generator):
+    """Every completion answers 4 (no model)."""
+
+    def generate(self, prompts, num_samples, greedy, seed):
+        count = 1 if greedy else num_samples
+        return ([["so \\boxed{4}"] * count for _ in prompts], [[3] * count for _ in prompts],
+                [[True] * count for _ in prompts])
+
+
+def test_a_corrected_gold_answer_regrades_the_stored_completions(tmp_path):
+    """The question unchanged and its gold corrected in the benchmark file (5 -> 4): a rerun into
+    the same directory kept the verdicts graded against the old gold (pass@1 0.0 where every
+    completion answers 4); they are graded again, without generating."""
+    data, out = tmp_path / "data", tmp_path / "out"
+    data.mkdir()
+
+    def run(gold: int) -> float:
+        (data / "gsm8k.jsonl").write_text(json.dumps({"question": "what is 2 + 2 ?",
+                                                      "answer": f"2 + 2 = 4\n#### {gold}"}) + "\n")
+        config = EvalConfig(model="stand-in", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
+                            num_samples=2, ks=(1,), max_new_tokens=8, verify_workers=1)
+        generator = BoxedFour(None, None, config)
+        return evaluate(config, generator=generator, progress=False, print_table=False).benchmarks[0].metrics["pass@1"]
+
+    assert run(5) == 0.0
+    assert run(4) == 1.0
+    assert {record["gold"] for record in read_samples(out)} == {"4"}
+
+
+def test_a_local_file_in_the_hub_layout_is_filtered_as_the_hub_rows_are(tmp_path):
+    """An export of the AIME source (every year) as aime23.jsonl loaded every year as AIME 2023,
+    and MMLU in cais/mmlu's layout (every subject) as MMLU-STEM; rows without the filter's field
+    (another redistribution's layout) are all kept, each with its line for errors."""
+    aime = [{"ID": f"{year}-I-{number}", "Year": year, "Question": f"question {year} {number}", "Answer": str(number)}
+            for year in (2021, 2022, 2023) for number in (1, 2)]
+    mmlu = [{"question": f"q {subject}", "subject": subject, "choices": ["a", "b", "c", "d"], "answer": 1}
+            for subject in ("abstract_algebra", "high_school_us_history", "philosophy", "machine_learning")]
+    for name, rows in (("aime23", aime), ("mmlu_stem", mmlu)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert [p.problem_id for p in load_benchmark("aime23", tmp_path).problems] == ["2023-I-1", "2023-I-2"]
+    assert [p.question for p in load_benchmark("mmlu_stem", tmp_path).problems] == ["q abstract_algebra",
+                                                                                    "q machine_learning"]
+    (tmp_path / "aime23.jsonl").write_text("".join(json.dumps({"problem": f"p{n}", "answer": str(n)}) + "\n"
+                                                   for n in range(3)))
+    assert len(load_benchmark("aime23", tmp_path).problems) == 3
+    rows = [*aime[:4], {"ID": "2023-I-9", "Year": 2023, "Answer": "1"}]  # line 5: no question
+    (tmp_path / "aime23.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    from ict.core.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"aime23.jsonl:5: row 1 of aime23"):
+        load_benchmark("aime23", tmp_path)
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    (lambda record: record.pop("correct"), "no 'correct'"),
+    (lambda record: record.pop("status"), "no 'status'"),
+    (lambda record: record.update(sample=0.0), "'sample' is 0.0"),
+    (lambda record: record.update(index=True), "'index' is True"),
+])
+def test_a_malformed_stored_record_is_one_line_with_exit_code_2(change, problem, tmp_path, capsys):
+    """A record of samples.jsonl without `correct` or `status`, or with a float sample, ended the
+    rerun with a KeyError or IndexError (exit 1)."""
+    data, out = write_data_dir(tmp_path / "data"), tmp_path / "out"
+    config = EvalConfig(model="stand-in", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
+                        num_samples=2, ks=(1,), max_new_tokens=8, verify_workers=1, limit=2)
+    evaluate(config, generator=BoxedFour(None, None, config), progress=False, print_table=False)
+    lines = (out / "samples.jsonl").read_text().splitlines()
+    record = json.loads(lines[2])
+    change(record)
+    (out / "samples.jsonl").write_text("\n".join([*lines[:2], json.dumps(record), *lines[3:]]) + "\n")
+    capsys.readouterr()
+    assert main(["eval", "--model", "stand-in", "--benchmarks", "gsm8k", "--data-dir", str(data), "--output-dir",
+                 str(out), "--n", "2", "--k", "1", "--max-new-tokens", "8", "--limit", "2", "--quiet"]) == 2
+    message = capsys.readouterr().err.strip()
+    assert "\n" not in message and f"samples.jsonl:3: not an evaluation record ({problem})" in message, message

@@ -419,6 +419,18 @@ def _load_hub_rows(spec: BenchmarkSpec) -> tuple[list[dict[str, Any]], str]:
     return rows, f"{label}:{hub.split}"
 
 
+def _kept_by_filter(rows: Rows, row_filter: tuple[str, tuple[str | int, ...]] | None) -> Rows:
+    """The local rows ``row_filter`` (the hub source's ``(field, allowed values)``) keeps, each
+    with its line: a file in the hub's layout (e.g. every AIME year, or every MMLU subject) loads
+    the benchmark's rows alone; a row without the field (another redistribution's layout) is kept."""
+    if row_filter is None:
+        return rows
+    key, allowed = row_filter
+    kept = [index for index, row in enumerate(rows) if key not in row or row[key] in allowed]
+    numbers = None if rows.numbers is None else [rows.numbers[index] for index in kept]
+    return Rows([rows[index] for index in kept], rows.source, numbers, rows.unit)
+
+
 def parse_reasoning_gym_name(name: str) -> tuple[str, dict[str, Any], int, int]:
     """``rg:<task>[:key=value]...`` -> (task, config, size, seed).
 
@@ -505,6 +517,8 @@ def load_benchmark(
                 raise UsageError(f"benchmark file not found: {path} (expected <name>.jsonl in "
                                  f"--data-dir)")
             rows, source = read_jsonl(path), str(path)
+            if spec.hub is not None:  # a file in the hub source's layout holds its other rows too
+                rows = _kept_by_filter(rows, spec.hub.row_filter)
         else:
             if spec.hub is None:
                 raise UsageError(f"benchmark {name!r} has no hub source; pass --data-dir")

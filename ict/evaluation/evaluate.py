@@ -221,21 +221,22 @@ def grade_completions(
 def regrade_records(benchmarks: Sequence[Benchmark], records: dict[str, list[dict[str, Any]]],
                     config: EvalConfig, verifier: MathVerifier, everything: bool = False) -> int:
     """Grade the stored completions (every seed) of the given benchmarks' problems again with the
-    current rules (no generation), those graded with other settings (their ``grading``), or all
-    (``everything``); updates ``extracted``, ``correct``, ``score``, ``status`` and ``grading`` in
-    place. Returns the number of re-graded completions."""
+    current rules (no generation): those graded with other settings (their ``grading``) or
+    against another gold answer (their ``gold``: a corrected benchmark file, or another reading
+    of it), or all (``everything``); updates ``gold``, ``extracted``, ``correct``, ``score``,
+    ``status`` and ``grading`` in place. Returns the number of re-graded completions."""
     grading = config.grading()
     count = 0
     by_problem: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for unit in records.values():  # every stored seed and the greedy completion
         for record in unit:
-            if everything or record.get("grading") != grading:
-                by_problem.setdefault((record["benchmark"], int(record["index"])), []).append(record)
+            by_problem.setdefault((record["benchmark"], int(record["index"])), []).append(record)
     for benchmark in benchmarks:
         pairs: list[tuple[Problem, dict[str, Any]]] = []
         for problem in benchmark.problems:
             for record in by_problem.get((benchmark.name, problem.index), []):
-                pairs.append((problem, record))
+                if everything or record.get("grading") != grading or record.get("gold") != problem.answer:
+                    pairs.append((problem, record))
         if not pairs:
             continue
         verdicts = grade_completions(benchmark, [(p, r["completion"]) for p, r in pairs],

@@ -51,20 +51,43 @@ def record_key(record: dict[str, Any]) -> str:
     return unit_key(record["benchmark"], int(record["index"]), seed)
 
 
+# A stored record's fields the evaluation reads back, with their JSON types (`record_problem`)
+_RECORD_FIELDS: dict[str, tuple[type, ...]] = {
+    "benchmark": (str,), "index": (int,), "sample": (int,), "completion": (str,), "correct": (bool,),
+    "status": (str,), "extracted": (str, type(None)),
+}
+
+
+def record_problem(record: dict[str, Any]) -> str | None:
+    """What makes a parsed ``samples.jsonl`` line no evaluation record (a missing field or one of
+    another type, :data:`_RECORD_FIELDS`), or None: it would fail later, mid-run, as a KeyError."""
+    for key, types in _RECORD_FIELDS.items():
+        if key not in record:
+            return f"no {key!r}"
+        value = record[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            return f"{key!r} is {value!r}"
+    return None
+
+
 def load_sample_records(path: Path, legacy_seed: int = 0) -> dict[str, list[dict[str, Any]]]:
-    """samples.jsonl -> records grouped by `unit_key` (a torn last line is ignored); a sampled
-    record without a ``seed`` (written before the field existed) gets ``legacy_seed``."""
+    """samples.jsonl -> records grouped by `unit_key` (a torn line, one that is no JSON, is
+    ignored: an interrupted write); a sampled record without a ``seed`` (written before the field
+    existed) gets ``legacy_seed``. A JSON line that is no evaluation record (`record_problem`) is
+    a one-line UsageError naming file:line."""
     grouped: dict[str, list[dict[str, Any]]] = {}
     if not path.is_file():
         return grouped
     with open(path, encoding="utf-8") as handle:
-        for line in handle:
+        for number, line in enumerate(handle, 1):
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if not isinstance(record, dict) or not {"benchmark", "index", "sample"} <= set(record):
-                continue
+            problem = record_problem(record) if isinstance(record, dict) else "not a JSON object"
+            if problem is not None:
+                raise UsageError(f"{path}:{number}: not an evaluation record ({problem}); pass --overwrite "
+                                 "or another --output-dir")
             if record.get("greedy"):
                 record["seed"] = None
             elif record.get("seed") is None:
