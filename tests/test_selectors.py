@@ -541,8 +541,11 @@ def test_ict_bad_metric_is_a_one_line_error():
     assert SELECTORS["ict"].defaults["metric"] == "js" and SELECTORS["ict"].defaults["complement"] is False
     check_options("ict", {"metric": "kl"})
     check_options("ict", {"metric": "wasserstein", "complement": True})
+    # a score key as the reference ranked by KL while the options said metric=js
     for options, pattern in (({"metric": "tv"}, "unknown score metric 'tv'"),
-                             ({"metric": "kl", "reference": "nope"}, "unknown JS reference 'nope'")):
+                             ({"metric": "kl", "reference": "nope"}, "unknown JS reference 'nope'"),
+                             ({"reference": "group_mean_absorbing:kl"},
+                              "unknown JS reference 'group_mean_absorbing:kl'")):
         with pytest.raises(ValueError, match=pattern) as error:
             check_options("ict", options)
         assert "\n" not in str(error.value)

@@ -30,7 +30,11 @@ KL_MAX = -math.log(TINY)  # 87.34 nats: KL with log max(q, tiny) never exceeds i
 
 def score_key(reference: str, metric: str = "js") -> str:
     """The ``js_scores`` key of ``metric`` (one of :data:`SCORE_METRICS`) to ``reference``: the bare
-    reference name for ``"js"``, else ``"<reference>:<metric>"`` (e.g. ``"group_mean_absorbing:kl"``)."""
+    reference name for ``"js"``, else ``"<reference>:<metric>"`` (e.g. ``"group_mean_absorbing:kl"``).
+    ValueError (one line) for an unknown reference, a score key included (``reference="group_mean:kl"``
+    would rank by KL under ``metric="js"``), or metric."""
+    if reference not in JS_REFERENCES:
+        raise ValueError(f"unknown JS reference {reference!r}; choose from {', '.join(JS_REFERENCES)}")
     if metric not in SCORE_METRICS:
         raise ValueError(f"unknown score metric {metric!r}; choose from {', '.join(SCORE_METRICS)}")
     return reference if metric == "js" else f"{reference}:{metric}"
