@@ -45,6 +45,19 @@ def test_entropy_split_against_the_median():
     assert out["selected_positive_advantage_fraction"] == 0.0
 
 
+def test_a_nan_entropy_makes_both_entropy_splits_nan():
+    """One NaN entropy (an unselected token's) made the median NaN, every `H > m` false: the
+    fraction read 0.0 (only low-entropy tokens selected) while the ratio read NaN."""
+    from ict.core.diagnostics import paper_figures
+
+    entropy = torch.tensor([[0.1, 0.9, 0.5, float("nan")], [0.8, 0.2, 0.7, 0.4]])
+    response = torch.ones(2, 4, dtype=torch.bool)
+    selected = torch.tensor([[0, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
+    stats = _stats_with(entropy, torch.full((2, 4), 0.5))
+    assert math.isnan(token_diagnostics(stats, response, selected, torch.zeros(2))["selected_high_entropy_fraction"])
+    assert math.isnan(paper_figures(stats, response, selected)["selected_high_low_entropy_ratio"])
+
+
 def test_jaccard_with_the_reference_selections():
     generator = torch.Generator().manual_seed(0)
     logits = torch.randn(4, 10, 7, generator=generator) * 2

@@ -463,6 +463,36 @@ def test_denominator_all_gives_every_micro_batch_size_the_whole_batchs_gradient(
         torch.testing.assert_close(gradient, gradients[0], rtol=1e-4, atol=1e-7)
 
 
+def test_a_nan_token_makes_the_step_metrics_nan_at_every_micro_batch_size(tiny_tokenizer):
+    """NaN logits in one row (a NaN embedding): a micro-batch's NaN metric was left out of the
+    step's token-weighted mean with its finite tokens, so the logged entropy moved with the
+    micro-batch size (2.894 at 1 row, 2.901 at 8, NaN at 16) and matched neither the whole batch's
+    mean (NaN) nor the finite tokens' (2.894)."""
+    from conftest import build_tiny_model
+
+    from ict.training.step import BatchUpdates
+    from ict.training.step_metrics import update_metrics
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=4)
+    with torch.no_grad():
+        model.model.embed_tokens.weight[3] = float("nan")  # an id the batch does not hold otherwise
+    batch, advantages = _grouped_batch(len(tiny_tokenizer))
+    position = int(batch.response_mask[5].sum()) - 2
+    batch.response_ids[5, position] = 3
+    batch.input_ids[5, batch.prompt_length + position] = 3  # row 5's later logits are NaN
+    for micro in (1, 4, 16):
+        model.zero_grad(set_to_none=True)
+        result = accumulate_gradients(model, batch, advantages, None, Method.of("all", {}),
+                                      StepContext(PolicyLossConfig(), 1.0), micro_batch_size=micro, group_size=4)
+        updates = BatchUpdates()
+        updates.totals.merge(result.totals)
+        updates.losses.append(result.loss)
+        metrics = update_metrics(updates)
+        assert result.stats.entropy[5].isnan().any() and result.stats.entropy[0].isfinite().all()
+        for name in ("entropy", "renyi2", "entropy_selected", "js_score", "kl_old"):
+            assert math.isnan(metrics[name]), (micro, name, metrics[name])
+
+
 def test_token_means_over_no_token_are_null_not_zero():
     """clip_fraction (over selected tokens) and kl_old (over response tokens) were logged as 0.0 in
     a step with none (every completion truncated and masked, or nothing selected), where every

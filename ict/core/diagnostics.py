@@ -50,7 +50,8 @@ sampled token under the temperature-scaled policy:
   the median entropy of the step's response tokens (all of them, selected or not; the lower
   middle value for an even count, as ``torch.median``); the paper reports 1.03 (GSM8K) and 0.99
   (MATH). ``inf`` when every selected token lies above ``m`` (JSON null), NaN when none is
-  selected. ``selected_high_entropy_fraction`` ``f`` above is the same split: ratio ``f / (1 - f)``;
+  selected or an entropy is NaN (then ``m`` is; so is ``f``). ``selected_high_entropy_fraction``
+  ``f`` above is the same split: ratio ``f / (1 - f)``;
 - ``above_beta_fraction_selected`` / ``above_beta_fraction``: share with ``p(a*) > beta`` (as above);
 - ``score_knee_fraction``: the knee of each response's sorted score curve (Kneedle). For a response
   with ``L >= 3`` tokens, sort its ICT scores descending, ``s_1 >= ... >= s_L`` (the score the
@@ -109,7 +110,8 @@ def above_beta(stats: TokenStatistics) -> Tensor:
 
 def entropy_median(entropy: Tensor, response: Tensor) -> float:
     """The median entropy of the response tokens (``torch.median``: the lower middle value for an
-    even count; NaN without response tokens): the high / low split of the entropy diagnostics."""
+    even count; NaN without response tokens, or when one is NaN): the high / low split of the
+    entropy diagnostics, which are NaN without it."""
     return float(entropy[response].median()) if bool(response.any()) else math.nan
 
 
@@ -139,7 +141,8 @@ def token_diagnostics(
         "above_beta_fraction_selected": _mean(above.float(), selected),
         "log_p_over_beta": _mean(log_p_over_beta, response),
         "log_p_over_beta_selected": _mean(log_p_over_beta, selected),
-        "selected_high_entropy_fraction": _mean((entropy > median).float(), selected),
+        "selected_high_entropy_fraction": math.nan if math.isnan(median) else _mean((entropy > median).float(),
+                                                                                    selected),
         "jaccard_entropy20": math.nan,
         "jaccard_ict10": math.nan,
         "selected_positive_advantage_fraction": _mean(positive.float(), selected),
@@ -284,7 +287,7 @@ def paper_figures(
     median = entropy_median(entropy, response)
     high = int((selected & (entropy > median)).sum())
     low = int((selected & (entropy <= median)).sum())
-    ratio = high / low if low else (math.inf if high else math.nan)
+    ratio = math.nan if math.isnan(median) else high / low if low else (math.inf if high else math.nan)
     out = {
         "selected_token_prob_mean": _mean(probability, selected),
         "all_token_prob_mean": _mean(probability, response),

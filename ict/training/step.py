@@ -295,7 +295,8 @@ _METRIC_COUNTS = {"entropy": "response", "renyi2": "response", "js_score": "resp
 
 class MetricTotals:
     """Token-weighted sums of the loss metrics over micro-batches, so that each step metric is
-    the mean over all its tokens (response or selected, per `_METRIC_COUNTS`)."""
+    the mean over all its tokens (response or selected, per `_METRIC_COUNTS`): NaN when a
+    micro-batch's is (its tokens are the batch's), whatever the micro-batch size."""
 
     def __init__(self) -> None:
         self.sums: dict[str, float] = {}
@@ -310,7 +311,7 @@ class MetricTotals:
         for name, over in _METRIC_COUNTS.items():
             value = metrics.get(name, math.nan)
             count = num_response if over == "response" else num_selected
-            if value is None or not math.isfinite(value) or count == 0:
+            if value is None or count == 0:  # a NaN (a NaN token) spreads, as over the whole batch
                 continue
             self.sums[name] = self.sums.get(name, 0.0) + value * count
             self.add_count(name, count)
