@@ -78,3 +78,39 @@ def test_a_split_group_and_distinct_prompts(tiny_tokenizer):
         expected = plain_response_outputs(model, sub)
         torch.testing.assert_close(response_logits(model, sub), expected, rtol=0, atol=1e-5)
     assert torch.equal(response_logits(model, part, shared_prompt=False), plain_response_outputs(model, part))
+
+
+def tiny_hybrid_model(vocab: int):
+    """LFM2 with a convolution layer and an attention layer (a hybrid: its cache holds a
+    convolution state), random weights."""
+    from transformers import Lfm2Config, Lfm2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Lfm2Config(vocab_size=vocab, pad_token_id=0, bos_token_id=2, eos_token_id=1, hidden_size=32,
+                        intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+                        layer_types=["conv", "full_attention"])
+    return Lfm2ForCausalLM(config).eval()
+
+
+def test_a_hybrid_model_runs_each_row_whole_in_the_forward_and_the_generation(tiny_tokenizer):
+    """The shared-prompt forward and the shared prefill expanded every layer of the prompt's cache
+    to its rows; a convolution state has no such method (AttributeError on LFM2, Qwen3-Next,
+    Bamba, Jamba; Falcon-H1 a size mismatch), so `ict train` failed on them by default. They run
+    each row whole: the log-probs equal each sequence run alone, in float64."""
+    from ict.models.rollout import generate_rows, prompt_cache_shareable
+
+    model = tiny_hybrid_model(len(tiny_tokenizer)).double()
+    assert not prompt_cache_shareable(model)
+    batch = grouped_batch(len(tiny_tokenizer), (3, 2), seed=4)
+    with torch.no_grad():
+        log_probs = torch.log_softmax(response_logits(model, batch), -1)
+        for row in range(batch.input_ids.shape[0]):
+            tokens = batch.input_ids[row][batch.attention_mask[row].bool()]
+            length = int(batch.response_mask[row].sum())
+            alone = torch.log_softmax(model(input_ids=tokens[None]).logits[0, -length - 1:-1], -1)
+            mine = log_probs[row, :length].gather(-1, batch.response_ids[row, :length, None])
+            torch.testing.assert_close(mine, alone.gather(-1, batch.response_ids[row, :length, None]),
+                                       rtol=0, atol=1e-9)
+        rows = generate_rows(model, [[5, 6, 7], [8, 9]], [0, 0, 1], pad_id=0, eos_ids=[1], max_new_tokens=4,
+                             sampling={"do_sample": False})
+    assert [len(row) for row in rows] == [4, 4, 4] and rows[0] == rows[1]

@@ -21,7 +21,8 @@ module and its output), in two ways, equal within float32 rounding (tested):
 The shared path needs a model whose forward accepts a cache (``past_key_values``, renamed
 ``cache`` in newer transformers: `cache_argument`; every Hugging Face decoder, peft wrappers
 included) and is skipped (plain path) under gradient checkpointing,
-which does not combine with a cache carrying gradients.
+which does not combine with a cache carrying gradients, and for a hybrid model whose cache holds
+a linear-attention, Mamba or convolution state (`ict.models.rollout.prompt_cache_shareable`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ict.models.rollout import (
     cache_argument,
     left_padded_position_ids,
     output_cache,
+    prompt_cache_shareable,
 )
 
 
@@ -99,7 +101,8 @@ def response_outputs(model: Any, batch: RolloutBatch, shared_prompt: bool = True
                      hidden: bool = False) -> torch.Tensor:
     """`response_logits` (``hidden=False``) or `response_hidden` (``hidden=True``)."""
     checkpointing = any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
-    shares = shared_prompt and not checkpointing and batch.input_ids.shape[0] > 1
+    shares = (shared_prompt and not checkpointing and batch.input_ids.shape[0] > 1
+              and prompt_cache_shareable(model))
     if shares and int(prompt_runs(batch)[-1]) + 1 < batch.input_ids.shape[0]:
         return shared_prompt_response_outputs(model, batch, hidden)
     return plain_response_outputs(model, batch, hidden)

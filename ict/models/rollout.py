@@ -124,6 +124,19 @@ def output_cache(output: Any) -> Any:
     return cache if cache is not None else output.past_key_values
 
 
+def prompt_cache_shareable(model: Any) -> bool:
+    """Whether a prompt's key/value cache can be expanded to its completions' rows
+    (``batch_select_indices``) and continued: every layer of the model's ``DynamicCache`` is an
+    attention layer (full or sliding window). A hybrid model's linear-attention, Mamba or
+    convolution state (Qwen3-Next, LFM2, Bamba, Jamba, Falcon-H1) is not: the shared-prompt
+    forward and the shared prefill are skipped for them (each row runs whole)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    return all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer)
+               for layer in DynamicCache(config=model.config).layers)
+
+
 def shared_prefill_cache(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                          rows: torch.Tensor) -> Any:
     """KV cache of the first W - 1 columns of each unique prompt, expanded to the rows of a batch.
@@ -153,13 +166,14 @@ def generate_rows(model: Any, prompt_ids: Sequence[list[int]], rows: Sequence[in
     shared_prefill: when some prompt fills several rows, its prefix is run once
     (`shared_prefill_cache`) instead of once per row; the decoding is the same `generate` on the
     same [B, W] rows, so the sampler draws the same random numbers. Off when a cache is chosen
-    in `generate_options` (e.g. a static cache).
+    in `generate_options` (e.g. a static cache) and for a hybrid model (`prompt_cache_shareable`).
     generate_options: further `model.generate` keyword arguments."""
     device = next(model.parameters()).device
     input_ids, attention_mask = _left_pad([prompt_ids[index] for index in rows], pad_id)
     unique = sorted(set(rows))
     own_cache = {"cache", "past_key_values", "cache_implementation"} & set(generate_options)
-    if shared_prefill and not own_cache and len(unique) < len(rows) and input_ids.shape[1] >= 2:
+    if (shared_prefill and not own_cache and len(unique) < len(rows) and input_ids.shape[1] >= 2
+            and prompt_cache_shareable(model)):
         unique_ids, unique_mask = _left_pad([prompt_ids[index] for index in unique], pad_id)
         position = {index: row for row, index in enumerate(unique)}
         select = torch.tensor([position[index] for index in rows], dtype=torch.long)
