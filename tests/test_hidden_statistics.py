@@ -122,6 +122,16 @@ def test_a_head_that_is_not_plain_linear_is_refused(tiny_tokenizer):
     with pytest.raises(UsageError, match="logit_scale"):
         linear_lm_head(model)
     model.config.logit_scale = None
+    # RecurrentGemma's and xLSTM's soft caps and Inkling's muP width divisor were not refused:
+    # Inkling's statistics came from 24x sharper logits over the padded vocabulary
+    for name, value in (("logits_soft_cap", 30.0), ("output_logit_soft_cap", 15.0),
+                        ("logits_mup_width_multiplier", 24.0), ("unpadded_vocab_size", vocab - 8)):
+        setattr(model.config, name, value)
+        with pytest.raises(UsageError, match=name) as error:
+            linear_lm_head(model)
+        assert "\n" not in str(error.value)
+        setattr(model.config, name, None)
+    linear_lm_head(model)
     from ict.models.loading import LoraOptions, apply_lora
 
     adapted = apply_lora(model, LoraOptions(rank=2, target_modules=["q_proj", "lm_head"]))

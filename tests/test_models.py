@@ -192,3 +192,70 @@ def test_bf16_weights_lose_small_adam_steps_that_fp32_weights_keep():
         moved[dtype] = float((weight.detach() != before).float().mean())
     assert moved[torch.float32] == 1.0
     assert moved[torch.bfloat16] < 0.3
+
+
+@pytest.mark.parametrize("family", ["llama attention dropout + LoRA dropout", "gpt2 dropout layers"])
+def test_disable_dropout_makes_a_train_mode_forward_the_policys(family):
+    """With a model's dropout on (GPT-2's 0.1 defaults, a config's attention_dropout, lora_dropout)
+    each train-mode forward was a random draw: the scoring pass's old log-probs and the selector's
+    statistics were not the sampling policy's (ratios up to 16.8 before any update in a review's
+    run). After `disable_dropout` a train-mode forward equals the eval-mode one."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    from ict.models.loading import LoraOptions, apply_lora, disable_dropout
+
+    torch.manual_seed(0)
+    if family.startswith("llama"):
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=2, attention_dropout=0.5,
+                                             attn_implementation="eager"))
+        model = apply_lora(model, LoraOptions(rank=2, dropout=0.5))
+    else:
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=40, n_embd=32, n_layer=2, n_head=4, n_positions=16))
+    ids = torch.randint(0, 40, (2, 9))
+
+    def forward(train: bool) -> torch.Tensor:
+        model.train(train)
+        with torch.no_grad():
+            return model(input_ids=ids).logits
+
+    assert not torch.allclose(forward(True), forward(False))
+    assert disable_dropout(model) > 0
+    torch.testing.assert_close(forward(True), forward(False), rtol=0, atol=0)
+    assert disable_dropout(model) == 0
+
+
+def test_lora_dropout_needs_dropout_left_on():
+    from ict.training.config import TrainConfig
+
+    with pytest.raises(UsageError, match="lora_dropout 0.1 needs disable_dropout: false"):
+        TrainConfig(lora_rank=4, lora_dropout=0.1).validate()
+    TrainConfig(lora_rank=4, lora_dropout=0.1, disable_dropout=False).validate()
+    assert TrainConfig().disable_dropout
+
+
+@pytest.mark.parametrize("disable", [True, False])
+def test_the_trainer_loads_its_policy_with_dropout_off_unless_told(disable, tiny_model_dir, arithmetic_task, tmp_path):
+    """`ict train`'s policy, from a checkpoint whose config has attention dropout: in train mode its
+    forward is the eval-mode one (`disable_dropout`), unless `disable_dropout: false`."""
+    import json
+    import shutil
+
+    from test_train import tiny_config
+
+    from ict.training.step import ALL_TOKENS
+    from ict.training.trainer import _load_policy
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model_dir)
+    config_json = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps({**config_json, "attention_dropout": 0.5,
+                                                       "attn_implementation": "eager"}))
+    config = tiny_config(model_dir, arithmetic_task, tmp_path / "run", disable_dropout=disable, device="cpu")
+    model, _ = _load_policy(config, ALL_TOKENS)
+    ids = torch.randint(4, 20, (2, 7))
+    with torch.no_grad():
+        train_logits = model(input_ids=ids).logits
+        model.eval()
+        eval_logits = model(input_ids=ids).logits
+    assert torch.equal(train_logits, eval_logits) == disable

@@ -253,10 +253,30 @@ def apply_lora(model: Any, lora: LoraOptions) -> Any:
     return get_peft_model(model, config)
 
 
+def disable_dropout(model: Any) -> int:
+    """Turn every dropout of ``model`` off, in place: each dropout layer's ``p`` (LoRA's included)
+    and the attention dropout probability attention modules keep as a float (Llama's and Qwen2's
+    ``attention_dropout``, read in train mode). Returns how many were on. A model in train mode
+    then computes the same outputs as in eval mode (and keeps gradient checkpointing)."""
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            changed += module.p > 0
+            module.p = 0.0
+        for name in ("attention_dropout", "attn_dropout", "dropout"):
+            value = getattr(module, name, None)
+            if isinstance(value, float) and not isinstance(module, torch.nn.modules.dropout._DropoutNd):
+                changed += value > 0
+                setattr(module, name, 0.0)
+    return changed
+
+
 # Config fields of Hugging Face models whose logits are not ``hidden @ W.T + b``: soft-capping
-# (Gemma 2/3), a logit scale (Cohere), output multipliers (Granite, Falcon-H1, ...).
+# (Gemma 2/3, RecurrentGemma, xLSTM), a logit scale (Cohere), output multipliers (Granite,
+# Falcon-H1, Inkling's muP width, ...).
 NON_LINEAR_HEAD_FIELDS = ("final_logit_softcapping", "logit_scale", "output_multiplier",
-                          "lm_head_multiplier", "logits_scaling")
+                          "lm_head_multiplier", "logits_scaling", "logits_soft_cap", "output_logit_soft_cap",
+                          "logits_mup_width_multiplier")
 
 
 def linear_lm_head(model: Any, purpose: str = "statistics_from=hidden",
@@ -266,7 +286,8 @@ def linear_lm_head(model: Any, purpose: str = "statistics_from=hidden",
     included) whose logits are exactly ``final_hidden @ weight.T + bias``.
 
     Refused with a UsageError (``"{purpose} needs ... {hint}"``): a config with logit
-    soft-capping or a logit scale (`NON_LINEAR_HEAD_FIELDS` set to anything but 1), and an output
+    soft-capping or a logit scale (`NON_LINEAR_HEAD_FIELDS` set to anything but 1) or whose
+    logits are a slice of the head's (``unpadded_vocab_size`` < ``vocab_size``), and an output
     layer that is not a plain ``torch.nn.Linear`` (e.g. a LoRA-adapted ``lm_head``: its weight
     does not hold the adapter's delta). The one copy of this check: the trainer's
     ``statistics_from=hidden`` (`ict.models.forward.response_hidden`) and ``ict.integrations.trl`` use it."""
@@ -276,6 +297,10 @@ def linear_lm_head(model: Any, purpose: str = "statistics_from=hidden",
         if value not in (None, 1.0):
             raise UsageError(f"{purpose} needs a plain linear LM head, but the model has "
                              f"{name}={value} (its logits are not hidden @ W.T){hint}")
+    unpadded, vocab = getattr(text_config, "unpadded_vocab_size", None), getattr(text_config, "vocab_size", None)
+    if unpadded is not None and vocab is not None and unpadded < vocab:  # the logits are a slice of hidden @ W.T
+        raise UsageError(f"{purpose} needs a plain linear LM head, but the model keeps {unpadded} of its {vocab} "
+                         f"logits (unpadded_vocab_size){hint}")
     head = model.get_output_embeddings()
     if not isinstance(head, torch.nn.Linear):
         raise UsageError(f"{purpose} needs a plain torch.nn.Linear LM head, got "

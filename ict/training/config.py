@@ -43,7 +43,11 @@ class TrainConfig:
     device: str = option("auto", "auto, cpu, cuda or cuda:N")
     lora_rank: int = option(0, "LoRA rank (peft); 0 = full fine-tuning")
     lora_alpha: float = option(16.0, "LoRA alpha")
-    lora_dropout: float = option(0.0, "LoRA dropout")
+    lora_dropout: float = option(0.0, "LoRA dropout (> 0 needs disable_dropout: false)")
+    disable_dropout: bool = option(True, "turn the model's dropout off (every dropout layer and attention "
+                                   "dropout): with it, each forward is a random draw, so the old log-probs, "
+                                   "the statistics a selector ranks and the importance ratios are not the "
+                                   "sampling policy's (TRL's GRPOConfig.disable_dropout)")
     gradient_checkpointing: bool = option(False, "recompute activations in the backward pass")
     freeze_embeddings: bool = option(True, "do not train the input embeddings (nor a tied "
                                       "output layer): Adam turns their tiny gradients on rare "
@@ -343,6 +347,9 @@ class TrainConfig:
         for name, (allowed, test) in within.items():
             if not test(getattr(self, name)):
                 raise UsageError(f"{name} must be {allowed}, got {getattr(self, name)}")
+        if self.lora_dropout > 0 and self.disable_dropout:
+            raise UsageError(f"lora_dropout {self.lora_dropout} needs disable_dropout: false (it turns every "
+                             "dropout off, LoRA's too)")
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -47,6 +47,7 @@ from ict.data.training_data import Problem, PromptSampler, TrainingData, load_tr
 from ict.models.loading import (
     LoraOptions,
     compute_context,
+    disable_dropout,
     linear_lm_head,
     load_model_and_tokenizer,
     require_chat_template,
@@ -315,6 +316,8 @@ def _load_policy(config: TrainConfig, method: Method) -> tuple[Any, Any]:
                                                method.js_references)
     if config.freeze_embeddings:
         model.get_input_embeddings().weight.requires_grad_(False)
+    if config.disable_dropout:
+        disable_dropout(model)
     model.train()
     return model, tokenizer
 
