@@ -108,6 +108,35 @@ def test_a_damaged_checkpoint_is_one_line(workspace):
     assert_one_line_error(result, "is corrupt or truncated", "delete")
 
 
+def flip_byte(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.slow  # a process start per case
+@pytest.mark.parametrize("damage", ["a weight's byte", "a tensor name in the header", "a key of trainer_state.json"])
+def test_a_checkpoint_damaged_without_a_change_of_size_is_one_line(workspace, damage):
+    """The manifest held sizes only: a flipped byte in the weights was trained on, a flipped
+    tensor name raised a TypeError (the refusal's message sliced a set), a flipped JSON key a
+    KeyError after the weights were loaded; all exited 1 or 0."""
+    run = workspace / f"damaged-{damage.split()[1]}"
+    shutil.copytree(workspace / "done", run)
+    checkpoint = sorted(run.glob("checkpoints/step-*"))[-1]
+    model_file = checkpoint / "model.safetensors"
+    if damage == "a weight's byte":
+        flip_byte(model_file, model_file.stat().st_size - 3)
+    elif damage == "a tensor name in the header":
+        header = model_file.read_bytes()[:4096]
+        flip_byte(model_file, header.index(b"lm_head.weight") + 9 if b"lm_head.weight" in header
+                  else header.index(b"weight") + 2)
+    else:
+        state = checkpoint / "trainer_state.json"
+        state.write_text(state.read_text().replace('"step"', '"stap"'))
+    result = run_cli("train", *BASE, "--num-steps", "3", "--run-dir", str(run), "--resume", cwd=workspace)
+    assert_one_line_error(result, f"checkpoint {checkpoint}", "delete")
+
+
 @pytest.mark.slow  # a process start, a subprocess or a long verifier loop
 def test_debug_shows_the_traceback(workspace):
     result = run_cli("--debug", "train", *BASE, "--dataset", "bad_json.jsonl", "--run-dir", "r7", cwd=workspace)

@@ -188,6 +188,11 @@ def test_checkpoint_resume_reproduces_the_next_step(tiny_model_dir, arithmetic_t
         "step-00000002", "step-00000003"]
 
     interrupted = tmp_path / "b"
+    import random
+
+    import numpy as np
+
+    random.random(), np.random.rand()  # the process's own draws between the runs: the seed decides
     train(tiny_config(tiny_model_dir, arithmetic_task, interrupted, num_steps=2, method="ict"))
     # a crash mid-write leaves a temp dir (and maybe a half-written step dir): both are ignored
     (interrupted / "checkpoints" / ".tmp-step-00000003-x").mkdir()
@@ -201,6 +206,11 @@ def test_checkpoint_resume_reproduces_the_next_step(tiny_model_dir, arithmetic_t
     expected = read_metrics(uninterrupted)
     resumed = read_metrics(interrupted)
     assert [line["step"] for line in resumed] == [1, 2, 3]
+    # every random stream a checkpoint saves starts from the seed: Python's and numpy's were left
+    # to the OS (a plugin reward drawing from them made a seeded run irreproducible)
+    assert [(run / "checkpoints" / "step-00000003" / "rng.json").read_text()
+            for run in (uninterrupted, interrupted)] == [
+        (uninterrupted / "checkpoints" / "step-00000003" / "rng.json").read_text()] * 2
     for name in expected[2]:
         if name in TIMING_FIELDS:
             continue

@@ -104,6 +104,31 @@ def test_resume_continues_with_the_runs_config_yaml_and_refuses_changes(tmp_path
     assert build_config(None, {"run_dir": str(fresh), "resume": True}, {}).method == "ict"
 
 
+def test_resume_takes_the_runs_resolution_of_an_auto_option_and_refuses_a_lost_config_yaml(tmp_path):
+    """The original command again with --resume: its `statistics_from auto` was refused against
+    the run's resolved `logits`. A config.yaml emptied by a kill mid-write (it was rewritten in
+    place), or missing beside checkpoints, resumed with every default (another model, 50 steps,
+    another learning rate); both are one line now."""
+    from ict.training.config import save_config
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    first = build_config(None, {"method": "grpo", "learning_rate": "3e-3", "run_dir": str(run_dir)}, {})
+    first.statistics_from = "logits"  # as the trainer saves it, resolved
+    save_config(first, run_dir / "config.yaml")
+    again = build_config(None, {"method": "grpo", "learning_rate": "3e-3", "run_dir": str(run_dir), "resume": True,
+                                "statistics_from": "auto"}, {})
+    assert again.statistics_from == "logits"
+    (run_dir / "config.yaml").write_text("")
+    with pytest.raises(UsageError, match=r"^--resume: .*config.yaml is empty: restore it"):
+        build_config(None, {"run_dir": str(run_dir), "resume": True}, {})
+    (run_dir / "config.yaml").unlink()
+    (run_dir / "checkpoints" / "step-00000002").mkdir(parents=True)
+    (run_dir / "checkpoints" / "step-00000002" / "COMPLETE").write_text("{}")
+    with pytest.raises(UsageError, match=r"^--resume: .*config.yaml is missing, but the run has checkpoints"):
+        build_config(None, {"run_dir": str(run_dir), "resume": True}, {})
+
+
 def test_missing_yaml_file():
     with pytest.raises(UsageError, match="config file not found"):
         build_config("/no/such/file.yaml")

@@ -7,8 +7,9 @@ Layout of `RUN_DIR/checkpoints/step-00000012/`:
 - `rng.safetensors` + `rng.json`: torch CPU/CUDA generator states, numpy and Python `random`;
 - `trainer_state.json`: step and trainer bookkeeping; `config.json`/tokenizer files so the
   directory also loads with `from_pretrained` (full fine-tuning) or as a peft adapter (`adapter/`);
-- `COMPLETE`: written last; a JSON manifest `{"step": N, "files": {relative path: size}}` that
-  `verify_checkpoint` checks before anything is loaded (a truncated file is refused).
+- `COMPLETE`: written last; a JSON manifest `{"step": N, "files": {relative path: {"size",
+  "crc32"}}}` that `verify_checkpoint` checks before anything is loaded (a truncated file, or one
+  whose bytes changed, is refused).
 
 Test hook: `ICT_CHECKPOINT_WRITE_DELAY=<seconds>` sleeps that long after each file written into the
 temporary directory, so a fault-injection test can SIGKILL the process while a checkpoint is being
@@ -27,6 +28,7 @@ import random
 import shutil
 import tempfile
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -211,7 +213,7 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: torch
                 model.generation_config.save_pretrained(temp)
         if tokenizer is not None:
             tokenizer.save_pretrained(temp)
-        files = {str(file.relative_to(temp)): file.stat().st_size
+        files = {str(file.relative_to(temp)): {"size": file.stat().st_size, "crc32": _crc32(file)}
                  for file in sorted(temp.rglob("*")) if file.is_file()}
         _fsync_dir(temp)
         _write_delay()
@@ -247,10 +249,24 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
+def _crc32(path: Path) -> int:
+    """CRC-32 of a file's bytes (a checkpoint manifest's check: any flipped bit, at ~1 GB/s)."""
+    checksum = 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 24):
+            checksum = zlib.crc32(chunk, checksum)
+    return checksum
+
+
+# The keys each JSON file of a checkpoint must hold (what load_checkpoint and the trainer read)
+_JSON_KEYS = {"optimizer.json": ("param_groups",), "rng.json": ("numpy", "python"), "trainer_state.json": ("step",)}
+
+
 def verify_checkpoint(path: str | Path) -> None:
-    """Raise UsageError (one line, with the fix) unless `path` is a complete, untruncated
-    checkpoint: the marker exists, every file of its manifest has its recorded size, the JSON
-    files parse and the safetensors headers are valid. Nothing is loaded into a model."""
+    """Raise UsageError (one line, with the fix) unless `path` is a complete, intact checkpoint:
+    the marker exists, every file of its manifest has its recorded size and CRC-32 (size alone in
+    checkpoints written before 2026-11-27), the JSON files parse and hold the keys they are read
+    for, and the safetensors headers are valid. Nothing is loaded into a model."""
     from safetensors import safe_open
 
     path = Path(path)
@@ -262,11 +278,17 @@ def verify_checkpoint(path: str | Path) -> None:
     try:
         text = marker.read_text()
         manifest = json.loads(text) if text.strip().startswith("{") else {"files": {}}
-        for name, size in manifest.get("files", {}).items():
-            if not (path / name).is_file() or (path / name).stat().st_size != size:
+        for name, recorded in manifest.get("files", {}).items():
+            recorded = recorded if isinstance(recorded, dict) else {"size": recorded}
+            if not (path / name).is_file() or (path / name).stat().st_size != recorded["size"]:
                 raise ValueError(f"{name} is missing or truncated")
-        for name in ("optimizer.json", "rng.json", "trainer_state.json"):
-            json.loads((path / name).read_text())
+            if "crc32" in recorded and _crc32(path / name) != recorded["crc32"]:
+                raise ValueError(f"{name} does not hold the bytes written (CRC-32)")
+        for name, keys in _JSON_KEYS.items():
+            data = json.loads((path / name).read_text())
+            missing = [key for key in keys if not isinstance(data, dict) or key not in data]
+            if missing:
+                raise ValueError(f"{name} has no {missing[0]!r}")
         for name in ("model.safetensors", "optimizer.safetensors", "rng.safetensors"):
             with safe_open(str(path / name), framework="pt") as handle:
                 list(handle.keys())
@@ -285,11 +307,15 @@ def load_checkpoint(path: str | Path, model: Any, optimizer: torch.optim.Optimiz
     before the model or optimizer is touched."""
     path = Path(path)
     verify_checkpoint(path)
-    missing, unexpected = load_model(model, str(path / "model.safetensors"),
-                                     strict=False, device=str(next(model.parameters()).device))
+    fix = "delete it to resume from the previous checkpoint, or start a new run with another --run-dir"
+    try:
+        missing, unexpected = load_model(model, str(path / "model.safetensors"),
+                                         strict=False, device=str(next(model.parameters()).device))
+    except RuntimeError as error:  # e.g. a tensor's shape is not the model's
+        raise UsageError(f"checkpoint {path} does not match the model ({str(error).splitlines()[0]}): {fix}") from None
     if missing or unexpected:
-        raise UsageError(f"checkpoint {path} does not match the model (missing {missing[:3]}, "
-                         f"unexpected {unexpected[:3]})")
+        raise UsageError(f"checkpoint {path} does not match the model (missing {sorted(missing)[:3]}, "
+                         f"unexpected {sorted(unexpected)[:3]}): {fix}")
     if optimizer is not None:
         device = next(model.parameters()).device
         tensors = load_file(str(path / "optimizer.safetensors"), device=str(device))

@@ -21,6 +21,7 @@ from ict.core.options import check_choices, option, optional_inner, parse_field,
 from ict.core.stats import needs_reference_logits, parse_tile_size
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
 from ict.models.rollout import ROLLOUT_TEMPERATURE, VLLM_CPU_KVCACHE_GIB
+from ict.runs.checkpoint import complete_checkpoints, write_atomically
 
 # Method names that are not selector names (the only alias: the field calls GRPO "grpo").
 METHOD_ALIASES = {"grpo": "all"}
@@ -440,7 +441,12 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
     values = functools.reduce(_with_layer, layers, {})
     saved_path = Path(values["run_dir"]) / "config.yaml" if values.get("resume") and values.get("run_dir") else None
     if saved_path is None or not saved_path.is_file():
+        if saved_path is not None and complete_checkpoints(saved_path.parent):
+            raise UsageError(f"--resume: {saved_path} is missing, but the run has checkpoints: restore it, or "
+                             "start another --run-dir")
         return TrainConfig(**values).resolve()
+    if not saved_path.read_text().strip():  # a write cut short (before writes were atomic)
+        raise UsageError(f"--resume: {saved_path} is empty: restore it, or start another --run-dir")
     try:  # parsed as any YAML layer is (an unknown key is one line)
         saved = _with_layer({}, _renamed(load_yaml(saved_path)))
     except UsageError as error:
@@ -449,7 +455,9 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
     values = functools.reduce(_with_layer, layers, saved)
     config = TrainConfig(**values).resolve()
     for name, value in config.to_dict().items():
-        if name not in RESUME_MAY_CHANGE and value != getattr(run, name):
+        if value == "auto" and getattr(run, name) != "auto":  # the run's resolution of it (statistics_from)
+            setattr(config, name, getattr(run, name))
+        elif name not in RESUME_MAY_CHANGE and value != getattr(run, name):
             raise UsageError(f"--resume continues {values['run_dir']} with its config.yaml, where {name} is "
                              f"{getattr(run, name)!r}, not {value!r}: drop the option, or start another --run-dir")
     return config
@@ -485,6 +493,8 @@ def _renamed(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def save_config(config: TrainConfig, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    """``config`` as YAML at ``path``, written atomically (a kill mid-write leaves the old file:
+    an empty one would resume with every default)."""
+    write_atomically(path, yaml.safe_dump(config.to_dict(), sort_keys=False))
 
 

@@ -280,7 +280,9 @@ def _prepare_run_dir(config: TrainConfig) -> Path:
 
 def _set_up(config: TrainConfig, console: Any, run_dir: Path) -> _Run:
     """Seed, load the data and reward, then the model, reference policy and optimizer."""
-    torch.manual_seed(config.seed)
+    from transformers import set_seed
+
+    set_seed(config.seed)  # torch, and Python's and numpy's (a checkpoint saves all three; a plugin may draw)
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
     data = load_training_data(
