@@ -129,6 +129,14 @@ def test_resume_takes_the_runs_resolution_of_an_auto_option_and_refuses_a_lost_c
         build_config(None, {"run_dir": str(run_dir), "resume": True}, {})
 
 
+def test_a_negative_format_reward_is_one_line():
+    """-0.5 passed the checks, then build_reward dropped it (with `--reward last_number`) or kept
+    the format term's +1 (with `last_number,format`): the opposite sign of what was asked."""
+    with pytest.raises(UsageError, match=r"^format_reward must be >= 0, got -0.5$"):
+        build_config(None, {"format_reward": "-0.5"}, {})
+    assert build_config(None, {"format_reward": "0.5"}, {}).format_reward == 0.5
+
+
 def test_missing_yaml_file():
     with pytest.raises(UsageError, match="config file not found"):
         build_config("/no/such/file.yaml")

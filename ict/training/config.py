@@ -83,7 +83,7 @@ class TrainConfig:
                                      "reasoning-gym answers: last_number (the last number in "
                                      "the completion), tag (<answer></answer> or \\boxed{}) ",
                                      ("last_number", "tag"))
-    format_reward: float = option(0.0, "weight of the format reward (answer in "
+    format_reward: float = option(0.0, "weight (>= 0) of the format reward (answer in "
                                    "<answer></answer> tags) added to the task reward")
     verify_timeout: float = option(5.0, "seconds allowed per math-verify check")
     overlong_buffer: int = option(0, "DAPO's soft overlong punishment: a penalty falling "
@@ -342,6 +342,7 @@ class TrainConfig:
             "adam_eps": ("> 0", lambda v: v > 0), "adam_beta1": ("in [0, 1)", lambda v: 0 <= v < 1),
             "adam_beta2": ("in [0, 1)", lambda v: 0 <= v < 1), "lora_alpha": ("> 0", lambda v: v > 0),
             "lora_dropout": ("in [0, 1)", lambda v: 0 <= v < 1),
+            "format_reward": (">= 0", lambda v: v >= 0),  # a weight: build_reward adds it when > 0
             "vllm_gpu_memory_utilization": ("in (0, 1]", lambda v: 0 < v <= 1),
             "entropy_collapse_fraction": (">= 0", lambda v: v >= 0),
             "entropy_explosion_factor": ("> 0", lambda v: v > 0)}
