@@ -422,8 +422,9 @@ def test_trl_refusals_are_one_line(tiny_model_dir, tmp_path, monkeypatch):
         with pytest.raises(ValueError, match=r"^ICTGRPOTrainer needs args=ICTGRPOConfig\(\.\.\.\), got "):
             ICTGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir), reward_funcs=_reward, args=plain,
                            train_dataset=Dataset.from_dict({"prompt": ["a"] * 4}))
-    for seed in ("x", "1.5"):  # random's seed was not checked: int('x') failed at the first loss, 1.5 became 1
-        with pytest.raises(ValueError, match="random's seed must be an integer or none"):
+    # random's seed was not checked: int('x') failed at the first loss, 1.5 became 1, 2^64 overflowed
+    for seed in ("x", "1.5", str(2**64)):
+        with pytest.raises(ValueError, match=r"random's seed must be an integer in \[-2\^63, 2\^64\) or none"):
             ICTGRPOConfig(output_dir=str(tmp_path), token_selector=f"random:ratio=0.2,seed={seed}")
     zero3 = sharded_head_refusal(None, deepspeed_plugin=SimpleNamespace(zero_stage=3))  # deepspeed not installed
     assert zero3.startswith("ict.integrations.trl does not support DeepSpeed ZeRO-3")

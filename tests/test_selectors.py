@@ -287,6 +287,12 @@ def test_unknown_names_and_options_are_errors():
         select_tokens("nope", inputs)
     with pytest.raises(ValueError, match="has no option"):
         select_tokens("entropy", inputs, reference="prev")
+    from ict.core.selectors import check_options
+
+    for seed in (2**64, -(2**63) - 1):  # passed the checks, then overflowed in torch.Generator
+        with pytest.raises(ValueError, match=r"random's seed must be an integer in \[-2\^63, 2\^64\)"):
+            check_options("random", {"seed": seed})
+    check_options("random", {"seed": 2**64 - 1})
 
 
 def test_users_can_register_a_selector():

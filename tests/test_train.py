@@ -708,3 +708,20 @@ def test_selection_anatomy_is_logged_for_every_method(tiny_model_dir, arithmetic
                 for name in ("partial_group_fraction", "relative_position", "end_token_fraction"):
                     assert line[f"selected_{name}"] == pytest.approx(line[f"all_{name}"])
                 assert line["selected_tie_fraction"] == 0.0
+
+
+def test_a_run_extended_past_its_warmup_evaluates_the_warmup_end_as_an_uninterrupted_run(
+        tiny_model_dir, arithmetic_task, tmp_path):
+    """A run whose num_steps ended with its full-token warm-up (so no selection phase, and no
+    after-warm-up evaluation), resumed with more steps: eval.json and the summary lacked the
+    warm-up's end, which the same run uninterrupted records."""
+    options = dict(method="ict", full_token_warmup_steps=1, eval_size=4)
+    whole = tmp_path / "whole"
+    train(tiny_config(tiny_model_dir, arithmetic_task, whole, num_steps=2, **options))
+    extended = tmp_path / "extended"
+    train(tiny_config(tiny_model_dir, arithmetic_task, extended, num_steps=1, **options))
+    assert "after_warmup" not in json.loads((extended / "eval.json").read_text())
+    train(tiny_config(tiny_model_dir, arithmetic_task, extended, num_steps=2, resume=True, **options))
+    expected, got = (json.loads((run / "eval.json").read_text()) for run in (whole, extended))
+    assert set(got) == set(expected) == {"before", "after_warmup", "after"}
+    assert got["after_warmup"] == expected["after_warmup"] and got["after"] == expected["after"]

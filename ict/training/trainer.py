@@ -226,6 +226,7 @@ def train(config: TrainConfig, console: Any = None,
     if warmup_note:
         console.print(warmup_note)
     eval_before = _evaluate_before(run)
+    _evaluate_resumed_warmup_end(run)
     all_metrics = _run_steps(run, on_step)
     eval_after: dict[str, Any] = {}
     if run.data.eval:
@@ -348,6 +349,21 @@ def _evaluate_before(run: _Run) -> dict[str, Any]:
                       f"{len(run.data.eval)} held-out problems")
     write_eval(run.run_dir, "before", evaluation)
     return evaluation
+
+
+def _evaluate_resumed_warmup_end(run: _Run) -> None:
+    """A run resumed at the last step of its full-token warm-up without that step's evaluation in
+    eval.json (a run whose `num_steps` ended there, extended with ``--resume --num-steps``: it had
+    no selection phase then) evaluates the resumed weights as the warm-up's end, as an
+    uninterrupted run does after that step."""
+    phase = selection_phase(run.config)
+    if (not run.data.eval or phase is None or run.start_step != phase[1] - 1
+            or AFTER_WARMUP in read_eval(run.run_dir)):
+        return
+    evaluation = evaluate_accuracy(run.model, run.tokenizer, run.data.eval, run.reward, run.config)
+    write_eval(run.run_dir, AFTER_WARMUP, evaluation)
+    run.console.print(f"eval after the full-token warm-up (step {run.start_step}): accuracy "
+                      f"{evaluation['accuracy']:.3f} on {len(run.data.eval)} held-out problems")
 
 
 def _run_steps(run: _Run, on_step: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
