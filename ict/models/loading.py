@@ -265,7 +265,7 @@ def disable_dropout(model: Any) -> int:
             module.p = 0.0
         for name in ("attention_dropout", "attn_dropout", "dropout"):
             value = getattr(module, name, None)
-            if isinstance(value, float) and not isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            if isinstance(value, float):
                 changed += value > 0
                 setattr(module, name, 0.0)
     return changed

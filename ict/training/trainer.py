@@ -360,10 +360,16 @@ def _evaluate_resumed_warmup_end(run: _Run) -> None:
     if (not run.data.eval or phase is None or run.start_step != phase[1] - 1
             or AFTER_WARMUP in read_eval(run.run_dir)):
         return
-    evaluation = evaluate_accuracy(run.model, run.tokenizer, run.data.eval, run.reward, run.config)
+    _record_warmup_end(run, run.start_step,
+                       evaluate_accuracy(run.model, run.tokenizer, run.data.eval, run.reward, run.config))
+
+
+def _record_warmup_end(run: _Run, step: int, evaluation: dict[str, Any]) -> None:
+    """The held-out evaluation at the full-token warm-up's last step ``step``: in eval.json and on
+    the console."""
     write_eval(run.run_dir, AFTER_WARMUP, evaluation)
-    run.console.print(f"eval after the full-token warm-up (step {run.start_step}): accuracy "
-                      f"{evaluation['accuracy']:.3f} on {len(run.data.eval)} held-out problems")
+    run.console.print(f"eval after the full-token warm-up (step {step}): accuracy {evaluation['accuracy']:.3f} "
+                      f"on {len(run.data.eval)} held-out problems")
 
 
 def _run_steps(run: _Run, on_step: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
@@ -412,10 +418,7 @@ def _record_step(run: _Run, metrics: dict[str, Any], all_metrics: list[dict[str,
         if periodic:
             metrics["eval_accuracy"] = evaluation["accuracy"]
         if warmup_end:
-            write_eval(run.run_dir, AFTER_WARMUP, evaluation)
-            run.console.print(f"eval after the full-token warm-up (step {metrics['step']}): "
-                              f"accuracy {evaluation['accuracy']:.3f} on {len(run.data.eval)} "
-                              "held-out problems")
+            _record_warmup_end(run, metrics["step"], evaluation)
     assert run.logger is not None
     run.logger.log(metrics)
     all_metrics.append(metrics)
