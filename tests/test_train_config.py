@@ -119,6 +119,9 @@ def test_resume_takes_the_runs_resolution_of_an_auto_option_and_refuses_a_lost_c
     again = build_config(None, {"method": "grpo", "learning_rate": "3e-3", "run_dir": str(run_dir), "resume": True,
                                 "statistics_from": "auto"}, {})
     assert again.statistics_from == "logits"
+    first.device = "cpu"
+    save_config(first, run_dir / "config.yaml")
+    assert build_config(None, {"run_dir": str(run_dir), "resume": True, "device": "auto"}, {}).device == "auto"
     (run_dir / "config.yaml").write_text("")
     with pytest.raises(UsageError, match=r"^--resume: .*config.yaml is empty: restore it"):
         build_config(None, {"run_dir": str(run_dir), "resume": True}, {})

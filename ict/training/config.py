@@ -456,9 +456,11 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
     values = functools.reduce(_with_layer, layers, saved)
     config = TrainConfig(**values).resolve()
     for name, value in config.to_dict().items():
+        if name in RESUME_MAY_CHANGE:  # e.g. --device auto stays auto
+            continue
         if value == "auto" and getattr(run, name) != "auto":  # the run's resolution of it (statistics_from)
             setattr(config, name, getattr(run, name))
-        elif name not in RESUME_MAY_CHANGE and value != getattr(run, name):
+        elif value != getattr(run, name):
             raise UsageError(f"--resume continues {values['run_dir']} with its config.yaml, where {name} is "
                              f"{getattr(run, name)!r}, not {value!r}: drop the option, or start another --run-dir")
     return config
