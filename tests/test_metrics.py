@@ -46,6 +46,10 @@ def test_pass_at_k_rejects_impossible_inputs():
         pass_at_k(4, 1, 0)
     with pytest.raises(ValueError, match="k must be an integer"):
         pass_at_k(10, 3, 2.5)  # was pass@3 (0.708)
+    for n, c in ((2.7, 1), (4, 1.5), ([4, 3.5], [1, 1]), (float("nan"), 0)):
+        with pytest.raises(ValueError, match="whole numbers"):
+            pass_at_k(n, c, 1)  # 2.7 samples was read as 2 (pass@1 0.5)
+    assert pass_at_k(4.0, 1.0, 2) == pass_at_k(4, 1, 2)  # whole floats are counts
     for n, c in (([2], [5]), ([2], [-1]), ([0], [0])):
         with pytest.raises(ValueError, match="num_correct must be in"):
             average_at_n(n, c)  # [2], [5] was 2.5

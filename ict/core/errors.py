@@ -1,4 +1,19 @@
-"""Errors the command line turns into one line on stderr (never a traceback)."""
+"""Errors the command line turns into one line on stderr (never a traceback), and the type checks
+that decide the commonest of them."""
+
+import math
+from typing import Any
+
+
+def is_integer(value: Any) -> bool:
+    """An ``int`` that is not a ``bool`` (YAML and hydra read ``true`` as one; ``1.5`` would be cut
+    to 1 by ``int``)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_finite_number(value: Any) -> bool:
+    """A finite ``int`` or ``float`` that is not a ``bool``."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class UsageError(Exception):

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ict.core.errors import is_integer
 from ict.core.stats import TokenStatistics, check_token_shapes
 
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
@@ -108,7 +109,7 @@ def group_advantages(
     ``std`` is the unbiased sample standard deviation (as TRL and verl). Groups whose rewards
     are all equal get zero advantage. Returns ``[N]`` float32.
     """
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2:
+    if not is_integer(group_size) or group_size < 2:
         raise ValueError(f"group_size must be an integer >= 2 for group advantages, got {group_size!r}")
     if rewards.numel() % group_size:
         raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")

@@ -17,14 +17,15 @@ import numpy as np
 def pass_at_k(num_samples: int | Sequence[int] | np.ndarray, num_correct: int | Sequence[int] | np.ndarray, k: int):
     """Unbiased pass@k per problem; scalars give a float, arrays a float64 array.
 
-    Raises ``ValueError`` when ``k`` is not an integer in ``[1, n]`` or ``c`` is not in ``[0, n]``.
+    Raises ``ValueError`` when ``k`` is not an integer in ``[1, n]``, ``n`` or ``c`` is not a
+    whole number (2.7 samples is not 2), or ``c`` is not in ``[0, n]``.
     """
     if isinstance(k, bool) or int(k) != k:
         raise ValueError(f"k must be an integer, got {k!r}")
     k = int(k)
     scalar = np.ndim(num_samples) == 0 and np.ndim(num_correct) == 0
-    n = np.atleast_1d(np.asarray(num_samples, dtype=np.int64))
-    c = np.atleast_1d(np.asarray(num_correct, dtype=np.int64))
+    n = np.atleast_1d(_whole_counts(num_samples, "num_samples"))
+    c = np.atleast_1d(_whole_counts(num_correct, "num_correct"))
     n, c = np.broadcast_arrays(n, c)
     if k < 1 or (n.size and k > int(n.min())):
         raise ValueError(f"k must be in [1, n]; got k={k} with n={int(n.min()) if n.size else 'none'}")
@@ -36,6 +37,16 @@ def pass_at_k(num_samples: int | Sequence[int] | np.ndarray, num_correct: int | 
     factors = np.where(numerators > 0, numerators / denominators, 0.0)
     result = 1.0 - np.prod(factors, axis=1)
     return float(result[0]) if scalar else result
+
+
+def _whole_counts(values, name: str) -> np.ndarray:
+    """`values` as int64, refusing what is not a whole number (a cast would truncate 2.7 to 2)."""
+    array = np.asarray(values)
+    if array.dtype.kind in "iub":
+        return array.astype(np.int64)
+    if array.dtype.kind == "f" and np.all(np.isfinite(array)) and np.all(array == np.round(array)):
+        return array.astype(np.int64)
+    raise ValueError(f"{name} must be whole numbers, got {values!r}")
 
 
 def pass_at_k_table(

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ict.core.errors import is_finite_number
 from ict.core.ranking import SCOPES, Selection
 from ict.core.stats import TokenStatistics, check_token_shapes, score_key
 
@@ -194,7 +195,7 @@ def _checked_option(selector: Selector, key: str, value: Any) -> Any:
     if isinstance(default, bool):
         ok = isinstance(value, bool)
     elif isinstance(default, int | float):
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        ok = is_finite_number(value)
     elif isinstance(default, str):
         ok = isinstance(value, str)
     else:  # no option means anything by nan or inf
@@ -202,7 +203,7 @@ def _checked_option(selector: Selector, key: str, value: Any) -> Any:
     if not ok:
         kind = {bool: "true or false", str: "text"}.get(type(default), "a finite number")
         raise ValueError(f"selector {name!r} option {key} must be {kind}, got {value!r}")
-    if key in selector.ranges and isinstance(value, int | float) and not isinstance(value, bool):
+    if key in selector.ranges and is_finite_number(value):
         low, high = selector.ranges[key]
         if not low <= value <= high:
             allowed = f">= {low:g}" if high == math.inf else f"in [{low:g}, {high:g}]"

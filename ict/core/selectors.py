@@ -77,6 +77,7 @@ import math
 import torch
 from torch import Tensor
 
+from ict.core.errors import is_integer
 from ict.core.ranking import (  # noqa: F401 (the ranking's names are also this module's API)
     SCOPES,
     TIE_TOLERANCE,
@@ -244,8 +245,7 @@ RANDOM_PRESETS = {
                    presets=RANDOM_PRESETS)
 def select_random(inputs: SelectionInputs, ratio: float, seed: int | None, scope: str) -> Selection:
     """Control: a uniformly random ``ceil(ratio * N)`` of the response tokens."""
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)  # 1.5 would be cut to 1
-                             or not -(2**63) <= seed < 2**64):  # torch.Generator's range
+    if seed is not None and (not is_integer(seed) or not -(2**63) <= seed < 2**64):  # torch.Generator's range
         raise ValueError(f"random's seed must be an integer in [-2^63, 2^64) or none, got {seed!r}")
     generator = inputs.generator
     if generator is None and seed is not None:

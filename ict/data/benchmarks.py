@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ict.answers.gold import normalize_gold
-from ict.core.errors import UsageError
+from ict.core.errors import UsageError, is_integer
 from ict.core.problems import (
     CHOICE_TEMPLATE,
     MATH_TEMPLATE,
@@ -461,7 +461,7 @@ def parse_reasoning_gym_name(name: str) -> tuple[str, dict[str, Any], int, int]:
             config[key.strip()] = value.strip()
     size, seed = config.pop("size", REASONING_GYM_DEFAULT_SIZE), config.pop("seed", REASONING_GYM_EVAL_SEED)
     for option, value in (("size", size), ("seed", seed)):
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_integer(value):
             raise UsageError(f"reasoning-gym {option} must be an integer in {name!r}, got {value!r}")
     if size < 1:
         raise UsageError(f"reasoning-gym size must be >= 1 in {name!r}")

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import ast
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-from ict.core.errors import UsageError
+from ict.core.errors import UsageError, is_finite_number
 
 MAX_CHOICES = 26
 
@@ -63,10 +62,6 @@ def describe(value: Any) -> str:
     if isinstance(value, dict):
         return "an object"
     return type(value).__name__
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def checked_object(row: Any) -> dict[str, Any]:
@@ -120,10 +115,10 @@ def checked_answer(value: Any, field: str) -> str | int | float | list[Any]:
         if not value.strip():
             raise ValueError(f"field {field!r} is empty")
         return value
-    if _is_number(value):
+    if is_finite_number(value):
         return value
     if isinstance(value, list | tuple) and value and all(
-            isinstance(item, str) or _is_number(item) for item in value):
+            isinstance(item, str) or is_finite_number(item) for item in value):
         return list(value)
     raise ValueError(f"field {field!r} must be text, a number or a list of texts, got "
                      f"{describe(value)}")
@@ -141,7 +136,7 @@ def checked_choices(value: Any, field: str) -> list[str]:
     if not isinstance(value, list | tuple):
         raise ValueError(f"field {field!r}: choices must be a list, got {describe(value)}")
     for number, option in enumerate(value, 1):
-        if not (isinstance(option, str) or _is_number(option)):
+        if not (isinstance(option, str) or is_finite_number(option)):
             raise ValueError(f"field {field!r}: option {number} must be text or a number, got "
                              f"{describe(option)}")
     if not 2 <= len(value) <= MAX_CHOICES:

@@ -101,7 +101,7 @@ from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
 from ict.core.diagnostics import paper_figures, token_diagnostics
-from ict.core.errors import UsageError
+from ict.core.errors import UsageError, is_integer
 from ict.core.loss import TOKEN_SETS, policy_loss
 from ict.core.selectors import (
     ranking_population,
@@ -188,9 +188,9 @@ class ICTPolicyLossConfig(VerlPolicyLossConfig):
         # hydra hands override values through as typed (ict_seed=1.5 a float, ict_dual_clip=no a
         # string, which is true): each is refused in one line here, not at the first selection
         warmup = self.ict_full_token_warmup_steps
-        if warmup is not None and (not _is_integer(warmup) or warmup < 0):
+        if warmup is not None and (not is_integer(warmup) or warmup < 0):
             raise UsageError(f"ict_full_token_warmup_steps must be null or an integer >= 0, got {warmup!r}")
-        if not _is_integer(self.ict_seed):
+        if not is_integer(self.ict_seed):
             raise UsageError(f"ict_seed must be an integer, got {self.ict_seed!r}")
         if not isinstance(self.ict_dual_clip, bool):
             raise UsageError(f"ict_dual_clip must be true or false, got {self.ict_dual_clip!r}")
@@ -203,11 +203,6 @@ class ICTPolicyLossConfig(VerlPolicyLossConfig):
             raise UsageError(f"ict_stats_tile_size: {error}") from None
         if self.ict_denominator not in TOKEN_SETS:
             raise UsageError(f"ict_denominator must be 'selected' or 'all', got {self.ict_denominator!r}")
-
-
-def _is_integer(value: Any) -> bool:
-    """An int that is not a bool (hydra reads ``true`` as one)."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 _pending: list[MicroBatchSelection] = []  # the current micro-batch's, for compute_policy_loss_ict

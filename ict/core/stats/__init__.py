@@ -79,12 +79,12 @@ scores first.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor
 
+from ict.core.errors import is_finite_number
 from ict.core.stats.heads import LinearHead, LogitsHead
 from ict.core.stats.rows import response_ends
 from ict.core.stats.scores import (
@@ -156,8 +156,7 @@ def _check_common(
         raise ValueError(f"the vocabulary must have at least one id, got V = {shape[2]}")
     if token_ids.dtype.is_floating_point or token_ids.dtype == torch.bool:
         raise ValueError(f"token_ids must be an integer tensor, got {token_ids.dtype}")
-    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not (
-            math.isfinite(temperature) and temperature > 0):
+    if not is_finite_number(temperature) or temperature <= 0:
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
     references = [split_score_key(name)[0] for name in js_references]  # raises for an unknown one
     grouped = [name for name in references if name in GROUP_MEAN_VARIANTS]

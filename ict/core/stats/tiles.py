@@ -45,6 +45,7 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
+from ict.core.errors import is_integer
 from ict.core.stats import torch_tiles
 from ict.core.stats.buffers import Scratch, TileBuffer, scratch_like
 from ict.core.stats.heads import Head, LinearHead, LogitsHead
@@ -274,7 +275,7 @@ class _Run:
         device = self.device = token_ids.device
         self.backend = resolve_backend(backend, device)
         if tile_size is not None and (isinstance(tile_size, str) or len(tile_size) != 2 or not all(
-                isinstance(size, int) and not isinstance(size, bool) and size > 0 for size in tile_size)):
+                is_integer(size) and size > 0 for size in tile_size)):
             raise ValueError(f"tile_size must be two positive integers (tokens, vocab), got {tile_size!r}")
         self.tokens, self.vocab = tile_size or default_tile_size(device, self.vocab_size, self.backend,
                                                                  isinstance(head, LinearHead))
