@@ -16,7 +16,7 @@ ALLOWED = {
     "core": set(),
     "answers": {"core"},
     "data": {"core", "answers"},
-    "models": {"core"},
+    "models": {"core", "data"},  # data's hub check only (loading a hub id offline)
     "runs": {"core"},
     "training": {"core", "answers", "data", "models", "runs"},
     "evaluation": {"core", "answers", "data", "models", "runs"},

@@ -33,6 +33,26 @@ def test_lora_wraps_and_freezes_the_base(tiny_model_dir):
     assert hasattr(model, "disable_adapter")
 
 
+def test_a_hub_id_with_the_hub_unreachable_fails_at_once(monkeypatch, caplog, capfd):
+    """An unreachable hub (here: HF_ENDPOINT on a closed local port, so `hub_reachable` is False)
+    makes a hub id that is not in the cache a one-line UsageError without huggingface_hub's five
+    retries a file (about 45 s of "Retrying in 8s" lines on an offline machine)."""
+    import datasets.config
+    import huggingface_hub.constants
+
+    for module, name in ((huggingface_hub.constants, "HF_HUB_OFFLINE"), (datasets.config, "HF_HUB_OFFLINE"),
+                         (datasets.config, "HF_DATASETS_OFFLINE")):
+        monkeypatch.setattr(module, name, getattr(module, name))  # restored after the test
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    with pytest.raises(UsageError, match="cannot load model 'nobody/no-such-model'") as raised:
+        load_model_and_tokenizer("nobody/no-such-model", device="cpu")
+    assert "\n" not in str(raised.value)
+    printed = caplog.text + "".join(capfd.readouterr())
+    assert "Retrying" not in printed and "thrown while requesting" not in printed
+
+
 def test_offline_default_without_package_says_how_to_install(monkeypatch, tmp_path):
     real_find_spec = importlib.util.find_spec
 

