@@ -204,6 +204,12 @@ def test_page_shows_each_prompt_whole_as_the_model_saw_it(tiny_model_dir, tmp_pa
     (['{"prompt": "a", "completion": "b"}', '{"prompt": "a", "completion": "c"}',
       '{"prompt": "d", "completion": "e"}'], [], "every prompt needs the same number"),
     (['{"prompt": "a"}'], [], "not a {prompt, completion} JSON record"),
+    (['{"prompt": "a", "completion": "b"}', '{"prompt": "c", "completion": "d"}'], [],
+     "one completion per prompt"),  # every JS score was 0, and ICT still marked a token
+    (['{"prompt": ["a"], "completion": "b"}'], [], "prompt and completion must be text"),  # was a TypeError
+    (['{"prompt": "a", "completion": null}'], [], "prompt and completion must be text"),
+    (['{"prompt": "a", "completion": "b"}', '{"prompt": "a", "completion": "c"}'], ["--n", "8"],
+     "--n sample completions of --prompt"),  # was ignored
 ])
 def test_bad_samples_exit_2(tiny_model_dir, tmp_path, capsys, lines, options, message):
     samples = tmp_path / "samples.jsonl"
@@ -251,3 +257,79 @@ def test_the_learning_curve_legend_names_every_method_of_any_panel(tmp_path, mon
             for step in (0, 10)]
     plot_learning_curves(rows, tmp_path / "curves.png")
     assert seen == [["grpo", "ict", "stapo"]]
+
+
+def _samples_file(path, records):
+    import json
+
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return path
+
+
+def test_stapo_marks_the_tokens_it_would_silence(tiny_model_dir, tmp_path, capsys):
+    """STAPO silences only tokens of positive advantage; the view passed zero advantages, so it
+    marked none, and its class (stapo_silenced) had no rule in the page's CSS (.stapo). Now each
+    completion counts as rewarded: the struck tokens are STAPO's spurious ones, A = +1, p < tau_p
+    and entropy below the quantile of those tokens' (checked here from float64 statistics)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ict.analysis.token_view import rollout_from_samples
+    from ict.models.forward import response_logits
+    from ict.models.rollout import pack_rollout
+
+    completions = ["the sum is 3 and 5 then 9", "it is 3 , 4 , 7 or 2", "so 3", "7 plus 8 is 1 5"]
+    samples = _samples_file(tmp_path / "samples.jsonl", [{"prompt": "what is 1 + 2 ?", "completion": c}
+                                                         for c in completions])
+    page = tmp_path / "view.html"
+    assert main(["inspect", "--model", str(tiny_model_dir), "--samples", str(samples), "--temperature", "0.05",
+                 "--html", str(page)]) == 0
+    text = page.read_text()
+    assert re.search(r"\.stapo_silenced\{text-decoration:line-through\}", text)
+    struck = [["stapo_silenced" in classes.split() for classes in re.findall(r"<span class='tok([^']*)'", block)]
+              for block in text.split("<div class='prompt'>")[1:]]
+    assert "stapo_silenced silences most often" in text and "silences most often" in capsys.readouterr().out
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    batch = pack_rollout(rollout_from_samples(tokenizer, samples), tokenizer.pad_token_id)
+    with torch.no_grad():
+        log_p = torch.log_softmax(response_logits(model, batch).double() / 0.05, dim=-1)
+    entropy = -(log_p.exp() * log_p).sum(-1)
+    chosen = log_p.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
+    mask = batch.response_mask.bool()
+    candidates = mask & (chosen.exp() < 0.002)
+    threshold = torch.quantile(entropy[candidates], 0.75)
+    expected = candidates & (entropy < threshold)
+    assert expected.any()
+    assert struck == [expected[row, :int(mask[row].sum())].tolist() for row in range(len(completions))]
+
+
+def test_an_evaluations_greedy_records_are_not_scored_with_its_samples(tiny_model_dir, tmp_path):
+    """`ict eval --greedy` writes one greedy record per problem beside the sampled ones; it was
+    scored as one more completion of the group (shifting the group's JS references)."""
+    records = [{"prompt": p, "completion": c, **extra} for p in ("what is 1 + 2 ?", "what is 4 + 4 ?")
+               for c, extra in (("3", {}), ("it is 3", {}), ("so 3", {"greedy": True}))]
+    samples = _samples_file(tmp_path / "samples.jsonl", records)
+    page = tmp_path / "view.html"
+    assert main(["inspect", "--model", str(tiny_model_dir), "--samples", str(samples), "--html", str(page)]) == 0
+    blocks = page.read_text().split("<div class='prompt'>")[1:]
+    assert len(blocks) == 4 and not any("so" in re.findall(r"<span[^>]*>([^<]*)</span>", b) for b in blocks)
+
+
+def test_the_terminal_view_shows_control_characters_instead_of_sending_them():
+    """A completion's ESC reached the terminal raw (rich strips BEL, not ESC): an escape sequence
+    that clears the screen or sets the window title."""
+    import io
+
+    from rich.console import Console
+
+    from ict.analysis.token_view import TokenView, print_view
+
+    view = TokenView(["p", "p"], [["\x1b[2J", "\x1b]0;pwned\x07"], ["a\n", "\tb"]], [[0.1, 0.2], [0.3, 0.4]],
+                     {"ict": [[True, False], [False, False]]}, "js", 0.0, {}, {})
+    buffer = io.StringIO()
+    print_view(view, Console(file=buffer, force_terminal=False, width=200))
+    out = buffer.getvalue()
+    assert "\x1b" not in out and "\x07" not in out
+    assert "#0: \\x1b[2J\\x1b]0;pwned\\x07\n" in out and "#1: a\n" in out  # newline (and tab) kept

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,13 +22,15 @@ import torch
 
 from ict.core.diagnostics import ANATOMY_FIGURES, PAPER_FIGURES
 from ict.core.errors import UsageError
-from ict.core.options import check_choices, option
+from ict.core.options import check_choices, default_of, option
 from ict.core.selectors import ICT_DEFAULT_REFERENCE
 from ict.core.stats import JS_REFERENCES
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
 from ict.models.rollout import ROLLOUT_TEMPERATURE
 
 COLOR_SCORES = ("js", "entropy", "renyi2")
+SILENCED = "stapo_silenced"
+"""the mark of the tokens STAPO silences (it updates all the others)"""
 SELECTIONS = (("ict", "ict", {}), ("entropy20", "entropy", {}), ("stapo", "stapo", {}))
 """(mark, selector, options): each selector with the registry's defaults"""
 JS_COLOUR_REFERENCES = tuple(name for name in JS_REFERENCES if name != "ref")
@@ -55,9 +58,17 @@ class InspectConfig:
     html: str | None = option(None, "write the self-contained HTML page here")
 
     def validate(self) -> InspectConfig:
-        """One-line UsageError for a bad combination."""
+        """One-line UsageError for a bad combination (sampling options other than their defaults
+        with --samples, which they do not change)."""
         if (self.prompt is None) == (self.samples is None):
             raise UsageError("give exactly one of --prompt and --samples")
+        if self.samples is not None:
+            sampling = {"num_samples": "--n", "max_new_tokens": "--max-new-tokens", "seed": "--seed"}
+            given = [flag for name, flag in sampling.items()
+                     if getattr(self, name) != default_of(InspectConfig.__dataclass_fields__[name])]
+            if given:
+                raise UsageError(f"{', '.join(given)} sample completions of --prompt; with --samples the "
+                                 "file's completions are scored (drop them)")
         if self.num_prompts is not None and (self.samples is None or self.num_prompts < 1):
             raise UsageError("--num-prompts needs --samples and must be >= 1")
         if self.num_samples < 2:
@@ -161,7 +172,9 @@ def token_strings(tokenizer: Any, ids: list[int]) -> list[str]:
 def build_view(model: Any, tokenizer: Any, rollout: Any, *, temperature: float, color: str = "js",
                reference: str | None = None) -> TokenView:
     """Token statistics (`ict.core.stats.token_statistics`) and selections of a rollout, at the
-    rollout's sampling `temperature` (the statistics' temperature)."""
+    rollout's sampling `temperature` (the statistics' temperature). The view has no rewards:
+    every completion counts as rewarded (advantage +1), so STAPO's marks are the tokens it would
+    silence in a correct completion (it silences none of negative or zero advantage)."""
     from ict.core.diagnostics import paper_figures, selection_anatomy
     from ict.core.selectors import SelectionInputs, required_js_references, select
     from ict.core.stats import token_statistics
@@ -181,7 +194,7 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, *, temperature: float, 
                                  group_ids=group_ids)
     inputs = SelectionInputs(stats=stats, response_mask=batch.response_mask,
                              token_ids=batch.response_ids,
-                             advantages=torch.zeros(batch.response_ids.shape[0]), group_ids=group_ids)
+                             advantages=torch.ones(batch.response_ids.shape[0]), group_ids=group_ids)
     masks, anatomy, figures = {}, {}, {}
     finished = torch.tensor([done for group in rollout.finished for done in group])
     for label, name, options in SELECTIONS:
@@ -193,7 +206,7 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, *, temperature: float, 
     # the tokens each selection leaves out (STAPO's are its silenced ones, shown below anyway)
     unselected = {label: batch.response_mask.bool() & ~mask for label, mask in masks.items() if label != "stapo"}
     # STAPO updates every token but the spurious ones: show the ones it silences
-    masks["stapo_silenced"] = batch.response_mask.bool() & ~masks.pop("stapo")
+    masks[SILENCED] = batch.response_mask.bool() & ~masks.pop("stapo")
     score = {"js": stats.js_scores[reference], "entropy": stats.entropy,
              "renyi2": stats.renyi2}[color]
     tokens, scores = [], []
@@ -243,19 +256,19 @@ def render_html(view: TokenView, source: str = "") -> str:
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ict inspect</title>",
              "<style>body{font-family:monospace;max-width:1100px;margin:1em auto}"
              ".tok{white-space:pre-wrap;padding:1px 0;margin-right:3px}.ict{border-bottom:3px solid #1f4fd1}"
-             ".entropy20{outline:1px solid #1a8a1a}.stapo{text-decoration:line-through}"
+             f".entropy20{{outline:1px solid #1a8a1a}}.{SILENCED}{{text-decoration:line-through}}"
              ".prompt{color:#555;margin-top:1.2em;white-space:pre-wrap}.stats{background:#f4f4f4;padding:.5em}"
              "</style></head><body>",
              f"<h1>Token view ({html.escape(view.score_name)})</h1>",
              f"<p>{html.escape(source)}</p>" if source else "",
              f"<p>Colour: white ({low:.3f}) to red ({high:.3f} nats), the batch's range. Underlined "
              "blue: ICT (top 10% JS); green box: 20-Entropy (top 20% entropy); struck: silenced "
-             "by STAPO (its spurious tokens).</p>",
+             "by STAPO (its spurious tokens, were the completion rewarded).</p>",
              f"<div class='stats'>Jaccard(ICT, 20-Entropy) = {view.jaccard_ict_entropy20:.3f}"]
     for label, items in view.top_tokens.items():
         listed = ", ".join(f"{html.escape(repr(token))} x{count}" for token, count in items)
         listed = listed or "(none in this batch)"
-        parts.append(f"<br>{label} selects most often: {listed}")
+        parts.append(f"<br>{label} {_verb(label)} most often: {listed}")
     parts.append("<br>Where each selection lies (all response tokens in parentheses):<br>")
     parts.append("<br>".join(html.escape(line) for line in anatomy_lines(view)))
     parts.append("<br>The paper's figures of each selection (all response tokens in parentheses):<br>")
@@ -280,6 +293,17 @@ def render_html(view: TokenView, source: str = "") -> str:
     return "".join(parts)
 
 
+def _verb(label: str) -> str:
+    return "silences" if label == SILENCED else "selects"
+
+
+def _visible(token: str) -> str:
+    """`token` for a terminal: control characters but newline and tab as ``\\xNN`` (a completion's
+    ESC would otherwise reach the terminal as an escape sequence)."""
+    return "".join(f"\\x{ord(char):02x}" if unicodedata.category(char) == "Cc" and char not in "\n\t"
+                   else char for char in token)
+
+
 def print_view(view: TokenView, console: Any = None) -> None:
     """Terminal rendering with rich: background colour by score, ICT tokens underlined."""
     from rich.console import Console
@@ -294,12 +318,13 @@ def print_view(view: TokenView, console: Any = None) -> None:
             style = f"black on rgb({red},{green},{blue})"
             if view.selected["ict"][index][position]:
                 style += " underline bold"
-            text.append(token, style=style)
+            text.append(_visible(token), style=style)
         console.print(text)
     console.print(f"Jaccard(ICT, 20-Entropy) = {view.jaccard_ict_entropy20:.3f}")
     for label, items in view.top_tokens.items():
         listed = ", ".join(f"{token!r} x{count}" for token, count in items)
-        console.print(f"{label} most selected: {listed or '(none in this batch)'}", markup=False, highlight=False)
+        console.print(f"{label} {_verb(label)} most often: {listed or '(none in this batch)'}", markup=False,
+                      highlight=False)
     console.print("Where each selection lies (all response tokens in parentheses):")
     for line in anatomy_lines(view):
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
@@ -317,8 +342,10 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
     evaluation's samples.jsonl is one), grouped by prompt in file order; the first `num_prompts`
     prompts (all when None), each with the same number of completions. A finished completion
     (it ended on EOS, as a rollout's does) gets the tokenizer's EOS token after its text's
-    tokens; a record without "finished" counts as cut by the length cap. The text is
-    re-tokenized, so a sample whose sampled ids were not the canonical tokenization differs."""
+    tokens; a record without "finished" counts as cut by the length cap. An evaluation's greedy
+    records are left out (they are not of the sampled group); one completion per prompt is a
+    UsageError, as ``--n 1`` is. The text is re-tokenized, so a sample whose sampled ids were not
+    the canonical tokenization differs."""
     from ict.models.rollout import Rollout, _encode_prompt, render_prompt
 
     groups: dict[str, list[tuple[str, bool]]] = {}
@@ -330,6 +357,11 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
             prompt, completion = record["prompt"], record["completion"]
         except (ValueError, KeyError, TypeError) as error:
             raise UsageError(f"{path}:{number}: not a {{prompt, completion}} JSON record ({error})") from None
+        if not (isinstance(prompt, str) and isinstance(completion, str)):
+            raise UsageError(f"{path}:{number}: prompt and completion must be text, got "
+                             f"{type(prompt).__name__} and {type(completion).__name__}")
+        if record.get("greedy"):  # an evaluation's greedy completion: not one of the sampled group
+            continue
         if prompt not in groups and num_prompts is not None and len(groups) == num_prompts:
             continue
         groups.setdefault(prompt, []).append((completion, bool(record.get("finished", False))))
@@ -339,6 +371,8 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
     if len(sizes) != 1:
         raise UsageError(f"{path}: every prompt needs the same number of completions "
                          f"(found {', '.join(map(str, sorted(sizes)))})")
+    if sizes == {1}:
+        raise UsageError(f"{path}: one completion per prompt; JS scores compare completions (>= 2 each)")
     texts = [render_prompt(tokenizer, prompt, None) for prompt in groups]
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     ids = [[tokenizer.encode(completion, add_special_tokens=False) + (eos if finished else [])
