@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -98,3 +99,38 @@ def test_bad_rows_are_refused_or_skipped_with_a_count(tmp_path):
     data = load_training_data(str(path), skip_bad_rows=True)
     assert sorted(problem.answer for problem in data.train + data.eval) == ["2", "4"]
     assert "5 unusable rows skipped" in data.description
+
+
+def test_held_out_questions_are_never_trained_on(tmp_path):
+    """chain_sum with two one-digit terms has 200 distinct questions: 10,000 training draws ask
+    them all, so the held-out set (another seed) was wholly in the training set (64 of 64), with
+    repeats (52 distinct). Now it is `eval_size` distinct questions and training drops every
+    repeat of them; checked against reasoning-gym's own draws."""
+    import reasoning_gym
+
+    options = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
+    data = load_training_data("chain_sum", dataset_config=options, dataset_size=2000, eval_size=64, seed=0)
+    held = [p.prompt for p in data.eval]
+    assert len(held) == 64 == len(set(held))
+    drawn = [entry["question"] for entry in reasoning_gym.create_dataset("chain_sum", size=2000, seed=0, **options)]
+    assert len(set(drawn) & set(held)) > 40  # the task is that small: most held-out questions are drawn
+    assert [p.prompt for p in data.train] == [q for q in drawn if q not in set(held)]
+    assert "left out of training" in data.description
+    with pytest.raises(UsageError, match="every training problem asks a held-out question"):
+        load_training_data("chain_sum", dataset_config=options, dataset_size=1, eval_size=200, seed=0)
+
+    # a file that repeats its questions: held out by question, not by row
+    path = tmp_path / "repeats.jsonl"
+    path.write_text("".join(json.dumps({"question": f"q{index % 5}", "answer": str(index % 5)}) + "\n"
+                            for index in range(50)))
+    data = load_training_data(str(path), eval_size=2, seed=0)
+    held = {p.prompt for p in data.eval}
+    assert len(data.eval) == 2 == len(held)
+    assert len(data.train) == 30 and not held & {p.prompt for p in data.train}
+    # without repeats the split is the seeded shuffle's last rows, as before
+    path.write_text("".join(json.dumps({"question": f"q{index}", "answer": "1"}) + "\n" for index in range(10)))
+    data = load_training_data(str(path), eval_size=3, seed=0)
+    order = list(range(10))
+    random.Random(0).shuffle(order)
+    assert [p.prompt for p in data.eval] == [f"q{index}" for index in order[7:]]
+    assert [p.prompt for p in data.train] == [f"q{index}" for index in order[:7]]

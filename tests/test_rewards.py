@@ -33,6 +33,11 @@ def test_reasoning_gym_reward_scores_only_the_extracted_answer():
     tagged = REWARDS["reasoning_gym_tag"]
     assert tagged(f"<answer>{gold}</answer>", problem) == 1.0
     assert tagged(f"the answer is {gold}", problem) == 0.0  # strict: no tag, no credit
+    # the scorer's own rule (documented): an extracted answer containing the gold earns
+    # len(gold) / len(answer); last_number is the binary reward
+    contains = f"{gold}0"  # gold is not 0 here
+    assert reward(f"The answer is {contains}", problem) == pytest.approx(len(gold) / len(contains))
+    assert REWARDS["last_number"](f"The answer is {contains}", problem) == 0.0
 
 
 def test_math_reward_uses_bounded_math_verify():

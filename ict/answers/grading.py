@@ -10,7 +10,9 @@ Rules, picked by ``Problem.kind`` (`grade_batch`) or by name (the reward functio
 * ``reasoning_gym`` (`grade_reasoning_gym`): the task's own scorer on the strictly extracted
   answer; ``answer_extraction`` ``last_number`` (the last number in the completion) or ``tag``
   (the last ``<answer></answer>`` pair, else the last ``\\boxed{}``). The scorer never sees the
-  whole text, so a verbose answer earns no partial credit; a scorer that raises scores 0;
+  whole text, so a verbose answer earns no partial credit; its own rule still gives an extracted
+  answer that contains the gold ``len(gold) / len(answer)`` (0.5 for ``14`` against ``4``), which
+  is the training reward (``correct`` stays ``score >= 1``); a scorer that raises scores 0;
 * ``number`` (`grade_number`): the last number in the completion equals the numeric gold.
 
 A `Verdict`'s ``score`` is the raw score (1 or 0, or reasoning-gym's float in [0, 1]) and is the

@@ -5,7 +5,9 @@ Built in:
 - `reasoning_gym`: the task's own scorer (`dataset.score_answer`) on a strictly extracted answer
   (extraction `last_number`: the last number in the completion, or `tag`: the content of the last
   `<answer></answer>` pair, else the last `\\boxed{}`); the scorer never sees the whole text, so
-  verbose answers earn no partial credit;
+  verbose answers earn no partial credit, but its own rule still credits an extracted answer that
+  contains the gold: ``len(gold) / len(answer)``, e.g. 0.5 for ``14`` or ``-4`` against ``4``
+  (chain_sum's `compute_decimal_reward`); `last_number` is the binary reward for numeric tasks;
 - `math`: math-verify on the completion against the normalised gold, with a hard time bound
   per check in a worker process (`ict.answers.grading.grade_math_batch`, lenient extraction);
 - `choice`: the committed option letter (`ict.answers.grading.grade_choice`) equals the gold;

@@ -7,6 +7,7 @@ multiple-choice options, and the `kind` that picks the default reward (`reasonin
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections.abc import Sequence
@@ -27,6 +28,8 @@ from ict.data.rows import (
 
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 EVAL_SEED_OFFSET = 1_000_003
+HELD_OUT_DRAWS = 4
+"""reasoning-gym: a held-out set of n distinct questions is the first n distinct of 4n draws"""
 
 
 def is_reasoning_gym_task(name: str) -> bool:
@@ -141,6 +144,30 @@ def hub_records(dataset_id: str, subset: str | None, split: str) -> list[dict[st
     return [dict(row) for row in dataset]
 
 
+def question_key(problem: Problem) -> str:
+    """What makes two problems the same question: the prompt's text (chat messages as JSON)."""
+    return problem.prompt if isinstance(problem.prompt, str) else json.dumps(problem.prompt, sort_keys=True)
+
+
+def distinct_questions(problems: Sequence[Problem], count: int) -> list[Problem]:
+    """The first `count` problems of distinct questions (`question_key`), in order."""
+    seen: set[str] = set()
+    kept = []
+    for problem in problems:
+        key = question_key(problem)
+        if key not in seen and len(kept) < count:
+            seen.add(key)
+            kept.append(problem)
+    return kept
+
+
+def without_questions(problems: Sequence[Problem], held_out: Sequence[Problem]) -> list[Problem]:
+    """`problems` less every one whose question is held out (a small task, e.g. chain_sum's 200
+    sums of two digits, repeats each question many times in 10,000 draws)."""
+    held = {question_key(problem) for problem in held_out}
+    return [problem for problem in problems if question_key(problem) not in held]
+
+
 @dataclass
 class TrainingData:
     """Training problems, held-out evaluation problems and a short description of the source."""
@@ -156,12 +183,15 @@ def load_training_data(dataset: str, *, dataset_config: dict[str, Any] | None = 
                        answer_field: str = "answer", choices_field: str | None = None,
                        prompt_suffix: str = "", eval_size: int = 0,
                        seed: int = 0, skip_bad_rows: bool = False) -> TrainingData:
-    """Load training problems and `eval_size` held-out ones.
+    """Load training problems and `eval_size` held-out ones, of distinct questions that no
+    training problem asks (`without_questions`: training drops every repeat of a held-out one).
 
-    reasoning-gym: evaluation problems are generated with another seed (`seed + 1000003`);
-    files and hub datasets: the last `eval_size` rows after a seeded shuffle are held out. A row
-    that cannot be used is refused (`UsageError`), or with `skip_bad_rows` left out and counted
-    in the description."""
+    reasoning-gym: the held-out questions are the first `eval_size` distinct ones generated with
+    another seed (`seed + 1000003`; `HELD_OUT_DRAWS` x `eval_size` draws, fewer when the task has
+    fewer); files and hub datasets: the last `eval_size` distinct questions after a seeded
+    shuffle (a file without repeated questions: its last `eval_size` rows). A row that cannot be
+    used is refused (`UsageError`), or with `skip_bad_rows` left out and counted in the
+    description."""
     skipped: list[str] | None = [] if skip_bad_rows else None
     if dataset.lower().endswith(FILE_SUFFIXES) or os.path.exists(dataset):
         records = read_records(dataset, skipped)
@@ -169,10 +199,11 @@ def load_training_data(dataset: str, *, dataset_config: dict[str, Any] | None = 
                                        prompt_suffix, skipped)
         description = f"file {dataset}"
     elif is_reasoning_gym_task(dataset):
-        train = reasoning_gym_problems(dataset, dataset_size, seed, dataset_config, prompt_suffix)
-        held_out = (reasoning_gym_problems(dataset, eval_size, seed + EVAL_SEED_OFFSET,
-                                           dataset_config, prompt_suffix) if eval_size else [])
-        return TrainingData(train, held_out, f"reasoning-gym {dataset} {dataset_config or {}}")
+        drawn = reasoning_gym_problems(dataset, dataset_size, seed, dataset_config, prompt_suffix)
+        held_out = distinct_questions(reasoning_gym_problems(
+            dataset, HELD_OUT_DRAWS * eval_size, seed + EVAL_SEED_OFFSET, dataset_config, prompt_suffix),
+            eval_size) if eval_size else []
+        return _split_off(drawn, held_out, f"reasoning-gym {dataset} {dataset_config or {}}")
     elif "/" in dataset:
         records = hub_records(dataset, dataset_subset, dataset_split)
         problems = records_to_problems(records, question_field, answer_field, choices_field,
@@ -187,9 +218,22 @@ def load_training_data(dataset: str, *, dataset_config: dict[str, Any] | None = 
         raise UsageError(f"dataset {dataset!r} has no usable rows")
     order = list(range(len(problems)))
     random.Random(seed).shuffle(order)
-    eval_count = min(eval_size, len(problems) - 1)
-    held_out = [problems[index] for index in order[len(order) - eval_count:]] if eval_count else []
-    train = [problems[index] for index in order[: len(order) - eval_count]]
+    shuffled = [problems[index] for index in order]
+    questions = len({question_key(problem) for problem in problems})
+    eval_count = min(eval_size, questions - 1)  # at least one question left to train on
+    held_out = distinct_questions(shuffled[::-1], eval_count)[::-1] if eval_count > 0 else []
+    return _split_off(shuffled, held_out, description)
+
+
+def _split_off(drawn: list[Problem], held_out: list[Problem], description: str) -> TrainingData:
+    """`TrainingData` of `drawn` less the held-out questions; the description counts the drop."""
+    train = without_questions(drawn, held_out)
+    if not train:
+        raise UsageError(f"every training problem asks a held-out question ({len(held_out)} held out): "
+                         "lower eval_size, or widen the task")
+    if len(train) < len(drawn):
+        description += (f" ({len(drawn) - len(train)} of {len(drawn)} problems left out of training: "
+                        f"they ask one of the {len(held_out)} held-out questions)")
     return TrainingData(train, held_out, description)
 
 

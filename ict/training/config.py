@@ -204,7 +204,8 @@ class TrainConfig:
 
     # ---- evaluation during training
     eval_size: int = option(0, "held-out problems evaluated before and after training "
-                             "(0: none); reasoning-gym tasks draw them with another seed")
+                             "(0: none): distinct questions that training leaves out; "
+                             "reasoning-gym tasks draw them with another seed")
     eval_every: int = option(0, "also evaluate every N steps (0: only before/after)")
     eval_temperature: float = option(0.0, "evaluation sampling temperature (0: greedy)")
 
