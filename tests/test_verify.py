@@ -22,6 +22,7 @@ from ict.answers.extraction import (
 )
 from ict.answers.gold import gold_from_gsm8k, gold_from_list, gold_from_number, normalize_gold
 from ict.answers.verify import (
+    MATH_EXTRACTIONS,
     MathVerifier,
     check_math,
     mark_hash_answer,
@@ -204,6 +205,38 @@ def test_anchored_extraction(verifier, completion, lenient, anchored):
     assert verifier.check(completion, "20", 10.0, "anchored").correct is anchored
     with pytest.raises(ValueError):
         verifier.check(completion, "20", 10.0, "fuzzy")
+
+
+EGGS = "#### 1. Eggs left\n16 - 3 - 4 = 9 eggs.\n#### 2. Money made\n9 * 2 = 18 dollars.\nThe answer is 18."
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        (EGGS, "18", True),  # a numbered heading was boxed as the answer "2. Money made"
+        (EGGS, "2", False),
+        ("#### 1) Eggs\n9 eggs\n#### 2) Money\nFinal Answer: 18", "18", True),
+        ("#### 60 % of the students\nSo 60 percent. The answer is 60.", "60", True),
+        ("#### 60 % of the students\nSo 60 percent. The answer is 60.", "6", False),
+    ],
+)
+def test_numbered_heading_is_not_the_hash_answer(verifier, completion, gold, expected):
+    """Hand-checked verdicts, which math-verify used directly (its defaults) gives too."""
+    from math_verify import parse, verify
+
+    assert bool(verify(parse(f"${gold}$"), parse(completion))) is expected
+    for extraction in MATH_EXTRACTIONS:
+        assert verifier.check(completion, gold, 10.0, extraction).correct is expected, extraction
+    assert mark_hash_answer(completion) == completion
+
+
+def test_mark_hash_answer_boxes_a_bare_number_only():
+    assert mark_hash_answer("x\n#### $18.\nThat is all.") == "x\n\\boxed{18}\nThat is all."
+    assert mark_hash_answer("x\n#### -2.5 %") == "x\n\\boxed{-2.5 %}"
+    assert mark_hash_answer("x\n#### \\$1,234") == "x\n\\boxed{1234}"
+    assert mark_hash_answer("x\n#### 3/4") == "x\n\\boxed{3/4}"
+    for heading in ("#### 2. Money made\n18", "#### 1) Eggs\n9", "#### 60 % of them\n60", "#### 18 eggs"):
+        assert mark_hash_answer(heading) == heading
 
 
 def test_module_functions_and_threads():

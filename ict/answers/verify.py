@@ -44,24 +44,29 @@ one). ``anchored``: only ``\\boxed{}`` (or ``#### x``) and anchors such as "the 
 "final answer:", "Answer:"; a completion that merely mentions numbers has no answer."""
 MATH_EXTRACTIONS = ("lenient", "anchored")
 
-_HEADING_WORD = re.compile(r"[^\W\d_]{2,}")  # "Step", "Final": a heading's first word, not an answer
+# what a GSM8K "#### x" line may hold: a bare number (sign, decimals, a/b, percent); "$" and a
+# trailing period are stripped first. Anything else ("2. Money made", "Step 2") is a Markdown heading
+_HASH_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:/\d+)?(?:\s*\\?%)?")
 # a percent sign inside a box (see _boxed_percent_readings)
 _BOXED_PERCENT = re.compile(r"(\\boxed\s*\{[^{}]*?)\s*\\?%\s*\}")
 _E_NOTATION = re.compile(r"(?<![\w.])([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d{1,3})(?![\w.])")
 
 
 def mark_hash_answer(completion: str) -> str:
-    """GSM8K convention: a completion with no ``\\boxed`` whose last ``####`` is followed by an
-    answer on the same line gets that answer boxed (``"... #### 72"`` -> ``"... \\boxed{72}"``),
-    so that math-verify's boxed-first extraction picks it. Other completions are returned as is,
-    among them a Markdown heading (``#### Step 2: Revenue``: a word of two or more letters first)."""
+    """GSM8K convention: a completion with no ``\\boxed`` whose last ``####`` is followed by a bare
+    number on the same line gets that number boxed (``"... #### 72"`` -> ``"... \\boxed{72}"``),
+    so that math-verify's boxed-first extraction picks it; the lines after it are kept. Other
+    completions are returned as is, among them Markdown headings (``#### Step 2: Revenue``,
+    ``#### 2. Money made``)."""
     marker = completion.rfind("####")
     if marker < 0 or any(command in completion for command in BOXED_COMMANDS):
         return completion
-    line = completion[marker + 4 :].split("\n", 1)[0].strip().replace(",", "").strip("$ .")
-    if not line or _HEADING_WORD.match(line):
+    line, _, rest = completion[marker + 4 :].partition("\n")
+    value = line.strip().replace(",", "").replace("\\$", "").strip("$ .")
+    if not _HASH_NUMBER.fullmatch(value):
         return completion
-    return f"{completion[:marker]}\\boxed{{{line}}}"
+    rest = f"\n{rest}" if rest.strip() else ""
+    return f"{completion[:marker]}\\boxed{{{value}}}{rest}"
 
 
 def _latex_e_notation(text: str) -> str:
