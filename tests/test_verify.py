@@ -9,6 +9,7 @@ string differs (rows with identical golds are genuinely interchangeable).
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -173,6 +174,15 @@ def verifier():
         ("\\boxed{4.5e33}", "4.5e33", True),
         ("\\boxed{1.3e-27}", "2.88e-19", False),  # tiny numbers: relative, not 6-decimal, match
         ("\\boxed{2.88 \\times 10^{-19}}", "2.88e-19", True),
+        # an equation is compared by its right-hand side (hand-checked: x2 is wrong; math-verify
+        # alone says equal, its 6-decimal rounding makes both 0)
+        ("\\boxed{E = 5.760 \\times 10^{-19}}", "2.88e-19", False),
+        ("\\boxed{E = h\\nu = 5.760 \\times 10^{-19}}", "2.88e-19", False),
+        ("The answer is $E = 5.76e-19$.", "2.88e-19", False),
+        ("\\boxed{5.76 \\times 10^{-19}}", "E = 2.88e-19", False),
+        ("\\boxed{E = 2.88 \\times 10^{-19}}", "2.88e-19", True),
+        ("\\boxed{E = h\\nu = 2.88 \\times 10^{-19}}", "2.88e-19", True),
+        ("\\boxed{2.88 \\times 10^{-19}}", "E = 2.88e-19", True),
         ("...\n#### 72", "72", True),  # GSM8K-style final line
         ("so \\boxed{62.5\\%}", "62.5%", True),  # a percent gold (OlympiadBench): was read as the text 62.5\%
         ("so \\boxed{61\\%}", "60", False),
@@ -358,6 +368,25 @@ def test_minerva_reference_solutions(verifier):
     golds = [normalize_gold(row["solution"], "boxed_solution") for row in rows]
     positive, negative, misses = _accuracy(verifier, [row["solution"] for row in rows], golds)
     assert positive >= 0.99 and negative >= 0.99, misses[:5]
+
+
+def test_minerva_tiny_golds_in_equation_form(verifier):
+    """Each Minerva gold with 0 < |gold| < 1e-3, written ``E = m \\times 10^{e}``: itself is correct,
+    x2, x10 and x0.5 (hand-checked wrong) are not (were graded correct for rows 264, 265, 267)."""
+    rows = _rows("minerva_math")
+    golds = [normalize_gold(row["solution"], "boxed_solution") for row in rows]
+    tiny = [gold for gold in golds if re.fullmatch(r"[-+]?[\d.]+(e[-+]?\d+)?", gold)
+            and 0 < abs(float(gold)) < 1e-3]
+    assert len(tiny) == 20
+    pairs, expected = [], []
+    for gold in tiny:
+        for factor in (1, 2, 10, 0.5):
+            mantissa, exponent = f"{float(gold) * factor:.4e}".split("e")
+            pairs.append((f"\\boxed{{E = {mantissa} \\times 10^{{{int(exponent)}}}}}", gold))
+            expected.append(factor == 1)
+    verdicts = verifier.check_batch(pairs, 10.0, "anchored")
+    wrong = [(pair, v) for pair, v, e in zip(pairs, verdicts, expected, strict=True) if v.correct is not e]
+    assert not wrong, wrong[:5]
 
 
 def test_mmlu_stem_letters():

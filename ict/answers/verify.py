@@ -159,8 +159,15 @@ SMALL_NUMBER_RELATIVE_TOLERANCE = 1e-4
 def _close_for_small_numbers(gold: Any, prediction: Any) -> bool:
     """math-verify compares numbers after rounding to 6 decimals, so ``2.88e-19`` equals
     ``1.3e-27``. When the gold is a real number with ``0 < |gold| < SMALL_NUMBER_BOUND``, also
-    require ``|prediction - gold| <= SMALL_NUMBER_RELATIVE_TOLERANCE * |gold|``."""
+    require ``|prediction - gold| <= SMALL_NUMBER_RELATIVE_TOLERANCE * |gold|``. An equation
+    (``E = 5.76 \\times 10^{-19}``) is compared by its last right-hand side, as math-verify does."""
+    from math_verify.grader import is_assignment_relation, is_equation, take_last_relation
+
     try:
+        if is_equation(prediction) and not is_equation(gold):
+            prediction = take_last_relation(prediction).rhs
+        elif is_assignment_relation(gold) and not is_equation(prediction):
+            gold = take_last_relation(gold).rhs
         if not (getattr(gold, "is_number", False) and getattr(prediction, "is_number", False)):
             return True
         gold_value = complex(gold.evalf())
