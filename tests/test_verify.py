@@ -49,6 +49,9 @@ DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks
         ("\\boxed 5 apples", "5"),
         ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),  # escaped braces are literal
         ("first \\boxed{3} then \\boxed{4", "3"),  # unclosed last box: the earlier complete one
+        ("\\boxed{7} (boxed: \\boxed{})", "7"),  # an empty last box (an echoed instruction) is skipped
+        ("\\boxed{B} \\boxed{ }", "B"),
+        ("within \\boxed{}.", None),
         ("no box here", None),
         ("\\boxed{", None),
         ("", None),
@@ -94,6 +97,14 @@ def test_extract_boxed_answer_bounded_on_huge_input():
         ("Answer: C/D", 4, None),
         ("The answer is B, and A is wrong.", 4, "B"),  # a letter after the commitment, not a list
         ("The answer is (B), which is 42.", 4, "B"),
+        # an empty \boxed{} echoing the prompt's instruction hides no answer
+        ("The answer is B.\nI put the letter of my final answer within \\boxed{} as asked.", 4, "B"),
+        ("\\boxed{B}\nAs requested, the letter is within \\boxed{}.", 4, "B"),
+        ("Final answer: \\boxed{B} \\boxed{ }", 4, "B"),
+        ("The answer is $B$.", 4, "B"),  # like \(B\)
+        ("The answer is \\(B\\).", 4, "B"),
+        ("The answer is $B$ or $C$.", 4, None),
+        ("The answer is \\(B\\) or \\(C\\).", 4, None),
         ("", 4, None),
     ],
 )
@@ -116,6 +127,7 @@ def test_extract_choice_letter_rejects_bad_count():
         ("the result is 7", None),  # no fallback to the last number
         ("<answer></answer>", None),
         ("<answer>5", None),
+        ("\\boxed{7} (boxed: \\boxed{})", "7"),  # was None: the empty box hid the answer
     ],
 )
 def test_extract_tagged_answer(text, expected):
@@ -247,6 +259,21 @@ def test_mark_hash_answer_boxes_a_bare_number_only():
     assert mark_hash_answer("x\n#### 3/4") == "x\n\\boxed{3/4}"
     for heading in ("#### 2. Money made\n18", "#### 1) Eggs\n9", "#### 60 % of them\n60", "#### 18 eggs"):
         assert mark_hash_answer(heading) == heading
+
+
+@pytest.mark.parametrize(
+    "completion",
+    ["So the answer is \\boxed{18}. (Final answer within \\boxed{} as requested.)",
+     "The answer is 18. I put it within \\boxed{}."],
+)
+def test_math_empty_box_reads_as_math_verify(verifier, completion):
+    """Math answers are math-verify's extraction: an empty box after the answer counts as it does
+    there (the first completion has no answer in either, unlike the choice and tag rules)."""
+    from math_verify import parse, verify
+
+    expected = bool(verify(parse("$18$"), parse(completion)))
+    for extraction in MATH_EXTRACTIONS:
+        assert verifier.check(completion, "18", 10.0, extraction).correct is expected
 
 
 def test_module_functions_and_threads():
@@ -398,6 +425,7 @@ def test_mmlu_stem_letters():
         assert extract_choice_letter(f"Reasoning.\nThe answer is \\boxed{{{gold}}}", 4) == gold
         assert extract_choice_letter(f"Reasoning.\nThe answer is \\boxed{{{wrong}}}", 4) != gold
         assert extract_choice_letter(f"The answer is ({wrong}).", 4) == wrong
+        assert extract_choice_letter(f"The answer is ${gold}$. Letter within \\boxed{{}}.", 4) == gold
 
 
 def test_check_math_default_pool_smoke():
