@@ -70,3 +70,30 @@ def test_every_local_benchmark_gold_round_trips(name):
     pairs = boxed_pairs(rows, spec.gold_fields)
     assert len(pairs) == len(rows)
     assert_all_correct(pairs)
+
+
+def test_punctuation_after_the_formula_is_not_part_of_the_gold():
+    assert normalize_gold(["$(-\\infty, 0) \\cup\\{1\\}$."]) == "(-\\infty, 0) \\cup\\{1\\}"
+    assert normalize_gold("['$69$,$84$.']") == "69,84"
+    assert normalize_gold("$x$;", "latex") == "x"
+    assert normalize_gold("\\(x\\) ,", "latex") == "x"
+    assert normalize_gold(["\\$5."]) == "\\$5."  # an escaped dollar is no delimiter
+
+
+def test_olympiadbench_gold_with_a_period_after_the_formula():
+    """OlympiadBench id 1970 reads ``['$(-\\infty, 0) \\cup\\{1\\}$.']``; the gold kept the '.', so
+    the right answer was graded wrong. Reference: math-verify on the raw delimited gold."""
+    from math_verify import parse, verify
+
+    path = SHARED / "olympiadbench.jsonl"
+    if not path.is_file():
+        pytest.skip(f"{path} not present (the shared benchmark files sit beside the checkout)")
+    (row,) = [row for row in rows_of(path) if row["id"] == 1970]
+    raw = row["final_answer"][0]
+    gold = normalize_gold(row["final_answer"], "auto")
+    completions = {"The final answer is $\\boxed{(-\\infty, 0) \\cup\\{1\\}}$.": True,
+                   "The final answer is $\\boxed{(-\\infty, 0)}$.": False}
+    verdicts = check_math_batch([(completion, gold) for completion in completions], timeout_seconds=20)
+    for (completion, expected), verdict in zip(completions.items(), verdicts, strict=True):
+        assert bool(verify(parse(raw), parse(completion))) is expected
+        assert verdict.correct is expected, (completion, gold, verdict)

@@ -44,6 +44,7 @@ def rg_problem(answer: str = "12") -> Problem:
         ("5 + 7 = 12", "tag", (False, None, "no_answer", 0.0)),
         ("<answer>12</answer> then 40", "tag", (True, "12", "ok", 1.0)),
         ("\\boxed{12.}", "tag", (False, "12.", "ok", 0.5)),
+        ("\\boxed{12} (boxed: \\boxed{})", "tag", (True, "12", "ok", 1.0)),  # an empty box is skipped
         ("<answer>boom</answer>", "tag", (False, "boom", "error", 0.0)),
     ],
 )

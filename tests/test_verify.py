@@ -9,6 +9,7 @@ string differs (rows with identical golds are genuinely interchangeable).
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from ict.answers.extraction import (
 )
 from ict.answers.gold import gold_from_gsm8k, gold_from_list, gold_from_number, normalize_gold
 from ict.answers.verify import (
+    MATH_EXTRACTIONS,
     MathVerifier,
     check_math,
     mark_hash_answer,
@@ -47,6 +49,9 @@ DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks
         ("\\boxed 5 apples", "5"),
         ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),  # escaped braces are literal
         ("first \\boxed{3} then \\boxed{4", "3"),  # unclosed last box: the earlier complete one
+        ("\\boxed{7} (boxed: \\boxed{})", "7"),  # an empty last box (an echoed instruction) is skipped
+        ("\\boxed{B} \\boxed{ }", "B"),
+        ("within \\boxed{}.", None),
         ("no box here", None),
         ("\\boxed{", None),
         ("", None),
@@ -92,6 +97,14 @@ def test_extract_boxed_answer_bounded_on_huge_input():
         ("Answer: C/D", 4, None),
         ("The answer is B, and A is wrong.", 4, "B"),  # a letter after the commitment, not a list
         ("The answer is (B), which is 42.", 4, "B"),
+        # an empty \boxed{} echoing the prompt's instruction hides no answer
+        ("The answer is B.\nI put the letter of my final answer within \\boxed{} as asked.", 4, "B"),
+        ("\\boxed{B}\nAs requested, the letter is within \\boxed{}.", 4, "B"),
+        ("Final answer: \\boxed{B} \\boxed{ }", 4, "B"),
+        ("The answer is $B$.", 4, "B"),  # like \(B\)
+        ("The answer is \\(B\\).", 4, "B"),
+        ("The answer is $B$ or $C$.", 4, None),
+        ("The answer is \\(B\\) or \\(C\\).", 4, None),
         ("", 4, None),
     ],
 )
@@ -114,6 +127,7 @@ def test_extract_choice_letter_rejects_bad_count():
         ("the result is 7", None),  # no fallback to the last number
         ("<answer></answer>", None),
         ("<answer>5", None),
+        ("\\boxed{7} (boxed: \\boxed{})", "7"),  # was None: the empty box hid the answer
     ],
 )
 def test_extract_tagged_answer(text, expected):
@@ -172,6 +186,15 @@ def verifier():
         ("\\boxed{4.5e33}", "4.5e33", True),
         ("\\boxed{1.3e-27}", "2.88e-19", False),  # tiny numbers: relative, not 6-decimal, match
         ("\\boxed{2.88 \\times 10^{-19}}", "2.88e-19", True),
+        # an equation is compared by its right-hand side (hand-checked: x2 is wrong; math-verify
+        # alone says equal, its 6-decimal rounding makes both 0)
+        ("\\boxed{E = 5.760 \\times 10^{-19}}", "2.88e-19", False),
+        ("\\boxed{E = h\\nu = 5.760 \\times 10^{-19}}", "2.88e-19", False),
+        ("The answer is $E = 5.76e-19$.", "2.88e-19", False),
+        ("\\boxed{5.76 \\times 10^{-19}}", "E = 2.88e-19", False),
+        ("\\boxed{E = 2.88 \\times 10^{-19}}", "2.88e-19", True),
+        ("\\boxed{E = h\\nu = 2.88 \\times 10^{-19}}", "2.88e-19", True),
+        ("\\boxed{2.88 \\times 10^{-19}}", "E = 2.88e-19", True),
         ("...\n#### 72", "72", True),  # GSM8K-style final line
         ("so \\boxed{62.5\\%}", "62.5%", True),  # a percent gold (OlympiadBench): was read as the text 62.5\%
         ("so \\boxed{61\\%}", "60", False),
@@ -204,6 +227,53 @@ def test_anchored_extraction(verifier, completion, lenient, anchored):
     assert verifier.check(completion, "20", 10.0, "anchored").correct is anchored
     with pytest.raises(ValueError):
         verifier.check(completion, "20", 10.0, "fuzzy")
+
+
+EGGS = "#### 1. Eggs left\n16 - 3 - 4 = 9 eggs.\n#### 2. Money made\n9 * 2 = 18 dollars.\nThe answer is 18."
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        (EGGS, "18", True),  # a numbered heading was boxed as the answer "2. Money made"
+        (EGGS, "2", False),
+        ("#### 1) Eggs\n9 eggs\n#### 2) Money\nFinal Answer: 18", "18", True),
+        ("#### 60 % of the students\nSo 60 percent. The answer is 60.", "60", True),
+        ("#### 60 % of the students\nSo 60 percent. The answer is 60.", "6", False),
+    ],
+)
+def test_numbered_heading_is_not_the_hash_answer(verifier, completion, gold, expected):
+    """Hand-checked verdicts, which math-verify used directly (its defaults) gives too."""
+    from math_verify import parse, verify
+
+    assert bool(verify(parse(f"${gold}$"), parse(completion))) is expected
+    for extraction in MATH_EXTRACTIONS:
+        assert verifier.check(completion, gold, 10.0, extraction).correct is expected, extraction
+    assert mark_hash_answer(completion) == completion
+
+
+def test_mark_hash_answer_boxes_a_bare_number_only():
+    assert mark_hash_answer("x\n#### $18.\nThat is all.") == "x\n\\boxed{18}\nThat is all."
+    assert mark_hash_answer("x\n#### -2.5 %") == "x\n\\boxed{-2.5 %}"
+    assert mark_hash_answer("x\n#### \\$1,234") == "x\n\\boxed{1234}"
+    assert mark_hash_answer("x\n#### 3/4") == "x\n\\boxed{3/4}"
+    for heading in ("#### 2. Money made\n18", "#### 1) Eggs\n9", "#### 60 % of them\n60", "#### 18 eggs"):
+        assert mark_hash_answer(heading) == heading
+
+
+@pytest.mark.parametrize(
+    "completion",
+    ["So the answer is \\boxed{18}. (Final answer within \\boxed{} as requested.)",
+     "The answer is 18. I put it within \\boxed{}."],
+)
+def test_math_empty_box_reads_as_math_verify(verifier, completion):
+    """Math answers are math-verify's extraction: an empty box after the answer counts as it does
+    there (the first completion has no answer in either, unlike the choice and tag rules)."""
+    from math_verify import parse, verify
+
+    expected = bool(verify(parse("$18$"), parse(completion)))
+    for extraction in MATH_EXTRACTIONS:
+        assert verifier.check(completion, "18", 10.0, extraction).correct is expected
 
 
 def test_module_functions_and_threads():
@@ -327,6 +397,25 @@ def test_minerva_reference_solutions(verifier):
     assert positive >= 0.99 and negative >= 0.99, misses[:5]
 
 
+def test_minerva_tiny_golds_in_equation_form(verifier):
+    """Each Minerva gold with 0 < |gold| < 1e-3, written ``E = m \\times 10^{e}``: itself is correct,
+    x2, x10 and x0.5 (hand-checked wrong) are not (were graded correct for rows 264, 265, 267)."""
+    rows = _rows("minerva_math")
+    golds = [normalize_gold(row["solution"], "boxed_solution") for row in rows]
+    tiny = [gold for gold in golds if re.fullmatch(r"[-+]?[\d.]+(e[-+]?\d+)?", gold)
+            and 0 < abs(float(gold)) < 1e-3]
+    assert len(tiny) == 20
+    pairs, expected = [], []
+    for gold in tiny:
+        for factor in (1, 2, 10, 0.5):
+            mantissa, exponent = f"{float(gold) * factor:.4e}".split("e")
+            pairs.append((f"\\boxed{{E = {mantissa} \\times 10^{{{int(exponent)}}}}}", gold))
+            expected.append(factor == 1)
+    verdicts = verifier.check_batch(pairs, 10.0, "anchored")
+    wrong = [(pair, v) for pair, v, e in zip(pairs, verdicts, expected, strict=True) if v.correct is not e]
+    assert not wrong, wrong[:5]
+
+
 def test_mmlu_stem_letters():
     rows = _rows("mmlu_stem")
     letters = "ABCD"
@@ -336,6 +425,7 @@ def test_mmlu_stem_letters():
         assert extract_choice_letter(f"Reasoning.\nThe answer is \\boxed{{{gold}}}", 4) == gold
         assert extract_choice_letter(f"Reasoning.\nThe answer is \\boxed{{{wrong}}}", 4) != gold
         assert extract_choice_letter(f"The answer is ({wrong}).", 4) == wrong
+        assert extract_choice_letter(f"The answer is ${gold}$. Letter within \\boxed{{}}.", 4) == gold
 
 
 def test_check_math_default_pool_smoke():

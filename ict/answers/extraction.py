@@ -75,8 +75,9 @@ def extract_boxed_answer(text: str | bytes | None) -> str | None:
     Rule: find the last occurrence of one of the commands; after optional spaces it must be followed
     by a brace group that closes within `MAX_BOXED_CHARS` characters (``\\{``/``\\}`` are literal),
     or by ``\\boxed <token>`` (space form, the token runs to the next whitespace or ``$``). If the
-    last occurrence is unclosed, earlier ones are tried (at most `MAX_BOXED_TRIES`). Only the last
-    `MAX_SCAN_CHARS` characters are looked at. Returns the stripped content, or ``None``.
+    last occurrence is unclosed or empty (``\\boxed{}``, a model echoing the instruction), earlier
+    ones are tried (at most `MAX_BOXED_TRIES`). Only the last `MAX_SCAN_CHARS` characters are
+    looked at. Returns the stripped content, or ``None``.
     """
     text = tail(sanitize_text(text))
     candidates: list[tuple[int, str]] = []
@@ -98,7 +99,7 @@ def extract_boxed_answer(text: str | bytes | None) -> str | None:
             index += 1
         if index < len(text) and text[index] == "{":
             content = _balanced_group(text, index)
-            if content is not None:
+            if content is not None and content.strip():
                 return content.strip()
             continue
         if command == "\\boxed" and index > after and index < len(text):
@@ -122,7 +123,8 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
        followed by ``)``/``.``/``:`` and the option text (``\\boxed{B) 42}``);
     2. otherwise the last phrase "answer is", "answer:", "Answer -" (case-insensitive, optionally
        "final"/"correct", optionally bold ``**``) followed by a valid letter as a whole word, in
-       optional parentheses, and not by a list of more letters ("A or B", "A, B and C", "C/D");
+       optional parentheses, brackets, ``\\(...\\)`` or ``$...$``, and not by a list of more
+       letters ("A or B", "A, B and C", "C/D");
     3. otherwise the whole completion, stripped of whitespace, ``*`` and a trailing period, is one
        valid letter, optionally in parentheses or followed by ``)`` / ``.`` / ``:`` and option text
        on the same line (``B) 42``).
@@ -152,7 +154,7 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
         return None
 
     phrase = re.compile(
-        rf"(?:final\s+|correct\s+)?answer\s*(?:is\s*:?|:|-)\s*(?:option\s+)?\**\s*(?:\\?\(|\[)?\s*({letter})\b(?![\w'])",
+        rf"(?:final\s+|correct\s+)?answer\s*(?:is\s*:?|:|-)\s*(?:option\s+)?\**\s*(?:\\?\(|\[|\$)?\s*({letter})\b(?![\w'])",
         flags=re.IGNORECASE,
     )
     last = None
@@ -160,8 +162,9 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
         if match.group(1) in letters:  # IGNORECASE widened the class; keep upper case only
             last = match
     if last is not None:
+        open_, close = r"(?:\\?\(|\[|\$)", r"(?:\\?\)|\]|\$)"
         # "the answer is A or B", "A, B and C", "(A) or (D)": several letters commit to none
-        more = re.match(rf"\)?\s*(?:[,/&]\s*(?:(?:or|and)\s+)?|(?:or|and)\s+)\(?\s*{letter}\s*\)?"
+        more = re.match(rf"{close}?\s*(?:[,/&]\s*(?:(?:or|and)\s+)?|(?:or|and)\s+){open_}?\s*{letter}\s*{close}?"
                         rf"(?=\s*(?:$|[.,;:!?/&)]|(?:or|and)\b))", text[last.end():])
         return None if more else last.group(1)
 

@@ -22,8 +22,14 @@ from ict.answers.extraction import BOXED_COMMANDS, extract_boxed_answer
 GoldFormat = Literal["latex", "gsm8k", "list", "number", "boxed_solution", "auto"]
 
 
+# sentence punctuation after a closing math delimiter: "$\\{1\\}$." (not part of the answer)
+_TRAILING_PUNCTUATION = re.compile(r"((?<!\\)\$|\\\)|\\\])\s*[.,;]+$")
+
+
 def _strip_math_delimiters(text: str) -> str:
-    text = text.strip()
+    """``"$x$"`` -> ``"x"`` (also ``$$``, ``\\(\\)``, ``\\[\\]``); a ``.``, ``,`` or ``;`` after the
+    closing delimiter is dropped first."""
+    text = _TRAILING_PUNCTUATION.sub(r"\1", text.strip())
     for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         if text.startswith(left) and text.endswith(right) and len(text) >= len(left) + len(right):
             inner = text[len(left) : len(text) - len(right)].strip()

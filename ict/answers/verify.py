@@ -44,24 +44,29 @@ one). ``anchored``: only ``\\boxed{}`` (or ``#### x``) and anchors such as "the 
 "final answer:", "Answer:"; a completion that merely mentions numbers has no answer."""
 MATH_EXTRACTIONS = ("lenient", "anchored")
 
-_HEADING_WORD = re.compile(r"[^\W\d_]{2,}")  # "Step", "Final": a heading's first word, not an answer
+# what a GSM8K "#### x" line may hold: a bare number (sign, decimals, a/b, percent); "$" and a
+# trailing period are stripped first. Anything else ("2. Money made", "Step 2") is a Markdown heading
+_HASH_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:/\d+)?(?:\s*\\?%)?")
 # a percent sign inside a box (see _boxed_percent_readings)
 _BOXED_PERCENT = re.compile(r"(\\boxed\s*\{[^{}]*?)\s*\\?%\s*\}")
 _E_NOTATION = re.compile(r"(?<![\w.])([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d{1,3})(?![\w.])")
 
 
 def mark_hash_answer(completion: str) -> str:
-    """GSM8K convention: a completion with no ``\\boxed`` whose last ``####`` is followed by an
-    answer on the same line gets that answer boxed (``"... #### 72"`` -> ``"... \\boxed{72}"``),
-    so that math-verify's boxed-first extraction picks it. Other completions are returned as is,
-    among them a Markdown heading (``#### Step 2: Revenue``: a word of two or more letters first)."""
+    """GSM8K convention: a completion with no ``\\boxed`` whose last ``####`` is followed by a bare
+    number on the same line gets that number boxed (``"... #### 72"`` -> ``"... \\boxed{72}"``),
+    so that math-verify's boxed-first extraction picks it; the lines after it are kept. Other
+    completions are returned as is, among them Markdown headings (``#### Step 2: Revenue``,
+    ``#### 2. Money made``)."""
     marker = completion.rfind("####")
     if marker < 0 or any(command in completion for command in BOXED_COMMANDS):
         return completion
-    line = completion[marker + 4 :].split("\n", 1)[0].strip().replace(",", "").strip("$ .")
-    if not line or _HEADING_WORD.match(line):
+    line, _, rest = completion[marker + 4 :].partition("\n")
+    value = line.strip().replace(",", "").replace("\\$", "").strip("$ .")
+    if not _HASH_NUMBER.fullmatch(value):
         return completion
-    return f"{completion[:marker]}\\boxed{{{line}}}"
+    rest = f"\n{rest}" if rest.strip() else ""
+    return f"{completion[:marker]}\\boxed{{{value}}}{rest}"
 
 
 def _latex_e_notation(text: str) -> str:
@@ -154,8 +159,15 @@ SMALL_NUMBER_RELATIVE_TOLERANCE = 1e-4
 def _close_for_small_numbers(gold: Any, prediction: Any) -> bool:
     """math-verify compares numbers after rounding to 6 decimals, so ``2.88e-19`` equals
     ``1.3e-27``. When the gold is a real number with ``0 < |gold| < SMALL_NUMBER_BOUND``, also
-    require ``|prediction - gold| <= SMALL_NUMBER_RELATIVE_TOLERANCE * |gold|``."""
+    require ``|prediction - gold| <= SMALL_NUMBER_RELATIVE_TOLERANCE * |gold|``. An equation
+    (``E = 5.76 \\times 10^{-19}``) is compared by its last right-hand side, as math-verify does."""
+    from math_verify.grader import is_assignment_relation, is_equation, take_last_relation
+
     try:
+        if is_equation(prediction) and not is_equation(gold):
+            prediction = take_last_relation(prediction).rhs
+        elif is_assignment_relation(gold) and not is_equation(prediction):
+            gold = take_last_relation(gold).rhs
         if not (getattr(gold, "is_number", False) and getattr(prediction, "is_number", False)):
             return True
         gold_value = complex(gold.evalf())
