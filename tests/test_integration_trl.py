@@ -320,6 +320,20 @@ def test_trl_default_ict_is_the_papers_recipe(tiny_model_dir, tmp_path):
     assert fractions == [1.0, 0.0]
 
 
+def test_trl_warmup_steps_must_be_a_non_negative_integer(tmp_path):
+    """full_token_warmup_steps: 2.5, True, 0.9 and NaN passed the config and the trainer cut them
+    with int() (2, 1, 0; NaN failed at the first step); each is now the config's one-line error."""
+    from ict.integrations.trl import ICTGRPOConfig
+
+    common = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True, bf16=False, token_selector="ict")
+    for value in (2.5, True, 0.9, float("nan"), -1, "3"):
+        with pytest.raises(ValueError, match=r"^full_token_warmup_steps must be None or an integer >= 0, got ") as error:
+            ICTGRPOConfig(full_token_warmup_steps=value, **common)
+        assert "\n" not in str(error.value)
+    for value in (0, 3):
+        assert ICTGRPOConfig(full_token_warmup_steps=value, **common).full_token_warmup_steps == value
+
+
 def test_trl_lora_hooks_the_backbone_trl_uses(tiny_model_dir, tmp_path):
     """PEFT: TRL patches get_base_model(); the hidden states of its backbone are captured, the
     statistics use the frozen LM head, and only the adapter weights move."""

@@ -79,7 +79,7 @@ from torch import Tensor
 from trl import GRPOConfig, GRPOTrainer
 
 from ict.core.devices import to_device_unblocking
-from ict.core.errors import UsageError
+from ict.core.errors import UsageError, is_integer
 from ict.core.loss import kl_penalty_term, masked_means
 from ict.core.selectors import (
     SelectionInputs,
@@ -162,13 +162,19 @@ class ICTGRPOConfig(GRPOConfig):
             self.loss_type = TRL_LOSS_TYPE_OF[method["aggregation"]]
         if self.full_token_warmup_steps is None:
             self.full_token_warmup_steps = method["full_token_warmup_steps"]
-        if self.full_token_warmup_steps < 0:
-            raise ValueError(f"full_token_warmup_steps must be >= 0, got {self.full_token_warmup_steps}")
+        check_warmup_steps(self.full_token_warmup_steps)
         parse_tile_size(self.stats_tile_size)  # a bad value is a one-line ValueError
         super().__post_init__()
         if self.selection_denominator not in SELECTION_DENOMINATORS:
             raise ValueError(
                 f"selection_denominator must be 'ours' or 'trl', got {self.selection_denominator!r}")
+
+
+def check_warmup_steps(value: Any) -> None:
+    """Raise one line unless ``value`` is an int >= 0 (not a bool, float or NaN: ``int()`` would
+    cut 2.5 to 2, True to 1, 0.9 to 0)."""
+    if not is_integer(value) or value < 0:
+        raise ValueError(f"full_token_warmup_steps must be None or an integer >= 0, got {value!r}")
 
 
 def sharded_head_refusal(config: Any, fsdp_plugin: Any = None, deepspeed_plugin: Any = None) -> str | None:
@@ -236,9 +242,11 @@ class ICTGRPOTrainer(GRPOTrainer):
         spec = getattr(config, "token_selector", ICTGRPOConfig.token_selector)
         self.selection_denominator = getattr(config, "selection_denominator", "ours")
         self.selector_name, self.selector_options, preset = parse_token_selector(spec, with_preset=True)
-        warmup = getattr(config, "full_token_warmup_steps", None)
-        self.full_token_warmup_steps = (method_train_options(self.selector_name, preset)["full_token_warmup_steps"]
-                                        if warmup is None else int(warmup))
+        warmup = config.full_token_warmup_steps  # None if reset after the config's checks
+        if warmup is None:
+            warmup = method_train_options(self.selector_name, preset)["full_token_warmup_steps"]
+        check_warmup_steps(warmup)
+        self.full_token_warmup_steps: int = warmup
         self.js_references = required_js_references(self.selector_name, self.selector_options)
         self.population = ranking_population(self.selector_name, self.selector_options)
         self._check_configuration(config)
