@@ -173,14 +173,39 @@ def _check_straddling_groups(out_dir: Path) -> None:
             assert torch.equal(record["selected"], first["selected"])
 
 
+def _own_rows(records: list[dict], key: str) -> torch.Tensor:
+    """``key`` of each process's own rows of the population, processes in order."""
+    return torch.cat([record[key][slice(*record["own"])] for record in records])
+
+
+def _check_grpo_loss_is_the_whole_batchs(out_dir: Path) -> None:
+    """loss_type grpo, selection_denominator 'ours', 2 processes whose rows with a selected token
+    differ in number: DDP's mean of the two processes' losses equals Sparse-GRPO over the whole
+    batch in float64, ``-(1/S) sum A_b`` over the S rows with a selected token (one update per
+    generation: ratio 1, per-token loss -A). Each process had used its own B/S: a process with
+    fewer selected rows weighed more."""
+    unequal = False
+    for call in range(2):
+        records = [torch.load(out_dir / f"rank{rank}_call{call}.pt") for rank in range(2)]
+        losses = [float(torch.load(out_dir / f"rank{rank}_loss{call}.pt")) for rank in range(2)]
+        selected = _own_rows(records, "selected").bool() & _own_rows(records, "mask").bool()
+        rows = selected.any(-1)
+        unequal |= int(rows[:4].sum()) != int(rows[4:].sum())
+        reference = -_own_rows(records, "advantages").double()[rows].sum() / rows.sum()
+        assert sum(losses) / 2 == pytest.approx(float(reference), abs=1e-6)
+    assert unequal, "the processes had as many rows with a selected token: the test cannot tell"
+
+
 @pytest.mark.slow  # a process start, a subprocess or a long verifier loop
 def test_trl_two_processes(tiny_model_dir, tmp_path):
-    """One `accelerate launch` of 2 CPU processes (gloo), three runs: ICT group_mean (groups on one
-    process), `random` (equal masks on both ranks), ICT with groups spanning the processes."""
+    """One `accelerate launch` of 2 CPU processes (gloo), four runs: ICT group_mean (groups on one
+    process), `random` (equal masks on both ranks), ICT with groups spanning the processes, ICT
+    scope=group with loss_type grpo (the loss of the whole batch)."""
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))
     if accelerate is None:
         pytest.skip("accelerate CLI not installed next to this Python")
-    runs = "ict:reference=group_mean,ratio=0.1,scope=batch;random:ratio=0.2;ict:reference=group_mean,ratio=0.25,scope=batch@2"
+    runs = ("ict:reference=group_mean,ratio=0.1,scope=batch;random:ratio=0.2;"
+            "ict:reference=group_mean,ratio=0.25,scope=batch@2;ict:reference=group_mean,ratio=0.1,scope=group@4@grpo")
     # accelerate 1.15's `launch --cpu --num_processes 2` starts ONE process; `--multi_gpu` with
     # ACCELERATE_USE_CPU=1 starts two CPU processes (gloo), as verified by the gathered shapes below.
     run_driver([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
@@ -189,6 +214,7 @@ def test_trl_two_processes(tiny_model_dir, tmp_path):
     _check(tmp_path / "0", 2, 0.1, "group_mean")
     _check_random_equal_on_ranks(tmp_path / "1", 0.2)
     _check_straddling_groups(tmp_path / "2")
+    _check_grpo_loss_is_the_whole_batchs(tmp_path / "3")
 
 
 # ---- issue 23: configurations researchers run, in-process through TRL's real GRPOTrainer.train() ----

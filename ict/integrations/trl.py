@@ -40,11 +40,13 @@ Loss denominator, ``selection_denominator``: ``"trl"`` passes the 0/1 mask (TRL'
 ``top_entropy_quantile`` convention: TRL's completion-token denominators). ``"ours"`` (default)
 makes TRL's loss equal, in value and gradient, to ict's :func:`ict.core.loss.policy_loss`
 (``denominator="selected"``) aggregated as the loss type aggregates (:data:`OURS_AGGREGATION`):
-the weight is ``selected * c`` with ``c`` = ``n_b / n_sel_b * B / S`` for grpo/sapo (``S``: rows
-with a selected token), ``N / N_sel`` of the micro-batch for bnpo, of the gathered micro-batch for
-dapo/cispo (exact with ``steps_per_generation = 1``; otherwise each micro-batch's selected mean
-weighted by its tokens), and 1 for dr_grpo/luspo (constant denominators). vespo is refused under
-"ours" (its per-sequence gamma weights are not a per-token loss ict aggregates).
+the weight is ``selected * c`` with ``c`` = ``n_b / n_sel_b * B / S`` for grpo/sapo (``B``: rows,
+``S``: rows with a selected token, both of the gathered micro-batch: DDP averages the processes'
+gradients, so the total is the one-process loss), ``N / N_sel`` of the micro-batch for bnpo, of
+the gathered micro-batch for dapo/cispo (exact with ``steps_per_generation = 1``; otherwise each
+micro-batch's selected mean weighted by its tokens), and 1 for dr_grpo/luspo (constant
+denominators). vespo is refused under "ours" (its per-sequence gamma weights are not a per-token
+loss ict aggregates).
 
 KL-Cov (``Selection.kl_penalty``): ``_compute_loss`` adds ``kl_penalty_t * |log p_t - old log
 p_t|`` (:func:`ict.core.loss.kl_penalty_term`) times the weight above, aggregated as TRL's loss
@@ -103,6 +105,7 @@ from ict.integrations.trl_loss import (  # noqa: F401 (re-exported)
     TRL_LOSS_TYPE_OF,
     TRL_LOSS_TYPES,
     ours_weights,
+    selection_counts,
     trl_aggregate,
 )
 from ict.models.loading import linear_lm_head
@@ -274,7 +277,7 @@ class ICTGRPOTrainer(GRPOTrainer):
         self._call_index = 0
         # bytes this process received for the selection, by kind: "ranking" ([B, T] statistics of
         # every process), "group_rows" (other processes' rows of this process's groups), "tags"
-        # (group tags), "counts" (dapo/cispo token counts)
+        # (group tags), "counts" (grpo/sapo/dapo/cispo: the loss denominators, selection_counts)
         self.ict_received_bytes: dict[str, int] = {}
         self._backbone(unwrapped).register_forward_hook(self._keep_hidden)
         unwrapped.register_forward_hook(self._keep_log_probs)
@@ -570,9 +573,9 @@ class ICTGRPOTrainer(GRPOTrainer):
             weights = selected.float()
         else:
             counts = None
-            if self.loss_type in ("dapo", "cispo"):
-                counts = self._gather(torch.stack([response.sum(), selected.sum()]).float()[None], "counts").sum(0)
-            weights = ours_weights(selected, response, self.loss_type, None if counts is None else tuple(counts))
+            if self.loss_type in ("grpo", "sapo", "dapo", "cispo"):  # the denominators of all processes' rows
+                counts = self._gather(selection_counts(selected, response)[None], "counts").sum(0)
+            weights = ours_weights(selected, response, self.loss_type, counts)
         weights = weights.to(entropies.dtype)
         self._log_selection(population.stats.entropy, population.response_mask, selection.mask)
         self.on_selection({"stats": population.stats, "mask": population.response_mask, "selected": selection.mask,
