@@ -25,9 +25,11 @@ Cost per process (item 8 of issue 23): each process scores only its own rows wit
 TRL's fused head does, ``cast_lm_head_to_fp32`` included). A ``group_mean`` reference needs every
 row of a group: when each group's G rows are on one process (``per_device_train_batch_size`` a
 multiple of G) nothing is exchanged; otherwise each process receives, point to point, the hidden
-states, ids and masks of the other processes' rows of its own groups (at most ``2 (G - 1)`` rows,
-whatever the number of processes; found from one gather of the ``[B]`` group tags) and scores its
-rows exactly against their whole groups. The selector then
+states, ids, masks and finished flags of the other processes' rows of its own groups (at most
+``2 (G - 1)`` rows, whatever the number of processes; found from one gather of the ``[B]`` group
+tags) and scores its rows exactly against their whole groups. A row is finished (the absorbing
+references' end rows) when its last completion id, tool results included, is EOS or pad
+(:func:`finished_rows`, TRL's test of a completion that was not truncated). The selector then
 sees the rows its ranking population needs (:func:`ict.core.selectors.ranking_population`):
 ``token``/``sequence``/``group`` (groups local) run on the local rows; ``batch`` gathers only the
 ``[B, T]`` statistics, masks, ids and advantages of all processes (never hidden states) and every
@@ -95,6 +97,7 @@ from ict.core.stats import (
     needs_groups,
     needs_reference_logits,
     parse_tile_size,
+    response_ends,
     scores_from_hidden_given_normalisers,
     token_statistics_from_hidden,
 )
@@ -210,6 +213,18 @@ def group_ids_of_rows(process_index: int, local_rows: int, num_generations: int,
     rows ``[r * local_rows, (r + 1) * local_rows)``, so ``group = global row // G``."""
     rows = torch.arange(local_rows, device=device) + process_index * local_rows
     return torch.div(rows, num_generations, rounding_mode="floor")
+
+
+def finished_rows(completion_ids: Tensor, completion_mask: Tensor, end_ids: list[int]) -> Tensor:
+    """bool ``[B]``: the completions that ended by themselves, ``completion_ids[b, e_b]`` in
+    ``end_ids`` with ``e_b`` the last position of ``completion_mask`` (tool results included;
+    the tool mask is not applied). TRL's test of a completion that was not truncated
+    (``mask_truncated_completions``: last id in EOS ids + pad). A tool-use completion cut at
+    ``max_completion_length`` ends in tool tokens without EOS: truncated, although its last
+    model token is before the last column."""
+    last, _ = response_ends(completion_mask)
+    end = completion_ids.gather(1, last.clamp(min=0)[:, None])[:, 0]
+    return (last >= 0) & torch.isin(end, torch.tensor(end_ids, device=end.device, dtype=end.dtype))
 
 
 def reload_colocated_weights(generation: Any) -> None:
@@ -453,11 +468,12 @@ class ICTGRPOTrainer(GRPOTrainer):
         return selection_generator(self.args.seed if seed is None else int(seed), key[1], call, mode, device)
 
     def _statistics(self, hidden: Tensor, ids: Tensor, response: Tensor, group_ids: Tensor | None,
-                    head: tuple[Tensor, Tensor, Tensor] | None = None) -> TokenStatistics:
+                    finished: Tensor, head: tuple[Tensor, Tensor, Tensor] | None = None) -> TokenStatistics:
         """No-grad statistics of these rows from the captured hidden states, cast to the LM
         head's dtype and computed in the dtype TRL's fused head uses (float32 under
         ``cast_lm_head_to_fp32``, else the autocast dtype of the model's forward, if any).
 
+        ``finished``: :func:`finished_rows` of these rows (the absorbing references' end rows).
         ``head``: TRL's fused head's ``(log Z, entropy, log-probs)`` of these rows ``[B, T]``.
         Then only the score pass runs, on log Z (one vocabulary pass instead of two; it also sums
         Renyi-2's ``sum p^2``),
@@ -480,7 +496,7 @@ class ICTGRPOTrainer(GRPOTrainer):
                 log_z, entropy, log_probs = head
                 scores, renyi2, deviation = scores_from_hidden_given_normalisers(
                     hidden, weight, ids, response, self.temperature, self.js_references, log_z, entropy,
-                    group_ids, bias, tile_size=tile_size)
+                    group_ids, bias, tile_size=tile_size, finished=finished)
                 self.ict_head_deviation = deviation
                 if deviation <= HEAD_MASS_TOLERANCE:
                     self.ict_head_statistics["reused"] += 1
@@ -490,7 +506,7 @@ class ICTGRPOTrainer(GRPOTrainer):
             self.ict_head_statistics["recomputed"] += 1
             return token_statistics_from_hidden(
                 hidden, weight, ids, response, temperature=self.temperature, js_references=self.js_references,
-                group_ids=group_ids, lm_head_bias=bias, tile_size=tile_size)
+                group_ids=group_ids, lm_head_bias=bias, tile_size=tile_size, finished=finished)
 
     def _head_statistics(self, length: int) -> tuple[Tensor, Tensor, Tensor] | None:
         """TRL's fused head's ``(log Z, entropy, log-probs)`` of this micro-batch's completion
@@ -541,13 +557,17 @@ class ICTGRPOTrainer(GRPOTrainer):
         groups_local = self.accelerator.num_processes == 1 or rows % generations == 0
         start = self.accelerator.process_index * rows
         common = dict(generator=self._generator(response.device), clip_range=(self.epsilon_low, self.epsilon_high))
+        pad = self._tokenizer.pad_token_id  # TRL's test: the last id is EOS or pad
+        end_ids = [*self.eos_token_ids, *([] if pad is None else [pad])]
+        finished = finished_rows(ids, inputs["completion_mask"], end_ids)
         if needs_groups(self.js_references) and not groups_local:  # the rows of a group span processes
-            (group_hidden, group_token_ids, group_response), group_tags = self._rows_of_own_groups(
-                group_ids, [hidden, ids, response.long()])
+            (group_hidden, group_token_ids, group_response, group_finished), group_tags = self._rows_of_own_groups(
+                group_ids, [hidden, ids, response.long(), finished.long()[:, None]])
             rows_width = (slice(0, rows), slice(0, ids.shape[1]))
-            stats = self._statistics(group_hidden, group_token_ids, group_response.bool(), group_tags).rows(rows_width)
+            stats = self._statistics(group_hidden, group_token_ids, group_response.bool(), group_tags,
+                                     group_finished[:, 0].bool()).rows(rows_width)
         else:
-            stats = self._statistics(hidden, ids, response, group_ids, self._head_statistics(ids.shape[1]))
+            stats = self._statistics(hidden, ids, response, group_ids, finished, self._head_statistics(ids.shape[1]))
         local = SelectionInputs(stats=stats, response_mask=response,
                                 advantages=inputs["advantages"].float(), token_ids=ids, group_ids=group_ids,
                                 old_log_probs=old, **common)
