@@ -198,11 +198,33 @@ def _check_grpo_loss_is_the_whole_batchs(out_dir: Path) -> None:
     assert unequal, "the processes had as many rows with a selected token: the test cannot tell"
 
 
+def _check_metrics_are_of_both_processes(out_dir: Path) -> None:
+    """A local population (scope=group, groups on one process): the logged ict/* metrics are of
+    both processes' rows, float64 from the dumped entropies and masks (they had been rank 0's)."""
+    log = [entry for entry in torch.load(out_dir / "log.pt")["log"] if "ict/selected_fraction" in entry]
+    assert len(log) == 2
+    differs = False
+    for call, entry in enumerate(log):
+        records = [torch.load(out_dir / f"rank{rank}_call{call}.pt") for rank in range(2)]
+        assert [record["mask"].shape[0] for record in records] == [4, 4]  # local, not gathered
+        mask = _own_rows(records, "mask").bool()
+        selected = _own_rows(records, "selected").bool() & mask
+        entropy = _own_rows(records, "entropy").double()
+        expected = {"ict/selected_fraction": float(selected.sum() / mask.sum()),
+                    "ict/entropy_selected": float(entropy[selected].mean()),
+                    "ict/entropy_unselected": float(entropy[mask & ~selected].mean())}
+        for key, value in expected.items():
+            assert entry[key] == pytest.approx(value, abs=1e-6), key
+        rank0 = records[0]["selected"].bool() & records[0]["mask"].bool()
+        differs |= abs(float(rank0.sum() / records[0]["mask"].sum()) - expected["ict/selected_fraction"]) > 1e-3
+    assert differs, "rank 0's fraction equals both processes': the test cannot tell"
+
+
 @pytest.mark.slow  # a process start, a subprocess or a long verifier loop
 def test_trl_two_processes(tiny_model_dir, tmp_path):
     """One `accelerate launch` of 2 CPU processes (gloo), four runs: ICT group_mean (groups on one
     process), `random` (equal masks on both ranks), ICT with groups spanning the processes, ICT
-    scope=group with loss_type grpo (the loss of the whole batch)."""
+    scope=group with loss_type grpo (the loss and the ict/* metrics of the whole batch)."""
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))
     if accelerate is None:
         pytest.skip("accelerate CLI not installed next to this Python")
@@ -217,6 +239,7 @@ def test_trl_two_processes(tiny_model_dir, tmp_path):
     _check_random_equal_on_ranks(tmp_path / "1", 0.2)
     _check_straddling_groups(tmp_path / "2")
     _check_grpo_loss_is_the_whole_batchs(tmp_path / "3")
+    _check_metrics_are_of_both_processes(tmp_path / "3")
 
 
 # ---- issue 23: configurations researchers run, in-process through TRL's real GRPOTrainer.train() ----

