@@ -57,14 +57,16 @@ def _group_mean_js_reference(hidden, weight, mask, group_ids, bf16: bool = False
     return result
 
 
-def _absorbing_js_reference(hidden, weight, mask, group_ids, token_ids) -> torch.Tensor:
-    """float64 JS to the mean over all G rows of the group at t, where a row that finished before
-    the last column (its last response token, EOS, is the end token) contributes a point mass on
-    that token at every later position; a truncated row (reaching the last column) contributes
-    nothing after its end (ict.core.stats' group_mean_absorbing definition)."""
+def _absorbing_js_reference(hidden, weight, mask, group_ids, token_ids, finished=None) -> torch.Tensor:
+    """float64 JS to the mean over all G rows of the group at t, where a finished row (``finished``;
+    None: it ends before the last column) contributes a point mass on its last response token
+    (EOS, the end token) at every later position; a truncated row contributes nothing after its
+    end (ict.core.stats' group_mean_absorbing definition)."""
     probs = torch.softmax(hidden.double() @ weight.double().T, dim=-1)
     rows, length = mask.shape
     ends = [int(mask[r].nonzero().max()) if mask[r].any() else -1 for r in range(rows)]
+    if finished is None:
+        finished = [ends[r] < length - 1 for r in range(rows)]
     result = torch.zeros(mask.shape, dtype=torch.float64)
 
     def entropy(p):
@@ -80,7 +82,7 @@ def _absorbing_js_reference(hidden, weight, mask, group_ids, token_ids) -> torch
                     continue
                 if mask[r, t]:
                     parts.append(probs[r, t])
-                elif 0 <= ends[r] < t and ends[r] < length - 1:
+                elif 0 <= ends[r] < t and finished[r]:
                     parts.append(torch.nn.functional.one_hot(token_ids[r, ends[r]], probs.shape[-1]).double())
             q = torch.stack(parts).mean(0)
             m = 0.5 * (probs[b, t] + q)
@@ -152,15 +154,15 @@ def _check_random_equal_on_ranks(out_dir: Path, ratio: float) -> None:
 
 def _check_straddling_groups(out_dir: Path) -> None:
     """G=4 over 2 rows per process: the group spans both processes, each process receives the
-    other's 2 rows of the group (hidden states, ids, mask; never its own rows back) and its JS
-    equals the float64 reference over the whole group."""
+    other's 2 rows of the group (hidden states, ids, mask, finished flag; never its own rows back)
+    and its JS equals the float64 reference over the whole group."""
     before = [{}, {}]
     for call in range(2):
         records = [torch.load(out_dir / f"rank{rank}_call{call}.pt") for rank in range(2)]
         width = max(record["hidden"].shape[1] for record in records)
         for rank, record in enumerate(records):
             received = record["received"].get("group_rows", 0) - before[rank].get("group_rows", 0)
-            assert received == 2 * width * (record["hidden"].shape[2] * 4 + 8 + 8)
+            assert received == 2 * width * (record["hidden"].shape[2] * 4 + 8 + 8) + 2 * 8
             before[rank] = record["received"]
         hidden = torch.cat([torch.nn.functional.pad(record["hidden"], (0, 0, 0, width - record["hidden"].shape[1]))
                             for record in records])
@@ -173,14 +175,61 @@ def _check_straddling_groups(out_dir: Path) -> None:
             assert torch.equal(record["selected"], first["selected"])
 
 
+def _own_rows(records: list[dict], key: str) -> torch.Tensor:
+    """``key`` of each process's own rows of the population, processes in order."""
+    return torch.cat([record[key][slice(*record["own"])] for record in records])
+
+
+def _check_grpo_loss_is_the_whole_batchs(out_dir: Path) -> None:
+    """loss_type grpo, selection_denominator 'ours', 2 processes whose rows with a selected token
+    differ in number: DDP's mean of the two processes' losses equals Sparse-GRPO over the whole
+    batch in float64, ``-(1/S) sum A_b`` over the S rows with a selected token (one update per
+    generation: ratio 1, per-token loss -A). Each process had used its own B/S: a process with
+    fewer selected rows weighed more."""
+    unequal = False
+    for call in range(2):
+        records = [torch.load(out_dir / f"rank{rank}_call{call}.pt") for rank in range(2)]
+        losses = [float(torch.load(out_dir / f"rank{rank}_loss{call}.pt")) for rank in range(2)]
+        selected = _own_rows(records, "selected").bool() & _own_rows(records, "mask").bool()
+        rows = selected.any(-1)
+        unequal |= int(rows[:4].sum()) != int(rows[4:].sum())
+        reference = -_own_rows(records, "advantages").double()[rows].sum() / rows.sum()
+        assert sum(losses) / 2 == pytest.approx(float(reference), abs=1e-6)
+    assert unequal, "the processes had as many rows with a selected token: the test cannot tell"
+
+
+def _check_metrics_are_of_both_processes(out_dir: Path) -> None:
+    """A local population (scope=group, groups on one process): the logged ict/* metrics are of
+    both processes' rows, float64 from the dumped entropies and masks (they had been rank 0's)."""
+    log = [entry for entry in torch.load(out_dir / "log.pt")["log"] if "ict/selected_fraction" in entry]
+    assert len(log) == 2
+    differs = False
+    for call, entry in enumerate(log):
+        records = [torch.load(out_dir / f"rank{rank}_call{call}.pt") for rank in range(2)]
+        assert [record["mask"].shape[0] for record in records] == [4, 4]  # local, not gathered
+        mask = _own_rows(records, "mask").bool()
+        selected = _own_rows(records, "selected").bool() & mask
+        entropy = _own_rows(records, "entropy").double()
+        expected = {"ict/selected_fraction": float(selected.sum() / mask.sum()),
+                    "ict/entropy_selected": float(entropy[selected].mean()),
+                    "ict/entropy_unselected": float(entropy[mask & ~selected].mean())}
+        for key, value in expected.items():
+            assert entry[key] == pytest.approx(value, abs=1e-6), key
+        rank0 = records[0]["selected"].bool() & records[0]["mask"].bool()
+        differs |= abs(float(rank0.sum() / records[0]["mask"].sum()) - expected["ict/selected_fraction"]) > 1e-3
+    assert differs, "rank 0's fraction equals both processes': the test cannot tell"
+
+
 @pytest.mark.slow  # a process start, a subprocess or a long verifier loop
 def test_trl_two_processes(tiny_model_dir, tmp_path):
-    """One `accelerate launch` of 2 CPU processes (gloo), three runs: ICT group_mean (groups on one
-    process), `random` (equal masks on both ranks), ICT with groups spanning the processes."""
+    """One `accelerate launch` of 2 CPU processes (gloo), four runs: ICT group_mean (groups on one
+    process), `random` (equal masks on both ranks), ICT with groups spanning the processes, ICT
+    scope=group with loss_type grpo (the loss and the ict/* metrics of the whole batch)."""
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))
     if accelerate is None:
         pytest.skip("accelerate CLI not installed next to this Python")
-    runs = "ict:reference=group_mean,ratio=0.1,scope=batch;random:ratio=0.2;ict:reference=group_mean,ratio=0.25,scope=batch@2"
+    runs = ("ict:reference=group_mean,ratio=0.1,scope=batch;random:ratio=0.2;"
+            "ict:reference=group_mean,ratio=0.25,scope=batch@2;ict:reference=group_mean,ratio=0.1,scope=group@4@grpo")
     # accelerate 1.15's `launch --cpu --num_processes 2` starts ONE process; `--multi_gpu` with
     # ACCELERATE_USE_CPU=1 starts two CPU processes (gloo), as verified by the gathered shapes below.
     run_driver([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
@@ -189,6 +238,8 @@ def test_trl_two_processes(tiny_model_dir, tmp_path):
     _check(tmp_path / "0", 2, 0.1, "group_mean")
     _check_random_equal_on_ranks(tmp_path / "1", 0.2)
     _check_straddling_groups(tmp_path / "2")
+    _check_grpo_loss_is_the_whole_batchs(tmp_path / "3")
+    _check_metrics_are_of_both_processes(tmp_path / "3")
 
 
 # ---- issue 23: configurations researchers run, in-process through TRL's real GRPOTrainer.train() ----
@@ -285,6 +336,86 @@ def test_trl_default_ict_uses_the_absorbing_group_reference(tiny_model_dir, tmp_
             assert float(chosen.min()) >= float(others.max()) - 1e-5
 
 
+def test_trl_absorbing_reference_keeps_truncated_tool_completions_truncated(tiny_model_dir, tmp_path):
+    """TRL's tool loop: a completion cut at max_completion_length right after a tool result ends
+    in tool tokens (tool mask 0) without EOS, so its last model token is before the last column.
+    It is truncated (TRL's test: its last completion id is not EOS or pad) and contributes nothing
+    after its end; it had been read as finished, its last model token's point mass absorbed into
+    the group mean. Both statistics paths (on the fused head's log Z, and the full pass) against
+    the float64 reference with finished = ends on EOS."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer
+
+    torch.manual_seed(0)
+    args = ICTGRPOConfig(output_dir=str(tmp_path), token_selector="ict:ratio=0.5", full_token_warmup_steps=0,
+                         per_device_train_batch_size=4, num_generations=4, max_completion_length=7,
+                         report_to="none", use_cpu=True, bf16=False, temperature=1.0)
+    trainer = ICTGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                             processing_class=AutoTokenizer.from_pretrained(tiny_model_dir), reward_funcs=_reward,
+                             args=args, train_dataset=Dataset.from_dict({"prompt": ["a"] * 4}))
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    eos, pad = trainer.eos_token_ids[0], trainer._tokenizer.pad_token_id
+    generator = torch.Generator().manual_seed(1)
+    lengths = torch.tensor([7, 4, 6, 2])
+    completion_mask = (torch.arange(7)[None, :] < lengths[:, None]).long()
+    vocab = trainer.model.config.vocab_size
+    ids = torch.randint(3, vocab, (4, 7), generator=generator)
+    ids = torch.where(completion_mask.bool(), ids, pad)
+    ids[torch.arange(1, 4), lengths[1:] - 1] = eos  # rows 1-3 end on EOS; row 0 is cut at the cap
+    tool_mask = torch.ones_like(completion_mask)
+    tool_mask[0, 5:] = 0  # row 0's last 2 tokens are a tool result
+    mask = (completion_mask * tool_mask).bool()
+    inputs = {"prompt_ids": torch.randint(3, vocab, (4, 3), generator=generator),
+              "prompt_mask": torch.ones(4, 3, dtype=torch.long), "completion_ids": ids,
+              "completion_mask": completion_mask, "tool_mask": tool_mask,
+              "advantages": torch.tensor([1.0, -0.5, 0.25, -2.0]), "num_items_in_batch": mask.sum(),
+              "ict_group_ids": torch.zeros(4, dtype=torch.long)}
+    records = []
+    trainer.on_selection = records.append
+    for deviation in (None, 1.0):  # None: scored on the fused head's log Z; 1.0: the full statistics pass
+        trainer.ict_head_deviation = deviation
+        trainer._compute_loss(trainer.model, dict(inputs))
+        record = records[-1]
+        assert torch.equal(record["mask"].bool(), mask)
+        weight = trainer.model.get_output_embeddings().weight
+        reference = _absorbing_js_reference(record["hidden"], weight, mask, inputs["ict_group_ids"], ids,
+                                            finished=[False, True, True, True])
+        torch.testing.assert_close(record["stats"].js_scores["group_mean_absorbing"].double(), reference,
+                                   atol=1e-5, rtol=1e-4)
+        inferred = _absorbing_js_reference(record["hidden"], weight, mask, inputs["ict_group_ids"], ids)
+        assert float((inferred - reference).abs().max()) > 1e-2  # the case tells the two readings apart
+    assert trainer.ict_head_statistics == {"reused": 1, "recomputed": 1}
+
+
+@pytest.mark.slow  # a process start, a subprocess or a long verifier loop
+def test_trl_truncated_tool_completion_stays_truncated_across_processes(tiny_model_dir, tmp_path):
+    """The same group of tool-use completions (row 0 cut after a tool result) over 2 processes
+    (gloo), rank 1's batch a column narrower: each process receives the other's rows with their
+    finished flags, and its scores equal the float64 reference over the whole group with
+    finished = ends on EOS (rank 0's rows had been read as finished after the padding)."""
+    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))
+    if accelerate is None:
+        pytest.skip("accelerate CLI not installed next to this Python")
+    run_driver([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                "--mixed_precision", "no", "--dynamo_backend", "no", str(Path(DRIVER).parent / "trl_tool_rows_run.py"),
+                str(tiny_model_dir), str(tmp_path)], tmp_path, ACCELERATE_USE_CPU="1")
+    records = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2)]
+    assert [record["hidden"].shape[1] for record in records] == [7, 6]
+    hidden = torch.cat([torch.nn.functional.pad(record["hidden"], (0, 0, 0, 7 - record["hidden"].shape[1]))
+                        for record in records])
+    first = records[0]
+    reference = _absorbing_js_reference(hidden, first["weight"], first["mask"], torch.zeros(4, dtype=torch.long),
+                                        first["ids"], finished=[False, True, True, True])
+    for record in records:
+        own = slice(*record["own"])
+        width = record["js"].shape[1]
+        torch.testing.assert_close(record["js"].double(), reference[own, :width], atol=1e-5, rtol=1e-4)
+        assert not reference[own, width:].any()
+
+
 def test_trl_default_ict_is_the_papers_recipe(tiny_model_dir, tmp_path):
     """`token_selector="ict"` is the paper's recipe in TRL: loss_type grpo (with
     selection_denominator='ours', ict's seq_mean_token_mean: Sparse-GRPO) and a full-token
@@ -318,6 +449,20 @@ def test_trl_default_ict_is_the_papers_recipe(tiny_model_dir, tmp_path):
     fractions = [entry["ict/full_token_warmup"] for entry in trainer.state.log_history
                  if "ict/full_token_warmup" in entry]
     assert fractions == [1.0, 0.0]
+
+
+def test_trl_warmup_steps_must_be_a_non_negative_integer(tmp_path):
+    """full_token_warmup_steps: 2.5, True, 0.9 and NaN passed the config and the trainer cut them
+    with int() (2, 1, 0; NaN failed at the first step); each is now the config's one-line error."""
+    from ict.integrations.trl import ICTGRPOConfig
+
+    common = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True, bf16=False, token_selector="ict")
+    for value in (2.5, True, 0.9, float("nan"), -1, "3"):
+        with pytest.raises(ValueError, match=r"^full_token_warmup_steps must be None or an integer >= 0, got ") as error:
+            ICTGRPOConfig(full_token_warmup_steps=value, **common)
+        assert "\n" not in str(error.value)
+    for value in (0, 3):
+        assert ICTGRPOConfig(full_token_warmup_steps=value, **common).full_token_warmup_steps == value
 
 
 def test_trl_lora_hooks_the_backbone_trl_uses(tiny_model_dir, tmp_path):

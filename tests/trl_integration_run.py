@@ -5,9 +5,10 @@ for a selector with a KL penalty, each added penalty term (with TRL's and the ol
 OUT/rank{r}_penalty{i}.pt. Arguments: MODEL_DIR OUT SELECTOR [NUM_ITERATIONS].
 
 SELECTOR may list several runs separated by ';', each optionally ending in '@B' (the
-per-device batch, default 4): run i then writes to OUT/i/ (one process start for all runs).
-Each process also writes the bytes it received for the selection (total and by kind) to
-OUT/rank{r}_bytes.pt."""
+per-device batch, default 4) or '@B@LOSS_TYPE' (default dapo): run i then writes to OUT/i/ (one
+process start for all runs). Each process also writes the bytes it received for the selection
+(total and by kind) to OUT/rank{r}_bytes.pt and each micro-batch's _compute_loss value to
+OUT/rank{r}_loss{i}.pt."""
 
 from __future__ import annotations
 
@@ -41,6 +42,11 @@ class DumpingTrainer(ICTGRPOTrainer):
         torch.save({"total": self.ict_gathered_bytes, **self.ict_received_bytes}, out_dir / f"rank{rank}_bytes.pt")
         DumpingTrainer.calls += 1
 
+    def _compute_loss(self, model, inputs):
+        loss = super()._compute_loss(model, inputs)
+        torch.save(loss.detach().clone(), out_dir / f"rank{self.accelerator.process_index}_loss{DumpingTrainer.calls - 1}.pt")
+        return loss
+
     def kl_penalty_loss(self, log_probs, old_log_probs, inputs):
         term = super().kl_penalty_loss(log_probs, old_log_probs, inputs)
         penalty, weights, mask = self._kl_penalty
@@ -60,7 +66,8 @@ def reward(completions, **kwargs):
 prompts = [[{"role": "user", "content": f"what is {a} + {b} ?"}] for a in range(4) for b in range(4)]
 tokenizer = AutoTokenizer.from_pretrained(model_dir)
 for index, spec in enumerate(selectors):
-    selector, _, batch = spec.partition("@")
+    selector, _, rest = spec.partition("@")
+    batch, _, loss_type = rest.partition("@")
     out_dir = root_dir / str(index) if len(selectors) > 1 else root_dir
     out_dir.mkdir(exist_ok=True)
     DumpingTrainer.calls = 0
@@ -71,7 +78,7 @@ for index, spec in enumerate(selectors):
         num_generations=4, max_completion_length=8, max_steps=2, steps_per_generation=1,
         gradient_accumulation_steps=1, learning_rate=1e-3, report_to="none", use_cpu=True,
         logging_steps=1, save_strategy="no", temperature=1.0, seed=0, num_iterations=num_iterations,
-        full_token_warmup_steps=0, loss_type="dapo",
+        full_token_warmup_steps=0, loss_type=loss_type or "dapo",
     )
     trainer = DumpingTrainer(model=model, processing_class=tokenizer, reward_funcs=reward, args=args,
                              train_dataset=Dataset.from_dict({"prompt": prompts}))

