@@ -474,3 +474,58 @@ def test_compare_refuses_bad_eval_steps_and_ks(tmp_path, capsys):
     assert main([*base, "--eval-steps", "25,25"]) == 2
     assert "--eval-steps" in capsys.readouterr().err
     assert main([*base, "--eval-steps", "-5"]) == 2
+
+
+def _finished_run(output: Path, label: str, verdicts: dict[int, list[bool]], steps: int = 2) -> Path:
+    """A run directory trained to its num_steps with a finished final evaluation (benchmark b)."""
+    run = output / "runs" / label / "seed0"
+    (run / "eval").mkdir(parents=True)
+    (run / "config.yaml").write_text(f"method: {label}\nnum_steps: {steps}\n")
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": step, "reward_mean": 0.5}) + "\n"
+                                               for step in range(1, steps + 1)))
+    _write_eval(run / "eval", verdicts)
+    return run
+
+
+def _write_eval(directory: Path, verdicts: dict[int, list[bool]], finished: bool = True) -> None:
+    """An `ict eval` output directory of benchmark b (results.json only when ``finished``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "samples.jsonl").write_text("".join(
+        json.dumps({"benchmark": "b", "index": index, "correct": correct}) + "\n"
+        for index, values in verdicts.items() for correct in values))
+    if finished:
+        (directory / "results.json").write_text(json.dumps({"config": {"ks": [1]}}))
+
+
+def test_an_interrupted_base_model_evaluation_is_no_step_0(tmp_path):
+    """base-model/ with samples of 2 of 4 problems (all right) and no results.json, as a killed
+    `--eval-steps 0` leaves it, was read as the untrained model's pass@1 of 100%, step 0 of every
+    curve. Now it is left out (as an unfinished step evaluation is) and named as in progress."""
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "cmp"
+    run = _finished_run(output, "grpo", {i: [False] * 2 for i in range(4)})
+    _write_eval(run / "evals" / "step-00000001", {i: [i == 0] * 2 for i in range(4)})
+    _write_eval(output / "base-model", {0: [True] * 2, 1: [True] * 2}, finished=False)
+    report = write_report(output, ("grpo",), 10).read_text()
+    rows = list(csv.DictReader(open(output / "learning_curves.csv")))
+    assert sorted((int(row["step"]), float(row["value"])) for row in rows) == [(1, 0.25), (2, 0.0)]
+    assert "| b | pass@1 | grpo | 25.0 | 0.0 |" in report
+    assert "base-model (evaluation not finished)" in report
+
+
+def test_eval_steps_0_alone_gives_learning_curves(tmp_path):
+    """`--eval-steps 0` (or 0 and the final step) evaluates the untrained model into base-model/
+    and no evals/ directory: the report had no learning curves, the evaluation was ignored. Now
+    step 0 is the base model's pass@1 and the final step the run's."""
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "cmp"
+    _finished_run(output, "grpo", {0: [True, True], 1: [True, False], 2: [False, False]})
+    _write_eval(output / "base-model", {0: [True, False], 1: [False, False], 2: [False, False]})
+    report = write_report(output, ("grpo",), 10).read_text()
+    rows = list(csv.DictReader(open(output / "learning_curves.csv")))
+    assert sorted((int(row["step"]), row["metric"], float(row["value"])) for row in rows) == [
+        (0, "pass@1", pytest.approx(0.5 / 3)), (2, "pass@1", pytest.approx(1.5 / 3))]
+    assert "| b | pass@1 | grpo | 16.7 | 50.0 |" in report
+    assert (output / "learning_curves.png").is_file()

@@ -215,11 +215,12 @@ def score_matrix(runs: list[RunRecord], benchmark: str, k: int) -> tuple[list[in
 def learning_curves(output_dir: Path, runs: list[RunRecord]) -> list[dict[str, Any]]:
     """Held-out pass@k along training, one row per (run, step, benchmark, k): step 0 from
     ``DIR/base-model/`` (the untrained model, shared by every run), step N from
-    ``RUN/evals/step-N/``, the final step from ``RUN/eval/``. Empty when no run has an
-    intermediate evaluation."""
-    if not any((run.directory / "evals").is_dir() for run in runs):
+    ``RUN/evals/step-N/``, the final step from ``RUN/eval/``; an evaluation that has not
+    finished (no results.json) is left out. Empty when there is neither a finished base-model
+    evaluation nor an intermediate one."""
+    base = complete_verdicts(output_dir / BASE_MODEL_DIR) or {}
+    if not base and not any((run.directory / "evals").is_dir() for run in runs):
         return []
-    base = read_verdicts(output_dir / BASE_MODEL_DIR / "samples.jsonl")
     rows = []
     for run in runs:
         points = {0: (base, evaluated_ks(output_dir / BASE_MODEL_DIR))} if base else {}
@@ -478,7 +479,8 @@ def _top_token_lines(tokens: dict[str, dict[str, list]], labels: list[str]) -> l
 
 def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples: int) -> Path:
     """report.md, results.csv, differences.csv, training_end.csv, summary.json and curves.png
-    (with intermediate evaluations also learning_curves.csv and .png) in `output_dir` (a comparison directory), over the runs that finished training; a run that
+    (with a finished base-model or intermediate evaluation also learning_curves.csv and .png)
+    in `output_dir` (a comparison directory), over the runs that finished training; a run that
     logged fewer steps than its config.yaml's ``num_steps`` is only listed as in progress.
     `baselines`: method names or run labels every other run is compared with;
     `bootstrap_resamples`: of each paired interval."""
@@ -495,6 +497,8 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
     if not runs:
         raise UsageError(f"no run under {output_dir / 'runs'} has finished training yet "
                          f"(in progress: {', '.join(in_progress)})")
+    if complete_verdicts(output_dir / BASE_MODEL_DIR) is None:  # no step 0 in the curves
+        in_progress.append(f"{BASE_MODEL_DIR} (evaluation not finished)")
     summary = summarize(runs, bootstrap_resamples, baselines)
     summary["in_progress"] = in_progress
     _write_csv(output_dir / "results.csv", summary["table"],
