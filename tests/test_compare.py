@@ -529,3 +529,22 @@ def test_eval_steps_0_alone_gives_learning_curves(tmp_path):
         (0, "pass@1", pytest.approx(0.5 / 3)), (2, "pass@1", pytest.approx(1.5 / 3))]
     assert "| b | pass@1 | grpo | 16.7 | 50.0 |" in report
     assert (output / "learning_curves.png").is_file()
+
+
+def test_a_torn_environment_line_is_skipped(tmp_path):
+    """environment.jsonl gets a line on every resume: a kill that tore the last one stopped the
+    report with `error: Unterminated string ...` (naming no file) after the CSVs were written. Now
+    a line that is not an environment record is skipped; a file with none is said so."""
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "cmp"
+    record = json.dumps({"python": "3.11", "cpu_count": 2, "packages": {"torch": "2.9"}, "gpu": None})
+    grpo = _finished_run(output, "grpo", {0: [True, False]})
+    (grpo / "environment.jsonl").write_text(record + "\n" + record[:30])
+    ict = _finished_run(output, "ict", {0: [True, True]})
+    (ict / "environment.jsonl").write_text('[1, 2]\n{"packages": "torch"}\n')
+    _finished_run(output, "random", {0: [False, False]})
+    report = write_report(output, ("grpo",), 10).read_text()
+    assert "- 1 run(s) trained with torch 2.9; 2 CPUs\n" in report
+    assert "- 1 run(s) trained with no readable line in its environment.jsonl\n" in report
+    assert "- 1 run(s) trained before environment.jsonl was recorded\n" in report

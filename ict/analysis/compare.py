@@ -385,21 +385,33 @@ def _environment(runs: Sequence[RunRecord]) -> list[str]:
              + (f", GPU {record['gpu']})" if record["gpu"] else ")"),
              "this report's packages: " + ", ".join(f"{name} {version}" for name, version
                                                   in record["packages"].items())]
-    trained: dict[str | None, set[str]] = {}  # torch/transformers/CPUs/GPU -> runs; None: no file
+    trained: dict[str, set[str]] = {}  # "trained with torch/transformers/CPUs/GPU" -> runs
     for run in runs:
         path = run.directory / ENVIRONMENT_FILE
-        entries = ([json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-                   if path.is_file() else [])
-        for entry in entries or [None]:
-            key = None if entry is None else (
-                ", ".join(f"{name} {entry['packages'][name]}" for name in ("torch", "transformers")
-                          if name in entry["packages"])
-                + f"; {entry['cpu_count']} CPUs" + (f", {entry['gpu']}" if entry["gpu"] else ""))
+        keys = ([key for key in map(_trained_with, path.read_text(errors="replace").splitlines()) if key]
+                if path.is_file() else [])
+        if not keys:
+            keys = [f"with no readable line in its {ENVIRONMENT_FILE}" if path.is_file()
+                    else f"before {ENVIRONMENT_FILE} was recorded"]
+        for key in keys:
             trained.setdefault(key, set()).add(f"{run.label}/seed{run.seed}")
-    for key, names in trained.items():
-        lines.append(f"{len(names)} run(s) trained with {key}" if key is not None else
-                     f"{len(names)} run(s) trained before environment.jsonl was recorded")
+    lines += [f"{len(names)} run(s) trained {key}" for key, names in trained.items()]
     return lines
+
+
+def _trained_with(line: str) -> str | None:
+    """``"with torch X, transformers Y; N CPUs, GPU"`` of one environment.jsonl line; None for a
+    line that is not such a record (one a kill tore while a resume appended it)."""
+    try:
+        entry = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    if not (isinstance(entry, dict) and isinstance(entry.get("packages"), dict)
+            and "cpu_count" in entry and "gpu" in entry):
+        return None
+    return ("with " + ", ".join(f"{name} {entry['packages'][name]}" for name in ("torch", "transformers")
+                                if name in entry["packages"])
+            + f"; {entry['cpu_count']} CPUs" + (f", {entry['gpu']}" if entry["gpu"] else ""))
 
 
 def _seed_mean(group: list[dict[str, Any]], key: str) -> float:
