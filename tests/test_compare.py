@@ -548,3 +548,26 @@ def test_a_torn_environment_line_is_skipped(tmp_path):
     assert "- 1 run(s) trained with torch 2.9; 2 CPUs\n" in report
     assert "- 1 run(s) trained with no readable line in its environment.jsonl\n" in report
     assert "- 1 run(s) trained before environment.jsonl was recorded\n" in report
+
+
+def test_the_reproduce_command_quotes_the_directory_and_keeps_the_resamples(tmp_path, capsys):
+    """The report's last command dropped --bootstrap-resamples (it rebuilt other intervals) and
+    wrote the directory unquoted ("my cmp" became two arguments). Run as written, it now rebuilds
+    the same summary.json."""
+    import shlex
+
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "my cmp"
+    _finished_run(output, "grpo", {i: [i % 2 == 0, False] for i in range(6)})
+    _finished_run(output, "ict", {i: [i % 3 == 0, True] for i in range(6)})
+    report = write_report(output, ("grpo",), 200).read_text()
+    command = report.split("## Reproduce")[1].split("```")[1].strip().splitlines()[-1]
+    assert shlex.split(command) == ["ict", "compare", "--report-only", "--output-dir", str(output),
+                                    "--baselines", "grpo", "--bootstrap-resamples", "200"]
+    summary = (output / "summary.json").read_text()
+    write_report(output, ("grpo", "random"), 10_000)  # the defaults: no option for them
+    assert (output / "report.md").read_text().split("```")[-2].strip().splitlines()[-1] == \
+        f"ict compare --report-only --output-dir {shlex.quote(str(output))}"
+    assert main(shlex.split(command)[1:]) == 0
+    assert (output / "summary.json").read_text() == summary

@@ -16,6 +16,7 @@ import csv
 import json
 import math
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ from ict.core.significance import (
 )
 
 BASELINES = ("grpo", "random")  # default baselines: method names (every run label of them)
+BOOTSTRAP_RESAMPLES = 10_000  # default resamples of each paired interval
 BASE_MODEL_DIR = "base-model"  # DIR/base-model/: the untrained model's evaluation (step 0)
 DEFAULT_KS = (1, 4)  # k of pass@k for an evaluation whose results.json does not name its ks
 COMMANDS_FILE = "commands.txt"  # every distinct non-report-only `ict compare` command line
@@ -276,7 +278,7 @@ def is_baseline(label: str, baselines: Sequence[str]) -> bool:
     return label in baselines or method_of(label) in baselines
 
 
-def summarize(runs: list[RunRecord], resamples: int = 10_000,
+def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
               baselines: Sequence[str] = BASELINES) -> dict[str, Any]:
     """Per benchmark and k: per-method mean/std over seeds, and paired differences to the
     baselines (bootstrap interval over problems and seeds, permutation p-value)."""
@@ -575,10 +577,13 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
     commands_path = output_dir / COMMANDS_FILE
     commands = (commands_path.read_text().splitlines() if commands_path.is_file()
                 else ["(command not recorded)"])
-    baselines_option = ("" if tuple(baselines) == BASELINES
-                        else f" --baselines {','.join(baselines)}")
+    report_command = ["ict", "compare", "--report-only", "--output-dir", str(output_dir)]
+    if tuple(baselines) != BASELINES:
+        report_command += ["--baselines", ",".join(baselines)]
+    if bootstrap_resamples != BOOTSTRAP_RESAMPLES:
+        report_command += ["--bootstrap-resamples", str(bootstrap_resamples)]
     lines += ["", "## Reproduce", "", "```", *dict.fromkeys(commands),
-              f"ict compare --report-only --output-dir {output_dir}" + baselines_option, "```", "",
+              shlex.join(report_command), "```", "",
               "## Environment", "", *[f"- {line}" for line in _environment(runs)], ""]
     path = output_dir / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")

@@ -20,6 +20,7 @@ from typing import Any
 from ict.analysis.compare import (
     BASE_MODEL_DIR,
     BASELINES,
+    BOOTSTRAP_RESAMPLES,
     COMMANDS_FILE,
     is_baseline,
     run_dir,
@@ -129,7 +130,7 @@ class CompareConfig:
     eval_only: bool = option(False, "evaluate the runs already trained to their final step "
                              "(train nothing; safe next to a --train-only process), then the "
                              "report")
-    bootstrap_resamples: int = option(10_000, "bootstrap resamples of each paired interval")
+    bootstrap_resamples: int = option(BOOTSTRAP_RESAMPLES, "bootstrap resamples of each paired interval")
     baselines: tuple[str, ...] = option(BASELINES, "comma-separated method names or run labels "
                                         "every other run is compared with (e.g. "
                                         "ict-reference=group_mean-ratio=0.1 for an ablation)")
