@@ -571,3 +571,22 @@ def test_the_reproduce_command_quotes_the_directory_and_keeps_the_resamples(tmp_
         f"ict compare --report-only --output-dir {shlex.quote(str(output))}"
     assert main(shlex.split(command)[1:]) == 0
     assert (output / "summary.json").read_text() == summary
+
+
+def test_summary_json_is_strict_json(tmp_path):
+    """summary.json held bare NaN (the std over one seed, metrics a run never logged), which
+    strict JSON readers refuse; now they are null."""
+    from ict.analysis.compare import write_report
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"summary.json holds {constant}")
+
+    output = tmp_path / "cmp"
+    _finished_run(output, "grpo", {0: [True, False], 1: [True, True]})
+    _finished_run(output, "ict", {0: [True, True], 1: [False, False]})
+    write_report(output, ("grpo",), 100)
+    summary = json.loads((output / "summary.json").read_text(), parse_constant=refuse)
+    assert {(row["method"], row["mean"], row["std"]) for row in summary["table"] if row["metric"] == "pass@1"} \
+        == {("grpo", 0.75, None), ("ict", 0.5, None)}
+    (end,) = [row for row in summary["training_end"] if row["method"] == "grpo"]
+    assert (end["reward_mean"], end["entropy"]) == (0.5, None)

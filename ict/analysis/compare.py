@@ -367,6 +367,18 @@ def top_tokens(runs: list[RunRecord], window: int = END_WINDOW, k: int = TOP_TOK
     return {label: summed_top_tokens(lines, k) for label, lines in lines_of.items()}
 
 
+def _finite(value: Any) -> Any:
+    """`value` for strict JSON: NaN and infinities (a std over one seed, a key never logged) as
+    None, numpy scalars as Python numbers, through dicts, lists and tuples."""
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -522,7 +534,7 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
                 "low", "high", "p_value"])
     _write_csv(output_dir / "training_end.csv", summary["training_end"],
                ["method", "seed", "steps", *END_KEYS])
-    (output_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    (output_dir / "summary.json").write_text(json.dumps(_finite(summary), indent=1, allow_nan=False))
     figure = plot_runs([run.directory for run in runs], output_dir / "curves.png",
                        labels=[run.label for run in runs])
     curves = learning_curves(output_dir, runs)
