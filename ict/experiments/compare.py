@@ -228,6 +228,10 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
             **config.overrides, **method_overrides(spec), "seed": str(seed),
             "run_dir": str(run_dir(config.output_dir, spec.label, seed)), "progress": "false"}))
         for spec in config.method_specs for seed in config.seeds]
+    if (config.report_only or config.eval_only) and not (config.output_dir / "runs").is_dir():
+        # nothing to evaluate or report: refused before a mistyped directory is created
+        raise UsageError(f"no runs under {config.output_dir / 'runs'}; train them first (ict "
+                         "compare without --report-only and --eval-only)")
     config.output_dir.mkdir(parents=True, exist_ok=True)
     if not config.report_only:
         commands = config.output_dir / COMMANDS_FILE
