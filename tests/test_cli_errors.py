@@ -166,8 +166,12 @@ REFUSED = [
     (["compare", "--output-dir", "c", "--baselines", "grpo,nope"], ["--baselines 'nope'"]),
     (["compare", "--output-dir", "c", "--eval-limit", "0"], ["--eval-limit must be >= 1"]),
     (["compare", "--output-dir", "c", "--methods", "grpo,nope"], ["method='nope'"]),
+    (["compare", "--report-only", "--output-dir", "typo/sub"], ["no runs under typo/sub/runs"]),
+    (["compare", "--eval-only", "--output-dir", "typo/sub"], ["no runs under typo/sub/runs"]),
     (["plot", "empty_run", "--out", "x.png"], ["nothing to plot"]),
     (["plot", "empty_run", "--out", "a_dir"], ["--out must name a PNG file"]),
+    (["plot", "empty_run", "--out", "xpng"], ["--out must name a PNG file (FILE.png), got 'xpng'"]),
+    (["plot", "empty_run", "--out", "x.svg"], ["--out must name a PNG file (FILE.png), got 'x.svg'"]),
     (["inspect", "--samples", "a_dir"], ["a_dir is not a file"]),
     (["inspect", "--prompt", "hi", "--html", "a_dir"], ["--html must name a file"]),
 ]

@@ -153,3 +153,21 @@ def test_compare_records_its_command_line_with_global_flags_too(argv, tmp_path, 
     monkeypatch.setattr(sys, "argv", ["ict", *words])
     main(words)
     assert seen["command"] == "ict " + " ".join(words)
+
+
+def test_plot_writes_the_png_it_names(tmp_path, capsys):
+    """`ict plot --out xpng` printed `plot: xpng` while matplotlib wrote xpng.png; now a name
+    without .png is refused (tests/test_cli_errors.py) and the file printed is the one written,
+    a PNG, also for an upper-case suffix and for plot_runs given a path without one."""
+    from ict.analysis.plots import plot_runs
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 0.5}) + "\n")
+    out = tmp_path / "curves.PNG"
+    assert main(["plot", str(run), "--out", str(out)]) == 0
+    assert capsys.readouterr().out == f"plot: {out}\n"
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot_runs([run], tmp_path / "figure") == tmp_path / "figure"
+    assert (tmp_path / "figure").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["curves.PNG", "figure", "run"]

@@ -474,3 +474,119 @@ def test_compare_refuses_bad_eval_steps_and_ks(tmp_path, capsys):
     assert main([*base, "--eval-steps", "25,25"]) == 2
     assert "--eval-steps" in capsys.readouterr().err
     assert main([*base, "--eval-steps", "-5"]) == 2
+
+
+def _finished_run(output: Path, label: str, verdicts: dict[int, list[bool]], steps: int = 2) -> Path:
+    """A run directory trained to its num_steps with a finished final evaluation (benchmark b)."""
+    run = output / "runs" / label / "seed0"
+    (run / "eval").mkdir(parents=True)
+    (run / "config.yaml").write_text(f"method: {label}\nnum_steps: {steps}\n")
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": step, "reward_mean": 0.5}) + "\n"
+                                               for step in range(1, steps + 1)))
+    _write_eval(run / "eval", verdicts)
+    return run
+
+
+def _write_eval(directory: Path, verdicts: dict[int, list[bool]], finished: bool = True) -> None:
+    """An `ict eval` output directory of benchmark b (results.json only when ``finished``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "samples.jsonl").write_text("".join(
+        json.dumps({"benchmark": "b", "index": index, "correct": correct}) + "\n"
+        for index, values in verdicts.items() for correct in values))
+    if finished:
+        (directory / "results.json").write_text(json.dumps({"config": {"ks": [1]}}))
+
+
+def test_an_interrupted_base_model_evaluation_is_no_step_0(tmp_path):
+    """base-model/ with samples of 2 of 4 problems (all right) and no results.json, as a killed
+    `--eval-steps 0` leaves it, was read as the untrained model's pass@1 of 100%, step 0 of every
+    curve. Now it is left out (as an unfinished step evaluation is) and named as in progress."""
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "cmp"
+    run = _finished_run(output, "grpo", {i: [False] * 2 for i in range(4)})
+    _write_eval(run / "evals" / "step-00000001", {i: [i == 0] * 2 for i in range(4)})
+    _write_eval(output / "base-model", {0: [True] * 2, 1: [True] * 2}, finished=False)
+    report = write_report(output, ("grpo",), 10).read_text()
+    rows = list(csv.DictReader(open(output / "learning_curves.csv")))
+    assert sorted((int(row["step"]), float(row["value"])) for row in rows) == [(1, 0.25), (2, 0.0)]
+    assert "| b | pass@1 | grpo | 25.0 | 0.0 |" in report
+    assert "base-model (evaluation not finished)" in report
+
+
+def test_eval_steps_0_alone_gives_learning_curves(tmp_path):
+    """`--eval-steps 0` (or 0 and the final step) evaluates the untrained model into base-model/
+    and no evals/ directory: the report had no learning curves, the evaluation was ignored. Now
+    step 0 is the base model's pass@1 and the final step the run's."""
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "cmp"
+    _finished_run(output, "grpo", {0: [True, True], 1: [True, False], 2: [False, False]})
+    _write_eval(output / "base-model", {0: [True, False], 1: [False, False], 2: [False, False]})
+    report = write_report(output, ("grpo",), 10).read_text()
+    rows = list(csv.DictReader(open(output / "learning_curves.csv")))
+    assert sorted((int(row["step"]), row["metric"], float(row["value"])) for row in rows) == [
+        (0, "pass@1", pytest.approx(0.5 / 3)), (2, "pass@1", pytest.approx(1.5 / 3))]
+    assert "| b | pass@1 | grpo | 16.7 | 50.0 |" in report
+    assert (output / "learning_curves.png").is_file()
+
+
+def test_a_torn_environment_line_is_skipped(tmp_path):
+    """environment.jsonl gets a line on every resume: a kill that tore the last one stopped the
+    report with `error: Unterminated string ...` (naming no file) after the CSVs were written. Now
+    a line that is not an environment record is skipped; a file with none is said so."""
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "cmp"
+    record = json.dumps({"python": "3.11", "cpu_count": 2, "packages": {"torch": "2.9"}, "gpu": None})
+    grpo = _finished_run(output, "grpo", {0: [True, False]})
+    (grpo / "environment.jsonl").write_text(record + "\n" + record[:30])
+    ict = _finished_run(output, "ict", {0: [True, True]})
+    (ict / "environment.jsonl").write_text('[1, 2]\n{"packages": "torch"}\n')
+    _finished_run(output, "random", {0: [False, False]})
+    report = write_report(output, ("grpo",), 10).read_text()
+    assert "- 1 run(s) trained with torch 2.9; 2 CPUs\n" in report
+    assert "- 1 run(s) trained with no readable line in its environment.jsonl\n" in report
+    assert "- 1 run(s) trained before environment.jsonl was recorded\n" in report
+
+
+def test_the_reproduce_command_quotes_the_directory_and_keeps_the_resamples(tmp_path, capsys):
+    """The report's last command dropped --bootstrap-resamples (it rebuilt other intervals) and
+    wrote the directory unquoted ("my cmp" became two arguments). Run as written, it now rebuilds
+    the same summary.json."""
+    import shlex
+
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "my cmp"
+    _finished_run(output, "grpo", {i: [i % 2 == 0, False] for i in range(6)})
+    _finished_run(output, "ict", {i: [i % 3 == 0, True] for i in range(6)})
+    report = write_report(output, ("grpo",), 200).read_text()
+    command = report.split("## Reproduce")[1].split("```")[1].strip().splitlines()[-1]
+    assert shlex.split(command) == ["ict", "compare", "--report-only", "--output-dir", str(output),
+                                    "--baselines", "grpo", "--bootstrap-resamples", "200"]
+    summary = (output / "summary.json").read_text()
+    write_report(output, ("grpo", "random"), 10_000)  # the defaults: no option for them
+    assert (output / "report.md").read_text().split("```")[-2].strip().splitlines()[-1] == \
+        f"ict compare --report-only --output-dir {shlex.quote(str(output))}"
+    assert main(shlex.split(command)[1:]) == 0
+    assert (output / "summary.json").read_text() == summary
+
+
+def test_summary_json_is_strict_json(tmp_path):
+    """summary.json held bare NaN (the std over one seed, metrics a run never logged), which
+    strict JSON readers refuse; now they are null."""
+    from ict.analysis.compare import write_report
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"summary.json holds {constant}")
+
+    output = tmp_path / "cmp"
+    _finished_run(output, "grpo", {0: [True, False], 1: [True, True]})
+    _finished_run(output, "ict", {0: [True, True], 1: [False, False]})
+    write_report(output, ("grpo",), 100)
+    summary = json.loads((output / "summary.json").read_text(), parse_constant=refuse)
+    assert {(row["method"], row["mean"], row["std"]) for row in summary["table"] if row["metric"] == "pass@1"} \
+        == {("grpo", 0.75, None), ("ict", 0.5, None)}
+    (end,) = [row for row in summary["training_end"] if row["method"] == "grpo"]
+    assert (end["reward_mean"], end["entropy"]) == (0.5, None)

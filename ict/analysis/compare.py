@@ -16,6 +16,7 @@ import csv
 import json
 import math
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ from ict.core.significance import (
 )
 
 BASELINES = ("grpo", "random")  # default baselines: method names (every run label of them)
+BOOTSTRAP_RESAMPLES = 10_000  # default resamples of each paired interval
 BASE_MODEL_DIR = "base-model"  # DIR/base-model/: the untrained model's evaluation (step 0)
 DEFAULT_KS = (1, 4)  # k of pass@k for an evaluation whose results.json does not name its ks
 COMMANDS_FILE = "commands.txt"  # every distinct non-report-only `ict compare` command line
@@ -215,11 +217,12 @@ def score_matrix(runs: list[RunRecord], benchmark: str, k: int) -> tuple[list[in
 def learning_curves(output_dir: Path, runs: list[RunRecord]) -> list[dict[str, Any]]:
     """Held-out pass@k along training, one row per (run, step, benchmark, k): step 0 from
     ``DIR/base-model/`` (the untrained model, shared by every run), step N from
-    ``RUN/evals/step-N/``, the final step from ``RUN/eval/``. Empty when no run has an
-    intermediate evaluation."""
-    if not any((run.directory / "evals").is_dir() for run in runs):
+    ``RUN/evals/step-N/``, the final step from ``RUN/eval/``; an evaluation that has not
+    finished (no results.json) is left out. Empty when there is neither a finished base-model
+    evaluation nor an intermediate one."""
+    base = complete_verdicts(output_dir / BASE_MODEL_DIR) or {}
+    if not base and not any((run.directory / "evals").is_dir() for run in runs):
         return []
-    base = read_verdicts(output_dir / BASE_MODEL_DIR / "samples.jsonl")
     rows = []
     for run in runs:
         points = {0: (base, evaluated_ks(output_dir / BASE_MODEL_DIR))} if base else {}
@@ -275,7 +278,7 @@ def is_baseline(label: str, baselines: Sequence[str]) -> bool:
     return label in baselines or method_of(label) in baselines
 
 
-def summarize(runs: list[RunRecord], resamples: int = 10_000,
+def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
               baselines: Sequence[str] = BASELINES) -> dict[str, Any]:
     """Per benchmark and k: per-method mean/std over seeds, and paired differences to the
     baselines (bootstrap interval over problems and seeds, permutation p-value)."""
@@ -364,6 +367,18 @@ def top_tokens(runs: list[RunRecord], window: int = END_WINDOW, k: int = TOP_TOK
     return {label: summed_top_tokens(lines, k) for label, lines in lines_of.items()}
 
 
+def _finite(value: Any) -> Any:
+    """`value` for strict JSON: NaN and infinities (a std over one seed, a key never logged) as
+    None, numpy scalars as Python numbers, through dicts, lists and tuples."""
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -384,21 +399,33 @@ def _environment(runs: Sequence[RunRecord]) -> list[str]:
              + (f", GPU {record['gpu']})" if record["gpu"] else ")"),
              "this report's packages: " + ", ".join(f"{name} {version}" for name, version
                                                   in record["packages"].items())]
-    trained: dict[str | None, set[str]] = {}  # torch/transformers/CPUs/GPU -> runs; None: no file
+    trained: dict[str, set[str]] = {}  # "trained with torch/transformers/CPUs/GPU" -> runs
     for run in runs:
         path = run.directory / ENVIRONMENT_FILE
-        entries = ([json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-                   if path.is_file() else [])
-        for entry in entries or [None]:
-            key = None if entry is None else (
-                ", ".join(f"{name} {entry['packages'][name]}" for name in ("torch", "transformers")
-                          if name in entry["packages"])
-                + f"; {entry['cpu_count']} CPUs" + (f", {entry['gpu']}" if entry["gpu"] else ""))
+        keys = ([key for key in map(_trained_with, path.read_text(errors="replace").splitlines()) if key]
+                if path.is_file() else [])
+        if not keys:
+            keys = [f"with no readable line in its {ENVIRONMENT_FILE}" if path.is_file()
+                    else f"before {ENVIRONMENT_FILE} was recorded"]
+        for key in keys:
             trained.setdefault(key, set()).add(f"{run.label}/seed{run.seed}")
-    for key, names in trained.items():
-        lines.append(f"{len(names)} run(s) trained with {key}" if key is not None else
-                     f"{len(names)} run(s) trained before environment.jsonl was recorded")
+    lines += [f"{len(names)} run(s) trained {key}" for key, names in trained.items()]
     return lines
+
+
+def _trained_with(line: str) -> str | None:
+    """``"with torch X, transformers Y; N CPUs, GPU"`` of one environment.jsonl line; None for a
+    line that is not such a record (one a kill tore while a resume appended it)."""
+    try:
+        entry = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    if not (isinstance(entry, dict) and isinstance(entry.get("packages"), dict)
+            and "cpu_count" in entry and "gpu" in entry):
+        return None
+    return ("with " + ", ".join(f"{name} {entry['packages'][name]}" for name in ("torch", "transformers")
+                                if name in entry["packages"])
+            + f"; {entry['cpu_count']} CPUs" + (f", {entry['gpu']}" if entry["gpu"] else ""))
 
 
 def _seed_mean(group: list[dict[str, Any]], key: str) -> float:
@@ -478,7 +505,8 @@ def _top_token_lines(tokens: dict[str, dict[str, list]], labels: list[str]) -> l
 
 def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples: int) -> Path:
     """report.md, results.csv, differences.csv, training_end.csv, summary.json and curves.png
-    (with intermediate evaluations also learning_curves.csv and .png) in `output_dir` (a comparison directory), over the runs that finished training; a run that
+    (with a finished base-model or intermediate evaluation also learning_curves.csv and .png)
+    in `output_dir` (a comparison directory), over the runs that finished training; a run that
     logged fewer steps than its config.yaml's ``num_steps`` is only listed as in progress.
     `baselines`: method names or run labels every other run is compared with;
     `bootstrap_resamples`: of each paired interval."""
@@ -495,6 +523,8 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
     if not runs:
         raise UsageError(f"no run under {output_dir / 'runs'} has finished training yet "
                          f"(in progress: {', '.join(in_progress)})")
+    if complete_verdicts(output_dir / BASE_MODEL_DIR) is None:  # no step 0 in the curves
+        in_progress.append(f"{BASE_MODEL_DIR} (evaluation not finished)")
     summary = summarize(runs, bootstrap_resamples, baselines)
     summary["in_progress"] = in_progress
     _write_csv(output_dir / "results.csv", summary["table"],
@@ -504,7 +534,7 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
                 "low", "high", "p_value"])
     _write_csv(output_dir / "training_end.csv", summary["training_end"],
                ["method", "seed", "steps", *END_KEYS])
-    (output_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    (output_dir / "summary.json").write_text(json.dumps(_finite(summary), indent=1, allow_nan=False))
     figure = plot_runs([run.directory for run in runs], output_dir / "curves.png",
                        labels=[run.label for run in runs])
     curves = learning_curves(output_dir, runs)
@@ -559,10 +589,13 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
     commands_path = output_dir / COMMANDS_FILE
     commands = (commands_path.read_text().splitlines() if commands_path.is_file()
                 else ["(command not recorded)"])
-    baselines_option = ("" if tuple(baselines) == BASELINES
-                        else f" --baselines {','.join(baselines)}")
+    report_command = ["ict", "compare", "--report-only", "--output-dir", str(output_dir)]
+    if tuple(baselines) != BASELINES:
+        report_command += ["--baselines", ",".join(baselines)]
+    if bootstrap_resamples != BOOTSTRAP_RESAMPLES:
+        report_command += ["--bootstrap-resamples", str(bootstrap_resamples)]
     lines += ["", "## Reproduce", "", "```", *dict.fromkeys(commands),
-              f"ict compare --report-only --output-dir {output_dir}" + baselines_option, "```", "",
+              shlex.join(report_command), "```", "",
               "## Environment", "", *[f"- {line}" for line in _environment(runs)], ""]
     path = output_dir / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")

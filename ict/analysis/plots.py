@@ -64,8 +64,9 @@ def _series(lines: list[dict], key: str) -> dict[int, float]:
 
 
 def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) -> Path | None:
-    """Draw the `PANELS` of the runs into `out` (PNG). Runs with the same label are pooled:
-    line = mean over runs at each step, band = min..max. Panels with no data are left out."""
+    """Draw the `PANELS` of the runs into the PNG file `out` (that path, whatever its suffix).
+    Runs with the same label are pooled: line = mean over runs at each step, band = min..max.
+    Panels with no data are left out."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -132,7 +133,7 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
     figure.tight_layout(rect=(0, legend_inches / height, 1, 1 - title_inches / height))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=90)
+    figure.savefig(out, dpi=90, format="png")
     plt.close(figure)
     return out
 
@@ -140,7 +141,8 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
 def plot_learning_curves(rows: list[dict], out: Path) -> Path | None:
     """Held-out pass@k against the training step (rows of
     ``ict.analysis.compare.learning_curves``): one panel per benchmark and k, per method the
-    mean over seeds (line, points at the evaluated steps) and min..max (band)."""
+    mean over seeds (line, points at the evaluated steps) and min..max (band), as the PNG file
+    `out`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -188,7 +190,7 @@ def plot_learning_curves(rows: list[dict], out: Path) -> Path | None:
     figure.tight_layout(rect=(0, 0.5 / (3.8 * panel_rows + 0.6), 1, 0.95))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=90)
+    figure.savefig(out, dpi=90, format="png")
     plt.close(figure)
     return out
 
@@ -210,17 +212,18 @@ class PlotConfig:
 
     run_dirs: tuple[Path, ...] = option((), "run directories (each with metrics.jsonl)",
                                         positional=True)
-    out: Path | None = option(None, "output PNG (required)")
+    out: Path | None = option(None, "output PNG file, FILE.png (required)")
     by: str = option("run", "label each run by its directory (run), or pool runs by the parent "
                      "directory's name (method: ict compare's runs/<method>/seed<k>)",
                      ("run", "method"))
 
     def validate(self) -> PlotConfig:
-        """One-line UsageError for a missing output or a directory without metrics.jsonl."""
+        """One-line UsageError for a missing output, one not named .png (matplotlib would save
+        xpng as xpng.png, svg as SVG) or a directory without metrics.jsonl."""
         if self.out is None:
             raise UsageError("--out is required")
-        if Path(self.out).name in ("", ".", "..") or Path(self.out).is_dir():
-            raise UsageError(f"--out must name a PNG file, got {str(self.out)!r}")
+        if Path(self.out).suffix.lower() != ".png" or Path(self.out).is_dir():
+            raise UsageError(f"--out must name a PNG file (FILE.png), got {str(self.out)!r}")
         if not self.run_dirs:
             raise UsageError("give at least one run directory")
         missing = [str(path) for path in self.run_dirs if not (Path(path) / "metrics.jsonl").is_file()]

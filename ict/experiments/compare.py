@@ -20,6 +20,7 @@ from typing import Any
 from ict.analysis.compare import (
     BASE_MODEL_DIR,
     BASELINES,
+    BOOTSTRAP_RESAMPLES,
     COMMANDS_FILE,
     is_baseline,
     run_dir,
@@ -129,7 +130,7 @@ class CompareConfig:
     eval_only: bool = option(False, "evaluate the runs already trained to their final step "
                              "(train nothing; safe next to a --train-only process), then the "
                              "report")
-    bootstrap_resamples: int = option(10_000, "bootstrap resamples of each paired interval")
+    bootstrap_resamples: int = option(BOOTSTRAP_RESAMPLES, "bootstrap resamples of each paired interval")
     baselines: tuple[str, ...] = option(BASELINES, "comma-separated method names or run labels "
                                         "every other run is compared with (e.g. "
                                         "ict-reference=group_mean-ratio=0.1 for an ablation)")
@@ -227,6 +228,10 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
             **config.overrides, **method_overrides(spec), "seed": str(seed),
             "run_dir": str(run_dir(config.output_dir, spec.label, seed)), "progress": "false"}))
         for spec in config.method_specs for seed in config.seeds]
+    if (config.report_only or config.eval_only) and not (config.output_dir / "runs").is_dir():
+        # nothing to evaluate or report: refused before a mistyped directory is created
+        raise UsageError(f"no runs under {config.output_dir / 'runs'}; train them first (ict "
+                         "compare without --report-only and --eval-only)")
     config.output_dir.mkdir(parents=True, exist_ok=True)
     if not config.report_only:
         commands = config.output_dir / COMMANDS_FILE
