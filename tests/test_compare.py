@@ -590,3 +590,40 @@ def test_summary_json_is_strict_json(tmp_path):
         == {("grpo", 0.75, None), ("ict", 0.5, None)}
     (end,) = [row for row in summary["training_end"] if row["method"] == "grpo"]
     assert (end["reward_mean"], end["entropy"]) == (0.5, None)
+
+
+def test_the_runs_leave_the_comparisons_reasoning_gym_sets_out_of_training(tmp_path):
+    """chain_sum's 2-term 1-digit task asks its 200 questions over and over: the first
+    comparison's 200-problem evaluation set (119 distinct questions) was all in every run's
+    training draws. Each run of a reasoning-gym task now leaves the comparison's rg: evaluation
+    sets out (held_out_sets), checked against reasoning-gym's own draws; a file task is left as
+    it is."""
+    import reasoning_gym
+
+    from ict.core.errors import UsageError
+    from ict.data.training_data import load_training_data
+    from ict.experiments.compare import CompareConfig, _training_config, parse_methods
+
+    evaluated = "rg:chain_sum:min_terms=2:max_terms=2:min_digits=1:max_digits=1:size=200"
+    config = CompareConfig(output_dir=tmp_path / "cmp", eval_benchmarks=f"gsm8k,{evaluated}")
+    spec = parse_methods("grpo")[0]
+    train_config = _training_config(config, {}, spec, 0)
+    assert train_config.held_out_sets == evaluated
+    data = load_training_data(train_config.dataset, dataset_config=train_config.dataset_config,
+                              dataset_size=2000, seed=0, held_out_sets=[evaluated])
+    options = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
+    asked = {entry["question"] for entry in reasoning_gym.create_dataset("chain_sum", size=200, seed=1_000_003,
+                                                                         **options)}
+    drawn = [entry["question"] for entry in reasoning_gym.create_dataset("chain_sum", size=2000, seed=0, **options)]
+    assert len(asked) == 119 and sum(question in asked for question in drawn) > 1000
+    assert [problem.prompt for problem in data.train] == [question for question in drawn if question not in asked]
+    # a set the user gave is kept, the comparison's added; a file task gets none
+    given = _training_config(config, {"held_out_sets": "rg:chain_sum:size=10"}, spec, 0)
+    assert given.held_out_sets == f"rg:chain_sum:size=10,{evaluated}"
+    file_task = tmp_path / "task.jsonl"
+    file_task.write_text('{"question": "what is 1 + 1 ?", "answer": "2"}\n')
+    assert _training_config(config, {"dataset": str(file_task)}, spec, 0).held_out_sets is None
+    with pytest.raises(UsageError, match="needs a reasoning-gym training task"):
+        load_training_data(str(file_task), held_out_sets=[evaluated])
+    with pytest.raises(UsageError, match="takes reasoning-gym evaluation sets"):
+        load_training_data("chain_sum", dataset_size=10, held_out_sets=["gsm8k"])

@@ -182,7 +182,8 @@ def load_training_data(dataset: str, *, dataset_config: dict[str, Any] | None = 
                        dataset_size: int = 10000, question_field: str = "question",
                        answer_field: str = "answer", choices_field: str | None = None,
                        prompt_suffix: str = "", eval_size: int = 0,
-                       seed: int = 0, skip_bad_rows: bool = False) -> TrainingData:
+                       seed: int = 0, skip_bad_rows: bool = False,
+                       held_out_sets: Sequence[str] = ()) -> TrainingData:
     """Load training problems and `eval_size` held-out ones, of distinct questions that no
     training problem asks (`without_questions`: training drops every repeat of a held-out one).
 
@@ -191,19 +192,29 @@ def load_training_data(dataset: str, *, dataset_config: dict[str, Any] | None = 
     fewer); files and hub datasets: the last `eval_size` distinct questions after a seeded
     shuffle (a file without repeated questions: its last `eval_size` rows). A row that cannot be
     used is refused (`UsageError`), or with `skip_bad_rows` left out and counted in the
-    description."""
+    description. `held_out_sets`: reasoning-gym evaluation sets (``rg:`` names, as `ict eval`
+    generates them) whose questions a reasoning-gym training task leaves out too."""
     skipped: list[str] | None = [] if skip_bad_rows else None
-    if dataset.lower().endswith(FILE_SUFFIXES) or os.path.exists(dataset):
+    is_file = dataset.lower().endswith(FILE_SUFFIXES) or os.path.exists(dataset)
+    if held_out_sets and (is_file or not is_reasoning_gym_task(dataset)):
+        raise UsageError("held_out_sets (reasoning-gym evaluation sets) needs a reasoning-gym training task, "
+                         f"not {dataset!r}")
+    if is_file:
         records = read_records(dataset, skipped)
         problems = records_to_problems(records, question_field, answer_field, choices_field,
                                        prompt_suffix, skipped)
         description = f"file {dataset}"
     elif is_reasoning_gym_task(dataset):
-        drawn = reasoning_gym_problems(dataset, dataset_size, seed, dataset_config, prompt_suffix)
+        generated = reasoning_gym_problems(dataset, dataset_size, seed, dataset_config, prompt_suffix)
+        drawn = without_evaluation_sets(generated, held_out_sets)
+        description = f"reasoning-gym {dataset} {dataset_config or {}}"
+        if len(drawn) < len(generated):
+            description += (f" ({len(generated) - len(drawn)} of {len(generated)} problems left out of "
+                            f"training: they ask a question of {', '.join(held_out_sets)})")
         held_out = distinct_questions(reasoning_gym_problems(
             dataset, HELD_OUT_DRAWS * eval_size, seed + EVAL_SEED_OFFSET, dataset_config, prompt_suffix),
             eval_size) if eval_size else []
-        return _split_off(drawn, held_out, f"reasoning-gym {dataset} {dataset_config or {}}")
+        return _split_off(drawn, held_out, description)
     elif "/" in dataset:
         records = hub_records(dataset, dataset_subset, dataset_split)
         problems = records_to_problems(records, question_field, answer_field, choices_field,
@@ -223,6 +234,24 @@ def load_training_data(dataset: str, *, dataset_config: dict[str, Any] | None = 
     eval_count = min(eval_size, questions - 1)  # at least one question left to train on
     held_out = distinct_questions(shuffled[::-1], eval_count)[::-1] if eval_count > 0 else []
     return _split_off(shuffled, held_out, description)
+
+
+def without_evaluation_sets(drawn: list[Problem], names: Sequence[str]) -> list[Problem]:
+    """Reasoning-gym problems `drawn` less those whose question (the task's text) one of the
+    evaluation sets `names` asks (``rg:`` names, generated as `ict eval` generates them); a
+    one-line UsageError when none is left."""
+    from ict.data.benchmarks import load_reasoning_gym
+
+    if not names:
+        return drawn
+    for name in names:
+        if not name.startswith("rg:"):
+            raise UsageError(f"held_out_sets takes reasoning-gym evaluation sets (rg:TASK:...), got {name!r}")
+    asked = {problem.question for name in names for problem in load_reasoning_gym(name).problems}
+    kept = [problem for problem in drawn if str(problem.entry["question"]).strip() not in asked]
+    if not kept:
+        raise UsageError(f"every training problem asks a question of the held-out sets {', '.join(names)}")
+    return kept
 
 
 def _split_off(drawn: list[Problem], held_out: list[Problem], description: str) -> TrainingData:

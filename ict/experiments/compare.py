@@ -32,6 +32,7 @@ from ict.answers.verify import MATH_EXTRACTIONS
 from ict.core.errors import UsageError
 from ict.core.options import check_choices, option, option_fields
 from ict.data.benchmarks import expand_benchmark_names
+from ict.data.training_data import is_reasoning_gym_task
 from ict.evaluation.evaluate import EvalConfig
 from ict.training.config import TrainConfig
 
@@ -209,13 +210,33 @@ def _final_checkpoint(directory: Path, num_steps: int) -> Path | None:
     return None
 
 
+def _training_config(config: CompareConfig, training_options: dict[str, Any], spec: MethodSpec,
+                     seed: int) -> TrainConfig:
+    """The `TrainConfig` of one (method, seed) run. A reasoning-gym training task leaves the
+    questions of the comparison's reasoning-gym evaluation sets out (``held_out_sets``): a small
+    task asks each of its questions many times, so they would be trained on."""
+    from ict.training.config import build_config
+
+    assert config.output_dir is not None
+    overrides = {**config.overrides, **method_overrides(spec), "seed": str(seed),
+                 "run_dir": str(run_dir(config.output_dir, spec.label, seed)), "progress": "false"}
+    train_config = build_config(None, training_options, overrides)
+    evaluated = [name for name in expand_benchmark_names(config.eval_benchmarks) if name.startswith("rg:")]
+    if evaluated and is_reasoning_gym_task(train_config.dataset):
+        given = expand_benchmark_names(train_config.held_out_sets) if train_config.held_out_sets else []
+        merged = list(dict.fromkeys([*given, *evaluated]))
+        if merged != given:
+            train_config = build_config(None, training_options, {**overrides, "held_out_sets": ",".join(merged)})
+    return train_config
+
+
 def run_comparison(config: CompareConfig, log: Any = print) -> Path:
     """Train and evaluate every (method, seed) not finished yet, then write the report.
     ``train_only``: train, evaluate nothing, no report; ``eval_only``: evaluate the runs trained
     to their final step (train nothing), then write the report; ``report_only``: the report.
     With ``eval_steps``, the checkpoints of those steps (and, for 0, the untrained model) are
     evaluated too, with the same settings; an evaluation already written is reused."""
-    from ict.training.config import build_config, load_yaml
+    from ict.training.config import load_yaml
     from ict.training.trainer import train
 
     config = config.validate()
@@ -224,9 +245,7 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
     training_options = (compare_options(load_yaml(config.config_file))[1]
                         if config.config_file and not config.report_only else {})
     runs = [] if config.report_only else [
-        (spec, seed, build_config(None, training_options, {
-            **config.overrides, **method_overrides(spec), "seed": str(seed),
-            "run_dir": str(run_dir(config.output_dir, spec.label, seed)), "progress": "false"}))
+        (spec, seed, _training_config(config, training_options, spec, seed))
         for spec in config.method_specs for seed in config.seeds]
     if (config.report_only or config.eval_only) and not (config.output_dir / "runs").is_dir():
         # nothing to evaluate or report: refused before a mistyped directory is created

@@ -64,6 +64,9 @@ class TrainConfig:
     dataset_subset: str | None = option(None, "hub dataset configuration name (e.g. main)")
     dataset_split: str = option("train", "hub dataset split")
     dataset_size: int = option(10000, "reasoning-gym: number of generated training problems")
+    held_out_sets: str | None = option(None, "reasoning-gym training: comma-separated evaluation sets "
+                                       "(rg:TASK:key=value..., as ict eval --benchmarks) whose questions "
+                                       "training leaves out; ict compare adds its rg: evaluation sets")
     question_field: str = option("question", "file/hub datasets: field with the question")
     answer_field: str = option("answer", "file/hub datasets: field with the gold answer")
     choices_field: str | None = option(None, "field with multiple-choice options (list)")

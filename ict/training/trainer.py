@@ -43,6 +43,7 @@ from ict.core.loss import PolicyLossConfig, group_advantages, mask_truncated_com
 from ict.core.profiling import StepProfiler
 from ict.core.seeding import step_seed
 from ict.core.stats import needs_reference_logits, parse_tile_size
+from ict.data.benchmarks import expand_benchmark_names
 from ict.data.training_data import Problem, PromptSampler, TrainingData, load_training_data
 from ict.models.loading import (
     LoraOptions,
@@ -291,7 +292,8 @@ def _set_up(config: TrainConfig, console: Any, run_dir: Path) -> _Run:
         dataset_split=config.dataset_split, dataset_size=config.dataset_size,
         question_field=config.question_field, answer_field=config.answer_field,
         choices_field=config.choices_field, prompt_suffix=config.prompt_suffix,
-        eval_size=config.eval_size, seed=config.seed, skip_bad_rows=config.skip_bad_rows)
+        eval_size=config.eval_size, seed=config.seed, skip_bad_rows=config.skip_bad_rows,
+        held_out_sets=expand_benchmark_names(config.held_out_sets) if config.held_out_sets else ())
     reward = build_reward(config.reward, data.train[0].kind, config.answer_extraction,
                           config.format_reward, config.verify_timeout)
     sampler = PromptSampler(data.train, config.prompts_per_step, config.seed)
