@@ -117,6 +117,13 @@ SECTION_TITLES = {"a": A_TITLE, "b": "(b) ICT in TRL vs plain TRL",
                   "c": "(c) our trainer, ICT vs GRPO"}
 
 
+def write_json(path: Path, data: Any) -> None:
+    """``data`` into ``path`` whole or not at all (a child killed mid-write leaves the file before)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data))
+    os.replace(partial, path)
+
+
 # ------------------------------------------------------------------ (a) the statistics table
 
 def child_a(settings: dict[str, Any], out: Path, deadline: float | None) -> None:
@@ -134,7 +141,7 @@ def child_a(settings: dict[str, Any], out: Path, deadline: float | None) -> None
                                    settings["repeats"], parse_tile(settings["tile_size"]), mine,
                                    tuple(parse_tile(text) for text in settings["ict_tiles"]),
                                    settings["backward_ab"], settings["gradient_mask_ab"])
-        out.write_text(json.dumps(results))
+        write_json(out, results)
 
 
 # ------------------------------------------------------------------ (b), (c) children and tables
@@ -159,11 +166,11 @@ def child_train(section: str, settings: dict[str, Any], model: str, out: Path, d
     if only is not None:
         variant, config, index, steps = only.split(":")
         result = run_one(variant, config, int(index), int(steps))
-        out.write_text(json.dumps([result]))
+        write_json(out, [result])
         return
     configs = settings["configs"] if section == "b" else ["full"]
     runs.run_pairs(runs.plan_pairs(configs, settings["rounds"], section), settings["steps"], deadline,
-                   run_one, lambda results: out.write_text(json.dumps(results)))
+                   run_one, lambda results: write_json(out, results))
 
 
 def summarize(results: list[dict[str, Any]], section: str) -> dict[str, dict[str, Any]]:
@@ -335,8 +342,12 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
 FAILURES: list[str] = []  # what failed (a child, a run): the script then exits 1, after its tables
 
 
-def run_child(section: str, settings: dict[str, Any], extra: list[str], out: Path) -> Any:
-    """Run this script as a child (same options) and return what it wrote to ``out``."""
+def run_child(section: str, settings: dict[str, Any], extra: list[str], out: Path) -> tuple[Any, int]:
+    """Run this script as a child (same options); returns what it wrote to ``out`` (None if
+    nothing) and its exit status. ``out`` is removed first, so that a file an earlier child left
+    there (one of this run's, or of a run before in the same --work-dir) is never read as this
+    child's: a child that dies before writing gives None, never an earlier run's figures."""
+    out.unlink(missing_ok=True)
     command = [sys.executable, __file__, *sys.argv[1:], "--child", section, "--out", str(out),
                "--work-dir", settings["work_dir"], *extra]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -344,7 +355,7 @@ def run_child(section: str, settings: dict[str, Any], extra: list[str], out: Pat
     if finished.returncode:
         print(f"section {section} {extra}: the child failed (exit {finished.returncode})", flush=True)
         FAILURES.append(f"section {section} {' '.join(extra)}: exit {finished.returncode}")
-    return json.loads(out.read_text()) if out.exists() else None
+    return (json.loads(out.read_text()) if out.exists() else None), finished.returncode
 
 
 def train_section(section: str, settings: dict[str, Any], section_end: float | None,
@@ -359,14 +370,15 @@ def train_section(section: str, settings: dict[str, Any], section_end: float | N
         print(f"\n{SECTION_TITLES[section]}, {model}: runs (seconds, per-step figures)", flush=True)
         if settings["isolation"] == "model":
             extra = ["--child-model", model] + ([] if deadline is None else ["--deadline", str(deadline)])
-            results = run_child(section, settings, extra, out) or []
+            # the runs this child finished before any failure: each was written after it ended
+            results = run_child(section, settings, extra, out)[0] or []
         else:
             def one(variant: str, config: str, index: int, steps: int, model: str = model,
                     out: Path = out) -> dict[str, Any]:
-                got = run_child(section, settings, ["--child-model", model, "--only",
-                                                    f"{variant}:{config}:{index}:{steps}"], out)
-                if not got:
-                    raise RuntimeError("the run's process failed (its output is above)")
+                got, status = run_child(section, settings, ["--child-model", model, "--only",
+                                                            f"{variant}:{config}:{index}:{steps}"], out)
+                if status or not got:  # an error, never figures: run_pairs records it as the run's
+                    raise RuntimeError(f"the run's process failed (exit {status}; its output is above)")
                 return got[0]
             configs = settings["configs"] if section == "b" else ["full"]
             results = runs.run_pairs(runs.plan_pairs(configs, settings["rounds"], section), settings["steps"],
@@ -449,7 +461,7 @@ def main() -> None:
         if section == "a":
             print(f"\n{SECTION_TITLES['a']}", flush=True)
             extra = [] if budget_end is None else ["--deadline", str(start + A_BUDGET_SHARE * settings["budget"])]
-            results = run_child("a", settings, extra, Path(settings["work_dir"]) / "a.json") or {}
+            results = run_child("a", settings, extra, Path(settings["work_dir"]) / "a.json")[0] or {}
             verdicts += print_a(results, settings)
             report["a"] = results
         else:

@@ -100,6 +100,42 @@ def test_ict_cost_exits_1_when_a_section_fails():
     assert "failed:\nsection a" in result.stderr, result.stderr[-2000:]
 
 
+@pytest.mark.slow  # three process starts, each child failing at once
+def test_ict_cost_never_reads_a_failed_childs_file_as_its_figures(tmp_path):
+    """Every child of a model and section writes one file (``a.json``, ``c-<model>.json``) in the
+    work folder, which was never removed before a child started: a child that died gave back what
+    an earlier child left there (of this run, or of a run before in the same --work-dir, as
+    gpu_run.sh reuses), (a) printed that stale table, and with --isolation run each failed run
+    was relabelled as its variant, so two crashes printed ``ict/grpo step time 1.000 (met)``.
+    Here every child fails (a model with no shape) in a work folder holding such files: no table
+    of figures, both runs recorded as errors, no verdict."""
+    work = tmp_path / "work"
+    work.mkdir()
+    stale_row = {"label": "stale", "seconds": [0.01], "median": 0.01, "peak": 1.0, "peak_mib": [1.0], "started": [0.0]}
+    (work / "a.json").write_text(json.dumps({"nosuch": {
+        "rows": {"trl": dict(stale_row), "ict_hidden": dict(stale_row)}, "shape": [2, 4, 16], "tokens": 128, "d": 32,
+        "V": 1000, "repeats": 1, "dtype": "fp32", "origin_epoch": 0.0}}))
+    (work / "c-nosuch.json").write_text(json.dumps([{
+        "step_times": [1.0, 1.0], "generation_seconds": [0.5, 0.5], "training_seconds": [0.5, 0.5],
+        "lengths": [8.0, 8.0], "peak_mib": 1.0}]))
+    report_path = tmp_path / "cost.json"
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ict_cost.py"), "--tiny", "--device", "cpu",
+                             "--sections", "a,c", "--models", "nosuch", "--train-models", "nosuch",
+                             "--isolation", "run", "--rounds", "1", "--steps", "2", "--work-dir", str(work),
+                             "--json", str(report_path)],
+                            capture_output=True, text=True, env=environment_with_root(), timeout=300)
+    assert result.returncode == 1, result.stdout[-2000:]
+    assert "###" not in result.stdout.replace("### (c)", ""), result.stdout[-3000:]  # no (a) table
+    assert "step time" not in result.stdout, result.stdout[-3000:]
+    report = json.loads(report_path.read_text())
+    assert report["a"] == {} and report["verdicts"] == []
+    runs = report["c"]["nosuch"]["runs"]
+    assert [run["variant"] for run in runs] == ["grpo", "ict"]
+    assert all("the run's process failed (exit 1" in run["error"] and "step_times" not in run for run in runs), runs
+    assert report["c"]["nosuch"]["summary"] == {}
+    assert not (work / "a.json").exists() and not (work / "c-nosuch.json").exists()
+
+
 def test_ict_cost_a_verdicts_come_with_each_rounds_ratio(capsys):
     """(a)'s GPU verdicts on a hand-made result of 3 rounds: TRL's head 10, 20, 40 ms, our GRPO
     path 11, 19, 40 ms: the verdict is the ratio of the medians, 20 / 20 = 1.000x (met), and the
