@@ -136,6 +136,52 @@ def test_ict_cost_never_reads_a_failed_childs_file_as_its_figures(tmp_path):
     assert not (work / "a.json").exists() and not (work / "c-nosuch.json").exists()
 
 
+@pytest.mark.slow  # (a) of a tiny model, then a signal as the second model starts
+def test_ict_cost_prints_and_saves_the_models_measured_when_a_time_limit_stops_it(tmp_path):
+    """A time limit (``timeout`` sends SIGTERM to the script's process group) in the middle of (a)
+    lost every row: the child writes a.json after each model, but the parent died at once, before
+    printing or saving anything. Now it ends the child, prints and saves the models the child
+    finished and exits 1, saying it was stopped. Signalled as the second model's line appears."""
+    import os
+    import signal
+
+    pytest.importorskip("trl")
+    report_path = tmp_path / "cost.json"
+    script = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "ict_cost.py"), "--tiny", "--device", "cpu",
+                               "--sections", "a", "--models", "tiny,1.5b", "--repeats", "200", "--json",
+                               str(report_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=environment_with_root(), start_new_session=True)
+    lines = []
+    try:
+        for line in script.stdout:
+            lines.append(line)
+            if line.startswith("(a) 1.5b:"):
+                os.killpg(script.pid, signal.SIGTERM)
+                break
+        output = "".join(lines) + script.communicate(timeout=300)[0]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(script.pid, signal.SIGKILL)
+    assert any(line.startswith("(a) 1.5b:") for line in lines), output[-3000:]
+    assert script.returncode == 1, output[-3000:]
+    assert "### (a) LM-head statistics, tiny shape" in output, output[-3000:]
+    assert "stopped by signal 15" in output, output[-3000:]
+    report = json.loads(report_path.read_text())
+    assert report["a"]["tiny"]["rows"]["grpo_hidden"]["median"] > 0
+    assert any("stopped by signal 15" in failure for failure in report["failures"])
+
+
+def test_ict_cost_a_alone_gets_the_whole_budget():
+    """(a)'s deadline: a quarter of --budget beside (b) or (c), all of it alone (gpu_tile_sweep.sh
+    now passes a budget below its time limit, which a quarter would have cut short), none without
+    a budget."""
+    a_deadline = benchmark_module("ict_cost").a_deadline
+    assert a_deadline(1000.0, {"budget": 100.0, "sections": ["a"]}) == 1100.0
+    assert a_deadline(1000.0, {"budget": 100.0, "sections": ["a", "c"]}) == 1025.0
+    assert a_deadline(1000.0, {"budget": 0.0, "sections": ["a"]}) is None
+
+
 def test_ict_cost_a_verdicts_come_with_each_rounds_ratio(capsys):
     """(a)'s GPU verdicts on a hand-made result of 3 rounds: TRL's head 10, 20, 40 ms, our GRPO
     path 11, 19, 40 ms: the verdict is the ratio of the medians, 20 / 20 = 1.000x (met), and the
