@@ -46,9 +46,12 @@ through /proc/self/clear_refs) minus the resident set, an estimate.
 warm-up) against plain ``trl.GRPOTrainer``, same settings otherwise (``loss_type="grpo"``,
 TRL's defaults incl. gradient checkpointing, bf16 mixed precision over fp32 weights on a GPU),
 full fine-tuning and LoRA (r=16, all linear layers); GPU: 8 prompts x 8 completions x 256
-tokens. Per run: TRL's ``step_time`` metric (generation + loss + backward), the wall time of
-each optimizer step, the mean completion length, the peak memory of the run (model load
-included); the first step of each run is a warm-up and not counted.
+tokens. Per run: TRL's ``step_time`` metric (generation + loss + backward; on a GPU the
+Trainer's ``training_step`` synchronises the device before it returns, inside TRL's timing, so
+that the backward's GPU work counts and not only its launches: ``runs.synchronized_training_step``),
+the wall time of each optimizer step (synchronised at both ends), the mean completion length, the
+peak memory of the run (model load included); the first step of each run is a warm-up and not
+counted.
 
 (c) Our trainer (``ict.training.trainer.train_step``: HF rollouts, rewards, statistics,
 selection, loss, update), ICT (no warm-up) against GRPO, same settings, full fine-tuning

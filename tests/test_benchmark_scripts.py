@@ -331,6 +331,61 @@ def test_sync_census_names_each_synchronisation_by_its_line():
     assert _kind(to_copy, (host,), {"dtype": torch.float16}, True) is None
 
 
+def test_trl_step_time_includes_the_backwards_gpu_work(monkeypatch):
+    """(b)'s step time is TRL's ``step_time``, taken right after ``Trainer.training_step``, whose
+    backward on a GPU is only queued: it counted the backward's launches, not its GPU work. On
+    CUDA, ``synchronized_training_step`` makes the Trainer's step synchronise before it returns,
+    inside TRL's timing (TRL's ``GRPOTrainer.training_step`` on a bare instance, the Trainer's
+    step and the device's synchronisation faked: the synchronisation comes before TRL records the
+    step's time); on a CPU it changes nothing; the Trainer's step is restored afterwards."""
+    trl = pytest.importorskip("trl")
+    import collections
+
+    import transformers
+
+    runs = benchmark_module("ict_cost_runs")
+    events: list[str] = []
+    trainer = object.__new__(trl.GRPOTrainer)
+    trainer._step, trainer._current_train_step_time = 0, 0.0
+    trainer.current_gradient_accumulation_steps = 1
+    trainer._metrics = {"train": collections.defaultdict(list)}
+
+    def fake_step(self, model, inputs, num_items_in_batch):
+        events.append("forward, loss, backward queued")
+        return "loss"
+
+    def fake_synchronize(device):
+        events.append(f"synchronize {device}, {len(trainer._metrics['train']['step_time'])} step times recorded")
+
+    monkeypatch.setattr(transformers.Trainer, "training_step", fake_step)
+    monkeypatch.setattr(runs, "synchronize", fake_synchronize)
+    for device, expected in (("cuda", ["forward, loss, backward queued", "synchronize cuda, 0 step times recorded"]),
+                             ("cpu", ["forward, loss, backward queued"])):
+        events.clear()
+        with runs.synchronized_training_step(device):
+            assert trl.GRPOTrainer.training_step(trainer, None, None, None) == "loss"
+        assert events == expected, device
+        assert transformers.Trainer.training_step is fake_step
+    assert len(trainer._metrics["train"]["step_time"]) == 2
+
+
+@pytest.mark.slow  # one tiny TRL run of 2 steps
+def test_trl_run_synchronises_each_training_step(tmp_path, monkeypatch):
+    """(b)'s TRL run trains inside ``synchronized_training_step``: here a tiny CPU run, the
+    context told it is on CUDA and the device's synchronisation faked, synchronises once a step."""
+    pytest.importorskip("trl")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # the run imports sync_census beside it
+    runs = benchmark_module("ict_cost_runs")
+    synchronized = runs.synchronized_training_step
+    devices: list[str] = []
+    monkeypatch.setattr(runs, "synchronized_training_step", lambda device: synchronized("cuda"))
+    monkeypatch.setattr(runs, "synchronize", devices.append)
+    model_dir = runs.ensure_model(tmp_path / "model", "tiny", "cpu")
+    result = runs.trl_run(str(model_dir), "trl", "full", 2, 2, 2, 4, "cpu", tmp_path)
+    assert len(result["step_times"]) == 2
+    assert devices.count("cuda") == 2, devices  # the rest: the wall clock's, on the CPU
+
+
 def test_triton_compiles_times_each_miss_and_restores_the_hooks():
     """ict_cost's TritonCompiles: from Triton's cache-miss hook to its post-compile hook, for each
     miss, calling the hooks it found, which it puts back afterwards (Triton calls both hooks
