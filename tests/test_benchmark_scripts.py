@@ -289,6 +289,35 @@ def test_pooled_ratio_shares_the_generation_between_the_variants():
     assert math.isnan(pooled_ratio({**new, "generation_all": []}, {**old, "generation_all": []}))
 
 
+def test_ict_cost_prints_no_memory_ratio_it_does_not_judge(capsys):
+    """(b) and (c) on a CPU with the runs sharing one process: a later run's resident set reads
+    ~0 (the memory earlier runs freed stays held), so the tables printed ratios such as 0.105 and
+    0.002 (248 against 0 MiB) that measure nothing, with the "not judged" note on (b) alone. The
+    ratio is "-" there, in both, with the note; with each run in its own process (and on a GPU)
+    it is the ratio, and (b) judges it."""
+    ict_cost = benchmark_module("ict_cost")
+
+    def run(variant, peak):
+        return {"config": "full", "round": 0, "variant": variant, "step_times": [9.0, 1.0], "wall": [9.0, 1.0],
+                "generation_seconds": [4.0, 0.5], "training_seconds": [4.0, 0.5], "lengths": [8.0, 8.0],
+                "peak_mib": peak}
+
+    for section in ("b", "c"):
+        old, new = ict_cost.runs.VARIANTS[section]
+        summary = ict_cost.summarize([run(new, 0.5), run(old, 248.0)], section)
+        for device, isolation, shown in (("cpu", "model", "-"), ("cpu", "run", "0.002"), ("cuda", "model", "0.002")):
+            settings = {"device": device, "isolation": isolation, "prompts": 2, "completions": 4, "length": 8,
+                        "rounds": 1, "steps": 2, "tile_size": None}
+            verdicts = ict_cost.print_train(section, "tiny", summary, settings)
+            printed = capsys.readouterr().out
+            (row,) = table_rows(printed, ("full", f"{new} / {old}"))
+            assert row[7] == shown, (section, device, isolation, row)
+            judged = "peak memory not judged" in printed
+            assert judged == (shown == "-"), (section, device, isolation, printed)
+            if section == "b":
+                assert ("peak memory 0.002" in verdicts[0]) == (shown != "-"), verdicts
+
+
 def test_sync_census_names_each_synchronisation_by_its_line():
     """benchmarks/sync_census.py on CPU tensors: each operator that reads a value back, once, at
     the line that ran it (``.tolist()`` too, which a CPU tensor answers without the dispatcher);
