@@ -1,3 +1,4 @@
+# Legacy (2026-11-23; docs/scaling.md cites its findings): its ICT / GRPO ratio is not a target: the profiler synchronises at every phase, completions may end at EOS (no min_new_tokens) and the variants run in a fixed order; benchmarks/ict_cost.py (c) is the side-by-side comparison.
 """Our trainer on a GPU: step time and peak GPU memory of GRPO and ICT on the offline default.
 
 SmolLM2-135M-Instruct on reasoning-gym chain_sum, Hugging Face rollouts, 32 prompts x 8

@@ -46,9 +46,12 @@ through /proc/self/clear_refs) minus the resident set, an estimate.
 warm-up) against plain ``trl.GRPOTrainer``, same settings otherwise (``loss_type="grpo"``,
 TRL's defaults incl. gradient checkpointing, bf16 mixed precision over fp32 weights on a GPU),
 full fine-tuning and LoRA (r=16, all linear layers); GPU: 8 prompts x 8 completions x 256
-tokens. Per run: TRL's ``step_time`` metric (generation + loss + backward), the wall time of
-each optimizer step, the mean completion length, the peak memory of the run (model load
-included); the first step of each run is a warm-up and not counted.
+tokens. Per run: TRL's ``step_time`` metric (generation + loss + backward; on a GPU the
+Trainer's ``training_step`` synchronises the device before it returns, inside TRL's timing, so
+that the backward's GPU work counts and not only its launches: ``runs.synchronized_training_step``),
+the wall time of each optimizer step (synchronised at both ends), the mean completion length, the
+peak memory of the run (model load included); the first step of each run is a warm-up and not
+counted.
 
 (c) Our trainer (``ict.training.trainer.train_step``: HF rollouts, rewards, statistics,
 selection, loss, update), ICT (no warm-up) against GRPO, same settings, full fine-tuning
@@ -70,15 +73,18 @@ the variants reversed every round; all runs of one model and section share one p
 and measures its own peak; ``--isolation run`` gives every run its own process. Rewards: a hash
 of the completion (so the advantages are not all zero).
 
-Time budget (``--budget`` seconds, default 420 on a GPU, none on a CPU): (a) gets a quarter
-(fewer timed calls, at least one, when its warm-up says so), (b) two thirds of the rest and (c)
-the remainder, shared among the models. Within (b) and (c) coverage comes first: once a run has
-been timed, each pair of runs gets the steps (at most ``--steps``, at least 2) that let the
-remaining pairs share the time left, and a pair that cannot end in time is skipped (said so, and
-left out); the first pair always runs in full. The tables say how many runs and timed steps each
+Time budget (``--budget`` seconds, default 420 on a GPU, none on a CPU): (a) gets a quarter, or
+all of it when it runs alone (fewer timed calls, at least one, when its warm-up says so), (b) two
+thirds of the rest and (c) the remainder, shared among the models. Within (b) and (c) coverage
+comes first: once a run has been timed, each pair of runs gets the steps (at most ``--steps``, at
+least 2) that let the remaining pairs share the time left, and a pair that cannot end in time is
+skipped (said so, and left out); the first pair always runs in full. The tables say how many runs and timed steps each
 figure rests on. At 8 x 8 x 256 tokens both rounds of both configurations need roughly 6 minutes
 for (b) alone (estimated, not measured: HF generation dominates); ``--length 128`` or ``--steps 3``
-buys coverage inside the budget.
+buys coverage inside the budget. A SIGTERM (a time limit: ``timeout`` signals the script's
+process group) ends the child running and starts no other: the tables of what the children had
+written (each model of (a), each run of (b) and (c), as it ended) are printed and saved, and the
+script exits 1.
 
 Commands (the repository root)::
 
@@ -93,10 +99,12 @@ Commands (the repository root)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -112,9 +120,18 @@ if str(ROOT) not in sys.path:
 import ict_cost_runs as runs  # noqa: E402
 from ict_cost_head import A_TITLE, head_rows, number, parse_tile, print_a  # noqa: E402
 
-A_BUDGET_SHARE = 0.25  # of --budget: (a)'s timed calls stop by then (the warm-up always runs)
+A_BUDGET_SHARE = 0.25  # of --budget beside (b), (c): (a)'s timed calls stop by then (the warm-up always runs)
 SECTION_TITLES = {"a": A_TITLE, "b": "(b) ICT in TRL vs plain TRL",
                   "c": "(c) our trainer, ICT vs GRPO"}
+MEMORY_NOT_JUDGED = ("peak memory not judged (CPU runs sharing one process: the resident set a run "
+                     "frees stays held, so later runs read ~0; --isolation run measures each alone)")
+
+
+def write_json(path: Path, data: Any) -> None:
+    """``data`` into ``path`` whole or not at all (a child killed mid-write leaves the file before)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data))
+    os.replace(partial, path)
 
 
 # ------------------------------------------------------------------ (a) the statistics table
@@ -134,7 +151,7 @@ def child_a(settings: dict[str, Any], out: Path, deadline: float | None) -> None
                                    settings["repeats"], parse_tile(settings["tile_size"]), mine,
                                    tuple(parse_tile(text) for text in settings["ict_tiles"]),
                                    settings["backward_ab"], settings["gradient_mask_ab"])
-        out.write_text(json.dumps(results))
+        write_json(out, results)
 
 
 # ------------------------------------------------------------------ (b), (c) children and tables
@@ -159,11 +176,11 @@ def child_train(section: str, settings: dict[str, Any], model: str, out: Path, d
     if only is not None:
         variant, config, index, steps = only.split(":")
         result = run_one(variant, config, int(index), int(steps))
-        out.write_text(json.dumps([result]))
+        write_json(out, [result])
         return
     configs = settings["configs"] if section == "b" else ["full"]
     runs.run_pairs(runs.plan_pairs(configs, settings["rounds"], section), settings["steps"], deadline,
-                   run_one, lambda results: out.write_text(json.dumps(results)))
+                   run_one, lambda results: write_json(out, results))
 
 
 def summarize(results: list[dict[str, Any]], section: str) -> dict[str, dict[str, Any]]:
@@ -265,15 +282,18 @@ def print_train(section: str, model: str, summary: dict[str, dict[str, Any]],
             time_ratio, memory_ratio = a["step_time"] / b["step_time"], a["peak_mib"] / max(b["peak_mib"], 1e-9)
             wall_ratio, generation_ratio, training_ratio = (
                 a[key] / b[key] if b[key] == b[key] else math.nan for key in ("wall", "generation", "training"))
+            # CPU runs sharing one process: the resident set a run frees stays held, so later runs
+            # read ~0 (e.g. 248 against 0 MiB): their ratio is no measurement, and shows as "-"
+            shared_process = not settings["device"].startswith("cuda") and settings["isolation"] != "run"
             print(f"| {config} | {new} / {old} | {time_ratio:.3f} | {number(wall_ratio, 3)} | "
                   f"{number(generation_ratio, 3)} | {number(training_ratio, 3)} | "
-                  f"{a['length'] / b['length']:.3f} | {memory_ratio:.3f} | |")
+                  f"{a['length'] / b['length']:.3f} | {'-' if shared_process else f'{memory_ratio:.3f}'} | |")
             verdict = (f"{model} {config}: {new}/{old} step time {time_ratio:.3f} (target <= 1.05, "
                        f"{'met' if time_ratio <= 1.05 else 'NOT met'})")
-            shared_process = not settings["device"].startswith("cuda") and settings["isolation"] != "run"
-            if section == "b" and shared_process:  # RSS: later runs reuse what the allocator kept
-                verdict += (", peak memory not judged (CPU runs sharing one process: the resident set a run "
-                            "frees stays held, so later runs read ~0; --isolation run measures each alone)")
+            if shared_process and section == "b":
+                verdict += f", {MEMORY_NOT_JUDGED}"
+            elif shared_process:  # (c) has no memory target: said under its table
+                print(f"{config}: {MEMORY_NOT_JUDGED}")
             elif section == "b":  # the difference too: a ratio printed as 1.000 can still be above 1
                 verdict += (f", peak memory {memory_ratio:.3f} ({a['peak_mib'] - b['peak_mib']:+.4f} MiB; "
                             f"target <= 1.00, {'met' if memory_ratio <= 1.0 else 'NOT met'})")
@@ -332,19 +352,60 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def a_deadline(start: float, settings: dict[str, Any]) -> float | None:
+    """When (a)'s timed calls stop (epoch seconds; None without a budget): a quarter of the
+    budget beside (b) or (c), all of it when (a) runs alone (gpu_tile_sweep.sh)."""
+    if not settings["budget"]:
+        return None
+    share = A_BUDGET_SHARE if {"b", "c"} & set(settings["sections"]) else 1.0
+    return start + share * settings["budget"]
+
+
 FAILURES: list[str] = []  # what failed (a child, a run): the script then exits 1, after its tables
+STOP: list[str] = []  # set by SIGTERM (a time limit): no child starts after it
+CHILD: list[subprocess.Popen] = []  # the child running, for SIGTERM to end
 
 
-def run_child(section: str, settings: dict[str, Any], extra: list[str], out: Path) -> Any:
-    """Run this script as a child (same options) and return what it wrote to ``out``."""
+class Stopped(BaseException):
+    """A child asked for after SIGTERM (not an ``Exception``: ``run_pairs`` records those as a
+    run's error and goes on to the next run)."""
+
+
+def on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM (``timeout`` sends it to the script's process group, the child included): end the
+    child running and start no other; the tables of what the children wrote are then printed and
+    saved as usual, and the script exits 1. Nothing is raised here, so no table is cut short."""
+    if not STOP:  # no print here: the main thread may be inside one
+        STOP.append(f"stopped by signal {signum} (a time limit?): no child started after it")
+    for child in CHILD:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGTERM)
+
+
+def run_child(section: str, settings: dict[str, Any], extra: list[str], out: Path) -> tuple[Any, int]:
+    """Run this script as a child (same options); returns what it wrote to ``out`` (None if
+    nothing) and its exit status. ``out`` is removed first, so that a file an earlier child left
+    there (one of this run's, or of a run before in the same --work-dir) is never read as this
+    child's: a child that dies before writing gives None, never an earlier run's figures.
+    Raises :class:`Stopped` after SIGTERM instead of starting the child."""
+    if STOP:
+        raise Stopped
+    out.unlink(missing_ok=True)
     command = [sys.executable, __file__, *sys.argv[1:], "--child", section, "--out", str(out),
                "--work-dir", settings["work_dir"], *extra]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
-    finished = subprocess.run(command, env=env)
-    if finished.returncode:
-        print(f"section {section} {extra}: the child failed (exit {finished.returncode})", flush=True)
-        FAILURES.append(f"section {section} {' '.join(extra)}: exit {finished.returncode}")
-    return json.loads(out.read_text()) if out.exists() else None
+    with subprocess.Popen(command, env=env) as child:
+        CHILD[:] = [child]
+        try:
+            status = child.wait()
+        finally:
+            CHILD.clear()
+    if STOP:
+        print(f"\n{STOP[0]}; the tables below hold what the children wrote before it", flush=True)
+    if status:
+        print(f"section {section} {extra}: the child failed (exit {status})", flush=True)
+        FAILURES.append(f"section {section} {' '.join(extra)}: exit {status}")
+    return (json.loads(out.read_text()) if out.exists() else None), status
 
 
 def train_section(section: str, settings: dict[str, Any], section_end: float | None,
@@ -353,24 +414,33 @@ def train_section(section: str, settings: dict[str, Any], section_end: float | N
     ``output``, saved after each model)."""
     models = settings["train_models"]
     for position, model in enumerate(models):
+        if STOP:
+            break
         deadline = (None if section_end is None else
                     time.time() + (section_end - time.time()) / (len(models) - position))
         out = Path(settings["work_dir"]) / f"{section}-{model}.json"
         print(f"\n{SECTION_TITLES[section]}, {model}: runs (seconds, per-step figures)", flush=True)
         if settings["isolation"] == "model":
             extra = ["--child-model", model] + ([] if deadline is None else ["--deadline", str(deadline)])
-            results = run_child(section, settings, extra, out) or []
+            # the runs this child finished before any failure: each was written after it ended
+            results = run_child(section, settings, extra, out)[0] or []
         else:
             def one(variant: str, config: str, index: int, steps: int, model: str = model,
                     out: Path = out) -> dict[str, Any]:
-                got = run_child(section, settings, ["--child-model", model, "--only",
-                                                    f"{variant}:{config}:{index}:{steps}"], out)
-                if not got:
-                    raise RuntimeError("the run's process failed (its output is above)")
+                got, status = run_child(section, settings, ["--child-model", model, "--only",
+                                                            f"{variant}:{config}:{index}:{steps}"], out)
+                if status or not got:  # an error, never figures: run_pairs records it as the run's
+                    raise RuntimeError(f"the run's process failed (exit {status}; its output is above)")
                 return got[0]
             configs = settings["configs"] if section == "b" else ["full"]
-            results = runs.run_pairs(runs.plan_pairs(configs, settings["rounds"], section), settings["steps"],
-                                     deadline, one)
+            results = []
+
+            def keep(done: list[dict[str, Any]], kept: list[dict[str, Any]] = results) -> None:
+                kept[:] = done
+
+            with contextlib.suppress(Stopped):  # SIGTERM: the runs so far, kept after each
+                runs.run_pairs(runs.plan_pairs(configs, settings["rounds"], section), settings["steps"],
+                               deadline, one, keep)
         FAILURES.extend(f"section {section} {model} {r.get('variant')} {r.get('config')} round {r.get('round')}: "
                         f"{r['error']}" for r in results if "error" in r)
         summary = summarize(results, section)
@@ -442,14 +512,16 @@ def main() -> None:
 
     verdicts: list[str] = []
     budget_end = start + settings["budget"] if settings["budget"] else None
+    signal.signal(signal.SIGTERM, on_sigterm)
     for section in ("a", "b", "c"):
-        if section not in settings["sections"]:
+        if section not in settings["sections"] or STOP:
             continue
         section_start = time.time()
         if section == "a":
             print(f"\n{SECTION_TITLES['a']}", flush=True)
-            extra = [] if budget_end is None else ["--deadline", str(start + A_BUDGET_SHARE * settings["budget"])]
-            results = run_child("a", settings, extra, Path(settings["work_dir"]) / "a.json") or {}
+            deadline = a_deadline(start, settings)
+            extra = [] if deadline is None else ["--deadline", str(deadline)]
+            results = run_child("a", settings, extra, Path(settings["work_dir"]) / "a.json")[0] or {}
             verdicts += print_a(results, settings)
             report["a"] = results
         else:
@@ -466,6 +538,7 @@ def main() -> None:
     print("\nall targets:\n" + "\n".join(verdicts) + f"\n\ntotal {time.time() - start:.0f} s", flush=True)
     if temporary:
         shutil.rmtree(settings["work_dir"], ignore_errors=True)
+    FAILURES.extend(STOP)
     if FAILURES:
         report["failures"] = FAILURES
         save()

@@ -13,7 +13,7 @@ import re
 import statistics
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -182,6 +182,33 @@ def synchronize(device: str) -> None:
 
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+
+
+@contextlib.contextmanager
+def synchronized_training_step(device: str) -> Iterator[None]:
+    """TRL's ``step_time`` (``GRPOTrainer.training_step``) times ``super().training_step``, whose
+    backward only queues its kernels on a GPU (the first synchronisation after it is the Trainer's
+    isnan check of the loss, outside that timing), so it counted the backward's launches, not its
+    GPU work. While this runs on CUDA, ``transformers.Trainer.training_step`` synchronises the
+    device before it returns, inside TRL's timing, so that ``step_time`` includes the backward's
+    GPU work; elsewhere (a CPU computes as it goes) nothing changes."""
+    if not device.startswith("cuda"):
+        yield
+        return
+    from transformers import Trainer
+
+    original = Trainer.training_step
+
+    def training_step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        loss = original(self, *args, **kwargs)
+        synchronize(device)
+        return loss
+
+    Trainer.training_step = training_step
+    try:
+        yield
+    finally:
+        Trainer.training_step = original
 
 
 def free_memory(device: str) -> float:
@@ -369,7 +396,7 @@ def trl_run(model_dir: str, variant: str, config_name: str, steps: int, prompts:
     # the first optimizer step's forward, loss and backward, without the generation
     syncs = FirstCallCensus(trainer, "training_step", device, paused=((trainer, "_generate_and_score_completions"),))
     try:
-        with compiles:
+        with compiles, synchronized_training_step(device):
             trainer.train()
     finally:
         syncs.restore()

@@ -100,6 +100,88 @@ def test_ict_cost_exits_1_when_a_section_fails():
     assert "failed:\nsection a" in result.stderr, result.stderr[-2000:]
 
 
+@pytest.mark.slow  # three process starts, each child failing at once
+def test_ict_cost_never_reads_a_failed_childs_file_as_its_figures(tmp_path):
+    """Every child of a model and section writes one file (``a.json``, ``c-<model>.json``) in the
+    work folder, which was never removed before a child started: a child that died gave back what
+    an earlier child left there (of this run, or of a run before in the same --work-dir, as
+    gpu_run.sh reuses), (a) printed that stale table, and with --isolation run each failed run
+    was relabelled as its variant, so two crashes printed ``ict/grpo step time 1.000 (met)``.
+    Here every child fails (a model with no shape) in a work folder holding such files: no table
+    of figures, both runs recorded as errors, no verdict."""
+    work = tmp_path / "work"
+    work.mkdir()
+    stale_row = {"label": "stale", "seconds": [0.01], "median": 0.01, "peak": 1.0, "peak_mib": [1.0], "started": [0.0]}
+    (work / "a.json").write_text(json.dumps({"nosuch": {
+        "rows": {"trl": dict(stale_row), "ict_hidden": dict(stale_row)}, "shape": [2, 4, 16], "tokens": 128, "d": 32,
+        "V": 1000, "repeats": 1, "dtype": "fp32", "origin_epoch": 0.0}}))
+    (work / "c-nosuch.json").write_text(json.dumps([{
+        "step_times": [1.0, 1.0], "generation_seconds": [0.5, 0.5], "training_seconds": [0.5, 0.5],
+        "lengths": [8.0, 8.0], "peak_mib": 1.0}]))
+    report_path = tmp_path / "cost.json"
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ict_cost.py"), "--tiny", "--device", "cpu",
+                             "--sections", "a,c", "--models", "nosuch", "--train-models", "nosuch",
+                             "--isolation", "run", "--rounds", "1", "--steps", "2", "--work-dir", str(work),
+                             "--json", str(report_path)],
+                            capture_output=True, text=True, env=environment_with_root(), timeout=300)
+    assert result.returncode == 1, result.stdout[-2000:]
+    assert "###" not in result.stdout.replace("### (c)", ""), result.stdout[-3000:]  # no (a) table
+    assert "step time" not in result.stdout, result.stdout[-3000:]
+    report = json.loads(report_path.read_text())
+    assert report["a"] == {} and report["verdicts"] == []
+    runs = report["c"]["nosuch"]["runs"]
+    assert [run["variant"] for run in runs] == ["grpo", "ict"]
+    assert all("the run's process failed (exit 1" in run["error"] and "step_times" not in run for run in runs), runs
+    assert report["c"]["nosuch"]["summary"] == {}
+    assert not (work / "a.json").exists() and not (work / "c-nosuch.json").exists()
+
+
+@pytest.mark.slow  # (a) of a tiny model, then a signal as the second model starts
+def test_ict_cost_prints_and_saves_the_models_measured_when_a_time_limit_stops_it(tmp_path):
+    """A time limit (``timeout`` sends SIGTERM to the script's process group) in the middle of (a)
+    lost every row: the child writes a.json after each model, but the parent died at once, before
+    printing or saving anything. Now it ends the child, prints and saves the models the child
+    finished and exits 1, saying it was stopped. Signalled as the second model's line appears."""
+    import os
+    import signal
+
+    pytest.importorskip("trl")
+    report_path = tmp_path / "cost.json"
+    script = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "ict_cost.py"), "--tiny", "--device", "cpu",
+                               "--sections", "a", "--models", "tiny,1.5b", "--repeats", "200", "--json",
+                               str(report_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=environment_with_root(), start_new_session=True)
+    lines = []
+    try:
+        for line in script.stdout:
+            lines.append(line)
+            if line.startswith("(a) 1.5b:"):
+                os.killpg(script.pid, signal.SIGTERM)
+                break
+        output = "".join(lines) + script.communicate(timeout=300)[0]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(script.pid, signal.SIGKILL)
+    assert any(line.startswith("(a) 1.5b:") for line in lines), output[-3000:]
+    assert script.returncode == 1, output[-3000:]
+    assert "### (a) LM-head statistics, tiny shape" in output, output[-3000:]
+    assert "stopped by signal 15" in output, output[-3000:]
+    report = json.loads(report_path.read_text())
+    assert report["a"]["tiny"]["rows"]["grpo_hidden"]["median"] > 0
+    assert any("stopped by signal 15" in failure for failure in report["failures"])
+
+
+def test_ict_cost_a_alone_gets_the_whole_budget():
+    """(a)'s deadline: a quarter of --budget beside (b) or (c), all of it alone (gpu_tile_sweep.sh
+    now passes a budget below its time limit, which a quarter would have cut short), none without
+    a budget."""
+    a_deadline = benchmark_module("ict_cost").a_deadline
+    assert a_deadline(1000.0, {"budget": 100.0, "sections": ["a"]}) == 1100.0
+    assert a_deadline(1000.0, {"budget": 100.0, "sections": ["a", "c"]}) == 1025.0
+    assert a_deadline(1000.0, {"budget": 0.0, "sections": ["a"]}) is None
+
+
 def test_ict_cost_a_verdicts_come_with_each_rounds_ratio(capsys):
     """(a)'s GPU verdicts on a hand-made result of 3 rounds: TRL's head 10, 20, 40 ms, our GRPO
     path 11, 19, 40 ms: the verdict is the ratio of the medians, 20 / 20 = 1.000x (met), and the
@@ -207,6 +289,35 @@ def test_pooled_ratio_shares_the_generation_between_the_variants():
     assert math.isnan(pooled_ratio({**new, "generation_all": []}, {**old, "generation_all": []}))
 
 
+def test_ict_cost_prints_no_memory_ratio_it_does_not_judge(capsys):
+    """(b) and (c) on a CPU with the runs sharing one process: a later run's resident set reads
+    ~0 (the memory earlier runs freed stays held), so the tables printed ratios such as 0.105 and
+    0.002 (248 against 0 MiB) that measure nothing, with the "not judged" note on (b) alone. The
+    ratio is "-" there, in both, with the note; with each run in its own process (and on a GPU)
+    it is the ratio, and (b) judges it."""
+    ict_cost = benchmark_module("ict_cost")
+
+    def run(variant, peak):
+        return {"config": "full", "round": 0, "variant": variant, "step_times": [9.0, 1.0], "wall": [9.0, 1.0],
+                "generation_seconds": [4.0, 0.5], "training_seconds": [4.0, 0.5], "lengths": [8.0, 8.0],
+                "peak_mib": peak}
+
+    for section in ("b", "c"):
+        old, new = ict_cost.runs.VARIANTS[section]
+        summary = ict_cost.summarize([run(new, 0.5), run(old, 248.0)], section)
+        for device, isolation, shown in (("cpu", "model", "-"), ("cpu", "run", "0.002"), ("cuda", "model", "0.002")):
+            settings = {"device": device, "isolation": isolation, "prompts": 2, "completions": 4, "length": 8,
+                        "rounds": 1, "steps": 2, "tile_size": None}
+            verdicts = ict_cost.print_train(section, "tiny", summary, settings)
+            printed = capsys.readouterr().out
+            (row,) = table_rows(printed, ("full", f"{new} / {old}"))
+            assert row[7] == shown, (section, device, isolation, row)
+            judged = "peak memory not judged" in printed
+            assert judged == (shown == "-"), (section, device, isolation, printed)
+            if section == "b":
+                assert ("peak memory 0.002" in verdicts[0]) == (shown != "-"), verdicts
+
+
 def test_sync_census_names_each_synchronisation_by_its_line():
     """benchmarks/sync_census.py on CPU tensors: each operator that reads a value back, once, at
     the line that ran it (``.tolist()`` too, which a CPU tensor answers without the dispatcher);
@@ -247,6 +358,61 @@ def test_sync_census_names_each_synchronisation_by_its_line():
     assert _kind(copy, (device, host, True), {}, True) == "copy to device (non_blocking)"
     assert _kind(copy, (host, device), {}, True) == "copy to host"
     assert _kind(to_copy, (host,), {"dtype": torch.float16}, True) is None
+
+
+def test_trl_step_time_includes_the_backwards_gpu_work(monkeypatch):
+    """(b)'s step time is TRL's ``step_time``, taken right after ``Trainer.training_step``, whose
+    backward on a GPU is only queued: it counted the backward's launches, not its GPU work. On
+    CUDA, ``synchronized_training_step`` makes the Trainer's step synchronise before it returns,
+    inside TRL's timing (TRL's ``GRPOTrainer.training_step`` on a bare instance, the Trainer's
+    step and the device's synchronisation faked: the synchronisation comes before TRL records the
+    step's time); on a CPU it changes nothing; the Trainer's step is restored afterwards."""
+    trl = pytest.importorskip("trl")
+    import collections
+
+    import transformers
+
+    runs = benchmark_module("ict_cost_runs")
+    events: list[str] = []
+    trainer = object.__new__(trl.GRPOTrainer)
+    trainer._step, trainer._current_train_step_time = 0, 0.0
+    trainer.current_gradient_accumulation_steps = 1
+    trainer._metrics = {"train": collections.defaultdict(list)}
+
+    def fake_step(self, model, inputs, num_items_in_batch):
+        events.append("forward, loss, backward queued")
+        return "loss"
+
+    def fake_synchronize(device):
+        events.append(f"synchronize {device}, {len(trainer._metrics['train']['step_time'])} step times recorded")
+
+    monkeypatch.setattr(transformers.Trainer, "training_step", fake_step)
+    monkeypatch.setattr(runs, "synchronize", fake_synchronize)
+    for device, expected in (("cuda", ["forward, loss, backward queued", "synchronize cuda, 0 step times recorded"]),
+                             ("cpu", ["forward, loss, backward queued"])):
+        events.clear()
+        with runs.synchronized_training_step(device):
+            assert trl.GRPOTrainer.training_step(trainer, None, None, None) == "loss"
+        assert events == expected, device
+        assert transformers.Trainer.training_step is fake_step
+    assert len(trainer._metrics["train"]["step_time"]) == 2
+
+
+@pytest.mark.slow  # one tiny TRL run of 2 steps
+def test_trl_run_synchronises_each_training_step(tmp_path, monkeypatch):
+    """(b)'s TRL run trains inside ``synchronized_training_step``: here a tiny CPU run, the
+    context told it is on CUDA and the device's synchronisation faked, synchronises once a step."""
+    pytest.importorskip("trl")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # the run imports sync_census beside it
+    runs = benchmark_module("ict_cost_runs")
+    synchronized = runs.synchronized_training_step
+    devices: list[str] = []
+    monkeypatch.setattr(runs, "synchronized_training_step", lambda device: synchronized("cuda"))
+    monkeypatch.setattr(runs, "synchronize", devices.append)
+    model_dir = runs.ensure_model(tmp_path / "model", "tiny", "cpu")
+    result = runs.trl_run(str(model_dir), "trl", "full", 2, 2, 2, 4, "cpu", tmp_path)
+    assert len(result["step_times"]) == 2
+    assert devices.count("cuda") == 2, devices  # the rest: the wall clock's, on the CPU
 
 
 def test_triton_compiles_times_each_miss_and_restores_the_hooks():

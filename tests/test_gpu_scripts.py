@@ -64,6 +64,8 @@ def test_gpu_tile_sweep_script_runs_tiny_on_the_cpu(tmp_path):
     for size in ("8x1000", "16x512"):
         figures = json.loads((out / f"tiles_{size}.json").read_text())
         assert figures["settings"]["tile_size"] == size
+        # its own budget, below the run's time limit (RUN_LIMIT): (a)'s rounds stop before it
+        assert 0 < figures["settings"]["budget"] < 300
         assert figures["a"]["tiny"]["rows"]["grpo_hidden"]["median"] > 0
     log = (out / "tile_sweep.log").read_text()
     assert log.count("## --tile-size") == 2 and log.count("ours GRPO from hidden states |") == 2
