@@ -55,8 +55,11 @@ AGGREGATIONS = {"token-mean": "token_mean", "seq-mean-token-mean": "seq_mean_tok
                 "seq-mean-token-sum-norm": "seq_mean_token_sum_norm"}
 
 
-def make_batch(seed: int = 0, response_lengths: list[int] | None = None) -> dict[str, torch.Tensor]:
-    """Left-padded prompts, right-padded responses, as verl's rollout hands them over."""
+def make_batch(seed: int = 0, response_lengths: list[int] | None = None,
+               tool_results: dict[int, range] | None = None) -> dict[str, torch.Tensor]:
+    """Left-padded prompts, right-padded responses, as verl's rollout hands them over;
+    ``tool_results``: row -> response positions of tool results (in the attention mask, 0 in
+    ``response_mask``: verl's multi-turn agent loop layout)."""
     response_lengths = RESPONSE_LENGTHS if response_lengths is None else response_lengths
     generator = torch.Generator().manual_seed(seed)
     rows = len(UIDS)
@@ -71,6 +74,8 @@ def make_batch(seed: int = 0, response_lengths: list[int] | None = None) -> dict
         responses[row, :r_len] = torch.randint(1, VOCAB, (r_len,), generator=generator)
         attention[row, PROMPT - p_len: PROMPT + r_len] = 1
     response_mask = attention[:, PROMPT:].clone()
+    for row, positions in (tool_results or {}).items():
+        response_mask[row, list(positions)] = 0
     position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
     rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 1.0])
     grouped = rewards.view(-1, GROUP)
@@ -155,7 +160,7 @@ def v1_batch(batch: dict[str, torch.Tensor], rows: slice | list[int]):
         input_ids = torch.cat([prompt, response])
         samples.append({"prompts": prompt, "responses": response, "input_ids": input_ids,
                         "attention_mask": torch.ones_like(input_ids), "position_ids": torch.arange(len(input_ids)),
-                        "response_mask": torch.ones_like(response), "uid": UIDS[row]})
+                        "response_mask": batch["response_mask"][row][attended[PROMPT:]], "uid": UIDS[row]})
     data = tu.list_of_dict_to_tensordict(samples)
     for key in ("prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask"):
         data[key] = torch.nested.as_nested_tensor([sample[key] for sample in samples], layout=torch.jagged)
@@ -301,6 +306,53 @@ def test_pad_to_length_strips_the_packed_padding() -> None:
         expected, expected_grad, _ = reference_loss(spec)
         assert torch.allclose(loss, expected, atol=1e-6, rtol=0)
         assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0)
+
+
+# verl's multi-turn layout (its agent loop's docstring): tool results are in the response and the
+# attention mask, 0 in response_mask. Row 0 is cut by the length cap (RESPONSE) inside a tool
+# result, its last model token at 1; row 4 has a tool result between model tokens and reaches the cap
+TOOL_RESULTS = {0: range(2, 6), 4: range(1, 3)}
+
+
+def verl_scores(spec: str, remove_padding: bool, v1: bool, tool_results: dict[int, range] | None):
+    """The [B, T] statistics ict's hook computed from verl's logits (verl's own data path)."""
+    batch, model = make_batch(tool_results=tool_results), ToyLM()
+    data, fsdp = micro_batch(batch, remove_padding, v1=v1), engine()
+    inputs, output_args = fsdp.prepare_model_inputs(data)
+    fsdp.prepare_model_outputs(model(**inputs), output_args, data, partial(ppo_loss, config=actor_config(spec)))
+    stats = ict_verl._pending[-1].stats
+    ict_verl._pending.clear()
+    return stats
+
+
+@pytest.mark.parametrize("tool_results", [TOOL_RESULTS, None], ids=["tool-results", "single-turn"])
+@pytest.mark.parametrize(("remove_padding", "v1"), [(True, False), (False, False), (True, True), (False, True)],
+                         ids=["v0-rmpad", "v0-padded", "v1-rmpad", "v1-padded"])
+def test_absorbing_reference_reads_a_row_cut_in_a_tool_result_as_truncated(remove_padding, v1, tool_results) -> None:
+    """ICT's default reference (group_mean_absorbing) and its leave-one-out twin in verl's
+    multi-turn layout: a row cut by the length cap inside a tool result is truncated (no point
+    mass after its end), which verl's response_mask alone (0 on tool results) does not say. Its
+    finished flag comes from verl's response (attention mask / nested lengths, tool results
+    included) against the cap. Against float64 loops with finished = the response ends before
+    the cap; a single-turn batch is scored as before (finished = ends before the last column)."""
+    from stats_references import loop_reference_variant
+
+    batch = make_batch(tool_results=tool_results)
+    logits = ToyLM()(batch["input_ids"], batch["position_ids"]).logits[:, PROMPT - 1: PROMPT + RESPONSE - 1].detach()
+    mask, group_ids = batch["response_mask"].bool(), torch.tensor([0, 0, 0, 1, 1, 1])
+    finished = [length < RESPONSE for length in RESPONSE_LENGTHS]  # the whole response, tool results included
+    for reference in ("group_mean_absorbing", "group_mean_loo_absorbing"):
+        stats = verl_scores(f"ict:reference={reference},ratio=0.3", remove_padding, v1, tool_results)
+        expected = loop_reference_variant(logits, batch["responses"], mask, group_ids, TEMPERATURE, True,
+                                          reference == "group_mean_loo_absorbing", finished=finished)
+        scores = stats.js_scores[reference].double()
+        torch.testing.assert_close(scores, expected[:, :scores.shape[1]], atol=1e-6, rtol=0)
+        by_mask = loop_reference_variant(logits, batch["responses"], mask, group_ids, TEMPERATURE, True,
+                                         reference == "group_mean_loo_absorbing")  # finished read from response_mask
+        if tool_results is None:
+            torch.testing.assert_close(by_mask, expected, atol=0, rtol=0)
+        else:  # row 0's last model token would enter rows 1-2's references at 2-4
+            assert float((by_mask - expected).abs().max()) > 1e-2
 
 
 @pytest.mark.parametrize("loss_agg_mode", list(AGGREGATIONS))

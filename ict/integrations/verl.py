@@ -26,7 +26,11 @@ How it plugs in (no verl file is changed or copied):
   :func:`ict.core.stats.token_statistics` reads those rows in place (``row_index``) to compute
   log-probs, entropy, Renyi-2 and the selector's JS scores without gradient, at the rollout
   temperature (:mod:`ict.integrations.verl_selection`). ``group_mean`` groups are the rows with
-  equal verl ``uid`` (the ``rollout.n`` completions of one prompt).
+  equal verl ``uid`` (the ``rollout.n`` completions of one prompt). A row is finished (the
+  absorbing references' end rows) when its whole response, tool results included, ends before
+  the response cap: verl's ``response_mask`` is 0 on multi-turn tool results, so it alone would
+  read a row cut by the cap inside a tool result as finished
+  (:func:`ict.integrations.verl_selection.response_rows`).
 - Whole groups under verl's v1 trainer: v1 balances single sequences across the data-parallel
   ranks (``PPOTrainer._balance_batch``), which splits a prompt's completions. The
   ``VERL_USE_EXTERNAL_MODULES`` override imports this module in verl's trainer process, where it

@@ -140,8 +140,21 @@ def response_row_index(micro_batch: Any, num_packed: int, device: torch.device) 
     """``[B, T]`` row numbers of the packed (``[nnz, ...]``) model output that hold the
     distribution of each response token, by verl's own ``no_padding_2_padding`` rule (0 at
     padding)."""
-    rows = torch.arange(num_packed, device=device)
-    return no_padding_2_padding(rows, micro_batch)
+    return response_rows(micro_batch, num_packed, device)[0]
+
+
+def response_rows(micro_batch: Any, num_packed: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """``(index, finished)``: :func:`response_row_index`'s ``[B, T]`` and which rows are
+    *finished* for the absorbing group references (bool ``[B]``): the row's whole response, tool
+    results included, ends before the last column ``T - 1``. The response is what verl's
+    ``no_padding_2_padding`` slices (the attention mask over the response columns, or the nested
+    responses' lengths), not ``response_mask``: in multi-turn rollouts verl's ``response_mask`` is
+    0 on tool results (its loss mask), so a row cut by the length cap inside a tool result would
+    end, by that mask, on its last model token before ``T - 1``. ``T`` is the response cap or
+    (v1's nested batches) the longest response of the micro-batch; a row that reaches it has no
+    later position in the micro-batch, finished or not, so either is the cap test."""
+    shifted = no_padding_2_padding(torch.arange(1, num_packed + 1, device=device), micro_batch)
+    return (shifted - 1).clamp(min=0), (shifted > 0).sum(dim=1) < shifted.shape[1]
 
 
 def _temperature(micro_batch: Any) -> float:
@@ -197,13 +210,14 @@ def score_micro_batch(
     ``logits`` ``[R, V]``: the actor's logits, one row per packed token (``packed_to_row [nnz]``
     maps packed token ``k`` to its row; ``None``: row ``k``). ``micro_batch`` is verl's
     TensorDict (``responses``, ``response_mask``, ``advantages``, ``old_log_probs``, ``uid``,
-    ``temperature``, ``prompts`` / ``attention_mask`` or nested ``input_ids``).
+    ``temperature``, ``prompts`` / ``attention_mask`` or nested ``input_ids``). The absorbing
+    references' finished rows are those of :func:`response_rows` (tool results count as response).
     """
     name, options = _selector(actor_config)
     references = required_js_references(name, options)
     device = logits.device
     num_packed = packed_to_row.numel() if packed_to_row is not None else logits.shape[0]
-    index = response_row_index(micro_batch, num_packed, device)
+    index, finished = response_rows(micro_batch, num_packed, device)
     if packed_to_row is not None:
         index = packed_to_row[index]
     rows, length = index.shape
@@ -218,7 +232,7 @@ def score_micro_batch(
             raise UsageError(_partial_groups("the group references (group_mean*)", expected, "micro-batch"))
     with torch.no_grad():  # scored where verl's [R, V] logits lie: no [B, T, V] copy
         stats = token_statistics(logits.detach(), token_ids, response_mask, temperature=_temperature(micro_batch),
-                                 js_references=references, group_ids=group_ids,
+                                 js_references=references, group_ids=group_ids, finished=finished,
                                  row_index=torch.where(response_mask, index, torch.zeros_like(index)),
                                  tile_size=parse_tile_size(actor_config.policy_loss.get("ict_stats_tile_size",
                                                                                         "auto")))

@@ -30,8 +30,8 @@ For every response position t with temperature-scaled distribution
     like a row with no response token, contributes nothing after its last position. By default
     (``finished=None``) a row is finished when its last response position is before the last
     column ``T - 1``: exact when responses are right-padded to the longest one of the batch and
-    truncated rows reach the cap (our trainer, verl); pass ``finished [B]`` otherwise (the TRL
-    integration does: a tool result masked at the end, ``pad_to_multiple_of``). A
+    truncated rows reach the cap (our trainer); pass ``finished [B]`` otherwise (the TRL and verl
+    integrations do: a tool result masked at the end; TRL's ``pad_to_multiple_of``). A
     row with no other contributor at ``t`` (a group of one, the last row alive) scores 0;
   - ``seq_mean``: ``q_t`` = mean of ``p`` over the response positions of the same sequence;
   - ``prev``: ``q_t = p_{t'}`` with ``t'`` the previous response position of the same sequence;
