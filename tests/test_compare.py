@@ -627,3 +627,33 @@ def test_the_runs_leave_the_comparisons_reasoning_gym_sets_out_of_training(tmp_p
         load_training_data(str(file_task), held_out_sets=[evaluated])
     with pytest.raises(UsageError, match="takes reasoning-gym evaluation sets"):
         load_training_data("chain_sum", dataset_size=10, held_out_sets=["gsm8k"])
+
+
+def test_a_run_with_a_checkpoint_resumes_with_its_own_config(tmp_path, monkeypatch):
+    """run_comparison set `resume` after building a run's config, so build_config's check never
+    ran: an interrupted run of an older comparison silently took the new held_out_sets (another
+    training pool than its finished peers), and any changed option likewise. Now such a run
+    resumes through build_config: its config.yaml's values hold, a different one is refused."""
+    import yaml
+
+    import ict.runs.checkpoint
+    from ict.core.errors import UsageError
+    from ict.experiments.compare import CompareConfig, _training_config, parse_methods, run_dir
+    from ict.training.config import build_config, save_config
+
+    evaluated = "rg:chain_sum:min_terms=2:max_terms=2:min_digits=1:max_digits=1:size=200"
+    config = CompareConfig(output_dir=tmp_path / "cmp", eval_benchmarks=evaluated)
+    spec = parse_methods("grpo")[0]
+    directory = run_dir(config.output_dir, spec.label, 0)
+    directory.mkdir(parents=True)
+    old = build_config(None, {}, {"method": "grpo", "seed": "0", "run_dir": str(directory)}).to_dict()
+    del old["held_out_sets"], old["held_out_rule"]  # a config.yaml from before both options
+    (directory / "config.yaml").write_text(yaml.safe_dump(old))
+    monkeypatch.setattr(ict.runs.checkpoint, "latest_checkpoint", lambda path: path / "checkpoints" / "step-1")
+    resumed = _training_config(config, {}, spec, 0)
+    assert resumed.resume and resumed.held_out_sets is None and resumed.held_out_rule == "draws"
+    with pytest.raises(UsageError, match="learning_rate"):
+        _training_config(config, {"learning_rate": 3e-4}, spec, 0)
+    save_config(build_config(None, {}, {"method": "grpo", "seed": "0", "run_dir": str(directory),
+                                        "held_out_sets": evaluated}), directory / "config.yaml")
+    assert _training_config(config, {}, spec, 0).held_out_sets == evaluated  # a new run's, kept

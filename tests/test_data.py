@@ -134,3 +134,42 @@ def test_held_out_questions_are_never_trained_on(tmp_path):
     random.Random(0).shuffle(order)
     assert [p.prompt for p in data.eval] == [f"q{index}" for index in order[7:]]
     assert [p.prompt for p in data.train] == [f"q{index}" for index in order[:7]]
+
+
+def test_a_run_started_before_the_distinct_rule_resumes_with_its_draws(tmp_path):
+    """held_out_rule=draws is the rule before 2026-11-28 (checked against reasoning-gym's own
+    draws and the seeded shuffle); a run's config.yaml written before the option existed resumes
+    with it, so a resumed run trains on the problems it started on and evaluates the same set."""
+    import reasoning_gym
+    import yaml
+
+    from ict.training.config import build_config, save_config
+
+    options = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
+    data = load_training_data("chain_sum", dataset_config=options, dataset_size=300, eval_size=64, seed=0,
+                              held_out_rule="draws")
+    draws = [entry["question"] for entry in reasoning_gym.create_dataset("chain_sum", size=64, seed=1_000_003,
+                                                                         **options)]
+    assert [p.prompt for p in data.eval] == draws and len(set(draws)) < 64
+    assert [p.prompt for p in data.train] == [
+        entry["question"] for entry in reasoning_gym.create_dataset("chain_sum", size=300, seed=0, **options)]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"question": f"q{index % 3}", "answer": "1"}) + "\n" for index in range(9)))
+    order = list(range(9))
+    random.Random(0).shuffle(order)
+    data = load_training_data(str(path), eval_size=4, seed=0, held_out_rule="draws")
+    assert [p.prompt for p in data.eval] == [f"q{index % 3}" for index in order[5:]]
+    data = load_training_data(str(path), eval_size=4, seed=0)  # distinct: 2 of 3 questions at most
+    assert len(data.eval) == 2 and "only 2 of eval_size 4 held out" in data.description
+
+    run = tmp_path / "run"
+    run.mkdir()
+    save_config(build_config(None, {}, {"run_dir": str(run), "eval_size": "8"}), run / "config.yaml")
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["held_out_rule"] == "distinct"
+    assert build_config(None, {}, {"run_dir": str(run), "resume": "true"}).held_out_rule == "distinct"
+    del saved["held_out_rule"]  # written before the option existed
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert build_config(None, {}, {"run_dir": str(run), "resume": "true"}).held_out_rule == "draws"
+    with pytest.raises(UsageError, match="held_out_rule is 'draws'"):
+        build_config(None, {}, {"run_dir": str(run), "resume": "true", "held_out_rule": "distinct"})

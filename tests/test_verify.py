@@ -195,6 +195,10 @@ def verifier():
         ("\\boxed{E = 2.88 \\times 10^{-19}}", "2.88e-19", True),
         ("\\boxed{E = h\\nu = 2.88 \\times 10^{-19}}", "2.88e-19", True),
         ("\\boxed{2.88 \\times 10^{-19}}", "E = 2.88e-19", True),
+        # both equations: right-hand side against right-hand side (was graded right)
+        ("\\boxed{E = 5.76 \\times 10^{-19}}", "E = 2.88 \\times 10^{-19}", False),
+        ("\\boxed{k = 2.76e-23}", "k = 1.38e-23", False),
+        ("\\boxed{E = 2.88 \\times 10^{-19}}", "E = 2.88 \\times 10^{-19}", True),
         ("...\n#### 72", "72", True),  # GSM8K-style final line
         ("so \\boxed{62.5\\%}", "62.5%", True),  # a percent gold (OlympiadBench): was read as the text 62.5\%
         ("so \\boxed{61\\%}", "60", False),
@@ -257,8 +261,24 @@ def test_mark_hash_answer_boxes_a_bare_number_only():
     assert mark_hash_answer("x\n#### -2.5 %") == "x\n\\boxed{-2.5 %}"
     assert mark_hash_answer("x\n#### \\$1,234") == "x\n\\boxed{1234}"
     assert mark_hash_answer("x\n#### 3/4") == "x\n\\boxed{3/4}"
-    for heading in ("#### 2. Money made\n18", "#### 1) Eggs\n9", "#### 60 % of them\n60", "#### 18 eggs"):
+    for heading in ("#### 2. Money made\n18", "#### 1) Eggs\n9", "#### 60 % of them\n60", "#### Step 2: Revenue"):
         assert mark_hash_answer(heading) == heading
+    assert mark_hash_answer("x\n#### 18 eggs\nok") == "x\n\\boxed{18 eggs}\nok"  # one unit: an answer
+
+
+@pytest.mark.parametrize(("line", "gold"), [
+    ("\\frac{1}{2}", "\\frac{1}{2}"), ("-\\frac{3}{4}", "-\\frac{3}{4}"), ("2\\sqrt{2}", "2\\sqrt{2}"),
+    ("1e5", "100000"), ("1.5e3", "1500"), ("2:30", "2:30"), ("10^3", "1000"), ("x = 5", "5"),
+    ("7.5 hours", "7.5"), ("25 cents", "25"), ("1,000", "1000"), ("$1,000.50", "1000.5"), ("-3", "-3"),
+    ("3/4", "\\frac{3}{4}"),
+])
+def test_a_hash_answer_in_latex_or_with_a_unit_is_the_answer(verifier, line, gold):
+    """Boxing a bare number only (e70fbde) lost these answers in anchored mode (ict eval's default),
+    and \\sqrt, e-notation and times in both: '#### x' is the answer unless the line is a heading.
+    Hand-checked golds; the GSM8K references (#### N) are tested above."""
+    completion = f"Tom had 9 apples and 4 pears in 2 boxes.\n#### {line}"
+    for extraction in MATH_EXTRACTIONS:
+        assert verifier.check(completion, gold, 10.0, extraction).correct, extraction
 
 
 @pytest.mark.parametrize(

@@ -44,26 +44,30 @@ one). ``anchored``: only ``\\boxed{}`` (or ``#### x``) and anchors such as "the 
 "final answer:", "Answer:"; a completion that merely mentions numbers has no answer."""
 MATH_EXTRACTIONS = ("lenient", "anchored")
 
-# what a GSM8K "#### x" line may hold: a bare number (sign, decimals, a/b, percent); "$" and a
-# trailing period are stripped first. Anything else ("2. Money made", "Step 2") is a Markdown heading
-_HASH_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:/\d+)?(?:\s*\\?%)?")
+# what makes a "#### x" line a Markdown heading, not an answer: a first word ("Step 2: Revenue"), a
+# numbered title ("2. Money made", "1) Eggs") or two plain words ("60 % of the students"); an
+# answer may hold LaTeX (\frac{1}{2}: a \command is no word), one unit ("7.5 hours") or "x = 5"
+_HEADING_WORD = re.compile(r"[^\W\d_]{2,}")
+_NUMBERED_TITLE = re.compile(r"\d+\s*[.)]\s+\S")
+_PLAIN_WORD = re.compile(r"(?<![\\\w])[^\W\d_]{2,}")
 # a percent sign inside a box (see _boxed_percent_readings)
 _BOXED_PERCENT = re.compile(r"(\\boxed\s*\{[^{}]*?)\s*\\?%\s*\}")
 _E_NOTATION = re.compile(r"(?<![\w.])([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d{1,3})(?![\w.])")
 
 
 def mark_hash_answer(completion: str) -> str:
-    """GSM8K convention: a completion with no ``\\boxed`` whose last ``####`` is followed by a bare
-    number on the same line gets that number boxed (``"... #### 72"`` -> ``"... \\boxed{72}"``),
+    """GSM8K convention: a completion with no ``\\boxed`` whose last ``####`` is followed by an
+    answer on the same line gets that answer boxed (``"... #### 72"`` -> ``"... \\boxed{72}"``),
     so that math-verify's boxed-first extraction picks it; the lines after it are kept. Other
     completions are returned as is, among them Markdown headings (``#### Step 2: Revenue``,
-    ``#### 2. Money made``)."""
+    ``#### 2. Money made``, ``#### 60 % of the students``: see ``_NUMBERED_TITLE``)."""
     marker = completion.rfind("####")
     if marker < 0 or any(command in completion for command in BOXED_COMMANDS):
         return completion
     line, _, rest = completion[marker + 4 :].partition("\n")
     value = line.strip().replace(",", "").replace("\\$", "").strip("$ .")
-    if not _HASH_NUMBER.fullmatch(value):
+    if (not value or _HEADING_WORD.match(value) or _NUMBERED_TITLE.match(value)
+            or len(_PLAIN_WORD.findall(value)) >= 2):
         return completion
     rest = f"\n{rest}" if rest.strip() else ""
     return f"{completion[:marker]}\\boxed{{{value}}}{rest}"
@@ -160,11 +164,14 @@ def _close_for_small_numbers(gold: Any, prediction: Any) -> bool:
     """math-verify compares numbers after rounding to 6 decimals, so ``2.88e-19`` equals
     ``1.3e-27``. When the gold is a real number with ``0 < |gold| < SMALL_NUMBER_BOUND``, also
     require ``|prediction - gold| <= SMALL_NUMBER_RELATIVE_TOLERANCE * |gold|``. An equation
-    (``E = 5.76 \\times 10^{-19}``) is compared by its last right-hand side, as math-verify does."""
+    (``E = 5.76 \\times 10^{-19}``) is compared by its last right-hand side, as math-verify does;
+    a gold and a prediction that are both equations by their right-hand sides."""
     from math_verify.grader import is_assignment_relation, is_equation, take_last_relation
 
     try:
-        if is_equation(prediction) and not is_equation(gold):
+        if is_equation(prediction) and is_equation(gold):
+            gold, prediction = take_last_relation(gold).rhs, take_last_relation(prediction).rhs
+        elif is_equation(prediction) and not is_equation(gold):
             prediction = take_last_relation(prediction).rhs
         elif is_assignment_relation(gold) and not is_equation(prediction):
             gold = take_last_relation(gold).rhs

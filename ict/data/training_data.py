@@ -183,7 +183,7 @@ def load_training_data(dataset: str, *, dataset_config: dict[str, Any] | None = 
                        answer_field: str = "answer", choices_field: str | None = None,
                        prompt_suffix: str = "", eval_size: int = 0,
                        seed: int = 0, skip_bad_rows: bool = False,
-                       held_out_sets: Sequence[str] = ()) -> TrainingData:
+                       held_out_sets: Sequence[str] = (), held_out_rule: str = "distinct") -> TrainingData:
     """Load training problems and `eval_size` held-out ones, of distinct questions that no
     training problem asks (`without_questions`: training drops every repeat of a held-out one).
 
@@ -193,7 +193,12 @@ def load_training_data(dataset: str, *, dataset_config: dict[str, Any] | None = 
     shuffle (a file without repeated questions: its last `eval_size` rows). A row that cannot be
     used is refused (`UsageError`), or with `skip_bad_rows` left out and counted in the
     description. `held_out_sets`: reasoning-gym evaluation sets (``rg:`` names, as `ict eval`
-    generates them) whose questions a reasoning-gym training task leaves out too."""
+    generates them) whose questions a reasoning-gym training task leaves out too.
+    ``held_out_rule="draws"``: the rule before 2026-11-28, for runs started then: reasoning-gym's
+    first `eval_size` draws of the evaluation seed, a file's last `eval_size` shuffled rows, with
+    no question left out of training."""
+    if held_out_rule not in ("distinct", "draws"):
+        raise UsageError(f"held_out_rule must be distinct or draws, got {held_out_rule!r}")
     skipped: list[str] | None = [] if skip_bad_rows else None
     is_file = dataset.lower().endswith(FILE_SUFFIXES) or os.path.exists(dataset)
     if held_out_sets and (is_file or not is_reasoning_gym_task(dataset)):
@@ -211,10 +216,14 @@ def load_training_data(dataset: str, *, dataset_config: dict[str, Any] | None = 
         if len(drawn) < len(generated):
             description += (f" ({len(generated) - len(drawn)} of {len(generated)} problems left out of "
                             f"training: they ask a question of {', '.join(held_out_sets)})")
+        if held_out_rule == "draws":
+            return TrainingData(drawn, reasoning_gym_problems(dataset, eval_size, seed + EVAL_SEED_OFFSET,
+                                                              dataset_config, prompt_suffix) if eval_size else [],
+                                description)
         held_out = distinct_questions(reasoning_gym_problems(
             dataset, HELD_OUT_DRAWS * eval_size, seed + EVAL_SEED_OFFSET, dataset_config, prompt_suffix),
             eval_size) if eval_size else []
-        return _split_off(drawn, held_out, description)
+        return _split_off(drawn, held_out, description, eval_size)
     elif "/" in dataset:
         records = hub_records(dataset, dataset_subset, dataset_split)
         problems = records_to_problems(records, question_field, answer_field, choices_field,
@@ -230,10 +239,14 @@ def load_training_data(dataset: str, *, dataset_config: dict[str, Any] | None = 
     order = list(range(len(problems)))
     random.Random(seed).shuffle(order)
     shuffled = [problems[index] for index in order]
+    if held_out_rule == "draws":
+        eval_count = min(eval_size, len(problems) - 1)
+        cut = len(shuffled) - eval_count
+        return TrainingData(shuffled[:cut], shuffled[cut:], description)
     questions = len({question_key(problem) for problem in problems})
     eval_count = min(eval_size, questions - 1)  # at least one question left to train on
     held_out = distinct_questions(shuffled[::-1], eval_count)[::-1] if eval_count > 0 else []
-    return _split_off(shuffled, held_out, description)
+    return _split_off(shuffled, held_out, description, eval_size)
 
 
 def without_evaluation_sets(drawn: list[Problem], names: Sequence[str]) -> list[Problem]:
@@ -254,8 +267,12 @@ def without_evaluation_sets(drawn: list[Problem], names: Sequence[str]) -> list[
     return kept
 
 
-def _split_off(drawn: list[Problem], held_out: list[Problem], description: str) -> TrainingData:
-    """`TrainingData` of `drawn` less the held-out questions; the description counts the drop."""
+def _split_off(drawn: list[Problem], held_out: list[Problem], description: str, eval_size: int) -> TrainingData:
+    """`TrainingData` of `drawn` less the held-out questions; the description counts the drop, and
+    says so when fewer than `eval_size` distinct questions could be held out."""
+    if len(held_out) < eval_size:
+        description += (f" (only {len(held_out)} of eval_size {eval_size} held out: the data has too few "
+                        "distinct questions)")
     train = without_questions(drawn, held_out)
     if not train:
         raise UsageError(f"every training problem asks a held-out question ({len(held_out)} held out): "

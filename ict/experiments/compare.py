@@ -212,17 +212,22 @@ def _final_checkpoint(directory: Path, num_steps: int) -> Path | None:
 
 def _training_config(config: CompareConfig, training_options: dict[str, Any], spec: MethodSpec,
                      seed: int) -> TrainConfig:
-    """The `TrainConfig` of one (method, seed) run. A reasoning-gym training task leaves the
-    questions of the comparison's reasoning-gym evaluation sets out (``held_out_sets``): a small
-    task asks each of its questions many times, so they would be trained on."""
+    """The `TrainConfig` of one (method, seed) run. A new run of a reasoning-gym training task
+    leaves the questions of the comparison's reasoning-gym evaluation sets out (``held_out_sets``):
+    a small task asks each of its questions many times, so they would be trained on. A run with a
+    checkpoint resumes (``resume``): its config.yaml decides, and an option given otherwise is
+    `build_config`'s one-line error, so it continues on the problems it started on."""
+    from ict.runs.checkpoint import latest_checkpoint
     from ict.training.config import build_config
 
     assert config.output_dir is not None
+    directory = run_dir(config.output_dir, spec.label, seed)
+    resuming = latest_checkpoint(directory) is not None
     overrides = {**config.overrides, **method_overrides(spec), "seed": str(seed),
-                 "run_dir": str(run_dir(config.output_dir, spec.label, seed)), "progress": "false"}
+                 "run_dir": str(directory), "progress": "false", **({"resume": "true"} if resuming else {})}
     train_config = build_config(None, training_options, overrides)
     evaluated = [name for name in expand_benchmark_names(config.eval_benchmarks) if name.startswith("rg:")]
-    if evaluated and is_reasoning_gym_task(train_config.dataset):
+    if not resuming and evaluated and is_reasoning_gym_task(train_config.dataset):
         given = expand_benchmark_names(train_config.held_out_sets) if train_config.held_out_sets else []
         merged = list(dict.fromkeys([*given, *evaluated]))
         if merged != given:
@@ -274,10 +279,7 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
             if checkpoint is None and config.eval_only:
                 log(f"skip {directory} (not trained to step {train_config.num_steps} yet)")
                 continue
-            if checkpoint is None:
-                from ict.runs.checkpoint import latest_checkpoint
-
-                train_config.resume = latest_checkpoint(directory) is not None
+            if checkpoint is None:  # train_config.resume: the run has a checkpoint (_training_config)
                 log(f"train {spec.label} seed {seed} -> {directory}")
                 checkpoint = train(train_config).checkpoint
             assert checkpoint is not None

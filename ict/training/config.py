@@ -64,6 +64,11 @@ class TrainConfig:
     dataset_subset: str | None = option(None, "hub dataset configuration name (e.g. main)")
     dataset_split: str = option("train", "hub dataset split")
     dataset_size: int = option(10000, "reasoning-gym: number of generated training problems")
+    held_out_rule: str = option("distinct", "how eval_size holds problems out: distinct (distinct "
+                                "questions that training leaves out) or draws (the rule before "
+                                "2026-11-28, which a run started then resumes with: the evaluation "
+                                "seed's draws, or a file's last rows, repeats and trained questions "
+                                "included)", ("distinct", "draws"))
     held_out_sets: str | None = option(None, "reasoning-gym training: comma-separated evaluation sets "
                                        "(rg:TASK:key=value..., as ict eval --benchmarks) whose questions "
                                        "training leaves out; ict compare adds its rg: evaluation sets")
@@ -433,6 +438,10 @@ RESUME_MAY_CHANGE = frozenset({"num_steps", "resume", "run_dir", "device", "num_
                                "verify_timeout"})
 
 
+SAVED_BEFORE = {"held_out_rule": "draws"}
+"""What a run's config.yaml written before an option existed meant by its absence (on --resume)"""
+
+
 def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | None = None,
                  overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Resolve defaults < YAML < options < overrides into a validated `TrainConfig`.
@@ -453,7 +462,7 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
     if not saved_path.read_text().strip():  # a write cut short (before writes were atomic)
         raise UsageError(f"--resume: {saved_path} is empty: restore it, or start another --run-dir")
     try:  # parsed as any YAML layer is (an unknown key is one line)
-        saved = _with_layer({}, _renamed(load_yaml(saved_path)))
+        saved = _with_layer(dict(SAVED_BEFORE), _renamed(load_yaml(saved_path)))
     except UsageError as error:
         raise UsageError(f"{saved_path}: {error}") from None
     run = TrainConfig(**saved).resolve()

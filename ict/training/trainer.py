@@ -293,7 +293,8 @@ def _set_up(config: TrainConfig, console: Any, run_dir: Path) -> _Run:
         question_field=config.question_field, answer_field=config.answer_field,
         choices_field=config.choices_field, prompt_suffix=config.prompt_suffix,
         eval_size=config.eval_size, seed=config.seed, skip_bad_rows=config.skip_bad_rows,
-        held_out_sets=expand_benchmark_names(config.held_out_sets) if config.held_out_sets else ())
+        held_out_sets=expand_benchmark_names(config.held_out_sets) if config.held_out_sets else (),
+        held_out_rule=config.held_out_rule)
     reward = build_reward(config.reward, data.train[0].kind, config.answer_extraction,
                           config.format_reward, config.verify_timeout)
     sampler = PromptSampler(data.train, config.prompts_per_step, config.seed)
