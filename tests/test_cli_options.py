@@ -171,3 +171,60 @@ def test_plot_writes_the_png_it_names(tmp_path, capsys):
     assert plot_runs([run], tmp_path / "figure") == tmp_path / "figure"
     assert (tmp_path / "figure").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["curves.PNG", "figure", "run"]
+
+
+def test_the_same_value_means_the_same_by_every_route(tmp_path, capsys):
+    """Found by a review, each was read differently by one route (flag, YAML, override): YAML's
+    unquoted off / no became the text 'False' (autocast: off refused, dataset_subset: no silently
+    'False'); a YAML list option refused a single number (ks: 4) and the empty list
+    (eval_steps: []); --aggregation null was refused where aggregation=null passes; a 400-digit
+    number for a float escaped as OverflowError."""
+    from ict.core.errors import UsageError
+    from ict.core.options import parse_field
+    from ict.training.config import build_config
+
+    config = tmp_path / "train.yaml"
+    config.write_text("autocast: off\ndataset_subset: 'no'\n")
+    built = build_config(config)
+    assert (built.autocast, built.dataset_subset) == ("off", "no")
+    config.write_text("dataset_subset: no\n")
+    with pytest.raises(UsageError, match="quote the text"):
+        build_config(config)
+    assert parse_field(EvalConfig, "ks", 4) == (4,) and parse_field(CompareConfig, "eval_steps", []) == ()
+    assert parse_field(CompareConfig, "eval_steps", "") == () and parse_field(CompareConfig, "seeds", 3) == (3,)
+    with pytest.raises(UsageError, match="expected a finite float"):
+        parse_field(TrainConfig, "learning_rate", 10**400)
+    args = subparser("train").parse_args(["--aggregation", "null"])
+    assert options_from_args(TrainConfig, args).aggregation is None
+
+
+def test_values_that_failed_late_are_refused_first(tmp_path, capsys):
+    """Each of these passed the checks and failed later: a seed outside numpy's [0, 2^32) after the
+    run directory was made, a verify timeout of 1e10 s (an OverflowError after generation), a YAML
+    dtype outside the choices (after the benchmarks loaded), an --html in a missing directory
+    (after the model had scored every token)."""
+    from ict.core.errors import UsageError
+    from ict.training.config import build_config
+
+    for overrides, message in (({"seed": "-1"}, "seed must be in"), ({"seed": str(2**32)}, "seed must be in"),
+                               ({"verify_timeout": "1e10"}, "verify_timeout must be in")):
+        with pytest.raises(UsageError, match=message):
+            build_config(None, {}, overrides)
+    with pytest.raises(UsageError, match="--seeds must lie in"):
+        CompareConfig(output_dir=tmp_path / "c", seeds=(0, -1)).validate()
+    with pytest.raises(UsageError, match="--verify-timeout must be in"):
+        EvalConfig(verify_timeout=1e10).validate()
+    with pytest.raises(UsageError, match="dtype"):
+        EvalConfig(dtype="bogus").validate()
+    assert main(["inspect", "--model", str(tmp_path / "no-model"), "--prompt", "x",
+                 "--html", str(tmp_path / "missing" / "view.html")]) == 2
+    assert "no directory" in capsys.readouterr().err
+
+
+def test_a_compare_yaml_gives_eval_temperature_to_the_runs_too():
+    """eval_temperature is a field of both commands: compare_options gave it to ict compare alone,
+    so the runs' own evaluations (eval_size, eval_every) were greedy where ict train --config of
+    the same file samples at it."""
+    ours, training = compare_options({"eval_temperature": 0.7, "seeds": [0], "learning_rate": 1e-5})
+    assert ours == {"eval_temperature": 0.7, "seeds": [0]}
+    assert training == {"eval_temperature": 0.7, "learning_rate": 1e-5}

@@ -79,6 +79,9 @@ class InspectConfig:
             raise UsageError(f"--samples {self.samples} is not a file")
         if self.html is not None and (Path(self.html).is_dir() or not Path(self.html).name):
             raise UsageError(f"--html must name a file, got {self.html!r}")
+        if self.html is not None and not Path(self.html).expanduser().parent.is_dir():
+            raise UsageError(f"--html {self.html}: no directory {Path(self.html).parent} (it was written after "
+                             "the model had scored every token)")
         check_choices(self)
         return self
 

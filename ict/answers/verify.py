@@ -32,6 +32,8 @@ from typing import Any, Literal
 from ict.answers.extraction import BOXED_COMMANDS, sanitize_text, tail
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
+MAX_TIMEOUT_SECONDS = 86_400.0
+"""The longest time bound of one check (a day); 1e10 s overflowed the deadline's timestamp."""
 WORKER_START_TIMEOUT_SECONDS = 120.0
 WORKER_MEMORY_LIMIT_BYTES = 8 * 1024**3
 """Address-space limit of a math worker (a runaway sympy power raises MemoryError, not OOM)."""

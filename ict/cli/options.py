@@ -57,7 +57,13 @@ def add_dataclass_options(parser: argparse.ArgumentParser, cls: type,
             metavar += "|none"
             choices = (*choices, "none") if choices else None
         parser.add_argument(*flags, dest=item.name, default=argparse.SUPPRESS, metavar=metavar,
-                            choices=choices, help=help_text)
+                            choices=choices, help=help_text, **({"type": _none_spelled} if choices else {}))
+
+
+def _none_spelled(text: str) -> str:
+    """``none`` for each spelling the other routes take as None (null, ~, None): an optional
+    option with choices lists only ``none``."""
+    return "none" if text.strip().lower() in ("none", "null", "~") else text
 
 
 def add_config_option(parser: argparse.ArgumentParser, what: str) -> None:

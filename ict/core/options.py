@@ -114,21 +114,39 @@ def parse_field(cls: type, name: str, raw: Any) -> Any:
             return dict(value)
         if typing.get_origin(inner) is tuple:  # tuple[int, ...]: "1,4", a YAML list or argv list
             element = typing.get_args(inner)[0]
-            parts = raw.split(",") if isinstance(raw, str) else list(raw)
-            if not parts or any(not str(part).strip() for part in parts):  # "1,,2": an item missing
+            if isinstance(raw, str):
+                parts = raw.split(",") if raw.strip() else []  # "": the empty list, as YAML's []
+            else:
+                parts = [raw] if isinstance(raw, int | float) and not isinstance(raw, bool) else list(raw)
+            if any(not str(part).strip() for part in parts):  # "1,,2": an item missing
                 raise ValueError
             return tuple(_scalar(element, str(part).strip()) for part in parts)
         if inner is str or inner is Path:
             if isinstance(raw, dict | list):
                 raise ValueError
+            if isinstance(raw, bool):  # YAML 1.1 reads off, no, on, yes (unquoted) as booleans
+                return _text_of_boolean(cls, name, raw)
             return _scalar(inner, str(raw))
-    except (ValueError, TypeError, yaml.YAMLError):
+    except (ValueError, TypeError, OverflowError, yaml.YAMLError):
         if typing.get_origin(inner) is tuple:
             kind = f"a comma-separated list of {getattr(typing.get_args(inner)[0], '__name__', 'value')}s, none empty"
         else:
             kind = {float: "a finite float"}.get(inner, getattr(inner, "__name__", str(inner)))
-        raise UsageError(f"bad value for {name}: {raw!r} (expected {kind})") from None
+        raise UsageError(f"bad value for {name}: {raw!r:.80} (expected {kind})") from None
     raise UsageError(f"unsupported option type for {name}")
+
+
+def _text_of_boolean(cls: type, name: str, value: bool) -> str:
+    """A text option that YAML read as a boolean (``autocast: off``): the one choice that YAML
+    word can be (``off``); free text is a one-line UsageError (``dataset_subset: no`` was the
+    text "False")."""
+    words = ("true", "yes", "on") if value else ("false", "no", "off")
+    field_of = {item.name: item for item in dataclasses.fields(cls)}.get(name)
+    matches = [choice for choice in (field_of.metadata.get("choices") or ()) if choice in words] if field_of else []
+    if len(matches) == 1:
+        return matches[0]
+    raise UsageError(f"{name}: YAML reads an unquoted {' / '.join(words)} as {str(value).lower()}; quote the text "
+                     f"(e.g. {name}: '{words[1]}')")
 
 
 def yaml_problem(error: yaml.YAMLError) -> str:

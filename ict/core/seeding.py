@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 
+RUN_SEED_LIMIT = 2**32
+"""A training run's seed lies in [0, 2^32): numpy's range (`transformers.set_seed` seeds numpy too)."""
+
 
 def step_seed(seed: int, step: int, stream: int) -> int:
     """Seed of random stream `stream` (0: sampling, 1: mini-batch order, 2: selection) at `step`."""

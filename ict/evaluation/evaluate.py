@@ -49,12 +49,13 @@ from ict.answers.grading import ANSWER_EXTRACTIONS, GradingRules, Verdict, grade
 from ict.answers.verify import (
     DEFAULT_TIMEOUT_SECONDS,
     MATH_EXTRACTIONS,
+    MAX_TIMEOUT_SECONDS,
     MathVerifier,
     default_verifier,
 )
 from ict.core.errors import UsageError
 from ict.core.metrics import benchmark_metrics, majority_vote_correct
-from ict.core.options import option
+from ict.core.options import check_choices, option
 from ict.core.problems import Problem
 from ict.data.benchmarks import (
     Benchmark,
@@ -154,8 +155,9 @@ class EvalConfig:
             raise UsageError(f"--math-extraction must be one of {', '.join(MATH_EXTRACTIONS)}")
         if self.answer_extraction not in ANSWER_EXTRACTIONS:
             raise UsageError(f"--answer-extraction must be one of {', '.join(ANSWER_EXTRACTIONS)}")
-        if not self.verify_timeout > 0:
-            raise UsageError("--verify-timeout must be > 0")
+        if not 0 < self.verify_timeout <= MAX_TIMEOUT_SECONDS:
+            raise UsageError(f"--verify-timeout must be in (0, {MAX_TIMEOUT_SECONDS:.0f}] seconds, got "
+                             f"{self.verify_timeout}")
         if self.backend not in ("auto", "hf", "vllm"):
             raise UsageError(f"--backend must be auto, hf or vllm, got {self.backend!r}")
         if self.threads is not None and self.threads < 1:
@@ -170,6 +172,7 @@ class EvalConfig:
             repeated = sorted({seed for seed in self.seeds if self.seeds.count(seed) > 1})
             if repeated:
                 raise UsageError(f"--seeds lists a seed more than once: {repeated}")
+        check_choices(self)  # a YAML value passes argparse's choices (dtype: float16)
 
     def resolved_seeds(self) -> tuple[int, ...]:
         """The sampling seeds of the run: ``seeds``, or ``(seed,)`` when it is None."""

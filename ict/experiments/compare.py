@@ -31,6 +31,7 @@ from ict.answers.grading import ANSWER_EXTRACTIONS
 from ict.answers.verify import MATH_EXTRACTIONS
 from ict.core.errors import UsageError
 from ict.core.options import check_choices, option, option_fields
+from ict.core.seeding import RUN_SEED_LIMIT
 from ict.data.benchmarks import expand_benchmark_names
 from ict.data.training_data import is_reasoning_gym_task
 from ict.evaluation.evaluate import EvalConfig
@@ -159,6 +160,8 @@ class CompareConfig:
         self.output_dir = Path(self.output_dir)
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise UsageError(f"--seeds needs distinct integers, got {self.seeds}")
+        if not all(0 <= seed < RUN_SEED_LIMIT for seed in self.seeds):
+            raise UsageError(f"--seeds must lie in [0, 2^32) (training seeds), got {self.seeds}")
         if sum((self.report_only, self.train_only, self.eval_only)) > 1:
             raise UsageError("give at most one of --report-only, --train-only and --eval-only")
         if self.eval_n < 1 or self.eval_max_new_tokens < 1 or self.bootstrap_resamples < 1:
@@ -195,10 +198,14 @@ class CompareConfig:
 
 
 def compare_options(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A ``--config`` YAML's mapping split into (ict compare options, training options)."""
+    """A ``--config`` YAML's mapping split into (ict compare options, training options); a key
+    that names a field of both (``eval_temperature``: the evaluations' sampling temperature, in
+    training and after it) goes to both, as it does with ``ict train --config``."""
     names = {item.name for item in option_fields(CompareConfig)}
+    shared = names & {item.name for item in option_fields(TrainConfig)}
     ours = {key: value for key, value in values.items() if key.replace("-", "_") in names}
-    return ours, {key: value for key, value in values.items() if key not in ours}
+    return ours, {key: value for key, value in values.items()
+                  if key not in ours or key.replace("-", "_") in shared}
 
 
 def _final_checkpoint(directory: Path, num_steps: int) -> Path | None:

@@ -15,9 +15,11 @@ from typing import Any
 
 import yaml
 
+from ict.answers.verify import MAX_TIMEOUT_SECONDS
 from ict.core import selectors
 from ict.core.errors import UsageError
 from ict.core.options import check_choices, option, optional_inner, parse_field, yaml_problem
+from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.stats import needs_reference_logits, parse_tile_size
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
 from ict.models.rollout import ROLLOUT_TEMPERATURE, VLLM_CPU_KVCACHE_GIB
@@ -335,8 +337,11 @@ class TrainConfig:
                 raise UsageError(f"{name} must be >= 0")
         if self.resume and not self.run_dir:
             raise UsageError("--resume needs --run-dir (the run to continue)")
-        if self.verify_timeout <= 0:
-            raise UsageError("verify_timeout must be > 0")
+        if not 0 < self.verify_timeout <= MAX_TIMEOUT_SECONDS:
+            raise UsageError(f"verify_timeout must be in (0, {MAX_TIMEOUT_SECONDS:.0f}] seconds, got "
+                             f"{self.verify_timeout}")
+        if not 0 <= self.seed < RUN_SEED_LIMIT:
+            raise UsageError(f"seed must be in [0, 2^32), got {self.seed}")
         if not 0 <= self.overlong_buffer <= self.max_new_tokens:
             raise UsageError(f"overlong_buffer must be in 0..max_new_tokens ({self.max_new_tokens}), "
                              f"got {self.overlong_buffer}")
