@@ -124,3 +124,17 @@ def test_an_unfinished_row_keeps_sampled_tokens_equal_to_the_pad_id():
 
     assert _truncate_at_eos([25, 7, 0], [1]) == ([25, 7, 0], False)
     assert _truncate_at_eos([25, 1, 0, 0], [1]) == ([25, 1], True)
+
+
+@pytest.mark.parametrize("cache", ["static", "dynamic", "hybrid"])
+def test_a_cache_the_models_generation_config_chooses_is_not_given_a_shared_prefill(tiny_tokenizer, one_thread,
+                                                                                    cache):
+    """generate refuses a cache object beside a cache_implementation: with the model's own
+    generation_config choosing one (a user's static cache), the shared prefill (on by default,
+    with several samples a prompt) failed with a ValueError at the first step. It is skipped
+    then, and the tokens are those of the plain path."""
+    model = build_tiny_model(len(tiny_tokenizer), seed=3).eval()
+    plain = _rollouts(model, tiny_tokenizer, batch_size=5, seed=0)[0]
+    model.generation_config.cache_implementation = cache
+    for shared in _rollouts(model, tiny_tokenizer, batch_size=5, seed=0):
+        assert shared.completion_ids == plain.completion_ids

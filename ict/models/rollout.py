@@ -166,12 +166,17 @@ def generate_rows(model: Any, prompt_ids: Sequence[list[int]], rows: Sequence[in
     shared_prefill: when some prompt fills several rows, its prefix is run once
     (`shared_prefill_cache`) instead of once per row; the decoding is the same `generate` on the
     same [B, W] rows, so the sampler draws the same random numbers. Off when a cache is chosen
-    in `generate_options` (e.g. a static cache) and for a hybrid model (`prompt_cache_shareable`).
+    in `generate_options` or by the model's generation_config (a static cache: ``generate``
+    refuses a cache object beside it; "hybrid" it drops itself) and for a hybrid model
+    (`prompt_cache_shareable`).
     generate_options: further `model.generate` keyword arguments."""
     device = next(model.parameters()).device
     input_ids, attention_mask = _left_pad([prompt_ids[index] for index in rows], pad_id)
     unique = sorted(set(rows))
-    own_cache = {"cache", "past_key_values", "cache_implementation"} & set(generate_options)
+    owner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    configured = getattr(getattr(owner, "generation_config", None), "cache_implementation", None)
+    own_cache = ({"cache", "past_key_values", "cache_implementation"} & set(generate_options)
+                 or configured not in (None, "hybrid"))
     if (shared_prefill and not own_cache and len(unique) < len(rows) and input_ids.shape[1] >= 2
             and prompt_cache_shareable(model)):
         unique_ids, unique_mask = _left_pad([prompt_ids[index] for index in unique], pad_id)
