@@ -725,3 +725,31 @@ def test_a_run_extended_past_its_warmup_evaluates_the_warmup_end_as_an_uninterru
     expected, got = (json.loads((run / "eval.json").read_text()) for run in (whole, extended))
     assert set(got) == set(expected) == {"before", "after_warmup", "after"}
     assert got["after_warmup"] == expected["after_warmup"] and got["after"] == expected["after"]
+
+
+def test_the_first_update_of_a_reused_batch_does_not_depend_on_micro_batch_size(tiny_tokenizer):
+    """With a batch feeding several updates, the first took its old log-probs from the separate
+    scoring pass of the same weights: equal up to float noise, which KL-Cov's |log p - old| turned
+    into a +-kl_coef gradient whose sign moved with micro_batch_size (parameters 7e-2 apart after
+    the first update at micro 1 against the whole mini-batch). GRPO rides along as a control."""
+    from conftest import build_tiny_model
+
+    from ict.training.config import TrainConfig
+    from ict.training.step import update_on_batch
+
+    batch, advantages = _grouped_batch(len(tiny_tokenizer), groups=3, seed=21)
+    for selector, options in (("kl_cov", {"ratio": 0.05}), ("all", {})):
+        finals = []
+        for micro in (None, 1, 3):
+            config = TrainConfig(prompts_per_step=3, num_generations=4, mini_batch_size=8, micro_batch_size=micro,
+                                 updates_per_batch=2, max_grad_norm=0.0, seed=3, method=selector, max_new_tokens=8)
+            model = build_tiny_model(len(tiny_tokenizer), seed=5)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            update_on_batch(model, optimizer, batch, advantages, Method.of(selector, options),
+                            StepContext(PolicyLossConfig(aggregation="seq_mean_token_mean"), 1.0), config, step=2,
+                            state={})
+            finals.append(torch.cat([p.detach().flatten() for p in model.parameters()]).double())
+        start = torch.cat([p.detach().flatten() for p in build_tiny_model(len(tiny_tokenizer), seed=5).parameters()])
+        moved = float((finals[0] - start.double()).norm())
+        for final in finals[1:]:
+            assert float((final - finals[0]).norm()) <= 1e-4 * moved, selector

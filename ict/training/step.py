@@ -467,7 +467,10 @@ def update_on_batch(model: Any, optimizer: torch.optim.Optimizer, batch: Rollout
     """`config.updates_per_batch` passes over `batch` in mini-batches of whole groups (a seeded
     group order per pass when a mini-batch is smaller than the batch), one optimizer update per
     mini-batch. `state["consecutive_skips"]` counts non-finite updates in a row (reset by a good
-    one)."""
+    one). The first update's old log-probs are its own detached ones, as with one update a batch:
+    the weights are still the scoring pass's, whose separate forward differs by float noise (1e-7),
+    and KL-Cov's ``|log p - old|`` turned that noise into a +-kl_coef gradient whose sign moved with
+    micro_batch_size."""
     rows, group_size = batch.input_ids.shape[0], config.num_generations
     mini_batch_size = config.mini_batch_size or rows
     initial = initial_scores(model, batch, method, context, config)
@@ -481,7 +484,7 @@ def update_on_batch(model: Any, optimizer: torch.optim.Optimizer, batch: Rollout
         optimizer.zero_grad(set_to_none=True)
         result = accumulate_gradients(
             model, batch.select(index), advantages[index],
-            old_log_probs[index] if old_log_probs is not None else None, method, context,
+            old_log_probs[index] if old_log_probs is not None and update_index > 0 else None, method, context,
             micro_batch_size=config.micro_batch_size or mini_batch_size, group_size=group_size,
             selection_seed=step_seed(config.seed, step, 2) + 1000 * update_index,
             population_stats=initial.rows(index) if update_index == 0 and initial is not None else None)
