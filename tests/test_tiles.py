@@ -581,3 +581,38 @@ def test_the_triton_kernels_read_given_logits_where_they_lie():
     torch.testing.assert_close(stats.js_scores["group_mean_loo"].cpu(), expected.js_scores["group_mean_loo"],
                                atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(stats.log_probs.cpu(), expected.log_probs, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_large_logits_at_a_temperature_that_is_no_power_of_two(backend):
+    """The Triton kernels scale z = x * (1/T) and the torch folds did x / T: at T = 0.7 the two
+    round z differently by an ulp, 1e-3 at |z| = 1e4, and the scores the torch side computes from
+    a kernel's normalisers (seq_mean, prev, a leave-one-out reference with kl) were off by up to
+    1e-3 against float64. One scaling now, on both backends."""
+    logits, token_ids, mask, group_ids, _ = variant_batch(3)
+    logits = torch.where(torch.isinf(logits), logits, logits / logits[torch.isfinite(logits)].abs().max() * 1e4)
+    references = ("seq_mean", "prev", "group_mean_loo")
+    stats = run(token_statistics, backend, logits, token_ids, mask, 0.7, js_references=keys_of(references),
+                group_ids=group_ids, tile_size=(3, 5))
+    for reference in references:
+        for metric in METRICS:
+            key = reference if metric == "js" else f"{reference}:{metric}"
+            expected = loop_reference_scores(logits.double(), token_ids, mask, group_ids, 0.7, reference, metric)
+            torch.testing.assert_close(stats.js_scores[key].double(), expected, rtol=1e-6, atol=2e-5, msg=key)
+
+
+def test_numpy_scalars_are_numbers_as_python_ones_are():
+    """np.float32(0.7) as the temperature and np.int64 tile sizes were refused ("must be a finite
+    number > 0, got np.float32(0.7)"), while np.float64, a float subclass, passed."""
+    import numpy as np
+
+    logits, token_ids, mask, group_ids, _ = variant_batch(4)
+    given = token_statistics(logits, token_ids, mask, np.float32(0.7), tile_size=(np.int64(3), np.int64(5)),
+                             js_references=("group_mean_absorbing",), group_ids=group_ids)
+    plain = token_statistics(logits, token_ids, mask, float(np.float32(0.7)), tile_size=(3, 5),
+                             js_references=("group_mean_absorbing",), group_ids=group_ids)
+    torch.testing.assert_close(given.log_probs, plain.log_probs, rtol=0, atol=0)
+    torch.testing.assert_close(given.js_scores, plain.js_scores, rtol=0, atol=0)
+    for bad in (np.bool_(True), np.float32("nan"), torch.tensor(0.7)):
+        with pytest.raises(ValueError, match="temperature must be a finite number"):
+            token_statistics(logits, token_ids, mask, bad)

@@ -2,18 +2,19 @@
 that decide the commonest of them."""
 
 import math
+import numbers
 from typing import Any
 
 
 def is_integer(value: Any) -> bool:
-    """An ``int`` that is not a ``bool`` (YAML and hydra read ``true`` as one; ``1.5`` would be cut
-    to 1 by ``int``)."""
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An integer (``int``, numpy's) that is not a ``bool`` (YAML and hydra read ``true`` as one;
+    ``1.5`` would be cut to 1 by ``int``)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def is_finite_number(value: Any) -> bool:
-    """A finite ``int`` or ``float`` that is not a ``bool``."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite real number (``int``, ``float``, numpy's ``float32``...) that is not a ``bool``."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class UsageError(Exception):
