@@ -180,7 +180,7 @@ def test_method_options_map_to_config_fields():
 
 
 @pytest.mark.slow  # a process start, a subprocess or a long verifier loop
-def test_train_only_then_eval_only(tiny_model_dir, arithmetic_task, tmp_path):
+def test_train_only_then_eval_only(tiny_model_dir, arithmetic_task, tmp_path, capsys):
     """A grid trained by one process (--train-only) is evaluated by another (--eval-only), which
     skips runs not trained to their final step and never trains."""
     output = tmp_path / "cmp"
@@ -195,6 +195,7 @@ def test_train_only_then_eval_only(tiny_model_dir, arithmetic_task, tmp_path):
     trained = output / "runs" / "grpo" / "seed0"
     assert (trained / "checkpoints" / "step-00000001").is_dir()
     assert not (trained / "eval").exists() and not (output / "report.md").exists()
+    assert f"trained: {output}" in capsys.readouterr().out  # it printed "report: DIR", writing none
     assert main(["compare", "--eval-only", "--seeds", "0,1", *common]) == 0
     assert (trained / "eval" / "results.json").is_file()
     # the evaluation loads the weights in the run's own dtype (eval's auto is bf16 on a GPU)

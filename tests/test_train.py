@@ -51,7 +51,7 @@ EXPECTED_FRACTION = {"grpo": (1.0, 1.0), "stapo": (0.9, 1.0), "entropy": (0.2, 0
 
 @pytest.mark.parametrize("method", ["grpo", "entropy", "stapo", "ict", "random"])
 def test_each_method_trains_and_logs_every_field(method, tiny_model_dir, arithmetic_task,
-                                                 tmp_path):
+                                                 tmp_path, capsys):
     # ict: one step of its full-token warm-up (every token), then its per-response selection
     extra = {"full_token_warmup_steps": 1} if method == "ict" else {}
     config = tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", method=method,
@@ -81,8 +81,12 @@ def test_each_method_trains_and_logs_every_field(method, tiny_model_dir, arithme
     assert f"method: {method}" in saved
     assert "statistics_from: logits" in saved  # auto, resolved on the CPU
     assert result.checkpoint is not None and (result.checkpoint / COMPLETE_MARKER).is_file()
+    printed = "".join(capsys.readouterr())  # the run's console writes to stderr
     if method == "ict":
         assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+        assert f"tensorboard: {tmp_path / 'run' / 'tensorboard'}" in printed
+    else:  # tensorboard: false writes none, and the summary names none (it named the directory)
+        assert not (tmp_path / "run" / "tensorboard").exists() and "tensorboard:" not in printed
 
 
 def _fixed_batch(vocab_size: int, seed: int = 0) -> tuple[RolloutBatch, torch.Tensor]:

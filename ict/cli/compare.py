@@ -44,6 +44,6 @@ def run(args: argparse.Namespace) -> int:
     # the command line as typed, global flags (e.g. --debug) included; empty when called otherwise
     command = next((word for word in sys.argv[1:] if not word.startswith("-")), None)
     config.command = "ict " + shlex.join(sys.argv[1:]) if command == "compare" else ""
-    report = run_comparison(config)  # validates it first
-    print(f"report: {report}")
+    written = run_comparison(config)  # validates it first; the report, or (train only) the directory
+    print(f"trained: {written}" if config.train_only else f"report: {written}")
     return 0

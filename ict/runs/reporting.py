@@ -231,7 +231,8 @@ def print_summary(console: Any, run_dir: Path, before: dict[str, Any], after: di
     if before and after:
         for text in phase_lines(before, after_warmup, after, phase):
             console.print(text)
-    console.print(f"metrics: {metrics_path}  tensorboard: {run_dir / 'tensorboard'}")
+    board = run_dir / "tensorboard"  # none with tensorboard: false
+    console.print(f"metrics: {metrics_path}" + (f"  tensorboard: {board}" if board.is_dir() else ""))
     if checkpoint is not None:
         console.print(f"checkpoint: {checkpoint}")
 
