@@ -655,6 +655,9 @@ def test_a_run_with_a_checkpoint_resumes_with_its_own_config(tmp_path, monkeypat
     assert resumed.resume and resumed.held_out_sets is None and resumed.held_out_rule == "draws"
     with pytest.raises(UsageError, match="learning_rate"):
         _training_config(config, {"learning_rate": 3e-4}, spec, 0)
+    # a compare --config's eval_temperature reaches the runs; a resumed run may take it (it was
+    # refused: the comparison's own evaluation temperature could not be set again)
+    assert _training_config(config, {"eval_temperature": 0.6}, spec, 0).eval_temperature == 0.6
     save_config(build_config(None, {}, {"method": "grpo", "seed": "0", "run_dir": str(directory),
                                         "held_out_sets": evaluated}), directory / "config.yaml")
     assert _training_config(config, {}, spec, 0).held_out_sets == evaluated  # a new run's, kept

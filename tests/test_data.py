@@ -168,7 +168,10 @@ def test_a_run_started_before_the_distinct_rule_resumes_with_its_draws(tmp_path)
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["held_out_rule"] == "distinct"
     assert build_config(None, {}, {"run_dir": str(run), "resume": "true"}).held_out_rule == "distinct"
-    del saved["held_out_rule"]  # written before the option existed
+    del saved["held_out_rule"]  # written with held_out_sets (the two came together): distinct
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert build_config(None, {}, {"run_dir": str(run), "resume": "true"}).held_out_rule == "distinct"
+    del saved["held_out_sets"]  # written before both options existed
     (run / "config.yaml").write_text(yaml.safe_dump(saved))
     assert build_config(None, {}, {"run_dir": str(run), "resume": "true"}).held_out_rule == "draws"
     with pytest.raises(UsageError, match="held_out_rule is 'draws'"):

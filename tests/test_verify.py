@@ -266,10 +266,20 @@ def test_mark_hash_answer_boxes_a_bare_number_only():
     assert mark_hash_answer("x\n#### 18 eggs\nok") == "x\n\\boxed{18 eggs}\nok"  # one unit: an answer
 
 
+@pytest.mark.parametrize(("line", "gold"), [("1e5", "1"), ("2:30", "2"), ("5 x", "5"), ("3 dollars", "4"),
+                                            ("-2.5 %", "-25")])
+def test_a_hash_answer_is_not_graded_right_by_a_piece_of_it(verifier, line, gold):
+    """The unit reading boxes the number before a unit of two letters or more ("18 dollars"), never
+    a piece of a number or expression: 1e5 is not 1, 2:30 not 2, 5 x not 5 (hand-checked)."""
+    completion = f"We work it out.\n#### {line}"
+    for extraction in MATH_EXTRACTIONS:
+        assert not verifier.check(completion, gold, 10.0, extraction).correct, extraction
+
+
 @pytest.mark.parametrize(("line", "gold"), [
     ("\\frac{1}{2}", "\\frac{1}{2}"), ("-\\frac{3}{4}", "-\\frac{3}{4}"), ("2\\sqrt{2}", "2\\sqrt{2}"),
     ("1e5", "100000"), ("1.5e3", "1500"), ("2:30", "2:30"), ("10^3", "1000"), ("x = 5", "5"),
-    ("7.5 hours", "7.5"), ("25 cents", "25"), ("1,000", "1000"), ("$1,000.50", "1000.5"), ("-3", "-3"),
+    ("7.5 hours", "7.5"), ("25 cents", "25"), ("18 dollars", "18"), ("42 km/h", "42"), ("18 (dollars)", "18"), ("1,000", "1000"), ("$1,000.50", "1000.5"), ("-3", "-3"),
     ("3/4", "\\frac{3}{4}"),
 ])
 def test_a_hash_answer_in_latex_or_with_a_unit_is_the_answer(verifier, line, gold):

@@ -52,6 +52,9 @@ MATH_EXTRACTIONS = ("lenient", "anchored")
 _HEADING_WORD = re.compile(r"[^\W\d_]{2,}")
 _NUMBERED_TITLE = re.compile(r"\d+\s*[.)]\s+\S")
 _PLAIN_WORD = re.compile(r"(?<![\\\w])[^\W\d_]{2,}")
+# a number, a space, then a unit of two letters or more, or one in brackets: "18 dollars", "42 km/h",
+# "18 (dollars)"; not "1e5", "2:30", "5 x" (5x) or "-2.5 %" (the percent readings handle it)
+_NUMBER_AND_UNIT = re.compile(r"([-+]?\d+(?:\.\d+)?(?:/\d+)?)\s+(?:[^\W\d_]{2,}|\().*")
 # a percent sign inside a box (see _boxed_percent_readings)
 _BOXED_PERCENT = re.compile(r"(\\boxed\s*\{[^{}]*?)\s*\\?%\s*\}")
 _E_NOTATION = re.compile(r"(?<![\w.])([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d{1,3})(?![\w.])")
@@ -63,16 +66,25 @@ def mark_hash_answer(completion: str) -> str:
     so that math-verify's boxed-first extraction picks it; the lines after it are kept. Other
     completions are returned as is, among them Markdown headings (``#### Step 2: Revenue``,
     ``#### 2. Money made``, ``#### 60 % of the students``: see ``_NUMBERED_TITLE``)."""
+    return hash_answer_readings(completion)[0]
+
+
+def hash_answer_readings(completion: str) -> list[str]:
+    """`mark_hash_answer`'s reading, and for an answer with a unit after a number (``#### 18
+    dollars``: math-verify knows cm or hours, not dollars) one more with the number alone boxed."""
     marker = completion.rfind("####")
     if marker < 0 or any(command in completion for command in BOXED_COMMANDS):
-        return completion
+        return [completion]
     line, _, rest = completion[marker + 4 :].partition("\n")
     value = line.strip().replace(",", "").replace("\\$", "").strip("$ .")
     if (not value or _HEADING_WORD.match(value) or _NUMBERED_TITLE.match(value)
             or len(_PLAIN_WORD.findall(value)) >= 2):
-        return completion
+        return [completion]
     rest = f"\n{rest}" if rest.strip() else ""
-    return f"{completion[:marker]}\\boxed{{{value}}}{rest}"
+    values = [value]
+    if (number := _NUMBER_AND_UNIT.match(value)) is not None:
+        values.append(number.group(1))
+    return [f"{completion[:marker]}\\boxed{{{item}}}{rest}" for item in values]
 
 
 def _latex_e_notation(text: str) -> str:
@@ -136,7 +148,9 @@ def _worker_check(
         return False, None, "bad_gold"
     unanchored = extraction != "anchored"
     verdict: tuple[bool, str | None, str] = (False, None, "no_answer")
-    for reading in _boxed_percent_readings(_latex_e_notation(mark_hash_answer(completion))):
+    readings = [percent for marked in hash_answer_readings(completion)
+                for percent in _boxed_percent_readings(_latex_e_notation(marked))]
+    for reading in readings:
         parsed = parse(
             reading,
             extraction_config=[

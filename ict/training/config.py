@@ -440,11 +440,14 @@ _RENAMED = {"js_reference": "reference", "selection_unit": "unit", "selection_sc
 # saves and evaluates; not what a step computes.
 RESUME_MAY_CHANGE = frozenset({"num_steps", "resume", "run_dir", "device", "num_threads", "progress",
                                "tensorboard", "profile", "save_every", "keep_checkpoints", "eval_every",
-                               "verify_timeout"})
+                               "eval_temperature", "verify_timeout"})
 
 
-SAVED_BEFORE = {"held_out_rule": "draws"}
-"""What a run's config.yaml written before an option existed meant by its absence (on --resume)"""
+def saved_before(stored: dict[str, Any]) -> dict[str, Any]:
+    """What a run's config.yaml written before an option existed meant by its absence (on
+    --resume): ``held_out_rule: draws`` for a file from before held-out questions were left out of
+    training, which has neither that key nor ``held_out_sets`` (added together, 2026-11-28)."""
+    return {} if "held_out_rule" in stored or "held_out_sets" in stored else {"held_out_rule": "draws"}
 
 
 def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | None = None,
@@ -467,7 +470,8 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
     if not saved_path.read_text().strip():  # a write cut short (before writes were atomic)
         raise UsageError(f"--resume: {saved_path} is empty: restore it, or start another --run-dir")
     try:  # parsed as any YAML layer is (an unknown key is one line)
-        saved = _with_layer(dict(SAVED_BEFORE), _renamed(load_yaml(saved_path)))
+        stored = _renamed(load_yaml(saved_path))
+        saved = _with_layer(saved_before(stored), stored)
     except UsageError as error:
         raise UsageError(f"{saved_path}: {error}") from None
     run = TrainConfig(**saved).resolve()
