@@ -128,10 +128,11 @@ MEMORY_NOT_JUDGED = ("peak memory not judged (CPU runs sharing one process: the 
 
 
 def write_json(path: Path, data: Any) -> None:
-    """``data`` into ``path`` whole or not at all (a child killed mid-write leaves the file before)."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(data))
-    os.replace(partial, path)
+    """``data`` into ``path`` whole or not at all (a child killed mid-write leaves the file before):
+    ict's `write_atomically`, imported here, in the children (the parent imports no torch)."""
+    from ict.runs.checkpoint import write_atomically
+
+    write_atomically(path, json.dumps(data))
 
 
 # ------------------------------------------------------------------ (a) the statistics table

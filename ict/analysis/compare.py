@@ -39,6 +39,7 @@ from ict.core.significance import (
     paired_bootstrap,
     paired_permutation_test,
 )
+from ict.runs.reporting import ENVIRONMENT_FILE, environment_record, json_safe
 
 BASELINES = ("grpo", "random")  # default baselines: method names (every run label of them)
 BOOTSTRAP_RESAMPLES = 10_000  # default resamples of each paired interval
@@ -367,18 +368,6 @@ def top_tokens(runs: list[RunRecord], window: int = END_WINDOW, k: int = TOP_TOK
     return {label: summed_top_tokens(lines, k) for label, lines in lines_of.items()}
 
 
-def _finite(value: Any) -> Any:
-    """`value` for strict JSON: NaN and infinities (a std over one seed, a key never logged) as
-    None, numpy scalars as Python numbers, through dicts, lists and tuples."""
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(item) for item in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -391,8 +380,6 @@ def _environment(runs: Sequence[RunRecord]) -> list[str]:
     """The report's environment lines: this process's (`environment_record`), then the distinct
     environments the runs trained in (their environment.jsonl; runs older than that file are
     counted as not recorded)."""
-    from ict.runs.reporting import ENVIRONMENT_FILE, environment_record
-
     record = environment_record()
     lines = [f"this report: Python {record['python']} on {record['platform']} ({record['machine']}, "
              f"{record['cpu_count']} CPUs"
@@ -534,7 +521,7 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
                 "low", "high", "p_value"])
     _write_csv(output_dir / "training_end.csv", summary["training_end"],
                ["method", "seed", "steps", *END_KEYS])
-    (output_dir / "summary.json").write_text(json.dumps(_finite(summary), indent=1, allow_nan=False))
+    (output_dir / "summary.json").write_text(json.dumps(json_safe(summary), indent=1, allow_nan=False))
     figure = plot_runs([run.directory for run in runs], output_dir / "curves.png",
                        labels=[run.label for run in runs])
     curves = learning_curves(output_dir, runs)

@@ -85,8 +85,9 @@ def ours_weights(selected: Tensor, response_mask: Tensor, loss_type: str, counts
     if loss_type not in ("grpo", "sapo", "bnpo", "dapo", "cispo"):
         raise ValueError(f"selection_denominator='ours' is not defined for TRL loss_type {loss_type!r} "
                          f"(defined for: {', '.join(OURS_AGGREGATION)}); use selection_denominator='trl'")
-    local = selection_counts(selected, response_mask)
-    tokens, chosen, rows, rows_with = (local if counts is None or loss_type == "bnpo" else counts).unbind()
+    if counts is None or loss_type == "bnpo":
+        counts = selection_counts(selected, response_mask)
+    tokens, chosen, rows, rows_with = counts.unbind()
     if loss_type in ("grpo", "sapo"):
         per_row = selected.sum(-1, keepdim=True)
         return weights * (response_mask.sum(-1, keepdim=True) / per_row.clamp(min=1) * (rows / rows_with.clamp(min=1)))

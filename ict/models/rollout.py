@@ -173,8 +173,7 @@ def generate_rows(model: Any, prompt_ids: Sequence[list[int]], rows: Sequence[in
     device = next(model.parameters()).device
     input_ids, attention_mask = _left_pad([prompt_ids[index] for index in rows], pad_id)
     unique = sorted(set(rows))
-    owner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    configured = getattr(getattr(owner, "generation_config", None), "cache_implementation", None)
+    configured = getattr(getattr(_generation_owner(model), "generation_config", None), "cache_implementation", None)
     own_cache = ({"cache", "past_key_values", "cache_implementation"} & set(generate_options)
                  or configured not in (None, "hybrid"))
     if (shared_prefill and not own_cache and len(unique) < len(rows) and input_ids.shape[1] >= 2
@@ -192,6 +191,11 @@ def generate_rows(model: Any, prompt_ids: Sequence[list[int]], rows: Sequence[in
     return output[:, input_ids.shape[1]:].tolist()
 
 
+def _generation_owner(model: Any) -> Any:
+    """The model whose ``generation_config`` ``generate`` reads: a peft model's base model."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 @contextlib.contextmanager
 def plain_generation_defaults(model: Any) -> Iterator[None]:
     """While it lasts, ``generate`` fills what its arguments leave unset from a plain
@@ -203,7 +207,7 @@ def plain_generation_defaults(model: Any) -> Iterator[None]:
     model's) is kept too. A peft model's base model holds the config ``generate`` reads."""
     from transformers import GenerationConfig
 
-    owner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    owner = _generation_owner(model)
     own = getattr(owner, "generation_config", None)
     if own is None:
         yield

@@ -18,11 +18,18 @@ from ict.core.errors import UsageError
 from ict.runs.checkpoint import truncate_jsonl, write_atomically
 
 
-def _json_value(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
+    """``value`` for strict JSON: NaN and infinities as None (MetricsLogger's null, a report's std
+    over one seed), 0-d tensors and numpy scalars as Python numbers, through dicts, lists and
+    tuples (a tuple as a list, as ``json.dumps`` writes it)."""
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if hasattr(value, "item") and callable(value.item):  # a 0-d tensor or numpy scalar
-        return _json_value(value.item())
+        return json_safe(value.item())
     return value
 
 
@@ -79,7 +86,7 @@ class MetricsLogger:
 
     def log(self, metrics: dict[str, Any]) -> None:
         with self.path.open("a") as handle:
-            handle.write(json.dumps({key: _json_value(value) for key, value in metrics.items()})
+            handle.write(json.dumps({key: json_safe(value) for key, value in metrics.items()})
                          + "\n")
         if self.writer is not None:
             for key, value in metrics.items():
