@@ -1,0 +1,102 @@
+"""The configuration of :mod:`ict.integrations.trl` and its construction-time checks: TRL's
+``GRPOConfig`` plus ict's token-selection fields (:class:`ICTGRPOConfig`), the tested TRL range
+and the one-line refusals that need no trainer."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.version import Version
+from trl import GRPOConfig
+
+from ict.core.errors import is_integer
+from ict.core.selectors import method_train_options
+from ict.core.stats import parse_tile_size
+from ict.integrations import parse_token_selector
+from ict.integrations.trl_loss import TRL_LOSS_TYPE_OF
+
+SELECTION_DENOMINATORS = ("ours", "trl")
+TESTED_TRL = ("1.16.0", "1.17")  # >= first, < second
+
+
+def check_trl_version(version: str) -> None:
+    """Raise one line unless ``TESTED_TRL[0] <= version < TESTED_TRL[1]``: the integration
+    overrides TRL's private ``_compute_loss`` / ``get_high_entropy_mask``, which change freely."""
+    low, high = TESTED_TRL
+    if not Version(low) <= Version(version) < Version(high):
+        raise ValueError(f"ict.integrations.trl is tested with TRL >={low},<{high}; installed TRL {version} "
+                         f"(pip install 'trl>={low},<{high}')")
+
+
+@dataclass
+class ICTGRPOConfig(GRPOConfig):
+    """``GRPOConfig`` plus ict's token selection (every other field is TRL's)."""
+
+    token_selector: str = field(
+        default="ict",
+        metadata={"help": "Registered ict selector and options, 'name:key=value,...'; unset options take "
+                  "the registry's defaults (e.g. 'ict' (the paper's recipe: top 10% of each completion "
+                  "by JS to the group mean), 'ict:preset=batch', 'entropy:ratio=0.2', 'all')."},
+    )
+    loss_type: str | None = field(  # type: ignore[assignment]
+        default=None,
+        metadata={"help": "TRL's loss_type; None: the one that gives the method's aggregation (registry, "
+                  "with selection_denominator='ours'): 'grpo' (seq_mean_token_mean, the paper's "
+                  "Sparse-GRPO) for ict, TRL's default 'dapo' (token_mean) otherwise."},
+    )
+    full_token_warmup_steps: int | None = field(
+        default=None,
+        metadata={"help": "The first N optimizer steps (TRL's global_step) update every completion token; "
+                  "None: the method's (registry: 10 for ict, the paper's warm-up; 0 otherwise)."},
+    )
+    selection_denominator: str = field(
+        default="ours",
+        metadata={"help": "'ours': the loss is ict's policy_loss on the selected tokens; 'trl': TRL's "
+                  "completion-token denominators (TRL's top_entropy_quantile convention)."},
+    )
+    stats_tile_size: str = field(
+        default="auto",
+        metadata={"help": "Token x vocabulary tile of ict's token statistics: 'auto' (follows the device: "
+                  "4096x32768 for the Triton kernels on a GPU, 256x8192 in torch on a CPU) or "
+                  "'TOKENSxVOCAB', e.g. '1024x32768'."},
+    )
+
+    def __post_init__(self) -> None:
+        name, _, preset = parse_token_selector(self.token_selector, with_preset=True)
+        method = method_train_options(name, preset)
+        if self.loss_type is None:
+            self.loss_type = TRL_LOSS_TYPE_OF[method["aggregation"]]
+        if self.full_token_warmup_steps is None:
+            self.full_token_warmup_steps = method["full_token_warmup_steps"]
+        check_warmup_steps(self.full_token_warmup_steps)
+        parse_tile_size(self.stats_tile_size)  # a bad value is a one-line ValueError
+        super().__post_init__()
+        if self.selection_denominator not in SELECTION_DENOMINATORS:
+            raise ValueError(
+                f"selection_denominator must be 'ours' or 'trl', got {self.selection_denominator!r}")
+
+
+def check_warmup_steps(value: Any) -> None:
+    """Raise one line unless ``value`` is an int >= 0 (not a bool, float or NaN: ``int()`` would
+    cut 2.5 to 2, True to 1, 0.9 to 0)."""
+    if not is_integer(value) or value < 0:
+        raise ValueError(f"full_token_warmup_steps must be None or an integer >= 0, got {value!r}")
+
+
+def sharded_head_refusal(config: Any, fsdp_plugin: Any = None, deepspeed_plugin: Any = None) -> str | None:
+    """The one-line refusal of FSDP (1 and 2) and DeepSpeed ZeRO-3, whose LM-head weight is
+    sharded (TRL gathers it inside its fused head; the integration is untested there), or None."""
+    fsdp_config = getattr(config, "fsdp_config", None) or {}
+    requested = bool(getattr(config, "fsdp", None)) or fsdp_plugin is not None or (
+        os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true"))
+    if requested:
+        version = (fsdp_config.get("version") or fsdp_config.get("fsdp_version")
+                   or getattr(fsdp_plugin, "fsdp_version", None) or os.environ.get("FSDP_VERSION", "1"))
+        return (f"ict.integrations.trl does not support FSDP (fsdp_version={version}): the LM head is sharded and "
+                "this mode is untested; use DDP or DeepSpeed ZeRO-1/2")
+    if getattr(deepspeed_plugin, "zero_stage", 0) == 3:
+        return ("ict.integrations.trl does not support DeepSpeed ZeRO-3: the LM head is partitioned and this mode "
+                "is untested; use DeepSpeed ZeRO-1/2 or DDP")
+    return None
