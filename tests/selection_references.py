@@ -1,5 +1,6 @@
 """Python-list references for the token selections: the exact count ``ceil(ratio n)`` and each
-population ranked alone (``tests/test_selectors.py``, ``test_ranking.py``)."""
+population ranked alone (``tests/test_selectors.py``, ``test_ranking.py``); and
+:func:`make_inputs`, the random selector inputs those tests share."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import math
 from fractions import Fraction
 
 import torch
+
+from ict.core.selectors import SelectionInputs
+from ict.core.stats import JS_REFERENCES, TokenStatistics
 
 
 def exact_count(ratio: float, n: int) -> int:
@@ -91,3 +95,24 @@ def reference_top_unique(scores, token_ids, mask, ratio, scope, group_ids, gener
             selected[row, t] = int(token_ids[row, t]) in kept_ids
             decided[row, t] = int(token_ids[row, t]) in drawn_ids
     return selected, decided
+
+
+def make_inputs(seed: int = 0, batch: int = 4, length: int = 16, vocab: int = 11, mask_rate: float = 0.3):
+    generator = torch.Generator().manual_seed(seed)
+    mask = torch.rand(batch, length, generator=generator) > mask_rate
+    stats = TokenStatistics(
+        log_probs=-torch.rand(batch, length, generator=generator) * 8,
+        entropy=torch.rand(batch, length, generator=generator) * 3,
+        renyi2=torch.rand(batch, length, generator=generator),
+        js_scores={
+            name: torch.rand(batch, length, generator=generator) * math.log(2) for name in JS_REFERENCES
+        },
+    )
+    return SelectionInputs(
+        stats=stats,
+        response_mask=mask,
+        advantages=torch.randn(batch, generator=generator),
+        token_ids=torch.randint(0, vocab, (batch, length), generator=generator),
+        generator=torch.Generator().manual_seed(seed + 1),
+        group_ids=torch.arange(batch) // 2,
+    )
