@@ -1,9 +1,11 @@
 """Helpers for the tests that run the scripts of benchmarks/ (tests/test_benchmark_scripts.py,
-tests/test_gpu_scripts.py): import one as a module, or run one in the environment it needs."""
+test_benchmark_ict_cost.py, test_gpu_scripts.py): import one as a module, run one in the
+environment it needs, and read the markdown tables it prints."""
 
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
 from pathlib import Path
@@ -36,3 +38,18 @@ def gpu_script_environment(tmp_path: Path, **variables: str) -> dict[str, str]:
     return {**environment_with_root(), "OUT": str(tmp_path / "out"), "GPU_RUN_SCRATCH": str(tmp_path / "scratch"),
             "GPU_RUN_WHEELS": str(tmp_path / "no-wheels"),
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]), **variables}
+
+
+def table_rows(output: str, first_cells: tuple[str, ...]) -> list[list[str]]:
+    """The markdown table lines of ``output`` whose first cells are ``first_cells``."""
+    rows = []
+    for line in output.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and tuple(cells[:len(first_cells)]) == first_cells:
+            rows.append(cells)
+    return rows
+
+
+def finite(cell: str, positive: bool = True) -> bool:
+    value = float(cell)
+    return math.isfinite(value) and (value > 0 if positive else value >= 0)

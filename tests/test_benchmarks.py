@@ -1,7 +1,7 @@
 """Benchmark registry: names and suites, local files loaded as they are, hub-format rows, offline
 hub errors, reasoning-gym tasks, and the paper's seven benchmarks from small files built here (the
-speed scripts in benchmarks/ are tested in tests/test_benchmark_scripts.py, the GPU's shell scripts
-in tests/test_gpu_scripts.py)."""
+speed scripts in benchmarks/ are tested in tests/test_benchmark_scripts.py and
+test_benchmark_ict_cost.py, the GPU's shell scripts in tests/test_gpu_scripts.py)."""
 
 from __future__ import annotations
 
