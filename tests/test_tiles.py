@@ -601,6 +601,28 @@ def test_large_logits_at_a_temperature_that_is_no_power_of_two(backend):
             torch.testing.assert_close(stats.js_scores[key].double(), expected, rtol=1e-6, atol=2e-5, msg=key)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_vocabulary_tile_masked_with_the_lowest_float_is_no_nan(backend, dtype):
+    """Ids masked with ``finfo(dtype).min`` (not -inf) over a whole first vocabulary tile: the next
+    tile's fold rescaled the old sums by ``0 * (total * delta)``, ``total * delta`` = -inf (the jump
+    from -3.4e38), and entropy and every JS score were NaN (float64: entropy 1.0-1.5, finite JS)."""
+    logits, token_ids, mask, group_ids, _ = variant_batch(1)
+    logits = torch.where(torch.isinf(logits), 0.0, logits)
+    logits[..., :10] = torch.finfo(dtype).min
+    token_ids = token_ids.clamp(min=10)
+    references = ("group_mean_absorbing", "prev")
+    stats = run(token_statistics, backend, logits.to(dtype), token_ids, mask, 1.2, js_references=references,
+                group_ids=group_ids, tile_size=(3, 10))
+    logits = logits.to(dtype).double()
+    expected = reference_statistics(logits, token_ids, mask, 1.2)
+    for name in ("log_probs", "entropy", "renyi2"):
+        torch.testing.assert_close(getattr(stats, name).double(), expected[name], atol=1e-5, rtol=1e-6, msg=name)
+    for reference in references:
+        want = loop_reference_scores(logits, token_ids, mask, group_ids, 1.2, reference, "js")
+        torch.testing.assert_close(stats.js_scores[reference].double(), want, atol=2e-5, rtol=1e-6, msg=reference)
+
+
 def test_numpy_scalars_are_numbers_as_python_ones_are():
     """np.float32(0.7) as the temperature and np.int64 tile sizes were refused ("must be a finite
     number > 0, got np.float32(0.7)"), while np.float64, a float subclass, passed."""

@@ -124,7 +124,9 @@ def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start:
     exps = torch.exp(z, out=scratch_like(scratch, "exponentials", z))
     z.clamp_(min=_LOWEST)  # -inf logits: exp(z) = 0 and 0 * z must be 0, not nan
     rescale = torch.exp(state.maximum - safe)
-    delta = torch.where(state.total > 0, state.maximum - safe, 0.0)
+    # 0 where the old terms vanish (rescale = 0): total * delta overflows to -inf when the old maximum
+    # is near float32's lowest (a vocabulary masked with finfo.min), and 0 * -inf is NaN
+    delta = torch.where(rescale > 0, state.maximum - safe, 0.0)
     state.shifted.copy_(rescale * (state.shifted + state.total * delta) + z.mul_(exps).sum(dim=-1))
     # z is spent: sum_v e^(2(z-m)) is squared into it
     state.square.copy_(state.square * rescale * rescale + squares(exps, out=z))

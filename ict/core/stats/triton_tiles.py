@@ -85,7 +85,7 @@ def _statistics_kernel(tile_ptr, stride, rows_ptr, targets_ptr, max_ptr, total_p
         new_m = tl.maximum(m, tl.max(z, axis=0))
         safe = tl.where(new_m == float("-inf"), 0.0, new_m)
         rescale = _exp(m - safe)
-        delta = tl.where(s > 0, m - safe, 0.0)
+        delta = tl.where(rescale > 0, m - safe, 0.0)  # 0 * (s * delta = -inf) would be NaN (torch's fold)
         e = _exp(z - safe)
         d = tl.where(e > 0, z - safe, 0.0)
         a = rescale * (a + s * delta) + tl.sum(e * d, axis=0)
