@@ -79,3 +79,24 @@ def test_verl_cpu_run(tmp_path: Path) -> None:
     check = subprocess.run([sys.executable, str(ROOT / "examples" / "verl" / "check_masks.py"),
                             str(out / "ict_masks")], capture_output=True, text=True, timeout=300)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_run_cpu_dry_run_keeps_the_previous_run(tmp_path: Path) -> None:
+    """``DRY_RUN=1 examples/verl/run_cpu.sh`` prints the command line and leaves the previous
+    run's metrics.jsonl and ict_masks/ alone (it deleted both before printing). The data/model
+    step is a stub interpreter that prints a model path."""
+    out = tmp_path / "ict"
+    (out / "ict_masks").mkdir(parents=True)
+    (out / "ict_masks" / "select_000001_rank0.pt").write_bytes(b"mask")
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    stub = tmp_path / "python"
+    stub.write_text("#!/bin/sh\necho /stub/model\n")
+    stub.chmod(0o755)
+    env = {"PATH": os.environ.get("PATH", ""), "DRY_RUN": "1", "PY": str(stub), "OUT": str(out),
+           "DATA": str(tmp_path / "data"), "METHOD": "ict"}
+    run = subprocess.run(["bash", str(ROOT / "examples" / "verl" / "run_cpu.sh")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "actor_rollout_ref.model.path=/stub/model" in run.stdout.splitlines()
+    assert (out / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    assert (out / "ict_masks" / "select_000001_rank0.pt").read_bytes() == b"mask"
