@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def declared_floor(name: str) -> Version:
     """The ``>=`` floor of dependency ``name`` in pyproject.toml's ``[project] dependencies``."""
     text = (ROOT / "pyproject.toml").read_text()
-    dependencies = text.split("dependencies = [", 1)[1].split("]", 1)[0]
+    dependencies = text.split("\ndependencies = [", 1)[1].split("\n]", 1)[0]
     match = re.search(rf'"{re.escape(name)}(?:\[[^\]]*\])?>=([0-9.]+)', dependencies)
     assert match, f"{name} has no >= floor in pyproject.toml"
     return Version(match.group(1))
@@ -27,3 +27,13 @@ def test_transformers_floor_takes_the_dtype_keyword():
     loading = (ROOT / "ict" / "models" / "loading.py").read_text()
     assert re.search(r"from_pretrained\([^)]*\bdtype=", loading)
     assert declared_floor("transformers") >= Version("4.56")
+
+
+def test_math_verify_floor_takes_no_timeout():
+    """The math-verify worker bounds a check by killing the process, so it calls ``parse`` and
+    ``verify`` with their own timeouts off (``None``): math-verify 0.8 is the first release that
+    reads None as no timeout. 0.7.0 hands it to ``signal.alarm(None)``, a TypeError that the worker
+    takes for an unreadable gold, so every math answer was graded wrong."""
+    verify = (ROOT / "ict" / "answers" / "verify.py").read_text()
+    assert "parsing_timeout=None" in verify and "timeout_seconds=None" in verify
+    assert declared_floor("math-verify") >= Version("0.8")
