@@ -37,3 +37,14 @@ def test_math_verify_floor_takes_no_timeout():
     verify = (ROOT / "ict" / "answers" / "verify.py").read_text()
     assert "parsing_timeout=None" in verify and "timeout_seconds=None" in verify
     assert declared_floor("math-verify") >= Version("0.8")
+
+
+def test_transformers_floor_builds_a_hybrid_models_cache_layers():
+    """ict.models.rollout.prompt_cache_shareable tells a hybrid model (LFM2, Qwen3-Next, ...) by the
+    layer types of ``DynamicCache(config=model.config)``: transformers 5.5 is the first that builds
+    their convolution / linear-attention layers there. Up to 5.4 it builds attention layers only,
+    so LFM2 read as shareable and the shared-prompt forward failed ('Lfm2HybridConvCache' object
+    has no attribute 'batch_select_indices')."""
+    rollout = (ROOT / "ict" / "models" / "rollout.py").read_text()
+    assert "DynamicCache(config=model.config).layers" in rollout
+    assert declared_floor("transformers") >= Version("5.5")
