@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import threading
+import types
 from pathlib import Path
 
 import pytest
@@ -478,7 +480,8 @@ def test_worker_imports_this_copy_of_ict(monkeypatch):
         seen.update(kwargs["env"])
         raise OSError("not started")
 
-    monkeypatch.setattr(verify_module.subprocess, "Popen", no_start)
+    fake = types.SimpleNamespace(Popen=no_start, PIPE=subprocess.PIPE, DEVNULL=subprocess.DEVNULL)
+    monkeypatch.setattr(verify_module, "subprocess", fake)  # this module's only
     with pytest.raises(OSError, match="not started"):
         verify_module._Worker()
     first = seen["PYTHONPATH"].split(os.pathsep)[0]
