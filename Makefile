@@ -117,8 +117,8 @@ verl-env: $(VERL_ENV_STAMP)
 # rollouts), then the check that ICT's masks in the run equal ict.core.selectors' on the
 # dumped batches; logs and metrics in runs/verl-cpu/{grpo,ict}.
 verl-demo: $(VERL_ENV_STAMP)
-	METHOD=grpo examples/verl/run_cpu.sh
-	METHOD=ict examples/verl/run_cpu.sh
+	PY=$(VERL_VENV)/bin/python METHOD=grpo examples/verl/run_cpu.sh
+	PY=$(VERL_VENV)/bin/python METHOD=ict examples/verl/run_cpu.sh
 	$(VERL_VENV)/bin/python examples/verl/check_masks.py runs/verl-cpu/ict/ict_masks
 
 # The engine tests (-m engines, which plain `make test` leaves out): real vLLM and TRL through

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,38 @@ def test_verl_cpu_run(tmp_path: Path) -> None:
     check = subprocess.run([sys.executable, str(ROOT / "examples" / "verl" / "check_masks.py"),
                             str(out / "ict_masks")], capture_output=True, text=True, timeout=300)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_run_cpu_dry_run_keeps_the_previous_run(tmp_path: Path) -> None:
+    """``DRY_RUN=1 examples/verl/run_cpu.sh`` prints the command line and leaves the previous
+    run's metrics.jsonl and ict_masks/ alone (it deleted both before printing). The data/model
+    step is a stub interpreter that prints a model path."""
+    out = tmp_path / "ict"
+    (out / "ict_masks").mkdir(parents=True)
+    (out / "ict_masks" / "select_000001_rank0.pt").write_bytes(b"mask")
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    stub = tmp_path / "python"
+    stub.write_text("#!/bin/sh\necho /stub/model\n")
+    stub.chmod(0o755)
+    env = {"PATH": os.environ.get("PATH", ""), "DRY_RUN": "1", "PY": str(stub), "OUT": str(out),
+           "DATA": str(tmp_path / "data"), "METHOD": "ict"}
+    run = subprocess.run(["bash", str(ROOT / "examples" / "verl" / "run_cpu.sh")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "actor_rollout_ref.model.path=/stub/model" in run.stdout.splitlines()
+    assert (out / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    assert (out / "ict_masks" / "select_000001_rank0.pt").read_bytes() == b"mask"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_verl_demo_runs_the_script_with_the_environment_it_built(tmp_path: Path) -> None:
+    """``make verl-demo VERL_VENV=DIR`` builds DIR and checks the masks with DIR's Python, and runs
+    examples/verl/run_cpu.sh with it too (the script fell back to .venv-verl: 'no .venv-verl: run
+    make verl-env first' right after make had built DIR). ``make -n`` only prints the commands."""
+    venv = tmp_path / "verl-venv"
+    run = subprocess.run(["make", "-n", "verl-demo", f"VERL_VENV={venv}"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    script_lines = [line for line in run.stdout.splitlines() if "examples/verl/run_cpu.sh" in line]
+    assert len(script_lines) == 2
+    assert all(f"PY={venv}/bin/python " in line for line in script_lines), script_lines

@@ -9,8 +9,11 @@ string differs (rows with identical golds are genuinely interchangeable).
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import threading
+import types
 from pathlib import Path
 
 import pytest
@@ -461,3 +464,25 @@ def test_mmlu_stem_letters():
 def test_check_math_default_pool_smoke():
     verdict = check_math("\\boxed{\\sqrt{4}}", "2")
     assert verdict.correct and verdict.status == "ok" and verdict.extracted == "\\sqrt{4}"
+
+
+def test_worker_imports_this_copy_of_ict(monkeypatch):
+    """The math-verify worker's PYTHONPATH starts with the directory that holds this ``ict``
+    package (it was ``ict/`` itself, parents[1] of ict/answers/verify.py since the module moved
+    there: the worker imported another installed ict, or none, when the checkout was on sys.path
+    by other means than PYTHONPATH)."""
+    import ict
+    import ict.answers.verify as verify_module
+
+    seen = {}
+
+    def no_start(args, **kwargs):
+        seen.update(kwargs["env"])
+        raise OSError("not started")
+
+    fake = types.SimpleNamespace(Popen=no_start, PIPE=subprocess.PIPE, DEVNULL=subprocess.DEVNULL)
+    monkeypatch.setattr(verify_module, "subprocess", fake)  # this module's only
+    with pytest.raises(OSError, match="not started"):
+        verify_module._Worker()
+    first = seen["PYTHONPATH"].split(os.pathsep)[0]
+    assert Path(first) == Path(ict.__file__).resolve().parents[1]

@@ -56,8 +56,6 @@ export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-0-$(( $(nproc) - 1
 export TOKENIZERS_PARALLELISM=false
 export RAY_DEDUP_LOGS=0
 export HYDRA_FULL_ERROR=1
-rm -f "$VERL_FILE_LOGGER_PATH"
-rm -rf "$ICT_VERL_DUMP_DIR"
 
 ARGS=(
   algorithm.adv_estimator=grpo
@@ -140,6 +138,8 @@ if [[ -n "${DRY_RUN:-}" ]]; then
   printf '%s\n' "${ARGS[@]}" "$@"
   exit 0
 fi
+rm -f "$VERL_FILE_LOGGER_PATH"    # a dry run leaves the previous run's files alone
+rm -rf "$ICT_VERL_DUMP_DIR"
 "$PY" -m verl.trainer.main_ppo "${ARGS[@]}" "$@" 2>&1 | tee "$OUT/console.log"
 # the config verl ran with, every interpolation resolved
 "$PY" -c 'import sys; from omegaconf import OmegaConf

@@ -257,7 +257,7 @@ class _Worker:
     """One math-verify process; blocking start, deadline-bounded reads."""
 
     def __init__(self) -> None:
-        package_root = str(Path(__file__).resolve().parents[1])
+        package_root = str(Path(__file__).resolve().parents[2])  # the directory holding ict/
         env = dict(os.environ)
         env["PYTHONPATH"] = package_root + os.pathsep + env.get("PYTHONPATH", "")
         env.setdefault("OMP_NUM_THREADS", "1")

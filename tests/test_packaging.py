@@ -1,0 +1,50 @@
+"""What pyproject.toml declares holds for the code that ships: the dependency floors admit no
+version the code cannot run with."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def declared_floor(name: str) -> Version:
+    """The ``>=`` floor of dependency ``name`` in pyproject.toml's ``[project] dependencies``."""
+    text = (ROOT / "pyproject.toml").read_text()
+    dependencies = text.split("\ndependencies = [", 1)[1].split("\n]", 1)[0]
+    match = re.search(rf'"{re.escape(name)}(?:\[[^\]]*\])?>=([0-9.]+)', dependencies)
+    assert match, f"{name} has no >= floor in pyproject.toml"
+    return Version(match.group(1))
+
+
+def test_transformers_floor_takes_the_dtype_keyword():
+    """ict.models.loading calls ``from_pretrained(..., dtype=...)``: transformers 4.56 is the first
+    release that reads it (4.55 and the declared 4.46 hand it to the model class, TypeError:
+    LlamaForCausalLM.__init__() got an unexpected keyword argument 'dtype')."""
+    loading = (ROOT / "ict" / "models" / "loading.py").read_text()
+    assert re.search(r"from_pretrained\([^)]*\bdtype=", loading)
+    assert declared_floor("transformers") >= Version("4.56")
+
+
+def test_math_verify_floor_takes_no_timeout():
+    """The math-verify worker bounds a check by killing the process, so it calls ``parse`` and
+    ``verify`` with their own timeouts off (``None``): math-verify 0.8 is the first release that
+    reads None as no timeout. 0.7.0 hands it to ``signal.alarm(None)``, a TypeError that the worker
+    takes for an unreadable gold, so every math answer was graded wrong."""
+    verify = (ROOT / "ict" / "answers" / "verify.py").read_text()
+    assert "parsing_timeout=None" in verify and "timeout_seconds=None" in verify
+    assert declared_floor("math-verify") >= Version("0.8")
+
+
+def test_transformers_floor_builds_a_hybrid_models_cache_layers():
+    """ict.models.rollout.prompt_cache_shareable tells a hybrid model (LFM2, Qwen3-Next, ...) by the
+    layer types of ``DynamicCache(config=model.config)``: transformers 5.5 is the first that builds
+    their convolution / linear-attention layers there. Up to 5.4 it builds attention layers only,
+    so LFM2 read as shareable and the shared-prompt forward failed ('Lfm2HybridConvCache' object
+    has no attribute 'batch_select_indices')."""
+    rollout = (ROOT / "ict" / "models" / "rollout.py").read_text()
+    assert "DynamicCache(config=model.config).layers" in rollout
+    assert declared_floor("transformers") >= Version("5.5")
