@@ -11,7 +11,7 @@ STAMP = $(VENV)/.ict-installed
 DEMO_DIR ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: install demo test fuzz lint clean-demo
+.PHONY: install demo test fuzz lint
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
