@@ -129,3 +129,32 @@ def test_a_rerun_on_a_full_disk_leaves_run_json_whole(tmp_path):
         prepare_output_dir(tmp_path, current, grading, num_samples=1, greedy=False)
     finished, _ = prepare_output_dir(tmp_path, current, grading, num_samples=1, greedy=False)
     assert list(finished) == [unit_key("gsm8k", 0, 0)]
+
+
+def test_results_json_is_written_last_and_whole_on_a_full_disk(tmp_path):
+    """ict compare takes an evaluation with a results.json for finished and reuses it. It was
+    written first and in place: a full disk left a torn results.json (and no results.csv/.md)
+    that every rerun of ict compare reused, never repaired."""
+    from ict.analysis.compare import complete_verdicts
+    from ict.evaluation.results import BenchmarkResult, EvalResult, write_results
+
+    def result(directory: Path) -> EvalResult:
+        directory.mkdir()
+        (directory / "samples.jsonl").write_text(json.dumps(
+            {"benchmark": "gsm8k", "index": 0, "sample": 0, "correct": True, "greedy": False}) + "\n")
+        row = BenchmarkResult("gsm8k", "math", "", 1, 1, {"pass@1": 1.0})
+        config = {"model": "m", "num_samples": 1, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 6,
+                  "seed": 0, "ks": [1]}
+        return EvalResult(config, [row], [], directory, {})
+
+    write_results(result(tmp_path / "whole"))
+    sizes = {name: (tmp_path / "whole" / name).stat().st_size for name in ("results.json", "results.csv", "results.md")}
+    assert sizes["results.json"] > max(sizes["results.csv"], sizes["results.md"]) + 2
+    full = tmp_path / "full"
+    evaluation = result(full)
+    with pytest.raises(OSError), file_size_limit(max(sizes["results.csv"], sizes["results.md"]) + 1):
+        write_results(evaluation)
+    assert not (full / "results.json").exists()
+    assert complete_verdicts(full) is None  # not finished: ict compare evaluates it again
+    write_results(evaluation)
+    assert json.loads((full / "results.json").read_text())["config"]["ks"] == [1]
