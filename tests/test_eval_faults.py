@@ -1,9 +1,11 @@
 """SIGKILL a real `ict eval` process mid-run and restart it: finished problems are not generated
 again, none is counted twice, and the results equal an uninterrupted evaluation's; with one
-sampling seed and with several (`--seeds`: no seed's samples mixed into another's)."""
+sampling seed and with several (`--seeds`: no seed's samples mixed into another's). A rerun on a
+full disk keeps the directory resumable."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -88,3 +90,71 @@ def test_killed_evaluation_resumes_without_redoing_or_double_counting(tiny_model
     assert all(after[key] == before[key] for key in finished_before)  # finished units kept as they were
     resumed = json.loads((out / "results.json").read_text())
     assert resumed["benchmarks"] == expected["benchmarks"]
+
+
+@contextlib.contextmanager
+def file_size_limit(size: int):
+    """Writes that would grow a file past ``size`` bytes fail with EFBIG, as on a full disk
+    (RLIMIT_FSIZE; Python ignores SIGXFSZ); the limit is lifted on exit."""
+    resource = pytest.importorskip("resource")
+    previous = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, previous[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, previous)
+
+
+def test_a_rerun_on_a_full_disk_leaves_run_json_whole(tmp_path):
+    """Every rerun rewrites run.json; written in place, a write cut short (disk full, a kill) left
+    it torn, and each later rerun refused the directory ('not a JSON object; pass --overwrite'),
+    its finished samples with it."""
+    from ict.answers.grading import Verdict
+    from ict.core.problems import Problem
+    from ict.evaluation.records import (
+        prepare_output_dir,
+        records_for_problem,
+        unit_key,
+        write_all_records,
+    )
+
+    current = {"model": "m", "num_samples": 1, "greedy": False, "temperature": 0.6, "top_p": 0.95,
+               "max_new_tokens": 6, "system_prompt": None, "answer_extraction": "tag"}
+    grading = {"math_extraction": "anchored", "verify_timeout": 5.0}
+    prepare_output_dir(tmp_path, current, grading, num_samples=1, greedy=False)
+    problem = Problem(prompt="what is 1 + 1 ?", answer="2", kind="math", benchmark="gsm8k", index=0)
+    records = records_for_problem(problem, ["2"], [1], [True], [Verdict(True, "2", "ok", 1.0)], False, 0, grading)
+    write_all_records(tmp_path / "samples.jsonl", {unit_key("gsm8k", 0, 0): records})
+    with pytest.raises(OSError), file_size_limit(64):
+        prepare_output_dir(tmp_path, current, grading, num_samples=1, greedy=False)
+    finished, _ = prepare_output_dir(tmp_path, current, grading, num_samples=1, greedy=False)
+    assert list(finished) == [unit_key("gsm8k", 0, 0)]
+
+
+def test_results_json_is_written_last_and_whole_on_a_full_disk(tmp_path):
+    """ict compare takes an evaluation with a results.json for finished and reuses it. It was
+    written first and in place: a full disk left a torn results.json (and no results.csv/.md)
+    that every rerun of ict compare reused, never repaired."""
+    from ict.analysis.compare import complete_verdicts
+    from ict.evaluation.results import BenchmarkResult, EvalResult, write_results
+
+    def result(directory: Path) -> EvalResult:
+        directory.mkdir()
+        (directory / "samples.jsonl").write_text(json.dumps(
+            {"benchmark": "gsm8k", "index": 0, "sample": 0, "correct": True, "greedy": False}) + "\n")
+        row = BenchmarkResult("gsm8k", "math", "", 1, 1, {"pass@1": 1.0})
+        config = {"model": "m", "num_samples": 1, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 6,
+                  "seed": 0, "ks": [1]}
+        return EvalResult(config, [row], [], directory, {})
+
+    write_results(result(tmp_path / "whole"))
+    sizes = {name: (tmp_path / "whole" / name).stat().st_size for name in ("results.json", "results.csv", "results.md")}
+    assert sizes["results.json"] > max(sizes["results.csv"], sizes["results.md"]) + 2
+    full = tmp_path / "full"
+    evaluation = result(full)
+    with pytest.raises(OSError), file_size_limit(max(sizes["results.csv"], sizes["results.md"]) + 1):
+        write_results(evaluation)
+    assert not (full / "results.json").exists()
+    assert complete_verdicts(full) is None  # not finished: ict compare evaluates it again
+    write_results(evaluation)
+    assert json.loads((full / "results.json").read_text())["config"]["ks"] == [1]

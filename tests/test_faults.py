@@ -1,7 +1,8 @@
 """Fault injection: SIGKILL a real `python -m ict.cli train` subprocess at seeded random points
 (one while a checkpoint is being written), `--resume` each time, and check that the finished
 run's metrics.jsonl equals an uninterrupted run's (timing fields excluded) and that a kill loses
-at most the steps since the newest complete checkpoint."""
+at most the steps since the newest complete checkpoint. Also what a restart leaves of a killed
+attempt's TensorBoard points."""
 
 from __future__ import annotations
 
@@ -173,3 +174,27 @@ def test_sigkill_at_random_points_then_resume_gives_the_uninterrupted_metrics(se
     assert done.returncode == 0, done.stderr[-2000:]
     assert _without_timing(_metrics(run_dir)) == _without_timing(reference)
     assert not list((run_dir / "checkpoints").glob(".tmp-*"))
+
+
+def test_a_run_restarted_before_its_first_checkpoint_drops_the_killed_attempts_tensorboard_points(tmp_path):
+    """A run killed before its first checkpoint restarts from step 0 (`--resume`: 'starting fresh',
+    or a new run in the same --run-dir): metrics.jsonl dropped the killed attempt's lines, but
+    TensorBoard showed its points beside the new ones (steps 1, 2, 1, 2, 3: purge_step was only
+    set from a checkpoint's step)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from ict.runs.reporting import MetricsLogger
+
+    killed = MetricsLogger(tmp_path, tensorboard=True, resume_step=0)
+    for step in (1, 2):
+        killed.log({"step": step, "reward_mean": 0.5})
+    killed.close()
+    restarted = MetricsLogger(tmp_path, tensorboard=True, resume_step=0)
+    for step in (1, 2, 3):
+        restarted.log({"step": step, "reward_mean": 1.0})
+    restarted.close()
+    board = EventAccumulator(str(tmp_path / "tensorboard"))
+    board.Reload()
+    assert [(event.step, event.value) for event in board.Scalars("train/reward_mean")] == [
+        (1, 1.0), (2, 1.0), (3, 1.0)]
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]

@@ -358,6 +358,24 @@ def test_ctrl_c_checkpoints_the_finished_step_and_resume_completes(tiny_model_di
     assert [line["step"] for line in read_metrics(run_dir)] == [1, 2, 3]
 
 
+def test_a_run_resumed_at_its_last_step_names_its_final_checkpoint(tiny_model_dir, arithmetic_task, tmp_path):
+    """A run killed after its last checkpoint (in the evaluation after training, the summary or
+    the plot) and resumed trains no step and saves no checkpoint: its result and summary named
+    none (`TrainResult.checkpoint` None), where the uninterrupted run names the final one."""
+    import io
+
+    from rich.console import Console
+
+    run_dir = tmp_path / "run"
+    first = train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=1))
+    output = io.StringIO()
+    resumed = train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=1, resume=True),
+                    console=Console(file=output, width=200))
+    assert resumed.checkpoint == first.checkpoint == run_dir / "checkpoints" / "step-00000001"
+    assert f"checkpoint: {first.checkpoint}" in output.getvalue()
+    assert [line["step"] for line in read_metrics(run_dir)] == [1]
+
+
 def test_a_resumed_run_reports_the_evaluation_before_it_and_refuses_a_damaged_eval_json(
         tiny_model_dir, arithmetic_task, tmp_path):
     """The held-out accuracy line (before -> after) was missing from a resumed run's summary; an

@@ -22,6 +22,7 @@ from ict.answers.grading import Verdict
 from ict.answers.verify import DEFAULT_TIMEOUT_SECONDS
 from ict.core.errors import UsageError
 from ict.core.problems import Problem
+from ict.runs.checkpoint import write_atomically
 
 SAMPLES_FILE = "samples.jsonl"
 RESULTS_FILES = ("results.json", "results.csv", "results.md")
@@ -151,8 +152,9 @@ def prepare_output_dir(
         stored_grading = previous.get("grading", LEGACY_GRADING)
     else:
         stored_grading = LEGACY_GRADING
-    run_path.write_text(json.dumps({**current, "grading": grading}, indent=2) + "\n",
-                        encoding="utf-8")
+    # atomically: a write cut short (disk full, a kill) left a torn run.json that refused the
+    # directory's samples on every rerun
+    write_atomically(run_path, json.dumps({**current, "grading": grading}, indent=2) + "\n")
     grouped = load_sample_records(samples_path, legacy_seed)
     for unit in grouped.values():
         for record in unit:

@@ -18,6 +18,7 @@ import numpy as np
 
 from ict.data.benchmarks import SUITES
 from ict.evaluation.records import RESULTS_FILES, SAMPLES_FILE
+from ict.runs.checkpoint import write_atomically
 from ict.runs.reporting import environment_record
 
 
@@ -189,11 +190,10 @@ def write_results(result: EvalResult) -> None:
     """results.json, results.csv (fractions) and results.md (percent) in the output directory.
 
     With several seeds results.csv has a ``seed`` column (``mean`` for the mean over seeds, whose
-    row also has ``<metric>_std`` columns, then one row per seed)."""
+    row also has ``<metric>_std`` columns, then one row per seed). results.json comes last and
+    atomically: ict compare takes it for a finished evaluation, so a write cut short (disk full, a
+    kill) must leave none, not a torn one that a rerun reuses."""
     directory = result.output_dir
-    (directory / "results.json").write_text(
-        json.dumps(results_as_dict(result), indent=2, default=str) + "\n", encoding="utf-8"
-    )
     metrics = _metric_names(result)
     multi_seed = any(row.multi_seed for row in result.rows())
 
@@ -227,6 +227,7 @@ def write_results(result: EvalResult) -> None:
                                       if config.get("limit") else "") +
             ". Metrics in percent; aggregates are macro means over benchmarks.\n")
     (directory / "results.md").write_text(note + "\n" + markdown_table(result), encoding="utf-8")
+    write_atomically(directory / "results.json", json.dumps(results_as_dict(result), indent=2, default=str) + "\n")
 
 
 def print_results_table(result: EvalResult) -> None:

@@ -81,8 +81,9 @@ class MetricsLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step + 1
-                                        if resume_step else None)
+            # purge the points of steps after `resume_step` that an interrupted attempt wrote
+            # (also from step 1: a run restarted before its first checkpoint)
+            self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step + 1)
 
     def log(self, metrics: dict[str, Any]) -> None:
         with self.path.open("a") as handle:

@@ -338,6 +338,7 @@ def _resume(run: _Run) -> None:
         return
     run.trainer_state = load_checkpoint(checkpoint, run.model, run.optimizer)
     run.start_step = int(run.trainer_state["step"])
+    run.last_checkpoint = checkpoint  # a run resumed at its end saves none: its result names this one
     run.console.print(f"resumed from {checkpoint} (step {run.start_step})")
 
 
