@@ -209,6 +209,33 @@ def test_train_only_then_eval_only(tiny_model_dir, arithmetic_task, tmp_path, ca
     assert (output / "report.md").is_file()
 
 
+def test_a_run_stopped_inside_a_comparison_says_to_rerun_the_comparison(tiny_model_dir, arithmetic_task,
+                                                                       tmp_path, capsys, monkeypatch):
+    """Ctrl-C in a comparison's run checkpoints the step and stops; the message told the user to
+    continue with `--resume --run-dir DIR` (ict train's way), which trains that run alone, outside
+    the comparison. It names the comparison's own command now."""
+    import signal
+
+    import ict.training.trainer
+    from ict.training.trainer import train
+
+    def stopped_at_step_1(config, **options):
+        return train(config, on_step=lambda metrics: signal.raise_signal(signal.SIGINT)
+                     if metrics["step"] == 1 else None, **options)
+
+    monkeypatch.setattr(ict.training.trainer, "train", stopped_at_step_1)  # compare imports it when run
+    output = tmp_path / "cmp"
+    arguments = ["compare", "--train-only", "--methods", "grpo", "--seeds", "0", "--output-dir", str(output),
+                 "--eval-benchmarks", "gsm8k", "--eval-data-dir", str(_data_dir(tmp_path / "data")),
+                 f"model={tiny_model_dir}", f"dataset={arithmetic_task}", "reward=compare_contains_answer",
+                 "num_steps=2", "prompts_per_step=2", "num_generations=2", "max_new_tokens=4",
+                 "tensorboard=false", "dtype=fp32"]
+    assert main(arguments) == 130
+    error = capsys.readouterr().err
+    assert "to continue, rerun the same ict compare command" in error and "--resume --run-dir" not in error
+    assert (output / "runs" / "grpo" / "seed0" / "checkpoints" / "step-00000001").is_dir()
+
+
 def test_a_baseline_with_options_is_still_a_baseline(tmp_path):
     """`random:ratio=0.1` runs under the label `random-ratio=0.1`: every method is compared to it
     (as to `grpo`), with the difference of the per-problem pass@1 means."""

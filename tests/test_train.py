@@ -342,7 +342,7 @@ def test_a_fresh_run_refuses_a_directory_with_checkpoints(tiny_model_dir, arithm
 
 
 def test_ctrl_c_checkpoints_the_finished_step_and_resume_completes(tiny_model_dir, arithmetic_task,
-                                                                  tmp_path):
+                                                                  tmp_path, capsys):
     import signal
 
     run_dir = tmp_path / "run"
@@ -351,6 +351,7 @@ def test_ctrl_c_checkpoints_the_finished_step_and_resume_completes(tiny_model_di
     with pytest.raises(KeyboardInterrupt):  # Ctrl-C during step 1: it finishes, then stops
         train(config, on_step=lambda metrics: signal.raise_signal(signal.SIGINT)
               if metrics["step"] == 1 else None)
+    assert f"to continue, rerun with --resume --run-dir {run_dir}" in capsys.readouterr().err
     assert latest_checkpoint(run_dir).name == "step-00000001"
     assert [line["step"] for line in read_metrics(run_dir)] == [1]
     assert signal.getsignal(signal.SIGINT) is before  # the caller's handler is restored

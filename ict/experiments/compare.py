@@ -37,6 +37,9 @@ from ict.data.training_data import is_reasoning_gym_task
 from ict.evaluation.evaluate import EvalConfig
 from ict.training.config import TrainConfig
 
+# what a run stopped (Ctrl-C, SIGTERM) or diverged inside a comparison tells the user to do next
+COMPARE_CONTINUE = "rerun the same ict compare command (it resumes each run from its last checkpoint)"
+
 
 @dataclass
 class MethodSpec:
@@ -288,7 +291,7 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
                 continue
             if checkpoint is None:  # train_config.resume: the run has a checkpoint (_training_config)
                 log(f"train {spec.label} seed {seed} -> {directory}")
-                checkpoint = train(train_config).checkpoint
+                checkpoint = train(train_config, continue_with=COMPARE_CONTINUE).checkpoint
             assert checkpoint is not None
             if config.train_only:
                 continue

@@ -204,16 +204,21 @@ class _Run:
     backend: Any = None
     logger: MetricsLogger | None = None
     last_checkpoint: Path | None = None
+    continue_with: str = ""  # how to go on after a stop or a divergence (`train`'s argument)
 
 
 def train(config: TrainConfig, console: Any = None,
-          on_step: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
-    """Run `config.num_steps` training steps; return the metrics and where everything went."""
+          on_step: Callable[[dict[str, Any]], None] | None = None,
+          continue_with: str | None = None) -> TrainResult:
+    """Run `config.num_steps` training steps; return the metrics and where everything went.
+    `continue_with`: what the stop and divergence messages tell the user to do next (default
+    "rerun with --resume --run-dir DIR"; `ict compare` names itself)."""
     from rich.console import Console
 
     config.resolve()
     console = console or Console(stderr=True, soft_wrap=True)
     run = _set_up(config, console, _prepare_run_dir(config))
+    run.continue_with = continue_with or f"rerun with --resume --run-dir {run.run_dir}"
     _resume(run)
     save_config(config, run.run_dir / "config.yaml")
     append_environment(run.run_dir, run.start_step + 1)
@@ -448,10 +453,10 @@ def _checkpoint_or_stop(run: _Run, step: int, stop: _StopRequest, profiler: Step
         raise TrainingDiverged(
             f"{state['consecutive_skips']} consecutive updates had a non-finite loss or gradient "
             f"(weights untouched since the last good one, checkpointed in {run.last_checkpoint}); "
-            f"lower learning_rate or check the data, then --resume --run-dir {run.run_dir}")
+            f"lower learning_rate or check the data, then {run.continue_with}")
     if stop.requested and not done:
-        run.console.print(f"stopped after step {step + 1}: {run.last_checkpoint}; continue with "
-                          f"--resume --run-dir {run.run_dir}")
+        run.console.print(f"stopped after step {step + 1}: {run.last_checkpoint}; to continue, "
+                          f"{run.continue_with}")
         raise KeyboardInterrupt
 
 
