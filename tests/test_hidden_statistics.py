@@ -207,7 +207,7 @@ def test_on_a_gpu_auto_takes_the_hidden_states_and_gives_the_logits_step(tiny_to
 def test_train_with_statistics_from_hidden_repeats_the_logits_run(tiny_model_dir, arithmetic_task, tmp_path,
                                                                   one_thread):
     """`ict train --statistics-from hidden` end to end (with a KL reference): the same metrics."""
-    from test_train import tiny_config
+    from train_helpers import tiny_config
 
     from ict.training.trainer import train
 
@@ -228,7 +228,7 @@ def test_train_under_bf16_autocast_keeps_fp32_weights(tiny_model_dir, arithmetic
     run in bf16, the weights and their update stay fp32, and the first step's statistics
     match the fp32 run's within bf16 rounding (the same rollouts: generation is in bf16 too,
     so only the first step is compared)."""
-    from test_train import tiny_config
+    from train_helpers import tiny_config
 
     from ict.training.trainer import train
 

@@ -261,7 +261,7 @@ def test_the_trainer_loads_its_policy_with_dropout_off_unless_told(disable, tiny
     import json
     import shutil
 
-    from test_train import tiny_config
+    from train_helpers import tiny_config
 
     from ict.training.step import ALL_TOKENS
     from ict.training.trainer import _load_policy

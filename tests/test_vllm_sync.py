@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 from conftest import build_tiny_model
-from test_train import tiny_config
+from train_helpers import tiny_config
 
 from ict.models.rollout import VLLMBackend, generate_completions
 
