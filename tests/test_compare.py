@@ -316,6 +316,26 @@ def test_methods_are_paired_by_problem_index_on_the_problems_both_evaluated(tmp_
     assert summary["pairing"][0] == "ict against grpo on b pass@1: paired on the 3 problems both evaluated (of 5 and 4)"
 
 
+def test_a_pair_over_fewer_seeds_than_a_side_evaluated_is_named(tmp_path):
+    """grpo seeds 0-2, ict seeds 0-1: the table's means (ict 50.0, grpo 55.6: ict 5.6 points
+    lower) are over each method's seeds, the paired difference over seeds 0 and 1 only (+16.7),
+    and the report said nothing of the seed grpo/seed2 left out. Now the pair is named."""
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "cmp"
+    grpo = [[1, 0, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1]]
+    ict = [[1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0]]
+    for label, rows in (("grpo", grpo), ("ict", ict)):
+        for seed, row in enumerate(rows):
+            _finished_run(output, label, {i: [bool(value)] * 2 for i, value in enumerate(row)}, seed=seed)
+    report = write_report(output, ("grpo",), 50).read_text()
+    assert "| b | pass@1 | grpo | 3 | 6 | 55.6 |" in report and "| b | pass@1 | ict | 2 | 6 | 50.0 |" in report
+    assert "| b | pass@1 | ict | grpo | 16.7 |" in report  # (2/6 + 4/6) / 2 - (1/6 + 3/6) / 2, seeds 0 and 1
+    assert "- ict against grpo on b pass@1: paired on the 2 seeds both evaluated (of 2 and 3)" in report
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["pairing"] == ["ict against grpo on b pass@1: paired on the 2 seeds both evaluated (of 2 and 3)"]
+
+
 def test_an_unfinished_evaluation_is_in_progress_and_a_torn_metrics_line_is_read_as_plot_does(tmp_path):
     """A final evaluation with samples but no results.json (interrupted at 3 of 4 problems) was
     reported as the run's result; a metrics.jsonl whose last line a kill tore stopped the report
@@ -477,9 +497,9 @@ def test_compare_refuses_bad_eval_steps_and_ks(tmp_path, capsys):
     assert main([*base, "--eval-steps", "-5"]) == 2
 
 
-def _finished_run(output: Path, label: str, verdicts: dict[int, list[bool]], steps: int = 2) -> Path:
+def _finished_run(output: Path, label: str, verdicts: dict[int, list[bool]], steps: int = 2, seed: int = 0) -> Path:
     """A run directory trained to its num_steps with a finished final evaluation (benchmark b)."""
-    run = output / "runs" / label / "seed0"
+    run = output / "runs" / label / f"seed{seed}"
     (run / "eval").mkdir(parents=True)
     (run / "config.yaml").write_text(f"method: {label}\nnum_steps: {steps}\n")
     (run / "metrics.jsonl").write_text("".join(json.dumps({"step": step, "reward_mean": 0.5}) + "\n"

@@ -282,14 +282,16 @@ def is_baseline(label: str, baselines: Sequence[str]) -> bool:
 def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
               baselines: Sequence[str] = BASELINES) -> dict[str, Any]:
     """Per benchmark and k: per-method mean/std over seeds, and paired differences to the
-    baselines (bootstrap interval over problems and seeds, permutation p-value)."""
+    baselines (bootstrap interval over problems and seeds, permutation p-value) on the seeds and
+    problems both sides evaluated; ``pairing`` names each pair that leaves a side's seed or
+    problem out (its difference is then not that of the table's means)."""
     by_label: dict[str, list[RunRecord]] = {}
     for run in runs:
         by_label.setdefault(run.label, []).append(run)
     benchmarks = sorted({name for run in runs for name in run.correct})
     table: list[dict[str, Any]] = []
     differences: list[dict[str, Any]] = []
-    pairing: list[str] = []  # comparisons over fewer problems than a side evaluated
+    pairing: list[str] = []  # comparisons over fewer problems or seeds than a side evaluated
     ks = sorted(set().union(*(run.ks for run in runs)))
     for benchmark in benchmarks:
         for k in ks:
@@ -319,6 +321,10 @@ def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
                         pairing.append(f"{label} against {baseline} on {benchmark} pass@{k}: paired on the "
                                        f"{len(common)} problems both evaluated (of {len(problems)} and "
                                        f"{len(base_problems)})")
+                    if shared != seeds or shared != base_seeds:  # the table's means are over all seeds
+                        pairing.append(f"{label} against {baseline} on {benchmark} pass@{k}: paired on the "
+                                       f"{len(shared)} seeds both evaluated (of {len(seeds)} and "
+                                       f"{len(base_seeds)})")
                     if not shared or not common:
                         continue
                     a = matrix[np.ix_([seeds.index(s) for s in shared], [problems.index(i) for i in common])]
@@ -559,8 +565,8 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
                      f"{row['baseline']} | {_fmt(row['difference'])} | "
                      f"[{_fmt(row['low'])}, {_fmt(row['high'])}] | {row['p_value']:.3g} |")
     if summary["pairing"]:
-        lines += ["", "Methods evaluated on different problems are compared on the problems both "
-                  "evaluated:", "", *(f"- {note}" for note in summary["pairing"])]
+        lines += ["", "Methods evaluated on different problems or seeds are compared on the problems "
+                  "and seeds both evaluated:", "", *(f"- {note}" for note in summary["pairing"])]
     lines += _learning_curve_lines(curves, curve_figure)
     lines += _training_end_lines(summary["training_end"], labels)
     lines += _top_token_lines(summary["top_tokens"], labels)
