@@ -336,6 +336,26 @@ def test_a_pair_over_fewer_seeds_than_a_side_evaluated_is_named(tmp_path):
     assert summary["pairing"] == ["ict against grpo on b pass@1: paired on the 2 seeds both evaluated (of 2 and 3)"]
 
 
+def test_a_method_with_a_seed_not_evaluated_keeps_its_evaluated_seeds(tmp_path):
+    """ict seeds 0 and 1 evaluated, seed 2 trained to its end but not evaluated yet (no eval/, so
+    not in progress): ict vanished from the pass@k table and from every difference, and the report
+    said nothing. Now its evaluated seeds are averaged and compared, and the seed is named."""
+    import shutil
+
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "cmp"
+    for label, rows in (("grpo", [[1, 0, 0, 0], [1, 1, 0, 0]]), ("ict", [[1, 1, 1, 0], [1, 1, 1, 1], [0] * 4])):
+        for seed, row in enumerate(rows):
+            _finished_run(output, label, {i: [bool(value)] * 2 for i, value in enumerate(row)}, seed=seed)
+    shutil.rmtree(output / "runs" / "ict" / "seed2" / "eval")
+    report = write_report(output, ("grpo",), 50).read_text()
+    assert "Runs: 5 (" in report and "In progress" not in report
+    assert "| b | pass@1 | ict | 2 | 4 | 87.5 | 17.7 |" in report  # seeds 0 and 1: 3/4 and 4/4
+    assert "| b | pass@1 | ict | grpo | 50.0 |" in report  # 7/8 - 3/8
+    assert "- ict on b: the 2 seeds evaluated (no final evaluation of b: ict/seed2)" in report
+
+
 def test_an_unfinished_evaluation_is_in_progress_and_a_torn_metrics_line_is_read_as_plot_does(tmp_path):
     """A final evaluation with samples but no results.json (interrupted at 3 of 4 problems) was
     reported as the run's result; a metrics.jsonl whose last line a kill tore stopped the report

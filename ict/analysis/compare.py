@@ -284,7 +284,8 @@ def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
     """Per benchmark and k: per-method mean/std over seeds, and paired differences to the
     baselines (bootstrap interval over problems and seeds, permutation p-value) on the seeds and
     problems both sides evaluated; ``pairing`` names each pair that leaves a side's seed or
-    problem out (its difference is then not that of the table's means)."""
+    problem out (its difference is then not that of the table's means), and each method with a
+    run that has no final evaluation of a benchmark (its other seeds are averaged)."""
     by_label: dict[str, list[RunRecord]] = {}
     for run in runs:
         by_label.setdefault(run.label, []).append(run)
@@ -294,10 +295,17 @@ def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
     pairing: list[str] = []  # comparisons over fewer problems or seeds than a side evaluated
     ks = sorted(set().union(*(run.ks for run in runs)))
     for benchmark in benchmarks:
+        evaluated: dict[str, list[RunRecord]] = {}  # label -> its runs with a final evaluation of benchmark
+        for label, group in by_label.items():
+            evaluated[label] = [run for run in group if benchmark in run.correct]
+            missing = [f"{label}/seed{run.seed}" for run in group if benchmark not in run.correct]
+            if evaluated[label] and missing:
+                pairing.append(f"{label} on {benchmark}: the {len(evaluated[label])} seeds evaluated "
+                               f"(no final evaluation of {benchmark}: {', '.join(missing)})")
         for k in ks:
             matrices = {}
-            for label, group in by_label.items():
-                if not all(benchmark in run.correct for run in group):
+            for label, group in evaluated.items():
+                if not group:
                     continue
                 seeds, problems, matrix = score_matrix(group, benchmark, k)
                 if matrix.size == 0 or np.isnan(matrix).any():
@@ -565,8 +573,9 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
                      f"{row['baseline']} | {_fmt(row['difference'])} | "
                      f"[{_fmt(row['low'])}, {_fmt(row['high'])}] | {row['p_value']:.3g} |")
     if summary["pairing"]:
-        lines += ["", "Methods evaluated on different problems or seeds are compared on the problems "
-                  "and seeds both evaluated:", "", *(f"- {note}" for note in summary["pairing"])]
+        lines += ["", "Methods evaluated on different problems or seeds are averaged over the seeds "
+                  "they evaluated and compared on the problems and seeds both evaluated:", "",
+                  *(f"- {note}" for note in summary["pairing"])]
     lines += _learning_curve_lines(curves, curve_figure)
     lines += _training_end_lines(summary["training_end"], labels)
     lines += _top_token_lines(summary["top_tokens"], labels)
