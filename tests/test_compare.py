@@ -572,6 +572,21 @@ def test_eval_steps_0_alone_gives_learning_curves(tmp_path):
     assert (output / "learning_curves.png").is_file()
 
 
+def test_a_curve_step_evaluated_for_some_seeds_says_so(tmp_path):
+    """grpo seed 0 scores 100% at steps 1 and 2, seed 1 0% at both, and seed 1's step-1
+    evaluation has not finished: the table's 'mean over seeds' read 0.0, 100.0, 50.0, a rise and a
+    fall that no seed made. Now the step-1 cell says it is 1 of the 2 seeds."""
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "cmp"
+    for seed, score in ((0, True), (1, False)):
+        run = _finished_run(output, "grpo", {i: [score] * 2 for i in range(4)}, seed=seed)
+        _write_eval(run / "evals" / "step-00000001", {i: [score] * 2 for i in range(4)}, finished=seed == 0)
+    _write_eval(output / "base-model", {i: [False] * 2 for i in range(4)})
+    report = write_report(output, ("grpo",), 10).read_text()
+    assert "| b | pass@1 | grpo | 0.0 | 100.0 (1 of 2 seeds) | 50.0 |" in report
+
+
 def test_a_torn_environment_line_is_skipped(tmp_path):
     """environment.jsonl gets a line on every resume: a kill that tore the last one stopped the
     report with `error: Unterminated string ...` (naming no file) after the CSVs were written. Now

@@ -247,20 +247,27 @@ def learning_curves(output_dir: Path, runs: list[RunRecord]) -> list[dict[str, A
 
 
 def _learning_curve_lines(rows: list[dict[str, Any]], figure: Path | None) -> list[str]:
-    """The report's learning-curve table: mean over seeds at each evaluated step."""
+    """The report's learning-curve table: mean over seeds at each evaluated step; a cell over
+    fewer seeds than the row's (a step some seeds have no finished evaluation of) says so."""
     if not rows:
         return []
     steps = sorted({row["step"] for row in rows})
     cells: dict[tuple[str, str, str], dict[int, list[float]]] = {}
+    seeds: dict[tuple[str, str, str], set[int]] = {}  # every seed of a row, at any step
     for row in rows:
         key = (row["benchmark"], row["metric"], row["method"])
         cells.setdefault(key, {}).setdefault(row["step"], []).append(row["value"])
+        seeds.setdefault(key, set()).add(row["seed"])
     lines = ["", "## Held-out learning curves (percent; mean over seeds)", "",
-             "Step 0 is the untrained model (the same for every method).", "",
+             "Step 0 is the untrained model (the same for every method). A step evaluated for only "
+             "some of a method's seeds is their mean, marked (m of n seeds).", "",
              "| benchmark | metric | method | " + " | ".join(f"step {s}" for s in steps) + " |",
              "|---|---|---|" + "---|" * len(steps)]
     for (benchmark, metric, method), by_step in sorted(cells.items()):
-        values = [_fmt(float(np.mean(by_step[s]))) if s in by_step else "-" for s in steps]
+        total = len(seeds[(benchmark, metric, method)])
+        values = ["-" if s not in by_step else _fmt(float(np.mean(by_step[s])))
+                  + (f" ({len(by_step[s])} of {total} seeds)" if len(by_step[s]) < total else "")
+                  for s in steps]
         lines.append(f"| {benchmark} | {metric} | {method} | " + " | ".join(values) + " |")
     if figure is not None:
         lines += ["", f"![held-out learning curves]({figure.name})"]
