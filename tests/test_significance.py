@@ -87,3 +87,14 @@ def test_sign_test_counts_a_float_residue_as_a_tie():
 def test_shape_mismatch_is_a_clear_error():
     with pytest.raises(ValueError, match="paired"):
         paired_bootstrap(np.zeros((2, 3)), np.zeros((2, 4)))
+
+
+@pytest.mark.parametrize("test", [paired_bootstrap, paired_permutation_test, sign_test])
+@pytest.mark.parametrize("problems", [4, 20])  # the exact and the Monte Carlo permutation test
+def test_a_score_that_is_not_finite_is_a_clear_error(test, problems):
+    """A NaN score made the permutation p-value 0 (exact) or 1 / (1 + R): no sign pattern
+    compares >= NaN; the sign test read it as a tie and the bootstrap returned NaN."""
+    a, b = np.zeros((1, problems)), np.zeros((1, problems))
+    a[0, :3] = (0.25, math.nan, 0.5)
+    with pytest.raises(ValueError, match="finite"):
+        test(a, b)

@@ -39,11 +39,16 @@ class BootstrapResult:
 
 
 def _paired(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``a`` and ``b`` as float64 ``[seeds, problems]``; ValueError unless their shapes are equal
+    and non-empty and every score is finite (a NaN compares false with everything: the
+    permutation test would count no sign pattern as extreme and return p = 0)."""
     a = np.atleast_2d(np.asarray(a, dtype=np.float64))
     b = np.atleast_2d(np.asarray(b, dtype=np.float64))
     if a.shape != b.shape or a.size == 0:
         raise ValueError(f"paired scores need equal non-empty [seeds, problems] shapes, got "
                          f"{a.shape} and {b.shape}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("paired scores must be finite (a NaN pass@k: a problem with fewer samples than k?)")
     return a, b
 
 
