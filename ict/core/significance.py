@@ -10,7 +10,8 @@ evaluation problem.
   problem indices, use the same indices for A and B, average over the S x P sub-grid).
 * `paired_permutation_test`: two-sided sign-flip test on the per-problem differences averaged over
   seeds, ``d_p = mean_s (A[s, p] - B[s, p])``: under H0 (no difference) each ``d_p`` is symmetric
-  about 0; p = (1 + #{|mean(sign * d)| >= |mean(d)|}) / (1 + R).
+  about 0; with P <= 16 problems p = #{signs: |mean(sign * d)| >= |mean(d)|} / 2^P over every
+  sign pattern (exact), else p = (1 + #{...}) / (1 + R) over R random patterns.
 * `sign_test`: exact two-sided binomial sign test on the nonzero ``d_p`` (``|d_p| > TOLERANCE``:
   a seed mean of float pass@k values leaves residue such as -7e-17 where the exact mean is 0).
 """
