@@ -343,6 +343,46 @@ def test_methods_are_paired_by_problem_index_on_the_problems_both_evaluated(tmp_
     assert summary["pairing"][0] == "ict against grpo on b pass@1: paired on the 3 problems both evaluated (of 5 and 4)"
 
 
+def test_a_pair_over_fewer_seeds_than_a_side_evaluated_is_named(tmp_path):
+    """grpo seeds 0-2, ict seeds 0-1: the table's means (ict 50.0, grpo 55.6: ict 5.6 points
+    lower) are over each method's seeds, the paired difference over seeds 0 and 1 only (+16.7),
+    and the report said nothing of the seed grpo/seed2 left out. Now the pair is named."""
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "cmp"
+    grpo = [[1, 0, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1]]
+    ict = [[1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0]]
+    for label, rows in (("grpo", grpo), ("ict", ict)):
+        for seed, row in enumerate(rows):
+            _finished_run(output, label, {i: [bool(value)] * 2 for i, value in enumerate(row)}, seed=seed)
+    report = write_report(output, ("grpo",), 50).read_text()
+    assert "| b | pass@1 | grpo | 3 | 6 | 55.6 |" in report and "| b | pass@1 | ict | 2 | 6 | 50.0 |" in report
+    assert "| b | pass@1 | ict | grpo | 16.7 |" in report  # (2/6 + 4/6) / 2 - (1/6 + 3/6) / 2, seeds 0 and 1
+    assert "- ict against grpo on b pass@1: paired on the 2 seeds both evaluated (of 2 and 3)" in report
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["pairing"] == ["ict against grpo on b pass@1: paired on the 2 seeds both evaluated (of 2 and 3)"]
+
+
+def test_a_method_with_a_seed_not_evaluated_keeps_its_evaluated_seeds(tmp_path):
+    """ict seeds 0 and 1 evaluated, seed 2 trained to its end but not evaluated yet (no eval/, so
+    not in progress): ict vanished from the pass@k table and from every difference, and the report
+    said nothing. Now its evaluated seeds are averaged and compared, and the seed is named."""
+    import shutil
+
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "cmp"
+    for label, rows in (("grpo", [[1, 0, 0, 0], [1, 1, 0, 0]]), ("ict", [[1, 1, 1, 0], [1, 1, 1, 1], [0] * 4])):
+        for seed, row in enumerate(rows):
+            _finished_run(output, label, {i: [bool(value)] * 2 for i, value in enumerate(row)}, seed=seed)
+    shutil.rmtree(output / "runs" / "ict" / "seed2" / "eval")
+    report = write_report(output, ("grpo",), 50).read_text()
+    assert "Runs: 5 (" in report and "In progress" not in report
+    assert "| b | pass@1 | ict | 2 | 4 | 87.5 | 17.7 |" in report  # seeds 0 and 1: 3/4 and 4/4
+    assert "| b | pass@1 | ict | grpo | 50.0 |" in report  # 7/8 - 3/8
+    assert "- ict on b: the 2 seeds evaluated (no final evaluation of b: ict/seed2)" in report
+
+
 def test_an_unfinished_evaluation_is_in_progress_and_a_torn_metrics_line_is_read_as_plot_does(tmp_path):
     """A final evaluation with samples but no results.json (interrupted at 3 of 4 problems) was
     reported as the run's result; a metrics.jsonl whose last line a kill tore stopped the report
@@ -504,9 +544,9 @@ def test_compare_refuses_bad_eval_steps_and_ks(tmp_path, capsys):
     assert main([*base, "--eval-steps", "-5"]) == 2
 
 
-def _finished_run(output: Path, label: str, verdicts: dict[int, list[bool]], steps: int = 2) -> Path:
+def _finished_run(output: Path, label: str, verdicts: dict[int, list[bool]], steps: int = 2, seed: int = 0) -> Path:
     """A run directory trained to its num_steps with a finished final evaluation (benchmark b)."""
-    run = output / "runs" / label / "seed0"
+    run = output / "runs" / label / f"seed{seed}"
     (run / "eval").mkdir(parents=True)
     (run / "config.yaml").write_text(f"method: {label}\nnum_steps: {steps}\n")
     (run / "metrics.jsonl").write_text("".join(json.dumps({"step": step, "reward_mean": 0.5}) + "\n"
@@ -557,6 +597,21 @@ def test_eval_steps_0_alone_gives_learning_curves(tmp_path):
         (0, "pass@1", pytest.approx(0.5 / 3)), (2, "pass@1", pytest.approx(1.5 / 3))]
     assert "| b | pass@1 | grpo | 16.7 | 50.0 |" in report
     assert (output / "learning_curves.png").is_file()
+
+
+def test_a_curve_step_evaluated_for_some_seeds_says_so(tmp_path):
+    """grpo seed 0 scores 100% at steps 1 and 2, seed 1 0% at both, and seed 1's step-1
+    evaluation has not finished: the table's 'mean over seeds' read 0.0, 100.0, 50.0, a rise and a
+    fall that no seed made. Now the step-1 cell says it is 1 of the 2 seeds."""
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "cmp"
+    for seed, score in ((0, True), (1, False)):
+        run = _finished_run(output, "grpo", {i: [score] * 2 for i in range(4)}, seed=seed)
+        _write_eval(run / "evals" / "step-00000001", {i: [score] * 2 for i in range(4)}, finished=seed == 0)
+    _write_eval(output / "base-model", {i: [False] * 2 for i in range(4)})
+    report = write_report(output, ("grpo",), 10).read_text()
+    assert "| b | pass@1 | grpo | 0.0 | 100.0 (1 of 2 seeds) | 50.0 |" in report
 
 
 def test_a_torn_environment_line_is_skipped(tmp_path):

@@ -71,6 +71,30 @@ def test_sign_test_hand_cases():
     assert sign_test(np.zeros((1, 3)), np.zeros((1, 3))) == 1.0
 
 
+def test_sign_test_counts_a_float_residue_as_a_tie():
+    """pass@2 of 6 samples over 3 seeds: problem 5's exact seed-mean difference is 0, its float
+    mean -7.4e-17, which was counted as a negative sign (p = 14/64 instead of 2/32)."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    from ict.core.metrics import pass_at_k
+
+    correct_a = np.array([[6, 6, 6, 6, 6, 6], [6, 6, 6, 6, 6, 6], [6, 6, 6, 6, 6, 1]])
+    correct_b = np.array([[0, 0, 0, 0, 0, 3], [0, 0, 0, 0, 0, 4], [0, 0, 0, 0, 0, 2]])
+    a, b = (pass_at_k(np.full(18, 6), c.ravel(), 2).reshape(3, 6) for c in (correct_a, correct_b))
+    assert (a - b).mean(axis=0)[5] != 0  # residue: a 1, 1, 5/15 and b 12/15, 14/15, 9/15
+    assert sign_test(a, b) == pytest.approx(scipy_stats.binomtest(5, 5, 0.5).pvalue)  # 2/32
+
+
 def test_shape_mismatch_is_a_clear_error():
     with pytest.raises(ValueError, match="paired"):
         paired_bootstrap(np.zeros((2, 3)), np.zeros((2, 4)))
+
+
+@pytest.mark.parametrize("test", [paired_bootstrap, paired_permutation_test, sign_test])
+@pytest.mark.parametrize("problems", [4, 20])  # the exact and the Monte Carlo permutation test
+def test_a_score_that_is_not_finite_is_a_clear_error(test, problems):
+    """A NaN score made the permutation p-value 0 (exact) or 1 / (1 + R): no sign pattern
+    compares >= NaN; the sign test read it as a tie and the bootstrap returned NaN."""
+    a, b = np.zeros((1, problems)), np.zeros((1, problems))
+    a[0, :3] = (0.25, math.nan, 0.5)
+    with pytest.raises(ValueError, match="finite"):
+        test(a, b)

@@ -247,20 +247,27 @@ def learning_curves(output_dir: Path, runs: list[RunRecord]) -> list[dict[str, A
 
 
 def _learning_curve_lines(rows: list[dict[str, Any]], figure: Path | None) -> list[str]:
-    """The report's learning-curve table: mean over seeds at each evaluated step."""
+    """The report's learning-curve table: mean over seeds at each evaluated step; a cell over
+    fewer seeds than the row's (a step some seeds have no finished evaluation of) says so."""
     if not rows:
         return []
     steps = sorted({row["step"] for row in rows})
     cells: dict[tuple[str, str, str], dict[int, list[float]]] = {}
+    seeds: dict[tuple[str, str, str], set[int]] = {}  # every seed of a row, at any step
     for row in rows:
         key = (row["benchmark"], row["metric"], row["method"])
         cells.setdefault(key, {}).setdefault(row["step"], []).append(row["value"])
+        seeds.setdefault(key, set()).add(row["seed"])
     lines = ["", "## Held-out learning curves (percent; mean over seeds)", "",
-             "Step 0 is the untrained model (the same for every method).", "",
+             "Step 0 is the untrained model (the same for every method). A step evaluated for only "
+             "some of a method's seeds is their mean, marked (m of n seeds).", "",
              "| benchmark | metric | method | " + " | ".join(f"step {s}" for s in steps) + " |",
              "|---|---|---|" + "---|" * len(steps)]
     for (benchmark, metric, method), by_step in sorted(cells.items()):
-        values = [_fmt(float(np.mean(by_step[s]))) if s in by_step else "-" for s in steps]
+        total = len(seeds[(benchmark, metric, method)])
+        values = ["-" if s not in by_step else _fmt(float(np.mean(by_step[s])))
+                  + (f" ({len(by_step[s])} of {total} seeds)" if len(by_step[s]) < total else "")
+                  for s in steps]
         lines.append(f"| {benchmark} | {metric} | {method} | " + " | ".join(values) + " |")
     if figure is not None:
         lines += ["", f"![held-out learning curves]({figure.name})"]
@@ -282,20 +289,30 @@ def is_baseline(label: str, baselines: Sequence[str]) -> bool:
 def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
               baselines: Sequence[str] = BASELINES) -> dict[str, Any]:
     """Per benchmark and k: per-method mean/std over seeds, and paired differences to the
-    baselines (bootstrap interval over problems and seeds, permutation p-value)."""
+    baselines (bootstrap interval over problems and seeds, permutation p-value) on the seeds and
+    problems both sides evaluated; ``pairing`` names each pair that leaves a side's seed or
+    problem out (its difference is then not that of the table's means), and each method with a
+    run that has no final evaluation of a benchmark (its other seeds are averaged)."""
     by_label: dict[str, list[RunRecord]] = {}
     for run in runs:
         by_label.setdefault(run.label, []).append(run)
     benchmarks = sorted({name for run in runs for name in run.correct})
     table: list[dict[str, Any]] = []
     differences: list[dict[str, Any]] = []
-    pairing: list[str] = []  # comparisons over fewer problems than a side evaluated
+    pairing: list[str] = []  # comparisons over fewer problems or seeds than a side evaluated
     ks = sorted(set().union(*(run.ks for run in runs)))
     for benchmark in benchmarks:
+        evaluated: dict[str, list[RunRecord]] = {}  # label -> its runs with a final evaluation of benchmark
+        for label, group in by_label.items():
+            evaluated[label] = [run for run in group if benchmark in run.correct]
+            missing = [f"{label}/seed{run.seed}" for run in group if benchmark not in run.correct]
+            if evaluated[label] and missing:
+                pairing.append(f"{label} on {benchmark}: the {len(evaluated[label])} seeds evaluated "
+                               f"(no final evaluation of {benchmark}: {', '.join(missing)})")
         for k in ks:
             matrices = {}
-            for label, group in by_label.items():
-                if not all(benchmark in run.correct for run in group):
+            for label, group in evaluated.items():
+                if not group:
                     continue
                 seeds, problems, matrix = score_matrix(group, benchmark, k)
                 if matrix.size == 0 or np.isnan(matrix).any():
@@ -319,6 +336,10 @@ def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
                         pairing.append(f"{label} against {baseline} on {benchmark} pass@{k}: paired on the "
                                        f"{len(common)} problems both evaluated (of {len(problems)} and "
                                        f"{len(base_problems)})")
+                    if shared != seeds or shared != base_seeds:  # the table's means are over all seeds
+                        pairing.append(f"{label} against {baseline} on {benchmark} pass@{k}: paired on the "
+                                       f"{len(shared)} seeds both evaluated (of {len(seeds)} and "
+                                       f"{len(base_seeds)})")
                     if not shared or not common:
                         continue
                     a = matrix[np.ix_([seeds.index(s) for s in shared], [problems.index(i) for i in common])]
@@ -559,8 +580,9 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
                      f"{row['baseline']} | {_fmt(row['difference'])} | "
                      f"[{_fmt(row['low'])}, {_fmt(row['high'])}] | {row['p_value']:.3g} |")
     if summary["pairing"]:
-        lines += ["", "Methods evaluated on different problems are compared on the problems both "
-                  "evaluated:", "", *(f"- {note}" for note in summary["pairing"])]
+        lines += ["", "Methods evaluated on different problems or seeds are averaged over the seeds "
+                  "they evaluated and compared on the problems and seeds both evaluated:", "",
+                  *(f"- {note}" for note in summary["pairing"])]
     lines += _learning_curve_lines(curves, curve_figure)
     lines += _training_end_lines(summary["training_end"], labels)
     lines += _top_token_lines(summary["top_tokens"], labels)

@@ -10,8 +10,10 @@ evaluation problem.
   problem indices, use the same indices for A and B, average over the S x P sub-grid).
 * `paired_permutation_test`: two-sided sign-flip test on the per-problem differences averaged over
   seeds, ``d_p = mean_s (A[s, p] - B[s, p])``: under H0 (no difference) each ``d_p`` is symmetric
-  about 0; p = (1 + #{|mean(sign * d)| >= |mean(d)|}) / (1 + R).
-* `sign_test`: exact two-sided binomial sign test on the nonzero ``d_p``.
+  about 0; with P <= 16 problems p = #{signs: |mean(sign * d)| >= |mean(d)|} / 2^P over every
+  sign pattern (exact), else p = (1 + #{...}) / (1 + R) over R random patterns.
+* `sign_test`: exact two-sided binomial sign test on the nonzero ``d_p`` (``|d_p| > TOLERANCE``:
+  a seed mean of float pass@k values leaves residue such as -7e-17 where the exact mean is 0).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+TOLERANCE = 1e-12  # float residue of a mean of scores in [0, 1]: below it, a difference is 0
 RESAMPLING_UNIT = ("problems and seeds (two-way paired bootstrap: seed indices and problem "
                    "indices drawn with replacement, the same draw for both methods)")
 
@@ -37,11 +40,16 @@ class BootstrapResult:
 
 
 def _paired(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``a`` and ``b`` as float64 ``[seeds, problems]``; ValueError unless their shapes are equal
+    and non-empty and every score is finite (a NaN compares false with everything: the
+    permutation test would count no sign pattern as extreme and return p = 0)."""
     a = np.atleast_2d(np.asarray(a, dtype=np.float64))
     b = np.atleast_2d(np.asarray(b, dtype=np.float64))
     if a.shape != b.shape or a.size == 0:
         raise ValueError(f"paired scores need equal non-empty [seeds, problems] shapes, got "
                          f"{a.shape} and {b.shape}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("paired scores must be finite (a NaN pass@k: a problem with fewer samples than k?)")
     return a, b
 
 
@@ -74,7 +82,7 @@ def paired_permutation_test(a: np.ndarray, b: np.ndarray, resamples: int = 10_00
     a, b = _paired(a, b)
     d = (a - b).mean(axis=0)
     observed = abs(d.mean())
-    tolerance = 1e-12
+    tolerance = TOLERANCE
     if d.size <= 16:
         signs = 1 - 2 * ((np.arange(2 ** d.size)[:, None] >> np.arange(d.size)) & 1)
         means = np.abs((signs * d).mean(axis=1))
@@ -86,10 +94,12 @@ def paired_permutation_test(a: np.ndarray, b: np.ndarray, resamples: int = 10_00
 
 
 def sign_test(a: np.ndarray, b: np.ndarray) -> float:
-    """Exact two-sided binomial sign test on the nonzero per-problem differences (seed mean)."""
+    """Exact two-sided binomial sign test on the nonzero per-problem differences (seed mean):
+    ``p = min(1, 2 * sum_{i <= min(n+, n-)} C(n, i) / 2^n)``, ``n = n+ + n-``, where ``|d_p| <=
+    TOLERANCE`` is a tie (left out)."""
     a, b = _paired(a, b)
     d = (a - b).mean(axis=0)
-    positive, negative = int(np.sum(d > 0)), int(np.sum(d < 0))
+    positive, negative = int(np.sum(d > TOLERANCE)), int(np.sum(d < -TOLERANCE))
     n = positive + negative
     if n == 0:
         return 1.0
