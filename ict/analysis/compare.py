@@ -7,7 +7,8 @@ directory plus ``eval/`` (the `ict eval` outputs of its final checkpoint: sample
 results.json) and, where intermediate checkpoints were evaluated, ``evals/step-<N>/``
 (`step_eval_dir`); ``DIR/base-model/`` holds the untrained model's evaluation (step 0 of every
 learning curve). The report covers the runs trained to their ``num_steps`` and lists the others
-as in progress.
+as in progress. Reading those files: :mod:`ict.analysis.comparison_runs` (its names are
+importable from here).
 """
 
 from __future__ import annotations
@@ -18,13 +19,26 @@ import math
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ict.analysis.plots import read_metrics
+from ict.analysis.comparison_runs import (  # noqa: F401 (re-exported)
+    BASE_MODEL_DIR,
+    DEFAULT_KS,
+    RunRecord,
+    complete_verdicts,
+    evaluated_ks,
+    load_runs,
+    method_of,
+    problem_scores,
+    read_verdicts,
+    run_dir,
+    score_matrix,
+    step_eval_dir,
+    verdict_scores,
+)
 from ict.core.diagnostics import (
     ANATOMY_FIGURES,
     PAPER_FIGURE_KEYS,
@@ -33,7 +47,6 @@ from ict.core.diagnostics import (
     TOP_TOKENS,
 )
 from ict.core.errors import UsageError
-from ict.core.metrics import pass_at_k
 from ict.core.significance import (
     RESAMPLING_UNIT,
     paired_bootstrap,
@@ -43,8 +56,6 @@ from ict.runs.reporting import ENVIRONMENT_FILE, environment_record, json_safe
 
 BASELINES = ("grpo", "random")  # default baselines: method names (every run label of them)
 BOOTSTRAP_RESAMPLES = 10_000  # default resamples of each paired interval
-BASE_MODEL_DIR = "base-model"  # DIR/base-model/: the untrained model's evaluation (step 0)
-DEFAULT_KS = (1, 4)  # k of pass@k for an evaluation whose results.json does not name its ks
 COMMANDS_FILE = "commands.txt"  # every distinct non-report-only `ict compare` command line
 END_WINDOW = 10  # training steps averaged for "the end of training" (the last END_WINDOW logged)
 END_METRICS = {  # metrics key -> column title (with unit) of the end-of-training table
@@ -62,157 +73,6 @@ END_KEYS = tuple(dict.fromkeys((*END_METRICS, *(key for _, _, selected, everythi
 (``ict.core.diagnostics.ANATOMY_KEYS``) and the paper's figures
 (``ict.core.diagnostics.PAPER_FIGURE_KEYS``); NaN for runs logged before they existed. Only
 numbers are averaged: non-numeric keys (``sample_completion``, the top-token lists) never are."""
-
-
-def method_of(label: str) -> str:
-    """The method name of a run label: ``"random-ratio=0.1"`` -> ``"random"`` (method names
-    have no ``-``; see ``ict.experiments.compare.MethodSpec.label``)."""
-    return label.split("-", 1)[0]
-
-
-def run_dir(output_dir: Path, label: str, seed: int) -> Path:
-    """The run directory of one method label and seed inside a comparison directory."""
-    return output_dir / "runs" / label / f"seed{seed}"
-
-
-def step_eval_dir(run_directory: Path, step: int) -> Path:
-    """Where the evaluation of a run's checkpoint at ``step`` goes: ``RUN/evals/step-<N>/``."""
-    return run_directory / "evals" / f"step-{step:08d}"
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading run directories
-
-@dataclass
-class RunRecord:
-    label: str
-    seed: int
-    directory: Path
-    metrics: list[dict[str, Any]]
-    correct: dict[str, dict[int, list[bool]]]  # benchmark -> problem index -> sampled verdicts
-    planned_steps: int | None = None  # num_steps of the run's config.yaml (None: not recorded)
-    ks: tuple[int, ...] = DEFAULT_KS  # the k of pass@k its final evaluation asked for
-    evaluating: bool = False  # samples of its final evaluation, but no results.json: not finished
-
-    @property
-    def steps_logged(self) -> int:
-        """The last step in its metrics.jsonl (0 when none)."""
-        return max((int(line["step"]) for line in self.metrics if isinstance(line.get("step"), int)), default=0)
-
-    @property
-    def in_progress(self) -> bool:
-        """Trained to fewer steps than its config plans (still training, or stopped before its end),
-        or its final evaluation has not finished (no results.json beside its samples)."""
-        return self.evaluating or (self.planned_steps is not None and self.steps_logged < self.planned_steps)
-
-    @property
-    def progress(self) -> str:
-        """How far it got, for the report's in-progress list."""
-        if self.planned_steps is not None and self.steps_logged < self.planned_steps:
-            return f"{self.steps_logged} of {self.planned_steps} steps"
-        return "final evaluation not finished"
-
-
-def load_runs(output_dir: Path) -> list[RunRecord]:
-    """Every ``runs/<label>/seed<k>`` directory with metrics or evaluation samples."""
-    records = []
-    for directory in sorted((output_dir / "runs").glob("*/seed*")):
-        match = re.fullmatch(r"seed(-?\d+)", directory.name)
-        if match is None:
-            continue
-        verdicts = complete_verdicts(directory / "eval")
-        records.append(RunRecord(directory.parent.name, int(match.group(1)), directory,
-                                 read_metrics(directory), verdicts or {},
-                                 _planned_steps(directory / "config.yaml"), evaluated_ks(directory / "eval"),
-                                 evaluating=verdicts is None))
-    return records
-
-
-def complete_verdicts(eval_dir: Path) -> dict[str, dict[int, list[bool]]] | None:
-    """:func:`read_verdicts` of an `ict eval` output directory whose evaluation finished (its
-    results.json is written last); None for one with samples but no results.json (interrupted,
-    or still running: its problems so far are not the benchmark); {} for none."""
-    samples = eval_dir / "samples.jsonl"
-    if samples.is_file() and not (eval_dir / "results.json").is_file():
-        return None
-    return read_verdicts(samples)
-
-
-def read_verdicts(samples: Path) -> dict[str, dict[int, list[bool]]]:
-    """benchmark -> problem index -> the sampled completions' verdicts, from an `ict eval`
-    samples.jsonl (greedy completions and unreadable lines left out; empty if no file)."""
-    correct: dict[str, dict[int, list[bool]]] = {}
-    if not samples.is_file():
-        return correct
-    for number, line in enumerate(samples.read_text(encoding="utf-8").splitlines(), 1):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if not (isinstance(record, dict) and isinstance(record.get("benchmark"), str)
-                and isinstance(record.get("index"), int) and "correct" in record):
-            raise UsageError(f"{samples}:{number}: not an evaluation sample (a JSON object with 'benchmark', "
-                             "'index' and 'correct')")
-        if record.get("greedy"):
-            continue
-        per_problem = correct.setdefault(record["benchmark"], {})
-        per_problem.setdefault(record["index"], []).append(bool(record["correct"]))
-    return correct
-
-
-def evaluated_ks(eval_dir: Path) -> tuple[int, ...]:
-    """The k of pass@k an `ict eval` output directory asked for (its results.json's
-    ``config.ks``), else :data:`DEFAULT_KS`."""
-    try:
-        ks = json.loads((eval_dir / "results.json").read_text())["config"]["ks"]
-        return tuple(sorted(int(k) for k in ks))
-    except (OSError, ValueError, KeyError, TypeError):
-        return DEFAULT_KS
-
-
-def _planned_steps(path: Path) -> int | None:
-    """``num_steps`` of a run's resolved config.yaml, or None (no file, or no integer there)."""
-    import yaml
-
-    try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
-    except yaml.YAMLError:
-        return None
-    steps = config.get("num_steps") if isinstance(config, dict) else None
-    return steps if isinstance(steps, int) else None
-
-
-def problem_scores(run: RunRecord, benchmark: str, k: int) -> tuple[list[int], np.ndarray]:
-    """(problem indices, unbiased pass@k per problem) of one run on one benchmark."""
-    return verdict_scores(run.correct.get(benchmark, {}), k)
-
-
-def verdict_scores(per_problem: dict[int, list[bool]], k: int) -> tuple[list[int], np.ndarray]:
-    """(problem indices, unbiased pass@k per problem) from each problem's sampled verdicts; all
-    NaN when a problem has fewer than k samples."""
-    indices = sorted(per_problem)
-    n = np.array([len(per_problem[i]) for i in indices])
-    c = np.array([sum(per_problem[i]) for i in indices])
-    if not indices or k > int(n.min()):
-        return indices, np.full(len(indices), math.nan)
-    return indices, np.asarray(pass_at_k(n, c, k), dtype=np.float64)
-
-
-def score_matrix(runs: list[RunRecord], benchmark: str, k: int) -> tuple[list[int], list[int], np.ndarray]:
-    """Seeds (sorted), problem indices and pass@k [seeds, problems] over the problems every run
-    evaluated."""
-    runs = sorted(runs, key=lambda run: run.seed)
-    common = None
-    for run in runs:
-        keys = set(run.correct.get(benchmark, {}))
-        common = keys if common is None else common & keys
-    columns = sorted(common or ())
-    rows = []
-    for run in runs:
-        indices, scores = problem_scores(run, benchmark, k)
-        lookup = dict(zip(indices, scores, strict=True))
-        rows.append([lookup[i] for i in columns])
-    return [run.seed for run in runs], columns, np.array(rows, dtype=np.float64).reshape(len(runs), len(columns))
 
 
 def learning_curves(output_dir: Path, runs: list[RunRecord]) -> list[dict[str, Any]]:

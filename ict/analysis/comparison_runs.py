@@ -1,0 +1,169 @@
+"""The files of an `ict compare` directory, read: where each run and evaluation lives
+(`run_dir`, `step_eval_dir`, ``DIR/base-model/``), each run's metrics, plan and sampled
+verdicts (`load_runs`), and the per-problem pass@k the report pairs (`score_matrix`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ict.analysis.plots import read_metrics
+from ict.core.errors import UsageError
+from ict.core.metrics import pass_at_k
+
+BASE_MODEL_DIR = "base-model"  # DIR/base-model/: the untrained model's evaluation (step 0)
+DEFAULT_KS = (1, 4)  # k of pass@k for an evaluation whose results.json does not name its ks
+
+
+def method_of(label: str) -> str:
+    """The method name of a run label: ``"random-ratio=0.1"`` -> ``"random"`` (method names
+    have no ``-``; see ``ict.experiments.compare.MethodSpec.label``)."""
+    return label.split("-", 1)[0]
+
+
+def run_dir(output_dir: Path, label: str, seed: int) -> Path:
+    """The run directory of one method label and seed inside a comparison directory."""
+    return output_dir / "runs" / label / f"seed{seed}"
+
+
+def step_eval_dir(run_directory: Path, step: int) -> Path:
+    """Where the evaluation of a run's checkpoint at ``step`` goes: ``RUN/evals/step-<N>/``."""
+    return run_directory / "evals" / f"step-{step:08d}"
+
+
+@dataclass
+class RunRecord:
+    label: str
+    seed: int
+    directory: Path
+    metrics: list[dict[str, Any]]
+    correct: dict[str, dict[int, list[bool]]]  # benchmark -> problem index -> sampled verdicts
+    planned_steps: int | None = None  # num_steps of the run's config.yaml (None: not recorded)
+    ks: tuple[int, ...] = DEFAULT_KS  # the k of pass@k its final evaluation asked for
+    evaluating: bool = False  # samples of its final evaluation, but no results.json: not finished
+
+    @property
+    def steps_logged(self) -> int:
+        """The last step in its metrics.jsonl (0 when none)."""
+        return max((int(line["step"]) for line in self.metrics if isinstance(line.get("step"), int)), default=0)
+
+    @property
+    def in_progress(self) -> bool:
+        """Trained to fewer steps than its config plans (still training, or stopped before its end),
+        or its final evaluation has not finished (no results.json beside its samples)."""
+        return self.evaluating or (self.planned_steps is not None and self.steps_logged < self.planned_steps)
+
+    @property
+    def progress(self) -> str:
+        """How far it got, for the report's in-progress list."""
+        if self.planned_steps is not None and self.steps_logged < self.planned_steps:
+            return f"{self.steps_logged} of {self.planned_steps} steps"
+        return "final evaluation not finished"
+
+
+def load_runs(output_dir: Path) -> list[RunRecord]:
+    """Every ``runs/<label>/seed<k>`` directory with metrics or evaluation samples."""
+    records = []
+    for directory in sorted((output_dir / "runs").glob("*/seed*")):
+        match = re.fullmatch(r"seed(-?\d+)", directory.name)
+        if match is None:
+            continue
+        verdicts = complete_verdicts(directory / "eval")
+        records.append(RunRecord(directory.parent.name, int(match.group(1)), directory,
+                                 read_metrics(directory), verdicts or {},
+                                 _planned_steps(directory / "config.yaml"), evaluated_ks(directory / "eval"),
+                                 evaluating=verdicts is None))
+    return records
+
+
+def complete_verdicts(eval_dir: Path) -> dict[str, dict[int, list[bool]]] | None:
+    """:func:`read_verdicts` of an `ict eval` output directory whose evaluation finished (its
+    results.json is written last); None for one with samples but no results.json (interrupted,
+    or still running: its problems so far are not the benchmark); {} for none."""
+    samples = eval_dir / "samples.jsonl"
+    if samples.is_file() and not (eval_dir / "results.json").is_file():
+        return None
+    return read_verdicts(samples)
+
+
+def read_verdicts(samples: Path) -> dict[str, dict[int, list[bool]]]:
+    """benchmark -> problem index -> the sampled completions' verdicts, from an `ict eval`
+    samples.jsonl (greedy completions and unreadable lines left out; empty if no file)."""
+    correct: dict[str, dict[int, list[bool]]] = {}
+    if not samples.is_file():
+        return correct
+    for number, line in enumerate(samples.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not (isinstance(record, dict) and isinstance(record.get("benchmark"), str)
+                and isinstance(record.get("index"), int) and "correct" in record):
+            raise UsageError(f"{samples}:{number}: not an evaluation sample (a JSON object with 'benchmark', "
+                             "'index' and 'correct')")
+        if record.get("greedy"):
+            continue
+        per_problem = correct.setdefault(record["benchmark"], {})
+        per_problem.setdefault(record["index"], []).append(bool(record["correct"]))
+    return correct
+
+
+def evaluated_ks(eval_dir: Path) -> tuple[int, ...]:
+    """The k of pass@k an `ict eval` output directory asked for (its results.json's
+    ``config.ks``), else :data:`DEFAULT_KS`."""
+    try:
+        ks = json.loads((eval_dir / "results.json").read_text())["config"]["ks"]
+        return tuple(sorted(int(k) for k in ks))
+    except (OSError, ValueError, KeyError, TypeError):
+        return DEFAULT_KS
+
+
+def _planned_steps(path: Path) -> int | None:
+    """``num_steps`` of a run's resolved config.yaml, or None (no file, or no integer there)."""
+    import yaml
+
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except yaml.YAMLError:
+        return None
+    steps = config.get("num_steps") if isinstance(config, dict) else None
+    return steps if isinstance(steps, int) else None
+
+
+def problem_scores(run: RunRecord, benchmark: str, k: int) -> tuple[list[int], np.ndarray]:
+    """(problem indices, unbiased pass@k per problem) of one run on one benchmark."""
+    return verdict_scores(run.correct.get(benchmark, {}), k)
+
+
+def verdict_scores(per_problem: dict[int, list[bool]], k: int) -> tuple[list[int], np.ndarray]:
+    """(problem indices, unbiased pass@k per problem) from each problem's sampled verdicts; all
+    NaN when a problem has fewer than k samples."""
+    indices = sorted(per_problem)
+    n = np.array([len(per_problem[i]) for i in indices])
+    c = np.array([sum(per_problem[i]) for i in indices])
+    if not indices or k > int(n.min()):
+        return indices, np.full(len(indices), math.nan)
+    return indices, np.asarray(pass_at_k(n, c, k), dtype=np.float64)
+
+
+def score_matrix(runs: list[RunRecord], benchmark: str, k: int) -> tuple[list[int], list[int], np.ndarray]:
+    """Seeds (sorted), problem indices and pass@k [seeds, problems] over the problems every run
+    evaluated."""
+    runs = sorted(runs, key=lambda run: run.seed)
+    common = None
+    for run in runs:
+        keys = set(run.correct.get(benchmark, {}))
+        common = keys if common is None else common & keys
+    columns = sorted(common or ())
+    rows = []
+    for run in runs:
+        indices, scores = problem_scores(run, benchmark, k)
+        lookup = dict(zip(indices, scores, strict=True))
+        rows.append([lookup[i] for i in columns])
+    return [run.seed for run in runs], columns, np.array(rows, dtype=np.float64).reshape(len(runs), len(columns))
