@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from trl_helpers import DRIVER, run_driver
+from trl_helpers import DRIVER, free_port, run_driver
 
 from ict.core.selectors import SelectionInputs
 
@@ -233,8 +233,8 @@ def test_trl_two_processes(tiny_model_dir, tmp_path):
     # accelerate 1.15's `launch --cpu --num_processes 2` starts ONE process; `--multi_gpu` with
     # ACCELERATE_USE_CPU=1 starts two CPU processes (gloo), as verified by the gathered shapes below.
     run_driver([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-          "--mixed_precision", "no", "--dynamo_backend", "no", str(DRIVER), str(tiny_model_dir),
-          str(tmp_path), runs], tmp_path, ACCELERATE_USE_CPU="1")
+                "--main_process_port", str(free_port()), "--mixed_precision", "no", "--dynamo_backend", "no",
+                str(DRIVER), str(tiny_model_dir), str(tmp_path), runs], tmp_path, ACCELERATE_USE_CPU="1")
     _check(tmp_path / "0", 2, 0.1, "group_mean")
     _check_random_equal_on_ranks(tmp_path / "1", 0.2)
     _check_straddling_groups(tmp_path / "2")
@@ -400,8 +400,9 @@ def test_trl_truncated_tool_completion_stays_truncated_across_processes(tiny_mod
     if accelerate is None:
         pytest.skip("accelerate CLI not installed next to this Python")
     run_driver([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-                "--mixed_precision", "no", "--dynamo_backend", "no", str(Path(DRIVER).parent / "trl_tool_rows_run.py"),
-                str(tiny_model_dir), str(tmp_path)], tmp_path, ACCELERATE_USE_CPU="1")
+                "--main_process_port", str(free_port()), "--mixed_precision", "no", "--dynamo_backend", "no",
+                str(Path(DRIVER).parent / "trl_tool_rows_run.py"), str(tiny_model_dir), str(tmp_path)],
+               tmp_path, ACCELERATE_USE_CPU="1")
     records = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2)]
     assert [record["hidden"].shape[1] for record in records] == [7, 6]
     hidden = torch.cat([torch.nn.functional.pad(record["hidden"], (0, 0, 0, 7 - record["hidden"].shape[1]))
