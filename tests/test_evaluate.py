@@ -493,6 +493,35 @@ def test_resumed_multi_seed_run_does_not_mix_seeds(tmp_path, tiny_model_dir):
         assert only.benchmarks[0].metrics[f"pass@{k}"] == pytest.approx(reference[2][f"pass@{k}"])
 
 
+def test_a_larger_limit_resumed_samples_the_later_chunks_as_an_uninterrupted_run(tmp_path,
+                                                                                tiny_model_dir):
+    """Chunk boundaries are those of the whole benchmark, not of the problems still to do:
+    ``--limit 3`` then ``--limit 8`` (2 problems per chunk) samples problems 4..7 as ``--limit 8``
+    at once does (problem 3 completes a chunk alone, so its random numbers differ)."""
+    data = write_sums(tmp_path / "data", size=8)
+
+    def run(out: Path, limit: int) -> None:
+        config = seeds_config(data, out, tiny_model_dir, limit=limit, max_new_tokens=6)
+        evaluate(config, generator=generator, progress=False, print_table=False)
+
+    generator = _generator(seeds_config(data, tmp_path / "once", tiny_model_dir), tiny_model_dir,
+                           SeedRecordingGenerator)
+    run(tmp_path / "once", 8)
+    once_calls = list(generator.sampled_calls)
+    run(tmp_path / "twice", 3)
+    generator.sampled_calls.clear()
+    run(tmp_path / "twice", 8)
+    prompts = [p.prompt for p in load_benchmark("gsm8k", data).problems]
+    assert generator.sampled_calls[1:] == once_calls[2:]  # the chunks [4, 5] and [6, 7]
+    assert generator.sampled_calls[0][1] == [prompts[3]]
+
+    def later(out: Path) -> list[tuple[int, int, str]]:
+        return [(r["index"], r["sample"], r["completion"]) for r in read_samples(out)
+                if r["index"] >= 4]
+
+    assert later(tmp_path / "twice") == later(tmp_path / "once")
+
+
 def test_records_from_before_the_seed_field_resume_as_their_runs_seed(tmp_path, tiny_model_dir):
     data = write_sums(tmp_path / "data", size=4)
     out = tmp_path / "out"

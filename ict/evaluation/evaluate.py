@@ -417,6 +417,18 @@ def _benchmark_result(benchmark: Benchmark, records: dict[str, list[dict[str, An
                            list(seeds), per_seed_table(per_seed), std)
 
 
+def _chunks(benchmark: Benchmark, problems: list[Problem], per_chunk: int) -> list[list[Problem]]:
+    """The chunks of `per_chunk` problems of the whole benchmark, each left with those of
+    `problems` (the ones still to generate), empty ones dropped: the boundaries do not move with
+    the problems already done, so a resumed run or a larger ``--limit`` generates each chunk
+    as an uninterrupted run does."""
+    wanted = {problem.index for problem in problems}
+    chunks = ([problem for problem in benchmark.problems[begin : begin + per_chunk]
+               if problem.index in wanted]
+              for begin in range(0, len(benchmark.problems), per_chunk))
+    return [chunk for chunk in chunks if chunk]
+
+
 def evaluate(
     config: EvalConfig,
     generator: Generator | None = None,
@@ -506,8 +518,7 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
     ) as samples_file:
         task = bar.add_task("evaluating", total=total, completed=already)
         for benchmark, problems in todo:
-            for begin in range(0, len(problems), per_chunk):
-                chunk = problems[begin : begin + per_chunk]
+            for chunk in _chunks(benchmark, problems, per_chunk):
                 bar.update(task, description=f"{benchmark.name}")
                 new_keys: set[str] = set()
                 for unit in units:  # each seed's samples, then the greedy completion
