@@ -477,12 +477,16 @@ def test_resumed_multi_seed_run_does_not_mix_seeds(tmp_path, tiny_model_dir):
     third = SeedRecordingGenerator(first.model, first.tokenizer, first.config)
     evaluate(seeds_config(data, out, tiny_model_dir, seeds=(0, 1, 2)), generator=third,
              progress=False, print_table=False)
-    assert [p for _, chunk in third.sampled_calls for p in chunk] == [prompts[2]]
+    # its chunk (problems 2 and 3) is drawn whole, as the uninterrupted run drew it
+    assert [p for _, chunk in third.sampled_calls for p in chunk] == prompts[2:4]
     final = read_samples(out)
     keys = [(r["index"], r["seed"], r["sample"]) for r in final]
     assert len(keys) == len(set(keys)) == 4 * 3 * 4
     assert [r for r in final if (r["index"], r["seed"]) != (2, 1)] == [
         r for r in torn if (r["index"], r["seed"]) != (2, 1)]
+    # ... and gets the samples the uninterrupted run had drawn
+    assert [r for r in final if (r["index"], r["seed"]) == (2, 1)] == [
+        r for r in after if (r["index"], r["seed"]) == (2, 1)]
     # reporting one seed uses that seed's records only
     fourth = SeedRecordingGenerator(first.model, first.tokenizer, first.config)
     only = evaluate(seeds_config(data, out, tiny_model_dir, seeds=(2,)), generator=fourth,
@@ -495,9 +499,9 @@ def test_resumed_multi_seed_run_does_not_mix_seeds(tmp_path, tiny_model_dir):
 
 def test_a_larger_limit_resumed_samples_the_later_chunks_as_an_uninterrupted_run(tmp_path,
                                                                                 tiny_model_dir):
-    """Chunk boundaries are those of the whole benchmark, not of the problems still to do:
-    ``--limit 3`` then ``--limit 8`` (2 problems per chunk) samples problems 4..7 as ``--limit 8``
-    at once does (problem 3 completes a chunk alone, so its random numbers differ)."""
+    """Chunk boundaries are those of the whole benchmark, not of the problems still to do, and a
+    chunk partly done is drawn whole: ``--limit 3`` then ``--limit 8`` (2 problems per chunk)
+    samples problems 3..7 as ``--limit 8`` at once does (problem 2 was a chunk of its own)."""
     data = write_sums(tmp_path / "data", size=8)
 
     def run(out: Path, limit: int) -> None:
@@ -512,12 +516,12 @@ def test_a_larger_limit_resumed_samples_the_later_chunks_as_an_uninterrupted_run
     generator.sampled_calls.clear()
     run(tmp_path / "twice", 8)
     prompts = [p.prompt for p in load_benchmark("gsm8k", data).problems]
-    assert generator.sampled_calls[1:] == once_calls[2:]  # the chunks [4, 5] and [6, 7]
-    assert generator.sampled_calls[0][1] == [prompts[3]]
+    assert generator.sampled_calls == once_calls[1:]  # the chunks [2, 3], [4, 5] and [6, 7]
+    assert generator.sampled_calls[0][1] == prompts[2:4]
 
     def later(out: Path) -> list[tuple[int, int, str]]:
         return [(r["index"], r["sample"], r["completion"]) for r in read_samples(out)
-                if r["index"] >= 4]
+                if r["index"] >= 3]
 
     assert later(tmp_path / "twice") == later(tmp_path / "once")
 
