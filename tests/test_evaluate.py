@@ -477,12 +477,16 @@ def test_resumed_multi_seed_run_does_not_mix_seeds(tmp_path, tiny_model_dir):
     third = SeedRecordingGenerator(first.model, first.tokenizer, first.config)
     evaluate(seeds_config(data, out, tiny_model_dir, seeds=(0, 1, 2)), generator=third,
              progress=False, print_table=False)
-    assert [p for _, chunk in third.sampled_calls for p in chunk] == [prompts[2]]
+    # its chunk (problems 2 and 3) is drawn whole, as the uninterrupted run drew it
+    assert [p for _, chunk in third.sampled_calls for p in chunk] == prompts[2:4]
     final = read_samples(out)
     keys = [(r["index"], r["seed"], r["sample"]) for r in final]
     assert len(keys) == len(set(keys)) == 4 * 3 * 4
     assert [r for r in final if (r["index"], r["seed"]) != (2, 1)] == [
         r for r in torn if (r["index"], r["seed"]) != (2, 1)]
+    # ... and gets the samples the uninterrupted run had drawn
+    assert [r for r in final if (r["index"], r["seed"]) == (2, 1)] == [
+        r for r in after if (r["index"], r["seed"]) == (2, 1)]
     # reporting one seed uses that seed's records only
     fourth = SeedRecordingGenerator(first.model, first.tokenizer, first.config)
     only = evaluate(seeds_config(data, out, tiny_model_dir, seeds=(2,)), generator=fourth,
@@ -491,6 +495,35 @@ def test_resumed_multi_seed_run_does_not_mix_seeds(tmp_path, tiny_model_dir):
     reference = per_seed_reference(final, 4, (1, 2, 4))
     for k in (1, 2, 4):
         assert only.benchmarks[0].metrics[f"pass@{k}"] == pytest.approx(reference[2][f"pass@{k}"])
+
+
+def test_a_larger_limit_resumed_samples_the_later_chunks_as_an_uninterrupted_run(tmp_path,
+                                                                                tiny_model_dir):
+    """Chunk boundaries are those of the whole benchmark, not of the problems still to do, and a
+    chunk partly done is drawn whole: ``--limit 3`` then ``--limit 8`` (2 problems per chunk)
+    samples problems 3..7 as ``--limit 8`` at once does (problem 2 was a chunk of its own)."""
+    data = write_sums(tmp_path / "data", size=8)
+
+    def run(out: Path, limit: int) -> None:
+        config = seeds_config(data, out, tiny_model_dir, limit=limit, max_new_tokens=6)
+        evaluate(config, generator=generator, progress=False, print_table=False)
+
+    generator = _generator(seeds_config(data, tmp_path / "once", tiny_model_dir), tiny_model_dir,
+                           SeedRecordingGenerator)
+    run(tmp_path / "once", 8)
+    once_calls = list(generator.sampled_calls)
+    run(tmp_path / "twice", 3)
+    generator.sampled_calls.clear()
+    run(tmp_path / "twice", 8)
+    prompts = [p.prompt for p in load_benchmark("gsm8k", data).problems]
+    assert generator.sampled_calls == once_calls[1:]  # the chunks [2, 3], [4, 5] and [6, 7]
+    assert generator.sampled_calls[0][1] == prompts[2:4]
+
+    def later(out: Path) -> list[tuple[int, int, str]]:
+        return [(r["index"], r["sample"], r["completion"]) for r in read_samples(out)
+                if r["index"] >= 3]
+
+    assert later(tmp_path / "twice") == later(tmp_path / "once")
 
 
 def test_records_from_before_the_seed_field_resume_as_their_runs_seed(tmp_path, tiny_model_dir):

@@ -417,6 +417,16 @@ def _benchmark_result(benchmark: Benchmark, records: dict[str, list[dict[str, An
                            list(seeds), per_seed_table(per_seed), std)
 
 
+def _chunks(benchmark: Benchmark, problems: list[Problem], per_chunk: int) -> list[list[Problem]]:
+    """The chunks of `per_chunk` problems of the whole benchmark that hold one of `problems`
+    (the ones still to generate): the boundaries do not move with the problems already done,
+    so a resumed run or a larger ``--limit`` generates each chunk as an uninterrupted run does."""
+    wanted = {problem.index for problem in problems}
+    chunks = (benchmark.problems[begin : begin + per_chunk]
+              for begin in range(0, len(benchmark.problems), per_chunk))
+    return [chunk for chunk in chunks if any(problem.index in wanted for problem in chunk)]
+
+
 def evaluate(
     config: EvalConfig,
     generator: Generator | None = None,
@@ -506,24 +516,29 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
     ) as samples_file:
         task = bar.add_task("evaluating", total=total, completed=already)
         for benchmark, problems in todo:
-            for begin in range(0, len(problems), per_chunk):
-                chunk = problems[begin : begin + per_chunk]
+            wanted = {problem.index for problem in problems}
+            for chunk in _chunks(benchmark, problems, per_chunk):
                 bar.update(task, description=f"{benchmark.name}")
                 new_keys: set[str] = set()
                 for unit in units:  # each seed's samples, then the greedy completion
-                    needing = [problem for problem in chunk
-                               if unit_key(benchmark.name, problem.index, unit) not in records]
-                    if not needing:
+                    kept = [offset for offset, problem in enumerate(chunk)
+                            if unit_key(benchmark.name, problem.index, unit) not in records]
+                    if not kept:
                         continue
                     greedy = unit is None
                     seed = _chunk_seed(first_seed if unit is None else unit, benchmark.name,
-                                       needing[0].index, greedy)
+                                       chunk[0].index, greedy)
                     generation_start = time.perf_counter()
-                    completions, lengths, finished = generator.generate(
-                        [problem.prompt for problem in needing], 1 if greedy else config.num_samples,
+                    # the whole chunk, as an uninterrupted run draws it; the done problems' part is dropped
+                    drawn, lengths, finished = generator.generate(
+                        [problem.prompt for problem in chunk], 1 if greedy else config.num_samples,
                         greedy, seed)
                     timing["generation_seconds"] += time.perf_counter() - generation_start
                     timing["generated_tokens"] += sum(map(sum, lengths))
+                    needing = [chunk[offset] for offset in kept]
+                    completions = [drawn[offset] for offset in kept]
+                    lengths = [lengths[offset] for offset in kept]
+                    finished = [finished[offset] for offset in kept]
                     grading_start = time.perf_counter()
                     items = [(problem, text) for problem, group in zip(needing, completions,
                                                                        strict=True)
@@ -546,6 +561,6 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
                             for record in records[key]:
                                 samples_file.write(json.dumps(record, ensure_ascii=False) + "\n")
                     samples_file.flush()
-                bar.advance(task, len(chunk))
+                bar.advance(task, sum(problem.index in wanted for problem in chunk))
 
 
