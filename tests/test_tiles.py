@@ -525,65 +525,6 @@ def test_merged_point_masses_match_float64(backend, tile):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("layout", ["sliced", "one_row", "vocabulary_strided"])
-def test_logits_are_read_where_they_lie(backend, layout):
-    """A model's ``logits[:, :-1]`` (not viewable as ``[B*T, V]``) is read in place, not copied whole;
-    values and the gradient (in the logits' shape) equal those of a contiguous copy. A layout that
-    cannot be read as rows (a vocabulary that is not contiguous) is copied, and still right."""
-    from ict.core.stats.heads import LogitsHead
-
-    generator = torch.Generator().manual_seed(5)
-    batch = 1 if layout == "one_row" else 4
-    if layout == "vocabulary_strided":
-        logits = torch.randn(23, batch, 8, generator=generator).permute(1, 2, 0).requires_grad_()
-    else:
-        logits = (torch.randn(batch, 9, 23, generator=generator) * 2).requires_grad_()[:, :-1]
-    token_ids = torch.randint(0, 23, (batch, 8), generator=generator)
-    mask = torch.ones(batch, 8, dtype=torch.bool)
-    mask[0, 5:] = False
-    groups = torch.arange(batch) // 2
-    flat = LogitsHead(logits).flat
-    assert (flat.untyped_storage().data_ptr() == logits.untyped_storage().data_ptr()) == (layout != "vocabulary_strided")
-    results = []
-    for given in (logits, logits.detach().contiguous().requires_grad_()):
-        stats = run(token_statistics, backend, given, token_ids, mask, 0.8, ("group_mean_absorbing", "prev"),
-                    tile_size=(3, 7), group_ids=groups)
-        (grad,) = torch.autograd.grad((stats.log_probs * torch.linspace(-1, 1, 8)).sum(), given)
-        results.append((stats, grad))
-    (first, first_grad), (second, second_grad) = results
-    assert first_grad.shape == logits.shape
-    torch.testing.assert_close(first.log_probs, second.log_probs, atol=0, rtol=0)
-    for key in first.js_scores:
-        torch.testing.assert_close(first.js_scores[key], second.js_scores[key], atol=0, rtol=0)
-    torch.testing.assert_close(first_grad, second_grad, atol=0, rtol=0)
-
-
-@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
-def test_the_triton_kernels_read_given_logits_where_they_lie():
-    """From logits, the Triton kernels read (statistics, group scores) and write (the gradient) each
-    row of a tile in the logits and their gradient: no gathered copy of a tile, forward or backward,
-    and the same values as the torch folds' gathered tiles."""
-    logits, token_ids, mask, groups, _ = variant_batch(31)
-    logits = logits.to(DEVICE).requires_grad_()
-
-    def tile_copies(name, args, result):  # a gathered or scattered tile (7 + 7 + 5 ids), or the logits
-        return name if name in ("index_select", "index", "index_put_", "index_put") and result.dim() == 2 and \
-            result.shape[-1] in (7, 5, 19) else None
-
-    references = ("group_mean_absorbing", "group_mean_loo")
-    with OperatorLog(tile_copies) as log:
-        stats = token_statistics(logits, token_ids.to(DEVICE), mask.to(DEVICE), 1.0, references, tile_size=(3, 7),
-                                 backend="triton", group_ids=groups.to(DEVICE))
-        (grad,) = torch.autograd.grad(stats.log_probs.sum(), logits)
-    assert log.entries == []
-    expected = run(token_statistics, "torch", logits.detach().cpu().requires_grad_(), token_ids, mask, 1.0,
-                   references, tile_size=(3, 7), group_ids=groups)
-    torch.testing.assert_close(stats.js_scores["group_mean_loo"].cpu(), expected.js_scores["group_mean_loo"],
-                               atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(stats.log_probs.cpu(), expected.log_probs, atol=1e-6, rtol=1e-5)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_large_logits_at_a_temperature_that_is_no_power_of_two(backend):
     """The Triton kernels scale z = x * (1/T) and the torch folds did x / T: at T = 0.7 the two
     round z differently by an ulp, 1e-3 at |z| = 1e4, and the scores the torch side computes from
