@@ -1,0 +1,127 @@
+"""ict.integrations.verl with verl 0.9's v1 trainer and launch path, on CPU: verl's own
+``PPOTrainer._balance_batch`` (wrapped by ict) keeps whole groups on each rank, and the example
+launch script's overrides compose with verl's ``ppo_trainer`` config into our policy-loss config.
+The loss inside verl's data path: tests/test_integration_verl.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    pytest.importorskip("verl.workers.engine.fsdp.transformer_impl",
+                        reason="verl 0.9 is not importable here (it needs its own environment; "
+                               "see docs/scaling.md, section verl)")
+    import verl as verl_package
+
+    from ict.integrations import verl as ict_verl
+
+from ict.core.errors import UsageError
+from ict.integrations import parse_token_selector
+
+
+def _v1_trainer(trainer_base, loss_mode: str, selector: str, mini_batch: int = 2):
+    """verl v1's PPOTrainer state that ``_balance_batch`` reads: 2 data-parallel ranks, G=2."""
+    import types
+
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.create({
+        "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": mini_batch, "policy_loss": {
+            "loss_mode": loss_mode, "ict_selector": selector}}, "rollout": {"n": 2}},
+        "trainer": {"critic_warmup": 0}})
+    trainer = SimpleNamespace(config=config, use_critic=False, global_steps=1, tokenizer=SimpleNamespace(eos_token_id=0),
+                              actor_rollout_wg=SimpleNamespace(_dispatch_info={"actor": [0, 1]}))
+    trainer._get_required_batch_multiple = types.MethodType(trainer_base.PPOTrainer._get_required_batch_multiple, trainer)
+    return trainer
+
+
+
+def test_v1_balance_keeps_whole_groups_on_each_rank() -> None:
+    """verl v1's own ``PPOTrainer._balance_batch`` (ict wraps it): for a group selector each
+    rank's contiguous share is whole groups, as balanced as whole groups allow (brute force over
+    all splits, verl's workload 24576 s + s^2); for verl's own loss it still balances single
+    sequences, which splits groups (why group_mean needs the wrapper)."""
+    trainer_base = pytest.importorskip(
+        "verl.trainer.ppo.v1.trainer_base",
+        reason="verl's v1 trainer imports transfer_queue (verl's verl-core extra); docs/scaling.md, section verl")
+    from transfer_queue import KVBatchMeta
+
+    seq_len = {"a": 100, "b": 90, "c": 20, "d": 10}
+    keys = [f"{uid}_{session}_0" for uid in "cadb" for session in range(2)]
+
+    def balanced(loss_mode: str, selector: str) -> tuple[list[str], dict]:
+        batch = KVBatchMeta(keys=list(keys), tags=[{"seq_len": seq_len[key[0]]} for key in keys], partition_id="train")
+        metrics: dict = {}
+        trainer_base.PPOTrainer._balance_batch(_v1_trainer(trainer_base, loss_mode, selector), batch, metrics)
+        return [key[0] for key in batch.keys], metrics
+
+    def workload(uids: list[str]) -> int:
+        return sum(24576 * seq_len[uid] + seq_len[uid] ** 2 for uid in uids)
+
+    for selector in ["ict:ratio=0.1", "ict:reference=group_mean,ratio=0.1",
+                     "ict:reference=seq_mean,scope=group"]:
+        uids, metrics = balanced("ict", selector)
+        ranks = [uids[:4], uids[4:]]
+        assert set(ranks[0]).isdisjoint(ranks[1]) and all(a == b for a, b in zip(uids[::2], uids[1::2])), uids
+        best = min(max(workload(2 * pair), workload(2 * [u for u in "abcd" if u not in pair]))
+                   for pair in [("a", "b"), ("a", "c"), ("a", "d")])
+        assert max(workload(rank) for rank in ranks) == best
+        assert "global_seqlen/min" in metrics
+    uids, _ = balanced("vanilla", "all")
+    assert not set(uids[:4]).isdisjoint(uids[4:])  # verl's sequence balancing splits a group
+    uids, _ = balanced("ict", "entropy:ratio=0.2")  # no group statistics: verl's balancing
+    assert not set(uids[:4]).isdisjoint(uids[4:])
+    with pytest.raises(UsageError, match="ppo_mini_batch_size .1. a multiple of the 2 data-parallel ranks"):
+        batch = KVBatchMeta(keys=list(keys), tags=[{"seq_len": 1} for _ in keys], partition_id="train")
+        trainer_base.PPOTrainer._balance_batch(_v1_trainer(trainer_base, "ict", "ict", mini_batch=1), batch, {})
+    with pytest.raises(UsageError, match="prompt count divisible by the 2 data-parallel ranks; got 3 prompts"):
+        ict_verl.group_balanced_order(list("aabbcc"), [1] * 6, 2, 2)
+
+
+
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "verl" / "run_gsm8k.sh"
+
+METHODS = {"grpo": "all", "entropy": "entropy", "stapo": "stapo", "ict": "ict", "random": "random",
+           "kl_cov": "kl_cov", "clip_cov": "clip_cov"}
+
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_launch_script_builds_our_config_in_verl(method: str) -> None:
+    """The example's overrides compose with verl's own ppo_trainer config, and the actor config
+    the workers build from it carries our policy-loss config and selector."""
+    from hydra import compose, initialize_config_dir
+    from verl.utils.config import omega_conf_to_dataclass
+
+    environment = {"PATH": os.environ.get("PATH", ""), "METHOD": method, "DRY_RUN": "1", "DATA": "/data"}
+    overrides = subprocess.run(["bash", str(SCRIPT)], env=environment, capture_output=True, text=True,
+                               check=True).stdout.splitlines()
+    config_dir = Path(verl_package.__file__).parent / "trainer" / "config"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+            config = compose("ppo_trainer", overrides=overrides)
+        actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
+    assert isinstance(actor.policy_loss, ict_verl.ICTPolicyLossConfig)
+    assert actor.policy_loss.loss_mode == "ict"
+    assert parse_token_selector(actor.policy_loss.ict_selector)[0] == METHODS[method]
+    assert actor.ppo_micro_batch_size_per_gpu % actor.rollout_n == 0 and not actor.use_dynamic_bsz
+    assert actor.rollout_n == 8
+    # verl's default (v1) trainer, with ict loaded in every Ray process (its balancing wrapped)
+    assert config.trainer.use_v1 is True
+    assert config.ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES == "ict.integrations.verl"
+    assert f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES={ict_verl.__name__}" == ict_verl.V1_OVERRIDE
+
+
+
+def test_launch_script_refuses_unknown_method() -> None:
+    result = subprocess.run(["bash", str(SCRIPT)], env={"PATH": os.environ.get("PATH", ""), "HOME": "/tmp", "METHOD": "foo"},
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "METHOD must be one of" in result.stderr
