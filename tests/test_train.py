@@ -511,9 +511,12 @@ def test_non_finite_updates_are_skipped_and_stop_the_run(tiny_model_dir, arithme
         poisoned_steps.update({1, 2, 3})
         calls["step"] = 0
         stopped = tmp_path / "stopped"
-        with pytest.raises(TrainingDiverged, match="2 consecutive updates"):
+        with pytest.raises(TrainingDiverged, match="2 consecutive updates") as diverged:
             train(tiny_config(tiny_model_dir, arithmetic_task, stopped, num_steps=5,
                               max_consecutive_skips=2), on_step=count_steps)
+        # it advised lowering learning_rate and then --resume, which refuses a changed option
+        assert f"with the same options, rerun with --resume --run-dir {stopped}; a lower learning_rate or other " \
+               "data needs a new run" in str(diverged.value)
         assert latest_checkpoint(stopped).name == "step-00000003"
     finally:
         trainer_module.response_logits = original

@@ -453,7 +453,8 @@ def _checkpoint_or_stop(run: _Run, step: int, stop: _StopRequest, profiler: Step
         raise TrainingDiverged(
             f"{state['consecutive_skips']} consecutive updates had a non-finite loss or gradient "
             f"(weights untouched since the last good one, checkpointed in {run.last_checkpoint}); "
-            f"lower learning_rate or check the data, then {run.continue_with}")
+            f"to retry from there with the same options, {run.continue_with}; a lower learning_rate "
+            "or other data needs a new run (a resumed run keeps its options)")
     if stop.requested and not done:
         run.console.print(f"stopped after step {step + 1}: {run.last_checkpoint}; to continue, "
                           f"{run.continue_with}")
