@@ -30,10 +30,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ict.answers.extraction import BOXED_COMMANDS, sanitize_text, tail
+from ict.core.errors import UsageError
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
 MAX_TIMEOUT_SECONDS = 86_400.0
 """The longest time bound of one check (a day); 1e10 s overflowed the deadline's timestamp."""
+
+
+def check_timeout(seconds: float, name: str) -> None:
+    """A one-line UsageError unless ``0 < seconds <= MAX_TIMEOUT_SECONDS`` (``name``: the option as
+    its command spells it)."""
+    if not 0 < seconds <= MAX_TIMEOUT_SECONDS:
+        raise UsageError(f"{name} must be in (0, {MAX_TIMEOUT_SECONDS:.0f}] seconds, got {seconds}")
+
 WORKER_START_TIMEOUT_SECONDS = 120.0
 WORKER_MEMORY_LIMIT_BYTES = 8 * 1024**3
 """Address-space limit of a math worker (a runaway sympy power raises MemoryError, not OOM)."""

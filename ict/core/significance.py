@@ -82,15 +82,14 @@ def paired_permutation_test(a: np.ndarray, b: np.ndarray, resamples: int = 10_00
     a, b = _paired(a, b)
     d = (a - b).mean(axis=0)
     observed = abs(d.mean())
-    tolerance = TOLERANCE
     if d.size <= 16:
         signs = 1 - 2 * ((np.arange(2 ** d.size)[:, None] >> np.arange(d.size)) & 1)
         means = np.abs((signs * d).mean(axis=1))
-        return float(np.mean(means >= observed - tolerance))
+        return float(np.mean(means >= observed - TOLERANCE))
     rng = np.random.default_rng(seed)
     signs = rng.choice(np.array([-1.0, 1.0]), size=(resamples, d.size))
     means = np.abs((signs * d).mean(axis=1))
-    return float((1 + np.sum(means >= observed - tolerance)) / (1 + resamples))
+    return float((1 + np.sum(means >= observed - TOLERANCE)) / (1 + resamples))
 
 
 def sign_test(a: np.ndarray, b: np.ndarray) -> float:

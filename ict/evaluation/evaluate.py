@@ -49,8 +49,8 @@ from ict.answers.grading import ANSWER_EXTRACTIONS, GradingRules, Verdict, grade
 from ict.answers.verify import (
     DEFAULT_TIMEOUT_SECONDS,
     MATH_EXTRACTIONS,
-    MAX_TIMEOUT_SECONDS,
     MathVerifier,
+    check_timeout,
     default_verifier,
 )
 from ict.core.errors import UsageError
@@ -155,9 +155,7 @@ class EvalConfig:
             raise UsageError(f"--math-extraction must be one of {', '.join(MATH_EXTRACTIONS)}")
         if self.answer_extraction not in ANSWER_EXTRACTIONS:
             raise UsageError(f"--answer-extraction must be one of {', '.join(ANSWER_EXTRACTIONS)}")
-        if not 0 < self.verify_timeout <= MAX_TIMEOUT_SECONDS:
-            raise UsageError(f"--verify-timeout must be in (0, {MAX_TIMEOUT_SECONDS:.0f}] seconds, got "
-                             f"{self.verify_timeout}")
+        check_timeout(self.verify_timeout, "--verify-timeout")
         if self.backend not in ("auto", "hf", "vllm"):
             raise UsageError(f"--backend must be auto, hf or vllm, got {self.backend!r}")
         if self.threads is not None and self.threads < 1:
@@ -417,11 +415,10 @@ def _benchmark_result(benchmark: Benchmark, records: dict[str, list[dict[str, An
                            list(seeds), per_seed_table(per_seed), std)
 
 
-def _chunks(benchmark: Benchmark, problems: list[Problem], per_chunk: int) -> list[list[Problem]]:
-    """The chunks of `per_chunk` problems of the whole benchmark that hold one of `problems`
-    (the ones still to generate): the boundaries do not move with the problems already done,
-    so a resumed run or a larger ``--limit`` generates each chunk as an uninterrupted run does."""
-    wanted = {problem.index for problem in problems}
+def _chunks(benchmark: Benchmark, wanted: set[int], per_chunk: int) -> list[list[Problem]]:
+    """The chunks of `per_chunk` problems of the whole benchmark that hold a problem index in
+    `wanted` (the ones still to generate): the boundaries do not move with the problems already
+    done, so a resumed run or a larger ``--limit`` generates each chunk as an uninterrupted run does."""
     chunks = (benchmark.problems[begin : begin + per_chunk]
               for begin in range(0, len(benchmark.problems), per_chunk))
     return [chunk for chunk in chunks if any(problem.index in wanted for problem in chunk)]
@@ -517,7 +514,7 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
         task = bar.add_task("evaluating", total=total, completed=already)
         for benchmark, problems in todo:
             wanted = {problem.index for problem in problems}
-            for chunk in _chunks(benchmark, problems, per_chunk):
+            for chunk in _chunks(benchmark, wanted, per_chunk):
                 bar.update(task, description=f"{benchmark.name}")
                 new_keys: set[str] = set()
                 for unit in units:  # each seed's samples, then the greedy completion

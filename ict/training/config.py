@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from ict.answers.verify import MAX_TIMEOUT_SECONDS
+from ict.answers.verify import check_timeout
 from ict.core import selectors
 from ict.core.errors import UsageError
 from ict.core.options import check_choices, option, optional_inner, parse_field, yaml_problem
@@ -337,9 +337,7 @@ class TrainConfig:
                 raise UsageError(f"{name} must be >= 0")
         if self.resume and not self.run_dir:
             raise UsageError("--resume needs --run-dir (the run to continue)")
-        if not 0 < self.verify_timeout <= MAX_TIMEOUT_SECONDS:
-            raise UsageError(f"verify_timeout must be in (0, {MAX_TIMEOUT_SECONDS:.0f}] seconds, got "
-                             f"{self.verify_timeout}")
+        check_timeout(self.verify_timeout, "verify_timeout")
         if not 0 <= self.seed < RUN_SEED_LIMIT:
             raise UsageError(f"seed must be in [0, 2^32), got {self.seed}")
         if not 0 <= self.overlong_buffer <= self.max_new_tokens:
