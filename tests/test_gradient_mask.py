@@ -190,12 +190,12 @@ def test_the_trainer_passes_a_gradient_mask_where_the_selection_is_known_and_its
     moves its tokens whatever their advantage): the parameters' gradients equal the step's without
     a mask (the backward then finds its rows itself), to float32 rounding."""
     from conftest import build_tiny_model
-    from train_helpers import grouped_batch
+    from train_helpers import grouped_batch_and_advantages
 
     import ict.training.step as step
 
     model = build_tiny_model(len(tiny_tokenizer), seed=4)
-    batch, advantages = grouped_batch(len(tiny_tokenizer))
+    batch, advantages = grouped_batch_and_advantages(len(tiny_tokenizer))
     advantages[4:8] = 0.0
     old = torch.randn(batch.response_mask.shape, generator=torch.Generator().manual_seed(3)) * 0.3 - 3.0
     given: list[bool] = []

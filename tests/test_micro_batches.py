@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from train_helpers import accumulate, grouped_batch
+from train_helpers import accumulate, grouped_batch_and_advantages
 
 from ict.core.loss import PolicyLossConfig
 from ict.training.step import Method, StepContext, accumulate_gradients
@@ -36,7 +36,7 @@ def test_selection_is_identical_for_every_micro_batch_size(selector, options, ti
     from conftest import build_tiny_model
 
     model = build_tiny_model(len(tiny_tokenizer), seed=4)
-    batch, advantages = grouped_batch(len(tiny_tokenizer))
+    batch, advantages = grouped_batch_and_advantages(len(tiny_tokenizer))
     masks, gradients = [], []
     for micro in (1, 2, 8, 64):
         model.zero_grad(set_to_none=True)
@@ -57,7 +57,7 @@ def test_denominator_all_gives_every_micro_batch_size_the_whole_batchs_gradient(
     from conftest import build_tiny_model
 
     model = build_tiny_model(len(tiny_tokenizer), seed=4)
-    batch, advantages = grouped_batch(len(tiny_tokenizer))
+    batch, advantages = grouped_batch_and_advantages(len(tiny_tokenizer))
     gradients, masks = [], []
     for micro in (1, 4, 64):
         model.zero_grad(set_to_none=True)
@@ -85,7 +85,7 @@ def test_a_nan_token_makes_the_step_metrics_nan_at_every_micro_batch_size(tiny_t
     model = build_tiny_model(len(tiny_tokenizer), seed=4)
     with torch.no_grad():
         model.model.embed_tokens.weight[3] = float("nan")  # an id the batch does not hold otherwise
-    batch, advantages = grouped_batch(len(tiny_tokenizer))
+    batch, advantages = grouped_batch_and_advantages(len(tiny_tokenizer))
     position = int(batch.response_mask[5].sum()) - 2
     batch.response_ids[5, position] = 3
     batch.input_ids[5, batch.prompt_length + position] = 3  # row 5's later logits are NaN
@@ -133,7 +133,7 @@ def test_tie_decisions_survive_the_split_into_micro_batches(tiny_tokenizer):
 
     try:
         model = build_tiny_model(len(tiny_tokenizer), seed=4)
-        batch, advantages = grouped_batch(len(tiny_tokenizer))
+        batch, advantages = grouped_batch_and_advantages(len(tiny_tokenizer))
         for micro in (2, 64):
             result = accumulate(model, batch, advantages, "tie_all_test", {}, micro, group_size=4,
                                  selection_seed=11)
@@ -153,7 +153,7 @@ def test_the_first_update_of_a_reused_batch_does_not_depend_on_micro_batch_size(
     from ict.training.config import TrainConfig
     from ict.training.step import update_on_batch
 
-    batch, advantages = grouped_batch(len(tiny_tokenizer), groups=3, seed=21)
+    batch, advantages = grouped_batch_and_advantages(len(tiny_tokenizer), groups=3, seed=21)
     for selector, options in (("kl_cov", {"ratio": 0.05}), ("all", {})):
         finals = []
         for micro in (None, 1, 3):

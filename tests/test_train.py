@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 import torch
-from train_helpers import accumulate, contains_answer, read_metrics, tiny_config
+from train_helpers import accumulate, contains_answer, packed, read_metrics, tiny_config
 
 from ict.answers.rewards import REWARDS
 from ict.models.rollout import RolloutBatch
@@ -71,24 +71,11 @@ def test_each_method_trains_and_logs_every_field(method, tiny_model_dir, arithme
 def _fixed_batch(vocab_size: int, seed: int = 0) -> tuple[RolloutBatch, torch.Tensor]:
     """8 sequences: prompts of 3-5 tokens left-padded to 5, responses of 4-9 tokens padded to 9."""
     generator = torch.Generator().manual_seed(seed)
-    rows, prompt_width, response_width = 8, 5, 9
-    input_ids = torch.zeros((rows, prompt_width + response_width), dtype=torch.long)
-    attention = torch.zeros_like(input_ids)
-    response_ids = torch.zeros((rows, response_width), dtype=torch.long)
-    response_mask = torch.zeros((rows, response_width), dtype=torch.bool)
-    for row in range(rows):
-        prompt_length = 3 + row % 3
-        response_length = 4 + row % 6
-        prompt = torch.randint(4, vocab_size, (prompt_length,), generator=generator)
-        response = torch.randint(4, vocab_size, (response_length,), generator=generator)
-        input_ids[row, prompt_width - prompt_length: prompt_width] = prompt
-        attention[row, prompt_width - prompt_length: prompt_width] = 1
-        input_ids[row, prompt_width: prompt_width + response_length] = response
-        attention[row, prompt_width: prompt_width + response_length] = 1
-        response_ids[row, :response_length] = response
-        response_mask[row, :response_length] = True
-    advantages = torch.randn(rows, generator=generator)
-    return RolloutBatch(input_ids, attention, response_ids, response_mask, prompt_width), advantages
+    prompts, responses = [], []
+    for row in range(8):
+        prompts.append(torch.randint(4, vocab_size, (3 + row % 3,), generator=generator).tolist())
+        responses.append([torch.randint(4, vocab_size, (4 + row % 6,), generator=generator).tolist()])
+    return packed(prompts, responses), torch.randn(8, generator=generator)
 
 
 def _reference_gradients(model, batch: RolloutBatch, advantages: torch.Tensor,

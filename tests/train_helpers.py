@@ -1,6 +1,6 @@
 """What the training tests share: the synthetic reward ``contains_answer`` (registered on
-import), a tiny run's configuration, its metrics lines, a grouped rollout batch built by hand and
-one gradient accumulation (tests/test_train.py, test_micro_batches.py and others)."""
+import), a tiny run's configuration, its metrics lines, rollout batches of given token ids (packed by the
+trainer's own `pack_rollout`) and one gradient accumulation (tests/test_train.py, test_micro_batches.py and others)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 
 from ict.answers.rewards import register_reward
 from ict.core.loss import PolicyLossConfig
-from ict.models.rollout import RolloutBatch
+from ict.models.rollout import Rollout, RolloutBatch, pack_rollout
 from ict.training.config import TrainConfig
 from ict.training.step import Method, StepContext, accumulate_gradients
 
@@ -35,29 +35,27 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def grouped_batch(vocab_size: int, groups: int = 4, group_size: int = 4, seed: int = 1):
-    """`groups` prompts x `group_size` completions: equal prompts within a group (left padded),
-    ragged responses."""
+def grouped_batch_and_advantages(vocab_size: int, groups: int = 4, group_size: int = 4, seed: int = 1):
+    """`groups` prompts x `group_size` completions: equal prompts within a group (3-5 tokens,
+    left padded), ragged responses of 2-8 tokens; packed by the trainer's own `pack_rollout`."""
     generator = torch.Generator().manual_seed(seed)
-    rows, prompt_width, response_width = groups * group_size, 5, 8
-    input_ids = torch.zeros((rows, prompt_width + response_width), dtype=torch.long)
-    attention = torch.zeros_like(input_ids)
-    response_ids = torch.zeros((rows, response_width), dtype=torch.long)
-    response_mask = torch.zeros((rows, response_width), dtype=torch.bool)
+    prompts, responses = [], []
     for group in range(groups):
-        prompt_length = 3 + group % 3
-        prompt = torch.randint(4, vocab_size, (prompt_length,), generator=generator)
-        for member in range(group_size):
-            row = group * group_size + member
-            length = 2 + int(torch.randint(0, response_width - 1, (1,), generator=generator))
-            response = torch.randint(4, vocab_size, (length,), generator=generator)
-            input_ids[row, prompt_width - prompt_length: prompt_width] = prompt
-            attention[row, prompt_width - prompt_length: prompt_width + length] = 1
-            input_ids[row, prompt_width: prompt_width + length] = response
-            response_ids[row, :length] = response
-            response_mask[row, :length] = True
-    advantages = torch.randn(rows, generator=generator)
-    return RolloutBatch(input_ids, attention, response_ids, response_mask, prompt_width), advantages
+        prompts.append(torch.randint(4, vocab_size, (3 + group % 3,), generator=generator).tolist())
+        responses.append([])
+        for _ in range(group_size):
+            length = 2 + int(torch.randint(0, 7, (1,), generator=generator))
+            responses[-1].append(torch.randint(4, vocab_size, (length,), generator=generator).tolist())
+    advantages = torch.randn(groups * group_size, generator=generator)
+    return packed(prompts, responses), advantages
+
+
+def packed(prompts: list[list[int]], responses: list[list[list[int]]]) -> RolloutBatch:
+    """`pack_rollout` (pad id 0) of prompt ids and each prompt's completion ids."""
+    rollout = Rollout(prompt_texts=[""] * len(prompts), prompt_ids=prompts,
+                      completions=[[""] * len(group) for group in responses], completion_ids=responses,
+                      finished=[[False] * len(group) for group in responses])
+    return pack_rollout(rollout, pad_id=0)
 
 
 def accumulate(model, batch, advantages, selector, options, micro_batch_size, group_size=1,
