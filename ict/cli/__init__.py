@@ -2,15 +2,21 @@
 
 Errors are one line on stderr, never a traceback: bad input (`UsageError`, a missing file, a bad
 value) exits with 2, a run stopped by non-finite updates with 1, anything unexpected with 1 and a
-hint; `--debug` (or ICT_DEBUG=1) shows the traceback instead.
+hint; `--debug` (or ICT_DEBUG=1) shows the traceback instead. Ctrl-C and SIGTERM print
+"interrupted" and exit with 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 import typing
+from collections.abc import Iterator
+from typing import Any
 
 from ict.core.errors import TrainingDiverged, UsageError
 
@@ -58,6 +64,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.error(f"choose a command: {', '.join(args.commands)}")
     debug = args.debug or bool(os.environ.get("ICT_DEBUG"))
+    with _sigterm_as_interrupt():
+        return _run(args, debug)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a scheduler's stop, `kill`) acts as Ctrl-C for the whole command: the same one-line
+    "interrupted" and exit 130, after the `finally` blocks ran, instead of a silent death wherever
+    it lands (the training step loop handles both signals itself). Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(number: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace, debug: bool) -> int:
+    """The command, with its errors as one line and an exit status."""
     try:
         return int(args.run(args) or 0)
     except KeyboardInterrupt:

@@ -17,7 +17,8 @@ The run (`train`): run directory -> data, reward, model, optimizer -> resume -> 
 before -> the step loop (log, checkpoint, stop on a signal or a divergence) -> evaluation after.
 
 Ctrl-C (or SIGTERM) lets the current step finish, checkpoints it and stops with
-`KeyboardInterrupt`, so `--resume` loses nothing; a second Ctrl-C aborts at once.
+`KeyboardInterrupt`, so `--resume` loses nothing; a second Ctrl-C aborts at once. One process at a
+time writes a run directory (`ict.runs.directory.exclusive_run_dir`).
 
 Randomness is drawn from generators seeded by (seed, step), so a run resumed from a checkpoint
 repeats exactly what the uninterrupted run would have done (CPU, fixed seed).
@@ -56,6 +57,7 @@ from ict.models.loading import (
 )
 from ict.models.rollout import VLLM_DEVICES, SamplingSettings, generate_completions, pack_rollout
 from ict.runs.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from ict.runs.directory import create_run_dir, exclusive_run_dir
 from ict.runs.reporting import (
     AFTER_WARMUP,
     ENVIRONMENT_FILE,
@@ -217,7 +219,17 @@ def train(config: TrainConfig, console: Any = None,
 
     config.resolve()
     console = console or Console(stderr=True, soft_wrap=True)
-    run = _set_up(config, console, _prepare_run_dir(config))
+    run_dir = create_run_dir(Path(config.run_dir) if config.run_dir else default_run_dir(config))
+    config.run_dir = str(run_dir)
+    with exclusive_run_dir(run_dir):  # one process writes a run directory at a time
+        return _train_in(config, console, _prepare_run_dir(config, run_dir), on_step, continue_with)
+
+
+def _train_in(config: TrainConfig, console: Any, run_dir: Path,
+              on_step: Callable[[dict[str, Any]], None] | None,
+              continue_with: str | None) -> TrainResult:
+    """`train` once this process holds `run_dir`."""
+    run = _set_up(config, console, run_dir)
     run.continue_with = continue_with or f"rerun with --resume --run-dir {run.run_dir}"
     _resume(run)
     save_config(config, run.run_dir / "config.yaml")
@@ -266,16 +278,9 @@ def full_token_warmup_note(config: TrainConfig) -> str:
             f"{config.method}'s selection from step {warmup + 1}")
 
 
-def _prepare_run_dir(config: TrainConfig) -> Path:
-    """Create the run directory (set in `config.run_dir`); refuse one holding a run unless
-    resuming."""
-    run_dir = Path(config.run_dir) if config.run_dir else default_run_dir(config)
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UsageError(f"cannot create the run directory {run_dir} ({error.strerror}); choose "
-                         "another --run-dir") from None
-    config.run_dir = str(run_dir)
+def _prepare_run_dir(config: TrainConfig, run_dir: Path) -> Path:
+    """Refuse a run directory holding a run unless resuming; a fresh run clears the evaluations
+    and environment records an earlier attempt left."""
     if not config.resume:
         if latest_checkpoint(run_dir) is not None:
             raise UsageError(f"{run_dir} already holds checkpoints of a run: pass --resume to "
