@@ -174,6 +174,8 @@ def test_bad_inputs_raise_clear_errors():
         token_statistics(logits, token_ids, mask, js_references=("ref",), temperature=1.0)
     with pytest.raises(ValueError, match="temperature"):
         token_statistics(logits, token_ids, mask, temperature=0.0)
+    with pytest.raises(ValueError, match=r"temperature must be a finite number >= 1e-06, got 1e-30"):
+        token_statistics(logits, token_ids, mask, temperature=1e-30)  # was NaN for logits of 1e9
     with pytest.raises(ValueError, match=r"\[B, T\]"):
         token_statistics(logits, token_ids[:, :-1], mask, temperature=1.0)
 
@@ -194,8 +196,9 @@ def test_hidden_path_matches_float64_reference_and_logits_path(bias, chunk_size)
     groups = torch.tensor([3, 1, 3, 1])
     temperature = 0.8
     references = ("group_mean", "seq_mean", "prev")
-    lp_weights = torch.randn(mask.shape, dtype=torch.float64)
-    entropy_weights = torch.randn(mask.shape, dtype=torch.float64)
+    generator = torch.Generator().manual_seed(21)  # not the global RNG: the test alone draws the same
+    lp_weights = torch.randn(mask.shape, dtype=torch.float64, generator=generator)
+    entropy_weights = torch.randn(mask.shape, dtype=torch.float64, generator=generator)
 
     ours = [hidden.clone().requires_grad_(), weight.clone().requires_grad_()]
     if bias:
@@ -223,8 +226,9 @@ def test_hidden_path_matches_float64_reference_and_logits_path(bias, chunk_size)
         stats.js_scores["group_mean"].double(),
         reference_group_mean_js(logits64.detach(), mask, groups, temperature), atol=1e-5, rtol=0,
     )
+    # gradients of order 3 summed over 28 float32 positions: 1e-5 relative as well as absolute
     for mine, reference in zip(ours, theirs):
-        torch.testing.assert_close(mine.grad.double(), reference.grad, atol=1e-5, rtol=0)
+        torch.testing.assert_close(mine.grad.double(), reference.grad, atol=1e-5, rtol=1e-5)
 
     # And equal to the logits path on the same float32 logits (values and gradients).
     hidden_l, weight_l = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
@@ -236,8 +240,8 @@ def test_hidden_path_matches_float64_reference_and_logits_path(bias, chunk_size)
         torch.testing.assert_close(getattr(stats, name), getattr(via_logits, name), atol=1e-5, rtol=0)
     for name in references:
         torch.testing.assert_close(stats.js_scores[name], via_logits.js_scores[name], atol=1e-5, rtol=0)
-    torch.testing.assert_close(ours[0].grad, hidden_l.grad, atol=1e-5, rtol=0)
-    torch.testing.assert_close(ours[1].grad, weight_l.grad, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours[0].grad, hidden_l.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours[1].grad, weight_l.grad, atol=1e-5, rtol=1e-5)
 
 
 def test_hidden_path_log_prob_gradient_only_and_no_graph_for_scores():
@@ -294,8 +298,8 @@ def test_a_token_id_outside_the_vocabulary_at_a_response_position_is_refused(ref
     ("integer hidden", "hidden must be a floating-point tensor, got torch.int64"),
     ("bool logits", "logits must be a floating-point tensor, got torch.bool"),
     ("float token ids", "token_ids must be an integer tensor, got torch.float32"),
-    ("infinite temperature", "temperature must be a finite number > 0, got inf"),
-    ("no temperature", "temperature must be a finite number > 0, got None"),
+    ("infinite temperature", "temperature must be a finite number >= 1e-06, got inf"),
+    ("no temperature", "temperature must be a finite number >= 1e-06, got None"),
     ("a string of references", "js_references must be a sequence of score keys, e.g. ('seq_mean',)"),
     ("a tile of one size", "tile_size must be two positive integers (tokens, vocab), got (4,)"),
     ("a tile as text", "tile_size must be two positive integers (tokens, vocab), got '4x8'"),

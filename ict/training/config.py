@@ -20,7 +20,7 @@ from ict.core import selectors
 from ict.core.errors import UsageError
 from ict.core.options import check_choices, option, optional_inner, parse_field, yaml_problem
 from ict.core.seeding import RUN_SEED_LIMIT
-from ict.core.stats import needs_reference_logits, parse_tile_size
+from ict.core.stats import MIN_TEMPERATURE, needs_reference_logits, parse_tile_size
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
 from ict.models.rollout import ROLLOUT_TEMPERATURE, VLLM_CPU_KVCACHE_GIB
 from ict.runs.checkpoint import complete_checkpoints, write_atomically
@@ -320,8 +320,9 @@ class TrainConfig:
                              "groups (the group-mean score and group advantages need them)")
         if self.clip_ratio_c is not None and not self.clip_ratio_c > 1:
             raise UsageError(f"clip_ratio_c must be > 1 (or none), got {self.clip_ratio_c}")
-        if not self.temperature > 0:
-            raise UsageError("temperature must be > 0 for training rollouts")
+        if not self.temperature >= MIN_TEMPERATURE:
+            raise UsageError(f"temperature must be >= {MIN_TEMPERATURE:g} for training rollouts, "
+                             f"got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise UsageError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.learning_rate <= 0:

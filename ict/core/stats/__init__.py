@@ -110,8 +110,12 @@ from ict.core.stats.tiles import (
     statistics,
 )
 
+# Below it logits / temperature overflow float32 for logits of order 1e3 and every statistic is NaN
+# (sampling that cold is greedy decoding in all but name).
+MIN_TEMPERATURE = 1e-6
+
 __all__ = [
-    "BACKENDS", "GROUP_MEAN_VARIANTS", "JS_REFERENCES", "LN2", "SCORE_METRICS", "TileSize", "TokenStatistics",
+    "BACKENDS", "GROUP_MEAN_VARIANTS", "JS_REFERENCES", "LN2", "MIN_TEMPERATURE", "SCORE_METRICS", "TileSize", "TokenStatistics",
     "check_token_shapes", "default_tile_size", "needs_groups", "needs_reference_logits", "parse_tile_size", "resolve_backend",
     "response_ends", "score_key", "scores_from_hidden_given_normalisers", "split_score_key", "token_statistics",
     "token_statistics_from_hidden",
@@ -157,8 +161,8 @@ def _check_common(
         raise ValueError(f"the vocabulary must have at least one id, got V = {shape[2]}")
     if token_ids.dtype.is_floating_point or token_ids.dtype == torch.bool:
         raise ValueError(f"token_ids must be an integer tensor, got {token_ids.dtype}")
-    if not is_finite_number(temperature) or temperature <= 0:
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    if not is_finite_number(temperature) or not temperature >= MIN_TEMPERATURE:
+        raise ValueError(f"temperature must be a finite number >= {MIN_TEMPERATURE:g}, got {temperature!r}")
     references = [split_score_key(name)[0] for name in js_references]  # raises for an unknown one
     grouped = [name for name in references if name in GROUP_MEAN_VARIANTS]
     if grouped and group_ids is None:
