@@ -48,3 +48,12 @@ def test_transformers_floor_builds_a_hybrid_models_cache_layers():
     rollout = (ROOT / "ict" / "models" / "rollout.py").read_text()
     assert "DynamicCache(config=model.config).layers" in rollout
     assert declared_floor("transformers") >= Version("5.5")
+
+
+def test_the_license_pyproject_declares_is_the_license_file_shipped():
+    """pyproject says Apache-2.0; LICENSE (which setuptools puts in the wheel's dist-info) is that
+    license's text."""
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "LICENSE").read_text()
+    assert re.search(r'^license = \{ text = "Apache-2.0" \}$', (root / "pyproject.toml").read_text(), re.M)
+    assert text.split()[:3] == ["Apache", "License", "Version"] and "2.0, January 2004" in text
