@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from ict.core.metrics import benchmark_metrics, majority_vote_correct
 from ict.data.benchmarks import load_benchmark
 from ict.evaluation.evaluate import EvalConfig, Generator, evaluate, grade_completions
 from ict.evaluation.results import aggregate_results
+from ict.runs.directory import exclusive_run_dir
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -416,3 +418,24 @@ def test_a_malformed_stored_record_is_one_line_with_exit_code_2(change, problem,
                  str(out), "--n", "2", "--k", "1", "--max-new-tokens", "8", "--limit", "2", "--quiet"]) == 2
     message = capsys.readouterr().err.strip()
     assert "\n" not in message and f"samples.jsonl:3: not an evaluation record ({problem})" in message, message
+
+
+def test_an_output_directory_another_evaluation_writes_is_refused_and_left_as_it_was(tmp_path, capsys):
+    """Two `ict eval` processes on one output directory would both generate the problems still to
+    do and append them to samples.jsonl while rewriting it; the second stops in one line (exit 2)
+    before it touches a file."""
+    data, out = write_data_dir(tmp_path / "data"), tmp_path / "out"
+    config = EvalConfig(model="stand-in", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
+                        num_samples=2, ks=(1,), max_new_tokens=8, verify_workers=1, limit=2)
+    evaluate(config, generator=BoxedFour(None, None, config), progress=False, print_table=False)
+    capsys.readouterr()
+    with exclusive_run_dir(out, "--output-dir"):
+        before = {path.name: path.read_bytes() for path in out.iterdir()}
+        code = main(["eval", "--model", "stand-in", "--benchmarks", "gsm8k", "--data-dir", str(data),
+                     "--output-dir", str(out), "--n", "2", "--k", "1", "--max-new-tokens", "8",
+                     "--limit", "4", "--quiet"])
+        after = {path.name: path.read_bytes() for path in out.iterdir()}
+    message = capsys.readouterr().err.strip()
+    assert code == 2 and after == before
+    assert message == (f"error: {out} is in use by another ict process (pid {os.getpid()}): wait for it "
+                       "to finish or stop it, or choose another --output-dir")

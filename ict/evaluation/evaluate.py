@@ -84,6 +84,7 @@ from ict.evaluation.results import (
 )
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
 from ict.models.rollout import VLLM_DEVICES
+from ict.runs.directory import create_run_dir, exclusive_run_dir
 from ict.runs.reporting import progress_columns
 
 MAX_NEW_TOKENS_GPU = 4096
@@ -443,57 +444,59 @@ def evaluate(
     benchmarks = [load_benchmark(name, config.data_dir, config.limit, config.answer_extraction)
                   for name in names]
     output_dir = config.resolved_output_dir()
-    records, regrade_all = prepare_output_dir(
-        output_dir, {key: getattr(config, key) for key in RESUME_KEYS}, config.grading(), config.num_samples,
-        config.greedy, config.overwrite, config.regrade)
-    check_same_problems(output_dir, [problem for benchmark in benchmarks for problem in benchmark.problems], records)
-    units = _units(config)
-    todo = [(benchmark, [p for p in benchmark.problems
-                         if any(unit_key(benchmark.name, p.index, seed) not in records
-                                for seed in units)])
-            for benchmark in benchmarks]
-    total = sum(len(benchmark.problems) for benchmark in benchmarks)
-    remaining = sum(len(problems) for _, problems in todo)
-    say = log or (lambda message: None)
-    seeds = config.resolved_seeds()
-    say(f"{total} problems in {len(benchmarks)} benchmark(s) x {len(seeds)} seed(s) "
-        f"({','.join(map(str, seeds))}); {total - remaining} problems already done in {output_dir}")
-    verifier = MathVerifier(config.verify_workers) if config.verify_workers else default_verifier()
-    timing = {"load_model_seconds": 0.0, "generation_seconds": 0.0, "grading_seconds": 0.0,
-              "generated_tokens": 0.0}
-    if config.threads is not None:
-        import torch
+    # one process writes an output directory at a time (two would both generate and append)
+    with exclusive_run_dir(create_run_dir(output_dir, "output directory", "--output-dir"), "--output-dir"):
+        records, regrade_all = prepare_output_dir(
+            output_dir, {key: getattr(config, key) for key in RESUME_KEYS}, config.grading(), config.num_samples,
+            config.greedy, config.overwrite, config.regrade)
+        check_same_problems(output_dir, [problem for benchmark in benchmarks for problem in benchmark.problems], records)
+        units = _units(config)
+        todo = [(benchmark, [p for p in benchmark.problems
+                             if any(unit_key(benchmark.name, p.index, seed) not in records
+                                    for seed in units)])
+                for benchmark in benchmarks]
+        total = sum(len(benchmark.problems) for benchmark in benchmarks)
+        remaining = sum(len(problems) for _, problems in todo)
+        say = log or (lambda message: None)
+        seeds = config.resolved_seeds()
+        say(f"{total} problems in {len(benchmarks)} benchmark(s) x {len(seeds)} seed(s) "
+            f"({','.join(map(str, seeds))}); {total - remaining} problems already done in {output_dir}")
+        verifier = MathVerifier(config.verify_workers) if config.verify_workers else default_verifier()
+        timing = {"load_model_seconds": 0.0, "generation_seconds": 0.0, "grading_seconds": 0.0,
+                  "generated_tokens": 0.0}
+        if config.threads is not None:
+            import torch
 
-        torch.set_num_threads(config.threads)
-    try:
-        grading_start = time.perf_counter()
-        count = regrade_records(benchmarks, records, config, verifier, everything=regrade_all)
-        if count:  # stored completions graded with other settings (or --regrade): graded again
-            write_all_records(output_dir / SAMPLES_FILE, records)
-            timing["grading_seconds"] += time.perf_counter() - grading_start
-            say(f"re-graded {count} stored completions ({config.math_extraction} math extraction)")
-        if remaining:
-            if generator is None:
-                load_start = time.perf_counter()
-                generator = load_generator(config)
-                timing["load_model_seconds"] = time.perf_counter() - load_start
-            _generate_and_grade(config, generator, todo, records, output_dir, verifier, timing,
-                                total, total - remaining, progress)
-    finally:
-        if verifier is not default_verifier():
-            verifier.close()
-    results = [_benchmark_result(benchmark, records, config) for benchmark in benchmarks]
-    aggregates = aggregate_results(results, requested)
-    timing["wall_seconds"] = time.perf_counter() - started
-    config_dict = dataclasses.asdict(config)
-    config_dict["ks"] = list(config.ks)
-    config_dict["seeds"] = list(seeds)
-    config_dict["backend_used"] = generator.name if generator is not None else None
-    result = EvalResult(config_dict, results, aggregates, output_dir, timing)
-    write_results(result)
-    if print_table:
-        print_results_table(result)
-    return result
+            torch.set_num_threads(config.threads)
+        try:
+            grading_start = time.perf_counter()
+            count = regrade_records(benchmarks, records, config, verifier, everything=regrade_all)
+            if count:  # stored completions graded with other settings (or --regrade): graded again
+                write_all_records(output_dir / SAMPLES_FILE, records)
+                timing["grading_seconds"] += time.perf_counter() - grading_start
+                say(f"re-graded {count} stored completions ({config.math_extraction} math extraction)")
+            if remaining:
+                if generator is None:
+                    load_start = time.perf_counter()
+                    generator = load_generator(config)
+                    timing["load_model_seconds"] = time.perf_counter() - load_start
+                _generate_and_grade(config, generator, todo, records, output_dir, verifier, timing,
+                                    total, total - remaining, progress)
+        finally:
+            if verifier is not default_verifier():
+                verifier.close()
+        results = [_benchmark_result(benchmark, records, config) for benchmark in benchmarks]
+        aggregates = aggregate_results(results, requested)
+        timing["wall_seconds"] = time.perf_counter() - started
+        config_dict = dataclasses.asdict(config)
+        config_dict["ks"] = list(config.ks)
+        config_dict["seeds"] = list(seeds)
+        config_dict["backend_used"] = generator.name if generator is not None else None
+        result = EvalResult(config_dict, results, aggregates, output_dir, timing)
+        write_results(result)
+        if print_table:
+            print_results_table(result)
+        return result
 
 
 def _generate_and_grade(config: EvalConfig, generator: Generator,

@@ -23,6 +23,7 @@ from ict.answers.verify import DEFAULT_TIMEOUT_SECONDS
 from ict.core.errors import UsageError
 from ict.core.problems import Problem
 from ict.runs.checkpoint import write_atomically
+from ict.runs.directory import create_run_dir
 
 SAMPLES_FILE = "samples.jsonl"
 RESULTS_FILES = ("results.json", "results.csv", "results.md")
@@ -120,11 +121,7 @@ def prepare_output_dir(
 
     current: the run's `RESUME_KEYS` values (must equal the stored ones to resume);
     grading: its `GRADING_KEYS` values (a change only re-grades)."""
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UsageError(f"cannot create the output directory {output_dir} ({error.strerror}); "
-                         "choose another --output-dir") from None
+    create_run_dir(output_dir, "output directory", "--output-dir")
     samples_path = output_dir / SAMPLES_FILE
     run_path = output_dir / RUN_FILE
     legacy_seed = 0
