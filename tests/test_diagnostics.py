@@ -150,6 +150,33 @@ def _stats_with(entropy: torch.Tensor, probabilities: torch.Tensor, scores: torc
     return TokenStatistics(probabilities.log(), entropy, torch.zeros_like(entropy), js)
 
 
+def test_a_selected_token_at_the_median_entropy_counts_as_low() -> None:
+    """Both entropy splits put a token whose entropy equals the median ``m`` on the low side
+    (``H > m`` is high, ``H <= m`` low): entropies 1..5, median 3, selecting 3 and 5 gives a high
+    fraction 1/2 and a high:low ratio 1 (counting 3 as high would give 1 and inf)."""
+    from ict.core.diagnostics import paper_figures
+
+    entropy = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0]])
+    response = torch.ones(1, 5, dtype=torch.bool)
+    selected = torch.tensor([[0, 0, 1, 0, 1]], dtype=torch.bool)
+    stats = _stats_with(entropy, torch.full((1, 5), 0.5))
+    assert token_diagnostics(stats, response, selected, torch.ones(1))["selected_high_entropy_fraction"] == 0.5
+    assert paper_figures(stats, response, selected)["selected_high_low_entropy_ratio"] == 1.0
+
+
+def test_jaccard_ict10_compares_with_the_top_tenth_by_ict_score() -> None:
+    """``jaccard_ict10`` is the overlap with the top ``ceil(0.1 N)`` by the ICT score over the
+    step: 20 tokens with distinct scores 0..19, so the reference is the 2 highest (18, 19);
+    selecting exactly them gives 1, selecting the top 4 gives 2/4 (a top 20% would give 1)."""
+    scores = torch.arange(20.0).view(2, 10)
+    response = torch.ones(2, 10, dtype=torch.bool)
+    stats = _stats_with(torch.ones(2, 10), torch.full((2, 10), 0.5), scores)
+    top2 = scores >= 18
+    top4 = scores >= 16
+    assert token_diagnostics(stats, response, top2, torch.ones(2))["jaccard_ict10"] == 1.0
+    assert token_diagnostics(stats, response, top4, torch.ones(2))["jaccard_ict10"] == 0.5
+
+
 def test_selected_token_probability_and_entropy_ratio_by_hand():
     from ict.core.diagnostics import PAPER_FIGURE_KEYS, paper_figures
 

@@ -7,7 +7,14 @@ import math
 import pytest
 import torch
 
-from ict.core.loss import PolicyLossConfig, group_advantages, masked_means, masked_sums, policy_loss
+from ict.core.loss import (
+    PolicyLossConfig,
+    group_advantages,
+    kl_penalty_term,
+    masked_means,
+    masked_sums,
+    policy_loss,
+)
 from ict.core.selectors import SelectionInputs, select_tokens
 from ict.core.stats import TokenStatistics, token_statistics
 
@@ -246,6 +253,57 @@ def test_kl_penalty_adds_absolute_log_ratio_on_its_tokens():
     loss, _ = policy_loss(fixed_stats(RATIOS.log()), old, ADVANTAGES, RESPONSE, SELECTED, kl_penalty=penalty)
     base, _ = policy_loss(fixed_stats(RATIOS.log()), old, ADVANTAGES, RESPONSE, SELECTED)
     assert (loss - base).item() == pytest.approx(2.0 * math.log(6.0) / 5, rel=1e-5)
+
+
+def test_kl_penalty_is_the_absolute_log_ratio_below_a_ratio_of_one() -> None:
+    """KL-Cov's ``kl_penalty * |log p - log p_old|`` on a token whose ratio is 0.5 (log-ratio
+    -ln 2): the loss grows by ``2 ln 2 / 5`` (token mean over the 5 selected tokens), not
+    shrinks, and its gradient on that log-prob is ``-2 / 5`` (hand values: d|x|/dx = -1 below 0)."""
+    penalty = torch.zeros(2, 4)
+    penalty[0, 1] = 2.0  # RATIOS[0, 1] = 0.5, a selected token
+    log_probs = RATIOS.log().requires_grad_(True)
+    loss, _ = policy_loss(fixed_stats(log_probs), torch.zeros(2, 4), ADVANTAGES, RESPONSE, SELECTED,
+                          kl_penalty=penalty)
+    base, _ = policy_loss(fixed_stats(RATIOS.log()), torch.zeros(2, 4), ADVANTAGES, RESPONSE, SELECTED)
+    assert (loss - base).item() == pytest.approx(2.0 * math.log(2.0) / 5, rel=1e-5)
+    loss.backward()
+    # surrogate at (0, 1): A = 1, min(r A, clip(r) A) = min(0.5, 0.8) is the unclipped term, whose
+    # gradient is -r A / 5 = -0.1; the penalty adds 2 * d|x|/dx / 5 = -2 / 5
+    assert log_probs.grad[0, 1].item() == pytest.approx(-0.5 / 5 - 2.0 / 5, rel=1e-5)
+
+
+@pytest.mark.parametrize("aggregation,tokens,expected", [
+    ("token_mean", "selected", (1 + 2 + 5 + 7 + 8) / 5),
+    ("token_mean", "all", (1 + 2 + 3 + 5 + 6 + 7 + 8) / 7),
+    ("seq_mean_token_mean", "selected", ((1 + 2) / 2 + (5 + 7 + 8) / 3) / 2),
+    ("seq_mean_token_mean", "all", ((1 + 2 + 3) / 3 + (5 + 6 + 7 + 8) / 4) / 2),
+])
+def test_entropy_bonus_averages_the_entropy_over_its_tokens_only(aggregation: str, tokens: str,
+                                                                 expected: float) -> None:
+    """The entropy bonus is ``-entropy_coef * mean(H)`` over the regularized tokens (the selected
+    ones, or every response token with ``regularizer_tokens="all"``): hand means of entropies
+    1..8 whose padding entry (100) and, for ``selected``, unselected entries must not count."""
+    entropy = torch.tensor([[1.0, 2.0, 3.0, 100.0], [5.0, 6.0, 7.0, 8.0]], requires_grad=True)
+    stats = TokenStatistics(RATIOS.log(), entropy, torch.zeros(2, 4))
+    base_config = PolicyLossConfig(aggregation=aggregation, regularizer_tokens=tokens)
+    config = PolicyLossConfig(aggregation=aggregation, regularizer_tokens=tokens, entropy_coef=0.1)
+    base, _ = policy_loss(stats, torch.zeros(2, 4), ADVANTAGES, RESPONSE, SELECTED, base_config)
+    loss, _ = policy_loss(stats, torch.zeros(2, 4), ADVANTAGES, RESPONSE, SELECTED, config)
+    assert (loss - base).item() == pytest.approx(-0.1 * expected, rel=1e-6)
+
+
+def test_old_log_probs_get_no_gradient() -> None:
+    """The old log-probs are constants of the surrogate: an ``old_log_probs`` tensor that requires
+    grad (e.g. computed by the same model outside ``no_grad``) receives none, whatever the terms."""
+    old = torch.full((2, 4), -0.1, requires_grad=True)
+    log_probs = RATIOS.log().requires_grad_(True)
+    penalty = torch.ones(2, 4)
+    config = PolicyLossConfig(clip_ratio_c=3.0)
+    loss, _ = policy_loss(fixed_stats(log_probs), old, ADVANTAGES, RESPONSE, SELECTED, config, kl_penalty=penalty)
+    loss.backward()
+    assert old.grad is None and log_probs.grad is not None
+    kl_penalty_term(log_probs, old, penalty).sum().backward()  # alone, as the TRL integration calls it
+    assert old.grad is None
 
 
 def test_inputs_outside_the_selected_tokens_never_reach_the_loss_or_its_gradient():

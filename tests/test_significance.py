@@ -98,3 +98,20 @@ def test_a_score_that_is_not_finite_is_a_clear_error(test, problems):
     a[0, :3] = (0.25, math.nan, 0.5)
     with pytest.raises(ValueError, match="finite"):
         test(a, b)
+
+
+def test_permutation_test_switches_from_exact_to_monte_carlo_after_16_problems() -> None:
+    """Differences all equal and positive: only the all-plus and all-minus sign patterns are as
+    extreme as the observed mean. With 16 problems the test enumerates: p = 2 / 2^16 exactly. With
+    20, R random patterns (each all-plus or all-minus with probability 2^-19, so none among 500
+    here) give the Monte Carlo value (1 + 0) / (1 + R), never 0."""
+    assert paired_permutation_test(np.ones((1, 16)), np.zeros((1, 16))) == 2 / 2**16
+    assert paired_permutation_test(np.ones((1, 20)), np.zeros((1, 20)), resamples=500) == 1 / 501
+
+
+def test_sign_test_counts_a_positive_float_residue_as_a_tie() -> None:
+    """|d_p| <= TOLERANCE (1e-12) is a tie on the positive side too: differences 1e-13, 1, 1 are
+    2 positives and a tie, p = 2 * 1/4 = 0.5 (3 positives would give 0.25)."""
+    a = np.array([[1e-13, 1.0, 1.0]])
+    assert sign_test(a, np.zeros((1, 3))) == 0.5
+    assert sign_test(np.zeros((1, 3)), a) == 0.5

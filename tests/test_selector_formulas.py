@@ -1,0 +1,117 @@
+"""The selectors' formulas at their boundaries, against hand values and float64 loops: Clip-Cov /
+KL-Cov's centred covariance, Clip-Cov's open band and its skip of tokens the ratio clip already
+clips, STAPO's strict ``p < tau_p`` and the tie rule's inclusive tolerance (``|s - s_k| <= tol``).
+Each test pins a detail that the broader tests in ``test_selectors.py`` leave free."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ict.core.ranking import TIE_TOLERANCE, top_count
+from ict.core.selectors import SelectionInputs, select_tokens, token_covariance
+from ict.core.stats import TokenStatistics
+
+
+def _inputs(log_probs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+            entropy: torch.Tensor | None = None, **extra) -> SelectionInputs:
+    entropy = torch.ones_like(log_probs) if entropy is None else entropy
+    return SelectionInputs(TokenStatistics(log_probs, entropy, entropy.clone()), mask, advantages, **extra)
+
+
+def test_token_covariance_is_the_centred_cross_product_over_the_response_tokens() -> None:
+    """``Cov_t = (lp_t - mean lp) (A_t - mean A)``, both means over the response tokens only, 0
+    elsewhere: against a float64 loop, on inputs whose two means are far from 0 (dropping either
+    centring, or averaging over a wrong count, moves every value)."""
+    generator = torch.Generator().manual_seed(5)
+    log_probs = -3.0 * torch.rand(3, 6, generator=generator) - 0.5
+    advantages = torch.tensor([2.0, 0.5, -0.25])  # mean over the tokens ~1: not centred
+    mask = torch.rand(3, 6, generator=generator) > 0.3
+    mask[0, 0] = True
+    cells = [(b, t) for b in range(3) for t in range(6) if mask[b, t]]
+    mean_lp = math.fsum(float(log_probs[c]) for c in cells) / len(cells)
+    mean_a = math.fsum(float(advantages[b]) for b, _ in cells) / len(cells)
+    covariance = token_covariance(log_probs, advantages.unsqueeze(-1).expand(3, 6), mask)
+    assert covariance.dtype == torch.float64
+    for b in range(3):
+        for t in range(6):
+            expected = (float(log_probs[b, t]) - mean_lp) * (float(advantages[b]) - mean_a) if mask[b, t] else 0.0
+            assert abs(float(covariance[b, t]) - expected) < 1e-12, (b, t)
+
+
+# log p [[-1, -3], [-1, -3]] (mean -2) and A [2, -2] (mean 0): Cov = [[2, -2], [-2, 2]], exact in float64
+_LOG_PROBS = torch.tensor([[-1.0, -3.0], [-1.0, -3.0]])
+_ADVANTAGES = torch.tensor([2.0, -2.0])
+_MASK = torch.ones(2, 2, dtype=torch.bool)
+
+
+def test_clip_cov_band_is_open_at_both_ends() -> None:
+    """Clip-Cov cuts tokens with ``cov_low < Cov < cov_high`` (strict): covariances equal to an end
+    are never cut. With ratio 1 every token of the band is cut, so the mask is deterministic."""
+    inputs = _inputs(_LOG_PROBS, _ADVANTAGES, _MASK, generator=torch.Generator().manual_seed(0))
+    assert token_covariance(_LOG_PROBS, _ADVANTAGES.unsqueeze(-1).expand(2, 2), _MASK).tolist() == [
+        [2.0, -2.0], [-2.0, 2.0]]
+    # Cov = 2 lies on the low end of (2, 5): nothing is cut
+    assert torch.equal(select_tokens("clip_cov", inputs, ratio=1.0, cov_low=2.0, cov_high=5.0), _MASK)
+    # Cov = 2 lies on the high end of (-5, 2): only the two Cov = -2 tokens are cut
+    kept = select_tokens("clip_cov", inputs, ratio=1.0, cov_low=-5.0, cov_high=2.0)
+    assert kept.tolist() == [[True, False], [False, True]]
+    # (1, 5) holds the two Cov = 2 tokens: both cut
+    kept = select_tokens("clip_cov", inputs, ratio=1.0, cov_low=1.0, cov_high=5.0)
+    assert kept.tolist() == [[False, True], [True, False]]
+
+
+def test_clip_cov_leaves_alone_the_tokens_the_ratio_clip_already_clips() -> None:
+    """A band token whose clipped surrogate term is the active one (``-A clip(r) > -A r``: r above
+    1 + clip_high with A > 0, or below 1 - clip_low with A < 0) already has no gradient: Clip-Cov
+    does not spend a cut on it. Band (1, 5) holds (0, 0) (A = 2) and (1, 1) (A = -2)."""
+    clip_range = (0.2, 0.28)
+
+    def kept_with(old_log_probs: torch.Tensor) -> list[list[bool]]:
+        inputs = _inputs(_LOG_PROBS, _ADVANTAGES, _MASK, generator=torch.Generator().manual_seed(0),
+                         old_log_probs=old_log_probs, clip_range=clip_range)
+        return select_tokens("clip_cov", inputs, ratio=1.0, cov_low=1.0, cov_high=5.0).tolist()
+
+    # (0, 0): r = e > 1.28 with A = 2 -> clipped (-2 * 1.28 > -2 e): kept; (1, 1): r = 1 -> cut
+    old = _LOG_PROBS.clone()
+    old[0, 0] -= 1.0
+    assert kept_with(old) == [[True, True], [True, False]]
+    # (1, 1): r = 1/e < 0.8 with A = -2 -> clipped (2 * 0.8 > 2 / e): kept; (0, 0): r = 1 -> cut
+    old = _LOG_PROBS.clone()
+    old[1, 1] += 1.0
+    assert kept_with(old) == [[False, True], [True, True]]
+    # (1, 1): r = e with A = -2 is not clipped (the unclipped 2 e is the larger term): cut as well
+    old = _LOG_PROBS.clone()
+    old[1, 1] -= 1.0
+    assert kept_with(old) == [[False, True], [True, False]]
+    # between the two ends (which clip_low and clip_high each bound): (0, 0) r = 1.25 <= 1.28 with
+    # A = 2 is not clipped (cut); (1, 1) r = 0.75 < 0.8 with A = -2 is (kept)
+    old = _LOG_PROBS.clone()
+    old[0, 0] -= math.log(1.25)
+    old[1, 1] -= math.log(0.75)
+    assert kept_with(old) == [[False, True], [True, True]]
+
+
+def test_stapo_probability_threshold_is_strict() -> None:
+    """STAPO's candidates need ``p(token) < tau_p`` (strict): at ``tau_p = 1`` a token of
+    probability exactly 1 (log-prob 0) is no candidate, so nothing is silenced; just above it is
+    one, and the entropy quantile rule applies (0.75 quantile of 0.1..0.4 = 0.325)."""
+    log_probs = torch.zeros(1, 4)
+    entropy = torch.tensor([[0.1, 0.2, 0.3, 0.4]])
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    inputs = _inputs(log_probs, torch.tensor([1.0]), mask, entropy)
+    assert torch.equal(select_tokens("stapo", inputs, tau_p=1.0), mask)
+    inputs.stats.log_probs = torch.full((1, 4), math.log(0.5))
+    assert select_tokens("stapo", inputs, tau_p=1.0).tolist() == [[False, False, False, True]]
+
+
+def test_a_score_exactly_the_tolerance_below_the_threshold_is_tied() -> None:
+    """The tie rule counts ``|s - s_k| <= tol`` as tied (inclusive): with k = 1 of [0, tol, -1]
+    (float64, so the distance is exactly ``tol``), 0 and tol tie and the one kept is drawn; a
+    score just beyond the tolerance does not tie."""
+    kept, decided = top_count(torch.tensor([0.0, TIE_TOLERANCE, -1.0], dtype=torch.float64), 1)
+    assert kept.numel() == 1 and int(kept[0]) in (0, 1)
+    assert bool(decided[kept[0]]) and int(decided.sum()) == 1
+    kept, decided = top_count(torch.tensor([0.0, 2.5 * TIE_TOLERANCE, -1.0], dtype=torch.float64), 1)
+    assert kept.tolist() == [1] and not decided.any()
