@@ -43,6 +43,18 @@ PLOTTED_KEYS = tuple(dict.fromkeys(key for _, _, keys in PANELS for key, _ in ke
 """the metrics keys some panel draws"""
 
 
+def distinct_colours(count: int) -> list[tuple[float, float, float, float]]:
+    """`count` colours, no two alike: matplotlib's tab10 up to 10 (its default cycle, which repeats
+    after 10), tab20 up to 20, else evenly spaced over the turbo colormap."""
+    from matplotlib import colormaps
+
+    if count <= 10:
+        return [colormaps["tab10"](index) for index in range(count)]
+    if count <= 20:
+        return [colormaps["tab20"](index) for index in range(count)]
+    return [colormaps["turbo"](index / (count - 1)) for index in range(count)]
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
     """The records of ``run_dir/metrics.jsonl`` ([] without one), a torn last line left out; a
     one-line UsageError naming the line for a record without an integer step, a plotted key whose
@@ -98,8 +110,7 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
     if not panels:  # no step, or no plotted key in any step
         return None
     ordered = sorted(groups.items())
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    colour_of = {label: colours[index % len(colours)] for index, (label, _) in enumerate(ordered)}
+    colour_of = dict(zip((label for label, _ in ordered), distinct_colours(len(ordered)), strict=True))
     columns, legend_columns = 3, 3
     rows = math.ceil(len(panels) / columns)
     # One legend below the panels: a colour per label, plus the two line styles.
@@ -173,7 +184,7 @@ def plot_learning_curves(rows: list[dict], out: Path) -> Path | None:
     if not panels:
         return None
     methods = sorted({row["method"] for row in rows})
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colours = distinct_colours(len(methods))
     columns = min(3, len(panels))
     panel_rows = math.ceil(len(panels) / columns)
     figure, axes = plt.subplots(panel_rows, columns, figsize=(5 * columns, 3.8 * panel_rows + 0.6),
@@ -187,7 +198,7 @@ def plot_learning_curves(rows: list[dict], out: Path) -> Path | None:
             if not by_step:
                 continue
             steps = sorted(by_step)
-            colour = colours[index % len(colours)]
+            colour = colours[index]
             axis.plot(steps, [np.mean(by_step[s]) for s in steps], "o-", color=colour,
                       label=method)
             if max(len(values) for values in by_step.values()) > 1:
