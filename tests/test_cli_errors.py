@@ -189,6 +189,8 @@ REFUSED = [
     (["inspect", "--prompt", "hi", "--html", "a_file/x.html"], ["a_file is a file, not a directory"]),
     (["inspect", "--prompt", "hi", "--html", "x" * 300 + ".html"], ["--html xxx", "File name too long"]),
     (["inspect", "--prompt", " \n"], ["--prompt is empty"]),
+    (["plot", "empty_run", "a_dir/../empty_run", "--out", "x.png"],  # was pooled with itself: n=2
+     ["empty_run is given twice (empty_run, a_dir/../empty_run)"]),
     (["inspect", "--prompt", "hi", "--color", "entropy", "--reference", "seq_mean"],  # was ignored
      ["--reference is the js colour's reference; with --color entropy it changes nothing"]),
 ]

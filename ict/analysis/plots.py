@@ -262,6 +262,13 @@ class PlotConfig:
         if missing:
             raise UsageError(f"no metrics.jsonl in {', '.join(missing)}; pass ict train run "
                              "directories")
+        seen: dict[Path, str] = {}
+        for path in self.run_dirs:  # one run twice would be pooled with itself as n=2
+            resolved = Path(path).resolve()
+            if resolved in seen:
+                raise UsageError(f"run directory {resolved} is given twice ({seen[resolved]}, {path}); "
+                                 "each run counts once")
+            seen[resolved] = str(path)
         check_choices(self)
         return self
 
