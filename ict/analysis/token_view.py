@@ -1,5 +1,6 @@
 """Token view: every completion token coloured by a score (JS, entropy, Renyi-2), marked where
-ICT (top 10% JS) and 20-Entropy (top 20% entropy) would select it and where STAPO
+ICT (top 10% of each response by JS) and 20-Entropy (top 20% of the batch by entropy) would
+select it and where STAPO
 would silence it; terminal (rich) and one
 self-contained HTML page (inline CSS, no scripts, no network fetches). Both views also give the
 anatomy of each selection (``ict.core.diagnostics.selection_anatomy``): where in the responses
@@ -273,8 +274,9 @@ def _shade(value: float, low: float, high: float) -> tuple[int, int, int]:
 
 
 def render_html(view: TokenView, source: str = "") -> str:
-    """One self-contained page: a coloured <span class="tok"> per token with its score and
-    selections in the title; ICT-selected tokens underlined, 20-Entropy boxed, STAPO struck.
+    """One self-contained page: a coloured <span class="tok"> per token with its score in the
+    title (the tooltip) and its selections as classes: ICT-selected tokens underlined, 20-Entropy
+    boxed, STAPO's silenced tokens struck; a line break inside a token shown as NEWLINE_MARK.
     `source` (e.g. the model and the samples file) is printed under the heading; each prompt is
     printed once, whole and as the model saw it (chat template, system prompt and line breaks
     included), above the first of its completions."""
