@@ -174,6 +174,25 @@ REFUSED = [
     (["plot", "empty_run", "--out", "x.svg"], ["--out must name a PNG file (FILE.png), got 'x.svg'"]),
     (["inspect", "--samples", "a_dir"], ["a_dir is not a file"]),
     (["inspect", "--prompt", "hi", "--html", "a_dir"], ["--html must name a file"]),
+    # a metric's value was read with float(): "0.5" drawn as 0.5, true as 1, "high" and [1] an
+    # error without the line; a step true read as 1; no plotted key a matplotlib ValueError
+    (["plot", "text_value", "--out", "x.png"], ["text_value/metrics.jsonl:2: reward_mean must be a number or "
+                                                "null, got '0.5'"]),
+    (["plot", "list_value", "--out", "x.png"], ["list_value/metrics.jsonl:1: entropy must be a number or null"]),
+    (["plot", "bool_value", "--out", "x.png"], ["bool_value/metrics.jsonl:1: reward_mean must be a number"]),
+    (["plot", "bool_step", "--out", "x.png"], ["bool_step/metrics.jsonl:1: not a metrics record"]),
+    (["plot", "no_plotted_key", "--out", "x.png"], ["nothing to plot: no step with a plotted metric"]),
+    (["plot", "latin1_run", "--out", "x.png"], ["latin1_run/metrics.jsonl: not UTF-8 text"]),
+    # an output under a file, or a name too long, was an OSError (exit 1) after the work
+    (["plot", "empty_run", "--out", "a_file/x.png"], ["--out a_file/x.png: a_file is a file, not a directory"]),
+    (["plot", "empty_run", "--out", "x" * 300 + ".png"], ["--out xxx", "File name too long"]),
+    (["inspect", "--prompt", "hi", "--html", "a_file/x.html"], ["a_file is a file, not a directory"]),
+    (["inspect", "--prompt", "hi", "--html", "x" * 300 + ".html"], ["--html xxx", "File name too long"]),
+    (["inspect", "--prompt", " \n"], ["--prompt is empty"]),
+    (["plot", "empty_run", "a_dir/../empty_run", "--out", "x.png"],  # was pooled with itself: n=2
+     ["empty_run is given twice (empty_run, a_dir/../empty_run)"]),
+    (["inspect", "--prompt", "hi", "--color", "entropy", "--reference", "seq_mean"],  # was ignored
+     ["--reference is the js colour's reference; with --color entropy it changes nothing"]),
 ]
 
 
@@ -192,6 +211,15 @@ def test_a_bad_value_is_refused_in_one_line_before_anything_runs(tmp_path, monke
     (tmp_path / "a_dir").mkdir()
     (tmp_path / "empty_run").mkdir()
     (tmp_path / "empty_run" / "metrics.jsonl").write_text("")
+    for name, text in (("text_value", '{"step": 1, "reward_mean": 0.5}\n{"step": 2, "reward_mean": "0.5"}\n'),
+                       ("list_value", '{"step": 1, "entropy": [1.0]}\n'),
+                       ("bool_value", '{"step": 1, "reward_mean": true}\n'),
+                       ("bool_step", '{"step": true, "reward_mean": 0.5}\n'),
+                       ("no_plotted_key", '{"step": 1, "custom": 0.5}\n{"step": 2, "reward_mean": null}\n')):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text(text)
+    (tmp_path / "latin1_run").mkdir()
+    (tmp_path / "latin1_run" / "metrics.jsonl").write_bytes('{"step": 1, "note": "é"}\n'.encode("latin-1"))
     before = sorted(path.name for path in tmp_path.iterdir())
     assert main(args) == 2
     err = capsys.readouterr().err

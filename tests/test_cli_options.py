@@ -228,3 +228,29 @@ def test_a_compare_yaml_gives_eval_temperature_to_the_runs_too():
     ours, training = compare_options({"eval_temperature": 0.7, "seeds": [0], "learning_rate": 1e-5})
     assert ours == {"eval_temperature": 0.7, "seeds": [0]}
     assert training == {"eval_temperature": 0.7, "learning_rate": 1e-5}
+
+
+@pytest.mark.parametrize("count", [3, 15, 25])
+def test_plot_gives_every_run_its_own_colour(tmp_path, monkeypatch, count):
+    """matplotlib's colour cycle repeats after 10: of ict compare's 15 runs (5 methods x 3 seeds)
+    plotted one label per run, runs 1 and 11 (and 2 and 12, ...) were drawn in the same colour. The
+    legend's colours are now distinct, the first 10 still matplotlib's default ones."""
+    from matplotlib import colors
+    from matplotlib.figure import Figure
+
+    from ict.analysis.plots import plot_runs
+
+    seen = []
+    legend = Figure.legend
+    monkeypatch.setattr(Figure, "legend", lambda self, handles, **kw: (seen.append(handles),
+                                                                        legend(self, handles=handles, **kw))[1])
+    runs = []
+    for index in range(count):
+        runs.append(tmp_path / f"run{index:02d}")
+        runs[-1].mkdir()
+        (runs[-1] / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward_mean": index / count}) + "\n")
+    assert plot_runs(runs, tmp_path / "curves.png") == tmp_path / "curves.png"
+    drawn = [colors.to_hex(handle.get_color()) for handle in seen[0][:count]]
+    assert len(set(drawn)) == count
+    if count <= 10:
+        assert drawn == ["#1f77b4", "#ff7f0e", "#2ca02c"][:count]

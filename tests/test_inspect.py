@@ -210,14 +210,23 @@ def test_page_shows_each_prompt_whole_as_the_model_saw_it(tiny_model_dir, tmp_pa
     (['{"prompt": "a", "completion": null}'], [], "prompt and completion must be text"),
     (['{"prompt": "a", "completion": "b"}', '{"prompt": "a", "completion": "c"}'], ["--n", "8"],
      "--n sample completions of --prompt"),  # was ignored
+    (['{"prompt": "a", "completion": "b", "finished": "false"}', '{"prompt": "a", "completion": "c"}'], [],
+     'samples.jsonl:1: finished must be true or false, got \'false\''),  # was read as finished
+    (['{"prompt": "a", "completion": ""}', '{"prompt": "a", "completion": ""}'], [],
+     "every completion is empty"),  # was a page of nan under a made-up 0..1 colour scale
+    ([b'{"prompt": "caf\xe9", "completion": "b"}'], [], "samples.jsonl: not UTF-8 text"),  # named no file
 ])
 def test_bad_samples_exit_2(tiny_model_dir, tmp_path, capsys, lines, options, message):
     samples = tmp_path / "samples.jsonl"
-    samples.write_text("\n".join(lines) + "\n")
+    if isinstance(lines[0], bytes):
+        samples.write_bytes(b"\n".join(lines) + b"\n")
+    else:
+        samples.write_text("\n".join(lines) + "\n")
     args = ["inspect", "--model", str(tiny_model_dir)]
     args += options if "--prompt" in options else ["--samples", str(samples), *options]
     assert main(args) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
 
 
 class _ByteTokenizer:
@@ -333,3 +342,97 @@ def test_the_terminal_view_shows_control_characters_instead_of_sending_them():
     out = buffer.getvalue()
     assert "\x1b" not in out and "\x07" not in out
     assert "#0: \\x1b[2J\\x1b]0;pwned\\x07\n" in out and "#1: a\n" in out  # newline (and tab) kept
+
+
+def _js(p, q):
+    """JS(p || q) in nats, float64: H(m) - H(p)/2 - H(q)/2 with m = (p + q)/2."""
+    def entropy(x):
+        return float(-(x * x.clamp_min(1e-300).log()).sum())
+    return entropy((p + q) / 2) - entropy(p) / 2 - entropy(q) / 2
+
+
+def test_every_js_score_and_ict_mark_matches_a_float64_recomputation(tiny_model_dir, tmp_path):
+    """The page's JS of every token to each group reference, recomputed here from one plain forward
+    pass per completion: q = the mean over the group's completions alive at t (row i left out for
+    the _loo references) plus, for the absorbing ones, a point mass on the end token of each
+    completion its record marks finished that ended before t. The view inferred "finished" from
+    the padding, so a completion cut short of the batch's longest (finished: false) was absorbed
+    as if it had ended: its last word a point mass in its group's reference (off by 0.08 here).
+    ICT's marks: the top ceil(0.1 N_b) of each response by JS to group_mean_absorbing."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    records = [("what is 1 + 2 ?", "the sum is 3", True), ("what is 1 + 2 ?", "so it is 3 and 1 + 2", False),
+               ("what is 1 + 2 ?", "3", True), ("what is 1 + 2 ?", "it is", False),
+               ("what is 4 + 4 ?", "it is 8 so 8", True), ("what is 4 + 4 ?", "8", True),
+               ("what is 4 + 4 ?", "8 8", False), ("what is 4 + 4 ?", "the answer 8 is", True)]
+    samples = _samples_file(tmp_path / "samples.jsonl", [{"prompt": p, "completion": c, "finished": f}
+                                                         for p, c, f in records])
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    rows = []
+    for prompt, completion, finished in records:
+        chat = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)
+        prompt_ids = tokenizer(chat, add_special_tokens=False)["input_ids"]
+        ids = tokenizer.encode(completion, add_special_tokens=False) + [tokenizer.eos_token_id] * finished
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt_ids + ids])).logits[0].double()
+        p = torch.softmax(logits[len(prompt_ids) - 1:len(prompt_ids) - 1 + len(ids)] / 0.7, dim=-1)
+        rows.append((prompt, ids, p, finished))
+
+    def expected(reference):
+        scores = []
+        for i, (prompt, ids, p, _) in enumerate(rows):
+            scores.append([])
+            for t in range(len(ids)):
+                parts = []
+                for j, (other, other_ids, other_p, other_finished) in enumerate(rows):
+                    if other != prompt or (j == i and "loo" in reference):
+                        continue
+                    if t < len(other_ids):
+                        parts.append(other_p[t])
+                    elif "absorbing" in reference and other_finished:
+                        parts.append(torch.nn.functional.one_hot(torch.tensor(other_ids[-1]), p.shape[1]).double())
+                scores[-1].append(_js(p[t], torch.stack(parts).mean(0)) if parts else 0.0)
+        return scores
+
+    for reference in ("group_mean_absorbing", "group_mean_loo_absorbing", "group_mean", "group_mean_loo"):
+        page = tmp_path / f"{reference}.html"
+        assert main(["inspect", "--model", str(tiny_model_dir), "--samples", str(samples), "--temperature", "0.7",
+                     "--color", "js", "--reference", reference, "--html", str(page)]) == 0
+        spans = [re.findall(r"<span class='tok([^']*)'[^>]*title='js=([0-9.]+)'>", block)
+                 for block in page.read_text().split("<div class='prompt'>")[1:]]
+        want = expected(reference)
+        assert [len(row) for row in spans] == [len(row) for row in want]
+        for row, want_row in zip(spans, want, strict=True):
+            assert [float(value) for _, value in row] == pytest.approx(want_row, abs=6e-5), reference
+            if reference == "group_mean_absorbing":
+                top = sorted(range(len(want_row)), key=lambda t: -want_row[t])[:math.ceil(len(want_row) / 10)]
+                assert [t for t, (classes, _) in enumerate(row) if "ict" in classes.split()] == sorted(top)
+
+
+def test_the_page_names_the_colours_reference_and_shows_line_breaks():
+    """The heading said "Token view (js)" whatever --reference coloured it, and the legend "ICT
+    (top 10% JS)" (ICT ranks each response by JS to group_mean_absorbing); a newline token was an
+    empty box. Markup in a prompt or a token is text, never markup."""
+    import io
+
+    from rich.console import Console
+
+    from ict.analysis.token_view import TokenView, print_view, render_html
+
+    view = TokenView(["say </script><b>&", "say </script><b>&"], [["a\n", "</script>"], ["&", "\n\n"]],
+                     [[0.1, 0.4], [0.2, 0.3]], {"ict": [[True, False], [False, True]]}, "js", 0.0, {}, {},
+                     reference="group_mean_loo")
+    page = render_html(view)
+    assert "<h1>Token view (js to group_mean_loo)</h1>" in page
+    legend = ("Colour: JS to the group_mean_loo reference, white (0.100) to red (0.400 nats), the batch's range. "
+              "ICT: the top 10% of each response (at least one token) by JS to group_mean_absorbing; 20-Entropy: "
+              "the top 20% of the batch by entropy")
+    assert html.escape(legend) in page
+    assert ">a\u21b5\n</span>" in page and ">\u21b5\n\u21b5\n</span>" in page
+    assert "<script" not in page and "<b>" not in page and "&lt;/script&gt;&lt;b&gt;&amp;" in page
+    buffer = io.StringIO()
+    print_view(view, Console(file=buffer, force_terminal=False, width=400))
+    assert legend in buffer.getvalue()

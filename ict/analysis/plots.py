@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ict.core.diagnostics import ANATOMY_FIGURES, PAPER_FIGURES
-from ict.core.errors import UsageError
+from ict.core.errors import UsageError, check_output_file, is_integer
 from ict.core.options import check_choices, option
 
 # (title, y label, [(metrics key, line style suffix)])
@@ -39,11 +39,34 @@ PANELS = [
 ]
 
 
+PLOTTED_KEYS = tuple(dict.fromkeys(key for _, _, keys in PANELS for key, _ in keys))
+"""the metrics keys some panel draws"""
+
+
+def distinct_colours(count: int) -> list[tuple[float, float, float, float]]:
+    """`count` colours, no two alike: matplotlib's tab10 up to 10 (its default cycle, which repeats
+    after 10), tab20 up to 20, else evenly spaced over the turbo colormap."""
+    from matplotlib import colormaps
+
+    if count <= 10:
+        return [colormaps["tab10"](index) for index in range(count)]
+    if count <= 20:
+        return [colormaps["tab20"](index) for index in range(count)]
+    return [colormaps["turbo"](index / (count - 1)) for index in range(count)]
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
+    """The records of ``run_dir/metrics.jsonl`` ([] without one), a torn last line left out; a
+    one-line UsageError naming the line for a record without an integer step, a plotted key whose
+    value is not a number or null, and for a file that is not UTF-8 text."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         return []
-    numbered = [(number, line) for number, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    numbered = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
     records = []
     for index, (number, line) in enumerate(numbered):
         try:
@@ -52,8 +75,12 @@ def read_metrics(run_dir: Path) -> list[dict]:
             if index == len(numbered) - 1:  # a last line torn by an interrupted write: the steps before it
                 break
             raise UsageError(f"{path}:{number}: not valid JSON") from None
-        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+        if not isinstance(record, dict) or not is_integer(record.get("step")):
             raise UsageError(f"{path}:{number}: not a metrics record (a JSON object with an integer 'step')")
+        for key in PLOTTED_KEYS:
+            value = record.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise UsageError(f"{path}:{number}: {key} must be a number or null, got {value!r}")
         records.append(record)
     return records
 
@@ -79,12 +106,11 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
         lines = read_metrics(Path(directory))
         if lines:
             groups.setdefault(label, []).append(lines)
-    if not groups:
-        return None
     panels = panels_with_data(groups)
+    if not panels:  # no step, or no plotted key in any step
+        return None
     ordered = sorted(groups.items())
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    colour_of = {label: colours[index % len(colours)] for index, (label, _) in enumerate(ordered)}
+    colour_of = dict(zip((label for label, _ in ordered), distinct_colours(len(ordered)), strict=True))
     columns, legend_columns = 3, 3
     rows = math.ceil(len(panels) / columns)
     # One legend below the panels: a colour per label, plus the two line styles.
@@ -129,12 +155,17 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
                 Line2D([], [], color="black", linestyle="--", label="selected tokens")]
     figure.legend(handles=handles, loc="lower center", ncol=legend_columns, fontsize=9,
                   frameon=False)
-    figure.suptitle("Mean over seeds (line), min..max over seeds (band)")
+    figure.suptitle("Mean over the n runs of a label (line), min..max (band); at each step over the "
+                    "runs that logged it")
     figure.tight_layout(rect=(0, legend_inches / height, 1, 1 - title_inches / height))
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=90, format="png")
-    plt.close(figure)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(out, dpi=90, format="png")
+    except OSError as error:
+        raise UsageError(f"--out {out}: cannot write it ({error.strerror or error})") from None
+    finally:
+        plt.close(figure)
     return out
 
 
@@ -153,7 +184,7 @@ def plot_learning_curves(rows: list[dict], out: Path) -> Path | None:
     if not panels:
         return None
     methods = sorted({row["method"] for row in rows})
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colours = distinct_colours(len(methods))
     columns = min(3, len(panels))
     panel_rows = math.ceil(len(panels) / columns)
     figure, axes = plt.subplots(panel_rows, columns, figsize=(5 * columns, 3.8 * panel_rows + 0.6),
@@ -167,7 +198,7 @@ def plot_learning_curves(rows: list[dict], out: Path) -> Path | None:
             if not by_step:
                 continue
             steps = sorted(by_step)
-            colour = colours[index % len(colours)]
+            colour = colours[index]
             axis.plot(steps, [np.mean(by_step[s]) for s in steps], "o-", color=colour,
                       label=method)
             if max(len(values) for values in by_step.values()) > 1:
@@ -222,14 +253,22 @@ class PlotConfig:
         xpng as xpng.png, svg as SVG) or a directory without metrics.jsonl."""
         if self.out is None:
             raise UsageError("--out is required")
-        if Path(self.out).suffix.lower() != ".png" or Path(self.out).is_dir():
+        if Path(self.out).suffix.lower() != ".png":
             raise UsageError(f"--out must name a PNG file (FILE.png), got {str(self.out)!r}")
+        check_output_file("--out", self.out)
         if not self.run_dirs:
             raise UsageError("give at least one run directory")
         missing = [str(path) for path in self.run_dirs if not (Path(path) / "metrics.jsonl").is_file()]
         if missing:
             raise UsageError(f"no metrics.jsonl in {', '.join(missing)}; pass ict train run "
                              "directories")
+        seen: dict[Path, str] = {}
+        for path in self.run_dirs:  # one run twice would be pooled with itself as n=2
+            resolved = Path(path).resolve()
+            if resolved in seen:
+                raise UsageError(f"run directory {resolved} is given twice ({seen[resolved]}, {path}); "
+                                 "each run counts once")
+            seen[resolved] = str(path)
         check_choices(self)
         return self
 
@@ -243,5 +282,6 @@ def plot(config: PlotConfig) -> Path:
     labels = [(path.parent.name if config.by == "method" else str(path)) for path in directories]
     written = plot_runs(directories, Path(config.out), labels)
     if written is None:
-        raise UsageError(f"nothing to plot: no step in the metrics.jsonl of {', '.join(map(str, directories))}")
+        raise UsageError("nothing to plot: no step with a plotted metric (reward_mean, entropy, ...) in the "
+                         f"metrics.jsonl of {', '.join(map(str, directories))}")
     return written

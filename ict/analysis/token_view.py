@@ -1,5 +1,6 @@
 """Token view: every completion token coloured by a score (JS, entropy, Renyi-2), marked where
-ICT (top 10% JS) and 20-Entropy (top 20% entropy) would select it and where STAPO
+ICT (top 10% of each response by JS) and 20-Entropy (top 20% of the batch by entropy) would
+select it and where STAPO
 would silence it; terminal (rich) and one
 self-contained HTML page (inline CSS, no scripts, no network fetches). Both views also give the
 anatomy of each selection (``ict.core.diagnostics.selection_anatomy``): where in the responses
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 
 from ict.core.diagnostics import ANATOMY_FIGURES, PAPER_FIGURES
-from ict.core.errors import UsageError
+from ict.core.errors import UsageError, check_output_file
 from ict.core.options import check_choices, default_of, option
 from ict.core.selectors import ICT_DEFAULT_REFERENCE
 from ict.core.stats import JS_REFERENCES
@@ -29,6 +30,8 @@ from ict.models.loading import OFFLINE_DEFAULT_MODEL
 from ict.models.rollout import ROLLOUT_TEMPERATURE
 
 COLOR_SCORES = ("js", "entropy", "renyi2")
+NEWLINE_MARK = "\u21b5"
+"""shown before each line break of a token on the page (a newline token is otherwise invisible)"""
 SILENCED = "stapo_silenced"
 """the mark of the tokens STAPO silences (it updates all the others)"""
 SELECTIONS = (("ict", "ict", {}), ("entropy20", "entropy", {}), ("stapo", "stapo", {}))
@@ -62,6 +65,8 @@ class InspectConfig:
         with --samples, which they do not change)."""
         if (self.prompt is None) == (self.samples is None):
             raise UsageError("give exactly one of --prompt and --samples")
+        if self.prompt is not None and not self.prompt.strip():
+            raise UsageError("--prompt is empty: give the text to sample completions of")
         if self.samples is not None:
             sampling = {"num_samples": "--n", "max_new_tokens": "--max-new-tokens", "seed": "--seed"}
             given = [flag for name, flag in sampling.items()
@@ -71,14 +76,17 @@ class InspectConfig:
                                  "file's completions are scored (drop them)")
         if self.num_prompts is not None and (self.samples is None or self.num_prompts < 1):
             raise UsageError("--num-prompts needs --samples and must be >= 1")
+        if self.color != "js" and self.reference != ICT_DEFAULT_REFERENCE:
+            raise UsageError(f"--reference is the js colour's reference; with --color {self.color} it changes "
+                             "nothing (drop it, or colour by js)")
         if self.num_samples < 2:
             raise UsageError("--n must be >= 2 (JS scores compare completions)")
         if self.max_new_tokens < 1 or not self.temperature > 0:
             raise UsageError("--max-new-tokens must be >= 1 and --temperature > 0")
         if self.samples is not None and not Path(self.samples).is_file():
             raise UsageError(f"--samples {self.samples} is not a file")
-        if self.html is not None and (Path(self.html).is_dir() or not Path(self.html).name):
-            raise UsageError(f"--html must name a file, got {self.html!r}")
+        if self.html is not None:
+            check_output_file("--html", self.html)
         if self.html is not None and not Path(self.html).expanduser().parent.is_dir():
             raise UsageError(f"--html {self.html}: no directory {Path(self.html).parent} (it was written after "
                              "the model had scored every token)")
@@ -114,6 +122,8 @@ class TokenView:
     """per selection (as ``anatomy``): ``PAPER_FIGURE_KEYS`` -> value"""
     top_unselected: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     """per selection: its most frequent unselected response tokens (string, count)"""
+    reference: str = ""
+    """the JS reference of the ``js`` colour ('' for the entropies)"""
 
 
 def anatomy_lines(view: TokenView) -> list[str]:
@@ -190,16 +200,18 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, *, temperature: float, 
     group_ids = torch.arange(batch.response_ids.shape[0]) // max(1, rollout.num_samples)
     reference = reference or required_js_references("ict")[0]  # the colour: ICT's default score
     references = tuple(dict.fromkeys((reference, *required_js_references("ict"))))  # ICT's marks: its default
+    # which completions ended by themselves: the absorbing references' point masses (inferring it
+    # from the padding would count a --samples completion cut short of the longest as finished)
+    finished = torch.tensor([done for group in rollout.finished for done in group], dtype=torch.bool)
     with torch.no_grad():
         logits = response_logits(model, batch)
         stats = token_statistics(logits, batch.response_ids, batch.response_mask,
                                  temperature=temperature, js_references=references,
-                                 group_ids=group_ids)
+                                 group_ids=group_ids, finished=finished)
     inputs = SelectionInputs(stats=stats, response_mask=batch.response_mask,
                              token_ids=batch.response_ids,
                              advantages=torch.ones(batch.response_ids.shape[0]), group_ids=group_ids)
     masks, anatomy, figures = {}, {}, {}
-    finished = torch.tensor([done for group in rollout.finished for done in group])
     for label, name, options in SELECTIONS:
         selection = select(name, inputs, **options)
         masks[label] = selection.mask
@@ -235,12 +247,24 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, *, temperature: float, 
     prompts = [text for text in rollout.prompt_texts for _ in range(rollout.num_samples)]
     return TokenView(prompts, tokens, scores, selected, color, jaccard,
                      {label: counter.most_common(10) for label, counter in counters.items()},
-                     anatomy, figures, {label: counter.most_common(10) for label, counter in left_out.items()})
+                     anatomy, figures, {label: counter.most_common(10) for label, counter in left_out.items()},
+                     reference if color == "js" else "")
 
 
 def _range(view: TokenView) -> tuple[float, float]:
     values = [value for row in view.scores for value in row]
     return (min(values), max(values)) if values else (0.0, 1.0)
+
+
+def colour_legend(view: TokenView) -> str:
+    """What the colour and the marks mean, in one sentence (the page's and the terminal's)."""
+    low, high = _range(view)
+    score = {"js": f"JS to the {view.reference or ICT_DEFAULT_REFERENCE} reference", "entropy": "Shannon entropy",
+             "renyi2": "Renyi-2 entropy"}.get(view.score_name, view.score_name)
+    return (f"Colour: {score}, white ({low:.3f}) to red ({high:.3f} nats), the batch's range. ICT: the "
+            f"top 10% of each response (at least one token) by JS to {ICT_DEFAULT_REFERENCE}; 20-Entropy: the "
+            "top 20% of the batch by entropy; STAPO: the tokens it silences (its spurious ones, were the "
+            "completion rewarded).")
 
 
 def _shade(value: float, low: float, high: float) -> tuple[int, int, int]:
@@ -250,23 +274,25 @@ def _shade(value: float, low: float, high: float) -> tuple[int, int, int]:
 
 
 def render_html(view: TokenView, source: str = "") -> str:
-    """One self-contained page: a coloured <span class="tok"> per token with its score and
-    selections in the title; ICT-selected tokens underlined, 20-Entropy boxed, STAPO struck.
+    """One self-contained page: a coloured <span class="tok"> per token with its score in the
+    title (the tooltip) and its selections as classes: ICT-selected tokens underlined, 20-Entropy
+    boxed, STAPO's silenced tokens struck; a line break inside a token shown as NEWLINE_MARK.
     `source` (e.g. the model and the samples file) is printed under the heading; each prompt is
     printed once, whole and as the model saw it (chat template, system prompt and line breaks
     included), above the first of its completions."""
     low, high = _range(view)
+    heading = f"{view.score_name} to {view.reference}" if view.reference else view.score_name
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ict inspect</title>",
              "<style>body{font-family:monospace;max-width:1100px;margin:1em auto}"
              ".tok{white-space:pre-wrap;padding:1px 0;margin-right:3px}.ict{border-bottom:3px solid #1f4fd1}"
              f".entropy20{{outline:1px solid #1a8a1a}}.{SILENCED}{{text-decoration:line-through}}"
              ".prompt{color:#555;margin-top:1.2em;white-space:pre-wrap}.stats{background:#f4f4f4;padding:.5em}"
              "</style></head><body>",
-             f"<h1>Token view ({html.escape(view.score_name)})</h1>",
+             f"<h1>Token view ({html.escape(heading)})</h1>",
              f"<p>{html.escape(source)}</p>" if source else "",
-             f"<p>Colour: white ({low:.3f}) to red ({high:.3f} nats), the batch's range. Underlined "
-             "blue: ICT (top 10% JS); green box: 20-Entropy (top 20% entropy); struck: silenced "
-             "by STAPO (its spurious tokens, were the completion rewarded).</p>",
+             f"<p>{html.escape(colour_legend(view))} Underlined blue: ICT; green box: 20-Entropy; "
+             f"struck: silenced by STAPO. {NEWLINE_MARK} marks a line break inside a token; the score "
+             "is in each token's tooltip.</p>",
              f"<div class='stats'>Jaccard(ICT, 20-Entropy) = {view.jaccard_ict_entropy20:.3f}"]
     for label, items in view.top_tokens.items():
         listed = ", ".join(f"{html.escape(repr(token))} x{count}" for token, count in items)
@@ -290,7 +316,7 @@ def render_html(view: TokenView, source: str = "") -> str:
             red, green, blue = _shade(value, low, high)
             parts.append(f"<span class='{' '.join(classes)}' style='background:rgb({red},"
                          f"{green},{blue})' title='{view.score_name}={value:.4f}'>"
-                         f"{html.escape(token)}</span>")
+                         f"{html.escape(token).replace(chr(10), NEWLINE_MARK + chr(10))}</span>")
         parts.append("</p>")
     parts.append("</body></html>")
     return "".join(parts)
@@ -314,6 +340,7 @@ def print_view(view: TokenView, console: Any = None) -> None:
 
     console = console or Console()
     low, high = _range(view)
+    console.print(colour_legend(view) + " Underlined: ICT.", markup=False, highlight=False, soft_wrap=True)
     for index, (tokens, scores) in enumerate(zip(view.tokens, view.scores, strict=True)):
         text = Text(f"#{index}: ")
         for position, (token, value) in enumerate(zip(tokens, scores, strict=True)):
@@ -352,7 +379,11 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
     from ict.models.rollout import Rollout, _encode_prompt, render_prompt
 
     groups: dict[str, list[tuple[str, bool]]] = {}
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -363,6 +394,8 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
         if not (isinstance(prompt, str) and isinstance(completion, str)):
             raise UsageError(f"{path}:{number}: prompt and completion must be text, got "
                              f"{type(prompt).__name__} and {type(completion).__name__}")
+        if not isinstance(record.get("finished", False), bool):  # "false" would read as finished
+            raise UsageError(f"{path}:{number}: finished must be true or false, got {record['finished']!r}")
         if record.get("greedy"):  # an evaluation's greedy completion: not one of the sampled group
             continue
         if prompt not in groups and num_prompts is not None and len(groups) == num_prompts:
@@ -380,6 +413,8 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     ids = [[tokenizer.encode(completion, add_special_tokens=False) + (eos if finished else [])
             for completion, finished in group] for group in groups.values()]
+    if not any(tokens for group in ids for tokens in group):
+        raise UsageError(f"{path}: every completion is empty (no token to score)")
     return Rollout(texts, [_encode_prompt(tokenizer, text) for text in texts],
                    [[completion for completion, _ in group] for group in groups.values()], ids,
                    [[finished for _, finished in group] for group in groups.values()])

@@ -23,3 +23,20 @@ class UsageError(Exception):
 
 class TrainingDiverged(Exception):
     """Training stopped after too many consecutive non-finite updates (checkpointed first)."""
+
+
+def check_output_file(flag: str, path: Any) -> None:
+    """One-line UsageError unless `path` can name a file to write, checked before any work: not a
+    directory, its nearest existing ancestor a directory, a name the file system takes (a name
+    too long is an OSError of its own); nothing is created."""
+    from pathlib import Path
+
+    path = Path(path).expanduser()
+    try:
+        if path.is_dir() or not path.name:
+            raise UsageError(f"{flag} must name a file, got {str(path)!r}")
+        existing = next((parent for parent in path.parents if parent.exists()), None)
+    except OSError as error:
+        raise UsageError(f"{flag} {path}: {error.strerror or error}") from None
+    if existing is not None and not existing.is_dir():
+        raise UsageError(f"{flag} {path}: {existing} is a file, not a directory")
