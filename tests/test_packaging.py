@@ -51,9 +51,11 @@ def test_transformers_floor_builds_a_hybrid_models_cache_layers():
 
 
 def test_the_license_pyproject_declares_is_the_license_file_shipped():
-    """pyproject says Apache-2.0; LICENSE (which setuptools puts in the wheel's dist-info) is that
-    license's text."""
+    """pyproject says Apache-2.0 (an SPDX expression) and ships LICENSE (in the wheel's
+    dist-info/licenses), which is that license's text."""
     root = Path(__file__).resolve().parents[1]
     text = (root / "LICENSE").read_text()
-    assert re.search(r'^license = \{ text = "Apache-2.0" \}$', (root / "pyproject.toml").read_text(), re.M)
+    pyproject = (root / "pyproject.toml").read_text()
+    assert re.search(r'^license = "Apache-2.0"$', pyproject, re.M)
+    assert re.search(r'^license-files = \["LICENSE"\]$', pyproject, re.M)
     assert text.split()[:3] == ["Apache", "License", "Version"] and "2.0, January 2004" in text
