@@ -422,3 +422,18 @@ def test_new_paper_benchmarks_offline_is_one_clear_error(monkeypatch, name, hub_
     message = str(caught.value)
     assert "\n" not in message and hub_id in message
     assert f"--data-dir DIR holding {name}.jsonl" in message
+
+
+def test_row_fields_empty_values_and_gold_bounds():
+    """A field holding "" counts as absent (the next named field is read); a letter gold is read
+    case-insensitively; an index gold must name one of the options (index 4 of four is none)."""
+    math = problem_from_row(REGISTRY["math500"], {"problem": "", "question": "What is 1+1?", "answer": "2"}, 0)
+    assert (math.question, math.answer) == ("What is 1+1?", "2")
+    pro = REGISTRY["mmlu_pro"]
+    row = {"question": "q", "options": "", "choices": ["a", "b", "c"], "answer_index": "", "answer": "c"}
+    assert problem_from_row(pro, row, 0).answer == "C"
+    stem = REGISTRY["mmlu_stem"]
+    assert problem_from_row(stem, {"question": "q", "choices": ["a", "b", "c", "d"], "answer": 3}, 0).answer == "D"
+    for bad in (4, -1):
+        with pytest.raises(ValueError, match="out of range"):
+            problem_from_row(stem, {"question": "q", "choices": ["a", "b", "c", "d"], "answer": bad}, 0)

@@ -176,3 +176,31 @@ def test_a_run_started_before_the_distinct_rule_resumes_with_its_draws(tmp_path)
     assert build_config(None, {}, {"run_dir": str(run), "resume": "true"}).held_out_rule == "draws"
     with pytest.raises(UsageError, match="held_out_rule is 'draws'"):
         build_config(None, {}, {"run_dir": str(run), "resume": "true", "held_out_rule": "distinct"})
+
+
+def test_a_choice_answer_index_must_name_one_of_the_options():
+    """An answer given as an index must be < the number of options (index 4 of four options is
+    no option: it read as "E"); a letter is upper-cased and must be one of the options'."""
+    from ict.data.training_data import records_to_problems
+
+    def gold(answer, choices=("1", "2", "3", "4")):
+        return records_to_problems([{"question": "q", "choices": list(choices), "answer": answer}],
+                                   "question", "answer", "choices")[0].answer
+
+    assert [gold(0), gold(3), gold("2"), gold("b"), gold("D")] == ["A", "D", "C", "B", "D"]
+    for bad in (4, "4", "E", "e", -1):
+        with pytest.raises(UsageError, match="neither an index nor an option letter"):
+            gold(bad)
+
+
+def test_each_epoch_of_the_prompt_stream_is_a_new_shuffle():
+    """The docstring's "a seeded shuffle per epoch": epochs 0, 1 and 2 each visit every problem
+    once, and not in one repeated order."""
+    from ict.data.training_data import Problem
+
+    problems = [Problem(prompt=str(index), answer=str(index), kind="math") for index in range(10)]
+    sampler = PromptSampler(problems, batch_size=10, seed=3)
+    epochs = [[p.prompt for p in sampler.batch(index)] for index in range(3)]
+    for epoch in epochs:
+        assert sorted(epoch, key=int) == [str(index) for index in range(10)]
+    assert len({tuple(epoch) for epoch in epochs}) == 3

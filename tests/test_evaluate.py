@@ -110,6 +110,26 @@ def test_aggregates_are_macro_means():
     assert aggregates["group:math"].metrics["pass@1"] == pytest.approx(0.4)
     assert aggregates["all"].metrics["pass@1"] == pytest.approx(0.8 / 3)
     assert "suite:olympiad" not in aggregates  # a single benchmark is not an aggregate
+    # an aggregate counts its members' problems (10 + 30, 10 + 30 + 30), not its first member's
+    assert (aggregates["group:math"].num_problems, aggregates["all"].num_problems) == (40, 70)
+
+
+def test_multi_seed_aggregates_are_the_seeds_macro_means():
+    """With seeds, an aggregate is per seed the mean of its members' values of that seed (three
+    members, so a median would differ), then the mean and the sample std (ddof=1) over seeds;
+    the numbers are worked by hand."""
+    from ict.evaluation.results import BenchmarkResult
+
+    def row(name: str, seed0: float, seed1: float) -> BenchmarkResult:
+        return BenchmarkResult(name, "math", "", 10, 4, {"pass@1": (seed0 + seed1) / 2}, seeds=[0, 1],
+                               per_seed={"0": {"pass@1": seed0}, "1": {"pass@1": seed1}})
+
+    aggregate = aggregate_results([row("a", 0.0, 0.3), row("b", 0.3, 0.3), row("c", 0.9, 0.9)])[0]
+    assert aggregate.name == "group:math"
+    assert aggregate.per_seed["0"]["pass@1"] == pytest.approx(0.4)  # (0 + 0.3 + 0.9) / 3
+    assert aggregate.per_seed["1"]["pass@1"] == pytest.approx(0.5)  # (0.3 + 0.3 + 0.9) / 3
+    assert aggregate.metrics["pass@1"] == pytest.approx(0.45)
+    assert aggregate.std["pass@1"] == pytest.approx(0.005 ** 0.5)  # ((0.05^2 + 0.05^2) / 1) ** 0.5
 
 
 # ------------------------------------------------------------------------ end to end

@@ -111,6 +111,10 @@ def test_trainer_adds_the_overlong_penalty_to_the_reward(tiny_model_dir, arithme
     groups = rewards.view(-1, 4)
     expected = ((groups - groups.mean(1, keepdim=True)) / (groups.std(1, keepdim=True) + 1e-6)).view(-1)
     torch.testing.assert_close(penalised.advantages[0].double().cpu(), expected, atol=1e-5, rtol=0)
+    # zero_advantage_fraction: the share of groups whose total rewards are all equal
+    for line, totals in ((metrics, groups), (base, torch.tensor(plain.task[0]).view(-1, 4))):
+        equal = [len(set(group.tolist())) == 1 for group in totals]
+        assert line["zero_advantage_fraction"] == pytest.approx(sum(equal) / len(equal))
 
 
 def test_trainer_masks_truncated_completions(tiny_model_dir, arithmetic_task, tmp_path, monkeypatch,

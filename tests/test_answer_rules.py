@@ -1,0 +1,140 @@
+"""Boundaries of the answer rules that the example tables in test_verify.py, test_rewards.py and
+test_gold.py left open (each case was a surviving hand mutant of ict/answers). Expected values are
+written by hand from the rules in the functions' docstrings, never computed by the code under test."""
+
+from __future__ import annotations
+
+import pytest
+
+from ict.answers.extraction import MAX_BOXED_CHARS, extract_boxed_answer, extract_choice_letter
+from ict.answers.gold import gold_from_gsm8k, gold_from_number, normalize_gold
+from ict.answers.grading import grade_choice, grade_number
+from ict.answers.rewards import build_reward, format_reward
+from ict.answers.verify import MathVerifier
+from ict.core.problems import Problem
+
+# ------------------------------------------------------------------------ \boxed{} extraction
+
+
+def test_an_unbalanced_escaped_brace_does_not_count():
+    """``\\{`` and ``\\}`` are literal: a box holding ``\\left\\{ ... \\right.`` (one escaped opening
+    brace, no escaped closing one) closes at its own ``}``. Balanced escaped pairs, as in
+    test_verify.py, cannot tell a rule that counts them from one that does not."""
+    assert extract_boxed_answer(r"so \boxed{\left\{ x \right.}") == r"\left\{ x \right."
+    assert extract_boxed_answer(r"\boxed{a\}b}") == r"a\}b"
+
+
+def test_a_box_of_exactly_max_boxed_chars_is_closed_one_more_is_not():
+    """`MAX_BOXED_CHARS` is the longest content read as closed (the docstring: "longer than this
+    is treated as not closed"); an earlier complete box is then the answer."""
+    content = "1" * MAX_BOXED_CHARS
+    assert extract_boxed_answer(r"\boxed{" + content + "}") == content
+    assert extract_boxed_answer(r"\boxed{" + content + "2}") is None
+    assert extract_boxed_answer(r"\boxed{5} and \boxed{" + content + "2}") == "5"
+
+
+def test_the_space_form_needs_a_space():
+    """``\\boxed <token>`` is the space form; ``\\boxed`` followed at once by punctuation (a mention
+    of the command) is no answer, so the earlier complete box is."""
+    assert extract_boxed_answer(r"The sum is \boxed{7}; I wrote it in \boxed.") == "7"
+    assert extract_boxed_answer(r"put it in \boxed.") is None
+    assert extract_boxed_answer(r"\boxed 8.") == "8."
+
+
+# ------------------------------------------------------------------------ option letters
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("**B**", "B"),          # rule 3: the completion stripped of whitespace and `*` is one letter
+    ("  **(C).**  ", "C"),
+    ("**B) 42**", "B"),
+])
+def test_a_bold_bare_letter_commits(text, expected):
+    assert extract_choice_letter(text, 4) == expected
+
+
+def test_a_listed_option_after_the_letter_commits_to_none():
+    """Rule 3: ``B) 42`` commits to B, but a line listing several options, ``(A) x (B) y``,
+    commits to none."""
+    assert extract_choice_letter("(A) 12 (B) 13", 4) is None
+    assert extract_choice_letter("A) 12 B) 13", 4) is None
+    assert extract_choice_letter("A) 12 and 13", 4) == "A"
+
+
+# ------------------------------------------------------------------------ verdict status
+
+
+def test_a_choice_or_number_without_an_answer_is_status_no_answer():
+    """`Verdict.status` (counted per benchmark in results.json): ``no_answer`` when nothing was
+    extracted, ``ok`` when an answer was extracted, right or wrong."""
+    choice = Problem(prompt="q", answer="C", kind="choice", choices=["1", "2", "3", "4"])
+    number = Problem(prompt="q", answer="12", kind="math")
+    assert (grade_choice(choice, "I am not sure.").status, grade_choice(choice, "B").status,
+            grade_choice(choice, "C").status) == ("no_answer", "ok", "ok")
+    assert (grade_number(number, "no digits here").status, grade_number(number, "it is 11").status,
+            grade_number(number, "it is 12").status) == ("no_answer", "ok", "ok")
+    assert grade_choice(choice, "I am not sure.").extracted is None
+
+
+# ------------------------------------------------------------------------ rewards and golds
+
+
+def test_a_whitespace_only_answer_tag_earns_no_format_reward():
+    """`format`: exactly one *non-empty* ``<answer>`` pair; blank content is empty."""
+    problem = Problem(prompt="q", answer="7", kind="math")
+    assert [format_reward(text, problem) for text in
+            ("<answer> </answer>", "<answer>\n\t</answer>", "<answer> 7 </answer>")] == [0.0, 0.0, 1.0]
+
+
+def test_format_weight_reweighs_a_format_reward_named_in_the_spec():
+    """`build_reward`: ``format`` in the spec takes ``format_weight`` (not weight 1, not a second
+    copy); totals are 1 x task + 0.5 x format."""
+    reward = build_reward("last_number,format", "math", format_weight=0.5)
+    assert (reward.names, reward.weights) == (["last_number", "format"], [1.0, 0.5])
+    problem = Problem(prompt="q", answer="7", kind="math")
+    totals, task = reward.score(["<answer>7</answer>", "<answer>3</answer>", "7"], [problem] * 3)
+    assert (totals, task) == ([1.5, 0.5, 1.0], [1.0, 0.0, 1.0])
+
+
+def test_the_gsm8k_gold_is_the_text_after_the_last_marker():
+    assert gold_from_gsm8k("step #### not this\nso #### 1,234") == "1234"
+    assert gold_from_gsm8k("#### $5") == "5"
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    (27000.0, "27000"), ("1,234.0", "1234"), (10.0 ** 14, "100000000000000"), (-3.0, "-3"),
+    (4.25, "4.25"), (1e20, "1e+20"),  # beyond 1e15 the repr is kept (no int rounding artefacts)
+])
+def test_integral_number_golds_lose_their_decimal_point(raw, expected):
+    assert gold_from_number(raw) == expected
+
+
+def test_two_dollar_formulas_are_not_one():
+    """``"$a$, $b$"`` is two formulas: its outer ``$`` are not one pair of delimiters, so the gold
+    stays as written; ``"$a, b$"`` is one formula and loses them."""
+    assert normalize_gold("$1$, $2$", "latex") == "$1$, $2$"
+    assert normalize_gold("$1, 2$", "latex") == "1, 2"
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ("27.0", "27"), ("27.00", "27"), ("-3.000", "-3"), ("$+5.0$", "+5"), ("2.50", "2.50"), ("10", "10"),
+])
+def test_a_latex_gold_drops_any_run_of_trailing_zero_decimals(raw, expected):
+    assert normalize_gold(raw, "latex") == expected
+
+
+# ------------------------------------------------------------------------ the math check's bound
+
+
+def test_a_math_check_is_cut_at_its_bound():
+    """A check still running ``timeout_seconds`` after it was sent is judged incorrect with status
+    ``timeout`` at about the bound (1 s here; a cut at 10 s passed the adversarial test's 600 s
+    budget), and the restarted worker then checks as before."""
+    verifier = MathVerifier(num_workers=1)
+    try:
+        verdict = verifier.check("\\boxed{9^{9^{9^{9}}}}", "12", timeout_seconds=1.0)
+        assert (verdict.correct, verdict.status) == (False, "timeout")
+        assert 1.0 <= verdict.seconds < 5.0, verdict.seconds
+        assert verifier.check("\\boxed{12}", "12", timeout_seconds=60.0).correct is True
+    finally:
+        verifier.close()

@@ -1,0 +1,79 @@
+"""Resume keys, the finished-unit rule of `ict eval`'s records and the std columns of results.csv,
+against values written out by hand (each case was a surviving hand mutant of ict/evaluation)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from ict.core.errors import UsageError
+from ict.evaluation.records import (
+    RESUME_KEYS,
+    is_complete,
+    load_sample_records,
+    prepare_output_dir,
+    unit_key,
+    write_all_records,
+)
+from ict.evaluation.results import BenchmarkResult, EvalResult, write_results
+
+
+def test_a_unit_is_finished_when_it_holds_samples_zero_to_n_minus_one():
+    """`is_complete`: a sampled unit needs exactly the samples 0..n-1 (a repeated record does not
+    stand in for a missing one); a greedy unit needs its one completion."""
+    assert is_complete([{"sample": 0}, {"sample": 1}, {"sample": 2}], 3)
+    assert not is_complete([{"sample": 0}, {"sample": 0}, {"sample": 1}], 3)  # sample 2 missing
+    assert not is_complete([{"sample": 0}, {"sample": 1}], 3)
+    assert is_complete([{"sample": -1, "greedy": True}], 3)
+
+
+def test_unit_keys_keep_seeds_and_problems_apart(tmp_path: Path):
+    """The records of one problem under two seeds are two units; a greedy one is a third."""
+    assert unit_key("gsm8k", 3, 0) == "gsm8k#3#seed=0"
+    assert unit_key("gsm8k", 3, None) == "gsm8k#3#greedy"
+    assert len({unit_key("gsm8k", 3, 0), unit_key("gsm8k", 3, 1), unit_key("gsm8k", 4, 0),
+                unit_key("math500", 3, 0), unit_key("gsm8k", 3, None)}) == 5
+
+    def record(seed: int | None, sample: int) -> dict:
+        return {"benchmark": "gsm8k", "index": 3, "sample": sample, "completion": "c", "correct": False,
+                "status": "ok", "extracted": None, "greedy": seed is None, "seed": seed}
+
+    path = tmp_path / "samples.jsonl"
+    write_all_records(path, {"x": [record(0, 0), record(0, 1), record(1, 0), record(None, -1)]})
+    grouped = load_sample_records(path)
+    assert {key: [r["sample"] for r in unit] for key, unit in grouped.items()} == {
+        "gsm8k#3#seed=0": [0, 1], "gsm8k#3#seed=1": [0], "gsm8k#3#greedy": [-1]}
+
+
+def test_results_csv_has_each_metrics_std_over_seeds(tmp_path: Path):
+    """With several seeds, results.csv's ``mean`` row holds the means and the ``<metric>_std``
+    columns the sample std over seeds (here 0.2 and 0.4: std 0.141421); seed rows leave them
+    empty."""
+    row = BenchmarkResult("gsm8k", "math", "", 5, 4, {"pass@1": 0.3}, seeds=[0, 1],
+                          per_seed={"0": {"pass@1": 0.2}, "1": {"pass@1": 0.4}},
+                          std={"pass@1": 0.02 ** 0.5})
+    config = {"seeds": [0, 1], "model": "m", "num_samples": 4, "temperature": 1.0, "top_p": 1.0,
+              "max_new_tokens": 8}
+    write_results(EvalResult(config, [row], [], tmp_path, {}))
+    rows = list(csv.DictReader(open(tmp_path / "results.csv", encoding="utf-8")))
+    assert [(r["seed"], r["pass@1"], r["pass@1_std"]) for r in rows] == [
+        ("mean", "0.300000", "0.141421"), ("0", "0.200000", ""), ("1", "0.400000", "")]
+    assert float(rows[0]["pass@1_std"]) == pytest.approx(0.141421, abs=1e-6)
+
+
+@pytest.mark.parametrize("key", RESUME_KEYS)
+def test_a_change_of_any_resume_key_refuses_the_directory(tmp_path: Path, key: str):
+    """Every `RESUME_KEYS` field must equal the stored run's to reuse its samples (only `--n`
+    was checked through the CLI); the refusal names the field and both values."""
+    current = {"model": "m", "num_samples": 4, "greedy": False, "temperature": 1.0, "top_p": 1.0,
+               "max_new_tokens": 8, "system_prompt": None, "answer_extraction": "tag"}
+    assert set(current) == set(RESUME_KEYS)
+    grading = {"math_extraction": "anchored", "verify_timeout": 5.0}
+    prepare_output_dir(tmp_path, current, grading, 4, False)
+    (tmp_path / "samples.jsonl").write_text("")
+    changed = {**current, key: "other"}
+    with pytest.raises(UsageError, match=rf"holds samples of a different run \({key}: .* -> 'other'\)"):
+        prepare_output_dir(tmp_path, changed, grading, 4, False)
+    prepare_output_dir(tmp_path, current, grading, 4, False)  # the same run resumes

@@ -1,0 +1,171 @@
+"""The numbers of a training step's metrics line (`ict.training.step_metrics`) against values worked
+out by hand: reward mean / std / accuracy, lengths, the token-weighted combination of
+micro-batches, the mean loss and gradient norm, and the entropy warnings' strict thresholds."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from rich.console import Console
+
+from ict.models.rollout import Rollout
+from ict.training.config import TrainConfig
+from ict.training.step import BatchUpdates
+from ict.training.step_metrics import check_entropy, length_metrics, reward_metrics, update_metrics
+
+
+def test_reward_metrics_by_hand():
+    """Mean 0.5; sample std (n - 1 = 3): sqrt((0.25 + 0 + 0.25 + 0) / 3) = 0.408248; accuracy =
+    the share of task rewards >= 1 (a partial 0.5 is not correct): 2 / 4. One completion: std 0."""
+    metrics = reward_metrics(torch.tensor([1.0, 0.5, 0.0, 0.5]), [1.0, 0.5, 0.0, 1.0])
+    assert metrics["reward_mean"] == pytest.approx(0.5)
+    assert metrics["reward_std"] == pytest.approx(math.sqrt(0.5 / 3))
+    assert metrics["accuracy"] == 0.5
+    assert reward_metrics(torch.tensor([0.7]), [0.7]) == {"reward_mean": pytest.approx(0.7),
+                                                          "reward_std": 0.0, "accuracy": 0.0}
+
+
+def test_length_metrics_by_hand():
+    """Lengths 3, 1, 2, 0 (mean 1.5); three of four finished."""
+    rollout = Rollout(prompt_texts=["a", "b"], prompt_ids=[[1], [2]], completions=[["", ""], ["", ""]],
+                      completion_ids=[[[1, 2, 3], [4]], [[5, 6], []]], finished=[[True, True], [True, False]])
+    assert length_metrics(rollout) == {"response_length_mean": 1.5, "finished_fraction": 0.75,
+                                       "truncated_fraction": 0.25}
+
+
+def test_update_metrics_weigh_micro_batches_by_their_tokens():
+    """Two micro-batches: 4 response tokens (1 selected) with entropy 2.0 and selected entropy 3.0,
+    6 (3 selected) with 1.0 and 0.5. Token means: entropy (4 * 2 + 6 * 1) / 10 = 1.4, selected
+    entropy (1 * 3 + 3 * 0.5) / 4 = 1.125, selected fraction 4 / 10. The loss is the mean of the
+    finite update losses, the gradient norm the mean of the applied updates'."""
+    updates = BatchUpdates()
+    updates.totals.add({"entropy": 2.0, "entropy_selected": 3.0}, 4.0, 1.0)
+    updates.totals.add({"entropy": 1.0, "entropy_selected": 0.5}, 6.0, 3.0)
+    updates.losses.extend([1.0, math.nan, 3.0])
+    updates.grad_norms.extend([2.0, 4.0])
+    metrics = update_metrics(updates)
+    assert metrics["entropy"] == pytest.approx(1.4)
+    assert metrics["entropy_selected"] == pytest.approx(1.125)
+    assert metrics["selected_fraction"] == pytest.approx(0.4)
+    assert (metrics["loss"], metrics["grad_norm"]) == (2.0, 3.0)
+
+
+def test_entropy_warnings_need_a_strict_crossing():
+    """Collapse: entropy < 0.5 x initial; explosion: > 2 x initial. Exactly at either bound is
+    neither (initial 1.0, then 0.5 and 2.0 warn nothing; 0.49 and 2.01 do)."""
+    config = TrainConfig(entropy_collapse_fraction=0.5, entropy_explosion_factor=2.0)
+    console = Console(record=True, width=200)
+    state: dict = {"initial_entropy": None, "warned": []}
+    fired = []
+    for step, entropy in enumerate([1.0, 0.5, 2.0, 0.49, 2.01], 1):
+        metrics = {"step": step, "entropy": entropy}
+        state = check_entropy(metrics, state, config, console)
+        fired.append(metrics["entropy_warning"])
+    assert fired == [None, None, None, "collapse", "explosion"]
+    assert state["initial_entropy"] == 1.0
+
+
+def test_the_step_entropy_is_the_mean_over_response_tokens_at_any_micro_batch_size(tiny_tokenizer):
+    """`accumulate_gradients`' totals weigh each micro-batch by its response tokens (ragged rows of
+    2-8 tokens, padded to 8): the step's entropy is the mean over every response token, here
+    against each row run alone and unpadded (float64 entropy of its softmax), and the selected
+    fraction is ceil(0.2 N) / N of the batch-ranked 20-Entropy."""
+    from conftest import build_tiny_model
+    from train_helpers import accumulate, grouped_batch_and_advantages
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=4)
+    batch, advantages = grouped_batch_and_advantages(len(tiny_tokenizer))
+    entropies = []
+    with torch.no_grad():
+        for row in range(batch.input_ids.shape[0]):
+            tokens = batch.input_ids[row][batch.attention_mask[row].bool()]
+            length = int(batch.response_mask[row].sum())
+            probs = model(input_ids=tokens.unsqueeze(0)).logits[0, -length - 1:-1].double().softmax(-1)
+            entropies.append(-(probs * probs.log()).sum(-1))
+    expected = float(torch.cat(entropies).mean())
+    tokens = int(batch.response_mask.sum())
+    assert tokens < batch.response_mask.numel()  # padding present: a mean over all positions differs
+    for micro in (2, 16):
+        updates = BatchUpdates()
+        updates.totals.merge(accumulate(model, batch, advantages, "entropy", {"ratio": 0.2}, micro,
+                                        group_size=4).totals)
+        metrics = update_metrics(updates)
+        assert metrics["entropy"] == pytest.approx(expected, rel=1e-4), micro
+        assert metrics["selected_fraction"] == pytest.approx(math.ceil(round(0.2 * tokens, 9)) / tokens), micro
+
+
+def test_the_step_loss_is_the_token_mean_over_the_whole_mini_batch(tiny_tokenizer):
+    """At ratio 1 (no old log-probs) GRPO's clipped surrogate is -A on every token, so the
+    token-mean loss of the mini-batch is -sum_i A_i |y_i| / sum_i |y_i|: the micro-batches' losses
+    must be combined by their token counts, not averaged (rows of 2-8 tokens)."""
+    from conftest import build_tiny_model
+    from train_helpers import accumulate, grouped_batch_and_advantages
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=4)
+    batch, advantages = grouped_batch_and_advantages(len(tiny_tokenizer))
+    lengths = batch.response_mask.sum(dim=1).double()
+    expected = float(-(advantages.double() * lengths).sum() / lengths.sum())
+    for micro in (1, 4, 16):
+        model.zero_grad(set_to_none=True)
+        result = accumulate(model, batch, advantages, "all", {}, micro, group_size=4)
+        assert result.loss == pytest.approx(expected, rel=1e-5, abs=1e-7), micro
+
+
+def test_the_first_pass_over_a_batch_holds_each_row_once(tiny_tokenizer):
+    """16 rows in mini-batches of 8, two passes: the step's diagnostics read the first pass, the
+    first two mini-batches, which hold every row exactly once."""
+    from conftest import build_tiny_model
+    from train_helpers import grouped_batch_and_advantages
+
+    from ict.core.loss import PolicyLossConfig
+    from ict.training.step import Method, StepContext, update_on_batch
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=4)
+    batch, advantages = grouped_batch_and_advantages(len(tiny_tokenizer))
+    config = TrainConfig(prompts_per_step=4, num_generations=4, mini_batch_size=8, updates_per_batch=2,
+                         seed=3, method="grpo", max_new_tokens=8)
+    updates = update_on_batch(model, torch.optim.SGD(model.parameters(), lr=0.0), batch, advantages,
+                              Method.of("all", {}), StepContext(PolicyLossConfig(), 1.0), config, step=0,
+                              state={})
+    assert len(updates.losses) == 4 and len(updates.first_pass) == 2
+    rows = torch.cat([index for index, _ in updates.first_pass]).tolist()
+    assert sorted(rows) == list(range(16))
+    assert all(len(index) == 8 and len(set((index // 4).tolist())) == 2 for index, _ in updates.first_pass)
+
+
+def test_the_first_update_of_a_reused_batch_takes_its_own_log_probs_as_old(tiny_tokenizer, monkeypatch):
+    """`update_on_batch`'s docstring: the first update's old log-probs are its own detached ones
+    (ratio 1), the scoring pass's serve the later updates. The scoring pass is shifted by +0.3 here,
+    so taking them first would give ratio exp(-0.3); at ratio 1 GRPO's loss of the first mini-batch
+    is -sum_i A_i |y_i| / sum_i |y_i| over its rows."""
+    import dataclasses
+
+    from conftest import build_tiny_model
+    from train_helpers import grouped_batch_and_advantages
+
+    import ict.training.step as step_module
+    from ict.core.loss import PolicyLossConfig
+
+    original = step_module.initial_scores
+
+    def shifted(*args, **kwargs):
+        stats = original(*args, **kwargs)
+        return dataclasses.replace(stats, log_probs=stats.log_probs + 0.3)
+
+    monkeypatch.setattr(step_module, "initial_scores", shifted)
+    model = build_tiny_model(len(tiny_tokenizer), seed=4)
+    batch, advantages = grouped_batch_and_advantages(len(tiny_tokenizer))
+    config = TrainConfig(prompts_per_step=4, num_generations=4, mini_batch_size=8, updates_per_batch=2,
+                         seed=3, method="grpo", max_new_tokens=8)
+    updates = step_module.update_on_batch(
+        model, torch.optim.SGD(model.parameters(), lr=0.0), batch, advantages, step_module.Method.of("all", {}),
+        step_module.StepContext(PolicyLossConfig(), 1.0), config, step=0, state={})
+    first = updates.first_pass[0][0]
+    lengths = batch.response_mask[first].sum(dim=1).double()
+    expected = float(-(advantages[first].double() * lengths).sum() / lengths.sum())
+    assert updates.losses[0] == pytest.approx(expected, rel=1e-5, abs=1e-7)
+    second = updates.first_pass[1][0]  # the second mini-batch's old log-probs are the shifted ones
+    lengths = batch.response_mask[second].sum(dim=1).double()
+    assert updates.losses[1] != pytest.approx(float(-(advantages[second].double() * lengths).sum() / lengths.sum()))
