@@ -4,8 +4,12 @@ written by hand from the rules in the functions' docstrings, never computed by t
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
+
 import pytest
 
+from ict.answers import verify
 from ict.answers.extraction import MAX_BOXED_CHARS, extract_boxed_answer, extract_choice_letter
 from ict.answers.gold import gold_from_gsm8k, gold_from_number, normalize_gold
 from ict.answers.grading import grade_choice, grade_number
@@ -126,15 +130,31 @@ def test_a_latex_gold_drops_any_run_of_trailing_zero_decimals(raw, expected):
 # ------------------------------------------------------------------------ the math check's bound
 
 
-def test_a_math_check_is_cut_at_its_bound():
+def test_a_math_check_is_cut_at_its_bound(monkeypatch):
     """A check still running ``timeout_seconds`` after it was sent is judged incorrect with status
-    ``timeout`` at about the bound (1 s here; a cut at 10 s passed the adversarial test's 600 s
-    budget), and the restarted worker then checks as before."""
+    ``timeout`` at its bound, not at a multiple of it, and the restarted worker then checks as
+    before. No wall clock: the verifier's clock is a counter that each reading moves by 1 ms, and
+    the worker never answers (its select reports nothing and moves the clock by the wait)."""
     verifier = MathVerifier(num_workers=1)
     try:
-        verdict = verifier.check("\\boxed{9^{9^{9^{9}}}}", "12", timeout_seconds=1.0)
+        assert verifier.check("\\boxed{12}", "12", timeout_seconds=60.0).correct is True  # worker up
+        clock = [0.0]
+
+        def monotonic() -> float:
+            clock[0] += 0.001
+            return clock[0]
+
+        def silent_select(readers: list, writers: list, errors: list, wait: float) -> tuple:
+            clock[0] += wait
+            return [], [], []
+
+        monkeypatch.setattr(verify, "time", SimpleNamespace(monotonic=monotonic, sleep=time.sleep))
+        monkeypatch.setattr(verify, "select", SimpleNamespace(select=silent_select))
+        verdict = verifier.check("\\boxed{7}", "12", timeout_seconds=1.5)
+        monkeypatch.undo()
         assert (verdict.correct, verdict.status) == (False, "timeout")
-        assert 1.0 <= verdict.seconds < 5.0, verdict.seconds
+        assert 1.5 <= verdict.seconds < 1.51, verdict.seconds  # counter time: 1.5 s and a few readings
+        assert verifier.restarts == 1
         assert verifier.check("\\boxed{12}", "12", timeout_seconds=60.0).correct is True
     finally:
         verifier.close()
