@@ -44,8 +44,8 @@ status=$?
 echo "the sweep: exit status $status; script $(( $(date +%s) - start )) s" | tee -a "$OUT/tile_sweep.log"
 
 # -vv: pyproject.toml's -q cancels one -v, and a run cut short still lists the tests that passed
-timeout -k 5 "${TESTS_LIMIT:-90}" python3 -m pytest tests/test_tiles.py tests/test_tile_layouts.py -vv -p no:cacheprovider \
-  -W ignore -k "${GPU_TESTS:-gemm_of_the_bf16_operands or (half_precision and triton) or (triton and (alias or narrow or nan_logit))}" \
+timeout -k 5 "${TESTS_LIMIT:-90}" python3 -m pytest tests/test_tiles.py tests/test_tile_layouts.py tests/test_triton_group_kernel.py -vv -p no:cacheprovider \
+  -W ignore -k "${GPU_TESTS:-gemm_of_the_bf16_operands or (half_precision and triton) or (triton and (alias or narrow or nan_logit)) or group_kernels_leave_one_out}" \
   2>&1 | tee "$OUT/gpu_tests.log" | tail -15
 tests_status=${PIPESTATUS[0]}
 echo "the tests' exit status $tests_status (124: stopped by the time limit)" | tee -a "$OUT/gpu_tests.log"

@@ -43,7 +43,8 @@ start=$(date +%s)
 read -r -a agreement_args <<< "${AGREEMENT_ARGS:-}"
 read -r -a profile_args <<< "${PROFILE_ARGS:-}"
 read -r -a tests <<< "${GPU_RUN_TESTS:-tests/test_ranking.py::test_tie_keys_reach_the_device_from_a_host_generator \
-tests/test_hidden_statistics.py::test_on_a_gpu_auto_takes_the_hidden_states_and_gives_the_logits_step tests/test_tiles.py}"
+tests/test_hidden_statistics.py::test_on_a_gpu_auto_takes_the_hidden_states_and_gives_the_logits_step tests/test_tiles.py \
+tests/test_triton_group_kernel.py}"
 
 source benchmarks/gpu_env.sh  # $OUT, the scratch folder, the wheels, the environment
 
