@@ -19,7 +19,13 @@ from pathlib import Path
 import numpy as np
 
 from ict.core.diagnostics import ANATOMY_FIGURES, PAPER_FIGURES
-from ict.core.errors import UsageError, check_output_file, is_integer
+from ict.core.errors import (
+    UsageError,
+    check_output_file,
+    is_integer,
+    read_utf8_text,
+    writing_output,
+)
 from ict.core.options import check_choices, option
 
 # (title, y label, [(metrics key, line style suffix)])
@@ -62,11 +68,8 @@ def read_metrics(run_dir: Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         return []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise UsageError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-    numbered = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+    numbered = [(number, line) for number, line in enumerate(read_utf8_text(path).splitlines(), 1)
+                if line.strip()]
     records = []
     for index, (number, line) in enumerate(numbered):
         try:
@@ -160,10 +163,9 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
     figure.tight_layout(rect=(0, legend_inches / height, 1, 1 - title_inches / height))
     out = Path(out)
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(out, dpi=90, format="png")
-    except OSError as error:
-        raise UsageError(f"--out {out}: cannot write it ({error.strerror or error})") from None
+        with writing_output("--out", out):
+            out.parent.mkdir(parents=True, exist_ok=True)
+            figure.savefig(out, dpi=90, format="png")
     finally:
         plt.close(figure)
     return out

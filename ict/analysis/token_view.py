@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ict.core.diagnostics import ANATOMY_FIGURES, PAPER_FIGURES
-from ict.core.errors import UsageError, check_output_file
+from ict.core.errors import UsageError, check_output_file, read_utf8_text
 from ict.core.options import check_choices, default_of, option
 from ict.core.selectors import ICT_DEFAULT_REFERENCE
 from ict.core.stats import JS_REFERENCES
@@ -379,11 +379,7 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
     from ict.models.rollout import Rollout, _encode_prompt, render_prompt
 
     groups: dict[str, list[tuple[str, bool]]] = {}
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise UsageError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(read_utf8_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:

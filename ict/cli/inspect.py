@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ict.cli.options import add_config_option, add_dataclass_options, options_from_args
-from ict.core.errors import UsageError
+from ict.core.errors import writing_output
 
 ALIASES = {"num_samples": ["--n"]}
 
@@ -48,9 +48,7 @@ def run(args: argparse.Namespace) -> int:
                       reference=config.reference)
     print_view(view)
     if config.html:
-        try:
+        with writing_output("--html", config.html):
             Path(config.html).write_text(render_html(view, config.source()), encoding="utf-8")
-        except OSError as error:
-            raise UsageError(f"--html {config.html}: cannot write it ({error.strerror or error})") from None
         print(f"html: {config.html}")
     return 0

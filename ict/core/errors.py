@@ -1,8 +1,11 @@
 """Errors the command line turns into one line on stderr (never a traceback), and the type checks
 that decide the commonest of them."""
 
+import contextlib
 import math
 import numbers
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 
@@ -29,8 +32,6 @@ def check_output_file(flag: str, path: Any) -> None:
     """One-line UsageError unless `path` can name a file to write, checked before any work: not a
     directory, its nearest existing ancestor a directory, a name the file system takes (a name
     too long is an OSError of its own); nothing is created."""
-    from pathlib import Path
-
     path = Path(path).expanduser()
     try:
         if path.is_dir() or not path.name:
@@ -40,3 +41,22 @@ def check_output_file(flag: str, path: Any) -> None:
         raise UsageError(f"{flag} {path}: {error.strerror or error}") from None
     if existing is not None and not existing.is_dir():
         raise UsageError(f"{flag} {path}: {existing} is a file, not a directory")
+
+
+@contextlib.contextmanager
+def writing_output(flag: str, path: Any) -> Iterator[None]:
+    """Write the output `flag` names inside the body: an OSError there (no space, no permission)
+    is a one-line UsageError naming the flag and the path."""
+    try:
+        yield
+    except OSError as error:
+        raise UsageError(f"{flag} {path}: cannot write it ({error.strerror or error})") from None
+
+
+def read_utf8_text(path: Any) -> str:
+    """The text of the file `path`; a one-line UsageError naming it, and where, if it is not UTF-8."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); re-encode the "
+                         "file as UTF-8") from None

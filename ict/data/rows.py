@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ict.core.errors import UsageError, is_finite_number
+from ict.core.errors import UsageError, is_finite_number, read_utf8_text
 
 MAX_CHOICES = 26
 
@@ -192,9 +192,7 @@ def _read_jsonl(path: Path, skipped: list[str] | None) -> Rows:
 
 def _read_json(path: Path, skipped: list[str] | None) -> Rows:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: not UTF-8 text; re-encode the file as UTF-8") from None
+        data = json.loads(read_utf8_text(path))
     except json.JSONDecodeError as error:
         raise UsageError(f"{path}: invalid JSON ({error.msg} at line {error.lineno})") from None
     if not isinstance(data, list):

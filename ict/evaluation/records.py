@@ -23,7 +23,6 @@ from ict.answers.verify import DEFAULT_TIMEOUT_SECONDS
 from ict.core.errors import UsageError
 from ict.core.problems import Problem
 from ict.runs.checkpoint import write_atomically
-from ict.runs.directory import create_run_dir
 
 SAMPLES_FILE = "samples.jsonl"
 RESULTS_FILES = ("results.json", "results.csv", "results.md")
@@ -112,7 +111,8 @@ def prepare_output_dir(
     output_dir: Path, current: dict[str, Any], grading: dict[str, Any], num_samples: int,
     greedy: bool, overwrite: bool = False, regrade: bool = False,
 ) -> tuple[dict[str, list[dict[str, Any]]], bool]:
-    """Create the directory, check the run configuration, and return the finished units'
+    """Check the run configuration stored in `output_dir` (an existing directory: `evaluate`
+    creates it and holds it), and return the finished units'
     records by `unit_key` (the samples file is rewritten without records of unfinished units) and
     whether all must be re-graded (``regrade``, and there are some; records graded with other
     settings are re-graded anyway, by their own ``grading``, which records written before it
@@ -121,7 +121,6 @@ def prepare_output_dir(
 
     current: the run's `RESUME_KEYS` values (must equal the stored ones to resume);
     grading: its `GRADING_KEYS` values (a change only re-grades)."""
-    create_run_dir(output_dir, "output directory", "--output-dir")
     samples_path = output_dir / SAMPLES_FILE
     run_path = output_dir / RUN_FILE
     legacy_seed = 0
