@@ -51,6 +51,21 @@ def test_kl_cov_is_accepted_and_checked_at_configuration():
         ICTGRPOConfig(token_selector="kl_cov:ratio=2", **common)
 
 
+@pytest.mark.parametrize("denominator", ["ours", "trl"])
+def test_an_unknown_loss_type_is_refused_by_the_config(denominator):
+    """TRL 1.16 checks loss_type only in its first step's loss (after a generation); the config
+    refuses a misspelt one in one line, and every loss type TRL's _compute_loss knows is accepted."""
+    from ict.integrations.trl import TRL_LOSS_TYPES, ICTGRPOConfig
+
+    common = dict(output_dir="unused", report_to="none", use_cpu=True, bf16=False, selection_denominator=denominator)
+    for typo in ("drgrpo", "DAPO", ""):
+        with pytest.raises(ValueError, match=r"^loss_type must be one of grpo, .*, got ") as error:
+            ICTGRPOConfig(loss_type=typo, **common)
+        assert "\n" not in str(error.value)
+    for loss_type in TRL_LOSS_TYPES:
+        assert ICTGRPOConfig(loss_type=loss_type, **common).loss_type == loss_type
+
+
 @pytest.mark.parametrize("loss_type", sorted(TRL_AGGREGATIONS))
 @pytest.mark.parametrize("denominator", ["ours", "trl"])
 def test_kl_penalty_term_equals_policy_loss_part(loss_type, denominator):

@@ -71,7 +71,8 @@ Refused at construction, one line each (before any generation): TRL outside :dat
 DeepSpeed ZeRO-3 and FSDP (1 and 2: the LM head is sharded; not tested here);
 ``top_entropy_quantile < 1``; a group population or reference with ``steps_per_generation > 1``
 (TRL shuffles a group over micro-batches); the ``ref`` reference; a non-linear or LoRA-adapted LM
-head (:func:`ict.models.loading.linear_lm_head`); vespo with ``selection_denominator="ours"``.
+head (:func:`ict.models.loading.linear_lm_head`); vespo with ``selection_denominator="ours"``;
+a ``loss_type`` TRL does not know (:data:`TRL_LOSS_TYPES`; TRL checks it only in the first loss).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from ict.core.errors import is_integer
 from ict.core.selectors import method_train_options
 from ict.core.stats import parse_tile_size
 from ict.integrations import parse_token_selector
-from ict.integrations.trl_loss import TRL_LOSS_TYPE_OF
+from ict.integrations.trl_loss import TRL_LOSS_TYPE_OF, TRL_LOSS_TYPES
 
 SELECTION_DENOMINATORS = ("ours", "trl")
 TESTED_TRL = ("1.16.0", "1.17")  # >= first, < second
@@ -68,6 +68,9 @@ class ICTGRPOConfig(GRPOConfig):
         method = method_train_options(name, preset)
         if self.loss_type is None:
             self.loss_type = TRL_LOSS_TYPE_OF[method["aggregation"]]
+        if self.loss_type not in TRL_LOSS_TYPES:  # TRL checks it only in the first step's loss
+            raise ValueError(f"loss_type must be one of {', '.join(TRL_LOSS_TYPES)} (or None), "
+                             f"got {self.loss_type!r}")
         if self.full_token_warmup_steps is None:
             self.full_token_warmup_steps = method["full_token_warmup_steps"]
         check_warmup_steps(self.full_token_warmup_steps)
