@@ -6,6 +6,7 @@ and TRL's clip range."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -64,6 +65,76 @@ def test_an_unknown_loss_type_is_refused_by_the_config(denominator):
         assert "\n" not in str(error.value)
     for loss_type in TRL_LOSS_TYPES:
         assert ICTGRPOConfig(loss_type=loss_type, **common).loss_type == loss_type
+
+
+def _trl_own_loss(loss_type, advantages, mask, *, training, processes, accumulation, steps_per_generation):
+    """TRL 1.16's own GRPOTrainer._compute_loss run on a stand-in trainer whose forward returns
+    fixed log-probs equal to the old ones (ratio 1, so its per-token loss is ``-A``): its loss
+    aggregation and normalisers, with ``processes`` processes (gathers are the identity)."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from trl import GRPOTrainer
+
+    rows, length = mask.shape
+    log_probs = torch.full((rows, length), -1.25, dtype=torch.float64)
+    trainer = SimpleNamespace(
+        _get_per_token_logps_and_entropies=lambda *args, **kwargs: (log_probs, torch.zeros_like(log_probs), None),
+        aux_loss_enabled=False, top_entropy_quantile=1.0, off_policy_mask_threshold=None,
+        importance_sampling_level="token", beta=0.0, loss_type=loss_type, epsilon_low=0.2, epsilon_high=0.28,
+        args=SimpleNamespace(delta=None, steps_per_generation=steps_per_generation), use_vllm=False,
+        model=SimpleNamespace(training=training), current_gradient_accumulation_steps=accumulation,
+        accelerator=SimpleNamespace(num_processes=processes, gather=lambda x: x, reduce=lambda x, reduction: x),
+        max_completion_length=9, _entropy_bonus_enabled=False, _metrics=defaultdict(lambda: defaultdict(list)))
+    inputs = {"prompt_ids": torch.ones(rows, 2, dtype=torch.long), "prompt_mask": torch.ones(rows, 2, dtype=torch.long),
+              "completion_ids": torch.ones(rows, length, dtype=torch.long), "completion_mask": mask.long(),
+              "advantages": advantages, "old_per_token_logps": log_probs.clone(),
+              "num_items_in_batch": torch.tensor(37.0, dtype=torch.float64)}
+    return GRPOTrainer._compute_loss(trainer, None, inputs)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "luspo"])
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_trl_aggregate_is_trls_own_aggregation(loss_type, training):
+    """trl_aggregate (the KL-Cov term's aggregation) against TRL's own _compute_loss on the same
+    per-token loss, with 2 processes, 4 accumulation steps and 2 steps per generation (in
+    evaluation TRL neither accumulates nor splits) and a completion masked whole (TRL's
+    mask_truncated_completions): the same value."""
+    from ict.integrations.trl import trl_aggregate
+
+    advantages = torch.tensor([1.0, -0.5, 0.25, -2.0, 0.75], dtype=torch.float64)
+    mask = torch.arange(6)[None, :] < torch.tensor([6, 3, 0, 5, 1])[:, None]
+    expected = _trl_own_loss(loss_type, advantages, mask, training=training, processes=2, accumulation=4,
+                             steps_per_generation=2)
+    ours = trl_aggregate(-advantages[:, None].expand(mask.shape), mask, loss_type, max_completion_length=9,
+                         num_items_in_batch=torch.tensor(37.0), num_processes=2,
+                         accumulation_steps=4 if training else 1, steps_per_generation=2 if training else 1)
+    assert math.isfinite(float(expected)) and abs(float(expected)) > 1e-3
+    torch.testing.assert_close(ours.double(), expected, atol=1e-12, rtol=1e-6)
+
+
+def test_ours_weights_take_the_processes_counts_except_bnpo():
+    """ours_weights with selection_counts summed over processes (here this micro-batch's plus
+    another process's): grpo/sapo weight n_b / n_sel_b * B / S and dapo/cispo N / N_sel with the
+    global B, S, N, N_sel; bnpo keeps this micro-batch's N / N_sel (TRL's bnpo normalises by the
+    process's tokens), whatever counts it is given."""
+    from ict.integrations.trl import ours_weights, selection_counts
+
+    mask = torch.arange(5)[None, :] < torch.tensor([5, 4, 2])[:, None]
+    selected = torch.zeros(3, 5, dtype=torch.bool)
+    selected[0, [1, 3]] = selected[1, 0] = True  # row 2 has none
+    other = torch.tensor([7.0, 3.0, 2.0, 2.0])  # another process: 7 tokens, 3 selected, 2 rows, both with some
+    counts = selection_counts(selected, mask) + other
+    assert counts.tolist() == [18.0, 6.0, 5.0, 4.0]
+    expected = {"grpo": {(0, 1): 5 / 2 * 5 / 4, (0, 3): 5 / 2 * 5 / 4, (1, 0): 4 / 1 * 5 / 4},
+                "dapo": {(0, 1): 18 / 6, (0, 3): 18 / 6, (1, 0): 18 / 6},
+                "bnpo": {(0, 1): 11 / 3, (0, 3): 11 / 3, (1, 0): 11 / 3}}
+    for loss_type, values in expected.items():
+        reference = torch.zeros(3, 5)
+        for (b, t), value in values.items():
+            reference[b, t] = value
+        for aliased in {"grpo": ("grpo", "sapo"), "dapo": ("dapo", "cispo"), "bnpo": ("bnpo",)}[loss_type]:
+            torch.testing.assert_close(ours_weights(selected, mask, aliased, counts), reference)
 
 
 @pytest.mark.parametrize("loss_type", sorted(TRL_AGGREGATIONS))
