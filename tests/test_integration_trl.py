@@ -590,3 +590,19 @@ def test_selection_generator_is_shared_and_resumable():
     assert torch.equal(draw(0, 5, 1, "train"), draw(0, 5, 1, "train"))
     for other in [(1, 5, 1, "train"), (0, 6, 1, "train"), (0, 5, 2, "train"), (0, 5, 1, "eval")]:
         assert not torch.equal(draw(0, 5, 1, "train"), draw(*other))
+
+
+def test_group_ids_follow_trls_process_slices():
+    """Process r's rows are TRL's global rows [r * B, (r + 1) * B) (its process_slice) and a group
+    is G consecutive global rows (its rewards.view(-1, G)): a group may span processes."""
+    from ict.integrations.trl import group_ids_of_rows
+
+    processes, local_rows, generations = 3, 4, 6
+    groups_of_global_rows = torch.arange(processes * local_rows).view(-1, generations)
+    expected = torch.zeros(processes * local_rows, dtype=torch.long)
+    for group, rows in enumerate(groups_of_global_rows):
+        expected[rows] = group
+    for process in range(processes):
+        own = expected[process * local_rows:(process + 1) * local_rows]
+        assert torch.equal(group_ids_of_rows(process, local_rows, generations, torch.device("cpu")), own)
+    assert group_ids_of_rows(1, 4, 6, torch.device("cpu")).tolist() == [0, 0, 1, 1]
