@@ -113,6 +113,38 @@ def test_trl_aggregate_is_trls_own_aggregation(loss_type, training):
     torch.testing.assert_close(ours.double(), expected, atol=1e-12, rtol=1e-6)
 
 
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_kl_penalty_loss_normalises_as_trl_in_training_and_evaluation(loss_type, training):
+    """ICTGRPOTrainer.kl_penalty_loss on a stand-in trainer (4 accumulation steps, 2 steps per
+    generation) equals TRL's own _compute_loss with the same per-token term as its loss: in
+    training TRL divides by the accumulation steps (dapo: times steps_per_generation), in
+    evaluation by neither."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from ict.core.loss import kl_penalty_term
+    from ict.integrations.trl import ICTGRPOTrainer
+
+    generator = torch.Generator().manual_seed(3)
+    mask = torch.arange(6)[None, :] < torch.tensor([6, 3, 5, 2])[:, None]
+    log_probs = -3 * torch.rand(4, 6, generator=generator, dtype=torch.float64)
+    old = log_probs + 0.5 * torch.randn(4, 6, generator=generator, dtype=torch.float64)
+    penalty = (torch.rand(4, 6, generator=generator) < 0.5) * mask * 1.5
+    weights = mask * torch.tensor([1.0, 2.0, 0.5, 3.0])[:, None]
+    trainer = SimpleNamespace(
+        _kl_penalty=(penalty, weights, mask), model=SimpleNamespace(training=training),
+        current_gradient_accumulation_steps=4, loss_type=loss_type, max_completion_length=9,
+        accelerator=SimpleNamespace(num_processes=1, gather=lambda x: x),
+        args=SimpleNamespace(steps_per_generation=2), _metrics=defaultdict(lambda: defaultdict(list)))
+    ours = ICTGRPOTrainer.kl_penalty_loss(trainer, log_probs, old, {"num_items_in_batch": torch.tensor(37.0)})
+    term = kl_penalty_term(log_probs, old, penalty) * weights
+    expected = _trl_own_loss(loss_type, -term, mask, training=training, processes=1, accumulation=4,
+                             steps_per_generation=2)
+    assert abs(float(expected)) > 1e-3
+    torch.testing.assert_close(ours.double(), expected, atol=1e-12, rtol=1e-6)
+
+
 def test_ours_weights_take_the_processes_counts_except_bnpo():
     """ours_weights with selection_counts summed over processes (here this micro-batch's plus
     another process's): grpo/sapo weight n_b / n_sel_b * B / S and dapo/cispo N / N_sel with the
