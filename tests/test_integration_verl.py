@@ -296,6 +296,16 @@ def test_randomised_selectors_use_the_documented_seed(spec: str, monkeypatch) ->
     assert len(seeds) == 2500
 
 
+def test_selection_seed_is_ict_trains_seed_of_the_update() -> None:
+    """selection_seed(seed, step, n) is the selection seed ict train gives the n-th update of a
+    step (ict.training.step: step_seed(seed, step, 2) + 1000 * n), so a verl run and ict train
+    draw alike."""
+    from ict.core.seeding import step_seed
+
+    for seed, step, index in [(7, 5, 0), (7, 5, 3), (0, 12, 1)]:
+        assert ict_verl.selection_seed(seed, step, index) == step_seed(seed, step, 2) + 1000 * index
+
+
 def test_pad_to_length_strips_the_packed_padding() -> None:
     """verl's pad_to_length appends tokens to the packed sequence (bucket 16: 43 -> 48 rows)."""
     for spec in ["ict:reference=group_mean,ratio=0.3", "entropy:ratio=0.2"]:
