@@ -379,6 +379,37 @@ def test_aggregations_denominator_and_dual_clip(loss_agg_mode: str) -> None:
             assert abs(float(loss) - float(reference_loss(spec, loss_agg_mode)[0])) > 1e-3, policy
 
 
+@pytest.mark.parametrize("loss_agg_mode", list(AGGREGATIONS))
+def test_every_token_is_verls_vanilla_loss_with_its_scale_factor_and_dual_clip(loss_agg_mode: str) -> None:
+    """The "all" selector with ict_dual_clip against verl's own vanilla loss (its dual clip at
+    clip_ratio_c=3, which bounds some tokens here) under the same actor config, loss_scale_factor=16
+    (Dr. GRPO's constant, not the padded width 6): the same loss and gradient."""
+    from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
+
+    common = dict(strategy="fsdp", rollout_n=GROUP, ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=6,
+                  clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, loss_agg_mode=loss_agg_mode,
+                  loss_scale_factor=16)
+    ours = FSDPActorConfig(**common, policy_loss=ict_verl.ICTPolicyLossConfig(
+        loss_mode="ict", ict_selector="all", ict_aggregation="loss_agg_mode", ict_full_token_warmup_steps=0,
+        ict_dual_clip=True))
+    vanilla = FSDPActorConfig(**common, policy_loss=VerlPolicyLossConfig(loss_mode="vanilla"))
+    results = []
+    for config in (ours, vanilla):
+        batch, model = make_batch(), ToyLM()
+        data, fsdp = micro_batch(batch, True), engine()
+        inputs, output_args = fsdp.prepare_model_inputs(data)
+        loss_function = partial(ppo_loss, config=config)
+        model_output = fsdp.prepare_model_outputs(model(**inputs), output_args, data, loss_function)
+        loss, _ = loss_function(model_output=model_output, data=data, dp_group=None)
+        loss.backward()
+        results.append((loss.detach().double(), model.token.grad.double()))
+    (loss, grad), (expected, expected_grad) = results
+    assert abs(float(loss - expected)) <= 1e-6, (float(loss), float(expected))
+    torch.testing.assert_close(grad, expected_grad, atol=1e-6, rtol=0)
+    unbounded, _, _ = verl_loss("all", True, loss_agg_mode)  # without the dual clip: another loss
+    assert abs(float(unbounded) - float(loss)) > 1e-3
+
+
 class HalfPrecisionLM(ToyLM):
     """ToyLM with bf16 logits (a bf16 model without flash-attn's cross-entropy: verl's log-probs bf16)."""
 
