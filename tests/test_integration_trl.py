@@ -606,3 +606,36 @@ def test_group_ids_follow_trls_process_slices():
         own = expected[process * local_rows:(process + 1) * local_rows]
         assert torch.equal(group_ids_of_rows(process, local_rows, generations, torch.device("cpu")), own)
     assert group_ids_of_rows(1, 4, 6, torch.device("cpu")).tolist() == [0, 0, 1, 1]
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_logged_selection_metrics_are_the_batchs_means(processes):
+    """ict/selected_fraction = N_sel / N and ict/entropy_selected / _unselected = the mean entropy
+    over the selected / other response tokens; with 2 processes and a local population they are
+    the means over both processes' tokens (the sums are reduced, not the means averaged)."""
+    from collections import defaultdict
+
+    from ict.core.loss import masked_sums
+    from ict.integrations.trl import ICTGRPOTrainer
+
+    generator = torch.Generator().manual_seed(5)
+    entropy = [torch.rand(3, 5, generator=generator, dtype=torch.float64) * 4 for _ in range(2)]
+    mask = [torch.arange(5)[None, :] < torch.tensor(lengths)[:, None] for lengths in ([5, 2, 4], [1, 5, 3])]
+    selected = [(torch.rand(3, 5, generator=generator) < 0.3) & m for m in mask]
+    selected[0][0, 0] = selected[1][1, 4] = True  # a selected token in each, even by chance of the draw
+    other = masked_sums([(selected[1], mask[1]), (entropy[1], selected[1]), (entropy[1], mask[1] & ~selected[1])])
+    trainer = SimpleNamespace(
+        model=SimpleNamespace(training=True), _metrics=defaultdict(lambda: defaultdict(list)),
+        in_full_token_warmup=lambda: False,
+        accelerator=SimpleNamespace(num_processes=processes, reduce=lambda sums, reduction: sums + other))
+    ICTGRPOTrainer._log_selection(trainer, entropy[0], mask[0], selected[0], True)
+    used = range(processes)
+    tokens = sum(int(mask[p].sum()) for p in used)
+    chosen = sum(int(selected[p].sum()) for p in used)
+    chosen_entropy = sum(float(entropy[p][selected[p]].sum()) for p in used)
+    other_entropy = sum(float(entropy[p][mask[p] & ~selected[p]].sum()) for p in used)
+    metrics = trainer._metrics["train"]
+    assert metrics["ict/selected_fraction"] == [pytest.approx(chosen / tokens, rel=1e-12)]
+    assert metrics["ict/entropy_selected"] == [pytest.approx(chosen_entropy / chosen, rel=1e-12)]
+    assert metrics["ict/entropy_unselected"] == [pytest.approx(other_entropy / (tokens - chosen), rel=1e-12)]
+    assert metrics["ict/full_token_warmup"] == [0.0]
