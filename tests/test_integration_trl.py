@@ -639,3 +639,27 @@ def test_logged_selection_metrics_are_the_batchs_means(processes):
     assert metrics["ict/entropy_selected"] == [pytest.approx(chosen_entropy / chosen, rel=1e-12)]
     assert metrics["ict/entropy_unselected"] == [pytest.approx(other_entropy / (tokens - chosen), rel=1e-12)]
     assert metrics["ict/full_token_warmup"] == [0.0]
+
+
+def test_selection_draws_are_keyed_by_mode_step_and_call():
+    """The trainer's generator for its n-th selection of a global step is selection_generator(seed,
+    step, n, mode), mode "train" or "eval" (an evaluation never replays a training draw); the
+    count restarts at each step and mode; a selector's own seed replaces args.seed."""
+    from ict.integrations.trl import ICTGRPOTrainer, selection_generator
+
+    def draws(generator):
+        return torch.rand(6, generator=generator)
+
+    trainer = SimpleNamespace(model=SimpleNamespace(training=True), state=SimpleNamespace(global_step=4),
+                              _call_key=None, _call_index=0, selector_options={}, args=SimpleNamespace(seed=11))
+    cpu = torch.device("cpu")
+    expected = [(11, 4, 0, "train"), (11, 4, 1, "train"), (11, 4, 0, "eval"), (11, 5, 0, "eval"), (3, 5, 1, "eval")]
+    for index, key in enumerate(expected):
+        if index == 2:
+            trainer.model.training = False
+        if index == 3:
+            trainer.state.global_step = 5
+        if index == 4:
+            trainer.selector_options = {"seed": 3}
+        generator = ICTGRPOTrainer._generator(trainer, cpu)
+        assert torch.equal(draws(generator), draws(selection_generator(*key, device=cpu))), key
