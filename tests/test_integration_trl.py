@@ -663,3 +663,20 @@ def test_selection_draws_are_keyed_by_mode_step_and_call():
             trainer.selector_options = {"seed": 3}
         generator = ICTGRPOTrainer._generator(trainer, cpu)
         assert torch.equal(draws(generator), draws(selection_generator(*key, device=cpu))), key
+
+
+def test_evaluation_groups_are_num_generations_eval_rows(monkeypatch):
+    """The group tags of a generated batch follow TRL's grouping of its advantages: num_generations
+    rows per prompt in training, num_generations_eval in evaluation (process 1 of 2, 6 rows)."""
+    from trl import GRPOTrainer
+
+    from ict.integrations.trl import GROUP_KEY, ICTGRPOTrainer
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions",
+                        lambda self, inputs: {"completion_ids": torch.zeros(6, 3, dtype=torch.long)})
+    trainer = object.__new__(ICTGRPOTrainer)
+    trainer.num_generations, trainer.num_generations_eval = 4, 3
+    trainer.accelerator = SimpleNamespace(process_index=1)
+    for training, expected in [(True, [1, 1, 2, 2, 2, 2]), (False, [2, 2, 2, 3, 3, 3])]:
+        trainer.model = SimpleNamespace(training=training)
+        assert ICTGRPOTrainer._generate_and_score_completions(trainer, None)[GROUP_KEY].tolist() == expected
