@@ -680,3 +680,50 @@ def test_evaluation_groups_are_num_generations_eval_rows(monkeypatch):
     for training, expected in [(True, [1, 1, 2, 2, 2, 2]), (False, [2, 2, 2, 3, 3, 3])]:
         trainer.model = SimpleNamespace(training=training)
         assert ICTGRPOTrainer._generate_and_score_completions(trainer, None)[GROUP_KEY].tolist() == expected
+
+
+class ChunkedLogProbFunction(torch.autograd.Function):
+    """Stand-in for TRL 1.16's fused-head autograd function (its node is named
+    ChunkedLogProbFunctionBackward): saves (hidden, weight, bias, targets, log_z, entropy)."""
+
+    @staticmethod
+    def forward(ctx, log_probs, log_z):
+        ctx.save_for_backward(log_probs, log_probs, log_probs, log_probs, log_z, log_z)
+        return log_probs.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def test_fused_head_normalisers_read_both_layouts_of_log_z():
+    """log Z saved for every position ([B * L], the torch path) or only for the label positions
+    (the Triton path scores the valid ones): both give [B, L] with 0 outside the labels; no
+    fused head node, or a log Z of another size, gives None."""
+    from ict.integrations.trl import fused_head_normalisers
+
+    mask = torch.tensor([[True, True, False], [False, True, True]])
+    log_z = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    expected = torch.tensor([[1.0, 2.0, 0.0], [0.0, 5.0, 6.0]])
+    base = torch.zeros(2, 3, requires_grad=True)
+    for saved in (log_z.flatten(), log_z[mask]):
+        log_probs = ChunkedLogProbFunction.apply(base * 1.0, saved)[:, :] * 1.0  # a few nodes below the output
+        output = SimpleNamespace(log_probs=log_probs, label_mask=mask)
+        assert torch.equal(fused_head_normalisers(output), expected)
+    output = SimpleNamespace(log_probs=ChunkedLogProbFunction.apply(base * 1.0, torch.ones(5)), label_mask=mask)
+    assert fused_head_normalisers(output) is None
+    assert fused_head_normalisers(SimpleNamespace(log_probs=base * 2.0, label_mask=mask)) is None
+
+
+def test_full_token_warmup_counts_training_steps_only():
+    """The first full_token_warmup_steps optimizer steps (global_step 0 .. N - 1) update every
+    token; an evaluation (no update) uses the selector at any step."""
+    from ict.integrations.trl import ICTGRPOTrainer
+
+    trainer = SimpleNamespace(model=SimpleNamespace(training=True), state=SimpleNamespace(global_step=0),
+                              full_token_warmup_steps=2)
+    seen = []
+    for training, step in [(True, 0), (True, 1), (True, 2), (False, 0)]:
+        trainer.model.training, trainer.state.global_step = training, step
+        seen.append(ICTGRPOTrainer.in_full_token_warmup(trainer))
+    assert seen == [True, True, False, False]
