@@ -40,7 +40,7 @@ with warnings.catch_warnings():
 from ict.core.errors import UsageError
 from ict.core.loss import PolicyLossConfig, policy_loss
 from ict.core.selectors import SelectionInputs, required_js_references, select
-from ict.core.stats import token_statistics
+from ict.core.stats import TokenStatistics, token_statistics
 from ict.integrations import parse_token_selector
 
 VOCAB, PROMPT, RESPONSE, GROUP = 13, 4, 6, 3
@@ -473,6 +473,27 @@ def test_a_badly_typed_option_is_refused_in_one_line(option: str, value: object)
         ict_verl.ICTPolicyLossConfig(loss_mode="ict", **{option: value})
     assert "\n" not in str(error.value)
     ict_verl.ICTPolicyLossConfig(loss_mode="ict", ict_seed=3, ict_dual_clip=True, ict_full_token_warmup_steps=None)
+
+
+def test_a_micro_batch_without_selected_tokens_reports_only_finite_metrics() -> None:
+    """A micro-batch of the mini-batch with no selected token (its loss and gradient 0): the
+    metrics verl averages over micro-batches hold no NaN (the selected tokens' means are left out,
+    the fraction is 0)."""
+    from ict.core.selectors import Selection
+
+    rows, width = 2, 4
+    mask = torch.ones(rows, width, dtype=torch.bool)
+    stats = TokenStatistics(torch.zeros(rows, width), torch.ones(rows, width), torch.ones(rows, width),
+                            {"group_mean": torch.ones(rows, width)})
+    nothing = torch.zeros(rows, width, dtype=torch.bool)
+    ict_verl._pending.append(ict_verl.MicroBatchSelection(Selection(nothing, None), stats, 0.0))
+    log_prob = torch.full((rows, width), -1.0, requires_grad=True)
+    loss, metrics = ict_verl.compute_policy_loss_ict(
+        torch.full((rows, width), -1.2), log_prob, torch.tensor([[1.0], [-1.0]]).expand(rows, width), mask,
+        "token-mean", actor_config("all"))
+    assert float(loss) == 0.0 and metrics["actor/ict_selected_fraction"] == 0.0
+    assert all(math.isfinite(value) for value in metrics.values()), metrics
+    assert "actor/ict_entropy_selected" not in metrics
 
 
 def test_registered_in_verl_and_other_losses_untouched() -> None:
