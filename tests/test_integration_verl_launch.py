@@ -86,6 +86,22 @@ def test_v1_balance_keeps_whole_groups_on_each_rank() -> None:
 
 
 
+def test_v1_balance_reads_uids_with_underscores() -> None:
+    """v1's keys are ``{uid}_{session}_{index}``; a dataset's own uid may hold underscores
+    ("gsm8k_1"): the group is everything before the last two fields."""
+    trainer_base = pytest.importorskip(
+        "verl.trainer.ppo.v1.trainer_base",
+        reason="verl's v1 trainer imports transfer_queue (verl's verl-core extra); docs/scaling.md, section verl")
+    from transfer_queue import KVBatchMeta
+
+    keys = [f"gsm8k_{prompt}_{session}_0" for prompt in (1, 2) for session in range(2)]
+    batch = KVBatchMeta(keys=list(keys), tags=[{"seq_len": 10 + row} for row in range(4)], partition_id="train")
+    trainer_base.PPOTrainer._balance_batch(_v1_trainer(trainer_base, "ict", "ict"), batch, {})
+    prompts = [key.rsplit("_", 2)[0] for key in batch.keys]
+    assert sorted(prompts) == ["gsm8k_1", "gsm8k_1", "gsm8k_2", "gsm8k_2"]
+    assert prompts[0] == prompts[1] and prompts[2] == prompts[3]  # each rank's share is one whole group
+
+
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "verl" / "run_gsm8k.sh"
 
 METHODS = {"grpo": "all", "entropy": "entropy", "stapo": "stapo", "ict": "ict", "random": "random",
