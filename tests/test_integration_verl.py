@@ -496,6 +496,21 @@ def test_a_micro_batch_without_selected_tokens_reports_only_finite_metrics() -> 
     assert "actor/ict_entropy_selected" not in metrics
 
 
+def test_unset_clip_ratios_fall_back_to_clip_ratio_as_in_verl() -> None:
+    """verl's vanilla loss reads clip_ratio_low / clip_ratio_high, each falling back to clip_ratio
+    when null: so does ict's clip range."""
+    def clip_range(**clip: float | None) -> tuple[float, float]:
+        config = FSDPActorConfig(strategy="fsdp", rollout_n=GROUP, ppo_mini_batch_size=2,
+                                 ppo_micro_batch_size_per_gpu=6, clip_ratio=0.15, **clip,
+                                 policy_loss=ict_verl.ICTPolicyLossConfig(loss_mode="ict", ict_selector="all"))
+        loss_config = ict_verl.loss_config_of(config, "token-mean")
+        return loss_config.clip_low, loss_config.clip_high
+
+    assert clip_range(clip_ratio_low=None, clip_ratio_high=None) == (0.15, 0.15)
+    assert clip_range(clip_ratio_low=None, clip_ratio_high=0.3) == (0.15, 0.3)
+    assert clip_range(clip_ratio_low=0.1, clip_ratio_high=None) == (0.1, 0.15)
+
+
 def test_registered_in_verl_and_other_losses_untouched() -> None:
     assert get_policy_loss_fn("ict") is ict_verl.compute_policy_loss_ict
     batch, model = make_batch(), ToyLM()
