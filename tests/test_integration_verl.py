@@ -511,6 +511,29 @@ def test_unset_clip_ratios_fall_back_to_clip_ratio_as_in_verl() -> None:
     assert clip_range(clip_ratio_low=0.1, clip_ratio_high=None) == (0.1, 0.15)
 
 
+def test_one_temperature_and_the_scored_micro_batches() -> None:
+    """Refused in one line: rows sampled at different temperatures (one temperature scales the
+    statistics); a training micro-batch whose rows differ from the scoring pass's selection."""
+    from ict.core.selectors import Selection
+    from ict.integrations.verl_selection import _temperature
+
+    assert _temperature({"temperature": torch.tensor([0.7, 0.7])}) == pytest.approx(0.7)
+    assert _temperature({"temperature": 0.9}) == 0.9
+    with pytest.raises(UsageError, match="one sampling temperature"):
+        _temperature({"temperature": torch.tensor([0.7, 0.8])})
+    batch, model = make_batch(), ToyLM()
+    data, fsdp = micro_batch(batch, True), engine()
+    inputs, output_args = fsdp.prepare_model_inputs(data)
+    two_rows = torch.zeros(2, RESPONSE, dtype=torch.bool)
+    ict_verl._queue.append(ict_verl.MicroBatchSelection(Selection(two_rows, None), None, 1.0))
+    try:
+        with pytest.raises(RuntimeError, match="differ from the scoring pass's"):
+            fsdp.prepare_model_outputs(model(**inputs), output_args, data, partial(ppo_loss, config=actor_config("all")))
+    finally:
+        ict_verl._queue.clear()
+        ict_verl._pending.clear()
+
+
 def test_registered_in_verl_and_other_losses_untouched() -> None:
     assert get_policy_loss_fn("ict") is ict_verl.compute_policy_loss_ict
     batch, model = make_batch(), ToyLM()
