@@ -52,6 +52,26 @@ def test_kl_cov_is_accepted_and_checked_at_configuration():
         ICTGRPOConfig(token_selector="kl_cov:ratio=2", **common)
 
 
+def test_bad_config_values_are_refused_in_one_line_naming_the_option():
+    """Each of ICTGRPOConfig's own options, given a bad value, is refused in one line that names
+    it (stats_tile_size's said only 'tile size must be ...', not which option)."""
+    from ict.integrations.trl import ICTGRPOConfig
+
+    common = dict(output_dir="unused", report_to="none", use_cpu=True, bf16=False)
+    for options, message in [
+        (dict(selection_denominator="mine"), r"^selection_denominator must be 'ours' or 'trl', got 'mine'$"),
+        (dict(stats_tile_size="big"), r"^stats_tile_size: tile size must be 'auto' or TOKENSxVOCAB"),
+        (dict(stats_tile_size="0x10"), r"^stats_tile_size: "),
+        (dict(token_selector="ict:ratio"), r"^token_selector option 'ratio' must be key=value"),
+        (dict(token_selector="ict:ratio=0.1, ratio=0.2"), r"^token_selector option 'ratio' is given twice"),
+        (dict(full_token_warmup_steps=-1), r"^full_token_warmup_steps must be None or an integer >= 0, got -1$"),
+    ]:
+        with pytest.raises(ValueError, match=message) as error:
+            ICTGRPOConfig(**options, **common)
+        assert "\n" not in str(error.value)
+    assert ICTGRPOConfig(stats_tile_size="8x300", **common).stats_tile_size == "8x300"
+
+
 @pytest.mark.parametrize("denominator", ["ours", "trl"])
 def test_an_unknown_loss_type_is_refused_by_the_config(denominator):
     """TRL 1.16 checks loss_type only in its first step's loss (after a generation); the config

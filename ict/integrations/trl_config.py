@@ -74,7 +74,10 @@ class ICTGRPOConfig(GRPOConfig):
         if self.full_token_warmup_steps is None:
             self.full_token_warmup_steps = method["full_token_warmup_steps"]
         check_warmup_steps(self.full_token_warmup_steps)
-        parse_tile_size(self.stats_tile_size)  # a bad value is a one-line ValueError
+        try:
+            parse_tile_size(self.stats_tile_size)
+        except ValueError as error:  # its message does not name the option
+            raise ValueError(f"stats_tile_size: {error}") from None
         super().__post_init__()
         if self.selection_denominator not in SELECTION_DENOMINATORS:
             raise ValueError(
