@@ -334,6 +334,24 @@ def test_a_run_resumed_at_its_last_step_names_its_final_checkpoint(tiny_model_di
     assert [line["step"] for line in read_metrics(run_dir)] == [1]
 
 
+def test_a_resumed_run_refuses_num_steps_below_the_steps_it_trained(tiny_model_dir, arithmetic_task, tmp_path):
+    """`--resume --num-steps 1` on a run checkpointed at step 2 trained nothing, reported the
+    step-2 model as the run's result and rewrote config.yaml with num_steps 1 (`ict compare` then
+    evaluated the step-2 checkpoint as a 1-step run). It is one line now, before anything is
+    written; resuming with num_steps equal to the trained steps still finishes the run."""
+    from ict.core.errors import UsageError
+
+    run_dir = tmp_path / "run"
+    train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=2))
+    config_text = (run_dir / "config.yaml").read_text()
+    with pytest.raises(UsageError, match=r"has trained 2 steps .*num_steps 1: give --num-steps 2 or more"):
+        train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=1, resume=True))
+    assert (run_dir / "config.yaml").read_text() == config_text
+    assert [line["step"] for line in read_metrics(run_dir)] == [1, 2]
+    resumed = train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=2, resume=True))
+    assert resumed.checkpoint == run_dir / "checkpoints" / "step-00000002"
+
+
 def test_a_resumed_run_reports_the_evaluation_before_it_and_refuses_a_damaged_eval_json(
         tiny_model_dir, arithmetic_task, tmp_path):
     """The held-out accuracy line (before -> after) was missing from a resumed run's summary; an

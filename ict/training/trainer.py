@@ -348,6 +348,10 @@ def _resume(run: _Run) -> None:
         return
     run.trainer_state = load_checkpoint(checkpoint, run.model, run.optimizer)
     run.start_step = int(run.trainer_state["step"])
+    if run.start_step > run.config.num_steps:  # its steps cannot be undone: refused before any write
+        raise UsageError(f"{run.run_dir} has trained {run.start_step} steps ({checkpoint}), more than "
+                         f"num_steps {run.config.num_steps}: give --num-steps {run.start_step} or more, "
+                         "or start another --run-dir")
     run.last_checkpoint = checkpoint  # a run resumed at its end saves none: its result names this one
     run.console.print(f"resumed from {checkpoint} (step {run.start_step})")
 
