@@ -316,6 +316,46 @@ def test_ctrl_c_checkpoints_the_finished_step_and_resume_completes(tiny_model_di
     assert [line["step"] for line in read_metrics(run_dir)] == [1, 2, 3]
 
 
+def test_a_signal_right_after_the_checkpoint_decision_still_checkpoints_before_stopping(
+        tiny_model_dir, arithmetic_task, tmp_path, monkeypatch):
+    """The step end read the stop request twice: once to decide on a checkpoint, once to stop. A
+    Ctrl-C landing between the two reads (a signal handler runs between any two bytecodes) stopped
+    the run with no checkpoint of its finished steps ("stopped after step 1: None"; the resume
+    started over). The request is read once now: that signal stops after the next step, saved."""
+    import signal
+
+    import ict.training.trainer as trainer
+
+    class LateSignal(trainer._StopRequest):
+        """SIGINT handled just after the first read of `requested` once `armed`."""
+
+        armed = False
+
+        @property
+        def requested(self) -> bool:
+            value = self._requested
+            if LateSignal.armed:
+                LateSignal.armed = False
+                self._handle(signal.SIGINT, None)  # what the real handler does on Ctrl-C
+            return value
+
+        @requested.setter
+        def requested(self, value: bool) -> None:
+            self._requested = value
+
+    monkeypatch.setattr(trainer, "_StopRequest", LateSignal)
+    run_dir = tmp_path / "run"
+
+    def arm(metrics):
+        LateSignal.armed = metrics["step"] == 1
+
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=3), on_step=arm)
+    steps = [line["step"] for line in read_metrics(run_dir)]
+    assert steps == [1, 2]
+    assert latest_checkpoint(run_dir).name == "step-00000002"  # every logged step checkpointed
+
+
 def test_a_run_resumed_at_its_last_step_names_its_final_checkpoint(tiny_model_dir, arithmetic_task, tmp_path):
     """A run killed after its last checkpoint (in the evaluation after training, the summary or
     the plot) and resumed trains no step and saves no checkpoint: its result and summary named

@@ -452,9 +452,10 @@ def _checkpoint_or_stop(run: _Run, step: int, stop: _StopRequest, profiler: Step
     """Checkpoint after the last step, every `save_every`, on a stop request or a divergence;
     then raise `TrainingDiverged` or `KeyboardInterrupt` when the run must stop early."""
     config, state = run.config, run.trainer_state
+    stopping = stop.requested  # read once: a signal from here on stops after the next step
     done = step + 1 == config.num_steps
     diverged = state["consecutive_skips"] >= config.max_consecutive_skips
-    if done or stop.requested or diverged or (config.save_every and (step + 1) % config.save_every == 0):
+    if done or stopping or diverged or (config.save_every and (step + 1) % config.save_every == 0):
         with profiler.phase("checkpoint"):
             run.last_checkpoint = save_checkpoint(run.run_dir, step + 1, run.model, run.optimizer,
                                                   state, run.tokenizer, keep=config.keep_checkpoints)
@@ -464,7 +465,7 @@ def _checkpoint_or_stop(run: _Run, step: int, stop: _StopRequest, profiler: Step
             f"(weights untouched since the last good one, checkpointed in {run.last_checkpoint}); "
             f"to retry from there with the same options, {run.continue_with}; a lower learning_rate "
             "or other data needs a new run (a resumed run keeps its options)")
-    if stop.requested and not done:
+    if stopping and not done:
         run.console.print(f"stopped after step {step + 1}: {run.last_checkpoint}; to continue, "
                           f"{run.continue_with}")
         raise KeyboardInterrupt
