@@ -316,6 +316,25 @@ def test_ctrl_c_checkpoints_the_finished_step_and_resume_completes(tiny_model_di
     assert [line["step"] for line in read_metrics(run_dir)] == [1, 2, 3]
 
 
+def test_a_second_ctrl_c_aborts_at_once(tiny_model_dir, arithmetic_task, tmp_path):
+    """The second Ctrl-C does not wait for the step's checkpoint (docs/training.md: it aborts at
+    once, losing the steps since the last checkpoint), and the caller's handler is restored."""
+    import signal
+
+    run_dir = tmp_path / "run"
+    before = signal.getsignal(signal.SIGINT)
+
+    def twice(metrics):
+        if metrics["step"] == 1:
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=3), on_step=twice)
+    assert latest_checkpoint(run_dir) is None
+    assert signal.getsignal(signal.SIGINT) is before
+
+
 def test_a_signal_right_after_the_checkpoint_decision_still_checkpoints_before_stopping(
         tiny_model_dir, arithmetic_task, tmp_path, monkeypatch):
     """The step end read the stop request twice: once to decide on a checkpoint, once to stop. A
@@ -607,3 +626,13 @@ def test_a_run_extended_past_its_warmup_evaluates_the_warmup_end_as_an_uninterru
     expected, got = (json.loads((run / "eval.json").read_text()) for run in (whole, extended))
     assert set(got) == set(expected) == {"before", "after_warmup", "after"}
     assert got["after_warmup"] == expected["after_warmup"] and got["after"] == expected["after"]
+
+
+def test_the_learning_rate_warms_up_linearly_from_the_first_step():
+    """learning_rate_at (0-based step): lr * (step + 1) / warmup_steps over the warm-up, then lr;
+    a function of the step alone, so a resumed run continues the schedule."""
+    from ict.training.trainer import learning_rate_at
+
+    config = TrainConfig(learning_rate=0.5, warmup_steps=4)
+    assert [learning_rate_at(config, step) for step in range(6)] == [0.125, 0.25, 0.375, 0.5, 0.5, 0.5]
+    assert [learning_rate_at(TrainConfig(learning_rate=0.5), step) for step in range(2)] == [0.5, 0.5]
