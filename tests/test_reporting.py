@@ -73,3 +73,22 @@ def test_the_selection_summary_covers_the_selecting_steps_only():
     assert texts[3] == "  most often unselected: 'z' 1"
     assert summed_top_tokens(lines[2:], 2) == {"selected": [["c", 3], ["a", 2]], "unselected": [["z", 1]]}
     assert selection_summary(lines[:2]) == []
+
+
+def test_tensorboard_keeps_the_points_up_to_the_checkpoint_and_replaces_the_later_ones(tmp_path):
+    """Resumed from step 2: TensorBoard keeps steps 1-2 of the killed attempt (the resumed run does
+    not log them again) and shows the resumed run's 3, not the killed attempt's."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    killed = MetricsLogger(tmp_path, tensorboard=True)
+    for step in (1, 2, 3):
+        killed.log({"step": step, "reward_mean": 0.5})
+    killed.close()
+    resumed = MetricsLogger(tmp_path, tensorboard=True, resume_step=2)
+    for step in (3, 4):
+        resumed.log({"step": step, "reward_mean": 1.0})
+    resumed.close()
+    board = EventAccumulator(str(tmp_path / "tensorboard"))
+    board.Reload()
+    assert [(event.step, event.value) for event in board.Scalars("train/reward_mean")] == [
+        (1, 0.5), (2, 0.5), (3, 1.0), (4, 1.0)]
