@@ -316,6 +316,18 @@ def test_ctrl_c_checkpoints_the_finished_step_and_resume_completes(tiny_model_di
     assert [line["step"] for line in read_metrics(run_dir)] == [1, 2, 3]
 
 
+def test_a_ctrl_c_in_the_last_step_finishes_the_run(tiny_model_dir, arithmetic_task, tmp_path):
+    """The last step has nothing after it to stop: the run ends as an uninterrupted one (its
+    checkpoint, the evaluation after training), not with KeyboardInterrupt and a --resume hint."""
+    import signal
+
+    run_dir = tmp_path / "run"
+    result = train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=1, eval_size=2),
+                   on_step=lambda metrics: signal.raise_signal(signal.SIGINT))
+    assert result.checkpoint == run_dir / "checkpoints" / "step-00000001"
+    assert result.eval_after["num_problems"] == 2
+
+
 def test_a_second_ctrl_c_aborts_at_once(tiny_model_dir, arithmetic_task, tmp_path):
     """The second Ctrl-C does not wait for the step's checkpoint (docs/training.md: it aborts at
     once, losing the steps since the last checkpoint), and the caller's handler is restored."""
