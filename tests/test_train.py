@@ -185,8 +185,10 @@ def test_checkpoint_resume_reproduces_the_next_step(tiny_model_dir, arithmetic_t
     assert environments[1]["packages"]["torch"] == torch.__version__
     assert environments[1]["packages"]["transformers"] == transformers.__version__
     shutil.rmtree(interrupted / "checkpoints")
+    (interrupted / "eval.json").write_text('{"after": {"accuracy": 1.0}}')  # an earlier attempt's
     train(tiny_config(tiny_model_dir, arithmetic_task, interrupted, num_steps=1, method="ict"))
     assert len((interrupted / "environment.jsonl").read_text().splitlines()) == 1
+    assert not (interrupted / "eval.json").exists()  # no evaluation in this run: none reported
     # only safetensors / JSON / text files: nothing is unpickled on load
     suffixes = {path.suffix for path in latest_checkpoint(interrupted).rglob("*") if path.is_file()}
     assert suffixes <= {".safetensors", ".json", "", ".jinja", ".txt"}
