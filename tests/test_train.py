@@ -349,12 +349,14 @@ def test_a_second_ctrl_c_aborts_at_once(tiny_model_dir, arithmetic_task, tmp_pat
     assert signal.getsignal(signal.SIGINT) is before
 
 
+@pytest.mark.parametrize("save_every", [0, 1])
 def test_a_signal_right_after_the_checkpoint_decision_still_checkpoints_before_stopping(
-        tiny_model_dir, arithmetic_task, tmp_path, monkeypatch):
+        tiny_model_dir, arithmetic_task, tmp_path, monkeypatch, save_every):
     """The step end read the stop request twice: once to decide on a checkpoint, once to stop. A
     Ctrl-C landing between the two reads (a signal handler runs between any two bytecodes) stopped
     the run with no checkpoint of its finished steps ("stopped after step 1: None"; the resume
-    started over). The request is read once now: that signal stops after the next step, saved."""
+    started over). A request that comes after the decision now saves the step before stopping;
+    one that comes during a due checkpoint (save_every 1) stops right after it, as before."""
     import signal
 
     import ict.training.trainer as trainer
@@ -383,10 +385,10 @@ def test_a_signal_right_after_the_checkpoint_decision_still_checkpoints_before_s
         LateSignal.armed = metrics["step"] == 1
 
     with pytest.raises(KeyboardInterrupt):
-        train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=3), on_step=arm)
-    steps = [line["step"] for line in read_metrics(run_dir)]
-    assert steps == [1, 2]
-    assert latest_checkpoint(run_dir).name == "step-00000002"  # every logged step checkpointed
+        train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=3, save_every=save_every),
+              on_step=arm)
+    assert [line["step"] for line in read_metrics(run_dir)] == [1]
+    assert latest_checkpoint(run_dir).name == "step-00000001"  # the finished step is saved
 
 
 def test_a_run_resumed_at_its_last_step_names_its_final_checkpoint(tiny_model_dir, arithmetic_task, tmp_path):

@@ -452,20 +452,27 @@ def _checkpoint_or_stop(run: _Run, step: int, stop: _StopRequest, profiler: Step
     """Checkpoint after the last step, every `save_every`, on a stop request or a divergence;
     then raise `TrainingDiverged` or `KeyboardInterrupt` when the run must stop early."""
     config, state = run.config, run.trainer_state
-    stopping = stop.requested  # read once: a signal from here on stops after the next step
-    done = step + 1 == config.num_steps
-    diverged = state["consecutive_skips"] >= config.max_consecutive_skips
-    if done or stopping or diverged or (config.save_every and (step + 1) % config.save_every == 0):
+
+    def checkpoint() -> None:
         with profiler.phase("checkpoint"):
             run.last_checkpoint = save_checkpoint(run.run_dir, step + 1, run.model, run.optimizer,
                                                   state, run.tokenizer, keep=config.keep_checkpoints)
+
+    done = step + 1 == config.num_steps
+    diverged = state["consecutive_skips"] >= config.max_consecutive_skips
+    saved = bool(done or stop.requested or diverged
+                 or (config.save_every and (step + 1) % config.save_every == 0))
+    if saved:
+        checkpoint()
     if diverged and not done:
         raise TrainingDiverged(
             f"{state['consecutive_skips']} consecutive updates had a non-finite loss or gradient "
             f"(weights untouched since the last good one, checkpointed in {run.last_checkpoint}); "
             f"to retry from there with the same options, {run.continue_with}; a lower learning_rate "
             "or other data needs a new run (a resumed run keeps its options)")
-    if stopping and not done:
+    if stop.requested and not done:
+        if not saved:  # the signal came after the decision above (between any two bytecodes)
+            checkpoint()
         run.console.print(f"stopped after step {step + 1}: {run.last_checkpoint}; to continue, "
                           f"{run.continue_with}")
         raise KeyboardInterrupt
