@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_second_holder_is_refused_with_the_first_ones_pid_and_the_lock_is_released(tmp_path):
+    (tmp_path / LOCK_FILE).write_text("123456789\n")  # left by an earlier, longer pid: replaced
     with exclusive_run_dir(tmp_path):
         assert (tmp_path / LOCK_FILE).read_text() == f"{os.getpid()}\n"
         with pytest.raises(UsageError, match=rf"in use by another ict process \(pid {os.getpid()}\)"):

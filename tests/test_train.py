@@ -185,8 +185,10 @@ def test_checkpoint_resume_reproduces_the_next_step(tiny_model_dir, arithmetic_t
     assert environments[1]["packages"]["torch"] == torch.__version__
     assert environments[1]["packages"]["transformers"] == transformers.__version__
     shutil.rmtree(interrupted / "checkpoints")
+    (interrupted / "eval.json").write_text('{"after": {"accuracy": 1.0}}')  # an earlier attempt's
     train(tiny_config(tiny_model_dir, arithmetic_task, interrupted, num_steps=1, method="ict"))
     assert len((interrupted / "environment.jsonl").read_text().splitlines()) == 1
+    assert not (interrupted / "eval.json").exists()  # no evaluation in this run: none reported
     # only safetensors / JSON / text files: nothing is unpickled on load
     suffixes = {path.suffix for path in latest_checkpoint(interrupted).rglob("*") if path.is_file()}
     assert suffixes <= {".safetensors", ".json", "", ".jinja", ".txt"}
@@ -316,6 +318,79 @@ def test_ctrl_c_checkpoints_the_finished_step_and_resume_completes(tiny_model_di
     assert [line["step"] for line in read_metrics(run_dir)] == [1, 2, 3]
 
 
+def test_a_ctrl_c_in_the_last_step_finishes_the_run(tiny_model_dir, arithmetic_task, tmp_path):
+    """The last step has nothing after it to stop: the run ends as an uninterrupted one (its
+    checkpoint, the evaluation after training), not with KeyboardInterrupt and a --resume hint."""
+    import signal
+
+    run_dir = tmp_path / "run"
+    result = train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=1, eval_size=2),
+                   on_step=lambda metrics: signal.raise_signal(signal.SIGINT))
+    assert result.checkpoint == run_dir / "checkpoints" / "step-00000001"
+    assert result.eval_after["num_problems"] == 2
+
+
+def test_a_second_ctrl_c_aborts_at_once(tiny_model_dir, arithmetic_task, tmp_path):
+    """The second Ctrl-C does not wait for the step's checkpoint (docs/training.md: it aborts at
+    once, losing the steps since the last checkpoint), and the caller's handler is restored."""
+    import signal
+
+    run_dir = tmp_path / "run"
+    before = signal.getsignal(signal.SIGINT)
+
+    def twice(metrics):
+        if metrics["step"] == 1:
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=3), on_step=twice)
+    assert latest_checkpoint(run_dir) is None
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+@pytest.mark.parametrize("save_every", [0, 1])
+def test_a_signal_right_after_the_checkpoint_decision_still_checkpoints_before_stopping(
+        tiny_model_dir, arithmetic_task, tmp_path, monkeypatch, save_every):
+    """The step end read the stop request twice: once to decide on a checkpoint, once to stop. A
+    Ctrl-C landing between the two reads (a signal handler runs between any two bytecodes) stopped
+    the run with no checkpoint of its finished steps ("stopped after step 1: None"; the resume
+    started over). A request that comes after the decision now saves the step before stopping;
+    one that comes during a due checkpoint (save_every 1) stops right after it, as before."""
+    import signal
+
+    import ict.training.trainer as trainer
+
+    class LateSignal(trainer._StopRequest):
+        """SIGINT handled just after the first read of `requested` once `armed`."""
+
+        armed = False
+
+        @property
+        def requested(self) -> bool:
+            value = self._requested
+            if LateSignal.armed:
+                LateSignal.armed = False
+                self._handle(signal.SIGINT, None)  # what the real handler does on Ctrl-C
+            return value
+
+        @requested.setter
+        def requested(self, value: bool) -> None:
+            self._requested = value
+
+    monkeypatch.setattr(trainer, "_StopRequest", LateSignal)
+    run_dir = tmp_path / "run"
+
+    def arm(metrics):
+        LateSignal.armed = metrics["step"] == 1
+
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=3, save_every=save_every),
+              on_step=arm)
+    assert [line["step"] for line in read_metrics(run_dir)] == [1]
+    assert latest_checkpoint(run_dir).name == "step-00000001"  # the finished step is saved
+
+
 def test_a_run_resumed_at_its_last_step_names_its_final_checkpoint(tiny_model_dir, arithmetic_task, tmp_path):
     """A run killed after its last checkpoint (in the evaluation after training, the summary or
     the plot) and resumed trains no step and saves no checkpoint: its result and summary named
@@ -332,6 +407,24 @@ def test_a_run_resumed_at_its_last_step_names_its_final_checkpoint(tiny_model_di
     assert resumed.checkpoint == first.checkpoint == run_dir / "checkpoints" / "step-00000001"
     assert f"checkpoint: {first.checkpoint}" in output.getvalue()
     assert [line["step"] for line in read_metrics(run_dir)] == [1]
+
+
+def test_a_resumed_run_refuses_num_steps_below_the_steps_it_trained(tiny_model_dir, arithmetic_task, tmp_path):
+    """`--resume --num-steps 1` on a run checkpointed at step 2 trained nothing, reported the
+    step-2 model as the run's result and rewrote config.yaml with num_steps 1 (`ict compare` then
+    evaluated the step-2 checkpoint as a 1-step run). It is one line now, before anything is
+    written; resuming with num_steps equal to the trained steps still finishes the run."""
+    from ict.core.errors import UsageError
+
+    run_dir = tmp_path / "run"
+    train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=2))
+    config_text = (run_dir / "config.yaml").read_text()
+    with pytest.raises(UsageError, match=r"has trained 2 steps .*num_steps 1: give --num-steps 2 or more"):
+        train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=1, resume=True))
+    assert (run_dir / "config.yaml").read_text() == config_text
+    assert [line["step"] for line in read_metrics(run_dir)] == [1, 2]
+    resumed = train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=2, resume=True))
+    assert resumed.checkpoint == run_dir / "checkpoints" / "step-00000002"
 
 
 def test_a_resumed_run_reports_the_evaluation_before_it_and_refuses_a_damaged_eval_json(
@@ -549,3 +642,13 @@ def test_a_run_extended_past_its_warmup_evaluates_the_warmup_end_as_an_uninterru
     expected, got = (json.loads((run / "eval.json").read_text()) for run in (whole, extended))
     assert set(got) == set(expected) == {"before", "after_warmup", "after"}
     assert got["after_warmup"] == expected["after_warmup"] and got["after"] == expected["after"]
+
+
+def test_the_learning_rate_warms_up_linearly_from_the_first_step():
+    """learning_rate_at (0-based step): lr * (step + 1) / warmup_steps over the warm-up, then lr;
+    a function of the step alone, so a resumed run continues the schedule."""
+    from ict.training.trainer import learning_rate_at
+
+    config = TrainConfig(learning_rate=0.5, warmup_steps=4)
+    assert [learning_rate_at(config, step) for step in range(6)] == [0.125, 0.25, 0.375, 0.5, 0.5, 0.5]
+    assert [learning_rate_at(TrainConfig(learning_rate=0.5), step) for step in range(2)] == [0.5, 0.5]

@@ -104,6 +104,32 @@ def test_resume_continues_with_the_runs_config_yaml_and_refuses_changes(tmp_path
     assert build_config(None, {"run_dir": str(fresh), "resume": True}, {}).method == "ict"
 
 
+def test_resume_accepts_a_new_value_of_each_option_the_docs_say_it_may_change(tmp_path):
+    """docs/training.md lists the options a resumed run may change; each is accepted with another
+    value and taken (a name dropped from RESUME_MAY_CHANGE was a refusal the docs deny)."""
+    import re
+    from pathlib import Path
+
+    from ict.training.config import RESUME_MAY_CHANGE, save_config
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
+    listed = re.search(r"runs may change \((.*?)\), and any other option", docs, re.S).group(1)
+    names = re.findall(r"`(\w+)`", listed)
+    assert set(names) == RESUME_MAY_CHANGE - {"resume", "run_dir"}
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    first = build_config(None, {"method": "grpo", "run_dir": str(run_dir)}, {})
+    save_config(first, run_dir / "config.yaml")
+    changed = {"num_steps": "7", "device": "cpu", "num_threads": "1", "progress": "false", "tensorboard": "false",
+               "profile": "true", "save_every": "3", "keep_checkpoints": "5", "eval_every": "2",
+               "eval_temperature": "0.5", "verify_timeout": "9.0"}
+    assert set(changed) == set(names)
+    resumed = build_config(None, {"run_dir": str(run_dir), "resume": True}, changed)
+    for name, value in changed.items():
+        assert getattr(resumed, name) != getattr(first, name), name
+        assert str(getattr(resumed, name)).lower() == value, name
+
+
 def test_resume_takes_the_runs_resolution_of_an_auto_option_and_refuses_a_lost_config_yaml(tmp_path):
     """The original command again with --resume: its `statistics_from auto` was refused against
     the run's resolved `logits`. A config.yaml emptied by a kill mid-write (it was rewritten in

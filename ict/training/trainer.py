@@ -348,6 +348,10 @@ def _resume(run: _Run) -> None:
         return
     run.trainer_state = load_checkpoint(checkpoint, run.model, run.optimizer)
     run.start_step = int(run.trainer_state["step"])
+    if run.start_step > run.config.num_steps:  # its steps cannot be undone: refused before any write
+        raise UsageError(f"{run.run_dir} has trained {run.start_step} steps ({checkpoint}), more than "
+                         f"num_steps {run.config.num_steps}: give --num-steps {run.start_step} or more, "
+                         "or start another --run-dir")
     run.last_checkpoint = checkpoint  # a run resumed at its end saves none: its result names this one
     run.console.print(f"resumed from {checkpoint} (step {run.start_step})")
 
@@ -448,12 +452,18 @@ def _checkpoint_or_stop(run: _Run, step: int, stop: _StopRequest, profiler: Step
     """Checkpoint after the last step, every `save_every`, on a stop request or a divergence;
     then raise `TrainingDiverged` or `KeyboardInterrupt` when the run must stop early."""
     config, state = run.config, run.trainer_state
-    done = step + 1 == config.num_steps
-    diverged = state["consecutive_skips"] >= config.max_consecutive_skips
-    if done or stop.requested or diverged or (config.save_every and (step + 1) % config.save_every == 0):
+
+    def checkpoint() -> None:
         with profiler.phase("checkpoint"):
             run.last_checkpoint = save_checkpoint(run.run_dir, step + 1, run.model, run.optimizer,
                                                   state, run.tokenizer, keep=config.keep_checkpoints)
+
+    done = step + 1 == config.num_steps
+    diverged = state["consecutive_skips"] >= config.max_consecutive_skips
+    saved = bool(done or stop.requested or diverged
+                 or (config.save_every and (step + 1) % config.save_every == 0))
+    if saved:
+        checkpoint()
     if diverged and not done:
         raise TrainingDiverged(
             f"{state['consecutive_skips']} consecutive updates had a non-finite loss or gradient "
@@ -461,6 +471,8 @@ def _checkpoint_or_stop(run: _Run, step: int, stop: _StopRequest, profiler: Step
             f"to retry from there with the same options, {run.continue_with}; a lower learning_rate "
             "or other data needs a new run (a resumed run keeps its options)")
     if stop.requested and not done:
+        if not saved:  # the signal came after the decision above (between any two bytecodes)
+            checkpoint()
         run.console.print(f"stopped after step {step + 1}: {run.last_checkpoint}; to continue, "
                           f"{run.continue_with}")
         raise KeyboardInterrupt

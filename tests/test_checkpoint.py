@@ -1,0 +1,142 @@
+"""`ict.runs.checkpoint` on its own (no training run): what a checkpoint restores, which ones are
+kept, and what a resumed run keeps of metrics.jsonl. The end-to-end resume tests are in
+tests/test_train.py and tests/test_faults.py."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+from conftest import build_tiny_model
+
+from ict.core.errors import UsageError
+from ict.runs.checkpoint import (
+    COMPLETE_MARKER,
+    complete_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+    truncate_jsonl,
+    verify_checkpoint,
+)
+
+
+def _model_and_optimizer(seed: int = 0):
+    model = build_tiny_model(40, seed=seed, hidden_size=8, layers=1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
+    return model, optimizer
+
+
+def _draws() -> tuple[float, float, float]:
+    """One draw from each global random stream a checkpoint saves (Python, numpy, torch)."""
+    return random.random(), float(np.random.rand()), float(torch.rand(()))
+
+
+def test_a_checkpoint_restores_weights_optimizer_state_and_every_random_stream(tmp_path):
+    """After load_checkpoint the model, the AdamW state (moments and step count) and the
+    Python, numpy and torch random streams are exactly those at the save: the next draws of a
+    plugin's reward, say, and the next update are the uninterrupted run's."""
+    model, optimizer = _model_and_optimizer()
+    for _ in range(2):
+        optimizer.zero_grad()
+        model(torch.tensor([[3, 5, 7]]), labels=torch.tensor([[3, 5, 7]])).loss.backward()
+        optimizer.step()
+    random.seed(11), np.random.seed(12), torch.manual_seed(13)
+    _draws()
+    path = save_checkpoint(tmp_path, 2, model, optimizer, {"warned": ["collapse"]})
+    expected = _draws()
+    weights = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    state = optimizer.state_dict()
+
+    other, other_optimizer = _model_and_optimizer(seed=1)  # other weights, no optimizer state
+    random.seed(0), np.random.seed(0), torch.manual_seed(0)
+    trainer_state = load_checkpoint(path, other, other_optimizer)
+    assert _draws() == expected
+    assert trainer_state == {"warned": ["collapse"], "step": 2}
+    assert all(torch.equal(other.state_dict()[name], weights[name]) for name in weights)
+    restored = other_optimizer.state_dict()
+    assert restored["state"].keys() == state["state"].keys()
+    for index, values in state["state"].items():
+        assert restored["state"][index].keys() == values.keys()
+        for key, value in values.items():
+            assert torch.equal(restored["state"][index][key], value), (index, key)
+    assert float(restored["state"][0]["step"]) == 2.0
+    assert json.dumps(restored["param_groups"], sort_keys=True) == json.dumps(state["param_groups"], sort_keys=True)
+
+
+def test_keep_checkpoints_keeps_the_newest_complete_ones(tmp_path):
+    """keep=N leaves the N newest complete checkpoints by step (keep=0: every one); the
+    temporary and trash directories of a process killed while saving are deleted."""
+    model, optimizer = _model_and_optimizer()
+    for keep, run in ((2, "two"), (1, "one"), (0, "all")):
+        for leftover in (".tmp-step-00000004-x", ".del-step-00000003-7"):
+            (tmp_path / run / "checkpoints" / leftover).mkdir(parents=True)
+        for step in (1, 2, 3, 9, 10):
+            save_checkpoint(tmp_path / run, step, model, optimizer, {}, keep=keep)
+        names = [path.name for path in complete_checkpoints(tmp_path / run)]
+        assert names == {2: ["step-00000009", "step-00000010"], 1: ["step-00000010"],
+                         0: [f"step-{step:08d}" for step in (1, 2, 3, 9, 10)]}[keep], keep
+        assert not [path for path in (tmp_path / run / "checkpoints").iterdir()
+                    if path.name.startswith(".")]  # no temporary or trash directory left
+
+
+def test_a_resumed_runs_metrics_keep_exactly_the_steps_up_to_its_checkpoint(tmp_path):
+    """truncate_jsonl keeps the lines of steps <= the checkpoint's, byte for byte, and drops the
+    later ones and a last line torn by a kill (kept, it broke the summary's read of the file
+    once the resumed run appended after it)."""
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"step": step, "reward_mean": step / 4, "entropy": None}) for step in (1, 2, 3)]
+    path.write_text("\n".join(lines) + "\n" + '{"step": 4, "rew')
+    truncate_jsonl(path, 2)
+    assert path.read_text() == lines[0] + "\n" + lines[1] + "\n"
+    truncate_jsonl(path, 0)
+    assert path.read_text() == ""
+    truncate_jsonl(tmp_path / "none.jsonl", 3)  # no file: nothing to do
+    assert not (tmp_path / "none.jsonl").exists()
+
+
+@pytest.mark.parametrize("damage", ["trainer_state.json without step", "rng.json not an object",
+                                    "optimizer.safetensors header"])
+def test_a_checkpoint_with_sizes_only_still_has_its_json_keys_and_headers_checked(tmp_path, damage):
+    """A checkpoint written before the manifest held CRC-32s (sizes only) gets no byte check, so
+    a damaged JSON file or safetensors header of the same size is found by verify_checkpoint's
+    own checks: one line naming the checkpoint, before a KeyError or a safetensors error could
+    come from loading it."""
+    model, optimizer = _model_and_optimizer()
+    path = save_checkpoint(tmp_path, 1, model, optimizer, {})
+    marker = path / COMPLETE_MARKER
+    manifest = json.loads(marker.read_text())
+    marker.write_text(json.dumps({"step": 1, "files": {name: {"size": entry["size"]}
+                                                       for name, entry in manifest["files"].items()}}))
+    verify_checkpoint(path)  # intact: sizes only pass
+    if damage.startswith("trainer_state"):
+        (path / "trainer_state.json").write_text('{"stap": 1}'.ljust(manifest["files"]["trainer_state.json"]["size"]))
+        expected = "trainer_state.json has no 'step'"
+    elif damage.startswith("rng"):
+        size = manifest["files"]["rng.json"]["size"]
+        (path / "rng.json").write_text("[1]".ljust(size))
+        expected = "rng.json has no 'numpy'"
+    else:
+        data = bytearray((path / "optimizer.safetensors").read_bytes())
+        data[8] = ord("[")  # the JSON header's opening brace
+        (path / "optimizer.safetensors").write_bytes(bytes(data))
+        expected = "corrupt or truncated"
+    with pytest.raises(UsageError, match="corrupt or truncated") as error:
+        verify_checkpoint(path)
+    assert expected in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("saved_layers, model_layers", [(1, 2), (2, 1)])
+def test_a_checkpoint_of_another_architecture_is_refused_before_the_optimizer(tmp_path, saved_layers,
+                                                                              model_layers):
+    """Weights the model lacks (unexpected) or lacks in the checkpoint (missing: they would keep
+    their initial values) are one line naming the checkpoint, not a partial load."""
+    saved = build_tiny_model(40, hidden_size=8, layers=saved_layers)
+    path = save_checkpoint(tmp_path, 1, saved, torch.optim.AdamW(saved.parameters()), {})
+    model = build_tiny_model(40, hidden_size=8, layers=model_layers)
+    kind = "missing ['model.layers.1" if model_layers > saved_layers else "unexpected ['model.layers.1"
+    with pytest.raises(UsageError, match="does not match the model") as error:
+        load_checkpoint(path, model, None)
+    assert kind in str(error.value)

@@ -1,0 +1,94 @@
+"""`ict.runs.reporting` on its own: what metrics.jsonl holds across a resume and what the
+end-of-run summary reads back from it (sparklines, window means, what was selected)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import torch
+from rich.console import Console
+
+from ict.runs.reporting import (
+    MetricsLogger,
+    json_safe,
+    print_summary,
+    selection_summary,
+    sparkline,
+    summed_top_tokens,
+)
+
+
+def test_json_safe_writes_strict_json():
+    assert json_safe({"a": [math.nan, (1, math.inf)], "b": torch.tensor(0.5), "c": -math.inf, "d": 2}) == {
+        "a": [None, [1, None]], "b": 0.5, "c": None, "d": 2}
+
+
+def test_sparkline_scales_rounds_and_leaves_a_gap_for_a_missing_value():
+    assert sparkline([0.0, 0.5, 1.0, math.nan, 0.07, 0.08]) == "▁▅█ ▁▂"  # 0.5 -> 3.5 -> rounds up
+    assert sparkline([2.0, 2.0]) == "▁▁"
+    assert sparkline([math.nan]) == ""
+
+
+def test_the_summary_reads_back_the_metrics_of_a_resumed_run_once_each(tmp_path):
+    """Steps 1-3 logged, the run killed after its checkpoint at step 2, resumed: metrics.jsonl
+    holds steps 1, 2 and the resumed 3 and 4, once each, and the summary's windows are their
+    means (first 2 steps, last 2 steps)."""
+    def line(step: int, reward: float, entropy: float | None) -> dict:
+        return {"step": step, "reward_mean": reward, "entropy": entropy}
+
+    first = MetricsLogger(tmp_path, tensorboard=False)
+    for step, reward in ((1, 0.0), (2, 0.5), (3, 9.0)):
+        first.log(line(step, reward, 1.0))
+    first.close()
+    resumed = MetricsLogger(tmp_path, tensorboard=False, resume_step=2)
+    resumed.log(line(3, 0.25, math.nan))
+    resumed.log(line(4, 1.0, 0.5))
+    resumed.close()
+    written = [json.loads(text) for text in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert written == [line(1, 0.0, 1.0), line(2, 0.5, 1.0), line(3, 0.25, None), line(4, 1.0, 0.5)]
+    console = Console(record=True, width=200)
+    print_summary(console, tmp_path, {}, {}, None)
+    text = console.export_text()
+    assert "reward per step   ▁▅▃█  (mean of the first 2 steps 0.250 -> last 2 0.625)" in text
+    assert "entropy per step  ██ ▁  (first 2 1.000 -> last 2 0.500 nats)" in text
+
+
+def test_the_selection_summary_covers_the_selecting_steps_only():
+    """Steps of the full-token warm-up, and steps that selected every token, are left out of
+    'what was selected'; the token counts add up over the rest, ties in string order."""
+    lines = [
+        {"full_token_warmup": 1.0, "selected_fraction": 0.5, "selected_token_prob_mean": 0.9,
+         "top_selected_tokens": [["x", 50]]},
+        {"full_token_warmup": 0.0, "selected_fraction": 1.0, "selected_token_prob_mean": 0.9},
+        {"full_token_warmup": 0.0, "selected_fraction": 0.1, "selected_token_prob_mean": 0.2,
+         "top_selected_tokens": [["b", 2], ["a", 1]], "top_unselected_tokens": [["z", 1]]},
+        {"full_token_warmup": 0.0, "selected_fraction": 0.2, "selected_token_prob_mean": 0.4,
+         "top_selected_tokens": [["a", 1], ["c", 3]]},
+    ]
+    texts = selection_summary(lines)
+    assert texts[0].startswith("what was selected (mean over the 2 selecting steps;")
+    assert "p(a*) mean 0.30" in texts[1]
+    assert texts[2] == "  most often selected: 'c' 3, 'a' 2, 'b' 2"
+    assert texts[3] == "  most often unselected: 'z' 1"
+    assert summed_top_tokens(lines[2:], 2) == {"selected": [["c", 3], ["a", 2]], "unselected": [["z", 1]]}
+    assert selection_summary(lines[:2]) == []
+
+
+def test_tensorboard_keeps_the_points_up_to_the_checkpoint_and_replaces_the_later_ones(tmp_path):
+    """Resumed from step 2: TensorBoard keeps steps 1-2 of the killed attempt (the resumed run does
+    not log them again) and shows the resumed run's 3, not the killed attempt's."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    killed = MetricsLogger(tmp_path, tensorboard=True)
+    for step in (1, 2, 3):
+        killed.log({"step": step, "reward_mean": 0.5})
+    killed.close()
+    resumed = MetricsLogger(tmp_path, tensorboard=True, resume_step=2)
+    for step in (3, 4):
+        resumed.log({"step": step, "reward_mean": 1.0})
+    resumed.close()
+    board = EventAccumulator(str(tmp_path / "tensorboard"))
+    board.Reload()
+    assert [(event.step, event.value) for event in board.Scalars("train/reward_mean")] == [
+        (1, 0.5), (2, 0.5), (3, 1.0), (4, 1.0)]
