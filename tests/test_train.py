@@ -361,7 +361,7 @@ def test_a_signal_right_after_the_checkpoint_decision_still_checkpoints_before_s
 
     import ict.training.trainer as trainer
 
-    class LateSignal(trainer._StopRequest):
+    class LateSignal(trainer.StopRequest):
         """SIGINT handled just after the first read of `requested` once `armed`."""
 
         armed = False
@@ -378,7 +378,7 @@ def test_a_signal_right_after_the_checkpoint_decision_still_checkpoints_before_s
         def requested(self, value: bool) -> None:
             self._requested = value
 
-    monkeypatch.setattr(trainer, "_StopRequest", LateSignal)
+    monkeypatch.setattr(trainer, "StopRequest", LateSignal)
     run_dir = tmp_path / "run"
 
     def arm(metrics):

@@ -26,9 +26,6 @@ repeats exactly what the uninterrupted run would have done (CPU, fixed seed).
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,6 +66,7 @@ from ict.runs.reporting import (
     step_line,
     write_eval,
 )
+from ict.runs.stop import StopRequest
 from ict.training.config import TrainConfig, save_config
 from ict.training.step import (
     ALL_TOKENS,
@@ -397,7 +395,7 @@ def _run_steps(run: _Run, on_step: Callable[[dict[str, Any]], None] | None) -> l
     all_metrics: list[dict[str, Any]] = []
     progress = progress_bar(console, config.num_steps, config.progress, run.start_step)
     profiler = StepProfiler(config.profile, next(run.model.parameters()).device)
-    stop = _StopRequest(console)
+    stop = StopRequest(console)
     try:
         for step in range(run.start_step, config.num_steps):
             with profiler.phase("step"):
@@ -448,7 +446,7 @@ def _record_step(run: _Run, metrics: dict[str, Any], all_metrics: list[dict[str,
                         entropy=f"{metrics['entropy']:.3f}")
 
 
-def _checkpoint_or_stop(run: _Run, step: int, stop: _StopRequest, profiler: StepProfiler) -> None:
+def _checkpoint_or_stop(run: _Run, step: int, stop: StopRequest, profiler: StepProfiler) -> None:
     """Checkpoint after the last step, every `save_every`, on a stop request or a divergence;
     then raise `TrainingDiverged` or `KeyboardInterrupt` when the run must stop early."""
     config, state = run.config, run.trainer_state
@@ -476,31 +474,6 @@ def _checkpoint_or_stop(run: _Run, step: int, stop: _StopRequest, profiler: Step
         run.console.print(f"stopped after step {step + 1}: {run.last_checkpoint}; to continue, "
                           f"{run.continue_with}")
         raise KeyboardInterrupt
-
-
-class _StopRequest:
-    """First SIGINT/SIGTERM: set `requested` (the loop checkpoints after the current step and
-    stops); the second: abort at once. Signal handlers exist only in the main thread."""
-
-    def __init__(self, console: Any) -> None:
-        self.requested = False
-        self.console = console
-        self.previous: dict[int, Any] = {}
-        if threading.current_thread() is threading.main_thread():
-            for number in (signal.SIGINT, signal.SIGTERM):
-                self.previous[number] = signal.signal(number, self._handle)
-
-    def _handle(self, number: int, frame: Any) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        with contextlib.suppress(Exception):
-            self.console.print("stopping after this step (checkpointed; Ctrl-C again aborts)")
-
-    def restore(self) -> None:
-        for number, handler in self.previous.items():
-            signal.signal(number, handler)
-        self.previous = {}
 
 
 def method_of(config: TrainConfig) -> Method:
