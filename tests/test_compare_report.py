@@ -382,3 +382,22 @@ def test_summary_json_is_strict_json(tmp_path):
         == {("grpo", 0.75, None), ("ict", 0.5, None)}
     (end,) = [row for row in summary["training_end"] if row["method"] == "grpo"]
     assert (end["reward_mean"], end["entropy"]) == (0.5, None)
+
+
+def test_a_sample_whose_verdict_is_no_boolean_or_a_file_not_utf8_is_a_one_line_error(tmp_path, capsys):
+    """A samples.jsonl line with ``"correct": "false"`` was read by truthiness: a correct sample
+    (ict at 100.0 and a difference of 0 to grpo, from wrong verdicts); a file that is not UTF-8
+    gave 'error: 'utf-8' codec can't decode byte 0xff ...', naming no file of the many runs."""
+    output = tmp_path / "cmp"
+    _finished_run(output, "grpo", {0: [True, True]})
+    ict = _finished_run(output, "ict", {0: [False, False]})
+    samples = ict / "eval" / "samples.jsonl"
+    samples.write_text('{"benchmark": "b", "index": 0, "correct": "false"}\n' * 2)
+    arguments = ["compare", "--report-only", "--output-dir", str(output)]
+    assert main(arguments) == 2
+    assert f"{samples}:1: not an evaluation sample" in capsys.readouterr().err
+    assert not (output / "report.md").exists()
+    samples.write_bytes(b'{"benchmark": "b", "index": 0, "correct": false}\n\xff\n')
+    assert main(arguments) == 2
+    error = capsys.readouterr().err
+    assert f"{samples}: not UTF-8 text" in error and len(error.strip().splitlines()) == 1

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ict.analysis.plots import read_metrics
-from ict.core.errors import UsageError
+from ict.core.errors import UsageError, read_utf8_text
 from ict.core.metrics import pass_at_k
 
 BASE_MODEL_DIR = "base-model"  # DIR/base-model/: the untrained model's evaluation (step 0)
@@ -94,19 +94,23 @@ def complete_verdicts(eval_dir: Path) -> dict[str, dict[int, list[bool]]] | None
 
 def read_verdicts(samples: Path) -> dict[str, dict[int, list[bool]]]:
     """benchmark -> problem index -> the sampled completions' verdicts, from an `ict eval`
-    samples.jsonl (greedy completions and unreadable lines left out; empty if no file)."""
+    samples.jsonl (greedy completions and unreadable lines left out; empty if no file). A JSON line
+    without a string 'benchmark', an integer 'index' and a boolean 'correct' (as `ict eval` writes
+    them: a "false" string would be read as correct), or a file that is not UTF-8, is a one-line
+    UsageError naming the file."""
     correct: dict[str, dict[int, list[bool]]] = {}
     if not samples.is_file():
         return correct
-    for number, line in enumerate(samples.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(read_utf8_text(samples).splitlines(), 1):
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
         if not (isinstance(record, dict) and isinstance(record.get("benchmark"), str)
-                and isinstance(record.get("index"), int) and "correct" in record):
+                and isinstance(record.get("index"), int) and not isinstance(record["index"], bool)
+                and isinstance(record.get("correct"), bool)):
             raise UsageError(f"{samples}:{number}: not an evaluation sample (a JSON object with 'benchmark', "
-                             "'index' and 'correct')")
+                             "integer 'index' and boolean 'correct')")
         if record.get("greedy"):
             continue
         per_problem = correct.setdefault(record["benchmark"], {})
