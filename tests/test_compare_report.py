@@ -401,3 +401,26 @@ def test_a_sample_whose_verdict_is_no_boolean_or_a_file_not_utf8_is_a_one_line_e
     assert main(arguments) == 2
     error = capsys.readouterr().err
     assert f"{samples}: not UTF-8 text" in error and len(error.strip().splitlines()) == 1
+
+
+def test_a_method_left_out_of_a_benchmarks_pass_at_k_is_named(tmp_path):
+    """ict seed 1 sampled 2 completions per problem, seed 0 four: ict vanished from pass@4 (its
+    seed 1's pass@4 is NaN) with no word in the report; random's seeds evaluated problems 0-1 and
+    2-3: random vanished from every table. ict's seeds evaluated problems 0-1 and 0-2: its mean
+    is over problems 0-1 only, and nothing said so. Each is now a note."""
+    from ict.analysis.compare import RunRecord, summarize
+
+    def run(label: str, seed: int, verdicts: dict[int, list[bool]]) -> RunRecord:
+        return RunRecord(label, seed, tmp_path, [], {"b": verdicts}, ks=(1, 4))
+
+    runs = [run("grpo", 0, {0: [True] * 4, 1: [False] * 4}), run("grpo", 1, {0: [True] * 4, 1: [False] * 4}),
+            run("ict", 0, {0: [True] * 4, 1: [True] * 4, 2: [False] * 4}), run("ict", 1, {0: [True] * 2, 1: [True] * 2}),
+            run("random", 0, {0: [True] * 4, 1: [True] * 4}), run("random", 1, {2: [True] * 4, 3: [True] * 4})]
+    summary = summarize(runs, resamples=20, baselines=("grpo",))
+    assert [(row["method"], row["metric"], row["problems"]) for row in summary["table"]] == [
+        ("grpo", "pass@1", 2), ("ict", "pass@1", 2), ("grpo", "pass@4", 2)]
+    assert summary["pairing"] == [
+        "ict on b pass@1: the 2 problems all its seeds evaluated (of 3)",
+        "random on b pass@1: left out (its seeds evaluated no problem in common)",
+        "ict on b pass@4: left out (fewer than 4 samples of a problem: ict/seed1)",
+        "random on b pass@4: left out (its seeds evaluated no problem in common)"]
