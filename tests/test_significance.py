@@ -115,3 +115,17 @@ def test_sign_test_counts_a_positive_float_residue_as_a_tie() -> None:
     a = np.array([[1e-13, 1.0, 1.0]])
     assert sign_test(a, np.zeros((1, 3))) == 0.5
     assert sign_test(np.zeros((1, 3)), a) == 0.5
+
+
+@pytest.mark.parametrize("call", [
+    lambda a, b: paired_bootstrap(a, b, resamples=0),
+    lambda a, b: paired_permutation_test(a, b, resamples=0),
+    lambda a, b: paired_bootstrap(a, b, resamples=50, confidence=0.0),
+    lambda a, b: paired_bootstrap(a, b, resamples=50, confidence=95),
+])
+def test_no_resample_or_a_confidence_outside_0_1_is_a_clear_error(call) -> None:
+    """With 0 resamples the Monte Carlo permutation p-value of 20 all-positive differences was
+    (1 + 0) / (1 + 0) = 1.0 and the bootstrap an IndexError; confidence 0 gave a point interval
+    (both ends the median) away from the difference, and 95 numpy's percentile error."""
+    with pytest.raises(ValueError, match="resamples|confidence"):
+        call(np.ones((1, 20)), np.zeros((1, 20)))
