@@ -424,3 +424,20 @@ def test_a_method_left_out_of_a_benchmarks_pass_at_k_is_named(tmp_path):
         "random on b pass@1: left out (its seeds evaluated no problem in common)",
         "ict on b pass@4: left out (fewer than 4 samples of a problem: ict/seed1)",
         "random on b pass@4: left out (its seeds evaluated no problem in common)"]
+
+
+def test_two_directories_of_one_seed_are_refused(tmp_path, capsys):
+    """runs/ict/seed1 and runs/ict/seed01 both parse as seed 1: the report listed 'ict/seed1,
+    ict/seed1', its table averaged both as 2 seeds, and the pair took seed01's scores (+100.0,
+    'paired on the 1 seeds both evaluated (of 2 and 2)') while seed1 scored 0. Now refused."""
+    output = tmp_path / "cmp"
+    for seed in (0, 1):
+        _finished_run(output, "grpo", {i: [False] * 2 for i in range(4)}, seed=seed)
+    copy = _finished_run(output, "ict", {i: [True] * 2 for i in range(4)}, seed=1)
+    copy.rename(copy.with_name("seed01"))
+    _finished_run(output, "ict", {i: [False] * 2 for i in range(4)}, seed=1)
+    assert main(["compare", "--report-only", "--output-dir", str(output), "--bootstrap-resamples", "20"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {output}/runs/ict/seed01 and {output}/runs/ict/seed1 are both seed 1 of ict; keep one of "
+        "them, named seed1")
+    assert not (output / "report.md").exists()

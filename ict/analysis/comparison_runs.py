@@ -68,14 +68,22 @@ class RunRecord:
 
 
 def load_runs(output_dir: Path) -> list[RunRecord]:
-    """Every ``runs/<label>/seed<k>`` directory with metrics or evaluation samples."""
+    """Every ``runs/<label>/seed<k>`` directory with metrics or evaluation samples; a one-line
+    UsageError for two directories of one label and seed (``seed1`` and ``seed01``: the pairs
+    would take one of them for both)."""
     records = []
+    seen: dict[tuple[str, int], Path] = {}
     for directory in sorted((output_dir / "runs").glob("*/seed*")):
         match = re.fullmatch(r"seed(-?\d+)", directory.name)
         if match is None:
             continue
+        seed = int(match.group(1))
+        other = seen.setdefault((directory.parent.name, seed), directory)
+        if other != directory:
+            raise UsageError(f"{other} and {directory} are both seed {seed} of {directory.parent.name}; "
+                             f"keep one of them, named seed{seed}")
         verdicts = complete_verdicts(directory / "eval")
-        records.append(RunRecord(directory.parent.name, int(match.group(1)), directory,
+        records.append(RunRecord(directory.parent.name, seed, directory,
                                  read_metrics(directory), verdicts or {},
                                  _planned_steps(directory / "config.yaml"), evaluated_ks(directory / "eval"),
                                  evaluating=verdicts is None))
