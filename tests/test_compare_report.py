@@ -511,3 +511,17 @@ def test_greedy_samples_and_nan_pass_at_k_stay_out_of_the_curves(tmp_path):
     assert seeds == [2, 10] and matrix.tolist() == [[1.0], [0.0]]
     resumed = RunRecord("grpo", 0, tmp_path, [{"step": 1}, {"step": 1}, {"step": 2}], {}, planned_steps=3)
     assert resumed.in_progress and resumed.progress == "2 of 3 steps"
+
+
+def test_a_run_not_evaluated_adds_no_k(tmp_path):
+    """ict seed 1 trained but not evaluated has no results.json, so its ks default to (1, 4); they
+    were added to the evaluated runs' (1, 2), and every method got a 'pass@4: left out (fewer
+    than 4 samples ...)' note for a k that no evaluation asked for."""
+    from ict.analysis.compare import summarize
+
+    runs = [RunRecord("grpo", 0, tmp_path, [], {"b": {0: [True, False], 1: [False, False]}}, ks=(1, 2)),
+            RunRecord("ict", 0, tmp_path, [], {"b": {0: [True, True], 1: [False, True]}}, ks=(1, 2)),
+            RunRecord("ict", 1, tmp_path, [], {})]
+    summary = summarize(runs, resamples=20)
+    assert sorted({row["metric"] for row in summary["table"]}) == ["pass@1", "pass@2"]
+    assert summary["pairing"] == ["ict on b: the 1 seeds evaluated (no final evaluation of b: ict/seed1)"]

@@ -163,7 +163,7 @@ def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
     table: list[dict[str, Any]] = []
     differences: list[dict[str, Any]] = []
     pairing: list[str] = []  # comparisons over fewer problems or seeds than a side evaluated
-    ks = sorted(set().union(*(run.ks for run in runs)))
+    ks = sorted(set().union(*(run.ks for run in runs if run.correct)))  # a run not evaluated asked for none
     for benchmark in benchmarks:
         evaluated: dict[str, list[RunRecord]] = {}  # label -> its runs with a final evaluation of benchmark
         for label, group in by_label.items():
