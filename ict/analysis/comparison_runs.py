@@ -137,11 +137,12 @@ def evaluated_ks(eval_dir: Path) -> tuple[int, ...]:
 
 
 def _planned_steps(path: Path) -> int | None:
-    """``num_steps`` of a run's resolved config.yaml, or None (no file, or no integer there)."""
+    """``num_steps`` of a run's resolved config.yaml, or None (no file, or no integer there); a
+    file that is not UTF-8 is a one-line UsageError naming it."""
     import yaml
 
     try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+        config = yaml.safe_load(read_utf8_text(path)) if path.is_file() else None
     except yaml.YAMLError:
         return None
     steps = config.get("num_steps") if isinstance(config, dict) else None
