@@ -377,3 +377,27 @@ def test_a_run_with_a_checkpoint_resumes_with_its_own_config(tmp_path, monkeypat
     save_config(build_config(None, {}, {"method": "grpo", "seed": "0", "run_dir": str(directory),
                                         "held_out_sets": evaluated}), directory / "config.yaml")
     assert _training_config(config, {}, spec, 0).held_out_sets == evaluated  # a new run's, kept
+
+
+def test_compare_config_refusals_and_labels(tmp_path):
+    """Mutation tests of CompareConfig.validate, .ks, parse_methods and MethodSpec.label, each a
+    one-line UsageError before anything trains: repeated seeds, --bootstrap-resamples 0, a k of 0
+    or a repeated k, two methods of one label, an unknown baseline; the default ks are those of
+    ict eval that fit in --eval-n (k = n included); a label's odd characters become '_'."""
+    from ict.core.errors import UsageError
+    from ict.evaluation.evaluate import EvalConfig
+    from ict.experiments.compare import CompareConfig, MethodSpec
+
+    def config(**values) -> CompareConfig:
+        return CompareConfig(output_dir=tmp_path / "c", report_only=True, **values)
+
+    for values, message in (({"seeds": (0, 0)}, "--seeds"), ({"bootstrap_resamples": 0}, "--bootstrap-resamples"),
+                            ({"eval_ks": (0, 1)}, "--eval-ks"), ({"eval_ks": (1, 1)}, "--eval-ks"),
+                            ({"eval_ks": (1, 5), "eval_n": 4}, "--eval-ks"),
+                            ({"methods": "ict:ratio=0.1,ict:ratio=0.1"}, "distinct methods"),
+                            ({"baselines": ("nope",)}, "--baselines 'nope'")):
+        with pytest.raises(UsageError, match=message):
+            config(**values).validate()
+    n = max(EvalConfig.ks)
+    assert config(eval_n=n).ks == tuple(EvalConfig.ks)
+    assert MethodSpec("ict", {"reference": "a/b c"}).label == "ict-reference=a_b_c"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ict.analysis.compare import RunRecord
 from ict.cli import main
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -382,3 +383,151 @@ def test_summary_json_is_strict_json(tmp_path):
         == {("grpo", 0.75, None), ("ict", 0.5, None)}
     (end,) = [row for row in summary["training_end"] if row["method"] == "grpo"]
     assert (end["reward_mean"], end["entropy"]) == (0.5, None)
+
+
+def test_a_sample_whose_verdict_is_no_boolean_or_a_file_not_utf8_is_a_one_line_error(tmp_path, capsys):
+    """A samples.jsonl line with ``"correct": "false"`` was read by truthiness: a correct sample
+    (ict at 100.0 and a difference of 0 to grpo, from wrong verdicts); a file that is not UTF-8
+    gave 'error: 'utf-8' codec can't decode byte 0xff ...', naming no file of the many runs."""
+    output = tmp_path / "cmp"
+    _finished_run(output, "grpo", {0: [True, True]})
+    ict = _finished_run(output, "ict", {0: [False, False]})
+    samples = ict / "eval" / "samples.jsonl"
+    samples.write_text('{"benchmark": "b", "index": 0, "correct": "false"}\n' * 2)
+    arguments = ["compare", "--report-only", "--output-dir", str(output)]
+    assert main(arguments) == 2
+    assert f"{samples}:1: not an evaluation sample" in capsys.readouterr().err
+    assert not (output / "report.md").exists()
+    samples.write_bytes(b'{"benchmark": "b", "index": 0, "correct": false}\n\xff\n')
+    assert main(arguments) == 2
+    error = capsys.readouterr().err
+    assert f"{samples}: not UTF-8 text" in error and len(error.strip().splitlines()) == 1
+    samples.write_text('{"benchmark": "b", "index": 0, "correct": false}\n')
+    config = ict / "config.yaml"
+    config.write_bytes(b"method: ict\nnum_steps: 2\n# \xff\n")
+    assert main(arguments) == 2
+    error = capsys.readouterr().err
+    assert f"{config}: not UTF-8 text" in error and len(error.strip().splitlines()) == 1
+
+
+def test_a_method_left_out_of_a_benchmarks_pass_at_k_is_named(tmp_path):
+    """ict seed 1 sampled 2 completions per problem, seed 0 four: ict vanished from pass@4 (its
+    seed 1's pass@4 is NaN) with no word in the report; random's seeds evaluated problems 0-1 and
+    2-3: random vanished from every table. ict's seeds evaluated problems 0-1 and 0-2: its mean
+    is over problems 0-1 only, and nothing said so. Each is now a note."""
+    from ict.analysis.compare import RunRecord, summarize
+
+    def run(label: str, seed: int, verdicts: dict[int, list[bool]]) -> RunRecord:
+        return RunRecord(label, seed, tmp_path, [], {"b": verdicts}, ks=(1, 4))
+
+    runs = [run("grpo", 0, {0: [True] * 4, 1: [False] * 4}), run("grpo", 1, {0: [True] * 4, 1: [False] * 4}),
+            run("ict", 0, {0: [True] * 4, 1: [True] * 4, 2: [False] * 4}), run("ict", 1, {0: [True] * 2, 1: [True] * 2}),
+            run("random", 0, {0: [True] * 4, 1: [True] * 4}), run("random", 1, {2: [True] * 4, 3: [True] * 4})]
+    summary = summarize(runs, resamples=20, baselines=("grpo",))
+    assert [(row["method"], row["metric"], row["problems"]) for row in summary["table"]] == [
+        ("grpo", "pass@1", 2), ("ict", "pass@1", 2), ("grpo", "pass@4", 2)]
+    assert summary["pairing"] == [
+        "ict on b pass@1: the 2 problems all its seeds evaluated (of 3)",
+        "random on b pass@1: left out (its seeds evaluated no problem in common)",
+        "ict on b pass@4: left out (fewer than 4 samples of a problem: ict/seed1)",
+        "random on b pass@4: left out (its seeds evaluated no problem in common)"]
+
+
+def test_two_directories_of_one_seed_are_refused(tmp_path, capsys):
+    """runs/ict/seed1 and runs/ict/seed01 both parse as seed 1: the report listed 'ict/seed1,
+    ict/seed1', its table averaged both as 2 seeds, and the pair took seed01's scores (+100.0,
+    'paired on the 1 seeds both evaluated (of 2 and 2)') while seed1 scored 0. Now refused."""
+    output = tmp_path / "cmp"
+    for seed in (0, 1):
+        _finished_run(output, "grpo", {i: [False] * 2 for i in range(4)}, seed=seed)
+    copy = _finished_run(output, "ict", {i: [True] * 2 for i in range(4)}, seed=1)
+    copy.rename(copy.with_name("seed01"))
+    _finished_run(output, "ict", {i: [False] * 2 for i in range(4)}, seed=1)
+    assert main(["compare", "--report-only", "--output-dir", str(output), "--bootstrap-resamples", "20"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {output}/runs/ict/seed01 and {output}/runs/ict/seed1 are both seed 1 of ict; keep one of "
+        "them, named seed1")
+    assert not (output / "report.md").exists()
+
+
+def test_pairs_over_a_subset_or_no_shared_problem_or_seed(tmp_path):
+    """Mutation tests of summarize's pairing: stapo evaluated a subset of grpo's problems (the
+    note comes when only one side differs from the common set); ict's problems and random's seed
+    share nothing with grpo (no difference row, a note, no ValueError from an empty pair); a
+    label with no run of a benchmark gets no 'seeds evaluated' note for it; over 16 problems the
+    p-value is the Monte Carlo one with the resamples asked for."""
+    from ict.analysis.compare import RunRecord, summarize
+    from ict.core.significance import paired_permutation_test
+
+    def run(label: str, seed: int, verdicts: dict[int, list[bool]], benchmark: str = "b") -> RunRecord:
+        return RunRecord(label, seed, tmp_path, [], {benchmark: verdicts}, ks=(1,))
+
+    grpo = {i: [i % 3 == 0] * 2 for i in range(20)}
+    runs = [run("grpo", 0, grpo), run("stapo", 0, {i: [True] * 2 for i in range(4)}),
+            run("ict", 0, {i: [True] * 2 for i in range(20, 22)}), run("random", 1, grpo),
+            run("entropy", 0, {i: [True, False] for i in range(20)}), run("kl_cov", 0, {0: [True] * 2}, "c")]
+    summary = summarize(runs, resamples=7, baselines=("grpo",))
+    assert {(row["method"], row["problems"]) for row in summary["differences"] if row["benchmark"] == "b"} == {
+        ("stapo", 4), ("entropy", 20)}
+    assert summary["pairing"] == [
+        "stapo against grpo on b pass@1: paired on the 4 problems both evaluated (of 4 and 20)",
+        "ict against grpo on b pass@1: paired on the 0 problems both evaluated (of 2 and 20)",
+        "random against grpo on b pass@1: paired on the 0 seeds both evaluated (of 1 and 1)"]
+    (entropy,) = [row for row in summary["differences"] if row["method"] == "entropy"]
+    scores = {name: [[float(value) for value in (values if name == "grpo" else [0.5] * 20)]]
+              for name, values in (("grpo", [i % 3 == 0 for i in range(20)]), ("entropy", None))}
+    expected = paired_permutation_test(scores["entropy"], scores["grpo"], resamples=7, seed=0)
+    assert entropy["p_value"] == expected and expected != paired_permutation_test(
+        scores["entropy"], scores["grpo"], resamples=10, seed=0)
+
+
+def test_the_end_of_training_means_its_last_steps_over_finite_values(tmp_path):
+    """Mutation tests of training_end, _seed_mean and top_tokens: the last END_WINDOW (10) of 12
+    steps (not the first 10), a NaN step left out of a run's mean, a seed with no finite value
+    left out of the seeds' mean, and the top tokens of the last 10 steps only."""
+    from ict.analysis.compare import _seed_mean, top_tokens, training_end
+
+    lines = [{"step": step, "reward_mean": 0.0 if step <= 2 else 1.0, "entropy": math.nan if step == 12 else 0.5,
+              "top_selected_tokens": [["early" if step <= 2 else "late", 1]]} for step in range(1, 13)]
+    runs = [RunRecord("ict", 0, tmp_path, lines, {})]
+    (row,) = training_end(runs)
+    assert (row["reward_mean"], row["entropy"], row["steps"]) == (1.0, 0.5, 12)
+    assert top_tokens(runs)["ict"]["selected"] == [["late", 10]]
+    assert _seed_mean([{"x": math.nan}, {"x": 0.25}], "x") == 0.25
+
+
+def test_greedy_samples_and_nan_pass_at_k_stay_out_of_the_curves(tmp_path):
+    """Mutation tests: a greedy completion is no sample (problem 0: 2 wrong samples and a right
+    greedy one is pass@1 0, not 1/3); a k above n gives no learning-curve row (not a NaN one);
+    the score matrix's rows are in seed order (seed 2 before seed 10); the last logged step,
+    not the number of metrics lines, tells a run in progress."""
+    from ict.analysis.compare import learning_curves, read_verdicts, score_matrix
+
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps({"benchmark": "b", "index": 0, "correct": correct, "greedy": greedy}) + "\n"
+                               for correct, greedy in ((False, False), (False, False), (True, True))))
+    assert read_verdicts(samples) == {"b": {0: [False, False]}}
+    output = tmp_path / "cmp"
+    run = _finished_run(output, "grpo", {0: [True, False]})
+    _write_eval(output / "base-model", {0: [False, False]})
+    record = RunRecord("grpo", 0, run, [], {"b": {0: [True, False]}}, planned_steps=2, ks=(1, 4))
+    assert [(row["step"], row["metric"]) for row in learning_curves(output, [record])] == [(0, "pass@1"), (2, "pass@1")]
+    runs = [RunRecord("grpo", seed, tmp_path, [], {"b": {0: [seed == 2]}}) for seed in (10, 2)]
+    seeds, _, matrix = score_matrix(runs, "b", 1)
+    assert seeds == [2, 10] and matrix.tolist() == [[1.0], [0.0]]
+    resumed = RunRecord("grpo", 0, tmp_path, [{"step": 1}, {"step": 1}, {"step": 2}], {}, planned_steps=3)
+    assert resumed.in_progress and resumed.progress == "2 of 3 steps"
+
+
+def test_a_run_not_evaluated_adds_no_k(tmp_path):
+    """ict seed 1 trained but not evaluated has no results.json, so its ks default to (1, 4); they
+    were added to the evaluated runs' (1, 2), and every method got a 'pass@4: left out (fewer
+    than 4 samples ...)' note for a k that no evaluation asked for."""
+    from ict.analysis.compare import summarize
+
+    runs = [RunRecord("grpo", 0, tmp_path, [], {"b": {0: [True, False], 1: [False, False]}}, ks=(1, 2)),
+            RunRecord("ict", 0, tmp_path, [], {"b": {0: [True, True], 1: [False, True]}}, ks=(1, 2)),
+            RunRecord("ict", 1, tmp_path, [], {})]
+    summary = summarize(runs, resamples=20)
+    assert sorted({row["metric"] for row in summary["table"]}) == ["pass@1", "pass@2"]
+    assert summary["pairing"] == ["ict on b: the 1 seeds evaluated (no final evaluation of b: ict/seed1)"]

@@ -77,3 +77,35 @@ def test_a_change_of_any_resume_key_refuses_the_directory(tmp_path: Path, key: s
     with pytest.raises(UsageError, match=rf"holds samples of a different run \({key}: .* -> 'other'\)"):
         prepare_output_dir(tmp_path, changed, grading, 4, False)
     prepare_output_dir(tmp_path, current, grading, 4, False)  # the same run resumes
+
+
+def test_aggregates_suites_duplicates_mixed_seeds_and_the_table_sections(tmp_path: Path):
+    """Mutation tests of ict.evaluation.results: a requested suite present with >= 2 members is
+    an aggregate (suite:paper, whose members are all the benchmarks, so 'all' repeats it and is
+    left out); members sampled with different seeds have no per-seed macro mean (the mean of
+    their means, no std, not a KeyError), and results.csv still has its seed column for the
+    rows that have seeds; the benchmarks' section of the table ends at the last benchmark."""
+    from ict.evaluation.results import aggregate_results, display_rows
+
+    def row(name: str, group: str, value: float, seeds: tuple[int, ...] = ()) -> BenchmarkResult:
+        return BenchmarkResult(name, group, "", 10, 4, {"pass@1": value}, seeds=list(seeds),
+                               per_seed={str(seed): {"pass@1": value + seed / 10} for seed in seeds})
+
+    rows = [row("gsm8k", "math", 0.2), row("math500", "math", 0.4), row("mmlu_stem", "commonsense", 0.6),
+            row("gpqa_diamond", "commonsense", 0.8), row("aime23", "olympiad", 0.0), row("aime24", "olympiad", 0.0),
+            row("aime25", "olympiad", 0.0)]
+    aggregates = aggregate_results(rows, ["paper"])
+    assert [(a.name, round(a.metrics["pass@1"], 12)) for a in aggregates] == [
+        ("suite:paper", round(2 / 7, 12)), ("group:math", 0.3), ("group:commonsense", 0.7), ("group:olympiad", 0.0)]
+    mixed = [row("gsm8k", "math", 0.2, (0, 1)), row("math500", "math", 0.4, (0, 2))]
+    (aggregate,) = aggregate_results(mixed)
+    assert (aggregate.metrics, aggregate.per_seed, aggregate.std) == ({"pass@1": pytest.approx(0.3)}, {}, {})
+    config = {"seeds": [0, 1], "model": "m", "num_samples": 4, "temperature": 1.0, "top_p": 1.0,
+              "max_new_tokens": 8}
+    result = EvalResult(config, mixed, [aggregate], tmp_path, {})
+    write_results(result)
+    csv_rows = list(csv.DictReader(open(tmp_path / "results.csv", encoding="utf-8")))
+    assert [(r["benchmark"], r["seed"]) for r in csv_rows][:3] == [("gsm8k", "mean"), ("gsm8k", "0"), ("gsm8k", "1")]
+    assert [(cells[0], end) for cells, end in display_rows(result)] == [
+        ("gsm8k", False), ("gsm8k seed=0", False), ("gsm8k seed=1", False), ("math500", False),
+        ("math500 seed=0", False), ("math500 seed=2", True), ("group:math", False)]

@@ -53,3 +53,35 @@ def test_pass_at_k_rejects_impossible_inputs():
     for n, c in (([2], [5]), ([2], [-1]), ([0], [0])):
         with pytest.raises(ValueError, match="num_correct must be in"):
             average_at_n(n, c)  # [2], [5] was 2.5
+
+
+def test_pass_at_k_of_a_two_dimensional_array_keeps_each_cell():
+    """[seeds, problems] counts: the k factors were laid along the problems axis ((n - c)[:, None]
+    - steps, product over axis 1), so n = 3, c = 1, k = 3 gave 1/3, 1/2, 1 by column instead of 1
+    everywhere, and a k other than the number of columns (or 1) raised a broadcast error."""
+    n = np.full((2, 3), 3)
+    assert pass_at_k(n, np.ones((2, 3), dtype=int), 3).tolist() == [[1.0] * 3] * 2
+    counts = np.array([[0, 1, 2, 3], [4, 0, 0, 1]])
+    expected = [[float(exact_pass_at_k(4, c, 2)) for c in row] for row in counts]
+    assert pass_at_k(np.full((2, 4), 4), counts, 2) == pytest.approx(np.array(expected), abs=1e-12)
+
+
+def test_pass_at_k_bounds_and_count_types():
+    """Mutation tests: a negative count of correct samples (pass@1 of n=4, c=-1 was -0.25), a
+    boolean k (True is no k), boolean correct flags (counts of 0/1, accepted) and avg@n of no
+    problem (NaN, not 0)."""
+    with pytest.raises(ValueError, match="num_correct must be in"):
+        pass_at_k(4, -1, 1)
+    with pytest.raises(ValueError, match="k must be an integer"):
+        pass_at_k(4, 1, True)
+    assert pass_at_k(1, np.array([True, False]), 1).tolist() == [1.0, 0.0]
+    assert np.isnan(average_at_n([], []))
+
+
+def test_majority_vote_takes_the_most_frequent_answer_after_whitespace():
+    """Two answers equal but for spaces outvote the first answer (a lone wrong '1'): the vote is
+    the most frequent answer's verdict, not the first's, and spaces do not split a vote."""
+    from ict.core.metrics import majority_vote_correct
+
+    assert majority_vote_correct(["1", "\\frac {1}{2}", "\\frac{1}{2}"], [False, True, True]) is True
+    assert majority_vote_correct(["1", "2", "2"], [False, True, True]) is True

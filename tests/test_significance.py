@@ -115,3 +115,56 @@ def test_sign_test_counts_a_positive_float_residue_as_a_tie() -> None:
     a = np.array([[1e-13, 1.0, 1.0]])
     assert sign_test(a, np.zeros((1, 3))) == 0.5
     assert sign_test(np.zeros((1, 3)), a) == 0.5
+
+
+@pytest.mark.parametrize("call", [
+    lambda a, b: paired_bootstrap(a, b, resamples=0),
+    lambda a, b: paired_permutation_test(a, b, resamples=0),
+    lambda a, b: paired_bootstrap(a, b, resamples=50, confidence=0.0),
+    lambda a, b: paired_bootstrap(a, b, resamples=50, confidence=95),
+])
+def test_no_resample_or_a_confidence_outside_0_1_is_a_clear_error(call) -> None:
+    """With 0 resamples the Monte Carlo permutation p-value of 20 all-positive differences was
+    (1 + 0) / (1 + 0) = 1.0 and the bootstrap an IndexError; confidence 0 gave a point interval
+    (both ends the median) away from the difference, and 95 numpy's percentile error."""
+    with pytest.raises(ValueError, match="resamples|confidence"):
+        call(np.ones((1, 20)), np.zeros((1, 20)))
+
+
+@pytest.mark.parametrize("test", [paired_bootstrap, paired_permutation_test, sign_test])
+def test_no_problem_or_a_nan_on_the_baseline_side_is_a_clear_error(test) -> None:
+    """Mutation tests: the shapes' emptiness and the second side's finiteness are checked too
+    (an empty [1, 0] pair gave a NaN observed mean and the exact p-value 0)."""
+    with pytest.raises(ValueError, match="non-empty"):
+        test(np.zeros((1, 0)), np.zeros((1, 0)))
+    b = np.zeros((1, 4))
+    b[0, 2] = math.nan
+    with pytest.raises(ValueError, match="finite"):
+        test(np.zeros((1, 4)), b)
+
+
+def test_monte_carlo_patterns_as_extreme_as_the_observed_count_both_signs() -> None:
+    """One nonzero difference among 20: every sign pattern's |mean| is 1/20, the observed value,
+    so every pattern counts and p = (1 + R) / (1 + R) = 1. Kills the mutants that drop the
+    absolute value (p about 1/2), draw signs from {0, 1} (about 1/2) or compare with
+    ``observed + TOLERANCE`` (1 / (1 + R))."""
+    a = np.zeros((2, 20))
+    a[:, 0] = 1.0
+    assert paired_permutation_test(a, np.zeros((2, 20)), resamples=200) == 1.0
+
+
+def test_exact_permutation_p_value_is_two_sided_for_a_negative_mean() -> None:
+    """The same differences with the sides swapped give the same p-value (15/64: by enumeration,
+    as in test_exact_permutation_p_value_by_enumeration); an observed mean without its absolute
+    value gave 1.0 for the negative one."""
+    d = np.array([[0.5, 0.25, -0.125, 1.0, 0.0, 0.75]])
+    observed = abs(d.mean())
+    count = sum(abs(np.mean(np.array(signs) * d)) >= observed - 1e-12
+                for signs in itertools.product([-1, 1], repeat=6))
+    assert paired_permutation_test(np.zeros((1, 6)), d) == paired_permutation_test(d, np.zeros((1, 6))) == count / 64
+    assert count / 64 < 1
+
+
+def test_sign_test_with_as_many_positives_as_negatives_is_one() -> None:
+    """n+ = n- = 1: 2 * (C(2,0) + C(2,1)) / 4 = 1.5 is capped at 1 (scipy's binomtest(1, 2))."""
+    assert sign_test(np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]])) == 1.0

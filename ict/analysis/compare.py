@@ -151,8 +151,11 @@ def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
     """Per benchmark and k: per-method mean/std over seeds, and paired differences to the
     baselines (bootstrap interval over problems and seeds, permutation p-value) on the seeds and
     problems both sides evaluated; ``pairing`` names each pair that leaves a side's seed or
-    problem out (its difference is then not that of the table's means), and each method with a
-    run that has no final evaluation of a benchmark (its other seeds are averaged)."""
+    problem out (its difference is then not that of the table's means), each method with a
+    run that has no final evaluation of a benchmark (its other seeds are averaged), each method
+    whose seeds evaluated different problems (averaged over those all evaluated), and each method
+    left out of a benchmark's pass@k (a seed with fewer than k samples of a problem, or seeds
+    with no problem in common)."""
     by_label: dict[str, list[RunRecord]] = {}
     for run in runs:
         by_label.setdefault(run.label, []).append(run)
@@ -160,7 +163,7 @@ def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
     table: list[dict[str, Any]] = []
     differences: list[dict[str, Any]] = []
     pairing: list[str] = []  # comparisons over fewer problems or seeds than a side evaluated
-    ks = sorted(set().union(*(run.ks for run in runs)))
+    ks = sorted(set().union(*(run.ks for run in runs if run.correct)))  # a run not evaluated asked for none
     for benchmark in benchmarks:
         evaluated: dict[str, list[RunRecord]] = {}  # label -> its runs with a final evaluation of benchmark
         for label, group in by_label.items():
@@ -175,8 +178,17 @@ def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
                 if not group:
                     continue
                 seeds, problems, matrix = score_matrix(group, benchmark, k)
-                if matrix.size == 0 or np.isnan(matrix).any():
+                short = [f"{label}/seed{run.seed}" for run in group
+                         if min(map(len, run.correct[benchmark].values()), default=0) < k]
+                if matrix.size == 0 or np.isnan(matrix).any():  # not in the tables: the report says why
+                    pairing.append(f"{label} on {benchmark} pass@{k}: left out (" + (
+                        f"fewer than {k} samples of a problem: {', '.join(short)})" if short
+                        else "its seeds evaluated no problem in common)"))
                     continue
+                evaluated_problems = set().union(*(run.correct[benchmark] for run in group))
+                if len(evaluated_problems) > len(problems):
+                    pairing.append(f"{label} on {benchmark} pass@{k}: the {len(problems)} problems all its "
+                                   f"seeds evaluated (of {len(evaluated_problems)})")
                 matrices[label] = (seeds, problems, matrix)
                 per_seed = matrix.mean(axis=1)
                 table.append({"benchmark": benchmark, "metric": f"pass@{k}", "method": label,

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ict.analysis.plots import read_metrics
-from ict.core.errors import UsageError
+from ict.core.errors import UsageError, read_utf8_text
 from ict.core.metrics import pass_at_k
 
 BASE_MODEL_DIR = "base-model"  # DIR/base-model/: the untrained model's evaluation (step 0)
@@ -68,14 +68,22 @@ class RunRecord:
 
 
 def load_runs(output_dir: Path) -> list[RunRecord]:
-    """Every ``runs/<label>/seed<k>`` directory with metrics or evaluation samples."""
+    """Every ``runs/<label>/seed<k>`` directory with metrics or evaluation samples; a one-line
+    UsageError for two directories of one label and seed (``seed1`` and ``seed01``: the pairs
+    would take one of them for both)."""
     records = []
+    seen: dict[tuple[str, int], Path] = {}
     for directory in sorted((output_dir / "runs").glob("*/seed*")):
         match = re.fullmatch(r"seed(-?\d+)", directory.name)
         if match is None:
             continue
+        seed = int(match.group(1))
+        other = seen.setdefault((directory.parent.name, seed), directory)
+        if other != directory:
+            raise UsageError(f"{other} and {directory} are both seed {seed} of {directory.parent.name}; "
+                             f"keep one of them, named seed{seed}")
         verdicts = complete_verdicts(directory / "eval")
-        records.append(RunRecord(directory.parent.name, int(match.group(1)), directory,
+        records.append(RunRecord(directory.parent.name, seed, directory,
                                  read_metrics(directory), verdicts or {},
                                  _planned_steps(directory / "config.yaml"), evaluated_ks(directory / "eval"),
                                  evaluating=verdicts is None))
@@ -94,19 +102,23 @@ def complete_verdicts(eval_dir: Path) -> dict[str, dict[int, list[bool]]] | None
 
 def read_verdicts(samples: Path) -> dict[str, dict[int, list[bool]]]:
     """benchmark -> problem index -> the sampled completions' verdicts, from an `ict eval`
-    samples.jsonl (greedy completions and unreadable lines left out; empty if no file)."""
+    samples.jsonl (greedy completions and unreadable lines left out; empty if no file). A JSON line
+    without a string 'benchmark', an integer 'index' and a boolean 'correct' (as `ict eval` writes
+    them: a "false" string would be read as correct), or a file that is not UTF-8, is a one-line
+    UsageError naming the file."""
     correct: dict[str, dict[int, list[bool]]] = {}
     if not samples.is_file():
         return correct
-    for number, line in enumerate(samples.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(read_utf8_text(samples).splitlines(), 1):
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
         if not (isinstance(record, dict) and isinstance(record.get("benchmark"), str)
-                and isinstance(record.get("index"), int) and "correct" in record):
+                and isinstance(record.get("index"), int) and not isinstance(record["index"], bool)
+                and isinstance(record.get("correct"), bool)):
             raise UsageError(f"{samples}:{number}: not an evaluation sample (a JSON object with 'benchmark', "
-                             "'index' and 'correct')")
+                             "integer 'index' and boolean 'correct')")
         if record.get("greedy"):
             continue
         per_problem = correct.setdefault(record["benchmark"], {})
@@ -125,11 +137,12 @@ def evaluated_ks(eval_dir: Path) -> tuple[int, ...]:
 
 
 def _planned_steps(path: Path) -> int | None:
-    """``num_steps`` of a run's resolved config.yaml, or None (no file, or no integer there)."""
+    """``num_steps`` of a run's resolved config.yaml, or None (no file, or no integer there); a
+    file that is not UTF-8 is a one-line UsageError naming it."""
     import yaml
 
     try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+        config = yaml.safe_load(read_utf8_text(path)) if path.is_file() else None
     except yaml.YAMLError:
         return None
     steps = config.get("num_steps") if isinstance(config, dict) else None

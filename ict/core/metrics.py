@@ -15,7 +15,8 @@ import numpy as np
 
 
 def pass_at_k(num_samples: int | Sequence[int] | np.ndarray, num_correct: int | Sequence[int] | np.ndarray, k: int):
-    """Unbiased pass@k per problem; scalars give a float, arrays a float64 array.
+    """Unbiased pass@k per problem; scalars give a float, arrays a float64 array of their
+    broadcast shape (the product runs over a new last axis of ``k`` factors).
 
     Raises ``ValueError`` when ``k`` is not an integer in ``[1, n]``, ``n`` or ``c`` is not a
     whole number (2.7 samples is not 2), or ``c`` is not in ``[0, n]``.
@@ -32,10 +33,10 @@ def pass_at_k(num_samples: int | Sequence[int] | np.ndarray, num_correct: int | 
     if np.any(c < 0) or np.any(c > n):
         raise ValueError("num_correct must be in [0, num_samples]")
     steps = np.arange(k)
-    numerators = (n - c)[:, None] - steps
-    denominators = n[:, None] - steps
+    numerators = (n - c)[..., None] - steps
+    denominators = n[..., None] - steps
     factors = np.where(numerators > 0, numerators / denominators, 0.0)
-    result = 1.0 - np.prod(factors, axis=1)
+    result = 1.0 - np.prod(factors, axis=-1)
     return float(result[0]) if scalar else result
 
 

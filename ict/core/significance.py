@@ -53,6 +53,15 @@ def _paired(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
+def _check_resamples(resamples: int, confidence: float = 0.95) -> None:
+    """ValueError unless ``resamples >= 1`` and ``0 < confidence < 1`` (no resample left the
+    permutation p-value at (1 + 0) / (1 + 0) = 1 and the bootstrap without a percentile)."""
+    if isinstance(resamples, bool) or int(resamples) != resamples or resamples < 1:
+        raise ValueError(f"resamples must be an integer >= 1, got {resamples!r}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence!r}")
+
+
 def paired_bootstrap(a: np.ndarray, b: np.ndarray, resamples: int = 10_000,
                      confidence: float = 0.95, seed: int = 0) -> BootstrapResult:
     """Two-way paired bootstrap of ``mean(a) - mean(b)`` over seeds (rows) and problems (columns).
@@ -60,8 +69,10 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, resamples: int = 10_000,
     Each resample draws S row indices and P column indices with replacement
     (`numpy.random.default_rng(seed)`: rows first, then columns) and takes the mean of
     ``(a - b)[rows][:, columns]``; the interval is the (1-confidence)/2 and (1+confidence)/2
-    percentiles (numpy's default linear interpolation)."""
+    percentiles (numpy's default linear interpolation). ValueError unless ``resamples >= 1`` and
+    ``0 < confidence < 1``."""
     a, b = _paired(a, b)
+    _check_resamples(resamples, confidence)
     diff = a - b
     seeds, problems = diff.shape
     rng = np.random.default_rng(seed)
@@ -78,8 +89,10 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, resamples: int = 10_000,
 def paired_permutation_test(a: np.ndarray, b: np.ndarray, resamples: int = 10_000,
                             seed: int = 0) -> float:
     """Two-sided sign-flip permutation p-value for the per-problem differences (averaged over
-    seeds). With P <= 16 problems all 2^P sign patterns are enumerated (exact p-value)."""
+    seeds). With P <= 16 problems all 2^P sign patterns are enumerated (exact p-value), else
+    ``resamples`` (>= 1) random patterns."""
     a, b = _paired(a, b)
+    _check_resamples(resamples)
     d = (a - b).mean(axis=0)
     observed = abs(d.mean())
     if d.size <= 16:
