@@ -304,3 +304,16 @@ def test_every_committed_run_reproduces_from_its_config_yaml():
         for key, value in (recorded.get("selector") or {}).items():
             assert config.selector[key] == value, (path, key)
         assert config.selector.get("metric", "js") == "js" and not config.selector.get("complement", False)
+
+
+def test_a_config_file_not_utf8_is_a_one_line_error_naming_it(tmp_path):
+    """load_yaml read with the locale's codec: a Latin-1 config gave "'utf-8' codec can't decode
+    byte 0xe9 ...", naming no file (ict train --config, ict compare --config)."""
+    from ict.core.errors import UsageError
+    from ict.training.config import load_yaml
+
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("num_steps: 1\n# caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(UsageError, match=r"latin1\.yaml: not UTF-8 text") as error:
+        load_yaml(path)
+    assert "\n" not in str(error.value)

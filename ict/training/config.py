@@ -17,7 +17,7 @@ import yaml
 
 from ict.answers.verify import check_timeout
 from ict.core import selectors
-from ict.core.errors import UsageError
+from ict.core.errors import UsageError, read_utf8_text
 from ict.core.options import check_choices, option, optional_inner, parse_field, yaml_problem
 from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.stats import MIN_TEMPERATURE, needs_reference_logits, parse_tile_size
@@ -422,7 +422,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise UsageError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(read_utf8_text(path)) or {}
     except yaml.YAMLError as error:
         raise UsageError(f"cannot parse YAML config {path}: {yaml_problem(error)}") from None
     if not isinstance(data, dict):
