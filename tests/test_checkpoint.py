@@ -140,3 +140,20 @@ def test_a_checkpoint_of_another_architecture_is_refused_before_the_optimizer(tm
     with pytest.raises(UsageError, match="does not match the model") as error:
         load_checkpoint(path, model, None)
     assert kind in str(error.value)
+
+
+def test_a_corrupt_checkpoints_fix_names_the_one_to_resume_from_or_a_fresh_start(tmp_path):
+    """The refusal of a corrupt checkpoint said "delete it to resume from the previous checkpoint"
+    also when the run had no earlier one (deleting it starts the run over). It now names the
+    complete checkpoint before it, or says the run starts over."""
+    model, optimizer = _model_and_optimizer()
+    first = save_checkpoint(tmp_path, 1, model, optimizer, {}, keep=0)
+    second = save_checkpoint(tmp_path, 2, model, optimizer, {}, keep=0)
+    for path in (first, second):
+        weights = path / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(UsageError, match=rf"delete {second} to resume from {first.name}, or") as error:
+        verify_checkpoint(second)
+    assert "\n" not in str(error.value)
+    with pytest.raises(UsageError, match=r"to start the run over \(it has no earlier checkpoint\)"):
+        load_checkpoint(first, model, optimizer)

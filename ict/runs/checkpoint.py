@@ -262,6 +262,17 @@ def _crc32(path: Path) -> int:
 _JSON_KEYS = {"optimizer.json": ("param_groups",), "rng.json": ("numpy", "python"), "trainer_state.json": ("step",)}
 
 
+def _corrupt_checkpoint_fix(path: Path, name: str | None = None) -> str:
+    """The fix of a bad checkpoint `path`: delete it (`name`, default its path) to resume from the
+    checkpoint before it, or, where the run has none, to start the run over."""
+    step = int(path.name[len(CHECKPOINT_PREFIX):]) if path.name[len(CHECKPOINT_PREFIX):].isdigit() else None
+    earlier = [other for other in complete_checkpoints(path.parent.parent)
+               if step is not None and int(other.name[len(CHECKPOINT_PREFIX):]) < step]
+    then = (f"resume from {earlier[-1].name}" if earlier else
+            "start the run over (it has no earlier checkpoint)")
+    return f"delete {name or path} to {then}, or start a new run with another --run-dir"
+
+
 def verify_checkpoint(path: str | Path) -> None:
     """Raise UsageError (one line, with the fix) unless `path` is a complete, intact checkpoint:
     the marker exists, every file of its manifest has its recorded size and CRC-32 (size alone in
@@ -270,8 +281,7 @@ def verify_checkpoint(path: str | Path) -> None:
     from safetensors import safe_open
 
     path = Path(path)
-    fix = (f"delete {path} to resume from the previous checkpoint, or start a new run with "
-           "another --run-dir")
+    fix = _corrupt_checkpoint_fix(path)
     marker = path / COMPLETE_MARKER
     if not marker.is_file():
         raise UsageError(f"checkpoint {path} is incomplete (no {COMPLETE_MARKER} marker): {fix}")
@@ -307,7 +317,7 @@ def load_checkpoint(path: str | Path, model: Any, optimizer: torch.optim.Optimiz
     before the model or optimizer is touched."""
     path = Path(path)
     verify_checkpoint(path)
-    fix = "delete it to resume from the previous checkpoint, or start a new run with another --run-dir"
+    fix = _corrupt_checkpoint_fix(path, "it")
     try:
         missing, unexpected = load_model(model, str(path / "model.safetensors"),
                                          strict=False, device=str(next(model.parameters()).device))
