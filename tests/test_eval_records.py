@@ -109,3 +109,21 @@ def test_aggregates_suites_duplicates_mixed_seeds_and_the_table_sections(tmp_pat
     assert [(cells[0], end) for cells, end in display_rows(result)] == [
         ("gsm8k", False), ("gsm8k seed=0", False), ("gsm8k seed=1", False), ("math500", False),
         ("math500 seed=0", False), ("math500 seed=2", True), ("group:math", False)]
+
+
+def test_results_json_is_strict_json_with_a_nan_metric_as_null(tmp_path: Path):
+    """results.json was written with json.dumps' default, so a NaN metric (the mean over no
+    problem, a std over one seed) became the bare token NaN, which strict JSON readers (jq,
+    JavaScript, Go) refuse; it is now null, and the other numbers are unchanged."""
+    import json
+
+    row = BenchmarkResult("gsm8k", "math", "", 0, 4, {"pass@1": float("nan"), "pass@4": 0.25})
+    config = {"seed": 0, "model": "m", "num_samples": 4, "temperature": 1.0, "top_p": 1.0,
+              "max_new_tokens": 8}
+    write_results(EvalResult(config, [row], [], tmp_path, {}))
+
+    def refuse(token: str) -> None:
+        raise ValueError(f"not strict JSON: {token}")
+
+    data = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"), parse_constant=refuse)
+    assert data["benchmarks"]["gsm8k"]["metrics"] == {"pass@1": None, "pass@4": 0.25}

@@ -19,7 +19,7 @@ import numpy as np
 from ict.data.benchmarks import SUITES
 from ict.evaluation.records import RESULTS_FILES, SAMPLES_FILE
 from ict.runs.checkpoint import write_atomically
-from ict.runs.reporting import environment_record
+from ict.runs.reporting import environment_record, json_safe
 
 
 @dataclass
@@ -192,7 +192,8 @@ def write_results(result: EvalResult) -> None:
     With several seeds results.csv has a ``seed`` column (``mean`` for the mean over seeds, whose
     row also has ``<metric>_std`` columns, then one row per seed). results.json comes last and
     atomically: ict compare takes it for a finished evaluation, so a write cut short (disk full, a
-    kill) must leave none, not a torn one that a rerun reuses."""
+    kill) must leave none, not a torn one that a rerun reuses. results.json is strict JSON: a metric
+    that is NaN (e.g. the mean over no problem) is null."""
     directory = result.output_dir
     metrics = _metric_names(result)
     multi_seed = any(row.multi_seed for row in result.rows())
@@ -227,7 +228,8 @@ def write_results(result: EvalResult) -> None:
                                       if config.get("limit") else "") +
             ". Metrics in percent; aggregates are macro means over benchmarks.\n")
     (directory / "results.md").write_text(note + "\n" + markdown_table(result), encoding="utf-8")
-    write_atomically(directory / "results.json", json.dumps(results_as_dict(result), indent=2, default=str) + "\n")
+    write_atomically(directory / "results.json",
+                     json.dumps(json_safe(results_as_dict(result)), indent=2, default=str, allow_nan=False) + "\n")
 
 
 def print_results_table(result: EvalResult) -> None:
