@@ -395,7 +395,9 @@ def test_compare_config_refusals_and_labels(tmp_path):
                             ({"eval_ks": (0, 1)}, "--eval-ks"), ({"eval_ks": (1, 1)}, "--eval-ks"),
                             ({"eval_ks": (1, 5), "eval_n": 4}, "--eval-ks"),
                             ({"methods": "ict:ratio=0.1,ict:ratio=0.1"}, "distinct methods"),
-                            ({"baselines": ("nope",)}, "--baselines 'nope'")):
+                            ({"baselines": ("nope",)}, "--baselines 'nope'"),
+                            # --baselines '' wrote a report that compared nothing ("Baselines: .")
+                            ({"baselines": ()}, "--baselines needs"), ({"baselines": ("",)}, "--baselines needs")):
         with pytest.raises(UsageError, match=message):
             config(**values).validate()
     n = max(EvalConfig.ks)

@@ -186,6 +186,8 @@ class CompareConfig:
         # everything that fails before anything trains: the methods, the benchmarks' names, and
         # baselines given by hand (the defaults may be absent: the report says so)
         specs = self.method_specs
+        if not self.baselines or not all(self.baselines):
+            raise UsageError(f"--baselines needs method names or run labels, got {','.join(self.baselines)!r}")
         if not (self.train_only or self.report_only):
             expand_benchmark_names(self.eval_benchmarks)
         if tuple(self.baselines) != BASELINES:
