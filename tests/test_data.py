@@ -25,6 +25,14 @@ def test_jsonl_with_nested_field_mapping_and_gsm8k_gold(tmp_path):
     assert all(problem.kind == "math" for problem in every)
 
 
+def test_a_data_file_under_home_loads_with_a_tilde(tmp_path, monkeypatch):
+    # `dataset: ~/data.jsonl` in a config file reaches ict unexpanded
+    (tmp_path / "data.jsonl").write_text('{"question": "1+1", "answer": "2"}\n{"question": "1+2", "answer": "3"}\n')
+    monkeypatch.setenv("HOME", str(tmp_path))
+    data = load_training_data("~/data.jsonl")
+    assert sorted(problem.answer for problem in data.train) == ["2", "3"]
+
+
 def test_parquet_and_multiple_choice(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -100,6 +100,13 @@ def test_missing_local_model_directory():
         load_model_and_tokenizer("./no/such/model", device="cpu")
 
 
+def test_a_model_directory_under_home_loads_with_a_tilde(tiny_model_dir, monkeypatch):
+    # `model: ~/models/x` in a config file, or --model=~/models/x, reaches ict unexpanded
+    monkeypatch.setenv("HOME", str(tiny_model_dir.parent))
+    model, tokenizer = load_model_and_tokenizer(f"~/{tiny_model_dir.name}", device="cpu")
+    assert model.config.vocab_size == len(tokenizer)
+
+
 def _greedy_reference(model, prompt_ids: list[int], steps: int, eos_id: int) -> list[int]:
     """Unbatched argmax decoding with full recomputation (no cache, no padding)."""
     tokens = list(prompt_ids)
