@@ -185,6 +185,28 @@ def test_one_dtype_resolver_for_train_eval_and_vllm():
     assert dtype_name("bf16", "cpu") == "bfloat16"
 
 
+@pytest.mark.parametrize("device", ["meta", "mps", "xpu"])
+def test_a_device_other_than_cpu_or_cuda_is_refused_in_one_line(device, tiny_model_dir):
+    # it reached from_pretrained / generate and ended in a RuntimeError traceback (exit 1)
+    from ict.cli import main
+
+    with pytest.raises(UsageError, match=f"unsupported device '{device}'"):
+        load_model_and_tokenizer(str(tiny_model_dir), device=device)
+    assert main(["eval", "--model", str(tiny_model_dir), "--benchmarks", "rg:chain_sum:size=1",
+                 "--device", device, "--output-dir", str(tiny_model_dir.parent / "no-eval")]) == 2
+
+
+def test_a_cuda_index_the_machine_lacks_is_refused(monkeypatch):
+    from ict.models.loading import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_device("cuda:1") == torch.device("cuda:1")
+    assert resolve_device("cuda") == torch.device("cuda")
+    with pytest.raises(UsageError, match="has 2 CUDA device"):
+        resolve_device("cuda:2")
+
+
 def test_mixed_precision_resolution():
     from ict.models.loading import compute_context, resolve_autocast
     from ict.training.config import TrainConfig

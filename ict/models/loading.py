@@ -43,15 +43,21 @@ def cache_root() -> Path:
 
 
 def resolve_device(device: str = "auto") -> torch.device:
-    """`auto` -> cuda if available, else cpu; otherwise the torch device named."""
+    """`auto` -> cuda if available, else cpu; otherwise the cpu or cuda device named (another
+    torch device type, e.g. meta or mps, and a CUDA index the machine lacks: `UsageError`)."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         resolved = torch.device(device)
     except RuntimeError as error:
         raise UsageError(f"unknown device {device!r} (use auto, cpu, cuda, cuda:0, ...)") from error
+    if resolved.type not in ("cpu", "cuda"):
+        raise UsageError(f"unsupported device {device!r} (use auto, cpu, cuda, cuda:0, ...)")
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"device {device!r} requested but CUDA is not available")
+    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
+        raise UsageError(f"device {device!r} requested but this machine has {torch.cuda.device_count()} "
+                         "CUDA device(s)")
     return resolved
 
 
