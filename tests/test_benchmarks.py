@@ -464,3 +464,15 @@ def test_a_choice_question_has_two_to_twenty_six_options():
     for options in (["a"], [*letters, "27th"]):
         with pytest.raises(ValueError, match="expected 2-26 options"):
             problem_from_row(stem, {"question": "q", "choices": options, "answer": 0}, 0)
+
+
+@pytest.mark.parametrize("labels", [["A", "A", "B"], ["A", "B"], ["1", "2", "3", "4"]])
+def test_labels_that_do_not_pair_one_to_one_with_the_texts_are_refused(labels, tmp_path):
+    """A repeated label, or more or fewer labels than texts, leaves the gold's text unknown: such a
+    row loaded with a guessed answer (the first "A", the second text for "2" of four labels)."""
+    row = {"id": "q1", "question": "q", "choices": {"label": labels, "text": ["x", "y", "z"]},
+           "answerKey": labels[1]}
+    (tmp_path / "arc_challenge.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(UsageError, match=r"arc_challenge.jsonl:1: row 1 of arc_challenge: .*one distinct "
+                                         r"label per text"):
+        load_benchmark("arc_challenge", tmp_path)
