@@ -142,6 +142,11 @@ def test_held_out_questions_are_never_trained_on(tmp_path):
     random.Random(0).shuffle(order)
     assert [p.prompt for p in data.eval] == [f"q{index}" for index in order[7:]]
     assert [p.prompt for p in data.train] == [f"q{index}" for index in order[:7]]
+    # five questions, eval_size 5: four held out (one is left to train on), and the description says so
+    path.write_text("".join(json.dumps({"question": f"q{index}", "answer": "1"}) + "\n" for index in range(5)))
+    data = load_training_data(str(path), eval_size=5, seed=0)
+    assert (len(data.eval), len(data.train)) == (4, 1)
+    assert "only 4 of eval_size 5 held out" in data.description
 
 
 def test_a_run_started_before_the_distinct_rule_resumes_with_its_draws(tmp_path):
