@@ -217,3 +217,14 @@ def test_each_epoch_of_the_prompt_stream_is_a_new_shuffle():
     for epoch in epochs:
         assert sorted(epoch, key=int) == [str(index) for index in range(10)]
     assert len({tuple(epoch) for epoch in epochs}) == 3
+
+
+def test_held_out_sets_leave_out_questions_of_tasks_that_pad_them_with_whitespace():
+    """leg_counting's questions end in a newline; an evaluation set's questions are stripped."""
+    import reasoning_gym
+
+    held = {entry["question"].strip() for entry in reasoning_gym.create_dataset("leg_counting", size=5, seed=0)}
+    data = load_training_data("leg_counting", dataset_size=20, seed=0,
+                              held_out_sets=["rg:leg_counting:size=5:seed=0"])
+    assert len(data.train) <= 15
+    assert not {p.entry["question"].strip() for p in data.train} & held
