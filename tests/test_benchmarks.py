@@ -52,6 +52,22 @@ def test_registry_and_suites():
         expand_benchmark_names(" , ")
 
 
+
+def test_suites_are_the_documented_ones():
+    """docs/evaluation.md's table of suites, read from the page itself."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "evaluation.md").read_text()
+    documented = {match[1]: tuple(match[2].split(", "))
+                  for match in re.finditer(r"^\| (\w+) \| ([\w, ]+) \|$", page, re.MULTILINE)
+                  if match[1] in ("math", "olympiad", "commonsense", "paper")}
+    assert documented == {"math": ("math500", "gsm8k", "minerva_math"),
+                          "olympiad": ("aime24", "aime25", "amc23", "olympiadbench"),
+                          "commonsense": ("commonsense_qa", "arc_challenge", "mmlu_stem", "mmlu_pro",
+                                          "gpqa_diamond"),
+                          "paper": ("gsm8k", "math500", "mmlu_stem", "gpqa_diamond", "aime23", "aime24",
+                                    "aime25")}
+    assert SUITES == documented
+
+
 LOCAL_FILES = {  # name -> (rows, first gold, answer type)
     "math500": (500, "\\left( 3, \\frac{\\pi}{2} \\right)", "math"),
     "aime24": (30, "204", "math"),
@@ -180,7 +196,7 @@ def test_reasoning_gym_tasks():
                                           REASONING_GYM_EVAL_SEED)
     assert REASONING_GYM_EVAL_SEED >= 1_000_000  # training seeds are below 1_000_000
     benchmark = load_benchmark(name)
-    reference = reasoning_gym.create_dataset("chain_sum", size=6, seed=REASONING_GYM_EVAL_SEED,
+    reference = reasoning_gym.create_dataset("chain_sum", size=6, seed=1_000_003,  # the documented seed
                                              max_terms=2, max_digits=1)
     assert [p.question for p in benchmark.problems] == [reference[i]["question"] for i in range(6)]
     assert [p.answer for p in benchmark.problems] == [reference[i]["answer"] for i in range(6)]
@@ -437,3 +453,26 @@ def test_row_fields_empty_values_and_gold_bounds():
     for bad in (4, -1):
         with pytest.raises(ValueError, match="out of range"):
             problem_from_row(stem, {"question": "q", "choices": ["a", "b", "c", "d"], "answer": bad}, 0)
+
+
+def test_a_choice_question_has_two_to_twenty_six_options():
+    """One option is no question, and option letters stop at Z."""
+    stem = REGISTRY["mmlu_stem"]
+    letters = [chr(ord("A") + number) for number in range(26)]
+    assert problem_from_row(stem, {"question": "q", "choices": letters, "answer": 25}, 0).answer == "Z"
+    assert problem_from_row(stem, {"question": "q", "choices": ["a", "b"], "answer": 1}, 0).answer == "B"
+    for options in (["a"], [*letters, "27th"]):
+        with pytest.raises(ValueError, match="expected 2-26 options"):
+            problem_from_row(stem, {"question": "q", "choices": options, "answer": 0}, 0)
+
+
+@pytest.mark.parametrize("labels", [["A", "A", "B"], ["A", "B"], ["1", "2", "3", "4"]])
+def test_labels_that_do_not_pair_one_to_one_with_the_texts_are_refused(labels, tmp_path):
+    """A repeated label, or more or fewer labels than texts, leaves the gold's text unknown: such a
+    row loaded with a guessed answer (the first "A", the second text for "2" of four labels)."""
+    row = {"id": "q1", "question": "q", "choices": {"label": labels, "text": ["x", "y", "z"]},
+           "answerKey": labels[1]}
+    (tmp_path / "arc_challenge.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(UsageError, match=r"arc_challenge.jsonl:1: row 1 of arc_challenge: .*one distinct "
+                                         r"label per text"):
+        load_benchmark("arc_challenge", tmp_path)

@@ -25,6 +25,14 @@ def test_jsonl_with_nested_field_mapping_and_gsm8k_gold(tmp_path):
     assert all(problem.kind == "math" for problem in every)
 
 
+def test_a_data_file_under_home_loads_with_a_tilde(tmp_path, monkeypatch):
+    # `dataset: ~/data.jsonl` in a config file reaches ict unexpanded
+    (tmp_path / "data.jsonl").write_text('{"question": "1+1", "answer": "2"}\n{"question": "1+2", "answer": "3"}\n')
+    monkeypatch.setenv("HOME", str(tmp_path))
+    data = load_training_data("~/data.jsonl")
+    assert sorted(problem.answer for problem in data.train) == ["2", "3"]
+
+
 def test_parquet_and_multiple_choice(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -134,6 +142,11 @@ def test_held_out_questions_are_never_trained_on(tmp_path):
     random.Random(0).shuffle(order)
     assert [p.prompt for p in data.eval] == [f"q{index}" for index in order[7:]]
     assert [p.prompt for p in data.train] == [f"q{index}" for index in order[:7]]
+    # five questions, eval_size 5: four held out (one is left to train on), and the description says so
+    path.write_text("".join(json.dumps({"question": f"q{index}", "answer": "1"}) + "\n" for index in range(5)))
+    data = load_training_data(str(path), eval_size=5, seed=0)
+    assert (len(data.eval), len(data.train)) == (4, 1)
+    assert "only 4 of eval_size 5 held out" in data.description
 
 
 def test_a_run_started_before_the_distinct_rule_resumes_with_its_draws(tmp_path):
@@ -204,3 +217,14 @@ def test_each_epoch_of_the_prompt_stream_is_a_new_shuffle():
     for epoch in epochs:
         assert sorted(epoch, key=int) == [str(index) for index in range(10)]
     assert len({tuple(epoch) for epoch in epochs}) == 3
+
+
+def test_held_out_sets_leave_out_questions_of_tasks_that_pad_them_with_whitespace():
+    """leg_counting's questions end in a newline; an evaluation set's questions are stripped."""
+    import reasoning_gym
+
+    held = {entry["question"].strip() for entry in reasoning_gym.create_dataset("leg_counting", size=5, seed=0)}
+    data = load_training_data("leg_counting", dataset_size=20, seed=0,
+                              held_out_sets=["rg:leg_counting:size=5:seed=0"])
+    assert len(data.train) <= 15
+    assert not {p.entry["question"].strip() for p in data.train} & held

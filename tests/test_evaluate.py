@@ -344,6 +344,45 @@ def test_lora_checkpoint_loads(tmp_path, tiny_model_dir):
     assert generator.tokenizer.padding_side == "left"
 
 
+def test_sampling_options_are_checked_at_their_documented_bounds():
+    """k in 1..n, temperature >= 0 (0: greedy), top-p in (0, 1] (1: no nucleus cut)."""
+    from ict.core.errors import UsageError
+    from ict.evaluation.evaluate import EvalConfig
+
+    for good in (dict(num_samples=2, ks=(1, 2)), dict(temperature=0.0), dict(top_p=1.0)):
+        EvalConfig(**good).validate()
+    for bad in (dict(num_samples=2, ks=(3,)), dict(ks=(0,)), dict(temperature=-0.1), dict(top_p=0.0),
+                dict(top_p=1.01)):
+        with pytest.raises(UsageError):
+            EvalConfig(**bad).validate()
+
+
+def test_the_generator_samples_with_the_configured_temperature_top_p_and_length(monkeypatch):
+    import types
+
+    from ict.evaluation.evaluate import EvalConfig, Generator
+    from ict.models import rollout
+
+    calls = []
+
+    def fake_generate(model, tokenizer, prompts, sampling, **kwargs):
+        calls.append((sampling, kwargs))
+        n = kwargs["num_samples"]
+        return types.SimpleNamespace(completions=[["x"] * n for _ in prompts],
+                                     completion_ids=[[[1]] * n for _ in prompts],
+                                     finished=[[True] * n for _ in prompts])
+
+    monkeypatch.setattr(rollout, "generate_completions", fake_generate)
+    config = EvalConfig(temperature=0.8, top_p=0.5, max_new_tokens=7, batch_size=6)
+    Generator(None, None, config).generate(["p", "q"], 3, False, 11)
+    Generator(None, None, config).generate(["p"], 1, True, 12)
+    (sampled, sampled_kwargs), (greedy, greedy_kwargs) = calls
+    assert sampled == rollout.SamplingSettings(0.8, 7, 0.5, False) and not sampled.is_greedy
+    assert (sampled_kwargs["num_samples"], sampled_kwargs["seed"], sampled_kwargs["batch_size"]) == (3, 11, 6)
+    assert greedy.is_greedy and greedy.generate_kwargs() == {"do_sample": False}
+    assert (greedy_kwargs["num_samples"], greedy_kwargs["seed"]) == (1, 12)
+
+
 def test_every_eval_option_comes_from_the_dataclass():
     import argparse
     import dataclasses

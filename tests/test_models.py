@@ -100,6 +100,13 @@ def test_missing_local_model_directory():
         load_model_and_tokenizer("./no/such/model", device="cpu")
 
 
+def test_a_model_directory_under_home_loads_with_a_tilde(tiny_model_dir, monkeypatch):
+    # `model: ~/models/x` in a config file, or --model=~/models/x, reaches ict unexpanded
+    monkeypatch.setenv("HOME", str(tiny_model_dir.parent))
+    model, tokenizer = load_model_and_tokenizer(f"~/{tiny_model_dir.name}", device="cpu")
+    assert model.config.vocab_size == len(tokenizer)
+
+
 def _greedy_reference(model, prompt_ids: list[int], steps: int, eos_id: int) -> list[int]:
     """Unbatched argmax decoding with full recomputation (no cache, no padding)."""
     tokens = list(prompt_ids)
@@ -176,6 +183,28 @@ def test_one_dtype_resolver_for_train_eval_and_vllm():
     assert dtype_name("fp16", "cuda") == "float16"  # the trainer's vLLM map once sent fp16 to fp32
     assert dtype_name("auto", "cpu") == "float32" and dtype_name("auto", "cuda") == "bfloat16"
     assert dtype_name("bf16", "cpu") == "bfloat16"
+
+
+@pytest.mark.parametrize("device", ["meta", "mps", "xpu"])
+def test_a_device_other_than_cpu_or_cuda_is_refused_in_one_line(device, tiny_model_dir):
+    # it reached from_pretrained / generate and ended in a RuntimeError traceback (exit 1)
+    from ict.cli import main
+
+    with pytest.raises(UsageError, match=f"unsupported device '{device}'"):
+        load_model_and_tokenizer(str(tiny_model_dir), device=device)
+    assert main(["eval", "--model", str(tiny_model_dir), "--benchmarks", "rg:chain_sum:size=1",
+                 "--device", device, "--output-dir", str(tiny_model_dir.parent / "no-eval")]) == 2
+
+
+def test_a_cuda_index_the_machine_lacks_is_refused(monkeypatch):
+    from ict.models.loading import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_device("cuda:1") == torch.device("cuda:1")
+    assert resolve_device("cuda") == torch.device("cuda")
+    with pytest.raises(UsageError, match="has 2 CUDA device"):
+        resolve_device("cuda:2")
 
 
 def test_mixed_precision_resolution():

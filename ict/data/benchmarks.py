@@ -304,6 +304,9 @@ def _choices_and_answer(spec: BenchmarkSpec, row: dict[str, Any]) -> tuple[list[
             raise ValueError(f"field {name!r} must be an object with 'label' and 'text' lists")
         labels = [label.strip() for label in checked_choices(value["label"], f"{name}.label")]
         options = checked_choices(value["text"], f"{name}.text")
+        if len(labels) != len(options) or len(set(labels)) != len(labels):  # no label -> text pairing
+            raise ValueError(f"field {name!r} needs one distinct label per text, got labels {labels} "
+                             f"for {len(options)} texts")
     else:
         options = checked_choices(value, name)
     for gold_field, gold_format in spec.gold_fields:

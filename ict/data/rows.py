@@ -154,8 +154,8 @@ def read_records(path: str | Path, skipped: list[str] | None = None) -> Rows:
 
     A .jsonl line that is not UTF-8 or not a JSON object (and a .json element that is not an
     object) raises a `UsageError` naming the file and line, unless `skipped` is a list: then it is
-    left out and its reason appended there."""
-    path = Path(path)
+    left out and its reason appended there. A leading ``~`` is the home directory."""
+    path = Path(path).expanduser()
     if not path.is_file():
         raise UsageError(f"data file not found: {path}")
     suffix = path.suffix.lower()

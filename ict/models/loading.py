@@ -43,15 +43,21 @@ def cache_root() -> Path:
 
 
 def resolve_device(device: str = "auto") -> torch.device:
-    """`auto` -> cuda if available, else cpu; otherwise the torch device named."""
+    """`auto` -> cuda if available, else cpu; otherwise the cpu or cuda device named (another
+    torch device type, e.g. meta or mps, and a CUDA index the machine lacks: `UsageError`)."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         resolved = torch.device(device)
     except RuntimeError as error:
         raise UsageError(f"unknown device {device!r} (use auto, cpu, cuda, cuda:0, ...)") from error
+    if resolved.type not in ("cpu", "cuda"):
+        raise UsageError(f"unsupported device {device!r} (use auto, cpu, cuda, cuda:0, ...)")
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"device {device!r} requested but CUDA is not available")
+    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
+        raise UsageError(f"device {device!r} requested but this machine has {torch.cuda.device_count()} "
+                         "CUDA device(s)")
     return resolved
 
 
@@ -165,14 +171,14 @@ def strip_gguf_quantizer(model: Any) -> None:
 
 
 def model_source(name_or_path: str, cache_dir: str | os.PathLike[str] | None = None) -> str | Path:
-    """Where ``name_or_path`` loads from: the offline default's directory, else the path or hub id
-    itself; a path-like name (``./``, ``/``, ``~``) that is no directory is a one-line UsageError.
+    """Where ``name_or_path`` loads from: the offline default's directory, else the path (``~``
+    expanded) or hub id itself; a path-like name (``./``, ``/``, ``~``) that is no directory is a one-line UsageError.
     A hub id with the hub unreachable switches the process offline (`go_offline`): it loads from
     the Hugging Face cache, or fails at once, not after minutes of retries."""
     if name_or_path == OFFLINE_DEFAULT_MODEL:
         return offline_default_path(cache_dir)
-    if os.path.isdir(name_or_path):
-        return name_or_path
+    if os.path.isdir(os.path.expanduser(name_or_path)):  # ~ from a config file or --model=~/...
+        return os.path.expanduser(name_or_path)
     if os.path.sep in name_or_path and name_or_path.startswith((".", "/", "~")):
         raise UsageError(f"model directory not found: {name_or_path}")
     if not hub_reachable():
