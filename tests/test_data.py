@@ -228,3 +228,22 @@ def test_held_out_sets_leave_out_questions_of_tasks_that_pad_them_with_whitespac
                               held_out_sets=["rg:leg_counting:size=5:seed=0"])
     assert len(data.train) <= 15
     assert not {p.entry["question"].strip() for p in data.train} & held
+
+
+@pytest.mark.parametrize("value", ["true", "YES", "on", "1"])
+def test_hub_offline_variables_that_huggingface_hub_reads_as_true_skip_the_network(monkeypatch, value):
+    """hub_reachable took only HF_HUB_OFFLINE=1 (or HF_DATASETS_OFFLINE=1) for offline: with
+    HF_HUB_OFFLINE=true, which huggingface_hub itself reads as offline, it still opened a
+    connection to the hub (3 s of timeout on an offline machine before each load)."""
+    import socket
+
+    from ict.data import hub
+
+    connections = []
+    monkeypatch.setattr(socket, "create_connection", lambda *args, **kwargs: connections.append(args))
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+        monkeypatch.setenv(name, value)
+        assert hub.hub_reachable() is False
+    assert connections == []

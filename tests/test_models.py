@@ -308,3 +308,16 @@ def test_the_trainer_loads_its_policy_with_dropout_off_unless_told(disable, tiny
         model.eval()
         eval_logits = model(input_ids=ids).logits
     assert torch.equal(train_logits, eval_logits) == disable
+
+
+def test_the_cache_directory_expands_a_tilde_and_an_empty_load_error_is_one_line(monkeypatch, tmp_path):
+    """ICT_CACHE=~/cache (a tilde no shell expanded, e.g. from a .env file) converted the offline
+    default into a directory literally named '~' under the working directory; and a load error
+    without a message raised IndexError instead of the one-line refusal."""
+    from ict.models import loading
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("ICT_CACHE", "~/cache")
+    assert loading.cache_root() == tmp_path / "cache"
+    error = loading._load_error("org/model", "org/model", OSError())
+    assert str(error).startswith("cannot load model 'org/model': OSError (offline?")

@@ -7,12 +7,15 @@ import os
 import socket
 from urllib.parse import urlparse
 
+_TRUE = ("1", "TRUE", "YES", "ON")  # huggingface_hub's ENV_VARS_TRUE_VALUES
+
 
 def hub_reachable(timeout_seconds: float = 3.0) -> bool:
     """Whether the hub endpoint (``$HF_ENDPOINT``, default huggingface.co) accepts a TCP
     connection: avoids minutes of retries on an offline machine. False when ``HF_HUB_OFFLINE``
-    or ``HF_DATASETS_OFFLINE`` is ``1``."""
-    if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1":
+    or ``HF_DATASETS_OFFLINE`` is true (``1``, ``true``, ``yes`` or ``on``, any case, as
+    huggingface_hub reads them)."""
+    if any(os.environ.get(name, "").strip().upper() in _TRUE for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
         return False
     endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     host = endpoint.hostname or "huggingface.co"

@@ -16,7 +16,7 @@ from typing import Any
 
 from ict.core.errors import UsageError
 from ict.core.problems import OPTION_LETTERS, Problem, choice_prompt
-from ict.data.hub import hub_reachable
+from ict.data.hub import go_offline, hub_reachable
 from ict.data.rows import (
     checked_answer,
     checked_choices,
@@ -135,8 +135,7 @@ def hub_records(dataset_id: str, subset: str | None, split: str) -> list[dict[st
                     ".jsonl/.json/.parquet file instead, with --question-field/--answer-field")
     offline = not hub_reachable()
     if offline:  # a copy already in the datasets cache still works; nothing else is tried
-        datasets.config.HF_HUB_OFFLINE = True
-        datasets.config.HF_DATASETS_OFFLINE = True
+        go_offline()
     try:
         dataset = datasets.load_dataset(dataset_id, subset, split=split)
     except Exception as error:  # network errors come as many types (requests, hub, OSError)

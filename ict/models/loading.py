@@ -38,8 +38,8 @@ class LoraOptions:
 
 
 def cache_root() -> Path:
-    """Directory for converted models: $ICT_CACHE, else ~/.cache/ict."""
-    return Path(os.environ.get("ICT_CACHE") or Path.home() / ".cache" / "ict")
+    """Directory for converted models: $ICT_CACHE (a leading ``~`` expanded), else ~/.cache/ict."""
+    return Path(os.environ.get("ICT_CACHE") or Path.home() / ".cache" / "ict").expanduser()
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -191,7 +191,8 @@ def _load_error(name_or_path: str, source: str | Path, error: Exception) -> Usag
     if os.path.isdir(source) and not (Path(source) / "config.json").is_file():
         return UsageError(f"{name_or_path} holds no model (no config.json): pass a model directory, e.g. a run's "
                           "checkpoints/step-N")
-    return UsageError(f"cannot load model {name_or_path!r}: {str(error).strip().splitlines()[0]} "
+    detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return UsageError(f"cannot load model {name_or_path!r}: {detail} "
                       f"(offline? pass a local directory, or use {OFFLINE_DEFAULT_MODEL})")
 
 
