@@ -317,3 +317,16 @@ def test_a_config_file_not_utf8_is_a_one_line_error_naming_it(tmp_path):
     with pytest.raises(UsageError, match=r"latin1\.yaml: not UTF-8 text") as error:
         load_yaml(path)
     assert "\n" not in str(error.value)
+
+
+def test_an_earlier_versions_stats_chunk_size_is_read_as_an_integer_or_refused_naming_it():
+    """stats_chunk_size (the option before the tiles) went through int(): 'abc' gave "invalid
+    literal for int() with base 10: 'abc'" naming no option, and a YAML 2.5 or true became a chunk
+    of 2 or 1 positions."""
+    assert build_config(None, {}, {"stats_chunk_size": "256"}).stats_tile_size == f"256x{1 << 30}"
+    assert build_config(None, {"stats_chunk_size": 64.0}, {}).stats_tile_size == f"64x{1 << 30}"
+    assert build_config(None, {}, {"stats_chunk_size": "none"}).stats_tile_size == "auto"
+    for value in ("abc", "2.5", 2.5, True, [4]):
+        with pytest.raises(UsageError, match=r"bad value for stats_chunk_size: .* \(expected int or none\)") as error:
+            build_config(None, {"stats_chunk_size": value}, {})
+        assert "\n" not in str(error.value)

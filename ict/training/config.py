@@ -510,10 +510,21 @@ def _renamed(values: dict[str, Any]) -> dict[str, Any]:
         name = key.replace("-", "_")
         if name == "stats_chunk_size":  # positions per chunk before the tiles (2026-11-26)
             if value is not None and str(value).strip().lower() not in ("none", "null", "~"):
-                out["stats_tile_size"] = f"{int(value)}x{_WHOLE_VOCABULARY}"
+                out["stats_tile_size"] = f"{_chunk_size(value)}x{_WHOLE_VOCABULARY}"
             continue
         out[f"selector.{_RENAMED[name]}" if name in _RENAMED else key] = value
     return out
+
+
+def _chunk_size(value: Any) -> int:
+    """The positions per chunk of an earlier version's ``stats_chunk_size`` (an integer, as text
+    or a YAML number); anything else is a one-line UsageError naming the option."""
+    try:  # int() alone would take True as 1 and truncate 2.5 to 2
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise UsageError(f"bad value for stats_chunk_size: {value!r:.80} (expected int or none)") from None
 
 
 def save_config(config: TrainConfig, path: str | Path) -> None:
