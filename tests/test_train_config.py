@@ -48,6 +48,10 @@ def test_precedence_defaults_yaml_options_overrides(tmp_path):
     (["no_equals_sign"], "key=value"),
     (["model.sub=1"], "only dict options take dotted keys"),
     (["resume=true"], "--resume needs --run-dir"),
+    # passed, and failed after the run directory was made: "bad reasoning-gym task 'chain_sum' or
+    # options None: size must be positive", naming neither dataset_size nor its value
+    (["dataset_size=0"], "dataset_size must be >= 1, got 0"),
+    (["dataset_size=-5"], "dataset_size must be >= 1, got -5"),
 ])
 def test_bad_options_raise_one_line_usage_errors(overrides, message):
     with pytest.raises(UsageError, match=message) as error:

@@ -303,7 +303,7 @@ class TrainConfig:
         except ValueError as error:
             raise UsageError(f"stats_tile_size: {error}") from None
         check_choices(self)
-        positive = ("prompts_per_step", "max_new_tokens", "generation_batch_size", "num_steps",
+        positive = ("prompts_per_step", "max_new_tokens", "generation_batch_size", "num_steps", "dataset_size",
                     "updates_per_batch", "max_consecutive_skips")
         for name in positive:
             if getattr(self, name) < 1:
