@@ -334,3 +334,13 @@ def test_an_earlier_versions_stats_chunk_size_is_read_as_an_integer_or_refused_n
         with pytest.raises(UsageError, match=r"bad value for stats_chunk_size: .* \(expected int or none\)") as error:
             build_config(None, {"stats_chunk_size": value}, {})
         assert "\n" not in str(error.value)
+
+
+def test_a_resumed_runs_config_yaml_not_utf8_is_a_one_line_error_naming_it(tmp_path):
+    """build_config read RUN_DIR/config.yaml with the locale's codec (to see whether it is empty)
+    before load_yaml: a byte that is not UTF-8 gave "'utf-8' codec can't decode byte 0xe9 ...",
+    a UnicodeDecodeError naming no file."""
+    (tmp_path / "config.yaml").write_bytes("num_steps: 1\n# caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(UsageError, match=r"config\.yaml: not UTF-8 text") as error:
+        build_config(None, {"resume": True, "run_dir": str(tmp_path)}, {})
+    assert "\n" not in str(error.value)

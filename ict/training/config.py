@@ -466,7 +466,7 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
             raise UsageError(f"--resume: {saved_path} is missing, but the run has checkpoints: restore it, or "
                              "start another --run-dir")
         return TrainConfig(**values).resolve()
-    if not saved_path.read_text().strip():  # a write cut short (before writes were atomic)
+    if not read_utf8_text(saved_path).strip():  # a write cut short (before writes were atomic)
         raise UsageError(f"--resume: {saved_path} is empty: restore it, or start another --run-dir")
     try:  # parsed as any YAML layer is (an unknown key is one line)
         stored = _renamed(load_yaml(saved_path))
