@@ -52,6 +52,9 @@ def test_precedence_defaults_yaml_options_overrides(tmp_path):
     # options None: size must be positive", naming neither dataset_size nor its value
     (["dataset_size=0"], "dataset_size must be >= 1, got 0"),
     (["dataset_size=-5"], "dataset_size must be >= 1, got -5"),
+    # passed, and failed only at the model's loading, after the run directory and the data
+    (["device=gpu"], "unknown device 'gpu'"),
+    (["device=cuda:x"], "unknown device 'cuda:x'"),
 ])
 def test_bad_options_raise_one_line_usage_errors(overrides, message):
     with pytest.raises(UsageError, match=message) as error:

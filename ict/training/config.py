@@ -339,6 +339,7 @@ class TrainConfig:
         if self.resume and not self.run_dir:
             raise UsageError("--resume needs --run-dir (the run to continue)")
         check_timeout(self.verify_timeout, "verify_timeout")
+        check_device(self.device)
         if not 0 <= self.seed < RUN_SEED_LIMIT:
             raise UsageError(f"seed must be in [0, 2^32), got {self.seed}")
         if not 0 <= self.overlong_buffer <= self.max_new_tokens:
@@ -369,6 +370,18 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def check_device(device: str) -> None:
+    """One-line UsageError unless ``device`` is ``auto`` or a torch device name (``cpu``, ``cuda:1``):
+    whether the device is there is known only where the run starts (``resolve_device``)."""
+    import torch
+
+    if device != "auto":
+        try:
+            torch.device(device)
+        except RuntimeError:
+            raise UsageError(f"unknown device {device!r} (use auto, cpu, cuda, cuda:0, ...)") from None
 
 
 # ----------------------------------------------------------------------------------------------
