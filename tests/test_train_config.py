@@ -55,6 +55,25 @@ def test_precedence_defaults_yaml_options_overrides(tmp_path):
     # passed, and failed only at the model's loading, after the run directory and the data
     (["device=gpu"], "unknown device 'gpu'"),
     (["device=cuda:x"], "unknown device 'cuda:x'"),
+    # each bound below held by no test (mutation testing): its first value outside
+    (["mini_batch_size=12"], "mini_batch_size must be a multiple of num_generations"),
+    (["mini_batch_size=72"], "mini_batch_size must be a multiple of num_generations"),
+    (["micro_batch_size=0"], "micro_batch_size must be >= 1, got 0"),
+    (["clip_ratio_c=1"], "clip_ratio_c must be > 1"),
+    (["top_p=0"], "top_p must be in"),
+    (["learning_rate=0"], "learning_rate must be > 0"),
+    (["ratio=0"], "ratio must be in"),
+    (["selector.ratio=0"], "ratio must be in"),
+    (["overlong_buffer=33"], "overlong_buffer must be in 0..max_new_tokens"),
+    (["overlong_penalty_factor=-0.5"], "overlong_penalty_factor must be >= 0"),
+    (["clip_low=1.01"], "clip_low must be in"),
+    (["adam_beta2=1"], "adam_beta2 must be in"),
+    (["adam_beta1=1"], "adam_beta1 must be in"),
+    (["adam_eps=0"], "adam_eps must be > 0"),
+    (["vllm_gpu_memory_utilization=1.5"], "vllm_gpu_memory_utilization must be in"),
+    (["vllm_cpu_kvcache_gib=0"], "vllm_cpu_kvcache_gib must be > 0"),
+    (["entropy_explosion_factor=0"], "entropy_explosion_factor must be > 0"),
+    (["lora_dropout=0.1"], "lora_dropout 0.1 needs disable_dropout: false"),
 ])
 def test_bad_options_raise_one_line_usage_errors(overrides, message):
     with pytest.raises(UsageError, match=message) as error:
@@ -347,3 +366,44 @@ def test_a_resumed_runs_config_yaml_not_utf8_is_a_one_line_error_naming_it(tmp_p
     with pytest.raises(UsageError, match=r"config\.yaml: not UTF-8 text") as error:
         build_config(None, {"resume": True, "run_dir": str(tmp_path)}, {})
     assert "\n" not in str(error.value)
+
+
+def test_values_are_read_strictly_and_alike_by_every_route(tmp_path):
+    """Mutation testing found no test holding these: a YAML 2.5 or true for an int option (int()
+    would make 2 or 1), true for a float (1.0), a list for a text option (the text "['a']") are
+    refused; off is false, null / ~ / none is an optional option's None, --dataset-config null is {};
+    a key=value key may be spelled with hyphens, as a flag or a YAML key."""
+    from ict.training.config import parse_value
+
+    for name, raw in (("num_steps", 2.5), ("num_steps", True), ("num_threads", False),
+                      ("learning_rate", True), ("model", ["a"]), ("dataset", {"a": 1}),
+                      ("tensorboard", "maybe"), ("num_steps", "2.5")):
+        with pytest.raises(UsageError, match=f"bad value for {name}: "):
+            parse_value(name, raw)
+    assert parse_value("num_steps", 4.0) == 4 and type(parse_value("num_steps", 4.0)) is int
+    for text in ("off", "OFF", "false", "no", "0"):
+        assert parse_value("tensorboard", text) is False, text
+    for text in ("on", "true", "Yes", "1"):
+        assert parse_value("tensorboard", text) is True, text
+    for text in ("none", "null", "~", " Null "):
+        assert parse_value("num_threads", text) is None and parse_value("ratio", text) is None, text
+    assert parse_value("dataset_config", "null") == {}  # --dataset-config null
+    yaml_path = tmp_path / "c.yaml"
+    yaml_path.write_text("tensorboard: 'off'\nprogress: 'no'\nnum_threads: null\n")
+    config = build_config(yaml_path, {}, parse_key_values(["num-steps=4", "max-new-tokens=16",
+                                                           "profile=off"]))
+    assert (config.num_steps, config.max_new_tokens) == (4, 16)
+    assert (config.tensorboard, config.progress, config.profile, config.num_threads) == (False, False, False, None)
+
+
+def test_the_option_names_of_earlier_versions_set_the_selector_options_of_now():
+    """`_renamed` (js_reference, selection_unit, selection_scope, stapo_tau_p, stapo_quantile) held
+    by no test; and --ratio is folded into selector.ratio (config.yaml holds it once)."""
+    config = build_config(None, {}, {"js_reference": "seq_mean", "selection_unit": "token_id",
+                                     "selection-scope": "batch", "ratio": "0.3"})
+    assert (config.selector["reference"], config.selector["unit"], config.selector["scope"]) == (
+        "seq_mean", "token_id", "batch")
+    assert config.selector["ratio"] == 0.3 and config.ratio is None
+    stapo = build_config(None, {"method": "stapo", "stapo_tau_p": 0.01}, {"stapo_quantile": "0.5"})
+    assert stapo.selector == {"tau_p": 0.01, "quantile": 0.5}
+    assert build_config(None, {}, {"lora_dropout": "0.1", "disable_dropout": "false"}).lora_dropout == 0.1
