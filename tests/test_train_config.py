@@ -407,3 +407,17 @@ def test_the_option_names_of_earlier_versions_set_the_selector_options_of_now():
     stapo = build_config(None, {"method": "stapo", "stapo_tau_p": 0.01}, {"stapo_quantile": "0.5"})
     assert stapo.selector == {"tau_p": 0.01, "quantile": 0.5}
     assert build_config(None, {}, {"lora_dropout": "0.1", "disable_dropout": "false"}).lora_dropout == 0.1
+
+
+def test_an_empty_config_path_is_refused_not_ignored():
+    """`--config ""` (say `--config "$CFG"` with CFG unset) was taken as no --config: ict train and
+    ict eval ran with the defaults, the YAML the user meant silently left out."""
+    from ict.cli import build_parser
+    from ict.cli.options import options_from_args
+    from ict.evaluation.evaluate import EvalConfig
+
+    with pytest.raises(UsageError, match="config file path is empty"):
+        build_config("", {}, {})
+    args = build_parser().parse_args(["eval", "--config", ""])
+    with pytest.raises(UsageError, match="config file path is empty"):
+        options_from_args(EvalConfig, args)

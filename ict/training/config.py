@@ -431,6 +431,8 @@ def parse_key_values(items: list[str]) -> dict[str, str]:
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Options from a YAML mapping file (keys are field names; hyphens allowed)."""
+    if not str(path).strip():  # `--config ""` (an unset variable): Path("") would be "."
+        raise UsageError("config file path is empty: give a YAML file, or leave --config out")
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"config file not found: {path}")
@@ -470,7 +472,7 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
     returned config holds the selector's fully resolved options in `selector`. With `resume`, the
     run's own `RUN_DIR/config.yaml` takes the place of the defaults, and an option given with a
     value other than the run's is a UsageError unless it is in `RESUME_MAY_CHANGE`."""
-    layers = [_renamed(load_yaml(yaml_path)) if yaml_path else {}, _renamed(options or {}),
+    layers = [_renamed(load_yaml(yaml_path)) if yaml_path is not None else {}, _renamed(options or {}),
               _renamed(overrides or {})]
     values = functools.reduce(_with_layer, layers, {})
     saved_path = Path(values["run_dir"]) / "config.yaml" if values.get("resume") and values.get("run_dir") else None
