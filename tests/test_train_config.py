@@ -74,6 +74,7 @@ def test_precedence_defaults_yaml_options_overrides(tmp_path):
     (["vllm_cpu_kvcache_gib=0"], "vllm_cpu_kvcache_gib must be > 0"),
     (["entropy_explosion_factor=0"], "entropy_explosion_factor must be > 0"),
     (["lora_dropout=0.1"], "lora_dropout 0.1 needs disable_dropout: false"),
+    (["temperature=1e-7"], "temperature must be >= 1e-06"),
 ])
 def test_bad_options_raise_one_line_usage_errors(overrides, message):
     with pytest.raises(UsageError, match=message) as error:
@@ -421,3 +422,38 @@ def test_an_empty_config_path_is_refused_not_ignored():
     args = build_parser().parse_args(["eval", "--config", ""])
     with pytest.raises(UsageError, match="config file path is empty"):
         options_from_args(EvalConfig, args)
+
+
+def test_selector_options_given_as_text_are_read_as_their_defaults_kind():
+    """Mutation testing: no test held parse_selector_options' text forms (--selector JSON or a
+    quoted YAML value): yes / no / 1 / 0 for a boolean, null / ~ / none for 'the default', and
+    text stripped; nor that selector.ratio=none (or null) keeps the registry's ratio."""
+    from ict.core.selectors import parse_selector_options
+
+    for text, value in (("yes", True), ("True", True), ("1", True), ("no", False), ("0", False)):
+        assert parse_selector_options("ict", {"complement": text}) == {"complement": value}, text
+    with pytest.raises(ValueError, match="complement='maybe' is not a bool"):
+        parse_selector_options("ict", {"complement": "maybe"})
+    for text in ("none", "null", "~", " Null "):
+        assert parse_selector_options("ict", {"ratio": text}) == {"ratio": None}, text
+    assert parse_selector_options("ict", {"reference": " seq_mean "}) == {"reference": "seq_mean"}
+    for text in ("none", "null", "~"):
+        assert build_config(None, {}, {"selector.ratio": text}).selector["ratio"] == 0.1, text
+    assert build_config(None, {"selector": '{"complement": "yes"}'}, {}).selector["complement"] is True
+
+
+def test_key_values_and_yaml_files_of_every_shape(tmp_path):
+    """Mutation testing: no test held that a key=value splits at its first '=' (a value may hold
+    one), that the key is stripped, that an empty YAML file is no options and that a YAML file
+    that is not a mapping is one line."""
+    from ict.training.config import load_yaml
+
+    assert parse_key_values(["prompt_suffix= Answer: x=1", " num_steps =3"]) == {
+        "prompt_suffix": " Answer: x=1", "num_steps": "3"}
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing set\n")
+    assert load_yaml(empty) == {} and build_config(empty, {}, {}).num_steps == 50
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- num_steps: 3\n")
+    with pytest.raises(UsageError, match="must hold a mapping of option: value"):
+        load_yaml(listed)
