@@ -457,3 +457,17 @@ def test_key_values_and_yaml_files_of_every_shape(tmp_path):
     listed.write_text("- num_steps: 3\n")
     with pytest.raises(UsageError, match="must hold a mapping of option: value"):
         load_yaml(listed)
+
+
+def test_the_help_says_what_keep_checkpoints_0_means():
+    """--help said only "complete checkpoints kept (older ones deleted)": 0 read as "keep none",
+    where save_checkpoint keeps every checkpoint (docs/evaluation.md sets it to 0 to keep them)."""
+    import io
+
+    from ict.cli import build_parser
+
+    text = io.StringIO()
+    parser = build_parser()
+    subparsers = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    subparsers.choices["train"].print_help(text)
+    assert "older ones deleted; 0: all" in " ".join(text.getvalue().split())

@@ -222,7 +222,7 @@ class TrainConfig:
     # ---- outputs
     run_dir: str | None = option(None, "run directory (None: runs/<method>-<timestamp>)")
     save_every: int = option(0, "checkpoint every N steps (0: only at the end)")
-    keep_checkpoints: int = option(2, "complete checkpoints kept (older ones deleted)")
+    keep_checkpoints: int = option(2, "complete checkpoints kept (older ones deleted; 0: all)")
     resume: bool = option(False, "continue from the newest complete checkpoint in run_dir")
     tensorboard: bool = option(True, "write TensorBoard event files to RUN_DIR/tensorboard")
     progress: bool = option(True, "show a live progress bar")
