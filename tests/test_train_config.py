@@ -48,6 +48,33 @@ def test_precedence_defaults_yaml_options_overrides(tmp_path):
     (["no_equals_sign"], "key=value"),
     (["model.sub=1"], "only dict options take dotted keys"),
     (["resume=true"], "--resume needs --run-dir"),
+    # passed, and failed after the run directory was made: "bad reasoning-gym task 'chain_sum' or
+    # options None: size must be positive", naming neither dataset_size nor its value
+    (["dataset_size=0"], "dataset_size must be >= 1, got 0"),
+    (["dataset_size=-5"], "dataset_size must be >= 1, got -5"),
+    # passed, and failed only at the model's loading, after the run directory and the data
+    (["device=gpu"], "unknown device 'gpu'"),
+    (["device=cuda:x"], "unknown device 'cuda:x'"),
+    # each bound below held by no test (mutation testing): its first value outside
+    (["mini_batch_size=12"], "mini_batch_size must be a multiple of num_generations"),
+    (["mini_batch_size=72"], "mini_batch_size must be a multiple of num_generations"),
+    (["micro_batch_size=0"], "micro_batch_size must be >= 1, got 0"),
+    (["clip_ratio_c=1"], "clip_ratio_c must be > 1"),
+    (["top_p=0"], "top_p must be in"),
+    (["learning_rate=0"], "learning_rate must be > 0"),
+    (["ratio=0"], "ratio must be in"),
+    (["selector.ratio=0"], "ratio must be in"),
+    (["overlong_buffer=33"], "overlong_buffer must be in 0..max_new_tokens"),
+    (["overlong_penalty_factor=-0.5"], "overlong_penalty_factor must be >= 0"),
+    (["clip_low=1.01"], "clip_low must be in"),
+    (["adam_beta2=1"], "adam_beta2 must be in"),
+    (["adam_beta1=1"], "adam_beta1 must be in"),
+    (["adam_eps=0"], "adam_eps must be > 0"),
+    (["vllm_gpu_memory_utilization=1.5"], "vllm_gpu_memory_utilization must be in"),
+    (["vllm_cpu_kvcache_gib=0"], "vllm_cpu_kvcache_gib must be > 0"),
+    (["entropy_explosion_factor=0"], "entropy_explosion_factor must be > 0"),
+    (["lora_dropout=0.1"], "lora_dropout 0.1 needs disable_dropout: false"),
+    (["temperature=1e-7"], "temperature must be >= 1e-06"),
 ])
 def test_bad_options_raise_one_line_usage_errors(overrides, message):
     with pytest.raises(UsageError, match=message) as error:
@@ -317,3 +344,130 @@ def test_a_config_file_not_utf8_is_a_one_line_error_naming_it(tmp_path):
     with pytest.raises(UsageError, match=r"latin1\.yaml: not UTF-8 text") as error:
         load_yaml(path)
     assert "\n" not in str(error.value)
+
+
+def test_an_earlier_versions_stats_chunk_size_is_read_as_an_integer_or_refused_naming_it():
+    """stats_chunk_size (the option before the tiles) went through int(): 'abc' gave "invalid
+    literal for int() with base 10: 'abc'" naming no option, and a YAML 2.5 or true became a chunk
+    of 2 or 1 positions."""
+    assert build_config(None, {}, {"stats_chunk_size": "256"}).stats_tile_size == f"256x{1 << 30}"
+    assert build_config(None, {"stats_chunk_size": 64.0}, {}).stats_tile_size == f"64x{1 << 30}"
+    assert build_config(None, {}, {"stats_chunk_size": "none"}).stats_tile_size == "auto"
+    for value in ("abc", "2.5", 2.5, True, [4]):
+        with pytest.raises(UsageError, match=r"bad value for stats_chunk_size: .* \(expected int or none\)") as error:
+            build_config(None, {"stats_chunk_size": value}, {})
+        assert "\n" not in str(error.value)
+
+
+def test_a_resumed_runs_config_yaml_not_utf8_is_a_one_line_error_naming_it(tmp_path):
+    """build_config read RUN_DIR/config.yaml with the locale's codec (to see whether it is empty)
+    before load_yaml: a byte that is not UTF-8 gave "'utf-8' codec can't decode byte 0xe9 ...",
+    a UnicodeDecodeError naming no file."""
+    (tmp_path / "config.yaml").write_bytes("num_steps: 1\n# caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(UsageError, match=r"config\.yaml: not UTF-8 text") as error:
+        build_config(None, {"resume": True, "run_dir": str(tmp_path)}, {})
+    assert "\n" not in str(error.value)
+
+
+def test_values_are_read_strictly_and_alike_by_every_route(tmp_path):
+    """Mutation testing found no test holding these: a YAML 2.5 or true for an int option (int()
+    would make 2 or 1), true for a float (1.0), a list for a text option (the text "['a']") are
+    refused; off is false, null / ~ / none is an optional option's None, --dataset-config null is {};
+    a key=value key may be spelled with hyphens, as a flag or a YAML key."""
+    from ict.training.config import parse_value
+
+    for name, raw in (("num_steps", 2.5), ("num_steps", True), ("num_threads", False),
+                      ("learning_rate", True), ("model", ["a"]), ("dataset", {"a": 1}),
+                      ("tensorboard", "maybe"), ("num_steps", "2.5")):
+        with pytest.raises(UsageError, match=f"bad value for {name}: "):
+            parse_value(name, raw)
+    assert parse_value("num_steps", 4.0) == 4 and type(parse_value("num_steps", 4.0)) is int
+    for text in ("off", "OFF", "false", "no", "0"):
+        assert parse_value("tensorboard", text) is False, text
+    for text in ("on", "true", "Yes", "1"):
+        assert parse_value("tensorboard", text) is True, text
+    for text in ("none", "null", "~", " Null "):
+        assert parse_value("num_threads", text) is None and parse_value("ratio", text) is None, text
+    assert parse_value("dataset_config", "null") == {}  # --dataset-config null
+    yaml_path = tmp_path / "c.yaml"
+    yaml_path.write_text("tensorboard: 'off'\nprogress: 'no'\nnum_threads: null\n")
+    config = build_config(yaml_path, {}, parse_key_values(["num-steps=4", "max-new-tokens=16",
+                                                           "profile=off"]))
+    assert (config.num_steps, config.max_new_tokens) == (4, 16)
+    assert (config.tensorboard, config.progress, config.profile, config.num_threads) == (False, False, False, None)
+
+
+def test_the_option_names_of_earlier_versions_set_the_selector_options_of_now():
+    """`_renamed` (js_reference, selection_unit, selection_scope, stapo_tau_p, stapo_quantile) held
+    by no test; and --ratio is folded into selector.ratio (config.yaml holds it once)."""
+    config = build_config(None, {}, {"js_reference": "seq_mean", "selection_unit": "token_id",
+                                     "selection-scope": "batch", "ratio": "0.3"})
+    assert (config.selector["reference"], config.selector["unit"], config.selector["scope"]) == (
+        "seq_mean", "token_id", "batch")
+    assert config.selector["ratio"] == 0.3 and config.ratio is None
+    stapo = build_config(None, {"method": "stapo", "stapo_tau_p": 0.01}, {"stapo_quantile": "0.5"})
+    assert stapo.selector == {"tau_p": 0.01, "quantile": 0.5}
+    assert build_config(None, {}, {"lora_dropout": "0.1", "disable_dropout": "false"}).lora_dropout == 0.1
+
+
+def test_an_empty_config_path_is_refused_not_ignored():
+    """`--config ""` (say `--config "$CFG"` with CFG unset) was taken as no --config: ict train and
+    ict eval ran with the defaults, the YAML the user meant silently left out."""
+    from ict.cli import build_parser
+    from ict.cli.options import options_from_args
+    from ict.evaluation.evaluate import EvalConfig
+
+    with pytest.raises(UsageError, match="config file path is empty"):
+        build_config("", {}, {})
+    args = build_parser().parse_args(["eval", "--config", ""])
+    with pytest.raises(UsageError, match="config file path is empty"):
+        options_from_args(EvalConfig, args)
+
+
+def test_selector_options_given_as_text_are_read_as_their_defaults_kind():
+    """Mutation testing: no test held parse_selector_options' text forms (--selector JSON or a
+    quoted YAML value): yes / no / 1 / 0 for a boolean, null / ~ / none for 'the default', and
+    text stripped; nor that selector.ratio=none (or null) keeps the registry's ratio."""
+    from ict.core.selectors import parse_selector_options
+
+    for text, value in (("yes", True), ("True", True), ("1", True), ("no", False), ("0", False)):
+        assert parse_selector_options("ict", {"complement": text}) == {"complement": value}, text
+    with pytest.raises(ValueError, match="complement='maybe' is not a bool"):
+        parse_selector_options("ict", {"complement": "maybe"})
+    for text in ("none", "null", "~", " Null "):
+        assert parse_selector_options("ict", {"ratio": text}) == {"ratio": None}, text
+    assert parse_selector_options("ict", {"reference": " seq_mean "}) == {"reference": "seq_mean"}
+    for text in ("none", "null", "~"):
+        assert build_config(None, {}, {"selector.ratio": text}).selector["ratio"] == 0.1, text
+    assert build_config(None, {"selector": '{"complement": "yes"}'}, {}).selector["complement"] is True
+
+
+def test_key_values_and_yaml_files_of_every_shape(tmp_path):
+    """Mutation testing: no test held that a key=value splits at its first '=' (a value may hold
+    one), that the key is stripped, that an empty YAML file is no options and that a YAML file
+    that is not a mapping is one line."""
+    from ict.training.config import load_yaml
+
+    assert parse_key_values(["prompt_suffix= Answer: x=1", " num_steps =3"]) == {
+        "prompt_suffix": " Answer: x=1", "num_steps": "3"}
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing set\n")
+    assert load_yaml(empty) == {} and build_config(empty, {}, {}).num_steps == 50
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- num_steps: 3\n")
+    with pytest.raises(UsageError, match="must hold a mapping of option: value"):
+        load_yaml(listed)
+
+
+def test_the_help_says_what_keep_checkpoints_0_means():
+    """--help said only "complete checkpoints kept (older ones deleted)": 0 read as "keep none",
+    where save_checkpoint keeps every checkpoint (docs/evaluation.md sets it to 0 to keep them)."""
+    import io
+
+    from ict.cli import build_parser
+
+    text = io.StringIO()
+    parser = build_parser()
+    subparsers = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    subparsers.choices["train"].print_help(text)
+    assert "older ones deleted; 0: all" in " ".join(text.getvalue().split())

@@ -85,7 +85,7 @@ def options_from_args(cls: type, namespace: argparse.Namespace,
     """`cls` built from defaults < `yaml_values` (keys = option names, ``-`` allowed; by default
     the file of ``--config``) < the flags given; every value converted (and an unknown key
     refused) by `parse_field`."""
-    if yaml_values is None and getattr(namespace, "config", None):
+    if yaml_values is None and getattr(namespace, "config", None) is not None:
         from ict.training.config import load_yaml
 
         yaml_values = load_yaml(namespace.config)

@@ -222,7 +222,7 @@ class TrainConfig:
     # ---- outputs
     run_dir: str | None = option(None, "run directory (None: runs/<method>-<timestamp>)")
     save_every: int = option(0, "checkpoint every N steps (0: only at the end)")
-    keep_checkpoints: int = option(2, "complete checkpoints kept (older ones deleted)")
+    keep_checkpoints: int = option(2, "complete checkpoints kept (older ones deleted; 0: all)")
     resume: bool = option(False, "continue from the newest complete checkpoint in run_dir")
     tensorboard: bool = option(True, "write TensorBoard event files to RUN_DIR/tensorboard")
     progress: bool = option(True, "show a live progress bar")
@@ -303,7 +303,7 @@ class TrainConfig:
         except ValueError as error:
             raise UsageError(f"stats_tile_size: {error}") from None
         check_choices(self)
-        positive = ("prompts_per_step", "max_new_tokens", "generation_batch_size", "num_steps",
+        positive = ("prompts_per_step", "max_new_tokens", "generation_batch_size", "num_steps", "dataset_size",
                     "updates_per_batch", "max_consecutive_skips")
         for name in positive:
             if getattr(self, name) < 1:
@@ -339,6 +339,7 @@ class TrainConfig:
         if self.resume and not self.run_dir:
             raise UsageError("--resume needs --run-dir (the run to continue)")
         check_timeout(self.verify_timeout, "verify_timeout")
+        check_device(self.device)
         if not 0 <= self.seed < RUN_SEED_LIMIT:
             raise UsageError(f"seed must be in [0, 2^32), got {self.seed}")
         if not 0 <= self.overlong_buffer <= self.max_new_tokens:
@@ -369,6 +370,18 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def check_device(device: str) -> None:
+    """One-line UsageError unless ``device`` is ``auto`` or a torch device name (``cpu``, ``cuda:1``):
+    whether the device is there is known only where the run starts (``resolve_device``)."""
+    import torch
+
+    if device != "auto":
+        try:
+            torch.device(device)
+        except RuntimeError:
+            raise UsageError(f"unknown device {device!r} (use auto, cpu, cuda, cuda:0, ...)") from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -418,6 +431,8 @@ def parse_key_values(items: list[str]) -> dict[str, str]:
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Options from a YAML mapping file (keys are field names; hyphens allowed)."""
+    if not str(path).strip():  # `--config ""` (an unset variable): Path("") would be "."
+        raise UsageError("config file path is empty: give a YAML file, or leave --config out")
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"config file not found: {path}")
@@ -457,7 +472,7 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
     returned config holds the selector's fully resolved options in `selector`. With `resume`, the
     run's own `RUN_DIR/config.yaml` takes the place of the defaults, and an option given with a
     value other than the run's is a UsageError unless it is in `RESUME_MAY_CHANGE`."""
-    layers = [_renamed(load_yaml(yaml_path)) if yaml_path else {}, _renamed(options or {}),
+    layers = [_renamed(load_yaml(yaml_path)) if yaml_path is not None else {}, _renamed(options or {}),
               _renamed(overrides or {})]
     values = functools.reduce(_with_layer, layers, {})
     saved_path = Path(values["run_dir"]) / "config.yaml" if values.get("resume") and values.get("run_dir") else None
@@ -466,7 +481,7 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
             raise UsageError(f"--resume: {saved_path} is missing, but the run has checkpoints: restore it, or "
                              "start another --run-dir")
         return TrainConfig(**values).resolve()
-    if not saved_path.read_text().strip():  # a write cut short (before writes were atomic)
+    if not read_utf8_text(saved_path).strip():  # a write cut short (before writes were atomic)
         raise UsageError(f"--resume: {saved_path} is empty: restore it, or start another --run-dir")
     try:  # parsed as any YAML layer is (an unknown key is one line)
         stored = _renamed(load_yaml(saved_path))
@@ -510,10 +525,21 @@ def _renamed(values: dict[str, Any]) -> dict[str, Any]:
         name = key.replace("-", "_")
         if name == "stats_chunk_size":  # positions per chunk before the tiles (2026-11-26)
             if value is not None and str(value).strip().lower() not in ("none", "null", "~"):
-                out["stats_tile_size"] = f"{int(value)}x{_WHOLE_VOCABULARY}"
+                out["stats_tile_size"] = f"{_chunk_size(value)}x{_WHOLE_VOCABULARY}"
             continue
         out[f"selector.{_RENAMED[name]}" if name in _RENAMED else key] = value
     return out
+
+
+def _chunk_size(value: Any) -> int:
+    """The positions per chunk of an earlier version's ``stats_chunk_size`` (an integer, as text
+    or a YAML number); anything else is a one-line UsageError naming the option."""
+    try:  # int() alone would take True as 1 and truncate 2.5 to 2
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise UsageError(f"bad value for stats_chunk_size: {value!r:.80} (expected int or none)") from None
 
 
 def save_config(config: TrainConfig, path: str | Path) -> None:
