@@ -403,3 +403,14 @@ def test_compare_config_refusals_and_labels(tmp_path):
     n = max(EvalConfig.ks)
     assert config(eval_n=n).ks == tuple(EvalConfig.ks)
     assert MethodSpec("ict", {"reference": "a/b c"}).label == "ict-reference=a_b_c"
+
+
+def test_an_empty_compare_config_path_is_refused_not_ignored(tmp_path):
+    """`ict compare --config "$CFG"` with CFG unset trained every run on the defaults: the empty
+    path was taken for no --config. It is load_yaml's one-line refusal, before anything trains."""
+    from ict.core.errors import UsageError
+    from ict.experiments.compare import CompareConfig, run_comparison
+
+    with pytest.raises(UsageError, match="config file path is empty"):
+        run_comparison(CompareConfig(output_dir=tmp_path / "c", config_file=""))
+    assert not (tmp_path / "c" / "runs").exists()

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from ict.training.config import load_yaml, parse_key_values
 
     yaml_values = compare_options(load_yaml(args.config_file))[0] if getattr(
-        args, "config_file", None) else {}
+        args, "config_file", None) is not None else {}  # --config "": load_yaml's refusal
     config = options_from_args(CompareConfig, args, yaml_values)
     config.overrides = parse_key_values(args.overrides)
     # the command line as typed, global flags (e.g. --debug) included; empty when called otherwise

@@ -260,7 +260,7 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
     assert config.output_dir is not None
     # every run's training options built (and so checked) before the first run trains
     training_options = (compare_options(load_yaml(config.config_file))[1]
-                        if config.config_file and not config.report_only else {})
+                        if config.config_file is not None and not config.report_only else {})
     runs = [] if config.report_only else [
         (spec, seed, _training_config(config, training_options, spec, seed))
         for spec in config.method_specs for seed in config.seeds]
