@@ -186,6 +186,18 @@ def verl_loss(spec: str, remove_padding: bool, loss_agg_mode: str = "token-mean"
     return loss.detach(), model.token.grad, metrics
 
 
+def config_loss(config: FSDPActorConfig, model: ToyLM) -> tuple[torch.Tensor, torch.Tensor, torch.dtype]:
+    """verl's path (remove-padding) under a ready actor config: the loss and the gradient to
+    `model`'s token table, in float64, and the dtype of the log-probs the loss was given."""
+    data, fsdp = micro_batch(make_batch(), True), engine()
+    inputs, output_args = fsdp.prepare_model_inputs(data)
+    loss_function = partial(ppo_loss, config=config)
+    model_output = fsdp.prepare_model_outputs(model(**inputs), output_args, data, loss_function)
+    loss, _ = loss_function(model_output=model_output, data=data, dp_group=None)
+    loss.backward()
+    return loss.detach().double(), model.token.grad.double(), model_output["log_probs"].values().dtype
+
+
 def reference_loss(spec: str, loss_agg_mode: str = "token-mean", denominator: str = "selected",
                    clip_ratio_c: float | None = None, generator: torch.Generator | None = None,
                    response_lengths: list[int] | None = None):
@@ -393,17 +405,7 @@ def test_every_token_is_verls_vanilla_loss_with_its_scale_factor_and_dual_clip(l
         loss_mode="ict", ict_selector="all", ict_aggregation="loss_agg_mode", ict_full_token_warmup_steps=0,
         ict_dual_clip=True))
     vanilla = FSDPActorConfig(**common, policy_loss=VerlPolicyLossConfig(loss_mode="vanilla"))
-    results = []
-    for config in (ours, vanilla):
-        batch, model = make_batch(), ToyLM()
-        data, fsdp = micro_batch(batch, True), engine()
-        inputs, output_args = fsdp.prepare_model_inputs(data)
-        loss_function = partial(ppo_loss, config=config)
-        model_output = fsdp.prepare_model_outputs(model(**inputs), output_args, data, loss_function)
-        loss, _ = loss_function(model_output=model_output, data=data, dp_group=None)
-        loss.backward()
-        results.append((loss.detach().double(), model.token.grad.double()))
-    (loss, grad), (expected, expected_grad) = results
+    (loss, grad, _), (expected, expected_grad, _) = (config_loss(config, ToyLM()) for config in (ours, vanilla))
     assert abs(float(loss - expected)) <= 1e-6, (float(loss), float(expected))
     torch.testing.assert_close(grad, expected_grad, atol=1e-6, rtol=0)
     unbounded, _, _ = verl_loss("all", True, loss_agg_mode)  # without the dual clip: another loss
@@ -428,18 +430,9 @@ def test_bf16_log_probs_leave_the_advantages_in_float32_as_verls_vanilla_loss_do
     vanilla = FSDPActorConfig(strategy="fsdp", rollout_n=GROUP, ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=6,
                               clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=1e9, loss_agg_mode="token-mean",
                               policy_loss=VerlPolicyLossConfig(loss_mode="vanilla"))
-    results = []
-    for config in (actor_config("all"), vanilla):
-        batch, model = make_batch(), HalfPrecisionLM()
-        data, fsdp = micro_batch(batch, True), engine()
-        inputs, output_args = fsdp.prepare_model_inputs(data)
-        loss_function = partial(ppo_loss, config=config)
-        model_output = fsdp.prepare_model_outputs(model(**inputs), output_args, data, loss_function)
-        assert model_output["log_probs"].values().dtype == torch.bfloat16
-        loss, _ = loss_function(model_output=model_output, data=data, dp_group=None)
-        loss.backward()
-        results.append((loss.detach().double(), model.token.grad.double()))
-    (loss, grad), (expected, expected_grad) = results
+    (loss, grad, dtype), (expected, expected_grad, expected_dtype) = (
+        config_loss(config, HalfPrecisionLM()) for config in (actor_config("all"), vanilla))
+    assert dtype == expected_dtype == torch.bfloat16
     assert abs(float(loss - expected)) <= 1e-7, (float(loss), float(expected))
     torch.testing.assert_close(grad, expected_grad, atol=1e-7, rtol=0)
 
