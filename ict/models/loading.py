@@ -42,15 +42,21 @@ def cache_root() -> Path:
     return Path(os.environ.get("ICT_CACHE") or Path.home() / ".cache" / "ict").expanduser()
 
 
+def parse_device(device: str) -> torch.device:
+    """``device`` as a torch device, whether or not this machine has it (a resumed GPU run's
+    config still loads on a CPU); a name torch does not know is a one-line UsageError."""
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise UsageError(f"unknown device {device!r} (use auto, cpu, cuda, cuda:0, ...)") from None
+
+
 def resolve_device(device: str = "auto") -> torch.device:
     """`auto` -> cuda if available, else cpu; otherwise the cpu or cuda device named (another
     torch device type, e.g. meta or mps, and a CUDA index the machine lacks: `UsageError`)."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        resolved = torch.device(device)
-    except RuntimeError as error:
-        raise UsageError(f"unknown device {device!r} (use auto, cpu, cuda, cuda:0, ...)") from error
+    resolved = parse_device(device)
     if resolved.type not in ("cpu", "cuda"):
         raise UsageError(f"unsupported device {device!r} (use auto, cpu, cuda, cuda:0, ...)")
     if resolved.type == "cuda" and not torch.cuda.is_available():

@@ -21,7 +21,7 @@ from ict.core.errors import UsageError, read_utf8_text
 from ict.core.options import check_choices, option, optional_inner, parse_field, yaml_problem
 from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.stats import MIN_TEMPERATURE, needs_reference_logits, parse_tile_size
-from ict.models.loading import OFFLINE_DEFAULT_MODEL
+from ict.models.loading import OFFLINE_DEFAULT_MODEL, parse_device
 from ict.models.rollout import ROLLOUT_TEMPERATURE, VLLM_CPU_KVCACHE_GIB
 from ict.runs.checkpoint import complete_checkpoints, write_atomically
 
@@ -339,7 +339,8 @@ class TrainConfig:
         if self.resume and not self.run_dir:
             raise UsageError("--resume needs --run-dir (the run to continue)")
         check_timeout(self.verify_timeout, "verify_timeout")
-        check_device(self.device)
+        if self.device != "auto":  # its syntax; whether it is here, where the run starts
+            parse_device(self.device)
         if not 0 <= self.seed < RUN_SEED_LIMIT:
             raise UsageError(f"seed must be in [0, 2^32), got {self.seed}")
         if not 0 <= self.overlong_buffer <= self.max_new_tokens:
@@ -370,18 +371,6 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def check_device(device: str) -> None:
-    """One-line UsageError unless ``device`` is ``auto`` or a torch device name (``cpu``, ``cuda:1``):
-    whether the device is there is known only where the run starts (``resolve_device``)."""
-    import torch
-
-    if device != "auto":
-        try:
-            torch.device(device)
-        except RuntimeError:
-            raise UsageError(f"unknown device {device!r} (use auto, cpu, cuda, cuda:0, ...)") from None
 
 
 # ----------------------------------------------------------------------------------------------
