@@ -263,9 +263,10 @@ def _worker_main() -> None:
 
 
 class _Worker:
-    """One math-verify process; blocking start, deadline-bounded reads."""
+    """One math-verify process; deadline-bounded reads. ``wait``: block until it has imported
+    math-verify (``ready``); without it the caller reads its ``ready`` message (`take_ready`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, wait: bool = True) -> None:
         package_root = str(Path(__file__).resolve().parents[2])  # the directory holding ict/
         env = dict(os.environ)
         env["PYTHONPATH"] = package_root + os.pathsep + env.get("PYTHONPATH", "")
@@ -283,10 +284,18 @@ class _Worker:
         self.write_fd = self.process.stdin.fileno()
         self.read_fd = self.process.stdout.fileno()
         self.buffer = bytearray()
-        reply = self.read(time.monotonic() + WORKER_START_TIMEOUT_SECONDS)
+        self.ready = False
+        self.start_deadline = time.monotonic() + WORKER_START_TIMEOUT_SECONDS
+        if wait:
+            self.take_ready(self.read(self.start_deadline))
+
+    def take_ready(self, reply: Any) -> None:
+        """Mark the worker ready on its first message, ``("ready", pid)``; anything else (None:
+        none came before its start deadline, or the process ended) kills it, a RuntimeError."""
         if not (isinstance(reply, tuple) and reply and reply[0] == "ready"):
             self.kill()
             raise RuntimeError("the math-verify worker process failed to start")
+        self.ready = True
 
     def send(self, message: Any) -> None:
         _write_message(self.write_fd, message)
@@ -423,7 +432,12 @@ class MathVerifier:
                     if worker_index in busy or not pending:
                         continue
                     if worker is None:
-                        worker = self._workers[worker_index] = _Worker()
+                        # not waited for: the other workers' replies are read (and their bounds
+                        # kept) while it starts; blocking here judged a check that had answered
+                        # in time a timeout, its bound passing during the restart
+                        worker = self._workers[worker_index] = _Worker(wait=False)
+                    if not worker.ready:
+                        continue
                     task_index = pending.pop()
                     self._task_counter += 1
                     try:
@@ -433,9 +447,12 @@ class MathVerifier:
                         pending.append(task_index)
                         continue
                     busy[worker_index] = (task_index, self._task_counter, time.monotonic())
+                starting = [index for index, worker in enumerate(self._workers)
+                            if worker is not None and not worker.ready]
                 now = time.monotonic()
-                wait = min(start + timeout_seconds for _, _, start in busy.values()) - now
-                fds = {self._worker(index).read_fd: index for index in busy}
+                wait = min([start + timeout_seconds for _, _, start in busy.values()]
+                           + [self._worker(index).start_deadline for index in starting]) - now
+                fds = {self._worker(index).read_fd: index for index in [*busy, *starting]}
                 readable: list[int] = []
                 if wait > 0:
                     readable, _, _ = select.select(list(fds), [], [], wait)
@@ -444,6 +461,10 @@ class MathVerifier:
                     worker = self._worker(worker_index)
                     alive = worker.fill()
                     done, message = worker.try_parse()
+                    if not worker.ready:  # a restarted worker's first message
+                        if done or not alive:
+                            worker.take_ready(message if done else None)
+                        continue
                     task_index, task_id, start = busy[worker_index]
                     if done and message[0] == task_id:
                         _, correct, extracted, status = message
@@ -463,6 +484,10 @@ class MathVerifier:
                         results[task_index] = MathVerdict(False, None, "timeout", now - start)
                         del busy[worker_index]
                         self._replace(worker_index)
+                for worker_index in starting:
+                    worker = self._worker(worker_index)
+                    if not worker.ready and now >= worker.start_deadline:
+                        worker.take_ready(None)
         return [result for result in results if result is not None]
 
     def _worker(self, worker_index: int) -> _Worker:
