@@ -547,3 +547,20 @@ def test_a_worker_restart_does_not_time_out_the_checks_answered_meanwhile(monkey
         pool.close()
     assert [verdict.status for verdict in verdicts] == ["error", "ok", "ok"]
     assert [verdict.correct for verdict in verdicts] == [False, True, True]
+
+
+@pytest.mark.parametrize("sign", ["", "-"])
+@pytest.mark.parametrize(
+    ("mantissa", "expected"),
+    [("2.88", True), ("2.8802", True),  # 6.9e-5 of the gold: within SMALL_NUMBER_RELATIVE_TOLERANCE (1e-4)
+     ("2.8803", False), ("2.89", False),  # 1.04e-4 and 3.5e-3 of the gold: over it
+     ("1.3 \\times 10^{-8}", False)],  # 1.3e-27, equal to the gold once both are rounded to 6 decimals
+)
+def test_a_tiny_gold_is_matched_within_a_relative_tolerance_of_either_sign(verifier, sign, mantissa,
+                                                                             expected):
+    """math-verify rounds numbers to 6 decimals, so every answer near a gold below 1e-3 in size
+    would be equal to it; the answer must be within 1e-4 of the gold, relative (hand-worked:
+    |2.8803 - 2.88| / 2.88 = 1.04e-4), a negative gold too (its size, not its value, is small)."""
+    gold = f"{sign}2.88 \\times 10^{{-19}}"
+    verdict = verifier.check(f"\\boxed{{{sign}{mantissa} \\times 10^{{-19}}}}", gold, 10.0, "anchored")
+    assert verdict.correct is expected
