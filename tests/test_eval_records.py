@@ -4,11 +4,14 @@ against values written out by hand (each case was a surviving hand mutant of ict
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
 
 from ict.core.errors import UsageError
+from ict.data.benchmarks import load_benchmark
+from ict.evaluation.evaluate import EvalConfig, Generator, evaluate
 from ict.evaluation.records import (
     RESUME_KEYS,
     is_complete,
@@ -127,3 +130,46 @@ def test_results_json_is_strict_json_with_a_nan_metric_as_null(tmp_path: Path):
 
     data = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"), parse_constant=refuse)
     assert data["benchmarks"]["gsm8k"]["metrics"] == {"pass@1": None, "pass@4": 0.25}
+
+
+# Four GSM8K problems (gold, four sampled completions, the greedy one), worked by hand below.
+SCRIPTED = [
+    (3, ["\\boxed{5}", "\\boxed{3}", "\\boxed{3}", "no answer"], "\\boxed{3}"),  # c=2; 3 wins 2:1
+    (7, ["no answer", "no answer", "no answer", "\\boxed{7}"], "\\boxed{1}"),  # c=1; 7, the only vote
+    (4, ["\\boxed{4}", "\\boxed{4}", "\\boxed{1}", "\\boxed{8}"], "\\boxed{4}"),  # c=2; 4 wins
+    (6, ["\\boxed{2}", "\\boxed{6}", "\\boxed{6}", "\\boxed{2}"], "none"),  # c=2; tie: 2, seen first
+]
+
+
+class ScriptedGenerator(Generator):
+    """Returns the SCRIPTED completions of each prompt (no model)."""
+
+    def __init__(self, by_prompt: dict[str, tuple[list[str], str]]) -> None:
+        self.by_prompt, self.name = by_prompt, "scripted"
+
+    def generate(self, prompts, num_samples, greedy, seed):
+        drawn = [[self.by_prompt[p][1]] if greedy else list(self.by_prompt[p][0]) for p in prompts]
+        return drawn, [[1] * len(group) for group in drawn], [[True] * len(group) for group in drawn]
+
+
+def test_metrics_of_an_evaluation_are_the_hand_worked_values_of_its_completions(tmp_path: Path):
+    """evaluate() end to end on scripted completions, against hand-worked values: correct counts
+    c = 2, 1, 2, 2 of n = 4; pass@1 = mean c/n = 1.75/4; pass@2 = mean(1 - C(4-c,2)/C(4,2)) =
+    (3 * 5/6 + 1/2) / 4 = 0.75; pass@4 = 1; maj@4 = the most frequent answer (samples without
+    one do not vote), a tie going to the one seen first: right, right, right, wrong = 0.75 (a
+    minority answer comes first in problem 0; in problem 1 three samples have no answer; in
+    problem 2 a vote read against another sample's verdict is wrong); greedy 2 of 4."""
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [{"question": f"question {gold}?", "answer": f"#### {gold}"} for gold, _, _ in SCRIPTED]
+    (data / "gsm8k.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    problems = load_benchmark("gsm8k", data).problems
+    generator = ScriptedGenerator({problem.prompt: (sampled, greedy) for problem, (_, sampled, greedy)
+                                   in zip(problems, SCRIPTED, strict=True)})
+    config = EvalConfig(model="scripted", benchmarks="gsm8k", data_dir=str(data),
+                        output_dir=str(tmp_path / "out"), num_samples=4, ks=(1, 2, 4), greedy=True,
+                        device="cpu")
+    result = evaluate(config, generator, progress=False, print_table=False)
+    assert result.benchmarks[0].metrics == pytest.approx(
+        {"pass@1": 0.4375, "pass@2": 0.75, "pass@4": 1.0, "avg@4": 0.4375, "maj@4": 0.75, "greedy": 0.5},
+        abs=1e-12)
