@@ -50,6 +50,30 @@ def test_unit_keys_keep_seeds_and_problems_apart(tmp_path: Path):
         "gsm8k#3#seed=0": [0, 1], "gsm8k#3#seed=1": [0], "gsm8k#3#greedy": [-1]}
 
 
+def test_a_resumed_directory_keeps_only_whole_units_and_whole_lines(tmp_path: Path):
+    """A killed run leaves a unit cut short (2 of 4 samples) and a torn last line (no newline).
+    The rerun must rewrite samples.jsonl without both; else the unit's old lines stay beside the
+    whole unit appended after them (the next rerun reads samples 0, 0, 1, 1 as its four: 2 and 3
+    count as wrong, 0 and 1 vote twice), and the next line is appended to the torn one (lost)."""
+    current = {"model": "m", "num_samples": 4, "greedy": False, "temperature": 1.0, "top_p": 1.0,
+               "max_new_tokens": 8, "system_prompt": None, "answer_extraction": "tag"}
+    grading = {"math_extraction": "anchored", "verify_timeout": 5.0}
+    prepare_output_dir(tmp_path, current, grading, 4, False)
+
+    def line(index: int, sample: int) -> str:
+        return json.dumps({"benchmark": "gsm8k", "index": index, "sample": sample, "completion": "c",
+                           "correct": False, "status": "ok", "extracted": None, "greedy": False,
+                           "seed": 0, "grading": grading}) + "\n"
+
+    whole = "".join(line(0, sample) for sample in range(4))
+    path = tmp_path / "samples.jsonl"
+    for killed in (whole + line(1, 0) + line(1, 1) + line(2, 0)[:30], whole + line(2, 0)[:30]):
+        path.write_text(killed)
+        records, _ = prepare_output_dir(tmp_path, current, grading, 4, False)
+        assert list(records) == ["gsm8k#0#seed=0"]
+        assert path.read_text() == whole
+
+
 def test_results_csv_has_each_metrics_std_over_seeds(tmp_path: Path):
     """With several seeds, results.csv's ``mean`` row holds the means and the ``<metric>_std``
     columns the sample std over seeds (here 0.2 and 0.4: std 0.141421); seed rows leave them
@@ -173,3 +197,24 @@ def test_metrics_of_an_evaluation_are_the_hand_worked_values_of_its_completions(
     assert result.benchmarks[0].metrics == pytest.approx(
         {"pass@1": 0.4375, "pass@2": 0.75, "pass@4": 1.0, "avg@4": 0.4375, "maj@4": 0.75, "greedy": 0.5},
         abs=1e-12)
+
+
+@pytest.mark.slow  # worker restarts after the timeouts
+def test_a_longer_verify_timeout_regrades_the_checks_that_timed_out(tmp_path: Path):
+    """--verify-timeout is a grading setting (`GRADING_KEYS`): a rerun with a longer bound grades
+    the stored completions again, without generating, so a check cut off by a bound of 1e-6 s (no
+    round trip to the worker is that fast) is graded again: right."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm8k.jsonl").write_text(json.dumps({"question": "question 3?", "answer": "#### 3"}) + "\n")
+    prompt = load_benchmark("gsm8k", data).problems[0].prompt
+    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(tmp_path / "out"),
+                  num_samples=2, ks=(1,), device="cpu")
+    scripted = ScriptedGenerator({prompt: (["\\boxed{3}", "\\boxed{3}"], "")})
+    first = evaluate(EvalConfig(**config, verify_timeout=1e-6), scripted, progress=False, print_table=False)
+    assert first.benchmarks[0].statuses == {"timeout": 2}
+    assert first.benchmarks[0].metrics["pass@1"] == 0.0
+    rerun = evaluate(EvalConfig(**config, verify_timeout=30.0), ScriptedGenerator({}), progress=False,
+                     print_table=False)  # its generator has no completion to give
+    assert rerun.benchmarks[0].statuses == {"ok": 2}
+    assert rerun.benchmarks[0].metrics["pass@1"] == 1.0
