@@ -564,3 +564,10 @@ def test_a_tiny_gold_is_matched_within_a_relative_tolerance_of_either_sign(verif
     gold = f"{sign}2.88 \\times 10^{{-19}}"
     verdict = verifier.check(f"\\boxed{{{sign}{mantissa} \\times 10^{{-19}}}}", gold, 10.0, "anchored")
     assert verdict.correct is expected
+
+
+def test_a_bound_of_a_second_still_reads_the_answers(verifier):
+    """The pool waits in select for the answers until the earliest bound; checks answered well
+    within a 1 s bound (a fresh worker answers these in ~0.1 s) are judged by their answers."""
+    verdicts = verifier.check_batch([("\\boxed{12}", "12"), ("\\boxed{13}", "12"), ("\\boxed{12}", "12")], 1.0)
+    assert [(v.correct, v.status) for v in verdicts] == [(True, "ok"), (False, "ok"), (True, "ok")]
