@@ -162,6 +162,14 @@ REFUSED = [
     (["eval", "--k", "1,,2"], ["ks", "none empty"]),
     (["eval", "--n", "4", "--k", "2,1,2"], ["--k needs distinct values"]),
     (["compare", "--output-dir", "a_file"], ["a_file is a file"]),
+    # an empty directory name was the default (runs/..., train and eval) or the working directory
+    (["train", "--run-dir", ""], ["--run-dir is empty"]),
+    (["eval", "--output-dir", " "], ["--output-dir is empty"]),
+    (["eval", "--data-dir", ""], ["--data-dir is empty"]),
+    (["compare", "--output-dir", ""], ["output_dir is empty"]),
+    # a sampling seed out of ict train's range went to the vLLM engine as it was
+    (["eval", "--seed", "-1"], ["sampling seeds must lie in [0, 2^32), got [-1]"]),
+    (["eval", "--seeds", "0,4294967296"], ["sampling seeds must lie in [0, 2^32), got [4294967296]"]),
     (["compare", "--output-dir", "c", "--eval-benchmarks", "nope"], ["unknown benchmark 'nope'"]),
     (["compare", "--output-dir", "c", "--baselines", "grpo,nope"], ["--baselines 'nope'"]),
     (["compare", "--output-dir", "c", "--eval-limit", "0"], ["--eval-limit must be >= 1"]),

@@ -17,7 +17,7 @@ from train_helpers import tiny_config
 
 from ict.cli import main
 from ict.core.errors import UsageError
-from ict.runs.directory import LOCK_FILE, exclusive_run_dir
+from ict.runs.directory import LOCK_FILE, create_run_dir, discarded_if_unused, exclusive_run_dir
 from ict.training.trainer import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +32,66 @@ def test_a_second_holder_is_refused_with_the_first_ones_pid_and_the_lock_is_rele
                 pass
     with exclusive_run_dir(tmp_path):  # released on exit: taken again at once
         pass
+
+
+def test_a_failed_start_leaves_no_new_directory_behind(tmp_path, monkeypatch, capsys):
+    """`ict train` and `ict eval` of a model that is not there made their directory (and its new
+    parents: runs/, runs/eval/) and left it holding run.lock (and eval's run.json) after the error;
+    each retry under the default name added another. A directory that was there stays."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--model", "./no_model", "--run-dir", "new/parent/run"]) == 2
+    assert main(["train", "--model", "./no_model"]) == 2  # runs/<method>-<timestamp>
+    assert main(["eval", "--model", "./no_model", "--benchmarks", "rg:chain_sum:size=2", "--limit", "1"]) == 2
+    assert "model directory not found: ./no_model" in capsys.readouterr().err
+    assert sorted(path.name for path in tmp_path.iterdir()) == []
+    (tmp_path / "kept").mkdir()
+    assert main(["train", "--model", "./no_model", "--run-dir", "kept"]) == 2
+    assert (tmp_path / "kept").is_dir()
+
+
+def test_a_run_directory_under_the_home_directory_is_written_and_resumed_there(
+        tmp_path, monkeypatch, tiny_model_dir, arithmetic_task):
+    """``--run-dir ~/r`` (from a config file, or ``--run-dir=~/r``, which no shell expands) trained
+    into ./~/r, and its --resume did not find the run; ``ict compare --output-dir ~/c`` the same."""
+    from ict.experiments.compare import CompareConfig
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    args = ["train", "--model", str(tiny_model_dir), "--dataset", str(arithmetic_task), "--reward",
+            "last_number", "--prompts-per-step", "2", "--num-generations", "2", "--max-new-tokens", "4",
+            "--no-progress", "--no-tensorboard", "--run-dir=~/r"]
+    assert main([*args, "--num-steps", "1"]) == 0
+    assert main([*args, "--num-steps", "2", "--resume"]) == 0
+    assert [json.loads(line)["step"] for line in
+            (tmp_path / "home" / "r" / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert not (tmp_path / "~").exists()
+    assert CompareConfig(output_dir="~/c").validate().output_dir == tmp_path / "home" / "c"
+
+
+def test_only_the_unused_new_directory_of_a_run_that_failed_is_removed(tmp_path):
+    run_dir = tmp_path / "a" / "run"
+    with pytest.raises(KeyError):  # nothing but its scratch files: removed with its new parent
+        with discarded_if_unused(run_dir, (LOCK_FILE, "run.json")):
+            with exclusive_run_dir(create_run_dir(run_dir)):
+                (run_dir / "run.json").write_text("{}")
+                raise KeyError
+    assert not (tmp_path / "a").exists()
+    with pytest.raises(KeyError):  # a file of its own: kept
+        with discarded_if_unused(run_dir):
+            with exclusive_run_dir(create_run_dir(run_dir)):
+                (run_dir / "config.yaml").write_text("seed: 0\n")
+                raise KeyError
+    assert (run_dir / "config.yaml").is_file()
+    other = tmp_path / "b"
+    with discarded_if_unused(other):  # no error: kept
+        create_run_dir(other)
+    assert other.is_dir()
+    taken = tmp_path / "c"
+    with pytest.raises(UsageError, match="in use"), discarded_if_unused(taken):  # before it was made
+        with exclusive_run_dir(create_run_dir(taken)):  # another run made it meanwhile and holds it
+            with exclusive_run_dir(taken):  # refused: not this run's to remove
+                pass
+    assert (taken / LOCK_FILE).is_file()
 
 
 def test_a_run_directory_in_use_is_refused_before_anything_in_it_changes(tmp_path, tiny_model_dir,

@@ -126,6 +126,8 @@ def parse_field(cls: type, name: str, raw: Any) -> Any:
                 raise ValueError
             if isinstance(raw, bool):  # YAML 1.1 reads off, no, on, yes (unquoted) as booleans
                 return _text_of_boolean(cls, name, raw)
+            if inner is Path and not str(raw).strip():  # Path("") is the working directory
+                raise UsageError(f"{name} is empty: give a path")
             return _scalar(inner, str(raw))
     except (ValueError, TypeError, OverflowError, yaml.YAMLError):
         if typing.get_origin(inner) is tuple:

@@ -57,6 +57,7 @@ from ict.core.errors import UsageError
 from ict.core.metrics import benchmark_metrics, majority_vote_correct
 from ict.core.options import check_choices, option
 from ict.core.problems import Problem
+from ict.core.seeding import RUN_SEED_LIMIT
 from ict.data.benchmarks import (
     Benchmark,
     expand_benchmark_names,
@@ -66,6 +67,7 @@ from ict.data.benchmarks import (
 from ict.evaluation.records import (
     GRADING_KEYS,
     RESUME_KEYS,
+    RUN_FILE,
     SAMPLES_FILE,
     check_same_problems,
     prepare_output_dir,
@@ -84,7 +86,7 @@ from ict.evaluation.results import (
 )
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
 from ict.models.rollout import VLLM_DEVICES
-from ict.runs.directory import create_run_dir, exclusive_run_dir
+from ict.runs.directory import LOCK_FILE, create_run_dir, discarded_if_unused, exclusive_run_dir
 from ict.runs.reporting import progress_columns
 
 MAX_NEW_TOKENS_GPU = 4096
@@ -165,6 +167,14 @@ class EvalConfig:
             raise UsageError("--verify-workers must be >= 1")
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise UsageError("--temperature must be >= 0 and --top-p in (0, 1]")
+        for name, default in (("output_dir", "runs/eval/<model>"), ("data_dir", "the hub")):
+            value = getattr(self, name)
+            if value is not None and not str(value).strip():  # was the default, or the working directory
+                raise UsageError(f"--{name.replace('_', '-')} is empty: give a directory, or leave it "
+                                 f"out for {default}")
+        bad_seeds = [seed for seed in self.resolved_seeds() if not 0 <= seed < RUN_SEED_LIMIT]
+        if bad_seeds:  # as ict train's (the vLLM engine takes the first)
+            raise UsageError(f"sampling seeds must lie in [0, 2^32), got {bad_seeds}")
         if self.seeds is not None:
             if not self.seeds:
                 raise UsageError("--seeds needs at least one seed (e.g. --seeds 0,1,2)")
@@ -444,8 +454,10 @@ def evaluate(
     benchmarks = [load_benchmark(name, config.data_dir, config.limit, config.answer_extraction)
                   for name in names]
     output_dir = config.resolved_output_dir()
-    # one process writes an output directory at a time (two would both generate and append)
-    with exclusive_run_dir(create_run_dir(output_dir, "output directory", "--output-dir"), "--output-dir"):
+    # one process writes an output directory at a time (two would both generate and append); a
+    # start that fails before a sample is written (a missing model) leaves no new directory behind
+    with (discarded_if_unused(output_dir, (LOCK_FILE, RUN_FILE)),
+          exclusive_run_dir(create_run_dir(output_dir, "output directory", "--output-dir"), "--output-dir")):
         records, regrade_all = prepare_output_dir(
             output_dir, {key: getattr(config, key) for key in RESUME_KEYS}, config.grading(), config.num_samples,
             config.greedy, config.overwrite, config.regrade)

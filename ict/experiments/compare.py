@@ -160,7 +160,9 @@ class CompareConfig:
         """One-line UsageError for a bad option or combination."""
         if self.output_dir is None:
             raise UsageError("--output-dir is required")
-        self.output_dir = Path(self.output_dir)
+        if not str(self.output_dir).strip():  # Path("") is the working directory
+            raise UsageError("--output-dir is empty: give the comparison's directory")
+        self.output_dir = Path(self.output_dir).expanduser()  # ~ from a config file or --output-dir=~/...
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise UsageError(f"--seeds needs distinct integers, got {self.seeds}")
         if not all(0 <= seed < RUN_SEED_LIMIT for seed in self.seeds):

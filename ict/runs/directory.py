@@ -9,6 +9,10 @@ and rewrite it under each other. The second is refused instead, with a one-line 
 process id. The kernel releases the lock when its holder exits, however it exits (a SIGKILL
 included), so a killed run never leaves a stale lock behind: `--resume` takes it at once. Where
 `fcntl` does not exist (Windows) the directory is not locked.
+
+`discarded_if_unused` removes a directory (and its parents) this process created when its run fails before writing
+anything of its own (a missing model, bad data): a failed start leaves no empty run directory
+(``run.lock`` alone, or an evaluation's ``run.json``) behind.
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ from pathlib import Path
 from ict.core.errors import UsageError
 
 LOCK_FILE = "run.lock"
+
+
+class RunDirInUse(UsageError):
+    """Another process holds the run directory's lock (`exclusive_run_dir`)."""
 
 
 @contextlib.contextmanager
@@ -39,7 +47,7 @@ def exclusive_run_dir(run_dir: Path, option: str = "--run-dir") -> Iterator[None
         except BlockingIOError:
             handle.seek(0)
             holder = handle.read().strip()
-            raise UsageError(
+            raise RunDirInUse(
                 f"{run_dir} is in use by another ict process{f' (pid {holder})' if holder else ''}: "
                 f"wait for it to finish or stop it, or choose another {option}") from None
         try:
@@ -50,6 +58,30 @@ def exclusive_run_dir(run_dir: Path, option: str = "--run-dir") -> Iterator[None
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def discarded_if_unused(run_dir: Path, scratch: tuple[str, ...] = (LOCK_FILE,)) -> Iterator[None]:
+    """Run the body (which creates ``run_dir``); if it raises while ``run_dir`` holds nothing but
+    files named in ``scratch``, remove them, ``run_dir`` and the parents the body created, where
+    none of them existed before it; not when the body was refused the directory (`RunDirInUse`:
+    another process created it meanwhile and holds it). Wrap it around `exclusive_run_dir`, so the
+    lock is released first."""
+    run_dir = Path(run_dir).absolute()
+    created = [path for path in (run_dir, *run_dir.parents) if not path.exists()]
+    try:
+        yield
+    except RunDirInUse:
+        raise
+    except BaseException:
+        with contextlib.suppress(OSError):
+            entries = list(run_dir.iterdir()) if created else []
+            if created and all(entry.name in scratch and entry.is_file() for entry in entries):
+                for entry in entries:
+                    entry.unlink()
+                for directory in created:  # run_dir first, then its new parents, deepest first
+                    directory.rmdir()
+        raise
 
 
 def create_run_dir(run_dir: Path, what: str = "run directory", option: str = "--run-dir") -> Path:

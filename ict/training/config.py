@@ -336,6 +336,9 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise UsageError(f"{name} must be >= 0")
+        if self.run_dir is not None and not str(self.run_dir).strip():  # was runs/<method>-<time>
+            raise UsageError("--run-dir is empty: give a directory, or leave it out for "
+                             "runs/<method>-<timestamp>")
         if self.resume and not self.run_dir:
             raise UsageError("--resume needs --run-dir (the run to continue)")
         check_timeout(self.verify_timeout, "verify_timeout")
@@ -464,7 +467,7 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
     layers = [_renamed(load_yaml(yaml_path)) if yaml_path is not None else {}, _renamed(options or {}),
               _renamed(overrides or {})]
     values = functools.reduce(_with_layer, layers, {})
-    saved_path = Path(values["run_dir"]) / "config.yaml" if values.get("resume") and values.get("run_dir") else None
+    saved_path = Path(values["run_dir"]).expanduser() / "config.yaml" if values.get("resume") and values.get("run_dir") else None
     if saved_path is None or not saved_path.is_file():
         if saved_path is not None and complete_checkpoints(saved_path.parent):
             raise UsageError(f"--resume: {saved_path} is missing, but the run has checkpoints: restore it, or "

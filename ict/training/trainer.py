@@ -54,7 +54,7 @@ from ict.models.loading import (
 )
 from ict.models.rollout import VLLM_DEVICES, SamplingSettings, generate_completions, pack_rollout
 from ict.runs.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from ict.runs.directory import create_run_dir, exclusive_run_dir
+from ict.runs.directory import create_run_dir, discarded_if_unused, exclusive_run_dir
 from ict.runs.reporting import (
     AFTER_WARMUP,
     ENVIRONMENT_FILE,
@@ -217,10 +217,12 @@ def train(config: TrainConfig, console: Any = None,
 
     config.resolve()
     console = console or Console(stderr=True, soft_wrap=True)
-    run_dir = create_run_dir(Path(config.run_dir) if config.run_dir else default_run_dir(config))
+    run_dir = Path(config.run_dir).expanduser() if config.run_dir else default_run_dir(config)
     config.run_dir = str(run_dir)
-    with exclusive_run_dir(run_dir):  # one process writes a run directory at a time
-        return _train_in(config, console, _prepare_run_dir(config, run_dir), on_step, continue_with)
+    # a start that fails (a missing model, bad data) leaves no run directory of a lock file alone
+    with discarded_if_unused(run_dir):
+        with exclusive_run_dir(create_run_dir(run_dir)):  # one process writes a run directory at a time
+            return _train_in(config, console, _prepare_run_dir(config, run_dir), on_step, continue_with)
 
 
 def _train_in(config: TrainConfig, console: Any, run_dir: Path,
