@@ -100,10 +100,13 @@ def test_the_seed_chooses_the_samples_and_the_counts_and_mode_are_kept(tiny_toke
 
 
 class _Params:
-    """`vllm.SamplingParams`, recorded."""
+    """`vllm.SamplingParams`, recorded, with its check of greedy requests (vLLM's
+    ``_verify_greedy_sampling``)."""
 
     def __init__(self, **options) -> None:
         self.__dict__.update(options)
+        if self.temperature < 1e-5 and self.n > 1:
+            raise ValueError(f"n must be 1 when using greedy sampling, got {self.n}.")
 
 
 class _LLM:
@@ -116,7 +119,8 @@ class _LLM:
     def generate(self, prompts, params, use_tqdm=False):
         self.params = list(params)
         return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids, finish_reason=reason)
-                                         for ids, reason in self.samples]) for _ in prompts]
+                                         for ids, reason in self.samples[: request.n]])
+                for _, request in zip(prompts, self.params, strict=True)]
 
 
 def test_the_vllm_backend_keeps_its_finish_reasons_and_seeds_each_prompt(tiny_tokenizer, monkeypatch):
@@ -148,3 +152,18 @@ def test_counts_below_one_are_refused_in_one_line(bad, tiny_tokenizer):
     model = build_tiny_model(len(tiny_tokenizer), seed=5)
     with pytest.raises(UsageError, match="must be >= 1"):
         generate_completions(model, tiny_tokenizer, [PROMPT], SamplingSettings(1.0, 4), **bad)
+
+
+def test_greedy_vllm_rollouts_of_several_samples_repeat_one(tiny_tokenizer, monkeypatch):
+    """vLLM refuses ``n > 1`` at temperature 0 ('n must be 1 when using greedy sampling'): `ict eval
+    --backend vllm --temperature 0 --num-samples 3` stopped on that traceback, where the hf backend
+    gives three copies of the argmax decode. One greedy sample a prompt is requested, and repeated."""
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=_Params))
+    eos = tiny_tokenizer.eos_token_id
+    backend = VLLMBackend.__new__(VLLMBackend)
+    backend.llm, backend.max_model_len = _LLM([([5, 6, eos], "stop"), ([7], "length")]), 4096
+    rollout = backend.generate_completions(tiny_tokenizer, [PROMPT, "what is 9 ?"], 3,
+                                           SamplingSettings(0.0, 4), 11, None)
+    assert [params.n for params in backend.llm.params] == [1, 1]
+    assert rollout.completion_ids == [[[5, 6, eos]] * 3] * 2 and rollout.finished == [[True] * 3] * 2
+    assert rollout.num_generated_tokens == 2 * 3 * 3
