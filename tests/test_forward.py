@@ -114,3 +114,24 @@ def test_a_hybrid_model_runs_each_row_whole_in_the_forward_and_the_generation(ti
         rows = generate_rows(model, [[5, 6, 7], [8, 9]], [0, 0, 1], pad_id=0, eos_ids=[1], max_new_tokens=4,
                              sampling={"do_sample": False})
     assert [len(row) for row in rows] == [4, 4, 4] and rows[0] == rows[1]
+
+
+def test_prompts_of_equal_ids_but_unequal_padding_are_two_prompts(tiny_tokenizer):
+    """A prompt whose first real token is the pad id (0 here; a tokenizer whose pad is its EOS
+    or BOS) packs to the same ids as a shorter prompt left-padded by one: [0, 5, 6] and
+    [pad, 5, 6]. They are two prompts (the masks differ); taken for one, the second row read the
+    first's cache, which attends to the real 0. Each row equals its unpadded sequence run alone."""
+    from conftest import build_tiny_model
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=2)
+    prompts, responses = [[0, 5, 6], [5, 6], [5, 6]], [[7, 8], [9], [7, 8]]
+    input_ids = torch.tensor([[0, 5, 6, 7, 8], [0, 5, 6, 9, 0], [0, 5, 6, 7, 8]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 1, 1, 1, 0], [0, 1, 1, 1, 1]])
+    response_ids = torch.tensor([[7, 8], [9, 0], [7, 8]])
+    batch = RolloutBatch(input_ids, mask, response_ids, response_ids != 0, 3)
+    assert prompt_runs(batch).tolist() == [0, 1, 1]
+    logits = response_logits(model, batch)
+    with torch.no_grad():
+        for row, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
+            alone = model(input_ids=torch.tensor([prompt + response])).logits[0, len(prompt) - 1: -1]
+            torch.testing.assert_close(logits[row, : len(response)], alone, rtol=0, atol=1e-5)

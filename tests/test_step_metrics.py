@@ -169,3 +169,75 @@ def test_the_first_update_of_a_reused_batch_takes_its_own_log_probs_as_old(tiny_
     second = updates.first_pass[1][0]  # the second mini-batch's old log-probs are the shifted ones
     lengths = batch.response_mask[second].sum(dim=1).double()
     assert updates.losses[1] != pytest.approx(float(-(advantages[second].double() * lengths).sum() / lengths.sum()))
+
+
+def test_speed_metrics_by_hand():
+    """30 generated tokens in a 6 s step of which 2 s generating and 3 s training: 5 tokens/s
+    over the step (the docs' 'generated tokens / step wall time'), 15 while generating."""
+    from ict.training.step_metrics import speed_metrics
+
+    rollout = Rollout(prompt_texts=["a"], prompt_ids=[[1]], completions=[[""]], completion_ids=[[[2]]],
+                      finished=[[True]], generation_seconds=2.0, num_generated_tokens=30)
+    assert speed_metrics(rollout, 6.0, 3.0) == {
+        "tokens_per_second": 5.0, "generation_tokens_per_second": 15.0, "generation_seconds": 2.0,
+        "training_seconds": 3.0, "step_seconds": 6.0}
+
+
+def test_each_entropy_warning_fires_once():
+    """Initial 1.0, collapse below 0.5, explosion above 2.0: each kind warns on its first crossing
+    only (`check_entropy`: 'once per kind'), a later crossing of either is silent."""
+    config = TrainConfig(entropy_collapse_fraction=0.5, entropy_explosion_factor=2.0)
+    console = Console(record=True, width=200)
+    state: dict = {"initial_entropy": None, "warned": []}
+    fired = []
+    for step, entropy in enumerate([1.0, 0.4, 0.3, 2.5, 3.0, 0.2], 1):
+        metrics = {"step": step, "entropy": entropy}
+        state = check_entropy(metrics, state, config, console)
+        fired.append(metrics["entropy_warning"])
+    assert fired == [None, "collapse", None, "explosion", None, None]
+    assert console.export_text().count("warning: entropy") == 2
+
+
+def test_the_diagnostics_of_a_shuffled_first_pass_are_those_of_the_batch_in_order(tiny_tokenizer):
+    """Mini-batches of 8 rows in a seeded group order (rows 8-15 first here) and one mini-batch of
+    16 in order select the same tokens (ICT per group, at lr 0): the step's diagnostics match, each
+    row read with its own group and its own finished flag (rows 2 and 15 ended, where ICT selects
+    their end tokens); with every token selected the anatomy is that of the rows in order with
+    their groups."""
+    from types import SimpleNamespace
+
+    from conftest import build_tiny_model
+    from train_helpers import grouped_batch_and_advantages
+
+    from ict.core.diagnostics import selection_anatomy
+    from ict.core.loss import PolicyLossConfig
+    from ict.training.step import Method, StepContext, update_on_batch
+    from ict.training.step_metrics import selection_diagnostics
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=4)
+    batch, advantages = grouped_batch_and_advantages(len(tiny_tokenizer))
+    rollout = SimpleNamespace(finished=[[False, False, True, False], [False] * 4, [False] * 4, [False] * 3 + [True]])
+    diagnostics = []
+    by_group = ("ict", {"scope": "group"})
+    for method, mini_batch_size in ((("all", {}), 16), (by_group, 8), (by_group, 16)):
+        config = TrainConfig(prompts_per_step=4, num_generations=4, mini_batch_size=mini_batch_size, seed=3,
+                             method="grpo", max_new_tokens=8)
+        updates = update_on_batch(model, torch.optim.SGD(model.parameters(), lr=0.0), batch, advantages,
+                                  Method.of(*method), StepContext(PolicyLossConfig(), 1.0), config, 0, {})
+        if mini_batch_size == 8:
+            assert torch.cat([index for index, _ in updates.first_pass]).tolist()[:4] != [0, 1, 2, 3]
+        diagnostics.append(selection_diagnostics(updates, batch, advantages, rollout, 4))
+    every, shuffled, ordered = diagnostics
+    finished = torch.tensor([done for group in rollout.finished for done in group])
+    anatomy = selection_anatomy(batch.response_mask, batch.response_mask, torch.arange(16) // 4, finished,
+                                torch.zeros_like(batch.response_mask))
+    assert 0 < anatomy["all_partial_group_fraction"] < 1 and 0 < anatomy["all_end_token_fraction"] < 1
+    for key, value in anatomy.items():
+        assert every[key] == pytest.approx(value, nan_ok=True), key
+    assert 0 < ordered["selected_end_token_fraction"] < 1
+    assert shuffled.keys() == ordered.keys()
+    for key, value in ordered.items():
+        if isinstance(value, float):
+            assert shuffled[key] == pytest.approx(value, rel=1e-5, abs=1e-7, nan_ok=True), key
+        else:
+            assert shuffled[key] == value, key

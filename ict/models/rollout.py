@@ -525,8 +525,10 @@ class VLLMBackend:
         from vllm import SamplingParams
 
         # one seed per prompt (vLLM seeds a request's j-th sample with seed + j; one seed for
-        # all prompts would give every prompt the same random numbers)
-        params = [SamplingParams(n=num_samples, temperature=0.0 if greedy else sampling.temperature,
+        # all prompts would give every prompt the same random numbers). Greedy: one sample a
+        # prompt, repeated (vLLM refuses n > 1 at temperature 0; argmax gives each the same tokens)
+        copies = num_samples if greedy else 1
+        params = [SamplingParams(n=num_samples // copies, temperature=0.0 if greedy else sampling.temperature,
                                  top_p=1.0 if greedy else sampling.top_p,
                                  max_tokens=sampling.max_new_tokens,
                                  seed=None if seed is None else request_seed(seed, index))
@@ -539,7 +541,7 @@ class VLLMBackend:
         completion_ids, finished, completions = [], [], []
         for output in outputs:
             ids_group, done_group, text_group = [], [], []
-            for sample in output.outputs:
+            for sample in list(output.outputs) * copies:
                 ids, done = _truncate_at_eos(list(sample.token_ids), eos_ids)
                 ids_group.append(ids)
                 done_group.append(done or sample.finish_reason == "stop")

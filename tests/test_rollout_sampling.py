@@ -1,0 +1,169 @@
+"""What `generate_completions` returns besides the tokens' distribution: where a completion stops
+(every EOS id of the model's generation config), how a prompt is rendered and encoded (system
+prompt first, special tokens once), the seed, the model's train/eval mode, the generated-token
+count, and the vLLM backend's bookkeeping (finish reasons, one seed per prompt), the engine stood
+in for (vLLM is not installable here)."""
+
+from __future__ import annotations
+
+import sys
+import types
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import build_tiny_model, build_tiny_tokenizer
+
+from ict.core.seeding import request_seed
+from ict.models.rollout import (
+    SamplingSettings,
+    VLLMBackend,
+    _encode_prompt,
+    _eos_ids,
+    generate_completions,
+    render_prompt,
+)
+
+PROMPT = "what is 3 + 4 ?"
+
+
+def _greedy(model, prompt_ids: list[int], steps: int) -> list[int]:
+    """Argmax decode of `steps` tokens, by hand (no EOS handling)."""
+    ids, out = list(prompt_ids), []
+    for _ in range(steps):
+        with torch.no_grad():
+            token = int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+        out.append(token)
+        ids.append(token)
+    return out
+
+
+def test_a_completion_stops_at_an_eos_id_only_the_generation_config_lists(tiny_tokenizer):
+    """Qwen2.5-Instruct's generation_config lists two EOS ids (<|im_end|>, <|endoftext|>), its
+    tokenizer one: a completion ends at either, as in `generate` with the model's own config."""
+    model = build_tiny_model(len(tiny_tokenizer), seed=5).eval()
+    eos = tiny_tokenizer.eos_token_id
+    rollout = generate_completions(model, tiny_tokenizer, [PROMPT], SamplingSettings(0.0, 12, greedy=True))
+    free = _greedy(model, rollout.prompt_ids[0], 12)
+    stop = next(token for token in free[2:] if token != eos and token not in free[:2])
+    model.generation_config.eos_token_id = [eos, stop]
+    assert _eos_ids(model, tiny_tokenizer) == [eos, stop]
+    rollout = generate_completions(model, tiny_tokenizer, [PROMPT], SamplingSettings(0.0, 12, greedy=True))
+    expected = free[: free.index(stop) + 1]
+    assert eos not in expected
+    assert rollout.completion_ids[0][0] == expected and rollout.finished[0][0]
+
+
+def test_a_system_prompt_comes_first_and_only_when_the_prompt_has_none(tiny_tokenizer):
+    plain = build_tiny_tokenizer()
+    plain.chat_template = None
+    assert render_prompt(plain, PROMPT, "be brief") == f"be brief\n{PROMPT}"
+    templated = render_prompt(tiny_tokenizer, PROMPT, "be brief")
+    assert templated.index("be brief") < templated.index(PROMPT)
+    own = [{"role": "system", "content": "mine"}, {"role": "user", "content": PROMPT}]
+    assert "be brief" not in render_prompt(tiny_tokenizer, own, "be brief")
+
+
+def test_special_tokens_are_added_to_a_raw_prompt_and_not_to_a_chat_template():
+    """The chat template writes its special tokens itself; a raw prompt gets the tokenizer's (a
+    BOS here): added to a templated prompt they were doubled, left off a raw one they were lost."""
+    from tokenizers.processors import TemplateProcessing
+
+    tokenizer = build_tiny_tokenizer()
+    bos = tokenizer.bos_token_id
+    tokenizer.backend_tokenizer.post_processor = TemplateProcessing(
+        single="<|im_start|> $A", special_tokens=[("<|im_start|>", bos)])
+    text = render_prompt(tokenizer, PROMPT)
+    ids = _encode_prompt(tokenizer, text)
+    assert ids == tokenizer(text, add_special_tokens=False)["input_ids"] and ids[1] != bos
+    tokenizer.chat_template = None
+    raw = _encode_prompt(tokenizer, PROMPT)
+    assert raw[0] == bos and raw[1:] == tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
+
+
+def test_the_seed_chooses_the_samples_and_the_counts_and_mode_are_kept(tiny_tokenizer):
+    """Two seeds give different samples (the seed was once not applied: every call drew the
+    caller's random numbers); the generated-token count is the completions' total length
+    (tokens_per_second divides it); a model in train mode is left in train mode."""
+    model = build_tiny_model(len(tiny_tokenizer), seed=5).train()
+    sampling = SamplingSettings(1.0, 10)
+    runs = [generate_completions(model, tiny_tokenizer, [PROMPT, "what is 9 ?"], sampling, num_samples=4,
+                                 seed=seed) for seed in (7, 8)]
+    assert model.training
+    assert runs[0].completion_ids != runs[1].completion_ids
+    for run in runs:
+        assert run.num_generated_tokens == sum(len(ids) for group in run.completion_ids for ids in group)
+        assert run.num_generated_tokens > sum(len(group) for group in run.completion_ids)
+    model.eval()
+    generate_completions(model, tiny_tokenizer, [PROMPT], sampling, seed=7)
+    assert not model.training
+
+
+class _Params:
+    """`vllm.SamplingParams`, recorded, with its check of greedy requests (vLLM's
+    ``_verify_greedy_sampling``)."""
+
+    def __init__(self, **options) -> None:
+        self.__dict__.update(options)
+        if self.temperature < 1e-5 and self.n > 1:
+            raise ValueError(f"n must be 1 when using greedy sampling, got {self.n}.")
+
+
+class _LLM:
+    """`vllm.LLM.generate`, returning given samples (token ids, finish reason) for every prompt."""
+
+    def __init__(self, samples: list[tuple[list[int], str]]) -> None:
+        self.samples = samples
+        self.params: list[_Params] = []
+
+    def generate(self, prompts, params, use_tqdm=False):
+        self.params = list(params)
+        return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids, finish_reason=reason)
+                                         for ids, reason in self.samples[: request.n]])
+                for _, request in zip(prompts, self.params, strict=True)]
+
+
+def test_the_vllm_backend_keeps_its_finish_reasons_and_seeds_each_prompt(tiny_tokenizer, monkeypatch):
+    """A sample vLLM stopped on a stop id of the model's generation config (not the tokenizer's
+    EOS) is finished; one cut at the length cap is not; one with the EOS ends at it. Every prompt
+    gets its own seed (vLLM seeds a request's j-th sample with seed + j: one seed for all prompts
+    gave each prompt the same random numbers)."""
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=_Params))
+    eos = tiny_tokenizer.eos_token_id
+    samples = [([5, 6, 9], "stop"), ([5, 6, 7, 8], "length"), ([5, eos], "stop")]
+    backend = VLLMBackend.__new__(VLLMBackend)
+    backend.llm, backend.max_model_len = _LLM(samples), 4096
+    rollout = backend.generate_completions(tiny_tokenizer, [PROMPT, "what is 9 ?"], 3,
+                                           SamplingSettings(0.9, 4), 11, None)
+    assert rollout.finished == [[True, False, True]] * 2
+    assert rollout.completion_ids == [[[5, 6, 9], [5, 6, 7, 8], [5, eos]]] * 2
+    assert rollout.num_generated_tokens == 2 * 9
+    seeds = [params.seed for params in backend.llm.params]
+    assert seeds == [request_seed(11, 0), request_seed(11, 1)] and seeds[0] != seeds[1]
+    assert [(params.n, params.temperature, params.max_tokens) for params in backend.llm.params] == [(3, 0.9, 4)] * 2
+    backend.generate_completions(tiny_tokenizer, [PROMPT], 1, SamplingSettings(0.9, 4, greedy=True), None, None)
+    assert (backend.llm.params[0].temperature, backend.llm.params[0].seed) == (0.0, None)
+
+
+@pytest.mark.parametrize("bad", [{"num_samples": 0}, {"batch_size": 0}])
+def test_counts_below_one_are_refused_in_one_line(bad, tiny_tokenizer):
+    from ict.core.errors import UsageError
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=5)
+    with pytest.raises(UsageError, match="must be >= 1"):
+        generate_completions(model, tiny_tokenizer, [PROMPT], SamplingSettings(1.0, 4), **bad)
+
+
+def test_greedy_vllm_rollouts_of_several_samples_repeat_one(tiny_tokenizer, monkeypatch):
+    """vLLM refuses ``n > 1`` at temperature 0 ('n must be 1 when using greedy sampling'): `ict eval
+    --backend vllm --temperature 0 --num-samples 3` stopped on that traceback, where the hf backend
+    gives three copies of the argmax decode. One greedy sample a prompt is requested, and repeated."""
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=_Params))
+    eos = tiny_tokenizer.eos_token_id
+    backend = VLLMBackend.__new__(VLLMBackend)
+    backend.llm, backend.max_model_len = _LLM([([5, 6, eos], "stop"), ([7], "length")]), 4096
+    rollout = backend.generate_completions(tiny_tokenizer, [PROMPT, "what is 9 ?"], 3,
+                                           SamplingSettings(0.0, 4), 11, None)
+    assert [params.n for params in backend.llm.params] == [1, 1]
+    assert rollout.completion_ids == [[[5, 6, eos]] * 3] * 2 and rollout.finished == [[True] * 3] * 2
+    assert rollout.num_generated_tokens == 2 * 3 * 3
