@@ -436,3 +436,20 @@ def test_the_page_names_the_colours_reference_and_shows_line_breaks():
     buffer = io.StringIO()
     print_view(view, Console(file=buffer, force_terminal=False, width=400))
     assert legend in buffer.getvalue()
+
+
+def test_paths_under_the_home_directory_are_read_and_written_there(tiny_model_dir, tmp_path, monkeypatch):
+    """--html ~/view.html (e.g. from --config, or --html=~/...: no shell expands it) passed the check
+    before the work, which expands ~, and then failed to write after the model had scored every
+    token (no directory ./~); --samples ~/samples.jsonl was 'not a file'. Both now name ~'s files."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    _samples_file(home / "samples.jsonl", [{"prompt": "what is 1 + 2 ?", "completion": c} for c in ("3", "it is 3")])
+    assert main(["inspect", "--model", str(tiny_model_dir), "--samples", str(home / "samples.jsonl"),
+                 "--html", "~/view.html"]) == 0
+    assert (home / "view.html").is_file() and not (tmp_path / "~").exists()
+    assert main(["inspect", "--model", str(tiny_model_dir), "--samples", "~/samples.jsonl",
+                 "--html", str(home / "other.html")]) == 0
+    assert ">is</span>" in (home / "other.html").read_text()  # the file's second completion

@@ -83,7 +83,7 @@ class InspectConfig:
             raise UsageError("--n must be >= 2 (JS scores compare completions)")
         if self.max_new_tokens < 1 or not self.temperature > 0:
             raise UsageError("--max-new-tokens must be >= 1 and --temperature > 0")
-        if self.samples is not None and not Path(self.samples).is_file():
+        if self.samples is not None and not Path(self.samples).expanduser().is_file():
             raise UsageError(f"--samples {self.samples} is not a file")
         if self.html is not None:
             check_output_file("--html", self.html)
