@@ -390,6 +390,12 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
         if not (isinstance(prompt, str) and isinstance(completion, str)):
             raise UsageError(f"{path}:{number}: prompt and completion must be text, got "
                              f"{type(prompt).__name__} and {type(completion).__name__}")
+        for name, text in (("prompt", prompt), ("completion", completion)):
+            try:  # JSON's \ud800 escapes a lone surrogate, which no tokenizer encodes
+                text.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise UsageError(f"{path}:{number}: the {name} is not valid text ({error.reason} at character "
+                                 f"{error.start})") from None
         if not isinstance(record.get("finished", False), bool):  # "false" would read as finished
             raise UsageError(f"{path}:{number}: finished must be true or false, got {record['finished']!r}")
         if record.get("greedy"):  # an evaluation's greedy completion: not one of the sampled group
