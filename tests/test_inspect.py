@@ -514,3 +514,26 @@ def test_renyi2_colours_shades_jaccard_and_left_out_tokens_match_the_page(tiny_m
     # no record says finished: no end token (the padding of the shorter ones ends nothing)
     assert re.search(r"ict: fewer than G alive [0-9.]+ \(all [0-9.]+\), relative position t/L [0-9.]+ "
                      r"\(all [0-9.]+\), end tokens 0\.00 \(all 0\.00\)", printed)
+
+
+def test_prompt_mode_samples_at_the_given_temperature_and_seed(tiny_model_dir, tmp_path):
+    """--prompt: the page's completions are those generate_completions samples with --n, --seed,
+    --temperature and --max-new-tokens (the seed and the temperature were each free to be dropped)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ict.analysis.token_view import token_strings
+    from ict.models.rollout import SamplingSettings, generate_completions
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    for temperature, seed in (("0.3", "5"), ("1.5", "7")):
+        page = tmp_path / f"view{seed}.html"
+        assert main(["inspect", "--model", str(tiny_model_dir), "--prompt", "what is 1 + 2 ?", "--n", "3",
+                     "--max-new-tokens", "8", "--temperature", temperature, "--seed", seed, "--html", str(page)]) == 0
+        shown = [[html.unescape(text) for text in re.findall(r"<span class='tok[^']*'[^>]*>([^<]*)</span>", block)]
+                 for block in page.read_text().split("<div class='prompt'>")[1:]]
+        rollout = generate_completions(model, tokenizer, ["what is 1 + 2 ?"],
+                                       SamplingSettings(float(temperature), 8), num_samples=3, seed=int(seed))
+        expected = [[text.replace("\n", "\u21b5\n") for text in token_strings(tokenizer, ids)]
+                    for ids in rollout.completion_ids[0]]
+        assert shown == expected
