@@ -216,7 +216,8 @@ def test_page_shows_each_prompt_whole_as_the_model_saw_it(tiny_model_dir, tmp_pa
      "every completion is empty"),  # was a page of nan under a made-up 0..1 colour scale
     ([b'{"prompt": "caf\xe9", "completion": "b"}'], [], "samples.jsonl: not UTF-8 text"),  # named no file
     (['{"prompt": "a", "completion": "x\\ud800"}', '{"prompt": "a", "completion": "y"}'], [],
-     "samples.jsonl:1: the completion is not valid text (surrogates not allowed at character 1)"),  # a TypeError
+     "samples.jsonl:1: the completion is not valid text (a lone surrogate, as \\ud800)"),  # a TypeError
+    (['{"prompt": "a", "completion": "b"}'], ["--prompt", "a\udcff"], "--prompt is not valid text"),  # argv b"a\xff"
     (['{"prompt": "a", "completion": "b"}'], ["--prompt", "x", "--n", "1"], "--n must be >= 2"),
     (['{"prompt": "a", "completion": "b"}'], ["--prompt", "x", "--max-new-tokens", "0"],
      "--max-new-tokens must be >= 1"),
