@@ -173,6 +173,22 @@ def test_plot_writes_the_png_it_names(tmp_path, capsys):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["curves.PNG", "figure", "run"]
 
 
+def test_plot_reads_and_writes_paths_under_the_home_directory(tmp_path, monkeypatch, capsys):
+    """`ict plot ~/run --out ~/curves.png` (from --config, or --out=~/...: no shell expands it):
+    the check before the work expands ~ but the figure was written to ./~/curves.png (a directory
+    ~ made in the working directory), and ~/run had 'no metrics.jsonl'. Both now name ~'s files."""
+    home = tmp_path / "home"
+    (home / "run").mkdir(parents=True)
+    (home / "run" / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 0.5}) + "\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    assert main(["plot", str(home / "run"), "--out", "~/curves.png"]) == 0
+    assert capsys.readouterr().out == f"plot: {home / 'curves.png'}\n"
+    assert (home / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not (tmp_path / "~").exists()
+    assert main(["plot", "~/run", "--out", str(tmp_path / "other.png")]) == 0
+    assert (tmp_path / "other.png").is_file()
+
+
 def test_the_same_value_means_the_same_by_every_route(tmp_path, capsys):
     """Found by a review, each was read differently by one route (flag, YAML, override): YAML's
     unquoted off / no became the text 'False' (autocast: off refused, dataset_subset: no silently

@@ -264,10 +264,11 @@ def test_score_knee_of_random_curves_matches_the_perpendicular_distance():
     scores = torch.rand(6, 30, generator=generator) ** 4  # convex-ish: many small, few large
     lengths = [30, 25, 12, 7, 4, 3]
     response = torch.arange(30)[None, :] < torch.tensor(lengths)[:, None]
-    knees = score_knees(scores, response)
-    for index, length in enumerate(lengths):
-        expected = _perpendicular_knee(scores[index, :length].double().tolist())
-        assert knees[index].item() == pytest.approx(expected), index
+    for offset in (0.0, -2.0):  # any real scores: below the padding's values too (e.g. log-probs)
+        knees = score_knees(scores + offset, response)
+        for index, length in enumerate(lengths):
+            expected = _perpendicular_knee(scores[index, :length].double().tolist())
+            assert knees[index].item() == pytest.approx(expected), (offset, index)
 
 
 def test_top_token_counts_by_hand():
@@ -296,6 +297,16 @@ def test_aligned_share_by_hand():
     response = torch.arange(6)[None, :] < lengths[:, None]
     shares = [3 / 5, 3 / 6, 2 / 2, 2 / 3, 0.0, 0.0]
     assert aligned_share(token_ids, response, torch.tensor([0, 0, 1, 1, 2, 2])) == pytest.approx(sum(shares) / 6)
+
+
+def test_a_group_diverges_where_its_shortest_completion_ends_even_if_the_padding_matches():
+    """Padding that holds the same id as the longer completion's tokens (e.g. pad = EOS) is no
+    agreement: row 0 ends after 2 tokens, so D = 2 and the shares are 2/2 and 2/4."""
+    from ict.core.diagnostics import aligned_share
+
+    token_ids = torch.tensor([[4, 4, 0, 0], [4, 4, 0, 0]])
+    response = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    assert aligned_share(token_ids, response, torch.tensor([0, 0])) == pytest.approx((2 / 2 + 2 / 4) / 2)
 
 
 def test_group_diagnostics_refuse_group_ids_that_do_not_cover_the_batch():

@@ -215,6 +215,12 @@ def test_page_shows_each_prompt_whole_as_the_model_saw_it(tiny_model_dir, tmp_pa
     (['{"prompt": "a", "completion": ""}', '{"prompt": "a", "completion": ""}'], [],
      "every completion is empty"),  # was a page of nan under a made-up 0..1 colour scale
     ([b'{"prompt": "caf\xe9", "completion": "b"}'], [], "samples.jsonl: not UTF-8 text"),  # named no file
+    (['{"prompt": "a", "completion": "x\\ud800"}', '{"prompt": "a", "completion": "y"}'], [],
+     "samples.jsonl:1: the completion is not valid text (a lone surrogate, as \\ud800)"),  # a TypeError
+    (['{"prompt": "a", "completion": "b"}'], ["--prompt", "a\udcff"], "--prompt is not valid text"),  # argv b"a\xff"
+    (['{"prompt": "a", "completion": "b"}'], ["--prompt", "x", "--n", "1"], "--n must be >= 2"),
+    (['{"prompt": "a", "completion": "b"}'], ["--prompt", "x", "--max-new-tokens", "0"],
+     "--max-new-tokens must be >= 1"),
 ])
 def test_bad_samples_exit_2(tiny_model_dir, tmp_path, capsys, lines, options, message):
     samples = tmp_path / "samples.jsonl"
@@ -340,7 +346,7 @@ def test_the_terminal_view_shows_control_characters_instead_of_sending_them():
     buffer = io.StringIO()
     print_view(view, Console(file=buffer, force_terminal=False, width=200))
     out = buffer.getvalue()
-    assert "\x1b" not in out and "\x07" not in out
+    assert "\x1b" not in out and "\x07" not in out and "\\x09" not in out  # a tab is no control sequence
     assert "#0: \\x1b[2J\\x1b]0;pwned\\x07\n" in out and "#1: a\n" in out  # newline (and tab) kept
 
 
@@ -436,3 +442,99 @@ def test_the_page_names_the_colours_reference_and_shows_line_breaks():
     buffer = io.StringIO()
     print_view(view, Console(file=buffer, force_terminal=False, width=400))
     assert legend in buffer.getvalue()
+
+
+def test_paths_under_the_home_directory_are_read_and_written_there(tiny_model_dir, tmp_path, monkeypatch):
+    """--html ~/view.html (e.g. from --config, or --html=~/...: no shell expands it) passed the check
+    before the work, which expands ~, and then failed to write after the model had scored every
+    token (no directory ./~); --samples ~/samples.jsonl was 'not a file'. Both now name ~'s files."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    _samples_file(home / "samples.jsonl", [{"prompt": "what is 1 + 2 ?", "completion": c} for c in ("3", "it is 3")])
+    assert main(["inspect", "--model", str(tiny_model_dir), "--samples", str(home / "samples.jsonl"),
+                 "--html", "~/view.html"]) == 0
+    assert (home / "view.html").is_file() and not (tmp_path / "~").exists()
+    assert main(["inspect", "--model", str(tiny_model_dir), "--samples", "~/samples.jsonl",
+                 "--html", str(home / "other.html")]) == 0
+    assert ">is</span>" in (home / "other.html").read_text()  # the file's second completion
+
+
+def test_renyi2_colours_shades_jaccard_and_left_out_tokens_match_the_page(tiny_model_dir, tmp_path, capsys):
+    """--color renyi2: every token's tooltip is -log sum p^2 (float64, one plain forward pass per
+    completion, p = softmax(logits / T)); its shade is white -> red over the batch's range (green =
+    blue); the printed Jaccard(ICT, 20-Entropy) and the tokens ICT leaves out are those of the
+    page's marks."""
+    from collections import Counter
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    prompt = "what is 1 + 2 ?"
+    completions = ["the sum is 3", "3", "is 3", "the sum 3 3"]
+    samples = _samples_file(tmp_path / "samples.jsonl", [{"prompt": prompt, "completion": c} for c in completions])
+    page = tmp_path / "view.html"
+    assert main(["inspect", "--model", str(tiny_model_dir), "--samples", str(samples), "--temperature", "0.7",
+                 "--color", "renyi2", "--html", str(page)]) == 0
+    printed = capsys.readouterr().out
+    spans = [re.findall(r"<span class='tok([^']*)' style='background:rgb\((\d+),(\d+),(\d+)\)' "
+                        r"title='renyi2=([0-9.]+)'>([^<]*)</span>", block)
+             for block in page.read_text().split("<div class='prompt'>")[1:]]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                         add_generation_prompt=True)
+    prompt_ids = tokenizer(chat, add_special_tokens=False)["input_ids"]
+    expected = []
+    for completion in completions:
+        ids = tokenizer.encode(completion, add_special_tokens=False)
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt_ids + ids])).logits[0].double()
+        p = torch.softmax(logits[len(prompt_ids) - 1:len(prompt_ids) - 1 + len(ids)] / 0.7, dim=-1)
+        expected += (-(p * p).sum(-1).log()).tolist()
+    tokens = [span for row in spans for span in row]
+    assert [float(span[4]) for span in tokens] == pytest.approx(expected, abs=6e-5)
+    low, high = min(expected), max(expected)
+    for _, red, green, blue, _, _ in tokens:
+        assert red == "255" and green == blue
+    shades = [int(green) for _, _, green, _, _, _ in tokens]
+    assert shades == pytest.approx([255 - 200 * (value - low) / (high - low) for value in expected], abs=1.01)
+    ict = [("ict" in span[0].split()) for span in tokens]
+    entropy20 = [("entropy20" in span[0].split()) for span in tokens]
+    both = sum(a and b for a, b in zip(ict, entropy20, strict=True))
+    either = sum(a or b for a, b in zip(ict, entropy20, strict=True))
+    assert f"Jaccard(ICT, 20-Entropy) = {both / either:.3f}" in printed
+    left_out = Counter(html.unescape(span[5]) for span, flag in zip(tokens, ict, strict=True) if not flag)
+    assert len(left_out) <= 10  # the line lists them all
+    line = next(text for text in printed.splitlines() if text.startswith("ict leaves out most often: "))
+    assert dict((token, int(count)) for token, count in re.findall(r"'([^']*)' x(\d+)", line)) == left_out
+    chosen = Counter(html.unescape(span[5]) for span, flag in zip(tokens, ict, strict=True) if flag)
+    line = next(text for text in printed.splitlines() if text.startswith("ict selects most often: "))
+    assert dict((token, int(count)) for token, count in re.findall(r"'([^']*)' x(\d+)", line)) == chosen
+    # no record says finished: no end token (the padding of the shorter ones ends nothing)
+    assert re.search(r"ict: fewer than G alive [0-9.]+ \(all [0-9.]+\), relative position t/L [0-9.]+ "
+                     r"\(all [0-9.]+\), end tokens 0\.00 \(all 0\.00\)", printed)
+
+
+def test_prompt_mode_samples_at_the_given_temperature_and_seed(tiny_model_dir, tmp_path):
+    """--prompt: the page's completions are those generate_completions samples with --n, --seed,
+    --temperature and --max-new-tokens (the seed and the temperature were each free to be dropped)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ict.analysis.token_view import token_strings
+    from ict.models.rollout import SamplingSettings, generate_completions
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    for temperature, seed in (("0.3", "5"), ("1.5", "7")):
+        page = tmp_path / f"view{seed}.html"
+        assert main(["inspect", "--model", str(tiny_model_dir), "--prompt", "what is 1 + 2 ?", "--n", "3",
+                     "--max-new-tokens", "8", "--temperature", temperature, "--seed", seed, "--html", str(page)]) == 0
+        shown = [[html.unescape(text) for text in re.findall(r"<span class='tok[^']*'[^>]*>([^<]*)</span>", block)]
+                 for block in page.read_text().split("<div class='prompt'>")[1:]]
+        rollout = generate_completions(model, tokenizer, ["what is 1 + 2 ?"],
+                                       SamplingSettings(float(temperature), 8), num_samples=3, seed=int(seed))
+        expected = [[text.replace("\n", "\u21b5\n") for text in token_strings(tokenizer, ids)]
+                    for ids in rollout.completion_ids[0]]
+        assert shown == expected

@@ -260,13 +260,13 @@ class PlotConfig:
         check_output_file("--out", self.out)
         if not self.run_dirs:
             raise UsageError("give at least one run directory")
-        missing = [str(path) for path in self.run_dirs if not (Path(path) / "metrics.jsonl").is_file()]
+        missing = [str(path) for path in self.run_dirs if not (Path(path).expanduser() / "metrics.jsonl").is_file()]
         if missing:
             raise UsageError(f"no metrics.jsonl in {', '.join(missing)}; pass ict train run "
                              "directories")
         seen: dict[Path, str] = {}
         for path in self.run_dirs:  # one run twice would be pooled with itself as n=2
-            resolved = Path(path).resolve()
+            resolved = Path(path).expanduser().resolve()
             if resolved in seen:
                 raise UsageError(f"run directory {resolved} is given twice ({seen[resolved]}, {path}); "
                                  "each run counts once")
@@ -280,9 +280,10 @@ def plot(config: PlotConfig) -> Path:
     UsageError when none of them has a step."""
     config = config.validate()
     assert config.out is not None
-    directories = [Path(path) for path in config.run_dirs]
-    labels = [(path.parent.name if config.by == "method" else str(path)) for path in directories]
-    written = plot_runs(directories, Path(config.out), labels)
+    directories = [Path(path).expanduser() for path in config.run_dirs]  # ~ as check_output_file reads it
+    labels = [(path.parent.name if config.by == "method" else str(given))
+              for path, given in zip(directories, config.run_dirs, strict=True)]
+    written = plot_runs(directories, Path(config.out).expanduser(), labels)
     if written is None:
         raise UsageError("nothing to plot: no step with a plotted metric (reward_mean, entropy, ...) in the "
                          f"metrics.jsonl of {', '.join(map(str, directories))}")

@@ -67,6 +67,8 @@ class InspectConfig:
             raise UsageError("give exactly one of --prompt and --samples")
         if self.prompt is not None and not self.prompt.strip():
             raise UsageError("--prompt is empty: give the text to sample completions of")
+        if self.prompt is not None and not _encodes(self.prompt):  # a non-UTF-8 byte of argv, as \udcff
+            raise UsageError("--prompt is not valid text (a byte that is not UTF-8?): no tokenizer encodes it")
         if self.samples is not None:
             sampling = {"num_samples": "--n", "max_new_tokens": "--max-new-tokens", "seed": "--seed"}
             given = [flag for name, flag in sampling.items()
@@ -83,7 +85,7 @@ class InspectConfig:
             raise UsageError("--n must be >= 2 (JS scores compare completions)")
         if self.max_new_tokens < 1 or not self.temperature > 0:
             raise UsageError("--max-new-tokens must be >= 1 and --temperature > 0")
-        if self.samples is not None and not Path(self.samples).is_file():
+        if self.samples is not None and not Path(self.samples).expanduser().is_file():
             raise UsageError(f"--samples {self.samples} is not a file")
         if self.html is not None:
             check_output_file("--html", self.html)
@@ -367,6 +369,15 @@ def print_view(view: TokenView, console: Any = None) -> None:
                       markup=False, highlight=False, soft_wrap=True)
 
 
+def _encodes(text: str) -> bool:
+    """Whether `text` is valid Unicode text (no lone surrogate), which a tokenizer can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = None) -> Any:
     """Rollout from a JSONL of {"prompt", "completion", optional "finished"} records (an
     evaluation's samples.jsonl is one), grouped by prompt in file order; the first `num_prompts`
@@ -390,6 +401,9 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
         if not (isinstance(prompt, str) and isinstance(completion, str)):
             raise UsageError(f"{path}:{number}: prompt and completion must be text, got "
                              f"{type(prompt).__name__} and {type(completion).__name__}")
+        for name, text in (("prompt", prompt), ("completion", completion)):
+            if not _encodes(text):  # JSON's \ud800 escapes a lone surrogate, which no tokenizer encodes
+                raise UsageError(f"{path}:{number}: the {name} is not valid text (a lone surrogate, as \\ud800)")
         if not isinstance(record.get("finished", False), bool):  # "false" would read as finished
             raise UsageError(f"{path}:{number}: finished must be true or false, got {record['finished']!r}")
         if record.get("greedy"):  # an evaluation's greedy completion: not one of the sampled group

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     config = options_from_args(InspectConfig, args).validate()
     model, tokenizer = load_model_and_tokenizer(config.model, device="cpu")
     if config.samples:
-        rollout = rollout_from_samples(tokenizer, Path(config.samples), config.num_prompts)
+        rollout = rollout_from_samples(tokenizer, Path(config.samples).expanduser(), config.num_prompts)
     else:
         sampling = SamplingSettings(config.temperature, config.max_new_tokens)
         rollout = generate_completions(model, tokenizer, [config.prompt], sampling,
@@ -49,6 +49,6 @@ def run(args: argparse.Namespace) -> int:
     print_view(view)
     if config.html:
         with writing_output("--html", config.html):
-            Path(config.html).write_text(render_html(view, config.source()), encoding="utf-8")
+            Path(config.html).expanduser().write_text(render_html(view, config.source()), encoding="utf-8")
         print(f"html: {config.html}")
     return 0

@@ -1,0 +1,82 @@
+"""`ict plot` and the learning curves: the numbers drawn, read back from the figure's lines and bands
+against hand computations (mean over the runs that logged a step, min..max band, line styles)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from matplotlib.figure import Figure
+
+from ict.cli import main
+
+
+@pytest.fixture
+def saved_figures(monkeypatch):
+    """Every figure saved during the test (still readable after plt.close)."""
+    figures = []
+    savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *args, **kwargs: (figures.append(self),
+                                                                          savefig(self, *args, **kwargs))[1])
+    return figures
+
+
+def _write_run(path, records):
+    path.mkdir(parents=True)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+
+
+def _band(collection, steps):
+    """(low, high) at each step of a fill_between band."""
+    vertices = collection.get_paths()[0].vertices
+    return [(vertices[vertices[:, 0] == step][:, 1].min(), vertices[vertices[:, 0] == step][:, 1].max())
+            for step in steps]
+
+
+def test_plot_draws_the_mean_over_the_runs_of_a_method_and_their_range(tmp_path, saved_figures):
+    """--by method pools runs/ict/seed0..2 as one label (n=3): the line is the mean over the runs
+    that logged the step (a null or a missing step left out, not read as 0), the band min..max;
+    the one grpo run has no band. 'all' keys are solid, 'selected' ones dashed; the knee, a figure
+    of the batch's score curves and not of the selected tokens, solid; no empty axis is shown."""
+    entropy = {"seed0": [1.0, 2.0, 3.0], "seed1": [2.0, None, 5.0], "seed2": [6.0, 4.0]}
+    for seed, values in entropy.items():
+        _write_run(tmp_path / "runs" / "ict" / seed,
+                   [{"step": step, "entropy": value, "entropy_selected": 0.5 * step, "score_knee_fraction": 0.1}
+                    for step, value in enumerate(values, 1)])
+    _write_run(tmp_path / "runs" / "grpo" / "seed0", [{"step": step, "entropy": 9.0} for step in (1, 2, 3)])
+    runs = [str(tmp_path / "runs" / method / seed) for method, seed in
+            (("ict", "seed0"), ("ict", "seed1"), ("ict", "seed2"), ("grpo", "seed0"))]
+    assert main(["plot", *runs, "--by", "method", "--out", str(tmp_path / "curves.png")]) == 0
+    (figure,) = saved_figures
+    handles = figure.legends[0].legend_handles
+    colour = {handle.get_label(): handle.get_color() for handle in handles}
+    assert {"ict (n=3)", "grpo (n=1)"} <= set(colour)
+    axes = {axis.get_title(): axis for axis in figure.axes if axis.get_visible()}
+    assert sorted(axes) == ["Paper: score knee", "Shannon entropy"]
+    panel = axes["Shannon entropy"]
+    lines = {(line.get_color(), line.get_linestyle()): line for line in panel.get_lines()}
+    ict_all, ict_selected = lines[(colour["ict (n=3)"], "-")], lines[(colour["ict (n=3)"], "--")]
+    assert list(ict_all.get_xdata()) == [1, 2, 3]
+    assert list(ict_all.get_ydata()) == pytest.approx([(1 + 2 + 6) / 3, (2 + 4) / 2, (3 + 5) / 2])
+    assert list(ict_selected.get_ydata()) == pytest.approx([0.5, 1.0, 1.5])
+    assert list(lines[(colour["grpo (n=1)"], "-")].get_ydata()) == [9.0, 9.0, 9.0]
+    bands = panel.collections
+    assert len(bands) == 2  # ict's two keys; grpo's one run has none
+    expected = [[(1, 6), (2, 4), (3, 5)], [(0.5, 0.5), (1.0, 1.0), (1.5, 1.5)]]
+    assert sorted(_band(band, [1, 2, 3]) for band in bands) == sorted(expected)
+    knee = axes["Paper: score knee"].get_lines()
+    assert [line.get_linestyle() for line in knee] == ["-"]
+
+
+def test_learning_curves_are_drawn_in_percent(tmp_path, saved_figures):
+    """pass@k values (fractions) are drawn as percent, the line the mean over seeds."""
+    from ict.analysis.plots import plot_learning_curves
+
+    rows = [{"method": "ict", "seed": seed, "step": step, "benchmark": "b", "metric": "pass@1", "problems": 4,
+             "value": value} for seed, values in enumerate(([0.25, 0.5], [0.5, 1.0])) for step, value in
+            zip((0, 10), values, strict=True)]
+    plot_learning_curves(rows, tmp_path / "curves.png")
+    (figure,) = saved_figures
+    (line,) = figure.axes[0].get_lines()
+    assert list(line.get_xdata()) == [0, 10] and list(line.get_ydata()) == pytest.approx([37.5, 75.0])
+    assert figure.axes[0].get_ylabel() == "pass@1 (%)"
