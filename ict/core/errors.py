@@ -28,6 +28,14 @@ class TrainingDiverged(Exception):
     """Training stopped after too many consecutive non-finite updates (checkpointed first)."""
 
 
+def check_path_given(flag: str, path: Any, instead: str) -> None:
+    """One-line UsageError ``"<flag> is empty: <instead>"`` when `path` is given (not None) but
+    empty or blank: ``Path("")`` is the working directory, and an empty directory option would
+    otherwise fall back to its default without a word."""
+    if path is not None and not str(path).strip():
+        raise UsageError(f"{flag} is empty: {instead}")
+
+
 def check_output_file(flag: str, path: Any) -> None:
     """One-line UsageError unless `path` can name a file to write, checked before any work: not a
     directory, its nearest existing ancestor a directory, a name the file system takes (a name

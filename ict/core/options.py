@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from ict.core.errors import UsageError
+from ict.core.errors import UsageError, check_path_given
 
 
 def option(default: Any, help: str, choices: tuple[str, ...] | None = None,
@@ -126,8 +126,8 @@ def parse_field(cls: type, name: str, raw: Any) -> Any:
                 raise ValueError
             if isinstance(raw, bool):  # YAML 1.1 reads off, no, on, yes (unquoted) as booleans
                 return _text_of_boolean(cls, name, raw)
-            if inner is Path and not str(raw).strip():  # Path("") is the working directory
-                raise UsageError(f"{name} is empty: give a path")
+            if inner is Path:
+                check_path_given(name, raw, "give a path")
             return _scalar(inner, str(raw))
     except (ValueError, TypeError, OverflowError, yaml.YAMLError):
         if typing.get_origin(inner) is tuple:

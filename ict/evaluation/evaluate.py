@@ -53,7 +53,7 @@ from ict.answers.verify import (
     check_timeout,
     default_verifier,
 )
-from ict.core.errors import UsageError
+from ict.core.errors import UsageError, check_path_given
 from ict.core.metrics import benchmark_metrics, majority_vote_correct
 from ict.core.options import check_choices, option
 from ict.core.problems import Problem
@@ -167,11 +167,8 @@ class EvalConfig:
             raise UsageError("--verify-workers must be >= 1")
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise UsageError("--temperature must be >= 0 and --top-p in (0, 1]")
-        for name, default in (("output_dir", "runs/eval/<model>"), ("data_dir", "the hub")):
-            value = getattr(self, name)
-            if value is not None and not str(value).strip():  # was the default, or the working directory
-                raise UsageError(f"--{name.replace('_', '-')} is empty: give a directory, or leave it "
-                                 f"out for {default}")
+        check_path_given("--output-dir", self.output_dir, "give a directory, or leave it out for runs/eval/<model>")
+        check_path_given("--data-dir", self.data_dir, "give a directory, or leave it out for the hub")
         bad_seeds = [seed for seed in self.resolved_seeds() if not 0 <= seed < RUN_SEED_LIMIT]
         if bad_seeds:  # as ict train's (the vLLM engine takes the first)
             raise UsageError(f"sampling seeds must lie in [0, 2^32), got {bad_seeds}")

@@ -29,7 +29,7 @@ from ict.analysis.compare import (
 )
 from ict.answers.grading import ANSWER_EXTRACTIONS
 from ict.answers.verify import MATH_EXTRACTIONS
-from ict.core.errors import UsageError
+from ict.core.errors import UsageError, check_path_given
 from ict.core.options import check_choices, option, option_fields
 from ict.core.seeding import RUN_SEED_LIMIT
 from ict.data.benchmarks import expand_benchmark_names
@@ -160,8 +160,7 @@ class CompareConfig:
         """One-line UsageError for a bad option or combination."""
         if self.output_dir is None:
             raise UsageError("--output-dir is required")
-        if not str(self.output_dir).strip():  # Path("") is the working directory
-            raise UsageError("--output-dir is empty: give the comparison's directory")
+        check_path_given("--output-dir", self.output_dir, "give the comparison's directory")
         self.output_dir = Path(self.output_dir).expanduser()  # ~ from a config file or --output-dir=~/...
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise UsageError(f"--seeds needs distinct integers, got {self.seeds}")

@@ -535,7 +535,7 @@ class VLLMBackend:
         # all prompts would give every prompt the same random numbers). Greedy: one sample a
         # prompt, repeated (vLLM refuses n > 1 at temperature 0; argmax gives each the same tokens)
         copies = num_samples if greedy else 1
-        params = [SamplingParams(n=num_samples // copies, temperature=0.0 if greedy else sampling.temperature,
+        params = [SamplingParams(n=1 if greedy else num_samples, temperature=0.0 if greedy else sampling.temperature,
                                  top_p=1.0 if greedy else sampling.top_p,
                                  max_tokens=sampling.max_new_tokens,
                                  seed=None if seed is None else request_seed(seed, index))

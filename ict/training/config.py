@@ -17,7 +17,7 @@ import yaml
 
 from ict.answers.verify import check_timeout
 from ict.core import selectors
-from ict.core.errors import UsageError, read_utf8_text
+from ict.core.errors import UsageError, check_path_given, read_utf8_text
 from ict.core.options import check_choices, option, optional_inner, parse_field, yaml_problem
 from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.stats import MIN_TEMPERATURE, needs_reference_logits, parse_tile_size
@@ -336,9 +336,7 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise UsageError(f"{name} must be >= 0")
-        if self.run_dir is not None and not str(self.run_dir).strip():  # was runs/<method>-<time>
-            raise UsageError("--run-dir is empty: give a directory, or leave it out for "
-                             "runs/<method>-<timestamp>")
+        check_path_given("--run-dir", self.run_dir, "give a directory, or leave it out for runs/<method>-<timestamp>")
         if self.resume and not self.run_dir:
             raise UsageError("--resume needs --run-dir (the run to continue)")
         check_timeout(self.verify_timeout, "verify_timeout")
@@ -423,8 +421,7 @@ def parse_key_values(items: list[str]) -> dict[str, str]:
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Options from a YAML mapping file (keys are field names; hyphens allowed)."""
-    if not str(path).strip():  # `--config ""` (an unset variable): Path("") would be "."
-        raise UsageError("config file path is empty: give a YAML file, or leave --config out")
+    check_path_given("config file path", path, "give a YAML file, or leave --config out")  # `--config ""`
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"config file not found: {path}")

@@ -219,7 +219,7 @@ def train(config: TrainConfig, console: Any = None,
     console = console or Console(stderr=True, soft_wrap=True)
     run_dir = Path(config.run_dir).expanduser() if config.run_dir else default_run_dir(config)
     config.run_dir = str(run_dir)
-    # a start that fails (a missing model, bad data) leaves no run directory of a lock file alone
+    # a start that fails (a missing model, bad data) leaves no run directory holding a lock file alone
     with discarded_if_unused(run_dir):
         with exclusive_run_dir(create_run_dir(run_dir)):  # one process writes a run directory at a time
             return _train_in(config, console, _prepare_run_dir(config, run_dir), on_step, continue_with)
