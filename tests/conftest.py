@@ -80,6 +80,20 @@ def build_tiny_tokenizer():
     return tokenizer
 
 
+def greedy_reference(model, prompt_ids: list[int], steps: int, eos_id: int | None = None) -> list[int]:
+    """Argmax decoding of up to `steps` tokens by hand, one unbatched forward over the whole
+    sequence per token (no cache, no padding); it stops after `eos_id` (None: never)."""
+    tokens, generated = list(prompt_ids), []
+    for _ in range(steps):
+        with torch.no_grad():
+            token = int(model(input_ids=torch.tensor([tokens])).logits[0, -1].argmax())
+        generated.append(token)
+        tokens.append(token)
+        if token == eos_id:
+            break
+    return generated
+
+
 def build_tiny_model(vocab_size: int, seed: int = 0, hidden_size: int = 32, layers: int = 2):
     """A randomly initialised LlamaForCausalLM from a config (float32)."""
     from transformers import LlamaConfig, LlamaForCausalLM

@@ -94,9 +94,6 @@ def test_paper_figures_of_the_ict_selection_match_an_independent_forward(tiny_mo
     that of all response tokens' entropies (the lower middle value)."""
     import json
 
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     prompt = "what is 1 + 2 ?"
     completions = ["the sum is 3", "so 1 + 2 = 3 .", "the answer is 3 and so", "what is the sum ? 3 3"]
     samples = tmp_path / "samples.jsonl"
@@ -108,19 +105,12 @@ def test_paper_figures_of_the_ict_selection_match_an_independent_forward(tiny_mo
     marks = [[("ict" in classes.split()) for classes in re.findall(r"<span class='tok([^']*)'", block)]
              for block in page.read_text().split("<div class='prompt'>")[1:]]
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
-    chat = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                         add_generation_prompt=True)
-    prompt_ids = tokenizer(chat, add_special_tokens=False)["input_ids"]
+    tokenizer, probabilities = _plain_forward(tiny_model_dir)
     sampled, entropy, beta, selected = [], [], [], []
     for completion, flags in zip(completions, marks, strict=True):
         ids = tokenizer.encode(completion, add_special_tokens=False)
         assert len(ids) == len(flags)
-        with torch.no_grad():
-            logits = model(torch.tensor([prompt_ids + ids])).logits[0].double()
-        for t, token in enumerate(ids):
-            p = torch.softmax(logits[len(prompt_ids) - 1 + t] / 0.8, dim=-1)
+        for token, p in zip(ids, probabilities(prompt, ids, 0.8), strict=True):
             sampled.append(float(p[token]))
             entropy.append(float(-(p * p.log()).sum()))
             beta.append(float((p * p).sum()))
@@ -274,6 +264,27 @@ def test_the_learning_curve_legend_names_every_method_of_any_panel(tmp_path, mon
     assert seen == [["grpo", "ict", "stapo"]]
 
 
+def _plain_forward(model_dir):
+    """The tiny model's tokenizer and ``probabilities(prompt, ids, temperature)``: softmax(logits /
+    T) in float64, ``[len(ids), V]``, at each response token of ``ids``, from one plain forward pass
+    of the chat-rendered user ``prompt`` followed by ``ids`` (no padding, no batching)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+
+    def probabilities(prompt, ids, temperature):
+        chat = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)
+        prompt_ids = tokenizer(chat, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt_ids + ids])).logits[0].double()
+        return torch.softmax(logits[len(prompt_ids) - 1:len(prompt_ids) - 1 + len(ids)] / temperature, dim=-1)
+
+    return tokenizer, probabilities
+
+
 def _samples_file(path, records):
     import json
 
@@ -366,7 +377,6 @@ def test_every_js_score_and_ict_mark_matches_a_float64_recomputation(tiny_model_
     as if it had ended: its last word a point mass in its group's reference (off by 0.08 here).
     ICT's marks: the top ceil(0.1 N_b) of each response by JS to group_mean_absorbing."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     records = [("what is 1 + 2 ?", "the sum is 3", True), ("what is 1 + 2 ?", "so it is 3 and 1 + 2", False),
                ("what is 1 + 2 ?", "3", True), ("what is 1 + 2 ?", "it is", False),
@@ -374,18 +384,11 @@ def test_every_js_score_and_ict_mark_matches_a_float64_recomputation(tiny_model_
                ("what is 4 + 4 ?", "8 8", False), ("what is 4 + 4 ?", "the answer 8 is", True)]
     samples = _samples_file(tmp_path / "samples.jsonl", [{"prompt": p, "completion": c, "finished": f}
                                                          for p, c, f in records])
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    tokenizer, probabilities = _plain_forward(tiny_model_dir)
     rows = []
     for prompt, completion, finished in records:
-        chat = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                             add_generation_prompt=True)
-        prompt_ids = tokenizer(chat, add_special_tokens=False)["input_ids"]
         ids = tokenizer.encode(completion, add_special_tokens=False) + [tokenizer.eos_token_id] * finished
-        with torch.no_grad():
-            logits = model(torch.tensor([prompt_ids + ids])).logits[0].double()
-        p = torch.softmax(logits[len(prompt_ids) - 1:len(prompt_ids) - 1 + len(ids)] / 0.7, dim=-1)
-        rows.append((prompt, ids, p, finished))
+        rows.append((prompt, ids, probabilities(prompt, ids, 0.7), finished))
 
     def expected(reference):
         scores = []
@@ -468,9 +471,6 @@ def test_renyi2_colours_shades_jaccard_and_left_out_tokens_match_the_page(tiny_m
     page's marks."""
     from collections import Counter
 
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     prompt = "what is 1 + 2 ?"
     completions = ["the sum is 3", "3", "is 3", "the sum 3 3"]
     samples = _samples_file(tmp_path / "samples.jsonl", [{"prompt": prompt, "completion": c} for c in completions])
@@ -481,17 +481,10 @@ def test_renyi2_colours_shades_jaccard_and_left_out_tokens_match_the_page(tiny_m
     spans = [re.findall(r"<span class='tok([^']*)' style='background:rgb\((\d+),(\d+),(\d+)\)' "
                         r"title='renyi2=([0-9.]+)'>([^<]*)</span>", block)
              for block in page.read_text().split("<div class='prompt'>")[1:]]
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
-    chat = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                         add_generation_prompt=True)
-    prompt_ids = tokenizer(chat, add_special_tokens=False)["input_ids"]
+    tokenizer, probabilities = _plain_forward(tiny_model_dir)
     expected = []
     for completion in completions:
-        ids = tokenizer.encode(completion, add_special_tokens=False)
-        with torch.no_grad():
-            logits = model(torch.tensor([prompt_ids + ids])).logits[0].double()
-        p = torch.softmax(logits[len(prompt_ids) - 1:len(prompt_ids) - 1 + len(ids)] / 0.7, dim=-1)
+        p = probabilities(prompt, tokenizer.encode(completion, add_special_tokens=False), 0.7)
         expected += (-(p * p).sum(-1).log()).tolist()
     tokens = [span for row in spans for span in row]
     assert [float(span[4]) for span in tokens] == pytest.approx(expected, abs=6e-5)

@@ -6,6 +6,7 @@ import importlib.util
 
 import pytest
 import torch
+from conftest import greedy_reference
 
 from ict.core.errors import UsageError
 from ict.models.forward import response_logits
@@ -107,21 +108,6 @@ def test_a_model_directory_under_home_loads_with_a_tilde(tiny_model_dir, monkeyp
     assert model.config.vocab_size == len(tokenizer)
 
 
-def _greedy_reference(model, prompt_ids: list[int], steps: int, eos_id: int) -> list[int]:
-    """Unbatched argmax decoding with full recomputation (no cache, no padding)."""
-    tokens = list(prompt_ids)
-    generated = []
-    for _ in range(steps):
-        with torch.no_grad():
-            logits = model(input_ids=torch.tensor([tokens])).logits[0, -1]
-        token = int(logits.argmax())
-        generated.append(token)
-        tokens.append(token)
-        if token == eos_id:
-            break
-    return generated
-
-
 def test_batched_greedy_generation_matches_unbatched_reference(tiny_model_dir):
     model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir), device="cpu")
     prompts = ["what is 3 + 4 ?", "sum of 1 and 2 ?", [{"role": "user", "content": "what is 9 ?"}]]
@@ -129,7 +115,7 @@ def test_batched_greedy_generation_matches_unbatched_reference(tiny_model_dir):
                                    num_samples=1, batch_size=3)
     assert rollout.num_prompts == 3 and rollout.num_samples == 1
     for index in range(3):
-        expected = _greedy_reference(model, rollout.prompt_ids[index], 8, tokenizer.eos_token_id)
+        expected = greedy_reference(model, rollout.prompt_ids[index], 8, tokenizer.eos_token_id)
         assert rollout.completion_ids[index][0] == expected
         assert rollout.finished[index][0] == (expected[-1] == tokenizer.eos_token_id)
     assert rollout.prompt_texts[0].startswith("<|im_start|>user")  # chat template applied

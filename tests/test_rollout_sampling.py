@@ -11,8 +11,7 @@ import types
 from types import SimpleNamespace
 
 import pytest
-import torch
-from conftest import build_tiny_model, build_tiny_tokenizer
+from conftest import build_tiny_model, build_tiny_tokenizer, greedy_reference
 
 from ict.core.seeding import request_seed
 from ict.models.rollout import (
@@ -27,24 +26,13 @@ from ict.models.rollout import (
 PROMPT = "what is 3 + 4 ?"
 
 
-def _greedy(model, prompt_ids: list[int], steps: int) -> list[int]:
-    """Argmax decode of `steps` tokens, by hand (no EOS handling)."""
-    ids, out = list(prompt_ids), []
-    for _ in range(steps):
-        with torch.no_grad():
-            token = int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
-        out.append(token)
-        ids.append(token)
-    return out
-
-
 def test_a_completion_stops_at_an_eos_id_only_the_generation_config_lists(tiny_tokenizer):
     """Qwen2.5-Instruct's generation_config lists two EOS ids (<|im_end|>, <|endoftext|>), its
     tokenizer one: a completion ends at either, as in `generate` with the model's own config."""
     model = build_tiny_model(len(tiny_tokenizer), seed=5).eval()
     eos = tiny_tokenizer.eos_token_id
     rollout = generate_completions(model, tiny_tokenizer, [PROMPT], SamplingSettings(0.0, 12, greedy=True))
-    free = _greedy(model, rollout.prompt_ids[0], 12)
+    free = greedy_reference(model, rollout.prompt_ids[0], 12)
     stop = next(token for token in free[2:] if token != eos and token not in free[:2])
     model.generation_config.eos_token_id = [eos, stop]
     assert _eos_ids(model, tiny_tokenizer) == [eos, stop]
