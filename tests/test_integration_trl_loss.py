@@ -471,3 +471,63 @@ def test_trl_clip_cov_gets_old_log_probs_and_clip_range(loss_trainer, monkeypatc
     assert seen[0].clip_range == (trainer.epsilon_low, trainer.epsilon_high)
     assert torch.equal(records[0]["selected"], records[1]["selected"])
     assert not torch.equal(records[0]["selected"], records[0]["mask"].bool())  # some tokens were cut
+
+
+def test_the_entropy_bonus_is_refused_where_trl_would_weigh_it_by_our_grpo_weights():
+    """TRL's entropy bonus (entropy_coef, use_adaptive_entropy) is documented as the mean entropy of
+    the tokens the loss acts on, sum(H * mask * w) / sum(mask * w) with w our weight. Under 'ours'
+    grpo/sapo (ict's default) w = n_b / n_sel_b * B / S varies by completion, so the bonus was a
+    weighted mean; ICTGRPOConfig refuses that in one line, and accepts the combinations whose w is
+    0/1 ('trl') or one constant (dapo, bnpo)."""
+    from ict.integrations.trl import ICTGRPOConfig
+
+    common = dict(output_dir="unused", report_to="none", use_cpu=True, bf16=False)
+    for options in (dict(entropy_coef=0.01), dict(use_adaptive_entropy=True), dict(entropy_coef=0.01, loss_type="sapo"),
+                    dict(entropy_coef=0.01, token_selector="entropy:ratio=0.2", loss_type="grpo")):
+        with pytest.raises(ValueError, match=r"^entropy_coef / use_adaptive_entropy with loss_type='(grpo|sapo)' and "
+                                             r"selection_denominator='ours'") as error:
+            ICTGRPOConfig(**options, **common)
+        assert "\n" not in str(error.value)
+    for options in (dict(entropy_coef=0.01, selection_denominator="trl"), dict(entropy_coef=0.01, loss_type="dapo"),
+                    dict(use_adaptive_entropy=True, loss_type="bnpo"), dict()):
+        ICTGRPOConfig(**options, **common)
+
+
+@pytest.fixture(scope="module")
+def entropy_trainer(tiny_model_dir, tmp_path_factory):  # after the configs above re-initialised accelerate
+    return _trainer_fixture(tiny_model_dir, tmp_path_factory)
+
+
+def test_trls_entropy_bonus_is_the_selected_tokens_mean_entropy(entropy_trainer):
+    """Through TRL's _compute_loss with zero advantages (the policy loss is 0), entropy_coef c:
+    the loss is -c times the mean of TRL's entropies over the selected tokens (float64) for the
+    accepted combinations; under 'ours' grpo it is another number (why the config refuses it)."""
+    trainer = entropy_trainer
+    trainer.selector_name, trainer.selector_options = "entropy", {"ratio": 0.3}
+    trainer.js_references, trainer.population = (), "batch"
+    trainer.current_gradient_accumulation_steps = 1
+    trainer.entropy_coef, trainer._entropy_bonus_enabled = 0.5, True
+    records = []
+    trainer.on_selection = records.append
+    inputs = _loss_inputs(trainer, torch.zeros(4), perturb=0.0)
+    with torch.no_grad():
+        _, entropies, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1), 7, compute_entropy=True)
+    try:
+        for loss_type, denominator, accepted in [("dapo", "ours", True), ("bnpo", "ours", True),
+                                                 ("grpo", "trl", True), ("grpo", "ours", False)]:
+            trainer.loss_type, trainer.selection_denominator = loss_type, denominator
+            loss = trainer._compute_loss(trainer.model, inputs)
+            selected = records[-1]["selected"].bool() & inputs["completion_mask"].bool()
+            assert 0 < int(selected.sum()) and len(set(selected.sum(-1).tolist())) > 1
+            expected = -0.5 * entropies.double()[selected].mean()
+            if accepted:
+                assert float(loss) == pytest.approx(float(expected), abs=1e-6), (loss_type, denominator)
+            else:
+                assert abs(float(loss) - float(expected)) > 1e-3
+    finally:
+        trainer.entropy_coef, trainer._entropy_bonus_enabled = 0.0, False
+        trainer.current_gradient_accumulation_steps, trainer.loss_type = 2, "dapo"
+        trainer.selection_denominator = "ours"
+        trainer.selector_name, trainer.selector_options = "kl_cov", {"ratio": 0.2, "kl_coef": 1.5}

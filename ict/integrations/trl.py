@@ -72,7 +72,9 @@ DeepSpeed ZeRO-3 and FSDP (1 and 2: the LM head is sharded; not tested here);
 ``top_entropy_quantile < 1``; a group population or reference with ``steps_per_generation > 1``
 (TRL shuffles a group over micro-batches); the ``ref`` reference; a non-linear or LoRA-adapted LM
 head (:func:`ict.models.loading.linear_lm_head`); vespo with ``selection_denominator="ours"``;
-a ``loss_type`` TRL does not know (:data:`TRL_LOSS_TYPES`; TRL checks it only in the first loss).
+a ``loss_type`` TRL does not know (:data:`TRL_LOSS_TYPES`; TRL checks it only in the first loss);
+TRL's entropy bonus (``entropy_coef``, ``use_adaptive_entropy``) with grpo/sapo under "ours", whose
+per-completion weights it would average the entropy by (:func:`entropy_bonus_refusal`).
 """
 
 from __future__ import annotations
@@ -111,6 +113,7 @@ from ict.integrations.trl_config import (  # noqa: F401 (re-exported)
     ICTGRPOConfig,
     check_trl_version,
     check_warmup_steps,
+    entropy_bonus_refusal,
     sharded_head_refusal,
 )
 from ict.integrations.trl_head import HEAD_MASS_TOLERANCE, fused_head_normalisers

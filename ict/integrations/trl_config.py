@@ -82,6 +82,28 @@ class ICTGRPOConfig(GRPOConfig):
         if self.selection_denominator not in SELECTION_DENOMINATORS:
             raise ValueError(
                 f"selection_denominator must be 'ours' or 'trl', got {self.selection_denominator!r}")
+        refusal = entropy_bonus_refusal(self)
+        if refusal:
+            raise ValueError(refusal)
+
+
+def entropy_bonus_refusal(config: Any) -> str | None:
+    """The one-line refusal of TRL's entropy bonus (``entropy_coef != 0`` or
+    ``use_adaptive_entropy``) under ``selection_denominator="ours"`` with grpo/sapo, or None.
+
+    TRL 1.16 takes the bonus as ``sum(H * mask * w) / sum(mask * w)`` with ``w`` the weight
+    :meth:`ICTGRPOTrainer.get_high_entropy_mask` returns (its ``effective_mask``). Under "ours"
+    grpo/sapo's ``w = selected * n_b / n_sel_b * B / S`` varies by completion, so the bonus
+    (and the adaptive controller's entropy) is a mean weighted by ``n_b / n_sel_b``, not the mean
+    entropy of the selected tokens TRL documents; the other loss types' ``w`` is one constant
+    per micro-batch (the mean is exact) and "trl"'s is 0/1."""
+    bonus = getattr(config, "entropy_coef", 0.0) != 0.0 or bool(getattr(config, "use_adaptive_entropy", False))
+    if bonus and config.selection_denominator == "ours" and config.loss_type in ("grpo", "sapo"):
+        return (f"entropy_coef / use_adaptive_entropy with loss_type={config.loss_type!r} and "
+                "selection_denominator='ours': TRL's entropy bonus would weigh the selected tokens by ict's "
+                "per-completion loss weights (not their mean entropy); use selection_denominator='trl' or "
+                "loss_type 'dapo' or 'bnpo'")
+    return None
 
 
 def check_warmup_steps(value: Any) -> None:
