@@ -457,6 +457,7 @@ def test_a_group_scoped_ranking_refuses_a_mini_batch_of_partial_groups() -> None
     ("ict_dual_clip", "no"), ("ict_dual_clip", 1),
     ("ict_full_token_warmup_steps", 2.5), ("ict_full_token_warmup_steps", True),
     ("ict_full_token_warmup_steps", "abc"), ("ict_full_token_warmup_steps", -1),
+    ("ict_denominator", "tokens"), ("ict_aggregation", "token-mean"),
 ])
 def test_a_badly_typed_option_is_refused_in_one_line(option: str, value: object) -> None:
     """hydra passes an override's value as typed: ict_seed=1.5 trained with seed 1, ict_dual_clip=no
@@ -650,3 +651,37 @@ def test_two_ranks_of_different_widths_update_like_the_whole_batch(tmp_path) -> 
         generator = torch.Generator().manual_seed(ict_verl.selection_seed(0, 0, index))
         _, expected_grad, _ = reference_loss(spec, generator=generator, response_lengths=TWO_RANK_LENGTHS)
         assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0), spec
+
+
+def test_rollout_importance_weights_are_refused_in_one_line() -> None:
+    """verl hands rollout_is_weights (algorithm.rollout_correction) to the policy loss; ict's loss
+    does not apply them, so it refuses them rather than train without them."""
+    ones = torch.ones(1, 2)
+    with pytest.raises(UsageError, match="rollout importance weights") as error:
+        get_policy_loss_fn("ict")(-ones, -ones, ones, ones.bool(), "token-mean", actor_config("all"),
+                                  rollout_is_weights=ones)
+    assert "\n" not in str(error.value)
+
+
+def test_clip_cov_sees_the_actors_clip_range_and_the_diagnostics_their_advantages(monkeypatch) -> None:
+    """The selection gets verl's (clip_ratio_low, clip_ratio_high) (Clip-Cov keeps the tokens the
+    ratio clip already clips), and the reported share of selected tokens with a positive advantage
+    is that of the selection (float64 from the batch's advantages)."""
+    import ict.integrations.verl_selection as verl_selection
+
+    monkeypatch.setitem(ict_verl._selections, "step", -1)  # this selection is step 0's first
+    monkeypatch.setitem(ict_verl._selections, "index", 0)
+    seen = []
+    original = verl_selection.select
+    monkeypatch.setattr(verl_selection, "select", lambda name, inputs, **options: (
+        seen.append(inputs), original(name, inputs, **options))[1])
+    _, _, metrics = verl_loss("clip_cov:ratio=0.2,cov_low=-100,cov_high=100", True)
+    assert seen[-1].clip_range == (0.2, 0.28)
+    batch = make_batch()
+    _, _, selection = reference_loss("clip_cov:ratio=0.2,cov_low=-100,cov_high=100",
+                                     generator=torch.Generator().manual_seed(ict_verl.selection_seed(0, 0, 0)))
+    selected = selection.mask.bool()
+    positive = (batch["advantages"][:, :selected.shape[1]].sum(-1) > 0)[:, None].expand_as(selected)
+    expected = float(positive[selected].double().mean())
+    assert 0.0 < expected < 1.0
+    assert metrics["actor/ict_selected_positive_advantage_fraction"].values == pytest.approx([expected])

@@ -141,3 +141,28 @@ def test_launch_script_refuses_unknown_method() -> None:
     result = subprocess.run(["bash", str(SCRIPT)], env={"PATH": os.environ.get("PATH", ""), "HOME": "/tmp", "METHOD": "foo"},
                             capture_output=True, text=True)
     assert result.returncode == 2 and "METHOD must be one of" in result.stderr
+
+
+def test_group_balanced_order_gives_each_rank_as_many_whole_groups() -> None:
+    """v1 hands rank r the r-th of dp equal contiguous shares, so each rank must get the same
+    number of whole groups even where an unequal split balances better (lengths 100 against
+    40 + 30 + 30): 2 groups a rank, the best of those splits by verl's workload. A prompt with other than rollout.n rows (padded or
+    filtered batches) is refused in one line."""
+    uids = [uid for uid in "abcd" for _ in range(2)]
+    lengths = {"a": 100, "b": 40, "c": 30, "d": 30}
+    order = ict_verl.group_balanced_order(uids, [lengths[uid] for uid in uids], 2, 2)
+    assert sorted(order) == list(range(8))
+    shares = [[uids[row] for row in order[:4]], [uids[row] for row in order[4:]]]
+    for share in shares:  # whole groups, two per rank
+        assert len(set(share)) == 2 and all(share.count(uid) == 2 for uid in share), shares
+    assert set(shares[0]).isdisjoint(shares[1])
+
+    def workload(share: list[str]) -> int:  # verl's calculate_workload: 24576 s + s^2 per row
+        return sum(24576 * lengths[uid] + lengths[uid] ** 2 for uid in share)
+
+    best = min(max(workload(2 * [first, other]), workload(2 * [uid for uid in "bcd" if uid != other]))
+               for first, other in [("a", "b"), ("a", "c"), ("a", "d")])
+    assert max(workload(share) for share in shares) == best  # {a, c} / {b, d}, not {a, b} / {c, d}
+    with pytest.raises(UsageError, match=r"need rollout.n=2 rows per prompt .* got 2 prompts with \[1, 3\] rows") as error:
+        ict_verl.group_balanced_order(list("abbb"), [1] * 4, 2, 2)
+    assert "\n" not in str(error.value)
