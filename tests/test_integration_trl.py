@@ -275,20 +275,22 @@ def _train_in_process(model_dir, out_dir, selector, model=None, prompts=None, st
     return trainer, records
 
 
-def _check_group_mean_js(record, atol=1e-5):
-    """The dumped group_mean JS equals the float64 reference from the captured hidden states."""
+def _check_group_mean_js(record, atol=1e-5, temperature=1.0):
+    """The dumped group_mean JS equals the float64 reference from the captured hidden states
+    (logits / ``temperature``)."""
     weight = record["weight"]
     mask, groups, own = record["mask"].bool(), record["group_ids"], slice(record["start"], None)
-    reference = _group_mean_js_reference(record["hidden"].double(), weight.double(), mask[own], groups[own])
+    reference = _group_mean_js_reference(record["hidden"].double() / temperature, weight.double(), mask[own],
+                                         groups[own])
     torch.testing.assert_close(record["stats"].js_scores["group_mean"][own].double(), reference, atol=atol, rtol=1e-3)
 
 
-def _check_head_values(record: dict) -> None:
+def _check_head_values(record: dict, temperature: float = 1.0) -> None:
     """The log-probs, entropy and Renyi-2 the selector saw (TRL's fused head's) equal a float64
-    computation from the captured hidden states and the head."""
+    computation from the captured hidden states and the head (logits / ``temperature``)."""
     own = slice(record["start"], None)
     mask = record["mask"].bool()[own]
-    logits = record["hidden"].double() @ record["weight"].double().T
+    logits = record["hidden"].double() @ record["weight"].double().T / temperature
     log_p = torch.log_softmax(logits, dim=-1)
     expected = {
         "log_probs": log_p.gather(-1, record["ids"][own][..., None])[..., 0],
@@ -312,6 +314,19 @@ def test_trl_full_fine_tuning_updates_weights(tiny_model_dir, tmp_path):
     # the scores took TRL's fused head's log Z and entropy (one vocabulary pass), and its values
     assert trainer.ict_head_statistics == {"reused": 1, "recomputed": 0}
     _check_head_values(record)
+
+
+@pytest.mark.parametrize(("selector", "path"), [("ict:reference=group_mean,ratio=0.25", "reused"),
+                                              ("entropy:ratio=0.25", "recomputed")])
+def test_trl_statistics_are_at_the_sampling_temperature(tiny_model_dir, tmp_path, selector, path):
+    """At temperature 0.7 the statistics the selector sees are of softmax(logits / 0.7), TRL's
+    fused head's distribution, on both paths: scores from the head's log Z (JS: group_mean) and
+    the statistics' own pass (no JS reference: entropy)."""
+    trainer, records = _train_in_process(tiny_model_dir, tmp_path, selector, temperature=0.7)
+    assert trainer.ict_head_statistics[path] == 1
+    _check_head_values(records[0], temperature=0.7)
+    if "group_mean" in selector:
+        _check_group_mean_js(records[0], temperature=0.7)
 
 
 def test_trl_default_ict_uses_the_absorbing_group_reference(tiny_model_dir, tmp_path):

@@ -461,6 +461,7 @@ def test_trl_clip_cov_gets_old_log_probs_and_clip_range(loss_trainer, monkeypatc
     monkeypatch.setattr(trainer, "selector_name", "clip_cov")
     monkeypatch.setattr(trainer, "selector_options", {"ratio": 0.5, "cov_low": -10.0, "cov_high": 10.0})
     monkeypatch.setattr(trainer, "loss_type", "dapo")
+    monkeypatch.setattr(trainer, "epsilon_high", 0.28)  # TRL's default equals epsilon_low
     records = []
     trainer.on_selection = records.append
     inputs = _loss_inputs(trainer, torch.tensor([1.0, -0.5, 0.25, -2.0]), perturb=0.3)
@@ -471,6 +472,51 @@ def test_trl_clip_cov_gets_old_log_probs_and_clip_range(loss_trainer, monkeypatc
     assert seen[0].clip_range == (trainer.epsilon_low, trainer.epsilon_high)
     assert torch.equal(records[0]["selected"], records[1]["selected"])
     assert not torch.equal(records[0]["selected"], records[0]["mask"].bool())  # some tokens were cut
+
+
+def test_scores_take_the_heads_log_z_only_where_it_is_this_heads(loss_trainer, monkeypatch):
+    """_statistics with TRL's fused-head (log Z, entropy, log-probs): the right log Z is reused
+    (one score pass); a log Z off by 0.5 (another head's) gives probabilities that do not sum to 1,
+    so the full statistics are computed instead, equal to float64 softmax(h W^T / T), and the head's
+    log Z is not tried again."""
+    trainer = loss_trainer
+    monkeypatch.setattr(trainer, "js_references", ("group_mean",))
+    monkeypatch.setattr(trainer, "ict_head_deviation", None)
+    monkeypatch.setattr(trainer, "ict_head_statistics", {"reused": 0, "recomputed": 0})
+    weight = trainer.model.get_output_embeddings().weight.detach()
+    generator = torch.Generator().manual_seed(3)
+    hidden = torch.randn(4, 5, weight.shape[1], generator=generator)
+    ids = torch.randint(0, weight.shape[0], (4, 5), generator=generator)
+    response = torch.arange(5)[None, :] < torch.tensor([5, 3, 4, 2])[:, None]
+    groups, finished = torch.tensor([0, 0, 1, 1]), torch.tensor([False, True, True, True])
+    log_p = torch.log_softmax(hidden.double() @ weight.double().T / trainer.temperature, dim=-1)
+    log_z = torch.logsumexp(hidden.double() @ weight.double().T / trainer.temperature, dim=-1).float()
+    entropy = -(log_p.exp() * log_p).sum(-1)
+    chosen = log_p.gather(-1, ids[..., None])[..., 0]
+    reference = _group_mean_reference(log_p.exp(), response, groups)
+    for shift, path in [(0.0, "reused"), (0.5, "recomputed"), (0.0, "recomputed")]:
+        before = dict(trainer.ict_head_statistics)
+        stats = trainer._statistics(hidden, ids, response, groups, finished,
+                                    (log_z + shift, entropy.float(), chosen.float()))
+        assert trainer.ict_head_statistics[path] == before[path] + 1, (shift, path)
+        torch.testing.assert_close(stats.js_scores["group_mean"].double()[response], reference[response],
+                                   atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(stats.entropy.double()[response], entropy[response], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(stats.log_probs.double()[response], chosen[response], atol=1e-5, rtol=1e-5)
+    assert trainer.ict_head_deviation > 1e-2
+
+
+def _group_mean_reference(probs, mask, groups):
+    """float64 JS of each token's distribution to its group's mean at t (rows with a token at t)."""
+    def entropy(p):
+        return -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
+
+    result = torch.zeros(mask.shape, dtype=torch.float64)
+    for b, t in mask.nonzero().tolist():
+        rows = [r for r in range(mask.shape[0]) if groups[r] == groups[b] and mask[r, t]]
+        mean = probs[rows, t].mean(0)
+        result[b, t] = entropy(0.5 * (probs[b, t] + mean)) - 0.5 * (entropy(probs[b, t]) + entropy(mean))
+    return result
 
 
 def test_the_entropy_bonus_is_refused_where_trl_would_weigh_it_by_our_grpo_weights():
