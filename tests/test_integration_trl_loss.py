@@ -54,7 +54,8 @@ def test_kl_cov_is_accepted_and_checked_at_configuration():
 
 def test_bad_config_values_are_refused_in_one_line_naming_the_option():
     """Each of ICTGRPOConfig's own options, given a bad value, is refused in one line that names
-    it (stats_tile_size's said only 'tile size must be ...', not which option)."""
+    it (stats_tile_size's said only 'tile size must be ...', not which option; a token_selector that
+    is not a string raised an AttributeError)."""
     from ict.integrations.trl import ICTGRPOConfig
 
     common = dict(output_dir="unused", report_to="none", use_cpu=True, bf16=False)
@@ -63,6 +64,8 @@ def test_bad_config_values_are_refused_in_one_line_naming_the_option():
         (dict(stats_tile_size="big"), r"^stats_tile_size: tile size must be 'auto' or TOKENSxVOCAB"),
         (dict(stats_tile_size="0x10"), r"^stats_tile_size: "),
         (dict(token_selector="ict:ratio"), r"^token_selector option 'ratio' must be key=value"),
+        (dict(token_selector=None), r"^token_selector must be a string 'name:key=value,...' .*, got None$"),
+        (dict(token_selector=0.1), r"^token_selector must be a string .*, got 0.1$"),
         (dict(token_selector="ict:ratio=0.1, ratio=0.2"), r"^token_selector option 'ratio' is given twice"),
         (dict(full_token_warmup_steps=-1), r"^full_token_warmup_steps must be None or an integer >= 0, got -1$"),
     ]:

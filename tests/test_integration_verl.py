@@ -458,11 +458,13 @@ def test_a_group_scoped_ranking_refuses_a_mini_batch_of_partial_groups() -> None
     ("ict_full_token_warmup_steps", 2.5), ("ict_full_token_warmup_steps", True),
     ("ict_full_token_warmup_steps", "abc"), ("ict_full_token_warmup_steps", -1),
     ("ict_denominator", "tokens"), ("ict_aggregation", "token-mean"),
+    ("ict_selector", None), ("ict_selector", 5), ("ict_selector", ["ict"]),
 ])
 def test_a_badly_typed_option_is_refused_in_one_line(option: str, value: object) -> None:
     """hydra passes an override's value as typed: ict_seed=1.5 trained with seed 1, ict_dual_clip=no
     turned the dual clip on (a true string), a warm-up of 2.5 steps ran 3 and 'abc' raised a
-    TypeError at the first selection."""
+    TypeError at the first selection; ict_selector=null (or 5) raised an AttributeError and a list
+    a TypeError (unhashable) from the selector parser."""
     with pytest.raises(UsageError, match=option) as error:
         ict_verl.ICTPolicyLossConfig(loss_mode="ict", **{option: value})
     assert "\n" not in str(error.value)

@@ -185,6 +185,9 @@ class ICTPolicyLossConfig(VerlPolicyLossConfig):
         parent = getattr(super(), "__post_init__", None)
         if parent is not None:
             parent()
+        if not isinstance(self.ict_selector, str):  # hydra: ict_selector=null or a list (unhashable: parsed_selector's cache)
+            raise UsageError(f"ict_selector must be a string 'name:key=value,...' (e.g. 'ict:ratio=0.1'), "
+                             f"got {self.ict_selector!r}")
         name, options, _ = parsed_selector(self.ict_selector)
         if self.ict_aggregation not in (None, "loss_agg_mode", *AGGREGATIONS.values()):
             raise UsageError(f"ict_aggregation must be none, loss_agg_mode or one of "
