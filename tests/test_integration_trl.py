@@ -198,6 +198,41 @@ def _check_grpo_loss_is_the_whole_batchs(out_dir: Path) -> None:
     assert unequal, "the processes had as many rows with a selected token: the test cannot tell"
 
 
+def _check_dapo_loss_is_the_whole_batchs(out_dir: Path) -> None:
+    """loss_type dapo, selection_denominator 'ours', a batch-ranked selection over 2 processes whose
+    shares of selected tokens differ: DDP's mean of the two processes' losses equals the token mean
+    of -A over the whole batch's selected tokens in float64 (ratio 1). Each process's own N / N_sel
+    weighed the process with the smaller share more."""
+    unequal = False
+    for call in range(2):
+        records = [torch.load(out_dir / f"rank{rank}_call{call}.pt") for rank in range(2)]
+        losses = [float(torch.load(out_dir / f"rank{rank}_loss{call}.pt")) for rank in range(2)]
+        selected = _own_rows(records, "selected").bool() & _own_rows(records, "mask").bool()
+        mask = _own_rows(records, "mask").bool()
+        shares = [float(selected[rows].sum() / mask[rows].sum()) for rows in (slice(0, 4), slice(4, 8))]
+        unequal |= abs(shares[0] - shares[1]) > 1e-3
+        advantages = _own_rows(records, "advantages").double()[:, None].expand(mask.shape)
+        reference = -advantages[selected].sum() / selected.sum()
+        assert sum(losses) / 2 == pytest.approx(float(reference), abs=1e-6)
+    assert unequal, "the processes had equal shares of selected tokens: the test cannot tell"
+
+
+def _check_group_ranking_sees_whole_groups(out_dir: Path, ratio: float) -> None:
+    """scope=group with G=4 over 2 rows per process: the ranking population is each whole group
+    (the rows of both processes, gathered): ceil(ratio * n_g) tokens of each group, its highest
+    scores, equal on both processes (a process's own 2 rows had been ranked as a group)."""
+    for call in range(2):
+        records = [torch.load(out_dir / f"rank{rank}_call{call}.pt") for rank in range(2)]
+        first = records[0]
+        mask, selected, scores = first["mask"].bool(), first["selected"].bool(), first["js"]["seq_mean"]
+        assert mask.shape[0] == 4 and torch.equal(records[1]["selected"], first["selected"])
+        for group in first["group_ids"].unique():
+            rows = first["group_ids"] == group
+            tokens = mask & rows[:, None]
+            assert int((selected & tokens).sum()) == math.ceil(round(ratio * int(tokens.sum()), 9))
+            assert float(scores[selected & tokens].min()) >= float(scores[tokens & ~selected].max())
+
+
 def _check_metrics_are_of_both_processes(out_dir: Path) -> None:
     """A local population (scope=group, groups on one process): the logged ict/* metrics are of
     both processes' rows, float64 from the dumped entropies and masks (they had been rank 0's)."""
@@ -222,14 +257,16 @@ def _check_metrics_are_of_both_processes(out_dir: Path) -> None:
 
 @pytest.mark.slow  # a process start, a subprocess or a long verifier loop
 def test_trl_two_processes(tiny_model_dir, tmp_path):
-    """One `accelerate launch` of 2 CPU processes (gloo), four runs: ICT group_mean (groups on one
-    process), `random` (equal masks on both ranks), ICT with groups spanning the processes, ICT
-    scope=group with loss_type grpo (the loss and the ict/* metrics of the whole batch)."""
+    """One `accelerate launch` of 2 CPU processes (gloo), five runs: ICT group_mean (groups on one
+    process; its dapo loss is the whole batch's), `random` (equal masks on both ranks), ICT with
+    groups spanning the processes, ICT scope=group with loss_type grpo (the loss and the ict/*
+    metrics of the whole batch), ICT scope=group with groups spanning the processes (ranked whole)."""
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))
     if accelerate is None:
         pytest.skip("accelerate CLI not installed next to this Python")
     runs = ("ict:reference=group_mean,ratio=0.1,scope=batch;random:ratio=0.2;"
-            "ict:reference=group_mean,ratio=0.25,scope=batch@2;ict:reference=group_mean,ratio=0.1,scope=group@4@grpo")
+            "ict:reference=group_mean,ratio=0.25,scope=batch@2;ict:reference=group_mean,ratio=0.1,scope=group@4@grpo;"
+            "ict:reference=seq_mean,ratio=0.25,scope=group@2")
     # accelerate 1.15's `launch --cpu --num_processes 2` starts ONE process; `--multi_gpu` with
     # ACCELERATE_USE_CPU=1 starts two CPU processes (gloo), as verified by the gathered shapes below.
     run_driver([accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
@@ -240,6 +277,8 @@ def test_trl_two_processes(tiny_model_dir, tmp_path):
     _check_straddling_groups(tmp_path / "2")
     _check_grpo_loss_is_the_whole_batchs(tmp_path / "3")
     _check_metrics_are_of_both_processes(tmp_path / "3")
+    _check_dapo_loss_is_the_whole_batchs(tmp_path / "0")
+    _check_group_ranking_sees_whole_groups(tmp_path / "4", 0.25)
 
 
 # ---- issue 23: configurations researchers run, in-process through TRL's real GRPOTrainer.train() ----
