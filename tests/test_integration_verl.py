@@ -687,3 +687,22 @@ def test_clip_cov_sees_the_actors_clip_range_and_the_diagnostics_their_advantage
     expected = float(positive[selected].double().mean())
     assert 0.0 < expected < 1.0
     assert metrics["actor/ict_selected_positive_advantage_fraction"].values == pytest.approx([expected])
+
+
+def test_one_micro_batch_per_mini_batch_has_no_scoring_pass(single_process_group) -> None:
+    """When the rank's mini-batch share is one micro-batch (ppo_micro_batch_size_per_gpu = 6 of 6
+    rows) the statistics come from the training forward itself: one forward, no scoring pass, and
+    the gradient of the whole mini-batch's loss."""
+    batch, model, config = make_batch(), ToyLM(), actor_config("ict:reference=group_mean,ratio=0.3")
+    data, fsdp = micro_batch(batch, True), engine()
+    fsdp.module, fsdp._autocast_dtype, fsdp.scaler = model, torch.float32, None
+    fsdp.get_data_parallel_group = lambda: single_process_group
+    fsdp.get_data_parallel_size = lambda: 1
+    fsdp.engine_config.use_no_sync_for_gradient_accumulation = False
+    tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=6)
+    forwards = []
+    model.register_forward_hook(lambda module, args, output: forwards.append(1))
+    fsdp.forward_backward_batch(data, partial(ppo_loss, config=config))
+    _, expected_grad, _ = reference_loss("ict:reference=group_mean,ratio=0.3")
+    assert torch.allclose(model.token.grad, expected_grad, atol=1e-6, rtol=0)
+    assert len(forwards) == 1
