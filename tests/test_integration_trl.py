@@ -629,6 +629,12 @@ def test_trl_refusals_are_one_line(tiny_model_dir, tmp_path, monkeypatch):
     zero3 = sharded_head_refusal(None, deepspeed_plugin=SimpleNamespace(zero_stage=3))  # deepspeed not installed
     assert zero3.startswith("ict.integrations.trl does not support DeepSpeed ZeRO-3")
     assert sharded_head_refusal(None, deepspeed_plugin=SimpleNamespace(zero_stage=2)) is None
+    # FSDP asked for through accelerate's environment (accelerate launch --use_fsdp), not the config
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_VERSION", "2")
+    assert "does not support FSDP (fsdp_version=2)" in sharded_head_refusal(SimpleNamespace(fsdp="", fsdp_config={}))
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "false")
+    assert sharded_head_refusal(SimpleNamespace(fsdp="", fsdp_config={})) is None
     monkeypatch.setattr(trl, "__version__", "1.17.0")
     with pytest.raises(ValueError, match=r"tested with TRL >=1\.16\.0,<1\.17; installed TRL 1\.17\.0"):
         construct()
