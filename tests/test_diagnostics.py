@@ -409,3 +409,21 @@ def test_a_constant_score_curve_has_no_knee() -> None:
     out = paper_figures(_stats_with(torch.rand(2, 5), torch.full((2, 5), 0.5), scores), response, response)
     assert out["score_knee_fraction"] == pytest.approx(0.5)
     assert out["score_knee_share"] == pytest.approx(1 / 2)
+
+
+def test_a_selection_mask_over_the_padding_counts_only_response_tokens() -> None:
+    """The diagnostics count selected *response* tokens: a selection mask that is True at padding
+    positions too (e.g. every position, GRPO's "all tokens") gives the figures of the response
+    tokens alone. Two rows, p = (0.7, 0.2, 0.1) everywhere, beta = 0.54; row 0 samples 0, 1, 2
+    (p = 0.7, 0.2, 0.1) with 3 response tokens, row 1 samples 0 (0.7) with 1 and padding ids 1, 1
+    after it (0.2, below beta): above beta 2 of 4; advantages +1 and -1: positive 3 of 4.
+    Counting the padding gave above 2/6 and positive 3/6."""
+    logits = torch.tensor([math.log(0.7), math.log(0.2), math.log(0.1)]).expand(2, 3, 3).contiguous()
+    tokens = torch.tensor([[0, 1, 2], [0, 1, 1]])
+    response = torch.tensor([[1, 1, 1], [1, 0, 0]], dtype=torch.bool)
+    stats = token_statistics(logits, tokens, torch.ones(2, 3, dtype=torch.bool), temperature=1.0)
+    out = token_diagnostics(stats, response, torch.ones(2, 3, dtype=torch.bool), torch.tensor([1.0, -1.0]))
+    assert out["above_beta_fraction_selected"] == pytest.approx(2 / 4)
+    assert out["selected_positive_advantage_fraction"] == pytest.approx(3 / 4)
+    assert out["log_p_over_beta_selected"] == pytest.approx(
+        (2 * math.log(0.7 / 0.54) + math.log(0.2 / 0.54) + math.log(0.1 / 0.54)) / 4, abs=1e-5)
