@@ -377,3 +377,53 @@ def test_token_agreement_by_hand():
     # t = 3: row 1 alone -> left out. Group 1, t = 0: 6, 6 -> 1, 1; t = 1: row 3 alone -> left out.
     shares = [0.5, 0.5, 0.0, 1.0, 1.0, 1.0, 0.5, 0.0, 0.5, 1.0, 1.0]
     assert token_agreement(token_ids, response, torch.tensor([0, 0, 0, 1, 1])) == pytest.approx(sum(shares) / 11)
+
+
+def test_a_sampled_token_of_probability_beta_is_not_above_beta() -> None:
+    """``p(a*) > beta`` is strict: a one-hot distribution (``p(a*) = beta = sum_v p_v^2 = 1``, a
+    saturated confident token, ``log p + H2 = 0``) is not above beta; beside it ``p = (0.7, 0.2,
+    0.1)`` with ``a* = 0`` (``0.7 > beta = 0.54``) is. Counting ties as above gave 1 instead of 1/2."""
+    from ict.core.diagnostics import paper_figures
+
+    logits = torch.tensor([[[0.0, -math.inf, -math.inf], [math.log(0.7), math.log(0.2), math.log(0.1)]]])
+    tokens = torch.tensor([[0, 0]])
+    response = torch.ones(1, 2, dtype=torch.bool)
+    stats = token_statistics(logits, tokens, response, temperature=1.0)
+    out = token_diagnostics(stats, response, response, torch.tensor([1.0]))
+    assert out["above_beta_fraction"] == pytest.approx(1 / 2)
+    assert out["above_beta_fraction_selected"] == pytest.approx(1 / 2)
+    assert paper_figures(stats, response, response)["above_beta_fraction"] == pytest.approx(1 / 2)
+
+
+def test_a_constant_score_curve_has_no_knee() -> None:
+    """A response whose scores are all equal (``s_1 = s_L``: e.g. every score saturated at ln 2, or
+    all 0) has no knee, though every point but the last lies below the chord in ``y = 0`` units: it
+    counts among the ``L >= 3`` responses of ``score_knee_share`` as one without a knee. Beside it a
+    curve 1, 0, 0, 0 has its knee at rank 2 (``x = 2/4``: below the chord by 2/3)."""
+    from ict.core.diagnostics import paper_figures, score_knees
+
+    scores = torch.tensor([[math.log(2.0)] * 5, [1.0, 0.0, 0.0, 0.0, 0.0]])
+    response = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]], dtype=torch.bool)
+    knees = score_knees(scores, response)
+    assert math.isnan(knees[0].item()) and knees[1].item() == pytest.approx(0.5)
+    out = paper_figures(_stats_with(torch.rand(2, 5), torch.full((2, 5), 0.5), scores), response, response)
+    assert out["score_knee_fraction"] == pytest.approx(0.5)
+    assert out["score_knee_share"] == pytest.approx(1 / 2)
+
+
+def test_a_selection_mask_over_the_padding_counts_only_response_tokens() -> None:
+    """The diagnostics count selected *response* tokens: a selection mask that is True at padding
+    positions too (e.g. every position, GRPO's "all tokens") gives the figures of the response
+    tokens alone. Two rows, p = (0.7, 0.2, 0.1) everywhere, beta = 0.54; row 0 samples 0, 1, 2
+    (p = 0.7, 0.2, 0.1) with 3 response tokens, row 1 samples 0 (0.7) with 1 and padding ids 1, 1
+    after it (0.2, below beta): above beta 2 of 4; advantages +1 and -1: positive 3 of 4.
+    Counting the padding gave above 2/6 and positive 3/6."""
+    logits = torch.tensor([math.log(0.7), math.log(0.2), math.log(0.1)]).expand(2, 3, 3).contiguous()
+    tokens = torch.tensor([[0, 1, 2], [0, 1, 1]])
+    response = torch.tensor([[1, 1, 1], [1, 0, 0]], dtype=torch.bool)
+    stats = token_statistics(logits, tokens, torch.ones(2, 3, dtype=torch.bool), temperature=1.0)
+    out = token_diagnostics(stats, response, torch.ones(2, 3, dtype=torch.bool), torch.tensor([1.0, -1.0]))
+    assert out["above_beta_fraction_selected"] == pytest.approx(2 / 4)
+    assert out["selected_positive_advantage_fraction"] == pytest.approx(3 / 4)
+    assert out["log_p_over_beta_selected"] == pytest.approx(
+        (2 * math.log(0.7 / 0.54) + math.log(0.2 / 0.54) + math.log(0.1 / 0.54)) / 4, abs=1e-5)
