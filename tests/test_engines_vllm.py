@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_integration_trl import _group_mean_js_reference, _top_fraction_reference
+from trl_helpers import group_mean_js_reference, top_fraction_reference
 
 from ict.core.selectors import SelectionInputs, select
 from ict.core.stats import TokenStatistics
@@ -93,9 +93,9 @@ def test_trl_colocated_vllm_trains_with_the_library_selection(vllm_tiny_model, t
         mask, group_ids = record["mask"].bool(), record["group_ids"]
         assert mask.shape[0] == 8 and sorted(torch.bincount(group_ids).tolist()) == [4, 4]
         # independent: float64 JS of each row to its group's mean from the captured hidden states
-        reference = _group_mean_js_reference(record["hidden"], record["weight"], mask, group_ids)
+        reference = group_mean_js_reference(record["hidden"], record["weight"], mask, group_ids)
         torch.testing.assert_close(record["js"]["group_mean"].double(), reference, atol=1e-5, rtol=1e-4)
-        expected = _top_fraction_reference(reference, mask, 0.1)
+        expected = top_fraction_reference(reference, mask, 0.1)
         assert torch.equal(record["selected"], expected)
         assert int(record["selected"].sum()) == math.ceil(round(0.1 * int(mask.sum()), 9))
         # the library's selection on the same statistics

@@ -1,4 +1,4 @@
-"""Driver for tests/test_integration_trl.py (under ``accelerate launch`` with 2 processes): one
+"""Driver for tests/test_integration_trl_trainer.py (under ``accelerate launch`` with 2 processes): one
 group of G = 4 tool-use completions spread over the processes, 2 rows each, scored with ICT's
 default reference through ``ICTGRPOTrainer._compute_loss``. Rank 0 holds row 0 (cut at
 max_completion_length = 7 right after a 2-token tool result: no EOS) and row 1 (EOS at 4); rank 1

@@ -1,0 +1,137 @@
+"""ict.integrations.verl when verl's own ``forward_backward_batch`` cuts a rank's mini-batch into
+micro-batches (fixed size or a token budget; one gloo process): the scoring pass selects once on the
+whole mini-batch and the accumulated gradient is the whole mini-batch's loss's; with one
+micro-batch, the training forward is the only one. Two gloo ranks of different response widths
+(verl v1's whole-group balancing) update like the whole batch. The batch and references:
+tests/verl_helpers.py."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+import torch
+from verl_helpers import (
+    GROUP,
+    PROMPT_LENGTHS,
+    UIDS,
+    ToyLM,
+    actor_config,
+    engine,
+    ict_verl,
+    make_batch,
+    micro_batch,
+    ppo_loss,
+    reference_loss,
+    tu,
+    verl_loss,
+)
+
+
+@pytest.fixture
+def single_process_group(tmp_path, monkeypatch):
+    """A gloo group of one process; verl's device helpers pointed at the CPU."""
+    import verl.utils.seqlen_balancing as balancing
+    import verl.workers.engine.fsdp.transformer_impl as fsdp_impl
+
+    monkeypatch.setattr(fsdp_impl, "get_device_id", lambda: "cpu")
+    monkeypatch.setattr(fsdp_impl, "get_device_name", lambda: "cpu")
+    monkeypatch.setattr(balancing, "get_device_name", lambda: "cpu")
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield torch.distributed.group.WORLD
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.parametrize(("spec", "dynamic"), [
+    ("ict:reference=group_mean,ratio=0.3", False), ("entropy:ratio=0.2", False),
+    ("kl_cov:ratio=0.2,kl_coef=1.0", False), ("stapo:tau_p=0.1,quantile=0.75", True),
+    ("ict:reference=seq_mean,ratio=0.3", True)])
+def test_several_micro_batches_select_on_the_whole_mini_batch(spec, dynamic, single_process_group) -> None:
+    """verl's own forward_backward_batch cuts the mini-batch into micro-batches (2 of 3 rows, or by
+    a token budget): the scoring pass selects once on all 6 rows, and the accumulated gradient is
+    that of the whole mini-batch's loss."""
+    batch, model, config = make_batch(), ToyLM(), actor_config(spec)
+    data, fsdp = micro_batch(batch, True), engine()
+    fsdp.module, fsdp._autocast_dtype, fsdp.scaler = model, torch.float32, None
+    fsdp.get_data_parallel_group = lambda: single_process_group
+    fsdp.get_data_parallel_size = lambda: 1
+    fsdp.engine_config.use_no_sync_for_gradient_accumulation = False
+    if dynamic:
+        tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=22)
+    else:
+        tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=3)
+    forwards = []
+    model.register_forward_hook(lambda module, args, output: forwards.append(1))
+    ict_verl._selections.update(step=-1, index=0)
+    fsdp.forward_backward_batch(data, partial(ppo_loss, config=config))
+    generator = torch.Generator().manual_seed(ict_verl.selection_seed(0, 0, 0))
+    _, expected_grad, _ = reference_loss(spec, generator=generator)
+    assert torch.allclose(model.token.grad, expected_grad, atol=1e-6, rtol=0)
+    assert len(forwards) >= 4 and len(forwards) % 2 == 0  # scoring pass + training pass
+
+
+TWO_RANK_SPECS = ["ict:ratio=0.3", "ict:reference=group_mean,ratio=0.3", "stapo:tau_p=0.1,quantile=0.75", "random:ratio=0.3"]
+# responses of prompt p0 are at most 5 tokens long, those of p1 at most 4: under v1 each rank's
+# micro-batch is padded to its own longest response, so the two ranks hold [3, 5] and [3, 4]
+TWO_RANK_LENGTHS = [5, 3, 5, 1, 4, 4]
+
+
+def v1_rank_rows(world: int) -> list[list[int]]:
+    """Each rank's rows in verl v1's dispatch after ict's whole-group balancing (verl's
+    ``get_seqlen_balanced_partitions`` over the groups' ``calculate_workload``)."""
+    seq_lens = [p + r for p, r in zip(PROMPT_LENGTHS, TWO_RANK_LENGTHS)]
+    order = ict_verl.group_balanced_order(UIDS, seq_lens, world, GROUP)
+    share = len(order) // world
+    return [order[rank * share:(rank + 1) * share] for rank in range(world)]
+
+
+def _rank_main(rank: int, world: int, store: str, out: str) -> None:
+    """One data-parallel rank: its rows of the v1-balanced batch (one whole group, its own
+    response width), verl's loss per spec, gradients averaged over the ranks as FSDP does."""
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        rows, grads = v1_rank_rows(world)[rank], []
+        for spec in TWO_RANK_SPECS:
+            _, grad, _ = verl_loss(spec, True, rows=rows, dp_group=torch.distributed.group.WORLD,
+                                   response_lengths=TWO_RANK_LENGTHS, v1=True)
+            torch.distributed.all_reduce(grad)
+            grads.append(grad / world)
+        if rank == 0:
+            torch.save(grads, out)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_ranks_of_different_widths_update_like_the_whole_batch(tmp_path) -> None:
+    """2 gloo processes with response widths 5 and 4: the scores are padded to the all-reduced
+    widest response before the gather, and the FSDP-averaged gradient is the whole mini-batch's,
+    for a group_mean, a batch-quantile and a random selection (both ranks draw the same mask)."""
+    widths = sorted(max(TWO_RANK_LENGTHS[row] for row in rows) for rows in v1_rank_rows(2))
+    assert widths == [4, 5]
+    out = tmp_path / "grads.pt"
+    torch.multiprocessing.spawn(_rank_main, args=(2, str(tmp_path / "store"), str(out)), nprocs=2)
+    for index, (spec, grad) in enumerate(zip(TWO_RANK_SPECS, torch.load(out), strict=True)):
+        generator = torch.Generator().manual_seed(ict_verl.selection_seed(0, 0, index))
+        _, expected_grad, _ = reference_loss(spec, generator=generator, response_lengths=TWO_RANK_LENGTHS)
+        assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0), spec
+
+
+def test_one_micro_batch_per_mini_batch_has_no_scoring_pass(single_process_group) -> None:
+    """When the rank's mini-batch share is one micro-batch (ppo_micro_batch_size_per_gpu = 6 of 6
+    rows) the statistics come from the training forward itself: one forward, no scoring pass, and
+    the gradient of the whole mini-batch's loss."""
+    batch, model, config = make_batch(), ToyLM(), actor_config("ict:reference=group_mean,ratio=0.3")
+    data, fsdp = micro_batch(batch, True), engine()
+    fsdp.module, fsdp._autocast_dtype, fsdp.scaler = model, torch.float32, None
+    fsdp.get_data_parallel_group = lambda: single_process_group
+    fsdp.get_data_parallel_size = lambda: 1
+    fsdp.engine_config.use_no_sync_for_gradient_accumulation = False
+    tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=6)
+    forwards = []
+    model.register_forward_hook(lambda module, args, output: forwards.append(1))
+    fsdp.forward_backward_batch(data, partial(ppo_loss, config=config))
+    _, expected_grad, _ = reference_loss("ict:reference=group_mean,ratio=0.3")
+    assert torch.allclose(model.token.grad, expected_grad, atol=1e-6, rtol=0)
+    assert len(forwards) == 1
