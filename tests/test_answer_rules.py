@@ -10,7 +10,13 @@ from types import SimpleNamespace
 import pytest
 
 from ict.answers import verify
-from ict.answers.extraction import MAX_BOXED_CHARS, extract_boxed_answer, extract_choice_letter
+from ict.answers.extraction import (
+    MAX_BOXED_CHARS,
+    extract_boxed_answer,
+    extract_choice_letter,
+    extract_last_number,
+    sanitize_text,
+)
 from ict.answers.gold import gold_from_gsm8k, gold_from_number, normalize_gold
 from ict.answers.grading import grade_choice, grade_number
 from ict.answers.rewards import build_reward, format_reward
@@ -45,6 +51,13 @@ def test_the_space_form_needs_a_space():
     assert extract_boxed_answer(r"\boxed 8.") == "8."
 
 
+def test_the_space_form_stops_at_a_dollar_and_a_tab_may_precede_the_brace():
+    """The docstring's rule: after the command, optional spaces (a tab is one) then a brace group;
+    the space form's token runs to the next whitespace or ``$``."""
+    assert extract_boxed_answer("so $\\boxed 8$.") == "8"
+    assert extract_boxed_answer("so \\boxed\t{9}") == "9"
+
+
 # ------------------------------------------------------------------------ option letters
 
 
@@ -63,6 +76,30 @@ def test_a_listed_option_after_the_letter_commits_to_none():
     assert extract_choice_letter("(A) 12 (B) 13", 4) is None
     assert extract_choice_letter("A) 12 B) 13", 4) is None
     assert extract_choice_letter("A) 12 and 13", 4) == "A"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (r"\boxed{B: 42}", "B"),                       # rule 1: a letter then ":" and the option text
+    (r"\boxed{\textbf{\text{(C)}}}", "C"),         # rule 1: wrappers peeled, nested too
+    ("The answer is B. So \\boxed{42}", None),     # rule 1 applies (a box), its content no letter
+    ("The correct answer is option C.", "C"),       # rule 2: "answer is option C"
+    ("Answer - D", "D"),                            # rule 2: "Answer -"
+])
+def test_the_box_and_phrase_rules_of_the_docstring(text, expected):
+    assert extract_choice_letter(text, 4) == expected
+
+
+def test_twenty_six_options_reach_z_and_a_nul_is_replaced():
+    """Valid letters are the first ``num_choices`` of A-Z (26 allowed); `sanitize_text` replaces
+    NUL characters (U+FFFD)."""
+    assert extract_choice_letter("The answer is Z.", 26) == "Z"
+    assert sanitize_text("a\x00b") == "a\ufffdb"
+
+
+def test_the_last_number_keeps_a_nonzero_decimal():
+    """Only a trailing ``.0..`` is stripped: 7.5 stays 7.5, 7.00 becomes 7."""
+    assert extract_last_number("so it is 7.5") == "7.5"
+    assert extract_last_number("so it is 7.00") == "7"
 
 
 # ------------------------------------------------------------------------ verdict status
