@@ -134,3 +134,14 @@ def test_a_json_list_names_the_record_and_bad_rows_can_be_skipped(tmp_path):
     data = load_training_data(str(path), skip_bad_rows=True)
     assert len(data.train) == 2
     assert "2 unusable rows skipped; first: " in data.description and "record 2" in data.description
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_json_nested_too_deeply_is_refused_in_one_line(tmp_path, tiny_model_dir, capsys, suffix):
+    """JSON nested deeper than the parser's recursion limit: a one-line error naming the file,
+    exit code 2, from a .jsonl line and from a .json file alike (the .json reader let Python's
+    RecursionError through: exit code 1, no file named)."""
+    path = tmp_path / f"deep{suffix}"
+    path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    code = main(train_args(tiny_model_dir, path, tmp_path / "run"))
+    assert_one_line(code, capsys.readouterr().err, str(path), "nested too deeply")
