@@ -17,7 +17,12 @@ from ict.answers.extraction import (
     extract_last_number,
     sanitize_text,
 )
-from ict.answers.gold import gold_from_gsm8k, gold_from_number, normalize_gold
+from ict.answers.gold import (
+    gold_from_boxed_solution,
+    gold_from_gsm8k,
+    gold_from_number,
+    normalize_gold,
+)
 from ict.answers.grading import grade_choice, grade_number
 from ict.answers.rewards import build_reward, format_reward
 from ict.answers.verify import MathVerifier
@@ -155,6 +160,18 @@ def test_two_dollar_formulas_are_not_one():
     stays as written; ``"$a, b$"`` is one formula and loses them."""
     assert normalize_gold("$1$, $2$", "latex") == "$1$, $2$"
     assert normalize_gold("$1, 2$", "latex") == "1, 2"
+
+
+def test_an_empty_formula_is_an_empty_gold():
+    """`_strip_math_delimiters`: ``$$`` and ``\\(\\)`` hold nothing, so the gold is empty (which
+    the loaders refuse), not the delimiters themselves."""
+    assert normalize_gold("$$", "latex") == ""
+    assert normalize_gold("\\(\\)", "latex") == ""
+
+
+def test_a_dollar_inside_a_solutions_box_is_a_space():
+    """`gold_from_boxed_solution`: a ``$`` inside the box is a typesetting slip, read as a space."""
+    assert gold_from_boxed_solution(r"so $s = \boxed{4.5 $\times$ 10^{33}}$") == r"4.5  \times  10^{33}"
 
 
 @pytest.mark.parametrize(("raw", "expected"), [

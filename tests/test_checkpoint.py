@@ -157,3 +157,26 @@ def test_a_corrupt_checkpoints_fix_names_the_one_to_resume_from_or_a_fresh_start
     assert "\n" not in str(error.value)
     with pytest.raises(UsageError, match=r"to start the run over \(it has no earlier checkpoint\)"):
         load_checkpoint(first, model, optimizer)
+
+
+def test_optimizer_state_that_is_not_a_tensor_survives_the_round_trip():
+    """`flatten_optimizer_state`: tensors go to safetensors, anything else (a plain step count)
+    to the JSON part; `unflatten_optimizer_state` puts both back under the parameter's index."""
+    from ict.runs.checkpoint import flatten_optimizer_state, unflatten_optimizer_state
+
+    state = {"state": {0: {"step": 3, "exp_avg": torch.ones(2)}, 1: {"step": 5}},
+             "param_groups": [{"lr": 0.1, "params": [0, 1]}]}
+    tensors, meta = flatten_optimizer_state(state)
+    assert sorted(tensors) == ["state.0.exp_avg"] and meta["scalars"] == {"0": {"step": 3}, "1": {"step": 5}}
+    back = unflatten_optimizer_state(tensors, json.loads(json.dumps(meta)))
+    assert back["state"][0]["step"] == 3 and back["state"][1] == {"step": 5}
+    assert torch.equal(back["state"][0]["exp_avg"], torch.ones(2))
+    assert back["param_groups"] == state["param_groups"]
+
+
+def test_the_saved_step_is_the_checkpoints_even_when_the_trainer_state_holds_an_older_one(tmp_path):
+    """A resumed run's trainer state holds the step it resumed from (trainer_state.json's "step");
+    its next checkpoint must record its own step, or the run would resume from the older one."""
+    model, optimizer = _model_and_optimizer()
+    path = save_checkpoint(tmp_path, 5, model, optimizer, {"step": 2, "consecutive_skips": 0})
+    assert load_checkpoint(path, model, optimizer) == {"step": 5, "consecutive_skips": 0}
