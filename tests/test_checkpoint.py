@@ -180,3 +180,18 @@ def test_the_saved_step_is_the_checkpoints_even_when_the_trainer_state_holds_an_
     model, optimizer = _model_and_optimizer()
     path = save_checkpoint(tmp_path, 5, model, optimizer, {"step": 2, "consecutive_skips": 0})
     assert load_checkpoint(path, model, optimizer) == {"step": 5, "consecutive_skips": 0}
+
+
+def test_a_truncated_file_is_refused_by_its_size_in_a_manifest_of_sizes_only(tmp_path):
+    """Without CRC-32s (checkpoints before 2026-11-27) the recorded size is the one check of the
+    tensor bytes: model.safetensors cut short at its end (its header intact) is refused."""
+    model, optimizer = _model_and_optimizer()
+    path = save_checkpoint(tmp_path, 1, model, optimizer, {})
+    marker = path / COMPLETE_MARKER
+    manifest = json.loads(marker.read_text())
+    marker.write_text(json.dumps({"step": 1, "files": {name: {"size": entry["size"]}
+                                                       for name, entry in manifest["files"].items()}}))
+    weights = path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-4])
+    with pytest.raises(UsageError, match="model.safetensors is missing or truncated"):
+        verify_checkpoint(path)
