@@ -122,3 +122,18 @@ def test_each_start_appends_its_first_step_to_the_environment_file(tmp_path):
     records = [json.loads(line) for line in (tmp_path / ENVIRONMENT_FILE).read_text().splitlines()]
     assert [record["first_step"] for record in records] == [1, 7]
     assert all("torch" in record["packages"] for record in records)
+
+
+def test_tensorboard_leaves_out_a_non_finite_value(tmp_path):
+    """A NaN metric (an entropy with no token to average) is null in metrics.jsonl and no point in
+    TensorBoard; the step's finite metrics are plotted."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logger = MetricsLogger(tmp_path, tensorboard=True)
+    logger.log({"step": 1, "reward_mean": 0.5, "entropy": math.nan})
+    logger.log({"step": 2, "reward_mean": 1.0, "entropy": 0.25})
+    logger.close()
+    board = EventAccumulator(str(tmp_path / "tensorboard"))
+    board.Reload()
+    assert [(event.step, event.value) for event in board.Scalars("train/entropy")] == [(2, 0.25)]
+    assert [event.step for event in board.Scalars("train/reward_mean")] == [1, 2]
