@@ -10,8 +10,19 @@ from types import SimpleNamespace
 import pytest
 
 from ict.answers import verify
-from ict.answers.extraction import MAX_BOXED_CHARS, extract_boxed_answer, extract_choice_letter
-from ict.answers.gold import gold_from_gsm8k, gold_from_number, normalize_gold
+from ict.answers.extraction import (
+    MAX_BOXED_CHARS,
+    extract_boxed_answer,
+    extract_choice_letter,
+    extract_last_number,
+    sanitize_text,
+)
+from ict.answers.gold import (
+    gold_from_boxed_solution,
+    gold_from_gsm8k,
+    gold_from_number,
+    normalize_gold,
+)
 from ict.answers.grading import grade_choice, grade_number
 from ict.answers.rewards import build_reward, format_reward
 from ict.answers.verify import MathVerifier
@@ -45,6 +56,13 @@ def test_the_space_form_needs_a_space():
     assert extract_boxed_answer(r"\boxed 8.") == "8."
 
 
+def test_the_space_form_stops_at_a_dollar_and_a_tab_may_precede_the_brace():
+    """The docstring's rule: after the command, optional spaces (a tab is one) then a brace group;
+    the space form's token runs to the next whitespace or ``$``."""
+    assert extract_boxed_answer("so $\\boxed 8$.") == "8"
+    assert extract_boxed_answer("so \\boxed\t{9}") == "9"
+
+
 # ------------------------------------------------------------------------ option letters
 
 
@@ -63,6 +81,30 @@ def test_a_listed_option_after_the_letter_commits_to_none():
     assert extract_choice_letter("(A) 12 (B) 13", 4) is None
     assert extract_choice_letter("A) 12 B) 13", 4) is None
     assert extract_choice_letter("A) 12 and 13", 4) == "A"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (r"\boxed{B: 42}", "B"),                       # rule 1: a letter then ":" and the option text
+    (r"\boxed{\textbf{\text{(C)}}}", "C"),         # rule 1: wrappers peeled, nested too
+    ("The answer is B. So \\boxed{42}", None),     # rule 1 applies (a box), its content no letter
+    ("The correct answer is option C.", "C"),       # rule 2: "answer is option C"
+    ("Answer - D", "D"),                            # rule 2: "Answer -"
+])
+def test_the_box_and_phrase_rules_of_the_docstring(text, expected):
+    assert extract_choice_letter(text, 4) == expected
+
+
+def test_twenty_six_options_reach_z_and_a_nul_is_replaced():
+    """Valid letters are the first ``num_choices`` of A-Z (26 allowed); `sanitize_text` replaces
+    NUL characters (U+FFFD)."""
+    assert extract_choice_letter("The answer is Z.", 26) == "Z"
+    assert sanitize_text("a\x00b") == "a\ufffdb"
+
+
+def test_the_last_number_keeps_a_nonzero_decimal():
+    """Only a trailing ``.0..`` is stripped: 7.5 stays 7.5, 7.00 becomes 7."""
+    assert extract_last_number("so it is 7.5") == "7.5"
+    assert extract_last_number("so it is 7.00") == "7"
 
 
 # ------------------------------------------------------------------------ verdict status
@@ -118,6 +160,18 @@ def test_two_dollar_formulas_are_not_one():
     stays as written; ``"$a, b$"`` is one formula and loses them."""
     assert normalize_gold("$1$, $2$", "latex") == "$1$, $2$"
     assert normalize_gold("$1, 2$", "latex") == "1, 2"
+
+
+def test_an_empty_formula_is_an_empty_gold():
+    """`_strip_math_delimiters`: ``$$`` and ``\\(\\)`` hold nothing, so the gold is empty (which
+    the loaders refuse), not the delimiters themselves."""
+    assert normalize_gold("$$", "latex") == ""
+    assert normalize_gold("\\(\\)", "latex") == ""
+
+
+def test_a_dollar_inside_a_solutions_box_is_a_space():
+    """`gold_from_boxed_solution`: a ``$`` inside the box is a typesetting slip, read as a space."""
+    assert gold_from_boxed_solution(r"so $s = \boxed{4.5 $\times$ 10^{33}}$") == r"4.5  \times  10^{33}"
 
 
 @pytest.mark.parametrize(("raw", "expected"), [

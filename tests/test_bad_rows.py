@@ -134,3 +134,27 @@ def test_a_json_list_names_the_record_and_bad_rows_can_be_skipped(tmp_path):
     data = load_training_data(str(path), skip_bad_rows=True)
     assert len(data.train) == 2
     assert "2 unusable rows skipped; first: " in data.description and "record 2" in data.description
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_json_nested_too_deeply_is_refused_in_one_line(tmp_path, tiny_model_dir, capsys, suffix):
+    """JSON nested deeper than the parser's recursion limit: a one-line error naming the file,
+    exit code 2, from a .jsonl line and from a .json file alike (the .json reader let Python's
+    RecursionError through: exit code 1, no file named)."""
+    path = tmp_path / f"deep{suffix}"
+    path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    code = main(train_args(tiny_model_dir, path, tmp_path / "run"))
+    assert_one_line(code, capsys.readouterr().err, str(path), "nested too deeply")
+
+
+def test_a_benchmark_question_must_be_text_and_numpy_choices_are_a_list():
+    """`ict.data.rows`: a benchmark's question is text only (chat messages are for training files);
+    choices that come as a numpy array (hub and parquet rows) are read as their list."""
+    import numpy as np
+
+    from ict.data.benchmarks import REGISTRY, problem_from_row
+    from ict.data.rows import checked_choices
+
+    with pytest.raises(ValueError, match="field 'problem' must be text, got a list of 1"):
+        problem_from_row(REGISTRY["math500"], {"problem": MESSAGES, "answer": "2"}, 0)
+    assert checked_choices(np.array(["a", "b"]), "choices") == ["a", "b"]

@@ -476,3 +476,25 @@ def test_labels_that_do_not_pair_one_to_one_with_the_texts_are_refused(labels, t
     with pytest.raises(UsageError, match=r"arc_challenge.jsonl:1: row 1 of arc_challenge: .*one distinct "
                                          r"label per text"):
         load_benchmark("arc_challenge", tmp_path)
+
+
+def test_labels_and_the_gold_label_are_read_without_surrounding_spaces():
+    """A label_text row's labels are stripped like its gold label: " A"/"B " pair with "B"."""
+    row = {"question": "q", "choices": {"label": [" A", "B "], "text": ["x", "y"]}, "answerKey": "B"}
+    problem = problem_from_row(REGISTRY["arc_challenge"], row, 0)
+    assert (problem.answer, problem.choices) == ("B", ["x", "y"])
+
+
+def test_a_row_filtered_local_file_names_the_bad_rows_own_line(tmp_path):
+    """aime23 from a file in the hub's layout (every year): rows of other years are left out, and a
+    bad 2023 row's error names its own line of the file (3), not the line its position among the
+    kept rows would have (2)."""
+    rows = [{"ID": "2022-I-1", "Year": 2022, "Question": "old", "Answer": "1"},
+            {"ID": "2023-I-1", "Year": 2023, "Question": "q1", "Answer": "2"},
+            {"ID": "2023-I-2", "Year": 2023, "Question": "q2", "Answer": None}]
+    (tmp_path / "aime23.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(UsageError, match=r"aime23.jsonl:3: row 2 of aime23: row has none of the answer"):
+        load_benchmark("aime23", tmp_path)
+    rows[2]["Answer"] = "3"
+    (tmp_path / "aime23.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert [p.answer for p in load_benchmark("aime23", tmp_path).problems] == ["2", "3"]

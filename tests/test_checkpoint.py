@@ -157,3 +157,41 @@ def test_a_corrupt_checkpoints_fix_names_the_one_to_resume_from_or_a_fresh_start
     assert "\n" not in str(error.value)
     with pytest.raises(UsageError, match=r"to start the run over \(it has no earlier checkpoint\)"):
         load_checkpoint(first, model, optimizer)
+
+
+def test_optimizer_state_that_is_not_a_tensor_survives_the_round_trip():
+    """`flatten_optimizer_state`: tensors go to safetensors, anything else (a plain step count)
+    to the JSON part; `unflatten_optimizer_state` puts both back under the parameter's index."""
+    from ict.runs.checkpoint import flatten_optimizer_state, unflatten_optimizer_state
+
+    state = {"state": {0: {"step": 3, "exp_avg": torch.ones(2)}, 1: {"step": 5}},
+             "param_groups": [{"lr": 0.1, "params": [0, 1]}]}
+    tensors, meta = flatten_optimizer_state(state)
+    assert sorted(tensors) == ["state.0.exp_avg"] and meta["scalars"] == {"0": {"step": 3}, "1": {"step": 5}}
+    back = unflatten_optimizer_state(tensors, json.loads(json.dumps(meta)))
+    assert back["state"][0]["step"] == 3 and back["state"][1] == {"step": 5}
+    assert torch.equal(back["state"][0]["exp_avg"], torch.ones(2))
+    assert back["param_groups"] == state["param_groups"]
+
+
+def test_the_saved_step_is_the_checkpoints_even_when_the_trainer_state_holds_an_older_one(tmp_path):
+    """A resumed run's trainer state holds the step it resumed from (trainer_state.json's "step");
+    its next checkpoint must record its own step, or the run would resume from the older one."""
+    model, optimizer = _model_and_optimizer()
+    path = save_checkpoint(tmp_path, 5, model, optimizer, {"step": 2, "consecutive_skips": 0})
+    assert load_checkpoint(path, model, optimizer) == {"step": 5, "consecutive_skips": 0}
+
+
+def test_a_truncated_file_is_refused_by_its_size_in_a_manifest_of_sizes_only(tmp_path):
+    """Without CRC-32s (checkpoints before 2026-11-27) the recorded size is the one check of the
+    tensor bytes: model.safetensors cut short at its end (its header intact) is refused."""
+    model, optimizer = _model_and_optimizer()
+    path = save_checkpoint(tmp_path, 1, model, optimizer, {})
+    marker = path / COMPLETE_MARKER
+    manifest = json.loads(marker.read_text())
+    marker.write_text(json.dumps({"step": 1, "files": {name: {"size": entry["size"]}
+                                                       for name, entry in manifest["files"].items()}}))
+    weights = path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-4])
+    with pytest.raises(UsageError, match="model.safetensors is missing or truncated"):
+        verify_checkpoint(path)

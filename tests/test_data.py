@@ -247,3 +247,26 @@ def test_hub_offline_variables_that_huggingface_hub_reads_as_true_skip_the_netwo
         monkeypatch.setenv(name, value)
         assert hub.hub_reachable() is False
     assert connections == []
+
+
+def test_the_draws_rule_leaves_at_least_one_problem_to_train_on(tmp_path):
+    """held_out_rule=draws: eval_size at or above the number of rows holds out all but one (the
+    last rows of the seeded shuffle), never every row."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"question": f"q{index}", "answer": "1"}) + "\n" for index in range(3)))
+    order = list(range(3))
+    random.Random(0).shuffle(order)
+    data = load_training_data(str(path), eval_size=5, seed=0, held_out_rule="draws")
+    assert [p.prompt for p in data.train] == [f"q{order[0]}"]
+    assert [p.prompt for p in data.eval] == [f"q{index}" for index in order[1:]]
+
+
+def test_a_prompt_suffix_ends_the_last_chat_message(tmp_path):
+    """A chat-message question takes `prompt_suffix` at the end of its last message (a text
+    question at its end)."""
+    path = tmp_path / "chat.jsonl"
+    rows = [{"question": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}], "answer": "1"},
+            {"question": "t", "answer": "2"}]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    prompts = sorted((p.prompt for p in load_training_data(str(path), prompt_suffix=" Think.").train), key=str)
+    assert prompts == [[{"role": "system", "content": "s"}, {"role": "user", "content": "q Think."}], "t Think."]

@@ -10,8 +10,11 @@ import torch
 from rich.console import Console
 
 from ict.runs.reporting import (
+    ENVIRONMENT_FILE,
     MetricsLogger,
+    append_environment,
     json_safe,
+    phase_lines,
     print_summary,
     selection_summary,
     sparkline,
@@ -92,3 +95,45 @@ def test_tensorboard_keeps_the_points_up_to_the_checkpoint_and_replaces_the_late
     board.Reload()
     assert [(event.step, event.value) for event in board.Scalars("train/reward_mean")] == [
         (1, 0.5), (2, 0.5), (3, 1.0), (4, 1.0)]
+
+
+def test_the_phase_lines_count_what_the_selecting_phase_gained_and_lost():
+    """After the warm-up 2 of 4 right (problems 0, 2), at the end 2 of 4 (1, 2): problem 1 gained,
+    problem 0 lost, net 0, which is "added nothing"; the warm-up moved the accuracy 0.25 -> 0.5.
+    With problem 3 right at the end too: net +1."""
+    before = {"accuracy": 0.25, "num_problems": 4}
+    warmup = {"accuracy": 0.5, "correct": [True, False, True, False]}
+    after = {"accuracy": 0.5, "num_problems": 4, "correct": [False, True, True, False]}
+    lines = phase_lines(before, warmup, after, ("ict", 11, 20))
+    assert lines[0] == ("held-out accuracy: before 0.250 -> after the full-token warm-up (step 10) 0.500 -> "
+                        "after ict's selection (step 20) 0.500 (4 problems, greedy)")
+    assert lines[1] == ("ict's own phase (steps 11-20): 1 problem gained, 1 lost, net +0 of 4: ict's selecting "
+                        "phase added nothing on these held-out problems; the warm-up (GRPO on every token) "
+                        "moved it +0.250")
+    after = {"accuracy": 0.75, "num_problems": 4, "correct": [False, True, True, True]}
+    line = phase_lines(before, warmup, after, ("ict", 11, 20))[1]
+    assert ": 2 problems gained, 1 lost, net +1 of 4: ict's selecting phase added 1 of 4;" in line
+    assert line.endswith("moved it +0.250")
+
+
+def test_each_start_appends_its_first_step_to_the_environment_file(tmp_path):
+    append_environment(tmp_path, 1)
+    append_environment(tmp_path, 7)
+    records = [json.loads(line) for line in (tmp_path / ENVIRONMENT_FILE).read_text().splitlines()]
+    assert [record["first_step"] for record in records] == [1, 7]
+    assert all("torch" in record["packages"] for record in records)
+
+
+def test_tensorboard_leaves_out_a_non_finite_value(tmp_path):
+    """A NaN metric (an entropy with no token to average) is null in metrics.jsonl and no point in
+    TensorBoard; the step's finite metrics are plotted."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logger = MetricsLogger(tmp_path, tensorboard=True)
+    logger.log({"step": 1, "reward_mean": 0.5, "entropy": math.nan})
+    logger.log({"step": 2, "reward_mean": 1.0, "entropy": 0.25})
+    logger.close()
+    board = EventAccumulator(str(tmp_path / "tensorboard"))
+    board.Reload()
+    assert [(event.step, event.value) for event in board.Scalars("train/entropy")] == [(2, 0.25)]
+    assert [event.step for event in board.Scalars("train/reward_mean")] == [1, 2]

@@ -195,6 +195,8 @@ def _read_json(path: Path, skipped: list[str] | None) -> Rows:
         data = json.loads(read_utf8_text(path))
     except json.JSONDecodeError as error:
         raise UsageError(f"{path}: invalid JSON ({error.msg} at line {error.lineno})") from None
+    except RecursionError:  # as a .jsonl line nested too deeply (`_jsonl_row`)
+        raise UsageError(f"{path}: JSON nested too deeply; fix the file") from None
     if not isinstance(data, list):
         raise UsageError(f"{path} must hold a JSON list of records")
     rows, numbers = [], []
