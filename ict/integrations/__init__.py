@@ -19,7 +19,8 @@ def parse_token_selector(spec: str, with_preset: bool = False) -> Any:
     ...})``. Values are parsed by the registry's one strict parser
     (:func:`ict.core.selectors.parse_selector_options`: ``flase`` is an error, not False) and
     checked on a dummy batch (`check_options`), so a bad spec fails in one line (ValueError) before
-    a model is loaded; a spec that is not a string is refused the same way. ``with_preset=True`` returns ``(name, options, preset)`` (preset or None).
+    a model is loaded; a spec that is not a string is refused the same way. ``with_preset=True``
+    returns ``(name, options, preset)`` (preset or None).
     """
     if not isinstance(spec, str):  # hydra and Python configs hand null, numbers or lists through as typed
         raise ValueError(f"token_selector must be a string 'name:key=value,...' (e.g. 'ict:ratio=0.1'), got {spec!r}")
