@@ -16,6 +16,14 @@ from ict.data.training_data import Problem, reasoning_gym_problems
     ("so -5 it is", "-5"),
     ("value 12.50 then 3.0", "3"),
     ("no digits here", None),
+    # a bare decimal is 0.5, not 5 (gold 5 must not match it); the minus sign U+2212 is a sign
+    ("so x = .5", "0.5"),
+    ("the answer is \u22127", "-7"),
+    ("$-.25$", "-0.25"),
+    ("1.1.1.", "1"),  # not a bare .1 after a digit
+    # commas group thousands only: a pair or a list ends in its last number
+    ("the point (2,3)", "3"),
+    ("1,234.5 in all", "1234.5"),
 ])
 def test_extract_last_number(text, expected):
     assert extract_last_number(text) == expected

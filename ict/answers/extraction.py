@@ -200,15 +200,22 @@ def extract_tagged_answer(completion: str | bytes | None, tag_name: str = "answe
     return boxed or None
 
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+# a sign (ASCII '-' or the minus sign U+2212), then digits with commas only between groups of three
+# (1,234.5), plain digits, or a bare decimal (.5; not the .1 of 1.1.1)
+_NUMBER = re.compile(r"[-\u2212]?(?:(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|(?<![\d.])\.\d+)")
 
 
 def extract_last_number(text: str) -> str | None:
-    """The last number in `text` (commas removed, `-` kept, a trailing `.0..` stripped)."""
+    """The last number in `text`: thousands commas removed (``1,234`` is 1234; ``(2,3)`` ends in
+    3), a ``-`` or U+2212 minus kept as ``-``, a bare decimal given its 0 (``.5`` is ``0.5``), a
+    trailing ``.0..`` stripped. Not scientific notation (``1e5`` ends in 5)."""
     matches = _NUMBER.findall(tail(sanitize_text(text)))
     if not matches:
         return None
-    number = matches[-1].replace(",", "")
+    number = matches[-1].replace(",", "").replace("\u2212", "-")
+    sign = "-" if number.startswith("-") else ""
+    if number.lstrip("-").startswith("."):
+        number = f"{sign}0{number.lstrip('-')}"
     if "." in number and set(number.split(".", 1)[1]) == {"0"}:
         number = number.split(".", 1)[0]
     return number
