@@ -307,3 +307,33 @@ def test_the_cache_directory_expands_a_tilde_and_an_empty_load_error_is_one_line
     assert loading.cache_root() == tmp_path / "cache"
     error = loading._load_error("org/model", "org/model", OSError())
     assert str(error).startswith("cannot load model 'org/model': OSError (offline?")
+
+
+def test_lora_scales_its_update_by_alpha_over_rank_and_keeps_its_dropout(tiny_tokenizer):
+    """The adapted q_proj computes W x + (alpha / r) B A x (float64, by hand from its weights), with
+    the given alpha (not the rank) and the given dropout probability."""
+    from conftest import build_tiny_model
+
+    from ict.models.loading import LoraOptions, apply_lora
+
+    model = apply_lora(build_tiny_model(len(tiny_tokenizer)).double(), LoraOptions(rank=2, alpha=6.0, dropout=0.25))
+    layer = model.get_base_model().model.layers[0].self_attn.q_proj
+    assert layer.lora_dropout["default"].p == 0.25
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        layer.lora_B["default"].weight.copy_(torch.randn(layer.lora_B["default"].weight.shape, generator=generator,
+                                                         dtype=torch.float64))
+        x = torch.randn(3, layer.in_features, generator=generator, dtype=torch.float64)
+        a, b, w = layer.lora_A["default"].weight, layer.lora_B["default"].weight, layer.base_layer.weight
+        expected = x @ w.T + 3.0 * (x @ a.T @ b.T)  # alpha / r = 6 / 2
+        torch.testing.assert_close(layer.eval()(x), expected, rtol=0, atol=1e-12)
+
+
+def test_a_missing_model_directory_under_home_is_refused_in_one_line(monkeypatch, tmp_path):
+    """``~/no-such-model`` (e.g. from a config file) is a path, not a hub id: "model directory not
+    found", not a hub lookup of the id '~/no-such-model'."""
+    from ict.models.loading import model_source
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(UsageError, match="model directory not found: ~/no-such-model"):
+        model_source("~/no-such-model")
