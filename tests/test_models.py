@@ -337,3 +337,22 @@ def test_a_missing_model_directory_under_home_is_refused_in_one_line(monkeypatch
     monkeypatch.setenv("HOME", str(tmp_path))
     with pytest.raises(UsageError, match="model directory not found: ~/no-such-model"):
         model_source("~/no-such-model")
+
+
+def test_a_cut_short_weights_file_is_refused_in_one_line(tiny_model_dir, tmp_path, capsys):
+    """A model.safetensors cut short (an interrupted copy or save) raised safetensors'
+    SafetensorError through every command: a traceback (exit 1) instead of exit 2 and one line."""
+    import shutil
+
+    from ict.cli import main
+
+    directory = tmp_path / "cut"
+    shutil.copytree(tiny_model_dir, directory)
+    weights = directory / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(UsageError, match="a weights file is damaged or incomplete") as raised:
+        load_model_and_tokenizer(str(directory), device="cpu")
+    assert "\n" not in str(raised.value)
+    assert main(["eval", "--model", str(directory), "--benchmarks", "rg:chain_sum:size=2", "--limit", "1",
+                 "--output-dir", str(tmp_path / "eval")]) == 2
+    assert "damaged or incomplete" in capsys.readouterr().err

@@ -194,6 +194,10 @@ def model_source(name_or_path: str, cache_dir: str | os.PathLike[str] | None = N
 
 def _load_error(name_or_path: str, source: str | Path, error: Exception) -> UsageError:
     """The one-line UsageError of a failed ``from_pretrained`` of ``source``."""
+    from safetensors import SafetensorError
+
+    if isinstance(error, SafetensorError):  # e.g. a weights file cut short by an interrupted copy or save
+        return UsageError(f"cannot load model {name_or_path!r}: a weights file is damaged or incomplete ({error})")
     if os.path.isdir(source) and not (Path(source) / "config.json").is_file():
         return UsageError(f"{name_or_path} holds no model (no config.json): pass a model directory, e.g. a run's "
                           "checkpoints/step-N")
@@ -243,9 +247,11 @@ def load_model_and_tokenizer(
     resolved_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, resolved_device)
     tokenizer, source = load_tokenizer(name_or_path, cache_dir)
+    from safetensors import SafetensorError
+
     try:
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
-    except (OSError, ValueError) as error:  # ValueError: e.g. a directory with no model files
+    except (OSError, ValueError, SafetensorError) as error:  # ValueError: e.g. a directory with no model files
         raise _load_error(name_or_path, source, error) from error
     if model.generation_config is not None and model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
