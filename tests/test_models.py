@@ -356,3 +356,23 @@ def test_a_cut_short_weights_file_is_refused_in_one_line(tiny_model_dir, tmp_pat
     assert main(["eval", "--model", str(directory), "--benchmarks", "rg:chain_sum:size=2", "--limit", "1",
                  "--output-dir", str(tmp_path / "eval")]) == 2
     assert "damaged or incomplete" in capsys.readouterr().err
+
+
+def test_a_tokenizer_without_pad_and_eos_tokens_is_refused_in_one_line(tiny_model_dir, tmp_path, capsys):
+    """With neither a pad nor an EOS token the pad id was None: ``ict inspect --samples`` (which
+    generates nothing, so no EOS check ran) failed packing the batch with a TypeError, exit 1."""
+    import json
+    import shutil
+
+    from ict.cli import main
+
+    directory = tmp_path / "no-eos"
+    shutil.copytree(tiny_model_dir, directory)
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    config.pop("eos_token"), config.pop("pad_token")
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps({"prompt": "what is 1 + 2 ?", "completion": text}) + "\n"
+                               for text in ("3", "so 3")))
+    assert main(["inspect", "--model", str(directory), "--samples", str(samples)]) == 2
+    assert "has neither a pad nor an EOS token" in capsys.readouterr().err

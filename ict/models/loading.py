@@ -208,8 +208,8 @@ def _load_error(name_or_path: str, source: str | Path, error: Exception) -> Usag
 
 def load_tokenizer(name_or_path: str, cache_dir: str | os.PathLike[str] | None = None) -> tuple[Any, str | Path]:
     """``(tokenizer, source)`` of causal LM ``name_or_path`` (:func:`model_source`; a load that
-    fails is a one-line UsageError): a pad token (EOS if it has none) and left padding, for
-    batched generation. :func:`load_model_and_tokenizer`'s, and the vLLM backends' (which load
+    fails is a one-line UsageError, as is one with neither a pad nor an EOS token): a pad token
+    (EOS if it has none) and left padding, for batched generation. :func:`load_model_and_tokenizer`'s, and the vLLM backends' (which load
     no HF model)."""
     from transformers import AutoTokenizer
 
@@ -218,6 +218,9 @@ def load_tokenizer(name_or_path: str, cache_dir: str | os.PathLike[str] | None =
         tokenizer = AutoTokenizer.from_pretrained(source, cache_dir=None)
     except (OSError, ValueError) as error:  # ValueError: e.g. a directory with no tokenizer files
         raise _load_error(name_or_path, source, error) from error
+    if tokenizer.pad_token is None and tokenizer.eos_token is None:  # nothing to pad with, nothing ends a completion
+        raise UsageError(f"the tokenizer of {name_or_path} has neither a pad nor an EOS token: add an eos_token "
+                         "to its tokenizer_config.json")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
