@@ -545,3 +545,18 @@ def test_the_page_shows_carriage_returns_and_other_control_characters_as_the_ter
     shown = [html.unescape(text) for text in re.findall(r"<span class='tok[^']*'[^>]*>([^<]*)</span>", page)]
     assert shown == ["a\\x0d", "\\x0d\u21b5\n", "\\x00b", "c\\x1b", "\td"]
     assert not any(char in page for char in "\r\x00\x1b")
+
+
+def test_inspect_needs_exactly_one_source_of_completions_and_valid_prompt_text(tmp_path):
+    """Both --prompt and --samples (the prompt would be silently ignored), neither (nothing to
+    score), and a prompt holding a byte that is not UTF-8 (argv's \\udcff) are one-line refusals."""
+    from ict.analysis.token_view import InspectConfig
+    from ict.core.errors import UsageError
+
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("")
+    for config in (InspectConfig(prompt="hi", samples=str(samples)), InspectConfig()):
+        with pytest.raises(UsageError, match="give exactly one of --prompt and --samples"):
+            config.validate()
+    with pytest.raises(UsageError, match="--prompt is not valid text"):
+        InspectConfig(prompt="caf\udce9").validate()
