@@ -135,3 +135,20 @@ def test_prompts_of_equal_ids_but_unequal_padding_are_two_prompts(tiny_tokenizer
         for row, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
             alone = model(input_ids=torch.tensor([prompt + response])).logits[0, len(prompt) - 1: -1]
             torch.testing.assert_close(logits[row, : len(response)], alone, rtol=0, atol=1e-5)
+
+
+def test_gradient_checkpointing_runs_each_row_whole_with_the_same_gradients(tiny_tokenizer):
+    """Under gradient checkpointing the model returns no cache (transformers turns use_cache
+    off), so the shared-prompt forward cannot run: `response_logits` takes the plain path, with
+    the log-probs and gradients of a model without checkpointing (not an AttributeError)."""
+    from conftest import build_tiny_model
+
+    batch = grouped_batch(len(tiny_tokenizer), (3, 2), seed=4)
+    model = build_tiny_model(len(tiny_tokenizer), seed=5).train()
+    expected_lp, expected_grads = log_probs_and_grads(model, batch, plain_response_outputs)
+    model.gradient_checkpointing_enable()
+    model.config.use_cache = False
+    lp, grads = log_probs_and_grads(model, batch, response_logits)
+    torch.testing.assert_close(lp, expected_lp, rtol=0, atol=1e-6)
+    for name, grad in expected_grads.items():
+        torch.testing.assert_close(grads[name], grad, rtol=1e-5, atol=1e-6, msg=name)

@@ -242,3 +242,19 @@ def test_train_under_bf16_autocast_keeps_fp32_weights(tiny_model_dir, arithmetic
         assert {tensor.dtype for tensor in weights.values()} == {torch.float32}
     assert lines["bf16"]["entropy"] == pytest.approx(lines["off"]["entropy"], rel=0.05)
     assert lines["bf16"]["entropy"] != lines["off"]["entropy"]  # bf16 compute did happen
+
+
+def test_head_fields_at_their_identity_values_are_accepted(tiny_tokenizer):
+    """A scale or multiplier of 1 (Granite's default logits_scaling=1.0) and an unpadded vocabulary
+    as large as the head's change no logit: accepted, and hidden @ W.T is the logits (float64)."""
+    vocab = len(tiny_tokenizer)
+    model = tiny_model(vocab, seed=1).double()
+    for name in ("logits_scaling", "logit_scale", "output_multiplier", "lm_head_multiplier"):
+        setattr(model.config, name, 1.0)
+    model.config.unpadded_vocab_size = vocab
+    weight, bias = linear_lm_head(model)
+    assert bias is None
+    batch = grouped_batch(vocab, (2, 2))
+    with torch.no_grad():
+        torch.testing.assert_close(response_hidden(model, batch) @ weight.T, response_logits(model, batch),
+                                   rtol=0, atol=1e-12)

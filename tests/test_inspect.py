@@ -531,3 +531,32 @@ def test_prompt_mode_samples_at_the_given_temperature_and_seed(tiny_model_dir, t
         expected = [[text.replace("\n", "\u21b5\n") for text in token_strings(tokenizer, ids)]
                     for ids in rollout.completion_ids[0]]
         assert shown == expected
+
+
+def test_the_page_shows_carriage_returns_and_other_control_characters_as_the_terminal_does():
+    """A token's control characters reached the page raw: an HTML parser turns "\\r" into a line
+    break (a token "a\\r" showed as "a" and a line break with no mark; "\\r\\n" as two line breaks
+    around the mark) and drops a NUL ("\\x00b" showed as "b"). They show as \\xNN, as in the terminal."""
+    from ict.analysis.token_view import TokenView, render_html
+
+    view = TokenView(["p"], [["a\r", "\r\n", "\x00b", "c\x1b", "\td"]], [[0.1, 0.2, 0.3, 0.4, 0.5]],
+                     {"ict": [[True, False, False, False, False]]}, "js", 0.0, {}, {})
+    page = render_html(view)
+    shown = [html.unescape(text) for text in re.findall(r"<span class='tok[^']*'[^>]*>([^<]*)</span>", page)]
+    assert shown == ["a\\x0d", "\\x0d\u21b5\n", "\\x00b", "c\\x1b", "\td"]
+    assert not any(char in page for char in "\r\x00\x1b")
+
+
+def test_inspect_needs_exactly_one_source_of_completions_and_valid_prompt_text(tmp_path):
+    """Both --prompt and --samples (the prompt would be silently ignored), neither (nothing to
+    score), and a prompt holding a byte that is not UTF-8 (argv's \\udcff) are one-line refusals."""
+    from ict.analysis.token_view import InspectConfig
+    from ict.core.errors import UsageError
+
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("")
+    for config in (InspectConfig(prompt="hi", samples=str(samples)), InspectConfig()):
+        with pytest.raises(UsageError, match="give exactly one of --prompt and --samples"):
+            config.validate()
+    with pytest.raises(UsageError, match="--prompt is not valid text"):
+        InspectConfig(prompt="caf\udce9").validate()

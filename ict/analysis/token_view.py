@@ -278,7 +278,9 @@ def _shade(value: float, low: float, high: float) -> tuple[int, int, int]:
 def render_html(view: TokenView, source: str = "") -> str:
     """One self-contained page: a coloured <span class="tok"> per token with its score in the
     title (the tooltip) and its selections as classes: ICT-selected tokens underlined, 20-Entropy
-    boxed, STAPO's silenced tokens struck; a line break inside a token shown as NEWLINE_MARK.
+    boxed, STAPO's silenced tokens struck; a line break inside a token shown as NEWLINE_MARK, and
+    its other control characters as ``\\xNN`` (`_visible`: an HTML parser turns a carriage return
+    into a line break and drops a NUL).
     `source` (e.g. the model and the samples file) is printed under the heading; each prompt is
     printed once, whole and as the model saw it (chat template, system prompt and line breaks
     included), above the first of its completions."""
@@ -318,7 +320,7 @@ def render_html(view: TokenView, source: str = "") -> str:
             red, green, blue = _shade(value, low, high)
             parts.append(f"<span class='{' '.join(classes)}' style='background:rgb({red},"
                          f"{green},{blue})' title='{view.score_name}={value:.4f}'>"
-                         f"{html.escape(token).replace(chr(10), NEWLINE_MARK + chr(10))}</span>")
+                         f"{html.escape(_visible(token)).replace(chr(10), NEWLINE_MARK + chr(10))}</span>")
         parts.append("</p>")
     parts.append("</body></html>")
     return "".join(parts)
@@ -329,8 +331,8 @@ def _verb(label: str) -> str:
 
 
 def _visible(token: str) -> str:
-    """`token` for a terminal: control characters but newline and tab as ``\\xNN`` (a completion's
-    ESC would otherwise reach the terminal as an escape sequence)."""
+    """`token` for a terminal or the page: control characters but newline and tab as ``\\xNN`` (a
+    completion's ESC would otherwise reach the terminal as an escape sequence)."""
     return "".join(f"\\x{ord(char):02x}" if unicodedata.category(char) == "Cc" and char not in "\n\t"
                    else char for char in token)
 

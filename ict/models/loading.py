@@ -194,6 +194,10 @@ def model_source(name_or_path: str, cache_dir: str | os.PathLike[str] | None = N
 
 def _load_error(name_or_path: str, source: str | Path, error: Exception) -> UsageError:
     """The one-line UsageError of a failed ``from_pretrained`` of ``source``."""
+    from safetensors import SafetensorError
+
+    if isinstance(error, SafetensorError):  # e.g. a weights file cut short by an interrupted copy or save
+        return UsageError(f"cannot load model {name_or_path!r}: a weights file is damaged or incomplete ({error})")
     if os.path.isdir(source) and not (Path(source) / "config.json").is_file():
         return UsageError(f"{name_or_path} holds no model (no config.json): pass a model directory, e.g. a run's "
                           "checkpoints/step-N")
@@ -204,8 +208,8 @@ def _load_error(name_or_path: str, source: str | Path, error: Exception) -> Usag
 
 def load_tokenizer(name_or_path: str, cache_dir: str | os.PathLike[str] | None = None) -> tuple[Any, str | Path]:
     """``(tokenizer, source)`` of causal LM ``name_or_path`` (:func:`model_source`; a load that
-    fails is a one-line UsageError): a pad token (EOS if it has none) and left padding, for
-    batched generation. :func:`load_model_and_tokenizer`'s, and the vLLM backends' (which load
+    fails is a one-line UsageError, as is one with neither a pad nor an EOS token): a pad token
+    (EOS if it has none) and left padding, for batched generation. :func:`load_model_and_tokenizer`'s, and the vLLM backends' (which load
     no HF model)."""
     from transformers import AutoTokenizer
 
@@ -214,6 +218,9 @@ def load_tokenizer(name_or_path: str, cache_dir: str | os.PathLike[str] | None =
         tokenizer = AutoTokenizer.from_pretrained(source, cache_dir=None)
     except (OSError, ValueError) as error:  # ValueError: e.g. a directory with no tokenizer files
         raise _load_error(name_or_path, source, error) from error
+    if tokenizer.pad_token is None and tokenizer.eos_token is None:  # nothing to pad with, nothing ends a completion
+        raise UsageError(f"the tokenizer of {name_or_path} has neither a pad nor an EOS token: add an eos_token "
+                         "to its tokenizer_config.json")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -243,9 +250,11 @@ def load_model_and_tokenizer(
     resolved_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, resolved_device)
     tokenizer, source = load_tokenizer(name_or_path, cache_dir)
+    from safetensors import SafetensorError
+
     try:
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
-    except (OSError, ValueError) as error:  # ValueError: e.g. a directory with no model files
+    except (OSError, ValueError, SafetensorError) as error:  # ValueError: e.g. a directory with no model files
         raise _load_error(name_or_path, source, error) from error
     if model.generation_config is not None and model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
