@@ -209,8 +209,8 @@ def _load_error(name_or_path: str, source: str | Path, error: Exception) -> Usag
 def load_tokenizer(name_or_path: str, cache_dir: str | os.PathLike[str] | None = None) -> tuple[Any, str | Path]:
     """``(tokenizer, source)`` of causal LM ``name_or_path`` (:func:`model_source`; a load that
     fails is a one-line UsageError, as is one with neither a pad nor an EOS token): a pad token
-    (EOS if it has none) and left padding, for batched generation. :func:`load_model_and_tokenizer`'s, and the vLLM backends' (which load
-    no HF model)."""
+    (EOS if it has none) and left padding, for batched generation. :func:`load_model_and_tokenizer`'s,
+    and the vLLM backends' (which load no HF model)."""
     from transformers import AutoTokenizer
 
     source = model_source(name_or_path, cache_dir)
