@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -97,6 +98,18 @@ def test_a_resumed_runs_metrics_keep_exactly_the_steps_up_to_its_checkpoint(tmp_
     assert not (tmp_path / "none.jsonl").exists()
 
 
+def _sizes_only_checkpoint(tmp_path: Path) -> tuple[Path, dict]:
+    """A step-1 checkpoint whose manifest records sizes only (as before 2026-11-27, no CRC-32s);
+    returns (its path, the full manifest it was written with)."""
+    model, optimizer = _model_and_optimizer()
+    path = save_checkpoint(tmp_path, 1, model, optimizer, {})
+    marker = path / COMPLETE_MARKER
+    manifest = json.loads(marker.read_text())
+    marker.write_text(json.dumps({"step": 1, "files": {name: {"size": entry["size"]}
+                                                       for name, entry in manifest["files"].items()}}))
+    return path, manifest
+
+
 @pytest.mark.parametrize("damage", ["trainer_state.json without step", "rng.json not an object",
                                     "optimizer.safetensors header"])
 def test_a_checkpoint_with_sizes_only_still_has_its_json_keys_and_headers_checked(tmp_path, damage):
@@ -104,12 +117,7 @@ def test_a_checkpoint_with_sizes_only_still_has_its_json_keys_and_headers_checke
     a damaged JSON file or safetensors header of the same size is found by verify_checkpoint's
     own checks: one line naming the checkpoint, before a KeyError or a safetensors error could
     come from loading it."""
-    model, optimizer = _model_and_optimizer()
-    path = save_checkpoint(tmp_path, 1, model, optimizer, {})
-    marker = path / COMPLETE_MARKER
-    manifest = json.loads(marker.read_text())
-    marker.write_text(json.dumps({"step": 1, "files": {name: {"size": entry["size"]}
-                                                       for name, entry in manifest["files"].items()}}))
+    path, manifest = _sizes_only_checkpoint(tmp_path)
     verify_checkpoint(path)  # intact: sizes only pass
     if damage.startswith("trainer_state"):
         (path / "trainer_state.json").write_text('{"stap": 1}'.ljust(manifest["files"]["trainer_state.json"]["size"]))
@@ -185,12 +193,7 @@ def test_the_saved_step_is_the_checkpoints_even_when_the_trainer_state_holds_an_
 def test_a_truncated_file_is_refused_by_its_size_in_a_manifest_of_sizes_only(tmp_path):
     """Without CRC-32s (checkpoints before 2026-11-27) the recorded size is the one check of the
     tensor bytes: model.safetensors cut short at its end (its header intact) is refused."""
-    model, optimizer = _model_and_optimizer()
-    path = save_checkpoint(tmp_path, 1, model, optimizer, {})
-    marker = path / COMPLETE_MARKER
-    manifest = json.loads(marker.read_text())
-    marker.write_text(json.dumps({"step": 1, "files": {name: {"size": entry["size"]}
-                                                       for name, entry in manifest["files"].items()}}))
+    path, _ = _sizes_only_checkpoint(tmp_path)
     weights = path / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-4])
     with pytest.raises(UsageError, match="model.safetensors is missing or truncated"):

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ict.core.diagnostics import ANATOMY_FIGURES, PAPER_FIGURES
-from ict.core.errors import UsageError, check_output_file, read_utf8_text
+from ict.core.errors import UsageError, check_output_file, encodes_as_utf8, read_utf8_text
 from ict.core.options import check_choices, default_of, option
 from ict.core.selectors import ICT_DEFAULT_REFERENCE
 from ict.core.stats import JS_REFERENCES
@@ -67,7 +67,7 @@ class InspectConfig:
             raise UsageError("give exactly one of --prompt and --samples")
         if self.prompt is not None and not self.prompt.strip():
             raise UsageError("--prompt is empty: give the text to sample completions of")
-        if self.prompt is not None and not _encodes(self.prompt):  # a non-UTF-8 byte of argv, as \udcff
+        if self.prompt is not None and not encodes_as_utf8(self.prompt):  # a non-UTF-8 byte of argv, as \udcff
             raise UsageError("--prompt is not valid text (a byte that is not UTF-8?): no tokenizer encodes it")
         if self.samples is not None:
             sampling = {"num_samples": "--n", "max_new_tokens": "--max-new-tokens", "seed": "--seed"}
@@ -371,15 +371,6 @@ def print_view(view: TokenView, console: Any = None) -> None:
                       markup=False, highlight=False, soft_wrap=True)
 
 
-def _encodes(text: str) -> bool:
-    """Whether `text` is valid Unicode text (no lone surrogate), which a tokenizer can encode."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = None) -> Any:
     """Rollout from a JSONL of {"prompt", "completion", optional "finished"} records (an
     evaluation's samples.jsonl is one), grouped by prompt in file order; the first `num_prompts`
@@ -404,7 +395,7 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
             raise UsageError(f"{path}:{number}: prompt and completion must be text, got "
                              f"{type(prompt).__name__} and {type(completion).__name__}")
         for name, text in (("prompt", prompt), ("completion", completion)):
-            if not _encodes(text):  # JSON's \ud800 escapes a lone surrogate, which no tokenizer encodes
+            if not encodes_as_utf8(text):  # JSON's \ud800 escapes a lone surrogate, which no tokenizer encodes
                 raise UsageError(f"{path}:{number}: the {name} is not valid text (a lone surrogate, as \\ud800)")
         if not isinstance(record.get("finished", False), bool):  # "false" would read as finished
             raise UsageError(f"{path}:{number}: finished must be true or false, got {record['finished']!r}")

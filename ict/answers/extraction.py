@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from ict.core.errors import encodes_as_utf8
 from ict.core.problems import OPTION_LETTERS
 
 MAX_SCAN_CHARS = 20_000
@@ -34,9 +35,7 @@ def sanitize_text(text: str | bytes | None) -> str:
         text = bytes(text).decode("utf-8", errors="replace")
     elif not isinstance(text, str):
         text = str(text)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
+    if not encodes_as_utf8(text):
         text = text.encode("utf-8", errors="replace").decode("utf-8")
     return text.replace("\x00", "\ufffd")
 
@@ -213,9 +212,8 @@ def extract_last_number(text: str) -> str | None:
     if not matches:
         return None
     number = matches[-1].replace(",", "").replace("\u2212", "-")
-    sign = "-" if number.startswith("-") else ""
-    if number.lstrip("-").startswith("."):
-        number = f"{sign}0{number.lstrip('-')}"
+    if number.lstrip("-").startswith("."):  # a bare decimal: .5 -> 0.5, -.5 -> -0.5
+        number = number.replace(".", "0.", 1)
     if "." in number and set(number.split(".", 1)[1]) == {"0"}:
         number = number.split(".", 1)[0]
     return number

@@ -61,6 +61,16 @@ def writing_output(flag: str, path: Any) -> Iterator[None]:
         raise UsageError(f"{flag} {path}: cannot write it ({error.strerror or error})") from None
 
 
+def encodes_as_utf8(text: str) -> bool:
+    """Whether `text` is valid Unicode text, which UTF-8 and a tokenizer can encode: False for a
+    lone surrogate (JSON's ``\\ud800``, or a non-UTF-8 byte of argv read as ``\\udcff``)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def read_utf8_text(path: Any) -> str:
     """The text of the file `path`; a one-line UsageError naming it, and where, if it is not UTF-8."""
     try:

@@ -10,9 +10,9 @@ process id. The kernel releases the lock when its holder exits, however it exits
 included), so a killed run never leaves a stale lock behind: `--resume` takes it at once. Where
 `fcntl` does not exist (Windows) the directory is not locked.
 
-`discarded_if_unused` removes a directory (and its parents) this process created when its run fails before writing
-anything of its own (a missing model, bad data): a failed start leaves no empty run directory
-(``run.lock`` alone, or an evaluation's ``run.json``) behind.
+`discarded_if_unused` removes a directory (and its parents) this process created when its run
+fails before writing anything of its own (a missing model, bad data): a failed start leaves no
+empty run directory (``run.lock`` alone, or an evaluation's ``run.json``) behind.
 """
 
 from __future__ import annotations
