@@ -11,6 +11,7 @@ import pytest
 
 from ict.cli import main
 from ict.core.errors import UsageError
+from ict.data.rows import read_records
 from ict.data.training_data import load_training_data
 
 GOOD = {"question": "what is 1 + 1 ?", "answer": "2"}
@@ -124,6 +125,25 @@ def test_what_published_datasets_ship_is_accepted(tmp_path):
     problems = load_training_data(str(path), seed=0).train
     assert sorted(p.answer for p in problems) == sorted(["27", "18", "2", "4.25", "x^2"])
     assert [p.prompt for p in problems if isinstance(p.prompt, list)] == [MESSAGES]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_a_leading_byte_order_mark_is_read_past(tmp_path, suffix):
+    """A file that begins with the UTF-8 byte-order mark (as Notepad and PowerShell 5 write it) is
+    read as its text: the first row is kept with its line number (it was refused: 'Unexpected
+    UTF-8 BOM'); a mark that is not at the start stays a bad row."""
+    rows = [GOOD, {"question": "what is 2 + 2 ?", "answer": "4"}]
+    text = ("".join(json.dumps(row) + "\n" for row in rows) if suffix == ".jsonl"
+            else json.dumps(rows))
+    path = tmp_path / f"bom{suffix}"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    problems = load_training_data(str(path), seed=0).train
+    assert sorted(p.answer for p in problems) == ["2", "4"]
+    assert read_records(path).numbers == [1, 2]
+    if suffix == ".jsonl":
+        path.write_bytes(text.encode() + b"\xef\xbb\xbf" + json.dumps(GOOD).encode())
+        with pytest.raises(UsageError, match=r"bom.jsonl:3: not valid JSON"):
+            read_records(path)
 
 
 def test_a_json_list_names_the_record_and_bad_rows_can_be_skipped(tmp_path):

@@ -100,7 +100,8 @@ def test_tensorboard_keeps_the_points_up_to_the_checkpoint_and_replaces_the_late
 def test_the_phase_lines_count_what_the_selecting_phase_gained_and_lost():
     """After the warm-up 2 of 4 right (problems 0, 2), at the end 2 of 4 (1, 2): problem 1 gained,
     problem 0 lost, net 0, which is "added nothing"; the warm-up moved the accuracy 0.25 -> 0.5.
-    With problem 3 right at the end too: net +1."""
+    With problem 3 right at the end too: net +1; with none right at the end: net -2, a cost (it
+    said "added nothing" too)."""
     before = {"accuracy": 0.25, "num_problems": 4}
     warmup = {"accuracy": 0.5, "correct": [True, False, True, False]}
     after = {"accuracy": 0.5, "num_problems": 4, "correct": [False, True, True, False]}
@@ -114,6 +115,10 @@ def test_the_phase_lines_count_what_the_selecting_phase_gained_and_lost():
     line = phase_lines(before, warmup, after, ("ict", 11, 20))[1]
     assert ": 2 problems gained, 1 lost, net +1 of 4: ict's selecting phase added 1 of 4;" in line
     assert line.endswith("moved it +0.250")
+    after = {"accuracy": 0.0, "num_problems": 4, "correct": [False, False, False, False]}
+    line = phase_lines(before, warmup, after, ("ict", 11, 20))[1]
+    assert ": 0 problems gained, 2 lost, net -2 of 4: ict's selecting phase cost 2 of 4 on these "\
+        "held-out problems;" in line
 
 
 def test_each_start_appends_its_first_step_to_the_environment_file(tmp_path):

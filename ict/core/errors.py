@@ -72,9 +72,10 @@ def encodes_as_utf8(text: str) -> bool:
 
 
 def read_utf8_text(path: Any) -> str:
-    """The text of the file `path`; a one-line UsageError naming it, and where, if it is not UTF-8."""
+    """The text of the file `path`, less a leading byte-order mark (as Windows editors write); a
+    one-line UsageError naming it, and where, if it is not UTF-8."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as error:
         raise UsageError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); re-encode the "
                          "file as UTF-8") from None

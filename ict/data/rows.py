@@ -12,6 +12,7 @@ OlympiadBench's ``["$2$"]``), choices as a list or its Python-literal string.
 from __future__ import annotations
 
 import ast
+import codecs
 import json
 from pathlib import Path
 from typing import Any
@@ -154,7 +155,8 @@ def read_records(path: str | Path, skipped: list[str] | None = None) -> Rows:
 
     A .jsonl line that is not UTF-8 or not a JSON object (and a .json element that is not an
     object) raises a `UsageError` naming the file and line, unless `skipped` is a list: then it is
-    left out and its reason appended there. A leading ``~`` is the home directory."""
+    left out and its reason appended there. A leading ``~`` is the home directory, and a leading
+    UTF-8 byte-order mark (as Windows editors write) is not part of the first row."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise UsageError(f"data file not found: {path}")
@@ -178,7 +180,7 @@ def _refuse_or_skip(where: str, error: Exception, skipped: list[str] | None) -> 
 
 def _read_jsonl(path: Path, skipped: list[str] | None) -> Rows:
     rows, lines = [], []
-    for number, raw in enumerate(path.read_bytes().splitlines(), 1):
+    for number, raw in enumerate(path.read_bytes().removeprefix(codecs.BOM_UTF8).splitlines(), 1):
         try:
             row = _jsonl_row(raw)
         except ValueError as error:

@@ -190,7 +190,7 @@ def phase_lines(before: dict[str, Any], after_warmup: dict[str, Any] | None,
                 after: dict[str, Any], phase: tuple[str, int, int] | None) -> list[str]:
     """The held-out accuracy line (before -> after the warm-up -> after), and with a warm-up
     what the method's own phase did: problems it got right that the warm-up's model missed
-    (gained), the reverse (lost), and their net, saying so when it added nothing."""
+    (gained), the reverse (lost), and their net: what it added, nothing, or what it cost."""
     count = after["num_problems"]
     if not (after_warmup and phase and before):
         return [f"held-out accuracy: before {before['accuracy']:.3f} -> after "
@@ -205,8 +205,10 @@ def phase_lines(before: dict[str, Any], after_warmup: dict[str, Any] | None,
     gained = sum(1 for a, b in zip(start, end, strict=True) if b and not a)
     lost = sum(1 for a, b in zip(start, end, strict=True) if a and not b)
     net = gained - lost
-    verdict = (f"{method}'s selecting phase added nothing on these held-out problems"
-               if net <= 0 else f"{method}'s selecting phase added {net} of {count}")
+    verdict = (f"{method}'s selecting phase added {net} of {count}" if net > 0
+               else f"{method}'s selecting phase added nothing on these held-out problems"
+               if net == 0 else f"{method}'s selecting phase cost {-net} of {count} on these "
+               "held-out problems")
     lines.append(f"{method}'s own phase (steps {first}-{last}): {gained} "
                  f"problem{'' if gained == 1 else 's'} gained, {lost} "
                  f"lost, net {net:+d} of {count}: {verdict}; the warm-up (GRPO on every token) "
