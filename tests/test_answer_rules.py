@@ -89,6 +89,14 @@ def test_a_listed_option_after_the_letter_commits_to_none():
     ("The answer is B. So \\boxed{42}", None),     # rule 1 applies (a box), its content no letter
     ("The correct answer is option C.", "C"),       # rule 2: "answer is option C"
     ("Answer - D", "D"),                            # rule 2: "Answer -"
+    (r"\boxed{(B)\ 42}", "B"),                       # rule 1 with LaTeX's spaces (each was None)
+    (r"\boxed{(B)~42}", "B"),
+    (r"\boxed{C.\quad 42}", "C"),
+    (r"\boxed{D:\,x = 2}", "D"),
+    (r"\boxed{\text{(B) } 42}", "B"),                # the letter alone in a wrapper, then the text
+    (r"\boxed{\textbf{A.} the cell}", "A"),
+    (r"\boxed{\text{A} + 3}", None),                 # a letter with no ")", "." or ":" commits to none
+    (r"\boxed{(B)\42}", None),                      # a command, not a space
 ])
 def test_the_box_and_phrase_rules_of_the_docstring(text, expected):
     assert extract_choice_letter(text, 4) == expected

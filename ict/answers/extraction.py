@@ -119,7 +119,8 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
 
     1. the content of the last ``\\boxed{}`` is a single valid letter, optionally wrapped as
        ``(B)``, ``B)``, ``B.``, ``\\text{B}``, ``\\textbf{(B)}``, or starts with such a letter
-       followed by ``)``/``.``/``:`` and the option text (``\\boxed{B) 42}``);
+       followed by ``)``/``.``/``:``, a space (LaTeX's ``\\ ``, ``~``, ``\\,``, ``\\quad`` too) and the
+       option text (``\\boxed{B) 42}``, ``\\boxed{(B)\\ 42}``, ``\\boxed{\\text{(B) } 42}``);
     2. otherwise the last phrase "answer is", "answer:", "Answer -" (case-insensitive, optionally
        "final"/"correct", optionally bold ``**``) followed by a valid letter as a whole word, in
        optional parentheses, brackets, ``\\(...\\)`` or ``$...$``, and not by a list of more
@@ -145,9 +146,12 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
             if not match:
                 break
             inner = match.group(1).strip()
+        # "B) 42", and with LaTeX's spaces ("(B)\ 42", "(B)~42", "B.\quad 42") or the letter alone
+        # in a wrapper ("\text{(B) } 42")
+        wrapper = r"(?:\\(?:text|textbf|mathrm|mathbf)\s*\{\s*)"
         match = re.fullmatch(rf"\(?({letter})\)?\.?", inner) or re.match(
-            rf"\(?({letter})(?:\)|\.|:)\s", inner + " "
-        )
+            rf"{wrapper}?\(?({letter})(?:\)|\.|:)(?:\s*\}})?(?:\s|~|\\[ ,;:]|\\q?quad\b)",
+            inner + " ")
         if match:
             return match.group(1)
         return None
