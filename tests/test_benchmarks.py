@@ -204,6 +204,9 @@ def test_reasoning_gym_tasks():
                                          entry=benchmark.problems[0].entry) == 1.0
     assert group_of(name) == "reasoning_gym"
     assert len(load_benchmarks([name], limit=2)[0].problems) == 2
+    # the bare question as prompt under last_number, through load_benchmarks too (it dropped it)
+    bare = load_benchmarks([name], limit=1, answer_extraction="last_number")[0].problems[0]
+    assert bare.prompt == reference[0]["question"] != benchmark.problems[0].prompt
     assert parse_reasoning_gym_name("rg:gcd:seed=1000007")[3] == 1_000_007
     for bad in ("rg:", "rg:chain_sum:oops", "rg:chain_sum:size=0"):
         with pytest.raises(UsageError):

@@ -542,7 +542,10 @@ def load_benchmark(
 
 
 def load_benchmarks(
-    names: str | Sequence[str], data_dir: str | Path | None = None, limit: int | None = None
+    names: str | Sequence[str], data_dir: str | Path | None = None, limit: int | None = None,
+    answer_extraction: str = "tag",
 ) -> list[Benchmark]:
-    """`load_benchmark` for each name after suite expansion (`expand_benchmark_names`)."""
-    return [load_benchmark(name, data_dir, limit) for name in expand_benchmark_names(names)]
+    """`load_benchmark` for each name after suite expansion (`expand_benchmark_names`), with the
+    same `data_dir`, `limit` and `answer_extraction`."""
+    return [load_benchmark(name, data_dir, limit, answer_extraction)
+            for name in expand_benchmark_names(names)]
