@@ -1,7 +1,8 @@
 """The policy loss at the edges of its formulas, against float64 hand values: the +-20 nat clamp
 of the log-ratio (surrogate, k3, KL-Cov's penalty), a non-finite log-prob at an unselected token,
-bf16 log-probs, the micro-batch weight of a selected mask that reaches past the response, and
-the metrics ``kl_old`` (its direction) and ``js_score`` (the first reference). Each test pins a
+bf16 log-probs, the micro-batch weight of a selected mask that reaches past the response, the
+metrics ``kl_old`` (its direction) and ``js_score`` (the first reference), ``masked_means`` with
+several scalars and the config's refusal of clip ranges and coefficients out of their ranges. Each test pins a
 detail that ``test_loss.py``'s broader tests leave free."""
 
 from __future__ import annotations
@@ -11,7 +12,14 @@ import math
 import pytest
 import torch
 
-from ict.core.loss import PolicyLossConfig, aggregation_weight, k3_kl, kl_penalty_term, policy_loss
+from ict.core.loss import (
+    PolicyLossConfig,
+    aggregation_weight,
+    k3_kl,
+    kl_penalty_term,
+    masked_means,
+    policy_loss,
+)
 from ict.core.stats import TokenStatistics
 
 
@@ -113,3 +121,19 @@ def test_kl_old_is_the_k3_of_the_old_policy_and_js_score_the_first_references() 
     assert metrics["kl"] == pytest.approx((math.log(2) - 0.5) / 2, rel=1e-12)
     assert metrics["js_score"] == pytest.approx(0.2) and metrics["js_score_selected"] == pytest.approx(0.2)
     assert metrics["js_seq_mean"] == pytest.approx(0.55)
+
+
+def test_masked_means_returns_every_scalar_after_the_means() -> None:
+    values = torch.tensor([[1.0, 2.0, 4.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, False, True]])
+    assert masked_means([(values, mask)], (torch.tensor(7.0), torch.tensor(-1.5))) == [2.5, 7.0, -1.5]
+
+
+@pytest.mark.parametrize("options", [{"clip_low": 1.0}, {"clip_low": -0.1}, {"clip_high": -0.1},
+                                     {"kl_coef": -0.1}, {"entropy_coef": -0.1}, {"clip_ratio_c": 1.0}])
+def test_policy_loss_config_refuses_clip_ranges_and_coefficients_out_of_range(options) -> None:
+    """``0 <= clip_low < 1`` (at 1 the lower bound of the ratio, 0, clips nothing), ``clip_high >= 0``
+    (below 0 every ratio above 1 - |clip_high| would be clipped), coefficients >= 0 (a negative
+    entropy coefficient is an entropy penalty), ``clip_ratio_c > 1``."""
+    with pytest.raises(ValueError):
+        PolicyLossConfig(**options)

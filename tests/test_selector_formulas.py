@@ -14,7 +14,7 @@ import pytest
 import torch
 from selection_references import exact_count, make_inputs, reference_top_unique
 
-from ict.core.ranking import TIE_TOLERANCE, selection_counts, top_count
+from ict.core.ranking import TIE_TOLERANCE, population_rows, selection_counts, top_count
 from ict.core.selectors import (
     SelectionInputs,
     parse_selector_options,
@@ -142,6 +142,31 @@ def test_top_count_keeps_every_value_for_a_count_beyond_them_and_none_for_a_coun
     values = torch.tensor([3.0, 1.0, 2.0])
     assert top_count(values, 5)[0].tolist() == [0, 1, 2]
     assert top_count(values, 0)[0].tolist() == [] and top_count(values, -2)[0].tolist() == []
+    kept, decided = top_count(torch.tensor([]), 3)
+    assert kept.tolist() == [] and decided.shape == (0,)
+
+
+def test_population_rows_of_uneven_groups_are_each_groups_rows_without_padding() -> None:
+    assert [rows.tolist() for rows in population_rows("group", 5, torch.tensor([2, 0, 2, 1, 2]))] == [
+        [1], [3], [0, 2, 4]]
+    assert [rows.tolist() for rows in population_rows("sequence", 2)] == [[0], [1]]
+    assert [rows.tolist() for rows in population_rows("batch", 3)] == [[0, 1, 2]]
+
+
+def test_the_complement_reports_no_tie_decided_token_and_a_bad_unit_is_refused() -> None:
+    """All scores equal: the top 10% is drawn (tie-decided), its complement reports none; an
+    unknown ``unit``, or ``token_id`` without token ids, is a one-line ValueError."""
+    inputs = make_inputs(1, batch=2, length=10, mask_rate=0.0)
+    inputs.stats.js_scores["prev"] = torch.full((2, 10), 0.25)
+    top = select("ict", inputs, reference="prev", scope="batch")
+    assert int(top.mask.sum()) == 2 and torch.equal(top.tie_decided, top.mask)
+    rest = select("ict", inputs, reference="prev", scope="batch", complement=True)
+    assert int(rest.mask.sum()) == 18 and not rest.tie_decided.any()
+    with pytest.raises(ValueError, match="unit must be 'position' or 'token_id'"):
+        select("ict", inputs, reference="prev", unit="tokens")
+    inputs.token_ids = None
+    with pytest.raises(ValueError, match="needs token_ids"):
+        select("ict", inputs, reference="prev", unit="token_id")
 
 
 def test_a_product_an_ulp_above_an_integer_counts_as_that_integer() -> None:
