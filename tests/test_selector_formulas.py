@@ -1,16 +1,28 @@
 """The selectors' formulas at their boundaries, against hand values and float64 loops: Clip-Cov /
 KL-Cov's centred covariance, Clip-Cov's open band and its skip of tokens the ratio clip already
-clips, STAPO's strict ``p < tau_p`` and the tie rule's inclusive tolerance (``|s - s_k| <= tol``).
-Each test pins a detail that the broader tests in ``test_selectors.py`` leave free."""
+clips, their count ``max(1, int(ratio N))`` of response tokens, STAPO's strict ``p < tau_p``, the
+tie rule's inclusive tolerance (``|s - s_k| <= tol``, measured from the k-th largest), counts whose
+float product lands an ulp above an integer, ``random``'s generator, ``unit="token_id"``'s scope
+and the option values ``none`` and ``yes``/``no``. Each test pins a detail that the broader tests in
+``test_selectors.py`` leave free."""
 
 from __future__ import annotations
 
 import math
 
+import pytest
 import torch
+from selection_references import exact_count, make_inputs, reference_top_unique
 
-from ict.core.ranking import TIE_TOLERANCE, top_count
-from ict.core.selectors import SelectionInputs, select_tokens, token_covariance
+from ict.core.ranking import TIE_TOLERANCE, population_rows, selection_counts, top_count
+from ict.core.selectors import (
+    SelectionInputs,
+    parse_selector_options,
+    resolve_options,
+    select,
+    select_tokens,
+    token_covariance,
+)
 from ict.core.stats import TokenStatistics
 
 
@@ -115,3 +127,127 @@ def test_a_score_exactly_the_tolerance_below_the_threshold_is_tied() -> None:
     assert bool(decided[kept[0]]) and int(decided.sum()) == 1
     kept, decided = top_count(torch.tensor([0.0, 2.5 * TIE_TOLERANCE, -1.0], dtype=torch.float64), 1)
     assert kept.tolist() == [1] and not decided.any()
+
+
+def test_the_tolerance_is_measured_from_the_kth_largest_score() -> None:
+    """k = 1 of [1 + 6e-7, 1, 1 - 6e-7]: the 2nd lies within the tolerance of the largest and may be
+    drawn, the 3rd (1.2e-6 below it) never is, whatever the draw (it lies within the tolerance of
+    the 2nd, which is not the threshold)."""
+    values = torch.tensor([1.0 + 6e-7, 1.0, 1.0 - 6e-7], dtype=torch.float64)
+    kept = {tuple(top_count(values, 1, torch.Generator().manual_seed(seed))[0].tolist()) for seed in range(20)}
+    assert kept == {(0,), (1,)}
+
+
+def test_top_count_keeps_every_value_for_a_count_beyond_them_and_none_for_a_count_below_one() -> None:
+    values = torch.tensor([3.0, 1.0, 2.0])
+    assert top_count(values, 5)[0].tolist() == [0, 1, 2]
+    assert top_count(values, 0)[0].tolist() == [] and top_count(values, -2)[0].tolist() == []
+    kept, decided = top_count(torch.tensor([]), 3)
+    assert kept.tolist() == [] and decided.shape == (0,)
+
+
+def test_population_rows_of_uneven_groups_are_each_groups_rows_without_padding() -> None:
+    assert [rows.tolist() for rows in population_rows("group", 5, torch.tensor([2, 0, 2, 1, 2]))] == [
+        [1], [3], [0, 2, 4]]
+    assert [rows.tolist() for rows in population_rows("sequence", 2)] == [[0], [1]]
+    assert [rows.tolist() for rows in population_rows("batch", 3)] == [[0, 1, 2]]
+
+
+def test_the_complement_reports_no_tie_decided_token_and_a_bad_unit_is_refused() -> None:
+    """All scores equal: the top 10% is drawn (tie-decided), its complement reports none; an
+    unknown ``unit``, or ``token_id`` without token ids, is a one-line ValueError."""
+    inputs = make_inputs(1, batch=2, length=10, mask_rate=0.0)
+    inputs.stats.js_scores["prev"] = torch.full((2, 10), 0.25)
+    top = select("ict", inputs, reference="prev", scope="batch")
+    assert int(top.mask.sum()) == 2 and torch.equal(top.tie_decided, top.mask)
+    rest = select("ict", inputs, reference="prev", scope="batch", complement=True)
+    assert int(rest.mask.sum()) == 18 and not rest.tie_decided.any()
+    with pytest.raises(ValueError, match="unit must be 'position' or 'token_id'"):
+        select("ict", inputs, reference="prev", unit="tokens")
+    inputs.token_ids = None
+    with pytest.raises(ValueError, match="needs token_ids"):
+        select("ict", inputs, reference="prev", unit="token_id")
+
+
+def test_a_product_an_ulp_above_an_integer_counts_as_that_integer() -> None:
+    """In float64 ``0.07 * 100`` is 7.000000000000001 and ``0.14 * 150`` is 21.000000000000004:
+    ``ceil`` of those is 8 and 22, the decimal count 7 and 21."""
+    assert 0.07 * 100 > 7 and 0.14 * 150 > 21
+    assert selection_counts(0.07, torch.tensor([100, 200, 300])).tolist() == [7, 14, 21]
+    assert selection_counts(0.14, torch.tensor([50, 150])).tolist() == [7, 21]
+    inputs = make_inputs(3, batch=4, length=25, mask_rate=0.0)
+    assert int(select_tokens("entropy", inputs, ratio=0.07).sum()) == exact_count(0.07, 100) == 7
+
+
+def _random_reference(generator: torch.Generator, mask: torch.Tensor, ratio: float) -> torch.Tensor:
+    """The top ``ceil(ratio N)`` response tokens of ``torch.rand(mask.shape)`` from ``generator``."""
+    scores = torch.rand(mask.shape, generator=generator).tolist()
+    cells = sorted(((b, t) for b in range(mask.shape[0]) for t in range(mask.shape[1]) if mask[b, t]),
+                   key=lambda cell: -scores[cell[0]][cell[1]])
+    expected = torch.zeros_like(mask)
+    for cell in cells[:exact_count(ratio, len(cells))]:
+        expected[cell] = True
+    return expected
+
+
+def test_random_draws_its_scores_from_the_inputs_generator_before_its_seed() -> None:
+    """``random`` uses ``inputs.generator`` when given (the trainer's per-step generator; ``seed`` is
+    then unused), else a generator seeded with ``seed``: its first draw is the scores."""
+    inputs = make_inputs(4, batch=4, length=16)
+    inputs.generator = torch.Generator().manual_seed(11)
+    mask = select_tokens("random", inputs, ratio=0.25, seed=3)
+    assert torch.equal(mask, _random_reference(torch.Generator().manual_seed(11), inputs.response_mask, 0.25))
+    inputs.generator = None
+    mask = select_tokens("random", inputs, ratio=0.25, seed=3)
+    assert torch.equal(mask, _random_reference(torch.Generator().manual_seed(3), inputs.response_mask, 0.25))
+
+
+def test_cov_selectors_take_at_least_one_token_and_count_response_tokens_only() -> None:
+    """KL-Cov penalises the ``max(1, int(ratio N))`` largest-covariance tokens of the ``N`` response
+    tokens (padding not counted: 8 of 16 positions at ratio 0.25 give 2, not 4; ratio 0.01 gives
+    1, not 0); Clip-Cov at its default ratio 2e-4 still cuts one band token of 8."""
+    log_probs = torch.tensor([[-0.1, -3.0, -0.5, -2.0, 0.0, 0.0, 0.0, 0.0],
+                              [-1.0, -0.2, -4.0, -0.3, 0.0, 0.0, 0.0, 0.0]])
+    mask = torch.zeros(2, 8, dtype=torch.bool)
+    mask[:, :4] = True
+    advantages = torch.tensor([1.5, -1.0])
+    cells = [(b, t) for b in range(2) for t in range(4)]
+    mean_lp = math.fsum(float(log_probs[c]) for c in cells) / 8
+    mean_a = math.fsum(float(advantages[b]) for b, _ in cells) / 8
+    covariance = {(b, t): (float(log_probs[b, t]) - mean_lp) * (float(advantages[b]) - mean_a) for b, t in cells}
+    ranked = sorted(cells, key=lambda c: -covariance[c])
+    for ratio, count in ((0.25, 2), (0.01, 1)):
+        inputs = _inputs(log_probs, advantages, mask)
+        penalty = select("kl_cov", inputs, ratio=ratio, kl_coef=0.5).kl_penalty
+        assert {c for c in cells if penalty[c] > 0} == set(ranked[:count]), ratio
+        assert float(penalty.sum()) == 0.5 * count
+    band = {c for c in cells if 0.1 < covariance[c] < 100.0}
+    assert len(band) > 1
+    inputs = _inputs(log_probs, advantages, mask, generator=torch.Generator().manual_seed(0))
+    kept = select_tokens("clip_cov", inputs, cov_low=0.1, cov_high=100.0)
+    cut = {c for c in cells if not kept[c]}
+    assert len(cut) == 1 and cut <= band and not (kept & ~mask).any()
+
+
+@pytest.mark.parametrize("scope", ["sequence", "group"])
+def test_ict_by_token_id_ranks_within_its_scope(scope: str) -> None:
+    """``unit="token_id"`` ranks the unique ids of each population of ``scope`` (not the batch's):
+    the Python-list reference of ``selection_references``."""
+    inputs = make_inputs(2, batch=4, length=12, vocab=6)
+    selection = select("ict", inputs, ratio=0.3, unit="token_id", reference="prev", scope=scope)
+    expected, decided = reference_top_unique(inputs.stats.js_scores["prev"], inputs.token_ids, inputs.response_mask,
+                                             0.3, scope, inputs.group_ids, torch.Generator().manual_seed(3))
+    assert torch.equal(selection.mask, expected) and torch.equal(selection.tie_decided, decided)
+    batch = select("ict", make_inputs(2, batch=4, length=12, vocab=6), ratio=0.3, unit="token_id",
+                   reference="prev", scope="batch")
+    assert not torch.equal(batch.mask, expected)
+
+
+def test_an_option_given_as_none_keeps_its_value_and_yes_no_are_booleans() -> None:
+    """``None`` (``ratio=none`` on the command line) keeps the default or the preset's value;
+    ``yes``/``no``/``1``/``0`` parse as a boolean option's true/false."""
+    assert resolve_options("ict", {"ratio": None, "scope": None}, preset="batch") == resolve_options(
+        "ict", preset="batch")
+    assert resolve_options("ict", parse_selector_options("ict", {"ratio": "none"}))["ratio"] == 0.1
+    for text, value in (("yes", True), ("no", False), ("1", True), ("0", False), ("True", True)):
+        assert parse_selector_options("ict", {"complement": text}) == {"complement": value}, text

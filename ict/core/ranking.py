@@ -53,7 +53,7 @@ def check_ratio(ratio: float) -> float:
 
 COUNT_NOISE = 5e-10
 """A product ``ratio * n`` within this distance of an integer counts as that integer (float noise:
-``0.1 * 30`` is ``3.0000000000000004``)."""
+``0.07 * 100`` is ``7.000000000000001``)."""
 
 
 def selection_counts(ratio: float, num_tokens: Tensor) -> Tensor:

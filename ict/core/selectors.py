@@ -57,8 +57,8 @@ each prompt together (``inputs.group_ids``), ``"sequence"`` ranks each sequence 
 :func:`ranking_population` says which rows a selector must see at once.
 
 Counting rules shared by every top-``ratio`` selector: ``N`` response tokens give
-``k = ceil(ratio * N)`` (the product is rounded to 9 decimals first, so ``0.1 * 30`` is 3,
-not 4); so at least one token is selected whenever ``N > 0``, none when ``N = 0``, all when
+``k = ceil(ratio * N)`` (the product is rounded to 9 decimals first, so ``0.07 * 100`` is 7,
+not 8); so at least one token is selected whenever ``N > 0``, none when ``N = 0``, all when
 ``ratio = 1``. A ratio outside (0, 1] is an error. Ties favour no position: with ``s_k`` the
 ``k``-th largest score, every token scoring above ``s_k + tol`` is selected and the remaining
 slots go to tokens drawn uniformly at random among those within ``tol`` of ``s_k`` (``tol`` =
