@@ -125,6 +125,21 @@ def test_randomised_selectors_use_the_documented_seed(spec: str, monkeypatch) ->
     assert len(seeds) == 2500
 
 
+def test_a_selectors_own_seed_takes_ict_seeds_place(monkeypatch) -> None:
+    """ict_selector='random:seed=11' draws with selection_seed(11, s, n), whatever ict_seed is (the
+    option was ignored: every seed=N drew ict_seed's mask), as TRL's and ict train's do."""
+    monkeypatch.setitem(ict_verl._selections, "step", -1)
+    monkeypatch.setitem(ict_verl._selections, "index", 0)
+    loss, grad, _ = verl_loss("random:ratio=0.3,seed=11", True, ict_seed=7, step=5, v1=True)
+    expected, expected_grad, _ = reference_loss(
+        "random:ratio=0.3", generator=torch.Generator().manual_seed(ict_verl.selection_seed(11, 5, 0)))
+    assert torch.allclose(loss, expected, atol=1e-6, rtol=0)
+    assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0)
+    other, _, _ = reference_loss(
+        "random:ratio=0.3", generator=torch.Generator().manual_seed(ict_verl.selection_seed(7, 5, 0)))
+    assert not torch.allclose(other, expected, atol=1e-6, rtol=0)
+
+
 def test_selection_seed_is_ict_trains_seed_of_the_update() -> None:
     """selection_seed(seed, step, n) is the selection seed ict train gives the n-th update of a
     step (ict.training.step: step_seed(seed, step, 2) + 1000 * n), so a verl run and ict train

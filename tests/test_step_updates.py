@@ -6,6 +6,7 @@ rollout policy's, so its ratio is current / rollout)."""
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -157,3 +158,29 @@ def test_the_kl_to_the_reference_is_taken_at_the_sampling_temperature(tiny_token
     mask = batch.response_mask
     expected = float(((delta.exp() - delta - 1)[mask]).mean())
     assert result.totals.mean("kl") == pytest.approx(expected, rel=1e-4)
+
+
+
+@pytest.mark.parametrize(("own_seed", "run_seed"), [(11, 3), (None, 11)])
+def test_randoms_own_seed_takes_the_runs_place_in_the_selection_seed(tiny_tokenizer, own_seed, run_seed):
+    """`random:seed=11` in a run seeded 3 draws, at step 5, what a run seeded 11 draws without the
+    option: the top ceil(0.1 N) response tokens of torch.rand seeded step_seed(11, 5, 2), by hand
+    (the option was ignored, so the first case drew the run seed's mask), as TRL's and verl's
+    integrations take it."""
+    from ict.core.seeding import step_seed
+    from ict.core.selector_registry import resolve_options
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=4)
+    batch, advantages = grouped_batch_and_advantages(len(tiny_tokenizer))
+    rows = batch.input_ids.shape[0]
+    method = Method.of("random", resolve_options("random", {"seed": own_seed}))
+    updates = update_on_batch(model, torch.optim.SGD(model.parameters(), lr=0.0), batch, advantages,
+                              method, StepContext(PolicyLossConfig(), 1.0),
+                              _config(seed=run_seed, mini_batch_size=rows), 5, {})
+    [(index, result)] = updates.first_pass
+    mask = batch.response_mask[index].bool()
+    scores = torch.rand(mask.shape, generator=torch.Generator().manual_seed(step_seed(11, 5, 2)))
+    count = math.ceil(0.1 * int(mask.sum()))
+    expected = torch.zeros_like(mask).flatten()
+    expected[scores.masked_fill(~mask, -1.0).flatten().topk(count).indices] = True
+    assert torch.equal(result.selected_mask.bool(), expected.view_as(mask))

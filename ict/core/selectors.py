@@ -37,7 +37,8 @@ Built in (defaults in brackets):
   selection's draw).
 - ``random`` [ratio=0.1, seed=None, scope="batch"]: a uniformly random ``ceil(ratio * N)``
   response tokens (the control at ICT's fraction). Uses ``inputs.generator`` if given, else a
-  generator seeded with ``seed``, else torch's global generator. Preset ``paper``: ICT's recipe
+  generator seeded with ``seed``, else torch's global generator. The trainers (``ict train``,
+  TRL's, verl's) give one, seeded from (``seed`` if set, else the run's seed; the step; the call). Preset ``paper``: ICT's recipe
   with this random score (``scope="sequence"``, ``seq_mean_token_mean``, 10 warm-up steps).
 - ``clip_cov`` [ratio=2e-4, cov_low=1.0, cov_high=5.0] (Clip-Cov, arXiv 2505.22617): every
   response token except ``max(1, int(ratio * N))`` drawn at random among those whose centred

@@ -170,7 +170,7 @@ class ICTPolicyLossConfig(VerlPolicyLossConfig):
             on a CPU) or ``"TOKENSxVOCAB"``, e.g. ``"1024x32768"``.
         ict_seed: seed of the selection generator (``random``, ``clip_cov``): the n-th selection
             of training step s uses :func:`selection_seed` ``(ict_seed, s, n)`` on every rank and
-            after a resume (a selector's own ``seed`` option is not used).
+            after a resume; a selector's own ``seed`` option, when set, takes its place.
     """
 
     ict_selector: str = DEFAULT_SELECTOR

@@ -301,7 +301,8 @@ def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
     all_mask = all_mask.bool()
 
     generator = torch.Generator(device=device).manual_seed(
-        _next_selection_seed(getattr(actor_config.policy_loss, "ict_seed", 0), step))
+        _next_selection_seed(getattr(actor_config.policy_loss, "ict_seed", 0)
+                             if options.get("seed") is None else int(options["seed"]), step))
     loss_config = loss_config_of(actor_config, actor_config.loss_agg_mode)
     inputs = SelectionInputs(
         stats=TokenStatistics(log_probs, entropy, renyi2, dict(zip(references, js))),
