@@ -449,6 +449,8 @@ class MathVerifier:
                     busy[worker_index] = (task_index, self._task_counter, time.monotonic())
                 starting = [index for index, worker in enumerate(self._workers)
                             if worker is not None and not worker.ready]
+                if not busy and not starting:  # every send failed (dead workers): restart them
+                    continue
                 now = time.monotonic()
                 wait = min([start + timeout_seconds for _, _, start in busy.values()]
                            + [self._worker(index).start_deadline for index in starting]) - now

@@ -1,0 +1,85 @@
+"""The math-verify worker pool's recovery (`ict.answers.verify.MathVerifier`), with a stand-in worker
+that speaks the worker protocol (length-prefixed pickles) and starts in a second, not seconds."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import pytest
+
+import ict.answers.verify as verify_module
+from ict.answers.verify import MathVerifier
+
+# argv: a file counting the starts, then one mode per start ("ok", or "fail": exit before "ready").
+# A check's completion "sleep S" answers after S seconds; any other is judged correct, as extracted.
+FAKE_WORKER = """
+import os, pickle, struct, sys, time
+with open(sys.argv[1], "a") as handle:
+    handle.write("x")
+start = len(open(sys.argv[1]).read())
+modes = sys.argv[2].split(",")
+if modes[min(start, len(modes)) - 1] == "fail":
+    sys.exit(3)
+def send(message):
+    payload = pickle.dumps(message)
+    os.write(1, struct.pack(">I", len(payload)) + payload)
+def read(size):
+    data = b""
+    while len(data) < size:
+        chunk = os.read(0, size - len(data))
+        if not chunk:
+            sys.exit(0)
+        data += chunk
+    return data
+send(("ready", os.getpid()))
+while True:
+    task_id, completion, gold, extraction = pickle.loads(read(struct.unpack(">I", read(4))[0]))
+    if completion.startswith("sleep "):
+        time.sleep(float(completion.split()[1]))
+    send((task_id, True, completion, "ok"))
+"""
+
+
+@pytest.fixture
+def fake_workers(monkeypatch, tmp_path):
+    """Call with the start modes ("ok,fail,ok"; the last repeats); returns the start counter file."""
+    script = tmp_path / "fake_worker.py"
+    script.write_text(FAKE_WORKER)
+    starts = tmp_path / "starts"
+
+    def use(modes: str):
+        def start_fake(args, **kwargs):
+            return subprocess.Popen([sys.executable, str(script), str(starts), modes], **kwargs)
+
+        fake = types.SimpleNamespace(Popen=start_fake, PIPE=subprocess.PIPE, DEVNULL=subprocess.DEVNULL,
+                                     TimeoutExpired=subprocess.TimeoutExpired)
+        monkeypatch.setattr(verify_module, "subprocess", fake)  # this module's only
+        return starts
+
+    return use
+
+
+def _kill_workers(pool: MathVerifier) -> None:
+    for worker in pool._workers:
+        assert worker is not None
+        worker.process.kill()
+        worker.process.wait()
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_workers_that_died_while_idle_are_restarted(fake_workers, num_workers):
+    """Every worker of the pool killed between checks (by the OS, say): the next check's send
+    fails, the slot is emptied and the check goes back to the queue. With no worker busy or
+    starting, the pool's wait was min() of nothing: a ValueError instead of a restart."""
+    fake_workers("ok")
+    pool = MathVerifier(num_workers=num_workers)
+    try:
+        assert [v.extracted for v in pool.check_batch([("a", "1"), ("b", "1")], 10.0)] == ["a", "b"]
+        _kill_workers(pool)
+        verdicts = pool.check_batch([("c", "1"), ("d", "1")], 10.0)
+    finally:
+        pool.close()
+    assert [(v.correct, v.extracted, v.status) for v in verdicts] == [(True, "c", "ok"), (True, "d", "ok")]
+    assert pool.restarts == num_workers
