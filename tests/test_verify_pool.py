@@ -83,3 +83,21 @@ def test_workers_that_died_while_idle_are_restarted(fake_workers, num_workers):
         pool.close()
     assert [(v.correct, v.extracted, v.status) for v in verdicts] == [(True, "c", "ok"), (True, "d", "ok")]
     assert pool.restarts == num_workers
+
+
+def test_a_pool_whose_restart_failed_starts_another_worker_next_time(fake_workers):
+    """A restarted worker that exits before its "ready" fails that batch (a RuntimeError, as
+    documented); it was left in its slot, killed, and every later batch selected on its closed
+    pipe: OSError (bad file descriptor) for the life of the pool."""
+    starts = fake_workers("ok,fail,ok")
+    pool = MathVerifier(num_workers=1)
+    try:
+        assert pool.check("a", "1", 10.0).extracted == "a"
+        _kill_workers(pool)
+        with pytest.raises(RuntimeError, match="failed to start"):
+            pool.check("b", "1", 10.0)
+        verdict = pool.check("c", "1", 10.0)
+    finally:
+        pool.close()
+    assert (verdict.correct, verdict.extracted, verdict.status) == (True, "c", "ok")
+    assert starts.read_text() == "xxx"

@@ -465,7 +465,7 @@ class MathVerifier:
                     done, message = worker.try_parse()
                     if not worker.ready:  # a restarted worker's first message
                         if done or not alive:
-                            worker.take_ready(message if done else None)
+                            self._take_ready(worker_index, message if done else None)
                         continue
                     task_index, task_id, start = busy[worker_index]
                     if done and message[0] == task_id:
@@ -489,13 +489,23 @@ class MathVerifier:
                 for worker_index in starting:
                     worker = self._worker(worker_index)
                     if not worker.ready and now >= worker.start_deadline:
-                        worker.take_ready(None)
+                        self._take_ready(worker_index, None)
         return [result for result in results if result is not None]
 
     def _worker(self, worker_index: int) -> _Worker:
         worker = self._workers[worker_index]
         assert worker is not None
         return worker
+
+    def _take_ready(self, worker_index: int, reply: Any) -> None:
+        """`_Worker.take_ready` for a restarted worker; one that failed to start leaves its slot
+        empty (a RuntimeError here; the next check starts another), not a killed worker whose
+        closed pipe the next batch would select on."""
+        try:
+            self._worker(worker_index).take_ready(reply)
+        except RuntimeError:
+            self._workers[worker_index] = None
+            raise
 
     def _replace(self, worker_index: int) -> None:
         """Kill a worker; a new one is started when a check next needs the slot (so a timed-out
