@@ -3,6 +3,7 @@ that speaks the worker protocol (length-prefixed pickles) and starts in a second
 
 from __future__ import annotations
 
+import select
 import subprocess
 import sys
 import types
@@ -101,3 +102,31 @@ def test_a_pool_whose_restart_failed_starts_another_worker_next_time(fake_worker
         pool.close()
     assert (verdict.correct, verdict.extracted, verdict.status) == (True, "c", "ok")
     assert starts.read_text() == "xxx"
+
+
+def test_an_interrupted_batch_leaves_no_worker_busy_with_its_check(fake_workers, monkeypatch):
+    """Ctrl-C while a check is in flight (KeyboardInterrupt out of the pool's select): the worker
+    kept computing the abandoned check, so the next batch's check queued behind it and was judged a
+    timeout (incorrect) although the answer was right. The busy worker is now killed (reaped: no
+    process left) and the next check gets a fresh one."""
+    import psutil
+
+    fake_workers("ok")
+    pool = MathVerifier(num_workers=1)
+    try:
+        assert pool.check("a", "1", 10.0).status == "ok"
+        interrupted = pool._workers[0]
+        assert interrupted is not None
+
+        def interrupt(*args, **kwargs):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(verify_module, "select", types.SimpleNamespace(select=interrupt))
+        with pytest.raises(KeyboardInterrupt):
+            pool.check("sleep 60", "1", 120.0)
+        monkeypatch.setattr(verify_module, "select", select)
+        assert not psutil.pid_exists(interrupted.process.pid)
+        verdict = pool.check("c", "1", 10.0)
+    finally:
+        pool.close()
+    assert (verdict.correct, verdict.extracted, verdict.status) == (True, "c", "ok")
