@@ -130,3 +130,18 @@ def test_an_interrupted_batch_leaves_no_worker_busy_with_its_check(fake_workers,
     finally:
         pool.close()
     assert (verdict.correct, verdict.extracted, verdict.status) == (True, "c", "ok")
+
+
+@pytest.mark.parametrize("seconds", [0.0, -1.0, float("nan"), 86_400.5, 1e10, float("inf")])
+def test_a_time_bound_out_of_range_is_refused_before_any_check(fake_workers, seconds):
+    """A bound over MAX_TIMEOUT_SECONDS (a day) overflowed select's timeout after the check had
+    been sent to a worker (OverflowError: timestamp out of range), and the worker stayed busy with
+    it; it is a ValueError before any worker starts."""
+    starts = fake_workers("ok")
+    pool = MathVerifier(num_workers=1)
+    try:
+        with pytest.raises(ValueError, match=r"timeout_seconds must be in \(0, 86400\]"):
+            pool.check("a", "1", seconds)
+    finally:
+        pool.close()
+    assert not starts.exists()

@@ -412,9 +412,9 @@ class MathVerifier:
         extraction: MathExtraction = "lenient",
     ) -> list[MathVerdict]:
         """Check ``(completion, gold)`` pairs; gold is a normalized bare-LaTeX answer;
-        ``extraction``: see `MathExtraction`."""
-        if not timeout_seconds > 0:
-            raise ValueError(f"timeout_seconds must be > 0, got {timeout_seconds}")
+        ``extraction``: see `MathExtraction`; ``0 < timeout_seconds <= MAX_TIMEOUT_SECONDS``."""
+        if not 0 < timeout_seconds <= MAX_TIMEOUT_SECONDS:
+            raise ValueError(f"timeout_seconds must be in (0, {MAX_TIMEOUT_SECONDS:.0f}], got {timeout_seconds}")
         if extraction not in MATH_EXTRACTIONS:
             raise ValueError(f"extraction must be one of {MATH_EXTRACTIONS}, got {extraction!r}")
         tasks = [(tail(sanitize_text(completion)), sanitize_text(gold), extraction)
