@@ -145,3 +145,64 @@ def test_a_time_bound_out_of_range_is_refused_before_any_check(fake_workers, sec
     finally:
         pool.close()
     assert not starts.exists()
+
+
+def test_close_leaves_no_worker_process_and_workers_ignore_the_terminals_ctrl_c(fake_workers):
+    """`close` kills and reaps every worker (no process left, not even a zombie); workers run in their
+    own session, so the Ctrl-C that asks a training run to stop (SIGINT to the terminal's process
+    group) does not kill the checks in flight, which would judge them errors (incorrect)."""
+    import os
+
+    import psutil
+
+    fake_workers("ok")
+    pool = MathVerifier(num_workers=2)
+    try:
+        assert [v.status for v in pool.check_batch([("a", "1"), ("b", "1")], 10.0)] == ["ok", "ok"]
+        pids = [worker.process.pid for worker in pool._workers if worker is not None]
+        assert len(pids) == 2
+        assert all(os.getsid(pid) == pid != os.getsid(0) for pid in pids)
+    finally:
+        pool.close()
+    assert not any(psutil.pid_exists(pid) for pid in pids)
+    assert pool.check("c", "1", 10.0).status == "ok"  # a closed pool starts workers again
+    pool.close()
+
+
+@pytest.mark.parametrize("num_workers", [0, -1])
+def test_a_pool_needs_a_worker(num_workers):
+    with pytest.raises(ValueError, match="num_workers must be >= 1"):
+        MathVerifier(num_workers=num_workers)
+
+
+def test_a_forked_child_starts_its_own_workers(fake_workers):
+    """After a fork the child must not talk to the parent's workers through the inherited pipes
+    (their replies would go to whichever process reads first): it starts its own, and the parent's
+    pool keeps working."""
+    import json
+    import os
+
+    fake_workers("ok")
+    pool = MathVerifier(num_workers=1)
+    try:
+        assert pool.check("a", "1", 10.0).status == "ok"
+        parent_worker = pool._workers[0].process.pid
+        read_end, write_end = os.pipe()
+        child = os.fork()
+        if child == 0:  # the child: one check, its worker's pid back to the parent, then exit
+            try:
+                verdict = pool.check("b", "1", 10.0)
+                os.write(write_end, json.dumps([verdict.extracted, pool._workers[0].process.pid]).encode())
+                pool.close()
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end) as handle:
+            extracted, child_worker = json.loads(handle.read())
+        os.waitpid(child, 0)
+        assert extracted == "b"
+        assert child_worker != parent_worker
+        assert pool.check("c", "1", 10.0).extracted == "c"
+        assert pool._workers[0].process.pid == parent_worker
+    finally:
+        pool.close()
