@@ -6,6 +6,7 @@ from __future__ import annotations
 import select
 import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -13,16 +14,21 @@ import pytest
 import ict.answers.verify as verify_module
 from ict.answers.verify import MathVerifier
 
-# argv: a file counting the starts, then one mode per start ("ok", or "fail": exit before "ready").
-# A check's completion "sleep S" answers after S seconds; any other is judged correct, as extracted.
+# argv: a file counting the starts, then one mode per start ("ok"; "fail": exit before "ready";
+# "slow": "ready" after 2 s).
+# A check's completion "sleep S" answers after S seconds, "die" ends the worker; any other is judged
+# correct, as extracted.
 FAKE_WORKER = """
 import os, pickle, struct, sys, time
 with open(sys.argv[1], "a") as handle:
     handle.write("x")
 start = len(open(sys.argv[1]).read())
 modes = sys.argv[2].split(",")
-if modes[min(start, len(modes)) - 1] == "fail":
+mode = modes[min(start, len(modes)) - 1]
+if mode == "fail":
     sys.exit(3)
+if mode == "slow":  # an import that takes seconds, as math-verify's on a loaded machine
+    time.sleep(2.0)
 def send(message):
     payload = pickle.dumps(message)
     os.write(1, struct.pack(">I", len(payload)) + payload)
@@ -37,6 +43,8 @@ def read(size):
 send(("ready", os.getpid()))
 while True:
     task_id, completion, gold, extraction = pickle.loads(read(struct.unpack(">I", read(4))[0]))
+    if completion == "die":
+        os._exit(1)
     if completion.startswith("sleep "):
         time.sleep(float(completion.split()[1]))
     send((task_id, True, completion, "ok"))
@@ -206,3 +214,28 @@ def test_a_forked_child_starts_its_own_workers(fake_workers):
         assert pool._workers[0].process.pid == parent_worker
     finally:
         pool.close()
+
+
+def test_a_worker_restarted_late_in_a_batch_serves_a_batch_after_its_start_deadline(fake_workers, monkeypatch):
+    """A worker that dies while checks are pending is restarted without waiting; when the other worker
+    finishes the batch first, the new one sends its "ready" after the batch returned. The next batch
+    came after the restart's start deadline (120 s: the next training step or evaluation chunk), so
+    no select ran (the bound already past) and the "ready" waiting in its pipe was never read: the
+    batch failed with "the math-verify worker process failed to start". The pool's clock is moved
+    200 s on between the batches."""
+    fake_workers("ok,ok,slow")
+    offset = [0.0]
+    clock = types.SimpleNamespace(monotonic=lambda: time.monotonic() + offset[0], sleep=time.sleep)
+    monkeypatch.setattr(verify_module, "time", clock)
+    pool = MathVerifier(num_workers=2)
+    try:
+        first = pool.check_batch([("die", "1"), ("a", "1"), ("b", "1"), ("c", "1")], 10.0)
+        assert [v.status for v in first] == ["error", "ok", "ok", "ok"]
+        restarted = pool._workers[0]
+        assert restarted is not None and not restarted.ready  # its start takes 2 s
+        assert select.select([restarted.read_fd], [], [], 60.0)[0]  # now its "ready" is in the pipe
+        offset[0] += 200.0
+        second = pool.check_batch([("d", "1"), ("e", "1")], 10.0)
+    finally:
+        pool.close()
+    assert [(v.status, v.extracted) for v in second] == [("ok", "d"), ("ok", "e")]

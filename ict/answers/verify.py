@@ -468,9 +468,9 @@ class MathVerifier:
             wait = min([start + timeout_seconds for _, _, start in busy.values()]
                        + [self._worker(index).start_deadline for index in starting]) - now
             fds = {self._worker(index).read_fd: index for index in [*busy, *starting]}
-            readable: list[int] = []
-            if wait > 0:
-                readable, _, _ = select.select(list(fds), [], [], wait)
+            # a bound already past still polls (timeout 0): a worker restarted in an earlier batch
+            # may have sent its "ready" since, and an answer already sent is read, not timed out
+            readable, _, _ = select.select(list(fds), [], [], max(wait, 0.0))
             for fd in readable:
                 worker_index = fds[fd]
                 worker = self._worker(worker_index)
