@@ -89,3 +89,45 @@ def test_register_custom_reward():
 
     reward = build_reward("length_under_5", "math")
     assert reward.score(["abc", "abcdef"], [Problem("q", "1", "math")] * 2)[0] == [1.0, 0.0]
+
+
+def test_a_format_tag_holding_only_whitespace_is_empty():
+    problem = Problem(prompt="q", answer="7", kind="math")
+    assert REWARDS["format"]("<answer> \n\t </answer>", problem) == 0.0
+    assert REWARDS["format"]("so <answer>\n 7 \n</answer> done", problem) == 1.0
+
+
+def test_format_weight_reweights_a_format_reward_named_in_the_spec():
+    """`--reward last_number,format --format-reward 0.5`: the named format reward gets weight 0.5
+    (not 1, nor a second format term). Hand-worked totals: 1 + 0.5 * format."""
+    problem = Problem(prompt="q", answer="7", kind="math")
+    reward = build_reward("last_number,format", "math", format_weight=0.5)
+    assert (reward.names, reward.weights) == (["last_number", "format"], [1.0, 0.5])
+    totals, task = reward.score(["<answer>7</answer>", "<answer>3</answer>", "7"], [problem] * 3)
+    assert totals == [1.5, 0.5, 1.0]
+    assert task == [1.0, 0.0, 1.0]
+    assert build_reward("format", "math", format_weight=0.25).weights == [0.25]
+
+
+def test_an_empty_reward_spec_is_the_problem_kinds_default():
+    assert build_reward("", "choice").names == ["choice"]
+    assert build_reward(" , ", "math").names == ["math"]
+
+
+def test_the_math_reward_grades_leniently_within_the_runs_verify_timeout(monkeypatch):
+    """The math reward is the grader's lenient math rule (a bare final number counts) under the
+    run's `verify_timeout`, not the 5 s default."""
+    import ict.answers.rewards as rewards_module
+
+    seen = []
+    real = rewards_module.grade_math_batch
+
+    def spy(items, rules):
+        seen.append((rules.math_extraction, rules.timeout_seconds))
+        return real(items, rules)
+
+    monkeypatch.setattr(rewards_module, "grade_math_batch", spy)
+    problem = Problem(prompt="1/2 + 1/4?", answer="\\frac{3}{4}", kind="math")
+    reward = build_reward("math", "math", verify_timeout=7.5)
+    assert reward.score(["1/2 + 1/4 = 3/4, so it is 0.75", "it is 0.5"], [problem] * 2)[1] == [1.0, 0.0]
+    assert seen == [("lenient", 7.5), ("lenient", 7.5)]

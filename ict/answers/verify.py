@@ -351,7 +351,7 @@ class _Worker:
 class MathVerdict:
     """Result of one math check. ``status``: ``ok`` (compared), ``no_answer`` (nothing parsable in
     the completion), ``timeout`` (exceeded the bound; worker restarted), ``error`` (math-verify
-    raised), ``bad_gold`` (the gold did not parse: a data problem, judged incorrect)."""
+    raised, or the worker process died during the check), ``bad_gold`` (the gold did not parse: a data problem, judged incorrect)."""
 
     correct: bool
     extracted: str | None
@@ -365,7 +365,8 @@ class MathVerifier:
     ``check_batch(pairs, timeout_seconds)`` dispatches one check at a time to each idle worker and
     waits with `select`; a worker that has not answered ``timeout_seconds`` after receiving its
     check is killed (SIGKILL) and replaced, and the check is judged incorrect (status
-    ``"timeout"``). Thread-safe (one batch at a time); recreated automatically after a fork.
+    ``"timeout"``). A batch that raises (Ctrl-C) kills its busy workers: none is left computing an
+    abandoned check. Thread-safe (one batch at a time); recreated automatically after a fork.
     """
 
     def __init__(self, num_workers: int | None = None) -> None:
@@ -411,9 +412,9 @@ class MathVerifier:
         extraction: MathExtraction = "lenient",
     ) -> list[MathVerdict]:
         """Check ``(completion, gold)`` pairs; gold is a normalized bare-LaTeX answer;
-        ``extraction``: see `MathExtraction`."""
-        if not timeout_seconds > 0:
-            raise ValueError(f"timeout_seconds must be > 0, got {timeout_seconds}")
+        ``extraction``: see `MathExtraction`; ``0 < timeout_seconds <= MAX_TIMEOUT_SECONDS``."""
+        if not 0 < timeout_seconds <= MAX_TIMEOUT_SECONDS:
+            raise ValueError(f"timeout_seconds must be in (0, {MAX_TIMEOUT_SECONDS:.0f}], got {timeout_seconds}")
         if extraction not in MATH_EXTRACTIONS:
             raise ValueError(f"extraction must be one of {MATH_EXTRACTIONS}, got {extraction!r}")
         tasks = [(tail(sanitize_text(completion)), sanitize_text(gold), extraction)
@@ -423,77 +424,100 @@ class MathVerifier:
             return []
         with self._lock:
             self._ensure_workers(min(self.num_workers, len(tasks)))
-            pending = list(range(len(tasks)))
-            pending.reverse()
             # worker index -> (task index, task id, start time)
             busy: dict[int, tuple[int, int, float]] = {}
-            while pending or busy:
-                for worker_index, worker in enumerate(self._workers):
-                    if worker_index in busy or not pending:
-                        continue
-                    if worker is None:
-                        # not waited for: the other workers' replies are read (and their bounds
-                        # kept) while it starts; blocking here judged a check that had answered
-                        # in time a timeout, its bound passing during the restart
-                        worker = self._workers[worker_index] = _Worker(wait=False)
-                    if not worker.ready:
-                        continue
-                    task_index = pending.pop()
-                    self._task_counter += 1
-                    try:
-                        worker.send((self._task_counter, *tasks[task_index]))
-                    except OSError:
-                        self._replace(worker_index)
-                        pending.append(task_index)
-                        continue
-                    busy[worker_index] = (task_index, self._task_counter, time.monotonic())
-                starting = [index for index, worker in enumerate(self._workers)
-                            if worker is not None and not worker.ready]
-                now = time.monotonic()
-                wait = min([start + timeout_seconds for _, _, start in busy.values()]
-                           + [self._worker(index).start_deadline for index in starting]) - now
-                fds = {self._worker(index).read_fd: index for index in [*busy, *starting]}
-                readable: list[int] = []
-                if wait > 0:
-                    readable, _, _ = select.select(list(fds), [], [], wait)
-                for fd in readable:
-                    worker_index = fds[fd]
-                    worker = self._worker(worker_index)
-                    alive = worker.fill()
-                    done, message = worker.try_parse()
-                    if not worker.ready:  # a restarted worker's first message
-                        if done or not alive:
-                            worker.take_ready(message if done else None)
-                        continue
-                    task_index, task_id, start = busy[worker_index]
-                    if done and message[0] == task_id:
-                        _, correct, extracted, status = message
-                        results[task_index] = MathVerdict(
-                            bool(correct), extracted, status, time.monotonic() - start
-                        )
-                        del busy[worker_index]
-                    elif not alive:  # the worker died (e.g. killed by the OS): an error verdict
-                        results[task_index] = MathVerdict(
-                            False, None, "error", time.monotonic() - start
-                        )
-                        del busy[worker_index]
-                        self._replace(worker_index)
-                now = time.monotonic()
-                for worker_index, (task_index, _, start) in list(busy.items()):
-                    if now - start >= timeout_seconds:
-                        results[task_index] = MathVerdict(False, None, "timeout", now - start)
-                        del busy[worker_index]
-                        self._replace(worker_index)
-                for worker_index in starting:
-                    worker = self._worker(worker_index)
-                    if not worker.ready and now >= worker.start_deadline:
-                        worker.take_ready(None)
+            try:
+                self._run_batch(tasks, results, busy, timeout_seconds)
+            except BaseException:  # e.g. Ctrl-C: a busy worker would answer a stale check later
+                for worker_index in busy:
+                    self._replace(worker_index)
+                raise
         return [result for result in results if result is not None]
+
+    def _run_batch(self, tasks: list[tuple[str, str, str]], results: list[MathVerdict | None],
+                   busy: dict[int, tuple[int, int, float]], timeout_seconds: float) -> None:
+        """Dispatch ``tasks`` to the workers and fill ``results`` (by task index); ``busy`` (worker
+        index -> task index, task id, start time) holds the checks in flight."""
+        pending = list(range(len(tasks)))
+        pending.reverse()
+        while pending or busy:
+            for worker_index, worker in enumerate(self._workers):
+                if worker_index in busy or not pending:
+                    continue
+                if worker is None:
+                    # not waited for: the other workers' replies are read (and their bounds
+                    # kept) while it starts; blocking here judged a check that had answered
+                    # in time a timeout, its bound passing during the restart
+                    worker = self._workers[worker_index] = _Worker(wait=False)
+                if not worker.ready:
+                    continue
+                task_index = pending.pop()
+                self._task_counter += 1
+                try:
+                    worker.send((self._task_counter, *tasks[task_index]))
+                except OSError:
+                    self._replace(worker_index)
+                    pending.append(task_index)
+                    continue
+                busy[worker_index] = (task_index, self._task_counter, time.monotonic())
+            starting = [index for index, worker in enumerate(self._workers)
+                        if worker is not None and not worker.ready]
+            if not busy and not starting:  # every send failed (dead workers): restart them
+                continue
+            now = time.monotonic()
+            wait = min([start + timeout_seconds for _, _, start in busy.values()]
+                       + [self._worker(index).start_deadline for index in starting]) - now
+            fds = {self._worker(index).read_fd: index for index in [*busy, *starting]}
+            # a bound already past still polls (timeout 0): a worker restarted in an earlier batch
+            # may have sent its "ready" since, and an answer already sent is read, not timed out
+            readable, _, _ = select.select(list(fds), [], [], max(wait, 0.0))
+            for fd in readable:
+                worker_index = fds[fd]
+                worker = self._worker(worker_index)
+                alive = worker.fill()
+                done, message = worker.try_parse()
+                if not worker.ready:  # a restarted worker's first message
+                    if done or not alive:
+                        self._take_ready(worker_index, message if done else None)
+                    continue
+                task_index, task_id, start = busy[worker_index]
+                if done and message[0] == task_id:
+                    _, correct, extracted, status = message
+                    results[task_index] = MathVerdict(
+                        bool(correct), extracted, status, time.monotonic() - start
+                    )
+                    del busy[worker_index]
+                elif not alive:  # the worker died (e.g. killed by the OS): an error verdict
+                    results[task_index] = MathVerdict(
+                        False, None, "error", time.monotonic() - start
+                    )
+                    del busy[worker_index]
+                    self._replace(worker_index)
+            now = time.monotonic()
+            for worker_index, (task_index, _, start) in list(busy.items()):
+                if now - start >= timeout_seconds:
+                    results[task_index] = MathVerdict(False, None, "timeout", now - start)
+                    del busy[worker_index]
+                    self._replace(worker_index)
+            for worker_index in starting:
+                worker = self._worker(worker_index)
+                if not worker.ready and now >= worker.start_deadline:
+                    self._take_ready(worker_index, None)
 
     def _worker(self, worker_index: int) -> _Worker:
         worker = self._workers[worker_index]
         assert worker is not None
         return worker
+
+    def _take_ready(self, worker_index: int, reply: Any) -> None:
+        """`_Worker.take_ready` for a restarted worker; one that failed to start leaves its slot
+        empty (a RuntimeError here; the next check starts another), not a killed worker whose
+        closed pipe the next batch would select on."""
+        try:
+            self._worker(worker_index).take_ready(reply)
+        except RuntimeError:
+            self._workers[worker_index] = None
+            raise
 
     def _replace(self, worker_index: int) -> None:
         """Kill a worker; a new one is started when a check next needs the slot (so a timed-out

@@ -7,9 +7,12 @@ way (`render_options`: ``A) first``), so a model trained on one is tested on the
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+_PLACEHOLDER = re.compile(r"\{question\}|\{options\}")
 
 ProblemKind = Literal["math", "choice", "reasoning_gym"]
 OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -56,8 +59,10 @@ class Problem:
 
 
 def render_template(template: str, question: str, options: str = "") -> str:
-    """Fill ``{question}`` and ``{options}`` in a prompt template (literal replacement)."""
-    return template.replace("{options}", options).replace("{question}", question)
+    """Fill ``{question}`` and ``{options}`` in a prompt template (literal replacement, in one pass:
+    a question or option that itself holds ``{question}`` or ``{options}`` is kept as written)."""
+    values = {"{question}": question, "{options}": options}
+    return _PLACEHOLDER.sub(lambda match: values[match.group(0)], template)
 
 
 def render_options(options: Sequence[str]) -> str:
