@@ -280,8 +280,9 @@ def test_compare_learning_curves_from_kept_checkpoints(tiny_model_dir, arithmeti
               "num_generations=2", "max_new_tokens=4", "tensorboard=false", "save_every=1",
               "keep_checkpoints=0", "learning_rate=3e-3"]
     assert main(["compare", "--train-only", *common]) == 0
-    assert main(["compare", "--eval-only", "--eval-steps", "0,1,2", *common]) == 0
+    assert main(["compare", "--eval-only", "--eval-steps", "0,1,2,3", *common]) == 0
     run = output / "runs" / "grpo" / "seed0"
+    assert not (run / "evals" / "step-00000003").exists()  # the final step is eval/, not evaluated twice
     sources = {0: output / "base-model", 1: run / "evals" / "step-00000001",
                2: run / "evals" / "step-00000002", 3: run / "eval"}
     for directory in sources.values():
