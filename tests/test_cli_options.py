@@ -153,6 +153,11 @@ def test_compare_records_its_command_line_with_global_flags_too(argv, tmp_path, 
     monkeypatch.setattr(sys, "argv", ["ict", *words])
     main(words)
     assert seen["command"] == "ict " + " ".join(words)
+    # called from Python (sys.argv another program's, here pytest's): no command line recorded
+    seen.clear()
+    monkeypatch.setattr(sys, "argv", ["pytest", "-q", "tests"])
+    main(words)
+    assert seen["command"] == ""
 
 
 def test_plot_writes_the_png_it_names(tmp_path, capsys):

@@ -236,6 +236,10 @@ def test_a_run_stopped_inside_a_comparison_says_to_rerun_the_comparison(tiny_mod
     error = capsys.readouterr().err
     assert "to continue, rerun the same ict compare command" in error and "--resume --run-dir" not in error
     assert (output / "runs" / "grpo" / "seed0" / "checkpoints" / "step-00000001").is_dir()
+    monkeypatch.setattr(ict.training.trainer, "train", train)
+    assert main(arguments) == 0  # the same command trains the stopped run on to its last step
+    assert (output / "runs" / "grpo" / "seed0" / "checkpoints" / "step-00000002").is_dir()
+    assert len((output / "runs" / "grpo" / "seed0" / "metrics.jsonl").read_text().splitlines()) == 2
 
 
 def test_ict_metric_and_complement_specs_build_configs():
@@ -276,8 +280,9 @@ def test_compare_learning_curves_from_kept_checkpoints(tiny_model_dir, arithmeti
               "num_generations=2", "max_new_tokens=4", "tensorboard=false", "save_every=1",
               "keep_checkpoints=0", "learning_rate=3e-3"]
     assert main(["compare", "--train-only", *common]) == 0
-    assert main(["compare", "--eval-only", "--eval-steps", "0,1,2", *common]) == 0
+    assert main(["compare", "--eval-only", "--eval-steps", "0,1,2,3", *common]) == 0
     run = output / "runs" / "grpo" / "seed0"
+    assert not (run / "evals" / "step-00000003").exists()  # the final step is eval/, not evaluated twice
     sources = {0: output / "base-model", 1: run / "evals" / "step-00000001",
                2: run / "evals" / "step-00000002", 3: run / "eval"}
     for directory in sources.values():
@@ -414,3 +419,52 @@ def test_an_empty_compare_config_path_is_refused_not_ignored(tmp_path):
     with pytest.raises(UsageError, match="config file path is empty"):
         run_comparison(CompareConfig(output_dir=tmp_path / "c", config_file=""))
     assert not (tmp_path / "c" / "runs").exists()
+
+
+def test_a_rerun_with_another_num_steps_is_refused_before_mixing_run_lengths(tmp_path):
+    """A comparison rerun with num_steps=2 over runs trained and evaluated at step 1 reused them
+    as they were and trained the missing runs to step 2: the report pooled 1-step and 2-step
+    models under one method. Such a run (or one trained past num_steps) is one line now, before
+    any run trains; the same num_steps reuses it, and without its eval/ it resumes to train on."""
+    from ict.core.errors import UsageError
+    from ict.experiments.compare import (
+        CompareConfig,
+        _training_config,
+        parse_methods,
+        run_comparison,
+        run_dir,
+    )
+    from ict.runs.checkpoint import COMPLETE_MARKER
+    from ict.training.config import build_config, save_config
+
+    output = tmp_path / "cmp"
+    spec = parse_methods("grpo")[0]
+    directory = run_dir(output, spec.label, 0)
+    directory.mkdir(parents=True)
+    save_config(build_config(None, {}, {"method": "grpo", "seed": "0", "run_dir": str(directory),
+                                        "num_steps": "1"}), directory / "config.yaml")
+    (directory / "checkpoints" / "step-00000001").mkdir(parents=True)
+    (directory / "checkpoints" / "step-00000001" / COMPLETE_MARKER).write_text("")
+    (directory / "eval").mkdir()
+    (directory / "eval" / "results.json").write_text("{}")
+
+    def config(num_steps: int) -> CompareConfig:
+        return CompareConfig(methods="grpo", seeds=(0, 1), output_dir=output, eval_benchmarks="gsm8k",
+                             overrides={"num_steps": str(num_steps)})
+
+    with pytest.raises(UsageError, match=r"seed0 was trained to step 1 and evaluated there .*num_steps is 2: "
+                                         r"give num_steps=1"):
+        run_comparison(config(2))
+    assert not (output / "runs" / "grpo" / "seed1").exists()  # refused before seed 1 trained
+    assert _training_config(config(1), {}, spec, 0).num_steps == 1  # the same length: reused
+    for _ in range(2):  # commands.txt records a repeated command once
+        run_comparison(CompareConfig(methods="grpo", seeds=(0,), output_dir=output, eval_benchmarks="gsm8k",
+                                     overrides={"num_steps": "1"}, train_only=True, command="ict compare -x"))
+    assert (output / "commands.txt").read_text() == "ict compare -x\n"
+    (directory / "eval" / "results.json").unlink()
+    resumed = _training_config(config(2), {}, spec, 0)  # no final evaluation yet: trains on
+    assert resumed.resume and resumed.num_steps == 2
+    (directory / "checkpoints" / "step-00000003").mkdir()
+    (directory / "checkpoints" / "step-00000003" / COMPLETE_MARKER).write_text("")
+    with pytest.raises(UsageError, match=r"seed0 has trained 3 steps, more than num_steps 2: give num_steps=3"):
+        run_comparison(config(2))

@@ -7,7 +7,8 @@ with ``eval_steps``, ``evals/step-<N>/`` (those of its checkpoint at step N); st
 model, is evaluated once for the comparison in ``DIR/base-model/``. Same
 seed => same training prompts in the same order and the same rollout seeds (`ict.training.trainer`
 derives both from ``seed``); every run is evaluated on the same problems with the same sampling
-seed. A run whose ``eval/results.json`` exists is reused; a run with an older checkpoint resumes.
+seed. A run whose ``eval/results.json`` exists is reused; a run with an older checkpoint resumes;
+one evaluated at another step than ``num_steps``, or trained past it, is refused before any run trains.
 """
 
 from __future__ import annotations
@@ -235,7 +236,8 @@ def _training_config(config: CompareConfig, training_options: dict[str, Any], sp
 
     assert config.output_dir is not None
     directory = run_dir(config.output_dir, spec.label, seed)
-    resuming = latest_checkpoint(directory) is not None
+    latest = latest_checkpoint(directory)
+    resuming = latest is not None
     overrides = {**config.overrides, **method_overrides(spec), "seed": str(seed),
                  "run_dir": str(directory), "progress": "false", **({"resume": "true"} if resuming else {})}
     train_config = build_config(None, training_options, overrides)
@@ -245,7 +247,23 @@ def _training_config(config: CompareConfig, training_options: dict[str, Any], sp
         merged = list(dict.fromkeys([*given, *evaluated]))
         if merged != given:
             train_config = build_config(None, training_options, {**overrides, "held_out_sets": ",".join(merged)})
+    if latest is not None:
+        _check_trained_steps(directory, int(latest.name.removeprefix("step-")), train_config.num_steps)
     return train_config
+
+
+def _check_trained_steps(directory: Path, trained: int, num_steps: int) -> None:
+    """Refuse (one line, before any run trains) a run that cannot end at ``num_steps`` like its
+    peers: one trained past it, or one whose final evaluation (``eval/``) is of an earlier step
+    (a comparison rerun with a larger ``num_steps``: it was reused as it was, beside runs trained
+    to the new length, and the report pooled both)."""
+    if trained > num_steps:
+        raise UsageError(f"{directory} has trained {trained} steps, more than num_steps {num_steps}: "
+                         f"give num_steps={trained} or more, or another --output-dir")
+    if trained < num_steps and (directory / "eval" / "results.json").is_file():
+        raise UsageError(f"{directory} was trained to step {trained} and evaluated there (eval/), but "
+                         f"num_steps is {num_steps}: give num_steps={trained}, or move its eval/ aside "
+                         "to train it on and evaluate it again")
 
 
 def run_comparison(config: CompareConfig, log: Any = print) -> Path:
