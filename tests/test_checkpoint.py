@@ -16,6 +16,7 @@ from conftest import build_tiny_model
 from ict.core.errors import UsageError
 from ict.runs.checkpoint import (
     COMPLETE_MARKER,
+    checkpoint_step,
     complete_checkpoints,
     load_checkpoint,
     save_checkpoint,
@@ -81,6 +82,22 @@ def test_keep_checkpoints_keeps_the_newest_complete_ones(tmp_path):
                          0: [f"step-{step:08d}" for step in (1, 2, 3, 9, 10)]}[keep], keep
         assert not [path for path in (tmp_path / run / "checkpoints").iterdir()
                     if path.name.startswith(".")]  # no temporary or trash directory left
+
+
+def test_a_copied_checkpoint_under_another_name_is_not_a_checkpoint(tmp_path):
+    """A complete checkpoint copied to ``step-best`` (or ``step-``) is left out of the run's
+    checkpoints; the latest stays step 3 (sorting by int('best') was a ValueError traceback on
+    every resume)."""
+    import shutil
+
+    model, optimizer = _model_and_optimizer()
+    for step in (2, 3):
+        save_checkpoint(tmp_path, step, model, optimizer, {})
+    for name in ("step-best", "step-"):
+        shutil.copytree(tmp_path / "checkpoints" / "step-00000003", tmp_path / "checkpoints" / name)
+    assert [path.name for path in complete_checkpoints(tmp_path)] == ["step-00000002", "step-00000003"]
+    assert checkpoint_step(tmp_path / "checkpoints" / "step-00000012") == 12
+    assert checkpoint_step("step-best") is None and checkpoint_step("best-00000012") is None
 
 
 def test_a_resumed_runs_metrics_keep_exactly_the_steps_up_to_its_checkpoint(tmp_path):

@@ -468,3 +468,49 @@ def test_a_rerun_with_another_num_steps_is_refused_before_mixing_run_lengths(tmp
     (directory / "checkpoints" / "step-00000003" / COMPLETE_MARKER).write_text("")
     with pytest.raises(UsageError, match=r"seed0 has trained 3 steps, more than num_steps 2: give num_steps=3"):
         run_comparison(config(2))
+
+
+def test_a_rerun_with_other_eval_settings_is_refused_before_mixing_evaluations(tmp_path):
+    """A comparison rerun with --eval-n 8 over a run evaluated with 4 samples reused that
+    evaluation as it was beside runs evaluated anew with 8: the report pooled both. It is one
+    line now, naming the setting, before any run trains; the earlier settings pass the check, an
+    order or spelling of the same benchmarks too, and a results.json without its config."""
+    from ict.core.errors import UsageError
+    from ict.experiments.compare import (
+        CompareConfig,
+        _check_eval_settings,
+        _eval_config,
+        parse_methods,
+        run_comparison,
+        run_dir,
+    )
+    from ict.runs.checkpoint import COMPLETE_MARKER
+    from ict.training.config import build_config, save_config
+
+    output = tmp_path / "cmp"
+    spec = parse_methods("grpo")[0]
+    directory = run_dir(output, spec.label, 0)
+    directory.mkdir(parents=True)
+    train_config = build_config(None, {}, {"method": "grpo", "seed": "0", "run_dir": str(directory),
+                                           "num_steps": "1"})
+    save_config(train_config, directory / "config.yaml")
+    (directory / "checkpoints" / "step-00000001").mkdir(parents=True)
+    (directory / "checkpoints" / "step-00000001" / COMPLETE_MARKER).write_text("")
+    (directory / "eval").mkdir()
+
+    def config(**options) -> CompareConfig:
+        return CompareConfig(methods="grpo", seeds=(0, 1), output_dir=output, overrides={"num_steps": "1"},
+                             **{"eval_benchmarks": "gsm8k,math500", "eval_n": 4, **options})
+
+    stored = vars(_eval_config(config(), train_config, "m", directory / "eval"))
+    (directory / "eval" / "results.json").write_text(json.dumps({"config": {**stored, "ks": [1, 4]}}))
+    with pytest.raises(UsageError, match=r"seed0/eval was evaluated with other settings \(num_samples 4 -> 8, "
+                                         r"ks \[1, 4\] -> \(1, 8\)\): give the comparison's earlier"):
+        run_comparison(config(eval_n=8, eval_ks=(1, 8)))
+    assert not (output / "runs" / "grpo" / "seed1").exists()  # refused before seed 1 trained
+    with pytest.raises(UsageError, match=r"max_new_tokens 64 -> 32\)"):
+        run_comparison(config(eval_max_new_tokens=32))
+    for same in (config(), config(eval_benchmarks="math500,gsm8k")):
+        _check_eval_settings(directory / "eval", _eval_config(same, train_config, "m", directory / "eval"))
+    (directory / "eval" / "results.json").write_text("{}")
+    _check_eval_settings(directory / "eval", _eval_config(config(eval_n=8), train_config, "m", directory / "eval"))

@@ -8,7 +8,8 @@ model, is evaluated once for the comparison in ``DIR/base-model/``. Same
 seed => same training prompts in the same order and the same rollout seeds (`ict.training.trainer`
 derives both from ``seed``); every run is evaluated on the same problems with the same sampling
 seed. A run whose ``eval/results.json`` exists is reused; a run with an older checkpoint resumes;
-one evaluated at another step than ``num_steps``, or trained past it, is refused before any run trains.
+one evaluated at another step than ``num_steps``, or trained past it, is refused before any run
+trains, and an evaluation made with other --eval-* settings is refused when it would be reused.
 """
 
 from __future__ import annotations
@@ -231,7 +232,7 @@ def _training_config(config: CompareConfig, training_options: dict[str, Any], sp
     a small task asks each of its questions many times, so they would be trained on. A run with a
     checkpoint resumes (``resume``): its config.yaml decides, and an option given otherwise is
     `build_config`'s one-line error, so it continues on the problems it started on."""
-    from ict.runs.checkpoint import latest_checkpoint
+    from ict.runs.checkpoint import checkpoint_step, latest_checkpoint
     from ict.training.config import build_config
 
     assert config.output_dir is not None
@@ -248,7 +249,7 @@ def _training_config(config: CompareConfig, training_options: dict[str, Any], sp
         if merged != given:
             train_config = build_config(None, training_options, {**overrides, "held_out_sets": ",".join(merged)})
     if latest is not None:
-        _check_trained_steps(directory, int(latest.name.removeprefix("step-")), train_config.num_steps)
+        _check_trained_steps(directory, checkpoint_step(latest) or 0, train_config.num_steps)
     return train_config
 
 
@@ -283,6 +284,13 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
     runs = [] if config.report_only else [
         (spec, seed, _training_config(config, training_options, spec, seed))
         for spec in config.method_specs for seed in config.seeds]
+    if not (config.report_only or config.train_only):  # every reused evaluation's settings too
+        for spec, seed, train_config in runs:
+            directory = run_dir(config.output_dir, spec.label, seed)
+            for output_dir in [config.output_dir / BASE_MODEL_DIR, directory / "eval",
+                               *sorted(directory.glob("evals/step-*"))]:
+                if (output_dir / "results.json").is_file():
+                    _check_eval_settings(output_dir, _eval_config(config, train_config, "", output_dir))
     if (config.report_only or config.eval_only) and not (config.output_dir / "runs").is_dir():
         # nothing to evaluate or report: refused before a mistyped directory is created
         raise UsageError(f"no runs under {config.output_dir / 'runs'}; train them first (ict "
@@ -341,20 +349,62 @@ def _evaluate_steps(config: CompareConfig, train_config: TrainConfig, directory:
         _evaluate(config, train_config, str(checkpoint), step_eval_dir(directory, step), log)
 
 
-def _evaluate(config: CompareConfig, train_config: TrainConfig, model: str, output_dir: Path,
-              log: Any) -> None:
-    """`ict eval` of ``model`` into ``output_dir`` with the comparison's settings (sampling seed
-    0, the run's device, dtype and threads); skipped when its results.json exists."""
-    from ict.evaluation.evaluate import EvalConfig, evaluate
-
-    if (output_dir / "results.json").is_file():
-        return
-    log(f"evaluate {model} -> {output_dir}")
-    evaluate(EvalConfig(
+def _eval_config(config: CompareConfig, train_config: TrainConfig, model: str,
+                 output_dir: Path) -> EvalConfig:
+    """The comparison's `ict eval` settings for ``model`` into ``output_dir``: sampling seed 0, the
+    run's device, dtype and threads."""
+    return EvalConfig(
         model=model, benchmarks=config.eval_benchmarks, data_dir=config.eval_data_dir,
         output_dir=str(output_dir), num_samples=config.eval_n, ks=config.ks,
         temperature=config.eval_temperature, max_new_tokens=config.eval_max_new_tokens, seed=0,
         limit=config.eval_limit, math_extraction=config.eval_math_extraction,
         answer_extraction=config.eval_answer_extraction, device=train_config.device,
-        dtype=train_config.dtype, threads=train_config.num_threads),
-        progress=False, print_table=False)
+        dtype=train_config.dtype, threads=train_config.num_threads)
+
+
+def _evaluate(config: CompareConfig, train_config: TrainConfig, model: str, output_dir: Path,
+              log: Any) -> None:
+    """`ict eval` of ``model`` into ``output_dir`` with the comparison's settings (`_eval_config`);
+    skipped when its results.json exists (its settings were checked before any run trained)."""
+    from ict.evaluation.evaluate import evaluate
+
+    if (output_dir / "results.json").is_file():
+        return
+    log(f"evaluate {model} -> {output_dir}")
+    evaluate(_eval_config(config, train_config, model, output_dir), progress=False, print_table=False)
+
+
+EVAL_SETTINGS = ("benchmarks", "data_dir", "num_samples", "ks", "temperature", "max_new_tokens",
+                 "seed", "limit", "math_extraction", "answer_extraction")
+"""The `EvalConfig` fields a reused evaluation must share with the comparison's (what its
+problems, samples and graded metrics depend on; not the device, dtype or threads)."""
+
+
+def _eval_setting(name: str, value: Any) -> Any:
+    if name == "benchmarks":
+        return sorted(expand_benchmark_names(value))
+    if name == "data_dir":
+        return None if value is None else str(Path(value).expanduser().resolve())
+    return list(value) if name == "ks" else value
+
+
+def _check_eval_settings(output_dir: Path, eval_config: EvalConfig) -> None:
+    """Refuse an evaluation in ``output_dir`` made with other `EVAL_SETTINGS` than
+    ``eval_config``'s (a comparison rerun with another --eval-n reused it as it was, beside runs
+    evaluated anew, and the report pooled both); a results.json without its config passes."""
+    import json
+
+    try:
+        stored = json.loads((output_dir / "results.json").read_text(encoding="utf-8")).get("config")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        raise UsageError(f"{output_dir / 'results.json'} is not a JSON object of results; move "
+                         f"{output_dir} aside to evaluate again") from None
+    if not isinstance(stored, dict):
+        return
+    differing = [f"{name} {stored.get(name)!r} -> {getattr(eval_config, name)!r}"
+                 for name in EVAL_SETTINGS if name in stored
+                 and _eval_setting(name, stored[name]) != _eval_setting(name, getattr(eval_config, name))]
+    if differing:
+        raise UsageError(f"{output_dir} was evaluated with other settings ({', '.join(differing)}): "
+                         "give the comparison's earlier --eval-* options, or move it aside to "
+                         "evaluate again")

@@ -233,15 +233,21 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: torch
     return final
 
 
+def checkpoint_step(path: str | Path) -> int | None:
+    """The step of checkpoint directory `path` (``step-00000012`` -> 12); None for another name."""
+    digits = Path(path).name.removeprefix(CHECKPOINT_PREFIX)
+    return int(digits) if Path(path).name.startswith(CHECKPOINT_PREFIX) and digits.isdigit() else None
+
+
 def complete_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete checkpoints of a run, oldest first (incomplete temp directories are ignored)."""
+    """Complete checkpoints of a run, oldest first (incomplete temp directories and other names
+    are ignored)."""
     root = checkpoint_dir(run_dir)
     if not root.is_dir():
         return []
     found = [path for path in root.iterdir()
-             if path.is_dir() and path.name.startswith(CHECKPOINT_PREFIX)
-             and (path / COMPLETE_MARKER).is_file()]
-    return sorted(found, key=lambda path: int(path.name[len(CHECKPOINT_PREFIX):]))
+             if path.is_dir() and checkpoint_step(path) is not None and (path / COMPLETE_MARKER).is_file()]
+    return sorted(found, key=checkpoint_step)
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
@@ -265,9 +271,9 @@ _JSON_KEYS = {"optimizer.json": ("param_groups",), "rng.json": ("numpy", "python
 def _corrupt_checkpoint_fix(path: Path, name: str | None = None) -> str:
     """The fix of a bad checkpoint `path`: delete it (`name`, default its path) to resume from the
     checkpoint before it, or, where the run has none, to start the run over."""
-    step = int(path.name[len(CHECKPOINT_PREFIX):]) if path.name[len(CHECKPOINT_PREFIX):].isdigit() else None
+    step = checkpoint_step(path)
     earlier = [other for other in complete_checkpoints(path.parent.parent)
-               if step is not None and int(other.name[len(CHECKPOINT_PREFIX):]) < step]
+               if step is not None and checkpoint_step(other) < step]  # type: ignore[operator]
     then = (f"resume from {earlier[-1].name}" if earlier else
             "start the run over (it has no earlier checkpoint)")
     return f"delete {name or path} to {then}, or start a new run with another --run-dir"
