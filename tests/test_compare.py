@@ -421,6 +421,24 @@ def test_an_empty_compare_config_path_is_refused_not_ignored(tmp_path):
     assert not (tmp_path / "c" / "runs").exists()
 
 
+def _run_trained_to_step_one(output):
+    """A grpo seed-0 run under comparison directory ``output``, trained to step 1 (a complete
+    checkpoint), with an empty eval/: (its TrainConfig, its directory)."""
+    from ict.experiments.compare import parse_methods, run_dir
+    from ict.runs.checkpoint import COMPLETE_MARKER
+    from ict.training.config import build_config, save_config
+
+    directory = run_dir(output, parse_methods("grpo")[0].label, 0)
+    directory.mkdir(parents=True)
+    train_config = build_config(None, {}, {"method": "grpo", "seed": "0", "run_dir": str(directory),
+                                           "num_steps": "1"})
+    save_config(train_config, directory / "config.yaml")
+    (directory / "checkpoints" / "step-00000001").mkdir(parents=True)
+    (directory / "checkpoints" / "step-00000001" / COMPLETE_MARKER).write_text("")
+    (directory / "eval").mkdir()
+    return train_config, directory
+
+
 def test_a_rerun_with_another_num_steps_is_refused_before_mixing_run_lengths(tmp_path):
     """A comparison rerun with num_steps=2 over runs trained and evaluated at step 1 reused them
     as they were and trained the missing runs to step 2: the report pooled 1-step and 2-step
@@ -432,20 +450,12 @@ def test_a_rerun_with_another_num_steps_is_refused_before_mixing_run_lengths(tmp
         _training_config,
         parse_methods,
         run_comparison,
-        run_dir,
     )
     from ict.runs.checkpoint import COMPLETE_MARKER
-    from ict.training.config import build_config, save_config
 
     output = tmp_path / "cmp"
     spec = parse_methods("grpo")[0]
-    directory = run_dir(output, spec.label, 0)
-    directory.mkdir(parents=True)
-    save_config(build_config(None, {}, {"method": "grpo", "seed": "0", "run_dir": str(directory),
-                                        "num_steps": "1"}), directory / "config.yaml")
-    (directory / "checkpoints" / "step-00000001").mkdir(parents=True)
-    (directory / "checkpoints" / "step-00000001" / COMPLETE_MARKER).write_text("")
-    (directory / "eval").mkdir()
+    _, directory = _run_trained_to_step_one(output)
     (directory / "eval" / "results.json").write_text("{}")
 
     def config(num_steps: int) -> CompareConfig:
@@ -480,23 +490,11 @@ def test_a_rerun_with_other_eval_settings_is_refused_before_mixing_evaluations(t
         CompareConfig,
         _check_eval_settings,
         _eval_config,
-        parse_methods,
         run_comparison,
-        run_dir,
     )
-    from ict.runs.checkpoint import COMPLETE_MARKER
-    from ict.training.config import build_config, save_config
 
     output = tmp_path / "cmp"
-    spec = parse_methods("grpo")[0]
-    directory = run_dir(output, spec.label, 0)
-    directory.mkdir(parents=True)
-    train_config = build_config(None, {}, {"method": "grpo", "seed": "0", "run_dir": str(directory),
-                                           "num_steps": "1"})
-    save_config(train_config, directory / "config.yaml")
-    (directory / "checkpoints" / "step-00000001").mkdir(parents=True)
-    (directory / "checkpoints" / "step-00000001" / COMPLETE_MARKER).write_text("")
-    (directory / "eval").mkdir()
+    train_config, directory = _run_trained_to_step_one(output)
 
     def config(**options) -> CompareConfig:
         return CompareConfig(methods="grpo", seeds=(0, 1), output_dir=output, overrides={"num_steps": "1"},
