@@ -351,7 +351,8 @@ class _Worker:
 class MathVerdict:
     """Result of one math check. ``status``: ``ok`` (compared), ``no_answer`` (nothing parsable in
     the completion), ``timeout`` (exceeded the bound; worker restarted), ``error`` (math-verify
-    raised, or the worker process died during the check), ``bad_gold`` (the gold did not parse: a data problem, judged incorrect)."""
+    raised, or the worker process died during the check), ``bad_gold`` (the gold did not parse: a
+    data problem, judged incorrect)."""
 
     correct: bool
     extracted: str | None
