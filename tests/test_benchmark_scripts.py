@@ -288,6 +288,33 @@ def test_stats_agreement_runs_tiny_and_agrees(tmp_path):
     assert "| cpu/torch - float64 |" in result.stdout
 
 
+def test_stats_agreement_misses_its_target_when_a_path_gives_nan(monkeypatch, capsys):
+    """A NaN statistic on the path scored is a miss (exit 3), not skipped by ``max``: before, a NaN
+    after the first figure lost every comparison, the target read 'met' and the script exited 0."""
+    agreement = benchmark_module("stats_agreement")
+    real = agreement.token_statistics
+
+    def poisoned(*args, **kwargs):
+        stats = real(*args, **kwargs)
+        stats.entropy[1, 0] = math.nan  # row 1, position 0: a response token
+        return stats
+
+    monkeypatch.setattr(agreement, "token_statistics", poisoned)
+    monkeypatch.setattr(sys, "argv", ["stats_agreement.py", "--vocab", "53", "--length", "6", "--group", "4",
+                                      "--prompts", "1"])
+    with pytest.raises(SystemExit) as stopped:
+        agreement.main()
+    assert stopped.value.code == agreement.MISSED
+    assert "NOT met (largest difference nan: entropy" in capsys.readouterr().out
+
+
+def test_stats_agreement_largest_difference_counts_nan_as_the_largest():
+    largest = benchmark_module("stats_agreement").largest_difference
+    assert largest({"a": {"x": 1e-7, "y": 3e-6}, "b": {"x": 2e-6}}) == (3e-6, "a", "y")
+    value, pair, name = largest({"a": {"x": 1e-7, "y": math.nan}, "b": {"x": 2e-6}})
+    assert math.isnan(value) and (pair, name) == ("a", "y")
+
+
 def test_kernel_sass_compiles_the_kernels_for_an_h100_here(tmp_path):
     """benchmarks/kernel_sass.py compiles the Triton kernels for sm_90 without a GPU and counts their
     loops' instructions; the group kernel's logarithms are special-function instructions (an
