@@ -392,3 +392,18 @@ def test_head_step_losses_are_the_ones_the_benchmarks_name():
     assert losses[0] == pytest.approx(losses[1], rel=1e-5, abs=1e-7)
     assert torch.equal(reached[0], reached[1])
     assert 0 < reached[0].sum() <= 0.2 * reached[0].numel()
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--rounds", "0"], "--rounds: at least 1, not 0"),
+    (["--baseline", "/nonexistent/checkout"], "--baseline: /nonexistent/checkout is no checkout of ict")])
+def test_stats_speed_rejects_bad_options_in_one_line(options, message, monkeypatch, capsys):
+    """--rounds 0 ended in a StatisticsError traceback (no median of nothing), a --baseline that
+    is no checkout in a FileNotFoundError (or the child's failure): now argparse's one-line error,
+    exit 2, before anything is timed."""
+    monkeypatch.setattr(sys, "argv", ["stats_speed.py", *options])
+    with pytest.raises(SystemExit) as stopped:
+        benchmark_module("stats_speed").main()
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("stats_speed.py: error: ") and message in error
