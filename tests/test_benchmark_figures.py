@@ -1,10 +1,12 @@
 """The figures of benchmarks/ict_cost.py (its summaries, ratios, verdicts, (a)'s medians and
-peaks, (b)/(c)'s pairs and time budget) and benchmarks/gpu_clocks.py on hand-made inputs with
-hand-worked numbers, each test fast (no model, no process)."""
+peaks, (b)/(c)'s pairs and time budget), gpu_clocks.py, stats_speed.py and stats_memory.py on
+hand-made inputs with hand-worked numbers, each test fast (no model, no process)."""
 
 from __future__ import annotations
 
 import itertools
+import json
+import sys
 import time
 from types import SimpleNamespace
 
@@ -224,3 +226,115 @@ def test_print_a_prints_each_row_over_trls_head_and_judges_it_at_its_limit(capsy
     (cpu,) = section_a.print_a({"m3": result(2.4, 100.0)}, {"device": "cpu", "tile_size": None, "threads": 2})
     assert cpu.endswith(": 1.200x (NOT met)") and cpu.startswith("m3: target CPU: ICT <= 1.0x TRL's head")
     assert section_a.number(float("nan"), 2) == "-" and section_a.number(1.005, 1) == "1.0"
+
+
+def test_stats_speed_prints_medians_and_ratios_to_the_first_case(monkeypatch, capsys):
+    """--step alone, hand-made timings: GRPO 1, 2, 9 s -> median 2 (mean 4), faults 10, 20, 90 -> 20;
+    ICT 3, 3, 30 -> 3, ratio to GRPO 3 / 2 = 1.50, faults 5, 7, 100 -> 7."""
+    stats_speed = benchmark_module("stats_speed")
+    grpo, ict = "hidden, forward + backward grpo", "hidden, forward + backward ict"
+    measured = {"seconds": {grpo: [1.0, 2.0, 9.0], ict: [3.0, 3.0, 30.0]},
+                "faults": {grpo: [10, 20, 90], ict: [5, 7, 100]}}
+    monkeypatch.setattr(stats_speed, "time_cases", lambda args, rounds: measured)
+    monkeypatch.setattr(sys, "argv", ["stats_speed.py", "--step", "--rounds", "3"])
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    stats_speed.main()
+    printed = capsys.readouterr().out
+    assert table_rows(printed, ("hidden, forward + backward",)) == [
+        ["hidden, forward + backward", "grpo", "2.000", "1.00", "20"],
+        ["hidden, forward + backward", "ict", "3.000", "1.50", "7"]]
+
+
+def test_stats_speed_against_a_baseline_alternates_the_checkouts_and_divides_by_the_baseline(
+        monkeypatch, capsys, tmp_path):
+    """--baseline, 3 rounds: this checkout, baseline; baseline, this; this, baseline. GRPO here 1, 2,
+    9 s -> 2, the baseline's 4, 4, 5 -> 4: 0.50; ICT 6 -> 6 against 3, 3, 30 -> 3: 2.00; faults
+    10, 11, 12 -> 11 here, 1, 2, 3 -> 2 there."""
+    stats_speed = benchmark_module("stats_speed")
+    baseline = tmp_path / "parent"
+    (baseline / "ict").mkdir(parents=True)
+    grpo, ict = "hidden, forward + backward grpo", "hidden, forward + backward ict"
+    figures = {str(stats_speed.ROOT): {grpo: ([1.0, 2.0, 9.0], [10, 11, 12]), ict: ([6.0] * 3, [0] * 3)},
+               str(baseline.resolve()): {grpo: ([4.0, 4.0, 5.0], [1, 2, 3]), ict: ([3.0, 3.0, 30.0], [0] * 3)}}
+    order = []
+
+    def run(command, capture_output, text, cwd):
+        index = sum(tree == cwd for tree in order)
+        order.append(cwd)
+        mine = figures[cwd]
+        measured = {"seconds": {case: [mine[case][0][index]] for case in mine},
+                    "faults": {case: [mine[case][1][index]] for case in mine}}
+        return SimpleNamespace(returncode=0, stdout=json.dumps(measured) + "\n", stderr="")
+
+    monkeypatch.setattr(stats_speed, "subprocess", SimpleNamespace(run=run))
+    monkeypatch.setattr(sys, "argv", ["stats_speed.py", "--step", "--rounds", "3", "--baseline", str(baseline)])
+    stats_speed.main()
+    here, there = str(stats_speed.ROOT), str(baseline.resolve())
+    assert order == [here, there, there, here, here, there]
+    assert table_rows(capsys.readouterr().out, ("hidden, forward + backward",)) == [
+        ["hidden, forward + backward", "grpo", "2.000", "4.000", "0.50", "11", "2"],
+        ["hidden, forward + backward", "ict", "6.000", "3.000", "2.00", "0", "0"]]
+
+
+def test_stats_speed_times_each_case_after_one_untimed_warm_up(monkeypatch):
+    """2 rounds of GRPO's and ICT's steps: 3 calls of each (the first a warm-up), 2 timings each."""
+    pytest.importorskip("torch")
+    stats_speed, head_step = benchmark_module("stats_speed"), benchmark_module("head_step")
+    calls = []
+
+    def ours(batch, name, source, logits):
+        calls.append(name)
+        return batch.hidden.sum()
+
+    monkeypatch.setattr(head_step, "ours", ours)
+    monkeypatch.setitem(sys.modules, "head_step", head_step)
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch, "set_num_threads", lambda threads: None)
+    args = SimpleNamespace(step=True, source="hidden", rows=8, length=2, width=4, vocab=10, threads=1)
+    measured = stats_speed.time_cases(args, 2)
+    assert calls == ["grpo", "ict"] * 3
+    assert {len(times) for kind in measured.values() for times in kind.values()} == {2}
+
+
+def test_stats_memory_prints_the_extra_memory_beyond_the_input_gradients_and_its_ratio(monkeypatch, capsys):
+    """V = 65,536, N = 4,096, d = 896: the input gradients take (65,536 + 4,096) x 896 x 4 bytes =
+    238 MiB. Hidden: 300 MiB extra -> 62 MiB beyond them; logits: 1,300 MiB -> 1,062 MiB; the
+    ratio hidden / logits 300 / 1,300 = 0.231."""
+    stats_memory = benchmark_module("stats_memory")
+    mib = 2**20
+    rows = {"hidden": {"peak_bytes": 1000 * mib, "extra_bytes": 300 * mib, "seconds": 1.5},
+            "logits": {"peak_bytes": 2000 * mib, "extra_bytes": 1300 * mib, "seconds": 2.5}}
+    monkeypatch.setattr(stats_memory, "spawn", lambda variant, *rest: rows[variant])
+    monkeypatch.setattr(sys, "argv", ["stats_memory.py", "--vocabs", "65536", "--positions", "4096",
+                                      "--width", "896"])
+    stats_memory.main()
+    assert table_rows(capsys.readouterr().out, ("65,536",)) == [
+        ["65,536", "hidden", "1.5", "1000", "300", "62", "0.231"],
+        ["65,536", "logits", "2.5", "2000", "1300", "1062", "-"]]
+
+
+def test_stats_memory_worker_measures_above_the_resident_set_before_the_call(monkeypatch):
+    """The worker's extra memory is the peak less the peak before the call (the process's own,
+    hundreds of MiB with torch loaded), never the whole peak."""
+    torch = pytest.importorskip("torch")
+    stats_memory = benchmark_module("stats_memory")
+    monkeypatch.setattr(torch, "set_num_threads", lambda threads: None)
+    result = stats_memory.worker("hidden", 50, 16, 8, "group_mean")
+    assert 0 <= result["extra_bytes"] and result["peak_bytes"] - result["extra_bytes"] > 50 * 2**20
+
+
+def test_trl_head_is_called_as_trls_grpo_trainer_calls_it():
+    """head_step's TRL row: the vocabulary chunk TRL 1.16's GRPOTrainer passes (its utils'
+    _CHUNKED_LOGPROB_CHUNK_SIZE), and our selection at ratio 0.1 as in (b)'s 'ict:ratio=0.1'."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("trl")
+    if spec is None or spec.origin is None:
+        pytest.skip("no trl")
+    source = (Path(spec.origin).parent / "trainer" / "utils.py").read_text()  # read, not imported: seconds
+    (chunk,) = re.findall(r"^_CHUNKED_LOGPROB_CHUNK_SIZE = (\d+)$", source, re.MULTILINE)
+    head_step = benchmark_module("head_step")
+    assert head_step.TRL_VOCAB_CHUNK == int(chunk)
+    assert head_step.ICT_OPTIONS == {"ratio": 0.1}

@@ -308,6 +308,53 @@ def test_stats_agreement_misses_its_target_when_a_path_gives_nan(monkeypatch, ca
     assert "NOT met (largest difference nan: entropy" in capsys.readouterr().out
 
 
+def test_stats_agreement_misses_its_target_when_a_mask_differs_untied(monkeypatch, capsys):
+    """Every value within the target but one token of a path's ICT mask not float64's, at no tie:
+    the target is missed (exit 3), and the mask table says 1 token, 1 untied."""
+    agreement = benchmark_module("stats_agreement")
+    real, calls = agreement.ict_mask, []
+
+    def flipped(stats, mask, group_ids):
+        selection = real(stats, mask, group_ids)
+        calls.append(None)
+        if len(calls) > 1:  # float64's mask is the first: each path's after it
+            selection.mask[0, 0] = ~selection.mask[0, 0]
+            selection.tie_decided[0, 0] = False
+        return selection
+
+    monkeypatch.setattr(agreement, "ict_mask", flipped)
+    monkeypatch.setattr(sys, "argv", ["stats_agreement.py", "--vocab", "53", "--length", "6", "--group", "4",
+                                      "--prompts", "1"])
+    with pytest.raises(SystemExit) as stopped:
+        agreement.main()
+    assert stopped.value.code == agreement.MISSED
+    printed = capsys.readouterr().out
+    assert table_rows(printed, ("cpu/torch",))[-1][1:3] == ["1", "1"]
+    assert "NOT met" in printed and "1 mask tokens differ untied" in printed
+
+
+def test_head_step_gives_grpo_and_only_grpo_the_positions_its_loss_differentiates(monkeypatch):
+    """GRPO's statistics get the gradient mask its trainer step gives (response positions of rows
+    with a nonzero advantage: row 0's advantage 0 -> none of its positions), ICT's none."""
+    import ict.core.stats as stats_module
+
+    head_step = benchmark_module("head_step")
+    batch = head_step.head_batch(4, 3, 8, 20, group_size=4)
+    batch.advantages[0] = 0.0
+    real, given = stats_module.token_statistics_from_hidden, []
+
+    def spy(*args, **kwargs):
+        given.append(kwargs.get("gradient_mask"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stats_module, "token_statistics_from_hidden", spy)
+    head_step.ours(batch, "grpo")
+    head_step.ours(batch, "ict")
+    expected = torch.ones(4, 3, dtype=torch.bool)
+    expected[0] = False
+    assert torch.equal(given[0], expected) and given[1] is None
+
+
 def test_stats_agreement_largest_difference_counts_nan_as_the_largest():
     largest = benchmark_module("stats_agreement").largest_difference
     assert largest({"a": {"x": 1e-7, "y": 3e-6}, "b": {"x": 2e-6}}) == (3e-6, "a", "y")
