@@ -75,7 +75,10 @@ def main() -> None:
             parser.exit(2, f"gpu_clocks.py: no file {path}\n")
     try:
         section = json.loads(args.cost.read_text())["a"]
-    except (ValueError, KeyError):
+        if not all(isinstance(result, dict) and isinstance(result.get("rows", {}), dict)
+                   for result in section.values()):
+            raise ValueError
+    except (ValueError, KeyError, TypeError, AttributeError):
         parser.exit(2, f"gpu_clocks.py: {args.cost} is not ict_cost.py's JSON with section (a)\n")
     samples = read_samples(args.clocks)
     if not samples:
@@ -83,7 +86,7 @@ def main() -> None:
     print(f"{len(samples)} samples, {datetime.fromtimestamp(samples[0][0], timezone.utc):%H:%M:%S} to "
           f"{datetime.fromtimestamp(samples[-1][0], timezone.utc):%H:%M:%S} UTC")
     for model, result in section.items():
-        if "origin_epoch" not in result:
+        if "origin_epoch" not in result or "rows" not in result:
             print(f"\n{model}: no call times in this result (ict_cost.py before they were recorded)")
             continue
         print(f"\n### {model}\n\n| path | timed calls | median seconds | samples in its calls | SM clock (MHz) "

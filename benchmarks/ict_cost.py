@@ -450,6 +450,29 @@ def train_section(section: str, settings: dict[str, Any], section_end: float | N
         save()
 
 
+def check_options(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options (None: nothing): counts below their least (``--steps`` 2:
+    each run's first step is a warm-up, never timed, so one step would time the warm-up),
+    a malformed ``--a-shape``, a section or configuration that does not exist."""
+    least = {"repeats": 1, "rounds": 1, "steps": 2, "prompts": 1, "completions": 1, "length": 1, "threads": 1,
+             "a_vocab": 2}
+    for name, low in least.items():
+        if getattr(args, name) is not None and getattr(args, name) < low:
+            return f"--{name.replace('_', '-')}: at least {low}, not {getattr(args, name)}"
+    if args.budget is not None and not args.budget >= 0:
+        return f"--budget: seconds >= 0, not {args.budget}"
+    if args.a_shape is not None:
+        cells = args.a_shape.split("x")
+        if len(cells) != 3 or not all(cell.isdigit() and int(cell) > 0 for cell in cells):
+            return f"--a-shape: PROMPTSxCOMPLETIONSxPOSITIONS, three positive integers, not {args.a_shape!r}"
+    for option, given, known in (("--sections", args.sections, SECTION_TITLES), ("--configs", args.configs,
+                                                                                ("full", "lora"))):
+        unknown = [name for name in given.split(",") if name not in known]
+        if unknown:
+            return f"{option}: {', '.join(unknown)} unknown (known: {', '.join(known)})"
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sections", default="a,b,c", help="which sections: a, b, c (comma-separated)")
@@ -488,6 +511,9 @@ def main() -> None:
     for hidden in ("--child", "--child-model", "--out", "--deadline", "--only"):
         parser.add_argument(hidden, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    problem = check_options(args)
+    if problem:
+        parser.error(problem)
     settings = resolve(args)
     if args.child == "a":
         child_a(settings, Path(args.out), None if args.deadline is None else float(args.deadline))

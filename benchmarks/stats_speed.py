@@ -118,6 +118,11 @@ def main() -> None:
                         help="with --step: statistics from the hidden states or from the logits")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # the checkout a child imports
     args = parser.parse_args()
+    for name in ("rows", "length", "vocab", "width", "rounds", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name}: at least 1, not {getattr(args, name)}")
+    if args.baseline is not None and not (Path(args.baseline) / "ict").is_dir():
+        parser.error(f"--baseline: {args.baseline} is no checkout of ict (no ict/ folder in it)")
     cases = cases_of(args)
     first, column = cases[0][1], "method" if args.step else "JS reference"
     shape = (f"{args.rows} x {args.length} positions, V = {args.vocab}, d = {args.width}, "

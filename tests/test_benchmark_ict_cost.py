@@ -305,3 +305,23 @@ def test_ict_cost_prints_no_memory_ratio_it_does_not_judge(capsys):
             assert judged == (shown == "-"), (section, device, isolation, printed)
             if section == "b":
                 assert ("peak memory 0.002" in verdicts[0]) == (shown != "-"), verdicts
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--steps", "1"], "--steps: at least 2, not 1"),
+    (["--a-shape", "2x8"], "--a-shape: PROMPTSxCOMPLETIONSxPOSITIONS"),
+    (["--a-shape", "2x8xa"], "--a-shape: PROMPTSxCOMPLETIONSxPOSITIONS"),
+    (["--repeats", "0"], "--repeats: at least 1, not 0"),
+    (["--configs", "full,ful"], "--configs: ful unknown"),
+    (["--sections", "a,d"], "--sections: d unknown")])
+def test_ict_cost_rejects_bad_options_in_one_line(options, message, monkeypatch, capsys):
+    """Bad options end with argparse's one-line error (exit 2) before any child starts: before,
+    --steps 1 timed each run's warm-up step as its figure, --a-shape 2x8xa raised a ValueError,
+    --a-shape 2x8 failed in the child, --configs ful ran full fine-tuning labelled 'ful',
+    --sections a,d ran (a) alone without a word."""
+    monkeypatch.setattr(sys, "argv", ["ict_cost.py", "--device", "cpu", *options])
+    with pytest.raises(SystemExit) as stopped:
+        benchmark_module("ict_cost").main()
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("ict_cost.py: error: ") and message in error

@@ -288,6 +288,80 @@ def test_stats_agreement_runs_tiny_and_agrees(tmp_path):
     assert "| cpu/torch - float64 |" in result.stdout
 
 
+def test_stats_agreement_misses_its_target_when_a_path_gives_nan(monkeypatch, capsys):
+    """A NaN statistic on the path scored is a miss (exit 3), not skipped by ``max``: before, a NaN
+    after the first figure lost every comparison, the target read 'met' and the script exited 0."""
+    agreement = benchmark_module("stats_agreement")
+    real = agreement.token_statistics
+
+    def poisoned(*args, **kwargs):
+        stats = real(*args, **kwargs)
+        stats.entropy[1, 0] = math.nan  # row 1, position 0: a response token
+        return stats
+
+    monkeypatch.setattr(agreement, "token_statistics", poisoned)
+    monkeypatch.setattr(sys, "argv", ["stats_agreement.py", "--vocab", "53", "--length", "6", "--group", "4",
+                                      "--prompts", "1"])
+    with pytest.raises(SystemExit) as stopped:
+        agreement.main()
+    assert stopped.value.code == agreement.MISSED
+    assert "NOT met (largest difference nan: entropy" in capsys.readouterr().out
+
+
+def test_stats_agreement_misses_its_target_when_a_mask_differs_untied(monkeypatch, capsys):
+    """Every value within the target but one token of a path's ICT mask not float64's, at no tie:
+    the target is missed (exit 3), and the mask table says 1 token, 1 untied."""
+    agreement = benchmark_module("stats_agreement")
+    real, calls = agreement.ict_mask, []
+
+    def flipped(stats, mask, group_ids):
+        selection = real(stats, mask, group_ids)
+        calls.append(None)
+        if len(calls) > 1:  # float64's mask is the first: each path's after it
+            selection.mask[0, 0] = ~selection.mask[0, 0]
+            selection.tie_decided[0, 0] = False
+        return selection
+
+    monkeypatch.setattr(agreement, "ict_mask", flipped)
+    monkeypatch.setattr(sys, "argv", ["stats_agreement.py", "--vocab", "53", "--length", "6", "--group", "4",
+                                      "--prompts", "1"])
+    with pytest.raises(SystemExit) as stopped:
+        agreement.main()
+    assert stopped.value.code == agreement.MISSED
+    printed = capsys.readouterr().out
+    assert table_rows(printed, ("cpu/torch",))[-1][1:3] == ["1", "1"]
+    assert "NOT met" in printed and "1 mask tokens differ untied" in printed
+
+
+def test_head_step_gives_grpo_and_only_grpo_the_positions_its_loss_differentiates(monkeypatch):
+    """GRPO's statistics get the gradient mask its trainer step gives (response positions of rows
+    with a nonzero advantage: row 0's advantage 0 -> none of its positions), ICT's none."""
+    import ict.core.stats as stats_module
+
+    head_step = benchmark_module("head_step")
+    batch = head_step.head_batch(4, 3, 8, 20, group_size=4)
+    batch.advantages[0] = 0.0
+    real, given = stats_module.token_statistics_from_hidden, []
+
+    def spy(*args, **kwargs):
+        given.append(kwargs.get("gradient_mask"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stats_module, "token_statistics_from_hidden", spy)
+    head_step.ours(batch, "grpo")
+    head_step.ours(batch, "ict")
+    expected = torch.ones(4, 3, dtype=torch.bool)
+    expected[0] = False
+    assert torch.equal(given[0], expected) and given[1] is None
+
+
+def test_stats_agreement_largest_difference_counts_nan_as_the_largest():
+    largest = benchmark_module("stats_agreement").largest_difference
+    assert largest({"a": {"x": 1e-7, "y": 3e-6}, "b": {"x": 2e-6}}) == (3e-6, "a", "y")
+    value, pair, name = largest({"a": {"x": 1e-7, "y": math.nan}, "b": {"x": 2e-6}})
+    assert math.isnan(value) and (pair, name) == ("a", "y")
+
+
 def test_kernel_sass_compiles_the_kernels_for_an_h100_here(tmp_path):
     """benchmarks/kernel_sass.py compiles the Triton kernels for sm_90 without a GPU and counts their
     loops' instructions; the group kernel's logarithms are special-function instructions (an
@@ -365,3 +439,18 @@ def test_head_step_losses_are_the_ones_the_benchmarks_name():
     assert losses[0] == pytest.approx(losses[1], rel=1e-5, abs=1e-7)
     assert torch.equal(reached[0], reached[1])
     assert 0 < reached[0].sum() <= 0.2 * reached[0].numel()
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--rounds", "0"], "--rounds: at least 1, not 0"),
+    (["--baseline", "/nonexistent/checkout"], "--baseline: /nonexistent/checkout is no checkout of ict")])
+def test_stats_speed_rejects_bad_options_in_one_line(options, message, monkeypatch, capsys):
+    """--rounds 0 ended in a StatisticsError traceback (no median of nothing), a --baseline that
+    is no checkout in a FileNotFoundError (or the child's failure): now argparse's one-line error,
+    exit 2, before anything is timed."""
+    monkeypatch.setattr(sys, "argv", ["stats_speed.py", *options])
+    with pytest.raises(SystemExit) as stopped:
+        benchmark_module("stats_speed").main()
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("stats_speed.py: error: ") and message in error

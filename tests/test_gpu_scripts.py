@@ -138,3 +138,16 @@ def test_gpu_recheck_script_runs_tiny_on_the_cpu(tmp_path):
         "## ours, GRPO from hidden states", "## TRL 1.16 fused head"] * 2
     lora = json.loads((out / "lora.json").read_text())
     assert {(run["variant"], run["config"]) for run in lora["b"]["tiny"]["runs"]} == {("trl", "lora"), ("ict", "lora")}
+
+
+@pytest.mark.parametrize("cost_json", ["[1, 2]", '{"a": [1]}', '{"a": {"m": 3}}'])
+def test_gpu_clocks_rejects_a_json_that_is_not_ict_costs_in_one_line(tmp_path, cost_json):
+    """A JSON file that is not ict_cost.py's with section (a) (a list, a section that is no mapping
+    of models) ended in a TypeError or AttributeError traceback; now the one-line error, exit 2."""
+    cost, clocks = tmp_path / "cost.json", tmp_path / "clocks.csv"
+    cost.write_text(cost_json)
+    clocks.write_text("2026/11/27 12:00:00.050, 1980, 600.00, 50\n")
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "gpu_clocks.py"), str(cost), str(clocks)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "is not ict_cost.py's JSON with section (a)" in result.stderr
