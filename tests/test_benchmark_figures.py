@@ -228,6 +228,19 @@ def test_print_a_prints_each_row_over_trls_head_and_judges_it_at_its_limit(capsy
     assert section_a.number(float("nan"), 2) == "-" and section_a.number(1.005, 1) == "1.0"
 
 
+def test_print_a_says_when_a_row_failed_after_some_timed_calls(capsys):
+    """A row out of memory in its third timed call after 2 s and 4 s: its median (3 s, 1.50x) is
+    printed as the median of 2 calls, then the error (it read as a full median of 3)."""
+    section_a = benchmark_module("ict_cost_head")
+    rows = {"trl": a_row("TRL", 2.0, 100.0),
+            "ict_hidden": {**a_row("ICT", 3.0, 90.0), "seconds": [2.0, 4.0], "error": "out of memory"},
+            "grpo_hidden": a_row("GRPO", 2.0, 50.0)}
+    section_a.print_a({"m": {"shape": [2, 8, 1024], "rows": rows, "tokens": 16384, "d": 896, "V": 151936,
+                             "repeats": 3, "dtype": "bf16 autocast"}}, {"device": "cuda", "tile_size": None})
+    printed = capsys.readouterr().out
+    assert table_rows(printed, ("ICT",)) == [["ICT", "3.0000 (median of 2, then out of memory)", "1.50", "90.0", "0.90"]]
+
+
 def test_stats_speed_prints_medians_and_ratios_to_the_first_case(monkeypatch, capsys):
     """--step alone, hand-made timings: GRPO 1, 2, 9 s -> median 2 (mean 4), faults 10, 20, 90 -> 20;
     ICT 3, 3, 30 -> 3, ratio to GRPO 3 / 2 = 1.50, faults 5, 7, 100 -> 7."""
