@@ -76,3 +76,35 @@ def test_the_demo_figures_quoted_in_the_readme_are_the_benchmark_docs():
     flat = " ".join(benchmarks.split())
     assert f"**{minutes}**" in flat and f"| 0.375 | {warmed} | **{after}** |" in flat
     assert (ROOT / "configs" / "demo.yaml").is_file()
+
+
+def _metrics_table_names() -> set[str]:
+    """The field names in the first column of docs/training.md's metrics table (`x[_selected]`
+    is x and x_selected; a row saying "`all_` twins" adds all_<name> for each selected_<name>)."""
+    text = (ROOT / "docs" / "training.md").read_text()
+    section = text.split("## Metrics (`RUN_DIR/metrics.jsonl`)", 1)[1].split("\n## ", 1)[0]
+    names = set()
+    for row in section.splitlines():
+        if not row.startswith("| `"):
+            continue
+        first = row.split("|")[1]
+        for name in re.findall(r"`([a-z0-9_\[\]]+)`", first):
+            base = name.replace("[_selected]", "")
+            names |= {base, base + "_selected"} if "[_selected]" in name else {name}
+        if "`all_` twins" in first:
+            names |= {"all_" + name[len("selected_"):] for name in list(names) if name.startswith("selected_")}
+        names |= set(re.findall(r"`([a-z0-9_]+)`", row.split("|")[2]))  # e.g. generation_tokens_per_second
+    return names
+
+
+def test_every_field_of_a_metrics_line_is_in_the_docs_metrics_table():
+    """docs/training.md's metrics table names every field a step's metrics line carries (the
+    fixed fields, the paper's figures, the most frequent tokens, the warning and the sample)."""
+    from ict.core.diagnostics import PAPER_FIGURE_KEYS, TOP_TOKEN_KEYS
+    from ict.training.step_metrics import METRIC_FIELDS
+
+    fields = {*METRIC_FIELDS, *PAPER_FIGURE_KEYS, *TOP_TOKEN_KEYS.values(), "entropy_warning",
+              "sample_completion", "generation_tokens_per_second"}
+    missing = sorted(fields - _metrics_table_names())
+    assert not missing, f"docs/training.md's metrics table lacks {missing}"
+
