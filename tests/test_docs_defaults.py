@@ -209,3 +209,34 @@ def test_the_python_snippets_of_the_docs_run(name):
         SELECTORS.update(selectors)
         REWARDS.clear()
         REWARDS.update(rewards)
+
+
+def _flat(name: str) -> str:
+    return " ".join((ROOT / name).read_text().split())
+
+
+def test_the_options_a_resume_may_change_are_the_ones_docs_training_lists():
+    """docs/training.md lists the options `--resume` lets change; they are `RESUME_MAY_CHANGE`
+    (besides `resume` and `run_dir` themselves)."""
+    from ict.training.config import RESUME_MAY_CHANGE
+
+    listed = re.search(r"options that only say how long and how visibly it runs may change \((.*?)\), and",
+                       _flat("docs/training.md"))
+    assert listed, "docs/training.md's resume sentence changed: update this test"
+    assert set(re.findall(r"`([a-z_]+)`", listed.group(1))) == RESUME_MAY_CHANGE - {"resume", "run_dir"}
+
+
+def test_the_eval_settings_a_comparison_rerun_must_keep_are_the_ones_docs_training_lists():
+    """docs/training.md names the `--eval-*` settings a comparison rerun must share with an
+    evaluation it reuses, in words; each word is one of `EVAL_SETTINGS` and every setting but the
+    sampling seed (always 0 in a comparison) is named."""
+    from ict.experiments.compare import EVAL_SETTINGS
+
+    words = {"benchmarks": "benchmarks", "data directory": "data_dir", "samples": "num_samples",
+             "ks": "ks", "temperature": "temperature", "length": "max_new_tokens", "limit": "limit",
+             "extraction": "math_extraction answer_extraction"}
+    listed = re.search(r"`--eval-\*` settings \(([^)]*)\) differ", _flat("docs/training.md"))
+    assert listed, "docs/training.md's compare rerun sentence changed: update this test"
+    named = [word.strip() for word in listed.group(1).split(",")]
+    assert set(named) <= set(words), set(named) - set(words)
+    assert {field for word in named for field in words[word].split()} == set(EVAL_SETTINGS) - {"seed"}
