@@ -240,3 +240,18 @@ def test_the_eval_settings_a_comparison_rerun_must_keep_are_the_ones_docs_traini
     named = [word.strip() for word in listed.group(1).split(",")]
     assert set(named) <= set(words), set(named) - set(words)
     assert {field for word in named for field in words[word].split()} == set(EVAL_SETTINGS) - {"seed"}
+
+
+def test_the_run_json_settings_docs_evaluation_lists_are_the_ones_a_resume_checks():
+    """docs/evaluation.md names, in words, the `run.json` settings whose change stops a resumed
+    `ict eval`; they are `ict.evaluation.records.RESUME_KEYS`."""
+    from ict.evaluation.records import RESUME_KEYS
+
+    words = {"model": "model", "n": "num_samples", "greedy": "greedy", "temperature": "temperature",
+             "top-p": "top_p", "max tokens": "max_new_tokens", "system prompt": "system_prompt",
+             "answer extraction": "answer_extraction"}
+    listed = re.search(r"If a setting in `run.json` differs \(([^)]*)\)", _flat("docs/evaluation.md"))
+    assert listed, "docs/evaluation.md's resume sentence changed: update this test"
+    named = [word.strip() for word in listed.group(1).split(",")]
+    assert set(named) <= set(words), set(named) - set(words)
+    assert {words[word] for word in named} == set(RESUME_KEYS)
