@@ -87,16 +87,22 @@ NOT_ICT_OPTIONS = {"--unit": "benchmarks/paper_figures.py (docs/method.md)",
                    "--no-deps": "pip install"}
 
 
-def _command_options() -> dict[str, set[str]]:
-    """The option strings each `ict` command accepts, with the global ones (`--debug`, `--help`)."""
+def _command_parsers() -> dict:
+    """Each `ict` command's argument parser, by name, and the top one under ``""``."""
     import argparse
 
     from ict.cli import build_parser
 
     parser = build_parser()
-    common = set(parser._option_string_actions)
     subparsers = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
-    return {name: set(sub._option_string_actions) | common for name, sub in subparsers.choices.items()}
+    return {"": parser, **subparsers.choices}
+
+
+def _command_options() -> dict[str, set[str]]:
+    """The option strings each `ict` command accepts, with the global ones (`--debug`, `--help`)."""
+    parsers = _command_parsers()
+    common = set(parsers.pop("")._option_string_actions)
+    return {name: set(sub._option_string_actions) | common for name, sub in parsers.items()}
 
 
 def _doc_text(name: str) -> str:
@@ -255,3 +261,13 @@ def test_the_run_json_settings_docs_evaluation_lists_are_the_ones_a_resume_check
     named = [word.strip() for word in listed.group(1).split(",")]
     assert set(named) <= set(words), set(named) - set(words)
     assert {words[word] for word in named} == set(RESUME_KEYS)
+
+
+def test_the_references_docs_evaluation_gives_ict_inspect_are_its_choices():
+    """docs/evaluation.md: `ict inspect --reference` takes any JS reference but `ref` (the view
+    keeps no reference model); the option's choices are exactly those."""
+    from ict.core.stats import JS_REFERENCES
+
+    assert "JS score (`--reference`: any but `ref`," in _flat("docs/evaluation.md")
+    action = next(action for action in _command_parsers()["inspect"]._actions if action.dest == "reference")
+    assert set(action.choices) == set(JS_REFERENCES) - {"ref"}
