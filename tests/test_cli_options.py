@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,21 @@ def test_help_shows_the_defaults_a_user_would_get():
     assert "--seeds INT,... comma-separated training seeds (distinct) (default: 0,1,2)" in compare_help
     assert "(default: grpo,random)" in compare_help
     assert "--by {run,method}" in " ".join(subparser("plot").format_help().split())
+
+
+def test_every_help_line_shows_a_default_a_user_can_type():
+    """Every option's --help line ends with its default, never a blank one: an empty text or
+    list shows as ``""``, which is how it is given (``--eval-steps ""`` is the empty list)."""
+    for name in COMMANDS:
+        for action in subparser(name)._actions:
+            if not action.option_strings or action.dest == "help":  # positionals; -h
+                continue
+            shown = re.search(r"\(default: ([^)]*)\)$", " ".join((action.help or "").split()))
+            assert shown and shown.group(1).strip(), (name, action.dest, action.help)
+    compare_help = " ".join(subparser("compare").format_help().split())
+    assert 'DIR/base-model/ (default: "")' in compare_help
+    parsed = subparser("compare").parse_args(["--eval-steps", ""])
+    assert options_from_args(CompareConfig, parsed, {}).eval_steps == ()
 
 
 def test_yaml_keys_are_the_field_names_and_flags_override_them(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from ict.core.selectors import SELECTORS, TRAIN_OPTION_DEFAULTS, method_train_options
@@ -76,3 +77,197 @@ def test_the_demo_figures_quoted_in_the_readme_are_the_benchmark_docs():
     flat = " ".join(benchmarks.split())
     assert f"**{minutes}**" in flat and f"| 0.375 | {warmed} | **{after}** |" in flat
     assert (ROOT / "configs" / "demo.yaml").is_file()
+
+
+DOCS_WITH_COMMANDS = ["README.md", "docs/training.md", "docs/evaluation.md", "docs/method.md"]
+COMMAND = re.compile(r"\bict (train|eval|compare|inspect|plot)\b([^`#|\n]*)")
+OPTION = re.compile(r"(?<![\w-])(--[a-z](?:[a-z0-9-]*[a-z0-9])?)(?![\w*-])")
+# options the docs name for a benchmark script or an installer, not for an `ict` command
+NOT_ICT_OPTIONS = {"--unit": "benchmarks/paper_figures.py (docs/method.md)",
+                   "--no-deps": "pip install"}
+
+
+def _command_parsers() -> dict:
+    """Each `ict` command's argument parser, by name, and the top one under ``""``."""
+    import argparse
+
+    from ict.cli import build_parser
+
+    parser = build_parser()
+    subparsers = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    return {"": parser, **subparsers.choices}
+
+
+def _command_options() -> dict[str, set[str]]:
+    """The option strings each `ict` command accepts, with the global ones (`--debug`, `--help`)."""
+    parsers = _command_parsers()
+    common = set(parsers.pop("")._option_string_actions)
+    return {name: set(sub._option_string_actions) | common for name, sub in parsers.items()}
+
+
+def _doc_text(name: str) -> str:
+    """A doc with its shell line continuations joined (``\\`` + newline)."""
+    return re.sub(r"\\\n\s*", " ", (ROOT / name).read_text())
+
+
+def test_every_option_a_documented_command_line_gives_is_that_commands():
+    """Every `--option` in an `ict <command> ...` line of the README and the docs that show
+    commands is an option of that command (its --help)."""
+    accepted = _command_options()
+    wrong = [(name, command, option) for name in DOCS_WITH_COMMANDS
+             for match in COMMAND.finditer(_doc_text(name))
+             for command, option in [(match.group(1), o) for o in OPTION.findall(match.group(2))]
+             if option not in accepted[command]]
+    assert not wrong, wrong
+
+
+def test_every_option_the_docs_name_is_an_ict_option():
+    """Every `--option` the README and the docs that show commands name in backticks or code
+    blocks, outside a line that runs a script or an installer, is an option of some `ict`
+    command (so a renamed option leaves no stale name in the prose)."""
+    accepted = set().union(*_command_options().values())
+    wrong = []
+    for name in DOCS_WITH_COMMANDS:
+        text = _doc_text(name)
+        blocks = re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S)
+        spans = re.findall(r"`([^`\n]+(?:\n[^`\n]+)?)`", re.sub(r"```.*?```", "", text, flags=re.S))
+        for span in [line for block in blocks for line in block.splitlines()] + spans:
+            if re.search(r"\bpython3? |\bpip |accelerate |\.py\b", span):
+                continue
+            wrong += [(name, option, span) for option in OPTION.findall(span)
+                      if option not in accepted and option not in NOT_ICT_OPTIONS]
+    assert not wrong, wrong
+
+
+def test_the_option_scan_sees_the_options_of_a_command_line():
+    line = "ict eval --model M --benchmarks paper \\\n    --n 8 --k 1,4,8 --eval-* x-y --not_an_option"
+    match = COMMAND.search(re.sub(r"\\\n\s*", " ", line))
+    assert match and OPTION.findall(match.group(2)) == ["--model", "--benchmarks", "--n", "--k"]
+    assert "--no-such-flag" not in _command_options()["train"] and "--n" in _command_options()["eval"]
+
+
+def test_every_config_builds_as_the_commands_that_read_it_build_it(tmp_path):
+    """Each configs/*.yaml resolves through `ict train --config`'s loader; a comparison's config
+    (it says `ict compare` reads it) also builds every default method's run (compare's loader),
+    as `ict compare --config` does before anything trains."""
+    from ict.experiments.compare import CompareConfig, _training_config, compare_options
+    from ict.training.config import build_config, load_yaml
+
+    paths = sorted((ROOT / "configs").glob("*.yaml"))
+    assert len(paths) >= 9
+    compared = 0
+    for path in paths:
+        assert build_config(path).num_steps > 0, path
+        if "ict compare" not in path.read_text():
+            continue
+        ours, training = compare_options(load_yaml(path))
+        config = CompareConfig(**ours, config_file=str(path), output_dir=tmp_path / path.stem).validate()
+        for spec in config.method_specs:
+            assert _training_config(config, training, spec, 0).method == spec.name, (path, spec)
+        compared += 1
+    assert compared >= 5
+
+
+def _metrics_table_names() -> set[str]:
+    """The field names in the first column of docs/training.md's metrics table (`x[_selected]`
+    is x and x_selected; a row saying "`all_` twins" adds all_<name> for each selected_<name>)."""
+    text = (ROOT / "docs" / "training.md").read_text()
+    section = text.split("## Metrics (`RUN_DIR/metrics.jsonl`)", 1)[1].split("\n## ", 1)[0]
+    names = set()
+    for row in section.splitlines():
+        if not row.startswith("| `"):
+            continue
+        first = row.split("|")[1]
+        for name in re.findall(r"`([a-z0-9_\[\]]+)`", first):
+            base = name.replace("[_selected]", "")
+            names |= {base, base + "_selected"} if "[_selected]" in name else {name}
+        if "`all_` twins" in first:
+            names |= {"all_" + name[len("selected_"):] for name in list(names) if name.startswith("selected_")}
+        names |= set(re.findall(r"`([a-z0-9_]+)`", row.split("|")[2]))  # e.g. generation_tokens_per_second
+    return names
+
+
+def test_every_field_of_a_metrics_line_is_in_the_docs_metrics_table():
+    """docs/training.md's metrics table names every field a step's metrics line carries (the
+    fixed fields, the paper's figures, the most frequent tokens, the warning and the sample)."""
+    from ict.core.diagnostics import PAPER_FIGURE_KEYS, TOP_TOKEN_KEYS
+    from ict.training.step_metrics import METRIC_FIELDS
+
+    fields = {*METRIC_FIELDS, *PAPER_FIGURE_KEYS, *TOP_TOKEN_KEYS.values(), "entropy_warning",
+              "sample_completion", "generation_tokens_per_second"}
+    missing = sorted(fields - _metrics_table_names())
+    assert not missing, f"docs/training.md's metrics table lacks {missing}"
+
+
+@pytest.mark.parametrize("name", ["docs/training.md", "docs/method.md", "docs/evaluation.md"])
+def test_the_python_snippets_of_the_docs_run(name):
+    """Each Python block of the docs runs as written (a registered selector or reward is removed
+    again, so it does not leak into other tests)."""
+    from ict.answers.rewards import REWARDS
+    from ict.core.selectors import SELECTORS
+
+    selectors, rewards = dict(SELECTORS), dict(REWARDS)
+    try:
+        for index, block in enumerate(re.findall(r"```python\n(.*?)```", (ROOT / name).read_text(), flags=re.S)):
+            exec(compile(block, f"{name} python block {index}", "exec"), {"__name__": "doc_snippet"})
+    finally:
+        SELECTORS.clear()
+        SELECTORS.update(selectors)
+        REWARDS.clear()
+        REWARDS.update(rewards)
+
+
+def _flat(name: str) -> str:
+    return " ".join((ROOT / name).read_text().split())
+
+
+def test_the_options_a_resume_may_change_are_the_ones_docs_training_lists():
+    """docs/training.md lists the options `--resume` lets change; they are `RESUME_MAY_CHANGE`
+    (besides `resume` and `run_dir` themselves)."""
+    from ict.training.config import RESUME_MAY_CHANGE
+
+    listed = re.search(r"options that only say how long and how visibly it runs may change \((.*?)\), and",
+                       _flat("docs/training.md"))
+    assert listed, "docs/training.md's resume sentence changed: update this test"
+    assert set(re.findall(r"`([a-z_]+)`", listed.group(1))) == RESUME_MAY_CHANGE - {"resume", "run_dir"}
+
+
+def test_the_eval_settings_a_comparison_rerun_must_keep_are_the_ones_docs_training_lists():
+    """docs/training.md names the `--eval-*` settings a comparison rerun must share with an
+    evaluation it reuses, in words; each word is one of `EVAL_SETTINGS` and every setting but the
+    sampling seed (always 0 in a comparison) is named."""
+    from ict.experiments.compare import EVAL_SETTINGS
+
+    words = {"benchmarks": "benchmarks", "data directory": "data_dir", "samples": "num_samples",
+             "ks": "ks", "temperature": "temperature", "length": "max_new_tokens", "limit": "limit",
+             "extraction": "math_extraction answer_extraction"}
+    listed = re.search(r"`--eval-\*` settings \(([^)]*)\) differ", _flat("docs/training.md"))
+    assert listed, "docs/training.md's compare rerun sentence changed: update this test"
+    named = [word.strip() for word in listed.group(1).split(",")]
+    assert set(named) <= set(words), set(named) - set(words)
+    assert {field for word in named for field in words[word].split()} == set(EVAL_SETTINGS) - {"seed"}
+
+
+def test_the_run_json_settings_docs_evaluation_lists_are_the_ones_a_resume_checks():
+    """docs/evaluation.md names, in words, the `run.json` settings whose change stops a resumed
+    `ict eval`; they are `ict.evaluation.records.RESUME_KEYS`."""
+    from ict.evaluation.records import RESUME_KEYS
+
+    words = {"model": "model", "n": "num_samples", "greedy": "greedy", "temperature": "temperature",
+             "top-p": "top_p", "max tokens": "max_new_tokens", "system prompt": "system_prompt",
+             "answer extraction": "answer_extraction"}
+    listed = re.search(r"If a setting in `run.json` differs \(([^)]*)\)", _flat("docs/evaluation.md"))
+    assert listed, "docs/evaluation.md's resume sentence changed: update this test"
+    named = [word.strip() for word in listed.group(1).split(",")]
+    assert set(named) <= set(words), set(named) - set(words)
+    assert {words[word] for word in named} == set(RESUME_KEYS)
+
+
+def test_the_references_docs_evaluation_gives_ict_inspect_are_its_choices():
+    """docs/evaluation.md: `ict inspect --reference` takes any JS reference but `ref` (the view
+    keeps no reference model); the option's choices are exactly those."""
+    from ict.core.stats import JS_REFERENCES
+
+    assert "JS score (`--reference`: any but `ref`," in _flat("docs/evaluation.md")
+    action = next(action for action in _command_parsers()["inspect"]._actions if action.dest == "reference")
+    assert set(action.choices) == set(JS_REFERENCES) - {"ref"}

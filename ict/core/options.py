@@ -61,12 +61,12 @@ def optional_inner(annotation: Any) -> tuple[Any, bool]:
 
 
 def describe(value: Any) -> str:
-    """Short text form of a default for --help."""
+    """Short text form of a default for --help; an empty text or list is ``""``, as it is typed
+    (``--eval-steps ""``), not a blank."""
     if isinstance(value, dict):
         return json.dumps(value, separators=(",", ":"))
-    if isinstance(value, tuple):
-        return ",".join(map(str, value))
-    return str(value)
+    text = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+    return text or '""'
 
 
 def suggestion(cls: type, name: str) -> str:
