@@ -15,7 +15,7 @@ import ict.answers.verify as verify_module
 from ict.answers.verify import MathVerifier
 
 # argv: a file counting the starts, then one mode per start ("ok"; "fail": exit before "ready";
-# "slow": "ready" after 2 s).
+# "slow": "ready" after 4 s).
 # A check's completion "sleep S" answers after S seconds, "die" ends the worker; any other is judged
 # correct, as extracted.
 FAKE_WORKER = """
@@ -28,7 +28,7 @@ mode = modes[min(start, len(modes)) - 1]
 if mode == "fail":
     sys.exit(3)
 if mode == "slow":  # an import that takes seconds, as math-verify's on a loaded machine
-    time.sleep(2.0)
+    time.sleep(4.0)
 def send(message):
     payload = pickle.dumps(message)
     os.write(1, struct.pack(">I", len(payload)) + payload)
@@ -229,10 +229,14 @@ def test_a_worker_restarted_late_in_a_batch_serves_a_batch_after_its_start_deadl
     monkeypatch.setattr(verify_module, "time", clock)
     pool = MathVerifier(num_workers=2)
     try:
-        first = pool.check_batch([("die", "1"), ("a", "1"), ("b", "1"), ("c", "1")], 10.0)
+        # worker 1 sleeps 1 s on its first check, so worker 0's death is seen while b and c are
+        # pending (and a restart is due) on any machine, and finishes b and c long before the
+        # restarted worker's 4 s start (with "a" at once, a loaded machine could finish a, b and c
+        # before seeing the death: no restart, nothing to test)
+        first = pool.check_batch([("die", "1"), ("sleep 1", "1"), ("b", "1"), ("c", "1")], 10.0)
         assert [v.status for v in first] == ["error", "ok", "ok", "ok"]
         restarted = pool._workers[0]
-        assert restarted is not None and not restarted.ready  # its start takes 2 s
+        assert restarted is not None and not restarted.ready  # its start takes 4 s
         assert select.select([restarted.read_fd], [], [], 60.0)[0]  # now its "ready" is in the pipe
         offset[0] += 200.0
         second = pool.check_batch([("d", "1"), ("e", "1")], 10.0)
