@@ -288,6 +288,17 @@ def test_stats_agreement_runs_tiny_and_agrees(tmp_path):
     assert "| cpu/torch - float64 |" in result.stdout
 
 
+def _agreement_missed(agreement, monkeypatch, capsys) -> str:
+    """stats_agreement.py's main at a small shape (V = 53, 6 positions, one group of 4): it must
+    exit with its missed-target status; returns what it printed."""
+    monkeypatch.setattr(sys, "argv", ["stats_agreement.py", "--vocab", "53", "--length", "6", "--group", "4",
+                                      "--prompts", "1"])
+    with pytest.raises(SystemExit) as stopped:
+        agreement.main()
+    assert stopped.value.code == agreement.MISSED
+    return capsys.readouterr().out
+
+
 def test_stats_agreement_misses_its_target_when_a_path_gives_nan(monkeypatch, capsys):
     """A NaN statistic on the path scored is a miss (exit 3), not skipped by ``max``: before, a NaN
     after the first figure lost every comparison, the target read 'met' and the script exited 0."""
@@ -300,12 +311,7 @@ def test_stats_agreement_misses_its_target_when_a_path_gives_nan(monkeypatch, ca
         return stats
 
     monkeypatch.setattr(agreement, "token_statistics", poisoned)
-    monkeypatch.setattr(sys, "argv", ["stats_agreement.py", "--vocab", "53", "--length", "6", "--group", "4",
-                                      "--prompts", "1"])
-    with pytest.raises(SystemExit) as stopped:
-        agreement.main()
-    assert stopped.value.code == agreement.MISSED
-    assert "NOT met (largest difference nan: entropy" in capsys.readouterr().out
+    assert "NOT met (largest difference nan: entropy" in _agreement_missed(agreement, monkeypatch, capsys)
 
 
 def test_stats_agreement_misses_its_target_when_a_mask_differs_untied(monkeypatch, capsys):
@@ -323,12 +329,7 @@ def test_stats_agreement_misses_its_target_when_a_mask_differs_untied(monkeypatc
         return selection
 
     monkeypatch.setattr(agreement, "ict_mask", flipped)
-    monkeypatch.setattr(sys, "argv", ["stats_agreement.py", "--vocab", "53", "--length", "6", "--group", "4",
-                                      "--prompts", "1"])
-    with pytest.raises(SystemExit) as stopped:
-        agreement.main()
-    assert stopped.value.code == agreement.MISSED
-    printed = capsys.readouterr().out
+    printed = _agreement_missed(agreement, monkeypatch, capsys)
     assert table_rows(printed, ("cpu/torch",))[-1][1:3] == ["1", "1"]
     assert "NOT met" in printed and "1 mask tokens differ untied" in printed
 

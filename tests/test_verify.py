@@ -17,6 +17,7 @@ import types
 from pathlib import Path
 
 import pytest
+from verify_helpers import use_fake_workers
 
 from ict.answers.extraction import (
     extract_boxed_answer,
@@ -488,58 +489,13 @@ def test_worker_imports_this_copy_of_ict(monkeypatch):
     assert Path(first) == Path(ict.__file__).resolve().parents[1]
 
 
-# A stand-in math worker speaking the worker protocol (length-prefixed pickles): "die" ends the
-# process, "sleep S" answers after S seconds; its third start and later (a restart) take
-# RESTART_SECONDS before "ready", as math-verify's import does on a loaded machine.
-FAKE_WORKER = """
-import os, pickle, struct, sys, time
-starts = sys.argv[1]
-with open(starts, "a") as handle:
-    handle.write("x")
-if len(open(starts).read()) > 2:
-    time.sleep(float(sys.argv[2]))
-def send(message):
-    payload = pickle.dumps(message)
-    os.write(1, struct.pack(">I", len(payload)) + payload)
-def read(size):
-    data = b""
-    while len(data) < size:
-        chunk = os.read(0, size - len(data))
-        if not chunk:
-            sys.exit(0)
-        data += chunk
-    return data
-send(("ready", os.getpid()))
-while True:
-    task_id, completion, gold, extraction = pickle.loads(read(struct.unpack(">I", read(4))[0]))
-    if completion == "die":
-        os._exit(1)
-    if completion.startswith("sleep "):
-        time.sleep(float(completion.split()[1]))
-    send((task_id, True, completion, "ok"))
-"""
-
-
 def test_a_worker_restart_does_not_time_out_the_checks_answered_meanwhile(monkeypatch, tmp_path):
     """A worker that dies (or times out) is restarted when a check needs its slot. The restart
     blocked the pool until the new worker had imported math-verify (seconds), so a check that
     another worker answered within its bound meanwhile was read after that bound and judged a
     timeout (incorrect). Here the second check answers after 0.5 s of a 2 s bound while the
     restart takes 3 s: it must be judged by its answer."""
-    import sys
-
-    import ict.answers.verify as verify_module
-
-    script = tmp_path / "fake_worker.py"
-    script.write_text(FAKE_WORKER)
-    starts = tmp_path / "starts"
-
-    def start_fake(args, **kwargs):
-        return subprocess.Popen([sys.executable, str(script), str(starts), "3"], **kwargs)
-
-    fake = types.SimpleNamespace(Popen=start_fake, PIPE=subprocess.PIPE, DEVNULL=subprocess.DEVNULL,
-                                 TimeoutExpired=subprocess.TimeoutExpired)
-    monkeypatch.setattr(verify_module, "subprocess", fake)  # this module's only
+    use_fake_workers(monkeypatch, tmp_path, "ok,ok,slow:3")  # the restart (third start) takes 3 s
     pool = MathVerifier(num_workers=2)
     try:
         verdicts = pool.check_batch([("die", "1"), ("sleep 0.5", "1"), ("quick", "1")], 2.0)

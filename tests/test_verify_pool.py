@@ -4,70 +4,21 @@ that speaks the worker protocol (length-prefixed pickles) and starts in a second
 from __future__ import annotations
 
 import select
-import subprocess
-import sys
 import time
 import types
 
 import pytest
+from verify_helpers import use_fake_workers
 
 import ict.answers.verify as verify_module
 from ict.answers.verify import MathVerifier
 
-# argv: a file counting the starts, then one mode per start ("ok"; "fail": exit before "ready";
-# "slow": "ready" after 4 s).
-# A check's completion "sleep S" answers after S seconds, "die" ends the worker; any other is judged
-# correct, as extracted.
-FAKE_WORKER = """
-import os, pickle, struct, sys, time
-with open(sys.argv[1], "a") as handle:
-    handle.write("x")
-start = len(open(sys.argv[1]).read())
-modes = sys.argv[2].split(",")
-mode = modes[min(start, len(modes)) - 1]
-if mode == "fail":
-    sys.exit(3)
-if mode == "slow":  # an import that takes seconds, as math-verify's on a loaded machine
-    time.sleep(4.0)
-def send(message):
-    payload = pickle.dumps(message)
-    os.write(1, struct.pack(">I", len(payload)) + payload)
-def read(size):
-    data = b""
-    while len(data) < size:
-        chunk = os.read(0, size - len(data))
-        if not chunk:
-            sys.exit(0)
-        data += chunk
-    return data
-send(("ready", os.getpid()))
-while True:
-    task_id, completion, gold, extraction = pickle.loads(read(struct.unpack(">I", read(4))[0]))
-    if completion == "die":
-        os._exit(1)
-    if completion.startswith("sleep "):
-        time.sleep(float(completion.split()[1]))
-    send((task_id, True, completion, "ok"))
-"""
-
 
 @pytest.fixture
 def fake_workers(monkeypatch, tmp_path):
-    """Call with the start modes ("ok,fail,ok"; the last repeats); returns the start counter file."""
-    script = tmp_path / "fake_worker.py"
-    script.write_text(FAKE_WORKER)
-    starts = tmp_path / "starts"
-
-    def use(modes: str):
-        def start_fake(args, **kwargs):
-            return subprocess.Popen([sys.executable, str(script), str(starts), modes], **kwargs)
-
-        fake = types.SimpleNamespace(Popen=start_fake, PIPE=subprocess.PIPE, DEVNULL=subprocess.DEVNULL,
-                                     TimeoutExpired=subprocess.TimeoutExpired)
-        monkeypatch.setattr(verify_module, "subprocess", fake)  # this module's only
-        return starts
-
-    return use
+    """Call with the start modes ("ok,fail,ok"; the last repeats; `verify_helpers.FAKE_WORKER`);
+    returns the start counter file."""
+    return lambda modes: use_fake_workers(monkeypatch, tmp_path, modes)
 
 
 def _kill_workers(pool: MathVerifier) -> None:
@@ -223,7 +174,7 @@ def test_a_worker_restarted_late_in_a_batch_serves_a_batch_after_its_start_deadl
     no select ran (the bound already past) and the "ready" waiting in its pipe was never read: the
     batch failed with "the math-verify worker process failed to start". The pool's clock is moved
     200 s on between the batches."""
-    fake_workers("ok,ok,slow")
+    fake_workers("ok,ok,slow:4")
     offset = [0.0]
     clock = types.SimpleNamespace(monotonic=lambda: time.monotonic() + offset[0], sleep=time.sleep)
     monkeypatch.setattr(verify_module, "time", clock)
