@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
+from typing import Any
 
 RUN_SEED_LIMIT = 2**32
 """A training run's seed lies in [0, 2^32): numpy's range (`transformers.set_seed` seeds numpy too)."""
+
+
+def selection_base_seed(selector_options: Mapping[str, Any], run_seed: int) -> int:
+    """The base seed of a selection's generator: the selector's own ``seed`` option when set
+    (``random``), else the run's seed (our trainer's --seed, TRL's args.seed, verl's ict_seed)."""
+    own = selector_options.get("seed")
+    return run_seed if own is None else int(own)
 
 
 def step_seed(seed: int, step: int, stream: int) -> int:

@@ -90,6 +90,7 @@ from trl import GRPOTrainer
 from ict.core.devices import to_device_unblocking
 from ict.core.errors import UsageError
 from ict.core.loss import kl_penalty_term, masked_sums, means_of
+from ict.core.seeding import selection_base_seed
 from ict.core.selectors import (
     SelectionInputs,
     method_train_options,
@@ -395,8 +396,8 @@ class ICTGRPOTrainer(GRPOTrainer):
         if key != self._call_key:
             self._call_key, self._call_index = key, 0
         call, self._call_index = self._call_index, self._call_index + 1
-        seed = self.selector_options.get("seed")
-        return selection_generator(self.args.seed if seed is None else int(seed), key[1], call, mode, device)
+        return selection_generator(selection_base_seed(self.selector_options, self.args.seed), key[1], call,
+                                   mode, device)
 
     def _statistics(self, hidden: Tensor, ids: Tensor, response: Tensor, group_ids: Tensor | None,
                     finished: Tensor, head: tuple[Tensor, Tensor, Tensor] | None = None) -> TokenStatistics:

@@ -18,7 +18,7 @@ from verl.workers.utils.padding import no_padding_2_padding
 
 from ict.core.errors import UsageError
 from ict.core.loss import PolicyLossConfig, aggregation_weight
-from ict.core.seeding import step_seed
+from ict.core.seeding import selection_base_seed, step_seed
 from ict.core.selectors import (
     Selection,
     SelectionInputs,
@@ -301,8 +301,7 @@ def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
     all_mask = all_mask.bool()
 
     generator = torch.Generator(device=device).manual_seed(
-        _next_selection_seed(getattr(actor_config.policy_loss, "ict_seed", 0)
-                             if options.get("seed") is None else int(options["seed"]), step))
+        _next_selection_seed(selection_base_seed(options, getattr(actor_config.policy_loss, "ict_seed", 0)), step))
     loss_config = loss_config_of(actor_config, actor_config.loss_agg_mode)
     inputs = SelectionInputs(
         stats=TokenStatistics(log_probs, entropy, renyi2, dict(zip(references, js))),

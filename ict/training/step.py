@@ -28,7 +28,7 @@ import torch
 from ict.core.errors import UsageError
 from ict.core.loss import PolicyLossConfig, aggregation_weight, loss_gradient_mask, policy_loss
 from ict.core.profiling import StepProfiler
-from ict.core.seeding import step_seed
+from ict.core.seeding import selection_base_seed, step_seed
 from ict.core.selectors import (
     ICT_DEFAULT_REFERENCE,
     Selection,
@@ -93,12 +93,6 @@ class Method:
     options: dict[str, Any]
     population: str
     js_references: tuple[str, ...]
-
-    def seed(self, run_seed: int) -> int:
-        """The base seed of the selection's generator: the selector's own ``seed`` option when
-        set (``random``), else the run's seed (as TRL's and verl's integrations do)."""
-        own = self.options.get("seed")
-        return run_seed if own is None else int(own)
 
     @classmethod
     def of(cls, selector: str, options: dict[str, Any]) -> Method:
@@ -492,7 +486,7 @@ def update_on_batch(model: Any, optimizer: torch.optim.Optimizer, batch: Rollout
             model, batch.select(index), advantages[index],
             old_log_probs[index] if old_log_probs is not None and update_index > 0 else None, method, context,
             micro_batch_size=config.micro_batch_size or mini_batch_size, group_size=group_size,
-            selection_seed=step_seed(method.seed(config.seed), step, 2) + 1000 * update_index,
+            selection_seed=step_seed(selection_base_seed(method.options, config.seed), step, 2) + 1000 * update_index,
             population_stats=initial.rows(index) if update_index == 0 and initial is not None else None)
         norm, applied = apply_update(model, optimizer, result.loss, config.max_grad_norm,
                                      context.profiler)
