@@ -29,7 +29,10 @@ def test_the_first_signal_asks_to_stop_and_the_second_aborts(number):
         assert stop.requested is False
         signal.raise_signal(number)
         assert stop.requested is True
-        assert console.lines == ["stopping after this step (checkpointed; Ctrl-C again aborts)"]
+        expected = {signal.SIGINT: "stopping after this step (checkpointed; Ctrl-C again aborts)",
+                    signal.SIGTERM: "SIGTERM: stopping after this step (checkpointed; a second "
+                                    "SIGTERM or Ctrl-C aborts)"}
+        assert console.lines == [expected[number]]
         with pytest.raises(KeyboardInterrupt):
             signal.raise_signal(number)
         assert len(console.lines) == 1

@@ -8,6 +8,12 @@ import signal
 import threading
 from typing import Any
 
+STOP_MESSAGES = {
+    signal.SIGINT: "stopping after this step (checkpointed; Ctrl-C again aborts)",
+    signal.SIGTERM: "SIGTERM: stopping after this step (checkpointed; a second SIGTERM or Ctrl-C aborts)",
+}
+"""What the first signal prints, by the signal that came (a scheduler's SIGTERM is not a Ctrl-C)."""
+
 
 class StopRequest:
     """First SIGINT/SIGTERM: set `requested` (the loop checkpoints after the current step and
@@ -26,7 +32,7 @@ class StopRequest:
             raise KeyboardInterrupt
         self.requested = True
         with contextlib.suppress(Exception):
-            self.console.print("stopping after this step (checkpointed; Ctrl-C again aborts)")
+            self.console.print(STOP_MESSAGES.get(number, STOP_MESSAGES[signal.SIGINT]))
 
     def restore(self) -> None:
         for number, handler in self.previous.items():
