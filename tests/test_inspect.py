@@ -560,3 +560,33 @@ def test_inspect_needs_exactly_one_source_of_completions_and_valid_prompt_text(t
             config.validate()
     with pytest.raises(UsageError, match="--prompt is not valid text"):
         InspectConfig(prompt="caf\udce9").validate()
+
+
+def test_bidirectional_controls_show_as_escapes_instead_of_reordering_the_view():
+    """A token holding U+202E (right-to-left override; one token of byte-level vocabularies) was
+    written raw: invisible itself, it made a browser show the rest of its completion mirrored
+    (" 12 + 34 = 46" as "64 = 43 + 21"), and a prompt's did the same to the prompt. Every Unicode
+    Bidi_Control character shows as \\uNNNN, on the page (tokens and prompts) and in the terminal."""
+    import io
+
+    from rich.console import Console
+
+    from ict.analysis.token_view import TokenView, print_view, render_html
+
+    controls = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+    tokens = [" is", "\u202e", " 12", " +", " 34", " = 46\u2067"]
+    view = TokenView(["say\u202e 12 + 34\r"], [tokens], [[0.1, 0.2, 0.3, 0.4, 0.5, 0.6]],
+                     {"ict": [[False, True, False, False, False, False]]}, "js", 0.0, {}, {})
+    page = render_html(view)
+    assert not any(char in page for char in controls + "\r")
+    shown = [html.unescape(text) for text in re.findall(r"<span class='tok[^']*'[^>]*>([^<]*)</span>", page)]
+    assert shown == [" is", "\\u202e", " 12", " +", " 34", " = 46\\u2067"]
+    assert "#0: say\\u202e 12 + 34\\x0d</div>" in page
+    buffer = io.StringIO()
+    print_view(view, Console(file=buffer, force_terminal=False, width=200))
+    out = buffer.getvalue()
+    assert not any(char in out for char in controls)
+    assert "#0:  is\\u202e 12 + 34 = 46\\u2067\n" in out
+    every = TokenView(["p"], [list(controls)], [[0.0] * len(controls)], {"ict": [[False] * len(controls)]},
+                      "js", 0.0, {}, {})
+    assert not any(char in render_html(every) for char in controls)

@@ -32,6 +32,9 @@ from ict.models.rollout import ROLLOUT_TEMPERATURE
 COLOR_SCORES = ("js", "entropy", "renyi2")
 NEWLINE_MARK = "\u21b5"
 """shown before each line break of a token on the page (a newline token is otherwise invisible)"""
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+"""Unicode's Bidi_Control characters (marks, embeddings, overrides, isolates): invisible, and they
+reorder the text after them"""
 SILENCED = "stapo_silenced"
 """the mark of the tokens STAPO silences (it updates all the others)"""
 SELECTIONS = (("ict", "ict", {}), ("entropy20", "entropy", {}), ("stapo", "stapo", {}))
@@ -279,11 +282,12 @@ def render_html(view: TokenView, source: str = "") -> str:
     """One self-contained page: a coloured <span class="tok"> per token with its score in the
     title (the tooltip) and its selections as classes: ICT-selected tokens underlined, 20-Entropy
     boxed, STAPO's silenced tokens struck; a line break inside a token shown as NEWLINE_MARK, and
-    its other control characters as ``\\xNN`` (`_visible`: an HTML parser turns a carriage return
-    into a line break and drops a NUL).
+    its other control characters as ``\\xNN`` and its bidirectional controls as ``\\uNNNN``
+    (`_visible`: an HTML parser turns a carriage return into a line break and drops a NUL; a
+    right-to-left override mirrors the text after it).
     `source` (e.g. the model and the samples file) is printed under the heading; each prompt is
     printed once, whole and as the model saw it (chat template, system prompt and line breaks
-    included), above the first of its completions."""
+    included; its control characters shown as a token's), above the first of its completions."""
     low, high = _range(view)
     heading = f"{view.score_name} to {view.reference}" if view.reference else view.score_name
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ict inspect</title>",
@@ -313,7 +317,7 @@ def render_html(view: TokenView, source: str = "") -> str:
     for index, (prompt, tokens, scores) in enumerate(zip(view.prompts, view.tokens, view.scores,
                                                          strict=True)):
         shown = "(same prompt)" if index and view.prompts[index - 1] == prompt else prompt
-        parts.append(f"<div class='prompt'>#{index}: {html.escape(shown)}</div><p>")
+        parts.append(f"<div class='prompt'>#{index}: {html.escape(_visible(shown))}</div><p>")
         for position, (token, value) in enumerate(zip(tokens, scores, strict=True)):
             classes = ["tok", *(label for label in view.selected
                                 if view.selected[label][index][position])]
@@ -330,11 +334,13 @@ def _verb(label: str) -> str:
     return "silences" if label == SILENCED else "selects"
 
 
-def _visible(token: str) -> str:
-    """`token` for a terminal or the page: control characters but newline and tab as ``\\xNN`` (a
-    completion's ESC would otherwise reach the terminal as an escape sequence)."""
+def _visible(text: str) -> str:
+    """`text` for a terminal or the page: control characters but newline and tab as ``\\xNN`` (a
+    completion's ESC would otherwise reach the terminal as an escape sequence) and the invisible
+    bidirectional controls (:data:`BIDI_CONTROLS`) as ``\\uNNNN`` (a right-to-left override
+    token showed the rest of its completion mirrored: " 12 + 34 = 46" as "64 = 43 + 21")."""
     return "".join(f"\\x{ord(char):02x}" if unicodedata.category(char) == "Cc" and char not in "\n\t"
-                   else char for char in token)
+                   else f"\\u{ord(char):04x}" if char in BIDI_CONTROLS else char for char in text)
 
 
 def print_view(view: TokenView, console: Any = None) -> None:
