@@ -356,6 +356,19 @@ def test_fused_head_normalisers_read_both_layouts_of_log_z():
     assert fused_head_normalisers(SimpleNamespace(log_probs=base * 2.0, label_mask=mask)) is None
 
 
+def test_finished_rows_are_those_whose_last_completion_id_ends_them():
+    """A row is finished when the id at the last position of its completion mask is EOS or pad;
+    a row with no completion token (TRL's mask_truncated_completions zeroes a truncated row's
+    mask) is not, whatever id its first column holds."""
+    from ict.integrations.trl import finished_rows
+
+    eos, pad = 2, 0
+    ids = torch.tensor([[5, eos, pad], [5, 6, 7], [eos, pad, pad], [pad, pad, pad], [5, 6, pad]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [0, 0, 0], [0, 0, 0], [1, 1, 1]])
+    assert finished_rows(ids, mask, [eos, pad]).tolist() == [True, False, False, False, True]
+    assert finished_rows(ids, mask, [eos]).tolist() == [True, False, False, False, False]
+
+
 def test_full_token_warmup_counts_training_steps_only():
     """The first full_token_warmup_steps optimizer steps (global_step 0 .. N - 1) update every
     token; an evaluation (no update) uses the selector at any step."""

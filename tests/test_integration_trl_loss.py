@@ -507,6 +507,12 @@ def test_scores_take_the_heads_log_z_only_where_it_is_this_heads(loss_trainer, m
         torch.testing.assert_close(stats.entropy.double()[response], entropy[response], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(stats.log_probs.double()[response], chosen[response], atol=1e-5, rtol=1e-5)
     assert trainer.ict_head_deviation > 1e-2
+    # a log Z off by 3e-5 (probabilities summing to 1 - 3e-5) is past the 1e-5 tolerance
+    monkeypatch.setattr(trainer, "ict_head_deviation", None)
+    before = trainer.ict_head_statistics["recomputed"]
+    trainer._statistics(hidden, ids, response, groups, finished, (log_z + 3e-5, entropy.float(), chosen.float()))
+    assert trainer.ict_head_statistics["recomputed"] == before + 1
+    assert trainer.ict_head_deviation == pytest.approx(3e-5, rel=0.05)
 
 
 def _group_mean_reference(probs, mask, groups):
