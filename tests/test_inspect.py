@@ -361,6 +361,26 @@ def test_the_terminal_view_shows_control_characters_instead_of_sending_them():
     assert "#0: \\x1b[2J\\x1b]0;pwned\\x07\n" in out and "#1: a\n" in out  # newline (and tab) kept
 
 
+def test_the_terminal_view_underlines_exactly_the_ict_tokens():
+    """The terminal marks ICT's tokens underlined and bold ("Underlined: ICT." in its legend), on
+    the score's background; the others carry the background only."""
+    import io
+
+    from rich.console import Console
+
+    from ict.analysis.token_view import TokenView, print_view
+
+    view = TokenView(["p"], [["alpha", "beta", "gamma"]], [[0.1, 0.5, 0.9]],
+                     {"ict": [[False, True, False]]}, "js", 0.0, {}, {})
+    buffer = io.StringIO()
+    print_view(view, Console(file=buffer, force_terminal=True, color_system="truecolor", width=200))
+    styles = dict((token, set(codes.split(";")))
+                  for codes, token in re.findall(r"\x1b\[([0-9;]*)m(alpha|beta|gamma)", buffer.getvalue()))
+    assert {"1", "4"} <= styles["beta"]
+    assert not {"1", "4"} & styles["alpha"] and not {"1", "4"} & styles["gamma"]
+    assert all({"30", "48"} <= codes for codes in styles.values())  # black on an rgb background
+
+
 def _js(p, q):
     """JS(p || q) in nats, float64: H(m) - H(p)/2 - H(q)/2 with m = (p + q)/2."""
     def entropy(x):
@@ -478,6 +498,9 @@ def test_renyi2_colours_shades_jaccard_and_left_out_tokens_match_the_page(tiny_m
     assert main(["inspect", "--model", str(tiny_model_dir), "--samples", str(samples), "--temperature", "0.7",
                  "--color", "renyi2", "--html", str(page)]) == 0
     printed = capsys.readouterr().out
+    assert "<h1>Token view (renyi2)</h1>" in page.read_text()  # no JS reference named for an entropy colour
+    # the tokens each selection leaves out: ICT's and 20-Entropy's (STAPO's are its silenced ones, listed once)
+    assert sorted(re.findall(r"^(\S+) leaves out most often: ", printed, re.MULTILINE)) == ["entropy20", "ict"]
     spans = [re.findall(r"<span class='tok([^']*)' style='background:rgb\((\d+),(\d+),(\d+)\)' "
                         r"title='renyi2=([0-9.]+)'>([^<]*)</span>", block)
              for block in page.read_text().split("<div class='prompt'>")[1:]]
