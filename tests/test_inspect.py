@@ -267,15 +267,17 @@ def test_the_learning_curve_legend_names_every_method_of_any_panel(tmp_path, mon
 def _plain_forward(model_dir):
     """The tiny model's tokenizer and ``probabilities(prompt, ids, temperature)``: softmax(logits /
     T) in float64, ``[len(ids), V]``, at each response token of ``ids``, from one plain forward pass
-    of the chat-rendered user ``prompt`` followed by ``ids`` (no padding, no batching)."""
+    of the chat-rendered user ``prompt`` (after a ``system`` message if given) followed by ``ids``
+    (no padding, no batching)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
 
-    def probabilities(prompt, ids, temperature):
-        chat = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+    def probabilities(prompt, ids, temperature, system=None):
+        messages = [{"role": "system", "content": system}] if system else []
+        chat = tokenizer.apply_chat_template([*messages, {"role": "user", "content": prompt}], tokenize=False,
                                              add_generation_prompt=True)
         prompt_ids = tokenizer(chat, add_special_tokens=False)["input_ids"]
         with torch.no_grad():
@@ -613,3 +615,31 @@ def test_bidirectional_controls_show_as_escapes_instead_of_reordering_the_view()
     every = TokenView(["p"], [list(controls)], [[0.0] * len(controls)], {"ict": [[False] * len(controls)]},
                       "js", 0.0, {}, {})
     assert not any(char in render_html(every) for char in controls)
+
+
+def test_samples_are_scored_after_the_system_prompt_they_were_sampled_after(tiny_model_dir, tmp_path):
+    """An evaluation run with --system-prompt samples each completion after that system message, and
+    its samples.jsonl records hold the bare prompt: --samples scored them after no system message
+    (other scores, silently). --system-prompt renders it: the page shows it in the prompt and every
+    entropy is that of a float64 forward pass after it; --prompt samples after it too."""
+    prompt, system = "what is 1 + 2 ?", "reply with one number"
+    completions = ["the sum is 3", "3", "is 3"]
+    samples = _samples_file(tmp_path / "samples.jsonl", [{"prompt": prompt, "completion": c} for c in completions])
+    page = tmp_path / "view.html"
+    assert main(["inspect", "--model", str(tiny_model_dir), "--samples", str(samples), "--system-prompt", system,
+                 "--temperature", "0.7", "--color", "entropy", "--html", str(page)]) == 0
+    text = page.read_text()
+    assert system in text.split("<div class='prompt'>")[1].split("</div>")[0]
+    shown = [float(value) for value in re.findall(r"title='entropy=([0-9.]+)'", text)]
+    tokenizer, probabilities = _plain_forward(tiny_model_dir)
+    expected, without = [], []
+    for completion in completions:
+        ids = tokenizer.encode(completion, add_special_tokens=False)
+        for values, given in ((expected, system), (without, None)):
+            p = probabilities(prompt, ids, 0.7, system=given)
+            values += (-(p * p.log()).sum(-1)).tolist()
+    assert shown == pytest.approx(expected, abs=6e-5)
+    assert max(abs(a - b) for a, b in zip(expected, without, strict=True)) > 1e-3  # the test can tell
+    assert main(["inspect", "--model", str(tiny_model_dir), "--prompt", prompt, "--system-prompt", system,
+                 "--n", "2", "--max-new-tokens", "4", "--html", str(page)]) == 0
+    assert system in page.read_text().split("<div class='prompt'>")[1].split("</div>")[0]

@@ -58,6 +58,8 @@ class InspectConfig:
     temperature: float = option(ROLLOUT_TEMPERATURE, "sampling temperature, also the "
                                 "statistics' (ict train's default)")
     seed: int = option(0, "sampling seed")
+    system_prompt: str | None = option(None, "system message before each prompt, as the model saw it: "
+                                       "with --samples, the evaluation's --system-prompt")
     color: str = option("js", "what colours the tokens", COLOR_SCORES)
     reference: str = option(ICT_DEFAULT_REFERENCE, "JS reference of the js colour (ICT's marks "
                             "always use ICT's default)", JS_COLOUR_REFERENCES)
@@ -72,6 +74,8 @@ class InspectConfig:
             raise UsageError("--prompt is empty: give the text to sample completions of")
         if self.prompt is not None and not encodes_as_utf8(self.prompt):  # a non-UTF-8 byte of argv, as \udcff
             raise UsageError("--prompt is not valid text (a byte that is not UTF-8?): no tokenizer encodes it")
+        if self.system_prompt is not None and not encodes_as_utf8(self.system_prompt):
+            raise UsageError("--system-prompt is not valid text (a byte that is not UTF-8?): no tokenizer encodes it")
         if self.samples is not None:
             sampling = {"num_samples": "--n", "max_new_tokens": "--max-new-tokens", "seed": "--seed"}
             given = [flag for name, flag in sampling.items()
@@ -377,10 +381,13 @@ def print_view(view: TokenView, console: Any = None) -> None:
                       markup=False, highlight=False, soft_wrap=True)
 
 
-def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = None) -> Any:
+def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = None,
+                         system_prompt: str | None = None) -> Any:
     """Rollout from a JSONL of {"prompt", "completion", optional "finished"} records (an
     evaluation's samples.jsonl is one), grouped by prompt in file order; the first `num_prompts`
-    prompts (all when None), each with the same number of completions. A finished completion
+    prompts (all when None), each with the same number of completions, each prompt rendered with
+    `system_prompt` (an evaluation's records do not hold it; without it, completions sampled
+    after a system message would be scored after none). A finished completion
     (it ended on EOS, as a rollout's does) gets the tokenizer's EOS token after its text's
     tokens; a record without "finished" counts as cut by the length cap. An evaluation's greedy
     records are left out (they are not of the sampled group); one completion per prompt is a
@@ -418,7 +425,7 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
                          f"(found {', '.join(map(str, sorted(sizes)))})")
     if sizes == {1}:
         raise UsageError(f"{path}: one completion per prompt; JS scores compare completions (>= 2 each)")
-    texts = [render_prompt(tokenizer, prompt, None) for prompt in groups]
+    texts = [render_prompt(tokenizer, prompt, system_prompt) for prompt in groups]
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     ids = [[tokenizer.encode(completion, add_special_tokens=False) + (eos if finished else [])
             for completion, finished in group] for group in groups.values()]
