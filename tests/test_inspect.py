@@ -267,15 +267,17 @@ def test_the_learning_curve_legend_names_every_method_of_any_panel(tmp_path, mon
 def _plain_forward(model_dir):
     """The tiny model's tokenizer and ``probabilities(prompt, ids, temperature)``: softmax(logits /
     T) in float64, ``[len(ids), V]``, at each response token of ``ids``, from one plain forward pass
-    of the chat-rendered user ``prompt`` followed by ``ids`` (no padding, no batching)."""
+    of the chat-rendered user ``prompt`` (after a ``system`` message if given) followed by ``ids``
+    (no padding, no batching)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
 
-    def probabilities(prompt, ids, temperature):
-        chat = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+    def probabilities(prompt, ids, temperature, system=None):
+        messages = [{"role": "system", "content": system}] if system else []
+        chat = tokenizer.apply_chat_template([*messages, {"role": "user", "content": prompt}], tokenize=False,
                                              add_generation_prompt=True)
         prompt_ids = tokenizer(chat, add_special_tokens=False)["input_ids"]
         with torch.no_grad():
@@ -343,24 +345,6 @@ def test_an_evaluations_greedy_records_are_not_scored_with_its_samples(tiny_mode
     assert len(blocks) == 4 and not any("so" in re.findall(r"<span[^>]*>([^<]*)</span>", b) for b in blocks)
 
 
-def test_the_terminal_view_shows_control_characters_instead_of_sending_them():
-    """A completion's ESC reached the terminal raw (rich strips BEL, not ESC): an escape sequence
-    that clears the screen or sets the window title."""
-    import io
-
-    from rich.console import Console
-
-    from ict.analysis.token_view import TokenView, print_view
-
-    view = TokenView(["p", "p"], [["\x1b[2J", "\x1b]0;pwned\x07"], ["a\n", "\tb"]], [[0.1, 0.2], [0.3, 0.4]],
-                     {"ict": [[True, False], [False, False]]}, "js", 0.0, {}, {})
-    buffer = io.StringIO()
-    print_view(view, Console(file=buffer, force_terminal=False, width=200))
-    out = buffer.getvalue()
-    assert "\x1b" not in out and "\x07" not in out and "\\x09" not in out  # a tab is no control sequence
-    assert "#0: \\x1b[2J\\x1b]0;pwned\\x07\n" in out and "#1: a\n" in out  # newline (and tab) kept
-
-
 def _js(p, q):
     """JS(p || q) in nats, float64: H(m) - H(p)/2 - H(q)/2 with m = (p + q)/2."""
     def entropy(x):
@@ -421,32 +405,6 @@ def test_every_js_score_and_ict_mark_matches_a_float64_recomputation(tiny_model_
                 assert [t for t, (classes, _) in enumerate(row) if "ict" in classes.split()] == sorted(top)
 
 
-def test_the_page_names_the_colours_reference_and_shows_line_breaks():
-    """The heading said "Token view (js)" whatever --reference coloured it, and the legend "ICT
-    (top 10% JS)" (ICT ranks each response by JS to group_mean_absorbing); a newline token was an
-    empty box. Markup in a prompt or a token is text, never markup."""
-    import io
-
-    from rich.console import Console
-
-    from ict.analysis.token_view import TokenView, print_view, render_html
-
-    view = TokenView(["say </script><b>&", "say </script><b>&"], [["a\n", "</script>"], ["&", "\n\n"]],
-                     [[0.1, 0.4], [0.2, 0.3]], {"ict": [[True, False], [False, True]]}, "js", 0.0, {}, {},
-                     reference="group_mean_loo")
-    page = render_html(view)
-    assert "<h1>Token view (js to group_mean_loo)</h1>" in page
-    legend = ("Colour: JS to the group_mean_loo reference, white (0.100) to red (0.400 nats), the batch's range. "
-              "ICT: the top 10% of each response (at least one token) by JS to group_mean_absorbing; 20-Entropy: "
-              "the top 20% of the batch by entropy")
-    assert html.escape(legend) in page
-    assert ">a\u21b5\n</span>" in page and ">\u21b5\n\u21b5\n</span>" in page
-    assert "<script" not in page and "<b>" not in page and "&lt;/script&gt;&lt;b&gt;&amp;" in page
-    buffer = io.StringIO()
-    print_view(view, Console(file=buffer, force_terminal=False, width=400))
-    assert legend in buffer.getvalue()
-
-
 def test_paths_under_the_home_directory_are_read_and_written_there(tiny_model_dir, tmp_path, monkeypatch):
     """--html ~/view.html (e.g. from --config, or --html=~/...: no shell expands it) passed the check
     before the work, which expands ~, and then failed to write after the model had scored every
@@ -478,6 +436,9 @@ def test_renyi2_colours_shades_jaccard_and_left_out_tokens_match_the_page(tiny_m
     assert main(["inspect", "--model", str(tiny_model_dir), "--samples", str(samples), "--temperature", "0.7",
                  "--color", "renyi2", "--html", str(page)]) == 0
     printed = capsys.readouterr().out
+    assert "<h1>Token view (renyi2)</h1>" in page.read_text()  # no JS reference named for an entropy colour
+    # the tokens each selection leaves out: ICT's and 20-Entropy's (STAPO's are its silenced ones, listed once)
+    assert sorted(re.findall(r"^(\S+) leaves out most often: ", printed, re.MULTILINE)) == ["entropy20", "ict"]
     spans = [re.findall(r"<span class='tok([^']*)' style='background:rgb\((\d+),(\d+),(\d+)\)' "
                         r"title='renyi2=([0-9.]+)'>([^<]*)</span>", block)
              for block in page.read_text().split("<div class='prompt'>")[1:]]
@@ -533,20 +494,6 @@ def test_prompt_mode_samples_at_the_given_temperature_and_seed(tiny_model_dir, t
         assert shown == expected
 
 
-def test_the_page_shows_carriage_returns_and_other_control_characters_as_the_terminal_does():
-    """A token's control characters reached the page raw: an HTML parser turns "\\r" into a line
-    break (a token "a\\r" showed as "a" and a line break with no mark; "\\r\\n" as two line breaks
-    around the mark) and drops a NUL ("\\x00b" showed as "b"). They show as \\xNN, as in the terminal."""
-    from ict.analysis.token_view import TokenView, render_html
-
-    view = TokenView(["p"], [["a\r", "\r\n", "\x00b", "c\x1b", "\td"]], [[0.1, 0.2, 0.3, 0.4, 0.5]],
-                     {"ict": [[True, False, False, False, False]]}, "js", 0.0, {}, {})
-    page = render_html(view)
-    shown = [html.unescape(text) for text in re.findall(r"<span class='tok[^']*'[^>]*>([^<]*)</span>", page)]
-    assert shown == ["a\\x0d", "\\x0d\u21b5\n", "\\x00b", "c\\x1b", "\td"]
-    assert not any(char in page for char in "\r\x00\x1b")
-
-
 def test_inspect_needs_exactly_one_source_of_completions_and_valid_prompt_text(tmp_path):
     """Both --prompt and --samples (the prompt would be silently ignored), neither (nothing to
     score), and a prompt holding a byte that is not UTF-8 (argv's \\udcff) are one-line refusals."""
@@ -560,3 +507,31 @@ def test_inspect_needs_exactly_one_source_of_completions_and_valid_prompt_text(t
             config.validate()
     with pytest.raises(UsageError, match="--prompt is not valid text"):
         InspectConfig(prompt="caf\udce9").validate()
+
+
+def test_samples_are_scored_after_the_system_prompt_they_were_sampled_after(tiny_model_dir, tmp_path):
+    """An evaluation run with --system-prompt samples each completion after that system message, and
+    its samples.jsonl records hold the bare prompt: --samples scored them after no system message
+    (other scores, silently). --system-prompt renders it: the page shows it in the prompt and every
+    entropy is that of a float64 forward pass after it; --prompt samples after it too."""
+    prompt, system = "what is 1 + 2 ?", "reply with one number"
+    completions = ["the sum is 3", "3", "is 3"]
+    samples = _samples_file(tmp_path / "samples.jsonl", [{"prompt": prompt, "completion": c} for c in completions])
+    page = tmp_path / "view.html"
+    assert main(["inspect", "--model", str(tiny_model_dir), "--samples", str(samples), "--system-prompt", system,
+                 "--temperature", "0.7", "--color", "entropy", "--html", str(page)]) == 0
+    text = page.read_text()
+    assert system in text.split("<div class='prompt'>")[1].split("</div>")[0]
+    shown = [float(value) for value in re.findall(r"title='entropy=([0-9.]+)'", text)]
+    tokenizer, probabilities = _plain_forward(tiny_model_dir)
+    expected, without = [], []
+    for completion in completions:
+        ids = tokenizer.encode(completion, add_special_tokens=False)
+        for values, given in ((expected, system), (without, None)):
+            p = probabilities(prompt, ids, 0.7, system=given)
+            values += (-(p * p.log()).sum(-1)).tolist()
+    assert shown == pytest.approx(expected, abs=6e-5)
+    assert max(abs(a - b) for a, b in zip(expected, without, strict=True)) > 1e-3  # the test can tell
+    assert main(["inspect", "--model", str(tiny_model_dir), "--prompt", prompt, "--system-prompt", system,
+                 "--n", "2", "--max-new-tokens", "4", "--html", str(page)]) == 0
+    assert system in page.read_text().split("<div class='prompt'>")[1].split("</div>")[0]

@@ -323,6 +323,41 @@ def test_evaluation_groups_are_num_generations_eval_rows(monkeypatch):
         assert ICTGRPOTrainer._generate_and_score_completions(trainer, None)[GROUP_KEY].tolist() == expected
 
 
+def test_evaluation_scores_whole_groups_of_num_generations_eval_rows():
+    """A group reference needs each row's whole group: with 2 processes of 2 rows, an evaluation's
+    groups (num_generations_eval 4) span both processes, so the rows of this process's groups are
+    fetched from the other one before scoring, although the training groups (num_generations 2)
+    would each fit in one process."""
+    from ict.core.stats import TokenStatistics
+    from ict.integrations.trl import GROUP_KEY, ICTGRPOTrainer
+
+    exchanged = []
+
+    def rows_of_own_groups(group_ids, tensors):
+        exchanged.append(group_ids.tolist())
+        return tensors, group_ids
+
+    def statistics(hidden, ids, response, group_ids, finished, head=None):
+        zeros = torch.zeros(ids.shape)
+        return TokenStatistics(zeros, zeros, zeros, {"group_mean": zeros})
+
+    ids = torch.tensor([[5, 2], [6, 7]])
+    trainer = SimpleNamespace(
+        _loss_inputs={"completion_ids": ids, "completion_mask": torch.ones(2, 2, dtype=torch.long),
+                      "advantages": torch.zeros(2), GROUP_KEY: torch.tensor([0, 0])},
+        _needs_groups=lambda: True, js_references=("group_mean",), population="token",
+        num_generations=2, num_generations_eval=4, model=SimpleNamespace(training=True),
+        accelerator=SimpleNamespace(num_processes=2, process_index=0), _generator=lambda device: None,
+        epsilon_low=0.2, epsilon_high=0.2, _tokenizer=SimpleNamespace(pad_token_id=0), eos_token_ids=[2],
+        _rows_of_own_groups=rows_of_own_groups, _statistics=statistics, _head_statistics=lambda length: None)
+    hidden, response = torch.zeros(2, 2, 3), torch.ones(2, 2, dtype=torch.bool)
+    for training, fetched in [(True, []), (False, [[0, 0]])]:
+        trainer.model.training = training
+        exchanged.clear()
+        ICTGRPOTrainer._population(trainer, hidden, response)
+        assert exchanged == fetched, training
+
+
 class ChunkedLogProbFunction(torch.autograd.Function):
     """Stand-in for TRL 1.16's fused-head autograd function (its node is named
     ChunkedLogProbFunctionBackward): saves (hidden, weight, bias, targets, log_z, entropy)."""
@@ -354,6 +389,19 @@ def test_fused_head_normalisers_read_both_layouts_of_log_z():
     output = SimpleNamespace(log_probs=ChunkedLogProbFunction.apply(base * 1.0, torch.ones(5)), label_mask=mask)
     assert fused_head_normalisers(output) is None
     assert fused_head_normalisers(SimpleNamespace(log_probs=base * 2.0, label_mask=mask)) is None
+
+
+def test_finished_rows_are_those_whose_last_completion_id_ends_them():
+    """A row is finished when the id at the last position of its completion mask is EOS or pad;
+    a row with no completion token (TRL's mask_truncated_completions zeroes a truncated row's
+    mask) is not, whatever id its first column holds."""
+    from ict.integrations.trl import finished_rows
+
+    eos, pad = 2, 0
+    ids = torch.tensor([[5, eos, pad], [5, 6, 7], [eos, pad, pad], [pad, pad, pad], [5, 6, pad]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [0, 0, 0], [0, 0, 0], [1, 1, 1]])
+    assert finished_rows(ids, mask, [eos, pad]).tolist() == [True, False, False, False, True]
+    assert finished_rows(ids, mask, [eos]).tolist() == [True, False, False, False, False]
 
 
 def test_full_token_warmup_counts_training_steps_only():

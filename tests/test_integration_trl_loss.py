@@ -172,12 +172,14 @@ def test_ours_weights_take_the_processes_counts_except_bnpo():
     """ours_weights with selection_counts summed over processes (here this micro-batch's plus
     another process's): grpo/sapo weight n_b / n_sel_b * B / S and dapo/cispo N / N_sel with the
     global B, S, N, N_sel; bnpo keeps this micro-batch's N / N_sel (TRL's bnpo normalises by the
-    process's tokens), whatever counts it is given."""
+    process's tokens), whatever counts it is given. A selected position outside the response
+    mask gets weight 0 and counts in no n_sel_b."""
     from ict.integrations.trl import ours_weights, selection_counts
 
     mask = torch.arange(5)[None, :] < torch.tensor([5, 4, 2])[:, None]
     selected = torch.zeros(3, 5, dtype=torch.bool)
     selected[0, [1, 3]] = selected[1, 0] = True  # row 2 has none
+    selected[1, 4] = True  # outside row 1's response: neither weighted nor counted
     other = torch.tensor([7.0, 3.0, 2.0, 2.0])  # another process: 7 tokens, 3 selected, 2 rows, both with some
     counts = selection_counts(selected, mask) + other
     assert counts.tolist() == [18.0, 6.0, 5.0, 4.0]
@@ -507,6 +509,12 @@ def test_scores_take_the_heads_log_z_only_where_it_is_this_heads(loss_trainer, m
         torch.testing.assert_close(stats.entropy.double()[response], entropy[response], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(stats.log_probs.double()[response], chosen[response], atol=1e-5, rtol=1e-5)
     assert trainer.ict_head_deviation > 1e-2
+    # a log Z off by 3e-5 (probabilities summing to 1 - 3e-5) is past the 1e-5 tolerance
+    monkeypatch.setattr(trainer, "ict_head_deviation", None)
+    before = trainer.ict_head_statistics["recomputed"]
+    trainer._statistics(hidden, ids, response, groups, finished, (log_z + 3e-5, entropy.float(), chosen.float()))
+    assert trainer.ict_head_statistics["recomputed"] == before + 1
+    assert trainer.ict_head_deviation == pytest.approx(3e-5, rel=0.05)
 
 
 def _group_mean_reference(probs, mask, groups):

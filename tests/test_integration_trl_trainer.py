@@ -320,6 +320,17 @@ def test_trl_mixed_precision_scores_on_the_fused_heads_log_z(tiny_model_dir, tmp
                                atol=1e-5, rtol=0)
 
 
+def test_trl_fp32_head_under_mixed_precision_scores_in_float32(tiny_model_dir, tmp_path):
+    """bf16 mixed precision with cast_lm_head_to_fp32: TRL's fused head runs in float32 outside the
+    autocast, so the statistics do too (not in the forward's bf16): the head's log Z fits them and
+    is reused, and the group_mean JS equals the float64 reference to float32 rounding."""
+    trainer, records = _train_in_process(tiny_model_dir, tmp_path, "ict:reference=group_mean,ratio=0.25",
+                                         bf16=True, cast_lm_head_to_fp32=True)
+    assert trainer._head_autocast == torch.bfloat16  # the forward ran under bf16 autocast
+    assert trainer.ict_head_statistics == {"reused": 1, "recomputed": 0} and trainer.ict_head_deviation < 1e-5
+    _check_group_mean_js(records[0])
+
+
 def test_trl_scope_group_and_duplicate_prompts(tiny_model_dir, tmp_path):
     """16 copies of one prompt, G=4, 8 rows: two groups of 4 (TRL's grouping, whose advantages
     sum to 0 per group), not one group of 8; scope=group selects ceil(ratio * N_g) per group."""
@@ -351,6 +362,7 @@ def test_trl_refusals_are_one_line(tiny_model_dir, tmp_path, monkeypatch):
 
     cases = [
         (dict(loss_type="vespo"), "selection_denominator='ours' is not defined for loss_type='vespo'"),
+        (dict(token_selector="ict:reference=ref"), r"^the 'ref' JS reference is not supported inside TRL"),
         (dict(token_selector="ict:scope=group,reference=seq_mean", steps_per_generation=2,
               gradient_accumulation_steps=2), "needs whole groups"),
         # FSDP: refused before TRL builds anything (on CPU accelerate would run plain DDP instead of

@@ -32,6 +32,9 @@ from ict.models.rollout import ROLLOUT_TEMPERATURE
 COLOR_SCORES = ("js", "entropy", "renyi2")
 NEWLINE_MARK = "\u21b5"
 """shown before each line break of a token on the page (a newline token is otherwise invisible)"""
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+"""Unicode's Bidi_Control characters (marks, embeddings, overrides, isolates): invisible, and they
+reorder the text after them"""
 SILENCED = "stapo_silenced"
 """the mark of the tokens STAPO silences (it updates all the others)"""
 SELECTIONS = (("ict", "ict", {}), ("entropy20", "entropy", {}), ("stapo", "stapo", {}))
@@ -55,6 +58,8 @@ class InspectConfig:
     temperature: float = option(ROLLOUT_TEMPERATURE, "sampling temperature, also the "
                                 "statistics' (ict train's default)")
     seed: int = option(0, "sampling seed")
+    system_prompt: str | None = option(None, "system message before each prompt, as the model saw it: "
+                                       "with --samples, the evaluation's --system-prompt")
     color: str = option("js", "what colours the tokens", COLOR_SCORES)
     reference: str = option(ICT_DEFAULT_REFERENCE, "JS reference of the js colour (ICT's marks "
                             "always use ICT's default)", JS_COLOUR_REFERENCES)
@@ -69,6 +74,8 @@ class InspectConfig:
             raise UsageError("--prompt is empty: give the text to sample completions of")
         if self.prompt is not None and not encodes_as_utf8(self.prompt):  # a non-UTF-8 byte of argv, as \udcff
             raise UsageError("--prompt is not valid text (a byte that is not UTF-8?): no tokenizer encodes it")
+        if self.system_prompt is not None and not encodes_as_utf8(self.system_prompt):
+            raise UsageError("--system-prompt is not valid text (a byte that is not UTF-8?): no tokenizer encodes it")
         if self.samples is not None:
             sampling = {"num_samples": "--n", "max_new_tokens": "--max-new-tokens", "seed": "--seed"}
             given = [flag for name, flag in sampling.items()
@@ -279,11 +286,12 @@ def render_html(view: TokenView, source: str = "") -> str:
     """One self-contained page: a coloured <span class="tok"> per token with its score in the
     title (the tooltip) and its selections as classes: ICT-selected tokens underlined, 20-Entropy
     boxed, STAPO's silenced tokens struck; a line break inside a token shown as NEWLINE_MARK, and
-    its other control characters as ``\\xNN`` (`_visible`: an HTML parser turns a carriage return
-    into a line break and drops a NUL).
+    its other control characters as ``\\xNN`` and its bidirectional controls as ``\\uNNNN``
+    (`_visible`: an HTML parser turns a carriage return into a line break and drops a NUL; a
+    right-to-left override mirrors the text after it).
     `source` (e.g. the model and the samples file) is printed under the heading; each prompt is
     printed once, whole and as the model saw it (chat template, system prompt and line breaks
-    included), above the first of its completions."""
+    included; its control characters shown as a token's), above the first of its completions."""
     low, high = _range(view)
     heading = f"{view.score_name} to {view.reference}" if view.reference else view.score_name
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ict inspect</title>",
@@ -313,7 +321,7 @@ def render_html(view: TokenView, source: str = "") -> str:
     for index, (prompt, tokens, scores) in enumerate(zip(view.prompts, view.tokens, view.scores,
                                                          strict=True)):
         shown = "(same prompt)" if index and view.prompts[index - 1] == prompt else prompt
-        parts.append(f"<div class='prompt'>#{index}: {html.escape(shown)}</div><p>")
+        parts.append(f"<div class='prompt'>#{index}: {html.escape(_visible(shown))}</div><p>")
         for position, (token, value) in enumerate(zip(tokens, scores, strict=True)):
             classes = ["tok", *(label for label in view.selected
                                 if view.selected[label][index][position])]
@@ -330,11 +338,13 @@ def _verb(label: str) -> str:
     return "silences" if label == SILENCED else "selects"
 
 
-def _visible(token: str) -> str:
-    """`token` for a terminal or the page: control characters but newline and tab as ``\\xNN`` (a
-    completion's ESC would otherwise reach the terminal as an escape sequence)."""
+def _visible(text: str) -> str:
+    """`text` for a terminal or the page: control characters but newline and tab as ``\\xNN`` (a
+    completion's ESC would otherwise reach the terminal as an escape sequence) and the invisible
+    bidirectional controls (:data:`BIDI_CONTROLS`) as ``\\uNNNN`` (a right-to-left override
+    token showed the rest of its completion mirrored: " 12 + 34 = 46" as "64 = 43 + 21")."""
     return "".join(f"\\x{ord(char):02x}" if unicodedata.category(char) == "Cc" and char not in "\n\t"
-                   else char for char in token)
+                   else f"\\u{ord(char):04x}" if char in BIDI_CONTROLS else char for char in text)
 
 
 def print_view(view: TokenView, console: Any = None) -> None:
@@ -371,10 +381,13 @@ def print_view(view: TokenView, console: Any = None) -> None:
                       markup=False, highlight=False, soft_wrap=True)
 
 
-def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = None) -> Any:
+def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = None,
+                         system_prompt: str | None = None) -> Any:
     """Rollout from a JSONL of {"prompt", "completion", optional "finished"} records (an
     evaluation's samples.jsonl is one), grouped by prompt in file order; the first `num_prompts`
-    prompts (all when None), each with the same number of completions. A finished completion
+    prompts (all when None), each with the same number of completions, each prompt rendered with
+    `system_prompt` (an evaluation's records do not hold it; without it, completions sampled
+    after a system message would be scored after none). A finished completion
     (it ended on EOS, as a rollout's does) gets the tokenizer's EOS token after its text's
     tokens; a record without "finished" counts as cut by the length cap. An evaluation's greedy
     records are left out (they are not of the sampled group); one completion per prompt is a
@@ -412,7 +425,7 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
                          f"(found {', '.join(map(str, sorted(sizes)))})")
     if sizes == {1}:
         raise UsageError(f"{path}: one completion per prompt; JS scores compare completions (>= 2 each)")
-    texts = [render_prompt(tokenizer, prompt, None) for prompt in groups]
+    texts = [render_prompt(tokenizer, prompt, system_prompt) for prompt in groups]
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     ids = [[tokenizer.encode(completion, add_special_tokens=False) + (eos if finished else [])
             for completion, finished in group] for group in groups.values()]

@@ -39,11 +39,13 @@ def run(args: argparse.Namespace) -> int:
     config = options_from_args(InspectConfig, args).validate()
     model, tokenizer = load_model_and_tokenizer(config.model, device="cpu")
     if config.samples:
-        rollout = rollout_from_samples(tokenizer, Path(config.samples).expanduser(), config.num_prompts)
+        rollout = rollout_from_samples(tokenizer, Path(config.samples).expanduser(), config.num_prompts,
+                                       config.system_prompt)
     else:
         sampling = SamplingSettings(config.temperature, config.max_new_tokens)
         rollout = generate_completions(model, tokenizer, [config.prompt], sampling,
-                                       num_samples=config.num_samples, seed=config.seed)
+                                       num_samples=config.num_samples, seed=config.seed,
+                                       system_prompt=config.system_prompt)
     view = build_view(model, tokenizer, rollout, temperature=config.temperature, color=config.color,
                       reference=config.reference)
     print_view(view)

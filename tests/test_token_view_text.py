@@ -1,0 +1,117 @@
+"""The token view's text (ict.analysis.token_view's page and terminal rendering) on hand-made
+views, no model: what a token's or a prompt's odd characters show as (control characters,
+line breaks, bidirectional controls), markup kept as text, the heading's reference and the
+terminal's ICT underline."""
+
+from __future__ import annotations
+
+import html
+import re
+
+
+def test_the_terminal_view_shows_control_characters_instead_of_sending_them():
+    """A completion's ESC reached the terminal raw (rich strips BEL, not ESC): an escape sequence
+    that clears the screen or sets the window title."""
+    import io
+
+    from rich.console import Console
+
+    from ict.analysis.token_view import TokenView, print_view
+
+    view = TokenView(["p", "p"], [["\x1b[2J", "\x1b]0;pwned\x07"], ["a\n", "\tb"]], [[0.1, 0.2], [0.3, 0.4]],
+                     {"ict": [[True, False], [False, False]]}, "js", 0.0, {}, {})
+    buffer = io.StringIO()
+    print_view(view, Console(file=buffer, force_terminal=False, width=200))
+    out = buffer.getvalue()
+    assert "\x1b" not in out and "\x07" not in out and "\\x09" not in out  # a tab is no control sequence
+    assert "#0: \\x1b[2J\\x1b]0;pwned\\x07\n" in out and "#1: a\n" in out  # newline (and tab) kept
+
+
+def test_the_page_shows_carriage_returns_and_other_control_characters_as_the_terminal_does():
+    """A token's control characters reached the page raw: an HTML parser turns "\\r" into a line
+    break (a token "a\\r" showed as "a" and a line break with no mark; "\\r\\n" as two line breaks
+    around the mark) and drops a NUL ("\\x00b" showed as "b"). They show as \\xNN, as in the terminal."""
+    from ict.analysis.token_view import TokenView, render_html
+
+    view = TokenView(["p"], [["a\r", "\r\n", "\x00b", "c\x1b", "\td"]], [[0.1, 0.2, 0.3, 0.4, 0.5]],
+                     {"ict": [[True, False, False, False, False]]}, "js", 0.0, {}, {})
+    page = render_html(view)
+    shown = [html.unescape(text) for text in re.findall(r"<span class='tok[^']*'[^>]*>([^<]*)</span>", page)]
+    assert shown == ["a\\x0d", "\\x0d\u21b5\n", "\\x00b", "c\\x1b", "\td"]
+    assert not any(char in page for char in "\r\x00\x1b")
+
+
+def test_bidirectional_controls_show_as_escapes_instead_of_reordering_the_view():
+    """A token holding U+202E (right-to-left override; one token of byte-level vocabularies) was
+    written raw: invisible itself, it made a browser show the rest of its completion mirrored
+    (" 12 + 34 = 46" as "64 = 43 + 21"), and a prompt's did the same to the prompt. Every Unicode
+    Bidi_Control character shows as \\uNNNN, on the page (tokens and prompts) and in the terminal."""
+    import io
+
+    from rich.console import Console
+
+    from ict.analysis.token_view import TokenView, print_view, render_html
+
+    controls = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+    tokens = [" is", "\u202e", " 12", " +", " 34", " = 46\u2067"]
+    view = TokenView(["say\u202e 12 + 34\r"], [tokens], [[0.1, 0.2, 0.3, 0.4, 0.5, 0.6]],
+                     {"ict": [[False, True, False, False, False, False]]}, "js", 0.0, {}, {})
+    page = render_html(view)
+    assert not any(char in page for char in controls + "\r")
+    shown = [html.unescape(text) for text in re.findall(r"<span class='tok[^']*'[^>]*>([^<]*)</span>", page)]
+    assert shown == [" is", "\\u202e", " 12", " +", " 34", " = 46\\u2067"]
+    assert "#0: say\\u202e 12 + 34\\x0d</div>" in page
+    buffer = io.StringIO()
+    print_view(view, Console(file=buffer, force_terminal=False, width=200))
+    out = buffer.getvalue()
+    assert not any(char in out for char in controls)
+    assert "#0:  is\\u202e 12 + 34 = 46\\u2067\n" in out
+    every = TokenView(["p"], [list(controls)], [[0.0] * len(controls)], {"ict": [[False] * len(controls)]},
+                      "js", 0.0, {}, {})
+    assert not any(char in render_html(every) for char in controls)
+
+
+def test_the_terminal_view_underlines_exactly_the_ict_tokens():
+    """The terminal marks ICT's tokens underlined and bold ("Underlined: ICT." in its legend), on
+    the score's background; the others carry the background only."""
+    import io
+
+    from rich.console import Console
+
+    from ict.analysis.token_view import TokenView, print_view
+
+    view = TokenView(["p"], [["alpha", "beta", "gamma"]], [[0.1, 0.5, 0.9]],
+                     {"ict": [[False, True, False]]}, "js", 0.0, {}, {})
+    buffer = io.StringIO()
+    print_view(view, Console(file=buffer, force_terminal=True, color_system="truecolor", width=200))
+    styles = dict((token, set(codes.split(";")))
+                  for codes, token in re.findall(r"\x1b\[([0-9;]*)m(alpha|beta|gamma)", buffer.getvalue()))
+    assert {"1", "4"} <= styles["beta"]
+    assert not {"1", "4"} & styles["alpha"] and not {"1", "4"} & styles["gamma"]
+    assert all({"30", "48"} <= codes for codes in styles.values())  # black on an rgb background
+
+
+def test_the_page_names_the_colours_reference_and_shows_line_breaks():
+    """The heading said "Token view (js)" whatever --reference coloured it, and the legend "ICT
+    (top 10% JS)" (ICT ranks each response by JS to group_mean_absorbing); a newline token was an
+    empty box. Markup in a prompt or a token is text, never markup."""
+    import io
+
+    from rich.console import Console
+
+    from ict.analysis.token_view import TokenView, print_view, render_html
+
+    view = TokenView(["say </script><b>&", "say </script><b>&"], [["a\n", "</script>"], ["&", "\n\n"]],
+                     [[0.1, 0.4], [0.2, 0.3]], {"ict": [[True, False], [False, True]]}, "js", 0.0, {}, {},
+                     reference="group_mean_loo")
+    page = render_html(view)
+    assert "<h1>Token view (js to group_mean_loo)</h1>" in page
+    legend = ("Colour: JS to the group_mean_loo reference, white (0.100) to red (0.400 nats), the batch's range. "
+              "ICT: the top 10% of each response (at least one token) by JS to group_mean_absorbing; 20-Entropy: "
+              "the top 20% of the batch by entropy")
+    assert html.escape(legend) in page
+    assert ">a\u21b5\n</span>" in page and ">\u21b5\n\u21b5\n</span>" in page
+    assert "<script" not in page and "<b>" not in page and "&lt;/script&gt;&lt;b&gt;&amp;" in page
+    buffer = io.StringIO()
+    print_view(view, Console(file=buffer, force_terminal=False, width=400))
+    assert legend in buffer.getvalue()
