@@ -5,8 +5,8 @@ against the references of tests/trl_helpers.py: the mask is the top ceil(ratio *
 all processes, the group_mean JS equals a float64 full-softmax computation from the captured hidden
 states (groups spanning processes), groups are TRL's G completions (advantages sum to 0 per group),
 and `random` draws the same mask on both ranks. In-process training (full fine-tuning, LoRA, bf16,
-tool masks, refusals) is tests/test_integration_trl_trainer.py; the loss (every loss_type, KL-Cov,
-Clip-Cov) is tests/test_integration_trl_loss.py."""
+tool masks, refusals) is tests/test_integration_trl_trainer.py; the loss (every loss_type,
+Clip-Cov) is tests/test_integration_trl_loss.py, KL-Cov's penalty tests/test_integration_trl_kl_cov.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """What the TRL integration tests share: the driver script that trains through TRL's real
-GRPOTrainer in a process of its own, how to run it, and the float64 references the selections and
-scores are checked against (written here, independent of ict.core)."""
+GRPOTrainer in a process of its own, how to run it, the float64 references the selections and
+scores are checked against (written here, independent of ict.core), and for the loss tests TRL's
+own _compute_loss on a stand-in trainer, a constructed ICTGRPOTrainer to call it on, and its
+inputs."""
 
 from __future__ import annotations
 
@@ -99,3 +101,85 @@ def absorbing_js_reference(hidden, weight, mask, group_ids, token_ids, finished=
             m = 0.5 * (probs[b, t] + q)
             result[b, t] = entropy(m) - 0.5 * (entropy(probs[b, t]) + entropy(q))
     return result
+
+
+def trl_own_loss(loss_type, advantages, mask, *, training, processes, accumulation, steps_per_generation):
+    """TRL 1.16's own GRPOTrainer._compute_loss run on a stand-in trainer whose forward returns
+    fixed log-probs equal to the old ones (ratio 1, so its per-token loss is ``-A``): its loss
+    aggregation and normalisers, with ``processes`` processes (gathers are the identity)."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from trl import GRPOTrainer
+
+    rows, length = mask.shape
+    log_probs = torch.full((rows, length), -1.25, dtype=torch.float64)
+    trainer = SimpleNamespace(
+        _get_per_token_logps_and_entropies=lambda *args, **kwargs: (log_probs, torch.zeros_like(log_probs), None),
+        aux_loss_enabled=False, top_entropy_quantile=1.0, off_policy_mask_threshold=None,
+        importance_sampling_level="token", beta=0.0, loss_type=loss_type, epsilon_low=0.2, epsilon_high=0.28,
+        args=SimpleNamespace(delta=None, steps_per_generation=steps_per_generation), use_vllm=False,
+        model=SimpleNamespace(training=training), current_gradient_accumulation_steps=accumulation,
+        accelerator=SimpleNamespace(num_processes=processes, gather=lambda x: x, reduce=lambda x, reduction: x),
+        max_completion_length=9, _entropy_bonus_enabled=False, _metrics=defaultdict(lambda: defaultdict(list)))
+    inputs = {"prompt_ids": torch.ones(rows, 2, dtype=torch.long), "prompt_mask": torch.ones(rows, 2, dtype=torch.long),
+              "completion_ids": torch.ones(rows, length, dtype=torch.long), "completion_mask": mask.long(),
+              "advantages": advantages, "old_per_token_logps": log_probs.clone(),
+              "num_items_in_batch": torch.tensor(37.0, dtype=torch.float64)}
+    return GRPOTrainer._compute_loss(trainer, None, inputs)
+
+
+def build_loss_trainer(model_dir, out_dir):
+    """An ICTGRPOTrainer (KL-Cov, ratio 0.2, kl_coef 1.5; 4 rows, 2 accumulation steps) on the
+    tiny model in ``model_dir``, in training mode."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer
+
+    torch.manual_seed(0)
+    args = ICTGRPOConfig(output_dir=str(out_dir), token_selector="kl_cov:ratio=0.2,kl_coef=1.5",
+                         per_device_train_batch_size=4, num_generations=4, max_completion_length=9,
+                         steps_per_generation=1, report_to="none", use_cpu=True, bf16=False, temperature=0.7)
+    trainer = ICTGRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(model_dir),
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+        reward_funcs=lambda completions, **kwargs: [0.0] * len(completions), args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["what is 1 + 1 ?"] * 4}))
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 2
+    return trainer
+
+
+def loss_trainer_for(tiny_model_dir, tmp_path_factory):
+    """A constructed ICTGRPOTrainer for calls into TRL's _compute_loss. Module-scoped users are
+    built when first used: after a test constructs another trainer, accelerate's shared state
+    is re-initialised, so each group of tests gets its own."""
+    return build_loss_trainer(tiny_model_dir, tmp_path_factory.mktemp("trl-trainer"))
+
+
+def loss_inputs(trainer, advantages, perturb):
+    """TRL's loss inputs for 4 rows (prompt 3, completion 7, ragged masks): old log-probs are the
+    current ones plus ``perturb`` times Gaussian noise on the completion."""
+    generator = torch.Generator().manual_seed(1)
+    vocab = trainer.model.config.vocab_size
+    prompt_ids = torch.randint(3, vocab, (4, 3), generator=generator)
+    prompt_mask = torch.ones(4, 3, dtype=torch.long)
+    prompt_mask[1, 0] = 0
+    completion_ids = torch.randint(3, vocab, (4, 7), generator=generator)
+    completion_mask = (torch.arange(7)[None, :] < torch.tensor([7, 4, 6, 2])[:, None]).long()
+    with torch.no_grad():
+        current, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, torch.cat([prompt_ids, completion_ids], 1),
+            torch.cat([prompt_mask, completion_mask], 1), 7)
+    old = current + perturb * torch.randn(4, 7, generator=generator) * completion_mask
+    return {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
+            "completion_mask": completion_mask, "advantages": advantages, "old_per_token_logps": old,
+            "num_items_in_batch": completion_mask.sum()}
+
+
+def head_grad(trainer, loss):
+    """The LM head's gradient of ``loss`` (the model's gradients zeroed first)."""
+    trainer.model.zero_grad()
+    loss.backward()
+    return trainer.model.get_output_embeddings().weight.grad.clone()

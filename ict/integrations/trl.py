@@ -51,8 +51,10 @@ denominators). vespo is refused under "ours" (its per-sequence gamma weights are
 loss ict aggregates).
 
 KL-Cov (``Selection.kl_penalty``): ``_compute_loss`` adds ``kl_penalty_t * |log p_t - old log
-p_t|`` (:func:`ict.core.loss.kl_penalty_term`) times the weight above, aggregated as TRL's loss
-(:func:`trl_aggregate`), so the sum equals TRL's loss with the penalty in its per-token loss.
+p_t|`` (:func:`ict.core.loss.kl_penalty_term`) times the weight above and TRL's own factors
+(:func:`trl_loss_factor`: the off-policy mask, vLLM's importance-sampling ratio), aggregated as
+TRL's loss (:func:`trl_aggregate`), so the sum equals TRL's loss with the penalty in its per-token
+loss.
 
 Metrics added to TRL's logger: ``ict/selected_fraction``, ``ict/entropy_selected``,
 ``ict/entropy_unselected`` (over the rows of all processes: a local population's sums are summed
@@ -170,6 +172,28 @@ def reload_colocated_weights(generation: Any) -> None:
     weights = [(name, tensor.detach().clone()) for name, tensor in generation._iter_named_params()]
     reload_vllm_weights(generation.llm, weights)
     generation.llm.reset_prefix_cache()
+
+
+def trl_loss_factor(trainer: Any, log_probs: Tensor, old_log_probs: Tensor, mask: Tensor,
+                    inputs: dict[str, Any]) -> Tensor | None:
+    """What TRL 1.16's ``_compute_loss`` multiplies its per-token loss by after the policy term,
+    so that KL-Cov's penalty, a term of that per-token loss, gets it too: the off-policy sequence
+    mask ``[B, 1]`` (``off_policy_mask_threshold``; TRL's own ``get_off_policy_mask`` on the
+    sampler's log-probs, else the old ones) and vLLM's importance-sampling ratio ``[B, T]``
+    (``use_vllm`` with ``vllm_importance_sampling_correction``, not vespo). None when neither."""
+    factor = None
+    threshold = getattr(trainer, "off_policy_mask_threshold", None)
+    if threshold is not None:
+        advantages = inputs["advantages"]
+        factor = GRPOTrainer.get_off_policy_mask(
+            advantages=advantages.unsqueeze(1) if advantages.dim() == 1 else advantages,
+            per_token_logps=log_probs, sampling_per_token_logps=inputs.get("sampling_per_token_logps", old_log_probs),
+            mask=mask, off_policy_threshold=threshold)
+    if (getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_importance_sampling_correction", False)
+            and trainer.loss_type != "vespo"):
+        ratio = inputs["importance_sampling_ratio"]
+        factor = ratio if factor is None else factor * ratio
+    return factor
 
 
 class ICTGRPOTrainer(GRPOTrainer):
@@ -323,8 +347,12 @@ class ICTGRPOTrainer(GRPOTrainer):
         penalty, weights, mask = self._kl_penalty
         training = self.model.training
         accumulation = self.current_gradient_accumulation_steps if training else 1
+        per_token = kl_penalty_term(log_probs, old_log_probs, penalty) * weights
+        factor = trl_loss_factor(self, log_probs, old_log_probs, mask, inputs)
+        if factor is not None:
+            per_token = per_token * factor
         term = trl_aggregate(
-            kl_penalty_term(log_probs, old_log_probs, penalty) * weights, mask, self.loss_type,
+            per_token, mask, self.loss_type,
             max_completion_length=self.max_completion_length,
             num_items_in_batch=inputs.get("num_items_in_batch"),
             num_processes=self.accelerator.num_processes, accumulation_steps=accumulation,
