@@ -87,6 +87,24 @@ def test_the_seed_chooses_the_samples_and_the_counts_and_mode_are_kept(tiny_toke
     assert not model.training
 
 
+def test_unseeded_calls_draw_afresh_from_the_global_rng(tiny_tokenizer):
+    """seed=None (the default): each call samples from the global RNG and advances it. Inside the
+    forked scope every unseeded call reused the caller's unchanged state, so two calls returned
+    the same 'random' completions (8 samples of a 10-token cap, identical); with the global RNG
+    reset between them they are the same again."""
+    import torch
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=5).eval()
+    sampling = SamplingSettings(1.0, 10)
+    torch.manual_seed(3)
+    first, second = (generate_completions(model, tiny_tokenizer, [PROMPT, "what is 9 ?"], sampling,
+                                          num_samples=4).completion_ids for _ in range(2))
+    assert first != second
+    torch.manual_seed(3)
+    assert generate_completions(model, tiny_tokenizer, [PROMPT, "what is 9 ?"], sampling,
+                                num_samples=4).completion_ids == first
+
+
 class _Params:
     """`vllm.SamplingParams`, recorded, with its check of greedy requests (vLLM's
     ``_verify_greedy_sampling``)."""
