@@ -138,3 +138,16 @@ def test_a_cache_the_models_generation_config_chooses_is_not_given_a_shared_pref
     model.generation_config.cache_implementation = cache
     for shared in _rollouts(model, tiny_tokenizer, batch_size=5, seed=0):
         assert shared.completion_ids == plain.completion_ids
+
+
+def test_one_token_prompts_of_several_rows_are_generated_without_a_shared_prefill(model, one_thread):
+    """A shared prefill runs the first W - 1 prompt columns; prompts one token wide have none, so
+    it is skipped there: the rows of a one-token prompt (a raw prompt, no chat template) give the
+    greedy tokens of an unbatched argmax decode."""
+    from conftest import greedy_reference
+
+    from ict.models.rollout import generate_rows
+
+    rows = generate_rows(model, [[5], [9]], [0, 0, 1, 1], pad_id=0, eos_ids=[1], max_new_tokens=5,
+                         sampling={"do_sample": False}, shared_prefill=True)
+    assert rows == [greedy_reference(model, [5], 5, eos_id=1)] * 2 + [greedy_reference(model, [9], 5, eos_id=1)] * 2

@@ -151,13 +151,14 @@ def test_the_vllm_backend_keeps_its_finish_reasons_and_seeds_each_prompt(tiny_to
     assert (backend.llm.params[0].temperature, backend.llm.params[0].seed) == (0.0, None)
 
 
-@pytest.mark.parametrize("bad", [{"num_samples": 0}, {"batch_size": 0}])
+@pytest.mark.parametrize("bad", [{"num_samples": 0}, {"batch_size": 0}, {"max_new_tokens": 0}])
 def test_counts_below_one_are_refused_in_one_line(bad, tiny_tokenizer):
     from ict.core.errors import UsageError
 
     model = build_tiny_model(len(tiny_tokenizer), seed=5)
+    sampling = SamplingSettings(1.0, bad.pop("max_new_tokens", 4))
     with pytest.raises(UsageError, match="must be >= 1"):
-        generate_completions(model, tiny_tokenizer, [PROMPT], SamplingSettings(1.0, 4), **bad)
+        generate_completions(model, tiny_tokenizer, [PROMPT], sampling, **bad)
 
 
 def test_greedy_vllm_rollouts_of_several_samples_repeat_one(tiny_tokenizer, monkeypatch):
@@ -173,3 +174,18 @@ def test_greedy_vllm_rollouts_of_several_samples_repeat_one(tiny_tokenizer, monk
     assert [params.n for params in backend.llm.params] == [1, 1]
     assert rollout.completion_ids == [[[5, 6, eos]] * 3] * 2 and rollout.finished == [[True] * 3] * 2
     assert rollout.num_generated_tokens == 2 * 3 * 3
+
+
+def test_the_vllm_length_check_admits_a_prompt_that_fills_the_engine_exactly(tiny_tokenizer, monkeypatch):
+    """``max_model_len`` counts prompt + completion tokens: a P-token prompt with max_new_tokens
+    ``max_model_len - P`` fits exactly (vLLM samples all of them); one token more is refused."""
+    from ict.core.errors import UsageError
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=_Params))
+    prompt_length = len(_encode_prompt(tiny_tokenizer, render_prompt(tiny_tokenizer, PROMPT)))
+    backend = VLLMBackend.__new__(VLLMBackend)
+    backend.llm, backend.max_model_len = _LLM([([5, 6, 7, 8], "length")]), prompt_length + 4
+    rollout = backend.generate_completions(tiny_tokenizer, [PROMPT], 1, SamplingSettings(0.9, 4), 0, None)
+    assert rollout.completion_ids == [[[5, 6, 7, 8]]]
+    with pytest.raises(UsageError, match=rf"a prompt of {prompt_length} tokens \+ max_new_tokens 5 exceeds"):
+        backend.generate_completions(tiny_tokenizer, [PROMPT], 1, SamplingSettings(0.9, 5), 0, None)
