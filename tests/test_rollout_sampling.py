@@ -50,6 +50,8 @@ def test_a_system_prompt_comes_first_and_only_when_the_prompt_has_none(tiny_toke
     assert templated.index("be brief") < templated.index(PROMPT)
     own = [{"role": "system", "content": "mine"}, {"role": "user", "content": PROMPT}]
     assert "be brief" not in render_prompt(tiny_tokenizer, own, "be brief")
+    # the template's text, written out, ends with the assistant's turn opened (the generation prompt)
+    assert templated == f"<|im_start|>system be brief<|im_end|> <|im_start|>user {PROMPT}<|im_end|> <|im_start|>assistant "
 
 
 def test_special_tokens_are_added_to_a_raw_prompt_and_not_to_a_chat_template():
@@ -147,6 +149,8 @@ def test_the_vllm_backend_keeps_its_finish_reasons_and_seeds_each_prompt(tiny_to
     seeds = [params.seed for params in backend.llm.params]
     assert seeds == [request_seed(11, 0), request_seed(11, 1)] and seeds[0] != seeds[1]
     assert [(params.n, params.temperature, params.max_tokens) for params in backend.llm.params] == [(3, 0.9, 4)] * 2
+    backend.generate_completions(tiny_tokenizer, [PROMPT], 2, SamplingSettings(0.9, 4, top_p=0.8), 11, None)
+    assert backend.llm.params[0].top_p == 0.8  # the nucleus is vLLM's too
     backend.generate_completions(tiny_tokenizer, [PROMPT], 1, SamplingSettings(0.9, 4, greedy=True), None, None)
     assert (backend.llm.params[0].temperature, backend.llm.params[0].seed) == (0.0, None)
 
