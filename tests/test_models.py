@@ -469,3 +469,26 @@ def test_a_stale_cache_directory_is_replaced_by_the_conversion(monkeypatch, tmp_
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *args, **kwargs: model)
     assert loading.offline_default_path(target) == target
     assert (target / "model.safetensors").is_file() and json.loads((target / "config.json").read_text())
+
+
+def test_a_lora_checkpoint_outside_ict_eval_is_named_as_one(tiny_model_dir, tmp_path, capsys):
+    """A LoRA run's checkpoint (tokenizer, adapter/, no config.json) given to ict inspect (or ict
+    train's --model) was refused with 'holds no model: pass ... a run's checkpoints/step-N', which
+    is what was passed. The refusal names it a LoRA checkpoint, for the directory and its adapter/."""
+    import json
+    import shutil
+
+    from ict.cli import main
+
+    checkpoint = tmp_path / "step-00000001"
+    checkpoint.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(tiny_model_dir / name, checkpoint / name)
+    (checkpoint / "adapter").mkdir()
+    (checkpoint / "adapter" / "adapter_config.json").write_text(json.dumps(
+        {"peft_type": "LORA", "base_model_name_or_path": str(tiny_model_dir), "r": 4}))
+    for directory in (checkpoint, checkpoint / "adapter"):
+        assert main(["inspect", "--model", str(directory), "--prompt", "what is 3 ?"]) == 2
+        error = capsys.readouterr().err
+        assert f"{directory} is a LoRA checkpoint" in error and "ict eval loads it" in error
+        assert len(error.strip().splitlines()) == 1
