@@ -402,3 +402,93 @@ def test_lora_on_a_model_without_the_target_modules_is_refused_in_one_line():
     model = GPT2LMHeadModel(GPT2Config(vocab_size=32, n_embd=16, n_layer=1, n_head=2, n_positions=32))
     with pytest.raises(UsageError, match="none of the LoRA target modules"):
         apply_lora(model, LoraOptions(rank=2))
+
+
+def test_a_tokenizer_without_a_pad_token_pads_with_its_eos(tiny_model_dir, tmp_path):
+    """A tokenizer with an EOS but no pad token (Llama 3's, Qwen's base) gets EOS as its pad
+    (the packed batch and `generate` need a pad id) and left padding."""
+    import json
+    import shutil
+
+    from ict.models.loading import load_tokenizer
+
+    directory = tmp_path / "no-pad"
+    shutil.copytree(tiny_model_dir, directory)
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    config.pop("pad_token")
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    tokenizer, _ = load_tokenizer(str(directory))
+    assert tokenizer.pad_token == "<|im_end|>" and tokenizer.pad_token_id == tokenizer.eos_token_id == 1
+    assert tokenizer.padding_side == "left"
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_gradient_checkpointing_recomputes_each_layer_in_the_backward(lora_rank, tiny_model_dir, monkeypatch):
+    """``gradient_checkpointing=True`` (``--gradient-checkpointing``) runs each decoder layer's
+    MLP again in the backward pass (4 calls a step for 2 layers, 2 without), and every trainable
+    parameter still gets a gradient (a LoRA adapter over frozen base weights included). Counted
+    by patching the MLP class: transformers runs the recompute without module hooks."""
+    from ict.models.loading import LoraOptions
+
+    calls = []
+    for checkpointing in (False, True):
+        model, _ = load_model_and_tokenizer(str(tiny_model_dir), device="cpu", lora=LoraOptions(rank=lora_rank),
+                                            gradient_checkpointing=checkpointing)
+        model.train()
+        mlp_class = type(model.get_decoder().layers[0].mlp)
+        count, forward = [0], mlp_class.forward
+
+        def counted(self, *args, forward=forward, count=count, **kwargs):
+            count[0] += 1
+            return forward(self, *args, **kwargs)
+
+        monkeypatch.setattr(mlp_class, "forward", counted)
+        model(input_ids=torch.tensor([[5, 6, 7, 8]])).logits.sum().backward()
+        monkeypatch.undo()
+        calls.append(count[0])
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        assert trainable and all(p.grad is not None for p in trainable)
+    assert calls == [2, 4]
+
+
+def test_a_stale_cache_directory_is_replaced_by_the_conversion(monkeypatch, tmp_path, tiny_model_dir):
+    """A cache directory from an older layout (config.json, no weights) is removed and the new
+    conversion renamed into its place (renaming onto a non-empty directory fails)."""
+    import json
+
+    import transformers
+
+    from ict.models import loading
+
+    target = tmp_path / "converted"
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir), device="cpu")
+    monkeypatch.setattr(loading, "_gguf_location", lambda: (tmp_path, "model.gguf"))
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *args, **kwargs: tokenizer)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *args, **kwargs: model)
+    assert loading.offline_default_path(target) == target
+    assert (target / "model.safetensors").is_file() and json.loads((target / "config.json").read_text())
+
+
+def test_a_lora_checkpoint_outside_ict_eval_is_named_as_one(tiny_model_dir, tmp_path, capsys):
+    """A LoRA run's checkpoint (tokenizer, adapter/, no config.json) given to ict inspect (or ict
+    train's --model) was refused with 'holds no model: pass ... a run's checkpoints/step-N', which
+    is what was passed. The refusal names it a LoRA checkpoint, for the directory and its adapter/."""
+    import json
+    import shutil
+
+    from ict.cli import main
+
+    checkpoint = tmp_path / "step-00000001"
+    checkpoint.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(tiny_model_dir / name, checkpoint / name)
+    (checkpoint / "adapter").mkdir()
+    (checkpoint / "adapter" / "adapter_config.json").write_text(json.dumps(
+        {"peft_type": "LORA", "base_model_name_or_path": str(tiny_model_dir), "r": 4}))
+    for directory in (checkpoint, checkpoint / "adapter"):
+        assert main(["inspect", "--model", str(directory), "--prompt", "what is 3 ?"]) == 2
+        error = capsys.readouterr().err
+        assert f"{directory} is a LoRA checkpoint" in error and "ict eval loads it" in error
+        assert len(error.strip().splitlines()) == 1

@@ -138,3 +138,39 @@ def test_a_cache_the_models_generation_config_chooses_is_not_given_a_shared_pref
     model.generation_config.cache_implementation = cache
     for shared in _rollouts(model, tiny_tokenizer, batch_size=5, seed=0):
         assert shared.completion_ids == plain.completion_ids
+
+
+def test_one_token_prompts_of_several_rows_are_generated_without_a_shared_prefill(model, one_thread):
+    """A shared prefill runs the first W - 1 prompt columns; prompts one token wide have none, so
+    it is skipped there: the rows of a one-token prompt (a raw prompt, no chat template) give the
+    greedy tokens of an unbatched argmax decode."""
+    from conftest import greedy_reference
+
+    from ict.models.rollout import generate_rows
+
+    rows = generate_rows(model, [[5], [9]], [0, 0, 1, 1], pad_id=0, eos_ids=[1], max_new_tokens=5,
+                         sampling={"do_sample": False}, shared_prefill=True)
+    assert rows == [greedy_reference(model, [5], 5, eos_id=1)] * 2 + [greedy_reference(model, [9], 5, eos_id=1)] * 2
+
+
+def test_a_lora_models_rollouts_ignore_its_base_models_logits_processors(tiny_tokenizer, one_thread):
+    """Through a peft wrapper ``generate`` reads the base model's generation_config: its repetition
+    penalty is set aside there too (greedy rollouts are argmax decodes of the adapted model), and
+    the base model keeps its own config object afterwards (a checkpoint saves it unchanged)."""
+    from conftest import greedy_reference
+
+    from ict.models.loading import LoraOptions, apply_lora
+
+    base = build_tiny_model(len(tiny_tokenizer), seed=5).eval()
+    base.generation_config.repetition_penalty = 1.3
+    own = base.generation_config
+    model = apply_lora(base, LoraOptions(rank=4)).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.3, generator=torch.Generator().manual_seed(1))
+    rollout = generate_completions(model, tiny_tokenizer, PROMPTS, SamplingSettings(0.0, 12, greedy=True))
+    assert base.generation_config is own and own.repetition_penalty == 1.3
+    eos = tiny_tokenizer.eos_token_id
+    for prompt_ids, (completion,) in zip(rollout.prompt_ids, rollout.completion_ids, strict=True):
+        assert completion == greedy_reference(model, prompt_ids, 12, eos_id=eos)

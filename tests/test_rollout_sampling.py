@@ -50,6 +50,8 @@ def test_a_system_prompt_comes_first_and_only_when_the_prompt_has_none(tiny_toke
     assert templated.index("be brief") < templated.index(PROMPT)
     own = [{"role": "system", "content": "mine"}, {"role": "user", "content": PROMPT}]
     assert "be brief" not in render_prompt(tiny_tokenizer, own, "be brief")
+    # the template's text, written out, ends with the assistant's turn opened (the generation prompt)
+    assert templated == f"<|im_start|>system be brief<|im_end|> <|im_start|>user {PROMPT}<|im_end|> <|im_start|>assistant "
 
 
 def test_special_tokens_are_added_to_a_raw_prompt_and_not_to_a_chat_template():
@@ -85,6 +87,24 @@ def test_the_seed_chooses_the_samples_and_the_counts_and_mode_are_kept(tiny_toke
     model.eval()
     generate_completions(model, tiny_tokenizer, [PROMPT], sampling, seed=7)
     assert not model.training
+
+
+def test_unseeded_calls_draw_afresh_from_the_global_rng(tiny_tokenizer):
+    """seed=None (the default): each call samples from the global RNG and advances it. Inside the
+    forked scope every unseeded call reused the caller's unchanged state, so two calls returned
+    the same 'random' completions (8 samples of a 10-token cap, identical); with the global RNG
+    reset between them they are the same again."""
+    import torch
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=5).eval()
+    sampling = SamplingSettings(1.0, 10)
+    torch.manual_seed(3)
+    first, second = (generate_completions(model, tiny_tokenizer, [PROMPT, "what is 9 ?"], sampling,
+                                          num_samples=4).completion_ids for _ in range(2))
+    assert first != second
+    torch.manual_seed(3)
+    assert generate_completions(model, tiny_tokenizer, [PROMPT, "what is 9 ?"], sampling,
+                                num_samples=4).completion_ids == first
 
 
 class _Params:
@@ -129,17 +149,20 @@ def test_the_vllm_backend_keeps_its_finish_reasons_and_seeds_each_prompt(tiny_to
     seeds = [params.seed for params in backend.llm.params]
     assert seeds == [request_seed(11, 0), request_seed(11, 1)] and seeds[0] != seeds[1]
     assert [(params.n, params.temperature, params.max_tokens) for params in backend.llm.params] == [(3, 0.9, 4)] * 2
+    backend.generate_completions(tiny_tokenizer, [PROMPT], 2, SamplingSettings(0.9, 4, top_p=0.8), 11, None)
+    assert backend.llm.params[0].top_p == 0.8  # the nucleus is vLLM's too
     backend.generate_completions(tiny_tokenizer, [PROMPT], 1, SamplingSettings(0.9, 4, greedy=True), None, None)
     assert (backend.llm.params[0].temperature, backend.llm.params[0].seed) == (0.0, None)
 
 
-@pytest.mark.parametrize("bad", [{"num_samples": 0}, {"batch_size": 0}])
+@pytest.mark.parametrize("bad", [{"num_samples": 0}, {"batch_size": 0}, {"max_new_tokens": 0}])
 def test_counts_below_one_are_refused_in_one_line(bad, tiny_tokenizer):
     from ict.core.errors import UsageError
 
     model = build_tiny_model(len(tiny_tokenizer), seed=5)
+    sampling = SamplingSettings(1.0, bad.pop("max_new_tokens", 4))
     with pytest.raises(UsageError, match="must be >= 1"):
-        generate_completions(model, tiny_tokenizer, [PROMPT], SamplingSettings(1.0, 4), **bad)
+        generate_completions(model, tiny_tokenizer, [PROMPT], sampling, **bad)
 
 
 def test_greedy_vllm_rollouts_of_several_samples_repeat_one(tiny_tokenizer, monkeypatch):
@@ -155,3 +178,18 @@ def test_greedy_vllm_rollouts_of_several_samples_repeat_one(tiny_tokenizer, monk
     assert [params.n for params in backend.llm.params] == [1, 1]
     assert rollout.completion_ids == [[[5, 6, eos]] * 3] * 2 and rollout.finished == [[True] * 3] * 2
     assert rollout.num_generated_tokens == 2 * 3 * 3
+
+
+def test_the_vllm_length_check_admits_a_prompt_that_fills_the_engine_exactly(tiny_tokenizer, monkeypatch):
+    """``max_model_len`` counts prompt + completion tokens: a P-token prompt with max_new_tokens
+    ``max_model_len - P`` fits exactly (vLLM samples all of them); one token more is refused."""
+    from ict.core.errors import UsageError
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=_Params))
+    prompt_length = len(_encode_prompt(tiny_tokenizer, render_prompt(tiny_tokenizer, PROMPT)))
+    backend = VLLMBackend.__new__(VLLMBackend)
+    backend.llm, backend.max_model_len = _LLM([([5, 6, 7, 8], "length")]), prompt_length + 4
+    rollout = backend.generate_completions(tiny_tokenizer, [PROMPT], 1, SamplingSettings(0.9, 4), 0, None)
+    assert rollout.completion_ids == [[[5, 6, 7, 8]]]
+    with pytest.raises(UsageError, match=rf"a prompt of {prompt_length} tokens \+ max_new_tokens 5 exceeds"):
+        backend.generate_completions(tiny_tokenizer, [PROMPT], 1, SamplingSettings(0.9, 5), 0, None)

@@ -269,7 +269,8 @@ def generate_completions(
     prompts: plain strings (wrapped as one user message) or chat message lists.
     sampling: temperature, top-p, length cap and greedy decoding (`SamplingSettings`).
     batch_size: sequences per `generate` call (prompts are repeated `num_samples` times first).
-    seed: seeds the sampling RNG inside a forked RNG scope (the caller's RNG state is untouched).
+    seed: seeds the sampling RNG inside a forked RNG scope (the caller's RNG state is untouched);
+    None: samples from the global RNG and advances it, so successive calls draw afresh.
     backend: an object with the same `generate_completions` method (e.g. `VLLMBackend`) to use
     instead of Hugging Face generate.
     shared_prefill: run each prompt's prefix once per `generate` call and share its KV cache
@@ -295,7 +296,10 @@ def generate_completions(
     model.eval()
     start = time.perf_counter()
     fork_devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=fork_devices):
+    # Unseeded: draw from the global RNG and advance it (inside a fork, every unseeded call
+    # reused the caller's unchanged state: the same random numbers each time).
+    scope = torch.random.fork_rng(devices=fork_devices) if seed is not None else contextlib.nullcontext()
+    with scope:
         if seed is not None:
             torch.manual_seed(seed)
         for begin in range(0, len(flat), batch_size):
