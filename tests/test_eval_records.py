@@ -199,22 +199,31 @@ def test_metrics_of_an_evaluation_are_the_hand_worked_values_of_its_completions(
         abs=1e-12)
 
 
-@pytest.mark.slow  # worker restarts after the timeouts
 def test_a_longer_verify_timeout_regrades_the_checks_that_timed_out(tmp_path: Path):
-    """--verify-timeout is a grading setting (`GRADING_KEYS`): a rerun with a longer bound grades
-    the stored completions again, without generating, so a check cut off by a bound of 1e-6 s (no
-    round trip to the worker is that fast) is graded again: right."""
+    """--verify-timeout is a grading setting (`GRADING_KEYS`): a rerun with another bound grades
+    the stored completions again, without generating; a rerun with the same bound keeps them.
+    The stored verdicts are set to what a check cut off by its bound records (incorrect,
+    ``timeout``): a real bound of 1e-6 s was not one (the pool reads an answer that is already
+    there when its bound is checked, so on a loaded machine the check came back ``ok``)."""
     data = tmp_path / "data"
     data.mkdir()
     (data / "gsm8k.jsonl").write_text(json.dumps({"question": "question 3?", "answer": "#### 3"}) + "\n")
     prompt = load_benchmark("gsm8k", data).problems[0].prompt
-    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(tmp_path / "out"),
+    out = tmp_path / "out"
+    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
                   num_samples=2, ks=(1,), device="cpu")
     scripted = ScriptedGenerator({prompt: (["\\boxed{3}", "\\boxed{3}"], "")})
-    first = evaluate(EvalConfig(**config, verify_timeout=1e-6), scripted, progress=False, print_table=False)
-    assert first.benchmarks[0].statuses == {"timeout": 2}
-    assert first.benchmarks[0].metrics["pass@1"] == 0.0
+    first = evaluate(EvalConfig(**config, verify_timeout=2.0), scripted, progress=False, print_table=False)
+    assert first.benchmarks[0].statuses == {"ok": 2}
+    stored = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    timed_out = [{**record, "correct": False, "extracted": None, "score": 0.0, "status": "timeout"}
+                 for record in stored]
+    (out / "samples.jsonl").write_text("".join(json.dumps(record) + "\n" for record in timed_out))
+    same = evaluate(EvalConfig(**config, verify_timeout=2.0), ScriptedGenerator({}), progress=False,
+                    print_table=False)  # its generator has no completion to give
+    assert same.benchmarks[0].statuses == {"timeout": 2}
+    assert same.benchmarks[0].metrics["pass@1"] == 0.0
     rerun = evaluate(EvalConfig(**config, verify_timeout=30.0), ScriptedGenerator({}), progress=False,
-                     print_table=False)  # its generator has no completion to give
+                     print_table=False)
     assert rerun.benchmarks[0].statuses == {"ok": 2}
     assert rerun.benchmarks[0].metrics["pass@1"] == 1.0
