@@ -74,6 +74,32 @@ def test_a_resumed_directory_keeps_only_whole_units_and_whole_lines(tmp_path: Pa
         assert path.read_text() == whole
 
 
+def test_a_last_line_torn_inside_a_character_is_ignored_as_a_torn_line(tmp_path: Path):
+    """samples.jsonl keeps completions as UTF-8 (``ensure_ascii=False``): a kill while writing
+    "× π" can cut a character in two. That line was read as text and the rerun stopped at it
+    ("'utf-8' codec can't decode byte 0xcf ...: unexpected end of data"), every rerun after it
+    too, the finished samples kept only by discarding them (--overwrite); it is a torn line
+    like any other: the whole unit before it resumes and the rewritten file leaves it out."""
+    current = {"model": "m", "num_samples": 2, "greedy": False, "temperature": 1.0, "top_p": 1.0,
+               "max_new_tokens": 8, "system_prompt": None, "answer_extraction": "tag"}
+    grading = {"math_extraction": "anchored", "verify_timeout": 5.0}
+    prepare_output_dir(tmp_path, current, grading, 2, False)
+
+    def line(index: int, sample: int) -> bytes:
+        return (json.dumps({"benchmark": "gsm8k", "index": index, "sample": sample, "completion": "3 × π",
+                            "correct": False, "status": "ok", "extracted": None, "greedy": False, "seed": 0,
+                            "grading": grading}, ensure_ascii=False) + "\n").encode()
+
+    whole = line(0, 0) + line(0, 1)
+    torn = line(1, 0)
+    path = tmp_path / "samples.jsonl"
+    path.write_bytes(whole + torn[: torn.index("π".encode()) + 1])  # the first of π's two bytes
+    records, _ = prepare_output_dir(tmp_path, current, grading, 2, False)
+    assert list(records) == ["gsm8k#0#seed=0"]
+    assert [record["completion"] for record in records["gsm8k#0#seed=0"]] == ["3 × π", "3 × π"]
+    assert path.read_bytes() == whole
+
+
 def test_results_csv_has_each_metrics_std_over_seeds(tmp_path: Path):
     """With several seeds, results.csv's ``mean`` row holds the means and the ``<metric>_std``
     columns the sample std over seeds (here 0.2 and 0.4: std 0.141421); seed rows leave them
