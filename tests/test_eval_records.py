@@ -253,3 +253,62 @@ def test_a_longer_verify_timeout_regrades_the_checks_that_timed_out(tmp_path: Pa
                      print_table=False)
     assert rerun.benchmarks[0].statuses == {"ok": 2}
     assert rerun.benchmarks[0].metrics["pass@1"] == 1.0
+
+
+class LengthGenerator(Generator):
+    """Completions whose token counts and EOS flags tell the problem apart: problem i's sample j
+    has ``10 * i + j`` tokens (greedy: ``10 * i + 9``) and ended with EOS when i is odd."""
+
+    def __init__(self, index_of: dict[str, int]) -> None:
+        self.index_of, self.name = index_of, "lengths"
+
+    def generate(self, prompts, num_samples, greedy, seed):
+        indices = [self.index_of[prompt] for prompt in prompts]
+        width = 1 if greedy else num_samples
+        return ([[f"answer {i}.{j}" for j in range(width)] for i in indices],
+                [[10 * i + (9 if greedy else j) for j in range(width)] for i in indices],
+                [[i % 2 == 1] * width for i in indices])
+
+
+def test_a_partly_done_chunk_records_each_problem_with_its_own_lengths(tmp_path: Path):
+    """--limit 1, then --limit 3 with two problems per chunk (batch 4, n 2): the chunk of
+    problems 0 and 1 is generated whole and only problem 1's part is kept. Each record keeps its
+    own completion's num_tokens and finished (a slice of the chunk's first entries gave problem
+    1 problem 0's); a greedy record has sample -1 and seed null (docs/evaluation.md, Outputs);
+    timing's generated_tokens counts every generated token, the dropped part of a chunk too:
+    run 1: (0 + 1) + 9 = 10; run 2: chunk 0,1: (0 + 1 + 10 + 11) + (9 + 19) = 50, chunk 2:
+    (20 + 21) + 29 = 70, 120 in all."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm8k.jsonl").write_text("".join(json.dumps({"question": f"question {i}?", "answer": f"#### {i}"})
+                                              + "\n" for i in range(3)))
+    problems = load_benchmark("gsm8k", data).problems
+    generator = LengthGenerator({problem.prompt: problem.index for problem in problems})
+    config = dict(model="lengths", benchmarks="gsm8k", data_dir=str(data), output_dir=str(tmp_path / "out"),
+                  num_samples=2, ks=(1,), batch_size=4, greedy=True, seed=5, device="cpu")
+    first = evaluate(EvalConfig(**config, limit=1), generator, progress=False, print_table=False)
+    second = evaluate(EvalConfig(**config, limit=3), generator, progress=False, print_table=False)
+    assert (first.timing["generated_tokens"], second.timing["generated_tokens"]) == (10, 120)
+    records = [json.loads(line) for line in (tmp_path / "out" / "samples.jsonl").read_text().splitlines()]
+    assert sorted((r["index"], r["sample"], r["seed"], r["completion"], r["num_tokens"], r["finished"])
+                  for r in records) == [
+        (0, -1, None, "answer 0.0", 9, False), (0, 0, 5, "answer 0.0", 0, False), (0, 1, 5, "answer 0.1", 1, False),
+        (1, -1, None, "answer 1.0", 19, True), (1, 0, 5, "answer 1.0", 10, True), (1, 1, 5, "answer 1.1", 11, True),
+        (2, -1, None, "answer 2.0", 29, False), (2, 0, 5, "answer 2.0", 20, False),
+        (2, 1, 5, "answer 2.1", 21, False)]
+
+
+def test_results_md_shows_percent_and_the_std_over_seeds_in_percent(tmp_path: Path):
+    """results.md (and the printed table) are in percent: a mean of 0.3 with seed values 0.2 and
+    0.4 (sample std 0.141421) is ``30.0 ± 14.1`` and its seed rows ``20.0`` and ``40.0``; its note
+    names the seeds and the --limit."""
+    row = BenchmarkResult("gsm8k", "math", "", 5, 4, {"pass@1": 0.3}, seeds=[0, 1],
+                          per_seed={"0": {"pass@1": 0.2}, "1": {"pass@1": 0.4}},
+                          std={"pass@1": 0.02 ** 0.5})
+    config = {"seeds": [0, 1], "model": "m", "num_samples": 4, "temperature": 1.0, "top_p": 1.0,
+              "max_new_tokens": 8, "limit": 5}
+    write_results(EvalResult(config, [row], [], tmp_path, {}))
+    note, table = (tmp_path / "results.md").read_text(encoding="utf-8").split("\n\n")
+    assert "seeds 0,1 (mean ± std over seeds, then each seed), first 5 problems per benchmark." in note
+    assert table.splitlines()[2:] == ["| gsm8k | math | 5 | 30.0 ± 14.1 |", "| gsm8k seed=0 | math | 5 | 20.0 |",
+                                      "| gsm8k seed=1 | math | 5 | 40.0 |"]
