@@ -312,3 +312,28 @@ def test_results_md_shows_percent_and_the_std_over_seeds_in_percent(tmp_path: Pa
     assert "seeds 0,1 (mean ± std over seeds, then each seed), first 5 problems per benchmark." in note
     assert table.splitlines()[2:] == ["| gsm8k | math | 5 | 30.0 ± 14.1 |", "| gsm8k seed=0 | math | 5 | 20.0 |",
                                       "| gsm8k seed=1 | math | 5 | 40.0 |"]
+
+
+def test_each_problems_records_are_on_disk_before_the_next_chunk_is_generated(tmp_path: Path):
+    """Resume rests on samples.jsonl holding every finished problem: its lines are flushed after
+    each problem, so a kill during the next chunk's generation loses that chunk only. Without the
+    flush, the first problem's two short records stayed in the file buffer (8 KiB) while the
+    second was generated: here the generator of problem 1 finds them on disk (2 lines)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm8k.jsonl").write_text("".join(json.dumps({"question": f"question {i}?", "answer": f"#### {i}"})
+                                              + "\n" for i in range(2)))
+    problems = load_benchmark("gsm8k", data).problems
+    samples = tmp_path / "out" / "samples.jsonl"
+    seen: list[int] = []
+
+    class Watching(LengthGenerator):
+        def generate(self, prompts, num_samples, greedy, seed):
+            seen.append(len(samples.read_bytes().splitlines()) if samples.exists() else 0)
+            return super().generate(prompts, num_samples, greedy, seed)
+
+    config = EvalConfig(model="lengths", benchmarks="gsm8k", data_dir=str(data), output_dir=str(tmp_path / "out"),
+                        num_samples=2, ks=(1,), batch_size=2, device="cpu")
+    evaluate(config, Watching({problem.prompt: problem.index for problem in problems}), progress=False,
+             print_table=False)
+    assert seen == [0, 2]
