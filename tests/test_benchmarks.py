@@ -501,3 +501,23 @@ def test_a_row_filtered_local_file_names_the_bad_rows_own_line(tmp_path):
     rows[2]["Answer"] = "3"
     (tmp_path / "aime23.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert [p.answer for p in load_benchmark("aime23", tmp_path).problems] == ["2", "3"]
+
+
+@pytest.mark.parametrize(("name", "row", "what"), [
+    ("gsm8k", {"question": "what is 1 + \\ud800 ?", "answer": "#### 2"}, "question or options"),
+    ("gsm8k", {"question": "what is 1 + 1 ?", "answer": "#### 2\\ud800"}, "gold answer"),
+    ("gsm8k", {"question": "what is 1 + 1 ?", "answer": "#### 2", "id": "q\\udcff"}, "id"),
+    ("mmlu_stem", {"question": "2 + 2?", "choices": ["3", "4\\ud83d", "5", "6"], "answer": 1}, "question or options"),
+])
+def test_a_lone_surrogate_in_a_benchmark_row_is_refused_at_its_line(tmp_path: Path, name: str, row: dict,
+                                                                   what: str):
+    """JSON's ``\\ud800`` escape is a lone surrogate, which no UTF-8 file and no tokenizer takes
+    (half of a split emoji, as \\ud83d). Such a row loaded, and `ict eval` failed when writing
+    the problem's first record, after generating its completions, with a line that named no
+    file ("'utf-8' codec can't encode character '\\ud800' ... surrogates not allowed"); it is a
+    bad row, refused at load with its line (2) and the field."""
+    good = {"gsm8k": {"question": "what is 2 + 2 ?", "answer": "#### 4"},
+            "mmlu_stem": {"question": "1 + 1?", "choices": ["1", "2", "3", "4"], "answer": 1}}[name]
+    (tmp_path / f"{name}.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(row).replace("\\\\u", "\\u") + "\n")
+    with pytest.raises(UsageError, match=rf"{name}\.jsonl:2: .*its {what} is no valid Unicode text"):
+        load_benchmark(name, tmp_path)

@@ -131,6 +131,26 @@ def test_a_rerun_on_a_full_disk_leaves_run_json_whole(tmp_path):
     assert list(finished) == [unit_key("gsm8k", 0, 0)]
 
 
+def test_a_rewrite_of_samples_jsonl_on_a_full_disk_leaves_the_old_file_whole(tmp_path):
+    """samples.jsonl is rewritten whole on every rerun (units cut short left out) and after a
+    re-grade: through a temporary file and a rename, so a write cut short (disk full, a kill)
+    leaves the old file as it was. Written in place (a mutant that passed every test), the old
+    records were truncated first and the file held 1,000 bytes of a 4,000-byte record: the
+    finished unit was lost."""
+    from ict.evaluation.records import load_sample_records, unit_key, write_all_records
+
+    record = {"benchmark": "gsm8k", "index": 0, "sample": 0, "completion": "x" * 4000, "correct": True,
+              "status": "ok", "extracted": "2", "greedy": False, "seed": 0}
+    path = tmp_path / "samples.jsonl"
+    write_all_records(path, {unit_key("gsm8k", 0, 0): [record]})
+    before = path.read_bytes()
+    regraded = {unit_key("gsm8k", 0, 0): [{**record, "correct": False, "status": "timeout"}]}
+    with pytest.raises(OSError), file_size_limit(1000):
+        write_all_records(path, regraded)
+    assert path.read_bytes() == before
+    assert load_sample_records(path)[unit_key("gsm8k", 0, 0)][0]["correct"] is True
+
+
 def test_results_json_is_written_last_and_whole_on_a_full_disk(tmp_path):
     """ict compare takes an evaluation with a results.json for finished and reuses it. It was
     written first and in place: a full disk left a torn results.json (and no results.csv/.md)

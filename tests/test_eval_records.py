@@ -74,6 +74,32 @@ def test_a_resumed_directory_keeps_only_whole_units_and_whole_lines(tmp_path: Pa
         assert path.read_text() == whole
 
 
+def test_a_last_line_torn_inside_a_character_is_ignored_as_a_torn_line(tmp_path: Path):
+    """samples.jsonl keeps completions as UTF-8 (``ensure_ascii=False``): a kill while writing
+    "× π" can cut a character in two. That line was read as text and the rerun stopped at it
+    ("'utf-8' codec can't decode byte 0xcf ...: unexpected end of data"), every rerun after it
+    too, the finished samples kept only by discarding them (--overwrite); it is a torn line
+    like any other: the whole unit before it resumes and the rewritten file leaves it out."""
+    current = {"model": "m", "num_samples": 2, "greedy": False, "temperature": 1.0, "top_p": 1.0,
+               "max_new_tokens": 8, "system_prompt": None, "answer_extraction": "tag"}
+    grading = {"math_extraction": "anchored", "verify_timeout": 5.0}
+    prepare_output_dir(tmp_path, current, grading, 2, False)
+
+    def line(index: int, sample: int) -> bytes:
+        return (json.dumps({"benchmark": "gsm8k", "index": index, "sample": sample, "completion": "3 × π",
+                            "correct": False, "status": "ok", "extracted": None, "greedy": False, "seed": 0,
+                            "grading": grading}, ensure_ascii=False) + "\n").encode()
+
+    whole = line(0, 0) + line(0, 1)
+    torn = line(1, 0)
+    path = tmp_path / "samples.jsonl"
+    path.write_bytes(whole + torn[: torn.index("π".encode()) + 1])  # the first of π's two bytes
+    records, _ = prepare_output_dir(tmp_path, current, grading, 2, False)
+    assert list(records) == ["gsm8k#0#seed=0"]
+    assert [record["completion"] for record in records["gsm8k#0#seed=0"]] == ["3 × π", "3 × π"]
+    assert path.read_bytes() == whole
+
+
 def test_results_csv_has_each_metrics_std_over_seeds(tmp_path: Path):
     """With several seeds, results.csv's ``mean`` row holds the means and the ``<metric>_std``
     columns the sample std over seeds (here 0.2 and 0.4: std 0.141421); seed rows leave them
@@ -199,22 +225,115 @@ def test_metrics_of_an_evaluation_are_the_hand_worked_values_of_its_completions(
         abs=1e-12)
 
 
-@pytest.mark.slow  # worker restarts after the timeouts
 def test_a_longer_verify_timeout_regrades_the_checks_that_timed_out(tmp_path: Path):
-    """--verify-timeout is a grading setting (`GRADING_KEYS`): a rerun with a longer bound grades
-    the stored completions again, without generating, so a check cut off by a bound of 1e-6 s (no
-    round trip to the worker is that fast) is graded again: right."""
+    """--verify-timeout is a grading setting (`GRADING_KEYS`): a rerun with another bound grades
+    the stored completions again, without generating; a rerun with the same bound keeps them.
+    The stored verdicts are set to what a check cut off by its bound records (incorrect,
+    ``timeout``): a real bound of 1e-6 s was not one (the pool reads an answer that is already
+    there when its bound is checked, so on a loaded machine the check came back ``ok``)."""
     data = tmp_path / "data"
     data.mkdir()
     (data / "gsm8k.jsonl").write_text(json.dumps({"question": "question 3?", "answer": "#### 3"}) + "\n")
     prompt = load_benchmark("gsm8k", data).problems[0].prompt
-    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(tmp_path / "out"),
+    out = tmp_path / "out"
+    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
                   num_samples=2, ks=(1,), device="cpu")
     scripted = ScriptedGenerator({prompt: (["\\boxed{3}", "\\boxed{3}"], "")})
-    first = evaluate(EvalConfig(**config, verify_timeout=1e-6), scripted, progress=False, print_table=False)
-    assert first.benchmarks[0].statuses == {"timeout": 2}
-    assert first.benchmarks[0].metrics["pass@1"] == 0.0
+    first = evaluate(EvalConfig(**config, verify_timeout=2.0), scripted, progress=False, print_table=False)
+    assert first.benchmarks[0].statuses == {"ok": 2}
+    stored = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    timed_out = [{**record, "correct": False, "extracted": None, "score": 0.0, "status": "timeout"}
+                 for record in stored]
+    (out / "samples.jsonl").write_text("".join(json.dumps(record) + "\n" for record in timed_out))
+    same = evaluate(EvalConfig(**config, verify_timeout=2.0), ScriptedGenerator({}), progress=False,
+                    print_table=False)  # its generator has no completion to give
+    assert same.benchmarks[0].statuses == {"timeout": 2}
+    assert same.benchmarks[0].metrics["pass@1"] == 0.0
     rerun = evaluate(EvalConfig(**config, verify_timeout=30.0), ScriptedGenerator({}), progress=False,
-                     print_table=False)  # its generator has no completion to give
+                     print_table=False)
     assert rerun.benchmarks[0].statuses == {"ok": 2}
     assert rerun.benchmarks[0].metrics["pass@1"] == 1.0
+
+
+class LengthGenerator(Generator):
+    """Completions whose token counts and EOS flags tell the problem apart: problem i's sample j
+    has ``10 * i + j`` tokens (greedy: ``10 * i + 9``) and ended with EOS when i is odd."""
+
+    def __init__(self, index_of: dict[str, int]) -> None:
+        self.index_of, self.name = index_of, "lengths"
+
+    def generate(self, prompts, num_samples, greedy, seed):
+        indices = [self.index_of[prompt] for prompt in prompts]
+        width = 1 if greedy else num_samples
+        return ([[f"answer {i}.{j}" for j in range(width)] for i in indices],
+                [[10 * i + (9 if greedy else j) for j in range(width)] for i in indices],
+                [[i % 2 == 1] * width for i in indices])
+
+
+def test_a_partly_done_chunk_records_each_problem_with_its_own_lengths(tmp_path: Path):
+    """--limit 1, then --limit 3 with two problems per chunk (batch 4, n 2): the chunk of
+    problems 0 and 1 is generated whole and only problem 1's part is kept. Each record keeps its
+    own completion's num_tokens and finished (a slice of the chunk's first entries gave problem
+    1 problem 0's); a greedy record has sample -1 and seed null (docs/evaluation.md, Outputs);
+    timing's generated_tokens counts every generated token, the dropped part of a chunk too:
+    run 1: (0 + 1) + 9 = 10; run 2: chunk 0,1: (0 + 1 + 10 + 11) + (9 + 19) = 50, chunk 2:
+    (20 + 21) + 29 = 70, 120 in all."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm8k.jsonl").write_text("".join(json.dumps({"question": f"question {i}?", "answer": f"#### {i}"})
+                                              + "\n" for i in range(3)))
+    problems = load_benchmark("gsm8k", data).problems
+    generator = LengthGenerator({problem.prompt: problem.index for problem in problems})
+    config = dict(model="lengths", benchmarks="gsm8k", data_dir=str(data), output_dir=str(tmp_path / "out"),
+                  num_samples=2, ks=(1,), batch_size=4, greedy=True, seed=5, device="cpu")
+    first = evaluate(EvalConfig(**config, limit=1), generator, progress=False, print_table=False)
+    second = evaluate(EvalConfig(**config, limit=3), generator, progress=False, print_table=False)
+    assert (first.timing["generated_tokens"], second.timing["generated_tokens"]) == (10, 120)
+    records = [json.loads(line) for line in (tmp_path / "out" / "samples.jsonl").read_text().splitlines()]
+    assert sorted((r["index"], r["sample"], r["seed"], r["completion"], r["num_tokens"], r["finished"])
+                  for r in records) == [
+        (0, -1, None, "answer 0.0", 9, False), (0, 0, 5, "answer 0.0", 0, False), (0, 1, 5, "answer 0.1", 1, False),
+        (1, -1, None, "answer 1.0", 19, True), (1, 0, 5, "answer 1.0", 10, True), (1, 1, 5, "answer 1.1", 11, True),
+        (2, -1, None, "answer 2.0", 29, False), (2, 0, 5, "answer 2.0", 20, False),
+        (2, 1, 5, "answer 2.1", 21, False)]
+
+
+def test_results_md_shows_percent_and_the_std_over_seeds_in_percent(tmp_path: Path):
+    """results.md (and the printed table) are in percent: a mean of 0.3 with seed values 0.2 and
+    0.4 (sample std 0.141421) is ``30.0 ± 14.1`` and its seed rows ``20.0`` and ``40.0``; its note
+    names the seeds and the --limit."""
+    row = BenchmarkResult("gsm8k", "math", "", 5, 4, {"pass@1": 0.3}, seeds=[0, 1],
+                          per_seed={"0": {"pass@1": 0.2}, "1": {"pass@1": 0.4}},
+                          std={"pass@1": 0.02 ** 0.5})
+    config = {"seeds": [0, 1], "model": "m", "num_samples": 4, "temperature": 1.0, "top_p": 1.0,
+              "max_new_tokens": 8, "limit": 5}
+    write_results(EvalResult(config, [row], [], tmp_path, {}))
+    note, table = (tmp_path / "results.md").read_text(encoding="utf-8").split("\n\n")
+    assert "seeds 0,1 (mean ± std over seeds, then each seed), first 5 problems per benchmark." in note
+    assert table.splitlines()[2:] == ["| gsm8k | math | 5 | 30.0 ± 14.1 |", "| gsm8k seed=0 | math | 5 | 20.0 |",
+                                      "| gsm8k seed=1 | math | 5 | 40.0 |"]
+
+
+def test_each_problems_records_are_on_disk_before_the_next_chunk_is_generated(tmp_path: Path):
+    """Resume rests on samples.jsonl holding every finished problem: its lines are flushed after
+    each problem, so a kill during the next chunk's generation loses that chunk only. Without the
+    flush, the first problem's two short records stayed in the file buffer (8 KiB) while the
+    second was generated: here the generator of problem 1 finds them on disk (2 lines)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm8k.jsonl").write_text("".join(json.dumps({"question": f"question {i}?", "answer": f"#### {i}"})
+                                              + "\n" for i in range(2)))
+    problems = load_benchmark("gsm8k", data).problems
+    samples = tmp_path / "out" / "samples.jsonl"
+    seen: list[int] = []
+
+    class Watching(LengthGenerator):
+        def generate(self, prompts, num_samples, greedy, seed):
+            seen.append(len(samples.read_bytes().splitlines()) if samples.exists() else 0)
+            return super().generate(prompts, num_samples, greedy, seed)
+
+    config = EvalConfig(model="lengths", benchmarks="gsm8k", data_dir=str(data), output_dir=str(tmp_path / "out"),
+                        num_samples=2, ks=(1,), batch_size=2, device="cpu")
+    evaluate(config, Watching({problem.prompt: problem.index for problem in problems}), progress=False,
+             print_table=False)
+    assert seen == [0, 2]

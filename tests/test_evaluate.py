@@ -345,14 +345,16 @@ def test_lora_checkpoint_loads(tmp_path, tiny_model_dir):
 
 
 def test_sampling_options_are_checked_at_their_documented_bounds():
-    """k in 1..n, temperature >= 0 (0: greedy), top-p in (0, 1] (1: no nucleus cut), limit >= 1."""
+    """k in 1..n, temperature >= 0 (0: greedy), top-p in (0, 1] (1: no nucleus cut), limit >= 1,
+    sampling seeds in [0, 2^32) (as ict train's; the vLLM engine takes them)."""
     from ict.core.errors import UsageError
     from ict.evaluation.evaluate import EvalConfig
 
-    for good in (dict(num_samples=2, ks=(1, 2)), dict(temperature=0.0), dict(top_p=1.0), dict(limit=1)):
+    for good in (dict(num_samples=2, ks=(1, 2)), dict(temperature=0.0), dict(top_p=1.0), dict(limit=1),
+                 dict(seed=2**32 - 1), dict(seeds=(0, 2**32 - 1))):
         EvalConfig(**good).validate()
     for bad in (dict(num_samples=2, ks=(3,)), dict(ks=(0,)), dict(temperature=-0.1), dict(top_p=0.0),
-                dict(top_p=1.01), dict(limit=0)):
+                dict(top_p=1.01), dict(limit=0), dict(seed=2**32), dict(seeds=(1, 2**32)), dict(seed=-1)):
         with pytest.raises(UsageError):
             EvalConfig(**bad).validate()
 

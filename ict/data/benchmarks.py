@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ict.answers.gold import normalize_gold
-from ict.core.errors import UsageError, is_integer
+from ict.core.errors import UsageError, encodes_as_utf8, is_integer
 from ict.core.problems import (
     CHOICE_TEMPLATE,
     MATH_TEMPLATE,
@@ -365,8 +365,8 @@ def problem_from_row(spec: BenchmarkSpec, row: dict[str, Any], index: int) -> Pr
     if spec.answer_type == "choice":
         options, answer_index = _choices_and_answer(spec, row)
         prompt = render_template(spec.prompt_template, question, render_options(options))
-        return Problem(prompt, OPTION_LETTERS[answer_index], "choice", choices=options, entry=row,
-                       benchmark=spec.name, index=index, problem_id=problem_id, question=question)
+        return _encodable(Problem(prompt, OPTION_LETTERS[answer_index], "choice", choices=options, entry=row,
+                                  benchmark=spec.name, index=index, problem_id=problem_id, question=question))
     for gold_field, gold_format in spec.gold_fields:
         if gold_field in row and row[gold_field] is not None and row[gold_field] != "":
             raw = checked_answer(row[gold_field], gold_field)
@@ -377,8 +377,19 @@ def problem_from_row(spec: BenchmarkSpec, row: dict[str, Any], index: int) -> Pr
     if not gold:
         raise ValueError("empty gold answer")
     prompt = render_template(spec.prompt_template, question)
-    return Problem(prompt, gold, spec.answer_type, entry=row, benchmark=spec.name, index=index,
-                   problem_id=problem_id, question=question)
+    return _encodable(Problem(prompt, gold, spec.answer_type, entry=row, benchmark=spec.name, index=index,
+                              problem_id=problem_id, question=question))
+
+
+def _encodable(problem: Problem) -> Problem:
+    """`problem`, or ValueError when its prompt (question, options), gold or id is no valid Unicode
+    text: JSON's ``\\ud800`` escapes a lone surrogate, which no tokenizer and no UTF-8 file takes
+    (``ict eval`` failed at the record's write, after generating, without naming the row)."""
+    for what, text in (("question or options", problem.prompt), ("gold answer", problem.answer),
+                       ("id", problem.problem_id)):
+        if not encodes_as_utf8(text):
+            raise ValueError(f"its {what} is no valid Unicode text (a lone surrogate such as \\ud800)")
+    return problem
 
 
 # --------------------------------------------------------------------------------------------

@@ -72,18 +72,18 @@ def record_problem(record: dict[str, Any]) -> str | None:
 
 
 def load_sample_records(path: Path, legacy_seed: int = 0) -> dict[str, list[dict[str, Any]]]:
-    """samples.jsonl -> records grouped by `unit_key` (a torn line, one that is no JSON, is
-    ignored: an interrupted write); a sampled record without a ``seed`` (written before the field
-    existed) gets ``legacy_seed``. A JSON line that is no evaluation record (`record_problem`) is
-    a one-line UsageError naming file:line."""
+    """samples.jsonl -> records grouped by `unit_key` (a torn line, one that is no JSON or no
+    UTF-8, is ignored: an interrupted write, which may cut a character in two); a sampled record
+    without a ``seed`` (written before the field existed) gets ``legacy_seed``. A JSON line that
+    is no evaluation record (`record_problem`) is a one-line UsageError naming file:line."""
     grouped: dict[str, list[dict[str, Any]]] = {}
     if not path.is_file():
         return grouped
-    with open(path, encoding="utf-8") as handle:
+    with open(path, "rb") as handle:  # bytes: a kill mid-character tears the last line's UTF-8 too
         for number, line in enumerate(handle, 1):
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
+                record = json.loads(line.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
                 continue
             problem = record_problem(record) if isinstance(record, dict) else "not a JSON object"
             if problem is not None:
