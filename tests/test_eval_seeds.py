@@ -214,3 +214,26 @@ def test_cli_seeds(tmp_path, tiny_model_dir, capsys):
     assert "bad value for seeds" in capsys.readouterr().err
     assert main([*base, "--seeds", "none", "--seed", "1"]) == 0  # --seed alone again
     assert "seed=" not in capsys.readouterr().out
+
+
+def test_compare_reads_only_the_problems_and_seeds_of_the_finished_evaluation(tmp_path, tiny_model_dir):
+    """ict compare pairs the problems of an evaluation whose results.json is written. Its
+    samples.jsonl also keeps the records of other seeds and, after a run interrupted under a
+    larger --limit, of problems beyond the limit (kept for a later resume); complete_verdicts read
+    them all (6 problems of 3 seeds, for results of 3 problems and 2 seeds)."""
+    from ict.analysis.comparison_runs import complete_verdicts
+
+    data, out = write_sums(tmp_path / "data"), tmp_path / "out"
+    first = seeds_config(data, out, tiny_model_dir, limit=6, seeds=(0, 1, 2), num_samples=2, ks=(1,))
+    evaluate(first, generator=tiny_generator(first, tiny_model_dir), progress=False, print_table=False)
+    (out / "results.json").unlink()  # interrupted before its results
+    second = seeds_config(data, out, tiny_model_dir, limit=3, seeds=(0, 1), num_samples=2, ks=(1,))
+    evaluate(second, generator=tiny_generator(second, tiny_model_dir), progress=False, print_table=False)
+    samples = read_samples(out)
+    assert {r["index"] for r in samples} == set(range(6)) and {r["seed"] for r in samples} == {0, 1, 2}
+    expected: dict[int, list[bool]] = {}
+    for record in samples:
+        if not record["greedy"] and record["index"] < 3 and record["seed"] in (0, 1):
+            expected.setdefault(record["index"], []).append(record["correct"])
+    assert sorted(expected) == [0, 1, 2] and all(len(verdicts) == 4 for verdicts in expected.values())
+    assert complete_verdicts(out) == {"gsm8k": expected}

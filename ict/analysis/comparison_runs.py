@@ -92,17 +92,38 @@ def load_runs(output_dir: Path) -> list[RunRecord]:
 
 def complete_verdicts(eval_dir: Path) -> dict[str, dict[int, list[bool]]] | None:
     """:func:`read_verdicts` of an `ict eval` output directory whose evaluation finished (its
-    results.json is written last); None for one with samples but no results.json (interrupted,
+    results.json is written last), of that evaluation's benchmarks, seeds and problems only; None for one with samples but no results.json (interrupted,
     or still running: its problems so far are not the benchmark); {} for none."""
     samples = eval_dir / "samples.jsonl"
     if samples.is_file() and not (eval_dir / "results.json").is_file():
         return None
-    return read_verdicts(samples)
+    return read_verdicts(samples, evaluated_units(eval_dir))
 
 
-def read_verdicts(samples: Path) -> dict[str, dict[int, list[bool]]]:
+def evaluated_units(eval_dir: Path) -> tuple[set[str] | None, set[int] | None, int | None]:
+    """(benchmarks, sampling seeds, limit) of the evaluation whose results.json is in ``eval_dir``
+    (each None where it does not say): its samples.jsonl may also hold records of other seeds
+    and, after a rerun with a lower --limit, of problems beyond it (kept for a later resume)."""
+    try:
+        results = json.loads((eval_dir / "results.json").read_text(encoding="utf-8"))
+        config = results.get("config") if isinstance(results, dict) else None
+    except (OSError, ValueError):
+        return None, None, None
+    if not isinstance(config, dict):
+        return None, None, None
+    benchmarks = set(results["benchmarks"]) if isinstance(results.get("benchmarks"), dict) else None
+    seeds = config.get("seeds", [config["seed"]] if "seed" in config else None)
+    seeds = set(seeds) if isinstance(seeds, list) and all(isinstance(seed, int) for seed in seeds) else None
+    limit = config.get("limit")
+    return benchmarks, seeds, limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+
+
+def read_verdicts(samples: Path, units: tuple[set[str] | None, set[int] | None, int | None] = (None, None, None)
+                  ) -> dict[str, dict[int, list[bool]]]:
     """benchmark -> problem index -> the sampled completions' verdicts, from an `ict eval`
-    samples.jsonl (greedy completions and unreadable lines left out; empty if no file). A JSON line
+    samples.jsonl (greedy completions and unreadable lines left out; empty if no file); ``units``
+    (:func:`evaluated_units`): only the records of those benchmarks, sampling seeds and problem
+    indices below the limit (None: any). A JSON line
     without a string 'benchmark', an integer 'index' and a boolean 'correct' (as `ict eval` writes
     them: a "false" string would be read as correct), or a file that is not UTF-8, is a one-line
     UsageError naming the file."""
@@ -119,7 +140,10 @@ def read_verdicts(samples: Path) -> dict[str, dict[int, list[bool]]]:
                 and isinstance(record.get("correct"), bool)):
             raise UsageError(f"{samples}:{number}: not an evaluation sample (a JSON object with 'benchmark', "
                              "integer 'index' and boolean 'correct')")
-        if record.get("greedy"):
+        benchmarks, seeds, limit = units
+        if (record.get("greedy") or (benchmarks is not None and record["benchmark"] not in benchmarks)
+                or (seeds is not None and record.get("seed", 0) not in seeds)
+                or (limit is not None and record["index"] >= limit)):
             continue
         per_problem = correct.setdefault(record["benchmark"], {})
         per_problem.setdefault(record["index"], []).append(bool(record["correct"]))
