@@ -21,7 +21,11 @@ from stats_references import (
     tile_of,
 )
 
-from ict.core.stats import token_statistics, token_statistics_from_hidden
+from ict.core.stats import (
+    scores_from_hidden_given_normalisers,
+    token_statistics,
+    token_statistics_from_hidden,
+)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.6, 1.7])
@@ -365,3 +369,19 @@ def test_a_row_index_outside_the_logits_is_refused(backend, monkeypatch):
         row_index[1, 1] = bad
         with pytest.raises(ValueError, match=r"row_index must be in \[0, 20\) .* 1 position\(s\) are not"):
             token_statistics(logits, token_ids, mask, 1.0, backend=backend, row_index=row_index)
+
+
+@pytest.mark.parametrize("tile", [(3, 5), None])
+def test_renyi2_from_given_normalisers_without_any_score_asked(tile):
+    """The score pass alone still runs when no score is asked: it sums the rows' ``sum_v p_v^2``,
+    so Renyi-2 is the float64 ``-log sum_v p_v^2`` (not ``-log 0 = inf``) and the rows' mass is 1."""
+    hidden, weight, lm_bias, token_ids, mask = hidden_batch(4)
+    logits = hidden.double() @ weight.double().T + lm_bias.double()
+    expected = reference_statistics(logits, token_ids, mask, 0.8)
+    log_z = torch.logsumexp(logits / 0.8, dim=-1).float()
+    scores, renyi2, deviation = scores_from_hidden_given_normalisers(
+        hidden, weight, token_ids, mask, 0.8, (), log_z, expected["entropy"].float(), lm_head_bias=lm_bias,
+        tile_size=tile)
+    assert scores == {}
+    assert deviation < 1e-5
+    torch.testing.assert_close(renyi2.double(), expected["renyi2"], atol=1e-5, rtol=0)

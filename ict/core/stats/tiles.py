@@ -268,7 +268,8 @@ class _Run:
         layout's tile blocks (built at their first use, :class:`~ict.core.stats.rows.Tile`): the
         device computes it while the host builds them (on a GPU the host's time after a sync is
         the device's idle time). ``statistics_pass``: False when :meth:`passes` will be given the
-        normalisers (then the first tile is queued only if a score is asked). ``gradient_mask``: the
+        normalisers (its score pass then runs even when no score is asked: it sums Renyi-2's
+        ``sum_v p_v^2``). ``gradient_mask``: the
         caller's (:func:`statistics`), its rows read with the layout's sizes."""
         self.head = head
         self.batch_size, self.length, self.vocab_size = shape
@@ -295,7 +296,7 @@ class _Run:
             self.order = sequence_order(response_mask, self.tokens, token_ids, self.vocab_size, gradient_mask)
         self.tile_rows = _TileRows(head, self.order)
         self.first_logits: Tensor | IndexedTile | None = None  # token tile 0 x vocabulary tile 0 (_logits)
-        if self.order.tiles and self.vocab_size and (statistics_pass or self.metrics_of):
+        if self.order.tiles and self.vocab_size:
             self.first_logits = head.tile(self.tile_rows[0], 0, min(self.vocab, self.vocab_size),
                                           indexed=self.folds.READS_INDEXED_TILES)
         num_rows = self.order.num_rows
@@ -353,7 +354,7 @@ class _Run:
                 for index in range(len(order.tiles)):
                     self._fold_tile(index, reference_head, reference_rows, start, end, temperature, overwrite=True)
             self._finish_statistics(slice(None))
-        if self.metrics_of:
+        if self.metrics_of or self.mass is not None:  # given normalisers: the pass sums each row's mass
             for start, end in chunks(vocab_size, self.vocab):
                 for index in range(len(order.tiles)):
                     self._score_tile(index, self._logits(index, start, end), start, end, reference_head,
