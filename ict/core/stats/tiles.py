@@ -260,16 +260,15 @@ class _Run:
     def __init__(self, head: Head, shape: tuple[int, int, int], token_ids: Tensor, response_mask: Tensor,
                  js_references: tuple[str, ...], with_reference: bool, tile_size: TileSize | None,
                  backend: str | None, group_ids: Tensor | None, finished: Tensor | None,
-                 statistics_pass: bool = True, gradient_mask: Tensor | None = None) -> None:
+                 gradient_mask: Tensor | None = None) -> None:
         """Built without gradient. ``head``'s kind picks the default tiles (hidden states or logits);
         its first tile's work that does not depend on the rows (:meth:`LinearHead.prepare_tile`) is
         queued before the row layout's syncs, so the device does it while the host waits for them,
         and the first tile (its product) right after them, before the accumulators and the group
         layout's tile blocks (built at their first use, :class:`~ict.core.stats.rows.Tile`): the
         device computes it while the host builds them (on a GPU the host's time after a sync is
-        the device's idle time). ``statistics_pass``: False when :meth:`passes` will be given the
-        normalisers (its score pass then runs even when no score is asked: it sums Renyi-2's
-        ``sum_v p_v^2``). ``gradient_mask``: the
+        the device's idle time); given normalisers, :meth:`passes` starts with the score pass, which
+        then runs even when no score is asked (it sums Renyi-2's ``sum_v p_v^2``). ``gradient_mask``: the
         caller's (:func:`statistics`), its rows read with the layout's sizes."""
         self.head = head
         self.batch_size, self.length, self.vocab_size = shape
@@ -548,7 +547,7 @@ def scores_given_normalisers(head: Head, shape: tuple[int, int, int], token_ids:
     this head's logits (no gradient)."""
     with torch.no_grad(), torch.autocast(token_ids.device.type, enabled=False):  # float32 folds
         run = _Run(head, shape, token_ids, response_mask, js_references, False, tile_size, backend, group_ids,
-                   finished, statistics_pass=False)
+                   finished)
         run.passes(None, temperature, given=(log_normaliser.float(), entropy.float()))
         scores = run.scores(temperature)
         head.release()
