@@ -30,6 +30,9 @@ QUESTION_ROWS = [
     ('{"question": [{"role": "user"}], "answer": "2"}', "'content'"),
     ('{"question": [{"role": "user", "content": 5}], "answer": "2"}', "must be text"),
     ('{"question": [{"role": null, "content": "q"}], "answer": "2"}', "must be text"),
+    # a lone surrogate (JSON's \\ud800) no tokenizer encodes: a TypeError at the first rollout
+    ('{"question": "q\\ud800", "answer": "2"}', "lone surrogate"),
+    ('{"question": [{"role": "user", "content": "q\\udc00"}], "answer": "2"}', "lone surrogate"),
 ]
 ANSWER_ROWS = [
     ('{"question": "q", "answer": null}', "answer"),
@@ -49,6 +52,7 @@ CHOICE_ROWS = [
     ('{"question": "q", "choices": ["a", ["b"]], "answer": 0}', "option 2"),
     ('{"question": "q", "choices": 4, "answer": 0}', "number"),
     ('{"question": "q", "choices": ["a", "b"], "answer": true}', "boolean"),
+    ('{"question": "q", "choices": ["a", "b\\ud800"], "answer": 0}', "lone surrogate"),
 ]
 
 
@@ -178,3 +182,4 @@ def test_a_benchmark_question_must_be_text_and_numpy_choices_are_a_list():
     with pytest.raises(ValueError, match="field 'problem' must be text, got a list of 1"):
         problem_from_row(REGISTRY["math500"], {"problem": MESSAGES, "answer": "2"}, 0)
     assert checked_choices(np.array(["a", "b"]), "choices") == ["a", "b"]
+
