@@ -253,6 +253,8 @@ def test_values_that_failed_late_are_refused_first(tmp_path, capsys):
         EvalConfig(verify_timeout=1e10).validate()
     with pytest.raises(UsageError, match="dtype"):
         EvalConfig(dtype="bogus").validate()
+    with pytest.raises(UsageError, match="--system-prompt is not valid text"):  # a TypeError at the first prompt
+        EvalConfig(system_prompt="\udcff").validate()
     assert main(["inspect", "--model", str(tmp_path / "no-model"), "--prompt", "x",
                  "--html", str(tmp_path / "missing" / "view.html")]) == 2
     assert "no directory" in capsys.readouterr().err

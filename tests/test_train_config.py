@@ -193,6 +193,17 @@ def test_a_negative_format_reward_is_one_line():
     assert build_config(None, {"format_reward": "0.5"}, {}).format_reward == 0.5
 
 
+def test_prompt_text_no_tokenizer_encodes_is_refused_in_one_line():
+    """A lone surrogate in system_prompt or prompt_suffix (a byte of argv that is not UTF-8 reads
+    as \\udcff; YAML's "\\ud800" too): a UsageError before any work (it passed, and the tokenizer
+    raised a TypeError at the first rollout, after the model and data were loaded: exit code 1)."""
+    for name in ("system_prompt", "prompt_suffix"):
+        for value in ("say \udcff", "\ud800"):
+            with pytest.raises(UsageError, match=rf"^{name} is not valid text .*no tokenizer encodes it$"):
+                build_config(None, {name: value}, {})
+    assert build_config(None, {"system_prompt": "réponds", "prompt_suffix": " ✓"}, {}).system_prompt == "réponds"
+
+
 def test_missing_yaml_file():
     with pytest.raises(UsageError, match="config file not found"):
         build_config("/no/such/file.yaml")
