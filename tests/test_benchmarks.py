@@ -501,3 +501,18 @@ def test_a_row_filtered_local_file_names_the_bad_rows_own_line(tmp_path):
     rows[2]["Answer"] = "3"
     (tmp_path / "aime23.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert [p.answer for p in load_benchmark("aime23", tmp_path).problems] == ["2", "3"]
+
+
+@pytest.mark.parametrize(("name", "row", "message"), [
+    ("commonsense_qa", {"question": "q", "choices": {"label": ["A", "B"], "text": ["x", "y"]}, "answerKey": "E"},
+     r"commonsense_qa.jsonl:1: row 1 of commonsense_qa: gold label 'E' is not one of the labels A, B$"),
+    ("mmlu_stem", {"question": "q", "choices": ["x", "y"], "answer": "B"},
+     r"mmlu_stem.jsonl:1: row 1 of mmlu_stem: gold index must be an integer \(0-based\), got 'B'$"),
+])
+def test_a_gold_that_names_no_option_says_so(tmp_path, name, row, message):
+    """A label gold absent from the labels, an index gold that is no integer: the line names the
+    gold and what it should be (it was Python's own "'E' is not in list", "invalid literal for
+    int() with base 10: 'B'")."""
+    (tmp_path / f"{name}.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(UsageError, match=message):
+        load_benchmark(name, tmp_path)

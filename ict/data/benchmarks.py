@@ -314,7 +314,10 @@ def _choices_and_answer(spec: BenchmarkSpec, row: dict[str, Any]) -> tuple[list[
             continue
         raw = checked_answer(row[gold_field], gold_field)
         if gold_format == "index":
-            index = int(str(raw).strip())
+            try:
+                index = int(str(raw).strip())
+            except ValueError:  # int()'s own message names neither the field nor the problem
+                raise ValueError(f"gold index must be an integer (0-based), got {raw!r}") from None
         elif gold_format == "letter":
             letter = str(raw).strip().upper()
             if len(letter) != 1 or letter not in OPTION_LETTERS:  # str.index would find "B" in "BC"
@@ -323,6 +326,8 @@ def _choices_and_answer(spec: BenchmarkSpec, row: dict[str, Any]) -> tuple[list[
         elif gold_format == "label":
             if labels is None:
                 raise ValueError("gold format 'label' needs label_text choices")
+            if str(raw).strip() not in labels:
+                raise ValueError(f"gold label {raw!r} is not one of the labels {', '.join(labels)}")
             index = labels.index(str(raw).strip())
         else:
             raise ValueError(f"unknown choice gold format {gold_format!r}")
