@@ -183,3 +183,12 @@ def test_a_benchmark_question_must_be_text_and_numpy_choices_are_a_list():
         problem_from_row(REGISTRY["math500"], {"problem": MESSAGES, "answer": "2"}, 0)
     assert checked_choices(np.array(["a", "b"]), "choices") == ["a", "b"]
 
+
+
+def test_a_line_of_spaces_is_a_blank_line(tmp_path):
+    """A .jsonl line of spaces and tabs is blank, as an empty one: left out, the next row keeps its
+    line number (not refused as bad JSON)."""
+    path = tmp_path / "spaces.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n \t  \n" + json.dumps({"question": "b", "answer": "3"}) + "\n")
+    rows = read_records(path)
+    assert [row["answer"] for row in rows] == ["2", "3"] and rows.numbers == [1, 3]
