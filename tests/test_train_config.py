@@ -209,6 +209,20 @@ def test_missing_yaml_file():
         build_config("/no/such/file.yaml")
 
 
+def test_a_directory_given_as_the_config_or_data_file_is_called_one(tmp_path):
+    """`--config DIR`, `--dataset DIR.jsonl`: one line saying it is a directory (it said "not found"
+    of a path that exists); a path that does not exist is still "not found"."""
+    from ict.data.rows import read_records
+
+    (tmp_path / "rows.jsonl").mkdir()
+    with pytest.raises(UsageError, match=r"^config file \S+ is a directory: give a YAML file$"):
+        build_config(tmp_path)
+    with pytest.raises(UsageError, match=r"^data file \S+rows.jsonl is a directory: give a .jsonl, .json or "):
+        read_records(tmp_path / "rows.jsonl")
+    with pytest.raises(UsageError, match=r"^data file not found: \S+other.jsonl$"):
+        read_records(tmp_path / "other.jsonl")
+
+
 def test_every_field_is_a_cli_option_with_its_default_in_the_help():
     from ict.cli import train as train_command
 

@@ -170,7 +170,8 @@ def read_records(path: str | Path, skipped: list[str] | None = None) -> Rows:
     UTF-8 byte-order mark (as Windows editors write) is not part of the first row."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise UsageError(f"data file not found: {path}")
+        raise UsageError(f"data file {path} is a directory: give a .jsonl, .json or .parquet file" if path.is_dir()
+                         else f"data file not found: {path}")
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         return _read_jsonl(path, skipped)

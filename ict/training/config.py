@@ -428,7 +428,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     check_path_given("config file path", path, "give a YAML file, or leave --config out")  # `--config ""`
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"config file not found: {path}")
+        raise UsageError(f"config file {path} is a directory: give a YAML file" if path.is_dir()
+                         else f"config file not found: {path}")
     try:
         data = yaml.safe_load(read_utf8_text(path)) or {}
     except yaml.YAMLError as error:
