@@ -235,6 +235,16 @@ def test_the_same_value_means_the_same_by_every_route(tmp_path, capsys):
     assert options_from_args(TrainConfig, args).aggregation is None
 
 
+def test_a_choice_option_without_none_quotes_the_value_typed(capsys):
+    """`--dtype null` (dtype takes no none): the one-line error quotes 'null', as typed (it said
+    "invalid choice: 'none'", a value nobody typed); an option that takes none reads null as none."""
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--dtype", "null"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "argument --dtype: invalid choice: 'null'" in err and len(err.splitlines()) == 1
+    assert subparser("train").parse_args(["--aggregation", "~"]).aggregation == "none"
+
+
 def test_values_that_failed_late_are_refused_first(tmp_path, capsys):
     """Each of these passed the checks and failed later: a seed outside numpy's [0, 2^32) after the
     run directory was made, a verify timeout of 1e10 s (an OverflowError after generation), a YAML
