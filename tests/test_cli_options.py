@@ -235,6 +235,17 @@ def test_the_same_value_means_the_same_by_every_route(tmp_path, capsys):
     assert options_from_args(TrainConfig, args).aggregation is None
 
 
+def test_an_infinite_float_is_refused_as_nan_is():
+    """A float option is finite: inf, -Infinity, 1e999 (inf once read) are refused in one line by
+    parse_field (learning_rate=inf passed validate's '> 0')."""
+    from ict.core.errors import UsageError
+    from ict.core.options import parse_field
+
+    for raw in ("inf", "-Infinity", "1e999", float("inf"), "nan"):
+        with pytest.raises(UsageError, match=r"bad value for learning_rate: .* \(expected a finite float\)$"):
+            parse_field(TrainConfig, "learning_rate", raw)
+
+
 def test_a_choice_option_without_none_quotes_the_value_typed(capsys):
     """`--dtype null` (dtype takes no none): the one-line error quotes 'null', as typed (it said
     "invalid choice: 'none'", a value nobody typed); an option that takes none reads null as none."""

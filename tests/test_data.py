@@ -219,6 +219,18 @@ def test_each_epoch_of_the_prompt_stream_is_a_new_shuffle():
     assert len({tuple(epoch) for epoch in epochs}) == 3
 
 
+def test_no_two_seeds_share_an_epochs_order():
+    """Runs of different seeds (ict compare's 0, 1, 2) draw unrelated prompt streams: no epoch of
+    one seed repeats an epoch of another (a shuffle seeded with seed + epoch gave seed 1's first
+    epoch to seed 0's second)."""
+    from ict.data.training_data import Problem
+
+    problems = [Problem(prompt=str(index), answer=str(index), kind="math") for index in range(20)]
+    orders = {tuple(p.prompt for p in PromptSampler(problems, batch_size=20, seed=seed).batch(epoch))
+              for seed in range(4) for epoch in range(4)}
+    assert len(orders) == 16
+
+
 def test_held_out_sets_leave_out_questions_of_tasks_that_pad_them_with_whitespace():
     """leg_counting's questions end in a newline; an evaluation set's questions are stripped."""
     import reasoning_gym
