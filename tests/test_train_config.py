@@ -185,6 +185,17 @@ def test_resume_takes_the_runs_resolution_of_an_auto_option_and_refuses_a_lost_c
         build_config(None, {"run_dir": str(run_dir), "resume": True}, {})
 
 
+def test_the_closed_ends_of_the_documented_ranges_are_accepted():
+    """Each range's closed end (--help, validate's messages) passes: overlong_buffer =
+    max_new_tokens ('0..max_new_tokens': the penalty ramps over the whole completion), clip_low 1
+    ('in [0, 1]'), adam_beta1 0, max_grad_norm 0, vllm_gpu_memory_utilization 1, top_p 1, ratio 1."""
+    ends = {"max_new_tokens": "32", "overlong_buffer": "32", "clip_low": "1", "adam_beta1": "0",
+            "max_grad_norm": "0", "vllm_gpu_memory_utilization": "1", "top_p": "1", "ratio": "1",
+            "clip_high": "0", "eval_temperature": "0", "entropy_collapse_fraction": "0"}
+    config = build_config(None, {}, ends)
+    assert (config.overlong_buffer, config.clip_low, config.selector["ratio"]) == (32, 1.0, 1.0)
+
+
 def test_a_negative_format_reward_is_one_line():
     """-0.5 passed the checks, then build_reward dropped it (with `--reward last_number`) or kept
     the format term's +1 (with `last_number,format`): the opposite sign of what was asked."""
