@@ -10,7 +10,7 @@ import json
 import pytest
 
 from ict.cli import main
-from ict.core.errors import UsageError
+from ict.core.errors import UsageError, is_finite_number
 from ict.data.rows import read_records
 from ict.data.training_data import load_training_data
 
@@ -30,6 +30,9 @@ QUESTION_ROWS = [
     ('{"question": [{"role": "user"}], "answer": "2"}', "'content'"),
     ('{"question": [{"role": "user", "content": 5}], "answer": "2"}', "must be text"),
     ('{"question": [{"role": null, "content": "q"}], "answer": "2"}', "must be text"),
+    # a lone surrogate (JSON's \\ud800) no tokenizer encodes: a TypeError at the first rollout
+    ('{"question": "q\\ud800", "answer": "2"}', "lone surrogate"),
+    ('{"question": [{"role": "user", "content": "q\\udc00"}], "answer": "2"}', "lone surrogate"),
 ]
 ANSWER_ROWS = [
     ('{"question": "q", "answer": null}', "answer"),
@@ -49,6 +52,7 @@ CHOICE_ROWS = [
     ('{"question": "q", "choices": ["a", ["b"]], "answer": 0}', "option 2"),
     ('{"question": "q", "choices": 4, "answer": 0}', "number"),
     ('{"question": "q", "choices": ["a", "b"], "answer": true}', "boolean"),
+    ('{"question": "q", "choices": ["a", "b\\ud800"], "answer": 0}', "lone surrogate"),
 ]
 
 
@@ -178,3 +182,28 @@ def test_a_benchmark_question_must_be_text_and_numpy_choices_are_a_list():
     with pytest.raises(ValueError, match="field 'problem' must be text, got a list of 1"):
         problem_from_row(REGISTRY["math500"], {"problem": MESSAGES, "answer": "2"}, 0)
     assert checked_choices(np.array(["a", "b"]), "choices") == ["a", "b"]
+
+
+
+def test_a_line_of_spaces_is_a_blank_line(tmp_path):
+    """A .jsonl line of spaces and tabs is blank, as an empty one: left out, the next row keeps its
+    line number (not refused as bad JSON)."""
+    path = tmp_path / "spaces.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n \t  \n" + json.dumps({"question": "b", "answer": "3"}) + "\n")
+    rows = read_records(path)
+    assert [row["answer"] for row in rows] == ["2", "3"] and rows.numbers == [1, 3]
+
+
+def test_a_gold_integer_too_large_for_a_float_is_read_as_its_digits(tmp_path):
+    """2^1400 (422 digits) as a JSON number, a gold of ict train's file and of ict eval's benchmark
+    file: read as its digits (is_finite_number converted it to a float: OverflowError, exit 1)."""
+    from ict.data.benchmarks import load_benchmark
+
+    big = 2**1400
+    path = tmp_path / "big.jsonl"
+    path.write_text(json.dumps({"question": "2^1400 ?", "answer": big}) + "\n" + json.dumps(GOOD) + "\n")
+    assert sorted(p.answer for p in load_training_data(str(path), seed=0).train) == sorted(["2", str(big)])
+    (tmp_path / "aime24.jsonl").write_text(json.dumps({"problem": "2^1400 ?", "answer": big}) + "\n")
+    assert load_benchmark("aime24", tmp_path).problems[0].answer == str(big)
+    assert is_finite_number(big) and is_finite_number(-big) and is_finite_number(2.5)
+    assert not any(is_finite_number(value) for value in (True, float("inf"), float("nan"), "3", None))

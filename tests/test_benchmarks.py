@@ -504,10 +504,11 @@ def test_a_row_filtered_local_file_names_the_bad_rows_own_line(tmp_path):
 
 
 @pytest.mark.parametrize(("name", "row", "what"), [
-    ("gsm8k", {"question": "what is 1 + \\ud800 ?", "answer": "#### 2"}, "question or options"),
-    ("gsm8k", {"question": "what is 1 + 1 ?", "answer": "#### 2\\ud800"}, "gold answer"),
-    ("gsm8k", {"question": "what is 1 + 1 ?", "answer": "#### 2", "id": "q\\udcff"}, "id"),
-    ("mmlu_stem", {"question": "2 + 2?", "choices": ["3", "4\\ud83d", "5", "6"], "answer": 1}, "question or options"),
+    ("gsm8k", {"question": "what is 1 + \\ud800 ?", "answer": "#### 2"}, "field 'question' is not valid text"),
+    ("gsm8k", {"question": "what is 1 + 1 ?", "answer": "#### 2\\ud800"}, "its gold answer is no valid Unicode text"),
+    ("gsm8k", {"question": "what is 1 + 1 ?", "answer": "#### 2", "id": "q\\udcff"}, "its id is no valid Unicode text"),
+    ("mmlu_stem", {"question": "2 + 2?", "choices": ["3", "4\\ud83d", "5", "6"], "answer": 1},
+     "field 'choices: option 2' is not valid text"),
 ])
 def test_a_lone_surrogate_in_a_benchmark_row_is_refused_at_its_line(tmp_path: Path, name: str, row: dict,
                                                                    what: str):
@@ -519,5 +520,20 @@ def test_a_lone_surrogate_in_a_benchmark_row_is_refused_at_its_line(tmp_path: Pa
     good = {"gsm8k": {"question": "what is 2 + 2 ?", "answer": "#### 4"},
             "mmlu_stem": {"question": "1 + 1?", "choices": ["1", "2", "3", "4"], "answer": 1}}[name]
     (tmp_path / f"{name}.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(row).replace("\\\\u", "\\u") + "\n")
-    with pytest.raises(UsageError, match=rf"{name}\.jsonl:2: .*its {what} is no valid Unicode text"):
+    with pytest.raises(UsageError, match=rf"{name}\.jsonl:2: row 2 of {name}: {what}"):
+        load_benchmark(name, tmp_path)
+
+
+@pytest.mark.parametrize(("name", "row", "message"), [
+    ("commonsense_qa", {"question": "q", "choices": {"label": ["A", "B"], "text": ["x", "y"]}, "answerKey": "E"},
+     r"commonsense_qa.jsonl:1: row 1 of commonsense_qa: gold label 'E' is not one of the labels A, B$"),
+    ("mmlu_stem", {"question": "q", "choices": ["x", "y"], "answer": "B"},
+     r"mmlu_stem.jsonl:1: row 1 of mmlu_stem: gold index must be an integer \(0-based\), got 'B'$"),
+])
+def test_a_gold_that_names_no_option_says_so(tmp_path, name, row, message):
+    """A label gold absent from the labels, an index gold that is no integer: the line names the
+    gold and what it should be (it was Python's own "'E' is not in list", "invalid literal for
+    int() with base 10: 'B'")."""
+    (tmp_path / f"{name}.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(UsageError, match=message):
         load_benchmark(name, tmp_path)

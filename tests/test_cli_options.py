@@ -235,6 +235,27 @@ def test_the_same_value_means_the_same_by_every_route(tmp_path, capsys):
     assert options_from_args(TrainConfig, args).aggregation is None
 
 
+def test_an_infinite_float_is_refused_as_nan_is():
+    """A float option is finite: inf, -Infinity, 1e999 (inf once read) are refused in one line by
+    parse_field (learning_rate=inf passed validate's '> 0')."""
+    from ict.core.errors import UsageError
+    from ict.core.options import parse_field
+
+    for raw in ("inf", "-Infinity", "1e999", float("inf"), "nan"):
+        with pytest.raises(UsageError, match=r"bad value for learning_rate: .* \(expected a finite float\)$"):
+            parse_field(TrainConfig, "learning_rate", raw)
+
+
+def test_a_choice_option_without_none_quotes_the_value_typed(capsys):
+    """`--dtype null` (dtype takes no none): the one-line error quotes 'null', as typed (it said
+    "invalid choice: 'none'", a value nobody typed); an option that takes none reads null as none."""
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--dtype", "null"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "argument --dtype: invalid choice: 'null'" in err and len(err.splitlines()) == 1
+    assert subparser("train").parse_args(["--aggregation", "~"]).aggregation == "none"
+
+
 def test_values_that_failed_late_are_refused_first(tmp_path, capsys):
     """Each of these passed the checks and failed later: a seed outside numpy's [0, 2^32) after the
     run directory was made, a verify timeout of 1e10 s (an OverflowError after generation), a YAML
@@ -253,6 +274,8 @@ def test_values_that_failed_late_are_refused_first(tmp_path, capsys):
         EvalConfig(verify_timeout=1e10).validate()
     with pytest.raises(UsageError, match="dtype"):
         EvalConfig(dtype="bogus").validate()
+    with pytest.raises(UsageError, match="--system-prompt is not valid text"):  # a TypeError at the first prompt
+        EvalConfig(system_prompt="\udcff").validate()
     assert main(["inspect", "--model", str(tmp_path / "no-model"), "--prompt", "x",
                  "--html", str(tmp_path / "missing" / "view.html")]) == 2
     assert "no directory" in capsys.readouterr().err

@@ -201,7 +201,7 @@ def test_a_choice_answer_index_must_name_one_of_the_options():
                                    "question", "answer", "choices")[0].answer
 
     assert [gold(0), gold(3), gold("2"), gold("b"), gold("D")] == ["A", "D", "C", "B", "D"]
-    for bad in (4, "4", "E", "e", -1):
+    for bad in (4, "4", "E", "e", -1, "²"):  # "²" is a digit (str.isdigit) that int() refuses
         with pytest.raises(UsageError, match="neither an index nor an option letter"):
             gold(bad)
 
@@ -217,6 +217,18 @@ def test_each_epoch_of_the_prompt_stream_is_a_new_shuffle():
     for epoch in epochs:
         assert sorted(epoch, key=int) == [str(index) for index in range(10)]
     assert len({tuple(epoch) for epoch in epochs}) == 3
+
+
+def test_no_two_seeds_share_an_epochs_order():
+    """Runs of different seeds (ict compare's 0, 1, 2) draw unrelated prompt streams: no epoch of
+    one seed repeats an epoch of another (a shuffle seeded with seed + epoch gave seed 1's first
+    epoch to seed 0's second)."""
+    from ict.data.training_data import Problem
+
+    problems = [Problem(prompt=str(index), answer=str(index), kind="math") for index in range(20)]
+    orders = {tuple(p.prompt for p in PromptSampler(problems, batch_size=20, seed=seed).batch(epoch))
+              for seed in range(4) for epoch in range(4)}
+    assert len(orders) == 16
 
 
 def test_held_out_sets_leave_out_questions_of_tasks_that_pad_them_with_whitespace():

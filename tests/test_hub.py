@@ -47,6 +47,15 @@ def test_offline_variables_that_are_not_true_still_check(connections, monkeypatc
     assert connections == [(("huggingface.co", 443), 3.0)]
 
 
+@pytest.mark.parametrize("name", ["HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"])
+@pytest.mark.parametrize("value", ["1", "true", "YES", "on", " On "])
+def test_each_true_spelling_of_either_offline_variable_skips_the_check(connections, monkeypatch, name, value):
+    """The docstring's 1, true, yes or on, any case (huggingface_hub's true values): offline, and
+    no connection is tried."""
+    monkeypatch.setenv(name, value)
+    assert hub.hub_reachable() is False and connections == []
+
+
 def test_a_refused_connection_is_unreachable(monkeypatch):
     def refuse(address, timeout=None):
         raise ConnectionRefusedError(111, "refused")

@@ -185,6 +185,17 @@ def test_resume_takes_the_runs_resolution_of_an_auto_option_and_refuses_a_lost_c
         build_config(None, {"run_dir": str(run_dir), "resume": True}, {})
 
 
+def test_the_closed_ends_of_the_documented_ranges_are_accepted():
+    """Each range's closed end (--help, validate's messages) passes: overlong_buffer =
+    max_new_tokens ('0..max_new_tokens': the penalty ramps over the whole completion), clip_low 1
+    ('in [0, 1]'), adam_beta1 0, max_grad_norm 0, vllm_gpu_memory_utilization 1, top_p 1, ratio 1."""
+    ends = {"max_new_tokens": "32", "overlong_buffer": "32", "clip_low": "1", "adam_beta1": "0",
+            "max_grad_norm": "0", "vllm_gpu_memory_utilization": "1", "top_p": "1", "ratio": "1",
+            "clip_high": "0", "eval_temperature": "0", "entropy_collapse_fraction": "0"}
+    config = build_config(None, {}, ends)
+    assert (config.overlong_buffer, config.clip_low, config.selector["ratio"]) == (32, 1.0, 1.0)
+
+
 def test_a_negative_format_reward_is_one_line():
     """-0.5 passed the checks, then build_reward dropped it (with `--reward last_number`) or kept
     the format term's +1 (with `last_number,format`): the opposite sign of what was asked."""
@@ -193,9 +204,34 @@ def test_a_negative_format_reward_is_one_line():
     assert build_config(None, {"format_reward": "0.5"}, {}).format_reward == 0.5
 
 
+def test_prompt_text_no_tokenizer_encodes_is_refused_in_one_line():
+    """A lone surrogate in system_prompt or prompt_suffix (a byte of argv that is not UTF-8 reads
+    as \\udcff; YAML's "\\ud800" too): a UsageError before any work (it passed, and the tokenizer
+    raised a TypeError at the first rollout, after the model and data were loaded: exit code 1)."""
+    for name in ("system_prompt", "prompt_suffix"):
+        for value in ("say \udcff", "\ud800"):
+            with pytest.raises(UsageError, match=rf"^{name} is not valid text .*no tokenizer encodes it$"):
+                build_config(None, {name: value}, {})
+    assert build_config(None, {"system_prompt": "réponds", "prompt_suffix": " ✓"}, {}).system_prompt == "réponds"
+
+
 def test_missing_yaml_file():
     with pytest.raises(UsageError, match="config file not found"):
         build_config("/no/such/file.yaml")
+
+
+def test_a_directory_given_as_the_config_or_data_file_is_called_one(tmp_path):
+    """`--config DIR`, `--dataset DIR.jsonl`: one line saying it is a directory (it said "not found"
+    of a path that exists); a path that does not exist is still "not found"."""
+    from ict.data.rows import read_records
+
+    (tmp_path / "rows.jsonl").mkdir()
+    with pytest.raises(UsageError, match=r"^config file \S+ is a directory: give a YAML file$"):
+        build_config(tmp_path)
+    with pytest.raises(UsageError, match=r"^data file \S+rows.jsonl is a directory: give a .jsonl, .json or "):
+        read_records(tmp_path / "rows.jsonl")
+    with pytest.raises(UsageError, match=r"^data file not found: \S+other.jsonl$"):
+        read_records(tmp_path / "other.jsonl")
 
 
 def test_every_field_is_a_cli_option_with_its_default_in_the_help():

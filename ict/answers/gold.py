@@ -55,6 +55,8 @@ def gold_from_number(value: float | int | str) -> str:
             number = float(text)
         except ValueError:
             return value.strip()
+    elif isinstance(value, int) and not isinstance(value, bool):  # exact: float() overflows past ~1e308
+        return str(value)
     else:
         number = float(value)
         text = repr(value)

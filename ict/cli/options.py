@@ -57,7 +57,7 @@ def add_dataclass_options(parser: argparse.ArgumentParser, cls: type,
             metavar += "|none"
             choices = (*choices, "none") if choices else None
         parser.add_argument(*flags, dest=item.name, default=argparse.SUPPRESS, metavar=metavar,
-                            choices=choices, help=help_text, **({"type": _none_spelled} if choices else {}))
+                            choices=choices, help=help_text, **({"type": _none_spelled} if choices and optional else {}))
 
 
 def _none_spelled(text: str) -> str:

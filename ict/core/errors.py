@@ -16,8 +16,11 @@ def is_integer(value: Any) -> bool:
 
 
 def is_finite_number(value: Any) -> bool:
-    """A finite real number (``int``, ``float``, numpy's ``float32``...) that is not a ``bool``."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite real number (``int``, ``float``, numpy's ``float32``...) that is not a ``bool``; an
+    integer always is, however large (``math.isfinite(2**1400)`` raises OverflowError)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    return isinstance(value, numbers.Integral) or math.isfinite(value)
 
 
 class UsageError(Exception):

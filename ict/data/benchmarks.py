@@ -314,7 +314,10 @@ def _choices_and_answer(spec: BenchmarkSpec, row: dict[str, Any]) -> tuple[list[
             continue
         raw = checked_answer(row[gold_field], gold_field)
         if gold_format == "index":
-            index = int(str(raw).strip())
+            try:
+                index = int(str(raw).strip())
+            except ValueError:  # int()'s own message names neither the field nor the problem
+                raise ValueError(f"gold index must be an integer (0-based), got {raw!r}") from None
         elif gold_format == "letter":
             letter = str(raw).strip().upper()
             if len(letter) != 1 or letter not in OPTION_LETTERS:  # str.index would find "B" in "BC"
@@ -323,6 +326,8 @@ def _choices_and_answer(spec: BenchmarkSpec, row: dict[str, Any]) -> tuple[list[
         elif gold_format == "label":
             if labels is None:
                 raise ValueError("gold format 'label' needs label_text choices")
+            if str(raw).strip() not in labels:
+                raise ValueError(f"gold label {raw!r} is not one of the labels {', '.join(labels)}")
             index = labels.index(str(raw).strip())
         else:
             raise ValueError(f"unknown choice gold format {gold_format!r}")
@@ -382,11 +387,11 @@ def problem_from_row(spec: BenchmarkSpec, row: dict[str, Any], index: int) -> Pr
 
 
 def _encodable(problem: Problem) -> Problem:
-    """`problem`, or ValueError when its prompt (question, options), gold or id is no valid Unicode
-    text: JSON's ``\\ud800`` escapes a lone surrogate, which no tokenizer and no UTF-8 file takes
-    (``ict eval`` failed at the record's write, after generating, without naming the row)."""
-    for what, text in (("question or options", problem.prompt), ("gold answer", problem.answer),
-                       ("id", problem.problem_id)):
+    """`problem`, or ValueError when its gold or id is no valid Unicode text: JSON's ``\\ud800``
+    escapes a lone surrogate, which no UTF-8 file takes (``ict eval`` failed at the record's write,
+    after generating, without naming the row). The question and options are checked as fields
+    (`ict.data.rows.checked_question`, `checked_choices`)."""
+    for what, text in (("gold answer", problem.answer), ("id", problem.problem_id)):
         if not encodes_as_utf8(text):
             raise ValueError(f"its {what} is no valid Unicode text (a lone surrogate such as \\ud800)")
     return problem

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ict.core.errors import UsageError, is_finite_number, read_utf8_text
+from ict.core.errors import UsageError, encodes_as_utf8, is_finite_number, read_utf8_text
 
 MAX_CHOICES = 26
 
@@ -73,10 +73,19 @@ def checked_object(row: Any) -> dict[str, Any]:
 
 
 def checked_text(value: Any, field: str) -> str:
-    """A text field (question, context, option): a string, else `ValueError`."""
+    """A text field (question, context, option): a string that is valid Unicode, else `ValueError`."""
     if not isinstance(value, str):
         raise ValueError(f"field {field!r} must be text, got {describe(value)}")
-    return value
+    return encodable(value, field)
+
+
+def encodable(text: str, field: str) -> str:
+    """`text`, which the prompt carries to the tokenizer: a `ValueError` naming `field` for a lone
+    surrogate (JSON's ``\\ud800``), which no tokenizer encodes (a TypeError mid-run otherwise)."""
+    if not encodes_as_utf8(text):
+        raise ValueError(f"field {field!r} is not valid text (a lone surrogate, as \\ud800): no tokenizer "
+                         "encodes it")
+    return text
 
 
 def checked_messages(value: list[Any], field: str) -> list[dict[str, Any]]:
@@ -94,6 +103,7 @@ def checked_messages(value: list[Any], field: str) -> list[dict[str, Any]]:
             if not isinstance(message[key], str):
                 raise ValueError(f"field {field!r}: message {number} {key!r} must be text, got "
                                  f"{describe(message[key])}")
+            encodable(message[key], f"{field}: message {number} {key}")
         messages.append(dict(message))
     return messages
 
@@ -107,7 +117,7 @@ def checked_question(value: Any, field: str, messages: bool = True) -> str | lis
         raise ValueError(f"field {field!r} must be {expected}, got {describe(value)}")
     if not value.strip():
         raise ValueError("empty question; fix or remove the row")
-    return value
+    return encodable(value, field)
 
 
 def checked_answer(value: Any, field: str) -> str | int | float | list[Any]:
@@ -140,6 +150,7 @@ def checked_choices(value: Any, field: str) -> list[str]:
         if not (isinstance(option, str) or is_finite_number(option)):
             raise ValueError(f"field {field!r}: option {number} must be text or a number, got "
                              f"{describe(option)}")
+        encodable(str(option), f"{field}: option {number}")
     if not 2 <= len(value) <= MAX_CHOICES:
         raise ValueError(f"field {field!r}: expected 2-{MAX_CHOICES} options, got {len(value)}")
     return [str(option) for option in value]
@@ -159,7 +170,8 @@ def read_records(path: str | Path, skipped: list[str] | None = None) -> Rows:
     UTF-8 byte-order mark (as Windows editors write) is not part of the first row."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise UsageError(f"data file not found: {path}")
+        raise UsageError(f"data file {path} is a directory: give a .jsonl, .json or .parquet file" if path.is_dir()
+                         else f"data file not found: {path}")
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         return _read_jsonl(path, skipped)

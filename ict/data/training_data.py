@@ -63,7 +63,7 @@ def _get_field(record: dict[str, Any], path: str) -> Any:
 
 def _choice_gold(raw: Any, num_choices: int) -> str:
     text = str(raw).strip()
-    if text.isdigit() and int(text) < num_choices:
+    if text.isdecimal() and int(text) < num_choices:  # isdigit: '²', which int() refuses
         return OPTION_LETTERS[int(text)]
     if len(text) == 1 and text.upper() in OPTION_LETTERS[:num_choices]:
         return text.upper()
