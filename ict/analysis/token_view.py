@@ -22,7 +22,13 @@ from typing import Any
 import torch
 
 from ict.core.diagnostics import ANATOMY_FIGURES, PAPER_FIGURES
-from ict.core.errors import UsageError, check_output_file, encodes_as_utf8, read_utf8_text
+from ict.core.errors import (
+    UsageError,
+    check_option_text,
+    check_output_file,
+    encodes_as_utf8,
+    read_utf8_text,
+)
 from ict.core.options import check_choices, default_of, option
 from ict.core.selectors import ICT_DEFAULT_REFERENCE
 from ict.core.stats import JS_REFERENCES
@@ -72,10 +78,8 @@ class InspectConfig:
             raise UsageError("give exactly one of --prompt and --samples")
         if self.prompt is not None and not self.prompt.strip():
             raise UsageError("--prompt is empty: give the text to sample completions of")
-        if self.prompt is not None and not encodes_as_utf8(self.prompt):  # a non-UTF-8 byte of argv, as \udcff
-            raise UsageError("--prompt is not valid text (a byte that is not UTF-8?): no tokenizer encodes it")
-        if self.system_prompt is not None and not encodes_as_utf8(self.system_prompt):
-            raise UsageError("--system-prompt is not valid text (a byte that is not UTF-8?): no tokenizer encodes it")
+        check_option_text("--prompt", self.prompt)
+        check_option_text("--system-prompt", self.system_prompt)
         if self.samples is not None:
             sampling = {"num_samples": "--n", "max_new_tokens": "--max-new-tokens", "seed": "--seed"}
             given = [flag for name, flag in sampling.items()

@@ -74,6 +74,15 @@ def encodes_as_utf8(text: str) -> bool:
     return True
 
 
+def check_option_text(flag: str, text: str | None) -> None:
+    """One-line UsageError when the text option `flag` is given but no valid text
+    (:func:`encodes_as_utf8`: a byte of argv that is not UTF-8, read as ``\\udcff``, or YAML's
+    ``"\\ud800"``): it goes into every prompt, and the tokenizer would fail at the first one."""
+    if text is not None and not encodes_as_utf8(text):
+        raise UsageError(f"{flag} is not valid text (a byte that is not UTF-8, or a lone surrogate?): "
+                         "no tokenizer encodes it")
+
+
 def read_utf8_text(path: Any) -> str:
     """The text of the file `path`, less a leading byte-order mark (as Windows editors write); a
     one-line UsageError naming it, and where, if it is not UTF-8."""

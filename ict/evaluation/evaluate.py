@@ -53,7 +53,7 @@ from ict.answers.verify import (
     check_timeout,
     default_verifier,
 )
-from ict.core.errors import UsageError, check_path_given, encodes_as_utf8
+from ict.core.errors import UsageError, check_option_text, check_path_given
 from ict.core.metrics import benchmark_metrics, majority_vote_correct
 from ict.core.options import check_choices, option
 from ict.core.problems import Problem
@@ -165,8 +165,7 @@ class EvalConfig:
             raise UsageError("--threads must be >= 1")
         if self.verify_workers is not None and self.verify_workers < 1:
             raise UsageError("--verify-workers must be >= 1")
-        if self.system_prompt is not None and not encodes_as_utf8(self.system_prompt):  # argv's \udcff
-            raise UsageError("--system-prompt is not valid text (a byte that is not UTF-8?): no tokenizer encodes it")
+        check_option_text("--system-prompt", self.system_prompt)
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise UsageError("--temperature must be >= 0 and --top-p in (0, 1]")
         check_path_given("--output-dir", self.output_dir, "give a directory, or leave it out for runs/eval/<model>")

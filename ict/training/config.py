@@ -17,7 +17,7 @@ import yaml
 
 from ict.answers.verify import check_timeout
 from ict.core import selectors
-from ict.core.errors import UsageError, check_path_given, encodes_as_utf8, read_utf8_text
+from ict.core.errors import UsageError, check_option_text, check_path_given, read_utf8_text
 from ict.core.options import check_choices, option, optional_inner, parse_field, yaml_problem
 from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.stats import MIN_TEMPERATURE, needs_reference_logits, parse_tile_size
@@ -337,9 +337,7 @@ class TrainConfig:
             if value is not None and value < 0:
                 raise UsageError(f"{name} must be >= 0")
         for name in ("prompt_suffix", "system_prompt"):  # in every prompt the tokenizer encodes
-            if getattr(self, name) is not None and not encodes_as_utf8(getattr(self, name)):
-                raise UsageError(f"{name} is not valid text (a byte that is not UTF-8, or a lone surrogate?): "
-                                 "no tokenizer encodes it")
+            check_option_text(name, getattr(self, name))
         check_path_given("--run-dir", self.run_dir, "give a directory, or leave it out for runs/<method>-<timestamp>")
         if self.resume and not self.run_dir:
             raise UsageError("--resume needs --run-dir (the run to continue)")
