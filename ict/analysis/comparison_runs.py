@@ -104,11 +104,8 @@ def evaluated_units(eval_dir: Path) -> tuple[set[str] | None, set[int] | None, i
     """(benchmarks, sampling seeds, limit) of the evaluation whose results.json is in ``eval_dir``
     (each None where it does not say): its samples.jsonl may also hold records of other seeds
     and, after a rerun with a lower --limit, of problems beyond it (kept for a later resume)."""
-    try:
-        results = json.loads((eval_dir / "results.json").read_text(encoding="utf-8"))
-        config = results.get("config") if isinstance(results, dict) else None
-    except (OSError, ValueError):
-        return None, None, None
+    results = _results(eval_dir)
+    config = results.get("config") if results is not None else None
     if not isinstance(config, dict):
         return None, None, None
     benchmarks = set(results["benchmarks"]) if isinstance(results.get("benchmarks"), dict) else None
@@ -154,10 +151,19 @@ def evaluated_ks(eval_dir: Path) -> tuple[int, ...]:
     """The k of pass@k an `ict eval` output directory asked for (its results.json's
     ``config.ks``), else :data:`DEFAULT_KS`."""
     try:
-        ks = json.loads((eval_dir / "results.json").read_text())["config"]["ks"]
-        return tuple(sorted(int(k) for k in ks))
-    except (OSError, ValueError, KeyError, TypeError):
+        return tuple(sorted(int(k) for k in _results(eval_dir)["config"]["ks"]))  # type: ignore[index]
+    except (ValueError, KeyError, TypeError):  # None, no config or ks, or not numbers
         return DEFAULT_KS
+
+
+def _results(eval_dir: Path) -> dict[str, Any] | None:
+    """The JSON object of an `ict eval` output directory's results.json, or None (no file, or
+    not a JSON object)."""
+    try:
+        results = json.loads((eval_dir / "results.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return results if isinstance(results, dict) else None
 
 
 def _planned_steps(path: Path) -> int | None:
