@@ -42,7 +42,8 @@ def test_bad_config_values_are_refused_in_one_line_naming_the_option():
 @pytest.mark.parametrize("denominator", ["ours", "trl"])
 def test_an_unknown_loss_type_is_refused_by_the_config(denominator):
     """TRL 1.16 checks loss_type only in its first step's loss (after a generation); the config
-    refuses a misspelt one in one line, and every loss type TRL's _compute_loss knows is accepted."""
+    refuses a misspelt one in one line, and every loss type TRL's _compute_loss knows is accepted
+    (but vespo under "ours")."""
     from ict.integrations.trl import TRL_LOSS_TYPES, ICTGRPOConfig
 
     common = dict(output_dir="unused", report_to="none", use_cpu=True, bf16=False, selection_denominator=denominator)
@@ -51,6 +52,10 @@ def test_an_unknown_loss_type_is_refused_by_the_config(denominator):
             ICTGRPOConfig(loss_type=typo, **common)
         assert "\n" not in str(error.value)
     for loss_type in TRL_LOSS_TYPES:
+        if denominator == "ours" and loss_type == "vespo":  # refused: not a per-token loss
+            with pytest.raises(ValueError, match="^selection_denominator='ours' is not defined for loss_type='vespo'"):
+                ICTGRPOConfig(loss_type=loss_type, **common)
+            continue
         assert ICTGRPOConfig(loss_type=loss_type, **common).loss_type == loss_type
 
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "luspo"])

@@ -360,11 +360,27 @@ def test_trl_refusals_are_one_line(tiny_model_dir, tmp_path, monkeypatch):
                               processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
                               reward_funcs=_reward, args=args, train_dataset=Dataset.from_dict({"prompt": ["a"] * 4}))
 
-    cases = [
+    selection_cases = [
         (dict(loss_type="vespo"), "selection_denominator='ours' is not defined for loss_type='vespo'"),
         (dict(token_selector="ict:reference=ref"), r"^the 'ref' JS reference is not supported inside TRL"),
         (dict(token_selector="ict:scope=group,reference=seq_mean", steps_per_generation=2,
               gradient_accumulation_steps=2), "needs whole groups"),
+        (dict(top_entropy_quantile=0.2), "^top_entropy_quantile and token_selector both pick tokens"),
+    ]
+    for options, message in selection_cases:  # refused by the config, before a model is loaded
+        with pytest.raises(ValueError, match=message) as error:
+            ICTGRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, bf16=False, **options)
+        assert "\n" not in str(error.value)
+    # and again by the trainer, for a config changed after its checks
+    changed = ICTGRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, bf16=False,
+                            per_device_train_batch_size=4, num_generations=4, loss_type="vespo",
+                            selection_denominator="trl")
+    changed.selection_denominator = "ours"
+    with pytest.raises(ValueError, match="selection_denominator='ours' is not defined for loss_type='vespo'"):
+        ICTGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                       processing_class=AutoTokenizer.from_pretrained(tiny_model_dir), reward_funcs=_reward,
+                       args=changed, train_dataset=Dataset.from_dict({"prompt": ["a"] * 4}))
+    cases = [
         # FSDP: refused before TRL builds anything (on CPU accelerate would run plain DDP instead of
         # FSDP2, and FSDP1 finds no device, so neither can be tested here)
         (dict(fsdp=True, fsdp_config={"fsdp_version": 2}), r"does not support FSDP \(fsdp_version=2\)"),

@@ -73,7 +73,8 @@ Refused at construction, one line each (before any generation): TRL outside :dat
 DeepSpeed ZeRO-3 and FSDP (1 and 2: the LM head is sharded; not tested here);
 ``top_entropy_quantile < 1``; a group population or reference with ``steps_per_generation > 1``
 (TRL shuffles a group over micro-batches); the ``ref`` reference; a non-linear or LoRA-adapted LM
-head (:func:`ict.models.loading.linear_lm_head`); vespo with ``selection_denominator="ours"``;
+head (:func:`ict.models.loading.linear_lm_head`); vespo with ``selection_denominator="ours"``
+(the quantile, group, ``ref`` and vespo refusals already by the config: :func:`selection_refusal`);
 a ``loss_type`` TRL does not know (:data:`TRL_LOSS_TYPES`; TRL checks it only in the first loss);
 TRL's entropy bonus (``entropy_coef``, ``use_adaptive_entropy``) with grpo/sapo under "ours", whose
 per-completion weights it would average the entropy by (:func:`entropy_bonus_refusal`).
@@ -103,7 +104,6 @@ from ict.core.selectors import (
 from ict.core.stats import (
     TokenStatistics,
     needs_groups,
-    needs_reference_logits,
     parse_tile_size,
     response_ends,
     scores_from_hidden_given_normalisers,
@@ -117,6 +117,7 @@ from ict.integrations.trl_config import (  # noqa: F401 (re-exported)
     check_trl_version,
     check_warmup_steps,
     entropy_bonus_refusal,
+    selection_refusal,
     sharded_head_refusal,
 )
 from ict.integrations.trl_head import HEAD_MASS_TOLERANCE, fused_head_normalisers
@@ -275,19 +276,9 @@ class ICTGRPOTrainer(GRPOTrainer):
             raise ValueError(refusal)
 
     def _check_configuration(self, config: Any) -> None:
-        if self.top_entropy_quantile < 1.0:
-            raise ValueError("top_entropy_quantile and token_selector both pick tokens; leave "
-                             "top_entropy_quantile at 1.0")
-        if self._needs_groups() and config.steps_per_generation != 1:
-            raise ValueError(f"token_selector {self.selector_name!r} needs whole groups in each micro-batch "
-                             "(TRL shuffles a group over micro-batches): set steps_per_generation=1 "
-                             "(and gradient_accumulation_steps=1)")
-        if needs_reference_logits(self.js_references):
-            raise ValueError("the 'ref' JS reference is not supported inside TRL; use group_mean, "
-                             "seq_mean or prev")
-        if self.selection_denominator == "ours" and self.loss_type not in OURS_AGGREGATION:
-            raise ValueError(f"selection_denominator='ours' is not defined for loss_type={self.loss_type!r} "
-                             f"(defined for {', '.join(OURS_AGGREGATION)}); use selection_denominator='trl'")
+        refusal = selection_refusal(config)  # again: a config's fields can change after its checks
+        if refusal:
+            raise ValueError(refusal)
 
     def _needs_groups(self) -> bool:
         return needs_groups(self.js_references) or self.population == "group"

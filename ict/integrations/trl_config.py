@@ -12,10 +12,11 @@ from packaging.version import Version
 from trl import GRPOConfig
 
 from ict.core.errors import is_integer
+from ict.core.selector_registry import ranking_population, required_js_references
 from ict.core.selectors import method_train_options
-from ict.core.stats import parse_tile_size
+from ict.core.stats import needs_groups, needs_reference_logits, parse_tile_size
 from ict.integrations import parse_token_selector
-from ict.integrations.trl_loss import TRL_LOSS_TYPE_OF, TRL_LOSS_TYPES
+from ict.integrations.trl_loss import OURS_AGGREGATION, TRL_LOSS_TYPE_OF, TRL_LOSS_TYPES
 
 SELECTION_DENOMINATORS = ("ours", "trl")
 TESTED_TRL = ("1.16.0", "1.17")  # >= first, < second
@@ -83,9 +84,31 @@ class ICTGRPOConfig(GRPOConfig):
         if self.selection_denominator not in SELECTION_DENOMINATORS:
             raise ValueError(
                 f"selection_denominator must be 'ours' or 'trl', got {self.selection_denominator!r}")
-        refusal = entropy_bonus_refusal(self)
+        refusal = selection_refusal(self) or entropy_bonus_refusal(self)
         if refusal:
             raise ValueError(refusal)
+
+
+def selection_refusal(config: Any) -> str | None:
+    """The one-line refusal of a token selector that TRL cannot run as configured, or None:
+    ``top_entropy_quantile`` below 1 (a second token picker), a selector that needs whole groups
+    with ``steps_per_generation != 1`` (TRL shuffles a group over micro-batches), the 'ref' JS
+    reference (no reference logits inside TRL), and ``selection_denominator="ours"`` with a loss
+    type outside :data:`OURS_AGGREGATION`. Checked by the config and again by the trainer."""
+    name, options = parse_token_selector(config.token_selector)
+    js_references = required_js_references(name, options)
+    if config.top_entropy_quantile < 1.0:
+        return "top_entropy_quantile and token_selector both pick tokens; leave top_entropy_quantile at 1.0"
+    if ((needs_groups(js_references) or ranking_population(name, options) == "group")
+            and config.steps_per_generation != 1):
+        return (f"token_selector {name!r} needs whole groups in each micro-batch (TRL shuffles a group over "
+                "micro-batches): set steps_per_generation=1 (and gradient_accumulation_steps=1)")
+    if needs_reference_logits(js_references):
+        return "the 'ref' JS reference is not supported inside TRL; use group_mean, seq_mean or prev"
+    if config.selection_denominator == "ours" and config.loss_type not in OURS_AGGREGATION:
+        return (f"selection_denominator='ours' is not defined for loss_type={config.loss_type!r} "
+                f"(defined for {', '.join(OURS_AGGREGATION)}); use selection_denominator='trl'")
+    return None
 
 
 def entropy_bonus_refusal(config: Any) -> str | None:
