@@ -72,7 +72,9 @@ after it, so it takes a third); the backward recomputes each tile of the rows th
 gradient (a row whose loss gradient is zero, e.g. one ICT did not select, is skipped). Two
 backends run the same algorithm: Triton kernels on GPUs, torch elsewhere (``backend``;
 :func:`resolve_backend`).
-Each row must have at least one finite logit; ``-inf`` or ``finfo.min`` entries (masked vocabulary) are fine.
+Each row must have at least one logit that stays finite once divided by the temperature; ``-inf``
+or ``finfo.min`` entries (masked vocabulary) are fine, but at ``temperature < 1`` a row whose every
+logit is ``finfo.min`` overflows to ``-inf`` everywhere and its statistics are NaN.
 Nothing checks for NaN or ``+inf`` logits (that would cost a device sync): such a row's statistics
 are NaN, and so is every reference that averages its distribution (its group's mean at that
 position, its sequence's ``seq_mean``, the next position's ``prev``); the selectors rank NaN
