@@ -135,3 +135,28 @@ def test_one_micro_batch_per_mini_batch_has_no_scoring_pass(single_process_group
     _, expected_grad, _ = reference_loss("ict:reference=group_mean,ratio=0.3")
     assert torch.allclose(model.token.grad, expected_grad, atol=1e-6, rtol=0)
     assert len(forwards) == 1
+
+
+@pytest.mark.parametrize("micro_batch_size", [3, 6])
+@pytest.mark.parametrize("spec", ["all", "ict:reference=group_mean,ratio=0.3"])
+def test_dr_grpos_length_is_the_mini_batchs_width_however_v1_splits_it(spec, micro_batch_size,
+                                                                        single_process_group) -> None:
+    """seq-mean-token-sum-norm without loss_scale_factor, v1's nested rows (each micro-batch padded
+    to its own longest response: widths 5 and 4 for micro-batches of 3): L is the mini-batch's
+    widest response, 5, as in one micro-batch of 6. It was each micro-batch's own width (as verl's
+    vanilla loss does), so the second micro-batch's rows weighed 5/4 more and the update depended
+    on ppo_micro_batch_size_per_gpu (2.8e-3 off in the gradient)."""
+    batch, model = make_batch(response_lengths=TWO_RANK_LENGTHS), ToyLM()
+    config = actor_config(spec, "seq-mean-token-sum-norm")
+    data, fsdp = micro_batch(batch, True, v1=True), engine()
+    data["loss_mask"] = data["response_mask"]  # v1's agent loop writes it (verl's forward_backward_batch reads it)
+    fsdp.module, fsdp._autocast_dtype, fsdp.scaler = model, torch.float32, None
+    fsdp.get_data_parallel_group = lambda: single_process_group
+    fsdp.get_data_parallel_size = lambda: 1
+    fsdp.engine_config.use_no_sync_for_gradient_accumulation = False
+    tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=micro_batch_size)
+    ict_verl._selections.update(step=-1, index=0)
+    fsdp.forward_backward_batch(data, partial(ppo_loss, config=config))
+    # the reference pads the responses to the longest of all six, 5: its L
+    _, expected_grad, _ = reference_loss(spec, "seq-mean-token-sum-norm", response_lengths=TWO_RANK_LENGTHS)
+    assert torch.allclose(model.token.grad, expected_grad, atol=1e-6, rtol=0)
