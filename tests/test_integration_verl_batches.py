@@ -118,17 +118,19 @@ def test_two_ranks_of_different_widths_update_like_the_whole_batch(tmp_path) -> 
         assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0), spec
 
 
-def test_one_micro_batch_per_mini_batch_has_no_scoring_pass(single_process_group) -> None:
+@pytest.mark.parametrize(("size", "force_group_size"), [(6, 1), (3, 2)])
+def test_one_micro_batch_per_mini_batch_has_no_scoring_pass(size, force_group_size, single_process_group) -> None:
     """When the rank's mini-batch share is one micro-batch (ppo_micro_batch_size_per_gpu = 6 of 6
-    rows) the statistics come from the training forward itself: one forward, no scoring pass, and
-    the gradient of the whole mini-batch's loss."""
+    rows, or 3 with verl's force_group_size 2: micro-batches of size x force_group_size rows) the
+    statistics come from the training forward itself: one forward, no scoring pass, and the
+    gradient of the whole mini-batch's loss."""
     batch, model, config = make_batch(), ToyLM(), actor_config("ict:reference=group_mean,ratio=0.3")
     data, fsdp = micro_batch(batch, True), engine()
     fsdp.module, fsdp._autocast_dtype, fsdp.scaler = model, torch.float32, None
     fsdp.get_data_parallel_group = lambda: single_process_group
     fsdp.get_data_parallel_size = lambda: 1
     fsdp.engine_config.use_no_sync_for_gradient_accumulation = False
-    tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=6)
+    tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=size, force_group_size=force_group_size)
     forwards = []
     model.register_forward_hook(lambda module, args, output: forwards.append(1))
     fsdp.forward_backward_batch(data, partial(ppo_loss, config=config))
