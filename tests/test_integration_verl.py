@@ -397,6 +397,32 @@ def test_refusals() -> None:
     with pytest.raises(UsageError, match="whole groups .4 rows per uid. in each micro-batch"):
         fsdp.prepare_model_outputs(model(**inputs), output_args, data, partial(ppo_loss, config=config))
 
+def test_fused_kernels_and_ulysses_are_refused_in_one_line(monkeypatch) -> None:
+    """The statistics need the actor's materialised logits of whole sequences: verl's fused
+    kernels (no logits, or none to trust) and Ulysses sequence parallelism (each rank holds a slice
+    of the packed sequence) are refused in one line naming the setting. verl's own output path is
+    stubbed: its fused and Ulysses branches need the fused model output and a process group."""
+    from types import SimpleNamespace
+
+    from verl_helpers import tu
+
+    monkeypatch.setattr(ict_verl, "_original_prepare_model_outputs", lambda *args: {})
+    batch, model = make_batch(), ToyLM()
+    data, fsdp = micro_batch(batch, True), engine()
+    inputs, output_args = fsdp.prepare_model_inputs(data)
+    output, loss_function = model(**inputs), partial(ppo_loss, config=actor_config("all"))
+    cases = [("use_fused_kernels", True, output, "use_fused_kernels=False"),
+             ("use_fused_kernels", False, SimpleNamespace(logits=None), "use_fused_kernels=False"),
+             ("use_ulysses_sp", True, output, "ulysses_sequence_parallel_size=1")]
+    for setting, value, model_output, message in cases:
+        fsdp.use_ulysses_sp = setting == "use_ulysses_sp" and value
+        tu.assign_non_tensor(data, use_fused_kernels=setting == "use_fused_kernels" and value)
+        with pytest.raises(UsageError, match=message) as error:
+            fsdp.prepare_model_outputs(model_output, output_args, data, loss_function)
+        assert "\n" not in str(error.value)
+    assert ict_verl._pending == []
+
+
 def test_rollout_importance_weights_are_refused_in_one_line() -> None:
     """verl hands rollout_is_weights (algorithm.rollout_correction) to the policy loss; ict's loss
     does not apply them, so it refuses them rather than train without them."""
