@@ -46,6 +46,8 @@ SELECTORS = [
     "ict:ratio=0.3",  # the default reference, group_mean_absorbing
     "ict:reference=group_mean,ratio=0.3",
     "ict:reference=group_mean,ratio=0.25,scope=sequence",
+    "ict:reference=group_mean,ratio=0.3,scope=group",  # ranked within each uid's rows
+    "ict:reference=group_mean,ratio=0.3,unit=token_id",  # ranks the token ids verl hands over
     "ict:preset=batch,ratio=0.3",  # the batch-ranked recipe before the paper's
     "entropy:ratio=0.2",
     "stapo:tau_p=0.1,quantile=0.75",
