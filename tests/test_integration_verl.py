@@ -399,6 +399,21 @@ def test_refusals() -> None:
     with pytest.raises(UsageError, match="whole groups .4 rows per uid. in each micro-batch"):
         fsdp.prepare_model_outputs(model(**inputs), output_args, data, partial(ppo_loss, config=config))
 
+def test_loss_mode_ict_without_our_config_class_is_refused_in_one_line() -> None:
+    """loss_mode=ict with verl's own PolicyLossConfig (the _target_ override forgotten, so no
+    ict_* fields) is refused in one line naming the override, not an AttributeError later."""
+    from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
+
+    batch, model = make_batch(), ToyLM()
+    data, fsdp = micro_batch(batch, True), engine()
+    inputs, output_args = fsdp.prepare_model_inputs(data)
+    config = FSDPActorConfig(strategy="fsdp", rollout_n=GROUP, ppo_micro_batch_size_per_gpu=6,
+                             policy_loss=VerlPolicyLossConfig(loss_mode="ict"))
+    with pytest.raises(UsageError, match=r"policy_loss._target_=ict.integrations.verl.ICTPolicyLossConfig") as error:
+        fsdp.prepare_model_outputs(model(**inputs), output_args, data, partial(ppo_loss, config=config))
+    assert "\n" not in str(error.value) and ict_verl._pending == []
+
+
 def test_fused_kernels_and_ulysses_are_refused_in_one_line(monkeypatch) -> None:
     """The statistics need the actor's materialised logits of whole sequences: verl's fused
     kernels (no logits, or none to trust) and Ulysses sequence parallelism (each rank holds a slice
