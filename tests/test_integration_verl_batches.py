@@ -70,7 +70,9 @@ def test_several_micro_batches_select_on_the_whole_mini_batch(spec, dynamic, sin
     assert len(forwards) >= 4 and len(forwards) % 2 == 0  # scoring pass + training pass
 
 
-TWO_RANK_SPECS = ["ict:ratio=0.3", "ict:reference=group_mean,ratio=0.3", "stapo:tau_p=0.1,quantile=0.75", "random:ratio=0.3"]
+TWO_RANK_SPECS = [("ict:ratio=0.3", "token-mean"), ("ict:reference=group_mean,ratio=0.3", "token-mean"),
+                  ("stapo:tau_p=0.1,quantile=0.75", "token-mean"), ("random:ratio=0.3", "token-mean"),
+                  ("all", "seq-mean-token-sum-norm")]  # Dr. GRPO's L: the widest rank's, 5, on both
 # responses of prompt p0 are at most 5 tokens long, those of p1 at most 4: under v1 each rank's
 # micro-batch is padded to its own longest response, so the two ranks hold [3, 5] and [3, 4]
 TWO_RANK_LENGTHS = [5, 3, 5, 1, 4, 4]
@@ -92,8 +94,8 @@ def _rank_main(rank: int, world: int, store: str, out: str) -> None:
     torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         rows, grads = v1_rank_rows(world)[rank], []
-        for spec in TWO_RANK_SPECS:
-            _, grad, _ = verl_loss(spec, True, rows=rows, dp_group=torch.distributed.group.WORLD,
+        for spec, loss_agg_mode in TWO_RANK_SPECS:
+            _, grad, _ = verl_loss(spec, True, loss_agg_mode, rows=rows, dp_group=torch.distributed.group.WORLD,
                                    response_lengths=TWO_RANK_LENGTHS, v1=True)
             torch.distributed.all_reduce(grad)
             grads.append(grad / world)
@@ -107,14 +109,15 @@ def _rank_main(rank: int, world: int, store: str, out: str) -> None:
 def test_two_ranks_of_different_widths_update_like_the_whole_batch(tmp_path) -> None:
     """2 gloo processes with response widths 5 and 4: the scores are padded to the all-reduced
     widest response before the gather, and the FSDP-averaged gradient is the whole mini-batch's,
-    for a group_mean, a batch-quantile and a random selection (both ranks draw the same mask)."""
+    for a group_mean, a batch-quantile and a random selection (both ranks draw the same mask), and
+    for seq-mean-token-sum-norm without loss_scale_factor (L = 5 on both ranks)."""
     widths = sorted(max(TWO_RANK_LENGTHS[row] for row in rows) for rows in v1_rank_rows(2))
     assert widths == [4, 5]
     out = tmp_path / "grads.pt"
     torch.multiprocessing.spawn(_rank_main, args=(2, str(tmp_path / "store"), str(out)), nprocs=2)
-    for index, (spec, grad) in enumerate(zip(TWO_RANK_SPECS, torch.load(out), strict=True)):
+    for index, ((spec, loss_agg_mode), grad) in enumerate(zip(TWO_RANK_SPECS, torch.load(out), strict=True)):
         generator = torch.Generator().manual_seed(ict_verl.selection_seed(0, 0, index))
-        _, expected_grad, _ = reference_loss(spec, generator=generator, response_lengths=TWO_RANK_LENGTHS)
+        _, expected_grad, _ = reference_loss(spec, loss_agg_mode, generator=generator, response_lengths=TWO_RANK_LENGTHS)
         assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0), spec
 
 
