@@ -46,6 +46,8 @@ SELECTORS = [
     "ict:ratio=0.3",  # the default reference, group_mean_absorbing
     "ict:reference=group_mean,ratio=0.3",
     "ict:reference=group_mean,ratio=0.25,scope=sequence",
+    "ict:reference=group_mean,ratio=0.3,scope=group",  # ranked within each uid's rows
+    "ict:reference=group_mean,ratio=0.3,unit=token_id",  # ranks the token ids verl hands over
     "ict:preset=batch,ratio=0.3",  # the batch-ranked recipe before the paper's
     "entropy:ratio=0.2",
     "stapo:tau_p=0.1,quantile=0.75",
@@ -291,6 +293,7 @@ def test_a_group_scoped_ranking_refuses_a_mini_batch_of_partial_groups() -> None
     ("ict_full_token_warmup_steps", "abc"), ("ict_full_token_warmup_steps", -1),
     ("ict_denominator", "tokens"), ("ict_aggregation", "token-mean"),
     ("ict_selector", None), ("ict_selector", 5), ("ict_selector", ["ict"]),
+    ("ict_stats_tile_size", "0x5"), ("ict_stats_tile_size", "fast"), ("ict_stats_tile_size", 5),
 ])
 def test_a_badly_typed_option_is_refused_in_one_line(option: str, value: object) -> None:
     """hydra passes an override's value as typed: ict_seed=1.5 trained with seed 1, ict_dual_clip=no
@@ -396,6 +399,47 @@ def test_refusals() -> None:
     with pytest.raises(UsageError, match="whole groups .4 rows per uid. in each micro-batch"):
         fsdp.prepare_model_outputs(model(**inputs), output_args, data, partial(ppo_loss, config=config))
 
+def test_loss_mode_ict_without_our_config_class_is_refused_in_one_line() -> None:
+    """loss_mode=ict with verl's own PolicyLossConfig (the _target_ override forgotten, so no
+    ict_* fields) is refused in one line naming the override, not an AttributeError later."""
+    from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
+
+    batch, model = make_batch(), ToyLM()
+    data, fsdp = micro_batch(batch, True), engine()
+    inputs, output_args = fsdp.prepare_model_inputs(data)
+    config = FSDPActorConfig(strategy="fsdp", rollout_n=GROUP, ppo_micro_batch_size_per_gpu=6,
+                             policy_loss=VerlPolicyLossConfig(loss_mode="ict"))
+    with pytest.raises(UsageError, match=r"policy_loss._target_=ict.integrations.verl.ICTPolicyLossConfig") as error:
+        fsdp.prepare_model_outputs(model(**inputs), output_args, data, partial(ppo_loss, config=config))
+    assert "\n" not in str(error.value) and ict_verl._pending == []
+
+
+def test_fused_kernels_and_ulysses_are_refused_in_one_line(monkeypatch) -> None:
+    """The statistics need the actor's materialised logits of whole sequences: verl's fused
+    kernels (no logits, or none to trust) and Ulysses sequence parallelism (each rank holds a slice
+    of the packed sequence) are refused in one line naming the setting. verl's own output path is
+    stubbed: its fused and Ulysses branches need the fused model output and a process group."""
+    from types import SimpleNamespace
+
+    from verl_helpers import tu
+
+    monkeypatch.setattr(ict_verl, "_original_prepare_model_outputs", lambda *args: {})
+    batch, model = make_batch(), ToyLM()
+    data, fsdp = micro_batch(batch, True), engine()
+    inputs, output_args = fsdp.prepare_model_inputs(data)
+    output, loss_function = model(**inputs), partial(ppo_loss, config=actor_config("all"))
+    cases = [("use_fused_kernels", True, output, "use_fused_kernels=False"),
+             ("use_fused_kernels", False, SimpleNamespace(logits=None), "use_fused_kernels=False"),
+             ("use_ulysses_sp", True, output, "ulysses_sequence_parallel_size=1")]
+    for setting, value, model_output, message in cases:
+        fsdp.use_ulysses_sp = setting == "use_ulysses_sp" and value
+        tu.assign_non_tensor(data, use_fused_kernels=setting == "use_fused_kernels" and value)
+        with pytest.raises(UsageError, match=message) as error:
+            fsdp.prepare_model_outputs(model_output, output_args, data, loss_function)
+        assert "\n" not in str(error.value)
+    assert ict_verl._pending == []
+
+
 def test_rollout_importance_weights_are_refused_in_one_line() -> None:
     """verl hands rollout_is_weights (algorithm.rollout_correction) to the policy loss; ict's loss
     does not apply them, so it refuses them rather than train without them."""
@@ -428,3 +472,61 @@ def test_clip_cov_sees_the_actors_clip_range_and_the_diagnostics_their_advantage
     expected = float(positive[selected].double().mean())
     assert 0.0 < expected < 1.0
     assert metrics["actor/ict_selected_positive_advantage_fraction"].values == pytest.approx([expected])
+
+
+def _policy_log_probs(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """ToyLM's log-probs of the response tokens at the rollout temperature, ``[B, T]``."""
+    logits = ToyLM()(batch["input_ids"], batch["position_ids"]).logits[:, PROMPT - 1: PROMPT + RESPONSE - 1].detach()
+    return torch.log_softmax(logits / TEMPERATURE, -1).gather(-1, batch["responses"][..., None])[..., 0]
+
+
+def _near_policy_batch() -> dict[str, torch.Tensor]:
+    """make_batch with old log-probs within 0.1 of the policy's own: every ratio inside the clip
+    range (0.8, 1.28)."""
+    batch = make_batch()
+    noise = (torch.rand(RESPONSE_SHAPE, generator=torch.Generator().manual_seed(3)) - 0.5) * 0.2
+    batch["old_log_probs"] = (_policy_log_probs(batch) + noise) * batch["response_mask"]
+    return batch
+
+
+RESPONSE_SHAPE = (len(RESPONSE_LENGTHS), RESPONSE)
+
+
+@pytest.mark.parametrize("loss_agg_mode", list(AGGREGATIONS))
+def test_kl_cov_and_clip_cov_equal_verls_own_losses_where_documented(loss_agg_mode: str, monkeypatch) -> None:
+    """Against verl's own ``kl_cov`` and ``clip_cov`` policy losses (core_algos) under the same
+    actor config, with old log-probs inside the clip range (verl's KL-Cov has no ratio clip, the
+    documented difference): KL-Cov at ratio 0.1 (the 2 of 25 tokens of largest covariance get
+    1.0 |log-ratio|), and Clip-Cov with a band above the 3rd largest covariance (its 2 tokens both
+    cut, whatever the draw) and ict_denominator=all (verl keeps cut tokens in its normaliser): the
+    same loss and gradient, each apart from the plain loss."""
+    import verl_helpers
+    from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
+
+    from ict.core.selectors import token_covariance
+
+    monkeypatch.setattr(verl_helpers, "make_batch", lambda *args, **kwargs: _near_policy_batch())
+    batch = _near_policy_batch()
+    mask = batch["response_mask"].bool()
+    covariance = token_covariance(_policy_log_probs(batch), batch["advantages"], mask)[mask].sort(descending=True).values
+    low = float(covariance[1] + covariance[2]) / 2  # 2 tokens above, as many as max(1, int(0.1 * 25))
+    assert int(mask.sum()) == 25 and float(covariance[2]) < low < float(covariance[1])
+
+    def actor(policy_loss: object) -> FSDPActorConfig:
+        return FSDPActorConfig(strategy="fsdp", rollout_n=GROUP, ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=6,
+                               clip_ratio_low=0.2, clip_ratio_high=0.28, loss_agg_mode=loss_agg_mode,
+                               policy_loss=policy_loss)
+
+    def ours(spec: str, **policy: object) -> FSDPActorConfig:
+        return actor(ict_verl.ICTPolicyLossConfig(loss_mode="ict", ict_selector=spec, ict_aggregation="loss_agg_mode",
+                                                  ict_full_token_warmup_steps=0, **policy))
+
+    plain, _, _ = config_loss(ours("all"), ToyLM())
+    for mine, theirs in [
+        (ours("kl_cov:ratio=0.1,kl_coef=1.0"), VerlPolicyLossConfig(loss_mode="kl_cov", kl_cov_ratio=0.1, ppo_kl_coef=1.0)),
+        (ours(f"clip_cov:ratio=0.1,cov_low={low},cov_high=100", ict_denominator="all"),
+         VerlPolicyLossConfig(loss_mode="clip_cov", clip_cov_ratio=0.1, clip_cov_lb=low, clip_cov_ub=100.0))]:
+        (loss, grad, _), (expected, expected_grad, _) = config_loss(mine, ToyLM()), config_loss(actor(theirs), ToyLM())
+        assert abs(float(loss - expected)) <= 1e-6, (theirs.loss_mode, float(loss), float(expected))
+        torch.testing.assert_close(grad, expected_grad, atol=1e-6, rtol=0)
+        assert abs(float(plain - expected)) > 1e-4, theirs.loss_mode

@@ -70,7 +70,9 @@ def test_several_micro_batches_select_on_the_whole_mini_batch(spec, dynamic, sin
     assert len(forwards) >= 4 and len(forwards) % 2 == 0  # scoring pass + training pass
 
 
-TWO_RANK_SPECS = ["ict:ratio=0.3", "ict:reference=group_mean,ratio=0.3", "stapo:tau_p=0.1,quantile=0.75", "random:ratio=0.3"]
+TWO_RANK_SPECS = [("ict:ratio=0.3", "token-mean"), ("ict:reference=group_mean,ratio=0.3", "token-mean"),
+                  ("stapo:tau_p=0.1,quantile=0.75", "token-mean"), ("random:ratio=0.3", "token-mean"),
+                  ("all", "seq-mean-token-sum-norm")]  # Dr. GRPO's L: the widest rank's, 5, on both
 # responses of prompt p0 are at most 5 tokens long, those of p1 at most 4: under v1 each rank's
 # micro-batch is padded to its own longest response, so the two ranks hold [3, 5] and [3, 4]
 TWO_RANK_LENGTHS = [5, 3, 5, 1, 4, 4]
@@ -92,8 +94,8 @@ def _rank_main(rank: int, world: int, store: str, out: str) -> None:
     torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         rows, grads = v1_rank_rows(world)[rank], []
-        for spec in TWO_RANK_SPECS:
-            _, grad, _ = verl_loss(spec, True, rows=rows, dp_group=torch.distributed.group.WORLD,
+        for spec, loss_agg_mode in TWO_RANK_SPECS:
+            _, grad, _ = verl_loss(spec, True, loss_agg_mode, rows=rows, dp_group=torch.distributed.group.WORLD,
                                    response_lengths=TWO_RANK_LENGTHS, v1=True)
             torch.distributed.all_reduce(grad)
             grads.append(grad / world)
@@ -107,31 +109,59 @@ def _rank_main(rank: int, world: int, store: str, out: str) -> None:
 def test_two_ranks_of_different_widths_update_like_the_whole_batch(tmp_path) -> None:
     """2 gloo processes with response widths 5 and 4: the scores are padded to the all-reduced
     widest response before the gather, and the FSDP-averaged gradient is the whole mini-batch's,
-    for a group_mean, a batch-quantile and a random selection (both ranks draw the same mask)."""
+    for a group_mean, a batch-quantile and a random selection (both ranks draw the same mask), and
+    for seq-mean-token-sum-norm without loss_scale_factor (L = 5 on both ranks)."""
     widths = sorted(max(TWO_RANK_LENGTHS[row] for row in rows) for rows in v1_rank_rows(2))
     assert widths == [4, 5]
     out = tmp_path / "grads.pt"
     torch.multiprocessing.spawn(_rank_main, args=(2, str(tmp_path / "store"), str(out)), nprocs=2)
-    for index, (spec, grad) in enumerate(zip(TWO_RANK_SPECS, torch.load(out), strict=True)):
+    for index, ((spec, loss_agg_mode), grad) in enumerate(zip(TWO_RANK_SPECS, torch.load(out), strict=True)):
         generator = torch.Generator().manual_seed(ict_verl.selection_seed(0, 0, index))
-        _, expected_grad, _ = reference_loss(spec, generator=generator, response_lengths=TWO_RANK_LENGTHS)
+        _, expected_grad, _ = reference_loss(spec, loss_agg_mode, generator=generator, response_lengths=TWO_RANK_LENGTHS)
         assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0), spec
 
 
-def test_one_micro_batch_per_mini_batch_has_no_scoring_pass(single_process_group) -> None:
+@pytest.mark.parametrize(("size", "force_group_size"), [(6, 1), (3, 2)])
+def test_one_micro_batch_per_mini_batch_has_no_scoring_pass(size, force_group_size, single_process_group) -> None:
     """When the rank's mini-batch share is one micro-batch (ppo_micro_batch_size_per_gpu = 6 of 6
-    rows) the statistics come from the training forward itself: one forward, no scoring pass, and
-    the gradient of the whole mini-batch's loss."""
+    rows, or 3 with verl's force_group_size 2: micro-batches of size x force_group_size rows) the
+    statistics come from the training forward itself: one forward, no scoring pass, and the
+    gradient of the whole mini-batch's loss."""
     batch, model, config = make_batch(), ToyLM(), actor_config("ict:reference=group_mean,ratio=0.3")
     data, fsdp = micro_batch(batch, True), engine()
     fsdp.module, fsdp._autocast_dtype, fsdp.scaler = model, torch.float32, None
     fsdp.get_data_parallel_group = lambda: single_process_group
     fsdp.get_data_parallel_size = lambda: 1
     fsdp.engine_config.use_no_sync_for_gradient_accumulation = False
-    tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=6)
+    tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=size, force_group_size=force_group_size)
     forwards = []
     model.register_forward_hook(lambda module, args, output: forwards.append(1))
     fsdp.forward_backward_batch(data, partial(ppo_loss, config=config))
     _, expected_grad, _ = reference_loss("ict:reference=group_mean,ratio=0.3")
     assert torch.allclose(model.token.grad, expected_grad, atol=1e-6, rtol=0)
     assert len(forwards) == 1
+
+
+@pytest.mark.parametrize("micro_batch_size", [3, 6])
+@pytest.mark.parametrize("spec", ["all", "ict:reference=group_mean,ratio=0.3"])
+def test_dr_grpos_length_is_the_mini_batchs_width_however_v1_splits_it(spec, micro_batch_size,
+                                                                        single_process_group) -> None:
+    """seq-mean-token-sum-norm without loss_scale_factor, v1's nested rows (each micro-batch padded
+    to its own longest response: widths 5 and 4 for micro-batches of 3): L is the mini-batch's
+    widest response, 5, as in one micro-batch of 6. It was each micro-batch's own width (as verl's
+    vanilla loss does), so the second micro-batch's rows weighed 5/4 more and the update depended
+    on ppo_micro_batch_size_per_gpu (2.8e-3 off in the gradient)."""
+    batch, model = make_batch(response_lengths=TWO_RANK_LENGTHS), ToyLM()
+    config = actor_config(spec, "seq-mean-token-sum-norm")
+    data, fsdp = micro_batch(batch, True, v1=True), engine()
+    data["loss_mask"] = data["response_mask"]  # v1's agent loop writes it (verl's forward_backward_batch reads it)
+    fsdp.module, fsdp._autocast_dtype, fsdp.scaler = model, torch.float32, None
+    fsdp.get_data_parallel_group = lambda: single_process_group
+    fsdp.get_data_parallel_size = lambda: 1
+    fsdp.engine_config.use_no_sync_for_gradient_accumulation = False
+    tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=micro_batch_size)
+    ict_verl._selections.update(step=-1, index=0)
+    fsdp.forward_backward_batch(data, partial(ppo_loss, config=config))
+    # the reference pads the responses to the longest of all six, 5: its L
+    _, expected_grad, _ = reference_loss(spec, "seq-mean-token-sum-norm", response_lengths=TWO_RANK_LENGTHS)
+    assert torch.allclose(model.token.grad, expected_grad, atol=1e-6, rtol=0)

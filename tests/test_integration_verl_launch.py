@@ -166,3 +166,20 @@ def test_group_balanced_order_gives_each_rank_as_many_whole_groups() -> None:
     with pytest.raises(UsageError, match=r"need rollout.n=2 rows per prompt .* got 2 prompts with \[1, 3\] rows") as error:
         ict_verl.group_balanced_order(list("abbb"), [1] * 4, 2, 2)
     assert "\n" not in str(error.value)
+
+
+def test_group_balanced_order_weighs_a_group_by_all_its_rows() -> None:
+    """A group's workload is the sum over its rows of verl's calculate_workload (24576 s + s^2),
+    not its longest row's: groups a and d hold two 100-token rows, b and c one 100-token and one
+    10-token row; by the longest row all four weigh alike, by the sum each rank gets one heavy
+    and one light group (equal loads)."""
+    uids = [uid for uid in "abcd" for _ in range(2)]
+    lengths = [100, 100, 100, 10, 100, 10, 100, 100]
+    order = ict_verl.group_balanced_order(uids, lengths, 2, 2)
+
+    def load(rows: list[int]) -> int:
+        return sum(24576 * lengths[row] + lengths[row] ** 2 for row in rows)
+
+    assert {frozenset(uids[row] for row in order[:4]), frozenset(uids[row] for row in order[4:])} in (
+        {frozenset("ab"), frozenset("cd")}, {frozenset("ac"), frozenset("bd")})
+    assert load(order[:4]) == load(order[4:])

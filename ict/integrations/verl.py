@@ -63,18 +63,21 @@ How it plugs in (no verl file is changed or copied):
   and ict's paper diagnostics of the selection (:func:`selection_diagnostics`).
 - Options map from verl's actor config: ``clip_ratio_low`` / ``clip_ratio_high`` -> clip range,
   ``loss_agg_mode`` ``token-mean`` / ``seq-mean-token-mean`` / ``seq-mean-token-sum-norm`` ->
-  our aggregations (``loss_scale_factor`` -> ``max_response_length``); verl's dual clip
+  our aggregations (``loss_scale_factor`` -> ``max_response_length``; unset: the mini-batch's
+  widest response over all ranks, the response cap in v0 as in verl, where v1's vanilla loss takes
+  each micro-batch's own longest and so depends on the split); verl's dual clip
   (``clip_ratio_c``) only with ``ict_dual_clip=True`` (ours is off by default). verl's
   ``entropy_coeff`` and ``use_kl_loss`` terms are added by verl over all response tokens (our
-  ``regularizer_tokens="all"``).
+  ``regularizer_tokens="all"``), aggregated by verl's ``loss_agg_mode`` whatever ``ict_aggregation``.
 
 Requirements (each refused with a one-line error naming the setting): ``group_mean`` needs the
 ``rollout.n`` rows of each uid in one micro-batch (v1: this module loaded in the trainer, no
 padding rows, ``ppo_mini_batch_size`` a multiple of the GPU count; v0: ``trainer.balance_batch=False``;
 both: ``actor.shuffle=False``, ``use_dynamic_bsz=False``, ``ppo_micro_batch_size_per_gpu`` a
 multiple of ``rollout.n``); materialised logits (``use_fused_kernels=False``); no Ulysses sequence
-parallelism; one temperature; no rollout importance weights; ``loss_agg_mode`` not
-``token-sum`` / ``seq-mean-token-sum``.
+parallelism; one temperature; no rollout importance weights; with
+``ict_aggregation=loss_agg_mode``, ``loss_agg_mode`` not ``token-sum`` / ``seq-mean-token-sum``
+(otherwise ict's loss does not read it, and any of verl's is accepted).
 
 Not supported: Megatron (vocabulary-parallel logits would need an all-reduce of the per-shard
 sums; the loss refuses to run without this module's FSDP hook), the ``ref`` JS reference.
@@ -414,7 +417,7 @@ def compute_policy_loss_ict(
                            f"log_prob {tuple(log_prob.shape)}")
     stats = TokenStatistics(log_prob, record.stats.entropy, record.stats.renyi2, record.stats.js_scores)
     loss, metrics = policy_loss(stats, old_log_prob, advantages, response_mask, record.selection.mask,
-                                loss_config_of(config, loss_agg_mode),
+                                loss_config_of(config, loss_agg_mode, record.width),
                                 kl_penalty=record.selection.kl_penalty)
     reported = {f"actor/ict_{key}": metrics[key] for key in
                 ("selected_fraction", "clip_fraction", "entropy_selected", "js_score_selected")}

@@ -60,8 +60,13 @@ def method_options(policy: Any) -> dict[str, Any]:
     return resolved
 
 
-def loss_config_of(actor_config: Any, loss_agg_mode: str) -> PolicyLossConfig:
-    """ict's :class:`PolicyLossConfig` from verl's actor config (see the module docstring)."""
+def loss_config_of(actor_config: Any, loss_agg_mode: str, width: int | None = None) -> PolicyLossConfig:
+    """ict's :class:`PolicyLossConfig` from verl's actor config (see the module docstring).
+
+    ``width``: the mini-batch's response width over all ranks, ``seq_mean_token_sum_norm``'s
+    ``L`` when ``actor.loss_scale_factor`` is unset (``None``: the loss's own padded width). verl's
+    vanilla loss divides by each micro-batch's own width, the response cap in v0 but the micro-batch's
+    longest response in v1, so its loss would depend on how the mini-batch is split."""
     policy = actor_config.policy_loss
     if policy.get("ict_aggregation", None) == "loss_agg_mode":
         if loss_agg_mode not in AGGREGATIONS:
@@ -75,7 +80,7 @@ def loss_config_of(actor_config: Any, loss_agg_mode: str) -> PolicyLossConfig:
     high = actor_config.clip_ratio_high if actor_config.clip_ratio_high is not None else clip
     return PolicyLossConfig(
         clip_low=low, clip_high=high, aggregation=aggregation,
-        max_response_length=actor_config.loss_scale_factor,
+        max_response_length=actor_config.loss_scale_factor if actor_config.loss_scale_factor is not None else width,
         clip_ratio_c=actor_config.clip_ratio_c if getattr(policy, "ict_dual_clip", False) else None,
         denominator=getattr(policy, "ict_denominator", "selected"))
 
@@ -100,6 +105,7 @@ class MicroBatchSelection:
     selection: Selection  # this rank's rows, [B, T]
     stats: TokenStatistics  # this rank's rows, detached
     scale: float  # dp * w_micro / W (see the module docstring)
+    width: int | None = None  # the mini-batch's response width over all ranks (loss_config_of)
 
 
 # the training step of the last selection and how many selections it has made (see selection_seed)
@@ -322,5 +328,5 @@ def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
         penalty = None if selection.kl_penalty is None else selection.kl_penalty[own, :part_length]
         weight = aggregation_weight(mask, part.response_mask, loss_config)
         results.append(MicroBatchSelection(Selection(mask, penalty), part.stats,
-                                           world * weight / total if total > 0 else 0.0))
+                                           world * weight / total if total > 0 else 0.0, length))
     return results
