@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -531,3 +532,23 @@ def test_a_run_not_evaluated_adds_no_k(tmp_path):
     summary = summarize(runs, resamples=20)
     assert sorted({row["metric"] for row in summary["table"]}) == ["pass@1", "pass@2"]
     assert summary["pairing"] == ["ict on b: the 1 seeds evaluated (no final evaluation of b: ict/seed1)"]
+
+
+def test_a_method_with_no_final_evaluation_is_named_not_silently_left_out(tmp_path):
+    """`ict compare --train-only`, then `--report-only` before `--eval-only`: ict (trained, not
+    evaluated) was missing from the final-model table and the differences with no word, though
+    the pairing notes name each method with a run that has no final evaluation. Now it is named
+    as left out (once, whatever the benchmarks); grpo's 50% and the training rows are unchanged."""
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "cmp"
+    _finished_run(output, "grpo", {0: [True], 1: [False]})
+    shutil.rmtree(_finished_run(output, "ict", {0: [True], 1: [True]}) / "eval")
+    report = write_report(output, ("grpo",), 10).read_text()
+    assert "| b | pass@1 | grpo | 1 | 2 | 50.0 | - |" in report
+    assert "| b | pass@1 | ict |" not in report
+    note = "ict: left out of the evaluation tables (no final evaluation: ict/seed0)"
+    assert f"- {note}" in report
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["pairing"] == [note]
+    assert [row["method"] for row in summary["training_end"]] == ["grpo", "ict"]
