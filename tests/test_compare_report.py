@@ -552,3 +552,52 @@ def test_a_method_with_no_final_evaluation_is_named_not_silently_left_out(tmp_pa
     summary = json.loads((output / "summary.json").read_text())
     assert summary["pairing"] == [note]
     assert [row["method"] for row in summary["training_end"]] == ["grpo", "ict"]
+
+
+def test_the_reported_difference_interval_and_p_match_a_hand_computation_on_the_shared_cells(tmp_path):
+    """Mutation tests of summarize's pairing and the report's row: grpo evaluated seeds 0, 1, 3 and
+    problems 0, 1, 3, 4; ict seeds 1, 2, 3 and problems 1-4. The pair is seeds 1 and 3 x problems
+    1, 3 and 4 (neither side's first rows or columns: taking the leading positions of either, or
+    printing the interval high first, gives other numbers), against a hand-written bootstrap of
+    the documented draw (rows, then columns, numpy's default_rng(0)) and an exact enumeration of
+    the 2^3 sign patterns."""
+    import itertools
+
+    import numpy as np
+
+    from ict.analysis.compare import write_report
+
+    def score(label: str, seed: int, problem: int) -> float:  # pass@1 of 2 samples: 0, 0.5 or 1
+        return 1.0 if label == "ict" and (seed + problem) % 4 else (seed + problem) % 2 / 2
+
+    output = tmp_path / "cmp"
+    for label, seeds, problems in (("grpo", (0, 1, 3), (0, 1, 3, 4)), ("ict", (1, 2, 3), (1, 2, 3, 4))):
+        for seed in seeds:
+            _finished_run(output, label, {p: [True] * int(2 * score(label, seed, p))
+                                          + [False] * (2 - int(2 * score(label, seed, p))) for p in problems}, seed=seed)
+    d = np.array([[score("ict", s, p) - score("grpo", s, p) for p in (1, 3, 4)] for s in (1, 3)])
+    draw, means = np.random.default_rng(0), []
+    for _ in range(40):
+        rows, columns = draw.integers(0, 2, 2), draw.integers(0, 3, 3)
+        means.append(sum(d[r, c] for r in rows for c in columns) / 6)
+    low, high = np.percentile(means, [2.5, 97.5])
+    per_problem = d.mean(axis=0)
+    p = sum(abs(np.mean(np.array(signs) * per_problem)) >= abs(per_problem.mean()) - 1e-12
+            for signs in itertools.product([-1, 1], repeat=3)) / 8
+    assert low < high and p < 1
+    report = write_report(output, ("grpo",), 40).read_text()
+    assert (f"| b | pass@1 | ict | grpo | {100 * d.mean():.1f} | [{100 * low:.1f}, {100 * high:.1f}] | "
+            f"{p:.3g} |") in report
+    (row,) = json.loads((output / "summary.json").read_text())["differences"]
+    assert (row["seeds"], row["problems"]) == (2, 3)
+    assert [row["difference"], row["low"], row["high"], row["p_value"]] == pytest.approx([d.mean(), low, high, p])
+
+
+def test_the_end_of_training_is_the_mean_of_exactly_its_last_ten_steps(tmp_path):
+    """Mutation test of END_WINDOW's slice: reward = step over 12 steps, so the last 10 (3..12)
+    average 7.5, the last 9 8.0 and the last 11 7.0."""
+    from ict.analysis.compare import training_end
+
+    lines = [{"step": step, "reward_mean": float(step)} for step in range(1, 13)]
+    (row,) = training_end([RunRecord("ict", 0, tmp_path, lines, {})])
+    assert row["reward_mean"] == pytest.approx(7.5)

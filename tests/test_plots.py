@@ -96,3 +96,20 @@ def test_by_method_pools_run_directories_given_relative_to_one_of_them(tmp_path,
     assert labels == ["ict (n=2)", "all response tokens", "selected tokens"]
     (line,) = [axis for axis in figure.axes if axis.get_title() == "Shannon entropy"][0].get_lines()
     assert list(line.get_ydata()) == pytest.approx([2.0, 4.0])
+
+
+def test_the_learning_curve_band_is_the_min_and_max_over_seeds(tmp_path, saved_figures):
+    """Mutation test of plot_learning_curves' band: three seeds at steps 0 and 10 (pass@1 0.1,
+    0.4, 0.7 then 0.2, 0.3, 1.0) give the band 10..70 then 20..100 percent around the means 40 and
+    50."""
+    from ict.analysis.plots import plot_learning_curves
+
+    values = {0: [0.1, 0.4, 0.7], 10: [0.2, 0.3, 1.0]}
+    rows = [{"method": "ict", "seed": seed, "step": step, "benchmark": "b", "metric": "pass@1", "problems": 10,
+             "value": per_seed[seed]} for step, per_seed in values.items() for seed in range(3)]
+    plot_learning_curves(rows, tmp_path / "curves.png")
+    (figure,) = saved_figures
+    (line,) = figure.axes[0].get_lines()
+    assert list(line.get_ydata()) == pytest.approx([40.0, 50.0])
+    (band,) = figure.axes[0].collections
+    assert _band(band, [0, 10]) == [pytest.approx((10.0, 70.0)), pytest.approx((20.0, 100.0))]
