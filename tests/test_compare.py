@@ -480,6 +480,38 @@ def test_a_rerun_with_another_num_steps_is_refused_before_mixing_run_lengths(tmp
         run_comparison(config(2))
 
 
+def test_a_rerun_with_another_num_steps_is_refused_when_the_evaluated_runs_checkpoints_are_gone(tmp_path):
+    """The same rerun with num_steps=2 over a run evaluated at step 1 whose checkpoints/ was deleted
+    to free the disk (its eval/ kept): with no checkpoint there was no step to check, the run was
+    reused as it was and the report would pool it with seed 1 trained to step 2. Its config.yaml's
+    num_steps is checked now, before any run trains; the same num_steps still reuses it."""
+    import shutil
+
+    from ict.core.errors import UsageError
+    from ict.experiments.compare import (
+        CompareConfig,
+        _training_config,
+        parse_methods,
+        run_comparison,
+    )
+
+    output = tmp_path / "cmp"
+    _, directory = _run_trained_to_step_one(output)
+    (directory / "eval" / "results.json").write_text("{}")
+    shutil.rmtree(directory / "checkpoints")
+
+    def config(num_steps: int) -> CompareConfig:
+        return CompareConfig(methods="grpo", seeds=(0, 1), output_dir=output, eval_benchmarks="gsm8k",
+                             overrides={"num_steps": str(num_steps)})
+
+    with pytest.raises(UsageError, match=r"seed0 was trained to step 1 \(its config.yaml\) and evaluated there "
+                                         r"\(eval/\), with no checkpoint left, but num_steps is 2: give num_steps=1"):
+        run_comparison(config(2))
+    assert not (output / "runs" / "grpo" / "seed1").exists()  # refused before seed 1 trained
+    reused = _training_config(config(1), {}, parse_methods("grpo")[0], 0)
+    assert reused.num_steps == 1 and not reused.resume
+
+
 def test_a_rerun_with_other_eval_settings_is_refused_before_mixing_evaluations(tmp_path):
     """A comparison rerun with --eval-n 8 over a run evaluated with 4 samples reused that
     evaluation as it was beside runs evaluated anew with 8: the report pooled both. It is one

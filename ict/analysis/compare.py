@@ -32,6 +32,7 @@ from ict.analysis.comparison_runs import (  # noqa: F401 (re-exported)
     evaluated_ks,
     load_runs,
     method_of,
+    planned_steps,
     problem_scores,
     read_verdicts,
     run_dir,

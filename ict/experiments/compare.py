@@ -25,6 +25,7 @@ from ict.analysis.compare import (
     BOOTSTRAP_RESAMPLES,
     COMMANDS_FILE,
     is_baseline,
+    planned_steps,
     run_dir,
     step_eval_dir,
     write_report,
@@ -250,6 +251,12 @@ def _training_config(config: CompareConfig, training_options: dict[str, Any], sp
             train_config = build_config(None, training_options, {**overrides, "held_out_sets": ",".join(merged)})
     if latest is not None:
         _check_trained_steps(directory, checkpoint_step(latest) or 0, train_config.num_steps)
+    elif (directory / "eval" / "results.json").is_file():  # evaluated, its checkpoints deleted since
+        trained = planned_steps(directory / "config.yaml")
+        if trained is not None and trained != train_config.num_steps:
+            raise UsageError(f"{directory} was trained to step {trained} (its config.yaml) and evaluated "
+                             f"there (eval/), with no checkpoint left, but num_steps is "
+                             f"{train_config.num_steps}: give num_steps={trained}, or another --output-dir")
     return train_config
 
 
