@@ -480,11 +480,12 @@ def test_a_rerun_with_another_num_steps_is_refused_before_mixing_run_lengths(tmp
         run_comparison(config(2))
 
 
-def test_a_rerun_with_another_num_steps_is_refused_when_the_evaluated_runs_checkpoints_are_gone(tmp_path):
+def test_a_rerun_with_other_options_is_refused_when_the_evaluated_runs_checkpoints_are_gone(tmp_path):
     """The same rerun with num_steps=2 over a run evaluated at step 1 whose checkpoints/ was deleted
     to free the disk (its eval/ kept): with no checkpoint there was no step to check, the run was
-    reused as it was and the report would pool it with seed 1 trained to step 2. Its config.yaml's
-    num_steps is checked now, before any run trains; the same num_steps still reuses it."""
+    reused as it was and the report would pool it with seed 1 trained to step 2 (another
+    learning_rate likewise, which its checkpoint refused). Its config.yaml is checked now, as a
+    checkpoint's run is, before any run trains; the same options still reuse it."""
     import shutil
 
     from ict.core.errors import UsageError
@@ -508,8 +509,11 @@ def test_a_rerun_with_another_num_steps_is_refused_when_the_evaluated_runs_check
                                          r"\(eval/\), with no checkpoint left, but num_steps is 2: give num_steps=1"):
         run_comparison(config(2))
     assert not (output / "runs" / "grpo" / "seed1").exists()  # refused before seed 1 trained
-    reused = _training_config(config(1), {}, parse_methods("grpo")[0], 0)
-    assert reused.num_steps == 1 and not reused.resume
+    assert _training_config(config(1), {}, parse_methods("grpo")[0], 0).num_steps == 1  # reused
+    other = CompareConfig(methods="grpo", seeds=(0,), output_dir=output, eval_benchmarks="gsm8k",
+                          overrides={"num_steps": "1", "learning_rate": "0.5"})
+    with pytest.raises(UsageError, match=r"config.yaml, where learning_rate is 2e-05, not 0.5"):
+        _training_config(other, {}, parse_methods("grpo")[0], 0)  # as with its checkpoint
 
 
 def test_a_rerun_with_other_eval_settings_is_refused_before_mixing_evaluations(tmp_path):
