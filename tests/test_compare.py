@@ -410,6 +410,17 @@ def test_compare_config_refusals_and_labels(tmp_path):
     assert MethodSpec("ict", {"reference": "a/b c"}).label == "ict-reference=a_b_c"
 
 
+def test_the_closed_ends_of_the_compare_ranges_are_accepted(tmp_path):
+    """Mutation test of CompareConfig.validate: the ends its messages allow pass (--eval-temperature
+    0, greedy sampling: 'must be >= 0'; seed 0 and 2^32 - 1; k = --eval-n; --eval-limit 1;
+    --eval-steps 0, the untrained model)."""
+    from ict.experiments.compare import CompareConfig
+
+    config = CompareConfig(output_dir=tmp_path / "c", report_only=True, eval_temperature=0.0,
+                           seeds=(0, 2**32 - 1), eval_n=3, eval_ks=(1, 3), eval_limit=1, eval_steps=(0,))
+    assert config.validate().eval_temperature == 0.0
+
+
 def test_an_empty_compare_config_path_is_refused_not_ignored(tmp_path):
     """`ict compare --config "$CFG"` with CFG unset trained every run on the defaults: the empty
     path was taken for no --config. It is load_yaml's one-line refusal, before anything trains."""
