@@ -559,3 +559,39 @@ def test_a_rerun_with_other_eval_settings_is_refused_before_mixing_evaluations(t
         _check_eval_settings(directory / "eval", _eval_config(same, train_config, "m", directory / "eval"))
     (directory / "eval" / "results.json").write_text("{}")
     _check_eval_settings(directory / "eval", _eval_config(config(eval_n=8), train_config, "m", directory / "eval"))
+
+
+def test_every_eval_setting_is_checked_and_a_data_dir_is_compared_as_a_path(tmp_path, monkeypatch):
+    """Mutation test of _check_eval_settings: each of EVAL_SETTINGS (answer_extraction, the last,
+    included) refuses a reused evaluation made otherwise; --eval-data-dir given relative, or as
+    the same directory spelled otherwise, is the directory the evaluation recorded (not refused)."""
+    import dataclasses
+
+    from ict.core.errors import UsageError
+    from ict.experiments.compare import (
+        EVAL_SETTINGS,
+        CompareConfig,
+        _check_eval_settings,
+        _eval_config,
+    )
+
+    output = tmp_path / "cmp"
+    train_config, directory = _run_trained_to_step_one(output)
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path)
+    config = CompareConfig(methods="grpo", seeds=(0,), output_dir=output, eval_benchmarks="gsm8k",
+                           eval_data_dir=str(tmp_path / "data"), eval_limit=5)
+    stored = vars(_eval_config(config, train_config, "m", directory / "eval"))
+    (directory / "eval" / "results.json").write_text(json.dumps({"config": {**stored, "ks": [1, 4]}}))
+    for data_dir in ("data", "./data/", str(tmp_path / "data" / ".." / "data")):
+        same = dataclasses.replace(config, eval_data_dir=data_dir)
+        _check_eval_settings(directory / "eval", _eval_config(same, train_config, "m", directory / "eval"))
+    other = {"benchmarks": "math500", "data_dir": None, "num_samples": 8, "ks": (1, 2), "temperature": 0.3,
+             "max_new_tokens": 7, "seed": 1, "limit": 6, "math_extraction": "strict",
+             "answer_extraction": "tag"}
+    assert sorted(other) == sorted(EVAL_SETTINGS)
+    for name, value in other.items():
+        assert stored[name] != value
+        changed = dataclasses.replace(_eval_config(config, train_config, "m", directory / "eval"), **{name: value})
+        with pytest.raises(UsageError, match=rf"evaluated with other settings \({name} "):
+            _check_eval_settings(directory / "eval", changed)
