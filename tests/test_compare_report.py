@@ -601,3 +601,21 @@ def test_the_end_of_training_is_the_mean_of_exactly_its_last_ten_steps(tmp_path)
     lines = [{"step": step, "reward_mean": float(step)} for step in range(1, 13)]
     (row,) = training_end([RunRecord("ict", 0, tmp_path, lines, {})])
     assert row["reward_mean"] == pytest.approx(7.5)
+
+
+def test_the_report_names_entropy_warnings_absent_baselines_and_the_finished_share_in_percent(tmp_path):
+    """Mutation tests of write_report: a run's entropy_warning is listed at its step (dropping it
+    would print 'No run collapsed or exploded.'), a default baseline with no runs is named, and
+    finished_fraction (0.5 and 1.0: 0.75) is a percentage, 75%, not 1%."""
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "cmp"
+    _finished_run(output, "grpo", {0: [True], 1: [False]})
+    run = _finished_run(output, "ict", {0: [True], 1: [True]})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in (
+        {"step": 1, "reward_mean": 0.5, "finished_fraction": 0.5},
+        {"step": 2, "reward_mean": 0.5, "finished_fraction": 1.0, "entropy_warning": "entropy collapse"})))
+    report = write_report(output, ("grpo", "random"), 10).read_text()
+    assert "- ict seed 0: entropy collapse at step 2" in report and "No run collapsed" not in report
+    assert "Baselines: grpo, random (no runs of random)." in report
+    assert "| ict | 1 | 0.50 | - | - | - | - | 75% |" in report
