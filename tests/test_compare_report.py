@@ -619,3 +619,22 @@ def test_the_report_names_entropy_warnings_absent_baselines_and_the_finished_sha
     assert "- ict seed 0: entropy collapse at step 2" in report and "No run collapsed" not in report
     assert "Baselines: grpo, random (no runs of random)." in report
     assert "| ict | 1 | 0.50 | - | - | - | - | 75% |" in report
+
+
+def test_only_the_benchmarks_of_the_finished_evaluation_are_read_and_a_boolean_index_is_refused(tmp_path):
+    """Mutation tests of read_verdicts / evaluated_units: samples.jsonl keeps the records of other
+    benchmarks an earlier `ict eval` wrote there (a rerun keeps them), but results.json says this
+    evaluation was of b alone: c is not in the report. An 'index' of true (read as problem 1) is
+    no evaluation sample: a one-line UsageError naming the line."""
+    from ict.analysis.compare import complete_verdicts, read_verdicts
+    from ict.core.errors import UsageError
+
+    directory = tmp_path / "eval"
+    directory.mkdir()
+    records = [{"benchmark": "b", "index": 0, "correct": True}, {"benchmark": "c", "index": 0, "correct": False}]
+    (directory / "samples.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    (directory / "results.json").write_text(json.dumps({"config": {"ks": [1]}, "benchmarks": {"b": {}}}))
+    assert complete_verdicts(directory) == {"b": {0: [True]}}
+    (directory / "samples.jsonl").write_text(json.dumps({"benchmark": "b", "index": True, "correct": True}) + "\n")
+    with pytest.raises(UsageError, match=r"samples.jsonl:1: not an evaluation sample"):
+        read_verdicts(directory / "samples.jsonl")
