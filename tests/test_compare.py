@@ -410,6 +410,17 @@ def test_compare_config_refusals_and_labels(tmp_path):
     assert MethodSpec("ict", {"reference": "a/b c"}).label == "ict-reference=a_b_c"
 
 
+def test_the_closed_ends_of_the_compare_ranges_are_accepted(tmp_path):
+    """Mutation test of CompareConfig.validate: the ends its messages allow pass (--eval-temperature
+    0, greedy sampling: 'must be >= 0'; seed 0 and 2^32 - 1; k = --eval-n; --eval-limit 1;
+    --eval-steps 0, the untrained model)."""
+    from ict.experiments.compare import CompareConfig
+
+    config = CompareConfig(output_dir=tmp_path / "c", report_only=True, eval_temperature=0.0,
+                           seeds=(0, 2**32 - 1), eval_n=3, eval_ks=(1, 3), eval_limit=1, eval_steps=(0,))
+    assert config.validate().eval_temperature == 0.0
+
+
 def test_an_empty_compare_config_path_is_refused_not_ignored(tmp_path):
     """`ict compare --config "$CFG"` with CFG unset trained every run on the defaults: the empty
     path was taken for no --config. It is load_yaml's one-line refusal, before anything trains."""
@@ -480,6 +491,42 @@ def test_a_rerun_with_another_num_steps_is_refused_before_mixing_run_lengths(tmp
         run_comparison(config(2))
 
 
+def test_a_rerun_with_other_options_is_refused_when_the_evaluated_runs_checkpoints_are_gone(tmp_path):
+    """The same rerun with num_steps=2 over a run evaluated at step 1 whose checkpoints/ was deleted
+    to free the disk (its eval/ kept): with no checkpoint there was no step to check, the run was
+    reused as it was and the report would pool it with seed 1 trained to step 2 (another
+    learning_rate likewise, which its checkpoint refused). Its config.yaml is checked now, as a
+    checkpoint's run is, before any run trains; the same options still reuse it."""
+    import shutil
+
+    from ict.core.errors import UsageError
+    from ict.experiments.compare import (
+        CompareConfig,
+        _training_config,
+        parse_methods,
+        run_comparison,
+    )
+
+    output = tmp_path / "cmp"
+    _, directory = _run_trained_to_step_one(output)
+    (directory / "eval" / "results.json").write_text("{}")
+    shutil.rmtree(directory / "checkpoints")
+
+    def config(num_steps: int) -> CompareConfig:
+        return CompareConfig(methods="grpo", seeds=(0, 1), output_dir=output, eval_benchmarks="gsm8k",
+                             overrides={"num_steps": str(num_steps)})
+
+    with pytest.raises(UsageError, match=r"seed0 was trained to step 1 \(its config.yaml\) and evaluated there "
+                                         r"\(eval/\), with no checkpoint left, but num_steps is 2: give num_steps=1"):
+        run_comparison(config(2))
+    assert not (output / "runs" / "grpo" / "seed1").exists()  # refused before seed 1 trained
+    assert _training_config(config(1), {}, parse_methods("grpo")[0], 0).num_steps == 1  # reused
+    other = CompareConfig(methods="grpo", seeds=(0,), output_dir=output, eval_benchmarks="gsm8k",
+                          overrides={"num_steps": "1", "learning_rate": "0.5"})
+    with pytest.raises(UsageError, match=r"config.yaml, where learning_rate is 2e-05, not 0.5"):
+        _training_config(other, {}, parse_methods("grpo")[0], 0)  # as with its checkpoint
+
+
 def test_a_rerun_with_other_eval_settings_is_refused_before_mixing_evaluations(tmp_path):
     """A comparison rerun with --eval-n 8 over a run evaluated with 4 samples reused that
     evaluation as it was beside runs evaluated anew with 8: the report pooled both. It is one
@@ -512,3 +559,39 @@ def test_a_rerun_with_other_eval_settings_is_refused_before_mixing_evaluations(t
         _check_eval_settings(directory / "eval", _eval_config(same, train_config, "m", directory / "eval"))
     (directory / "eval" / "results.json").write_text("{}")
     _check_eval_settings(directory / "eval", _eval_config(config(eval_n=8), train_config, "m", directory / "eval"))
+
+
+def test_every_eval_setting_is_checked_and_a_data_dir_is_compared_as_a_path(tmp_path, monkeypatch):
+    """Mutation test of _check_eval_settings: each of EVAL_SETTINGS (answer_extraction, the last,
+    included) refuses a reused evaluation made otherwise; --eval-data-dir given relative, or as
+    the same directory spelled otherwise, is the directory the evaluation recorded (not refused)."""
+    import dataclasses
+
+    from ict.core.errors import UsageError
+    from ict.experiments.compare import (
+        EVAL_SETTINGS,
+        CompareConfig,
+        _check_eval_settings,
+        _eval_config,
+    )
+
+    output = tmp_path / "cmp"
+    train_config, directory = _run_trained_to_step_one(output)
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path)
+    config = CompareConfig(methods="grpo", seeds=(0,), output_dir=output, eval_benchmarks="gsm8k",
+                           eval_data_dir=str(tmp_path / "data"), eval_limit=5)
+    stored = vars(_eval_config(config, train_config, "m", directory / "eval"))
+    (directory / "eval" / "results.json").write_text(json.dumps({"config": {**stored, "ks": [1, 4]}}))
+    for data_dir in ("data", "./data/", str(tmp_path / "data" / ".." / "data")):
+        same = dataclasses.replace(config, eval_data_dir=data_dir)
+        _check_eval_settings(directory / "eval", _eval_config(same, train_config, "m", directory / "eval"))
+    other = {"benchmarks": "math500", "data_dir": None, "num_samples": 8, "ks": (1, 2), "temperature": 0.3,
+             "max_new_tokens": 7, "seed": 1, "limit": 6, "math_extraction": "strict",
+             "answer_extraction": "tag"}
+    assert sorted(other) == sorted(EVAL_SETTINGS)
+    for name, value in other.items():
+        assert stored[name] != value
+        changed = dataclasses.replace(_eval_config(config, train_config, "m", directory / "eval"), **{name: value})
+        with pytest.raises(UsageError, match=rf"evaluated with other settings \({name} "):
+            _check_eval_settings(directory / "eval", changed)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -531,3 +532,109 @@ def test_a_run_not_evaluated_adds_no_k(tmp_path):
     summary = summarize(runs, resamples=20)
     assert sorted({row["metric"] for row in summary["table"]}) == ["pass@1", "pass@2"]
     assert summary["pairing"] == ["ict on b: the 1 seeds evaluated (no final evaluation of b: ict/seed1)"]
+
+
+def test_a_method_with_no_final_evaluation_is_named_not_silently_left_out(tmp_path):
+    """`ict compare --train-only`, then `--report-only` before `--eval-only`: ict (trained, not
+    evaluated) was missing from the final-model table and the differences with no word, though
+    the pairing notes name each method with a run that has no final evaluation. Now it is named
+    as left out (once, whatever the benchmarks); grpo's 50% and the training rows are unchanged."""
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "cmp"
+    _finished_run(output, "grpo", {0: [True], 1: [False]})
+    shutil.rmtree(_finished_run(output, "ict", {0: [True], 1: [True]}) / "eval")
+    report = write_report(output, ("grpo",), 10).read_text()
+    assert "| b | pass@1 | grpo | 1 | 2 | 50.0 | - |" in report
+    assert "| b | pass@1 | ict |" not in report
+    note = "ict: left out of the evaluation tables (no final evaluation: ict/seed0)"
+    assert f"- {note}" in report
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["pairing"] == [note]
+    assert [row["method"] for row in summary["training_end"]] == ["grpo", "ict"]
+
+
+def test_the_reported_difference_interval_and_p_match_a_hand_computation_on_the_shared_cells(tmp_path):
+    """Mutation tests of summarize's pairing and the report's row: grpo evaluated seeds 0, 1, 3 and
+    problems 0, 1, 3, 4; ict seeds 1, 2, 3 and problems 1-4. The pair is seeds 1 and 3 x problems
+    1, 3 and 4 (neither side's first rows or columns: taking the leading positions of either, or
+    printing the interval high first, gives other numbers), against a hand-written bootstrap of
+    the documented draw (rows, then columns, numpy's default_rng(0)) and an exact enumeration of
+    the 2^3 sign patterns."""
+    import itertools
+
+    import numpy as np
+
+    from ict.analysis.compare import write_report
+
+    def score(label: str, seed: int, problem: int) -> float:  # pass@1 of 2 samples: 0, 0.5 or 1
+        return 1.0 if label == "ict" and (seed + problem) % 4 else (seed + problem) % 2 / 2
+
+    output = tmp_path / "cmp"
+    for label, seeds, problems in (("grpo", (0, 1, 3), (0, 1, 3, 4)), ("ict", (1, 2, 3), (1, 2, 3, 4))):
+        for seed in seeds:
+            _finished_run(output, label, {p: [True] * int(2 * score(label, seed, p))
+                                          + [False] * (2 - int(2 * score(label, seed, p))) for p in problems}, seed=seed)
+    d = np.array([[score("ict", s, p) - score("grpo", s, p) for p in (1, 3, 4)] for s in (1, 3)])
+    draw, means = np.random.default_rng(0), []
+    for _ in range(40):
+        rows, columns = draw.integers(0, 2, 2), draw.integers(0, 3, 3)
+        means.append(sum(d[r, c] for r in rows for c in columns) / 6)
+    low, high = np.percentile(means, [2.5, 97.5])
+    per_problem = d.mean(axis=0)
+    p = sum(abs(np.mean(np.array(signs) * per_problem)) >= abs(per_problem.mean()) - 1e-12
+            for signs in itertools.product([-1, 1], repeat=3)) / 8
+    assert low < high and p < 1
+    report = write_report(output, ("grpo",), 40).read_text()
+    assert (f"| b | pass@1 | ict | grpo | {100 * d.mean():.1f} | [{100 * low:.1f}, {100 * high:.1f}] | "
+            f"{p:.3g} |") in report
+    (row,) = json.loads((output / "summary.json").read_text())["differences"]
+    assert (row["seeds"], row["problems"]) == (2, 3)
+    assert [row["difference"], row["low"], row["high"], row["p_value"]] == pytest.approx([d.mean(), low, high, p])
+
+
+def test_the_end_of_training_is_the_mean_of_exactly_its_last_ten_steps(tmp_path):
+    """Mutation test of END_WINDOW's slice: reward = step over 12 steps, so the last 10 (3..12)
+    average 7.5, the last 9 8.0 and the last 11 7.0."""
+    from ict.analysis.compare import training_end
+
+    lines = [{"step": step, "reward_mean": float(step)} for step in range(1, 13)]
+    (row,) = training_end([RunRecord("ict", 0, tmp_path, lines, {})])
+    assert row["reward_mean"] == pytest.approx(7.5)
+
+
+def test_the_report_names_entropy_warnings_absent_baselines_and_the_finished_share_in_percent(tmp_path):
+    """Mutation tests of write_report: a run's entropy_warning is listed at its step (dropping it
+    would print 'No run collapsed or exploded.'), a default baseline with no runs is named, and
+    finished_fraction (0.5 and 1.0: 0.75) is a percentage, 75%, not 1%."""
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "cmp"
+    _finished_run(output, "grpo", {0: [True], 1: [False]})
+    run = _finished_run(output, "ict", {0: [True], 1: [True]})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in (
+        {"step": 1, "reward_mean": 0.5, "finished_fraction": 0.5},
+        {"step": 2, "reward_mean": 0.5, "finished_fraction": 1.0, "entropy_warning": "entropy collapse"})))
+    report = write_report(output, ("grpo", "random"), 10).read_text()
+    assert "- ict seed 0: entropy collapse at step 2" in report and "No run collapsed" not in report
+    assert "Baselines: grpo, random (no runs of random)." in report
+    assert "| ict | 1 | 0.50 | - | - | - | - | 75% |" in report
+
+
+def test_only_the_benchmarks_of_the_finished_evaluation_are_read_and_a_boolean_index_is_refused(tmp_path):
+    """Mutation tests of read_verdicts / evaluated_units: samples.jsonl keeps the records of other
+    benchmarks an earlier `ict eval` wrote there (a rerun keeps them), but results.json says this
+    evaluation was of b alone: c is not in the report. An 'index' of true (read as problem 1) is
+    no evaluation sample: a one-line UsageError naming the line."""
+    from ict.analysis.compare import complete_verdicts, read_verdicts
+    from ict.core.errors import UsageError
+
+    directory = tmp_path / "eval"
+    directory.mkdir()
+    records = [{"benchmark": "b", "index": 0, "correct": True}, {"benchmark": "c", "index": 0, "correct": False}]
+    (directory / "samples.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    (directory / "results.json").write_text(json.dumps({"config": {"ks": [1]}, "benchmarks": {"b": {}}}))
+    assert complete_verdicts(directory) == {"b": {0: [True]}}
+    (directory / "samples.jsonl").write_text(json.dumps({"benchmark": "b", "index": True, "correct": True}) + "\n")
+    with pytest.raises(UsageError, match=r"samples.jsonl:1: not an evaluation sample"):
+        read_verdicts(directory / "samples.jsonl")

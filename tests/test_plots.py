@@ -80,3 +80,36 @@ def test_learning_curves_are_drawn_in_percent(tmp_path, saved_figures):
     (line,) = figure.axes[0].get_lines()
     assert list(line.get_xdata()) == [0, 10] and list(line.get_ydata()) == pytest.approx([37.5, 75.0])
     assert figure.axes[0].get_ylabel() == "pass@1 (%)"
+
+
+def test_by_method_pools_run_directories_given_relative_to_one_of_them(tmp_path, saved_figures, monkeypatch):
+    """`cd runs/ict/seed0 && ict plot . ../seed1 --by method`: the labels were the parent names of
+    the paths as typed, '' and '..', two labels of one run each, instead of one pooled 'ict' (n=2)
+    whose line is the mean of the two runs."""
+    for seed, values in ((0, [1.0, 2.0]), (1, [3.0, 6.0])):
+        _write_run(tmp_path / "runs" / "ict" / f"seed{seed}",
+                   [{"step": step, "entropy": value} for step, value in enumerate(values, 1)])
+    monkeypatch.chdir(tmp_path / "runs" / "ict" / "seed0")
+    assert main(["plot", ".", "../seed1", "--by", "method", "--out", str(tmp_path / "curves.png")]) == 0
+    (figure,) = saved_figures
+    labels = [handle.get_label() for handle in figure.legends[0].legend_handles]
+    assert labels == ["ict (n=2)", "all response tokens", "selected tokens"]
+    (line,) = [axis for axis in figure.axes if axis.get_title() == "Shannon entropy"][0].get_lines()
+    assert list(line.get_ydata()) == pytest.approx([2.0, 4.0])
+
+
+def test_the_learning_curve_band_is_the_min_and_max_over_seeds(tmp_path, saved_figures):
+    """Mutation test of plot_learning_curves' band: three seeds at steps 0 and 10 (pass@1 0.1,
+    0.4, 0.7 then 0.2, 0.3, 1.0) give the band 10..70 then 20..100 percent around the means 40 and
+    50."""
+    from ict.analysis.plots import plot_learning_curves
+
+    values = {0: [0.1, 0.4, 0.7], 10: [0.2, 0.3, 1.0]}
+    rows = [{"method": "ict", "seed": seed, "step": step, "benchmark": "b", "metric": "pass@1", "problems": 10,
+             "value": per_seed[seed]} for step, per_seed in values.items() for seed in range(3)]
+    plot_learning_curves(rows, tmp_path / "curves.png")
+    (figure,) = saved_figures
+    (line,) = figure.axes[0].get_lines()
+    assert list(line.get_ydata()) == pytest.approx([40.0, 50.0])
+    (band,) = figure.axes[0].collections
+    assert _band(band, [0, 10]) == [pytest.approx((10.0, 70.0)), pytest.approx((20.0, 100.0))]

@@ -32,6 +32,7 @@ from ict.analysis.comparison_runs import (  # noqa: F401 (re-exported)
     evaluated_ks,
     load_runs,
     method_of,
+    planned_steps,
     problem_scores,
     read_verdicts,
     run_dir,
@@ -152,7 +153,8 @@ def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
     baselines (bootstrap interval over problems and seeds, permutation p-value) on the seeds and
     problems both sides evaluated; ``pairing`` names each pair that leaves a side's seed or
     problem out (its difference is then not that of the table's means), each method with a
-    run that has no final evaluation of a benchmark (its other seeds are averaged), each method
+    run that has no final evaluation of a benchmark (its other seeds are averaged; a method with
+    no final evaluation at all is named once), each method
     whose seeds evaluated different problems (averaged over those all evaluated), and each method
     left out of a benchmark's pass@k (a seed with fewer than k samples of a problem, or seeds
     with no problem in common)."""
@@ -164,6 +166,10 @@ def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
     differences: list[dict[str, Any]] = []
     pairing: list[str] = []  # comparisons over fewer problems or seeds than a side evaluated
     ks = sorted(set().union(*(run.ks for run in runs if run.correct)))  # a run not evaluated asked for none
+    for label, group in by_label.items():  # e.g. after --train-only: in no table, and the report says why
+        if not any(run.correct for run in group):
+            pairing.append(f"{label}: left out of the evaluation tables (no final evaluation: "
+                           + ", ".join(f"{label}/seed{run.seed}" for run in group) + ")")
     for benchmark in benchmarks:
         evaluated: dict[str, list[RunRecord]] = {}  # label -> its runs with a final evaluation of benchmark
         for label, group in by_label.items():

@@ -85,7 +85,7 @@ def load_runs(output_dir: Path) -> list[RunRecord]:
         verdicts = complete_verdicts(directory / "eval")
         records.append(RunRecord(directory.parent.name, seed, directory,
                                  read_metrics(directory), verdicts or {},
-                                 _planned_steps(directory / "config.yaml"), evaluated_ks(directory / "eval"),
+                                 planned_steps(directory / "config.yaml"), evaluated_ks(directory / "eval"),
                                  evaluating=verdicts is None))
     return records
 
@@ -166,7 +166,7 @@ def _results(eval_dir: Path) -> dict[str, Any] | None:
     return results if isinstance(results, dict) else None
 
 
-def _planned_steps(path: Path) -> int | None:
+def planned_steps(path: Path) -> int | None:
     """``num_steps`` of a run's resolved config.yaml, or None (no file, or no integer there); a
     file that is not UTF-8 is a one-line UsageError naming it."""
     import yaml

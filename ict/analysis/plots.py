@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -281,7 +282,8 @@ def plot(config: PlotConfig) -> Path:
     config = config.validate()
     assert config.out is not None
     directories = [Path(path).expanduser() for path in config.run_dirs]  # ~ as check_output_file reads it
-    labels = [(path.parent.name if config.by == "method" else str(given))
+    # the parent's name of the absolute path: "." or "../seed1" has none of its own ("" and "..")
+    labels = [(Path(os.path.abspath(path)).parent.name if config.by == "method" else str(given))
               for path, given in zip(directories, config.run_dirs, strict=True)]
     written = plot_runs(directories, Path(config.out).expanduser(), labels)
     if written is None:

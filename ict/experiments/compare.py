@@ -25,6 +25,7 @@ from ict.analysis.compare import (
     BOOTSTRAP_RESAMPLES,
     COMMANDS_FILE,
     is_baseline,
+    planned_steps,
     run_dir,
     step_eval_dir,
     write_report,
@@ -231,14 +232,19 @@ def _training_config(config: CompareConfig, training_options: dict[str, Any], sp
     leaves the questions of the comparison's reasoning-gym evaluation sets out (``held_out_sets``):
     a small task asks each of its questions many times, so they would be trained on. A run with a
     checkpoint resumes (``resume``): its config.yaml decides, and an option given otherwise is
-    `build_config`'s one-line error, so it continues on the problems it started on."""
+    `build_config`'s one-line error, so it continues on the problems it started on. A run
+    evaluated whose checkpoints were deleted since is checked the same way (it is reused as it
+    is), and its config.yaml's ``num_steps`` must be ``num_steps``."""
     from ict.runs.checkpoint import checkpoint_step, latest_checkpoint
     from ict.training.config import build_config
 
     assert config.output_dir is not None
     directory = run_dir(config.output_dir, spec.label, seed)
     latest = latest_checkpoint(directory)
-    resuming = latest is not None
+    # evaluated, its checkpoints deleted since (to free the disk): reused as it was trained
+    evaluated_only = latest is None and (directory / "eval" / "results.json").is_file() and (
+        directory / "config.yaml").is_file()
+    resuming = latest is not None or evaluated_only
     overrides = {**config.overrides, **method_overrides(spec), "seed": str(seed),
                  "run_dir": str(directory), "progress": "false", **({"resume": "true"} if resuming else {})}
     train_config = build_config(None, training_options, overrides)
@@ -250,6 +256,12 @@ def _training_config(config: CompareConfig, training_options: dict[str, Any], sp
             train_config = build_config(None, training_options, {**overrides, "held_out_sets": ",".join(merged)})
     if latest is not None:
         _check_trained_steps(directory, checkpoint_step(latest) or 0, train_config.num_steps)
+    elif evaluated_only:
+        trained = planned_steps(directory / "config.yaml")
+        if trained is not None and trained != train_config.num_steps:
+            raise UsageError(f"{directory} was trained to step {trained} (its config.yaml) and evaluated "
+                             f"there (eval/), with no checkpoint left, but num_steps is "
+                             f"{train_config.num_steps}: give num_steps={trained}, or another --output-dir")
     return train_config
 
 
