@@ -500,3 +500,27 @@ def test_an_output_directory_another_evaluation_writes_is_refused_and_left_as_it
     assert code == 2 and after == before
     assert message == (f"error: {out} is in use by another ict process (pid {os.getpid()}): wait for it "
                        "to finish or stop it, or choose another --output-dir")
+
+
+def test_results_json_records_the_data_directory_read_not_the_path_as_typed(tmp_path, monkeypatch):
+    """results.json kept --data-dir as typed ("data"), and `ict compare` resolves it against its
+    own working directory: a rerun from elsewhere naming the same directory ("../data") was refused,
+    and one whose "data" was another directory reused the evaluation. The resolved directory is
+    recorded now."""
+    import dataclasses
+
+    from ict.core.errors import UsageError
+    from ict.experiments.compare import _check_eval_settings
+
+    write_data_dir(tmp_path / "data")
+    write_data_dir(tmp_path / "elsewhere" / "data")
+    monkeypatch.chdir(tmp_path)
+    config = EvalConfig(model="stand-in", benchmarks="gsm8k", data_dir="data", output_dir=str(tmp_path / "out"),
+                        num_samples=2, ks=(1,), max_new_tokens=8, verify_workers=1, limit=2)
+    evaluate(config, generator=BoxedFour(None, None, config), progress=False, print_table=False)
+    recorded = json.loads((tmp_path / "out" / "results.json").read_text())["config"]["data_dir"]
+    assert recorded == str((tmp_path / "data").resolve())
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    _check_eval_settings(tmp_path / "out", dataclasses.replace(config, data_dir="../data"))
+    with pytest.raises(UsageError, match=r"evaluated with other settings \(data_dir "):
+        _check_eval_settings(tmp_path / "out", dataclasses.replace(config, data_dir="data"))

@@ -500,6 +500,8 @@ def evaluate(
         timing["wall_seconds"] = time.perf_counter() - started
         config_dict = dataclasses.asdict(config)
         config_dict["ks"] = list(config.ks)
+        if config.data_dir is not None:  # the directory read, not a path relative to this process's
+            config_dict["data_dir"] = str(Path(config.data_dir).expanduser().resolve())  # working directory
         config_dict["seeds"] = list(seeds)
         config_dict["backend_used"] = generator.name if generator is not None else None
         result = EvalResult(config_dict, results, aggregates, output_dir, timing)
