@@ -75,6 +75,9 @@ def test_precedence_defaults_yaml_options_overrides(tmp_path):
     (["entropy_explosion_factor=0"], "entropy_explosion_factor must be > 0"),
     (["lora_dropout=0.1"], "lora_dropout 0.1 needs disable_dropout: false"),
     (["temperature=1e-7"], "temperature must be >= 1e-06"),
+    # passed, and failed only after the data and the model were loaded, as "kl_coef and
+    # entropy_coef must be >= 0" (PolicyLossConfig's check, naming neither the value nor which)
+    (["entropy_coef=-0.1"], r"^entropy_coef must be >= 0, got -0.1$"),
 ])
 def test_bad_options_raise_one_line_usage_errors(overrides, message):
     with pytest.raises(UsageError, match=message) as error:
