@@ -510,3 +510,19 @@ def test_the_help_says_what_keep_checkpoints_0_means():
     subparsers = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
     subparsers.choices["train"].print_help(text)
     assert "older ones deleted; 0: all" in " ".join(text.getvalue().split())
+
+
+def test_the_command_line_applies_yaml_then_options_then_key_values(tmp_path, monkeypatch):
+    """`ict train --help`: "Precedence: defaults < --config < options < key=value", on the command
+    line itself: num_steps=9 over --num-steps 5 over the YAML's 3; --learning-rate over the YAML's;
+    the YAML's seed where nothing else sets it."""
+    import ict.training.trainer as trainer
+    from ict import cli
+
+    seen: list[TrainConfig] = []
+    monkeypatch.setattr(trainer, "train", seen.append)
+    path = tmp_path / "c.yaml"
+    path.write_text("num_steps: 3\nseed: 4\nlearning_rate: 1.0e-4\n")
+    assert cli.main(["train", "--config", str(path), "--num-steps", "5", "--learning-rate", "2e-4",
+                     "num_steps=9"]) == 0
+    assert (seen[0].num_steps, seen[0].learning_rate, seen[0].seed) == (9, 2e-4, 4)
