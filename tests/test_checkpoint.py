@@ -18,6 +18,7 @@ from ict.runs.checkpoint import (
     COMPLETE_MARKER,
     checkpoint_step,
     complete_checkpoints,
+    latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
     truncate_jsonl,
@@ -215,3 +216,17 @@ def test_a_truncated_file_is_refused_by_its_size_in_a_manifest_of_sizes_only(tmp
     weights.write_bytes(weights.read_bytes()[:-4])
     with pytest.raises(UsageError, match="model.safetensors is missing or truncated"):
         verify_checkpoint(path)
+
+
+def test_the_latest_checkpoint_is_the_newest_complete_one(tmp_path):
+    """--resume continues from the newest complete checkpoint (docs/training.md): of steps 2, 9 and
+    10 (keep_checkpoints 0) step 10's, not an older one (the resumed run would redo its steps), and
+    not a step-11 directory without the COMPLETE marker."""
+    model, optimizer = _model_and_optimizer()
+    for step in (2, 9, 10):
+        save_checkpoint(tmp_path, step, model, optimizer, {"saved_at": step})
+    (tmp_path / "checkpoints" / "step-00000011").mkdir()
+    latest = latest_checkpoint(tmp_path)
+    assert latest is not None and latest.name == "step-00000010"
+    assert load_checkpoint(latest, model, optimizer)["saved_at"] == 10
+    assert latest_checkpoint(tmp_path / "elsewhere") is None

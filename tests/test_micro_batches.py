@@ -169,3 +169,36 @@ def test_the_first_update_of_a_reused_batch_does_not_depend_on_micro_batch_size(
         moved = float((finals[0] - start.double()).norm())
         for final in finals[1:]:
             assert float((final - finals[0]).norm()) <= 1e-4 * moved, selector
+
+
+def test_clip_cov_spares_the_tokens_the_ratio_clip_clips_at_every_micro_batch_size(tiny_tokenizer):
+    """Clip-Cov cuts a random share of its candidates but never a token whose ratio the surrogate
+    already clips (``-A clip(rho) > -A rho``, rho against the given old log-probs). Its population is
+    the batch, so micro-batches of 1 row select on a scoring pass: there too rho must be taken
+    against the given old log-probs (the scoring pass's own log-probs give rho = 1, clipping
+    nothing, so clipped tokens were cut). Old = current + noise of 0.5: many ratios leave the range."""
+    from conftest import build_tiny_model
+
+    from ict.training.step import score_batch
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=4)
+    batch, advantages = grouped_batch_and_advantages(len(tiny_tokenizer))
+    response = batch.response_mask.bool()
+    context = StepContext(PolicyLossConfig(), 1.0)
+    current = score_batch(model, batch, torch.arange(16) // 4, (), context, 16, 4).log_probs.double()
+    old = torch.where(response, current + 0.5 * torch.randn(response.shape, generator=torch.Generator().manual_seed(2),
+                                                             dtype=torch.float64), 0.0)
+    ratio = (current - old).exp()
+    clipped = -advantages.double()[:, None] * ratio.clamp(0.8, 1.28) > -advantages.double()[:, None] * ratio
+    assert int((response & clipped).sum()) > 10
+    method = Method.of("clip_cov", {"ratio": 0.3, "cov_low": -100.0, "cov_high": 100.0})
+    masks = []
+    for micro in (16, 1):
+        model.zero_grad(set_to_none=True)
+        result = accumulate_gradients(model, batch, advantages, old.float(), method, context, micro_batch_size=micro,
+                                      group_size=4, selection_seed=11)
+        cut = response & ~result.selected_mask
+        assert int(cut.sum()) == int(0.3 * int(response.sum()))
+        assert not (cut & clipped).any(), micro
+        masks.append(result.selected_mask)
+    assert torch.equal(masks[0], masks[1])

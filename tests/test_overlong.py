@@ -138,3 +138,15 @@ def test_overlong_options_are_validated(tmp_path, capsys):
                                    ("--overlong-penalty-factor", "-1", "overlong_penalty_factor")):
         assert main(["train", option, value, "--run-dir", str(tmp_path / "r")]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_a_one_token_buffer_penalises_the_completions_at_the_cap():
+    """``overlong_buffer`` 1 (documented range 0..max_new_tokens; 0 is off): L_max = 10, L_cache = 1,
+    so a completion of 10 tokens gets -factor and one of 9 none (DAPO: -(|y| - 9) / 1 * factor)."""
+    from types import SimpleNamespace
+
+    rollout = SimpleNamespace(completion_ids=[[[5] * 10, [5] * 9], [[5] * 3, [5] * 10]])
+    config = TrainConfig(max_new_tokens=10, overlong_buffer=1, overlong_penalty_factor=0.5)
+    assert trainer_module._overlong_penalties(rollout, config).tolist() == [-0.5, 0.0, 0.0, -0.5]
+    config.overlong_buffer = 0
+    assert trainer_module._overlong_penalties(rollout, config).tolist() == [0.0] * 4

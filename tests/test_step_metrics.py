@@ -241,3 +241,55 @@ def test_the_diagnostics_of_a_shuffled_first_pass_are_those_of_the_batch_in_orde
             assert shuffled[key] == pytest.approx(value, rel=1e-5, abs=1e-7, nan_ok=True), key
         else:
             assert shuffled[key] == value, key
+
+
+def test_every_token_mean_of_the_step_is_over_its_own_tokens_at_any_micro_batch_size(tiny_tokenizer):
+    """Each token-mean metric of a step, against its formula in float64 over the whole batch (one
+    unpadded forward per row, temperature 1, old log-probs = current + noise so that ratios move):
+    over the response tokens, Renyi-2 ``-log sum_v p_v^2`` and ``kl_old`` (k3: ``exp(d) - d - 1``,
+    ``d = old - log p``); over the selected tokens, the clip fraction (the clipped term the smaller:
+    ``clip(rho) A < rho A``), ``entropy_selected`` and ``js_score_selected`` (the step's own scores).
+    Micro-batches of 1 and 2 rows hold different shares of selected tokens, so weighing a micro-batch's
+    mean by the other token count (response for selected, or the reverse) moves every one of them."""
+    from conftest import build_tiny_model
+    from train_helpers import grouped_batch_and_advantages
+
+    from ict.core.loss import PolicyLossConfig
+    from ict.training.step import Method, StepContext, accumulate_gradients
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=4)
+    batch, advantages = grouped_batch_and_advantages(len(tiny_tokenizer))
+    response = batch.response_mask.bool()
+    log_probs = torch.zeros(response.shape, dtype=torch.float64)
+    entropy, renyi2 = torch.zeros_like(log_probs), torch.zeros_like(log_probs)
+    with torch.no_grad():
+        for row in range(batch.input_ids.shape[0]):
+            tokens = batch.input_ids[row][batch.attention_mask[row].bool()]
+            length = int(response[row].sum())
+            probs = model(input_ids=tokens.unsqueeze(0)).logits[0, -length - 1:-1].double().softmax(-1)
+            log_probs[row, :length] = probs.gather(-1, batch.response_ids[row, :length, None]).squeeze(-1).log()
+            entropy[row, :length] = -(probs * probs.log()).sum(-1)
+            renyi2[row, :length] = -(probs ** 2).sum(-1).log()
+    noise = 0.3 * torch.randn(response.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    old = (log_probs + noise).float()
+    for micro in (1, 2):
+        model.zero_grad(set_to_none=True)
+        result = accumulate_gradients(model, batch, advantages, old, Method.of("entropy", {"ratio": 0.3}),
+                                      StepContext(PolicyLossConfig(), 1.0), micro_batch_size=micro,
+                                      group_size=4, selection_seed=11)
+        metrics = update_metrics(BatchUpdates(totals=result.totals))
+        selected = result.selected_mask & response
+        shares = selected.sum(dim=1).double() / response.sum(dim=1)
+        assert shares.max() - shares.min() > 0.3  # rows differ in their selected share
+        ratio = torch.exp(log_probs - old.double())
+        a = advantages.double()[:, None]
+        clipped = ratio.clamp(0.8, 1.28) * a < ratio * a
+        d = old.double() - log_probs
+        js = result.stats.js_scores[next(iter(result.stats.js_scores))].double()
+        expected = {"renyi2": renyi2[response].mean(), "kl_old": (d.exp() - d - 1)[response].mean(),
+                    "clip_fraction": clipped[selected].double().mean(),
+                    "entropy_selected": entropy[selected].mean(), "js_score_selected": js[selected].mean(),
+                    "selected_fraction": selected.sum() / response.sum()}
+        assert expected["clip_fraction"] > 0
+        for name, value in expected.items():
+            assert metrics[name] == pytest.approx(float(value), rel=1e-4, abs=1e-6), (name, micro)

@@ -184,3 +184,32 @@ def test_randoms_own_seed_takes_the_runs_place_in_the_selection_seed(tiny_tokeni
     expected = torch.zeros_like(mask).flatten()
     expected[scores.masked_fill(~mask, -1.0).flatten().topk(count).indices] = True
     assert torch.equal(result.selected_mask.bool(), expected.view_as(mask))
+
+
+def test_the_entropy_bonus_gradient_is_the_token_mean_entropys_at_any_micro_batch_size(tiny_tokenizer):
+    """With every advantage 0 the surrogate has no gradient, so GRPO's step with ``entropy_coef = c``
+    leaves in ``.grad`` the gradient of ``-c * mean_t H_t`` over all response tokens (token_mean):
+    here against that mean's float64 gradient from one unpadded forward per row, at micro-batches
+    of 1 row and of the whole batch (the step's statistics once had no entropy gradient: a
+    ValueError)."""
+    from ict.training.step import accumulate_gradients
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=4)
+    batch, advantages = grouped_batch_and_advantages(len(tiny_tokenizer))
+    reference = build_tiny_model(len(tiny_tokenizer), seed=4).double()
+    entropies = []
+    for row in range(batch.input_ids.shape[0]):
+        tokens = batch.input_ids[row][batch.attention_mask[row].bool()]
+        length = int(batch.response_mask[row].sum())
+        log_probs = reference(input_ids=tokens.unsqueeze(0)).logits[0, -length - 1:-1].log_softmax(-1)
+        entropies.append(-(log_probs.exp() * log_probs).sum(-1))
+    (-0.5 * torch.cat(entropies).mean()).backward()
+    expected = torch.cat([p.grad.flatten() for p in reference.parameters() if p.grad is not None]).float()
+    assert float(expected.abs().max()) > 1e-3
+    for micro in (1, 16):
+        model.zero_grad(set_to_none=True)
+        accumulate_gradients(model, batch, torch.zeros_like(advantages), None, Method.of("all", {}),
+                             StepContext(PolicyLossConfig(entropy_coef=0.5), 1.0), micro_batch_size=micro,
+                             group_size=4)
+        got = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6)

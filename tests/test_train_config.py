@@ -75,6 +75,9 @@ def test_precedence_defaults_yaml_options_overrides(tmp_path):
     (["entropy_explosion_factor=0"], "entropy_explosion_factor must be > 0"),
     (["lora_dropout=0.1"], "lora_dropout 0.1 needs disable_dropout: false"),
     (["temperature=1e-7"], "temperature must be >= 1e-06"),
+    # passed, and failed only after the data and the model were loaded, as "kl_coef and
+    # entropy_coef must be >= 0" (PolicyLossConfig's check, naming neither the value nor which)
+    (["entropy_coef=-0.1"], r"^entropy_coef must be >= 0, got -0.1$"),
 ])
 def test_bad_options_raise_one_line_usage_errors(overrides, message):
     with pytest.raises(UsageError, match=message) as error:
@@ -507,3 +510,19 @@ def test_the_help_says_what_keep_checkpoints_0_means():
     subparsers = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
     subparsers.choices["train"].print_help(text)
     assert "older ones deleted; 0: all" in " ".join(text.getvalue().split())
+
+
+def test_the_command_line_applies_yaml_then_options_then_key_values(tmp_path, monkeypatch):
+    """`ict train --help`: "Precedence: defaults < --config < options < key=value", on the command
+    line itself: num_steps=9 over --num-steps 5 over the YAML's 3; --learning-rate over the YAML's;
+    the YAML's seed where nothing else sets it."""
+    import ict.training.trainer as trainer
+    from ict import cli
+
+    seen: list[TrainConfig] = []
+    monkeypatch.setattr(trainer, "train", seen.append)
+    path = tmp_path / "c.yaml"
+    path.write_text("num_steps: 3\nseed: 4\nlearning_rate: 1.0e-4\n")
+    assert cli.main(["train", "--config", str(path), "--num-steps", "5", "--learning-rate", "2e-4",
+                     "num_steps=9"]) == 0
+    assert (seen[0].num_steps, seen[0].learning_rate, seen[0].seed) == (9, 2e-4, 4)

@@ -157,3 +157,20 @@ def test_keep_checkpoints_prunes_and_a_resumed_profile_averages_over_the_steps_i
                               **options))
     assert divided_by == [1]
     assert [path.name for path in complete_checkpoints(run_dir)] == ["step-00000003"]
+
+
+def test_dr_grpos_length_is_max_new_tokens_unless_max_response_length_is_given():
+    """--help: max_response_length is "L of seq_mean_token_sum_norm (None: max_new_tokens)". The
+    trainer's loss of 2 rows with 3 and 1 tokens at ratio 1 is -sum_t A / (B L): with A = 1 on
+    every token, -4 / (2 * 20) at max_new_tokens 20 (not the padded length 3), -4 / (2 * 8) given 8."""
+    from ict.core.loss import policy_loss
+    from ict.core.stats import TokenStatistics
+    from ict.training.trainer import loss_config_of
+
+    mask = torch.tensor([[True, True, True], [True, False, False]])
+    log_probs = torch.full((2, 3), -1.0)
+    stats = TokenStatistics(log_probs=log_probs, entropy=torch.zeros(2, 3), renyi2=torch.zeros(2, 3))
+    for given, length in ((None, 20), (8, 8)):
+        config = TrainConfig(max_new_tokens=20, aggregation="seq_mean_token_sum_norm", max_response_length=given)
+        loss, _ = policy_loss(stats, log_probs, torch.ones(2), mask, mask, loss_config_of(config))
+        assert float(loss) == pytest.approx(-4 / (2 * length))

@@ -356,7 +356,8 @@ class TrainConfig:
         within = {  # name: (allowed range as text, test)
             "max_grad_norm": (">= 0", lambda v: v >= 0), "eval_temperature": (">= 0", lambda v: v >= 0),
             "clip_low": ("in [0, 1]", lambda v: 0 <= v <= 1), "clip_high": (">= 0", lambda v: v >= 0),
-            "kl_coef": (">= 0", lambda v: v >= 0), "weight_decay": (">= 0", lambda v: v >= 0),
+            "kl_coef": (">= 0", lambda v: v >= 0), "entropy_coef": (">= 0", lambda v: v >= 0),
+            "weight_decay": (">= 0", lambda v: v >= 0),
             "adam_eps": ("> 0", lambda v: v > 0), "adam_beta1": ("in [0, 1)", lambda v: 0 <= v < 1),
             "adam_beta2": ("in [0, 1)", lambda v: 0 <= v < 1), "lora_alpha": ("> 0", lambda v: v > 0),
             "lora_dropout": ("in [0, 1)", lambda v: 0 <= v < 1),
