@@ -278,7 +278,9 @@ def test_the_defaults_docs_state_in_words_are_the_codes():
     """Defaults the docs state in prose, each tied to where it lives (hand mutation testing: a
     changed constant left every other test passing): ict eval's completion length on a GPU and a
     CPU (also in its --help), `ict compare`'s default ks, an `rg:` set's size and seed, `keep_checkpoints`,
-    `overlong_penalty_factor` and vLLM's CPU KV cache."""
+    `overlong_penalty_factor`, vLLM's CPU KV cache, the sampling temperature and the math check's
+    time bound (ict train's and ict eval's)."""
+    from ict.answers.verify import DEFAULT_TIMEOUT_SECONDS
     from ict.data.benchmarks import REASONING_GYM_DEFAULT_SIZE, REASONING_GYM_EVAL_SEED
     from ict.evaluation.evaluate import MAX_NEW_TOKENS_CPU, MAX_NEW_TOKENS_GPU, EvalConfig
     from ict.models.rollout import VLLM_CPU_KVCACHE_GIB
@@ -301,3 +303,7 @@ def test_the_defaults_docs_state_in_words_are_the_codes():
     assert f"GiB ({VLLM_CPU_KVCACHE_GIB:g}; an exported" in training
     assert f"GiB (default {VLLM_CPU_KVCACHE_GIB:g}," in _flat("docs/scaling.md")
     assert TrainConfig.vllm_cpu_kvcache_gib == VLLM_CPU_KVCACHE_GIB
+    assert f"(`TrainConfig.temperature`, default {defaults.temperature}," in _flat("docs/method.md")
+    assert f"except the sampling temperature: the default is {defaults.temperature}" in training
+    assert f"(`--verify-timeout`, default {DEFAULT_TIMEOUT_SECONDS:g} s)" in evaluation
+    assert defaults.verify_timeout == EvalConfig().verify_timeout == DEFAULT_TIMEOUT_SECONDS
