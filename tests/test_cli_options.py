@@ -314,3 +314,27 @@ def test_plot_gives_every_run_its_own_colour(tmp_path, monkeypatch, count):
     assert len(set(drawn)) == count
     if count <= 10:
         assert drawn == ["#1f77b4", "#ff7f0e", "#2ca02c"][:count]
+
+
+def test_key_value_overrides_may_come_between_options(tmp_path, monkeypatch):
+    """docs/training.md's `ict train --method stapo selector.tau_p=0.002 selector.quantile=0.75 ...`
+    with more options and overrides after them (`... --num-steps 5 seed=1`) stopped with
+    "unrecognized arguments: seed=1": argparse fills the positional override list once. Every
+    key=value counts, in the order typed (the last of a key wins), for `ict compare`'s too; an
+    unknown option still stops the command."""
+    import ict.experiments.compare as compare
+    import ict.training.trainer as trainer
+
+    seen = []
+    monkeypatch.setattr(trainer, "train", seen.append)
+    assert main(["train", "--method", "stapo", "selector.tau_p=0.002", "--num-steps", "5", "seed=1",
+                 "selector.quantile=0.75", "--temperature", "0.3", "learning_rate=1e-6", "seed=3"]) == 0
+    config = seen[-1]
+    assert (config.method, config.num_steps, config.temperature) == ("stapo", 5, 0.3)
+    assert (config.seed, config.learning_rate, config.selector) == (3, 1e-6, {"tau_p": 0.002, "quantile": 0.75})
+    monkeypatch.setattr(compare, "run_comparison", lambda config: seen.append(config) or tmp_path)
+    assert main(["compare", "--output-dir", str(tmp_path), "seed=1", "--methods", "grpo", "num_steps=7"]) == 0
+    assert seen[-1].overrides == {"seed": "1", "num_steps": "7"}
+    with pytest.raises(SystemExit) as stopped:
+        main(["train", "seed=1", "--num-steps", "5", "--no-such-option", "x=1"])
+    assert stopped.value.code == 2

@@ -3,6 +3,8 @@ the selector registry (selector options, a method's training options) and `Train
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import re
 from pathlib import Path
 
@@ -271,3 +273,42 @@ def test_the_references_docs_evaluation_gives_ict_inspect_are_its_choices():
     assert "JS score (`--reference`: any but `ref`," in _flat("docs/evaluation.md")
     action = next(action for action in _command_parsers()["inspect"]._actions if action.dest == "reference")
     assert set(action.choices) == set(JS_REFERENCES) - {"ref"}
+
+
+def test_the_defaults_docs_state_in_words_are_the_codes():
+    """Defaults the docs state in prose, each tied to where it lives (hand mutation testing: a
+    changed constant left every other test passing): ict eval's completion length on a GPU and a
+    CPU (also in its --help), `ict compare`'s default ks, an `rg:` set's size and seed, `keep_checkpoints`,
+    `overlong_penalty_factor`, vLLM's CPU KV cache, the sampling temperature, the math check's time
+    bound (ict train's and ict eval's) and ict eval's answer extractions."""
+    from ict.answers.verify import DEFAULT_TIMEOUT_SECONDS, verify_math
+    from ict.data.benchmarks import REASONING_GYM_DEFAULT_SIZE, REASONING_GYM_EVAL_SEED
+    from ict.evaluation.evaluate import MAX_NEW_TOKENS_CPU, MAX_NEW_TOKENS_GPU, EvalConfig
+    from ict.models.rollout import VLLM_CPU_KVCACHE_GIB
+    from ict.training.config import TrainConfig, build_config
+
+    evaluation, training = _flat("docs/evaluation.md"), _flat("docs/training.md")
+    length = re.search(r"`--max-new-tokens` defaults to (\d+) on a GPU and (\d+) on a CPU", evaluation)
+    assert length, "docs/evaluation.md's completion length sentence changed: update this test"
+    assert (int(length[1]), int(length[2])) == (MAX_NEW_TOKENS_GPU, MAX_NEW_TOKENS_CPU)
+    helped = " ".join(next(f for f in dataclasses.fields(EvalConfig) if f.name == "max_new_tokens")
+                      .metadata["help"].split())
+    assert f"{MAX_NEW_TOKENS_GPU} on a GPU, {MAX_NEW_TOKENS_CPU} on a CPU" in helped, helped
+    assert f"`size=` (default {REASONING_GYM_DEFAULT_SIZE})" in evaluation
+    ks = " and ".join(str(k) for k in EvalConfig().ks)
+    assert f"by default those of {ks} that are at most `--eval-n`" in evaluation
+    assert f"The default seed is **{REASONING_GYM_EVAL_SEED:_}**" in evaluation
+    defaults = build_config(None)
+    assert f"`keep_checkpoints` (default {defaults.keep_checkpoints})" in training
+    assert f"`overlong_penalty_factor: f`, default {defaults.overlong_penalty_factor:g})" in training
+    assert f"GiB ({VLLM_CPU_KVCACHE_GIB:g}; an exported" in training
+    assert f"GiB (default {VLLM_CPU_KVCACHE_GIB:g}," in _flat("docs/scaling.md")
+    assert TrainConfig.vllm_cpu_kvcache_gib == VLLM_CPU_KVCACHE_GIB
+    assert f"(`TrainConfig.temperature`, default {defaults.temperature}," in _flat("docs/method.md")
+    assert f"except the sampling temperature: the default is {defaults.temperature}" in training
+    assert f"(`--verify-timeout`, default {DEFAULT_TIMEOUT_SECONDS:g} s)" in evaluation
+    assert defaults.verify_timeout == EvalConfig().verify_timeout == DEFAULT_TIMEOUT_SECONDS
+    assert f"`{EvalConfig().math_extraction}` (default of `ict eval`)" in evaluation
+    lenient = inspect.signature(verify_math).parameters["extraction"].default
+    assert f"`{lenient}` (math-verify's defaults, and the default of `ict.answers.verify.verify_math`)" in evaluation
+    assert f"by `--answer-extraction`: `{EvalConfig().answer_extraction}` (default;" in evaluation

@@ -59,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
+    if hasattr(args, "overrides"):
+        # argparse fills a positional list once: key=value items given after an option that
+        # follows earlier ones (`selector.tau_p=0.002 --num-steps 5 seed=1`) come back unknown
+        args.overrides = [*args.overrides, *(word for word in unknown if _is_override(word))]
+        unknown = [word for word in unknown if not _is_override(word)]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:
@@ -66,6 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     debug = args.debug or bool(os.environ.get("ICT_DEBUG"))
     with _sigterm_as_interrupt():
         return _run(args, debug)
+
+
+def _is_override(word: str) -> bool:
+    """A `key=value` override of `ict train` / `ict compare` (not an option or its value)."""
+    return not word.startswith("-") and "=" in word
 
 
 @contextlib.contextmanager
