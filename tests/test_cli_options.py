@@ -338,3 +338,19 @@ def test_key_value_overrides_may_come_between_options(tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as stopped:
         main(["train", "seed=1", "--num-steps", "5", "--no-such-option", "x=1"])
     assert stopped.value.code == 2
+
+
+def test_plot_run_directories_may_come_between_options(tmp_path, monkeypatch, capsys):
+    """`ict plot A --by method B` stopped with "unrecognized arguments: B" (argparse fills the
+    positional list once); every run directory counts, in the order typed, and an unknown
+    option still stops the command."""
+    import ict.analysis.plots as plots
+
+    seen = []
+    monkeypatch.setattr(plots, "plot", lambda config: seen.append(config) or config.out)
+    a, b, c = (str(tmp_path / name) for name in "abc")
+    assert main(["plot", a, "--by", "method", b, "--out", str(tmp_path / "x.png"), c]) == 0
+    assert [str(path) for path in seen[-1].run_dirs] == [a, b, c] and seen[-1].by == "method"
+    with pytest.raises(SystemExit) as stopped:
+        main(["plot", a, "--by", "method", "--no-such-option", b])
+    assert stopped.value.code == 2 and "unrecognized arguments: --no-such-option" in capsys.readouterr().err

@@ -59,11 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
-    if hasattr(args, "overrides"):
-        # argparse fills a positional list once: key=value items given after an option that
-        # follows earlier ones (`selector.tau_p=0.002 --num-steps 5 seed=1`) come back unknown
-        args.overrides = [*args.overrides, *(word for word in unknown if _is_override(word))]
-        unknown = [word for word in unknown if not _is_override(word)]
+    # argparse fills a positional list once: items given after an option that follows earlier
+    # ones (`selector.tau_p=0.002 --num-steps 5 seed=1`, `ict plot A --by method B`) come back unknown
+    for name, belongs in (("overrides", _is_override), ("run_dirs", _is_operand)):
+        if isinstance(getattr(args, name, None), list):
+            setattr(args, name, [*getattr(args, name), *(word for word in unknown if belongs(word))])
+            unknown = [word for word in unknown if not belongs(word)]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:
@@ -75,7 +76,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _is_override(word: str) -> bool:
     """A `key=value` override of `ict train` / `ict compare` (not an option or its value)."""
-    return not word.startswith("-") and "=" in word
+    return _is_operand(word) and "=" in word
+
+
+def _is_operand(word: str) -> bool:
+    """A word argparse left over that is not an option (`ict plot`'s run directories)."""
+    return not word.startswith("-")
 
 
 @contextlib.contextmanager
