@@ -435,7 +435,8 @@ class BatchUpdates:
 def initial_scores(model: Any, batch: RolloutBatch, method: Method, context: StepContext,
                    config: TrainConfig) -> TokenStatistics | None:
     """When the batch feeds more than one optimizer step, its statistics before the first update
-    (the rollout policy's log-probs are the `old` ones of every update); else None."""
+    (the rollout policy's log-probs: the `old` ones of every update after the first, whose own
+    detached log-probs, from the same weights, stand in; see `update_on_batch`); else None."""
     rows = batch.input_ids.shape[0]
     mini_batch_size = config.mini_batch_size or rows
     if config.updates_per_batch <= 1 and mini_batch_size >= rows:
