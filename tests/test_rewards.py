@@ -123,11 +123,34 @@ def test_the_math_reward_grades_leniently_within_the_runs_verify_timeout(monkeyp
     real = rewards_module.grade_math_batch
 
     def spy(items, rules):
-        seen.append((rules.math_extraction, rules.timeout_seconds))
+        seen.append((rules.math_extraction, rules.timeout_seconds, len(items)))
         return real(items, rules)
 
     monkeypatch.setattr(rewards_module, "grade_math_batch", spy)
     problem = Problem(prompt="1/2 + 1/4?", answer="\\frac{3}{4}", kind="math")
     reward = build_reward("math", "math", verify_timeout=7.5)
     assert reward.score(["1/2 + 1/4 = 3/4, so it is 0.75", "it is 0.5"], [problem] * 2)[1] == [1.0, 0.0]
-    assert seen == [("lenient", 7.5), ("lenient", 7.5)]
+    assert seen == [("lenient", 7.5, 2)]  # the rollout's checks as one batch over the workers
+    assert reward.functions[0]("it is 0.75", problem) == 1.0 and seen[-1] == ("lenient", 7.5, 1)
+
+
+def test_a_rollout_is_scored_with_its_math_checks_in_one_batch_and_its_rewards_in_order(monkeypatch):
+    """Reward.score graded math one completion at a time (one check_batch call each, one worker
+    busy); the rollout's checks go as one batch now, and each completion keeps its own rewards:
+    the weighted totals of math + format + a registered reward, against hand-worked values."""
+    import ict.answers.rewards as rewards_module
+
+    calls = []
+    real = rewards_module.grade_math_batch
+    monkeypatch.setattr(rewards_module, "grade_math_batch",
+                        lambda items, rules: calls.append(len(items)) or real(items, rules))
+    monkeypatch.setitem(REWARDS, "length_is_odd", lambda completion, problem: float(len(completion) % 2))
+    half = Problem(prompt="1/2?", answer="\\frac{1}{2}", kind="math")
+    three = Problem(prompt="1 + 2?", answer="3", kind="math")
+    completions = ["\\boxed{\\frac{1}{2}} <answer>1/2</answer>", "\\boxed{3}", "\\boxed{4} <answer>4</answer>", "so 1/2"]
+    reward = build_reward("math,length_is_odd", "math", format_weight=0.5)
+    totals, task = reward.score(completions, [half, three, three, half])
+    assert calls == [4]
+    assert task == [1.0, 1.0, 0.0, 1.0]
+    assert [len(c) for c in completions] == [40, 9, 28, 6]  # length_is_odd: 0, 1, 0, 0
+    assert totals == [1.0 + 0.5, 1.0 + 1.0, 0.0 + 0.5, 1.0]

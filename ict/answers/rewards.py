@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ict.answers.extraction import tail
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ict.core.problems import Problem
 
 RewardFunction = Callable[[str, "Problem"], float]
+BatchRewardFunction = Callable[[Sequence[str], Sequence["Problem"]], list[float]]
 REWARDS: dict[str, RewardFunction] = {}
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -74,8 +75,15 @@ def _reasoning_gym_tag(completion: str, problem: Problem) -> float:
 def math_reward(completion: str, problem: Problem, timeout_seconds: float = 5.0) -> float:
     """1 if math-verify judges the completion's answer equal to the gold, else 0 (lenient
     extraction: a bare final number counts)."""
+    return math_rewards([completion], [problem], timeout_seconds)[0]
+
+
+def math_rewards(completions: Sequence[str], problems: Sequence[Problem],
+                 timeout_seconds: float = 5.0) -> list[float]:
+    """`math_reward` of each paired completion and problem, as one batch of checks spread over
+    math-verify's worker processes (`Reward.score` grades a rollout this way)."""
     rules = GradingRules(math_extraction="lenient", timeout_seconds=timeout_seconds)
-    return grade_math_batch([(problem, completion)], rules)[0].score
+    return [verdict.score for verdict in grade_math_batch(list(zip(problems, completions, strict=True)), rules)]
 
 
 @register_reward("choice")
@@ -100,22 +108,26 @@ def format_reward(completion: str, problem: Problem) -> float:
 @dataclass
 class Reward:
     """A weighted sum of registered rewards. The first is the task reward; `score` also returns
-    it alone, for the accuracy metric (correct = task reward >= 1)."""
+    it alone, for the accuracy metric (correct = task reward >= 1). ``batch_functions``: function
+    index -> the same reward over a whole rollout at once (`math`: one batch of checks over the
+    worker pool, not one check at a time)."""
 
     names: list[str]
     weights: list[float]
     functions: list[RewardFunction]
+    batch_functions: dict[int, BatchRewardFunction] = field(default_factory=dict)
 
     def score(self, completions: Sequence[str], problems: Sequence[Problem]) -> tuple[
             list[float], list[float]]:
         """(total rewards, task rewards) for paired completions and problems."""
-        totals, task = [], []
-        for completion, problem in zip(completions, problems, strict=True):
-            values = [function(completion, problem) for function in self.functions]
-            task.append(values[0])
-            totals.append(sum(weight * value for weight, value in zip(self.weights, values,
-                                                                      strict=True)))
-        return totals, task
+        pairs = list(zip(completions, problems, strict=True))
+        columns = [batch([c for c, _ in pairs], [p for _, p in pairs]) if (batch := self.batch_functions.get(index))
+                   else [function(completion, problem) for completion, problem in pairs]
+                   for index, function in enumerate(self.functions)]
+        rows = list(zip(*columns, strict=True)) if columns else [()] * len(pairs)
+        totals = [sum(weight * value for weight, value in zip(self.weights, values, strict=True))
+                  for values in rows]
+        return totals, [values[0] for values in rows]
 
 
 def soft_overlong_penalty(lengths: Sequence[int], max_length: int, buffer: int,
@@ -169,6 +181,7 @@ def build_reward(spec: str, problem_kind: str, extraction: str = "last_number",
             names.append("format")
             weights.append(format_weight)
     functions: list[RewardFunction] = []
+    batch_functions: dict[int, BatchRewardFunction] = {}
     for name in names:
         if name not in REWARDS:
             raise UsageError(f"unknown reward {name!r}; registered: {', '.join(sorted(REWARDS))}")
@@ -176,5 +189,9 @@ def build_reward(spec: str, problem_kind: str, extraction: str = "last_number",
         if name == "math":
             def function(completion: str, problem: Problem, _t: float = verify_timeout) -> float:
                 return math_reward(completion, problem, _t)
+
+            def batch(completions: Sequence[str], problems: Sequence[Problem], _t: float = verify_timeout) -> list[float]:
+                return math_rewards(completions, problems, _t)
+            batch_functions[len(functions)] = batch
         functions.append(function)
-    return Reward(names, weights, functions)
+    return Reward(names, weights, functions, batch_functions)
