@@ -1,6 +1,7 @@
 """Rules of the math check that hand mutants of `ict.answers.verify` passed the other tests with:
 the relative tolerance's bound on small golds, a gold that does not parse, a completion that is only
-its ``#### N`` line, and which reading's answer a wrong verdict reports."""
+its ``#### N`` line, which reading's answer a wrong verdict reports, and the last
+``<answer>...</answer>`` as the answer when nothing is boxed."""
 
 from __future__ import annotations
 
@@ -47,3 +48,34 @@ def test_a_wrong_answer_reports_the_first_reading(verifier):
     """A boxed percent is read as ``61%`` and then ``61``; a wrong verdict reports the first."""
     verdict = verifier.check("so \\boxed{61\\%}", "60", 10.0)
     assert (verdict.correct, verdict.extracted, verdict.status) == (False, "61%", "ok")
+
+
+@pytest.mark.parametrize(("completion", "gold"), [
+    ("The sum is 1 + 2.\n<answer>3</answer>", "3"),
+    ("<answer>0.5</answer>", "\\frac{1}{2}"),
+    ("so <answer> \\frac{1}{2} </answer> done", "\\frac{1}{2}"),
+    ("<answer>72 dollars</answer>", "72"),
+    ("<answer>(1, 2)</answer>", "(1, 2)"),
+    ("first <answer>4</answer>, then <answer>3</answer>", "3"),
+])
+def test_the_last_answer_tag_is_the_answer_when_nothing_is_boxed(verifier, completion, gold):
+    """math-verify reads no number right after a '>': '<answer>3</answer>', the answer the
+    `format` reward asks for, had no answer in either extraction (so `--reward math,format` paid
+    the tag and never the answer). The last complete pair's content is boxed in its place, as a
+    GSM8K '#### N' line is (a number before a unit also alone). Hand-checked golds."""
+    for extraction in MATH_EXTRACTIONS:
+        verdict = verifier.check(completion, gold, 10.0, extraction)
+        assert (verdict.correct, verdict.status) == (True, "ok"), (extraction, verdict)
+
+
+@pytest.mark.parametrize(("completion", "gold"), [
+    ("<answer>4</answer> so \\boxed{3}", "3"),  # a box wins over a tag
+    ("<answer>4</answer> so \\boxed{3}", "4"),
+    ("<answer></answer>", "3"),  # an empty pair is no answer
+    ("the tag <answer>3 is not closed", "3"),
+])
+def test_a_box_wins_over_an_answer_tag_and_an_empty_or_open_tag_is_no_answer(verifier, completion, gold):
+    """Anchored (ict eval's default): only a box, an anchor or a complete non-empty tag counts
+    (lenient would also read the last number)."""
+    expected = completion.endswith("\\boxed{3}") and gold == "3"
+    assert verifier.check(completion, gold, 10.0, "anchored").correct is expected

@@ -78,6 +78,31 @@ def mark_hash_answer(completion: str) -> str:
     return hash_answer_readings(completion)[0]
 
 
+def tag_answer_readings(completion: str) -> list[str]:
+    """A completion with no ``\\boxed`` whose last complete ``<answer>...</answer>`` pair holds an
+    answer gets it boxed in the pair's place (``"... <answer>3</answer>"`` -> ``"... \\boxed{3}"``),
+    as GSM8K's ``####`` is (`hash_answer_readings`, with its second reading for a number before a
+    unit): math-verify reads no number right after a ``>``, so ``<answer>3</answer>``, the
+    `format` reward's answer, had no answer. Other completions: ``[completion]``."""
+    end = completion.rfind("</answer>")
+    start = completion.rfind("<answer>", 0, end) if end >= 0 else -1
+    if start < 0 or any(command in completion for command in BOXED_COMMANDS):
+        return [completion]
+    content = completion[start + len("<answer>"):end].strip()
+    if not content:
+        return [completion]
+    return _boxed_in_place(completion[:start], content, completion[end + len("</answer>"):])
+
+
+def _boxed_in_place(before: str, value: str, after: str) -> list[str]:
+    """``before + \\boxed{value} + after``, and for a number before a unit (``18 dollars``) the
+    same with the number alone."""
+    values = [value]
+    if (number := _NUMBER_AND_UNIT.match(value)) is not None:
+        values.append(number.group(1))
+    return [f"{before}\\boxed{{{item}}}{after}" for item in values]
+
+
 def hash_answer_readings(completion: str) -> list[str]:
     """`mark_hash_answer`'s reading, and for an answer with a unit after a number (``#### 18
     dollars``: math-verify knows cm or hours, not dollars) one more with the number alone boxed."""
@@ -90,10 +115,7 @@ def hash_answer_readings(completion: str) -> list[str]:
             or len(_PLAIN_WORD.findall(value)) >= 2):
         return [completion]
     rest = f"\n{rest}" if rest.strip() else ""
-    values = [value]
-    if (number := _NUMBER_AND_UNIT.match(value)) is not None:
-        values.append(number.group(1))
-    return [f"{completion[:marker]}\\boxed{{{item}}}{rest}" for item in values]
+    return _boxed_in_place(completion[:marker], value, rest)
 
 
 def _latex_e_notation(text: str) -> str:
@@ -157,7 +179,7 @@ def _worker_check(
         return False, None, "bad_gold"
     unanchored = extraction != "anchored"
     verdict: tuple[bool, str | None, str] = (False, None, "no_answer")
-    readings = [percent for marked in hash_answer_readings(completion)
+    readings = [percent for tagged in tag_answer_readings(completion) for marked in hash_answer_readings(tagged)
                 for percent in _boxed_percent_readings(_latex_e_notation(marked))]
     for reading in readings:
         parsed = parse(
