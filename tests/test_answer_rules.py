@@ -220,3 +220,24 @@ def test_a_math_check_is_cut_at_its_bound(monkeypatch):
         assert verifier.check("\\boxed{12}", "12", timeout_seconds=60.0).correct is True
     finally:
         verifier.close()
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    ("Reasoning ... <answer>B</answer>", "B"),
+    ("<answer>(C)</answer>", "C"),
+    ("<answer>B) 42</answer>", "B"),
+    ("<answer>\\text{D}</answer>", "D"),
+    ("<answer>A</answer> then <answer>C</answer>", "C"),  # the last pair
+    ("<answer>A</answer> \\boxed{B}", "B"),  # a box wins
+    ("<answer>E</answer>", None),  # not among 4 options
+    ("<answer>the answer is D</answer>", "D"),  # no letter alone: rule 2 reads it
+    ("<answer></answer> The answer is C.", "C"),
+    ("<answer>B", None),  # unclosed
+])
+def test_a_choice_in_the_last_answer_tag_counts_when_nothing_is_boxed(completion, expected):
+    """`<answer>B</answer>`, the answer the `format` reward asks for, committed to no option
+    (`--reward choice,format` paid the tag and never the answer); with no box, the last complete
+    pair is read as a box is, and a pair holding no letter so leaves the other rules to decide."""
+    assert extract_choice_letter(completion, 4) == expected
+    problem = Problem(prompt="q", answer="B", kind="choice", choices=["1", "2", "3", "4"])
+    assert grade_choice(problem, completion).correct is (expected == "B")

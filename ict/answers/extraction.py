@@ -117,7 +117,9 @@ def _choice_pattern(letters: str) -> str:
 def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> str | None:
     """The option letter a completion commits to, or ``None``. Strict rule, first that applies:
 
-    1. the content of the last ``\\boxed{}`` is a single valid letter, optionally wrapped as
+    1. the content of the last ``\\boxed{}`` (with no box: of the last complete
+       ``<answer>...</answer>`` pair, if it holds a letter so; else rule 2) is a single valid
+       letter, optionally wrapped as
        ``(B)``, ``B)``, ``B.``, ``\\text{B}``, ``\\textbf{(B)}``, or starts with such a letter
        followed by ``)``/``.``/``:``, a space (LaTeX's ``\\ ``, ``~``, ``\\,``, ``\\quad`` too) and the
        option text (``\\boxed{B) 42}``, ``\\boxed{(B)\\ 42}``, ``\\boxed{\\text{(B) } 42}``);
@@ -140,21 +142,10 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
 
     boxed = extract_boxed_answer(text)
     if boxed is not None:
-        inner = boxed.strip()
-        for _ in range(3):  # peel \text{...}, \textbf{...}, \mathrm{...}
-            match = re.fullmatch(r"\\(?:text|textbf|mathrm|mathbf)\s*\{(.*)\}", inner, flags=re.S)
-            if not match:
-                break
-            inner = match.group(1).strip()
-        # "B) 42", and with LaTeX's spaces ("(B)\ 42", "(B)~42", "B.\quad 42") or the letter alone
-        # in a wrapper ("\text{(B) } 42")
-        wrapper = r"(?:\\(?:text|textbf|mathrm|mathbf)\s*\{\s*)"
-        match = re.fullmatch(rf"\(?({letter})\)?\.?", inner) or re.match(
-            rf"{wrapper}?\(?({letter})(?:\)|\.|:)(?:\s*\}})?(?:\s|~|\\[ ,;:]|\\q?quad\b)",
-            inner + " ")
-        if match:
-            return match.group(1)
-        return None
+        return _marked_letter(boxed, letter)
+    tagged = _last_tag_content(text)  # the format reward's answer, read as a box is
+    if tagged is not None and (found := _marked_letter(tagged, letter)) is not None:
+        return found
 
     phrase = re.compile(
         rf"(?:final\s+|correct\s+)?answer\s*(?:is\s*:?|:|-)\s*(?:option\s+)?\**\s*(?:\\?\(|\[|\$)?\s*({letter})\b(?![\w'])",
@@ -182,6 +173,24 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
     return None
 
 
+def _marked_letter(content: str, letter: str) -> str | None:
+    """The option letter of a box's (or answer tag's) content, by rule 1 of
+    `extract_choice_letter`, or None; ``letter``: the pattern of the valid letters."""
+    inner = content.strip()
+    for _ in range(3):  # peel \text{...}, \textbf{...}, \mathrm{...}
+        match = re.fullmatch(r"\\(?:text|textbf|mathrm|mathbf)\s*\{(.*)\}", inner, flags=re.S)
+        if not match:
+            break
+        inner = match.group(1).strip()
+    # "B) 42", and with LaTeX's spaces ("(B)\ 42", "(B)~42", "B.\quad 42") or the letter alone
+    # in a wrapper ("\text{(B) } 42")
+    wrapper = r"(?:\\(?:text|textbf|mathrm|mathbf)\s*\{\s*)"
+    match = re.fullmatch(rf"\(?({letter})\)?\.?", inner) or re.match(
+        rf"{wrapper}?\(?({letter})(?:\)|\.|:)(?:\s*\}})?(?:\s|~|\\[ ,;:]|\\q?quad\b)",
+        inner + " ")
+    return match.group(1) if match else None
+
+
 def extract_tagged_answer(completion: str | bytes | None, tag_name: str = "answer") -> str | None:
     """Strict answer extraction for reasoning-gym style tasks.
 
@@ -191,16 +200,21 @@ def extract_tagged_answer(completion: str | bytes | None, tag_name: str = "answe
     an explicitly marked answer is scored. Content is stripped; an empty answer gives ``None``.
     """
     text = tail(sanitize_text(completion))
-    close = f"</{tag_name}>"
-    open_tag = f"<{tag_name}>"
-    end = text.rfind(close)
-    if end >= 0:
-        start = text.rfind(open_tag, 0, end)
-        if start >= 0:
-            content = text[start + len(open_tag) : end].strip()
-            return content or None
+    end = text.rfind(f"</{tag_name}>")
+    if end >= 0 and text.rfind(f"<{tag_name}>", 0, end) >= 0:
+        return _last_tag_content(text, tag_name)
     boxed = extract_boxed_answer(text)
     return boxed or None
+
+
+def _last_tag_content(text: str, tag_name: str = "answer") -> str | None:
+    """The stripped content of the last complete ``<tag>...</tag>`` pair of ``text``, or None
+    (no pair, or an empty one)."""
+    end = text.rfind(f"</{tag_name}>")
+    start = text.rfind(f"<{tag_name}>", 0, end) if end >= 0 else -1
+    if start < 0:
+        return None
+    return text[start + len(tag_name) + 2 : end].strip() or None
 
 
 # a sign (ASCII '-' or the minus sign U+2212), then digits with commas only between groups of three
