@@ -36,6 +36,7 @@ from ict.analysis.comparison_runs import (  # noqa: F401 (re-exported)
     problem_scores,
     read_verdicts,
     run_dir,
+    samples_per_seed,
     score_matrix,
     step_eval_dir,
     verdict_scores,
@@ -185,7 +186,7 @@ def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
                     continue
                 seeds, problems, matrix = score_matrix(group, benchmark, k)
                 short = [f"{label}/seed{run.seed}" for run in group
-                         if min(map(len, run.correct[benchmark].values()), default=0) < k]
+                         if min(map(samples_per_seed, run.correct[benchmark].values()), default=0) < k]
                 if matrix.size == 0 or np.isnan(matrix).any():  # not in the tables: the report says why
                     pairing.append(f"{label} on {benchmark} pass@{k}: left out (" + (
                         f"fewer than {k} samples of a problem: {', '.join(short)})" if short

@@ -37,6 +37,27 @@ def step_eval_dir(run_directory: Path, step: int) -> Path:
     return run_directory / "evals" / f"step-{step:08d}"
 
 
+class Verdicts(list):
+    """One problem's sampled verdicts (bools, in file order) that also keeps them by sampling seed
+    (``by_seed``: seed -> verdicts): the pass@k of an `ict eval --seeds 0,1` evaluation is the
+    mean over seeds of each seed's n-sample estimate (docs/evaluation.md), not one estimate over
+    the pooled seeds. A plain list is one seed."""
+
+    def __init__(self, values: Any = ()) -> None:
+        super().__init__(values)
+        self.by_seed: dict[int, list[bool]] = {}
+
+
+def seed_groups(verdicts: list[bool]) -> list[list[bool]]:
+    """A problem's verdicts, one list per sampling seed (:class:`Verdicts`; a plain list: one)."""
+    return list(getattr(verdicts, "by_seed", {}).values()) or [list(verdicts)]
+
+
+def samples_per_seed(verdicts: list[bool]) -> int:
+    """The fewest samples any sampling seed drew of a problem (the n its pass@k can use)."""
+    return min(len(group) for group in seed_groups(verdicts))
+
+
 @dataclass
 class RunRecord:
     label: str
@@ -142,8 +163,9 @@ def read_verdicts(samples: Path, units: tuple[set[str] | None, set[int] | None, 
                 or (seeds is not None and record.get("seed", 0) not in seeds)
                 or (limit is not None and record["index"] >= limit)):
             continue
-        per_problem = correct.setdefault(record["benchmark"], {})
-        per_problem.setdefault(record["index"], []).append(bool(record["correct"]))
+        verdicts = correct.setdefault(record["benchmark"], {}).setdefault(record["index"], Verdicts())
+        verdicts.append(record["correct"])
+        verdicts.by_seed.setdefault(record.get("seed", 0), []).append(record["correct"])
     return correct
 
 
@@ -185,14 +207,15 @@ def problem_scores(run: RunRecord, benchmark: str, k: int) -> tuple[list[int], n
 
 
 def verdict_scores(per_problem: dict[int, list[bool]], k: int) -> tuple[list[int], np.ndarray]:
-    """(problem indices, unbiased pass@k per problem) from each problem's sampled verdicts; all
-    NaN when a problem has fewer than k samples."""
+    """(problem indices, unbiased pass@k per problem) from each problem's sampled verdicts, the
+    mean over its sampling seeds of each seed's estimate (:class:`Verdicts`; as `ict eval`
+    averages over seeds); all NaN when a problem has fewer than k samples of a seed."""
     indices = sorted(per_problem)
-    n = np.array([len(per_problem[i]) for i in indices])
-    c = np.array([sum(per_problem[i]) for i in indices])
-    if not indices or k > int(n.min()):
+    groups = [seed_groups(per_problem[i]) for i in indices]
+    if not indices or k > min(samples_per_seed(per_problem[i]) for i in indices):
         return indices, np.full(len(indices), math.nan)
-    return indices, np.asarray(pass_at_k(n, c, k), dtype=np.float64)
+    return indices, np.array([float(np.mean(pass_at_k([len(g) for g in seeds], [sum(g) for g in seeds], k)))
+                              for seeds in groups], dtype=np.float64)
 
 
 def score_matrix(runs: list[RunRecord], benchmark: str, k: int) -> tuple[list[int], list[int], np.ndarray]:

@@ -1,0 +1,46 @@
+"""`ict compare`'s report of evaluations made by hand: a multi-seed `ict eval`'s pass@k, the
+settings of each run's final evaluation, and a run that recorded no step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+
+def _write_eval(directory: Path, verdicts: dict[int, dict[int, list[bool]]], config: dict) -> None:
+    """An `ict eval` output directory: samples.jsonl (problem -> seed -> verdicts) and results.json."""
+    directory.mkdir(parents=True, exist_ok=True)
+    records = [{"benchmark": "b", "index": index, "sample": sample, "seed": seed, "greedy": False,
+                "correct": correct}
+               for index, by_seed in verdicts.items() for seed, values in by_seed.items()
+               for sample, correct in enumerate(values)]
+    (directory / "samples.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    (directory / "results.json").write_text(json.dumps({"config": config, "benchmarks": {"b": {}}}))
+
+
+def test_a_multi_seed_evaluation_s_pass_at_k_is_the_mean_over_its_seeds(tmp_path):
+    """`ict eval --seeds 0,1` reports pass@k as the mean over seeds of each seed's n-sample
+    estimate (docs/evaluation.md); the report read the seeds' samples as one pool of 2n.
+    Hand-worked, n = 3, k = 2 (pass@2 = 1 - C(n-c, 2) / C(3, 2)): problem 0, c = 1 and 2 ->
+    (2/3 + 1) / 2 = 5/6; problem 1, c = 0 and 1 -> (0 + 2/3) / 2 = 1/3; mean 7/12 (pooled:
+    (4/5 + 1/3) / 2 = 17/30). pass@1 is the same either way: (3/6 + 1/6) / 2 = 1/3. A seed with
+    fewer than k samples of a problem leaves the run out of that pass@k even when the pool has k."""
+    from ict.analysis.compare import complete_verdicts, summarize
+    from ict.analysis.comparison_runs import RunRecord
+
+    verdicts = {0: {0: [True, False, False], 1: [True, True, False]},
+                1: {0: [False, False, False], 1: [False, True, False]}}
+    _write_eval(tmp_path / "eval", verdicts, {"seeds": [0, 1], "ks": [1, 2]})
+    correct = complete_verdicts(tmp_path / "eval")
+    assert correct == {"b": {0: [True, False, False, True, True, False], 1: [False] * 4 + [True, False]}}
+    summary = summarize([RunRecord("ict", 0, tmp_path, [], correct, ks=(1, 2))], resamples=10)
+    means = {row["metric"]: row["mean"] for row in summary["table"]}
+    assert means == pytest.approx({"pass@1": 1 / 3, "pass@2": 7 / 12})
+
+    _write_eval(tmp_path / "short", {0: {0: [True, False, False], 1: [True]}}, {"seeds": [0, 1], "ks": [2]})
+    short = RunRecord("ict", 0, tmp_path, [], complete_verdicts(tmp_path / "short"), ks=(2,))
+    summary = summarize([short], resamples=10)
+    assert summary["table"] == []
+    assert "ict on b pass@2: left out (fewer than 2 samples of a problem: ict/seed0)" in summary["pairing"]
