@@ -44,3 +44,56 @@ def test_a_multi_seed_evaluation_s_pass_at_k_is_the_mean_over_its_seeds(tmp_path
     summary = summarize([short], resamples=10)
     assert summary["table"] == []
     assert "ict on b pass@2: left out (fewer than 2 samples of a problem: ict/seed0)" in summary["pairing"]
+
+
+def _run(output: Path, label: str, seed: int, config: dict, verdicts: dict[int, dict[int, list[bool]]],
+         **files: str) -> Path:
+    """A run directory of a comparison, with a finished final evaluation (benchmark b) and the
+    given files (name -> text, e.g. config_yaml for config.yaml)."""
+    run = output / "runs" / label / f"seed{seed}"
+    _write_eval(run / "eval", verdicts, config)
+    for name, text in files.items():
+        (run / name.replace("_", ".")).write_text(text)
+    return run
+
+
+SETTINGS = {"benchmarks": "b", "data_dir": None, "num_samples": 2, "ks": [1, 2], "temperature": 1.0,
+            "max_new_tokens": 64, "seed": 0, "seeds": [0], "limit": None, "math_extraction": "lenient",
+            "answer_extraction": "lenient"}
+
+
+def test_report_only_names_a_run_whose_final_evaluation_had_other_settings(tmp_path, capsys):
+    """`ict compare --report-only` pooled runs whose final evaluations were made by hand with
+    other settings (here ict/seed0 at temperature 0.6 and 64 -> 32 new tokens, beside grpo's two
+    seeds at the comparison's) without a word: the report names each such run and the settings
+    that differ from the most runs'. A results.json that records only ``seed`` is that seed's
+    ``seeds``, and ``ks`` (every k is taken from the samples) is no difference."""
+    from ict.cli import main
+
+    output = tmp_path / "cmp"
+    verdicts = {0: {0: [True, False]}, 1: {0: [False, False]}}
+    steps = {"config_yaml": "num_steps: 1\n", "metrics_jsonl": '{"step": 1}\n'}
+    _run(output, "grpo", 0, SETTINGS, verdicts, **steps)
+    _run(output, "grpo", 1, {**SETTINGS, "ks": [1]}, verdicts, **steps)
+    other = {**SETTINGS, "temperature": 0.6, "max_new_tokens": 32}
+    del other["seeds"]  # an ict eval older than --seeds
+    _run(output, "ict", 0, other, verdicts, **steps)
+    assert main(["compare", "--report-only", "--output-dir", str(output), "--bootstrap-resamples", "10"]) == 0
+    note = "ict/seed0 (temperature 0.6, the others' 1.0, max_new_tokens 32, the others' 64)"
+    assert json.loads((output / "summary.json").read_text())["settings"] == [note]
+    assert f"- {note}" in (output / "report.md").read_text()
+
+    _run(output, "ict", 0, {**SETTINGS, "ks": [2]}, verdicts, **steps)
+    assert main(["compare", "--report-only", "--output-dir", str(output), "--bootstrap-resamples", "10"]) == 0
+    assert json.loads((output / "summary.json").read_text())["settings"] == []
+    assert "other settings" not in (output / "report.md").read_text()
+    capsys.readouterr()
+
+
+def test_the_report_compares_the_settings_a_reused_evaluation_must_share():
+    """The report's EVALUATION_SETTINGS are ict compare's EVAL_SETTINGS (what a reused evaluation
+    must share) but ks, with seeds for seed: a setting added to one is added to the other."""
+    from ict.analysis.comparison_runs import EVALUATION_SETTINGS
+    from ict.experiments.compare import EVAL_SETTINGS
+
+    assert sorted(EVALUATION_SETTINGS) == sorted({*EVAL_SETTINGS, "seeds"} - {"seed", "ks"})

@@ -230,13 +230,34 @@ def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
                         "difference": boot.difference, "low": boot.low, "high": boot.high,
                         "p_value": paired_permutation_test(a, b, resamples=resamples, seed=0)})
     warnings = []
+    settings = settings_notes(runs)
     for run in runs:
         for line in run.metrics:
             if line.get("entropy_warning"):
                 warnings.append({"method": run.label, "seed": run.seed,
                                  "warning": line["entropy_warning"], "step": line["step"]})
-    return {"table": table, "differences": differences, "pairing": pairing, "warnings": warnings,
+    return {"table": table, "differences": differences, "pairing": pairing, "settings": settings, "warnings": warnings,
             "training_end": training_end(runs), "top_tokens": top_tokens(runs)}
+
+
+def settings_notes(runs: list[RunRecord]) -> list[str]:
+    """One line per run whose final evaluation was made with other settings
+    (:data:`~ict.analysis.comparison_runs.EVALUATION_SETTINGS`) than the most runs' (on a tie, the
+    first run's group): ``"ict/seed1 (num_samples 4, the others' 8)"``; runs whose results.json
+    records none are not compared. Empty when they all agree."""
+    groups: dict[str, list[RunRecord]] = {}
+    for run in sorted(runs, key=lambda run: (run.label, run.seed)):
+        if run.eval_settings is not None and run.correct:
+            groups.setdefault(json.dumps(run.eval_settings, sort_keys=True, default=str), []).append(run)
+    if len(groups) < 2:
+        return []
+    reference = max(groups.values(), key=len)[0].eval_settings
+    assert reference is not None
+    return [f"{run.label}/seed{run.seed} (" + ", ".join(
+                f"{name} {value!r}, the others' {reference.get(name)!r}"
+                for name, value in run.eval_settings.items() if value != reference.get(name)) + ")"
+            for group in groups.values() if group[0].eval_settings != reference for run in group
+            if run.eval_settings is not None]
 
 
 def training_end(runs: list[RunRecord], window: int = END_WINDOW) -> list[dict[str, Any]]:
@@ -458,6 +479,10 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
         lines.append(f"| {row['benchmark']} | {row['metric']} | {row['method']} | "
                      f"{row['baseline']} | {_fmt(row['difference'])} | "
                      f"[{_fmt(row['low'])}, {_fmt(row['high'])}] | {row['p_value']:.3g} |")
+    if summary["settings"]:
+        lines += ["", "Final evaluations made with other settings than the other runs' (their pass@k "
+                  "is not that of the same evaluation; evaluate them again alike):", "",
+                  *(f"- {note}" for note in summary["settings"])]
     if summary["pairing"]:
         lines += ["", "Methods evaluated on different problems or seeds are averaged over the seeds "
                   "they evaluated and compared on the problems and seeds both evaluated:", "",

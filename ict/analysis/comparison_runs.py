@@ -68,6 +68,7 @@ class RunRecord:
     planned_steps: int | None = None  # num_steps of the run's config.yaml (None: not recorded)
     ks: tuple[int, ...] = DEFAULT_KS  # the k of pass@k its final evaluation asked for
     evaluating: bool = False  # samples of its final evaluation, but no results.json: not finished
+    eval_settings: dict[str, Any] | None = None  # its final evaluation's (evaluation_settings)
 
     @property
     def steps_logged(self) -> int:
@@ -107,7 +108,8 @@ def load_runs(output_dir: Path) -> list[RunRecord]:
         records.append(RunRecord(directory.parent.name, seed, directory,
                                  read_metrics(directory), verdicts or {},
                                  planned_steps(directory / "config.yaml"), evaluated_ks(directory / "eval"),
-                                 evaluating=verdicts is None))
+                                 evaluating=verdicts is None,
+                                 eval_settings=evaluation_settings(directory / "eval")))
     return records
 
 
@@ -167,6 +169,29 @@ def read_verdicts(samples: Path, units: tuple[set[str] | None, set[int] | None, 
         verdicts.append(record["correct"])
         verdicts.by_seed.setdefault(record.get("seed", 0), []).append(record["correct"])
     return correct
+
+
+EVALUATION_SETTINGS = ("benchmarks", "data_dir", "num_samples", "temperature", "max_new_tokens",
+                       "seeds", "limit", "math_extraction", "answer_extraction")
+"""The settings of an `ict eval` its pass@k depends on, that the report's runs must share:
+``ict.experiments.compare.EVAL_SETTINGS`` less ``ks`` (the report takes every k from the
+samples) with ``seeds`` for ``seed`` (a hand-run `ict eval --seeds 0,1`)."""
+
+
+def evaluation_settings(eval_dir: Path) -> dict[str, Any] | None:
+    """:data:`EVALUATION_SETTINGS` of the finished `ict eval` in ``eval_dir`` (its results.json's
+    ``config``; ``benchmarks``: the sorted names it evaluated, ``seeds``: ``[seed]`` when not
+    recorded), or None (no results.json, or no config in it)."""
+    results = _results(eval_dir)
+    config = results.get("config") if results is not None else None
+    if not isinstance(config, dict):
+        return None
+    settings = {name: config.get(name) for name in EVALUATION_SETTINGS}
+    if isinstance(results.get("benchmarks"), dict):  # expanded names, not --benchmarks as typed
+        settings["benchmarks"] = sorted(results["benchmarks"])
+    if "seeds" not in config and "seed" in config:
+        settings["seeds"] = [config["seed"]]
+    return settings
 
 
 def evaluated_ks(eval_dir: Path) -> tuple[int, ...]:
