@@ -97,3 +97,18 @@ def test_the_report_compares_the_settings_a_reused_evaluation_must_share():
     from ict.experiments.compare import EVAL_SETTINGS
 
     assert sorted(EVALUATION_SETTINGS) == sorted({*EVAL_SETTINGS, "seeds"} - {"seed", "ks"})
+
+
+def test_the_final_evaluation_of_a_run_that_records_no_step_is_not_step_0(tmp_path):
+    """A run with neither config.yaml nor metrics.jsonl (its step unknown) put its final
+    evaluation (pass@1 1.0) at step 0 of the learning curves, over the base model's (0.0): the
+    untrained model's point became the trained one's. Its curve keeps step 0 (the base model)
+    and step 3 (evals/step-3/, 0.5); the final evaluation, at no known step, is not a point."""
+    from ict.analysis.compare import learning_curves, load_runs
+
+    output = tmp_path / "cmp"
+    _write_eval(output / "base-model", {0: {0: [False]}, 1: {0: [False]}}, {"ks": [1]})
+    run = _run(output, "ict", 0, {"ks": [1]}, {0: {0: [True]}, 1: {0: [True]}})
+    _write_eval(run / "evals" / "step-00000003", {0: {0: [True]}, 1: {0: [False]}}, {"ks": [1]})
+    rows = learning_curves(output, load_runs(output))
+    assert [(row["step"], row["metric"], row["value"]) for row in rows] == [(0, "pass@1", 0.0), (3, "pass@1", 0.5)]

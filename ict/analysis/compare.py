@@ -81,7 +81,8 @@ def learning_curves(output_dir: Path, runs: list[RunRecord]) -> list[dict[str, A
     """Held-out pass@k along training, one row per (run, step, benchmark, k): step 0 from
     ``DIR/base-model/`` (the untrained model, shared by every run), step N from
     ``RUN/evals/step-N/``, the final step from ``RUN/eval/``; an evaluation that has not
-    finished (no results.json) is left out. Empty when there is neither a finished base-model
+    finished (no results.json) is left out, and so is the final evaluation of a run that records
+    no step (neither config.yaml's num_steps nor metrics.jsonl: not step 0, the base model's). Empty when there is neither a finished base-model
     evaluation nor an intermediate one."""
     base = complete_verdicts(output_dir / BASE_MODEL_DIR) or {}
     if not base and not any((run.directory / "evals").is_dir() for run in runs):
@@ -94,8 +95,9 @@ def learning_curves(output_dir: Path, runs: list[RunRecord]) -> list[dict[str, A
             verdicts = complete_verdicts(directory) if match else None
             if match and verdicts is not None:  # a step's evaluation that has not finished is left out
                 points[int(match.group(1))] = (verdicts, evaluated_ks(directory))
-        if run.correct:
-            points[run.planned_steps or run.steps_logged] = (run.correct, run.ks)
+        final_step = run.planned_steps or run.steps_logged  # 0: the run recorded no step
+        if run.correct and final_step > 0:
+            points[final_step] = (run.correct, run.ks)
         for step, (correct, ks) in sorted(points.items()):
             for benchmark, per_problem in sorted(correct.items()):
                 for k in ks:
