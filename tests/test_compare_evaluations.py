@@ -112,3 +112,31 @@ def test_the_final_evaluation_of_a_run_that_records_no_step_is_not_step_0(tmp_pa
     _write_eval(run / "evals" / "step-00000003", {0: {0: [True]}, 1: {0: [False]}}, {"ks": [1]})
     rows = learning_curves(output, load_runs(output))
     assert [(row["step"], row["metric"], row["value"]) for row in rows] == [(0, "pass@1", 0.0), (3, "pass@1", 0.5)]
+
+
+def test_the_limit_and_the_seed_of_old_records_and_the_benchmarks_as_evaluated(tmp_path):
+    """Mutation tests of read_verdicts / evaluation_settings: --limit 2 keeps problems 0 and 1,
+    not problem 2 (a rerun with a lower limit keeps it in samples.jsonl); a record without a
+    'seed' (written before it existed) is seed 0's; and two runs whose evaluations name one
+    benchmark as 'b' and ['b'] evaluated the same benchmarks (results.json's names): no note."""
+    from ict.analysis.compare import complete_verdicts, summarize
+    from ict.analysis.comparison_runs import RunRecord, evaluation_settings
+
+    directory = tmp_path / "eval"
+    _write_eval(directory, {0: {0: [True]}, 1: {0: [False]}, 2: {0: [True]}}, {**SETTINGS, "limit": 2})
+    assert complete_verdicts(directory) == {"b": {0: [True], 1: [False]}}
+    lines = (directory / "samples.jsonl").read_text().splitlines()
+    (directory / "samples.jsonl").write_text("".join(json.dumps({key: value for key, value in json.loads(line).items()
+                                                                 if key != "seed"}) + "\n" for line in lines))
+    assert complete_verdicts(directory) == {"b": {0: [True], 1: [False]}}
+
+    runs = []
+    for seed, benchmarks in enumerate(["b", ["b"]]):
+        _write_eval(tmp_path / str(seed), {0: {0: [True]}}, {**SETTINGS, "benchmarks": benchmarks})
+        runs.append(RunRecord("ict", seed, tmp_path, [], complete_verdicts(tmp_path / str(seed)), ks=(1,),
+                              eval_settings=evaluation_settings(tmp_path / str(seed))))
+    assert summarize(runs, resamples=10)["settings"] == []
+    _write_eval(tmp_path / "2", {0: {0: [True]}}, {**SETTINGS, "benchmarks": "b", "num_samples": 1})
+    runs.append(RunRecord("grpo", 0, tmp_path, [], complete_verdicts(tmp_path / "2"), ks=(1,),
+                          eval_settings=evaluation_settings(tmp_path / "2")))
+    assert summarize(runs, resamples=10)["settings"] == ["grpo/seed0 (num_samples 1, the others' 2)"]
