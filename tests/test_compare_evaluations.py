@@ -140,3 +140,41 @@ def test_the_limit_and_the_seed_of_old_records_and_the_benchmarks_as_evaluated(t
     runs.append(RunRecord("grpo", 0, tmp_path, [], complete_verdicts(tmp_path / "2"), ks=(1,),
                           eval_settings=evaluation_settings(tmp_path / "2")))
     assert summarize(runs, resamples=10)["settings"] == ["grpo/seed0 (num_samples 1, the others' 2)"]
+
+
+def test_ict_compare_evaluates_with_its_eval_options_and_checks_reused_step_evaluations(tmp_path):
+    """Mutation tests of ict.experiments.compare: each --eval-* option reaches the `ict eval`
+    settings (--eval-temperature dropped for the default survived), and a rerun with other
+    settings is refused over a reused intermediate evaluation (evals/step-N/) too, not only over
+    eval/ (leaving evals/step-* out of the check survived)."""
+    from types import SimpleNamespace
+
+    from ict.core.errors import UsageError
+    from ict.experiments.compare import CompareConfig, _eval_config, run_comparison, run_dir
+    from ict.training.config import build_config, save_config
+
+    options = {"eval_benchmarks": "gsm8k", "eval_n": 3, "eval_ks": (1, 2), "eval_temperature": 0.3,
+               "eval_max_new_tokens": 7, "eval_limit": 5, "eval_math_extraction": "strict",
+               "eval_answer_extraction": "tag"}
+    config = CompareConfig(methods="grpo", seeds=(0,), output_dir=tmp_path / "cmp", **options)
+    device = SimpleNamespace(device="cpu", dtype="float32", num_threads=1)
+    made = vars(_eval_config(config, device, "m", tmp_path / "eval"))  # type: ignore[arg-type]
+    assert {name: made[name] for name in ("benchmarks", "num_samples", "ks", "temperature", "max_new_tokens",
+                                           "limit", "math_extraction", "answer_extraction", "seed")} \
+        == {"benchmarks": "gsm8k", "num_samples": 3, "ks": (1, 2), "temperature": 0.3, "max_new_tokens": 7,
+            "limit": 5, "math_extraction": "strict", "answer_extraction": "tag", "seed": 0}
+
+    output = tmp_path / "cmp"
+    directory = run_dir(output, "grpo", 0)
+    directory.mkdir(parents=True)
+    train_config = build_config(None, {}, {"method": "grpo", "seed": "0", "run_dir": str(directory),
+                                           "num_steps": "2"})
+    save_config(train_config, directory / "config.yaml")
+    (directory / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    config = CompareConfig(methods="grpo", seeds=(0,), output_dir=output, overrides={"num_steps": "2"},
+                           eval_n=2, eval_ks=(1,))
+    settings = json.loads(json.dumps(vars(_eval_config(config, train_config, "m", directory / "eval"))))
+    _write_eval(directory / "eval", {0: {0: [True, False]}}, settings)
+    _write_eval(directory / "evals" / "step-00000001", {0: {0: [True]}}, {**settings, "num_samples": 1})
+    with pytest.raises(UsageError, match=r"step-00000001 was evaluated with other settings \(num_samples 1 -> 2\)"):
+        run_comparison(config, log=lambda *_: None)
