@@ -178,3 +178,18 @@ def test_ict_compare_evaluates_with_its_eval_options_and_checks_reused_step_eval
     _write_eval(directory / "evals" / "step-00000001", {0: {0: [True]}}, {**settings, "num_samples": 1})
     with pytest.raises(UsageError, match=r"step-00000001 was evaluated with other settings \(num_samples 1 -> 2\)"):
         run_comparison(config, log=lambda *_: None)
+
+
+def test_only_the_evaluated_seeds_count_and_unnamed_ks_are_1_and_4(tmp_path):
+    """Mutation tests of evaluated_units / evaluated_ks: samples.jsonl keeps the records of seeds
+    an earlier `ict eval --seeds 0,1` wrote (a rerun keeps them); a results.json of seeds [1] (or,
+    older, of seed 1) counts seed 1's alone (reading every seed survived). A results.json that
+    names no ks asks for pass@1 and pass@4 (docs/evaluation.md's default; (1, 2) survived)."""
+    from ict.analysis.compare import complete_verdicts, evaluated_ks
+
+    verdicts = {0: {0: [True, True], 1: [False, True]}}
+    for config in ({"seeds": [1], "ks": [1]}, {"seed": 1, "ks": [1]}):
+        _write_eval(tmp_path / "eval", verdicts, config)
+        assert complete_verdicts(tmp_path / "eval") == {"b": {0: [False, True]}}
+    _write_eval(tmp_path / "eval", verdicts, {"seeds": [0, 1]})
+    assert evaluated_ks(tmp_path / "eval") == (1, 4)
