@@ -1,0 +1,47 @@
+"""Configuration input that PyYAML or the file system would read otherwise than meant: each a
+one-line error (exit status 2) naming the option or file, never a silently different run."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ict.core.errors import UsageError
+from ict.training.config import build_config
+
+
+def _one_line_error(capsys, args: list[str]) -> str:
+    from ict.cli import main
+
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    return err
+
+
+# YAML 1.1 reads these unquoted scalars as numbers: a text option got "83", "1000", "90", "1.5"
+MISREAD = [("0123", "83"), ("1_000", "1000"), ("1:30", "90"), ("1.50", "1.5"), ("0x1F", "31"), ("+5", "5")]
+
+
+@pytest.mark.parametrize("source,read", MISREAD, ids=[case[0] for case in MISREAD])
+def test_a_text_option_that_yaml_reads_as_a_number_is_refused_with_how_to_quote_it(tmp_path, capsys, source, read):
+    path = tmp_path / "config.yaml"
+    path.write_text(f"system_prompt: {source}\n")
+    with pytest.raises(UsageError, match=re.escape(f"system_prompt: YAML reads an unquoted {source} as {read}")) as error:
+        build_config(path)
+    assert f"system_prompt: '{source}'" in str(error.value) and "\n" not in str(error.value)
+    err = _one_line_error(capsys, ["eval", "--config", str(path)])  # EvalConfig's text option too
+    assert f"unquoted {source} as {read}" in err
+    (tmp_path / "compare.yaml").write_text(f"methods: grpo\nsystem_prompt: {source}\n")  # a training option
+    err = _one_line_error(capsys, ["compare", "--config", str(tmp_path / "compare.yaml"),
+                                   "--output-dir", str(tmp_path / "out")])
+    assert f"unquoted {source} as {read}" in err and not (tmp_path / "out").exists()
+
+
+def test_quoted_text_and_numbers_written_as_yaml_reads_them_are_kept(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("system_prompt: '0123'\ndataset_subset: 2024\nlearning_rate: 1.50e-5\nnum_steps: 0x10\n")
+    config = build_config(path)
+    assert (config.system_prompt, config.dataset_subset) == ("0123", "2024")
+    assert (config.learning_rate, config.num_steps) == (1.5e-5, 16)  # numeric options: YAML's reading
