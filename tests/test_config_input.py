@@ -8,7 +8,7 @@ import re
 import pytest
 
 from ict.core.errors import UsageError
-from ict.training.config import build_config
+from ict.training.config import build_config, load_yaml
 
 
 def _one_line_error(capsys, args: list[str]) -> str:
@@ -45,3 +45,25 @@ def test_quoted_text_and_numbers_written_as_yaml_reads_them_are_kept(tmp_path):
     config = build_config(path)
     assert (config.system_prompt, config.dataset_subset) == ("0123", "2024")
     assert (config.learning_rate, config.num_steps) == (1.5e-5, 16)  # numeric options: YAML's reading
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("learning_rate: 1e-5\nnum_steps: 3\nlearning_rate: 2e-5\n", "key 'learning_rate' is given twice (lines 1 and 3)"),
+    ("method: ict\nmethod: grpo\n", "key 'method' is given twice (lines 1 and 2)"),
+    ("dataset_config:\n  a: 1\n  a: 2\n", "key 'a' is given twice (lines 2 and 3)"),
+    ("learning_rate: 1e-5\nlearning-rate: 2e-5\n", "option 'learning_rate' is given twice (as 'learning-rate' too)"),
+])
+def test_a_key_given_twice_in_a_config_file_is_refused_naming_it_and_its_lines(tmp_path, capsys, text, fragment):
+    """PyYAML keeps the last of two equal keys: the run silently used the second value."""
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(UsageError, match="given twice") as error:
+        load_yaml(path)
+    assert fragment in str(error.value) and str(path) in str(error.value)
+    assert fragment in _one_line_error(capsys, ["train", "--config", str(path)])
+
+
+def test_a_merge_key_may_still_be_overridden(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("dataset_config:\n  <<: {a: 1, b: 2}\n  a: 3\n")
+    assert load_yaml(path) == {"dataset_config": {"a": 3, "b": 2}}

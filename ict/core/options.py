@@ -161,7 +161,20 @@ def _text_of_boolean(cls: type, name: str, value: bool) -> str:
 
 
 class _OptionsLoader(yaml.SafeLoader):
-    """PyYAML's safe loader."""
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be overridden
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, typing.Hashable) and key in seen:
+                raise UsageError(f"key {key!r} is given twice (lines {seen[key]} and {line}): keep one")
+            if isinstance(key, typing.Hashable):
+                seen[key] = line
+        return super().construct_mapping(node, deep)
 
 
 # plain scalars YAML 1.1 reads as other than text: 0123 is 83 (octal), 1_000 is 1000, 1:30 is 90
@@ -169,10 +182,10 @@ _NOT_TEXT_TAGS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:float", 
 
 
 def load_options_yaml(text: str, text_options: typing.Collection[str] = ()) -> Any:
-    """`text` parsed as PyYAML's safe_load does, except for a one-line `UsageError`: a top-level
-    text option (a name in `text_options`) whose unquoted value YAML reads as a number or date
-    written otherwise (``system_prompt: 0123`` is 83); ``dataset_subset: 2024`` is still the
-    text 2024. A YAML syntax error is `yaml.YAMLError`."""
+    """`text` parsed as PyYAML's safe_load does, except for one-line `UsageError`s: a key given
+    twice in one mapping, and a top-level text option (a name in `text_options`) whose unquoted
+    value YAML reads as a number or date written otherwise (``system_prompt: 0123`` is 83);
+    ``dataset_subset: 2024`` is still the text 2024. A YAML syntax error is `yaml.YAMLError`."""
     loader = _OptionsLoader(text)
     try:
         node = loader.get_single_node()

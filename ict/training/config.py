@@ -431,9 +431,10 @@ def parse_key_values(items: list[str]) -> dict[str, str]:
 
 
 def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = None) -> dict[str, Any]:
-    """Options from a YAML mapping file (keys are field names; hyphens allowed). A text option
-    (`text_options`, by default TrainConfig's) whose unquoted value YAML misreads
-    (``system_prompt: 0123`` is 83) is a one-line UsageError (`load_options_yaml`)."""
+    """Options from a YAML mapping file (keys are field names; hyphens allowed). A key given twice
+    (``learning_rate`` and ``learning-rate`` too), or a text option (`text_options`, by default
+    TrainConfig's) whose unquoted value YAML misreads (``system_prompt: 0123`` is 83), is a
+    one-line UsageError (`load_options_yaml`)."""
     check_path_given("config file path", path, "give a YAML file, or leave --config out")  # `--config ""`
     path = Path(path)
     if not path.is_file():
@@ -448,7 +449,13 @@ def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = No
         raise UsageError(f"config file {path}: {error}") from None
     if not isinstance(data, dict):
         raise UsageError(f"config file {path} must hold a mapping of option: value")
-    return {str(key).replace("-", "_"): value for key, value in data.items()}
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name in values:
+            raise UsageError(f"config file {path}: option {name!r} is given twice (as {key!r} too): keep one")
+        values[name] = value
+    return values
 
 
 # Option names of earlier versions -> the selector option they set now.
