@@ -67,3 +67,9 @@ def test_a_merge_key_may_still_be_overridden(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text("dataset_config:\n  <<: {a: 1, b: 2}\n  a: 3\n")
     assert load_yaml(path) == {"dataset_config": {"a": 3, "b": 2}}
+
+
+def test_a_data_dir_whose_benchmark_file_is_a_directory_says_so(tmp_path, capsys):
+    (tmp_path / "gsm8k.jsonl").mkdir()
+    err = _one_line_error(capsys, ["eval", "--model", "x", "--benchmarks", "gsm8k", "--data-dir", str(tmp_path)])
+    assert f"benchmark file {tmp_path / 'gsm8k.jsonl'} is a directory" in err and "not found" not in err
