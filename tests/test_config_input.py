@@ -73,3 +73,12 @@ def test_a_data_dir_whose_benchmark_file_is_a_directory_says_so(tmp_path, capsys
     (tmp_path / "gsm8k.jsonl").mkdir()
     err = _one_line_error(capsys, ["eval", "--model", "x", "--benchmarks", "gsm8k", "--data-dir", str(tmp_path)])
     assert f"benchmark file {tmp_path / 'gsm8k.jsonl'} is a directory" in err and "not found" not in err
+
+
+@pytest.mark.parametrize("resume", [True, False])
+def test_a_run_dir_whose_config_yaml_is_a_directory_is_one_line_exit_2(tmp_path, capsys, resume):
+    """It was 'starting fresh', then an IsADirectoryError, exit status 1, writing config.yaml."""
+    (tmp_path / "run" / "config.yaml").mkdir(parents=True)
+    err = _one_line_error(capsys, ["train", "--run-dir", str(tmp_path / "run"), *(["--resume"] if resume else [])])
+    assert f"--run-dir {tmp_path / 'run'}: its config.yaml is a directory" in err
+    assert sorted(path.name for path in (tmp_path / "run").iterdir()) == ["config.yaml"]

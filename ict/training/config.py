@@ -489,6 +489,10 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
               _renamed(overrides or {})]
     values = functools.reduce(_with_layer, layers, {})
     saved_path = Path(values["run_dir"]).expanduser() / "config.yaml" if values.get("resume") and values.get("run_dir") else None
+    if values.get("run_dir") and (Path(values["run_dir"]).expanduser() / "config.yaml").is_dir():
+        # was "starting fresh", then an IsADirectoryError (exit 1) writing the run's config.yaml over it
+        raise UsageError(f"--run-dir {values['run_dir']}: its config.yaml is a directory, not the run's "
+                         "config file: move it aside, or give another --run-dir")
     if saved_path is None or not saved_path.is_file():
         if saved_path is not None and complete_checkpoints(saved_path.parent):
             raise UsageError(f"--resume: {saved_path} is missing, but the run has checkpoints: restore it, or "
