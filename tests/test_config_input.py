@@ -82,3 +82,18 @@ def test_a_run_dir_whose_config_yaml_is_a_directory_is_one_line_exit_2(tmp_path,
     err = _one_line_error(capsys, ["train", "--run-dir", str(tmp_path / "run"), *(["--resume"] if resume else [])])
     assert f"--run-dir {tmp_path / 'run'}: its config.yaml is a directory" in err
     assert sorted(path.name for path in (tmp_path / "run").iterdir()) == ["config.yaml"]
+
+
+@pytest.mark.parametrize("cls_path,name,raw", [
+    ("ict.experiments.compare.CompareConfig", "baselines", "grpo,,ict"),
+    ("ict.experiments.compare.CompareConfig", "baselines", "grpo, "),
+    ("ict.analysis.plots.PlotConfig", "run_dirs", "runs/a,,runs/b"),  # Path(""): the working directory
+])
+def test_a_text_list_with_an_empty_item_is_refused_not_read_as_an_empty_name(cls_path, name, raw):
+    import importlib
+
+    from ict.core.options import parse_field
+
+    module, cls = cls_path.rsplit(".", 1)
+    with pytest.raises(UsageError, match=f"bad value for {name}: .* none empty"):
+        parse_field(getattr(importlib.import_module(module), cls), name, raw)
