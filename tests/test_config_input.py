@@ -97,3 +97,14 @@ def test_a_text_list_with_an_empty_item_is_refused_not_read_as_an_empty_name(cls
     module, cls = cls_path.rsplit(".", 1)
     with pytest.raises(UsageError, match=f"bad value for {name}: .* none empty"):
         parse_field(getattr(importlib.import_module(module), cls), name, raw)
+
+
+def test_a_data_dir_under_the_home_directory_may_be_written_with_a_tilde(tmp_path, monkeypatch):
+    """A YAML ``data_dir: ~/bench`` is not expanded by a shell."""
+    from ict.data.benchmarks import load_benchmark
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "gsm8k.jsonl").write_text('{"question": "1+2?", "answer": "so #### 3"}\n')
+    benchmark = load_benchmark("gsm8k", "~/bench")
+    assert [(problem.question, problem.answer) for problem in benchmark.problems] == [("1+2?", "3")]
