@@ -108,3 +108,16 @@ def test_a_data_dir_under_the_home_directory_may_be_written_with_a_tilde(tmp_pat
     (tmp_path / "bench" / "gsm8k.jsonl").write_text('{"question": "1+2?", "answer": "so #### 3"}\n')
     benchmark = load_benchmark("gsm8k", "~/bench")
     assert [(problem.question, problem.answer) for problem in benchmark.problems] == [("1+2?", "3")]
+
+
+@pytest.mark.parametrize("option,bad,good,fragment", [
+    ("seeds", (2**32,), (2**32 - 1,), "--seeds must lie in [0, 2^32)"),
+    ("eval_limit", 0, 1, "--eval-limit must be >= 1"),
+    ("eval_temperature", -0.5, 0.0, "--eval-temperature must be >= 0"),
+])
+def test_a_comparisons_options_are_refused_just_past_their_bounds(tmp_path, option, bad, good, fragment):
+    from ict.experiments.compare import CompareConfig
+
+    CompareConfig(output_dir=tmp_path / "out", **{option: good}).validate()
+    with pytest.raises(UsageError, match=re.escape(fragment)):
+        CompareConfig(output_dir=tmp_path / "out", **{option: bad}).validate()
