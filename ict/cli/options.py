@@ -22,6 +22,7 @@ from ict.core.options import (
     optional_inner,
     parse_field,
     suggestion,
+    text_option_names,
 )
 
 
@@ -88,7 +89,7 @@ def options_from_args(cls: type, namespace: argparse.Namespace,
     if yaml_values is None and getattr(namespace, "config", None) is not None:
         from ict.training.config import load_yaml
 
-        yaml_values = load_yaml(namespace.config)
+        yaml_values = load_yaml(namespace.config, text_option_names(cls))
     names = {item.name for item in option_fields(cls)}
     values = {key.replace("-", "_"): value for key, value in (yaml_values or {}).items()}
     unknown = [key for key in values if key not in names]

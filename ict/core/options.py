@@ -45,6 +45,15 @@ def option_fields(cls: type) -> list[dataclasses.Field]:
     return [item for item in dataclasses.fields(cls) if "help" in item.metadata]
 
 
+def text_option_names(*classes: type) -> frozenset[str]:
+    """Names of the text options (``str`` or ``Path``, optional or not) of the dataclasses."""
+    names = set()
+    for cls in classes:
+        hints = typing.get_type_hints(cls)
+        names.update(item.name for item in option_fields(cls) if optional_inner(hints[item.name])[0] in (str, Path))
+    return frozenset(names)
+
+
 def default_of(item: dataclasses.Field) -> Any:
     if item.default is not dataclasses.MISSING:
         return item.default
@@ -149,6 +158,50 @@ def _text_of_boolean(cls: type, name: str, value: bool) -> str:
         return matches[0]
     raise UsageError(f"{name}: YAML reads an unquoted {' / '.join(words)} as {str(value).lower()}; quote the text "
                      f"(e.g. {name}: '{words[1]}')")
+
+
+class _OptionsLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be overridden
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, typing.Hashable) and key in seen:
+                raise UsageError(f"key {key!r} is given twice (lines {seen[key]} and {line}): keep one")
+            if isinstance(key, typing.Hashable):
+                seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
+# plain scalars YAML 1.1 reads as other than text: 0123 is 83 (octal), 1_000 is 1000, 1:30 is 90
+_NOT_TEXT_TAGS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp"})
+
+
+def load_options_yaml(text: str, text_options: typing.Collection[str] = ()) -> Any:
+    """`text` parsed as PyYAML's safe_load does, except for one-line `UsageError`s: a key given
+    twice in one mapping, and a top-level text option (a name in `text_options`) whose unquoted
+    value YAML reads as a number or date written otherwise (``system_prompt: 0123`` is 83);
+    ``dataset_subset: 2024`` is still the text 2024. A YAML syntax error is `yaml.YAMLError`."""
+    loader = _OptionsLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        for key_node, value_node in node.value if isinstance(node, yaml.MappingNode) else ():
+            name = str(key_node.value).replace("-", "_") if isinstance(key_node, yaml.ScalarNode) else None
+            if (name in text_options and isinstance(value_node, yaml.ScalarNode)
+                    and value_node.tag in _NOT_TEXT_TAGS and value_node.style is None):
+                value = loader.construct_object(value_node)
+                if str(value) != value_node.value:
+                    raise UsageError(f"{key_node.value}: YAML reads an unquoted {value_node.value} as {value!r}, "
+                                     f"not the text; quote it (e.g. {key_node.value}: '{value_node.value}')")
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def yaml_problem(error: yaml.YAMLError) -> str:

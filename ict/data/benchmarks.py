@@ -532,6 +532,9 @@ def load_benchmark(
         spec = REGISTRY[name]
         if data_dir is not None:
             path = Path(data_dir).expanduser() / f"{name}.jsonl"
+            if path.is_dir():  # "not found" sent the user looking for a file that is there
+                raise UsageError(f"benchmark file {path} is a directory, not a file (expected <name>.jsonl "
+                                 "in --data-dir)")
             if not path.is_file():
                 raise UsageError(f"benchmark file not found: {path} (expected <name>.jsonl in "
                                  f"--data-dir)")

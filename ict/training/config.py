@@ -18,7 +18,15 @@ import yaml
 from ict.answers.verify import check_timeout
 from ict.core import selectors
 from ict.core.errors import UsageError, check_option_text, check_path_given, read_utf8_text
-from ict.core.options import check_choices, option, optional_inner, parse_field, yaml_problem
+from ict.core.options import (
+    check_choices,
+    load_options_yaml,
+    option,
+    optional_inner,
+    parse_field,
+    text_option_names,
+    yaml_problem,
+)
 from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.stats import MIN_TEMPERATURE, needs_reference_logits, parse_tile_size
 from ict.models.loading import OFFLINE_DEFAULT_MODEL, parse_device
@@ -422,20 +430,32 @@ def parse_key_values(items: list[str]) -> dict[str, str]:
     return result
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Options from a YAML mapping file (keys are field names; hyphens allowed)."""
+def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = None) -> dict[str, Any]:
+    """Options from a YAML mapping file (keys are field names; hyphens allowed). A key given twice
+    (``learning_rate`` and ``learning-rate`` too), or a text option (`text_options`, by default
+    TrainConfig's) whose unquoted value YAML misreads (``system_prompt: 0123`` is 83), is a
+    one-line UsageError (`load_options_yaml`)."""
     check_path_given("config file path", path, "give a YAML file, or leave --config out")  # `--config ""`
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"config file {path} is a directory: give a YAML file" if path.is_dir()
                          else f"config file not found: {path}")
     try:
-        data = yaml.safe_load(read_utf8_text(path)) or {}
+        data = load_options_yaml(read_utf8_text(path), text_option_names(TrainConfig) if text_options is None
+                                 else text_options) or {}
     except yaml.YAMLError as error:
         raise UsageError(f"cannot parse YAML config {path}: {yaml_problem(error)}") from None
+    except UsageError as error:
+        raise UsageError(f"config file {path}: {error}") from None
     if not isinstance(data, dict):
         raise UsageError(f"config file {path} must hold a mapping of option: value")
-    return {str(key).replace("-", "_"): value for key, value in data.items()}
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name in values:
+            raise UsageError(f"config file {path}: option {name!r} is given twice (as {key!r} too): keep one")
+        values[name] = value
+    return values
 
 
 # Option names of earlier versions -> the selector option they set now.
@@ -469,6 +489,10 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
               _renamed(overrides or {})]
     values = functools.reduce(_with_layer, layers, {})
     saved_path = Path(values["run_dir"]).expanduser() / "config.yaml" if values.get("resume") and values.get("run_dir") else None
+    if values.get("run_dir") and (Path(values["run_dir"]).expanduser() / "config.yaml").is_dir():
+        # was "starting fresh", then an IsADirectoryError (exit 1) writing the run's config.yaml over it
+        raise UsageError(f"--run-dir {values['run_dir']}: its config.yaml is a directory, not the run's "
+                         "config file: move it aside, or give another --run-dir")
     if saved_path is None or not saved_path.is_file():
         if saved_path is not None and complete_checkpoints(saved_path.parent):
             raise UsageError(f"--resume: {saved_path} is missing, but the run has checkpoints: restore it, or "

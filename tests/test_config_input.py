@@ -1,0 +1,123 @@
+"""Configuration input that PyYAML or the file system would read otherwise than meant: each a
+one-line error (exit status 2) naming the option or file, never a silently different run."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ict.core.errors import UsageError
+from ict.training.config import build_config, load_yaml
+
+
+def _one_line_error(capsys, args: list[str]) -> str:
+    from ict.cli import main
+
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    return err
+
+
+# YAML 1.1 reads these unquoted scalars as numbers: a text option got "83", "1000", "90", "1.5"
+MISREAD = [("0123", "83"), ("1_000", "1000"), ("1:30", "90"), ("1.50", "1.5"), ("0x1F", "31"), ("+5", "5")]
+
+
+@pytest.mark.parametrize("source,read", MISREAD, ids=[case[0] for case in MISREAD])
+def test_a_text_option_that_yaml_reads_as_a_number_is_refused_with_how_to_quote_it(tmp_path, capsys, source, read):
+    path = tmp_path / "config.yaml"
+    path.write_text(f"system_prompt: {source}\n")
+    with pytest.raises(UsageError, match=re.escape(f"system_prompt: YAML reads an unquoted {source} as {read}")) as error:
+        build_config(path)
+    assert f"system_prompt: '{source}'" in str(error.value) and "\n" not in str(error.value)
+    err = _one_line_error(capsys, ["eval", "--config", str(path)])  # EvalConfig's text option too
+    assert f"unquoted {source} as {read}" in err
+    (tmp_path / "compare.yaml").write_text(f"methods: grpo\nsystem_prompt: {source}\n")  # a training option
+    err = _one_line_error(capsys, ["compare", "--config", str(tmp_path / "compare.yaml"),
+                                   "--output-dir", str(tmp_path / "out")])
+    assert f"unquoted {source} as {read}" in err and not (tmp_path / "out").exists()
+
+
+def test_quoted_text_and_numbers_written_as_yaml_reads_them_are_kept(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("system_prompt: '0123'\ndataset_subset: 2024\nlearning_rate: 1.50e-5\nnum_steps: 0x10\n")
+    config = build_config(path)
+    assert (config.system_prompt, config.dataset_subset) == ("0123", "2024")
+    assert (config.learning_rate, config.num_steps) == (1.5e-5, 16)  # numeric options: YAML's reading
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("learning_rate: 1e-5\nnum_steps: 3\nlearning_rate: 2e-5\n", "key 'learning_rate' is given twice (lines 1 and 3)"),
+    ("method: ict\nmethod: grpo\n", "key 'method' is given twice (lines 1 and 2)"),
+    ("dataset_config:\n  a: 1\n  a: 2\n", "key 'a' is given twice (lines 2 and 3)"),
+    ("learning_rate: 1e-5\nlearning-rate: 2e-5\n", "option 'learning_rate' is given twice (as 'learning-rate' too)"),
+])
+def test_a_key_given_twice_in_a_config_file_is_refused_naming_it_and_its_lines(tmp_path, capsys, text, fragment):
+    """PyYAML keeps the last of two equal keys: the run silently used the second value."""
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(UsageError, match="given twice") as error:
+        load_yaml(path)
+    assert fragment in str(error.value) and str(path) in str(error.value)
+    assert fragment in _one_line_error(capsys, ["train", "--config", str(path)])
+
+
+def test_a_merge_key_may_still_be_overridden(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("dataset_config:\n  <<: {a: 1, b: 2}\n  a: 3\n")
+    assert load_yaml(path) == {"dataset_config": {"a": 3, "b": 2}}
+
+
+def test_a_data_dir_whose_benchmark_file_is_a_directory_says_so(tmp_path, capsys):
+    (tmp_path / "gsm8k.jsonl").mkdir()
+    err = _one_line_error(capsys, ["eval", "--model", "x", "--benchmarks", "gsm8k", "--data-dir", str(tmp_path)])
+    assert f"benchmark file {tmp_path / 'gsm8k.jsonl'} is a directory" in err and "not found" not in err
+
+
+@pytest.mark.parametrize("resume", [True, False])
+def test_a_run_dir_whose_config_yaml_is_a_directory_is_one_line_exit_2(tmp_path, capsys, resume):
+    """It was 'starting fresh', then an IsADirectoryError, exit status 1, writing config.yaml."""
+    (tmp_path / "run" / "config.yaml").mkdir(parents=True)
+    err = _one_line_error(capsys, ["train", "--run-dir", str(tmp_path / "run"), *(["--resume"] if resume else [])])
+    assert f"--run-dir {tmp_path / 'run'}: its config.yaml is a directory" in err
+    assert sorted(path.name for path in (tmp_path / "run").iterdir()) == ["config.yaml"]
+
+
+@pytest.mark.parametrize("cls_path,name,raw", [
+    ("ict.experiments.compare.CompareConfig", "baselines", "grpo,,ict"),
+    ("ict.experiments.compare.CompareConfig", "baselines", "grpo, "),
+    ("ict.analysis.plots.PlotConfig", "run_dirs", "runs/a,,runs/b"),  # Path(""): the working directory
+])
+def test_a_text_list_with_an_empty_item_is_refused_not_read_as_an_empty_name(cls_path, name, raw):
+    import importlib
+
+    from ict.core.options import parse_field
+
+    module, cls = cls_path.rsplit(".", 1)
+    with pytest.raises(UsageError, match=f"bad value for {name}: .* none empty"):
+        parse_field(getattr(importlib.import_module(module), cls), name, raw)
+
+
+def test_a_data_dir_under_the_home_directory_may_be_written_with_a_tilde(tmp_path, monkeypatch):
+    """A YAML ``data_dir: ~/bench`` is not expanded by a shell."""
+    from ict.data.benchmarks import load_benchmark
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "gsm8k.jsonl").write_text('{"question": "1+2?", "answer": "so #### 3"}\n')
+    benchmark = load_benchmark("gsm8k", "~/bench")
+    assert [(problem.question, problem.answer) for problem in benchmark.problems] == [("1+2?", "3")]
+
+
+@pytest.mark.parametrize("option,bad,good,fragment", [
+    ("seeds", (2**32,), (2**32 - 1,), "--seeds must lie in [0, 2^32)"),
+    ("eval_limit", 0, 1, "--eval-limit must be >= 1"),
+    ("eval_temperature", -0.5, 0.0, "--eval-temperature must be >= 0"),
+])
+def test_a_comparisons_options_are_refused_just_past_their_bounds(tmp_path, option, bad, good, fragment):
+    from ict.experiments.compare import CompareConfig
+
+    CompareConfig(output_dir=tmp_path / "out", **{option: good}).validate()
+    with pytest.raises(UsageError, match=re.escape(fragment)):
+        CompareConfig(output_dir=tmp_path / "out", **{option: bad}).validate()
