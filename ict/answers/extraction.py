@@ -200,21 +200,26 @@ def extract_tagged_answer(completion: str | bytes | None, tag_name: str = "answe
     an explicitly marked answer is scored. Content is stripped; an empty answer gives ``None``.
     """
     text = tail(sanitize_text(completion))
-    end = text.rfind(f"</{tag_name}>")
-    if end >= 0 and text.rfind(f"<{tag_name}>", 0, end) >= 0:
-        return _last_tag_content(text, tag_name)
+    span = last_tag_span(text, tag_name)
+    if span is not None:
+        return text[span[0] : span[1]].strip() or None
     boxed = extract_boxed_answer(text)
     return boxed or None
+
+
+def last_tag_span(text: str, tag_name: str = "answer") -> tuple[int, int] | None:
+    """``(start, end)`` of the content of the last complete ``<tag>...</tag>`` pair of ``text``
+    (``text[start:end]``, tags excluded), or None when there is no such pair."""
+    end = text.rfind(f"</{tag_name}>")
+    start = text.rfind(f"<{tag_name}>", 0, end) if end >= 0 else -1
+    return None if start < 0 else (start + len(tag_name) + 2, end)
 
 
 def _last_tag_content(text: str, tag_name: str = "answer") -> str | None:
     """The stripped content of the last complete ``<tag>...</tag>`` pair of ``text``, or None
     (no pair, or an empty one)."""
-    end = text.rfind(f"</{tag_name}>")
-    start = text.rfind(f"<{tag_name}>", 0, end) if end >= 0 else -1
-    if start < 0:
-        return None
-    return text[start + len(tag_name) + 2 : end].strip() or None
+    span = last_tag_span(text, tag_name)
+    return None if span is None else text[span[0] : span[1]].strip() or None
 
 
 # a sign (ASCII '-' or the minus sign U+2212), then digits with commas only between groups of three

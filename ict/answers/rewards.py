@@ -120,8 +120,8 @@ class Reward:
     def score(self, completions: Sequence[str], problems: Sequence[Problem]) -> tuple[
             list[float], list[float]]:
         """(total rewards, task rewards) for paired completions and problems."""
-        pairs = list(zip(completions, problems, strict=True))
-        columns = [batch([c for c, _ in pairs], [p for _, p in pairs]) if (batch := self.batch_functions.get(index))
+        pairs = list(zip(completions, problems, strict=True))  # (and its check of the lengths)
+        columns = [batch(completions, problems) if (batch := self.batch_functions.get(index))
                    else [function(completion, problem) for completion, problem in pairs]
                    for index, function in enumerate(self.functions)]
         rows = list(zip(*columns, strict=True)) if columns else [()] * len(pairs)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ict.answers.extraction import BOXED_COMMANDS, sanitize_text, tail
+from ict.answers.extraction import BOXED_COMMANDS, last_tag_span, sanitize_text, tail
 from ict.core.errors import UsageError
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
@@ -84,14 +84,14 @@ def tag_answer_readings(completion: str) -> list[str]:
     as GSM8K's ``####`` is (`hash_answer_readings`, with its second reading for a number before a
     unit): math-verify reads no number right after a ``>``, so ``<answer>3</answer>``, the
     `format` reward's answer, had no answer. Other completions: ``[completion]``."""
-    end = completion.rfind("</answer>")
-    start = completion.rfind("<answer>", 0, end) if end >= 0 else -1
-    if start < 0 or any(command in completion for command in BOXED_COMMANDS):
+    span = last_tag_span(completion)
+    if span is None or any(command in completion for command in BOXED_COMMANDS):
         return [completion]
-    content = completion[start + len("<answer>"):end].strip()
+    start, end = span
+    content = completion[start:end].strip()
     if not content:
         return [completion]
-    return _boxed_in_place(completion[:start], content, completion[end + len("</answer>"):])
+    return _boxed_in_place(completion[:start - len("<answer>")], content, completion[end + len("</answer>"):])
 
 
 def _boxed_in_place(before: str, value: str, after: str) -> list[str]:
