@@ -450,6 +450,14 @@ def _run_trained_to_step_one(output):
     return train_config, directory
 
 
+def _grpo_seeds_0_1(output, num_steps: int):
+    """The comparison of grpo's seeds 0 and 1 in ``output``, trained for ``num_steps``."""
+    from ict.experiments.compare import CompareConfig
+
+    return CompareConfig(methods="grpo", seeds=(0, 1), output_dir=output, eval_benchmarks="gsm8k",
+                         overrides={"num_steps": str(num_steps)})
+
+
 def test_a_rerun_with_another_num_steps_is_refused_before_mixing_run_lengths(tmp_path):
     """A comparison rerun with num_steps=2 over runs trained and evaluated at step 1 reused them
     as they were and trained the missing runs to step 2: the report pooled 1-step and 2-step
@@ -470,8 +478,7 @@ def test_a_rerun_with_another_num_steps_is_refused_before_mixing_run_lengths(tmp
     (directory / "eval" / "results.json").write_text("{}")
 
     def config(num_steps: int) -> CompareConfig:
-        return CompareConfig(methods="grpo", seeds=(0, 1), output_dir=output, eval_benchmarks="gsm8k",
-                             overrides={"num_steps": str(num_steps)})
+        return _grpo_seeds_0_1(output, num_steps)
 
     with pytest.raises(UsageError, match=r"seed0 was trained to step 1 and evaluated there .*num_steps is 2: "
                                          r"give num_steps=1"):
@@ -513,8 +520,7 @@ def test_a_rerun_with_other_options_is_refused_when_the_evaluated_runs_checkpoin
     shutil.rmtree(directory / "checkpoints")
 
     def config(num_steps: int) -> CompareConfig:
-        return CompareConfig(methods="grpo", seeds=(0, 1), output_dir=output, eval_benchmarks="gsm8k",
-                             overrides={"num_steps": str(num_steps)})
+        return _grpo_seeds_0_1(output, num_steps)
 
     with pytest.raises(UsageError, match=r"seed0 was trained to step 1 \(its config.yaml\) and evaluated there "
                                          r"\(eval/\), with no checkpoint left, but num_steps is 2: give num_steps=1"):
