@@ -488,11 +488,12 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
     layers = [_renamed(load_yaml(yaml_path)) if yaml_path is not None else {}, _renamed(options or {}),
               _renamed(overrides or {})]
     values = functools.reduce(_with_layer, layers, {})
-    saved_path = Path(values["run_dir"]).expanduser() / "config.yaml" if values.get("resume") and values.get("run_dir") else None
-    if values.get("run_dir") and (Path(values["run_dir"]).expanduser() / "config.yaml").is_dir():
+    run_config = Path(values["run_dir"]).expanduser() / "config.yaml" if values.get("run_dir") else None
+    if run_config is not None and run_config.is_dir():
         # was "starting fresh", then an IsADirectoryError (exit 1) writing the run's config.yaml over it
         raise UsageError(f"--run-dir {values['run_dir']}: its config.yaml is a directory, not the run's "
                          "config file: move it aside, or give another --run-dir")
+    saved_path = run_config if values.get("resume") else None
     if saved_path is None or not saved_path.is_file():
         if saved_path is not None and complete_checkpoints(saved_path.parent):
             raise UsageError(f"--resume: {saved_path} is missing, but the run has checkpoints: restore it, or "
