@@ -117,6 +117,7 @@ from ict.integrations.trl_config import (  # noqa: F401 (re-exported)
     check_trl_version,
     check_warmup_steps,
     entropy_bonus_refusal,
+    needs_whole_groups,
     selection_refusal,
     sharded_head_refusal,
 )
@@ -281,7 +282,7 @@ class ICTGRPOTrainer(GRPOTrainer):
             raise ValueError(refusal)
 
     def _needs_groups(self) -> bool:
-        return needs_groups(self.js_references) or self.population == "group"
+        return needs_whole_groups(self.js_references, self.population)
 
     def _generate_and_score_completions(self, inputs):  # type: ignore[override]
         output = super()._generate_and_score_completions(inputs)

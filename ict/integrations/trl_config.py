@@ -89,6 +89,12 @@ class ICTGRPOConfig(GRPOConfig):
             raise ValueError(refusal)
 
 
+def needs_whole_groups(js_references: tuple[str, ...], population: str) -> bool:
+    """Whether a selector needs all G rows of a prompt together: a group JS reference, or a
+    group ranking population."""
+    return needs_groups(js_references) or population == "group"
+
+
 def selection_refusal(config: Any) -> str | None:
     """The one-line refusal of a token selector that TRL cannot run as configured, or None:
     ``top_entropy_quantile`` below 1 (a second token picker), a selector that needs whole groups
@@ -99,8 +105,7 @@ def selection_refusal(config: Any) -> str | None:
     js_references = required_js_references(name, options)
     if config.top_entropy_quantile < 1.0:
         return "top_entropy_quantile and token_selector both pick tokens; leave top_entropy_quantile at 1.0"
-    if ((needs_groups(js_references) or ranking_population(name, options) == "group")
-            and config.steps_per_generation != 1):
+    if needs_whole_groups(js_references, ranking_population(name, options)) and config.steps_per_generation != 1:
         return (f"token_selector {name!r} needs whole groups in each micro-batch (TRL shuffles a group over "
                 "micro-batches): set steps_per_generation=1 (and gradient_accumulation_steps=1)")
     if needs_reference_logits(js_references):
