@@ -237,3 +237,44 @@ def test_compare_reads_only_the_problems_and_seeds_of_the_finished_evaluation(tm
             expected.setdefault(record["index"], []).append(record["correct"])
     assert sorted(expected) == [0, 1, 2] and all(len(verdicts) == 4 for verdicts in expected.values())
     assert complete_verdicts(out) == {"gsm8k": expected}
+
+
+def test_an_interrupt_keeps_the_finished_seeds_of_the_chunk_being_generated(tmp_path, tiny_model_dir):
+    """Ctrl-C while seed 2 of the one chunk is generated (all 4 problems, seeds 0,1,2): seeds 0
+    and 1 of that chunk are already on disk (a seed's units are written once that seed is graded;
+    they used to wait for the whole chunk, so all 8 finished units were lost), the resume samples
+    seed 2 only, and its results equal an uninterrupted evaluation's."""
+    data = write_sums(tmp_path / "data", size=4)
+
+    def config(out: Path) -> EvalConfig:
+        return seeds_config(data, out, tiny_model_dir, num_samples=2, ks=(1, 2), seeds=(0, 1, 2))
+
+    class Interrupted(SeedRecordingGenerator):
+        def generate(self, prompts, num_samples, greedy, seed):
+            if len(self.sampled_calls) == 2:  # seeds 0 and 1 drawn: Ctrl-C in seed 2's generation
+                raise KeyboardInterrupt
+            return super().generate(prompts, num_samples, greedy, seed)
+
+    out = tmp_path / "out"
+    first = tiny_generator(config(out), tiny_model_dir, Interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(config(out), generator=first, progress=False, print_table=False)
+    kept = read_samples(out)
+    assert sorted((r["seed"], r["index"], r["sample"]) for r in kept) == [
+        (seed, index, sample) for seed in (0, 1) for index in range(4) for sample in range(2)]
+    resumed = SeedRecordingGenerator(first.model, first.tokenizer, first.config)
+    result = evaluate(config(out), generator=resumed, progress=False, print_table=False)
+    assert [len(prompts) for _, prompts in resumed.sampled_calls] == [4]  # seed 2 alone
+    assert read_samples(out)[: len(kept)] == kept
+    whole = SeedRecordingGenerator(first.model, first.tokenizer, first.config)
+    reference = evaluate(config(tmp_path / "whole"), generator=whole, progress=False, print_table=False)
+    assert result.benchmarks[0].per_seed == reference.benchmarks[0].per_seed
+    assert result.benchmarks[0].metrics == reference.benchmarks[0].metrics
+
+    def completions(directory: Path) -> dict[tuple[int, int, int], str]:
+        records = read_samples(directory)
+        table = {(r["seed"], r["index"], r["sample"]): r["completion"] for r in records}
+        assert len(table) == len(records) == 3 * 4 * 2  # none twice
+        return table
+
+    assert completions(out) == completions(tmp_path / "whole")

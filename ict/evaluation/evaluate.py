@@ -9,7 +9,8 @@ completion to ``samples.jsonl`` (`ict.evaluation.records`) -> after all problems
 (`ict.core.metrics`) and write ``results.json``, ``results.csv``, ``results.md`` and print a table
 (`ict.evaluation.results`).
 
-Resume: ``samples.jsonl`` is written problem by problem; on a rerun into the same output
+Resume: ``samples.jsonl`` is written unit by unit (a seed's problems of a chunk once that seed is
+graded, before the next seed is generated); on a rerun into the same output
 directory, a problem's samples of a seed (a unit, `ict.evaluation.records.unit_key`) that are all
 present are not generated again (the run configuration must match, see
 `ict.evaluation.records.RESUME_KEYS`). Metrics are always recomputed from the records of the
@@ -531,7 +532,6 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
             wanted = {problem.index for problem in problems}
             for chunk in _chunks(benchmark, wanted, per_chunk):
                 bar.update(task, description=f"{benchmark.name}")
-                new_keys: set[str] = set()
                 for unit in units:  # each seed's samples, then the greedy completion
                     kept = [offset for offset, problem in enumerate(chunk)
                             if unit_key(benchmark.name, problem.index, unit) not in records]
@@ -564,15 +564,12 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
                             problem, completions[offset], lengths[offset], finished[offset],
                             verdicts[offset * width : (offset + 1) * width], greedy, unit, grading,
                         )
-                        new_keys.add(key)
+                        # this seed's finished units on disk before the next seed is generated:
+                        # an interrupt loses the unit being generated only, not the chunk's
+                        for record in records[key]:
+                            samples_file.write(json.dumps(record, ensure_ascii=False) + "\n")
+                        samples_file.flush()
                     timing["grading_seconds"] += time.perf_counter() - grading_start
-                for problem in chunk:  # one problem's new lines together, then flush
-                    for unit in units:
-                        key = unit_key(benchmark.name, problem.index, unit)
-                        if key in new_keys:
-                            for record in records[key]:
-                                samples_file.write(json.dumps(record, ensure_ascii=False) + "\n")
-                    samples_file.flush()
                 bar.advance(task, sum(problem.index in wanted for problem in chunk))
 
 

@@ -1,5 +1,5 @@
 """Resumable evaluation records: ``samples.jsonl`` (one JSON line per graded completion, written
-problem by problem) and ``run.json`` (the configuration the samples belong to).
+unit by unit) and ``run.json`` (the configuration the samples belong to).
 
 Records are kept and resumed by *unit* (`unit_key`): the ``n`` sampled completions of one problem
 under one sampling seed, or its one greedy completion. A rerun into the same directory keeps the
