@@ -193,3 +193,35 @@ def test_only_the_evaluated_seeds_count_and_unnamed_ks_are_1_and_4(tmp_path):
         assert complete_verdicts(tmp_path / "eval") == {"b": {0: [False, True]}}
     _write_eval(tmp_path / "eval", verdicts, {"seeds": [0, 1]})
     assert evaluated_ks(tmp_path / "eval") == (1, 4)
+
+
+def test_report_only_names_a_base_model_or_step_evaluation_made_with_other_settings(tmp_path, capsys):
+    """The learning curves' evaluations were pooled without a word: base-model/ evaluated with
+    n = 4 at temperature 0.6 (all right: step 0 at 100%) and grpo/seed0's evals/step-1 with 32 new
+    tokens, beside final evaluations at the comparison's settings. Each is named as a final
+    evaluation with other settings is; seed 1's step evaluation (only ks differs) is not."""
+    from ict.cli import main
+
+    output = tmp_path / "cmp"
+    steps = {"config_yaml": "num_steps: 2\n", "metrics_jsonl": '{"step": 1}\n{"step": 2}\n'}
+    verdicts = {0: {0: [True, False]}, 1: {0: [False, False]}}
+    for seed in (0, 1):
+        run = _run(output, "grpo", seed, SETTINGS, verdicts, **steps)
+        step = {**SETTINGS, "max_new_tokens": 32} if seed == 0 else {**SETTINGS, "ks": [1]}
+        _write_eval(run / "evals" / "step-00000001", verdicts, step)
+    _write_eval(output / "base-model", {0: {0: [True] * 4}, 1: {0: [True] * 4}},
+                {**SETTINGS, "num_samples": 4, "temperature": 0.6})
+    assert main(["compare", "--report-only", "--output-dir", str(output), "--bootstrap-resamples", "10"]) == 0
+    notes = ["base-model (num_samples 4, the others' 2, temperature 0.6, the others' 1.0)",
+             "grpo/seed0 evals/step-00000001 (max_new_tokens 32, the others' 64)"]
+    assert json.loads((output / "summary.json").read_text())["settings"] == notes
+    report = (output / "report.md").read_text()
+    assert all(f"- {note}" in report for note in notes)
+    assert "| b | pass@1 | grpo | 100.0 | 25.0 | 25.0 |" in report  # the curves themselves unchanged
+
+    _write_eval(output / "base-model", {0: {0: [True] * 2}, 1: {0: [True] * 2}}, SETTINGS)
+    _write_eval(output / "runs" / "grpo" / "seed0" / "evals" / "step-00000001", verdicts, SETTINGS)
+    assert main(["compare", "--report-only", "--output-dir", str(output), "--bootstrap-resamples", "10"]) == 0
+    assert json.loads((output / "summary.json").read_text())["settings"] == []
+    assert "other settings" not in (output / "report.md").read_text()
+    capsys.readouterr()

@@ -30,6 +30,7 @@ from ict.analysis.comparison_runs import (  # noqa: F401 (re-exported)
     RunRecord,
     complete_verdicts,
     evaluated_ks,
+    evaluation_settings,
     load_runs,
     method_of,
     planned_steps,
@@ -242,24 +243,56 @@ def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
             "training_end": training_end(runs), "top_tokens": top_tokens(runs)}
 
 
+def _reference_settings(runs: list[RunRecord]) -> tuple[dict[str, Any] | None, list[list[RunRecord]]]:
+    """The most runs' final-evaluation settings (on a tie, the first run's group; None when no
+    finished final evaluation records them) and the runs grouped by their settings."""
+    groups: dict[str, list[RunRecord]] = {}
+    for run in sorted(runs, key=lambda run: (run.label, run.seed)):
+        if run.eval_settings is not None and run.correct:
+            groups.setdefault(json.dumps(run.eval_settings, sort_keys=True, default=str), []).append(run)
+    reference = max(groups.values(), key=len)[0].eval_settings if groups else None
+    return reference, list(groups.values())
+
+
+def _settings_note(name: str, settings: dict[str, Any], reference: dict[str, Any]) -> str:
+    """``"ict/seed1 (num_samples 4, the others' 8)"``: the settings that differ from ``reference``."""
+    return f"{name} (" + ", ".join(f"{key} {value!r}, the others' {reference.get(key)!r}"
+                                   for key, value in settings.items() if value != reference.get(key)) + ")"
+
+
 def settings_notes(runs: list[RunRecord]) -> list[str]:
     """One line per run whose final evaluation was made with other settings
     (:data:`~ict.analysis.comparison_runs.EVALUATION_SETTINGS`) than the most runs' (on a tie, the
     first run's group): ``"ict/seed1 (num_samples 4, the others' 8)"``; runs whose results.json
     records none are not compared. Empty when they all agree."""
-    groups: dict[str, list[RunRecord]] = {}
-    for run in sorted(runs, key=lambda run: (run.label, run.seed)):
-        if run.eval_settings is not None and run.correct:
-            groups.setdefault(json.dumps(run.eval_settings, sort_keys=True, default=str), []).append(run)
+    reference, groups = _reference_settings(runs)
     if len(groups) < 2:
         return []
-    reference = max(groups.values(), key=len)[0].eval_settings
     assert reference is not None
-    return [f"{run.label}/seed{run.seed} (" + ", ".join(
-                f"{name} {value!r}, the others' {reference.get(name)!r}"
-                for name, value in run.eval_settings.items() if value != reference.get(name)) + ")"
-            for group in groups.values() if group[0].eval_settings != reference for run in group
+    return [_settings_note(f"{run.label}/seed{run.seed}", run.eval_settings, reference)
+            for group in groups if group[0].eval_settings != reference for run in group
             if run.eval_settings is not None]
+
+
+def curve_settings_notes(output_dir: Path, runs: list[RunRecord]) -> list[str]:
+    """As `settings_notes`, one line per finished evaluation of the learning curves made with
+    other settings than the most runs' final evaluations: ``DIR/base-model/`` (step 0 of every
+    curve: ``"base-model (num_samples 4, the others' 8)"``) and each run's ``evals/step-N/``
+    (``"ict/seed1 evals/step-00000010 (...)"``). Empty without a final evaluation's settings."""
+    reference, _ = _reference_settings(runs)
+    if reference is None:
+        return []
+    evaluations = [(BASE_MODEL_DIR, output_dir / BASE_MODEL_DIR)]
+    for run in sorted(runs, key=lambda run: (run.label, run.seed)):
+        evaluations += [(f"{run.label}/seed{run.seed} evals/{directory.name}", directory)
+                        for directory in sorted((run.directory / "evals").glob("step-*"))
+                        if re.fullmatch(r"step-(\d+)", directory.name)]
+    notes = []
+    for name, directory in evaluations:
+        settings = evaluation_settings(directory)
+        if settings is not None and settings != reference and complete_verdicts(directory):
+            notes.append(_settings_note(name, settings, reference))
+    return notes
 
 
 def training_end(runs: list[RunRecord], window: int = END_WINDOW) -> list[dict[str, Any]]:
@@ -437,6 +470,7 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
         in_progress.append(f"{BASE_MODEL_DIR} (evaluation not finished)")
     summary = summarize(runs, bootstrap_resamples, baselines)
     summary["in_progress"] = in_progress
+    summary["settings"] += curve_settings_notes(output_dir, runs)  # the learning curves' evaluations
     _write_csv(output_dir / "results.csv", summary["table"],
                ["benchmark", "metric", "method", "seeds", "problems", "mean", "std"])
     _write_csv(output_dir / "differences.csv", summary["differences"],
@@ -482,8 +516,9 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
                      f"{row['baseline']} | {_fmt(row['difference'])} | "
                      f"[{_fmt(row['low'])}, {_fmt(row['high'])}] | {row['p_value']:.3g} |")
     if summary["settings"]:
-        lines += ["", "Final evaluations made with other settings than the other runs' (their pass@k "
-                  "is not that of the same evaluation; evaluate them again alike):", "",
+        lines += ["", "Evaluations made with other settings than the most runs' final evaluations (their "
+                  "pass@k, or their point of the learning curves, is not that of the same evaluation; "
+                  "evaluate them again alike):", "",
                   *(f"- {note}" for note in summary["settings"])]
     if summary["pairing"]:
         lines += ["", "Methods evaluated on different problems or seeds are averaged over the seeds "
