@@ -150,33 +150,43 @@ def test_resumed_multi_seed_run_does_not_mix_seeds(tmp_path, tiny_model_dir):
         assert only.benchmarks[0].metrics[f"pass@{k}"] == pytest.approx(reference[2][f"pass@{k}"])
 
 
-def test_a_larger_limit_resumed_samples_the_later_chunks_as_an_uninterrupted_run(tmp_path,
-                                                                                tiny_model_dir):
+def test_a_resume_with_another_limit_samples_every_problem_as_an_uninterrupted_run(tmp_path,
+                                                                                  tiny_model_dir):
     """Chunk boundaries are those of the whole benchmark, not of the problems still to do, and a
     chunk partly done is drawn whole: ``--limit 3`` then ``--limit 8`` (2 problems per chunk)
-    samples problems 3..7 as ``--limit 8`` at once does (problem 2 was a chunk of its own)."""
+    samples problems 3..7 as ``--limit 8`` at once does. Problem 2, drawn alone under
+    ``--limit 3`` (its chunk cut there), was kept, so the samples of ``--limit 8`` resumed were not
+    those of ``--limit 8`` at once (nor, the other way, ``--limit 8`` then ``--limit 3``'s those of
+    ``--limit 3``, problem 2 drawn with 3); now such a unit is drawn again, and every sample
+    equals the uninterrupted run's."""
     data = write_sums(tmp_path / "data", size=8)
 
-    def run(out: Path, limit: int) -> None:
+    def run(out: Path, limit: int) -> dict[tuple[int, int], str]:
         config = seeds_config(data, out, tiny_model_dir, limit=limit, max_new_tokens=6)
         evaluate(config, generator=generator, progress=False, print_table=False)
+        return {(r["index"], r["sample"]): r["completion"] for r in read_samples(out) if r["index"] < limit}
 
     generator = tiny_generator(seeds_config(data, tmp_path / "once", tiny_model_dir), tiny_model_dir,
                            SeedRecordingGenerator)
-    run(tmp_path / "once", 8)
+    once = run(tmp_path / "once", 8)
     once_calls = list(generator.sampled_calls)
     run(tmp_path / "twice", 3)
     generator.sampled_calls.clear()
-    run(tmp_path / "twice", 8)
+    twice = run(tmp_path / "twice", 8)
     prompts = [p.prompt for p in load_benchmark("gsm8k", data).problems]
     assert generator.sampled_calls == once_calls[1:]  # the chunks [2, 3], [4, 5] and [6, 7]
     assert generator.sampled_calls[0][1] == prompts[2:4]
+    assert twice == once and len(once) == 8 * 4
+    keys = [(r["index"], r["sample"]) for r in read_samples(tmp_path / "twice")]
+    assert len(keys) == len(set(keys))  # problem 2's samples drawn alone are gone from the file
 
-    def later(out: Path) -> list[tuple[int, int, str]]:
-        return [(r["index"], r["sample"], r["completion"]) for r in read_samples(out)
-                if r["index"] >= 3]
-
-    assert later(tmp_path / "twice") == later(tmp_path / "once")
+    alone = run(tmp_path / "alone", 3)
+    generator.sampled_calls.clear()
+    assert run(tmp_path / "once", 3) == alone  # the chunk [2] drawn again, [0, 1] kept
+    assert generator.sampled_calls[0][1] == prompts[2:3] and len(generator.sampled_calls) == 1
+    generator.sampled_calls.clear()
+    assert run(tmp_path / "once", 8) == once  # and [2, 3] again; problem 3's samples were kept
+    assert [asked for _, asked in generator.sampled_calls] == [prompts[2:4]]
 
 
 def test_records_from_before_the_seed_field_resume_as_their_runs_seed(tmp_path, tiny_model_dir):

@@ -259,7 +259,8 @@ def test_a_partial_or_interrupted_regrade_leaves_no_stale_verdict(tmp_path, tiny
 
     def config(extraction: str, limit: int = 4) -> EvalConfig:
         return EvalConfig(model=str(tiny_model_dir), benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
-                          num_samples=2, ks=(1,), max_new_tokens=4, math_extraction=extraction, limit=limit)
+                          num_samples=2, ks=(1,), max_new_tokens=4, math_extraction=extraction, limit=limit,
+                          batch_size=4)  # chunks [0, 1], [2, 3]: --limit 2 cuts none (nothing drawn again)
 
     def run(extraction: str, limit: int = 4) -> float:
         result = evaluate(config(extraction, limit), generator=tiny_generator(config(extraction, limit), tiny_model_dir),

@@ -13,7 +13,8 @@ Resume: ``samples.jsonl`` is written unit by unit (a seed's problems of a chunk 
 graded, before the next seed is generated); on a rerun into the same output
 directory, a problem's samples of a seed (a unit, `ict.evaluation.records.unit_key`) that are all
 present are not generated again (the run configuration must match, see
-`ict.evaluation.records.RESUME_KEYS`). Metrics are always recomputed from the records of the
+`ict.evaluation.records.RESUME_KEYS`); a unit drawn in a last chunk that another ``--limit`` cut
+elsewhere is drawn again (`_cut_otherwise`). Metrics are always recomputed from the records of the
 requested seeds only.
 
 Metrics per benchmark (fractions in [0, 1]; tables show percent):
@@ -425,13 +426,43 @@ def _benchmark_result(benchmark: Benchmark, records: dict[str, list[dict[str, An
                            list(seeds), per_seed_table(per_seed), std)
 
 
+def _problems_per_chunk(config: EvalConfig) -> int:
+    """Problems per generate call: ``batch_size // n`` (at least 1)."""
+    return max(1, config.batch_size // config.num_samples)
+
+
+def _all_chunks(benchmark: Benchmark, per_chunk: int) -> list[list[Problem]]:
+    """The benchmark's problems (the first ``--limit``) in chunks of `per_chunk`, from the first."""
+    return [benchmark.problems[begin : begin + per_chunk]
+            for begin in range(0, len(benchmark.problems), per_chunk)]
+
+
 def _chunks(benchmark: Benchmark, wanted: set[int], per_chunk: int) -> list[list[Problem]]:
     """The chunks of `per_chunk` problems of the whole benchmark that hold a problem index in
     `wanted` (the ones still to generate): the boundaries do not move with the problems already
     done, so a resumed run or a larger ``--limit`` generates each chunk as an uninterrupted run does."""
-    chunks = (benchmark.problems[begin : begin + per_chunk]
-              for begin in range(0, len(benchmark.problems), per_chunk))
-    return [chunk for chunk in chunks if any(problem.index in wanted for problem in chunk)]
+    return [chunk for chunk in _all_chunks(benchmark, per_chunk)
+            if any(problem.index in wanted for problem in chunk)]
+
+
+def _cut_otherwise(benchmarks: Sequence[Benchmark], records: dict[str, list[dict[str, Any]]],
+                   units: list[int | None], per_chunk: int) -> list[str]:
+    """The stored units (`unit_key`) of these problems drawn in a chunk that starts at the same
+    problem as this run's but holds another number of problems (their records' ``chunk``: first
+    index, size): another ``--limit`` cut the last chunk elsewhere, and an uninterrupted run
+    draws them otherwise, so they are drawn again. Units without ``chunk`` (older versions) and
+    chunks that start elsewhere (another ``--batch-size``) are kept."""
+    stale = []
+    for benchmark in benchmarks:
+        for chunk in _all_chunks(benchmark, per_chunk):
+            for problem in chunk:
+                for unit in units:
+                    key = unit_key(benchmark.name, problem.index, unit)
+                    drawn = records[key][0].get("chunk") if key in records else None
+                    if (isinstance(drawn, list) and len(drawn) == 2 and drawn[0] == chunk[0].index
+                            and drawn[1] != len(chunk)):
+                        stale.append(key)
+    return stale
 
 
 def evaluate(
@@ -462,6 +493,11 @@ def evaluate(
             config.greedy, config.overwrite, config.regrade)
         check_same_problems(output_dir, [problem for benchmark in benchmarks for problem in benchmark.problems], records)
         units = _units(config)
+        stale = _cut_otherwise(benchmarks, records, units, _problems_per_chunk(config))
+        if stale:  # drawn in a chunk that another --limit cut elsewhere: drawn again as this run draws them
+            for key in stale:
+                del records[key]
+            write_all_records(output_dir / SAMPLES_FILE, records)
         todo = [(benchmark, [p for p in benchmark.problems
                              if any(unit_key(benchmark.name, p.index, seed) not in records
                                     for seed in units)])
@@ -519,7 +555,7 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
                         already: int, progress: bool) -> None:
     from rich.progress import Progress
 
-    per_chunk = max(1, config.batch_size // config.num_samples)
+    per_chunk = _problems_per_chunk(config)
     units = _units(config)
     grading = config.grading()
     first_seed = config.resolved_seeds()[0]  # greedy decoding ignores it; kept for the record
@@ -563,6 +599,7 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
                         records[key] = records_for_problem(
                             problem, completions[offset], lengths[offset], finished[offset],
                             verdicts[offset * width : (offset + 1) * width], greedy, unit, grading,
+                            (chunk[0].index, len(chunk)),
                         )
                         # this seed's finished units on disk before the next seed is generated:
                         # an interrupt loses the unit being generated only, not the chunk's
