@@ -225,3 +225,23 @@ def test_report_only_names_a_base_model_or_step_evaluation_made_with_other_setti
     assert json.loads((output / "summary.json").read_text())["settings"] == []
     assert "other settings" not in (output / "report.md").read_text()
     capsys.readouterr()
+
+
+def test_records_from_before_the_seed_field_count_as_their_evaluation_s_seed(tmp_path):
+    """An `ict eval --seed 3` older than --seeds wrote records without 'seed' and a results.json
+    whose config has seed 3 only: the report read each record as seed 0, not among the
+    evaluation's seeds {3}, and the finished evaluation had no verdict at all ({}). They count as
+    seed 3 now, as ict eval's resume reads them (its run.json's seed)."""
+    from ict.analysis.compare import complete_verdicts
+
+    directory = tmp_path / "eval"
+    directory.mkdir()
+    records = [{"benchmark": "b", "index": index, "sample": sample, "greedy": False, "correct": sample == index}
+               for index in range(2) for sample in range(2)]
+    (directory / "samples.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    for seed in (3, 0):
+        (directory / "results.json").write_text(json.dumps({"config": {"seed": seed, "ks": [1]}, "benchmarks": {"b": {}}}))
+        correct = complete_verdicts(directory)
+        assert correct == {"b": {0: [True, False], 1: [False, True]}}
+        assert {index: verdicts.by_seed for index, verdicts in correct["b"].items()} == {
+            0: {seed: [True, False]}, 1: {seed: [False, True]}}

@@ -143,13 +143,17 @@ def read_verdicts(samples: Path, units: tuple[set[str] | None, set[int] | None, 
     """benchmark -> problem index -> the sampled completions' verdicts, from an `ict eval`
     samples.jsonl (greedy completions and unreadable lines left out; empty if no file); ``units``
     (:func:`evaluated_units`): only the records of those benchmarks, sampling seeds and problem
-    indices below the limit (None: any). A JSON line
+    indices below the limit (None: any); a record without 'seed' (older versions) is of the
+    evaluation's one seed (0 when ``units`` names none or several). A JSON line
     without a string 'benchmark', an integer 'index' and a boolean 'correct' (as `ict eval` writes
     them: a "false" string would be read as correct), or a file that is not UTF-8, is a one-line
     UsageError naming the file."""
     correct: dict[str, dict[int, list[bool]]] = {}
     if not samples.is_file():
         return correct
+    # a record without 'seed' (an ict eval older than --seeds) is of its evaluation's one seed, as
+    # ict eval's resume reads it (seed 0 left a --seed 3 evaluation with no verdict at all)
+    legacy_seed = next(iter(units[1])) if units[1] is not None and len(units[1]) == 1 else 0
     for number, line in enumerate(read_utf8_text(samples).splitlines(), 1):
         try:
             record = json.loads(line)
@@ -161,13 +165,14 @@ def read_verdicts(samples: Path, units: tuple[set[str] | None, set[int] | None, 
             raise UsageError(f"{samples}:{number}: not an evaluation sample (a JSON object with 'benchmark', "
                              "integer 'index' and boolean 'correct')")
         benchmarks, seeds, limit = units
+        seed = record.get("seed", legacy_seed)
         if (record.get("greedy") or (benchmarks is not None and record["benchmark"] not in benchmarks)
-                or (seeds is not None and record.get("seed", 0) not in seeds)
+                or (seeds is not None and seed not in seeds)
                 or (limit is not None and record["index"] >= limit)):
             continue
         verdicts = correct.setdefault(record["benchmark"], {}).setdefault(record["index"], Verdicts())
         verdicts.append(record["correct"])
-        verdicts.by_seed.setdefault(record.get("seed", 0), []).append(record["correct"])
+        verdicts.by_seed.setdefault(seed, []).append(record["correct"])
     return correct
 
 
