@@ -337,3 +337,23 @@ def test_each_problems_records_are_on_disk_before_the_next_chunk_is_generated(tm
     evaluate(config, Watching({problem.prompt: problem.index for problem in problems}), progress=False,
              print_table=False)
     assert seen == [0, 2]
+
+
+def test_a_rerun_with_another_batch_size_keeps_the_units_drawn_in_its_other_chunks(tmp_path: Path):
+    """--batch-size 4 (two problems per chunk, n 2), then --batch-size 2 (one): the stored units
+    were drawn in chunks that start elsewhere, not cut by another --limit, and are kept: nothing
+    is generated again and the metrics are those stored."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm8k.jsonl").write_text("".join(json.dumps({"question": f"question {i}?", "answer": f"#### {i}"})
+                                              + "\n" for i in range(3)))
+    problems = load_benchmark("gsm8k", data).problems
+    scripted = ScriptedGenerator({problem.prompt: ([f"\\boxed{{{problem.index}}}", "no"], "")
+                                  for problem in problems})
+    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(tmp_path / "out"),
+                  num_samples=2, ks=(1,), device="cpu")
+    evaluate(EvalConfig(**config, batch_size=4), scripted, progress=False, print_table=False)
+    before = (tmp_path / "out" / "samples.jsonl").read_text()
+    again = evaluate(EvalConfig(**config, batch_size=2), ScriptedGenerator({}), progress=False, print_table=False)
+    assert again.benchmarks[0].metrics["pass@1"] == 0.5
+    assert (tmp_path / "out" / "samples.jsonl").read_text() == before

@@ -447,11 +447,11 @@ def _chunks(benchmark: Benchmark, wanted: set[int], per_chunk: int) -> list[list
 
 def _cut_otherwise(benchmarks: Sequence[Benchmark], records: dict[str, list[dict[str, Any]]],
                    units: list[int | None], per_chunk: int) -> list[str]:
-    """The stored units (`unit_key`) of these problems drawn in a chunk that starts at the same
-    problem as this run's but holds another number of problems (their records' ``chunk``: first
-    index, size): another ``--limit`` cut the last chunk elsewhere, and an uninterrupted run
-    draws them otherwise, so they are drawn again. Units without ``chunk`` (older versions) and
-    chunks that start elsewhere (another ``--batch-size``) are kept."""
+    """The stored units (`unit_key`) of these problems drawn in a chunk of as many problems a
+    call as this run's, from the same first problem, but that holds another number of problems
+    (their records' ``chunk``: first index, size, problems a call): another ``--limit`` cut the
+    last chunk elsewhere, and an uninterrupted run draws them otherwise, so they are drawn again.
+    Units without ``chunk`` (older versions) and those of another ``--batch-size`` are kept."""
     stale = []
     for benchmark in benchmarks:
         for chunk in _all_chunks(benchmark, per_chunk):
@@ -459,8 +459,8 @@ def _cut_otherwise(benchmarks: Sequence[Benchmark], records: dict[str, list[dict
                 for unit in units:
                     key = unit_key(benchmark.name, problem.index, unit)
                     drawn = records[key][0].get("chunk") if key in records else None
-                    if (isinstance(drawn, list) and len(drawn) == 2 and drawn[0] == chunk[0].index
-                            and drawn[1] != len(chunk)):
+                    if (isinstance(drawn, list) and len(drawn) == 3 and drawn[0] == chunk[0].index
+                            and drawn[2] == per_chunk and drawn[1] != len(chunk)):
                         stale.append(key)
     return stale
 
@@ -599,7 +599,7 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
                         records[key] = records_for_problem(
                             problem, completions[offset], lengths[offset], finished[offset],
                             verdicts[offset * width : (offset + 1) * width], greedy, unit, grading,
-                            (chunk[0].index, len(chunk)),
+                            (chunk[0].index, len(chunk), per_chunk),
                         )
                         # this seed's finished units on disk before the next seed is generated:
                         # an interrupt loses the unit being generated only, not the chunk's

@@ -189,11 +189,12 @@ def check_same_problems(output_dir: Path, problems: list[Problem], records: dict
 def records_for_problem(problem: Problem, completions: list[str], lengths: list[int],
                          finished: list[bool], verdicts: list[Verdict],
                          greedy: bool, seed: int | None, grading: dict[str, Any],
-                         chunk: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+                         chunk: tuple[int, int, int] | None = None) -> list[dict[str, Any]]:
     """One ``samples.jsonl`` record per completion of one problem (``sample`` -1 = greedy);
     ``seed`` is the sampling seed of the completions (``None`` for the greedy one); ``grading``:
     the `GRADING_KEYS` settings its verdicts were graded with; ``chunk``: (first problem index,
-    number of problems) of the generate call that drew them (recorded when given)."""
+    number of problems, problems a call of the run) of the generate call that drew them
+    (recorded when given)."""
     records = []
     for sample, (completion, length, done, verdict) in enumerate(
         zip(completions, lengths, finished, verdicts, strict=True)
