@@ -339,6 +339,34 @@ def test_each_problems_records_are_on_disk_before_the_next_chunk_is_generated(tm
     assert seen == [0, 2]
 
 
+def test_records_graded_before_the_grading_field_are_regraded_as_lenient_ones(tmp_path: Path):
+    """Records and a run.json from before ``grading`` existed were graded with the lenient
+    extraction of that time (`LEGACY_GRADING`): under the anchored default they are graded again,
+    without generating. "the sum 3" is right under lenient extraction only (pass@1 1.0 as
+    stored, 0.0 anchored); taking them for graded with the current rules kept 1.0."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm8k.jsonl").write_text(json.dumps({"question": "question 3?", "answer": "#### 3"}) + "\n")
+    prompt = load_benchmark("gsm8k", data).problems[0].prompt
+    out = tmp_path / "out"
+    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
+                  num_samples=2, ks=(1,), device="cpu", math_extraction="lenient")
+    first = evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["the sum 3", "the sum 3"], "")}),
+                     progress=False, print_table=False)
+    assert first.benchmarks[0].metrics["pass@1"] == 1.0
+    old = [{key: value for key, value in json.loads(line).items() if key not in ("grading", "chunk")}
+           for line in (out / "samples.jsonl").read_text().splitlines()]
+    (out / "samples.jsonl").write_text("".join(json.dumps(record) + "\n" for record in old))
+    run = json.loads((out / "run.json").read_text())
+    del run["grading"]
+    (out / "run.json").write_text(json.dumps(run))
+    again = evaluate(EvalConfig(**{**config, "math_extraction": "anchored"}), ScriptedGenerator({}),
+                     progress=False, print_table=False)  # its generator has no completion to give
+    assert again.benchmarks[0].metrics["pass@1"] == 0.0
+    assert {record["grading"]["math_extraction"] for record in map(
+        json.loads, (out / "samples.jsonl").read_text().splitlines())} == {"anchored"}
+
+
 def test_a_rerun_with_another_batch_size_keeps_the_units_drawn_in_its_other_chunks(tmp_path: Path):
     """--batch-size 4 (two problems per chunk, n 2), then --batch-size 2 (one): the stored units
     were drawn in chunks that start elsewhere, not cut by another --limit, and are kept: nothing
