@@ -245,3 +245,23 @@ def test_records_from_before_the_seed_field_count_as_their_evaluation_s_seed(tmp
         assert correct == {"b": {0: [True, False], 1: [False, True]}}
         assert {index: verdicts.by_seed for index, verdicts in correct["b"].items()} == {
             0: {seed: [True, False]}, 1: {seed: [False, True]}}
+
+
+def test_a_reused_evaluation_older_than_a_setting_is_checked_on_the_settings_it_records(tmp_path):
+    """Mutation test of _check_eval_settings: a results.json written before a setting existed
+    (here answer_extraction, math_extraction and limit missing) is compared on the settings it
+    records, and passes when they agree (reading each missing one as None refused every such
+    evaluation: 'answer_extraction None -> ...'); one it records that differs is still refused."""
+    from ict.core.errors import UsageError
+    from ict.evaluation.evaluate import EvalConfig
+    from ict.experiments.compare import _check_eval_settings
+
+    config = EvalConfig(model="m", benchmarks="gsm8k", num_samples=2, ks=(1,), temperature=1.0,
+                        max_new_tokens=8, seed=0, limit=5, math_extraction="anchored", answer_extraction="tag")
+    older = {"model": "m", "benchmarks": "gsm8k", "data_dir": None, "num_samples": 2, "ks": [1],
+             "temperature": 1.0, "max_new_tokens": 8, "seed": 0}
+    _write_eval(tmp_path / "eval", {0: {0: [True, False]}}, older)
+    _check_eval_settings(tmp_path / "eval", config)
+    _write_eval(tmp_path / "eval", {0: {0: [True, False]}}, {**older, "temperature": 0.6})
+    with pytest.raises(UsageError, match=r"other settings \(temperature 0.6 -> 1.0\)"):
+        _check_eval_settings(tmp_path / "eval", config)
