@@ -385,3 +385,28 @@ def test_a_rerun_with_another_batch_size_keeps_the_units_drawn_in_its_other_chun
     again = evaluate(EvalConfig(**config, batch_size=2), ScriptedGenerator({}), progress=False, print_table=False)
     assert again.benchmarks[0].metrics["pass@1"] == 0.5
     assert (tmp_path / "out" / "samples.jsonl").read_text() == before
+
+
+def test_a_resume_keeps_greedy_records_seedless_and_results_json_names_the_one_seed(tmp_path: Path):
+    """A rerun rewrites samples.jsonl: a greedy record keeps ``seed`` null (it was read as an old
+    record without one and written back with the legacy seed 0). results.json's config names
+    the sampling seeds of a one-seed run too (``seeds`` [1]): ict compare reads the records of
+    those seeds only, not seed 0's that an earlier ``--seeds 0,1`` left in the directory (with
+    ``seeds`` null it read both, 2 samples a problem of n = 1)."""
+    from ict.analysis.comparison_runs import complete_verdicts
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm8k.jsonl").write_text(json.dumps({"question": "question 3?", "answer": "#### 3"}) + "\n")
+    prompt = load_benchmark("gsm8k", data).problems[0].prompt
+    out = tmp_path / "out"
+    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
+                  num_samples=1, ks=(1,), device="cpu", greedy=True)
+    evaluate(EvalConfig(**config, seeds=(0, 1)), ScriptedGenerator({prompt: (["\\boxed{3}"], "\\boxed{3}")}),
+             progress=False, print_table=False)
+    evaluate(EvalConfig(**config, seed=1), ScriptedGenerator({}), progress=False, print_table=False)
+    records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert sorted((r["sample"], r["seed"]) for r in records if r["greedy"]) == [(-1, None)]
+    assert json.loads((out / "results.json").read_text())["config"]["seeds"] == [1]
+    correct = complete_verdicts(out)
+    assert correct == {"gsm8k": {0: [True]}} and correct["gsm8k"][0].by_seed == {1: [True]}
