@@ -471,14 +471,13 @@ def test_a_stale_cache_directory_is_replaced_by_the_conversion(monkeypatch, tmp_
     assert (target / "model.safetensors").is_file() and json.loads((target / "config.json").read_text())
 
 
-def test_a_lora_checkpoint_outside_ict_eval_is_named_as_one(tiny_model_dir, tmp_path, capsys):
-    """A LoRA run's checkpoint (tokenizer, adapter/, no config.json) given to ict inspect (or ict
-    train's --model) was refused with 'holds no model: pass ... a run's checkpoints/step-N', which
-    is what was passed. The refusal names it a LoRA checkpoint, for the directory and its adapter/."""
+def test_a_lora_checkpoint_outside_ict_eval_is_named_as_one(tiny_model_dir, tmp_path):
+    """A LoRA run's checkpoint (tokenizer, adapter/, no config.json) given to ict train's --model
+    was refused with 'holds no model: pass ... a run's checkpoints/step-N', which is what was
+    passed. The refusal names it a LoRA checkpoint, for the directory and its adapter/ (ict eval
+    and ict inspect load it: load_inference_model)."""
     import json
     import shutil
-
-    from ict.cli import main
 
     checkpoint = tmp_path / "step-00000001"
     checkpoint.mkdir()
@@ -488,7 +487,8 @@ def test_a_lora_checkpoint_outside_ict_eval_is_named_as_one(tiny_model_dir, tmp_
     (checkpoint / "adapter" / "adapter_config.json").write_text(json.dumps(
         {"peft_type": "LORA", "base_model_name_or_path": str(tiny_model_dir), "r": 4}))
     for directory in (checkpoint, checkpoint / "adapter"):
-        assert main(["inspect", "--model", str(directory), "--prompt", "what is 3 ?"]) == 2
-        error = capsys.readouterr().err
-        assert f"{directory} is a LoRA checkpoint" in error and "ict eval loads it" in error
+        with pytest.raises(UsageError) as refusal:
+            load_model_and_tokenizer(str(directory), device="cpu")
+        error = str(refusal.value)
+        assert f"{directory} is a LoRA checkpoint" in error and "ict eval and ict inspect load it" in error
         assert len(error.strip().splitlines()) == 1
