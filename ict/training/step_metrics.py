@@ -69,9 +69,9 @@ def reward_metrics(rewards: torch.Tensor, task: list[float]) -> dict[str, float]
 
 def update_metrics(updates: BatchUpdates) -> dict[str, float]:
     """Token-weighted means of the loss metrics over the step's updates, the mean loss and
-    gradient norm of its finite updates."""
+    gradient norm of its applied updates (NaN, written null, when every update was skipped for a
+    non-finite loss or gradient: ``skipped_updates``)."""
     totals, counts = updates.totals, updates.totals.counts
-    finite_losses = [value for value in updates.losses if math.isfinite(value)]
     return {
         "entropy": totals.mean("entropy"),
         "entropy_selected": totals.mean("entropy_selected"),
@@ -84,7 +84,7 @@ def update_metrics(updates: BatchUpdates) -> dict[str, float]:
         "clip_fraction": totals.mean("clip_fraction"),  # NaN (null) without a selected token
         "kl": totals.mean("kl"),
         "kl_old": totals.mean("kl_old"),  # NaN (null) without a response token
-        "loss": sum(finite_losses) / len(finite_losses) if finite_losses else math.nan,
+        "loss": sum(updates.losses) / len(updates.losses) if updates.losses else math.nan,
         "grad_norm": (sum(updates.grad_norms) / len(updates.grad_norms) if updates.grad_norms
                       else math.nan),
     }
