@@ -109,6 +109,23 @@ def speed_metrics(rollout: Any, step_seconds: float, training_seconds: float) ->
     }
 
 
+def profile_heading(all_metrics: list[dict[str, Any]], config: TrainConfig) -> str:
+    """The line above ``--profile``'s table: the steps its means are over, and how many of them
+    were full-token warm-up steps (every response token updated, as GRPO does: the method's
+    selection did not run, so they are not its cost)."""
+    steps = max(1, len(all_metrics))
+    warmup = (sum(1 for metrics in all_metrics if metrics.get("full_token_warmup"))
+              if config.selector_name != "all" else 0)
+    if warmup == 0:
+        return f"step profile (mean of {steps} steps)"
+    if warmup == len(all_metrics):
+        return (f"step profile (mean of {steps} steps, all of them full-token warm-up steps: every response token "
+                f"updated, as GRPO does; {config.method}'s selection never ran, train past "
+                f"full_token_warmup_steps={config.full_token_warmup_steps} to profile it)")
+    return (f"step profile (mean of {steps} steps: {warmup} full-token warm-up steps, every response token "
+            f"updated as GRPO does, and {steps - warmup} of {config.method}'s selection)")
+
+
 def check_entropy(metrics: dict[str, Any], state: dict[str, Any], config: TrainConfig,
                    console: Any) -> dict[str, Any]:
     """Warn (once per kind) when entropy collapses or explodes relative to its first value."""
