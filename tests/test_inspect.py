@@ -291,10 +291,12 @@ def test_a_lora_checkpoint_is_scored_as_its_base_with_the_adapter_merged(tiny_mo
     """A LoRA run's checkpoint (``adapter/`` as the trainer's save_checkpoint writes it, tokenizer
     files, no config.json) was refused ("merge first") though ict eval loads it; inspect loads it as
     eval does. Every token's entropy on the page equals a float64 forward of the base with the
-    adapter merged by peft's merge_and_unload (and differs from the base's own)."""
+    adapter merged by peft's merge_and_unload, after the prompt in the checkpoint's own chat
+    template (here not the base's; the loader's docstring: the checkpoint's tokenizer), and differs
+    from the base's own."""
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ict.runs.checkpoint import save_checkpoint
 
@@ -302,11 +304,13 @@ def test_a_lora_checkpoint_is_scored_as_its_base_with_the_adapter_merged(tiny_mo
     lora = LoraConfig(r=2, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False)
     adapted = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), lora)  # B != 0
     tokenizer, base_probabilities = _plain_forward(tiny_model_dir)
+    own = AutoTokenizer.from_pretrained(tiny_model_dir)
+    own.chat_template = own.chat_template.replace("assistant ", "assistant so the answer : ")
     checkpoint = save_checkpoint(tmp_path / "run", 3, adapted, torch.optim.SGD(adapted.parameters(), lr=0.1), {},
-                                 tokenizer=tokenizer)
+                                 tokenizer=own)
     merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float64),
                                        str(checkpoint / "adapter")).merge_and_unload()
-    _, probabilities = _plain_forward(tiny_model_dir, merged)
+    _, probabilities = _plain_forward(checkpoint, merged)
     records = [("the sum is 3", True), ("it is 3 and 4", False), ("3", True), ("so 3", True)]
     samples = _samples_file(tmp_path / "samples.jsonl", [{"prompt": "what is 1 + 2 ?", "completion": c, "finished": f}
                                                          for c, f in records])
