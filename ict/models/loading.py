@@ -178,13 +178,14 @@ def strip_gguf_quantizer(model: Any) -> None:
 
 def model_source(name_or_path: str, cache_dir: str | os.PathLike[str] | None = None) -> str | Path:
     """Where ``name_or_path`` loads from: the offline default's directory, else the path (``~``
-    expanded) or hub id itself; a path-like name (``./``, ``/``, ``~``) that is no directory is a one-line UsageError.
+    expanded, made absolute: a LoRA adapter records it as its base, read from any directory later)
+    or hub id itself; a path-like name (``./``, ``/``, ``~``) that is no directory is a one-line UsageError.
     A hub id with the hub unreachable switches the process offline (`go_offline`): it loads from
     the Hugging Face cache, or fails at once, not after minutes of retries."""
     if name_or_path == OFFLINE_DEFAULT_MODEL:
         return offline_default_path(cache_dir)
     if os.path.isdir(os.path.expanduser(name_or_path)):  # ~ from a config file or --model=~/...
-        return os.path.expanduser(name_or_path)
+        return os.path.abspath(os.path.expanduser(name_or_path))
     if os.path.sep in name_or_path and name_or_path.startswith((".", "/", "~")):
         raise UsageError(f"model directory not found: {name_or_path}")
     if not hub_reachable():
@@ -298,6 +299,10 @@ def load_inference_model(name_or_path: str, dtype: str = "auto", device: str = "
     base = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
     if not base:
         raise UsageError(f"{adapter}/adapter_config.json names no base model")
+    if base.startswith(".") and not os.path.isdir(base):  # written by a version that kept ./paths relative
+        raise UsageError(f"{adapter}/adapter_config.json names its base model by the relative path {base}, not a "
+                         "directory here: run from the directory it was trained in, or write the base model's "
+                         "absolute path as its base_model_name_or_path")
     model, tokenizer = load_model_and_tokenizer(base, dtype=dtype, device=device)
     model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     for directory in (adapter.parent, adapter):
