@@ -345,6 +345,25 @@ def test_lora_checkpoint_loads(tmp_path, tiny_model_dir):
     assert generator.tokenizer.padding_side == "left"
 
 
+def test_a_lora_checkpoint_is_refused_by_vllm_and_one_without_a_base_model_is_named(tmp_path, monkeypatch, capsys):
+    """--backend vllm with a LoRA checkpoint is one line (vLLM present: its engine would be given a
+    directory with no model); an adapter_config.json naming no base model is one line, from ict eval
+    and ict inspect alike (the shared loader), not a traceback from loading a model named None."""
+    from ict.core.errors import UsageError
+    from ict.evaluation import evaluate as evaluate_module
+
+    adapter = tmp_path / "step-00000001" / "adapter"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4}))
+    monkeypatch.setattr(evaluate_module, "_vllm_available", lambda: True)
+    with pytest.raises(UsageError, match="--backend vllm does not load LoRA checkpoints; use --backend hf"):
+        evaluate_module.load_generator(EvalConfig(model=str(adapter.parent), device="cpu", backend="vllm"))
+    with pytest.raises(UsageError, match="adapter_config.json names no base model"):
+        evaluate_module.load_generator(EvalConfig(model=str(adapter.parent), device="cpu", backend="hf"))
+    assert main(["inspect", "--model", str(adapter.parent), "--prompt", "what is 3 ?"]) == 2
+    assert "adapter_config.json names no base model" in capsys.readouterr().err
+
+
 def test_sampling_options_are_checked_at_their_documented_bounds():
     """k in 1..n, temperature >= 0 (0: greedy), top-p in (0, 1] (1: no nucleus cut), limit >= 1,
     sampling seeds in [0, 2^32) (as ict train's; the vLLM engine takes them)."""

@@ -264,16 +264,16 @@ def test_the_learning_curve_legend_names_every_method_of_any_panel(tmp_path, mon
     assert seen == [["grpo", "ict", "stapo"]]
 
 
-def _plain_forward(model_dir):
+def _plain_forward(model_dir, model=None):
     """The tiny model's tokenizer and ``probabilities(prompt, ids, temperature)``: softmax(logits /
     T) in float64, ``[len(ids), V]``, at each response token of ``ids``, from one plain forward pass
-    of the chat-rendered user ``prompt`` (after a ``system`` message if given) followed by ``ids``
-    (no padding, no batching)."""
+    of ``model`` (default: the one saved in ``model_dir``) over the chat-rendered user ``prompt``
+    (after a ``system`` message if given) followed by ``ids`` (no padding, no batching)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    model = (model or AutoModelForCausalLM.from_pretrained(model_dir)).eval()
 
     def probabilities(prompt, ids, temperature, system=None):
         messages = [{"role": "system", "content": system}] if system else []
@@ -285,6 +285,48 @@ def _plain_forward(model_dir):
         return torch.softmax(logits[len(prompt_ids) - 1:len(prompt_ids) - 1 + len(ids)] / temperature, dim=-1)
 
     return tokenizer, probabilities
+
+
+def test_a_lora_checkpoint_is_scored_as_its_base_with_the_adapter_merged(tiny_model_dir, tmp_path):
+    """A LoRA run's checkpoint (``adapter/`` as the trainer's save_checkpoint writes it, tokenizer
+    files, no config.json) was refused ("merge first") though ict eval loads it; inspect loads it as
+    eval does. Every token's entropy on the page equals a float64 forward of the base with the
+    adapter merged by peft's merge_and_unload, after the prompt in the checkpoint's own chat
+    template (here not the base's; the loader's docstring: the checkpoint's tokenizer), and differs
+    from the base's own."""
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ict.runs.checkpoint import save_checkpoint
+
+    torch.manual_seed(0)
+    lora = LoraConfig(r=2, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False)
+    adapted = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), lora)  # B != 0
+    tokenizer, base_probabilities = _plain_forward(tiny_model_dir)
+    own = AutoTokenizer.from_pretrained(tiny_model_dir)
+    own.chat_template = own.chat_template.replace("assistant ", "assistant so the answer : ")
+    checkpoint = save_checkpoint(tmp_path / "run", 3, adapted, torch.optim.SGD(adapted.parameters(), lr=0.1), {},
+                                 tokenizer=own)
+    merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float64),
+                                       str(checkpoint / "adapter")).merge_and_unload()
+    _, probabilities = _plain_forward(checkpoint, merged)
+    records = [("the sum is 3", True), ("it is 3 and 4", False), ("3", True), ("so 3", True)]
+    samples = _samples_file(tmp_path / "samples.jsonl", [{"prompt": "what is 1 + 2 ?", "completion": c, "finished": f}
+                                                         for c, f in records])
+    page = tmp_path / "view.html"
+    assert main(["inspect", "--model", str(checkpoint), "--samples", str(samples), "--temperature", "0.7",
+                 "--color", "entropy", "--html", str(page)]) == 0
+    shown = [[float(v) for v in re.findall(r"title='entropy=([0-9.]+)'>", block)]
+             for block in page.read_text().split("<div class='prompt'>")[1:]]
+    gap = 0.0
+    for row, (completion, finished) in zip(shown, records, strict=True):
+        ids = tokenizer.encode(completion, add_special_tokens=False) + [tokenizer.eos_token_id] * finished
+        want, base = ((-(p * p.log()).sum(-1)).tolist() for p in (probabilities("what is 1 + 2 ?", ids, 0.7),
+                                                               base_probabilities("what is 1 + 2 ?", ids, 0.7)))
+        assert row == pytest.approx(want, abs=6e-5)
+        gap = max(gap, *(abs(a - b) for a, b in zip(want, base, strict=True)))
+    assert gap > 0.01  # the adapter changes the numbers
 
 
 def _samples_file(path, records):

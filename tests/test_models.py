@@ -471,14 +471,13 @@ def test_a_stale_cache_directory_is_replaced_by_the_conversion(monkeypatch, tmp_
     assert (target / "model.safetensors").is_file() and json.loads((target / "config.json").read_text())
 
 
-def test_a_lora_checkpoint_outside_ict_eval_is_named_as_one(tiny_model_dir, tmp_path, capsys):
-    """A LoRA run's checkpoint (tokenizer, adapter/, no config.json) given to ict inspect (or ict
-    train's --model) was refused with 'holds no model: pass ... a run's checkpoints/step-N', which
-    is what was passed. The refusal names it a LoRA checkpoint, for the directory and its adapter/."""
+def test_a_lora_checkpoint_outside_ict_eval_is_named_as_one(tiny_model_dir, tmp_path):
+    """A LoRA run's checkpoint (tokenizer, adapter/, no config.json) given to ict train's --model
+    was refused with 'holds no model: pass ... a run's checkpoints/step-N', which is what was
+    passed. The refusal names it a LoRA checkpoint, for the directory and its adapter/ (ict eval
+    and ict inspect load it: load_inference_model)."""
     import json
     import shutil
-
-    from ict.cli import main
 
     checkpoint = tmp_path / "step-00000001"
     checkpoint.mkdir()
@@ -488,7 +487,32 @@ def test_a_lora_checkpoint_outside_ict_eval_is_named_as_one(tiny_model_dir, tmp_
     (checkpoint / "adapter" / "adapter_config.json").write_text(json.dumps(
         {"peft_type": "LORA", "base_model_name_or_path": str(tiny_model_dir), "r": 4}))
     for directory in (checkpoint, checkpoint / "adapter"):
-        assert main(["inspect", "--model", str(directory), "--prompt", "what is 3 ?"]) == 2
-        error = capsys.readouterr().err
-        assert f"{directory} is a LoRA checkpoint" in error and "ict eval loads it" in error
+        with pytest.raises(UsageError) as refusal:
+            load_model_and_tokenizer(str(directory), device="cpu")
+        error = str(refusal.value)
+        assert f"{directory} is a LoRA checkpoint" in error and "ict eval and ict inspect load it" in error
         assert len(error.strip().splitlines()) == 1
+
+
+def test_a_lora_checkpoint_of_a_model_given_by_a_relative_path_loads_from_any_directory(
+        tiny_model_dir, tmp_path, monkeypatch):
+    """A LoRA run of --model ./dir recorded './dir' as its adapter's base model (peft keeps the
+    name the model was loaded by), so ict eval and ict inspect of the checkpoint, run from another
+    directory, failed with 'model directory not found: ./dir'. The model's path is made absolute
+    when loaded; a checkpoint written before that is refused in one line naming the adapter's file."""
+    import json
+
+    from ict.models.loading import LoraOptions, load_inference_model
+
+    monkeypatch.chdir(tiny_model_dir.parent)
+    model, _ = load_model_and_tokenizer(f"./{tiny_model_dir.name}", device="cpu", lora=LoraOptions(rank=2))
+    checkpoint = tmp_path / "step-00000001"
+    model.save_pretrained(checkpoint / "adapter")  # as ict.runs.checkpoint.save_checkpoint does
+    monkeypatch.chdir(tmp_path)
+    merged, tokenizer = load_inference_model(str(checkpoint), device="cpu")
+    assert tokenizer.padding_side == "left" and not hasattr(merged, "peft_config")
+    config = checkpoint / "adapter" / "adapter_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "base_model_name_or_path": "./tiny-model"}))
+    with pytest.raises(UsageError, match=r"adapter_config.json names its base model by the relative path ./tiny-model, "
+                                         r"not a directory here: run from the directory it was trained in"):
+        load_inference_model(str(checkpoint), device="cpu")

@@ -18,6 +18,7 @@ from ict.runs.reporting import (
     print_summary,
     selection_summary,
     sparkline,
+    step_line,
     summed_top_tokens,
 )
 
@@ -142,3 +143,13 @@ def test_tensorboard_leaves_out_a_non_finite_value(tmp_path):
     board.Reload()
     assert [(event.step, event.value) for event in board.Scalars("train/entropy")] == [(2, 0.25)]
     assert [event.step for event in board.Scalars("train/reward_mean")] == [1, 2]
+
+
+def test_the_step_line_names_a_step_whose_updates_were_skipped():
+    """The console's line of a step: a step with skipped (non-finite) updates says how many, its
+    undefined entropies as nan; a step without skips says nothing of them."""
+    metrics = {"step": 3, "reward_mean": 0.25, "accuracy": 0.5, "entropy": math.nan, "renyi2": 1.5,
+               "selected_fraction": 0.1, "response_length_mean": 7.0, "step_seconds": 2.0, "skipped_updates": 2}
+    assert step_line(metrics, 10) == ("step    3/10  reward 0.250  acc 0.500  entropy nan  renyi2 1.500  selected "
+                                      "0.100  len 7.0  2.0s  SKIPPED 2 non-finite update(s)")
+    assert step_line({**metrics, "skipped_updates": 0}, 10).endswith("len 7.0  2.0s")

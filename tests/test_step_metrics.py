@@ -38,12 +38,12 @@ def test_length_metrics_by_hand():
 def test_update_metrics_weigh_micro_batches_by_their_tokens():
     """Two micro-batches: 4 response tokens (1 selected) with entropy 2.0 and selected entropy 3.0,
     6 (3 selected) with 1.0 and 0.5. Token means: entropy (4 * 2 + 6 * 1) / 10 = 1.4, selected
-    entropy (1 * 3 + 3 * 0.5) / 4 = 1.125, selected fraction 4 / 10. The loss is the mean of the
-    finite update losses, the gradient norm the mean of the applied updates'."""
+    entropy (1 * 3 + 3 * 0.5) / 4 = 1.125, selected fraction 4 / 10. The loss and the gradient norm
+    are the means of the applied updates' (`BatchUpdates` keeps a skipped update in neither)."""
     updates = BatchUpdates()
     updates.totals.add({"entropy": 2.0, "entropy_selected": 3.0}, 4.0, 1.0)
     updates.totals.add({"entropy": 1.0, "entropy_selected": 0.5}, 6.0, 3.0)
-    updates.losses.extend([1.0, math.nan, 3.0])
+    updates.losses.extend([1.0, 3.0])
     updates.grad_norms.extend([2.0, 4.0])
     metrics = update_metrics(updates)
     assert metrics["entropy"] == pytest.approx(1.4)

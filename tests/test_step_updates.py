@@ -213,3 +213,36 @@ def test_the_entropy_bonus_gradient_is_the_token_mean_entropys_at_any_micro_batc
                              group_size=4)
         got = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("poisoned", [{1}, {1, 2}])
+def test_an_update_skipped_for_a_non_finite_gradient_is_left_out_of_the_logged_loss(tiny_tokenizer, poisoned):
+    """A finite loss whose gradient is infinite (a hook on the LM head's gradient at the backward
+    passes in `poisoned`; one per mini-batch here) skips the update. The step's logged `loss` was
+    the mean over every update's finite loss, the skipped one's included, while `grad_norm` left
+    it out. Now both are over the applied updates: with the first skipped (weights untouched), the
+    second mini-batch's GRPO loss at ratio 1, -sum_i A_i |y_i| / sum_i |y_i| over its rows; with
+    both skipped, NaN (null) like `grad_norm`."""
+    from ict.training.step_metrics import update_metrics
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=4)
+    batch, advantages = grouped_batch_and_advantages(len(tiny_tokenizer))
+    backward = {"count": 0}
+
+    def poison(grad: torch.Tensor) -> torch.Tensor:
+        backward["count"] += 1
+        return grad + math.inf if backward["count"] in poisoned else grad
+
+    model.lm_head.weight.register_hook(poison)
+    updates = update_on_batch(model, torch.optim.SGD(model.parameters(), lr=0.1), batch, advantages,
+                              Method.of("all", {}), StepContext(PolicyLossConfig(), 1.0), _config(), 0, {})
+    metrics = update_metrics(updates)
+    assert backward["count"] == 2 and updates.skipped == len(poisoned)
+    if len(poisoned) == 2:
+        assert math.isnan(metrics["loss"]) and math.isnan(metrics["grad_norm"])
+        return
+    second = updates.first_pass[1][0]
+    lengths = batch.response_mask[second].sum(dim=1).double()
+    expected = float(-(advantages[second].double() * lengths).sum() / lengths.sum())
+    assert metrics["loss"] == pytest.approx(expected, rel=1e-5, abs=1e-7)
+    assert math.isfinite(metrics["grad_norm"])

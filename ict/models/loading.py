@@ -178,13 +178,14 @@ def strip_gguf_quantizer(model: Any) -> None:
 
 def model_source(name_or_path: str, cache_dir: str | os.PathLike[str] | None = None) -> str | Path:
     """Where ``name_or_path`` loads from: the offline default's directory, else the path (``~``
-    expanded) or hub id itself; a path-like name (``./``, ``/``, ``~``) that is no directory is a one-line UsageError.
+    expanded, made absolute: a LoRA adapter records it as its base, read from any directory later)
+    or hub id itself; a path-like name (``./``, ``/``, ``~``) that is no directory is a one-line UsageError.
     A hub id with the hub unreachable switches the process offline (`go_offline`): it loads from
     the Hugging Face cache, or fails at once, not after minutes of retries."""
     if name_or_path == OFFLINE_DEFAULT_MODEL:
         return offline_default_path(cache_dir)
     if os.path.isdir(os.path.expanduser(name_or_path)):  # ~ from a config file or --model=~/...
-        return os.path.expanduser(name_or_path)
+        return os.path.abspath(os.path.expanduser(name_or_path))
     if os.path.sep in name_or_path and name_or_path.startswith((".", "/", "~")):
         raise UsageError(f"model directory not found: {name_or_path}")
     if not hub_reachable():
@@ -200,9 +201,9 @@ def _load_error(name_or_path: str, source: str | Path, error: Exception) -> Usag
         return UsageError(f"cannot load model {name_or_path!r}: a weights file is damaged or incomplete ({error})")
     if os.path.isdir(source) and not (Path(source) / "config.json").is_file():
         if any((Path(source) / where / "adapter_config.json").is_file() for where in ("adapter", ".")):
-            return UsageError(f"{name_or_path} is a LoRA checkpoint (a peft adapter, no full model): ict eval loads "
-                              "it with its base model; here pass a full model directory (the base merged with the "
-                              "adapter: peft's merge_and_unload, then save_pretrained)")
+            return UsageError(f"{name_or_path} is a LoRA checkpoint (a peft adapter, no full model): ict eval "
+                              "and ict inspect load it with its base model; here pass a full model directory (the "
+                              "base merged with the adapter: peft's merge_and_unload, then save_pretrained)")
         return UsageError(f"{name_or_path} holds no model (no config.json): pass a model directory, e.g. a run's "
                           "checkpoints/step-N (of a full fine-tuning run)")
     detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
@@ -268,6 +269,46 @@ def load_model_and_tokenizer(
         model.config.use_cache = False
     if lora is not None and lora.rank > 0:
         model = apply_lora(model, lora)
+    return model, tokenizer
+
+
+def lora_adapter_dir(name_or_path: str) -> Path | None:
+    """The peft adapter directory of a LoRA checkpoint of `ict train` (``<ckpt>/adapter``), or
+    of a plain adapter directory (``adapter_config.json``, no ``config.json``); None for anything else."""
+    path = Path(name_or_path).expanduser()
+    for candidate in (path / "adapter", path):
+        if (candidate / "adapter_config.json").is_file() and not (candidate / "config.json").is_file():
+            return candidate
+    return None
+
+
+def load_inference_model(name_or_path: str, dtype: str = "auto", device: str = "auto") -> tuple[Any, Any]:
+    """(model, tokenizer) to generate and score with, as ``ict eval`` (Hugging Face backend) and
+    ``ict inspect`` load it: a LoRA checkpoint (:func:`lora_adapter_dir`) is its base model (the
+    adapter's ``base_model_name_or_path``) with the adapter merged (peft's ``merge_and_unload``:
+    ``W + (alpha / r) B A`` per adapted layer), its tokenizer the checkpoint's when it has one
+    (:func:`load_tokenizer`'s pad token and left padding); anything else
+    :func:`load_model_and_tokenizer`."""
+    adapter = lora_adapter_dir(name_or_path)
+    if adapter is None:
+        return load_model_and_tokenizer(name_or_path, dtype=dtype, device=device)
+    import json
+
+    from peft import PeftModel
+
+    base = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if not base:
+        raise UsageError(f"{adapter}/adapter_config.json names no base model")
+    if base.startswith(".") and not os.path.isdir(base):  # written by a version that kept ./paths relative
+        raise UsageError(f"{adapter}/adapter_config.json names its base model by the relative path {base}, not a "
+                         "directory here: run from the directory it was trained in, or write the base model's "
+                         "absolute path as its base_model_name_or_path")
+    model, tokenizer = load_model_and_tokenizer(base, dtype=dtype, device=device)
+    model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    for directory in (adapter.parent, adapter):
+        if (directory / "tokenizer_config.json").is_file():
+            tokenizer, _ = load_tokenizer(str(directory))
+            break
     return model, tokenizer
 
 

@@ -421,9 +421,10 @@ def group_order(num_groups: int, group_size: int, generator: torch.Generator) ->
 
 @dataclass
 class BatchUpdates:
-    """What the updates of one rollout batch leave: summed metrics, per-update losses and
-    gradient norms, the count of skipped (non-finite) updates, and each row's first-pass result
-    (`first_pass`: (row indices, result) of the first pass over the batch, each row once)."""
+    """What the updates of one rollout batch leave: summed metrics, the loss and gradient norm
+    of each applied update (a skipped one, non-finite loss or gradient, adds to neither), the
+    count of skipped updates, and each row's first-pass result (`first_pass`: (row indices,
+    result) of the first pass over the batch, each row once)."""
 
     totals: MetricTotals = field(default_factory=MetricTotals)
     losses: list[float] = field(default_factory=list)
@@ -492,12 +493,12 @@ def update_on_batch(model: Any, optimizer: torch.optim.Optimizer, batch: Rollout
         norm, applied = apply_update(model, optimizer, result.loss, config.max_grad_norm,
                                      context.profiler)
         if applied:
+            updates.losses.append(result.loss)
             updates.grad_norms.append(norm)
             state["consecutive_skips"] = 0
         else:
             updates.skipped += 1
             state["consecutive_skips"] = state.get("consecutive_skips", 0) + 1
-        updates.losses.append(result.loss)
         updates.totals.merge(result.totals)
         if update_index < first_pass_updates:
             updates.first_pass.append((index, result))

@@ -69,9 +69,9 @@ def reward_metrics(rewards: torch.Tensor, task: list[float]) -> dict[str, float]
 
 def update_metrics(updates: BatchUpdates) -> dict[str, float]:
     """Token-weighted means of the loss metrics over the step's updates, the mean loss and
-    gradient norm of its finite updates."""
+    gradient norm of its applied updates (NaN, written null, when every update was skipped for a
+    non-finite loss or gradient: ``skipped_updates``)."""
     totals, counts = updates.totals, updates.totals.counts
-    finite_losses = [value for value in updates.losses if math.isfinite(value)]
     return {
         "entropy": totals.mean("entropy"),
         "entropy_selected": totals.mean("entropy_selected"),
@@ -84,7 +84,7 @@ def update_metrics(updates: BatchUpdates) -> dict[str, float]:
         "clip_fraction": totals.mean("clip_fraction"),  # NaN (null) without a selected token
         "kl": totals.mean("kl"),
         "kl_old": totals.mean("kl_old"),  # NaN (null) without a response token
-        "loss": sum(finite_losses) / len(finite_losses) if finite_losses else math.nan,
+        "loss": sum(updates.losses) / len(updates.losses) if updates.losses else math.nan,
         "grad_norm": (sum(updates.grad_norms) / len(updates.grad_norms) if updates.grad_norms
                       else math.nan),
     }
@@ -107,6 +107,23 @@ def speed_metrics(rollout: Any, step_seconds: float, training_seconds: float) ->
         "training_seconds": training_seconds,
         "step_seconds": step_seconds,
     }
+
+
+def profile_heading(all_metrics: list[dict[str, Any]], config: TrainConfig) -> str:
+    """The line above ``--profile``'s table: the steps its means are over, and how many of them
+    were full-token warm-up steps (every response token updated, as GRPO does: the method's
+    selection did not run, so they are not its cost)."""
+    steps = max(1, len(all_metrics))
+    warmup = (sum(1 for metrics in all_metrics if metrics.get("full_token_warmup"))
+              if config.selector_name != "all" else 0)
+    if warmup == 0:
+        return f"step profile (mean of {steps} steps)"
+    if warmup == len(all_metrics):
+        return (f"step profile (mean of {steps} steps, all of them full-token warm-up steps: every response token "
+                f"updated, as GRPO does; {config.method}'s selection never ran, train past "
+                f"full_token_warmup_steps={config.full_token_warmup_steps} to profile it)")
+    return (f"step profile (mean of {steps} steps: {warmup} full-token warm-up steps, every response token "
+            f"updated as GRPO does, and {steps - warmup} of {config.method}'s selection)")
 
 
 def check_entropy(metrics: dict[str, Any], state: dict[str, Any], config: TrainConfig,

@@ -79,6 +79,7 @@ from ict.training.step import (
 from ict.training.step_metrics import (
     check_entropy,
     length_metrics,
+    profile_heading,
     reward_metrics,
     selection_diagnostics,
     speed_metrics,
@@ -414,11 +415,9 @@ def _run_steps(run: _Run, on_step: Callable[[dict[str, Any]], None] | None) -> l
         run.logger.close()
         profiler.close()
     if config.profile:
-        steps_run = max(1, len(all_metrics))
-        table = profiler.table(steps_run)
-        (run.run_dir / "profile.md").write_text(table + "\n")
-        console.print(f"step profile (mean of {steps_run} steps; also in "
-                      f"{run.run_dir / 'profile.md'}):\n" + table)
+        heading, table = profile_heading(all_metrics, config), profiler.table(max(1, len(all_metrics)))
+        (run.run_dir / "profile.md").write_text(f"{heading}\n\n{table}\n")
+        console.print(f"{heading}; also in {run.run_dir / 'profile.md'}:\n" + table)
     return all_metrics
 
 
