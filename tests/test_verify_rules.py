@@ -104,3 +104,18 @@ def test_an_answer_in_scientific_notation_is_the_number_it_denotes(verifier, com
     for extraction in MATH_EXTRACTIONS:
         verdict = verifier.check(completion, gold, 10.0, extraction)
         assert verdict.correct is expected, (extraction, verdict)
+
+
+def test_the_verify_timeout_is_refused_at_zero_and_past_a_day():
+    """``--verify-timeout`` / ``verify_timeout`` lie in ``(0, 86400]`` seconds (docs: a check's
+    hard bound). A mutant taking 0 (``0 <= seconds``) passed every test; the pool would refuse it
+    only at its first check (a ValueError, after generating)."""
+    from ict.answers.verify import MAX_TIMEOUT_SECONDS, check_timeout
+    from ict.core.errors import UsageError
+
+    assert MAX_TIMEOUT_SECONDS == 86_400
+    for good in (1e-6, 5.0, 86_400.0):
+        check_timeout(good, "--verify-timeout")
+    for bad in (0.0, -1.0, 86_400.001):
+        with pytest.raises(UsageError, match=r"^--verify-timeout must be in \(0, 86400\] seconds"):
+            check_timeout(bad, "--verify-timeout")
