@@ -86,6 +86,7 @@ def test_a_listed_option_after_the_letter_commits_to_none():
 @pytest.mark.parametrize(("text", "expected"), [
     (r"\boxed{B: 42}", "B"),                       # rule 1: a letter then ":" and the option text
     (r"\boxed{\textbf{\text{(C)}}}", "C"),         # rule 1: wrappers peeled, nested too
+    (r"\boxed{\textbf{\text{C}}}", "C"),           # (a bare letter in two wrappers)
     ("The answer is B. So \\boxed{42}", None),     # rule 1 applies (a box), its content no letter
     ("The correct answer is option C.", "C"),       # rule 2: "answer is option C"
     ("Answer - D", "D"),                            # rule 2: "Answer -"

@@ -537,3 +537,24 @@ def test_a_gold_that_names_no_option_says_so(tmp_path, name, row, message):
     (tmp_path / f"{name}.jsonl").write_text(json.dumps(row) + "\n")
     with pytest.raises(UsageError, match=message):
         load_benchmark(name, tmp_path)
+
+
+def test_an_integral_float_index_gold_is_its_index_and_a_fraction_is_refused(tmp_path, capsys):
+    """An index gold written ``1.0`` (a pandas export of an integer column with a gap) was refused
+    ('gold index must be an integer (0-based), got 1.0'); it names option B. ``1.5`` names no
+    option: one line naming the file and line, exit status 2."""
+    from ict.cli import main
+
+    def row(answer):
+        return json.dumps({"question": "q", "choices": ["w", "x", "y", "z"], "answer": answer}) + "\n"
+
+    (tmp_path / "mmlu_stem.jsonl").write_text(row(1.0) + row("2.0") + row(3) + row(" 0 "))
+    assert [p.answer for p in load_benchmark("mmlu_stem", tmp_path).problems] == ["B", "C", "D", "A"]
+    (tmp_path / "mmlu_stem.jsonl").write_text(row(1.0) + row(1.5))
+    with pytest.raises(UsageError, match=r"mmlu_stem\.jsonl:2: row 2 of mmlu_stem: gold index must be an "
+                                         r"integer \(0-based\), got 1\.5$"):
+        load_benchmark("mmlu_stem", tmp_path)
+    assert main(["eval", "--model", str(tmp_path / "no_model"), "--benchmarks", "mmlu_stem", "--data-dir",
+                 str(tmp_path), "--n", "1", "--k", "1", "--output-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "mmlu_stem.jsonl:2" in err, err

@@ -110,6 +110,19 @@ def test_a_data_dir_under_the_home_directory_may_be_written_with_a_tilde(tmp_pat
     assert [(problem.question, problem.answer) for problem in benchmark.problems] == [("1+2?", "3")]
 
 
+def test_a_byte_order_mark_before_a_benchmark_file_or_a_config_file_is_read_past(tmp_path):
+    """Notepad and Excel begin a UTF-8 file with the mark EF BB BF: a ``--data-dir`` benchmark
+    file and a ``--config`` YAML so written load as without it (the first row and key intact)."""
+    from ict.data.benchmarks import load_benchmark
+
+    bom = b"\xef\xbb\xbf"
+    (tmp_path / "gsm8k.jsonl").write_bytes(bom + b'{"question": "1+2?", "answer": "so #### 3"}\n')
+    benchmark = load_benchmark("gsm8k", tmp_path)
+    assert [(problem.question, problem.answer) for problem in benchmark.problems] == [("1+2?", "3")]
+    (tmp_path / "train.yaml").write_bytes(bom + b"learning_rate: 0.001\nsystem_prompt: hi\n")
+    assert load_yaml(tmp_path / "train.yaml") == {"learning_rate": 0.001, "system_prompt": "hi"}
+
+
 @pytest.mark.parametrize("option,bad,good,fragment", [
     ("seeds", (2**32,), (2**32 - 1,), "--seeds must lie in [0, 2^32)"),
     ("eval_limit", 0, 1, "--eval-limit must be >= 1"),

@@ -206,6 +206,21 @@ def test_a_choice_answer_index_must_name_one_of_the_options():
             gold(bad)
 
 
+def test_a_choice_answer_index_may_be_an_integral_float():
+    """``1.0`` (or its text) is index 1, as ``1`` is (it was 'neither an index nor an option
+    letter'); ``1.5`` and ``4.0`` of four options still name no option."""
+    from ict.data.training_data import records_to_problems
+
+    def gold(answer):
+        return records_to_problems([{"question": "q", "choices": ["1", "2", "3", "4"], "answer": answer}],
+                                   "question", "answer", "choices")[0].answer
+
+    assert [gold(1.0), gold("2.0"), gold(0.0)] == ["B", "C", "A"]
+    for bad in (1.5, "1.5", 4.0, -1.0):
+        with pytest.raises(UsageError, match="neither an index nor an option letter"):
+            gold(bad)
+
+
 def test_each_epoch_of_the_prompt_stream_is_a_new_shuffle():
     """The docstring's "a seeded shuffle per epoch": epochs 0, 1 and 2 each visit every problem
     once, and not in one repeated order."""

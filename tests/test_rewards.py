@@ -29,6 +29,29 @@ def test_extract_last_number(text, expected):
     assert extract_last_number(text) == expected
 
 
+@pytest.mark.parametrize("text,expected", [
+    ("so x = 1e5", "100000"),
+    ("it is 4.5e33.", "4500000000000000000000000000000000"),
+    ("it is 4.5E+33", "4500000000000000000000000000000000"),
+    ("it is 1.2\\times 10^{-5}", "0.000012"),
+    ("it is $1.2 \\cdot 10^{5}$.", "120000"),
+    ("light: 3 × 10^8 m/s", "300000000"),
+    ("so -2.5e-3", "-0.0025"),
+    ("so \u22124e2", "-400"),  # the minus sign U+2212, as for any last number
+    ("so 1.50e1, or 2.50e-1", "0.25"),  # a trailing zero of the written-out value dropped
+    ("so 1.50e1", "15"),  # (1.50e1 is 15, not 15.0)
+    ("1e3 apples, then 42", "42"),  # a later number is the last one
+    # no scientific notation: an exponent of x, a divisor, a digit run of 4 in the exponent
+    ("x^2 \\cdot 10^3", "3"),
+    ("1/2 \\times 10^3", "3"),
+    ("1e1000", "1000"),
+])
+def test_the_last_number_in_scientific_notation_is_its_value(text, expected):
+    """It was the exponent (``1e5`` ended in 5, ``4.5e33`` in 33): a wrong number, and for a
+    gold 5 a right one. Hand-written values."""
+    assert extract_last_number(text) == expected
+
+
 def test_reasoning_gym_reward_scores_only_the_extracted_answer():
     problem = reasoning_gym_problems("chain_sum", 1, seed=3, options={
         "min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1})[0]
@@ -154,3 +177,9 @@ def test_a_rollout_is_scored_with_its_math_checks_in_one_batch_and_its_rewards_i
     assert task == [1.0, 1.0, 0.0, 1.0]
     assert [len(c) for c in completions] == [40, 9, 28, 6]  # length_is_odd: 0, 1, 0, 0
     assert totals == [1.0 + 0.5, 1.0 + 1.0, 0.0 + 0.5, 1.0]
+
+
+def test_the_last_number_reward_reads_scientific_notation_as_its_value():
+    problem = Problem(prompt="q", answer="100000", kind="number")
+    assert REWARDS["last_number"]("so it is 1e5", problem) == 1.0
+    assert REWARDS["last_number"]("so it is 1e5", Problem(prompt="q", answer="5", kind="number")) == 0.0

@@ -79,3 +79,43 @@ def test_a_box_wins_over_an_answer_tag_and_an_empty_or_open_tag_is_no_answer(ver
     (lenient would also read the last number)."""
     expected = completion.endswith("\\boxed{3}") and gold == "3"
     assert verifier.check(completion, gold, 10.0, "anchored").correct is expected
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    ("The answer is 4.5e33.", "4.5e33", True),
+    ("The answer is 4.5E+33.", "4.5 \\times 10^{33}", True),
+    ("The answer is 1.2 \\times 10^{-5}.", "1.2e-5", True),
+    ("The answer is 1.2e-5", "1.2 \\times 10^{-5}", True),
+    ("Final answer: 1.2 \\cdot 10^{5}", "120000", True),
+    ("The answer is 3 × 10^8 m/s.", "3e8", True),
+    ("The answer is \\boxed{1.2E5}", "1.2 \\cdot 10^{5}", True),
+    ("The answer is $2.5 \\times 10^{-3}$.", "0.0025", True),
+    # the number the notation denotes, not its mantissa (math-verify's plain-text reading)
+    ("The answer is 4.5e33.", "4.5", False),
+    ("The answer is 1.2 \\times 10^{-5}.", "1.2", False),
+    ("Final answer: 1.2 \\cdot 10^{5}", "1.2", False),
+    ("The answer is 4.5e33.", "4.5e32", False),
+    ("The answer is 1.2e-5", "1.2e-6", False),
+])
+def test_an_answer_in_scientific_notation_is_the_number_it_denotes(verifier, completion, gold, expected):
+    """Outside a box or ``$...$`` math-verify read ``4.5e33`` as 4.5 and ``1.2 \\times 10^{-5}`` as
+    1.2, so a right answer so written was wrong and its mantissa right. Hand-checked values; both
+    extractions (each answer follows an anchor)."""
+    for extraction in MATH_EXTRACTIONS:
+        verdict = verifier.check(completion, gold, 10.0, extraction)
+        assert verdict.correct is expected, (extraction, verdict)
+
+
+def test_the_verify_timeout_is_refused_at_zero_and_past_a_day():
+    """``--verify-timeout`` / ``verify_timeout`` lie in ``(0, 86400]`` seconds (docs: a check's
+    hard bound). A mutant taking 0 (``0 <= seconds``) passed every test; the pool would refuse it
+    only at its first check (a ValueError, after generating)."""
+    from ict.answers.verify import MAX_TIMEOUT_SECONDS, check_timeout
+    from ict.core.errors import UsageError
+
+    assert MAX_TIMEOUT_SECONDS == 86_400
+    for good in (1e-6, 5.0, 86_400.0):
+        check_timeout(good, "--verify-timeout")
+    for bad in (0.0, -1.0, 86_400.001):
+        with pytest.raises(UsageError, match=r"^--verify-timeout must be in \(0, 86400\] seconds"):
+            check_timeout(bad, "--verify-timeout")

@@ -10,6 +10,7 @@ inside `ict.answers.verify`'s worker process.
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 from ict.core.errors import encodes_as_utf8
 from ict.core.problems import OPTION_LETTERS
@@ -226,15 +227,65 @@ def _last_tag_content(text: str, tag_name: str = "answer") -> str | None:
 # (1,234.5), plain digits, or a bare decimal (.5; not the .1 of 1.1.1)
 _NUMBER = re.compile(r"[-\u2212]?(?:(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|(?<![\d.])\.\d+)")
 
+_LATEX_SPACE = r"(?:\s|\\[,;: ]|~)*"
+SCIENTIFIC = re.compile(
+    # the mantissa is no piece of a word, a number, an exponent, a subscript or a divisor
+    # (x^2 \cdot 10^3 and 1/2 \times 10^3 are left alone)
+    r"(?<![\w.^_/\\])(?<![\^_]\{)(\d+(?:\.\d+)?)"
+    # 4.5e33, 4.5E+33 (not 1e5x, 1e5.5 or 1e1234)
+    r"(?:[eE]([-+\u2212]?\d{1,3})(?![\w^!]|\.\d)"
+    # 1.2\times 10^{-5}, 1.2 \cdot 10^{5}, 3 × 10^8 (× U+00D7, ⋅ U+22C5, · U+00B7)
+    rf"|{_LATEX_SPACE}(?:\\times|\\cdot|\u00d7|\u22c5|\u00b7){_LATEX_SPACE}10\s*\^\s*"
+    r"(?:\{\s*([-+\u2212]?\d{1,3})\s*\}(?![\^!])|([-+\u2212]?\d{1,3})(?![\d^!{]|\.\d)))"
+)
+"""A number in scientific notation: groups (mantissa, e-exponent, braced exponent, bare exponent)."""
+MAX_EXPANDED_EXPONENT = 100
+"""`expand_scientific` writes out numbers with ``|exponent| <= this`` (at most ~100 digits each)."""
+
+
+def scientific_value(match: re.Match[str]) -> str:
+    """The exact decimal of a `SCIENTIFIC` match, ``m * 10**e``: ``4.5e33`` ->
+    ``"4500000000000000000000000000000000"``, ``1.2\\times 10^{-5}`` -> ``"0.000012"`` (no
+    exponent, trailing fractional zeros dropped)."""
+    mantissa = match.group(1)
+    exponent = next(group for group in match.groups()[1:] if group is not None)
+    value = Decimal(f"{mantissa}E{exponent.replace(chr(0x2212), '-')}")
+    text = format(value, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def expand_scientific(text: str, max_exponent: int = MAX_EXPANDED_EXPONENT) -> str:
+    """``text`` with every number in scientific notation (`SCIENTIFIC`) whose ``|exponent| <=
+    max_exponent`` written out as its exact decimal (`scientific_value`), in place: plain digits
+    read the same in text, ``$...$`` and ``\\boxed{}``, where math-verify reads ``4.5e33`` in plain
+    text as 4.5 and ``1 \\times 10^{-5}`` as 1. A sign before it stays where it is."""
+
+    def written_out(match: re.Match[str]) -> str:
+        exponent = next(group for group in match.groups()[1:] if group is not None)
+        if abs(int(exponent.replace("\u2212", "-"))) > max_exponent:
+            return match.group(0)
+        return scientific_value(match)
+
+    return SCIENTIFIC.sub(written_out, text)
+
 
 def extract_last_number(text: str) -> str | None:
     """The last number in `text`: thousands commas removed (``1,234`` is 1234; ``(2,3)`` ends in
     3), a ``-`` or U+2212 minus kept as ``-``, a bare decimal given its 0 (``.5`` is ``0.5``), a
-    trailing ``.0..`` stripped. Not scientific notation (``1e5`` ends in 5)."""
-    matches = _NUMBER.findall(tail(sanitize_text(text)))
+    trailing ``.0..`` stripped. A number in scientific notation (`SCIENTIFIC`: ``4.5e33``,
+    ``1.2\\times 10^{-5}``, ``3 × 10^8``) is one number, written out (`scientific_value`:
+    ``4.5e33`` is ``4500000000000000000000000000000000``, not 33)."""
+    text = tail(sanitize_text(text))
+    matches = list(_NUMBER.finditer(text))
     if not matches:
         return None
-    number = matches[-1].replace(",", "").replace("\u2212", "-")
+    last = matches[-1]
+    scientific = next(reversed(list(SCIENTIFIC.finditer(text))), None)
+    if scientific is not None and last.start() < scientific.end():  # the last number is its exponent
+        value = scientific_value(scientific)
+        negative = text[scientific.start() - 1 : scientific.start()] in ("-", "\u2212") and value != "0"
+        return f"-{value}" if negative else value
+    number = last.group(0).replace(",", "").replace("\u2212", "-")
     if number.lstrip("-").startswith("."):  # a bare decimal: .5 -> 0.5, -.5 -> -0.5
         number = number.replace(".", "0.", 1)
     if "." in number and set(number.split(".", 1)[1]) == {"0"}:

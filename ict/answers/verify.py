@@ -29,7 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ict.answers.extraction import BOXED_COMMANDS, last_tag_span, sanitize_text, tail
+from ict.answers.extraction import (
+    BOXED_COMMANDS,
+    expand_scientific,
+    last_tag_span,
+    sanitize_text,
+    tail,
+)
 from ict.core.errors import UsageError
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
@@ -119,8 +125,11 @@ def hash_answer_readings(completion: str) -> list[str]:
 
 
 def _latex_e_notation(text: str) -> str:
-    """``4.5e33`` -> ``4.5\\times10^{33}`` (sympy reads ``4.5e33`` in LaTeX as ``4.5*e*33``)."""
-    return _E_NOTATION.sub(r"\1\\times10^{\2}", text)
+    """Scientific notation as math-verify reads it: written out as a decimal (`expand_scientific`:
+    ``4.5e33``, ``1.2 \\times 10^{-5}``; math-verify reads ``4.5e33`` in plain text as 4.5, and
+    sympy's LaTeX parser as ``4.5*e*33``), and an ``e``-number too large for that as
+    ``4.5\\times10^{150}`` (right in ``$...$`` or a box)."""
+    return _E_NOTATION.sub(r"\1\\times10^{\2}", expand_scientific(text))
 
 
 def _boxed_percent_readings(text: str) -> list[str]:

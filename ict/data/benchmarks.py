@@ -44,6 +44,7 @@ from ict.data.rows import (
     checked_object,
     checked_question,
     checked_text,
+    gold_index,
     read_records,
 )
 
@@ -314,10 +315,10 @@ def _choices_and_answer(spec: BenchmarkSpec, row: dict[str, Any]) -> tuple[list[
             continue
         raw = checked_answer(row[gold_field], gold_field)
         if gold_format == "index":
-            try:
-                index = int(str(raw).strip())
-            except ValueError:  # int()'s own message names neither the field nor the problem
-                raise ValueError(f"gold index must be an integer (0-based), got {raw!r}") from None
+            found_index = gold_index(raw)  # 1 and 1.0, not 1.5
+            if found_index is None:
+                raise ValueError(f"gold index must be an integer (0-based), got {raw!r}")
+            index = found_index
         elif gold_format == "letter":
             letter = str(raw).strip().upper()
             if len(letter) != 1 or letter not in OPTION_LETTERS:  # str.index would find "B" in "BC"

@@ -14,6 +14,9 @@ from __future__ import annotations
 import ast
 import codecs
 import json
+import math
+import numbers
+import re
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +136,21 @@ def checked_answer(value: Any, field: str) -> str | int | float | list[Any]:
         return list(value)
     raise ValueError(f"field {field!r} must be text, a number or a list of texts, got "
                      f"{describe(value)}")
+
+
+def gold_index(value: Any) -> int | None:
+    """An option index a gold is written as: an integer, an integral float (``1.0``, as a pandas
+    export writes an integer column with a gap) or the text of one (``"1"``, ``" 1.0 "``); None
+    for anything else (``1.5``, ``"B"``, ``"²"``). The range is the caller's to check."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return int(value) if math.isfinite(value) and float(value).is_integer() else None
+    if isinstance(value, str) and (match := re.fullmatch(r"\s*([-+]?\d+)(?:\.0*)?\s*", value)):
+        return int(match.group(1))
+    return None
 
 
 def checked_choices(value: Any, field: str) -> list[str]:

@@ -22,6 +22,7 @@ from ict.data.rows import (
     checked_choices,
     checked_object,
     checked_question,
+    gold_index,
     read_records,
     row_location,
 )
@@ -63,8 +64,9 @@ def _get_field(record: dict[str, Any], path: str) -> Any:
 
 def _choice_gold(raw: Any, num_choices: int) -> str:
     text = str(raw).strip()
-    if text.isdecimal() and int(text) < num_choices:  # isdigit: '²', which int() refuses
-        return OPTION_LETTERS[int(text)]
+    index = gold_index(raw)  # 1 and 1.0, not 1.5 or '²'
+    if index is not None and 0 <= index < num_choices:
+        return OPTION_LETTERS[index]
     if len(text) == 1 and text.upper() in OPTION_LETTERS[:num_choices]:
         return text.upper()
     raise UsageError(f"multiple-choice answer {raw!r} is neither an index nor an option letter")
