@@ -50,6 +50,17 @@ def test_transformers_floor_builds_a_hybrid_models_cache_layers():
     assert declared_floor("transformers") >= Version("5.5")
 
 
+def test_transformers_floor_saves_the_gguf_tokenizer_it_reads():
+    """The offline default is converted from its GGUF (``gguf_file=``) and saved with its tokenizer.
+    With transformers 5.5.0 (and 5.5.4) the saved tokenizer encodes "\\n" and " " as id 0
+    (``<|endoftext|>``) and the GGUF one prepends ``<|im_start|>``: the converted SmolLM2 answered
+    "What is 2+3?" with unrelated words; 5.6.0 saves one that round-trips (checked 2026-11-29,
+    docs/training.md's "Dependency floors")."""
+    loading = (ROOT / "ict" / "models" / "loading.py").read_text()
+    assert "gguf_file=gguf_file" in loading and "tokenizer.save_pretrained" in loading
+    assert declared_floor("transformers") >= Version("5.6")
+
+
 def test_the_license_pyproject_declares_is_the_license_file_shipped():
     """pyproject says Apache-2.0 (an SPDX expression) and ships LICENSE (in the wheel's
     dist-info/licenses), which is that license's text."""
