@@ -61,6 +61,19 @@ def test_transformers_floor_saves_the_gguf_tokenizer_it_reads():
     assert declared_floor("transformers") >= Version("5.6")
 
 
+def test_the_floors_install_together_and_import():
+    """Each floor, installed with the others at theirs, resolves and imports: pyarrow 26 (through
+    datasets) imports only with NumPy 2 without declaring it, matplotlib admits NumPy 2 from 3.8.4,
+    gguf 0.10 imports sentencepiece undeclared and 0.11 calls NumPy 1's ndarray.newbyteorder on
+    every read, tensorboard's event reader (``tensorboard --logdir``) imports with NumPy 2 from
+    2.17.1 (np.string_); reasoning-gym 0.1.20 requires pyyaml 6.0.2 and transformers 5.6
+    safetensors 0.4.3."""
+    floors = {"numpy": "2.0", "matplotlib": "3.8.4", "gguf": "0.13", "tensorboard": "2.17.1",
+              "pyyaml": "6.0.2", "safetensors": "0.4.3"}
+    for name, floor in floors.items():
+        assert declared_floor(name) >= Version(floor), name
+
+
 def test_the_license_pyproject_declares_is_the_license_file_shipped():
     """pyproject says Apache-2.0 (an SPDX expression) and ships LICENSE (in the wheel's
     dist-info/licenses), which is that license's text."""
