@@ -50,6 +50,30 @@ def test_transformers_floor_builds_a_hybrid_models_cache_layers():
     assert declared_floor("transformers") >= Version("5.5")
 
 
+def test_transformers_floor_saves_the_gguf_tokenizer_it_reads():
+    """The offline default is converted from its GGUF (``gguf_file=``) and saved with its tokenizer.
+    With transformers 5.5.0 (and 5.5.4) the saved tokenizer encodes "\\n" and " " as id 0
+    (``<|endoftext|>``) and the GGUF one prepends ``<|im_start|>``: the converted SmolLM2 answered
+    "What is 2+3?" with unrelated words; 5.6.0 saves one that round-trips (checked 2026-11-29,
+    docs/training.md's "Dependency floors")."""
+    loading = (ROOT / "ict" / "models" / "loading.py").read_text()
+    assert "gguf_file=gguf_file" in loading and "tokenizer.save_pretrained" in loading
+    assert declared_floor("transformers") >= Version("5.6")
+
+
+def test_the_floors_install_together_and_import():
+    """Each floor, installed with the others at theirs, resolves and imports: pyarrow 26 (through
+    datasets) imports only with NumPy 2 without declaring it, matplotlib admits NumPy 2 from 3.8.4,
+    gguf 0.10 imports sentencepiece undeclared and 0.11 calls NumPy 1's ndarray.newbyteorder on
+    every read, tensorboard's event reader (``tensorboard --logdir``) imports with NumPy 2 from
+    2.17.1 (np.string_); reasoning-gym 0.1.20 requires pyyaml 6.0.2 and transformers 5.6
+    safetensors 0.4.3."""
+    floors = {"numpy": "2.0", "matplotlib": "3.8.4", "gguf": "0.13", "tensorboard": "2.17.1",
+              "pyyaml": "6.0.2", "safetensors": "0.4.3"}
+    for name, floor in floors.items():
+        assert declared_floor(name) >= Version(floor), name
+
+
 def test_the_license_pyproject_declares_is_the_license_file_shipped():
     """pyproject says Apache-2.0 (an SPDX expression) and ships LICENSE (in the wheel's
     dist-info/licenses), which is that license's text."""
