@@ -196,3 +196,53 @@ def test_the_profile_says_which_steps_were_full_token_warm_up_steps(tiny_model_d
 
     grpo = TrainConfig(method="grpo", full_token_warmup_steps=2)
     assert profile_heading([{"full_token_warmup": 1.0}] * 2, grpo) == "step profile (mean of 2 steps)"
+
+
+def test_a_run_stopped_by_a_signal_writes_the_profile_of_the_steps_it_finished(
+        tiny_model_dir, arithmetic_task, tmp_path):
+    """`--profile` wrote profile.md only after the last step: a run stopped by Ctrl-C (checkpointed,
+    exit 130) lost the profile of the steps it had run. Stopped after step 2 of 4, profile.md now
+    holds the means over those 2 steps."""
+    import signal
+
+    run_dir = tmp_path / "run"
+    divided_by: list[int] = []
+    table = trainer.StepProfiler.table
+
+    def recording_table(self, steps):
+        divided_by.append(steps)
+        return table(self, steps)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(trainer.StepProfiler, "table", recording_table)
+        with pytest.raises(KeyboardInterrupt):
+            trainer.train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=4, profile=True,
+                                      method="grpo"),
+                          on_step=lambda metrics: signal.raise_signal(signal.SIGINT) if metrics["step"] == 2 else None)
+    assert [line["step"] for line in read_metrics(run_dir)] == [1, 2]
+    assert divided_by == [2]
+    lines = (run_dir / "profile.md").read_text().splitlines()
+    assert lines[0] == "step profile (mean of 2 steps)"
+    assert any(line.startswith("| step | ") for line in lines)
+
+
+def test_a_run_stopped_by_a_divergence_writes_the_profile_of_the_steps_it_finished(
+        tiny_model_dir, arithmetic_task, tmp_path, monkeypatch):
+    """As a signal's stop: max_consecutive_skips 1 reached at step 1 of 3 (NaN logits) raises
+    TrainingDiverged after its checkpoint, and profile.md holds that 1 step's profile."""
+    import ict.training.step as step_module
+    from ict.core.errors import TrainingDiverged
+
+    original = step_module.response_logits
+
+    def poisoned(model, batch, *args):
+        logits = original(model, batch, *args)
+        return logits * float("nan") if model.training else logits
+
+    monkeypatch.setattr(step_module, "response_logits", poisoned)
+    run_dir = tmp_path / "run"
+    with pytest.raises(TrainingDiverged):
+        trainer.train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=3, max_consecutive_skips=1,
+                                  profile=True, method="grpo"))
+    assert [line["skipped_updates"] for line in read_metrics(run_dir)] == [1]
+    assert (run_dir / "profile.md").read_text().splitlines()[0] == "step profile (mean of 1 steps)"

@@ -406,7 +406,11 @@ def _run_steps(run: _Run, on_step: Callable[[dict[str, Any]], None] | None) -> l
                                      run.sampler, run.reward, run.method, run.loss_config,
                                      run.reference, run.backend, run.trainer_state, profiler)
             _record_step(run, metrics, all_metrics, progress, on_step)
-            _checkpoint_or_stop(run, step, stop, profiler)
+            try:
+                _checkpoint_or_stop(run, step, stop, profiler)
+            except (KeyboardInterrupt, TrainingDiverged):  # stopped after a finished step
+                _write_profile(run, profiler, all_metrics)
+                raise
     finally:
         stop.restore()
         if progress is not None:
@@ -414,11 +418,18 @@ def _run_steps(run: _Run, on_step: Callable[[dict[str, Any]], None] | None) -> l
         assert run.logger is not None
         run.logger.close()
         profiler.close()
-    if config.profile:
-        heading, table = profile_heading(all_metrics, config), profiler.table(max(1, len(all_metrics)))
-        (run.run_dir / "profile.md").write_text(f"{heading}\n\n{table}\n")
-        console.print(f"{heading}; also in {run.run_dir / 'profile.md'}:\n" + table)
+    _write_profile(run, profiler, all_metrics)
     return all_metrics
+
+
+def _write_profile(run: _Run, profiler: StepProfiler, all_metrics: list[dict[str, Any]]) -> None:
+    """With ``--profile``: the phases' mean time and peak memory over the steps run (a run stopped
+    by a signal or a divergence: the steps it finished) to ``RUN_DIR/profile.md`` and the console."""
+    if not run.config.profile:
+        return
+    heading, table = profile_heading(all_metrics, run.config), profiler.table(max(1, len(all_metrics)))
+    (run.run_dir / "profile.md").write_text(f"{heading}\n\n{table}\n")
+    run.console.print(f"{heading}; also in {run.run_dir / 'profile.md'}:\n" + table)
 
 
 def _record_step(run: _Run, metrics: dict[str, Any], all_metrics: list[dict[str, Any]],
