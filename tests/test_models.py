@@ -516,3 +516,36 @@ def test_a_lora_checkpoint_of_a_model_given_by_a_relative_path_loads_from_any_di
     with pytest.raises(UsageError, match=r"adapter_config.json names its base model by the relative path ./tiny-model, "
                                          r"not a directory here: run from the directory it was trained in"):
         load_inference_model(str(checkpoint), device="cpu")
+
+
+def test_a_cache_converted_by_transformers_5_5_is_converted_again_and_readable_by_all(
+        tiny_model_dir, monkeypatch, tmp_path):
+    """transformers 5.5.x saved the offline default's GGUF tokenizer wrongly (docs/training.md,
+    "Dependency floors"), and its converted copy looked complete, so an upgrade kept the broken
+    tokenizer silently. A copy whose config.json says 5.5.x is converted again; one written by
+    another version (or saying none) is kept. The new copy's files are 0644, as its directory is
+    0755 (safetensors wrote its weights 0600: unreadable to others in a shared cache)."""
+    import json
+    import stat
+
+    import transformers
+
+    from ict.models import loading
+
+    model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir), device="cpu")
+    monkeypatch.setattr(loading, "_gguf_location", lambda: (tmp_path, "model.gguf"))
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *args, **kwargs: tokenizer)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *args, **kwargs: model)
+    for version, converted_again in (("5.5.4", True), ("5.5.0", True), ("5.6.0", False), ("5.24.0", False),
+                                     (None, False)):
+        target = tmp_path / f"converted-{version}"
+        target.mkdir()
+        (target / "config.json").write_text(json.dumps({} if version is None else {"transformers_version": version}))
+        (target / "model.safetensors").write_text("old")
+        assert loading.offline_default_path(target) == target
+        weights = target / "model.safetensors"
+        assert (weights.stat().st_size > 100) is converted_again, version
+        if converted_again:
+            assert json.loads((target / "config.json").read_text())["transformers_version"] == transformers.__version__
+            assert {stat.S_IMODE(path.stat().st_mode) for path in target.iterdir()} == {0o644}
+            assert stat.S_IMODE(target.stat().st_mode) == 0o755

