@@ -118,6 +118,22 @@ def test_stapo_probability_threshold_is_strict() -> None:
     assert select_tokens("stapo", inputs, tau_p=1.0).tolist() == [[False, False, False, True]]
 
 
+def test_a_nan_entropy_token_is_never_silenced_and_leaves_the_others_threshold_alone() -> None:
+    """A STAPO candidate (A > 0, p < tau_p) whose entropy is NaN is kept and stays out of the
+    quantile: the other candidates (entropies 1, 2, 3, 4: 0.75 quantile = 3 + 0.25 = 3.25) are
+    silenced exactly as without it (1, 2, 3). Before, the NaN made the threshold NaN and nothing
+    was silenced in the whole batch."""
+    log_probs = torch.full((1, 6), math.log(0.001))
+    log_probs[0, 5] = math.log(0.5)  # no candidate
+    mask = torch.ones(1, 6, dtype=torch.bool)
+    entropy = torch.tensor([[1.0, 2.0, 3.0, 4.0, math.nan, 0.5]])
+    kept = select_tokens("stapo", _inputs(log_probs, torch.tensor([1.0]), mask, entropy))
+    assert kept.tolist() == [[False, False, False, True, True, True]]
+    without = select_tokens("stapo", _inputs(log_probs[:, [0, 1, 2, 3, 5]], torch.tensor([1.0]),
+                                             mask[:, :5], entropy[:, [0, 1, 2, 3, 5]]))
+    assert without.tolist() == [[False, False, False, True, True]]
+
+
 def test_a_score_exactly_the_tolerance_below_the_threshold_is_tied() -> None:
     """The tie rule counts ``|s - s_k| <= tol`` as tied (inclusive): with k = 1 of [0, tol, -1]
     (float64, so the distance is exactly ``tol``), 0 and tol tie and the one kept is drawn; a

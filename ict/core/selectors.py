@@ -15,7 +15,8 @@ Built in (defaults in brackets):
 - ``stapo`` [tau_p=0.002, quantile=0.75]: every response token except the silenced ones, those
   with advantage > 0, sampled probability < tau_p and entropy strictly below the ``quantile``
   of the entropies of exactly those positive-advantage low-probability tokens (STAPO,
-  arXiv 2602.15620; linear-interpolation quantile as ``torch.quantile``).
+  arXiv 2602.15620; linear-interpolation quantile as ``torch.quantile``). A NaN-entropy token is
+  never silenced and does not enter the quantile.
 - ``ict`` [ratio=0.1, reference=ICT_DEFAULT_REFERENCE, unit="position", scope="sequence"]: the top
   ``ratio`` by Jensen-Shannon score (ICT, arXiv 2606.19771). The group references
   (``group_mean_absorbing``, ``group_mean_loo``, ``group_mean_loo_absorbing`` and the alive-only
@@ -139,10 +140,15 @@ def _token_advantages(inputs: SelectionInputs) -> Tensor:
 def stapo_silenced_mask(
     log_probs: Tensor, entropy: Tensor, advantages: Tensor, response_mask: Tensor, tau_p: float, quantile: float
 ) -> Tensor:
-    """STAPO's spurious tokens: A > 0, p(token) < tau_p, entropy < quantile of those tokens' entropies."""
+    """STAPO's spurious tokens: A > 0, p(token) < tau_p, entropy < quantile of those tokens' entropies.
+
+    A token whose entropy (or log-prob) is NaN is never a candidate: it is kept (so a non-finite
+    statistic reaches the loss, as with the ranking selectors) and does not enter the quantile,
+    so the other tokens get exactly the silencing they would get without it."""
     if not 0.0 <= quantile <= 1.0:
         raise ValueError(f"quantile must be in [0, 1], got {quantile}")
-    candidates = response_mask.bool() & (advantages > 0) & (log_probs.detach().exp() < tau_p)
+    candidates = (response_mask.bool() & (advantages > 0) & (log_probs.detach().exp() < tau_p)
+                  & ~entropy.detach().isnan())
     if not candidates.any():
         return candidates
     threshold = torch.quantile(entropy[candidates].double(), quantile)
