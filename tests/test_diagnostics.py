@@ -142,6 +142,32 @@ def test_selection_anatomy_on_hand_built_masks():
 # The paper's figures (p(a*), high:low entropy, knee), top tokens, aligned share
 
 
+@pytest.mark.parametrize("group_ids", [torch.tensor([4, 4]), torch.tensor([4, 4, 9, 9]), torch.tensor([[4], [4], [9]]),
+                                       torch.tensor(4)])
+def test_selection_anatomy_refuses_group_ids_not_of_shape_b(group_ids: torch.Tensor) -> None:
+    """``group_ids`` must be ``[B]``: any other shape is a one-line ValueError naming ``[B]``, not
+    torch's index_add_ / bincount error."""
+    from ict.core.diagnostics import selection_anatomy
+
+    response = torch.ones(3, 5, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"group_ids must be \[B\] = \[3\].*got \[") as error:
+        selection_anatomy(response.clone(), response, group_ids)
+    assert "\n" not in str(error.value)
+
+
+def test_selection_anatomy_refuses_masks_that_would_broadcast() -> None:
+    """A ``[1, T]`` selection (or tie mask) used to broadcast over every row: silently wrong
+    figures (the selected partial-group fraction of a one-row mask read 1.0 instead of 0.5)."""
+    from ict.core.diagnostics import selection_anatomy
+
+    response = torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.bool)
+    groups = torch.tensor([0, 0])
+    with pytest.raises(ValueError, match=r"selected_mask must be \[B, T\].*\[2, 3\], got \[1, 3\]"):
+        selection_anatomy(response[1:], response, groups)
+    with pytest.raises(ValueError, match=r"tie_decided must be \[B, T\]"):
+        selection_anatomy(response, response, groups, tie_decided=response[1:])
+
+
 def _stats_with(entropy: torch.Tensor, probabilities: torch.Tensor, scores: torch.Tensor | None = None):
     """Statistics whose sampled-token probabilities, entropies and ICT scores are set by hand."""
     from ict.core.stats import TokenStatistics
