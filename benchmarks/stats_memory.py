@@ -77,6 +77,15 @@ def spawn(variant: str, vocab: int, positions: int, width: int, reference: str) 
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def extra_ratio(hidden_extra: int, logits_extra: int) -> str:
+    """``hidden_extra / logits_extra`` to 3 decimals; ``"n/a (logits extra 0)"`` when the logits
+    run raised no peak above its inputs' (``ru_maxrss`` is a high-water mark: tiny sizes may
+    stay under the import's peak), where the ratio is undefined."""
+    if logits_extra <= 0:
+        return "n/a (logits extra 0)"
+    return f"{hidden_extra / logits_extra:.3f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="small sizes (a smoke test)")
@@ -108,7 +117,7 @@ def main() -> None:
                 continue
             ratio = "-"
             if variant == "hidden" and "error" not in results["logits"]:
-                ratio = f"{row['extra_bytes'] / results['logits']['extra_bytes']:.3f}"
+                ratio = extra_ratio(row["extra_bytes"], results["logits"]["extra_bytes"])
             print(
                 f"| {vocab:,} | {variant} | {row['seconds']:.1f} | {row['peak_bytes'] / 2**20:.0f} | "
                 f"{row['extra_bytes'] / 2**20:.0f} | {(row['extra_bytes'] - inputs) / 2**20:.0f} | {ratio} |",
@@ -116,7 +125,8 @@ def main() -> None:
             )
     print()
     print("extra = peak RSS during forward + backward minus RSS after building hidden and W "
-          "(includes grad_hidden and grad_weight [V, d]); extra beyond input grads = extra - (V + N) * d * 4 bytes")
+          "(includes grad_hidden and grad_weight [V, d]); extra beyond input grads = extra - (V + N) * d * 4 bytes; "
+          "n/a: the logits run's peak stayed at or under the one before it (ru_maxrss is a high-water mark)")
 
 
 if __name__ == "__main__":

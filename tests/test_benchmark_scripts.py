@@ -1,7 +1,7 @@
 """The speed and agreement scripts in benchmarks/, run tiny on the CPU (stats_profile.py,
-stats_speed.py, stats_agreement.py, kernel_sass.py, fast_log_bound.py), and their pure helpers on
-hand-made inputs (sync census, Triton compile timer, device idle). ict_cost.py:
-tests/test_benchmark_ict_cost.py; the GPU's shell scripts: tests/test_gpu_scripts.py."""
+stats_speed.py, stats_agreement.py, kernel_sass.py, fast_log_bound.py; stats_memory.py's table),
+and their pure helpers on hand-made inputs (sync census, Triton compile timer, device idle).
+ict_cost.py: tests/test_benchmark_ict_cost.py; the GPU's shell scripts: tests/test_gpu_scripts.py."""
 
 from __future__ import annotations
 
@@ -455,3 +455,24 @@ def test_stats_speed_rejects_bad_options_in_one_line(options, message, monkeypat
     assert stopped.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("stats_speed.py: error: ") and message in error
+
+
+def test_stats_memory_prints_no_ratio_when_the_logits_run_added_no_memory(monkeypatch, capsys):
+    """stats_memory.py's hidden/logits ratio divided by the logits run's extra memory, which is 0
+    when its peak RSS (a high-water mark) stayed under the one before it: a ZeroDivisionError. Now
+    the row says n/a; a nonzero extra still gives the ratio (3 MiB / 4 MiB = 0.750)."""
+    stats_memory = benchmark_module("stats_memory")
+    extra = {"hidden": 3 * 2**20, "logits": 0}
+
+    def spawn(variant, vocab, positions, width, reference):
+        return {"peak_bytes": 2**30, "extra_bytes": extra[variant], "seconds": 0.5}
+
+    monkeypatch.setattr(stats_memory, "spawn", spawn)
+    monkeypatch.setattr(sys, "argv", ["stats_memory.py", "--vocabs", "1000"])
+    stats_memory.main()
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 1,000 | hidden")]
+    assert len(rows) == 1 and rows[0].endswith("| n/a (logits extra 0) |")
+    extra["logits"] = 4 * 2**20
+    stats_memory.main()
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 1,000 | hidden")]
+    assert rows[0].endswith("| 0.750 |")
