@@ -21,6 +21,7 @@ from ict.core.selectors import (
     resolve_options,
     select,
     select_tokens,
+    stapo_silenced_mask,
     token_covariance,
 )
 from ict.core.stats import TokenStatistics
@@ -183,6 +184,26 @@ def test_the_complement_reports_no_tie_decided_token_and_a_bad_unit_is_refused()
     inputs.token_ids = None
     with pytest.raises(ValueError, match="needs token_ids"):
         select("ict", inputs, reference="prev", unit="token_id")
+
+
+def test_the_complement_holds_the_response_tokens_the_top_leaves_out_and_never_padding() -> None:
+    """Hand scores 0.1..0.8 over 8 response tokens of a [2, 5] batch with 2 padding positions:
+    ratio 0.25 takes the top ceil(2) = 0.8 and 0.7; the complement is the other 6 response tokens,
+    none of the padding."""
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 0]], dtype=torch.bool)
+    scores = torch.tensor([[0.1, 0.8, 0.3, 0.4, 0.9], [0.5, 0.6, 0.7, 0.2, 0.95]])  # padding scores high
+    inputs = _inputs(torch.zeros(2, 5), torch.ones(2), mask)
+    inputs.stats.js_scores["prev"] = scores
+    rest = select("ict", inputs, reference="prev", scope="batch", ratio=0.25, complement=True).mask
+    assert rest.tolist() == [[True, False, True, True, False], [True, True, False, True, False]]
+
+
+def test_stapo_refuses_a_quantile_outside_0_1_even_without_candidates() -> None:
+    """``stapo_silenced_mask`` called directly: a quantile of 1.5 is a ValueError whether or not
+    any token is a candidate (torch.quantile would only see it when one is)."""
+    log_probs, mask = torch.zeros(1, 3), torch.ones(1, 3, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"quantile must be in \[0, 1\], got 1.5"):
+        stapo_silenced_mask(log_probs, torch.ones(1, 3), torch.ones(1, 3), mask, 0.002, 1.5)
 
 
 def test_a_product_an_ulp_above_an_integer_counts_as_that_integer() -> None:
