@@ -142,6 +142,20 @@ def test_selection_anatomy_on_hand_built_masks():
 # The paper's figures (p(a*), high:low entropy, knee), top tokens, aligned share
 
 
+def test_selection_anatomy_counts_only_the_selected_response_tokens() -> None:
+    """Selected padding is not a selected token: rows 0 (length 2) and 1 (length 4) of one group,
+    selected (0, 1), (1, 3) and padding (0, 3). Selected partial-group: (1, 3) only (row 0 ended)
+    -> 1/2; relative position (1/2 + 3/4) / 2; end tokens: both -> 1 (not 1/3, 5/12, 2/3)."""
+    from ict.core.diagnostics import selection_anatomy
+
+    response = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    selected = torch.tensor([[0, 1, 0, 1], [0, 0, 0, 1]], dtype=torch.bool)
+    out = selection_anatomy(selected, response, torch.tensor([0, 0]), finished=torch.tensor([True, True]))
+    assert out["selected_partial_group_fraction"] == pytest.approx(1 / 2)
+    assert out["selected_relative_position"] == pytest.approx((1 / 2 + 3 / 4) / 2)
+    assert out["selected_end_token_fraction"] == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize("group_ids", [torch.tensor([4, 4]), torch.tensor([4, 4, 9, 9]), torch.tensor([[4], [4], [9]]),
                                        torch.tensor(4)])
 def test_selection_anatomy_refuses_group_ids_not_of_shape_b(group_ids: torch.Tensor) -> None:
