@@ -506,6 +506,7 @@ def test_every_built_in_selector_keeps_within_the_response_mask(seed, batch, len
     ("kl_cov", {"kl_coef": math.inf}, "option kl_coef must be a finite number"),
     ("stapo", {"tau_p": math.nan}, "option tau_p must be a finite number"),
     ("stapo", {"quantile": 1.5}, "option quantile must be in [0, 1]"),
+    ("stapo", {"tau_p": 1.5}, "option tau_p must be in [0, 1]"),  # a probability threshold
     ("entropy", {"ratio": True}, "option ratio must be a finite number"),
     ("random", {"seed": math.inf}, "option seed must be a finite number, got inf"),
     ("kl_cov", {"kl_coef": 0.0}, None),
