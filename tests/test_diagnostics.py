@@ -169,6 +169,18 @@ def test_selection_anatomy_refuses_group_ids_not_of_shape_b(group_ids: torch.Ten
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("finished", [torch.tensor([True]), torch.tensor([True, False]),
+                                      torch.tensor([[True], [False], [True]])])
+def test_selection_anatomy_refuses_finished_not_of_shape_b(finished: torch.Tensor) -> None:
+    """``finished`` must be ``[B]``: a ``[1]`` or ``[B, 1]`` one used to broadcast (silently
+    other end-token figures), a ``[2]`` one gave torch's size-mismatch error."""
+    from ict.core.diagnostics import selection_anatomy
+
+    response = torch.ones(3, 5, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"finished must be \[B\] = \[3\], got \["):
+        selection_anatomy(response.clone(), response, torch.tensor([0, 0, 1]), finished=finished)
+
+
 def test_selection_anatomy_refuses_masks_that_would_broadcast() -> None:
     """A ``[1, T]`` selection (or tie mask) used to broadcast over every row: silently wrong
     figures (the selected partial-group fraction of a one-row mask read 1.0 instead of 0.5)."""

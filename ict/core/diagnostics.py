@@ -169,12 +169,14 @@ ANATOMY_KEYS = (*(figure[2] for figure in ANATOMY_FIGURES),
 def token_anatomy(response_mask: Tensor, group_ids: Tensor, finished: Tensor | None = None) -> dict[str, Tensor]:
     """Per-token anatomy, each ``[B, T]``: ``partial_group`` (bool: fewer than G rows of the group
     alive at that position), ``relative_position`` (float64 ``t / L``, 0 outside the response) and
-    ``end_token`` (bool: the last response token of a finished row). ``group_ids`` must be ``[B]``
-    (ValueError otherwise)."""
+    ``end_token`` (bool: the last response token of a finished row). ``group_ids`` and ``finished``
+    must be ``[B]`` (ValueError otherwise)."""
     response = response_mask.bool()
     if tuple(group_ids.shape) != tuple(response.shape[:1]):
         raise ValueError(f"group_ids must be [B] = {list(response.shape[:1])} (one label per row of the "
                          f"[B, T] response mask), got {list(group_ids.shape)}")
+    if finished is not None and tuple(finished.shape) != tuple(response.shape[:1]):  # [1] would broadcast
+        raise ValueError(f"finished must be [B] = {list(response.shape[:1])}, got {list(finished.shape)}")
     _, rank = torch.unique(group_ids.to(response.device), return_inverse=True)
     num_groups = int(rank.max()) + 1 if rank.numel() else 0
     group_size = torch.bincount(rank, minlength=num_groups)
@@ -202,7 +204,7 @@ def selection_anatomy(
 
     Masks are ``[B, T]``; ``group_ids`` ``[B]`` labels the completions of one prompt;
     ``finished`` ``[B]`` (optional) as in :func:`ict.core.stats.response_ends`. Other shapes of
-    the masks or ``group_ids`` are a ValueError (none is broadcast).
+    the masks, ``group_ids`` or ``finished`` are a ValueError (none is broadcast).
     """
     response = response_mask.bool()
     for name, mask in (("selected_mask", selected_mask), ("tie_decided", tie_decided)):
