@@ -47,6 +47,44 @@ def test_quoted_text_and_numbers_written_as_yaml_reads_them_are_kept(tmp_path):
     assert (config.learning_rate, config.num_steps) == (1.5e-5, 16)  # numeric options: YAML's reading
 
 
+@pytest.mark.parametrize("source,read", MISREAD, ids=[case[0] for case in MISREAD])
+def test_a_selector_text_option_that_yaml_reads_as_a_number_is_refused_with_how_to_quote_it(tmp_path, capsys,
+                                                                                              source, read):
+    """Was ``selector 'ict' option reference must be text, got 83``: true, but not why or how to quote."""
+    path = tmp_path / "config.yaml"
+    path.write_text(f"selector:\n  reference: {source}\n")
+    with pytest.raises(UsageError, match=re.escape(f"selector.reference: YAML reads an unquoted {source} as {read}")):
+        build_config(path)
+    err = _one_line_error(capsys, ["train", "--config", str(path)])
+    assert f"reference: '{source}'" in err and str(path) in err
+
+
+# (source, YAML 1.1's reading, YAML 1.2's): the task got 83 for 0123, 1000 for 1_000, a date
+DATASET_MISREAD = [("0123", "83", "123"), ("1_000", "1000", "'1_000'"), ("1:30", "90", "'1:30'"),
+                   ("0b101", "5", "'0b101'"), ("2024-01-01", "datetime.date(2024, 1, 1)", "'2024-01-01'")]
+
+
+@pytest.mark.parametrize("source,read,read_12", DATASET_MISREAD, ids=[case[0] for case in DATASET_MISREAD])
+def test_a_dataset_config_value_that_yaml_1_1_and_1_2_read_differently_is_refused(tmp_path, capsys,
+                                                                                  source, read, read_12):
+    """A task option's type is the task's: only a reading that depends on the YAML version is refused."""
+    path = tmp_path / "config.yaml"
+    path.write_text(f"dataset: chain_sum\ndataset_config:\n  name: {source}\n")
+    with pytest.raises(UsageError, match=re.escape(f"dataset_config.name: YAML 1.1 reads an unquoted {source} as "
+                                                   f"{read}, YAML 1.2 as {read_12}; quote it for the text "
+                                                   f"(e.g. name: '{source}')")):
+        load_yaml(path)
+    assert f"name: '{source}'" in _one_line_error(capsys, ["train", "--config", str(path)])
+
+
+def test_dataset_config_values_both_yaml_versions_read_alike_are_kept(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("dataset_config:\n  a: 0x1F\n  b: 007\n  c: 1.50\n  d: -3\n  e: .inf\n  f: '0123'\n"
+                    "  g: 1_000x\n  h: 2\n")
+    assert load_yaml(path)["dataset_config"] == {"a": 31, "b": 7, "c": 1.5, "d": -3, "e": float("inf"),
+                                                 "f": "0123", "g": "1_000x", "h": 2}
+
+
 @pytest.mark.parametrize("text,fragment", [
     ("learning_rate: 1e-5\nnum_steps: 3\nlearning_rate: 2e-5\n", "key 'learning_rate' is given twice (lines 1 and 3)"),
     ("method: ict\nmethod: grpo\n", "key 'method' is given twice (lines 1 and 2)"),
