@@ -85,6 +85,22 @@ def test_dataset_config_values_both_yaml_versions_read_alike_are_kept(tmp_path):
                                                  "f": "0123", "g": "1_000x", "h": 2}
 
 
+def test_a_bad_saved_config_on_resume_names_its_file_once(tmp_path, capsys):
+    """Was ``RUN/config.yaml: config file RUN/config.yaml: system_prompt: ...``."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for text, fragment in [("system_prompt: 0123\n", "system_prompt: YAML reads an unquoted 0123 as 83"),
+                           ("a: [\n", "cannot parse YAML config"), ("foo: 1\n", "unknown option 'foo'")]:
+        (run_dir / "config.yaml").write_text(text)
+        with pytest.raises(UsageError) as error:
+            build_config(None, {"run_dir": str(run_dir), "resume": True})
+        message = str(error.value)
+        assert message.startswith("--resume: ") and fragment in message, message
+        assert message.count("config.yaml") == 1, message
+    err = _one_line_error(capsys, ["train", "--run-dir", str(run_dir), "--resume"])
+    assert err.count("config.yaml") == 1, err
+
+
 @pytest.mark.parametrize("text,fragment", [
     ("learning_rate: 1e-5\nnum_steps: 3\nlearning_rate: 2e-5\n", "key 'learning_rate' is given twice (lines 1 and 3)"),
     ("method: ict\nmethod: grpo\n", "key 'method' is given twice (lines 1 and 2)"),

@@ -509,11 +509,14 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
         return TrainConfig(**values).resolve()
     if not read_utf8_text(saved_path).strip():  # a write cut short (before writes were atomic)
         raise UsageError(f"--resume: {saved_path} is empty: restore it, or start another --run-dir")
-    try:  # parsed as any YAML layer is (an unknown key is one line)
+    try:  # parsed as any YAML layer is; load_yaml's errors name the file (once)
         stored = _renamed(load_yaml(saved_path))
+    except UsageError as error:
+        raise UsageError(f"--resume: {error}") from None
+    try:  # an unknown key or a bad value is one line
         saved = _with_layer(saved_before(stored), stored)
     except UsageError as error:
-        raise UsageError(f"{saved_path}: {error}") from None
+        raise UsageError(f"--resume: config file {saved_path}: {error}") from None
     run = TrainConfig(**saved).resolve()
     values = functools.reduce(_with_layer, layers, saved)
     config = TrainConfig(**values).resolve()
