@@ -3,6 +3,7 @@ one-line error (exit status 2) naming the option or file, never a silently diffe
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -80,9 +81,17 @@ def test_a_dataset_config_value_that_yaml_1_1_and_1_2_read_differently_is_refuse
 def test_dataset_config_values_both_yaml_versions_read_alike_are_kept(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text("dataset_config:\n  a: 0x1F\n  b: 007\n  c: 1.50\n  d: -3\n  e: .inf\n  f: '0123'\n"
-                    "  g: 1_000x\n  h: 2\n")
-    assert load_yaml(path)["dataset_config"] == {"a": 31, "b": 7, "c": 1.5, "d": -3, "e": float("inf"),
-                                                 "f": "0123", "g": "1_000x", "h": 2}
+                    "  g: 1_000x\n  h: 2\n  i: .nan\n")
+    values = load_yaml(path)["dataset_config"]
+    assert math.isnan(values.pop("i"))  # nan: the same reading in both, though not equal to itself
+    assert values == {"a": 31, "b": 7, "c": 1.5, "d": -3, "e": float("inf"), "f": "0123", "g": "1_000x", "h": 2}
+
+
+def test_a_selectors_number_options_written_otherwise_are_kept_as_yaml_reads_them(tmp_path):
+    """Only a selector's text options are checked: ``ratio: 0.50`` is 0.5, not a misread text."""
+    path = tmp_path / "config.yaml"
+    path.write_text("method: ict\nselector:\n  ratio: 0.50\n  reference: prev\n")
+    assert build_config(path).selector["ratio"] == 0.5
 
 
 def test_a_bad_saved_config_on_resume_names_its_file_once(tmp_path, capsys):
