@@ -94,6 +94,21 @@ def test_a_selectors_number_options_written_otherwise_are_kept_as_yaml_reads_the
     assert build_config(path).selector["ratio"] == 0.5
 
 
+@pytest.mark.parametrize("override,fragment", [
+    ("dataset_config.name=0123", "dataset_config.name: YAML 1.1 reads an unquoted 0123 as 83, YAML 1.2 as 123"),
+    ("dataset_config.name=1:30", "dataset_config.name: YAML 1.1 reads an unquoted 1:30 as 90"),
+    ("selector.reference=0123", "selector.reference: YAML reads an unquoted 0123 as 83, not the text"),
+])
+def test_a_dotted_override_that_yaml_misreads_is_refused_as_in_a_file(capsys, override, fragment):
+    """``ict train dataset_config.name=0123`` gave the task 83, silently."""
+    key, value = override.split("=")
+    with pytest.raises(UsageError, match=re.escape(fragment)):
+        build_config(None, {}, {key: value})
+    assert fragment in _one_line_error(capsys, ["train", override])
+    kept = build_config(None, {}, {"dataset_config.name": "'0123'", "dataset_config.n": "0x1F"}).dataset_config
+    assert (kept["name"], kept["n"]) == ("0123", 31)
+
+
 def test_a_bad_saved_config_on_resume_names_its_file_once(tmp_path, capsys):
     """Was ``RUN/config.yaml: config file RUN/config.yaml: system_prompt: ...``."""
     run_dir = tmp_path / "run"

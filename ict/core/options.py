@@ -241,6 +241,20 @@ def load_options_yaml(text: str, text_options: typing.Collection[str] = (),
         loader.dispose()
 
 
+def load_value_yaml(text: str, name: str, typed: bool) -> Any:
+    """One value (``dataset_config.KEY=0123`` on the command line) read as YAML, with
+    `load_options_yaml`'s check of a misread (`_misread`: `typed` for a text option)."""
+    loader = _OptionsLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _misread(loader, name, node, typed)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def yaml_problem(error: yaml.YAMLError) -> str:
     """A YAML parse error in one line: its problem and where (``line L, column C``), without the
     snippet PyYAML quotes over several lines."""

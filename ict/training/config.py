@@ -21,6 +21,7 @@ from ict.core.errors import UsageError, check_option_text, check_path_given, rea
 from ict.core.options import (
     check_choices,
     load_options_yaml,
+    load_value_yaml,
     option,
     optional_inner,
     parse_field,
@@ -410,7 +411,8 @@ def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[s
                 raise UsageError(f"unknown option {key!r}: only dict options take dotted keys")
             mapping = dict(merged.get(head) or {})
             try:
-                mapping[tail] = yaml.safe_load(raw) if isinstance(raw, str) else raw
+                mapping[tail] = (load_value_yaml(raw, key, typed=key in _selector_text_options())
+                                 if isinstance(raw, str) else raw)  # dataset_config.x=0123: not 83
             except yaml.YAMLError as error:
                 raise UsageError(f"bad value for {key}: {raw!r} ({yaml_problem(error)})") from None
             merged[head] = mapping
