@@ -3,6 +3,7 @@ one-line error (exit status 2) naming the option or file, never a silently diffe
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -45,6 +46,83 @@ def test_quoted_text_and_numbers_written_as_yaml_reads_them_are_kept(tmp_path):
     config = build_config(path)
     assert (config.system_prompt, config.dataset_subset) == ("0123", "2024")
     assert (config.learning_rate, config.num_steps) == (1.5e-5, 16)  # numeric options: YAML's reading
+
+
+@pytest.mark.parametrize("source,read", MISREAD, ids=[case[0] for case in MISREAD])
+def test_a_selector_text_option_that_yaml_reads_as_a_number_is_refused_with_how_to_quote_it(tmp_path, capsys,
+                                                                                              source, read):
+    """Was ``selector 'ict' option reference must be text, got 83``: true, but not why or how to quote."""
+    path = tmp_path / "config.yaml"
+    path.write_text(f"selector:\n  reference: {source}\n")
+    with pytest.raises(UsageError, match=re.escape(f"selector.reference: YAML reads an unquoted {source} as {read}")):
+        build_config(path)
+    err = _one_line_error(capsys, ["train", "--config", str(path)])
+    assert f"reference: '{source}'" in err and str(path) in err
+
+
+# (source, YAML 1.1's reading, YAML 1.2's): the task got 83 for 0123, 1000 for 1_000, a date
+DATASET_MISREAD = [("0123", "83", "123"), ("1_000", "1000", "'1_000'"), ("1:30", "90", "'1:30'"),
+                   ("0b101", "5", "'0b101'"), ("2024-01-01", "datetime.date(2024, 1, 1)", "'2024-01-01'")]
+
+
+@pytest.mark.parametrize("source,read,read_12", DATASET_MISREAD, ids=[case[0] for case in DATASET_MISREAD])
+def test_a_dataset_config_value_that_yaml_1_1_and_1_2_read_differently_is_refused(tmp_path, capsys,
+                                                                                  source, read, read_12):
+    """A task option's type is the task's: only a reading that depends on the YAML version is refused."""
+    path = tmp_path / "config.yaml"
+    path.write_text(f"dataset: chain_sum\ndataset_config:\n  name: {source}\n")
+    with pytest.raises(UsageError, match=re.escape(f"dataset_config.name: YAML 1.1 reads an unquoted {source} as "
+                                                   f"{read}, YAML 1.2 as {read_12}; quote it for the text "
+                                                   f"(e.g. name: '{source}')")):
+        load_yaml(path)
+    assert f"name: '{source}'" in _one_line_error(capsys, ["train", "--config", str(path)])
+
+
+def test_dataset_config_values_both_yaml_versions_read_alike_are_kept(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("dataset_config:\n  a: 0x1F\n  b: 007\n  c: 1.50\n  d: -3\n  e: .inf\n  f: '0123'\n"
+                    "  g: 1_000x\n  h: 2\n  i: .nan\n")
+    values = load_yaml(path)["dataset_config"]
+    assert math.isnan(values.pop("i"))  # nan: the same reading in both, though not equal to itself
+    assert values == {"a": 31, "b": 7, "c": 1.5, "d": -3, "e": float("inf"), "f": "0123", "g": "1_000x", "h": 2}
+
+
+def test_a_selectors_number_options_written_otherwise_are_kept_as_yaml_reads_them(tmp_path):
+    """Only a selector's text options are checked: ``ratio: 0.50`` is 0.5, not a misread text."""
+    path = tmp_path / "config.yaml"
+    path.write_text("method: ict\nselector:\n  ratio: 0.50\n  reference: prev\n")
+    assert build_config(path).selector["ratio"] == 0.5
+
+
+@pytest.mark.parametrize("override,fragment", [
+    ("dataset_config.name=0123", "dataset_config.name: YAML 1.1 reads an unquoted 0123 as 83, YAML 1.2 as 123"),
+    ("dataset_config.name=1:30", "dataset_config.name: YAML 1.1 reads an unquoted 1:30 as 90"),
+    ("selector.reference=0123", "selector.reference: YAML reads an unquoted 0123 as 83, not the text"),
+])
+def test_a_dotted_override_that_yaml_misreads_is_refused_as_in_a_file(capsys, override, fragment):
+    """``ict train dataset_config.name=0123`` gave the task 83, silently."""
+    key, value = override.split("=")
+    with pytest.raises(UsageError, match=re.escape(fragment)):
+        build_config(None, {}, {key: value})
+    assert fragment in _one_line_error(capsys, ["train", override])
+    kept = build_config(None, {}, {"dataset_config.name": "'0123'", "dataset_config.n": "0x1F"}).dataset_config
+    assert (kept["name"], kept["n"]) == ("0123", 31)
+
+
+def test_a_bad_saved_config_on_resume_names_its_file_once(tmp_path, capsys):
+    """Was ``RUN/config.yaml: config file RUN/config.yaml: system_prompt: ...``."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for text, fragment in [("system_prompt: 0123\n", "system_prompt: YAML reads an unquoted 0123 as 83"),
+                           ("a: [\n", "cannot parse YAML config"), ("foo: 1\n", "unknown option 'foo'")]:
+        (run_dir / "config.yaml").write_text(text)
+        with pytest.raises(UsageError) as error:
+            build_config(None, {"run_dir": str(run_dir), "resume": True})
+        message = str(error.value)
+        assert message.startswith("--resume: ") and fragment in message, message
+        assert message.count("config.yaml") == 1, message
+    err = _one_line_error(capsys, ["train", "--run-dir", str(run_dir), "--resume"])
+    assert err.count("config.yaml") == 1, err
 
 
 @pytest.mark.parametrize("text,fragment", [

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +82,42 @@ def test_go_offline_switches_both_libraries(monkeypatch):
     assert datasets.config.HF_HUB_OFFLINE is True
     assert datasets.config.HF_DATASETS_OFFLINE is True
     assert huggingface_hub.constants.HF_HUB_OFFLINE is True
+
+
+BAD_ENDPOINTS = [("http://localhost:99999", "Port out of range"), ("http://[::1", "Invalid IPv6 URL"),
+                 ("http://localhost:abc", "Port could not be cast")]
+
+
+@pytest.mark.parametrize(("endpoint", "why"), BAD_ENDPOINTS, ids=["port-too-large", "bracket", "port-not-a-number"])
+@pytest.mark.parametrize("offline", [False, True])
+def test_a_bad_endpoint_is_a_usage_error_naming_the_variable(connections, monkeypatch, endpoint, why, offline):
+    """Was urllib's bare ValueError (``Port out of range 0-65535``), which names no variable."""
+    from ict.core.errors import UsageError
+
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    if offline:  # huggingface_hub fails to import all the same
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UsageError, match=re.escape(f"HF_ENDPOINT={endpoint!r} is not a usable URL ({why}")):
+        hub.hub_reachable()
+    assert connections == []
+
+
+def test_a_bad_endpoint_is_one_line_exit_2_before_transformers_is_imported(tmp_path):
+    """The command stopped importing transformers (huggingface_hub reads HF_ENDPOINT on import):
+    "Error importing huggingface_hub.file_download: Port out of range 0-65535", then that error."""
+    env = {**os.environ, "HF_ENDPOINT": "http://localhost:99999", "PYTHONPATH": str(Path(__file__).parents[1])}
+    result = subprocess.run([sys.executable, "-m", "ict", "train", "--model", "org/model", "--num-steps", "1",
+                             "--run-dir", str(tmp_path / "run")], env=env, capture_output=True, text=True,
+                            cwd=tmp_path, check=False)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: HF_ENDPOINT='http://localhost:99999' is not a usable URL")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_bad_endpoint_does_not_stop_ict_plot(tmp_path, monkeypatch, capsys):
+    """`ict plot` reads run directories only: its own error, not HF_ENDPOINT's."""
+    from ict.cli import main
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://localhost:99999")
+    assert main(["plot", str(tmp_path / "missing")]) == 2
+    assert "HF_ENDPOINT" not in capsys.readouterr().err

@@ -106,6 +106,10 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 def _run(args: argparse.Namespace, debug: bool) -> int:
     """The command, with its errors as one line and an exit status."""
     try:
+        if getattr(args, "uses_hub", True):  # before transformers, which a bad HF_ENDPOINT stops importing
+            from ict.data.hub import hub_address
+
+            hub_address()
         return int(args.run(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -19,7 +19,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "OTHER/runs/ict/seed1 with --by method) are pooled: mean line and min..max band.")
     add_config_option(parser, "ict plot options")
     add_dataclass_options(parser, PlotConfig)
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, uses_hub=False)  # reads run directories only
     return parser
 
 

@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import json
 import math
+import re
 import types
 import typing
 from dataclasses import field
@@ -179,13 +180,47 @@ class _OptionsLoader(yaml.SafeLoader):
 
 # plain scalars YAML 1.1 reads as other than text: 0123 is 83 (octal), 1_000 is 1000, 1:30 is 90
 _NOT_TEXT_TAGS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp"})
+# YAML 1.2's (core schema) numbers; anything else plain is text there (1_000, 1:30, 2024-01-01)
+_YAML12_INT = re.compile(r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+")
+_YAML12_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)")
 
 
-def load_options_yaml(text: str, text_options: typing.Collection[str] = ()) -> Any:
+def _yaml12_reading(text: str) -> Any:
+    """What YAML 1.2 (core schema) reads the plain scalar `text` as: an int, a float or the text."""
+    if _YAML12_INT.fullmatch(text):
+        return int(text[2:], 8) if text.startswith("0o") else int(text, 16) if text.startswith("0x") else int(text)
+    if _YAML12_FLOAT.fullmatch(text):
+        return float(text.lower().replace(".inf", "inf").replace(".nan", "nan"))
+    return text
+
+
+def _misread(loader: yaml.SafeLoader, name: str, node: yaml.Node, typed: bool) -> None:
+    """One-line UsageError for the plain scalar `node` (the value of `name`) that YAML 1.1 reads
+    as a number or date written otherwise: for a text option (`typed`) any such reading
+    (``0123`` is 83); for a value of unknown type (a ``dataset_config`` key) one that YAML 1.2
+    reads otherwise (``0123`` is 123 there, ``1_000`` and ``1:30`` text; ``0x1F`` is 31 in both)."""
+    if not (isinstance(node, yaml.ScalarNode) and node.tag in _NOT_TEXT_TAGS and node.style is None):
+        return
+    value = loader.construct_object(node)
+    if typed and str(value) != node.value:
+        raise UsageError(f"{name}: YAML reads an unquoted {node.value} as {value!r}, "
+                         f"not the text; quote it (e.g. {name.rsplit('.', 1)[-1]}: '{node.value}')")
+    other = _yaml12_reading(node.value)
+    if not typed and not (type(other) is type(value) and (other == value or other != other and value != value)):
+        raise UsageError(f"{name}: YAML 1.1 reads an unquoted {node.value} as {value!r}, YAML 1.2 as {other!r}; "
+                         f"quote it for the text (e.g. {name.rsplit('.', 1)[-1]}: '{node.value}')"
+                         + (", or write the number plainly" if isinstance(value, int | float) else ""))
+
+
+def load_options_yaml(text: str, text_options: typing.Collection[str] = (),
+                      untyped_mappings: typing.Collection[str] = ()) -> Any:
     """`text` parsed as PyYAML's safe_load does, except for one-line `UsageError`s: a key given
-    twice in one mapping, and a top-level text option (a name in `text_options`) whose unquoted
-    value YAML reads as a number or date written otherwise (``system_prompt: 0123`` is 83);
-    ``dataset_subset: 2024`` is still the text 2024. A YAML syntax error is `yaml.YAMLError`."""
+    twice in one mapping, and a text option (a name in `text_options`; ``selector.reference`` for
+    a key of the mapping `selector`) whose unquoted value YAML reads as a number or date written
+    otherwise (``system_prompt: 0123`` is 83); ``dataset_subset: 2024`` is still the text 2024.
+    A value in a mapping named in `untyped_mappings` (``dataset_config``, whose types are the
+    task's) is refused only where YAML 1.1 and 1.2 read it differently (`_misread`).
+    A YAML syntax error is `yaml.YAMLError`."""
     loader = _OptionsLoader(text)
     try:
         node = loader.get_single_node()
@@ -193,12 +228,28 @@ def load_options_yaml(text: str, text_options: typing.Collection[str] = ()) -> A
             return None
         for key_node, value_node in node.value if isinstance(node, yaml.MappingNode) else ():
             name = str(key_node.value).replace("-", "_") if isinstance(key_node, yaml.ScalarNode) else None
-            if (name in text_options and isinstance(value_node, yaml.ScalarNode)
-                    and value_node.tag in _NOT_TEXT_TAGS and value_node.style is None):
-                value = loader.construct_object(value_node)
-                if str(value) != value_node.value:
-                    raise UsageError(f"{key_node.value}: YAML reads an unquoted {value_node.value} as {value!r}, "
-                                     f"not the text; quote it (e.g. {key_node.value}: '{value_node.value}')")
+            if name in text_options:
+                _misread(loader, name, value_node, typed=True)
+            if name is not None and isinstance(value_node, yaml.MappingNode):
+                for inner_key, inner_value in value_node.value:
+                    if isinstance(inner_key, yaml.ScalarNode):
+                        inner = f"{name}.{inner_key.value}"
+                        if inner in text_options or name in untyped_mappings:
+                            _misread(loader, inner, inner_value, typed=inner in text_options)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def load_value_yaml(text: str, name: str, typed: bool) -> Any:
+    """One value (``dataset_config.KEY=0123`` on the command line) read as YAML, with
+    `load_options_yaml`'s check of a misread (`_misread`: `typed` for a text option)."""
+    loader = _OptionsLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _misread(loader, name, node, typed)
         return loader.construct_document(node)
     finally:
         loader.dispose()

@@ -21,6 +21,7 @@ from ict.core.errors import UsageError, check_option_text, check_path_given, rea
 from ict.core.options import (
     check_choices,
     load_options_yaml,
+    load_value_yaml,
     option,
     optional_inner,
     parse_field,
@@ -410,7 +411,8 @@ def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[s
                 raise UsageError(f"unknown option {key!r}: only dict options take dotted keys")
             mapping = dict(merged.get(head) or {})
             try:
-                mapping[tail] = yaml.safe_load(raw) if isinstance(raw, str) else raw
+                mapping[tail] = (load_value_yaml(raw, key, typed=key in _selector_text_options())
+                                 if isinstance(raw, str) else raw)  # dataset_config.x=0123: not 83
             except yaml.YAMLError as error:
                 raise UsageError(f"bad value for {key}: {raw!r} ({yaml_problem(error)})") from None
             merged[head] = mapping
@@ -433,16 +435,18 @@ def parse_key_values(items: list[str]) -> dict[str, str]:
 def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = None) -> dict[str, Any]:
     """Options from a YAML mapping file (keys are field names; hyphens allowed). A key given twice
     (``learning_rate`` and ``learning-rate`` too), or a text option (`text_options`, by default
-    TrainConfig's) whose unquoted value YAML misreads (``system_prompt: 0123`` is 83), is a
-    one-line UsageError (`load_options_yaml`)."""
+    TrainConfig's; and a selector's, ``selector: {reference: 0123}``) whose unquoted value YAML
+    misreads (``system_prompt: 0123`` is 83), or a ``dataset_config`` value that YAML 1.1 and 1.2
+    read differently (``1_000``), is a one-line UsageError (`load_options_yaml`)."""
     check_path_given("config file path", path, "give a YAML file, or leave --config out")  # `--config ""`
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"config file {path} is a directory: give a YAML file" if path.is_dir()
                          else f"config file not found: {path}")
     try:
-        data = load_options_yaml(read_utf8_text(path), text_option_names(TrainConfig) if text_options is None
-                                 else text_options) or {}
+        names = text_option_names(TrainConfig) if text_options is None else text_options
+        data = load_options_yaml(read_utf8_text(path), {*names, *_selector_text_options()},
+                                 untyped_mappings=("dataset_config",)) or {}
     except yaml.YAMLError as error:
         raise UsageError(f"cannot parse YAML config {path}: {yaml_problem(error)}") from None
     except UsageError as error:
@@ -456,6 +460,12 @@ def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = No
             raise UsageError(f"config file {path}: option {name!r} is given twice (as {key!r} too): keep one")
         values[name] = value
     return values
+
+
+def _selector_text_options() -> set[str]:
+    """``selector.KEY`` for each text option (a default that is text) of a registered selector."""
+    return {f"selector.{key}" for selector in selectors.SELECTORS.values()
+            for key, default in selector.defaults.items() if isinstance(default, str)}
 
 
 # Option names of earlier versions -> the selector option they set now.
@@ -501,11 +511,14 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
         return TrainConfig(**values).resolve()
     if not read_utf8_text(saved_path).strip():  # a write cut short (before writes were atomic)
         raise UsageError(f"--resume: {saved_path} is empty: restore it, or start another --run-dir")
-    try:  # parsed as any YAML layer is (an unknown key is one line)
+    try:  # parsed as any YAML layer is; load_yaml's errors name the file (once)
         stored = _renamed(load_yaml(saved_path))
+    except UsageError as error:
+        raise UsageError(f"--resume: {error}") from None
+    try:  # an unknown key or a bad value is one line
         saved = _with_layer(saved_before(stored), stored)
     except UsageError as error:
-        raise UsageError(f"{saved_path}: {error}") from None
+        raise UsageError(f"--resume: config file {saved_path}: {error}") from None
     run = TrainConfig(**saved).resolve()
     values = functools.reduce(_with_layer, layers, saved)
     config = TrainConfig(**values).resolve()
