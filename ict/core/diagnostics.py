@@ -172,11 +172,7 @@ def token_anatomy(response_mask: Tensor, group_ids: Tensor, finished: Tensor | N
     ``end_token`` (bool: the last response token of a finished row). ``group_ids`` and ``finished``
     must be ``[B]`` (ValueError otherwise)."""
     response = response_mask.bool()
-    if tuple(group_ids.shape) != tuple(response.shape[:1]):
-        raise ValueError(f"group_ids must be [B] = {list(response.shape[:1])} (one label per row of the "
-                         f"[B, T] response mask), got {list(group_ids.shape)}")
-    if finished is not None and tuple(finished.shape) != tuple(response.shape[:1]):  # [1] would broadcast
-        raise ValueError(f"finished must be [B] = {list(response.shape[:1])}, got {list(finished.shape)}")
+    check_token_shapes(response.shape, {}, {"group_ids": group_ids, "finished": finished})  # [1] would broadcast
     _, rank = torch.unique(group_ids.to(response.device), return_inverse=True)
     num_groups = int(rank.max()) + 1 if rank.numel() else 0
     group_size = torch.bincount(rank, minlength=num_groups)
@@ -207,10 +203,8 @@ def selection_anatomy(
     the masks, ``group_ids`` or ``finished`` are a ValueError (none is broadcast).
     """
     response = response_mask.bool()
-    for name, mask in (("selected_mask", selected_mask), ("tie_decided", tie_decided)):
-        if mask is not None and mask.shape != response.shape:  # [1, T] would broadcast to every row
-            raise ValueError(f"{name} must be [B, T] like response_mask, {list(response.shape)}, "
-                             f"got {list(mask.shape)}")
+    # [1, T] would broadcast to every row
+    check_token_shapes(response.shape, {"selected_mask": selected_mask, "tie_decided": tie_decided})
     selected = selected_mask.to(response.device).bool() & response
     anatomy = token_anatomy(response, group_ids, finished)
     out = {}
