@@ -225,16 +225,21 @@ def test_metrics_of_an_evaluation_are_the_hand_worked_values_of_its_completions(
         abs=1e-12)
 
 
+def _one_gsm8k_problem(tmp_path: Path) -> tuple[Path, str]:
+    """A data directory holding one gsm8k problem ("question 3?", gold 3), and its prompt."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm8k.jsonl").write_text(json.dumps({"question": "question 3?", "answer": "#### 3"}) + "\n")
+    return data, load_benchmark("gsm8k", data).problems[0].prompt
+
+
 def test_a_longer_verify_timeout_regrades_the_checks_that_timed_out(tmp_path: Path):
     """--verify-timeout is a grading setting (`GRADING_KEYS`): a rerun with another bound grades
     the stored completions again, without generating; a rerun with the same bound keeps them.
     The stored verdicts are set to what a check cut off by its bound records (incorrect,
     ``timeout``): a real bound of 1e-6 s was not one (the pool reads an answer that is already
     there when its bound is checked, so on a loaded machine the check came back ``ok``)."""
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "gsm8k.jsonl").write_text(json.dumps({"question": "question 3?", "answer": "#### 3"}) + "\n")
-    prompt = load_benchmark("gsm8k", data).problems[0].prompt
+    data, prompt = _one_gsm8k_problem(tmp_path)
     out = tmp_path / "out"
     config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
                   num_samples=2, ks=(1,), device="cpu")
@@ -344,10 +349,7 @@ def test_records_graded_before_the_grading_field_are_regraded_as_lenient_ones(tm
     extraction of that time (`LEGACY_GRADING`): under the anchored default they are graded again,
     without generating. "the sum 3" is right under lenient extraction only (pass@1 1.0 as
     stored, 0.0 anchored); taking them for graded with the current rules kept 1.0."""
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "gsm8k.jsonl").write_text(json.dumps({"question": "question 3?", "answer": "#### 3"}) + "\n")
-    prompt = load_benchmark("gsm8k", data).problems[0].prompt
+    data, prompt = _one_gsm8k_problem(tmp_path)
     out = tmp_path / "out"
     config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
                   num_samples=2, ks=(1,), device="cpu", math_extraction="lenient")
@@ -395,10 +397,7 @@ def test_a_resume_keeps_greedy_records_seedless_and_results_json_names_the_one_s
     ``seeds`` null it read both, 2 samples a problem of n = 1)."""
     from ict.analysis.comparison_runs import complete_verdicts
 
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "gsm8k.jsonl").write_text(json.dumps({"question": "question 3?", "answer": "#### 3"}) + "\n")
-    prompt = load_benchmark("gsm8k", data).problems[0].prompt
+    data, prompt = _one_gsm8k_problem(tmp_path)
     out = tmp_path / "out"
     config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
                   num_samples=1, ks=(1,), device="cpu", greedy=True)
