@@ -215,7 +215,7 @@ def _load_error(name_or_path: str, source: str | Path, error: Exception) -> Usag
     if isinstance(error, SafetensorError):  # e.g. a weights file cut short by an interrupted copy or save
         return UsageError(f"cannot load model {name_or_path!r}: a weights file is damaged or incomplete ({error})")
     if os.path.isdir(source) and not (Path(source) / "config.json").is_file():
-        if any((Path(source) / where / "adapter_config.json").is_file() for where in ("adapter", ".")):
+        if lora_adapter_dir(str(source)) is not None:
             return UsageError(f"{name_or_path} is a LoRA checkpoint (a peft adapter, no full model): ict eval "
                               "and ict inspect load it with its base model; here pass a full model directory (the "
                               "base merged with the adapter: peft's merge_and_unload, then save_pretrained)")
