@@ -265,3 +265,86 @@ def test_a_reused_evaluation_older_than_a_setting_is_checked_on_the_settings_it_
     _write_eval(tmp_path / "eval", {0: {0: [True, False]}}, {**older, "temperature": 0.6})
     with pytest.raises(UsageError, match=r"other settings \(temperature 0.6 -> 1.0\)"):
         _check_eval_settings(tmp_path / "eval", config)
+
+
+def test_report_only_names_evaluations_graded_under_older_grading_rules(tmp_path, capsys):
+    """`ict compare --report-only` pooled an evaluation graded under older answer-grading rules
+    (results.json records ``grading_rules``; none: an ict eval older than it) with those graded
+    under the current ones, without a word: the report names each (final, base-model), with how
+    to re-grade it. An evaluation at the current version is not named."""
+    from ict.answers.grading import GRADING_RULES_VERSION
+    from ict.cli import main
+
+    output = tmp_path / "cmp"
+    verdicts = {0: {0: [True, False]}, 1: {0: [False, False]}}
+    steps = {"config_yaml": "num_steps: 1\n", "metrics_jsonl": '{"step": 1}\n'}
+    current = {**SETTINGS, "grading_rules": GRADING_RULES_VERSION}
+    _run(output, "grpo", 0, current, verdicts, **steps)
+    _run(output, "grpo", 1, SETTINGS, verdicts, **steps)  # no grading_rules recorded
+    _write_eval(output / "base-model", verdicts, {**current, "grading_rules": GRADING_RULES_VERSION - 1})
+    assert main(["compare", "--report-only", "--output-dir", str(output), "--bootstrap-resamples", "10"]) == 0
+    notes = [f"grpo/seed1 eval (grading rules unknown (older), current {GRADING_RULES_VERSION})",
+             f"base-model (grading rules {GRADING_RULES_VERSION - 1}, current {GRADING_RULES_VERSION})"]
+    assert json.loads((output / "summary.json").read_text())["regrade"] == notes
+    report = (output / "report.md").read_text()
+    assert "graded under other answer-grading rules" in report
+    assert all(f"- {note}" in report for note in notes)
+    assert "other settings" not in report  # the rules are no --eval-* setting
+
+    _run(output, "grpo", 1, current, verdicts, **steps)
+    _write_eval(output / "base-model", verdicts, current)
+    assert main(["compare", "--report-only", "--output-dir", str(output), "--bootstrap-resamples", "10"]) == 0
+    assert json.loads((output / "summary.json").read_text())["regrade"] == []
+    assert "answer-grading rules" not in (output / "report.md").read_text()
+    capsys.readouterr()
+
+
+def test_a_reused_evaluation_graded_under_older_rules_is_regraded_by_the_comparison(tmp_path):
+    """A comparison rerun reused a final evaluation graded under older rules as it was; it now
+    resumes that `ict eval` (every unit is finished: nothing generated), which re-grades its
+    stored completions: two right answers stored as wrong (what older rules said) count as right,
+    and results.json records the current version. One graded under the current rules is left
+    alone (results.json not rewritten)."""
+    from types import SimpleNamespace
+
+    from ict.answers.grading import GRADING_RULES_VERSION
+    from ict.data.benchmarks import load_benchmark
+    from ict.evaluation.evaluate import Generator, evaluate
+    from ict.experiments.compare import CompareConfig, _eval_config, _evaluate
+
+    class Scripted(Generator):
+        def __init__(self) -> None:
+            self.name = "scripted"
+
+        def generate(self, prompts, num_samples, greedy, seed):
+            return [["\\boxed{3}"] * num_samples for _ in prompts], [[1] * num_samples for _ in prompts], \
+                [[True] * num_samples for _ in prompts]
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm8k.jsonl").write_text(json.dumps({"question": "question 3?", "answer": "#### 3"}) + "\n")
+    assert load_benchmark("gsm8k", data).problems[0].answer == "3"
+    config = CompareConfig(methods="grpo", seeds=(0,), output_dir=tmp_path / "cmp", eval_benchmarks="gsm8k",
+                           eval_data_dir=str(data), eval_n=2, eval_ks=(1,))
+    train_config = SimpleNamespace(device="cpu", dtype="fp32", num_threads=None)
+    out = tmp_path / "eval"
+    evaluate(_eval_config(config, train_config, "m", out), Scripted(), progress=False, print_table=False)  # type: ignore[arg-type]
+    before = (out / "results.json").stat().st_mtime_ns
+    _evaluate(config, train_config, None, out, log=lambda *_: None)  # type: ignore[arg-type]
+    assert (out / "results.json").stat().st_mtime_ns == before  # current rules: left alone
+
+    records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    for record in records:
+        del record["grading"]["grading_rules"]
+        record.update(correct=False, extracted=None, score=0.0, status="no_answer")
+    (out / "samples.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    results = json.loads((out / "results.json").read_text())
+    del results["config"]["grading_rules"]
+    results["benchmarks"]["gsm8k"]["metrics"]["pass@1"] = 0.0
+    (out / "results.json").write_text(json.dumps(results))
+    logged: list[str] = []
+    _evaluate(config, train_config, None, out, log=logged.append)  # type: ignore[arg-type]
+    assert logged == [f"re-grade {out} (grading rules None, current {GRADING_RULES_VERSION})"]
+    results = json.loads((out / "results.json").read_text())
+    assert results["config"]["grading_rules"] == GRADING_RULES_VERSION
+    assert results["benchmarks"]["gsm8k"]["metrics"]["pass@1"] == 1.0

@@ -351,11 +351,12 @@ def test_the_reproduce_command_quotes_the_directory_and_keeps_the_resamples(tmp_
     import shlex
 
     from ict.analysis.compare import write_report
+    from ict.answers.grading import GRADING_RULES_VERSION
 
     output = tmp_path / "my cmp"
     _finished_run(output, "grpo", {i: [i % 2 == 0, False] for i in range(6)})
     _finished_run(output, "ict", {i: [i % 3 == 0, True] for i in range(6)})
-    report = write_report(output, ("grpo",), 200).read_text()
+    report = write_report(output, ("grpo",), 200, GRADING_RULES_VERSION).read_text()  # as ict compare
     command = report.split("## Reproduce")[1].split("```")[1].strip().splitlines()[-1]
     assert shlex.split(command) == ["ict", "compare", "--report-only", "--output-dir", str(output),
                                     "--baselines", "grpo", "--bootstrap-resamples", "200"]

@@ -450,3 +450,32 @@ def test_a_run_json_from_before_dtype_and_backend_were_recorded_resumes_with_any
     assert json.loads((out / "run.json").read_text())["dtype"] == "bf16"
     with pytest.raises(UsageError, match=r"dtype: 'bf16' -> 'fp32'"):
         evaluate(EvalConfig(**config, dtype="fp32"), ScriptedGenerator({}), progress=False, print_table=False)
+
+
+def test_records_graded_under_other_grading_rules_are_regraded_and_results_json_names_them(tmp_path: Path):
+    """Each record keeps the version of the answer-grading rules it was graded under
+    (``grading_rules``, `GRADING_RULES_VERSION`): a record graded under other rules, or before the
+    version was recorded (older rules), is graded again on the next run, without generating, as
+    one graded with another --math-extraction is; the verdicts stored here are what older rules
+    said of a right answer (wrong). The parent kept them: pass@1 0.0. results.json names the
+    version its verdicts were graded under."""
+    from ict.answers.grading import GRADING_RULES_VERSION
+
+    data, prompt = _one_gsm8k_problem(tmp_path)
+    out = tmp_path / "out"
+    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
+                  num_samples=2, ks=(1,), device="cpu")
+    evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["\\boxed{3}", "\\boxed{3}"], "")}),
+             progress=False, print_table=False)
+    assert json.loads((out / "results.json").read_text())["config"]["grading_rules"] == GRADING_RULES_VERSION
+    stored = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert {record["grading"]["grading_rules"] for record in stored} == {GRADING_RULES_VERSION}
+    older = [{"grading_rules": GRADING_RULES_VERSION - 1}, {}]  # another version; none recorded
+    for record, rules in zip(stored, older, strict=True):
+        grading = {key: value for key, value in record["grading"].items() if key != "grading_rules"}
+        record.update(correct=False, extracted=None, score=0.0, status="no_answer", grading={**grading, **rules})
+    (out / "samples.jsonl").write_text("".join(json.dumps(record) + "\n" for record in stored))
+    again = evaluate(EvalConfig(**config), ScriptedGenerator({}), progress=False, print_table=False)
+    assert again.benchmarks[0].metrics["pass@1"] == 1.0
+    assert [json.loads(line)["grading"]["grading_rules"] for line in (out / "samples.jsonl").read_text().splitlines()] == [
+        GRADING_RULES_VERSION] * 2

@@ -31,6 +31,7 @@ from ict.analysis.comparison_runs import (  # noqa: F401 (re-exported)
     complete_verdicts,
     evaluated_ks,
     evaluation_settings,
+    graded_under,
     load_runs,
     method_of,
     planned_steps,
@@ -282,17 +283,40 @@ def curve_settings_notes(output_dir: Path, runs: list[RunRecord]) -> list[str]:
     reference, _ = _reference_settings(runs)
     if reference is None:
         return []
+    notes = []
+    for name, directory in _curve_evaluations(output_dir, runs):
+        settings = evaluation_settings(directory)
+        if settings is not None and settings != reference and complete_verdicts(directory):
+            notes.append(_settings_note(name, settings, reference))
+    return notes
+
+
+def _curve_evaluations(output_dir: Path, runs: list[RunRecord]) -> list[tuple[str, Path]]:
+    """(name, directory) of the learning curves' evaluations: base-model/, each run's evals/step-N/."""
     evaluations = [(BASE_MODEL_DIR, output_dir / BASE_MODEL_DIR)]
     for run in sorted(runs, key=lambda run: (run.label, run.seed)):
         evaluations += [(f"{run.label}/seed{run.seed} evals/{directory.name}", directory)
                         for directory in sorted((run.directory / "evals").glob("step-*"))
                         if re.fullmatch(r"step-(\d+)", directory.name)]
-    notes = []
-    for name, directory in evaluations:
-        settings = evaluation_settings(directory)
-        if settings is not None and settings != reference and complete_verdicts(directory):
-            notes.append(_settings_note(name, settings, reference))
-    return notes
+    return evaluations
+
+
+def regrade_notes(output_dir: Path, runs: list[RunRecord], current: int | None = None) -> list[str]:
+    """One line per finished evaluation of the report (each run's eval/, base-model/, each
+    evals/step-N/) graded under other answer-grading rules than ``current`` (the
+    ``GRADING_RULES_VERSION`` of `ict.answers.grading`, which ict compare passes; None: the newest
+    any of them records): ``"ict/seed0 eval (grading rules unknown (older), current 2)"``. Its
+    verdicts may not be those of the same completions graded now. Reads results.json only."""
+    evaluations = [(f"{run.label}/seed{run.seed} eval", run.directory / "eval")
+                   for run in sorted(runs, key=lambda run: (run.label, run.seed))]
+    found = [(name, *graded_under(directory)) for name, directory in
+             evaluations + _curve_evaluations(output_dir, runs)]
+    if current is None:
+        current = max((rules for _, finished, rules in found if finished and rules is not None), default=None)
+        if current is None:  # none records a version: all as old as each other
+            return []
+    return [f"{name} (grading rules {'unknown (older)' if rules is None else rules}, current {current})"
+            for name, finished, rules in found if finished and rules != current]
 
 
 def training_end(runs: list[RunRecord], window: int = END_WINDOW) -> list[dict[str, Any]]:
@@ -446,13 +470,15 @@ def _top_token_lines(tokens: dict[str, dict[str, list]], labels: list[str]) -> l
     return lines
 
 
-def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples: int) -> Path:
+def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples: int,
+                 grading_rules: int | None = None) -> Path:
     """report.md, results.csv, differences.csv, training_end.csv, summary.json and curves.png
     (with a finished base-model or intermediate evaluation also learning_curves.csv and .png)
     in `output_dir` (a comparison directory), over the runs that finished training; a run that
     logged fewer steps than its config.yaml's ``num_steps`` is only listed as in progress.
     `baselines`: method names or run labels every other run is compared with;
-    `bootstrap_resamples`: of each paired interval."""
+    `bootstrap_resamples`: of each paired interval; `grading_rules`: the current version of the
+    answer-grading rules (`regrade_notes`)."""
     from ict.analysis.plots import plot_learning_curves, plot_runs
 
     runs = load_runs(output_dir)
@@ -471,6 +497,7 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
     summary = summarize(runs, bootstrap_resamples, baselines)
     summary["in_progress"] = in_progress
     summary["settings"] += curve_settings_notes(output_dir, runs)  # the learning curves' evaluations
+    summary["regrade"] = regrade_notes(output_dir, runs, grading_rules)
     _write_csv(output_dir / "results.csv", summary["table"],
                ["benchmark", "metric", "method", "seeds", "problems", "mean", "std"])
     _write_csv(output_dir / "differences.csv", summary["differences"],
@@ -520,6 +547,12 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
                   "pass@k, or their point of the learning curves, is not that of the same evaluation; "
                   "evaluate them again alike):", "",
                   *(f"- {note}" for note in summary["settings"])]
+    if summary["regrade"]:
+        lines += ["", "Evaluations graded under other answer-grading rules than the current ones (their "
+                  "verdicts may differ from those of the same completions graded now; rerun the "
+                  "comparison's command, under Reproduce, to re-grade them without generating, or "
+                  "`ict eval` into the directory with its options):", "",
+                  *(f"- {note}" for note in summary["regrade"])]
     if summary["pairing"]:
         lines += ["", "Methods evaluated on different problems or seeds are averaged over the seeds "
                   "they evaluated and compared on the problems and seeds both evaluated:", "",

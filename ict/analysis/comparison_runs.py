@@ -199,6 +199,19 @@ def evaluation_settings(eval_dir: Path) -> dict[str, Any] | None:
     return settings
 
 
+def graded_under(eval_dir: Path) -> tuple[bool, int | None]:
+    """(whether ``eval_dir`` holds a finished `ict eval`: a results.json with its config; the
+    version of the answer-grading rules its verdicts were graded under: the config's
+    ``grading_rules``, None where it records none: an `ict eval` older than the version, whose
+    rules are unknown and older). Reads results.json only."""
+    results = _results(eval_dir)
+    config = results.get("config") if results is not None else None
+    if not isinstance(config, dict):
+        return False, None
+    rules = config.get("grading_rules")
+    return True, rules if isinstance(rules, int) and not isinstance(rules, bool) else None
+
+
 def evaluated_ks(eval_dir: Path) -> tuple[int, ...]:
     """The k of pass@k an `ict eval` output directory asked for (its results.json's
     ``config.ks``), else :data:`DEFAULT_KS`."""

@@ -47,7 +47,13 @@ from typing import Any
 
 import numpy as np
 
-from ict.answers.grading import ANSWER_EXTRACTIONS, GradingRules, Verdict, grade_batch
+from ict.answers.grading import (
+    ANSWER_EXTRACTIONS,
+    GRADING_RULES_VERSION,
+    GradingRules,
+    Verdict,
+    grade_batch,
+)
 from ict.answers.verify import (
     DEFAULT_TIMEOUT_SECONDS,
     MATH_EXTRACTIONS,
@@ -143,7 +149,7 @@ class EvalConfig:
                                     "prompt (ict train's default reward and prompt)",
                                     ANSWER_EXTRACTIONS)
     regrade: bool = option(False, "grade the stored completions in --output-dir again with the "
-                           "current rules (automatic when grading options changed)")
+                           "current rules (automatic when grading options or the version of the rules changed)")
     verify_workers: int | None = option(None, "math-verify worker processes; None = min(2, CPUs)")
     system_prompt: str | None = option(None, "optional system message before each prompt")
     overwrite: bool = option(False, "discard earlier samples in --output-dir instead of resuming")
@@ -210,6 +216,11 @@ class EvalConfig:
         resolved = {"dtype": _DTYPE_OPTIONS[dtype_name(self.dtype, device)],
                     "backend": resolved_backend(self, device)}
         return {key: resolved.get(key, getattr(self, key, None)) for key in RESUME_KEYS}
+
+    @property
+    def grading_rules(self) -> int:
+        """The version of the answer-grading rules this code grades by (`GRADING_RULES_VERSION`)."""
+        return GRADING_RULES_VERSION
 
     def grading(self) -> dict[str, Any]:
         """Its `GRADING_KEYS` values: the settings a verdict is graded with (each record keeps them)."""
@@ -513,7 +524,8 @@ def evaluate(
             if count:  # stored completions graded with other settings (or --regrade): graded again
                 write_all_records(output_dir / SAMPLES_FILE, records)
                 timing["grading_seconds"] += time.perf_counter() - grading_start
-                say(f"re-graded {count} stored completions ({config.math_extraction} math extraction)")
+                say(f"re-graded {count} stored completions ({config.math_extraction} math extraction, "
+                    f"grading rules {GRADING_RULES_VERSION})")
             if remaining:
                 if generator is None:
                     load_start = time.perf_counter()
@@ -533,6 +545,7 @@ def evaluate(
             config_dict["data_dir"] = str(Path(config.data_dir).expanduser().resolve())  # working directory
         config_dict["seeds"] = list(seeds)
         config_dict["backend_used"] = generator.name if generator is not None else None
+        config_dict["grading_rules"] = GRADING_RULES_VERSION  # every verdict counted was graded so
         result = EvalResult(config_dict, results, aggregates, output_dir, timing)
         write_results(result)
         if print_table:

@@ -35,10 +35,12 @@ device, `EvalConfig.resume_settings`: another dtype or sampler draws from anothe
 The sampling seed is not among them: it is part of every record's key (`unit_key`); nor are the
 device (with the dtype kept, only the random stream and float rounding change) and the batch size
 (the chunks it cuts are redrawn where they must be, ``_cut_otherwise``)."""
-GRADING_KEYS = ("math_extraction", "verify_timeout")
+GRADING_KEYS = ("math_extraction", "verify_timeout", "grading_rules")
 """Grading settings: each record keeps those it was graded with (``grading``); a record graded with
-other settings than the run's is re-graded when its problem is evaluated."""
-LEGACY_GRADING = {"math_extraction": "lenient", "verify_timeout": DEFAULT_TIMEOUT_SECONDS}
+other settings than the run's is re-graded when its problem is evaluated. ``grading_rules``: the
+version of the rules (`ict.answers.grading.GRADING_RULES_VERSION`), absent from records graded
+before it was recorded (under older rules: re-graded)."""
+LEGACY_GRADING = {"math_extraction": "lenient", "verify_timeout": DEFAULT_TIMEOUT_SECONDS, "grading_rules": None}
 LEGACY_RESUME = {"answer_extraction": "tag"}
 """Values of resume keys added later, for run files written before them."""
 UNKNOWN_BEFORE = ("dtype", "backend")

@@ -9,7 +9,8 @@ seed => same training prompts in the same order and the same rollout seeds (`ict
 derives both from ``seed``); every run is evaluated on the same problems with the same sampling
 seed. A run whose ``eval/results.json`` exists is reused; a run with an older checkpoint resumes;
 one evaluated at another step than ``num_steps``, or trained past it, is refused before any run
-trains, and an evaluation made with other --eval-* settings is refused when it would be reused.
+trains, and an evaluation made with other --eval-* settings is refused when it would be reused;
+one graded under other answer-grading rules is re-graded (nothing is generated again).
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from ict.analysis.compare import (
     BASELINES,
     BOOTSTRAP_RESAMPLES,
     COMMANDS_FILE,
+    graded_under,
     is_baseline,
     planned_steps,
     run_dir,
     step_eval_dir,
     write_report,
 )
-from ict.answers.grading import ANSWER_EXTRACTIONS
+from ict.answers.grading import ANSWER_EXTRACTIONS, GRADING_RULES_VERSION
 from ict.answers.verify import MATH_EXTRACTIONS
 from ict.core.errors import UsageError, check_path_given
 from ict.core.options import check_choices, option, option_fields, text_option_names
@@ -329,6 +331,7 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
             if (directory / "eval" / "results.json").is_file():
                 log(f"reuse {directory}")
                 if not config.train_only:
+                    _evaluate(config, train_config, None, directory / "eval", log)  # re-graded if it must be
                     _evaluate_steps(config, train_config, directory, log)
                 continue
             checkpoint = _final_checkpoint(directory, train_config.num_steps)
@@ -345,7 +348,7 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
             _evaluate_steps(config, train_config, directory, log)
     if config.train_only:
         return config.output_dir
-    return write_report(config.output_dir, config.baselines, config.bootstrap_resamples)
+    return write_report(config.output_dir, config.baselines, config.bootstrap_resamples, GRADING_RULES_VERSION)
 
 
 def _evaluate_steps(config: CompareConfig, train_config: TrainConfig, directory: Path,
@@ -379,16 +382,37 @@ def _eval_config(config: CompareConfig, train_config: TrainConfig, model: str,
         dtype=train_config.dtype, threads=train_config.num_threads)
 
 
-def _evaluate(config: CompareConfig, train_config: TrainConfig, model: str, output_dir: Path,
+def _evaluate(config: CompareConfig, train_config: TrainConfig, model: str | None, output_dir: Path,
               log: Any) -> None:
     """`ict eval` of ``model`` into ``output_dir`` with the comparison's settings (`_eval_config`);
-    skipped when its results.json exists (its settings were checked before any run trained)."""
+    skipped when its results.json exists (its settings were checked before any run trained),
+    unless it records other answer-grading rules than `GRADING_RULES_VERSION` (or none: older
+    ones): then the same `ict eval` of the model it names resumes, which re-grades the stored
+    completions and generates nothing. ``model`` None: only such a re-grade."""
     from ict.evaluation.evaluate import evaluate
 
     if (output_dir / "results.json").is_file():
+        finished, rules = graded_under(output_dir)
+        model = _results_model(output_dir) if finished else None
+        if rules == GRADING_RULES_VERSION or model is None:  # a results.json without its config: as it is
+            return
+        log(f"re-grade {output_dir} (grading rules {rules}, current {GRADING_RULES_VERSION})")
+    elif model is None:
         return
-    log(f"evaluate {model} -> {output_dir}")
+    else:
+        log(f"evaluate {model} -> {output_dir}")
     evaluate(_eval_config(config, train_config, model, output_dir), progress=False, print_table=False)
+
+
+def _results_model(output_dir: Path) -> str | None:
+    """The ``model`` an `ict eval` output directory's results.json names, or None."""
+    import json
+
+    try:
+        model = json.loads((output_dir / "results.json").read_text(encoding="utf-8"))["config"]["model"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return model if isinstance(model, str) else None
 
 
 EVAL_SETTINGS = ("benchmarks", "data_dir", "num_samples", "ks", "temperature", "max_new_tokens",
