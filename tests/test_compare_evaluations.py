@@ -272,6 +272,7 @@ def test_report_only_names_evaluations_graded_under_older_grading_rules(tmp_path
     (results.json records ``grading_rules``; none: an ict eval older than it) with those graded
     under the current ones, without a word: the report names each (final, base-model), with how
     to re-grade it. An evaluation at the current version is not named."""
+    from ict.analysis.compare import load_runs, regrade_notes
     from ict.answers.grading import GRADING_RULES_VERSION
     from ict.cli import main
 
@@ -290,6 +291,7 @@ def test_report_only_names_evaluations_graded_under_older_grading_rules(tmp_path
     assert "graded under other answer-grading rules" in report
     assert all(f"- {note}" in report for note in notes)
     assert "other settings" not in report  # the rules are no --eval-* setting
+    assert regrade_notes(output, load_runs(output)) == notes  # no current version given: the newest recorded
 
     _run(output, "grpo", 1, current, verdicts, **steps)
     _write_eval(output / "base-model", verdicts, current)
@@ -339,12 +341,12 @@ def test_a_reused_evaluation_graded_under_older_rules_is_regraded_by_the_compari
         record.update(correct=False, extracted=None, score=0.0, status="no_answer")
     (out / "samples.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
     results = json.loads((out / "results.json").read_text())
-    del results["config"]["grading_rules"]
+    results["config"]["grading_rules"] = GRADING_RULES_VERSION - 1  # older rules recorded
     results["benchmarks"]["gsm8k"]["metrics"]["pass@1"] = 0.0
     (out / "results.json").write_text(json.dumps(results))
     logged: list[str] = []
     _evaluate(config, train_config, None, out, log=logged.append)  # type: ignore[arg-type]
-    assert logged == [f"re-grade {out} (grading rules None, current {GRADING_RULES_VERSION})"]
+    assert logged == [f"re-grade {out} (grading rules {GRADING_RULES_VERSION - 1}, current {GRADING_RULES_VERSION})"]
     results = json.loads((out / "results.json").read_text())
     assert results["config"]["grading_rules"] == GRADING_RULES_VERSION
     assert results["benchmarks"]["gsm8k"]["metrics"]["pass@1"] == 1.0

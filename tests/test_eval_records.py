@@ -151,6 +151,7 @@ def test_aggregates_suites_duplicates_mixed_seeds_and_the_table_sections(tmp_pat
     aggregates = aggregate_results(rows, ["paper"])
     assert [(a.name, round(a.metrics["pass@1"], 12)) for a in aggregates] == [
         ("suite:paper", round(2 / 7, 12)), ("group:math", 0.3), ("group:commonsense", 0.7), ("group:olympiad", 0.0)]
+    assert [a.num_problems for a in aggregates] == [70, 20, 20, 30]  # the members' problems, summed
     mixed = [row("gsm8k", "math", 0.2, (0, 1)), row("math500", "math", 0.4, (0, 2))]
     (aggregate,) = aggregate_results(mixed)
     assert (aggregate.metrics, aggregate.per_seed, aggregate.std) == ({"pass@1": pytest.approx(0.3)}, {}, {})
@@ -479,3 +480,47 @@ def test_records_graded_under_other_grading_rules_are_regraded_and_results_json_
     assert again.benchmarks[0].metrics["pass@1"] == 1.0
     assert [json.loads(line)["grading"]["grading_rules"] for line in (out / "samples.jsonl").read_text().splitlines()] == [
         GRADING_RULES_VERSION] * 2
+
+
+def test_auto_backend_is_hf_for_a_lora_checkpoint_and_vllm_where_it_is_installed(tmp_path: Path, monkeypatch):
+    """`resolved_backend`, what a resume records and `load_generator` loads with: ``auto`` is vLLM
+    where it is installed (on a CPU or a GPU), but a LoRA checkpoint loads with HF (vLLM loads no
+    adapter), so its run.json must say hf; ``hf`` / ``vllm`` as given. (Mutation test: the LoRA
+    case recorded vllm where vLLM is installed, and a resume with --backend hf was refused.)"""
+    import torch
+
+    from ict.evaluation import evaluate as module
+
+    checkpoint = tmp_path / "ckpt"
+    (checkpoint / "adapter").mkdir(parents=True)
+    (checkpoint / "adapter" / "adapter_config.json").write_text("{}")
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(module, "_vllm_available", lambda: True)
+    assert module.resolved_backend(EvalConfig(model=str(checkpoint)), cpu) == "hf"
+    assert module.resolved_backend(EvalConfig(model=str(tmp_path)), cpu) == "vllm"
+    assert module.resolved_backend(EvalConfig(model=str(tmp_path), backend="hf"), cpu) == "hf"
+    monkeypatch.setattr(module, "_vllm_available", lambda: False)
+    assert module.resolved_backend(EvalConfig(model=str(tmp_path)), cpu) == "hf"
+    assert module.resolved_backend(EvalConfig(model=str(checkpoint), backend="vllm"), cpu) == "vllm"
+
+
+def test_regrade_grades_every_stored_completion_again_and_a_plain_rerun_keeps_them(tmp_path: Path):
+    """--regrade grades the stored completions again with the current rules even where their
+    grading settings are the run's (e.g. after a verifier update); without it a rerun keeps the
+    stored verdicts. The stored verdicts are set wrong by hand (a right "\\\\boxed{3}" as
+    incorrect): pass@1 0.0 kept, then 1.0 once re-graded, and the file holds the new verdicts.
+    (Mutation test: --regrade ignored survived every test.)"""
+    data, prompt = _one_gsm8k_problem(tmp_path)
+    out = tmp_path / "out"
+    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
+                  num_samples=2, ks=(1,), device="cpu")
+    evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["\\\\boxed{3}", "\\\\boxed{3}"], "")}),
+             progress=False, print_table=False)
+    stored = [{**json.loads(line), "correct": False, "extracted": None, "score": 0.0, "status": "no_answer"}
+              for line in (out / "samples.jsonl").read_text().splitlines()]
+    (out / "samples.jsonl").write_text("".join(json.dumps(record) + "\n" for record in stored))
+    kept = evaluate(EvalConfig(**config), ScriptedGenerator({}), progress=False, print_table=False)
+    assert kept.benchmarks[0].metrics["pass@1"] == 0.0
+    regraded = evaluate(EvalConfig(**config, regrade=True), ScriptedGenerator({}), progress=False, print_table=False)
+    assert regraded.benchmarks[0].metrics["pass@1"] == 1.0
+    assert [json.loads(line)["correct"] for line in (out / "samples.jsonl").read_text().splitlines()] == [True, True]
