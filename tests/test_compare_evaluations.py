@@ -350,3 +350,30 @@ def test_a_reused_evaluation_graded_under_older_rules_is_regraded_by_the_compari
     results = json.loads((out / "results.json").read_text())
     assert results["config"]["grading_rules"] == GRADING_RULES_VERSION
     assert results["benchmarks"]["gsm8k"]["metrics"]["pass@1"] == 1.0
+
+
+def test_a_last_line_torn_inside_a_character_leaves_a_finished_evaluation_readable(tmp_path, capsys):
+    """A finished evaluation (its results.json) whose samples.jsonl an `ict eval` rerun (another
+    seed) is appending to, or was killed while appending to, ends in a line cut inside a UTF-8
+    character ("−" is 3 bytes): the report refused the whole comparison ('not UTF-8 text ...;
+    re-encode the file as UTF-8'); ict eval leaves that line out, and so does the report now. A
+    line that is not UTF-8 before the last is still the one-line refusal."""
+    from ict.cli import main
+
+    output = tmp_path / "cmp"
+    steps = {"config_yaml": "num_steps: 1\n", "metrics_jsonl": '{"step": 1}\n'}
+    for label in ("grpo", "ict"):
+        _run(output, label, 0, SETTINGS, {0: {0: [True, False]}, 1: {0: [False, False]}}, **steps)
+    samples = output / "runs" / "ict" / "seed0" / "eval" / "samples.jsonl"
+    torn = json.dumps({"benchmark": "b", "index": 0, "sample": 0, "seed": 1, "greedy": False,
+                       "completion": "x − 1", "correct": True}, ensure_ascii=False).encode()
+    whole = samples.read_bytes()
+    samples.write_bytes(whole + torn[:torn.index("−".encode()) + 1])
+    arguments = ["compare", "--report-only", "--output-dir", str(output), "--bootstrap-resamples", "10"]
+    assert main(arguments) == 0
+    table = json.loads((output / "summary.json").read_text())["table"]
+    assert {(row["method"], row["mean"]) for row in table if row["metric"] == "pass@1"} == {
+        ("grpo", 0.25), ("ict", 0.25)}
+    samples.write_bytes(whole + b"\xff\n" + whole)
+    assert main(arguments) == 2
+    assert f"{samples}: not UTF-8 text" in capsys.readouterr().err

@@ -89,5 +89,17 @@ def read_utf8_text(path: Any) -> str:
     try:
         return Path(path).read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as error:
-        raise UsageError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); re-encode the "
-                         "file as UTF-8") from None
+        raise _not_utf8(path, error) from None
+
+
+def utf8_text(data: bytes, path: Any) -> str:
+    """`read_utf8_text` of bytes already read from the file `path` (no newline translation)."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise _not_utf8(path, error) from None
+
+
+def _not_utf8(path: Any, error: UnicodeDecodeError) -> UsageError:
+    return UsageError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); re-encode the "
+                      "file as UTF-8")
