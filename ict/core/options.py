@@ -136,8 +136,8 @@ def parse_field(cls: type, name: str, raw: Any) -> Any:
                 raise ValueError
             if isinstance(raw, bool):  # YAML 1.1 reads off, no, on, yes (unquoted) as booleans
                 return _text_of_boolean(cls, name, raw)
-            if inner is Path:
-                check_path_given(name, raw, "give a path")
+            if inner is Path:  # named by its flag, as the commands' own checks name it
+                check_path_given("--" + name.replace("_", "-"), raw, "give a path")
             return _scalar(inner, str(raw))
     except (ValueError, TypeError, OverflowError, yaml.YAMLError):
         if typing.get_origin(inner) is tuple:

@@ -164,6 +164,7 @@ class CompareConfig:
         if self.output_dir is None:
             raise UsageError("--output-dir is required")
         check_path_given("--output-dir", self.output_dir, "give the comparison's directory")
+        check_path_given("--eval-data-dir", self.eval_data_dir, "give a directory, or leave it out for the hub")
         self.output_dir = Path(self.output_dir).expanduser()  # ~ from a config file or --output-dir=~/...
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise UsageError(f"--seeds needs distinct integers, got {self.seeds}")

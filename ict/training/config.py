@@ -438,7 +438,7 @@ def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = No
     TrainConfig's; and a selector's, ``selector: {reference: 0123}``) whose unquoted value YAML
     misreads (``system_prompt: 0123`` is 83), or a ``dataset_config`` value that YAML 1.1 and 1.2
     read differently (``1_000``), is a one-line UsageError (`load_options_yaml`)."""
-    check_path_given("config file path", path, "give a YAML file, or leave --config out")  # `--config ""`
+    check_path_given("--config", path, "give a YAML file, or leave it out")  # `--config ""`
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"config file {path} is a directory: give a YAML file" if path.is_dir()
