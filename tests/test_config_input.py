@@ -109,6 +109,38 @@ def test_a_dotted_override_that_yaml_misreads_is_refused_as_in_a_file(capsys, ov
     assert (kept["name"], kept["n"]) == ("0123", 31)
 
 
+def test_a_dotted_key_in_a_file_keeps_its_value_as_yaml_read_it(tmp_path):
+    """It was read as YAML a second time: a quoted ``'0123'`` refused as misread, ``'a: b'`` a
+    mapping, ``'yes'`` True, ``''`` None; and an unquoted 0123 went through, as 83."""
+    path = tmp_path / "config.yaml"
+    path.write_text("dataset_config.name: '0123'\ndataset_config.expr: 'a: b'\ndataset_config.flag: 'yes'\n"
+                    "dataset_config.empty: ''\nselector.reference: 'seq_mean'\n")
+    config = build_config(path)
+    assert {key: config.dataset_config[key] for key in ("name", "expr", "flag", "empty")} == {
+        "name": "0123", "expr": "a: b", "flag": "yes", "empty": ""}
+    assert config.selector["reference"] == "seq_mean"
+    assert build_config(None, load_yaml(path), {}).dataset_config["name"] == "0123"  # ict compare's training options
+    path.write_text("dataset_config.name: 0123\n")
+    with pytest.raises(UsageError, match=re.escape("dataset_config.name: YAML 1.1 reads an unquoted 0123 as 83, "
+                                                   "YAML 1.2 as 123; quote it for the text (e.g. name: '0123')")):
+        build_config(path)
+
+
+def test_a_dotted_key_and_a_mapping_of_its_option_in_one_file_are_merged(tmp_path, capsys):
+    """``dataset_config.b: 2`` written before ``dataset_config: {a: 1}`` was dropped, silently
+    (the mapping replaced it); a key given both ways kept the later one."""
+    path = tmp_path / "config.yaml"
+    for text in ("dataset_config.b: 2\ndataset_config: {a: 1}\n", "dataset_config: {a: 1}\ndataset_config.b: 2\n"):
+        path.write_text(text)
+        assert load_yaml(path)["dataset_config"] == {"a": 1, "b": 2}
+    for text, fragment in [("selector.ratio: 0.2\nselector: {ratio: 0.3}\n", "selector.ratio is given twice"),
+                           ("dataset_config: 5\ndataset_config.b: 2\n", "dataset_config.b is given twice")]:
+        path.write_text(text)
+        with pytest.raises(UsageError, match=re.escape(fragment)):
+            load_yaml(path)
+        assert fragment in _one_line_error(capsys, ["train", "--config", str(path)])
+
+
 def test_a_bad_saved_config_on_resume_names_its_file_once(tmp_path, capsys):
     """Was ``RUN/config.yaml: config file RUN/config.yaml: system_prompt: ...``."""
     run_dir = tmp_path / "run"

@@ -216,26 +216,32 @@ def load_options_yaml(text: str, text_options: typing.Collection[str] = (),
                       untyped_mappings: typing.Collection[str] = ()) -> Any:
     """`text` parsed as PyYAML's safe_load does, except for one-line `UsageError`s: a key given
     twice in one mapping, and a text option (a name in `text_options`; ``selector.reference`` for
-    a key of the mapping `selector`) whose unquoted value YAML reads as a number or date written
-    otherwise (``system_prompt: 0123`` is 83); ``dataset_subset: 2024`` is still the text 2024.
-    A value in a mapping named in `untyped_mappings` (``dataset_config``, whose types are the
-    task's) is refused only where YAML 1.1 and 1.2 read it differently (`_misread`).
+    a key of the mapping `selector`, or the dotted key itself) whose unquoted value YAML reads as
+    a number or date written otherwise (``system_prompt: 0123`` is 83); ``dataset_subset: 2024``
+    is still the text 2024. A value in a mapping named in `untyped_mappings` (``dataset_config``,
+    whose types are the task's, as a mapping or dotted keys ``dataset_config.KEY``) is refused
+    only where YAML 1.1 and 1.2 read it differently (`_misread`).
     A YAML syntax error is `yaml.YAMLError`."""
     loader = _OptionsLoader(text)
+
+    def check(name: str, node: yaml.Node) -> None:
+        untyped = "." in name and name.split(".", 1)[0] in untyped_mappings
+        if name in text_options or untyped:
+            _misread(loader, name, node, typed=name in text_options)
+
     try:
         node = loader.get_single_node()
         if node is None:
             return None
         for key_node, value_node in node.value if isinstance(node, yaml.MappingNode) else ():
-            name = str(key_node.value).replace("-", "_") if isinstance(key_node, yaml.ScalarNode) else None
-            if name in text_options:
-                _misread(loader, name, value_node, typed=True)
-            if name is not None and isinstance(value_node, yaml.MappingNode):
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue
+            name = str(key_node.value).replace("-", "_")
+            check(name, value_node)
+            if isinstance(value_node, yaml.MappingNode):
                 for inner_key, inner_value in value_node.value:
                     if isinstance(inner_key, yaml.ScalarNode):
-                        inner = f"{name}.{inner_key.value}"
-                        if inner in text_options or name in untyped_mappings:
-                            _misread(loader, inner, inner_value, typed=inner in text_options)
+                        check(f"{name}.{inner_key.value}", inner_value)
         return loader.construct_document(node)
     finally:
         loader.dispose()
@@ -253,6 +259,21 @@ def load_value_yaml(text: str, name: str, typed: bool) -> Any:
         return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+def merge_dotted_keys(values: dict[str, Any]) -> dict[str, Any]:
+    """A config file's options with each dotted key (``selector.ratio``) whose option is also given
+    as a mapping (``selector: {reference: prev}``) merged into it, whatever their order in the
+    file (a later mapping replaced the dotted key's value); a key given both ways is a one-line
+    UsageError. A dotted key without such a mapping stays, to set that key of an earlier layer's."""
+    merged = dict(values)
+    for name in [name for name in values if "." in name and name.split(".", 1)[0] in values]:
+        head, tail = name.split(".", 1)
+        mapping = merged[head] or {}
+        if not isinstance(mapping, dict) or tail in mapping:
+            raise UsageError(f"{name} is given twice (and {head} as {merged[head]!r}): keep one")
+        merged[head] = {**mapping, tail: merged.pop(name)}
+    return merged
 
 
 def yaml_problem(error: yaml.YAMLError) -> str:

@@ -22,6 +22,7 @@ from ict.core.options import (
     check_choices,
     load_options_yaml,
     load_value_yaml,
+    merge_dotted_keys,
     option,
     optional_inner,
     parse_field,
@@ -400,7 +401,8 @@ def parse_value(name: str, raw: Any) -> Any:
 
 
 def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Merge `overrides` (field name or dotted `dataset_config.key` -> value) into `values`."""
+    """Merge `overrides` (field name or dotted `dataset_config.key` -> value) into `values`; a
+    dotted key's value is taken as it is (a command line's text is read first: `read_overrides`)."""
     merged = dict(values)
     for key, raw in overrides.items():
         key = key.replace("-", "_")
@@ -409,16 +411,26 @@ def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[s
             inner, _ = optional_inner(field_types().get(head, None))
             if head not in field_types() or not (inner is dict or typing.get_origin(inner) is dict):
                 raise UsageError(f"unknown option {key!r}: only dict options take dotted keys")
-            mapping = dict(merged.get(head) or {})
-            try:
-                mapping[tail] = (load_value_yaml(raw, key, typed=key in _selector_text_options())
-                                 if isinstance(raw, str) else raw)  # dataset_config.x=0123: not 83
-            except yaml.YAMLError as error:
-                raise UsageError(f"bad value for {key}: {raw!r} ({yaml_problem(error)})") from None
-            merged[head] = mapping
+            merged[head] = {**(merged.get(head) or {}), tail: raw}
         else:
             merged[key] = parse_value(key, raw)
     return merged
+
+
+def read_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Command-line overrides with each dotted key's text read as YAML (``dataset_config.n=3`` is
+    3), with a config file's check of a misread (`load_value_yaml`): ``dataset_config.x=0123``
+    is refused, not 83."""
+    read = {}
+    for key, raw in overrides.items():
+        name = key.replace("-", "_")
+        if "." in name and isinstance(raw, str):
+            try:
+                raw = load_value_yaml(raw, name, typed=name in _selector_text_options())
+            except yaml.YAMLError as error:
+                raise UsageError(f"bad value for {name}: {raw!r} ({yaml_problem(error)})") from None
+        read[key] = raw
+    return read
 
 
 def parse_key_values(items: list[str]) -> dict[str, str]:
@@ -437,7 +449,8 @@ def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = No
     (``learning_rate`` and ``learning-rate`` too), or a text option (`text_options`, by default
     TrainConfig's; and a selector's, ``selector: {reference: 0123}``) whose unquoted value YAML
     misreads (``system_prompt: 0123`` is 83), or a ``dataset_config`` value that YAML 1.1 and 1.2
-    read differently (``1_000``), is a one-line UsageError (`load_options_yaml`)."""
+    read differently (``1_000``), is a one-line UsageError (`load_options_yaml`). A dotted key
+    (``dataset_config.name: '0123'``) keeps its value as YAML read it (`merge_dotted_keys`)."""
     check_path_given("--config", path, "give a YAML file, or leave it out")  # `--config ""`
     path = Path(path)
     if not path.is_file():
@@ -459,7 +472,10 @@ def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = No
         if name in values:
             raise UsageError(f"config file {path}: option {name!r} is given twice (as {key!r} too): keep one")
         values[name] = value
-    return values
+    try:
+        return merge_dotted_keys(values)
+    except UsageError as error:
+        raise UsageError(f"config file {path}: {error}") from None
 
 
 def _selector_text_options() -> set[str]:
@@ -496,7 +512,7 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
     run's own `RUN_DIR/config.yaml` takes the place of the defaults, and an option given with a
     value other than the run's is a UsageError unless it is in `RESUME_MAY_CHANGE`."""
     layers = [_renamed(load_yaml(yaml_path)) if yaml_path is not None else {}, _renamed(options or {}),
-              _renamed(overrides or {})]
+              read_overrides(_renamed(overrides or {}))]
     values = functools.reduce(_with_layer, layers, {})
     run_config = Path(values["run_dir"]).expanduser() / "config.yaml" if values.get("run_dir") else None
     if run_config is not None and run_config.is_dir():
