@@ -33,7 +33,13 @@ from ict.analysis.compare import (
 from ict.answers.grading import ANSWER_EXTRACTIONS
 from ict.answers.verify import MATH_EXTRACTIONS
 from ict.core.errors import UsageError, check_path_given
-from ict.core.options import check_choices, option, option_fields, text_option_names
+from ict.core.options import (
+    check_choices,
+    number_option_names,
+    option,
+    option_fields,
+    text_option_names,
+)
 from ict.core.seeding import RUN_SEED_LIMIT
 from ict.data.benchmarks import expand_benchmark_names
 from ict.data.training_data import is_reasoning_gym_task
@@ -223,6 +229,11 @@ def compare_text_options() -> frozenset[str]:
     return text_option_names(CompareConfig, TrainConfig)
 
 
+def compare_number_options() -> frozenset[str]:
+    """The number options of a comparison's ``--config`` YAML: its own and the training options'."""
+    return number_option_names(CompareConfig, TrainConfig)
+
+
 def _final_checkpoint(directory: Path, num_steps: int) -> Path | None:
     from ict.runs.checkpoint import latest_checkpoint
 
@@ -297,7 +308,8 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
     config = config.validate()
     assert config.output_dir is not None
     # every run's training options built (and so checked) before the first run trains
-    training_options = (compare_options(load_yaml(config.config_file, compare_text_options()))[1]
+    training_options = (compare_options(load_yaml(config.config_file, compare_text_options(),
+                                                  compare_number_options()))[1]
                         if config.config_file is not None and not config.report_only else {})
     runs = [] if config.report_only else [
         (spec, seed, _training_config(config, training_options, spec, seed))

@@ -23,6 +23,7 @@ from ict.core.options import (
     load_options_yaml,
     load_value_yaml,
     merge_dotted_keys,
+    number_option_names,
     option,
     optional_inner,
     parse_field,
@@ -426,7 +427,8 @@ def read_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
         name = key.replace("-", "_")
         if "." in name and isinstance(raw, str):
             try:
-                raw = load_value_yaml(raw, name, typed=name in _selector_text_options())
+                raw = load_value_yaml(raw, name, typed=name in _selector_options(str),
+                                      number=name in _selector_options(int))
             except yaml.YAMLError as error:
                 raise UsageError(f"bad value for {name}: {raw!r} ({yaml_problem(error)})") from None
         read[key] = raw
@@ -444,13 +446,15 @@ def parse_key_values(items: list[str]) -> dict[str, str]:
     return result
 
 
-def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = None) -> dict[str, Any]:
+def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = None,
+              number_options: typing.Collection[str] | None = None) -> dict[str, Any]:
     """Options from a YAML mapping file (keys are field names; hyphens allowed). A key given twice
     (``learning_rate`` and ``learning-rate`` too), or a text option (`text_options`, by default
     TrainConfig's; and a selector's, ``selector: {reference: 0123}``) whose unquoted value YAML
     misreads (``system_prompt: 0123`` is 83), or a ``dataset_config`` value that YAML 1.1 and 1.2
-    read differently (``1_000``), is a one-line UsageError (`load_options_yaml`). A dotted key
-    (``dataset_config.name: '0123'``) keeps its value as YAML read it (`merge_dotted_keys`)."""
+    read differently (``1_000``), is a one-line UsageError; a number option (`number_options`, by
+    default TrainConfig's; and a selector's) is read as YAML 1.2 reads it (`load_options_yaml`).
+    A dotted key keeps its value as YAML read it (`merge_dotted_keys`)."""
     check_path_given("--config", path, "give a YAML file, or leave it out")  # `--config ""`
     path = Path(path)
     if not path.is_file():
@@ -458,8 +462,10 @@ def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = No
                          else f"config file not found: {path}")
     try:
         names = text_option_names(TrainConfig) if text_options is None else text_options
-        data = load_options_yaml(read_utf8_text(path), {*names, *_selector_text_options()},
-                                 untyped_mappings=("dataset_config",)) or {}
+        numbers = number_option_names(TrainConfig) if number_options is None else number_options
+        data = load_options_yaml(read_utf8_text(path), {*names, *_selector_options(str)},
+                                 untyped_mappings=("dataset_config", *_selector_options(None)),
+                                 number_options={*numbers, *_selector_options(int)}) or {}
     except yaml.YAMLError as error:
         raise UsageError(f"cannot parse YAML config {path}: {yaml_problem(error)}") from None
     except UsageError as error:
@@ -478,10 +484,12 @@ def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = No
         raise UsageError(f"config file {path}: {error}") from None
 
 
-def _selector_text_options() -> set[str]:
-    """``selector.KEY`` for each text option (a default that is text) of a registered selector."""
+def _selector_options(kind: type | None) -> set[str]:
+    """``selector.KEY`` for each option of a registered selector whose default is text (`kind`
+    ``str``), a number (``int``: an int or float, not a bool) or ``None`` (any YAML value)."""
+    kinds = {str: (str,), int: (int, float), None: (type(None),)}[kind]
     return {f"selector.{key}" for selector in selectors.SELECTORS.values()
-            for key, default in selector.defaults.items() if isinstance(default, str)}
+            for key, default in selector.defaults.items() if isinstance(default, kinds) and not isinstance(default, bool)}
 
 
 # Option names of earlier versions -> the selector option they set now.
