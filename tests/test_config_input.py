@@ -153,6 +153,23 @@ def test_a_number_that_yaml_1_1_and_1_2_read_differently_is_refused(tmp_path, ca
     assert fragment in _one_line_error(capsys, ["train", "--config", str(path)])
 
 
+def test_a_nan_number_option_is_refused_as_not_finite_not_as_a_yaml_misreading(tmp_path):
+    """``.nan`` is nan in YAML 1.1 and 1.2 alike: not a reading that differs, but no finite float."""
+    path = tmp_path / "config.yaml"
+    path.write_text("learning_rate: .nan\n")
+    with pytest.raises(UsageError, match=re.escape("bad value for learning_rate: nan (expected a finite float)")):
+        build_config(path)
+
+
+def test_ratio_beside_selector_ratio_in_one_file_wins_as_the_shortcut_applied_last(tmp_path):
+    """`ratio` is applied after `selector` (TrainConfig.selector_options); only a later layer's
+    ``selector.ratio`` drops an earlier layer's `ratio`."""
+    path = tmp_path / "config.yaml"
+    path.write_text("ratio: 0.2\nselector:\n  ratio: 0.3\n")
+    assert build_config(path).selector["ratio"] == 0.2
+    assert build_config(path, {}, {"selector.ratio": "0.4"}).selector["ratio"] == 0.4
+
+
 def test_a_dotted_key_in_a_file_keeps_its_value_as_yaml_read_it(tmp_path):
     """It was read as YAML a second time: a quoted ``'0123'`` refused as misread, ``'a: b'`` a
     mapping, ``'yes'`` True, ``''`` None; and an unquoted 0123 went through, as 83."""
