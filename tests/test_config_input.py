@@ -202,6 +202,20 @@ def test_a_dotted_key_and_a_mapping_of_its_option_in_one_file_are_merged(tmp_pat
         assert fragment in _one_line_error(capsys, ["train", "--config", str(path)])
 
 
+def test_a_mapping_option_given_as_text_is_read_with_a_config_files_checks(capsys):
+    """``ict train --dataset-config '{name: 0123}'`` gave the task 83, silently ('{x: 1e3}' the
+    text '1e3'): parse_field read the text with yaml.safe_load, unchecked."""
+    fragment = "dataset_config.name: YAML 1.1 reads an unquoted 0123 as 83, YAML 1.2 as 123"
+    with pytest.raises(UsageError, match=re.escape(fragment)):
+        build_config(None, {"dataset_config": "{name: 0123}"}, {})
+    assert fragment in _one_line_error(capsys, ["train", "--dataset-config", "{name: 0123}"])
+    with pytest.raises(UsageError, match=re.escape("dataset_config.x: YAML 1.1 reads an unquoted 1e3 as '1e3'")):
+        build_config(None, {}, {"dataset_config": "{x: 1e3}"})
+    config = build_config(None, {"dataset_config": "{name: '0123', n: 3}", "selector": "{ratio: 2e-1}"}, {})
+    assert (config.dataset_config["name"], config.dataset_config["n"], config.selector["ratio"]) == ("0123", 3, 0.2)
+    assert build_config(None, {"dataset_config": ""}, {}).dataset_config == build_config().dataset_config
+
+
 def test_a_bad_saved_config_on_resume_names_its_file_once(tmp_path, capsys):
     """Was ``RUN/config.yaml: config file RUN/config.yaml: system_prompt: ...``."""
     run_dir = tmp_path / "run"

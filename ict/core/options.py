@@ -262,7 +262,7 @@ def _python_number(text: str) -> int | float | None:
 
 def load_options_yaml(text: str, text_options: typing.Collection[str] = (),
                       untyped_mappings: typing.Collection[str] = (),
-                      number_options: typing.Collection[str] = ()) -> Any:
+                      number_options: typing.Collection[str] = (), prefix: str = "") -> Any:
     """`text` parsed as PyYAML's safe_load does, except for one-line `UsageError`s: a key given
     twice in one mapping, and a text option (a name in `text_options`; ``selector.reference`` for
     a key of the mapping `selector`, or the dotted key itself) whose unquoted value YAML reads as
@@ -272,8 +272,9 @@ def load_options_yaml(text: str, text_options: typing.Collection[str] = (),
     dotted name there (``selector.seed``), is refused only where YAML 1.1 and 1.2 read it
     differently (`_misread`). A number option (`number_options`) is read as YAML 1.2 reads it
     where YAML 1.1 reads the text (``num_steps: 1e3`` is 1000.0), and refused where the two read
-    different numbers (`_number_node`: ``017`` is 15 in YAML 1.1, 17 in YAML 1.2).
-    A YAML syntax error is `yaml.YAMLError`."""
+    different numbers (`_number_node`: ``017`` is 15 in YAML 1.1, 17 in YAML 1.2). `prefix`
+    (``dataset_config.``) names the keys of a mapping given alone. A YAML syntax error is
+    `yaml.YAMLError`."""
     loader = _OptionsLoader(text)
 
     def check(name: str, node: yaml.Node) -> yaml.Node:
@@ -291,7 +292,7 @@ def load_options_yaml(text: str, text_options: typing.Collection[str] = (),
         for index, (key_node, value_node) in enumerate(node.value if isinstance(node, yaml.MappingNode) else ()):
             if not isinstance(key_node, yaml.ScalarNode):
                 continue
-            name = str(key_node.value).replace("-", "_")
+            name = prefix + str(key_node.value).replace("-", "_")
             node.value[index] = (key_node, check(name, value_node))
             if isinstance(value_node, yaml.MappingNode):
                 for inner_index, (inner_key, inner_value) in enumerate(value_node.value):

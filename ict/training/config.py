@@ -397,7 +397,11 @@ def field_types() -> dict[str, Any]:
 
 
 def parse_value(name: str, raw: Any) -> Any:
-    """Convert `raw` (a string from the CLI or a YAML value) to the type of field `name`."""
+    """Convert `raw` (a string from the CLI or a YAML value) to the type of field `name`; a mapping
+    given as text (``--dataset-config '{name: 0123}'``) is read with a config file's checks."""
+    if isinstance(raw, str) and name in ("dataset_config", "selector"):
+        raw = _read_text(raw, name, prefix=f"{name}.")
+        raw = {} if raw is None else raw  # "" or null: none, as before
     return parse_field(TrainConfig, name, raw)
 
 
@@ -419,20 +423,10 @@ def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[s
 
 
 def read_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
-    """Command-line overrides with each dotted key's text read as YAML (``dataset_config.n=3`` is
-    3), with a config file's check of a misread (`load_value_yaml`): ``dataset_config.x=0123``
-    is refused, not 83."""
-    read = {}
-    for key, raw in overrides.items():
-        name = key.replace("-", "_")
-        if "." in name and isinstance(raw, str):
-            try:
-                raw = load_value_yaml(raw, name, typed=name in _selector_options(str),
-                                      number=name in _selector_options(int))
-            except yaml.YAMLError as error:
-                raise UsageError(f"bad value for {name}: {raw!r} ({yaml_problem(error)})") from None
-        read[key] = raw
-    return read
+    """Command-line overrides, each dotted key's text read as YAML with a config file's checks
+    (`_read_text`: ``dataset_config.x=0123`` is refused, not 83)."""
+    return {key: _read_text(raw, key.replace("-", "_")) if "." in key and isinstance(raw, str) else raw
+            for key, raw in overrides.items()}
 
 
 def parse_key_values(items: list[str]) -> dict[str, str]:
@@ -448,13 +442,11 @@ def parse_key_values(items: list[str]) -> dict[str, str]:
 
 def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = None,
               number_options: typing.Collection[str] | None = None) -> dict[str, Any]:
-    """Options from a YAML mapping file (keys are field names; hyphens allowed). A key given twice
-    (``learning_rate`` and ``learning-rate`` too), or a text option (`text_options`, by default
-    TrainConfig's; and a selector's, ``selector: {reference: 0123}``) whose unquoted value YAML
-    misreads (``system_prompt: 0123`` is 83), or a ``dataset_config`` value that YAML 1.1 and 1.2
-    read differently (``1_000``), is a one-line UsageError; a number option (`number_options`, by
-    default TrainConfig's; and a selector's) is read as YAML 1.2 reads it (`load_options_yaml`).
-    A dotted key keeps its value as YAML read it (`merge_dotted_keys`)."""
+    """Options from a YAML mapping file (keys are field names; hyphens allowed), read by
+    `load_options_yaml` (text and number options: `text_options`, `number_options`, by default
+    TrainConfig's; a selector's and ``dataset_config``'s too: `_read_yaml`). A key given twice
+    (``learning_rate`` and ``learning-rate`` too) is a one-line UsageError; a dotted key keeps its
+    value as YAML read it (`merge_dotted_keys`)."""
     check_path_given("--config", path, "give a YAML file, or leave it out")  # `--config ""`
     path = Path(path)
     if not path.is_file():
@@ -463,9 +455,7 @@ def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = No
     try:
         names = text_option_names(TrainConfig) if text_options is None else text_options
         numbers = number_option_names(TrainConfig) if number_options is None else number_options
-        data = load_options_yaml(read_utf8_text(path), {*names, *_selector_options(str)},
-                                 untyped_mappings=("dataset_config", *_selector_options(None)),
-                                 number_options={*numbers, *_selector_options(int)}) or {}
+        data = _read_yaml(read_utf8_text(path), names, numbers) or {}
     except yaml.YAMLError as error:
         raise UsageError(f"cannot parse YAML config {path}: {yaml_problem(error)}") from None
     except UsageError as error:
@@ -482,6 +472,24 @@ def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = No
         return merge_dotted_keys(values)
     except UsageError as error:
         raise UsageError(f"config file {path}: {error}") from None
+
+
+def _read_yaml(text: str, text_options: typing.Collection[str] = (), number_options: typing.Collection[str] = (),
+               prefix: str = "") -> Any:
+    """`load_options_yaml` with the selectors' options and ``dataset_config``'s values checked too."""
+    return load_options_yaml(text, {*text_options, *_selector_options(str)}, ("dataset_config", *_selector_options(None)),
+                             {*number_options, *_selector_options(int)}, prefix)
+
+
+def _read_text(raw: str, name: str, prefix: str | None = None) -> Any:
+    """The command line's text `raw` for option `name` read as YAML (`prefix`: a mapping's keys,
+    `_read_yaml`; else one value, `load_value_yaml`); a YAML error is a one-line UsageError."""
+    try:
+        if prefix is not None:
+            return _read_yaml(raw, prefix=prefix)
+        return load_value_yaml(raw, name, typed=name in _selector_options(str), number=name in _selector_options(int))
+    except yaml.YAMLError as error:
+        raise UsageError(f"bad value for {name}: {raw!r} ({yaml_problem(error)})") from None
 
 
 def _selector_options(kind: type | None) -> set[str]:
