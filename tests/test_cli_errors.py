@@ -166,7 +166,8 @@ REFUSED = [
     (["train", "--run-dir", ""], ["--run-dir is empty"]),
     (["eval", "--output-dir", " "], ["--output-dir is empty"]),
     (["eval", "--data-dir", ""], ["--data-dir is empty"]),
-    (["compare", "--output-dir", ""], ["output_dir is empty"]),
+    (["compare", "--output-dir", ""], ["--output-dir is empty"]),  # was output_dir, not the flag
+    (["plot", "empty_run", "--out", ""], ["--out is empty"]),
     # a sampling seed out of ict train's range went to the vLLM engine as it was
     (["eval", "--seed", "-1"], ["sampling seeds must lie in [0, 2^32), got [-1]"]),
     (["eval", "--seeds", "0,4294967296"], ["sampling seeds must lie in [0, 2^32), got [4294967296]"]),

@@ -427,9 +427,19 @@ def test_an_empty_compare_config_path_is_refused_not_ignored(tmp_path):
     from ict.core.errors import UsageError
     from ict.experiments.compare import CompareConfig, run_comparison
 
-    with pytest.raises(UsageError, match="config file path is empty"):
+    with pytest.raises(UsageError, match="--config is empty"):
         run_comparison(CompareConfig(output_dir=tmp_path / "c", config_file=""))
     assert not (tmp_path / "c" / "runs").exists()
+
+
+def test_an_empty_eval_data_dir_is_refused_before_anything_trains(tmp_path):
+    """`ict compare --eval-data-dir ""` trained every run, then the first evaluation refused
+    `--data-dir is empty` (ict eval's flag, not the one typed)."""
+    from ict.core.errors import UsageError
+    from ict.experiments.compare import CompareConfig
+
+    with pytest.raises(UsageError, match="^--eval-data-dir is empty: give a directory, or leave it out for the hub$"):
+        CompareConfig(output_dir=tmp_path / "c", eval_data_dir=" ").validate()
 
 
 def _run_trained_to_step_one(output):

@@ -62,7 +62,9 @@ def test_a_selector_text_option_that_yaml_reads_as_a_number_is_refused_with_how_
 
 # (source, YAML 1.1's reading, YAML 1.2's): the task got 83 for 0123, 1000 for 1_000, a date
 DATASET_MISREAD = [("0123", "83", "123"), ("1_000", "1000", "'1_000'"), ("1:30", "90", "'1:30'"),
-                   ("0b101", "5", "'0b101'"), ("2024-01-01", "datetime.date(2024, 1, 1)", "'2024-01-01'")]
+                   ("0b101", "5", "'0b101'"), ("2024-01-01", "datetime.date(2024, 1, 1)", "'2024-01-01'"),
+                   # the other way: YAML 1.1's text, YAML 1.2's number (the task got the text '1e3')
+                   ("1e3", "'1e3'", "1000.0"), ("0o17", "'0o17'", "15")]
 
 
 @pytest.mark.parametrize("source,read,read_12", DATASET_MISREAD, ids=[case[0] for case in DATASET_MISREAD])
@@ -98,6 +100,7 @@ def test_a_selectors_number_options_written_otherwise_are_kept_as_yaml_reads_the
     ("dataset_config.name=0123", "dataset_config.name: YAML 1.1 reads an unquoted 0123 as 83, YAML 1.2 as 123"),
     ("dataset_config.name=1:30", "dataset_config.name: YAML 1.1 reads an unquoted 1:30 as 90"),
     ("selector.reference=0123", "selector.reference: YAML reads an unquoted 0123 as 83, not the text"),
+    ("dataset_config.name=1e3", "dataset_config.name: YAML 1.1 reads an unquoted 1e3 as '1e3', YAML 1.2 as 1000.0"),
 ])
 def test_a_dotted_override_that_yaml_misreads_is_refused_as_in_a_file(capsys, override, fragment):
     """``ict train dataset_config.name=0123`` gave the task 83, silently."""
@@ -107,6 +110,110 @@ def test_a_dotted_override_that_yaml_misreads_is_refused_as_in_a_file(capsys, ov
     assert fragment in _one_line_error(capsys, ["train", override])
     kept = build_config(None, {}, {"dataset_config.name": "'0123'", "dataset_config.n": "0x1F"}).dataset_config
     assert (kept["name"], kept["n"]) == ("0123", 31)
+
+
+def test_a_number_option_that_yaml_1_1_reads_as_text_is_the_number_yaml_1_2_reads(tmp_path):
+    """``num_steps: 1e3`` was refused as no int (YAML 1.1 reads the text '1e3'; ``1.0e+3`` was
+    1000), ``0o17`` too; a float option read such a text with float() already (``1e-6``)."""
+    from ict.cli import build_parser
+    from ict.cli.options import options_from_args
+    from ict.evaluation.evaluate import EvalConfig
+    from ict.experiments.compare import (
+        compare_number_options,
+        compare_options,
+        compare_text_options,
+    )
+
+    path = tmp_path / "config.yaml"
+    path.write_text("num_steps: 1e3\nwarmup_steps: 0o17\nlearning_rate: 1e-6\nselector:\n  ratio: 2e-1\n")
+    config = build_config(path)
+    assert (config.num_steps, config.warmup_steps, config.learning_rate, config.selector["ratio"]) == (1000, 15, 1e-6, 0.2)
+    assert build_config(None, {}, {"selector.ratio": "2e-1"}).selector["ratio"] == 0.2  # a number on the command line
+    (tmp_path / "eval.yaml").write_text("num_samples: 1e1\n")  # ict eval's and ict compare's options too
+    assert options_from_args(EvalConfig, build_parser().parse_args(["eval", "--config", str(tmp_path / "eval.yaml")])
+                             ).num_samples == 10
+    (tmp_path / "compare.yaml").write_text("eval_n: 1e1\nnum_steps: 1e3\n")
+    assert compare_options(load_yaml(tmp_path / "compare.yaml", compare_text_options(), compare_number_options())) == (
+        {"eval_n": 10.0}, {"num_steps": 1000.0})
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("num_steps: 017", "num_steps: YAML 1.1 reads an unquoted 017 as 15, YAML 1.2 as 17; write the number plainly"),
+    ("learning_rate: 1:30", "learning_rate: YAML 1.1 reads an unquoted 1:30 as 90, YAML 1.2 as '1:30'"),
+    ("method: kl_cov\nselector:\n  kl_coef: 017", "selector.kl_coef: YAML 1.1 reads an unquoted 017 as 15, YAML 1.2 as 17"),
+    ("method: random\nselector:\n  seed: 0123", "selector.seed: YAML 1.1 reads an unquoted 0123 as 83, YAML 1.2 as 123"),
+])
+def test_a_number_that_yaml_1_1_and_1_2_read_differently_is_refused(tmp_path, capsys, text, fragment):
+    """``num_steps: 017`` trained 15 steps, silently (YAML 1.1's octal; 17 in YAML 1.2 and as
+    ``--num-steps 017``); ``1:30`` was 90 (base 60)."""
+    path = tmp_path / "config.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(UsageError, match=re.escape(fragment)):
+        build_config(path)
+    assert fragment in _one_line_error(capsys, ["train", "--config", str(path)])
+
+
+def test_a_nan_number_option_is_refused_as_not_finite_not_as_a_yaml_misreading(tmp_path):
+    """``.nan`` is nan in YAML 1.1 and 1.2 alike: not a reading that differs, but no finite float."""
+    path = tmp_path / "config.yaml"
+    path.write_text("learning_rate: .nan\n")
+    with pytest.raises(UsageError, match=re.escape("bad value for learning_rate: nan (expected a finite float)")):
+        build_config(path)
+
+
+def test_ratio_beside_selector_ratio_in_one_file_wins_as_the_shortcut_applied_last(tmp_path):
+    """`ratio` is applied after `selector` (TrainConfig.selector_options); only a later layer's
+    ``selector.ratio`` drops an earlier layer's `ratio`."""
+    path = tmp_path / "config.yaml"
+    path.write_text("ratio: 0.2\nselector:\n  ratio: 0.3\n")
+    assert build_config(path).selector["ratio"] == 0.2
+    assert build_config(path, {}, {"selector.ratio": "0.4"}).selector["ratio"] == 0.4
+
+
+def test_a_dotted_key_in_a_file_keeps_its_value_as_yaml_read_it(tmp_path):
+    """It was read as YAML a second time: a quoted ``'0123'`` refused as misread, ``'a: b'`` a
+    mapping, ``'yes'`` True, ``''`` None; and an unquoted 0123 went through, as 83."""
+    path = tmp_path / "config.yaml"
+    path.write_text("dataset_config.name: '0123'\ndataset_config.expr: 'a: b'\ndataset_config.flag: 'yes'\n"
+                    "dataset_config.empty: ''\nselector.reference: 'seq_mean'\n")
+    config = build_config(path)
+    assert {key: config.dataset_config[key] for key in ("name", "expr", "flag", "empty")} == {
+        "name": "0123", "expr": "a: b", "flag": "yes", "empty": ""}
+    assert config.selector["reference"] == "seq_mean"
+    assert build_config(None, load_yaml(path), {}).dataset_config["name"] == "0123"  # ict compare's training options
+    path.write_text("dataset_config.name: 0123\n")
+    with pytest.raises(UsageError, match=re.escape("dataset_config.name: YAML 1.1 reads an unquoted 0123 as 83, "
+                                                   "YAML 1.2 as 123; quote it for the text (e.g. name: '0123')")):
+        build_config(path)
+
+
+def test_a_dotted_key_and_a_mapping_of_its_option_in_one_file_are_merged(tmp_path, capsys):
+    """``dataset_config.b: 2`` written before ``dataset_config: {a: 1}`` was dropped, silently
+    (the mapping replaced it); a key given both ways kept the later one."""
+    path = tmp_path / "config.yaml"
+    for text in ("dataset_config.b: 2\ndataset_config: {a: 1}\n", "dataset_config: {a: 1}\ndataset_config.b: 2\n"):
+        path.write_text(text)
+        assert load_yaml(path)["dataset_config"] == {"a": 1, "b": 2}
+    for text, fragment in [("selector.ratio: 0.2\nselector: {ratio: 0.3}\n", "selector.ratio is given twice"),
+                           ("dataset_config: 5\ndataset_config.b: 2\n", "dataset_config.b is given twice")]:
+        path.write_text(text)
+        with pytest.raises(UsageError, match=re.escape(fragment)):
+            load_yaml(path)
+        assert fragment in _one_line_error(capsys, ["train", "--config", str(path)])
+
+
+def test_a_mapping_option_given_as_text_is_read_with_a_config_files_checks(capsys):
+    """``ict train --dataset-config '{name: 0123}'`` gave the task 83, silently ('{x: 1e3}' the
+    text '1e3'): parse_field read the text with yaml.safe_load, unchecked."""
+    fragment = "dataset_config.name: YAML 1.1 reads an unquoted 0123 as 83, YAML 1.2 as 123"
+    with pytest.raises(UsageError, match=re.escape(fragment)):
+        build_config(None, {"dataset_config": "{name: 0123}"}, {})
+    assert fragment in _one_line_error(capsys, ["train", "--dataset-config", "{name: 0123}"])
+    with pytest.raises(UsageError, match=re.escape("dataset_config.x: YAML 1.1 reads an unquoted 1e3 as '1e3'")):
+        build_config(None, {}, {"dataset_config": "{x: 1e3}"})
+    config = build_config(None, {"dataset_config": "{name: '0123', n: 3}", "selector": "{ratio: 2e-1}"}, {})
+    assert (config.dataset_config["name"], config.dataset_config["n"], config.selector["ratio"]) == ("0123", 3, 0.2)
+    assert build_config(None, {"dataset_config": ""}, {}).dataset_config == build_config().dataset_config
 
 
 def test_a_bad_saved_config_on_resume_names_its_file_once(tmp_path, capsys):

@@ -456,10 +456,10 @@ def test_an_empty_config_path_is_refused_not_ignored():
     from ict.cli.options import options_from_args
     from ict.evaluation.evaluate import EvalConfig
 
-    with pytest.raises(UsageError, match="config file path is empty"):
+    with pytest.raises(UsageError, match="--config is empty"):
         build_config("", {}, {})
     args = build_parser().parse_args(["eval", "--config", ""])
-    with pytest.raises(UsageError, match="config file path is empty"):
+    with pytest.raises(UsageError, match="--config is empty"):
         options_from_args(EvalConfig, args)
 
 

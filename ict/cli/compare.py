@@ -36,13 +36,15 @@ def run(args: argparse.Namespace) -> int:
     """Build a `CompareConfig` (defaults < --config's compare keys < flags) and run it."""
     from ict.experiments.compare import (
         CompareConfig,
+        compare_number_options,
         compare_options,
         compare_text_options,
         run_comparison,
     )
     from ict.training.config import load_yaml, parse_key_values
 
-    yaml_values = compare_options(load_yaml(args.config_file, compare_text_options()))[0] if getattr(
+    yaml_values = compare_options(load_yaml(
+        args.config_file, compare_text_options(), compare_number_options()))[0] if getattr(
         args, "config_file", None) is not None else {}  # --config "": load_yaml's refusal
     config = options_from_args(CompareConfig, args, yaml_values)
     config.overrides = parse_key_values(args.overrides)

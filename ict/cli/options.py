@@ -18,6 +18,7 @@ from ict.core.errors import UsageError
 from ict.core.options import (
     default_of,
     describe,
+    number_option_names,
     option_fields,
     optional_inner,
     parse_field,
@@ -89,7 +90,7 @@ def options_from_args(cls: type, namespace: argparse.Namespace,
     if yaml_values is None and getattr(namespace, "config", None) is not None:
         from ict.training.config import load_yaml
 
-        yaml_values = load_yaml(namespace.config, text_option_names(cls))
+        yaml_values = load_yaml(namespace.config, text_option_names(cls), number_option_names(cls))
     names = {item.name for item in option_fields(cls)}
     values = {key.replace("-", "_"): value for key, value in (yaml_values or {}).items()}
     unknown = [key for key in values if key not in names]

@@ -55,6 +55,15 @@ def text_option_names(*classes: type) -> frozenset[str]:
     return frozenset(names)
 
 
+def number_option_names(*classes: type) -> frozenset[str]:
+    """Names of the number options (``int`` or ``float``, optional or not) of the dataclasses."""
+    names = set()
+    for cls in classes:
+        hints = typing.get_type_hints(cls)
+        names.update(item.name for item in option_fields(cls) if optional_inner(hints[item.name])[0] in (int, float))
+    return frozenset(names)
+
+
 def default_of(item: dataclasses.Field) -> Any:
     if item.default is not dataclasses.MISSING:
         return item.default
@@ -136,8 +145,8 @@ def parse_field(cls: type, name: str, raw: Any) -> Any:
                 raise ValueError
             if isinstance(raw, bool):  # YAML 1.1 reads off, no, on, yes (unquoted) as booleans
                 return _text_of_boolean(cls, name, raw)
-            if inner is Path:
-                check_path_given(name, raw, "give a path")
+            if inner is Path:  # named by its flag, as the commands' own checks name it
+                check_path_given("--" + name.replace("_", "-"), raw, "give a path")
             return _scalar(inner, str(raw))
     except (ValueError, TypeError, OverflowError, yaml.YAMLError):
         if typing.get_origin(inner) is tuple:
@@ -179,6 +188,7 @@ class _OptionsLoader(yaml.SafeLoader):
 
 
 # plain scalars YAML 1.1 reads as other than text: 0123 is 83 (octal), 1_000 is 1000, 1:30 is 90
+_TEXT_TAG = "tag:yaml.org,2002:str"
 _NOT_TEXT_TAGS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp"})
 # YAML 1.2's (core schema) numbers; anything else plain is text there (1_000, 1:30, 2024-01-01)
 _YAML12_INT = re.compile(r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+")
@@ -198,61 +208,132 @@ def _misread(loader: yaml.SafeLoader, name: str, node: yaml.Node, typed: bool) -
     """One-line UsageError for the plain scalar `node` (the value of `name`) that YAML 1.1 reads
     as a number or date written otherwise: for a text option (`typed`) any such reading
     (``0123`` is 83); for a value of unknown type (a ``dataset_config`` key) one that YAML 1.2
-    reads otherwise (``0123`` is 123 there, ``1_000`` and ``1:30`` text; ``0x1F`` is 31 in both)."""
-    if not (isinstance(node, yaml.ScalarNode) and node.tag in _NOT_TEXT_TAGS and node.style is None):
+    reads otherwise (``0123`` is 123 there, ``1_000`` and ``1:30`` text; ``0x1F`` is 31 in both),
+    and a text of YAML 1.1 that YAML 1.2 reads as a number (``1e3`` is 1000.0 there)."""
+    if not (isinstance(node, yaml.ScalarNode) and node.style is None):
+        return
+    short = name.rsplit(".", 1)[-1]
+    if node.tag == _TEXT_TAG and not typed and isinstance(other := _yaml12_reading(node.value), int | float):
+        raise UsageError(f"{name}: YAML 1.1 reads an unquoted {node.value} as {node.value!r}, YAML 1.2 as {other!r}; "
+                         f"quote it for the text (e.g. {short}: '{node.value}'), or write the number as {other!r}")
+    if node.tag not in _NOT_TEXT_TAGS:
         return
     value = loader.construct_object(node)
     if typed and str(value) != node.value:
         raise UsageError(f"{name}: YAML reads an unquoted {node.value} as {value!r}, "
-                         f"not the text; quote it (e.g. {name.rsplit('.', 1)[-1]}: '{node.value}')")
+                         f"not the text; quote it (e.g. {short}: '{node.value}')")
     other = _yaml12_reading(node.value)
     if not typed and not (type(other) is type(value) and (other == value or other != other and value != value)):
         raise UsageError(f"{name}: YAML 1.1 reads an unquoted {node.value} as {value!r}, YAML 1.2 as {other!r}; "
-                         f"quote it for the text (e.g. {name.rsplit('.', 1)[-1]}: '{node.value}')"
+                         f"quote it for the text (e.g. {short}: '{node.value}')"
                          + (", or write the number plainly" if isinstance(value, int | float) else ""))
 
 
+def _number_node(loader: yaml.SafeLoader, name: str, node: yaml.Node) -> yaml.Node:
+    """The plain scalar `node` of the number option `name` as YAML 1.2 reads it: ``1e3`` (text
+    in YAML 1.1) is 1000.0, ``0o17`` is 15. A number YAML 1.1 reads otherwise than YAML 1.2 and
+    Python's ``float`` (``017`` is 15, not 17; ``1:30`` is 90) is a one-line UsageError;
+    ``1_000`` is 1000 in all but YAML 1.2, which reads the text that the option reads as 1000."""
+    if not (isinstance(node, yaml.ScalarNode) and node.style is None):
+        return node
+    other = _yaml12_reading(node.value)
+    if node.tag == _TEXT_TAG and isinstance(other, int | float):
+        tag = "tag:yaml.org,2002:int" if isinstance(other, int) else "tag:yaml.org,2002:float"
+        return yaml.ScalarNode(tag, repr(other), node.start_mark, node.end_mark)
+    if node.tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float"):
+        return node
+    value = loader.construct_object(node)
+    plain = other if isinstance(other, int | float) else _python_number(other)  # 1_000: 1000, as on the command line
+    if plain != value and not (value != value and plain != plain):
+        raise UsageError(f"{name}: YAML 1.1 reads an unquoted {node.value} as {value!r}, YAML 1.2 as {other!r}; "
+                         f"write the number plainly (e.g. {name.rsplit('.', 1)[-1]}: {value!r})")
+    return node
+
+
+def _python_number(text: str) -> int | float | None:
+    """`text` as Python's ``int`` or else ``float`` reads it (``1_000`` is 1000), else None."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return None
+
+
 def load_options_yaml(text: str, text_options: typing.Collection[str] = (),
-                      untyped_mappings: typing.Collection[str] = ()) -> Any:
+                      untyped_mappings: typing.Collection[str] = (),
+                      number_options: typing.Collection[str] = (), prefix: str = "") -> Any:
     """`text` parsed as PyYAML's safe_load does, except for one-line `UsageError`s: a key given
     twice in one mapping, and a text option (a name in `text_options`; ``selector.reference`` for
-    a key of the mapping `selector`) whose unquoted value YAML reads as a number or date written
-    otherwise (``system_prompt: 0123`` is 83); ``dataset_subset: 2024`` is still the text 2024.
-    A value in a mapping named in `untyped_mappings` (``dataset_config``, whose types are the
-    task's) is refused only where YAML 1.1 and 1.2 read it differently (`_misread`).
-    A YAML syntax error is `yaml.YAMLError`."""
+    a key of the mapping `selector`, or the dotted key itself) whose unquoted value YAML reads as
+    a number or date written otherwise (``system_prompt: 0123`` is 83); ``dataset_subset: 2024``
+    is still the text 2024. A value in a mapping named in `untyped_mappings` (``dataset_config``,
+    whose types are the task's, as a mapping or dotted keys ``dataset_config.KEY``), or of a
+    dotted name there (``selector.seed``), is refused only where YAML 1.1 and 1.2 read it
+    differently (`_misread`). A number option (`number_options`) is read as YAML 1.2 reads it
+    where YAML 1.1 reads the text (``num_steps: 1e3`` is 1000.0), and refused where the two read
+    different numbers (`_number_node`: ``017`` is 15 in YAML 1.1, 17 in YAML 1.2). `prefix`
+    (``dataset_config.``) names the keys of a mapping given alone. A YAML syntax error is
+    `yaml.YAMLError`."""
     loader = _OptionsLoader(text)
+
+    def check(name: str, node: yaml.Node) -> yaml.Node:
+        untyped = "." in name and (name in untyped_mappings or name.split(".", 1)[0] in untyped_mappings)
+        if name in number_options:
+            return _number_node(loader, name, node)
+        if name in text_options or untyped:
+            _misread(loader, name, node, typed=name in text_options)
+        return node
+
     try:
         node = loader.get_single_node()
         if node is None:
             return None
-        for key_node, value_node in node.value if isinstance(node, yaml.MappingNode) else ():
-            name = str(key_node.value).replace("-", "_") if isinstance(key_node, yaml.ScalarNode) else None
-            if name in text_options:
-                _misread(loader, name, value_node, typed=True)
-            if name is not None and isinstance(value_node, yaml.MappingNode):
-                for inner_key, inner_value in value_node.value:
+        for index, (key_node, value_node) in enumerate(node.value if isinstance(node, yaml.MappingNode) else ()):
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue
+            name = prefix + str(key_node.value).replace("-", "_")
+            node.value[index] = (key_node, check(name, value_node))
+            if isinstance(value_node, yaml.MappingNode):
+                for inner_index, (inner_key, inner_value) in enumerate(value_node.value):
                     if isinstance(inner_key, yaml.ScalarNode):
-                        inner = f"{name}.{inner_key.value}"
-                        if inner in text_options or name in untyped_mappings:
-                            _misread(loader, inner, inner_value, typed=inner in text_options)
+                        value_node.value[inner_index] = (inner_key, check(f"{name}.{inner_key.value}", inner_value))
         return loader.construct_document(node)
     finally:
         loader.dispose()
 
 
-def load_value_yaml(text: str, name: str, typed: bool) -> Any:
+def load_value_yaml(text: str, name: str, typed: bool, number: bool = False) -> Any:
     """One value (``dataset_config.KEY=0123`` on the command line) read as YAML, with
-    `load_options_yaml`'s check of a misread (`_misread`: `typed` for a text option)."""
+    `load_options_yaml`'s check of a misread (`_misread`: `typed` for a text option) or, for a
+    `number` option, its reading as YAML 1.2 reads it (`_number_node`)."""
     loader = _OptionsLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None
-        _misread(loader, name, node, typed)
+        if number:
+            node = _number_node(loader, name, node)
+        else:
+            _misread(loader, name, node, typed)
         return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+def merge_dotted_keys(values: dict[str, Any]) -> dict[str, Any]:
+    """A config file's options with each dotted key (``selector.ratio``) whose option is also given
+    as a mapping (``selector: {reference: prev}``) merged into it, whatever their order in the
+    file (a later mapping replaced the dotted key's value); a key given both ways is a one-line
+    UsageError. A dotted key without such a mapping stays, to set that key of an earlier layer's."""
+    merged = dict(values)
+    for name in [name for name in values if "." in name and name.split(".", 1)[0] in values]:
+        head, tail = name.split(".", 1)
+        mapping = merged[head] or {}
+        if not isinstance(mapping, dict) or tail in mapping:
+            raise UsageError(f"{name} is given twice (and {head} as {merged[head]!r}): keep one")
+        merged[head] = {**mapping, tail: merged.pop(name)}
+    return merged
 
 
 def yaml_problem(error: yaml.YAMLError) -> str:

@@ -35,7 +35,13 @@ from ict.analysis.compare import (
 from ict.answers.grading import ANSWER_EXTRACTIONS, GRADING_RULES_VERSION
 from ict.answers.verify import MATH_EXTRACTIONS
 from ict.core.errors import UsageError, check_path_given
-from ict.core.options import check_choices, option, option_fields, text_option_names
+from ict.core.options import (
+    check_choices,
+    number_option_names,
+    option,
+    option_fields,
+    text_option_names,
+)
 from ict.core.seeding import RUN_SEED_LIMIT
 from ict.data.benchmarks import expand_benchmark_names
 from ict.data.training_data import is_reasoning_gym_task
@@ -166,6 +172,7 @@ class CompareConfig:
         if self.output_dir is None:
             raise UsageError("--output-dir is required")
         check_path_given("--output-dir", self.output_dir, "give the comparison's directory")
+        check_path_given("--eval-data-dir", self.eval_data_dir, "give a directory, or leave it out for the hub")
         self.output_dir = Path(self.output_dir).expanduser()  # ~ from a config file or --output-dir=~/...
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise UsageError(f"--seeds needs distinct integers, got {self.seeds}")
@@ -222,6 +229,11 @@ def compare_options(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
 def compare_text_options() -> frozenset[str]:
     """The text options of a comparison's ``--config`` YAML: its own and the training options'."""
     return text_option_names(CompareConfig, TrainConfig)
+
+
+def compare_number_options() -> frozenset[str]:
+    """The number options of a comparison's ``--config`` YAML: its own and the training options'."""
+    return number_option_names(CompareConfig, TrainConfig)
 
 
 def _final_checkpoint(directory: Path, num_steps: int) -> Path | None:
@@ -298,7 +310,8 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
     config = config.validate()
     assert config.output_dir is not None
     # every run's training options built (and so checked) before the first run trains
-    training_options = (compare_options(load_yaml(config.config_file, compare_text_options()))[1]
+    training_options = (compare_options(load_yaml(config.config_file, compare_text_options(),
+                                                  compare_number_options()))[1]
                         if config.config_file is not None and not config.report_only else {})
     runs = [] if config.report_only else [
         (spec, seed, _training_config(config, training_options, spec, seed))

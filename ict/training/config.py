@@ -22,6 +22,8 @@ from ict.core.options import (
     check_choices,
     load_options_yaml,
     load_value_yaml,
+    merge_dotted_keys,
+    number_option_names,
     option,
     optional_inner,
     parse_field,
@@ -395,12 +397,17 @@ def field_types() -> dict[str, Any]:
 
 
 def parse_value(name: str, raw: Any) -> Any:
-    """Convert `raw` (a string from the CLI or a YAML value) to the type of field `name`."""
+    """Convert `raw` (a string from the CLI or a YAML value) to the type of field `name`; a mapping
+    given as text (``--dataset-config '{name: 0123}'``) is read with a config file's checks."""
+    if isinstance(raw, str) and name in ("dataset_config", "selector"):
+        raw = _read_text(raw, name, prefix=f"{name}.")
+        raw = {} if raw is None else raw  # "" or null: none, as before
     return parse_field(TrainConfig, name, raw)
 
 
 def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Merge `overrides` (field name or dotted `dataset_config.key` -> value) into `values`."""
+    """Merge `overrides` (field name or dotted `dataset_config.key` -> value) into `values`; a
+    dotted key's value is taken as it is (a command line's text is read first: `read_overrides`)."""
     merged = dict(values)
     for key, raw in overrides.items():
         key = key.replace("-", "_")
@@ -409,16 +416,17 @@ def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[s
             inner, _ = optional_inner(field_types().get(head, None))
             if head not in field_types() or not (inner is dict or typing.get_origin(inner) is dict):
                 raise UsageError(f"unknown option {key!r}: only dict options take dotted keys")
-            mapping = dict(merged.get(head) or {})
-            try:
-                mapping[tail] = (load_value_yaml(raw, key, typed=key in _selector_text_options())
-                                 if isinstance(raw, str) else raw)  # dataset_config.x=0123: not 83
-            except yaml.YAMLError as error:
-                raise UsageError(f"bad value for {key}: {raw!r} ({yaml_problem(error)})") from None
-            merged[head] = mapping
+            merged[head] = {**(merged.get(head) or {}), tail: raw}
         else:
             merged[key] = parse_value(key, raw)
     return merged
+
+
+def read_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Command-line overrides, each dotted key's text read as YAML with a config file's checks
+    (`_read_text`: ``dataset_config.x=0123`` is refused, not 83)."""
+    return {key: _read_text(raw, key.replace("-", "_")) if "." in key and isinstance(raw, str) else raw
+            for key, raw in overrides.items()}
 
 
 def parse_key_values(items: list[str]) -> dict[str, str]:
@@ -432,21 +440,22 @@ def parse_key_values(items: list[str]) -> dict[str, str]:
     return result
 
 
-def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = None) -> dict[str, Any]:
-    """Options from a YAML mapping file (keys are field names; hyphens allowed). A key given twice
-    (``learning_rate`` and ``learning-rate`` too), or a text option (`text_options`, by default
-    TrainConfig's; and a selector's, ``selector: {reference: 0123}``) whose unquoted value YAML
-    misreads (``system_prompt: 0123`` is 83), or a ``dataset_config`` value that YAML 1.1 and 1.2
-    read differently (``1_000``), is a one-line UsageError (`load_options_yaml`)."""
-    check_path_given("config file path", path, "give a YAML file, or leave --config out")  # `--config ""`
+def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = None,
+              number_options: typing.Collection[str] | None = None) -> dict[str, Any]:
+    """Options from a YAML mapping file (keys are field names; hyphens allowed), read by
+    `load_options_yaml` (text and number options: `text_options`, `number_options`, by default
+    TrainConfig's; a selector's and ``dataset_config``'s too: `_read_yaml`). A key given twice
+    (``learning_rate`` and ``learning-rate`` too) is a one-line UsageError; a dotted key keeps its
+    value as YAML read it (`merge_dotted_keys`)."""
+    check_path_given("--config", path, "give a YAML file, or leave it out")  # `--config ""`
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"config file {path} is a directory: give a YAML file" if path.is_dir()
                          else f"config file not found: {path}")
     try:
         names = text_option_names(TrainConfig) if text_options is None else text_options
-        data = load_options_yaml(read_utf8_text(path), {*names, *_selector_text_options()},
-                                 untyped_mappings=("dataset_config",)) or {}
+        numbers = number_option_names(TrainConfig) if number_options is None else number_options
+        data = _read_yaml(read_utf8_text(path), names, numbers) or {}
     except yaml.YAMLError as error:
         raise UsageError(f"cannot parse YAML config {path}: {yaml_problem(error)}") from None
     except UsageError as error:
@@ -459,13 +468,36 @@ def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = No
         if name in values:
             raise UsageError(f"config file {path}: option {name!r} is given twice (as {key!r} too): keep one")
         values[name] = value
-    return values
+    try:
+        return merge_dotted_keys(values)
+    except UsageError as error:
+        raise UsageError(f"config file {path}: {error}") from None
 
 
-def _selector_text_options() -> set[str]:
-    """``selector.KEY`` for each text option (a default that is text) of a registered selector."""
+def _read_yaml(text: str, text_options: typing.Collection[str] = (), number_options: typing.Collection[str] = (),
+               prefix: str = "") -> Any:
+    """`load_options_yaml` with the selectors' options and ``dataset_config``'s values checked too."""
+    return load_options_yaml(text, {*text_options, *_selector_options(str)}, ("dataset_config", *_selector_options(None)),
+                             {*number_options, *_selector_options(int)}, prefix)
+
+
+def _read_text(raw: str, name: str, prefix: str | None = None) -> Any:
+    """The command line's text `raw` for option `name` read as YAML (`prefix`: a mapping's keys,
+    `_read_yaml`; else one value, `load_value_yaml`); a YAML error is a one-line UsageError."""
+    try:
+        if prefix is not None:
+            return _read_yaml(raw, prefix=prefix)
+        return load_value_yaml(raw, name, typed=name in _selector_options(str), number=name in _selector_options(int))
+    except yaml.YAMLError as error:
+        raise UsageError(f"bad value for {name}: {raw!r} ({yaml_problem(error)})") from None
+
+
+def _selector_options(kind: type | None) -> set[str]:
+    """``selector.KEY`` for each option of a registered selector whose default is text (`kind`
+    ``str``), a number (``int``: an int or float, not a bool) or ``None`` (any YAML value)."""
+    kinds = {str: (str,), int: (int, float), None: (type(None),)}[kind]
     return {f"selector.{key}" for selector in selectors.SELECTORS.values()
-            for key, default in selector.defaults.items() if isinstance(default, str)}
+            for key, default in selector.defaults.items() if isinstance(default, kinds) and not isinstance(default, bool)}
 
 
 # Option names of earlier versions -> the selector option they set now.
@@ -496,7 +528,7 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
     run's own `RUN_DIR/config.yaml` takes the place of the defaults, and an option given with a
     value other than the run's is a UsageError unless it is in `RESUME_MAY_CHANGE`."""
     layers = [_renamed(load_yaml(yaml_path)) if yaml_path is not None else {}, _renamed(options or {}),
-              _renamed(overrides or {})]
+              read_overrides(_renamed(overrides or {}))]
     values = functools.reduce(_with_layer, layers, {})
     run_config = Path(values["run_dir"]).expanduser() / "config.yaml" if values.get("run_dir") else None
     if run_config is not None and run_config.is_dir():
