@@ -98,6 +98,13 @@ def test_a_listed_option_after_the_letter_commits_to_none():
     (r"\boxed{\textbf{A.} the cell}", "A"),
     (r"\boxed{\text{A} + 3}", None),                 # a letter with no ")", "." or ":" commits to none
     (r"\boxed{(B)\42}", None),                      # a command, not a space
+    # the option text in a wrapper that opens with a space (each was None); a letter with no
+    # ")", "." or ":" still commits to none, as "(B)" glued to its text does
+    (r"\boxed{(B)\text{ 42}}", "B"),
+    (r"\boxed{B.\textbf{ the cell}}", "B"),
+    (r"\boxed{\text{(C)}\mathrm{~x = 2}}", "C"),
+    (r"\boxed{A\text{ and }B}", None),
+    (r"\boxed{(B)\text{42}}", None),
 ])
 def test_the_box_and_phrase_rules_of_the_docstring(text, expected):
     assert extract_choice_letter(text, 4) == expected

@@ -123,7 +123,8 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
        letter, optionally wrapped as
        ``(B)``, ``B)``, ``B.``, ``\\text{B}``, ``\\textbf{(B)}``, or starts with such a letter
        followed by ``)``/``.``/``:``, a space (LaTeX's ``\\ ``, ``~``, ``\\,``, ``\\quad`` too) and the
-       option text (``\\boxed{B) 42}``, ``\\boxed{(B)\\ 42}``, ``\\boxed{\\text{(B) } 42}``);
+       option text (``\\boxed{B) 42}``, ``\\boxed{(B)\\ 42}``, ``\\boxed{\\text{(B) } 42}``, or in a
+       wrapper that opens with a space: ``\\boxed{(B)\\text{ 42}}``);
     2. otherwise the last phrase "answer is", "answer:", "Answer -" (case-insensitive, optionally
        "final"/"correct", optionally bold ``**``) followed by a valid letter as a whole word, in
        optional parentheses, brackets, ``\\(...\\)`` or ``$...$``, and not by a list of more
@@ -183,11 +184,13 @@ def _marked_letter(content: str, letter: str) -> str | None:
         if not match:
             break
         inner = match.group(1).strip()
-    # "B) 42", and with LaTeX's spaces ("(B)\ 42", "(B)~42", "B.\quad 42") or the letter alone
-    # in a wrapper ("\text{(B) } 42")
+    # "B) 42", and with LaTeX's spaces ("(B)\ 42", "(B)~42", "B.\quad 42"), the letter alone
+    # in a wrapper ("\text{(B) } 42") or the option text in one that opens with a space
+    # ("(B)\text{ 42}"; not "(B)\text{42}", as not "(B)42")
     wrapper = r"(?:\\(?:text|textbf|mathrm|mathbf)\s*\{\s*)"
+    space = r"(?:\s|~|\\[ ,;:]|\\q?quad\b)"
     match = re.fullmatch(rf"\(?({letter})\)?\.?", inner) or re.match(
-        rf"{wrapper}?\(?({letter})(?:\)|\.|:)(?:\s*\}})?(?:\s|~|\\[ ,;:]|\\q?quad\b)",
+        rf"{wrapper}?\(?({letter})(?:\)|\.|:)(?:\s*\}})?(?:\\(?:text|textbf|mathrm|mathbf)\s*\{{)?{space}",
         inner + " ")
     return match.group(1) if match else None
 
