@@ -110,6 +110,22 @@ def test_the_box_and_phrase_rules_of_the_docstring(text, expected):
     assert extract_choice_letter(text, 4) == expected
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    (r"\boxed{(A) or (B)}", None),                  # each read A: a hedge rewarded as A
+    (r"\boxed{A. and B.}", None),
+    (r"\boxed{(A)\ \text{or}\ (C)}", None),
+    (r"\boxed{\text{(A) and (D)}}", None),
+    ("<answer>(B) or (C)</answer>", None),            # the answer tag is read as a box is
+    (r"\boxed{(D) Both A and B}", "D"),              # letters inside the option text are kept
+    (r"\boxed{(B) or a}", "B"),                      # lower case is no option letter
+    (r"\boxed{(A) or (E)}", "A"),                    # E is no option of four
+])
+def test_a_box_with_several_letters_commits_to_none(text, expected):
+    """Rule 1 ends as rule 2 does: "(A) or (B)" in a box commits to no letter (rule 2 gives
+    "The answer is A or B." none); before, the box gave its first letter."""
+    assert extract_choice_letter(text, 4) == expected
+
+
 def test_twenty_six_options_reach_z_and_a_nul_is_replaced():
     """Valid letters are the first ``num_choices`` of A-Z (26 allowed); `sanitize_text` replaces
     NUL characters (U+FFFD)."""

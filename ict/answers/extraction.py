@@ -124,7 +124,8 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
        ``(B)``, ``B)``, ``B.``, ``\\text{B}``, ``\\textbf{(B)}``, or starts with such a letter
        followed by ``)``/``.``/``:``, a space (LaTeX's ``\\ ``, ``~``, ``\\,``, ``\\quad`` too) and the
        option text (``\\boxed{B) 42}``, ``\\boxed{(B)\\ 42}``, ``\\boxed{\\text{(B) } 42}``, or in a
-       wrapper that opens with a space: ``\\boxed{(B)\\text{ 42}}``);
+       wrapper that opens with a space: ``\\boxed{(B)\\text{ 42}}``), unless more letters follow it
+       as in rule 2 (``\\boxed{(A) or (B)}``, ``\\boxed{A/C}``: none);
     2. otherwise the last phrase "answer is", "answer:", "Answer -" (case-insensitive, optionally
        "final"/"correct", optionally bold ``**``) followed by a valid letter as a whole word, in
        optional parentheses, brackets, ``\\(...\\)`` or ``$...$``, and not by a list of more
@@ -192,7 +193,15 @@ def _marked_letter(content: str, letter: str) -> str | None:
     match = re.fullmatch(rf"\(?({letter})\)?\.?", inner) or re.match(
         rf"{wrapper}?\(?({letter})(?:\)|\.|:)(?:\s*\}})?(?:\\(?:text|textbf|mathrm|mathbf)\s*\{{)?{space}",
         inner + " ")
-    return match.group(1) if match else None
+    if match is None:
+        return None
+    # "(A) or (B)", "A. and B.", "(A)\ \text{or}\ (B)": several letters commit to none (as rule 2's
+    # "the answer is A or B"); a letter inside the option text ("(D) Both A and B") is kept
+    rest = re.sub(r"\\(?:text|textbf|mathrm|mathbf)\s*\{|\}", "", inner[match.end(1):])
+    rest = re.sub(r"~|\\[ ,;:]|\\q?quad\b", " ", rest)
+    if re.match(rf"[).:]?\s*(?:[,/&]\s*(?:(?i:or|and)\s+)?|(?i:or|and)\s+)\(?{letter}(?![\w'])", rest):
+        return None
+    return match.group(1)
 
 
 def extract_tagged_answer(completion: str | bytes | None, tag_name: str = "answer") -> str | None:
