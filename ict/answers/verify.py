@@ -233,13 +233,15 @@ def _close_for_small_numbers(gold: Any, prediction: Any) -> bool:
             gold = take_last_relation(gold).rhs
         if not (getattr(gold, "is_number", False) and getattr(prediction, "is_number", False)):
             return True
-        gold_value = complex(gold.evalf())
-        predicted_value = complex(prediction.evalf())
+        # sympy's floats, not Python's: 1e-999 is no 0 (a float underflows below ~5e-324, and a
+        # zero gold skipped the check, so 1.6e-999 equalled 1.5e-999)
+        gold_real, gold_imag = gold.evalf(30).as_real_imag()
+        if gold_imag != 0 or not 0 < abs(gold_real) < SMALL_NUMBER_BOUND:
+            return True
+        difference = abs((prediction.evalf(30) - gold_real).evalf(30))
+        return bool(difference <= SMALL_NUMBER_RELATIVE_TOLERANCE * abs(gold_real))
     except (TypeError, ValueError, AttributeError, OverflowError):
         return True
-    if gold_value.imag != 0 or not 0 < abs(gold_value.real) < SMALL_NUMBER_BOUND:
-        return True
-    return abs(predicted_value - gold_value) <= SMALL_NUMBER_RELATIVE_TOLERANCE * abs(gold_value)
 
 
 def _worker_main() -> None:
