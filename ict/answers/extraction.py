@@ -251,8 +251,6 @@ SCIENTIFIC = re.compile(
     r"(?:\{\s*([-+\u2212]?\d{1,3})\s*\}(?![\^!])|([-+\u2212]?\d{1,3})(?![\d^!{]|\.\d)))"
 )
 """A number in scientific notation: groups (mantissa, e-exponent, braced exponent, bare exponent)."""
-MAX_EXPANDED_EXPONENT = 100
-"""`expand_scientific` writes out numbers with ``|exponent| <= this`` (at most ~100 digits each)."""
 
 
 def scientific_value(match: re.Match[str]) -> str:
@@ -266,19 +264,13 @@ def scientific_value(match: re.Match[str]) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def expand_scientific(text: str, max_exponent: int = MAX_EXPANDED_EXPONENT) -> str:
-    """``text`` with every number in scientific notation (`SCIENTIFIC`) whose ``|exponent| <=
-    max_exponent`` written out as its exact decimal (`scientific_value`), in place: plain digits
-    read the same in text, ``$...$`` and ``\\boxed{}``, where math-verify reads ``4.5e33`` in plain
-    text as 4.5 and ``1 \\times 10^{-5}`` as 1. A sign before it stays where it is."""
-
-    def written_out(match: re.Match[str]) -> str:
-        exponent = next(group for group in match.groups()[1:] if group is not None)
-        if abs(int(exponent.replace("\u2212", "-"))) > max_exponent:
-            return match.group(0)
-        return scientific_value(match)
-
-    return SCIENTIFIC.sub(written_out, text)
+def expand_scientific(text: str) -> str:
+    """``text`` with every number in scientific notation (`SCIENTIFIC`; its exponent has at most 3
+    digits, so at most ~1000 digits each) written out as its exact decimal (`scientific_value`), in
+    place: plain digits read the same in text, ``$...$`` and ``\\boxed{}``, where math-verify
+    reads ``4.5e33`` or ``1.5e120`` in plain text as its mantissa and ``1 \\times 10^{-5}`` as
+    1, and sympy's LaTeX parser ``4.5e33`` as ``4.5*e*33``. A sign before it stays where it is."""
+    return SCIENTIFIC.sub(scientific_value, text)
 
 
 def extract_last_number(text: str) -> str | None:
