@@ -25,6 +25,10 @@ def verifier():
     ("0.0000001", "0.0000002", False),  # 0.5
     ("0.00000025", "0.0000002", False),  # 0.25
     ("0.0000002", "0.0000002", True),
+    # at and above the bound, and for a complex gold, math-verify's rounding alone decides: the
+    # same 2e-4 relative miss as above passes (a bound of 1e-2 failed it)
+    ("0.0020004", "0.002", True),
+    ("0.0001 + \\sqrt{-4}", "0.0001 + \\sqrt{-4}", True),  # held to its real part: wrong by 2i
 ])
 def test_golds_below_a_thousandth_need_a_relative_match(verifier, answer, gold, expected):
     """math-verify alone judges each of these equal (it rounds); `SMALL_NUMBER_BOUND` is 1e-3."""
