@@ -12,6 +12,7 @@ import pytest
 from ict.answers import verify
 from ict.answers.extraction import (
     MAX_BOXED_CHARS,
+    MAX_BOXED_TRIES,
     extract_boxed_answer,
     extract_choice_letter,
     extract_last_number,
@@ -20,6 +21,7 @@ from ict.answers.extraction import (
 from ict.answers.gold import (
     gold_from_boxed_solution,
     gold_from_gsm8k,
+    gold_from_list,
     gold_from_number,
     normalize_gold,
 )
@@ -46,6 +48,15 @@ def test_a_box_of_exactly_max_boxed_chars_is_closed_one_more_is_not():
     assert extract_boxed_answer(r"\boxed{" + content + "}") == content
     assert extract_boxed_answer(r"\boxed{" + content + "2}") is None
     assert extract_boxed_answer(r"\boxed{5} and \boxed{" + content + "2}") == "5"
+
+
+def test_at_most_max_boxed_tries_boxes_are_tried_over_all_three_commands():
+    """The docstring's bound: from the last box backwards, `MAX_BOXED_TRIES` (8) occurrences of
+    any of the commands are tried; eight empty ``\\fbox{}`` after the answer hide it, seven do not."""
+    assert MAX_BOXED_TRIES == 8
+    assert extract_boxed_answer(r"\boxed{3}" + r" \fbox{}" * 7) == "3"
+    assert extract_boxed_answer(r"\boxed{3}" + r" \fbox{}" * 8) is None
+    assert extract_boxed_answer(r"\boxed{3}" + r" \framebox{}" * 4 + r" \boxed{}" * 4) is None
 
 
 def test_the_space_form_needs_a_space():
@@ -98,8 +109,31 @@ def test_a_listed_option_after_the_letter_commits_to_none():
     (r"\boxed{\textbf{A.} the cell}", "A"),
     (r"\boxed{\text{A} + 3}", None),                 # a letter with no ")", "." or ":" commits to none
     (r"\boxed{(B)\42}", None),                      # a command, not a space
+    # the option text in a wrapper that opens with a space (each was None); a letter with no
+    # ")", "." or ":" still commits to none, as "(B)" glued to its text does
+    (r"\boxed{(B)\text{ 42}}", "B"),
+    (r"\boxed{B.\textbf{ the cell}}", "B"),
+    (r"\boxed{\text{(C)}\mathrm{~x = 2}}", "C"),
+    (r"\boxed{A\text{ and }B}", None),
+    (r"\boxed{(B)\text{42}}", None),
 ])
 def test_the_box_and_phrase_rules_of_the_docstring(text, expected):
+    assert extract_choice_letter(text, 4) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (r"\boxed{(A) or (B)}", None),                  # each read A: a hedge rewarded as A
+    (r"\boxed{A. and B.}", None),
+    (r"\boxed{(A)\ \text{or}\ (C)}", None),
+    (r"\boxed{\text{(A) and (D)}}", None),
+    ("<answer>(B) or (C)</answer>", None),            # the answer tag is read as a box is
+    (r"\boxed{(D) Both A and B}", "D"),              # letters inside the option text are kept
+    (r"\boxed{(B) or a}", "B"),                      # lower case is no option letter
+    (r"\boxed{(A) or (E)}", "A"),                    # E is no option of four
+])
+def test_a_box_with_several_letters_commits_to_none(text, expected):
+    """Rule 1 ends as rule 2 does: "(A) or (B)" in a box commits to no letter (rule 2 gives
+    "The answer is A or B." none); before, the box gave its first letter."""
     assert extract_choice_letter(text, 4) == expected
 
 
@@ -129,6 +163,16 @@ def test_a_choice_or_number_without_an_answer_is_status_no_answer():
     assert (grade_number(number, "no digits here").status, grade_number(number, "it is 11").status,
             grade_number(number, "it is 12").status) == ("no_answer", "ok", "ok")
     assert grade_choice(choice, "I am not sure.").extracted is None
+
+
+@pytest.mark.parametrize(("gold", "completion", "correct"), [
+    ("0", "it is 0.0005", False), ("0.001", "it is 0.0015", False), ("-0.002", "so -0.001", False),
+    ("0.1", "it is 0.1000000000001", True),  # float noise (1e-12 relative) is no other number
+    ("1234", "it is 1,234", True),
+])
+def test_the_last_number_rule_tells_small_numbers_apart(gold, completion, correct):
+    """`grade_number` compares within 1e-9 (relative or absolute); 0.0005 is not 0. Hand values."""
+    assert grade_number(Problem(prompt="q", answer=gold, kind="math"), completion).correct is correct
 
 
 # ------------------------------------------------------------------------ rewards and golds
@@ -162,6 +206,16 @@ def test_the_gsm8k_gold_is_the_text_after_the_last_marker():
 ])
 def test_integral_number_golds_lose_their_decimal_point(raw, expected):
     assert gold_from_number(raw) == expected
+
+
+def test_a_huge_integer_gold_stays_exact_and_an_empty_list_item_is_dropped():
+    """`gold_from_number` writes an int as it is (through float(), 10**400 raised OverflowError);
+    `gold_from_list` drops an item that is empty once its ``$`` are gone (``"2, "`` was a gold),
+    and a list of nothing but empty items is refused."""
+    assert gold_from_number(10**400) == "1" + "0" * 400
+    assert gold_from_list(["$2$", "$ $", ""]) == "2"
+    with pytest.raises(ValueError, match="empty gold answer list"):
+        gold_from_list(["$$", " "])
 
 
 def test_two_dollar_formulas_are_not_one():

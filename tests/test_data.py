@@ -221,6 +221,19 @@ def test_a_choice_answer_index_may_be_an_integral_float():
             gold(bad)
 
 
+def test_a_blank_gold_is_refused_and_a_boolean_is_no_option_index():
+    """`checked_answer`: "non-blank text" (a gold of spaces was kept); `gold_index`: None for
+    anything but an integer, an integral float or its text, so not for ``True`` (an int in
+    Python, which read as option index 1)."""
+    from ict.data.rows import checked_answer, gold_index
+
+    for blank in ("", "   ", "\n\t"):
+        with pytest.raises(ValueError, match="field 'answer' is empty"):
+            checked_answer(blank, "answer")
+    assert checked_answer(" 7 ", "answer") == " 7 "
+    assert [gold_index(True), gold_index(False), gold_index(1), gold_index(" 2.0 ")] == [None, None, 1, 2]
+
+
 def test_each_epoch_of_the_prompt_stream_is_a_new_shuffle():
     """The docstring's "a seeded shuffle per epoch": epochs 0, 1 and 2 each visit every problem
     once, and not in one repeated order."""

@@ -37,7 +37,8 @@ def test_extract_last_number(text, expected):
     ("it is $1.2 \\cdot 10^{5}$.", "120000"),
     ("light: 3 × 10^8 m/s", "300000000"),
     ("so -2.5e-3", "-0.0025"),
-    ("so \u22124e2", "-400"),  # the minus sign U+2212, as for any last number
+    ("so \u22124e2", "-400"),
+    ("so -0e5", "0"),  # no minus zero (a scorer comparing text would call it wrong)  # the minus sign U+2212, as for any last number
     ("so 1.50e1, or 2.50e-1", "0.25"),  # a trailing zero of the written-out value dropped
     ("so 1.50e1", "15"),  # (1.50e1 is 15, not 15.0)
     ("1e3 apples, then 42", "42"),  # a later number is the last one

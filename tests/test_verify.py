@@ -190,6 +190,10 @@ def verifier():
         ("\\boxed{4.5e33}", "4.5e33", True),
         ("\\boxed{1.3e-27}", "2.88e-19", False),  # tiny numbers: relative, not 6-decimal, match
         ("\\boxed{2.88 \\times 10^{-19}}", "2.88e-19", True),
+        # below a float's range (~5e-324) too: the gold underflowed to 0 and the check was skipped
+        ("\\boxed{1.6 \\times 10^{-400}}", "1.5 \\times 10^{-400}", False),
+        ("\\boxed{1.5 \\times 10^{-400}}", "1.5 \\times 10^{-400}", True),
+        ("\\boxed{1.50001 \\times 10^{-400}}", "1.5 \\times 10^{-400}", True),  # within 1e-4 relative
         # an equation is compared by its right-hand side (hand-checked: x2 is wrong; math-verify
         # alone says equal, its 6-decimal rounding makes both 0)
         ("\\boxed{E = 5.760 \\times 10^{-19}}", "2.88e-19", False),

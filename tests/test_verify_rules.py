@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from ict.answers.extraction import expand_scientific
 from ict.answers.verify import MATH_EXTRACTIONS, MathVerifier, mark_hash_answer
 
 
@@ -24,6 +25,10 @@ def verifier():
     ("0.0000001", "0.0000002", False),  # 0.5
     ("0.00000025", "0.0000002", False),  # 0.25
     ("0.0000002", "0.0000002", True),
+    # at and above the bound, and for a complex gold, math-verify's rounding alone decides: the
+    # same 2e-4 relative miss as above passes (a bound of 1e-2 failed it)
+    ("0.0020004", "0.002", True),
+    ("0.0001 + \\sqrt{-4}", "0.0001 + \\sqrt{-4}", True),  # held to its real part: wrong by 2i
 ])
 def test_golds_below_a_thousandth_need_a_relative_match(verifier, answer, gold, expected):
     """math-verify alone judges each of these equal (it rounds); `SMALL_NUMBER_BOUND` is 1e-3."""
@@ -96,6 +101,18 @@ def test_a_box_wins_over_an_answer_tag_and_an_empty_or_open_tag_is_no_answer(ver
     ("Final answer: 1.2 \\cdot 10^{5}", "1.2", False),
     ("The answer is 4.5e33.", "4.5e32", False),
     ("The answer is 1.2e-5", "1.2e-6", False),
+    # an exponent over 100 too (it was left as written, and read as its mantissa: 1.5e120 as 1.5)
+    ("The answer is 1.5e120.", "1.5e120", True),
+    ("The answer is 1.5 \\times 10^{120}.", "1.5e120", True),
+    ("The answer is 2 \\times 10^{150}.", "2e150", True),
+    ("The answer is 1.5e-120.", "1.5 \\times 10^{-120}", True),
+    ("The answer is \\boxed{1.5e120}", "1.5 \\times 10^{120}", True),
+    ("The answer is 1.5e120.", "1.5", False),
+    ("The answer is 1.5 \\times 10^{120}.", "1.5", False),
+    ("The answer is 2 \\times 10^{150}.", "2", False),
+    ("The answer is 1.5e-120.", "1.5", False),
+    ("The answer is 1.5e120.", "1.6e120", False),
+    ("The answer is 1.5e-120.", "1.6e-120", False),
 ])
 def test_an_answer_in_scientific_notation_is_the_number_it_denotes(verifier, completion, gold, expected):
     """Outside a box or ``$...$`` math-verify read ``4.5e33`` as 4.5 and ``1.2 \\times 10^{-5}`` as
@@ -104,6 +121,15 @@ def test_an_answer_in_scientific_notation_is_the_number_it_denotes(verifier, com
     for extraction in MATH_EXTRACTIONS:
         verdict = verifier.check(completion, gold, 10.0, extraction)
         assert verdict.correct is expected, (extraction, verdict)
+
+
+def test_scientific_notation_is_written_out_at_any_exponent_it_reads():
+    """`expand_scientific` wrote out only ``|exponent| <= 100``: ``1.5e120`` stayed as written
+    (math-verify reads it, in plain text, as 1.5). Hand-written decimals."""
+    assert expand_scientific("so 1.5e120.") == "so 15" + "0" * 119 + "."
+    assert expand_scientific("x = 2 \\times 10^{150}") == "x = 2" + "0" * 150
+    assert expand_scientific("1.5e-120") == "0." + "0" * 119 + "15"
+    assert expand_scientific("1e1234") == "1e1234"  # a 4-digit exponent is no scientific number
 
 
 def test_the_verify_timeout_is_refused_at_zero_and_past_a_day():

@@ -123,7 +123,9 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
        letter, optionally wrapped as
        ``(B)``, ``B)``, ``B.``, ``\\text{B}``, ``\\textbf{(B)}``, or starts with such a letter
        followed by ``)``/``.``/``:``, a space (LaTeX's ``\\ ``, ``~``, ``\\,``, ``\\quad`` too) and the
-       option text (``\\boxed{B) 42}``, ``\\boxed{(B)\\ 42}``, ``\\boxed{\\text{(B) } 42}``);
+       option text (``\\boxed{B) 42}``, ``\\boxed{(B)\\ 42}``, ``\\boxed{\\text{(B) } 42}``, or in a
+       wrapper that opens with a space: ``\\boxed{(B)\\text{ 42}}``), unless more letters follow it
+       as in rule 2 (``\\boxed{(A) or (B)}``, ``\\boxed{A/C}``: none);
     2. otherwise the last phrase "answer is", "answer:", "Answer -" (case-insensitive, optionally
        "final"/"correct", optionally bold ``**``) followed by a valid letter as a whole word, in
        optional parentheses, brackets, ``\\(...\\)`` or ``$...$``, and not by a list of more
@@ -183,13 +185,23 @@ def _marked_letter(content: str, letter: str) -> str | None:
         if not match:
             break
         inner = match.group(1).strip()
-    # "B) 42", and with LaTeX's spaces ("(B)\ 42", "(B)~42", "B.\quad 42") or the letter alone
-    # in a wrapper ("\text{(B) } 42")
+    # "B) 42", and with LaTeX's spaces ("(B)\ 42", "(B)~42", "B.\quad 42"), the letter alone
+    # in a wrapper ("\text{(B) } 42") or the option text in one that opens with a space
+    # ("(B)\text{ 42}"; not "(B)\text{42}", as not "(B)42")
     wrapper = r"(?:\\(?:text|textbf|mathrm|mathbf)\s*\{\s*)"
+    space = r"(?:\s|~|\\[ ,;:]|\\q?quad\b)"
     match = re.fullmatch(rf"\(?({letter})\)?\.?", inner) or re.match(
-        rf"{wrapper}?\(?({letter})(?:\)|\.|:)(?:\s*\}})?(?:\s|~|\\[ ,;:]|\\q?quad\b)",
+        rf"{wrapper}?\(?({letter})(?:\)|\.|:)(?:\s*\}})?(?:\\(?:text|textbf|mathrm|mathbf)\s*\{{)?{space}",
         inner + " ")
-    return match.group(1) if match else None
+    if match is None:
+        return None
+    # "(A) or (B)", "A. and B.", "(A)\ \text{or}\ (B)": several letters commit to none (as rule 2's
+    # "the answer is A or B"); a letter inside the option text ("(D) Both A and B") is kept
+    rest = re.sub(r"\\(?:text|textbf|mathrm|mathbf)\s*\{|\}", "", inner[match.end(1):])
+    rest = re.sub(r"~|\\[ ,;:]|\\q?quad\b", " ", rest)
+    if re.match(rf"[).:]?\s*(?:[,/&]\s*(?:(?i:or|and)\s+)?|(?i:or|and)\s+)\(?{letter}(?![\w'])", rest):
+        return None
+    return match.group(1)
 
 
 def extract_tagged_answer(completion: str | bytes | None, tag_name: str = "answer") -> str | None:
@@ -239,8 +251,6 @@ SCIENTIFIC = re.compile(
     r"(?:\{\s*([-+\u2212]?\d{1,3})\s*\}(?![\^!])|([-+\u2212]?\d{1,3})(?![\d^!{]|\.\d)))"
 )
 """A number in scientific notation: groups (mantissa, e-exponent, braced exponent, bare exponent)."""
-MAX_EXPANDED_EXPONENT = 100
-"""`expand_scientific` writes out numbers with ``|exponent| <= this`` (at most ~100 digits each)."""
 
 
 def scientific_value(match: re.Match[str]) -> str:
@@ -254,19 +264,13 @@ def scientific_value(match: re.Match[str]) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def expand_scientific(text: str, max_exponent: int = MAX_EXPANDED_EXPONENT) -> str:
-    """``text`` with every number in scientific notation (`SCIENTIFIC`) whose ``|exponent| <=
-    max_exponent`` written out as its exact decimal (`scientific_value`), in place: plain digits
-    read the same in text, ``$...$`` and ``\\boxed{}``, where math-verify reads ``4.5e33`` in plain
-    text as 4.5 and ``1 \\times 10^{-5}`` as 1. A sign before it stays where it is."""
-
-    def written_out(match: re.Match[str]) -> str:
-        exponent = next(group for group in match.groups()[1:] if group is not None)
-        if abs(int(exponent.replace("\u2212", "-"))) > max_exponent:
-            return match.group(0)
-        return scientific_value(match)
-
-    return SCIENTIFIC.sub(written_out, text)
+def expand_scientific(text: str) -> str:
+    """``text`` with every number in scientific notation (`SCIENTIFIC`; its exponent has at most 3
+    digits, so at most ~1000 digits each) written out as its exact decimal (`scientific_value`), in
+    place: plain digits read the same in text, ``$...$`` and ``\\boxed{}``, where math-verify
+    reads ``4.5e33`` or ``1.5e120`` in plain text as its mantissa and ``1 \\times 10^{-5}`` as
+    1, and sympy's LaTeX parser ``4.5e33`` as ``4.5*e*33``. A sign before it stays where it is."""
+    return SCIENTIFIC.sub(scientific_value, text)
 
 
 def extract_last_number(text: str) -> str | None:

@@ -72,7 +72,6 @@ _PLAIN_WORD = re.compile(r"(?<![\\\w])[^\W\d_]{2,}")
 _NUMBER_AND_UNIT = re.compile(r"([-+]?\d+(?:\.\d+)?(?:/\d+)?)\s+(?:[^\W\d_]{2,}|\().*")
 # a percent sign inside a box (see _boxed_percent_readings)
 _BOXED_PERCENT = re.compile(r"(\\boxed\s*\{[^{}]*?)\s*\\?%\s*\}")
-_E_NOTATION = re.compile(r"(?<![\w.])([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d{1,3})(?![\w.])")
 
 
 def mark_hash_answer(completion: str) -> str:
@@ -124,14 +123,6 @@ def hash_answer_readings(completion: str) -> list[str]:
     return _boxed_in_place(completion[:marker], value, rest)
 
 
-def _latex_e_notation(text: str) -> str:
-    """Scientific notation as math-verify reads it: written out as a decimal (`expand_scientific`:
-    ``4.5e33``, ``1.2 \\times 10^{-5}``; math-verify reads ``4.5e33`` in plain text as 4.5, and
-    sympy's LaTeX parser as ``4.5*e*33``), and an ``e``-number too large for that as
-    ``4.5\\times10^{150}`` (right in ``$...$`` or a box)."""
-    return _E_NOTATION.sub(r"\1\\times10^{\2}", expand_scientific(text))
-
-
 def _boxed_percent_readings(text: str) -> list[str]:
     """The readings of a completion to try in turn: ``text`` itself, or, with a percent sign inside
     a box, the box with a plain ``%`` (``\\boxed{62.5\\%}`` -> ``\\boxed{62.5%}``: math-verify matches
@@ -175,7 +166,7 @@ def _worker_check(
 
     parsed_gold = gold_cache.get(gold)
     if parsed_gold is None:
-        wrapped = f"${_latex_e_notation(gold)}$"
+        wrapped = f"${expand_scientific(gold)}$"
         parsed_gold = parse(
             wrapped,
             extraction_config=[LatexExtractionConfig(), ExprExtractionConfig()],
@@ -189,7 +180,7 @@ def _worker_check(
     unanchored = extraction != "anchored"
     verdict: tuple[bool, str | None, str] = (False, None, "no_answer")
     readings = [percent for tagged in tag_answer_readings(completion) for marked in hash_answer_readings(tagged)
-                for percent in _boxed_percent_readings(_latex_e_notation(marked))]
+                for percent in _boxed_percent_readings(expand_scientific(marked))]
     for reading in readings:
         parsed = parse(
             reading,
@@ -233,13 +224,15 @@ def _close_for_small_numbers(gold: Any, prediction: Any) -> bool:
             gold = take_last_relation(gold).rhs
         if not (getattr(gold, "is_number", False) and getattr(prediction, "is_number", False)):
             return True
-        gold_value = complex(gold.evalf())
-        predicted_value = complex(prediction.evalf())
+        # sympy's floats, not Python's: 1e-999 is no 0 (a float underflows below ~5e-324, and a
+        # zero gold skipped the check, so 1.6e-999 equalled 1.5e-999)
+        gold_real, gold_imag = gold.evalf(30).as_real_imag()
+        if gold_imag != 0 or not 0 < abs(gold_real) < SMALL_NUMBER_BOUND:
+            return True
+        difference = abs((prediction.evalf(30) - gold_real).evalf(30))
+        return bool(difference <= SMALL_NUMBER_RELATIVE_TOLERANCE * abs(gold_real))
     except (TypeError, ValueError, AttributeError, OverflowError):
         return True
-    if gold_value.imag != 0 or not 0 < abs(gold_value.real) < SMALL_NUMBER_BOUND:
-        return True
-    return abs(predicted_value - gold_value) <= SMALL_NUMBER_RELATIVE_TOLERANCE * abs(gold_value)
 
 
 def _worker_main() -> None:
