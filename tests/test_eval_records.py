@@ -489,7 +489,7 @@ def test_auto_backend_is_hf_for_a_lora_checkpoint_and_vllm_where_it_is_installed
     case recorded vllm where vLLM is installed, and a resume with --backend hf was refused.)"""
     import torch
 
-    from ict.evaluation import evaluate as module
+    from ict.evaluation import generator as module
 
     checkpoint = tmp_path / "ckpt"
     (checkpoint / "adapter").mkdir(parents=True)

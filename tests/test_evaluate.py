@@ -350,7 +350,7 @@ def test_a_lora_checkpoint_is_refused_by_vllm_and_one_without_a_base_model_is_na
     directory with no model); an adapter_config.json naming no base model is one line, from ict eval
     and ict inspect alike (the shared loader), not a traceback from loading a model named None."""
     from ict.core.errors import UsageError
-    from ict.evaluation import evaluate as evaluate_module
+    from ict.evaluation import generator as evaluate_module
 
     adapter = tmp_path / "step-00000001" / "adapter"
     adapter.mkdir(parents=True)

@@ -208,7 +208,7 @@ def test_ict_eval_on_vllm_loads_the_tokenizer_with_the_hf_paths_checks(case, tin
     directory gave HF's repo-id OSError with exit 1, an empty one a tokenizer-conversion message."""
     import shutil
 
-    import ict.evaluation.evaluate as evaluate
+    import ict.evaluation.generator as evaluate
     import ict.models.rollout as rollout
     from ict.core.errors import UsageError
     from ict.evaluation.evaluate import EvalConfig

