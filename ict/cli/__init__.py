@@ -107,9 +107,9 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
     """The command, with its errors as one line and an exit status."""
     try:
         if getattr(args, "uses_hub", True):  # before transformers, which a bad HF_ENDPOINT stops importing
-            from ict.data.hub import hub_address
+            from ict.data.hub import check_endpoint
 
-            hub_address()
+            check_endpoint()
         return int(args.run(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
