@@ -1,0 +1,61 @@
+"""`ict compare --config`: the training options it gives every run, and the selector options
+(those of one method) that some method refuses, named before anything trains."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ict.core.errors import UsageError
+from ict.experiments.compare import CompareConfig, _training_config, parse_methods, run_comparison
+
+OFFLINE_DEFAULT = Path(__file__).parents[1] / "configs" / "offline-default.yaml"
+
+
+def test_the_offline_default_config_s_selector_is_named_before_anything_trains(tmp_path, capsys):
+    """configs/offline-default.yaml writes out ICT's selector options; `ict compare --config` gives
+    them every run, and the grpo run's config said only "selector 'all' has no option 'ratio'",
+    which named neither the file nor the key to remove. One line, exit 2, nothing created."""
+    from ict.cli import main
+
+    output = tmp_path / "cmp"
+    assert main(["compare", "--config", str(OFFLINE_DEFAULT), "--methods", "ict,grpo", "--seeds", "0",
+                 "--output-dir", str(output)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith(
+        f"error: --config {OFFLINE_DEFAULT} sets selector for every run, which method grpo refuses ("), error
+    assert "remove it and give each method its own options in --methods" in error
+    assert not output.exists()
+
+
+@pytest.mark.parametrize(("options", "overrides", "named"), [
+    ({"ratio": 0.1}, {}, "--config c.yaml sets ratio"),
+    ({"preset": "paper"}, {}, "--config c.yaml sets preset"),
+    ({"js_reference": "prev"}, {}, "--config c.yaml sets js_reference"),  # an earlier version's name
+    ({"selector.reference": "prev", "learning_rate": 1e-5}, {}, "--config c.yaml sets selector.reference"),
+    ({}, {"selector.ratio": "0.2"}, "the command line sets selector.ratio=0.2"),
+])
+def test_each_shared_selector_option_a_method_refuses_is_named_with_its_source(tmp_path, options, overrides,
+                                                                                named):
+    config = CompareConfig(output_dir=tmp_path / "cmp", config_file="c.yaml", overrides=overrides)
+    with pytest.raises(UsageError, match=re.escape(f"{named} for every run, which method grpo refuses")):
+        _training_config(config, options, parse_methods("grpo")[0], 0)
+
+
+def test_other_refusals_and_selector_options_every_method_takes_are_unchanged(tmp_path):
+    """A refusal that is not the shared selector options' is the run's own; selector options that
+    every compared method takes still reach every run (ratio: ict's and random's)."""
+    config = CompareConfig(output_dir=tmp_path / "cmp", config_file="c.yaml")
+    with pytest.raises(UsageError, match=r"^learning_rate must be > 0"):
+        _training_config(config, {"ratio": 0.1, "learning_rate": -1.0}, parse_methods("ict")[0], 0)
+    for spec in parse_methods("ict,random"):
+        assert _training_config(config, {"selector": {"ratio": 0.2}}, spec, 0).selector["ratio"] == 0.2
+
+
+def test_run_comparison_refuses_it_before_the_first_run_trains(tmp_path):
+    with pytest.raises(UsageError, match="sets selector for every run, which method grpo refuses"):
+        run_comparison(CompareConfig(output_dir=tmp_path / "cmp", config_file=str(OFFLINE_DEFAULT),
+                                     methods="ict,grpo", seeds=(0,)))
+    assert not (tmp_path / "cmp").exists()
