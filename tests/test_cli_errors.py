@@ -253,3 +253,17 @@ def test_an_argparse_error_is_one_line_with_where_to_find_help(capsys):
             assert "unrecognized arguments: --no-such-flag" in err, err
         if args in ([], ["--debug"]):
             assert "choose a command: train, eval, compare, plot, inspect" in err, err
+
+
+def test_debug_after_the_command_shows_the_traceback(monkeypatch):
+    """An error's hint says "run with --debug for the traceback"; appended to the command line as
+    it was typed (`ict train ... --debug`) it was refused ("unrecognized arguments: --debug")."""
+    from ict.cli import main
+    from ict.core.errors import UsageError
+
+    monkeypatch.delenv("ICT_DEBUG", raising=False)
+    for args in (["train", "--num-steps", "0", "--debug"], ["--debug", "train", "--num-steps", "0"],
+                 ["train", "--debug", "--num-steps", "0"]):
+        with pytest.raises(UsageError, match="num_steps must be >= 1, got 0"):
+            main(args)
+    assert main(["train", "--num-steps", "0"]) == 2
