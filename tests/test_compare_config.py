@@ -59,3 +59,25 @@ def test_run_comparison_refuses_it_before_the_first_run_trains(tmp_path):
         run_comparison(CompareConfig(output_dir=tmp_path / "cmp", config_file=str(OFFLINE_DEFAULT),
                                      methods="ict,grpo", seeds=(0,)))
     assert not (tmp_path / "cmp").exists()
+
+
+@pytest.mark.parametrize("where", ["overrides", "config"])
+def test_a_plugin_selector_s_options_in_methods_reach_its_run(tmp_path, where):
+    """`--methods low_prob:threshold=0.3` with the plugin that registers low_prob: its option was
+    taken for a training option ("unknown option 'threshold'") unless an earlier method's run had
+    imported the plugin (`ict compare --methods grpo,low_prob:...` worked, the method alone did not)."""
+    from ict.core.selectors import SELECTORS
+
+    name = f"compare_plugin_{where}"
+    plugin = tmp_path / f"{name}.py"
+    plugin.write_text("from ict import register_selector\n\n"
+                      f"@register_selector({name!r}, defaults={{'threshold': 0.5}})\n"
+                      "def select(inputs, threshold):\n    return inputs.response_mask\n")
+    given = {"plugin": str(plugin)}
+    config = CompareConfig(output_dir=tmp_path / "cmp", overrides=given if where == "overrides" else {})
+    try:
+        train_config = _training_config(config, given if where == "config" else {},
+                                        parse_methods(f"{name}:threshold=0.3")[0], 0)
+    finally:
+        SELECTORS.pop(name, None)
+    assert train_config.method == name and train_config.selector == {"threshold": 0.3}

@@ -83,11 +83,15 @@ def parse_methods(text: str) -> list[MethodSpec]:
     return specs
 
 
-def method_overrides(spec: MethodSpec) -> dict[str, str]:
+def method_overrides(spec: MethodSpec, plugin: str | None = None) -> dict[str, str]:
     """TrainConfig ``key=value`` overrides of one method spec: ``preset`` -> the registry preset,
     an option of the method's selector -> ``selector.<key>``, anything else (e.g.
-    ``aggregation``) -> the training option of that name (checked when the config is built)."""
+    ``aggregation``) -> the training option of that name (checked when the config is built).
+    ``plugin`` (the runs' ``plugin`` option) is imported first: its selectors' options too."""
     from ict.core.selectors import SELECTORS
+
+    if plugin:
+        TrainConfig(plugin=plugin).load_plugins()
     from ict.training.config import METHOD_ALIASES
 
     selector = SELECTORS.get(METHOD_ALIASES.get(spec.name, spec.name))
@@ -241,7 +245,7 @@ def _training_config(config: CompareConfig, training_options: dict[str, Any], sp
     evaluated whose checkpoints were deleted since is checked the same way (it is reused as it
     is), and its config.yaml's ``num_steps`` must be ``num_steps``."""
     from ict.runs.checkpoint import checkpoint_step, latest_checkpoint
-    from ict.training.config import build_config
+    from ict.training.config import build_config, parse_value
 
     assert config.output_dir is not None
     directory = run_dir(config.output_dir, spec.label, seed)
@@ -250,8 +254,9 @@ def _training_config(config: CompareConfig, training_options: dict[str, Any], sp
     evaluated_only = latest is None and (directory / "eval" / "results.json").is_file() and (
         directory / "config.yaml").is_file()
     resuming = latest is not None or evaluated_only
-    overrides = {**config.overrides, **method_overrides(spec), "seed": str(seed),
-                 "run_dir": str(directory), "progress": "false", **({"resume": "true"} if resuming else {})}
+    plugin = config.overrides.get("plugin", training_options.get("plugin"))  # a selector's options
+    overrides = {**config.overrides, **method_overrides(spec, None if plugin is None else parse_value("plugin", plugin)),
+                 "seed": str(seed), "run_dir": str(directory), "progress": "false", **({"resume": "true"} if resuming else {})}
     try:
         train_config = build_config(None, training_options, overrides)
     except UsageError as error:
