@@ -81,3 +81,51 @@ def test_a_plugin_selector_s_options_in_methods_reach_its_run(tmp_path, where):
     finally:
         SELECTORS.pop(name, None)
     assert train_config.method == name and train_config.selector == {"threshold": 0.3}
+
+
+def test_compare_option_edges_that_would_be_wrong_runs():
+    """Mutation tests: a method option before any method is one line, not an IndexError; a seed of
+    2^32 (past the training seeds' range, [0, 2^32)) is refused; a key of both dataclasses
+    (eval_temperature) goes to the comparison and to every run, the others to one side."""
+    from ict.experiments.compare import compare_options
+
+    with pytest.raises(UsageError, match="bad method option 'ratio=0.1'; use method:key=value"):
+        parse_methods("ratio=0.1,ict")
+    with pytest.raises(UsageError, match=r"--seeds must lie in \[0, 2\^32\)"):
+        CompareConfig(output_dir=Path("c"), report_only=True, seeds=(0, 2**32)).validate()
+    ours, training = compare_options({"eval_temperature": 0.6, "eval-n": 4, "learning_rate": 1e-5})
+    assert ours == {"eval_temperature": 0.6, "eval-n": 4}
+    assert training == {"eval_temperature": 0.6, "learning_rate": 1e-5}
+
+
+def test_report_only_on_a_directory_without_runs_is_refused_and_creates_nothing(tmp_path):
+    """Mutation test: a mistyped --output-dir with --report-only (or --eval-only) is one line, and
+    the directory is not created."""
+    for flag in ("report_only", "eval_only"):
+        with pytest.raises(UsageError, match=r"no runs under .*typo/runs; train them first"):
+            run_comparison(CompareConfig(output_dir=tmp_path / "typo", eval_n=1, **{flag: True}))
+    assert not (tmp_path / "typo").exists()
+
+
+def test_the_cli_reads_compare_options_from_config_and_records_the_command(tmp_path, monkeypatch, capsys):
+    """Mutation tests of `ict compare`'s command: a --config key of the comparison (eval_n) is read
+    as that option (eval_n: 0 is refused), and the command line as typed is appended to
+    DIR/commands.txt before the first run trains (here a Ctrl-C in its place)."""
+    import sys
+
+    import ict.training.trainer
+    from ict.cli import main
+
+    def interrupted(config, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ict.training.trainer, "train", interrupted)  # nothing trains
+    (tmp_path / "c.yaml").write_text("eval_n: 0\n")
+    assert main(["compare", "--config", str(tmp_path / "c.yaml"), "--output-dir", str(tmp_path / "a")]) == 2
+    assert "--eval-n, --eval-max-new-tokens and --bootstrap-resamples must be >= 1" in capsys.readouterr().err
+    argv = ["compare", "--methods", "grpo", "--seeds", "0", "--output-dir", str(tmp_path / "b"), "--train-only",
+            "num_steps=1"]
+    monkeypatch.setattr(sys, "argv", ["ict", *argv])
+    assert main(argv) == 130
+    assert (tmp_path / "b" / "commands.txt").read_text() == (
+        f"ict compare --methods grpo --seeds 0 --output-dir {tmp_path / 'b'} --train-only num_steps=1\n")
