@@ -254,3 +254,50 @@ def test_an_argparse_error_is_one_line_with_where_to_find_help(capsys):
             assert "unrecognized arguments: --no-such-flag" in err, err
         if args in ([], ["--debug"]):
             assert "choose a command: train, eval, compare, plot, inspect" in err, err
+
+
+def test_debug_after_the_command_shows_the_traceback(monkeypatch):
+    """An error's hint says "run with --debug for the traceback"; appended to the command line as
+    it was typed (`ict train ... --debug`) it was refused ("unrecognized arguments: --debug")."""
+    from ict.cli import main
+    from ict.core.errors import UsageError
+
+    monkeypatch.delenv("ICT_DEBUG", raising=False)
+    for args in (["train", "--num-steps", "0", "--debug"], ["--debug", "train", "--num-steps", "0"],
+                 ["train", "--debug", "--num-steps", "0"]):
+        with pytest.raises(UsageError, match="num_steps must be >= 1, got 0"):
+            main(args)
+    assert main(["train", "--num-steps", "0"]) == 2
+    monkeypatch.setenv("ICT_DEBUG", "1")  # the variable the docstring names, as --debug
+    with pytest.raises(UsageError, match="num_steps must be >= 1, got 0"):
+        main(["train", "--num-steps", "0"])
+
+
+def test_each_error_has_its_documented_exit_status_and_one_line(capsys, monkeypatch):
+    """The module's contract (ict/cli/__init__.py): bad input 2, a diverged run 1, anything else 1
+    with the --debug hint (its text on one line), Ctrl-C / SIGTERM 130 "interrupted"; --debug
+    raises instead (Ctrl-C excepted)."""
+    import argparse
+
+    from ict.cli import _run
+    from ict.core.errors import TrainingDiverged, UsageError
+
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    hint = " (run with --debug for the traceback)"
+    cases = [(UsageError("bad option"), 2, "error: bad option"), (ValueError("bad value"), 2, "error: bad value"),
+             (FileNotFoundError("no file"), 2, "error: no file"), (PermissionError("denied"), 2, "error: denied"),
+             (NotADirectoryError("not dir"), 2, "error: not dir"),
+             (TrainingDiverged("3 consecutive updates"), 1, "error: 3 consecutive updates"),
+             (RuntimeError("first\n  second"), 1, "error: RuntimeError: first second" + hint),
+             (RuntimeError(), 1, "error: RuntimeError: RuntimeError" + hint),
+             (KeyboardInterrupt(), 130, "interrupted")]
+    for error, status, line in cases:
+        def fail(args, error=error):
+            raise error
+
+        assert _run(argparse.Namespace(run=fail), debug=False) == status, error
+        assert capsys.readouterr().err == line + "\n"
+        if not isinstance(error, KeyboardInterrupt):
+            with pytest.raises(type(error)):
+                _run(argparse.Namespace(run=fail), debug=True)
+    assert _run(argparse.Namespace(run=lambda args: None), debug=False) == 0

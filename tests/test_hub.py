@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import re
@@ -121,3 +122,45 @@ def test_a_bad_endpoint_does_not_stop_ict_plot(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HF_ENDPOINT", "http://localhost:99999")
     assert main(["plot", str(tmp_path / "missing")]) == 2
     assert "HF_ENDPOINT" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("endpoint", ["localhost:8080", "hf-mirror.com", "127.0.0.1:9", "", "https://", "ftp://hf-mirror.example"])
+def test_an_endpoint_without_http_or_https_and_a_host_is_a_usage_error(connections, monkeypatch, endpoint):
+    """huggingface_hub puts HF_ENDPOINT before every file's path as it is, and each request then
+    fails ("Request URL is missing an 'http://' or 'https://' protocol"); the check connected to
+    huggingface.co:443 instead (``localhost:8080`` parses as scheme ``localhost``, no host)."""
+    from ict.core.errors import UsageError
+
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    with pytest.raises(UsageError, match=re.escape(f"HF_ENDPOINT={endpoint!r} needs a scheme and a host, "
+                                                   "http:// or https://")):
+        hub.hub_reachable()
+    assert connections == []
+
+
+def test_an_endpoint_without_a_scheme_is_not_used_offline(connections, monkeypatch):
+    """Offline no request is made: the cache serves, as with huggingface_hub itself."""
+    monkeypatch.setenv("HF_ENDPOINT", "localhost:8080")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert hub.hub_reachable() is False and connections == []
+
+
+def test_an_endpoint_without_a_scheme_does_not_stop_a_command_that_needs_no_hub(monkeypatch):
+    """huggingface_hub imports with it: only a command that goes to the hub is refused."""
+    from ict.cli import _run
+
+    monkeypatch.setenv("HF_ENDPOINT", "localhost:8080")
+    assert _run(argparse.Namespace(run=lambda args: 0), debug=False) == 0
+
+
+def test_an_endpoint_without_a_scheme_is_one_line_exit_2_for_a_hub_model(connections, tmp_path, monkeypatch,
+                                                                         capsys):
+    """Was, offline, "couldn't connect to 'localhost:8080'" after checking huggingface.co; online,
+    huggingface_hub's UnsupportedProtocol from every request."""
+    from ict.cli import main
+
+    monkeypatch.setenv("HF_ENDPOINT", "localhost:8080")
+    assert main(["train", "--model", "org/model", "--num-steps", "1", "--run-dir", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == ("error: HF_ENDPOINT='localhost:8080' needs a scheme and a host, http:// or "
+                                       "https:// (as in https://huggingface.co), or unset it\n")
+    assert not (tmp_path / "run").exists()

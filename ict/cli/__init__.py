@@ -2,7 +2,7 @@
 
 Errors are one line on stderr, never a traceback: bad input (`UsageError`, a missing file, a bad
 value) exits with 2, a run stopped by non-finite updates with 1, anything unexpected with 1 and a
-hint; `--debug` (or ICT_DEBUG=1) shows the traceback instead. Ctrl-C and SIGTERM print
+hint; `--debug` (before or after the command, or ICT_DEBUG=1) shows the traceback instead. Ctrl-C and SIGTERM print
 "interrupted" and exit with 130.
 """
 
@@ -65,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(getattr(args, name, None), list):
             setattr(args, name, [*getattr(args, name), *(word for word in unknown if belongs(word))])
             unknown = [word for word in unknown if not belongs(word)]
+    if "--debug" in unknown:  # `ict train ... --debug`: where an error's hint "run with --debug" puts it
+        args.debug = True
+        unknown = [word for word in unknown if word != "--debug"]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:
@@ -107,9 +110,9 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
     """The command, with its errors as one line and an exit status."""
     try:
         if getattr(args, "uses_hub", True):  # before transformers, which a bad HF_ENDPOINT stops importing
-            from ict.data.hub import hub_address
+            from ict.data.hub import check_endpoint
 
-            hub_address()
+            check_endpoint()
         return int(args.run(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

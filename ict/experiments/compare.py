@@ -91,11 +91,15 @@ def parse_methods(text: str) -> list[MethodSpec]:
     return specs
 
 
-def method_overrides(spec: MethodSpec) -> dict[str, str]:
+def method_overrides(spec: MethodSpec, plugin: str | None = None) -> dict[str, str]:
     """TrainConfig ``key=value`` overrides of one method spec: ``preset`` -> the registry preset,
     an option of the method's selector -> ``selector.<key>``, anything else (e.g.
-    ``aggregation``) -> the training option of that name (checked when the config is built)."""
+    ``aggregation``) -> the training option of that name (checked when the config is built).
+    ``plugin`` (the runs' ``plugin`` option) is imported first: its selectors' options too."""
     from ict.core.selectors import SELECTORS
+
+    if plugin:
+        TrainConfig(plugin=plugin).load_plugins()
     from ict.training.config import METHOD_ALIASES
 
     selector = SELECTORS.get(METHOD_ALIASES.get(spec.name, spec.name))
@@ -255,7 +259,7 @@ def _training_config(config: CompareConfig, training_options: dict[str, Any], sp
     evaluated whose checkpoints were deleted since is checked the same way (it is reused as it
     is), and its config.yaml's ``num_steps`` must be ``num_steps``."""
     from ict.runs.checkpoint import checkpoint_step, latest_checkpoint
-    from ict.training.config import build_config
+    from ict.training.config import build_config, parse_value
 
     assert config.output_dir is not None
     directory = run_dir(config.output_dir, spec.label, seed)
@@ -264,9 +268,13 @@ def _training_config(config: CompareConfig, training_options: dict[str, Any], sp
     evaluated_only = latest is None and (directory / "eval" / "results.json").is_file() and (
         directory / "config.yaml").is_file()
     resuming = latest is not None or evaluated_only
-    overrides = {**config.overrides, **method_overrides(spec), "seed": str(seed),
-                 "run_dir": str(directory), "progress": "false", **({"resume": "true"} if resuming else {})}
-    train_config = build_config(None, training_options, overrides)
+    plugin = config.overrides.get("plugin", training_options.get("plugin"))  # a selector's options
+    overrides = {**config.overrides, **method_overrides(spec, None if plugin is None else parse_value("plugin", plugin)),
+                 "seed": str(seed), "run_dir": str(directory), "progress": "false", **({"resume": "true"} if resuming else {})}
+    try:
+        train_config = build_config(None, training_options, overrides)
+    except UsageError as error:
+        raise _shared_selector_error(config, training_options, overrides, spec, error) from None
     evaluated = [name for name in expand_benchmark_names(config.eval_benchmarks) if name.startswith("rg:")]
     if not resuming and evaluated and is_reasoning_gym_task(train_config.dataset):
         given = expand_benchmark_names(train_config.held_out_sets) if train_config.held_out_sets else []
@@ -282,6 +290,34 @@ def _training_config(config: CompareConfig, training_options: dict[str, Any], sp
                              f"there (eval/), with no checkpoint left, but num_steps is "
                              f"{train_config.num_steps}: give num_steps={trained}, or another --output-dir")
     return train_config
+
+
+def _shared_selector_error(config: CompareConfig, training_options: dict[str, Any],
+                           overrides: dict[str, str], spec: MethodSpec, error: UsageError) -> UsageError:
+    """``error`` (a run's config refused), or, when selector options that ``--config`` or a
+    trailing ``key=value`` gives every run (``selector:``, ``ratio``, ``preset``; e.g. those of
+    configs/offline-default.yaml, ICT's) are what this method refuses, a UsageError naming them
+    and where to put a method's own options (``--methods method:key=value``)."""
+    from ict.training.config import SELECTOR_KEYS, build_config
+
+    def shared(key: str) -> bool:
+        name = key.replace("-", "_")
+        return name in SELECTOR_KEYS or name.startswith("selector.")
+
+    in_file = [key for key in training_options if shared(key)]
+    given = [key for key in config.overrides if shared(key)]
+    if not in_file and not given:
+        return error
+    try:  # the same run without them: is it theirs?
+        build_config(None, {key: value for key, value in training_options.items() if key not in in_file},
+                     {key: value for key, value in overrides.items() if key not in given})
+    except UsageError:
+        return error
+    sources = ([f"--config {config.config_file} sets {', '.join(in_file)}"] if in_file else []) + (
+        [f"the command line sets {', '.join(key + '=' + config.overrides[key] for key in given)}"] if given else [])
+    return UsageError(f"{' and '.join(sources)} for every run, which method {spec.name} refuses ({error}): "
+                      "remove it and give each method its own options in --methods (e.g. "
+                      "ict:ratio=0.1 or ict:preset=paper)")
 
 
 def _check_trained_steps(directory: Path, trained: int, num_steps: int) -> None:

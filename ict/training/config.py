@@ -503,6 +503,8 @@ def _selector_options(kind: type | None) -> set[str]:
 # Option names of earlier versions -> the selector option they set now.
 _RENAMED = {"js_reference": "reference", "selection_unit": "unit", "selection_scope": "scope",
             "stapo_tau_p": "tau_p", "stapo_quantile": "quantile"}
+SELECTOR_KEYS = frozenset({"selector", "ratio", "preset", *_RENAMED})
+"""The options that set the method's selector options (and so do ``selector.KEY`` keys)."""
 
 
 # The options a resumed run may change: how long and how visibly it runs, where, and how often it

@@ -1,0 +1,131 @@
+"""`ict compare --config`: the training options it gives every run, and the selector options
+(those of one method) that some method refuses, named before anything trains."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ict.core.errors import UsageError
+from ict.experiments.compare import CompareConfig, _training_config, parse_methods, run_comparison
+
+OFFLINE_DEFAULT = Path(__file__).parents[1] / "configs" / "offline-default.yaml"
+
+
+def test_the_offline_default_config_s_selector_is_named_before_anything_trains(tmp_path, capsys):
+    """configs/offline-default.yaml writes out ICT's selector options; `ict compare --config` gives
+    them every run, and the grpo run's config said only "selector 'all' has no option 'ratio'",
+    which named neither the file nor the key to remove. One line, exit 2, nothing created."""
+    from ict.cli import main
+
+    output = tmp_path / "cmp"
+    assert main(["compare", "--config", str(OFFLINE_DEFAULT), "--methods", "ict,grpo", "--seeds", "0",
+                 "--output-dir", str(output)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith(
+        f"error: --config {OFFLINE_DEFAULT} sets selector for every run, which method grpo refuses ("), error
+    assert "remove it and give each method its own options in --methods" in error
+    assert not output.exists()
+
+
+@pytest.mark.parametrize(("options", "overrides", "named"), [
+    ({"ratio": 0.1}, {}, "--config c.yaml sets ratio"),
+    ({"preset": "paper"}, {}, "--config c.yaml sets preset"),
+    ({"js_reference": "prev"}, {}, "--config c.yaml sets js_reference"),  # an earlier version's name
+    ({"selector.reference": "prev", "learning_rate": 1e-5}, {}, "--config c.yaml sets selector.reference"),
+    ({}, {"selector.ratio": "0.2"}, "the command line sets selector.ratio=0.2"),
+])
+def test_each_shared_selector_option_a_method_refuses_is_named_with_its_source(tmp_path, options, overrides,
+                                                                                named):
+    config = CompareConfig(output_dir=tmp_path / "cmp", config_file="c.yaml", overrides=overrides)
+    with pytest.raises(UsageError, match=re.escape(f"{named} for every run, which method grpo refuses")):
+        _training_config(config, options, parse_methods("grpo")[0], 0)
+
+
+def test_other_refusals_and_selector_options_every_method_takes_are_unchanged(tmp_path):
+    """A refusal that is not the shared selector options' is the run's own; selector options that
+    every compared method takes still reach every run (ratio: ict's and random's)."""
+    config = CompareConfig(output_dir=tmp_path / "cmp", config_file="c.yaml")
+    with pytest.raises(UsageError, match=r"^learning_rate must be > 0"):
+        _training_config(config, {"ratio": 0.1, "learning_rate": -1.0}, parse_methods("ict")[0], 0)
+    for spec in parse_methods("ict,random"):
+        assert _training_config(config, {"selector": {"ratio": 0.2}}, spec, 0).selector["ratio"] == 0.2
+
+
+def test_run_comparison_refuses_it_before_the_first_run_trains(tmp_path):
+    with pytest.raises(UsageError, match="sets selector for every run, which method grpo refuses"):
+        run_comparison(CompareConfig(output_dir=tmp_path / "cmp", config_file=str(OFFLINE_DEFAULT),
+                                     methods="ict,grpo", seeds=(0,)))
+    assert not (tmp_path / "cmp").exists()
+
+
+@pytest.mark.parametrize("where", ["overrides", "config"])
+def test_a_plugin_selector_s_options_in_methods_reach_its_run(tmp_path, where):
+    """`--methods low_prob:threshold=0.3` with the plugin that registers low_prob: its option was
+    taken for a training option ("unknown option 'threshold'") unless an earlier method's run had
+    imported the plugin (`ict compare --methods grpo,low_prob:...` worked, the method alone did not)."""
+    from ict.core.selectors import SELECTORS
+
+    name = f"compare_plugin_{where}"
+    plugin = tmp_path / f"{name}.py"
+    plugin.write_text("from ict import register_selector\n\n"
+                      f"@register_selector({name!r}, defaults={{'threshold': 0.5}})\n"
+                      "def select(inputs, threshold):\n    return inputs.response_mask\n")
+    given = {"plugin": str(plugin)}
+    config = CompareConfig(output_dir=tmp_path / "cmp", overrides=given if where == "overrides" else {})
+    try:
+        train_config = _training_config(config, given if where == "config" else {},
+                                        parse_methods(f"{name}:threshold=0.3")[0], 0)
+    finally:
+        SELECTORS.pop(name, None)
+    assert train_config.method == name and train_config.selector == {"threshold": 0.3}
+
+
+def test_compare_option_edges_that_would_be_wrong_runs():
+    """Mutation tests: a method option before any method is one line, not an IndexError; a seed of
+    2^32 (past the training seeds' range, [0, 2^32)) is refused; a key of both dataclasses
+    (eval_temperature) goes to the comparison and to every run, the others to one side."""
+    from ict.experiments.compare import compare_options
+
+    with pytest.raises(UsageError, match="bad method option 'ratio=0.1'; use method:key=value"):
+        parse_methods("ratio=0.1,ict")
+    with pytest.raises(UsageError, match=r"--seeds must lie in \[0, 2\^32\)"):
+        CompareConfig(output_dir=Path("c"), report_only=True, seeds=(0, 2**32)).validate()
+    ours, training = compare_options({"eval_temperature": 0.6, "eval-n": 4, "learning_rate": 1e-5})
+    assert ours == {"eval_temperature": 0.6, "eval-n": 4}
+    assert training == {"eval_temperature": 0.6, "learning_rate": 1e-5}
+
+
+def test_report_only_on_a_directory_without_runs_is_refused_and_creates_nothing(tmp_path):
+    """Mutation test: a mistyped --output-dir with --report-only (or --eval-only) is one line, and
+    the directory is not created."""
+    for flag in ("report_only", "eval_only"):
+        with pytest.raises(UsageError, match=r"no runs under .*typo/runs; train them first"):
+            run_comparison(CompareConfig(output_dir=tmp_path / "typo", eval_n=1, **{flag: True}))
+    assert not (tmp_path / "typo").exists()
+
+
+def test_the_cli_reads_compare_options_from_config_and_records_the_command(tmp_path, monkeypatch, capsys):
+    """Mutation tests of `ict compare`'s command: a --config key of the comparison (eval_n) is read
+    as that option (eval_n: 0 is refused), and the command line as typed is appended to
+    DIR/commands.txt before the first run trains (here a Ctrl-C in its place)."""
+    import sys
+
+    import ict.training.trainer
+    from ict.cli import main
+
+    def interrupted(config, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ict.training.trainer, "train", interrupted)  # nothing trains
+    (tmp_path / "c.yaml").write_text("eval_n: 0\n")
+    assert main(["compare", "--config", str(tmp_path / "c.yaml"), "--output-dir", str(tmp_path / "a")]) == 2
+    assert "--eval-n, --eval-max-new-tokens and --bootstrap-resamples must be >= 1" in capsys.readouterr().err
+    argv = ["compare", "--methods", "grpo", "--seeds", "0", "--output-dir", str(tmp_path / "b"), "--train-only",
+            "num_steps=1"]
+    monkeypatch.setattr(sys, "argv", ["ict", *argv])
+    assert main(argv) == 130
+    assert (tmp_path / "b" / "commands.txt").read_text() == (
+        f"ict compare --methods grpo --seeds 0 --output-dir {tmp_path / 'b'} --train-only num_steps=1\n")
