@@ -46,22 +46,23 @@ def option_fields(cls: type) -> list[dataclasses.Field]:
     return [item for item in dataclasses.fields(cls) if "help" in item.metadata]
 
 
-def text_option_names(*classes: type) -> frozenset[str]:
-    """Names of the text options (``str`` or ``Path``, optional or not) of the dataclasses."""
+def _option_names_of(kinds: tuple[type, ...], classes: tuple[type, ...]) -> frozenset[str]:
+    """Names of the options of the dataclasses whose type (optional or not) is one of `kinds`."""
     names = set()
     for cls in classes:
         hints = typing.get_type_hints(cls)
-        names.update(item.name for item in option_fields(cls) if optional_inner(hints[item.name])[0] in (str, Path))
+        names.update(item.name for item in option_fields(cls) if optional_inner(hints[item.name])[0] in kinds)
     return frozenset(names)
+
+
+def text_option_names(*classes: type) -> frozenset[str]:
+    """Names of the text options (``str`` or ``Path``, optional or not) of the dataclasses."""
+    return _option_names_of((str, Path), classes)
 
 
 def number_option_names(*classes: type) -> frozenset[str]:
     """Names of the number options (``int`` or ``float``, optional or not) of the dataclasses."""
-    names = set()
-    for cls in classes:
-        hints = typing.get_type_hints(cls)
-        names.update(item.name for item in option_fields(cls) if optional_inner(hints[item.name])[0] in (int, float))
-    return frozenset(names)
+    return _option_names_of((int, float), classes)
 
 
 def default_of(item: dataclasses.Field) -> Any:
