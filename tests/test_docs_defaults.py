@@ -312,3 +312,19 @@ def test_the_defaults_docs_state_in_words_are_the_codes():
     lenient = inspect.signature(verify_math).parameters["extraction"].default
     assert f"`{lenient}` (math-verify's defaults, and the default of `ict.answers.verify.verify_math`)" in evaluation
     assert f"by `--answer-extraction`: `{EvalConfig().answer_extraction}` (default;" in evaluation
+
+
+def test_the_scientific_notation_docs_evaluation_writes_out_is_what_the_grader_writes():
+    """docs/evaluation.md's examples of scientific notation written out before math-verify parses
+    them (``4.5e33``, ``1.2\\times 10^{-5}``, ``1.5e120``: "15 followed by 119 zeros"; it said
+    1.5) are `expand_scientific`'s output."""
+    from ict.answers.extraction import expand_scientific
+
+    evaluation = _flat("docs/evaluation.md")
+    written = re.search(r"A number in scientific notation \(`([^`]+)`, `([^`]+)`, `([^`]+)`.*?"
+                        r"written out as its decimal \(`([^`]+)`, `([^`]+)`;", evaluation)
+    zeros = re.search(r"`([^`]+)` is ([\d.]+) followed by (\d+) zeros", evaluation)
+    assert written and zeros, "docs/evaluation.md's scientific notation sentence changed: update this test"
+    assert expand_scientific(written[1]) == expand_scientific(written[2]) == written[4]
+    assert expand_scientific(written[3]) == written[5]
+    assert expand_scientific(zeros[1]) == zeros[2] + "0" * int(zeros[3])
