@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 @dataclass
 class Generator:
     """The model side of an evaluation: `generate(prompts, num_samples, greedy, seed)` returns
-    completions [prompt][sample] and the number of generated tokens [prompt][sample]."""
+    completions [prompt][sample], the number of generated tokens [prompt][sample] and whether
+    each finished (ended with EOS, not cut at max_new_tokens) [prompt][sample]."""
 
     model: Any
     tokenizer: Any
