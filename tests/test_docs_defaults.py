@@ -328,3 +328,30 @@ def test_the_scientific_notation_docs_evaluation_writes_out_is_what_the_grader_w
     assert expand_scientific(written[1]) == expand_scientific(written[2]) == written[4]
     assert expand_scientific(written[3]) == written[5]
     assert expand_scientific(zeros[1]) == zeros[2] + "0" * int(zeros[3])
+
+
+def test_the_yaml_readings_docs_training_gives_are_the_config_files(tmp_path):
+    """docs/training.md's examples of values YAML reads otherwise, each as a config file: the text
+    options' (`system_prompt: 0123`, `dataset_subset: no` refused, `autocast: off` taken), a
+    `dataset_config` value's (each one listed refused) and a number option's (`num_steps: 1e3`
+    is 1000, `num_steps: 017` refused; neither was documented)."""
+    from ict.core.errors import UsageError
+    from ict.training.config import build_config
+
+    training = _flat("docs/training.md")
+    untyped = re.search(r"only where YAML 1\.1 and 1\.2 read it differently: ((?:`[^`]+`, )+)a date\)", training)
+    taken = re.search(r"\(`num_steps: (\S+)` is (\d+)\)", training)
+    refused = re.search(r"different numbers \(`num_steps: (\S+)`,", training)
+    assert untyped and taken and refused, "docs/training.md's YAML reading sentences changed: update this test"
+
+    def built(text: str):
+        (tmp_path / "c.yaml").write_text(text + "\n")
+        return build_config(str(tmp_path / "c.yaml"))
+
+    for line in ["system_prompt: 0123", "dataset_subset: no", "num_steps: " + refused[1],
+                 *(f"dataset_config: {{max_terms: {value}}}" for value in re.findall(r"`([^`]+)`", untyped[1])),
+                 "dataset_config: {max_terms: 2024-01-01}"]:
+        with pytest.raises(UsageError):
+            built(line)
+    assert built("autocast: off").autocast == "off"
+    assert built("num_steps: " + taken[1]).num_steps == int(taken[2])
