@@ -524,3 +524,32 @@ def test_regrade_grades_every_stored_completion_again_and_a_plain_rerun_keeps_th
     regraded = evaluate(EvalConfig(**config, regrade=True), ScriptedGenerator({}), progress=False, print_table=False)
     assert regraded.benchmarks[0].metrics["pass@1"] == 1.0
     assert [json.loads(line)["correct"] for line in (out / "samples.jsonl").read_text().splitlines()] == [True, True]
+
+
+def test_a_repeated_record_is_counted_once_and_two_draws_of_one_sample_are_drawn_again(tmp_path: Path):
+    """One problem, n 4, samples answer 5, 5, 3, 3 (gold 3): pass@1 = 2/4, pass@2 = 1 - C(2,2)/C(4,2)
+    = 5/6, maj@4 = the tie's first answer, 5: wrong. samples.jsonl with sample 1's record appended
+    twice read samples 0, 1, 1, 2 as the four (pass@1 1/4), and the file concatenated twice read
+    0, 0, 1, 1 (pass@1 0); both are the clean figures now, the file back to four lines. Two
+    different records of sample 3 (two draws) are no finished unit: drawn again, with a note."""
+    data, prompt = _one_gsm8k_problem(tmp_path)
+    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(tmp_path / "out"),
+                  num_samples=4, ks=(1, 2, 4), device="cpu")
+    clean = {"pass@1": 0.5, "pass@2": 5 / 6, "pass@4": 1.0, "avg@4": 0.5, "maj@4": 0.0}
+    first = evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["\\boxed{5}"] * 2 + ["\\boxed{3}"] * 2, "")}),
+                     progress=False, print_table=False)
+    assert first.benchmarks[0].metrics == pytest.approx(clean, abs=1e-12)
+    path = tmp_path / "out" / "samples.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    for edited in ("".join(lines[:2] + lines[1:]), "".join(lines + lines)):
+        path.write_text(edited)
+        again = evaluate(EvalConfig(**config), ScriptedGenerator({}), progress=False, print_table=False)
+        assert again.benchmarks[0].metrics == pytest.approx(clean, abs=1e-12)
+        assert path.read_text() == "".join(lines)
+    other = json.loads(lines[3]) | {"completion": "\\boxed{5}", "extracted": "5", "correct": False}
+    path.write_text("".join(lines) + json.dumps(other) + "\n")
+    notes: list[str] = []
+    redrawn = evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["\\boxed{3}"] * 4, "")}),
+                       progress=False, print_table=False, log=notes.append)
+    assert redrawn.benchmarks[0].metrics["pass@1"] == 1.0
+    assert any("two different records of one sample" in note and "gsm8k#0#seed=0" in note for note in notes)
