@@ -377,3 +377,48 @@ def test_a_last_line_torn_inside_a_character_leaves_a_finished_evaluation_readab
     samples.write_bytes(whole + b"\xff\n" + whole)
     assert main(arguments) == 2
     assert f"{samples}: not UTF-8 text" in capsys.readouterr().err
+
+
+class _AnswersIndex:
+    """A generator whose every completion of "q <i>?" answers i (all correct)."""
+
+    name = "scripted"
+
+    def generate(self, prompts, num_samples, greedy, seed):
+        drawn = [[f"\\boxed{{{prompt.split('q ')[1].split('?')[0]}}}"] * num_samples for prompt in prompts]
+        return drawn, [[1] * num_samples for _ in prompts], [[True] * num_samples for _ in prompts]
+
+
+class _Killed:
+    name = "killed"
+
+    def generate(self, *arguments):
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("change", ["limit", "regrade"])
+def test_a_rerun_killed_after_rewriting_samples_leaves_no_old_results_json(tmp_path: Path, change: str):
+    """--limit 3 with two problems a call (chunks 0-1, 2), then --limit 4 (chunks 0-1, 2-3): problem
+    2's unit is deleted to be drawn again in chunk 2-3; killed before that, the old results.json
+    (3 problems) stayed beside samples of 2, and `complete_verdicts` (ict compare) read problems
+    0 and 1 as the finished evaluation. Likewise --regrade rewrites the verdicts before generating.
+    Now results.json goes first: the evaluation reads as unfinished (None) until a rerun ends it."""
+    from ict.analysis.comparison_runs import complete_verdicts
+    from ict.evaluation.evaluate import EvalConfig, evaluate
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm8k.jsonl").write_text("".join(json.dumps({"question": f"q {i}?", "answer": f"#### {i}"}) + "\n"
+                                              for i in range(4)))
+    out = tmp_path / "out"
+    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out), num_samples=2,
+                  ks=(1,), device="cpu", batch_size=4)
+    evaluate(EvalConfig(**config, limit=3), _AnswersIndex(), progress=False, print_table=False)
+    assert sorted(complete_verdicts(out)["gsm8k"]) == [0, 1, 2]
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(EvalConfig(**config, limit=4, regrade=change == "regrade"), _Killed(), progress=False,
+                 print_table=False)
+    assert not (out / "results.json").exists() and complete_verdicts(out) is None
+    evaluate(EvalConfig(**config, limit=4), _AnswersIndex(), progress=False, print_table=False)
+    assert {index: list(verdicts) for index, verdicts in complete_verdicts(out)["gsm8k"].items()} == {
+        index: [True, True] for index in range(4)}

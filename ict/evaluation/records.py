@@ -150,7 +150,8 @@ def prepare_output_dir(
     run_path = output_dir / RUN_FILE
     legacy_seed = 0
     if overwrite:
-        for name in (SAMPLES_FILE, RUN_FILE, *RESULTS_FILES):
+        discard_results(output_dir)
+        for name in (SAMPLES_FILE, RUN_FILE):
             (output_dir / name).unlink(missing_ok=True)
     elif run_path.is_file() and samples_path.is_file():
         try:
@@ -188,12 +189,23 @@ def prepare_output_dir(
             conflicting.append(key)
         elif is_complete(single, num_samples):
             finished[key] = single
+    if conflicting:
+        discard_results(output_dir)
     if conflicting and log is not None:
         log(f"{samples_path}: {len(conflicting)} unit(s) hold two different records of one sample "
             f"(e.g. {conflicting[0]}): drawn again")
     if len(finished) != len(grouped) or samples_path.is_file():
         write_all_records(samples_path, finished)
     return finished, regrade and bool(finished)
+
+
+def discard_results(output_dir: Path) -> None:
+    """Delete the results files (results.json first) before samples.jsonl loses or changes a record
+    they may count: a rerun killed after that rewrite left the old results.json beside other
+    samples, and `ict compare` (which takes samples.jsonl as finished while results.json is there)
+    read fewer problems than results.json names, without a word."""
+    for name in RESULTS_FILES:
+        (output_dir / name).unlink(missing_ok=True)
 
 
 def write_all_records(path: Path, records: dict[str, list[dict[str, Any]]]) -> None:
