@@ -422,3 +422,26 @@ def test_a_rerun_killed_after_rewriting_samples_leaves_no_old_results_json(tmp_p
     evaluate(EvalConfig(**config, limit=4), _AnswersIndex(), progress=False, print_table=False)
     assert {index: list(verdicts) for index, verdicts in complete_verdicts(out)["gsm8k"].items()} == {
         index: [True, True] for index in range(4)}
+
+
+def test_compare_counts_a_repeated_sample_record_once_and_refuses_two_draws_of_one(tmp_path: Path):
+    """One problem, n 4, samples wrong, wrong, right, right: pass@1 = 2/4, pass@2 = 1 - C(2,2)/C(4,2)
+    = 5/6 (results.json's figures). Sample 1's record appended twice was read as a fifth sample
+    (pass@1 2/5, pass@2 1 - C(3,2)/C(5,2) = 0.7); now once. Two different records of sample 3: a
+    one-line UsageError naming the file and line."""
+    from ict.analysis.comparison_runs import read_verdicts, verdict_scores
+    from ict.core.errors import UsageError
+
+    def line(sample: int, correct: bool, completion: str = "c") -> str:
+        return json.dumps({"benchmark": "gsm8k", "index": 0, "sample": sample, "seed": 0, "greedy": False,
+                           "completion": completion, "correct": correct}) + "\n"
+
+    lines = [line(sample, sample >= 2) for sample in range(4)]
+    samples = tmp_path / "samples.jsonl"
+    for edited in (lines, lines[:2] + lines[1:], lines + lines):
+        samples.write_text("".join(edited))
+        per_problem = read_verdicts(samples)["gsm8k"]
+        assert [verdict_scores(per_problem, k)[1][0] for k in (1, 2)] == pytest.approx([0.5, 5 / 6], abs=1e-12)
+    samples.write_text("".join(lines) + line(3, False, "other"))
+    with pytest.raises(UsageError, match=r"samples.jsonl:5: a second, different record of gsm8k #0 sample 3"):
+        read_verdicts(samples)
