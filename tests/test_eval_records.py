@@ -25,10 +25,15 @@ from ict.evaluation.results import BenchmarkResult, EvalResult, write_results
 
 def test_a_unit_is_finished_when_it_holds_samples_zero_to_n_minus_one():
     """`is_complete`: a sampled unit needs exactly the samples 0..n-1 (a repeated record does not
-    stand in for a missing one); a greedy unit needs its one completion."""
+    stand in for a missing one, nor does an extra index make up for nothing); a greedy unit needs
+    its one completion."""
     assert is_complete([{"sample": 0}, {"sample": 1}, {"sample": 2}], 3)
     assert not is_complete([{"sample": 0}, {"sample": 0}, {"sample": 1}], 3)  # sample 2 missing
     assert not is_complete([{"sample": 0}, {"sample": 1}], 3)
+    # a sample index outside 0..n-1 (a hand-edited file): _seed_metrics would read the first n by
+    # index, and a -1 would set the last column of the problem's row
+    assert not is_complete([{"sample": s} for s in range(4)], 3)
+    assert not is_complete([{"sample": s} for s in range(-1, 3)], 3)
     assert is_complete([{"sample": -1, "greedy": True}], 3)
 
 
