@@ -401,8 +401,9 @@ def test_a_rerun_killed_after_rewriting_samples_leaves_no_old_results_json(tmp_p
     """--limit 3 with two problems a call (chunks 0-1, 2), then --limit 4 (chunks 0-1, 2-3): problem
     2's unit is deleted to be drawn again in chunk 2-3; killed before that, the old results.json
     (3 problems) stayed beside samples of 2, and `complete_verdicts` (ict compare) read problems
-    0 and 1 as the finished evaluation. Likewise --regrade rewrites the verdicts before generating.
-    Now results.json goes first: the evaluation reads as unfinished (None) until a rerun ends it."""
+    0 and 1 as the finished evaluation. Likewise --regrade (after --limit 2: nothing is drawn
+    again) rewrites the verdicts before generating problems 2 and 3. Now results.json goes first:
+    the evaluation reads as unfinished (None) until a rerun ends it."""
     from ict.analysis.comparison_runs import complete_verdicts
     from ict.evaluation.evaluate import EvalConfig, evaluate
 
@@ -413,8 +414,9 @@ def test_a_rerun_killed_after_rewriting_samples_leaves_no_old_results_json(tmp_p
     out = tmp_path / "out"
     config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out), num_samples=2,
                   ks=(1,), device="cpu", batch_size=4)
-    evaluate(EvalConfig(**config, limit=3), _AnswersIndex(), progress=False, print_table=False)
-    assert sorted(complete_verdicts(out)["gsm8k"]) == [0, 1, 2]
+    first = 3 if change == "limit" else 2
+    evaluate(EvalConfig(**config, limit=first), _AnswersIndex(), progress=False, print_table=False)
+    assert sorted(complete_verdicts(out)["gsm8k"]) == list(range(first))
     with pytest.raises(KeyboardInterrupt):
         evaluate(EvalConfig(**config, limit=4, regrade=change == "regrade"), _Killed(), progress=False,
                  print_table=False)

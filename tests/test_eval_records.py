@@ -536,7 +536,8 @@ def test_a_repeated_record_is_counted_once_and_two_draws_of_one_sample_are_drawn
     = 5/6, maj@4 = the tie's first answer, 5: wrong. samples.jsonl with sample 1's record appended
     twice read samples 0, 1, 1, 2 as the four (pass@1 1/4), and the file concatenated twice read
     0, 0, 1, 1 (pass@1 0); both are the clean figures now, the file back to four lines. Two
-    different records of sample 3 (two draws) are no finished unit: drawn again, with a note."""
+    different records of sample 3 (two draws) are no finished unit: drawn again, with a note, and
+    results.json (which counted one of them) is deleted before."""
     data, prompt = _one_gsm8k_problem(tmp_path)
     config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(tmp_path / "out"),
                   num_samples=4, ks=(1, 2, 4), device="cpu")
@@ -553,8 +554,18 @@ def test_a_repeated_record_is_counted_once_and_two_draws_of_one_sample_are_drawn
         assert path.read_text() == "".join(lines)
     other = json.loads(lines[3]) | {"completion": "\\boxed{5}", "extracted": "5", "correct": False}
     path.write_text("".join(lines) + json.dumps(other) + "\n")
+
+    class Killed:
+        name = "killed"
+
+        def generate(self, *arguments):
+            raise KeyboardInterrupt
+
     notes: list[str] = []
+    with pytest.raises(KeyboardInterrupt):  # results.json counted one of the two: gone before the redraw
+        evaluate(EvalConfig(**config), Killed(), progress=False, print_table=False, log=notes.append)
+    assert not (tmp_path / "out" / "results.json").exists()
     redrawn = evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["\\boxed{3}"] * 4, "")}),
-                       progress=False, print_table=False, log=notes.append)
+                       progress=False, print_table=False)
     assert redrawn.benchmarks[0].metrics["pass@1"] == 1.0
     assert any("two different records of one sample" in note and "gsm8k#0#seed=0" in note for note in notes)
