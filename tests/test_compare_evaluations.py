@@ -377,3 +377,73 @@ def test_a_last_line_torn_inside_a_character_leaves_a_finished_evaluation_readab
     samples.write_bytes(whole + b"\xff\n" + whole)
     assert main(arguments) == 2
     assert f"{samples}: not UTF-8 text" in capsys.readouterr().err
+
+
+class _AnswersIndex:
+    """A generator whose every completion of "q <i>?" answers i (all correct)."""
+
+    name = "scripted"
+
+    def generate(self, prompts, num_samples, greedy, seed):
+        drawn = [[f"\\boxed{{{prompt.split('q ')[1].split('?')[0]}}}"] * num_samples for prompt in prompts]
+        return drawn, [[1] * num_samples for _ in prompts], [[True] * num_samples for _ in prompts]
+
+
+class _Killed:
+    name = "killed"
+
+    def generate(self, *arguments):
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("change", ["limit", "regrade"])
+def test_a_rerun_killed_after_rewriting_samples_leaves_no_old_results_json(tmp_path: Path, change: str):
+    """--limit 3 with two problems a call (chunks 0-1, 2), then --limit 4 (chunks 0-1, 2-3): problem
+    2's unit is deleted to be drawn again in chunk 2-3; killed before that, the old results.json
+    (3 problems) stayed beside samples of 2, and `complete_verdicts` (ict compare) read problems
+    0 and 1 as the finished evaluation. Likewise --regrade (after --limit 2: nothing is drawn
+    again) rewrites the verdicts before generating problems 2 and 3. Now results.json goes first:
+    the evaluation reads as unfinished (None) until a rerun ends it."""
+    from ict.analysis.comparison_runs import complete_verdicts
+    from ict.evaluation.evaluate import EvalConfig, evaluate
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm8k.jsonl").write_text("".join(json.dumps({"question": f"q {i}?", "answer": f"#### {i}"}) + "\n"
+                                              for i in range(4)))
+    out = tmp_path / "out"
+    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out), num_samples=2,
+                  ks=(1,), device="cpu", batch_size=4)
+    first = 3 if change == "limit" else 2
+    evaluate(EvalConfig(**config, limit=first), _AnswersIndex(), progress=False, print_table=False)
+    assert sorted(complete_verdicts(out)["gsm8k"]) == list(range(first))
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(EvalConfig(**config, limit=4, regrade=change == "regrade"), _Killed(), progress=False,
+                 print_table=False)
+    assert not (out / "results.json").exists() and complete_verdicts(out) is None
+    evaluate(EvalConfig(**config, limit=4), _AnswersIndex(), progress=False, print_table=False)
+    assert {index: list(verdicts) for index, verdicts in complete_verdicts(out)["gsm8k"].items()} == {
+        index: [True, True] for index in range(4)}
+
+
+def test_compare_counts_a_repeated_sample_record_once_and_refuses_two_draws_of_one(tmp_path: Path):
+    """One problem, n 4, samples wrong, wrong, right, right: pass@1 = 2/4, pass@2 = 1 - C(2,2)/C(4,2)
+    = 5/6 (results.json's figures). Sample 1's record appended twice was read as a fifth sample
+    (pass@1 2/5, pass@2 1 - C(3,2)/C(5,2) = 0.7); now once. Two different records of sample 3: a
+    one-line UsageError naming the file and line."""
+    from ict.analysis.comparison_runs import read_verdicts, verdict_scores
+    from ict.core.errors import UsageError
+
+    def line(sample: int, correct: bool, completion: str = "c") -> str:
+        return json.dumps({"benchmark": "gsm8k", "index": 0, "sample": sample, "seed": 0, "greedy": False,
+                           "completion": completion, "correct": correct}) + "\n"
+
+    lines = [line(sample, sample >= 2) for sample in range(4)]
+    samples = tmp_path / "samples.jsonl"
+    for edited in (lines, lines[:2] + lines[1:], lines + lines):
+        samples.write_text("".join(edited))
+        per_problem = read_verdicts(samples)["gsm8k"]
+        assert [verdict_scores(per_problem, k)[1][0] for k in (1, 2)] == pytest.approx([0.5, 5 / 6], abs=1e-12)
+    samples.write_text("".join(lines) + line(3, False, "other"))
+    with pytest.raises(UsageError, match=r"samples.jsonl:5: a second, different record of gsm8k #0 sample 3"):
+        read_verdicts(samples)

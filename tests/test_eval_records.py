@@ -25,10 +25,15 @@ from ict.evaluation.results import BenchmarkResult, EvalResult, write_results
 
 def test_a_unit_is_finished_when_it_holds_samples_zero_to_n_minus_one():
     """`is_complete`: a sampled unit needs exactly the samples 0..n-1 (a repeated record does not
-    stand in for a missing one); a greedy unit needs its one completion."""
+    stand in for a missing one, nor does an extra index make up for nothing); a greedy unit needs
+    its one completion."""
     assert is_complete([{"sample": 0}, {"sample": 1}, {"sample": 2}], 3)
     assert not is_complete([{"sample": 0}, {"sample": 0}, {"sample": 1}], 3)  # sample 2 missing
     assert not is_complete([{"sample": 0}, {"sample": 1}], 3)
+    # a sample index outside 0..n-1 (a hand-edited file): _seed_metrics would read the first n by
+    # index, and a -1 would set the last column of the problem's row
+    assert not is_complete([{"sample": s} for s in range(4)], 3)
+    assert not is_complete([{"sample": s} for s in range(-1, 3)], 3)
     assert is_complete([{"sample": -1, "greedy": True}], 3)
 
 
@@ -524,3 +529,43 @@ def test_regrade_grades_every_stored_completion_again_and_a_plain_rerun_keeps_th
     regraded = evaluate(EvalConfig(**config, regrade=True), ScriptedGenerator({}), progress=False, print_table=False)
     assert regraded.benchmarks[0].metrics["pass@1"] == 1.0
     assert [json.loads(line)["correct"] for line in (out / "samples.jsonl").read_text().splitlines()] == [True, True]
+
+
+def test_a_repeated_record_is_counted_once_and_two_draws_of_one_sample_are_drawn_again(tmp_path: Path):
+    """One problem, n 4, samples answer 5, 5, 3, 3 (gold 3): pass@1 = 2/4, pass@2 = 1 - C(2,2)/C(4,2)
+    = 5/6, maj@4 = the tie's first answer, 5: wrong. samples.jsonl with sample 1's record appended
+    twice read samples 0, 1, 1, 2 as the four (pass@1 1/4), and the file concatenated twice read
+    0, 0, 1, 1 (pass@1 0); both are the clean figures now, the file back to four lines. Two
+    different records of sample 3 (two draws) are no finished unit: drawn again, with a note, and
+    results.json (which counted one of them) is deleted before."""
+    data, prompt = _one_gsm8k_problem(tmp_path)
+    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(tmp_path / "out"),
+                  num_samples=4, ks=(1, 2, 4), device="cpu")
+    clean = {"pass@1": 0.5, "pass@2": 5 / 6, "pass@4": 1.0, "avg@4": 0.5, "maj@4": 0.0}
+    first = evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["\\boxed{5}"] * 2 + ["\\boxed{3}"] * 2, "")}),
+                     progress=False, print_table=False)
+    assert first.benchmarks[0].metrics == pytest.approx(clean, abs=1e-12)
+    path = tmp_path / "out" / "samples.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    for edited in ("".join(lines[:2] + lines[1:]), "".join(lines + lines)):
+        path.write_text(edited)
+        again = evaluate(EvalConfig(**config), ScriptedGenerator({}), progress=False, print_table=False)
+        assert again.benchmarks[0].metrics == pytest.approx(clean, abs=1e-12)
+        assert path.read_text() == "".join(lines)
+    other = json.loads(lines[3]) | {"completion": "\\boxed{5}", "extracted": "5", "correct": False}
+    path.write_text("".join(lines) + json.dumps(other) + "\n")
+
+    class Killed:
+        name = "killed"
+
+        def generate(self, *arguments):
+            raise KeyboardInterrupt
+
+    notes: list[str] = []
+    with pytest.raises(KeyboardInterrupt):  # results.json counted one of the two: gone before the redraw
+        evaluate(EvalConfig(**config), Killed(), progress=False, print_table=False, log=notes.append)
+    assert not (tmp_path / "out" / "results.json").exists()
+    redrawn = evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["\\boxed{3}"] * 4, "")}),
+                       progress=False, print_table=False)
+    assert redrawn.benchmarks[0].metrics["pass@1"] == 1.0
+    assert any("two different records of one sample" in note and "gsm8k#0#seed=0" in note for note in notes)

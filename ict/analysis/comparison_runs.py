@@ -144,7 +144,9 @@ def read_verdicts(samples: Path, units: tuple[set[str] | None, set[int] | None, 
     samples.jsonl (greedy completions and unreadable lines left out; empty if no file); ``units``
     (:func:`evaluated_units`): only the records of those benchmarks, sampling seeds and problem
     indices below the limit (None: any); a record without 'seed' (older versions) is of the
-    evaluation's one seed (0 when ``units`` names none or several). A JSON line
+    evaluation's one seed (0 when ``units`` names none or several). A record repeated (same
+    benchmark, index, seed and sample, equal in every field) counts once, as `ict eval` counts
+    it; two different records of one sample are a one-line UsageError. A JSON line
     without a string 'benchmark', an integer 'index' and a boolean 'correct' (as `ict eval` writes
     them: a "false" string would be read as correct), or a file that is not UTF-8, is a one-line
     UsageError naming the file."""
@@ -154,6 +156,7 @@ def read_verdicts(samples: Path, units: tuple[set[str] | None, set[int] | None, 
     # a record without 'seed' (an ict eval older than --seeds) is of its evaluation's one seed, as
     # ict eval's resume reads it (seed 0 left a --seed 3 evaluation with no verdict at all)
     legacy_seed = next(iter(units[1])) if units[1] is not None and len(units[1]) == 1 else 0
+    seen: dict[tuple[str, int, Any, int], dict[str, Any]] = {}
     for number, line in enumerate(_sample_lines(samples), 1):
         try:
             record = json.loads(line)
@@ -170,6 +173,16 @@ def read_verdicts(samples: Path, units: tuple[set[str] | None, set[int] | None, 
                 or (seeds is not None and seed not in seeds)
                 or (limit is not None and record["index"] >= limit)):
             continue
+        sample = record.get("sample")
+        if isinstance(sample, int):  # a record repeated (a retried write, files concatenated) counts once
+            key = (record["benchmark"], record["index"], seed, sample)
+            if key in seen:
+                if seen[key] == record:
+                    continue
+                raise UsageError(f"{samples}:{number}: a second, different record of {record['benchmark']} "
+                                 f"#{record['index']} sample {sample} (seed {seed}); rerun ict eval in "
+                                 f"{samples.parent} to draw that problem again")
+            seen[key] = record
         verdicts = correct.setdefault(record["benchmark"], {}).setdefault(record["index"], Verdicts())
         verdicts.append(record["correct"])
         verdicts.by_seed.setdefault(seed, []).append(record["correct"])

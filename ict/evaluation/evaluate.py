@@ -84,6 +84,7 @@ from ict.evaluation.records import (
     RUN_FILE,
     SAMPLES_FILE,
     check_same_problems,
+    discard_results,
     prepare_output_dir,
     records_for_problem,
     unit_key,
@@ -401,19 +402,21 @@ def evaluate(
     benchmarks = [load_benchmark(name, config.data_dir, config.limit, config.answer_extraction)
                   for name in names]
     output_dir = config.resolved_output_dir()
+    say = log or (lambda message: None)
     # one process writes an output directory at a time (two would both generate and append); a
     # start that fails before a sample is written (a missing model) leaves no new directory behind
     with (discarded_if_unused(output_dir, (LOCK_FILE, RUN_FILE)),
           exclusive_run_dir(create_run_dir(output_dir, "output directory", "--output-dir"), "--output-dir")):
         records, regrade_all = prepare_output_dir(
             output_dir, config.resume_settings(), config.grading(), config.num_samples,
-            config.greedy, config.overwrite, config.regrade)
+            config.greedy, config.overwrite, config.regrade, say)
         check_same_problems(output_dir, [problem for benchmark in benchmarks for problem in benchmark.problems], records)
         units = _units(config)
         stale = _cut_otherwise(benchmarks, records, units, _problems_per_chunk(config))
         if stale:  # drawn in a chunk that another --limit cut elsewhere: drawn again as this run draws them
             for key in stale:
                 del records[key]
+            discard_results(output_dir)  # its figures count them
             write_all_records(output_dir / SAMPLES_FILE, records)
         todo = [(benchmark, [p for p in benchmark.problems
                              if any(unit_key(benchmark.name, p.index, seed) not in records
@@ -421,7 +424,6 @@ def evaluate(
                 for benchmark in benchmarks]
         total = sum(len(benchmark.problems) for benchmark in benchmarks)
         remaining = sum(len(problems) for _, problems in todo)
-        say = log or (lambda message: None)
         seeds = config.resolved_seeds()
         say(f"{total} problems in {len(benchmarks)} benchmark(s) x {len(seeds)} seed(s) "
             f"({','.join(map(str, seeds))}); {total - remaining} problems already done in {output_dir}")
@@ -436,6 +438,7 @@ def evaluate(
             grading_start = time.perf_counter()
             count = regrade_records(benchmarks, records, config, verifier, everything=regrade_all)
             if count:  # stored completions graded with other settings (or --regrade): graded again
+                discard_results(output_dir)  # its figures are the old verdicts'
                 write_all_records(output_dir / SAMPLES_FILE, records)
                 timing["grading_seconds"] += time.perf_counter() - grading_start
                 say(f"re-graded {count} stored completions ({config.math_extraction} math extraction, "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -115,9 +116,23 @@ def is_complete(records: list[dict[str, Any]], num_samples: int) -> bool:
     return {r["sample"] for r in records} == set(range(num_samples))
 
 
+def without_repeats(records: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """One unit's records with each repeated record (equal in every field: a record appended twice
+    by a retried write, a file concatenated by hand) kept once, in order; None when two differing
+    records share a ``sample`` index (records of two draws: which one counts is unknown). Without
+    this, samples 0, 1, 1, 2, 3 counted as finished and the metrics read 0, 1, 1, 2 as the four."""
+    kept: dict[int, dict[str, Any]] = {}
+    for record in records:
+        seen = kept.setdefault(record["sample"], record)
+        if seen != record:
+            return None
+    return list(kept.values())
+
+
 def prepare_output_dir(
     output_dir: Path, current: dict[str, Any], grading: dict[str, Any], num_samples: int,
     greedy: bool, overwrite: bool = False, regrade: bool = False,
+    log: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, list[dict[str, Any]]], bool]:
     """Check the run configuration stored in `output_dir` (an existing directory: `evaluate`
     creates it and holds it), and return the finished units'
@@ -125,7 +140,9 @@ def prepare_output_dir(
     whether all must be re-graded (``regrade``, and there are some; records graded with other
     settings are re-graded anyway, by their own ``grading``, which records written before it
     existed take from the stored run). ``num_samples`` decides when a sampled unit is finished;
-    ``greedy`` is part of the configuration check only (through ``current``).
+    ``greedy`` is part of the configuration check only (through ``current``). A unit's repeated
+    records are kept once; a unit with two differing records of one sample is drawn again (a
+    one-line note to ``log``), `without_repeats`.
 
     current: the run's `RESUME_KEYS` values (must equal the stored ones to resume);
     grading: its `GRADING_KEYS` values (a change only re-grades)."""
@@ -133,7 +150,8 @@ def prepare_output_dir(
     run_path = output_dir / RUN_FILE
     legacy_seed = 0
     if overwrite:
-        for name in (SAMPLES_FILE, RUN_FILE, *RESULTS_FILES):
+        discard_results(output_dir)
+        for name in (SAMPLES_FILE, RUN_FILE):
             (output_dir / name).unlink(missing_ok=True)
     elif run_path.is_file() and samples_path.is_file():
         try:
@@ -163,11 +181,31 @@ def prepare_output_dir(
     for unit in grouped.values():
         for record in unit:
             record.setdefault("grading", stored_grading)
-    finished = {key: records for key, records in grouped.items()
-                if is_complete(records, num_samples)}
+    finished: dict[str, list[dict[str, Any]]] = {}
+    conflicting = []
+    for key, unit in grouped.items():
+        single = without_repeats(unit)
+        if single is None:
+            conflicting.append(key)
+        elif is_complete(single, num_samples):
+            finished[key] = single
+    if conflicting:
+        discard_results(output_dir)
+    if conflicting and log is not None:
+        log(f"{samples_path}: {len(conflicting)} unit(s) hold two different records of one sample "
+            f"(e.g. {conflicting[0]}): drawn again")
     if len(finished) != len(grouped) or samples_path.is_file():
         write_all_records(samples_path, finished)
     return finished, regrade and bool(finished)
+
+
+def discard_results(output_dir: Path) -> None:
+    """Delete the results files (results.json first) before samples.jsonl loses or changes a record
+    they may count: a rerun killed after that rewrite left the old results.json beside other
+    samples, and `ict compare` (which takes samples.jsonl as finished while results.json is there)
+    read fewer problems than results.json names, without a word."""
+    for name in RESULTS_FILES:
+        (output_dir / name).unlink(missing_ok=True)
 
 
 def write_all_records(path: Path, records: dict[str, list[dict[str, Any]]]) -> None:
