@@ -312,11 +312,11 @@ def regrade_notes(output_dir: Path, runs: list[RunRecord], current: int | None =
     found = [(name, *graded_under(directory)) for name, directory in
              evaluations + _curve_evaluations(output_dir, runs)]
     if current is None:
-        current = max((rules for _, finished, rules in found if finished and rules is not None), default=None)
+        current = max((rules for _, config, rules in found if config is not None and rules is not None), default=None)
         if current is None:  # none records a version: all as old as each other
             return []
     return [f"{name} (grading rules {'unknown (older)' if rules is None else rules}, current {current})"
-            for name, finished, rules in found if finished and rules != current]
+            for name, config, rules in found if config is not None and rules != current]
 
 
 def training_end(runs: list[RunRecord], window: int = END_WINDOW) -> list[dict[str, Any]]:

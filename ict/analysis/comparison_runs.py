@@ -225,17 +225,17 @@ def evaluation_settings(eval_dir: Path) -> dict[str, Any] | None:
     return settings
 
 
-def graded_under(eval_dir: Path) -> tuple[bool, int | None]:
-    """(whether ``eval_dir`` holds a finished `ict eval`: a results.json with its config; the
-    version of the answer-grading rules its verdicts were graded under: the config's
+def graded_under(eval_dir: Path) -> tuple[dict[str, Any] | None, int | None]:
+    """(the config of the finished `ict eval` in ``eval_dir``: its results.json's, None where there
+    is none; the version of the answer-grading rules its verdicts were graded under: the config's
     ``grading_rules``, None where it records none: an `ict eval` older than the version, whose
     rules are unknown and older). Reads results.json only."""
     results = _results(eval_dir)
     config = results.get("config") if results is not None else None
     if not isinstance(config, dict):
-        return False, None
+        return None, None
     rules = config.get("grading_rules")
-    return True, rules if isinstance(rules, int) and not isinstance(rules, bool) else None
+    return config, rules if isinstance(rules, int) and not isinstance(rules, bool) else None
 
 
 def evaluated_ks(eval_dir: Path) -> tuple[int, ...]:

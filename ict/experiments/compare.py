@@ -441,9 +441,9 @@ def _evaluate(config: CompareConfig, train_config: TrainConfig, model: str | Non
     from ict.evaluation.evaluate import evaluate
 
     if (output_dir / "results.json").is_file():
-        finished, rules = graded_under(output_dir)
-        model = _results_model(output_dir) if finished else None
-        if rules == GRADING_RULES_VERSION or model is None:  # a results.json without its config: as it is
+        evaluated, rules = graded_under(output_dir)
+        model = evaluated.get("model") if evaluated is not None else None
+        if rules == GRADING_RULES_VERSION or not isinstance(model, str):  # a results.json without its config: as it is
             return
         log(f"re-grade {output_dir} (grading rules {rules}, current {GRADING_RULES_VERSION})")
     elif model is None:
@@ -451,17 +451,6 @@ def _evaluate(config: CompareConfig, train_config: TrainConfig, model: str | Non
     else:
         log(f"evaluate {model} -> {output_dir}")
     evaluate(_eval_config(config, train_config, model, output_dir), progress=False, print_table=False)
-
-
-def _results_model(output_dir: Path) -> str | None:
-    """The ``model`` an `ict eval` output directory's results.json names, or None."""
-    import json
-
-    try:
-        model = json.loads((output_dir / "results.json").read_text(encoding="utf-8"))["config"]["model"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return model if isinstance(model, str) else None
 
 
 EVAL_SETTINGS = ("benchmarks", "data_dir", "num_samples", "ks", "temperature", "max_new_tokens",
