@@ -23,6 +23,15 @@ from ict.evaluation.records import (
 from ict.evaluation.results import BenchmarkResult, EvalResult, write_results
 
 
+def _settings(num_samples: int) -> tuple[dict, dict]:
+    """A run's `RESUME_KEYS` values (``current``) and grading settings, as `prepare_output_dir`
+    takes them."""
+    current = {"model": "m", "num_samples": num_samples, "greedy": False, "temperature": 1.0, "top_p": 1.0,
+               "max_new_tokens": 8, "system_prompt": None, "answer_extraction": "tag", "dtype": "fp32",
+               "backend": "hf"}
+    return current, {"math_extraction": "anchored", "verify_timeout": 5.0}
+
+
 def test_a_unit_is_finished_when_it_holds_samples_zero_to_n_minus_one():
     """`is_complete`: a sampled unit needs exactly the samples 0..n-1 (a repeated record does not
     stand in for a missing one, nor does an extra index make up for nothing); a greedy unit needs
@@ -60,9 +69,7 @@ def test_a_resumed_directory_keeps_only_whole_units_and_whole_lines(tmp_path: Pa
     The rerun must rewrite samples.jsonl without both; else the unit's old lines stay beside the
     whole unit appended after them (the next rerun reads samples 0, 0, 1, 1 as its four: 2 and 3
     count as wrong, 0 and 1 vote twice), and the next line is appended to the torn one (lost)."""
-    current = {"model": "m", "num_samples": 4, "greedy": False, "temperature": 1.0, "top_p": 1.0,
-               "max_new_tokens": 8, "system_prompt": None, "answer_extraction": "tag"}
-    grading = {"math_extraction": "anchored", "verify_timeout": 5.0}
+    current, grading = _settings(4)
     prepare_output_dir(tmp_path, current, grading, 4, False)
 
     def line(index: int, sample: int) -> str:
@@ -85,9 +92,7 @@ def test_a_last_line_torn_inside_a_character_is_ignored_as_a_torn_line(tmp_path:
     ("'utf-8' codec can't decode byte 0xcf ...: unexpected end of data"), every rerun after it
     too, the finished samples kept only by discarding them (--overwrite); it is a torn line
     like any other: the whole unit before it resumes and the rewritten file leaves it out."""
-    current = {"model": "m", "num_samples": 2, "greedy": False, "temperature": 1.0, "top_p": 1.0,
-               "max_new_tokens": 8, "system_prompt": None, "answer_extraction": "tag"}
-    grading = {"math_extraction": "anchored", "verify_timeout": 5.0}
+    current, grading = _settings(2)
     prepare_output_dir(tmp_path, current, grading, 2, False)
 
     def line(index: int, sample: int) -> bytes:
@@ -125,11 +130,8 @@ def test_results_csv_has_each_metrics_std_over_seeds(tmp_path: Path):
 def test_a_change_of_any_resume_key_refuses_the_directory(tmp_path: Path, key: str):
     """Every `RESUME_KEYS` field must equal the stored run's to reuse its samples (only `--n`
     was checked through the CLI); the refusal names the field and both values."""
-    current = {"model": "m", "num_samples": 4, "greedy": False, "temperature": 1.0, "top_p": 1.0,
-               "max_new_tokens": 8, "system_prompt": None, "answer_extraction": "tag", "dtype": "fp32",
-               "backend": "hf"}
+    current, grading = _settings(4)
     assert set(current) == set(RESUME_KEYS)
-    grading = {"math_extraction": "anchored", "verify_timeout": 5.0}
     prepare_output_dir(tmp_path, current, grading, 4, False)
     (tmp_path / "samples.jsonl").write_text("")
     changed = {**current, key: "other"}
