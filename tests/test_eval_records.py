@@ -571,3 +571,27 @@ def test_a_repeated_record_is_counted_once_and_two_draws_of_one_sample_are_drawn
                        progress=False, print_table=False)
     assert redrawn.benchmarks[0].metrics["pass@1"] == 1.0
     assert any("two different records of one sample" in note and "gsm8k#0#seed=0" in note for note in notes)
+
+
+def test_samples_without_their_run_json_are_refused_and_left_as_they_are(tmp_path: Path):
+    """run.json says what drew the samples beside it (`RESUME_KEYS`); with it lost or deleted, a
+    rerun resumed them unchecked: model A's samples at temperature 0.6 were counted as model B's
+    at 1.5 (pass@1 1.0, nothing generated) and run.json was rewritten to say model B. Now a
+    one-line refusal that leaves both files as they were; --overwrite starts afresh."""
+    data, prompt = _one_gsm8k_problem(tmp_path)
+    out = tmp_path / "out"
+    config = dict(benchmarks="gsm8k", data_dir=str(data), output_dir=str(out), num_samples=2, ks=(1,),
+                  device="cpu")
+    evaluate(EvalConfig(model="a", temperature=0.6, **config),
+             ScriptedGenerator({prompt: (["\\boxed{3}", "\\boxed{3}"], "")}), progress=False, print_table=False)
+    (out / "run.json").unlink()
+    samples = (out / "samples.jsonl").read_text()
+    with pytest.raises(UsageError, match=rf"^{out} holds samples.jsonl but no run.json \(the settings its "
+                       r"samples were drawn with\); pass --overwrite or another --output-dir$"):
+        evaluate(EvalConfig(model="b", temperature=1.5, **config), ScriptedGenerator({}), progress=False,
+                 print_table=False)
+    assert (out / "samples.jsonl").read_text() == samples and not (out / "run.json").exists()
+    fresh = evaluate(EvalConfig(model="b", temperature=1.5, overwrite=True, **config),
+                     ScriptedGenerator({prompt: (["no", "\\boxed{3}"], "")}), progress=False, print_table=False)
+    assert fresh.benchmarks[0].metrics["pass@1"] == 0.5
+    assert json.loads((out / "run.json").read_text())["model"] == "b"

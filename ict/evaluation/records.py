@@ -145,7 +145,9 @@ def prepare_output_dir(
     one-line note to ``log``), `without_repeats`.
 
     current: the run's `RESUME_KEYS` values (must equal the stored ones to resume);
-    grading: its `GRADING_KEYS` values (a change only re-grades)."""
+    grading: its `GRADING_KEYS` values (a change only re-grades). A samples file without the
+    run.json that says what drew it (lost, deleted) is a UsageError: its samples would be pooled
+    with the current run's, whatever model or settings drew them."""
     samples_path = output_dir / SAMPLES_FILE
     run_path = output_dir / RUN_FILE
     legacy_seed = 0
@@ -172,6 +174,9 @@ def prepare_output_dir(
                 "pass the earlier value, --overwrite or another --output-dir"
             )
         stored_grading = previous.get("grading", LEGACY_GRADING)
+    elif samples_path.is_file():  # run.json lost or deleted: nothing says what drew its samples
+        raise UsageError(f"{output_dir} holds {SAMPLES_FILE} but no {RUN_FILE} (the settings its samples "
+                         "were drawn with); pass --overwrite or another --output-dir")
     else:
         stored_grading = LEGACY_GRADING
     # atomically: a write cut short (disk full, a kill) left a torn run.json that refused the
