@@ -595,3 +595,17 @@ def test_samples_without_their_run_json_are_refused_and_left_as_they_are(tmp_pat
                      ScriptedGenerator({prompt: (["no", "\\boxed{3}"], "")}), progress=False, print_table=False)
     assert fresh.benchmarks[0].metrics["pass@1"] == 0.5
     assert json.loads((out / "run.json").read_text())["model"] == "b"
+
+
+def test_a_record_whose_seed_is_true_is_left_out_as_one_of_no_integer_seed(tmp_path: Path):
+    """JSON ``true`` is a Python int (1): a record with ``"seed": true`` was read as seed 1's
+    (unit gsm8k#0#seed=1) and counted in its metrics; it is left out, as a seed "1" is, and the
+    unit of the record with seed 1 keeps that record alone."""
+    record = {"benchmark": "gsm8k", "index": 0, "completion": "c", "correct": True, "status": "ok",
+              "extracted": "3", "greedy": False}
+    path = tmp_path / "samples.jsonl"
+    path.write_text("".join(json.dumps({**record, "sample": sample, "seed": seed}) + "\n"
+                            for sample, seed in [(0, True), (1, "1"), (2, 1), (3, False)]))
+    grouped = load_sample_records(path)
+    assert {key: [(r["sample"], r["seed"]) for r in unit] for key, unit in grouped.items()} == {
+        "gsm8k#0#seed=1": [(2, 1)]}

@@ -83,7 +83,8 @@ def record_problem(record: dict[str, Any]) -> str | None:
 def load_sample_records(path: Path, legacy_seed: int = 0) -> dict[str, list[dict[str, Any]]]:
     """samples.jsonl -> records grouped by `unit_key` (a torn line, one that is no JSON or no
     UTF-8, is ignored: an interrupted write, which may cut a character in two); a sampled record
-    without a ``seed`` (written before the field existed) gets ``legacy_seed``. A JSON line that
+    without a ``seed`` (written before the field existed) gets ``legacy_seed``, one whose ``seed``
+    is no integer (``true`` too, which Python takes for 1) is left out. A JSON line that
     is no evaluation record (`record_problem`) is a one-line UsageError naming file:line."""
     grouped: dict[str, list[dict[str, Any]]] = {}
     if not path.is_file():
@@ -102,8 +103,8 @@ def load_sample_records(path: Path, legacy_seed: int = 0) -> dict[str, list[dict
                 record["seed"] = None
             elif record.get("seed") is None:
                 record["seed"] = legacy_seed
-            elif not isinstance(record["seed"], int):
-                continue
+            elif not isinstance(record["seed"], int) or isinstance(record["seed"], bool):
+                continue  # true is no seed 1
             grouped.setdefault(record_key(record), []).append(record)
     return grouped
 
