@@ -18,6 +18,7 @@ from ict.evaluation.records import (
     load_sample_records,
     prepare_output_dir,
     unit_key,
+    without_repeats,
     write_all_records,
 )
 from ict.evaluation.results import BenchmarkResult, EvalResult, write_results
@@ -609,3 +610,39 @@ def test_a_record_whose_seed_is_true_is_left_out_as_one_of_no_integer_seed(tmp_p
     grouped = load_sample_records(path)
     assert {key: [(r["sample"], r["seed"]) for r in unit] for key, unit in grouped.items()} == {
         "gsm8k#0#seed=1": [(2, 1)]}
+
+
+def test_one_completion_graded_twice_is_graded_again_not_drawn_again(tmp_path: Path):
+    """One problem, n 2, samples answer 3 and 5 (gold 3). A copy of sample 0's record graded under
+    older rules (wrong, no answer) appended to samples.jsonl differs from it in its grading
+    fields only (`GRADED_FIELDS`): the same completion, one draw. It made the unit two draws, drawn
+    again (a generate call); now the first record is kept and graded again (its ``grading`` None
+    until then), nothing generated, results.json deleted before samples.jsonl is rewritten; so is
+    a copy placed first that timed out under the same grading settings (kept as it was, it read
+    pass@1 0.0). A record that differs in any other field (here ``num_tokens``) is another draw."""
+    data, prompt = _one_gsm8k_problem(tmp_path)
+    out = tmp_path / "out"
+    config = dict(model="m", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out), num_samples=2,
+                  ks=(1,), device="cpu")
+    evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["\\boxed{3}", "\\boxed{5}"], "")}),
+             progress=False, print_table=False)
+    lines = (out / "samples.jsonl").read_text().splitlines(keepends=True)
+    first = json.loads(lines[0])
+    older = {**first, "gold": "5", "correct": False, "extracted": None, "score": 0.0, "status": "no_answer",
+             "grading": {**first["grading"], "grading_rules": first["grading"]["grading_rules"] - 1}}
+    (out / "samples.jsonl").write_text("".join(lines) + json.dumps(older) + "\n")
+    current, grading = json.loads((out / "run.json").read_text()), first["grading"]
+    del current["grading"]
+    records, _ = prepare_output_dir(out, current, grading, 2, False)
+    assert [(r["sample"], r["correct"], r["grading"]) for r in records["gsm8k#0#seed=0"]] == [
+        (0, True, None), (1, False, grading)]
+    assert not (out / "results.json").exists()
+    (out / "samples.jsonl").write_text("".join(lines) + json.dumps(older) + "\n")
+    again = evaluate(EvalConfig(**config), ScriptedGenerator({}), progress=False, print_table=False)
+    assert again.benchmarks[0].metrics["pass@1"] == 0.5
+    assert (out / "samples.jsonl").read_text() == "".join(lines)
+    timed_out = {**first, "correct": False, "extracted": None, "score": 0.0, "status": "timeout"}
+    (out / "samples.jsonl").write_text(json.dumps(timed_out) + "\n" + "".join(lines))  # the same grading, first
+    again = evaluate(EvalConfig(**config), ScriptedGenerator({}), progress=False, print_table=False)
+    assert again.benchmarks[0].metrics["pass@1"] == 0.5 and again.benchmarks[0].statuses == {"ok": 2}
+    assert without_repeats([first, {**older, "num_tokens": first["num_tokens"] + 1}]) is None

@@ -117,16 +117,27 @@ def is_complete(records: list[dict[str, Any]], num_samples: int) -> bool:
     return {r["sample"] for r in records} == set(range(num_samples))
 
 
+GRADED_FIELDS = ("gold", "extracted", "correct", "score", "status", "grading")
+"""A record's fields that grading writes (those `ict.evaluation.evaluate.regrade_records`
+rewrites); the others are its draw's."""
+
+
 def without_repeats(records: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     """One unit's records with each repeated record (equal in every field: a record appended twice
-    by a retried write, a file concatenated by hand) kept once, in order; None when two differing
-    records share a ``sample`` index (records of two draws: which one counts is unknown). Without
-    this, samples 0, 1, 1, 2, 3 counted as finished and the metrics read 0, 1, 1, 2 as the four."""
+    by a retried write, a file concatenated by hand) kept once, in order; two records of one
+    ``sample`` that differ in `GRADED_FIELDS` only (one completion graded twice: a copy from before
+    a re-grade) are one draw: the first is kept with ``grading`` None, so that it is graded again;
+    None when two records of one sample differ in another field (records of two draws: which one
+    counts is unknown). Without this, samples 0, 1, 1, 2, 3 counted as finished and the metrics
+    read 0, 1, 1, 2 as the four."""
     kept: dict[int, dict[str, Any]] = {}
     for record in records:
         seen = kept.setdefault(record["sample"], record)
-        if seen != record:
+        if seen == record:
+            continue
+        if {**seen, **dict.fromkeys(GRADED_FIELDS)} != {**record, **dict.fromkeys(GRADED_FIELDS)}:
             return None
+        seen["grading"] = None
     return list(kept.values())
 
 
@@ -189,13 +200,15 @@ def prepare_output_dir(
             record.setdefault("grading", stored_grading)
     finished: dict[str, list[dict[str, Any]]] = {}
     conflicting = []
+    regraded = False  # a record graded twice is graded again: results.json may count either verdict
     for key, unit in grouped.items():
         single = without_repeats(unit)
         if single is None:
             conflicting.append(key)
         elif is_complete(single, num_samples):
             finished[key] = single
-    if conflicting:
+        regraded = regraded or any(record["grading"] is None for record in single or ())
+    if conflicting or regraded:
         discard_results(output_dir)
     if conflicting and log is not None:
         log(f"{samples_path}: {len(conflicting)} unit(s) hold two different records of one sample "
