@@ -1,0 +1,96 @@
+"""The results files of `ict eval` (`ict.evaluation.results`): results.csv's std columns over
+seeds, results.md in percent, results.json as strict JSON, and the aggregates over suites and
+groups, against values written out by hand (each case was a surviving hand mutant). Split from
+tests/test_eval_records.py (the resumable records)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from ict.evaluation.results import BenchmarkResult, EvalResult, write_results
+
+
+def test_results_csv_has_each_metrics_std_over_seeds(tmp_path: Path):
+    """With several seeds, results.csv's ``mean`` row holds the means and the ``<metric>_std``
+    columns the sample std over seeds (here 0.2 and 0.4: std 0.141421); seed rows leave them
+    empty."""
+    row = BenchmarkResult("gsm8k", "math", "", 5, 4, {"pass@1": 0.3}, seeds=[0, 1],
+                          per_seed={"0": {"pass@1": 0.2}, "1": {"pass@1": 0.4}},
+                          std={"pass@1": 0.02 ** 0.5})
+    config = {"seeds": [0, 1], "model": "m", "num_samples": 4, "temperature": 1.0, "top_p": 1.0,
+              "max_new_tokens": 8}
+    write_results(EvalResult(config, [row], [], tmp_path, {}))
+    rows = list(csv.DictReader(open(tmp_path / "results.csv", encoding="utf-8")))
+    assert [(r["seed"], r["pass@1"], r["pass@1_std"]) for r in rows] == [
+        ("mean", "0.300000", "0.141421"), ("0", "0.200000", ""), ("1", "0.400000", "")]
+    assert float(rows[0]["pass@1_std"]) == pytest.approx(0.141421, abs=1e-6)
+
+
+def test_aggregates_suites_duplicates_mixed_seeds_and_the_table_sections(tmp_path: Path):
+    """Mutation tests of ict.evaluation.results: a requested suite present with >= 2 members is
+    an aggregate (suite:paper, whose members are all the benchmarks, so 'all' repeats it and is
+    left out); members sampled with different seeds have no per-seed macro mean (the mean of
+    their means, no std, not a KeyError), and results.csv still has its seed column for the
+    rows that have seeds; the benchmarks' section of the table ends at the last benchmark."""
+    from ict.evaluation.results import aggregate_results, display_rows
+
+    def row(name: str, group: str, value: float, seeds: tuple[int, ...] = ()) -> BenchmarkResult:
+        return BenchmarkResult(name, group, "", 10, 4, {"pass@1": value}, seeds=list(seeds),
+                               per_seed={str(seed): {"pass@1": value + seed / 10} for seed in seeds})
+
+    rows = [row("gsm8k", "math", 0.2), row("math500", "math", 0.4), row("mmlu_stem", "commonsense", 0.6),
+            row("gpqa_diamond", "commonsense", 0.8), row("aime23", "olympiad", 0.0), row("aime24", "olympiad", 0.0),
+            row("aime25", "olympiad", 0.0)]
+    aggregates = aggregate_results(rows, ["paper"])
+    assert [(a.name, round(a.metrics["pass@1"], 12)) for a in aggregates] == [
+        ("suite:paper", round(2 / 7, 12)), ("group:math", 0.3), ("group:commonsense", 0.7), ("group:olympiad", 0.0)]
+    assert [a.num_problems for a in aggregates] == [70, 20, 20, 30]  # the members' problems, summed
+    mixed = [row("gsm8k", "math", 0.2, (0, 1)), row("math500", "math", 0.4, (0, 2))]
+    (aggregate,) = aggregate_results(mixed)
+    assert (aggregate.metrics, aggregate.per_seed, aggregate.std) == ({"pass@1": pytest.approx(0.3)}, {}, {})
+    config = {"seeds": [0, 1], "model": "m", "num_samples": 4, "temperature": 1.0, "top_p": 1.0,
+              "max_new_tokens": 8}
+    result = EvalResult(config, mixed, [aggregate], tmp_path, {})
+    write_results(result)
+    csv_rows = list(csv.DictReader(open(tmp_path / "results.csv", encoding="utf-8")))
+    assert [(r["benchmark"], r["seed"]) for r in csv_rows][:3] == [("gsm8k", "mean"), ("gsm8k", "0"), ("gsm8k", "1")]
+    assert [(cells[0], end) for cells, end in display_rows(result)] == [
+        ("gsm8k", False), ("gsm8k seed=0", False), ("gsm8k seed=1", False), ("math500", False),
+        ("math500 seed=0", False), ("math500 seed=2", True), ("group:math", False)]
+
+
+def test_results_json_is_strict_json_with_a_nan_metric_as_null(tmp_path: Path):
+    """results.json was written with json.dumps' default, so a NaN metric (the mean over no
+    problem, a std over one seed) became the bare token NaN, which strict JSON readers (jq,
+    JavaScript, Go) refuse; it is now null, and the other numbers are unchanged."""
+    import json
+
+    row = BenchmarkResult("gsm8k", "math", "", 0, 4, {"pass@1": float("nan"), "pass@4": 0.25})
+    config = {"seed": 0, "model": "m", "num_samples": 4, "temperature": 1.0, "top_p": 1.0,
+              "max_new_tokens": 8}
+    write_results(EvalResult(config, [row], [], tmp_path, {}))
+
+    def refuse(token: str) -> None:
+        raise ValueError(f"not strict JSON: {token}")
+
+    data = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"), parse_constant=refuse)
+    assert data["benchmarks"]["gsm8k"]["metrics"] == {"pass@1": None, "pass@4": 0.25}
+
+
+def test_results_md_shows_percent_and_the_std_over_seeds_in_percent(tmp_path: Path):
+    """results.md (and the printed table) are in percent: a mean of 0.3 with seed values 0.2 and
+    0.4 (sample std 0.141421) is ``30.0 ± 14.1`` and its seed rows ``20.0`` and ``40.0``; its note
+    names the seeds and the --limit."""
+    row = BenchmarkResult("gsm8k", "math", "", 5, 4, {"pass@1": 0.3}, seeds=[0, 1],
+                          per_seed={"0": {"pass@1": 0.2}, "1": {"pass@1": 0.4}},
+                          std={"pass@1": 0.02 ** 0.5})
+    config = {"seeds": [0, 1], "model": "m", "num_samples": 4, "temperature": 1.0, "top_p": 1.0,
+              "max_new_tokens": 8, "limit": 5}
+    write_results(EvalResult(config, [row], [], tmp_path, {}))
+    note, table = (tmp_path / "results.md").read_text(encoding="utf-8").split("\n\n")
+    assert "seeds 0,1 (mean ± std over seeds, then each seed), first 5 problems per benchmark." in note
+    assert table.splitlines()[2:] == ["| gsm8k | math | 5 | 30.0 ± 14.1 |", "| gsm8k seed=0 | math | 5 | 20.0 |",
+                                      "| gsm8k seed=1 | math | 5 | 40.0 |"]
