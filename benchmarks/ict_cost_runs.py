@@ -267,16 +267,18 @@ def plan_pairs(configs: list[str], rounds: int, section: str) -> list[tuple[str,
 
 
 def _cost(results: list[dict[str, Any]], config: str) -> tuple[float, float] | None:
-    """(seconds per step, seconds per run besides its steps) of the finished runs of ``config``
-    (else of any), or None before the first: the median step after each run's first, and the
-    median of run time minus its steps."""
+    """(seconds per timed step, seconds per run besides its timed steps) of the finished runs of
+    ``config`` (else of any), or None before the first: the median step after each run's first,
+    and the median of run time minus the steps after its first. So a run of ``n`` steps is
+    estimated to take ``overhead + (n - 1) * per_step``: its first step (compiles, warm-up; often
+    several times a later one) is counted in the overhead, not as one more timed step."""
     finished = [r for r in results if "seconds" in r and "error" not in r]
     finished = [r for r in finished if r["config"] == config] or finished
     if not finished:
         return None
     steps = [r.get("wall") or r["step_times"] for r in finished]
     per_step = statistics.median([t for run in steps for t in (run[1:] or run)])
-    overhead = statistics.median([r["seconds"] - sum(run) for r, run in zip(finished, steps, strict=True)])
+    overhead = statistics.median([r["seconds"] - sum(run[1:]) for r, run in zip(finished, steps, strict=True)])
     return per_step, max(0.0, overhead)
 
 
@@ -299,10 +301,11 @@ def run_pairs(pairs: list[tuple[str, int, tuple[str, ...]]], steps: int, deadlin
         if deadline is not None and cost is not None:
             per_step, overhead = cost
             share = (deadline - time.time()) / (2 * (len(pairs) - position))  # per run
-            count = min(steps, max(2, int((share - overhead) / max(per_step, 1e-9))))
-            if time.time() + 2 * (overhead + count * per_step) > deadline:
-                print(f"  skipped {config} round {index}: ~{2 * (overhead + count * per_step):.0f} s "
-                      "would pass the time budget", flush=True)
+            count = min(steps, max(2, 1 + int((share - overhead) / max(per_step, 1e-9))))
+            pair_seconds = 2 * (overhead + (count - 1) * per_step)
+            if time.time() + pair_seconds > deadline:
+                print(f"  skipped {config} round {index}: ~{pair_seconds:.0f} s would pass the time budget",
+                      flush=True)
                 results.append({"config": config, "round": index, "skipped": "time budget"})
                 continue
             if count < steps:

@@ -23,17 +23,18 @@ def test_plan_pairs_alternates_the_variant_order_round_by_round():
 
 def test_cost_of_a_run_is_the_median_timed_wall_step_and_the_median_overhead():
     """Walls (not TRL's step_time) after each run's first: full 2, 4 and 3, 5 -> median 3.5 s a
-    step; run seconds 20 and 23 less the sums 16 and 17 -> overheads 4 and 6, median 5; lora
-    alone: 50 s a step, 200 - 100 = 100 s; an unknown config falls back to all finished runs:
-    median of 2, 4, 3, 5, 50 = 4 and of 4, 6, 100 = 6. An errored run counts for nothing."""
+    step; run seconds 20 and 23 less the steps after the first, 6 and 8 -> overheads 14 and 15
+    (the slow first steps 10 and 9 included), median 14.5; lora alone: 50 s a step, 200 - 50 =
+    150 s; an unknown config falls back to all finished runs: median of 2, 4, 3, 5, 50 = 4 and of
+    14, 15, 150 = 15. An errored run counts for nothing."""
     runs = benchmark_module("ict_cost_runs")
     results = [{"config": "full", "wall": [10.0, 2.0, 4.0], "step_times": [1.0] * 3, "seconds": 20.0},
                {"config": "full", "wall": [9.0, 3.0, 5.0], "step_times": [1.0] * 3, "seconds": 23.0},
                {"config": "lora", "wall": [50.0, 50.0], "step_times": [1.0] * 2, "seconds": 200.0},
                {"config": "full", "error": "boom", "seconds": 1.0}]
-    assert runs._cost(results, "full") == (3.5, 5.0)
-    assert runs._cost(results, "lora") == (50.0, 100.0)
-    assert runs._cost(results, "other") == (4.0, 6.0)
+    assert runs._cost(results, "full") == (3.5, 14.5)
+    assert runs._cost(results, "lora") == (50.0, 150.0)
+    assert runs._cost(results, "other") == (4.0, 15.0)
     assert runs._cost(results[3:], "full") is None
 
 
@@ -58,6 +59,33 @@ def test_run_pairs_shares_the_time_left_and_skips_a_pair_that_cannot_end_in_time
     assert now[0] == 32.0
     now[0] = 0.0  # no deadline: every pair in full
     assert [len(r["step_times"]) for r in runs.run_pairs(runs.plan_pairs(["full"], 2, "c"), 6, None, run_one)] == [6] * 4
+
+
+def test_run_pairs_counts_a_slow_first_step_in_the_time_a_pair_takes(monkeypatch):
+    """A run takes 2 s + 10 s for its first step (compiles, warm-up) + 1 s a later step; 3 pairs
+    of 6 steps, deadline 50 s. Pair 0 in full (2 x 17 s, t = 34): 1 s a step, overhead 17 - 5 = 12
+    s. Pair 1 even at 2 steps takes 2 x (12 + 1) = 26 s, to t = 60: skipped, as pair 2. The
+    estimate was 2 x (2 + 2 x 1) = 8 s (run time less all its steps, then 2 steps at 1 s): pair 1
+    ran and the benchmark ended at 60 s, 10 s past its deadline. With a 60 s deadline it fits."""
+    runs = benchmark_module("ict_cost_runs")
+    now = [0.0]
+    monkeypatch.setattr(runs, "time", SimpleNamespace(time=lambda: now[0]))
+
+    def run_one(variant, config, index, steps):
+        now[0] += 12.0 + (steps - 1)
+        return {"step_times": [10.0] + [1.0] * (steps - 1), "wall": [10.0] + [1.0] * (steps - 1)}
+
+    results = runs.run_pairs(runs.plan_pairs(["full"], 3, "c"), 6, 50.0, run_one)
+    assert [r.get("skipped") for r in results] == [None, None, "time budget", "time budget"]
+    assert now[0] == 34.0
+    now[0] = 0.0
+    results = runs.run_pairs(runs.plan_pairs(["full"], 3, "c"), 6, 60.0, run_one)
+    assert [len(r.get("step_times", [])) for r in results] == [6, 6, 2, 2, 0]
+    assert now[0] == 60.0
+    now[0] = 0.0  # deadline 100: pair 1's share (100 - 34) / 4 = 16.5 s a run is 12 s + 4 further
+    results = runs.run_pairs(runs.plan_pairs(["full"], 3, "c"), 6, 100.0, run_one)  # steps: 5
+    assert [len(r["step_times"]) for r in results] == [6, 6, 5, 5, 6, 6]  # then (100 - 66) / 2: 6
+    assert now[0] == 100.0
 
 
 def test_memory_meter_on_a_cpu_reads_the_peak_of_its_region_above_its_start():

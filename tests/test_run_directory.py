@@ -34,6 +34,30 @@ def test_a_second_holder_is_refused_with_the_first_ones_pid_and_the_lock_is_rele
         pass
 
 
+@pytest.mark.parametrize("number", ["ENOSYS", "ENOLCK"])
+def test_a_file_system_without_flock_runs_unlocked_with_a_note(tmp_path, monkeypatch, capsys, number):
+    """Lustre mounted without ``-o flock`` answers flock with ENOSYS, NFS without a lock daemon
+    with ENOLCK: every `ict train` and `ict eval` there ended at once on "error: OSError: [Errno
+    38] Function not implemented", exit 1. They now run unlocked (as on Windows) after a one-line
+    note; a second holder is not refused there (nothing can tell), and a held lock still is."""
+    import errno
+    import fcntl
+
+    def refused(fd: int, operation: int) -> None:
+        code = getattr(errno, number)
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(fcntl, "flock", refused)
+    with exclusive_run_dir(tmp_path), exclusive_run_dir(tmp_path):
+        pass
+    note = f"note: {tmp_path} is not locked (its file system refuses flock: {os.strerror(getattr(errno, number))})"
+    assert capsys.readouterr().err.count(note) == 2
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--model", "./no_model", "--run-dir", "run"]) == 2  # past the lock
+    assert "error: model directory not found: ./no_model" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_failed_start_leaves_no_new_directory_behind(tmp_path, monkeypatch, capsys):
     """`ict train` and `ict eval` of a model that is not there made their directory (and its new
     parents: runs/, runs/eval/) and left it holding run.lock (and eval's run.json) after the error;

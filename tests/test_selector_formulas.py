@@ -106,6 +106,40 @@ def test_clip_cov_leaves_alone_the_tokens_the_ratio_clip_already_clips() -> None
     assert kept_with(old) == [[False, True], [True, True]]
 
 
+def test_a_non_finite_token_leaves_the_other_tokens_covariance_cut_and_penalty_alone() -> None:
+    """One NaN log-prob among the response tokens: the covariance of the others uses the means of
+    the finite tokens (log p: -2, A: (3 x 2 - 2 x 2) / 5 = 0.4), so Clip-Cov cuts and KL-Cov
+    penalises what they would without it, and the NaN token itself is neither cut nor penalised.
+    Before, the NaN made every covariance NaN: Clip-Cov silently cut nothing and KL-Cov penalised
+    the first tokens by position. A NaN advantage likewise leaves its row out of the means."""
+    log_probs = torch.tensor([[-1.0, -3.0, -2.0], [-1.0, -3.0, math.nan]])
+    advantages = torch.tensor([2.0, -2.0])
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    covariance = token_covariance(log_probs, advantages.unsqueeze(-1).expand(2, 3), mask)
+    expected = [[1.6, -1.6, 0.0], [-2.4, 2.4]]
+    assert all(abs(float(covariance[b, t]) - value) < 1e-12
+               for b, row in enumerate(expected) for t, value in enumerate(row))
+    assert math.isnan(float(covariance[1, 2]))
+
+    def inputs() -> SelectionInputs:
+        return _inputs(log_probs, advantages, mask, generator=torch.Generator().manual_seed(0))
+
+    # band (1, 3) holds (0, 0) = 1.6 and (1, 1) = 2.4: both cut (ratio 1); the NaN token kept
+    kept = select_tokens("clip_cov", inputs(), ratio=1.0, cov_low=1.0, cov_high=3.0)
+    assert kept.tolist() == [[False, True, True], [True, False, True]]
+    # int(0.34 x 6) = 2 penalised: the two largest covariances, 2.4 and 1.6
+    penalty = select("kl_cov", inputs(), ratio=0.34, kl_coef=1.0).kl_penalty
+    assert penalty.tolist() == [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
+    # ratio 1: all 6 would be penalised, but only the 5 finite tokens can be
+    penalty = select("kl_cov", inputs(), ratio=1.0, kl_coef=1.0).kl_penalty
+    assert penalty.tolist() == [[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]]
+    # a NaN advantage: its row is NaN, the other two rows are _LOG_PROBS' exact [[2, -2], [-2, 2]]
+    rows = torch.cat([_LOG_PROBS, torch.tensor([[-2.0, -2.0]])])
+    covariance = token_covariance(rows, torch.tensor([[2.0], [-2.0], [math.nan]]).expand(3, 2),
+                                  torch.ones(3, 2, dtype=torch.bool))
+    assert covariance[:2].tolist() == [[2.0, -2.0], [-2.0, 2.0]] and covariance[2].isnan().all()
+
+
 def test_stapo_probability_threshold_is_strict() -> None:
     """STAPO's candidates need ``p(token) < tau_p`` (strict): at ``tau_p = 1`` a token of
     probability exactly 1 (log-prob 0) is no candidate, so nothing is silenced; just above it is

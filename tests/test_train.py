@@ -318,6 +318,38 @@ def test_ctrl_c_checkpoints_the_finished_step_and_resume_completes(tiny_model_di
     assert [line["step"] for line in read_metrics(run_dir)] == [1, 2, 3]
 
 
+def test_the_metrics_lines_a_checkpoint_covers_are_fsynced_before_it(tiny_model_dir, arithmetic_task,
+                                                                     tmp_path, monkeypatch):
+    """Checkpoints are fsynced, metrics.jsonl was only flushed: after a power loss the checkpoint
+    of step N could survive without the lines of steps up to N, and the resume (which keeps the
+    lines up to its checkpoint and appends after them) left a gap. Before each checkpoint's
+    COMPLETE marker is fsynced, metrics.jsonl (and the run directory, which holds its entry) is now,
+    holding at least the lines up to its step. Files are told apart by inode (all of them exist at the end); sizes are those at the fsync."""
+    import os
+
+    synced: list[tuple[int, int]] = []  # (inode, size) of each fsync, in order
+    real_fsync = os.fsync
+
+    def recording(fd: int) -> None:
+        info = os.fstat(fd)
+        synced.append((info.st_ino, info.st_size))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    run_dir = tmp_path / "run"
+    train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=3, save_every=2))
+    metrics = run_dir / "metrics.jsonl"
+    line_ends = [0]
+    for line in metrics.read_bytes().splitlines(keepends=True):
+        line_ends.append(line_ends[-1] + len(line))
+    for step in (2, 3):  # save_every 2, and the last step
+        marker = (run_dir / "checkpoints" / f"step-{step:08d}" / "COMPLETE").stat().st_ino
+        before = synced[:[inode for inode, _ in synced].index(marker)]
+        assert any(inode == metrics.stat().st_ino and size >= line_ends[step] for inode, size in before), step
+        assert run_dir.stat().st_ino in [inode for inode, _ in before], step  # its directory entry too
+    assert (metrics.stat().st_ino, line_ends[1]) not in synced  # no checkpoint after step 1: no fsync
+
+
 def test_a_ctrl_c_in_the_last_step_finishes_the_run(tiny_model_dir, arithmetic_task, tmp_path):
     """The last step has nothing after it to stop: the run ends as an uninterrupted one (its
     checkpoint, the evaluation after training), not with KeyboardInterrupt and a --resume hint."""

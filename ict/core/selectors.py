@@ -51,6 +51,9 @@ Built in (defaults in brackets):
   ``kl_coef * |log p - log p_old|`` added to their loss (``Selection.kl_penalty``). The
   paper's 7B setting (its 32B setting uses ratio 2e-4). verl's ``kl_cov`` loss has no ratio clip;
   ours keeps the loss's clip (identical when each batch is used for one update).
+  For both, a token whose log-prob or advantage is not finite has no ``Cov_t`` (NaN): it stays
+  out of the means, is never cut or penalised (it reaches the loss, as with STAPO) and still
+  counts in ``N``, so the other tokens' covariances are those computed without it.
 
 Scopes (ranking populations): ``"batch"`` ranks all response tokens of the inputs together (the
 whole rollout batch of the step, or the mini-batch when a batch is split into several optimizer
@@ -265,14 +268,19 @@ def select_random(inputs: SelectionInputs, ratio: float, seed: int | None, scope
 
 def token_covariance(log_probs: Tensor, advantages: Tensor, response_mask: Tensor) -> Tensor:
     """``Cov_t = (log p_t - mean log p) * (A_t - mean A)`` with means over the response tokens
-    (arXiv 2505.22617, eq. for the centred cross-product); ``[B, T]`` float64, 0 outside."""
+    (arXiv 2505.22617, eq. for the centred cross-product); ``[B, T]`` float64, 0 outside.
+
+    A response token whose log-prob or advantage is not finite is NaN and stays out of both
+    means, so one such token cannot turn every other token's covariance into NaN."""
     mask = response_mask.bool()
     log_p = log_probs.detach().double()
     adv = advantages.double()
-    count = mask.sum().clamp(min=1)
-    centred_log_p = log_p - log_p[mask].sum() / count
-    centred_adv = adv - adv[mask].sum() / count
-    return torch.where(mask, centred_log_p * centred_adv, torch.zeros_like(log_p))
+    valid = mask & log_p.isfinite() & adv.isfinite()
+    count = valid.sum().clamp(min=1)
+    centred_log_p = log_p - log_p[valid].sum() / count
+    centred_adv = adv - adv[valid].sum() / count
+    outside = torch.where(mask, torch.full_like(log_p, math.nan), torch.zeros_like(log_p))
+    return torch.where(valid, centred_log_p * centred_adv, outside)
 
 
 def _cov_count(ratio: float, num_tokens: int) -> int:
@@ -311,8 +319,8 @@ def select_kl_cov(inputs: SelectionInputs, ratio: float, kl_coef: float) -> Sele
     """KL-Cov: every token; a |log-ratio| penalty on the tokens of largest covariance."""
     response = inputs.response_mask.bool()
     covariance = token_covariance(inputs.stats.log_probs, _token_advantages(inputs), response)
-    batch_index, time_index = response.nonzero(as_tuple=True)
-    count = _cov_count(ratio, batch_index.numel())
+    batch_index, time_index = (response & ~covariance.isnan()).nonzero(as_tuple=True)
+    count = min(_cov_count(ratio, int(response.sum())), batch_index.numel())
     penalty = torch.zeros(response.shape, dtype=torch.float32, device=response.device)
     if count:
         order = torch.sort(covariance[batch_index, time_index], descending=True, stable=True).indices

@@ -142,7 +142,7 @@ def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=1, sort_keys=True))
 
 
-def _fsync_path(path: Path) -> None:
+def fsync_path(path: Path) -> None:
     """fsync one file or directory (directory entries: makes a rename durable)."""
     handle = os.open(path, os.O_RDONLY)
     try:
@@ -155,8 +155,8 @@ def _fsync_path(path: Path) -> None:
 
 def _fsync_dir(path: Path) -> None:
     for file in sorted(path.rglob("*")):
-        _fsync_path(file)
-    _fsync_path(path)
+        fsync_path(file)
+    fsync_path(path)
 
 
 WRITE_DELAY_ENV = "ICT_CHECKPOINT_WRITE_DELAY"
@@ -218,12 +218,12 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: torch
         _fsync_dir(temp)
         _write_delay()
         _write_json(temp / COMPLETE_MARKER, {"step": step, "files": files})
-        _fsync_path(temp / COMPLETE_MARKER)
-        _fsync_path(temp)
+        fsync_path(temp / COMPLETE_MARKER)
+        fsync_path(temp)
         if final.exists():
             _remove_dir(final)
         os.replace(temp, final)
-        _fsync_path(root)
+        fsync_path(root)
     finally:
         if temp.exists():
             shutil.rmtree(temp, ignore_errors=True)

@@ -8,7 +8,9 @@ eval.json; two `ict eval` processes would generate the same problems, append bot
 and rewrite it under each other. The second is refused instead, with a one-line `UsageError` that names the holder's
 process id. The kernel releases the lock when its holder exits, however it exits (a SIGKILL
 included), so a killed run never leaves a stale lock behind: `--resume` takes it at once. Where
-`fcntl` does not exist (Windows) the directory is not locked.
+`fcntl` does not exist (Windows) the directory is not locked, nor where its file system refuses
+`flock` (Lustre mounted without ``-o flock``: ENOSYS; NFS without a lock daemon: ENOLCK), which a
+one-line note on stderr says instead of failing the run.
 
 `discarded_if_unused` removes a directory (and its parents) this process created when its run
 fails before writing anything of its own (a missing model, bad data): a failed start leaves no
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,6 +53,15 @@ def exclusive_run_dir(run_dir: Path, option: str = "--run-dir") -> Iterator[None
             raise RunDirInUse(
                 f"{run_dir} is in use by another ict process{f' (pid {holder})' if holder else ''}: "
                 f"wait for it to finish or stop it, or choose another {option}") from None
+        except OSError as error:  # a file system without flock: run unlocked, as on Windows
+            refused: str | None = error.strerror or type(error).__name__
+        else:
+            refused = None
+        if refused is not None:
+            print(f"note: {run_dir} is not locked (its file system refuses flock: {refused}); make "
+                  "sure no other ict process writes it at the same time", file=sys.stderr)
+            yield
+            return
         try:
             handle.seek(0)
             handle.truncate()

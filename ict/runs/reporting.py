@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ict.core.errors import UsageError
-from ict.runs.checkpoint import truncate_jsonl, write_atomically
+from ict.runs.checkpoint import fsync_path, truncate_jsonl, write_atomically
 
 
 def json_safe(value: Any) -> Any:
@@ -94,6 +94,14 @@ class MetricsLogger:
                 if key != "step" and isinstance(value, int | float) and math.isfinite(value):
                     self.writer.add_scalar(f"train/{key}", value, metrics["step"])
             self.writer.flush()
+
+    def sync(self) -> None:
+        """fsync metrics.jsonl and its directory: called before each checkpoint is written, so a
+        checkpoint that survives a crash or power loss never covers steps whose lines did not
+        (a resume keeps the lines up to its checkpoint and appends after them)."""
+        if self.path.exists():
+            fsync_path(self.path)
+            fsync_path(self.path.parent)
 
     def close(self) -> None:
         if self.writer is not None:

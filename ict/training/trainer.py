@@ -465,6 +465,8 @@ def _checkpoint_or_stop(run: _Run, step: int, stop: StopRequest, profiler: StepP
 
     def checkpoint() -> None:
         with profiler.phase("checkpoint"):
+            assert run.logger is not None
+            run.logger.sync()  # the metrics lines the checkpoint covers are durable first
             run.last_checkpoint = save_checkpoint(run.run_dir, step + 1, run.model, run.optimizer,
                                                   state, run.tokenizer, keep=config.keep_checkpoints)
 
