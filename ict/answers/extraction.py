@@ -125,7 +125,9 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
        followed by ``)``/``.``/``:``, a space (LaTeX's ``\\ ``, ``~``, ``\\,``, ``\\quad`` too) and the
        option text (``\\boxed{B) 42}``, ``\\boxed{(B)\\ 42}``, ``\\boxed{\\text{(B) } 42}``, or in a
        wrapper that opens with a space: ``\\boxed{(B)\\text{ 42}}``), unless more letters follow it
-       as in rule 2 (``\\boxed{(A) or (B)}``, ``\\boxed{A/C}``: none);
+       as in rule 2 (``\\boxed{(A) or (B)}``, ``\\boxed{A/C}``: none), or the box lists options in
+       order (``\\boxed{A) 3 B) 4}``, ``\\boxed{(A) 3 (C) 5}``: none; ``\\boxed{(D) Both (A) and
+       (B)}`` is D);
     2. otherwise the last phrase "answer is", "answer:", "Answer -" (case-insensitive, optionally
        "final"/"correct", optionally bold ``**``) followed by a valid letter as a whole word, in
        optional parentheses, brackets, ``\\(...\\)`` or ``$...$``, and not by a list of more
@@ -205,7 +207,20 @@ def _marked_letter(content: str, letter: str) -> str | None:
     rest = re.sub(_LATEX_SPACE_COMMAND, " ", rest)
     if re.match(rf"[).:]?\s*(?:[,/&]\s*(?:(?i:or|and)\s+)?|(?i:or|and)\s+)\(?{letter}(?![\w'])", rest):
         return None
+    # "A) 3 B) 4", "(A) 3 (C) 5": options listed in order commit to none; the earlier options an
+    # option's text names ("(D) Both (A) and (B)") are kept
+    markers = [match.group(1), *_later_option_markers(rest[1:] if rest[:1] in ").:" else rest, letter)]
+    if len(markers) > 1 and markers == sorted(set(markers)):
+        return None
     return match.group(1)
+
+
+def _later_option_markers(text: str, letter: str) -> list[str]:
+    """The letters ``text`` (an option's text, after its marker) marks as further options, in
+    order: ``(B)`` or ``B)`` after a space (or at the start) and before one (or at the end); a
+    ``B)`` that closes a parenthesis of ``text`` is no marker (``P(A and B) = ...``)."""
+    return [found.group(2) for found in re.finditer(rf"(?<!\S)(\()?({letter})\)(?!\S)", text)
+            if found.group(1) or text.count("(", 0, found.start()) <= text.count(")", 0, found.start())]
 
 
 def extract_tagged_answer(completion: str | bytes | None, tag_name: str = "answer") -> str | None:
