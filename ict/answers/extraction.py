@@ -256,7 +256,7 @@ def _last_tag_content(text: str, tag_name: str = "answer") -> str | None:
 
 # a sign (ASCII '-' or the minus sign U+2212), then digits with commas only between groups of three
 # (1,234.5), plain digits, or a bare decimal (.5; not the .1 of 1.1.1)
-_NUMBER = re.compile(r"[-\u2212]?(?:(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|(?<![\d.])\.\d+)")
+PLAIN_NUMBER = re.compile(r"[-\u2212]?(?:(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|(?<![\d.])\.\d+)")
 
 _LATEX_SPACE = r"(?:\s|\\[,;: ]|~)*"
 SCIENTIFIC = re.compile(
@@ -299,7 +299,7 @@ def extract_last_number(text: str) -> str | None:
     ``1.2\\times 10^{-5}``, ``3 × 10^8``) is one number, written out (`scientific_value`:
     ``4.5e33`` is ``4500000000000000000000000000000000``, not 33)."""
     text = tail(sanitize_text(text))
-    matches = list(_NUMBER.finditer(text))
+    matches = list(PLAIN_NUMBER.finditer(text))
     if not matches:
         return None
     last = matches[-1]
