@@ -180,6 +180,38 @@ def test_anchor_answer_readings_boxes_only_a_last_line_answer_math_verify_misrea
     assert anchor_answer_readings(completion) == [completion if expected is None else expected]
 
 
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    ("so $d = \\boxed{\\textbf{(073)}}.$", "73", True),  # AoPS's AIME 2024 #15 solution
+    ("\\boxed{\\text{073}}", "73", True),
+    ("\\boxed{\\textbf{ 073 }}", "73", True),
+    ("\\boxed{\\textbf{(073)}}", "74", False),
+    ("\\boxed{\\text{(C)}}", "\\text{(C)}", True),  # no number: as before
+])
+def test_a_boxed_number_in_a_text_wrapper_is_the_number(verifier, completion, gold, expected):
+    """math-verify reads ``\\text{073}`` as the text "073", not 73: the shared AIME 2024 #15 solution
+    (``\\boxed{\\textbf{(073)}}``) was wrong for its gold 73. Such a number is unwrapped
+    (`unwrap_boxed_text_number`). Hand-checked golds; both extractions."""
+    for extraction in MATH_EXTRACTIONS:
+        verdict = verifier.check(completion, gold, 10.0, extraction)
+        assert verdict.correct is expected, (extraction, verdict)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("\\boxed{\\textbf{(073)}}", "\\boxed{(073)}"),
+    ("\\boxed{ \\mathbf{ 7.5 } }", "\\boxed{ 7.5 }"),
+    ("so \\boxed{\\textbf{12}} and \\boxed{\\mathrm{5}}", "so \\boxed{12} and \\boxed{5}"),
+    # left alone: no number, more than the number in the box or in the wrapper
+    ("\\boxed{\\text{(C)}}", None),
+    ("\\boxed{\\text{73}\\%}", None),
+    ("\\boxed{\\textbf{(C) }42}", None),
+    ("\\boxed{\\text{2 and 3}}", None),
+])
+def test_unwrap_boxed_text_number_unwraps_only_a_box_that_is_one_number(text, expected):
+    from ict.answers.verify import unwrap_boxed_text_number
+
+    assert unwrap_boxed_text_number(text) == (text if expected is None else expected)
+
+
 def test_the_verify_timeout_is_refused_at_zero_and_past_a_day():
     """``--verify-timeout`` / ``verify_timeout`` lie in ``(0, 86400]`` seconds (docs: a check's
     hard bound). A mutant taking 0 (``0 <= seconds``) passed every test; the pool would refuse it

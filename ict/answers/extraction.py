@@ -178,7 +178,7 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
     return None
 
 
-_LATEX_WRAPPER = r"\\(?:text|textbf|mathrm|mathbf)\s*\{"  # opens \text{, \textbf{, \mathrm{, \mathbf{
+LATEX_WRAPPER = r"\\(?:text|textbf|mathrm|mathbf)\s*\{"  # opens \text{, \textbf{, \mathrm{, \mathbf{
 _LATEX_SPACE_COMMAND = r"~|\\[ ,;:]|\\q?quad\b"  # a LaTeX space other than whitespace: ~ \  \, \; \: \quad \qquad
 
 
@@ -187,23 +187,23 @@ def _marked_letter(content: str, letter: str) -> str | None:
     `extract_choice_letter`, or None; ``letter``: the pattern of the valid letters."""
     inner = content.strip()
     for _ in range(3):  # peel \text{...}, \textbf{...}, \mathrm{...}
-        match = re.fullmatch(rf"{_LATEX_WRAPPER}(.*)\}}", inner, flags=re.S)
+        match = re.fullmatch(rf"{LATEX_WRAPPER}(.*)\}}", inner, flags=re.S)
         if not match:
             break
         inner = match.group(1).strip()
     # "B) 42", and with LaTeX's spaces ("(B)\ 42", "(B)~42", "B.\quad 42"), the letter alone
     # in a wrapper ("\text{(B) } 42") or the option text in one that opens with a space
     # ("(B)\text{ 42}"; not "(B)\text{42}", as not "(B)42")
-    wrapper = rf"(?:{_LATEX_WRAPPER}\s*)"
+    wrapper = rf"(?:{LATEX_WRAPPER}\s*)"
     space = rf"(?:\s|{_LATEX_SPACE_COMMAND})"
     match = re.fullmatch(rf"\(?({letter})\)?\.?", inner) or re.match(
-        rf"{wrapper}?\(?({letter})(?:\)|\.|:)(?:\s*\}})?(?:{_LATEX_WRAPPER})?{space}",
+        rf"{wrapper}?\(?({letter})(?:\)|\.|:)(?:\s*\}})?(?:{LATEX_WRAPPER})?{space}",
         inner + " ")
     if match is None:
         return None
     # "(A) or (B)", "A. and B.", "(A)\ \text{or}\ (B)": several letters commit to none (as rule 2's
     # "the answer is A or B"); a letter inside the option text ("(D) Both A and B") is kept
-    rest = re.sub(rf"{_LATEX_WRAPPER}|\}}", "", inner[match.end(1):])
+    rest = re.sub(rf"{LATEX_WRAPPER}|\}}", "", inner[match.end(1):])
     rest = re.sub(_LATEX_SPACE_COMMAND, " ", rest)
     if re.match(rf"[).:]?\s*(?:[,/&]\s*(?:(?i:or|and)\s+)?|(?i:or|and)\s+)\(?{letter}(?![\w'])", rest):
         return None

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from ict.answers.extraction import (
     BOXED_COMMANDS,
+    LATEX_WRAPPER,
     PLAIN_NUMBER,
     expand_scientific,
     last_tag_span,
@@ -75,6 +76,8 @@ _NUMBER_AND_UNIT = re.compile(r"([-+]?\d+(?:\.\d+)?(?:/\d+)?)\s+(?:[^\W\d_]{2,}|
 _ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*:?|:)\**[ \t]*")
 # what math-verify misreads in plain text: LaTeX markup, a tuple or an interval, a list
 _PLAIN_TEXT_MISREAD = re.compile(r"[\\^_{,]|^[(\[]")
+# a box holding only a number, optionally in parentheses, in a text wrapper: \boxed{\textbf{(073)}}
+_BOXED_TEXT_NUMBER = re.compile(rf"(\\boxed\s*\{{\s*){LATEX_WRAPPER}\s*(\(?\d+(?:\.\d+)?\)?)\s*\}}(\s*\}})")
 # a percent sign inside a box (see _boxed_percent_readings)
 _BOXED_PERCENT = re.compile(r"(\\boxed\s*\{[^{}]*?)\s*\\?%\s*\}")
 
@@ -150,6 +153,13 @@ def anchor_answer_readings(completion: str) -> list[str]:
     return _boxed_in_place(text[:anchors[-1].end()], value, completion[len(text):])
 
 
+def unwrap_boxed_text_number(text: str) -> str:
+    """``text`` with a number in a text wrapper inside a box unwrapped: ``\\boxed{\\textbf{(073)}}``
+    (AoPS's AIME answers) -> ``\\boxed{(073)}``, ``\\boxed{\\text{073}}`` -> ``\\boxed{073}``, both 73;
+    math-verify reads ``\\text{073}`` as the text "073", not equal to 73."""
+    return _BOXED_TEXT_NUMBER.sub(r"\1\2\3", text)
+
+
 def _boxed_percent_readings(text: str) -> list[str]:
     """The readings of a completion to try in turn: ``text`` itself, or, with a percent sign inside
     a box, the box with a plain ``%`` (``\\boxed{62.5\\%}`` -> ``\\boxed{62.5%}``: math-verify matches
@@ -208,7 +218,7 @@ def _worker_check(
     verdict: tuple[bool, str | None, str] = (False, None, "no_answer")
     readings = [percent for tagged in tag_answer_readings(completion) for marked in hash_answer_readings(tagged)
                 for anchored in anchor_answer_readings(expand_scientific(marked))
-                for percent in _boxed_percent_readings(anchored)]
+                for percent in _boxed_percent_readings(unwrap_boxed_text_number(anchored))]
     for reading in readings:
         parsed = parse(
             reading,
