@@ -137,6 +137,29 @@ def test_a_box_with_several_letters_commits_to_none(text, expected):
     assert extract_choice_letter(text, 4) == expected
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    (r"\boxed{A) 3 B) 4}", None),                     # each read A: a listing rewarded as A
+    (r"\boxed{(A) 3 (B) 4 (C) 5 (D) 6}", None),
+    (r"\boxed{(A) 3 (C) 5}", None),
+    (r"\boxed{\text{(A) 3} \text{(B) 4}}", None),
+    (r"\boxed{(A)\ 3\quad (B)\ 4}", None),
+    ("<answer>A) 3 B) 4</answer>", None),
+    # earlier options an option's text names (MMLU-STEM's own option texts) are kept
+    (r"\boxed{(C) (A) and (B) both in the same way.}", "C"),
+    (r"\boxed{(B) Use the method in (A), but hotter}", "B"),
+    (r"\boxed{(B) 4, that is (B)}", "B"),               # the same option named again
+    # no marker: "B)" closing a parenthesis, "(B)" in a word or with no space after it, E of four
+    (r"\boxed{A) P(A and B) = P(A) \cdot P(B)}", "A"),
+    (r"\boxed{(A) f(B) = 2}", "A"),
+    (r"\boxed{(A) the (B)-isomer}", "A"),
+    (r"\boxed{(A) 3 (E) 5}", "A"),
+])
+def test_a_box_listing_options_in_order_commits_to_none(text, expected):
+    """Rule 1: a box that lists options in order commits to none, as rule 3's bare ``A) 12 B)
+    13`` does; before, the box gave its first letter."""
+    assert extract_choice_letter(text, 4) == expected
+
+
 def test_twenty_six_options_reach_z_and_a_nul_is_replaced():
     """Valid letters are the first ``num_choices`` of A-Z (26 allowed); `sanitize_text` replaces
     NUL characters (U+FFFD)."""

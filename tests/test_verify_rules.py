@@ -132,6 +132,86 @@ def test_scientific_notation_is_written_out_at_any_exponent_it_reads():
     assert expand_scientific("1e1234") == "1e1234"  # a 4-digit exponent is no scientific number
 
 
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    ("The answer is 3\\sqrt{13}.", "3\\sqrt{13}", True),
+    ("The answer is 3\\sqrt{13}.", "3", False),
+    ("Final answer: 7\\pi", "7\\pi", True),
+    ("Final answer: 7\\pi", "7", False),
+    ("So the answer is 1,-2.", "1, -2", True),
+    ("So the answer is 1,-2.", "1", False),
+    ("The answer is -2,1.", "-2.1", False),
+    ("The answer is (2,4).", "(2,4)", True),
+    ("The answer is (a+5)(b+2).", "(a+5)(b+2)", True),
+    ("**Final Answer:** \\frac{\\sqrt{3}}{3}", "\\frac{\\sqrt{3}}{3}", True),
+    ("The answer is 1,000.", "1000", True),  # a plain number as before
+])
+def test_an_anchored_latex_tuple_or_list_answer_in_plain_text_is_read_whole(
+        verifier, completion, gold, expected):
+    """math-verify read an anchored answer with no math delimiters as its first number (or none):
+    "The answer is 3\\sqrt{13}." was right for gold 3 and wrong for 3\\sqrt{13}, "1,-2" right for 1,
+    "-2,1" for -2.1, "(2,4)" no answer. Such an answer on the last line is boxed in its place
+    (`anchor_answer_readings`). Hand-checked golds; both extractions."""
+    for extraction in MATH_EXTRACTIONS:
+        verdict = verifier.check(completion, gold, 10.0, extraction)
+        assert verdict.correct is expected, (extraction, verdict)
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    ("The answer is 3\\sqrt{13}.", "The answer is \\boxed{3\\sqrt{13}}"),
+    ("so the final answer is: (2, 4)\n", "so the final answer is: \\boxed{(2, 4)}\n"),
+    ("**Final Answer:** **x^2+1**", "**Final Answer:** \\boxed{x^2+1}"),
+    ("I checked my answer: the final answer is x^2+1", "I checked my answer: the final answer is \\boxed{x^2+1}"),
+    # left alone: a plain number, math delimiters, a plain word, not the last line, a box, an
+    # unbalanced brace, no LaTeX, tuple or list
+    ("The answer is 1,000.", None),
+    ("The answer is $3\\sqrt{13}$.", None),
+    ("The answer is \\(3\\sqrt{13}\\).", None),
+    ("The final answer is 1, since 2 - 1 = 1.", None),
+    ("The answer is \\text{Evelyn}.", None),
+    ("The answer is 3\\sqrt{13}.\nHope it helps!", None),
+    ("The answer is 3\\sqrt{13}.\n\n3 + 1 = 4", None),
+    ("\\boxed{2}, so the answer is 3\\sqrt{13}", None),
+    ("The answer is \\frac{1}{2", None),
+    ("The answer is 6 - 5i.", None),
+])
+def test_anchor_answer_readings_boxes_only_a_last_line_answer_math_verify_misreads(completion, expected):
+    from ict.answers.verify import anchor_answer_readings
+
+    assert anchor_answer_readings(completion) == [completion if expected is None else expected]
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    ("so $d = \\boxed{\\textbf{(073)}}.$", "73", True),  # AoPS's AIME 2024 #15 solution
+    ("\\boxed{\\text{073}}", "73", True),
+    ("\\boxed{\\textbf{ 073 }}", "73", True),
+    ("\\boxed{\\textbf{(073)}}", "74", False),
+    ("\\boxed{\\text{(C)}}", "\\text{(C)}", True),  # no number: as before
+])
+def test_a_boxed_number_in_a_text_wrapper_is_the_number(verifier, completion, gold, expected):
+    """math-verify reads ``\\text{073}`` as the text "073", not 73: the shared AIME 2024 #15 solution
+    (``\\boxed{\\textbf{(073)}}``) was wrong for its gold 73. Such a number is unwrapped
+    (`unwrap_boxed_text_number`). Hand-checked golds; both extractions."""
+    for extraction in MATH_EXTRACTIONS:
+        verdict = verifier.check(completion, gold, 10.0, extraction)
+        assert verdict.correct is expected, (extraction, verdict)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("\\boxed{\\textbf{(073)}}", "\\boxed{(073)}"),
+    ("\\boxed{ \\mathbf{ 7.5 } }", "\\boxed{ 7.5 }"),
+    ("so \\boxed{\\textbf{12}} and \\boxed{\\mathrm{5}}", "so \\boxed{12} and \\boxed{5}"),
+    # left alone: no number, more than the number in the box or in the wrapper
+    ("\\boxed{\\text{(C)}}", None),
+    ("\\boxed{\\text{73}\\%}", None),
+    ("\\boxed{\\textbf{(C) }42}", None),
+    ("\\boxed{\\text{2 and 3}}", None),
+])
+def test_unwrap_boxed_text_number_unwraps_only_a_box_that_is_one_number(text, expected):
+    from ict.answers.verify import unwrap_boxed_text_number
+
+    assert unwrap_boxed_text_number(text) == (text if expected is None else expected)
+
+
 def test_the_verify_timeout_is_refused_at_zero_and_past_a_day():
     """``--verify-timeout`` / ``verify_timeout`` lie in ``(0, 86400]`` seconds (docs: a check's
     hard bound). A mutant taking 0 (``0 <= seconds``) passed every test; the pool would refuse it

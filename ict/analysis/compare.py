@@ -305,7 +305,7 @@ def regrade_notes(output_dir: Path, runs: list[RunRecord], current: int | None =
     """One line per finished evaluation of the report (each run's eval/, base-model/, each
     evals/step-N/) graded under other answer-grading rules than ``current`` (the
     ``GRADING_RULES_VERSION`` of `ict.answers.grading`, which ict compare passes; None: the newest
-    any of them records): ``"ict/seed0 eval (grading rules unknown (older), current 1)"``. Its
+    any of them records): ``"ict/seed0 eval (grading rules unknown (older), current 2)"``. Its
     verdicts may not be those of the same completions graded now. Reads results.json only."""
     evaluations = [(f"{run.label}/seed{run.seed} eval", run.directory / "eval")
                    for run in sorted(runs, key=lambda run: (run.label, run.seed))]

@@ -125,7 +125,9 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
        followed by ``)``/``.``/``:``, a space (LaTeX's ``\\ ``, ``~``, ``\\,``, ``\\quad`` too) and the
        option text (``\\boxed{B) 42}``, ``\\boxed{(B)\\ 42}``, ``\\boxed{\\text{(B) } 42}``, or in a
        wrapper that opens with a space: ``\\boxed{(B)\\text{ 42}}``), unless more letters follow it
-       as in rule 2 (``\\boxed{(A) or (B)}``, ``\\boxed{A/C}``: none);
+       as in rule 2 (``\\boxed{(A) or (B)}``, ``\\boxed{A/C}``: none), or the box lists options in
+       order (``\\boxed{A) 3 B) 4}``, ``\\boxed{(A) 3 (C) 5}``: none; ``\\boxed{(D) Both (A) and
+       (B)}`` is D);
     2. otherwise the last phrase "answer is", "answer:", "Answer -" (case-insensitive, optionally
        "final"/"correct", optionally bold ``**``) followed by a valid letter as a whole word, in
        optional parentheses, brackets, ``\\(...\\)`` or ``$...$``, and not by a list of more
@@ -176,7 +178,7 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
     return None
 
 
-_LATEX_WRAPPER = r"\\(?:text|textbf|mathrm|mathbf)\s*\{"  # opens \text{, \textbf{, \mathrm{, \mathbf{
+LATEX_WRAPPER = r"\\(?:text|textbf|mathrm|mathbf)\s*\{"  # opens \text{, \textbf{, \mathrm{, \mathbf{
 _LATEX_SPACE_COMMAND = r"~|\\[ ,;:]|\\q?quad\b"  # a LaTeX space other than whitespace: ~ \  \, \; \: \quad \qquad
 
 
@@ -185,27 +187,40 @@ def _marked_letter(content: str, letter: str) -> str | None:
     `extract_choice_letter`, or None; ``letter``: the pattern of the valid letters."""
     inner = content.strip()
     for _ in range(3):  # peel \text{...}, \textbf{...}, \mathrm{...}
-        match = re.fullmatch(rf"{_LATEX_WRAPPER}(.*)\}}", inner, flags=re.S)
+        match = re.fullmatch(rf"{LATEX_WRAPPER}(.*)\}}", inner, flags=re.S)
         if not match:
             break
         inner = match.group(1).strip()
     # "B) 42", and with LaTeX's spaces ("(B)\ 42", "(B)~42", "B.\quad 42"), the letter alone
     # in a wrapper ("\text{(B) } 42") or the option text in one that opens with a space
     # ("(B)\text{ 42}"; not "(B)\text{42}", as not "(B)42")
-    wrapper = rf"(?:{_LATEX_WRAPPER}\s*)"
+    wrapper = rf"(?:{LATEX_WRAPPER}\s*)"
     space = rf"(?:\s|{_LATEX_SPACE_COMMAND})"
     match = re.fullmatch(rf"\(?({letter})\)?\.?", inner) or re.match(
-        rf"{wrapper}?\(?({letter})(?:\)|\.|:)(?:\s*\}})?(?:{_LATEX_WRAPPER})?{space}",
+        rf"{wrapper}?\(?({letter})(?:\)|\.|:)(?:\s*\}})?(?:{LATEX_WRAPPER})?{space}",
         inner + " ")
     if match is None:
         return None
     # "(A) or (B)", "A. and B.", "(A)\ \text{or}\ (B)": several letters commit to none (as rule 2's
     # "the answer is A or B"); a letter inside the option text ("(D) Both A and B") is kept
-    rest = re.sub(rf"{_LATEX_WRAPPER}|\}}", "", inner[match.end(1):])
+    rest = re.sub(rf"{LATEX_WRAPPER}|\}}", "", inner[match.end(1):])
     rest = re.sub(_LATEX_SPACE_COMMAND, " ", rest)
     if re.match(rf"[).:]?\s*(?:[,/&]\s*(?:(?i:or|and)\s+)?|(?i:or|and)\s+)\(?{letter}(?![\w'])", rest):
         return None
+    # "A) 3 B) 4", "(A) 3 (C) 5": options listed in order commit to none; the earlier options an
+    # option's text names ("(D) Both (A) and (B)") are kept
+    markers = [match.group(1), *_later_option_markers(rest[1:] if rest[:1] in ").:" else rest, letter)]
+    if len(markers) > 1 and markers == sorted(set(markers)):
+        return None
     return match.group(1)
+
+
+def _later_option_markers(text: str, letter: str) -> list[str]:
+    """The letters ``text`` (an option's text, after its marker) marks as further options, in
+    order: ``(B)`` or ``B)`` after a space (or at the start) and before one (or at the end); a
+    ``B)`` that closes a parenthesis of ``text`` is no marker (``P(A and B) = ...``)."""
+    return [found.group(2) for found in re.finditer(rf"(?<!\S)(\()?({letter})\)(?!\S)", text)
+            if found.group(1) or text.count("(", 0, found.start()) <= text.count(")", 0, found.start())]
 
 
 def extract_tagged_answer(completion: str | bytes | None, tag_name: str = "answer") -> str | None:
@@ -241,7 +256,7 @@ def _last_tag_content(text: str, tag_name: str = "answer") -> str | None:
 
 # a sign (ASCII '-' or the minus sign U+2212), then digits with commas only between groups of three
 # (1,234.5), plain digits, or a bare decimal (.5; not the .1 of 1.1.1)
-_NUMBER = re.compile(r"[-\u2212]?(?:(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|(?<![\d.])\.\d+)")
+PLAIN_NUMBER = re.compile(r"[-\u2212]?(?:(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|(?<![\d.])\.\d+)")
 
 _LATEX_SPACE = r"(?:\s|\\[,;: ]|~)*"
 SCIENTIFIC = re.compile(
@@ -284,7 +299,7 @@ def extract_last_number(text: str) -> str | None:
     ``1.2\\times 10^{-5}``, ``3 × 10^8``) is one number, written out (`scientific_value`:
     ``4.5e33`` is ``4500000000000000000000000000000000``, not 33)."""
     text = tail(sanitize_text(text))
-    matches = list(_NUMBER.finditer(text))
+    matches = list(PLAIN_NUMBER.finditer(text))
     if not matches:
         return None
     last = matches[-1]

@@ -37,7 +37,7 @@ from ict.core.problems import Problem
 
 ANSWER_EXTRACTIONS = ("tag", "last_number")
 """How a reasoning-gym answer is found (see the module docstring)."""
-GRADING_RULES_VERSION = 1
+GRADING_RULES_VERSION = 2
 """The version of the answer-grading rules (`ict.answers`: extraction, gold, verify, grading): bump
 it when any verdict may change. `ict eval` records it among each verdict's grading settings and
 re-grades stored completions graded under another (records older than it: unknown, older rules);

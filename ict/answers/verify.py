@@ -31,6 +31,8 @@ from typing import Any, Literal
 
 from ict.answers.extraction import (
     BOXED_COMMANDS,
+    LATEX_WRAPPER,
+    PLAIN_NUMBER,
     expand_scientific,
     last_tag_span,
     sanitize_text,
@@ -70,6 +72,12 @@ _PLAIN_WORD = re.compile(r"(?<![\\\w])[^\W\d_]{2,}")
 # a number, a space, then a unit of two letters or more, or one in brackets: "18 dollars", "42 km/h",
 # "18 (dollars)"; not "1e5", "2:30", "5 x" (5x) or "-2.5 %" (the percent readings handle it)
 _NUMBER_AND_UNIT = re.compile(r"([-+]?\d+(?:\.\d+)?(?:/\d+)?)\s+(?:[^\W\d_]{2,}|\().*")
+# the last line's answer anchor: "The answer is X", "Final answer: X", "**Final Answer:** X"
+_ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*:?|:)\**[ \t]*")
+# what math-verify misreads in plain text: LaTeX markup, a tuple or an interval, a list
+_PLAIN_TEXT_MISREAD = re.compile(r"[\\^_{,]|^[(\[]")
+# a box holding only a number, optionally in parentheses, in a text wrapper: \boxed{\textbf{(073)}}
+_BOXED_TEXT_NUMBER = re.compile(rf"(\\boxed\s*\{{\s*){LATEX_WRAPPER}\s*(\(?\d+(?:\.\d+)?\)?)\s*\}}(\s*\}})")
 # a percent sign inside a box (see _boxed_percent_readings)
 _BOXED_PERCENT = re.compile(r"(\\boxed\s*\{[^{}]*?)\s*\\?%\s*\}")
 
@@ -121,6 +129,35 @@ def hash_answer_readings(completion: str) -> list[str]:
         return [completion]
     rest = f"\n{rest}" if rest.strip() else ""
     return _boxed_in_place(completion[:marker], value, rest)
+
+
+def anchor_answer_readings(completion: str) -> list[str]:
+    """A completion with no ``\\boxed`` whose last line ends in an anchored answer X ("The answer is
+    X.", "Final answer: X") that is LaTeX with no math delimiters, a tuple or a list
+    (``3\\sqrt{13}``, ``(2, 4)``, ``1, -2``) gets X boxed in its place, as GSM8K's ``####`` is
+    (`hash_answer_readings`): math-verify reads such an X in plain text as its first number
+    (``3``, ``1``) or as none. A plain number (``1,000``), a ``$...$`` answer, any plain word
+    (``1, since 2 - 1 = 1``; a ``\\command`` is none) and unbalanced braces are left alone:
+    ``[completion]``."""
+    if any(command in completion for command in BOXED_COMMANDS):
+        return [completion]
+    text = completion.rstrip()
+    anchors = list(_ANSWER_ANCHOR.finditer(text, text.rfind("\n") + 1))
+    if not anchors:
+        return [completion]
+    value = text[anchors[-1].end():].strip().strip("*").removesuffix(".").strip()
+    if (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value)
+            or any(delimiter in value for delimiter in ("$", "\\(", "\\["))
+            or value.count("{") != value.count("}") or _PLAIN_WORD.search(value)):
+        return [completion]
+    return _boxed_in_place(text[:anchors[-1].end()], value, completion[len(text):])
+
+
+def unwrap_boxed_text_number(text: str) -> str:
+    """``text`` with a number in a text wrapper inside a box unwrapped: ``\\boxed{\\textbf{(073)}}``
+    (AoPS's AIME answers) -> ``\\boxed{(073)}``, ``\\boxed{\\text{073}}`` -> ``\\boxed{073}``, both 73;
+    math-verify reads ``\\text{073}`` as the text "073", not equal to 73."""
+    return _BOXED_TEXT_NUMBER.sub(r"\1\2\3", text)
 
 
 def _boxed_percent_readings(text: str) -> list[str]:
@@ -180,7 +217,8 @@ def _worker_check(
     unanchored = extraction != "anchored"
     verdict: tuple[bool, str | None, str] = (False, None, "no_answer")
     readings = [percent for tagged in tag_answer_readings(completion) for marked in hash_answer_readings(tagged)
-                for percent in _boxed_percent_readings(expand_scientific(marked))]
+                for anchored in anchor_answer_readings(expand_scientific(marked))
+                for percent in _boxed_percent_readings(unwrap_boxed_text_number(anchored))]
     for reading in readings:
         parsed = parse(
             reading,
