@@ -354,3 +354,30 @@ def test_plot_run_directories_may_come_between_options(tmp_path, monkeypatch, ca
     with pytest.raises(SystemExit) as stopped:
         main(["plot", a, "--by", "method", "--no-such-option", b])
     assert stopped.value.code == 2 and "unrecognized arguments: --no-such-option" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "error"), [
+    (["train", "--output-dir", ""], "--output-dir is empty: give a directory, or leave it out"),
+    (["train", "--run-dir", ""], "--run-dir is empty: give a directory, or leave it out"),
+    (["eval", "--num-samples", "0"], "--num-samples must be >= 1, got 0"),
+    (["eval", "--n", "0"], "--n must be >= 1, got 0"),
+    (["compare", "--config-file", "", "--output-dir", "OUT"], "--config-file is empty: give a YAML file"),
+    (["compare", "--config", "", "--output-dir", "OUT"], "--config is empty: give a YAML file"),
+])
+def test_an_error_names_a_flag_as_it_was_typed_alias_or_not(tmp_path, capsys, argv, error):
+    """``ict train --output-dir ""`` (TRL's name of --run-dir) was refused as "--run-dir is empty",
+    a flag the user had not typed; ``ict eval --num-samples 0`` as "--n must be >= 1"."""
+    assert main([str(tmp_path / "out") if word == "OUT" else word for word in argv]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {error}")
+
+
+def test_only_a_whole_other_spelling_of_the_flag_typed_is_replaced():
+    """``--n`` in ``--no-progress`` or ``--n-best`` is no flag of its own; a flag without an alias
+    and a message of a command line without one are as they were."""
+    from ict.cli.options import in_typed_spelling
+
+    args = build_parser().parse_args(["eval", "--num-samples", "3", "--limit", "2"])
+    assert in_typed_spelling("--n 3 (see --no-progress, --n-best, x--n, --n)", args) == (
+        "--num-samples 3 (see --no-progress, --n-best, x--n, --num-samples)")
+    assert in_typed_spelling("--n 3, --limit 2", build_parser().parse_args(["eval", "--limit", "2"])) == (
+        "--n 3, --limit 2")

@@ -61,6 +61,45 @@ def test_run_comparison_refuses_it_before_the_first_run_trains(tmp_path):
     assert not (tmp_path / "cmp").exists()
 
 
+@pytest.mark.parametrize(("options", "overrides", "named"), [
+    ({"method": "ict"}, {}, "--config c.yaml sets method 'ict' for every run, but ict compare gives each run "
+                            "its own from --methods (this one: grpo): remove it"),
+    ({"seed": 7}, {}, "--config c.yaml sets seed 7 for every run, but ict compare gives each run its own "
+                      "from --seeds (this one: 0)"),
+    ({"run-dir": "elsewhere"}, {}, "--config c.yaml sets run_dir 'elsewhere' for every run"),
+    ({}, {"method": "entropy"}, "the command line sets method 'entropy' for every run"),
+    ({}, {"seed": "1"}, "the command line sets seed '1' for every run, but ict compare gives each run its own "
+                        "from --seeds (this one: 0)"),
+])
+def test_a_run_s_own_option_given_for_every_run_is_refused_naming_where_it_comes_from(tmp_path, options,
+                                                                                   overrides, named):
+    """``method: ict`` in an ict compare --config (or ``method=...`` after it) was replaced by each
+    run's method of --methods, silently; ``seed`` by --seeds' and ``run_dir`` by the run's own."""
+    config = CompareConfig(output_dir=tmp_path / "cmp", config_file="c.yaml", overrides=overrides)
+    with pytest.raises(UsageError, match=re.escape(named)):
+        _training_config(config, options, parse_methods("grpo")[0], 0)
+
+
+def test_a_run_s_own_option_that_agrees_with_the_run_s_is_taken(tmp_path, capsys):
+    """``method: grpo`` (or its selector's name, all) with ``--methods grpo``, ``seed: 0`` with
+    ``--seeds 0`` and ``run_dir: null`` replace nothing; from the command line, a file's ``method:``
+    that a method of --methods differs from is one line before anything trains."""
+    from ict.cli import main
+
+    config = CompareConfig(output_dir=tmp_path / "cmp", config_file="c.yaml", overrides={"method": "all"})
+    train_config = _training_config(config, {"method": "grpo", "seed": 0, "run_dir": None},
+                                    parse_methods("grpo")[0], 0)
+    assert (train_config.method, train_config.seed) == ("grpo", 0)
+    path = tmp_path / "c.yaml"
+    path.write_text(f"method: ict\nnum_steps: 1\nmodel: {tmp_path / 'no-model'}\n")  # nothing could train
+    assert main(["compare", "--config", str(path), "--methods", "ict,entropy", "--seeds", "0",
+                 "--output-dir", str(tmp_path / "out"), "--train-only"]) == 2
+    error = capsys.readouterr().err
+    assert error == (f"error: --config {path} sets method 'ict' for every run, but ict compare gives each "
+                     "run its own from --methods (this one: entropy): remove it\n")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("where", ["overrides", "config"])
 def test_a_plugin_selector_s_options_in_methods_reach_its_run(tmp_path, where):
     """`--methods low_prob:threshold=0.3` with the plugin that registers low_prob: its option was

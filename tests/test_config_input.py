@@ -153,6 +153,72 @@ def test_a_number_that_yaml_1_1_and_1_2_read_differently_is_refused(tmp_path, ca
     assert fragment in _one_line_error(capsys, ["train", "--config", str(path)])
 
 
+@pytest.mark.parametrize("text,plainly", [
+    ("num_steps: 017", "(num_steps: 17 for YAML 1.2's reading, num_steps: 15 for YAML 1.1's)"),
+    ("warmup_steps: -010", "(warmup_steps: -10 for YAML 1.2's reading, warmup_steps: -8 for YAML 1.1's)"),
+    ("learning_rate: 1:30", "(e.g. learning_rate: 90)"),  # YAML 1.2's is text: one number to give
+])
+def test_a_number_refused_for_two_readings_names_both_yaml_1_2_s_first(tmp_path, text, plainly):
+    """The refusal of ``num_steps: 017`` suggested ``num_steps: 15``, YAML 1.1's octal reading,
+    where 17 (YAML 1.2's, and ``--num-steps 017``'s) is the likelier meant."""
+    path = tmp_path / "config.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(UsageError) as error:
+        build_config(path)
+    assert str(error.value).endswith("; write the number plainly " + plainly), str(error.value)
+
+
+@pytest.mark.parametrize("word,boolean", [("yes", "true"), ("No", "false"), ("ON", "true"), ("off", "false")])
+def test_a_dataset_config_yes_no_on_off_that_yaml_1_1_and_1_2_read_differently_is_refused(tmp_path, capsys,
+                                                                                        word, boolean):
+    """``dataset_config: {x: no}`` gave the task False (YAML 1.1), where YAML 1.2 reads the text
+    'no' (a task taking it as text, or testing it for truth, got the opposite); numbers read
+    differently were refused already. Refused in a file, a dotted key, ``key=value`` and
+    ``--dataset-config``; ``true``/``false`` (both versions' booleans) and quoted text are kept."""
+    fragment = (f"dataset_config.x: YAML 1.1 reads an unquoted {word} as {boolean}, YAML 1.2 as '{word}'; "
+                f"write {boolean} for the boolean, or quote the text (e.g. x: '{word}')")
+    path = tmp_path / "config.yaml"
+    for text in (f"dataset_config: {{x: {word}}}\n", f"dataset_config.x: {word}\n"):
+        path.write_text(text)
+        with pytest.raises(UsageError, match=re.escape(fragment)):
+            load_yaml(path)
+    for options, overrides in (({}, {"dataset_config.x": word}), ({"dataset_config": f"{{x: {word}}}"}, {})):
+        with pytest.raises(UsageError, match=re.escape(fragment)):
+            build_config(None, options, overrides)
+    assert fragment in _one_line_error(capsys, ["train", f"dataset_config.x={word}"])
+    path.write_text(f"dataset_config: {{x: {boolean}, y: '{word}', z: TRUE}}\n")
+    assert load_yaml(path)["dataset_config"] == {"x": boolean == "true", "y": word, "z": True}
+
+
+def test_a_number_option_s_text_on_the_command_line_is_read_as_in_a_config_file(tmp_path):
+    """``ict train --num-steps 1e3`` (and ``--max-steps``, ``num_steps=1e3``) was refused as no
+    int, while ``num_steps: 1e3`` in a file is 1000; ``0x10`` was refused too (16 in a file).
+    A text no file reads as an integer is still refused, quoted as typed."""
+    from ict.cli import build_parser
+    from ict.cli.options import given_options, options_from_args
+    from ict.evaluation.evaluate import EvalConfig
+    from ict.training.config import TrainConfig
+
+    def trained(*argv: str) -> TrainConfig:
+        args = build_parser().parse_args(["train", *argv])
+        return build_config(None, given_options(TrainConfig, args), {})
+
+    assert trained("--num-steps", "1e3").num_steps == trained("--max-steps", "1e3").num_steps == 1000
+    assert build_config(None, {}, {"num_steps": "1e3"}).num_steps == 1000
+    path = tmp_path / "config.yaml"
+    path.write_text("num_steps: 0x10\nwarmup_steps: 2.0\nlearning_rate: 0x1\n")
+    from_file = build_config(path)
+    from_flags = trained("--num-steps", "0x10", "--warmup-steps", "2.0", "--learning-rate", "0x1")
+    assert (from_flags.num_steps, from_flags.warmup_steps, from_flags.learning_rate) == (
+        from_file.num_steps, from_file.warmup_steps, from_file.learning_rate) == (16, 2, 1.0)
+    assert trained("--num-steps", "1_000").num_steps == 1000  # Python's reading, as before
+    assert trained("--num-steps", " 0x10 ").num_steps == 16  # blanks around it, as int() takes them
+    assert options_from_args(EvalConfig, build_parser().parse_args(["eval", "--n", "1e1"])).num_samples == 10
+    for value in ("2.5", "1e400", "ten"):
+        with pytest.raises(UsageError, match=re.escape(f"bad value for num_steps: '{value}' (expected int)")):
+            trained("--num-steps", value)
+
+
 def test_a_nan_number_option_is_refused_as_not_finite_not_as_a_yaml_misreading(tmp_path):
     """``.nan`` is nan in YAML 1.1 and 1.2 alike: not a reading that differs, but no finite float."""
     path = tmp_path / "config.yaml"

@@ -120,7 +120,10 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
     except (UsageError, FileNotFoundError, NotADirectoryError, PermissionError, ValueError) as error:
         if debug:
             raise
-        print(f"error: {error}", file=sys.stderr)
+        from ict.cli.options import in_typed_spelling
+
+        # a flag named as typed: --output-dir "" is refused as --output-dir, not as --run-dir
+        print(f"error: {in_typed_spelling(str(error), args)}", file=sys.stderr)
         return 2
     except TrainingDiverged as error:
         if debug:

@@ -10,6 +10,7 @@ flags given, in that order of precedence, each value converted by `ict.core.opti
 from __future__ import annotations
 
 import argparse
+import re
 import typing
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,28 @@ def add_dataclass_options(parser: argparse.ArgumentParser, cls: type,
             metavar += "|none"
             choices = (*choices, "none") if choices else None
         parser.add_argument(*flags, dest=item.name, default=argparse.SUPPRESS, metavar=metavar,
-                            choices=choices, help=help_text, **({"type": _none_spelled} if choices and optional else {}))
+                            choices=choices, help=help_text, **({"type": _none_spelled} if choices and optional else {}),
+                            **({"action": _NoteSpelling} if len(flags) > 1 else {}))
+
+
+class _NoteSpelling(argparse.Action):
+    """argparse's plain store that also notes which spelling of the flag was typed (its alias,
+    ``--output-dir``, or ``--run-dir``), for `in_typed_spelling`."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.__dict__.setdefault("typed_spellings", {})[self.dest] = (option_string, self.option_strings)
+
+
+def in_typed_spelling(message: str, namespace: argparse.Namespace) -> str:
+    """`message` with each other spelling of a flag given by an alias replaced by the one typed:
+    ``--output-dir ""`` is refused as ``--output-dir is empty``, not as ``--run-dir is empty``."""
+    for typed, spellings in getattr(namespace, "typed_spellings", {}).values():
+        for other in spellings:
+            if other != typed:
+                message = re.sub(rf"(?<![\w-]){re.escape(other)}(?![\w-])", typed, message)
+    return message
 
 
 def _none_spelled(text: str) -> str:

@@ -117,12 +117,14 @@ def parse_field(cls: type, name: str, raw: Any) -> Any:
             if text in ("0", "false", "no", "off"):
                 return False
             raise ValueError
+        # a number's text (`--num-steps 1e3`) is read as a config file reads it
+        number = _number_text(raw) if isinstance(raw, str) and inner in (int, float) else raw
         if inner is int:
-            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+            if isinstance(number, bool) or (isinstance(number, float) and not number.is_integer()):
                 raise ValueError
-            return int(raw)
+            return int(number)
         if inner is float:  # finite: no option means anything by nan or inf
-            if isinstance(raw, bool) or not math.isfinite(value := float(raw)):
+            if isinstance(number, bool) or not math.isfinite(value := float(number)):
                 raise ValueError
             return value
         if inner is dict or typing.get_origin(inner) is dict:
@@ -191,6 +193,9 @@ class _OptionsLoader(yaml.SafeLoader):
 # plain scalars YAML 1.1 reads as other than text: 0123 is 83 (octal), 1_000 is 1000, 1:30 is 90
 _TEXT_TAG = "tag:yaml.org,2002:str"
 _NOT_TEXT_TAGS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp"})
+# YAML 1.1's booleans that YAML 1.2 (core schema) reads as text: yes, no, on, off (any case form)
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_YAML12_BOOL = re.compile(r"true|True|TRUE|false|False|FALSE")
 # YAML 1.2's (core schema) numbers; anything else plain is text there (1_000, 1:30, 2024-01-01)
 _YAML12_INT = re.compile(r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+")
 _YAML12_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)")
@@ -210,10 +215,16 @@ def _misread(loader: yaml.SafeLoader, name: str, node: yaml.Node, typed: bool) -
     as a number or date written otherwise: for a text option (`typed`) any such reading
     (``0123`` is 83); for a value of unknown type (a ``dataset_config`` key) one that YAML 1.2
     reads otherwise (``0123`` is 123 there, ``1_000`` and ``1:30`` text; ``0x1F`` is 31 in both),
-    and a text of YAML 1.1 that YAML 1.2 reads as a number (``1e3`` is 1000.0 there)."""
+    and a text of YAML 1.1 that YAML 1.2 reads as a number (``1e3`` is 1000.0 there) or a boolean
+    of YAML 1.1 that YAML 1.2 reads as text (``yes`` is True, 'yes' there)."""
     if not (isinstance(node, yaml.ScalarNode) and node.style is None):
         return
     short = name.rsplit(".", 1)[-1]
+    if node.tag == _BOOL_TAG and not typed and not _YAML12_BOOL.fullmatch(node.value):
+        word = str(loader.construct_object(node)).lower()
+        raise UsageError(f"{name}: YAML 1.1 reads an unquoted {node.value} as {word}, YAML 1.2 as "
+                         f"{node.value!r}; write {word} for the boolean, or quote the text "
+                         f"(e.g. {short}: '{node.value}')")
     if node.tag == _TEXT_TAG and not typed and isinstance(other := _yaml12_reading(node.value), int | float):
         raise UsageError(f"{name}: YAML 1.1 reads an unquoted {node.value} as {node.value!r}, YAML 1.2 as {other!r}; "
                          f"quote it for the text (e.g. {short}: '{node.value}'), or write the number as {other!r}")
@@ -246,9 +257,22 @@ def _number_node(loader: yaml.SafeLoader, name: str, node: yaml.Node) -> yaml.No
     value = loader.construct_object(node)
     plain = other if isinstance(other, int | float) else _python_number(other)  # 1_000: 1000, as on the command line
     if plain != value and not (value != value and plain != plain):
+        short = name.rsplit(".", 1)[-1]  # 017: YAML 1.2's 17 first, the likelier meant
+        plainly = (f"{short}: {other!r} for YAML 1.2's reading, {short}: {value!r} for YAML 1.1's"
+                   if isinstance(other, int | float) else f"e.g. {short}: {value!r}")
         raise UsageError(f"{name}: YAML 1.1 reads an unquoted {node.value} as {value!r}, YAML 1.2 as {other!r}; "
-                         f"write the number plainly (e.g. {name.rsplit('.', 1)[-1]}: {value!r})")
+                         f"write the number plainly ({plainly})")
     return node
+
+
+def _number_text(text: str) -> int | float:
+    """A number option's text (command line, ``key=value``) read as a config file reads its
+    plain scalar (`_number_node`): YAML 1.2's number (``1e3`` is 1000.0, ``0x10`` 16, ``017``
+    17), else Python's (``1_000`` is 1000); anything else is a ValueError."""
+    value = _yaml12_reading(text.strip())
+    if isinstance(value, str) and (value := _python_number(text)) is None:
+        raise ValueError(text)
+    return value
 
 
 def _python_number(text: str) -> int | float | None:

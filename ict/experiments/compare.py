@@ -275,6 +275,7 @@ def _training_config(config: CompareConfig, training_options: dict[str, Any], sp
         train_config = build_config(None, training_options, overrides)
     except UsageError as error:
         raise _shared_selector_error(config, training_options, overrides, spec, error) from None
+    _check_run_own_options(config, training_options, overrides)
     evaluated = [name for name in expand_benchmark_names(config.eval_benchmarks) if name.startswith("rg:")]
     if not resuming and evaluated and is_reasoning_gym_task(train_config.dataset):
         given = expand_benchmark_names(train_config.held_out_sets) if train_config.held_out_sets else []
@@ -290,6 +291,32 @@ def _training_config(config: CompareConfig, training_options: dict[str, Any], sp
                              f"there (eval/), with no checkpoint left, but num_steps is "
                              f"{train_config.num_steps}: give num_steps={trained}, or another --output-dir")
     return train_config
+
+
+# The training options ict compare gives each run itself, and the option they come from.
+RUN_OWN_OPTIONS = {"method": "--methods", "seed": "--seeds", "run_dir": "--output-dir"}
+
+
+def _check_run_own_options(config: CompareConfig, training_options: dict[str, Any],
+                           overrides: dict[str, str]) -> None:
+    """One-line UsageError for a training option that ict compare gives each run itself
+    (`RUN_OWN_OPTIONS`; ``overrides`` holds the run's) and that ``--config`` or a trailing
+    ``key=value`` sets to another value: it was replaced, silently. One the run's agrees with
+    passes (``method: ict`` in a file, ``--methods ict``), and so does ``run_dir: null`` (unset)."""
+    from ict.training.config import METHOD_ALIASES, parse_value
+
+    def meaning(name: str, value: Any) -> Any:
+        value = parse_value(name, value)
+        return METHOD_ALIASES.get(value, value) if name == "method" else value
+
+    for source, options in ((f"--config {config.config_file}", training_options),
+                            ("the command line", config.overrides)):
+        for key, value in options.items():
+            name = key.replace("-", "_")
+            if name in RUN_OWN_OPTIONS and meaning(name, value) not in (None, meaning(name, overrides[name])):
+                raise UsageError(f"{source} sets {name} {value!r} for every run, but ict compare gives "
+                                 f"each run its own from {RUN_OWN_OPTIONS[name]} (this one: "
+                                 f"{overrides[name]}): remove it")
 
 
 def _shared_selector_error(config: CompareConfig, training_options: dict[str, Any],

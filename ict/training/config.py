@@ -18,23 +18,18 @@ import yaml
 from ict.answers.verify import check_timeout
 from ict.core import selectors
 from ict.core.errors import UsageError, check_option_text, check_path_given, read_utf8_text
-from ict.core.options import (
-    check_choices,
-    load_options_yaml,
-    load_value_yaml,
-    merge_dotted_keys,
-    number_option_names,
-    option,
-    optional_inner,
-    parse_field,
-    text_option_names,
-    yaml_problem,
-)
+from ict.core.options import check_choices, option, optional_inner, parse_field
 from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.stats import MIN_TEMPERATURE, needs_reference_logits, parse_tile_size
 from ict.models.loading import OFFLINE_DEFAULT_MODEL, parse_device
 from ict.models.rollout import ROLLOUT_TEMPERATURE, VLLM_CPU_KVCACHE_GIB
 from ict.runs.checkpoint import complete_checkpoints, write_atomically
+from ict.training.config_text import (  # noqa: F401 (load_yaml, parse_key_values: also this module's API)
+    load_yaml,
+    parse_key_values,
+    read_option_text,
+    read_overrides,
+)
 
 # Method names that are not selector names (the only alias: the field calls GRPO "grpo").
 METHOD_ALIASES = {"grpo": "all"}
@@ -400,7 +395,7 @@ def parse_value(name: str, raw: Any) -> Any:
     """Convert `raw` (a string from the CLI or a YAML value) to the type of field `name`; a mapping
     given as text (``--dataset-config '{name: 0123}'``) is read with a config file's checks."""
     if isinstance(raw, str) and name in ("dataset_config", "selector"):
-        raw = _read_text(raw, name, prefix=f"{name}.")
+        raw = read_option_text(raw, name, prefix=f"{name}.")
         raw = {} if raw is None else raw  # "" or null: none, as before
     return parse_field(TrainConfig, name, raw)
 
@@ -420,84 +415,6 @@ def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[s
         else:
             merged[key] = parse_value(key, raw)
     return merged
-
-
-def read_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
-    """Command-line overrides, each dotted key's text read as YAML with a config file's checks
-    (`_read_text`: ``dataset_config.x=0123`` is refused, not 83)."""
-    return {key: _read_text(raw, key.replace("-", "_")) if "." in key and isinstance(raw, str) else raw
-            for key, raw in overrides.items()}
-
-
-def parse_key_values(items: list[str]) -> dict[str, str]:
-    """`["a=1", "b.c=x"]` -> `{"a": "1", "b.c": "x"}`."""
-    result: dict[str, str] = {}
-    for item in items:
-        if "=" not in item:
-            raise UsageError(f"override {item!r} is not of the form key=value")
-        key, value = item.split("=", 1)
-        result[key.strip()] = value
-    return result
-
-
-def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = None,
-              number_options: typing.Collection[str] | None = None) -> dict[str, Any]:
-    """Options from a YAML mapping file (keys are field names; hyphens allowed), read by
-    `load_options_yaml` (text and number options: `text_options`, `number_options`, by default
-    TrainConfig's; a selector's and ``dataset_config``'s too: `_read_yaml`). A key given twice
-    (``learning_rate`` and ``learning-rate`` too) is a one-line UsageError; a dotted key keeps its
-    value as YAML read it (`merge_dotted_keys`)."""
-    check_path_given("--config", path, "give a YAML file, or leave it out")  # `--config ""`
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"config file {path} is a directory: give a YAML file" if path.is_dir()
-                         else f"config file not found: {path}")
-    try:
-        names = text_option_names(TrainConfig) if text_options is None else text_options
-        numbers = number_option_names(TrainConfig) if number_options is None else number_options
-        data = _read_yaml(read_utf8_text(path), names, numbers) or {}
-    except yaml.YAMLError as error:
-        raise UsageError(f"cannot parse YAML config {path}: {yaml_problem(error)}") from None
-    except UsageError as error:
-        raise UsageError(f"config file {path}: {error}") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"config file {path} must hold a mapping of option: value")
-    values: dict[str, Any] = {}
-    for key, value in data.items():
-        name = str(key).replace("-", "_")
-        if name in values:
-            raise UsageError(f"config file {path}: option {name!r} is given twice (as {key!r} too): keep one")
-        values[name] = value
-    try:
-        return merge_dotted_keys(values)
-    except UsageError as error:
-        raise UsageError(f"config file {path}: {error}") from None
-
-
-def _read_yaml(text: str, text_options: typing.Collection[str] = (), number_options: typing.Collection[str] = (),
-               prefix: str = "") -> Any:
-    """`load_options_yaml` with the selectors' options and ``dataset_config``'s values checked too."""
-    return load_options_yaml(text, {*text_options, *_selector_options(str)}, ("dataset_config", *_selector_options(None)),
-                             {*number_options, *_selector_options(int)}, prefix)
-
-
-def _read_text(raw: str, name: str, prefix: str | None = None) -> Any:
-    """The command line's text `raw` for option `name` read as YAML (`prefix`: a mapping's keys,
-    `_read_yaml`; else one value, `load_value_yaml`); a YAML error is a one-line UsageError."""
-    try:
-        if prefix is not None:
-            return _read_yaml(raw, prefix=prefix)
-        return load_value_yaml(raw, name, typed=name in _selector_options(str), number=name in _selector_options(int))
-    except yaml.YAMLError as error:
-        raise UsageError(f"bad value for {name}: {raw!r} ({yaml_problem(error)})") from None
-
-
-def _selector_options(kind: type | None) -> set[str]:
-    """``selector.KEY`` for each option of a registered selector whose default is text (`kind`
-    ``str``), a number (``int``: an int or float, not a bool) or ``None`` (any YAML value)."""
-    kinds = {str: (str,), int: (int, float), None: (type(None),)}[kind]
-    return {f"selector.{key}" for selector in selectors.SELECTORS.values()
-            for key, default in selector.defaults.items() if isinstance(default, kinds) and not isinstance(default, bool)}
 
 
 # Option names of earlier versions -> the selector option they set now.
