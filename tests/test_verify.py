@@ -26,11 +26,11 @@ from ict.answers.extraction import (
     sanitize_text,
 )
 from ict.answers.gold import gold_from_gsm8k, gold_from_list, gold_from_number, normalize_gold
+from ict.answers.readings import mark_hash_answer
 from ict.answers.verify import (
     MATH_EXTRACTIONS,
     MathVerifier,
     check_math,
-    mark_hash_answer,
     verify_math,
     verify_math_batch,
 )

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from ict.answers.extraction import expand_scientific
-from ict.answers.verify import MATH_EXTRACTIONS, MathVerifier, mark_hash_answer
+from ict.answers.readings import mark_hash_answer
+from ict.answers.verify import MATH_EXTRACTIONS, MathVerifier
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +176,7 @@ def test_an_anchored_latex_tuple_or_list_answer_in_plain_text_is_read_whole(
     ("The answer is 6 - 5i.", None),
 ])
 def test_anchor_answer_readings_boxes_only_a_last_line_answer_math_verify_misreads(completion, expected):
-    from ict.answers.verify import anchor_answer_readings
+    from ict.answers.readings import anchor_answer_readings
 
     assert anchor_answer_readings(completion) == [completion if expected is None else expected]
 
@@ -207,7 +208,7 @@ def test_a_boxed_number_in_a_text_wrapper_is_the_number(verifier, completion, go
     ("\\boxed{\\text{2 and 3}}", None),
 ])
 def test_unwrap_boxed_text_number_unwraps_only_a_box_that_is_one_number(text, expected):
-    from ict.answers.verify import unwrap_boxed_text_number
+    from ict.answers.readings import unwrap_boxed_text_number
 
     assert unwrap_boxed_text_number(text) == (text if expected is None else expected)
 
