@@ -145,6 +145,12 @@ def test_scientific_notation_is_written_out_at_any_exponent_it_reads():
     ("The answer is (a+5)(b+2).", "(a+5)(b+2)", True),
     ("**Final Answer:** \\frac{\\sqrt{3}}{3}", "\\frac{\\sqrt{3}}{3}", True),
     ("The answer is 1,000.", "1000", True),  # a plain number as before
+    # a number before a parenthesis is one answer, not a number and a unit: "3 (4^{1})" is 3 * 4,
+    # not also 3; "42 (27, 9)" is no 42
+    ("The answer is 3 (4^{1}).", "12", True),
+    ("The answer is 3 (4^{1}).", "3", False),
+    ("The answer is 42 (27, 9).", "42", False),
+    ("The answer is 5 (\\frac{14}{3}).", "5", False),
 ])
 def test_an_anchored_latex_tuple_or_list_answer_in_plain_text_is_read_whole(
         verifier, completion, gold, expected):
@@ -162,6 +168,7 @@ def test_an_anchored_latex_tuple_or_list_answer_in_plain_text_is_read_whole(
     ("so the final answer is: (2, 4)\n", "so the final answer is: \\boxed{(2, 4)}\n"),
     ("**Final Answer:** **x^2+1**", "**Final Answer:** \\boxed{x^2+1}"),
     ("I checked my answer: the final answer is x^2+1", "I checked my answer: the final answer is \\boxed{x^2+1}"),
+    ("The answer is 3 (4^{1}).", "The answer is \\boxed{3 (4^{1})}"),  # one reading, no "unit"
     # left alone: a plain number, math delimiters, a plain word, not the last line, a box, an
     # unbalanced brace, no LaTeX, tuple or list
     ("The answer is 1,000.", None),

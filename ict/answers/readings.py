@@ -91,7 +91,9 @@ def anchor_answer_readings(completion: str) -> list[str]:
     X.", "Final answer: X") that is LaTeX with no math delimiters, a tuple or a list
     (``3\\sqrt{13}``, ``(2, 4)``, ``1, -2``) gets X boxed in its place, as GSM8K's ``####`` is
     (`hash_answer_readings`): math-verify reads such an X in plain text as its first number
-    (``3``, ``1``) or as none. A plain number (``1,000``), a ``$...$`` answer, any plain word
+    (``3``, ``1``) or as none. One reading only: X has no word, so a parenthesis after a number
+    is a product or a second answer (``3 (4^{1})``, ``42 (27, 9)``), not a unit whose number
+    alone is a reading too. A plain number (``1,000``), a ``$...$`` answer, any plain word
     (``1, since 2 - 1 = 1``; a ``\\command`` is none) and unbalanced braces are left alone:
     ``[completion]``."""
     if any(command in completion for command in BOXED_COMMANDS):
@@ -105,7 +107,7 @@ def anchor_answer_readings(completion: str) -> list[str]:
             or any(delimiter in value for delimiter in ("$", "\\(", "\\["))
             or value.count("{") != value.count("}") or _PLAIN_WORD.search(value)):
         return [completion]
-    return _boxed_in_place(text[:anchors[-1].end()], value, completion[len(text):])
+    return [f"{text[:anchors[-1].end()]}\\boxed{{{value}}}{completion[len(text):]}"]
 
 
 def unwrap_boxed_text_number(text: str) -> str:
