@@ -25,8 +25,10 @@ _HEADING_WORD = re.compile(r"[^\W\d_]{2,}")
 _NUMBERED_TITLE = re.compile(r"\d+\s*[.)]\s+\S")
 _PLAIN_WORD = re.compile(r"(?<![\\\w])[^\W\d_]{2,}")
 # a number, a space, then a unit of two letters or more, or one in brackets: "18 dollars", "42 km/h",
-# "18 (dollars)"; not "1e5", "2:30", "5 x" (5x) or "-2.5 %" (the percent readings handle it)
-_NUMBER_AND_UNIT = re.compile(r"([-+]?\d+(?:\.\d+)?(?:/\d+)?)\s+(?:[^\W\d_]{2,}|\().*")
+# "18 (dollars)", "9.8 (m/s^2)"; not "1e5", "2:30", "5 x" (5x), "-2.5 %" (the percent readings
+# handle it) or brackets holding math: "3 (4^{1})" is 12, "42 (27, 9)" two answers, not also 3 or 42
+_NUMBER_AND_UNIT = re.compile(
+    r"([-+]?\d+(?:\.\d+)?(?:/\d+)?)\s+(?:[^\W\d_]{2,}|\(\s*[^\W\d_]+(?:\s*[/^]\s*\w+)*\s*\)).*")
 # the last line's answer anchor: "The answer is X", "Final answer: X", "**Final Answer:** X"
 _ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*:?|:)\**[ \t]*")
 # what math-verify misreads in plain text: LaTeX markup, a tuple or an interval, a list
