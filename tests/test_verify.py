@@ -26,11 +26,11 @@ from ict.answers.extraction import (
     sanitize_text,
 )
 from ict.answers.gold import gold_from_gsm8k, gold_from_list, gold_from_number, normalize_gold
+from ict.answers.readings import mark_hash_answer
 from ict.answers.verify import (
     MATH_EXTRACTIONS,
     MathVerifier,
     check_math,
-    mark_hash_answer,
     verify_math,
     verify_math_batch,
 )
@@ -275,19 +275,22 @@ def test_mark_hash_answer_boxes_a_bare_number_only():
 
 
 @pytest.mark.parametrize(("line", "gold"), [("1e5", "1"), ("2:30", "2"), ("5 x", "5"), ("3 dollars", "4"),
-                                            ("-2.5 %", "-25")])
+                                            ("-2.5 %", "-25"), ("3 (4^{1})", "3"), ("42 (27, 9)", "42"),
+                                            ("5 (\\frac{14}{3})", "5"), ("3 (2)", "3"), ("3 (x+1)", "3")])
 def test_a_hash_answer_is_not_graded_right_by_a_piece_of_it(verifier, line, gold):
     """The unit reading boxes the number before a unit of two letters or more ("18 dollars"), never
-    a piece of a number or expression: 1e5 is not 1, 2:30 not 2, 5 x not 5 (hand-checked)."""
-    completion = f"We work it out.\n#### {line}"
-    for extraction in MATH_EXTRACTIONS:
-        assert not verifier.check(completion, gold, 10.0, extraction).correct, extraction
+    a piece of a number or expression: 1e5 is not 1, 2:30 not 2, 5 x not 5, and a number before
+    brackets holding math is no number before a unit: 3 (4^{1}) is 12, not also 3; 42 (27, 9) is
+    no 42 (hand-checked). So for an answer tag (the same readings)."""
+    for completion in (f"We work it out.\n#### {line}", f"We work it out.\n<answer>{line}</answer>"):
+        for extraction in MATH_EXTRACTIONS:
+            assert not verifier.check(completion, gold, 10.0, extraction).correct, (completion, extraction)
 
 
 @pytest.mark.parametrize(("line", "gold"), [
     ("\\frac{1}{2}", "\\frac{1}{2}"), ("-\\frac{3}{4}", "-\\frac{3}{4}"), ("2\\sqrt{2}", "2\\sqrt{2}"),
     ("1e5", "100000"), ("1.5e3", "1500"), ("2:30", "2:30"), ("10^3", "1000"), ("x = 5", "5"),
-    ("7.5 hours", "7.5"), ("25 cents", "25"), ("18 dollars", "18"), ("42 km/h", "42"), ("18 (dollars)", "18"), ("1,000", "1000"), ("$1,000.50", "1000.5"), ("-3", "-3"),
+    ("7.5 hours", "7.5"), ("25 cents", "25"), ("18 dollars", "18"), ("42 km/h", "42"), ("18 (dollars)", "18"), ("9.8 (m/s^2)", "9.8"), ("3 (4^{1})", "12"), ("1,000", "1000"), ("$1,000.50", "1000.5"), ("-3", "-3"),
     ("3/4", "\\frac{3}{4}"),
 ])
 def test_a_hash_answer_in_latex_or_with_a_unit_is_the_answer(verifier, line, gold):

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from ict.answers.extraction import expand_scientific
-from ict.answers.verify import MATH_EXTRACTIONS, MathVerifier, mark_hash_answer
+from ict.answers.readings import mark_hash_answer
+from ict.answers.verify import MATH_EXTRACTIONS, MathVerifier
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +145,12 @@ def test_scientific_notation_is_written_out_at_any_exponent_it_reads():
     ("The answer is (a+5)(b+2).", "(a+5)(b+2)", True),
     ("**Final Answer:** \\frac{\\sqrt{3}}{3}", "\\frac{\\sqrt{3}}{3}", True),
     ("The answer is 1,000.", "1000", True),  # a plain number as before
+    # a number before a parenthesis is one answer, not a number and a unit: "3 (4^{1})" is 3 * 4,
+    # not also 3; "42 (27, 9)" is no 42
+    ("The answer is 3 (4^{1}).", "12", True),
+    ("The answer is 3 (4^{1}).", "3", False),
+    ("The answer is 42 (27, 9).", "42", False),
+    ("The answer is 5 (\\frac{14}{3}).", "5", False),
 ])
 def test_an_anchored_latex_tuple_or_list_answer_in_plain_text_is_read_whole(
         verifier, completion, gold, expected):
@@ -161,6 +168,7 @@ def test_an_anchored_latex_tuple_or_list_answer_in_plain_text_is_read_whole(
     ("so the final answer is: (2, 4)\n", "so the final answer is: \\boxed{(2, 4)}\n"),
     ("**Final Answer:** **x^2+1**", "**Final Answer:** \\boxed{x^2+1}"),
     ("I checked my answer: the final answer is x^2+1", "I checked my answer: the final answer is \\boxed{x^2+1}"),
+    ("The answer is 3 (4^{1}).", "The answer is \\boxed{3 (4^{1})}"),  # one reading, no "unit"
     # left alone: a plain number, math delimiters, a plain word, not the last line, a box, an
     # unbalanced brace, no LaTeX, tuple or list
     ("The answer is 1,000.", None),
@@ -175,7 +183,7 @@ def test_an_anchored_latex_tuple_or_list_answer_in_plain_text_is_read_whole(
     ("The answer is 6 - 5i.", None),
 ])
 def test_anchor_answer_readings_boxes_only_a_last_line_answer_math_verify_misreads(completion, expected):
-    from ict.answers.verify import anchor_answer_readings
+    from ict.answers.readings import anchor_answer_readings
 
     assert anchor_answer_readings(completion) == [completion if expected is None else expected]
 
@@ -207,7 +215,7 @@ def test_a_boxed_number_in_a_text_wrapper_is_the_number(verifier, completion, go
     ("\\boxed{\\text{2 and 3}}", None),
 ])
 def test_unwrap_boxed_text_number_unwraps_only_a_box_that_is_one_number(text, expected):
-    from ict.answers.verify import unwrap_boxed_text_number
+    from ict.answers.readings import unwrap_boxed_text_number
 
     assert unwrap_boxed_text_number(text) == (text if expected is None else expected)
 

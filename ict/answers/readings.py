@@ -1,0 +1,141 @@
+"""The readings of a completion that math-verify parses in turn (`completion_readings`).
+
+math-verify reads ``\\boxed{}`` first; these rewrites box an answer it would otherwise miss or
+misread (GSM8K's ``#### x``, ``<answer>x</answer>``, a last-line "The answer is X" in plain text),
+unwrap a boxed number in a text wrapper and try a boxed percent two ways. Pure string functions;
+`ict.answers.verify`'s worker parses each reading.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ict.answers.extraction import (
+    BOXED_COMMANDS,
+    LATEX_WRAPPER,
+    PLAIN_NUMBER,
+    expand_scientific,
+    last_tag_span,
+)
+
+# what makes a "#### x" line a Markdown heading, not an answer: a first word ("Step 2: Revenue"), a
+# numbered title ("2. Money made", "1) Eggs") or two plain words ("60 % of the students"); an
+# answer may hold LaTeX (\frac{1}{2}: a \command is no word), one unit ("7.5 hours") or "x = 5"
+_HEADING_WORD = re.compile(r"[^\W\d_]{2,}")
+_NUMBERED_TITLE = re.compile(r"\d+\s*[.)]\s+\S")
+_PLAIN_WORD = re.compile(r"(?<![\\\w])[^\W\d_]{2,}")
+# a number, a space, then a unit of two letters or more, or one in brackets: "18 dollars", "42 km/h",
+# "18 (dollars)", "9.8 (m/s^2)"; not "1e5", "2:30", "5 x" (5x), "-2.5 %" (the percent readings
+# handle it) or brackets holding math: "3 (4^{1})" is 12, "42 (27, 9)" two answers, not also 3 or 42
+_NUMBER_AND_UNIT = re.compile(
+    r"([-+]?\d+(?:\.\d+)?(?:/\d+)?)\s+(?:[^\W\d_]{2,}|\(\s*[^\W\d_]+(?:\s*[/^]\s*\w+)*\s*\)).*")
+# the last line's answer anchor: "The answer is X", "Final answer: X", "**Final Answer:** X"
+_ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*:?|:)\**[ \t]*")
+# what math-verify misreads in plain text: LaTeX markup, a tuple or an interval, a list
+_PLAIN_TEXT_MISREAD = re.compile(r"[\\^_{,]|^[(\[]")
+# a box holding only a number, optionally in parentheses, in a text wrapper: \boxed{\textbf{(073)}}
+_BOXED_TEXT_NUMBER = re.compile(rf"(\\boxed\s*\{{\s*){LATEX_WRAPPER}\s*(\(?\d+(?:\.\d+)?\)?)\s*\}}(\s*\}})")
+# a percent sign inside a box (see _boxed_percent_readings)
+_BOXED_PERCENT = re.compile(r"(\\boxed\s*\{[^{}]*?)\s*\\?%\s*\}")
+
+
+def mark_hash_answer(completion: str) -> str:
+    """GSM8K convention: a completion with no ``\\boxed`` whose last ``####`` is followed by an
+    answer on the same line gets that answer boxed (``"... #### 72"`` -> ``"... \\boxed{72}"``),
+    so that math-verify's boxed-first extraction picks it; the lines after it are kept. Other
+    completions are returned as is, among them Markdown headings (``#### Step 2: Revenue``,
+    ``#### 2. Money made``, ``#### 60 % of the students``: see ``_NUMBERED_TITLE``)."""
+    return hash_answer_readings(completion)[0]
+
+
+def tag_answer_readings(completion: str) -> list[str]:
+    """A completion with no ``\\boxed`` whose last complete ``<answer>...</answer>`` pair holds an
+    answer gets it boxed in the pair's place (``"... <answer>3</answer>"`` -> ``"... \\boxed{3}"``),
+    as GSM8K's ``####`` is (`hash_answer_readings`, with its second reading for a number before a
+    unit): math-verify reads no number right after a ``>``, so ``<answer>3</answer>``, the
+    `format` reward's answer, had no answer. Other completions: ``[completion]``."""
+    span = last_tag_span(completion)
+    if span is None or any(command in completion for command in BOXED_COMMANDS):
+        return [completion]
+    start, end = span
+    content = completion[start:end].strip()
+    if not content:
+        return [completion]
+    return _boxed_in_place(completion[:start - len("<answer>")], content, completion[end + len("</answer>"):])
+
+
+def _boxed_in_place(before: str, value: str, after: str) -> list[str]:
+    """``before + \\boxed{value} + after``, and for a number before a unit (``18 dollars``) the
+    same with the number alone."""
+    values = [value]
+    if (number := _NUMBER_AND_UNIT.match(value)) is not None:
+        values.append(number.group(1))
+    return [f"{before}\\boxed{{{item}}}{after}" for item in values]
+
+
+def hash_answer_readings(completion: str) -> list[str]:
+    """`mark_hash_answer`'s reading, and for an answer with a unit after a number (``#### 18
+    dollars``: math-verify knows cm or hours, not dollars) one more with the number alone boxed."""
+    marker = completion.rfind("####")
+    if marker < 0 or any(command in completion for command in BOXED_COMMANDS):
+        return [completion]
+    line, _, rest = completion[marker + 4 :].partition("\n")
+    value = line.strip().replace(",", "").replace("\\$", "").strip("$ .")
+    if (not value or _HEADING_WORD.match(value) or _NUMBERED_TITLE.match(value)
+            or len(_PLAIN_WORD.findall(value)) >= 2):
+        return [completion]
+    rest = f"\n{rest}" if rest.strip() else ""
+    return _boxed_in_place(completion[:marker], value, rest)
+
+
+def anchor_answer_readings(completion: str) -> list[str]:
+    """A completion with no ``\\boxed`` whose last line ends in an anchored answer X ("The answer is
+    X.", "Final answer: X") that is LaTeX with no math delimiters, a tuple or a list
+    (``3\\sqrt{13}``, ``(2, 4)``, ``1, -2``) gets X boxed in its place, as GSM8K's ``####`` is
+    (`hash_answer_readings`): math-verify reads such an X in plain text as its first number
+    (``3``, ``1``) or as none. One reading only: X has no word, so a parenthesis after a number
+    is a product or a second answer (``3 (4^{1})``, ``42 (27, 9)``), not a unit whose number
+    alone is a reading too. A plain number (``1,000``), a ``$...$`` answer, any plain word
+    (``1, since 2 - 1 = 1``; a ``\\command`` is none) and unbalanced braces are left alone:
+    ``[completion]``."""
+    if any(command in completion for command in BOXED_COMMANDS):
+        return [completion]
+    text = completion.rstrip()
+    anchors = list(_ANSWER_ANCHOR.finditer(text, text.rfind("\n") + 1))
+    if not anchors:
+        return [completion]
+    value = text[anchors[-1].end():].strip().strip("*").removesuffix(".").strip()
+    if (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value)
+            or any(delimiter in value for delimiter in ("$", "\\(", "\\["))
+            or value.count("{") != value.count("}") or _PLAIN_WORD.search(value)):
+        return [completion]
+    return [f"{text[:anchors[-1].end()]}\\boxed{{{value}}}{completion[len(text):]}"]
+
+
+def unwrap_boxed_text_number(text: str) -> str:
+    """``text`` with a number in a text wrapper inside a box unwrapped: ``\\boxed{\\textbf{(073)}}``
+    (AoPS's AIME answers) -> ``\\boxed{(073)}``, ``\\boxed{\\text{073}}`` -> ``\\boxed{073}``, both 73;
+    math-verify reads ``\\text{073}`` as the text "073", not equal to 73."""
+    return _BOXED_TEXT_NUMBER.sub(r"\1\2\3", text)
+
+
+def _boxed_percent_readings(text: str) -> list[str]:
+    """The readings of a completion to try in turn: ``text`` itself, or, with a percent sign inside
+    a box, the box with a plain ``%`` (``\\boxed{62.5\\%}`` -> ``\\boxed{62.5%}``: math-verify matches
+    it to a gold "62.5%") and then with the sign moved out (``\\boxed{62.5}\\%``: read as 62.5, a
+    gold such as GSM8K's 60 for "what percentage"), where math-verify reads ``\\boxed{60\\%}`` as
+    no number."""
+    if not _BOXED_PERCENT.search(text):
+        return [text]
+    return [_BOXED_PERCENT.sub(r"\1%}", text), _BOXED_PERCENT.sub(r"\1}\\%", text)]
+
+
+def completion_readings(completion: str) -> list[str]:
+    """The readings of ``completion`` for math-verify to parse in turn (the first that matches the
+    gold wins): the ``<answer>`` tag's (`tag_answer_readings`), then the ``####`` line's
+    (`hash_answer_readings`), scientific notation expanded, the anchored plain-text answer's
+    (`anchor_answer_readings`), a boxed number in a text wrapper unwrapped, and the boxed
+    percent's (`_boxed_percent_readings`)."""
+    return [percent for tagged in tag_answer_readings(completion) for marked in hash_answer_readings(tagged)
+            for anchored in anchor_answer_readings(expand_scientific(marked))
+            for percent in _boxed_percent_readings(unwrap_boxed_text_number(anchored))]
