@@ -140,7 +140,10 @@ def test_the_kl_over_all_tokens_reaches_micro_batches_that_select_nothing(tiny_t
         masks.append(result.selected_mask)
         gradients.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     assert not masks[0].any(dim=1).all() and torch.equal(masks[0], masks[1])
-    torch.testing.assert_close(gradients[1], gradients[0], rtol=1e-4, atol=1e-7)
+    # float32 sums taken in another order differ by ~1e-6 of the gradient's scale (0.66 here); a
+    # micro-batch that lost its rows' KL would move it by ~0.1 (12 of the 16 rows select nothing)
+    scale = float(gradients[0].abs().max())
+    torch.testing.assert_close(gradients[1], gradients[0], rtol=1e-4, atol=1e-5 * scale)
 
 
 def test_the_kl_to_the_reference_is_taken_at_the_sampling_temperature(tiny_tokenizer):
