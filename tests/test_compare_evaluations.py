@@ -447,3 +447,61 @@ def test_compare_counts_a_repeated_sample_record_once_and_refuses_two_draws_of_o
     samples.write_text("".join(lines) + line(3, False, "other"))
     with pytest.raises(UsageError, match=r"samples.jsonl:5: a second, different record of gsm8k #0 sample 3"):
         read_verdicts(samples)
+
+
+def test_compare_leaves_out_a_record_whose_seed_is_no_integer_as_ict_eval_does(tmp_path: Path):
+    """Problem 0 of an `ict eval --seeds 0,1`: seed 0 samples right, wrong; seed 1 sample wrong.
+    Three more records whose 'seed' is true, false and "1" are no seed's (`ict eval` leaves them
+    out: true is no seed 1). The report counted true as seed 1 (two verdicts for its one sample,
+    pass@1 of seed 1 read 1/2 instead of 0) and false as a third seed; now by seed {0: [right,
+    wrong], 1: [wrong]}, the records `load_sample_records` keeps, with or without the seeds."""
+    from ict.analysis.comparison_runs import read_verdicts
+    from ict.evaluation.records import load_sample_records
+
+    def line(sample: int, seed: object, correct: bool) -> str:
+        return json.dumps({"benchmark": "gsm8k", "index": 0, "sample": sample, "seed": seed, "greedy": False,
+                           "completion": f"c{sample}", "correct": correct, "status": "ok",
+                           "extracted": None}) + "\n"
+
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(line(0, 0, True) + line(1, 0, False) + line(0, 1, False) + line(1, True, True)
+                       + line(2, False, True) + line(3, "1", True))
+    for units in ((None, None, None), (None, {0, 1}, None)):
+        verdicts = read_verdicts(samples, units)["gsm8k"][0]
+        assert list(verdicts) == [True, False, False]
+        assert verdicts.by_seed == {0: [True, False], 1: [False]}
+    assert {key: [record["correct"] for record in unit] for key, unit in load_sample_records(samples).items()} == {
+        "gsm8k#0#seed=0": [True, False], "gsm8k#0#seed=1": [False]}
+
+
+def test_compare_names_the_rerun_that_settles_two_records_of_one_sample(tmp_path: Path):
+    """Sample 0 of one problem (n 2) graded right, and a copy of it graded under older rules
+    (wrong, no answer; its grading fields only differ: one completion graded twice, which `ict
+    eval` now grades again). The report's one line said the rerun would "draw that problem
+    again"; it says it grades it again, and still says "draw" for a record of another draw (its
+    completion differs). A record written before the 'seed' field and its copy with the seed `ict
+    eval` gives it on a rewrite (seed 0) are one record, as ict eval reads them: counted once; so is
+    a record whose 'seed' is null of that seed."""
+    from ict.analysis.comparison_runs import read_verdicts
+    from ict.core.errors import UsageError
+
+    record = {"benchmark": "gsm8k", "index": 0, "sample": 0, "seed": 0, "greedy": False, "completion": "c",
+              "gold": "3", "extracted": "3", "correct": True, "score": 1.0, "status": "ok",
+              "grading": {"math_extraction": "lenient", "grading_rules": 2}}
+    older = {**record, "gold": "5", "extracted": None, "correct": False, "score": 0.0, "status": "no_answer",
+             "grading": {"math_extraction": "lenient", "grading_rules": 1}}
+    other = {**record, "sample": 1, "correct": False}
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps(r) + "\n" for r in (record, other, older)))
+    with pytest.raises(UsageError) as error:
+        read_verdicts(samples)
+    assert str(error.value) == (f"{samples}:3: a second, different grading of gsm8k #0 sample 0 (seed 0); rerun "
+                                f"ict eval in {tmp_path} to grade it again")
+    samples.write_text("".join(json.dumps(r) + "\n" for r in (record, other, {**older, "completion": "d"})))
+    with pytest.raises(UsageError) as error:
+        read_verdicts(samples)
+    assert str(error.value) == (f"{samples}:3: a second, different record of gsm8k #0 sample 0 (seed 0); rerun "
+                                f"ict eval in {tmp_path} to draw that problem again")
+    unseeded = {key: value for key, value in record.items() if key != "seed"}
+    samples.write_text("".join(json.dumps(r) + "\n" for r in (unseeded, {**other, "seed": None}, record)))
+    assert read_verdicts(samples)["gsm8k"][0].by_seed == {0: [True, False]}

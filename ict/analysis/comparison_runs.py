@@ -16,6 +16,7 @@ import numpy as np
 from ict.analysis.plots import read_metrics
 from ict.core.errors import UsageError, read_utf8_text, utf8_text
 from ict.core.metrics import pass_at_k
+from ict.runs.samples import same_draw, sampling_seed
 
 BASE_MODEL_DIR = "base-model"  # DIR/base-model/: the untrained model's evaluation (step 0)
 DEFAULT_KS = (1, 4)  # k of pass@k for an evaluation whose results.json does not name its ks
@@ -144,9 +145,11 @@ def read_verdicts(samples: Path, units: tuple[set[str] | None, set[int] | None, 
     samples.jsonl (greedy completions and unreadable lines left out; empty if no file); ``units``
     (:func:`evaluated_units`): only the records of those benchmarks, sampling seeds and problem
     indices below the limit (None: any); a record without 'seed' (older versions) is of the
-    evaluation's one seed (0 when ``units`` names none or several). A record repeated (same
+    evaluation's one seed (0 when ``units`` names none or several), one whose 'seed' is no integer
+    (``true`` too) is left out (`sampling_seed`, as `ict eval` reads it). A record repeated (same
     benchmark, index, seed and sample, equal in every field) counts once, as `ict eval` counts
-    it; two different records of one sample are a one-line UsageError. A JSON line
+    it; two different records of one sample are a one-line UsageError naming the rerun that settles
+    it (`same_draw`: one completion graded twice is graded again, two draws drawn again). A JSON line
     without a string 'benchmark', an integer 'index' and a boolean 'correct' (as `ict eval` writes
     them: a "false" string would be read as correct), or a file that is not UTF-8, is a one-line
     UsageError naming the file."""
@@ -168,20 +171,23 @@ def read_verdicts(samples: Path, units: tuple[set[str] | None, set[int] | None, 
             raise UsageError(f"{samples}:{number}: not an evaluation sample (a JSON object with 'benchmark', "
                              "integer 'index' and boolean 'correct')")
         benchmarks, seeds, limit = units
-        seed = record.get("seed", legacy_seed)
-        if (record.get("greedy") or (benchmarks is not None and record["benchmark"] not in benchmarks)
+        seed = None if record.get("greedy") else sampling_seed(record, legacy_seed)  # None: left out
+        if (seed is None or (benchmarks is not None and record["benchmark"] not in benchmarks)
                 or (seeds is not None and seed not in seeds)
                 or (limit is not None and record["index"] >= limit)):
             continue
+        record["seed"] = seed  # as ict eval reads it: a record without one equals one with it
         sample = record.get("sample")
         if isinstance(sample, int):  # a record repeated (a retried write, files concatenated) counts once
             key = (record["benchmark"], record["index"], seed, sample)
             if key in seen:
                 if seen[key] == record:
                     continue
-                raise UsageError(f"{samples}:{number}: a second, different record of {record['benchmark']} "
+                what, rerun = (("grading", "grade it again") if same_draw(seen[key], record)
+                               else ("record", "draw that problem again"))
+                raise UsageError(f"{samples}:{number}: a second, different {what} of {record['benchmark']} "
                                  f"#{record['index']} sample {sample} (seed {seed}); rerun ict eval in "
-                                 f"{samples.parent} to draw that problem again")
+                                 f"{samples.parent} to {rerun}")
             seen[key] = record
         verdicts = correct.setdefault(record["benchmark"], {}).setdefault(record["index"], Verdicts())
         verdicts.append(record["correct"])

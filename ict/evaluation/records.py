@@ -24,6 +24,7 @@ from ict.answers.verify import DEFAULT_TIMEOUT_SECONDS
 from ict.core.errors import UsageError
 from ict.core.problems import Problem
 from ict.runs.checkpoint import write_atomically
+from ict.runs.samples import same_draw, sampling_seed
 
 SAMPLES_FILE = "samples.jsonl"
 RESULTS_FILES = ("results.json", "results.csv", "results.md")
@@ -83,9 +84,9 @@ def record_problem(record: dict[str, Any]) -> str | None:
 def load_sample_records(path: Path, legacy_seed: int = 0) -> dict[str, list[dict[str, Any]]]:
     """samples.jsonl -> records grouped by `unit_key` (a torn line, one that is no JSON or no
     UTF-8, is ignored: an interrupted write, which may cut a character in two); a sampled record
-    without a ``seed`` (written before the field existed) gets ``legacy_seed``, one whose ``seed``
-    is no integer (``true`` too, which Python takes for 1) is left out. A JSON line that
-    is no evaluation record (`record_problem`) is a one-line UsageError naming file:line."""
+    gets its `sampling_seed` (``legacy_seed`` where it has none), one whose ``seed`` is no integer
+    (``true`` too) is left out. A JSON line that is no evaluation record (`record_problem`) is a
+    one-line UsageError naming file:line."""
     grouped: dict[str, list[dict[str, Any]]] = {}
     if not path.is_file():
         return grouped
@@ -101,10 +102,10 @@ def load_sample_records(path: Path, legacy_seed: int = 0) -> dict[str, list[dict
                                  "or another --output-dir")
             if record.get("greedy"):
                 record["seed"] = None
-            elif record.get("seed") is None:
-                record["seed"] = legacy_seed
-            elif not isinstance(record["seed"], int) or isinstance(record["seed"], bool):
+            elif (seed := sampling_seed(record, legacy_seed)) is None:
                 continue  # true is no seed 1
+            else:
+                record["seed"] = seed
             grouped.setdefault(record_key(record), []).append(record)
     return grouped
 
@@ -117,25 +118,20 @@ def is_complete(records: list[dict[str, Any]], num_samples: int) -> bool:
     return {r["sample"] for r in records} == set(range(num_samples))
 
 
-GRADED_FIELDS = ("gold", "extracted", "correct", "score", "status", "grading")
-"""A record's fields that grading writes (those `ict.evaluation.evaluate.regrade_records`
-rewrites); the others are its draw's."""
-
-
 def without_repeats(records: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     """One unit's records with each repeated record (equal in every field: a record appended twice
     by a retried write, a file concatenated by hand) kept once, in order; two records of one
-    ``sample`` that differ in `GRADED_FIELDS` only (one completion graded twice: a copy from before
-    a re-grade) are one draw: the first is kept with ``grading`` None, so that it is graded again;
-    None when two records of one sample differ in another field (records of two draws: which one
-    counts is unknown). Without this, samples 0, 1, 1, 2, 3 counted as finished and the metrics
-    read 0, 1, 1, 2 as the four."""
+    ``sample`` that differ in grading fields only (`same_draw`: one completion graded twice, a copy
+    from before a re-grade) are one draw: the first is kept with ``grading`` None, so that it is
+    graded again; None when two records of one sample differ in another field (records of two
+    draws: which one counts is unknown). Without this, samples 0, 1, 1, 2, 3 counted as finished
+    and the metrics read 0, 1, 1, 2 as the four."""
     kept: dict[int, dict[str, Any]] = {}
     for record in records:
         seen = kept.setdefault(record["sample"], record)
         if seen == record:
             continue
-        if {**seen, **dict.fromkeys(GRADED_FIELDS)} != {**record, **dict.fromkeys(GRADED_FIELDS)}:
+        if not same_draw(seen, record):
             return None
         seen["grading"] = None
     return list(kept.values())
