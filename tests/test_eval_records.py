@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -175,16 +176,22 @@ def _one_gsm8k_problem(tmp_path: Path) -> tuple[Path, str]:
     return data, load_benchmark("gsm8k", data).problems[0].prompt
 
 
+def _one_problem_eval(tmp_path: Path, **settings: Any) -> tuple[dict[str, Any], str, Path]:
+    """(EvalConfig options of a scripted evaluation of `_one_gsm8k_problem` into tmp_path/out: n 2,
+    k 1, on the CPU, each overridden by ``settings``; the problem's prompt; the output directory)."""
+    data, prompt = _one_gsm8k_problem(tmp_path)
+    out = tmp_path / "out"
+    return {"model": "scripted", "benchmarks": "gsm8k", "data_dir": str(data), "output_dir": str(out),
+            "num_samples": 2, "ks": (1,), "device": "cpu", **settings}, prompt, out
+
+
 def test_a_longer_verify_timeout_regrades_the_checks_that_timed_out(tmp_path: Path):
     """--verify-timeout is a grading setting (`GRADING_KEYS`): a rerun with another bound grades
     the stored completions again, without generating; a rerun with the same bound keeps them.
     The stored verdicts are set to what a check cut off by its bound records (incorrect,
     ``timeout``): a real bound of 1e-6 s was not one (the pool reads an answer that is already
     there when its bound is checked, so on a loaded machine the check came back ``ok``)."""
-    data, prompt = _one_gsm8k_problem(tmp_path)
-    out = tmp_path / "out"
-    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
-                  num_samples=2, ks=(1,), device="cpu")
+    config, prompt, out = _one_problem_eval(tmp_path)
     scripted = ScriptedGenerator({prompt: (["\\boxed{3}", "\\boxed{3}"], "")})
     first = evaluate(EvalConfig(**config, verify_timeout=2.0), scripted, progress=False, print_table=False)
     assert first.benchmarks[0].statuses == {"ok": 2}
@@ -275,10 +282,7 @@ def test_records_graded_before_the_grading_field_are_regraded_as_lenient_ones(tm
     extraction of that time (`LEGACY_GRADING`): under the anchored default they are graded again,
     without generating. "the sum 3" is right under lenient extraction only (pass@1 1.0 as
     stored, 0.0 anchored); taking them for graded with the current rules kept 1.0."""
-    data, prompt = _one_gsm8k_problem(tmp_path)
-    out = tmp_path / "out"
-    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
-                  num_samples=2, ks=(1,), device="cpu", math_extraction="lenient")
+    config, prompt, out = _one_problem_eval(tmp_path, math_extraction="lenient")
     first = evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["the sum 3", "the sum 3"], "")}),
                      progress=False, print_table=False)
     assert first.benchmarks[0].metrics["pass@1"] == 1.0
@@ -323,10 +327,7 @@ def test_a_resume_keeps_greedy_records_seedless_and_results_json_names_the_one_s
     ``seeds`` null it read both, 2 samples a problem of n = 1)."""
     from ict.analysis.comparison_runs import complete_verdicts
 
-    data, prompt = _one_gsm8k_problem(tmp_path)
-    out = tmp_path / "out"
-    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
-                  num_samples=1, ks=(1,), device="cpu", greedy=True)
+    config, prompt, out = _one_problem_eval(tmp_path, num_samples=1, greedy=True)
     evaluate(EvalConfig(**config, seeds=(0, 1)), ScriptedGenerator({prompt: (["\\boxed{3}"], "\\boxed{3}")}),
              progress=False, print_table=False)
     evaluate(EvalConfig(**config, seed=1), ScriptedGenerator({}), progress=False, print_table=False)
@@ -362,10 +363,7 @@ def test_a_resume_refuses_another_dtype_or_backend_and_accepts_another_device_or
 def test_a_run_json_from_before_dtype_and_backend_were_recorded_resumes_with_any(tmp_path: Path):
     """A run.json without ``dtype`` and ``backend`` (an older ict eval) does not say what its
     samples were drawn with: any value resumes (`UNKNOWN_BEFORE`), and is recorded from then on."""
-    data, prompt = _one_gsm8k_problem(tmp_path)
-    out = tmp_path / "out"
-    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
-                  num_samples=2, ks=(1,), device="cpu")
+    config, prompt, out = _one_problem_eval(tmp_path)
     evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["\\boxed{3}", "no"], "")}),
              progress=False, print_table=False)
     run = json.loads((out / "run.json").read_text())
@@ -386,10 +384,7 @@ def test_records_graded_under_other_grading_rules_are_regraded_and_results_json_
     version its verdicts were graded under."""
     from ict.answers.grading import GRADING_RULES_VERSION
 
-    data, prompt = _one_gsm8k_problem(tmp_path)
-    out = tmp_path / "out"
-    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
-                  num_samples=2, ks=(1,), device="cpu")
+    config, prompt, out = _one_problem_eval(tmp_path)
     evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["\\boxed{3}", "\\boxed{3}"], "")}),
              progress=False, print_table=False)
     assert json.loads((out / "results.json").read_text())["config"]["grading_rules"] == GRADING_RULES_VERSION
@@ -434,10 +429,7 @@ def test_regrade_grades_every_stored_completion_again_and_a_plain_rerun_keeps_th
     stored verdicts. The stored verdicts are set wrong by hand (a right "\\\\boxed{3}" as
     incorrect): pass@1 0.0 kept, then 1.0 once re-graded, and the file holds the new verdicts.
     (Mutation test: --regrade ignored survived every test.)"""
-    data, prompt = _one_gsm8k_problem(tmp_path)
-    out = tmp_path / "out"
-    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
-                  num_samples=2, ks=(1,), device="cpu")
+    config, prompt, out = _one_problem_eval(tmp_path)
     evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["\\\\boxed{3}", "\\\\boxed{3}"], "")}),
              progress=False, print_table=False)
     stored = [{**json.loads(line), "correct": False, "extracted": None, "score": 0.0, "status": "no_answer"}
@@ -457,14 +449,12 @@ def test_a_repeated_record_is_counted_once_and_two_draws_of_one_sample_are_drawn
     0, 0, 1, 1 (pass@1 0); both are the clean figures now, the file back to four lines. Two
     different records of sample 3 (two draws) are no finished unit: drawn again, with a note, and
     results.json (which counted one of them) is deleted before."""
-    data, prompt = _one_gsm8k_problem(tmp_path)
-    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(tmp_path / "out"),
-                  num_samples=4, ks=(1, 2, 4), device="cpu")
+    config, prompt, out = _one_problem_eval(tmp_path, num_samples=4, ks=(1, 2, 4))
     clean = {"pass@1": 0.5, "pass@2": 5 / 6, "pass@4": 1.0, "avg@4": 0.5, "maj@4": 0.0}
     first = evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["\\boxed{5}"] * 2 + ["\\boxed{3}"] * 2, "")}),
                      progress=False, print_table=False)
     assert first.benchmarks[0].metrics == pytest.approx(clean, abs=1e-12)
-    path = tmp_path / "out" / "samples.jsonl"
+    path = out / "samples.jsonl"
     lines = path.read_text().splitlines(keepends=True)
     for edited in ("".join(lines[:2] + lines[1:]), "".join(lines + lines)):
         path.write_text(edited)
@@ -483,7 +473,7 @@ def test_a_repeated_record_is_counted_once_and_two_draws_of_one_sample_are_drawn
     notes: list[str] = []
     with pytest.raises(KeyboardInterrupt):  # results.json counted one of the two: gone before the redraw
         evaluate(EvalConfig(**config), Killed(), progress=False, print_table=False, log=notes.append)
-    assert not (tmp_path / "out" / "results.json").exists()
+    assert not (out / "results.json").exists()
     redrawn = evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["\\boxed{3}"] * 4, "")}),
                        progress=False, print_table=False)
     assert redrawn.benchmarks[0].metrics["pass@1"] == 1.0
@@ -562,3 +552,4 @@ def test_one_completion_graded_twice_is_graded_again_not_drawn_again(tmp_path: P
     again = evaluate(EvalConfig(**config), ScriptedGenerator({}), progress=False, print_table=False)
     assert again.benchmarks[0].metrics["pass@1"] == 0.5 and again.benchmarks[0].statuses == {"ok": 2}
     assert without_repeats([first, {**older, "num_tokens": first["num_tokens"] + 1}]) is None
+
