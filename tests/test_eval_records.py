@@ -553,3 +553,32 @@ def test_one_completion_graded_twice_is_graded_again_not_drawn_again(tmp_path: P
     assert again.benchmarks[0].metrics["pass@1"] == 0.5 and again.benchmarks[0].statuses == {"ok": 2}
     assert without_repeats([first, {**older, "num_tokens": first["num_tokens"] + 1}]) is None
 
+
+@pytest.mark.parametrize("rerun", [{"math_extraction": "lenient"}, {"limit": 2}])
+def test_a_rerun_deletes_results_json_before_it_rewrites_samples_jsonl(tmp_path: Path, monkeypatch, rerun):
+    """A rerun that re-grades the stored records (another --math-extraction) or drops a unit drawn in
+    a chunk another --limit cut otherwise (--limit 1, then 2: chunks of 2 problems) rewrites
+    samples.jsonl after deleting results.json (`replace_records`): killed in between, it left the
+    old figures beside other records. Each rewrite records whether results.json was there."""
+    import ict.evaluation.records as records
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm8k.jsonl").write_text("".join(json.dumps({"question": f"question {i}?", "answer": f"#### {i}"})
+                                              + "\n" for i in range(2)))
+    scripted = ScriptedGenerator({problem.prompt: ([f"the answer is {problem.index}"] * 2, "")
+                                  for problem in load_benchmark("gsm8k", data).problems})
+    out = tmp_path / "out"
+    config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
+                  num_samples=2, ks=(1,), device="cpu", batch_size=4, limit=1)
+    evaluate(EvalConfig(**config), scripted, progress=False, print_table=False)
+    assert (out / "results.json").exists()
+    results_there: list[bool] = []
+
+    def spied(path: Path, written: dict) -> None:
+        results_there.append((out / "results.json").exists())
+        write_all_records(path, written)
+
+    monkeypatch.setattr(records, "write_all_records", spied)
+    evaluate(EvalConfig(**{**config, **rerun}), scripted, progress=False, print_table=False)
+    assert results_there[0] and results_there[-1] is False  # prepare_output_dir's, then the rewrite's

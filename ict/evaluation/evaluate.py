@@ -84,11 +84,10 @@ from ict.evaluation.records import (
     RUN_FILE,
     SAMPLES_FILE,
     check_same_problems,
-    discard_results,
     prepare_output_dir,
     records_for_problem,
+    replace_records,
     unit_key,
-    write_all_records,
 )
 from ict.evaluation.results import (
     BenchmarkResult,
@@ -416,8 +415,7 @@ def evaluate(
         if stale:  # drawn in a chunk that another --limit cut elsewhere: drawn again as this run draws them
             for key in stale:
                 del records[key]
-            discard_results(output_dir)  # its figures count them
-            write_all_records(output_dir / SAMPLES_FILE, records)
+            replace_records(output_dir, records)
         todo = [(benchmark, [p for p in benchmark.problems
                              if any(unit_key(benchmark.name, p.index, seed) not in records
                                     for seed in units)])
@@ -438,8 +436,7 @@ def evaluate(
             grading_start = time.perf_counter()
             count = regrade_records(benchmarks, records, config, verifier, everything=regrade_all)
             if count:  # stored completions graded with other settings (or --regrade): graded again
-                discard_results(output_dir)  # its figures are the old verdicts'
-                write_all_records(output_dir / SAMPLES_FILE, records)
+                replace_records(output_dir, records)
                 timing["grading_seconds"] += time.perf_counter() - grading_start
                 say(f"re-graded {count} stored completions ({config.math_extraction} math extraction, "
                     f"grading rules {GRADING_RULES_VERSION})")

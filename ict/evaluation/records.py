@@ -223,6 +223,13 @@ def discard_results(output_dir: Path) -> None:
         (output_dir / name).unlink(missing_ok=True)
 
 
+def replace_records(output_dir: Path, records: dict[str, list[dict[str, Any]]]) -> None:
+    """samples.jsonl rewritten to hold ``records`` (a unit dropped or re-graded), the results files
+    deleted first (`discard_results`: their figures count the records being replaced)."""
+    discard_results(output_dir)
+    write_all_records(output_dir / SAMPLES_FILE, records)
+
+
 def write_all_records(path: Path, records: dict[str, list[dict[str, Any]]]) -> None:
     temporary = path.with_suffix(".jsonl.tmp")
     with open(temporary, "w", encoding="utf-8") as handle:
