@@ -594,6 +594,25 @@ def test_the_reported_difference_interval_and_p_match_a_hand_computation_on_the_
     assert [row["difference"], row["low"], row["high"], row["p_value"]] == pytest.approx([d.mean(), low, high, p])
 
 
+def test_an_exactly_zero_difference_prints_0_0_not_minus_0_0(tmp_path):
+    """ict and grpo solve 1 and 2 of 3 samples of two problems each, on other problems: pass@1
+    (1/3, 2/3, 0, 0) against (0, 0, 1/3, 2/3), an exact difference of 0 whose float mean is
+    -2.8e-17. The report printed it as -0.0 (ict looking worse); a value that rounds to zero now
+    prints 0.0, and a negative one that does not keeps its sign."""
+    from ict.analysis.compare import _fmt, write_report
+
+    output = tmp_path / "cmp"
+    counts = {"grpo": (0, 0, 1, 2), "ict": (1, 2, 0, 0)}
+    for label, solved in counts.items():
+        _finished_run(output, label, {p: [True] * c + [False] * (3 - c) for p, c in enumerate(solved)})
+    report = write_report(output, ("grpo",), 40).read_text()
+    (row,) = json.loads((output / "summary.json").read_text())["differences"]
+    assert -1e-15 < row["difference"] < 0  # the float residue this test is about
+    (line,) = [line for line in report.splitlines() if line.startswith("| b | pass@1 | ict | grpo |")]
+    assert line.split(" | ")[4] == "0.0"
+    assert (_fmt(-0.0004), _fmt(-0.004, 2, 1.0), _fmt(-0.001), _fmt(0.0004)) == ("0.0", "0.00", "-0.1", "0.0")
+
+
 def test_the_end_of_training_is_the_mean_of_exactly_its_last_ten_steps(tmp_path):
     """Mutation test of END_WINDOW's slice: reward = step over 12 steps, so the last 10 (3..12)
     average 7.5, the last 9 8.0 and the last 11 7.0."""

@@ -144,7 +144,13 @@ def _learning_curve_lines(rows: list[dict[str, Any]], figure: Path | None) -> li
 # Report
 
 def _fmt(value: float, digits: int = 1, scale: float = 100.0) -> str:
-    return "-" if value is None or not math.isfinite(value) else f"{scale * value:.{digits}f}"
+    """``scale * value`` with ``digits`` decimals (percent by default), a dash for None or a
+    non-finite value; one that rounds to zero is ``0.0``, never ``-0.0`` (an exactly-zero paired
+    difference averages to float residue such as -2.8e-17, whose sign is no finding)."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    text = f"{scale * value:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
 
 
 def is_baseline(label: str, baselines: Sequence[str]) -> bool:
