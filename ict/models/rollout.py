@@ -118,10 +118,10 @@ def cache_argument(model: Any) -> str:
 
 
 def output_cache(output: Any) -> Any:
-    """The key/value cache of a model output (``cache`` in new transformers, else
-    ``past_key_values``)."""
-    cache = getattr(output, "cache", None)
-    return cache if cache is not None else output.past_key_values
+    """The key/value cache of a model output: its ``cache`` field in new transformers (None when
+    the forward kept none), else ``past_key_values``. Read by the field the output has: in new
+    transformers ``past_key_values`` is a deprecated alias that logs a warning."""
+    return output.cache if hasattr(output, "cache") else output.past_key_values
 
 
 def prompt_cache_shareable(model: Any) -> bool:
