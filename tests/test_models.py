@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import warnings
 
 import pytest
 import torch
@@ -432,8 +433,11 @@ def test_gradient_checkpointing_recomputes_each_layer_in_the_backward(lora_rank,
 
     calls = []
     for checkpointing in (False, True):
-        model, _ = load_model_and_tokenizer(str(tiny_model_dir), device="cpu", lora=LoraOptions(rank=lora_rank),
-                                            gradient_checkpointing=checkpointing)
+        with warnings.catch_warnings(record=True) as caught:  # not the name transformers 5.24 deprecated
+            warnings.simplefilter("always")
+            model, _ = load_model_and_tokenizer(str(tiny_model_dir), device="cpu", lora=LoraOptions(rank=lora_rank),
+                                                gradient_checkpointing=checkpointing)
+        assert not [str(w.message) for w in caught if "`gradient_checkpointing_enable`" in str(w.message)]
         model.train()
         mlp_class = type(model.get_decoder().layers[0].mlp)
         count, forward = [0], mlp_class.forward

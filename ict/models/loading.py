@@ -279,8 +279,8 @@ def load_model_and_tokenizer(
     if model.generation_config is not None and model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.to(resolved_device)
-    if gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+    if gradient_checkpointing:  # transformers 5.24 renamed it; the old name warns (removed in v6)
+        (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
         model.config.use_cache = False
     if lora is not None and lora.rank > 0:
         model = apply_lora(model, lora)
