@@ -330,6 +330,22 @@ def test_lora_scales_its_update_by_alpha_over_rank_and_keeps_its_dropout(tiny_to
         torch.testing.assert_close(layer.eval()(x), expected, rtol=0, atol=1e-12)
 
 
+def test_a_missing_relative_path_of_several_directories_is_no_hub_id(monkeypatch):
+    """``runs/demo/checkpoints/step-00000020`` mistyped (or run from another directory) is a path:
+    a hub id is ``namespace/name``. It was looked up on the hub: "cannot load model ...: Repo id
+    must be in the form 'repo_name' or 'namespace/repo_name' ... (offline? pass a local
+    directory ...)", after the hub check's wait. A hub id still goes to the hub."""
+    import ict.models.loading as loading
+
+    monkeypatch.setattr(loading, "hub_reachable", lambda: True)
+    with pytest.raises(UsageError) as error:
+        loading.model_source("runs/demo/checkpoints/step-00000020")
+    assert str(error.value) == "model directory not found: runs/demo/checkpoints/step-00000020"
+    with pytest.raises(UsageError, match="^model directory not found: models/qwen/merged$"):
+        loading.model_source("models/qwen/merged")
+    assert loading.model_source("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
 def test_a_missing_model_directory_under_home_is_refused_in_one_line(monkeypatch, tmp_path):
     """``~/no-such-model`` (e.g. from a config file) is a path, not a hub id: "model directory not
     found", not a hub lookup of the id '~/no-such-model'."""
