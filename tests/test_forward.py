@@ -3,6 +3,8 @@ within 1e-5 (float32, CPU), with left-padded prompts, ragged completions and spl
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -13,7 +15,7 @@ from ict.models.forward import (
     response_logits,
     shared_prompt_response_outputs,
 )
-from ict.models.rollout import RolloutBatch
+from ict.models.rollout import RolloutBatch, output_cache
 
 
 def grouped_batch(vocab: int, group_sizes=(3, 1, 4), seed: int = 0) -> RolloutBatch:
@@ -152,3 +154,25 @@ def test_gradient_checkpointing_runs_each_row_whole_with_the_same_gradients(tiny
     torch.testing.assert_close(lp, expected_lp, rtol=0, atol=1e-6)
     for name, grad in expected_grads.items():
         torch.testing.assert_close(grads[name], grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_a_forward_that_keeps_no_cache_reads_no_deprecated_cache_name(hidden, tiny_tokenizer, monkeypatch):
+    """The plain path runs with ``use_cache=False``: its output's ``cache`` is None, and reading
+    ``past_key_values`` in its place (the deprecated alias of transformers 5.24, to be removed)
+    logged transformers' "`past_key_values`/`cache_params` are deprecated" on ict train's stderr
+    (gradient checkpointing, distinct prompts). The warnings transformers logs are recorded."""
+    import logging
+
+    from conftest import build_tiny_model
+
+    logged: list[str] = []
+    monkeypatch.setattr(logging.Logger, "warning_once", lambda self, message, *args, **kwargs: logged.append(message))
+    model = build_tiny_model(len(tiny_tokenizer), seed=3)
+    batch = grouped_batch(len(tiny_tokenizer), (1, 1, 1), seed=2)
+    with torch.no_grad():
+        outputs = plain_response_outputs(model, batch, hidden=hidden)
+    assert outputs.shape[:2] == batch.response_ids.shape
+    assert not [message for message in logged if "deprecated" in message]
+    older = SimpleNamespace(past_key_values="kv")  # an output of transformers before the rename
+    assert output_cache(older) == "kv"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import warnings
 
 import pytest
 import torch
@@ -329,6 +330,22 @@ def test_lora_scales_its_update_by_alpha_over_rank_and_keeps_its_dropout(tiny_to
         torch.testing.assert_close(layer.eval()(x), expected, rtol=0, atol=1e-12)
 
 
+def test_a_missing_relative_path_of_several_directories_is_no_hub_id(monkeypatch):
+    """``runs/demo/checkpoints/step-00000020`` mistyped (or run from another directory) is a path:
+    a hub id is ``namespace/name``. It was looked up on the hub: "cannot load model ...: Repo id
+    must be in the form 'repo_name' or 'namespace/repo_name' ... (offline? pass a local
+    directory ...)", after the hub check's wait. A hub id still goes to the hub."""
+    import ict.models.loading as loading
+
+    monkeypatch.setattr(loading, "hub_reachable", lambda: True)
+    with pytest.raises(UsageError) as error:
+        loading.model_source("runs/demo/checkpoints/step-00000020")
+    assert str(error.value) == "model directory not found: runs/demo/checkpoints/step-00000020"
+    with pytest.raises(UsageError, match="^model directory not found: models/qwen/merged$"):
+        loading.model_source("models/qwen/merged")
+    assert loading.model_source("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
 def test_a_missing_model_directory_under_home_is_refused_in_one_line(monkeypatch, tmp_path):
     """``~/no-such-model`` (e.g. from a config file) is a path, not a hub id: "model directory not
     found", not a hub lookup of the id '~/no-such-model'."""
@@ -432,8 +449,11 @@ def test_gradient_checkpointing_recomputes_each_layer_in_the_backward(lora_rank,
 
     calls = []
     for checkpointing in (False, True):
-        model, _ = load_model_and_tokenizer(str(tiny_model_dir), device="cpu", lora=LoraOptions(rank=lora_rank),
-                                            gradient_checkpointing=checkpointing)
+        with warnings.catch_warnings(record=True) as caught:  # not the name transformers 5.24 deprecated
+            warnings.simplefilter("always")
+            model, _ = load_model_and_tokenizer(str(tiny_model_dir), device="cpu", lora=LoraOptions(rank=lora_rank),
+                                                gradient_checkpointing=checkpointing)
+        assert not [str(w.message) for w in caught if "`gradient_checkpointing_enable`" in str(w.message)]
         model.train()
         mlp_class = type(model.get_decoder().layers[0].mlp)
         count, forward = [0], mlp_class.forward

@@ -54,6 +54,28 @@ def test_a_system_prompt_comes_first_and_only_when_the_prompt_has_none(tiny_toke
     assert templated == f"<|im_start|>system be brief<|im_end|> <|im_start|>user {PROMPT}<|im_end|> <|im_start|>assistant "
 
 
+def test_a_chat_template_that_refuses_a_system_message_is_a_one_line_usage_error(tiny_tokenizer):
+    """Gemma 2's template raises on a system message: with a system prompt (ict eval
+    --system-prompt, ict train's system_prompt) that was jinja2's TemplateError, the CLI's exit 1
+    for an unexpected error; it is bad input (exit 2), and says what to leave out."""
+    from conftest import CHAT_TEMPLATE
+
+    from ict.core.errors import UsageError
+
+    gemma = build_tiny_tokenizer()
+    gemma.chat_template = ("{% if messages[0]['role'] == 'system' %}"
+                           "{{ raise_exception('System role not supported') }}{% endif %}" + CHAT_TEMPLATE)
+    assert render_prompt(gemma, PROMPT) == render_prompt(tiny_tokenizer, PROMPT)
+    with pytest.raises(UsageError) as error:
+        render_prompt(gemma, PROMPT, "be brief")
+    assert str(error.value) == ("the model's chat template refused the prompt (System role not supported): "
+                                "try without the system prompt")
+    own = [{"role": "system", "content": "mine"}, {"role": "user", "content": PROMPT}]
+    with pytest.raises(UsageError) as error:  # the prompt's own system message: no system prompt to leave out
+        render_prompt(gemma, own, "be brief")
+    assert str(error.value) == "the model's chat template refused the prompt (System role not supported)"
+
+
 def test_special_tokens_are_added_to_a_raw_prompt_and_not_to_a_chat_template():
     """The chat template writes its special tokens itself; a raw prompt gets the tokenizer's (a
     BOS here): added to a templated prompt they were doubled, left off a raw one they were lost."""

@@ -239,3 +239,27 @@ def test_ict_eval_on_vllm_loads_the_tokenizer_with_the_hf_paths_checks(case, tin
     with pytest.raises(UsageError, match=expected) as error:
         evaluate.load_generator(config)
     assert "\n" not in str(error.value) and StandInBackend.made == []
+
+
+@pytest.mark.parametrize("given", ["tilde", "offline default"])
+def test_the_trainers_vllm_engine_loads_the_directory_the_policy_loaded_from(given, tiny_model_dir, monkeypatch):
+    """``model: ~/models/x`` (a config file, or --model=~/...): the policy loads from the expanded
+    directory (`ict.models.loading.model_source`), and the trainer's vLLM engine must load the
+    same one; given the path as written, the engine read ``~/x`` as a hub id (HF's repo-id
+    OSError, exit 1) after the policy had loaded. The offline default loads from its converted copy."""
+    import ict.models.loading as loading
+    import ict.models.rollout as rollout
+    from ict.training.config import TrainConfig
+    from ict.training.trainer import _make_backend
+
+    class Engine(StandInBackend):
+        def sync_weights(self, model: Any) -> None:
+            pass
+
+    monkeypatch.setattr(rollout, "VLLMBackend", Engine)
+    monkeypatch.setenv("HOME", str(tiny_model_dir.parent))
+    monkeypatch.setattr(loading, "offline_default_path", lambda cache_dir=None: tiny_model_dir)
+    Engine.made = []
+    name = f"~/{tiny_model_dir.name}" if given == "tilde" else loading.OFFLINE_DEFAULT_MODEL
+    _make_backend(TrainConfig(model=name, rollout_backend="vllm", device="cpu"), build_tiny_model(8))
+    assert [made["path"] for made in Engine.made] == [str(tiny_model_dir)]

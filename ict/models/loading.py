@@ -194,14 +194,15 @@ def strip_gguf_quantizer(model: Any) -> None:
 def model_source(name_or_path: str, cache_dir: str | os.PathLike[str] | None = None) -> str | Path:
     """Where ``name_or_path`` loads from: the offline default's directory, else the path (``~``
     expanded, made absolute: a LoRA adapter records it as its base, read from any directory later)
-    or hub id itself; a path-like name (``./``, ``/``, ``~``) that is no directory is a one-line UsageError.
+    or hub id itself; a path-like name (``./``, ``/``, ``~``, or more than one ``/``: a hub id is
+    ``namespace/name``) that is no directory is a one-line UsageError.
     A hub id with the hub unreachable switches the process offline (`go_offline`): it loads from
     the Hugging Face cache, or fails at once, not after minutes of retries."""
     if name_or_path == OFFLINE_DEFAULT_MODEL:
         return offline_default_path(cache_dir)
     if os.path.isdir(os.path.expanduser(name_or_path)):  # ~ from a config file or --model=~/...
         return os.path.abspath(os.path.expanduser(name_or_path))
-    if os.path.sep in name_or_path and name_or_path.startswith((".", "/", "~")):
+    if os.path.sep in name_or_path and (name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1):
         raise UsageError(f"model directory not found: {name_or_path}")
     if not hub_reachable():
         go_offline()
@@ -279,8 +280,8 @@ def load_model_and_tokenizer(
     if model.generation_config is not None and model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.to(resolved_device)
-    if gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+    if gradient_checkpointing:  # transformers 5.24 renamed it; the old name warns (removed in v6)
+        (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
         model.config.use_cache = False
     if lora is not None and lora.rank > 0:
         model = apply_lora(model, lora)

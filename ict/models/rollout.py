@@ -52,12 +52,20 @@ class Rollout:
 
 def render_prompt(tokenizer: Any, prompt: Prompt, system_prompt: str | None = None) -> str:
     """Prompt text the model sees: the chat template (with generation prompt) when the tokenizer
-    has one, else the raw text (message contents joined by newlines)."""
+    has one, else the raw text (message contents joined by newlines). A template that refuses
+    the messages (Gemma 2's a system message) is a one-line UsageError."""
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-    if system_prompt and not any(message.get("role") == "system" for message in messages):
+    added = bool(system_prompt) and not any(message.get("role") == "system" for message in messages)
+    if added:
         messages = [{"role": "system", "content": system_prompt}, *messages]
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        from jinja2 import TemplateError
+
+        try:
+            return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except TemplateError as error:
+            hint = ": try without the system prompt" if added else ""
+            raise UsageError(f"the model's chat template refused the prompt ({error}){hint}") from None
     return "\n".join(message["content"] for message in messages)
 
 
@@ -118,10 +126,10 @@ def cache_argument(model: Any) -> str:
 
 
 def output_cache(output: Any) -> Any:
-    """The key/value cache of a model output (``cache`` in new transformers, else
-    ``past_key_values``)."""
-    cache = getattr(output, "cache", None)
-    return cache if cache is not None else output.past_key_values
+    """The key/value cache of a model output: its ``cache`` field in new transformers (None when
+    the forward kept none), else ``past_key_values``. Read by the field the output has: in new
+    transformers ``past_key_values`` is a deprecated alias that logs a warning."""
+    return output.cache if hasattr(output, "cache") else output.past_key_values
 
 
 def prompt_cache_shareable(model: Any) -> bool:

@@ -156,7 +156,7 @@ def _make_backend(config: TrainConfig, model: Any) -> Any:
     computes in (autocast's, else the weights': fp32 on CPU by default)."""
     import importlib.util
 
-    from ict.models.loading import OFFLINE_DEFAULT_MODEL, dtype_name, offline_default_path
+    from ict.models.loading import dtype_name, model_source
 
     device = next(model.parameters()).device
     wanted = config.rollout_backend
@@ -169,7 +169,7 @@ def _make_backend(config: TrainConfig, model: Any) -> Any:
                          "use --rollout-backend hf")
     from ict.models.rollout import VLLMBackend, vllm_model_length
 
-    path = str(offline_default_path()) if config.model == OFFLINE_DEFAULT_MODEL else config.model
+    path = str(model_source(config.model))  # where the policy loaded from (`~` expanded)
     compute_dtype = resolve_autocast(config.autocast, device)
     dtype = (str(compute_dtype).removeprefix("torch.") if compute_dtype
              else dtype_name(weights_dtype(config), device))
