@@ -80,6 +80,16 @@ def test_punctuation_after_the_formula_is_not_part_of_the_gold():
     assert normalize_gold(["\\$5."]) == "\\$5."  # an escaped dollar is no delimiter
 
 
+def test_an_escaped_dollar_inside_math_delimiters_is_no_second_formula():
+    """``$\\$5$`` (a dollar amount typeset as math) kept its delimiters: the escaped ``\\$`` was
+    taken for the closing delimiter of a first formula, as in ``$a$, $b$`` (which stays)."""
+    assert normalize_gold("$\\$5$", "latex") == "\\$5"
+    assert normalize_gold("$\\$1,000$.", "latex") == "\\$1,000"
+    assert normalize_gold("\\$5", "latex") == "\\$5"
+    assert normalize_gold("$a$, $b$", "latex") == "$a$, $b$"
+    assert normalize_gold("$a\\$ and $b$", "latex") == "$a\\$ and $b$"
+
+
 def test_olympiadbench_gold_with_a_period_after_the_formula():
     """OlympiadBench id 1970 reads ``['$(-\\infty, 0) \\cup\\{1\\}$.']``; the gold kept the '.', so
     the right answer was graded wrong. Reference: math-verify on the raw delimited gold."""

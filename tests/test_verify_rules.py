@@ -151,6 +151,30 @@ def test_scientific_notation_is_written_out_at_any_exponent_it_reads():
     ("The answer is 3 (4^{1}).", "3", False),
     ("The answer is 42 (27, 9).", "42", False),
     ("The answer is 5 (\\frac{14}{3}).", "5", False),
+    # algebra with no LaTeX markup: "2n" was right for gold 2 and "6 - 5i" for 6 (math-verify's
+    # plain-text reading stops at the first number), "p - q" and "f(x)=x+1" were no answer
+    ("The answer is 2n.", "2", False),
+    ("The answer is 2n.", "2n", True),
+    ("The final answer is 6 - 5i.", "6", False),
+    ("The final answer is 6 - 5i.", "6 - 5i", True),
+    ("The answer is 15x - 80.", "15", False),
+    ("The answer is 2ab+1.", "2", False),
+    ("The answer is p - q.", "p - q", True),
+    ("The answer is p - q.", "q - p", False),
+    ("The answer is 1 - x.", "1", False),
+    ("The answer is N=n.", "N=n", True),
+    ("The answer is f(x)=x+1.", "f(x)=x+1", True),
+    ("The answer is I(0).", "I(0)", True),  # Minerva's gold for row 61
+    ("The answer is 3(1/2)x.", "3", False),
+    ("The answer is x = 5.", "5", True),  # an assignment, as \\boxed{x = 5} is
+    ("The answer is 5 m.", "5", True),  # a number and its unit: read as the number, as before
+    ("The answer is 20 m/s.", "20", True),
+    ("Final answer: 2nd", "2", True),  # an ordinal: a suffix of two letters is no symbol
+    # a vector (an environment's name is no word) and a dollar amount (\\$ is no delimiter)
+    ("The answer is \\begin{pmatrix} -7 \\\\ 16 \\end{pmatrix}.",
+     "\\begin{pmatrix} -7 \\\\ 16 \\end{pmatrix}", True),
+    ("The answer is \\begin{pmatrix} -7 \\\\ 16 \\end{pmatrix}.", "-7", False),
+    ("The answer is \\$32,\\!348.", "32348", True),
 ])
 def test_an_anchored_latex_tuple_or_list_answer_in_plain_text_is_read_whole(
         verifier, completion, gold, expected):
@@ -180,7 +204,23 @@ def test_an_anchored_latex_tuple_or_list_answer_in_plain_text_is_read_whole(
     ("The answer is 3\\sqrt{13}.\n\n3 + 1 = 4", None),
     ("\\boxed{2}, so the answer is 3\\sqrt{13}", None),
     ("The answer is \\frac{1}{2", None),
-    ("The answer is 6 - 5i.", None),
+    # algebra: a one-letter symbol after a digit or next to + - = or a bracket
+    ("The answer is 6 - 5i.", "The answer is \\boxed{6 - 5i}"),
+    ("Final answer: 2n", "Final answer: \\boxed{2n}"),
+    ("The answer is p - q.", "The answer is \\boxed{p - q}"),
+    ("The answer is f(x)=x+1.", "The answer is \\boxed{f(x)=x+1}"),
+    ("The answer is y = 2x + 3.", "The answer is \\boxed{y = 2x + 3}"),
+    # an environment's name is no plain word; an escaped \\$ is no math delimiter
+    ("The answer is \\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}.",
+     "The answer is \\boxed{\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}}"),
+    ("The answer is \\$32,\\!348.", "The answer is \\boxed{\\$32,\\!348}"),
+    # left alone: a number and its unit (read as the number), a letter alone, a word, \\(...\\)
+    ("The answer is 5 m.", None),
+    ("The answer is 20 m/s.", None),
+    ("The answer is x.", None),
+    ("The answer is 2 apples - 1.", None),
+    ("The answer is \\(2n\\).", None),
+    ("The answer is $\\$36$.", None),
 ])
 def test_anchor_answer_readings_boxes_only_a_last_line_answer_math_verify_misreads(completion, expected):
     from ict.answers.readings import anchor_answer_readings

@@ -33,8 +33,8 @@ def _strip_math_delimiters(text: str) -> str:
     for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         if text.startswith(left) and text.endswith(right) and len(text) >= len(left) + len(right):
             inner = text[len(left) : len(text) - len(right)].strip()
-            if left == "$" and "$" in inner:
-                continue  # "$a$, $b$" is two formulas, not one
+            if left == "$" and re.search(r"(?<!\\)\$", inner):
+                continue  # "$a$, $b$" is two formulas, not one; "$\\$5$" is one
             return inner
     return text
 

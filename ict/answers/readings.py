@@ -31,8 +31,16 @@ _NUMBER_AND_UNIT = re.compile(
     r"([-+]?\d+(?:\.\d+)?(?:/\d+)?)\s+(?:[^\W\d_]{2,}|\(\s*[^\W\d_]+(?:\s*[/^]\s*\w+)*\s*\)).*")
 # the last line's answer anchor: "The answer is X", "Final answer: X", "**Final Answer:** X"
 _ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*:?|:)\**[ \t]*")
-# what math-verify misreads in plain text: LaTeX markup, a tuple or an interval, a list
-_PLAIN_TEXT_MISREAD = re.compile(r"[\\^_{,]|^[(\[]")
+# what math-verify misreads in plain text: LaTeX markup, a tuple or an interval, a list, algebra (a
+# one-letter symbol after a digit, or a letter next to + - = or a bracket: 2n-2, 6 - 5i, 2ab+1,
+# f(x)=x+1, p - q, read as 2, 6, 2 or none; not "5 m", "20 m/s" or "2nd", read as the number; a
+# plain word is refused below)
+_LETTER = r"[^\W\d_](?![^\W\d_])"
+_PLAIN_TEXT_MISREAD = re.compile(
+    rf"[\\^_{{,]|^[(\[]|\d{_LETTER}|{_LETTER}\s*[-+=()]|[-+=()]\s*{_LETTER}")
+# a LaTeX environment's name is no plain word: \begin{pmatrix} ... \end{pmatrix}
+_ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}")
+_MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")
 # a box holding only a number, optionally in parentheses, in a text wrapper: \boxed{\textbf{(073)}}
 _BOXED_TEXT_NUMBER = re.compile(rf"(\\boxed\s*\{{\s*){LATEX_WRAPPER}\s*(\(?\d+(?:\.\d+)?\)?)\s*\}}(\s*\}})")
 # a percent sign inside a box (see _boxed_percent_readings)
@@ -90,13 +98,14 @@ def hash_answer_readings(completion: str) -> list[str]:
 
 def anchor_answer_readings(completion: str) -> list[str]:
     """A completion with no ``\\boxed`` whose last line ends in an anchored answer X ("The answer is
-    X.", "Final answer: X") that is LaTeX with no math delimiters, a tuple or a list
-    (``3\\sqrt{13}``, ``(2, 4)``, ``1, -2``) gets X boxed in its place, as GSM8K's ``####`` is
-    (`hash_answer_readings`): math-verify reads such an X in plain text as its first number
-    (``3``, ``1``) or as none. One reading only: X has no word, so a parenthesis after a number
-    is a product or a second answer (``3 (4^{1})``, ``42 (27, 9)``), not a unit whose number
-    alone is a reading too. A plain number (``1,000``), a ``$...$`` answer, any plain word
-    (``1, since 2 - 1 = 1``; a ``\\command`` is none) and unbalanced braces are left alone:
+    X.", "Final answer: X") that is LaTeX with no math delimiters, a tuple, a list or algebra
+    (``3\\sqrt{13}``, ``(2, 4)``, ``1, -2``, ``6 - 5i``, ``f(x)=x+1``) gets X boxed in its place, as
+    GSM8K's ``####`` is (`hash_answer_readings`): math-verify reads such an X in plain text as its
+    first number (``3``, ``1``, ``6``) or as none. One reading only: X has no word, so a
+    parenthesis after a number is a product or a second answer (``3 (4^{1})``, ``42 (27, 9)``),
+    not a unit whose number alone is a reading too. A plain number (``1,000``), a ``$...$``
+    answer, any plain word (``1, since 2 - 1 = 1``; a ``\\command`` and an environment's name are
+    none), a number and its unit (``5 m``, ``20 m/s``) and unbalanced braces are left alone:
     ``[completion]``."""
     if any(command in completion for command in BOXED_COMMANDS):
         return [completion]
@@ -106,8 +115,8 @@ def anchor_answer_readings(completion: str) -> list[str]:
         return [completion]
     value = text[anchors[-1].end():].strip().strip("*").removesuffix(".").strip()
     if (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value)
-            or any(delimiter in value for delimiter in ("$", "\\(", "\\["))
-            or value.count("{") != value.count("}") or _PLAIN_WORD.search(value)):
+            or _MATH_DELIMITER.search(value) or value.count("{") != value.count("}")
+            or _PLAIN_WORD.search(_ENVIRONMENT.sub(" ", value))):
         return [completion]
     return [f"{text[:anchors[-1].end()]}\\boxed{{{value}}}{completion[len(text):]}"]
 
