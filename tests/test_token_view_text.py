@@ -115,3 +115,24 @@ def test_the_page_names_the_colours_reference_and_shows_line_breaks():
     buffer = io.StringIO()
     print_view(view, Console(file=buffer, force_terminal=False, width=400))
     assert legend in buffer.getvalue()
+
+
+def test_the_lines_of_a_completion_leave_room_for_the_ict_border_below_them():
+    """At the normal line height (about 1.2 em) the ICT border (3px below a 1px padding) reached
+    into the next line, whose tokens' backgrounds (every token has one, white included) painted
+    over it: a completion wrapping over several lines showed ICT's marks on its last line only
+    (headless Chromium, /tmp/s53/b/wrap.png). The gap between two lines' glyph boxes, (line-height
+    - content height) x font size, must hold this line's padding and border and the next line's
+    padding and 20-Entropy outline: with Chromium's default monospace size (13px) and a content
+    height of at most 1.2 em (DejaVu Sans Mono 1.16, Liberation Mono 1.13)."""
+    from ict.analysis.token_view import TokenView, render_html
+
+    view = TokenView(["p"], [["a"]], [[0.1]], {"ict": [[True]]}, "js", 0.0, {}, {})
+    page = render_html(view)
+    rules = dict(re.findall(r"\.([\w-]+)\{([^}]*)\}", page))
+    tok = dict(item.split(":", 1) for item in rules["tok"].split(";"))
+    padding = [float(value.removesuffix("px")) for value in tok["padding"].split()]
+    border = float(re.search(r"border-bottom:(\d+)px", rules["ict"]).group(1))
+    outline = float(re.search(r"outline:(\d+)px", rules["entropy20"]).group(1))
+    needed = padding[0] + border + padding[0] + outline  # padding: "1px 0" (top and bottom alike)
+    assert (float(tok.get("line-height", "1.2")) - 1.2) * 13 >= needed

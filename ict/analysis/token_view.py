@@ -301,7 +301,10 @@ def render_html(view: TokenView, source: str = "") -> str:
     heading = f"{view.score_name} to {view.reference}" if view.reference else view.score_name
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ict inspect</title>",
              "<style>body{font-family:monospace;max-width:1100px;margin:1em auto}"
-             ".tok{white-space:pre-wrap;padding:1px 0;margin-right:3px}.ict{border-bottom:3px solid #1f4fd1}"
+             # line-height: room below each line for the ICT border; at the normal height the next line's
+             # backgrounds covered it, so only a completion's last line showed ICT's marks
+             ".tok{white-space:pre-wrap;padding:1px 0;margin-right:3px;line-height:2}"
+             ".ict{border-bottom:3px solid #1f4fd1}"
              f".entropy20{{outline:1px solid #1a8a1a}}.{SILENCED}{{text-decoration:line-through}}"
              ".prompt{color:#555;margin-top:1.2em;white-space:pre-wrap}.stats{background:#f4f4f4;padding:.5em}"
              "</style></head><body>",
