@@ -136,3 +136,20 @@ def test_the_lines_of_a_completion_leave_room_for_the_ict_border_below_them():
     outline = float(re.search(r"outline:(\d+)px", rules["entropy20"]).group(1))
     needed = padding[0] + border + padding[0] + outline  # padding: "1px 0" (top and bottom alike)
     assert (float(tok.get("line-height", "1.2")) - 1.2) * 13 >= needed
+
+
+def test_a_token_shown_as_nothing_keeps_a_visible_box_for_its_colour_and_marks():
+    """token_strings shows the first byte tokens of a character split over several (SmolLM2's
+    ' 😀' is 2 tokens, ' 日' 3) as '': an empty span had no width, so its colour and ICT's border
+    were invisible (only 20-Entropy's 1px outline showed) although ICT selects such tokens. The
+    page gives an empty token (CSS :empty, the span has no text at all) a box 6px wide."""
+    from ict.analysis.token_view import TokenView, render_html
+
+    view = TokenView(["p"], [[" 7", "", " 😀"]], [[0.1, 0.9, 0.2]], {"ict": [[False, True, False]]}, "js", 0.0,
+                     {}, {})
+    page = render_html(view)
+    spans = re.findall(r"<span class='(tok[^']*)'[^>]*>([^<]*)</span>", page)
+    assert spans == [("tok", " 7"), ("tok ict", ""), ("tok", " 😀")]
+    (rule,) = re.findall(r"\.tok:empty\{padding:(\d+)px (\d+)px\}", page)
+    assert 2 * int(rule[1]) >= 6  # left and right padding
+    assert "an empty box" in page  # the legend says what it is
