@@ -154,3 +154,15 @@ def test_isolated_points_are_the_finite_values_without_a_finite_neighbour():
     assert isolated_points(np.array([nan])) == []
     assert isolated_points(np.array([1.0, 2.0])) == []
     assert isolated_points(np.array([1.0, nan, 2.0, 3.0, inf, 4.0, nan])) == [0, 5]
+
+
+def test_the_step_axis_of_a_one_step_run_shows_integer_steps(tmp_path, saved_figures):
+    """MaxNLocator(integer=True) falls back to fractional ticks when fewer than two integers are in
+    view: a one-step run's step axis read 0.945, 0.960, ..., 1.050 (training step 0.96). Now the
+    ticks in view are the step, 1."""
+    _write_run(tmp_path / "run", [{"step": 1, "reward_mean": 0.5}])
+    assert main(["plot", str(tmp_path / "run"), "--out", str(tmp_path / "curves.png")]) == 0
+    (figure,) = saved_figures
+    (axis,) = [axis for axis in figure.axes if axis.get_visible()]
+    low, high = axis.get_xlim()
+    assert [tick for tick in axis.get_xticks() if low <= tick <= high] == [1.0]
