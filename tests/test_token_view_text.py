@@ -153,3 +153,22 @@ def test_a_token_shown_as_nothing_keeps_a_visible_box_for_its_colour_and_marks()
     (rule,) = re.findall(r"\.tok:empty\{padding:(\d+)px (\d+)px\}", page)
     assert 2 * int(rule[1]) >= 6  # left and right padding
     assert "an empty box" in page  # the legend says what it is
+
+
+def test_each_token_is_a_bidi_isolate_so_the_page_keeps_generation_order():
+    """Right-to-left letters (not only the Bidi_Control characters, shown as escapes) reorder the
+    text around them: after the tokens " שלום", " עולם" the tokens " 12", " +", " 34", " =", " 46"
+    joined their right-to-left run (numbers and the neutrals between act as R) and headless Chromium
+    showed "46 = 34 + 12" (/tmp/s53/b/rtl_c.png). Each token is now a bidi isolate (CSS
+    unicode-bidi: isolate): a neutral to its neighbours, so the tokens keep generation order, left
+    to right, and a Hebrew token still reads right to left inside its box (rtl_fixed_c.png)."""
+    from ict.analysis.token_view import TokenView, render_html
+
+    tokens = [" the", " שלום", " 12", " +", " 34"]
+    view = TokenView(["p"], [tokens], [[0.1] * 5], {"ict": [[False] * 5]}, "js", 0.0, {}, {})
+    page = render_html(view)
+    rules = dict(re.findall(r"\.([\w-]+)\{([^}]*)\}", page))
+    tok = dict(item.split(":", 1) for item in rules["tok"].split(";"))
+    assert tok["unicode-bidi"] == "isolate" and "direction" not in tok  # the page's left-to-right order
+    shown = [html.unescape(text) for text in re.findall(r"<span class='tok[^']*'[^>]*>([^<]*)</span>", page)]
+    assert shown == tokens  # in generation order in the source, as the isolates show them

@@ -291,7 +291,8 @@ def render_html(view: TokenView, source: str = "") -> str:
     """One self-contained page: a coloured <span class="tok"> per token with its score in the
     title (the tooltip) and its selections as classes: ICT-selected tokens underlined, 20-Entropy
     boxed, STAPO's silenced tokens struck; a token shown as '' (:func:`token_strings`) as an empty
-    box, its colour and marks visible; a line break inside a token shown as NEWLINE_MARK, and
+    box, its colour and marks visible; each token a bidi isolate (the tokens in generation order,
+    whatever their direction); a line break inside a token shown as NEWLINE_MARK, and
     its other control characters as ``\\xNN`` and its bidirectional controls as ``\\uNNNN``
     (`_visible`: an HTML parser turns a carriage return into a line break and drops a NUL; a
     right-to-left override mirrors the text after it).
@@ -303,8 +304,10 @@ def render_html(view: TokenView, source: str = "") -> str:
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ict inspect</title>",
              "<style>body{font-family:monospace;max-width:1100px;margin:1em auto}"
              # line-height: room below each line for the ICT border; at the normal height the next line's
-             # backgrounds covered it, so only a completion's last line showed ICT's marks
-             ".tok{white-space:pre-wrap;padding:1px 0;margin-right:3px;line-height:2}"
+             # backgrounds covered it, so only a completion's last line showed ICT's marks. unicode-bidi:
+             # each token a bidi isolate, shown in generation order (after a Hebrew token, " 12 + 34 = 46"
+             # joined its right-to-left run and showed as "46 = 34 + 12")
+             ".tok{white-space:pre-wrap;padding:1px 0;margin-right:3px;line-height:2;unicode-bidi:isolate}"
              # a token shown as '' (the first bytes of a character, `token_strings`) had no width: its colour
              # and marks were invisible; a narrow box shows them
              ".tok:empty{padding:1px 3px}.ict{border-bottom:3px solid #1f4fd1}"
