@@ -121,7 +121,7 @@ def test_the_lines_of_a_completion_leave_room_for_the_ict_border_below_them():
     """At the normal line height (about 1.2 em) the ICT border (3px below a 1px padding) reached
     into the next line, whose tokens' backgrounds (every token has one, white included) painted
     over it: a completion wrapping over several lines showed ICT's marks on its last line only
-    (headless Chromium, /tmp/s53/b/wrap.png). The gap between two lines' glyph boxes, (line-height
+    (as headless Chromium draws it). The gap between two lines' glyph boxes, (line-height
     - content height) x font size, must hold this line's padding and border and the next line's
     padding and 20-Entropy outline: with Chromium's default monospace size (13px) and a content
     height of at most 1.2 em (DejaVu Sans Mono 1.16, Liberation Mono 1.13)."""
@@ -159,9 +159,9 @@ def test_each_token_is_a_bidi_isolate_so_the_page_keeps_generation_order():
     """Right-to-left letters (not only the Bidi_Control characters, shown as escapes) reorder the
     text around them: after the tokens " שלום", " עולם" the tokens " 12", " +", " 34", " =", " 46"
     joined their right-to-left run (numbers and the neutrals between act as R) and headless Chromium
-    showed "46 = 34 + 12" (/tmp/s53/b/rtl_c.png). Each token is now a bidi isolate (CSS
+    showed "46 = 34 + 12". Each token is now a bidi isolate (CSS
     unicode-bidi: isolate): a neutral to its neighbours, so the tokens keep generation order, left
-    to right, and a Hebrew token still reads right to left inside its box (rtl_fixed_c.png)."""
+    to right, and a Hebrew token still reads right to left inside its box."""
     from ict.analysis.token_view import TokenView, render_html
 
     tokens = [" the", " שלום", " 12", " +", " 34"]
