@@ -166,3 +166,22 @@ def test_the_step_axis_of_a_one_step_run_shows_integer_steps(tmp_path, saved_fig
     (axis,) = [axis for axis in figure.axes if axis.get_visible()]
     low, high = axis.get_xlim()
     assert [tick for tick in axis.get_xticks() if low <= tick <= high] == [1.0]
+
+
+def test_the_held_out_accuracy_of_eval_every_is_drawn_at_its_steps(tmp_path, saved_figures):
+    """ict train --eval-every 2 logs eval_accuracy on steps 2 and 4 only; ict plot drew no panel of
+    it. Its panel's line runs through the evaluated steps (the steps between have no value, not a
+    null), the mean over the runs of a label; a run without it adds no panel."""
+    for seed, values in ((0, (0.25, 0.5)), (1, (0.75, 1.0))):
+        _write_run(tmp_path / "runs" / "ict" / f"seed{seed}",
+                   [{"step": step, "reward_mean": 0.1, **({"eval_accuracy": values[step // 2 - 1]} if step % 2 == 0
+                                                          else {})} for step in range(1, 5)])
+    runs = [str(tmp_path / "runs" / "ict" / f"seed{seed}") for seed in (0, 1)]
+    assert main(["plot", *runs, "--by", "method", "--out", str(tmp_path / "curves.png")]) == 0
+    (figure,) = saved_figures
+    axes = {axis.get_title(): axis for axis in figure.axes if axis.get_visible()}
+    assert sorted(axes) == ["Held-out accuracy", "Reward"]
+    (line,) = axes["Held-out accuracy"].get_lines()
+    assert list(line.get_xdata()) == [2, 4] and list(line.get_ydata()) == pytest.approx([0.5, 0.75])
+    assert line.get_linestyle() == "-" and line.get_marker() == "None"  # no selected tokens; a line
+    assert axes["Held-out accuracy"].get_ylabel() == "fraction of held-out problems"

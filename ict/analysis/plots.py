@@ -32,6 +32,8 @@ from ict.core.options import check_choices, option
 # (title, y label, [(metrics key, line style suffix)])
 PANELS = [
     ("Reward", "mean reward per completion", [("reward_mean", "")]),
+    # ict train --eval-every N: logged at every N-th step only (a line through those steps)
+    ("Held-out accuracy", "fraction of held-out problems", [("eval_accuracy", "")]),
     ("Shannon entropy", "nats per token", [("entropy", "all"), ("entropy_selected", "selected")]),
     ("Renyi-2 entropy", "nats per token", [("renyi2", "all"), ("renyi2_selected", "selected")]),
     ("Selected fraction", "fraction of response tokens", [("selected_fraction", "")]),
