@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
 from ict.cli import main
@@ -113,3 +115,73 @@ def test_the_learning_curve_band_is_the_min_and_max_over_seeds(tmp_path, saved_f
     assert list(line.get_ydata()) == pytest.approx([40.0, 50.0])
     (band,) = figure.axes[0].collections
     assert _band(band, [0, 10]) == [pytest.approx((10.0, 70.0)), pytest.approx((20.0, 100.0))]
+
+
+def test_a_point_without_a_neighbour_is_drawn_as_a_marker(tmp_path, saved_figures):
+    """A line through one point draws nothing: the panels of a one-step run were empty axes, and a
+    step between nulls (entropy_selected null at step 2) vanished. Such a point now has a marker
+    (hollow for the selected tokens) and, pooled, its min..max as a bar; a point next to another
+    finite one has none (the line shows it)."""
+    for seed, (reward, entropy) in enumerate(((0.25, 1.0), (0.75, 2.0))):
+        _write_run(tmp_path / "runs" / "ict" / f"seed{seed}", [{"step": 1, "reward_mean": reward, "entropy": entropy}])
+    _write_run(tmp_path / "runs" / "grpo" / "seed0",
+               [{"step": step, "entropy": 3.0, "entropy_selected": value}
+                for step, value in ((1, 0.5), (2, None), (3, 0.7), (4, 0.9), (5, None), (6, 1.1))])
+    runs = [str(tmp_path / "runs" / method / seed) for method, seed in
+            (("ict", "seed0"), ("ict", "seed1"), ("grpo", "seed0"))]
+    assert main(["plot", *runs, "--by", "method", "--out", str(tmp_path / "curves.png")]) == 0
+    (figure,) = saved_figures
+    colour = {handle.get_label(): handle.get_color() for handle in figure.legends[0].legend_handles}
+    axes = {axis.get_title(): axis for axis in figure.axes if axis.get_visible()}
+    (reward,) = axes["Reward"].get_lines()
+    assert (reward.get_marker(), reward.get_markevery(), list(reward.get_ydata())) == ("o", [0], [0.5])
+    # the one step's min..max (the band of one step, fill_between's, has no width)
+    (bar,) = [collection for collection in axes["Reward"].collections if isinstance(collection, LineCollection)]
+    assert bar.get_segments()[0].tolist() == [[1.0, 0.25], [1.0, 0.75]]
+    lines = {(line.get_color(), line.get_linestyle()): line for line in axes["Shannon entropy"].get_lines()}
+    ict_all = lines[(colour["ict (n=2)"], "-")]
+    assert (ict_all.get_marker(), ict_all.get_markevery(), list(ict_all.get_ydata())) == ("o", [0], [1.5])
+    assert lines[(colour["grpo (n=1)"], "-")].get_marker() == "None"  # six steps in a row: a line
+    selected = lines[(colour["grpo (n=1)"], "--")]
+    assert (selected.get_marker(), selected.get_markevery(), selected.get_markerfacecolor()) == ("o", [0, 5], "none")
+
+
+def test_isolated_points_are_the_finite_values_without_a_finite_neighbour():
+    from ict.analysis.plots import isolated_points
+
+    nan, inf = float("nan"), float("inf")
+    assert isolated_points(np.array([1.0])) == [0]
+    assert isolated_points(np.array([nan])) == []
+    assert isolated_points(np.array([1.0, 2.0])) == []
+    assert isolated_points(np.array([1.0, nan, 2.0, 3.0, inf, 4.0, nan])) == [0, 5]
+
+
+def test_the_step_axis_of_a_one_step_run_shows_integer_steps(tmp_path, saved_figures):
+    """MaxNLocator(integer=True) falls back to fractional ticks when fewer than two integers are in
+    view: a one-step run's step axis read 0.945, 0.960, ..., 1.050 (training step 0.96). Now the
+    ticks in view are the step, 1."""
+    _write_run(tmp_path / "run", [{"step": 1, "reward_mean": 0.5}])
+    assert main(["plot", str(tmp_path / "run"), "--out", str(tmp_path / "curves.png")]) == 0
+    (figure,) = saved_figures
+    (axis,) = [axis for axis in figure.axes if axis.get_visible()]
+    low, high = axis.get_xlim()
+    assert [tick for tick in axis.get_xticks() if low <= tick <= high] == [1.0]
+
+
+def test_the_held_out_accuracy_of_eval_every_is_drawn_at_its_steps(tmp_path, saved_figures):
+    """ict train --eval-every 2 logs eval_accuracy on steps 2 and 4 only; ict plot drew no panel of
+    it. Its panel's line runs through the evaluated steps (the steps between have no value, not a
+    null), the mean over the runs of a label; a run without it adds no panel."""
+    for seed, values in ((0, (0.25, 0.5)), (1, (0.75, 1.0))):
+        _write_run(tmp_path / "runs" / "ict" / f"seed{seed}",
+                   [{"step": step, "reward_mean": 0.1, **({"eval_accuracy": values[step // 2 - 1]} if step % 2 == 0
+                                                          else {})} for step in range(1, 5)])
+    runs = [str(tmp_path / "runs" / "ict" / f"seed{seed}") for seed in (0, 1)]
+    assert main(["plot", *runs, "--by", "method", "--out", str(tmp_path / "curves.png")]) == 0
+    (figure,) = saved_figures
+    axes = {axis.get_title(): axis for axis in figure.axes if axis.get_visible()}
+    assert sorted(axes) == ["Held-out accuracy", "Reward"]
+    (line,) = axes["Held-out accuracy"].get_lines()
+    assert list(line.get_xdata()) == [2, 4] and list(line.get_ydata()) == pytest.approx([0.5, 0.75])
+    assert line.get_linestyle() == "-" and line.get_marker() == "None"  # no selected tokens; a line
+    assert axes["Held-out accuracy"].get_ylabel() == "fraction of held-out problems"

@@ -293,3 +293,38 @@ def test_every_token_mean_of_the_step_is_over_its_own_tokens_at_any_micro_batch_
         assert expected["clip_fraction"] > 0
         for name, value in expected.items():
             assert metrics[name] == pytest.approx(float(value), rel=1e-4, abs=1e-6), (name, micro)
+
+
+def test_tokens_that_decode_alone_to_a_replacement_mark_keep_their_ids_apart(tiny_tokenizer):
+    """A token holding part of a character's bytes decodes alone to U+FFFD, the same string for
+    every such token (SmolLM2's first byte tokens of ' 😀', ' 日', ' Ω': ' \\ufffd' each), so the
+    top-token lists showed several ' \\ufffd' entries, which the run summary and ict compare (they
+    add counts up by string) summed as one token. Such a token's string now names its id; the others
+    are decoded as before. Every token selected (method all): the selected list is the 10 most
+    frequent response ids, counted here with collections.Counter."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from conftest import build_tiny_model
+    from train_helpers import grouped_batch_and_advantages
+
+    from ict.core.loss import PolicyLossConfig
+    from ict.training.step import Method, StepContext, update_on_batch
+    from ict.training.step_metrics import selection_diagnostics
+
+    model = build_tiny_model(len(tiny_tokenizer), seed=4)
+    batch, advantages = grouped_batch_and_advantages(len(tiny_tokenizer))
+    rollout = SimpleNamespace(finished=[[False] * 4 for _ in range(4)])
+    config = TrainConfig(prompts_per_step=4, num_generations=4, seed=3, method="grpo", max_new_tokens=8)
+    updates = update_on_batch(model, torch.optim.SGD(model.parameters(), lr=0.0), batch, advantages,
+                              Method.of("all", {}), StepContext(PolicyLossConfig(), 1.0), config, 0, {})
+    byte_token = SimpleNamespace(decode=lambda ids: " \ufffd" if ids[0] % 2 else f" t{ids[0]}")
+    diagnostics = selection_diagnostics(updates, batch, advantages, rollout, 4, byte_token)
+    counts = Counter(batch.response_ids[batch.response_mask.bool()].tolist())
+    top = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:10]
+    assert sum(token % 2 for token, _ in top) >= 2  # two byte tokens at least: their strings were alike
+    assert diagnostics["top_selected_tokens"] == [[f" \ufffd (id {token})" if token % 2 else f" t{token}", count]
+                                                  for token, count in top]
+    assert diagnostics["top_unselected_tokens"] == []
+    without = selection_diagnostics(updates, batch, advantages, rollout, 4)  # no tokenizer: the ids as text
+    assert without["top_selected_tokens"] == [[str(token), count] for token, count in top]

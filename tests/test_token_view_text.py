@@ -115,3 +115,60 @@ def test_the_page_names_the_colours_reference_and_shows_line_breaks():
     buffer = io.StringIO()
     print_view(view, Console(file=buffer, force_terminal=False, width=400))
     assert legend in buffer.getvalue()
+
+
+def test_the_lines_of_a_completion_leave_room_for_the_ict_border_below_them():
+    """At the normal line height (about 1.2 em) the ICT border (3px below a 1px padding) reached
+    into the next line, whose tokens' backgrounds (every token has one, white included) painted
+    over it: a completion wrapping over several lines showed ICT's marks on its last line only
+    (as headless Chromium draws it). The gap between two lines' glyph boxes, (line-height
+    - content height) x font size, must hold this line's padding and border and the next line's
+    padding and 20-Entropy outline: with Chromium's default monospace size (13px) and a content
+    height of at most 1.2 em (DejaVu Sans Mono 1.16, Liberation Mono 1.13)."""
+    from ict.analysis.token_view import TokenView, render_html
+
+    view = TokenView(["p"], [["a"]], [[0.1]], {"ict": [[True]]}, "js", 0.0, {}, {})
+    page = render_html(view)
+    rules = dict(re.findall(r"\.([\w-]+)\{([^}]*)\}", page))
+    tok = dict(item.split(":", 1) for item in rules["tok"].split(";"))
+    padding = [float(value.removesuffix("px")) for value in tok["padding"].split()]
+    border = float(re.search(r"border-bottom:(\d+)px", rules["ict"]).group(1))
+    outline = float(re.search(r"outline:(\d+)px", rules["entropy20"]).group(1))
+    needed = padding[0] + border + padding[0] + outline  # padding: "1px 0" (top and bottom alike)
+    assert (float(tok.get("line-height", "1.2")) - 1.2) * 13 >= needed
+
+
+def test_a_token_shown_as_nothing_keeps_a_visible_box_for_its_colour_and_marks():
+    """token_strings shows the first byte tokens of a character split over several (SmolLM2's
+    ' 😀' is 2 tokens, ' 日' 3) as '': an empty span had no width, so its colour and ICT's border
+    were invisible (only 20-Entropy's 1px outline showed) although ICT selects such tokens. The
+    page gives an empty token (CSS :empty, the span has no text at all) a box 6px wide."""
+    from ict.analysis.token_view import TokenView, render_html
+
+    view = TokenView(["p"], [[" 7", "", " 😀"]], [[0.1, 0.9, 0.2]], {"ict": [[False, True, False]]}, "js", 0.0,
+                     {}, {})
+    page = render_html(view)
+    spans = re.findall(r"<span class='(tok[^']*)'[^>]*>([^<]*)</span>", page)
+    assert spans == [("tok", " 7"), ("tok ict", ""), ("tok", " 😀")]
+    (rule,) = re.findall(r"\.tok:empty\{padding:(\d+)px (\d+)px\}", page)
+    assert 2 * int(rule[1]) >= 6  # left and right padding
+    assert "an empty box" in page  # the legend says what it is
+
+
+def test_each_token_is_a_bidi_isolate_so_the_page_keeps_generation_order():
+    """Right-to-left letters (not only the Bidi_Control characters, shown as escapes) reorder the
+    text around them: after the tokens " שלום", " עולם" the tokens " 12", " +", " 34", " =", " 46"
+    joined their right-to-left run (numbers and the neutrals between act as R) and headless Chromium
+    showed "46 = 34 + 12". Each token is now a bidi isolate (CSS
+    unicode-bidi: isolate): a neutral to its neighbours, so the tokens keep generation order, left
+    to right, and a Hebrew token still reads right to left inside its box."""
+    from ict.analysis.token_view import TokenView, render_html
+
+    tokens = [" the", " שלום", " 12", " +", " 34"]
+    view = TokenView(["p"], [tokens], [[0.1] * 5], {"ict": [[False] * 5]}, "js", 0.0, {}, {})
+    page = render_html(view)
+    rules = dict(re.findall(r"\.([\w-]+)\{([^}]*)\}", page))
+    tok = dict(item.split(":", 1) for item in rules["tok"].split(";"))
+    assert tok["unicode-bidi"] == "isolate" and "direction" not in tok  # the page's left-to-right order
+    shown = [html.unescape(text) for text in re.findall(r"<span class='tok[^']*'[^>]*>([^<]*)</span>", page)]
+    assert shown == tokens  # in generation order in the source, as the isolates show them

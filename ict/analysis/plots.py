@@ -32,6 +32,8 @@ from ict.core.options import check_choices, option
 # (title, y label, [(metrics key, line style suffix)])
 PANELS = [
     ("Reward", "mean reward per completion", [("reward_mean", "")]),
+    # ict train --eval-every N: logged at every N-th step only (a line through those steps)
+    ("Held-out accuracy", "fraction of held-out problems", [("eval_accuracy", "")]),
     ("Shannon entropy", "nats per token", [("entropy", "all"), ("entropy_selected", "selected")]),
     ("Renyi-2 entropy", "nats per token", [("renyi2", "all"), ("renyi2_selected", "selected")]),
     ("Selected fraction", "fraction of response tokens", [("selected_fraction", "")]),
@@ -94,10 +96,20 @@ def _series(lines: list[dict], key: str) -> dict[int, float]:
             for line in lines if key in line}
 
 
+def isolated_points(values: np.ndarray) -> list[int]:
+    """Indices of the finite ``values`` whose neighbours (before and after) are NaN, infinite or
+    absent: a line draws nothing at such a point (a one-step run, a step between nulls)."""
+    finite = np.isfinite(values)
+    before = np.concatenate(([False], finite[:-1]))
+    after = np.concatenate((finite[1:], [False]))
+    return np.flatnonzero(finite & ~before & ~after).tolist()
+
+
 def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) -> Path | None:
     """Draw the `PANELS` of the runs into the PNG file `out` (that path, whatever its suffix).
-    Runs with the same label are pooled: line = mean over runs at each step, band = min..max.
-    Panels with no data are left out."""
+    Runs with the same label are pooled: line = mean over runs at each step, band = min..max; a
+    point with no neighbour to draw a line to (`isolated_points`) gets a marker (hollow for the
+    selected tokens) and its min..max a bar. Panels with no data are left out."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -141,12 +153,19 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
                         mean = np.nanmean(values, axis=0)
                         low, high = np.nanmin(values, axis=0), np.nanmax(values, axis=0)
                 style = "--" if suffix == "selected" else "-"
-                axis.plot(steps, mean, style, color=colour)
+                alone = isolated_points(mean)  # a line draws nothing through them: a marker each
+                markers = ({"marker": "o", "markersize": 4, "markevery": alone,
+                            "markerfacecolor": "none" if suffix == "selected" else colour} if alone else {})
+                axis.plot(steps, mean, style, color=colour, **markers)
                 if len(runs) > 1:
                     axis.fill_between(steps, low, high, color=colour, alpha=0.15, linewidth=0)
+                    if alone:  # a band of one step has no width: its min..max as a bar
+                        axis.vlines([steps[index] for index in alone], low[alone], high[alone], color=colour,
+                                    alpha=0.3, linewidth=4)
         axis.set_title(title)
         axis.set_xlabel("training step")
-        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        # min_n_ticks=1: a one-step run has one integer in view (it had ticks 0.96, 0.975, ... instead)
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
         axis.set_ylabel(ylabel)
         axis.grid(alpha=0.3)
     for axis in list(axes.flat)[len(panels):]:

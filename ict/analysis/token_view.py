@@ -290,7 +290,9 @@ def _shade(value: float, low: float, high: float) -> tuple[int, int, int]:
 def render_html(view: TokenView, source: str = "") -> str:
     """One self-contained page: a coloured <span class="tok"> per token with its score in the
     title (the tooltip) and its selections as classes: ICT-selected tokens underlined, 20-Entropy
-    boxed, STAPO's silenced tokens struck; a line break inside a token shown as NEWLINE_MARK, and
+    boxed, STAPO's silenced tokens struck; a token shown as '' (:func:`token_strings`) as an empty
+    box, its colour and marks visible; each token a bidi isolate (the tokens in generation order,
+    whatever their direction); a line break inside a token shown as NEWLINE_MARK, and
     its other control characters as ``\\xNN`` and its bidirectional controls as ``\\uNNNN``
     (`_visible`: an HTML parser turns a carriage return into a line break and drops a NUL; a
     right-to-left override mirrors the text after it).
@@ -301,14 +303,22 @@ def render_html(view: TokenView, source: str = "") -> str:
     heading = f"{view.score_name} to {view.reference}" if view.reference else view.score_name
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ict inspect</title>",
              "<style>body{font-family:monospace;max-width:1100px;margin:1em auto}"
-             ".tok{white-space:pre-wrap;padding:1px 0;margin-right:3px}.ict{border-bottom:3px solid #1f4fd1}"
+             # line-height: room below each line for the ICT border; at the normal height the next line's
+             # backgrounds covered it, so only a completion's last line showed ICT's marks. unicode-bidi:
+             # each token a bidi isolate, shown in generation order (after a Hebrew token, " 12 + 34 = 46"
+             # joined its right-to-left run and showed as "46 = 34 + 12")
+             ".tok{white-space:pre-wrap;padding:1px 0;margin-right:3px;line-height:2;unicode-bidi:isolate}"
+             # a token shown as '' (the first bytes of a character, `token_strings`) had no width: its colour
+             # and marks were invisible; a narrow box shows them
+             ".tok:empty{padding:1px 3px}.ict{border-bottom:3px solid #1f4fd1}"
              f".entropy20{{outline:1px solid #1a8a1a}}.{SILENCED}{{text-decoration:line-through}}"
              ".prompt{color:#555;margin-top:1.2em;white-space:pre-wrap}.stats{background:#f4f4f4;padding:.5em}"
              "</style></head><body>",
              f"<h1>Token view ({html.escape(heading)})</h1>",
              f"<p>{html.escape(source)}</p>" if source else "",
              f"<p>{html.escape(colour_legend(view))} Underlined blue: ICT; green box: 20-Entropy; "
-             f"struck: silenced by STAPO. {NEWLINE_MARK} marks a line break inside a token; the score "
+             f"struck: silenced by STAPO. {NEWLINE_MARK} marks a line break inside a token; an empty box, "
+             "a token of a character's first bytes (the character shows on its last token); the score "
              "is in each token's tooltip.</p>",
              f"<div class='stats'>Jaccard(ICT, 20-Entropy) = {view.jaccard_ict_entropy20:.3f}"]
     for label, items in view.top_tokens.items():

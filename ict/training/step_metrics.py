@@ -39,8 +39,8 @@ def selection_diagnostics(updates: BatchUpdates, batch: Any, advantages: torch.T
                            rollout: Any, group_size: int, tokenizer: Any = None) -> dict[str, Any]:
     """`token_diagnostics`, `selection_anatomy` and `paper_figures` of the step's selection, each
     row once (the first pass; rows are prompt-major, so row // G is its group), and the most
-    frequent selected / unselected tokens (`TOP_TOKEN_KEYS`: lists of [string, count], decoded
-    with `tokenizer`; the id as text without one)."""
+    frequent selected / unselected tokens (`TOP_TOKEN_KEYS`: lists of [string, count],
+    `token_text`)."""
     rows_seen = torch.cat([index for index, _ in updates.first_pass]).cpu()
     response_mask = batch.response_mask[rows_seen.to(batch.response_mask.device)].cpu()
     selected = torch.cat([result.selected_mask for _, result in updates.first_pass])
@@ -53,10 +53,21 @@ def selection_diagnostics(updates: BatchUpdates, batch: Any, advantages: torch.T
                                 torch.cat(ties))
     figures = paper_figures(stats, response_mask, selected)  # the knee: the registry's ICT score
     token_ids = batch.response_ids[rows_seen.to(batch.response_ids.device)].cpu()
-    top = {TOP_TOKEN_KEYS[name]: [[tokenizer.decode([token]) if tokenizer is not None else str(token), count]
-                                  for token, count in counts]
+    top = {TOP_TOKEN_KEYS[name]: [[token_text(tokenizer, token), count] for token, count in counts]
            for name, counts in top_token_counts(token_ids, response_mask, selected).items()}
     return {**diagnostics, **anatomy, **figures, **top}
+
+
+def token_text(tokenizer: Any, token: int) -> str:
+    """A token id's string in the top-token lists: decoded alone (the id as text without a
+    tokenizer). A token holding part of a character's bytes decodes alone to U+FFFD, the same for
+    every such token (SmolLM2's first byte tokens of ' 😀', ' 日' and ' Ω' are all ' \ufffd'), so
+    its string also names its id, ``' \ufffd (id 40303)'``: the run summary and ict compare add
+    the counts up by string, which summed different tokens as one."""
+    if tokenizer is None:
+        return str(token)
+    text = tokenizer.decode([token])
+    return f"{text} (id {token})" if "\ufffd" in text else text
 
 
 def reward_metrics(rewards: torch.Tensor, task: list[float]) -> dict[str, float]:
