@@ -153,3 +153,32 @@ def test_the_step_line_names_a_step_whose_updates_were_skipped():
     assert step_line(metrics, 10) == ("step    3/10  reward 0.250  acc 0.500  entropy nan  renyi2 1.500  selected "
                                       "0.100  len 7.0  2.0s  SKIPPED 2 non-finite update(s)")
     assert step_line({**metrics, "skipped_updates": 0}, 10).endswith("len 7.0  2.0s")
+
+
+def test_the_curves_of_a_one_step_run_mark_their_points_on_an_integer_step_axis(tmp_path, monkeypatch):
+    """ict train's curves.png: a line through one point draws nothing, and the step axis of one
+    step read 0.96, 0.98, ... (MaxNLocator(integer=True) needs two integers in view). A point with
+    no finite neighbour now has a marker, and the one tick in view is the step; a key logged null
+    (entropy_selected at a step that selects nothing) is drawn as nothing, and a run of steps as a
+    plain line."""
+    from matplotlib.figure import Figure
+
+    from ict.runs.reporting import plot_curves
+
+    figures = []
+    savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (figures.append(self), savefig(self, *a, **k))[1])
+    plot_curves(tmp_path, [{"step": 1, "reward_mean": 0.5, "accuracy": 0.25, "entropy": 1.5, "renyi2": 1.0,
+                            "entropy_selected": None}])
+    ((left, right),) = [figure.axes for figure in figures]
+    marked = {line.get_label(): (line.get_marker(), line.get_markevery())
+              for axis in (left, right) for line in axis.get_lines()}
+    assert marked == {"reward mean": ("o", [0]), "accuracy": ("o", [0]), "Shannon entropy (all)": ("o", [0]),
+                      "Renyi-2 entropy (all)": ("o", [0]), "Shannon entropy (selected)": ("None", None)}
+    for axis in (left, right):
+        low, high = axis.get_xlim()
+        assert [tick for tick in axis.get_xticks() if low <= tick <= high] == [1.0]
+    figures.clear()
+    plot_curves(tmp_path, [{"step": step, "reward_mean": 0.1 * step} for step in (1, 2, 3)])
+    ((left, _),) = [figure.axes for figure in figures]
+    assert left.get_lines()[0].get_marker() == "None"

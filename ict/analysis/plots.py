@@ -28,6 +28,7 @@ from ict.core.errors import (
     writing_output,
 )
 from ict.core.options import check_choices, option
+from ict.runs.reporting import isolated_points
 
 # (title, y label, [(metrics key, line style suffix)])
 PANELS = [
@@ -94,15 +95,6 @@ def read_metrics(run_dir: Path) -> list[dict]:
 def _series(lines: list[dict], key: str) -> dict[int, float]:
     return {int(line["step"]): (float(line[key]) if line.get(key) is not None else math.nan)
             for line in lines if key in line}
-
-
-def isolated_points(values: np.ndarray) -> list[int]:
-    """Indices of the finite ``values`` whose neighbours (before and after) are NaN, infinite or
-    absent: a line draws nothing at such a point (a one-step run, a step between nulls)."""
-    finite = np.isfinite(values)
-    before = np.concatenate(([False], finite[:-1]))
-    after = np.concatenate((finite[1:], [False]))
-    return np.flatnonzero(finite & ~before & ~after).tolist()
 
 
 def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) -> Path | None:

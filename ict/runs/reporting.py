@@ -10,9 +10,12 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ict.core.errors import UsageError
 from ict.runs.checkpoint import fsync_path, truncate_jsonl, write_atomically
@@ -308,31 +311,46 @@ def selection_summary(lines: list[dict[str, Any]]) -> list[str]:
     return texts
 
 
+def isolated_points(values: Sequence[float]) -> list[int]:
+    """Indices of the finite ``values`` whose neighbours (before and after) are NaN, infinite or
+    absent: a line draws nothing at such a point (a one-step run, a step between nulls)."""
+    finite = np.isfinite(np.asarray(values, dtype=float))
+    before = np.concatenate(([False], finite[:-1]))
+    after = np.concatenate((finite[1:], [False]))
+    return np.flatnonzero(finite & ~before & ~after).tolist()
+
+
 def plot_curves(run_dir: Path, lines: list[dict[str, Any]]) -> Path | None:
-    """Save reward, accuracy and entropy per step as RUN_DIR/curves.png (None if no data)."""
+    """Save reward, accuracy and entropy per step as RUN_DIR/curves.png (None if no data). A point
+    with no finite neighbour (`isolated_points`: a one-step run) gets a marker."""
     if not lines:
         return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     steps = [line["step"] for line in lines]
 
-    def series(name: str) -> list[float]:
-        return [line.get(name) if line.get(name) is not None else math.nan for line in lines]
+    def draw(axis: Any, name: str, **style: Any) -> None:
+        values = [line.get(name) if line.get(name) is not None else math.nan for line in lines]
+        alone = isolated_points(values)
+        axis.plot(steps, values, **style, **({"marker": "o", "markevery": alone} if alone else {}))
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5))
-    left.plot(steps, series("reward_mean"), label="reward mean")
-    left.plot(steps, series("accuracy"), label="accuracy")
-    left.set_xlabel("step")
+    draw(left, "reward_mean", label="reward mean")
+    draw(left, "accuracy", label="accuracy")
     left.legend()
-    right.plot(steps, series("entropy"), label="Shannon entropy (all)")
-    right.plot(steps, series("renyi2"), label="Renyi-2 entropy (all)")
-    right.plot(steps, series("entropy_selected"), label="Shannon entropy (selected)", ls="--")
-    right.set_xlabel("step")
+    draw(right, "entropy", label="Shannon entropy (all)")
+    draw(right, "renyi2", label="Renyi-2 entropy (all)")
+    draw(right, "entropy_selected", label="Shannon entropy (selected)", ls="--")
     right.set_ylabel("nats")
     right.legend(fontsize=7)
+    for axis in (left, right):
+        axis.set_xlabel("step")
+        # min_n_ticks=1: a one-step run has one integer in view (else ticks 0.96, 0.98, ...)
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     figure.tight_layout()
     path = run_dir / "curves.png"
     figure.savefig(path, dpi=100)
