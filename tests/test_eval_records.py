@@ -582,3 +582,29 @@ def test_a_rerun_deletes_results_json_before_it_rewrites_samples_jsonl(tmp_path:
     monkeypatch.setattr(records, "write_all_records", spied)
     evaluate(EvalConfig(**{**config, **rerun}), scripted, progress=False, print_table=False)
     assert results_there[0] and results_there[-1] is False  # prepare_output_dir's, then the rewrite's
+
+
+class SeedScriptedGenerator(Generator):
+    """Returns the i-th list of SCRIPTED completions on its i-th call (one call per seed here)."""
+
+    def __init__(self, calls: list[list[str]]) -> None:
+        self.calls, self.name = list(calls), "scripted"
+
+    def generate(self, prompts, num_samples, greedy, seed):
+        drawn = [list(self.calls.pop(0)) for _ in prompts]
+        return drawn, [[1] * len(row) for row in drawn], [[True] * len(row) for row in drawn]
+
+
+def test_maj_at_n_votes_on_the_classes_of_answers_the_grader_calls_equal(tmp_path: Path):
+    """Gold 3, n = 5, seeds 0 and 1. Seed 0: 3.0, 7, 3, 7, 3.00: the grader calls 3.0, 3 and
+    3.00 equal, so that class has 3 votes to 7's 2: maj@5 = 1 (a vote on strings gave 7, with 2
+    votes to 1 each: 0). Seed 1: 3, 7, 7.0, 8, 9: 7 and 7.0 have 2 votes, 3 has 1: maj@5 = 0
+    (strings: a five-way tie, 3 first: 1). Mean over seeds 0.5, per seed 1 and 0."""
+    config, _, _ = _one_problem_eval(tmp_path, num_samples=5, seeds=(0, 1))
+    boxed = [[f"\\boxed{{{a}}}" for a in answers]
+             for answers in (["3.0", "7", "3", "7", "3.00"], ["3", "7", "7.0", "8", "9"])]
+    result = evaluate(EvalConfig(**config), SeedScriptedGenerator(boxed), progress=False,
+                      print_table=False).benchmarks[0]
+    assert [result.per_seed[seed]["maj@5"] for seed in ("0", "1")] == [1.0, 0.0]
+    assert [result.per_seed[seed]["avg@5"] for seed in ("0", "1")] == [0.6, 0.2]
+    assert result.metrics["maj@5"] == 0.5
