@@ -40,9 +40,10 @@ from ict.core.problems import Problem
 
 ANSWER_EXTRACTIONS = ("tag", "last_number")
 """How a reasoning-gym answer is found (see the module docstring)."""
-GRADING_RULES_VERSION = 2
+GRADING_RULES_VERSION = 3
 """The version of the answer-grading rules (`ict.answers`: extraction, gold, verify, grading): bump
-it when any verdict may change. `ict eval` records it among each verdict's grading settings and
+it when any verdict may change (3: plain-text algebra after an answer anchor read whole; maj@n
+votes on the classes of answers the grader calls equal). `ict eval` records it among each verdict's grading settings and
 re-grades stored completions graded under another (records older than it: unknown, older rules);
 results.json names it, and `ict compare`'s report names evaluations graded under other rules."""
 
