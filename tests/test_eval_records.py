@@ -595,11 +595,11 @@ class SeedScriptedGenerator(Generator):
         return drawn, [[1] * len(row) for row in drawn], [[True] * len(row) for row in drawn]
 
 
-def test_maj_at_n_votes_on_the_classes_of_answers_the_grader_calls_equal(tmp_path: Path):
-    """Gold 3, n = 5, seeds 0 and 1. Seed 0: 3.0, 7, 3, 7, 3.00: the grader calls 3.0, 3 and
-    3.00 equal, so that class has 3 votes to 7's 2: maj@5 = 1 (a vote on strings gave 7, with 2
-    votes to 1 each: 0). Seed 1: 3, 7, 7.0, 8, 9: 7 and 7.0 have 2 votes, 3 has 1: maj@5 = 0
-    (strings: a five-way tie, 3 first: 1). Mean over seeds 0.5, per seed 1 and 0."""
+def test_maj_at_n_votes_numbers_of_equal_value_together(tmp_path: Path):
+    """Gold 3, n = 5, seeds 0 and 1. Seed 0: 3.0, 7, 3, 7, 3.00 (math-verify extracts them as
+    written): 3.0, 3 and 3.00 are one value with 3 votes to 7's 2, so maj@5 = 1 (a vote on strings
+    gave 7: 2 votes to 1 each, 0). Seed 1: 3, 7, 7.0, 8, 9: 7 and 7.0 have 2 votes, 3 has 1:
+    maj@5 = 0 (strings: a five-way tie, 3 first: 1). Mean over seeds 0.5, per seed 1 and 0."""
     config, _, _ = _one_problem_eval(tmp_path, num_samples=5, seeds=(0, 1))
     boxed = [[f"\\boxed{{{a}}}" for a in answers]
              for answers in (["3.0", "7", "3", "7", "3.00"], ["3", "7", "7.0", "8", "9"])]
@@ -608,3 +608,4 @@ def test_maj_at_n_votes_on_the_classes_of_answers_the_grader_calls_equal(tmp_pat
     assert [result.per_seed[seed]["maj@5"] for seed in ("0", "1")] == [1.0, 0.0]
     assert [result.per_seed[seed]["avg@5"] for seed in ("0", "1")] == [0.6, 0.2]
     assert result.metrics["maj@5"] == 0.5
+

@@ -6,10 +6,9 @@ import json
 
 import pytest
 
-from ict.answers.grading import GradingRules, answer_classes, grade, grade_batch
+from ict.answers.grading import GradingRules, grade, grade_batch
 from ict.answers.rewards import REWARDS, build_reward
 from ict.core.errors import UsageError
-from ict.core.metrics import majority_vote_correct
 from ict.core.problems import Problem
 from ict.data.benchmarks import load_benchmark
 from ict.data.training_data import reasoning_gym_problems
@@ -134,39 +133,29 @@ def test_eval_runs_from_before_the_option_still_resume(tmp_path):
         _prepare(config, out)
 
 
-def test_answer_classes_group_the_math_answers_the_grader_calls_equal():
-    """Hand-worked classes (each answer -> the first answer of its class, whitespace removed):
-    0.5 and \\frac {1}{2} equal \\frac{2}{4}; 7.0 equals 7; \\frac{1}{3} is a class of its own;
-    no answer (None, "") stays None; r^2\\pi joins \\pi r^2 (named \\pir^2). Choice letters and
-    reasoning-gym answers are compared as strings: 05 and 5 stay apart. Problems of different
-    lengths share the rounds. A later answer is checked against the first as the gold: math-verify
-    calls (2,\\infty) equal to gold x>2 but not x>2 equal to gold (2,\\infty), so order counts."""
-    half = Problem("q", "\\frac{1}{2}", "math")
-    area = Problem("q", "\\pi r^2", "math")
-    choice = Problem("q", "B", "choice", choices=["x", "y", "z"])
-    gym = Problem("q", "5", "reasoning_gym", scorer=ExactScorer(), entry={"answer": "5"})
-    answers = [["\\frac{2}{4}", None, "0.5", "7", "\\frac {1}{2}", "", "7.0", "\\frac{1}{3}"],
-               ["\\pi r^2", "r^2\\pi", "2\\pi r"], ["B", " B", "C"], ["05", "5", "5"], [], [None],
-               ["x>2", "(2,\\infty)"], ["(2,\\infty)", "x>2"]]
-    assert answer_classes([half, area, choice, gym, half, half, half, half], answers) == [
-        ["\\frac{2}{4}", None, "\\frac{2}{4}", "7", "\\frac{2}{4}", None, "7", "\\frac{1}{3}"],
-        ["\\pir^2", "\\pir^2", "2\\pir"], ["B", "B", "C"], ["05", "5", "5"], [], [None],
-        ["x>2", "x>2"], ["(2,\\infty)", "x>2"]]
+def test_a_math_answer_votes_with_its_exact_value_when_it_is_a_plain_number_or_fraction():
+    """maj@n's key (`vote_key`): the math answers below, as math-verify extracts them, are one
+    vote per value (hand-worked: 18.5 = 37/2, 1,000 = 1000, -3/4 written four ways, 2/4 = 1/2);
+    a zero denominator, a tuple, an equation, a root and digits with a stray comma keep their
+    string; choice letters and reasoning-gym answers always vote with their string (05 is not 5)."""
+    from fractions import Fraction
 
+    from ict.answers.extraction import number_value
+    from ict.answers.grading import vote_key
 
-def test_an_answer_equal_to_two_classes_joins_the_first_and_a_class_is_right_as_its_first_answer():
-    """math-verify's check is not transitive for a small gold (it also asks |answer - gold| <=
-    1e-4 |gold|, `_close_for_small_numbers`): 0.000100009 is within 0.9e-8 of both 0.0001 and
-    0.000100018, which are 1.8e-8 apart (over 1e-8: two classes). So it joins the first class.
-    The class's verdict is its first answer's: against gold 0.0001, 0.000100018 is wrong and
-    0.000100009 right; their class (first answer 0.000100018, 2 votes) is wrong, maj@2 False: a
-    member equal to both the first answer and the gold does not make the first answer right."""
-    small = Problem("q", "0.0001", "math")
-    assert answer_classes([small], [["0.0001", "0.000100018", "0.000100009"]]) == [
-        ["0.0001", "0.000100018", "0.0001"]]
-    answers = ["0.000100018", "0.000100009"]
-    verdicts = [grade(small, f"\\boxed{{{answer}}}").correct for answer in answers]
-    assert verdicts == [False, True]
-    classes = answer_classes([small], [answers])[0]
-    assert classes == ["0.000100018", "0.000100018"]
-    assert majority_vote_correct(classes, verdicts) is False
+    math = Problem(prompt="q", answer="1", kind="math")
+    same = [["18.50", "18.5", "37/2", "\\frac{37}{2}", "\\dfrac{37}{2}", " 18.500 "],
+            ["1,000", "1000", "1000.0", "\\frac{2000}{2}"],
+            ["-\\frac{3}{4}", "\\frac{-3}{4}", "-0.75", "\u22120.75", "-3/4", "- \\tfrac{3}{4}"],
+            ["\\frac{2}{4}", "\\frac{1}{2}", ".5", "0.5"]]
+    values = [Fraction(37, 2), Fraction(1000), Fraction(-3, 4), Fraction(1, 2)]
+    for answers, value in zip(same, values, strict=True):
+        assert [number_value(answer) for answer in answers] == [value] * len(answers)
+        assert {vote_key(math, answer) for answer in answers} == {f"={value}"}
+    for text in ("\\frac{1}{0}", "(1,2)", "x=3", "\\sqrt{2}", "1,2", "1/2/3", "3.", "--3", ""):
+        assert number_value(text) is None
+    assert [vote_key(math, text) for text in ("x = 3", "(1, 2)", "3", None)] == ["x=3", "(1,2)", "=3", None]
+    choice = Problem(prompt="q", answer="A", kind="choice", choices=["1", "2"])
+    gym = Problem(prompt="q", answer="5", kind="reasoning_gym")
+    assert [vote_key(choice, "A"), vote_key(gym, "05"), vote_key(gym, "5"), vote_key(gym, None)] == ["A", "05", "5", None]
+

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
+from fractions import Fraction
 
 from ict.core.errors import encodes_as_utf8
 from ict.core.problems import OPTION_LETTERS
@@ -259,6 +260,26 @@ def _last_tag_content(text: str, tag_name: str = "answer") -> str | None:
 PLAIN_NUMBER = re.compile(r"[-\u2212]?(?:(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|(?<![\d.])\.\d+)")
 
 _LATEX_SPACE = r"(?:\s|\\[,;: ]|~)*"
+# a fraction of two integers: a/b, \frac{a}{b}, \dfrac{a}{b}, \tfrac{a}{b} (a sign before it or on a)
+_INTEGER_FRACTION = re.compile(r"([-\u2212]?)(?:([-\u2212]?\d+)/(\d+)|\\[dt]?frac\{([-\u2212]?\d+)\}\{(\d+)\})")
+
+
+def number_value(text: str | None) -> Fraction | None:
+    """The exact value of an answer written as a plain number: ``PLAIN_NUMBER`` (``-1,000.50``) or
+    a fraction of two integers (``37/2``, ``\\frac{37}{2}``, ``-\\frac{3}{4}``, ``\\frac{-3}{4}``);
+    ``None`` for anything else (``x=3``, ``(1,2)``, ``\\sqrt{2}``, a zero denominator)."""
+    text = "".join((text or "").split())
+    if PLAIN_NUMBER.fullmatch(text):
+        return Fraction(text.replace(",", "").replace("\u2212", "-"))
+    match = _INTEGER_FRACTION.fullmatch(text)
+    if match is None:
+        return None
+    sign, numerator, denominator = match[1], match[2] or match[4], match[3] or match[5]
+    if int(denominator) == 0:
+        return None
+    value = Fraction(int(numerator.replace("\u2212", "-")), int(denominator))
+    return -value if sign else value
+
 SCIENTIFIC = re.compile(
     # the mantissa is no piece of a word, a number, an exponent, a subscript or a divisor
     # (x^2 \cdot 10^3 and 1/2 \times 10^3 are left alone)

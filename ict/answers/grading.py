@@ -15,8 +15,6 @@ Rules, picked by ``Problem.kind`` (`grade_batch`) or by name (the reward functio
   is the training reward (``correct`` stays ``score >= 1``); a scorer that raises scores 0;
 * ``number`` (`grade_number`): the last number in the completion equals the numeric gold.
 
-`answer_classes` groups one problem's extracted answers by this grader (maj@n votes on them).
-
 A `Verdict`'s ``score`` is the raw score (1 or 0, or reasoning-gym's float in [0, 1]) and is the
 training reward; ``correct`` is ``score >= 1`` and is what evaluation counts.
 """
@@ -25,9 +23,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from ict.answers.extraction import extract_choice_letter, extract_last_number, extract_tagged_answer
+from ict.answers.extraction import (
+    extract_choice_letter,
+    extract_last_number,
+    extract_tagged_answer,
+    number_value,
+)
 from ict.answers.verify import (
     DEFAULT_TIMEOUT_SECONDS,
     MATH_EXTRACTIONS,
@@ -35,15 +38,14 @@ from ict.answers.verify import (
     default_verifier,
 )
 from ict.core.errors import UsageError
-from ict.core.metrics import answer_key
 from ict.core.problems import Problem
 
 ANSWER_EXTRACTIONS = ("tag", "last_number")
 """How a reasoning-gym answer is found (see the module docstring)."""
 GRADING_RULES_VERSION = 3
 """The version of the answer-grading rules (`ict.answers`: extraction, gold, verify, grading): bump
-it when any verdict may change (3: plain-text algebra after an answer anchor read whole; maj@n
-votes on the classes of answers the grader calls equal). `ict eval` records it among each verdict's grading settings and
+it when any verdict may change (3: plain-text algebra after an answer anchor read whole; in maj@n,
+math answers that are numbers of equal value vote together). `ict eval` records it among each verdict's grading settings and
 re-grades stored completions graded under another (records older than it: unknown, older rules);
 results.json names it, and `ict compare`'s report names evaluations graded under other rules."""
 
@@ -169,47 +171,12 @@ def grade(problem: Problem, completion: str, rules: GradingRules = GradingRules(
     return grade_batch([(problem, completion)], rules, verifier)[0]
 
 
-def answer_classes(problems: Sequence[Problem], answers: Sequence[Sequence[str | None]],
-                   rules: GradingRules = GradingRules(),
-                   verifier: MathVerifier | None = None) -> list[list[str | None]]:
-    """Each extracted answer's class (maj@n votes on them): its representative, the first answer
-    of its problem (in order, whitespace removed: `ict.core.metrics.answer_key`) that the grader
-    calls equal to it.
-
-    Answers equal without whitespace share a class. A math problem's other distinct answers, in
-    order of first appearance, are each checked against every earlier class's representative as
-    the gold (``\\boxed{answer}`` against ``representative``, `grade_math_batch` under the rules'
-    time bound; math-verify is not symmetric, so order counts) and join the first class that
-    matches, else found a class (a timeout or an unparsable answer matches none). A class is right
-    as its representative is (members are checked against it only). Choice letters and
-    reasoning-gym answers are compared as strings (their graders compare an answer with the gold
-    only). No answer (``None``, empty) gives ``None``. ``answers[i]``: the extracted answers of
-    ``problems[i]``'s samples. The checks run in rounds, one batch over all problems per round
-    (round r: each problem's r-th distinct answer against its classes so far)."""
-    keys = [[answer_key(answer) for answer in row] for row in answers]
-    # per problem: each distinct answer (key) -> its first spelling, in order of first appearance
-    spelled: list[dict[str, str]] = [{} for _ in keys]
-    for row, key_row, spellings in zip(answers, keys, spelled, strict=True):
-        for answer, key in zip(row, key_row, strict=True):
-            if key:
-                spellings.setdefault(key, str(answer))
-    # per problem: distinct answer -> its class representative (settled: the first math answer,
-    # every choice letter or reasoning-gym answer)
-    representative: list[dict[str, str]] = []
-    for problem, spellings in zip(problems, spelled, strict=True):
-        settled = list(spellings) if problem.kind != "math" else list(spellings)[:1]
-        representative.append({key: key for key in settled})
-    for position in range(1, max(map(len, spelled), default=0)):
-        pending = [(index, list(spelled[index])[position],
-                    list(dict.fromkeys(representative[index].values())))
-                   for index, problem in enumerate(problems)
-                   if problem.kind == "math" and position < len(spelled[index])]
-        items = [(replace(problems[index], answer=spelled[index][rep]),
-                  f"\\boxed{{{spelled[index][key]}}}")
-                 for index, key, reps in pending for rep in reps]
-        verdicts = iter(grade_math_batch(items, rules, verifier) if items else [])
-        for index, key, reps in pending:
-            matches = [rep for rep in reps if next(verdicts).correct]
-            representative[index][key] = matches[0] if matches else key
-    return [[representative[index][key] if key else None for key in row]
-            for index, row in enumerate(keys)]
+def vote_key(problem: Problem, extracted: str | None) -> str | None:
+    """The key one sample's extracted answer votes with in maj@n (`ict.core.metrics.
+    majority_vote_correct`): a math answer written as a plain number or a fraction of two integers
+    votes for its exact value (``18.50``, ``18.5``, ``37/2`` and ``\\frac{37}{2}`` are one vote;
+    `number_value`); any other answer, and every choice letter or reasoning-gym answer, for its
+    string with whitespace removed. ``None``: no answer."""
+    if problem.kind == "math" and (value := number_value(extracted)) is not None:
+        return f"={value}"
+    return None if extracted is None else "".join(str(extracted).split())

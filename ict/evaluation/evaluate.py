@@ -21,10 +21,9 @@ Metrics per benchmark (fractions in [0, 1]; tables show percent):
 
 * ``pass@k`` for each requested k <= n: unbiased ``1 - C(n-c, k)/C(n, k)`` averaged over problems;
 * ``avg@n``: mean over problems of ``c / n`` (= pass@1 estimated from n samples);
-* ``maj@n``: majority vote over the n extracted answers, each voting for its class of answers the
-  grader calls equal (`ict.answers.grading.answer_classes`: math answers checked against each
-  class's first answer; choice letters and reasoning-gym answers: identical strings); ties go to
-  the class seen first, samples with no answer do not vote; correct if the class's first answer is;
+* ``maj@n``: majority vote over the n extracted answers (`vote_key`: identical strings vote
+  together, and math answers that are plain numbers or integer fractions of equal value; ties go
+  to the answer seen first, samples with no answer do not vote); correct if the winning answer is;
 * ``greedy``: accuracy of the single greedy completion (with ``greedy=True``).
 
 Seeds: every metric is computed per seed from that seed's ``n`` samples, then averaged over
@@ -54,8 +53,8 @@ from ict.answers.grading import (
     GRADING_RULES_VERSION,
     GradingRules,
     Verdict,
-    answer_classes,
     grade_batch,
+    vote_key,
 )
 from ict.answers.verify import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -311,43 +310,35 @@ def _chunk_seed(seed: int, benchmark: str, first_index: int, greedy: bool) -> in
     return int.from_bytes(digest[:4], "big")
 
 
-def _seed_metrics(sampled: list[list[dict[str, Any]]], classes: list[list[str | None]],
-                  config: EvalConfig, greedy: list[bool] | None,
+def _seed_metrics(benchmark: Benchmark, records: dict[str, list[dict[str, Any]]],
+                  config: EvalConfig, seed: int, greedy: list[bool] | None,
                   statuses: Counter[str]) -> dict[str, float]:
-    """The metrics of one benchmark from the ``n`` samples of one seed (`benchmark_metrics`):
-    ``sampled[problem]`` its records in sample order, ``classes[problem]`` their answers' classes
-    (`answer_classes`), on which maj@n votes."""
-    correct = np.zeros((len(sampled), config.num_samples), dtype=bool)
+    """The metrics of one benchmark from the ``n`` samples of one seed (`benchmark_metrics`)."""
+    n = config.num_samples
+    correct = np.zeros((len(benchmark.problems), n), dtype=bool)
     majority: list[bool] = []
-    for row, (records, answers) in enumerate(zip(sampled, classes, strict=True)):
-        for r in records:
+    for row, problem in enumerate(benchmark.problems):
+        sampled = sorted(records[unit_key(benchmark.name, problem.index, seed)],
+                         key=lambda r: r["sample"])[:n]
+        for r in sampled:
             correct[row, r["sample"]] = bool(r["correct"])
             statuses[r["status"]] += 1
-        majority.append(majority_vote_correct(answers, [bool(r["correct"]) for r in records]))
+        majority.append(majority_vote_correct([vote_key(problem, r["extracted"]) for r in sampled],
+                                              [bool(r["correct"]) for r in sampled]))
     return benchmark_metrics(correct, config.ks, majority, greedy)
 
 
 def _benchmark_result(benchmark: Benchmark, records: dict[str, list[dict[str, Any]]],
-                      config: EvalConfig, verifier: MathVerifier | None = None) -> BenchmarkResult:
-    """One benchmark's metrics: per seed, then their mean over seeds (and std, `mean_over_seeds`).
-    maj@n votes on the classes of answers the grader calls equal (`answer_classes`, all seeds'
-    checks in one call on ``verifier``)."""
+                      config: EvalConfig) -> BenchmarkResult:
+    """One benchmark's metrics: per seed, then their mean over seeds (and std, `mean_over_seeds`)."""
     greedy = None
     if config.greedy:
         greedy = [any(bool(r["correct"]) for r in records[unit_key(benchmark.name, p.index, None)])
                   for p in benchmark.problems]
     statuses: Counter[str] = Counter()
     seeds = config.resolved_seeds()
-    sampled = [sorted(records[unit_key(benchmark.name, problem.index, seed)],
-                      key=lambda r: r["sample"])[: config.num_samples]
-               for seed in seeds for problem in benchmark.problems]
-    rules = GradingRules(config.answer_extraction, config.math_extraction, config.verify_timeout)
-    classes = answer_classes(benchmark.problems * len(seeds),
-                             [[r["extracted"] for r in rows] for rows in sampled], rules, verifier)
-    size = len(benchmark.problems)
-    per_seed = {seed: _seed_metrics(sampled[i * size : (i + 1) * size],
-                                    classes[i * size : (i + 1) * size], config, greedy, statuses)
-                for i, seed in enumerate(seeds)}
+    per_seed = {seed: _seed_metrics(benchmark, records, config, seed, greedy, statuses)
+                for seed in seeds}
     metrics, std = mean_over_seeds(per_seed)
     return BenchmarkResult(benchmark.name, group_of(benchmark.name), benchmark.source,
                            len(benchmark.problems), config.num_samples, metrics, dict(statuses),
@@ -458,11 +449,10 @@ def evaluate(
                     timing["load_model_seconds"] = time.perf_counter() - load_start
                 _generate_and_grade(config, generator, todo, records, output_dir, verifier, timing,
                                     total, total - remaining, progress)
-            results = [_benchmark_result(benchmark, records, config, verifier)
-                       for benchmark in benchmarks]
         finally:
             if verifier is not default_verifier():
                 verifier.close()
+        results = [_benchmark_result(benchmark, records, config) for benchmark in benchmarks]
         aggregates = aggregate_results(results, requested)
         timing["wall_seconds"] = time.perf_counter() - started
         config_dict = dataclasses.asdict(config)
