@@ -526,3 +526,45 @@ def test_the_command_line_applies_yaml_then_options_then_key_values(tmp_path, mo
     assert cli.main(["train", "--config", str(path), "--num-steps", "5", "--learning-rate", "2e-4",
                      "num_steps=9"]) == 0
     assert (seen[0].num_steps, seen[0].learning_rate, seen[0].seed) == (9, 2e-4, 4)
+
+
+def test_a_run_resumed_from_another_directory_reads_the_model_data_and_plugin_it_started_with(
+        tmp_path, monkeypatch):
+    """A relative --model directory, --dataset file and --plugin file were stored in config.yaml
+    as typed, so `--resume` from another working directory found none of them (or another file of
+    that name there, trained on silently): config.yaml names them as absolute paths now; hub ids,
+    task names, modules and the offline default's name stay as typed, and `~` is expanded."""
+    import yaml
+
+    from ict.models.loading import OFFLINE_DEFAULT_MODEL
+    from ict.training.config import save_config
+
+    start, elsewhere, run_dir = tmp_path / "start", tmp_path / "elsewhere", tmp_path / "run"
+    for directory in (start / "model", elsewhere / "model", run_dir):
+        directory.mkdir(parents=True)
+    for place in (start, elsewhere):  # the same names in both directories: the worse case
+        (place / "sums.jsonl").write_text('{"question": "1 + 1", "answer": "2"}\n')
+        (place / "plugin_rel_resume.py").write_text("")
+    monkeypatch.chdir(start)
+    first = build_config(None, {"model": "model", "dataset": "sums.jsonl", "method": "grpo",
+                                "plugin": "json, plugin_rel_resume.py", "run_dir": str(run_dir)}, {})
+    save_config(first, run_dir / "config.yaml")
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    expected = {"model": f"{start}/model", "dataset": f"{start}/sums.jsonl",
+                "plugin": f"json,{start}/plugin_rel_resume.py"}
+    assert {name: saved[name] for name in expected} == expected
+    monkeypatch.chdir(elsewhere)
+    resumed = build_config(None, {"run_dir": str(run_dir), "resume": True, "num_steps": "60"}, {})
+    assert {name: getattr(resumed, name) for name in expected} == expected
+    with pytest.raises(UsageError, match=r"where dataset is '.*/start/sums.jsonl', not '.*/elsewhere/sums.jsonl'"):
+        build_config(None, {"run_dir": str(run_dir), "resume": True, "dataset": "sums.jsonl"}, {})
+    monkeypatch.setenv("HOME", str(start))
+    home = build_config(None, {"model": "~/model", "dataset": "~/sums.jsonl", "plugin": "~/plugin_rel_resume.py"}, {})
+    assert (home.model, home.dataset, home.plugin) == (
+        f"{start}/model", f"{start}/sums.jsonl", f"{start}/plugin_rel_resume.py")
+    TrainConfig(plugin="~/plugin_rel_resume.py").load_plugins()  # as ict compare loads it first
+    (elsewhere / OFFLINE_DEFAULT_MODEL).mkdir()  # the name loads the offline default, not this
+    kept = build_config(None, {"model": OFFLINE_DEFAULT_MODEL, "dataset": "chain_sum"}, {})
+    assert (kept.model, kept.dataset, kept.plugin) == (OFFLINE_DEFAULT_MODEL, "chain_sum", None)
+    hub = build_config(None, {"model": "Qwen/Qwen2.5-0.5B-Instruct", "dataset": "openai/gsm8k"}, {})
+    assert (hub.model, hub.dataset) == ("Qwen/Qwen2.5-0.5B-Instruct", "openai/gsm8k")
