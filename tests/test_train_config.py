@@ -323,6 +323,34 @@ def test_a_plugin_module_runs_once(tmp_path):
     assert counter.read_text() == "1"
 
 
+@pytest.mark.parametrize("where", ["options", "overrides", "yaml"])
+def test_a_plugin_selectors_number_options_on_the_command_line_are_read_as_yaml_1_2_numbers(tmp_path, where):
+    """``selector.KEY=1e-1`` for a --plugin selector was refused ("YAML 1.1 reads an unquoted
+    1e-1 as '1e-1', YAML 1.2 as 0.1"): the key=value texts were read before the plugin registered
+    its selector, as a value of unknown type. A built-in selector's option was read as the number
+    (0.1), and so is a plugin's now, wherever --plugin is given."""
+    from ict.core.selectors import SELECTORS
+
+    name = f"numbers_plugin_{where}"
+    plugin = tmp_path / f"{name}.py"
+    plugin.write_text("from ict import register_selector\n\n"
+                      f"@register_selector({name!r}, defaults={{'threshold': 0.5, 'count': 3}})\n"
+                      "def select(inputs, threshold, count):\n    return inputs.response_mask\n")
+    path, earlier = tmp_path / "c.yaml", tmp_path / "earlier.yaml"
+    path.write_text(f"plugin: {plugin}\n")
+    earlier.write_text("plugin: json\n")  # replaced by the later layer's (the file)
+    yaml_path, options, overrides = {"options": (earlier, {"plugin": str(plugin)}, []),
+                                     "overrides": (earlier, {}, [f"plugin={plugin}"]),
+                                     "yaml": (path, {}, [])}[where]
+    try:
+        config = build_config(yaml_path, {"method": name, **options},
+                              parse_key_values([*overrides, "selector.threshold=1e-1", "selector.count=1e3"]))
+    finally:
+        SELECTORS.pop(name, None)
+    assert config.selector == {"threshold": 0.1, "count": 1000.0}
+    assert build_config(None, {"method": "entropy"}, {"selector.ratio": "1e-1"}).selector == {"ratio": 0.1}
+
+
 def test_one_strict_parser_for_selector_specs_everywhere():
     """Issue 32 item 3: the TRL/verl spec parser is the registry's strict one (the lenient
     `_coerce` turned "flase" into False without a word); presets work in specs too."""

@@ -469,8 +469,11 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
     returned config holds the selector's fully resolved options in `selector`. With `resume`, the
     run's own `RUN_DIR/config.yaml` takes the place of the defaults, and an option given with a
     value other than the run's is a UsageError unless it is in `RESUME_MAY_CHANGE`."""
-    layers = [_renamed(load_yaml(yaml_path)) if yaml_path is not None else {}, _renamed(options or {}),
-              read_overrides(_renamed(overrides or {}))]
+    given = [_renamed(load_yaml(yaml_path)) if yaml_path is not None else {}, _renamed(options or {})]
+    plugins = [layer["plugin"] for layer in (*given, overrides or {}) if "plugin" in layer]
+    if plugins:  # first: their selectors' options are read as the registered selectors' are
+        TrainConfig(plugin=parse_value("plugin", plugins[-1])).load_plugins()
+    layers = [*given, read_overrides(_renamed(overrides or {}))]
     values = functools.reduce(_with_layer, layers, {})
     run_config = Path(values["run_dir"]).expanduser() / "config.yaml" if values.get("run_dir") else None
     if run_config is not None and run_config.is_dir():
