@@ -323,6 +323,34 @@ def test_a_plugin_module_runs_once(tmp_path):
     assert counter.read_text() == "1"
 
 
+@pytest.mark.parametrize("where", ["options", "overrides", "yaml"])
+def test_a_plugin_selectors_number_options_on_the_command_line_are_read_as_yaml_1_2_numbers(tmp_path, where):
+    """``selector.KEY=1e-1`` for a --plugin selector was refused ("YAML 1.1 reads an unquoted
+    1e-1 as '1e-1', YAML 1.2 as 0.1"): the key=value texts were read before the plugin registered
+    its selector, as a value of unknown type. A built-in selector's option was read as the number
+    (0.1), and so is a plugin's now, wherever --plugin is given."""
+    from ict.core.selectors import SELECTORS
+
+    name = f"numbers_plugin_{where}"
+    plugin = tmp_path / f"{name}.py"
+    plugin.write_text("from ict import register_selector\n\n"
+                      f"@register_selector({name!r}, defaults={{'threshold': 0.5, 'count': 3}})\n"
+                      "def select(inputs, threshold, count):\n    return inputs.response_mask\n")
+    path, earlier = tmp_path / "c.yaml", tmp_path / "earlier.yaml"
+    path.write_text(f"plugin: {plugin}\n")
+    earlier.write_text("plugin: json\n")  # replaced by the later layer's (the file)
+    yaml_path, options, overrides = {"options": (earlier, {"plugin": str(plugin)}, []),
+                                     "overrides": (earlier, {}, [f"plugin={plugin}"]),
+                                     "yaml": (path, {}, [])}[where]
+    try:
+        config = build_config(yaml_path, {"method": name, **options},
+                              parse_key_values([*overrides, "selector.threshold=1e-1", "selector.count=1e3"]))
+    finally:
+        SELECTORS.pop(name, None)
+    assert config.selector == {"threshold": 0.1, "count": 1000.0}
+    assert build_config(None, {"method": "entropy"}, {"selector.ratio": "1e-1"}).selector == {"ratio": 0.1}
+
+
 def test_one_strict_parser_for_selector_specs_everywhere():
     """Issue 32 item 3: the TRL/verl spec parser is the registry's strict one (the lenient
     `_coerce` turned "flase" into False without a word); presets work in specs too."""
@@ -526,3 +554,45 @@ def test_the_command_line_applies_yaml_then_options_then_key_values(tmp_path, mo
     assert cli.main(["train", "--config", str(path), "--num-steps", "5", "--learning-rate", "2e-4",
                      "num_steps=9"]) == 0
     assert (seen[0].num_steps, seen[0].learning_rate, seen[0].seed) == (9, 2e-4, 4)
+
+
+def test_a_run_resumed_from_another_directory_reads_the_model_data_and_plugin_it_started_with(
+        tmp_path, monkeypatch):
+    """A relative --model directory, --dataset file and --plugin file were stored in config.yaml
+    as typed, so `--resume` from another working directory found none of them (or another file of
+    that name there, trained on silently): config.yaml names them as absolute paths now; hub ids,
+    task names, modules and the offline default's name stay as typed, and `~` is expanded."""
+    import yaml
+
+    from ict.models.loading import OFFLINE_DEFAULT_MODEL
+    from ict.training.config import save_config
+
+    start, elsewhere, run_dir = tmp_path / "start", tmp_path / "elsewhere", tmp_path / "run"
+    for directory in (start / "model", elsewhere / "model", run_dir):
+        directory.mkdir(parents=True)
+    for place in (start, elsewhere):  # the same names in both directories: the worse case
+        (place / "sums.jsonl").write_text('{"question": "1 + 1", "answer": "2"}\n')
+        (place / "plugin_rel_resume.py").write_text("")
+    monkeypatch.chdir(start)
+    first = build_config(None, {"model": "model", "dataset": "sums.jsonl", "method": "grpo",
+                                "plugin": "json, plugin_rel_resume.py", "run_dir": str(run_dir)}, {})
+    save_config(first, run_dir / "config.yaml")
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    expected = {"model": f"{start}/model", "dataset": f"{start}/sums.jsonl",
+                "plugin": f"json,{start}/plugin_rel_resume.py"}
+    assert {name: saved[name] for name in expected} == expected
+    monkeypatch.chdir(elsewhere)
+    resumed = build_config(None, {"run_dir": str(run_dir), "resume": True, "num_steps": "60"}, {})
+    assert {name: getattr(resumed, name) for name in expected} == expected
+    with pytest.raises(UsageError, match=r"where dataset is '.*/start/sums.jsonl', not '.*/elsewhere/sums.jsonl'"):
+        build_config(None, {"run_dir": str(run_dir), "resume": True, "dataset": "sums.jsonl"}, {})
+    monkeypatch.setenv("HOME", str(start))
+    home = build_config(None, {"model": "~/model", "dataset": "~/sums.jsonl", "plugin": "~/plugin_rel_resume.py"}, {})
+    assert (home.model, home.dataset, home.plugin) == (
+        f"{start}/model", f"{start}/sums.jsonl", f"{start}/plugin_rel_resume.py")
+    TrainConfig(plugin="~/plugin_rel_resume.py").load_plugins()  # as ict compare loads it first
+    (elsewhere / OFFLINE_DEFAULT_MODEL).mkdir()  # the name loads the offline default, not this
+    kept = build_config(None, {"model": OFFLINE_DEFAULT_MODEL, "dataset": "chain_sum"}, {})
+    assert (kept.model, kept.dataset, kept.plugin) == (OFFLINE_DEFAULT_MODEL, "chain_sum", None)
+    hub = build_config(None, {"model": "Qwen/Qwen2.5-0.5B-Instruct", "dataset": "openai/gsm8k"}, {})
+    assert (hub.model, hub.dataset) == ("Qwen/Qwen2.5-0.5B-Instruct", "openai/gsm8k")

@@ -33,6 +33,12 @@ HELD_OUT_DRAWS = 4
 """reasoning-gym: a held-out set of n distinct questions is the first n distinct of 4n draws"""
 
 
+def is_dataset_file(dataset: str) -> bool:
+    """Whether `load_training_data` reads ``dataset`` as a local file: a .jsonl/.json/.parquet name,
+    or a path that exists (else it is a reasoning-gym task or a hub id)."""
+    return dataset.lower().endswith(FILE_SUFFIXES) or os.path.exists(dataset)
+
+
 def is_reasoning_gym_task(name: str) -> bool:
     from reasoning_gym.factory import DATASETS
 
@@ -201,7 +207,7 @@ def load_training_data(dataset: str, *, dataset_config: dict[str, Any] | None = 
     if held_out_rule not in ("distinct", "draws"):
         raise UsageError(f"held_out_rule must be distinct or draws, got {held_out_rule!r}")
     skipped: list[str] | None = [] if skip_bad_rows else None
-    is_file = dataset.lower().endswith(FILE_SUFFIXES) or os.path.exists(dataset)
+    is_file = is_dataset_file(dataset)
     if held_out_sets and (is_file or not is_reasoning_gym_task(dataset)):
         raise UsageError("held_out_sets (reasoning-gym evaluation sets) needs a reasoning-gym training task, "
                          f"not {dataset!r}")

@@ -191,6 +191,14 @@ def strip_gguf_quantizer(model: Any) -> None:
             model.config.quantization_config = None
 
 
+def local_model_dir(name_or_path: str) -> str | None:
+    """The absolute path of ``name_or_path`` when it names a local directory (``~`` expanded: from
+    a config file or ``--model=~/...``), else None (a hub id, or the offline default's name)."""
+    if name_or_path == OFFLINE_DEFAULT_MODEL or not os.path.isdir(os.path.expanduser(name_or_path)):
+        return None
+    return os.path.abspath(os.path.expanduser(name_or_path))
+
+
 def model_source(name_or_path: str, cache_dir: str | os.PathLike[str] | None = None) -> str | Path:
     """Where ``name_or_path`` loads from: the offline default's directory, else the path (``~``
     expanded, made absolute: a LoRA adapter records it as its base, read from any directory later)
@@ -200,8 +208,8 @@ def model_source(name_or_path: str, cache_dir: str | os.PathLike[str] | None = N
     the Hugging Face cache, or fails at once, not after minutes of retries."""
     if name_or_path == OFFLINE_DEFAULT_MODEL:
         return offline_default_path(cache_dir)
-    if os.path.isdir(os.path.expanduser(name_or_path)):  # ~ from a config file or --model=~/...
-        return os.path.abspath(os.path.expanduser(name_or_path))
+    if (directory := local_model_dir(name_or_path)) is not None:
+        return directory
     if os.path.sep in name_or_path and (name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1):
         raise UsageError(f"model directory not found: {name_or_path}")
     if not hub_reachable():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,8 @@ from ict.core.errors import UsageError, check_option_text, check_path_given, rea
 from ict.core.options import check_choices, option, optional_inner, parse_field
 from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.stats import MIN_TEMPERATURE, needs_reference_logits, parse_tile_size
-from ict.models.loading import OFFLINE_DEFAULT_MODEL, parse_device
+from ict.data.training_data import is_dataset_file
+from ict.models.loading import OFFLINE_DEFAULT_MODEL, local_model_dir, parse_device
 from ict.models.rollout import ROLLOUT_TEMPERATURE, VLLM_CPU_KVCACHE_GIB
 from ict.runs.checkpoint import complete_checkpoints, write_atomically
 from ict.training.config_text import (  # noqa: F401 (load_yaml, parse_key_values: also this module's API)
@@ -263,7 +265,9 @@ class TrainConfig:
         see ``selectors.TRAIN_OPTION_DEFAULTS``) take the preset's value, else the method's
         (:func:`ict.core.selectors.method_train_options`), and `selector` gets the selector's fully
         resolved options (so config.yaml shows them all). A value set explicitly is never
-        replaced, and resolving a resolved config changes nothing."""
+        replaced, and resolving a resolved config changes nothing. Local paths of `model`,
+        `dataset` and `plugin` become absolute (`absolute_local_paths`)."""
+        self.absolute_local_paths()
         self.validate()
         try:
             method_options = selectors.method_train_options(self.selector_name, self.preset)
@@ -277,8 +281,18 @@ class TrainConfig:
         self.ratio = None  # folded into selector.ratio
         return self.validate()
 
+    def absolute_local_paths(self) -> None:
+        """`model` (a local directory), `dataset` (a local file) and `plugin`'s .py files as absolute
+        paths (``~`` expanded), so that config.yaml names them from any working directory: a run
+        resumed from another one found another file of the name there, or none. Hub ids, task
+        names and the offline default's name stay as they are."""
+        self.model = local_model_dir(self.model) or self.model
+        if is_dataset_file(self.dataset):
+            self.dataset = os.path.abspath(os.path.expanduser(self.dataset))
+        self.plugin = absolute_plugins(self.plugin)
+
     def load_plugins(self) -> None:
-        for module in (self.plugin or "").split(","):
+        for module in (absolute_plugins(self.plugin) or "").split(","):
             if module.strip():
                 try:
                     selectors.load_plugin(module.strip())
@@ -386,6 +400,15 @@ class TrainConfig:
 # ----------------------------------------------------------------------------------------------
 # Parsing values
 
+def absolute_plugins(plugin: str | None) -> str | None:
+    """``plugin`` (comma-separated modules and .py files) with each .py file an absolute path
+    (``~`` expanded); module names stay as they are."""
+    if plugin is None:
+        return None
+    return ",".join(os.path.abspath(os.path.expanduser(item.strip())) if item.strip().endswith(".py")
+                    else item for item in plugin.split(","))
+
+
 def field_types() -> dict[str, Any]:
     """Field name -> resolved type annotation."""
     return typing.get_type_hints(TrainConfig)
@@ -446,8 +469,11 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
     returned config holds the selector's fully resolved options in `selector`. With `resume`, the
     run's own `RUN_DIR/config.yaml` takes the place of the defaults, and an option given with a
     value other than the run's is a UsageError unless it is in `RESUME_MAY_CHANGE`."""
-    layers = [_renamed(load_yaml(yaml_path)) if yaml_path is not None else {}, _renamed(options or {}),
-              read_overrides(_renamed(overrides or {}))]
+    given = [_renamed(load_yaml(yaml_path)) if yaml_path is not None else {}, _renamed(options or {})]
+    plugins = [layer["plugin"] for layer in (*given, overrides or {}) if "plugin" in layer]
+    if plugins:  # first: their selectors' options are read as the registered selectors' are
+        TrainConfig(plugin=parse_value("plugin", plugins[-1])).load_plugins()
+    layers = [*given, read_overrides(_renamed(overrides or {}))]
     values = functools.reduce(_with_layer, layers, {})
     run_config = Path(values["run_dir"]).expanduser() / "config.yaml" if values.get("run_dir") else None
     if run_config is not None and run_config.is_dir():
