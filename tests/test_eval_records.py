@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
+from eval_helpers import ScriptedGenerator, one_gsm8k_problem, one_problem_eval
 
 from ict.core.errors import UsageError
 from ict.data.benchmarks import load_benchmark
@@ -126,72 +126,13 @@ def test_a_change_of_any_resume_key_refuses_the_directory(tmp_path: Path, key: s
 
 
 # Four GSM8K problems (gold, four sampled completions, the greedy one), worked by hand below.
-SCRIPTED = [
-    (3, ["\\boxed{5}", "\\boxed{3}", "\\boxed{3}", "no answer"], "\\boxed{3}"),  # c=2; 3 wins 2:1
-    (7, ["no answer", "no answer", "no answer", "\\boxed{7}"], "\\boxed{1}"),  # c=1; 7, the only vote
-    (4, ["\\boxed{4}", "\\boxed{4}", "\\boxed{1}", "\\boxed{8}"], "\\boxed{4}"),  # c=2; 4 wins
-    (6, ["\\boxed{2}", "\\boxed{6}", "\\boxed{6}", "\\boxed{2}"], "none"),  # c=2; tie: 2, seen first
-]
-
-
-class ScriptedGenerator(Generator):
-    """Returns the SCRIPTED completions of each prompt (no model)."""
-
-    def __init__(self, by_prompt: dict[str, tuple[list[str], str]]) -> None:
-        self.by_prompt, self.name = by_prompt, "scripted"
-
-    def generate(self, prompts, num_samples, greedy, seed):
-        drawn = [[self.by_prompt[p][1]] if greedy else list(self.by_prompt[p][0]) for p in prompts]
-        return drawn, [[1] * len(group) for group in drawn], [[True] * len(group) for group in drawn]
-
-
-def test_metrics_of_an_evaluation_are_the_hand_worked_values_of_its_completions(tmp_path: Path):
-    """evaluate() end to end on scripted completions, against hand-worked values: correct counts
-    c = 2, 1, 2, 2 of n = 4; pass@1 = mean c/n = 1.75/4; pass@2 = mean(1 - C(4-c,2)/C(4,2)) =
-    (3 * 5/6 + 1/2) / 4 = 0.75; pass@4 = 1; maj@4 = the most frequent answer (samples without
-    one do not vote), a tie going to the one seen first: right, right, right, wrong = 0.75 (a
-    minority answer comes first in problem 0; in problem 1 three samples have no answer; in
-    problem 2 a vote read against another sample's verdict is wrong); greedy 2 of 4."""
-    data = tmp_path / "data"
-    data.mkdir()
-    rows = [{"question": f"question {gold}?", "answer": f"#### {gold}"} for gold, _, _ in SCRIPTED]
-    (data / "gsm8k.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    problems = load_benchmark("gsm8k", data).problems
-    generator = ScriptedGenerator({problem.prompt: (sampled, greedy) for problem, (_, sampled, greedy)
-                                   in zip(problems, SCRIPTED, strict=True)})
-    config = EvalConfig(model="scripted", benchmarks="gsm8k", data_dir=str(data),
-                        output_dir=str(tmp_path / "out"), num_samples=4, ks=(1, 2, 4), greedy=True,
-                        device="cpu")
-    result = evaluate(config, generator, progress=False, print_table=False)
-    assert result.benchmarks[0].metrics == pytest.approx(
-        {"pass@1": 0.4375, "pass@2": 0.75, "pass@4": 1.0, "avg@4": 0.4375, "maj@4": 0.75, "greedy": 0.5},
-        abs=1e-12)
-
-
-def _one_gsm8k_problem(tmp_path: Path) -> tuple[Path, str]:
-    """A data directory holding one gsm8k problem ("question 3?", gold 3), and its prompt."""
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "gsm8k.jsonl").write_text(json.dumps({"question": "question 3?", "answer": "#### 3"}) + "\n")
-    return data, load_benchmark("gsm8k", data).problems[0].prompt
-
-
-def _one_problem_eval(tmp_path: Path, **settings: Any) -> tuple[dict[str, Any], str, Path]:
-    """(EvalConfig options of a scripted evaluation of `_one_gsm8k_problem` into tmp_path/out: n 2,
-    k 1, on the CPU, each overridden by ``settings``; the problem's prompt; the output directory)."""
-    data, prompt = _one_gsm8k_problem(tmp_path)
-    out = tmp_path / "out"
-    return {"model": "scripted", "benchmarks": "gsm8k", "data_dir": str(data), "output_dir": str(out),
-            "num_samples": 2, "ks": (1,), "device": "cpu", **settings}, prompt, out
-
-
 def test_a_longer_verify_timeout_regrades_the_checks_that_timed_out(tmp_path: Path):
     """--verify-timeout is a grading setting (`GRADING_KEYS`): a rerun with another bound grades
     the stored completions again, without generating; a rerun with the same bound keeps them.
     The stored verdicts are set to what a check cut off by its bound records (incorrect,
     ``timeout``): a real bound of 1e-6 s was not one (the pool reads an answer that is already
     there when its bound is checked, so on a loaded machine the check came back ``ok``)."""
-    config, prompt, out = _one_problem_eval(tmp_path)
+    config, prompt, out = one_problem_eval(tmp_path)
     scripted = ScriptedGenerator({prompt: (["\\boxed{3}", "\\boxed{3}"], "")})
     first = evaluate(EvalConfig(**config, verify_timeout=2.0), scripted, progress=False, print_table=False)
     assert first.benchmarks[0].statuses == {"ok": 2}
@@ -282,7 +223,7 @@ def test_records_graded_before_the_grading_field_are_regraded_as_lenient_ones(tm
     extraction of that time (`LEGACY_GRADING`): under the anchored default they are graded again,
     without generating. "the sum 3" is right under lenient extraction only (pass@1 1.0 as
     stored, 0.0 anchored); taking them for graded with the current rules kept 1.0."""
-    config, prompt, out = _one_problem_eval(tmp_path, math_extraction="lenient")
+    config, prompt, out = one_problem_eval(tmp_path, math_extraction="lenient")
     first = evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["the sum 3", "the sum 3"], "")}),
                      progress=False, print_table=False)
     assert first.benchmarks[0].metrics["pass@1"] == 1.0
@@ -327,7 +268,7 @@ def test_a_resume_keeps_greedy_records_seedless_and_results_json_names_the_one_s
     ``seeds`` null it read both, 2 samples a problem of n = 1)."""
     from ict.analysis.comparison_runs import complete_verdicts
 
-    config, prompt, out = _one_problem_eval(tmp_path, num_samples=1, greedy=True)
+    config, prompt, out = one_problem_eval(tmp_path, num_samples=1, greedy=True)
     evaluate(EvalConfig(**config, seeds=(0, 1)), ScriptedGenerator({prompt: (["\\boxed{3}"], "\\boxed{3}")}),
              progress=False, print_table=False)
     evaluate(EvalConfig(**config, seed=1), ScriptedGenerator({}), progress=False, print_table=False)
@@ -343,7 +284,7 @@ def test_a_resume_refuses_another_dtype_or_backend_and_accepts_another_device_or
     CPU is fp32, the HF backend without vLLM): bf16 or vLLM samples come from another
     distribution or sampler, and were pooled silently into one pass@k. --device cpu -> auto (the
     same dtype) and another --batch-size only change the random stream, and resume."""
-    data, prompt = _one_gsm8k_problem(tmp_path)
+    data, prompt = one_gsm8k_problem(tmp_path)
     out = tmp_path / "out"
     config = dict(model="scripted", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out),
                   num_samples=2, ks=(1,))
@@ -363,7 +304,7 @@ def test_a_resume_refuses_another_dtype_or_backend_and_accepts_another_device_or
 def test_a_run_json_from_before_dtype_and_backend_were_recorded_resumes_with_any(tmp_path: Path):
     """A run.json without ``dtype`` and ``backend`` (an older ict eval) does not say what its
     samples were drawn with: any value resumes (`UNKNOWN_BEFORE`), and is recorded from then on."""
-    config, prompt, out = _one_problem_eval(tmp_path)
+    config, prompt, out = one_problem_eval(tmp_path)
     evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["\\boxed{3}", "no"], "")}),
              progress=False, print_table=False)
     run = json.loads((out / "run.json").read_text())
@@ -384,7 +325,7 @@ def test_records_graded_under_other_grading_rules_are_regraded_and_results_json_
     version its verdicts were graded under."""
     from ict.answers.grading import GRADING_RULES_VERSION
 
-    config, prompt, out = _one_problem_eval(tmp_path)
+    config, prompt, out = one_problem_eval(tmp_path)
     evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["\\boxed{3}", "\\boxed{3}"], "")}),
              progress=False, print_table=False)
     assert json.loads((out / "results.json").read_text())["config"]["grading_rules"] == GRADING_RULES_VERSION
@@ -429,7 +370,7 @@ def test_regrade_grades_every_stored_completion_again_and_a_plain_rerun_keeps_th
     stored verdicts. The stored verdicts are set wrong by hand (a right "\\\\boxed{3}" as
     incorrect): pass@1 0.0 kept, then 1.0 once re-graded, and the file holds the new verdicts.
     (Mutation test: --regrade ignored survived every test.)"""
-    config, prompt, out = _one_problem_eval(tmp_path)
+    config, prompt, out = one_problem_eval(tmp_path)
     evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["\\\\boxed{3}", "\\\\boxed{3}"], "")}),
              progress=False, print_table=False)
     stored = [{**json.loads(line), "correct": False, "extracted": None, "score": 0.0, "status": "no_answer"}
@@ -449,7 +390,7 @@ def test_a_repeated_record_is_counted_once_and_two_draws_of_one_sample_are_drawn
     0, 0, 1, 1 (pass@1 0); both are the clean figures now, the file back to four lines. Two
     different records of sample 3 (two draws) are no finished unit: drawn again, with a note, and
     results.json (which counted one of them) is deleted before."""
-    config, prompt, out = _one_problem_eval(tmp_path, num_samples=4, ks=(1, 2, 4))
+    config, prompt, out = one_problem_eval(tmp_path, num_samples=4, ks=(1, 2, 4))
     clean = {"pass@1": 0.5, "pass@2": 5 / 6, "pass@4": 1.0, "avg@4": 0.5, "maj@4": 0.0}
     first = evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["\\boxed{5}"] * 2 + ["\\boxed{3}"] * 2, "")}),
                      progress=False, print_table=False)
@@ -485,7 +426,7 @@ def test_samples_without_their_run_json_are_refused_and_left_as_they_are(tmp_pat
     rerun resumed them unchecked: model A's samples at temperature 0.6 were counted as model B's
     at 1.5 (pass@1 1.0, nothing generated) and run.json was rewritten to say model B. Now a
     one-line refusal that leaves both files as they were; --overwrite starts afresh."""
-    data, prompt = _one_gsm8k_problem(tmp_path)
+    data, prompt = one_gsm8k_problem(tmp_path)
     out = tmp_path / "out"
     config = dict(benchmarks="gsm8k", data_dir=str(data), output_dir=str(out), num_samples=2, ks=(1,),
                   device="cpu")
@@ -526,7 +467,7 @@ def test_one_completion_graded_twice_is_graded_again_not_drawn_again(tmp_path: P
     until then), nothing generated, results.json deleted before samples.jsonl is rewritten; so is
     a copy placed first that timed out under the same grading settings (kept as it was, it read
     pass@1 0.0). A record that differs in any other field (here ``num_tokens``) is another draw."""
-    data, prompt = _one_gsm8k_problem(tmp_path)
+    data, prompt = one_gsm8k_problem(tmp_path)
     out = tmp_path / "out"
     config = dict(model="m", benchmarks="gsm8k", data_dir=str(data), output_dir=str(out), num_samples=2,
                   ks=(1,), device="cpu")
@@ -582,30 +523,3 @@ def test_a_rerun_deletes_results_json_before_it_rewrites_samples_jsonl(tmp_path:
     monkeypatch.setattr(records, "write_all_records", spied)
     evaluate(EvalConfig(**{**config, **rerun}), scripted, progress=False, print_table=False)
     assert results_there[0] and results_there[-1] is False  # prepare_output_dir's, then the rewrite's
-
-
-class SeedScriptedGenerator(Generator):
-    """Returns the i-th list of SCRIPTED completions on its i-th call (one call per seed here)."""
-
-    def __init__(self, calls: list[list[str]]) -> None:
-        self.calls, self.name = list(calls), "scripted"
-
-    def generate(self, prompts, num_samples, greedy, seed):
-        drawn = [list(self.calls.pop(0)) for _ in prompts]
-        return drawn, [[1] * len(row) for row in drawn], [[True] * len(row) for row in drawn]
-
-
-def test_maj_at_n_votes_numbers_of_equal_value_together(tmp_path: Path):
-    """Gold 3, n = 5, seeds 0 and 1. Seed 0: 3.0, 7, 3, 7, 3.00 (math-verify extracts them as
-    written): 3.0, 3 and 3.00 are one value with 3 votes to 7's 2, so maj@5 = 1 (a vote on strings
-    gave 7: 2 votes to 1 each, 0). Seed 1: 3, 7, 7.0, 8, 9: 7 and 7.0 have 2 votes, 3 has 1:
-    maj@5 = 0 (strings: a five-way tie, 3 first: 1). Mean over seeds 0.5, per seed 1 and 0."""
-    config, _, _ = _one_problem_eval(tmp_path, num_samples=5, seeds=(0, 1))
-    boxed = [[f"\\boxed{{{a}}}" for a in answers]
-             for answers in (["3.0", "7", "3", "7", "3.00"], ["3", "7", "7.0", "8", "9"])]
-    result = evaluate(EvalConfig(**config), SeedScriptedGenerator(boxed), progress=False,
-                      print_table=False).benchmarks[0]
-    assert [result.per_seed[seed]["maj@5"] for seed in ("0", "1")] == [1.0, 0.0]
-    assert [result.per_seed[seed]["avg@5"] for seed in ("0", "1")] == [0.6, 0.2]
-    assert result.metrics["maj@5"] == 0.5
-

@@ -1,15 +1,20 @@
 """The results files of `ict eval` (`ict.evaluation.results`): results.csv's std columns over
 seeds, results.md in percent, results.json as strict JSON, and the aggregates over suites and
-groups, against values written out by hand (each case was a surviving hand mutant). Split from
+groups, and the metrics of an evaluation (pass@k, avg@n, maj@n, greedy) end to end on scripted
+completions, against values written out by hand (each case was a surviving hand mutant). Split from
 tests/test_eval_records.py (the resumable records)."""
 
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
+from eval_helpers import ScriptedGenerator, SeedScriptedGenerator, one_problem_eval
 
+from ict.data.benchmarks import load_benchmark
+from ict.evaluation.evaluate import EvalConfig, evaluate
 from ict.evaluation.results import BenchmarkResult, EvalResult, write_results
 
 
@@ -94,3 +99,49 @@ def test_results_md_shows_percent_and_the_std_over_seeds_in_percent(tmp_path: Pa
     assert "seeds 0,1 (mean ± std over seeds, then each seed), first 5 problems per benchmark." in note
     assert table.splitlines()[2:] == ["| gsm8k | math | 5 | 30.0 ± 14.1 |", "| gsm8k seed=0 | math | 5 | 20.0 |",
                                       "| gsm8k seed=1 | math | 5 | 40.0 |"]
+
+
+SCRIPTED = [
+    (3, ["\\boxed{5}", "\\boxed{3}", "\\boxed{3}", "no answer"], "\\boxed{3}"),  # c=2; 3 wins 2:1
+    (7, ["no answer", "no answer", "no answer", "\\boxed{7}"], "\\boxed{1}"),  # c=1; 7, the only vote
+    (4, ["\\boxed{4}", "\\boxed{4}", "\\boxed{1}", "\\boxed{8}"], "\\boxed{4}"),  # c=2; 4 wins
+    (6, ["\\boxed{2}", "\\boxed{6}", "\\boxed{6}", "\\boxed{2}"], "none"),  # c=2; tie: 2, seen first
+]
+
+
+def test_metrics_of_an_evaluation_are_the_hand_worked_values_of_its_completions(tmp_path: Path):
+    """evaluate() end to end on scripted completions, against hand-worked values: correct counts
+    c = 2, 1, 2, 2 of n = 4; pass@1 = mean c/n = 1.75/4; pass@2 = mean(1 - C(4-c,2)/C(4,2)) =
+    (3 * 5/6 + 1/2) / 4 = 0.75; pass@4 = 1; maj@4 = the most frequent answer (samples without
+    one do not vote), a tie going to the one seen first: right, right, right, wrong = 0.75 (a
+    minority answer comes first in problem 0; in problem 1 three samples have no answer; in
+    problem 2 a vote read against another sample's verdict is wrong); greedy 2 of 4."""
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [{"question": f"question {gold}?", "answer": f"#### {gold}"} for gold, _, _ in SCRIPTED]
+    (data / "gsm8k.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    problems = load_benchmark("gsm8k", data).problems
+    generator = ScriptedGenerator({problem.prompt: (sampled, greedy) for problem, (_, sampled, greedy)
+                                   in zip(problems, SCRIPTED, strict=True)})
+    config = EvalConfig(model="scripted", benchmarks="gsm8k", data_dir=str(data),
+                        output_dir=str(tmp_path / "out"), num_samples=4, ks=(1, 2, 4), greedy=True,
+                        device="cpu")
+    result = evaluate(config, generator, progress=False, print_table=False)
+    assert result.benchmarks[0].metrics == pytest.approx(
+        {"pass@1": 0.4375, "pass@2": 0.75, "pass@4": 1.0, "avg@4": 0.4375, "maj@4": 0.75, "greedy": 0.5},
+        abs=1e-12)
+
+
+def test_maj_at_n_votes_numbers_of_equal_value_together(tmp_path: Path):
+    """Gold 3, n = 5, seeds 0 and 1. Seed 0: 3.0, 7, 3, 7, 3.00 (math-verify extracts them as
+    written): 3.0, 3 and 3.00 are one value with 3 votes to 7's 2, so maj@5 = 1 (a vote on strings
+    gave 7: 2 votes to 1 each, 0). Seed 1: 3, 7, 7.0, 8, 9: 7 and 7.0 have 2 votes, 3 has 1:
+    maj@5 = 0 (strings: a five-way tie, 3 first: 1). Mean over seeds 0.5, per seed 1 and 0."""
+    config, _, _ = one_problem_eval(tmp_path, num_samples=5, seeds=(0, 1))
+    boxed = [[f"\\boxed{{{a}}}" for a in answers]
+             for answers in (["3.0", "7", "3", "7", "3.00"], ["3", "7", "7.0", "8", "9"])]
+    result = evaluate(EvalConfig(**config), SeedScriptedGenerator(boxed), progress=False,
+                      print_table=False).benchmarks[0]
+    assert [result.per_seed[seed]["maj@5"] for seed in ("0", "1")] == [1.0, 0.0]
+    assert [result.per_seed[seed]["avg@5"] for seed in ("0", "1")] == [0.6, 0.2]
+    assert result.metrics["maj@5"] == 0.5
