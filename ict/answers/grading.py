@@ -38,6 +38,7 @@ from ict.answers.verify import (
     default_verifier,
 )
 from ict.core.errors import UsageError
+from ict.core.metrics import answer_key
 from ict.core.problems import Problem
 
 ANSWER_EXTRACTIONS = ("tag", "last_number")
@@ -45,9 +46,10 @@ ANSWER_EXTRACTIONS = ("tag", "last_number")
 GRADING_RULES_VERSION = 3
 """The version of the answer-grading rules (`ict.answers`: extraction, gold, verify, grading): bump
 it when any verdict may change (3: plain-text algebra after an answer anchor read whole; in maj@n,
-math answers that are numbers of equal value vote together). `ict eval` records it among each verdict's grading settings and
-re-grades stored completions graded under another (records older than it: unknown, older rules);
-results.json names it, and `ict compare`'s report names evaluations graded under other rules."""
+math answers that are numbers of equal value vote together). `ict eval` records it among each
+verdict's grading settings and re-grades stored completions graded under another (records older
+than it: unknown, older rules); results.json names it, and `ict compare`'s report names
+evaluations graded under other rules."""
 
 
 @dataclass(frozen=True)
@@ -179,4 +181,4 @@ def vote_key(problem: Problem, extracted: str | None) -> str | None:
     string with whitespace removed. ``None``: no answer."""
     if problem.kind == "math" and (value := number_value(extracted)) is not None:
         return f"={value}"
-    return None if extracted is None else "".join(str(extracted).split())
+    return answer_key(extracted)

@@ -67,12 +67,17 @@ def average_at_n(num_samples: Sequence[int] | np.ndarray, num_correct: Sequence[
     return float(np.mean(c / n)) if n.size else float("nan")
 
 
+def answer_key(answer: str | None) -> str | None:
+    """The string an answer votes with in maj@n: whitespace removed (``None``: no answer)."""
+    return None if answer is None else "".join(str(answer).split())
+
+
 def majority_vote_correct(extracted: Sequence[str | None], correct: Sequence[bool]) -> bool:
     """maj@n for one problem: the most frequent non-empty extracted answer (identical strings after
     stripping whitespace vote together; ties go to the answer that appears first) is correct?
     False when no sample has an answer. ``extracted``: each sample's answer, or the key it votes
     with (`ict.answers.grading.vote_key`)."""
-    keys = [None if answer is None else "".join(str(answer).split()) for answer in extracted]
+    keys = [answer_key(answer) for answer in extracted]
     counts = Counter(key for key in keys if key)
     if not counts:
         return False
