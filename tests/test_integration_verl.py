@@ -474,6 +474,38 @@ def test_clip_cov_sees_the_actors_clip_range_and_the_diagnostics_their_advantage
     assert metrics["actor/ict_selected_positive_advantage_fraction"].values == pytest.approx([expected])
 
 
+@pytest.mark.parametrize("spec", ["ict:ratio=0.3", "ict:reference=group_mean,ratio=0.3",
+                                  "ict:reference=group_mean,metric=kl,ratio=0.3"])
+def test_js_score_selected_is_the_js_to_icts_default_reference_as_in_ict_train(spec: str) -> None:
+    """``actor/ict_js_score_selected`` means what ``ict train``'s ``js_score_selected`` means: the
+    JS to ``group_mean_absorbing`` over the selected tokens, absent when the selector does not
+    compute it; the selector's own other score is ``actor/ict_js_<key>_selected`` (before, the
+    selector's first score took the name: the JS to the alive-only group mean, or a KL in nats).
+    Expected values: float64 loops over the softmax at the rollout temperature (trl_helpers)."""
+    from trl_helpers import absorbing_js_reference, group_mean_js_reference
+
+    _, _, metrics = verl_loss(spec, True)
+    _, _, selection = reference_loss(spec)
+    batch = make_batch()
+    logits = ToyLM()(batch["input_ids"], batch["position_ids"]).logits[:, PROMPT - 1: PROMPT + RESPONSE - 1]
+    hidden, eye = logits.detach().double() / TEMPERATURE, torch.eye(logits.shape[-1], dtype=torch.float64)
+    mask, groups = batch["response_mask"].bool(), torch.tensor([0, 0, 0, 1, 1, 1])
+    selected = torch.zeros_like(mask)
+    selected[:, :selection.mask.shape[1]] = selection.mask
+    selected &= mask
+    reported = {key for key in metrics if key.startswith("actor/ict_js_")}
+    if spec == "ict:ratio=0.3":
+        expected = absorbing_js_reference(hidden, eye, mask, groups, batch["responses"])[selected].mean()
+        assert reported == {"actor/ict_js_score_selected"}
+        assert metrics["actor/ict_js_score_selected"].values == pytest.approx([float(expected)], rel=1e-5)
+    elif "kl" in spec:
+        assert reported == {"actor/ict_js_group_mean:kl_selected"}
+    else:
+        expected = group_mean_js_reference(hidden, eye, mask, groups)[selected].mean()
+        assert reported == {"actor/ict_js_group_mean_selected"}
+        assert metrics["actor/ict_js_group_mean_selected"].values == pytest.approx([float(expected)], rel=1e-5)
+
+
 def _policy_log_probs(batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """ToyLM's log-probs of the response tokens at the rollout temperature, ``[B, T]``."""
     logits = ToyLM()(batch["input_ids"], batch["position_ids"]).logits[:, PROMPT - 1: PROMPT + RESPONSE - 1].detach()

@@ -59,8 +59,13 @@ How it plugs in (no verl file is changed or copied):
   over the mini-batch on all ranks: verl sums micro-batch gradients and FSDP averages ranks, so
   the update is that of our trainer's loss on the whole mini-batch. With one rank and one
   micro-batch the returned loss *is* ``policy_loss``. Its metrics (verl's ``actor/*``):
-  ``actor/ict_selected_fraction``, the clip fraction, entropy and JS score of the selected tokens,
-  and ict's paper diagnostics of the selection (:func:`selection_diagnostics`).
+  ``actor/ict_selected_fraction``, the clip fraction and entropy of the selected tokens, their JS
+  to ICT's default reference (``actor/ict_js_score_selected``, as ``ict train``'s
+  ``js_score_selected``) and the selector's other scores (:func:`selected_score_metrics`), and
+  ict's paper diagnostics of the selection (:func:`selection_diagnostics`). Each is of one
+  micro-batch; verl averages them over the micro-batches and the ranks (unweighted), so with
+  several micro-batches per mini-batch they are not token means of the mini-batch, as
+  ``ict train``'s are.
 - Options map from verl's actor config: ``clip_ratio_low`` / ``clip_ratio_high`` -> clip range,
   ``loss_agg_mode`` ``token-mean`` / ``seq-mean-token-mean`` / ``seq-mean-token-sum-norm`` ->
   our aggregations (``loss_scale_factor`` -> ``max_response_length``; unset: the mini-batch's
@@ -111,6 +116,7 @@ from ict.core.diagnostics import paper_figures, token_diagnostics
 from ict.core.errors import UsageError, is_integer
 from ict.core.loss import TOKEN_SETS, policy_loss
 from ict.core.selectors import (
+    ICT_DEFAULT_REFERENCE,
     ranking_population,
     required_js_references,
 )
@@ -419,11 +425,25 @@ def compute_policy_loss_ict(
     loss, metrics = policy_loss(stats, old_log_prob, advantages, response_mask, record.selection.mask,
                                 loss_config_of(config, loss_agg_mode, record.width),
                                 kl_penalty=record.selection.kl_penalty)
-    reported = {f"actor/ict_{key}": metrics[key] for key in
-                ("selected_fraction", "clip_fraction", "entropy_selected", "js_score_selected")}
+    reported = {f"actor/ict_{key}": metrics[key] for key in ("selected_fraction", "clip_fraction", "entropy_selected")}
+    reported.update(selected_score_metrics(metrics, record.stats.js_scores))
     reported.update({f"actor/ict_{key}": value for key, value in
                      selection_diagnostics(stats, response_mask, record.selection.mask, advantages).items()})
     return loss * record.scale, {key: value for key, value in reported.items() if math.isfinite(value)}
+
+
+def selected_score_metrics(metrics: dict[str, float], js_scores: dict[str, Tensor]) -> dict[str, float]:
+    """The selected tokens' mean scores among :func:`ict.core.loss.policy_loss`'s ``metrics``, as
+    ``ict train`` names them: ``actor/ict_js_score_selected`` is the JS to ICT's default reference
+    (``ICT_DEFAULT_REFERENCE``; absent when the selector does not compute it), each other score
+    the selector computes is ``actor/ict_js_<key>_selected`` (``<key>``: the score key, e.g.
+    ``seq_mean`` or ``group_mean:kl``). policy_loss's ``js_score_selected`` is its first score's,
+    which here is the selector's own (a KL, in nats up to 87, under ``metric=kl``)."""
+    reported = {f"actor/ict_js_{key}_selected": metrics[f"js_{key}_selected"]
+                for key in js_scores if key != ICT_DEFAULT_REFERENCE}
+    if ICT_DEFAULT_REFERENCE in js_scores:
+        reported["actor/ict_js_score_selected"] = metrics[f"js_{ICT_DEFAULT_REFERENCE}_selected"]
+    return reported
 
 
 def selection_diagnostics(stats: TokenStatistics, response_mask: Tensor, selected: Tensor,
