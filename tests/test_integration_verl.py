@@ -306,25 +306,59 @@ def test_a_badly_typed_option_is_refused_in_one_line(option: str, value: object)
     ict_verl.ICTPolicyLossConfig(loss_mode="ict", ict_seed=3, ict_dual_clip=True, ict_full_token_warmup_steps=None)
 
 
-def test_a_micro_batch_without_selected_tokens_reports_only_finite_metrics() -> None:
-    """A micro-batch of the mini-batch with no selected token (its loss and gradient 0): the
-    metrics verl averages over micro-batches hold no NaN (the selected tokens' means are left out,
-    the fraction is 0)."""
+def _micro_batch_metrics(selected_rows: list[int]) -> dict[str, float]:
+    """compute_policy_loss_ict's metrics on a 2 x 4 micro-batch whose selection is the first token
+    of ``selected_rows``."""
     from ict.core.selectors import Selection
 
     rows, width = 2, 4
     mask = torch.ones(rows, width, dtype=torch.bool)
-    stats = TokenStatistics(torch.zeros(rows, width), torch.ones(rows, width), torch.ones(rows, width),
-                            {"group_mean": torch.ones(rows, width)})
-    nothing = torch.zeros(rows, width, dtype=torch.bool)
-    ict_verl._pending.append(ict_verl.MicroBatchSelection(Selection(nothing, None), stats, 0.0))
+    generator = torch.Generator().manual_seed(len(selected_rows))
+    stats = TokenStatistics(-torch.rand(rows, width, generator=generator), torch.rand(rows, width, generator=generator),
+                            torch.rand(rows, width, generator=generator),
+                            {"group_mean_absorbing": torch.rand(rows, width, generator=generator)})
+    chosen = torch.zeros(rows, width, dtype=torch.bool)
+    chosen[selected_rows, 0] = True
+    ict_verl._pending.append(ict_verl.MicroBatchSelection(Selection(chosen, None), stats, 1.0))
     log_prob = torch.full((rows, width), -1.0, requires_grad=True)
     loss, metrics = ict_verl.compute_policy_loss_ict(
         torch.full((rows, width), -1.2), log_prob, torch.tensor([[1.0], [-1.0]]).expand(rows, width), mask,
         "token-mean", actor_config("all"))
-    assert float(loss) == 0.0 and metrics["actor/ict_selected_fraction"] == 0.0
-    assert all(math.isfinite(value) for value in metrics.values()), metrics
-    assert "actor/ict_entropy_selected" not in metrics
+    if not selected_rows:
+        assert float(loss) == 0.0
+    return metrics
+
+
+def test_a_micro_batch_without_selected_tokens_reports_every_metric_nan_where_undefined() -> None:
+    """A micro-batch of the mini-batch with no selected token (its loss and gradient 0) reports the
+    same keys as one with a selection: the selected tokens' means NaN, the fraction 0."""
+    with_selection, without = _micro_batch_metrics([0, 1]), _micro_batch_metrics([])
+    assert set(without) == set(with_selection)
+    assert without["actor/ict_selected_fraction"] == 0.0
+    for key in ("entropy_selected", "clip_fraction", "js_score_selected", "above_beta_fraction_selected"):
+        assert math.isnan(without[f"actor/ict_{key}"]) and math.isfinite(with_selection[f"actor/ict_{key}"]), key
+
+
+def test_two_ranks_of_two_micro_batches_aggregate_in_verl_when_one_selects_nothing() -> None:
+    """verl 0.9 combines the loss's metrics as engine_workers does: per rank over its micro-batches
+    (append_to_dict), then over the ranks (Metric.aggregate_dp, which refuses ranks holding different
+    numbers of values). Rank 1's second micro-batch selects nothing; before, its undefined metrics were
+    left out and aggregate_dp raised ValueError ([2, 1] values). The fraction is the unweighted mean
+    of the four micro-batches' (1/4, 1/8, 1/4, 0)."""
+    from verl.utils.metric.utils import AggregationType, Metric
+    from verl.utils.py_functional import append_to_dict
+
+    ranks = [[[0, 1], [0]], [[0, 1], []]]
+    gathered: dict[str, list] = {}
+    for micro_batches in ranks:
+        merged: dict = {}
+        for selected_rows in micro_batches:
+            append_to_dict(merged, Metric.from_dict(_micro_batch_metrics(selected_rows), AggregationType.MEAN))
+        for key, value in merged.items():
+            gathered.setdefault(key, []).append(value)
+    combined = {key: Metric.aggregate_dp(values) for key, values in gathered.items()}
+    assert combined["actor/ict_selected_fraction"] == pytest.approx((0.25 + 0.125 + 0.25 + 0.0) / 4)
+    assert math.isnan(combined["actor/ict_entropy_selected"])
 
 
 def test_unset_clip_ratios_fall_back_to_clip_ratio_as_in_verl() -> None:

@@ -63,9 +63,10 @@ How it plugs in (no verl file is changed or copied):
   to ICT's default reference (``actor/ict_js_score_selected``, as ``ict train``'s
   ``js_score_selected``) and the selector's other scores (:func:`selected_score_metrics`), and
   ict's paper diagnostics of the selection (:func:`selection_diagnostics`). Each is of one
-  micro-batch; verl averages them over the micro-batches and the ranks (unweighted), so with
-  several micro-batches per mini-batch they are not token means of the mini-batch, as
-  ``ict train``'s are.
+  micro-batch, NaN where undefined (e.g. no selected token; every key is reported, as verl's
+  ``Metric.aggregate_dp`` needs equal counts on all ranks); verl averages them over the
+  micro-batches and the ranks (unweighted), so with several micro-batches per mini-batch they are
+  not token means of the mini-batch, as ``ict train``'s are.
 - Options map from verl's actor config: ``clip_ratio_low`` / ``clip_ratio_high`` -> clip range,
   ``loss_agg_mode`` ``token-mean`` / ``seq-mean-token-mean`` / ``seq-mean-token-sum-norm`` ->
   our aggregations (``loss_scale_factor`` -> ``max_response_length``; unset: the mini-batch's
@@ -93,7 +94,6 @@ Memory: no copy of the response logits (the statistics' tiles gather their rows 
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass
 from functools import partial
@@ -429,7 +429,9 @@ def compute_policy_loss_ict(
     reported.update(selected_score_metrics(metrics, record.stats.js_scores))
     reported.update({f"actor/ict_{key}": value for key, value in
                      selection_diagnostics(stats, response_mask, record.selection.mask, advantages).items()})
-    return loss * record.scale, {key: value for key, value in reported.items() if math.isfinite(value)}
+    # every key on every micro-batch, NaN where undefined: verl's Metric.aggregate_dp refuses ranks
+    # with different numbers of values for a key (several micro-batches, several ranks)
+    return loss * record.scale, reported
 
 
 def selected_score_metrics(metrics: dict[str, float], js_scores: dict[str, Tensor]) -> dict[str, float]:
