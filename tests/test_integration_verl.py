@@ -528,6 +528,9 @@ def test_js_score_selected_is_the_js_to_icts_default_reference_as_in_ict_train(s
     selected[:, :selection.mask.shape[1]] = selection.mask
     selected &= mask
     reported = {key for key in metrics if key.startswith("actor/ict_js_")}
+    # the diagnostics of ICT's default score: only where the selector computes it
+    assert ("actor/ict_jaccard_ict10" in metrics) == (spec == "ict:ratio=0.3")
+    assert ("actor/ict_score_knee_share" in metrics) == (spec == "ict:ratio=0.3")
     if spec == "ict:ratio=0.3":
         expected = absorbing_js_reference(hidden, eye, mask, groups, batch["responses"])[selected].mean()
         assert reported == {"actor/ict_js_score_selected"}

@@ -453,13 +453,21 @@ def selection_diagnostics(stats: TokenStatistics, response_mask: Tensor, selecte
     """ict's per-step diagnostics of a selection (:func:`ict.core.diagnostics.token_diagnostics`
     and :func:`ict.core.diagnostics.paper_figures`: the regime, entropy split, Jaccard overlaps,
     token probabilities), from the micro-batch's ``[B, T]`` statistics and token advantages
-    (one value per completion: the mean over its response tokens). Undefined values are NaN.
-    Computed per micro-batch (verl averages its micro-batches' metrics): with one micro-batch per
-    mini-batch, as in ``examples/verl/run_cpu.sh``, they are the mini-batch's."""
+    (one value per completion: the mean over its response tokens). Undefined values are NaN; those
+    that need ICT's default score (``ICT_SCORE_KEYS``) are left out when the selector does not
+    compute it, as they would be NaN on every micro-batch of the run (``ict train`` always
+    computes that score). Computed per micro-batch (verl averages its micro-batches' metrics): with one
+    micro-batch per mini-batch, as in ``examples/verl/run_cpu.sh``, they are the mini-batch's."""
     with torch.no_grad():
         mask = response_mask.bool()
         per_row = advantages.detach().float().masked_fill(~mask, 0).sum(1) / mask.sum(1).clamp(min=1)
         detached = TokenStatistics(stats.log_probs.detach(), stats.entropy, stats.renyi2, stats.js_scores)
         values = {**token_diagnostics(detached, mask, selected, per_row),
                   **paper_figures(detached, mask, selected)}
-    return {key: float(value) for key, value in values.items() if isinstance(value, (int, float))}
+    left_out = () if ICT_DEFAULT_REFERENCE in stats.js_scores else ICT_SCORE_KEYS
+    return {key: float(value) for key, value in values.items()
+            if isinstance(value, (int, float)) and key not in left_out}
+
+
+ICT_SCORE_KEYS = ("jaccard_ict10", "score_knee_fraction", "score_knee_share")
+"""the diagnostics of ICT's default score (``ICT_DEFAULT_REFERENCE``)"""
