@@ -33,8 +33,7 @@ from ict.training.config_text import (  # noqa: F401 (load_yaml, parse_key_value
     read_overrides,
 )
 
-# Method names that are not selector names (the only alias: the field calls GRPO "grpo").
-METHOD_ALIASES = {"grpo": "all"}
+METHOD_ALIASES = selectors.METHOD_ALIASES  # the registry's (it refuses a selector of such a name)
 
 
 @dataclass
