@@ -165,3 +165,34 @@ def test_a_selectors_function_must_take_each_of_its_options_and_need_no_other() 
         register_selector("sig_test", defaults={"k": 1})(function)
         assert select("sig_test", make_inputs(), k=2).mask.equal(make_inputs().response_mask.bool())
     SELECTORS.pop("sig_test")
+
+
+def test_js_references_of_one_name_alone_is_refused_not_read_letter_by_letter() -> None:
+    """``js_references=lambda options: "prev"`` asked for the references 'p', 'r', 'e', 'v'
+    ("unknown JS reference 'p'"); a tuple of names is what it returns."""
+    from ict.core.selectors import check_options, required_js_references
+
+    @register_selector("one_name_test", js_references=lambda options: "prev")
+    def one_name(inputs):
+        return inputs.response_mask.bool()
+
+    try:
+        with pytest.raises(ValueError, match=re.escape("selector 'one_name_test': js_references must return a "
+                                                       "tuple of names, e.g. ('prev',), got 'prev'")):
+            check_options("one_name_test")
+        register_selector("one_name_test", js_references=lambda options: ["prev", "seq_mean"])(one_name)
+        assert required_js_references("one_name_test") == ("prev", "seq_mean")  # a list: as a tuple
+    finally:
+        SELECTORS.pop("one_name_test", None)
+
+
+def test_an_unknown_selector_says_a_plugins_module_is_imported_first() -> None:
+    """TRL's token_selector or verl's ict_selector naming a plugin's selector whose module was
+    not imported said only which are registered."""
+    from ict.integrations import parse_token_selector
+
+    with pytest.raises(ValueError) as error:
+        parse_token_selector("not_imported_selector:ratio=0.2")
+    assert str(error.value).startswith("unknown selector 'not_imported_selector'; registered: all, ")
+    assert str(error.value).endswith("(a plugin's: import its module first; verl: list it in "
+                                     "VERL_USE_EXTERNAL_MODULES)")

@@ -187,7 +187,8 @@ def _get_selector(name: str) -> Selector:
     import ict.core.selectors  # noqa: F401 (registers the built-in selectors)
 
     if name not in SELECTORS:
-        raise ValueError(f"unknown selector {name!r}; registered: {', '.join(sorted(SELECTORS))}")
+        raise ValueError(f"unknown selector {name!r}; registered: {', '.join(sorted(SELECTORS))} (a plugin's: "
+                         "import its module first; verl: list it in VERL_USE_EXTERNAL_MODULES)")
     return SELECTORS[name]
 
 
@@ -244,8 +245,14 @@ def _checked_option(selector: Selector, key: str, value: Any) -> Any:
 
 
 def required_js_references(name: str, options: dict[str, Any] | None = None) -> tuple[str, ...]:
-    """JS references that :func:`ict.core.stats.token_statistics` must compute for this selector."""
-    return tuple(_get_selector(name).js_references(resolve_options(name, options)))
+    """JS references that :func:`ict.core.stats.token_statistics` must compute for this selector
+    (its ``js_references(options)``: a tuple of names; one name alone, ``"prev"``, is a one-line
+    ValueError, not the references ``p``, ``r``, ``e``, ``v``)."""
+    references = _get_selector(name).js_references(resolve_options(name, options))
+    if isinstance(references, str):
+        raise ValueError(f"selector {name!r}: js_references must return a tuple of names, e.g. "
+                         f"({references!r},), got {references!r}")
+    return tuple(references)
 
 
 def ranking_population(name: str, options: dict[str, Any] | None = None) -> str:
