@@ -11,7 +11,9 @@ these names; they are registered whenever a selector is looked up.
 
 from __future__ import annotations
 
+import inspect
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -27,6 +29,9 @@ BUILT_IN_MODULE = "ict.core.selectors"
 """The module whose selectors are built in (see :attr:`Selector.built_in`)."""
 
 POPULATIONS = ("token", *SCOPES)
+METHOD_ALIASES = {"grpo": "all"}
+"""Method names that are not selector names (the only alias: the field calls GRPO "grpo")."""
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")  # a --method, an ict compare item, a run directory's name
 
 
 @dataclass
@@ -102,13 +107,23 @@ def register_selector(
     ``"token"`` (a per-token rule), ``"sequence"``, ``"group"`` or ``"batch"``; ``ranges`` maps
     a numeric option to the closed interval ``(low, high)`` its values must lie in (``high`` may be
     ``math.inf``): a value outside is refused with a one-line ValueError. The first line of the
-    function's docstring is its description in ``--help``.
+    function's docstring is its description in ``--help``. A name of other characters than
+    letters, digits, ``_`` and ``-`` (``,``, ``:``, ``=`` split specs), a built-in selector's or
+    a method alias's (``grpo``), or a function that does not take each option (or needs another
+    argument) is a one-line ValueError.
     """
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(f"selector name {name!r}: use letters, digits, _ and - (it is a --method, an ict "
+                         "compare --methods item and a token_selector 'name:key=value')")
     unranged = sorted(set(ranges or {}) - set(defaults or {}))
     if unranged:
         raise ValueError(f"selector {name!r}: ranges given for {unranged[0]!r}, which is not one of its options")
 
     def decorator(function: SelectorFunction) -> SelectorFunction:
+        built_in = function.__module__ == BUILT_IN_MODULE
+        if not built_in and (name in METHOD_ALIASES or (name in SELECTORS and SELECTORS[name].built_in)):
+            raise ValueError(f"selector {name!r} is built in (or a method's other name): give yours another name")
+        _check_signature(name, function, defaults or {})
         population_of = population if callable(population) else (lambda options: population)
         SELECTORS[name] = Selector(
             name=name,
@@ -119,12 +134,29 @@ def register_selector(
             presets=dict(presets or {}),
             description=(function.__doc__ or name).strip().splitlines()[0],
             train_defaults=_checked_train_options(name, train_defaults or {}),
-            built_in=function.__module__ == BUILT_IN_MODULE,
+            built_in=built_in,
             ranges=dict(ranges or {}),
         )
         return function
 
     return decorator
+
+
+def _check_signature(name: str, function: SelectorFunction, defaults: dict[str, Any]) -> None:
+    """One-line ValueError unless ``function(inputs, **options)`` can be called with each option
+    of ``defaults`` (a TypeError at the first step, or on the start-up check, otherwise)."""
+    parameters = list(inspect.signature(function).parameters.values())[1:]  # after `inputs`
+    named = {item.name for item in parameters if item.kind in (item.POSITIONAL_OR_KEYWORD, item.KEYWORD_ONLY)}
+    if not any(item.kind == item.VAR_KEYWORD for item in parameters):
+        missing = sorted(set(defaults) - named)
+        if missing:
+            raise ValueError(f"selector {name!r}: its function takes no argument {missing[0]!r}, one of its "
+                             "options (defaults)")
+    needed = [item.name for item in parameters if item.default is item.empty and item.name not in defaults
+              and item.kind in (item.POSITIONAL_OR_KEYWORD, item.KEYWORD_ONLY)]
+    if needed:
+        raise ValueError(f"selector {name!r}: its function's argument {needed[0]!r} is not one of its options: "
+                         f"give it a default in defaults={{{needed[0]!r}: ...}}")
 
 
 TRAIN_OPTION_DEFAULTS: dict[str, Any] = {"aggregation": "token_mean", "full_token_warmup_steps": 0}
@@ -155,7 +187,8 @@ def _get_selector(name: str) -> Selector:
     import ict.core.selectors  # noqa: F401 (registers the built-in selectors)
 
     if name not in SELECTORS:
-        raise ValueError(f"unknown selector {name!r}; registered: {', '.join(sorted(SELECTORS))}")
+        raise ValueError(f"unknown selector {name!r}; registered: {', '.join(sorted(SELECTORS))} (a plugin's: "
+                         "import its module first; verl: list it in VERL_USE_EXTERNAL_MODULES)")
     return SELECTORS[name]
 
 
@@ -212,8 +245,14 @@ def _checked_option(selector: Selector, key: str, value: Any) -> Any:
 
 
 def required_js_references(name: str, options: dict[str, Any] | None = None) -> tuple[str, ...]:
-    """JS references that :func:`ict.core.stats.token_statistics` must compute for this selector."""
-    return tuple(_get_selector(name).js_references(resolve_options(name, options)))
+    """JS references that :func:`ict.core.stats.token_statistics` must compute for this selector
+    (its ``js_references(options)``: a tuple of names; one name alone, ``"prev"``, is a one-line
+    ValueError, not the references ``p``, ``r``, ``e``, ``v``)."""
+    references = _get_selector(name).js_references(resolve_options(name, options))
+    if isinstance(references, str):
+        raise ValueError(f"selector {name!r}: js_references must return a tuple of names, e.g. "
+                         f"({references!r},), got {references!r}")
+    return tuple(references)
 
 
 def ranking_population(name: str, options: dict[str, Any] | None = None) -> str:
@@ -323,7 +362,16 @@ def check_options(name: str, options: dict[str, Any] | None = None) -> Selection
     resolved = resolve_options(name, options)
     for key in required_js_references(name, resolved):
         split_score_key(key)  # one-line ValueError for an unknown reference or metric
-    return select(name, _dummy_inputs(), **resolved)
+    try:
+        return select(name, _dummy_inputs(), **resolved)
+    except ValueError:
+        raise
+    except Exception as error:  # a plugin's own code failed: one line naming it (--debug: the traceback)
+        if _get_selector(name).built_in:
+            raise
+        message = " ".join(str(error).split()) or "no message"
+        raise ValueError(f"selector {name!r} failed on a dummy [2, 3] batch (the start-up check): "
+                         f"{type(error).__name__}: {message}") from error
 
 
 def select(name: str, inputs: SelectionInputs, **options: Any) -> Selection:
@@ -334,8 +382,10 @@ def select(name: str, inputs: SelectionInputs, **options: Any) -> Selection:
     selection = result if isinstance(result, Selection) else Selection(mask=result)
     mask = selection.mask
     response_mask = inputs.response_mask.bool()
-    if mask.dtype != torch.bool or mask.shape != response_mask.shape:
-        raise ValueError(f"selector {name!r} must return a bool mask of shape {tuple(response_mask.shape)}")
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool or mask.shape != response_mask.shape:
+        got = f"{mask.dtype} of shape {tuple(mask.shape)}" if isinstance(mask, Tensor) else type(mask).__name__
+        raise ValueError(f"selector {name!r} must return a bool mask of shape {tuple(response_mask.shape)}, "
+                         f"got {got}")
     if not selector.built_in and (mask & ~response_mask).any():
         raise ValueError(f"selector {name!r} selected tokens outside the response mask")
     if selection.tie_decided is None:

@@ -96,6 +96,7 @@ from ict.core.ranking import (  # noqa: F401 (the ranking's names are also this 
     top_unique_token_selection,
 )
 from ict.core.selector_registry import (  # noqa: F401 (the registry's names are also this module's API)
+    METHOD_ALIASES,
     POPULATIONS,
     SELECTORS,
     TRAIN_OPTION_DEFAULTS,

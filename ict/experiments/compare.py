@@ -367,14 +367,14 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
     to their final step (train nothing), then write the report; ``report_only``: the report.
     With ``eval_steps``, the checkpoints of those steps (and, for 0, the untrained model) are
     evaluated too, with the same settings; an evaluation already written is reused."""
-    from ict.training.config import load_yaml
+    from ict.training.config import load_config_file
     from ict.training.trainer import train
 
     config = config.validate()
     assert config.output_dir is not None
     # every run's training options built (and so checked) before the first run trains
-    training_options = (compare_options(load_yaml(config.config_file, compare_text_options(),
-                                                  compare_number_options()))[1]
+    training_options = (compare_options(load_config_file(  # a plugin's selector options read as built-ins'
+        config.config_file, config.overrides.get("plugin"), compare_text_options(), compare_number_options()))[1]
                         if config.config_file is not None and not config.report_only else {})
     runs = [] if config.report_only else [
         (spec, seed, _training_config(config, training_options, spec, seed))

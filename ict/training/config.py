@@ -33,8 +33,7 @@ from ict.training.config_text import (  # noqa: F401 (load_yaml, parse_key_value
     read_overrides,
 )
 
-# Method names that are not selector names (the only alias: the field calls GRPO "grpo").
-METHOD_ALIASES = {"grpo": "all"}
+METHOD_ALIASES = selectors.METHOD_ALIASES  # the registry's (it refuses a selector of such a name)
 
 
 @dataclass
@@ -469,12 +468,8 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
     returned config holds the selector's fully resolved options in `selector`. With `resume`, the
     run's own `RUN_DIR/config.yaml` takes the place of the defaults, and an option given with a
     value other than the run's is a UsageError unless it is in `RESUME_MAY_CHANGE`."""
-    given = [_renamed(load_yaml(yaml_path)) if yaml_path is not None else {}, _renamed(options or {})]
-    plugins = [layer["plugin"] for layer in (*given, overrides or {}) if "plugin" in layer]
-    if plugins:  # first: their selectors' options are read as the registered selectors' are
-        TrainConfig(plugin=parse_value("plugin", plugins[-1])).load_plugins()
-    layers = [*given, read_overrides(_renamed(overrides or {}))]
-    values = functools.reduce(_with_layer, layers, {})
+    given = _given_layers(yaml_path, options, overrides)
+    values = functools.reduce(_with_layer, given, {})  # where the run is (the overrides' text not read yet)
     run_config = Path(values["run_dir"]).expanduser() / "config.yaml" if values.get("run_dir") else None
     if run_config is not None and run_config.is_dir():
         # was "starting fresh", then an IsADirectoryError (exit 1) writing the run's config.yaml over it
@@ -485,19 +480,21 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
         if saved_path is not None and complete_checkpoints(saved_path.parent):
             raise UsageError(f"--resume: {saved_path} is missing, but the run has checkpoints: restore it, or "
                              "start another --run-dir")
-        return TrainConfig(**values).resolve()
+        return TrainConfig(**functools.reduce(_with_layer, _read_layers(given), {})).resolve()
     if not read_utf8_text(saved_path).strip():  # a write cut short (before writes were atomic)
         raise UsageError(f"--resume: {saved_path} is empty: restore it, or start another --run-dir")
     try:  # parsed as any YAML layer is; load_yaml's errors name the file (once)
-        stored = _renamed(load_yaml(saved_path))
+        stored = _renamed(load_config_file(saved_path))
     except UsageError as error:
         raise UsageError(f"--resume: {error}") from None
+    if stored.get("plugin") is not None:  # the run's plugin, imported now: the options given read again
+        given = _given_layers(yaml_path, options, overrides)
     try:  # an unknown key or a bad value is one line
         saved = _with_layer(saved_before(stored), stored)
     except UsageError as error:
         raise UsageError(f"--resume: config file {saved_path}: {error}") from None
     run = TrainConfig(**saved).resolve()
-    values = functools.reduce(_with_layer, layers, saved)
+    values = functools.reduce(_with_layer, _read_layers(given), saved)
     config = TrainConfig(**values).resolve()
     for name, value in config.to_dict().items():
         if name in RESUME_MAY_CHANGE:  # e.g. --device auto stays auto
@@ -508,6 +505,46 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
             raise UsageError(f"--resume continues {values['run_dir']} with its config.yaml, where {name} is "
                              f"{getattr(run, name)!r}, not {value!r}: drop the option, or start another --run-dir")
     return config
+
+
+def _given_layers(yaml_path: str | Path | None, options: dict[str, Any] | None,
+                  overrides: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The layers given (the YAML file's, the options', the overrides' as typed), the file read
+    once the plugin they name (the last one given) is imported, so its selectors' options are
+    read as the built-in selectors' are (`load_config_file`); `_read_layers` reads the overrides."""
+    plugins = [layer["plugin"] for layer in (options or {}, overrides or {}) if "plugin" in layer]
+    plugin = plugins[-1] if plugins else None
+    file_layer = _renamed(load_config_file(yaml_path, plugin)) if yaml_path is not None else {}
+    if plugin is not None:
+        load_plugin_option(plugin)
+    return [file_layer, _renamed(options or {}), _renamed(overrides or {})]
+
+
+def _read_layers(given: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`_given_layers`' layers with the overrides' text read (`read_overrides`), once every plugin
+    is imported (a resumed run's, named in its config.yaml only, too)."""
+    return [*given[:-1], read_overrides(given[-1])]
+
+
+def load_plugin_option(plugin: Any) -> bool:
+    """Import the plugins of the option value `plugin` (comma-separated modules and .py files, as
+    given or read from YAML); True when that registered a selector or replaced one."""
+    before = dict(selectors.SELECTORS)
+    TrainConfig(plugin=parse_value("plugin", plugin)).load_plugins()
+    return selectors.SELECTORS != before
+
+
+def load_config_file(path: str | Path, plugin: Any = None, text_options: typing.Collection[str] | None = None,
+                     number_options: typing.Collection[str] | None = None) -> dict[str, Any]:
+    """`load_yaml(path)` with `plugin` (else the file's own `plugin`) imported first: read again
+    when that registered a selector, whose options are then read as the built-in selectors' are
+    (``count: 0o17`` is 15, ``count: 017`` refused), not as YAML 1.1 reads them (017 is 15,
+    0o17 the text)."""
+    values = load_yaml(path, text_options, number_options)
+    plugin = values.get("plugin") if plugin is None else plugin
+    if plugin is not None and load_plugin_option(plugin):
+        values = load_yaml(path, text_options, number_options)
+    return values
 
 
 def _with_layer(values: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
