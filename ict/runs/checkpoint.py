@@ -76,6 +76,19 @@ def write_atomically(path: str | Path, text: str) -> None:
     os.replace(temp, path)
 
 
+def append_line(path: str | Path, line: str) -> None:
+    """Append ``line`` and a newline to the text file ``path`` (created if missing), on a line of
+    its own: after a last line that a full disk or a kill cut short (no newline at its end) it
+    starts a new line, so that the torn line does not swallow it."""
+    with open(path, "a+b") as handle:
+        end = handle.seek(0, os.SEEK_END)
+        torn = False
+        if end:
+            handle.seek(end - 1)
+            torn = handle.read(1) != b"\n"
+        handle.write((b"\n" if torn else b"") + line.encode("utf-8") + b"\n")
+
+
 # ---------------------------------------------------------------------------------------------
 # Optimizer and RNG state <-> tensors + JSON
 
