@@ -190,8 +190,14 @@ def _remove_dir(path: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def _remove_leftovers(root: Path) -> None:
-    """Delete temporary/trash directories left by a process killed while saving."""
+def remove_leftovers(run_dir: str | Path) -> None:
+    """Delete the temporary and trash directories (``.tmp-*``, ``.del-*``: a whole checkpoint
+    each) that a process killed while saving or deleting a checkpoint left in RUN_DIR/checkpoints;
+    by the process holding the run directory, before each save and on resume (a run resumed at its
+    last step saves none)."""
+    root = checkpoint_dir(run_dir)
+    if not root.is_dir():
+        return
     for path in root.iterdir():
         if path.is_dir() and path.name.startswith((".tmp-", ".del-")):
             shutil.rmtree(path, ignore_errors=True)
@@ -204,7 +210,7 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: torch
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{CHECKPOINT_PREFIX}{step:08d}"
-    _remove_leftovers(root)  # one process writes a run directory at a time
+    remove_leftovers(run_dir)  # one process writes a run directory at a time
     temp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
     try:
         save_model(model, str(temp / "model.safetensors"))
