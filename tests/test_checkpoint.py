@@ -16,6 +16,7 @@ from conftest import build_tiny_model
 from ict.core.errors import UsageError
 from ict.runs.checkpoint import (
     COMPLETE_MARKER,
+    append_line,
     checkpoint_step,
     complete_checkpoints,
     latest_checkpoint,
@@ -230,3 +231,21 @@ def test_the_latest_checkpoint_is_the_newest_complete_one(tmp_path):
     assert latest is not None and latest.name == "step-00000010"
     assert load_checkpoint(latest, model, optimizer)["saved_at"] == 10
     assert latest_checkpoint(tmp_path / "elsewhere") is None
+
+
+def test_append_line_starts_a_line_of_its_own_after_a_torn_last_line(tmp_path):
+    """A write a full disk cut short leaves a last line without its newline; the next line appended
+    (a resume's environment record, a compare command) was glued onto it, and both were lost. It
+    starts a line of its own; a file that ends with a newline, an empty or a missing one gets none."""
+    path = tmp_path / "log.txt"
+    append_line(path, "first")
+    append_line(path, "second")
+    with open(path, "ab") as handle:
+        handle.write(b'{"thi')  # the torn write
+    append_line(path, "fourth \u00e9")
+    assert path.read_bytes() == b'first\nsecond\n{"thi\nfourth \xc3\xa9\n'
+    for before, after in ((b"", b"x\n"), (b"{", b"{\nx\n"), (b"\n", b"\nx\n")):  # one byte torn
+        short = tmp_path / "short.txt"
+        short.write_bytes(before)
+        append_line(short, "x")
+        assert short.read_bytes() == after

@@ -168,3 +168,21 @@ def test_the_cli_reads_compare_options_from_config_and_records_the_command(tmp_p
     assert main(argv) == 130
     assert (tmp_path / "b" / "commands.txt").read_text() == (
         f"ict compare --methods grpo --seeds 0 --output-dir {tmp_path / 'b'} --train-only num_steps=1\n")
+
+
+def test_a_command_after_a_torn_line_of_commands_txt_is_recorded_whole(tmp_path, monkeypatch):
+    """A rerun on a full disk tore its line of DIR/commands.txt (no newline at the end); the next
+    command was appended onto it, and the report's "Reproduce" showed the two glued together. It
+    is a line of its own (recorded before the first run trains: here a Ctrl-C in its place)."""
+    import ict.training.trainer
+
+    def interrupted(config, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ict.training.trainer, "train", interrupted)  # nothing trains
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "commands.txt").write_text("ict compare --methods grpo --se")
+    with pytest.raises(KeyboardInterrupt):
+        run_comparison(CompareConfig(methods="grpo", seeds=(0,), output_dir=tmp_path / "b", train_only=True,
+                                     overrides={"num_steps": "1"}, command="ict compare -y"))
+    assert (tmp_path / "b" / "commands.txt").read_text() == "ict compare --methods grpo --se\nict compare -y\n"

@@ -145,3 +145,22 @@ def test_maj_at_n_votes_numbers_of_equal_value_together(tmp_path: Path):
     assert [result.per_seed[seed]["maj@5"] for seed in ("0", "1")] == [1.0, 0.0]
     assert [result.per_seed[seed]["avg@5"] for seed in ("0", "1")] == [0.6, 0.2]
     assert result.metrics["maj@5"] == 0.5
+
+
+def test_a_rerun_that_draws_nothing_names_the_backend_that_drew_the_samples(tmp_path: Path):
+    """An evaluation killed after its last sample was written, before results.json: the rerun
+    loads no model (nothing to draw) and results.json said ``backend_used`` null where the
+    uninterrupted run's names the backend; it is the one run.json holds every stored sample to
+    (``auto`` resolved: hf, or vllm where installed)."""
+    settings, prompt, out = one_problem_eval(tmp_path)
+    drawn = evaluate(EvalConfig(**settings), ScriptedGenerator({prompt: (["\\boxed{3}", "\\boxed{4}"], "")}),
+                     progress=False, print_table=False)
+    assert drawn.config["backend_used"] == "scripted"  # the generator that drew them
+    for name in ("results.json", "results.csv", "results.md"):  # the kill came before them
+        (out / name).unlink()
+    result = evaluate(EvalConfig(**settings), progress=False, print_table=False)  # no model: none loaded
+    backend = json.loads((out / "run.json").read_text())["backend"]
+    assert backend in ("hf", "vllm")
+    assert result.config["backend_used"] == backend
+    assert json.loads((out / "results.json").read_text())["config"]["backend_used"] == backend
+    assert result.benchmarks[0].metrics["pass@1"] == 0.5

@@ -130,6 +130,16 @@ def test_each_start_appends_its_first_step_to_the_environment_file(tmp_path):
     assert all("torch" in record["packages"] for record in records)
 
 
+def test_a_start_after_a_torn_environment_record_keeps_its_own(tmp_path):
+    """A resume on a full disk tore its environment.jsonl record (no newline at the end); the next
+    start's record was appended onto that line and neither could be read (`ict compare`'s report:
+    "with no readable line"). The next start's record is a line of its own."""
+    (tmp_path / ENVIRONMENT_FILE).write_text('{"first_step": 1}\n{"first_step": 3, "pyth')
+    append_environment(tmp_path, 5)
+    lines = (tmp_path / ENVIRONMENT_FILE).read_text().splitlines()
+    assert lines[:2] == ['{"first_step": 1}', '{"first_step": 3, "pyth'] and len(lines) == 3
+    assert json.loads(lines[2])["first_step"] == 5
+
 def test_tensorboard_leaves_out_a_non_finite_value(tmp_path):
     """A NaN metric (an entropy with no token to average) is null in metrics.jsonl and no point in
     TensorBoard; the step's finite metrics are plotted."""

@@ -684,3 +684,20 @@ def test_the_learning_rate_warms_up_linearly_from_the_first_step():
     config = TrainConfig(learning_rate=0.5, warmup_steps=4)
     assert [learning_rate_at(config, step) for step in range(6)] == [0.125, 0.25, 0.375, 0.5, 0.5, 0.5]
     assert [learning_rate_at(TrainConfig(learning_rate=0.5), step) for step in range(2)] == [0.5, 0.5]
+
+
+def test_a_run_resumed_at_its_last_step_deletes_what_a_kill_mid_save_or_mid_delete_left(
+        tiny_model_dir, arithmetic_task, tmp_path):
+    """A kill while keep_checkpoints deleted an old checkpoint after the last step left it renamed
+    `.del-step-...` (a whole checkpoint, hidden), a kill mid-save a `.tmp-step-...`; only the next
+    save deleted them, and a run resumed at its last step saves none: they stayed for good. The
+    resume deletes them; the complete checkpoint stays."""
+    run_dir = tmp_path / "run"
+    train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=1))
+    root = run_dir / "checkpoints"
+    for name in (".del-step-00000000-4242", ".tmp-step-00000001-abcd"):
+        (root / name).mkdir()
+        (root / name / "model.safetensors").write_bytes(b"weights")
+    resumed = train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=1, resume=True))
+    assert sorted(path.name for path in root.iterdir()) == ["step-00000001"]
+    assert resumed.metrics == []  # resumed from it: no step trained again

@@ -408,8 +408,9 @@ def evaluate(
     # start that fails before a sample is written (a missing model) leaves no new directory behind
     with (discarded_if_unused(output_dir, (LOCK_FILE, RUN_FILE)),
           exclusive_run_dir(create_run_dir(output_dir, "output directory", "--output-dir"), "--output-dir")):
+        settings = config.resume_settings()
         records, regrade_all = prepare_output_dir(
-            output_dir, config.resume_settings(), config.grading(), config.num_samples,
+            output_dir, settings, config.grading(), config.num_samples,
             config.greedy, config.overwrite, config.regrade, say)
         check_same_problems(output_dir, [problem for benchmark in benchmarks for problem in benchmark.problems], records)
         units = _units(config)
@@ -460,7 +461,9 @@ def evaluate(
         if config.data_dir is not None:  # the directory read, not a path relative to this process's
             config_dict["data_dir"] = str(Path(config.data_dir).expanduser().resolve())  # working directory
         config_dict["seeds"] = list(seeds)
-        config_dict["backend_used"] = generator.name if generator is not None else None
+        # a rerun that drew nothing (all drawn before a kill, a re-grade): the backend that run.json
+        # holds every stored sample to
+        config_dict["backend_used"] = generator.name if generator is not None else settings["backend"]
         config_dict["grading_rules"] = GRADING_RULES_VERSION  # every verdict counted was graded so
         result = EvalResult(config_dict, results, aggregates, output_dir, timing)
         write_results(result)

@@ -367,6 +367,7 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
     to their final step (train nothing), then write the report; ``report_only``: the report.
     With ``eval_steps``, the checkpoints of those steps (and, for 0, the untrained model) are
     evaluated too, with the same settings; an evaluation already written is reused."""
+    from ict.runs.checkpoint import append_line
     from ict.training.config import load_config_file
     from ict.training.trainer import train
 
@@ -395,8 +396,7 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
         commands = config.output_dir / COMMANDS_FILE
         seen = commands.read_text(encoding="utf-8").splitlines() if commands.is_file() else []
         if config.command and config.command not in seen:
-            with open(commands, "a", encoding="utf-8") as handle:
-                handle.write(config.command + "\n")
+            append_line(commands, config.command)
         base_evaluated = False
         for spec, seed, train_config in runs:
             directory = run_dir(config.output_dir, spec.label, seed)

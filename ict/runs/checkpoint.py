@@ -76,6 +76,19 @@ def write_atomically(path: str | Path, text: str) -> None:
     os.replace(temp, path)
 
 
+def append_line(path: str | Path, line: str) -> None:
+    """Append ``line`` and a newline to the text file ``path`` (created if missing), on a line of
+    its own: after a last line that a full disk or a kill cut short (no newline at its end) it
+    starts a new line, so that the torn line does not swallow it."""
+    with open(path, "a+b") as handle:
+        end = handle.seek(0, os.SEEK_END)
+        torn = False
+        if end:
+            handle.seek(end - 1)
+            torn = handle.read(1) != b"\n"
+        handle.write((b"\n" if torn else b"") + line.encode("utf-8") + b"\n")
+
+
 # ---------------------------------------------------------------------------------------------
 # Optimizer and RNG state <-> tensors + JSON
 
@@ -177,8 +190,14 @@ def _remove_dir(path: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def _remove_leftovers(root: Path) -> None:
-    """Delete temporary/trash directories left by a process killed while saving."""
+def remove_leftovers(run_dir: str | Path) -> None:
+    """Delete the temporary and trash directories (``.tmp-*``, ``.del-*``: a whole checkpoint
+    each) that a process killed while saving or deleting a checkpoint left in RUN_DIR/checkpoints;
+    by the process holding the run directory, before each save and on resume (a run resumed at its
+    last step saves none)."""
+    root = checkpoint_dir(run_dir)
+    if not root.is_dir():
+        return
     for path in root.iterdir():
         if path.is_dir() and path.name.startswith((".tmp-", ".del-")):
             shutil.rmtree(path, ignore_errors=True)
@@ -191,7 +210,7 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: torch
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{CHECKPOINT_PREFIX}{step:08d}"
-    _remove_leftovers(root)  # one process writes a run directory at a time
+    remove_leftovers(run_dir)  # one process writes a run directory at a time
     temp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
     try:
         save_model(model, str(temp / "model.safetensors"))

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ict.core.errors import UsageError
-from ict.runs.checkpoint import fsync_path, truncate_jsonl, write_atomically
+from ict.runs.checkpoint import append_line, fsync_path, truncate_jsonl, write_atomically
 
 
 def json_safe(value: Any) -> Any:
@@ -70,8 +70,7 @@ def append_environment(run_dir: Path, first_step: int) -> None:
     machine, or after an upgrade, shows every environment it ran on."""
     record = {"first_step": first_step, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               **environment_record()}
-    with (run_dir / ENVIRONMENT_FILE).open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record) + "\n")
+    append_line(run_dir / ENVIRONMENT_FILE, json.dumps(record))  # a torn line a full disk left swallows nothing
 
 
 class MetricsLogger:

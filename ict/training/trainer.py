@@ -53,7 +53,12 @@ from ict.models.loading import (
     resolve_autocast,
 )
 from ict.models.rollout import VLLM_DEVICES, SamplingSettings, generate_completions, pack_rollout
-from ict.runs.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from ict.runs.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    remove_leftovers,
+    save_checkpoint,
+)
 from ict.runs.directory import create_run_dir, discarded_if_unused, exclusive_run_dir
 from ict.runs.reporting import (
     AFTER_WARMUP,
@@ -343,6 +348,7 @@ def _resume(run: _Run) -> None:
     """With `config.resume`, load the latest complete checkpoint (weights, optimizer, state)."""
     if not run.config.resume:
         return
+    remove_leftovers(run.run_dir)  # what a kill mid-save or mid-delete left
     checkpoint = latest_checkpoint(run.run_dir)
     if checkpoint is None:
         run.console.print(f"[yellow]no complete checkpoint in {run.run_dir}; starting fresh[/]")
