@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ict.analysis.plots import read_metrics
-from ict.core.errors import UsageError, read_utf8_text, utf8_text
+from ict.core.errors import UsageError, jsonl_lines, read_utf8_text, utf8_text
 from ict.core.metrics import pass_at_k
 from ict.runs.samples import same_draw, sampling_seed
 
@@ -205,7 +205,7 @@ def _sample_lines(samples: Path) -> list[str]:
         last.decode("utf-8")
     except UnicodeDecodeError:
         data = head + newline
-    return utf8_text(data, samples).splitlines()
+    return jsonl_lines(utf8_text(data, samples))
 
 
 EVALUATION_SETTINGS = ("benchmarks", "data_dir", "num_samples", "temperature", "max_new_tokens",

@@ -27,6 +27,7 @@ from ict.core.errors import (
     check_option_text,
     check_output_file,
     encodes_as_utf8,
+    jsonl_lines,
     read_utf8_text,
 )
 from ict.core.options import check_choices, default_of, option
@@ -411,7 +412,7 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
     from ict.models.rollout import Rollout, _encode_prompt, render_prompt
 
     groups: dict[str, list[tuple[str, bool]]] = {}
-    for number, line in enumerate(read_utf8_text(path).splitlines(), start=1):
+    for number, line in enumerate(jsonl_lines(read_utf8_text(path)), start=1):
         if not line.strip():
             continue
         try:

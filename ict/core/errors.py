@@ -100,6 +100,13 @@ def utf8_text(data: bytes, path: Any) -> str:
         raise _not_utf8(path, error) from None
 
 
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of JSON Lines text, split at "\\n" only: `str.splitlines` also splits at U+2028,
+    U+2029 and U+0085, which ``json.dumps(..., ensure_ascii=False)`` (an `ict eval` samples.jsonl)
+    leaves raw inside a string, so one record read as two torn lines."""
+    return text.split("\n")
+
+
 def _not_utf8(path: Any, error: UnicodeDecodeError) -> UsageError:
     return UsageError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); re-encode the "
                       "file as UTF-8")
