@@ -64,6 +64,17 @@ def test_compare_reads_a_completion_with_a_unicode_line_separator_as_one_sample(
     assert read_verdicts(path) == {"gsm8k": {0: [True, False, True]}}
 
 
+def test_a_whole_last_record_without_its_newline_is_read_by_every_reader(tiny_tokenizer, tmp_path: Path):
+    """A file whose last record lacks its newline (copied by hand, written by another tool): the
+    record is whole, and `ict eval`, `ict compare` and `ict inspect --samples` all read it."""
+    path = tmp_path / "samples.jsonl"
+    write_all_records(path, {"k": [_sample(0, "so 3\u2028", True), _sample(1, "it is 3", False)]})
+    path.write_bytes(path.read_bytes().removesuffix(b"\n"))
+    assert [record["sample"] for record in load_sample_records(path)["gsm8k#0#seed=0"]] == [0, 1]
+    assert read_verdicts(path) == {"gsm8k": {0: [True, False]}}
+    assert rollout_from_samples(tiny_tokenizer, path).completions == [["so 3\u2028", "it is 3"]]
+
+
 def test_inspect_reads_a_samples_completion_with_a_unicode_line_separator(tiny_tokenizer, tmp_path):
     """`ict inspect --samples` of an evaluation's samples.jsonl: a completion holding U+2028 was
     a 'not a {prompt, completion} JSON record' error at a line `ict eval` wrote itself."""
