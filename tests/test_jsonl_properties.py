@@ -8,12 +8,14 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from ict.analysis.comparison_runs import read_verdicts
 from ict.analysis.plots import read_metrics
 from ict.analysis.token_view import rollout_from_samples
+from ict.core.errors import UsageError
 from ict.evaluation.records import load_sample_records, write_all_records
 from ict.runs.checkpoint import truncate_jsonl
 from ict.runs.reporting import MetricsLogger
@@ -73,6 +75,33 @@ def test_a_whole_last_record_without_its_newline_is_read_by_every_reader(tiny_to
     assert [record["sample"] for record in load_sample_records(path)["gsm8k#0#seed=0"]] == [0, 1]
     assert read_verdicts(path) == {"gsm8k": {0: [True, False]}}
     assert rollout_from_samples(tiny_tokenizer, path).completions == [["so 3\u2028", "it is 3"]]
+
+
+@pytest.mark.parametrize("torn", ["inside the JSON", "inside a character"])
+def test_inspect_reads_the_whole_records_before_a_torn_last_line(tiny_tokenizer, tmp_path: Path, torn):
+    """An evaluation killed while appending its third record: `ict eval` and `ict compare` read
+    the two whole records; `ict inspect --samples` refused the file (a torn JSON line named as 'not
+    a {prompt, completion} JSON record', a torn character as 'not UTF-8 text; re-encode the file')."""
+    path = tmp_path / "samples.jsonl"
+    write_all_records(path, {"k": [_sample(0, "so 3", False), _sample(1, "it is 3", True), _sample(2, "3 日", True)]})
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) - 10] if torn == "inside the JSON" else data[:data.rindex("日".encode()) + 1])
+    assert read_verdicts(path) == {"gsm8k": {0: [False, True]}}
+    assert rollout_from_samples(tiny_tokenizer, path).completions == [["so 3", "it is 3"]]
+
+
+@pytest.mark.parametrize(("text", "number"), [
+    ('{"prompt": "a", "completion": "b"}\n{"prompt": "a", "completion": "c"}\n{"prompt": "a"}', 3),
+    ('{"prompt": "a", "completion": "b"}\n{"prompt": "a", "compl\n{"prompt": "a", "completion": "c"}\n', 2),
+])
+def test_inspect_still_refuses_a_bad_line_that_is_not_a_torn_last_line(tiny_tokenizer, tmp_path: Path, text, number):
+    """Only a torn line (a last line without its newline that is no JSON) is left out: a whole JSON
+    last line without 'completion', or a line of no JSON before others, is still the one-line error
+    naming it."""
+    path = tmp_path / "samples.jsonl"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=rf"samples.jsonl:{number}: not a \{{prompt, completion\}} JSON record"):
+        rollout_from_samples(tiny_tokenizer, path)
 
 
 def test_inspect_reads_a_samples_completion_with_a_unicode_line_separator(tiny_tokenizer, tmp_path):
