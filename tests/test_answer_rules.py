@@ -8,6 +8,8 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from ict.answers import verify
 from ict.answers.extraction import (
@@ -196,6 +198,31 @@ def test_a_choice_or_number_without_an_answer_is_status_no_answer():
 def test_the_last_number_rule_tells_small_numbers_apart(gold, completion, correct):
     """`grade_number` compares within 1e-9 (relative or absolute); 0.0005 is not 0. Hand values."""
     assert grade_number(Problem(prompt="q", answer=gold, kind="math"), completion).correct is correct
+
+
+@pytest.mark.parametrize(("gold", "completion", "correct"), [
+    ("999999999", "so it is 1000000000", False), ("12345678901", "it is 12345678902", False),
+    ("12345678901234567890", "it is 12345678901234567891", False),  # beyond 2**53: float() rounds both alike
+    ("12345678901234567890", "it is 12,345,678,901,234,567,890", True), ("1000000000", "it is 1000000000.00", True),
+    ("7", "it is 7.000000000001", True),  # an integer and a decimal: within 1e-9, as before
+])
+def test_the_last_number_rule_tells_big_integers_apart(gold, completion, correct):
+    """Two integers are one number only when equal: within 1e-9 relative, 1000000000 was 999999999
+    (--reward last_number paid an off-by-one sum of ten digits). Hand values."""
+    assert grade_number(Problem(prompt="q", answer=gold, kind="number"), completion).correct is correct
+
+
+@given(gold=st.integers(-10**30, 10**30), offset=st.integers(-3, 3),
+       before=st.sampled_from(["", "so the answer is ", "Answer: ", "= ", "\n"]),
+       after=st.sampled_from(["", ".", " apples.", "!", "\n"]), commas=st.booleans())
+@example(gold=999999999, offset=1, before="", after="", commas=False)
+def test_the_last_number_rule_grades_an_integer_right_exactly_when_it_is_the_gold(gold, offset, before, after,
+                                                                                   commas):
+    """Property: a completion whose last number is the integer ``gold + offset`` (plain or with
+    thousands commas, any prose around it) is correct exactly when ``offset`` is 0."""
+    answer = f"{gold + offset:,}" if commas else str(gold + offset)
+    verdict = grade_number(Problem(prompt="q", answer=str(gold), kind="number"), f"{before}{answer}{after}")
+    assert verdict.correct is (offset == 0)
 
 
 # ------------------------------------------------------------------------ rewards and golds

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ict.answers.grading import GradingRules, grade, grade_batch
 from ict.answers.rewards import REWARDS, build_reward
@@ -159,3 +161,29 @@ def test_a_math_answer_votes_with_its_exact_value_when_it_is_a_plain_number_or_f
     gym = Problem(prompt="q", answer="5", kind="reasoning_gym")
     assert [vote_key(choice, "A"), vote_key(gym, "05"), vote_key(gym, "5"), vote_key(gym, None)] == ["A", "05", "5", None]
 
+
+
+_NUMBERS = (st.integers(-10**15, 10**15).map(str)
+            | st.decimals(-10**6, 10**6, places=3, allow_nan=False, allow_infinity=False).map(str)
+            | st.tuples(st.integers(-99, 99), st.integers(1, 99)).map(lambda pair: f"\\frac{{{pair[0]}}}{{{pair[1]}}}"))
+
+
+@given(gold=_NUMBERS, offset=st.sampled_from(["1", "-1", "10", "1/7"]),
+       before=st.sampled_from(["", "So the answer is ", "We get $x = 3$, and finally ", "\n\n"]),
+       wrap=st.sampled_from(["\\boxed{%s}", "$\\boxed{%s}$", "$\\boxed{ %s }$."]),
+       extraction=st.sampled_from(["anchored", "lenient"]))
+def test_a_boxed_number_is_right_exactly_when_it_is_the_gold(gold, offset, before, wrap, extraction):
+    """Property (math-verify through the worker pool): for an integer, a decimal or a fraction X,
+    ``\\boxed{X}`` after any prose grades correct against the gold X, under either extraction, and
+    ``\\boxed{X + offset}`` (the sum written out exactly, in lowest terms) wrong."""
+    from fractions import Fraction
+
+    from ict.answers.extraction import number_value
+    from ict.answers.gold import normalize_gold
+
+    other = number_value(gold) + Fraction(offset)
+    other_text = str(other.numerator) if other.denominator == 1 else f"\\frac{{{other.numerator}}}{{{other.denominator}}}"
+    problem = Problem(prompt="q", answer=normalize_gold(gold), kind="math")
+    verdicts = grade_batch([(problem, before + wrap % gold), (problem, before + wrap % other_text)],
+                           GradingRules(math_extraction=extraction))
+    assert [verdict.correct for verdict in verdicts] == [True, False]

@@ -68,14 +68,14 @@ def test_each_selection_shows_its_anatomy(tiny_model_dir, tmp_path, capsys):
             for block in page.split("<div class='prompt'>")[1:]]
     lengths = [len(row) for row in rows]
     assert len(rows) == 4 and len(set(lengths)) > 1  # ragged: some positions have < G alive
-    assert any(row[-1][1] == "&lt;|im_end|&gt;" for row in rows)  # some completion finished
+    assert any(row[-1][1].strip() == "&lt;|im_end|&gt;" for row in rows)  # some completion finished
 
     def figures(label):
         marks = [(t, len(row), text) for row in rows for t, (classes, text) in enumerate(row)
                  if label is None or label in classes.split()]
         return (np.mean([sum(n > t for n in lengths) < 4 for t, _, _ in marks]),
                 np.mean([t / n for t, n, _ in marks]),
-                np.mean([t == n - 1 and text == "&lt;|im_end|&gt;" for t, n, text in marks]))
+                np.mean([t == n - 1 and text.strip() == "&lt;|im_end|&gt;" for t, n, text in marks]))
 
     everything = figures(None)
     for label in ("ict", "entropy20"):
@@ -159,7 +159,7 @@ def test_samples_file_first_prompts_and_end_tokens(tiny_model_dir, tmp_path, cap
         tokens = re.findall(r"<span class='tok[^']*'[^>]*>([^<]*)</span>", block)
         expected = len(tokenizer.encode(completion, add_special_tokens=False)) + finished
         assert len(tokens) == expected
-        assert (tokens[-1] == "&lt;|im_end|&gt;") == finished
+        assert (tokens[-1].strip() == "&lt;|im_end|&gt;") == finished
     assert f"model: {tiny_model_dir}" in text and f"completions: {samples} (first 2 prompts)" in text
 
 
@@ -461,7 +461,7 @@ def test_paths_under_the_home_directory_are_read_and_written_there(tiny_model_di
     assert (home / "view.html").is_file() and not (tmp_path / "~").exists()
     assert main(["inspect", "--model", str(tiny_model_dir), "--samples", "~/samples.jsonl",
                  "--html", str(home / "other.html")]) == 0
-    assert ">is</span>" in (home / "other.html").read_text()  # the file's second completion
+    assert "> is</span>" in (home / "other.html").read_text()  # the file's second completion
 
 
 def test_renyi2_colours_shades_jaccard_and_left_out_tokens_match_the_page(tiny_model_dir, tmp_path, capsys):

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ict.core.significance import paired_bootstrap, paired_permutation_test, sign_test
 
@@ -168,3 +171,43 @@ def test_exact_permutation_p_value_is_two_sided_for_a_negative_mean() -> None:
 def test_sign_test_with_as_many_positives_as_negatives_is_one() -> None:
     """n+ = n- = 1: 2 * (C(2,0) + C(2,1)) / 4 = 1.5 is capped at 1 (scipy's binomtest(1, 2))."""
     assert sign_test(np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]])) == 1.0
+
+
+# pass@k-like scores: a few seeds x problems, values on a grid of exact fractions (ties and zeros occur)
+_GRID = [Fraction(0), Fraction(1, 4), Fraction(1, 2), Fraction(3, 4), Fraction(1), Fraction(1, 3), Fraction(2, 3)]
+_grid_indices = st.tuples(st.integers(1, 3), st.integers(1, 8)).flatmap(
+    lambda shape: st.tuples(*[st.lists(st.lists(st.integers(0, len(_GRID) - 1), min_size=shape[1], max_size=shape[1]),
+                                       min_size=shape[0], max_size=shape[0])] * 2))
+
+
+def _scores(indices: list[list[int]]) -> np.ndarray:
+    return np.array([[float(_GRID[i]) for i in row] for row in indices])
+
+
+@given(indices=_grid_indices)
+def test_swapping_the_two_methods_mirrors_every_result(indices):
+    """Property: B vs A is A vs B mirrored: the difference and its interval negated (low and high
+    swapped; the same resampling draw), the same permutation and sign-test p-values, each in (0, 1]."""
+    a, b = map(_scores, indices)
+    forward, backward = paired_bootstrap(a, b, resamples=64), paired_bootstrap(b, a, resamples=64)
+    assert (backward.difference, backward.low, backward.high) == pytest.approx(
+        (-forward.difference, -forward.high, -forward.low), abs=1e-12)
+    assert forward.low <= forward.high
+    assert paired_permutation_test(a, b) == paired_permutation_test(b, a)
+    assert sign_test(a, b) == sign_test(b, a)
+    assert 0 < paired_permutation_test(a, b) <= 1 and 0 < sign_test(a, b) <= 1
+
+
+@given(indices=_grid_indices)
+def test_the_exact_permutation_p_value_counts_sign_patterns_by_brute_force(indices):
+    """Property: with P <= 16 problems, p = #{sign patterns s: |sum s_p d_p| >= |sum d_p|} / 2^P, with
+    d_p a problem's differences of the exact scores summed over seeds (fractions; S times the seed
+    mean, the same patterns count; the float residue of 2/3 - 1/2 is the module's TOLERANCE to
+    absorb: a tie counts), the patterns enumerated with itertools.product."""
+    a, b = indices
+    d = [sum(_GRID[x] - _GRID[y] for x, y in zip(row_a, row_b, strict=True))
+         for row_a, row_b in zip(zip(*a, strict=True), zip(*b, strict=True), strict=True)]
+    observed = abs(sum(d))
+    count = sum(abs(sum(s * v for s, v in zip(signs, d, strict=True))) >= observed
+                for signs in itertools.product((1, -1), repeat=len(d)))
+    assert paired_permutation_test(_scores(a), _scores(b)) == pytest.approx(count / 2 ** len(d), abs=1e-12)

@@ -5,8 +5,12 @@ terminal's ICT underline."""
 
 from __future__ import annotations
 
+import functools
 import html
 import re
+
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 
 def test_the_terminal_view_shows_control_characters_instead_of_sending_them():
@@ -172,3 +176,75 @@ def test_each_token_is_a_bidi_isolate_so_the_page_keeps_generation_order():
     assert tok["unicode-bidi"] == "isolate" and "direction" not in tok  # the page's left-to-right order
     shown = [html.unescape(text) for text in re.findall(r"<span class='tok[^']*'[^>]*>([^<]*)</span>", page)]
     assert shown == tokens  # in generation order in the source, as the isolates show them
+
+
+def _llama_style_tokenizer():
+    """A SentencePiece-style vocabulary with Llama's (and Mistral's) decoder, built from code: '▁' is a
+    space, and a decode's first space is dropped."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "▁the": 1, "▁sum": 2, "▁is": 3, "▁7": 4, "7": 5, ".": 6, "▁": 7, "\n": 8, "s": 9}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>")
+
+
+class _BytePieces:
+    """A byte-level vocabulary: token i is the bytes PIECES[i], decoded joined as UTF-8 with
+    replacement (as a byte-level BPE tokenizer decodes); pieces cut characters anywhere."""
+
+    PIECES = [b"a", b" ", "日".encode()[:1], "日".encode()[1:], "😀".encode()[:2], "😀".encode()[2:], b"\n", b"!",
+              "é".encode(), "é".encode()[:1], b" 7"]
+
+    def decode(self, ids: list[int]) -> str:
+        return b"".join(self.PIECES[i] for i in ids).decode("utf-8", errors="replace")
+
+
+def test_a_sentencepiece_tokens_text_keeps_its_leading_space():
+    """Regression: each token was decoded alone, and Llama's decoder drops a decode's first space,
+    so the view showed 'the sum is 7.' as the tokens 'the', 'sum', 'is', '7', '.' (run together
+    in the terminal as 'thesumis7.')."""
+    from ict.analysis.token_view import token_strings
+
+    assert token_strings(_llama_style_tokenizer(), [1, 2, 3, 4, 6]) == ["the", " sum", " is", " 7", "."]
+
+
+class _Ligatures:
+    """Tokens 'a', 'b', 'c'; decoding joins them, and writes 'ab' as 'X' (a decoder that changes the
+    text before a token)."""
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join("abc"[i] for i in ids).replace("ab", "X")
+
+
+def test_a_token_that_changes_the_text_before_it_shows_as_decoded_alone():
+    """Where the text of the tokens before is no prefix of the text with the token after ('a', then
+    'X' for 'ab'), the token's text is the token decoded alone, not a cut of the other text."""
+    from ict.analysis.token_view import token_strings
+
+    assert token_strings(_Ligatures(), [0, 1, 2]) == ["a", "b", "c"]
+
+
+@functools.cache
+def _tokenizer(name: str):
+    from conftest import build_tiny_tokenizer
+
+    return {"wordpiece": build_tiny_tokenizer, "sentencepiece": _llama_style_tokenizer, "bytes": _BytePieces}[name]()
+
+
+@given(name=st.sampled_from(["wordpiece", "sentencepiece", "bytes"]), ids=st.lists(st.integers(0, 40), max_size=12))
+@example(name="sentencepiece", ids=[1, 2, 3, 4, 6])
+@example(name="bytes", ids=[0, 2, 3, 1, 4, 5, 9, 7, 2])
+def test_the_tokens_texts_put_together_are_the_decoded_completion(name, ids):
+    """Property: for any token ids (a WordPiece, a SentencePiece and a byte-level vocabulary; byte
+    tokens that cut a character anywhere, or leave it cut), token_strings gives one text a token and
+    the texts joined are the decoded ids."""
+    from ict.analysis.token_view import token_strings
+
+    tokenizer = _tokenizer(name)
+    ids = [token % (len(_BytePieces.PIECES) if name == "bytes" else len(tokenizer)) for token in ids]
+    strings = token_strings(tokenizer, ids)
+    assert len(strings) == len(ids) and "".join(strings) == tokenizer.decode(ids)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ict.analysis.plots import read_metrics
-from ict.core.errors import UsageError, read_utf8_text, utf8_text
+from ict.core.errors import UsageError, jsonl_file_lines, read_utf8_text
 from ict.core.metrics import pass_at_k
 from ict.runs.samples import same_draw, sampling_seed
 
@@ -160,7 +160,7 @@ def read_verdicts(samples: Path, units: tuple[set[str] | None, set[int] | None, 
     # ict eval's resume reads it (seed 0 left a --seed 3 evaluation with no verdict at all)
     legacy_seed = next(iter(units[1])) if units[1] is not None and len(units[1]) == 1 else 0
     seen: dict[tuple[str, int, Any, int], dict[str, Any]] = {}
-    for number, line in enumerate(_sample_lines(samples), 1):
+    for number, line in enumerate(jsonl_file_lines(samples), 1):
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
@@ -193,19 +193,6 @@ def read_verdicts(samples: Path, units: tuple[set[str] | None, set[int] | None, 
         verdicts.append(record["correct"])
         verdicts.by_seed.setdefault(seed, []).append(record["correct"])
     return correct
-
-
-def _sample_lines(samples: Path) -> list[str]:
-    """samples.jsonl's lines; a last line without its newline that is not UTF-8 (a write cut
-    inside a character: `ict eval` appending, or killed while it did) is left out, as `ict eval`
-    leaves it out; another line that is not UTF-8 is `read_utf8_text`'s one-line UsageError."""
-    data = samples.read_bytes()
-    head, newline, last = data.rpartition(b"\n")
-    try:
-        last.decode("utf-8")
-    except UnicodeDecodeError:
-        data = head + newline
-    return utf8_text(data, samples).splitlines()
 
 
 EVALUATION_SETTINGS = ("benchmarks", "data_dir", "num_samples", "temperature", "max_new_tokens",

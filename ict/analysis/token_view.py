@@ -27,7 +27,7 @@ from ict.core.errors import (
     check_option_text,
     check_output_file,
     encodes_as_utf8,
-    read_utf8_text,
+    jsonl_file_lines,
 )
 from ict.core.options import check_choices, default_of, option
 from ict.core.selectors import ICT_DEFAULT_REFERENCE
@@ -181,18 +181,22 @@ def figure_lines(view: TokenView) -> list[str]:
 
 
 def token_strings(tokenizer: Any, ids: list[int]) -> list[str]:
-    """Each token's text, decoded alone; a character whose bytes span several tokens (decoding
-    one alone gives U+FFFD, e.g. a CJK character in a byte-level vocabulary) shows whole on its
-    last token, and its earlier tokens as ''."""
+    """Each token's text: decoded after the token before it, less that token's text, so that the
+    texts put together are ``tokenizer.decode(ids)`` (decoded alone, a token lost its leading space
+    under a SentencePiece decoder, as Llama's and Mistral's, which drops a decode's first space:
+    'the sum' showed as 'thesum'; a token that changes the text before it, decoded alone); a
+    character whose bytes span several tokens (decoding one alone gives U+FFFD, e.g. a CJK
+    character in a byte-level vocabulary) shows whole on its last token, its earlier tokens as ''."""
     strings: list[str] = []
-    start = 0
+    context = start = 0  # ids[context:start]: the token (or the bytes of a character) before
     for end in range(1, len(ids) + 1):
-        text = tokenizer.decode(ids[start:end])
+        text = tokenizer.decode(ids[context:end])
         if text.endswith("\ufffd") and end < len(ids):  # an incomplete character: wait for its next byte
             strings.append("")
             continue
-        strings.append(text)
-        start = end
+        before = tokenizer.decode(ids[context:start])
+        strings.append(text[len(before):] if text.startswith(before) else tokenizer.decode(ids[start:end]))
+        context, start = start, end
     return strings
 
 
@@ -405,19 +409,23 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
     after a system message would be scored after none). A finished completion
     (it ended on EOS, as a rollout's does) gets the tokenizer's EOS token after its text's
     tokens; a record without "finished" counts as cut by the length cap. An evaluation's greedy
-    records are left out (they are not of the sampled group); one completion per prompt is a
-    UsageError, as ``--n 1`` is. The text is re-tokenized, so a sample whose sampled ids were not
+    records are left out (they are not of the sampled group), and so is a last line without its
+    newline that is no JSON or no UTF-8 (torn by a kill mid-write, as `ict eval` and `ict compare`
+    read it); one completion per prompt is a UsageError, as ``--n 1`` is. The text is re-tokenized, so a sample whose sampled ids were not
     the canonical tokenization differs."""
     from ict.models.rollout import Rollout, _encode_prompt, render_prompt
 
     groups: dict[str, list[tuple[str, bool]]] = {}
-    for number, line in enumerate(read_utf8_text(path).splitlines(), start=1):
+    lines = jsonl_file_lines(path)
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
             prompt, completion = record["prompt"], record["completion"]
         except (ValueError, KeyError, TypeError) as error:
+            if number == len(lines) and isinstance(error, json.JSONDecodeError):
+                continue  # a last line without its newline, torn by a kill mid-write (as ict eval reads it)
             raise UsageError(f"{path}:{number}: not a {{prompt, completion}} JSON record ({error})") from None
         if not (isinstance(prompt, str) and isinstance(completion, str)):
             raise UsageError(f"{path}:{number}: prompt and completion must be text, got "

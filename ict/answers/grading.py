@@ -121,6 +121,12 @@ def grade_choice(problem: Problem, completion: str) -> Verdict:
 
 
 def _numbers_equal(left: str, right: str) -> bool:
+    """Do two numbers' texts name one number? Two integers exactly (`number_value`: 1e-9 of 10**9
+    is one unit, and a float rounds integers beyond 2**53); other numbers within 1e-9, relative or
+    absolute (``0.1000000000001`` is 0.1); a text that is no number as text."""
+    values = [number_value(text) for text in (left, right)]
+    if all(value is not None and value.denominator == 1 for value in values):
+        return values[0] == values[1]
     try:
         return math.isclose(float(left.replace(",", "")), float(right.replace(",", "")),
                             rel_tol=1e-9, abs_tol=1e-9)

@@ -100,6 +100,27 @@ def utf8_text(data: bytes, path: Any) -> str:
         raise _not_utf8(path, error) from None
 
 
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of JSON Lines text, split at "\\n" only: `str.splitlines` also splits at U+2028,
+    U+2029 and U+0085, which ``json.dumps(..., ensure_ascii=False)`` (an `ict eval` samples.jsonl)
+    leaves raw inside a string, so one record read as two torn lines."""
+    return text.split("\n")
+
+
+def jsonl_file_lines(path: Path) -> list[str]:
+    """The lines of the JSON Lines file ``path`` (`jsonl_lines`); a last line without its newline
+    that is not UTF-8 (a write cut inside a character: `ict eval` appending, or killed while it
+    did) is left out, as `ict eval` leaves it out; another line that is not UTF-8 is
+    `read_utf8_text`'s one-line UsageError."""
+    data = Path(path).read_bytes()
+    head, newline, last = data.rpartition(b"\n")
+    try:
+        last.decode("utf-8")
+    except UnicodeDecodeError:
+        data = head + newline
+    return jsonl_lines(utf8_text(data, path))
+
+
 def _not_utf8(path: Any, error: UnicodeDecodeError) -> UsageError:
     return UsageError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); re-encode the "
                       "file as UTF-8")

@@ -285,6 +285,26 @@ def _python_number(text: str) -> int | float | None:
     return None
 
 
+class _OptionsDumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, quoting a text that YAML 1.2 reads as a number (`_yaml12_reading`):
+    PyYAML writes YAML 1.1, where ``1e3`` and ``0o17`` are plain text, and `load_options_yaml`
+    refuses them plain in a mapping of unknown types (``dataset_config``)."""
+
+
+def _represent_text(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    quoted = isinstance(_yaml12_reading(text), int | float)
+    return dumper.represent_scalar(_TEXT_TAG, text, style="'" if quoted else None)
+
+
+_OptionsDumper.add_representer(str, _represent_text)
+
+
+def dump_options_yaml(values: dict[str, Any]) -> str:
+    """``values`` as YAML text (keys in their order) that `load_options_yaml` reads back as they
+    are: ``yaml.safe_dump``'s, with a text YAML 1.2 reads as a number quoted (``'1e3'``)."""
+    return yaml.dump(values, Dumper=_OptionsDumper, sort_keys=False)
+
+
 def load_options_yaml(text: str, text_options: typing.Collection[str] = (),
                       untyped_mappings: typing.Collection[str] = (),
                       number_options: typing.Collection[str] = (), prefix: str = "") -> Any:

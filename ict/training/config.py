@@ -14,12 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ict.answers.verify import check_timeout
 from ict.core import selectors
 from ict.core.errors import UsageError, check_option_text, check_path_given, read_utf8_text
-from ict.core.options import check_choices, option, optional_inner, parse_field
+from ict.core.options import check_choices, dump_options_yaml, option, optional_inner, parse_field
 from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.stats import MIN_TEMPERATURE, needs_reference_logits, parse_tile_size
 from ict.data.training_data import is_dataset_file
@@ -590,6 +588,6 @@ def _chunk_size(value: Any) -> int:
 def save_config(config: TrainConfig, path: str | Path) -> None:
     """``config`` as YAML at ``path``, written atomically (a kill mid-write leaves the old file:
     an empty one would resume with every default)."""
-    write_atomically(path, yaml.safe_dump(config.to_dict(), sort_keys=False))
+    write_atomically(path, dump_options_yaml(config.to_dict()))
 
 
