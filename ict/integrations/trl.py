@@ -131,6 +131,7 @@ from ict.integrations.trl_loss import (  # noqa: F401 (re-exported)
     ours_weights,
     selection_counts,
     trl_aggregate,
+    trl_loss_factor,
 )
 from ict.models.loading import linear_lm_head
 from ict.models.rollout import reload_vllm_weights, vllm_weight_reload_supported
@@ -176,28 +177,6 @@ def reload_colocated_weights(generation: Any) -> None:
     weights = [(name, tensor.detach().clone()) for name, tensor in generation._iter_named_params()]
     reload_vllm_weights(generation.llm, weights)
     generation.llm.reset_prefix_cache()
-
-
-def trl_loss_factor(trainer: Any, log_probs: Tensor, old_log_probs: Tensor, mask: Tensor,
-                    inputs: dict[str, Any]) -> Tensor | None:
-    """What TRL 1.16's ``_compute_loss`` multiplies its per-token loss by after the policy term,
-    so that KL-Cov's penalty, a term of that per-token loss, gets it too: the off-policy sequence
-    mask ``[B, 1]`` (``off_policy_mask_threshold``; TRL's own ``get_off_policy_mask`` on the
-    sampler's log-probs, else the old ones) and vLLM's importance-sampling ratio ``[B, T]``
-    (``use_vllm`` with ``vllm_importance_sampling_correction``, not vespo). None when neither."""
-    factor = None
-    threshold = getattr(trainer, "off_policy_mask_threshold", None)
-    if threshold is not None:
-        advantages = inputs["advantages"]
-        factor = GRPOTrainer.get_off_policy_mask(
-            advantages=advantages.unsqueeze(1) if advantages.dim() == 1 else advantages,
-            per_token_logps=log_probs, sampling_per_token_logps=inputs.get("sampling_per_token_logps", old_log_probs),
-            mask=mask, off_policy_threshold=threshold)
-    if (getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_importance_sampling_correction", False)
-            and trainer.loss_type != "vespo"):
-        ratio = inputs["importance_sampling_ratio"]
-        factor = ratio if factor is None else factor * ratio
-    return factor
 
 
 class ICTGRPOTrainer(GRPOTrainer):

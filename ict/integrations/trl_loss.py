@@ -1,7 +1,10 @@
 """TRL 1.16's loss aggregations and the per-token weights that turn them into ict's
-(:mod:`ict.integrations.trl`'s ``selection_denominator="ours"``): pure tensor functions."""
+(:mod:`ict.integrations.trl`'s ``selection_denominator="ours"``): pure tensor functions; and the
+factors TRL's loss multiplies its per-token loss by (:func:`trl_loss_factor`)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -92,3 +95,27 @@ def ours_weights(selected: Tensor, response_mask: Tensor, loss_type: str, counts
         per_row = selected.sum(-1, keepdim=True)
         return weights * (response_mask.sum(-1, keepdim=True) / per_row.clamp(min=1) * (rows / rows_with.clamp(min=1)))
     return weights * (tokens / chosen.clamp(min=1))
+
+
+def trl_loss_factor(trainer: Any, log_probs: Tensor, old_log_probs: Tensor, mask: Tensor,
+                    inputs: dict[str, Any]) -> Tensor | None:
+    """What TRL 1.16's ``_compute_loss`` multiplies its per-token loss by after the policy term,
+    so that KL-Cov's penalty, a term of that per-token loss, gets it too: the off-policy sequence
+    mask ``[B, 1]`` (``off_policy_mask_threshold``; TRL's own ``get_off_policy_mask`` on the
+    sampler's log-probs, else the old ones) and vLLM's importance-sampling ratio ``[B, T]``
+    (``use_vllm`` with ``vllm_importance_sampling_correction``, not vespo). None when neither."""
+    from trl import GRPOTrainer
+
+    factor = None
+    threshold = getattr(trainer, "off_policy_mask_threshold", None)
+    if threshold is not None:
+        advantages = inputs["advantages"]
+        factor = GRPOTrainer.get_off_policy_mask(
+            advantages=advantages.unsqueeze(1) if advantages.dim() == 1 else advantages,
+            per_token_logps=log_probs, sampling_per_token_logps=inputs.get("sampling_per_token_logps", old_log_probs),
+            mask=mask, off_policy_threshold=threshold)
+    if (getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_importance_sampling_correction", False)
+            and trainer.loss_type != "vespo"):
+        ratio = inputs["importance_sampling_ratio"]
+        factor = ratio if factor is None else factor * ratio
+    return factor
