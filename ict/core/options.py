@@ -138,10 +138,15 @@ def parse_field(cls: type, name: str, raw: Any) -> Any:
             element = typing.get_args(inner)[0]
             if isinstance(raw, str):
                 parts = raw.split(",") if raw.strip() else []  # "": the empty list, as YAML's []
+            elif isinstance(raw, dict):  # a mapping's keys are no list
+                raise ValueError
             else:
                 parts = [raw] if isinstance(raw, int | float) and not isinstance(raw, bool) else list(raw)
-            if any(not str(part).strip() for part in parts):  # "1,,2": an item missing
+            # "1,,2": an item missing; a nested list or mapping or a null item is no item's text
+            if any(part is None or isinstance(part, dict | list | tuple) or not str(part).strip() for part in parts):
                 raise ValueError
+            if element is not int and any(isinstance(part, bool) for part in parts):  # YAML 1.1's [a, yes]
+                _text_of_boolean(cls, name, next(part for part in parts if isinstance(part, bool)))
             return tuple(_scalar(element, str(part).strip()) for part in parts)
         if inner is str or inner is Path:
             if isinstance(raw, dict | list):
