@@ -44,7 +44,9 @@ from ict.data.rows import (
     checked_object,
     checked_question,
     checked_text,
+    describe,
     gold_index,
+    python_literal,
     read_records,
 )
 
@@ -299,10 +301,11 @@ def _choices_and_answer(spec: BenchmarkSpec, row: dict[str, Any]) -> tuple[list[
     name, value = found
     labels: list[str] | None = None
     if spec.choices_format == "label_text":
+        refusal = f"field {name!r} must be an object with 'label' and 'text' lists"
         if isinstance(value, str):
-            value = ast.literal_eval(value)
+            value = python_literal(value, f"{refusal}, got {describe(value)}")
         if not isinstance(value, dict) or "label" not in value or "text" not in value:
-            raise ValueError(f"field {name!r} must be an object with 'label' and 'text' lists")
+            raise ValueError(refusal)
         labels = [label.strip() for label in checked_choices(value["label"], f"{name}.label")]
         options = checked_choices(value["text"], f"{name}.text")
         if len(labels) != len(options) or len(set(labels)) != len(labels):  # no label -> text pairing

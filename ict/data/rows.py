@@ -153,13 +153,20 @@ def gold_index(value: Any) -> int | None:
     return None
 
 
+def python_literal(text: str, refusal: str) -> Any:
+    """The Python literal `text` spells (``ast.literal_eval`` of the stripped text: a list, an
+    object, a number...), as datasets store a column of lists or objects; one-line `ValueError`
+    `refusal` for a text that spells none (a syntax error, nesting too deep for the parser)."""
+    try:
+        return ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise ValueError(refusal) from None
+
+
 def checked_choices(value: Any, field: str) -> list[str]:
     """Multiple-choice options: a list (or its Python-literal string) of 2-26 texts/numbers."""
     if isinstance(value, str):
-        try:
-            value = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            raise ValueError(f"field {field!r}: choices {value[:80]!r} are not a list") from None
+        value = python_literal(value, f"field {field!r}: choices {value[:80]!r} are not a list")
     if hasattr(value, "tolist"):  # numpy arrays from parquet/hub rows
         value = value.tolist()
     if not isinstance(value, list | tuple):
