@@ -220,6 +220,16 @@ def test_reasoning_gym_tasks():
         load_benchmark("rg:chain_sum:no_such_option=3")
 
 
+def test_a_reasoning_gym_option_nested_too_deep_to_parse_is_read_as_its_text():
+    """`size=---...1` (100,000 signs) was the parser's MemoryError, a traceback; it is text now, as
+    any value that spells no Python literal is, and refused as size's text."""
+    bad = "rg:chain_sum:size=" + "-" * 100_000 + "1"
+    with pytest.raises(UsageError, match=r"^reasoning-gym size must be an integer in 'rg:chain_sum:size=---"):
+        parse_reasoning_gym_name(bad)
+    assert parse_reasoning_gym_name("rg:chain_sum:size=" + "(" * 50 + "3" + ")" * 50 + ": digits = [1, 2] ")[1:3] == (
+        {"digits": [1, 2]}, 3)
+
+
 # ------------------------------------------------------------------------ the paper's seven
 
 PAPER_SEVEN = ["gsm8k", "math500", "mmlu_stem", "gpqa_diamond", "aime23", "aime24", "aime25"]

@@ -17,7 +17,6 @@ Reasoning-gym tasks are named ``rg:<task>`` with optional ``:key=value`` parts, 
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import random
 from collections.abc import Sequence
@@ -478,9 +477,9 @@ def parse_reasoning_gym_name(name: str) -> tuple[str, dict[str, Any], int, int]:
         if "=" not in part:
             raise UsageError(f"bad reasoning-gym option {part!r} in {name!r}; use key=value")
         key, value = part.split("=", 1)
-        try:
-            config[key.strip()] = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError):
+        try:  # a Python literal (size=10, digits=[1, 2]), else the text itself
+            config[key.strip()] = python_literal(value, "")
+        except ValueError:
             config[key.strip()] = value.strip()
     size, seed = config.pop("size", REASONING_GYM_DEFAULT_SIZE), config.pop("seed", REASONING_GYM_EVAL_SEED)
     for option, value in (("size", size), ("seed", seed)):
