@@ -172,6 +172,8 @@ def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
     by_label: dict[str, list[RunRecord]] = {}
     for run in runs:
         by_label.setdefault(run.label, []).append(run)
+    for group in by_label.values():  # notes name seeds in numeric order (load_runs lists seed10 before seed2)
+        group.sort(key=lambda run: run.seed)
     benchmarks = sorted({name for run in runs for name in run.correct})
     table: list[dict[str, Any]] = []
     differences: list[dict[str, Any]] = []
