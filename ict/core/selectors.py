@@ -47,7 +47,8 @@ Built in (defaults in brackets):
   ``cov_low`` and ``cov_high`` (and that the ratio clip does not already clip): their gradient
   is cut.
 - ``kl_cov`` [ratio=2e-3, kl_coef=1.0] (KL-Cov, arXiv 2505.22617): every response token; the
-  ``max(1, int(ratio * N))`` tokens with the largest ``Cov_t`` also get
+  ``max(1, int(ratio * N))`` tokens with the largest ``Cov_t`` (ties drawn as the top-``ratio``
+  selectors' below, favouring no position) also get
   ``kl_coef * |log p - log p_old|`` added to their loss (``Selection.kl_penalty``). The
   paper's 7B setting (its 32B setting uses ratio 2e-4). verl's ``kl_cov`` loss has no ratio clip;
   ours keeps the loss's clip (identical when each batch is used for one update).
@@ -91,6 +92,7 @@ from ict.core.ranking import (  # noqa: F401 (the ranking's names are also this 
     population_rows,
     selection_count,
     top_count,
+    top_counts,
     top_fraction_mask,
     top_fraction_selection,
     top_unique_token_selection,
@@ -320,11 +322,8 @@ def select_kl_cov(inputs: SelectionInputs, ratio: float, kl_coef: float) -> Sele
     """KL-Cov: every token; a |log-ratio| penalty on the tokens of largest covariance."""
     response = inputs.response_mask.bool()
     covariance = token_covariance(inputs.stats.log_probs, _token_advantages(inputs), response)
-    batch_index, time_index = (response & ~covariance.isnan()).nonzero(as_tuple=True)
-    count = min(_cov_count(ratio, int(response.sum())), batch_index.numel())
-    penalty = torch.zeros(response.shape, dtype=torch.float32, device=response.device)
-    if count:
-        order = torch.sort(covariance[batch_index, time_index], descending=True, stable=True).indices
-        chosen = order[:count]
-        penalty[batch_index[chosen], time_index[chosen]] = float(kl_coef)
+    ranked = (response & ~covariance.isnan()).reshape(1, -1)
+    count = torch.clamp_max(ranked.sum(dim=-1), _cov_count(ratio, int(response.sum())))  # [1], on the device
+    largest, _ = top_counts(covariance.reshape(1, -1), ranked, count, inputs.generator)  # ties drawn, as a ranking's
+    penalty = torch.where(largest.view_as(response), float(kl_coef), 0.0).float()
     return Selection(mask=response.clone(), kl_penalty=penalty)
