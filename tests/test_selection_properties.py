@@ -242,6 +242,19 @@ def test_kl_cov_ties_favour_no_row_or_position():
     assert 800 < per_row[2] < 1200 and per_row[2] + per_row[3] == 2000  # binomial(2000, 1/2): sd 22
 
 
+def test_kl_cov_ties_covariances_within_the_tie_tolerance():
+    """One token to penalise (ratio 0.01 of 20); the two largest covariances, about 1.3, differ by
+    4e-7 < TIE_TOLERANCE: each is drawn about half the time, the third largest (-0.3) never."""
+    log_probs = torch.tensor([[0.0, -4e-7] + [-2.0] * 8, [-1.0] * 10], dtype=torch.float64)
+    inputs = SelectionInputs(TokenStatistics(log_probs, torch.zeros(2, 10), torch.zeros(2, 10), {}),
+                             torch.ones(2, 10, dtype=torch.bool), torch.tensor([1.0, -1.0]))
+    hits = torch.zeros(2, 10)
+    for seed in range(100):
+        inputs.generator = torch.Generator().manual_seed(seed)
+        hits += select("kl_cov", inputs, ratio=0.01, kl_coef=1.0).kl_penalty
+    assert hits.sum() == 100 and hits[0, 0] + hits[0, 1] == 100 and 30 < hits[0, 0] < 70  # sd 5
+
+
 @given(ids=st.lists(st.integers(-3, 3), max_size=9))
 def test_group_ranks_run_starts_label_places_and_population_rows_are_sorteds(ids):
     labels = torch.tensor(ids, dtype=torch.long)
