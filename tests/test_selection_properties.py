@@ -26,6 +26,7 @@ from ict.core.ranking import (
     population_rows,
     run_starts,
     selection_counts,
+    top_count,
 )
 from ict.core.selectors import ICT_DEFAULT_REFERENCE, SelectionInputs, select
 from ict.core.stats import JS_REFERENCES, TokenStatistics, score_key
@@ -297,3 +298,24 @@ def test_group_ranks_run_starts_label_places_and_population_rows_are_sorteds(ids
 def test_selection_counts_are_the_exact_ceiling_of_a_decimal_ratio(ratio, sizes):
     assert selection_counts(float(ratio), torch.tensor(sizes)).tolist() == [
         math.ceil(Fraction(ratio) * size) for size in sizes]
+
+
+@given(values=st.lists(st.sampled_from([0.0, 0.5, 0.5 + 5e-7, 1.0, 2.0, math.inf, -math.inf, math.nan]), max_size=9),
+       count=st.integers(-1, 10))
+def test_top_count_keeps_the_count_largest_with_ties_drawn_by_keys_seeded_with_0(values, count):
+    kept, decided = top_count(torch.tensor(values, dtype=torch.float64), count)
+    ranked = [math.inf if math.isnan(value) else value for value in values]  # NaN as +inf
+    count = max(0, min(count, len(values)))
+    expected, drawn = [], []
+    if count:
+        keys = torch.rand((1, len(values)), generator=torch.Generator().manual_seed(0), dtype=torch.float64)[0]
+        threshold = sorted(ranked, reverse=True)[count - 1]
+        sure = [i for i, value in enumerate(ranked) if value > threshold + 1e-6]
+        tied = [i for i, value in enumerate(ranked) if value == threshold or abs(value - threshold) <= 1e-6]
+        if len(tied) > count - len(sure):
+            drawn = sorted(tied, key=lambda i: float(keys[i]))[:count - len(sure)]
+            expected = sorted(sure + drawn)
+        else:
+            expected = sorted(sure + tied)
+    assert kept.tolist() == expected
+    assert decided.nonzero().flatten().tolist() == sorted(drawn)
