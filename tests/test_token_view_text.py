@@ -178,6 +178,42 @@ def test_each_token_is_a_bidi_isolate_so_the_page_keeps_generation_order():
     assert shown == tokens  # in generation order in the source, as the isolates show them
 
 
+
+def test_a_long_token_or_prompt_wraps_inside_the_page_in_headless_chromium(tmp_path):
+    """A word wider than the page has no place to break: a 3,000-character token, 600 tokens with
+    no space between them (each a span, with no break between spans) or a 3,000-character prompt
+    word ran off the right of the 1,100px body (Chromium's document 23,544 px wide at a 1,200px
+    window): the reader scrolled sideways through every line. With overflow-wrap: anywhere the
+    document is no wider than the window. Measured by a probe script added to a copy of the page
+    (the page itself has none), read back through --dump-dom."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    import pytest
+
+    from ict.analysis.token_view import TokenView, render_html
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    probe = ("<script>document.addEventListener('DOMContentLoaded',()=>{document.title='width '"
+             "+document.documentElement.scrollWidth})</script>")
+    cases = {"token": (["p"], [["a", "x" * 3000, " b"]]), "no spaces": (["p"], [["ab"] * 600]),
+             "prompt": (["q" * 3000], [["a", " b"]])}
+    for name, (prompts, tokens) in cases.items():
+        view = TokenView(prompts, tokens, [[0.1] * len(row) for row in tokens],
+                         {"ict": [[False] * len(row) for row in tokens]}, "js", 0.0, {}, {})
+        page = tmp_path / f"{name}.html"
+        page.write_text(render_html(view).replace("</body>", probe + "</body>"), encoding="utf-8")
+        dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                              "--disable-background-networking", "--disable-component-update",
+                              "--disable-sync", f"--user-data-dir={tempfile.mkdtemp()}",
+                              "--window-size=1200,900", "--dump-dom", page.as_uri()],
+                             check=True, timeout=120, capture_output=True, text=True).stdout
+        width = int(re.search(r"<title>width (\d+)</title>", dom).group(1))
+        assert width <= 1200, (name, width)
+
 def _llama_style_tokenizer():
     """A SentencePiece-style vocabulary with Llama's (and Mistral's) decoder, built from code: '▁' is a
     space, and a decode's first space is dropped."""

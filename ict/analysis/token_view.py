@@ -296,7 +296,8 @@ def render_html(view: TokenView, source: str = "") -> str:
     title (the tooltip) and its selections as classes: ICT-selected tokens underlined, 20-Entropy
     boxed, STAPO's silenced tokens struck; a token shown as '' (:func:`token_strings`) as an empty
     box, its colour and marks visible; each token a bidi isolate (the tokens in generation order,
-    whatever their direction); a line break inside a token shown as NEWLINE_MARK, and
+    whatever their direction); lines broken inside words where a word is wider than the page (a
+    long token, tokens with no space between them); a line break inside a token shown as NEWLINE_MARK, and
     its other control characters as ``\\xNN`` and its bidirectional controls as ``\\uNNNN``
     (`_visible`: an HTML parser turns a carriage return into a line break and drops a NUL; a
     right-to-left override mirrors the text after it).
@@ -306,7 +307,10 @@ def render_html(view: TokenView, source: str = "") -> str:
     low, high = _range(view)
     heading = f"{view.score_name} to {view.reference}" if view.reference else view.score_name
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ict inspect</title>",
-             "<style>body{font-family:monospace;max-width:1100px;margin:1em auto}"
+             # overflow-wrap: a line may break inside a word; a long token, a run of tokens with no space
+             # between them or a long prompt word ran off the right of the page (23,544 px wide for a
+             # 3,000-character token: the reader scrolled sideways through every line)
+             "<style>body{font-family:monospace;max-width:1100px;margin:1em auto;overflow-wrap:anywhere}"
              # line-height: room below each line for the ICT border; at the normal height the next line's
              # backgrounds covered it, so only a completion's last line showed ICT's marks. unicode-bidi:
              # each token a bidi isolate, shown in generation order (after a Hebrew token, " 12 + 34 = 46"
