@@ -464,6 +464,21 @@ def test_paths_under_the_home_directory_are_read_and_written_there(tiny_model_di
     assert "> is</span>" in (home / "other.html").read_text()  # the file's second completion
 
 
+
+def test_a_samples_path_with_a_byte_that_is_not_utf8_is_named_on_the_page(tiny_model_dir, tmp_path):
+    """A --samples file named with a byte that is not UTF-8 (a legal Linux name: argv reads 0xff as
+    U+DCFF) was read and scored, and then the page's subtitle, which names the file, could not be
+    written: "error: 'utf-8' codec can't encode character '\\udcff'", exit 2, no page. The page
+    is written, the byte shown as \\udcff."""
+    samples = tmp_path / "samples\udcff.jsonl"
+    _samples_file(samples, [{"prompt": "what is 1 + 2 ?", "completion": c} for c in ("3", "it is 3")])
+    page = tmp_path / "view.html"
+    assert main(["inspect", "--model", str(tiny_model_dir), "--samples", str(samples),
+                 "--html", str(page)]) == 0
+    text = page.read_text(encoding="utf-8")
+    assert f"completions: {tmp_path}/samples\\udcff.jsonl;" in text
+    assert "> is</span>" in text  # the file's second completion
+
 def test_renyi2_colours_shades_jaccard_and_left_out_tokens_match_the_page(tiny_model_dir, tmp_path, capsys):
     """--color renyi2: every token's tooltip is -log sum p^2 (float64, one plain forward pass per
     completion, p = softmax(logits / T)); its shade is white -> red over the batch's range (green =

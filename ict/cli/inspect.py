@@ -51,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
     print_view(view)
     if config.html:
         with writing_output("--html", config.html):
-            Path(config.html).expanduser().write_text(render_html(view, config.source()), encoding="utf-8")
+            # backslashreplace: a path's byte that is not UTF-8 (a legal Linux name; argv reads it as
+            # U+DCFF) in the subtitle shows as \udcff instead of failing the page after the scoring
+            Path(config.html).expanduser().write_text(render_html(view, config.source()), encoding="utf-8",
+                                                      errors="backslashreplace")
         print(f"html: {config.html}")
     return 0
