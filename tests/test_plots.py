@@ -185,3 +185,20 @@ def test_the_held_out_accuracy_of_eval_every_is_drawn_at_its_steps(tmp_path, sav
     assert list(line.get_xdata()) == [2, 4] and list(line.get_ydata()) == pytest.approx([0.5, 0.75])
     assert line.get_linestyle() == "-" and line.get_marker() == "None"  # no selected tokens; a line
     assert axes["Held-out accuracy"].get_ylabel() == "fraction of held-out problems"
+
+
+def test_a_run_directory_with_a_byte_that_is_not_utf8_is_named_in_the_legend(tmp_path, saved_figures):
+    """A run directory named with a byte that is not UTF-8 (a legal Linux name: argv reads 0xff as
+    U+DCFF) made its legend label a lone surrogate, which matplotlib's font engine refuses: "error:
+    TypeError: set_text(): incompatible function arguments ...", exit 1, no figure. The legend
+    shows the byte as \\udcff, by run and by method (the parent's name)."""
+    run = tmp_path / "run\udcff"
+    _write_run(run, [{"step": 1, "entropy": 2.0}])
+    pooled = tmp_path / "ict\udcff" / "seed0"
+    _write_run(pooled, [{"step": 1, "entropy": 3.0}])
+    assert main(["plot", str(run), "--out", str(tmp_path / "a.png")]) == 0
+    assert main(["plot", str(pooled), "--by", "method", "--out", str(tmp_path / "b.png")]) == 0
+    labels = [[handle.get_label() for handle in figure.legends[0].legend_handles][0] for figure in saved_figures]
+    assert labels == [f"{tmp_path}/run\\udcff (n=1)", "ict\\udcff (n=1)"]
+    entropy = [axis for axis in saved_figures[0].axes if axis.get_title() == "Shannon entropy"][0]
+    assert list(entropy.get_lines()[0].get_ydata()) == [2.0]

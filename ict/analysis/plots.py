@@ -164,7 +164,10 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
         axis.set_visible(False)
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=colour_of[label], linewidth=2, label=f"{label} (n={len(runs)})")
+    # backslashreplace: a directory's byte that is not UTF-8 (argv reads 0xff as U+DCFF) shows as \udcff;
+    # matplotlib's font engine takes no lone surrogate (a TypeError, exit 1, no figure)
+    handles = [Line2D([], [], color=colour_of[label], linewidth=2,
+                      label=f"{label} (n={len(runs)})".encode("utf-8", "backslashreplace").decode("utf-8"))
                for label, runs in ordered]
     handles += [Line2D([], [], color="black", linestyle="-", label="all response tokens"),
                 Line2D([], [], color="black", linestyle="--", label="selected tokens")]
