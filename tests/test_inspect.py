@@ -479,6 +479,32 @@ def test_a_samples_path_with_a_byte_that_is_not_utf8_is_named_on_the_page(tiny_m
     assert f"completions: {tmp_path}/samples\\udcff.jsonl;" in text
     assert "> is</span>" in text  # the file's second completion
 
+
+def test_each_seeds_draw_of_an_evaluation_is_its_own_group(tiny_model_dir, tmp_path):
+    """An evaluation with --seeds 0 1 writes two draws of n completions per problem (samples.jsonl
+    keeps every seed's units): they were scored as one group of 2n, so each token's JS reference
+    (its group's mean) mixed the two draws (/tmp/s55/k/seeds.py: a seed-1 token's JS 0.0549
+    against 0.0 in its own draw). Each (prompt, seed) is now one group of n, as sampled, the
+    seeds of a prompt in file order; --num-prompts counts prompts, each with all its seeds."""
+    from transformers import AutoTokenizer
+
+    from ict.analysis.token_view import rollout_from_samples
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    draws = [("what is 1 + 2 ?", 0, ["the sum is 3", "it is 4"]), ("what is 4 + 4 ?", 0, ["8", "it is 8"]),
+             ("what is 1 + 2 ?", 1, ["3", "so it is 3 and"]), ("what is 4 + 4 ?", 1, ["9", "8 8"])]
+    samples = _samples_file(tmp_path / "samples.jsonl", [
+        {"prompt": prompt, "completion": completion, "seed": seed, "sample": index, "greedy": False}
+        for prompt, seed, completions in draws for index, completion in enumerate(completions)]
+        + [{"prompt": "what is 1 + 2 ?", "completion": "1", "seed": True, "sample": 2, "greedy": False}])
+    rollout = rollout_from_samples(tokenizer, samples)  # seed true: no seed 1, left out as ict eval does
+    assert rollout.completions == [completions for _, _, completions in draws]
+    assert rollout.completion_ids == [[tokenizer.encode(text, add_special_tokens=False) for text in completions]
+                                      for _, _, completions in draws]
+    assert [text.count("1 + 2") for text in rollout.prompt_texts] == [1, 0, 1, 0]
+    first = rollout_from_samples(tokenizer, samples, num_prompts=1)
+    assert first.completions == [draws[0][2], draws[2][2]]
+
 def test_renyi2_colours_shades_jaccard_and_left_out_tokens_match_the_page(tiny_model_dir, tmp_path, capsys):
     """--color renyi2: every token's tooltip is -log sum p^2 (float64, one plain forward pass per
     completion, p = softmax(logits / T)); its shade is white -> red over the batch's range (green =

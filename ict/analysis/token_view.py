@@ -407,19 +407,25 @@ def print_view(view: TokenView, console: Any = None) -> None:
 def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = None,
                          system_prompt: str | None = None) -> Any:
     """Rollout from a JSONL of {"prompt", "completion", optional "finished"} records (an
-    evaluation's samples.jsonl is one), grouped by prompt in file order; the first `num_prompts`
-    prompts (all when None), each with the same number of completions, each prompt rendered with
+    evaluation's samples.jsonl is one), grouped by prompt and sampling seed (`sampling_seed`: an
+    evaluation's --seeds draws each seed's n completions of a problem, one group, as sampled; one
+    group of the seeds together mixed their draws in its JS reference) in file order; the first
+    `num_prompts` prompts (all when None, each with all its seeds' groups), each group with the
+    same number of completions, each prompt rendered with
     `system_prompt` (an evaluation's records do not hold it; without it, completions sampled
     after a system message would be scored after none). A finished completion
     (it ended on EOS, as a rollout's does) gets the tokenizer's EOS token after its text's
     tokens; a record without "finished" counts as cut by the length cap. An evaluation's greedy
-    records are left out (they are not of the sampled group), and so is a last line without its
+    records are left out (they are not of the sampled group), and so are records whose seed is no
+    integer (``true`` too, as ``ict eval`` leaves them out), and a last line without its
     newline that is no JSON or no UTF-8 (torn by a kill mid-write, as `ict eval` and `ict compare`
     read it); one completion per prompt is a UsageError, as ``--n 1`` is. The text is re-tokenized, so a sample whose sampled ids were not
     the canonical tokenization differs."""
     from ict.models.rollout import Rollout, _encode_prompt, render_prompt
+    from ict.runs.samples import sampling_seed
 
-    groups: dict[str, list[tuple[str, bool]]] = {}
+    groups: dict[tuple[str, int | None], list[tuple[str, bool]]] = {}
+    prompts: set[str] = set()
     lines = jsonl_file_lines(path)
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -441,18 +447,21 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
             raise UsageError(f"{path}:{number}: finished must be true or false, got {record['finished']!r}")
         if record.get("greedy"):  # an evaluation's greedy completion: not one of the sampled group
             continue
-        if prompt not in groups and num_prompts is not None and len(groups) == num_prompts:
+        if (seed := sampling_seed(record)) is None:  # a seed that is no integer (true too): left out, as ict eval
             continue
-        groups.setdefault(prompt, []).append((completion, bool(record.get("finished", False))))
+        if prompt not in prompts and num_prompts is not None and len(prompts) == num_prompts:
+            continue
+        prompts.add(prompt)
+        groups.setdefault((prompt, seed), []).append((completion, bool(record.get("finished", False))))
     if not groups:
         raise UsageError(f"{path}: no {{prompt, completion}} records")
     sizes = {len(group) for group in groups.values()}
     if len(sizes) != 1:
-        raise UsageError(f"{path}: every prompt needs the same number of completions "
+        raise UsageError(f"{path}: every prompt needs the same number of completions (of each seed) "
                          f"(found {', '.join(map(str, sorted(sizes)))})")
     if sizes == {1}:
         raise UsageError(f"{path}: one completion per prompt; JS scores compare completions (>= 2 each)")
-    texts = [render_prompt(tokenizer, prompt, system_prompt) for prompt in groups]
+    texts = [render_prompt(tokenizer, prompt, system_prompt) for prompt, _ in groups]
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     ids = [[tokenizer.encode(completion, add_special_tokens=False) + (eos if finished else [])
             for completion, finished in group] for group in groups.values()]
