@@ -538,6 +538,43 @@ def test_a_plugin_selector_trains_by_name(tiny_model_dir, arithmetic_task, tmp_p
         SELECTORS.pop("first_half_plugin", None)
 
 
+def test_a_plugin_selector_failing_mid_run_is_one_line_naming_it_and_the_run_resumable(
+        tiny_model_dir, arithmetic_task, tmp_path, capsys):
+    """A plugin selector that passes the start-up check and raises at step 3: the error was the
+    plugin's words alone ("error: RuntimeError: index 7 out of range (run with --debug ...)", exit
+    1), naming neither the selector nor how to go on. Now one line naming the step, the selector,
+    its file and the error, and the resume; exit 2; the checkpoints and metrics of steps 1-2 stay."""
+    from ict.cli import main
+    from ict.core.selectors import SELECTORS
+
+    plugin = tmp_path / "flaky.py"
+    plugin.write_text(
+        "from ict.core.selectors import register_selector\n"
+        "calls = []\n"
+        "@register_selector('flaky_plugin', population='sequence')\n"
+        "def flaky(inputs):\n"
+        "    if tuple(inputs.response_mask.shape) != (2, 3):  # not the start-up check's dummy batch\n"
+        "        calls.append(1)\n"
+        "    if len(calls) > 2:\n"
+        "        raise RuntimeError('index 7 out of range')\n"
+        "    return inputs.response_mask.bool()\n")
+    run = tmp_path / "run"
+    args = ["train", "--model", str(tiny_model_dir), "--dataset", str(arithmetic_task), "--reward", "last_number",
+            "--num-steps", "4", "--prompts-per-step", "2", "--num-generations", "2", "--max-new-tokens", "4",
+            "--no-progress", "--no-tensorboard", "--run-dir", str(run), "--save-every", "1",
+            "method=flaky_plugin", f"plugin={plugin}"]
+    try:
+        assert main(args) == 2
+    finally:
+        SELECTORS.pop("flaky_plugin", None)
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert errors == [f"error: step 3: selector 'flaky_plugin' (plugin {plugin}) failed: RuntimeError: index 7 "
+                      f"out of range; nothing of the step was saved: fix the plugin and rerun with --resume "
+                      f"--run-dir {run}"]
+    assert latest_checkpoint(run).name == "step-00000002"
+    assert [line["step"] for line in read_metrics(run)] == [1, 2]
+
+
 def test_full_token_warmup_updates_every_token_first(tiny_model_dir, arithmetic_task, tmp_path):
     result = train(tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=3,
                                method="ict", full_token_warmup_steps=2))

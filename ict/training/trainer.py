@@ -40,6 +40,7 @@ from ict.core.errors import TrainingDiverged, UsageError
 from ict.core.loss import PolicyLossConfig, group_advantages, mask_truncated_completions
 from ict.core.profiling import StepProfiler
 from ict.core.seeding import step_seed
+from ict.core.selector_registry import SelectorFailed
 from ict.core.stats import needs_reference_logits, parse_tile_size
 from ict.data.benchmarks import expand_benchmark_names
 from ict.data.training_data import Problem, PromptSampler, TrainingData, load_training_data
@@ -407,10 +408,14 @@ def _run_steps(run: _Run, on_step: Callable[[dict[str, Any]], None] | None) -> l
     stop = StopRequest(console)
     try:
         for step in range(run.start_step, config.num_steps):
-            with profiler.phase("step"):
-                metrics = train_step(step, config, run.model, run.tokenizer, run.optimizer,
-                                     run.sampler, run.reward, run.method, run.loss_config,
-                                     run.reference, run.backend, run.trainer_state, profiler)
+            try:
+                with profiler.phase("step"):
+                    metrics = train_step(step, config, run.model, run.tokenizer, run.optimizer,
+                                         run.sampler, run.reward, run.method, run.loss_config,
+                                         run.reference, run.backend, run.trainer_state, profiler)
+            except SelectorFailed as error:  # the step is neither logged nor checkpointed: resumable
+                raise UsageError(f"step {step + 1}: {error}; nothing of the step was saved: fix the plugin "
+                                 f"and {run.continue_with}") from error
             _record_step(run, metrics, all_metrics, progress, on_step)
             try:
                 _checkpoint_or_stop(run, step, stop, profiler)
