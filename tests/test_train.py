@@ -575,6 +575,67 @@ def test_a_plugin_selector_failing_mid_run_is_one_line_naming_it_and_the_run_res
     assert [line["step"] for line in read_metrics(run)] == [1, 2]
 
 
+def _cli_train(model, task, run, steps: int) -> list[str]:
+    return ["train", "--model", str(model), "--dataset", str(task), "--reward", "last_number",
+            "--num-steps", str(steps), "--prompts-per-step", "2", "--num-generations", "2", "--max-new-tokens",
+            "4", "--no-progress", "--no-tensorboard", "--run-dir", str(run), "--save-every", "1"]
+
+
+def test_a_full_disk_mid_run_names_the_file_and_the_resume_and_the_run_resumes(tiny_model_dir, arithmetic_task,
+                                                                                tmp_path, capsys):
+    """A checkpoint write the file system refuses (here a file-size limit: EFBIG, as ENOSPC) was
+    'error: SafetensorError: Error while serializing: I/O error: File too large (os error 27) (run
+    with --debug ...)', exit 1: neither the file nor how to go on. Now one line naming the
+    checkpoint and the resume, exit 2; the rerun with --resume trains every step."""
+    resource = pytest.importorskip("resource")
+    from ict.cli import main
+
+    run = tmp_path / "run"
+    previous = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, previous[1]))  # metrics lines fit, weights do not
+    try:
+        assert main(_cli_train(tiny_model_dir, arithmetic_task, run, 2)) == 2
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, previous)
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert errors == [f"error: cannot write {run / 'checkpoints' / 'step-00000001'} (File too large (os error "
+                      f"27)); free some space, then rerun with --resume --run-dir {run} (from its last complete "
+                      "checkpoint, if any)"]
+    assert latest_checkpoint(run) is None
+    assert main([*_cli_train(tiny_model_dir, arithmetic_task, run, 2), "--resume"]) == 0
+    assert [line["step"] for line in read_metrics(run)] == [1, 2]
+    assert latest_checkpoint(run).name == "step-00000002"
+
+
+def test_a_metrics_line_the_disk_refuses_names_metrics_jsonl(tiny_model_dir, arithmetic_task, tmp_path, capsys,
+                                                             monkeypatch):
+    """ENOSPC while appending step 2's metrics line: one line naming RUN/metrics.jsonl and the
+    resume (it was 'error: OSError: [Errno 28] No space left on device ...', exit 1); the
+    checkpoint of step 1 stays the run's last."""
+    import errno
+
+    from ict.cli import main
+    from ict.runs.reporting import MetricsLogger
+
+    log = MetricsLogger.log
+
+    def full_at_step_2(self, metrics):
+        if metrics["step"] == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        log(self, metrics)
+
+    monkeypatch.setattr(MetricsLogger, "log", full_at_step_2)
+    run = tmp_path / "run"
+    assert main(_cli_train(tiny_model_dir, arithmetic_task, run, 3)) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert errors == [f"error: cannot write {run / 'metrics.jsonl'} (No space left on device); free some space, "
+                      f"then rerun with --resume --run-dir {run} (from its last complete checkpoint, if any)"]
+    assert latest_checkpoint(run).name == "step-00000001"
+    monkeypatch.setattr(MetricsLogger, "log", lambda self, metrics: [][1])  # a bug, not the disk: as it is
+    assert main(_cli_train(tiny_model_dir, arithmetic_task, tmp_path / "other", 1)) == 1
+    assert "error: IndexError: list index out of range" in capsys.readouterr().err
+
+
 def test_full_token_warmup_updates_every_token_first(tiny_model_dir, arithmetic_task, tmp_path):
     result = train(tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=3,
                                method="ict", full_token_warmup_steps=2))

@@ -65,6 +65,19 @@ def writing_output(flag: str, path: Any) -> Iterator[None]:
         raise UsageError(f"{flag} {path}: cannot write it ({error.strerror or error})") from None
 
 
+def write_failure(error: BaseException) -> str | None:
+    """Why a write failed, when ``error`` is the file system's refusal of it (a full disk, a quota,
+    a file too large, no permission): an OSError's reason, or the I/O error that safetensors'
+    SafetensorError (no OSError) reports, e.g. ``"No space left on device (os error 28)"``; None
+    for any other error."""
+    if isinstance(error, OSError):
+        return error.strerror or str(error)
+    message = str(error)
+    if type(error).__name__ == "SafetensorError" and "I/O error: " in message:
+        return message.split("I/O error: ", 1)[1]
+    return None
+
+
 def encodes_as_utf8(text: str) -> bool:
     """Whether `text` is valid Unicode text, which UTF-8 and a tokenizer can encode: False for a
     lone surrogate (JSON's ``\\ud800``, or a non-UTF-8 byte of argv read as ``\\udcff``)."""
