@@ -611,7 +611,8 @@ def test_a_metrics_line_the_disk_refuses_names_metrics_jsonl(tiny_model_dir, ari
                                                              monkeypatch):
     """ENOSPC while appending step 2's metrics line: one line naming RUN/metrics.jsonl and the
     resume (it was 'error: OSError: [Errno 28] No space left on device ...', exit 1); the
-    checkpoint of step 1 stays the run's last."""
+    checkpoint of step 1 stays the run's last. A quota refusing eval.json names eval.json; an
+    error that is no refusal of a write stays as it was (exit 1)."""
     import errno
 
     from ict.cli import main
@@ -631,6 +632,15 @@ def test_a_metrics_line_the_disk_refuses_names_metrics_jsonl(tiny_model_dir, ari
     assert errors == [f"error: cannot write {run / 'metrics.jsonl'} (No space left on device); free some space, "
                       f"then rerun with --resume --run-dir {run} (from its last complete checkpoint, if any)"]
     assert latest_checkpoint(run).name == "step-00000001"
+    import ict.training.trainer
+
+    def refused(run_dir, name, result):
+        raise OSError(errno.EDQUOT, "Disk quota exceeded")
+
+    monkeypatch.setattr(ict.training.trainer, "write_eval", refused)  # the held-out evaluation's eval.json
+    assert main([*_cli_train(tiny_model_dir, arithmetic_task, tmp_path / "eval", 1), "eval_size=2"]) == 2
+    assert (f"error: cannot write {tmp_path / 'eval' / 'eval.json'} (Disk quota exceeded); free some space, then "
+            "rerun with --resume") in capsys.readouterr().err
     monkeypatch.setattr(MetricsLogger, "log", lambda self, metrics: [][1])  # a bug, not the disk: as it is
     assert main(_cli_train(tiny_model_dir, arithmetic_task, tmp_path / "other", 1)) == 1
     assert "error: IndexError: list index out of range" in capsys.readouterr().err
