@@ -249,3 +249,23 @@ def test_append_line_starts_a_line_of_its_own_after_a_torn_last_line(tmp_path):
         short.write_bytes(before)
         append_line(short, "x")
         assert short.read_bytes() == after
+
+
+def test_write_failure_reads_the_file_systems_refusal_of_a_write_and_nothing_else(tmp_path):
+    """An OSError gives its reason; safetensors' SafetensorError (no OSError) of an I/O error the
+    I/O error after "I/O error: "; any other error, a SafetensorError of a bad header too, None
+    (the trainer's one-line "cannot write FILE" is for the file system's refusals only)."""
+    import errno
+
+    from safetensors.torch import save_file
+
+    from ict.core.errors import write_failure
+
+    with pytest.raises(Exception) as refused:  # noqa: PT011 - safetensors' own error type
+        save_file({"a": torch.zeros(1)}, str(tmp_path / "missing" / "x.safetensors"))
+    assert not isinstance(refused.value, OSError)
+    assert write_failure(refused.value).startswith("No such file or directory (os error 2)")
+    assert write_failure(OSError(errno.ENOSPC, "No space left on device")) == "No space left on device"
+    header = type("SafetensorError", (Exception,), {})("Error while deserializing header: HeaderTooLarge")
+    assert write_failure(header) is None
+    assert write_failure(RuntimeError("I/O error: not a write")) is None

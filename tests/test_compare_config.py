@@ -170,6 +170,49 @@ def test_the_cli_reads_compare_options_from_config_and_records_the_command(tmp_p
         f"ict compare --methods grpo --seeds 0 --output-dir {tmp_path / 'b'} --train-only num_steps=1\n")
 
 
+def test_a_command_with_a_line_break_in_a_word_is_one_line_of_commands_txt_recorded_once(tmp_path, monkeypatch):
+    """``ict compare ... system_prompt=$'Think.\\nAnswer.'``: shlex quoted the line break raw, so the
+    command took two lines of DIR/commands.txt and every rerun appended it again (no line equalled
+    it; three runs, six lines). It is one line, recorded once (here two runs, a Ctrl-C in place of
+    the first run's training)."""
+    import sys
+
+    import ict.training.trainer
+    from ict.cli import main
+
+    monkeypatch.setattr(ict.training.trainer, "train", lambda config, **kwargs: (_ for _ in ()).throw(
+        KeyboardInterrupt))  # nothing trains
+    argv = ["compare", "--methods", "grpo", "--seeds", "0", "--output-dir", str(tmp_path / "b"), "--train-only",
+            "num_steps=1", "system_prompt=Think.\nAnswer."]
+    monkeypatch.setattr(sys, "argv", ["ict", *argv])
+    for _ in range(2):
+        assert main(argv) == 130
+    assert (tmp_path / "b" / "commands.txt").read_text() == (
+        f"ict compare --methods grpo --seeds 0 --output-dir {tmp_path / 'b'} --train-only num_steps=1 "
+        "$'system_prompt=Think.\\nAnswer.'\n")
+
+
+def test_a_recorded_command_is_one_line_that_bash_reads_back_as_the_words_typed():
+    """`command_line` of words holding line breaks (\\n, \\r, U+2028, U+0085), a tab, escape and
+    format characters, quotes, a backslash, a $, an empty word, non-ASCII: one line, which bash
+    (the reference: the words it passes to printf) reads back as those words."""
+    import shutil
+    import subprocess
+
+    from ict.cli.compare import command_line
+
+    words = ["system_prompt=Think.\nAnswer in \\boxed{}.", "tab\there", "it's", "a\u2028b\x85c\r", "", "$HOME",
+             "caf\u00e9 \U0001f600", "\x1b[0m\x7f\u200b", "don't\nstop \\\\n", "plain"]
+    line = command_line(words)
+    assert line.splitlines() == [line]
+    assert line.endswith(" plain") and " '' " in line  # a printable word as shlex quotes it
+    if shutil.which("bash") is None:
+        pytest.skip("no bash to read the line back")
+    done = subprocess.run(["bash", "-c", f"printf '%s\\0' {line}"], capture_output=True, check=True,
+                          env={"LC_ALL": "C.UTF-8", "PATH": "/usr/bin:/bin"})
+    assert done.stdout.split(b"\0")[:-1] == [word.encode() for word in words]
+
+
 def test_a_command_after_a_torn_line_of_commands_txt_is_recorded_whole(tmp_path, monkeypatch):
     """A rerun on a full disk tore its line of DIR/commands.txt (no newline at the end); the next
     command was appended onto it, and the report's "Reproduce" showed the two glued together. It

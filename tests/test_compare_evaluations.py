@@ -376,7 +376,8 @@ def test_a_last_line_torn_inside_a_character_leaves_a_finished_evaluation_readab
         ("grpo", 0.25), ("ict", 0.25)}
     samples.write_bytes(whole + b"\xff\n" + whole)
     assert main(arguments) == 2
-    assert f"{samples}: not UTF-8 text" in capsys.readouterr().err
+    bad_line = whole.count(b"\n") + 1
+    assert f"{samples}:{bad_line}: not UTF-8 text" in capsys.readouterr().err
 
 
 class _AnswersIndex:

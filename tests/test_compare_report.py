@@ -328,7 +328,7 @@ def test_a_sample_whose_verdict_is_no_boolean_or_a_file_not_utf8_is_a_one_line_e
     samples.write_bytes(b'{"benchmark": "b", "index": 0, "correct": false}\n\xff\n')
     assert main(arguments) == 2
     error = capsys.readouterr().err
-    assert f"{samples}: not UTF-8 text" in error and len(error.strip().splitlines()) == 1
+    assert f"{samples}:2: not UTF-8 text" in error and len(error.strip().splitlines()) == 1
     samples.write_text('{"benchmark": "b", "index": 0, "correct": false}\n')
     config = ict / "config.yaml"
     config.write_bytes(b"method: ict\nnum_steps: 2\n# \xff\n")

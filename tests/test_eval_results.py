@@ -101,6 +101,22 @@ def test_results_md_shows_percent_and_the_std_over_seeds_in_percent(tmp_path: Pa
                                       "| gsm8k seed=1 | math | 5 | 40.0 |"]
 
 
+def test_results_md_names_the_grading_rules_its_verdicts_follow(tmp_path: Path):
+    """results.md (a file read, and pasted, alone) said nothing of the answer-grading rules its
+    verdicts follow (results.json's config holds them): its note names them; a result without them
+    (written before they were recorded) says nothing of them."""
+    row = BenchmarkResult("gsm8k", "math", "", 5, 4, {"pass@1": 0.3})
+    config = {"seed": 0, "model": "m", "num_samples": 4, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 8,
+              "grading_rules": 7}
+    write_results(EvalResult(config, [row], [], tmp_path, {}))
+    note = (tmp_path / "results.md").read_text(encoding="utf-8").split("\n\n")[0]
+    assert note == ("Model `m`, n=4, temperature 1.0, top-p 1.0, max 8 new tokens, seed 0, answers graded by "
+                    "grading rules 7. Metrics in percent; aggregates are macro means over benchmarks.")
+    del config["grading_rules"]
+    write_results(EvalResult(config, [row], [], tmp_path, {}))
+    assert "grading rules" not in (tmp_path / "results.md").read_text(encoding="utf-8")
+
+
 SCRIPTED = [
     (3, ["\\boxed{5}", "\\boxed{3}", "\\boxed{3}", "no answer"], "\\boxed{3}"),  # c=2; 3 wins 2:1
     (7, ["no answer", "no answer", "no answer", "\\boxed{7}"], "\\boxed{1}"),  # c=1; 7, the only vote

@@ -204,7 +204,7 @@ def test_page_shows_each_prompt_whole_as_the_model_saw_it(tiny_model_dir, tmp_pa
      'samples.jsonl:1: finished must be true or false, got \'false\''),  # was read as finished
     (['{"prompt": "a", "completion": ""}', '{"prompt": "a", "completion": ""}'], [],
      "every completion is empty"),  # was a page of nan under a made-up 0..1 colour scale
-    ([b'{"prompt": "caf\xe9", "completion": "b"}'], [], "samples.jsonl: not UTF-8 text"),  # named no file
+    ([b'{"prompt": "caf\xe9", "completion": "b"}'], [], "samples.jsonl:1: not UTF-8 text"),  # named no file (now its line too)
     (['{"prompt": "a", "completion": "x\\ud800"}', '{"prompt": "a", "completion": "y"}'], [],
      "samples.jsonl:1: the completion is not valid text (a lone surrogate, as \\ud800)"),  # a TypeError
     (['{"prompt": "a", "completion": "b"}'], ["--prompt", "a\udcff"], "--prompt is not valid text"),  # argv b"a\xff"

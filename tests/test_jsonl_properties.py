@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,39 @@ def test_inspect_still_refuses_a_bad_line_that_is_not_a_torn_last_line(tiny_toke
     path.write_text(text)
     with pytest.raises(UsageError, match=rf"samples.jsonl:{number}: not a \{{prompt, completion\}} JSON record"):
         rollout_from_samples(tiny_tokenizer, path)
+
+
+@pytest.mark.parametrize("damage", [b'{"benchmark": "gsm8k", "ind', b'{"completion": "caf\xe9"}'],
+                         ids=["no JSON", "no UTF-8"])
+def test_every_reader_refuses_an_unreadable_line_before_the_last_naming_its_line(tiny_tokenizer, tmp_path: Path,
+                                                                                   damage):
+    """samples.jsonl is append-only: a crash leaves at most a torn last line. A line of no JSON or
+    no UTF-8 before the last (a file edited or concatenated by hand) is a one-line error naming
+    file:line in all three readers: `ict eval` skipped it (and its resume rewrote the file without
+    it), `ict compare` skipped a line of no JSON (that problem a sample short, pass@k computed on
+    2 of 3 samples without a word); a blank line is no record, and all three pass over it."""
+    path = tmp_path / "samples.jsonl"
+    lines = [json.dumps(_sample(number, "so 3", True)).encode() for number in range(2)]
+    path.write_bytes(lines[0] + b"\n\n" + damage + b"\n" + lines[1] + b"\n")
+    readers = [load_sample_records, read_verdicts, lambda path: rollout_from_samples(tiny_tokenizer, path)]
+    for reader in readers:
+        with pytest.raises(UsageError, match=rf"^{re.escape(str(path))}:3: not "):
+            reader(path)
+    path.write_bytes(lines[0] + b"\n\n" + lines[1] + b"\n\n" + damage)  # torn last line: left out
+    assert [record["sample"] for record in load_sample_records(path)["gsm8k#0#seed=0"]] == [0, 1]
+    assert read_verdicts(path) == {"gsm8k": {0: [True, True]}}
+    assert rollout_from_samples(tiny_tokenizer, path).completions == [["so 3", "so 3"]]
+
+
+def test_every_reader_reads_the_first_record_after_a_byte_order_mark(tiny_tokenizer, tmp_path: Path):
+    """A samples.jsonl saved by a Windows editor starts with a byte-order mark: the first record is
+    read like the others (`ict eval` left it out, its line no JSON to it)."""
+    path = tmp_path / "samples.jsonl"
+    write_all_records(path, {"k": [_sample(0, "so 3", False), _sample(1, "it is 3", True)]})
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert [record["sample"] for record in load_sample_records(path)["gsm8k#0#seed=0"]] == [0, 1]
+    assert read_verdicts(path) == {"gsm8k": {0: [False, True]}}
+    assert rollout_from_samples(tiny_tokenizer, path).completions == [["so 3", "it is 3"]]
 
 
 def test_inspect_reads_a_samples_completion_with_a_unicode_line_separator(tiny_tokenizer, tmp_path):

@@ -126,6 +126,33 @@ def test_a_plugin_selector_failing_on_the_start_up_check_is_one_line_naming_it()
     assert str(own.value) == "kind must be runtime"
 
 
+def test_a_plugin_selector_failing_on_a_batch_is_a_value_error_naming_it_and_its_file() -> None:
+    """Any error of a plugin's code while selecting (mid-training too, where no start-up check wraps
+    it) is a ValueError naming the selector and the file it is defined in (the command line exits
+    with 2), its cause the plugin's own error; a built-in selector's error is raised as it is."""
+    import dataclasses
+    import pickle
+
+    @register_selector("index_error_test")
+    def index_error(inputs):
+        return [][3]
+
+    try:
+        with pytest.raises(ValueError) as error:
+            select("index_error_test", make_inputs())
+    finally:
+        SELECTORS.pop("index_error_test", None)
+    assert str(error.value) == (f"selector 'index_error_test' (plugin {__file__}) failed: IndexError: list "
+                                "index out of range")
+    assert isinstance(error.value.__cause__, IndexError)
+    assert str(pickle.loads(pickle.dumps(error.value))) == str(error.value)  # a worker's error (verl on Ray)
+    inputs = make_inputs()
+    no_scores = dataclasses.replace(inputs, stats=dataclasses.replace(inputs.stats, js_scores={}))
+    with pytest.raises(ValueError) as built_in:  # ICT's own words, not a plugin's failure
+        select("ict", no_scores)
+    assert str(built_in.value).startswith("JS scores for reference 'group_mean_absorbing' were not computed")
+
+
 @pytest.mark.parametrize("name,fragment", [
     ("ict", "selector 'ict' is built in"), ("all", "selector 'all' is built in"),
     ("grpo", "selector 'grpo' is built in (or a method's other name)"),

@@ -538,6 +538,114 @@ def test_a_plugin_selector_trains_by_name(tiny_model_dir, arithmetic_task, tmp_p
         SELECTORS.pop("first_half_plugin", None)
 
 
+def test_a_plugin_selector_failing_mid_run_is_one_line_naming_it_and_the_run_resumable(
+        tiny_model_dir, arithmetic_task, tmp_path, capsys):
+    """A plugin selector that passes the start-up check and raises at step 3: the error was the
+    plugin's words alone ("error: RuntimeError: index 7 out of range (run with --debug ...)", exit
+    1), naming neither the selector nor how to go on. Now one line naming the step, the selector,
+    its file and the error, and the resume; exit 2; the checkpoints and metrics of steps 1-2 stay."""
+    from ict.cli import main
+    from ict.core.selectors import SELECTORS
+
+    plugin = tmp_path / "flaky.py"
+    plugin.write_text(
+        "from ict.core.selectors import register_selector\n"
+        "calls = []\n"
+        "@register_selector('flaky_plugin', population='sequence')\n"
+        "def flaky(inputs):\n"
+        "    if tuple(inputs.response_mask.shape) != (2, 3):  # not the start-up check's dummy batch\n"
+        "        calls.append(1)\n"
+        "    if len(calls) > 2:\n"
+        "        raise RuntimeError('index 7 out of range')\n"
+        "    return inputs.response_mask.bool()\n")
+    run = tmp_path / "run"
+    args = ["train", "--model", str(tiny_model_dir), "--dataset", str(arithmetic_task), "--reward", "last_number",
+            "--num-steps", "4", "--prompts-per-step", "2", "--num-generations", "2", "--max-new-tokens", "4",
+            "--no-progress", "--no-tensorboard", "--run-dir", str(run), "--save-every", "1",
+            "method=flaky_plugin", f"plugin={plugin}"]
+    try:
+        assert main(args) == 2
+    finally:
+        SELECTORS.pop("flaky_plugin", None)
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert errors == [f"error: step 3: selector 'flaky_plugin' (plugin {plugin}) failed: RuntimeError: index 7 "
+                      f"out of range; nothing of the step was saved: fix the plugin and rerun with --resume "
+                      f"--run-dir {run}"]
+    assert latest_checkpoint(run).name == "step-00000002"
+    assert [line["step"] for line in read_metrics(run)] == [1, 2]
+
+
+def _cli_train(model, task, run, steps: int) -> list[str]:
+    return ["train", "--model", str(model), "--dataset", str(task), "--reward", "last_number",
+            "--num-steps", str(steps), "--prompts-per-step", "2", "--num-generations", "2", "--max-new-tokens",
+            "4", "--no-progress", "--no-tensorboard", "--run-dir", str(run), "--save-every", "1"]
+
+
+def test_a_full_disk_mid_run_names_the_file_and_the_resume_and_the_run_resumes(tiny_model_dir, arithmetic_task,
+                                                                                tmp_path, capsys):
+    """A checkpoint write the file system refuses (here a file-size limit: EFBIG, as ENOSPC) was
+    'error: SafetensorError: Error while serializing: I/O error: File too large (os error 27) (run
+    with --debug ...)', exit 1: neither the file nor how to go on. Now one line naming the
+    checkpoint and the resume, exit 2; the rerun with --resume trains every step."""
+    resource = pytest.importorskip("resource")
+    from ict.cli import main
+
+    run = tmp_path / "run"
+    previous = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, previous[1]))  # metrics lines fit, weights do not
+    try:
+        assert main(_cli_train(tiny_model_dir, arithmetic_task, run, 2)) == 2
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, previous)
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert errors == [f"error: cannot write {run / 'checkpoints' / 'step-00000001'} (File too large (os error "
+                      f"27)); free some space, then rerun with --resume --run-dir {run} (from its last complete "
+                      "checkpoint, if any)"]
+    assert latest_checkpoint(run) is None
+    assert main([*_cli_train(tiny_model_dir, arithmetic_task, run, 2), "--resume"]) == 0
+    assert [line["step"] for line in read_metrics(run)] == [1, 2]
+    assert latest_checkpoint(run).name == "step-00000002"
+
+
+def test_a_metrics_line_the_disk_refuses_names_metrics_jsonl(tiny_model_dir, arithmetic_task, tmp_path, capsys,
+                                                             monkeypatch):
+    """ENOSPC while appending step 2's metrics line: one line naming RUN/metrics.jsonl and the
+    resume (it was 'error: OSError: [Errno 28] No space left on device ...', exit 1); the
+    checkpoint of step 1 stays the run's last. A quota refusing eval.json names eval.json; an
+    error that is no refusal of a write stays as it was (exit 1)."""
+    import errno
+
+    from ict.cli import main
+    from ict.runs.reporting import MetricsLogger
+
+    log = MetricsLogger.log
+
+    def full_at_step_2(self, metrics):
+        if metrics["step"] == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        log(self, metrics)
+
+    monkeypatch.setattr(MetricsLogger, "log", full_at_step_2)
+    run = tmp_path / "run"
+    assert main(_cli_train(tiny_model_dir, arithmetic_task, run, 3)) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert errors == [f"error: cannot write {run / 'metrics.jsonl'} (No space left on device); free some space, "
+                      f"then rerun with --resume --run-dir {run} (from its last complete checkpoint, if any)"]
+    assert latest_checkpoint(run).name == "step-00000001"
+    import ict.training.trainer
+
+    def refused(run_dir, name, result):
+        raise OSError(errno.EDQUOT, "Disk quota exceeded")
+
+    monkeypatch.setattr(ict.training.trainer, "write_eval", refused)  # the held-out evaluation's eval.json
+    assert main([*_cli_train(tiny_model_dir, arithmetic_task, tmp_path / "eval", 1), "eval_size=2"]) == 2
+    assert (f"error: cannot write {tmp_path / 'eval' / 'eval.json'} (Disk quota exceeded); free some space, then "
+            "rerun with --resume") in capsys.readouterr().err
+    monkeypatch.setattr(MetricsLogger, "log", lambda self, metrics: [][1])  # a bug, not the disk: as it is
+    assert main(_cli_train(tiny_model_dir, arithmetic_task, tmp_path / "other", 1)) == 1
+    assert "error: IndexError: list index out of range" in capsys.readouterr().err
+
+
 def test_full_token_warmup_updates_every_token_first(tiny_model_dir, arithmetic_task, tmp_path):
     result = train(tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "run", num_steps=3,
                                method="ict", full_token_warmup_steps=2))

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ict.analysis.plots import read_metrics
-from ict.core.errors import UsageError, jsonl_file_lines, read_utf8_text
+from ict.core.errors import UsageError, jsonl_records, read_utf8_text
 from ict.core.metrics import pass_at_k
 from ict.runs.samples import same_draw, sampling_seed
 
@@ -142,7 +142,8 @@ def evaluated_units(eval_dir: Path) -> tuple[set[str] | None, set[int] | None, i
 def read_verdicts(samples: Path, units: tuple[set[str] | None, set[int] | None, int | None] = (None, None, None)
                   ) -> dict[str, dict[int, list[bool]]]:
     """benchmark -> problem index -> the sampled completions' verdicts, from an `ict eval`
-    samples.jsonl (greedy completions and unreadable lines left out; empty if no file); ``units``
+    samples.jsonl (greedy completions and a torn last line left out, `jsonl_records`; empty if no
+    file); ``units``
     (:func:`evaluated_units`): only the records of those benchmarks, sampling seeds and problem
     indices below the limit (None: any); a record without 'seed' (older versions) is of the
     evaluation's one seed (0 when ``units`` names none or several), one whose 'seed' is no integer
@@ -151,8 +152,9 @@ def read_verdicts(samples: Path, units: tuple[set[str] | None, set[int] | None, 
     it; two different records of one sample are a one-line UsageError naming the rerun that settles
     it (`same_draw`: one completion graded twice is graded again, two draws drawn again). A JSON line
     without a string 'benchmark', an integer 'index' and a boolean 'correct' (as `ict eval` writes
-    them: a "false" string would be read as correct), or a file that is not UTF-8, is a one-line
-    UsageError naming the file."""
+    them: a "false" string would be read as correct), or another line that is no JSON or no UTF-8
+    (a line skipped left that problem a sample short, its pass@k computed without a word), is a
+    one-line UsageError naming file:line."""
     correct: dict[str, dict[int, list[bool]]] = {}
     if not samples.is_file():
         return correct
@@ -160,11 +162,7 @@ def read_verdicts(samples: Path, units: tuple[set[str] | None, set[int] | None, 
     # ict eval's resume reads it (seed 0 left a --seed 3 evaluation with no verdict at all)
     legacy_seed = next(iter(units[1])) if units[1] is not None and len(units[1]) == 1 else 0
     seen: dict[tuple[str, int, Any, int], dict[str, Any]] = {}
-    for number, line in enumerate(jsonl_file_lines(samples), 1):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for number, record in jsonl_records(samples, "an evaluation sample"):
         if not (isinstance(record, dict) and isinstance(record.get("benchmark"), str)
                 and isinstance(record.get("index"), int) and not isinstance(record["index"], bool)
                 and isinstance(record.get("correct"), bool)):

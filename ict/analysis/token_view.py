@@ -12,7 +12,6 @@ the paper's values, with the tokens ICT leaves out most often."""
 from __future__ import annotations
 
 import html
-import json
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from ict.core.errors import (
     check_option_text,
     check_output_file,
     encodes_as_utf8,
-    jsonl_file_lines,
+    jsonl_records,
 )
 from ict.core.options import check_choices, default_of, option
 from ict.core.selectors import ICT_DEFAULT_REFERENCE
@@ -417,25 +416,19 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
     (it ended on EOS, as a rollout's does) gets the tokenizer's EOS token after its text's
     tokens; a record without "finished" counts as cut by the length cap. An evaluation's greedy
     records are left out (they are not of the sampled group), and so are records whose seed is no
-    integer (``true`` too, as ``ict eval`` leaves them out), and a last line without its
-    newline that is no JSON or no UTF-8 (torn by a kill mid-write, as `ict eval` and `ict compare`
-    read it); one completion per prompt is a UsageError, as ``--n 1`` is. The text is re-tokenized, so a sample whose sampled ids were not
+    integer (``true`` too, as ``ict eval`` leaves them out), and a torn last line (`jsonl_records`,
+    as `ict eval` and `ict compare` read it); one completion per prompt is a UsageError, as
+    ``--n 1`` is. The text is re-tokenized, so a sample whose sampled ids were not
     the canonical tokenization differs."""
     from ict.models.rollout import Rollout, _encode_prompt, render_prompt
     from ict.runs.samples import sampling_seed
 
     groups: dict[tuple[str, int | None], list[tuple[str, bool]]] = {}
     prompts: set[str] = set()
-    lines = jsonl_file_lines(path)
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    for number, record in jsonl_records(path, "a {prompt, completion} JSON record"):
         try:
-            record = json.loads(line)
             prompt, completion = record["prompt"], record["completion"]
-        except (ValueError, KeyError, TypeError) as error:
-            if number == len(lines) and isinstance(error, json.JSONDecodeError):
-                continue  # a last line without its newline, torn by a kill mid-write (as ict eval reads it)
+        except (KeyError, TypeError) as error:
             raise UsageError(f"{path}:{number}: not a {{prompt, completion}} JSON record ({error})") from None
         if not (isinstance(prompt, str) and isinstance(completion, str)):
             raise UsageError(f"{path}:{number}: prompt and completion must be text, got "

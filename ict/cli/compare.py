@@ -50,7 +50,34 @@ def run(args: argparse.Namespace) -> int:
     config.overrides = parse_key_values(args.overrides)
     # the command line as typed, global flags (e.g. --debug) included; empty when called otherwise
     command = next((word for word in sys.argv[1:] if not word.startswith("-")), None)
-    config.command = "ict " + shlex.join(sys.argv[1:]) if command == "compare" else ""
+    config.command = "ict " + command_line(sys.argv[1:]) if command == "compare" else ""
     written = run_comparison(config)  # validates it first; the report, or (train only) the directory
     print(f"trained: {written}" if config.train_only else f"report: {written}")
     return 0
+
+
+def command_line(words: list[str]) -> str:
+    """``words`` as one line a shell reads back as them (`shlex.join`), a word holding a character
+    that is not printable (the line break of a multi-line ``system_prompt=...``, a tab, U+2028)
+    quoted as bash's ``$'...'``, that character escaped (``\\n``, ``\\x09``, ``\\u2028``): shlex
+    quotes it raw, so one command took two lines of DIR/commands.txt, and each rerun recorded it
+    again (no line of the file equalled it)."""
+    return " ".join(shlex.quote(word) if word.isprintable() else _ansi_c_quoted(word) for word in words)
+
+
+def _ansi_c_quoted(word: str) -> str:
+    """bash's ``$'...'`` quoting of ``word``: backslash and quote escaped, every character that is
+    not printable as ``\\n``, ``\\xHH``, ``\\uHHHH`` or ``\\UHHHHHHHH``."""
+    escaped = []
+    for char in word:
+        code = ord(char)
+        if char in "\\'":
+            escaped.append("\\" + char)
+        elif char == "\n":
+            escaped.append("\\n")
+        elif char.isprintable():
+            escaped.append(char)
+        else:
+            escaped.append(f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}" if code <= 0xFFFF
+                           else f"\\U{code:08x}")
+    return "$'" + "".join(escaped) + "'"

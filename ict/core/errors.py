@@ -2,6 +2,7 @@
 that decide the commonest of them."""
 
 import contextlib
+import json
 import math
 import numbers
 from collections.abc import Iterator
@@ -64,6 +65,19 @@ def writing_output(flag: str, path: Any) -> Iterator[None]:
         raise UsageError(f"{flag} {path}: cannot write it ({error.strerror or error})") from None
 
 
+def write_failure(error: BaseException) -> str | None:
+    """Why a write failed, when ``error`` is the file system's refusal of it (a full disk, a quota,
+    a file too large, no permission): an OSError's reason, or the I/O error that safetensors'
+    SafetensorError (no OSError) reports, e.g. ``"No space left on device (os error 28)"``; None
+    for any other error."""
+    if isinstance(error, OSError):
+        return error.strerror or str(error)
+    message = str(error)
+    if type(error).__name__ == "SafetensorError" and "I/O error: " in message:
+        return message.split("I/O error: ", 1)[1]
+    return None
+
+
 def encodes_as_utf8(text: str) -> bool:
     """Whether `text` is valid Unicode text, which UTF-8 and a tokenizer can encode: False for a
     lone surrogate (JSON's ``\\ud800``, or a non-UTF-8 byte of argv read as ``\\udcff``)."""
@@ -92,33 +106,35 @@ def read_utf8_text(path: Any) -> str:
         raise _not_utf8(path, error) from None
 
 
-def utf8_text(data: bytes, path: Any) -> str:
-    """`read_utf8_text` of bytes already read from the file `path` (no newline translation)."""
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise _not_utf8(path, error) from None
-
-
-def jsonl_lines(text: str) -> list[str]:
-    """The lines of JSON Lines text, split at "\\n" only: `str.splitlines` also splits at U+2028,
-    U+2029 and U+0085, which ``json.dumps(..., ensure_ascii=False)`` (an `ict eval` samples.jsonl)
-    leaves raw inside a string, so one record read as two torn lines."""
-    return text.split("\n")
-
-
-def jsonl_file_lines(path: Path) -> list[str]:
-    """The lines of the JSON Lines file ``path`` (`jsonl_lines`); a last line without its newline
-    that is not UTF-8 (a write cut inside a character: `ict eval` appending, or killed while it
-    did) is left out, as `ict eval` leaves it out; another line that is not UTF-8 is
-    `read_utf8_text`'s one-line UsageError."""
-    data = Path(path).read_bytes()
-    head, newline, last = data.rpartition(b"\n")
-    try:
-        last.decode("utf-8")
-    except UnicodeDecodeError:
-        data = head + newline
-    return jsonl_lines(utf8_text(data, path))
+def jsonl_records(path: Path, what: str, fix: str = "") -> Iterator[tuple[int, Any]]:
+    """(line number, JSON value) of each line of the JSON Lines file ``path`` that is not blank,
+    read as bytes split at "\\n" only (`str.splitlines` also splits at U+2028, U+2029 and U+0085,
+    which ``json.dumps(..., ensure_ascii=False)``, as `ict eval` writes samples.jsonl, leaves raw
+    inside a string), a leading byte-order mark dropped. The one home of the policy for an
+    append-only run file (``samples.jsonl``: `ict eval`, `ict compare`, `ict inspect`): a crash
+    (a kill, a full disk) can only leave a torn last line, one without its newline, which is left
+    out when it is no UTF-8 or no JSON (`ict eval`'s resume rewrites the file without it); any
+    other such line is a one-line UsageError naming ``<path>:<line>``: ``not UTF-8 text``, or
+    ``not <what> (no JSON: ...)<fix>``."""
+    with open(path, "rb") as handle:
+        for number, data in enumerate(handle, 1):
+            torn = not data.endswith(b"\n")  # only the last line can lack its newline
+            try:
+                line = data.removesuffix(b"\n").decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as error:
+                if torn:
+                    continue
+                raise UsageError(f"{path}:{number}: not UTF-8 text ({error.reason} at byte {error.start} of "
+                                 "the line); re-encode the file as UTF-8") from None
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as error:
+                if torn:
+                    continue
+                raise UsageError(f"{path}:{number}: not {what} (no JSON: {error}){fix}") from None
+            yield number, value
 
 
 def _not_utf8(path: Any, error: UnicodeDecodeError) -> UsageError:

@@ -364,21 +364,40 @@ def check_options(name: str, options: dict[str, Any] | None = None) -> Selection
         split_score_key(key)  # one-line ValueError for an unknown reference or metric
     try:
         return select(name, _dummy_inputs(), **resolved)
-    except ValueError:
-        raise
-    except Exception as error:  # a plugin's own code failed: one line naming it (--debug: the traceback)
-        if _get_selector(name).built_in:
-            raise
-        message = " ".join(str(error).split()) or "no message"
+    except SelectorFailed as failed:  # a plugin's own code failed: one line naming it (--debug: the traceback)
+        if isinstance(failed.error, ValueError):  # the plugin's own refusal of an option, as it says it
+            raise failed.error from None
         raise ValueError(f"selector {name!r} failed on a dummy [2, 3] batch (the start-up check): "
-                         f"{type(error).__name__}: {message}") from error
+                         f"{failed.reason}") from failed.error
+
+
+class SelectorFailed(ValueError):
+    """A plugin selector's own code raised while selecting (a built-in's error is raised as it
+    is): one line naming the selector, its file (or module) and the error (``error``; ``reason``: its type
+    and message), a ValueError so that the command line exits with 2."""
+
+    def __init__(self, name: str, source: str, error: Exception) -> None:
+        self.name, self.source, self.error = name, source, error
+        self.reason = f"{type(error).__name__}: {' '.join(str(error).split()) or 'no message'}"
+        super().__init__(f"selector {name!r} (plugin {source}) failed: {self.reason}")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled whole (a worker process's error, e.g. verl's)
+        return SelectorFailed, (self.name, self.source, self.error)
 
 
 def select(name: str, inputs: SelectionInputs, **options: Any) -> Selection:
-    """Run the selector ``name``; its ``mask`` is a bool ``[B, T]`` subset of the response mask."""
+    """Run the selector ``name``; its ``mask`` is a bool ``[B, T]`` subset of the response mask.
+    A plugin selector's own error is a `SelectorFailed` naming it."""
     selector = _get_selector(name)
     _check_input_shapes(inputs)
-    result = selector.function(inputs, **resolve_options(name, options))
+    resolved = resolve_options(name, options)
+    try:
+        result = selector.function(inputs, **resolved)
+    except Exception as error:
+        if selector.built_in:
+            raise
+        code = getattr(selector.function, "__code__", None)  # its file: a plugin file's module is ict_plugin_<stem>
+        raise SelectorFailed(name, code.co_filename if code else selector.function.__module__, error) from error
     selection = result if isinstance(result, Selection) else Selection(mask=result)
     mask = selection.mask
     response_mask = inputs.response_mask.bool()

@@ -6,7 +6,7 @@ under one sampling seed, or its one greedy completion. A rerun into the same dir
 units whose records are all present (units of other seeds and benchmarks stay in the file), so a
 multi-seed run never mixes seeds; the configuration in `RESUME_KEYS` must match, and a change of
 `GRADING_KEYS` only re-grades the stored completions. A torn last line (an interrupted write) is
-ignored. Records written before the ``seed`` field existed take the ``seed`` of the old
+ignored; another unreadable line is an error (`ict.core.errors.jsonl_records`). Records written before the ``seed`` field existed take the ``seed`` of the old
 ``run.json``.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 from ict.answers.extraction import sanitize_text
 from ict.answers.grading import Verdict
 from ict.answers.verify import DEFAULT_TIMEOUT_SECONDS
-from ict.core.errors import UsageError
+from ict.core.errors import UsageError, jsonl_records
 from ict.core.problems import Problem
 from ict.runs.checkpoint import write_atomically
 from ict.runs.samples import same_draw, sampling_seed
@@ -82,31 +82,26 @@ def record_problem(record: dict[str, Any]) -> str | None:
 
 
 def load_sample_records(path: Path, legacy_seed: int = 0) -> dict[str, list[dict[str, Any]]]:
-    """samples.jsonl -> records grouped by `unit_key` (a torn line, one that is no JSON or no
-    UTF-8, is ignored: an interrupted write, which may cut a character in two); a sampled record
-    gets its `sampling_seed` (``legacy_seed`` where it has none), one whose ``seed`` is no integer
-    (``true`` too) is left out. A JSON line that is no evaluation record (`record_problem`) is a
-    one-line UsageError naming file:line."""
+    """samples.jsonl -> records grouped by `unit_key` (`jsonl_records`: a torn last line, no JSON
+    or no UTF-8, is left out; such a line before it is a one-line UsageError naming file:line); a
+    sampled record gets its `sampling_seed` (``legacy_seed`` where it has none), one whose ``seed``
+    is no integer (``true`` too) is left out. A JSON line that is no evaluation record
+    (`record_problem`) is a one-line UsageError naming file:line."""
     grouped: dict[str, list[dict[str, Any]]] = {}
     if not path.is_file():
         return grouped
-    with open(path, "rb") as handle:  # bytes: a kill mid-character tears the last line's UTF-8 too
-        for number, line in enumerate(handle, 1):
-            try:
-                record = json.loads(line.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                continue
-            problem = record_problem(record) if isinstance(record, dict) else "not a JSON object"
-            if problem is not None:
-                raise UsageError(f"{path}:{number}: not an evaluation record ({problem}); pass --overwrite "
-                                 "or another --output-dir")
-            if record.get("greedy"):
-                record["seed"] = None
-            elif (seed := sampling_seed(record, legacy_seed)) is None:
-                continue  # true is no seed 1
-            else:
-                record["seed"] = seed
-            grouped.setdefault(record_key(record), []).append(record)
+    fix = "; pass --overwrite or another --output-dir"
+    for number, record in jsonl_records(path, "an evaluation record", fix):
+        problem = record_problem(record) if isinstance(record, dict) else "not a JSON object"
+        if problem is not None:
+            raise UsageError(f"{path}:{number}: not an evaluation record ({problem}){fix}")
+        if record.get("greedy"):
+            record["seed"] = None
+        elif (seed := sampling_seed(record, legacy_seed)) is None:
+            continue  # true is no seed 1
+        else:
+            record["seed"] = seed
+        grouped.setdefault(record_key(record), []).append(record)
     return grouped
 
 

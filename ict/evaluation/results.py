@@ -222,10 +222,12 @@ def write_results(result: EvalResult) -> None:
     seeds = config.get("seeds") or [config["seed"]]
     seed_note = (f"seed {seeds[0]}" if len(seeds) == 1 else
                  f"seeds {','.join(map(str, seeds))} (mean ± std over seeds, then each seed)")
+    rules = config.get("grading_rules")  # which answer-grading rules the verdicts follow (results.json has it too)
     note = (f"Model `{config['model']}`, n={config['num_samples']}, temperature "
             f"{config['temperature']}, top-p {config['top_p']}, max {config['max_new_tokens']} new "
             f"tokens, {seed_note}" + (f", first {config['limit']} problems per benchmark"
                                       if config.get("limit") else "") +
+            (f", answers graded by grading rules {rules}" if rules is not None else "") +
             ". Metrics in percent; aggregates are macro means over benchmarks.\n")
     (directory / "results.md").write_text(note + "\n" + markdown_table(result), encoding="utf-8")
     write_atomically(directory / "results.json",

@@ -59,15 +59,20 @@ def selection_diagnostics(updates: BatchUpdates, batch: Any, advantages: torch.T
 
 
 def token_text(tokenizer: Any, token: int) -> str:
-    """A token id's string in the top-token lists: decoded alone (the id as text without a
-    tokenizer). A token holding part of a character's bytes decodes alone to U+FFFD, the same for
-    every such token (SmolLM2's first byte tokens of ' 😀', ' 日' and ' Ω' are all ' \ufffd'), so
-    its string also names its id, ``' \ufffd (id 40303)'``: the run summary and ict compare add
-    the counts up by string, which summed different tokens as one."""
+    """A token id's string in the top-token lists (the id as text without a tokenizer): its text
+    decoded after itself (`ict.analysis.token_view.token_strings` of ``[token, token]``, as ict
+    inspect shows it after the token before it): decoded alone, a SentencePiece decoder (Llama's,
+    Mistral's) drops a word-start space, so ``'▁the'`` and ``'the'`` both read 'the' and the run
+    summary and ict compare, which add the counts up by string, summed them as one. A token holding
+    part of a character's bytes decodes alone to U+FFFD, the same for every such token (SmolLM2's
+    first byte tokens of ' 😀', ' 日' and ' Ω' are all ' \ufffd'), so its string (decoded alone)
+    also names its id, ``' \ufffd (id 40303)'``."""
+    from ict.analysis.token_view import token_strings
+
     if tokenizer is None:
         return str(token)
     text = tokenizer.decode([token])
-    return f"{text} (id {token})" if "\ufffd" in text else text
+    return f"{text} (id {token})" if "\ufffd" in text else token_strings(tokenizer, [token, token])[1]
 
 
 def reward_metrics(rewards: torch.Tensor, task: list[float]) -> dict[str, float]:

@@ -26,8 +26,9 @@ repeats exactly what the uninterrupted run would have done (CPU, fixed seed).
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -36,10 +37,11 @@ from typing import Any
 import torch
 
 from ict.answers.rewards import Reward, build_reward, soft_overlong_penalty
-from ict.core.errors import TrainingDiverged, UsageError
+from ict.core.errors import TrainingDiverged, UsageError, write_failure
 from ict.core.loss import PolicyLossConfig, group_advantages, mask_truncated_completions
 from ict.core.profiling import StepProfiler
 from ict.core.seeding import step_seed
+from ict.core.selector_registry import SelectorFailed
 from ict.core.stats import needs_reference_logits, parse_tile_size
 from ict.data.benchmarks import expand_benchmark_names
 from ict.data.training_data import Problem, PromptSampler, TrainingData, load_training_data
@@ -54,6 +56,8 @@ from ict.models.loading import (
 )
 from ict.models.rollout import VLLM_DEVICES, SamplingSettings, generate_completions, pack_rollout
 from ict.runs.checkpoint import (
+    CHECKPOINT_PREFIX,
+    checkpoint_dir,
     latest_checkpoint,
     load_checkpoint,
     remove_leftovers,
@@ -255,7 +259,8 @@ def _train_in(config: TrainConfig, console: Any, run_dir: Path,
     eval_after: dict[str, Any] = {}
     if run.data.eval:
         eval_after = evaluate_accuracy(run.model, run.tokenizer, run.data.eval, run.reward, config)
-        write_eval(run.run_dir, "after", eval_after)
+        with _writing(run, run.run_dir / "eval.json"):
+            write_eval(run.run_dir, "after", eval_after)
     after_warmup = read_eval(run.run_dir).get(AFTER_WARMUP) if eval_after else None
     print_summary(console, run.run_dir, eval_before, eval_after, run.last_checkpoint,
                   after_warmup=after_warmup, phase=selection_phase(config))
@@ -372,7 +377,8 @@ def _evaluate_before(run: _Run) -> dict[str, Any]:
     evaluation = evaluate_accuracy(run.model, run.tokenizer, run.data.eval, run.reward, run.config)
     run.console.print(f"eval before training: accuracy {evaluation['accuracy']:.3f} on "
                       f"{len(run.data.eval)} held-out problems")
-    write_eval(run.run_dir, "before", evaluation)
+    with _writing(run, run.run_dir / "eval.json"):
+        write_eval(run.run_dir, "before", evaluation)
     return evaluation
 
 
@@ -392,7 +398,8 @@ def _evaluate_resumed_warmup_end(run: _Run) -> None:
 def _record_warmup_end(run: _Run, step: int, evaluation: dict[str, Any]) -> None:
     """The held-out evaluation at the full-token warm-up's last step ``step``: in eval.json and on
     the console."""
-    write_eval(run.run_dir, AFTER_WARMUP, evaluation)
+    with _writing(run, run.run_dir / "eval.json"):
+        write_eval(run.run_dir, AFTER_WARMUP, evaluation)
     run.console.print(f"eval after the full-token warm-up (step {step}): accuracy {evaluation['accuracy']:.3f} "
                       f"on {len(run.data.eval)} held-out problems")
 
@@ -407,10 +414,14 @@ def _run_steps(run: _Run, on_step: Callable[[dict[str, Any]], None] | None) -> l
     stop = StopRequest(console)
     try:
         for step in range(run.start_step, config.num_steps):
-            with profiler.phase("step"):
-                metrics = train_step(step, config, run.model, run.tokenizer, run.optimizer,
-                                     run.sampler, run.reward, run.method, run.loss_config,
-                                     run.reference, run.backend, run.trainer_state, profiler)
+            try:
+                with profiler.phase("step"):
+                    metrics = train_step(step, config, run.model, run.tokenizer, run.optimizer,
+                                         run.sampler, run.reward, run.method, run.loss_config,
+                                         run.reference, run.backend, run.trainer_state, profiler)
+            except SelectorFailed as error:  # the step is neither logged nor checkpointed: resumable
+                raise UsageError(f"step {step + 1}: {error}; nothing of the step was saved: fix the plugin "
+                                 f"and {run.continue_with}") from error
             _record_step(run, metrics, all_metrics, progress, on_step)
             try:
                 _checkpoint_or_stop(run, step, stop, profiler)
@@ -426,6 +437,22 @@ def _run_steps(run: _Run, on_step: Callable[[dict[str, Any]], None] | None) -> l
         profiler.close()
     _write_profile(run, profiler, all_metrics)
     return all_metrics
+
+
+@contextlib.contextmanager
+def _writing(run: _Run, path: Path) -> Iterator[None]:
+    """Write the run's file (or checkpoint) ``path`` inside the body: a write the file system
+    refuses (a full disk, a quota: `write_failure`) is one line naming it and how to go on. The
+    run stays resumable: a checkpoint is written aside and renamed whole, eval.json replaced
+    whole, and a resume cuts metrics.jsonl back to its checkpoint (a torn line with it)."""
+    try:
+        yield
+    except Exception as error:
+        reason = write_failure(error)
+        if reason is None:
+            raise
+        raise UsageError(f"cannot write {path} ({reason}); free some space, then {run.continue_with} "
+                         "(from its last complete checkpoint, if any)") from error
 
 
 def _write_profile(run: _Run, profiler: StepProfiler, all_metrics: list[dict[str, Any]]) -> None:
@@ -454,7 +481,8 @@ def _record_step(run: _Run, metrics: dict[str, Any], all_metrics: list[dict[str,
         if warmup_end:
             _record_warmup_end(run, metrics["step"], evaluation)
     assert run.logger is not None
-    run.logger.log(metrics)
+    with _writing(run, run.logger.path):
+        run.logger.log(metrics)
     all_metrics.append(metrics)
     if on_step is not None:
         on_step(metrics)
@@ -470,7 +498,8 @@ def _checkpoint_or_stop(run: _Run, step: int, stop: StopRequest, profiler: StepP
     config, state = run.config, run.trainer_state
 
     def checkpoint() -> None:
-        with profiler.phase("checkpoint"):
+        with profiler.phase("checkpoint"), _writing(
+                run, checkpoint_dir(run.run_dir) / f"{CHECKPOINT_PREFIX}{step + 1:08d}"):
             assert run.logger is not None
             run.logger.sync()  # the metrics lines the checkpoint covers are durable first
             run.last_checkpoint = save_checkpoint(run.run_dir, step + 1, run.model, run.optimizer,
