@@ -239,7 +239,7 @@ class _ByteTokenizer:
 def test_a_character_split_over_byte_tokens_shows_whole_on_its_last_token():
     """Each token was decoded alone, so a CJK character over 2 or 3 byte tokens showed (and was
     counted) as U+FFFD marks; now it shows whole on its last token and the others are ''."""
-    from ict.analysis.token_view import token_strings
+    from ict.models.tokens import token_strings
 
     assert token_strings(_ByteTokenizer(), [0, 1, 2, 3, 4, 5, 6]) == ["a", "", "日", " ", "", "本", "!"]
     assert token_strings(_ByteTokenizer(), [0, 1]) == ["a", "\ufffd"]  # cut mid-character at the end
@@ -559,8 +559,8 @@ def test_prompt_mode_samples_at_the_given_temperature_and_seed(tiny_model_dir, t
     --temperature and --max-new-tokens (the seed and the temperature were each free to be dropped)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ict.analysis.token_view import token_strings
     from ict.models.rollout import SamplingSettings, generate_completions
+    from ict.models.tokens import token_strings
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()

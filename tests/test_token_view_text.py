@@ -243,7 +243,7 @@ def test_a_sentencepiece_tokens_text_keeps_its_leading_space():
     """Regression: each token was decoded alone, and Llama's decoder drops a decode's first space,
     so the view showed 'the sum is 7.' as the tokens 'the', 'sum', 'is', '7', '.' (run together
     in the terminal as 'thesumis7.')."""
-    from ict.analysis.token_view import token_strings
+    from ict.models.tokens import token_strings
 
     assert token_strings(_llama_style_tokenizer(), [1, 2, 3, 4, 6]) == ["the", " sum", " is", " 7", "."]
 
@@ -259,7 +259,7 @@ class _Ligatures:
 def test_a_token_that_changes_the_text_before_it_shows_as_decoded_alone():
     """Where the text of the tokens before is no prefix of the text with the token after ('a', then
     'X' for 'ab'), the token's text is the token decoded alone, not a cut of the other text."""
-    from ict.analysis.token_view import token_strings
+    from ict.models.tokens import token_strings
 
     assert token_strings(_Ligatures(), [0, 1, 2]) == ["a", "b", "c"]
 
@@ -278,7 +278,7 @@ def test_the_tokens_texts_put_together_are_the_decoded_completion(name, ids):
     """Property: for any token ids (a WordPiece, a SentencePiece and a byte-level vocabulary; byte
     tokens that cut a character anywhere, or leave it cut), token_strings gives one text a token and
     the texts joined are the decoded ids."""
-    from ict.analysis.token_view import token_strings
+    from ict.models.tokens import token_strings
 
     tokenizer = _tokenizer(name)
     ids = [token % (len(_BytePieces.PIECES) if name == "bytes" else len(tokenizer)) for token in ids]

@@ -33,6 +33,7 @@ from ict.core.selectors import ICT_DEFAULT_REFERENCE
 from ict.core.stats import JS_REFERENCES
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
 from ict.models.rollout import ROLLOUT_TEMPERATURE
+from ict.models.tokens import token_strings
 
 COLOR_SCORES = ("js", "entropy", "renyi2")
 NEWLINE_MARK = "\u21b5"
@@ -177,26 +178,6 @@ def figure_lines(view: TokenView) -> list[str]:
         lines.append("the paper: " + ", ".join(f"{title} {paper}" for title, _, _, _, paper in PAPER_FIGURES
                                                if paper))
     return lines
-
-
-def token_strings(tokenizer: Any, ids: list[int]) -> list[str]:
-    """Each token's text: decoded after the token before it, less that token's text, so that the
-    texts put together are ``tokenizer.decode(ids)`` (decoded alone, a token lost its leading space
-    under a SentencePiece decoder, as Llama's and Mistral's, which drops a decode's first space:
-    'the sum' showed as 'thesum'; a token that changes the text before it, decoded alone); a
-    character whose bytes span several tokens (decoding one alone gives U+FFFD, e.g. a CJK
-    character in a byte-level vocabulary) shows whole on its last token, its earlier tokens as ''."""
-    strings: list[str] = []
-    context = start = 0  # ids[context:start]: the token (or the bytes of a character) before
-    for end in range(1, len(ids) + 1):
-        text = tokenizer.decode(ids[context:end])
-        if text.endswith("\ufffd") and end < len(ids):  # an incomplete character: wait for its next byte
-            strings.append("")
-            continue
-        before = tokenizer.decode(ids[context:start])
-        strings.append(text[len(before):] if text.startswith(before) else tokenizer.decode(ids[start:end]))
-        context, start = start, end
-    return strings
 
 
 def build_view(model: Any, tokenizer: Any, rollout: Any, *, temperature: float, color: str = "js",

@@ -1,4 +1,4 @@
-"""The metrics line of a training step (`ict.training.trainer.train_step`): the rewards, the
+"""The metrics line of a training step (`ict.training.train_step.train_step`): the rewards, the
 updates' token-weighted means, lengths, speed, the diagnostics of the step's selection, and the
 entropy collapse / explosion warnings the run loop prints."""
 
@@ -19,6 +19,7 @@ from ict.core.diagnostics import (
     top_token_counts,
 )
 from ict.core.stats import TokenStatistics
+from ict.models.tokens import token_strings
 from ict.training.config import TrainConfig
 from ict.training.step import BatchUpdates
 
@@ -60,15 +61,13 @@ def selection_diagnostics(updates: BatchUpdates, batch: Any, advantages: torch.T
 
 def token_text(tokenizer: Any, token: int) -> str:
     """A token id's string in the top-token lists (the id as text without a tokenizer): its text
-    decoded after itself (`ict.analysis.token_view.token_strings` of ``[token, token]``, as ict
+    decoded after itself (`ict.models.tokens.token_strings` of ``[token, token]``, as ict
     inspect shows it after the token before it): decoded alone, a SentencePiece decoder (Llama's,
     Mistral's) drops a word-start space, so ``'▁the'`` and ``'the'`` both read 'the' and the run
     summary and ict compare, which add the counts up by string, summed them as one. A token holding
     part of a character's bytes decodes alone to U+FFFD, the same for every such token (SmolLM2's
     first byte tokens of ' 😀', ' 日' and ' Ω' are all ' \ufffd'), so its string (decoded alone)
     also names its id, ``' \ufffd (id 40303)'``."""
-    from ict.analysis.token_view import token_strings
-
     if tokenizer is None:
         return str(token)
     text = tokenizer.decode([token])

@@ -1,0 +1,26 @@
+"""The texts of a tokenizer's tokens as a reader sees them (ict inspect's page, the trainer's
+top-token lists)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def token_strings(tokenizer: Any, ids: list[int]) -> list[str]:
+    """Each token's text: decoded after the token before it, less that token's text, so that the
+    texts put together are ``tokenizer.decode(ids)`` (decoded alone, a token lost its leading space
+    under a SentencePiece decoder, as Llama's and Mistral's, which drops a decode's first space:
+    'the sum' showed as 'thesum'; a token that changes the text before it, decoded alone); a
+    character whose bytes span several tokens (decoding one alone gives U+FFFD, e.g. a CJK
+    character in a byte-level vocabulary) shows whole on its last token, its earlier tokens as ''."""
+    strings: list[str] = []
+    context = start = 0  # ids[context:start]: the token (or the bytes of a character) before
+    for end in range(1, len(ids) + 1):
+        text = tokenizer.decode(ids[context:end])
+        if text.endswith("\ufffd") and end < len(ids):  # an incomplete character: wait for its next byte
+            strings.append("")
+            continue
+        before = tokenizer.decode(ids[context:start])
+        strings.append(text[len(before):] if text.startswith(before) else tokenizer.decode(ids[start:end]))
+        context, start = start, end
+    return strings
