@@ -51,13 +51,8 @@ def child(variant: str, steps: int, prompts: int, generations: int, length: int,
     from ict.data.training_data import PromptSampler, load_training_data
     from ict.models.loading import load_model_and_tokenizer
     from ict.training.config import build_config
-    from ict.training.trainer import (
-        build_optimizer,
-        loss_config_of,
-        method_of,
-        train_step,
-        weights_dtype,
-    )
+    from ict.training.train_step import loss_config_of, method_of, train_step
+    from ict.training.trainer import build_optimizer, weights_dtype
 
     overrides = {"prompts_per_step": prompts, "num_generations": generations,
                  "max_new_tokens": length, "micro_batch_size": 64,

@@ -53,7 +53,7 @@ the wall time of each optimizer step (synchronised at both ends), the mean compl
 peak memory of the run (model load included); the first step of each run is a warm-up and not
 counted.
 
-(c) Our trainer (``ict.training.trainer.train_step``: HF rollouts, rewards, statistics,
+(c) Our trainer (``ict.training.train_step.train_step``: HF rollouts, rewards, statistics,
 selection, loss, update), ICT (no warm-up) against GRPO, same settings, full fine-tuning
 (``freeze_embeddings``: the tied embeddings stay frozen), ``--statistics-from`` auto, the
 trainer's default (hidden states on a GPU, the logits on a CPU; each run records which). Per

@@ -482,13 +482,8 @@ def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions
     from ict.models.loading import load_model_and_tokenizer
     from ict.training.config import build_config
     from ict.training.step import statistics_source
-    from ict.training.trainer import (
-        build_optimizer,
-        loss_config_of,
-        method_of,
-        train_step,
-        weights_dtype,
-    )
+    from ict.training.train_step import loss_config_of, method_of, train_step
+    from ict.training.trainer import build_optimizer, weights_dtype
 
     data_path = work / "prompts.jsonl"
     if not data_path.exists():  # words w0..w992 exist in every vocabulary here

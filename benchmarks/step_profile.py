@@ -35,7 +35,8 @@ from ict.core.profiling import StepProfiler, resident_bytes  # noqa: E402
 from ict.data.training_data import PromptSampler, load_training_data  # noqa: E402
 from ict.models.loading import load_model_and_tokenizer  # noqa: E402
 from ict.training.config import build_config  # noqa: E402
-from ict.training.trainer import build_optimizer, loss_config_of, method_of, train_step  # noqa: E402
+from ict.training.train_step import loss_config_of, method_of, train_step  # noqa: E402
+from ict.training.trainer import build_optimizer  # noqa: E402
 
 # --compare -> the two variants: (name, TrainConfig field, value); the first is the default.
 COMPARISONS = {

@@ -40,7 +40,8 @@ def run_ours(steps: int, small: bool) -> list[float]:
     from ict.data.training_data import PromptSampler, load_training_data
     from ict.models.loading import load_model_and_tokenizer
     from ict.training.config import build_config
-    from ict.training.trainer import build_optimizer, loss_config_of, method_of, train_step
+    from ict.training.train_step import loss_config_of, method_of, train_step
+    from ict.training.trainer import build_optimizer
 
     s = settings(small)
     config = build_config(None, {"method": "all", "prompts_per_step": s["prompts"], "num_generations": s["generations"],

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import ict.training.trainer as trainer_module
+import ict.training.train_step as train_step_module
 from ict.answers.rewards import soft_overlong_penalty
 from ict.cli import main
 from ict.core.loss import mask_truncated_completions
@@ -60,8 +60,8 @@ class Recorder:
 
     def __init__(self, monkeypatch) -> None:
         self.rollouts, self.masks, self.advantages, self.task = [], [], [], []
-        pack, update, score = (trainer_module.pack_rollout, trainer_module.update_on_batch,
-                               trainer_module._score)
+        pack, update, score = (train_step_module.pack_rollout, train_step_module.update_on_batch,
+                               train_step_module._score)
 
         def recording_score(*args, **kwargs):
             rewards, task = score(*args, **kwargs)
@@ -77,9 +77,9 @@ class Recorder:
             self.advantages.append(advantages.clone())
             return update(model, optimizer, batch, advantages, *args, **kwargs)
 
-        monkeypatch.setattr(trainer_module, "_score", recording_score)
-        monkeypatch.setattr(trainer_module, "pack_rollout", recording_pack)
-        monkeypatch.setattr(trainer_module, "update_on_batch", recording_update)
+        monkeypatch.setattr(train_step_module, "_score", recording_score)
+        monkeypatch.setattr(train_step_module, "pack_rollout", recording_pack)
+        monkeypatch.setattr(train_step_module, "update_on_batch", recording_update)
 
 
 def flat(nested):
@@ -147,6 +147,6 @@ def test_a_one_token_buffer_penalises_the_completions_at_the_cap():
 
     rollout = SimpleNamespace(completion_ids=[[[5] * 10, [5] * 9], [[5] * 3, [5] * 10]])
     config = TrainConfig(max_new_tokens=10, overlong_buffer=1, overlong_penalty_factor=0.5)
-    assert trainer_module._overlong_penalties(rollout, config).tolist() == [-0.5, 0.0, 0.0, -0.5]
+    assert train_step_module._overlong_penalties(rollout, config).tolist() == [-0.5, 0.0, 0.0, -0.5]
     config.overlong_buffer = 0
-    assert trainer_module._overlong_penalties(rollout, config).tolist() == [0.0] * 4
+    assert train_step_module._overlong_penalties(rollout, config).tolist() == [0.0] * 4

@@ -787,7 +787,7 @@ def test_a_run_extended_past_its_warmup_evaluates_the_warmup_end_as_an_uninterru
 def test_the_learning_rate_warms_up_linearly_from_the_first_step():
     """learning_rate_at (0-based step): lr * (step + 1) / warmup_steps over the warm-up, then lr;
     a function of the step alone, so a resumed run continues the schedule."""
-    from ict.training.trainer import learning_rate_at
+    from ict.training.train_step import learning_rate_at
 
     config = TrainConfig(learning_rate=0.5, warmup_steps=4)
     assert [learning_rate_at(config, step) for step in range(6)] == [0.125, 0.25, 0.375, 0.5, 0.5, 0.5]

@@ -9,6 +9,7 @@ import pytest
 import torch
 from train_helpers import read_metrics, tiny_config
 
+import ict.training.train_step as train_step
 import ict.training.trainer as trainer
 from ict.answers.rewards import Reward
 from ict.core.problems import Problem
@@ -25,7 +26,7 @@ def test_each_step_samples_with_its_own_seed_and_applies_its_scheduled_learning_
     0.004 (what the metrics report), and only step 2's line has an eval_accuracy."""
     seeds: list[tuple[int, int]] = []  # (samples per prompt, seed) of each generation call
     applied: list[float] = []
-    generate, update = trainer.generate_completions, trainer.update_on_batch
+    generate, update = trainer.generate_completions, train_step.update_on_batch
 
     def recording_generate(*args, **options):
         seeds.append((options["num_samples"], options["seed"]))
@@ -35,8 +36,9 @@ def test_each_step_samples_with_its_own_seed_and_applies_its_scheduled_learning_
         applied.append(optimizer.param_groups[0]["lr"])
         return update(model, optimizer, *args, **options)
 
-    monkeypatch.setattr(trainer, "generate_completions", recording_generate)
-    monkeypatch.setattr(trainer, "update_on_batch", recording_update)
+    monkeypatch.setattr(trainer, "generate_completions", recording_generate)  # the evaluations
+    monkeypatch.setattr(train_step, "generate_completions", recording_generate)  # the steps' rollouts
+    monkeypatch.setattr(train_step, "update_on_batch", recording_update)
     run_dir = tmp_path / "run"
     trainer.train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=3, warmup_steps=2,
                               learning_rate=0.004, eval_every=2, eval_size=2))
@@ -115,7 +117,7 @@ def test_each_completion_is_scored_against_its_own_prompts_problem():
                       completion_ids=[[[7], [7]], [[8], [9]]], finished=[[True, True], [True, True]])
     reward = Reward(names=["exact"], weights=[2.0],
                     functions=[lambda completion, problem: float(completion == problem.answer)])
-    totals, task = trainer._score(rollout, problems, reward, 2, StepProfiler())
+    totals, task = train_step._score(rollout, problems, reward, 2, StepProfiler())
     assert task == [1.0, 1.0, 1.0, 0.0]
     assert totals.dtype == torch.float32 and totals.tolist() == [2.0, 2.0, 2.0, 0.0]
 
@@ -165,7 +167,7 @@ def test_dr_grpos_length_is_max_new_tokens_unless_max_response_length_is_given()
     every token, -4 / (2 * 20) at max_new_tokens 20 (not the padded length 3), -4 / (2 * 8) given 8."""
     from ict.core.loss import policy_loss
     from ict.core.stats import TokenStatistics
-    from ict.training.trainer import loss_config_of
+    from ict.training.train_step import loss_config_of
 
     mask = torch.tensor([[True, True, True], [True, False, False]])
     log_probs = torch.full((2, 3), -1.0)
