@@ -139,6 +139,9 @@ SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
 @given(drawn=batches(), spec=st.sampled_from(SPECS), loss_agg_mode=st.sampled_from(sorted(AGGREGATIONS)),
        remove_padding=st.booleans(), v1=st.booleans(), denominator=st.sampled_from(["selected", "all"]),
        dual_clip=st.booleans())
+# row 0 cut at the cap inside a tool result: truncated (its attention reaches the cap), not finished
+@example(drawn=([4, 2], [6, 2, 4, 1, 6, 3], {0: range(2, 6)}, [1.0, -1.0, 0.5, 0.0, 1.0, -2.0], 3), spec="ict",
+         loss_agg_mode="token-mean", remove_padding=True, v1=False, denominator="selected", dual_clip=False)
 # every score 0 (one-token responses): the top token is drawn among ties, by keys over v0's cap width
 @example(drawn=([1, 1], [1] * 6, {}, [0.0, 0.0, 0.0, 1.0, 0.0, 0.0], 0), spec="ict:preset=batch",
          loss_agg_mode="seq-mean-token-mean", remove_padding=False, v1=False, denominator="selected", dual_clip=False)
@@ -227,6 +230,8 @@ def verl_micro_batches(batch, spec, loss_agg_mode, group, v1, split, **policy):
     the token-table gradient."""
     model, config = ToyLM(), actor_config(spec, loss_agg_mode, **policy)
     data, fsdp = micro_batch(batch, True, v1=v1), engine()
+    if v1:
+        data["loss_mask"] = data["response_mask"]  # v1's agent loop writes it (forward_backward_batch reads it)
     fsdp.module, fsdp._autocast_dtype, fsdp.scaler = model, torch.float32, None
     fsdp.get_data_parallel_group = lambda: group
     fsdp.get_data_parallel_size = lambda: 1
@@ -241,13 +246,17 @@ def verl_micro_batches(batch, spec, loss_agg_mode, group, v1, split, **policy):
 
 @SETTINGS
 @given(drawn=batches(), spec=st.sampled_from(SPECS), loss_agg_mode=st.sampled_from(sorted(AGGREGATIONS)),
-       split=st.sampled_from([1, 2, 3, 6, "tokens=12", "tokens=22"]), denominator=st.sampled_from(["selected", "all"]))
-def test_verls_micro_batches_give_the_whole_mini_batchs_gradient(drawn, spec, loss_agg_mode, split,
+       v1=st.booleans(), split=st.sampled_from([1, 2, 3, 6, "tokens=12", "tokens=22"]),
+       denominator=st.sampled_from(["selected", "all"]))
+# v1: micro-batches of widths 5 and 4, whose Dr. GRPO L is the mini-batch's 5
+@example(drawn=([4, 2], [5, 3, 5, 1, 4, 4], {}, [1.0, -1.0, 0.5, 0.0, 1.0, -2.0], 0), spec="all",
+         loss_agg_mode="seq-mean-token-sum-norm", v1=True, split=3, denominator="selected")
+def test_verls_micro_batches_give_the_whole_mini_batchs_gradient(drawn, spec, loss_agg_mode, v1, split,
                                                                  denominator, single_process_group):
     """However verl cuts the mini-batch (fixed size or a token budget), the gradient is the whole
     mini-batch's; a cut through a prompt's completions is refused in one line where the scores
-    need the whole group (the group_mean references). verl's v0 layout (v1's ranks of different
-    widths: tests/test_integration_verl_batches.py)."""
+    need the whole group (the group_mean references). Under v1 each micro-batch is padded to its
+    own longest response (seq-mean-token-sum-norm's L is still the mini-batch's widest)."""
     from ict.core.errors import UsageError
     from ict.core.stats import needs_groups
 
@@ -255,14 +264,14 @@ def test_verls_micro_batches_give_the_whole_mini_batchs_gradient(drawn, spec, lo
     ict_verl._selections.update(step=-1, index=0)
     name, options = parse_token_selector(spec)
     try:
-        grad = verl_micro_batches(batch, spec, loss_agg_mode, single_process_group, False, split,
+        grad = verl_micro_batches(batch, spec, loss_agg_mode, single_process_group, v1, split,
                                   ict_denominator=denominator)
     except UsageError as error:
         assert needs_groups(required_js_references(name, options)), str(error)
         assert "\n" not in str(error) and "whole groups" in str(error)
         return
     generator = torch.Generator().manual_seed(ict_verl.selection_seed(0, 0, 0))
-    _, expected_grad, selection = reference(batch, spec, loss_agg_mode, generator, RESPONSE,
+    _, expected_grad, selection = reference(batch, spec, loss_agg_mode, generator, None if v1 else RESPONSE,
                                             denominator=denominator)
     if isinstance(split, str) and (spec.startswith(("random", "clip_cov")) or bool(selection.tie_decided.any())):
         return  # a token budget reorders the rows: another draw (keys per position), as likely
@@ -289,11 +298,11 @@ def trl_trainer(tiny_model_dir, tmp_path_factory):
 @st.composite
 def trl_inputs(draw):
     """4 completions of 2 prompts (left-padded), lengths 1..7, an optional tool result each (TRL's
-    ``tool_mask``), each ending in EOS (finished) or not (cut at the cap), advantages, the old
+    ``tool_mask``), each ending in EOS or pad (finished) or not (cut at the cap), advantages, the old
     log-probs' perturbation and a seed."""
     lengths = [draw(st.integers(1, TRL_COMPLETION)) for _ in range(TRL_ROWS)]
     holes = {row: draw(st.integers(0, length - 1)) for row, length in enumerate(lengths) if draw(st.booleans())}
-    ends = [draw(st.booleans()) for _ in range(TRL_ROWS)]
+    ends = [draw(st.sampled_from([None, 1, 0])) for _ in range(TRL_ROWS)]  # cut, EOS, pad
     advantages = [draw(st.sampled_from([0.0, 1.0, -1.0, 0.5, -2.0])) for _ in range(TRL_ROWS)]
     return lengths, holes, ends, advantages, draw(st.sampled_from([0.0, 0.3])), draw(st.integers(0, 2**16))
 
@@ -312,8 +321,8 @@ def make_trl_inputs(trainer, lengths, holes, ends, advantages, perturb, seed):
     tool_mask = torch.ones_like(completion_mask)
     for row, length in enumerate(lengths):
         completion_ids[row, length:] = 0  # pad
-        if ends[row]:
-            completion_ids[row, length - 1] = 1  # EOS
+        if ends[row] is not None:
+            completion_ids[row, length - 1] = ends[row]  # EOS (1) or pad (0): finished, by TRL's test
         if row in holes:
             tool_mask[row, holes[row]] = 0
     inputs = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
