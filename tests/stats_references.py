@@ -27,13 +27,15 @@ def reference_entropy(p: torch.Tensor) -> torch.Tensor:
 
 
 def reference_js(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """JS via its KL definition (not the entropy identity the code uses)."""
-    m = 0.5 * (p + q)
+    """JS via its KL definition (not the entropy identity the code uses), with ``log m = log(p + q)
+    - ln 2``: ``m = (p + q) / 2`` itself rounds to 0 where ``p`` or ``q`` is float64's smallest
+    subnormal (peaked logits), and ``log 0`` made the score ``inf``."""
+    log_m = (p + q).log() - LN2
 
-    def kl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.where(a > 0, a * (a.log() - b.log()), torch.zeros_like(a)).sum(-1)
+    def kl(a: torch.Tensor) -> torch.Tensor:
+        return torch.where(a > 0, a * (a.log() - log_m), torch.zeros_like(a)).sum(-1)
 
-    return 0.5 * kl(p, m) + 0.5 * kl(q, m)
+    return 0.5 * kl(p) + 0.5 * kl(q)
 
 
 def reference_statistics(logits, token_ids, mask, temperature, reference_logits=None):
