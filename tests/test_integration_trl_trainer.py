@@ -380,6 +380,24 @@ def test_trl_refusals_are_one_line(tiny_model_dir, tmp_path, monkeypatch):
         ICTGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
                        processing_class=AutoTokenizer.from_pretrained(tiny_model_dir), reward_funcs=_reward,
                        args=changed, train_dataset=Dataset.from_dict({"prompt": ["a"] * 4}))
+    # the entropy bonus under 'ours' grpo, an unknown denominator or loss type set after the config's
+    # checks: the trainer took them before (a weighted bonus; 'Trl' ran as 'ours'; 'drgrpo' failed
+    # in TRL's first loss, after a generation)
+    changed_cases = [
+        (dict(entropy_coef=0.01), r"^entropy_coef / use_adaptive_entropy with loss_type='grpo' and "),
+        (dict(use_adaptive_entropy=True), r"^entropy_coef / use_adaptive_entropy with loss_type='grpo' and "),
+        (dict(selection_denominator="Trl"), r"^selection_denominator must be 'ours' or 'trl', got 'Trl'$"),
+        (dict(loss_type="drgrpo", selection_denominator="trl"), r"^loss_type must be one of grpo, .*got 'drgrpo'$"),
+    ]
+    for change, message in changed_cases:
+        changed = ICTGRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, bf16=False,
+                                per_device_train_batch_size=4, num_generations=4)
+        for key, value in change.items():
+            setattr(changed, key, value)
+        with pytest.raises(ValueError, match=message):
+            ICTGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                           processing_class=AutoTokenizer.from_pretrained(tiny_model_dir), reward_funcs=_reward,
+                           args=changed, train_dataset=Dataset.from_dict({"prompt": ["a"] * 4}))
     cases = [
         # FSDP: refused before TRL builds anything (on CPU accelerate would run plain DDP instead of
         # FSDP2, and FSDP1 finds no device, so neither can be tested here)

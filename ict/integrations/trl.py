@@ -79,7 +79,8 @@ head (:func:`ict.models.loading.linear_lm_head`); vespo with ``selection_denomin
 (the quantile, group, ``ref`` and vespo refusals already by the config: :func:`selection_refusal`);
 a ``loss_type`` TRL does not know (:data:`TRL_LOSS_TYPES`; TRL checks it only in the first loss);
 TRL's entropy bonus (``entropy_coef``, ``use_adaptive_entropy``) with grpo/sapo under "ours", whose
-per-completion weights it would average the entropy by (:func:`entropy_bonus_refusal`).
+per-completion weights it would average the entropy by (:func:`entropy_bonus_refusal`). The
+config's refusals run again in the trainer (:func:`trainer_refusal`: its fields can change after).
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ from ict.integrations.trl_config import (  # noqa: F401 (re-exported)
     needs_whole_groups,
     selection_refusal,
     sharded_head_refusal,
+    trainer_refusal,
 )
 from ict.integrations.trl_head import HEAD_MASS_TOLERANCE, fused_head_normalisers
 from ict.integrations.trl_loss import (  # noqa: F401 (re-exported)
@@ -260,7 +262,7 @@ class ICTGRPOTrainer(GRPOTrainer):
             raise ValueError(refusal)
 
     def _check_configuration(self, config: Any) -> None:
-        refusal = selection_refusal(config)  # again: a config's fields can change after its checks
+        refusal = trainer_refusal(config)  # again: a config's fields can change after its checks
         if refusal:
             raise ValueError(refusal)
 

@@ -70,9 +70,9 @@ class ICTGRPOConfig(GRPOConfig):
         method = method_train_options(name, preset)
         if self.loss_type is None:
             self.loss_type = TRL_LOSS_TYPE_OF[method["aggregation"]]
-        if self.loss_type not in TRL_LOSS_TYPES:  # TRL checks it only in the first step's loss
-            raise ValueError(f"loss_type must be one of {', '.join(TRL_LOSS_TYPES)} (or None), "
-                             f"got {self.loss_type!r}")
+        refusal = option_refusal(self)
+        if refusal:
+            raise ValueError(refusal)
         if self.full_token_warmup_steps is None:
             self.full_token_warmup_steps = method["full_token_warmup_steps"]
         check_warmup_steps(self.full_token_warmup_steps)
@@ -81,12 +81,25 @@ class ICTGRPOConfig(GRPOConfig):
         except ValueError as error:  # its message does not name the option
             raise ValueError(f"stats_tile_size: {error}") from None
         super().__post_init__()
-        if self.selection_denominator not in SELECTION_DENOMINATORS:
-            raise ValueError(
-                f"selection_denominator must be 'ours' or 'trl', got {self.selection_denominator!r}")
         refusal = selection_refusal(self) or entropy_bonus_refusal(self)
         if refusal:
             raise ValueError(refusal)
+
+
+def option_refusal(config: Any) -> str | None:
+    """The one-line refusal of a ``loss_type`` TRL does not know (TRL checks it only in the
+    first step's loss) or a ``selection_denominator`` other than 'ours' / 'trl', or None."""
+    if config.loss_type not in TRL_LOSS_TYPES:
+        return f"loss_type must be one of {', '.join(TRL_LOSS_TYPES)} (or None), got {config.loss_type!r}"
+    if config.selection_denominator not in SELECTION_DENOMINATORS:
+        return f"selection_denominator must be 'ours' or 'trl', got {config.selection_denominator!r}"
+    return None
+
+
+def trainer_refusal(config: Any) -> str | None:
+    """The config's refusals again, for the trainer (a config's fields can change after its
+    checks): :func:`option_refusal`, :func:`selection_refusal`, :func:`entropy_bonus_refusal`."""
+    return option_refusal(config) or selection_refusal(config) or entropy_bonus_refusal(config)
 
 
 def needs_whole_groups(js_references: tuple[str, ...], population: str) -> bool:
@@ -100,7 +113,8 @@ def selection_refusal(config: Any) -> str | None:
     ``top_entropy_quantile`` below 1 (a second token picker), a selector that needs whole groups
     with ``steps_per_generation != 1`` (TRL shuffles a group over micro-batches), the 'ref' JS
     reference (no reference logits inside TRL), and ``selection_denominator="ours"`` with a loss
-    type outside :data:`OURS_AGGREGATION`. Checked by the config and again by the trainer."""
+    type outside :data:`OURS_AGGREGATION`. Checked by the config and again by the trainer
+    (:func:`trainer_refusal`)."""
     name, options = parse_token_selector(config.token_selector)
     js_references = required_js_references(name, options)
     if config.top_entropy_quantile < 1.0:
