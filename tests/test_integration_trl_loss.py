@@ -208,6 +208,49 @@ def test_trl_clip_cov_gets_old_log_probs_and_clip_range(loss_trainer, monkeypatc
     assert not torch.equal(records[0]["selected"], records[0]["mask"].bool())  # some tokens were cut
 
 
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo"])
+def test_trl_clip_cov_spares_exactly_the_tokens_the_loss_type_clips(loss_trainer, monkeypatch, loss_type):
+    """Clip-Cov cutting every candidate (ratio 1, band wide open) keeps only the tokens whose
+    gradient the ratio clip already cuts: through TRL's _compute_loss with old != current
+    log-probs, the kept tokens are those where d(per-token loss)/d(log p) of the loss type (its
+    TRL formula written out, float64) is 0. cispo's clamp is a detached weight and sapo's gate is
+    soft: no token is clipped (before, the PPO clip range spared 6 of 19 tokens there)."""
+    import ict.integrations.trl as integration
+
+    trainer = loss_trainer
+    seen = []
+    original = integration.select
+
+    def spy(name, inputs, **options):
+        seen.append(inputs)
+        return original(name, inputs, **options)
+
+    monkeypatch.setattr(integration, "select", spy)
+    monkeypatch.setattr(trainer, "selector_name", "clip_cov")
+    monkeypatch.setattr(trainer, "selector_options", {"ratio": 1.0, "cov_low": -1e9, "cov_high": 1e9})
+    monkeypatch.setattr(trainer, "loss_type", loss_type)
+    monkeypatch.setattr(trainer, "epsilon_high", 0.28)
+    records = []
+    trainer.on_selection = records.append
+    inputs = loss_inputs(trainer, torch.tensor([1.0, -0.5, 0.25, -2.0]), perturb=0.3)
+    trainer._compute_loss(trainer.model, inputs)
+    mask = records[0]["mask"].bool()
+    log_probs = seen[0].stats.log_probs.double().requires_grad_(True)
+    ratio = (log_probs - inputs["old_per_token_logps"].double()).exp()
+    a = inputs["advantages"].double()[:, None].expand_as(ratio)
+    if loss_type == "cispo":
+        per_token = -ratio.clamp(max=0.28).detach() * a * log_probs
+    elif loss_type == "sapo":
+        tau = torch.where(a > 0, trainer.args.sapo_temperature_pos, trainer.args.sapo_temperature_neg)
+        per_token = -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * a
+    else:
+        per_token = -torch.minimum(ratio * a, ratio.clamp(1 - trainer.epsilon_low, 1.28) * a)
+    (gradient,) = torch.autograd.grad(per_token[mask].sum(), log_probs)
+    clipped = mask & (gradient == 0)
+    assert torch.equal(records[0]["selected"].bool(), clipped)
+    assert int(clipped.sum()) == (0 if loss_type in ("cispo", "sapo") else 6)
+
+
 def test_scores_take_the_heads_log_z_only_where_it_is_this_heads(loss_trainer, monkeypatch):
     """_statistics with TRL's fused-head (log Z, entropy, log-probs): the right log Z is reused
     (one score pass); a log Z off by 0.5 (another head's) gives probabilities that do not sum to 1,

@@ -36,7 +36,8 @@ sees the rows its ranking population needs (:func:`ict.core.selectors.ranking_po
 process runs the selector on the same gathered tensors and keeps its rows. Random draws
 (``random``, ``clip_cov``) use a generator seeded from (seed, global step, call index within the
 step), equal on every process and after a resume. Clip-Cov receives TRL's old log-probs and
-clip range ``(epsilon_low, epsilon_high)``.
+clip range ``(epsilon_low, epsilon_high)`` (:data:`TRL_CLIPPED_LOSS_TYPES`; none for cispo, sapo
+and vespo, which cut no token's gradient by a ratio clip).
 
 Loss denominator, ``selection_denominator``: ``"trl"`` passes the 0/1 mask (TRL's
 ``top_entropy_quantile`` convention: TRL's completion-token denominators). ``"ours"`` (default)
@@ -128,6 +129,7 @@ from ict.integrations.trl_config import (  # noqa: F401 (re-exported)
 from ict.integrations.trl_head import HEAD_MASS_TOLERANCE, fused_head_normalisers
 from ict.integrations.trl_loss import (  # noqa: F401 (re-exported)
     OURS_AGGREGATION,
+    TRL_CLIPPED_LOSS_TYPES,
     TRL_LOSS_TYPE_OF,
     TRL_LOSS_TYPES,
     ours_weights,
@@ -493,7 +495,9 @@ class ICTGRPOTrainer(GRPOTrainer):
             self.num_generations_eval or self.num_generations)
         groups_local = self.accelerator.num_processes == 1 or rows % generations == 0
         start = self.accelerator.process_index * rows
-        common = dict(generator=self._generator(response.device), clip_range=(self.epsilon_low, self.epsilon_high))
+        # Clip-Cov leaves the tokens the ratio clip already cuts: only the PPO-clipped loss types cut any
+        clip_range = (self.epsilon_low, self.epsilon_high) if self.loss_type in TRL_CLIPPED_LOSS_TYPES else None
+        common = dict(generator=self._generator(response.device), clip_range=clip_range)
         pad = self._tokenizer.pad_token_id  # TRL's test: the last id is EOS or pad
         end_ids = [*self.eos_token_ids, *([] if pad is None else [pad])]
         finished = finished_rows(ids, inputs["completion_mask"], end_ids)

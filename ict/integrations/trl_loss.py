@@ -19,6 +19,11 @@ OURS_AGGREGATION = {
 }
 
 
+# the loss types whose per-token loss is PPO's clipped surrogate (TRL clips the ratio to
+# [1 - epsilon_low, 1 + epsilon_high] and cuts the gradient outside it); cispo (a detached clamped
+# weight), sapo (a soft gate) and vespo (gamma weights) cut no token's gradient by a ratio clip
+TRL_CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+
 TRL_LOSS_TYPE_OF = {"seq_mean_token_mean": "grpo", "token_mean": "dapo", "seq_mean_token_sum_norm": "dr_grpo"}
 """ict aggregation -> the TRL loss_type that gives it under selection_denominator='ours' (token_mean:
 TRL's default dapo)."""
