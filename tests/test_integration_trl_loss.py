@@ -251,6 +251,29 @@ def test_trl_clip_cov_spares_exactly_the_tokens_the_loss_type_clips(loss_trainer
     assert int(clipped.sum()) == (0 if loss_type in ("cispo", "sapo") else 6)
 
 
+def test_clip_cov_under_gspos_sequence_clip_is_refused():
+    """Clip-Cov spares the tokens PPO's token-level ratio clip cuts; GSPO
+    (importance_sampling_level='sequence') clips whole sequences, so with a PPO-clipped loss type
+    the spared tokens were not the clipped ones (7 spared, 4 clipped on the batch of loss_inputs):
+    refused in one line by the config. Accepted: token level, cispo and sapo (no clip to spare),
+    and other selectors at sequence level."""
+    from ict.integrations.trl import ICTGRPOConfig
+
+    common = dict(output_dir="unused", report_to="none", use_cpu=True, bf16=False)
+    for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo"):
+        with pytest.raises(ValueError, match=r"^token_selector 'clip_cov' spares the tokens PPO's token-level "
+                                             r"ratio clip cuts, but importance_sampling_level='sequence'") as error:
+            ICTGRPOConfig(token_selector="clip_cov", importance_sampling_level="sequence", loss_type=loss_type,
+                          **common)
+        assert "\n" not in str(error.value)
+    for options in (dict(token_selector="clip_cov", importance_sampling_level="token", loss_type="grpo"),
+                    dict(token_selector="clip_cov", importance_sampling_level="sequence", loss_type="cispo"),
+                    dict(token_selector="clip_cov", importance_sampling_level="sequence", loss_type="sapo"),
+                    dict(token_selector="kl_cov", importance_sampling_level="sequence", loss_type="grpo"),
+                    dict(token_selector="ict", importance_sampling_level="sequence")):
+        ICTGRPOConfig(**options, **common)
+
+
 def test_scores_take_the_heads_log_z_only_where_it_is_this_heads(loss_trainer, monkeypatch):
     """_statistics with TRL's fused-head (log Z, entropy, log-probs): the right log Z is reused
     (one score pass); a log Z off by 0.5 (another head's) gives probabilities that do not sum to 1,

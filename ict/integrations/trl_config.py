@@ -16,7 +16,12 @@ from ict.core.selector_registry import ranking_population, required_js_reference
 from ict.core.selectors import method_train_options
 from ict.core.stats import needs_groups, needs_reference_logits, parse_tile_size
 from ict.integrations import parse_token_selector
-from ict.integrations.trl_loss import OURS_AGGREGATION, TRL_LOSS_TYPE_OF, TRL_LOSS_TYPES
+from ict.integrations.trl_loss import (
+    OURS_AGGREGATION,
+    TRL_CLIPPED_LOSS_TYPES,
+    TRL_LOSS_TYPE_OF,
+    TRL_LOSS_TYPES,
+)
 
 SELECTION_DENOMINATORS = ("ours", "trl")
 TESTED_TRL = ("1.16.0", "1.17")  # >= first, < second
@@ -112,9 +117,10 @@ def selection_refusal(config: Any) -> str | None:
     """The one-line refusal of a token selector that TRL cannot run as configured, or None:
     ``top_entropy_quantile`` below 1 (a second token picker), a selector that needs whole groups
     with ``steps_per_generation != 1`` (TRL shuffles a group over micro-batches), the 'ref' JS
-    reference (no reference logits inside TRL), and ``selection_denominator="ours"`` with a loss
-    type outside :data:`OURS_AGGREGATION`. Checked by the config and again by the trainer
-    (:func:`trainer_refusal`)."""
+    reference (no reference logits inside TRL), Clip-Cov under GSPO's sequence-level ratio clip
+    (``importance_sampling_level="sequence"``: it spares the tokens a token-level clip cuts), and
+    ``selection_denominator="ours"`` with a loss type outside :data:`OURS_AGGREGATION`. Checked by
+    the config and again by the trainer (:func:`trainer_refusal`)."""
     name, options = parse_token_selector(config.token_selector)
     js_references = required_js_references(name, options)
     if config.top_entropy_quantile < 1.0:
@@ -124,6 +130,10 @@ def selection_refusal(config: Any) -> str | None:
                 "micro-batches): set steps_per_generation=1 (and gradient_accumulation_steps=1)")
     if needs_reference_logits(js_references):
         return "the 'ref' JS reference is not supported inside TRL; use group_mean, seq_mean or prev"
+    if (name == "clip_cov" and config.importance_sampling_level == "sequence"
+            and config.loss_type in TRL_CLIPPED_LOSS_TYPES):
+        return ("token_selector 'clip_cov' spares the tokens PPO's token-level ratio clip cuts, but "
+                "importance_sampling_level='sequence' clips whole sequences; use importance_sampling_level='token'")
     if config.selection_denominator == "ours" and config.loss_type not in OURS_AGGREGATION:
         return (f"selection_denominator='ours' is not defined for loss_type={config.loss_type!r} "
                 f"(defined for {', '.join(OURS_AGGREGATION)}); use selection_denominator='trl'")
