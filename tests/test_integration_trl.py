@@ -380,7 +380,7 @@ def test_evaluation_scores_whole_groups_of_num_generations_eval_rows():
         _needs_groups=lambda: True, js_references=("group_mean",), population="token",
         num_generations=2, num_generations_eval=4, model=SimpleNamespace(training=True),
         accelerator=SimpleNamespace(num_processes=2, process_index=0), _generator=lambda device: None,
-        epsilon_low=0.2, epsilon_high=0.2, _tokenizer=SimpleNamespace(pad_token_id=0), eos_token_ids=[2],
+        loss_type="dapo", epsilon_low=0.2, epsilon_high=0.2, _tokenizer=SimpleNamespace(pad_token_id=0), eos_token_ids=[2],
         _rows_of_own_groups=rows_of_own_groups, _statistics=statistics, _head_statistics=lambda length: None)
     hidden, response = torch.zeros(2, 2, 3), torch.ones(2, 2, dtype=torch.bool)
     for training, fetched in [(True, []), (False, [[0, 0]])]:
