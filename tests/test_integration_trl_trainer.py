@@ -33,8 +33,9 @@ def _reward(completions, **kwargs):
     return [float(sum(map(ord, str(completion))) % 7) for completion in completions]
 
 
-def _train_in_process(model_dir, out_dir, selector, model=None, prompts=None, steps=1, **overrides):
-    """One ICTGRPOTrainer run of ``steps`` steps; returns (trainer, selection records)."""
+def _train_in_process(model_dir, out_dir, selector, model=None, prompts=None, steps=1, resume=None, **overrides):
+    """One ICTGRPOTrainer run of ``steps`` steps (from TRL checkpoint ``resume``, if given);
+    returns (trainer, selection records)."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -56,7 +57,7 @@ def _train_in_process(model_dir, out_dir, selector, model=None, prompts=None, st
         records.append({**record, "weight": head.detach().clone()})
 
     trainer.on_selection = keep
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume)
     return trainer, records
 
 
@@ -86,6 +87,28 @@ def _check_head_values(record: dict, temperature: float = 1.0) -> None:
         ours = getattr(record["stats"], name)[own].double()
         torch.testing.assert_close(ours[mask], values[mask], atol=1e-5, rtol=1e-5)
         assert (ours[~mask] == 0).all()
+
+
+@pytest.mark.parametrize(("selector", "drawn"), [("random:ratio=0.3", "selected"),
+                                                 pytest.param("kl_cov", "kl_penalty", marks=pytest.mark.slow)])
+def test_trl_resumed_from_a_checkpoint_makes_the_uninterrupted_runs_selections(tiny_model_dir, tmp_path,
+                                                                               selector, drawn, one_thread):
+    """`selection_generator` is seeded by (seed, global step, call): a run resumed from TRL's
+    checkpoint-1 (`resume_from_checkpoint`) draws the uninterrupted run's selections in steps 2 and
+    3 (2 micro-batches each: the call index restarts per step; KL-Cov's tie draw too) and ends with
+    its weights."""
+    options = dict(steps=3, save_strategy="steps", save_steps=1, gradient_accumulation_steps=2,
+                   steps_per_generation=2)
+    whole, records = _train_in_process(tiny_model_dir, tmp_path / "whole", selector, **options)
+    resumed, tail = _train_in_process(tiny_model_dir, tmp_path / "resumed", selector,
+                                      resume=str(tmp_path / "whole" / "checkpoint-1"), **options)
+    assert len(records) == 6 and len(tail) == 4
+    for ours, theirs in zip(tail, records[2:], strict=True):
+        assert 0 < int((ours[drawn] != 0).sum()) < int(ours["mask"].sum())  # a real draw: not all, not none
+        for key in ("ids", "mask", "advantages", "selected", drawn):
+            assert torch.equal(ours[key], theirs[key]), key
+    for mine, theirs in zip(resumed.model.parameters(), whole.model.parameters(), strict=True):
+        assert torch.equal(mine, theirs)
 
 
 def test_trl_full_fine_tuning_updates_weights(tiny_model_dir, tmp_path):

@@ -137,6 +137,25 @@ def test_resume_continues_with_the_runs_config_yaml_and_refuses_changes(tmp_path
     assert build_config(None, {"run_dir": str(fresh), "resume": True}, {}).method == "ict"
 
 
+@pytest.mark.parametrize(("first", "given"), [("random", "grpo"), ("random", "entropy"), ("ict", "stapo")])
+def test_resume_with_another_method_is_refused_as_a_change_not_by_the_runs_selector_options(tmp_path, first,
+                                                                                            given):
+    """The run's selector options met the new method's checks before the resume's comparison:
+    `--resume --method grpo` of a random run said "selector 'all' has no option 'ratio'" (an option
+    the user never gave) instead of the refusal of the change. A bad selector option given on
+    resume keeps its own message."""
+    from ict.training.config import save_config
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    save_config(build_config(None, {"method": first, "run_dir": str(run_dir)}, {}), run_dir / "config.yaml")
+    with pytest.raises(UsageError) as error:
+        build_config(None, {"run_dir": str(run_dir), "resume": True, "method": given}, {})
+    assert str(error.value) == (f"--resume continues {run_dir} with its config.yaml, where method is "
+                                f"{first!r}, not {given!r}: drop the option, or start another --run-dir")
+    with pytest.raises(UsageError, match=r"^ratio must be in \(0, 1\], got 5"):
+        build_config(None, {"run_dir": str(run_dir), "resume": True, "ratio": "5"}, {})
+
 def test_resume_accepts_a_new_value_of_each_option_the_docs_say_it_may_change(tmp_path):
     """docs/training.md lists the options a resumed run may change; each is accepted with another
     value and taken (a name dropped from RESUME_MAY_CHANGE was a refusal the docs deny)."""

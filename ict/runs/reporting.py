@@ -196,6 +196,13 @@ def write_eval(run_dir: Path, name: str, result: dict[str, Any]) -> None:
     write_atomically(run_dir / "eval.json", json.dumps(data, indent=1))
 
 
+def drop_eval(run_dir: Path, name: str) -> None:
+    """Remove evaluation ``name`` from the run's eval.json, atomically (nothing when it has none)."""
+    data = read_eval(run_dir)
+    if data.pop(name, None) is not None:
+        write_atomically(run_dir / "eval.json", json.dumps(data, indent=1))
+
+
 def phase_lines(before: dict[str, Any], after_warmup: dict[str, Any] | None,
                 after: dict[str, Any], phase: tuple[str, int, int] | None) -> list[str]:
     """The held-out accuracy line (before -> after the warm-up -> after), and with a warm-up

@@ -510,15 +510,27 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
         raise UsageError(f"--resume: config file {saved_path}: {error}") from None
     run = TrainConfig(**saved).resolve()
     values = functools.reduce(_with_layer, _read_layers(given), saved)
-    config = TrainConfig(**values).resolve()
+
+    def refused(name: str, value: Any) -> UsageError:
+        return UsageError(f"--resume continues {values['run_dir']} with its config.yaml, where {name} is "
+                          f"{getattr(run, name)!r}, not {value!r}: drop the option, or start another --run-dir")
+
+    try:
+        config = TrainConfig(**values).resolve()
+    except UsageError:  # a change can fail the checks first (another method meets the run's selector options);
+        # a bad selector option given keeps its own message
+        changed = next((name for name, value in values.items() if name not in RESUME_MAY_CHANGE | SELECTOR_KEYS
+                        and value != saved.get(name)), None)
+        if changed is None:
+            raise
+        raise refused(changed, values[changed]) from None
     for name, value in config.to_dict().items():
         if name in RESUME_MAY_CHANGE:  # e.g. --device auto stays auto
             continue
         if value == "auto" and getattr(run, name) != "auto":  # the run's resolution of it (statistics_from)
             setattr(config, name, getattr(run, name))
         elif value != getattr(run, name):
-            raise UsageError(f"--resume continues {values['run_dir']} with its config.yaml, where {name} is "
-                             f"{getattr(run, name)!r}, not {value!r}: drop the option, or start another --run-dir")
+            raise refused(name, value)
     return config
 
 

@@ -59,6 +59,7 @@ from ict.runs.reporting import (
     ENVIRONMENT_FILE,
     MetricsLogger,
     append_environment,
+    drop_eval,
     print_summary,
     progress_bar,
     read_eval,
@@ -342,10 +343,15 @@ def _resume(run: _Run) -> None:
 
 
 def _evaluate_before(run: _Run) -> dict[str, Any]:
-    """Held-out accuracy before the first step (on resume: the one eval.json holds, if any)."""
+    """Held-out accuracy before the first step (on resume: the one eval.json holds, if any). A run
+    resumed with steps left (extended with ``--resume --num-steps``) drops the "after" evaluation of
+    its earlier end: eval.json then holds what the uninterrupted run's holds at that step."""
     if not run.data.eval:
         return {}
     if run.start_step != 0:
+        if run.start_step < run.config.num_steps:
+            with _writing(run, run.run_dir / "eval.json"):
+                drop_eval(run.run_dir, "after")
         return read_eval(run.run_dir).get("before", {})
     evaluation = evaluate_accuracy(run.model, run.tokenizer, run.data.eval, run.reward, run.config)
     run.console.print(f"eval before training: accuracy {evaluation['accuracy']:.3f} on "

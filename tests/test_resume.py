@@ -1,0 +1,125 @@
+"""A run stopped after step k and resumed (`train(..., resume=True)`, i.e. `ict train --resume
+--run-dir D`) gives bitwise what the uninterrupted run gives, on the CPU with a fixed seed
+(ict/training/trainer.py: "Randomness is drawn from generators seeded by (seed, step)"): the
+metrics lines (timing fields aside), the final checkpoint (weights, optimizer, random streams,
+trainer state) and eval.json; for every method and the options that draw randomness or carry
+state across the stop point, resumed once or twice. Two fresh runs give the same files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from train_helpers import read_metrics, tiny_config
+
+from ict.runs.checkpoint import latest_checkpoint
+from ict.training.trainer import train
+
+TIMING_FIELDS = {"tokens_per_second", "generation_tokens_per_second", "generation_seconds",
+                 "training_seconds", "step_seconds"}
+CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "optimizer.json", "rng.safetensors",
+                    "rng.json", "trainer_state.json")
+
+
+def _quiet():
+    import io
+
+    from rich.console import Console
+
+    return Console(file=io.StringIO())
+
+
+def _outcome(run_dir: Path) -> dict[str, object]:
+    """What a run must reproduce: its metrics without timing, its final checkpoint's files and
+    eval.json (bytes: the key order too)."""
+    final = latest_checkpoint(run_dir)
+    assert final is not None
+    eval_file = run_dir / "eval.json"
+    return {"metrics": [{key: value for key, value in line.items() if key not in TIMING_FIELDS}
+                        for line in read_metrics(run_dir)],
+            "checkpoint": final.name,
+            **{name: (final / name).read_bytes() for name in CHECKPOINT_FILES},
+            "eval.json": eval_file.read_bytes() if eval_file.exists() else None}
+
+
+def _check_resumed_equals_uninterrupted(model_dir, task, root: Path, stops: tuple[int, ...], num_steps: int,
+                                        fresh_twice: bool = False, **options) -> None:
+    whole = root / "whole"
+    train(tiny_config(model_dir, task, whole, num_steps=num_steps, **options), console=_quiet())
+    expected = _outcome(whole)
+    assert [line["step"] for line in expected["metrics"]] == list(range(1, num_steps + 1))
+    if fresh_twice:
+        again = root / "again"
+        train(tiny_config(model_dir, task, again, num_steps=num_steps, **options), console=_quiet())
+        assert _outcome(again) == expected
+    stopped = root / "stopped"
+    for index, stop in enumerate(stops):
+        train(tiny_config(model_dir, task, stopped, num_steps=stop, resume=index > 0, **options),
+              console=_quiet())
+    train(tiny_config(model_dir, task, stopped, num_steps=num_steps, resume=True, **options), console=_quiet())
+    got = _outcome(stopped)
+    for key in expected:
+        assert got[key] == expected[key], key
+
+
+def test_a_run_resumed_twice_across_every_stateful_option_equals_the_uninterrupted_run(
+        tiny_model_dir, arithmetic_task, tmp_path, one_thread):
+    """The fast representative: the random selector (its generator), shuffled mini-batches
+    (2 updates of 2 mini-batches), micro-batches, the lr warm-up, the full-token warm-up, the
+    periodic evaluation and the warm-up's end evaluation across both stop points, a reference
+    policy (kl_coef) and the entropy bonus; stopped at steps 1 and 2 of 3."""
+    _check_resumed_equals_uninterrupted(
+        tiny_model_dir, arithmetic_task, tmp_path, stops=(1, 2), num_steps=3, method="random",
+        updates_per_batch=2, mini_batch_size=8, micro_batch_size=4, warmup_steps=3,
+        full_token_warmup_steps=2, eval_size=4, eval_every=1, kl_coef=0.05, entropy_coef=0.01)
+
+
+@pytest.mark.slow  # a process start, a subprocess or a long verifier loop
+@pytest.mark.parametrize("options", [
+    dict(method="ict"), dict(method="ict", preset="batch"),
+    dict(method="ict", selector={"scope": "sequence"}), dict(method="ict", selector={"scope": "group"}),
+    dict(method="grpo", overlong_buffer=4, mask_truncated_completions=True), dict(method="entropy"),
+    dict(method="stapo"), dict(method="clip_cov"), dict(method="kl_cov", micro_batch_size=4),
+    dict(method="random", preset="paper"), dict(method="ict", lora_rank=4),
+    dict(method="random", lora_rank=4, lora_dropout=0.3, disable_dropout=False),
+    dict(method="ict", full_token_warmup_steps=1, eval_size=4, dataset_size=6),
+], ids=lambda options: "-".join(f"{key}={value}" for key, value in options.items()))
+def test_every_method_resumed_equals_the_uninterrupted_run(tiny_model_dir, arithmetic_task, tmp_path, options,
+                                                           one_thread):
+    """Every registered selector (ICT's presets and scopes), LoRA (with its dropout drawing from
+    torch's stream), the overlong penalty, and epochs of the prompt stream crossing the stop point;
+    two fresh runs are identical."""
+    _check_resumed_equals_uninterrupted(tiny_model_dir, arithmetic_task, tmp_path, stops=(1,), num_steps=3,
+                                        fresh_twice=True, **options)
+
+
+def test_a_run_extended_with_resume_holds_the_uninterrupted_runs_eval_json(tiny_model_dir, arithmetic_task,
+                                                                          tmp_path, one_thread):
+    """A run that ended at step 1 (its "after" evaluation written), extended to 3 steps with
+    --resume --num-steps: eval.json kept that step-1 "after" through steps 2 and 3 (a kill then left
+    it as the run's result), and ended as {before, after, after_warmup}, not the uninterrupted run's
+    {before, after_warmup, after}."""
+    options = dict(method="ict", full_token_warmup_steps=1, eval_size=4)
+    keys: dict[str, list[tuple[int, list[str]]]] = {}
+
+    def record(run_dir: Path):
+        return lambda metrics: keys.setdefault(run_dir.name, []).append(
+            (metrics["step"], list(json.loads((run_dir / "eval.json").read_text()))))
+
+    whole, extended = tmp_path / "whole", tmp_path / "extended"
+    train(tiny_config(tiny_model_dir, arithmetic_task, whole, num_steps=3, **options), console=_quiet(),
+          on_step=record(whole))
+    train(tiny_config(tiny_model_dir, arithmetic_task, extended, num_steps=1, **options), console=_quiet())
+    assert list(json.loads((extended / "eval.json").read_text())) == ["before", "after"]
+    train(tiny_config(tiny_model_dir, arithmetic_task, extended, num_steps=3, resume=True, **options),
+          console=_quiet(), on_step=record(extended))
+    assert keys == {"whole": [(step, ["before", "after_warmup"]) for step in (1, 2, 3)],
+                    "extended": [(step, ["before", "after_warmup"]) for step in (2, 3)]}
+    assert list(json.loads((extended / "eval.json").read_text())) == ["before", "after_warmup", "after"]
+    assert (extended / "eval.json").read_bytes() == (whole / "eval.json").read_bytes()
+    # resumed at its end (nothing left to train): its "after" stays, and is written again the same
+    before = (extended / "eval.json").read_bytes()
+    train(tiny_config(tiny_model_dir, arithmetic_task, extended, num_steps=3, resume=True, **options),
+          console=_quiet())
+    assert (extended / "eval.json").read_bytes() == before
