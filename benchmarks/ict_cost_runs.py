@@ -476,7 +476,7 @@ def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions
     """``steps`` steps of our trainer's ``train_step`` (rollouts with Hugging Face generate,
     rewards, statistics, selection, loss, update): ``grpo`` or ``ict`` (no full-token warm-up), the
     statistics in tiles of ``stats_tile_size``."""
-    import ict.training.trainer as trainer_module
+    import ict.training.train_step as train_step_module
     from ict.answers.rewards import Reward
     from ict.data.training_data import PromptSampler, load_training_data
     from ict.models.loading import load_model_and_tokenizer
@@ -510,7 +510,7 @@ def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions
     lines = []
     retries = meter.alloc_retries()
     compile_seconds = []
-    syncs = FirstCallCensus(trainer_module, "update_on_batch", device)  # the policy updates
+    syncs = FirstCallCensus(train_step_module, "update_on_batch", device)  # the policy updates
     try:
         for step in range(steps):
             synchronize(device)
