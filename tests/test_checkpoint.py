@@ -1,6 +1,6 @@
 """`ict.runs.checkpoint` on its own (no training run): what a checkpoint restores, which ones are
 kept, and what a resumed run keeps of metrics.jsonl. The end-to-end resume tests are in
-tests/test_train.py and tests/test_faults.py."""
+tests/test_train.py, test_train_interrupts.py, test_resume.py and test_faults.py."""
 
 from __future__ import annotations
 
