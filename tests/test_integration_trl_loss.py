@@ -178,24 +178,32 @@ def test_trl_ours_denominator_equals_policy_loss(loss_trainer, loss_type):
         trainer.js_references, trainer.population = (), "batch"
 
 
-def test_trl_clip_cov_gets_old_log_probs_and_clip_range(loss_trainer, monkeypatch):
-    """Clip-Cov sees TRL's old log-probs and (epsilon_low, epsilon_high), and draws from the shared
-    generator: two calls at the same (step, call) choose the same tokens."""
+def _clip_cov_selections(trainer, monkeypatch, options: dict, loss_type: str) -> list:
+    """Set the trainer to Clip-Cov with ``options`` under ``loss_type`` (epsilon_high 0.28; TRL's
+    default equals epsilon_low) and return the list that collects the SelectionInputs each
+    ``select`` call gets."""
     import ict.integrations.trl as integration
 
-    trainer = loss_trainer
     seen = []
     original = integration.select
 
-    def spy(name, inputs, **options):
+    def spy(name, inputs, **selector_options):
         seen.append(inputs)
-        return original(name, inputs, **options)
+        return original(name, inputs, **selector_options)
 
     monkeypatch.setattr(integration, "select", spy)
     monkeypatch.setattr(trainer, "selector_name", "clip_cov")
-    monkeypatch.setattr(trainer, "selector_options", {"ratio": 0.5, "cov_low": -10.0, "cov_high": 10.0})
-    monkeypatch.setattr(trainer, "loss_type", "dapo")
-    monkeypatch.setattr(trainer, "epsilon_high", 0.28)  # TRL's default equals epsilon_low
+    monkeypatch.setattr(trainer, "selector_options", options)
+    monkeypatch.setattr(trainer, "loss_type", loss_type)
+    monkeypatch.setattr(trainer, "epsilon_high", 0.28)
+    return seen
+
+
+def test_trl_clip_cov_gets_old_log_probs_and_clip_range(loss_trainer, monkeypatch):
+    """Clip-Cov sees TRL's old log-probs and (epsilon_low, epsilon_high), and draws from the shared
+    generator: two calls at the same (step, call) choose the same tokens."""
+    trainer = loss_trainer
+    seen = _clip_cov_selections(trainer, monkeypatch, {"ratio": 0.5, "cov_low": -10.0, "cov_high": 10.0}, "dapo")
     records = []
     trainer.on_selection = records.append
     inputs = loss_inputs(trainer, torch.tensor([1.0, -0.5, 0.25, -2.0]), perturb=0.3)
@@ -215,21 +223,8 @@ def test_trl_clip_cov_spares_exactly_the_tokens_the_loss_type_clips(loss_trainer
     log-probs, the kept tokens are those where d(per-token loss)/d(log p) of the loss type (its
     TRL formula written out, float64) is 0. cispo's clamp is a detached weight and sapo's gate is
     soft: no token is clipped (before, the PPO clip range spared 6 of 19 tokens there)."""
-    import ict.integrations.trl as integration
-
     trainer = loss_trainer
-    seen = []
-    original = integration.select
-
-    def spy(name, inputs, **options):
-        seen.append(inputs)
-        return original(name, inputs, **options)
-
-    monkeypatch.setattr(integration, "select", spy)
-    monkeypatch.setattr(trainer, "selector_name", "clip_cov")
-    monkeypatch.setattr(trainer, "selector_options", {"ratio": 1.0, "cov_low": -1e9, "cov_high": 1e9})
-    monkeypatch.setattr(trainer, "loss_type", loss_type)
-    monkeypatch.setattr(trainer, "epsilon_high", 0.28)
+    seen = _clip_cov_selections(trainer, monkeypatch, {"ratio": 1.0, "cov_low": -1e9, "cov_high": 1e9}, loss_type)
     records = []
     trainer.on_selection = records.append
     inputs = loss_inputs(trainer, torch.tensor([1.0, -0.5, 0.25, -2.0]), perturb=0.3)
