@@ -143,6 +143,21 @@ def arithmetic_task(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
+def single_process_group(tmp_path, monkeypatch):
+    """A gloo group of one process (verl's engine functions in tests/test_integration_verl_batches.py
+    and test_engine_agreement.py); verl's device helpers pointed at the CPU."""
+    import verl.utils.seqlen_balancing as balancing
+    import verl.workers.engine.fsdp.transformer_impl as fsdp_impl
+
+    monkeypatch.setattr(fsdp_impl, "get_device_id", lambda: "cpu")
+    monkeypatch.setattr(fsdp_impl, "get_device_name", lambda: "cpu")
+    monkeypatch.setattr(balancing, "get_device_name", lambda: "cpu")
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield torch.distributed.group.WORLD
+    torch.distributed.destroy_process_group()
+
+
+@pytest.fixture
 def one_thread():
     """Tiny models generate much faster with one thread on a shared 2-core machine."""
     previous = torch.get_num_threads()

@@ -210,20 +210,6 @@ def test_ict_trains_step_is_verls_loss(drawn, spec, loss_agg_mode, micro_batch_s
     torch.testing.assert_close(grad, verl_grad, atol=1e-5, rtol=1e-4)
 
 
-@pytest.fixture
-def single_process_group(tmp_path, monkeypatch):
-    """A gloo group of one process; verl's device helpers pointed at the CPU."""
-    import verl.utils.seqlen_balancing as balancing
-    import verl.workers.engine.fsdp.transformer_impl as fsdp_impl
-
-    monkeypatch.setattr(fsdp_impl, "get_device_id", lambda: "cpu")
-    monkeypatch.setattr(fsdp_impl, "get_device_name", lambda: "cpu")
-    monkeypatch.setattr(balancing, "get_device_name", lambda: "cpu")
-    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    yield torch.distributed.group.WORLD
-    torch.distributed.destroy_process_group()
-
-
 def verl_micro_batches(batch, spec, loss_agg_mode, group, v1, split, **policy):
     """verl's own forward_backward_batch over the mini-batch cut by ``split``: an int is
     ``ppo_micro_batch_size_per_gpu``, a string ``"tokens=N"`` a dynamic token budget. Returns

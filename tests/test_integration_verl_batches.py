@@ -28,20 +28,6 @@ from verl_helpers import (
 )
 
 
-@pytest.fixture
-def single_process_group(tmp_path, monkeypatch):
-    """A gloo group of one process; verl's device helpers pointed at the CPU."""
-    import verl.utils.seqlen_balancing as balancing
-    import verl.workers.engine.fsdp.transformer_impl as fsdp_impl
-
-    monkeypatch.setattr(fsdp_impl, "get_device_id", lambda: "cpu")
-    monkeypatch.setattr(fsdp_impl, "get_device_name", lambda: "cpu")
-    monkeypatch.setattr(balancing, "get_device_name", lambda: "cpu")
-    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    yield torch.distributed.group.WORLD
-    torch.distributed.destroy_process_group()
-
-
 @pytest.mark.parametrize(("spec", "dynamic"), [
     ("ict:reference=group_mean,ratio=0.3", False), ("entropy:ratio=0.2", False),
     ("kl_cov:ratio=0.2,kl_coef=1.0", False), ("stapo:tau_p=0.1,quantile=0.75", True),
