@@ -355,11 +355,11 @@ def test_auto_backend_is_hf_for_a_lora_checkpoint_and_vllm_where_it_is_installed
     (checkpoint / "adapter").mkdir(parents=True)
     (checkpoint / "adapter" / "adapter_config.json").write_text("{}")
     cpu = torch.device("cpu")
-    monkeypatch.setattr(module, "_vllm_available", lambda: True)
+    monkeypatch.setattr(module, "vllm_installed", lambda: True)
     assert module.resolved_backend(EvalConfig(model=str(checkpoint)), cpu) == "hf"
     assert module.resolved_backend(EvalConfig(model=str(tmp_path)), cpu) == "vllm"
     assert module.resolved_backend(EvalConfig(model=str(tmp_path), backend="hf"), cpu) == "hf"
-    monkeypatch.setattr(module, "_vllm_available", lambda: False)
+    monkeypatch.setattr(module, "vllm_installed", lambda: False)
     assert module.resolved_backend(EvalConfig(model=str(tmp_path)), cpu) == "hf"
     assert module.resolved_backend(EvalConfig(model=str(checkpoint), backend="vllm"), cpu) == "vllm"
 

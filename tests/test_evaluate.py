@@ -355,7 +355,7 @@ def test_a_lora_checkpoint_is_refused_by_vllm_and_one_without_a_base_model_is_na
     adapter = tmp_path / "step-00000001" / "adapter"
     adapter.mkdir(parents=True)
     (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4}))
-    monkeypatch.setattr(evaluate_module, "_vllm_available", lambda: True)
+    monkeypatch.setattr(evaluate_module, "vllm_installed", lambda: True)
     with pytest.raises(UsageError, match="--backend vllm does not load LoRA checkpoints; use --backend hf"):
         evaluate_module.load_generator(EvalConfig(model=str(adapter.parent), device="cpu", backend="vllm"))
     with pytest.raises(UsageError, match="adapter_config.json names no base model"):

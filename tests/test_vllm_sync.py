@@ -213,7 +213,7 @@ def test_ict_eval_on_vllm_loads_the_tokenizer_with_the_hf_paths_checks(case, tin
     from ict.core.errors import UsageError
     from ict.evaluation.evaluate import EvalConfig
 
-    monkeypatch.setattr(evaluate, "_vllm_available", lambda: True)
+    monkeypatch.setattr(evaluate, "vllm_installed", lambda: True)
     monkeypatch.setattr(rollout, "VLLMBackend", StandInBackend)
     StandInBackend.made = []
     model = tmp_path / "model"

@@ -41,11 +41,6 @@ class Generator:
         return rollout.completions, lengths, rollout.finished
 
 
-def _vllm_available() -> bool:
-    """Whether vLLM is importable (`vllm_installed`; a name the tests replace)."""
-    return vllm_installed()
-
-
 DTYPE_OPTIONS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # torch name -> --dtype
 
 
@@ -56,7 +51,7 @@ def resolved_backend(config: EvalConfig, device: Any) -> str:
 
     if config.backend != "auto":
         return config.backend
-    use_vllm = _vllm_available() and device.type in VLLM_DEVICES and lora_adapter_dir(config.model) is None
+    use_vllm = vllm_installed() and device.type in VLLM_DEVICES and lora_adapter_dir(config.model) is None
     return "vllm" if use_vllm else "hf"
 
 
@@ -77,7 +72,7 @@ def load_generator(config: EvalConfig) -> Generator:
 
     device = resolve_device(config.device)
     use_vllm = resolved_backend(config, device) == "vllm"
-    if config.backend == "vllm" and not _vllm_available():
+    if config.backend == "vllm" and not vllm_installed():
         raise UsageError(f"--backend vllm needs vLLM: {VLLM_INSTALL}")
     if use_vllm and device.type not in VLLM_DEVICES:
         raise UsageError(f"--backend vllm runs on a CUDA device or the CPU, not {device.type}")

@@ -399,6 +399,7 @@ def vllm_installed() -> bool:
 
     return importlib.util.find_spec("vllm") is not None
 
+
 VLLM_PROMPT_ROOM = 2048
 """Prompt tokens the vLLM engine makes room for beside the longest completion (:func:`vllm_model_length`)."""
 
