@@ -141,8 +141,8 @@ def test_trl_ours_denominator_equals_policy_loss(loss_trainer, loss_type):
     """Through TRL's _compute_loss (old != current log-probs, so ratios and clipping are live), with
     20-Entropy's mask: selection_denominator='ours' gives the loss and LM-head gradient of ict's
     policy_loss (denominator='selected'); 'trl' gives TRL's completion-token denominators
-    (policy_loss denominator='all', times the share of sequences with a selected token for grpo/sapo,
-    whose mean TRL takes over every sequence; dr_grpo/luspo have constant denominators)."""
+    (policy_loss denominator='all', whose grpo/sapo mean is over every sequence, as TRL's;
+    dr_grpo/luspo have constant denominators)."""
     trainer = loss_trainer
     trainer.selector_name, trainer.selector_options = "entropy", {"ratio": 0.3}
     trainer.js_references, trainer.population = (), "batch"
@@ -165,9 +165,6 @@ def test_trl_ours_denominator_equals_policy_loss(loss_trainer, loss_type):
                 torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1), 7)
             reference = _reference_loss(trainer, loss_type, log_probs, inputs["old_per_token_logps"], advantages,
                                         mask, selected, "selected" if denominator == "ours" else "all")
-            if denominator == "trl" and loss_type in ("grpo", "sapo"):  # TRL's mean is over every sequence,
-                rows = selected.any(-1)  # policy_loss's over the sequences with a selected token
-                reference = reference * rows.sum() / rows.numel()
             torch.testing.assert_close(loss.double(), reference, atol=1e-6, rtol=1e-5)
             torch.testing.assert_close(head_grad(trainer, loss).double(), head_grad(trainer, reference).double(),
                                        atol=1e-6, rtol=1e-5)

@@ -378,7 +378,7 @@ def test_an_empty_batch_has_a_zero_loss(shape, aggregation):
 def test_micro_batch_losses_weighted_by_aggregation_weight_are_the_whole_batchs_loss(aggregation, denominator):
     """``sum_m w_m loss_m / sum_m w_m`` over one-row micro-batches is the loss of the whole batch,
     a micro-batch without a selected token included (with ``denominator="all"`` its response
-    tokens still count in the mean: TRL's normalisation)."""
+    tokens, and for ``seq_mean_token_mean`` its row, still count in the mean: TRL's normalisation)."""
     log_ratio = RATIOS.log()
     selected = SELECTED.clone()
     selected[1] = False  # row 1: response tokens, none selected
@@ -391,7 +391,7 @@ def test_micro_batch_losses_weighted_by_aggregation_weight_are_the_whole_batchs_
     losses = hand_losses()
     chosen = sum(losses[0][t] for t in range(4) if selected[0, t])
     expected = {("token_mean", "selected"): chosen / 2, ("token_mean", "all"): chosen / 7,
-                ("seq_mean_token_mean", "selected"): chosen / 2, ("seq_mean_token_mean", "all"): chosen / 3,
+                ("seq_mean_token_mean", "selected"): chosen / 2, ("seq_mean_token_mean", "all"): chosen / 3 / 2,
                 ("seq_mean_token_sum_norm", "selected"): chosen / (2 * 4)}[aggregation, denominator]
     assert whole.item() == pytest.approx(expected, rel=1e-6)
     assert combined == pytest.approx(expected, rel=1e-6)

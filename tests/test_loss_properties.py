@@ -34,8 +34,8 @@ def reference_aggregate(values, derivatives, weights, counted, config):
     ``weights`` positions) aggregated as the docstring says; ``counted``: the denominator's tokens."""
     batch, length = len(weights), len(weights[0])
     gradient = [[0.0] * length for _ in range(batch)]
-    if config.aggregation == "seq_mean_token_mean":  # mean over rows with a token of each row's mean
-        rows = [b for b in range(batch) if any(weights[b])]
+    if config.aggregation == "seq_mean_token_mean":  # mean over rows with a counted token of each row's mean
+        rows = [b for b in range(batch) if any(counted[b])]
         total = 0.0
         for b in rows:
             scale = 1.0 / max(1, sum(counted[b])) / len(rows)

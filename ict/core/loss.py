@@ -13,10 +13,10 @@ Per token, with ``rho = exp(log_prob - old_log_prob)`` and advantage ``A``:
   ``L = max_response_length`` (default: the padded length T).
 
 ``denominator="all"`` divides by the response tokens instead of the selected ones (per sequence
-for ``seq_mean_token_mean``): TRL's ``top_entropy_quantile`` convention, whose loss is about
-``ratio`` times ours at the same mask. Exactly TRL's for ``token_mean`` (bnpo); for
-``seq_mean_token_mean`` the mean is still over the sequences with a selected token, where TRL's
-grpo averages over all sequences (``S / B`` times ours, ``S`` the sequences with a selection).
+for ``seq_mean_token_mean``, whose mean is then over every sequence with a response token, a
+selected one or not): TRL's ``top_entropy_quantile`` convention, whose loss is about ``ratio``
+times ours at the same mask; exactly TRL's bnpo (``token_mean``) and grpo
+(``seq_mean_token_mean``), and verl's ``seq-mean-token-mean`` over its mini-batch's sequences.
 
 Dual-clip (``clip_ratio_c``, verl's formula; off by default): for ``A < 0`` the per-token loss
 is ``min(-A * clip_ratio_c, max(-rho * A, -clip(rho) * A))``, bounding the loss of a token whose
@@ -133,7 +133,7 @@ def aggregate(
     """Aggregate ``[B, T]`` per-token ``values`` over tokens with ``weights`` (0/1) > 0.
 
     ``normaliser_weights`` (default: ``weights``) are the tokens counted in the denominators of
-    ``token_mean`` and ``seq_mean_token_mean`` (sequences count when they have a selected token).
+    ``token_mean`` and ``seq_mean_token_mean`` (a sequence counts when it has a counted token).
     """
     weights = weights.to(values.dtype)
     counted = weights if normaliser_weights is None else normaliser_weights.to(values.dtype)
@@ -141,8 +141,9 @@ def aggregate(
     if aggregation == "token_mean":
         return masked.sum() / counted.sum().clamp(min=1.0)
     if aggregation == "seq_mean_token_mean":
-        has_tokens = weights.sum(dim=-1) > 0
-        per_sequence = masked.sum(dim=-1) / counted.sum(dim=-1).clamp(min=1.0)
+        per_sequence_count = counted.sum(dim=-1)
+        has_tokens = per_sequence_count > 0
+        per_sequence = masked.sum(dim=-1) / per_sequence_count.clamp(min=1.0)
         return (per_sequence * has_tokens).sum() / has_tokens.sum().clamp(min=1)
     if aggregation == "seq_mean_token_sum_norm":
         length = values.shape[-1] if max_response_length is None else max_response_length
@@ -154,13 +155,14 @@ def aggregation_weight(selected: Tensor, response_mask: Tensor, config: PolicyLo
     """The weight of one micro-batch's aggregated loss in its mini-batch's, so that
     ``sum_m w_m * loss_m / sum_m w_m`` is the loss of the whole mini-batch: its counted tokens
     (``token_mean``: selected, or response tokens with ``denominator="all"``, selected or not), its
-    sequences with a selected token (``seq_mean_token_mean``), its sequences
-    (``seq_mean_token_sum_norm``)."""
+    sequences with a counted token (``seq_mean_token_mean``: a selected one, or any response token
+    with ``denominator="all"``), its sequences (``seq_mean_token_sum_norm``)."""
     selected = selected.bool() & response_mask.bool()
+    counted = response_mask.bool() if config.denominator == "all" else selected
     if config.aggregation == "token_mean":
-        return float((response_mask.bool() if config.denominator == "all" else selected).sum())
+        return float(counted.sum())
     if config.aggregation == "seq_mean_token_mean":
-        return float((selected.sum(dim=-1) > 0).sum())
+        return float((counted.sum(dim=-1) > 0).sum())
     return float(selected.shape[0])
 
 
