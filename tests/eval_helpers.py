@@ -1,6 +1,7 @@
 """What the evaluation tests share: the real tiny-model generator that records its prompts, and
-the samples an `ict eval` output directory holds (tests/test_evaluate.py, test_eval_seeds.py), and
-scripted generators over a one-problem evaluation (test_eval_records.py, test_eval_results.py)."""
+the samples an `ict eval` output directory holds (tests/test_evaluate.py, test_eval_seeds.py), a
+samples file of given records (test_inspect.py, test_inspect_scores.py), and scripted generators
+over a one-problem evaluation (test_eval_records.py, test_eval_results.py)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,13 @@ def tiny_generator(config: EvalConfig, tiny_model_dir: Path,
 
 def read_samples(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+
+
+def samples_file(path: Path, records: list[dict]) -> Path:
+    """``records`` written to ``path`` as JSON lines (as `ict eval` writes samples.jsonl); returns
+    ``path``."""
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return path
 
 
 class ScriptedGenerator(Generator):

@@ -8,7 +8,9 @@ reference takes the logits of the *padded* batch directly (column ``P + t - 1`` 
 token ``t``), runs ``ict.core.selectors.select`` and ``ict.core.loss.policy_loss``: loss and gradient must
 agree to 1e-6. The batch, the toy LM and both losses: tests/verl_helpers.py. Several micro-batches
 and two ranks: tests/test_integration_verl_batches.py; verl's v1 trainer balancing and the example
-launch script: tests/test_integration_verl_launch.py.
+launch script: tests/test_integration_verl_launch.py; the refusals:
+tests/test_integration_verl_refusals.py; the metrics verl reports:
+tests/test_integration_verl_metrics.py.
 """
 
 from __future__ import annotations
@@ -38,9 +40,6 @@ from verl_helpers import (
     reference_loss,
     verl_loss,
 )
-
-from ict.core.errors import UsageError
-from ict.core.stats import TokenStatistics
 
 SELECTORS = [
     "ict:ratio=0.3",  # the default reference, group_mean_absorbing
@@ -271,96 +270,6 @@ def test_bf16_log_probs_leave_the_advantages_in_float32_as_verls_vanilla_loss_do
     torch.testing.assert_close(grad, expected_grad, atol=1e-7, rtol=0)
 
 
-def test_a_group_scoped_ranking_refuses_a_mini_batch_of_partial_groups() -> None:
-    """Rows 0, 1 of one prompt and 3, 4 of the other (actor.shuffle=True, or the v0 trainer's
-    balance_batch): a scope=group ranking ranked each fragment as a group; it is refused in one
-    line, as the group references already were."""
-    rows = [0, 1, 3, 4]
-    for spec in ("ict:reference=seq_mean,scope=group,ratio=0.3", "ict:reference=group_mean,ratio=0.3"):
-        batch, model = make_batch(), ToyLM()
-        data, fsdp = micro_batch(batch, True, global_batch_size=len(rows), rows=rows), engine()
-        inputs, output_args = fsdp.prepare_model_inputs(data)
-        with pytest.raises(UsageError, match=r"need whole groups \(3 rows per uid\)") as error:
-            fsdp.prepare_model_outputs(model(**inputs), output_args, data, partial(ppo_loss, config=actor_config(spec)))
-        assert "\n" not in str(error.value)
-    ict_verl._pending.clear()
-
-
-@pytest.mark.parametrize(("option", "value"), [
-    ("ict_seed", 1.5), ("ict_seed", "abc"), ("ict_seed", None), ("ict_seed", True),
-    ("ict_dual_clip", "no"), ("ict_dual_clip", 1),
-    ("ict_full_token_warmup_steps", 2.5), ("ict_full_token_warmup_steps", True),
-    ("ict_full_token_warmup_steps", "abc"), ("ict_full_token_warmup_steps", -1),
-    ("ict_denominator", "tokens"), ("ict_aggregation", "token-mean"),
-    ("ict_selector", None), ("ict_selector", 5), ("ict_selector", ["ict"]),
-    ("ict_stats_tile_size", "0x5"), ("ict_stats_tile_size", "fast"), ("ict_stats_tile_size", 5),
-])
-def test_a_badly_typed_option_is_refused_in_one_line(option: str, value: object) -> None:
-    """hydra passes an override's value as typed: ict_seed=1.5 trained with seed 1, ict_dual_clip=no
-    turned the dual clip on (a true string), a warm-up of 2.5 steps ran 3 and 'abc' raised a
-    TypeError at the first selection; ict_selector=null (or 5) raised an AttributeError and a list
-    a TypeError (unhashable) from the selector parser."""
-    with pytest.raises(UsageError, match=option) as error:
-        ict_verl.ICTPolicyLossConfig(loss_mode="ict", **{option: value})
-    assert "\n" not in str(error.value)
-    ict_verl.ICTPolicyLossConfig(loss_mode="ict", ict_seed=3, ict_dual_clip=True, ict_full_token_warmup_steps=None)
-
-
-def _micro_batch_metrics(selected_rows: list[int]) -> dict[str, float]:
-    """compute_policy_loss_ict's metrics on a 2 x 4 micro-batch whose selection is the first token
-    of ``selected_rows``."""
-    from ict.core.selectors import Selection
-
-    rows, width = 2, 4
-    mask = torch.ones(rows, width, dtype=torch.bool)
-    generator = torch.Generator().manual_seed(len(selected_rows))
-    stats = TokenStatistics(-torch.rand(rows, width, generator=generator), torch.rand(rows, width, generator=generator),
-                            torch.rand(rows, width, generator=generator),
-                            {"group_mean_absorbing": torch.rand(rows, width, generator=generator)})
-    chosen = torch.zeros(rows, width, dtype=torch.bool)
-    chosen[selected_rows, 0] = True
-    ict_verl._pending.append(ict_verl.MicroBatchSelection(Selection(chosen, None), stats, 1.0))
-    log_prob = torch.full((rows, width), -1.0, requires_grad=True)
-    loss, metrics = ict_verl.compute_policy_loss_ict(
-        torch.full((rows, width), -1.2), log_prob, torch.tensor([[1.0], [-1.0]]).expand(rows, width), mask,
-        "token-mean", actor_config("all"))
-    if not selected_rows:
-        assert float(loss) == 0.0
-    return metrics
-
-
-def test_a_micro_batch_without_selected_tokens_reports_every_metric_nan_where_undefined() -> None:
-    """A micro-batch of the mini-batch with no selected token (its loss and gradient 0) reports the
-    same keys as one with a selection: the selected tokens' means NaN, the fraction 0."""
-    with_selection, without = _micro_batch_metrics([0, 1]), _micro_batch_metrics([])
-    assert set(without) == set(with_selection)
-    assert without["actor/ict_selected_fraction"] == 0.0
-    for key in ("entropy_selected", "clip_fraction", "js_score_selected", "above_beta_fraction_selected"):
-        assert math.isnan(without[f"actor/ict_{key}"]) and math.isfinite(with_selection[f"actor/ict_{key}"]), key
-
-
-def test_two_ranks_of_two_micro_batches_aggregate_in_verl_when_one_selects_nothing() -> None:
-    """verl 0.9 combines the loss's metrics as engine_workers does: per rank over its micro-batches
-    (append_to_dict), then over the ranks (Metric.aggregate_dp, which refuses ranks holding different
-    numbers of values). Rank 1's second micro-batch selects nothing; before, its undefined metrics were
-    left out and aggregate_dp raised ValueError ([2, 1] values). The fraction is the unweighted mean
-    of the four micro-batches' (1/4, 1/8, 1/4, 0)."""
-    from verl.utils.metric.utils import AggregationType, Metric
-    from verl.utils.py_functional import append_to_dict
-
-    ranks = [[[0, 1], [0]], [[0, 1], []]]
-    gathered: dict[str, list] = {}
-    for micro_batches in ranks:
-        merged: dict = {}
-        for selected_rows in micro_batches:
-            append_to_dict(merged, Metric.from_dict(_micro_batch_metrics(selected_rows), AggregationType.MEAN))
-        for key, value in merged.items():
-            gathered.setdefault(key, []).append(value)
-    combined = {key: Metric.aggregate_dp(values) for key, values in gathered.items()}
-    assert combined["actor/ict_selected_fraction"] == pytest.approx((0.25 + 0.125 + 0.25 + 0.0) / 4)
-    assert math.isnan(combined["actor/ict_entropy_selected"])
-
-
 def test_unset_clip_ratios_fall_back_to_clip_ratio_as_in_verl() -> None:
     """verl's vanilla loss reads clip_ratio_low / clip_ratio_high, each falling back to clip_ratio
     when null: so does ict's clip range."""
@@ -376,29 +285,6 @@ def test_unset_clip_ratios_fall_back_to_clip_ratio_as_in_verl() -> None:
     assert clip_range(clip_ratio_low=0.1, clip_ratio_high=None) == (0.1, 0.15)
 
 
-def test_one_temperature_and_the_scored_micro_batches() -> None:
-    """Refused in one line: rows sampled at different temperatures (one temperature scales the
-    statistics); a training micro-batch whose rows differ from the scoring pass's selection."""
-    from ict.core.selectors import Selection
-    from ict.integrations.verl_selection import _temperature
-
-    assert _temperature({"temperature": torch.tensor([0.7, 0.7])}) == pytest.approx(0.7)
-    assert _temperature({"temperature": 0.9}) == 0.9
-    with pytest.raises(UsageError, match="one sampling temperature"):
-        _temperature({"temperature": torch.tensor([0.7, 0.8])})
-    batch, model = make_batch(), ToyLM()
-    data, fsdp = micro_batch(batch, True), engine()
-    inputs, output_args = fsdp.prepare_model_inputs(data)
-    two_rows = torch.zeros(2, RESPONSE, dtype=torch.bool)
-    ict_verl._queue.append(ict_verl.MicroBatchSelection(Selection(two_rows, None), None, 1.0))
-    try:
-        with pytest.raises(RuntimeError, match="differ from the scoring pass's"):
-            fsdp.prepare_model_outputs(model(**inputs), output_args, data, partial(ppo_loss, config=actor_config("all")))
-    finally:
-        ict_verl._queue.clear()
-        ict_verl._pending.clear()
-
-
 def test_registered_in_verl_and_other_losses_untouched() -> None:
     assert get_policy_loss_fn("ict") is ict_verl.compute_policy_loss_ict
     batch, model = make_batch(), ToyLM()
@@ -407,140 +293,6 @@ def test_registered_in_verl_and_other_losses_untouched() -> None:
     config = FSDPActorConfig(strategy="fsdp", rollout_n=GROUP, ppo_micro_batch_size_per_gpu=6)
     fsdp.prepare_model_outputs(model(**inputs), output_args, data, partial(ppo_loss, config=config))
     assert ict_verl._pending == []  # vanilla loss: the hook did nothing
-
-
-def test_refusals() -> None:
-    with pytest.raises(UsageError, match="FSDP engine"):
-        get_policy_loss_fn("ict")(torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(1, 2),
-                                  torch.ones(1, 2, dtype=torch.bool), "token-mean", actor_config("all"))
-    with pytest.raises(UsageError, match="loss_agg_mode"):
-        verl_loss("all", True, "token-sum")
-    with pytest.raises(ValueError, match="no option"):
-        ict_verl.ICTPolicyLossConfig(loss_mode="ict", ict_selector="entropy:ratoi=0.2")
-    with pytest.raises(UsageError, match="'ref'"):
-        ict_verl.ICTPolicyLossConfig(loss_mode="ict", ict_selector="ict:reference=ref")
-    # a micro-batch that is not the whole mini-batch reaching the one-pass path
-    batch, model = make_batch(), ToyLM()
-    data, fsdp = micro_batch(batch, True, global_batch_size=12), engine()
-    inputs, output_args = fsdp.prepare_model_inputs(data)
-    loss_function = partial(ppo_loss, config=actor_config("entropy"))
-    with pytest.raises(RuntimeError, match="6 rows of a 12-row mini-batch"):
-        fsdp.prepare_model_outputs(model(**inputs), output_args, data, loss_function)
-    # group_mean with a group split over ranks (here: rollout.n says 4 rows per uid)
-    config = FSDPActorConfig(strategy="fsdp", rollout_n=4, ppo_micro_batch_size_per_gpu=6,
-                             policy_loss=ict_verl.ICTPolicyLossConfig(loss_mode="ict"))
-    data = micro_batch(batch, True)
-    with pytest.raises(UsageError, match="whole groups .4 rows per uid. in each micro-batch"):
-        fsdp.prepare_model_outputs(model(**inputs), output_args, data, partial(ppo_loss, config=config))
-
-def test_loss_mode_ict_without_our_config_class_is_refused_in_one_line() -> None:
-    """loss_mode=ict with verl's own PolicyLossConfig (the _target_ override forgotten, so no
-    ict_* fields) is refused in one line naming the override, not an AttributeError later."""
-    from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
-
-    batch, model = make_batch(), ToyLM()
-    data, fsdp = micro_batch(batch, True), engine()
-    inputs, output_args = fsdp.prepare_model_inputs(data)
-    config = FSDPActorConfig(strategy="fsdp", rollout_n=GROUP, ppo_micro_batch_size_per_gpu=6,
-                             policy_loss=VerlPolicyLossConfig(loss_mode="ict"))
-    with pytest.raises(UsageError, match=r"policy_loss._target_=ict.integrations.verl.ICTPolicyLossConfig") as error:
-        fsdp.prepare_model_outputs(model(**inputs), output_args, data, partial(ppo_loss, config=config))
-    assert "\n" not in str(error.value) and ict_verl._pending == []
-
-
-def test_fused_kernels_and_ulysses_are_refused_in_one_line(monkeypatch) -> None:
-    """The statistics need the actor's materialised logits of whole sequences: verl's fused
-    kernels (no logits, or none to trust) and Ulysses sequence parallelism (each rank holds a slice
-    of the packed sequence) are refused in one line naming the setting. verl's own output path is
-    stubbed: its fused and Ulysses branches need the fused model output and a process group."""
-    from types import SimpleNamespace
-
-    from verl_helpers import tu
-
-    monkeypatch.setattr(ict_verl, "_original_prepare_model_outputs", lambda *args: {})
-    batch, model = make_batch(), ToyLM()
-    data, fsdp = micro_batch(batch, True), engine()
-    inputs, output_args = fsdp.prepare_model_inputs(data)
-    output, loss_function = model(**inputs), partial(ppo_loss, config=actor_config("all"))
-    cases = [("use_fused_kernels", True, output, "use_fused_kernels=False"),
-             ("use_fused_kernels", False, SimpleNamespace(logits=None), "use_fused_kernels=False"),
-             ("use_ulysses_sp", True, output, "ulysses_sequence_parallel_size=1")]
-    for setting, value, model_output, message in cases:
-        fsdp.use_ulysses_sp = setting == "use_ulysses_sp" and value
-        tu.assign_non_tensor(data, use_fused_kernels=setting == "use_fused_kernels" and value)
-        with pytest.raises(UsageError, match=message) as error:
-            fsdp.prepare_model_outputs(model_output, output_args, data, loss_function)
-        assert "\n" not in str(error.value)
-    assert ict_verl._pending == []
-
-
-def test_rollout_importance_weights_are_refused_in_one_line() -> None:
-    """verl hands rollout_is_weights (algorithm.rollout_correction) to the policy loss; ict's loss
-    does not apply them, so it refuses them rather than train without them."""
-    ones = torch.ones(1, 2)
-    with pytest.raises(UsageError, match="rollout importance weights") as error:
-        get_policy_loss_fn("ict")(-ones, -ones, ones, ones.bool(), "token-mean", actor_config("all"),
-                                  rollout_is_weights=ones)
-    assert "\n" not in str(error.value)
-
-
-def test_clip_cov_sees_the_actors_clip_range_and_the_diagnostics_their_advantages(monkeypatch) -> None:
-    """The selection gets verl's (clip_ratio_low, clip_ratio_high) (Clip-Cov keeps the tokens the
-    ratio clip already clips), and the reported share of selected tokens with a positive advantage
-    is that of the selection (float64 from the batch's advantages)."""
-    import ict.integrations.verl_selection as verl_selection
-
-    monkeypatch.setitem(ict_verl._selections, "step", -1)  # this selection is step 0's first
-    monkeypatch.setitem(ict_verl._selections, "index", 0)
-    seen = []
-    original = verl_selection.select
-    monkeypatch.setattr(verl_selection, "select", lambda name, inputs, **options: (
-        seen.append(inputs), original(name, inputs, **options))[1])
-    _, _, metrics = verl_loss("clip_cov:ratio=0.2,cov_low=-100,cov_high=100", True)
-    assert seen[-1].clip_range == (0.2, 0.28)
-    batch = make_batch()
-    _, _, selection = reference_loss("clip_cov:ratio=0.2,cov_low=-100,cov_high=100",
-                                     generator=torch.Generator().manual_seed(ict_verl.selection_seed(0, 0, 0)))
-    selected = selection.mask.bool()
-    positive = (batch["advantages"][:, :selected.shape[1]].sum(-1) > 0)[:, None].expand_as(selected)
-    expected = float(positive[selected].double().mean())
-    assert 0.0 < expected < 1.0
-    assert metrics["actor/ict_selected_positive_advantage_fraction"].values == pytest.approx([expected])
-
-
-@pytest.mark.parametrize("spec", ["ict:ratio=0.3", "ict:reference=group_mean,ratio=0.3",
-                                  "ict:reference=group_mean,metric=kl,ratio=0.3"])
-def test_js_score_selected_is_the_js_to_icts_default_reference_as_in_ict_train(spec: str) -> None:
-    """``actor/ict_js_score_selected`` means what ``ict train``'s ``js_score_selected`` means: the
-    JS to ``group_mean_absorbing`` over the selected tokens, absent when the selector does not
-    compute it; the selector's own other score is ``actor/ict_js_<key>_selected`` (before, the
-    selector's first score took the name: the JS to the alive-only group mean, or a KL in nats).
-    Expected values: float64 loops over the softmax at the rollout temperature (trl_helpers)."""
-    from trl_helpers import absorbing_js_reference, group_mean_js_reference
-
-    _, _, metrics = verl_loss(spec, True)
-    _, _, selection = reference_loss(spec)
-    batch = make_batch()
-    logits = ToyLM()(batch["input_ids"], batch["position_ids"]).logits[:, PROMPT - 1: PROMPT + RESPONSE - 1]
-    hidden, eye = logits.detach().double() / TEMPERATURE, torch.eye(logits.shape[-1], dtype=torch.float64)
-    mask, groups = batch["response_mask"].bool(), torch.tensor([0, 0, 0, 1, 1, 1])
-    selected = torch.zeros_like(mask)
-    selected[:, :selection.mask.shape[1]] = selection.mask
-    selected &= mask
-    reported = {key for key in metrics if key.startswith("actor/ict_js_")}
-    # the diagnostics of ICT's default score: only where the selector computes it
-    assert ("actor/ict_jaccard_ict10" in metrics) == (spec == "ict:ratio=0.3")
-    assert ("actor/ict_score_knee_share" in metrics) == (spec == "ict:ratio=0.3")
-    if spec == "ict:ratio=0.3":
-        expected = absorbing_js_reference(hidden, eye, mask, groups, batch["responses"])[selected].mean()
-        assert reported == {"actor/ict_js_score_selected"}
-        assert metrics["actor/ict_js_score_selected"].values == pytest.approx([float(expected)], rel=1e-5)
-    elif "kl" in spec:
-        assert reported == {"actor/ict_js_group_mean:kl_selected"}
-    else:
-        expected = group_mean_js_reference(hidden, eye, mask, groups)[selected].mean()
-        assert reported == {"actor/ict_js_group_mean_selected"}
-        assert metrics["actor/ict_js_group_mean_selected"].values == pytest.approx([float(expected)], rel=1e-5)
 
 
 def _policy_log_probs(batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -1,0 +1,162 @@
+"""`--resume`'s configuration: the run's config.yaml is the base, the options a resumed run may
+change are taken, any other change, an empty or missing config.yaml and one that is not UTF-8
+are refused in one line, and the paths it names resolve from any working directory."""
+
+from __future__ import annotations
+
+import pytest
+
+from ict.core.errors import UsageError
+from ict.training.config import TrainConfig, build_config
+
+
+def test_resume_continues_with_the_runs_config_yaml_and_refuses_changes(tmp_path):
+    """``--resume --run-dir X`` took the defaults for every option not given again (method ict,
+    learning rate 2e-5, temperature 1.0 for a GRPO run at 3e-3 and 0.7), and rewrote config.yaml
+    to match: now the run's config.yaml is the base, the options that only say how long and how
+    visibly it runs may change, and any other change is one line."""
+    from ict.training.config import save_config
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    first = build_config(None, {"method": "grpo", "learning_rate": "3e-3", "temperature": "0.7",
+                                "num_steps": "4", "run_dir": str(run_dir)}, {"dataset_config.max_terms": "3"})
+    save_config(first, run_dir / "config.yaml")
+    resumed = build_config(None, {"run_dir": str(run_dir), "resume": True, "num_steps": "6", "progress": False}, {})
+    for name in ("method", "learning_rate", "temperature", "dataset_config", "selector", "aggregation"):
+        assert getattr(resumed, name) == getattr(first, name), name
+    assert (resumed.num_steps, resumed.resume, resumed.progress) == (6, True, False)
+    same = build_config(None, {"run_dir": str(run_dir), "resume": True, "method": "grpo", "temperature": "0.7"}, {})
+    assert same.to_dict() == {**first.to_dict(), "resume": True}
+    for options, name in (({"learning_rate": "2e-5"}, "learning_rate"), ({"method": "ict"}, "method"),
+                          ({"weight_decay": "0.5"}, "weight_decay")):
+        with pytest.raises(UsageError, match=rf"^--resume continues .*run with its config.yaml, where {name} is"):
+            build_config(None, {"run_dir": str(run_dir), "resume": True, **options}, {})
+    fresh = tmp_path / "fresh"  # no config.yaml yet: the options as given
+    assert build_config(None, {"run_dir": str(fresh), "resume": True}, {}).method == "ict"
+
+
+@pytest.mark.parametrize(("first", "given"), [("random", "grpo"), ("random", "entropy"), ("ict", "stapo")])
+def test_resume_with_another_method_is_refused_as_a_change_not_by_the_runs_selector_options(tmp_path, first,
+                                                                                            given):
+    """The run's selector options met the new method's checks before the resume's comparison:
+    `--resume --method grpo` of a random run said "selector 'all' has no option 'ratio'" (an option
+    the user never gave) instead of the refusal of the change. A bad selector option given on
+    resume keeps its own message."""
+    from ict.training.config import save_config
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    save_config(build_config(None, {"method": first, "run_dir": str(run_dir)}, {}), run_dir / "config.yaml")
+    with pytest.raises(UsageError) as error:
+        build_config(None, {"run_dir": str(run_dir), "resume": True, "method": given}, {})
+    assert str(error.value) == (f"--resume continues {run_dir} with its config.yaml, where method is "
+                                f"{first!r}, not {given!r}: drop the option, or start another --run-dir")
+    with pytest.raises(UsageError, match=r"^ratio must be in \(0, 1\], got 5"):
+        build_config(None, {"run_dir": str(run_dir), "resume": True, "ratio": "5"}, {})
+
+
+def test_resume_accepts_a_new_value_of_each_option_the_docs_say_it_may_change(tmp_path):
+    """docs/training.md lists the options a resumed run may change; each is accepted with another
+    value and taken (a name dropped from RESUME_MAY_CHANGE was a refusal the docs deny)."""
+    import re
+    from pathlib import Path
+
+    from ict.training.config import RESUME_MAY_CHANGE, save_config
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
+    listed = re.search(r"runs may change \((.*?)\), and any other option", docs, re.S).group(1)
+    names = re.findall(r"`(\w+)`", listed)
+    assert set(names) == RESUME_MAY_CHANGE - {"resume", "run_dir"}
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    first = build_config(None, {"method": "grpo", "run_dir": str(run_dir), "eval_size": "4"}, {})  # eval_every's
+    save_config(first, run_dir / "config.yaml")
+    changed = {"num_steps": "7", "device": "cpu", "num_threads": "1", "progress": "false", "tensorboard": "false",
+               "profile": "true", "save_every": "3", "keep_checkpoints": "5", "eval_every": "2",
+               "eval_temperature": "0.5", "verify_timeout": "9.0"}
+    assert set(changed) == set(names)
+    resumed = build_config(None, {"run_dir": str(run_dir), "resume": True}, changed)
+    for name, value in changed.items():
+        assert getattr(resumed, name) != getattr(first, name), name
+        assert str(getattr(resumed, name)).lower() == value, name
+
+
+def test_resume_takes_the_runs_resolution_of_an_auto_option_and_refuses_a_lost_config_yaml(tmp_path):
+    """The original command again with --resume: its `statistics_from auto` was refused against
+    the run's resolved `logits`. A config.yaml emptied by a kill mid-write (it was rewritten in
+    place), or missing beside checkpoints, resumed with every default (another model, 50 steps,
+    another learning rate); both are one line now."""
+    from ict.training.config import save_config
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    first = build_config(None, {"method": "grpo", "learning_rate": "3e-3", "run_dir": str(run_dir)}, {})
+    first.statistics_from = "logits"  # as the trainer saves it, resolved
+    save_config(first, run_dir / "config.yaml")
+    again = build_config(None, {"method": "grpo", "learning_rate": "3e-3", "run_dir": str(run_dir), "resume": True,
+                                "statistics_from": "auto"}, {})
+    assert again.statistics_from == "logits"
+    first.device = "cpu"
+    save_config(first, run_dir / "config.yaml")
+    assert build_config(None, {"run_dir": str(run_dir), "resume": True, "device": "auto"}, {}).device == "auto"
+    (run_dir / "config.yaml").write_text("")
+    with pytest.raises(UsageError, match=r"^--resume: .*config.yaml is empty: restore it"):
+        build_config(None, {"run_dir": str(run_dir), "resume": True}, {})
+    (run_dir / "config.yaml").unlink()
+    (run_dir / "checkpoints" / "step-00000002").mkdir(parents=True)
+    (run_dir / "checkpoints" / "step-00000002" / "COMPLETE").write_text("{}")
+    with pytest.raises(UsageError, match=r"^--resume: .*config.yaml is missing, but the run has checkpoints"):
+        build_config(None, {"run_dir": str(run_dir), "resume": True}, {})
+
+
+def test_a_resumed_runs_config_yaml_not_utf8_is_a_one_line_error_naming_it(tmp_path):
+    """build_config read RUN_DIR/config.yaml with the locale's codec (to see whether it is empty)
+    before load_yaml: a byte that is not UTF-8 gave "'utf-8' codec can't decode byte 0xe9 ...",
+    a UnicodeDecodeError naming no file."""
+    (tmp_path / "config.yaml").write_bytes("num_steps: 1\n# caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(UsageError, match=r"config\.yaml: not UTF-8 text") as error:
+        build_config(None, {"resume": True, "run_dir": str(tmp_path)}, {})
+    assert "\n" not in str(error.value)
+
+
+def test_a_run_resumed_from_another_directory_reads_the_model_data_and_plugin_it_started_with(
+        tmp_path, monkeypatch):
+    """A relative --model directory, --dataset file and --plugin file were stored in config.yaml
+    as typed, so `--resume` from another working directory found none of them (or another file of
+    that name there, trained on silently): config.yaml names them as absolute paths now; hub ids,
+    task names, modules and the offline default's name stay as typed, and `~` is expanded."""
+    import yaml
+
+    from ict.models.loading import OFFLINE_DEFAULT_MODEL
+    from ict.training.config import save_config
+
+    start, elsewhere, run_dir = tmp_path / "start", tmp_path / "elsewhere", tmp_path / "run"
+    for directory in (start / "model", elsewhere / "model", run_dir):
+        directory.mkdir(parents=True)
+    for place in (start, elsewhere):  # the same names in both directories: the worse case
+        (place / "sums.jsonl").write_text('{"question": "1 + 1", "answer": "2"}\n')
+        (place / "plugin_rel_resume.py").write_text("")
+    monkeypatch.chdir(start)
+    first = build_config(None, {"model": "model", "dataset": "sums.jsonl", "method": "grpo",
+                                "plugin": "json, plugin_rel_resume.py", "run_dir": str(run_dir)}, {})
+    save_config(first, run_dir / "config.yaml")
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    expected = {"model": f"{start}/model", "dataset": f"{start}/sums.jsonl",
+                "plugin": f"json,{start}/plugin_rel_resume.py"}
+    assert {name: saved[name] for name in expected} == expected
+    monkeypatch.chdir(elsewhere)
+    resumed = build_config(None, {"run_dir": str(run_dir), "resume": True, "num_steps": "60"}, {})
+    assert {name: getattr(resumed, name) for name in expected} == expected
+    with pytest.raises(UsageError, match=r"where dataset is '.*/start/sums.jsonl', not '.*/elsewhere/sums.jsonl'"):
+        build_config(None, {"run_dir": str(run_dir), "resume": True, "dataset": "sums.jsonl"}, {})
+    monkeypatch.setenv("HOME", str(start))
+    home = build_config(None, {"model": "~/model", "dataset": "~/sums.jsonl", "plugin": "~/plugin_rel_resume.py"}, {})
+    assert (home.model, home.dataset, home.plugin) == (
+        f"{start}/model", f"{start}/sums.jsonl", f"{start}/plugin_rel_resume.py")
+    TrainConfig(plugin="~/plugin_rel_resume.py").load_plugins()  # as ict compare loads it first
+    (elsewhere / OFFLINE_DEFAULT_MODEL).mkdir()  # the name loads the offline default, not this
+    kept = build_config(None, {"model": OFFLINE_DEFAULT_MODEL, "dataset": "chain_sum"}, {})
+    assert (kept.model, kept.dataset, kept.plugin) == (OFFLINE_DEFAULT_MODEL, "chain_sum", None)
+    hub = build_config(None, {"model": "Qwen/Qwen2.5-0.5B-Instruct", "dataset": "openai/gsm8k"}, {})
+    assert (hub.model, hub.dataset) == ("Qwen/Qwen2.5-0.5B-Instruct", "openai/gsm8k")
