@@ -34,7 +34,7 @@ $(VERL_STAMP): $(STAMP) Makefile
 	    importlib_metadata pyvers lazy-importer pyzmq msgspec prometheus_client cachetools \
 	    fastapi uvicorn torchdata aiohttp && \
 	  touch $(VERL_STAMP) ) \
-	  || echo "verl not installed: tests/test_integration_verl.py will skip (make test retries the install)"
+	  || echo "verl not installed: tests/test_integration_verl*.py will skip (make test retries the install)"
 
 # Short ICT run on the offline default (SmolLM2-135M-Instruct, reasoning-gym chain_sum),
 # with held-out accuracy before and after; results in $(DEMO_DIR).
