@@ -50,7 +50,7 @@ def child(variant: str, steps: int, prompts: int, generations: int, length: int,
     from ict.core.profiling import StepProfiler
     from ict.data.training_data import PromptSampler, load_training_data
     from ict.models.loading import load_model_and_tokenizer
-    from ict.training.config import build_config
+    from ict.training.config_loading import build_config
     from ict.training.train_step import loss_config_of, method_of, train_step
     from ict.training.trainer import build_optimizer, weights_dtype
 

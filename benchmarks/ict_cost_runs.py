@@ -480,7 +480,7 @@ def ours_run(model_dir: str, variant: str, steps: int, prompts: int, completions
     from ict.answers.rewards import Reward
     from ict.data.training_data import PromptSampler, load_training_data
     from ict.models.loading import load_model_and_tokenizer
-    from ict.training.config import build_config
+    from ict.training.config_loading import build_config
     from ict.training.step import statistics_source
     from ict.training.train_step import loss_config_of, method_of, train_step
     from ict.training.trainer import build_optimizer, weights_dtype

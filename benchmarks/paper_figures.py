@@ -73,7 +73,7 @@ def prompts_of(dataset: str, size: int, seed: int) -> list[str]:
         return [render_template(MATH_TEMPLATE, entry["question"]) for entry in entries]
     if dataset == "chain_sum":
         from ict.data.training_data import reasoning_gym_problems
-        from ict.training.config import build_config
+        from ict.training.config_loading import build_config
 
         config = build_config(CHAIN_SUM_CONFIG, {}, {})
         return [str(problem.prompt) for problem in reasoning_gym_problems(

@@ -120,7 +120,7 @@ def rollouts(temperature: float, batches: int, threads: int):
     from ict.core.seeding import step_seed
     from ict.data.training_data import PromptSampler, load_training_data
     from ict.models.forward import response_logits
-    from ict.training.config import build_config
+    from ict.training.config_loading import build_config
 
     config = build_config(CONFIG, {}, {"temperature": str(temperature)})
     data = load_training_data(config.dataset, dataset_config=config.dataset_config, dataset_size=config.dataset_size,

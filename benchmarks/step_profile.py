@@ -34,7 +34,7 @@ from ict.answers.rewards import build_reward  # noqa: E402
 from ict.core.profiling import StepProfiler, resident_bytes  # noqa: E402
 from ict.data.training_data import PromptSampler, load_training_data  # noqa: E402
 from ict.models.loading import load_model_and_tokenizer  # noqa: E402
-from ict.training.config import build_config  # noqa: E402
+from ict.training.config_loading import build_config  # noqa: E402
 from ict.training.train_step import loss_config_of, method_of, train_step  # noqa: E402
 from ict.training.trainer import build_optimizer  # noqa: E402
 

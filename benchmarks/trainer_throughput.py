@@ -39,7 +39,7 @@ def run_ours(steps: int, small: bool) -> list[float]:
     from ict.answers.rewards import build_reward
     from ict.data.training_data import PromptSampler, load_training_data
     from ict.models.loading import load_model_and_tokenizer
-    from ict.training.config import build_config
+    from ict.training.config_loading import build_config
     from ict.training.train_step import loss_config_of, method_of, train_step
     from ict.training.trainer import build_optimizer
 

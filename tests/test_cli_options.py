@@ -218,7 +218,7 @@ def test_the_same_value_means_the_same_by_every_route(tmp_path, capsys):
     number for a float escaped as OverflowError."""
     from ict.core.errors import UsageError
     from ict.core.options import parse_field
-    from ict.training.config import build_config
+    from ict.training.config_loading import build_config
 
     config = tmp_path / "train.yaml"
     config.write_text("autocast: off\ndataset_subset: 'no'\n")
@@ -262,7 +262,7 @@ def test_values_that_failed_late_are_refused_first(tmp_path, capsys):
     dtype outside the choices (after the benchmarks loaded), an --html in a missing directory
     (after the model had scored every token)."""
     from ict.core.errors import UsageError
-    from ict.training.config import build_config
+    from ict.training.config_loading import build_config
 
     for overrides, message in (({"seed": "-1"}, "seed must be in"), ({"seed": str(2**32)}, "seed must be in"),
                                ({"verify_timeout": "1e10"}, "verify_timeout must be in")):

@@ -248,7 +248,7 @@ def test_ict_metric_and_complement_specs_build_configs():
     from ict.core.errors import UsageError
     from ict.core.selectors import required_js_references
     from ict.experiments.compare import method_overrides, parse_methods
-    from ict.training.config import build_config
+    from ict.training.config_loading import build_config
 
     specs = parse_methods("ict:metric=kl,ict:metric=wasserstein,ict:complement=true,ratio=0.1")
     assert [spec.label for spec in specs] == ["ict-metric=kl", "ict-metric=wasserstein",
@@ -389,7 +389,7 @@ def test_a_run_with_a_checkpoint_resumes_with_its_own_config(tmp_path, monkeypat
     import ict.runs.checkpoint
     from ict.core.errors import UsageError
     from ict.experiments.compare import CompareConfig, _training_config, parse_methods, run_dir
-    from ict.training.config import build_config, save_config
+    from ict.training.config_loading import build_config, save_config
 
     evaluated = "rg:chain_sum:min_terms=2:max_terms=2:min_digits=1:max_digits=1:size=200"
     config = CompareConfig(output_dir=tmp_path / "cmp", eval_benchmarks=evaluated)

@@ -151,7 +151,7 @@ def test_ict_compare_evaluates_with_its_eval_options_and_checks_reused_step_eval
 
     from ict.core.errors import UsageError
     from ict.experiments.compare import CompareConfig, _eval_config, run_comparison, run_dir
-    from ict.training.config import build_config, save_config
+    from ict.training.config_loading import build_config, save_config
 
     options = {"eval_benchmarks": "gsm8k", "eval_n": 3, "eval_ks": (1, 2), "eval_temperature": 0.3,
                "eval_max_new_tokens": 7, "eval_limit": 5, "eval_math_extraction": "strict",

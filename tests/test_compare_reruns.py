@@ -17,7 +17,7 @@ def _run_trained_to_step_one(output):
     checkpoint), with an empty eval/: (its TrainConfig, its directory)."""
     from ict.experiments.compare import parse_methods, run_dir
     from ict.runs.checkpoint import COMPLETE_MARKER
-    from ict.training.config import build_config, save_config
+    from ict.training.config_loading import build_config, save_config
 
     directory = run_dir(output, parse_methods("grpo")[0].label, 0)
     directory.mkdir(parents=True)

@@ -9,7 +9,8 @@ import re
 import pytest
 
 from ict.core.errors import UsageError
-from ict.training.config import build_config, load_yaml
+from ict.training.config_loading import build_config
+from ict.training.config_text import load_yaml
 
 
 def _one_line_error(capsys, args: list[str]) -> str:

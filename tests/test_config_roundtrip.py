@@ -10,7 +10,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from ict.core.options import dump_options_yaml, text_option_names
-from ict.training.config import TrainConfig, build_config, load_yaml, save_config
+from ict.training.config import TrainConfig
+from ict.training.config_loading import build_config, save_config
+from ict.training.config_text import load_yaml
 
 YAML_PIECES = ["no", "yes", "on", "off", "true", "1e3", "0o17", "0x1F", "017", "1_000", "1:30", "~", "null",
                "None", ": ", "#", "- ", "'", '"', "2024-01-01", ".inf", ".nan", "+1", "-0", "0.5", "é", "\u2028",

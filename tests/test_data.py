@@ -156,7 +156,7 @@ def test_a_run_started_before_the_distinct_rule_resumes_with_its_draws(tmp_path)
     import reasoning_gym
     import yaml
 
-    from ict.training.config import build_config, save_config
+    from ict.training.config_loading import build_config, save_config
 
     options = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
     data = load_training_data("chain_sum", dataset_config=options, dataset_size=300, eval_size=64, seed=0,

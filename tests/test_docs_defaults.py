@@ -56,7 +56,7 @@ def test_the_selector_table_of_docs_method_matches_the_registry():
 def test_the_config_that_writes_out_the_defaults_matches_them():
     """configs/offline-default.yaml claims to write out `ict train`'s defaults: every value above
     its "Not defaults" line is the resolved default configuration's."""
-    from ict.training.config import build_config
+    from ict.training.config_loading import build_config
 
     text = (ROOT / "configs" / "offline-default.yaml").read_text()
     claimed = yaml.safe_load(text.split("# Not defaults")[0])
@@ -153,7 +153,8 @@ def test_every_config_builds_as_the_commands_that_read_it_build_it(tmp_path):
     (it says `ict compare` reads it) also builds every default method's run (compare's loader),
     as `ict compare --config` does before anything trains."""
     from ict.experiments.compare import CompareConfig, _training_config, compare_options
-    from ict.training.config import build_config, load_yaml
+    from ict.training.config_loading import build_config
+    from ict.training.config_text import load_yaml
 
     paths = sorted((ROOT / "configs").glob("*.yaml"))
     assert len(paths) >= 9
@@ -226,7 +227,7 @@ def _flat(name: str) -> str:
 def test_the_options_a_resume_may_change_are_the_ones_docs_training_lists():
     """docs/training.md lists the options `--resume` lets change; they are `RESUME_MAY_CHANGE`
     (besides `resume` and `run_dir` themselves)."""
-    from ict.training.config import RESUME_MAY_CHANGE
+    from ict.training.config_loading import RESUME_MAY_CHANGE
 
     listed = re.search(r"options that only say how long and how visibly it runs may change \((.*?)\), and",
                        _flat("docs/training.md"))
@@ -285,7 +286,8 @@ def test_the_defaults_docs_state_in_words_are_the_codes():
     from ict.data.benchmarks import REASONING_GYM_DEFAULT_SIZE, REASONING_GYM_EVAL_SEED
     from ict.evaluation.evaluate import MAX_NEW_TOKENS_CPU, MAX_NEW_TOKENS_GPU, EvalConfig
     from ict.models.rollout import VLLM_CPU_KVCACHE_GIB
-    from ict.training.config import TrainConfig, build_config
+    from ict.training.config import TrainConfig
+    from ict.training.config_loading import build_config
 
     evaluation, training = _flat("docs/evaluation.md"), _flat("docs/training.md")
     length = re.search(r"`--max-new-tokens` defaults to (\d+) on a GPU and (\d+) on a CPU", evaluation)
@@ -336,7 +338,7 @@ def test_the_yaml_readings_docs_training_gives_are_the_config_files(tmp_path):
     `dataset_config` value's (each one listed refused) and a number option's (`num_steps: 1e3`
     is 1000, `num_steps: 017` refused; neither was documented)."""
     from ict.core.errors import UsageError
-    from ict.training.config import build_config
+    from ict.training.config_loading import build_config
 
     training = _flat("docs/training.md")
     untyped = re.search(r"only where YAML 1\.1 and 1\.2 read it differently: ((?:`[^`]+`, )+)a date\)", training)

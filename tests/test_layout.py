@@ -106,3 +106,14 @@ def test_every_old_module_path_imports():
 
     assert PromptSampler.__module__ == "ict.data.training_data"
     assert token_statistics is ict.token_statistics
+
+
+def test_names_moved_out_of_the_training_config_module_still_resolve_with_a_warning():
+    from ict.training import config, config_loading, config_text
+
+    with pytest.warns(DeprecationWarning, match="moved to ict.training.config_loading.build_config"):
+        assert config.build_config is config_loading.build_config
+    with pytest.warns(DeprecationWarning, match="moved to ict.training.config_text.load_yaml"):
+        assert config.load_yaml is config_text.load_yaml
+    with pytest.raises(AttributeError):
+        config.no_such_name  # noqa: B018

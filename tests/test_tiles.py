@@ -403,7 +403,7 @@ def test_tile_sizes_and_backends():
 
 
 def test_a_bad_tile_size_in_a_training_config_is_one_line():
-    from ict.training.config import build_config
+    from ict.training.config_loading import build_config
 
     with pytest.raises(UsageError, match="stats_tile_size"):
         build_config(options={"stats_tile_size": "big"})

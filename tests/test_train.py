@@ -292,7 +292,8 @@ def test_freeze_embeddings_leaves_them_untouched(tiny_model_dir, arithmetic_task
 
 
 def test_paper_preset_resolves_every_value(tmp_path):
-    from ict.training.config import build_config, parse_key_values
+    from ict.training.config_loading import build_config
+    from ict.training.config_text import parse_key_values
 
     config = build_config(None, {"method": "ict", "preset": "paper"}, {})
     assert config.selector == {"ratio": 0.1, "reference": "group_mean_absorbing", "unit": "position",
@@ -301,7 +302,7 @@ def test_paper_preset_resolves_every_value(tmp_path):
     explicit = build_config(None, {"method": "ict", "preset": "paper", "aggregation": "token_mean"},
                             parse_key_values(["selector.ratio=0.2"]))
     assert explicit.aggregation == "token_mean" and explicit.selector["ratio"] == 0.2
-    from ict.training.config import save_config
+    from ict.training.config_loading import save_config
 
     save_config(explicit, tmp_path / "c.yaml")
     saved = (tmp_path / "c.yaml").read_text()

@@ -10,7 +10,9 @@ import dataclasses
 import pytest
 
 from ict.core.errors import UsageError
-from ict.training.config import TrainConfig, build_config, parse_key_values
+from ict.training.config import TrainConfig
+from ict.training.config_loading import build_config
+from ict.training.config_text import parse_key_values
 
 
 def test_precedence_defaults_yaml_options_overrides(tmp_path):
@@ -200,7 +202,7 @@ def test_a_config_file_not_utf8_is_a_one_line_error_naming_it(tmp_path):
     """load_yaml read with the locale's codec: a Latin-1 config gave "'utf-8' codec can't decode
     byte 0xe9 ...", naming no file (ict train --config, ict compare --config)."""
     from ict.core.errors import UsageError
-    from ict.training.config import load_yaml
+    from ict.training.config_text import load_yaml
 
     path = tmp_path / "latin1.yaml"
     path.write_bytes("num_steps: 1\n# caf\u00e9\n".encode("latin-1"))
@@ -227,7 +229,7 @@ def test_values_are_read_strictly_and_alike_by_every_route(tmp_path):
     would make 2 or 1), true for a float (1.0), a list for a text option (the text "['a']") are
     refused; off is false, null / ~ / none is an optional option's None, --dataset-config null is {};
     a key=value key may be spelled with hyphens, as a flag or a YAML key."""
-    from ict.training.config import parse_value
+    from ict.training.config_loading import parse_value
 
     for name, raw in (("num_steps", 2.5), ("num_steps", True), ("num_threads", False),
                       ("learning_rate", True), ("model", ["a"]), ("dataset", {"a": 1}),
@@ -268,7 +270,7 @@ def test_key_values_and_yaml_files_of_every_shape(tmp_path):
     """Mutation testing: no test held that a key=value splits at its first '=' (a value may hold
     one), that the key is stripped, that an empty YAML file is no options and that a YAML file
     that is not a mapping is one line."""
-    from ict.training.config import load_yaml
+    from ict.training.config_text import load_yaml
 
     assert parse_key_values(["prompt_suffix= Answer: x=1", " num_steps =3"]) == {
         "prompt_suffix": " Answer: x=1", "num_steps": "3"}

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from ict.core.errors import UsageError
-from ict.training.config import TrainConfig, build_config
+from ict.training.config import TrainConfig
+from ict.training.config_loading import build_config
 
 
 def test_resume_continues_with_the_runs_config_yaml_and_refuses_changes(tmp_path):
@@ -15,7 +16,7 @@ def test_resume_continues_with_the_runs_config_yaml_and_refuses_changes(tmp_path
     learning rate 2e-5, temperature 1.0 for a GRPO run at 3e-3 and 0.7), and rewrote config.yaml
     to match: now the run's config.yaml is the base, the options that only say how long and how
     visibly it runs may change, and any other change is one line."""
-    from ict.training.config import save_config
+    from ict.training.config_loading import save_config
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -43,7 +44,7 @@ def test_resume_with_another_method_is_refused_as_a_change_not_by_the_runs_selec
     `--resume --method grpo` of a random run said "selector 'all' has no option 'ratio'" (an option
     the user never gave) instead of the refusal of the change. A bad selector option given on
     resume keeps its own message."""
-    from ict.training.config import save_config
+    from ict.training.config_loading import save_config
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -62,7 +63,7 @@ def test_resume_accepts_a_new_value_of_each_option_the_docs_say_it_may_change(tm
     import re
     from pathlib import Path
 
-    from ict.training.config import RESUME_MAY_CHANGE, save_config
+    from ict.training.config_loading import RESUME_MAY_CHANGE, save_config
 
     docs = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
     listed = re.search(r"runs may change \((.*?)\), and any other option", docs, re.S).group(1)
@@ -87,7 +88,7 @@ def test_resume_takes_the_runs_resolution_of_an_auto_option_and_refuses_a_lost_c
     the run's resolved `logits`. A config.yaml emptied by a kill mid-write (it was rewritten in
     place), or missing beside checkpoints, resumed with every default (another model, 50 steps,
     another learning rate); both are one line now."""
-    from ict.training.config import save_config
+    from ict.training.config_loading import save_config
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -129,7 +130,7 @@ def test_a_run_resumed_from_another_directory_reads_the_model_data_and_plugin_it
     import yaml
 
     from ict.models.loading import OFFLINE_DEFAULT_MODEL
-    from ict.training.config import save_config
+    from ict.training.config_loading import save_config
 
     start, elsewhere, run_dir = tmp_path / "start", tmp_path / "elsewhere", tmp_path / "run"
     for directory in (start / "model", elsewhere / "model", run_dir):

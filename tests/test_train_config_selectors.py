@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from ict.core.errors import UsageError
-from ict.training.config import build_config, parse_key_values
+from ict.training.config_loading import build_config
+from ict.training.config_text import parse_key_values
 
 
 @pytest.mark.parametrize("explicit", [
@@ -19,7 +20,8 @@ def test_a_preset_never_overrides_an_explicit_option_and_resolving_again_changes
         explicit, preset, tmp_path):
     """Issue 30 item 1: `train()` resolves the config it is given again; a value the user set
     (even one equal to a field's former default) must survive that, and config.yaml records it."""
-    from ict.training.config import load_yaml, save_config
+    from ict.training.config_loading import save_config
+    from ict.training.config_text import load_yaml
 
     options = {"method": "ict", **explicit}
     if preset:
@@ -121,7 +123,7 @@ def test_every_committed_run_reproduces_from_its_config_yaml():
     behaviour), loss aggregation, warm-up and temperature."""
     from pathlib import Path
 
-    from ict.training.config import load_yaml
+    from ict.training.config_text import load_yaml
 
     root = Path(__file__).resolve().parents[1] / "results"
     paths = sorted(root.rglob("config.yaml"))

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         compare_text_options,
         run_comparison,
     )
-    from ict.training.config import load_yaml, parse_key_values
+    from ict.training.config_text import load_yaml, parse_key_values
 
     yaml_values = compare_options(load_yaml(
         args.config_file, compare_text_options(), compare_number_options()))[0] if getattr(

@@ -110,7 +110,7 @@ def options_from_args(cls: type, namespace: argparse.Namespace,
     the file of ``--config``) < the flags given; every value converted (and an unknown key
     refused) by `parse_field`."""
     if yaml_values is None and getattr(namespace, "config", None) is not None:
-        from ict.training.config import load_yaml
+        from ict.training.config_text import load_yaml
 
         yaml_values = load_yaml(namespace.config, text_option_names(cls), number_option_names(cls))
     names = {item.name for item in option_fields(cls)}

@@ -6,7 +6,13 @@ import argparse
 from typing import Any
 
 from ict.cli.options import add_dataclass_options, given_options
-from ict.training.config import TrainConfig, build_config, parse_key_values
+from ict.training.config import TrainConfig
+
+# The names users of TRL / transformers expect, accepted next to ours.
+from ict.training.config_loading import build_config
+
+# The names users of TRL / transformers expect, accepted next to ours.
+from ict.training.config_text import parse_key_values
 
 # The names users of TRL / transformers expect, accepted next to ours.
 ALIASES = {"run_dir": ["--output-dir"], "num_steps": ["--max-steps"]}

@@ -259,7 +259,7 @@ def _training_config(config: CompareConfig, training_options: dict[str, Any], sp
     evaluated whose checkpoints were deleted since is checked the same way (it is reused as it
     is), and its config.yaml's ``num_steps`` must be ``num_steps``."""
     from ict.runs.checkpoint import checkpoint_step, latest_checkpoint
-    from ict.training.config import build_config, parse_value
+    from ict.training.config_loading import build_config, parse_value
 
     assert config.output_dir is not None
     directory = run_dir(config.output_dir, spec.label, seed)
@@ -303,7 +303,8 @@ def _check_run_own_options(config: CompareConfig, training_options: dict[str, An
     (`RUN_OWN_OPTIONS`; ``overrides`` holds the run's) and that ``--config`` or a trailing
     ``key=value`` sets to another value: it was replaced, silently. One the run's agrees with
     passes (``method: ict`` in a file, ``--methods ict``), and so does ``run_dir: null`` (unset)."""
-    from ict.training.config import METHOD_ALIASES, parse_value
+    from ict.training.config import METHOD_ALIASES
+    from ict.training.config_loading import parse_value
 
     def meaning(name: str, value: Any) -> Any:
         value = parse_value(name, value)
@@ -325,7 +326,7 @@ def _shared_selector_error(config: CompareConfig, training_options: dict[str, An
     trailing ``key=value`` gives every run (``selector:``, ``ratio``, ``preset``; e.g. those of
     configs/offline-default.yaml, ICT's) are what this method refuses, a UsageError naming them
     and where to put a method's own options (``--methods method:key=value``)."""
-    from ict.training.config import SELECTOR_KEYS, build_config
+    from ict.training.config_loading import SELECTOR_KEYS, build_config
 
     def shared(key: str) -> bool:
         name = key.replace("-", "_")
@@ -368,7 +369,7 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
     With ``eval_steps``, the checkpoints of those steps (and, for 0, the untrained model) are
     evaluated too, with the same settings; an evaluation already written is reused."""
     from ict.runs.checkpoint import append_line
-    from ict.training.config import load_config_file
+    from ict.training.config_loading import load_config_file
     from ict.training.trainer import train
 
     config = config.validate()

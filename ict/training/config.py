@@ -1,23 +1,20 @@
-"""Training configuration: one documented dataclass, loadable from YAML + `key=value` overrides.
+"""Training configuration: one documented dataclass, `TrainConfig`, and its checks.
 
-Precedence (later wins): field defaults < YAML file (`--config`) < command-line options <
-`key=value` overrides. The resolved configuration is written to `RUN_DIR/config.yaml`.
+It is built from defaults < YAML file (`--config`) < command-line options < `key=value` overrides
+by `ict.training.config_loading.build_config`, which also saves it to `RUN_DIR/config.yaml`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
-import typing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ict.answers.verify import check_timeout
 from ict.core import selectors
-from ict.core.errors import UsageError, check_option_text, check_path_given, read_utf8_text
-from ict.core.options import check_choices, dump_options_yaml, option, optional_inner, parse_field
+from ict.core.errors import UsageError, check_option_text, check_path_given
+from ict.core.options import check_choices, option
 from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.stats import MIN_TEMPERATURE, needs_reference_logits, parse_tile_size
 from ict.data.training_data import is_dataset_file
@@ -27,13 +24,6 @@ from ict.models.rollout import (
     VLLM_CPU_KVCACHE_GIB,
     VLLM_INSTALL,
     vllm_installed,
-)
-from ict.runs.checkpoint import complete_checkpoints, write_atomically
-from ict.training.config_text import (  # noqa: F401 (load_yaml, parse_key_values: also this module's API)
-    load_yaml,
-    parse_key_values,
-    read_option_text,
-    read_overrides,
 )
 
 METHOD_ALIASES = selectors.METHOD_ALIASES  # the registry's (it refuses a selector of such a name)
@@ -423,200 +413,26 @@ def absolute_plugins(plugin: str | None) -> str | None:
                     else item for item in plugin.split(","))
 
 
-def field_types() -> dict[str, Any]:
-    """Field name -> resolved type annotation."""
-    return typing.get_type_hints(TrainConfig)
-
-
-def parse_value(name: str, raw: Any) -> Any:
-    """Convert `raw` (a string from the CLI or a YAML value) to the type of field `name`; a mapping
-    given as text (``--dataset-config '{name: 0123}'``) is read with a config file's checks."""
-    if isinstance(raw, str) and name in ("dataset_config", "selector"):
-        raw = read_option_text(raw, name, prefix=f"{name}.")
-        raw = {} if raw is None else raw  # "" or null: none, as before
-    return parse_field(TrainConfig, name, raw)
-
-
-def apply_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Merge `overrides` (field name or dotted `dataset_config.key` -> value) into `values`; a
-    dotted key's value is taken as it is (a command line's text is read first: `read_overrides`)."""
-    merged = dict(values)
-    for key, raw in overrides.items():
-        key = key.replace("-", "_")
-        if "." in key:
-            head, tail = key.split(".", 1)
-            inner, _ = optional_inner(field_types().get(head, None))
-            if head not in field_types() or not (inner is dict or typing.get_origin(inner) is dict):
-                raise UsageError(f"unknown option {key!r}: only dict options take dotted keys")
-            merged[head] = {**(merged.get(head) or {}), tail: raw}
-        else:
-            merged[key] = parse_value(key, raw)
-    return merged
-
-
-# Option names of earlier versions -> the selector option they set now.
-_RENAMED = {"js_reference": "reference", "selection_unit": "unit", "selection_scope": "scope",
-            "stapo_tau_p": "tau_p", "stapo_quantile": "quantile"}
-SELECTOR_KEYS = frozenset({"selector", "ratio", "preset", *_RENAMED})
-"""The options that set the method's selector options (and so do ``selector.KEY`` keys)."""
-
-
-# The options a resumed run may change: how long and how visibly it runs, where, and how often it
-# saves and evaluates; not what a step computes.
-RESUME_MAY_CHANGE = frozenset({"num_steps", "resume", "run_dir", "device", "num_threads", "progress",
-                               "tensorboard", "profile", "save_every", "keep_checkpoints", "eval_every",
-                               "eval_temperature", "verify_timeout"})
-
-
-def saved_before(stored: dict[str, Any]) -> dict[str, Any]:
-    """What a run's config.yaml written before an option existed meant by its absence (on
-    --resume): ``held_out_rule: draws`` for a file from before held-out questions were left out of
-    training, which has neither that key nor ``held_out_sets`` (added together, 2026-11-28)."""
-    return {} if "held_out_rule" in stored or "held_out_sets" in stored else {"held_out_rule": "draws"}
-
-
-def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | None = None,
-                 overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """Resolve defaults < YAML < options < overrides into a validated `TrainConfig`.
-
-    The method's training options (e.g. `aggregation`; a preset's first) apply where unset; the
-    returned config holds the selector's fully resolved options in `selector`. With `resume`, the
-    run's own `RUN_DIR/config.yaml` takes the place of the defaults, and an option given with a
-    value other than the run's is a UsageError unless it is in `RESUME_MAY_CHANGE`."""
-    given = _given_layers(yaml_path, options, overrides)
-    values = functools.reduce(_with_layer, given, {})  # where the run is (the overrides' text not read yet)
-    run_config = Path(values["run_dir"]).expanduser() / "config.yaml" if values.get("run_dir") else None
-    if run_config is not None and run_config.is_dir():
-        # was "starting fresh", then an IsADirectoryError (exit 1) writing the run's config.yaml over it
-        raise UsageError(f"--run-dir {values['run_dir']}: its config.yaml is a directory, not the run's "
-                         "config file: move it aside, or give another --run-dir")
-    saved_path = run_config if values.get("resume") else None
-    if saved_path is None or not saved_path.is_file():
-        if saved_path is not None and complete_checkpoints(saved_path.parent):
-            raise UsageError(f"--resume: {saved_path} is missing, but the run has checkpoints: restore it, or "
-                             "start another --run-dir")
-        return TrainConfig(**functools.reduce(_with_layer, _read_layers(given), {})).resolve()
-    if not read_utf8_text(saved_path).strip():  # a write cut short (before writes were atomic)
-        raise UsageError(f"--resume: {saved_path} is empty: restore it, or start another --run-dir")
-    try:  # parsed as any YAML layer is; load_yaml's errors name the file (once)
-        stored = _renamed(load_config_file(saved_path))
-    except UsageError as error:
-        raise UsageError(f"--resume: {error}") from None
-    if stored.get("plugin") is not None:  # the run's plugin, imported now: the options given read again
-        given = _given_layers(yaml_path, options, overrides)
-    try:  # an unknown key or a bad value is one line
-        saved = _with_layer(saved_before(stored), stored)
-    except UsageError as error:
-        raise UsageError(f"--resume: config file {saved_path}: {error}") from None
-    run = TrainConfig(**saved).resolve()
-    values = functools.reduce(_with_layer, _read_layers(given), saved)
-
-    def refused(name: str, value: Any) -> UsageError:
-        return UsageError(f"--resume continues {values['run_dir']} with its config.yaml, where {name} is "
-                          f"{getattr(run, name)!r}, not {value!r}: drop the option, or start another --run-dir")
-
-    try:
-        config = TrainConfig(**values).resolve()
-    except UsageError:  # a change can fail the checks first (another method meets the run's selector options);
-        # a bad selector option given keeps its own message
-        changed = next((name for name, value in values.items() if name not in RESUME_MAY_CHANGE | SELECTOR_KEYS
-                        and value != saved.get(name)), None)
-        if changed is None:
-            raise
-        raise refused(changed, values[changed]) from None
-    for name, value in config.to_dict().items():
-        if name in RESUME_MAY_CHANGE:  # e.g. --device auto stays auto
-            continue
-        if value == "auto" and getattr(run, name) != "auto":  # the run's resolution of it (statistics_from)
-            setattr(config, name, getattr(run, name))
-        elif value != getattr(run, name):
-            raise refused(name, value)
-    return config
-
-
-def _given_layers(yaml_path: str | Path | None, options: dict[str, Any] | None,
-                  overrides: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The layers given (the YAML file's, the options', the overrides' as typed), the file read
-    once the plugin they name (the last one given) is imported, so its selectors' options are
-    read as the built-in selectors' are (`load_config_file`); `_read_layers` reads the overrides."""
-    plugins = [layer["plugin"] for layer in (options or {}, overrides or {}) if "plugin" in layer]
-    plugin = plugins[-1] if plugins else None
-    file_layer = _renamed(load_config_file(yaml_path, plugin)) if yaml_path is not None else {}
-    if plugin is not None:
-        load_plugin_option(plugin)
-    return [file_layer, _renamed(options or {}), _renamed(overrides or {})]
-
-
-def _read_layers(given: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`_given_layers`' layers with the overrides' text read (`read_overrides`), once every plugin
-    is imported (a resumed run's, named in its config.yaml only, too)."""
-    return [*given[:-1], read_overrides(given[-1])]
-
-
-def load_plugin_option(plugin: Any) -> bool:
-    """Import the plugins of the option value `plugin` (comma-separated modules and .py files, as
-    given or read from YAML); True when that registered a selector or replaced one."""
-    before = dict(selectors.SELECTORS)
-    TrainConfig(plugin=parse_value("plugin", plugin)).load_plugins()
-    return selectors.SELECTORS != before
-
-
-def load_config_file(path: str | Path, plugin: Any = None, text_options: typing.Collection[str] | None = None,
-                     number_options: typing.Collection[str] | None = None) -> dict[str, Any]:
-    """`load_yaml(path)` with `plugin` (else the file's own `plugin`) imported first: read again
-    when that registered a selector, whose options are then read as the built-in selectors' are
-    (``count: 0o17`` is 15, ``count: 017`` refused), not as YAML 1.1 reads them (017 is 15,
-    0o17 the text)."""
-    values = load_yaml(path, text_options, number_options)
-    plugin = values.get("plugin") if plugin is None else plugin
-    if plugin is not None and load_plugin_option(plugin):
-        values = load_yaml(path, text_options, number_options)
-    return values
-
-
-def _with_layer(values: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
-    """`values` with one layer of options applied (:func:`apply_overrides`); a layer that sets the
-    selector's ratio (``selector.ratio``) and not ``ratio`` also drops an earlier ``ratio`` (which
-    would otherwise win, being the shortcut applied last)."""
-    sets_selector_ratio = "selector.ratio" in layer or "ratio" in (layer.get("selector") or {})
-    merged = apply_overrides(values, layer)
-    if sets_selector_ratio and "ratio" not in layer:
-        merged.pop("ratio", None)
-    return merged
-
-
-_WHOLE_VOCABULARY = 1 << 30  # a vocabulary tile wider than any vocabulary
 # reasoning-gym tasks whose unset options take ours (the offline default's one-digit sums)
 DEFAULT_TASK_OPTIONS = {"chain_sum": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
 
 
-def _renamed(values: dict[str, Any]) -> dict[str, Any]:
-    """Accept the option names of earlier versions (`js_reference=prev` is `selector.reference`)."""
-    out = {}
-    for key, value in values.items():
-        name = key.replace("-", "_")
-        if name == "stats_chunk_size":  # positions per chunk before the tiles (2026-11-26)
-            if value is not None and str(value).strip().lower() not in ("none", "null", "~"):
-                out["stats_tile_size"] = f"{_chunk_size(value)}x{_WHOLE_VOCABULARY}"
-            continue
-        out[f"selector.{_RENAMED[name]}" if name in _RENAMED else key] = value
-    return out
+# The names that moved to `ict.training.config_loading` on 2026-11-30, still read from here (with a
+# DeprecationWarning) until ict 0.3.0, as the module paths of `ict.MOVED_MODULES` are.
+_MOVED_TO_LOADING = frozenset({"build_config", "save_config", "load_config_file", "load_plugin_option",
+                               "parse_value", "apply_overrides", "field_types", "saved_before",
+                               "SELECTOR_KEYS", "RESUME_MAY_CHANGE", "load_yaml", "parse_key_values"})
 
 
-def _chunk_size(value: Any) -> int:
-    """The positions per chunk of an earlier version's ``stats_chunk_size`` (an integer, as text
-    or a YAML number); anything else is a one-line UsageError naming the option."""
-    try:  # int() alone would take True as 1 and truncate 2.5 to 2
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            raise ValueError
-        return int(value)
-    except (TypeError, ValueError, OverflowError):
-        raise UsageError(f"bad value for stats_chunk_size: {value!r:.80} (expected int or none)") from None
+def __getattr__(name: str) -> Any:
+    """``ict.training.config.NAME`` for a name of `_MOVED_TO_LOADING`: the object at its new home."""
+    if name not in _MOVED_TO_LOADING:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import warnings
 
+    from ict.training import config_loading, config_text
 
-def save_config(config: TrainConfig, path: str | Path) -> None:
-    """``config`` as YAML at ``path``, written atomically (a kill mid-write leaves the old file:
-    an empty one would resume with every default)."""
-    write_atomically(path, dump_options_yaml(config.to_dict()))
-
-
+    module = config_text if name in ("load_yaml", "parse_key_values") else config_loading
+    warnings.warn(f"ict.training.config.{name} moved to {module.__name__}.{name}; the old path is removed "
+                  "in ict 0.3.0", DeprecationWarning, stacklevel=2)
+    return getattr(module, name)

@@ -67,7 +67,8 @@ from ict.runs.reporting import (
     write_eval,
 )
 from ict.runs.stop import StopRequest
-from ict.training.config import TrainConfig, save_config
+from ict.training.config import TrainConfig
+from ict.training.config_loading import save_config
 from ict.training.step import (
     Method,
     ReferencePolicy,
