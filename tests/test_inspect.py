@@ -326,3 +326,27 @@ def test_inspect_needs_exactly_one_source_of_completions_and_valid_prompt_text(t
             config.validate()
     with pytest.raises(UsageError, match="--prompt is not valid text"):
         InspectConfig(prompt="caf\udce9").validate()
+
+
+def test_a_prompt_drawn_twice_is_two_problems_and_a_repeated_record_counts_once(tiny_model_dir, tmp_path):
+    """reasoning-gym draws repeat prompts (119 distinct prompts among the 200 problems of the
+    committed cpu-ablation evaluations): each repeat was sampled n times, and they were merged into
+    one group of 2n, 3n, ..., so `ict inspect --samples` refused those files ("found 4, 8, 12, 16,
+    20"). A problem is now its (benchmark, index) with its prompt; a record written twice, equal in
+    every field, counts once, as `ict eval` counts it."""
+    from transformers import AutoTokenizer
+
+    from ict.analysis.token_view import rollout_from_samples
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    draws = [("rg:a", 0, "what is 1 + 2 ?", ["3", "it is 4"]), ("rg:a", 1, "what is 4 + 4 ?", ["8", "8 8"]),
+             ("rg:a", 2, "what is 1 + 2 ?", ["so 3", "2"]), ("rg:b", 0, "what is 1 + 2 ?", ["1", "3 3"])]
+    records = [{"benchmark": benchmark, "index": index, "prompt": prompt, "completion": completion, "seed": 0,
+                "sample": sample, "greedy": False}
+               for benchmark, index, prompt, completions in draws for sample, completion in enumerate(completions)]
+    samples = samples_file(tmp_path / "samples.jsonl", records + [records[2]])  # problem 1's first record again
+    rollout = rollout_from_samples(tokenizer, samples)
+    assert rollout.completions == [completions for *_, completions in draws]
+    assert [text.count("1 + 2") for text in rollout.prompt_texts] == [1, 0, 1, 1]
+    assert rollout_from_samples(tokenizer, samples, num_prompts=3).completions == [
+        completions for *_, completions in draws[:3]]

@@ -12,6 +12,7 @@ the paper's values, with the tokens ICT leaves out most often."""
 from __future__ import annotations
 
 import html
+import json
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
@@ -389,8 +390,10 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
     """Rollout from a JSONL of {"prompt", "completion", optional "finished"} records (an
     evaluation's samples.jsonl is one), grouped by prompt and sampling seed (`sampling_seed`: an
     evaluation's --seeds draws each seed's n completions of a problem, one group, as sampled; one
-    group of the seeds together mixed their draws in its JS reference) in file order; the first
-    `num_prompts` prompts (all when None, each with all its seeds' groups), each group with the
+    group of the seeds together mixed their draws in its JS reference) in file order, a prompt
+    repeated under another benchmark or problem index (a reasoning-gym draw) a problem of its own,
+    a record repeated (same problem, seed and sample, equal in every field) counted once; the first
+    `num_prompts` problems (all when None, each with all its seeds' groups), each group with the
     same number of completions, each prompt rendered with
     `system_prompt` (an evaluation's records do not hold it; without it, completions sampled
     after a system message would be scored after none). A finished completion
@@ -404,8 +407,9 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
     from ict.models.rollout import Rollout, _encode_prompt, render_prompt
     from ict.runs.samples import sampling_seed
 
-    groups: dict[tuple[str, int | None], list[tuple[str, bool]]] = {}
-    prompts: set[str] = set()
+    groups: dict[tuple[tuple[str, str], int | None], list[tuple[str, bool]]] = {}
+    prompts: set[tuple[str, str]] = set()
+    seen: dict[tuple[tuple[str, str], int | None, int], dict[str, Any]] = {}
     for number, record in jsonl_records(path, "a {prompt, completion} JSON record"):
         try:
             prompt, completion = record["prompt"], record["completion"]
@@ -423,10 +427,17 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
             continue
         if (seed := sampling_seed(record)) is None:  # a seed that is no integer (true too): left out, as ict eval
             continue
-        if prompt not in prompts and num_prompts is not None and len(prompts) == num_prompts:
+        # a problem: its prompt and, in an evaluation's records, its benchmark and index (reasoning-gym
+        # draws repeat a prompt: each repeat is sampled, and scored, as a group of its own)
+        problem = (prompt, json.dumps([record.get("benchmark"), record.get("index")], default=str))
+        if isinstance(sample := record.get("sample"), int) and not isinstance(sample, bool):
+            if seen.get((problem, seed, sample)) == record:
+                continue  # a record repeated (a retried write, files concatenated) counts once, as in ict eval
+            seen.setdefault((problem, seed, sample), record)
+        if problem not in prompts and num_prompts is not None and len(prompts) == num_prompts:
             continue
-        prompts.add(prompt)
-        groups.setdefault((prompt, seed), []).append((completion, bool(record.get("finished", False))))
+        prompts.add(problem)
+        groups.setdefault((problem, seed), []).append((completion, bool(record.get("finished", False))))
     if not groups:
         raise UsageError(f"{path}: no {{prompt, completion}} records")
     sizes = {len(group) for group in groups.values()}
@@ -435,7 +446,7 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
                          f"(found {', '.join(map(str, sorted(sizes)))})")
     if sizes == {1}:
         raise UsageError(f"{path}: one completion per prompt; JS scores compare completions (>= 2 each)")
-    texts = [render_prompt(tokenizer, prompt, system_prompt) for prompt, _ in groups]
+    texts = [render_prompt(tokenizer, prompt, system_prompt) for (prompt, _), _ in groups]
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     ids = [[tokenizer.encode(completion, add_special_tokens=False) + (eos if finished else [])
             for completion, finished in group] for group in groups.values()]
