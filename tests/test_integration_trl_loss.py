@@ -133,7 +133,7 @@ def _reference_loss(trainer, loss_type, log_probs, old, advantages, mask, select
         m = mask.double()
         sequence = (((log_probs.double() - old.double()) * m).sum(-1) / m.sum(-1)).exp()[:, None].expand_as(a)
         per_token = -torch.minimum(sequence * a, sequence.clamp(1 - low, 1 + high) * a)
-    return aggregate(per_token, selected, aggregation, length, counted)
+    return aggregate(per_token, selected, aggregation, length, counted, every_row=denominator == "all")
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "sapo", "bnpo", "dr_grpo", "luspo", "dapo", "cispo"])
@@ -171,6 +171,38 @@ def test_trl_ours_denominator_equals_policy_loss(loss_trainer, loss_type):
     finally:
         trainer.importance_sampling_level, trainer.current_gradient_accumulation_steps = "token", 2
         trainer.selection_denominator = "ours"
+        trainer.selector_name, trainer.selector_options = "kl_cov", {"ratio": 0.2, "kl_coef": 1.5}
+        trainer.js_references, trainer.population = (), "batch"
+
+
+def test_trl_denominator_averages_over_a_row_without_completion_tokens_as_trls_grpo(loss_trainer):
+    """TRL's grpo loss is the mean over every row, one whose completion mask is all zero (as TRL's
+    mask_truncated_completions leaves a cut completion) included: through TRL's _compute_loss with
+    selection_denominator='trl', it equals policy_loss with denominator='all' on the same rows
+    (whose mean left such a row out before, 4/3 of TRL's here)."""
+    trainer = loss_trainer
+    trainer.selector_name, trainer.selector_options = "entropy", {"ratio": 0.3}
+    trainer.js_references, trainer.population = (), "batch"
+    trainer.loss_type, trainer.current_gradient_accumulation_steps = "grpo", 1
+    records = []
+    trainer.on_selection = records.append
+    advantages = torch.tensor([1.0, -0.5, 0.25, -2.0])
+    inputs = loss_inputs(trainer, advantages, perturb=0.3)
+    inputs["completion_mask"][3] = 0  # row 3: cut, no completion token counts
+    inputs["num_items_in_batch"] = inputs["completion_mask"].sum()
+    try:
+        trainer.selection_denominator = "trl"
+        loss = trainer._compute_loss(trainer.model, inputs)
+        selected, mask = records[-1]["selected"], inputs["completion_mask"].bool()
+        assert selected[:3].any(-1).all() and not selected[3].any()
+        log_probs, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1), 7)
+        reference = _reference_loss(trainer, "grpo", log_probs, inputs["old_per_token_logps"], advantages, mask,
+                                    selected, "all")
+        torch.testing.assert_close(loss.double(), reference, atol=1e-6, rtol=1e-5)
+    finally:
+        trainer.current_gradient_accumulation_steps, trainer.selection_denominator = 2, "ours"
         trainer.selector_name, trainer.selector_options = "kl_cov", {"ratio": 0.2, "kl_coef": 1.5}
         trainer.js_references, trainer.population = (), "batch"
 

@@ -397,6 +397,37 @@ def test_micro_batch_losses_weighted_by_aggregation_weight_are_the_whole_batchs_
     assert combined == pytest.approx(expected, rel=1e-6)
 
 
+def test_denominator_all_averages_seq_mean_token_mean_over_every_row_as_trls_grpo():
+    """With ``denominator="all"``, ``seq_mean_token_mean`` is TRL's grpo loss under its
+    ``top_entropy_quantile`` mask, ``((loss * mask * selected).sum(-1) / mask.sum(-1)).mean()``:
+    the mean over every row, one with response tokens but none selected and one with no response
+    token (cut by ``mask_truncated_completions``) included; it was the mean over the rows with a
+    selected token (3x TRL's here). One-row micro-batches weighted by `aggregation_weight` give the
+    same; the default, ``selected``, keeps the mean over the rows with a selected token."""
+    log_ratio = torch.cat([RATIOS.log(), torch.zeros(1, 4)])
+    advantages = torch.tensor([1.0, -2.0, 0.5])
+    response = torch.cat([RESPONSE, torch.zeros(1, 4, dtype=torch.bool)])
+    selected = torch.cat([SELECTED[:1], torch.zeros(2, 4, dtype=torch.bool)])  # row 0 alone has a selection
+    losses = hand_losses()
+    row0 = losses[0][0] + losses[0][1]  # its selected tokens (0 and 1)
+    for denominator, expected in (("all", row0 / 3 / 3), ("selected", row0 / 2)):
+        config = PolicyLossConfig(aggregation="seq_mean_token_mean", denominator=denominator)
+        whole, _ = policy_loss(fixed_stats(log_ratio), torch.zeros(3, 4), advantages, response, selected, config)
+        parts = [(policy_loss(fixed_stats(log_ratio[row:row + 1]), torch.zeros(1, 4), advantages[row:row + 1],
+                              response[row:row + 1], selected[row:row + 1], config)[0].item(),
+                  aggregation_weight(selected[row:row + 1], response[row:row + 1], config)) for row in range(3)]
+        assert whole.item() == pytest.approx(expected, rel=1e-6)
+        assert sum(loss * weight for loss, weight in parts) / sum(weight for _, weight in parts) == pytest.approx(
+            expected, rel=1e-6)
+    # the regularizer over all response tokens: the same mean over every row (TRL adds beta * k3 to the loss)
+    config = PolicyLossConfig(aggregation="seq_mean_token_mean", regularizer_tokens="all", entropy_coef=1.0)
+    entropy = torch.tensor([[1.0, 2.0, 3.0, 9.0], [4.0, 4.0, 1.0, 1.0], [7.0, 7.0, 7.0, 7.0]], requires_grad=True)
+    stats = fixed_stats(log_ratio)
+    stats.entropy = entropy
+    loss, _ = policy_loss(stats, torch.zeros(3, 4), advantages, response, selected, config)
+    assert loss.item() == pytest.approx(row0 / 2 - (2.0 + 2.5 + 0.0) / 3, rel=1e-6)
+
+
 @pytest.mark.parametrize("name,value", [
     ("old_log_probs", torch.zeros(5)), ("old_log_probs", torch.zeros(3, 1)), ("advantages", torch.ones(1)),
     ("advantages", torch.ones(())), ("advantages", torch.ones(4)), ("selected_mask", torch.ones(3, 1, dtype=torch.bool)),

@@ -29,13 +29,14 @@ def clamp(value: float, low: float, high: float) -> float:
     return min(max(value, low), high)
 
 
-def reference_aggregate(values, derivatives, weights, counted, config):
+def reference_aggregate(values, derivatives, weights, counted, config, every_row):
     """``(value, gradient)`` of one per-token term (``values``/``derivatives``: dicts over the
-    ``weights`` positions) aggregated as the docstring says; ``counted``: the denominator's tokens."""
+    ``weights`` positions) aggregated as the docstring says; ``counted``: the denominator's tokens;
+    ``every_row``: seq_mean_token_mean's mean over all rows (the response tokens' normalisation)."""
     batch, length = len(weights), len(weights[0])
     gradient = [[0.0] * length for _ in range(batch)]
-    if config.aggregation == "seq_mean_token_mean":  # mean over rows with a counted token of each row's mean
-        rows = [b for b in range(batch) if any(counted[b])]
+    if config.aggregation == "seq_mean_token_mean":  # mean over rows (with a token) of each row's mean
+        rows = [b for b in range(batch) if every_row or any(weights[b])]
         total = 0.0
         for b in rows:
             scale = 1.0 / max(1, sum(counted[b])) / len(rows)
@@ -75,7 +76,8 @@ def reference_loss(case):
             derivative += penalty[b][t] * (delta > 0) - penalty[b][t] * (delta < 0) if inside else 0.0
         values[b, t], derivatives[b, t] = value, derivative
     counted = response if config.denominator == "all" else chosen
-    loss, gradient = reference_aggregate(values, derivatives, chosen, counted, config)
+    loss, gradient = reference_aggregate(values, derivatives, chosen, counted, config, config.denominator == "all")
+    every_row = "all" in (config.regularizer_tokens, config.denominator)
     covered = response if config.regularizer_tokens == "all" else chosen
     counted = response if config.regularizer_tokens == "all" else counted
     spots = [(b, t) for b in range(batch) for t in range(length) if covered[b][t]]
@@ -84,12 +86,12 @@ def reference_loss(case):
         kl, kl_gradient = reference_aggregate(
             {p: math.exp(clamp(x, -20, 20)) - clamp(x, -20, 20) - 1.0 for p, x in deltas.items()},
             {p: (1.0 - math.exp(clamp(x, -20, 20))) * (-20 < x < 20) for p, x in deltas.items()},
-            covered, counted, config)
+            covered, counted, config, every_row)
         loss += config.kl_coef * kl
         gradient = [[gradient[b][t] + config.kl_coef * kl_gradient[b][t] for t in range(length)]
                     for b in range(batch)]
     if config.entropy_coef > 0:
-        bonus, _ = reference_aggregate({p: entropy[p[0]][p[1]] for p in spots}, {}, covered, counted, config)
+        bonus, _ = reference_aggregate({p: entropy[p[0]][p[1]] for p in spots}, {}, covered, counted, config, every_row)
         loss -= config.entropy_coef * bonus
     return loss, gradient
 

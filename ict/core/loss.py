@@ -13,10 +13,11 @@ Per token, with ``rho = exp(log_prob - old_log_prob)`` and advantage ``A``:
   ``L = max_response_length`` (default: the padded length T).
 
 ``denominator="all"`` divides by the response tokens instead of the selected ones (per sequence
-for ``seq_mean_token_mean``, whose mean is then over every sequence with a response token, a
-selected one or not): TRL's ``top_entropy_quantile`` convention, whose loss is about ``ratio``
-times ours at the same mask; exactly TRL's bnpo (``token_mean``) and grpo
-(``seq_mean_token_mean``), and verl's ``seq-mean-token-mean`` over its mini-batch's sequences.
+for ``seq_mean_token_mean``, whose mean is then over every sequence of the batch, one with a
+selected token or not, one with no response token too): TRL's ``top_entropy_quantile``
+convention, whose loss is about ``ratio`` times ours at the same mask; exactly TRL's bnpo
+(``token_mean``) and grpo (``seq_mean_token_mean``: the mean over its B rows), and verl's
+``seq-mean-token-mean`` (over its mini-batch's sequences).
 
 Dual-clip (``clip_ratio_c``, verl's formula; off by default): for ``A < 0`` the per-token loss
 is ``min(-A * clip_ratio_c, max(-rho * A, -clip(rho) * A))``, bounding the loss of a token whose
@@ -63,8 +64,9 @@ class PolicyLossConfig:
         regularizer_tokens: tokens the KL and entropy terms cover: ``selected`` or ``all``
             response tokens (verl's and TRL's choice). A caller that splits a mini-batch into
             micro-batches weights each loss by `aggregation_weight` (the policy loss's tokens);
-            with ``all`` the regularizer's own denominator is the response tokens, so the
-            combined regularizer equals the mini-batch's only with one micro-batch.
+            with ``all`` the regularizer's own denominator is the response tokens (and, for
+            ``seq_mean_token_mean``, every sequence), so the combined regularizer equals the
+            mini-batch's only with one micro-batch.
         denominator: normaliser of ``token_mean`` / ``seq_mean_token_mean``: ``selected`` tokens
             (ours, the 20-Entropy reference) or ``all`` response tokens (TRL's
             ``top_entropy_quantile``).
@@ -129,11 +131,14 @@ def aggregate(
     aggregation: str,
     max_response_length: int | None = None,
     normaliser_weights: Tensor | None = None,
+    every_row: bool = False,
 ) -> Tensor:
     """Aggregate ``[B, T]`` per-token ``values`` over tokens with ``weights`` (0/1) > 0.
 
     ``normaliser_weights`` (default: ``weights``) are the tokens counted in the denominators of
-    ``token_mean`` and ``seq_mean_token_mean`` (a sequence counts when it has a counted token).
+    ``token_mean`` and ``seq_mean_token_mean``, whose mean is over the sequences with a token of
+    ``weights``, or over all B with ``every_row`` (TRL's grpo and verl: the response
+    tokens' normalisation).
     """
     weights = weights.to(values.dtype)
     counted = weights if normaliser_weights is None else normaliser_weights.to(values.dtype)
@@ -141,9 +146,10 @@ def aggregate(
     if aggregation == "token_mean":
         return masked.sum() / counted.sum().clamp(min=1.0)
     if aggregation == "seq_mean_token_mean":
-        per_sequence_count = counted.sum(dim=-1)
-        has_tokens = per_sequence_count > 0
-        per_sequence = masked.sum(dim=-1) / per_sequence_count.clamp(min=1.0)
+        per_sequence = masked.sum(dim=-1) / counted.sum(dim=-1).clamp(min=1.0)
+        if every_row:
+            return per_sequence.sum() / max(1, values.shape[0])
+        has_tokens = weights.sum(dim=-1) > 0
         return (per_sequence * has_tokens).sum() / has_tokens.sum().clamp(min=1)
     if aggregation == "seq_mean_token_sum_norm":
         length = values.shape[-1] if max_response_length is None else max_response_length
@@ -155,14 +161,13 @@ def aggregation_weight(selected: Tensor, response_mask: Tensor, config: PolicyLo
     """The weight of one micro-batch's aggregated loss in its mini-batch's, so that
     ``sum_m w_m * loss_m / sum_m w_m`` is the loss of the whole mini-batch: its counted tokens
     (``token_mean``: selected, or response tokens with ``denominator="all"``, selected or not), its
-    sequences with a counted token (``seq_mean_token_mean``: a selected one, or any response token
-    with ``denominator="all"``), its sequences (``seq_mean_token_sum_norm``)."""
+    sequences with a selected token (``seq_mean_token_mean``; all its sequences with
+    ``denominator="all"``), its sequences (``seq_mean_token_sum_norm``)."""
     selected = selected.bool() & response_mask.bool()
-    counted = response_mask.bool() if config.denominator == "all" else selected
     if config.aggregation == "token_mean":
-        return float(counted.sum())
-    if config.aggregation == "seq_mean_token_mean":
-        return float((counted.sum(dim=-1) > 0).sum())
+        return float((response_mask.bool() if config.denominator == "all" else selected).sum())
+    if config.aggregation == "seq_mean_token_mean" and config.denominator != "all":
+        return float((selected.sum(dim=-1) > 0).sum())
     return float(selected.shape[0])
 
 
@@ -322,13 +327,15 @@ def policy_loss(
     if kl_penalty is not None:
         per_token = per_token + kl_penalty_term(log_probs, kept_old, torch.where(selected, kl_penalty, 0.0))
     counted = response if config.denominator == "all" else selected
-    surrogate = aggregate(per_token, selected, config.aggregation, config.max_response_length, counted)
+    surrogate = aggregate(per_token, selected, config.aggregation, config.max_response_length, counted,
+                          every_row=config.denominator == "all")
     loss = surrogate
     regularized = response if config.regularizer_tokens == "all" else selected
 
     def regularizer(values: Tensor) -> Tensor:
         return aggregate(values, regularized, config.aggregation, config.max_response_length,
-                         response if config.regularizer_tokens == "all" else counted)
+                         response if config.regularizer_tokens == "all" else counted,
+                         every_row="all" in (config.regularizer_tokens, config.denominator))
 
     kl = None
     if reference_log_probs is not None:
