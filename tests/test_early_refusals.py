@@ -113,3 +113,68 @@ def test_verl_trainers_refuse_rollout_importance_weights_when_constructed() -> N
                   ["algorithm.rollout_correction.rollout_is=null"], [VANILLA]):
         trainer = trainer_sync.PPOTrainerSync(config=config(*CORRECTION, *extra))
         assert trainer.config.algorithm.rollout_correction.rollout_is in ("token", None)
+
+
+# ---------------------------------------------------------------------------------------------
+# vLLM: a temperature it does not sample at
+
+
+class _ModelLoad(Exception):
+    """Raised where the model would load: the start got past the refusals."""
+
+
+@pytest.mark.parametrize(("backend", "installed", "temperature", "message"), [
+    ("auto", True, 2.5, r"^vLLM samples at temperature <= 2, got 2.5: use a lower temperature, or the hf backend$"),
+    ("auto", True, 0.005, r"^vLLM samples at temperature >= 0.01 \(it would raise 0.005 to it\)"),
+    ("auto", True, 2.0, None), ("auto", True, 0.01, None),
+    ("auto", False, 2.5, None),  # auto without vLLM: Hugging Face generate samples at any temperature
+    ("hf", True, 2.5, None),
+])
+def test_ict_train_refuses_a_vllm_temperature_before_the_model_loads(
+        backend: str, installed: bool, temperature: float, message: str | None, tmp_path, monkeypatch) -> None:
+    """With vLLM rollouts a temperature above 2 (vLLM's traceback) or below 0.01 (vLLM raises
+    it without an error) was refused at the first rollout, after the model and the vLLM engine had
+    loaded; now before the model loads. Its limits themselves are inclusive."""
+    import ict.training.trainer as trainer
+    from ict.training.config import TrainConfig
+
+    def model_load(*args: Any) -> None:
+        raise _ModelLoad
+
+    monkeypatch.setattr(trainer, "vllm_installed", lambda: installed)
+    monkeypatch.setattr(trainer, "_set_up", model_load)
+    config = TrainConfig(rollout_backend=backend, temperature=temperature, device="cpu",
+                         run_dir=str(tmp_path / "run"))
+    if message is None:
+        with pytest.raises(_ModelLoad):
+            trainer.train(config)
+        return
+    with pytest.raises(UsageError, match=message) as error:
+        trainer.train(config)
+    assert "\n" not in str(error.value) and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("temperature", "refused"), [(3.0, True), (0.005, True), (0.0, False), (0.6, False)])
+def test_ict_eval_refuses_a_vllm_temperature_before_loading(temperature: float, refused: bool,
+                                                            tiny_model_dir, monkeypatch) -> None:
+    """``ict eval --backend vllm`` at a temperature vLLM does not sample at was refused at the
+    first generation, after the vLLM engine had started; now before the tokenizer loads. At
+    temperature 0 the samples are greedy (vLLM's temperature 0), and nothing is refused."""
+    import ict.evaluation.generator as generator
+    import ict.models.loading as loading
+    import ict.models.rollout as rollout
+    from ict.evaluation.evaluate import EvalConfig
+
+    started: list[str] = []
+    load_tokenizer = loading.load_tokenizer
+    monkeypatch.setattr(generator, "vllm_installed", lambda: True)
+    monkeypatch.setattr(loading, "load_tokenizer", lambda model: (started.append("tokenizer"), load_tokenizer(model))[1])
+    monkeypatch.setattr(rollout, "VLLMBackend", lambda *args, **options: started.append("engine"))
+    config = EvalConfig(model=str(tiny_model_dir), backend="vllm", device="cpu", temperature=temperature)
+    if not refused:
+        assert generator.load_generator(config).name == "vllm" and started == ["tokenizer", "engine"]
+        return
+    with pytest.raises(UsageError, match=r"^vLLM samples at temperature ") as error:
+        generator.load_generator(config)
+    assert "\n" not in str(error.value) and started == []
+
