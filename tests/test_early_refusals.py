@@ -178,3 +178,50 @@ def test_ict_eval_refuses_a_vllm_temperature_before_loading(temperature: float, 
         generator.load_generator(config)
     assert "\n" not in str(error.value) and started == []
 
+
+# ---------------------------------------------------------------------------------------------
+# TRL: options changed after ICTGRPOConfig's checks
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"stats_tile_size": "big"}, r"^stats_tile_size: tile size must be 'auto' or TOKENSxVOCAB .*got 'big'$"),
+    ({"stats_tile_size": "0x10"}, r"^stats_tile_size: "),
+    ({"selection_denominator": "Trl"}, r"^selection_denominator must be 'ours' or 'trl', got 'Trl'$"),
+    ({"top_entropy_quantile": 0.2}, r"^top_entropy_quantile and token_selector both pick tokens"),
+])
+def test_trl_trainer_refuses_changed_options_before_trl_builds(change: dict[str, Any], message: str,
+                                                               tiny_model_dir, tmp_path, monkeypatch) -> None:
+    """``ICTGRPOTrainer`` checks the config's refusals again (its fields can change after its
+    checks), but did so after TRL's ``GRPOTrainer.__init__`` (which starts a colocated vLLM
+    engine), and a changed ``stats_tile_size`` not at all: it failed in the first loss, with a
+    message not naming the option. Now all are refused before TRL's constructor runs; the
+    unchanged config builds a trainer."""
+    import trl
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer
+
+    built: list[str] = []
+    trl_init = trl.GRPOTrainer.__init__
+    monkeypatch.setattr(trl.GRPOTrainer, "__init__",
+                        lambda self, *args, **kwargs: (built.append("trl"), trl_init(self, *args, **kwargs))[1])
+
+    def construct(args: Any) -> Any:
+        return ICTGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                              processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+                              reward_funcs=lambda completions, **kwargs: [0.0] * len(completions), args=args,
+                              train_dataset=Dataset.from_dict({"prompt": ["a"] * 4}))
+
+    def config() -> Any:
+        return ICTGRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, bf16=False,
+                             per_device_train_batch_size=4, num_generations=4)
+
+    changed = config()
+    for key, value in change.items():
+        setattr(changed, key, value)
+    with pytest.raises(ValueError, match=message) as error:
+        construct(changed)
+    assert "\n" not in str(error.value) and built == []
+    construct(config())
+    assert built == ["trl"]
