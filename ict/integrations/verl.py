@@ -153,7 +153,10 @@ try:  # verl's default (v1) trainer; it imports transfer_queue (the verl-core ex
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer as V1Trainer
 except ImportError:  # then v1 cannot run in this environment either
     V1Trainer = None
-from verl.trainer.ppo.ray_trainer import RayPPOTrainer as V0Trainer  # trainer.use_v1=False
+try:  # the older (v0) trainer, trainer.use_v1=False
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer as V0Trainer
+except ImportError:  # then v0 cannot run in this environment either
+    V0Trainer = None
 
 if not str(getattr(verl, "__version__", "")).startswith("0.9."):
     warnings.warn(f"ict.integrations.verl is written for verl 0.9 (found {getattr(verl, '__version__', '?')}): "
