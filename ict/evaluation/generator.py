@@ -8,7 +8,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ict.core.errors import UsageError
-from ict.models.rollout import VLLM_DEVICES, VLLM_INSTALL, vllm_installed
+from ict.models.rollout import (
+    VLLM_DEVICES,
+    VLLM_INSTALL,
+    SamplingSettings,
+    check_vllm_sampling,
+    vllm_installed,
+)
 
 if TYPE_CHECKING:
     from ict.evaluation.evaluate import EvalConfig
@@ -28,10 +34,9 @@ class Generator:
 
     def generate(self, prompts: Sequence[str], num_samples: int, greedy: bool,
                  seed: int) -> tuple[list[list[str]], list[list[int]], list[list[bool]]]:
-        from ict.models.rollout import SamplingSettings, generate_completions
+        from ict.models.rollout import generate_completions
 
-        sampling = SamplingSettings(self.config.temperature, self.config.max_new_tokens,
-                                    self.config.top_p, greedy)
+        sampling = eval_sampling(self.config, greedy)
         rollout = generate_completions(
             self.model, self.tokenizer, list(prompts), sampling, num_samples=num_samples,
             batch_size=self.config.batch_size, seed=seed, system_prompt=self.config.system_prompt,
@@ -39,6 +44,11 @@ class Generator:
         )
         lengths = [[len(ids) for ids in group] for group in rollout.completion_ids]
         return rollout.completions, lengths, rollout.finished
+
+
+def eval_sampling(config: EvalConfig, greedy: bool = False) -> SamplingSettings:
+    """How an evaluation samples: ``config``'s temperature, top-p and length cap, or greedy."""
+    return SamplingSettings(config.temperature, config.max_new_tokens, config.top_p, greedy)
 
 
 DTYPE_OPTIONS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # torch name -> --dtype
@@ -85,6 +95,7 @@ def load_generator(config: EvalConfig) -> Generator:
         return Generator(model, tokenizer, config, None, "hf")
     from ict.models.rollout import VLLMBackend, vllm_model_length
 
+    check_vllm_sampling(eval_sampling(config))  # vLLM's limits before the engine starts
     tokenizer, path = load_tokenizer(config.model)  # the HF path's checks and one-line errors
     require_chat_template(tokenizer, config.model)
     backend = VLLMBackend(str(path), dtype=dtype_name(config.dtype, device), gpu_memory_utilization=0.85,

@@ -195,8 +195,10 @@ class ICTGRPOTrainer(GRPOTrainer):
         if not isinstance(config, ICTGRPOConfig):  # TRL's own config lacks ict's options (tile size...)
             raise ValueError(f"ICTGRPOTrainer needs args=ICTGRPOConfig(...), got {type(config).__name__}: "
                              "ICTGRPOConfig is TRL's GRPOConfig with the token selector's options")
-        refusal = sharded_head_refusal(config)
-        if refusal:  # before TRL builds anything
+        # before TRL builds anything (use_vllm: its vLLM engine); the config's refusals again, as
+        # its fields can change after its checks
+        refusal = sharded_head_refusal(config) or trainer_refusal(config)
+        if refusal:
             raise ValueError(refusal)
         super().__init__(*args, **kwargs)
         self._refuse_sharded_head()
@@ -211,7 +213,6 @@ class ICTGRPOTrainer(GRPOTrainer):
         self.full_token_warmup_steps: int = warmup
         self.js_references = required_js_references(self.selector_name, self.selector_options)
         self.population = ranking_population(self.selector_name, self.selector_options)
-        self._check_configuration(config)
         unwrapped = self.accelerator.unwrap_model(self.model)
         try:
             linear_lm_head(unwrapped, "ict.integrations.trl", "")
@@ -261,11 +262,6 @@ class ICTGRPOTrainer(GRPOTrainer):
         when requested but dropped by accelerate (on CPU it runs plain DDP instead of FSDP2)."""
         refusal = sharded_head_refusal(self.args, getattr(self.accelerator.state, "fsdp_plugin", None),
                                        getattr(self.accelerator.state, "deepspeed_plugin", None))
-        if refusal:
-            raise ValueError(refusal)
-
-    def _check_configuration(self, config: Any) -> None:
-        refusal = trainer_refusal(config)  # again: a config's fields can change after its checks
         if refusal:
             raise ValueError(refusal)
 

@@ -81,10 +81,6 @@ class ICTGRPOConfig(GRPOConfig):
         if self.full_token_warmup_steps is None:
             self.full_token_warmup_steps = method["full_token_warmup_steps"]
         check_warmup_steps(self.full_token_warmup_steps)
-        try:
-            parse_tile_size(self.stats_tile_size)
-        except ValueError as error:  # its message does not name the option
-            raise ValueError(f"stats_tile_size: {error}") from None
         super().__post_init__()
         refusal = selection_refusal(self) or entropy_bonus_refusal(self)
         if refusal:
@@ -93,11 +89,16 @@ class ICTGRPOConfig(GRPOConfig):
 
 def option_refusal(config: Any) -> str | None:
     """The one-line refusal of a ``loss_type`` TRL does not know (TRL checks it only in the
-    first step's loss) or a ``selection_denominator`` other than 'ours' / 'trl', or None."""
+    first step's loss), a ``selection_denominator`` other than 'ours' / 'trl' or a
+    ``stats_tile_size`` that is not a tile size (read at every loss), or None."""
     if config.loss_type not in TRL_LOSS_TYPES:
         return f"loss_type must be one of {', '.join(TRL_LOSS_TYPES)} (or None), got {config.loss_type!r}"
     if config.selection_denominator not in SELECTION_DENOMINATORS:
         return f"selection_denominator must be 'ours' or 'trl', got {config.selection_denominator!r}"
+    try:
+        parse_tile_size(config.stats_tile_size)
+    except ValueError as error:  # its message does not name the option
+        return f"stats_tile_size: {error}"
     return None
 
 

@@ -83,7 +83,10 @@ both: ``actor.shuffle=False``, ``use_dynamic_bsz=False``, ``ppo_micro_batch_size
 multiple of ``rollout.n``); materialised logits (``use_fused_kernels=False``); no Ulysses sequence
 parallelism; one temperature; no rollout importance weights; with
 ``ict_aggregation=loss_agg_mode``, ``loss_agg_mode`` not ``token-sum`` / ``seq-mean-token-sum``
-(otherwise ict's loss does not read it, and any of verl's is accepted).
+(otherwise ict's loss does not read it, and any of verl's is accepted). Fused kernels and Ulysses
+are refused already by verl's launch validation (``validate_config``, before Ray starts:
+:func:`actor_refusal`), rollout importance weights when verl's trainer is constructed
+(:func:`rollout_weights_refusal`); the hook and the loss refuse them again when they meet them.
 
 Not supported: Megatron (vocabulary-parallel logits would need an all-reduce of the per-shard
 sums; the loss refuses to run without this module's FSDP hook), the ``ref`` JS reference.
@@ -109,6 +112,7 @@ from verl.utils.seqlen_balancing import (
     get_seqlen_balanced_partitions,
     log_seqlen_unbalance,
 )
+from verl.workers.config import FSDPActorConfig
 from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
@@ -149,12 +153,50 @@ try:  # verl's default (v1) trainer; it imports transfer_queue (the verl-core ex
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer as V1Trainer
 except ImportError:  # then v1 cannot run in this environment either
     V1Trainer = None
+try:  # the older (v0) trainer, trainer.use_v1=False
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer as V0Trainer
+except ImportError:  # then v0 cannot run in this environment either
+    V0Trainer = None
 
 if not str(getattr(verl, "__version__", "")).startswith("0.9."):
     warnings.warn(f"ict.integrations.verl is written for verl 0.9 (found {getattr(verl, '__version__', '?')}): "
                   "its engine hook may not match", stacklevel=2)
 
 LOSS_NAME = "ict"
+FUSED_KERNELS_REFUSAL = "loss_mode=ict needs the actor's logits: set actor_rollout_ref.model.use_fused_kernels=False"
+ULYSSES_REFUSAL = ("loss_mode=ict does not support Ulysses sequence parallelism: set "
+                   "ulysses_sequence_parallel_size=1")
+ROLLOUT_WEIGHTS_REFUSAL = ("loss_mode=ict does not apply rollout importance weights: disable "
+                           "algorithm.rollout_correction")
+
+
+def actor_refusal(actor: Any, model_config: Any) -> str | None:
+    """The one-line refusal of verl actor settings ict's engine hook cannot run with, or None:
+    fused kernels (``model_config.use_fused_kernels``, what verl's ``TrainingWorker`` hands the
+    engine) and Ulysses sequence parallelism (``actor.engine.ulysses_sequence_parallel_size > 1``,
+    what verl's FSDP engine reads; the actor's own field is copied there). The hook refuses both
+    again at the first micro-batch (:func:`_prepare_model_outputs`)."""
+    if model_config is not None and model_config.get("use_fused_kernels", False):
+        return FUSED_KERNELS_REFUSAL
+    if int(getattr(getattr(actor, "engine", None), "ulysses_sequence_parallel_size", 1) or 1) > 1:
+        return ULYSSES_REFUSAL
+    return None
+
+
+def rollout_weights_refusal(config: Any) -> str | None:
+    """The refusal of rollout importance weights for ``loss_mode=ict`` in verl's whole trainer
+    config, or None: verl's trainers (v0 and v1) compute them when ``algorithm.rollout_correction``
+    sets ``rollout_is``, outside ``bypass_mode``, with the rollout's log-probs in the batch
+    (``rollout.calculate_log_probs``); ict's loss refuses them again when they arrive."""
+    policy = config.actor_rollout_ref.actor.get("policy_loss", {}) or {}
+    correction = config.get("algorithm", {}).get("rollout_correction", None)
+    if (policy.get("loss_mode", "vanilla") != LOSS_NAME or correction is None
+            or correction.get("rollout_is", None) is None or correction.get("bypass_mode", False)
+            or not config.actor_rollout_ref.rollout.get("calculate_log_probs", False)):
+        return None
+    return ROLLOUT_WEIGHTS_REFUSAL
+
+
 @dataclass
 class ICTPolicyLossConfig(VerlPolicyLossConfig):
     """verl's ``PolicyLossConfig`` plus ict's token selection (set ``loss_mode="ict"``).
@@ -272,10 +314,9 @@ def _prepare_model_outputs(self: Any, output: Any, output_args: Any, micro_batch
         return model_output
     logits = getattr(output, "logits", None)
     if tu.get_non_tensor_data(data=micro_batch, key="use_fused_kernels", default=False) or logits is None:
-        raise UsageError("loss_mode=ict needs the actor's logits: set actor_rollout_ref.model.use_fused_kernels=False")
+        raise UsageError(FUSED_KERNELS_REFUSAL)
     if getattr(self, "use_ulysses_sp", False):
-        raise UsageError("loss_mode=ict does not support Ulysses sequence parallelism: set "
-                         "ulysses_sequence_parallel_size=1")
+        raise UsageError(ULYSSES_REFUSAL)
     if hasattr(logits, "full_tensor"):  # tensor-parallel DTensor, sharded over the vocabulary
         logits = logits.full_tensor()
     if tu.get_non_tensor_data(data=micro_batch, key="use_remove_padding", default=True):
@@ -384,6 +425,27 @@ def _balance_batch_v1(self: Any, batch: Any, metrics: dict, logging_prefix: str 
     return batch
 
 
+def _validate_actor(self: Any, n_gpus: int, train_batch_size: int, model_config: Any = None) -> None:
+    """verl's ``FSDPActorConfig.validate`` (its ``validate_config`` calls it at launch, before Ray
+    starts or a model loads), then for ``loss_mode=ict`` :func:`actor_refusal`."""
+    _original_validate_actor(self, n_gpus, train_batch_size, model_config)
+    if self.policy_loss.get("loss_mode", "vanilla") == LOSS_NAME:
+        refusal = actor_refusal(self, model_config)
+        if refusal:
+            raise UsageError(refusal)
+
+
+def _refuse_at_trainer_init(cls: type) -> None:
+    """Wrap verl trainer ``cls``'s ``__init__`` (``config`` first) to refuse, in one line,
+    :func:`rollout_weights_refusal` before any worker or model is built."""
+    def init(self: Any, config: Any, *args: Any, **kwargs: Any) -> None:
+        refusal = rollout_weights_refusal(config)
+        if refusal:
+            raise UsageError(refusal)
+        original(self, config, *args, **kwargs)
+    original = _wrap(cls, "__init__", init)
+
+
 def _wrap(cls: type, name: str, wrapper: Any) -> Any:
     """Replace ``cls.name`` by ``wrapper`` once (re-imports keep the first original)."""
     current = cls.__dict__.get(name, getattr(cls, name))
@@ -396,6 +458,10 @@ def _wrap(cls: type, name: str, wrapper: Any) -> Any:
 _original_prepare_model_outputs = _wrap(FSDPEngineWithLMHead, "prepare_model_outputs", _prepare_model_outputs)
 _original_forward_backward_batch = _wrap(FSDPEngineWithLMHead, "forward_backward_batch", _forward_backward_batch)
 _original_balance_batch = None if V1Trainer is None else _wrap(V1Trainer, "_balance_batch", _balance_batch_v1)
+_original_validate_actor = _wrap(FSDPActorConfig, "validate", _validate_actor)
+for _trainer in (V0Trainer, V1Trainer):
+    if _trainer is not None:
+        _refuse_at_trainer_init(_trainer)
 
 
 @register_policy_loss(LOSS_NAME)
@@ -411,8 +477,7 @@ def compute_policy_loss_ict(
     """verl policy loss ``"ict"``: :func:`ict.core.loss.policy_loss` on this micro-batch's selection,
     scaled by ``dp * w_micro / W`` (see the module docstring). Shapes ``[B, T]``."""
     if rollout_is_weights is not None:
-        raise UsageError("loss_mode=ict does not apply rollout importance weights: disable "
-                         "algorithm.rollout_correction")
+        raise UsageError(ROLLOUT_WEIGHTS_REFUSAL)
     if not _pending:
         raise UsageError("loss_mode=ict runs only in verl's FSDP engine with ict.integrations.verl "
                          "loaded (policy_loss._target_=ict.integrations.verl.ICTPolicyLossConfig); "

