@@ -178,3 +178,59 @@ def test_results_json_is_written_last_and_whole_on_a_full_disk(tmp_path):
     assert complete_verdicts(full) is None  # not finished: ict compare evaluates it again
     write_results(evaluation)
     assert json.loads((full / "results.json").read_text())["config"]["ks"] == [1]
+
+
+def test_a_rerun_cut_short_in_results_csv_or_md_leaves_them_whole(tmp_path):
+    """A rerun with nothing to draw rewrites results.csv and results.md beside the old
+    results.json, which ict compare takes for a finished evaluation and never rewrites. Written in
+    place, a rerun cut short there (a full disk here, a kill likewise) left a torn results.csv
+    ('benchmark,group,num_') or results.md beside that results.json for good. Each is replaced
+    whole now: cut short, the old file stays as it was."""
+    from ict.evaluation.results import BenchmarkResult, EvalResult, write_results
+
+    row = BenchmarkResult("gsm8k", "math", "", 1, 1, {"pass@1": 1.0})
+    config = {"model": "m", "num_samples": 1, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 6,
+              "seed": 0, "ks": [1]}
+    evaluation = EvalResult(config, [row], [], tmp_path, {})
+    write_results(evaluation)
+    names = ("results.csv", "results.md", "results.json")
+    before = {name: (tmp_path / name).read_bytes() for name in names}
+    assert before["results.csv"] == b"benchmark,group,num_problems,num_samples,pass@1\r\ngsm8k,math,1,1,1.000000\r\n"
+    assert len(before["results.csv"]) < len(before["results.md"])
+    for limit in (20, len(before["results.csv"]) + 1):  # cut in results.csv, then in results.md
+        with pytest.raises(OSError), file_size_limit(limit):
+            write_results(evaluation)
+        assert {name: (tmp_path / name).read_bytes() for name in names} == before, limit
+
+
+def test_results_json_comes_after_results_csv_and_md_and_every_file_is_utf8(tmp_path, monkeypatch):
+    """results.json marks a finished evaluation: a first write stopped before results.md leaves
+    none (a rerun writes all three). The files are UTF-8 (results.md's '±') in a process whose
+    locale encoding is another (Latin-1 here, as `open` without an encoding would use)."""
+    import builtins
+
+    import ict.evaluation.results
+    import ict.runs.checkpoint
+    from ict.evaluation.results import BenchmarkResult, EvalResult, write_results
+
+    real_write = ict.evaluation.results.write_atomically
+
+    def stopped_at_md(path, text):
+        if Path(path).name == "results.md":
+            raise KeyboardInterrupt
+        real_write(path, text)
+
+    row = BenchmarkResult("gsm8k", "math", "", 1, 1, {"pass@1": 0.5}, seeds=[0, 1],
+                          per_seed={"0": {"pass@1": 0.0}, "1": {"pass@1": 1.0}}, std={"pass@1": 0.5 ** 0.5})
+    config = {"model": "m", "num_samples": 1, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 6,
+              "seeds": [0, 1], "ks": [1]}
+    evaluation = EvalResult(config, [row], [], tmp_path, {})
+    monkeypatch.setattr(ict.evaluation.results, "write_atomically", stopped_at_md)
+    with pytest.raises(KeyboardInterrupt):
+        write_results(evaluation)
+    assert not (tmp_path / "results.json").exists()
+    monkeypatch.undo()
+    monkeypatch.setattr(ict.runs.checkpoint, "open", lambda *args, encoding="latin-1", **options: builtins.open(
+        *args, encoding=encoding, **options), raising=False)
+    write_results(evaluation)
+    assert "mean ± std over seeds" in (tmp_path / "results.md").read_bytes().decode("utf-8")

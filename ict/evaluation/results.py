@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import math
 from collections.abc import Sequence
@@ -201,23 +202,23 @@ def write_results(result: EvalResult) -> None:
     def fraction(values: dict[str, float], metric: str) -> str:
         return f"{values.get(metric, float('nan')):.6f}"
 
-    with open(directory / "results.csv", "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        if not multi_seed:
-            writer.writerow(["benchmark", "group", "num_problems", "num_samples", *metrics])
-            for row in result.rows():
-                writer.writerow([row.name, row.group, row.num_problems, row.num_samples,
-                                 *(fraction(row.metrics, m) for m in metrics)])
-        else:
-            writer.writerow(["benchmark", "group", "num_problems", "num_samples", "seed", *metrics,
-                             *(f"{m}_std" for m in metrics)])
-            for row in result.rows():
-                start = [row.name, row.group, row.num_problems, row.num_samples]
-                writer.writerow([*start, "mean", *(fraction(row.metrics, m) for m in metrics),
-                                 *(fraction(row.std, m) for m in metrics)])
-                for seed, values in row.per_seed.items():
-                    writer.writerow([*start, seed, *(fraction(values, m) for m in metrics),
-                                     *([""] * len(metrics))])
+    table = io.StringIO()
+    writer = csv.writer(table)
+    if not multi_seed:
+        writer.writerow(["benchmark", "group", "num_problems", "num_samples", *metrics])
+        for row in result.rows():
+            writer.writerow([row.name, row.group, row.num_problems, row.num_samples,
+                             *(fraction(row.metrics, m) for m in metrics)])
+    else:
+        writer.writerow(["benchmark", "group", "num_problems", "num_samples", "seed", *metrics,
+                         *(f"{m}_std" for m in metrics)])
+        for row in result.rows():
+            start = [row.name, row.group, row.num_problems, row.num_samples]
+            writer.writerow([*start, "mean", *(fraction(row.metrics, m) for m in metrics),
+                             *(fraction(row.std, m) for m in metrics)])
+            for seed, values in row.per_seed.items():
+                writer.writerow([*start, seed, *(fraction(values, m) for m in metrics),
+                                 *([""] * len(metrics))])
     config = result.config
     seeds = config.get("seeds") or [config["seed"]]
     seed_note = (f"seed {seeds[0]}" if len(seeds) == 1 else
@@ -229,7 +230,10 @@ def write_results(result: EvalResult) -> None:
                                       if config.get("limit") else "") +
             (f", answers graded by grading rules {rules}" if rules is not None else "") +
             ". Metrics in percent; aggregates are macro means over benchmarks.\n")
-    (directory / "results.md").write_text(note + "\n" + markdown_table(result), encoding="utf-8")
+    # each file replaced whole: a rerun that draws nothing rewrites them beside the old
+    # results.json, which a kill mid-write kept, and ict compare reuses the directory as it is
+    write_atomically(directory / "results.csv", table.getvalue())
+    write_atomically(directory / "results.md", note + "\n" + markdown_table(result))
     write_atomically(directory / "results.json",
                      json.dumps(json_safe(results_as_dict(result)), indent=2, default=str, allow_nan=False) + "\n")
 

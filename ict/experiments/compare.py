@@ -249,6 +249,16 @@ def _final_checkpoint(directory: Path, num_steps: int) -> Path | None:
     return None
 
 
+def _after_evaluation_missing(directory: Path) -> bool:
+    """Did the run evaluate its held-out problems before training (eval.json's "before") but not
+    after it? A comparison stopped in that evaluation left the final checkpoint, which a rerun took
+    for a finished run, so eval.json never got the "after" of an uninterrupted run."""
+    from ict.runs.reporting import read_eval
+
+    evaluations = read_eval(directory)
+    return "before" in evaluations and "after" not in evaluations
+
+
 def _training_config(config: CompareConfig, training_options: dict[str, Any], spec: MethodSpec,
                      seed: int) -> TrainConfig:
     """The `TrainConfig` of one (method, seed) run. A new run of a reasoning-gym training task
@@ -410,13 +420,16 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
                 _evaluate(config, train_config, train_config.model,
                           config.output_dir / BASE_MODEL_DIR, log)
                 base_evaluated = True
+            checkpoint = _final_checkpoint(directory, train_config.num_steps)
+            if checkpoint is not None and not config.eval_only and _after_evaluation_missing(directory):
+                log(f"evaluate {directory}'s held-out problems after training (interrupted before)")
+                train(train_config, continue_with=COMPARE_CONTINUE)  # resumed at its end: that evaluation only
             if (directory / "eval" / "results.json").is_file():
                 log(f"reuse {directory}")
                 if not config.train_only:
                     _evaluate(config, train_config, None, directory / "eval", log)  # re-graded if it must be
                     _evaluate_steps(config, train_config, directory, log)
                 continue
-            checkpoint = _final_checkpoint(directory, train_config.num_steps)
             if checkpoint is None and config.eval_only:
                 log(f"skip {directory} (not trained to step {train_config.num_steps} yet)")
                 continue
@@ -470,7 +483,8 @@ def _evaluate(config: CompareConfig, train_config: TrainConfig, model: str | Non
     skipped when its results.json exists (its settings were checked before any run trained),
     unless it records other answer-grading rules than `GRADING_RULES_VERSION` (or none: older
     ones): then the same `ict eval` of the model it names resumes, which re-grades the stored
-    completions and generates nothing. ``model`` None: only such a re-grade."""
+    completions and generates nothing. ``model`` None: only such a re-grade. Stopped (Ctrl-C,
+    SIGTERM), it logs how to go on (the finished units of samples.jsonl are kept)."""
     from ict.evaluation.evaluate import evaluate
 
     if (output_dir / "results.json").is_file():
@@ -483,7 +497,11 @@ def _evaluate(config: CompareConfig, train_config: TrainConfig, model: str | Non
         return
     else:
         log(f"evaluate {model} -> {output_dir}")
-    evaluate(_eval_config(config, train_config, model, output_dir), progress=False, print_table=False)
+    try:
+        evaluate(_eval_config(config, train_config, model, output_dir), progress=False, print_table=False)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the command only said "interrupted"
+        log(f"stopped evaluating {output_dir} (its finished samples are kept); to continue, {COMPARE_CONTINUE}")
+        raise
 
 
 EVAL_SETTINGS = ("benchmarks", "data_dir", "num_samples", "ks", "temperature", "max_new_tokens",

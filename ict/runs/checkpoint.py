@@ -66,10 +66,10 @@ def truncate_jsonl(path: str | Path, max_step: int) -> None:
 
 def write_atomically(path: str | Path, text: str) -> None:
     """Replace the file at ``path`` with ``text``: a temp file beside it, fsync, rename, so a kill
-    during the write leaves the old file (or none) and never a torn one."""
+    during the write leaves the old file (or none) and never a torn one. UTF-8, whatever the locale."""
     path = Path(path)
     temp = path.with_name(f".{path.name}.tmp")
-    with open(temp, "w") as handle:
+    with open(temp, "w", encoding="utf-8") as handle:
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
