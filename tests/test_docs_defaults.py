@@ -355,3 +355,27 @@ def test_the_yaml_readings_docs_training_gives_are_the_config_files(tmp_path):
             built(line)
     assert built("autocast: off").autocast == "off"
     assert built("num_steps: " + taken[1]).num_steps == int(taken[2])
+
+
+@pytest.mark.parametrize("copy", ["/tmp/vs-base3", "/tmp/vs-base"])
+def test_the_recipes_that_compare_with_the_untrained_model_give_it_finished_runs(copy, tmp_path):
+    """docs/results.md's recipes for each method minus the untrained model copy a comparison's
+    runs and its `base-model/` evaluation (as runs/base/seed<k>/eval/) into `copy`, then run
+    `ict compare --report-only --baselines base` there. Run as written (the copy in tmp_path), every
+    `base` run is a finished evaluation of the runs' benchmarks (the recipes copied samples.jsonl
+    alone, an evaluation the report takes as in progress: "Baselines: base (no runs of base)")."""
+    import subprocess
+
+    from ict.analysis.comparison_runs import load_runs
+
+    blocks = [block for block in re.findall(r"^```\w*\n(.*?)^```", (ROOT / "docs" / "results.md").read_text(),
+                                       flags=re.S | re.M)
+              if f"ict compare --output-dir {copy} --report-only --baselines base" in block]
+    assert len(blocks) == 1, f"docs/results.md's {copy} recipe changed: update this test"
+    shell = "\n".join(line for line in blocks[0].splitlines() if not line.startswith("ict "))
+    subprocess.run(["bash", "-euc", shell.replace(copy, str(tmp_path / "copy"))], cwd=ROOT, check=True)
+    runs = load_runs(tmp_path / "copy")
+    base = [run for run in runs if run.label == "base"]
+    assert len(base) == 3 and not any(run.in_progress for run in base), [run.progress for run in base]
+    trained = next(run for run in runs if run.label == "grpo")
+    assert all(run.correct.keys() == trained.correct.keys() for run in base)
