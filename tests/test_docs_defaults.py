@@ -379,3 +379,45 @@ def test_the_recipes_that_compare_with_the_untrained_model_give_it_finished_runs
     assert len(base) == 3 and not any(run.in_progress for run in base), [run.progress for run in base]
     trained = next(run for run in runs if run.label == "grpo")
     assert all(run.correct.keys() == trained.correct.keys() for run in base)
+
+
+def _documented_train_lines() -> list[tuple[str, list[str]]]:
+    """The words after `ict train` of each command in a code block of the README and docs/*.md
+    (`...` dropped; `a ; b` is two), except those that need a file the docs leave to the user
+    (`--plugin`), a run directory (`--resume`) or print the help."""
+    import shlex
+
+    lines = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = _doc_text(str(path.relative_to(ROOT)))
+        for block in re.findall(r"^```\w*\n(.*?)^```", text, flags=re.S | re.M):
+            for part in (part for line in block.splitlines() for part in line.split("#")[0].split(";")):
+                if (match := re.search(r"\bict train\b(.*)", part)) is None:
+                    continue
+                words = [word for word in shlex.split(match.group(1)) if word != "..."]
+                if not {"--plugin", "--resume", "--help"} & set(words):
+                    lines.append((path.name, words))
+    return lines
+
+
+def test_every_documented_ict_train_line_builds_its_configuration(monkeypatch):
+    """Each documented `ict train` command line builds its configuration as `ict train` does
+    (a method's options, presets and overrides checked, not only the flags' names); one that
+    profiles (`--profile`) runs past the full-token warm-up, so that the selection it profiles
+    runs (docs/training.md's `ict train --method ict --profile --num-steps 3` profiled 3 steps of
+    ict's 10-step warm-up: GRPO's cost, the run's own note said)."""
+    import ict.training.trainer
+    from ict.cli import main
+
+    built = []
+    monkeypatch.setattr(ict.training.trainer, "train", built.append)
+    lines = _documented_train_lines()
+    assert len(lines) >= 15
+    profiled = 0
+    for name, words in lines:
+        built.clear()
+        assert main(["train", *words]) == 0 and len(built) == 1, (name, words)
+        if built[0].profile:
+            assert built[0].num_steps > built[0].full_token_warmup_steps, (name, words)
+            profiled += 1
+    assert profiled >= 1
