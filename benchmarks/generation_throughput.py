@@ -1,13 +1,13 @@
 """Rollout throughput: Hugging Face `generate` as the trainer uses it, against the alternatives.
 
 Every variant generates the trainer's step (8 prompts x 8 completions, <= 32 new tokens,
-temperature 0.7, the same seed) on the offline default; the variants run interleaved (A, B, C,
-A, B, C, ...) after one short warm-up call each, on the prompts of steps 0, 1, ... of the
-trainer's own sampler (reasoning-gym chain_sum). Printed: a markdown table of seconds per step
-(median), generated tokens per second, the ratio of seconds to the current path's, the same for
-the process's CPU time (steadier than wall time on a loaded machine: with one thread it is the
-work done), and whether a variant's tokens equal the current path's for the same seed (in every
-repetition). Run::
+temperature 0.7, the same seed) on the offline default (``configs/offline-default.yaml``); the
+variants run interleaved (A, B, C, A, B, C, ...) after one short warm-up call each, on the prompts
+of steps 0, 1, ... of the trainer's own sampler (reasoning-gym chain_sum). Printed: a markdown
+table of seconds per step (median), generated tokens per second, the ratio of seconds to the
+current path's, the same for the process's CPU time (steadier than wall time on a loaded machine:
+with one thread it is the work done), and whether a variant's tokens equal the current path's
+for the same seed (in every repetition). Run::
 
     python benchmarks/generation_throughput.py --steps 2 --threads 1   # the offline default
     python benchmarks/generation_throughput.py --steps 1 --tiny        # smoke test, tiny model
@@ -48,9 +48,16 @@ from ict.models.rollout import (  # noqa: E402
     generate_completions,
     render_prompt,
 )
-from ict.training.config import TrainConfig  # noqa: E402
+from ict.training.config import TrainConfig, build_config  # noqa: E402
 
 Tokens = list[list[list[int]]]  # [prompt][sample][token]
+OFFLINE_DEFAULT = Path(__file__).resolve().parents[1] / "configs" / "offline-default.yaml"
+
+
+def step_config() -> TrainConfig:
+    """The offline default's setting (``configs/offline-default.yaml``: `ict train`'s defaults but
+    the sampling temperature, 0.7, not 1.0), whose step every variant generates."""
+    return build_config(OFFLINE_DEFAULT)
 
 
 def tiny_model() -> tuple[Any, Any]:
@@ -85,7 +92,7 @@ def num_return_sequences_rollout(model: Any, tokenizer: Any, prompts: list[str],
                                     max_new_tokens=max_new_tokens, eos_token_id=eos_ids,
                                     pad_token_id=pad_id, num_return_sequences=num_samples,
                                     **sampling)
-            rows = [_truncate_at_eos(row, eos_ids, pad_id)[0]
+            rows = [_truncate_at_eos(row, eos_ids)[0]
                     for row in output[:, input_ids.shape[1]:].tolist()]
             result += [rows[i: i + num_samples] for i in range(0, len(rows), num_samples)]
     return result
@@ -133,8 +140,7 @@ def main() -> None:
                         help="add static cache + torch.compile (compiles per prompt width)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    config = TrainConfig(dataset_config={"min_terms": 2, "max_terms": 2, "min_digits": 1,
-                                         "max_digits": 1})
+    config = step_config()
     if args.tiny:
         model, tokenizer = tiny_model()
     else:

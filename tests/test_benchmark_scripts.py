@@ -476,3 +476,41 @@ def test_stats_memory_prints_no_ratio_when_the_logits_run_added_no_memory(monkey
     stats_memory.main()
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 1,000 | hidden")]
     assert rows[0].endswith("| 0.750 |")
+
+
+def test_generation_throughput_num_return_sequences_gives_g_completions_a_prompt_cut_at_eos(tiny_tokenizer):
+    """benchmarks/generation_throughput.py's `num_return_sequences` variant: G completions for
+    each prompt, each at most the cap and cut after its first EOS (id 1). It passed a pad id that
+    `ict.models.rollout._truncate_at_eos` no longer takes, so its smoke test (`--steps 1 --tiny`)
+    stopped in the warm-up with a TypeError."""
+    from conftest import build_tiny_model
+
+    from ict.training.config import TrainConfig
+
+    module = benchmark_module("generation_throughput")
+    model = build_tiny_model(len(tiny_tokenizer)).eval()
+    prompts = ["what is 1 + 2 ?", "what is 3 + 4 ?", "what is 5 + 0 ?"]
+    completions = module.num_return_sequences_rollout(model, tiny_tokenizer, prompts, 4, TrainConfig(temperature=0.7),
+                                                      seed=0, max_new_tokens=16)
+    assert [len(group) for group in completions] == [4, 4, 4]
+    rows = [row for group in completions for row in group]
+    assert all(1 <= len(row) <= 16 and 1 not in row[:-1] for row in rows), rows
+    assert any(len(row) < 16 for row in rows) and all(row[-1] == 1 for row in rows if len(row) < 16), rows
+
+
+def test_generation_throughput_samples_the_step_docs_benchmarks_names():
+    """benchmarks/generation_throughput.py generates the step docs/benchmarks.md states (prompts x
+    samples, new tokens, temperature): the offline default's, whose temperature 0.7 is not
+    `ict train`'s default 1.0. It built `TrainConfig`'s defaults and sampled at 1.0 (its own
+    header said "temperature 1.0" under a docstring and a table measured at 0.7)."""
+    import re
+
+    config = benchmark_module("generation_throughput").step_config()
+    flat = " ".join((ROOT / "docs" / "benchmarks.md").read_text().split())
+    stated = re.search(r"Hugging Face `generate` on the trainer's step \((\d+) prompts x (\d+) samples, "
+                       r"<= (\d+) new tokens, temperature ([\d.]+), the same seed\)", flat)
+    assert stated, "docs/benchmarks.md's rollout throughput sentence changed: update this test"
+    assert (config.prompts_per_step, config.num_generations, config.max_new_tokens, config.temperature) == (
+        int(stated[1]), int(stated[2]), int(stated[3]), float(stated[4]))
+    assert config.dataset == "chain_sum" and config.dataset_config == {
+        "min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}

@@ -112,15 +112,58 @@ def _doc_text(name: str) -> str:
     return re.sub(r"\\\n\s*", " ", (ROOT / name).read_text())
 
 
+ALL_DOCS = ["README.md", *sorted(f"docs/{path.name}" for path in (ROOT / "docs").glob("*.md"))]
+
+
+def _command_text(name: str) -> str:
+    """:func:`_doc_text` with the line breaks inside inline code spans (outside code blocks) made
+    spaces, so a command wrapped in the prose is one line (`ict eval --model M` newline `--ks 1,4`)."""
+    parts = re.split(r"(^```.*?^```)", _doc_text(name), flags=re.S | re.M)
+    return "".join(part if index % 2 else re.sub(r"`[^`]+`", lambda span: span[0].replace("\n", " "), part)
+                   for index, part in enumerate(parts))
+
+
 def test_every_option_a_documented_command_line_gives_is_that_commands():
-    """Every `--option` in an `ict <command> ...` line of the README and the docs that show
-    commands is an option of that command (its --help)."""
+    """Every `--option` in an `ict <command> ...` line of the README and every doc (a results
+    or scaling note's command lines too, and an inline command wrapped over lines) is an option of
+    that command (its --help)."""
     accepted = _command_options()
-    wrong = [(name, command, option) for name in DOCS_WITH_COMMANDS
-             for match in COMMAND.finditer(_doc_text(name))
+    lines = [(name, match) for name in ALL_DOCS for match in COMMAND.finditer(_command_text(name))]
+    wrong = [(name, command, option) for name, match in lines
              for command, option in [(match.group(1), o) for o in OPTION.findall(match.group(2))]
              if option not in accepted[command]]
     assert not wrong, wrong
+    assert {name for name, _ in lines} >= {"docs/results.md", "docs/scaling.md", "docs/benchmarks.md"}
+    wrapped = [match[0] for name, match in lines if name == "docs/results.md" and "--ks 1,4" in match[0]]
+    assert wrapped and wrapped[0].startswith("ict eval --model smollm2-135m-instruct"), wrapped
+
+
+def _script_options(path: Path) -> set[str]:
+    """The option strings a script's argparse calls declare (``add_argument("--x", "--y", ...)``),
+    read from its source (importing every script would cost seconds each), and ``--help``."""
+    text = path.read_text()
+    return {"--help", *re.findall(r"""add_argument\(\s*["'](--[a-z0-9-]+)["']""", text),
+            *re.findall(r"""add_argument\(\s*["']--[a-z0-9-]+["']\s*,\s*["'](--[a-z0-9-]+)["']""", text)}
+
+
+def test_every_option_a_documented_benchmark_command_gives_is_that_scripts():
+    """Every `--option` after `benchmarks/<name>.py` on a line of the README, the docs, the
+    benchmark scripts' own docstrings and examples/ is an option that script declares (a renamed
+    option leaves no command that stops at "unrecognized arguments")."""
+    scripts = {path.stem: _script_options(path) for path in (ROOT / "benchmarks").glob("*.py")}
+    sources = [*(ROOT / name for name in ALL_DOCS), *sorted((ROOT / "benchmarks").glob("*.py")),
+               *sorted(path for path in (ROOT / "examples").rglob("*") if path.suffix in {".py", ".sh"})]
+    checked, wrong = 0, []
+    for source in sources:
+        for line in re.sub(r"\\\n\s*", " ", source.read_text()).splitlines():
+            for match in re.finditer(r"benchmarks/(\w+)\.py((?:\s+(?:--?[\w-]+|[\w.,/=$:\"'x-]+))*)", line):
+                options = OPTION.findall(match.group(2))
+                checked += len(options)
+                wrong += [(source.name, match.group(1), option) for option in options
+                          if option not in scripts.get(match.group(1), set())]
+    assert not wrong, wrong
+    assert checked >= 100
+    assert _script_options(ROOT / "benchmarks" / "stats_speed.py") >= {"--step", "--baseline", "--rounds"}
 
 
 def test_every_option_the_docs_name_is_an_ict_option():
@@ -357,3 +400,87 @@ def test_the_yaml_readings_docs_training_gives_are_the_config_files(tmp_path):
             built(line)
     assert built("autocast: off").autocast == "off"
     assert built("num_steps: " + taken[1]).num_steps == int(taken[2])
+
+
+@pytest.mark.parametrize("copy", ["/tmp/vs-base3", "/tmp/vs-base"])
+def test_the_recipes_that_compare_with_the_untrained_model_give_it_finished_runs(copy, tmp_path):
+    """docs/results.md's recipes for each method minus the untrained model copy a comparison's
+    runs and its `base-model/` evaluation (as runs/base/seed<k>/eval/) into `copy`, then run
+    `ict compare --report-only --baselines base` there. Run as written (the copy in tmp_path), every
+    `base` run is a finished evaluation of the runs' benchmarks (the recipes copied samples.jsonl
+    alone, an evaluation the report takes as in progress: "Baselines: base (no runs of base)")."""
+    import subprocess
+
+    from ict.analysis.comparison_runs import load_runs
+
+    blocks = [block for block in re.findall(r"^```\w*\n(.*?)^```", (ROOT / "docs" / "results.md").read_text(),
+                                       flags=re.S | re.M)
+              if f"ict compare --output-dir {copy} --report-only --baselines base" in block]
+    assert len(blocks) == 1, f"docs/results.md's {copy} recipe changed: update this test"
+    shell = "\n".join(line for line in blocks[0].splitlines() if not line.startswith("ict "))
+    subprocess.run(["bash", "-euc", shell.replace(copy, str(tmp_path / "copy"))], cwd=ROOT, check=True)
+    runs = load_runs(tmp_path / "copy")
+    base = [run for run in runs if run.label == "base"]
+    assert len(base) == 3 and not any(run.in_progress for run in base), [run.progress for run in base]
+    trained = next(run for run in runs if run.label == "grpo")
+    assert all(run.correct.keys() == trained.correct.keys() for run in base)
+
+
+def _documented_train_lines() -> list[tuple[str, list[str]]]:
+    """The words after `ict train` of each command in a code block of the README and docs/*.md
+    (`...` dropped; `a ; b` is two), except those that need a file the docs leave to the user
+    (`--plugin`), a run directory (`--resume`) or print the help."""
+    import shlex
+
+    lines = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = _doc_text(str(path.relative_to(ROOT)))
+        for block in re.findall(r"^```\w*\n(.*?)^```", text, flags=re.S | re.M):
+            for part in (part for line in block.splitlines() for part in line.split("#")[0].split(";")):
+                if (match := re.search(r"\bict train\b(.*)", part)) is None:
+                    continue
+                words = [word for word in shlex.split(match.group(1)) if word != "..."]
+                if not {"--plugin", "--resume", "--help"} & set(words):
+                    lines.append((path.name, words))
+    return lines
+
+
+def test_every_documented_ict_train_line_builds_its_configuration(monkeypatch):
+    """Each documented `ict train` command line builds its configuration as `ict train` does
+    (a method's options, presets and overrides checked, not only the flags' names); one that
+    profiles (`--profile`) runs past the full-token warm-up, so that the selection it profiles
+    runs (docs/training.md's `ict train --method ict --profile --num-steps 3` profiled 3 steps of
+    ict's 10-step warm-up: GRPO's cost, the run's own note said)."""
+    import ict.training.trainer
+    from ict.cli import main
+
+    built = []
+    monkeypatch.setattr(ict.training.trainer, "train", built.append)
+    lines = _documented_train_lines()
+    assert len(lines) >= 15
+    profiled = 0
+    for name, words in lines:
+        built.clear()
+        assert main(["train", *words]) == 0 and len(built) == 1, (name, words)
+        if built[0].profile:
+            assert built[0].num_steps > built[0].full_token_warmup_steps, (name, words)
+            profiled += 1
+    assert profiled >= 1
+
+
+def test_the_readme_library_snippet_prints_what_its_comments_say(capsys):
+    """The README's library-API block prints the selected count its comment works out
+    (``B x ceil(ratio * T)``, each completion's top 10%) and the unbiased pass@4 of 3 correct in 8
+    (``1 - C(5, 4) / C(8, 4)``, by math.comb); the block's run alone is tests/test_docs_links.py's."""
+    import math
+
+    block = next(block for block in re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+                 if "pass_at_k(8, 3, 4)" in block)
+    claim = re.search(r"# (\d+) x ceil\(([\d.]+) \* (\d+)\) = (\d+)", block)
+    assert claim, "the README's selected-count comment changed: update this test"
+    rows, ratio, length, total = int(claim[1]), float(claim[2]), int(claim[3]), int(claim[4])
+    assert rows * math.ceil(ratio * length) == total
+    exec(compile(block, "README.md library block", "exec"), {"__name__": "readme_snippet"})
+    count, passed = capsys.readouterr().out.splitlines()
+    assert count == f"{total} of {rows * length} tokens selected"
+    assert math.isclose(float(passed), 1 - math.comb(8 - 3, 4) / math.comb(8, 4), rel_tol=1e-12)
