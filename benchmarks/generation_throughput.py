@@ -48,7 +48,8 @@ from ict.models.rollout import (  # noqa: E402
     generate_completions,
     render_prompt,
 )
-from ict.training.config import TrainConfig, build_config  # noqa: E402
+from ict.training.config import TrainConfig  # noqa: E402
+from ict.training.config_loading import build_config  # noqa: E402
 
 Tokens = list[list[list[int]]]  # [prompt][sample][token]
 OFFLINE_DEFAULT = Path(__file__).resolve().parents[1] / "configs" / "offline-default.yaml"

@@ -117,3 +117,15 @@ def test_names_moved_out_of_the_training_config_module_still_resolve_with_a_warn
         assert config.load_yaml is config_text.load_yaml
     with pytest.raises(AttributeError):
         config.no_such_name  # noqa: B018
+
+
+def test_no_file_of_the_repository_imports_a_moved_name_from_the_training_config_module():
+    from ict.training.config import _MOVED_TO_LOADING
+
+    stale = []
+    for path in sorted(path for folder in ("ict", "tests", "benchmarks", "examples")
+                       for path in (PACKAGE.parent / folder).glob("**/*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "ict.training.config":
+                stale += [f"{path.name}: {alias.name}" for alias in node.names if alias.name in _MOVED_TO_LOADING]
+    assert not stale, stale
