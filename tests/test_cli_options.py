@@ -147,6 +147,8 @@ def test_plot_draws_the_steps_before_a_torn_last_line_and_names_a_bad_line(tmp_p
     assert (tmp_path / "torn.png").stat().st_size > 1000
     capsys.readouterr()
     for text, message in (('oops\n' + steps + "\n", "metrics.jsonl:1: not valid JSON"),
+                          # the line before the last: not a torn last line (nor is the step after it lost)
+                          (steps + '\noops\n{"step": 5}\n', "metrics.jsonl:4: not valid JSON"),
                           ('{"reward_mean": 1}\n' + steps + "\n", "metrics.jsonl:1: not a metrics record")):
         (run / "metrics.jsonl").write_text(text)
         assert main(["plot", str(run), "--out", str(tmp_path / "bad.png")]) == 2

@@ -202,3 +202,58 @@ def test_a_run_directory_with_a_byte_that_is_not_utf8_is_named_in_the_legend(tmp
     assert labels == [f"{tmp_path}/run\\udcff (n=1)", "ict\\udcff (n=1)"]
     entropy = [axis for axis in saved_figures[0].axes if axis.get_title() == "Shannon entropy"][0]
     assert list(entropy.get_lines()[0].get_ydata()) == [2.0]
+
+
+def test_each_runs_drawn_series_is_its_metrics_file_step_for_step(tmp_path, saved_figures):
+    """Four runs labelled by directory, written by the trainer's own `MetricsLogger`: 3 steps; 5
+    steps resumed from step 2 (the killed attempt's steps 3-4 replaced); NaN entropy at steps 2 and
+    4 (null in the file, a gap in the line); 3 steps and a torn fourth line. Each run's line in each
+    panel is its file's values at its 1-based steps (read with json, the torn line left out):
+    nothing dropped, shifted by a step, or taken from the killed attempt."""
+    import math
+
+    from ict.runs.reporting import MetricsLogger
+
+    def record(step, scale, **changes):
+        return {"step": step, "reward_mean": scale * step, "entropy": 1 + scale / step, "renyi2": 0.5 + scale / step,
+                "entropy_selected": 2 + scale / step, "selected_fraction": 0.2, **changes}
+
+    def log(name, records, resume_step=0):
+        (tmp_path / name).mkdir(exist_ok=True)
+        logger = MetricsLogger(tmp_path / name, tensorboard=False, resume_step=resume_step)
+        for line in records:
+            logger.log(line)
+        logger.close()
+
+    log("short", [record(step, 0.1) for step in (1, 2, 3)])
+    log("resumed", [record(step, 0.9) for step in (1, 2, 3, 4)])
+    log("resumed", [record(step, 0.2) for step in (3, 4, 5)], resume_step=2)
+    log("nan", [record(step, 0.3, **({"entropy": math.nan} if step in (2, 4) else {})) for step in range(1, 6)])
+    log("torn", [record(step, 0.4) for step in (1, 2, 3)])
+    with (tmp_path / "torn" / "metrics.jsonl").open("a") as handle:
+        handle.write(json.dumps(record(4, 0.4))[:30])
+    names = ["short", "resumed", "nan", "torn"]
+    assert main(["plot", *(str(tmp_path / name) for name in names), "--out", str(tmp_path / "c.png")]) == 0
+    (figure,) = saved_figures
+    colour = {handle.get_label(): handle.get_color() for handle in figure.legends[0].legend_handles}
+    axes = {axis.get_title(): axis for axis in figure.axes if axis.get_visible()}
+    panels = {"Reward": [("reward_mean", "-")], "Shannon entropy": [("entropy", "-"), ("entropy_selected", "--")],
+              "Renyi-2 entropy": [("renyi2", "-")], "Selected fraction": [("selected_fraction", "-")]}
+    assert sorted(axes) == sorted(panels)
+    expected_steps = {"short": [1, 2, 3], "resumed": [1, 2, 3, 4, 5], "nan": [1, 2, 3, 4, 5], "torn": [1, 2, 3]}
+    for name in names:
+        text = (tmp_path / name / "metrics.jsonl").read_text()
+        records = [json.loads(line) for line in text.split("\n")[:len(expected_steps[name])]]
+        assert [line["step"] for line in records] == expected_steps[name]
+        for title, keys in panels.items():
+            drawn = {(line.get_color(), line.get_linestyle()): line for line in axes[title].get_lines()}
+            for key, style in keys:
+                line = drawn[(colour[f"{tmp_path / name} (n=1)"], style)]
+                assert list(line.get_xdata()) == expected_steps[name], (name, key)
+                values = [math.nan if item[key] is None else item[key] for item in records]
+                assert list(line.get_ydata()) == pytest.approx(values, nan_ok=True), (name, key)
+    entropy = {(line.get_color(), line.get_linestyle()): line for line in axes["Shannon entropy"].get_lines()}
+    resumed = entropy[(colour[f"{tmp_path / 'resumed'} (n=1)"], "-")].get_ydata()
+    assert list(resumed) == pytest.approx([1.9, 1.45, 1 + 0.2 / 3, 1.05, 1.04])  # 1-2 killed attempt's, 3-5 resumed's
+    nan = entropy[(colour[f"{tmp_path / 'nan'} (n=1)"], "-")].get_ydata()
+    assert list(nan) == pytest.approx([1.3, math.nan, 1.1, math.nan, 1.06], nan_ok=True)

@@ -486,3 +486,61 @@ def test_the_learning_rate_warms_up_linearly_from_the_first_step():
     config = TrainConfig(learning_rate=0.5, warmup_steps=4)
     assert [learning_rate_at(config, step) for step in range(6)] == [0.125, 0.25, 0.375, 0.5, 0.5, 0.5]
     assert [learning_rate_at(TrainConfig(learning_rate=0.5), step) for step in range(2)] == [0.5, 0.5]
+
+
+def test_a_trained_steps_metrics_equal_a_float64_recomputation_and_tensorboard_equals_the_file(
+        tiny_model_dir, arithmetic_task, tmp_path, monkeypatch):
+    """Step 1 of `ict train` (20-Entropy, temperature 0.7, micro-batches of 4 rows) against its own
+    rollout recomputed in float64 from the initial weights, one unpadded forward per row: per token
+    ``H = -sum p log p`` and ``H2 = -log sum p^2`` of ``softmax(z / 0.7)``, averaged over the response
+    tokens (entropy, renyi2) and over the top ``ceil(0.2 N)`` entropies of the step (the selected:
+    entropy_selected, renyi2_selected, selected_fraction); reward mean and accuracy of
+    ``contains_answer``. Then every TensorBoard scalar of both steps equals the metrics line's value
+    at the same (1-based) step, and every numeric value of the file has its scalar."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from transformers import AutoModelForCausalLM
+
+    import ict.training.train_step as train_step_module
+    from ict.data.training_data import PromptSampler
+
+    captured: dict = {}
+    pack, sample = train_step_module.pack_rollout, PromptSampler.batch
+    monkeypatch.setattr(train_step_module, "pack_rollout", lambda rollout, pad: captured.setdefault(
+        "batch", (rollout, pack(rollout, pad)))[1])
+    monkeypatch.setattr(PromptSampler, "batch", lambda self, step: captured.setdefault("problems", sample(self, step)))
+    run = tmp_path / "run"
+    train(tiny_config(tiny_model_dir, arithmetic_task, run, method="entropy", num_steps=2, temperature=0.7,
+                      micro_batch_size=4, tensorboard=True))
+    lines = read_metrics(run)
+    (rollout, batch), problems = captured["batch"], captured["problems"]
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).double()
+    entropy, renyi2 = [], []
+    with torch.no_grad():
+        for row in range(batch.input_ids.shape[0]):
+            tokens = batch.input_ids[row][batch.attention_mask[row].bool()]
+            length = int(batch.response_mask[row].sum())
+            probs = (model(input_ids=tokens.unsqueeze(0)).logits[0, -length - 1:-1] / 0.7).softmax(-1)
+            entropy.append(-(probs * probs.log()).sum(-1))
+            renyi2.append(-(probs ** 2).sum(-1).log())
+    entropy, renyi2 = torch.cat(entropy), torch.cat(renyi2)
+    selected = entropy.argsort(descending=True)[:math.ceil(0.2 * entropy.numel())]
+    assert entropy[selected].min() > entropy.sort(descending=True).values[len(selected)]  # no tie at the cut
+    rewards = [contains_answer(text, problems[index // 4])
+               for index, text in enumerate(text for group in rollout.completions for text in group)]
+    expected = {"entropy": entropy.mean(), "renyi2": renyi2.mean(), "entropy_selected": entropy[selected].mean(),
+                "renyi2_selected": renyi2[selected].mean(), "selected_fraction": len(selected) / entropy.numel(),
+                "reward_mean": sum(rewards) / 16, "accuracy": sum(rewards) / 16,
+                "response_length_mean": entropy.numel() / 16}
+    assert len(rewards) == 16 and 0 < sum(rewards) < 16  # a reward that tells completions apart
+    for name, value in expected.items():
+        assert lines[0][name] == pytest.approx(float(value), rel=1e-6), name
+    board = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
+    board.Reload()
+    tags = set(board.Tags()["scalars"])
+    numeric = {key for line in lines for key, value in line.items()
+               if key != "step" and isinstance(value, int | float)}
+    assert tags == {f"train/{key}" for key in numeric} and "train/renyi2_selected" in tags
+    for key in numeric:
+        logged = [(line["step"], pytest.approx(line[key], rel=1e-6)) for line in lines
+                  if isinstance(line.get(key), int | float)]
+        assert [(event.step, event.value) for event in board.Scalars(f"train/{key}")] == logged, key
