@@ -117,6 +117,19 @@ def test_a_resumed_runs_metrics_keep_exactly_the_steps_up_to_its_checkpoint(tmp_
     assert not (tmp_path / "none.jsonl").exists()
 
 
+@pytest.mark.parametrize("line", ['{"step": "3", "reward_mean": 0.5}', '[1, 2]', '{"step": null}', '{"step": true}'])
+def test_a_metrics_record_whose_step_is_no_number_is_one_line_naming_the_file(tmp_path, line):
+    """A hand-edited metrics.jsonl whose record has a text step ended a resume in a TypeError
+    traceback (str <= int); a JSON line that is no object was dropped silently. Both are now one
+    line naming the file, and the file is left as it was."""
+    path = tmp_path / "metrics.jsonl"
+    text = json.dumps({"step": 1, "reward_mean": 0.25}) + "\n" + line + "\n"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=r"metrics\.jsonl: a record's step is .*, not a number .*restore the file"):
+        truncate_jsonl(path, 2)
+    assert path.read_text() == text
+
+
 def _sizes_only_checkpoint(tmp_path: Path) -> tuple[Path, dict]:
     """A step-1 checkpoint whose manifest records sizes only (as before 2026-11-27, no CRC-32s);
     returns (its path, the full manifest it was written with)."""
