@@ -1,0 +1,139 @@
+"""Every command refuses bad input in one line: for each subcommand, one option (a flag, a key of
+``ict train``'s YAML file, or the file itself) given a hostile value -- a number out of range or of
+the wrong kind, nan, inf, -0.0, empty or blank text, unicode, a line break, a directory, a missing,
+unreadable, binary, empty, JSON or truncated file, the option twice -- exits with 0 or with 2 and
+exactly one non-empty line on stderr; no other exception escapes. The command runs in-process up to
+its model load, where a stub stops it (a value accepted so far counts as accepted)."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import write_arithmetic_task
+
+from ict.analysis.plots import PlotConfig
+from ict.analysis.token_view import InspectConfig
+from ict.core.options import option_fields
+from ict.evaluation.evaluate import EvalConfig
+from ict.experiments.compare import CompareConfig
+from ict.training.config import TrainConfig
+
+
+class _Accepted(BaseException):
+    """Raised where the command would load its model: every check before it passed."""
+
+
+COMMANDS = {"train": TrainConfig, "eval": EvalConfig, "compare": CompareConfig, "inspect": InspectConfig,
+            "plot": PlotConfig}
+# valid and quick: a 16-row task file, 1 step of 2 x 2 completions; a 4-problem benchmark
+BASE = {
+    "train": ["--dataset", "task.jsonl", "--num-steps", "1", "--prompts-per-step", "2", "--num-generations", "2",
+              "--max-new-tokens", "4", "--no-progress", "--no-tensorboard", "--run-dir", "trainrun",
+              "--rollout-backend", "hf"],
+    "eval": ["--benchmarks", "rg:chain_sum:size=4", "--output-dir", "evalout", "--backend", "hf", "--quiet"],
+    "compare": ["--methods", "grpo", "--seeds", "0", "--output-dir", "cmp", "--eval-benchmarks",
+                "rg:chain_sum:size=4", "dataset=task.jsonl", "num_steps=1", "prompts_per_step=2",
+                "num_generations=2", "max_new_tokens=4", "progress=false", "tensorboard=false",
+                "rollout_backend=hf"],
+    "inspect": ["--prompt", "hi"],
+    "plot": ["run", "--out", "x.png"],
+}
+FLAGS = {command: [*("--" + item.name.replace("_", "-") for item in option_fields(cls)
+                     if not item.metadata.get("positional")), *(["--config"] if command != "compare" else [])]
+         for command, cls in COMMANDS.items()}
+# a name over the file system's limit (255 bytes a component) is its own OSError
+TOO_LONG = "a" * 300
+HOSTILE = ["-1", "0", "-0", "1" + "0" * 30, "1.5", "nan", "inf", "-inf", "-0.0", "1e400", "0x10", "1_000", "",
+           " ", "\t", "\u00e9\u2603", "\u0661", "a\nb", "a\u2028b", "none", "true", "[1", "{", "1,1", ",",
+           "0,,1", "-5,3", TOO_LONG, "a_dir", "missing/x", "unreadable.yaml", "binary.bin", "empty.txt",
+           "list.json", "obj.json", "truncated.jsonl", "torn_run", "torn_samples.jsonl"]
+# a YAML value of one key of `ict train`'s config file
+YAML_VALUES = ["-1", "0", "1" + "0" * 30, "1.5", ".nan", ".inf", "-.inf", "-0.0", "''", "' '", "~", "[]",
+               "{}", "[1, 2]", "{a: 1}", "true", '"a\\nb"', '"\\u2028"', "0x10", "1e400", "[", TOO_LONG]
+
+
+def _workspace(root: Path) -> None:
+    """The files the hostile values name, and a valid run directory for `ict plot`."""
+    write_arithmetic_task(root / "task.jsonl", size=16)
+    (root / "a_dir").mkdir()
+    (root / "unreadable.yaml").write_text("num_steps: 1\n")
+    (root / "unreadable.yaml").chmod(0)  # root reads it all the same
+    (root / "binary.bin").write_bytes(bytes(range(256)))
+    (root / "empty.txt").write_text("")
+    (root / "list.json").write_text("[1, 2, 3]")
+    (root / "obj.json").write_text('{"num_steps": 1}')
+    (root / "truncated.jsonl").write_text('{"step": 1, "reward_mean": 0.5}\n{"step": 2, "rew')
+    (root / "torn_samples.jsonl").write_text('{"prompt": "what is 1 + 2 ?", "completion": "3"}\n{"prompt": "wh')
+    (root / "torn_run").mkdir()
+    (root / "torn_run" / "metrics.jsonl").write_text('{"step": 1, "reward_mean": 0.5}\n{"step": 2, "rew')
+    (root / "run").mkdir()
+    (root / "run" / "metrics.jsonl").write_text('{"step": 1, "reward_mean": 0.5}\n{"step": 2, "reward_mean": 0.7}\n')
+
+
+@pytest.fixture
+def run_command(monkeypatch, capsys):
+    """`run_command(argv, files)`: `ict.cli.main(argv)` in a fresh directory holding the workspace
+    and `files` (name: text), its model loads stubbed; returns (exit status or "accepted", stderr).
+    torch's thread count (``--num-threads``, ``--threads``) is restored after each call."""
+    import ict.models.loading as loading
+    import ict.training.trainer as trainer
+    from ict.cli import main
+
+    def accepted(*args, **kwargs):
+        raise _Accepted
+
+    for module, name in ((loading, "load_inference_model"), (loading, "load_model_and_tokenizer"),
+                         (trainer, "load_model_and_tokenizer")):
+        monkeypatch.setattr(module, name, accepted)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    monkeypatch.delenv("ICT_DEBUG", raising=False)
+
+    def run(argv: list[str], files: dict[str, str] | None = None) -> tuple[object, str]:
+        threads = torch.get_num_threads()
+        with tempfile.TemporaryDirectory() as root, contextlib.chdir(root):
+            _workspace(Path(root))
+            for name, text in (files or {}).items():
+                Path(name).write_text(text, encoding="utf-8")
+            capsys.readouterr()
+            try:
+                status: object = main(argv)
+            except SystemExit as stop:  # argparse's refusals
+                status = stop.code
+            except _Accepted:
+                status = "accepted"
+            finally:
+                torch.set_num_threads(threads)
+                for path in Path(root).rglob("*"):  # unreadable.yaml, and anything a run made so
+                    if not path.is_symlink():
+                        path.chmod(0o700)
+        return status, capsys.readouterr().err
+
+    return run
+
+
+@pytest.mark.parametrize("value,shown", [("-1", "-1"), ("0.5", "0.5"), ("true", "True")])
+def test_a_config_files_selector_that_is_no_mapping_is_refused_in_one_line(run_command, value, shown):
+    """``selector: -1`` was a TypeError (exit 1, "run with --debug") while the layer was checked for
+    a selector ratio, before the value was read."""
+    status, err = run_command(["train", *BASE["train"], "--config", "c.yaml"], {"c.yaml": f"selector: {value}\n"})
+    assert (status, err) == (2, f"error: bad value for selector: {shown} (expected dict)\n")
+
+
+def test_a_selector_ratio_given_as_text_still_wins_over_an_earlier_ratio():
+    """The check reads the layer's selector as parsed: ``--selector '{ratio: 0.2}'`` after a file's
+    ``ratio: 0.3`` sets 0.2, as a mapping does (`_with_layer`); a selector text without a ratio key
+    keeps the file's 0.3 (not ict's default 0.1), "ratio" in a YAML comment of it or not."""
+    from ict.training.config import build_config
+
+    with tempfile.TemporaryDirectory() as root:
+        path = Path(root) / "c.yaml"
+        path.write_text("ratio: 0.3\n")
+        assert build_config(path, {"selector": "{ratio: 0.2}"}).selector["ratio"] == 0.2
+        assert build_config(path, {"selector": {"ratio": 0.2}}).selector["ratio"] == 0.2
+        for text in ("{reference: seq_mean}", "{reference: seq_mean}  # the file's ratio stays"):
+            assert build_config(path, {"selector": text}).selector["ratio"] == 0.3, text
