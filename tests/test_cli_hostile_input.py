@@ -8,12 +8,15 @@ its model load, where a stub stops it (a value accepted so far counts as accepte
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import write_arithmetic_task
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from ict.analysis.plots import PlotConfig
 from ict.analysis.token_view import InspectConfig
@@ -114,6 +117,112 @@ def run_command(monkeypatch, capsys):
         return status, capsys.readouterr().err
 
     return run
+
+
+def assert_accepted_or_one_line(status: object, err: str, argv: list[str]) -> None:
+    assert status in (0, 2, "accepted"), (argv, status, err[-2000:])
+    if status == 2:
+        assert err.count("\n") == 1 and err.endswith("\n") and err.strip(), (argv, err[-2000:])
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, (argv, err[-2000:])
+
+
+hostile_values = st.sampled_from(HOSTILE)
+# where the hostile value goes: after the base's value of the flag (it wins), before it, or twice
+placements = st.sampled_from(["after", "before", "twice"])
+
+
+def _argv(command: str, flag: str, value: str, other: str, placement: str) -> list[str]:
+    given = {"after": [*BASE[command], flag, value], "before": [flag, value, *BASE[command]],
+             "twice": [*BASE[command], flag, value, flag, other]}[placement]
+    return [command, *given]
+
+
+@settings(derandomize=True)
+@given(flag=st.sampled_from(FLAGS["train"]), value=hostile_values, other=hostile_values, placement=placements)
+@example(flag="--run-dir", value=TOO_LONG, other="", placement="after")  # was exit 1
+@example(flag="--dataset", value="a\nb", other="", placement="after")  # was two lines
+def test_train_refuses_a_hostile_option_value_in_one_line(run_command, flag, value, other, placement):
+    argv = _argv("train", flag, value, other, placement)
+    assert_accepted_or_one_line(*run_command(argv), argv)
+
+
+@settings(derandomize=True)
+@given(flag=st.sampled_from(FLAGS["eval"]), value=hostile_values, other=hostile_values, placement=placements)
+@example(flag="--output-dir", value=TOO_LONG, other="", placement="after")  # was exit 1
+@example(flag="--greedy", value="a\nb", other="", placement="after")  # was two lines
+def test_eval_refuses_a_hostile_option_value_in_one_line(run_command, flag, value, other, placement):
+    argv = _argv("eval", flag, value, other, placement)
+    assert_accepted_or_one_line(*run_command(argv), argv)
+
+
+@settings(derandomize=True)
+@given(flag=st.sampled_from(FLAGS["compare"]), value=hostile_values, other=hostile_values, placement=placements)
+@example(flag="--config-file", value=TOO_LONG, other="", placement="after")  # was exit 1
+@example(flag="--train-only", value="a\nb", other="", placement="after")  # was two lines
+def test_compare_refuses_a_hostile_option_value_in_one_line(run_command, flag, value, other, placement):
+    argv = _argv("compare", flag, value, other, placement)
+    assert_accepted_or_one_line(*run_command(argv), argv)
+
+
+@settings(derandomize=True)
+@given(flag=st.sampled_from(FLAGS["inspect"]), value=hostile_values, other=hostile_values, placement=placements)
+@example(flag="--config", value="a\nb", other="", placement="twice")  # was two lines
+def test_inspect_refuses_a_hostile_option_value_in_one_line(run_command, flag, value, other, placement):
+    argv = _argv("inspect", flag, value, other, placement)
+    assert_accepted_or_one_line(*run_command(argv), argv)
+
+
+@settings(derandomize=True)
+@given(flag=st.sampled_from([*FLAGS["plot"], "run_dir"]), value=hostile_values, other=hostile_values,
+       placement=placements)
+@example(flag="--config", value=TOO_LONG, other="", placement="after")  # was exit 1
+@example(flag="--config", value="a\nb", other="", placement="after")  # was two lines
+def test_plot_refuses_a_hostile_option_value_in_one_line(run_command, flag, value, other, placement):
+    if flag == "run_dir":  # the positional run directories: one more, or the same one twice
+        argv = ["plot", *BASE["plot"], value, *([other] if placement == "twice" else [])]
+    else:
+        argv = _argv("plot", flag, value, other, placement)
+    assert_accepted_or_one_line(*run_command(argv), argv)
+
+
+@settings(derandomize=True)
+@given(key=st.sampled_from([item.name for item in option_fields(TrainConfig)]),
+       value=st.sampled_from(YAML_VALUES), placement=placements)
+@example(key="selector", value="-1", placement="after")  # was a TypeError, exit 1
+def test_train_refuses_a_hostile_config_file_value_in_one_line(run_command, key, value, placement):
+    """One key of the --config file given a hostile YAML value (or the key twice, under its two
+    spellings); the base options on the command line."""
+    text = f"{key}: {value}\n" + (f"{key.replace('_', '-')}: 1\n" if placement == "twice" else "")
+    argv = ["train", *BASE["train"], "--config", "hostile.yaml"]
+    assert_accepted_or_one_line(*run_command(argv, {"hostile.yaml": text}), argv)
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    # a line break in a value echoed in the message was a second line on stderr
+    (["plot", "run", "--out", "x.png", "--config", "a\nb"], "error: config file not found: a\\nb\n"),
+    (["train", "--dataset", "x\u2028y.jsonl"], "x\\u2028y.jsonl\n"),
+    (["eval", "--greedy", "a\nb"], "ict: error: unrecognized arguments: a\\nb (see ict --help)\n"),
+    # a name longer than the file system takes was an OSError: exit 1 "run with --debug"
+    (["plot", "run", "--out", "x.png", "--config", TOO_LONG], f"error: [Errno 36] File name too long: '{TOO_LONG}'\n"),
+    (["eval", *BASE["eval"], "--output-dir", TOO_LONG], f"File name too long: '{os.sep}"),
+    (["train", *BASE["train"], "--run-dir", TOO_LONG], "File name too long"),
+], ids=["newline-in-path", "u2028-in-path", "newline-in-unknown-word", "config-name-too-long",
+        "eval-output-dir-too-long", "train-run-dir-too-long"])
+def test_a_line_break_or_a_name_too_long_is_refused_in_one_line(run_command, argv, fragment):
+    status, err = run_command(argv)
+    assert status == 2, (status, err)
+    assert err.count("\n") == 1 and len(err.splitlines()) == 1, err
+    assert err.endswith(fragment) if fragment.endswith("\n") else fragment in err, err
+
+
+def test_one_line_escapes_every_line_break_and_keeps_other_text():
+    from ict.core.errors import one_line
+
+    breaks = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+    assert one_line(f"a{breaks}b \u00e9\t\\") == "a\\n\\r\\x0b\\x0c\\x1c\\x1d\\x1e\\x85\\u2028\\u2029b \u00e9\t\\"
+    assert all(len(one_line(f"x{char}y").splitlines()) == 1 for char in breaks)
+    assert "".join(f"x{char}y" for char in breaks).count("\n") == 1  # the characters are line breaks
+    assert len("".join(f"x{char}y" for char in breaks).splitlines()) == len(breaks) + 1
 
 
 @pytest.mark.parametrize("value,shown", [("-1", "-1"), ("0.5", "0.5"), ("true", "True")])
