@@ -246,3 +246,14 @@ def test_a_selector_ratio_given_as_text_still_wins_over_an_earlier_ratio():
         assert build_config(path, {"selector": {"ratio": 0.2}}).selector["ratio"] == 0.2
         for text in ("{reference: seq_mean}", "{reference: seq_mean}  # the file's ratio stays"):
             assert build_config(path, {"selector": text}).selector["ratio"] == 0.3, text
+
+
+@pytest.mark.parametrize("seed,status", [("-1", 2), (str(2**32), 2), ("1" + "0" * 30, 2), ("0", "accepted"),
+                                         (str(2**32 - 1), "accepted")])
+def test_inspect_refuses_a_seed_out_of_evals_range_before_the_model_loads(run_command, seed, status):
+    """``ict inspect --seed 10**30`` loaded the model, then failed with "Overflow when unpacking long
+    long" (no flag named); -1 and 2^32 were taken, which ict eval refuses: [0, 2^32) as eval's."""
+    got, err = run_command(["inspect", "--prompt", "hi", "--seed", seed])
+    assert got == status, (got, err)
+    if status == 2:
+        assert err == f"error: --seed must lie in [0, 2^32), got {int(seed)}\n"
