@@ -257,3 +257,25 @@ def test_inspect_refuses_a_seed_out_of_evals_range_before_the_model_loads(run_co
     assert got == status, (got, err)
     if status == 2:
         assert err == f"error: --seed must lie in [0, 2^32), got {int(seed)}\n"
+
+
+DEEP = "[" * 5000 + "]" * 5000  # deeper than PyYAML's recursive reading reaches
+
+
+@pytest.mark.parametrize("argv,files,fragment", [
+    (["train", "--config", "deep.yaml"], {"deep.yaml": DEEP}, "error: cannot parse YAML config deep.yaml: "),
+    (["eval", "--config", "deep.yaml"], {"deep.yaml": DEEP}, "error: cannot parse YAML config deep.yaml: "),
+    (["compare", "--config", "deep.yaml"], {"deep.yaml": DEEP}, "error: cannot parse YAML config deep.yaml: "),
+    (["train", *BASE["train"], "--config", "key.yaml"], {"key.yaml": f"dataset_config: {{a: {DEEP}}}\n"},
+     "error: cannot parse YAML config key.yaml: "),
+    (["train", *BASE["train"], f"dataset_config.a={DEEP}"], {}, "error: bad value for dataset_config.a: '[[["),
+    (["train", *BASE["train"], "--selector", DEEP], {}, "error: bad value for selector: '[[["),
+], ids=["train-config", "eval-config", "compare-config", "train-config-key", "dotted-override", "selector-text"])
+def test_yaml_nested_too_deeply_is_refused_in_one_line(run_command, argv, files, fragment):
+    """`[[[...]]]` thousands deep was PyYAML's RecursionError: exit 1, "run with --debug"."""
+    from ict.core.options import TOO_DEEP
+
+    status, err = run_command(argv, files)
+    assert status == 2 and err.startswith(fragment) and err.count("\n") == 1, (status, err[:300])
+    assert TOO_DEEP == "lists or mappings nested too deeply to read (Python's recursion limit)"
+    assert err.endswith(f": {TOO_DEEP}\n") or err.endswith(f"' ({TOO_DEEP})\n"), err[-200:]
