@@ -30,6 +30,7 @@ from ict.core.errors import (
     jsonl_records,
 )
 from ict.core.options import check_choices, default_of, option
+from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.selectors import ICT_DEFAULT_REFERENCE
 from ict.core.stats import JS_REFERENCES
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
@@ -98,6 +99,8 @@ class InspectConfig:
             raise UsageError("--n must be >= 2 (JS scores compare completions)")
         if self.max_new_tokens < 1 or not self.temperature > 0:
             raise UsageError("--max-new-tokens must be >= 1 and --temperature > 0")
+        if not 0 <= self.seed < RUN_SEED_LIMIT:  # as ict eval's; 10**30 failed once the model had loaded
+            raise UsageError(f"--seed must lie in [0, 2^32), got {self.seed}")
         if self.samples is not None and not Path(self.samples).expanduser().is_file():
             raise UsageError(f"--samples {self.samples} is not a file")
         if self.html is not None:

@@ -1,8 +1,9 @@
 """Command line: `ict train`, `ict eval`. Only parses arguments and calls the library.
 
-Errors are one line on stderr, never a traceback: bad input (`UsageError`, a missing file, a bad
-value) exits with 2, a run stopped by non-finite updates with 1, anything unexpected with 1 and a
-hint; `--debug` (before or after the command, or ICT_DEBUG=1) shows the traceback instead. Ctrl-C and SIGTERM print
+Errors are one line on stderr (a line break in a value echoed escaped, `one_line`), never a
+traceback: bad input (`UsageError`, a missing file, a name too long, a bad value) exits with 2, a
+run stopped by non-finite updates with 1, anything unexpected with 1 and a hint; `--debug` (before
+or after the command, or ICT_DEBUG=1) shows the traceback instead. Ctrl-C and SIGTERM print
 "interrupted" and exit with 130.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import signal
 import sys
@@ -18,7 +20,7 @@ import typing
 from collections.abc import Iterator
 from typing import Any
 
-from ict.core.errors import TrainingDiverged, UsageError
+from ict.core.errors import TrainingDiverged, UsageError, one_line
 
 
 class OneLineErrors(argparse.ArgumentParser):
@@ -27,7 +29,7 @@ class OneLineErrors(argparse.ArgumentParser):
     as argparse's). Its subcommands' parsers are of this class too."""
 
     def error(self, message: str) -> typing.NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,7 +125,7 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
         from ict.cli.options import in_typed_spelling
 
         # a flag named as typed: --output-dir "" is refused as --output-dir, not as --run-dir
-        print(f"error: {in_typed_spelling(str(error), args)}", file=sys.stderr)
+        print(f"error: {one_line(in_typed_spelling(str(error), args))}", file=sys.stderr)
         return 2
     except TrainingDiverged as error:
         if debug:
@@ -133,6 +135,10 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
     except Exception as error:  # noqa: BLE001 - the last line of defence: one line, not a traceback
         if debug:
             raise
+        if isinstance(error, OSError) and error.errno == errno.ENAMETOOLONG:  # a path given (or named
+            # after a value given) longer than the file system takes: bad input, wherever it is met
+            print(f"error: {one_line(str(error))}", file=sys.stderr)
+            return 2
         message = " ".join(str(error).split()) or type(error).__name__
         print(f"error: {type(error).__name__}: {message} (run with --debug for the traceback)",
               file=sys.stderr)

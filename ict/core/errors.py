@@ -24,6 +24,16 @@ def is_finite_number(value: Any) -> bool:
     return isinstance(value, numbers.Integral) or math.isfinite(value)
 
 
+# the characters at which `str.splitlines` (and a terminal or a log reader) starts a new line
+_LINE_BREAKS = {ord(char): repr(char)[1:-1] for char in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
+def one_line(message: str) -> str:
+    """`message` as one line: each line break in it (a path or a value typed with a newline, a
+    U+2028) written as its escape, ``\\n``, ``\\x0b``, ``\\u2028``; other text as it is."""
+    return message.translate(_LINE_BREAKS)
+
+
 class UsageError(Exception):
     """Bad user input (an option, a file, a path): the message names the problem and the fix."""
 

@@ -310,6 +310,11 @@ def dump_options_yaml(values: dict[str, Any]) -> str:
     return yaml.dump(values, Dumper=_OptionsDumper, sort_keys=False)
 
 
+TOO_DEEP = "lists or mappings nested too deeply to read (Python's recursion limit)"
+"""The `yaml.YAMLError` of a value nested deeper than PyYAML's recursive reading reaches (a
+RecursionError, exit 1, before): `[[[...]]]` thousands deep."""
+
+
 def load_options_yaml(text: str, text_options: typing.Collection[str] = (),
                       untyped_mappings: typing.Collection[str] = (),
                       number_options: typing.Collection[str] = (), prefix: str = "") -> Any:
@@ -324,7 +329,7 @@ def load_options_yaml(text: str, text_options: typing.Collection[str] = (),
     where YAML 1.1 reads the text (``num_steps: 1e3`` is 1000.0), and refused where the two read
     different numbers (`_number_node`: ``017`` is 15 in YAML 1.1, 17 in YAML 1.2). `prefix`
     (``dataset_config.``) names the keys of a mapping given alone. A YAML syntax error is
-    `yaml.YAMLError`."""
+    `yaml.YAMLError` (nesting too deep too: `TOO_DEEP`)."""
     loader = _OptionsLoader(text)
 
     def check(name: str, node: yaml.Node) -> yaml.Node:
@@ -349,6 +354,8 @@ def load_options_yaml(text: str, text_options: typing.Collection[str] = (),
                     if isinstance(inner_key, yaml.ScalarNode):
                         value_node.value[inner_index] = (inner_key, check(f"{name}.{inner_key.value}", inner_value))
         return loader.construct_document(node)
+    except RecursionError:  # PyYAML composes and builds nested values recursively
+        raise yaml.YAMLError(TOO_DEEP) from None
     finally:
         loader.dispose()
 
@@ -367,6 +374,8 @@ def load_value_yaml(text: str, name: str, typed: bool, number: bool = False) -> 
         else:
             _misread(loader, name, node, typed)
         return loader.construct_document(node)
+    except RecursionError:
+        raise yaml.YAMLError(TOO_DEEP) from None
     finally:
         loader.dispose()
 

@@ -177,8 +177,8 @@ def _with_layer(values: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]
     """`values` with one layer of options applied (:func:`apply_overrides`); a layer that sets the
     selector's ratio (``selector.ratio``) and not ``ratio`` also drops an earlier ``ratio`` (which
     would otherwise win, being the shortcut applied last)."""
-    sets_selector_ratio = "selector.ratio" in layer or "ratio" in (layer.get("selector") or {})
-    merged = apply_overrides(values, layer)
+    merged = apply_overrides(values, layer)  # each value read, or refused (``selector: -1``, a TypeError here)
+    sets_selector_ratio = "selector.ratio" in layer or ("selector" in layer and "ratio" in merged["selector"])
     if sets_selector_ratio and "ratio" not in layer:
         merged.pop("ratio", None)
     return merged

@@ -1,0 +1,281 @@
+"""Every command refuses bad input in one line: for each subcommand, one option (a flag, a key of
+``ict train``'s YAML file, or the file itself) given a hostile value -- a number out of range or of
+the wrong kind, nan, inf, -0.0, empty or blank text, unicode, a line break, a directory, a missing,
+unreadable, binary, empty, JSON or truncated file, the option twice -- exits with 0 or with 2 and
+exactly one non-empty line on stderr; no other exception escapes. The command runs in-process up to
+its model load, where a stub stops it (a value accepted so far counts as accepted)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import write_arithmetic_task
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from ict.analysis.plots import PlotConfig
+from ict.analysis.token_view import InspectConfig
+from ict.core.options import option_fields
+from ict.evaluation.evaluate import EvalConfig
+from ict.experiments.compare import CompareConfig
+from ict.training.config import TrainConfig
+
+
+class _Accepted(BaseException):
+    """Raised where the command would load its model: every check before it passed."""
+
+
+COMMANDS = {"train": TrainConfig, "eval": EvalConfig, "compare": CompareConfig, "inspect": InspectConfig,
+            "plot": PlotConfig}
+# valid and quick: a 16-row task file, 1 step of 2 x 2 completions; a 4-problem benchmark
+BASE = {
+    "train": ["--dataset", "task.jsonl", "--num-steps", "1", "--prompts-per-step", "2", "--num-generations", "2",
+              "--max-new-tokens", "4", "--no-progress", "--no-tensorboard", "--run-dir", "trainrun",
+              "--rollout-backend", "hf"],
+    "eval": ["--benchmarks", "rg:chain_sum:size=4", "--output-dir", "evalout", "--backend", "hf", "--quiet"],
+    "compare": ["--methods", "grpo", "--seeds", "0", "--output-dir", "cmp", "--eval-benchmarks",
+                "rg:chain_sum:size=4", "dataset=task.jsonl", "num_steps=1", "prompts_per_step=2",
+                "num_generations=2", "max_new_tokens=4", "progress=false", "tensorboard=false",
+                "rollout_backend=hf"],
+    "inspect": ["--prompt", "hi"],
+    "plot": ["run", "--out", "x.png"],
+}
+FLAGS = {command: [*("--" + item.name.replace("_", "-") for item in option_fields(cls)
+                     if not item.metadata.get("positional")), *(["--config"] if command != "compare" else [])]
+         for command, cls in COMMANDS.items()}
+# a name over the file system's limit (255 bytes a component) is its own OSError
+TOO_LONG = "a" * 300
+HOSTILE = ["-1", "0", "-0", "1" + "0" * 30, "1.5", "nan", "inf", "-inf", "-0.0", "1e400", "0x10", "1_000", "",
+           " ", "\t", "\u00e9\u2603", "\u0661", "a\nb", "a\u2028b", "none", "true", "[1", "{", "1,1", ",",
+           "0,,1", "-5,3", TOO_LONG, "a_dir", "missing/x", "unreadable.yaml", "binary.bin", "empty.txt",
+           "list.json", "obj.json", "truncated.jsonl", "torn_run", "torn_samples.jsonl"]
+# a YAML value of one key of `ict train`'s config file
+YAML_VALUES = ["-1", "0", "1" + "0" * 30, "1.5", ".nan", ".inf", "-.inf", "-0.0", "''", "' '", "~", "[]",
+               "{}", "[1, 2]", "{a: 1}", "true", '"a\\nb"', '"\\u2028"', "0x10", "1e400", "[", TOO_LONG]
+
+
+def _workspace(root: Path) -> None:
+    """The files the hostile values name, and a valid run directory for `ict plot`."""
+    write_arithmetic_task(root / "task.jsonl", size=16)
+    (root / "a_dir").mkdir()
+    (root / "unreadable.yaml").write_text("num_steps: 1\n")
+    (root / "unreadable.yaml").chmod(0)  # root reads it all the same
+    (root / "binary.bin").write_bytes(bytes(range(256)))
+    (root / "empty.txt").write_text("")
+    (root / "list.json").write_text("[1, 2, 3]")
+    (root / "obj.json").write_text('{"num_steps": 1}')
+    (root / "truncated.jsonl").write_text('{"step": 1, "reward_mean": 0.5}\n{"step": 2, "rew')
+    (root / "torn_samples.jsonl").write_text('{"prompt": "what is 1 + 2 ?", "completion": "3"}\n{"prompt": "wh')
+    (root / "torn_run").mkdir()
+    (root / "torn_run" / "metrics.jsonl").write_text('{"step": 1, "reward_mean": 0.5}\n{"step": 2, "rew')
+    (root / "run").mkdir()
+    (root / "run" / "metrics.jsonl").write_text('{"step": 1, "reward_mean": 0.5}\n{"step": 2, "reward_mean": 0.7}\n')
+
+
+@pytest.fixture
+def run_command(monkeypatch, capsys):
+    """`run_command(argv, files)`: `ict.cli.main(argv)` in a fresh directory holding the workspace
+    and `files` (name: text), its model loads stubbed; returns (exit status or "accepted", stderr).
+    torch's thread count (``--num-threads``, ``--threads``) is restored after each call."""
+    import ict.models.loading as loading
+    import ict.training.trainer as trainer
+    from ict.cli import main
+
+    def accepted(*args, **kwargs):
+        raise _Accepted
+
+    for module, name in ((loading, "load_inference_model"), (loading, "load_model_and_tokenizer"),
+                         (trainer, "load_model_and_tokenizer")):
+        monkeypatch.setattr(module, name, accepted)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    monkeypatch.delenv("ICT_DEBUG", raising=False)
+
+    def run(argv: list[str], files: dict[str, str] | None = None) -> tuple[object, str]:
+        threads = torch.get_num_threads()
+        with tempfile.TemporaryDirectory() as root, contextlib.chdir(root):
+            _workspace(Path(root))
+            for name, text in (files or {}).items():
+                Path(name).write_text(text, encoding="utf-8")
+            capsys.readouterr()
+            try:
+                status: object = main(argv)
+            except SystemExit as stop:  # argparse's refusals
+                status = stop.code
+            except _Accepted:
+                status = "accepted"
+            finally:
+                torch.set_num_threads(threads)
+                for path in Path(root).rglob("*"):  # unreadable.yaml, and anything a run made so
+                    if not path.is_symlink():
+                        path.chmod(0o700)
+        return status, capsys.readouterr().err
+
+    return run
+
+
+def assert_accepted_or_one_line(status: object, err: str, argv: list[str]) -> None:
+    assert status in (0, 2, "accepted"), (argv, status, err[-2000:])
+    if status == 2:
+        assert err.count("\n") == 1 and err.endswith("\n") and err.strip(), (argv, err[-2000:])
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, (argv, err[-2000:])
+
+
+hostile_values = st.sampled_from(HOSTILE)
+# where the hostile value goes: after the base's value of the flag (it wins), before it, or twice
+placements = st.sampled_from(["after", "before", "twice"])
+
+
+def _argv(command: str, flag: str, value: str, other: str, placement: str) -> list[str]:
+    given = {"after": [*BASE[command], flag, value], "before": [flag, value, *BASE[command]],
+             "twice": [*BASE[command], flag, value, flag, other]}[placement]
+    return [command, *given]
+
+
+@settings(derandomize=True)
+@given(flag=st.sampled_from(FLAGS["train"]), value=hostile_values, other=hostile_values, placement=placements)
+@example(flag="--run-dir", value=TOO_LONG, other="", placement="after")  # was exit 1
+@example(flag="--dataset", value="a\nb", other="", placement="after")  # was two lines
+def test_train_refuses_a_hostile_option_value_in_one_line(run_command, flag, value, other, placement):
+    argv = _argv("train", flag, value, other, placement)
+    assert_accepted_or_one_line(*run_command(argv), argv)
+
+
+@settings(derandomize=True)
+@given(flag=st.sampled_from(FLAGS["eval"]), value=hostile_values, other=hostile_values, placement=placements)
+@example(flag="--output-dir", value=TOO_LONG, other="", placement="after")  # was exit 1
+@example(flag="--greedy", value="a\nb", other="", placement="after")  # was two lines
+def test_eval_refuses_a_hostile_option_value_in_one_line(run_command, flag, value, other, placement):
+    argv = _argv("eval", flag, value, other, placement)
+    assert_accepted_or_one_line(*run_command(argv), argv)
+
+
+@settings(derandomize=True)
+@given(flag=st.sampled_from(FLAGS["compare"]), value=hostile_values, other=hostile_values, placement=placements)
+@example(flag="--config-file", value=TOO_LONG, other="", placement="after")  # was exit 1
+@example(flag="--train-only", value="a\nb", other="", placement="after")  # was two lines
+def test_compare_refuses_a_hostile_option_value_in_one_line(run_command, flag, value, other, placement):
+    argv = _argv("compare", flag, value, other, placement)
+    assert_accepted_or_one_line(*run_command(argv), argv)
+
+
+@settings(derandomize=True)
+@given(flag=st.sampled_from(FLAGS["inspect"]), value=hostile_values, other=hostile_values, placement=placements)
+@example(flag="--config", value="a\nb", other="", placement="twice")  # was two lines
+def test_inspect_refuses_a_hostile_option_value_in_one_line(run_command, flag, value, other, placement):
+    argv = _argv("inspect", flag, value, other, placement)
+    assert_accepted_or_one_line(*run_command(argv), argv)
+
+
+@settings(derandomize=True)
+@given(flag=st.sampled_from([*FLAGS["plot"], "run_dir"]), value=hostile_values, other=hostile_values,
+       placement=placements)
+@example(flag="--config", value=TOO_LONG, other="", placement="after")  # was exit 1
+@example(flag="--config", value="a\nb", other="", placement="after")  # was two lines
+def test_plot_refuses_a_hostile_option_value_in_one_line(run_command, flag, value, other, placement):
+    if flag == "run_dir":  # the positional run directories: one more, or the same one twice
+        argv = ["plot", *BASE["plot"], value, *([other] if placement == "twice" else [])]
+    else:
+        argv = _argv("plot", flag, value, other, placement)
+    assert_accepted_or_one_line(*run_command(argv), argv)
+
+
+@settings(derandomize=True)
+@given(key=st.sampled_from([item.name for item in option_fields(TrainConfig)]),
+       value=st.sampled_from(YAML_VALUES), placement=placements)
+@example(key="selector", value="-1", placement="after")  # was a TypeError, exit 1
+def test_train_refuses_a_hostile_config_file_value_in_one_line(run_command, key, value, placement):
+    """One key of the --config file given a hostile YAML value (or the key twice, under its two
+    spellings); the base options on the command line."""
+    text = f"{key}: {value}\n" + (f"{key.replace('_', '-')}: 1\n" if placement == "twice" else "")
+    argv = ["train", *BASE["train"], "--config", "hostile.yaml"]
+    assert_accepted_or_one_line(*run_command(argv, {"hostile.yaml": text}), argv)
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    # a line break in a value echoed in the message was a second line on stderr
+    (["plot", "run", "--out", "x.png", "--config", "a\nb"], "error: config file not found: a\\nb\n"),
+    (["train", "--dataset", "x\u2028y.jsonl"], "x\\u2028y.jsonl\n"),
+    (["eval", "--greedy", "a\nb"], "ict: error: unrecognized arguments: a\\nb (see ict --help)\n"),
+    # a name longer than the file system takes was an OSError: exit 1 "run with --debug"
+    (["plot", "run", "--out", "x.png", "--config", TOO_LONG], f"error: [Errno 36] File name too long: '{TOO_LONG}'\n"),
+    (["eval", *BASE["eval"], "--output-dir", TOO_LONG], f"File name too long: '{os.sep}"),
+    (["train", *BASE["train"], "--run-dir", TOO_LONG], "File name too long"),
+], ids=["newline-in-path", "u2028-in-path", "newline-in-unknown-word", "config-name-too-long",
+        "eval-output-dir-too-long", "train-run-dir-too-long"])
+def test_a_line_break_or_a_name_too_long_is_refused_in_one_line(run_command, argv, fragment):
+    status, err = run_command(argv)
+    assert status == 2, (status, err)
+    assert err.count("\n") == 1 and len(err.splitlines()) == 1, err
+    assert err.endswith(fragment) if fragment.endswith("\n") else fragment in err, err
+
+
+def test_one_line_escapes_every_line_break_and_keeps_other_text():
+    from ict.core.errors import one_line
+
+    breaks = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+    assert one_line(f"a{breaks}b \u00e9\t\\") == "a\\n\\r\\x0b\\x0c\\x1c\\x1d\\x1e\\x85\\u2028\\u2029b \u00e9\t\\"
+    assert all(len(one_line(f"x{char}y").splitlines()) == 1 for char in breaks)
+    assert "".join(f"x{char}y" for char in breaks).count("\n") == 1  # the characters are line breaks
+    assert len("".join(f"x{char}y" for char in breaks).splitlines()) == len(breaks) + 1
+
+
+@pytest.mark.parametrize("value,shown", [("-1", "-1"), ("0.5", "0.5"), ("true", "True")])
+def test_a_config_files_selector_that_is_no_mapping_is_refused_in_one_line(run_command, value, shown):
+    """``selector: -1`` was a TypeError (exit 1, "run with --debug") while the layer was checked for
+    a selector ratio, before the value was read."""
+    status, err = run_command(["train", *BASE["train"], "--config", "c.yaml"], {"c.yaml": f"selector: {value}\n"})
+    assert (status, err) == (2, f"error: bad value for selector: {shown} (expected dict)\n")
+
+
+def test_a_selector_ratio_given_as_text_still_wins_over_an_earlier_ratio():
+    """The check reads the layer's selector as parsed: ``--selector '{ratio: 0.2}'`` after a file's
+    ``ratio: 0.3`` sets 0.2, as a mapping does (`_with_layer`); a selector text without a ratio key
+    keeps the file's 0.3 (not ict's default 0.1), "ratio" in a YAML comment of it or not."""
+    from ict.training.config import build_config
+
+    with tempfile.TemporaryDirectory() as root:
+        path = Path(root) / "c.yaml"
+        path.write_text("ratio: 0.3\n")
+        assert build_config(path, {"selector": "{ratio: 0.2}"}).selector["ratio"] == 0.2
+        assert build_config(path, {"selector": {"ratio": 0.2}}).selector["ratio"] == 0.2
+        for text in ("{reference: seq_mean}", "{reference: seq_mean}  # the file's ratio stays"):
+            assert build_config(path, {"selector": text}).selector["ratio"] == 0.3, text
+
+
+@pytest.mark.parametrize("seed,status", [("-1", 2), (str(2**32), 2), ("1" + "0" * 30, 2), ("0", "accepted"),
+                                         (str(2**32 - 1), "accepted")])
+def test_inspect_refuses_a_seed_out_of_evals_range_before_the_model_loads(run_command, seed, status):
+    """``ict inspect --seed 10**30`` loaded the model, then failed with "Overflow when unpacking long
+    long" (no flag named); -1 and 2^32 were taken, which ict eval refuses: [0, 2^32) as eval's."""
+    got, err = run_command(["inspect", "--prompt", "hi", "--seed", seed])
+    assert got == status, (got, err)
+    if status == 2:
+        assert err == f"error: --seed must lie in [0, 2^32), got {int(seed)}\n"
+
+
+DEEP = "[" * 5000 + "]" * 5000  # deeper than PyYAML's recursive reading reaches
+
+
+@pytest.mark.parametrize("argv,files,fragment", [
+    (["train", "--config", "deep.yaml"], {"deep.yaml": DEEP}, "error: cannot parse YAML config deep.yaml: "),
+    (["eval", "--config", "deep.yaml"], {"deep.yaml": DEEP}, "error: cannot parse YAML config deep.yaml: "),
+    (["compare", "--config", "deep.yaml"], {"deep.yaml": DEEP}, "error: cannot parse YAML config deep.yaml: "),
+    (["train", *BASE["train"], "--config", "key.yaml"], {"key.yaml": f"dataset_config: {{a: {DEEP}}}\n"},
+     "error: cannot parse YAML config key.yaml: "),
+    (["train", *BASE["train"], f"dataset_config.a={DEEP}"], {}, "error: bad value for dataset_config.a: '[[["),
+    (["train", *BASE["train"], "--selector", DEEP], {}, "error: bad value for selector: '[[["),
+], ids=["train-config", "eval-config", "compare-config", "train-config-key", "dotted-override", "selector-text"])
+def test_yaml_nested_too_deeply_is_refused_in_one_line(run_command, argv, files, fragment):
+    """`[[[...]]]` thousands deep was PyYAML's RecursionError: exit 1, "run with --debug"."""
+    from ict.core.options import TOO_DEEP
+
+    status, err = run_command(argv, files)
+    assert status == 2 and err.startswith(fragment) and err.count("\n") == 1, (status, err[:300])
+    assert TOO_DEEP == "lists or mappings nested too deeply to read (Python's recursion limit)"
+    assert err.endswith(f": {TOO_DEEP}\n") or err.endswith(f"' ({TOO_DEEP})\n"), err[-200:]
