@@ -237,7 +237,7 @@ def test_a_selector_ratio_given_as_text_still_wins_over_an_earlier_ratio():
     """The check reads the layer's selector as parsed: ``--selector '{ratio: 0.2}'`` after a file's
     ``ratio: 0.3`` sets 0.2, as a mapping does (`_with_layer`); a selector text without a ratio key
     keeps the file's 0.3 (not ict's default 0.1), "ratio" in a YAML comment of it or not."""
-    from ict.training.config import build_config
+    from ict.training.config_loading import build_config
 
     with tempfile.TemporaryDirectory() as root:
         path = Path(root) / "c.yaml"
