@@ -8,6 +8,9 @@ state across the stop point, resumed once or twice. Two fresh runs give the same
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,11 +80,12 @@ def test_a_run_resumed_twice_across_every_stateful_option_equals_the_uninterrupt
 
 @pytest.mark.slow  # a process start, a subprocess or a long verifier loop
 @pytest.mark.parametrize("options", [
-    dict(method="ict"), dict(method="ict", preset="batch"),
-    dict(method="ict", selector={"scope": "sequence"}), dict(method="ict", selector={"scope": "group"}),
+    dict(method="ict"), dict(method="ict", preset="batch"),  # ict's 10-step warm-up: the scopes without
+    dict(method="ict", selector={"scope": "sequence"}, full_token_warmup_steps=0),  # it rank tokens
+    dict(method="ict", selector={"scope": "group"}, full_token_warmup_steps=0),
     dict(method="grpo", overlong_buffer=4, mask_truncated_completions=True), dict(method="entropy"),
     dict(method="stapo"), dict(method="clip_cov"), dict(method="kl_cov", micro_batch_size=4),
-    dict(method="random", preset="paper"), dict(method="ict", lora_rank=4),
+    dict(method="random", preset="paper", full_token_warmup_steps=0), dict(method="ict", lora_rank=4),
     dict(method="random", lora_rank=4, lora_dropout=0.3, disable_dropout=False),
     dict(method="ict", full_token_warmup_steps=1, eval_size=4, dataset_size=6),
 ], ids=lambda options: "-".join(f"{key}={value}" for key, value in options.items()))
@@ -123,3 +127,31 @@ def test_a_run_extended_with_resume_holds_the_uninterrupted_runs_eval_json(tiny_
     train(tiny_config(tiny_model_dir, arithmetic_task, extended, num_steps=3, resume=True, **options),
           console=_quiet())
     assert (extended / "eval.json").read_bytes() == before
+
+
+REPEATED = [dict(method="ict", full_token_warmup_steps=0, selector={"scope": "group", "unit": "token_id"}),
+            dict(method="ict", full_token_warmup_steps=0, selector={"reference": "seq_mean", "metric": "kl"}),
+            dict(method="entropy"), dict(method="random")]
+"""Methods that rank or draw in every step (ict's warm-up off), for the repeat in two processes."""
+
+
+@pytest.mark.slow  # two process starts
+def test_two_processes_with_other_hash_seeds_repeat_every_bit(tiny_model_dir, arithmetic_task, tmp_path):
+    """The same runs (2 steps each) in two fresh processes with PYTHONHASHSEED 1 and 2 (a set of
+    strings iterated in another order, e.g. reasoning-gym's tasks or a hash-ordered population,
+    would show), one thread each: the same metrics (timing aside) and final checkpoints' bytes."""
+    script = ("import io, json, sys; sys.path.insert(0, sys.argv[1]); import torch; "
+              "torch.set_num_threads(1); from pathlib import Path; from rich.console import Console; "
+              "from train_helpers import tiny_config; from ict.training.trainer import train\n"
+              "for index, options in enumerate(json.loads(sys.argv[5])):\n"
+              "    train(tiny_config(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]) / str(index), "
+              "num_steps=2, **options), console=Console(file=io.StringIO()))")
+    for hash_seed in ("1", "2"):
+        subprocess.run([sys.executable, "-c", script, str(Path(__file__).parent), str(tiny_model_dir),
+                        str(arithmetic_task), str(tmp_path / hash_seed), json.dumps(REPEATED)],
+                       check=True, env={**os.environ, "PYTHONHASHSEED": hash_seed}, capture_output=True)
+    for index in range(len(REPEATED)):
+        first, second = _outcome(tmp_path / "1" / str(index)), _outcome(tmp_path / "2" / str(index))
+        assert first["checkpoint"] == "step-00000002"
+        for key in first:
+            assert second[key] == first[key], (REPEATED[index], key)
