@@ -7,11 +7,7 @@ from typing import Any
 
 from ict.cli.options import add_dataclass_options, given_options
 from ict.training.config import TrainConfig
-
-# The names users of TRL / transformers expect, accepted next to ours.
 from ict.training.config_loading import build_config
-
-# The names users of TRL / transformers expect, accepted next to ours.
 from ict.training.config_text import parse_key_values
 
 # The names users of TRL / transformers expect, accepted next to ours.

@@ -1,7 +1,8 @@
 """Training configuration: one documented dataclass, `TrainConfig`, and its checks.
 
 It is built from defaults < YAML file (`--config`) < command-line options < `key=value` overrides
-by `ict.training.config_loading.build_config`, which also saves it to `RUN_DIR/config.yaml`.
+by `ict.training.config_loading.build_config`; `ict.training.config_loading.save_config` writes it
+to `RUN_DIR/config.yaml`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Options of `ict train` read from text: a YAML config file (`load_yaml`), the command line's
 ``key=value`` overrides (`parse_key_values`, `read_overrides`) and a value given as text
 (`read_option_text`), each with `ict.core.options`' checks of what YAML reads otherwise than meant
-(the registered selectors' options and ``dataset_config``'s values too). Re-exported by
-`ict.training.config`, which builds a `TrainConfig` from them.
+(the registered selectors' options and ``dataset_config``'s values too). Used by
+`ict.training.config_loading`, which builds a `TrainConfig` from them.
 """
 
 from __future__ import annotations
