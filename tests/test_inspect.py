@@ -350,3 +350,31 @@ def test_a_prompt_drawn_twice_is_two_problems_and_a_repeated_record_counts_once(
     assert [text.count("1 + 2") for text in rollout.prompt_texts] == [1, 0, 1, 1]
     assert rollout_from_samples(tokenizer, samples, num_prompts=3).completions == [
         completions for *_, completions in draws[:3]]
+
+
+def test_a_draw_graded_twice_counts_once(tiny_model_dir, tmp_path):
+    """Two records of one draw that differ only in grading fields (one completion graded twice, a
+    file concatenated with its re-graded copy) are one draw, as `ict eval` counts them
+    (`same_draw`): `ict inspect --samples` refused one such record ("found 2, 3") and doubled every
+    group of a file re-graded whole. Two records of one sample with another completion stay two."""
+    from transformers import AutoTokenizer
+
+    from ict.analysis.token_view import rollout_from_samples
+    from ict.core.errors import UsageError
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    draws = [(0, "what is 1 + 2 ?", ["3", "it is 4"]), (1, "what is 4 + 4 ?", ["8", "8 8"])]
+    records = [{"benchmark": "rg:a", "index": index, "prompt": prompt, "completion": completion, "seed": 0,
+                "sample": sample, "greedy": False, "extracted": completion, "correct": False, "grading": 1}
+               for index, prompt, completions in draws for sample, completion in enumerate(completions)]
+    regraded = [{**record, "correct": True, "grading": 2} for record in records]
+    expected = [["3", "it is 4"], ["8", "8 8"]]
+    for name, rows in (("one", records + regraded[:1]), ("all", records + regraded)):
+        assert rollout_from_samples(tokenizer, samples_file(tmp_path / f"{name}.jsonl", rows)).completions == expected
+    seed_1 = [{**record, "seed": 1, "completion": f"{record['completion']}!"} for record in records[:2]]
+    rows = records + seed_1 + [{**seed_1[1], "grading": 2}]  # seed 1's sample 1 graded again
+    assert rollout_from_samples(tokenizer, samples_file(tmp_path / "seeds.jsonl", rows)).completions == [
+        ["3", "it is 4"], ["8", "8 8"], ["3!", "it is 4!"]]  # groups in the order they begin
+    other = [*records, {**records[0], "completion": "5"}]  # sample 0 of problem 0 drawn again: two draws
+    with pytest.raises(UsageError, match=r"found 2, 3\)$"):
+        rollout_from_samples(tokenizer, samples_file(tmp_path / "other.jsonl", other))

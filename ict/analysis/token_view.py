@@ -395,7 +395,8 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
     evaluation's --seeds draws each seed's n completions of a problem, one group, as sampled; one
     group of the seeds together mixed their draws in its JS reference) in file order, a prompt
     repeated under another benchmark or problem index (a reasoning-gym draw) a problem of its own,
-    a record repeated (same problem, seed and sample, equal in every field) counted once; the first
+    a record repeated (same problem, seed and sample, equal in every field but the grading ones:
+    `same_draw`) counted once; the first
     `num_prompts` problems (all when None, each with all its seeds' groups), each group with the
     same number of completions, each prompt rendered with
     `system_prompt` (an evaluation's records do not hold it; without it, completions sampled
@@ -408,7 +409,7 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
     ``--n 1`` is. The text is re-tokenized, so a sample whose sampled ids were not
     the canonical tokenization differs."""
     from ict.models.rollout import Rollout, _encode_prompt, render_prompt
-    from ict.runs.samples import sampling_seed
+    from ict.runs.samples import same_draw, sampling_seed
 
     groups: dict[tuple[tuple[str, str], int | None], list[tuple[str, bool]]] = {}
     prompts: set[tuple[str, str]] = set()
@@ -434,9 +435,9 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
         # draws repeat a prompt: each repeat is sampled, and scored, as a group of its own)
         problem = (prompt, json.dumps([record.get("benchmark"), record.get("index")], default=str))
         if isinstance(sample := record.get("sample"), int) and not isinstance(sample, bool):
-            if seen.get((problem, seed, sample)) == record:
-                continue  # a record repeated (a retried write, files concatenated) counts once, as in ict eval
-            seen.setdefault((problem, seed, sample), record)
+            first = seen.setdefault((problem, seed, sample), record)
+            if first is not record and same_draw(first, record):
+                continue  # one draw written again (a retried write, a re-grade): once, as in ict eval
         if problem not in prompts and num_prompts is not None and len(prompts) == num_prompts:
             continue
         prompts.add(problem)
