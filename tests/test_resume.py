@@ -155,3 +155,41 @@ def test_two_processes_with_other_hash_seeds_repeat_every_bit(tiny_model_dir, ar
         assert first["checkpoint"] == "step-00000002"
         for key in first:
             assert second[key] == first[key], (REPEATED[index], key)
+
+
+def test_a_resume_refuses_a_reasoning_gym_task_that_generated_other_questions(
+        tiny_model_dir, tmp_path, monkeypatch, one_thread):
+    """Some reasoning-gym tasks (0.1.19: isomorphic_strings, ransom_note, ... see docs/training.md
+    "Determinism") draw other questions for the same seed in another process; a resume there
+    would train on other data than the uninterrupted run: refused in one line. Simulated here by
+    another question at index 3; the same questions resume (trainer_state.json keeps their digest)."""
+    import hashlib
+
+    import ict.data.training_data as training_data
+    from ict.core.errors import UsageError
+
+    options = dict(dataset="isomorphic_strings", dataset_size=8, prompts_per_step=2, num_generations=2,
+                   max_new_tokens=4, micro_batch_size=4, generation_batch_size=4)
+    run_dir = tmp_path / "run"
+    train(tiny_config(tiny_model_dir, tmp_path, run_dir, num_steps=1, **options), console=_quiet())
+    state = json.loads((latest_checkpoint(run_dir) / "trainer_state.json").read_text())
+    generated = training_data.reasoning_gym_problems("isomorphic_strings", 8, 1)
+    text = json.dumps([problem.prompt for problem in generated], ensure_ascii=False)
+    assert state["questions"] == hashlib.sha256(text.encode()).hexdigest()[:16]
+    original = training_data.reasoning_gym_problems
+
+    def another_process(*args, **kwargs):
+        problems = original(*args, **kwargs)
+        problems[3].prompt = "Are the strings 'ab' and 'cd' isomorphic?"
+        return problems
+
+    monkeypatch.setattr(training_data, "reasoning_gym_problems", another_process)
+    with pytest.raises(UsageError, match="^reasoning-gym task isomorphic_strings generated other questions "
+                                         "in this process than the run in .* a resume would train on other "
+                                         "data; start another --run-dir"):
+        train(tiny_config(tiny_model_dir, tmp_path, run_dir, num_steps=2, resume=True, **options),
+              console=_quiet())
+    assert latest_checkpoint(run_dir).name == "step-00000001"
+    monkeypatch.setattr(training_data, "reasoning_gym_problems", original)
+    train(tiny_config(tiny_model_dir, tmp_path, run_dir, num_steps=2, resume=True, **options), console=_quiet())
+    assert latest_checkpoint(run_dir).name == "step-00000002"
