@@ -554,3 +554,37 @@ def test_an_empty_eval_data_dir_is_refused_before_anything_trains(tmp_path):
 
     with pytest.raises(UsageError, match="^--eval-data-dir is empty: give a directory, or leave it out for the hub$"):
         CompareConfig(output_dir=tmp_path / "c", eval_data_dir=" ").validate()
+
+
+def test_compare_refuses_a_reused_evaluation_of_other_reasoning_gym_questions(
+        tiny_model_dir, arithmetic_task, tmp_path, monkeypatch, capsys):
+    """Some reasoning-gym tasks generate other questions for the same seed in another process
+    (docs/training.md "Determinism"): a comparison rerun there would compare the runs it
+    evaluates on this process's questions with the ones it reuses, evaluated on others. The
+    reused evaluation's stored prompts are checked; simulated by another question at index 1."""
+    import ict.data.benchmarks as benchmarks
+
+    output = tmp_path / "cmp"
+    argv = ["compare", "--methods", "grpo", "--seeds", "0", "--output-dir", str(output),
+            "--eval-benchmarks", "rg:isomorphic_strings:size=3", "--eval-n", "1",
+            "--eval-max-new-tokens", "4", "--bootstrap-resamples", "10",
+            f"model={tiny_model_dir}", f"dataset={arithmetic_task}", "reward=compare_contains_answer",
+            "num_steps=1", "prompts_per_step=2", "num_generations=2", "max_new_tokens=4",
+            "micro_batch_size=4", "tensorboard=false"]
+    assert main(argv) == 0
+    assert main(argv) == 0  # the same questions: reused
+    original = benchmarks.load_reasoning_gym
+
+    def another_process(*args, **kwargs):
+        benchmark = original(*args, **kwargs)
+        benchmark.problems[1].prompt = "Are the strings 'ab' and 'cd' isomorphic?"
+        return benchmark
+
+    monkeypatch.setattr(benchmarks, "load_reasoning_gym", another_process)
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {output / 'runs' / 'grpo' / 'seed0' / 'eval'} holds samples of another question at "
+        "rg:isomorphic_strings:size=3 #1 (reasoning-gym generated another one in this process: some "
+        "tasks vary between processes, e.g. with PYTHONHASHSEED); rerun with the PYTHONHASHSEED "
+        "those runs were evaluated with (if one was set), or evaluate every run anew in another --output-dir")

@@ -300,10 +300,38 @@ def test_a_rerun_on_other_questions_is_refused(tmp_path, tiny_model_dir):
     other = write_data_dir(tmp_path / "other")
     rows = (other / "gsm8k.jsonl").read_text().splitlines()
     (other / "gsm8k.jsonl").write_text("\n".join([rows[1], rows[0], *rows[2:]]) + "\n")
-    with pytest.raises(UsageError, match=r"holds samples of another question at gsm8k #0"):
+    with pytest.raises(UsageError, match=r"holds samples of another question at gsm8k #0 \(another --data-dir or benchmark "
+                                         r"file\?\); pass --overwrite or another --output-dir$"):
         evaluate(config(other), generator=tiny_generator(config(other), tiny_model_dir), progress=False,
                  print_table=False)
 
+
+
+def test_a_resume_on_other_reasoning_gym_questions_names_the_cause(tmp_path, tiny_model_dir, monkeypatch):
+    """A reasoning-gym task that generated other questions in this process (some vary between
+    processes, docs/training.md "Determinism") is refused as another file is, the message naming
+    that cause instead of --data-dir; simulated by another question at index 1."""
+    import ict.data.benchmarks as benchmarks
+    from ict.core.errors import UsageError
+
+    out = tmp_path / "out"
+    config = EvalConfig(model=str(tiny_model_dir), benchmarks="rg:isomorphic_strings:size=3", output_dir=str(out),
+                        num_samples=1, ks=(1,), max_new_tokens=4, limit=2)
+    evaluate(config, generator=tiny_generator(config, tiny_model_dir), progress=False, print_table=False)
+    original = benchmarks.load_reasoning_gym
+
+    def another_process(*args, **kwargs):
+        benchmark = original(*args, **kwargs)
+        benchmark.problems[1].prompt = "Are the strings 'ab' and 'cd' isomorphic?"
+        return benchmark
+
+    monkeypatch.setattr(benchmarks, "load_reasoning_gym", another_process)
+    expected = (f"{out} holds samples of another question at rg:isomorphic_strings:size=3 #1 (reasoning-gym "
+                "generated another one in this process: some tasks vary between processes, e.g. with "
+                "PYTHONHASHSEED); pass --overwrite or another --output-dir")
+    with pytest.raises(UsageError) as raised:
+        evaluate(config, generator=tiny_generator(config, tiny_model_dir), progress=False, print_table=False)
+    assert str(raised.value) == expected
 
 def test_cli_errors(tmp_path, tiny_model_dir, capsys):
     data = write_data_dir(tmp_path / "data")

@@ -155,3 +155,71 @@ def test_two_processes_with_other_hash_seeds_repeat_every_bit(tiny_model_dir, ar
         assert first["checkpoint"] == "step-00000002"
         for key in first:
             assert second[key] == first[key], (REPEATED[index], key)
+
+
+
+@pytest.mark.parametrize("changed", ["train", "held-out"])
+def test_a_resume_refuses_a_reasoning_gym_task_that_generated_other_questions(
+        tiny_model_dir, tmp_path, monkeypatch, one_thread, changed):
+    """Some reasoning-gym tasks (0.1.19: isomorphic_strings, ransom_note, ... see docs/training.md
+    "Determinism") draw other questions for the same seed in another process; a resume there
+    would train (or evaluate) on other data than the uninterrupted run: refused in one line.
+    Simulated by another question at index 1 of the training or the held-out problems; the same
+    questions resume (trainer_state.json keeps their digest)."""
+    import hashlib
+
+    import ict.data.training_data as training_data
+    from ict.core.errors import UsageError
+
+    options = dict(dataset="isomorphic_strings", dataset_size=8, eval_size=2, held_out_rule="draws",
+                   prompts_per_step=2, num_generations=2, max_new_tokens=4, micro_batch_size=4,
+                   generation_batch_size=4)
+    run_dir = tmp_path / "run"
+    train(tiny_config(tiny_model_dir, tmp_path, run_dir, num_steps=1, **options), console=_quiet())
+    state = json.loads((latest_checkpoint(run_dir) / "trainer_state.json").read_text())
+    generated = [*training_data.reasoning_gym_problems("isomorphic_strings", 8, 1),  # seed 1, then held out
+                 *training_data.reasoning_gym_problems("isomorphic_strings", 2, 1 + 1_000_003)]
+    text = json.dumps([problem.prompt for problem in generated], ensure_ascii=False)
+    assert state["questions"] == hashlib.sha256(text.encode()).hexdigest()[:16]
+    original = training_data.reasoning_gym_problems
+
+    def another_process(name, size, seed, *args):
+        problems = original(name, size, seed, *args)
+        if (seed == 1) == (changed == "train"):
+            problems[1].prompt = "Are the strings 'ab' and 'cd' isomorphic?"
+        return problems
+
+    monkeypatch.setattr(training_data, "reasoning_gym_problems", another_process)
+    with pytest.raises(UsageError, match="^reasoning-gym task isomorphic_strings generated other questions "
+                                         "in this process than the run in .* a resume would train on other "
+                                         "data; start another --run-dir"):
+        train(tiny_config(tiny_model_dir, tmp_path, run_dir, num_steps=2, resume=True, **options),
+              console=_quiet())
+    assert latest_checkpoint(run_dir).name == "step-00000001"
+    monkeypatch.setattr(training_data, "reasoning_gym_problems", original)
+    train(tiny_config(tiny_model_dir, tmp_path, run_dir, num_steps=2, resume=True, **options), console=_quiet())
+    assert latest_checkpoint(run_dir).name == "step-00000002"
+
+
+def test_a_checkpoint_without_a_questions_digest_resumes_and_gets_one(tiny_model_dir, tmp_path, one_thread):
+    """A checkpoint written before the digest existed resumes (nothing to check against) and the
+    next one records the questions' digest."""
+    import zlib
+
+    options = dict(dataset="isomorphic_strings", dataset_size=8, prompts_per_step=2, num_generations=2,
+                   max_new_tokens=4, micro_batch_size=4, generation_batch_size=4)
+    run_dir = tmp_path / "run"
+    train(tiny_config(tiny_model_dir, tmp_path, run_dir, num_steps=1, **options), console=_quiet())
+    checkpoint = latest_checkpoint(run_dir)
+    state_file = checkpoint / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    digest = state.pop("questions")
+    state_file.write_text(json.dumps(state))
+    manifest = json.loads((checkpoint / "COMPLETE").read_text())
+    manifest["files"]["trainer_state.json"] = {"size": state_file.stat().st_size,
+                                               "crc32": zlib.crc32(state_file.read_bytes())}
+    (checkpoint / "COMPLETE").write_text(json.dumps(manifest))
+    train(tiny_config(tiny_model_dir, tmp_path, run_dir, num_steps=2, resume=True, **options), console=_quiet())
+    resumed = latest_checkpoint(run_dir)
+    assert resumed.name == "step-00000002"
+    assert json.loads((resumed / "trainer_state.json").read_text())["questions"] == digest

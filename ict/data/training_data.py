@@ -7,6 +7,7 @@ multiple-choice options, and the `kind` that picks the default reward (`reasonin
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -43,6 +44,14 @@ def is_reasoning_gym_task(name: str) -> bool:
     from reasoning_gym.factory import DATASETS
 
     return name in DATASETS
+
+
+def questions_digest(problems: Sequence[Problem]) -> str:
+    """SHA-256 (hex, 16 digits) of the problems' prompts in order: a resumed run checks that its
+    data generated the same questions (some reasoning-gym tasks draw other questions for the same
+    seed in another process, e.g. with another ``PYTHONHASHSEED``)."""
+    text = json.dumps([problem.prompt for problem in problems], ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def reasoning_gym_problems(name: str, size: int, seed: int, options: dict[str, Any] | None = None,

@@ -234,10 +234,12 @@ def write_all_records(path: Path, records: dict[str, list[dict[str, Any]]]) -> N
     os.replace(temporary, path)
 
 
-def check_same_problems(output_dir: Path, problems: list[Problem], records: dict[str, list[dict[str, Any]]]) -> None:
+def check_same_problems(output_dir: Path, problems: list[Problem], records: dict[str, list[dict[str, Any]]],
+                        fix: str = "pass --overwrite or another --output-dir") -> None:
     """UsageError unless every stored record of these problems (same benchmark and index) was
     sampled from the same prompt: another ``--data-dir`` or an edited benchmark file puts other
-    questions at the same indices, whose stored completions would be graded against them."""
+    questions at the same indices, whose stored completions would be graded against them, as does
+    a reasoning-gym task that generates other questions in another process. ``fix``: what to do."""
     prompts: dict[tuple[str, int], str] = {}
     for unit in records.values():
         for record in unit:
@@ -245,8 +247,11 @@ def check_same_problems(output_dir: Path, problems: list[Problem], records: dict
     for problem in problems:
         stored = prompts.get((problem.benchmark, problem.index))
         if stored is not None and stored != problem.prompt:
+            cause = ("reasoning-gym generated another one in this process: some tasks vary between processes, "
+                     "e.g. with PYTHONHASHSEED" if problem.benchmark.startswith("rg:")
+                     else "another --data-dir or benchmark file?")
             raise UsageError(f"{output_dir} holds samples of another question at {problem.benchmark} #{problem.index} "
-                             "(another --data-dir or benchmark file?); pass --overwrite or another --output-dir")
+                             f"({cause}); {fix}")
 
 
 def records_for_problem(problem: Problem, completions: list[str], lengths: list[int],

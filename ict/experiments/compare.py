@@ -397,12 +397,15 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
         raise UsageError(f"--eval-steps {','.join(map(str, past))}: past num_steps ({longest}) of every run, "
                          "so no checkpoint of it will exist: give steps up to num_steps")
     if not (config.report_only or config.train_only):  # every reused evaluation's settings too
+        reused = []
         for spec, seed, train_config in runs:
             directory = run_dir(config.output_dir, spec.label, seed)
             for output_dir in [config.output_dir / BASE_MODEL_DIR, directory / "eval",
                                *sorted(directory.glob("evals/step-*"))]:
                 if (output_dir / "results.json").is_file():
                     _check_eval_settings(output_dir, _eval_config(config, train_config, "", output_dir))
+                    reused.append(output_dir)
+        _check_reused_questions(config, reused)
     if (config.report_only or config.eval_only) and not (config.output_dir / "runs").is_dir():
         # nothing to evaluate or report: refused before a mistyped directory is created
         raise UsageError(f"no runs under {config.output_dir / 'runs'}; train them first (ict "
@@ -444,6 +447,26 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
     if config.train_only:
         return config.output_dir
     return write_report(config.output_dir, config.baselines, config.bootstrap_resamples, GRADING_RULES_VERSION)
+
+
+def _check_reused_questions(config: CompareConfig, output_dirs: list[Path]) -> None:
+    """UsageError unless the samples of each reused evaluation in ``output_dirs`` were drawn from
+    the questions this process generates for the ``rg:`` benchmarks (some reasoning-gym tasks
+    generate others in another process: runs evaluated then and now would be compared on other
+    questions). Generates those benchmarks once; file benchmarks are not read."""
+    from ict.data.benchmarks import load_benchmarks
+    from ict.evaluation.records import check_same_problems, load_sample_records
+
+    names = [name for name in expand_benchmark_names(config.eval_benchmarks) if name.startswith("rg:")]
+    if not (names and output_dirs):
+        return
+    problems = [problem for benchmark in load_benchmarks(names, limit=config.eval_limit,
+                                                         answer_extraction=config.eval_answer_extraction)
+                for problem in benchmark.problems]
+    for output_dir in output_dirs:
+        check_same_problems(output_dir, problems, load_sample_records(output_dir / "samples.jsonl"),
+                            "rerun with the PYTHONHASHSEED those runs were evaluated with (if one was set), or "
+                            "evaluate every run anew in another --output-dir")
 
 
 def _evaluate_steps(config: CompareConfig, train_config: TrainConfig, directory: Path,

@@ -34,7 +34,13 @@ from ict.core.seeding import step_seed
 from ict.core.selector_registry import SelectorFailed
 from ict.core.stats import needs_reference_logits
 from ict.data.benchmarks import expand_benchmark_names
-from ict.data.training_data import Problem, PromptSampler, TrainingData, load_training_data
+from ict.data.training_data import (
+    Problem,
+    PromptSampler,
+    TrainingData,
+    load_training_data,
+    questions_digest,
+)
 from ict.models.loading import (
     LoraOptions,
     compute_context,
@@ -312,8 +318,11 @@ def _set_up(config: TrainConfig, console: Any, run_dir: Path) -> _Run:
     model, tokenizer = _load_policy(config, method)
     needs_reference = config.kl_coef > 0 or needs_reference_logits(method.js_references)
     reference = ReferencePolicy(model, config.shared_prompt_forward) if needs_reference else None
-    return _Run(config, console, run_dir, data, reward, sampler, model, tokenizer,
-                build_optimizer(model, config), method, loss_config_of(config), reference)
+    run = _Run(config, console, run_dir, data, reward, sampler, model, tokenizer,
+               build_optimizer(model, config), method, loss_config_of(config), reference)
+    if data.train[0].kind == "reasoning_gym":  # a resume checks its questions (`_resume`)
+        run.trainer_state["questions"] = questions_digest([*data.train, *data.eval])
+    return run
 
 
 def _load_policy(config: TrainConfig, method: Method) -> tuple[Any, Any]:
@@ -347,8 +356,15 @@ def _resume(run: _Run) -> None:
     if checkpoint is None:
         run.console.print(f"[yellow]no complete checkpoint in {run.run_dir}; starting fresh[/]")
         return
+    questions = run.trainer_state.get("questions")
     run.trainer_state = load_checkpoint(checkpoint, run.model, run.optimizer)
     run.start_step = int(run.trainer_state["step"])
+    if questions is not None and run.trainer_state.setdefault("questions", questions) != questions:
+        # absent from older checkpoints; refused before any write
+        raise UsageError(f"reasoning-gym task {run.config.dataset} generated other questions in this process "
+                         f"than the run in {run.run_dir} trained on (its generation varies between processes, "
+                         "some tasks with PYTHONHASHSEED): a resume would train on other data; start another "
+                         "--run-dir (set PYTHONHASHSEED=0 for runs of such a task)")
     if run.start_step > run.config.num_steps:  # its steps cannot be undone: refused before any write
         raise UsageError(f"{run.run_dir} has trained {run.start_step} steps ({checkpoint}), more than "
                          f"num_steps {run.config.num_steps}: give --num-steps {run.start_step} or more, "
