@@ -82,3 +82,18 @@ def one_problem_eval(tmp_path: Path, **settings: Any) -> tuple[dict[str, Any], s
     out = tmp_path / "out"
     return {"model": "scripted", "benchmarks": "gsm8k", "data_dir": str(data), "output_dir": str(out),
             "num_samples": 2, "ks": (1,), "device": "cpu", **settings}, prompt, out
+
+
+def generate_another_second_question(monkeypatch: Any) -> None:
+    """Make reasoning-gym generate another question #1 than before, as some of its tasks do in
+    another process (another PYTHONHASHSEED)."""
+    from ict.data import benchmarks
+
+    original = benchmarks.load_reasoning_gym
+
+    def another_process(*args: Any, **kwargs: Any) -> Any:
+        benchmark = original(*args, **kwargs)
+        benchmark.problems[1].prompt = "Are the strings 'ab' and 'cd' isomorphic?"
+        return benchmark
+
+    monkeypatch.setattr(benchmarks, "load_reasoning_gym", another_process)

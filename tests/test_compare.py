@@ -562,7 +562,6 @@ def test_compare_refuses_a_reused_evaluation_of_other_reasoning_gym_questions(
     (docs/training.md "Determinism"): a comparison rerun there would compare the runs it
     evaluates on this process's questions with the ones it reuses, evaluated on others. The
     reused evaluation's stored prompts are checked; simulated by another question at index 1."""
-    import ict.data.benchmarks as benchmarks
 
     output = tmp_path / "cmp"
     argv = ["compare", "--methods", "grpo", "--seeds", "0", "--output-dir", str(output),
@@ -573,14 +572,9 @@ def test_compare_refuses_a_reused_evaluation_of_other_reasoning_gym_questions(
             "micro_batch_size=4", "tensorboard=false"]
     assert main(argv) == 0
     assert main(argv) == 0  # the same questions: reused
-    original = benchmarks.load_reasoning_gym
+    from eval_helpers import generate_another_second_question
 
-    def another_process(*args, **kwargs):
-        benchmark = original(*args, **kwargs)
-        benchmark.problems[1].prompt = "Are the strings 'ab' and 'cd' isomorphic?"
-        return benchmark
-
-    monkeypatch.setattr(benchmarks, "load_reasoning_gym", another_process)
+    generate_another_second_question(monkeypatch)
     capsys.readouterr()
     assert main(argv) == 2
     assert capsys.readouterr().err.strip() == (

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from eval_helpers import read_samples, tiny_generator
+from eval_helpers import generate_another_second_question, read_samples, tiny_generator
 
 from ict.cli import main
 from ict.core.metrics import benchmark_metrics, majority_vote_correct
@@ -311,21 +311,13 @@ def test_a_resume_on_other_reasoning_gym_questions_names_the_cause(tmp_path, tin
     """A reasoning-gym task that generated other questions in this process (some vary between
     processes, docs/training.md "Determinism") is refused as another file is, the message naming
     that cause instead of --data-dir; simulated by another question at index 1."""
-    import ict.data.benchmarks as benchmarks
     from ict.core.errors import UsageError
 
     out = tmp_path / "out"
     config = EvalConfig(model=str(tiny_model_dir), benchmarks="rg:isomorphic_strings:size=3", output_dir=str(out),
                         num_samples=1, ks=(1,), max_new_tokens=4, limit=2)
     evaluate(config, generator=tiny_generator(config, tiny_model_dir), progress=False, print_table=False)
-    original = benchmarks.load_reasoning_gym
-
-    def another_process(*args, **kwargs):
-        benchmark = original(*args, **kwargs)
-        benchmark.problems[1].prompt = "Are the strings 'ab' and 'cd' isomorphic?"
-        return benchmark
-
-    monkeypatch.setattr(benchmarks, "load_reasoning_gym", another_process)
+    generate_another_second_question(monkeypatch)
     expected = (f"{out} holds samples of another question at rg:isomorphic_strings:size=3 #1 (reasoning-gym "
                 "generated another one in this process: some tasks vary between processes, e.g. with "
                 "PYTHONHASHSEED); pass --overwrite or another --output-dir")
