@@ -7,17 +7,13 @@ backstop (tests/test_integration_verl.py, tests/test_vllm_sync.py)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import warnings
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ict.core.errors import UsageError
 
-LAUNCH_SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "verl" / "run_gsm8k.sh"
 FUSED = "loss_mode=ict needs the actor's logits: set actor_rollout_ref.model.use_fused_kernels=False"
 ULYSSES = "loss_mode=ict does not support Ulysses sequence parallelism: set ulysses_sequence_parallel_size=1"
 WEIGHTS = "loss_mode=ict does not apply rollout importance weights: disable algorithm.rollout_correction"
@@ -34,19 +30,11 @@ def _verl() -> Any:
 
 
 def _launch_config(*extra: str) -> Any:
-    """verl's own ``ppo_trainer`` config composed with the example launch script's overrides
-    (``METHOD=ict``) and ``extra``, as ``python -m verl.trainer.main_ppo`` composes it."""
-    import verl
-    from hydra import compose, initialize_config_dir
+    """``verl_helpers.launch_config`` with ``METHOD=ict`` (imported after ``_verl``'s skip: this
+    file's other tests run without verl)."""
+    from verl_helpers import launch_config
 
-    environment = {"PATH": os.environ.get("PATH", ""), "METHOD": "ict", "DRY_RUN": "1", "DATA": "/data"}
-    overrides = subprocess.run(["bash", str(LAUNCH_SCRIPT)], env=environment, capture_output=True, text=True,
-                               check=True).stdout.splitlines()
-    config_dir = Path(verl.__file__).parent / "trainer" / "config"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with initialize_config_dir(config_dir=str(config_dir), version_base=None):
-            return compose("ppo_trainer", overrides=[*overrides, *extra])
+    return launch_config("ict", *extra)
 
 
 def _validate(config: Any) -> None:

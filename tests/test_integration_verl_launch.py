@@ -1,26 +1,18 @@
 """ict.integrations.verl with verl 0.9's v1 trainer and launch path, on CPU: verl's own
 ``PPOTrainer._balance_batch`` (wrapped by ict) keeps whole groups on each rank, and the example
 launch script's overrides compose with verl's ``ppo_trainer`` config into our policy-loss config.
-The loss inside verl's data path: tests/test_integration_verl.py."""
+The loss inside verl's data path: tests/test_integration_verl.py; skipped where verl 0.9 is not
+importable (tests/verl_helpers.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import warnings
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    pytest.importorskip("verl.workers.engine.fsdp.transformer_impl",
-                        reason="verl 0.9 is not importable here (it needs its own environment; "
-                               "see docs/scaling.md, section verl)")
-    import verl as verl_package
-
-    from ict.integrations import verl as ict_verl
+from verl_helpers import LAUNCH_SCRIPT, ict_verl, launch_config
 
 from ict.core.errors import UsageError
 from ict.integrations import parse_token_selector
@@ -102,8 +94,6 @@ def test_v1_balance_reads_uids_with_underscores() -> None:
     assert prompts[0] == prompts[1] and prompts[2] == prompts[3]  # each rank's share is one whole group
 
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "verl" / "run_gsm8k.sh"
-
 METHODS = {"grpo": "all", "entropy": "entropy", "stapo": "stapo", "ict": "ict", "random": "random",
            "kl_cov": "kl_cov", "clip_cov": "clip_cov"}
 
@@ -113,17 +103,11 @@ METHODS = {"grpo": "all", "entropy": "entropy", "stapo": "stapo", "ict": "ict", 
 def test_launch_script_builds_our_config_in_verl(method: str) -> None:
     """The example's overrides compose with verl's own ppo_trainer config, and the actor config
     the workers build from it carries our policy-loss config and selector."""
-    from hydra import compose, initialize_config_dir
     from verl.utils.config import omega_conf_to_dataclass
 
-    environment = {"PATH": os.environ.get("PATH", ""), "METHOD": method, "DRY_RUN": "1", "DATA": "/data"}
-    overrides = subprocess.run(["bash", str(SCRIPT)], env=environment, capture_output=True, text=True,
-                               check=True).stdout.splitlines()
-    config_dir = Path(verl_package.__file__).parent / "trainer" / "config"
+    config = launch_config(method)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with initialize_config_dir(config_dir=str(config_dir), version_base=None):
-            config = compose("ppo_trainer", overrides=overrides)
         actor = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
     assert isinstance(actor.policy_loss, ict_verl.ICTPolicyLossConfig)
     assert actor.policy_loss.loss_mode == "ict"
@@ -138,7 +122,7 @@ def test_launch_script_builds_our_config_in_verl(method: str) -> None:
 
 
 def test_launch_script_refuses_unknown_method() -> None:
-    result = subprocess.run(["bash", str(SCRIPT)], env={"PATH": os.environ.get("PATH", ""), "HOME": "/tmp", "METHOD": "foo"},
+    result = subprocess.run(["bash", str(LAUNCH_SCRIPT)], env={"PATH": os.environ.get("PATH", ""), "HOME": "/tmp", "METHOD": "foo"},
                             capture_output=True, text=True)
     assert result.returncode == 2 and "METHOD must be one of" in result.stderr
 

@@ -1,13 +1,17 @@
 """What the verl integration tests share: verl 0.9's own functions (skipped where verl is not
 importable), a tiny batch (2 prompts x 3 completions, left-padded prompts, ragged responses), a toy
-LM, verl's loss through its FSDP engine's data path (``verl_loss``), and the reference independent
+LM, verl's loss through its FSDP engine's data path (``verl_loss``), the reference independent
 of verl (``reference_loss``: the padded logits, ``ict.core.selectors.select`` and
-``ict.core.loss.policy_loss``)."""
+``ict.core.loss.policy_loss``), and verl's config as the example launch script composes it
+(``launch_config``)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import warnings
 from functools import partial
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -19,6 +23,7 @@ with warnings.catch_warnings():
     pytest.importorskip("verl.workers.engine.fsdp.transformer_impl",
                         reason="verl 0.9 is not importable here (it needs its own environment; "
                                "see docs/scaling.md, section verl)")
+    import verl
     from verl import DataProto
     from verl.trainer.ppo.core_algos import get_policy_loss_fn  # noqa: F401 (for the tests)
     from verl.utils import tensordict_utils as tu
@@ -40,6 +45,7 @@ TEMPERATURE = 0.8
 PROMPT_LENGTHS = [4, 4, 4, 2, 2, 2]  # two prompts, 3 completions each
 RESPONSE_LENGTHS = [6, 3, 5, 1, 6, 4]
 UIDS = ["p0", "p0", "p0", "p1", "p1", "p1"]
+LAUNCH_SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "verl" / "run_gsm8k.sh"
 AGGREGATIONS = {"token-mean": "token_mean", "seq-mean-token-mean": "seq_mean_token_mean",
                 "seq-mean-token-sum-norm": "seq_mean_token_sum_norm"}
 
@@ -215,3 +221,18 @@ def reference_loss(spec: str, loss_agg_mode: str = "token-mean", denominator: st
                           config, kl_penalty=selection.kl_penalty)
     loss.backward()
     return loss.detach(), model.token.grad, selection
+
+
+def launch_config(method: str = "ict", *extra: str):
+    """verl's own ``ppo_trainer`` config composed with the example launch script's overrides
+    (``METHOD=method``) and ``extra``, as ``python -m verl.trainer.main_ppo`` composes it."""
+    from hydra import compose, initialize_config_dir
+
+    environment = {"PATH": os.environ.get("PATH", ""), "METHOD": method, "DRY_RUN": "1", "DATA": "/data"}
+    overrides = subprocess.run(["bash", str(LAUNCH_SCRIPT)], env=environment, capture_output=True, text=True,
+                               check=True).stdout.splitlines()
+    config_dir = Path(verl.__file__).parent / "trainer" / "config"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+            return compose("ppo_trainer", overrides=[*overrides, *extra])
