@@ -132,57 +132,40 @@ placements = st.sampled_from(["after", "before", "twice"])
 
 
 def _argv(command: str, flag: str, value: str, other: str, placement: str) -> list[str]:
+    if flag == "run_dir":  # `ict plot`'s positional run directories: one more, or the same one twice
+        return [command, *BASE[command], value, *([other] if placement == "twice" else [])]
     given = {"after": [*BASE[command], flag, value], "before": [flag, value, *BASE[command]],
              "twice": [*BASE[command], flag, value, flag, other]}[placement]
     return [command, *given]
 
 
-@settings(derandomize=True)
-@given(flag=st.sampled_from(FLAGS["train"]), value=hostile_values, other=hostile_values, placement=placements)
-@example(flag="--run-dir", value=TOO_LONG, other="", placement="after")  # was exit 1
-@example(flag="--dataset", value="a\nb", other="", placement="after")  # was two lines
-def test_train_refuses_a_hostile_option_value_in_one_line(run_command, flag, value, other, placement):
-    argv = _argv("train", flag, value, other, placement)
-    assert_accepted_or_one_line(*run_command(argv), argv)
+def _refuses_a_hostile_option_value(command: str, *examples: tuple[str, str, str]):
+    """The property test of ``command``: one of its options (a flag, or ``ict plot``'s run
+    directories) given a hostile value is accepted or refused in one line; ``examples``
+    (flag, value, placement) are draws that once failed, run first."""
+    flags = [*FLAGS[command], *(["run_dir"] if command == "plot" else [])]
+
+    @settings(derandomize=True)
+    @given(flag=st.sampled_from(flags), value=hostile_values, other=hostile_values, placement=placements)
+    def test(run_command, flag, value, other, placement):
+        argv = _argv(command, flag, value, other, placement)
+        assert_accepted_or_one_line(*run_command(argv), argv)
+
+    for flag, value, placement in examples:
+        test = example(flag=flag, value=value, other="", placement=placement)(test)
+    return test
 
 
-@settings(derandomize=True)
-@given(flag=st.sampled_from(FLAGS["eval"]), value=hostile_values, other=hostile_values, placement=placements)
-@example(flag="--output-dir", value=TOO_LONG, other="", placement="after")  # was exit 1
-@example(flag="--greedy", value="a\nb", other="", placement="after")  # was two lines
-def test_eval_refuses_a_hostile_option_value_in_one_line(run_command, flag, value, other, placement):
-    argv = _argv("eval", flag, value, other, placement)
-    assert_accepted_or_one_line(*run_command(argv), argv)
-
-
-@settings(derandomize=True)
-@given(flag=st.sampled_from(FLAGS["compare"]), value=hostile_values, other=hostile_values, placement=placements)
-@example(flag="--config-file", value=TOO_LONG, other="", placement="after")  # was exit 1
-@example(flag="--train-only", value="a\nb", other="", placement="after")  # was two lines
-def test_compare_refuses_a_hostile_option_value_in_one_line(run_command, flag, value, other, placement):
-    argv = _argv("compare", flag, value, other, placement)
-    assert_accepted_or_one_line(*run_command(argv), argv)
-
-
-@settings(derandomize=True)
-@given(flag=st.sampled_from(FLAGS["inspect"]), value=hostile_values, other=hostile_values, placement=placements)
-@example(flag="--config", value="a\nb", other="", placement="twice")  # was two lines
-def test_inspect_refuses_a_hostile_option_value_in_one_line(run_command, flag, value, other, placement):
-    argv = _argv("inspect", flag, value, other, placement)
-    assert_accepted_or_one_line(*run_command(argv), argv)
-
-
-@settings(derandomize=True)
-@given(flag=st.sampled_from([*FLAGS["plot"], "run_dir"]), value=hostile_values, other=hostile_values,
-       placement=placements)
-@example(flag="--config", value=TOO_LONG, other="", placement="after")  # was exit 1
-@example(flag="--config", value="a\nb", other="", placement="after")  # was two lines
-def test_plot_refuses_a_hostile_option_value_in_one_line(run_command, flag, value, other, placement):
-    if flag == "run_dir":  # the positional run directories: one more, or the same one twice
-        argv = ["plot", *BASE["plot"], value, *([other] if placement == "twice" else [])]
-    else:
-        argv = _argv("plot", flag, value, other, placement)
-    assert_accepted_or_one_line(*run_command(argv), argv)
+test_train_refuses_a_hostile_option_value_in_one_line = _refuses_a_hostile_option_value(
+    "train", ("--run-dir", TOO_LONG, "after"), ("--dataset", "a\nb", "after"))  # was exit 1; two lines
+test_eval_refuses_a_hostile_option_value_in_one_line = _refuses_a_hostile_option_value(
+    "eval", ("--output-dir", TOO_LONG, "after"), ("--greedy", "a\nb", "after"))  # was exit 1; two lines
+test_compare_refuses_a_hostile_option_value_in_one_line = _refuses_a_hostile_option_value(
+    "compare", ("--config-file", TOO_LONG, "after"), ("--train-only", "a\nb", "after"))  # likewise
+test_inspect_refuses_a_hostile_option_value_in_one_line = _refuses_a_hostile_option_value(
+    "inspect", ("--config", "a\nb", "twice"))  # was two lines
+test_plot_refuses_a_hostile_option_value_in_one_line = _refuses_a_hostile_option_value(
+    "plot", ("--config", TOO_LONG, "after"), ("--config", "a\nb", "after"))  # was exit 1; two lines
 
 
 @settings(derandomize=True)
