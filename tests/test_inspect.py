@@ -286,8 +286,30 @@ def test_each_seeds_draw_of_an_evaluation_is_its_own_group(tiny_model_dir, tmp_p
     assert rollout.completion_ids == [[tokenizer.encode(text, add_special_tokens=False) for text in completions]
                                       for _, _, completions in draws]
     assert [text.count("1 + 2") for text in rollout.prompt_texts] == [1, 0, 1, 0]
+    assert rollout.seeds == [0, 0, 1, 1]  # each group's, for the views' labels
     first = rollout_from_samples(tokenizer, samples, num_prompts=1)
-    assert first.completions == [draws[0][2], draws[2][2]]
+    assert first.completions == [draws[0][2], draws[2][2]] and first.seeds == [0, 1]
+
+
+def test_the_views_show_each_seeds_draw_under_its_own_prompt_and_seed(tiny_model_dir, tmp_path, capsys):
+    """Seed 0's two completions of a problem, then seed 1's: the page showed one prompt over four
+    completions ("(same prompt)" three times) and the terminal four bare lines, though each seed's
+    pair is scored as a group of its own. Each seed's draw now starts with its prompt, and both
+    views name each completion's seed."""
+    records = [{"prompt": "what is 1 + 2 ?", "completion": completion, "seed": seed, "sample": sample}
+               for seed, completions in ((0, ["3", "it is 3"]), (1, ["4", "so 3"]))
+               for sample, completion in enumerate(completions)]
+    page = tmp_path / "view.html"
+    assert main(["inspect", "--model", str(tiny_model_dir), "--samples",
+                 str(samples_file(tmp_path / "samples.jsonl", records)), "--html", str(page)]) == 0
+    headings = [html.unescape(text) for text in re.findall(r"<div class='prompt'>([^<]*)</div>", page.read_text())]
+    assert [heading.split(": ", 1)[0] for heading in headings] == [
+        "#0 (seed 0)", "#1 (seed 0)", "#2 (seed 1)", "#3 (seed 1)"]
+    assert ["what is 1 + 2 ?" in heading for heading in headings] == [True, False, True, False]
+    assert headings[1].endswith(": (same prompt)") and headings[3].endswith(": (same prompt)")
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("#")]
+    assert [line.split(": ", 1)[0] for line in lines] == ["#0 (seed 0)", "#1 (seed 0)", "#2 (seed 1)",
+                                                          "#3 (seed 1)"]
 
 
 def test_prompt_mode_samples_at_the_given_temperature_and_seed(tiny_model_dir, tmp_path):

@@ -159,6 +159,78 @@ def test_a_token_shown_as_nothing_keeps_a_visible_box_for_its_colour_and_marks()
     assert "an empty box" in page  # the legend says what it is
 
 
+def test_the_terminal_shows_a_token_shown_as_nothing_as_a_mark_with_its_colour_and_underline():
+    """The terminal appended a token shown as '' (a character's first bytes, `token_strings`) as
+    no text: ICT's reddest, underlined token left no trace on the line. It shows as U+25CC (a
+    dotted circle, Unicode's placeholder of a missing character) on its colour, ICT's underline
+    and bold on it, and the legend says what it is (only where such a token is shown)."""
+    import io
+
+    from rich.console import Console
+
+    from ict.analysis.token_view import TokenView, print_view
+
+    view = TokenView(["p"], [[" 7", "", " x"]], [[0.1, 0.9, 0.2]], {"ict": [[False, True, False]]}, "js", 0.0,
+                     {}, {})
+    buffer = io.StringIO()
+    print_view(view, Console(file=buffer, force_terminal=True, color_system="truecolor", width=300))
+    styles = re.findall(r"\x1b\[([0-9;]*)m( 7|\u25cc| x)\x1b\[0m", buffer.getvalue())
+    # the batch's maximum (0.9) is the reddest: rgb(255, 255 - 200, 255 - 200); bold (1), underline (4)
+    assert styles == [("30;48;2;255;255;255", " 7"), ("1;4;30;48;2;255;55;55", "\u25cc"),
+                      ("30;48;2;255;230;230", " x")]
+    plain = io.StringIO()
+    print_view(view, Console(file=plain, force_terminal=False, width=300))
+    assert "#0:  7\u25cc x\n" in plain.getvalue()
+    note = "\u25cc: a token of a character's first bytes (the character shows on its last token)."
+    assert note in plain.getvalue()
+    plain = io.StringIO()
+    print_view(TokenView(["p"], [[" 7", " x"]], [[0.1, 0.2]], {"ict": [[False, True]]}, "js", 0.0, {}, {}),
+               Console(file=plain, force_terminal=False, width=300))
+    assert "\u25cc" not in plain.getvalue() and "#0:  7 x\n" in plain.getvalue()
+
+
+def _headings(page: str) -> list[str]:
+    return [html.unescape(text) for text in re.findall(r"<div class='prompt'>([^<]*)</div>", page)]
+
+
+def _lines(view) -> list[str]:
+    """The terminal's completion lines of ``view``."""
+    import io
+
+    from rich.console import Console
+
+    from ict.analysis.token_view import print_view
+
+    buffer = io.StringIO()
+    print_view(view, Console(file=buffer, force_terminal=False, width=300))
+    return [line for line in buffer.getvalue().splitlines() if line.startswith("#")]
+
+
+def test_each_group_shows_its_prompt_and_several_seeds_are_named():
+    """An evaluation's samples with --seeds 0 1: each seed's n completions of a problem are a group
+    of their own (each token's JS is to its own group), but the page put "(same prompt)" over
+    every completion after the prompt's first, and neither view named a seed: seed 0's pair and
+    seed 1's read as one group of four. A reasoning-gym prompt drawn twice (two problems, scored
+    apart) likewise. Each group's first completion now shows its prompt, and where the view holds
+    several seeds each completion is labelled with its own; one seed, or none known, no label."""
+    from ict.analysis.token_view import TokenView, render_html
+
+    def view(seeds, group_size):
+        return TokenView(["A", "A", "A", "A"], [["a"], ["b"], ["c"], ["d"]], [[0.1], [0.2], [0.3], [0.4]],
+                         {"ict": [[True]] * 4}, "js", 0.0, {}, {}, seeds=seeds, group_size=group_size)
+
+    assert _headings(render_html(view([0, 0, 1, 1], 2))) == [
+        "#0 (seed 0): A", "#1 (seed 0): (same prompt)", "#2 (seed 1): A", "#3 (seed 1): (same prompt)"]
+    assert _lines(view([0, 0, 1, 1], 2)) == ["#0 (seed 0): a", "#1 (seed 0): b", "#2 (seed 1): c",
+                                             "#3 (seed 1): d"]
+    assert _headings(render_html(view([5, 5, 5, 5], 2))) == [  # one seed: two problems of one prompt
+        "#0: A", "#1: (same prompt)", "#2: A", "#3: (same prompt)"]
+    assert _lines(view([5, 5, 5, 5], 2)) == ["#0: a", "#1: b", "#2: c", "#3: d"]
+    assert _headings(render_html(view([], 4))) == [  # --prompt: one group
+        "#0: A", "#1: (same prompt)", "#2: (same prompt)", "#3: (same prompt)"]
+    assert _headings(render_html(view([], 0))) == _headings(render_html(view([], 4)))  # group size unknown
+
+
 def test_each_token_is_a_bidi_isolate_so_the_page_keeps_generation_order():
     """Right-to-left letters (not only the Bidi_Control characters, shown as escapes) reorder the
     text around them: after the tokens " שלום", " עולם" the tokens " 12", " +", " 34", " =", " 46"

@@ -34,12 +34,15 @@ from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.selectors import ICT_DEFAULT_REFERENCE
 from ict.core.stats import JS_REFERENCES
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
-from ict.models.rollout import ROLLOUT_TEMPERATURE
+from ict.models.rollout import ROLLOUT_TEMPERATURE, Rollout
 from ict.models.tokens import token_strings
 
 COLOR_SCORES = ("js", "entropy", "renyi2")
 NEWLINE_MARK = "\u21b5"
 """shown before each line break of a token on the page (a newline token is otherwise invisible)"""
+EMPTY_MARK = "\u25cc"
+"""a token shown as '' (`token_strings`: a character's first bytes) in the terminal, where it
+would have no width, so neither its colour nor its ICT underline would show"""
 BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 """Unicode's Bidi_Control characters (marks, embeddings, overrides, isolates): invisible, and they
 reorder the text after them"""
@@ -142,6 +145,27 @@ class TokenView:
     """per selection: its most frequent unselected response tokens (string, count)"""
     reference: str = ""
     """the JS reference of the ``js`` colour ('' for the entropies)"""
+    seeds: list[int] = field(default_factory=list)
+    """per completion, the sampling seed of its draw (``SamplesRollout``; empty: one draw)"""
+    group_size: int = 0
+    """completions per group (the rollout's ``num_samples``; 0: the consecutive completions of
+    one prompt are one group)"""
+
+
+@dataclass
+class SamplesRollout(Rollout):
+    """A rollout read from a samples file (`rollout_from_samples`): ``seeds``, each group's
+    sampling seed (an evaluation's --seeds draws each seed's n completions of a problem)."""
+
+    seeds: list[int] = field(default_factory=list)
+
+
+def completion_labels(view: TokenView) -> list[str]:
+    """Per completion, ``#index``, with its seed where the view holds several seeds' draws (each
+    seed's completions of a problem are a group of their own, scored apart: JS to that group)."""
+    several = len(set(view.seeds)) > 1
+    return [f"#{index} (seed {view.seeds[index]})" if several else f"#{index}"
+            for index in range(len(view.tokens))]
 
 
 def anatomy_lines(view: TokenView) -> list[str]:
@@ -247,10 +271,12 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, *, temperature: float, 
     union = int((a | b).sum())
     jaccard = int((a & b).sum()) / union if union else float("nan")
     prompts = [text for text in rollout.prompt_texts for _ in range(rollout.num_samples)]
+    seeds = [seed for seed in (rollout.seeds if isinstance(rollout, SamplesRollout) else [])
+             for _ in range(rollout.num_samples)]
     return TokenView(prompts, tokens, scores, selected, color, jaccard,
                      {label: counter.most_common(10) for label, counter in counters.items()},
                      anatomy, figures, {label: counter.most_common(10) for label, counter in left_out.items()},
-                     reference if color == "js" else "")
+                     reference if color == "js" else "", seeds, rollout.num_samples)
 
 
 def _range(view: TokenView) -> tuple[float, float]:
@@ -287,7 +313,8 @@ def render_html(view: TokenView, source: str = "") -> str:
     right-to-left override mirrors the text after it).
     `source` (e.g. the model and the samples file) is printed under the heading; each prompt is
     printed once, whole and as the model saw it (chat template, system prompt and line breaks
-    included; its control characters shown as a token's), above the first of its completions."""
+    included; its control characters shown as a token's), above the first completion of each of
+    its groups (`completion_labels` names the seeds)."""
     low, high = _range(view)
     heading = f"{view.score_name} to {view.reference}" if view.reference else view.score_name
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ict inspect</title>",
@@ -325,10 +352,15 @@ def render_html(view: TokenView, source: str = "") -> str:
         listed = ", ".join(f"{html.escape(repr(token))} x{count}" for token, count in items)
         parts.append(f"<br>{label} leaves out most often: {listed or '(none in this batch)'}")
     parts.append("</div>")
+    labels = completion_labels(view)
     for index, (prompt, tokens, scores) in enumerate(zip(view.prompts, view.tokens, view.scores,
                                                          strict=True)):
-        shown = "(same prompt)" if index and view.prompts[index - 1] == prompt else prompt
-        parts.append(f"<div class='prompt'>#{index}: {html.escape(_visible(shown))}</div><p>")
+        # a group's first completion shows its prompt: another seed's draw of the prompt, or another
+        # problem of the same prompt (a reasoning-gym repeat), is scored apart
+        first = (index % view.group_size == 0 if view.group_size
+                 else index == 0 or view.prompts[index - 1] != prompt)
+        shown = prompt if first else "(same prompt)"
+        parts.append(f"<div class='prompt'>{labels[index]}: {html.escape(_visible(shown))}</div><p>")
         for position, (token, value) in enumerate(zip(tokens, scores, strict=True)):
             classes = ["tok", *(label for label in view.selected
                                 if view.selected[label][index][position])]
@@ -355,21 +387,26 @@ def _visible(text: str) -> str:
 
 
 def print_view(view: TokenView, console: Any = None) -> None:
-    """Terminal rendering with rich: background colour by score, ICT tokens underlined."""
+    """Terminal rendering with rich: background colour by score, ICT tokens underlined, a token
+    shown as '' as EMPTY_MARK, each completion labelled by `completion_labels`."""
     from rich.console import Console
     from rich.text import Text
 
     console = console or Console()
     low, high = _range(view)
-    console.print(colour_legend(view) + " Underlined: ICT.", markup=False, highlight=False, soft_wrap=True)
+    empty = any(token == "" for tokens in view.tokens for token in tokens)
+    console.print(colour_legend(view) + " Underlined: ICT." + (
+        f" {EMPTY_MARK}: a token of a character's first bytes (the character shows on its last token)."
+        if empty else ""), markup=False, highlight=False, soft_wrap=True)
+    labels = completion_labels(view)
     for index, (tokens, scores) in enumerate(zip(view.tokens, view.scores, strict=True)):
-        text = Text(f"#{index}: ")
+        text = Text(f"{labels[index]}: ")
         for position, (token, value) in enumerate(zip(tokens, scores, strict=True)):
             red, green, blue = _shade(value, low, high)
             style = f"black on rgb({red},{green},{blue})"
             if view.selected["ict"][index][position]:
                 style += " underline bold"
-            text.append(_visible(token), style=style)
+            text.append(_visible(token) or EMPTY_MARK, style=style)
         console.print(text)
     console.print(f"Jaccard(ICT, 20-Entropy) = {view.jaccard_ict_entropy20:.3f}")
     for label, items in view.top_tokens.items():
@@ -389,11 +426,12 @@ def print_view(view: TokenView, console: Any = None) -> None:
 
 
 def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = None,
-                         system_prompt: str | None = None) -> Any:
-    """Rollout from a JSONL of {"prompt", "completion", optional "finished"} records (an
-    evaluation's samples.jsonl is one), grouped by prompt and sampling seed (`sampling_seed`: an
-    evaluation's --seeds draws each seed's n completions of a problem, one group, as sampled; one
-    group of the seeds together mixed their draws in its JS reference) in file order, a prompt
+                         system_prompt: str | None = None) -> SamplesRollout:
+    """Rollout (each group's seed in ``seeds``) from a JSONL of {"prompt", "completion", optional
+    "finished"} records (an evaluation's samples.jsonl is one), grouped by prompt and sampling
+    seed (`sampling_seed`: an evaluation's --seeds draws each seed's n completions of a problem,
+    one group, as sampled; one group of the seeds together mixed their draws in its JS reference)
+    in file order, a prompt
     repeated under another benchmark or problem index (a reasoning-gym draw) a problem of its own,
     a record repeated (same problem, seed and sample, equal in every field but the grading ones:
     `same_draw`) counted once; the first
@@ -408,7 +446,7 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
     as `ict eval` and `ict compare` read it); one completion per prompt is a UsageError, as
     ``--n 1`` is. The text is re-tokenized, so a sample whose sampled ids were not
     the canonical tokenization differs."""
-    from ict.models.rollout import Rollout, _encode_prompt, render_prompt
+    from ict.models.rollout import _encode_prompt, render_prompt
     from ict.runs.samples import same_draw, sampling_seed
 
     groups: dict[tuple[tuple[str, str], int | None], list[tuple[str, bool]]] = {}
@@ -456,6 +494,7 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
             for completion, finished in group] for group in groups.values()]
     if not any(tokens for group in ids for tokens in group):
         raise UsageError(f"{path}: every completion is empty (no token to score)")
-    return Rollout(texts, [_encode_prompt(tokenizer, text) for text in texts],
-                   [[completion for completion, _ in group] for group in groups.values()], ids,
-                   [[finished for _, finished in group] for group in groups.values()])
+    return SamplesRollout(texts, [_encode_prompt(tokenizer, text) for text in texts],
+                          [[completion for completion, _ in group] for group in groups.values()], ids,
+                          [[finished for _, finished in group] for group in groups.values()],
+                          seeds=[seed for _, seed in groups])
