@@ -484,3 +484,52 @@ def test_the_readme_library_snippet_prints_what_its_comments_say(capsys):
     count, passed = capsys.readouterr().out.splitlines()
     assert count == f"{total} of {rows * length} tokens selected"
     assert math.isclose(float(passed), 1 - math.comb(8 - 3, 4) / math.comb(8, 4), rel_tol=1e-12)
+
+
+def test_the_probability_shifts_docs_evaluation_quotes_for_a_dtype_and_a_batch_change():
+    """docs/evaluation.md explains why a resume compares the resolved dtype but accepts another
+    --batch-size by how far each moves a tiny model's next-token probabilities. It said "~1e5
+    times a batch change's"; the tests' tiny models (seeds 0-4) give 2.5e4 to 7e4
+    (/tmp/s57/e/dtype_vs_batch.py). The doc now quotes the two shifts: on the tiny model (seed 0)
+    each is within a factor sqrt(10) of it (the padding's, a float32 rounding, at most that)."""
+    import torch
+    from conftest import build_tiny_model, build_tiny_tokenizer
+
+    quoted = re.search(r"a tiny model's next-token probabilities move ~([\de.-]+) from fp32 to bf16, "
+                       r"~([\de.-]+) with another batch's padding", _flat("docs/evaluation.md"))
+    assert quoted, "docs/evaluation.md's dtype sentence changed: update this test"
+    tokenizer = build_tiny_tokenizer()
+    tokenizer.padding_side = "left"  # as ict eval's batches
+    model = build_tiny_model(len(tokenizer)).eval()
+    prompts = ["what is 1 + 2 ?", "what is 4 + 4 ?", "so it is 3", "the sum is"]
+
+    def probabilities(texts: list[str], dtype: torch.dtype) -> torch.Tensor:
+        batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            return torch.softmax(model.to(dtype)(**batch).logits[:, -1].double(), dim=-1)
+
+    alone = torch.cat([probabilities([prompt], torch.float32) for prompt in prompts])
+    padded = probabilities([*prompts, "what is 9 - 2 ? the sum is 3 and so it is 7 8 8"], torch.float32)[:4]
+    bf16 = torch.cat([probabilities([prompt], torch.bfloat16) for prompt in prompts])
+    dtype_shift, batch_shift = (bf16 - alone).abs().max().item(), (padded - alone).abs().max().item()
+    assert float(quoted[1]) / 10**0.5 <= dtype_shift <= float(quoted[1]) * 10**0.5, dtype_shift
+    assert batch_shift <= float(quoted[2]) * 10**0.5, batch_shift
+
+
+def test_the_kv_cache_tokens_docs_scaling_quotes_for_a_gib_are_the_offline_defaults():
+    """docs/scaling.md (and ict.models.rollout's comment): 1 GiB of vLLM's CPU KV cache holds
+    ~23,000 tokens of the offline default in fp32: K and V, per layer and key-value head, head_dim
+    float32 values a token (the converted model's config; skipped where it is not converted)."""
+    import json
+
+    from ict.models.loading import OFFLINE_DEFAULT_MODEL, cache_root
+
+    quoted = re.search(r"1 GiB holds ~([\d,]+) tokens of the offline default in fp32", _flat("docs/scaling.md"))
+    assert quoted, "docs/scaling.md's KV cache sentence changed: update this test"
+    path = cache_root() / OFFLINE_DEFAULT_MODEL / "config.json"
+    if not path.is_file():
+        pytest.skip(f"the offline default is not converted here ({path})")
+    config = json.loads(path.read_text())
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    per_token = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * head_dim * 4
+    assert abs(2**30 / per_token / int(quoted[1].replace(",", "")) - 1) < 0.05, 2**30 / per_token
