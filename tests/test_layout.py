@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,49 @@ def test_no_file_of_the_repository_imports_a_moved_name_from_the_training_config
             if isinstance(node, ast.ImportFrom) and node.module == "ict.training.config":
                 stale += [f"{path.name}: {alias.name}" for alias in node.names if alias.name in _MOVED_TO_LOADING]
     assert not stale, stale
+
+
+def _readme_layout_rows() -> dict[str, tuple[str, str]]:
+    """The README's Layout block: top-level folder -> (what it holds, what it may import), each
+    column's continuation lines joined."""
+    readme = (PACKAGE.parent / "README.md").read_text()
+    block = re.search(r"## Layout\n.*?```\n(ict/ +holds +may import[^\n]*)\n(.*?)```", readme, flags=re.S)
+    assert block, "the README's Layout block changed: update this test"
+    column = block[1].index("may import")
+    rows: dict[str, tuple[str, str]] = {}
+    folder = ""
+    for line in block[2].splitlines():
+        holds, imports = line[:column].strip(), line[column:].strip()
+        if named := re.match(r"(\w+)/ +(.*)", holds):
+            folder, holds = named[1], named[2]
+            rows[folder] = ("", "")
+        rows[folder] = tuple(" ".join(filter(None, pair)) for pair in zip(rows[folder], (holds, imports)))
+    return rows
+
+
+def test_the_readme_layout_names_every_package_folder_and_its_imports():
+    """Every package folder under ict/ (a folder with an __init__.py) is named in the README's
+    Layout block: a top-level one as a row, in the order of ALLOWED, a nested one (``core/stats/``)
+    in its parent's row; each row's "may import" is ALLOWED's (``nothing``; ``everything above``:
+    the rows above it; ``all above but X``; a note in parentheses ignored)."""
+    rows = _readme_layout_rows()
+    packages = sorted(path.parent.relative_to(PACKAGE) for path in PACKAGE.rglob("__init__.py")
+                      if path.parent != PACKAGE)
+    top = [name for name in ALLOWED if not name.startswith("__")]
+    assert list(rows) == top  # the layers, in ALLOWED's order
+    assert {package.parts[0] for package in packages} == set(top)
+    for package in packages:
+        if len(package.parts) > 1:
+            assert f"{'/'.join(package.parts[1:])}/" in rows[package.parts[0]][0], package
+    for index, (folder, (_, imports)) in enumerate(rows.items()):
+        above = set(top[:index])
+        words = re.sub(r" *\([^)]*\)", "", imports)
+        if words == "nothing":
+            named = set()
+        elif words == "everything above":
+            named = above
+        elif words.startswith("all above but "):
+            named = above - {name.strip() for name in words.removeprefix("all above but ").split(",")}
+        else:
+            named = {name.strip() for name in words.split(",")}
+        assert named == ALLOWED[folder], (folder, imports)
