@@ -324,8 +324,8 @@ def test_the_defaults_docs_state_in_words_are_the_codes():
     changed constant left every other test passing): ict eval's completion length on a GPU and a
     CPU (also in its --help), `ict compare`'s default ks, an `rg:` set's size and seed, `keep_checkpoints`,
     `overlong_penalty_factor`, vLLM's CPU KV cache, the sampling temperature, the math check's time
-    bound (ict train's and ict eval's) and ict eval's answer extractions."""
-    from ict.answers.verify import DEFAULT_TIMEOUT_SECONDS, verify_math
+    bound (ict train's and ict eval's), its workers' memory limit and ict eval's answer extractions."""
+    from ict.answers.verify import DEFAULT_TIMEOUT_SECONDS, WORKER_MEMORY_LIMIT_BYTES, verify_math
     from ict.data.benchmarks import REASONING_GYM_DEFAULT_SIZE, REASONING_GYM_EVAL_SEED
     from ict.evaluation.evaluate import MAX_NEW_TOKENS_CPU, MAX_NEW_TOKENS_GPU, EvalConfig
     from ict.models.rollout import VLLM_CPU_KVCACHE_GIB
@@ -353,6 +353,7 @@ def test_the_defaults_docs_state_in_words_are_the_codes():
     assert f"except the sampling temperature: the default is {defaults.temperature}" in training
     assert f"(`--verify-timeout`, default {DEFAULT_TIMEOUT_SECONDS:g} s)" in evaluation
     assert defaults.verify_timeout == EvalConfig().verify_timeout == DEFAULT_TIMEOUT_SECONDS
+    assert f"Workers have an {WORKER_MEMORY_LIMIT_BYTES / 2**30:g} GiB address-space limit" in evaluation
     assert f"`{EvalConfig().math_extraction}` (default of `ict eval`)" in evaluation
     lenient = inspect.signature(verify_math).parameters["extraction"].default
     assert f"`{lenient}` (math-verify's defaults, and the default of `ict.answers.verify.verify_math`)" in evaluation
