@@ -279,6 +279,16 @@ def test_anchor_answer_readings_box_alternatives_together(completion, expected):
     assert anchor_answer_readings(completion) == [completion if expected is None else expected]
 
 
+@pytest.mark.parametrize(("completion", "expected"), [
+    ("\\boxed{3 \\lor 4}", True), ("\\boxed{3, 4}", True),
+    ("\\boxed{4}", False),  # was right: math-verify read the gold as its last alternative
+])
+def test_a_gold_with_a_logical_or_is_read_as_its_alternatives(verifier, completion, expected):
+    """The gold is read as the completion is: ``3 \\lor 4`` is {3, 4}. No shared benchmark gold
+    holds ``\\lor`` or ``\\vee``. Both extractions."""
+    _assert_graded_in_both_extractions(verifier, completion, "3 \\lor 4", expected)
+
+
 def test_spell_logical_or_writes_lor_and_vee_as_text_or():
     from ict.answers.readings import spell_logical_or
 
