@@ -162,6 +162,47 @@ def test_a_box_listing_options_in_order_commits_to_none(text, expected):
     assert extract_choice_letter(text, 4) == expected
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    # each read A (D for the reversed box): a listing of options rewarded as its first
+    (r"\boxed{A. 3 B. 4}", None),                     # options marked "A.", "B."
+    ("A. 3 B. 4", None),
+    ("The answer is A. 3 B. 4", None),
+    (r"\boxed{(A) 3\\(B) 4}", None),                # a LaTeX line break before the next option
+    (r"(A) 3\\(B) 4", None),
+    (r"\boxed{(A) 3 (B)4}", None),                    # "(B)" glued to its option text
+    ("The answer is (A) 3 (B) 4.", None),             # a listing after "the answer is"
+    ("The answer is (A) 3 (B) 4 (C) 5 (D) 6.", None),
+    (r"\boxed{(D) 6 (C) 5 (B) 4 (A) 3}", None),       # every option, in reverse order
+    # read none: an option rejected after "not" is no listed option
+    (r"\boxed{(B) 4, not (C)}", "B"),
+    # commitments kept: a clause ends at , ; ! ? or ". "; an option's text names earlier ones;
+    # "E." is a marker only right after "D."; "A." at the end or "(B)-" is none
+    ("The answer is (A). (B) is wrong.", "A"),
+    ("The answer is (A) 3, because (B) is 4.", "A"),
+    ("The answer is (A) and not (B).", "A"),
+    ("The answer is (D) Both (A) and (B).", "D"),
+    (r"\boxed{(B) 4 (A) 3}", "B"),                    # an earlier option named, not every option
+    ("The answer is (B) Use the method in (A), but hotter.", "B"),
+    ("The answer is C. 1500 A.", "C"),
+    (r"\boxed{A. 3 C. 5}", "A"),
+    ("The final answer is B.\n(C) is wrong.", "B"),
+    ("The answer is (A) vitamin B. It is water-soluble.", "A"),  # "B." after "(A)": no marker
+])
+def test_other_listings_of_options_commit_to_none(text, expected):
+    """Rules 1-3: options marked ``A.``, after a LaTeX line break, glued to their text, listed
+    after "the answer is" (to the end of its clause) or in a box naming every option in any order
+    commit to none (each read its first letter before); ``not (C)`` names no listed option."""
+    assert extract_choice_letter(text, 4) == expected
+
+
+def test_a_dotted_marker_follows_the_previous_option():
+    """``E.`` after ``A.`` is the E of "E. coli" (ten options), not a listed option; after
+    ``D.`` it is the next option."""
+    assert extract_choice_letter("A. bacteria such as E. coli", 10) == "A"
+    assert extract_choice_letter("The answer is A. bacteria such as E. coli", 10) == "A"
+    assert extract_choice_letter(r"\boxed{D. 6 E. 7}", 10) is None
+
+
 def test_twenty_six_options_reach_z_and_a_nul_is_replaced():
     """Valid letters are the first ``num_choices`` of A-Z (26 allowed); `sanitize_text` replaces
     NUL characters (U+FFFD)."""

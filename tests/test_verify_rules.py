@@ -232,6 +232,72 @@ def test_anchor_answer_readings_boxes_only_a_last_line_answer_math_verify_misrea
 
 
 @pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # each was right for the alternative math-verify read (the first after an anchor, the last
+    # of \\lor or \\vee): a hedge rewarded
+    ("Final answer: 3, or 4", "3", False),
+    ("The answer is 3 or 4.", "3", False),
+    ("Final answer: 3 \\text{ or } 4", "3", False),
+    ("Final answer: 3 \\lor 4", "4", False),
+    ("\\boxed{3 \\vee 4}", "4", False),
+    ("Final answer: \\boxed{3 \\lor 4}", "4", False),
+    ("The answer is x = 3 or x = 4.", "3", False),
+    # the alternatives are the answer, as math-verify reads \\boxed{3 \\text{ or } 4}
+    ("The answer is 3 or 4.", "3, 4", True),
+    ("Final answer: 3 \\lor 4", "\\{3, 4\\}", True),
+    ("The answer is x = 3 or x = 4.", "3, 4", True),
+    ("Final answer: 3, or 4", "4", False),
+    # not alternatives: a word after "or" (read as before, its first number), a plain number
+    ("The answer is 3 or more.", "3", True),
+    ("The answer is 12.", "12", True),
+    ("Final answer: 8,.", "8", True),                 # a dangling comma (was "8,", wrong)
+    ("Final answer: 3, 4,", "3, 4", True),
+])
+def test_alternatives_after_an_anchor_or_as_logical_or_are_read_together(
+        verifier, completion, gold, expected):
+    """An anchored answer "3 or 4" ("3, or 4", "3 \\text{ or } 4", "3 \\lor 4") was read as 3, and
+    math-verify reads "\\lor" and "\\vee" as the last alternative (4): each hedge was rewarded for
+    one gold. Alternatives are now read together, as math-verify reads a box holding "3
+    \\text{ or } 4": {3, 4}. Hand-checked golds; both extractions."""
+    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    ("Final answer: 3, or 4", "Final answer: \\boxed{3 \\text{ or } 4}"),
+    ("The answer is 3 or 4.", "The answer is \\boxed{3 \\text{ or } 4}"),
+    ("The answer is 2 or 3\\sqrt{2}.", "The answer is \\boxed{2 \\text{ or } 3\\sqrt{2}}"),
+    ("Final answer: 3 \\text{ or } 4", "Final answer: \\boxed{3 \\text{ or } 4}"),
+    # left alone: a word in an alternative, math delimiters, "or" inside a word, an empty one
+    ("The answer is 3 or more.", None),
+    ("The answer is 3, or maybe 4.", None),
+    ("The answer is $3$ or $4$.", None),
+    ("The answer is for 3.", None),
+    ("The answer is 3 or.", None),
+])
+def test_anchor_answer_readings_box_alternatives_together(completion, expected):
+    from ict.answers.readings import anchor_answer_readings
+
+    assert anchor_answer_readings(completion) == [completion if expected is None else expected]
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    ("\\boxed{3 \\lor 4}", True), ("\\boxed{3, 4}", True),
+    ("\\boxed{4}", False),  # was right: math-verify read the gold as its last alternative
+])
+def test_a_gold_with_a_logical_or_is_read_as_its_alternatives(verifier, completion, expected):
+    """The gold is read as the completion is: ``3 \\lor 4`` is {3, 4}. No shared benchmark gold
+    holds ``\\lor`` or ``\\vee``. Both extractions."""
+    _assert_graded_in_both_extractions(verifier, completion, "3 \\lor 4", expected)
+
+
+def test_spell_logical_or_writes_lor_and_vee_as_text_or():
+    from ict.answers.readings import spell_logical_or
+
+    assert spell_logical_or("\\boxed{3 \\lor 4} and 1\\vee2") == (
+        "\\boxed{3 \\text{ or } 4} and 1\\text{ or }2")
+    assert spell_logical_or("\\bigvee_i a_i \\veebar \\lorem") == "\\bigvee_i a_i \\veebar \\lorem"
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
     ("so $d = \\boxed{\\textbf{(073)}}.$", "73", True),  # AoPS's AIME 2024 #15 solution
     ("\\boxed{\\text{073}}", "73", True),
     ("\\boxed{\\textbf{ 073 }}", "73", True),

@@ -112,6 +112,11 @@ def extract_boxed_answer(text: str | bytes | None) -> str | None:
 
 
 
+_CLAUSE = re.compile(r"(?:[^\n,;!?.]|[,;!?.](?!\s|$)|(?<=\b[A-Z])\.)*")
+"""The rest of a clause: up to a newline, or a , ; ! ? or . before a space or the end (the ``.``
+of an option marker ``B.`` excepted)."""
+
+
 def _choice_pattern(letters: str) -> str:
     return f"[{letters}]"
 
@@ -127,15 +132,17 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
        option text (``\\boxed{B) 42}``, ``\\boxed{(B)\\ 42}``, ``\\boxed{\\text{(B) } 42}``, or in a
        wrapper that opens with a space: ``\\boxed{(B)\\text{ 42}}``), unless more letters follow it
        as in rule 2 (``\\boxed{(A) or (B)}``, ``\\boxed{A/C}``: none), or the box lists options in
-       order (``\\boxed{A) 3 B) 4}``, ``\\boxed{(A) 3 (C) 5}``: none; ``\\boxed{(D) Both (A) and
-       (B)}`` is D);
+       order or names every option (``\\boxed{A) 3 B) 4}``, ``\\boxed{(A) 3 (C) 5}``,
+       ``\\boxed{A. 3 B. 4}``, ``\\boxed{(D) 6 (C) 5 (B) 4 (A) 3}``: none; ``\\boxed{(D) Both (A)
+       and (B)}`` is D; `_lists_options`);
     2. otherwise the last phrase "answer is", "answer:", "Answer -" (case-insensitive, optionally
        "final"/"correct", optionally bold ``**``) followed by a valid letter as a whole word, in
        optional parentheses, brackets, ``\\(...\\)`` or ``$...$``, and not by a list of more
-       letters ("A or B", "A, B and C", "C/D");
+       letters ("A or B", "A, B and C", "C/D") or, to the end of its clause, options listed as
+       rule 1 reads them ("the answer is (A) 3 (B) 4.");
     3. otherwise the whole completion, stripped of whitespace, ``*`` and a trailing period, is one
        valid letter, optionally in parentheses or followed by ``)`` / ``.`` / ``:`` and option text
-       on the same line (``B) 42``).
+       on the same line (``B) 42``; ``A. 3 B. 4`` lists options as rule 1 reads them: none).
 
     Valid letters are the first ``num_choices`` of A-Z, upper case only (a lone "a" is an article).
     Anything else (a letter mentioned mid-sentence, several letters) gives ``None``.
@@ -166,15 +173,19 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
         # "the answer is A or B", "A, B and C", "(A) or (D)": several letters commit to none
         more = re.match(rf"{close}?\s*(?:[,/&]\s*(?:(?:or|and)\s+)?|(?:or|and)\s+){open_}?\s*{letter}\s*{close}?"
                         rf"(?=\s*(?:$|[.,;:!?/&)]|(?:or|and)\b))", text[last.end():])
-        return None if more else last.group(1)
+        # "The answer is (A) 3 (B) 4.": options listed after it, to the end of its clause (a
+        # newline, or , ; ! ? . before a space that is no marker's "B."), commit to none as a box does
+        clause = _CLAUSE.match(text, last.end()).group(0)  # type: ignore[union-attr]
+        return None if more or _lists_options(last.group(1), clause, letter) else last.group(1)
 
     stripped = text.strip().strip("*").strip()
     match = re.fullmatch(rf"\(?({letter})\)?\.?", stripped)
     if match:
         return match.group(1)
     match = re.match(rf"\(?({letter})(?:\)|\.|:)[ \t]([^\n]*)$", stripped)
-    # "B) 42" commits to B; "(A) (B) (C) (D)" lists every option and commits to none
-    if match and not re.search(rf"(?:^|\s)\(?({letter})\)", match.group(2)):
+    # "B) 42" commits to B; "(A) (B) (C) (D)", "A. 3 B. 4" list options and commit to none
+    if (match and not re.search(rf"(?:^|\s)\(?({letter})\)", match.group(2))
+            and not _lists_options(match.group(1), stripped[match.end(1):], letter)):
         return match.group(1)
     return None
 
@@ -208,20 +219,44 @@ def _marked_letter(content: str, letter: str) -> str | None:
     rest = re.sub(_LATEX_SPACE_COMMAND, " ", rest)
     if re.match(rf"[).:]?\s*(?:[,/&]\s*(?:(?i:or|and)\s+)?|(?i:or|and)\s+)\(?{letter}(?![\w'])", rest):
         return None
-    # "A) 3 B) 4", "(A) 3 (C) 5": options listed in order commit to none; the earlier options an
-    # option's text names ("(D) Both (A) and (B)") are kept
-    markers = [match.group(1), *_later_option_markers(rest[1:] if rest[:1] in ").:" else rest, letter)]
-    if len(markers) > 1 and markers == sorted(set(markers)):
+    if _lists_options(match.group(1), rest, letter):
         return None
     return match.group(1)
 
 
-def _later_option_markers(text: str, letter: str) -> list[str]:
+def _lists_options(first: str, rest: str, letter: str) -> bool:
+    """Does an answer that opens with option ``first``'s marker, ``rest`` following its letter
+    (``") 3 (B) 4"``), list options rather than commit to ``first``? Yes when its markers
+    (`_later_option_markers`) name later options in order (``A) 3 B) 4``, ``(A) 3 (C) 5``,
+    ``A. 3 B. 4``) or name every option (``(D) 6 (C) 5 (B) 4 (A) 3``); the earlier options an
+    option's text names are kept (``(D) Both (A) and (B)``, ``(B) Use the method in (A)``).
+    ``letter``: the pattern of the valid letters (`_choice_pattern`)."""
+    dotted = first if rest[:1] == "." else None
+    markers = [first, *_later_option_markers(rest[1:] if rest[:1] in ").:" else rest, letter, dotted)]
+    return len(markers) > 1 and (markers == sorted(set(markers)) or set(markers) == set(letter[1:-1]))
+
+
+def _later_option_markers(text: str, letter: str, dotted_after: str | None = None) -> list[str]:
     """The letters ``text`` (an option's text, after its marker) marks as further options, in
-    order: ``(B)`` or ``B)`` after a space (or at the start) and before one (or at the end); a
-    ``B)`` that closes a parenthesis of ``text`` is no marker (``P(A and B) = ...``)."""
-    return [found.group(2) for found in re.finditer(rf"(?<!\S)(\()?({letter})\)(?!\S)", text)
-            if found.group(1) or text.count("(", 0, found.start()) <= text.count(")", 0, found.start())]
+    order: ``(B)`` or ``B)`` after a space or a LaTeX line break ``\\\\`` (or at the start) and
+    before a space, a letter or a digit (``(B)4``), or at the end; after a first
+    option marked ``A.`` (``dotted_after``: its letter) also ``B.`` before a space, when it marks
+    the option after the previous one (``A. 3 B. 4``; not the ``E.`` of ``A. bacteria such as E.
+    coli``). No marker: a ``B)`` that closes a parenthesis of ``text`` (``P(A and B) = ...``), an
+    option after "not" (``(B) 4, not (C)`` rejects C)."""
+    markers: list[str] = []
+    for found in re.finditer(rf"(?:(?<!\S)|(?<=\\\\))(\()?({letter})([).])(?=(.?))", text, flags=re.S):
+        opened, marker, close, after = found.groups()
+        previous = markers[-1] if markers else dotted_after
+        if close == ".":
+            keep = (dotted_after is not None and previous is not None and not opened
+                    and after.isspace() and ord(marker) == ord(previous) + 1)
+        else:
+            keep = (not after or after.isspace() or after.isalnum()) and bool(
+                opened or text.count("(", 0, found.start()) <= text.count(")", 0, found.start()))
+        if keep and not re.search(r"\bnot\s*$", text[max(0, found.start() - 8):found.start()]):
+            markers.append(marker)
+    return markers
 
 
 def extract_tagged_answer(completion: str | bytes | None, tag_name: str = "answer") -> str | None:

@@ -38,6 +38,9 @@ _ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*
 _LETTER = r"[^\W\d_](?![^\W\d_])"
 _PLAIN_TEXT_MISREAD = re.compile(
     rf"[\\^_{{,]|^[(\[]|\d{_LETTER}|{_LETTER}\s*[-+=()]|[-+=()]\s*{_LETTER}")
+# alternatives: "3 or 4", "3, or 4", "3 \text{ or } 4" ("\lor" and "\vee" are spelt so first)
+_ALTERNATIVE = re.compile(r"\s*,?\s*(?:(?<![\w\\])or\b|\\text\s*\{\s*or\s*\})\s*")
+_LOGICAL_OR = re.compile(r"\\(?:lor|vee)(?![^\W\d_])")
 # a LaTeX environment's name is no plain word: \begin{pmatrix} ... \end{pmatrix}
 _ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}")
 _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")
@@ -106,19 +109,38 @@ def anchor_answer_readings(completion: str) -> list[str]:
     not a unit whose number alone is a reading too. A plain number (``1,000``), a ``$...$``
     answer, any plain word (``1, since 2 - 1 = 1``; a ``\\command`` and an environment's name are
     none), a number and its unit (``5 m``, ``20 m/s``) and unbalanced braces are left alone:
-    ``[completion]``."""
+    ``[completion]``. Alternatives with no word, X ``3 or 4``, ``3, or 4`` or ``3 \\text{ or } 4``,
+    are boxed together as ``3 \\text{ or } 4`` (math-verify: {3, 4}; in plain text it read 3, a
+    hedge rewarded); a comma left before X's end (``8,.``) is dropped."""
     if any(command in completion for command in BOXED_COMMANDS):
         return [completion]
     text = completion.rstrip()
     anchors = list(_ANSWER_ANCHOR.finditer(text, text.rfind("\n") + 1))
     if not anchors:
         return [completion]
-    value = text[anchors[-1].end():].strip().strip("*").removesuffix(".").strip()
-    if (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value)
-            or _MATH_DELIMITER.search(value) or value.count("{") != value.count("}")
-            or _PLAIN_WORD.search(_ENVIRONMENT.sub(" ", value))):
+    # a comma left dangling before the end ("8,.") ends no list
+    value = text[anchors[-1].end():].strip().strip("*").removesuffix(".").strip().rstrip(",").rstrip()
+    alternatives = _ALTERNATIVE.split(value)
+    if len(alternatives) > 1 and all(part and not _has_word(part) for part in alternatives):
+        value = " \\text{ or } ".join(alternatives)  # the alternatives, not the first (3 or 4)
+    elif (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value)
+            or _has_word(value)):
         return [completion]
     return [f"{text[:anchors[-1].end()]}\\boxed{{{value}}}{completion[len(text):]}"]
+
+
+def _has_word(value: str) -> bool:
+    """Is ``value`` no answer to box whole: a plain word (a ``\\command`` and an environment's
+    name are none), math delimiters or unbalanced braces?"""
+    return bool(_MATH_DELIMITER.search(value) or value.count("{") != value.count("}")
+                or _PLAIN_WORD.search(_ENVIRONMENT.sub(" ", value)))
+
+
+def spell_logical_or(text: str) -> str:
+    """``text`` with ``\\lor`` and ``\\vee`` written ``\\text{ or }``: math-verify reads
+    ``\\boxed{3 \\lor 4}`` as 4 (the last alternative) and ``\\boxed{3 \\text{ or } 4}`` as the
+    alternatives {3, 4}, right for a gold ``3, 4`` only."""
+    return _LOGICAL_OR.sub(r"\\text{ or }", text)
 
 
 def unwrap_boxed_text_number(text: str) -> str:
@@ -141,10 +163,12 @@ def _boxed_percent_readings(text: str) -> list[str]:
 
 def completion_readings(completion: str) -> list[str]:
     """The readings of ``completion`` for math-verify to parse in turn (the first that matches the
-    gold wins): the ``<answer>`` tag's (`tag_answer_readings`), then the ``####`` line's
+    gold wins), ``\\lor`` and ``\\vee`` spelt out (`spell_logical_or`): the ``<answer>`` tag's
+    (`tag_answer_readings`), then the ``####`` line's
     (`hash_answer_readings`), scientific notation expanded, the anchored plain-text answer's
     (`anchor_answer_readings`), a boxed number in a text wrapper unwrapped, and the boxed
     percent's (`_boxed_percent_readings`)."""
-    return [percent for tagged in tag_answer_readings(completion) for marked in hash_answer_readings(tagged)
+    return [percent for tagged in tag_answer_readings(spell_logical_or(completion))
+            for marked in hash_answer_readings(tagged)
             for anchored in anchor_answer_readings(expand_scientific(marked))
             for percent in _boxed_percent_readings(unwrap_boxed_text_number(anchored))]
