@@ -18,6 +18,7 @@ repeats exactly what the uninterrupted run would have done (CPU, fixed seed).
 from __future__ import annotations
 
 import contextlib
+import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -216,7 +217,7 @@ def train(config: TrainConfig, console: Any = None,
           continue_with: str | None = None) -> TrainResult:
     """Run `config.num_steps` training steps; return the metrics and where everything went.
     `continue_with`: what the stop and divergence messages tell the user to do next (default
-    "rerun with --resume --run-dir DIR"; `ict compare` names itself)."""
+    "rerun with --resume --run-dir DIR", DIR absolute; `ict compare` names itself)."""
     from rich.console import Console
 
     config.resolve()
@@ -236,7 +237,8 @@ def _train_in(config: TrainConfig, console: Any, run_dir: Path,
               continue_with: str | None) -> TrainResult:
     """`train` once this process holds `run_dir`."""
     run = _set_up(config, console, run_dir)
-    run.continue_with = continue_with or f"rerun with --resume --run-dir {run.run_dir}"
+    # the directory's absolute path, quoted for a shell: the hint works from any working directory
+    run.continue_with = continue_with or f"rerun with --resume --run-dir {shlex.quote(str(run.run_dir.absolute()))}"
     _resume(run)
     save_config(config, run.run_dir / "config.yaml")
     append_environment(run.run_dir, run.start_step + 1)
