@@ -264,3 +264,25 @@ def test_a_resume_refuses_a_dataset_file_edited_since_the_run_started(tiny_model
     resumed = latest_checkpoint(run_dir)
     assert resumed.name == "step-00000002"
     assert json.loads((resumed / "trainer_state.json").read_text())["questions"] == digest
+
+
+def test_a_resume_refuses_a_hub_dataset_that_gives_other_questions(tiny_model_dir, arithmetic_task, tmp_path,
+                                                                   monkeypatch, one_thread):
+    """A hub dataset whose rows changed between a stop and a resume (a new revision; the download
+    simulated by rows of the test task) is one line naming it; its first rows again, it resumes."""
+    import ict.data.training_data as training_data
+    from ict.core.errors import UsageError
+
+    rows = [json.loads(line) for line in arithmetic_task.read_text().splitlines()]
+    served = {"rows": rows}
+    monkeypatch.setattr(training_data, "hub_records", lambda dataset_id, subset, split: list(served["rows"]))
+    run_dir = tmp_path / "run"
+    train(tiny_config(tiny_model_dir, "someone/sums", run_dir, num_steps=1), console=_quiet())
+    served["rows"] = [*rows[:-1], {"question": "what is 9 + 9 ?", "answer": "18"}]
+    refusal = ("hub dataset someone/sums now gives other questions than the run in "
+               f"{run_dir} trained on (a new revision): a resume would train on other data; start another --run-dir")
+    with pytest.raises(UsageError, match=f"^{re.escape(refusal)}$"):
+        train(tiny_config(tiny_model_dir, "someone/sums", run_dir, num_steps=2, resume=True), console=_quiet())
+    served["rows"] = rows
+    train(tiny_config(tiny_model_dir, "someone/sums", run_dir, num_steps=2, resume=True), console=_quiet())
+    assert latest_checkpoint(run_dir).name == "step-00000002"
