@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -117,15 +118,20 @@ def test_a_resumed_runs_metrics_keep_exactly_the_steps_up_to_its_checkpoint(tmp_
     assert not (tmp_path / "none.jsonl").exists()
 
 
-@pytest.mark.parametrize("line", ['{"step": "3", "reward_mean": 0.5}', '[1, 2]', '{"step": null}', '{"step": true}'])
-def test_a_metrics_record_whose_step_is_no_number_is_one_line_naming_the_file(tmp_path, line):
+@pytest.mark.parametrize(("line", "what"), [
+    ('{"step": "3", "reward_mean": 0.5}', "a record's step is '3', not a number"),
+    ("[1, 2]", "a record's step is None, not a number"), ('{"step": null}', "a record's step is None, not a number"),
+    ('{"step": true}', "a record's step is True, not a number"), ('{"reward_mean": 0.5}', "a record has no step"),
+    ("{}", "a record has no step")])
+def test_a_metrics_record_whose_step_is_no_number_is_one_line_naming_the_file(tmp_path, line, what):
     """A hand-edited metrics.jsonl whose record has a text step ended a resume in a TypeError
-    traceback (str <= int); a JSON line that is no object was dropped silently. Both are now one
-    line naming the file, and the file is left as it was."""
+    traceback (str <= int); a JSON line that is no object was dropped silently; a record without
+    a step was kept as step 0 by every resume, wherever it stood (and `ict plot` then refused the
+    file). Each is now one line naming the file, and the file is left as it was."""
     path = tmp_path / "metrics.jsonl"
     text = json.dumps({"step": 1, "reward_mean": 0.25}) + "\n" + line + "\n"
     path.write_text(text)
-    with pytest.raises(UsageError, match=r"metrics\.jsonl: a record's step is .*, not a number .*restore the file"):
+    with pytest.raises(UsageError, match=f"^{re.escape(f'{path}: {what} ({line!r}): restore the file')}"):
         truncate_jsonl(path, 2)
     assert path.read_text() == text
 

@@ -176,40 +176,59 @@ def test_ict_eval_refuses_a_vllm_temperature_before_loading(temperature: float, 
     ({"stats_tile_size": "0x10"}, r"^stats_tile_size: "),
     ({"selection_denominator": "Trl"}, r"^selection_denominator must be 'ours' or 'trl', got 'Trl'$"),
     ({"top_entropy_quantile": 0.2}, r"^top_entropy_quantile and token_selector both pick tokens"),
+    ({"full_token_warmup_steps": -1}, r"^full_token_warmup_steps must be None or an integer >= 0, got -1$"),
+    ({"full_token_warmup_steps": 2.5}, r"^full_token_warmup_steps must be None or an integer >= 0, got 2\.5$"),
 ])
 def test_trl_trainer_refuses_changed_options_before_trl_builds(change: dict[str, Any], message: str,
                                                                tiny_model_dir, tmp_path, monkeypatch) -> None:
     """``ICTGRPOTrainer`` checks the config's refusals again (its fields can change after its
     checks), but did so after TRL's ``GRPOTrainer.__init__`` (which starts a colocated vLLM
     engine), and a changed ``stats_tile_size`` not at all: it failed in the first loss, with a
-    message not naming the option. Now all are refused before TRL's constructor runs; the
+    message not naming the option; a changed ``full_token_warmup_steps`` was checked after it. Now all are
+    refused before TRL's constructor runs; the
     unchanged config builds a trainer."""
     import trl
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from ict.integrations.trl import ICTGRPOConfig, ICTGRPOTrainer
 
     built: list[str] = []
     trl_init = trl.GRPOTrainer.__init__
     monkeypatch.setattr(trl.GRPOTrainer, "__init__",
                         lambda self, *args, **kwargs: (built.append("trl"), trl_init(self, *args, **kwargs))[1])
 
-    def construct(args: Any) -> Any:
-        return ICTGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-                              processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
-                              reward_funcs=lambda completions, **kwargs: [0.0] * len(completions), args=args,
-                              train_dataset=Dataset.from_dict({"prompt": ["a"] * 4}))
-
-    def config() -> Any:
-        return ICTGRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, bf16=False,
-                             per_device_train_batch_size=4, num_generations=4)
-
-    changed = config()
+    changed = _trl_config(tmp_path)
     for key, value in change.items():
         setattr(changed, key, value)
     with pytest.raises(ValueError, match=message) as error:
-        construct(changed)
+        _trl_trainer(tiny_model_dir, changed)
     assert "\n" not in str(error.value) and built == []
-    construct(config())
+    _trl_trainer(tiny_model_dir, _trl_config(tmp_path))
     assert built == ["trl"]
+
+
+def _trl_config(tmp_path: Path, **options: Any) -> Any:
+    from ict.integrations.trl import ICTGRPOConfig
+
+    return ICTGRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, bf16=False,
+                         per_device_train_batch_size=4, num_generations=4, **options)
+
+
+def _trl_trainer(model_dir: Path, args: Any) -> Any:
+    """An ``ICTGRPOTrainer`` of the tiny model with ``args`` (a constant reward, 4 prompts)."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ict.integrations.trl import ICTGRPOTrainer
+
+    return ICTGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir),
+                          processing_class=AutoTokenizer.from_pretrained(model_dir),
+                          reward_funcs=lambda completions, **kwargs: [0.0] * len(completions), args=args,
+                          train_dataset=Dataset.from_dict({"prompt": ["a"] * 4}))
+
+
+@pytest.mark.parametrize(("selector", "warmup"), [("ict", 10), ("entropy:ratio=0.2", 0)])
+def test_trl_trainer_takes_the_methods_warmup_when_it_is_reset_to_none(selector: str, warmup: int,
+                                                                       tiny_model_dir, tmp_path) -> None:
+    """A ``full_token_warmup_steps`` set to None after the config's checks is the method's
+    (the registry: ict's paper warm-up of 10 steps, none for the others), as in the config."""
+    config = _trl_config(tmp_path, token_selector=selector, full_token_warmup_steps=3)
+    config.full_token_warmup_steps = None
+    assert _trl_trainer(tiny_model_dir, config).full_token_warmup_steps == warmup

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -201,16 +202,11 @@ def test_a_resume_refuses_a_reasoning_gym_task_that_generated_other_questions(
     assert latest_checkpoint(run_dir).name == "step-00000002"
 
 
-def test_a_checkpoint_without_a_questions_digest_resumes_and_gets_one(tiny_model_dir, tmp_path, one_thread):
-    """A checkpoint written before the digest existed resumes (nothing to check against) and the
-    next one records the questions' digest."""
+def _drop_questions_digest(checkpoint: Path) -> str:
+    """Make ``checkpoint`` one written before the questions' digest existed (its manifest kept
+    valid); return the digest it held."""
     import zlib
 
-    options = dict(dataset="isomorphic_strings", dataset_size=8, prompts_per_step=2, num_generations=2,
-                   max_new_tokens=4, micro_batch_size=4, generation_batch_size=4)
-    run_dir = tmp_path / "run"
-    train(tiny_config(tiny_model_dir, tmp_path, run_dir, num_steps=1, **options), console=_quiet())
-    checkpoint = latest_checkpoint(run_dir)
     state_file = checkpoint / "trainer_state.json"
     state = json.loads(state_file.read_text())
     digest = state.pop("questions")
@@ -219,7 +215,74 @@ def test_a_checkpoint_without_a_questions_digest_resumes_and_gets_one(tiny_model
     manifest["files"]["trainer_state.json"] = {"size": state_file.stat().st_size,
                                                "crc32": zlib.crc32(state_file.read_bytes())}
     (checkpoint / "COMPLETE").write_text(json.dumps(manifest))
+    return digest
+
+
+def test_a_checkpoint_without_a_questions_digest_resumes_and_gets_one(tiny_model_dir, tmp_path, one_thread):
+    """A checkpoint written before the digest existed resumes (nothing to check against) and the
+    next one records the questions' digest."""
+    options = dict(dataset="isomorphic_strings", dataset_size=8, prompts_per_step=2, num_generations=2,
+                   max_new_tokens=4, micro_batch_size=4, generation_batch_size=4)
+    run_dir = tmp_path / "run"
+    train(tiny_config(tiny_model_dir, tmp_path, run_dir, num_steps=1, **options), console=_quiet())
+    digest = _drop_questions_digest(latest_checkpoint(run_dir))
     train(tiny_config(tiny_model_dir, tmp_path, run_dir, num_steps=2, resume=True, **options), console=_quiet())
     resumed = latest_checkpoint(run_dir)
     assert resumed.name == "step-00000002"
     assert json.loads((resumed / "trainer_state.json").read_text())["questions"] == digest
+
+
+def test_a_resume_refuses_a_dataset_file_edited_since_the_run_started(tiny_model_dir, arithmetic_task, tmp_path,
+                                                                      one_thread):
+    """A dataset file edited between a stop and a resume was not checked (the digest covered
+    reasoning-gym tasks only): the resumed run trained on the other questions without a word. It
+    is one line naming the file now, before anything is written (metrics.jsonl, config.yaml and
+    the checkpoints as they were); the file restored, the run resumes. A checkpoint of a file's
+    run written before records no digest: it resumes, and the next one records it."""
+    from conftest import write_arithmetic_task
+
+    from ict.core.errors import UsageError
+
+    task = tmp_path / "sums.jsonl"
+    task.write_bytes(arithmetic_task.read_bytes())
+    run_dir = tmp_path / "run"
+    options = dict(eval_size=2)
+    train(tiny_config(tiny_model_dir, task, run_dir, num_steps=1, **options), console=_quiet())
+    digest = json.loads((latest_checkpoint(run_dir) / "trainer_state.json").read_text())["questions"]
+    original = task.read_bytes()
+    write_arithmetic_task(task, seed=7)  # other sums in the same file
+    written = {name: (run_dir / name).read_bytes() for name in ("metrics.jsonl", "config.yaml", "eval.json")}
+    refusal = (f"dataset file {task} holds other questions than the run in {run_dir} trained on (changed since "
+               "it started): a resume would train on other data; restore the file, or start another --run-dir")
+    with pytest.raises(UsageError, match=f"^{re.escape(refusal)}$"):
+        train(tiny_config(tiny_model_dir, task, run_dir, num_steps=2, resume=True, **options), console=_quiet())
+    assert {name: (run_dir / name).read_bytes() for name in written} == written
+    assert latest_checkpoint(run_dir).name == "step-00000001"
+    task.write_bytes(original)
+    assert _drop_questions_digest(latest_checkpoint(run_dir)) == digest  # as a checkpoint of before
+    train(tiny_config(tiny_model_dir, task, run_dir, num_steps=2, resume=True, **options), console=_quiet())
+    resumed = latest_checkpoint(run_dir)
+    assert resumed.name == "step-00000002"
+    assert json.loads((resumed / "trainer_state.json").read_text())["questions"] == digest
+
+
+def test_a_resume_refuses_a_hub_dataset_that_gives_other_questions(tiny_model_dir, arithmetic_task, tmp_path,
+                                                                   monkeypatch, one_thread):
+    """A hub dataset whose rows changed between a stop and a resume (a new revision; the download
+    simulated by rows of the test task) is one line naming it; its first rows again, it resumes."""
+    import ict.data.training_data as training_data
+    from ict.core.errors import UsageError
+
+    rows = [json.loads(line) for line in arithmetic_task.read_text().splitlines()]
+    served = {"rows": rows}
+    monkeypatch.setattr(training_data, "hub_records", lambda dataset_id, subset, split: list(served["rows"]))
+    run_dir = tmp_path / "run"
+    train(tiny_config(tiny_model_dir, "someone/sums", run_dir, num_steps=1), console=_quiet())
+    served["rows"] = [*rows[:-1], {"question": "what is 9 + 9 ?", "answer": "18"}]
+    refusal = ("hub dataset someone/sums now gives other questions than the run in "
+               f"{run_dir} trained on (a new revision): a resume would train on other data; start another --run-dir")
+    with pytest.raises(UsageError, match=f"^{re.escape(refusal)}$"):
+        train(tiny_config(tiny_model_dir, "someone/sums", run_dir, num_steps=2, resume=True), console=_quiet())
+    served["rows"] = rows
+    train(tiny_config(tiny_model_dir, "someone/sums", run_dir, num_steps=2, resume=True), console=_quiet())
+    assert latest_checkpoint(run_dir).name == "step-00000002"

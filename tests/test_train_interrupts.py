@@ -41,6 +41,32 @@ def test_ctrl_c_checkpoints_the_finished_step_and_resume_completes(tiny_model_di
     assert [line["step"] for line in read_metrics(run_dir)] == [1, 2, 3]
 
 
+def test_the_resume_hint_of_a_relative_run_dir_works_from_another_directory(tiny_model_dir, arithmetic_task,
+                                                                           tmp_path, monkeypatch, capsys):
+    """A run given a relative --run-dir printed "rerun with --resume --run-dir runs/my run" as
+    typed: run from another working directory that found no run there, so --resume started a
+    fresh run with every default ("no complete checkpoint ...; starting fresh"), and the space
+    split the path. The hint names the absolute directory, quoted for a shell, now: run as printed
+    from elsewhere, it continues the run."""
+    import re
+    import shlex
+    import signal
+
+    from ict.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_config(tiny_model_dir, arithmetic_task, "runs/my run", num_steps=2),
+              on_step=lambda metrics: signal.raise_signal(signal.SIGINT))
+    hint = re.search(r"to continue, rerun with (--resume --run-dir .*)$", capsys.readouterr().err, re.M)
+    assert hint is not None and shlex.split(hint[1]) == ["--resume", "--run-dir", str(tmp_path / "runs" / "my run")]
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert main(["train", *shlex.split(hint[1])]) == 0
+    assert [line["step"] for line in read_metrics(tmp_path / "runs" / "my run")] == [1, 2]
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
 def test_the_metrics_lines_a_checkpoint_covers_are_fsynced_before_it(tiny_model_dir, arithmetic_task,
                                                                      tmp_path, monkeypatch):
     """Checkpoints are fsynced, metrics.jsonl was only flushed: after a power loss the checkpoint

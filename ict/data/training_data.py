@@ -48,8 +48,9 @@ def is_reasoning_gym_task(name: str) -> bool:
 
 def questions_digest(problems: Sequence[Problem]) -> str:
     """SHA-256 (hex, 16 digits) of the problems' prompts in order: a resumed run checks that its
-    data generated the same questions (some reasoning-gym tasks draw other questions for the same
-    seed in another process, e.g. with another ``PYTHONHASHSEED``)."""
+    data gave the same questions (some reasoning-gym tasks draw other questions for the same seed
+    in another process, e.g. with another ``PYTHONHASHSEED``; a file may be edited, a hub dataset
+    get a new revision)."""
     text = json.dumps([problem.prompt for problem in problems], ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -200,16 +200,17 @@ class ICTGRPOTrainer(GRPOTrainer):
         refusal = sharded_head_refusal(config) or trainer_refusal(config)
         if refusal:
             raise ValueError(refusal)
+        spec = getattr(config, "token_selector", ICTGRPOConfig.token_selector)
+        selector_name, selector_options, preset = parse_token_selector(spec, with_preset=True)
+        warmup = config.full_token_warmup_steps  # None if reset after the config's checks
+        if warmup is None:
+            warmup = method_train_options(selector_name, preset)["full_token_warmup_steps"]
+        check_warmup_steps(warmup)
         super().__init__(*args, **kwargs)
         self._refuse_sharded_head()
         config = self.args
-        spec = getattr(config, "token_selector", ICTGRPOConfig.token_selector)
         self.selection_denominator = getattr(config, "selection_denominator", "ours")
-        self.selector_name, self.selector_options, preset = parse_token_selector(spec, with_preset=True)
-        warmup = config.full_token_warmup_steps  # None if reset after the config's checks
-        if warmup is None:
-            warmup = method_train_options(self.selector_name, preset)["full_token_warmup_steps"]
-        check_warmup_steps(warmup)
+        self.selector_name, self.selector_options = selector_name, selector_options
         self.full_token_warmup_steps: int = warmup
         self.js_references = required_js_references(self.selector_name, self.selector_options)
         self.population = ranking_population(self.selector_name, self.selector_options)

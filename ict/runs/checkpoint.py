@@ -48,9 +48,9 @@ def checkpoint_dir(run_dir: str | Path) -> Path:
 
 def truncate_jsonl(path: str | Path, max_step: int) -> None:
     """Keep the lines of a metrics JSONL file whose `step` <= `max_step` (a resumed run's lines
-    up to its checkpoint), dropping a torn last line; a record whose step is no number (a JSON
-    line that is no object, or ``"step": "3"``) is a one-line UsageError. Atomic: temp file + fsync
-    + rename, so a kill during the rewrite leaves the old file intact."""
+    up to its checkpoint), dropping a torn last line; a record without a step or whose step is no
+    number (a JSON line that is no object, or ``"step": "3"``) is a one-line UsageError. Atomic:
+    temp file + fsync + rename, so a kill during the rewrite leaves the old file intact."""
     path = Path(path)
     if not path.exists():
         return
@@ -60,10 +60,11 @@ def truncate_jsonl(path: str | Path, max_step: int) -> None:
             record = json.loads(line)
         except ValueError:
             continue  # a line torn by a kill mid-write
-        step = record.get("step", 0) if isinstance(record, dict) else None
+        step = record.get("step") if isinstance(record, dict) else None
         if not isinstance(step, (int, float)) or isinstance(step, bool):  # a hand-edited line: no step to cut at
-            raise UsageError(f"{path}: a record's step is {step!r}, not a number ({line[:80]!r}): restore the "
-                             "file, or start another --run-dir")
+            what = ("a record has no step" if isinstance(record, dict) and "step" not in record
+                    else f"a record's step is {step!r}, not a number")
+            raise UsageError(f"{path}: {what} ({line[:80]!r}): restore the file, or start another --run-dir")
         if step <= max_step:
             kept.append(line + "\n")
     write_atomically(path, "".join(kept))

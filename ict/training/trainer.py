@@ -18,6 +18,7 @@ repeats exactly what the uninterrupted run would have done (CPU, fixed seed).
 from __future__ import annotations
 
 import contextlib
+import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -38,6 +39,7 @@ from ict.data.training_data import (
     Problem,
     PromptSampler,
     TrainingData,
+    is_dataset_file,
     load_training_data,
     questions_digest,
 )
@@ -215,7 +217,7 @@ def train(config: TrainConfig, console: Any = None,
           continue_with: str | None = None) -> TrainResult:
     """Run `config.num_steps` training steps; return the metrics and where everything went.
     `continue_with`: what the stop and divergence messages tell the user to do next (default
-    "rerun with --resume --run-dir DIR"; `ict compare` names itself)."""
+    "rerun with --resume --run-dir DIR", DIR absolute; `ict compare` names itself)."""
     from rich.console import Console
 
     config.resolve()
@@ -235,7 +237,8 @@ def _train_in(config: TrainConfig, console: Any, run_dir: Path,
               continue_with: str | None) -> TrainResult:
     """`train` once this process holds `run_dir`."""
     run = _set_up(config, console, run_dir)
-    run.continue_with = continue_with or f"rerun with --resume --run-dir {run.run_dir}"
+    # the directory's absolute path, quoted for a shell: the hint works from any working directory
+    run.continue_with = continue_with or f"rerun with --resume --run-dir {shlex.quote(str(run.run_dir.absolute()))}"
     _resume(run)
     save_config(config, run.run_dir / "config.yaml")
     append_environment(run.run_dir, run.start_step + 1)
@@ -320,8 +323,7 @@ def _set_up(config: TrainConfig, console: Any, run_dir: Path) -> _Run:
     reference = ReferencePolicy(model, config.shared_prompt_forward) if needs_reference else None
     run = _Run(config, console, run_dir, data, reward, sampler, model, tokenizer,
                build_optimizer(model, config), method, loss_config_of(config), reference)
-    if data.train[0].kind == "reasoning_gym":  # a resume checks its questions (`_resume`)
-        run.trainer_state["questions"] = questions_digest([*data.train, *data.eval])
+    run.trainer_state["questions"] = questions_digest([*data.train, *data.eval])  # a resume checks them (`_resume`)
     return run
 
 
@@ -360,17 +362,28 @@ def _resume(run: _Run) -> None:
     run.trainer_state = load_checkpoint(checkpoint, run.model, run.optimizer)
     run.start_step = int(run.trainer_state["step"])
     if questions is not None and run.trainer_state.setdefault("questions", questions) != questions:
-        # absent from older checkpoints; refused before any write
-        raise UsageError(f"reasoning-gym task {run.config.dataset} generated other questions in this process "
-                         f"than the run in {run.run_dir} trained on (its generation varies between processes, "
-                         "some tasks with PYTHONHASHSEED): a resume would train on other data; start another "
-                         "--run-dir (set PYTHONHASHSEED=0 for runs of such a task)")
+        raise UsageError(_other_questions(run))  # absent from older checkpoints; refused before any write
     if run.start_step > run.config.num_steps:  # its steps cannot be undone: refused before any write
         raise UsageError(f"{run.run_dir} has trained {run.start_step} steps ({checkpoint}), more than "
                          f"num_steps {run.config.num_steps}: give --num-steps {run.start_step} or more, "
                          "or start another --run-dir")
     run.last_checkpoint = checkpoint  # a run resumed at its end saves none: its result names this one
     run.console.print(f"resumed from {checkpoint} (step {run.start_step})")
+
+
+def _other_questions(run: _Run) -> str:
+    """The one-line refusal of a resume whose data gives other questions (`questions_digest`) than
+    the checkpoint's run trained on, by the data's source: a reasoning-gym task, a file, a hub id."""
+    dataset, run_dir = run.config.dataset, run.run_dir
+    if run.data.train[0].kind == "reasoning_gym":
+        return (f"reasoning-gym task {dataset} generated other questions in this process than the run in {run_dir} "
+                "trained on (its generation varies between processes, some tasks with PYTHONHASHSEED): a resume "
+                "would train on other data; start another --run-dir (set PYTHONHASHSEED=0 for runs of such a task)")
+    if is_dataset_file(dataset):
+        return (f"dataset file {dataset} holds other questions than the run in {run_dir} trained on (changed since "
+                "it started): a resume would train on other data; restore the file, or start another --run-dir")
+    return (f"hub dataset {dataset} now gives other questions than the run in {run_dir} trained on (a new "
+            "revision): a resume would train on other data; start another --run-dir")
 
 
 def _evaluate_before(run: _Run) -> dict[str, Any]:
