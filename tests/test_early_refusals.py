@@ -8,6 +8,7 @@ backstop (tests/test_integration_verl.py, tests/test_vllm_sync.py)."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
