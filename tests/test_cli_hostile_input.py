@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import typing
 from pathlib import Path
 
 import pytest
@@ -231,11 +232,12 @@ def test_a_selector_ratio_given_as_text_still_wins_over_an_earlier_ratio():
             assert build_config(path, {"selector": text}).selector["ratio"] == 0.3, text
 
 
-@pytest.mark.parametrize("seed,status", [("-1", 2), (str(2**32), 2), ("1" + "0" * 30, 2), ("0", "accepted"),
+@pytest.mark.parametrize("seed,status", [("-1", 2), (str(2**32), 2), (str(2**63 - 1), 2), ("0", "accepted"),
                                          (str(2**32 - 1), "accepted")])
 def test_inspect_refuses_a_seed_out_of_evals_range_before_the_model_loads(run_command, seed, status):
     """``ict inspect --seed 10**30`` loaded the model, then failed with "Overflow when unpacking long
-    long" (no flag named); -1 and 2^32 were taken, which ict eval refuses: [0, 2^32) as eval's."""
+    long" (no flag named; beyond int64 now refused as every int option is); -1 and 2^32 were taken,
+    which ict eval refuses: [0, 2^32) as eval's."""
     got, err = run_command(["inspect", "--prompt", "hi", "--seed", seed])
     assert got == status, (got, err)
     if status == 2:
@@ -262,3 +264,32 @@ def test_yaml_nested_too_deeply_is_refused_in_one_line(run_command, argv, files,
     assert status == 2 and err.startswith(fragment) and err.count("\n") == 1, (status, err[:300])
     assert TOO_DEEP == "lists or mappings nested too deeply to read (Python's recursion limit)"
     assert err.endswith(f": {TOO_DEEP}\n") or err.endswith(f"' ({TOO_DEEP})\n"), err[-200:]
+
+
+def _int_flags() -> list[tuple[str, str, str]]:
+    """(command, flag, field name) of every int option of every command."""
+    from ict.core.options import optional_inner
+
+    flags = []
+    for command, cls in COMMANDS.items():
+        hints = typing.get_type_hints(cls)
+        flags += [(command, "--" + item.name.replace("_", "-"), item.name) for item in option_fields(cls)
+                  if optional_inner(hints[item.name])[0] is int and not item.metadata.get("positional")]
+    return flags
+
+
+@pytest.mark.parametrize("command,flag,name", _int_flags())
+def test_an_int_option_beyond_int64_is_refused_in_one_line_naming_it(run_command, command, flag, name):
+    """An int beyond int64 is no count, size or step torch can hold: ``ict train --lora-rank 1e30``
+    passed every check, loaded the model and stopped at LoRA's first tensor with "Overflow when
+    unpacking long long" (exit 1, "run with --debug"); ``--num-steps 1e30`` was taken too. Refused
+    where every value is read (`parse_field`), whichever command; -2^63 and 2^63-1 are read."""
+    for value in ("1e30", str(2**63), str(-(2**63) - 1), "-1e19"):
+        status, err = run_command([command, *BASE[command], f"{flag}={value}"])
+        assert (status, err) == (2, f"error: bad value for {name}: '{value}' (expected int within int64: "
+                                    "-2^63..2^63-1)\n"), (command, flag, value)
+    from ict.core.options import parse_field
+
+    assert parse_field(COMMANDS[command], name, str(2**63 - 1)) == 2**63 - 1
+    assert parse_field(COMMANDS[command], name, str(-(2**63))) == -(2**63)
+    assert parse_field(COMMANDS[command], name, 2.0**62) == 2**62  # a YAML float that is an integer

@@ -582,3 +582,53 @@ def test_compare_refuses_a_reused_evaluation_of_other_reasoning_gym_questions(
         "rg:isomorphic_strings:size=3 #1 (reasoning-gym generated another one in this process: some "
         "tasks vary between processes, e.g. with PYTHONHASHSEED); rerun with the PYTHONHASHSEED "
         "those runs were evaluated with (if one was set), or evaluate every run anew in another --output-dir")
+
+
+def test_compare_refusing_an_evaluation_it_cannot_resume_names_its_own_way_out(
+        tiny_model_dir, arithmetic_task, tmp_path, monkeypatch, capsys):
+    """An evaluation's samples that cannot be resumed (a line that is no JSON, another question, a
+    samples.jsonl whose run.json was lost) were refused by `ict compare` with ict eval's advice,
+    "pass --overwrite or another --output-dir": compare has no --overwrite (its parser refuses it).
+    It names moving that evaluation aside, which the rerun then evaluates again."""
+    from eval_helpers import generate_another_second_question
+
+    output = tmp_path / "cmp"
+    argv = ["compare", "--methods", "grpo", "--seeds", "0", "--output-dir", str(output),
+            "--eval-benchmarks", "rg:isomorphic_strings:size=3", "--eval-n", "1",
+            "--eval-max-new-tokens", "4", "--bootstrap-resamples", "10",
+            f"model={tiny_model_dir}", f"dataset={arithmetic_task}", "reward=compare_contains_answer",
+            "num_steps=1", "prompts_per_step=2", "num_generations=2", "max_new_tokens=4",
+            "micro_batch_size=4", "tensorboard=false"]
+    assert main(argv) == 0
+    evaluation = output / "runs" / "grpo" / "seed0" / "eval"
+    advice = f"pass another --output-dir, or move {evaluation} aside to evaluate it again"
+    samples = evaluation / "samples.jsonl"
+    records = samples.read_text()
+    samples.write_text("{garbled\n" + records)
+    garbled = (f"error: {samples}:1: not an evaluation record (no JSON: Expecting property name enclosed "
+               f"in double quotes: line 1 column 2 (char 1)); {advice}")
+    capsys.readouterr()
+    assert main(argv) == 2  # reused (its results.json there): its questions checked first
+    assert capsys.readouterr().err.strip() == garbled
+    (evaluation / "results.json").unlink()  # stopped before its results: resumed by ict eval's code
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == garbled
+    samples.write_text(records)
+    with monkeypatch.context() as patch:
+        generate_another_second_question(patch)
+        assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {evaluation} holds samples of another question at rg:isomorphic_strings:size=3 #1 "
+        "(reasoning-gym generated another one in this process: some tasks vary between processes, e.g. "
+        f"with PYTHONHASHSEED); {advice}")
+    (evaluation / "run.json").unlink()  # and its run.json lost
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {evaluation} holds samples.jsonl but no run.json (the settings its samples were "
+        f"drawn with); {advice}")
+    evaluation.rename(evaluation.with_name("eval-aside"))  # the advice, followed
+    assert main(argv) == 0
+    assert (evaluation / "results.json").is_file()
+    with pytest.raises(SystemExit, match="^2$"):  # the flag eval's advice names is none of compare's
+        main([*argv, "--overwrite"])
+    assert "unrecognized arguments: --overwrite" in capsys.readouterr().err

@@ -35,6 +35,28 @@ def test_lora_wraps_and_freezes_the_base(tiny_model_dir):
     assert hasattr(model, "disable_adapter")
 
 
+def test_a_lora_rank_above_the_target_modules_full_rank_is_refused_in_one_line():
+    """A LoRA update B @ A of a module has rank at most min(in, out): a higher --lora-rank only
+    adds r x (in + out) parameters (rank 4096 on this 32-wide model took 4,194,304; 100000 hung). It
+    is refused above the widest target's min(in, out); at it, it wraps. The tiny Llama: hidden 32,
+    MLP 64, k_proj and v_proj 32 -> 16 (2 key-value heads of 8), 2 layers."""
+    from conftest import build_tiny_model
+
+    from ict.models.loading import LoraOptions, apply_lora
+
+    def trainable(model) -> int:
+        return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+    with pytest.raises(UsageError, match=r"^lora_rank 33 is above the full rank of the model's LoRA target modules "
+                       r"\(q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj: at most 32\); give at most 32$"):
+        apply_lora(build_tiny_model(64), LoraOptions(rank=33))
+    # per layer, r x (in + out): q 64, k 48, v 48, o 64, gate 96, up 96, down 96 = 512 r
+    assert trainable(apply_lora(build_tiny_model(64), LoraOptions(rank=32))) == 2 * 512 * 32
+    with pytest.raises(UsageError, match=r"\(k_proj: at most 16\); give at most 16$"):
+        apply_lora(build_tiny_model(64), LoraOptions(rank=17, target_modules=["k_proj", "absent"]))
+    assert trainable(apply_lora(build_tiny_model(64), LoraOptions(rank=16, target_modules=["k_proj"]))) == 2 * 48 * 16
+
+
 def test_a_hub_id_with_the_hub_unreachable_fails_at_once(monkeypatch, caplog, capfd):
     """An unreachable hub (here: HF_ENDPOINT on a closed local port, so `hub_reachable` is False)
     makes a hub id that is not in the cache a one-line UsageError without huggingface_hub's five

@@ -94,6 +94,10 @@ def suggestion(cls: type, name: str) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
+INT64_LIMIT = 2**63
+"""An int option's values lie in [-2^63, 2^63) (`parse_field`): torch's sizes, counts and steps are int64."""
+
+
 def parse_field(cls: type, name: str, raw: Any) -> Any:
     """Convert `raw` (a string from the CLI or a YAML value) to the type of field `name` of the
     dataclass `cls`; a bad value is a one-line `UsageError`."""
@@ -122,6 +126,8 @@ def parse_field(cls: type, name: str, raw: Any) -> Any:
         if inner is int:
             if isinstance(number, bool) or (isinstance(number, float) and not number.is_integer()):
                 raise ValueError
+            if not -INT64_LIMIT <= int(number) < INT64_LIMIT:  # --lora-rank 1e30: torch's OverflowError, exit 1
+                raise UsageError(f"bad value for {name}: {raw!r:.80} (expected int within int64: -2^63..2^63-1)")
             return int(number)
         if inner is float:  # finite: no option means anything by nan or inf
             if isinstance(number, bool) or not math.isfinite(value := float(number)):

@@ -85,6 +85,7 @@ from ict.evaluation.records import (
     RESUME_KEYS,
     RUN_FILE,
     SAMPLES_FILE,
+    START_AFRESH,
     check_same_problems,
     prepare_output_dir,
     records_for_problem,
@@ -390,11 +391,13 @@ def evaluate(
     progress: bool = True,
     print_table: bool = True,
     log: Callable[[str], None] | None = None,
+    afresh: str = START_AFRESH,
 ) -> EvalResult:
     """Run an evaluation (see the module docstring); returns the metrics and writes the outputs.
 
     generator: an already loaded model (tests, notebooks); by default `load_generator(config)`
-    loads it, and only when some problem still needs generating."""
+    loads it, and only when some problem still needs generating. afresh: what a refusal of the
+    output directory's samples says to pass (`START_AFRESH`; `ict compare` has no --overwrite)."""
     config.validate()
     config.resolve_max_new_tokens()
     started = time.perf_counter()
@@ -411,8 +414,9 @@ def evaluate(
         settings = config.resume_settings()
         records, regrade_all = prepare_output_dir(
             output_dir, settings, config.grading(), config.num_samples,
-            config.greedy, config.overwrite, config.regrade, say)
-        check_same_problems(output_dir, [problem for benchmark in benchmarks for problem in benchmark.problems], records)
+            config.greedy, config.overwrite, config.regrade, say, afresh)
+        check_same_problems(output_dir, [problem for benchmark in benchmarks for problem in benchmark.problems], records,
+                            f"pass {afresh}")
         units = _units(config)
         stale = _cut_otherwise(benchmarks, records, units, _problems_per_chunk(config))
         if stale:  # drawn in a chunk that another --limit cut elsewhere: drawn again as this run draws them

@@ -48,6 +48,9 @@ LEGACY_RESUME = {"answer_extraction": "tag"}
 UNKNOWN_BEFORE = ("dtype", "backend")
 """Resume keys added later whose value a run file written before them does not tell: any is
 accepted (and recorded from then on)."""
+START_AFRESH = "--overwrite or another --output-dir"
+"""What `ict eval`'s refusal of an output directory it cannot resume says to pass ("pass ..."); `ict
+compare`, which has no --overwrite, says its own (``afresh`` of `prepare_output_dir`, `evaluate`)."""
 
 
 def unit_key(benchmark: str, index: int, seed: int | None) -> str:
@@ -81,16 +84,17 @@ def record_problem(record: dict[str, Any]) -> str | None:
     return None
 
 
-def load_sample_records(path: Path, legacy_seed: int = 0) -> dict[str, list[dict[str, Any]]]:
+def load_sample_records(path: Path, legacy_seed: int = 0,
+                        afresh: str = START_AFRESH) -> dict[str, list[dict[str, Any]]]:
     """samples.jsonl -> records grouped by `unit_key` (`jsonl_records`: a torn last line, no JSON
     or no UTF-8, is left out; such a line before it is a one-line UsageError naming file:line); a
     sampled record gets its `sampling_seed` (``legacy_seed`` where it has none), one whose ``seed``
     is no integer (``true`` too) is left out. A JSON line that is no evaluation record
-    (`record_problem`) is a one-line UsageError naming file:line."""
+    (`record_problem`) is a one-line UsageError naming file:line, ending "pass ``afresh``"."""
     grouped: dict[str, list[dict[str, Any]]] = {}
     if not path.is_file():
         return grouped
-    fix = "; pass --overwrite or another --output-dir"
+    fix = f"; pass {afresh}"
     for number, record in jsonl_records(path, "an evaluation record", fix):
         problem = record_problem(record) if isinstance(record, dict) else "not a JSON object"
         if problem is not None:
@@ -135,7 +139,7 @@ def without_repeats(records: list[dict[str, Any]]) -> list[dict[str, Any]] | Non
 def prepare_output_dir(
     output_dir: Path, current: dict[str, Any], grading: dict[str, Any], num_samples: int,
     greedy: bool, overwrite: bool = False, regrade: bool = False,
-    log: Callable[[str], None] | None = None,
+    log: Callable[[str], None] | None = None, afresh: str = START_AFRESH,
 ) -> tuple[dict[str, list[dict[str, Any]]], bool]:
     """Check the run configuration stored in `output_dir` (an existing directory: `evaluate`
     creates it and holds it), and return the finished units'
@@ -150,7 +154,8 @@ def prepare_output_dir(
     current: the run's `RESUME_KEYS` values (must equal the stored ones to resume);
     grading: its `GRADING_KEYS` values (a change only re-grades). A samples file without the
     run.json that says what drew it (lost, deleted) is a UsageError: its samples would be pooled
-    with the current run's, whatever model or settings drew them."""
+    with the current run's, whatever model or settings drew them. A refusal ends "pass ``afresh``"
+    (`START_AFRESH`: ict eval's ways to start afresh)."""
     samples_path = output_dir / SAMPLES_FILE
     run_path = output_dir / RUN_FILE
     legacy_seed = 0
@@ -164,8 +169,7 @@ def prepare_output_dir(
         except (json.JSONDecodeError, UnicodeDecodeError):
             previous = None
         if not isinstance(previous, dict):
-            raise UsageError(f"{run_path} is not a JSON object; pass --overwrite or another "
-                             "--output-dir")
+            raise UsageError(f"{run_path} is not a JSON object; pass {afresh}")
         previous = {**LEGACY_RESUME, **previous}
         legacy_seed = int(previous.get("seed") or 0)
         differing = {key: (previous.get(key), value) for key, value in current.items()
@@ -174,18 +178,18 @@ def prepare_output_dir(
             details = ", ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in differing.items())
             raise UsageError(
                 f"{output_dir} holds samples of a different run ({details}); "
-                "pass the earlier value, --overwrite or another --output-dir"
+                f"pass the earlier value, {afresh}"
             )
         stored_grading = previous.get("grading", LEGACY_GRADING)
     elif samples_path.is_file():  # run.json lost or deleted: nothing says what drew its samples
         raise UsageError(f"{output_dir} holds {SAMPLES_FILE} but no {RUN_FILE} (the settings its samples "
-                         "were drawn with); pass --overwrite or another --output-dir")
+                         f"were drawn with); pass {afresh}")
     else:
         stored_grading = LEGACY_GRADING
     # atomically: a write cut short (disk full, a kill) left a torn run.json that refused the
     # directory's samples on every rerun
     write_atomically(run_path, json.dumps({**current, "grading": grading}, indent=2) + "\n")
-    grouped = load_sample_records(samples_path, legacy_seed)
+    grouped = load_sample_records(samples_path, legacy_seed, afresh)
     for unit in grouped.values():
         for record in unit:
             record.setdefault("grading", stored_grading)
@@ -235,7 +239,7 @@ def write_all_records(path: Path, records: dict[str, list[dict[str, Any]]]) -> N
 
 
 def check_same_problems(output_dir: Path, problems: list[Problem], records: dict[str, list[dict[str, Any]]],
-                        fix: str = "pass --overwrite or another --output-dir") -> None:
+                        fix: str = f"pass {START_AFRESH}") -> None:
     """UsageError unless every stored record of these problems (same benchmark and index) was
     sampled from the same prompt: another ``--data-dir`` or an edited benchmark file puts other
     questions at the same indices, whose stored completions would be graded against them, as does

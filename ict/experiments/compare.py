@@ -464,7 +464,8 @@ def _check_reused_questions(config: CompareConfig, output_dirs: list[Path]) -> N
                                                          answer_extraction=config.eval_answer_extraction)
                 for problem in benchmark.problems]
     for output_dir in output_dirs:
-        check_same_problems(output_dir, problems, load_sample_records(output_dir / "samples.jsonl"),
+        check_same_problems(output_dir, problems, load_sample_records(output_dir / "samples.jsonl",
+                                                                      afresh=_afresh(output_dir)),
                             "rerun with the PYTHONHASHSEED those runs were evaluated with (if one was set), or "
                             "evaluate every run anew in another --output-dir")
 
@@ -521,10 +522,18 @@ def _evaluate(config: CompareConfig, train_config: TrainConfig, model: str | Non
     else:
         log(f"evaluate {model} -> {output_dir}")
     try:
-        evaluate(_eval_config(config, train_config, model, output_dir), progress=False, print_table=False)
+        evaluate(_eval_config(config, train_config, model, output_dir), progress=False, print_table=False,
+                 afresh=_afresh(output_dir))
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the command only said "interrupted"
         log(f"stopped evaluating {output_dir} (its finished samples are kept); to continue, {COMPARE_CONTINUE}")
         raise
+
+
+def _afresh(output_dir: Path) -> str:
+    """What a refusal of the samples in the evaluation directory ``output_dir`` says to pass (ict
+    eval's `START_AFRESH` names --overwrite, which ict compare lacks): a run whose evaluation is
+    moved aside is evaluated again."""
+    return f"another --output-dir, or move {output_dir} aside to evaluate it again"
 
 
 EVAL_SETTINGS = ("benchmarks", "data_dir", "num_samples", "ks", "temperature", "max_new_tokens",

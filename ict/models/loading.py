@@ -335,13 +335,22 @@ def load_inference_model(name_or_path: str, dtype: str = "auto", device: str = "
 
 
 def apply_lora(model: Any, lora: LoraOptions) -> Any:
-    """Wrap `model` in a peft LoRA adapter on the modules of `lora.target_modules` that exist."""
+    """Wrap `model` in a peft LoRA adapter on the modules of `lora.target_modules` that exist; a
+    rank above the widest one's full rank (min(in, out) of its weight) is a one-line UsageError."""
     from peft import LoraConfig, get_peft_model
 
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     targets = [name for name in lora.target_modules if name in present]
     if not targets:
         raise UsageError(f"none of the LoRA target modules {lora.target_modules} exist in the model")
+    # the full rank min(in, out) of the widest target: an update B @ A of a higher rank r is no wider,
+    # and its r x (in + out) parameters (--lora-rank 100000) hung or ran out of memory
+    widest = max((min(module.weight.shape) for name, module in model.named_modules()
+                  if name.rsplit(".", 1)[-1] in targets and getattr(getattr(module, "weight", None), "ndim", 0) == 2),
+                 default=lora.rank)
+    if lora.rank > widest:
+        raise UsageError(f"lora_rank {lora.rank} is above the full rank of the model's LoRA target modules "
+                         f"({', '.join(targets)}: at most {widest}); give at most {widest}")
     config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                         target_modules=targets, task_type="CAUSAL_LM")
     return get_peft_model(model, config)
