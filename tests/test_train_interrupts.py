@@ -101,14 +101,25 @@ def test_the_metrics_lines_a_checkpoint_covers_are_fsynced_before_it(tiny_model_
 
 def test_a_ctrl_c_in_the_last_step_finishes_the_run(tiny_model_dir, arithmetic_task, tmp_path):
     """The last step has nothing after it to stop: the run ends as an uninterrupted one (its
-    checkpoint, the evaluation after training), not with KeyboardInterrupt and a --resume hint."""
+    checkpoint, the evaluation after training), not with KeyboardInterrupt and a --resume hint. It
+    says so, and how to finish the evaluation if a scheduler kills it (SIGKILL after SIGTERM)."""
+    import shlex
     import signal
 
+    from rich.console import Console
+
     run_dir = tmp_path / "run"
+    console = Console(record=True, width=400)
     result = train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=1, eval_size=2),
-                   on_step=lambda metrics: signal.raise_signal(signal.SIGINT))
+                   console=console, on_step=lambda metrics: signal.raise_signal(signal.SIGINT))
     assert result.checkpoint == run_dir / "checkpoints" / "step-00000001"
     assert result.eval_after["num_problems"] == 2
+    hint = (f"stop requested in the last step: {result.checkpoint} holds it; the evaluation after training "
+            f"follows (if it is killed, rerun with --resume --run-dir {shlex.quote(str(run_dir))} to finish it)")
+    assert hint in console.export_text().splitlines()
+    quiet = Console(record=True, width=400)  # no stop, no line
+    train(tiny_config(tiny_model_dir, arithmetic_task, tmp_path / "other", num_steps=1, eval_size=2), console=quiet)
+    assert "stop requested" not in quiet.export_text()
 
 
 def test_a_second_ctrl_c_aborts_at_once(tiny_model_dir, arithmetic_task, tmp_path):

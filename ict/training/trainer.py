@@ -540,6 +540,9 @@ def _checkpoint_or_stop(run: _Run, step: int, stop: StopRequest, profiler: StepP
             f"(weights untouched since the last good one, checkpointed in {run.last_checkpoint}); "
             f"to retry from there with the same options, {run.continue_with}; a lower learning_rate "
             "or other data needs a new run (a resumed run keeps its options)")
+    if stop.requested and done and run.data.eval:  # a scheduler's SIGKILL may follow its SIGTERM
+        run.console.print(f"stop requested in the last step: {run.last_checkpoint} holds it; the evaluation "
+                          f"after training follows (if it is killed, {run.continue_with} to finish it)")
     if stop.requested and not done:
         if not saved:  # the signal came after the decision above (between any two bytecodes)
             checkpoint()
