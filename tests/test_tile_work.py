@@ -283,3 +283,58 @@ def test_a_tile_buffer_reuses_its_storage_until_a_tile_needs_more_or_another_dty
     assert buffer.take(2, 2, torch.float64, cpu).dtype == torch.float64
     on_meta = buffer.take(2, 2, torch.float64, torch.device("meta"))
     assert on_meta.device.type == "meta" and buffer.take(2, 2, torch.float64, cpu).device == cpu
+
+
+def _tile_products(tiles: set[tuple[int, int]]):
+    """A label: each elementwise product (``mul``/``mul_``) with a ``[n, vt]`` tile-shaped result."""
+    def label(name, args, result):
+        if name in ("mul", "mul_") and isinstance(result, torch.Tensor) and tuple(result.shape) in tiles:
+            return name
+        return None
+    return label
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_a_half_precision_tile_is_cast_and_scaled_in_one_product_at_most(temperature):
+    """GRPO's statistics from hidden states under bf16 autocast, 2 token tiles x 3 vocabulary
+    tiles: the forward's fold multiplies each tile by ``1/T`` (none at ``T = 1``: ``x * 1 == x``)
+    and forms ``(z - m) e^(z - m)`` and ``e^(2(z - m))`` (entropy and Renyi-2): 2 + (T != 1)
+    products a tile; the backward of ``log p(y)`` alone (the forward's tiles: 32 rows are more
+    than 16 + 10) scales by ``1/T``, multiplies ``p`` by the row's gradient and the gradient by
+    ``1/T``, 1 + 2 (T != 1) per tile. At ``T = 1`` the cast tile was multiplied by 1 besides, a
+    pass over it in the forward and one in the backward."""
+    hidden, weight, _, token_ids, _ = hidden_batch(3, batch=4, length=8, width=6, vocab=30, bias=False)
+    mask = torch.ones(4, 8, dtype=torch.bool)
+    hidden, weight = hidden.requires_grad_(), weight.requires_grad_()
+    tiles = {(16, 10)}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        forward = OperatorLog(_tile_products(tiles))
+        with forward:
+            stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, temperature, tile_size=(16, 10),
+                                                 backend="torch")
+    backward = OperatorLog(_tile_products(tiles))
+    with backward:
+        stats.log_probs.sum().backward()
+    scaling = temperature != 1.0
+    assert len(forward.entries) == 6 * (2 + scaling), forward.entries
+    assert len(backward.entries) == 6 * (1 + 2 * scaling), backward.entries
+    # the numbers: float64 log-softmax of the bf16 product, read as float32
+    logits = (hidden.detach().bfloat16() @ weight.detach().bfloat16().T).double() * (1.0 / temperature)
+    reference = torch.log_softmax(logits, -1).gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)
+    assert torch.allclose(stats.log_probs.double(), reference, atol=1e-5)
+
+
+def test_scaling_a_tile_by_one_over_the_temperature_matches_float32_arithmetic():
+    """``scaled``: a bf16 tile read as float32 exactly at ``T = 1`` (a new tensor, the input
+    untouched), times float32's ``1/T`` otherwise; a float32 tile overwritten only when asked."""
+    from ict.core.stats.torch_tiles import scaled
+
+    tile = torch.tensor([[1.5, -3.0, 1e4, float("-inf")]], dtype=torch.bfloat16)
+    exact = torch.tensor([[1.5, -3.0, 9984.0, float("-inf")]], dtype=torch.float64)  # 1e4 in bf16: 9984
+    assert torch.equal(scaled(tile, 1.0).double(), exact) and scaled(tile, 1.0).dtype == torch.float32
+    inverse = float(torch.tensor(1 / 0.7, dtype=torch.float32))
+    assert torch.equal(scaled(tile, 0.7, overwrite=True), (exact * inverse).float())
+    assert tile.dtype == torch.bfloat16 and float(tile[0, 0]) == 1.5
+    single = torch.tensor([[2.0, -1.0]])
+    assert scaled(single, 1.0, overwrite=True) is single and scaled(single, 1.0) is not single
+    assert torch.equal(scaled(single, 0.5), torch.tensor([[4.0, -2.0]])) and float(single[0, 0]) == 2.0

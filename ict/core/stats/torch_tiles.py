@@ -66,10 +66,13 @@ def scaled(tile: Tensor, temperature: float, overwrite: bool = False) -> Tensor:
     """Float32 ``z = tile * (1 / T)``, the reciprocal rounded to float32 once, exactly as the Triton
     kernels scale (``tile / T`` rounds otherwise, by an ulp of z: 1e-3 at ``|z| = 1e4``, and the
     scores computed here from a kernel's normalisers saw it). A new tensor, unless ``overwrite``
-    (the tile is not needed afterwards) and the tile is float32, which is then scaled in place."""
-    if overwrite and tile.dtype == torch.float32:
+    (the tile is not needed afterwards) and the tile is float32, which is then scaled in place. At
+    ``T = 1`` nothing is multiplied (``x * 1.0 == x``): a half-precision tile costs one pass, its cast."""
+    if tile.dtype != torch.float32:  # the cast is a copy of its own, scaled in place
+        return tile.float().mul_(1.0 / temperature) if temperature != 1.0 else tile.float()
+    if overwrite:
         return tile.mul_(1.0 / temperature) if temperature != 1.0 else tile
-    return tile.float() * (1.0 / temperature) if temperature != 1.0 or tile.dtype != torch.float32 else tile.clone()
+    return tile * (1.0 / temperature) if temperature != 1.0 else tile.clone()
 
 
 def probabilities(tile: Tensor, maximum: Tensor, log_total: Tensor, temperature: float,
@@ -115,7 +118,7 @@ def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start:
     into ``scratch``'s ``"exponentials"`` when given (then valid until that name is taken again)."""
     if tile.shape[1]:  # rows whose token lies outside the tile keep their value
         column, inside = tile_columns(targets, vocab_start, tile.shape[1])
-        picked = tile.gather(1, column.unsqueeze(-1)).squeeze(-1).float() * (1.0 / temperature)
+        picked = scaled(tile.gather(1, column.unsqueeze(-1)).squeeze(-1), temperature, overwrite=True)
         state.target.copy_(torch.where(inside, picked, state.target))
     z = scaled(tile, temperature, overwrite)
     new_max = torch.maximum(state.maximum, z.amax(dim=-1))
