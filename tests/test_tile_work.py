@@ -338,3 +338,31 @@ def test_scaling_a_tile_by_one_over_the_temperature_matches_float32_arithmetic()
     single = torch.tensor([[2.0, -1.0]])
     assert scaled(single, 1.0, overwrite=True) is single and scaled(single, 1.0) is not single
     assert torch.equal(scaled(single, 0.5), torch.tensor([[4.0, -2.0]])) and float(single[0, 0]) == 2.0
+
+
+def test_the_torch_fold_rescales_its_row_sums_where_they_lie():
+    """``fold_statistics`` over two vocabulary tiles: each row's sums ``s``, ``a``, ``q`` are
+    rescaled and added to in place (one copy a tile for the target logit and one for the maximum,
+    none for the sums; ``z_old_max - m_new`` is formed once, and the tile's column ids once) and
+    equal float64's log-sum-exp state of the whole row: ``m = max z``, ``s = sum e^(z-m)``,
+    ``a = sum e^(z-m) (z-m)``, ``q = sum e^(2(z-m))``, ``z[y]``."""
+    from ict.core.stats.torch_tiles import RowState, fold_statistics
+
+    logits = torch.randn(5, 12, generator=torch.Generator().manual_seed(4)) * 3
+    logits[0, 7:] = float("-inf")  # a row whose second tile is masked out
+    targets = torch.tensor([0, 5, 6, 11, 3])
+    state = RowState.empty(5, torch.device("cpu"))
+    log = OperatorLog()
+    with log:
+        for start in (0, 6):
+            fold_statistics(state, logits[:, start:start + 6].clone(), targets, start, 1.0, overwrite=True)
+    assert log.entries.count("copy_") == 2 * 2 and log.entries.count("sub") == 2 * 2, log.entries
+    z = logits.double()
+    m = z.amax(-1)
+    shifted = z - m[:, None]
+    e = shifted.exp()
+    assert torch.equal(state.maximum.double(), m)
+    assert torch.allclose(state.total.double(), e.sum(-1), rtol=1e-6)
+    assert torch.allclose(state.shifted.double(), (e * shifted.clamp_min(-1e30)).sum(-1), rtol=1e-5, atol=1e-6)
+    assert torch.allclose(state.square.double(), (e * e).sum(-1), rtol=1e-6)
+    assert torch.equal(state.target.double(), z.gather(1, targets[:, None]).squeeze(1))

@@ -126,14 +126,16 @@ def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start:
     z.sub_(safe.unsqueeze(-1))
     exps = torch.exp(z, out=scratch_like(scratch, "exponentials", z))
     z.clamp_(min=_LOWEST)  # -inf logits: exp(z) = 0 and 0 * z must be 0, not nan
-    rescale = torch.exp(state.maximum - safe)
+    shift = state.maximum - safe
+    rescale = torch.exp(shift)
     # 0 where the old terms vanish (rescale = 0): total * delta overflows to -inf when the old maximum
     # is near float32's lowest (a vocabulary masked with finfo.min), and 0 * -inf is NaN
-    delta = torch.where(rescale > 0, state.maximum - safe, 0.0)
-    state.shifted.copy_(rescale * (state.shifted + state.total * delta) + z.mul_(exps).sum(dim=-1))
+    delta = torch.where(rescale > 0, shift, 0.0)
+    # in place, in the order of rescale * (a + s delta) + sum, q r r + sum and s r + sum: no copies
+    state.shifted.add_(state.total * delta).mul_(rescale).add_(z.mul_(exps).sum(dim=-1))
     # z is spent: sum_v e^(2(z-m)) is squared into it
-    state.square.copy_(state.square * rescale * rescale + squares(exps, out=z))
-    state.total.copy_(state.total * rescale + exps.sum(dim=-1))
+    state.square.mul_(rescale).mul_(rescale).add_(squares(exps, out=z))
+    state.total.mul_(rescale).add_(exps.sum(dim=-1))
     state.maximum.copy_(new_max)
     return exps if keep_exponentials else None
 
