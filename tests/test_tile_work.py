@@ -4,6 +4,8 @@ time between a sync and the next large kernel is the device's idle time)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from operator_log import READS, OperatorLog, casts_of, reads_storage
@@ -366,3 +368,30 @@ def test_the_torch_fold_rescales_its_row_sums_where_they_lie():
     assert torch.allclose(state.shifted.double(), (e * shifted.clamp_min(-1e30)).sum(-1), rtol=1e-5, atol=1e-6)
     assert torch.allclose(state.square.double(), (e * e).sum(-1), rtol=1e-6)
     assert torch.equal(state.target.double(), z.gather(1, targets[:, None]).squeeze(1))
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_the_statistics_take_the_log_of_each_rows_total_once(backend):
+    """The rows' log-normaliser, entropy, Renyi-2 and log-probs share one ``log s`` (the call's
+    ``log`` operators on ``[N]``: that one and Renyi-2's ``log q``; it took ``log s`` three
+    times), over 3 vocabulary tiles; the values are float64's."""
+    if backend == "triton":
+        pytest.importorskip("triton")
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("the Triton kernels run on a CPU only under TRITON_INTERPRET=1")
+    hidden, weight, lm_bias, token_ids, mask = hidden_batch(8, batch=3, length=5, width=4, vocab=21)
+    rows = int(mask.sum())
+    log = OperatorLog(lambda name, args, result: name if name in ("log", "log_") and isinstance(result, torch.Tensor)
+                      and tuple(result.shape) == (rows,) else None)
+    with log:
+        stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 0.8, lm_head_bias=lm_bias,
+                                             tile_size=(rows, 8), backend=backend)
+    assert log.entries == ["log", "log"], log.entries
+    logits = (hidden.double() @ weight.double().T + lm_bias.double()) / 0.8
+    log_p = torch.log_softmax(logits, -1)
+    p = log_p.exp()
+    for name, expected in (("log_probs", log_p.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)),
+                           ("entropy", -(p * log_p).sum(-1)), ("renyi2", -(p * p).sum(-1).log())):
+        value = getattr(stats, name).double()
+        assert torch.allclose(value[mask], expected[mask], atol=2e-5), name
+        assert torch.equal(value[~mask], torch.zeros_like(value[~mask])), name

@@ -55,11 +55,15 @@ class RowState:
     def log_total(self) -> Tensor:
         return self.total.log()
 
-    def entropy(self) -> Tensor:
-        return (self.total.log() - self.shifted / self.total).clamp_(min=0.0)
+    def entropy(self, log_total: Tensor | None = None) -> Tensor:
+        """``H = log s - a / s``; ``log_total``: :meth:`log_total` when already computed."""
+        log_total = self.total.log() if log_total is None else log_total
+        return (log_total - self.shifted / self.total).clamp_(min=0.0)
 
-    def renyi2(self) -> Tensor:
-        return (2.0 * self.total.log() - self.square.log()).clamp_(min=0.0)
+    def renyi2(self, log_total: Tensor | None = None) -> Tensor:
+        """``H2 = 2 log s - log q``; ``log_total``: :meth:`log_total` when already computed."""
+        log_total = self.total.log() if log_total is None else log_total
+        return (2.0 * log_total - self.square.log()).clamp_(min=0.0)
 
 
 def scaled(tile: Tensor, temperature: float, overwrite: bool = False) -> Tensor:
