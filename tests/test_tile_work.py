@@ -395,3 +395,36 @@ def test_the_statistics_take_the_log_of_each_rows_total_once(backend):
         value = getattr(stats, name).double()
         assert torch.allclose(value[mask], expected[mask], atol=2e-5), name
         assert torch.equal(value[~mask], torch.zeros_like(value[~mask])), name
+
+
+def test_statistics_over_every_position_are_returned_without_a_scatter():
+    """When the response is every position (sequence order, row-major: the rows are the
+    ``[B, T]`` layout), the statistics are views of the rows' values: no ``[B, T]`` zeros filled
+    and scattered into (3 each: log-probs, entropy, Renyi-2) and no gather in the backward; the
+    values and the hidden states' gradient are float64's. With padding they are scattered (0
+    outside the response)."""
+    hidden, weight, _, token_ids, padded = hidden_batch(5, batch=3, length=6, width=4, vocab=17, bias=False)
+    for mask in (torch.ones_like(padded), padded):
+        dense = bool(mask.all())
+        leaf = hidden.clone().requires_grad_()
+        shapes = (tuple(mask.shape), (int(mask.sum()),))
+
+        def label(name, args, result, shapes=shapes):
+            return (name if name in ("zeros", "index_put", "index") and isinstance(result, torch.Tensor)
+                    and tuple(result.shape) in shapes else None)
+        forward, backward = OperatorLog(label), OperatorLog(label)
+        with forward:
+            stats = token_statistics_from_hidden(leaf, weight, token_ids, mask, 1.0, tile_size=(7, 8),
+                                                 backend="torch")
+        with backward:
+            stats.log_probs.sum().backward()
+        scattered = [name for name in forward.entries if name in ("zeros", "index_put")]
+        assert (scattered, backward.entries) == (([], []) if dense else (["zeros", "index_put"] * 3, ["index"])), (
+            forward.entries, backward.entries)
+        reference_hidden = hidden.double().requires_grad_()
+        log_p = torch.log_softmax(reference_hidden @ weight.double().T, -1)
+        reference = log_p.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)
+        (reference * mask).sum().backward()
+        assert torch.allclose(stats.log_probs.double(), reference * mask, atol=1e-5)
+        assert torch.equal(stats.log_probs[~mask], torch.zeros(int((~mask).sum())))
+        assert torch.allclose(leaf.grad.double(), reference_hidden.grad, atol=1e-5)

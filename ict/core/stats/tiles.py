@@ -500,7 +500,11 @@ class _Run:
         return scores_from_partials(partials, self.entropy, metrics, mean_entropy[order.batch_index])
 
     def scatter(self, values: Tensor) -> Tensor:
-        """``[N]`` values in processing order -> ``[B, T]``, 0 outside the response."""
+        """``[N]`` values in processing order -> ``[B, T]``, 0 outside the response; a view of them
+        when the rows are every position in row-major order (:attr:`RowOrder.dense`: no zeros to
+        fill and no scatter, and no gather in the backward)."""
+        if self.order.dense:
+            return values.reshape(self.batch_size, self.length)
         full = torch.zeros(self.batch_size, self.length, dtype=torch.float32, device=self.device)
         return full.index_put((self.order.batch_index, self.order.time_index), values)
 
