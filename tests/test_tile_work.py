@@ -354,11 +354,13 @@ def test_the_torch_fold_rescales_its_row_sums_where_they_lie():
     logits[0, 7:] = float("-inf")  # a row whose second tile is masked out
     targets = torch.tensor([0, 5, 6, 11, 3])
     state = RowState.empty(5, torch.device("cpu"))
+    tiles = [logits[:, start:start + 6].clone() for start in (0, 6)]
     log = OperatorLog()
     with log:
-        for start in (0, 6):
-            fold_statistics(state, logits[:, start:start + 6].clone(), targets, start, 1.0, overwrite=True)
+        for start, tile in zip((0, 6), tiles):
+            fold_statistics(state, tile, targets, start, 1.0, overwrite=True)
     assert log.entries.count("copy_") == 2 * 2 and log.entries.count("sub") == 2 * 2, log.entries
+    assert "clone" not in log.entries  # the picked logits are scaled where they were gathered (T = 1: not at all)
     z = logits.double()
     m = z.amax(-1)
     shifted = z - m[:, None]
