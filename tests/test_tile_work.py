@@ -4,6 +4,8 @@ time between a sync and the next large kernel is the device's idle time)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from operator_log import READS, OperatorLog, casts_of, reads_storage
@@ -283,3 +285,148 @@ def test_a_tile_buffer_reuses_its_storage_until_a_tile_needs_more_or_another_dty
     assert buffer.take(2, 2, torch.float64, cpu).dtype == torch.float64
     on_meta = buffer.take(2, 2, torch.float64, torch.device("meta"))
     assert on_meta.device.type == "meta" and buffer.take(2, 2, torch.float64, cpu).device == cpu
+
+
+def _tile_products(tiles: set[tuple[int, int]]):
+    """A label: each elementwise product (``mul``/``mul_``) with a ``[n, vt]`` tile-shaped result."""
+    def label(name, args, result):
+        if name in ("mul", "mul_") and isinstance(result, torch.Tensor) and tuple(result.shape) in tiles:
+            return name
+        return None
+    return label
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_a_half_precision_tile_is_cast_and_scaled_in_one_product_at_most(temperature):
+    """GRPO's statistics from hidden states under bf16 autocast, 2 token tiles x 3 vocabulary
+    tiles: the forward's fold multiplies each tile by ``1/T`` (none at ``T = 1``: ``x * 1 == x``)
+    and forms ``(z - m) e^(z - m)`` and ``e^(2(z - m))`` (entropy and Renyi-2): 2 + (T != 1)
+    products a tile; the backward of ``log p(y)`` alone (the forward's tiles: 32 rows are more
+    than 16 + 10) scales by ``1/T``, multiplies ``p`` by the row's gradient and the gradient by
+    ``1/T``, 1 + 2 (T != 1) per tile. At ``T = 1`` the cast tile was multiplied by 1 besides, a
+    pass over it in the forward and one in the backward."""
+    hidden, weight, _, token_ids, _ = hidden_batch(3, batch=4, length=8, width=6, vocab=30, bias=False)
+    mask = torch.ones(4, 8, dtype=torch.bool)
+    hidden, weight = hidden.requires_grad_(), weight.requires_grad_()
+    tiles = {(16, 10)}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        forward = OperatorLog(_tile_products(tiles))
+        with forward:
+            stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, temperature, tile_size=(16, 10),
+                                                 backend="torch")
+    backward = OperatorLog(_tile_products(tiles))
+    with backward:
+        stats.log_probs.sum().backward()
+    scaling = temperature != 1.0
+    assert len(forward.entries) == 6 * (2 + scaling), forward.entries
+    assert len(backward.entries) == 6 * (1 + 2 * scaling), backward.entries
+    # the numbers: float64 log-softmax of the bf16 product, read as float32
+    logits = (hidden.detach().bfloat16() @ weight.detach().bfloat16().T).double() * (1.0 / temperature)
+    reference = torch.log_softmax(logits, -1).gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)
+    assert torch.allclose(stats.log_probs.double(), reference, atol=1e-5)
+
+
+def test_scaling_a_tile_by_one_over_the_temperature_matches_float32_arithmetic():
+    """``scaled``: a bf16 tile read as float32 exactly at ``T = 1`` (a new tensor, the input
+    untouched), times float32's ``1/T`` otherwise; a float32 tile overwritten only when asked."""
+    from ict.core.stats.torch_tiles import scaled
+
+    tile = torch.tensor([[1.5, -3.0, 1e4, float("-inf")]], dtype=torch.bfloat16)
+    exact = torch.tensor([[1.5, -3.0, 9984.0, float("-inf")]], dtype=torch.float64)  # 1e4 in bf16: 9984
+    assert torch.equal(scaled(tile, 1.0).double(), exact) and scaled(tile, 1.0).dtype == torch.float32
+    inverse = float(torch.tensor(1 / 0.7, dtype=torch.float32))
+    assert torch.equal(scaled(tile, 0.7, overwrite=True), (exact * inverse).float())
+    assert tile.dtype == torch.bfloat16 and float(tile[0, 0]) == 1.5
+    single = torch.tensor([[2.0, -1.0]])
+    assert scaled(single, 1.0, overwrite=True) is single and scaled(single, 1.0) is not single
+    assert torch.equal(scaled(single, 0.5), torch.tensor([[4.0, -2.0]])) and float(single[0, 0]) == 2.0
+
+
+def test_the_torch_fold_rescales_its_row_sums_where_they_lie():
+    """``fold_statistics`` over two vocabulary tiles: each row's sums ``s``, ``a``, ``q`` are
+    rescaled and added to in place (one copy a tile for the target logit and one for the maximum,
+    none for the sums; ``z_old_max - m_new`` is formed once, and the tile's column ids once) and
+    equal float64's log-sum-exp state of the whole row: ``m = max z``, ``s = sum e^(z-m)``,
+    ``a = sum e^(z-m) (z-m)``, ``q = sum e^(2(z-m))``, ``z[y]``."""
+    from ict.core.stats.torch_tiles import RowState, fold_statistics
+
+    logits = torch.randn(5, 12, generator=torch.Generator().manual_seed(4)) * 3
+    logits[0, 7:] = float("-inf")  # a row whose second tile is masked out
+    targets = torch.tensor([0, 5, 6, 11, 3])
+    state = RowState.empty(5, torch.device("cpu"))
+    tiles = [logits[:, start:start + 6].clone() for start in (0, 6)]
+    log = OperatorLog()
+    with log:
+        for start, tile in zip((0, 6), tiles):
+            fold_statistics(state, tile, targets, start, 1.0, overwrite=True)
+    assert log.entries.count("copy_") == 2 * 2 and log.entries.count("sub") == 2 * 2, log.entries
+    assert "clone" not in log.entries  # the picked logits are scaled where they were gathered (T = 1: not at all)
+    z = logits.double()
+    m = z.amax(-1)
+    shifted = z - m[:, None]
+    e = shifted.exp()
+    assert torch.equal(state.maximum.double(), m)
+    assert torch.allclose(state.total.double(), e.sum(-1), rtol=1e-6)
+    assert torch.allclose(state.shifted.double(), (e * shifted.clamp_min(-1e30)).sum(-1), rtol=1e-5, atol=1e-6)
+    assert torch.allclose(state.square.double(), (e * e).sum(-1), rtol=1e-6)
+    assert torch.equal(state.target.double(), z.gather(1, targets[:, None]).squeeze(1))
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_the_statistics_take_the_log_of_each_rows_total_once(backend):
+    """The rows' log-normaliser, entropy, Renyi-2 and log-probs share one ``log s`` (the call's
+    ``log`` operators on ``[N]``: that one and Renyi-2's ``log q``; it took ``log s`` three
+    times), over 3 vocabulary tiles; the values are float64's."""
+    if backend == "triton":
+        pytest.importorskip("triton")
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("the Triton kernels run on a CPU only under TRITON_INTERPRET=1")
+    hidden, weight, lm_bias, token_ids, mask = hidden_batch(8, batch=3, length=5, width=4, vocab=21)
+    rows = int(mask.sum())
+    log = OperatorLog(lambda name, args, result: name if name in ("log", "log_") and isinstance(result, torch.Tensor)
+                      and tuple(result.shape) == (rows,) else None)
+    with log:
+        stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 0.8, lm_head_bias=lm_bias,
+                                             tile_size=(rows, 8), backend=backend)
+    assert log.entries == ["log", "log"], log.entries
+    logits = (hidden.double() @ weight.double().T + lm_bias.double()) / 0.8
+    log_p = torch.log_softmax(logits, -1)
+    p = log_p.exp()
+    for name, expected in (("log_probs", log_p.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)),
+                           ("entropy", -(p * log_p).sum(-1)), ("renyi2", -(p * p).sum(-1).log())):
+        value = getattr(stats, name).double()
+        assert torch.allclose(value[mask], expected[mask], atol=2e-5), name
+        assert torch.equal(value[~mask], torch.zeros_like(value[~mask])), name
+
+
+def test_statistics_over_every_position_are_returned_without_a_scatter():
+    """When the response is every position (sequence order, row-major: the rows are the
+    ``[B, T]`` layout), the statistics are views of the rows' values: no ``[B, T]`` zeros filled
+    and scattered into (3 each: log-probs, entropy, Renyi-2) and no gather in the backward; the
+    values and the hidden states' gradient are float64's. With padding they are scattered (0
+    outside the response)."""
+    hidden, weight, _, token_ids, padded = hidden_batch(5, batch=3, length=6, width=4, vocab=17, bias=False)
+    for mask in (torch.ones_like(padded), padded):
+        dense = bool(mask.all())
+        leaf = hidden.clone().requires_grad_()
+        shapes = (tuple(mask.shape), (int(mask.sum()),))
+
+        def label(name, args, result, shapes=shapes):
+            return (name if name in ("zeros", "index_put", "index") and isinstance(result, torch.Tensor)
+                    and tuple(result.shape) in shapes else None)
+        forward, backward = OperatorLog(label), OperatorLog(label)
+        with forward:
+            stats = token_statistics_from_hidden(leaf, weight, token_ids, mask, 1.0, tile_size=(7, 8),
+                                                 backend="torch")
+        with backward:
+            stats.log_probs.sum().backward()
+        scattered = [name for name in forward.entries if name in ("zeros", "index_put")]
+        assert (scattered, backward.entries) == (([], []) if dense else (["zeros", "index_put"] * 3, ["index"])), (
+            forward.entries, backward.entries)
+        reference_hidden = hidden.double().requires_grad_()
+        log_p = torch.log_softmax(reference_hidden @ weight.double().T, -1)
+        reference = log_p.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)
+        (reference * mask).sum().backward()
+        assert torch.allclose(stats.log_probs.double(), reference * mask, atol=1e-5)
+        assert torch.equal(stats.log_probs[~mask], torch.zeros(int((~mask).sum())))
+        assert torch.allclose(leaf.grad.double(), reference_hidden.grad, atol=1e-5)

@@ -390,11 +390,12 @@ class _Run:
     def _finish_statistics(self, part: slice) -> None:
         """The rows' statistics from their folded state, once every vocabulary tile is folded."""
         view = self.state.view(part)
+        log_total = view.log_total()  # once, for the entropies and the log-probs
         self.maximum[part] = view.maximum
-        self.log_total[part] = view.log_total()
-        self.entropy[part] = view.entropy()
-        self.renyi2[part] = view.renyi2()
-        self.token_log_probs[part] = (view.target - view.maximum) - self.log_total[part]
+        self.log_total[part] = log_total
+        self.entropy[part] = view.entropy(log_total)
+        self.renyi2[part] = view.renyi2(log_total)
+        self.token_log_probs[part] = (view.target - view.maximum) - log_total
 
     def scores(self, temperature: float) -> dict[str, Tensor]:
         """Every score asked for, ``[N]`` each, keyed by score key (``seq_mean`` takes a pass of its own)."""
@@ -499,7 +500,11 @@ class _Run:
         return scores_from_partials(partials, self.entropy, metrics, mean_entropy[order.batch_index])
 
     def scatter(self, values: Tensor) -> Tensor:
-        """``[N]`` values in processing order -> ``[B, T]``, 0 outside the response."""
+        """``[N]`` values in processing order -> ``[B, T]``, 0 outside the response; a view of them
+        when the rows are every position in row-major order (:attr:`RowOrder.dense`: no zeros to
+        fill and no scatter, and no gather in the backward)."""
+        if self.order.dense:
+            return values.reshape(self.batch_size, self.length)
         full = torch.zeros(self.batch_size, self.length, dtype=torch.float32, device=self.device)
         return full.index_put((self.order.batch_index, self.order.time_index), values)
 

@@ -55,21 +55,28 @@ class RowState:
     def log_total(self) -> Tensor:
         return self.total.log()
 
-    def entropy(self) -> Tensor:
-        return (self.total.log() - self.shifted / self.total).clamp_(min=0.0)
+    def entropy(self, log_total: Tensor | None = None) -> Tensor:
+        """``H = log s - a / s``; ``log_total``: :meth:`log_total` when already computed."""
+        log_total = self.total.log() if log_total is None else log_total
+        return (log_total - self.shifted / self.total).clamp_(min=0.0)
 
-    def renyi2(self) -> Tensor:
-        return (2.0 * self.total.log() - self.square.log()).clamp_(min=0.0)
+    def renyi2(self, log_total: Tensor | None = None) -> Tensor:
+        """``H2 = 2 log s - log q``; ``log_total``: :meth:`log_total` when already computed."""
+        log_total = self.total.log() if log_total is None else log_total
+        return (2.0 * log_total - self.square.log()).clamp_(min=0.0)
 
 
 def scaled(tile: Tensor, temperature: float, overwrite: bool = False) -> Tensor:
     """Float32 ``z = tile * (1 / T)``, the reciprocal rounded to float32 once, exactly as the Triton
     kernels scale (``tile / T`` rounds otherwise, by an ulp of z: 1e-3 at ``|z| = 1e4``, and the
     scores computed here from a kernel's normalisers saw it). A new tensor, unless ``overwrite``
-    (the tile is not needed afterwards) and the tile is float32, which is then scaled in place."""
-    if overwrite and tile.dtype == torch.float32:
+    (the tile is not needed afterwards) and the tile is float32, which is then scaled in place. At
+    ``T = 1`` nothing is multiplied (``x * 1.0 == x``): a half-precision tile costs one pass, its cast."""
+    if tile.dtype != torch.float32:  # the cast is a copy of its own, scaled in place
+        return tile.float().mul_(1.0 / temperature) if temperature != 1.0 else tile.float()
+    if overwrite:
         return tile.mul_(1.0 / temperature) if temperature != 1.0 else tile
-    return tile.float() * (1.0 / temperature) if temperature != 1.0 or tile.dtype != torch.float32 else tile.clone()
+    return tile * (1.0 / temperature) if temperature != 1.0 else tile.clone()
 
 
 def probabilities(tile: Tensor, maximum: Tensor, log_total: Tensor, temperature: float,
@@ -115,7 +122,7 @@ def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start:
     into ``scratch``'s ``"exponentials"`` when given (then valid until that name is taken again)."""
     if tile.shape[1]:  # rows whose token lies outside the tile keep their value
         column, inside = tile_columns(targets, vocab_start, tile.shape[1])
-        picked = tile.gather(1, column.unsqueeze(-1)).squeeze(-1).float() * (1.0 / temperature)
+        picked = scaled(tile.gather(1, column.unsqueeze(-1)).squeeze(-1), temperature, overwrite=True)
         state.target.copy_(torch.where(inside, picked, state.target))
     z = scaled(tile, temperature, overwrite)
     new_max = torch.maximum(state.maximum, z.amax(dim=-1))
@@ -123,14 +130,16 @@ def fold_statistics(state: RowState, tile: Tensor, targets: Tensor, vocab_start:
     z.sub_(safe.unsqueeze(-1))
     exps = torch.exp(z, out=scratch_like(scratch, "exponentials", z))
     z.clamp_(min=_LOWEST)  # -inf logits: exp(z) = 0 and 0 * z must be 0, not nan
-    rescale = torch.exp(state.maximum - safe)
+    shift = state.maximum - safe
+    rescale = torch.exp(shift)
     # 0 where the old terms vanish (rescale = 0): total * delta overflows to -inf when the old maximum
     # is near float32's lowest (a vocabulary masked with finfo.min), and 0 * -inf is NaN
-    delta = torch.where(rescale > 0, state.maximum - safe, 0.0)
-    state.shifted.copy_(rescale * (state.shifted + state.total * delta) + z.mul_(exps).sum(dim=-1))
+    delta = torch.where(rescale > 0, shift, 0.0)
+    # in place, in the order of rescale * (a + s delta) + sum, q r r + sum and s r + sum: no copies
+    state.shifted.add_(state.total * delta).mul_(rescale).add_(z.mul_(exps).sum(dim=-1))
     # z is spent: sum_v e^(2(z-m)) is squared into it
-    state.square.copy_(state.square * rescale * rescale + squares(exps, out=z))
-    state.total.copy_(state.total * rescale + exps.sum(dim=-1))
+    state.square.mul_(rescale).mul_(rescale).add_(squares(exps, out=z))
+    state.total.mul_(rescale).add_(exps.sum(dim=-1))
     state.maximum.copy_(new_max)
     return exps if keep_exponentials else None
 
