@@ -266,6 +266,12 @@ def test_alternatives_after_an_anchor_or_as_logical_or_are_read_together(
     ("The answer is 3 or 4.", "The answer is \\boxed{3 \\text{ or } 4}"),
     ("The answer is 2 or 3\\sqrt{2}.", "The answer is \\boxed{2 \\text{ or } 3\\sqrt{2}}"),
     ("Final answer: 3 \\text{ or } 4", "Final answer: \\boxed{3 \\text{ or } 4}"),
+    ("The answer is 3 and 4.", "The answer is \\boxed{3 \\text{ or } 4}"),
+    ("Final answer: 1, 2, and 3", "Final answer: \\boxed{1, 2 \\text{ or } 3}"),
+    ("The answer is 62.5\\% or 40 %.", "The answer is \\boxed{62.5 \\text{ or } 40}"),
+    ("The answer is between 3 and 4.", None),
+    ("The answer is 3 and more.", None),
+    ("The answer is band 3.", None),
     # left alone: a word in an alternative, math delimiters, "or" inside a word, an empty one
     ("The answer is 3 or more.", None),
     ("The answer is 3, or maybe 4.", None),
@@ -277,6 +283,52 @@ def test_anchor_answer_readings_box_alternatives_together(completion, expected):
     from ict.answers.readings import anchor_answer_readings
 
     assert anchor_answer_readings(completion) == [completion if expected is None else expected]
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a pair after an anchor was read as its first number: rewarded for one gold
+    ("The answer is 3 and 4.", "3", False),
+    ("Final answer: 3, and 4", "3", False),
+    ("Final answer: 3 \\text{ and } 4", "3", False),
+    # ... now as math-verify reads \\boxed{3 \\text{ and } 4}: {3, 4}, right for the two answers
+    ("The answer is 3 and 4.", "3, 4", True),
+    ("The answer is x = 3 and y = 4.", "x = 3, y = 4", True),
+    # words: no pair, read as before (math-verify's plain-text first number)
+    ("The answer is between 3 and 4.", "3", True),
+    # a percent in a hedge: math-verify read the list as its last element (40%), a hedge
+    # rewarded; now {62.5, 40}
+    ("The answer is 62.5% or 40%.", "40%", False),
+    ("The answer is 62.5\\% or 40.", "40", False),
+    ("The answer is 40 or 62.5%.", "62.5%", False),
+    ("\\boxed{62.5\\% \\text{ or } 40\\%}", "40", False),  # the lenient extraction read 40
+    ("\\boxed{62.5 \\lor 40%}", "40%", False),
+    ("The answer is 62.5% or 40%.", "40, 62.5", True),
+    # a percent with no alternatives is read as before
+    ("The answer is 62.5%.", "62.5%", True),
+    ("\\boxed{40\\%}", "40", True),
+])
+def test_a_pair_or_a_percent_hedge_is_read_as_both_alternatives(
+        verifier, completion, gold, expected):
+    """"3 and 4" after an anchor was read as 3, and a hedge holding a percent as its last
+    alternative (math-verify reads a list holding a percent so): each was rewarded for one gold.
+    Both are now read as the alternatives together. Hand-checked golds; both extractions."""
+    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    ("\\boxed{62.5\\% \\text{ or } 40\\%}", "\\boxed{62.5 \\text{ or } 40}"),
+    ("so \\boxed{5% \\text{ and } 7 \\%}.", "so \\boxed{5 \\text{ or } 7}."),
+    # left as is: no alternatives, no percent, a word, braces other than \\text's
+    ("\\boxed{62.5\\%}", None),
+    ("\\boxed{3 \\text{ or } 4}", None),
+    ("\\boxed{3 and 4}", None),
+    ("\\boxed{40\\% \\text{ or more}}", None),
+    ("\\boxed{\\frac{1}{2}\\% \\text{ or } 40\\%}", None),
+])
+def test_unpercent_boxed_alternatives_drops_the_percent_signs_of_a_boxed_hedge(completion, expected):
+    from ict.answers.readings import _unpercent_boxed_alternatives
+
+    assert _unpercent_boxed_alternatives(completion) == (completion if expected is None else expected)
 
 
 @pytest.mark.parametrize(("completion", "expected"), [

@@ -38,14 +38,21 @@ _ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*
 _LETTER = r"[^\W\d_](?![^\W\d_])"
 _PLAIN_TEXT_MISREAD = re.compile(
     rf"[\\^_{{,]|^[(\[]|\d{_LETTER}|{_LETTER}\s*[-+=()]|[-+=()]\s*{_LETTER}")
-# alternatives: "3 or 4", "3, or 4", "3 \text{ or } 4" ("\lor" and "\vee" are spelt so first)
-_ALTERNATIVE = re.compile(r"\s*,?\s*(?:(?<![\w\\])or\b|\\text\s*\{\s*or\s*\})\s*")
+# alternatives: "3 or 4", "3, or 4", "3 \text{ or } 4" ("\lor" and "\vee" are spelt so first); a
+# pair "3 and 4", "3, and 4", "3 \text{ and } 4" (math-verify reads \boxed{3 \text{ and } 4} as {3, 4})
+_ALTERNATIVE = re.compile(
+    r"\s*,?\s*(?:(?<![\w\\])(?:or|and)\b|\\text\s*\{\s*(?:or|and)\s*\})\s*")
+# a percent sign: math-verify reads a list holding one as its last element (\boxed{62.5% \text{ or }
+# 40%} is 40%), and it counts 40% equal to 40
+_PERCENT_SIGN = re.compile(r"\s*\\?%")
 _LOGICAL_OR = re.compile(r"\\(?:lor|vee)(?![^\W\d_])")
 # a LaTeX environment's name is no plain word: \begin{pmatrix} ... \end{pmatrix}
 _ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}")
 _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")
 # a box holding only a number, optionally in parentheses, in a text wrapper: \boxed{\textbf{(073)}}
 _BOXED_TEXT_NUMBER = re.compile(rf"(\\boxed\s*\{{\s*){LATEX_WRAPPER}\s*(\(?\d+(?:\.\d+)?\)?)\s*\}}(\s*\}})")
+# a box whose only braces are \text{...}'s: \boxed{62.5\% \text{ or } 40\%}
+_BOXED_TEXT_ONLY = re.compile(r"(\\boxed\s*\{)((?:[^{}]|\\text\s*\{[^{}]*\})*)\}")
 # a percent sign inside a box (see _boxed_percent_readings)
 _BOXED_PERCENT = re.compile(r"(\\boxed\s*\{[^{}]*?)\s*\\?%\s*\}")
 
@@ -120,13 +127,35 @@ def anchor_answer_readings(completion: str) -> list[str]:
         return [completion]
     # a comma left dangling before the end ("8,.") ends no list
     value = text[anchors[-1].end():].strip().strip("*").removesuffix(".").strip().rstrip(",").rstrip()
-    alternatives = _ALTERNATIVE.split(value)
-    if len(alternatives) > 1 and all(part and not _has_word(part) for part in alternatives):
-        value = " \\text{ or } ".join(alternatives)  # the alternatives, not the first (3 or 4)
+    if (alternatives := _alternatives(value)) is not None:
+        value = alternatives  # the alternatives, not the first (3 or 4)
     elif (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value)
             or _has_word(value)):
         return [completion]
     return [f"{text[:anchors[-1].end()]}\\boxed{{{value}}}{completion[len(text):]}"]
+
+
+def _alternatives(value: str) -> str | None:
+    """``value``'s alternatives (``3 or 4``, ``3, and 4``, ``3 \\text{ or } 4``) written as math-verify
+    reads them together, ``3 \\text{ or } 4`` ({3, 4}), percent signs dropped (``62.5% or 40%`` is
+    {62.5, 40}: math-verify read it as 40%, the last); None unless ``value`` holds two or more
+    alternatives, none empty or with a word (`_has_word`)."""
+    parts = _ALTERNATIVE.split(value)
+    if len(parts) < 2 or not all(part and not _has_word(part) for part in parts):
+        return None
+    return _PERCENT_SIGN.sub("", " \\text{ or } ".join(parts))
+
+
+def _unpercent_boxed_alternatives(text: str) -> str:
+    """``text`` with each box that holds alternatives and a percent sign written as
+    `_alternatives` writes them: math-verify reads ``\\boxed{62.5\\% \\text{ or } 40\\%}`` as no
+    number and then, in the lenient extraction, as 40 (the last number); ``\\boxed{62.5 \\text{ or }
+    40}`` is {62.5, 40}. A box holding braces other than ``\\text{...}``'s is left as it is."""
+    def rewrite(match: re.Match[str]) -> str:
+        alternatives = _alternatives(match.group(2)) if "%" in match.group(2) else None
+        return match.group(0) if alternatives is None else f"{match.group(1)}{alternatives}}}"
+
+    return _BOXED_TEXT_ONLY.sub(rewrite, text)
 
 
 def _has_word(value: str) -> bool:
@@ -163,12 +192,14 @@ def _boxed_percent_readings(text: str) -> list[str]:
 
 def completion_readings(completion: str) -> list[str]:
     """The readings of ``completion`` for math-verify to parse in turn (the first that matches the
-    gold wins), ``\\lor`` and ``\\vee`` spelt out (`spell_logical_or`): the ``<answer>`` tag's
+    gold wins), ``\\lor`` and ``\\vee`` spelt out (`spell_logical_or`) and a boxed hedge's percent
+    signs dropped (`_unpercent_boxed_alternatives`): the ``<answer>`` tag's
     (`tag_answer_readings`), then the ``####`` line's
     (`hash_answer_readings`), scientific notation expanded, the anchored plain-text answer's
     (`anchor_answer_readings`), a boxed number in a text wrapper unwrapped, and the boxed
     percent's (`_boxed_percent_readings`)."""
-    return [percent for tagged in tag_answer_readings(spell_logical_or(completion))
+    spelt = _unpercent_boxed_alternatives(spell_logical_or(completion))
+    return [percent for tagged in tag_answer_readings(spelt)
             for marked in hash_answer_readings(tagged)
             for anchored in anchor_answer_readings(expand_scientific(marked))
             for percent in _boxed_percent_readings(unwrap_boxed_text_number(anchored))]
