@@ -112,9 +112,11 @@ def extract_boxed_answer(text: str | bytes | None) -> str | None:
 
 
 
-_CLAUSE = re.compile(r"(?:[^\n,;!?.]|[,;!?.](?!\s|$)|(?<=\b[A-Z])\.)*")
-"""The rest of a clause: up to a newline, or a , ; ! ? or . before a space or the end (the ``.``
-of an option marker ``B.`` excepted)."""
+_REASON = r"\b(?i:because|since|as|than|rather|instead|not|but|while|whereas|unlike|so)\b"
+"""A word that opens a reason or a contrast: "(A) because (B) is too large" lists no options."""
+_CLAUSE = re.compile(rf"(?:(?!{_REASON})(?:[^\n,;:!?.\u2013\u2014]|[,;:!?.](?!\s|$)|(?<=\b[A-Z])\.))*")
+"""The rest of a clause: up to a newline, a dash (\u2013, \u2014), a , ; : ! ? or . before a space
+or the end (the ``.`` of an option marker ``B.`` excepted), or a word of `_REASON`."""
 
 
 def _choice_pattern(letters: str) -> str:
@@ -174,7 +176,8 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
         more = re.match(rf"{close}?\s*(?:[,/&]\s*(?:(?:or|and)\s+)?|(?:or|and)\s+){open_}?\s*{letter}\s*{close}?"
                         rf"(?=\s*(?:$|[.,;:!?/&)]|(?:or|and)\b))", text[last.end():])
         # "The answer is (A) 3 (B) 4.": options listed after it, to the end of its clause (a
-        # newline, or , ; ! ? . before a space that is no marker's "B."), commit to none as a box does
+        # newline, or , ; ! ? . before a space that is no marker's "B.", or "because", "than", ...:
+        # "(A) because (B) is too large" is A), commit to none as a box does
         clause = _CLAUSE.match(text, last.end()).group(0)  # type: ignore[union-attr]
         return None if more or _lists_options(last.group(1), clause, letter) else last.group(1)
 
