@@ -41,6 +41,7 @@ _PLAIN_TEXT_MISREAD = re.compile(
 # alternatives: "3 or 4", "3, or 4", "3 \text{ or } 4" ("\lor" and "\vee" are spelt so first)
 _ALTERNATIVE = re.compile(r"\s*,?\s*(?:(?<![\w\\])or\b|\\text\s*\{\s*or\s*\})\s*")
 _LOGICAL_OR = re.compile(r"\\(?:lor|vee)(?![^\W\d_])")
+_EITHER = re.compile(r"^(?i:either)\s+")  # "either 3 or 4": the alternatives 3 and 4
 # a LaTeX environment's name is no plain word: \begin{pmatrix} ... \end{pmatrix}
 _ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}")
 _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")
@@ -111,7 +112,8 @@ def anchor_answer_readings(completion: str) -> list[str]:
     none), a number and its unit (``5 m``, ``20 m/s``) and unbalanced braces are left alone:
     ``[completion]``. Alternatives with no word, X ``3 or 4``, ``3, or 4`` or ``3 \\text{ or } 4``,
     are boxed together as ``3 \\text{ or } 4`` (math-verify: {3, 4}; in plain text it read 3, a
-    hedge rewarded); a comma left before X's end (``8,.``) is dropped."""
+    hedge rewarded), an ``either`` before them dropped; an alternative must close its brackets
+    (``3 (or 4)`` is none); a comma left before X's end (``8,.``) is dropped."""
     if any(command in completion for command in BOXED_COMMANDS):
         return [completion]
     text = completion.rstrip()
@@ -120,13 +122,19 @@ def anchor_answer_readings(completion: str) -> list[str]:
         return [completion]
     # a comma left dangling before the end ("8,.") ends no list
     value = text[anchors[-1].end():].strip().strip("*").removesuffix(".").strip().rstrip(",").rstrip()
-    alternatives = _ALTERNATIVE.split(value)
-    if len(alternatives) > 1 and all(part and not _has_word(part) for part in alternatives):
+    alternatives = _ALTERNATIVE.split(_EITHER.sub("", value, count=1))
+    if len(alternatives) > 1 and all(part and not _has_word(part) and _balanced(part) for part in alternatives):
         value = " \\text{ or } ".join(alternatives)  # the alternatives, not the first (3 or 4)
     elif (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value)
             or _has_word(value)):
         return [completion]
     return [f"{text[:anchors[-1].end()]}\\boxed{{{value}}}{completion[len(text):]}"]
+
+
+def _balanced(value: str) -> bool:
+    """Does ``value`` close as many brackets as it opens (``[1, 2)`` does; ``3 (`` of ``3 (or 4)``
+    does not: no alternative)?"""
+    return value.count("(") + value.count("[") == value.count(")") + value.count("]")
 
 
 def _has_word(value: str) -> bool:
