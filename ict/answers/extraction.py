@@ -140,8 +140,9 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
     2. otherwise the last phrase "answer is", "answer:", "Answer -" (case-insensitive, optionally
        "final"/"correct", optionally bold ``**``) followed by a valid letter as a whole word, in
        optional parentheses, brackets, ``\\(...\\)`` or ``$...$``, and not by a list of more
-       letters ("A or B", "A, B and C", "C/D") or, to the end of its clause, options listed as
-       rule 1 reads them ("the answer is (A) 3 (B) 4.");
+       letters ("A or B", "A, B and C", "C/D") or, to the end of its clause (`_CLAUSE`: a reason
+       ends it, "(A) because (B) is too large" is A), options listed as rule 1 reads them ("the
+       answer is (A) 3 (B) 4.");
     3. otherwise the whole completion, stripped of whitespace, ``*`` and a trailing period, is one
        valid letter, optionally in parentheses or followed by ``)`` / ``.`` / ``:`` and option text
        on the same line (``B) 42``; ``A. 3 B. 4`` lists options as rule 1 reads them: none).
