@@ -212,6 +212,8 @@ def test_other_listings_of_options_commit_to_none(text, expected):
     ("The answer is (A) 3 (B) 4 (C) 5 (D) 6.", None),
     ("The answer is (A) x (B) y.", None),
     ("The answer is (A) gas (B) liquid.", None),       # "as" inside a word opens no reason
+    ("The answer is (A) 1 as well as (B) 2.", None),   # nor "as well as": it adds an option
+    ("So the answer is (A) as opposed to (B).", "A"),
     ("The answer is (A) sodium (B) potassium.", None),  # nor "so" opening one
     ("The answer is (A) 3:4 (B) 4:3.", None),          # a colon before no space ends no clause
 ])

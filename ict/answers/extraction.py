@@ -112,8 +112,9 @@ def extract_boxed_answer(text: str | bytes | None) -> str | None:
 
 
 
-_REASON = r"\b(?i:because|since|as|than|rather|instead|not|but|while|whereas|unlike|so)\b"
-"""A word that opens a reason or a contrast: "(A) because (B) is too large" lists no options."""
+_REASON = r"\b(?i:because|since|(?<!well\s)as(?!\s+well\b)|than|rather|instead|not|but|while|whereas|unlike|so)\b"
+"""A word that opens a reason or a contrast: "(A) because (B) is too large" lists no options ("as
+well as" adds one: "(A) 1 as well as (B) 2" lists two)."""
 _CLAUSE = re.compile(rf"(?:(?!{_REASON})(?:[^\n,;:!?.\u2013\u2014]|[,;:!?.](?!\s|$)|(?<=\b[A-Z])\.))*")
 """The rest of a clause: up to a newline, a dash (\u2013, \u2014), a , ; : ! ? or . before a space
 or the end (the ``.`` of an option marker ``B.`` excepted), or a word of `_REASON`."""
