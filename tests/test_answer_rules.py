@@ -195,6 +195,35 @@ def test_other_listings_of_options_commit_to_none(text, expected):
     assert extract_choice_letter(text, 4) == expected
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    # each read none (GRADING_RULES_VERSION 4): a reason or contrast that names later options
+    ("The answer is (A) because (B) is too large.", "A"),
+    ("The answer is (B) since (C) and (D) fail.", "B"),
+    ("The answer is (A) rather than (B).", "A"),
+    ("The answer is (A) as (B) gives 4.", "A"),
+    ("The correct answer is (A) since it beats (B), (C) and (D).", "A"),
+    ("The answer is (A) because (B) (C) (D) are all wrong.", "A"),
+    ("The answer is (D) 6 because (C) 5 (B) 4 (A) 3 are too small.", "D"),  # every option named
+    ("Answer: B) 4 because C) 5 is too big", "B"),
+    ("The answer is A. Because B. is wrong", "A"),
+    ("The answer is (B) \u2014 (C) fails.", "B"),     # a dash ends the clause
+    ("The answer is (D): (A) (B) (C) fail.", "D"),     # so does a colon before a space
+    # still listings: option text with no such word
+    ("The answer is (A) 3 (B) 4 (C) 5 (D) 6.", None),
+    ("The answer is (A) x (B) y.", None),
+    ("The answer is (A) gas (B) liquid.", None),       # "as" inside a word opens no reason
+    ("The answer is (A) 1 as well as (B) 2.", None),   # nor "as well as": it adds an option
+    ("So the answer is (A) as opposed to (B).", "A"),
+    ("The answer is (A) sodium (B) potassium.", None),  # nor "so" opening one
+    ("The answer is (A) 3:4 (B) 4:3.", None),          # a colon before no space ends no clause
+])
+def test_a_reason_after_the_answer_lists_no_options(text, expected):
+    """Rule 2: the clause of options listed after "the answer is" ends at a word that opens a
+    reason or a contrast ("because", "since", "as", "than", ...), a dash or ": "; the options the
+    reason names are no listing (the listing rule had read each of these as none)."""
+    assert extract_choice_letter(text, 4) == expected
+
+
 def test_a_dotted_marker_follows_the_previous_option():
     """``E.`` after ``A.`` is the E of "E. coli" (ten options), not a listed option; after
     ``D.`` it is the next option."""

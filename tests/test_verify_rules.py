@@ -246,6 +246,9 @@ def test_anchor_answer_readings_boxes_only_a_last_line_answer_math_verify_misrea
     ("Final answer: 3 \\lor 4", "\\{3, 4\\}", True),
     ("The answer is x = 3 or x = 4.", "3, 4", True),
     ("Final answer: 3, or 4", "4", False),
+    ("The answer is either 3 or 4.", "3", False),     # "either" before them (read 3)
+    ("The answer is either 3 or 4.", "3, 4", True),
+    ("The answer is 3 (or 4).", "4", False),          # no alternatives: "3 (" (read "3 (, 4)")
     # not alternatives: a word after "or" (read as before, its first number), a plain number
     ("The answer is 3 or more.", "3", True),
     ("The answer is 12.", "12", True),
@@ -272,12 +275,18 @@ def test_alternatives_after_an_anchor_or_as_logical_or_are_read_together(
     ("The answer is between 3 and 4.", None),
     ("The answer is 3 and more.", None),
     ("The answer is band 3.", None),
+    ("The answer is either 3 or 4.", "The answer is \\boxed{3 \\text{ or } 4}"),
+    ("Final answer: Either x = 3 or x = 4", "Final answer: \\boxed{x = 3 \\text{ or } x = 4}"),
+    ("Final answer: [1, 2) or (3, 4]", "Final answer: \\boxed{[1, 2) \\text{ or } (3, 4]}"),
     # left alone: a word in an alternative, math delimiters, "or" inside a word, an empty one
     ("The answer is 3 or more.", None),
     ("The answer is 3, or maybe 4.", None),
     ("The answer is $3$ or $4$.", None),
     ("The answer is for 3.", None),
     ("The answer is 3 or.", None),
+    ("The answer is 3 (or 4).", None),                 # an alternative that leaves "(" open
+    ("The answer is either 3.", None),
+    ("The answer is 3 or neither 4.", None),           # "either" only before the first
 ])
 def test_anchor_answer_readings_box_alternatives_together(completion, expected):
     from ict.answers.readings import anchor_answer_readings

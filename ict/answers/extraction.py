@@ -112,9 +112,12 @@ def extract_boxed_answer(text: str | bytes | None) -> str | None:
 
 
 
-_CLAUSE = re.compile(r"(?:[^\n,;!?.]|[,;!?.](?!\s|$)|(?<=\b[A-Z])\.)*")
-"""The rest of a clause: up to a newline, or a , ; ! ? or . before a space or the end (the ``.``
-of an option marker ``B.`` excepted)."""
+_REASON = r"\b(?i:because|since|(?<!well\s)as(?!\s+well\b)|than|rather|instead|not|but|while|whereas|unlike|so)\b"
+"""A word that opens a reason or a contrast: "(A) because (B) is too large" lists no options ("as
+well as" adds one: "(A) 1 as well as (B) 2" lists two)."""
+_CLAUSE = re.compile(rf"(?:(?!{_REASON})(?:[^\n,;:!?.\u2013\u2014]|[,;:!?.](?!\s|$)|(?<=\b[A-Z])\.))*")
+"""The rest of a clause: up to a newline, a dash (\u2013, \u2014), a , ; : ! ? or . before a space
+or the end (the ``.`` of an option marker ``B.`` excepted), or a word of `_REASON`."""
 
 
 def _choice_pattern(letters: str) -> str:
@@ -138,8 +141,9 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
     2. otherwise the last phrase "answer is", "answer:", "Answer -" (case-insensitive, optionally
        "final"/"correct", optionally bold ``**``) followed by a valid letter as a whole word, in
        optional parentheses, brackets, ``\\(...\\)`` or ``$...$``, and not by a list of more
-       letters ("A or B", "A, B and C", "C/D") or, to the end of its clause, options listed as
-       rule 1 reads them ("the answer is (A) 3 (B) 4.");
+       letters ("A or B", "A, B and C", "C/D") or, to the end of its clause (`_CLAUSE`: a reason
+       ends it, "(A) because (B) is too large" is A), options listed as rule 1 reads them ("the
+       answer is (A) 3 (B) 4.");
     3. otherwise the whole completion, stripped of whitespace, ``*`` and a trailing period, is one
        valid letter, optionally in parentheses or followed by ``)`` / ``.`` / ``:`` and option text
        on the same line (``B) 42``; ``A. 3 B. 4`` lists options as rule 1 reads them: none).
@@ -174,7 +178,8 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
         more = re.match(rf"{close}?\s*(?:[,/&]\s*(?:(?:or|and)\s+)?|(?:or|and)\s+){open_}?\s*{letter}\s*{close}?"
                         rf"(?=\s*(?:$|[.,;:!?/&)]|(?:or|and)\b))", text[last.end():])
         # "The answer is (A) 3 (B) 4.": options listed after it, to the end of its clause (a
-        # newline, or , ; ! ? . before a space that is no marker's "B."), commit to none as a box does
+        # newline, or , ; ! ? . before a space that is no marker's "B.", or "because", "than", ...:
+        # "(A) because (B) is too large" is A), commit to none as a box does
         clause = _CLAUSE.match(text, last.end()).group(0)  # type: ignore[union-attr]
         return None if more or _lists_options(last.group(1), clause, letter) else last.group(1)
 

@@ -47,11 +47,11 @@ GRADING_RULES_VERSION = 4
 """The version of the answer-grading rules (`ict.answers`: extraction, gold, verify, grading): bump
 it when any verdict may change (3: plain-text algebra after an answer anchor read whole; in maj@n,
 math answers that are numbers of equal value vote together; 4: a listing of options reads no
-option, and a math hedge `3 or 4` / `3 \\lor 4`, a pair `3 and 4` and a percent hedge `62.5% or
-40%` are read as both alternatives, not one). `ict
-eval` records it among each verdict's grading settings and re-grades stored completions graded
-under another (records older than it: unknown, older rules); results.json names it, and `ict
-compare`'s report names evaluations graded under other rules."""
+option, a reason after the answer's option ends its clause, and a math hedge `3 or 4`, `either 3
+or 4`, `3 \\lor 4`, a pair `3 and 4` and a percent hedge `62.5% or 40%` are read as both
+alternatives, not one). `ict eval` records it among each verdict's grading settings and re-grades
+stored completions graded under another (records older than it: unknown, older rules);
+results.json names it, and `ict compare`'s report names evaluations graded under other rules."""
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ _ALTERNATIVE = re.compile(
 # 40%} is 40%), and it counts 40% equal to 40
 _PERCENT_SIGN = re.compile(r"\s*\\?%")
 _LOGICAL_OR = re.compile(r"\\(?:lor|vee)(?![^\W\d_])")
+_EITHER = re.compile(r"^(?i:either)\s+")  # "either 3 or 4": the alternatives 3 and 4
 # a LaTeX environment's name is no plain word: \begin{pmatrix} ... \end{pmatrix}
 _ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}")
 _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")
@@ -118,7 +119,8 @@ def anchor_answer_readings(completion: str) -> list[str]:
     none), a number and its unit (``5 m``, ``20 m/s``) and unbalanced braces are left alone:
     ``[completion]``. Alternatives with no word, X ``3 or 4``, ``3, or 4`` or ``3 \\text{ or } 4``,
     are boxed together as ``3 \\text{ or } 4`` (math-verify: {3, 4}; in plain text it read 3, a
-    hedge rewarded); a comma left before X's end (``8,.``) is dropped."""
+    hedge rewarded), an ``either`` before them dropped; an alternative must close its brackets
+    (``3 (or 4)`` is none); a comma left before X's end (``8,.``) is dropped."""
     if any(command in completion for command in BOXED_COMMANDS):
         return [completion]
     text = completion.rstrip()
@@ -139,9 +141,10 @@ def _alternatives(value: str) -> str | None:
     """``value``'s alternatives (``3 or 4``, ``3, and 4``, ``3 \\text{ or } 4``) written as math-verify
     reads them together, ``3 \\text{ or } 4`` ({3, 4}), percent signs dropped (``62.5% or 40%`` is
     {62.5, 40}: math-verify read it as 40%, the last); None unless ``value`` holds two or more
-    alternatives, none empty or with a word (`_has_word`)."""
-    parts = _ALTERNATIVE.split(value)
-    if len(parts) < 2 or not all(part and not _has_word(part) for part in parts):
+    alternatives, none empty, with a word (`_has_word`) or with a bracket left open (`_balanced`); an
+    ``either`` before them is dropped."""
+    parts = _ALTERNATIVE.split(_EITHER.sub("", value, count=1))
+    if len(parts) < 2 or not all(part and not _has_word(part) and _balanced(part) for part in parts):
         return None
     return _PERCENT_SIGN.sub("", " \\text{ or } ".join(parts))
 
@@ -156,6 +159,12 @@ def _unpercent_boxed_alternatives(text: str) -> str:
         return match.group(0) if alternatives is None else f"{match.group(1)}{alternatives}}}"
 
     return _BOXED_TEXT_ONLY.sub(rewrite, text)
+
+
+def _balanced(value: str) -> bool:
+    """Does ``value`` close as many brackets as it opens (``[1, 2)`` does; ``3 (`` of ``3 (or 4)``
+    does not: no alternative)?"""
+    return value.count("(") + value.count("[") == value.count(")") + value.count("]")
 
 
 def _has_word(value: str) -> bool:
