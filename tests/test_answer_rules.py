@@ -232,6 +232,27 @@ def test_a_dotted_marker_follows_the_previous_option():
     assert extract_choice_letter(r"\boxed{D. 6 E. 7}", 10) is None
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    # the answer's "A." ends its sentence: a "B." right after it, or one "option" names, is no
+    # listed option (read as none since the listing rule, A or B at 6d0e2c0 and again now)
+    ("The answer is A. B. is wrong.", "A"),
+    ("The answer is A. Option B. is wrong.", "A"),
+    ("The answer is A. Choice B. fails.", "A"),
+    ("Answer: A. B. subtilis is not involved.", "A"),
+    ("The answer is B. C. elegans is a worm.", "B"),
+    ("A. B. subtilis", "A"),
+    # listings still: each option has a text
+    ("A. 3 B. 4", None),
+    ("The answer is A. 3 B. 4 C. 5 D. 6", None),
+    (r"\boxed{A. 3 B. 4}", None),
+])
+def test_a_dotted_marker_needs_the_previous_options_text(text, expected):
+    """A dotted ``B.`` counts as a listed option only after the previous option's text: "A. B.
+    subtilis" and "A. Option B. is wrong" commit to A (each read as none after the listing rule
+    came, a justified answer graded wrong); "A. 3 B. 4" lists options."""
+    assert extract_choice_letter(text, 4) == expected
+
+
 def test_twenty_six_options_reach_z_and_a_nul_is_replaced():
     """Valid letters are the first ``num_choices`` of A-Z (26 allowed); `sanitize_text` replaces
     NUL characters (U+FFFD)."""

@@ -246,21 +246,27 @@ def _later_option_markers(text: str, letter: str, dotted_after: str | None = Non
     order: ``(B)`` or ``B)`` after a space or a LaTeX line break ``\\\\`` (or at the start) and
     before a space, a letter or a digit (``(B)4``), or at the end; after a first
     option marked ``A.`` (``dotted_after``: its letter) also ``B.`` before a space, when it marks
-    the option after the previous one (``A. 3 B. 4``; not the ``E.`` of ``A. bacteria such as E.
-    coli``). No marker: a ``B)`` that closes a parenthesis of ``text`` (``P(A and B) = ...``), an
+    the option after the previous one and follows that option's text (``A. 3 B. 4``; not the
+    ``E.`` of ``A. bacteria such as E. coli``, nor the ``B.`` of ``A. B. subtilis`` or of ``A.
+    Option B. is wrong``). No marker: a ``B)`` that closes a parenthesis of ``text`` (``P(A and B) = ...``), an
     option after "not" (``(B) 4, not (C)`` rejects C)."""
     markers: list[str] = []
+    option_text_start = 0  # where the text of the option last marked starts
     for found in re.finditer(rf"(?:(?<!\S)|(?<=\\\\))(\()?({letter})([).])(?=(.?))", text, flags=re.S):
         opened, marker, close, after = found.groups()
         previous = markers[-1] if markers else dotted_after
-        if close == ".":
+        if close == ".":  # and the previous option has a text ("A. B. subtilis": A's "." ends a
+            # sentence), and no "option" names it ("A. Option B. is wrong" names B)
             keep = (dotted_after is not None and previous is not None and not opened
-                    and after.isspace() and ord(marker) == ord(previous) + 1)
+                    and after.isspace() and ord(marker) == ord(previous) + 1
+                    and bool(text[option_text_start:found.start()].strip())
+                    and not re.search(r"(?i:\b(?:option|choice))\s*$", text[option_text_start:found.start()]))
         else:
             keep = (not after or after.isspace() or after.isalnum()) and bool(
                 opened or text.count("(", 0, found.start()) <= text.count(")", 0, found.start()))
         if keep and not re.search(r"\bnot\s*$", text[max(0, found.start() - 8):found.start()]):
             markers.append(marker)
+            option_text_start = found.end()
     return markers
 
 
