@@ -556,6 +556,17 @@ def test_an_empty_eval_data_dir_is_refused_before_anything_trains(tmp_path):
         CompareConfig(output_dir=tmp_path / "c", eval_data_dir=" ").validate()
 
 
+def _isomorphic_strings_compare(output, model_dir, task) -> list[str]:
+    """`ict compare` argv: one GRPO run of one step on ``task``, evaluated on 3 problems of
+    reasoning-gym's isomorphic_strings (a task whose questions vary between processes)."""
+    return ["compare", "--methods", "grpo", "--seeds", "0", "--output-dir", str(output),
+            "--eval-benchmarks", "rg:isomorphic_strings:size=3", "--eval-n", "1",
+            "--eval-max-new-tokens", "4", "--bootstrap-resamples", "10",
+            f"model={model_dir}", f"dataset={task}", "reward=compare_contains_answer",
+            "num_steps=1", "prompts_per_step=2", "num_generations=2", "max_new_tokens=4",
+            "micro_batch_size=4", "tensorboard=false"]
+
+
 def test_compare_refuses_a_reused_evaluation_of_other_reasoning_gym_questions(
         tiny_model_dir, arithmetic_task, tmp_path, monkeypatch, capsys):
     """Some reasoning-gym tasks generate other questions for the same seed in another process
@@ -564,12 +575,7 @@ def test_compare_refuses_a_reused_evaluation_of_other_reasoning_gym_questions(
     reused evaluation's stored prompts are checked; simulated by another question at index 1."""
 
     output = tmp_path / "cmp"
-    argv = ["compare", "--methods", "grpo", "--seeds", "0", "--output-dir", str(output),
-            "--eval-benchmarks", "rg:isomorphic_strings:size=3", "--eval-n", "1",
-            "--eval-max-new-tokens", "4", "--bootstrap-resamples", "10",
-            f"model={tiny_model_dir}", f"dataset={arithmetic_task}", "reward=compare_contains_answer",
-            "num_steps=1", "prompts_per_step=2", "num_generations=2", "max_new_tokens=4",
-            "micro_batch_size=4", "tensorboard=false"]
+    argv = _isomorphic_strings_compare(output, tiny_model_dir, arithmetic_task)
     assert main(argv) == 0
     assert main(argv) == 0  # the same questions: reused
     from eval_helpers import generate_another_second_question
@@ -593,12 +599,7 @@ def test_compare_refusing_an_evaluation_it_cannot_resume_names_its_own_way_out(
     from eval_helpers import generate_another_second_question
 
     output = tmp_path / "cmp"
-    argv = ["compare", "--methods", "grpo", "--seeds", "0", "--output-dir", str(output),
-            "--eval-benchmarks", "rg:isomorphic_strings:size=3", "--eval-n", "1",
-            "--eval-max-new-tokens", "4", "--bootstrap-resamples", "10",
-            f"model={tiny_model_dir}", f"dataset={arithmetic_task}", "reward=compare_contains_answer",
-            "num_steps=1", "prompts_per_step=2", "num_generations=2", "max_new_tokens=4",
-            "micro_batch_size=4", "tensorboard=false"]
+    argv = _isomorphic_strings_compare(output, tiny_model_dir, arithmetic_task)
     assert main(argv) == 0
     evaluation = output / "runs" / "grpo" / "seed0" / "eval"
     advice = f"pass another --output-dir, or move {evaluation} aside to evaluate it again"
