@@ -428,24 +428,22 @@ def print_view(view: TokenView, console: Any = None) -> None:
 def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = None,
                          system_prompt: str | None = None) -> SamplesRollout:
     """Rollout (each group's seed in ``seeds``) from a JSONL of {"prompt", "completion", optional
-    "finished"} records (an evaluation's samples.jsonl is one), grouped by prompt and sampling
-    seed (`sampling_seed`: an evaluation's --seeds draws each seed's n completions of a problem,
-    one group, as sampled; one group of the seeds together mixed their draws in its JS reference)
-    in file order, a prompt
-    repeated under another benchmark or problem index (a reasoning-gym draw) a problem of its own,
-    a record repeated (same problem, seed and sample, equal in every field but the grading ones:
-    `same_draw`) counted once; the first
-    `num_prompts` problems (all when None, each with all its seeds' groups), each group with the
-    same number of completions, each prompt rendered with
-    `system_prompt` (an evaluation's records do not hold it; without it, completions sampled
-    after a system message would be scored after none). A finished completion
-    (it ended on EOS, as a rollout's does) gets the tokenizer's EOS token after its text's
-    tokens; a record without "finished" counts as cut by the length cap. An evaluation's greedy
-    records are left out (they are not of the sampled group), and so are records whose seed is no
-    integer (``true`` too, as ``ict eval`` leaves them out), and a torn last line (`jsonl_records`,
-    as `ict eval` and `ict compare` read it); one completion per prompt is a UsageError, as
-    ``--n 1`` is. The text is re-tokenized, so a sample whose sampled ids were not
-    the canonical tokenization differs."""
+    "finished"} records (an evaluation's samples.jsonl is one), grouped by prompt and sampling seed
+    (`sampling_seed`: an evaluation's --seeds draws each seed's n completions of a problem, one
+    group, as sampled; one group of the seeds together mixed their draws in its JS reference) in
+    file order, a prompt repeated under another benchmark or problem index (a reasoning-gym draw) a
+    problem of its own, a record repeated (same problem, seed and sample, equal in every field but
+    the grading ones: `same_draw`) counted once; the first `num_prompts` problems (all when None,
+    each with all its seeds' groups), each group with the same number of completions, each prompt
+    rendered with `system_prompt` (an evaluation's records do not hold it; without it, completions
+    sampled after a system message would be scored after none). A finished completion (it ended on
+    EOS, as a rollout's does) gets the tokenizer's EOS token after its text's tokens; a record
+    without "finished" counts as cut by the length cap. An evaluation's greedy records are left out
+    (they are not of the sampled group), and so are records whose seed is no integer (``true`` too,
+    as ``ict eval`` leaves them out), and a torn last line (`jsonl_records`, as `ict eval` and
+    `ict compare` read it); one completion per prompt is a UsageError, as ``--n 1`` is. The
+    text is re-tokenized, so a sample whose sampled ids were not the canonical tokenization
+    differs."""
     from ict.models.rollout import _encode_prompt, render_prompt
     from ict.runs.samples import same_draw, sampling_seed
 
