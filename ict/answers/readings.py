@@ -31,8 +31,8 @@ _PLAIN_WORD = re.compile(r"(?<![\\\w])[^\W\d_]{2,}")
 # nor a number joined to a later one by "or" or "and": "3 or maybe 4", "3 hours or 4 hours", "2 and
 # 1/2 cups" (a hedge or a mixed number, not the answer 3 or 2)
 _NUMBER_AND_UNIT = re.compile(
-    r"([-+]?\d+(?:\.\d+)?(?:/\d+)?)\s+(?!.*\b(?:or|and)\b.*\d)"
-    r"(?:[^\W\d_]{2,}|\(\s*[^\W\d_]+(?:\s*[/^]\s*\w+)*\s*\)).*")
+    r"([-+]?\d+(?:\.\d+)?(?:/\d+)?)\s+(?:[^\W\d_]{2,}|\(\s*[^\W\d_]+(?:\s*[/^]\s*\w+)*\s*\)).*")
+_JOINED = re.compile(r"\b(?:or|and)\b")  # "or"/"and": joined to a later number when a digit follows it
 # the last line's answer anchor: "The answer is X", "Final answer: X", "**Final Answer:** X"
 _ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*:?|:)\**[ \t]*")
 # what math-verify misreads in plain text: LaTeX markup, a tuple or an interval, a list, algebra (a
@@ -101,7 +101,8 @@ def _boxed_in_place(before: str, value: str, after: str) -> list[str]:
     if (alternatives := _alternatives(value)) is not None:
         return [f"{before}\\boxed{{{alternatives}}}{after}"]
     values = [value]
-    if (number := _NUMBER_AND_UNIT.match(value)) is not None:
+    number = _NUMBER_AND_UNIT.match(value)
+    if number is not None and not _joined_to_a_number(value, number.end(1)):
         values.append(number.group(1))
     return [f"{before}\\boxed{{{item}}}{after}" for item in values]
 
@@ -183,6 +184,14 @@ def _unpercent_boxed_alternatives(text: str) -> str:
             pieces += [text[done:found.end()], listed, "}"]
             done = found.end() + len(content) + 1
     return "".join(pieces) + text[done:]
+
+
+def _joined_to_a_number(value: str, start: int) -> bool:
+    """Whether, on its line, ``value[start:]`` holds an "or" or "and" followed by a digit (one scan:
+    a lookahead ``.*(or|and).*[0-9]`` took seconds on 20k characters of "or ")."""
+    line = value[start:].split("\n", 1)[0]
+    joined = _JOINED.search(line)
+    return joined is not None and re.search(r"\d", line[joined.end():]) is not None
 
 
 def _balanced(value: str) -> bool:
