@@ -224,6 +224,34 @@ def test_a_reason_after_the_answer_lists_no_options(text, expected):
     assert extract_choice_letter(text, 4) == expected
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    # each read none: the reason's option was taken for a listed one
+    ("<answer>(B) since (C) fails</answer>", "B"),
+    (r"\boxed{(B) because (C) is too large}", "B"),
+    (r"\boxed{\text{(A) rather than (B)}}", "A"),
+    ("<answer>B) because C) is too large</answer>", "B"),
+    ("<answer>A. Because B. is wrong</answer>", "A"),
+    ("<answer>(D) not (A)</answer>", "D"),
+    # still listings: the reason marks two options or more (an echo of the options, its first
+    # text opening with "not", "because" or "As"), a sentence after it lists, text before it
+    (r"\boxed{(A) not anti-symmetric (B) transitive (C) reflexive (D) symmetric}", None),
+    ("<answer>A. As B. P C. Sb D. B</answer>", None),
+    ("<answer>(A) because x. (B) because y. (C) because z.</answer>", None),
+    ("<answer>A. because x. B. 3 C. 4</answer>", None),  # "B." after A's text: a marker
+    ("<answer>(B) since (C) fails. (C) 5 (D) 6</answer>", None),
+    ("<answer>(B) 4 since (C) 5 fails</answer>", None),
+    ("<answer>(A) or (B) since both fail</answer>", None),
+    # two options marked in the reason read as a listing, as before (an echo of three options
+    # whose first opens with "not" could not be told from it)
+    (r"\boxed{(B) because (C) and (D) are too large}", None),
+])
+def test_a_reason_right_after_a_boxed_or_tagged_option_lists_no_options(text, expected):
+    """Rule 1: a reason right after the option's marker in a box or ``<answer>`` tag ends its
+    clause as after rule 2's "the answer is", unless it marks two options or more; the sentences
+    after it may still list options. Five of options, so a box naming every option is no trigger."""
+    assert extract_choice_letter(text, 5) == expected
+
+
 def test_a_dotted_marker_follows_the_previous_option():
     """``E.`` after ``A.`` is the E of "E. coli" (ten options), not a listed option; after
     ``D.`` it is the next option."""

@@ -272,7 +272,6 @@ def test_alternatives_after_an_anchor_or_as_logical_or_are_read_together(
     ("The answer is 3 and 4.", "The answer is \\boxed{3 \\text{ or } 4}"),
     ("Final answer: 1, 2, and 3", "Final answer: \\boxed{1, 2 \\text{ or } 3}"),
     ("The answer is 62.5\\% or 40 %.", "The answer is \\boxed{62.5 \\text{ or } 40}"),
-    ("The answer is between 3 and 4.", None),
     ("The answer is 3 and more.", None),
     ("The answer is band 3.", None),
     ("The answer is either 3 or 4.", "The answer is \\boxed{3 \\text{ or } 4}"),
@@ -280,7 +279,6 @@ def test_alternatives_after_an_anchor_or_as_logical_or_are_read_together(
     ("Final answer: [1, 2) or (3, 4]", "Final answer: \\boxed{[1, 2) \\text{ or } (3, 4]}"),
     # left alone: a word in an alternative, math delimiters, "or" inside a word, an empty one
     ("The answer is 3 or more.", None),
-    ("The answer is 3, or maybe 4.", None),
     ("The answer is $3$ or $4$.", None),
     ("The answer is for 3.", None),
     ("The answer is 3 or.", None),
@@ -302,8 +300,6 @@ def test_anchor_answer_readings_box_alternatives_together(completion, expected):
     # ... now as math-verify reads \\boxed{3 \\text{ and } 4}: {3, 4}, right for the two answers
     ("The answer is 3 and 4.", "3, 4", True),
     ("The answer is x = 3 and y = 4.", "x = 3, y = 4", True),
-    # words: no pair, read as before (math-verify's plain-text first number)
-    ("The answer is between 3 and 4.", "3", True),
     # a percent in a hedge: math-verify read the list as its last element (40%), a hedge
     # rewarded; now {62.5, 40}
     ("The answer is 62.5% or 40%.", "40%", False),
@@ -332,7 +328,14 @@ def test_a_pair_or_a_percent_hedge_is_read_as_both_alternatives(
     ("\\boxed{3 \\text{ or } 4}", None),
     ("\\boxed{3 and 4}", None),
     ("\\boxed{40\\% \\text{ or more}}", None),
-    ("\\boxed{\\frac{1}{2}\\% \\text{ or } 40\\%}", None),
+    # a list, braces other than \\text's (the parent left both as they were)
+    ("\\boxed{\\frac{1}{2}\\% \\text{ or } 40\\%}", "\\boxed{\\frac{1}{2} \\text{ or } 40}"),
+    ("\\boxed{25\\%, 50\\%} and \\boxed {5%,7%}", "\\boxed{25 \\text{ or } 50} and \\boxed {5 \\text{ or } 7}"),
+    ("\\boxed{\\boxed{5\\%, 6\\%}}", "\\boxed{\\boxed{5 \\text{ or } 6}}"),  # the inner box's list
+    # left as is: a thousands comma, a bracket left open in an element, a box that does not close
+    ("\\boxed{1,000\\%}", None),
+    ("\\boxed{(25\\%, 50\\%)}", None),
+    ("\\boxed{5\\%, 6\\%", None),
 ])
 def test_unpercent_boxed_alternatives_drops_the_percent_signs_of_a_boxed_hedge(completion, expected):
     from ict.answers.readings import _unpercent_boxed_alternatives
@@ -356,6 +359,114 @@ def test_spell_logical_or_writes_lor_and_vee_as_text_or():
     assert spell_logical_or("\\boxed{3 \\lor 4} and 1\\vee2") == (
         "\\boxed{3 \\text{ or } 4} and 1\\text{ or }2")
     assert spell_logical_or("\\bigvee_i a_i \\veebar \\lorem") == "\\bigvee_i a_i \\veebar \\lorem"
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a hedge with words was read as its first alternative (or, for "and/or", math-verify's
+    # "3, /, 4" as 4): rewarded for one gold; now {3, 4}, right for the two answers only
+    ("The answer is 3 or maybe 4.", "3", False),
+    ("The answer is 3, or possibly 4.", "3", False),
+    ("The answer is 3 and/or 4.", "4", False),
+    ("The answer is 3 or maybe 4.", "3, 4", True),
+    ("The answer is 3 and/or 4.", "3, 4", True),
+    # in an answer tag or after "####" the number-and-unit reading took "or" for a unit (3)
+    ("<answer>3 or maybe 4</answer>", "3", False),
+    ("<answer>3 or 4</answer>", "3", False),
+    ("#### 3 or 4", "3", False),
+    ("<answer>3 hours or 4 hours</answer>", "3", False),
+    ("<answer>2 and 1/2 cups</answer>", "2", False),   # a mixed number, not 2
+    ("<answer>62.5% or 40%</answer>", "40%", False),  # the lenient extraction read 40%
+    ("<answer>3 or 4</answer>", "3, 4", True),
+    ("<answer>62.5% or 40%</answer>", "40, 62.5", True),
+    # a number and its unit, a word after "or" with no number: read as before
+    ("<answer>18 dollars</answer>", "18", True),
+    ("#### 18 dollars", "18", True),
+    ("<answer>7 or more</answer>", "7", True),
+])
+def test_a_hedge_with_words_or_in_an_answer_tag_is_read_as_both_alternatives(
+        verifier, completion, gold, expected):
+    """Hedges the parent rewarded for one gold ("3 or maybe 4", "3 and/or 4", and any hedge in
+    ``<answer>`` or after ``####``) are read as math-verify reads ``\\boxed{3 \\text{ or } 4}``:
+    {3, 4}. Hand-checked golds; both extractions."""
+    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a range after an anchor was read as its first number (math-verify's plain-text anchor)
+    ("The answer is between 3 and 4.", "3", False),
+    ("Final answer: from 3 to 4 hours", "3", False),
+    ("The answer is between -1.5 and 2, since f(0) > 0", "-1.5", False),
+    ("The answer is between 3 and 4.", "4", False),
+    # an interval math-verify reads as one is kept; "2 to 1" may be a ratio: read as before
+    ("The answer is [3, 4].", "[3, 4]", True),
+    ("\\boxed{[3, 4]}", "[3, 4]", True),
+    ("The answer is 2 to 1.", "2", True),
+])
+def test_a_range_after_an_anchor_is_not_its_first_number(verifier, completion, gold, expected):
+    """"between 3 and 4" and "from 3 to 4" are boxed as ``3 \\text{ to } 4``, which math-verify
+    reads as a product equal to no number (as ``\\boxed{3 \\text{ to } 4}``). Both extractions."""
+    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    ("The answer is between 3 and 4.", "The answer is \\boxed{3 \\text{ to } 4}"),
+    ("Final answer: From -3 to 4.5 hours", "Final answer: \\boxed{-3 \\text{ to } 4.5}"),
+    ("The answer is 3 or maybe 4.", "The answer is \\boxed{3 \\text{ or } 4}"),
+    ("The answer is 3, or possibly 4.", "The answer is \\boxed{3 \\text{ or } 4}"),
+    ("Final answer: 3 \\text{ or perhaps } 4", "Final answer: \\boxed{3 \\text{ or } 4}"),
+    ("The answer is 3 and/or 4.", "The answer is \\boxed{3 \\text{ or } 4}"),
+    # left alone: no number after "between ... and", a ratio, a word that is no hedge, a range
+    # after the answer, in its reason
+    ("The answer is between x and 4.", None),
+    ("The answer is 12, which lies between 3 and 40.", None),
+    ("The answer is 2 to 1.", None),
+    ("The answer is 3 or surely 4.", None),
+])
+def test_anchor_answer_readings_box_a_range_or_a_worded_hedge(completion, expected):
+    from ict.answers.readings import anchor_answer_readings
+
+    assert anchor_answer_readings(completion) == [completion if expected is None else expected]
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    # the gold 25\%, 50\% was read as its last element, 50: one answer was right, both wrong
+    ("\\boxed{25\\%, 50\\%}", True),
+    ("\\boxed{25, 50}", True),
+    ("\\boxed{25\\% \\text{ or } 50\\%}", True),
+    ("\\boxed{50\\%}", False),
+    ("\\boxed{50}", False),
+])
+def test_a_gold_that_lists_percents_is_read_as_the_list(verifier, completion, expected):
+    """The gold's percent signs are dropped as a boxed list's are (`gold_reading`): {25, 50}. No
+    shared benchmark gold lists a percent. Both extractions."""
+    _assert_graded_in_both_extractions(verifier, completion, "25\\%, 50\\%", expected)
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a boxed percent hedge holding other braces: the lenient extraction read its last number
+    ("\\boxed{\\frac{1}{2}\\% \\text{ or } 40\\%}", "40", False),
+    ("\\boxed{\\frac{1}{2}\\% \\text{ or } 40\\%}", "40\\%", False),
+    ("\\boxed{25\\%, 50\\%}", "50", False),
+    ("\\boxed{\\frac{1}{2}\\% \\text{ or } 40\\%}", "\\frac{1}{2}, 40", True),
+])
+def test_a_boxed_percent_hedge_with_braces_is_read_as_both_alternatives(
+        verifier, completion, gold, expected):
+    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("gold", "expected"), [
+    ("25\\%, 50\\%", "$25 \\text{ or } 50$"),
+    ("5\\% \\text{ or } 7 \\%", "$5 \\text{ or } 7$"),
+    ("3 \\lor 4", "$3 \\text{ or } 4$"),
+    ("1.5e3", "$1500$"),
+    ("62.5%", "$62.5%$"),               # one percent: as before
+    ("1,000\\%", "$1,000\\%$"),         # a thousands comma is no list
+    ("(25\\%, 50\\%)", "$(25\\%, 50\\%)$"),
+])
+def test_gold_reading(gold, expected):
+    from ict.answers.readings import gold_reading
+
+    assert gold_reading(gold) == expected
 
 
 @pytest.mark.parametrize(("completion", "gold", "expected"), [

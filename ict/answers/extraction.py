@@ -118,6 +118,10 @@ well as" adds one: "(A) 1 as well as (B) 2" lists two)."""
 _CLAUSE = re.compile(rf"(?:(?!{_REASON})(?:[^\n,;:!?.\u2013\u2014]|[,;:!?.](?!\s|$)|(?<=\b[A-Z])\.))*")
 """The rest of a clause: up to a newline, a dash (\u2013, \u2014), a , ; : ! ? or . before a space
 or the end (the ``.`` of an option marker ``B.`` excepted), or a word of `_REASON`."""
+_OPENING_REASON = re.compile(
+    rf"([).:]?)\s*,?\s*{_REASON}(?:[^\n.;!?]|[.;!?](?!\s|$)|(?<=\b[A-Z])\.)*")
+"""A reason right after a box's option marker, to the end of its sentence: ``) since (C) fails``
+(group 1: the marker's close)."""
 
 
 def _choice_pattern(letters: str) -> str:
@@ -137,7 +141,9 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
        as in rule 2 (``\\boxed{(A) or (B)}``, ``\\boxed{A/C}``: none), or the box lists options in
        order or names every option (``\\boxed{A) 3 B) 4}``, ``\\boxed{(A) 3 (C) 5}``,
        ``\\boxed{A. 3 B. 4}``, ``\\boxed{(D) 6 (C) 5 (B) 4 (A) 3}``: none; ``\\boxed{(D) Both (A)
-       and (B)}`` is D; `_lists_options`);
+       and (B)}`` is D; `_lists_options`); a reason right after the marker that marks at most
+       one option, to the end of its sentence, lists none (``\\boxed{(B) since (C) fails}`` is B;
+       `_OPENING_REASON`);
     2. otherwise the last phrase "answer is", "answer:", "Answer -" (case-insensitive, optionally
        "final"/"correct", optionally bold ``**``) followed by a valid letter as a whole word, in
        optional parentheses, brackets, ``\\(...\\)`` or ``$...$``, and not by a list of more
@@ -224,6 +230,15 @@ def _marked_letter(content: str, letter: str) -> str | None:
     rest = re.sub(_LATEX_SPACE_COMMAND, " ", rest)
     if re.match(rf"[).:]?\s*(?:[,/&]\s*(?:(?i:or|and)\s+)?|(?i:or|and)\s+)\(?{letter}(?![\w'])", rest):
         return None
+    # "(B) since (C) fails": a reason right after the marker names no option, as after rule 2's
+    # "the answer is (B)", unless it marks two or more (an echo of the options whose first
+    # text opens with "not", "because" or "As": "(A) not x (B) y (C) z" lists); the sentences
+    # after it still may ("(A) because x. (B) because y." lists)
+    reason = _OPENING_REASON.match(rest)
+    if reason is not None and len(_later_option_markers(
+            reason.group(0)[len(reason.group(1)):], letter,
+            match.group(1) if reason.group(1) == "." else None)) <= 1:
+        rest = reason.group(1) + rest[reason.end():]
     if _lists_options(match.group(1), rest, letter):
         return None
     return match.group(1)

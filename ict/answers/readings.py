@@ -14,6 +14,7 @@ from ict.answers.extraction import (
     BOXED_COMMANDS,
     LATEX_WRAPPER,
     PLAIN_NUMBER,
+    _balanced_group,
     expand_scientific,
     last_tag_span,
 )
@@ -26,9 +27,12 @@ _NUMBERED_TITLE = re.compile(r"\d+\s*[.)]\s+\S")
 _PLAIN_WORD = re.compile(r"(?<![\\\w])[^\W\d_]{2,}")
 # a number, a space, then a unit of two letters or more, or one in brackets: "18 dollars", "42 km/h",
 # "18 (dollars)", "9.8 (m/s^2)"; not "1e5", "2:30", "5 x" (5x), "-2.5 %" (the percent readings
-# handle it) or brackets holding math: "3 (4^{1})" is 12, "42 (27, 9)" two answers, not also 3 or 42
+# handle it) or brackets holding math: "3 (4^{1})" is 12, "42 (27, 9)" two answers, not 3 or 42;
+# nor a number joined to a later one by "or" or "and": "3 or maybe 4", "3 hours or 4 hours", "2 and
+# 1/2 cups" (a hedge or a mixed number, not the answer 3 or 2)
 _NUMBER_AND_UNIT = re.compile(
     r"([-+]?\d+(?:\.\d+)?(?:/\d+)?)\s+(?:[^\W\d_]{2,}|\(\s*[^\W\d_]+(?:\s*[/^]\s*\w+)*\s*\)).*")
+_JOINED = re.compile(r"\b(?:or|and)\b")  # "or"/"and": joined to a later number when a digit follows it
 # the last line's answer anchor: "The answer is X", "Final answer: X", "**Final Answer:** X"
 _ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*:?|:)\**[ \t]*")
 # what math-verify misreads in plain text: LaTeX markup, a tuple or an interval, a list, algebra (a
@@ -38,22 +42,29 @@ _ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*
 _LETTER = r"[^\W\d_](?![^\W\d_])"
 _PLAIN_TEXT_MISREAD = re.compile(
     rf"[\\^_{{,]|^[(\[]|\d{_LETTER}|{_LETTER}\s*[-+=()]|[-+=()]\s*{_LETTER}")
-# alternatives: "3 or 4", "3, or 4", "3 \text{ or } 4" ("\lor" and "\vee" are spelt so first); a
-# pair "3 and 4", "3, and 4", "3 \text{ and } 4" (math-verify reads \boxed{3 \text{ and } 4} as {3, 4})
+# alternatives: "3 or 4", "3, or 4", "3 \text{ or } 4" ("\lor" and "\vee" are spelt so first), a
+# hedge "3 or maybe 4", "3 and/or 4"; a pair "3 and 4", "3, and 4", "3 \text{ and } 4" (math-verify
+# reads \boxed{3 \text{ and } 4} as {3, 4})
+_CONNECTIVE = r"(?:and/or|or|and)\b(?:\s+(?:maybe|possibly|perhaps|probably)\b)?"
 _ALTERNATIVE = re.compile(
-    r"\s*,?\s*(?:(?<![\w\\])(?:or|and)\b|\\text\s*\{\s*(?:or|and)\s*\})\s*")
+    rf"\s*,?\s*(?:(?<![\w\\]){_CONNECTIVE}|\\text\s*\{{\s*{_CONNECTIVE}\s*\}})\s*")
+# a list holding a percent sign (a comma, not 1,000's, or an alternative's word between elements)
+_PERCENT_LIST = re.compile(rf"{_ALTERNATIVE.pattern}|\s*,(?!\d{{3}}(?!\d))\s*")
 # a percent sign: math-verify reads a list holding one as its last element (\boxed{62.5% \text{ or }
 # 40%} is 40%), and it counts 40% equal to 40
 _PERCENT_SIGN = re.compile(r"\s*\\?%")
 _LOGICAL_OR = re.compile(r"\\(?:lor|vee)(?![^\W\d_])")
 _EITHER = re.compile(r"^(?i:either)\s+")  # "either 3 or 4": the alternatives 3 and 4
+# a range, "between 3 and 4" or "from 3 to 4" (math-verify read its first number, 3); not "2 to 1",
+# which may be a ratio
+_RANGE = re.compile(r"(?i:between\s+([-+]?\d+(?:\.\d+)?)\s+and|from\s+([-+]?\d+(?:\.\d+)?)\s+to)"
+                    r"\s+([-+]?\d+(?:\.\d+)?)")
 # a LaTeX environment's name is no plain word: \begin{pmatrix} ... \end{pmatrix}
 _ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}")
 _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")
 # a box holding only a number, optionally in parentheses, in a text wrapper: \boxed{\textbf{(073)}}
 _BOXED_TEXT_NUMBER = re.compile(rf"(\\boxed\s*\{{\s*){LATEX_WRAPPER}\s*(\(?\d+(?:\.\d+)?\)?)\s*\}}(\s*\}})")
-# a box whose only braces are \text{...}'s: \boxed{62.5\% \text{ or } 40\%}
-_BOXED_TEXT_ONLY = re.compile(r"(\\boxed\s*\{)((?:[^{}]|\\text\s*\{[^{}]*\})*)\}")
+_BOXED_OPEN = re.compile(r"\\boxed\s*\{")
 # a percent sign inside a box (see _boxed_percent_readings)
 _BOXED_PERCENT = re.compile(r"(\\boxed\s*\{[^{}]*?)\s*\\?%\s*\}")
 
@@ -85,9 +96,13 @@ def tag_answer_readings(completion: str) -> list[str]:
 
 def _boxed_in_place(before: str, value: str, after: str) -> list[str]:
     """``before + \\boxed{value} + after``, and for a number before a unit (``18 dollars``) the
-    same with the number alone."""
+    same with the number alone; alternatives (``3 or 4``, ``3 or maybe 4``) are boxed together as
+    `_alternatives` writes them, one reading (the number-and-unit reading read ``3 or 4`` as 3)."""
+    if (alternatives := _alternatives(value)) is not None:
+        return [f"{before}\\boxed{{{alternatives}}}{after}"]
     values = [value]
-    if (number := _NUMBER_AND_UNIT.match(value)) is not None:
+    number = _NUMBER_AND_UNIT.match(value)
+    if number is not None and not _joined_to_a_number(value, number.end(1)):
         values.append(number.group(1))
     return [f"{before}\\boxed{{{item}}}{after}" for item in values]
 
@@ -119,7 +134,9 @@ def anchor_answer_readings(completion: str) -> list[str]:
     none), a number and its unit (``5 m``, ``20 m/s``) and unbalanced braces are left alone:
     ``[completion]``. Alternatives with no word, X ``3 or 4``, ``3, or 4`` or ``3 \\text{ or } 4``,
     are boxed together as ``3 \\text{ or } 4`` (math-verify: {3, 4}; in plain text it read 3, a
-    hedge rewarded), an ``either`` before them dropped; an alternative must close its brackets
+    hedge rewarded), an ``either`` before them dropped; a range X ``between 3 and 4`` or ``from 3
+    to 4`` (words after it too) is boxed as ``3 \\text{ to } 4`` (math-verify: the product
+    ``3 to 4``, equal to no number; it read 3); an alternative must close its brackets
     (``3 (or 4)`` is none); a comma left before X's end (``8,.``) is dropped."""
     if any(command in completion for command in BOXED_COMMANDS):
         return [completion]
@@ -131,34 +148,50 @@ def anchor_answer_readings(completion: str) -> list[str]:
     value = text[anchors[-1].end():].strip().strip("*").removesuffix(".").strip().rstrip(",").rstrip()
     if (alternatives := _alternatives(value)) is not None:
         value = alternatives  # the alternatives, not the first (3 or 4)
+    elif (bounds := _RANGE.match(value)) is not None:  # a range, not its first number
+        value = f"{bounds[1] or bounds[2]} \\text{{ to }} {bounds[3]}"
     elif (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value)
             or _has_word(value)):
         return [completion]
     return [f"{text[:anchors[-1].end()]}\\boxed{{{value}}}{completion[len(text):]}"]
 
 
-def _alternatives(value: str) -> str | None:
-    """``value``'s alternatives (``3 or 4``, ``3, and 4``, ``3 \\text{ or } 4``) written as math-verify
-    reads them together, ``3 \\text{ or } 4`` ({3, 4}), percent signs dropped (``62.5% or 40%`` is
-    {62.5, 40}: math-verify read it as 40%, the last); None unless ``value`` holds two or more
-    alternatives, none empty, with a word (`_has_word`) or with a bracket left open (`_balanced`); an
-    ``either`` before them is dropped."""
-    parts = _ALTERNATIVE.split(_EITHER.sub("", value, count=1))
+def _alternatives(value: str, separator: re.Pattern[str] = _ALTERNATIVE) -> str | None:
+    """``value``'s alternatives (``3 or 4``, ``3, and 4``, ``3 \\text{ or } 4``, ``3 or maybe 4``;
+    with ``separator=_PERCENT_LIST`` a list ``25\\%, 50\\%`` too) written as math-verify reads them
+    together, ``3 \\text{ or } 4`` ({3, 4}), percent signs dropped (``62.5% or 40%`` is {62.5, 40}:
+    math-verify read it as 40%, the last); None unless ``value`` holds two or more alternatives,
+    none empty, with a word (`_has_word`) or with a bracket left open (`_balanced`); an ``either``
+    before them is dropped."""
+    parts = separator.split(_EITHER.sub("", value, count=1))
     if len(parts) < 2 or not all(part and not _has_word(part) and _balanced(part) for part in parts):
         return None
     return _PERCENT_SIGN.sub("", " \\text{ or } ".join(parts))
 
 
 def _unpercent_boxed_alternatives(text: str) -> str:
-    """``text`` with each box that holds alternatives and a percent sign written as
-    `_alternatives` writes them: math-verify reads ``\\boxed{62.5\\% \\text{ or } 40\\%}`` as no
-    number and then, in the lenient extraction, as 40 (the last number); ``\\boxed{62.5 \\text{ or }
-    40}`` is {62.5, 40}. A box holding braces other than ``\\text{...}``'s is left as it is."""
-    def rewrite(match: re.Match[str]) -> str:
-        alternatives = _alternatives(match.group(2)) if "%" in match.group(2) else None
-        return match.group(0) if alternatives is None else f"{match.group(1)}{alternatives}}}"
+    """``text`` with each box that holds alternatives or a list and a percent sign written as
+    `_alternatives` writes them: math-verify reads ``\\boxed{62.5\\% \\text{ or } 40\\%}`` and
+    ``\\boxed{25\\%, 50\\%}`` as no number and then, in the lenient extraction, as 40 (the last
+    number); ``\\boxed{62.5 \\text{ or } 40}`` is {62.5, 40}, ``\\boxed{\\frac{1}{2} \\text{ or }
+    40}`` {1/2, 40}. A box that does not close (`_balanced_group`) is left as it is."""
+    pieces, done = [], 0
+    for found in _BOXED_OPEN.finditer(text):
+        content = _balanced_group(text, found.end() - 1) if found.start() >= done else None
+        if content is None or "%" not in content:
+            continue
+        if (listed := _alternatives(content, _PERCENT_LIST)) is not None:
+            pieces += [text[done:found.end()], listed, "}"]
+            done = found.end() + len(content) + 1
+    return "".join(pieces) + text[done:]
 
-    return _BOXED_TEXT_ONLY.sub(rewrite, text)
+
+def _joined_to_a_number(value: str, start: int) -> bool:
+    """Whether, on its line, ``value[start:]`` holds an "or" or "and" followed by a digit (one scan:
+    a lookahead ``.*(or|and).*[0-9]`` took seconds on 20k characters of "or ")."""
+    line = value[start:].split("\n", 1)[0]
+    joined = _JOINED.search(line)
+    return joined is not None and re.search(r"\d", line[joined.end():]) is not None
 
 
 def _balanced(value: str) -> bool:
@@ -172,6 +205,17 @@ def _has_word(value: str) -> bool:
     name are none), math delimiters or unbalanced braces?"""
     return bool(_MATH_DELIMITER.search(value) or value.count("{") != value.count("}")
                 or _PLAIN_WORD.search(_ENVIRONMENT.sub(" ", value)))
+
+
+def gold_reading(gold: str) -> str:
+    """The normalised ``gold`` as the math worker parses it, read as a completion is: scientific
+    notation written out (`expand_scientific`), ``\\lor`` spelt (`spell_logical_or`) and a list or
+    alternatives holding a percent sign written as `_alternatives` writes them (``25\\%, 50\\%`` ->
+    ``25 \\text{ or } 50``, {25, 50}: math-verify read it as its last element, 50), wrapped in
+    ``$...$`` (a bare ``1 - \\sqrt{2}`` parses as 1)."""
+    value = spell_logical_or(expand_scientific(gold))
+    listed = _alternatives(value, _PERCENT_LIST) if "%" in value else None
+    return f"${value if listed is None else listed}$"
 
 
 def spell_logical_or(text: str) -> str:
@@ -201,7 +245,7 @@ def _boxed_percent_readings(text: str) -> list[str]:
 
 def completion_readings(completion: str) -> list[str]:
     """The readings of ``completion`` for math-verify to parse in turn (the first that matches the
-    gold wins), ``\\lor`` and ``\\vee`` spelt out (`spell_logical_or`) and a boxed hedge's percent
+    gold wins), ``\\lor`` and ``\\vee`` spelt out (`spell_logical_or`) and a boxed hedge's or list's percent
     signs dropped (`_unpercent_boxed_alternatives`): the ``<answer>`` tag's
     (`tag_answer_readings`), then the ``####`` line's
     (`hash_answer_readings`), scientific notation expanded, the anchored plain-text answer's

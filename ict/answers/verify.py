@@ -8,10 +8,11 @@ is ours. A check that exceeds the bound is judged incorrect with status ``"timeo
 trip to a warm worker costs well under a millisecond plus the parse itself.
 
 Gold answers arrive normalised by `ict.answers.gold.normalize_gold`; the worker wraps each as
-``$<gold>$`` before parsing (scientific notation written out, ``\\lor`` spelt ``\\text{ or }``, as
-in the completion); the readings of a completion it parses are
-`ict.answers.readings.completion_readings`. Answer extraction outside math-verify lives in
-`ict.answers.extraction`; which rule grades which problem is `ict.answers.grading`'s job.
+``$<gold>$`` before parsing (`ict.answers.readings.gold_reading`: scientific notation written out,
+``\\lor`` spelt ``\\text{ or }``, a percent list's signs dropped, as in the completion); the
+readings of a completion it parses are `ict.answers.readings.completion_readings`. Answer
+extraction outside math-verify lives in `ict.answers.extraction`; which rule grades which problem
+is `ict.answers.grading`'s job.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ict.answers.extraction import expand_scientific, sanitize_text, tail
-from ict.answers.readings import completion_readings, spell_logical_or
+from ict.answers.extraction import sanitize_text, tail
+from ict.answers.readings import completion_readings, gold_reading
 from ict.core.errors import UsageError
 
 DEFAULT_TIMEOUT_SECONDS = 5.0
@@ -91,9 +92,8 @@ def _worker_check(
 
     parsed_gold = gold_cache.get(gold)
     if parsed_gold is None:
-        wrapped = f"${spell_logical_or(expand_scientific(gold))}$"  # as the completion is read
         parsed_gold = parse(
-            wrapped,
+            gold_reading(gold),  # as the completion is read
             extraction_config=[LatexExtractionConfig(), ExprExtractionConfig()],
             parsing_timeout=None,  # type: ignore[arg-type]
         )
