@@ -50,7 +50,8 @@ How it plugs in (no verl file is changed or copied):
   no-grad forward per mini-batch, like ``ict train``'s scoring pass), selects once on the gathered
   mini-batch, then runs the training pass, whose micro-batches take their rows of that selection.
   Randomised selectors get one generator seeded identically on every rank and after a resume
-  (:func:`selection_seed` of the training step, read from the actor's LR scheduler).
+  (:func:`selection_seed` of the training step, read from the actor's LR scheduler), and draw on
+  the mini-batch's rows in its own order (``use_dynamic_bsz`` reorders them into micro-batches).
 - Loss: verl's unchanged ``ppo_loss`` calls ``get_policy_loss_fn("ict")``, i.e.
   :func:`compute_policy_loss_ict`, with verl's differentiable ``log_prob``; it takes the
   selection of this micro-batch and returns :func:`ict.core.loss.policy_loss` (one implementation of
@@ -133,6 +134,7 @@ from ict.core.stats import (
 from ict.integrations.verl_selection import (  # noqa: F401 (also this module's API, as before the split)
     AGGREGATIONS,
     DEFAULT_SELECTOR,
+    ROW_KEY,
     V1_OVERRIDE,
     MicroBatchScores,
     MicroBatchSelection,
@@ -353,8 +355,10 @@ def _forward_backward_batch(self: Any, data: Any, loss_function: Any, forward_on
         return _original_forward_backward_batch(self, data, loss_function, forward_only)
     _scored.clear()
     _queue.clear()
+    tu.assign_non_tensor_stack(data, ROW_KEY, list(range(len(data))))  # dynamic bsz reorders rows
     try:
         _original_forward_backward_batch(self, data, partial(_score_only, config=actor_config), True)
+        tu.pop(data, ROW_KEY)
         _queue.extend(select_mini_batch(_scored, actor_config, self.get_data_parallel_group(),
                                         training_step(self)))
         _scored.clear()
@@ -363,6 +367,7 @@ def _forward_backward_batch(self: Any, data: Any, loss_function: Any, forward_on
             raise RuntimeError(f"ict: {len(_queue)} selected micro-batches were not trained on")
         return output
     finally:
+        tu.pop(data, ROW_KEY)
         _scored.clear()
         _queue.clear()
 

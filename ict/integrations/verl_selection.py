@@ -33,6 +33,9 @@ from ict.integrations import parse_token_selector
 # the hydra override that imports this module in every Ray process, verl's trainer included
 V1_OVERRIDE = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=ict.integrations.verl"
 DEFAULT_SELECTOR = "ict"  # ICTPolicyLossConfig.ict_selector's default: the paper's recipe
+# the scoring pass's tag of each row with its position in the rank's mini-batch share: verl's
+# use_dynamic_bsz reorders the rows into micro-batches, and the selection takes them back in order
+ROW_KEY = "ict_row"
 # verl's loss_agg_mode -> ict.core.loss aggregation
 AGGREGATIONS = {
     "token-mean": "token_mean",
@@ -96,6 +99,7 @@ class MicroBatchScores:
     token_ids: Tensor
     uids: list[Any]
     global_batch_size: int | None  # rows of the whole mini-batch over all ranks (verl's)
+    positions: list[int] | None = None  # the rows' places in the rank's share (ROW_KEY); None: as is
 
 
 @dataclass
@@ -247,7 +251,8 @@ def score_micro_batch(
         stats=stats, response_mask=response_mask, token_ids=token_ids, uids=uids,
         advantages=_padded(micro_batch["advantages"], length).to(device=device, dtype=torch.float32),
         old_log_probs=_padded(micro_batch["old_log_probs"], length).to(device=device, dtype=torch.float32),
-        global_batch_size=None if total is None else int(total))
+        global_batch_size=None if total is None else int(total),
+        positions=tu.get(micro_batch, ROW_KEY))
 
 
 def _partial_groups(what: str, expected: int, where: str) -> str:
@@ -256,6 +261,15 @@ def _partial_groups(what: str, expected: int, where: str) -> str:
     return (f"{what} need whole groups ({expected} rows per uid) in each {where}: set actor.shuffle=False, "
             "actor.use_dynamic_bsz=False, ppo_micro_batch_size_per_gpu a multiple of rollout.n, and load ict "
             f"in verl's trainer ({V1_OVERRIDE}; with trainer.use_v1=False: trainer.balance_batch=False)")
+
+
+def share_order(positions: list[int]) -> list[int]:
+    """The concatenated micro-batch rows in the order of the rank's mini-batch share:
+    ``positions[i]`` is the share position of row ``i``; returns ``order`` with
+    ``positions[order[k]] == k``."""
+    if sorted(positions) != list(range(len(positions))):
+        raise RuntimeError(f"ict: the micro-batches hold rows {sorted(positions)}, not each once")
+    return sorted(range(len(positions)), key=positions.__getitem__)
 
 
 def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
@@ -283,6 +297,11 @@ def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
     response_mask, token_ids = cat("response_mask"), cat("token_ids")
     uids = [uid for part in parts for uid in part.uids]
     rows = len(uids)
+    positions = None if any(part.positions is None for part in parts) else \
+        [position for part in parts for position in part.positions]
+    order = None if positions is None or positions == list(range(rows)) else share_order(positions)
+    if order is not None:  # the share's row order, whatever order the micro-batches hold it in
+        uids = [uids[row] for row in order]
     rank = torch.distributed.get_rank(dp_group) if world > 1 else 0
     if world > 1:
         counts = _all_gather(torch.tensor([rows], device=device), dp_group, world)
@@ -302,8 +321,12 @@ def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
         raise UsageError(_partial_groups(f"{name}'s scope=group ranking", group_size, "mini-batch"))
     columns = [stats.log_probs, stats.entropy, stats.renyi2, *(stats.js_scores[ref] for ref in references),
                response_mask.float(), cat("advantages"), cat("old_log_probs")]
+    columns = torch.stack(columns, dim=1)
+    if order is not None:
+        index = torch.tensor(order, device=device)
+        columns, token_ids = columns[index], token_ids[index]
     log_probs, entropy, renyi2, *js, all_mask, advantages, old_log_probs = \
-        _all_gather(torch.stack(columns, dim=1), dp_group, world).unbind(dim=1)
+        _all_gather(columns, dp_group, world).unbind(dim=1)
     all_mask = all_mask.bool()
 
     generator = torch.Generator(device=device).manual_seed(
@@ -323,6 +346,8 @@ def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
     for part in parts:
         own = slice(start, start + len(part.uids))
         start = own.stop
+        if order is not None:  # the part's rows, in the share's order
+            own = torch.tensor(part.positions, device=device) + rank * rows
         part_length = part.response_mask.shape[1]
         mask = selection.mask[own, :part_length]
         penalty = None if selection.kl_penalty is None else selection.kl_penalty[own, :part_length]
