@@ -25,11 +25,13 @@ How it plugs in (no verl file is changed or copied):
   ``t`` of every completion is column ``t``: group positions survive remove-padding), and
   :func:`ict.core.stats.token_statistics` reads those rows in place (``row_index``) to compute
   log-probs, entropy, Renyi-2 and the selector's JS scores without gradient, at the rollout
-  temperature (:mod:`ict.integrations.verl_selection`). ``group_mean`` groups are the rows with
-  equal verl ``uid`` (the ``rollout.n`` completions of one prompt). A row is finished (the
-  absorbing references' end rows) when its whole response, tool results included, ends before
-  the response cap: verl's ``response_mask`` is 0 on multi-turn tool results, so it alone would
-  read a row cut by the cap inside a tool result as finished
+  temperature in float32 (:mod:`ict.integrations.verl_selection`); the selectors read verl's
+  log-probs instead of ict's, those of its loss and ``old_log_probs`` (verl scales bf16 logits by
+  the temperature in bf16), so the ratio and probabilities they see are the loss's. ``group_mean``
+  groups are the rows with equal verl ``uid`` (the ``rollout.n`` completions of one prompt). A
+  row is finished (the absorbing references' end rows) when its whole response, tool results
+  included, ends before the response cap: verl's ``response_mask`` is 0 on multi-turn tool
+  results, so it alone would read a row cut by the cap inside a tool result as finished
   (:func:`ict.integrations.verl_selection.response_rows`).
 - Whole groups under verl's v1 trainer: v1 balances single sequences across the data-parallel
   ranks (``PPOTrainer._balance_batch``), which splits a prompt's completions. The
@@ -329,7 +331,10 @@ def _prepare_model_outputs(self: Any, output: Any, output_args: Any, micro_batch
         rows = rows[: rows.shape[0] - pad_size]
     else:
         rows, packed_to_row = _packed_rows(logits, micro_batch)
-    scores = score_micro_batch(rows, micro_batch, actor_config, packed_to_row)
+    log_probs = model_output.get("log_probs")  # verl's, which its loss reads: [nnz] or nested
+    if log_probs is not None and log_probs.is_nested:
+        log_probs = log_probs.values()
+    scores = score_micro_batch(rows, micro_batch, actor_config, packed_to_row, log_probs)
     if scoring:
         _scored.append(scores)
     else:  # the micro-batch is the whole mini-batch share of this rank

@@ -213,12 +213,17 @@ def _selector(actor_config: Any) -> tuple[str, dict[str, Any]]:
 
 
 def score_micro_batch(
-    logits: Tensor, micro_batch: Any, actor_config: Any, packed_to_row: Tensor | None = None
+    logits: Tensor, micro_batch: Any, actor_config: Any, packed_to_row: Tensor | None = None,
+    log_probs: Tensor | None = None,
 ) -> MicroBatchScores:
     """ict's statistics of one micro-batch's responses (no gradient).
 
     ``logits`` ``[R, V]``: the actor's logits, one row per packed token (``packed_to_row [nnz]``
-    maps packed token ``k`` to its row; ``None``: row ``k``). ``micro_batch`` is verl's
+    maps packed token ``k`` to its row; ``None``: row ``k``). ``log_probs`` ``[nnz]``: verl's
+    packed log-probs of the sampled tokens, which its loss reads (and its ``old_log_probs`` come
+    from): they replace ict's own in the statistics, so that a selector reads the loss's ratio and
+    probabilities (verl scales bf16 logits by the temperature in bf16, ict in float32: 0.1 nats
+    apart at logits of standard deviation 3); ``None``: ict's own. ``micro_batch`` is verl's
     TensorDict (``responses``, ``response_mask``, ``advantages``, ``old_log_probs``, ``uid``,
     ``temperature``, ``prompts`` / ``attention_mask`` or nested ``input_ids``). The absorbing
     references' finished rows are those of :func:`response_rows` (tool results count as response).
@@ -227,9 +232,8 @@ def score_micro_batch(
     references = required_js_references(name, options)
     device = logits.device
     num_packed = packed_to_row.numel() if packed_to_row is not None else logits.shape[0]
-    index, finished = response_rows(micro_batch, num_packed, device)
-    if packed_to_row is not None:
-        index = packed_to_row[index]
+    packed, finished = response_rows(micro_batch, num_packed, device)
+    index = packed if packed_to_row is None else packed_to_row[packed]
     rows, length = index.shape
     response_mask = _padded(micro_batch["response_mask"], length).bool().to(device)
     token_ids = _padded(micro_batch["responses"], length).to(device)
@@ -246,6 +250,9 @@ def score_micro_batch(
                                  row_index=torch.where(response_mask, index, torch.zeros_like(index)),
                                  tile_size=parse_tile_size(actor_config.policy_loss.get("ict_stats_tile_size",
                                                                                         "auto")))
+    if log_probs is not None:  # the loss's log-probs, at verl's response positions
+        stats = TokenStatistics(log_probs.detach().float()[packed].masked_fill(~response_mask, 0),
+                                stats.entropy, stats.renyi2, stats.js_scores)
     total = tu.get_non_tensor_data(data=micro_batch, key="global_batch_size", default=None)
     return MicroBatchScores(
         stats=stats, response_mask=response_mask, token_ids=token_ids, uids=uids,
