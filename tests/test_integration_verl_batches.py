@@ -15,6 +15,7 @@ from verl_helpers import (
     GROUP,
     PROMPT_LENGTHS,
     UIDS,
+    FSDPActorConfig,
     ToyLM,
     actor_config,
     engine,
@@ -230,3 +231,34 @@ def test_two_ranks_with_dynamic_batch_sizes_draw_the_selection_of_the_rows_in_or
     generator = torch.Generator().manual_seed(ict_verl.selection_seed(0, 0, 0))
     _, expected_grad, _ = reference_loss("random:ratio=0.3", generator=generator, response_lengths=TWO_RANK_LENGTHS)
     assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("loss_agg_mode", ["token-mean", "seq-mean-token-mean"])
+def test_verls_entropy_bonus_and_kl_loss_are_its_own_under_ict(loss_agg_mode, single_process_group) -> None:
+    """verl's ppo_loss adds its entropy bonus (entropy_coeff) and KL loss (use_kl_loss) over all
+    response tokens with its loss_agg_mode, whatever ict selects (the module docstring): their part
+    of the gradient (with them minus without) is the one of verl's own vanilla loss, here with an
+    entropy:ratio=0.2 selection over two token-budget micro-batches."""
+    from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
+
+    def regularisers_grad(policy: object) -> torch.Tensor:
+        grads = []
+        for on in (True, False):
+            config = FSDPActorConfig(
+                strategy="fsdp", rollout_n=GROUP, ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=6,
+                clip_ratio_low=0.2, clip_ratio_high=0.28, loss_agg_mode=loss_agg_mode, policy_loss=policy,
+                entropy_coeff=0.05 if on else 0.0, use_kl_loss=on, kl_loss_coef=0.3, kl_loss_type="low_var_kl")
+            model = ToyLM()
+            data = micro_batch(make_batch(), True)
+            data["ref_log_prob"] = data["old_log_probs"] - 0.3
+            tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=22)
+            ict_verl._selections.update(step=-1, index=0)
+            _dynamic_engine(model, single_process_group).forward_backward_batch(data, partial(ppo_loss, config=config))
+            grads.append(model.token.grad.clone())
+        return grads[0] - grads[1]
+
+    expected = regularisers_grad(VerlPolicyLossConfig(loss_mode="vanilla"))
+    ours = regularisers_grad(ict_verl.ICTPolicyLossConfig(loss_mode="ict", ict_selector="entropy:ratio=0.2",
+                                                          ict_full_token_warmup_steps=0))
+    assert float(expected.abs().max()) > 0.1
+    torch.testing.assert_close(ours, expected, atol=1e-6, rtol=0)
