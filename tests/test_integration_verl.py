@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -351,3 +352,44 @@ def test_kl_cov_and_clip_cov_equal_verls_own_losses_where_documented(loss_agg_mo
         assert abs(float(loss - expected)) <= 1e-6, (theirs.loss_mode, float(loss), float(expected))
         torch.testing.assert_close(grad, expected_grad, atol=1e-6, rtol=0)
         assert abs(float(plain - expected)) > 1e-4, theirs.loss_mode
+
+
+class Bf16LM(ToyLM):
+    """ToyLM's logits times 20, in bfloat16 (the dtype of verl's FSDP mixed-precision logits)."""
+
+    def forward(self, input_ids, position_ids, **unused):
+        return SimpleNamespace(logits=(super().forward(input_ids, position_ids).logits * 20).to(torch.bfloat16))
+
+
+def _verl_outputs(config: FSDPActorConfig, batch: dict[str, torch.Tensor]):
+    """verl's path on ``batch`` under ``config`` with Bf16LM: the micro-batch and the model outputs."""
+    data, fsdp, model = micro_batch(batch, True), engine(), Bf16LM()
+    inputs, output_args = fsdp.prepare_model_inputs(data)
+    loss_function = partial(ppo_loss, config=config)
+    return data, fsdp.prepare_model_outputs(model(**inputs), output_args, data, loss_function), loss_function
+
+
+def test_the_selection_reads_the_log_probs_of_verls_loss_with_bf16_logits() -> None:
+    """verl scales bf16 logits by the temperature in bf16 and its loss reads those log-probs (its
+    old_log_probs come from the same path); ict's statistics divide in float32 (up to 0.36 nats
+    apart here). On-policy (old_log_probs = verl's own), verl's ratio is 1 on every token: verl's
+    pg_clipfrac is 0, and clip_cov at ratio 1 with a band holding every covariance cuts every
+    token (none is clipped already). With ict's float32 log-probs the selection saw ratios of
+    0.64 to 1.35 and kept 4 of the 25 tokens as already clipped (selected fraction 0.16)."""
+    from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    vanilla = FSDPActorConfig(strategy="fsdp", rollout_n=GROUP, ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=6,
+                              clip_ratio_low=0.2, clip_ratio_high=0.28,
+                              policy_loss=VerlPolicyLossConfig(loss_mode="vanilla"))
+    batch = make_batch()
+    data, output, _ = _verl_outputs(vanilla, batch)
+    batch["old_log_probs"] = no_padding_2_padding(output["log_probs"], data).detach().float() * batch["response_mask"]
+    data, output, loss_function = _verl_outputs(vanilla, batch)
+    assert loss_function(model_output=output, data=data)[1]["actor/pg_clipfrac"].values == [0.0]
+    config = actor_config("clip_cov:ratio=1.0,cov_low=-1e9,cov_high=1e9", ict_denominator="all")
+    data, output, loss_function = _verl_outputs(config, batch)
+    # the selection's log-probs: verl's, by verl's own response slicing, 0 outside the response
+    expected = no_padding_2_padding(output["log_probs"], data).detach().float() * batch["response_mask"]
+    assert torch.equal(ict_verl._pending[0].stats.log_probs, expected)
+    assert loss_function(model_output=output, data=data)[1]["actor/ict_selected_fraction"].values == [0.0]

@@ -15,6 +15,7 @@ from verl_helpers import (
     GROUP,
     PROMPT_LENGTHS,
     UIDS,
+    FSDPActorConfig,
     ToyLM,
     actor_config,
     engine,
@@ -54,6 +55,44 @@ def test_several_micro_batches_select_on_the_whole_mini_batch(spec, dynamic, sin
     _, expected_grad, _ = reference_loss(spec, generator=generator)
     assert torch.allclose(model.token.grad, expected_grad, atol=1e-6, rtol=0)
     assert len(forwards) >= 4 and len(forwards) % 2 == 0  # scoring pass + training pass
+
+
+def _dynamic_engine(model: ToyLM, group: object, dp_size: int = 1):
+    """verl's FSDP engine object training ``model`` on ``group``'s ranks (no FSDP wrapping: the
+    caller averages the gradients), micro-batches cut by verl's token budget (use_dynamic_bsz)."""
+    fsdp = engine()
+    fsdp.module, fsdp._autocast_dtype, fsdp.scaler = model, torch.float32, None
+    fsdp.get_data_parallel_group = lambda: group
+    fsdp.get_data_parallel_size = lambda: dp_size
+    fsdp.engine_config.use_no_sync_for_gradient_accumulation = False
+    return fsdp
+
+
+@pytest.mark.parametrize("v1", [False, True])
+@pytest.mark.parametrize("spec", ["random:ratio=0.3", "random:ratio=0.3,scope=group",
+                                  "clip_cov:ratio=0.2,cov_low=-100,cov_high=100",
+                                  "ict:reference=seq_mean,ratio=0.3,unit=token_id"])
+def test_dynamic_batch_sizes_draw_the_selection_of_the_rows_in_order(spec, v1, single_process_group) -> None:
+    """Under use_dynamic_bsz verl's forward_backward_batch reorders the rows into micro-batches by
+    token count ([1, 2, 5] and [0, 3, 4] here): a selection drawn from the generator (random,
+    clip_cov, the tie keys of a ranking: one per token id with unit=token_id) is the one of the
+    mini-batch in its own row order, with its groups, as with fixed-size micro-batches or ict
+    train, not of the reordered rows (0.18 off in the gradient for random, before)."""
+    from verl.workers.engine.utils import prepare_micro_batches
+
+    batch, model, config = make_batch(), ToyLM(), actor_config(spec)
+    data, fsdp = micro_batch(batch, True, v1=v1), _dynamic_engine(model, single_process_group)
+    if v1:
+        data["loss_mask"] = data["response_mask"]  # v1's agent loop writes it
+    tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=22)
+    _, rows = prepare_micro_batches(data, dp_group=single_process_group)
+    assert rows == [[1, 2, 5], [0, 3, 4]]  # verl's token-balanced split reorders the rows
+    ict_verl._selections.update(step=-1, index=0)
+    fsdp.forward_backward_batch(data, partial(ppo_loss, config=config))
+    assert "ict_row" not in data.keys()  # the scoring pass's row tag is removed again
+    generator = torch.Generator().manual_seed(ict_verl.selection_seed(0, 0, 0))
+    _, expected_grad, _ = reference_loss(spec, generator=generator)
+    assert torch.allclose(model.token.grad, expected_grad, atol=1e-6, rtol=0)
 
 
 TWO_RANK_SPECS = [("ict:ratio=0.3", "token-mean"), ("ict:reference=group_mean,ratio=0.3", "token-mean"),
@@ -151,3 +190,75 @@ def test_dr_grpos_length_is_the_mini_batchs_width_however_v1_splits_it(spec, mic
     # the reference pads the responses to the longest of all six, 5: its L
     _, expected_grad, _ = reference_loss(spec, "seq-mean-token-sum-norm", response_lengths=TWO_RANK_LENGTHS)
     assert torch.allclose(model.token.grad, expected_grad, atol=1e-6, rtol=0)
+
+
+def _dynamic_rank_main(rank: int, world: int, store: str, out: str) -> None:
+    """One data-parallel rank of verl v1 (its whole group, its own response width) training on
+    micro-batches cut by verl's token budget, which reorders its rows; gradients averaged over the
+    ranks as FSDP does. Saves each rank's micro-batch rows and rank 0 the gradient."""
+    import verl.utils.seqlen_balancing as balancing
+    import verl.workers.engine.fsdp.transformer_impl as fsdp_impl
+    from verl.workers.engine.utils import prepare_micro_batches
+
+    torch.set_num_threads(1)
+    fsdp_impl.get_device_id = fsdp_impl.get_device_name = balancing.get_device_name = lambda: "cpu"
+    torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        group, model = torch.distributed.group.WORLD, ToyLM()
+        batch = make_batch(response_lengths=TWO_RANK_LENGTHS)
+        data = micro_batch(batch, True, rows=v1_rank_rows(world)[rank], dp_size=world, v1=True)
+        data["loss_mask"] = data["response_mask"]  # v1's agent loop writes it
+        tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=12)
+        split = prepare_micro_batches(data, dp_group=group)[1]
+        ict_verl._selections.update(step=-1, index=0)
+        _dynamic_engine(model, group, world).forward_backward_batch(
+            data, partial(ppo_loss, config=actor_config("random:ratio=0.3")))
+        torch.distributed.all_reduce(model.token.grad)
+        torch.save((split, model.token.grad / world), f"{out}.{rank}")
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_ranks_with_dynamic_batch_sizes_draw_the_selection_of_the_rows_in_order(tmp_path) -> None:
+    """2 gloo processes, v1's whole-group shares, use_dynamic_bsz: each rank's rows go back to
+    their share's order before the gather, so the random mask is the whole mini-batch's in order
+    and the FSDP-averaged gradient is its loss's (a budget of 12 tokens: 3 micro-batches a rank)."""
+    out = tmp_path / "dynamic.pt"
+    torch.multiprocessing.spawn(_dynamic_rank_main, args=(2, str(tmp_path / "store"), str(out)), nprocs=2)
+    (split0, grad), (split1, _) = torch.load(f"{out}.0"), torch.load(f"{out}.1")
+    assert (split0, split1) == ([[1], [2], [0]], [[0], [2], [1]])  # verl's split reorders both shares
+    generator = torch.Generator().manual_seed(ict_verl.selection_seed(0, 0, 0))
+    _, expected_grad, _ = reference_loss("random:ratio=0.3", generator=generator, response_lengths=TWO_RANK_LENGTHS)
+    assert torch.allclose(grad, expected_grad, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("loss_agg_mode", ["token-mean", "seq-mean-token-mean"])
+def test_verls_entropy_bonus_and_kl_loss_are_its_own_under_ict(loss_agg_mode, single_process_group) -> None:
+    """verl's ppo_loss adds its entropy bonus (entropy_coeff) and KL loss (use_kl_loss) over all
+    response tokens with its loss_agg_mode, whatever ict selects (the module docstring): their part
+    of the gradient (with them minus without) is the one of verl's own vanilla loss, here with an
+    entropy:ratio=0.2 selection over two token-budget micro-batches."""
+    from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
+
+    def regularisers_grad(policy: object) -> torch.Tensor:
+        grads = []
+        for on in (True, False):
+            config = FSDPActorConfig(
+                strategy="fsdp", rollout_n=GROUP, ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=6,
+                clip_ratio_low=0.2, clip_ratio_high=0.28, loss_agg_mode=loss_agg_mode, policy_loss=policy,
+                entropy_coeff=0.05 if on else 0.0, use_kl_loss=on, kl_loss_coef=0.3, kl_loss_type="low_var_kl")
+            model = ToyLM()
+            data = micro_batch(make_batch(), True)
+            data["ref_log_prob"] = data["old_log_probs"] - 0.3
+            tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=22)
+            ict_verl._selections.update(step=-1, index=0)
+            _dynamic_engine(model, single_process_group).forward_backward_batch(data, partial(ppo_loss, config=config))
+            grads.append(model.token.grad.clone())
+        return grads[0] - grads[1]
+
+    expected = regularisers_grad(VerlPolicyLossConfig(loss_mode="vanilla"))
+    ours = regularisers_grad(ict_verl.ICTPolicyLossConfig(loss_mode="ict", ict_selector="entropy:ratio=0.2",
+                                                          ict_full_token_warmup_steps=0))
+    assert float(expected.abs().max()) > 0.1
+    torch.testing.assert_close(ours, expected, atol=1e-6, rtol=0)

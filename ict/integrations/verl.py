@@ -25,11 +25,13 @@ How it plugs in (no verl file is changed or copied):
   ``t`` of every completion is column ``t``: group positions survive remove-padding), and
   :func:`ict.core.stats.token_statistics` reads those rows in place (``row_index``) to compute
   log-probs, entropy, Renyi-2 and the selector's JS scores without gradient, at the rollout
-  temperature (:mod:`ict.integrations.verl_selection`). ``group_mean`` groups are the rows with
-  equal verl ``uid`` (the ``rollout.n`` completions of one prompt). A row is finished (the
-  absorbing references' end rows) when its whole response, tool results included, ends before
-  the response cap: verl's ``response_mask`` is 0 on multi-turn tool results, so it alone would
-  read a row cut by the cap inside a tool result as finished
+  temperature in float32 (:mod:`ict.integrations.verl_selection`); the selectors read verl's
+  log-probs instead of ict's, those of its loss and ``old_log_probs`` (verl scales bf16 logits by
+  the temperature in bf16), so the ratio and probabilities they see are the loss's. ``group_mean``
+  groups are the rows with equal verl ``uid`` (the ``rollout.n`` completions of one prompt). A
+  row is finished (the absorbing references' end rows) when its whole response, tool results
+  included, ends before the response cap: verl's ``response_mask`` is 0 on multi-turn tool
+  results, so it alone would read a row cut by the cap inside a tool result as finished
   (:func:`ict.integrations.verl_selection.response_rows`).
 - Whole groups under verl's v1 trainer: v1 balances single sequences across the data-parallel
   ranks (``PPOTrainer._balance_batch``), which splits a prompt's completions. The
@@ -50,7 +52,8 @@ How it plugs in (no verl file is changed or copied):
   no-grad forward per mini-batch, like ``ict train``'s scoring pass), selects once on the gathered
   mini-batch, then runs the training pass, whose micro-batches take their rows of that selection.
   Randomised selectors get one generator seeded identically on every rank and after a resume
-  (:func:`selection_seed` of the training step, read from the actor's LR scheduler).
+  (:func:`selection_seed` of the training step, read from the actor's LR scheduler), and draw on
+  the mini-batch's rows in its own order (``use_dynamic_bsz`` reorders them into micro-batches).
 - Loss: verl's unchanged ``ppo_loss`` calls ``get_policy_loss_fn("ict")``, i.e.
   :func:`compute_policy_loss_ict`, with verl's differentiable ``log_prob``; it takes the
   selection of this micro-batch and returns :func:`ict.core.loss.policy_loss` (one implementation of
@@ -133,6 +136,7 @@ from ict.core.stats import (
 from ict.integrations.verl_selection import (  # noqa: F401 (also this module's API, as before the split)
     AGGREGATIONS,
     DEFAULT_SELECTOR,
+    ROW_KEY,
     V1_OVERRIDE,
     MicroBatchScores,
     MicroBatchSelection,
@@ -327,7 +331,10 @@ def _prepare_model_outputs(self: Any, output: Any, output_args: Any, micro_batch
         rows = rows[: rows.shape[0] - pad_size]
     else:
         rows, packed_to_row = _packed_rows(logits, micro_batch)
-    scores = score_micro_batch(rows, micro_batch, actor_config, packed_to_row)
+    log_probs = model_output.get("log_probs")  # verl's, which its loss reads: [nnz] or nested
+    if log_probs is not None and log_probs.is_nested:
+        log_probs = log_probs.values()
+    scores = score_micro_batch(rows, micro_batch, actor_config, packed_to_row, log_probs)
     if scoring:
         _scored.append(scores)
     else:  # the micro-batch is the whole mini-batch share of this rank
@@ -353,8 +360,10 @@ def _forward_backward_batch(self: Any, data: Any, loss_function: Any, forward_on
         return _original_forward_backward_batch(self, data, loss_function, forward_only)
     _scored.clear()
     _queue.clear()
+    tu.assign_non_tensor_stack(data, ROW_KEY, list(range(len(data))))  # dynamic bsz reorders rows
     try:
         _original_forward_backward_batch(self, data, partial(_score_only, config=actor_config), True)
+        tu.pop(data, ROW_KEY)
         _queue.extend(select_mini_batch(_scored, actor_config, self.get_data_parallel_group(),
                                         training_step(self)))
         _scored.clear()
@@ -363,6 +372,7 @@ def _forward_backward_batch(self: Any, data: Any, loss_function: Any, forward_on
             raise RuntimeError(f"ict: {len(_queue)} selected micro-batches were not trained on")
         return output
     finally:
+        tu.pop(data, ROW_KEY)
         _scored.clear()
         _queue.clear()
 

@@ -33,6 +33,9 @@ from ict.integrations import parse_token_selector
 # the hydra override that imports this module in every Ray process, verl's trainer included
 V1_OVERRIDE = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=ict.integrations.verl"
 DEFAULT_SELECTOR = "ict"  # ICTPolicyLossConfig.ict_selector's default: the paper's recipe
+# the scoring pass's tag of each row with its position in the rank's mini-batch share: verl's
+# use_dynamic_bsz reorders the rows into micro-batches, and the selection takes them back in order
+ROW_KEY = "ict_row"
 # verl's loss_agg_mode -> ict.core.loss aggregation
 AGGREGATIONS = {
     "token-mean": "token_mean",
@@ -96,6 +99,7 @@ class MicroBatchScores:
     token_ids: Tensor
     uids: list[Any]
     global_batch_size: int | None  # rows of the whole mini-batch over all ranks (verl's)
+    positions: list[int] | None = None  # the rows' places in the rank's share (ROW_KEY); None: as is
 
 
 @dataclass
@@ -209,12 +213,17 @@ def _selector(actor_config: Any) -> tuple[str, dict[str, Any]]:
 
 
 def score_micro_batch(
-    logits: Tensor, micro_batch: Any, actor_config: Any, packed_to_row: Tensor | None = None
+    logits: Tensor, micro_batch: Any, actor_config: Any, packed_to_row: Tensor | None = None,
+    log_probs: Tensor | None = None,
 ) -> MicroBatchScores:
     """ict's statistics of one micro-batch's responses (no gradient).
 
     ``logits`` ``[R, V]``: the actor's logits, one row per packed token (``packed_to_row [nnz]``
-    maps packed token ``k`` to its row; ``None``: row ``k``). ``micro_batch`` is verl's
+    maps packed token ``k`` to its row; ``None``: row ``k``). ``log_probs`` ``[nnz]``: verl's
+    packed log-probs of the sampled tokens, which its loss reads (and its ``old_log_probs`` come
+    from): they replace ict's own in the statistics, so that a selector reads the loss's ratio and
+    probabilities (verl scales bf16 logits by the temperature in bf16, ict in float32: 0.1 nats
+    apart at logits of standard deviation 3); ``None``: ict's own. ``micro_batch`` is verl's
     TensorDict (``responses``, ``response_mask``, ``advantages``, ``old_log_probs``, ``uid``,
     ``temperature``, ``prompts`` / ``attention_mask`` or nested ``input_ids``). The absorbing
     references' finished rows are those of :func:`response_rows` (tool results count as response).
@@ -223,9 +232,8 @@ def score_micro_batch(
     references = required_js_references(name, options)
     device = logits.device
     num_packed = packed_to_row.numel() if packed_to_row is not None else logits.shape[0]
-    index, finished = response_rows(micro_batch, num_packed, device)
-    if packed_to_row is not None:
-        index = packed_to_row[index]
+    packed, finished = response_rows(micro_batch, num_packed, device)
+    index = packed if packed_to_row is None else packed_to_row[packed]
     rows, length = index.shape
     response_mask = _padded(micro_batch["response_mask"], length).bool().to(device)
     token_ids = _padded(micro_batch["responses"], length).to(device)
@@ -242,12 +250,16 @@ def score_micro_batch(
                                  row_index=torch.where(response_mask, index, torch.zeros_like(index)),
                                  tile_size=parse_tile_size(actor_config.policy_loss.get("ict_stats_tile_size",
                                                                                         "auto")))
+    if log_probs is not None:  # the loss's log-probs, at verl's response positions
+        stats = TokenStatistics(log_probs.detach().float()[packed].masked_fill(~response_mask, 0),
+                                stats.entropy, stats.renyi2, stats.js_scores)
     total = tu.get_non_tensor_data(data=micro_batch, key="global_batch_size", default=None)
     return MicroBatchScores(
         stats=stats, response_mask=response_mask, token_ids=token_ids, uids=uids,
         advantages=_padded(micro_batch["advantages"], length).to(device=device, dtype=torch.float32),
         old_log_probs=_padded(micro_batch["old_log_probs"], length).to(device=device, dtype=torch.float32),
-        global_batch_size=None if total is None else int(total))
+        global_batch_size=None if total is None else int(total),
+        positions=tu.get(micro_batch, ROW_KEY))
 
 
 def _partial_groups(what: str, expected: int, where: str) -> str:
@@ -256,6 +268,15 @@ def _partial_groups(what: str, expected: int, where: str) -> str:
     return (f"{what} need whole groups ({expected} rows per uid) in each {where}: set actor.shuffle=False, "
             "actor.use_dynamic_bsz=False, ppo_micro_batch_size_per_gpu a multiple of rollout.n, and load ict "
             f"in verl's trainer ({V1_OVERRIDE}; with trainer.use_v1=False: trainer.balance_batch=False)")
+
+
+def share_order(positions: list[int]) -> list[int]:
+    """The concatenated micro-batch rows in the order of the rank's mini-batch share:
+    ``positions[i]`` is the share position of row ``i``; returns ``order`` with
+    ``positions[order[k]] == k``."""
+    if sorted(positions) != list(range(len(positions))):
+        raise RuntimeError(f"ict: the micro-batches hold rows {sorted(positions)}, not each once")
+    return sorted(range(len(positions)), key=positions.__getitem__)
 
 
 def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
@@ -283,6 +304,11 @@ def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
     response_mask, token_ids = cat("response_mask"), cat("token_ids")
     uids = [uid for part in parts for uid in part.uids]
     rows = len(uids)
+    positions = None if any(part.positions is None for part in parts) else \
+        [position for part in parts for position in part.positions]
+    order = None if positions is None or positions == list(range(rows)) else share_order(positions)
+    if order is not None:  # the share's row order, whatever order the micro-batches hold it in
+        uids = [uids[row] for row in order]
     rank = torch.distributed.get_rank(dp_group) if world > 1 else 0
     if world > 1:
         counts = _all_gather(torch.tensor([rows], device=device), dp_group, world)
@@ -302,8 +328,12 @@ def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
         raise UsageError(_partial_groups(f"{name}'s scope=group ranking", group_size, "mini-batch"))
     columns = [stats.log_probs, stats.entropy, stats.renyi2, *(stats.js_scores[ref] for ref in references),
                response_mask.float(), cat("advantages"), cat("old_log_probs")]
+    columns = torch.stack(columns, dim=1)
+    if order is not None:
+        index = torch.tensor(order, device=device)
+        columns, token_ids = columns[index], token_ids[index]
     log_probs, entropy, renyi2, *js, all_mask, advantages, old_log_probs = \
-        _all_gather(torch.stack(columns, dim=1), dp_group, world).unbind(dim=1)
+        _all_gather(columns, dp_group, world).unbind(dim=1)
     all_mask = all_mask.bool()
 
     generator = torch.Generator(device=device).manual_seed(
@@ -323,6 +353,8 @@ def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
     for part in parts:
         own = slice(start, start + len(part.uids))
         start = own.stop
+        if order is not None:  # the part's rows, in the share's order
+            own = torch.tensor(part.positions, device=device) + rank * rows
         part_length = part.response_mask.shape[1]
         mask = selection.mask[own, :part_length]
         penalty = None if selection.kl_penalty is None else selection.kl_penalty[own, :part_length]
