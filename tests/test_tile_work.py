@@ -13,6 +13,9 @@ from stats_references import hidden_batch
 
 from ict.core.stats import token_statistics, token_statistics_from_hidden
 
+VIEWS = frozenset({"slice", "view", "select", "unsqueeze", "expand", "alias", "t", "as_strided", "unbind"})
+"""Operators that only view a tensor (no device work)."""
+
 
 def _row_casts(weight: torch.Tensor):
     """A label: the shape of each cast of float32 ``[n, d]`` rows (hidden states, gathered or
@@ -75,7 +78,7 @@ def test_each_pass_casts_each_token_tiles_hidden_states_once(gradient_rows, refe
 
 
 @pytest.mark.parametrize("gradient_rows", ["all", "some", "none"])
-def test_the_backward_casts_its_first_head_slice_before_its_sync(gradient_rows):
+def test_the_backward_casts_its_first_head_slice_before_its_sync(gradient_rows, monkeypatch):
     """The forward queues the first vocabulary slice's cast before the row layout reads its rows
     back, and the backward before `rows_with_gradient` reads their count (on a GPU the cast runs
     while the host waits, and the first product follows the sync sooner); the backward casts each
@@ -87,14 +90,23 @@ def test_the_backward_casts_its_first_head_slice_before_its_sync(gradient_rows):
     def label(name, args, result):  # the head's casts and the reads
         return "read" if name in READS else weight_casts(name, args, result)
 
+    log = OperatorLog(label)
+    tolist = torch.Tensor.tolist
+
+    def read_back(tensor):  # a CPU tensor answers .tolist() without the dispatcher
+        log.entries.append("read")
+        return tolist(tensor)
+
+    monkeypatch.setattr(torch.Tensor, "tolist", read_back)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        with OperatorLog(label) as log:
+        with log:
             stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 1.0, tile_size=(5, 7),
                                                  backend="torch")
         assert log.entries[:2] == [(7, weight.shape[1]), "read"], log.entries  # the forward's too (the row layout's)
         scale = {"all": torch.ones(mask.shape), "some": (torch.arange(mask.shape[1]) % 2).float().expand(mask.shape),
                  "none": torch.zeros(mask.shape)}[gradient_rows]
-        with OperatorLog(label) as log:
+        log = OperatorLog(label)
+        with log:
             (stats.log_probs * scale).sum().backward()
     vocab, events = weight.shape[0], log.entries
     assert events[:2] == [(7, weight.shape[1]), "read"], events
@@ -430,3 +442,67 @@ def test_statistics_over_every_position_are_returned_without_a_scatter():
         assert torch.allclose(stats.log_probs.double(), reference * mask, atol=1e-5)
         assert torch.equal(stats.log_probs[~mask], torch.zeros(int((~mask).sum())))
         assert torch.allclose(leaf.grad.double(), reference_hidden.grad, atol=1e-5)
+
+
+def test_the_row_layout_reads_three_counts_from_one_sum(monkeypatch):
+    """Before the row layout's one read, the forward queues one reduction over three ``[B, T]``
+    flags: the response positions, those holding an id outside ``[0, V)``, and those the gradient
+    mask marks (6 operators; each count was a sum of its own, with 12 operators before the read).
+    The layout holds the mask's rows, and the backward's gradient reaches the marked rows alone:
+    float64's gradient there, zero elsewhere."""
+    hidden, weight, _, token_ids, mask = hidden_batch(15, batch=5, length=6, width=4, vocab=13, bias=False)
+    hidden = hidden.requires_grad_()
+    marked = mask & (torch.arange(6) % 3 != 1)
+    tolist = torch.Tensor.tolist
+    log = OperatorLog(lambda name, args, result: None if name in VIEWS else name)
+
+    def read_back(tensor):  # a CPU tensor answers .tolist() without the dispatcher
+        log.entries.append("read")
+        return tolist(tensor)
+
+    monkeypatch.setattr(torch.Tensor, "tolist", read_back)
+    with log:
+        stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 1.0, tile_size=(4, 5),
+                                             backend="torch", gradient_mask=marked)
+    monkeypatch.undo()
+    assert log.entries[:log.entries.index("read")] == ["clamp", "ne", "bitwise_and", "bitwise_and", "stack", "sum"]
+    assert log.entries.count("read") == 1
+    (stats.log_probs * marked).sum().backward()
+    reference = hidden.detach().double().requires_grad_()
+    log_p = torch.log_softmax(reference @ weight.double().T, -1).gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)
+    (log_p * marked).sum().backward()
+    assert torch.allclose(hidden.grad.double(), reference.grad, atol=1e-5)
+    assert torch.equal(hidden.grad[~marked], torch.zeros(int((~marked).sum()), 4))
+    assert torch.allclose(stats.log_probs.double()[mask], log_p[mask], atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_the_statistics_are_finished_where_they_are_returned(backend):
+    """The rows' log-normaliser, entropy, Renyi-2 and log-prob are each computed into the tensor
+    the call returns: of the finish's ``[N]`` copies only the maxima's is left (there were 5), and
+    the 5 accumulators are rows of one buffer, filled twice (5 fills); the values are float64's,
+    over 3 vocabulary tiles and 2 token tiles."""
+    if backend == "triton":
+        pytest.importorskip("triton")
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("the Triton kernels run on a CPU only under TRITON_INTERPRET=1")
+    hidden, weight, lm_bias, token_ids, mask = hidden_batch(16, batch=3, length=5, width=4, vocab=21)
+    rows = int(mask.sum())
+
+    def label(name, args, result):
+        if name == "copy_" and tuple(args[0].shape) == (rows,):
+            return "copy"
+        if name in ("full", "fill_", "zero_") and isinstance(result, torch.Tensor) and result.numel() >= rows:
+            return "fill"
+        return None
+    log = OperatorLog(label)
+    with log:
+        stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 0.8, lm_head_bias=lm_bias,
+                                             tile_size=(-(-rows // 2), 8), backend=backend)
+    assert log.entries == ["fill", "fill", "copy"], log.entries
+    logits = (hidden.double() @ weight.double().T + lm_bias.double()) / 0.8
+    log_p = torch.log_softmax(logits, -1)
+    p = log_p.exp()
+    for name, expected in (("log_probs", log_p.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)),
+                           ("entropy", -(p * log_p).sum(-1)), ("renyi2", -(p * p).sum(-1).log())):
+        assert torch.allclose(getattr(stats, name).double()[mask], expected[mask], atol=2e-5), name

@@ -163,21 +163,21 @@ def _tiles(num_rows: int, tokens: int) -> list[Tile]:
     return [Tile(slice(start, end), None) for start, end in chunks(num_rows, tokens)]
 
 
-def _outside_vocabulary(mask: Tensor, token_ids: Tensor | None, vocab_size: int | None) -> Tensor:
-    """How many response positions hold a token id outside ``[0, V)`` (a 0-d count, no sync; 0
-    when no ids are given): read with the layout's sizes, and refused by :func:`_refuse_outside`."""
-    if token_ids is None or vocab_size is None:
-        return torch.zeros((), dtype=torch.long, device=mask.device)
-    token_ids = token_ids.to(mask.device)
-    return (((token_ids < 0) | (token_ids >= vocab_size)) & mask).sum()
-
-
-def _gradient_count(mask: Tensor, gradient_mask: Tensor | None) -> Tensor:
-    """How many response positions ``gradient_mask`` marks (a 0-d count, no sync; 0 without one):
-    read with the layout's sizes (:meth:`RowOrder.with_gradient_rows`)."""
-    if gradient_mask is None:
-        return torch.zeros((), dtype=torch.long, device=mask.device)
-    return (gradient_mask.to(mask.device).bool() & mask).sum()
+def _layout_counts(mask: Tensor, token_ids: Tensor | None, vocab_size: int | None,
+                   gradient_mask: Tensor | None) -> Tensor:
+    """``[rows, outside, marked]``, long ``[3]`` and no sync: how many positions of ``mask`` (bool
+    ``[B, T]``) are response positions, how many of those hold a token id outside ``[0, V)`` (0
+    without ids; refused by :func:`_refuse_outside`), and how many ``gradient_mask`` marks (0
+    without one; :meth:`RowOrder.with_gradient_rows`). One sum over the three flags, read back
+    with the layout's sizes."""
+    outside = marked = None
+    if token_ids is not None and vocab_size is not None:
+        token_ids = token_ids.to(mask.device)
+        outside = token_ids.clamp(0, vocab_size - 1).ne(token_ids) & mask
+    if gradient_mask is not None:
+        marked = gradient_mask.to(mask.device).bool() & mask
+    flags = [torch.zeros_like(mask) if flag is None else flag for flag in (outside, marked)]
+    return torch.stack([mask, *flags]).flatten(1).sum(dim=1)
 
 
 def _refuse_outside(count: int, vocab_size: int | None) -> None:
@@ -193,13 +193,8 @@ def sequence_order(response_mask: Tensor, tokens: int, token_ids: Tensor | None 
     position whose id is outside ``[0, V)`` is a ValueError. One device sync (the rows' count, that
     check and the gradient mask's count, read together)."""
     mask = response_mask.bool()
-    outside = _outside_vocabulary(mask, token_ids, vocab_size)
-    if gradient_mask is None:
-        num_rows, marked = int(torch.where(outside > 0, -outside, mask.sum()).item()), 0  # one read: minus the ids outside
-    else:
-        num_rows, marked = torch.stack([torch.where(outside > 0, -outside, mask.sum()),
-                                        _gradient_count(mask, gradient_mask)]).tolist()
-    _refuse_outside(max(0, -num_rows), vocab_size)
+    num_rows, outside, marked = _layout_counts(mask, token_ids, vocab_size, gradient_mask).tolist()
+    _refuse_outside(outside, vocab_size)
     batch_index, time_index = nonzero_given_count(mask, num_rows).unbind(-1)
     order = RowOrder(batch_index, time_index, _tiles(batch_index.numel(), tokens),
                      dense=batch_index.numel() == response_mask.numel())
@@ -246,9 +241,9 @@ def group_order(response_mask: Tensor, token_ids: Tensor, group_ids: Tensor, fin
                           mask.flatten().long())
     last, done = response_ends(mask, finished)
     done_per_group = torch.zeros(batch_size, dtype=torch.long, device=device).index_add_(0, rank, done.long())
-    num_rows, num_blocks, num_done, width, outside, marked = torch.stack(
-        [mask.sum(), (block_rows > 0).sum(), done.sum(), done_per_group.max(),
-         _outside_vocabulary(mask, token_ids, vocab_size), _gradient_count(mask, gradient_mask)]).tolist()
+    num_rows, outside, marked, num_blocks, num_done, width = torch.cat(
+        [_layout_counts(mask, token_ids, vocab_size, gradient_mask),
+         torch.stack([(block_rows > 0).sum(), done.sum(), done_per_group.max()])]).tolist()
     _refuse_outside(outside, vocab_size)
     batch_index, time_index = nonzero_given_count(mask, num_rows).unbind(-1)
     key = time_index * batch_size + rank[batch_index]

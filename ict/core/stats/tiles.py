@@ -390,12 +390,11 @@ class _Run:
     def _finish_statistics(self, part: slice) -> None:
         """The rows' statistics from their folded state, once every vocabulary tile is folded."""
         view = self.state.view(part)
-        log_total = view.log_total()  # once, for the entropies and the log-probs
+        log_total = view.log_total(out=self.log_total[part])  # once, for the entropies and the log-probs
         self.maximum[part] = view.maximum
-        self.log_total[part] = log_total
-        self.entropy[part] = view.entropy(log_total)
-        self.renyi2[part] = view.renyi2(log_total)
-        self.token_log_probs[part] = (view.target - view.maximum) - log_total
+        view.entropy(log_total, out=self.entropy[part])  # each written where it is returned: no copies
+        view.renyi2(log_total, out=self.renyi2[part])
+        torch.sub(view.target, view.maximum, out=self.token_log_probs[part]).sub_(log_total)
 
     def scores(self, temperature: float) -> dict[str, Tensor]:
         """Every score asked for, ``[N]`` each, keyed by score key (``seq_mean`` takes a pass of its own)."""

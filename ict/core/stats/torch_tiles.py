@@ -43,27 +43,34 @@ class RowState:
 
     @staticmethod
     def empty(num_rows: int, device: torch.device) -> RowState:
-        def full(value: float) -> Tensor:
-            return torch.full((num_rows,), value, dtype=torch.float32, device=device)
-
-        return RowState(full(float("-inf")), full(0.0), full(0.0), full(0.0), full(float("-inf")))
+        """Maxima and target logits at -inf, sums at 0: rows of one ``[5, n]`` buffer, two fills."""
+        rows = torch.full((5, num_rows), float("-inf"), dtype=torch.float32, device=device)
+        rows[1:4].zero_()
+        return RowState(*rows.unbind())
 
     def view(self, part: slice) -> RowState:
         return RowState(self.maximum[part], self.total[part], self.shifted[part], self.square[part],
                         self.target[part])
 
-    def log_total(self) -> Tensor:
-        return self.total.log()
+    def log_total(self, out: Tensor | None = None) -> Tensor:
+        """``log s`` (into ``out`` when given: no copy)."""
+        return torch.log(self.total, out=out) if out is not None else self.total.log()
 
-    def entropy(self, log_total: Tensor | None = None) -> Tensor:
-        """``H = log s - a / s``; ``log_total``: :meth:`log_total` when already computed."""
+    def entropy(self, log_total: Tensor | None = None, out: Tensor | None = None) -> Tensor:
+        """``H = log s - a / s``; ``log_total``: :meth:`log_total` when already computed; into
+        ``out`` when given (the same bits, no copy)."""
         log_total = self.total.log() if log_total is None else log_total
-        return (log_total - self.shifted / self.total).clamp_(min=0.0)
+        if out is None:
+            return (log_total - self.shifted / self.total).clamp_(min=0.0)
+        return torch.sub(log_total, torch.div(self.shifted, self.total, out=out), out=out).clamp_(min=0.0)
 
-    def renyi2(self, log_total: Tensor | None = None) -> Tensor:
-        """``H2 = 2 log s - log q``; ``log_total``: :meth:`log_total` when already computed."""
+    def renyi2(self, log_total: Tensor | None = None, out: Tensor | None = None) -> Tensor:
+        """``H2 = 2 log s - log q``; ``log_total``: :meth:`log_total` when already computed; into
+        ``out`` when given (the same bits, no copy)."""
         log_total = self.total.log() if log_total is None else log_total
-        return (2.0 * log_total - self.square.log()).clamp_(min=0.0)
+        if out is None:
+            return (2.0 * log_total - self.square.log()).clamp_(min=0.0)
+        return torch.mul(log_total, 2.0, out=out).sub_(self.square.log()).clamp_(min=0.0)
 
 
 def scaled(tile: Tensor, temperature: float, overwrite: bool = False) -> Tensor:
