@@ -534,3 +534,39 @@ def test_the_kv_cache_tokens_docs_scaling_quotes_for_a_gib_are_the_offline_defau
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     per_token = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * head_dim * 4
     assert abs(2**30 / per_token / int(quoted[1].replace(",", "")) - 1) < 0.05, 2**30 / per_token
+
+
+def test_the_draws_docs_evaluation_says_training_shares_with_an_rg_set_are_reasoning_gyms():
+    """docs/evaluation.md: problem i of a reasoning-gym set of seed s is the draw s + i, so
+    `ict train --seed s` (draws s .. s + dataset_size - 1) and an `rg:` evaluation set (seed
+    1_000_003) share draws, question for question, once s + dataset_size > 1_000_003. The docs said
+    before that training seeds below 1_000_000 kept them apart: `--seed 999999` trains on all 200
+    (4-term sums of 4-digit numbers here, so that no two draws ask one question by chance)."""
+    from ict.data.benchmarks import (
+        REASONING_GYM_DEFAULT_SIZE,
+        REASONING_GYM_EVAL_SEED,
+        load_benchmark,
+    )
+    from ict.data.training_data import load_training_data
+    from ict.training.config import TrainConfig
+
+    evaluation = _flat("docs/evaluation.md")
+    assert (f"other draws than an evaluation set's while `s + dataset_size <= {REASONING_GYM_EVAL_SEED:_}`"
+            in evaluation), "docs/evaluation.md's sentence on the draws changed: update this test"
+    quoted = re.search(r"at `--seed (\d+)` the ([\d,]+) draws hold all (\d+) of `size=\d+` again", evaluation)
+    assert quoted, "docs/evaluation.md's example seed changed: update this test"
+    seed, draws, held = int(quoted[1]), int(quoted[2].replace(",", "")), int(quoted[3])
+    assert (draws, held) == (TrainConfig.dataset_size, REASONING_GYM_DEFAULT_SIZE)
+    assert seed <= REASONING_GYM_EVAL_SEED and REASONING_GYM_EVAL_SEED + held <= seed + draws
+    assert seed < 1_000_000  # what the docs called a training seed before
+
+    task = {"min_terms": 4, "max_terms": 4, "min_digits": 4, "max_digits": 4}
+    name = "rg:chain_sum:" + ":".join(f"{key}={value}" for key, value in task.items()) + ":size=3"
+    questions = [problem.question for problem in load_benchmark(name).problems]
+    size = 5
+    for start, shared in ((REASONING_GYM_EVAL_SEED - size, []),            # draws ..., 1_000_002
+                          (REASONING_GYM_EVAL_SEED - size + 2, [(3, 0), (4, 1)])):  # ..., 1_000_004
+        train = load_training_data("chain_sum", dataset_config=task, dataset_size=size, seed=start).train
+        trained = [problem.prompt for problem in train]
+        assert [(i, j) for i, text in enumerate(trained) for j, question in enumerate(questions)
+                if text == question] == shared, start
