@@ -570,3 +570,26 @@ def test_the_draws_docs_evaluation_says_training_shares_with_an_rg_set_are_reaso
         trained = [problem.prompt for problem in train]
         assert [(i, j) for i, text in enumerate(trained) for j, question in enumerate(questions)
                 if text == question] == shared, start
+
+
+def test_the_quick_start_comparisons_train_into_a_directory_of_their_own():
+    """The README's and docs/evaluation.md's `ict compare` example trained into results/cpu-main,
+    the committed first comparison: run as written it reused (and re-graded in place) the
+    committed grpo, entropy and stapo runs, trained on the evaluation's questions before
+    2026-11-28, and trained `ict` and `random` under today's defaults beside them, for one report.
+    A training `ict compare` line of those two files names a directory that holds no committed
+    runs (the results notes' commands, which made those directories, are not examples)."""
+    import shlex
+
+    trained = []
+    for name in ("README.md", "docs/evaluation.md"):
+        for block in re.findall(r"^```\w*\n(.*?)^```", _doc_text(name), flags=re.S | re.M):
+            for line in block.splitlines():
+                if (match := re.search(r"\bict compare\b(.*)", line.split("#")[0])) is None:
+                    continue
+                words = shlex.split(match.group(1))
+                if "--output-dir" in words and not {"--report-only", "--eval-only"} & set(words):
+                    trained.append((name, words[words.index("--output-dir") + 1]))
+    assert {name for name, _ in trained} == {"README.md", "docs/evaluation.md"}, trained
+    committed = [(name, directory) for name, directory in trained if (ROOT / directory / "runs").exists()]
+    assert not committed, committed
