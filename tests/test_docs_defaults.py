@@ -593,3 +593,18 @@ def test_the_quick_start_comparisons_train_into_a_directory_of_their_own():
     assert {name for name, _ in trained} == {"README.md", "docs/evaluation.md"}, trained
     committed = [(name, directory) for name, directory in trained if (ROOT / directory / "runs").exists()]
     assert not committed, committed
+
+
+def test_ict_trains_help_states_icts_default_recipe_as_the_registry_holds_it():
+    """`ict train --help` said ICT's default was the paper's score alone and that "--preset paper
+    adds the rest of that reading": since issue 30 the rest (each response's top 10%, the
+    Sparse-GRPO loss, the 10-step warm-up) is ict's default, and the preset adds nothing to it.
+    The description states the default recipe with the registry's values."""
+    description = " ".join(_command_parsers()["train"].description.split())
+    options = SELECTORS["ict"].defaults
+    train = TRAIN_OPTION_DEFAULTS | method_train_options("ict")
+    assert (f"the top {options['ratio']:.0%} of each response" in description
+            and options["scope"] == "sequence" and options["reference"] == "group_mean_absorbing")
+    assert f"Sparse-GRPO loss ({train['aggregation']})" in description
+    assert f"a {train['full_token_warmup_steps']}-step full-token warm-up" in description
+    assert "--preset paper adds" not in description
