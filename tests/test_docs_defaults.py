@@ -608,3 +608,40 @@ def test_ict_trains_help_states_icts_default_recipe_as_the_registry_holds_it():
     assert f"Sparse-GRPO loss ({train['aggregation']})" in description
     assert f"a {train['full_token_warmup_steps']}-step full-token warm-up" in description
     assert "--preset paper adds" not in description
+
+
+def test_every_documented_plugin_line_trains_a_selector_the_docs_register(monkeypatch, tmp_path):
+    """`ict train --plugin my_selectors.py --method my_selector ...` (README, docs/training.md)
+    named a selector no snippet registers: saved as my_selectors.py, the README's snippet
+    registers `low_prob`, so the line was "unknown method". Each documented plugin line, with
+    the Python block of the docs that registers its method saved as my_selectors.py, builds its
+    configuration as `ict train` does (the selector's options checked)."""
+    import shlex
+
+    import ict.training.trainer
+    from ict.cli import main
+
+    blocks = {match[1]: block for name in ALL_DOCS
+              for block in re.findall(r"```python\n(.*?)```", (ROOT / name).read_text(), flags=re.S)
+              for match in re.finditer(r'@register_selector\("([\w-]+)"', block)}
+    lines = [shlex.split(match[1]) for name in ALL_DOCS for match in
+             re.finditer(r"\bict train (--plugin my_selectors\.py [^#\n]*)", _doc_text(name))]
+    assert len(lines) >= 2, lines
+    built = []
+    monkeypatch.setattr(ict.training.trainer, "train", built.append)
+    registry = dict(SELECTORS)
+    try:
+        for index, words in enumerate(lines):
+            words = [word for word in words if word != "..."]
+            method = words[words.index("--method") + 1]
+            assert method in blocks, (method, sorted(blocks))
+            (tmp_path / str(index)).mkdir()  # a plugin file loads once per process (by its path)
+            monkeypatch.chdir(tmp_path / str(index))
+            (tmp_path / str(index) / "my_selectors.py").write_text(blocks[method])
+            built.clear()
+            assert main(["train", *words]) == 0 and built[0].method == method, words
+            SELECTORS.clear()
+            SELECTORS.update(registry)
+    finally:
+        SELECTORS.clear()
+        SELECTORS.update(registry)
