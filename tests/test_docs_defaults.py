@@ -645,3 +645,24 @@ def test_every_documented_plugin_line_trains_a_selector_the_docs_register(monkey
     finally:
         SELECTORS.clear()
         SELECTORS.update(registry)
+
+
+def test_the_fields_of_a_samples_record_docs_evaluation_lists_are_the_ones_ict_eval_writes():
+    """docs/evaluation.md's list of a samples.jsonl record's fields left out `grading` and `chunk`,
+    which every record of `ict eval` carries (a resume reads both): the list, and the grading
+    settings it names, are those of `records_for_problem`'s records."""
+    from ict.answers.grading import Verdict
+    from ict.core.problems import Problem
+    from ict.evaluation.records import GRADING_KEYS, records_for_problem
+
+    listed = re.search(r"`samples.jsonl`: one line per completion: (.*?); \* `results.json`",
+                       _flat("docs/evaluation.md"))
+    assert listed, "docs/evaluation.md's samples.jsonl sentence changed: update this test"
+    text = re.sub(r"\([^()]*(?:\([^()]*\)[^()]*)*\)", "", listed[1])  # the parenthesised remarks out
+    fields = [field.strip().replace("extracted answer", "extracted") for field in text.split(",")]
+    grading = re.search(r"grading \(the settings its verdict was graded with: ([^)]*)\)", listed[1])
+    problem = Problem("2 + 2 =", "4", "math", benchmark="gsm8k", index=0, problem_id="0")
+    record, = records_for_problem(problem, ["4"], [1], [True], [Verdict(True, "4", "ok", 1.0)], greedy=False,
+                                  seed=0, grading={key: None for key in GRADING_KEYS}, chunk=(0, 1, 8))
+    assert fields == list(record), (fields, list(record))
+    assert grading and re.findall(r"`(\w+)`", grading[1]) == list(GRADING_KEYS)
