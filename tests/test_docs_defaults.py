@@ -534,3 +534,135 @@ def test_the_kv_cache_tokens_docs_scaling_quotes_for_a_gib_are_the_offline_defau
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     per_token = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * head_dim * 4
     assert abs(2**30 / per_token / int(quoted[1].replace(",", "")) - 1) < 0.05, 2**30 / per_token
+
+
+def test_the_draws_docs_evaluation_says_training_shares_with_an_rg_set_are_reasoning_gyms():
+    """docs/evaluation.md: problem i of a reasoning-gym set of seed s is the draw s + i, so
+    `ict train --seed s` (draws s .. s + dataset_size - 1) and an `rg:` evaluation set (seed
+    1_000_003) share draws, question for question, once s + dataset_size > 1_000_003. The docs said
+    before that training seeds below 1_000_000 kept them apart: `--seed 999999` trains on all 200
+    (4-term sums of 4-digit numbers here, so that no two draws ask one question by chance)."""
+    from ict.data.benchmarks import (
+        REASONING_GYM_DEFAULT_SIZE,
+        REASONING_GYM_EVAL_SEED,
+        load_benchmark,
+    )
+    from ict.data.training_data import load_training_data
+    from ict.training.config import TrainConfig
+
+    evaluation = _flat("docs/evaluation.md")
+    assert (f"other draws than an evaluation set's while `s + dataset_size <= {REASONING_GYM_EVAL_SEED:_}`"
+            in evaluation), "docs/evaluation.md's sentence on the draws changed: update this test"
+    quoted = re.search(r"at `--seed (\d+)` the ([\d,]+) draws hold all (\d+) of `size=\d+` again", evaluation)
+    assert quoted, "docs/evaluation.md's example seed changed: update this test"
+    seed, draws, held = int(quoted[1]), int(quoted[2].replace(",", "")), int(quoted[3])
+    assert (draws, held) == (TrainConfig.dataset_size, REASONING_GYM_DEFAULT_SIZE)
+    assert seed <= REASONING_GYM_EVAL_SEED and REASONING_GYM_EVAL_SEED + held <= seed + draws
+    assert seed < 1_000_000  # what the docs called a training seed before
+
+    task = {"min_terms": 4, "max_terms": 4, "min_digits": 4, "max_digits": 4}
+    name = "rg:chain_sum:" + ":".join(f"{key}={value}" for key, value in task.items()) + ":size=3"
+    questions = [problem.question for problem in load_benchmark(name).problems]
+    size = 5
+    for start, shared in ((REASONING_GYM_EVAL_SEED - size, []),            # draws ..., 1_000_002
+                          (REASONING_GYM_EVAL_SEED - size + 2, [(3, 0), (4, 1)])):  # ..., 1_000_004
+        train = load_training_data("chain_sum", dataset_config=task, dataset_size=size, seed=start).train
+        trained = [problem.prompt for problem in train]
+        assert [(i, j) for i, text in enumerate(trained) for j, question in enumerate(questions)
+                if text == question] == shared, start
+
+
+def test_the_quick_start_comparisons_train_into_a_directory_of_their_own():
+    """The README's and docs/evaluation.md's `ict compare` example trained into results/cpu-main,
+    the committed first comparison: run as written it reused (and re-graded in place) the
+    committed grpo, entropy and stapo runs, trained on the evaluation's questions before
+    2026-11-28, and trained `ict` and `random` under today's defaults beside them, for one report.
+    A training `ict compare` line of those two files names a directory that holds no committed
+    runs (the results notes' commands, which made those directories, are not examples)."""
+    import shlex
+
+    trained = []
+    for name in ("README.md", "docs/evaluation.md"):
+        for block in re.findall(r"^```\w*\n(.*?)^```", _doc_text(name), flags=re.S | re.M):
+            for line in block.splitlines():
+                if (match := re.search(r"\bict compare\b(.*)", line.split("#")[0])) is None:
+                    continue
+                words = shlex.split(match.group(1))
+                if "--output-dir" in words and not {"--report-only", "--eval-only"} & set(words):
+                    trained.append((name, words[words.index("--output-dir") + 1]))
+    assert {name for name, _ in trained} == {"README.md", "docs/evaluation.md"}, trained
+    committed = [(name, directory) for name, directory in trained if (ROOT / directory / "runs").exists()]
+    assert not committed, committed
+
+
+def test_ict_trains_help_states_icts_default_recipe_as_the_registry_holds_it():
+    """`ict train --help` said ICT's default was the paper's score alone and that "--preset paper
+    adds the rest of that reading": since issue 30 the rest (each response's top 10%, the
+    Sparse-GRPO loss, the 10-step warm-up) is ict's default, and the preset adds nothing to it.
+    The description states the default recipe with the registry's values."""
+    description = " ".join(_command_parsers()["train"].description.split())
+    options = SELECTORS["ict"].defaults
+    train = TRAIN_OPTION_DEFAULTS | method_train_options("ict")
+    assert (f"the top {options['ratio']:.0%} of each response" in description
+            and options["scope"] == "sequence" and options["reference"] == "group_mean_absorbing")
+    assert f"Sparse-GRPO loss ({train['aggregation']})" in description
+    assert f"a {train['full_token_warmup_steps']}-step full-token warm-up" in description
+    assert "--preset paper adds" not in description
+
+
+def test_every_documented_plugin_line_trains_a_selector_the_docs_register(monkeypatch, tmp_path):
+    """`ict train --plugin my_selectors.py --method my_selector ...` (README, docs/training.md)
+    named a selector no snippet registers: saved as my_selectors.py, the README's snippet
+    registers `low_prob`, so the line was "unknown method". Each documented plugin line, with
+    the Python block of the docs that registers its method saved as my_selectors.py, builds its
+    configuration as `ict train` does (the selector's options checked)."""
+    import shlex
+
+    import ict.training.trainer
+    from ict.cli import main
+
+    blocks = {match[1]: block for name in ALL_DOCS
+              for block in re.findall(r"```python\n(.*?)```", (ROOT / name).read_text(), flags=re.S)
+              for match in re.finditer(r'@register_selector\("([\w-]+)"', block)}
+    lines = [shlex.split(match[1]) for name in ALL_DOCS for match in
+             re.finditer(r"\bict train (--plugin my_selectors\.py [^#\n]*)", _doc_text(name))]
+    assert len(lines) >= 2, lines
+    built = []
+    monkeypatch.setattr(ict.training.trainer, "train", built.append)
+    registry = dict(SELECTORS)
+    try:
+        for index, words in enumerate(lines):
+            words = [word for word in words if word != "..."]
+            method = words[words.index("--method") + 1]
+            assert method in blocks, (method, sorted(blocks))
+            (tmp_path / str(index)).mkdir()  # a plugin file loads once per process (by its path)
+            monkeypatch.chdir(tmp_path / str(index))
+            (tmp_path / str(index) / "my_selectors.py").write_text(blocks[method])
+            built.clear()
+            assert main(["train", *words]) == 0 and built[0].method == method, words
+            SELECTORS.clear()
+            SELECTORS.update(registry)
+    finally:
+        SELECTORS.clear()
+        SELECTORS.update(registry)
+
+
+def test_the_fields_of_a_samples_record_docs_evaluation_lists_are_the_ones_ict_eval_writes():
+    """docs/evaluation.md's list of a samples.jsonl record's fields left out `grading` and `chunk`,
+    which every record of `ict eval` carries (a resume reads both): the list, and the grading
+    settings it names, are those of `records_for_problem`'s records."""
+    from ict.answers.grading import Verdict
+    from ict.core.problems import Problem
+    from ict.evaluation.records import GRADING_KEYS, records_for_problem
+
+    listed = re.search(r"`samples.jsonl`: one line per completion: (.*?); \* `results.json`",
+                       _flat("docs/evaluation.md"))
+    assert listed, "docs/evaluation.md's samples.jsonl sentence changed: update this test"
+    text = re.sub(r"\([^()]*(?:\([^()]*\)[^()]*)*\)", "", listed[1])  # the parenthesised remarks out
+    fields = [field.strip().replace("extracted answer", "extracted") for field in text.split(",")]
+    grading = re.search(r"grading \(the settings its verdict was graded with: ([^)]*)\)", listed[1])
+    problem = Problem("2 + 2 =", "4", "math", benchmark="gsm8k", index=0, problem_id="0")
+    record, = records_for_problem(problem, ["4"], [1], [True], [Verdict(True, "4", "ok", 1.0)], greedy=False,
+                                  seed=0, grading={key: None for key in GRADING_KEYS}, chunk=(0, 1, 8))
+    assert fields == list(record), (fields, list(record))
+    assert grading and re.findall(r"`(\w+)`", grading[1]) == list(GRADING_KEYS)

@@ -356,3 +356,28 @@ def test_the_tokens_texts_put_together_are_the_decoded_completion(name, ids):
     ids = [token % (len(_BytePieces.PIECES) if name == "bytes" else len(tokenizer)) for token in ids]
     strings = token_strings(tokenizer, ids)
     assert len(strings) == len(ids) and "".join(strings) == tokenizer.decode(ids)
+
+
+def test_the_terminal_view_shows_each_groups_prompt_above_its_first_completion():
+    """The terminal listed the completions of every prompt as #0, #1, ... with no prompt at all
+    (`ict inspect --samples ... --num-prompts 4 > view.txt`: 32 completions, no telling whose
+    they were), where docs/evaluation.md says each group is "shown under their prompt", as the
+    page shows it. Each group's prompt is printed once above its first completion: a new
+    prompt, or another seed's draw of the same prompt (a group of its own, `group_size` 2)."""
+    import io
+
+    from rich.console import Console
+
+    from ict.analysis.token_view import TokenView, print_view
+
+    def shown(view: TokenView) -> list[str]:
+        buffer = io.StringIO()
+        print_view(view, Console(file=buffer, force_terminal=False, width=200))
+        return [line for line in buffer.getvalue().splitlines() if line.startswith(("prompt:", "#"))]
+
+    tokens, scores, marks = [["a"]] * 4, [[0.5]] * 4, {"ict": [[True]] * 4}
+    by_prompt = TokenView(["P one\x1b", "P one\x1b", "P two", "P two"], tokens, scores, marks, "js", 0.0, {}, {})
+    assert shown(by_prompt) == ["prompt: P one\\x1b", "#0: a", "#1: a", "prompt: P two", "#2: a", "#3: a"]
+    by_seed = TokenView(["P"] * 4, tokens, scores, marks, "js", 0.0, {}, {}, seeds=[0, 0, 1, 1], group_size=2)
+    assert shown(by_seed) == ["prompt: P", "#0 (seed 0): a", "#1 (seed 0): a",
+                              "prompt: P", "#2 (seed 1): a", "#3 (seed 1): a"]

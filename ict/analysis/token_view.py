@@ -168,6 +168,15 @@ def completion_labels(view: TokenView) -> list[str]:
             for index in range(len(view.tokens))]
 
 
+def group_starts(view: TokenView) -> list[bool]:
+    """Per completion, whether it is the first of its group, the one its prompt is shown above:
+    every ``group_size``-th, or (``group_size`` 0) where the prompt changes. Another seed's draw of
+    a prompt, or another problem of the same prompt (a reasoning-gym repeat), is a group of its own."""
+    return [index % view.group_size == 0 if view.group_size
+            else index == 0 or view.prompts[index - 1] != prompt
+            for index, prompt in enumerate(view.prompts)]
+
+
 def anatomy_lines(view: TokenView) -> list[str]:
     """One plain-text line per selection: its anatomy figures, the all-token value in brackets."""
     lines = []
@@ -352,14 +361,10 @@ def render_html(view: TokenView, source: str = "") -> str:
         listed = ", ".join(f"{html.escape(repr(token))} x{count}" for token, count in items)
         parts.append(f"<br>{label} leaves out most often: {listed or '(none in this batch)'}")
     parts.append("</div>")
-    labels = completion_labels(view)
+    labels, starts = completion_labels(view), group_starts(view)
     for index, (prompt, tokens, scores) in enumerate(zip(view.prompts, view.tokens, view.scores,
                                                          strict=True)):
-        # a group's first completion shows its prompt: another seed's draw of the prompt, or another
-        # problem of the same prompt (a reasoning-gym repeat), is scored apart
-        first = (index % view.group_size == 0 if view.group_size
-                 else index == 0 or view.prompts[index - 1] != prompt)
-        shown = prompt if first else "(same prompt)"
+        shown = prompt if starts[index] else "(same prompt)"
         parts.append(f"<div class='prompt'>{labels[index]}: {html.escape(_visible(shown))}</div><p>")
         for position, (token, value) in enumerate(zip(tokens, scores, strict=True)):
             classes = ["tok", *(label for label in view.selected
@@ -388,7 +393,8 @@ def _visible(text: str) -> str:
 
 def print_view(view: TokenView, console: Any = None) -> None:
     """Terminal rendering with rich: background colour by score, ICT tokens underlined, a token
-    shown as '' as EMPTY_MARK, each completion labelled by `completion_labels`."""
+    shown as '' as EMPTY_MARK, each completion labelled by `completion_labels`, each group's
+    prompt (as the model saw it) above its first completion (`group_starts`), as on the page."""
     from rich.console import Console
     from rich.text import Text
 
@@ -398,8 +404,11 @@ def print_view(view: TokenView, console: Any = None) -> None:
     console.print(colour_legend(view) + " Underlined: ICT." + (
         f" {EMPTY_MARK}: a token of a character's first bytes (the character shows on its last token)."
         if empty else ""), markup=False, highlight=False, soft_wrap=True)
-    labels = completion_labels(view)
-    for index, (tokens, scores) in enumerate(zip(view.tokens, view.scores, strict=True)):
+    labels, starts = completion_labels(view), group_starts(view)
+    for index, (prompt, tokens, scores) in enumerate(zip(view.prompts, view.tokens, view.scores,
+                                                         strict=True)):
+        if starts[index]:
+            console.print(f"prompt: {_visible(prompt)}", markup=False, highlight=False, soft_wrap=True)
         text = Text(f"{labels[index]}: ")
         for position, (token, value) in enumerate(zip(tokens, scores, strict=True)):
             red, green, blue = _shade(value, low, high)

@@ -34,7 +34,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         epilog=(
             f"Benchmarks: {', '.join(available_benchmarks())}, or rg:<task>[:key=value]... "
             f"(reasoning-gym, e.g. rg:chain_sum:max_terms=2:max_digits=1:size=100; generated with "
-            f"seed {REASONING_GYM_EVAL_SEED}, disjoint from training seeds). Suites: {suites}."
+            f"seed {REASONING_GYM_EVAL_SEED}: problem i is reasoning-gym's draw {REASONING_GYM_EVAL_SEED} + i, "
+            f"and ict train --seed s draws s .. s + dataset_size - 1). Suites: {suites}."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

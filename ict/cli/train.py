@@ -22,9 +22,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "policy updates. Every option can also be set in a YAML file (--config) or as "
         "key=value overrides after the options (dotted keys for mappings, e.g. "
         "dataset_config.max_terms=3, selector.reference=seq_mean). Precedence: defaults < "
-        "--config < options < key=value. ICT's default score is the JS divergence to the mean "
-        "distribution of the prompt's G completions at the same position (the paper's, as two "
-        "public readings of it agree); --preset paper adds the rest of that reading.",
+        "--config < options < key=value. ICT's default is the paper's recipe, as three public "
+        "readings of it agree (docs/method.md): the top 10% of each response by the JS divergence "
+        "to the mean distribution of the prompt's G completions at the same position, the "
+        "Sparse-GRPO loss (seq_mean_token_mean) and a 10-step full-token warm-up (--preset paper "
+        "names it; --preset batch is the batch-ranked recipe before it).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", metavar="YAML", default=None,

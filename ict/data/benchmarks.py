@@ -11,8 +11,10 @@ one JSON object per line, in the formats of the published redistributions, see
 
 Reasoning-gym tasks are named ``rg:<task>`` with optional ``:key=value`` parts, e.g.
 ``rg:chain_sum:max_terms=2:max_digits=1:size=100``. They are generated with seed
-`REASONING_GYM_EVAL_SEED` (1_000_003), disjoint from training seeds (< 1_000_000), unless a
-``seed=`` part says otherwise.
+`REASONING_GYM_EVAL_SEED` (1_000_003), unless a ``seed=`` part says otherwise. Problem ``i`` of a
+set of seed ``s`` is reasoning-gym's draw ``s + i``: `ict train`'s draws (``seed`` ..
+``seed + dataset_size - 1``) are other draws while ``seed + dataset_size <= 1_000_003``.
+
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ AnswerType = Literal["math", "choice", "reasoning_gym"]
 Group = Literal["math", "olympiad", "commonsense", "reasoning_gym"]
 
 REASONING_GYM_EVAL_SEED = 1_000_003
-"""Seed of generated reasoning-gym evaluation sets; training uses seeds below 1_000_000."""
+"""Seed of generated reasoning-gym evaluation sets (draws 1_000_003 + i; training draws seed + i)."""
 REASONING_GYM_DEFAULT_SIZE = 200
 
 # The 18 MMLU subjects of the MMLU-STEM redistribution (the local mmlu_stem.jsonl; lm-eval's STEM
