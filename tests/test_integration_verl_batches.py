@@ -24,6 +24,7 @@ from verl_helpers import (
     micro_batch,
     ppo_loss,
     reference_loss,
+    training_engine,
     tu,
     verl_loss,
 )
@@ -57,17 +58,6 @@ def test_several_micro_batches_select_on_the_whole_mini_batch(spec, dynamic, sin
     assert len(forwards) >= 4 and len(forwards) % 2 == 0  # scoring pass + training pass
 
 
-def _dynamic_engine(model: ToyLM, group: object, dp_size: int = 1):
-    """verl's FSDP engine object training ``model`` on ``group``'s ranks (no FSDP wrapping: the
-    caller averages the gradients), micro-batches cut by verl's token budget (use_dynamic_bsz)."""
-    fsdp = engine()
-    fsdp.module, fsdp._autocast_dtype, fsdp.scaler = model, torch.float32, None
-    fsdp.get_data_parallel_group = lambda: group
-    fsdp.get_data_parallel_size = lambda: dp_size
-    fsdp.engine_config.use_no_sync_for_gradient_accumulation = False
-    return fsdp
-
-
 @pytest.mark.parametrize("v1", [False, True])
 @pytest.mark.parametrize("spec", ["random:ratio=0.3", "random:ratio=0.3,scope=group",
                                   "clip_cov:ratio=0.2,cov_low=-100,cov_high=100",
@@ -81,7 +71,7 @@ def test_dynamic_batch_sizes_draw_the_selection_of_the_rows_in_order(spec, v1, s
     from verl.workers.engine.utils import prepare_micro_batches
 
     batch, model, config = make_batch(), ToyLM(), actor_config(spec)
-    data, fsdp = micro_batch(batch, True, v1=v1), _dynamic_engine(model, single_process_group)
+    data, fsdp = micro_batch(batch, True, v1=v1), training_engine(model, single_process_group)
     if v1:
         data["loss_mask"] = data["response_mask"]  # v1's agent loop writes it
     tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=22)
@@ -211,7 +201,7 @@ def _dynamic_rank_main(rank: int, world: int, store: str, out: str) -> None:
         tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=12)
         split = prepare_micro_batches(data, dp_group=group)[1]
         ict_verl._selections.update(step=-1, index=0)
-        _dynamic_engine(model, group, world).forward_backward_batch(
+        training_engine(model, group, world).forward_backward_batch(
             data, partial(ppo_loss, config=actor_config("random:ratio=0.3")))
         torch.distributed.all_reduce(model.token.grad)
         torch.save((split, model.token.grad / world), f"{out}.{rank}")
@@ -253,7 +243,7 @@ def test_verls_entropy_bonus_and_kl_loss_are_its_own_under_ict(loss_agg_mode, si
             data["ref_log_prob"] = data["old_log_probs"] - 0.3
             tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=22)
             ict_verl._selections.update(step=-1, index=0)
-            _dynamic_engine(model, single_process_group).forward_backward_batch(data, partial(ppo_loss, config=config))
+            training_engine(model, single_process_group).forward_backward_batch(data, partial(ppo_loss, config=config))
             grads.append(model.token.grad.clone())
         return grads[0] - grads[1]
 

@@ -6,77 +6,147 @@ The batch and the toy LM: tests/verl_helpers.py."""
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 import torch
 from verl_helpers import (
+    GROUP,
     PROMPT,
     RESPONSE,
     TEMPERATURE,
+    UIDS,
     ToyLM,
     actor_config,
     ict_verl,
     make_batch,
+    micro_batch,
     reference_loss,
+    training_engine,
+    tu,
     verl_loss,
 )
 
-from ict.core.stats import TokenStatistics
+
+def _verl_metrics(spec: str, micro_batch_size: int, group: object, rows: slice | list[int] = slice(None),
+                  response_lengths: list[int] | None = None, v1: bool = False) -> dict:
+    """The ``actor/ict_*`` metrics of this rank's ``rows`` through verl's own
+    ``forward_backward_batch`` (micro-batches of ``micro_batch_size`` rows): verl's ``Metric`` of
+    each key, one value per micro-batch."""
+    from verl.workers.utils.losses import ppo_loss
+
+    world = torch.distributed.get_world_size(group)
+    data = micro_batch(make_batch(response_lengths=response_lengths), True, rows=rows, dp_size=world, v1=v1)
+    if v1:
+        data["loss_mask"] = data["response_mask"]  # v1's agent loop writes it
+    tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=micro_batch_size)
+    ict_verl._selections.update(step=-1, index=0)
+    output = training_engine(ToyLM(), group, world).forward_backward_batch(
+        data, partial(ppo_loss, config=actor_config(spec)))
+    return {key: value for key, value in output["metrics"].items() if key.startswith("actor/ict_")}
 
 
-def _micro_batch_metrics(selected_rows: list[int]) -> dict[str, float]:
-    """compute_policy_loss_ict's metrics on a 2 x 4 micro-batch whose selection is the first token
-    of ``selected_rows``."""
+def _expected_figures(spec: str, response_lengths: list[int] | None = None) -> dict[str, float]:
+    """Token means of the whole mini-batch, float64 from the toy LM's softmax at the rollout
+    temperature and the selection of ``reference_loss`` (independent of verl): the selected
+    fraction (of the response tokens), and over the selected tokens their entropy, clip fraction
+    (the clipped term active: ``clip(r) A < r A``, clip range (0.2, 0.28)) and probability."""
+    _, _, selection = reference_loss(spec, response_lengths=response_lengths)
+    batch, width = make_batch(response_lengths=response_lengths), selection.mask.shape[1]
+    logits = ToyLM()(batch["input_ids"], batch["position_ids"]).logits[:, PROMPT - 1: PROMPT + width - 1]
+    log_p = torch.log_softmax(logits.detach().double() / TEMPERATURE, dim=-1)
+    entropy = -(log_p.exp() * log_p).sum(-1)
+    token_log_p = log_p.gather(-1, batch["responses"][:, :width, None]).squeeze(-1)
+    mask = batch["response_mask"][:, :width].bool()
+    selected = selection.mask.bool() & mask
+    ratio = (token_log_p - batch["old_log_probs"][:, :width].double()).exp()
+    advantages = batch["advantages"][:, :width].double()
+    clipped = ratio.clamp(0.8, 1.28) * advantages < ratio * advantages
+    return {"selected_fraction": float(selected.sum() / mask.sum()),
+            "entropy_selected": float(entropy[selected].mean()),
+            "clip_fraction": float(clipped[selected].double().mean()),
+            "selected_token_prob_mean": float(token_log_p.exp()[selected].mean()),
+            "all_token_prob_mean": float(token_log_p.exp()[mask].mean())}
+
+
+@pytest.mark.parametrize("spec", ["entropy:ratio=0.04", "ict:preset=batch,ratio=0.04", "entropy:ratio=0.1"])
+def test_micro_batches_without_selected_tokens_leave_verls_figure_the_mini_batchs(spec, single_process_group) -> None:
+    """A batch-ranked selection of 1 token (or 1 and 2 in the two micro-batches, ratio 0.1) over
+    verl's two micro-batches of 3 rows: verl's unweighted mean of the micro-batches' values
+    (Metric.aggregate_dp) is the mini-batch's token mean (float64 reference), as with one
+    micro-batch. Before, the micro-batch without a selected token reported NaN and verl's figure
+    was NaN (entropy_selected [nan, 2.18] -> nan); with both selecting, the unweighted mean of
+    the two micro-batches' means."""
+    from verl.utils.metric.utils import Metric
+
+    split = {key: Metric.aggregate_dp([value]) for key, value in
+             _verl_metrics(spec, 3, single_process_group).items()}
+    whole = {key: Metric.aggregate_dp([value]) for key, value in
+             _verl_metrics(spec, 6, single_process_group).items()}
+    for key, expected in _expected_figures(spec).items():
+        assert split[f"actor/ict_{key}"] == pytest.approx(expected, rel=1e-5), key
+    assert set(split) == set(whole)
+    for key, value in whole.items():
+        assert split[key] == pytest.approx(value, rel=1e-6, abs=1e-12), key
+
+
+def _rank_metrics_main(rank: int, world: int, store: str, out: str) -> None:
+    """One data-parallel rank of verl v1 (its whole group, 3 micro-batches of one row): its
+    ``actor/ict_*`` Metrics, saved per rank."""
+    import verl.utils.seqlen_balancing as balancing
+    import verl.workers.engine.fsdp.transformer_impl as fsdp_impl
+
+    torch.set_num_threads(1)
+    fsdp_impl.get_device_id = fsdp_impl.get_device_name = balancing.get_device_name = lambda: "cpu"
+    torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        rows = ict_verl.group_balanced_order(UIDS, [6] * len(UIDS), world, GROUP)[rank * 3:(rank + 1) * 3]
+        metrics = _verl_metrics("entropy:ratio=0.1", 1, torch.distributed.group.WORLD, rows=rows, v1=True)
+        torch.save({key: value.values for key, value in metrics.items()}, f"{out}.{rank}")
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_ranks_of_three_micro_batches_report_the_mini_batchs_token_means(tmp_path) -> None:
+    """2 gloo processes of 3 one-row micro-batches each, 3 of the 6 rows holding a selected token:
+    verl combines each rank's values (Metric.aggregate_dp: the mean over ranks, then over
+    micro-batches) into the whole mini-batch's token means (float64 reference). Before, 3 of the 6
+    values of the selected tokens' means were NaN, and so was verl's figure."""
+    from verl.utils.metric.utils import AggregationType, Metric
+
+    out = tmp_path / "metrics.pt"
+    torch.multiprocessing.spawn(_rank_metrics_main, args=(2, str(tmp_path / "store"), str(out)), nprocs=2)
+    ranks = [torch.load(f"{out}.{rank}") for rank in range(2)]
+    assert set(ranks[0]) == set(ranks[1])
+    gathered = {key: [Metric(AggregationType.MEAN) for _ in ranks] for key in ranks[0]}
+    for key, metrics in gathered.items():
+        for metric, rank in zip(metrics, ranks):
+            metric.extend(rank[key])
+    combined = {key: Metric.aggregate_dp(metrics) for key, metrics in gathered.items()}
+    for key, expected in _expected_figures("entropy:ratio=0.1").items():
+        assert combined[f"actor/ict_{key}"] == pytest.approx(expected, rel=1e-5), key
+    assert all(math.isfinite(value) for key, value in combined.items() if key != "actor/ict_selected_high_low_entropy_ratio")
+
+
+def test_a_mini_batch_without_selected_tokens_leaves_their_means_out_on_every_micro_batch(
+        single_process_group, monkeypatch) -> None:
+    """A selection of no token in the whole mini-batch (two micro-batches): the selected tokens'
+    means are left out on every micro-batch (none NaN: over the mini-batches of a step verl
+    averages those that define them; equal counts on every rank for aggregate_dp), the fraction
+    is 0 and the all-token figures are reported."""
+    import ict.integrations.verl_selection as verl_selection
     from ict.core.selectors import Selection
 
-    rows, width = 2, 4
-    mask = torch.ones(rows, width, dtype=torch.bool)
-    generator = torch.Generator().manual_seed(len(selected_rows))
-    stats = TokenStatistics(-torch.rand(rows, width, generator=generator), torch.rand(rows, width, generator=generator),
-                            torch.rand(rows, width, generator=generator),
-                            {"group_mean_absorbing": torch.rand(rows, width, generator=generator)})
-    chosen = torch.zeros(rows, width, dtype=torch.bool)
-    chosen[selected_rows, 0] = True
-    ict_verl._pending.append(ict_verl.MicroBatchSelection(Selection(chosen, None), stats, 1.0))
-    log_prob = torch.full((rows, width), -1.0, requires_grad=True)
-    loss, metrics = ict_verl.compute_policy_loss_ict(
-        torch.full((rows, width), -1.2), log_prob, torch.tensor([[1.0], [-1.0]]).expand(rows, width), mask,
-        "token-mean", actor_config("all"))
-    if not selected_rows:
-        assert float(loss) == 0.0
-    return metrics
-
-
-def test_a_micro_batch_without_selected_tokens_reports_every_metric_nan_where_undefined() -> None:
-    """A micro-batch of the mini-batch with no selected token (its loss and gradient 0) reports the
-    same keys as one with a selection: the selected tokens' means NaN, the fraction 0."""
-    with_selection, without = _micro_batch_metrics([0, 1]), _micro_batch_metrics([])
-    assert set(without) == set(with_selection)
-    assert without["actor/ict_selected_fraction"] == 0.0
-    for key in ("entropy_selected", "clip_fraction", "js_score_selected", "above_beta_fraction_selected"):
-        assert math.isnan(without[f"actor/ict_{key}"]) and math.isfinite(with_selection[f"actor/ict_{key}"]), key
-
-
-def test_two_ranks_of_two_micro_batches_aggregate_in_verl_when_one_selects_nothing() -> None:
-    """verl 0.9 combines the loss's metrics as engine_workers does: per rank over its micro-batches
-    (append_to_dict), then over the ranks (Metric.aggregate_dp, which refuses ranks holding different
-    numbers of values). Rank 1's second micro-batch selects nothing; before, its undefined metrics were
-    left out and aggregate_dp raised ValueError ([2, 1] values). The fraction is the unweighted mean
-    of the four micro-batches' (1/4, 1/8, 1/4, 0)."""
-    from verl.utils.metric.utils import AggregationType, Metric
-    from verl.utils.py_functional import append_to_dict
-
-    ranks = [[[0, 1], [0]], [[0, 1], []]]
-    gathered: dict[str, list] = {}
-    for micro_batches in ranks:
-        merged: dict = {}
-        for selected_rows in micro_batches:
-            append_to_dict(merged, Metric.from_dict(_micro_batch_metrics(selected_rows), AggregationType.MEAN))
-        for key, value in merged.items():
-            gathered.setdefault(key, []).append(value)
-    combined = {key: Metric.aggregate_dp(values) for key, values in gathered.items()}
-    assert combined["actor/ict_selected_fraction"] == pytest.approx((0.25 + 0.125 + 0.25 + 0.0) / 4)
-    assert math.isnan(combined["actor/ict_entropy_selected"])
+    monkeypatch.setattr(verl_selection, "select", lambda name, inputs, **options: Selection(
+        torch.zeros_like(inputs.response_mask), None))
+    metrics = _verl_metrics("entropy:ratio=0.1", 3, single_process_group)
+    assert metrics["actor/ict_selected_fraction"].values == [0.0, 0.0]
+    for key in ("entropy_selected", "clip_fraction", "above_beta_fraction_selected", "selected_token_prob_mean"):
+        assert f"actor/ict_{key}" not in metrics, key
+    assert metrics["actor/ict_all_token_prob_mean"].values == pytest.approx(
+        [_expected_figures("entropy:ratio=0.1")["all_token_prob_mean"]] * 2, rel=1e-5)
+    assert all(len(value.values) == 2 and not any(math.isnan(v) for v in value.values) for value in metrics.values())
 
 
 def test_clip_cov_sees_the_actors_clip_range_and_the_diagnostics_their_advantages(monkeypatch) -> None:

@@ -122,6 +122,17 @@ def engine(step: int | None = None) -> FSDPEngineWithLMHead:
     return instance
 
 
+def training_engine(model: torch.nn.Module, group: object, dp_size: int = 1) -> FSDPEngineWithLMHead:
+    """verl's FSDP engine object training ``model`` on ``group``'s ranks (no FSDP wrapping: the
+    caller averages the gradients); its ``forward_backward_batch`` cuts the micro-batches."""
+    fsdp = engine()
+    fsdp.module, fsdp._autocast_dtype, fsdp.scaler = model, torch.float32, None
+    fsdp.get_data_parallel_group = lambda: group
+    fsdp.get_data_parallel_size = lambda: dp_size
+    fsdp.engine_config.use_no_sync_for_gradient_accumulation = False
+    return fsdp
+
+
 def micro_batch(batch: dict[str, torch.Tensor], remove_padding: bool, global_batch_size: int = 6,
                 rows: slice | list[int] = slice(None), dp_size: int = 1, v1: bool = False):
     """The batch as verl's trainer hands it to the actor worker (``rows``: this rank's share).

@@ -65,11 +65,14 @@ How it plugs in (no verl file is changed or copied):
   ``actor/ict_selected_fraction``, the clip fraction and entropy of the selected tokens, their JS
   to ICT's default reference (``actor/ict_js_score_selected``, as ``ict train``'s
   ``js_score_selected``) and the selector's other scores (:func:`selected_score_metrics`), and
-  ict's paper diagnostics of the selection (:func:`selection_diagnostics`). Each is of one
-  micro-batch, NaN where undefined (e.g. no selected token; every key is reported, as verl's
-  ``Metric.aggregate_dp`` needs equal counts on all ranks); verl averages them over the
-  micro-batches and the ranks (unweighted), so with several micro-batches per mini-batch they are
-  not token means of the mini-batch, as ``ict train``'s are.
+  ict's paper diagnostics of the selection (:func:`selection_diagnostics`). verl averages each
+  key's values over the micro-batches and the ranks unweighted (``Metric.aggregate_dp``), so each
+  micro-batch reports its share of the mini-batch's figure (:func:`reported_metrics`): the loss's
+  token means times ``K n_micro / N`` (0 for a micro-batch without such tokens), the diagnostics
+  computed once on the gathered mini-batch; verl's figure is then the mini-batch's token mean, as
+  ``ict train``'s, however verl cuts it. A figure undefined on the whole mini-batch (e.g. no
+  selected token) is left out on every micro-batch and rank (aggregate_dp needs equal counts on all
+  ranks), so a step's figure is the mean over its mini-batches that define it.
 - Options map from verl's actor config: ``clip_ratio_low`` / ``clip_ratio_high`` -> clip range,
   ``loss_agg_mode`` ``token-mean`` / ``seq-mean-token-mean`` / ``seq-mean-token-sum-norm`` ->
   our aggregations (``loss_scale_factor`` -> ``max_response_length``; unset: the mini-batch's
@@ -119,7 +122,6 @@ from verl.workers.config import FSDPActorConfig
 from verl.workers.config import PolicyLossConfig as VerlPolicyLossConfig
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
-from ict.core.diagnostics import paper_figures, token_diagnostics
 from ict.core.errors import UsageError, is_integer
 from ict.core.loss import TOKEN_SETS, policy_loss
 from ict.core.selectors import (
@@ -136,6 +138,7 @@ from ict.core.stats import (
 from ict.integrations.verl_selection import (  # noqa: F401 (also this module's API, as before the split)
     AGGREGATIONS,
     DEFAULT_SELECTOR,
+    ICT_SCORE_KEYS,
     ROW_KEY,
     V1_OVERRIDE,
     MicroBatchScores,
@@ -149,6 +152,7 @@ from ict.integrations.verl_selection import (  # noqa: F401 (also this module's 
     response_row_index,
     score_micro_batch,
     select_mini_batch,
+    selection_diagnostics,
     selection_seed,
     training_step,
 )
@@ -500,13 +504,31 @@ def compute_policy_loss_ict(
     loss, metrics = policy_loss(stats, old_log_prob, advantages, response_mask, record.selection.mask,
                                 loss_config_of(config, loss_agg_mode, record.width),
                                 kl_penalty=record.selection.kl_penalty)
-    reported = {f"actor/ict_{key}": metrics[key] for key in ("selected_fraction", "clip_fraction", "entropy_selected")}
-    reported.update(selected_score_metrics(metrics, record.stats.js_scores))
-    reported.update({f"actor/ict_{key}": value for key, value in
-                     selection_diagnostics(stats, response_mask, record.selection.mask, advantages).items()})
-    # every key on every micro-batch, NaN where undefined: verl's Metric.aggregate_dp refuses ranks
-    # with different numbers of values for a key (several micro-batches, several ranks)
-    return loss * record.scale, reported
+    return loss * record.scale, reported_metrics(metrics, record)
+
+
+def reported_metrics(metrics: dict[str, float], record: MicroBatchSelection) -> dict[str, float]:
+    """The ``actor/ict_*`` metrics of one micro-batch, for verl's unweighted mean over the
+    micro-batches and ranks of the mini-batch (``Metric.aggregate_dp``) to be the mini-batch's
+    token means, as ``ict train``'s: :func:`ict.core.loss.policy_loss`'s means of the micro-batch
+    times its token share (``record.shares``: ``K n_micro / N``; 0 for a micro-batch without such
+    tokens, whose mean is NaN), and the mini-batch's diagnostics (``record.diagnostics``). The
+    selected tokens' means are left out on every micro-batch and rank when the mini-batch selects
+    no token (verl's aggregate_dp refuses ranks holding different numbers of values for a key)."""
+    selected_share, response_share = record.shares
+    reported = {"actor/ict_selected_fraction": _shared(metrics["selected_fraction"], response_share)}
+    if selected_share is not None:
+        means = {f"actor/ict_{key}": metrics[key] for key in ("clip_fraction", "entropy_selected")}
+        means.update(selected_score_metrics(metrics, record.stats.js_scores))
+        reported.update({key: _shared(value, selected_share) for key, value in means.items()})
+    reported.update({f"actor/ict_{key}": value for key, value in record.diagnostics.items()})
+    return reported
+
+
+def _shared(mean: float, share: float) -> float:
+    """A micro-batch's ``mean`` over its tokens times its ``share`` of the mini-batch's (0 when it
+    holds none: then ``mean`` is NaN)."""
+    return mean * share if share else 0.0
 
 
 def selected_score_metrics(metrics: dict[str, float], js_scores: dict[str, Tensor]) -> dict[str, float]:
@@ -521,28 +543,3 @@ def selected_score_metrics(metrics: dict[str, float], js_scores: dict[str, Tenso
     if ICT_DEFAULT_REFERENCE in js_scores:
         reported["actor/ict_js_score_selected"] = metrics[f"js_{ICT_DEFAULT_REFERENCE}_selected"]
     return reported
-
-
-def selection_diagnostics(stats: TokenStatistics, response_mask: Tensor, selected: Tensor,
-                          advantages: Tensor) -> dict[str, float]:
-    """ict's per-step diagnostics of a selection (:func:`ict.core.diagnostics.token_diagnostics`
-    and :func:`ict.core.diagnostics.paper_figures`: the regime, entropy split, Jaccard overlaps,
-    token probabilities), from the micro-batch's ``[B, T]`` statistics and token advantages
-    (one value per completion: the mean over its response tokens). Undefined values are NaN; those
-    that need ICT's default score (``ICT_SCORE_KEYS``) are left out when the selector does not
-    compute it, as they would be NaN on every micro-batch of the run (``ict train`` always
-    computes that score). Computed per micro-batch (verl averages its micro-batches' metrics): with one
-    micro-batch per mini-batch, as in ``examples/verl/run_cpu.sh``, they are the mini-batch's."""
-    with torch.no_grad():
-        mask = response_mask.bool()
-        per_row = advantages.detach().float().masked_fill(~mask, 0).sum(1) / mask.sum(1).clamp(min=1)
-        detached = TokenStatistics(stats.log_probs.detach(), stats.entropy, stats.renyi2, stats.js_scores)
-        values = {**token_diagnostics(detached, mask, selected, per_row),
-                  **paper_figures(detached, mask, selected)}
-    left_out = () if ICT_DEFAULT_REFERENCE in stats.js_scores else ICT_SCORE_KEYS
-    return {key: float(value) for key, value in values.items()
-            if isinstance(value, (int, float)) and key not in left_out}
-
-
-ICT_SCORE_KEYS = ("jaccard_ict10", "score_knee_fraction", "score_knee_share")
-"""the diagnostics of ICT's default score (``ICT_DEFAULT_REFERENCE``)"""

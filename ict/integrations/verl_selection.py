@@ -2,13 +2,15 @@
 (:mod:`ict.integrations.verl` says how they plug in): verl's actor config read as ict's options,
 one micro-batch's statistics from the actor's logits (:func:`score_micro_batch`), and one
 selection on the whole mini-batch, gathered over the data-parallel ranks
-(:func:`select_mini_batch`), with its seed (:func:`selection_seed`)."""
+(:func:`select_mini_batch`), with its seed (:func:`selection_seed`), its diagnostics
+(:func:`selection_diagnostics`) and each micro-batch's share of its token means."""
 
 from __future__ import annotations
 
 import collections
 import functools
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -16,10 +18,12 @@ from torch import Tensor
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import no_padding_2_padding
 
+from ict.core.diagnostics import paper_figures, token_diagnostics
 from ict.core.errors import UsageError
 from ict.core.loss import PolicyLossConfig, aggregation_weight
 from ict.core.seeding import selection_base_seed, step_seed
 from ict.core.selectors import (
+    ICT_DEFAULT_REFERENCE,
     Selection,
     SelectionInputs,
     method_train_options,
@@ -110,6 +114,11 @@ class MicroBatchSelection:
     stats: TokenStatistics  # this rank's rows, detached
     scale: float  # dp * w_micro / W (see the module docstring)
     width: int | None = None  # the mini-batch's response width over all ranks (loss_config_of)
+    # (selected, response) token shares K * n_micro / N of the mini-batch (K: its micro-batches on
+    # all ranks), so that verl's unweighted mean of value * share is the mini-batch's token mean;
+    # selected None: the mini-batch selects no token (see select_mini_batch)
+    shares: tuple[float | None, float] = (1.0, 1.0)
+    diagnostics: dict[str, float] = field(default_factory=dict)  # the mini-batch's (select_mini_batch)
 
 
 # the training step of the last selection and how many selections it has made (see selection_seed)
@@ -349,7 +358,8 @@ def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
     else:
         selection = select(name, inputs, **options)
     total = aggregation_weight(selection.mask, all_mask, loss_config)
-    results, start = [], rank * rows
+    diagnostics = selection_diagnostics(inputs.stats, all_mask, selection.mask, advantages)
+    results, counts, start = [], [], rank * rows
     for part in parts:
         own = slice(start, start + len(part.uids))
         start = own.stop
@@ -359,6 +369,41 @@ def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
         mask = selection.mask[own, :part_length]
         penalty = None if selection.kl_penalty is None else selection.kl_penalty[own, :part_length]
         weight = aggregation_weight(mask, part.response_mask, loss_config)
+        counts.append(torch.stack([(mask.bool() & part.response_mask.bool()).sum(), part.response_mask.sum()]))
         results.append(MicroBatchSelection(Selection(mask, penalty), part.stats,
-                                           world * weight / total if total > 0 else 0.0, length))
+                                           world * weight / total if total > 0 else 0.0, length,
+                                           diagnostics=diagnostics))
+    counts.append(torch.stack([(selection.mask.bool() & all_mask).sum(), all_mask.sum()]))
+    *own_counts, (selected_total, response_total) = torch.stack(counts).tolist()  # one sync a mini-batch
+    values = world * len(parts)  # verl's count of values per metric in the mini-batch: its micro-batches
+    for result, (selected, response) in zip(results, own_counts):
+        result.shares = (values * selected / selected_total if selected_total else None,
+                         values * response / response_total if response_total else 0.0)
     return results
+
+
+def selection_diagnostics(stats: TokenStatistics, response_mask: Tensor, selected: Tensor,
+                          advantages: Tensor) -> dict[str, float]:
+    """ict's per-step diagnostics of a selection (:func:`ict.core.diagnostics.token_diagnostics`
+    and :func:`ict.core.diagnostics.paper_figures`: the regime, entropy split, Jaccard overlaps,
+    token probabilities), from the whole mini-batch's ``[B, T]`` statistics and token advantages
+    (one value per completion: the mean over its response tokens), as ``ict train``'s of a step.
+    Undefined (NaN) values are left out, as are those that need ICT's default score
+    (``ICT_SCORE_KEYS``) when the selector does not compute it (``ict train`` always computes
+    that score). :func:`select_mini_batch` computes them once on the gathered mini-batch, equal on
+    every rank, and each micro-batch reports them: verl's mean over micro-batches and ranks is
+    then the mini-batch's value, and over the mini-batches of a step the mean of those that
+    define it."""
+    with torch.no_grad():
+        mask = response_mask.bool()
+        per_row = advantages.detach().float().masked_fill(~mask, 0).sum(1) / mask.sum(1).clamp(min=1)
+        detached = TokenStatistics(stats.log_probs.detach(), stats.entropy, stats.renyi2, stats.js_scores)
+        values = {**token_diagnostics(detached, mask, selected, per_row),
+                  **paper_figures(detached, mask, selected)}
+    left_out = () if ICT_DEFAULT_REFERENCE in stats.js_scores else ICT_SCORE_KEYS
+    return {key: float(value) for key, value in values.items()
+            if isinstance(value, (int, float)) and key not in left_out and not math.isnan(value)}
+
+
+ICT_SCORE_KEYS = ("jaccard_ict10", "score_knee_fraction", "score_knee_share")
+"""the diagnostics of ICT's default score (``ICT_DEFAULT_REFERENCE``)"""
