@@ -54,7 +54,10 @@ def _train_in_process(model_dir, out_dir, selector, model=None, prompts=None, st
                              args=args, train_dataset=Dataset.from_dict({"prompt": prompts}))
     def keep(record):  # with the LM head as the statistics saw it (before this step's update)
         head = trainer.accelerator.unwrap_model(trainer.model).get_output_embeddings().weight
-        records.append({**record, "weight": head.detach().clone()})
+        length = record["mask"].shape[1]  # TRL's per_token_logps (its loss's) and old_per_token_logps
+        loss_log_probs = torch.cat(trainer._log_probs, dim=0)[:, -length:].detach()
+        records.append({**record, "weight": head.detach().clone(), "loss_log_probs": loss_log_probs,
+                        "old_log_probs": trainer._loss_inputs.get("old_per_token_logps")})
 
     trainer.on_selection = keep
     trainer.train(resume_from_checkpoint=resume)
@@ -135,6 +138,42 @@ def test_trl_statistics_are_at_the_sampling_temperature(tiny_model_dir, tmp_path
     _check_head_values(records[0], temperature=0.7)
     if "group_mean" in selector:
         _check_group_mean_js(records[0], temperature=0.7)
+
+
+@pytest.mark.parametrize(("selector", "path", "weights"), [("clip_cov", "recomputed", "float32"),
+                                                         ("clip_cov", "recomputed", "bfloat16"),
+                                                         ("ict:reference=group_mean,ratio=0.25", "reused", "float32")])
+def test_trl_selectors_read_the_log_probs_of_trls_loss_under_bf16_at_temperature(tiny_model_dir, tmp_path,
+                                                                                  selector, path, weights):
+    """bf16 at temperature 0.7 (float32 weights under TRL's bf16 mixed precision, or bf16 weights;
+    the class of verl's bug: bf16 logits scaled by the temperature in bf16 there, 0.1 nats from
+    float32), num_iterations=2 so that TRL computes old_per_token_logps: the log-probs the selector
+    reads (clip_cov's ratio test and covariances, STAPO's p) are those of TRL's loss to float32
+    rounding, on both paths (ict's own statistics pass, and the fused head's log Z). On-policy (the
+    first micro-batch) TRL's old log-probs are its loss's to the bit and its clip_ratio metric is 0:
+    the ratio the selector reads is 1."""
+    from transformers import AutoModelForCausalLM
+
+    mixed = weights == "float32"
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=getattr(torch, weights))
+    trainer, records = _train_in_process(tiny_model_dir, tmp_path, selector, model=model, temperature=0.7,
+                                         bf16=mixed, num_iterations=2, steps=2)
+    assert trainer._head_autocast == (torch.bfloat16 if mixed else None)
+    assert trainer.ict_head_statistics[path] == 2
+    assert len(records) == 2 and trainer.state.log_history[0]["clip_ratio/region_mean"] == 0
+    for index, record in enumerate(records):
+        mask, loss = record["mask"].bool(), record["loss_log_probs"].float()
+        selected = record["stats"].log_probs.float()
+        torch.testing.assert_close(selected[mask], loss[mask], atol=1e-5, rtol=0)
+        assert (selected[~mask] == 0).all()
+        old = record["old_log_probs"]
+        assert old is not None
+        if index == 0:  # before the first update
+            assert torch.equal(old[mask], loss[mask])
+            ratio = (selected - old.float())[mask].exp()
+            torch.testing.assert_close(ratio, torch.ones_like(ratio), atol=1e-5, rtol=0)
+        else:  # after one update: TRL's own ratio moved, and the selector reads the same one
+            assert float((loss - old.float())[mask].abs().max()) > 1e-2
 
 
 def test_trl_default_ict_uses_the_absorbing_group_reference(tiny_model_dir, tmp_path):

@@ -202,3 +202,46 @@ def test_clip_cov_spares_the_tokens_the_ratio_clip_clips_at_every_micro_batch_si
         assert not (cut & clipped).any(), micro
         masks.append(result.selected_mask)
     assert torch.equal(masks[0], masks[1])
+
+
+@pytest.mark.parametrize("micro", [4, 1])
+def test_in_bf16_the_first_updates_ratio_is_exactly_1_and_whole_group_micro_batches_select_on_its_log_probs(
+        tiny_tokenizer, monkeypatch, micro):
+    """bf16 weights at temperature 0.7, a rollout batch feeding 2 updates (so a no-grad scoring pass
+    gives the old log-probs of the second) and clip_cov, whose population (the batch) spans the
+    micro-batches: the first update's loss takes its own detached log-probs as old, so its ratio is
+    exactly 1 (kl_old and clip_fraction 0), also at micro 1, where a one-row micro-batch runs its
+    prompt in full and the scoring pass (whole groups, each prompt run once for its group) reads
+    log-probs bf16 rounding apart. With micro-batches of whole groups both passes run the same
+    forward: the selection reads the loss's log-probs to the bit."""
+    from conftest import build_tiny_model
+
+    import ict.training.step as step
+    from ict.training.config import TrainConfig
+
+    batch, advantages = grouped_batch_and_advantages(len(tiny_tokenizer), groups=4, seed=3)
+    response = batch.response_mask.bool()
+    losses = []
+    micro_batch_step = step.micro_batch_step
+
+    def keep(*args, **kwargs):  # the log-probs of each micro-batch's loss
+        result = micro_batch_step(*args, **kwargs)
+        losses.append(result.stats.log_probs)
+        return result
+
+    monkeypatch.setattr(step, "micro_batch_step", keep)
+    config = TrainConfig(prompts_per_step=4, num_generations=4, micro_batch_size=micro, updates_per_batch=2,
+                         max_grad_norm=0.0, seed=3, method="clip_cov", max_new_tokens=8)
+    model = build_tiny_model(len(tiny_tokenizer), seed=5).to(torch.bfloat16)
+    updates = step.update_on_batch(model, torch.optim.SGD(model.parameters(), lr=0.1), batch, advantages,
+                                   Method.of("clip_cov", {"ratio": 0.2, "cov_low": -100.0, "cov_high": 100.0}),
+                                   StepContext(PolicyLossConfig(), 0.7), config, step=1, state={})
+    (_, first), = updates.first_pass
+    assert first.totals.mean("kl_old") == 0.0 and first.totals.mean("clip_fraction") == 0.0
+    loss_log_probs = torch.cat(losses[: 16 // micro])
+    apart = float((first.stats.log_probs - loss_log_probs)[response].abs().max())
+    if micro == 1:
+        assert apart > 1e-3
+    else:
+        assert apart == 0.0
+    assert math.isfinite(updates.losses[1]) and updates.totals.mean("kl_old") > 0  # the second update is off-policy
