@@ -586,3 +586,18 @@ def test_the_verify_timeout_is_refused_at_zero_and_past_a_day():
     for bad in (0.0, -1.0, 86_400.001):
         with pytest.raises(UsageError, match=r"^--verify-timeout must be in \(0, 86400\] seconds"):
             check_timeout(bad, "--verify-timeout")
+
+
+@pytest.mark.parametrize("completion", [
+    "The answer is 42" + " " * 3000 + "dollars.",
+    "<answer>42" + "\n" * 3000 + "cm</answer>",
+    "#### 42" + " " * 3000 + "cm",
+    "\\boxed{42" + " " * 1900 + "\\%}",
+])
+def test_a_long_run_of_spaces_in_an_answer_is_graded_within_the_bound(verifier, completion):
+    """The alternatives' split and the percent readings tried every start in a run of n spaces
+    (n^3 steps: 13 s at n = 1000): these answers ran past the check's bound and were graded
+    "timeout", wrong; each is 42 (or 42%). Both extractions."""
+    for extraction in MATH_EXTRACTIONS:
+        verdict = verifier.check(completion, "42", 5.0, extraction)
+        assert (verdict.status, verdict.correct) == ("ok", True), (extraction, verdict)

@@ -45,11 +45,16 @@ _PLAIN_TEXT_MISREAD = re.compile(
 # alternatives: "3 or 4", "3, or 4", "3 \text{ or } 4" ("\lor" and "\vee" are spelt so first), a
 # hedge "3 or maybe 4", "3 and/or 4"; a pair "3 and 4", "3, and 4", "3 \text{ and } 4" (math-verify
 # reads \boxed{3 \text{ and } 4} as {3, 4})
+# where a match that opens with spaces may start: not inside a run of them (a split or a search
+# tried every start in a run of n spaces, and "\s*,?\s*" every way to share it: n^3 steps, 13 s
+# for "3", 1,000 spaces, "4" after an anchor; past a worker's time bound at a few thousand)
+_NOT_IN_A_SPACE_RUN = r"(?:(?<!\s)|(?!\s))"
 _HEDGE_WORD = r"(?:maybe|possibly|perhaps|probably)\b"
 _CONNECTIVE = rf"(?:and/or|or|and)\b(?:\s+{_HEDGE_WORD})?"
 # ... and a hedge word after a comma: "3, maybe 4"
 _ALTERNATIVE = re.compile(
-    rf"\s*(?:,?\s*(?:(?<![\w\\]){_CONNECTIVE}|\\text\s*\{{\s*{_CONNECTIVE}\s*\}})|,\s*{_HEDGE_WORD})\s*")
+    rf"{_NOT_IN_A_SPACE_RUN}\s*(?:(?:,\s*)?(?:(?<![\w\\]){_CONNECTIVE}|\\text\s*\{{\s*{_CONNECTIVE}\s*\}})"
+    rf"|,\s*{_HEDGE_WORD})\s*")
 # an alternative that is a number and one unit word, or a number and a "?": "3 hours", "4 cm", "3?"
 # (its number: "3 hours or 4 hours" is {3, 4}; joined by "or", not "and": "2 hours and 30 minutes"
 # is one quantity)
@@ -61,10 +66,10 @@ _BRACKETED_HEDGE = re.compile(r"\(\s*((?:and/or|or)\b[^()]*)\)$")
 # _unpercent_boxed_alternatives)
 _TEXT_WRAPPER = re.compile(r"\\text\s*\{([^{}]*)\}")
 # a list holding a percent sign (a comma, not 1,000's, or an alternative's word between elements)
-_PERCENT_LIST = re.compile(rf"{_ALTERNATIVE.pattern}|\s*,(?!\d{{3}}(?!\d))\s*")
+_PERCENT_LIST = re.compile(rf"{_ALTERNATIVE.pattern}|{_NOT_IN_A_SPACE_RUN}\s*,(?!\d{{3}}(?!\d))\s*")
 # a percent sign: math-verify reads a list holding one as its last element (\boxed{62.5% \text{ or }
 # 40%} is 40%), and it counts 40% equal to 40
-_PERCENT_SIGN = re.compile(r"\s*\\?%")
+_PERCENT_SIGN = re.compile(rf"{_NOT_IN_A_SPACE_RUN}\s*\\?%")
 _LOGICAL_OR = re.compile(r"\\(?:lor|vee)(?![^\W\d_])")
 _EITHER = re.compile(r"^(?i:either)\s+")  # "either 3 or 4": the alternatives 3 and 4
 # a range, "between 3 and 4" or "from 3 to 4" (math-verify read its first number, 3); not "2 to 1",
@@ -78,7 +83,7 @@ _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")
 _BOXED_TEXT_NUMBER = re.compile(rf"(\\boxed\s*\{{\s*){LATEX_WRAPPER}\s*(\(?\d+(?:\.\d+)?\)?)\s*\}}(\s*\}})")
 _BOXED_OPEN = re.compile(r"\\boxed\s*\{")
 # a percent sign inside a box (see _boxed_percent_readings)
-_BOXED_PERCENT = re.compile(r"(\\boxed\s*\{[^{}]*?)\s*\\?%\s*\}")
+_BOXED_PERCENT = re.compile(rf"(\\boxed\s*\{{[^{{}}]*?){_NOT_IN_A_SPACE_RUN}\s*\\?%\s*\}}")
 
 
 def mark_hash_answer(completion: str) -> str:
