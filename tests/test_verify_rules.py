@@ -443,6 +443,8 @@ def test_a_hedge_with_units_or_a_hedge_word_is_read_as_both_alternatives(
     ("The answer is 3 hours or more.", None),
     ("The answer is 3, maybe.", None),
     ("The answer is 3 (and 4).", None),
+    # a letter after a number is algebra, no unit: 2x or 3x
+    ("The answer is 2 x or 3 x.", "The answer is \\boxed{2 x \\text{ or } 3 x}"),
 ])
 def test_anchor_answer_readings_box_a_hedge_with_units(completion, expected):
     from ict.answers.readings import anchor_answer_readings
@@ -458,6 +460,8 @@ def test_anchor_answer_readings_box_a_hedge_with_units(completion, expected):
     ("\\boxed{3 \\text{ hours}}", ["\\boxed{3 \\text{ hours}}"]),
     ("\\boxed{2 \\text{ hours and } 30 \\text{ minutes}}",
      ["\\boxed{2 \\text{ hours and } 30 \\text{ minutes}}"]),
+    # a list holding a percent and a word is no list of numbers (units only for "or")
+    ("\\boxed{25\\%, 50 people}", ["\\boxed{25\\%, 50 people}"]),
 ])
 def test_completion_readings_of_a_hedge_with_units(completion, expected):
     from ict.answers.readings import completion_readings
@@ -588,16 +592,24 @@ def test_the_verify_timeout_is_refused_at_zero_and_past_a_day():
             check_timeout(bad, "--verify-timeout")
 
 
-@pytest.mark.parametrize("completion", [
-    "The answer is 42" + " " * 3000 + "dollars.",
-    "<answer>42" + "\n" * 3000 + "cm</answer>",
-    "#### 42" + " " * 3000 + "cm",
-    "\\boxed{42" + " " * 1900 + "\\%}",
-])
-def test_a_long_run_of_spaces_in_an_answer_is_graded_within_the_bound(verifier, completion):
+@pytest.mark.parametrize("form", [
+    "The answer is 42{}dollars.", "<answer>42{}cm</answer>", "#### 42{}cm", "\\boxed{{42{}\\%}}"])
+def test_a_long_run_of_spaces_in_an_answer_is_graded_within_the_bound(verifier, form):
     """The alternatives' split and the percent readings tried every start in a run of n spaces
-    (n^3 steps: 13 s at n = 1000): these answers ran past the check's bound and were graded
-    "timeout", wrong; each is 42 (or 42%). Both extractions."""
+    (n^3 steps: 13 s at n = 1000): these answers (3,000 spaces; newlines in the tag) ran past the
+    check's bound and were graded "timeout", wrong; each is 42 (or 42%). Both extractions."""
+    completion = form.format(("\n" if "<answer>" in form else " ") * 3_000)
     for extraction in MATH_EXTRACTIONS:
         verdict = verifier.check(completion, "42", 5.0, extraction)
         assert (verdict.status, verdict.correct) == ("ok", True), (extraction, verdict)
+
+
+def test_the_alternatives_separators_are_found_one_after_another():
+    """A separator right after another's spaces is a separator too (an empty alternative: no
+    alternatives), also now that no match starts inside a run of spaces."""
+    from ict.answers.readings import _ALTERNATIVE, _PERCENT_LIST, _PERCENT_SIGN
+
+    assert _ALTERNATIVE.split("3 or\tand/or 4") == ["3", "", "4"]
+    assert _ALTERNATIVE.split("3 " + " " * 50 + "4") == ["3 " + " " * 50 + "4"]
+    assert _PERCENT_LIST.split("25%, , 50%") == ["25%", "", "50%"]
+    assert _PERCENT_SIGN.sub("", "3  %, 4 \\% 5") == "3, 4 5"
