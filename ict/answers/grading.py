@@ -49,8 +49,9 @@ it when any verdict may change (3: plain-text algebra after an answer anchor rea
 maj@n, math answers that are numbers of equal value vote together; 4: a listing of options reads
 no option, a reason after the answer's option ends its clause, and a math hedge `3 or 4`, `either
 3 or 4`, `3 \\lor 4`, a pair `3 and 4` and a percent hedge `62.5% or 40%` are read as both
-alternatives, not one; 5: worded hedges `3 or maybe 4`, `3 and/or 4` and hedges in an answer tag
-or `####` line read as both alternatives, an anchored range `between 3 and 4` as no number, a
+alternatives, not one; 5: worded hedges `3 or maybe 4`, `3 and/or 4`, `3, maybe 4`, `3 (or 4)`,
+hedges with units `3 hours or 4 hours` (in a box's text too) and hedges in an answer tag or
+`####` line read as both alternatives, an anchored range `between 3 and 4` as no number, a
 reason right after a boxed or tagged option ends it, and a gold listing percents as the list).
 `ict eval` records it among each verdict's grading settings and re-grades stored completions
 graded under another (records older than it: unknown, older rules); results.json names it, and

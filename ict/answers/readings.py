@@ -45,14 +45,31 @@ _PLAIN_TEXT_MISREAD = re.compile(
 # alternatives: "3 or 4", "3, or 4", "3 \text{ or } 4" ("\lor" and "\vee" are spelt so first), a
 # hedge "3 or maybe 4", "3 and/or 4"; a pair "3 and 4", "3, and 4", "3 \text{ and } 4" (math-verify
 # reads \boxed{3 \text{ and } 4} as {3, 4})
-_CONNECTIVE = r"(?:and/or|or|and)\b(?:\s+(?:maybe|possibly|perhaps|probably)\b)?"
+# where a match that opens with spaces may start: not inside a run of them (a split or a search
+# tried every start in a run of n spaces, and "\s*,?\s*" every way to share it: n^3 steps, 13 s
+# for "3", 1,000 spaces, "4" after an anchor; past a worker's time bound at a few thousand)
+_NOT_IN_A_SPACE_RUN = r"(?:(?<!\s)|(?!\s))"
+_HEDGE_WORD = r"(?:maybe|possibly|perhaps|probably)\b"
+_CONNECTIVE = rf"(?:and/or|or|and)\b(?:\s+{_HEDGE_WORD})?"
+# ... and a hedge word after a comma: "3, maybe 4"
 _ALTERNATIVE = re.compile(
-    rf"\s*,?\s*(?:(?<![\w\\]){_CONNECTIVE}|\\text\s*\{{\s*{_CONNECTIVE}\s*\}})\s*")
+    rf"{_NOT_IN_A_SPACE_RUN}\s*(?:(?:,\s*)?(?:(?<![\w\\]){_CONNECTIVE}|\\text\s*\{{\s*{_CONNECTIVE}\s*\}})"
+    rf"|,\s*{_HEDGE_WORD})\s*")
+# an alternative that is a number and one unit word, or a number and a "?": "3 hours", "4 cm", "3?"
+# (its number: "3 hours or 4 hours" is {3, 4}; joined by "or", not "and": "2 hours and 30 minutes"
+# is one quantity)
+_NUMBER_WITH_UNIT = re.compile(r"([-+]?\d+(?:\.\d+)?(?:/\d+)?)(?:\s+[^\W\d_]{2,}|\s*\?)")
+_PLAIN_AND = re.compile(r"(?<![\w\\/])and\b(?!/)")
+# a hedge in brackets after the answer: "3 (or 4)", "3 (or possibly 4)" (the brackets dropped)
+_BRACKETED_HEDGE = re.compile(r"\(\s*((?:and/or|or)\b[^()]*)\)$")
+# a text wrapper in a box: \boxed{3 \text{ hours or } 4 \text{ hours}} (see
+# _unpercent_boxed_alternatives)
+_TEXT_WRAPPER = re.compile(r"\\text\s*\{([^{}]*)\}")
 # a list holding a percent sign (a comma, not 1,000's, or an alternative's word between elements)
-_PERCENT_LIST = re.compile(rf"{_ALTERNATIVE.pattern}|\s*,(?!\d{{3}}(?!\d))\s*")
+_PERCENT_LIST = re.compile(rf"{_ALTERNATIVE.pattern}|{_NOT_IN_A_SPACE_RUN}\s*,(?!\d{{3}}(?!\d))\s*")
 # a percent sign: math-verify reads a list holding one as its last element (\boxed{62.5% \text{ or }
 # 40%} is 40%), and it counts 40% equal to 40
-_PERCENT_SIGN = re.compile(r"\s*\\?%")
+_PERCENT_SIGN = re.compile(rf"{_NOT_IN_A_SPACE_RUN}\s*\\?%")
 _LOGICAL_OR = re.compile(r"\\(?:lor|vee)(?![^\W\d_])")
 _EITHER = re.compile(r"^(?i:either)\s+")  # "either 3 or 4": the alternatives 3 and 4
 # a range, "between 3 and 4" or "from 3 to 4" (math-verify read its first number, 3); not "2 to 1",
@@ -66,7 +83,7 @@ _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")
 _BOXED_TEXT_NUMBER = re.compile(rf"(\\boxed\s*\{{\s*){LATEX_WRAPPER}\s*(\(?\d+(?:\.\d+)?\)?)\s*\}}(\s*\}})")
 _BOXED_OPEN = re.compile(r"\\boxed\s*\{")
 # a percent sign inside a box (see _boxed_percent_readings)
-_BOXED_PERCENT = re.compile(r"(\\boxed\s*\{[^{}]*?)\s*\\?%\s*\}")
+_BOXED_PERCENT = re.compile(rf"(\\boxed\s*\{{[^{{}}]*?){_NOT_IN_A_SPACE_RUN}\s*\\?%\s*\}}")
 
 
 def mark_hash_answer(completion: str) -> str:
@@ -109,14 +126,15 @@ def _boxed_in_place(before: str, value: str, after: str) -> list[str]:
 
 def hash_answer_readings(completion: str) -> list[str]:
     """`mark_hash_answer`'s reading, and for an answer with a unit after a number (``#### 18
-    dollars``: math-verify knows cm or hours, not dollars) one more with the number alone boxed."""
+    dollars``: math-verify knows cm or hours, not dollars) one more with the number alone boxed.
+    Alternatives with units (``#### 3 apples or 4 apples``, `_alternatives`) are no heading."""
     marker = completion.rfind("####")
     if marker < 0 or any(command in completion for command in BOXED_COMMANDS):
         return [completion]
     line, _, rest = completion[marker + 4 :].partition("\n")
     value = line.strip().replace(",", "").replace("\\$", "").strip("$ .")
     if (not value or _HEADING_WORD.match(value) or _NUMBERED_TITLE.match(value)
-            or len(_PLAIN_WORD.findall(value)) >= 2):
+            or len(_PLAIN_WORD.findall(value)) >= 2 and _alternatives(value) is None):
         return [completion]
     rest = f"\n{rest}" if rest.strip() else ""
     return _boxed_in_place(completion[:marker], value, rest)
@@ -137,7 +155,7 @@ def anchor_answer_readings(completion: str) -> list[str]:
     hedge rewarded), an ``either`` before them dropped; a range X ``between 3 and 4`` or ``from 3
     to 4`` (words after it too) is boxed as ``3 \\text{ to } 4`` (math-verify: the product
     ``3 to 4``, equal to no number; it read 3); an alternative must close its brackets
-    (``3 (or 4)`` is none); a comma left before X's end (``8,.``) is dropped."""
+    (``3 (or 4`` is none; ``3 (or 4)`` is two); a comma left before X's end (``8,.``) is dropped."""
     if any(command in completion for command in BOXED_COMMANDS):
         return [completion]
     text = completion.rstrip()
@@ -162,8 +180,13 @@ def _alternatives(value: str, separator: re.Pattern[str] = _ALTERNATIVE) -> str 
     together, ``3 \\text{ or } 4`` ({3, 4}), percent signs dropped (``62.5% or 40%`` is {62.5, 40}:
     math-verify read it as 40%, the last); None unless ``value`` holds two or more alternatives,
     none empty, with a word (`_has_word`) or with a bracket left open (`_balanced`); an ``either``
-    before them is dropped."""
-    parts = separator.split(_EITHER.sub("", value, count=1))
+    before them is dropped. A hedge in brackets is one alternative (``3 (or 4)``); alternatives
+    joined by "or" that are a number and one unit word or a ``?`` are their numbers (``3 hours or
+    4 hours``, ``3 or 4 cm``, ``3? or 4``: {3, 4}; not ``2 hours and 30 minutes``)."""
+    value = _BRACKETED_HEDGE.sub(r" \1", _EITHER.sub("", value, count=1))
+    parts = separator.split(value)
+    if separator is _ALTERNATIVE and not _PLAIN_AND.search(value):
+        parts = [(found[1] if (found := _NUMBER_WITH_UNIT.fullmatch(part)) else part) for part in parts]
     if len(parts) < 2 or not all(part and not _has_word(part) and _balanced(part) for part in parts):
         return None
     return _PERCENT_SIGN.sub("", " \\text{ or } ".join(parts))
@@ -174,13 +197,21 @@ def _unpercent_boxed_alternatives(text: str) -> str:
     `_alternatives` writes them: math-verify reads ``\\boxed{62.5\\% \\text{ or } 40\\%}`` and
     ``\\boxed{25\\%, 50\\%}`` as no number and then, in the lenient extraction, as 40 (the last
     number); ``\\boxed{62.5 \\text{ or } 40}`` is {62.5, 40}, ``\\boxed{\\frac{1}{2} \\text{ or }
-    40}`` {1/2, 40}. A box that does not close (`_balanced_group`) is left as it is."""
+    40}`` {1/2, 40}. So is a box whose text wrappers hold "or" and units (``\\boxed{3 \\text{ hours
+    or } 4 \\text{ hours}}`` is {3, 4}; math-verify read it as 3). A box that does not close
+    (`_balanced_group`) is left as it is."""
     pieces, done = [], 0
     for found in _BOXED_OPEN.finditer(text):
         content = _balanced_group(text, found.end() - 1) if found.start() >= done else None
-        if content is None or "%" not in content:
+        if content is None:
             continue
-        if (listed := _alternatives(content, _PERCENT_LIST)) is not None:
+        if "%" in content:
+            listed = _alternatives(content, _PERCENT_LIST)
+        elif "\\text" in content and re.search(r"\bor\b", content):
+            listed = _alternatives(_TEXT_WRAPPER.sub(r" \1 ", content).strip())
+        else:
+            continue
+        if listed is not None:
             pieces += [text[done:found.end()], listed, "}"]
             done = found.end() + len(content) + 1
     return "".join(pieces) + text[done:]
@@ -195,7 +226,7 @@ def _joined_to_a_number(value: str, start: int) -> bool:
 
 
 def _balanced(value: str) -> bool:
-    """Does ``value`` close as many brackets as it opens (``[1, 2)`` does; ``3 (`` of ``3 (or 4)``
+    """Does ``value`` close as many brackets as it opens (``[1, 2)`` does; ``3 (`` of ``3 (or 4``
     does not: no alternative)?"""
     return value.count("(") + value.count("[") == value.count(")") + value.count("]")
 
