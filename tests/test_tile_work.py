@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 from operator_log import READS, OperatorLog, casts_of, reads_storage
-from stats_references import hidden_batch
+from stats_references import hidden_batch, reference_statistics
 
 from ict.core.stats import token_statistics, token_statistics_from_hidden
 
@@ -384,15 +384,32 @@ def test_the_torch_fold_rescales_its_row_sums_where_they_lie():
     assert torch.equal(state.target.double(), z.gather(1, targets[:, None]).squeeze(1))
 
 
+def _skip_unless_triton_runs(backend: str) -> None:
+    """Skip the Triton case where its kernels cannot run: without triton, or on a CPU without
+    ``TRITON_INTERPRET=1``."""
+    if backend == "triton":
+        pytest.importorskip("triton")
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("the Triton kernels run on a CPU only under TRITON_INTERPRET=1")
+
+
+def _assert_float64_statistics(stats, hidden, weight, lm_bias, token_ids, mask, temperature) -> None:
+    """``stats``' log-probs, entropy and Renyi-2 are float64's (`reference_statistics` of the
+    head's logits) within 2e-5 at the response positions, and 0 elsewhere."""
+    logits = hidden.double() @ weight.double().T + lm_bias.double()
+    expected = reference_statistics(logits, token_ids, mask, temperature)
+    for name in ("log_probs", "entropy", "renyi2"):
+        value = getattr(stats, name).double()
+        assert torch.allclose(value[mask], expected[name][mask], atol=2e-5), name
+        assert torch.equal(value[~mask], torch.zeros_like(value[~mask])), name
+
+
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_the_statistics_take_the_log_of_each_rows_total_once(backend):
     """The rows' log-normaliser, entropy, Renyi-2 and log-probs share one ``log s`` (the call's
     ``log`` operators on ``[N]``: that one and Renyi-2's ``log q``; it took ``log s`` three
     times), over 3 vocabulary tiles; the values are float64's."""
-    if backend == "triton":
-        pytest.importorskip("triton")
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            pytest.skip("the Triton kernels run on a CPU only under TRITON_INTERPRET=1")
+    _skip_unless_triton_runs(backend)
     hidden, weight, lm_bias, token_ids, mask = hidden_batch(8, batch=3, length=5, width=4, vocab=21)
     rows = int(mask.sum())
     log = OperatorLog(lambda name, args, result: name if name in ("log", "log_") and isinstance(result, torch.Tensor)
@@ -401,14 +418,7 @@ def test_the_statistics_take_the_log_of_each_rows_total_once(backend):
         stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 0.8, lm_head_bias=lm_bias,
                                              tile_size=(rows, 8), backend=backend)
     assert log.entries == ["log", "log"], log.entries
-    logits = (hidden.double() @ weight.double().T + lm_bias.double()) / 0.8
-    log_p = torch.log_softmax(logits, -1)
-    p = log_p.exp()
-    for name, expected in (("log_probs", log_p.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)),
-                           ("entropy", -(p * log_p).sum(-1)), ("renyi2", -(p * p).sum(-1).log())):
-        value = getattr(stats, name).double()
-        assert torch.allclose(value[mask], expected[mask], atol=2e-5), name
-        assert torch.equal(value[~mask], torch.zeros_like(value[~mask])), name
+    _assert_float64_statistics(stats, hidden, weight, lm_bias, token_ids, mask, 0.8)
 
 
 def test_statistics_over_every_position_are_returned_without_a_scatter():
@@ -482,10 +492,7 @@ def test_the_statistics_are_finished_where_they_are_returned(backend):
     the call returns: of the finish's ``[N]`` copies only the maxima's is left (there were 5), and
     the 5 accumulators are rows of one buffer, filled twice (5 fills); the values are float64's,
     over 3 vocabulary tiles and 2 token tiles."""
-    if backend == "triton":
-        pytest.importorskip("triton")
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            pytest.skip("the Triton kernels run on a CPU only under TRITON_INTERPRET=1")
+    _skip_unless_triton_runs(backend)
     hidden, weight, lm_bias, token_ids, mask = hidden_batch(16, batch=3, length=5, width=4, vocab=21)
     rows = int(mask.sum())
 
@@ -500,9 +507,4 @@ def test_the_statistics_are_finished_where_they_are_returned(backend):
         stats = token_statistics_from_hidden(hidden, weight, token_ids, mask, 0.8, lm_head_bias=lm_bias,
                                              tile_size=(-(-rows // 2), 8), backend=backend)
     assert log.entries == ["fill", "fill", "copy"], log.entries
-    logits = (hidden.double() @ weight.double().T + lm_bias.double()) / 0.8
-    log_p = torch.log_softmax(logits, -1)
-    p = log_p.exp()
-    for name, expected in (("log_probs", log_p.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)),
-                           ("entropy", -(p * log_p).sum(-1)), ("renyi2", -(p * p).sum(-1).log())):
-        assert torch.allclose(getattr(stats, name).double()[mask], expected[mask], atol=2e-5), name
+    _assert_float64_statistics(stats, hidden, weight, lm_bias, token_ids, mask, 0.8)
