@@ -53,23 +53,21 @@ class RowState:
                         self.target[part])
 
     def log_total(self, out: Tensor | None = None) -> Tensor:
-        """``log s`` (into ``out`` when given: no copy)."""
-        return torch.log(self.total, out=out) if out is not None else self.total.log()
+        """``log s`` ``[n]``, into ``out`` when given (no copy)."""
+        return torch.log(self.total, out=out)
 
     def entropy(self, log_total: Tensor | None = None, out: Tensor | None = None) -> Tensor:
-        """``H = log s - a / s``; ``log_total``: :meth:`log_total` when already computed; into
-        ``out`` when given (the same bits, no copy)."""
-        log_total = self.total.log() if log_total is None else log_total
-        if out is None:
-            return (log_total - self.shifted / self.total).clamp_(min=0.0)
+        """``H = log s - a / s`` ``[n]``; ``log_total``: :meth:`log_total` when already computed;
+        into ``out`` when given (no copy)."""
+        log_total = self.log_total() if log_total is None else log_total
+        out = torch.empty_like(self.total) if out is None else out
         return torch.sub(log_total, torch.div(self.shifted, self.total, out=out), out=out).clamp_(min=0.0)
 
     def renyi2(self, log_total: Tensor | None = None, out: Tensor | None = None) -> Tensor:
-        """``H2 = 2 log s - log q``; ``log_total``: :meth:`log_total` when already computed; into
-        ``out`` when given (the same bits, no copy)."""
-        log_total = self.total.log() if log_total is None else log_total
-        if out is None:
-            return (2.0 * log_total - self.square.log()).clamp_(min=0.0)
+        """``H2 = 2 log s - log q`` ``[n]``; ``log_total``: :meth:`log_total` when already computed;
+        into ``out`` when given (no copy)."""
+        log_total = self.log_total() if log_total is None else log_total
+        out = torch.empty_like(self.total) if out is None else out
         return torch.mul(log_total, 2.0, out=out).sub_(self.square.log()).clamp_(min=0.0)
 
 
