@@ -25,13 +25,15 @@ from ict.answers.extraction import (
 _HEADING_WORD = re.compile(r"[^\W\d_]{2,}")
 _NUMBERED_TITLE = re.compile(r"\d+\s*[.)]\s+\S")
 _PLAIN_WORD = re.compile(r"(?<![\\\w])[^\W\d_]{2,}")
+_DECIMAL = r"[-+]?\d+(?:\.\d+)?"  # a signed decimal: 3, -2.5
+_NUMBER = rf"{_DECIMAL}(?:/\d+)?"  # ... or a fraction of one: 1/2
 # a number, a space, then a unit of two letters or more, or one in brackets: "18 dollars", "42 km/h",
 # "18 (dollars)", "9.8 (m/s^2)"; not "1e5", "2:30", "5 x" (5x), "-2.5 %" (the percent readings
 # handle it) or brackets holding math: "3 (4^{1})" is 12, "42 (27, 9)" two answers, not 3 or 42;
-# nor a number joined to a later one by "or" or "and": "3 or maybe 4", "3 hours or 4 hours", "2 and
-# 1/2 cups" (a hedge or a mixed number, not the answer 3 or 2)
+# a number joined to a later one by "or" or "and" is no reading alone (`_joined_to_a_number`): "3
+# or maybe 4", "3 hours or 4 hours", "2 and 1/2 cups" (a hedge or a mixed number, not 3 or 2)
 _NUMBER_AND_UNIT = re.compile(
-    r"([-+]?\d+(?:\.\d+)?(?:/\d+)?)\s+(?:[^\W\d_]{2,}|\(\s*[^\W\d_]+(?:\s*[/^]\s*\w+)*\s*\)).*")
+    rf"({_NUMBER})\s+(?:[^\W\d_]{{2,}}|\(\s*[^\W\d_]+(?:\s*[/^]\s*\w+)*\s*\)).*")
 _JOINED = re.compile(r"\b(?:or|and)\b")  # "or"/"and": joined to a later number when a digit follows it
 # the last line's answer anchor: "The answer is X", "Final answer: X", "**Final Answer:** X"
 _ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*:?|:)\**[ \t]*")
@@ -58,7 +60,7 @@ _ALTERNATIVE = re.compile(
 # an alternative that is a number and one unit word, or a number and a "?": "3 hours", "4 cm", "3?"
 # (its number: "3 hours or 4 hours" is {3, 4}; joined by "or", not "and": "2 hours and 30 minutes"
 # is one quantity)
-_NUMBER_WITH_UNIT = re.compile(r"([-+]?\d+(?:\.\d+)?(?:/\d+)?)(?:\s+[^\W\d_]{2,}|\s*\?)")
+_NUMBER_WITH_UNIT = re.compile(rf"({_NUMBER})(?:\s+[^\W\d_]{{2,}}|\s*\?)")
 _PLAIN_AND = re.compile(r"(?<![\w\\/])and\b(?!/)")
 # a hedge in brackets after the answer: "3 (or 4)", "3 (or possibly 4)" (the brackets dropped)
 _BRACKETED_HEDGE = re.compile(r"\(\s*((?:and/or|or)\b[^()]*)\)$")
@@ -74,8 +76,7 @@ _LOGICAL_OR = re.compile(r"\\(?:lor|vee)(?![^\W\d_])")
 _EITHER = re.compile(r"^(?i:either)\s+")  # "either 3 or 4": the alternatives 3 and 4
 # a range, "between 3 and 4" or "from 3 to 4" (math-verify read its first number, 3); not "2 to 1",
 # which may be a ratio
-_RANGE = re.compile(r"(?i:between\s+([-+]?\d+(?:\.\d+)?)\s+and|from\s+([-+]?\d+(?:\.\d+)?)\s+to)"
-                    r"\s+([-+]?\d+(?:\.\d+)?)")
+_RANGE = re.compile(rf"(?i:between\s+({_DECIMAL})\s+and|from\s+({_DECIMAL})\s+to)\s+({_DECIMAL})")
 # a LaTeX environment's name is no plain word: \begin{pmatrix} ... \end{pmatrix}
 _ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}")
 _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")
