@@ -75,6 +75,7 @@ def test_precedence_defaults_yaml_options_overrides(tmp_path):
     # passed, and failed only after the data and the model were loaded, as PolicyLossConfig's
     # "need 0 <= clip_low < 1 and clip_high >= 0, got 1.0, 0.28"
     (["clip_low=1"], r"^clip_low must be in \[0, 1\), got 1.0$"),
+    (["clip_low=-0.1"], r"^clip_low must be in \[0, 1\), got -0.1$"),
     (["adam_beta2=1"], "adam_beta2 must be in"),
     (["adam_beta1=1"], "adam_beta1 must be in"),
     (["adam_eps=0"], "adam_eps must be > 0"),
