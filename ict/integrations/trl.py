@@ -33,7 +33,9 @@ references' end rows) when its last completion id, tool results included, is EOS
 sees the rows its ranking population needs (:func:`ict.core.selectors.ranking_population`):
 ``token``/``sequence``/``group`` (groups local) run on the local rows; ``batch`` gathers only the
 ``[B, T]`` statistics, masks, ids and advantages of all processes (never hidden states) and every
-process runs the selector on the same gathered tensors and keeps its rows. Random draws
+process runs the selector on the same gathered tensors and keeps its rows: the population is one
+``_compute_loss`` call, so with ``gradient_accumulation_steps > 1`` each accumulated micro-batch
+is ranked alone (``ict train`` and verl rank the optimizer step's whole mini-batch). Random draws
 (``random``, ``clip_cov``) use a generator seeded from (seed, global step, call index within the
 step), equal on every process and after a resume. Clip-Cov receives TRL's old log-probs and
 clip range ``(epsilon_low, epsilon_high)`` (:data:`TRL_CLIPPED_LOSS_TYPES`; none for cispo, sapo
