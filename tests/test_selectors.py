@@ -163,6 +163,31 @@ def test_entropy_selector_equals_the_20_entropy_reference(seed):
     assert torch.equal(ours, trl_quantile_mask(inputs.stats.entropy, inputs.response_mask, 0.8))
 
 
+def test_trls_own_top_entropy_quantile_keeps_our_count_only_when_the_ratio_is_one_over_an_integer():
+    """TRL 1.16's own ``get_high_entropy_mask`` as its ``_compute_loss`` calls it for
+    ``top_entropy_quantile = q`` (threshold ``1 - q``), on distinct entropies: the top
+    ``1 + floor(q (N - 1))`` tokens, ours at ``ratio = q`` for every ``N`` when ``q`` is 0.2 or 0.1,
+    but 2 tokens where we keep ``ceil(0.3 * 7) = 3`` (docs/method.md claimed the counts always agree)."""
+    pytest.importorskip("trl")
+    from types import SimpleNamespace
+
+    from trl import GRPOTrainer
+
+    one_process = SimpleNamespace(accelerator=SimpleNamespace(
+        pad_across_processes=lambda tensor, dim, pad_index: tensor, gather=lambda tensor: tensor))
+    for q, n, theirs_count, ours_count in [(0.2, n, math.ceil(0.2 * n - 1e-9), None) for n in range(1, 41)] + [
+            (0.1, n, math.ceil(0.1 * n - 1e-9), None) for n in range(1, 41)] + [(0.3, 7, 2, 3), (0.3, 4, 1, 2)]:
+        entropy = torch.randperm(n, generator=torch.Generator().manual_seed(n)).float().view(1, n) / n
+        mask = torch.ones(1, n, dtype=torch.bool)
+        theirs = GRPOTrainer.get_high_entropy_mask(one_process, entropy, mask, 1 - q)
+        inputs = make_inputs(0, batch=1, length=n, mask_rate=-1.0)
+        inputs.stats.entropy = entropy
+        ours = select_tokens("entropy", inputs, ratio=q)
+        assert int(theirs.sum()) == theirs_count == 1 + math.floor(q * (n - 1) + 1e-9), (q, n)
+        assert int(ours.sum()) == (theirs_count if ours_count is None else ours_count), (q, n)
+        assert (theirs & ~ours).sum() == 0  # the top ones: TRL's are ours, or fewer of them
+
+
 def test_trl_quantile_rule_differs_by_ties_and_normaliser():
     inputs = make_inputs(0, batch=1, length=10, mask_rate=-1.0)
     inputs.stats.entropy = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.9, 0.9, 0.9]])

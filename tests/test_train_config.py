@@ -13,6 +13,7 @@ from ict.core.errors import UsageError
 from ict.training.config import TrainConfig
 from ict.training.config_loading import build_config
 from ict.training.config_text import parse_key_values
+from ict.training.train_step import loss_config_of
 
 
 def test_precedence_defaults_yaml_options_overrides(tmp_path):
@@ -71,6 +72,10 @@ def test_precedence_defaults_yaml_options_overrides(tmp_path):
     (["overlong_buffer=33"], "overlong_buffer must be in 0..max_new_tokens"),
     (["overlong_penalty_factor=-0.5"], "overlong_penalty_factor must be >= 0"),
     (["clip_low=1.01"], "clip_low must be in"),
+    # passed, and failed only after the data and the model were loaded, as PolicyLossConfig's
+    # "need 0 <= clip_low < 1 and clip_high >= 0, got 1.0, 0.28"
+    (["clip_low=1"], r"^clip_low must be in \[0, 1\), got 1.0$"),
+    (["clip_low=-0.1"], r"^clip_low must be in \[0, 1\), got -0.1$"),
     (["adam_beta2=1"], "adam_beta2 must be in"),
     (["adam_beta1=1"], "adam_beta1 must be in"),
     (["adam_eps=0"], "adam_eps must be > 0"),
@@ -117,13 +122,15 @@ def test_selector_ratio_given_later_beats_an_earlier_ratio(earlier, tmp_path):
 
 def test_the_closed_ends_of_the_documented_ranges_are_accepted():
     """Each range's closed end (--help, validate's messages) passes: overlong_buffer =
-    max_new_tokens ('0..max_new_tokens': the penalty ramps over the whole completion), clip_low 1
-    ('in [0, 1]'), adam_beta1 0, max_grad_norm 0, vllm_gpu_memory_utilization 1, top_p 1, ratio 1."""
-    ends = {"max_new_tokens": "32", "overlong_buffer": "32", "clip_low": "1", "adam_beta1": "0",
+    max_new_tokens ('0..max_new_tokens': the penalty ramps over the whole completion), clip_low 0
+    ('in [0, 1)': at 1 the loss's lower ratio bound, 0, would clip nothing, and PolicyLossConfig
+    refuses it), adam_beta1 0, max_grad_norm 0, vllm_gpu_memory_utilization 1, top_p 1, ratio 1."""
+    ends = {"max_new_tokens": "32", "overlong_buffer": "32", "clip_low": "0", "adam_beta1": "0",
             "max_grad_norm": "0", "vllm_gpu_memory_utilization": "1", "top_p": "1", "ratio": "1",
             "clip_high": "0", "eval_temperature": "0", "entropy_collapse_fraction": "0"}
     config = build_config(None, {}, ends)
-    assert (config.overlong_buffer, config.clip_low, config.selector["ratio"]) == (32, 1.0, 1.0)
+    assert (config.overlong_buffer, config.clip_low, config.selector["ratio"]) == (32, 0.0, 1.0)
+    loss_config_of(config)  # and the loss the trainer builds from it accepts them too
 
 
 def test_a_negative_format_reward_is_one_line():

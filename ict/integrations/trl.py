@@ -33,7 +33,9 @@ references' end rows) when its last completion id, tool results included, is EOS
 sees the rows its ranking population needs (:func:`ict.core.selectors.ranking_population`):
 ``token``/``sequence``/``group`` (groups local) run on the local rows; ``batch`` gathers only the
 ``[B, T]`` statistics, masks, ids and advantages of all processes (never hidden states) and every
-process runs the selector on the same gathered tensors and keeps its rows. Random draws
+process runs the selector on the same gathered tensors and keeps its rows: the population is one
+``_compute_loss`` call, so with ``gradient_accumulation_steps > 1`` each accumulated micro-batch
+is ranked alone (``ict train`` and verl rank the optimizer step's whole mini-batch). Random draws
 (``random``, ``clip_cov``) use a generator seeded from (seed, global step, call index within the
 step), equal on every process and after a resume. Clip-Cov receives TRL's old log-probs and
 clip range ``(epsilon_low, epsilon_high)`` (:data:`TRL_CLIPPED_LOSS_TYPES`; none for cispo, sapo
@@ -42,11 +44,15 @@ and vespo, which cut no token's gradient by a ratio clip).
 Loss denominator, ``selection_denominator``: ``"trl"`` passes the 0/1 mask (TRL's
 ``top_entropy_quantile`` convention: TRL's completion-token denominators). ``"ours"`` (default)
 makes TRL's loss equal, in value and gradient, to ict's :func:`ict.core.loss.policy_loss`
-(``denominator="selected"``) aggregated as the loss type aggregates (:data:`OURS_AGGREGATION`):
-the weight is ``selected * c`` with ``c`` = ``n_b / n_sel_b * B / S`` for grpo/sapo (``B``: rows,
-``S``: rows with a selected token, both of the gathered micro-batch: DDP averages the processes'
-gradients, so the total is the one-process loss), ``N / N_sel`` of the micro-batch for bnpo, of
-the gathered micro-batch for dapo/cispo (exact with ``steps_per_generation = 1``; otherwise each
+(``denominator="selected"``) aggregated as the loss type aggregates (:data:`OURS_AGGREGATION`)
+where TRL's per-token loss is that clipped surrogate: grpo/bnpo/dr_grpo/dapo/luspo with
+token-level importance sampling and no ``delta`` (TRL's defaults), up to ict's clamp of the
+log-ratio at +-20 nats, which TRL lacks. Any other per-token loss of TRL's (cispo's, sapo's,
+GSPO's, ``delta``'s) gets ict's normalisation. The weight is ``selected * c`` with ``c`` =
+``n_b / n_sel_b * B / S`` for grpo/sapo (``B``: rows, ``S``: rows with a selected token, both
+of the gathered micro-batch: DDP averages the processes' gradients, so the total is the
+one-process loss), ``N / N_sel`` of the micro-batch for bnpo, of the gathered micro-batch for
+dapo/cispo (exact with ``steps_per_generation = 1``; otherwise each
 micro-batch's selected mean weighted by its tokens), and 1 for dr_grpo/luspo (constant
 denominators). vespo is refused under "ours" (its per-sequence gamma weights are not a per-token
 loss ict aggregates).

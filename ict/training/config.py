@@ -375,7 +375,7 @@ class TrainConfig:
             raise UsageError(f"max_response_length must be >= 1 (or none), got {self.max_response_length}")
         within = {  # name: (allowed range as text, test)
             "max_grad_norm": (">= 0", lambda v: v >= 0), "eval_temperature": (">= 0", lambda v: v >= 0),
-            "clip_low": ("in [0, 1]", lambda v: 0 <= v <= 1), "clip_high": (">= 0", lambda v: v >= 0),
+            "clip_low": ("in [0, 1)", lambda v: 0 <= v < 1), "clip_high": (">= 0", lambda v: v >= 0),
             "kl_coef": (">= 0", lambda v: v >= 0), "entropy_coef": (">= 0", lambda v: v >= 0),
             "weight_decay": (">= 0", lambda v: v >= 0),
             "adam_eps": ("> 0", lambda v: v > 0), "adam_beta1": ("in [0, 1)", lambda v: 0 <= v < 1),
