@@ -633,3 +633,21 @@ def test_compare_refusing_an_evaluation_it_cannot_resume_names_its_own_way_out(
     with pytest.raises(SystemExit, match="^2$"):  # the flag eval's advice names is none of compare's
         main([*argv, "--overwrite"])
     assert "unrecognized arguments: --overwrite" in capsys.readouterr().err
+
+
+def test_the_default_random_control_differs_from_ict_only_in_the_score():
+    """`ict compare`'s default control is a random 10% of each response with ICT's recipe
+    (scope, loss aggregation, warm-up), not plain `random` (batch-ranked, token_mean, no warm-up)."""
+    import dataclasses
+
+    from ict.experiments.compare import CompareConfig, method_overrides
+    from ict.training.config_loading import build_config
+
+    configs = {spec.name: build_config(None, {}, method_overrides(spec)) for spec in CompareConfig().method_specs}
+    ict, control = configs["ict"], configs["random"]
+    differ = {f.name for f in dataclasses.fields(ict) if getattr(ict, f.name) != getattr(control, f.name)}
+    assert differ == {"method", "selector", "preset"}
+    assert control.selector["ratio"] == ict.selector["ratio"] == 0.1
+    assert control.selector["scope"] == ict.selector["scope"] == "sequence"
+    assert control.aggregation == ict.aggregation == "seq_mean_token_mean"
+    assert control.full_token_warmup_steps == ict.full_token_warmup_steps == 10

@@ -116,9 +116,11 @@ class CompareConfig:
     ``--config`` YAML holds the training options of every run (as `ict train --config`) and may
     also set these options (`compare_options` splits the two)."""
 
-    methods: str = option("grpo,entropy,stapo,ict,random",
+    methods: str = option("grpo,entropy,stapo,ict,random:preset=paper",
                           "comma-separated methods; options as method:key=value,key=value (e.g. "
-                          "ict:reference=prev,ratio=0.2 or ict:preset=batch)")
+                          "ict:reference=prev,ratio=0.2 or ict:preset=batch); random:preset=paper is "
+                          "the control with ict's recipe (a random 10% of each response), so it "
+                          "differs from ict only in the score")
     seeds: tuple[int, ...] = option((0, 1, 2), "comma-separated training seeds (distinct)")
     output_dir: Path | None = option(None, "comparison directory (required)")
     config_file: str | None = option(None, "YAML of training options for every run (ict train's "
