@@ -613,3 +613,34 @@ def test_the_alternatives_separators_are_found_one_after_another():
     assert _ALTERNATIVE.split("3 " + " " * 50 + "4") == ["3 " + " " * 50 + "4"]
     assert _PERCENT_LIST.split("25%, , 50%") == ["25%", "", "50%"]
     assert _PERCENT_SIGN.sub("", "3  %, 4 \\% 5") == "3, 4 5"
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # every comma of a "####" line was dropped: "3,5" (a decimal comma or a list, as a box reads
+    # it) was 35, "3, 5" was "3 5" (no list) and "3, maybe 4" was "3 maybe 4", read as 3
+    ("#### 3,5", "35", False),
+    ("#### 12,50", "1250", False),
+    ("#### 3, 5", "3, 5", True),
+    ("#### 3, maybe 4", "3", False),
+    ("#### 3, maybe 4", "3, 4", True),
+    # a tuple or a list (MATH-500, OlympiadBench golds) was read with no commas: "(2,4)" was
+    # "(24)", wrong for its gold, and "(8,-2)" was "(8-2)", right for a gold 6
+    ("#### (2,4)", "(2,4)", True),
+    ("#### 1,-2", "1,-2", True),
+    ("#### (8,-2)", "6", False),
+    # a thousands comma is still dropped
+    ("#### 1,234", "1234", True),
+    ("#### \\$1,234,567.50", "1234567.5", True),
+    ("#### 1,000 dollars", "1000", True),
+])
+def test_a_hash_line_drops_only_a_thousands_comma(verifier, completion, gold, expected):
+    """As ``\\boxed{3,5}``, ``\\boxed{(2,4)}`` and "The answer is 3, maybe 4." are read. Hand-checked
+    golds; both extractions."""
+    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+def test_mark_hash_answer_keeps_a_comma_that_is_no_thousands_comma():
+    assert mark_hash_answer("#### 3,5") == "\\boxed{3,5}"
+    assert mark_hash_answer("#### 3, 5.") == "\\boxed{3, 5}"
+    assert mark_hash_answer("x\n#### 1,234,567\n") == "x\n\\boxed{1234567}"
+    assert mark_hash_answer("#### (x,100)") == "\\boxed{(x,100)}"
