@@ -475,14 +475,26 @@ def test_completion_readings_of_a_hedge_with_units(completion, expected):
     ("Final answer: from 3 to 4 hours", "3", False),
     ("The answer is between -1.5 and 2, since f(0) > 0", "-1.5", False),
     ("The answer is between 3 and 4.", "4", False),
-    # an interval math-verify reads as one is kept; "2 to 1" may be a ratio: read as before
+    # ... and with no "between" or "from", also in an answer tag or after "####" (there the
+    # number-and-unit reading took "to" for a unit): each read 3; a ratio 3:4 is no 3 either
+    ("The answer is 3 to 4.", "3", False),
+    ("The answer is 3 to 4 hours.", "3", False),
+    ("Final answer: -2.5 to 4", "-2.5", False),
+    ("<answer>3 to 4</answer>", "3", False),
+    ("#### 3 to 4", "3", False),
+    ("The answer is 3 to 4.", "\\frac{3}{4}", False),
+    # an interval math-verify reads as one is kept; "2 to 1" may be a ratio 2:1, which is 2: read
+    # as before
     ("The answer is [3, 4].", "[3, 4]", True),
     ("\\boxed{[3, 4]}", "[3, 4]", True),
     ("The answer is 2 to 1.", "2", True),
+    ("<answer>2 to 1</answer>", "2", True),
+    ("#### 6 to 1.0", "6", True),
 ])
 def test_a_range_after_an_anchor_is_not_its_first_number(verifier, completion, gold, expected):
-    """"between 3 and 4" and "from 3 to 4" are boxed as ``3 \\text{ to } 4``, which math-verify
-    reads as a product equal to no number (as ``\\boxed{3 \\text{ to } 4}``). Both extractions."""
+    """"between 3 and 4", "from 3 to 4" and "3 to 4" are boxed as ``3 \\text{ to } 4``, which
+    math-verify reads as a product equal to no number (as ``\\boxed{3 \\text{ to } 4}``). Both
+    extractions."""
     _assert_graded_in_both_extractions(verifier, completion, gold, expected)
 
 
@@ -493,11 +505,17 @@ def test_a_range_after_an_anchor_is_not_its_first_number(verifier, completion, g
     ("The answer is 3, or possibly 4.", "The answer is \\boxed{3 \\text{ or } 4}"),
     ("Final answer: 3 \\text{ or perhaps } 4", "Final answer: \\boxed{3 \\text{ or } 4}"),
     ("The answer is 3 and/or 4.", "The answer is \\boxed{3 \\text{ or } 4}"),
+    ("The answer is 3 to 4.", "The answer is \\boxed{3 \\text{ to } 4}"),
+    ("Final answer: 10 TO 20 cm", "Final answer: \\boxed{10 \\text{ to } 20}"),
+    ("The answer is 3 to 0.5.", "The answer is \\boxed{3 \\text{ to } 0.5}"),   # a ratio 6
+    ("The answer is between 0 and 1.", "The answer is \\boxed{0 \\text{ to } 1}"),
     # left alone: no number after "between ... and", a ratio, a word that is no hedge, a range
     # after the answer, in its reason
     ("The answer is between x and 4.", None),
     ("The answer is 12, which lies between 3 and 40.", None),
     ("The answer is 2 to 1.", None),
+    ("The answer is 5 to 1.0 against.", None),
+    ("The answer is 3 tons.", None),
     ("The answer is 3 or surely 4.", None),
 ])
 def test_anchor_answer_readings_box_a_range_or_a_worded_hedge(completion, expected):
@@ -613,6 +631,19 @@ def test_the_alternatives_separators_are_found_one_after_another():
     assert _ALTERNATIVE.split("3 " + " " * 50 + "4") == ["3 " + " " * 50 + "4"]
     assert _PERCENT_LIST.split("25%, , 50%") == ["25%", "", "50%"]
     assert _PERCENT_SIGN.sub("", "3  %, 4 \\% 5") == "3, 4 5"
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    ("<answer>3 to 4</answer>", ["\\boxed{3 \\text{ to } 4}"]),
+    ("#### -3 to 4.5", ["\\boxed{-3 \\text{ to } 4.5}"]),
+    ("<answer>between 3 and 4</answer>", ["\\boxed{3 \\text{ to } 4}"]),
+    ("<answer>2 to 1</answer>", ["\\boxed{2 to 1}", "\\boxed{2}"]),   # a ratio 2:1: as before
+])
+def test_a_range_in_an_answer_tag_or_hash_line_is_boxed_as_a_range(completion, expected):
+    """The number-and-unit reading took the range's "to" for a unit: ``3 to 4`` read 3."""
+    from ict.answers.readings import completion_readings
+
+    assert completion_readings(completion) == expected
 
 
 @pytest.mark.parametrize(("completion", "gold", "expected"), [

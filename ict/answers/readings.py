@@ -75,9 +75,10 @@ _PERCENT_LIST = re.compile(rf"{_ALTERNATIVE.pattern}|{_NOT_IN_A_SPACE_RUN}\s*,(?
 _PERCENT_SIGN = re.compile(rf"{_NOT_IN_A_SPACE_RUN}\s*\\?%")
 _LOGICAL_OR = re.compile(r"\\(?:lor|vee)(?![^\W\d_])")
 _EITHER = re.compile(r"^(?i:either)\s+")  # "either 3 or 4": the alternatives 3 and 4
-# a range, "between 3 and 4" or "from 3 to 4" (math-verify read its first number, 3); not "2 to 1",
-# which may be a ratio
-_RANGE = re.compile(rf"(?i:between\s+({_DECIMAL})\s+and|from\s+({_DECIMAL})\s+to)\s+({_DECIMAL})")
+# a range, "between 3 and 4", "from 3 to 4" or "3 to 4" (math-verify read its first number, 3; see
+# `_range`)
+_RANGE = re.compile(
+    rf"(?i:between\s+({_DECIMAL})\s+and|from\s+({_DECIMAL})\s+to|({_DECIMAL})\s+to)\s+({_DECIMAL})")
 # a LaTeX environment's name is no plain word: \begin{pmatrix} ... \end{pmatrix}
 _ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}")
 _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")
@@ -119,6 +120,8 @@ def _boxed_in_place(before: str, value: str, after: str) -> list[str]:
     `_alternatives` writes them, one reading (the number-and-unit reading read ``3 or 4`` as 3)."""
     if (alternatives := _alternatives(value)) is not None:
         return [f"{before}\\boxed{{{alternatives}}}{after}"]
+    if (bounds := _range(value)) is not None:  # "3 to 4": no number (the unit reading read 3)
+        return [f"{before}\\boxed{{{bounds}}}{after}"]
     values = [value]
     number = _NUMBER_AND_UNIT.match(value)
     if number is not None and not _joined_to_a_number(value, number.end(1)):
@@ -172,8 +175,8 @@ def anchor_answer_readings(completion: str) -> list[str]:
     value = text[anchors[-1].end():].strip().strip("*").removesuffix(".").strip().rstrip(",").rstrip()
     if (alternatives := _alternatives(value)) is not None:
         value = alternatives  # the alternatives, not the first (3 or 4)
-    elif (bounds := _RANGE.match(value)) is not None:  # a range, not its first number
-        value = f"{bounds[1] or bounds[2]} \\text{{ to }} {bounds[3]}"
+    elif (bounds := _range(value)) is not None:  # a range, not its first number
+        value = bounds
     elif (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value)
             or _has_word(value)):
         return [completion]
@@ -196,6 +199,18 @@ def _alternatives(value: str, separator: re.Pattern[str] = _ALTERNATIVE) -> str 
     if len(parts) < 2 or not all(part and not _has_word(part) and _balanced(part) for part in parts):
         return None
     return _PERCENT_SIGN.sub("", " \\text{ or } ".join(parts))
+
+
+def _range(value: str) -> str | None:
+    """The range ``value`` opens with (`_RANGE`: ``between 3 and 4``, ``from 3 to 4``, ``3 to 4``,
+    words after it too) written ``3 \\text{ to } 4``, which math-verify reads as the product ``3 to
+    4``, equal to no number; None for no range, and for ``2 to 1``, ``3 to 1.0`` (a ratio ``a:1``,
+    which is ``a``: read as before). A range is a hedge; a ratio ``a:b`` is ``a/b``: neither is
+    ``a`` unless ``b`` is 1."""
+    bounds = _RANGE.match(value)
+    if bounds is None or bounds[3] is not None and float(bounds[4]) == 1:
+        return None
+    return f"{bounds[1] or bounds[2] or bounds[3]} \\text{{ to }} {bounds[4]}"
 
 
 def _unpercent_boxed_alternatives(text: str) -> str:
