@@ -675,3 +675,35 @@ def test_mark_hash_answer_keeps_a_comma_that_is_no_thousands_comma():
     assert mark_hash_answer("#### 3, 5.") == "\\boxed{3, 5}"
     assert mark_hash_answer("x\n#### 1,234,567\n") == "x\n\\boxed{1234567}"
     assert mark_hash_answer("#### (x,100)") == "\\boxed{(x,100)}"
+
+
+@pytest.mark.parametrize("form", [
+    "The answer is 42{}", "The answer is 42{}dollars.", "<answer>42{}cm</answer>", "#### 42{}cm",
+    "\\boxed{{42{}\\%}}"])
+def test_an_answer_before_19000_whitespace_characters_is_graded_within_the_bound(verifier, form):
+    """math-verify's own patterns are quadratic in a run of whitespace after a number: "The answer
+    is 42" and 19,000 newlines (a model that pads to its token limit) took 20 s to parse and was
+    graded "timeout", wrong. Each is 42 (or 42%). Both extractions."""
+    for run in (" " * 19_000, "\n" * 19_000):
+        completion = form.format(run)
+        for extraction in MATH_EXTRACTIONS:
+            verdict = verifier.check(completion, "42", 5.0, extraction)
+            assert (verdict.status, verdict.correct) == ("ok", True), (form, extraction, verdict)
+
+
+def test_a_shortened_run_of_whitespace_reads_as_the_long_one(verifier):
+    """A run cut to 128 characters is still longer than math-verify's answer window (".{0,50}"
+    after "answer"): no anchored answer 200 spaces after it, as none 19,000 after it."""
+    for gap in (" " * 200, " " * 19_000):
+        verdict = verifier.check(f"The answer is{gap}42", "42", 5.0, "anchored")
+        assert (verdict.status, verdict.correct) == ("no_answer", False), verdict
+
+
+def test_shortened_whitespace_keeps_128_characters_and_a_newline():
+    from ict.answers.readings import _shortened_whitespace
+
+    assert _shortened_whitespace("4" + " " * 128 + "x") == "4" + " " * 128 + "x"
+    assert _shortened_whitespace("4" + " " * 129 + "x") == "4" + " " * 128 + "x"
+    assert _shortened_whitespace("4" + " " * 500 + "\n" + " " * 9 + "x") == "4" + " " * 127 + "\nx"
+    assert _shortened_whitespace("\t" * 300 + "4") == "\t" * 128 + "4"
+    assert _shortened_whitespace(("a" + " " * 200) * 3) == ("a" + " " * 128) * 3

@@ -85,6 +85,11 @@ _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")
 # a box holding only a number, optionally in parentheses, in a text wrapper: \boxed{\textbf{(073)}}
 _BOXED_TEXT_NUMBER = re.compile(rf"(\\boxed\s*\{{\s*){LATEX_WRAPPER}\s*(\(?\d+(?:\.\d+)?\)?)\s*\}}(\s*\}})")
 _BOXED_OPEN = re.compile(r"\\boxed\s*\{")
+# a run of whitespace longer than any window of math-verify's patterns (".{0,100}", then a space):
+# its patterns are quadratic in a run after a number ("The answer is 42" and 19,000 spaces took 20
+# s to parse: a "timeout"); cut to `_WHITESPACE_KEPT` characters (see `_shortened_whitespace`)
+_WHITESPACE_KEPT = 128
+_LONG_WHITESPACE = re.compile(rf"(?<!\s)\s{{{_WHITESPACE_KEPT + 1},}}")
 # a percent sign inside a box (see _boxed_percent_readings)
 _BOXED_PERCENT = re.compile(rf"(\\boxed\s*\{{[^{{}}]*?){_NOT_IN_A_SPACE_RUN}\s*\\?%\s*\}}")
 
@@ -295,6 +300,16 @@ def _boxed_percent_readings(text: str) -> list[str]:
     return [_BOXED_PERCENT.sub(r"\1%}", text), _BOXED_PERCENT.sub(r"\1}\\%", text)]
 
 
+def _shortened_whitespace(text: str) -> str:
+    """``text`` with each run of more than `_WHITESPACE_KEPT` whitespace characters cut to its first
+    `_WHITESPACE_KEPT`, the last a newline if the run holds one: math-verify's patterns read the
+    cut run as the long one (their bounded windows, at most 100 characters and a space, cross
+    neither; ``.`` and an inline ``$...$`` cross no newline, and one is kept), in time linear in
+    the text, not quadratic (about 0.3 s on 20,000 characters of runs of 128 after numbers)."""
+    return _LONG_WHITESPACE.sub(
+        lambda run: run[0][:_WHITESPACE_KEPT - 1] + ("\n" if "\n" in run[0] else run[0][-1]), text)
+
+
 def completion_readings(completion: str) -> list[str]:
     """The readings of ``completion`` for math-verify to parse in turn (the first that matches the
     gold wins), ``\\lor`` and ``\\vee`` spelt out (`spell_logical_or`) and a boxed hedge's or list's percent
@@ -302,9 +317,11 @@ def completion_readings(completion: str) -> list[str]:
     (`tag_answer_readings`), then the ``####`` line's
     (`hash_answer_readings`), scientific notation expanded, the anchored plain-text answer's
     (`anchor_answer_readings`), a boxed number in a text wrapper unwrapped, and the boxed
-    percent's (`_boxed_percent_readings`)."""
+    percent's (`_boxed_percent_readings`); in each, long runs of whitespace are cut
+    (`_shortened_whitespace`)."""
     spelt = _unpercent_boxed_alternatives(spell_logical_or(completion))
     return [percent for tagged in tag_answer_readings(spelt)
             for marked in hash_answer_readings(tagged)
             for anchored in anchor_answer_readings(expand_scientific(marked))
-            for percent in _boxed_percent_readings(unwrap_boxed_text_number(anchored))]
+            for percent in map(_shortened_whitespace,
+                               _boxed_percent_readings(unwrap_boxed_text_number(anchored)))]
