@@ -707,3 +707,37 @@ def test_shortened_whitespace_keeps_128_characters_and_a_newline():
     assert _shortened_whitespace("4" + " " * 500 + "\n" + " " * 9 + "x") == "4" + " " * 127 + "\nx"
     assert _shortened_whitespace("\t" * 300 + "4") == "\t" * 128 + "4"
     assert _shortened_whitespace(("a" + " " * 200) * 3) == ("a" + " " * 128) * 3
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # an alternative with a bare decimal point: math-verify's LaTeX parser read no number in "3."
+    # or "-3./2" and dropped it from \boxed{3. \text{ or } 4}, which read 4: a hedge rewarded
+    ("The answer is 3. or 4", "4", False),
+    ("The answer is -3./2 or 4", "4", False),
+    ("<answer>-3. or 4</answer>", "4", False),
+    ("\\boxed{3. \\text{ or } 4}", "4", False),
+    ("\\boxed{3.\\% \\text{ or } 4\\%}", "4", False),
+    ("The answer is -3./2 or 4", "-\\frac{3}{2}, 4", True),
+    ("The answer is 3. or 4.", "3, 4", True),
+    # a decimal with its digits, and a bare decimal point, read as before
+    ("The answer is 3.5 or 4", "3.5, 4", True),
+    ("The answer is .5 or 4", "0.5, 4", True),
+])
+def test_a_hedge_with_a_bare_decimal_point_is_read_as_both_alternatives(
+        verifier, completion, gold, expected):
+    """Hand-checked golds; both extractions."""
+    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+def test_alternatives_drop_only_a_decimal_point_with_no_digit_after_it():
+    """... at an alternative's end or before its "/": "4. 5" (a sentence's ".") is kept."""
+    from ict.answers.readings import _PERCENT_LIST, _alternatives
+
+    assert _alternatives("-3./2 or 4.") == "-3/2 \\text{ or } 4"
+    assert _alternatives("3.5 or x.y or 2.x") == "3.5 \\text{ or } x.y \\text{ or } 2.x"
+    assert _alternatives("3.5 or 4.25") == "3.5 \\text{ or } 4.25"
+    assert _alternatives("1..2 or 3") == "1..2 \\text{ or } 3"
+    assert _alternatives("4. 5 + 9 = 45, and 9 - 9 = 0") == "4. 5 + 9 = 45 \\text{ or } 9 - 9 = 0"
+    assert _alternatives("3.% or 4.5%", _PERCENT_LIST) == "3 \\text{ or } 4.5"
+    # a "." after no digit is left to math-verify, which reads no number in the box (no reward)
+    assert _alternatives("\\pi. or 4") == "\\pi. \\text{ or } 4"

@@ -63,6 +63,10 @@ _ALTERNATIVE = re.compile(
 # is one quantity)
 _NUMBER_WITH_UNIT = re.compile(rf"({_NUMBER})(?:\s+[^\W\d_]{{2,}}|\s*\?)")
 _PLAIN_AND = re.compile(r"(?<![\w\\/])and\b(?!/)")
+# a decimal point with no digit after it that ends an alternative or its numerator, "3." or
+# "-3./2": math-verify's LaTeX parser reads no number in it and drops it from a box of
+# alternatives (\boxed{3. \text{ or } 4} was 4); not the "." of "4. 5 + 9 = 45", a sentence's
+_BARE_POINT = re.compile(r"(?<=\d)\.(?=/|\s*$)")
 # a hedge in brackets after the answer: "3 (or 4)", "3 (or possibly 4)" (the brackets dropped)
 _BRACKETED_HEDGE = re.compile(r"\(\s*((?:and/or|or)\b[^()]*)\)$")
 # a text wrapper in a box: \boxed{3 \text{ hours or } 4 \text{ hours}} (see
@@ -196,14 +200,16 @@ def _alternatives(value: str, separator: re.Pattern[str] = _ALTERNATIVE) -> str 
     none empty, with a word (`_has_word`) or with a bracket left open (`_balanced`); an ``either``
     before them is dropped. A hedge in brackets is one alternative (``3 (or 4)``); alternatives
     joined by "or" that are a number and one unit word or a ``?`` are their numbers (``3 hours or
-    4 hours``, ``3 or 4 cm``, ``3? or 4``: {3, 4}; not ``2 hours and 30 minutes``)."""
+    4 hours``, ``3 or 4 cm``, ``3? or 4``: {3, 4}; not ``2 hours and 30 minutes``); a digit's
+    decimal point that ends an alternative or its numerator is dropped (``3. or 4``, ``-3./2 or
+    4``: math-verify dropped ``3.`` and ``-3./2`` from the box and read 4 alone; `_BARE_POINT`)."""
     value = _BRACKETED_HEDGE.sub(r" \1", _EITHER.sub("", value, count=1))
     parts = separator.split(value)
     if separator is _ALTERNATIVE and not _PLAIN_AND.search(value):
         parts = [(found[1] if (found := _NUMBER_WITH_UNIT.fullmatch(part)) else part) for part in parts]
     if len(parts) < 2 or not all(part and not _has_word(part) and _balanced(part) for part in parts):
         return None
-    return _PERCENT_SIGN.sub("", " \\text{ or } ".join(parts))
+    return " \\text{ or } ".join(_BARE_POINT.sub("", _PERCENT_SIGN.sub("", part)) for part in parts)
 
 
 def _range(value: str) -> str | None:
