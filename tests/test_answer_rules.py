@@ -232,6 +232,13 @@ def test_a_reason_after_the_answer_lists_no_options(text, expected):
     ("<answer>B) because C) is too large</answer>", "B"),
     ("<answer>A. Because B. is wrong</answer>", "A"),
     ("<answer>(D) not (A)</answer>", "D"),
+    # ... and options the reason names together, joined by "and", "or", a comma or "/" (read as
+    # a listing of two options: no listed option's text is "and")
+    (r"\boxed{(B) because (C) and (D) are too large}", "B"),
+    ("<answer>(B) since (C), (D), or (E) fail</answer>", "B"),
+    ("<answer>B) because C) and D) fail</answer>", "B"),
+    (r"\boxed{(B) since (C) or (D) fails}", "B"),
+    (r"\boxed{(A) because (B) & (C) fail}", "A"),
     # still listings: the reason marks two options or more (an echo of the options, its first
     # text opening with "not", "because" or "As"), a sentence after it lists, text before it
     (r"\boxed{(A) not anti-symmetric (B) transitive (C) reflexive (D) symmetric}", None),
@@ -241,13 +248,16 @@ def test_a_reason_after_the_answer_lists_no_options(text, expected):
     ("<answer>(B) since (C) fails. (C) 5 (D) 6</answer>", None),
     ("<answer>(B) 4 since (C) 5 fails</answer>", None),
     ("<answer>(A) or (B) since both fail</answer>", None),
-    # two options marked in the reason read as a listing, as before (an echo of three options
-    # whose first opens with "not" could not be told from it)
-    (r"\boxed{(B) because (C) and (D) are too large}", None),
+    # two options marked apart in the reason read as a listing, as before (an echo of three
+    # options whose first opens with "not" is not told from it)
+    (r"\boxed{(B) because (C) is too large and (D) too small}", None),
+    (r"\boxed{(A) because (B) (C) (D)}", None),
+    (r"\boxed{(A) not x (B) and y (C) z}", None),  # B's text opens with "and": no joined options
 ])
 def test_a_reason_right_after_a_boxed_or_tagged_option_lists_no_options(text, expected):
     """Rule 1: a reason right after the option's marker in a box or ``<answer>`` tag ends its
-    clause as after rule 2's "the answer is", unless it marks two options or more; the sentences
+    clause as after rule 2's "the answer is", unless it marks two options or more (those it names
+    together, "(C) and (D)", are one); the sentences
     after it may still list options. Five of options, so a box naming every option is no trigger."""
     assert extract_choice_letter(text, 5) == expected
 

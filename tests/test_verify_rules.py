@@ -475,14 +475,26 @@ def test_completion_readings_of_a_hedge_with_units(completion, expected):
     ("Final answer: from 3 to 4 hours", "3", False),
     ("The answer is between -1.5 and 2, since f(0) > 0", "-1.5", False),
     ("The answer is between 3 and 4.", "4", False),
-    # an interval math-verify reads as one is kept; "2 to 1" may be a ratio: read as before
+    # ... and with no "between" or "from", also in an answer tag or after "####" (there the
+    # number-and-unit reading took "to" for a unit): each read 3; a ratio 3:4 is no 3 either
+    ("The answer is 3 to 4.", "3", False),
+    ("The answer is 3 to 4 hours.", "3", False),
+    ("Final answer: -2.5 to 4", "-2.5", False),
+    ("<answer>3 to 4</answer>", "3", False),
+    ("#### 3 to 4", "3", False),
+    ("The answer is 3 to 4.", "\\frac{3}{4}", False),
+    # an interval math-verify reads as one is kept; "2 to 1" may be a ratio 2:1, which is 2: read
+    # as before
     ("The answer is [3, 4].", "[3, 4]", True),
     ("\\boxed{[3, 4]}", "[3, 4]", True),
     ("The answer is 2 to 1.", "2", True),
+    ("<answer>2 to 1</answer>", "2", True),
+    ("#### 6 to 1.0", "6", True),
 ])
 def test_a_range_after_an_anchor_is_not_its_first_number(verifier, completion, gold, expected):
-    """"between 3 and 4" and "from 3 to 4" are boxed as ``3 \\text{ to } 4``, which math-verify
-    reads as a product equal to no number (as ``\\boxed{3 \\text{ to } 4}``). Both extractions."""
+    """"between 3 and 4", "from 3 to 4" and "3 to 4" are boxed as ``3 \\text{ to } 4``, which
+    math-verify reads as a product equal to no number (as ``\\boxed{3 \\text{ to } 4}``). Both
+    extractions."""
     _assert_graded_in_both_extractions(verifier, completion, gold, expected)
 
 
@@ -493,11 +505,17 @@ def test_a_range_after_an_anchor_is_not_its_first_number(verifier, completion, g
     ("The answer is 3, or possibly 4.", "The answer is \\boxed{3 \\text{ or } 4}"),
     ("Final answer: 3 \\text{ or perhaps } 4", "Final answer: \\boxed{3 \\text{ or } 4}"),
     ("The answer is 3 and/or 4.", "The answer is \\boxed{3 \\text{ or } 4}"),
+    ("The answer is 3 to 4.", "The answer is \\boxed{3 \\text{ to } 4}"),
+    ("Final answer: 10 TO 20 cm", "Final answer: \\boxed{10 \\text{ to } 20}"),
+    ("The answer is 3 to 0.5.", "The answer is \\boxed{3 \\text{ to } 0.5}"),   # a ratio 6
+    ("The answer is between 0 and 1.", "The answer is \\boxed{0 \\text{ to } 1}"),
     # left alone: no number after "between ... and", a ratio, a word that is no hedge, a range
     # after the answer, in its reason
     ("The answer is between x and 4.", None),
     ("The answer is 12, which lies between 3 and 40.", None),
     ("The answer is 2 to 1.", None),
+    ("The answer is 5 to 1.0 against.", None),
+    ("The answer is 3 tons.", None),
     ("The answer is 3 or surely 4.", None),
 ])
 def test_anchor_answer_readings_box_a_range_or_a_worded_hedge(completion, expected):
@@ -613,3 +631,113 @@ def test_the_alternatives_separators_are_found_one_after_another():
     assert _ALTERNATIVE.split("3 " + " " * 50 + "4") == ["3 " + " " * 50 + "4"]
     assert _PERCENT_LIST.split("25%, , 50%") == ["25%", "", "50%"]
     assert _PERCENT_SIGN.sub("", "3  %, 4 \\% 5") == "3, 4 5"
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    ("<answer>3 to 4</answer>", ["\\boxed{3 \\text{ to } 4}"]),
+    ("#### -3 to 4.5", ["\\boxed{-3 \\text{ to } 4.5}"]),
+    ("<answer>between 3 and 4</answer>", ["\\boxed{3 \\text{ to } 4}"]),
+    ("<answer>2 to 1</answer>", ["\\boxed{2 to 1}", "\\boxed{2}"]),   # a ratio 2:1: as before
+])
+def test_a_range_in_an_answer_tag_or_hash_line_is_boxed_as_a_range(completion, expected):
+    """The number-and-unit reading took the range's "to" for a unit: ``3 to 4`` read 3."""
+    from ict.answers.readings import completion_readings
+
+    assert completion_readings(completion) == expected
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # every comma of a "####" line was dropped: "3,5" (a decimal comma or a list, as a box reads
+    # it) was 35, "3, 5" was "3 5" (no list) and "3, maybe 4" was "3 maybe 4", read as 3
+    ("#### 3,5", "35", False),
+    ("#### 12,50", "1250", False),
+    ("#### 3, 5", "3, 5", True),
+    ("#### 3, maybe 4", "3", False),
+    ("#### 3, maybe 4", "3, 4", True),
+    # a tuple or a list (MATH-500, OlympiadBench golds) was read with no commas: "(2,4)" was
+    # "(24)", wrong for its gold, and "(8,-2)" was "(8-2)", right for a gold 6
+    ("#### (2,4)", "(2,4)", True),
+    ("#### 1,-2", "1,-2", True),
+    ("#### (8,-2)", "6", False),
+    # a thousands comma is still dropped
+    ("#### 1,234", "1234", True),
+    ("#### \\$1,234,567.50", "1234567.5", True),
+    ("#### 1,000 dollars", "1000", True),
+])
+def test_a_hash_line_drops_only_a_thousands_comma(verifier, completion, gold, expected):
+    """As ``\\boxed{3,5}``, ``\\boxed{(2,4)}`` and "The answer is 3, maybe 4." are read. Hand-checked
+    golds; both extractions."""
+    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+def test_mark_hash_answer_keeps_a_comma_that_is_no_thousands_comma():
+    assert mark_hash_answer("#### 3,5") == "\\boxed{3,5}"
+    assert mark_hash_answer("#### 3, 5.") == "\\boxed{3, 5}"
+    assert mark_hash_answer("x\n#### 1,234,567\n") == "x\n\\boxed{1234567}"
+    assert mark_hash_answer("#### (x,100)") == "\\boxed{(x,100)}"
+
+
+@pytest.mark.parametrize("form", [
+    "The answer is 42{}", "The answer is 42{}dollars.", "<answer>42{}cm</answer>", "#### 42{}cm",
+    "\\boxed{{42{}\\%}}"])
+def test_an_answer_before_19000_whitespace_characters_is_graded_within_the_bound(verifier, form):
+    """math-verify's own patterns are quadratic in a run of whitespace after a number: "The answer
+    is 42" and 19,000 newlines (a model that pads to its token limit) took 20 s to parse and was
+    graded "timeout", wrong. Each is 42 (or 42%). Both extractions."""
+    for run in (" " * 19_000, "\n" * 19_000):
+        completion = form.format(run)
+        for extraction in MATH_EXTRACTIONS:
+            verdict = verifier.check(completion, "42", 5.0, extraction)
+            assert (verdict.status, verdict.correct) == ("ok", True), (form, extraction, verdict)
+
+
+def test_a_shortened_run_of_whitespace_reads_as_the_long_one(verifier):
+    """A run cut to 128 characters is still longer than math-verify's answer window (".{0,50}"
+    after "answer"): no anchored answer 200 spaces after it, as none 19,000 after it."""
+    for gap in (" " * 200, " " * 19_000):
+        verdict = verifier.check(f"The answer is{gap}42", "42", 5.0, "anchored")
+        assert (verdict.status, verdict.correct) == ("no_answer", False), verdict
+
+
+def test_shortened_whitespace_keeps_128_characters_and_a_newline():
+    from ict.answers.readings import _shortened_whitespace
+
+    assert _shortened_whitespace("4" + " " * 128 + "x") == "4" + " " * 128 + "x"
+    assert _shortened_whitespace("4" + " " * 129 + "x") == "4" + " " * 128 + "x"
+    assert _shortened_whitespace("4" + " " * 500 + "\n" + " " * 9 + "x") == "4" + " " * 127 + "\nx"
+    assert _shortened_whitespace("\t" * 300 + "4") == "\t" * 128 + "4"
+    assert _shortened_whitespace(("a" + " " * 200) * 3) == ("a" + " " * 128) * 3
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # an alternative with a bare decimal point: math-verify's LaTeX parser read no number in "3."
+    # or "-3./2" and dropped it from \boxed{3. \text{ or } 4}, which read 4: a hedge rewarded
+    ("The answer is 3. or 4", "4", False),
+    ("The answer is -3./2 or 4", "4", False),
+    ("<answer>-3. or 4</answer>", "4", False),
+    ("\\boxed{3. \\text{ or } 4}", "4", False),
+    ("\\boxed{3.\\% \\text{ or } 4\\%}", "4", False),
+    ("The answer is -3./2 or 4", "-\\frac{3}{2}, 4", True),
+    ("The answer is 3. or 4.", "3, 4", True),
+    # a decimal with its digits, and a bare decimal point, read as before
+    ("The answer is 3.5 or 4", "3.5, 4", True),
+    ("The answer is .5 or 4", "0.5, 4", True),
+])
+def test_a_hedge_with_a_bare_decimal_point_is_read_as_both_alternatives(
+        verifier, completion, gold, expected):
+    """Hand-checked golds; both extractions."""
+    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+def test_alternatives_drop_only_a_decimal_point_with_no_digit_after_it():
+    """... at an alternative's end or before its "/": "4. 5" (a sentence's ".") is kept."""
+    from ict.answers.readings import _PERCENT_LIST, _alternatives
+
+    assert _alternatives("-3./2 or 4.") == "-3/2 \\text{ or } 4"
+    assert _alternatives("3.5 or x.y or 2.x") == "3.5 \\text{ or } x.y \\text{ or } 2.x"
+    assert _alternatives("3.5 or 4.25") == "3.5 \\text{ or } 4.25"
+    assert _alternatives("1..2 or 3") == "1..2 \\text{ or } 3"
+    assert _alternatives("4. 5 + 9 = 45, and 9 - 9 = 0") == "4. 5 + 9 = 45 \\text{ or } 9 - 9 = 0"
+    assert _alternatives("3.% or 4.5%", _PERCENT_LIST) == "3 \\text{ or } 4.5"
+    # a "." after no digit is left to math-verify, which reads no number in the box (no reward)
+    assert _alternatives("\\pi. or 4") == "\\pi. \\text{ or } 4"

@@ -122,6 +122,9 @@ _OPENING_REASON = re.compile(
     rf"([).:]?)\s*,?\s*{_REASON}(?:[^\n.;!?]|[.;!?](?!\s|$)|(?<=\b[A-Z])\.)*")
 """A reason right after a box's option marker, to the end of its sentence: ``) since (C) fails``
 (group 1: the marker's close)."""
+_NAMED_TOGETHER = r"\s*(?:,\s*(?:(?i:and|or)\s+)?|(?i:and|or|nor)\s+|[&/]\s*)"
+"""What joins options named together after a marker: ``(C) and (D)``, ``(C), (D), or (E)``,
+``C)/D)``."""
 
 
 def _choice_pattern(letters: str) -> str:
@@ -142,8 +145,9 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
        order or names every option (``\\boxed{A) 3 B) 4}``, ``\\boxed{(A) 3 (C) 5}``,
        ``\\boxed{A. 3 B. 4}``, ``\\boxed{(D) 6 (C) 5 (B) 4 (A) 3}``: none; ``\\boxed{(D) Both (A)
        and (B)}`` is D; `_lists_options`); a reason right after the marker that marks at most
-       one option, to the end of its sentence, lists none (``\\boxed{(B) since (C) fails}`` is B;
-       `_OPENING_REASON`);
+       one option (options named together count once: ``(C) and (D)``), to the end of its
+       sentence, lists none (``\\boxed{(B) since (C) fails}`` and ``\\boxed{(B) because (C) and
+       (D) fail}`` are B; `_OPENING_REASON`);
     2. otherwise the last phrase "answer is", "answer:", "Answer -" (case-insensitive, optionally
        "final"/"correct", optionally bold ``**``) followed by a valid letter as a whole word, in
        optional parentheses, brackets, ``\\(...\\)`` or ``$...$``, and not by a list of more
@@ -232,11 +236,13 @@ def _marked_letter(content: str, letter: str) -> str | None:
         return None
     # "(B) since (C) fails": a reason right after the marker names no option, as after rule 2's
     # "the answer is (B)", unless it marks two or more (an echo of the options whose first
-    # text opens with "not", "because" or "As": "(A) not x (B) y (C) z" lists); the sentences
-    # after it still may ("(A) because x. (B) because y." lists)
+    # text opens with "not", "because" or "As": "(A) not x (B) y (C) z" lists); options it names
+    # together ("(C) and (D)", "(C), (D) or (E)": no listed option's text is "and") are one; the
+    # sentences after it still may list ("(A) because x. (B) because y." lists)
     reason = _OPENING_REASON.match(rest)
     if reason is not None and len(_later_option_markers(
-            reason.group(0)[len(reason.group(1)):], letter,
+            re.sub(rf"\(?{letter}\){_NAMED_TOGETHER}(?=\(?{letter}\))", "",
+                   reason.group(0)[len(reason.group(1)):]), letter,
             match.group(1) if reason.group(1) == "." else None)) <= 1:
         rest = reason.group(1) + rest[reason.end():]
     if _lists_options(match.group(1), rest, letter):

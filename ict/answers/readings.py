@@ -25,6 +25,7 @@ from ict.answers.extraction import (
 _HEADING_WORD = re.compile(r"[^\W\d_]{2,}")
 _NUMBERED_TITLE = re.compile(r"\d+\s*[.)]\s+\S")
 _PLAIN_WORD = re.compile(r"(?<![\\\w])[^\W\d_]{2,}")
+_DIGIT_GROUP_COMMA = re.compile(r"(?<=\d),(?=\d{3})")  # the comma of 1,234 (see hash_answer_readings)
 _DECIMAL = r"[-+]?\d+(?:\.\d+)?"  # a signed decimal: 3, -2.5
 _NUMBER = rf"{_DECIMAL}(?:/\d+)?"  # ... or a fraction of one: 1/2
 # a number, a space, then a unit of two letters or more, or one in brackets: "18 dollars", "42 km/h",
@@ -62,6 +63,10 @@ _ALTERNATIVE = re.compile(
 # is one quantity)
 _NUMBER_WITH_UNIT = re.compile(rf"({_NUMBER})(?:\s+[^\W\d_]{{2,}}|\s*\?)")
 _PLAIN_AND = re.compile(r"(?<![\w\\/])and\b(?!/)")
+# a decimal point with no digit after it that ends an alternative or its numerator, "3." or
+# "-3./2": math-verify's LaTeX parser reads no number in it and drops it from a box of
+# alternatives (\boxed{3. \text{ or } 4} was 4); not the "." of "4. 5 + 9 = 45", a sentence's
+_BARE_POINT = re.compile(r"(?<=\d)\.(?=/|\s*$)")
 # a hedge in brackets after the answer: "3 (or 4)", "3 (or possibly 4)" (the brackets dropped)
 _BRACKETED_HEDGE = re.compile(r"\(\s*((?:and/or|or)\b[^()]*)\)$")
 # a text wrapper in a box: \boxed{3 \text{ hours or } 4 \text{ hours}} (see
@@ -74,15 +79,21 @@ _PERCENT_LIST = re.compile(rf"{_ALTERNATIVE.pattern}|{_NOT_IN_A_SPACE_RUN}\s*,(?
 _PERCENT_SIGN = re.compile(rf"{_NOT_IN_A_SPACE_RUN}\s*\\?%")
 _LOGICAL_OR = re.compile(r"\\(?:lor|vee)(?![^\W\d_])")
 _EITHER = re.compile(r"^(?i:either)\s+")  # "either 3 or 4": the alternatives 3 and 4
-# a range, "between 3 and 4" or "from 3 to 4" (math-verify read its first number, 3); not "2 to 1",
-# which may be a ratio
-_RANGE = re.compile(rf"(?i:between\s+({_DECIMAL})\s+and|from\s+({_DECIMAL})\s+to)\s+({_DECIMAL})")
+# a range, "between 3 and 4", "from 3 to 4" or "3 to 4" (math-verify read its first number, 3; see
+# `_range`)
+_RANGE = re.compile(
+    rf"(?i:between\s+({_DECIMAL})\s+and|from\s+({_DECIMAL})\s+to|({_DECIMAL})\s+to)\s+({_DECIMAL})")
 # a LaTeX environment's name is no plain word: \begin{pmatrix} ... \end{pmatrix}
 _ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}")
 _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")
 # a box holding only a number, optionally in parentheses, in a text wrapper: \boxed{\textbf{(073)}}
 _BOXED_TEXT_NUMBER = re.compile(rf"(\\boxed\s*\{{\s*){LATEX_WRAPPER}\s*(\(?\d+(?:\.\d+)?\)?)\s*\}}(\s*\}})")
 _BOXED_OPEN = re.compile(r"\\boxed\s*\{")
+# a run of whitespace longer than any window of math-verify's patterns (".{0,100}", then a space):
+# its patterns are quadratic in a run after a number ("The answer is 42" and 19,000 spaces took 20
+# s to parse: a "timeout"); cut to `_WHITESPACE_KEPT` characters (see `_shortened_whitespace`)
+_WHITESPACE_KEPT = 128
+_LONG_WHITESPACE = re.compile(rf"(?<!\s)\s{{{_WHITESPACE_KEPT + 1},}}")
 # a percent sign inside a box (see _boxed_percent_readings)
 _BOXED_PERCENT = re.compile(rf"(\\boxed\s*\{{[^{{}}]*?){_NOT_IN_A_SPACE_RUN}\s*\\?%\s*\}}")
 
@@ -118,6 +129,8 @@ def _boxed_in_place(before: str, value: str, after: str) -> list[str]:
     `_alternatives` writes them, one reading (the number-and-unit reading read ``3 or 4`` as 3)."""
     if (alternatives := _alternatives(value)) is not None:
         return [f"{before}\\boxed{{{alternatives}}}{after}"]
+    if (bounds := _range(value)) is not None:  # "3 to 4": no number (the unit reading read 3)
+        return [f"{before}\\boxed{{{bounds}}}{after}"]
     values = [value]
     number = _NUMBER_AND_UNIT.match(value)
     if number is not None and not _joined_to_a_number(value, number.end(1)):
@@ -133,7 +146,11 @@ def hash_answer_readings(completion: str) -> list[str]:
     if marker < 0 or any(command in completion for command in BOXED_COMMANDS):
         return [completion]
     line, _, rest = completion[marker + 4 :].partition("\n")
-    value = line.strip().replace(",", "").replace("\\$", "").strip("$ .")
+    # a comma between digits dropped when three follow (1,234; 1,0000 as before), no other: a
+    # tuple or list keeps its commas ("(2,4)", "1,-2" and "3, 5" read "(24)", "1-2" and "3 5"),
+    # "3,5" is no 35 (a decimal comma or a list, as in a box), "3, maybe 4" is a hedge
+    line = _DIGIT_GROUP_COMMA.sub("", line)
+    value = line.strip().replace("\\$", "").strip("$ .")
     if (not value or _HEADING_WORD.match(value) or _NUMBERED_TITLE.match(value)
             or len(_PLAIN_WORD.findall(value)) >= 2 and _alternatives(value) is None):
         return [completion]
@@ -167,8 +184,8 @@ def anchor_answer_readings(completion: str) -> list[str]:
     value = text[anchors[-1].end():].strip().strip("*").removesuffix(".").strip().rstrip(",").rstrip()
     if (alternatives := _alternatives(value)) is not None:
         value = alternatives  # the alternatives, not the first (3 or 4)
-    elif (bounds := _RANGE.match(value)) is not None:  # a range, not its first number
-        value = f"{bounds[1] or bounds[2]} \\text{{ to }} {bounds[3]}"
+    elif (bounds := _range(value)) is not None:  # a range, not its first number
+        value = bounds
     elif (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value)
             or _has_word(value)):
         return [completion]
@@ -183,14 +200,28 @@ def _alternatives(value: str, separator: re.Pattern[str] = _ALTERNATIVE) -> str 
     none empty, with a word (`_has_word`) or with a bracket left open (`_balanced`); an ``either``
     before them is dropped. A hedge in brackets is one alternative (``3 (or 4)``); alternatives
     joined by "or" that are a number and one unit word or a ``?`` are their numbers (``3 hours or
-    4 hours``, ``3 or 4 cm``, ``3? or 4``: {3, 4}; not ``2 hours and 30 minutes``)."""
+    4 hours``, ``3 or 4 cm``, ``3? or 4``: {3, 4}; not ``2 hours and 30 minutes``); a digit's
+    decimal point that ends an alternative or its numerator is dropped (``3. or 4``, ``-3./2 or
+    4``: math-verify dropped ``3.`` and ``-3./2`` from the box and read 4 alone; `_BARE_POINT`)."""
     value = _BRACKETED_HEDGE.sub(r" \1", _EITHER.sub("", value, count=1))
     parts = separator.split(value)
     if separator is _ALTERNATIVE and not _PLAIN_AND.search(value):
         parts = [(found[1] if (found := _NUMBER_WITH_UNIT.fullmatch(part)) else part) for part in parts]
     if len(parts) < 2 or not all(part and not _has_word(part) and _balanced(part) for part in parts):
         return None
-    return _PERCENT_SIGN.sub("", " \\text{ or } ".join(parts))
+    return " \\text{ or } ".join(_BARE_POINT.sub("", _PERCENT_SIGN.sub("", part)) for part in parts)
+
+
+def _range(value: str) -> str | None:
+    """The range ``value`` opens with (`_RANGE`: ``between 3 and 4``, ``from 3 to 4``, ``3 to 4``,
+    words after it too) written ``3 \\text{ to } 4``, which math-verify reads as the product ``3 to
+    4``, equal to no number; None for no range, and for ``2 to 1``, ``3 to 1.0`` (a ratio ``a:1``,
+    which is ``a``: read as before). A range is a hedge; a ratio ``a:b`` is ``a/b``: neither is
+    ``a`` unless ``b`` is 1."""
+    bounds = _RANGE.match(value)
+    if bounds is None or bounds[3] is not None and float(bounds[4]) == 1:
+        return None
+    return f"{bounds[1] or bounds[2] or bounds[3]} \\text{{ to }} {bounds[4]}"
 
 
 def _unpercent_boxed_alternatives(text: str) -> str:
@@ -275,6 +306,16 @@ def _boxed_percent_readings(text: str) -> list[str]:
     return [_BOXED_PERCENT.sub(r"\1%}", text), _BOXED_PERCENT.sub(r"\1}\\%", text)]
 
 
+def _shortened_whitespace(text: str) -> str:
+    """``text`` with each run of more than `_WHITESPACE_KEPT` whitespace characters cut to its first
+    `_WHITESPACE_KEPT`, the last a newline if the run holds one: math-verify's patterns read the
+    cut run as the long one (their bounded windows, at most 100 characters and a space, cross
+    neither; ``.`` and an inline ``$...$`` cross no newline, and one is kept), in time linear in
+    the text, not quadratic (about 0.3 s on 20,000 characters of runs of 128 after numbers)."""
+    return _LONG_WHITESPACE.sub(
+        lambda run: run[0][:_WHITESPACE_KEPT - 1] + ("\n" if "\n" in run[0] else run[0][-1]), text)
+
+
 def completion_readings(completion: str) -> list[str]:
     """The readings of ``completion`` for math-verify to parse in turn (the first that matches the
     gold wins), ``\\lor`` and ``\\vee`` spelt out (`spell_logical_or`) and a boxed hedge's or list's percent
@@ -282,9 +323,11 @@ def completion_readings(completion: str) -> list[str]:
     (`tag_answer_readings`), then the ``####`` line's
     (`hash_answer_readings`), scientific notation expanded, the anchored plain-text answer's
     (`anchor_answer_readings`), a boxed number in a text wrapper unwrapped, and the boxed
-    percent's (`_boxed_percent_readings`)."""
+    percent's (`_boxed_percent_readings`); in each, long runs of whitespace are cut
+    (`_shortened_whitespace`)."""
     spelt = _unpercent_boxed_alternatives(spell_logical_or(completion))
     return [percent for tagged in tag_answer_readings(spelt)
             for marked in hash_answer_readings(tagged)
             for anchored in anchor_answer_readings(expand_scientific(marked))
-            for percent in _boxed_percent_readings(unwrap_boxed_text_number(anchored))]
+            for percent in map(_shortened_whitespace,
+                               _boxed_percent_readings(unwrap_boxed_text_number(anchored)))]
