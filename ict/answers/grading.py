@@ -43,7 +43,7 @@ from ict.core.problems import Problem
 
 ANSWER_EXTRACTIONS = ("tag", "last_number")
 """How a reasoning-gym answer is found (see the module docstring)."""
-GRADING_RULES_VERSION = 5
+GRADING_RULES_VERSION = 6
 """The version of the answer-grading rules (`ict.answers`: extraction, gold, verify, grading): bump
 it when any verdict may change (3: plain-text algebra after an answer anchor read whole; in
 maj@n, math answers that are numbers of equal value vote together; 4: a listing of options reads
