@@ -243,6 +243,42 @@ def test_a_run_stopped_inside_a_comparison_says_to_rerun_the_comparison(tiny_mod
     assert len((output / "runs" / "grpo" / "seed0" / "metrics.jsonl").read_text().splitlines()) == 2
 
 
+def test_a_stop_in_a_runs_last_step_stops_the_comparison_after_that_run(tiny_model_dir, arithmetic_task,
+                                                                        tmp_path, capsys, monkeypatch):
+    """Ctrl-C or SIGTERM in a run's last step lets the run finish (ict train's way: nothing after
+    it to stop), but the comparison went on to train and evaluate every other run and exited 0:
+    a scheduler's SIGTERM was ignored until its SIGKILL cut the next run short. The comparison
+    stops after that run now, with status 130, and the same command trains the rest."""
+    import signal
+
+    import ict.training.trainer
+    from ict.training.trainer import train
+
+    def stopped_in_last_step(config, **options):
+        return train(config, on_step=lambda metrics: signal.raise_signal(signal.SIGTERM)
+                     if metrics["step"] == config.num_steps else None, **options)
+
+    monkeypatch.setattr(ict.training.trainer, "train", stopped_in_last_step)
+    output = tmp_path / "cmp"
+    arguments = ["compare", "--train-only", "--methods", "grpo", "--seeds", "0,1", "--output-dir", str(output),
+                 "--eval-benchmarks", "gsm8k", f"model={tiny_model_dir}", f"dataset={arithmetic_task}",
+                 "reward=compare_contains_answer", "num_steps=2", "prompts_per_step=2", "num_generations=2",
+                 "max_new_tokens=4", "tensorboard=false", "dtype=fp32"]
+    capsys.readouterr()
+    assert main(arguments) == 130
+    captured = capsys.readouterr()
+    first, second = output / "runs" / "grpo" / "seed0", output / "runs" / "grpo" / "seed1"
+    assert captured.err.splitlines()[-1] == "interrupted"
+    assert (f"stopped after training {first} (a stop request came in its last step); to continue, rerun the "
+            "same ict compare command" in captured.out)
+    assert (first / "checkpoints" / "step-00000002" / "COMPLETE").is_file()  # the run finished
+    assert not second.exists()  # nothing started after it
+    monkeypatch.setattr(ict.training.trainer, "train", train)
+    assert main(arguments) == 0  # the same command trains the rest
+    assert [json.loads(line)["step"] for line in (second / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert len((first / "metrics.jsonl").read_text().splitlines()) == 2  # not trained again
+
+
 def _stopped_at_call(monkeypatch, owner, name: str, call: int) -> None:
     """``owner.name`` raising KeyboardInterrupt (Ctrl-C, or SIGTERM through the command's handler)
     at its ``call``-th call, working otherwise."""

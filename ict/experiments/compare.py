@@ -382,7 +382,6 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
     evaluated too, with the same settings; an evaluation already written is reused."""
     from ict.runs.checkpoint import append_line
     from ict.training.config_loading import load_config_file
-    from ict.training.trainer import train
 
     config = config.validate()
     assert config.output_dir is not None
@@ -428,7 +427,7 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
             checkpoint = _final_checkpoint(directory, train_config.num_steps)
             if checkpoint is not None and not config.eval_only and _after_evaluation_missing(directory):
                 log(f"evaluate {directory}'s held-out problems after training (interrupted before)")
-                train(train_config, continue_with=COMPARE_CONTINUE)  # resumed at its end: that evaluation only
+                _train(train_config, directory, log)  # resumed at its end: that evaluation only
             if (directory / "eval" / "results.json").is_file():
                 log(f"reuse {directory}")
                 if not config.train_only:
@@ -440,7 +439,7 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
                 continue
             if checkpoint is None:  # train_config.resume: the run has a checkpoint (_training_config)
                 log(f"train {spec.label} seed {seed} -> {directory}")
-                checkpoint = train(train_config, continue_with=COMPARE_CONTINUE).checkpoint
+                checkpoint = _train(train_config, directory, log)
             assert checkpoint is not None
             if config.train_only:
                 continue
@@ -449,6 +448,20 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
     if config.train_only:
         return config.output_dir
     return write_report(config.output_dir, config.baselines, config.bootstrap_resamples, GRADING_RULES_VERSION)
+
+
+def _train(train_config: TrainConfig, directory: Path, log: Any) -> Path | None:
+    """`train` one run of the comparison into ``directory``; its final checkpoint. A Ctrl-C or
+    SIGTERM in its last step lets the run finish (as `ict train` does), then stops the comparison
+    (KeyboardInterrupt: "interrupted", status 130) before its next evaluation or run starts."""
+    from ict.training.trainer import train
+
+    result = train(train_config, continue_with=COMPARE_CONTINUE)
+    if result.stop_requested:
+        log(f"stopped after training {directory} (a stop request came in its last step); to continue, "
+            f"{COMPARE_CONTINUE}")
+        raise KeyboardInterrupt
+    return result.checkpoint
 
 
 def _check_reused_questions(config: CompareConfig, output_dirs: list[Path]) -> None:

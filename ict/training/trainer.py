@@ -130,6 +130,9 @@ class TrainResult:
     eval_before: dict[str, Any]
     eval_after: dict[str, Any]
     checkpoint: Path | None
+    stop_requested: bool = False
+    """A Ctrl-C or SIGTERM came in the last step: the run finished as asked (its checkpoint, the
+    evaluation after training); a caller with more to do (`ict compare`) stops now."""
 
 
 def default_run_dir(config: TrainConfig) -> Path:
@@ -210,6 +213,7 @@ class _Run:
     logger: MetricsLogger | None = None
     last_checkpoint: Path | None = None
     continue_with: str = ""  # how to go on after a stop or a divergence (`train`'s argument)
+    stop_requested: bool = False  # a stop request the step loop saw (`TrainResult.stop_requested`)
 
 
 def train(config: TrainConfig, console: Any = None,
@@ -262,7 +266,8 @@ def _train_in(config: TrainConfig, console: Any, run_dir: Path,
     after_warmup = read_eval(run.run_dir).get(AFTER_WARMUP) if eval_after else None
     print_summary(console, run.run_dir, eval_before, eval_after, run.last_checkpoint,
                   after_warmup=after_warmup, phase=selection_phase(config))
-    return TrainResult(run.run_dir, all_metrics, eval_before, eval_after, run.last_checkpoint)
+    return TrainResult(run.run_dir, all_metrics, eval_before, eval_after, run.last_checkpoint,
+                       run.stop_requested)
 
 
 def selection_phase(config: TrainConfig) -> tuple[str, int, int] | None:
@@ -453,6 +458,7 @@ def _run_steps(run: _Run, on_step: Callable[[dict[str, Any]], None] | None) -> l
                 raise
     finally:
         stop.restore()
+        run.stop_requested = stop.requested  # read once restored: a later signal is the caller's
         if progress is not None:
             progress.stop()
         assert run.logger is not None
