@@ -399,6 +399,32 @@ def test_sampling_options_are_checked_at_their_documented_bounds():
             EvalConfig(**bad).validate()
 
 
+def test_a_temperature_too_cold_to_sample_at_is_refused_before_the_model_loads(tiny_model_dir, tmp_path,
+                                                                               capsys):
+    """At --temperature 1e-40 the logits / T overflow float32 (3 / 1e-40 = 3e40 > 3.4e38) and the
+    softmax is NaN: the tiny model's sampler stopped mid-run with a RuntimeError (exit 1, the
+    output directory left behind). Now one line, exit 2, nothing written; the bound is ict train's
+    (``MIN_TEMPERATURE``, 1e-6); 0 is greedy."""
+    from eval_helpers import one_gsm8k_problem
+
+    from ict.core.errors import UsageError
+
+    assert torch.isnan(torch.softmax(torch.tensor([3.0, 1.0]) / 1e-40, dim=-1)).all()
+    data, _ = one_gsm8k_problem(tmp_path)
+    out = tmp_path / "out"
+    assert main(["eval", "--model", str(tiny_model_dir), "--benchmarks", "gsm8k", "--data-dir", str(data),
+                 "--output-dir", str(out), "--n", "2", "--k", "1", "--max-new-tokens", "4", "--device", "cpu",
+                 "--temperature", "1e-40", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ["error: --temperature must be 0 (greedy) or >= 1e-06, got 1e-40"]
+    assert not out.exists()
+    for good in (0.0, 1e-6):
+        EvalConfig(temperature=good).validate()
+    for bad in (1e-7, 5e-324):
+        with pytest.raises(UsageError, match="--temperature must be 0"):
+            EvalConfig(temperature=bad).validate()
+
+
 def test_the_generator_samples_with_the_configured_temperature_top_p_and_length(monkeypatch):
     import types
 

@@ -68,6 +68,7 @@ from ict.core.metrics import benchmark_metrics, majority_vote_correct
 from ict.core.options import check_choices, option
 from ict.core.problems import Problem
 from ict.core.seeding import RUN_SEED_LIMIT
+from ict.core.stats import MIN_TEMPERATURE
 from ict.data.benchmarks import (
     Benchmark,
     expand_benchmark_names,
@@ -121,7 +122,7 @@ class EvalConfig:
     output_dir: str | None = option(None, "where outputs go; None = runs/eval/<model>")
     num_samples: int = option(4, "sampled completions per problem (n)")
     ks: tuple[int, ...] = option((1, 4), "comma-separated k values for pass@k (each <= n)")
-    temperature: float = option(0.6, "sampling temperature")
+    temperature: float = option(0.6, f"sampling temperature; 0 = greedy, else >= {MIN_TEMPERATURE:g}")
     top_p: float = option(0.95, "nucleus sampling")
     max_new_tokens: int | None = option(None, "completion length limit in tokens; None = 4096 "
                                         "on a GPU, 512 on a CPU")
@@ -188,6 +189,9 @@ class EvalConfig:
         check_option_text("--system-prompt", self.system_prompt)
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise UsageError("--temperature must be >= 0 and --top-p in (0, 1]")
+        if 0 < self.temperature < MIN_TEMPERATURE:  # logits / T overflow: sampling failed mid-run
+            raise UsageError(f"--temperature must be 0 (greedy) or >= {MIN_TEMPERATURE:g}, "
+                             f"got {self.temperature:g}")
         check_path_given("--output-dir", self.output_dir, "give a directory, or leave it out for runs/eval/<model>")
         check_path_given("--data-dir", self.data_dir, "give a directory, or leave it out for the hub")
         bad_seeds = [seed for seed in self.resolved_seeds() if not 0 <= seed < RUN_SEED_LIMIT]
