@@ -425,6 +425,22 @@ def test_a_temperature_too_cold_to_sample_at_is_refused_before_the_model_loads(t
             EvalConfig(temperature=bad).validate()
 
 
+def test_the_default_output_dir_of_a_model_given_as_dot_is_named_by_its_directory(tmp_path, monkeypatch):
+    """runs/eval/<model>: ``--model .`` (a checkpoint directory, from inside it) wrote to runs/eval
+    itself, as ``..`` and ``/`` did, the parent of every other default output directory. Now
+    the directory's own name; a named model keeps its slug."""
+    from pathlib import PurePosixPath
+
+    checkpoint = tmp_path / "checkpoints" / "step-00000200"
+    checkpoint.mkdir(parents=True)
+    monkeypatch.chdir(checkpoint)
+    expected = {".": "step-00000200", "./": "step-00000200", "..": "checkpoints", "/": "model",
+                "Qwen/Qwen2.5-0.5B-Instruct": "Qwen_Qwen2.5-0.5B-Instruct", "runs/x/": "runs_x"}
+    for model, name in expected.items():
+        assert PurePosixPath(EvalConfig(model=model).resolved_output_dir()) == PurePosixPath("runs/eval", name)
+    assert EvalConfig(model=".", output_dir="~/out").resolved_output_dir() == Path("~/out").expanduser()
+
+
 def test_the_generator_samples_with_the_configured_temperature_top_p_and_length(monkeypatch):
     import types
 

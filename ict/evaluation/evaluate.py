@@ -239,10 +239,17 @@ class EvalConfig:
         return {key: getattr(self, key) for key in GRADING_KEYS}
 
     def resolved_output_dir(self) -> Path:
+        """``--output-dir``, else ``runs/eval/<model>`` (the model name with ``/`` and other signs
+        as ``_``, its last 80 characters); a model path with no name of its own (``.``, ``..``)
+        is named by the directory it is (before, ``runs/eval`` itself, every such model's)."""
         if self.output_dir:
             return Path(self.output_dir).expanduser()
-        slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.model.strip("/"))
-        return Path("runs") / "eval" / slug.strip("._")[-80:]
+
+        def slug(name: str) -> str:
+            return "".join(c if c.isalnum() or c in "-_." else "_" for c in name.strip("/")).strip("._")[-80:]
+
+        return Path("runs") / "eval" / (slug(self.model)
+                                         or slug(Path(self.model).expanduser().resolve().name) or "model")
 
 
 # --------------------------------------------------------------------------------------------
