@@ -186,8 +186,9 @@ def grade(problem: Problem, completion: str, rules: GradingRules = GradingRules(
     return grade_batch([(problem, completion)], rules, verifier)[0]
 
 
-_LIST_COMMA = re.compile(r",\s")
-"""A comma and a space: ``2, 100`` lists two numbers (a thousands comma has no space after it)."""
+_SPACED_DIGITS = re.compile(r"[\d,]\s+[\d,]")
+"""Digits or a comma on both sides of a space: ``2, 100`` and ``1 2`` list numbers, and math-verify
+does not read ``1 000`` as 1000 (a thousands comma has no space beside it)."""
 
 
 def vote_key(problem: Problem, extracted: str | None) -> str | None:
@@ -195,10 +196,10 @@ def vote_key(problem: Problem, extracted: str | None) -> str | None:
     majority_vote_correct`): a math answer written as a plain number or a fraction of two integers
     votes for its exact value (``18.50``, ``18.5``, ``37/2`` and ``\\frac{37}{2}`` are one vote;
     `number_value`); any other answer, and every choice letter or reasoning-gym answer, for its
-    string with whitespace removed. ``None``: no answer. A list such as ``2, 100`` is no number
-    (`number_value`, which drops spaces, reads 2100: it voted with ``2100``, which math-verify
-    grades otherwise)."""
-    if (problem.kind == "math" and not _LIST_COMMA.search(extracted or "")
+    string with whitespace removed. ``None``: no answer. Digits split by a space (``2, 100``,
+    ``1 000``, `_SPACED_DIGITS`) are no number: `number_value`, which drops spaces, read 2100 and
+    1000, and they voted with ``2100`` and ``1000``, which math-verify grades otherwise."""
+    if (problem.kind == "math" and not _SPACED_DIGITS.search(extracted or "")
             and (value := number_value(extracted)) is not None):
         return f"={value}"
     return answer_key(extracted)
