@@ -441,6 +441,28 @@ def test_the_default_output_dir_of_a_model_given_as_dot_is_named_by_its_director
     assert EvalConfig(model=".", output_dir="~/out").resolved_output_dir() == Path("~/out").expanduser()
 
 
+def test_the_vllm_engine_is_seeded_with_the_first_sampling_seed(tiny_model_dir, monkeypatch):
+    """The vLLM engine took --seed even with --seeds given, where --seed is unused and unchecked:
+    --seeds 5,6 seeded it 0, and --seed 2^40 --seeds 0 passed validation and reached it (vLLM seeds
+    numpy, which refuses seeds from 2^32 on). It takes the first of the run's sampling seeds."""
+    import ict.models.rollout as rollout
+    from ict.evaluation import generator as module
+
+    engine_seeds = []
+
+    class Engine:
+        def __init__(self, *args, **kwargs):
+            engine_seeds.append(kwargs["seed"])
+
+    monkeypatch.setattr(rollout, "VLLMBackend", Engine)
+    monkeypatch.setattr(module, "vllm_installed", lambda: True)
+    for settings, first in ((dict(seeds=(5, 6)), 5), (dict(seed=2**40, seeds=(0,)), 0), (dict(seed=7), 7)):
+        config = EvalConfig(model=str(tiny_model_dir), device="cpu", backend="vllm", max_new_tokens=8, **settings)
+        config.validate()
+        assert module.load_generator(config).name == "vllm"
+        assert engine_seeds[-1] == first
+
+
 def test_the_generator_samples_with_the_configured_temperature_top_p_and_length(monkeypatch):
     import types
 
