@@ -463,6 +463,15 @@ def test_the_vllm_engine_is_seeded_with_the_first_sampling_seed(tiny_model_dir, 
         assert engine_seeds[-1] == first
 
 
+def test_an_empty_k_list_is_refused_as_empty_not_as_repeated(capsys):
+    """``--k ""`` (or ``ks: []`` in a config) said "--k needs distinct values, got " (nothing
+    repeats in an empty list); it now asks for a value. A repeated k keeps its message."""
+    assert main(["eval", "--model", "m", "--k", "", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --k needs at least one value (e.g. --k 1,4)"
+    assert main(["eval", "--model", "m", "--k", "1,1", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --k needs distinct values, got 1,1"
+
+
 def test_the_generator_samples_with_the_configured_temperature_top_p_and_length(monkeypatch):
     import types
 

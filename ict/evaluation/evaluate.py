@@ -166,7 +166,9 @@ class EvalConfig:
     def validate(self) -> None:
         if self.num_samples < 1:
             raise UsageError(f"--n must be >= 1, got {self.num_samples}")
-        if not self.ks or len(set(self.ks)) != len(self.ks):
+        if not self.ks:
+            raise UsageError("--k needs at least one value (e.g. --k 1,4)")
+        if len(set(self.ks)) != len(self.ks):
             raise UsageError(f"--k needs distinct values, got {','.join(map(str, self.ks))}")
         bad = [k for k in self.ks if not 1 <= k <= self.num_samples]
         if bad:
