@@ -399,6 +399,79 @@ def test_sampling_options_are_checked_at_their_documented_bounds():
             EvalConfig(**bad).validate()
 
 
+def test_a_temperature_too_cold_to_sample_at_is_refused_before_the_model_loads(tiny_model_dir, tmp_path,
+                                                                               capsys):
+    """At --temperature 1e-40 the logits / T overflow float32 (3 / 1e-40 = 3e40 > 3.4e38) and the
+    softmax is NaN: the tiny model's sampler stopped mid-run with a RuntimeError (exit 1, the
+    output directory left behind). Now one line, exit 2, nothing written; the bound is ict train's
+    (``MIN_TEMPERATURE``, 1e-6); 0 is greedy."""
+    from eval_helpers import one_gsm8k_problem
+
+    from ict.core.errors import UsageError
+
+    assert torch.isnan(torch.softmax(torch.tensor([3.0, 1.0]) / 1e-40, dim=-1)).all()
+    data, _ = one_gsm8k_problem(tmp_path)
+    out = tmp_path / "out"
+    assert main(["eval", "--model", str(tiny_model_dir), "--benchmarks", "gsm8k", "--data-dir", str(data),
+                 "--output-dir", str(out), "--n", "2", "--k", "1", "--max-new-tokens", "4", "--device", "cpu",
+                 "--temperature", "1e-40", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ["error: --temperature must be 0 (greedy) or >= 1e-06, got 1e-40"]
+    assert not out.exists()
+    for good in (0.0, 1e-6):
+        EvalConfig(temperature=good).validate()
+    for bad in (1e-7, 5e-324):
+        with pytest.raises(UsageError, match="--temperature must be 0"):
+            EvalConfig(temperature=bad).validate()
+
+
+def test_the_default_output_dir_of_a_model_given_as_dot_is_named_by_its_directory(tmp_path, monkeypatch):
+    """runs/eval/<model>: ``--model .`` (a checkpoint directory, from inside it) wrote to runs/eval
+    itself, as ``..`` and ``/`` did, the parent of every other default output directory. Now
+    the directory's own name; a named model keeps its slug."""
+    from pathlib import PurePosixPath
+
+    checkpoint = tmp_path / "checkpoints" / "step-00000200"
+    checkpoint.mkdir(parents=True)
+    monkeypatch.chdir(checkpoint)
+    expected = {".": "step-00000200", "./": "step-00000200", "..": "checkpoints", "/": "model",
+                "Qwen/Qwen2.5-0.5B-Instruct": "Qwen_Qwen2.5-0.5B-Instruct", "runs/x/": "runs_x"}
+    for model, name in expected.items():
+        assert PurePosixPath(EvalConfig(model=model).resolved_output_dir()) == PurePosixPath("runs/eval", name)
+    assert EvalConfig(model=".", output_dir="~/out").resolved_output_dir() == Path("~/out").expanduser()
+
+
+def test_the_vllm_engine_is_seeded_with_the_first_sampling_seed(tiny_model_dir, monkeypatch):
+    """The vLLM engine took --seed even with --seeds given, where --seed is unused and unchecked:
+    --seeds 5,6 seeded it 0, and --seed 2^40 --seeds 0 passed validation and reached it (vLLM seeds
+    numpy, which refuses seeds from 2^32 on). It takes the first of the run's sampling seeds."""
+    import ict.models.rollout as rollout
+    from ict.evaluation import generator as module
+
+    engine_seeds = []
+
+    class Engine:
+        def __init__(self, *args, **kwargs):
+            engine_seeds.append(kwargs["seed"])
+
+    monkeypatch.setattr(rollout, "VLLMBackend", Engine)
+    monkeypatch.setattr(module, "vllm_installed", lambda: True)
+    for settings, first in ((dict(seeds=(5, 6)), 5), (dict(seed=2**40, seeds=(0,)), 0), (dict(seed=7), 7)):
+        config = EvalConfig(model=str(tiny_model_dir), device="cpu", backend="vllm", max_new_tokens=8, **settings)
+        config.validate()
+        assert module.load_generator(config).name == "vllm"
+        assert engine_seeds[-1] == first
+
+
+def test_an_empty_k_list_is_refused_as_empty_not_as_repeated(capsys):
+    """``--k ""`` (or ``ks: []`` in a config) said "--k needs distinct values, got " (nothing
+    repeats in an empty list); it now asks for a value. A repeated k keeps its message."""
+    assert main(["eval", "--model", "m", "--k", "", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --k needs at least one value (e.g. --k 1,4)"
+    assert main(["eval", "--model", "m", "--k", "1,1", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --k needs distinct values, got 1,1"
+
+
 def test_the_generator_samples_with_the_configured_temperature_top_p_and_length(monkeypatch):
     import types
 

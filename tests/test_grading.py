@@ -162,6 +162,28 @@ def test_a_math_answer_votes_with_its_exact_value_when_it_is_a_plain_number_or_f
     assert [vote_key(choice, "A"), vote_key(gym, "05"), vote_key(gym, "5"), vote_key(gym, None)] == ["A", "05", "5", None]
 
 
+def test_a_listed_pair_of_numbers_does_not_vote_with_the_number_its_digits_join_into():
+    """maj@n: ``2, 100`` (two numbers, as math-verify extracts a listed answer) and ``2100`` are two
+    answers; dropping the space made ``2,100``, a thousands comma, and they voted as one, so the
+    first sample's verdict decided for both. Hand-worked: three ``2, 100`` (right against the gold
+    ``2, 100``) beat two ``2100`` (wrong); against the gold 2100 two ``2100`` beat one ``2, 100``.
+    ``2,100`` without a space stays the number 2100. Likewise ``1 000`` and ``1 2``, which
+    math-verify grades wrong against the golds 1000 and 12 (``\\boxed{1,000}`` right), vote apart
+    from 1000 and 12; a space beside a sign, a brace or the ends is no split."""
+    from ict.answers.grading import vote_key
+    from ict.core.metrics import majority_vote_correct
+
+    math = Problem(prompt="q", answer="2, 100", kind="math")
+    texts = ("2, 100", "2,  100", "2 ,100", "2100", "2,100", "1 000", "1,000", "1 2", " 12 ", "- \\frac{1}{ 2}")
+    assert [vote_key(math, text) for text in texts] == [
+        "2,100", "2,100", "2,100", "=2100", "=2100", "1000", "=1000", "12", "=12", "=-1/2"]
+    listed_wins = ["2100", "2100", "2, 100", "2, 100", "2, 100"]
+    assert majority_vote_correct([vote_key(math, text) for text in listed_wins],
+                                 [False, False, True, True, True])
+    number_wins = ["2, 100", "2100", "2100"]
+    assert majority_vote_correct([vote_key(math, text) for text in number_wins], [False, True, True])
+
+
 
 _NUMBERS = (st.integers(-10**15, 10**15).map(str)
             | st.decimals(-10**6, 10**6, places=3, allow_nan=False, allow_infinity=False).map(str)

@@ -22,6 +22,7 @@ training reward; ``correct`` is ``score >= 1`` and is what evaluation counts.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -185,12 +186,20 @@ def grade(problem: Problem, completion: str, rules: GradingRules = GradingRules(
     return grade_batch([(problem, completion)], rules, verifier)[0]
 
 
+_SPACED_DIGITS = re.compile(r"[\d,]\s+[\d,]")
+"""Digits or a comma on both sides of a space: ``2, 100`` and ``1 2`` list numbers, and math-verify
+does not read ``1 000`` as 1000 (a thousands comma has no space beside it)."""
+
+
 def vote_key(problem: Problem, extracted: str | None) -> str | None:
     """The key one sample's extracted answer votes with in maj@n (`ict.core.metrics.
     majority_vote_correct`): a math answer written as a plain number or a fraction of two integers
     votes for its exact value (``18.50``, ``18.5``, ``37/2`` and ``\\frac{37}{2}`` are one vote;
     `number_value`); any other answer, and every choice letter or reasoning-gym answer, for its
-    string with whitespace removed. ``None``: no answer."""
-    if problem.kind == "math" and (value := number_value(extracted)) is not None:
+    string with whitespace removed. ``None``: no answer. Digits split by a space (``2, 100``,
+    ``1 000``, `_SPACED_DIGITS`) are no number: `number_value`, which drops spaces, read 2100 and
+    1000, and they voted with ``2100`` and ``1000``, which math-verify grades otherwise."""
+    if (problem.kind == "math" and not _SPACED_DIGITS.search(extracted or "")
+            and (value := number_value(extracted)) is not None):
         return f"={value}"
     return answer_key(extracted)

@@ -68,6 +68,7 @@ from ict.core.metrics import benchmark_metrics, majority_vote_correct
 from ict.core.options import check_choices, option
 from ict.core.problems import Problem
 from ict.core.seeding import RUN_SEED_LIMIT
+from ict.core.stats import MIN_TEMPERATURE
 from ict.data.benchmarks import (
     Benchmark,
     expand_benchmark_names,
@@ -121,7 +122,7 @@ class EvalConfig:
     output_dir: str | None = option(None, "where outputs go; None = runs/eval/<model>")
     num_samples: int = option(4, "sampled completions per problem (n)")
     ks: tuple[int, ...] = option((1, 4), "comma-separated k values for pass@k (each <= n)")
-    temperature: float = option(0.6, "sampling temperature")
+    temperature: float = option(0.6, f"sampling temperature; 0 = greedy, else >= {MIN_TEMPERATURE:g}")
     top_p: float = option(0.95, "nucleus sampling")
     max_new_tokens: int | None = option(None, "completion length limit in tokens; None = 4096 "
                                         "on a GPU, 512 on a CPU")
@@ -165,7 +166,9 @@ class EvalConfig:
     def validate(self) -> None:
         if self.num_samples < 1:
             raise UsageError(f"--n must be >= 1, got {self.num_samples}")
-        if not self.ks or len(set(self.ks)) != len(self.ks):
+        if not self.ks:
+            raise UsageError("--k needs at least one value (e.g. --k 1,4)")
+        if len(set(self.ks)) != len(self.ks):
             raise UsageError(f"--k needs distinct values, got {','.join(map(str, self.ks))}")
         bad = [k for k in self.ks if not 1 <= k <= self.num_samples]
         if bad:
@@ -188,6 +191,9 @@ class EvalConfig:
         check_option_text("--system-prompt", self.system_prompt)
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise UsageError("--temperature must be >= 0 and --top-p in (0, 1]")
+        if 0 < self.temperature < MIN_TEMPERATURE:  # logits / T overflow: sampling failed mid-run
+            raise UsageError(f"--temperature must be 0 (greedy) or >= {MIN_TEMPERATURE:g}, "
+                             f"got {self.temperature:g}")
         check_path_given("--output-dir", self.output_dir, "give a directory, or leave it out for runs/eval/<model>")
         check_path_given("--data-dir", self.data_dir, "give a directory, or leave it out for the hub")
         bad_seeds = [seed for seed in self.resolved_seeds() if not 0 <= seed < RUN_SEED_LIMIT]
@@ -235,10 +241,17 @@ class EvalConfig:
         return {key: getattr(self, key) for key in GRADING_KEYS}
 
     def resolved_output_dir(self) -> Path:
+        """``--output-dir``, else ``runs/eval/<model>`` (the model name with ``/`` and other signs
+        as ``_``, its last 80 characters); a model path with no name of its own (``.``, ``..``)
+        is named by the directory it is (before, ``runs/eval`` itself, every such model's)."""
         if self.output_dir:
             return Path(self.output_dir).expanduser()
-        slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.model.strip("/"))
-        return Path("runs") / "eval" / slug.strip("._")[-80:]
+
+        def slug(name: str) -> str:
+            return "".join(c if c.isalnum() or c in "-_." else "_" for c in name.strip("/")).strip("._")[-80:]
+
+        return Path("runs") / "eval" / (slug(self.model)
+                                         or slug(Path(self.model).expanduser().resolve().name) or "model")
 
 
 # --------------------------------------------------------------------------------------------

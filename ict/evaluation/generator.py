@@ -100,5 +100,5 @@ def load_generator(config: EvalConfig) -> Generator:
     require_chat_template(tokenizer, config.model)
     backend = VLLMBackend(str(path), dtype=dtype_name(config.dtype, device), gpu_memory_utilization=0.85,
                           max_model_len=vllm_model_length(config.resolve_max_new_tokens(), 8192),
-                          seed=config.seed, device=device.type)
+                          seed=config.resolved_seeds()[0], device=device.type)
     return Generator(None, tokenizer, config, backend, "vllm")
