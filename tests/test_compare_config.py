@@ -229,3 +229,16 @@ def test_a_command_after_a_torn_line_of_commands_txt_is_recorded_whole(tmp_path,
         run_comparison(CompareConfig(methods="grpo", seeds=(0,), output_dir=tmp_path / "b", train_only=True,
                                      overrides={"num_steps": "1"}, command="ict compare -y"))
     assert (tmp_path / "b" / "commands.txt").read_text() == "ict compare --methods grpo --se\nict compare -y\n"
+
+
+def test_an_eval_temperature_too_cold_to_sample_at_is_refused_before_anything_trains(tmp_path, capsys):
+    """--eval-temperature 1e-40 passed ict compare's check (>= 0): every run trained, then its
+    evaluation was refused (ict eval's bound, 0 or >= 1e-6)."""
+    from ict.cli import main
+
+    assert main(["compare", "--output-dir", str(tmp_path / "cmp"), "--eval-temperature", "1e-40",
+                 "--methods", "grpo", "--seeds", "0", "num_steps=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --eval-temperature must be 0 (greedy) or >= 1e-06, got 1e-40"]
+    assert not (tmp_path / "cmp").exists()
+    assert CompareConfig(output_dir=tmp_path / "cmp", eval_temperature=0.0).validate().eval_temperature == 0.0

@@ -84,6 +84,8 @@ def test_precedence_defaults_yaml_options_overrides(tmp_path):
     (["entropy_explosion_factor=0"], "entropy_explosion_factor must be > 0"),
     (["lora_dropout=0.1"], "lora_dropout 0.1 needs disable_dropout: false"),
     (["temperature=1e-7"], "temperature must be >= 1e-06"),
+    # passed, and the evaluation's sampling failed mid-run (RuntimeError: inf/nan probabilities)
+    (["eval_temperature=1e-40"], r"^eval_temperature must be 0 \(greedy\) or >= 1e-06, got 1e-40$"),
     # passed, and failed only after the data and the model were loaded, as "kl_coef and
     # entropy_coef must be >= 0" (PolicyLossConfig's check, naming neither the value nor which)
     (["entropy_coef=-0.1"], r"^entropy_coef must be >= 0, got -0.1$"),

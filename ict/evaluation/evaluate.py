@@ -110,6 +110,14 @@ MAX_NEW_TOKENS_GPU = 4096
 MAX_NEW_TOKENS_CPU = 512
 
 
+def check_eval_temperature(flag: str, temperature: float) -> None:
+    """UsageError unless an evaluation's sampling ``temperature`` is 0 (greedy) or at least
+    :data:`~ict.core.stats.MIN_TEMPERATURE` (below it ``logits / T`` overflows and sampling fails
+    mid-run); ``flag`` names the option."""
+    if 0 < temperature < MIN_TEMPERATURE:
+        raise UsageError(f"{flag} must be 0 (greedy) or >= {MIN_TEMPERATURE:g}, got {temperature:g}")
+
+
 @dataclass
 class EvalConfig:
     """Every option of `ict eval` (the CLI options are generated from these fields)."""
@@ -191,9 +199,7 @@ class EvalConfig:
         check_option_text("--system-prompt", self.system_prompt)
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise UsageError("--temperature must be >= 0 and --top-p in (0, 1]")
-        if 0 < self.temperature < MIN_TEMPERATURE:  # logits / T overflow: sampling failed mid-run
-            raise UsageError(f"--temperature must be 0 (greedy) or >= {MIN_TEMPERATURE:g}, "
-                             f"got {self.temperature:g}")
+        check_eval_temperature("--temperature", self.temperature)
         check_path_given("--output-dir", self.output_dir, "give a directory, or leave it out for runs/eval/<model>")
         check_path_given("--data-dir", self.data_dir, "give a directory, or leave it out for the hub")
         bad_seeds = [seed for seed in self.resolved_seeds() if not 0 <= seed < RUN_SEED_LIMIT]

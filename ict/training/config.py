@@ -374,7 +374,9 @@ class TrainConfig:
         if self.max_response_length is not None and self.max_response_length < 1:
             raise UsageError(f"max_response_length must be >= 1 (or none), got {self.max_response_length}")
         within = {  # name: (allowed range as text, test)
-            "max_grad_norm": (">= 0", lambda v: v >= 0), "eval_temperature": (">= 0", lambda v: v >= 0),
+            "max_grad_norm": (">= 0", lambda v: v >= 0),
+            "eval_temperature": (f"0 (greedy) or >= {MIN_TEMPERATURE:g}",  # below it sampling fails mid-run
+                                 lambda v: v == 0 or v >= MIN_TEMPERATURE),
             "clip_low": ("in [0, 1)", lambda v: 0 <= v < 1), "clip_high": (">= 0", lambda v: v >= 0),
             "kl_coef": (">= 0", lambda v: v >= 0), "entropy_coef": (">= 0", lambda v: v >= 0),
             "weight_decay": (">= 0", lambda v: v >= 0),
