@@ -32,7 +32,7 @@ from ict.core.errors import (
 from ict.core.options import check_choices, default_of, option
 from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.selectors import ICT_DEFAULT_REFERENCE
-from ict.core.stats import JS_REFERENCES
+from ict.core.stats import JS_REFERENCES, MIN_TEMPERATURE
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
 from ict.models.rollout import ROLLOUT_TEMPERATURE, Rollout
 from ict.models.tokens import token_strings
@@ -102,6 +102,9 @@ class InspectConfig:
             raise UsageError("--n must be >= 2 (JS scores compare completions)")
         if self.max_new_tokens < 1 or not self.temperature > 0:
             raise UsageError("--max-new-tokens must be >= 1 and --temperature > 0")
+        if not self.temperature >= MIN_TEMPERATURE:  # the statistics' floor (1e-9 failed after the model had loaded)
+            raise UsageError(f"--temperature must be >= {MIN_TEMPERATURE:g} (the statistics' temperature), "
+                             f"got {self.temperature:g}")
         if not 0 <= self.seed < RUN_SEED_LIMIT:  # as ict eval's; 10**30 failed once the model had loaded
             raise UsageError(f"--seed must lie in [0, 2^32), got {self.seed}")
         if self.samples is not None and not Path(self.samples).expanduser().is_file():
