@@ -189,6 +189,28 @@ def test_the_terminal_shows_a_token_shown_as_nothing_as_a_mark_with_its_colour_a
     assert "\u25cc" not in plain.getvalue() and "#0:  7 x\n" in plain.getvalue()
 
 
+def test_the_terminal_keeps_each_listed_token_with_its_count_on_a_narrow_terminal():
+    """At the console's width rich broke the lines of the most-selected tokens, the Jaccard line and
+    the figures' headings at a space, also inside a token's repr or between a token and its count
+    ("'a b' " / "x3"); each is one line now, wrapped (if at all) by the terminal, as the anatomy and
+    left-out lines already were."""
+    import io
+
+    from rich.console import Console
+
+    from ict.analysis.token_view import TokenView, print_view
+
+    view = TokenView(["p"], [["a b", " "]], [[0.1, 0.2]], {"ict": [[True, False]]}, "js", 0.5,
+                     {"ict": [("a b", 3), (" ", 2), ("long token here", 1)]}, {})
+    buffer = io.StringIO()
+    print_view(view, Console(file=buffer, force_terminal=False, width=30))
+    lines = buffer.getvalue().splitlines()
+    assert "ict selects most often: 'a b' x3, ' ' x2, 'long token here' x1" in lines
+    assert "Jaccard(ICT, 20-Entropy) = 0.500" in lines
+    assert "Where each selection lies (all response tokens in parentheses):" in lines
+    assert "The paper's figures of each selection (all response tokens in parentheses):" in lines
+
+
 def _headings(page: str) -> list[str]:
     return [html.unescape(text) for text in re.findall(r"<div class='prompt'>([^<]*)</div>", page)]
 

@@ -420,15 +420,17 @@ def print_view(view: TokenView, console: Any = None) -> None:
                 style += " underline bold"
             text.append(_visible(token) or EMPTY_MARK, style=style)
         console.print(text)
-    console.print(f"Jaccard(ICT, 20-Entropy) = {view.jaccard_ict_entropy20:.3f}")
+    # soft_wrap: a line of the figures wraps as the terminal wraps it (rich's hard wrap at the console
+    # width split a listed token from its count: "'a b' \nx3")
+    console.print(f"Jaccard(ICT, 20-Entropy) = {view.jaccard_ict_entropy20:.3f}", soft_wrap=True)
     for label, items in view.top_tokens.items():
         listed = ", ".join(f"{token!r} x{count}" for token, count in items)
         console.print(f"{label} {_verb(label)} most often: {listed or '(none in this batch)'}", markup=False,
-                      highlight=False)
-    console.print("Where each selection lies (all response tokens in parentheses):")
+                      highlight=False, soft_wrap=True)
+    console.print("Where each selection lies (all response tokens in parentheses):", soft_wrap=True)
     for line in anatomy_lines(view):
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
-    console.print("The paper's figures of each selection (all response tokens in parentheses):")
+    console.print("The paper's figures of each selection (all response tokens in parentheses):", soft_wrap=True)
     for line in figure_lines(view):
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
     for label, items in view.top_unselected.items():
