@@ -26,6 +26,7 @@ from ict.core.errors import (
     UsageError,
     check_option_text,
     check_output_file,
+    check_path_given,
     encodes_as_utf8,
     jsonl_records,
 )
@@ -80,6 +81,9 @@ class InspectConfig:
     def validate(self) -> InspectConfig:
         """One-line UsageError for a bad combination (sampling options other than their defaults
         with --samples, which they do not change)."""
+        # a blank path: --html " " wrote a page named " " into the working directory
+        check_path_given("--samples", self.samples, "give a JSONL file of {prompt, completion} records")
+        check_path_given("--html", self.html, "give the page's file (FILE.html), or leave it out")
         if (self.prompt is None) == (self.samples is None):
             raise UsageError("give exactly one of --prompt and --samples")
         if self.prompt is not None and not self.prompt.strip():
