@@ -403,3 +403,25 @@ def test_the_terminal_view_shows_each_groups_prompt_above_its_first_completion()
     by_seed = TokenView(["P"] * 4, tokens, scores, marks, "js", 0.0, {}, {}, seeds=[0, 0, 1, 1], group_size=2)
     assert shown(by_seed) == ["prompt: P", "#0 (seed 0): a", "#1 (seed 0): a",
                               "prompt: P", "#2 (seed 1): a", "#3 (seed 1): a"]
+
+
+def test_a_completion_without_a_token_says_so_on_the_page_and_in_the_terminal():
+    """A samples file's empty completion not marked finished has no token: the page showed its
+    label and then nothing ("<p></p>"), the terminal "#1: ", as if the view had lost it. Both now
+    say it is empty; a completion with tokens shows no such note."""
+    import io
+
+    from rich.console import Console
+
+    from ict.analysis.token_view import TokenView, print_view, render_html
+
+    view = TokenView(["p", "p"], [["a", "b"], []], [[0.1, 0.2], []], {"ict": [[True, False], []]}, "js", 0.0,
+                     {}, {})
+    page = render_html(view)
+    assert page.count("(empty completion: no token to score)") == 1
+    assert ("<div class='prompt'>#1: (same prompt)</div><p><em>(empty completion: no token to score)</em></p>"
+            in page)
+    assert _lines(view) == ["#0: ab", "#1: (empty completion: no token to score)"]
+    buffer = io.StringIO()  # the note is plain text, no token's colour
+    print_view(view, Console(file=buffer, force_terminal=True, color_system="truecolor", width=300))
+    assert "#1: (empty completion: no token to score)\n" in buffer.getvalue()

@@ -44,6 +44,9 @@ NEWLINE_MARK = "\u21b5"
 EMPTY_MARK = "\u25cc"
 """a token shown as '' (`token_strings`: a character's first bytes) in the terminal, where it
 would have no width, so neither its colour nor its ICT underline would show"""
+EMPTY_COMPLETION = "(empty completion: no token to score)"
+"""shown for a completion with no token (a samples file's empty text not marked finished), which
+showed as nothing after its label"""
 BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 """Unicode's Bidi_Control characters (marks, embeddings, overrides, isolates): invisible, and they
 reorder the text after them"""
@@ -330,7 +333,7 @@ def render_html(view: TokenView, source: str = "") -> str:
     `source` (e.g. the model and the samples file) is printed under the heading; each prompt is
     printed once, whole and as the model saw it (chat template, system prompt and line breaks
     included; its control characters shown as a token's), above the first completion of each of
-    its groups (`completion_labels` names the seeds)."""
+    its groups (`completion_labels` names the seeds); a completion with no token as EMPTY_COMPLETION."""
     low, high = _range(view)
     heading = f"{view.score_name} to {view.reference}" if view.reference else view.score_name
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ict inspect</title>",
@@ -380,7 +383,7 @@ def render_html(view: TokenView, source: str = "") -> str:
             parts.append(f"<span class='{' '.join(classes)}' style='background:rgb({red},"
                          f"{green},{blue})' title='{view.score_name}={value:.4f}'>"
                          f"{html.escape(_visible(token)).replace(chr(10), NEWLINE_MARK + chr(10))}</span>")
-        parts.append("</p>")
+        parts.append("</p>" if tokens else f"<em>{EMPTY_COMPLETION}</em></p>")
     parts.append("</body></html>")
     return "".join(parts)
 
@@ -401,7 +404,8 @@ def _visible(text: str) -> str:
 def print_view(view: TokenView, console: Any = None) -> None:
     """Terminal rendering with rich: background colour by score, ICT tokens underlined, a token
     shown as '' as EMPTY_MARK, each completion labelled by `completion_labels`, each group's
-    prompt (as the model saw it) above its first completion (`group_starts`), as on the page."""
+    prompt (as the model saw it) above its first completion (`group_starts`), a completion with no
+    token as EMPTY_COMPLETION, as on the page."""
     from rich.console import Console
     from rich.text import Text
 
@@ -423,7 +427,7 @@ def print_view(view: TokenView, console: Any = None) -> None:
             if view.selected["ict"][index][position]:
                 style += " underline bold"
             text.append(_visible(token) or EMPTY_MARK, style=style)
-        console.print(text)
+        console.print(text if tokens else text.append(EMPTY_COMPLETION))
     # soft_wrap: a line of the figures wraps as the terminal wraps it (rich's hard wrap at the console
     # width split a listed token from its count: "'a b' \nx3")
     console.print(f"Jaccard(ICT, 20-Entropy) = {view.jaccard_ict_entropy20:.3f}", soft_wrap=True)
