@@ -350,6 +350,42 @@ def test_inspect_needs_exactly_one_source_of_completions_and_valid_prompt_text(t
         InspectConfig(prompt="caf\udce9").validate()
 
 
+def test_a_temperature_below_the_statistics_floor_is_refused_before_the_model_loads(tmp_path, capsys):
+    """--temperature 1e-9 passed the check (> 0): the model loaded (and, with --prompt, sampled),
+    then the statistics refused it (their floor, 1e-6). Now it is refused first: with a model
+    directory that does not exist, the temperature is named, not the model."""
+    from ict.analysis.token_view import InspectConfig
+    from ict.core.errors import UsageError
+
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text('{"prompt": "a", "completion": "b"}\n{"prompt": "a", "completion": "c"}\n')
+    for source in (["--samples", str(samples)], ["--prompt", "what is 1 + 2 ?"]):
+        assert main(["inspect", "--model", str(tmp_path / "no-model"), *source, "--temperature", "1e-9"]) == 2
+        assert capsys.readouterr().err == "error: --temperature must be >= 1e-06 (the statistics' temperature), got 1e-09\n"
+    assert InspectConfig(samples=str(samples), temperature=1e-6).validate().temperature == 1e-6  # the floor itself
+    with pytest.raises(UsageError, match="--temperature must be >= 1e-06"):
+        InspectConfig(samples=str(samples), temperature=9.99e-7).validate()
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--html", " "], "--html is empty: give the page's file (FILE.html), or leave it out"),
+    (["--html", ""], "--html is empty: give the page's file (FILE.html), or leave it out"),  # was "got '.'"
+])
+def test_a_blank_page_or_samples_path_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch, options,
+                                                                        message):
+    """--html " " passed validation and, after the scoring, wrote a page named " " into the working
+    directory (exit 0); --html "" was refused as "got '.'" and --samples "" as "--samples  is not a
+    file". Each is named as empty now, before the model loads (a missing model is not reached)."""
+    monkeypatch.chdir(tmp_path)
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text('{"prompt": "a", "completion": "b"}\n{"prompt": "a", "completion": "c"}\n')
+    assert main(["inspect", "--model", str(tmp_path / "no-model"), "--samples", str(samples), *options]) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+    assert main(["inspect", "--model", str(tmp_path / "no-model"), "--samples", ""]) == 2
+    assert capsys.readouterr().err == "error: --samples is empty: give a JSONL file of {prompt, completion} records\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["samples.jsonl"]
+
+
 def test_a_prompt_drawn_twice_is_two_problems_and_a_repeated_record_counts_once(tiny_model_dir, tmp_path):
     """reasoning-gym draws repeat prompts (119 distinct prompts among the 200 problems of the
     committed cpu-ablation evaluations): each repeat was sampled n times, and they were merged into

@@ -189,6 +189,28 @@ def test_the_terminal_shows_a_token_shown_as_nothing_as_a_mark_with_its_colour_a
     assert "\u25cc" not in plain.getvalue() and "#0:  7 x\n" in plain.getvalue()
 
 
+def test_the_terminal_keeps_each_listed_token_with_its_count_on_a_narrow_terminal():
+    """At the console's width rich broke the lines of the most-selected tokens, the Jaccard line and
+    the figures' headings at a space, also inside a token's repr or between a token and its count
+    ("'a b' " / "x3"); each is one line now, wrapped (if at all) by the terminal, as the anatomy and
+    left-out lines already were."""
+    import io
+
+    from rich.console import Console
+
+    from ict.analysis.token_view import TokenView, print_view
+
+    view = TokenView(["p"], [["a b", " "]], [[0.1, 0.2]], {"ict": [[True, False]]}, "js", 0.5,
+                     {"ict": [("a b", 3), (" ", 2), ("long token here", 1)]}, {})
+    buffer = io.StringIO()
+    print_view(view, Console(file=buffer, force_terminal=False, width=30))
+    lines = buffer.getvalue().splitlines()
+    assert "ict selects most often: 'a b' x3, ' ' x2, 'long token here' x1" in lines
+    assert "Jaccard(ICT, 20-Entropy) = 0.500" in lines
+    assert "Where each selection lies (all response tokens in parentheses):" in lines
+    assert "The paper's figures of each selection (all response tokens in parentheses):" in lines
+
+
 def _headings(page: str) -> list[str]:
     return [html.unescape(text) for text in re.findall(r"<div class='prompt'>([^<]*)</div>", page)]
 
@@ -381,3 +403,25 @@ def test_the_terminal_view_shows_each_groups_prompt_above_its_first_completion()
     by_seed = TokenView(["P"] * 4, tokens, scores, marks, "js", 0.0, {}, {}, seeds=[0, 0, 1, 1], group_size=2)
     assert shown(by_seed) == ["prompt: P", "#0 (seed 0): a", "#1 (seed 0): a",
                               "prompt: P", "#2 (seed 1): a", "#3 (seed 1): a"]
+
+
+def test_a_completion_without_a_token_says_so_on_the_page_and_in_the_terminal():
+    """A samples file's empty completion not marked finished has no token: the page showed its
+    label and then nothing ("<p></p>"), the terminal "#1: ", as if the view had lost it. Both now
+    say it is empty; a completion with tokens shows no such note."""
+    import io
+
+    from rich.console import Console
+
+    from ict.analysis.token_view import TokenView, print_view, render_html
+
+    view = TokenView(["p", "p"], [["a", "b"], []], [[0.1, 0.2], []], {"ict": [[True, False], []]}, "js", 0.0,
+                     {}, {})
+    page = render_html(view)
+    assert page.count("(empty completion: no token to score)") == 1
+    assert ("<div class='prompt'>#1: (same prompt)</div><p><em>(empty completion: no token to score)</em></p>"
+            in page)
+    assert _lines(view) == ["#0: ab", "#1: (empty completion: no token to score)"]
+    buffer = io.StringIO()  # the note is plain text, no token's colour
+    print_view(view, Console(file=buffer, force_terminal=True, color_system="truecolor", width=300))
+    assert "#1: (empty completion: no token to score)\n" in buffer.getvalue()

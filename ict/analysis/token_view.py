@@ -26,13 +26,14 @@ from ict.core.errors import (
     UsageError,
     check_option_text,
     check_output_file,
+    check_path_given,
     encodes_as_utf8,
     jsonl_records,
 )
 from ict.core.options import check_choices, default_of, option
 from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.selectors import ICT_DEFAULT_REFERENCE
-from ict.core.stats import JS_REFERENCES
+from ict.core.stats import JS_REFERENCES, MIN_TEMPERATURE
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
 from ict.models.rollout import ROLLOUT_TEMPERATURE, Rollout
 from ict.models.tokens import token_strings
@@ -43,6 +44,9 @@ NEWLINE_MARK = "\u21b5"
 EMPTY_MARK = "\u25cc"
 """a token shown as '' (`token_strings`: a character's first bytes) in the terminal, where it
 would have no width, so neither its colour nor its ICT underline would show"""
+EMPTY_COMPLETION = "(empty completion: no token to score)"
+"""shown for a completion with no token (a samples file's empty text not marked finished), which
+showed as nothing after its label"""
 BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 """Unicode's Bidi_Control characters (marks, embeddings, overrides, isolates): invisible, and they
 reorder the text after them"""
@@ -80,6 +84,9 @@ class InspectConfig:
     def validate(self) -> InspectConfig:
         """One-line UsageError for a bad combination (sampling options other than their defaults
         with --samples, which they do not change)."""
+        # a blank path: --html " " wrote a page named " " into the working directory
+        check_path_given("--samples", self.samples, "give a JSONL file of {prompt, completion} records")
+        check_path_given("--html", self.html, "give the page's file (FILE.html), or leave it out")
         if (self.prompt is None) == (self.samples is None):
             raise UsageError("give exactly one of --prompt and --samples")
         if self.prompt is not None and not self.prompt.strip():
@@ -102,6 +109,9 @@ class InspectConfig:
             raise UsageError("--n must be >= 2 (JS scores compare completions)")
         if self.max_new_tokens < 1 or not self.temperature > 0:
             raise UsageError("--max-new-tokens must be >= 1 and --temperature > 0")
+        if not self.temperature >= MIN_TEMPERATURE:  # the statistics' floor (1e-9 failed after the model had loaded)
+            raise UsageError(f"--temperature must be >= {MIN_TEMPERATURE:g} (the statistics' temperature), "
+                             f"got {self.temperature:g}")
         if not 0 <= self.seed < RUN_SEED_LIMIT:  # as ict eval's; 10**30 failed once the model had loaded
             raise UsageError(f"--seed must lie in [0, 2^32), got {self.seed}")
         if self.samples is not None and not Path(self.samples).expanduser().is_file():
@@ -323,7 +333,7 @@ def render_html(view: TokenView, source: str = "") -> str:
     `source` (e.g. the model and the samples file) is printed under the heading; each prompt is
     printed once, whole and as the model saw it (chat template, system prompt and line breaks
     included; its control characters shown as a token's), above the first completion of each of
-    its groups (`completion_labels` names the seeds)."""
+    its groups (`completion_labels` names the seeds); a completion with no token as EMPTY_COMPLETION."""
     low, high = _range(view)
     heading = f"{view.score_name} to {view.reference}" if view.reference else view.score_name
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ict inspect</title>",
@@ -373,7 +383,7 @@ def render_html(view: TokenView, source: str = "") -> str:
             parts.append(f"<span class='{' '.join(classes)}' style='background:rgb({red},"
                          f"{green},{blue})' title='{view.score_name}={value:.4f}'>"
                          f"{html.escape(_visible(token)).replace(chr(10), NEWLINE_MARK + chr(10))}</span>")
-        parts.append("</p>")
+        parts.append("</p>" if tokens else f"<em>{EMPTY_COMPLETION}</em></p>")
     parts.append("</body></html>")
     return "".join(parts)
 
@@ -394,7 +404,8 @@ def _visible(text: str) -> str:
 def print_view(view: TokenView, console: Any = None) -> None:
     """Terminal rendering with rich: background colour by score, ICT tokens underlined, a token
     shown as '' as EMPTY_MARK, each completion labelled by `completion_labels`, each group's
-    prompt (as the model saw it) above its first completion (`group_starts`), as on the page."""
+    prompt (as the model saw it) above its first completion (`group_starts`), a completion with no
+    token as EMPTY_COMPLETION, as on the page."""
     from rich.console import Console
     from rich.text import Text
 
@@ -416,16 +427,18 @@ def print_view(view: TokenView, console: Any = None) -> None:
             if view.selected["ict"][index][position]:
                 style += " underline bold"
             text.append(_visible(token) or EMPTY_MARK, style=style)
-        console.print(text)
-    console.print(f"Jaccard(ICT, 20-Entropy) = {view.jaccard_ict_entropy20:.3f}")
+        console.print(text if tokens else text.append(EMPTY_COMPLETION))
+    # soft_wrap: a line of the figures wraps as the terminal wraps it (rich's hard wrap at the console
+    # width split a listed token from its count: "'a b' \nx3")
+    console.print(f"Jaccard(ICT, 20-Entropy) = {view.jaccard_ict_entropy20:.3f}", soft_wrap=True)
     for label, items in view.top_tokens.items():
         listed = ", ".join(f"{token!r} x{count}" for token, count in items)
         console.print(f"{label} {_verb(label)} most often: {listed or '(none in this batch)'}", markup=False,
-                      highlight=False)
-    console.print("Where each selection lies (all response tokens in parentheses):")
+                      highlight=False, soft_wrap=True)
+    console.print("Where each selection lies (all response tokens in parentheses):", soft_wrap=True)
     for line in anatomy_lines(view):
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
-    console.print("The paper's figures of each selection (all response tokens in parentheses):")
+    console.print("The paper's figures of each selection (all response tokens in parentheses):", soft_wrap=True)
     for line in figure_lines(view):
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
     for label, items in view.top_unselected.items():
