@@ -83,6 +83,9 @@ _EITHER = re.compile(r"^(?i:either)\s+")  # "either 3 or 4": the alternatives 3 
 # `_range`)
 _RANGE = re.compile(
     rf"(?i:between\s+({_DECIMAL})\s+and|from\s+({_DECIMAL})\s+to|({_DECIMAL})\s+to)\s+({_DECIMAL})")
+# the precision a number is given to, after "3.14 to 2": "decimal places", "significant figures",
+# "sig figs", "d.p.", "s.f.", "places", "digits" (no range)
+_PRECISION = re.compile(r"\s*(?i:decimal|significant|sig|places?|digits?|figures?|d\.?p|s\.?f)\b")
 # a LaTeX environment's name is no plain word: \begin{pmatrix} ... \end{pmatrix}
 _ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}")
 _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")
@@ -216,10 +219,12 @@ def _range(value: str) -> str | None:
     """The range ``value`` opens with (`_RANGE`: ``between 3 and 4``, ``from 3 to 4``, ``3 to 4``,
     words after it too) written ``3 \\text{ to } 4``, which math-verify reads as the product ``3 to
     4``, equal to no number; None for no range, and for ``2 to 1``, ``3 to 1.0`` (a ratio ``a:1``,
-    which is ``a``: read as before). A range is a hedge; a ratio ``a:b`` is ``a/b``: neither is
-    ``a`` unless ``b`` is 1."""
+    which is ``a``: read as before), ``3.14 to 2 decimal places`` (a precision, `_PRECISION`: read
+    as before). A range is a hedge; a ratio ``a:b`` is ``a/b``: neither is ``a`` unless ``b`` is
+    1."""
     bounds = _RANGE.match(value)
-    if bounds is None or bounds[3] is not None and float(bounds[4]) == 1:
+    if bounds is None or bounds[3] is not None and (
+            float(bounds[4]) == 1 or _PRECISION.match(value, bounds.end())):
         return None
     return f"{bounds[1] or bounds[2] or bounds[3]} \\text{{ to }} {bounds[4]}"
 
