@@ -683,6 +683,10 @@ def test_a_range_in_an_answer_tag_or_hash_line_is_boxed_as_a_range(completion, e
     ("#### 1,234", "1234", True),
     ("#### \\$1,234,567.50", "1234567.5", True),
     ("#### 1,000 dollars", "1000", True),
+    # ... and so are an Indian grouping's (lakh, crore), read 100000 by 46d2660, "1,00000" after it
+    ("#### 1,00,000", "100000", True),
+    ("#### 12,34,567.", "1234567", True),
+    ("#### \\$1,00,000 dollars", "100000", True),
 ])
 def test_a_hash_line_drops_only_a_thousands_comma(verifier, completion, gold, expected):
     """As ``\\boxed{3,5}``, ``\\boxed{(2,4)}`` and "The answer is 3, maybe 4." are read. Hand-checked
@@ -695,6 +699,15 @@ def test_mark_hash_answer_keeps_a_comma_that_is_no_thousands_comma():
     assert mark_hash_answer("#### 3, 5.") == "\\boxed{3, 5}"
     assert mark_hash_answer("x\n#### 1,234,567\n") == "x\n\\boxed{1234567}"
     assert mark_hash_answer("#### (x,100)") == "\\boxed{(x,100)}"
+    # an Indian grouping's commas are dropped, no comma of two-digit groups that do not end one
+    assert mark_hash_answer("#### 1,00,000, 2,00,000") == "\\boxed{100000, 200000}"
+    assert mark_hash_answer("#### 1,12,34,567") == "\\boxed{11234567}"
+    assert mark_hash_answer("#### 1,00,000,000") == "\\boxed{100000000}"  # as 46d2660 read it
+    assert mark_hash_answer("#### (12,34,5)") == "\\boxed{(12,34,5)}"
+    assert mark_hash_answer("#### 12,34") == "\\boxed{12,34}"
+    assert mark_hash_answer("#### 123,45,678") == "\\boxed{123,45678}"
+    assert mark_hash_answer("#### 123,12,34,567") == "\\boxed{123,12,34567}"
+    assert mark_hash_answer("#### 1,00,0000") == "\\boxed{1,000000}"
 
 
 @pytest.mark.parametrize("form", [

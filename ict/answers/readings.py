@@ -26,6 +26,9 @@ _HEADING_WORD = re.compile(r"[^\W\d_]{2,}")
 _NUMBERED_TITLE = re.compile(r"\d+\s*[.)]\s+\S")
 _PLAIN_WORD = re.compile(r"(?<![\\\w])[^\W\d_]{2,}")
 _DIGIT_GROUP_COMMA = re.compile(r"(?<=\d),(?=\d{3})")  # the comma of 1,234 (see hash_answer_readings)
+# a number grouped the Indian way, two digits to a group before the last three: 1,00,000 (100000),
+# 12,34,567 (see hash_answer_readings)
+_INDIAN_GROUPED = re.compile(r"(?<!\d)(?<!\d,)\d{1,2}(?:,\d{2})+,\d{3}(?!\d)")
 _DECIMAL = r"[-+]?\d+(?:\.\d+)?"  # a signed decimal: 3, -2.5
 _NUMBER = rf"{_DECIMAL}(?:/\d+)?"  # ... or a fraction of one: 1/2
 # a number, a space, then a unit of two letters or more, or one in brackets: "18 dollars", "42 km/h",
@@ -149,9 +152,11 @@ def hash_answer_readings(completion: str) -> list[str]:
     if marker < 0 or any(command in completion for command in BOXED_COMMANDS):
         return [completion]
     line, _, rest = completion[marker + 4 :].partition("\n")
-    # a comma between digits dropped when three follow (1,234; 1,0000 as before), no other: a
-    # tuple or list keeps its commas ("(2,4)", "1,-2" and "3, 5" read "(24)", "1-2" and "3 5"),
-    # "3,5" is no 35 (a decimal comma or a list, as in a box), "3, maybe 4" is a hedge
+    # a comma between digits dropped when three follow (1,234; 1,0000 as before) or in an Indian
+    # grouping (1,00,000 is 100000, as before), no other: a tuple or list keeps its commas ("(2,4)",
+    # "1,-2" and "3, 5" read "(24)", "1-2" and "3 5"), "3,5" is no 35 (a decimal comma or a list,
+    # as in a box), "3, maybe 4" is a hedge
+    line = _INDIAN_GROUPED.sub(lambda number: number[0].replace(",", ""), line)
     line = _DIGIT_GROUP_COMMA.sub("", line)
     value = line.strip().replace("\\$", "").strip("$ .")
     if (not value or _HEADING_WORD.match(value) or _NUMBERED_TITLE.match(value)
