@@ -490,6 +490,13 @@ def test_completion_readings_of_a_hedge_with_units(completion, expected):
     ("The answer is 2 to 1.", "2", True),
     ("<answer>2 to 1</answer>", "2", True),
     ("#### 6 to 1.0", "6", True),
+    # "to 2 decimal places" gives the precision, no upper bound: read as before (read "3.14 \text{
+    # to } 2", equal to no number)
+    ("The answer is 3.14 to 2 decimal places.", "3.14", True),
+    ("**Answer:** 0.67 to 2 significant figures", "0.67", True),
+    ("<answer>0.667 to 3 s.f.</answer>", "0.667", True),
+    ("The answer is 12.35 to 2 d.p.", "12.35", True),
+    ("The final answer is 1.41 to 3 sig figs.", "1.41", True),
 ])
 def test_a_range_after_an_anchor_is_not_its_first_number(verifier, completion, gold, expected):
     """"between 3 and 4", "from 3 to 4" and "3 to 4" are boxed as ``3 \\text{ to } 4``, which
@@ -509,12 +516,25 @@ def test_a_range_after_an_anchor_is_not_its_first_number(verifier, completion, g
     ("Final answer: 10 TO 20 cm", "Final answer: \\boxed{10 \\text{ to } 20}"),
     ("The answer is 3 to 0.5.", "The answer is \\boxed{3 \\text{ to } 0.5}"),   # a ratio 6
     ("The answer is between 0 and 1.", "The answer is \\boxed{0 \\text{ to } 1}"),
+    # a word that gives no precision after a range: still a range
+    ("The answer is 3 to 4 dpi.", "The answer is \\boxed{3 \\text{ to } 4}"),
+    ("The answer is 3 to 4 signals.", "The answer is \\boxed{3 \\text{ to } 4}"),
+    ("The answer is 3 to 4 hours, rounded to 2 decimal places.",
+     "The answer is \\boxed{3 \\text{ to } 4}"),
+    ("The answer is between 2 and 3 decimal places.", "The answer is \\boxed{2 \\text{ to } 3}"),
     # left alone: no number after "between ... and", a ratio, a word that is no hedge, a range
     # after the answer, in its reason
     ("The answer is between x and 4.", None),
     ("The answer is 12, which lies between 3 and 40.", None),
     ("The answer is 2 to 1.", None),
     ("The answer is 5 to 1.0 against.", None),
+    ("The answer is 3.14 to 2 decimal places.", None),
+    ("The answer is 3.14 to 2dp.", None),
+    ("The answer is 0.67 TO 2 Significant Figures.", None),
+    ("The answer is 3 to 4 places.", None),
+    ("The answer is 3 to 4 digits.", None),
+    ("The answer is 3 to 4 figures.", None),
+    ("The answer is 0.67 to 2 s.f.", None),
     ("The answer is 3 tons.", None),
     ("The answer is 3 or surely 4.", None),
 ])
@@ -663,6 +683,10 @@ def test_a_range_in_an_answer_tag_or_hash_line_is_boxed_as_a_range(completion, e
     ("#### 1,234", "1234", True),
     ("#### \\$1,234,567.50", "1234567.5", True),
     ("#### 1,000 dollars", "1000", True),
+    # ... and so are an Indian grouping's (lakh, crore), read 100000 by 46d2660, "1,00000" after it
+    ("#### 1,00,000", "100000", True),
+    ("#### 12,34,567.", "1234567", True),
+    ("#### \\$1,00,000 dollars", "100000", True),
 ])
 def test_a_hash_line_drops_only_a_thousands_comma(verifier, completion, gold, expected):
     """As ``\\boxed{3,5}``, ``\\boxed{(2,4)}`` and "The answer is 3, maybe 4." are read. Hand-checked
@@ -675,6 +699,15 @@ def test_mark_hash_answer_keeps_a_comma_that_is_no_thousands_comma():
     assert mark_hash_answer("#### 3, 5.") == "\\boxed{3, 5}"
     assert mark_hash_answer("x\n#### 1,234,567\n") == "x\n\\boxed{1234567}"
     assert mark_hash_answer("#### (x,100)") == "\\boxed{(x,100)}"
+    # an Indian grouping's commas are dropped, no comma of two-digit groups that do not end one
+    assert mark_hash_answer("#### 1,00,000, 2,00,000") == "\\boxed{100000, 200000}"
+    assert mark_hash_answer("#### 1,12,34,567") == "\\boxed{11234567}"
+    assert mark_hash_answer("#### 1,00,000,000") == "\\boxed{100000000}"  # as 46d2660 read it
+    assert mark_hash_answer("#### (12,34,5)") == "\\boxed{(12,34,5)}"
+    assert mark_hash_answer("#### 12,34") == "\\boxed{12,34}"
+    assert mark_hash_answer("#### 123,45,678") == "\\boxed{123,45678}"
+    assert mark_hash_answer("#### 123,12,34,567") == "\\boxed{123,12,34567}"
+    assert mark_hash_answer("#### 1,00,0000") == "\\boxed{1,000000}"
 
 
 @pytest.mark.parametrize("form", [

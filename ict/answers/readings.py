@@ -26,6 +26,9 @@ _HEADING_WORD = re.compile(r"[^\W\d_]{2,}")
 _NUMBERED_TITLE = re.compile(r"\d+\s*[.)]\s+\S")
 _PLAIN_WORD = re.compile(r"(?<![\\\w])[^\W\d_]{2,}")
 _DIGIT_GROUP_COMMA = re.compile(r"(?<=\d),(?=\d{3})")  # the comma of 1,234 (see hash_answer_readings)
+# a number grouped the Indian way, two digits to a group before the last three: 1,00,000 (100000),
+# 12,34,567 (see hash_answer_readings)
+_INDIAN_GROUPED = re.compile(r"(?<!\d)(?<!\d,)\d{1,2}(?:,\d{2})+,\d{3}(?!\d)")
 _DECIMAL = r"[-+]?\d+(?:\.\d+)?"  # a signed decimal: 3, -2.5
 _NUMBER = rf"{_DECIMAL}(?:/\d+)?"  # ... or a fraction of one: 1/2
 # a number, a space, then a unit of two letters or more, or one in brackets: "18 dollars", "42 km/h",
@@ -83,6 +86,9 @@ _EITHER = re.compile(r"^(?i:either)\s+")  # "either 3 or 4": the alternatives 3 
 # `_range`)
 _RANGE = re.compile(
     rf"(?i:between\s+({_DECIMAL})\s+and|from\s+({_DECIMAL})\s+to|({_DECIMAL})\s+to)\s+({_DECIMAL})")
+# the precision a number is given to, after "3.14 to 2": "decimal places", "significant figures",
+# "sig figs", "d.p.", "s.f.", "places", "digits" (no range)
+_PRECISION = re.compile(r"\s*(?i:decimal|significant|sig|places?|digits?|figures?|d\.?p|s\.?f)\b")
 # a LaTeX environment's name is no plain word: \begin{pmatrix} ... \end{pmatrix}
 _ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}")
 _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")
@@ -146,9 +152,11 @@ def hash_answer_readings(completion: str) -> list[str]:
     if marker < 0 or any(command in completion for command in BOXED_COMMANDS):
         return [completion]
     line, _, rest = completion[marker + 4 :].partition("\n")
-    # a comma between digits dropped when three follow (1,234; 1,0000 as before), no other: a
-    # tuple or list keeps its commas ("(2,4)", "1,-2" and "3, 5" read "(24)", "1-2" and "3 5"),
-    # "3,5" is no 35 (a decimal comma or a list, as in a box), "3, maybe 4" is a hedge
+    # a comma between digits dropped when three follow (1,234; 1,0000 as before) or in an Indian
+    # grouping (1,00,000 is 100000, as before), no other: a tuple or list keeps its commas ("(2,4)",
+    # "1,-2" and "3, 5" read "(24)", "1-2" and "3 5"), "3,5" is no 35 (a decimal comma or a list,
+    # as in a box), "3, maybe 4" is a hedge
+    line = _INDIAN_GROUPED.sub(lambda number: number[0].replace(",", ""), line)
     line = _DIGIT_GROUP_COMMA.sub("", line)
     value = line.strip().replace("\\$", "").strip("$ .")
     if (not value or _HEADING_WORD.match(value) or _NUMBERED_TITLE.match(value)
@@ -216,10 +224,12 @@ def _range(value: str) -> str | None:
     """The range ``value`` opens with (`_RANGE`: ``between 3 and 4``, ``from 3 to 4``, ``3 to 4``,
     words after it too) written ``3 \\text{ to } 4``, which math-verify reads as the product ``3 to
     4``, equal to no number; None for no range, and for ``2 to 1``, ``3 to 1.0`` (a ratio ``a:1``,
-    which is ``a``: read as before). A range is a hedge; a ratio ``a:b`` is ``a/b``: neither is
-    ``a`` unless ``b`` is 1."""
+    which is ``a``: read as before), ``3.14 to 2 decimal places`` (a precision, `_PRECISION`: read
+    as before). A range is a hedge; a ratio ``a:b`` is ``a/b``: neither is ``a`` unless ``b`` is
+    1."""
     bounds = _RANGE.match(value)
-    if bounds is None or bounds[3] is not None and float(bounds[4]) == 1:
+    if bounds is None or bounds[3] is not None and (
+            float(bounds[4]) == 1 or _PRECISION.match(value, bounds.end())):
         return None
     return f"{bounds[1] or bounds[2] or bounds[3]} \\text{{ to }} {bounds[4]}"
 
