@@ -375,6 +375,31 @@ def _check_trained_steps(directory: Path, trained: int, num_steps: int) -> None:
                          "to train it on and evaluate it again")
 
 
+def _check_vllm_evaluation(config: CompareConfig, runs: list[tuple[MethodSpec, int, TrainConfig]]) -> None:
+    """One-line UsageError, before anything trains, for an ``--eval-temperature`` vLLM does not
+    sample at (`check_vllm_sampling`) where a run's evaluations use vLLM (`resolved_backend` on its
+    device; a LoRA run's checkpoints are evaluated with hf, its untrained model not). It was refused
+    at the first evaluation, after a run had trained, naming an hf backend ict compare has no
+    option for."""
+    from ict.evaluation.generator import eval_sampling, resolved_backend
+    from ict.models.loading import resolve_device
+    from ict.models.rollout import VLLM_MAX_TEMPERATURE, VLLM_MIN_TEMPERATURE, check_vllm_sampling
+
+    assert config.output_dir is not None
+    for _, _, train_config in runs:
+        if train_config.lora_rank and 0 not in config.eval_steps:
+            continue
+        eval_config = _eval_config(config, train_config, train_config.model, config.output_dir)
+        if resolved_backend(eval_config, resolve_device(train_config.device)) != "vllm":
+            continue
+        try:
+            check_vllm_sampling(eval_sampling(eval_config))
+        except UsageError:
+            raise UsageError(f"--eval-temperature {config.eval_temperature:g}: ict compare evaluates with vLLM "
+                             f"here (installed), which samples at temperatures in [{VLLM_MIN_TEMPERATURE:g}, "
+                             f"{VLLM_MAX_TEMPERATURE:g}]: give one there, or 0 (greedy)") from None
+
+
 def run_comparison(config: CompareConfig, log: Any = print) -> Path:
     """Train and evaluate every (method, seed) not finished yet, then write the report.
     ``train_only``: train, evaluate nothing, no report; ``eval_only``: evaluate the runs trained
@@ -399,6 +424,7 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
         raise UsageError(f"--eval-steps {','.join(map(str, past))}: past num_steps ({longest}) of every run, "
                          "so no checkpoint of it will exist: give steps up to num_steps")
     if not (config.report_only or config.train_only):  # every reused evaluation's settings too
+        _check_vllm_evaluation(config, runs)
         reused = []
         for spec, seed, train_config in runs:
             directory = run_dir(config.output_dir, spec.label, seed)
