@@ -85,8 +85,10 @@ def parse_methods(text: str) -> list[MethodSpec]:
             raise UsageError(f"bad method option {item!r}; use method:key=value,key=value")
         key, value = item.split("=", 1)
         specs[-1].options[key.strip()] = value.strip()
+    if not specs:  # it said "needs distinct methods, got ''"
+        raise UsageError("--methods needs at least one method (e.g. --methods grpo,ict)")
     labels = [spec.label for spec in specs]
-    if not specs or len(set(labels)) != len(labels):
+    if len(set(labels)) != len(labels):
         raise UsageError(f"--methods needs distinct methods, got {text!r}")
     return specs
 
@@ -180,7 +182,9 @@ class CompareConfig:
         check_path_given("--output-dir", self.output_dir, "give the comparison's directory")
         check_path_given("--eval-data-dir", self.eval_data_dir, "give a directory, or leave it out for the hub")
         self.output_dir = Path(self.output_dir).expanduser()  # ~ from a config file or --output-dir=~/...
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+        if not self.seeds:  # as ict eval's --seeds '' (it said "needs distinct integers, got ()")
+            raise UsageError("--seeds needs at least one seed (e.g. --seeds 0,1,2)")
+        if len(set(self.seeds)) != len(self.seeds):
             raise UsageError(f"--seeds needs distinct integers, got {self.seeds}")
         if not all(0 <= seed < RUN_SEED_LIMIT for seed in self.seeds):
             raise UsageError(f"--seeds must lie in [0, 2^32) (training seeds), got {self.seeds}")
@@ -189,7 +193,9 @@ class CompareConfig:
         if self.eval_n < 1 or self.eval_max_new_tokens < 1 or self.bootstrap_resamples < 1:
             raise UsageError("--eval-n, --eval-max-new-tokens and --bootstrap-resamples must be "
                              ">= 1")
-        if self.eval_ks is not None and (not self.eval_ks or len(set(self.eval_ks)) != len(self.eval_ks) or any(
+        if self.eval_ks is not None and not self.eval_ks:  # as ict eval's --k ''
+            raise UsageError("--eval-ks needs at least one value (e.g. --eval-ks 1,4)")
+        if self.eval_ks is not None and (len(set(self.eval_ks)) != len(self.eval_ks) or any(
                 k < 1 or k > self.eval_n for k in self.eval_ks)):
             raise UsageError(f"--eval-ks needs distinct k in 1..--eval-n ({self.eval_n}), got "
                              f"{self.eval_ks}")
