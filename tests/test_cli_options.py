@@ -399,3 +399,17 @@ def test_an_empty_compare_list_is_refused_as_empty(argv, message, tmp_path, monk
     assert main(["compare", "--output-dir", "x", "--report-only", *argv]) == 2  # a slip trains nothing
     assert capsys.readouterr().err.strip().splitlines() == [message]
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(("command", "line"), [
+    ("eval", "--temperature FLOAT sampling temperature; 0 = greedy, else >= 1e-06 (default: 0.6)"),
+    ("train", "--eval-temperature FLOAT evaluation sampling temperature; 0 = greedy, else >= 1e-06 (default: 0.0)"),
+    ("compare", "--eval-temperature FLOAT evaluation sampling temperature; 0 = greedy, else >= 1e-06 (default: 0.6)"),
+])
+def test_each_evaluation_temperature_s_help_names_greedy_and_its_floor(command, line, capsys):
+    """ict eval, ict train and ict compare refuse an evaluation temperature in (0, 1e-6) alike
+    (check_eval_temperature and TrainConfig's check); ict compare's --help named neither 0 (greedy)
+    nor the floor, ict train's not the floor. Each says both now, as ict eval's does."""
+    with pytest.raises(SystemExit, match="^0$"):
+        main([command, "--help"])
+    assert line in " ".join(capsys.readouterr().out.split())

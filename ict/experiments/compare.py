@@ -43,6 +43,7 @@ from ict.core.options import (
     text_option_names,
 )
 from ict.core.seeding import RUN_SEED_LIMIT
+from ict.core.stats import MIN_TEMPERATURE
 from ict.data.benchmarks import expand_benchmark_names
 from ict.data.training_data import is_reasoning_gym_task
 from ict.evaluation.evaluate import EvalConfig, check_eval_temperature
@@ -139,7 +140,8 @@ class CompareConfig:
                                          "steps (kept by save_every / keep_checkpoints: 0) into "
                                          "RUN/evals/step-N/, for learning curves; 0 = the "
                                          "untrained model, once, in DIR/base-model/")
-    eval_temperature: float = option(EvalConfig.temperature, "evaluation sampling temperature")
+    eval_temperature: float = option(EvalConfig.temperature, "evaluation sampling temperature; 0 = "
+                                     f"greedy, else >= {MIN_TEMPERATURE:g}")
     eval_max_new_tokens: int = option(64, "evaluation completion length limit in tokens")
     eval_math_extraction: str = option(EvalConfig.math_extraction, "math answer extraction",
                                        MATH_EXTRACTIONS)
