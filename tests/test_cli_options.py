@@ -383,3 +383,33 @@ def test_only_a_whole_other_spelling_of_the_flag_typed_is_replaced():
         "--num-samples 3 (see --no-progress, --n-best, x--n, --num-samples)")
     assert in_typed_spelling("--n 3, --limit 2", build_parser().parse_args(["eval", "--limit", "2"])) == (
         "--n 3, --limit 2")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--seeds", ""], "error: --seeds needs at least one seed (e.g. --seeds 0,1,2)"),
+    (["--eval-ks", ""], "error: --eval-ks needs at least one value (e.g. --eval-ks 1,4)"),
+    (["--methods", ""], "error: --methods needs at least one method (e.g. --methods grpo,ict)"),
+    (["--methods", " , "], "error: --methods needs at least one method (e.g. --methods grpo,ict)"),
+])
+def test_an_empty_compare_list_is_refused_as_empty(argv, message, tmp_path, monkeypatch, capsys):
+    """ict compare's --seeds '', --eval-ks '' and --methods '' said "needs distinct integers, got
+    ()", "needs distinct k in 1..--eval-n (4), got ()", "needs distinct methods, got ''" (nothing
+    repeats in an empty list); ict eval's --seeds '' and --k '' say what is wrong, and so do these."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", "--output-dir", "x", "--report-only", *argv]) == 2  # a slip trains nothing
+    assert capsys.readouterr().err.strip().splitlines() == [message]
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(("command", "line"), [
+    ("eval", "--temperature FLOAT sampling temperature; 0 = greedy, else >= 1e-06 (default: 0.6)"),
+    ("train", "--eval-temperature FLOAT evaluation sampling temperature; 0 = greedy, else >= 1e-06 (default: 0.0)"),
+    ("compare", "--eval-temperature FLOAT evaluation sampling temperature; 0 = greedy, else >= 1e-06 (default: 0.6)"),
+])
+def test_each_evaluation_temperature_s_help_names_greedy_and_its_floor(command, line, capsys):
+    """ict eval, ict train and ict compare refuse an evaluation temperature in (0, 1e-6) alike
+    (check_eval_temperature and TrainConfig's check); ict compare's --help named neither 0 (greedy)
+    nor the floor, ict train's not the floor. Each says both now, as ict eval's does."""
+    with pytest.raises(SystemExit, match="^0$"):
+        main([command, "--help"])
+    assert line in " ".join(capsys.readouterr().out.split())

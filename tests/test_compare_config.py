@@ -242,3 +242,40 @@ def test_an_eval_temperature_too_cold_to_sample_at_is_refused_before_anything_tr
     assert err == ["error: --eval-temperature must be 0 (greedy) or >= 1e-06, got 1e-40"]
     assert not (tmp_path / "cmp").exists()
     assert CompareConfig(output_dir=tmp_path / "cmp", eval_temperature=0.0).validate().eval_temperature == 0.0
+
+
+@pytest.mark.parametrize(("installed", "temperature", "options", "refused"), [
+    (True, 0.005, [], True), (True, 3.0, [], True), (True, 0.01, [], False), (True, 2.0, [], False),
+    (True, 0.0, [], False), (False, 0.005, [], False),
+    (True, 0.005, ["lora_rank=2"], False),  # its checkpoints: LoRA adapters, evaluated with hf
+    (True, 0.005, ["lora_rank=2", "--eval-steps", "0"], True),  # its untrained model with vLLM
+])
+def test_an_eval_temperature_vllm_does_not_sample_at_is_refused_before_anything_trains(
+        installed: bool, temperature: float, options: list[str], refused: bool, tmp_path, capsys, monkeypatch):
+    """Where ict compare's evaluations use vLLM (installed: backend auto), --eval-temperature 0.005
+    (vLLM raises it to 0.01) or 3 (vLLM refuses it) trained the first run, then its evaluation
+    stopped with "... or the hf backend", an option ict compare has not. Refused before anything
+    trains now, in one line; vLLM's limits 0.01 and 2 themselves pass, as 0 (greedy) does."""
+    import ict.evaluation.generator as generator
+    import ict.training.trainer as trainer
+    from ict.cli import main
+
+    class Trains(Exception):
+        pass
+
+    def train(*args, **kwargs):
+        raise Trains
+
+    monkeypatch.setattr(generator, "vllm_installed", lambda: installed)
+    monkeypatch.setattr(trainer, "train", train)
+    output = tmp_path / "cmp"
+    argv = ["compare", "--output-dir", str(output), "--eval-temperature", str(temperature), "--methods", "grpo",
+            "--seeds", "0", "num_steps=1", "device=cpu", *options]
+    if not refused:  # it got to the training (stopped there by this test)
+        assert main(argv) == 1 and "train grpo seed 0 -> " in capsys.readouterr().out
+        return
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: --eval-temperature {temperature:g}: ict compare evaluates with vLLM here (installed), which "
+        "samples at temperatures in [0.01, 2]: give one there, or 0 (greedy)"]
+    assert not output.exists()

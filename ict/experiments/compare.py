@@ -43,6 +43,7 @@ from ict.core.options import (
     text_option_names,
 )
 from ict.core.seeding import RUN_SEED_LIMIT
+from ict.core.stats import MIN_TEMPERATURE
 from ict.data.benchmarks import expand_benchmark_names
 from ict.data.training_data import is_reasoning_gym_task
 from ict.evaluation.evaluate import EvalConfig, check_eval_temperature
@@ -85,8 +86,10 @@ def parse_methods(text: str) -> list[MethodSpec]:
             raise UsageError(f"bad method option {item!r}; use method:key=value,key=value")
         key, value = item.split("=", 1)
         specs[-1].options[key.strip()] = value.strip()
+    if not specs:  # it said "needs distinct methods, got ''"
+        raise UsageError("--methods needs at least one method (e.g. --methods grpo,ict)")
     labels = [spec.label for spec in specs]
-    if not specs or len(set(labels)) != len(labels):
+    if len(set(labels)) != len(labels):
         raise UsageError(f"--methods needs distinct methods, got {text!r}")
     return specs
 
@@ -137,7 +140,8 @@ class CompareConfig:
                                          "steps (kept by save_every / keep_checkpoints: 0) into "
                                          "RUN/evals/step-N/, for learning curves; 0 = the "
                                          "untrained model, once, in DIR/base-model/")
-    eval_temperature: float = option(EvalConfig.temperature, "evaluation sampling temperature")
+    eval_temperature: float = option(EvalConfig.temperature, "evaluation sampling temperature; 0 = "
+                                     f"greedy, else >= {MIN_TEMPERATURE:g}")
     eval_max_new_tokens: int = option(64, "evaluation completion length limit in tokens")
     eval_math_extraction: str = option(EvalConfig.math_extraction, "math answer extraction",
                                        MATH_EXTRACTIONS)
@@ -180,7 +184,9 @@ class CompareConfig:
         check_path_given("--output-dir", self.output_dir, "give the comparison's directory")
         check_path_given("--eval-data-dir", self.eval_data_dir, "give a directory, or leave it out for the hub")
         self.output_dir = Path(self.output_dir).expanduser()  # ~ from a config file or --output-dir=~/...
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+        if not self.seeds:  # as ict eval's --seeds '' (it said "needs distinct integers, got ()")
+            raise UsageError("--seeds needs at least one seed (e.g. --seeds 0,1,2)")
+        if len(set(self.seeds)) != len(self.seeds):
             raise UsageError(f"--seeds needs distinct integers, got {self.seeds}")
         if not all(0 <= seed < RUN_SEED_LIMIT for seed in self.seeds):
             raise UsageError(f"--seeds must lie in [0, 2^32) (training seeds), got {self.seeds}")
@@ -189,7 +195,9 @@ class CompareConfig:
         if self.eval_n < 1 or self.eval_max_new_tokens < 1 or self.bootstrap_resamples < 1:
             raise UsageError("--eval-n, --eval-max-new-tokens and --bootstrap-resamples must be "
                              ">= 1")
-        if self.eval_ks is not None and (not self.eval_ks or len(set(self.eval_ks)) != len(self.eval_ks) or any(
+        if self.eval_ks is not None and not self.eval_ks:  # as ict eval's --k ''
+            raise UsageError("--eval-ks needs at least one value (e.g. --eval-ks 1,4)")
+        if self.eval_ks is not None and (len(set(self.eval_ks)) != len(self.eval_ks) or any(
                 k < 1 or k > self.eval_n for k in self.eval_ks)):
             raise UsageError(f"--eval-ks needs distinct k in 1..--eval-n ({self.eval_n}), got "
                              f"{self.eval_ks}")
@@ -375,6 +383,31 @@ def _check_trained_steps(directory: Path, trained: int, num_steps: int) -> None:
                          "to train it on and evaluate it again")
 
 
+def _check_vllm_evaluation(config: CompareConfig, runs: list[tuple[MethodSpec, int, TrainConfig]]) -> None:
+    """One-line UsageError, before anything trains, for an ``--eval-temperature`` vLLM does not
+    sample at (`check_vllm_sampling`) where a run's evaluations use vLLM (`resolved_backend` on its
+    device; a LoRA run's checkpoints are evaluated with hf, its untrained model not). It was refused
+    at the first evaluation, after a run had trained, naming an hf backend ict compare has no
+    option for."""
+    from ict.evaluation.generator import eval_sampling, resolved_backend
+    from ict.models.loading import resolve_device
+    from ict.models.rollout import VLLM_MAX_TEMPERATURE, VLLM_MIN_TEMPERATURE, check_vllm_sampling
+
+    assert config.output_dir is not None
+    for _, _, train_config in runs:
+        if train_config.lora_rank and 0 not in config.eval_steps:
+            continue
+        eval_config = _eval_config(config, train_config, train_config.model, config.output_dir)
+        if resolved_backend(eval_config, resolve_device(train_config.device)) != "vllm":
+            continue
+        try:
+            check_vllm_sampling(eval_sampling(eval_config))
+        except UsageError:
+            raise UsageError(f"--eval-temperature {config.eval_temperature:g}: ict compare evaluates with vLLM "
+                             f"here (installed), which samples at temperatures in [{VLLM_MIN_TEMPERATURE:g}, "
+                             f"{VLLM_MAX_TEMPERATURE:g}]: give one there, or 0 (greedy)") from None
+
+
 def run_comparison(config: CompareConfig, log: Any = print) -> Path:
     """Train and evaluate every (method, seed) not finished yet, then write the report.
     ``train_only``: train, evaluate nothing, no report; ``eval_only``: evaluate the runs trained
@@ -399,6 +432,7 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
         raise UsageError(f"--eval-steps {','.join(map(str, past))}: past num_steps ({longest}) of every run, "
                          "so no checkpoint of it will exist: give steps up to num_steps")
     if not (config.report_only or config.train_only):  # every reused evaluation's settings too
+        _check_vllm_evaluation(config, runs)
         reused = []
         for spec, seed, train_config in runs:
             directory = run_dir(config.output_dir, spec.label, seed)

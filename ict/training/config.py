@@ -220,7 +220,8 @@ class TrainConfig:
                              "reasoning-gym tasks draw them with another seed")
     eval_every: int = option(0, "also evaluate every N steps (needs eval_size; 0: only "
                              "before/after)")
-    eval_temperature: float = option(0.0, "evaluation sampling temperature (0: greedy)")
+    eval_temperature: float = option(0.0, f"evaluation sampling temperature; 0 = greedy, else >= "
+                                     f"{MIN_TEMPERATURE:g}")
 
     # ---- outputs
     run_dir: str | None = option(None, "run directory (None: runs/<method>-<timestamp>)")
