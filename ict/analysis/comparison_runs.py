@@ -24,7 +24,7 @@ DEFAULT_KS = (1, 4)  # k of pass@k for an evaluation whose results.json does not
 
 def method_of(label: str) -> str:
     """The method name of a run label: ``"random-ratio=0.1"`` -> ``"random"`` (method names
-    have no ``-``; see ``ict.experiments.compare.MethodSpec.label``)."""
+    have no ``-``; see ``ict.experiments.methods.MethodSpec.label``)."""
     return label.split("-", 1)[0]
 
 

@@ -15,7 +15,6 @@ one graded under other answer-grading rules is re-graded (nothing is generated a
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,70 +46,11 @@ from ict.core.stats import MIN_TEMPERATURE
 from ict.data.benchmarks import expand_benchmark_names
 from ict.data.training_data import is_reasoning_gym_task
 from ict.evaluation.evaluate import EvalConfig, check_eval_temperature
+from ict.experiments.methods import MethodSpec, method_overrides, parse_methods
 from ict.training.config import TrainConfig
 
 # what a run stopped (Ctrl-C, SIGTERM) or diverged inside a comparison tells the user to do next
 COMPARE_CONTINUE = "rerun the same ict compare command (it resumes each run from its last checkpoint)"
-
-
-@dataclass
-class MethodSpec:
-    """One compared method: ``name`` (a TrainConfig method), its options, and a label."""
-
-    name: str
-    options: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        if not self.options:
-            return self.name
-        parts = [f"{key}={value}" for key, value in self.options.items()]
-        return re.sub(r"[^A-Za-z0-9_.=-]", "_", self.name + "-" + "-".join(parts))
-
-
-def parse_methods(text: str) -> list[MethodSpec]:
-    """``"grpo,ict:reference=seq_mean,ratio=0.2,random"`` -> specs. A ``key=value`` item after a
-    ``method:`` item belongs to that method."""
-    specs: list[MethodSpec] = []
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        if ":" in item:
-            name, first = item.split(":", 1)
-            specs.append(MethodSpec(name.strip(), {}))
-            item = first
-        elif "=" not in item:
-            specs.append(MethodSpec(item, {}))
-            continue
-        if "=" not in item or not specs:
-            raise UsageError(f"bad method option {item!r}; use method:key=value,key=value")
-        key, value = item.split("=", 1)
-        specs[-1].options[key.strip()] = value.strip()
-    if not specs:  # it said "needs distinct methods, got ''"
-        raise UsageError("--methods needs at least one method (e.g. --methods grpo,ict)")
-    labels = [spec.label for spec in specs]
-    if len(set(labels)) != len(labels):
-        raise UsageError(f"--methods needs distinct methods, got {text!r}")
-    return specs
-
-
-def method_overrides(spec: MethodSpec, plugin: str | None = None) -> dict[str, str]:
-    """TrainConfig ``key=value`` overrides of one method spec: ``preset`` -> the registry preset,
-    an option of the method's selector -> ``selector.<key>``, anything else (e.g.
-    ``aggregation``) -> the training option of that name (checked when the config is built).
-    ``plugin`` (the runs' ``plugin`` option) is imported first: its selectors' options too."""
-    from ict.core.selectors import SELECTORS
-
-    if plugin:
-        TrainConfig(plugin=plugin).load_plugins()
-    from ict.training.config import METHOD_ALIASES
-
-    selector = SELECTORS.get(METHOD_ALIASES.get(spec.name, spec.name))
-    selector_keys = set(selector.defaults) if selector is not None else set()
-    overrides = {"method": spec.name}
-    for key, value in spec.options.items():
-        overrides[f"selector.{key}" if key in selector_keys else key] = value
-    return overrides
 
 
 @dataclass
