@@ -157,6 +157,26 @@ def single_process_group(tmp_path, monkeypatch):
     torch.distributed.destroy_process_group()
 
 
+@pytest.fixture(scope="module")
+def verifier():
+    """A math-verify pool of one worker for a test module (test_verify.py and test_adversarial.py
+    define their own, of two)."""
+    from ict.answers.verify import MathVerifier
+
+    pool = MathVerifier(num_workers=1)
+    yield pool
+    pool.close()
+
+
+def assert_graded_in_both_extractions(verifier, completion: str, gold: str, expected: bool) -> None:
+    """``completion`` is graded ``expected`` against ``gold`` in each of `MATH_EXTRACTIONS`."""
+    from ict.answers.verify import MATH_EXTRACTIONS
+
+    for extraction in MATH_EXTRACTIONS:
+        verdict = verifier.check(completion, gold, 10.0, extraction)
+        assert verdict.correct is expected, (extraction, verdict)
+
+
 @pytest.fixture
 def one_thread():
     """Tiny models generate much faster with one thread on a shared 2-core machine."""

@@ -6,22 +6,7 @@ test_verify_rules.py."""
 from __future__ import annotations
 
 import pytest
-
-from ict.answers.verify import MATH_EXTRACTIONS, MathVerifier
-
-
-@pytest.fixture(scope="module")
-def verifier():
-    pool = MathVerifier(num_workers=1)
-    yield pool
-    pool.close()
-
-
-def _assert_graded_in_both_extractions(verifier, completion: str, gold: str, expected: bool) -> None:
-    """``completion`` is graded ``expected`` against ``gold`` in each of `MATH_EXTRACTIONS`."""
-    for extraction in MATH_EXTRACTIONS:
-        verdict = verifier.check(completion, gold, 10.0, extraction)
-        assert verdict.correct is expected, (extraction, verdict)
+from conftest import assert_graded_in_both_extractions
 
 
 @pytest.mark.parametrize(("completion", "gold", "expected"), [
@@ -54,7 +39,7 @@ def test_alternatives_after_an_anchor_or_as_logical_or_are_read_together(
     math-verify reads "\\lor" and "\\vee" as the last alternative (4): each hedge was rewarded for
     one gold. Alternatives are now read together, as math-verify reads a box holding "3
     \\text{ or } 4": {3, 4}. Hand-checked golds; both extractions."""
-    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
 
 
 @pytest.mark.parametrize(("completion", "expected"), [
@@ -110,7 +95,7 @@ def test_a_pair_or_a_percent_hedge_is_read_as_both_alternatives(
     """"3 and 4" after an anchor was read as 3, and a hedge holding a percent as its last
     alternative (math-verify reads a list holding a percent so): each was rewarded for one gold.
     Both are now read as the alternatives together. Hand-checked golds; both extractions."""
-    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
 
 
 @pytest.mark.parametrize(("completion", "expected"), [
@@ -143,7 +128,7 @@ def test_unpercent_boxed_alternatives_drops_the_percent_signs_of_a_boxed_hedge(c
 def test_a_gold_with_a_logical_or_is_read_as_its_alternatives(verifier, completion, expected):
     """The gold is read as the completion is: ``3 \\lor 4`` is {3, 4}. No shared benchmark gold
     holds ``\\lor`` or ``\\vee``. Both extractions."""
-    _assert_graded_in_both_extractions(verifier, completion, "3 \\lor 4", expected)
+    assert_graded_in_both_extractions(verifier, completion, "3 \\lor 4", expected)
 
 
 def test_spell_logical_or_writes_lor_and_vee_as_text_or():
@@ -181,7 +166,7 @@ def test_a_hedge_with_words_or_in_an_answer_tag_is_read_as_both_alternatives(
     """Hedges the parent rewarded for one gold ("3 or maybe 4", "3 and/or 4", and any hedge in
     ``<answer>`` or after ``####``) are read as math-verify reads ``\\boxed{3 \\text{ or } 4}``:
     {3, 4}. Hand-checked golds; both extractions."""
-    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
 
 
 @pytest.mark.parametrize(("completion", "gold", "expected"), [
@@ -221,7 +206,7 @@ def test_a_hedge_with_units_or_a_hedge_word_is_read_as_both_alternatives(
     in a box's text wrappers too), a hedge in brackets (``3 (or 4)``), after a comma (``3, maybe
     4``) or with a ``?`` is read as its numbers together, {3, 4}. Hand-checked golds; both
     extractions."""
-    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
 
 
 @pytest.mark.parametrize(("completion", "expected"), [
@@ -295,7 +280,7 @@ def test_a_range_after_an_anchor_is_not_its_first_number(verifier, completion, g
     """"between 3 and 4", "from 3 to 4" and "3 to 4" are boxed as ``3 \\text{ to } 4``, which
     math-verify reads as a product equal to no number (as ``\\boxed{3 \\text{ to } 4}``). Both
     extractions."""
-    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
 
 
 @pytest.mark.parametrize(("completion", "expected"), [
@@ -348,7 +333,7 @@ def test_anchor_answer_readings_box_a_range_or_a_worded_hedge(completion, expect
 def test_a_gold_that_lists_percents_is_read_as_the_list(verifier, completion, expected):
     """The gold's percent signs are dropped as a boxed list's are (`gold_reading`): {25, 50}. No
     shared benchmark gold lists a percent. Both extractions."""
-    _assert_graded_in_both_extractions(verifier, completion, "25\\%, 50\\%", expected)
+    assert_graded_in_both_extractions(verifier, completion, "25\\%, 50\\%", expected)
 
 
 @pytest.mark.parametrize(("completion", "gold", "expected"), [
@@ -360,7 +345,7 @@ def test_a_gold_that_lists_percents_is_read_as_the_list(verifier, completion, ex
 ])
 def test_a_boxed_percent_hedge_with_braces_is_read_as_both_alternatives(
         verifier, completion, gold, expected):
-    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
 
 
 def test_the_alternatives_separators_are_found_one_after_another():
@@ -404,7 +389,7 @@ def test_a_range_in_an_answer_tag_or_hash_line_is_boxed_as_a_range(completion, e
 def test_a_hedge_with_a_bare_decimal_point_is_read_as_both_alternatives(
         verifier, completion, gold, expected):
     """Hand-checked golds; both extractions."""
-    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
 
 
 def test_alternatives_drop_only_a_decimal_point_with_no_digit_after_it():

@@ -6,24 +6,11 @@ its ``#### N`` line, which reading's answer a wrong verdict reports, and the las
 from __future__ import annotations
 
 import pytest
+from conftest import assert_graded_in_both_extractions
 
 from ict.answers.extraction import expand_scientific
 from ict.answers.readings import mark_hash_answer
-from ict.answers.verify import MATH_EXTRACTIONS, MathVerifier
-
-
-@pytest.fixture(scope="module")
-def verifier():
-    pool = MathVerifier(num_workers=1)
-    yield pool
-    pool.close()
-
-
-def _assert_graded_in_both_extractions(verifier, completion: str, gold: str, expected: bool) -> None:
-    """``completion`` is graded ``expected`` against ``gold`` in each of `MATH_EXTRACTIONS`."""
-    for extraction in MATH_EXTRACTIONS:
-        verdict = verifier.check(completion, gold, 10.0, extraction)
-        assert verdict.correct is expected, (extraction, verdict)
+from ict.answers.verify import MATH_EXTRACTIONS
 
 
 @pytest.mark.parametrize(("answer", "gold", "expected"), [
@@ -126,7 +113,7 @@ def test_an_answer_in_scientific_notation_is_the_number_it_denotes(verifier, com
     """Outside a box or ``$...$`` math-verify read ``4.5e33`` as 4.5 and ``1.2 \\times 10^{-5}`` as
     1.2, so a right answer so written was wrong and its mantissa right. Hand-checked values; both
     extractions (each answer follows an anchor)."""
-    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
 
 
 def test_scientific_notation_is_written_out_at_any_exponent_it_reads():
@@ -187,7 +174,7 @@ def test_an_anchored_latex_tuple_or_list_answer_in_plain_text_is_read_whole(
     "The answer is 3\\sqrt{13}." was right for gold 3 and wrong for 3\\sqrt{13}, "1,-2" right for 1,
     "-2,1" for -2.1, "(2,4)" no answer. Such an answer on the last line is boxed in its place
     (`anchor_answer_readings`). Hand-checked golds; both extractions."""
-    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
 
 
 @pytest.mark.parametrize(("completion", "expected"), [
@@ -257,7 +244,7 @@ def test_a_boxed_number_in_a_text_wrapper_is_the_number(verifier, completion, go
     """math-verify reads ``\\text{073}`` as the text "073", not 73: the shared AIME 2024 #15 solution
     (``\\boxed{\\textbf{(073)}}``) was wrong for its gold 73. Such a number is unwrapped
     (`unwrap_boxed_text_number`). Hand-checked golds; both extractions."""
-    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -328,7 +315,7 @@ def test_a_long_run_of_spaces_in_an_answer_is_graded_within_the_bound(verifier, 
 def test_a_hash_line_drops_only_a_thousands_comma(verifier, completion, gold, expected):
     """As ``\\boxed{3,5}``, ``\\boxed{(2,4)}`` and "The answer is 3, maybe 4." are read. Hand-checked
     golds; both extractions."""
-    _assert_graded_in_both_extractions(verifier, completion, gold, expected)
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
 
 
 def test_mark_hash_answer_keeps_a_comma_that_is_no_thousands_comma():
