@@ -408,7 +408,7 @@ def test_an_empty_compare_list_is_refused_as_empty(argv, message, tmp_path, monk
 ])
 def test_each_evaluation_temperature_s_help_names_greedy_and_its_floor(command, line, capsys):
     """ict eval, ict train and ict compare refuse an evaluation temperature in (0, 1e-6) alike
-    (check_eval_temperature and TrainConfig's check); ict compare's --help named neither 0 (greedy)
+    (check_sampling_temperature); ict compare's --help named neither 0 (greedy)
     nor the floor, ict train's not the floor. Each says both now, as ict eval's does."""
     with pytest.raises(SystemExit, match="^0$"):
         main([command, "--help"])

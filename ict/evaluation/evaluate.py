@@ -103,19 +103,12 @@ from ict.evaluation.results import (
     write_results,
 )
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
+from ict.models.rollout import check_sampling_temperature
 from ict.runs.directory import LOCK_FILE, create_run_dir, discarded_if_unused, exclusive_run_dir
 from ict.runs.reporting import progress_columns
 
 MAX_NEW_TOKENS_GPU = 4096
 MAX_NEW_TOKENS_CPU = 512
-
-
-def check_eval_temperature(flag: str, temperature: float) -> None:
-    """UsageError unless an evaluation's sampling ``temperature`` is 0 (greedy) or at least
-    :data:`~ict.core.stats.MIN_TEMPERATURE` (below it ``logits / T`` overflows and sampling fails
-    mid-run); ``flag`` names the option."""
-    if 0 < temperature < MIN_TEMPERATURE:
-        raise UsageError(f"{flag} must be 0 (greedy) or >= {MIN_TEMPERATURE:g}, got {temperature:g}")
 
 
 @dataclass
@@ -199,7 +192,7 @@ class EvalConfig:
         check_option_text("--system-prompt", self.system_prompt)
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise UsageError("--temperature must be >= 0 and --top-p in (0, 1]")
-        check_eval_temperature("--temperature", self.temperature)
+        check_sampling_temperature("--temperature", self.temperature)
         check_path_given("--output-dir", self.output_dir, "give a directory, or leave it out for runs/eval/<model>")
         check_path_given("--data-dir", self.data_dir, "give a directory, or leave it out for the hub")
         bad_seeds = [seed for seed in self.resolved_seeds() if not 0 <= seed < RUN_SEED_LIMIT]

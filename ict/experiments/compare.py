@@ -45,8 +45,9 @@ from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.stats import MIN_TEMPERATURE
 from ict.data.benchmarks import expand_benchmark_names
 from ict.data.training_data import is_reasoning_gym_task
-from ict.evaluation.evaluate import EvalConfig, check_eval_temperature
+from ict.evaluation.evaluate import EvalConfig
 from ict.experiments.methods import MethodSpec, method_overrides, parse_methods
+from ict.models.rollout import check_sampling_temperature
 from ict.training.config import TrainConfig
 
 # what a run stopped (Ctrl-C, SIGTERM) or diverged inside a comparison tells the user to do next
@@ -150,7 +151,7 @@ class CompareConfig:
             raise UsageError(f"--eval-limit must be >= 1, got {self.eval_limit}")
         if self.eval_temperature < 0:
             raise UsageError(f"--eval-temperature must be >= 0, got {self.eval_temperature}")
-        check_eval_temperature("--eval-temperature", self.eval_temperature)  # before anything trains
+        check_sampling_temperature("--eval-temperature", self.eval_temperature)  # before anything trains
         # everything that fails before anything trains: the methods, the benchmarks' names, and
         # baselines given by hand (the defaults may be absent: the report says so)
         specs = self.method_specs

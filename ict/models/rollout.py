@@ -18,6 +18,7 @@ import torch
 
 from ict.core.errors import UsageError
 from ict.core.seeding import request_seed
+from ict.core.stats import MIN_TEMPERATURE
 
 Prompt = str | list[dict[str, str]]
 
@@ -424,6 +425,13 @@ def check_vllm_sampling(sampling: SamplingSettings) -> None:
     if sampling.temperature > VLLM_MAX_TEMPERATURE:
         raise UsageError(f"vLLM samples at temperature <= {VLLM_MAX_TEMPERATURE:g}, got {sampling.temperature}: "
                          "use a lower temperature, or the hf backend")
+
+
+def check_sampling_temperature(flag: str, temperature: float) -> None:
+    """Refuse, in one line, a sampling ``temperature`` (option ``flag``) other than 0 (greedy) or
+    >= :data:`~ict.core.stats.MIN_TEMPERATURE` (below it ``logits / T`` overflows mid-run)."""
+    if not (temperature == 0 or temperature >= MIN_TEMPERATURE):
+        raise UsageError(f"{flag} must be 0 (greedy) or >= {MIN_TEMPERATURE:g}, got {temperature:g}")
 
 
 def vllm_model_length(max_new_tokens: int, floor: int) -> int:

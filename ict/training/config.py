@@ -24,6 +24,7 @@ from ict.models.rollout import (
     ROLLOUT_TEMPERATURE,
     VLLM_CPU_KVCACHE_GIB,
     VLLM_INSTALL,
+    check_sampling_temperature,
     vllm_installed,
 )
 
@@ -376,8 +377,6 @@ class TrainConfig:
             raise UsageError(f"max_response_length must be >= 1 (or none), got {self.max_response_length}")
         within = {  # name: (allowed range as text, test)
             "max_grad_norm": (">= 0", lambda v: v >= 0),
-            "eval_temperature": (f"0 (greedy) or >= {MIN_TEMPERATURE:g}",  # below it sampling fails mid-run
-                                 lambda v: v == 0 or v >= MIN_TEMPERATURE),
             "clip_low": ("in [0, 1)", lambda v: 0 <= v < 1), "clip_high": (">= 0", lambda v: v >= 0),
             "kl_coef": (">= 0", lambda v: v >= 0), "entropy_coef": (">= 0", lambda v: v >= 0),
             "weight_decay": (">= 0", lambda v: v >= 0),
@@ -391,6 +390,7 @@ class TrainConfig:
         for name, (allowed, test) in within.items():
             if not test(getattr(self, name)):
                 raise UsageError(f"{name} must be {allowed}, got {getattr(self, name)}")
+        check_sampling_temperature("eval_temperature", self.eval_temperature)
         if self.lora_dropout > 0 and self.disable_dropout:
             raise UsageError(f"lora_dropout {self.lora_dropout} needs disable_dropout: false (it turns every "
                              "dropout off, LoRA's too)")
