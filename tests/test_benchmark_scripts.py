@@ -481,7 +481,7 @@ def test_stats_memory_prints_no_ratio_when_the_logits_run_added_no_memory(monkey
 def test_generation_throughput_num_return_sequences_gives_g_completions_a_prompt_cut_at_eos(tiny_tokenizer):
     """benchmarks/generation_throughput.py's `num_return_sequences` variant: G completions for
     each prompt, each at most the cap and cut after its first EOS (id 1). It passed a pad id that
-    `ict.models.rollout._truncate_at_eos` no longer takes, so its smoke test (`--steps 1 --tiny`)
+    `ict.models.rollout.truncate_at_eos` no longer takes, so its smoke test (`--steps 1 --tiny`)
     stopped in the warm-up with a TypeError."""
     from conftest import build_tiny_model
 

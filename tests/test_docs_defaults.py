@@ -328,7 +328,7 @@ def test_the_defaults_docs_state_in_words_are_the_codes():
     from ict.answers.verify import DEFAULT_TIMEOUT_SECONDS, WORKER_MEMORY_LIMIT_BYTES, verify_math
     from ict.data.benchmarks import REASONING_GYM_DEFAULT_SIZE, REASONING_GYM_EVAL_SEED
     from ict.evaluation.evaluate import MAX_NEW_TOKENS_CPU, MAX_NEW_TOKENS_GPU, EvalConfig
-    from ict.models.rollout import VLLM_CPU_KVCACHE_GIB
+    from ict.models.vllm_backend import VLLM_CPU_KVCACHE_GIB
     from ict.training.config import TrainConfig
     from ict.training.config_loading import build_config
 
@@ -518,7 +518,7 @@ def test_the_probability_shifts_docs_evaluation_quotes_for_a_dtype_and_a_batch_c
 
 
 def test_the_kv_cache_tokens_docs_scaling_quotes_for_a_gib_are_the_offline_defaults():
-    """docs/scaling.md (and ict.models.rollout's comment): 1 GiB of vLLM's CPU KV cache holds
+    """docs/scaling.md (and ict.models.vllm_backend's comment): 1 GiB of vLLM's CPU KV cache holds
     ~23,000 tokens of the offline default in fp32: K and V, per layer and key-value head, head_dim
     float32 values a token (the converted model's config; skipped where it is not converted)."""
     import json

@@ -151,14 +151,14 @@ def test_ict_eval_refuses_a_vllm_temperature_before_loading(temperature: float, 
     temperature 0 the samples are greedy (vLLM's temperature 0), and nothing is refused."""
     import ict.evaluation.generator as generator
     import ict.models.loading as loading
-    import ict.models.rollout as rollout
+    import ict.models.vllm_backend as vllm_backend
     from ict.evaluation.evaluate import EvalConfig
 
     started: list[str] = []
     load_tokenizer = loading.load_tokenizer
     monkeypatch.setattr(generator, "vllm_installed", lambda: True)
     monkeypatch.setattr(loading, "load_tokenizer", lambda model: (started.append("tokenizer"), load_tokenizer(model))[1])
-    monkeypatch.setattr(rollout, "VLLMBackend", lambda *args, **options: started.append("engine"))
+    monkeypatch.setattr(vllm_backend, "VLLMBackend", lambda *args, **options: started.append("engine"))
     config = EvalConfig(model=str(tiny_model_dir), backend="vllm", device="cpu", temperature=temperature)
     if not refused:
         assert generator.load_generator(config).name == "vllm" and started == ["tokenizer", "engine"]

@@ -76,7 +76,7 @@ def test_the_vllm_engine_is_seeded_with_the_first_sampling_seed(tiny_model_dir, 
     """The vLLM engine took --seed even with --seeds given, where --seed is unused and unchecked:
     --seeds 5,6 seeded it 0, and --seed 2^40 --seeds 0 passed validation and reached it (vLLM seeds
     numpy, which refuses seeds from 2^32 on). It takes the first of the run's sampling seeds."""
-    import ict.models.rollout as rollout
+    import ict.models.vllm_backend as vllm_backend
     from ict.evaluation import generator as module
 
     engine_seeds = []
@@ -85,7 +85,7 @@ def test_the_vllm_engine_is_seeded_with_the_first_sampling_seed(tiny_model_dir, 
         def __init__(self, *args, **kwargs):
             engine_seeds.append(kwargs["seed"])
 
-    monkeypatch.setattr(rollout, "VLLMBackend", Engine)
+    monkeypatch.setattr(vllm_backend, "VLLMBackend", Engine)
     monkeypatch.setattr(module, "vllm_installed", lambda: True)
     for settings, first in ((dict(seeds=(5, 6)), 5), (dict(seed=2**40, seeds=(0,)), 0), (dict(seed=7), 7)):
         config = EvalConfig(model=str(tiny_model_dir), device="cpu", backend="vllm", max_new_tokens=8, **settings)

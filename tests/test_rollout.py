@@ -9,9 +9,9 @@ from conftest import build_tiny_model
 
 from ict.models.rollout import (
     SamplingSettings,
-    _encode_prompt,
     _left_pad,
     cache_argument,
+    encode_prompt,
     generate_completions,
     render_prompt,
     shared_prefill_cache,
@@ -54,7 +54,7 @@ def test_shared_prefill_cache_gives_the_logits_of_a_full_prefill(model, tiny_tok
                                                                  one_thread):
     """The expanded cache of the prompt prefixes, then the last prompt column and two decoding
     steps, give the logits of running every row in full (within 1e-5)."""
-    prompt_ids = [_encode_prompt(tiny_tokenizer, render_prompt(tiny_tokenizer, prompt))
+    prompt_ids = [encode_prompt(tiny_tokenizer, render_prompt(tiny_tokenizer, prompt))
                   for prompt in PROMPTS]
     rows = [0, 0, 1, 2, 2, 2, 1]
     input_ids, mask = _left_pad([prompt_ids[index] for index in rows], 0)
@@ -120,10 +120,10 @@ def test_rollouts_ignore_the_models_own_logits_processors(tiny_tokenizer):
 def test_an_unfinished_row_keeps_sampled_tokens_equal_to_the_pad_id():
     """``generate`` pads only rows that ended; a row that ran to the cap was sampled whole, so a
     trailing pad id is a token of it (it was stripped: 4 of 300 rows here lost one)."""
-    from ict.models.rollout import _truncate_at_eos
+    from ict.models.rollout import truncate_at_eos
 
-    assert _truncate_at_eos([25, 7, 0], [1]) == ([25, 7, 0], False)
-    assert _truncate_at_eos([25, 1, 0, 0], [1]) == ([25, 1], True)
+    assert truncate_at_eos([25, 7, 0], [1]) == ([25, 7, 0], False)
+    assert truncate_at_eos([25, 1, 0, 0], [1]) == ([25, 1], True)
 
 
 @pytest.mark.parametrize("cache", ["static", "dynamic", "hybrid"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ict.models.rollout import Rollout, SamplingSettings, _truncate_at_eos, pack_rollout
+from ict.models.rollout import Rollout, SamplingSettings, pack_rollout, truncate_at_eos
 
 PAD = 0
 
@@ -46,9 +46,9 @@ def test_pack_rollout_of_empty_responses_keeps_one_masked_column():
 
 def test_a_row_is_cut_at_its_first_eos():
     """Every completion stops at the first EOS (kept); later tokens are `generate`'s padding."""
-    assert _truncate_at_eos([5, 1, 6, 1], [1]) == ([5, 1], True)
-    assert _truncate_at_eos([5, 2, 6, 1], [1, 2]) == ([5, 2], True)
-    assert _truncate_at_eos([1, 1], [1]) == ([1], True)
+    assert truncate_at_eos([5, 1, 6, 1], [1]) == ([5, 1], True)
+    assert truncate_at_eos([5, 2, 6, 1], [1, 2]) == ([5, 2], True)
+    assert truncate_at_eos([1, 1], [1]) == ([1], True)
 
 
 def test_temperature_zero_is_greedy():

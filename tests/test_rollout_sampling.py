@@ -16,12 +16,12 @@ from conftest import build_tiny_model, build_tiny_tokenizer, greedy_reference
 from ict.core.seeding import request_seed
 from ict.models.rollout import (
     SamplingSettings,
-    VLLMBackend,
-    _encode_prompt,
     _eos_ids,
+    encode_prompt,
     generate_completions,
     render_prompt,
 )
+from ict.models.vllm_backend import VLLMBackend
 
 PROMPT = "what is 3 + 4 ?"
 
@@ -86,10 +86,10 @@ def test_special_tokens_are_added_to_a_raw_prompt_and_not_to_a_chat_template():
     tokenizer.backend_tokenizer.post_processor = TemplateProcessing(
         single="<|im_start|> $A", special_tokens=[("<|im_start|>", bos)])
     text = render_prompt(tokenizer, PROMPT)
-    ids = _encode_prompt(tokenizer, text)
+    ids = encode_prompt(tokenizer, text)
     assert ids == tokenizer(text, add_special_tokens=False)["input_ids"] and ids[1] != bos
     tokenizer.chat_template = None
-    raw = _encode_prompt(tokenizer, PROMPT)
+    raw = encode_prompt(tokenizer, PROMPT)
     assert raw[0] == bos and raw[1:] == tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
 
 
@@ -208,7 +208,7 @@ def test_the_vllm_length_check_admits_a_prompt_that_fills_the_engine_exactly(tin
     from ict.core.errors import UsageError
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=_Params))
-    prompt_length = len(_encode_prompt(tiny_tokenizer, render_prompt(tiny_tokenizer, PROMPT)))
+    prompt_length = len(encode_prompt(tiny_tokenizer, render_prompt(tiny_tokenizer, PROMPT)))
     backend = VLLMBackend.__new__(VLLMBackend)
     backend.llm, backend.max_model_len = _LLM([([5, 6, 7, 8], "length")]), prompt_length + 4
     rollout = backend.generate_completions(tiny_tokenizer, [PROMPT], 1, SamplingSettings(0.9, 4), 0, None)

@@ -1,4 +1,4 @@
-"""The vLLM weight sync (`ict.models.rollout.VLLMBackend.sync_weights`) on CPU, without vLLM.
+"""The vLLM weight sync (`ict.models.vllm_backend.VLLMBackend.sync_weights`) on CPU, without vLLM.
 
 vLLM needs a GPU and is not installable on the machines these tests run on, so the engine is
 stood in for by an object with vLLM's two entry points that `sync_weights` uses
@@ -20,7 +20,8 @@ import torch
 from conftest import build_tiny_model
 from train_helpers import tiny_config
 
-from ict.models.rollout import VLLMBackend, generate_completions
+from ict.models.rollout import generate_completions
+from ict.models.vllm_backend import VLLMBackend
 
 
 class EngineModel(torch.nn.Module):
@@ -177,7 +178,8 @@ def test_the_engine_makes_room_for_the_completions_and_refuses_a_prompt_that_wou
     where HF's generate gave 4200. The length now makes room for max_new_tokens, and a prompt that
     would still pass it is refused in one line."""
     from ict.core.errors import UsageError
-    from ict.models.rollout import VLLM_PROMPT_ROOM, SamplingSettings, vllm_model_length
+    from ict.models.rollout import SamplingSettings
+    from ict.models.vllm_backend import VLLM_PROMPT_ROOM, vllm_model_length
 
     assert vllm_model_length(32, 4096) == 4096 and vllm_model_length(4200, 4096) == 4200 + VLLM_PROMPT_ROOM
     backend = backend_with(EngineModel(torch.nn.Linear(1, 1)))
@@ -209,12 +211,12 @@ def test_ict_eval_on_vllm_loads_the_tokenizer_with_the_hf_paths_checks(case, tin
     import shutil
 
     import ict.evaluation.generator as evaluate
-    import ict.models.rollout as rollout
+    import ict.models.vllm_backend as vllm_backend
     from ict.core.errors import UsageError
     from ict.evaluation.evaluate import EvalConfig
 
     monkeypatch.setattr(evaluate, "vllm_installed", lambda: True)
-    monkeypatch.setattr(rollout, "VLLMBackend", StandInBackend)
+    monkeypatch.setattr(vllm_backend, "VLLMBackend", StandInBackend)
     StandInBackend.made = []
     model = tmp_path / "model"
     if case == "no such directory":
@@ -248,7 +250,7 @@ def test_the_trainers_vllm_engine_loads_the_directory_the_policy_loaded_from(giv
     same one; given the path as written, the engine read ``~/x`` as a hub id (HF's repo-id
     OSError, exit 1) after the policy had loaded. The offline default loads from its converted copy."""
     import ict.models.loading as loading
-    import ict.models.rollout as rollout
+    import ict.models.vllm_backend as vllm_backend
     from ict.training.config import TrainConfig
     from ict.training.trainer import _make_backend
 
@@ -256,7 +258,7 @@ def test_the_trainers_vllm_engine_loads_the_directory_the_policy_loaded_from(giv
         def sync_weights(self, model: Any) -> None:
             pass
 
-    monkeypatch.setattr(rollout, "VLLMBackend", Engine)
+    monkeypatch.setattr(vllm_backend, "VLLMBackend", Engine)
     monkeypatch.setenv("HOME", str(tiny_model_dir.parent))
     monkeypatch.setattr(loading, "offline_default_path", lambda cache_dir=None: tiny_model_dir)
     Engine.made = []

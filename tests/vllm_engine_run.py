@@ -77,7 +77,7 @@ def run_trainer(model_dir: str, out: Path, steps: int, reward: str) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import ict.training.trainer as trainer_module
-    from ict.models.rollout import _encode_prompt, render_prompt
+    from ict.models.rollout import encode_prompt, render_prompt
     from ict.training.config import TrainConfig
 
     made: dict[str, Any] = {}
@@ -106,7 +106,7 @@ def run_trainer(model_dir: str, out: Path, steps: int, reward: str) -> None:
     model.eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompt = render_prompt(tokenizer, "What is 17 + 25? Answer with a number.")
-    prompt_ids = _encode_prompt(tokenizer, prompt)
+    prompt_ids = encode_prompt(tokenizer, prompt)
     initial = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     samples = []
     for completion, logprobs in vllm_samples(backend.llm, prompt_ids, 4, 32, seed=1):

@@ -466,7 +466,7 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
     `ict compare` read it); one completion per prompt is a UsageError, as ``--n 1`` is. The
     text is re-tokenized, so a sample whose sampled ids were not the canonical tokenization
     differs."""
-    from ict.models.rollout import _encode_prompt, render_prompt
+    from ict.models.rollout import encode_prompt, render_prompt
     from ict.runs.samples import same_draw, sampling_seed
 
     groups: dict[tuple[tuple[str, str], int | None], list[tuple[str, bool]]] = {}
@@ -514,7 +514,7 @@ def rollout_from_samples(tokenizer: Any, path: Path, num_prompts: int | None = N
             for completion, finished in group] for group in groups.values()]
     if not any(tokens for group in ids for tokens in group):
         raise UsageError(f"{path}: every completion is empty (no token to score)")
-    return SamplesRollout(texts, [_encode_prompt(tokenizer, text) for text in texts],
+    return SamplesRollout(texts, [encode_prompt(tokenizer, text) for text in texts],
                           [[completion for completion, _ in group] for group in groups.values()], ids,
                           [[finished for _, finished in group] for group in groups.values()],
                           seeds=[seed for _, seed in groups])

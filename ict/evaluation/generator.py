@@ -8,13 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ict.core.errors import UsageError
-from ict.models.rollout import (
-    VLLM_DEVICES,
-    VLLM_INSTALL,
-    SamplingSettings,
-    check_vllm_sampling,
-    vllm_installed,
-)
+from ict.models.rollout import SamplingSettings
+from ict.models.vllm_backend import VLLM_DEVICES, VLLM_INSTALL, check_vllm_sampling, vllm_installed
 
 if TYPE_CHECKING:
     from ict.evaluation.evaluate import EvalConfig
@@ -93,7 +88,7 @@ def load_generator(config: EvalConfig) -> Generator:
         model, tokenizer = load_inference_model(config.model, dtype=config.dtype, device=config.device)
         require_chat_template(tokenizer, config.model)
         return Generator(model, tokenizer, config, None, "hf")
-    from ict.models.rollout import VLLMBackend, vllm_model_length
+    from ict.models.vllm_backend import VLLMBackend, vllm_model_length
 
     check_vllm_sampling(eval_sampling(config))  # vLLM's limits before the engine starts
     tokenizer, path = load_tokenizer(config.model)  # the HF path's checks and one-line errors

@@ -332,7 +332,11 @@ def _check_vllm_evaluation(config: CompareConfig, runs: list[tuple[MethodSpec, i
     option for."""
     from ict.evaluation.generator import eval_sampling, resolved_backend
     from ict.models.loading import resolve_device
-    from ict.models.rollout import VLLM_MAX_TEMPERATURE, VLLM_MIN_TEMPERATURE, check_vllm_sampling
+    from ict.models.vllm_backend import (
+        VLLM_MAX_TEMPERATURE,
+        VLLM_MIN_TEMPERATURE,
+        check_vllm_sampling,
+    )
 
     assert config.output_dir is not None
     for _, _, train_config in runs:

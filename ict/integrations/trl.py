@@ -145,7 +145,7 @@ from ict.integrations.trl_loss import (  # noqa: F401 (re-exported)
     trl_loss_factor,
 )
 from ict.models.loading import linear_lm_head
-from ict.models.rollout import reload_vllm_weights, vllm_weight_reload_supported
+from ict.models.vllm_backend import reload_vllm_weights, vllm_weight_reload_supported
 
 GROUP_KEY = "ict_group_ids"
 

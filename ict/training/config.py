@@ -20,13 +20,8 @@ from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.stats import MIN_TEMPERATURE, needs_reference_logits, parse_tile_size
 from ict.data.training_data import is_dataset_file
 from ict.models.loading import OFFLINE_DEFAULT_MODEL, local_model_dir, parse_device
-from ict.models.rollout import (
-    ROLLOUT_TEMPERATURE,
-    VLLM_CPU_KVCACHE_GIB,
-    VLLM_INSTALL,
-    check_sampling_temperature,
-    vllm_installed,
-)
+from ict.models.rollout import ROLLOUT_TEMPERATURE, check_sampling_temperature
+from ict.models.vllm_backend import VLLM_CPU_KVCACHE_GIB, VLLM_INSTALL, vllm_installed
 
 METHOD_ALIASES = selectors.METHOD_ALIASES  # the registry's (it refuses a selector of such a name)
 

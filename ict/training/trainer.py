@@ -53,13 +53,8 @@ from ict.models.loading import (
     resolve_autocast,
     resolve_device,
 )
-from ict.models.rollout import (
-    VLLM_DEVICES,
-    SamplingSettings,
-    check_vllm_sampling,
-    generate_completions,
-    vllm_installed,
-)
+from ict.models.rollout import SamplingSettings, generate_completions
+from ict.models.vllm_backend import VLLM_DEVICES, check_vllm_sampling, vllm_installed
 from ict.runs.checkpoint import (
     CHECKPOINT_PREFIX,
     checkpoint_dir,
@@ -174,7 +169,7 @@ def _make_backend(config: TrainConfig, model: Any) -> Any:
     if device.type not in VLLM_DEVICES:
         raise UsageError(f"rollout_backend=vllm runs on a CUDA device or the CPU, not {device.type}; "
                          "use --rollout-backend hf")
-    from ict.models.rollout import VLLMBackend, vllm_model_length
+    from ict.models.vllm_backend import VLLMBackend, vllm_model_length
 
     path = str(model_source(config.model))  # where the policy loaded from (`~` expanded)
     compute_dtype = resolve_autocast(config.autocast, device)
