@@ -454,3 +454,36 @@ def test_only_the_benchmarks_of_the_finished_evaluation_are_read_and_a_boolean_i
     (directory / "samples.jsonl").write_text(json.dumps({"benchmark": "b", "index": True, "correct": True}) + "\n")
     with pytest.raises(UsageError, match=r"samples.jsonl:1: not an evaluation sample"):
         read_verdicts(directory / "samples.jsonl")
+
+
+@pytest.mark.parametrize("torn", ["results.csv", "summary.json", "report.md"])
+def test_a_report_cut_short_mid_write_leaves_the_previous_files_whole(torn, tmp_path, monkeypatch):
+    """The report's files were written in place: a kill or a full disk in the middle of one left
+    it torn (a CSV of a header and some rows, JSON cut mid-object) beside a report that looked
+    finished. Each is now replaced atomically, so the previous report's file stays whole."""
+    import ict.analysis.compare as module
+
+    output = tmp_path / "cmp"
+    for label, verdicts in (("grpo", {0: [True, False]}), ("random", {0: [False, False]})):
+        finished_run(output, label, verdicts)
+    module.write_report(output, ("grpo", "random"), 10)
+    before = (output / torn).read_bytes()
+    real_open = open
+
+    def cut_short(path, mode="r", *args, **kwargs):  # the write of `torn` stops after 20 bytes
+        handle = real_open(path, mode, *args, **kwargs)
+        if "w" in mode and Path(path).name.lstrip(".").startswith(torn):
+            write = handle.write
+
+            def write_then_fail(text):
+                write(text[:20])
+                raise OSError(28, "No space left on device")
+            handle.write = write_then_fail
+        return handle
+
+    monkeypatch.setattr("builtins.open", cut_short)
+    monkeypatch.setattr(Path, "write_text", lambda self, text, *a, **k: cut_short(self, "w").write(text))
+    with pytest.raises(OSError, match="No space left"):
+        module.write_report(output, ("grpo", "random"), 10)
+    monkeypatch.undo()
+    assert (output / torn).read_bytes() == before

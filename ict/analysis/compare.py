@@ -14,6 +14,7 @@ importable from here).
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import re
@@ -56,6 +57,7 @@ from ict.core.significance import (
     paired_bootstrap,
     paired_permutation_test,
 )
+from ict.runs.checkpoint import write_atomically
 from ict.runs.reporting import ENVIRONMENT_FILE, environment_record, json_safe
 
 BASELINES = ("grpo", "random")  # default baselines: method names (every run label of them)
@@ -357,11 +359,14 @@ def top_tokens(runs: list[RunRecord], window: int = END_WINDOW, k: int = TOP_TOK
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(columns)
-        for row in rows:
-            writer.writerow([row[column] for column in columns])
+    """``rows``' ``columns`` as CSV at ``path``, atomically (`write_atomically`: a kill or a full
+    disk mid-write leaves the previous report's file, never a torn table)."""
+    table = io.StringIO(newline="")
+    writer = csv.writer(table)
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([row[column] for column in columns])
+    write_atomically(path, table.getvalue())
 
 
 def _environment(runs: Sequence[RunRecord]) -> list[str]:
@@ -513,7 +518,7 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
                 "low", "high", "p_value"])
     _write_csv(output_dir / "training_end.csv", summary["training_end"],
                ["method", "seed", "steps", *END_KEYS])
-    (output_dir / "summary.json").write_text(json.dumps(json_safe(summary), indent=1, allow_nan=False))
+    write_atomically(output_dir / "summary.json", json.dumps(json_safe(summary), indent=1, allow_nan=False))
     figure = plot_runs([run.directory for run in runs], output_dir / "curves.png",
                        labels=[run.label for run in runs])
     curves = learning_curves(output_dir, runs)
@@ -589,5 +594,5 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
               shlex.join(report_command), "```", "",
               "## Environment", "", *[f"- {line}" for line in _environment(runs)], ""]
     path = output_dir / "report.md"
-    path.write_text("\n".join(lines), encoding="utf-8")
+    write_atomically(path, "\n".join(lines))
     return path
