@@ -1,10 +1,30 @@
-"""What the tests of `ict compare`'s report share: comparison directories built by hand
-(tests/test_compare_report.py, test_compare_pairing.py)."""
+"""What the tests of `ict compare` share: comparison directories built by hand
+(tests/test_compare_report.py, test_compare_pairing.py), and for comparisons run end to end
+(tests/test_compare.py, test_compare_stops.py) a tiny gsm8k file and the reward
+``compare_contains_answer``."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from ict.answers.rewards import register_reward
+
+
+@register_reward("compare_contains_answer")
+def compare_contains_answer(completion: str, problem) -> float:
+    """1 when the gold answer is one of the completion's whitespace-separated words, else 0."""
+    return float(problem.answer in completion.split())
+
+
+def gsm8k_data_dir(path: Path) -> Path:
+    """A directory ``path`` holding a six-problem gsm8k.jsonl of sums (``#### a + b``)."""
+    path.mkdir(parents=True)
+    with open(path / "gsm8k.jsonl", "w") as handle:
+        for a, b in [(1, 2), (3, 4), (2, 2), (4, 5), (0, 3), (1, 1)]:
+            handle.write(json.dumps({"question": f"what is {a} + {b} ?",
+                                     "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}) + "\n")
+    return path
 
 
 def finished_run(output: Path, label: str, verdicts: dict[int, list[bool]], steps: int = 2, seed: int = 0) -> Path:

@@ -6,14 +6,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-from pathlib import Path
 
 import pytest
 import yaml
+from docs_helpers import ROOT, command_parsers, flat
 
 from ict.core.selectors import SELECTORS, TRAIN_OPTION_DEFAULTS, method_train_options
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _value(text: str):
@@ -79,116 +77,6 @@ def test_the_demo_figures_quoted_in_the_readme_are_the_benchmark_docs():
     flat = " ".join(benchmarks.split())
     assert f"**{minutes}**" in flat and f"| 0.375 | {warmed} | **{after}** |" in flat
     assert (ROOT / "configs" / "demo.yaml").is_file()
-
-
-DOCS_WITH_COMMANDS = ["README.md", "docs/training.md", "docs/evaluation.md", "docs/method.md"]
-COMMAND = re.compile(r"\bict (train|eval|compare|inspect|plot)\b([^`#|\n]*)")
-OPTION = re.compile(r"(?<![\w-])(--[a-z](?:[a-z0-9-]*[a-z0-9])?)(?![\w*-])")
-# options the docs name for a benchmark script or an installer, not for an `ict` command
-NOT_ICT_OPTIONS = {"--unit": "benchmarks/paper_figures.py (docs/method.md)",
-                   "--no-deps": "pip install"}
-
-
-def _command_parsers() -> dict:
-    """Each `ict` command's argument parser, by name, and the top one under ``""``."""
-    import argparse
-
-    from ict.cli import build_parser
-
-    parser = build_parser()
-    subparsers = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
-    return {"": parser, **subparsers.choices}
-
-
-def _command_options() -> dict[str, set[str]]:
-    """The option strings each `ict` command accepts, with the global ones (`--debug`, `--help`)."""
-    parsers = _command_parsers()
-    common = set(parsers.pop("")._option_string_actions)
-    return {name: set(sub._option_string_actions) | common for name, sub in parsers.items()}
-
-
-def _doc_text(name: str) -> str:
-    """A doc with its shell line continuations joined (``\\`` + newline)."""
-    return re.sub(r"\\\n\s*", " ", (ROOT / name).read_text())
-
-
-ALL_DOCS = ["README.md", *sorted(f"docs/{path.name}" for path in (ROOT / "docs").glob("*.md"))]
-
-
-def _command_text(name: str) -> str:
-    """:func:`_doc_text` with the line breaks inside inline code spans (outside code blocks) made
-    spaces, so a command wrapped in the prose is one line (`ict eval --model M` newline `--ks 1,4`)."""
-    parts = re.split(r"(^```.*?^```)", _doc_text(name), flags=re.S | re.M)
-    return "".join(part if index % 2 else re.sub(r"`[^`]+`", lambda span: span[0].replace("\n", " "), part)
-                   for index, part in enumerate(parts))
-
-
-def test_every_option_a_documented_command_line_gives_is_that_commands():
-    """Every `--option` in an `ict <command> ...` line of the README and every doc (a results
-    or scaling note's command lines too, and an inline command wrapped over lines) is an option of
-    that command (its --help)."""
-    accepted = _command_options()
-    lines = [(name, match) for name in ALL_DOCS for match in COMMAND.finditer(_command_text(name))]
-    wrong = [(name, command, option) for name, match in lines
-             for command, option in [(match.group(1), o) for o in OPTION.findall(match.group(2))]
-             if option not in accepted[command]]
-    assert not wrong, wrong
-    assert {name for name, _ in lines} >= {"docs/results.md", "docs/scaling.md", "docs/benchmarks.md"}
-    wrapped = [match[0] for name, match in lines if name == "docs/results.md" and "--ks 1,4" in match[0]]
-    assert wrapped and wrapped[0].startswith("ict eval --model smollm2-135m-instruct"), wrapped
-
-
-def _script_options(path: Path) -> set[str]:
-    """The option strings a script's argparse calls declare (``add_argument("--x", "--y", ...)``),
-    read from its source (importing every script would cost seconds each), and ``--help``."""
-    text = path.read_text()
-    return {"--help", *re.findall(r"""add_argument\(\s*["'](--[a-z0-9-]+)["']""", text),
-            *re.findall(r"""add_argument\(\s*["']--[a-z0-9-]+["']\s*,\s*["'](--[a-z0-9-]+)["']""", text)}
-
-
-def test_every_option_a_documented_benchmark_command_gives_is_that_scripts():
-    """Every `--option` after `benchmarks/<name>.py` on a line of the README, the docs, the
-    benchmark scripts' own docstrings and examples/ is an option that script declares (a renamed
-    option leaves no command that stops at "unrecognized arguments")."""
-    scripts = {path.stem: _script_options(path) for path in (ROOT / "benchmarks").glob("*.py")}
-    sources = [*(ROOT / name for name in ALL_DOCS), *sorted((ROOT / "benchmarks").glob("*.py")),
-               *sorted(path for path in (ROOT / "examples").rglob("*") if path.suffix in {".py", ".sh"})]
-    checked, wrong = 0, []
-    for source in sources:
-        for line in re.sub(r"\\\n\s*", " ", source.read_text()).splitlines():
-            for match in re.finditer(r"benchmarks/(\w+)\.py((?:\s+(?:--?[\w-]+|[\w.,/=$:\"'x-]+))*)", line):
-                options = OPTION.findall(match.group(2))
-                checked += len(options)
-                wrong += [(source.name, match.group(1), option) for option in options
-                          if option not in scripts.get(match.group(1), set())]
-    assert not wrong, wrong
-    assert checked >= 100
-    assert _script_options(ROOT / "benchmarks" / "stats_speed.py") >= {"--step", "--baseline", "--rounds"}
-
-
-def test_every_option_the_docs_name_is_an_ict_option():
-    """Every `--option` the README and the docs that show commands name in backticks or code
-    blocks, outside a line that runs a script or an installer, is an option of some `ict`
-    command (so a renamed option leaves no stale name in the prose)."""
-    accepted = set().union(*_command_options().values())
-    wrong = []
-    for name in DOCS_WITH_COMMANDS:
-        text = _doc_text(name)
-        blocks = re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S)
-        spans = re.findall(r"`([^`\n]+(?:\n[^`\n]+)?)`", re.sub(r"```.*?```", "", text, flags=re.S))
-        for span in [line for block in blocks for line in block.splitlines()] + spans:
-            if re.search(r"\bpython3? |\bpip |accelerate |\.py\b", span):
-                continue
-            wrong += [(name, option, span) for option in OPTION.findall(span)
-                      if option not in accepted and option not in NOT_ICT_OPTIONS]
-    assert not wrong, wrong
-
-
-def test_the_option_scan_sees_the_options_of_a_command_line():
-    line = "ict eval --model M --benchmarks paper \\\n    --n 8 --k 1,4,8 --eval-* x-y --not_an_option"
-    match = COMMAND.search(re.sub(r"\\\n\s*", " ", line))
-    assert match and OPTION.findall(match.group(2)) == ["--model", "--benchmarks", "--n", "--k"]
-    assert "--no-such-flag" not in _command_options()["train"] and "--n" in _command_options()["eval"]
 
 
 def test_every_config_builds_as_the_commands_that_read_it_build_it(tmp_path):
@@ -263,17 +151,13 @@ def test_the_python_snippets_of_the_docs_run(name):
         REWARDS.update(rewards)
 
 
-def _flat(name: str) -> str:
-    return " ".join((ROOT / name).read_text().split())
-
-
 def test_the_options_a_resume_may_change_are_the_ones_docs_training_lists():
     """docs/training.md lists the options `--resume` lets change; they are `RESUME_MAY_CHANGE`
     (besides `resume` and `run_dir` themselves)."""
     from ict.training.config_loading import RESUME_MAY_CHANGE
 
     listed = re.search(r"options that only say how long and how visibly it runs may change \((.*?)\), and",
-                       _flat("docs/training.md"))
+                       flat("docs/training.md"))
     assert listed, "docs/training.md's resume sentence changed: update this test"
     assert set(re.findall(r"`([a-z_]+)`", listed.group(1))) == RESUME_MAY_CHANGE - {"resume", "run_dir"}
 
@@ -287,7 +171,7 @@ def test_the_eval_settings_a_comparison_rerun_must_keep_are_the_ones_docs_traini
     words = {"benchmarks": "benchmarks", "data directory": "data_dir", "samples": "num_samples",
              "ks": "ks", "temperature": "temperature", "length": "max_new_tokens", "limit": "limit",
              "extraction": "math_extraction answer_extraction"}
-    listed = re.search(r"`--eval-\*` settings \(([^)]*)\) differ", _flat("docs/training.md"))
+    listed = re.search(r"`--eval-\*` settings \(([^)]*)\) differ", flat("docs/training.md"))
     assert listed, "docs/training.md's compare rerun sentence changed: update this test"
     named = [word.strip() for word in listed.group(1).split(",")]
     assert set(named) <= set(words), set(named) - set(words)
@@ -302,7 +186,7 @@ def test_the_run_json_settings_docs_evaluation_lists_are_the_ones_a_resume_check
     words = {"model": "model", "n": "num_samples", "greedy": "greedy", "temperature": "temperature",
              "top-p": "top_p", "max tokens": "max_new_tokens", "system prompt": "system_prompt",
              "answer extraction": "answer_extraction", "dtype": "dtype", "backend": "backend"}
-    listed = re.search(r"If a setting in `run.json` differs \(([^)]*)\)", _flat("docs/evaluation.md"))
+    listed = re.search(r"If a setting in `run.json` differs \(([^)]*)\)", flat("docs/evaluation.md"))
     assert listed, "docs/evaluation.md's resume sentence changed: update this test"
     named = [word.strip() for word in listed.group(1).split(",")]
     assert set(named) <= set(words), set(named) - set(words)
@@ -314,8 +198,8 @@ def test_the_references_docs_evaluation_gives_ict_inspect_are_its_choices():
     keeps no reference model); the option's choices are exactly those."""
     from ict.core.stats import JS_REFERENCES
 
-    assert "JS score (`--reference`: any but `ref`," in _flat("docs/evaluation.md")
-    action = next(action for action in _command_parsers()["inspect"]._actions if action.dest == "reference")
+    assert "JS score (`--reference`: any but `ref`," in flat("docs/evaluation.md")
+    action = next(action for action in command_parsers()["inspect"]._actions if action.dest == "reference")
     assert set(action.choices) == set(JS_REFERENCES) - {"ref"}
 
 
@@ -332,7 +216,7 @@ def test_the_defaults_docs_state_in_words_are_the_codes():
     from ict.training.config import TrainConfig
     from ict.training.config_loading import build_config
 
-    evaluation, training = _flat("docs/evaluation.md"), _flat("docs/training.md")
+    evaluation, training = flat("docs/evaluation.md"), flat("docs/training.md")
     length = re.search(r"`--max-new-tokens` defaults to (\d+) on a GPU and (\d+) on a CPU", evaluation)
     assert length, "docs/evaluation.md's completion length sentence changed: update this test"
     assert (int(length[1]), int(length[2])) == (MAX_NEW_TOKENS_GPU, MAX_NEW_TOKENS_CPU)
@@ -347,9 +231,9 @@ def test_the_defaults_docs_state_in_words_are_the_codes():
     assert f"`keep_checkpoints` (default {defaults.keep_checkpoints})" in training
     assert f"`overlong_penalty_factor: f`, default {defaults.overlong_penalty_factor:g})" in training
     assert f"GiB ({VLLM_CPU_KVCACHE_GIB:g}; an exported" in training
-    assert f"GiB (default {VLLM_CPU_KVCACHE_GIB:g}," in _flat("docs/scaling.md")
+    assert f"GiB (default {VLLM_CPU_KVCACHE_GIB:g}," in flat("docs/scaling.md")
     assert TrainConfig.vllm_cpu_kvcache_gib == VLLM_CPU_KVCACHE_GIB
-    assert f"(`TrainConfig.temperature`, default {defaults.temperature}," in _flat("docs/method.md")
+    assert f"(`TrainConfig.temperature`, default {defaults.temperature}," in flat("docs/method.md")
     assert f"except the sampling temperature: the default is {defaults.temperature}" in training
     assert f"(`--verify-timeout`, default {DEFAULT_TIMEOUT_SECONDS:g} s)" in evaluation
     assert defaults.verify_timeout == EvalConfig().verify_timeout == DEFAULT_TIMEOUT_SECONDS
@@ -366,7 +250,7 @@ def test_the_scientific_notation_docs_evaluation_writes_out_is_what_the_grader_w
     1.5) are `expand_scientific`'s output."""
     from ict.answers.extraction import expand_scientific
 
-    evaluation = _flat("docs/evaluation.md")
+    evaluation = flat("docs/evaluation.md")
     written = re.search(r"A number in scientific notation \(`([^`]+)`, `([^`]+)`, `([^`]+)`.*?"
                         r"written out as its decimal \(`([^`]+)`, `([^`]+)`;", evaluation)
     zeros = re.search(r"`([^`]+)` is ([\d.]+) followed by (\d+) zeros", evaluation)
@@ -384,7 +268,7 @@ def test_the_yaml_readings_docs_training_gives_are_the_config_files(tmp_path):
     from ict.core.errors import UsageError
     from ict.training.config_loading import build_config
 
-    training = _flat("docs/training.md")
+    training = flat("docs/training.md")
     untyped = re.search(r"only where YAML 1\.1 and 1\.2 read it differently: ((?:`[^`]+`, )+)a date\)", training)
     taken = re.search(r"\(`num_steps: (\S+)` is (\d+)\)", training)
     refused = re.search(r"different numbers \(`num_steps: (\S+)`,", training)
@@ -427,48 +311,6 @@ def test_the_recipes_that_compare_with_the_untrained_model_give_it_finished_runs
     assert all(run.correct.keys() == trained.correct.keys() for run in base)
 
 
-def _documented_train_lines() -> list[tuple[str, list[str]]]:
-    """The words after `ict train` of each command in a code block of the README and docs/*.md
-    (`...` dropped; `a ; b` is two), except those that need a file the docs leave to the user
-    (`--plugin`), a run directory (`--resume`) or print the help."""
-    import shlex
-
-    lines = []
-    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        text = _doc_text(str(path.relative_to(ROOT)))
-        for block in re.findall(r"^```\w*\n(.*?)^```", text, flags=re.S | re.M):
-            for part in (part for line in block.splitlines() for part in line.split("#")[0].split(";")):
-                if (match := re.search(r"\bict train\b(.*)", part)) is None:
-                    continue
-                words = [word for word in shlex.split(match.group(1)) if word != "..."]
-                if not {"--plugin", "--resume", "--help"} & set(words):
-                    lines.append((path.name, words))
-    return lines
-
-
-def test_every_documented_ict_train_line_builds_its_configuration(monkeypatch):
-    """Each documented `ict train` command line builds its configuration as `ict train` does
-    (a method's options, presets and overrides checked, not only the flags' names); one that
-    profiles (`--profile`) runs past the full-token warm-up, so that the selection it profiles
-    runs (docs/training.md's `ict train --method ict --profile --num-steps 3` profiled 3 steps of
-    ict's 10-step warm-up: GRPO's cost, the run's own note said)."""
-    import ict.training.trainer
-    from ict.cli import main
-
-    built = []
-    monkeypatch.setattr(ict.training.trainer, "train", built.append)
-    lines = _documented_train_lines()
-    assert len(lines) >= 15
-    profiled = 0
-    for name, words in lines:
-        built.clear()
-        assert main(["train", *words]) == 0 and len(built) == 1, (name, words)
-        if built[0].profile:
-            assert built[0].num_steps > built[0].full_token_warmup_steps, (name, words)
-            profiled += 1
-    assert profiled >= 1
-
-
 def test_the_readme_library_snippet_prints_what_its_comments_say(capsys):
     """The README's library-API block prints the selected count its comment works out
     (``B x ceil(ratio * T)``, each completion's top 10%) and the unbiased pass@4 of 3 correct in 8
@@ -497,7 +339,7 @@ def test_the_probability_shifts_docs_evaluation_quotes_for_a_dtype_and_a_batch_c
     from conftest import build_tiny_model, build_tiny_tokenizer
 
     quoted = re.search(r"a tiny model's next-token probabilities move ~([\de.-]+) from fp32 to bf16, "
-                       r"~([\de.-]+) with another batch's padding", _flat("docs/evaluation.md"))
+                       r"~([\de.-]+) with another batch's padding", flat("docs/evaluation.md"))
     assert quoted, "docs/evaluation.md's dtype sentence changed: update this test"
     tokenizer = build_tiny_tokenizer()
     tokenizer.padding_side = "left"  # as ict eval's batches
@@ -525,7 +367,7 @@ def test_the_kv_cache_tokens_docs_scaling_quotes_for_a_gib_are_the_offline_defau
 
     from ict.models.loading import OFFLINE_DEFAULT_MODEL, cache_root
 
-    quoted = re.search(r"1 GiB holds ~([\d,]+) tokens of the offline default in fp32", _flat("docs/scaling.md"))
+    quoted = re.search(r"1 GiB holds ~([\d,]+) tokens of the offline default in fp32", flat("docs/scaling.md"))
     assert quoted, "docs/scaling.md's KV cache sentence changed: update this test"
     path = cache_root() / OFFLINE_DEFAULT_MODEL / "config.json"
     if not path.is_file():
@@ -550,7 +392,7 @@ def test_the_draws_docs_evaluation_says_training_shares_with_an_rg_set_are_reaso
     from ict.data.training_data import load_training_data
     from ict.training.config import TrainConfig
 
-    evaluation = _flat("docs/evaluation.md")
+    evaluation = flat("docs/evaluation.md")
     assert (f"other draws than an evaluation set's while `s + dataset_size <= {REASONING_GYM_EVAL_SEED:_}`"
             in evaluation), "docs/evaluation.md's sentence on the draws changed: update this test"
     quoted = re.search(r"at `--seed (\d+)` the ([\d,]+) draws hold all (\d+) of `size=\d+` again", evaluation)
@@ -572,81 +414,6 @@ def test_the_draws_docs_evaluation_says_training_shares_with_an_rg_set_are_reaso
                 if text == question] == shared, start
 
 
-def test_the_quick_start_comparisons_train_into_a_directory_of_their_own():
-    """The README's and docs/evaluation.md's `ict compare` example trained into results/cpu-main,
-    the committed first comparison: run as written it reused (and re-graded in place) the
-    committed grpo, entropy and stapo runs, trained on the evaluation's questions before
-    2026-11-28, and trained `ict` and `random` under today's defaults beside them, for one report.
-    A training `ict compare` line of those two files names a directory that holds no committed
-    runs (the results notes' commands, which made those directories, are not examples)."""
-    import shlex
-
-    trained = []
-    for name in ("README.md", "docs/evaluation.md"):
-        for block in re.findall(r"^```\w*\n(.*?)^```", _doc_text(name), flags=re.S | re.M):
-            for line in block.splitlines():
-                if (match := re.search(r"\bict compare\b(.*)", line.split("#")[0])) is None:
-                    continue
-                words = shlex.split(match.group(1))
-                if "--output-dir" in words and not {"--report-only", "--eval-only"} & set(words):
-                    trained.append((name, words[words.index("--output-dir") + 1]))
-    assert {name for name, _ in trained} == {"README.md", "docs/evaluation.md"}, trained
-    committed = [(name, directory) for name, directory in trained if (ROOT / directory / "runs").exists()]
-    assert not committed, committed
-
-
-def test_ict_trains_help_states_icts_default_recipe_as_the_registry_holds_it():
-    """`ict train --help` said ICT's default was the paper's score alone and that "--preset paper
-    adds the rest of that reading": since issue 30 the rest (each response's top 10%, the
-    Sparse-GRPO loss, the 10-step warm-up) is ict's default, and the preset adds nothing to it.
-    The description states the default recipe with the registry's values."""
-    description = " ".join(_command_parsers()["train"].description.split())
-    options = SELECTORS["ict"].defaults
-    train = TRAIN_OPTION_DEFAULTS | method_train_options("ict")
-    assert (f"the top {options['ratio']:.0%} of each response" in description
-            and options["scope"] == "sequence" and options["reference"] == "group_mean_absorbing")
-    assert f"Sparse-GRPO loss ({train['aggregation']})" in description
-    assert f"a {train['full_token_warmup_steps']}-step full-token warm-up" in description
-    assert "--preset paper adds" not in description
-
-
-def test_every_documented_plugin_line_trains_a_selector_the_docs_register(monkeypatch, tmp_path):
-    """`ict train --plugin my_selectors.py --method my_selector ...` (README, docs/training.md)
-    named a selector no snippet registers: saved as my_selectors.py, the README's snippet
-    registers `low_prob`, so the line was "unknown method". Each documented plugin line, with
-    the Python block of the docs that registers its method saved as my_selectors.py, builds its
-    configuration as `ict train` does (the selector's options checked)."""
-    import shlex
-
-    import ict.training.trainer
-    from ict.cli import main
-
-    blocks = {match[1]: block for name in ALL_DOCS
-              for block in re.findall(r"```python\n(.*?)```", (ROOT / name).read_text(), flags=re.S)
-              for match in re.finditer(r'@register_selector\("([\w-]+)"', block)}
-    lines = [shlex.split(match[1]) for name in ALL_DOCS for match in
-             re.finditer(r"\bict train (--plugin my_selectors\.py [^#\n]*)", _doc_text(name))]
-    assert len(lines) >= 2, lines
-    built = []
-    monkeypatch.setattr(ict.training.trainer, "train", built.append)
-    registry = dict(SELECTORS)
-    try:
-        for index, words in enumerate(lines):
-            words = [word for word in words if word != "..."]
-            method = words[words.index("--method") + 1]
-            assert method in blocks, (method, sorted(blocks))
-            (tmp_path / str(index)).mkdir()  # a plugin file loads once per process (by its path)
-            monkeypatch.chdir(tmp_path / str(index))
-            (tmp_path / str(index) / "my_selectors.py").write_text(blocks[method])
-            built.clear()
-            assert main(["train", *words]) == 0 and built[0].method == method, words
-            SELECTORS.clear()
-            SELECTORS.update(registry)
-    finally:
-        SELECTORS.clear()
-        SELECTORS.update(registry)
-
-
 def test_the_fields_of_a_samples_record_docs_evaluation_lists_are_the_ones_ict_eval_writes():
     """docs/evaluation.md's list of a samples.jsonl record's fields left out `grading` and `chunk`,
     which every record of `ict eval` carries (a resume reads both): the list, and the grading
@@ -656,7 +423,7 @@ def test_the_fields_of_a_samples_record_docs_evaluation_lists_are_the_ones_ict_e
     from ict.evaluation.records import GRADING_KEYS, records_for_problem
 
     listed = re.search(r"`samples.jsonl`: one line per completion: (.*?); \* `results.json`",
-                       _flat("docs/evaluation.md"))
+                       flat("docs/evaluation.md"))
     assert listed, "docs/evaluation.md's samples.jsonl sentence changed: update this test"
     text = re.sub(r"\([^()]*(?:\([^()]*\)[^()]*)*\)", "", listed[1])  # the parenthesised remarks out
     fields = [field.strip().replace("extracted answer", "extracted") for field in text.split(",")]
