@@ -257,3 +257,53 @@ def test_each_runs_drawn_series_is_its_metrics_file_step_for_step(tmp_path, save
     assert list(resumed) == pytest.approx([1.9, 1.45, 1 + 0.2 / 3, 1.05, 1.04])  # 1-2 killed attempt's, 3-5 resumed's
     nan = entropy[(colour[f"{tmp_path / 'nan'} (n=1)"], "-")].get_ydata()
     assert list(nan) == pytest.approx([1.3, math.nan, 1.1, math.nan, 1.06], nan_ok=True)
+
+
+def _vertical_lines(axis):
+    """(x, colour, style) of the axis's vertical lines (axvline: two equal x data, y 0..1 in axes units)."""
+    return [(line.get_xdata()[0], line.get_color(), line.get_linestyle()) for line in axis.get_lines()
+            if len(line.get_xdata()) == 2 and line.get_xdata()[0] == line.get_xdata()[1]]
+
+
+def test_the_end_of_a_full_token_warm_up_is_a_dotted_line_in_its_labels_colour(tmp_path, saved_figures):
+    """The curves did not show where ICT's full-token warm-up (GRPO on every token) ends and its
+    selection starts, so a turn in the entropy at that step read as the method's doing. Each panel
+    now has a dotted vertical line half a step after a label's last warm-up step (metrics
+    ``full_token_warmup``), in its colour, one per distinct end among its runs; a run without a
+    warm-up has none, and the legend names the line only when one is drawn."""
+    from ict.runs.reporting import warmup_end
+
+    for seed, warm in ((0, 2), (1, 2), (2, 3)):
+        _write_run(tmp_path / "runs" / "ict" / f"seed{seed}",
+                   [{"step": step, "entropy": 1.0, "full_token_warmup": float(step <= warm)} for step in range(1, 6)])
+    _write_run(tmp_path / "runs" / "grpo" / "seed0",
+               [{"step": step, "entropy": 2.0, "full_token_warmup": 0.0} for step in range(1, 6)])
+    runs = sorted(str(path) for path in (tmp_path / "runs").glob("*/seed*"))
+    assert main(["plot", *runs, "--by", "method", "--out", str(tmp_path / "curves.png")]) == 0
+    assert main(["plot", runs[0], "--out", str(tmp_path / "grpo.png")]) == 0
+    warmed, plain = saved_figures
+    colour = {handle.get_label(): handle.get_color() for handle in warmed.legends[0].legend_handles}
+    (panel,) = [axis for axis in warmed.axes if axis.get_visible()]
+    assert sorted(_vertical_lines(panel)) == [(2.5, colour["ict (n=3)"], ":"), (3.5, colour["ict (n=3)"], ":")]
+    assert "end of the full-token warm-up" in colour
+    (panel,) = [axis for axis in plain.axes if axis.get_visible()]
+    assert _vertical_lines(panel) == []
+    assert "end of the full-token warm-up" not in [h.get_label() for h in plain.legends[0].legend_handles]
+    assert warmup_end([{"step": 1, "full_token_warmup": 1.0}, {"step": 2, "full_token_warmup": 0.0}]) == 1.5
+    assert warmup_end([{"step": 1}, {"step": 2}]) is None  # lines older than the key
+
+
+def test_a_runs_own_curves_mark_the_end_of_its_warm_up(tmp_path, saved_figures):
+    """A run's curves.png (`ict train`'s, `plot_curves`) marks the end of its full-token warm-up on
+    both panels, named once in the legend; a run without one has no such line."""
+    from ict.runs.reporting import plot_curves
+
+    lines = [{"step": step, "reward_mean": 0.1 * step, "entropy": 1.0, "full_token_warmup": float(step <= 3)}
+             for step in range(1, 7)]
+    plot_curves(tmp_path, lines)
+    plot_curves(tmp_path, [{**line, "full_token_warmup": 0.0} for line in lines])
+    warmed, plain = saved_figures
+    assert [[x for x, _, style in _vertical_lines(axis) if style == ":"] for axis in warmed.axes] == [[3.5], [3.5]]
+    labels = [text.get_text() for axis in warmed.axes for text in axis.get_legend().get_texts()]
+    assert labels.count("end of the full-token warm-up") == 1
+    assert [_vertical_lines(axis) for axis in plain.axes] == [[], []]

@@ -28,7 +28,7 @@ from ict.core.errors import (
     writing_output,
 )
 from ict.core.options import check_choices, option
-from ict.runs.reporting import isolated_points
+from ict.runs.reporting import WARMUP_LINE, isolated_points, warmup_end
 
 # (title, y label, [(metrics key, line style suffix)])
 PANELS = [
@@ -101,7 +101,8 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
     """Draw the `PANELS` of the runs into the PNG file `out` (that path, whatever its suffix).
     Runs with the same label are pooled: line = mean over runs at each step, band = min..max; a
     point with no neighbour to draw a line to (`isolated_points`) gets a marker (hollow for the
-    selected tokens) and its min..max a bar. Panels with no data are left out."""
+    selected tokens) and its min..max a bar. The end of a label's full-token warm-up (`warmup_end`
+    of each of its runs) is a dotted vertical line in its colour. Panels with no data are left out."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -121,8 +122,9 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
     colour_of = dict(zip((label for label, _ in ordered), distinct_colours(len(ordered)), strict=True))
     columns, legend_columns = 3, 3
     rows = math.ceil(len(panels) / columns)
-    # One legend below the panels: a colour per label, plus the two line styles.
-    legend_inches = 0.3 + 0.25 * math.ceil((len(ordered) + 2) / legend_columns)
+    warmed = any(warmup_end(lines) is not None for _, runs in ordered for lines in runs)
+    # One legend below the panels: a colour per label, plus the two line styles (and the warm-up's).
+    legend_inches = 0.3 + 0.25 * math.ceil((len(ordered) + 2 + warmed) / legend_columns)
     title_inches = 0.4  # room for the suptitle above the panels
     height = 4.2 * rows + legend_inches + title_inches
     figure, axes = plt.subplots(rows, columns, figsize=(15, height), squeeze=False)
@@ -154,6 +156,9 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
                     if alone:  # a band of one step has no width: its min..max as a bar
                         axis.vlines([steps[index] for index in alone], low[alone], high[alone], color=colour,
                                     alpha=0.3, linewidth=4)
+        for label, runs in ordered:
+            for end in sorted({end for lines in runs if (end := warmup_end(lines)) is not None}):
+                axis.axvline(end, color=colour_of[label], **WARMUP_LINE)
         axis.set_title(title)
         axis.set_xlabel("training step")
         # min_n_ticks=1: a one-step run has one integer in view (it had ticks 0.96, 0.975, ... instead)
@@ -171,6 +176,8 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
                for label, runs in ordered]
     handles += [Line2D([], [], color="black", linestyle="-", label="all response tokens"),
                 Line2D([], [], color="black", linestyle="--", label="selected tokens")]
+    if warmed:
+        handles.append(Line2D([], [], color="black", **WARMUP_LINE, label="end of the full-token warm-up"))
     figure.legend(handles=handles, loc="lower center", ncol=legend_columns, fontsize=9,
                   frameon=False)
     figure.suptitle("Mean over the n runs of a label (line), min..max (band); at each step over the "

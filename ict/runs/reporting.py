@@ -326,9 +326,22 @@ def isolated_points(values: Sequence[float]) -> list[int]:
     return np.flatnonzero(finite & ~before & ~after).tolist()
 
 
+def warmup_end(lines: Sequence[dict[str, Any]]) -> float | None:
+    """Where a run's full-token warm-up ends on a per-step plot: half a step after its last
+    warm-up step (metrics ``full_token_warmup`` true), between it and the first step that selects;
+    None when no logged step is a warm-up step (no warm-up, or lines older than the key)."""
+    steps = [line["step"] for line in lines if line.get("full_token_warmup")]
+    return max(steps) + 0.5 if steps else None
+
+
+WARMUP_LINE = {"linestyle": ":", "linewidth": 1.2, "alpha": 0.7}
+"""The style of the vertical line at the end of a full-token warm-up (`warmup_end`) in the plots."""
+
+
 def plot_curves(run_dir: Path, lines: list[dict[str, Any]]) -> Path | None:
     """Save reward, accuracy and entropy per step as RUN_DIR/curves.png (None if no data). A point
-    with no finite neighbour (`isolated_points`: a one-step run) gets a marker."""
+    with no finite neighbour (`isolated_points`: a one-step run) gets a marker; a full-token
+    warm-up's end (`warmup_end`), a dotted vertical line."""
     if not lines:
         return None
     import matplotlib
@@ -347,16 +360,20 @@ def plot_curves(run_dir: Path, lines: list[dict[str, Any]]) -> Path | None:
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5))
     draw(left, "reward_mean", label="reward mean")
     draw(left, "accuracy", label="accuracy")
-    left.legend()
     draw(right, "entropy", label="Shannon entropy (all)")
     draw(right, "renyi2", label="Renyi-2 entropy (all)")
     draw(right, "entropy_selected", label="Shannon entropy (selected)", ls="--")
     right.set_ylabel("nats")
-    right.legend(fontsize=7)
+    warmup = warmup_end(lines)
     for axis in (left, right):
+        if warmup is not None:
+            axis.axvline(warmup, color="grey", label="end of the full-token warm-up" if axis is left else None,
+                         **WARMUP_LINE)
         axis.set_xlabel("step")
         # min_n_ticks=1: a one-step run has one integer in view (else ticks 0.96, 0.98, ...)
         axis.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    left.legend()
+    right.legend(fontsize=7)
     figure.tight_layout()
     path = run_dir / "curves.png"
     figure.savefig(path, dpi=100)
