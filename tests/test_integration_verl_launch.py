@@ -121,6 +121,51 @@ def test_launch_script_builds_our_config_in_verl(method: str) -> None:
 
 
 
+ACTOR = "actor_rollout_ref.actor."
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ((f"{ACTOR}loss_agg_mode=token-sum", f"+{ACTOR}policy_loss.ict_aggregation=loss_agg_mode"),
+     "loss_mode=ict supports loss_agg_mode token-mean, seq-mean-token-mean, seq-mean-token-sum-norm; "
+     "got 'token-sum'"),
+    ((f"{ACTOR}loss_agg_mode=seq-mean-token-sum", f"+{ACTOR}policy_loss.ict_aggregation=loss_agg_mode"),
+     "got 'seq-mean-token-sum'"),
+    ((f"{ACTOR}clip_ratio_c=0.5", f"+{ACTOR}policy_loss.ict_dual_clip=true"),
+     "clip_ratio_c must be > 1 (or None), got 0.5"),
+    ((f"{ACTOR}clip_ratio_low=1.5",), "clip_ratio(_low/_high), clip_ratio_c or loss_scale_factor: need 0 <= clip_low < 1"),
+    ((f"{ACTOR}clip_ratio_high=-0.1",), "got 0.2, -0.1"),
+    ((f"{ACTOR}loss_scale_factor=0",), "max_response_length must be >= 1 (or None), got 0"),
+    (("actor_rollout_ref.model.use_fused_kernels=true",), ict_verl.FUSED_KERNELS_REFUSAL),
+    ((f"{ACTOR}ulysses_sequence_parallel_size=2",), ict_verl.ULYSSES_REFUSAL),
+])
+def test_launch_validation_refuses_what_icts_hook_and_loss_cannot_take(overrides, message) -> None:
+    """verl's own launch check (validate_config, before Ray starts or a model loads) refuses, in
+    one line, the actor loss settings the loss would otherwise refuse at the first training step
+    (as it does fused kernels and Ulysses, which the engine hook would meet there)."""
+    from verl.utils.config import validate_config
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(UsageError) as error:
+            validate_config(launch_config("ict", *overrides), use_reference_policy=False, use_critic=False)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("overrides", [
+    (),
+    (f"{ACTOR}loss_agg_mode=token-sum",),  # ict's own aggregation does not read it
+    (f"{ACTOR}clip_ratio_c=0.5",),  # read only under ict_dual_clip
+    (f"{ACTOR}loss_agg_mode=seq-mean-token-sum-norm", f"+{ACTOR}policy_loss.ict_aggregation=loss_agg_mode",
+     f"{ACTOR}loss_scale_factor=4096", f"+{ACTOR}policy_loss.ict_dual_clip=true"),
+])
+def test_launch_validation_accepts_loss_settings_icts_loss_takes(overrides) -> None:
+    from verl.utils.config import validate_config
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        validate_config(launch_config("ict", *overrides), use_reference_policy=False, use_critic=False)
+
+
 def test_launch_script_refuses_unknown_method() -> None:
     result = subprocess.run(["bash", str(LAUNCH_SCRIPT)], env={"PATH": os.environ.get("PATH", ""), "HOME": "/tmp", "METHOD": "foo"},
                             capture_output=True, text=True)
@@ -167,3 +212,17 @@ def test_group_balanced_order_weighs_a_group_by_all_its_rows() -> None:
     assert {frozenset(uids[row] for row in order[:4]), frozenset(uids[row] for row in order[4:])} in (
         {frozenset("ab"), frozenset("cd")}, {frozenset("ac"), frozenset("bd")})
     assert load(order[:4]) == load(order[4:])
+
+
+def test_actor_refusal_returns_the_loss_settings_refusal() -> None:
+    """actor_refusal returns its refusal (None: none), for the wrapped validate to raise."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    overrides = (f"{ACTOR}loss_agg_mode=token-sum", f"+{ACTOR}policy_loss.ict_aggregation=loss_agg_mode")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        bad, good = (omega_conf_to_dataclass(launch_config("ict", *extra).actor_rollout_ref.actor)
+                     for extra in (overrides, ()))
+    assert ict_verl.actor_refusal(bad, None) == ("loss_mode=ict supports loss_agg_mode token-mean, "
+                                                "seq-mean-token-mean, seq-mean-token-sum-norm; got 'token-sum'")
+    assert ict_verl.actor_refusal(good, None) is None

@@ -89,8 +89,9 @@ both: ``actor.shuffle=False``, ``use_dynamic_bsz=False``, ``ppo_micro_batch_size
 multiple of ``rollout.n``); materialised logits (``use_fused_kernels=False``); no Ulysses sequence
 parallelism; one temperature; no rollout importance weights; with
 ``ict_aggregation=loss_agg_mode``, ``loss_agg_mode`` not ``token-sum`` / ``seq-mean-token-sum``
-(otherwise ict's loss does not read it, and any of verl's is accepted). Fused kernels and Ulysses
-are refused already by verl's launch validation (``validate_config``, before Ray starts:
+(otherwise ict's loss does not read it, and any of verl's is accepted). Fused kernels, Ulysses
+and actor loss settings ict's loss cannot take (this ``loss_agg_mode``, clip ratios outside ict's
+ranges) are refused already by verl's launch validation (``validate_config``, before Ray starts:
 :func:`actor_refusal`), rollout importance weights when verl's trainer is constructed
 (:func:`rollout_weights_refusal`); the hook and the loss refuse them again when they meet them.
 
@@ -183,11 +184,21 @@ def actor_refusal(actor: Any, model_config: Any) -> str | None:
     fused kernels (``model_config.use_fused_kernels``, what verl's ``TrainingWorker`` hands the
     engine) and Ulysses sequence parallelism (``actor.engine.ulysses_sequence_parallel_size > 1``,
     what verl's FSDP engine reads; the actor's own field is copied there). The hook refuses both
-    again at the first micro-batch (:func:`_prepare_model_outputs`)."""
+    again at the first micro-batch (:func:`_prepare_model_outputs`). Also the actor's loss
+    settings ict's loss cannot take (:func:`loss_config_of`: clip ratios, ``clip_ratio_c`` under
+    ``ict_dual_clip``, ``loss_scale_factor``, ``loss_agg_mode`` under ``ict_aggregation=loss_agg_mode``),
+    which the loss would meet only at the first training step."""
     if model_config is not None and model_config.get("use_fused_kernels", False):
         return FUSED_KERNELS_REFUSAL
     if int(getattr(getattr(actor, "engine", None), "ulysses_sequence_parallel_size", 1) or 1) > 1:
         return ULYSSES_REFUSAL
+    try:
+        loss_config_of(actor, actor.loss_agg_mode)
+    except UsageError as error:
+        return str(error)
+    except ValueError as error:  # ict.core.loss's names: clip_low/high <- clip_ratio_low/high
+        return (f"loss_mode=ict cannot use the actor's clip_ratio(_low/_high), clip_ratio_c or "
+                f"loss_scale_factor: {error}")
     return None
 
 
