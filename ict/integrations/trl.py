@@ -82,7 +82,8 @@ Refused at construction, one line each (before any generation): TRL outside :dat
 DeepSpeed ZeRO-3 and FSDP (1 and 2: the LM head is sharded; not tested here);
 ``top_entropy_quantile < 1``; a group population or reference with ``steps_per_generation > 1``
 (TRL shuffles a group over micro-batches); the ``ref`` reference; ``clip_cov`` under GSPO's
-sequence-level clip with a PPO-clipped loss type (it spares token-clipped tokens); a non-linear or LoRA-adapted LM
+sequence-level clip or TRL's two-sided clip ``delta`` with a PPO-clipped loss type (it spares
+token-clipped tokens only); a non-linear or LoRA-adapted LM
 head (:func:`ict.models.loading.linear_lm_head`); vespo with ``selection_denominator="ours"``
 (the quantile, group, ``ref`` and vespo refusals already by the config: :func:`selection_refusal`);
 a ``loss_type`` TRL does not know (:data:`TRL_LOSS_TYPES`; TRL checks it only in the first loss);

@@ -119,9 +119,11 @@ def selection_refusal(config: Any) -> str | None:
     ``top_entropy_quantile`` below 1 (a second token picker), a selector that needs whole groups
     with ``steps_per_generation != 1`` (TRL shuffles a group over micro-batches), the 'ref' JS
     reference (no reference logits inside TRL), Clip-Cov under GSPO's sequence-level ratio clip
-    (``importance_sampling_level="sequence"``: it spares the tokens a token-level clip cuts), and
-    ``selection_denominator="ours"`` with a loss type outside :data:`OURS_AGGREGATION`. Checked by
-    the config and again by the trainer (:func:`trainer_refusal`)."""
+    (``importance_sampling_level="sequence"``: it spares the tokens a token-level clip cuts) or
+    under TRL's two-sided clip ``delta`` (it also cuts the tokens of ratio > delta and negative
+    advantage, which Clip-Cov would spend its cuts on), and ``selection_denominator="ours"`` with a
+    loss type outside :data:`OURS_AGGREGATION`. Checked by the config and again by the trainer
+    (:func:`trainer_refusal`)."""
     name, options = parse_token_selector(config.token_selector)
     js_references = required_js_references(name, options)
     if config.top_entropy_quantile < 1.0:
@@ -135,6 +137,9 @@ def selection_refusal(config: Any) -> str | None:
             and config.loss_type in TRL_CLIPPED_LOSS_TYPES):
         return ("token_selector 'clip_cov' spares the tokens PPO's token-level ratio clip cuts, but "
                 "importance_sampling_level='sequence' clips whole sequences; use importance_sampling_level='token'")
+    if name == "clip_cov" and config.delta is not None and config.loss_type in TRL_CLIPPED_LOSS_TYPES:
+        return (f"token_selector 'clip_cov' spares the tokens PPO's ratio clip cuts, but delta={config.delta} also "
+                "cuts those of ratio > delta with a negative advantage; leave delta None")
     if config.selection_denominator == "ours" and config.loss_type not in OURS_AGGREGATION:
         return (f"selection_denominator='ours' is not defined for loss_type={config.loss_type!r} "
                 f"(defined for {', '.join(OURS_AGGREGATION)}); use selection_denominator='trl'")
