@@ -59,6 +59,35 @@ def test_an_unknown_loss_type_is_refused_by_the_config(denominator):
         assert ICTGRPOConfig(loss_type=loss_type, **common).loss_type == loss_type
 
 
+def test_misspelt_importance_sampling_level_and_scale_rewards_are_refused_by_the_config():
+    """TRL 1.16 checks importance_sampling_level only in its first loss and scale_rewards only
+    after its first generation and rewards ("Unknown importance sampling level: Sequence" from
+    TRL's _compute_loss in step 1, after the model generated); the config refuses them in one line
+    naming the option, and the trainer again for a value set after the config's checks. TRL's
+    values are accepted (scale_rewards True / False as TRL's group / none)."""
+    from ict.integrations.trl import ICTGRPOConfig, trainer_refusal
+
+    common = dict(output_dir="unused", report_to="none", use_cpu=True, bf16=False)
+    for options, message in [
+        (dict(importance_sampling_level="Sequence"), r"^importance_sampling_level must be 'token' or 'sequence', "
+                                                     r"got 'Sequence'$"),
+        (dict(importance_sampling_level="seq"), r"^importance_sampling_level must be .*, got 'seq'$"),
+        (dict(scale_rewards="grouped"), r"^scale_rewards must be one of group, batch, none \(or True / False\), "
+                                        r"got 'grouped'$"),
+        (dict(scale_rewards="std"), r"^scale_rewards must be one of group, batch, none .*, got 'std'$"),
+    ]:
+        with pytest.raises(ValueError, match=message) as error:
+            ICTGRPOConfig(**options, **common)
+        assert "\n" not in str(error.value)
+    for level in ("token", "sequence"):
+        assert ICTGRPOConfig(importance_sampling_level=level, **common).importance_sampling_level == level
+    for given, taken in (("group", "group"), ("batch", "batch"), ("none", "none"), (True, "group"), (False, "none")):
+        assert ICTGRPOConfig(scale_rewards=given, **common).scale_rewards == taken
+    changed = ICTGRPOConfig(**common)
+    changed.importance_sampling_level = "Token"
+    assert trainer_refusal(changed) == "importance_sampling_level must be 'token' or 'sequence', got 'Token'"
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "luspo"])
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 def test_trl_aggregate_is_trls_own_aggregation(loss_type, training):

@@ -86,7 +86,8 @@ sequence-level clip or TRL's two-sided clip ``delta`` with a PPO-clipped loss ty
 token-clipped tokens only); a non-linear or LoRA-adapted LM
 head (:func:`ict.models.loading.linear_lm_head`); vespo with ``selection_denominator="ours"``
 (the quantile, group, ``ref`` and vespo refusals already by the config: :func:`selection_refusal`);
-a ``loss_type`` TRL does not know (:data:`TRL_LOSS_TYPES`; TRL checks it only in the first loss);
+a ``loss_type``, ``importance_sampling_level`` or ``scale_rewards`` TRL does not know
+(:data:`TRL_LOSS_TYPES`; TRL checks them only in the first step, after a generation);
 TRL's entropy bonus (``entropy_coef``, ``use_adaptive_entropy``) with grpo/sapo under "ours", whose
 per-completion weights it would average the entropy by (:func:`entropy_bonus_refusal`). The
 config's refusals run again in the trainer (:func:`trainer_refusal`: its fields can change after).

@@ -24,6 +24,8 @@ from ict.integrations.trl_loss import (
 )
 
 SELECTION_DENOMINATORS = ("ours", "trl")
+TRL_IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+TRL_SCALE_REWARDS = ("group", "batch", "none")  # and True / False, GRPOConfig's aliases of group / none
 TESTED_TRL = ("1.16.0", "1.17")  # >= first, < second
 
 
@@ -88,11 +90,17 @@ class ICTGRPOConfig(GRPOConfig):
 
 
 def option_refusal(config: Any) -> str | None:
-    """The one-line refusal of a ``loss_type`` TRL does not know (TRL checks it only in the
-    first step's loss), a ``selection_denominator`` other than 'ours' / 'trl' or a
+    """The one-line refusal of a ``loss_type`` or ``importance_sampling_level`` TRL does not know
+    (TRL checks them only in the first step's loss) or a ``scale_rewards`` (checked only after the
+    first generation), a ``selection_denominator`` other than 'ours' / 'trl' or a
     ``stats_tile_size`` that is not a tile size (read at every loss), or None."""
     if config.loss_type not in TRL_LOSS_TYPES:
         return f"loss_type must be one of {', '.join(TRL_LOSS_TYPES)} (or None), got {config.loss_type!r}"
+    if config.importance_sampling_level not in TRL_IMPORTANCE_SAMPLING_LEVELS:
+        return f"importance_sampling_level must be 'token' or 'sequence', got {config.importance_sampling_level!r}"
+    if config.scale_rewards not in (*TRL_SCALE_REWARDS, True, False):
+        return (f"scale_rewards must be one of {', '.join(TRL_SCALE_REWARDS)} (or True / False), "
+                f"got {config.scale_rewards!r}")
     if config.selection_denominator not in SELECTION_DENOMINATORS:
         return f"selection_denominator must be 'ours' or 'trl', got {config.selection_denominator!r}"
     try:
