@@ -342,6 +342,8 @@ def test_clip_cov_under_trls_two_sided_clip_delta_is_refused(loss_trainer, monke
     changed.delta = 2.0  # set after the config's checks: the trainer's
     assert trainer_refusal(changed).startswith("token_selector 'clip_cov' spares the tokens PPO's ratio clip cuts, "
                                                "but delta=2.0 also")
+    changed.delta = 0.0  # TRL clamps whenever delta is not None
+    assert trainer_refusal(changed).startswith("token_selector 'clip_cov' spares")
     for options in (dict(token_selector="clip_cov", loss_type="grpo"),
                     dict(token_selector="clip_cov", delta=1.3, loss_type="cispo"),
                     dict(token_selector="clip_cov", delta=1.3, loss_type="sapo"),
