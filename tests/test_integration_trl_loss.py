@@ -88,6 +88,27 @@ def test_misspelt_importance_sampling_level_and_scale_rewards_are_refused_by_the
     assert trainer_refusal(changed) == "importance_sampling_level must be 'token' or 'sequence', got 'Token'"
 
 
+def test_the_whole_groups_refusal_names_generation_batch_size_and_keeps_accumulation():
+    """A group selector with generation_batch_size=8 of 4-row micro-batches (steps_per_generation
+    2) was told 'set steps_per_generation=1 (and gradient_accumulation_steps=1)': doing so beside
+    generation_batch_size failed in TRL ('generation_batch_size' and 'steps_per_generation' can not
+    be both configured), and gradient accumulation need not go (steps_per_generation=1 with
+    gradient_accumulation_steps=2 trains whole groups). The message says both; its advice is
+    accepted."""
+    from ict.integrations.trl import ICTGRPOConfig
+
+    common = dict(output_dir="unused", report_to="none", use_cpu=True, bf16=False, per_device_train_batch_size=4,
+                  num_generations=4)
+    message = (r"^token_selector 'ict' needs whole groups in each micro-batch \(TRL shuffles a group over "
+               r"micro-batches\): set steps_per_generation=1 and leave generation_batch_size unset \(it sets "
+               r"steps_per_generation\); gradient_accumulation_steps may stay$")
+    for options in (dict(generation_batch_size=8), dict(gradient_accumulation_steps=2)):
+        with pytest.raises(ValueError, match=message):
+            ICTGRPOConfig(**options, **common)
+    advised = ICTGRPOConfig(steps_per_generation=1, gradient_accumulation_steps=2, **common)
+    assert (advised.steps_per_generation, advised.generation_batch_size) == (1, 4)
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "luspo"])
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 def test_trl_aggregate_is_trls_own_aggregation(loss_type, training):

@@ -138,7 +138,8 @@ def selection_refusal(config: Any) -> str | None:
         return "top_entropy_quantile and token_selector both pick tokens; leave top_entropy_quantile at 1.0"
     if needs_whole_groups(js_references, ranking_population(name, options)) and config.steps_per_generation != 1:
         return (f"token_selector {name!r} needs whole groups in each micro-batch (TRL shuffles a group over "
-                "micro-batches): set steps_per_generation=1 (and gradient_accumulation_steps=1)")
+                "micro-batches): set steps_per_generation=1 and leave generation_batch_size unset (it sets "
+                "steps_per_generation); gradient_accumulation_steps may stay")
     if needs_reference_logits(js_references):
         return "the 'ref' JS reference is not supported inside TRL; use group_mean, seq_mean or prev"
     if (name == "clip_cov" and config.importance_sampling_level == "sequence"
