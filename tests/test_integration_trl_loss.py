@@ -58,6 +58,57 @@ def test_an_unknown_loss_type_is_refused_by_the_config(denominator):
             continue
         assert ICTGRPOConfig(loss_type=loss_type, **common).loss_type == loss_type
 
+
+def test_misspelt_importance_sampling_level_and_scale_rewards_are_refused_by_the_config():
+    """TRL 1.16 checks importance_sampling_level only in its first loss and scale_rewards only
+    after its first generation and rewards ("Unknown importance sampling level: Sequence" from
+    TRL's _compute_loss in step 1, after the model generated); the config refuses them in one line
+    naming the option, and the trainer again for a value set after the config's checks. TRL's
+    values are accepted (scale_rewards True / False as TRL's group / none)."""
+    from ict.integrations.trl import ICTGRPOConfig, trainer_refusal
+
+    common = dict(output_dir="unused", report_to="none", use_cpu=True, bf16=False)
+    for options, message in [
+        (dict(importance_sampling_level="Sequence"), r"^importance_sampling_level must be 'token' or 'sequence', "
+                                                     r"got 'Sequence'$"),
+        (dict(importance_sampling_level="seq"), r"^importance_sampling_level must be .*, got 'seq'$"),
+        (dict(scale_rewards="grouped"), r"^scale_rewards must be one of group, batch, none \(or True / False\), "
+                                        r"got 'grouped'$"),
+        (dict(scale_rewards="std"), r"^scale_rewards must be one of group, batch, none .*, got 'std'$"),
+    ]:
+        with pytest.raises(ValueError, match=message) as error:
+            ICTGRPOConfig(**options, **common)
+        assert "\n" not in str(error.value)
+    for level in ("token", "sequence"):
+        assert ICTGRPOConfig(importance_sampling_level=level, **common).importance_sampling_level == level
+    for given, taken in (("group", "group"), ("batch", "batch"), ("none", "none"), (True, "group"), (False, "none")):
+        assert ICTGRPOConfig(scale_rewards=given, **common).scale_rewards == taken
+    changed = ICTGRPOConfig(**common)
+    changed.importance_sampling_level = "Token"
+    assert trainer_refusal(changed) == "importance_sampling_level must be 'token' or 'sequence', got 'Token'"
+
+
+def test_the_whole_groups_refusal_names_generation_batch_size_and_keeps_accumulation():
+    """A group selector with generation_batch_size=8 of 4-row micro-batches (steps_per_generation
+    2) was told 'set steps_per_generation=1 (and gradient_accumulation_steps=1)': doing so beside
+    generation_batch_size failed in TRL ('generation_batch_size' and 'steps_per_generation' can not
+    be both configured), and gradient accumulation need not go (steps_per_generation=1 with
+    gradient_accumulation_steps=2 trains whole groups). The message says both; its advice is
+    accepted."""
+    from ict.integrations.trl import ICTGRPOConfig
+
+    common = dict(output_dir="unused", report_to="none", use_cpu=True, bf16=False, per_device_train_batch_size=4,
+                  num_generations=4)
+    message = (r"^token_selector 'ict' needs whole groups in each micro-batch \(TRL shuffles a group over "
+               r"micro-batches\): set steps_per_generation=1 and leave generation_batch_size unset \(it sets "
+               r"steps_per_generation\); gradient_accumulation_steps may stay$")
+    for options in (dict(generation_batch_size=8), dict(gradient_accumulation_steps=2)):
+        with pytest.raises(ValueError, match=message):
+            ICTGRPOConfig(**options, **common)
+    advised = ICTGRPOConfig(steps_per_generation=1, gradient_accumulation_steps=2, **common)
+    assert (advised.steps_per_generation, advised.generation_batch_size) == (1, 4)
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "luspo"])
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 def test_trl_aggregate_is_trls_own_aggregation(loss_type, training):
@@ -273,6 +324,52 @@ def test_trl_clip_cov_spares_exactly_the_tokens_the_loss_type_clips(loss_trainer
     clipped = mask & (gradient == 0)
     assert torch.equal(records[0]["selected"].bool(), clipped)
     assert int(clipped.sum()) == (0 if loss_type in ("cispo", "sapo") else 6)
+
+
+def test_clip_cov_under_trls_two_sided_clip_delta_is_refused(loss_trainer, monkeypatch):
+    """TRL's ``delta`` clamps the ratio at ``delta`` before the PPO min, which also cuts the
+    gradient of the tokens with ratio > delta and a negative advantage; Clip-Cov spared only the
+    token-level clip's, so it spent its cuts on tokens TRL already cut. Shown through TRL's
+    _compute_loss (delta 1.3, every candidate cut): TRL's per-token loss (written out, float64)
+    has 9 zero-gradient tokens, Clip-Cov spared 8; the token of ratio 1.40, A = -0.5 was "cut".
+    Refused in one line by the config (and the trainer) under the PPO-clipped loss types; accepted
+    without delta, under cispo/sapo (no ratio clip to spare) and for other selectors."""
+    from ict.integrations.trl import ICTGRPOConfig, trainer_refusal
+
+    trainer = loss_trainer
+    seen = _clip_cov_selections(trainer, monkeypatch, {"ratio": 1.0, "cov_low": -1e9, "cov_high": 1e9}, "dapo")
+    monkeypatch.setattr(trainer.args, "delta", 1.3)
+    records = []
+    trainer.on_selection = records.append
+    inputs = loss_inputs(trainer, torch.tensor([1.0, -0.5, 0.25, -2.0]), perturb=0.6)
+    trainer._compute_loss(trainer.model, inputs)
+    mask = records[0]["mask"].bool()
+    log_probs = seen[0].stats.log_probs.double().requires_grad_(True)
+    ratio = (log_probs - inputs["old_per_token_logps"].double()).exp()
+    a = inputs["advantages"].double()[:, None].expand_as(ratio)
+    per_token = -torch.minimum(ratio.clamp(max=1.3) * a, ratio.clamp(1 - trainer.epsilon_low, 1.28) * a)
+    (gradient,) = torch.autograd.grad(per_token[mask].sum(), log_probs)
+    cut_by_trl, spared = mask & (gradient == 0), records[0]["selected"].bool()
+    assert (int(cut_by_trl.sum()), int(spared.sum())) == (9, 8)
+    assert ratio[cut_by_trl & ~spared].tolist() == pytest.approx([1.4], abs=0.01)  # cut by delta alone
+
+    common = dict(output_dir="unused", report_to="none", use_cpu=True, bf16=False)
+    for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo"):
+        with pytest.raises(ValueError, match=r"^token_selector 'clip_cov' spares the tokens PPO's ratio clip cuts, "
+                                             r"but delta=1\.3 also cuts those of ratio > delta") as error:
+            ICTGRPOConfig(token_selector="clip_cov", delta=1.3, loss_type=loss_type, **common)
+        assert "\n" not in str(error.value)
+    changed = ICTGRPOConfig(token_selector="clip_cov", loss_type="dapo", **common)
+    changed.delta = 2.0  # set after the config's checks: the trainer's
+    assert trainer_refusal(changed).startswith("token_selector 'clip_cov' spares the tokens PPO's ratio clip cuts, "
+                                               "but delta=2.0 also")
+    changed.delta = 0.0  # TRL clamps whenever delta is not None
+    assert trainer_refusal(changed).startswith("token_selector 'clip_cov' spares")
+    for options in (dict(token_selector="clip_cov", loss_type="grpo"),
+                    dict(token_selector="clip_cov", delta=1.3, loss_type="cispo"),
+                    dict(token_selector="clip_cov", delta=1.3, loss_type="sapo"),
+                    dict(token_selector="kl_cov", delta=1.3, loss_type="grpo")):
+        ICTGRPOConfig(**options, **common)
 
 
 def test_clip_cov_under_gspos_sequence_clip_is_refused():

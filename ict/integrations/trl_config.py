@@ -24,6 +24,8 @@ from ict.integrations.trl_loss import (
 )
 
 SELECTION_DENOMINATORS = ("ours", "trl")
+TRL_IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+TRL_SCALE_REWARDS = ("group", "batch", "none")  # and True / False, GRPOConfig's aliases of group / none
 TESTED_TRL = ("1.16.0", "1.17")  # >= first, < second
 
 
@@ -88,11 +90,17 @@ class ICTGRPOConfig(GRPOConfig):
 
 
 def option_refusal(config: Any) -> str | None:
-    """The one-line refusal of a ``loss_type`` TRL does not know (TRL checks it only in the
-    first step's loss), a ``selection_denominator`` other than 'ours' / 'trl' or a
+    """The one-line refusal of a ``loss_type`` or ``importance_sampling_level`` TRL does not know
+    (TRL checks them only in the first step's loss) or a ``scale_rewards`` (checked only after the
+    first generation), a ``selection_denominator`` other than 'ours' / 'trl' or a
     ``stats_tile_size`` that is not a tile size (read at every loss), or None."""
     if config.loss_type not in TRL_LOSS_TYPES:
         return f"loss_type must be one of {', '.join(TRL_LOSS_TYPES)} (or None), got {config.loss_type!r}"
+    if config.importance_sampling_level not in TRL_IMPORTANCE_SAMPLING_LEVELS:
+        return f"importance_sampling_level must be 'token' or 'sequence', got {config.importance_sampling_level!r}"
+    if config.scale_rewards not in (*TRL_SCALE_REWARDS, True, False):
+        return (f"scale_rewards must be one of {', '.join(TRL_SCALE_REWARDS)} (or True / False), "
+                f"got {config.scale_rewards!r}")
     if config.selection_denominator not in SELECTION_DENOMINATORS:
         return f"selection_denominator must be 'ours' or 'trl', got {config.selection_denominator!r}"
     try:
@@ -119,22 +127,28 @@ def selection_refusal(config: Any) -> str | None:
     ``top_entropy_quantile`` below 1 (a second token picker), a selector that needs whole groups
     with ``steps_per_generation != 1`` (TRL shuffles a group over micro-batches), the 'ref' JS
     reference (no reference logits inside TRL), Clip-Cov under GSPO's sequence-level ratio clip
-    (``importance_sampling_level="sequence"``: it spares the tokens a token-level clip cuts), and
-    ``selection_denominator="ours"`` with a loss type outside :data:`OURS_AGGREGATION`. Checked by
-    the config and again by the trainer (:func:`trainer_refusal`)."""
+    (``importance_sampling_level="sequence"``: it spares the tokens a token-level clip cuts) or
+    under TRL's two-sided clip ``delta`` (it also cuts the tokens of ratio > delta and negative
+    advantage, which Clip-Cov would spend its cuts on), and ``selection_denominator="ours"`` with a
+    loss type outside :data:`OURS_AGGREGATION`. Checked by the config and again by the trainer
+    (:func:`trainer_refusal`)."""
     name, options = parse_token_selector(config.token_selector)
     js_references = required_js_references(name, options)
     if config.top_entropy_quantile < 1.0:
         return "top_entropy_quantile and token_selector both pick tokens; leave top_entropy_quantile at 1.0"
     if needs_whole_groups(js_references, ranking_population(name, options)) and config.steps_per_generation != 1:
         return (f"token_selector {name!r} needs whole groups in each micro-batch (TRL shuffles a group over "
-                "micro-batches): set steps_per_generation=1 (and gradient_accumulation_steps=1)")
+                "micro-batches): set steps_per_generation=1 and leave generation_batch_size unset (it sets "
+                "steps_per_generation); gradient_accumulation_steps may stay")
     if needs_reference_logits(js_references):
         return "the 'ref' JS reference is not supported inside TRL; use group_mean, seq_mean or prev"
     if (name == "clip_cov" and config.importance_sampling_level == "sequence"
             and config.loss_type in TRL_CLIPPED_LOSS_TYPES):
         return ("token_selector 'clip_cov' spares the tokens PPO's token-level ratio clip cuts, but "
                 "importance_sampling_level='sequence' clips whole sequences; use importance_sampling_level='token'")
+    if name == "clip_cov" and config.delta is not None and config.loss_type in TRL_CLIPPED_LOSS_TYPES:
+        return (f"token_selector 'clip_cov' spares the tokens PPO's ratio clip cuts, but delta={config.delta} also "
+                "cuts those of ratio > delta with a negative advantage; leave delta None")
     if config.selection_denominator == "ours" and config.loss_type not in OURS_AGGREGATION:
         return (f"selection_denominator='ours' is not defined for loss_type={config.loss_type!r} "
                 f"(defined for {', '.join(OURS_AGGREGATION)}); use selection_denominator='trl'")
