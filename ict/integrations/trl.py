@@ -78,19 +78,12 @@ The configuration (:class:`ICTGRPOConfig`) and the checks that need no trainer l
 :mod:`ict.integrations.trl_config`, the loss weights in :mod:`ict.integrations.trl_loss`, the
 fused head's normalisers in :mod:`ict.integrations.trl_head`; all are importable from here.
 
-Refused at construction, one line each (before any generation): TRL outside :data:`TESTED_TRL`;
-DeepSpeed ZeRO-3 and FSDP (1 and 2: the LM head is sharded; not tested here);
-``top_entropy_quantile < 1``; a group population or reference with ``steps_per_generation > 1``
-(TRL shuffles a group over micro-batches); the ``ref`` reference; ``clip_cov`` under GSPO's
-sequence-level clip or TRL's two-sided clip ``delta`` with a PPO-clipped loss type (it spares
-token-clipped tokens only); a non-linear or LoRA-adapted LM
-head (:func:`ict.models.loading.linear_lm_head`); vespo with ``selection_denominator="ours"``
-(the quantile, group, ``ref`` and vespo refusals already by the config: :func:`selection_refusal`);
-a ``loss_type``, ``importance_sampling_level`` or ``scale_rewards`` TRL does not know
-(:data:`TRL_LOSS_TYPES`; TRL checks them only in the first step, after a generation);
-TRL's entropy bonus (``entropy_coef``, ``use_adaptive_entropy``) with grpo/sapo under "ours", whose
-per-completion weights it would average the entropy by (:func:`entropy_bonus_refusal`). The
-config's refusals run again in the trainer (:func:`trainer_refusal`: its fields can change after).
+Refused at construction, one line each (before any generation; the list: docs/scaling.md): TRL
+outside :data:`TESTED_TRL`; DeepSpeed ZeRO-3 and FSDP (1 and 2: the LM head is sharded; not
+tested here); a non-linear or LoRA-adapted LM head (:func:`ict.models.loading.linear_lm_head`);
+and what the config refuses (:func:`trainer_refusal`, run by the config and again by the trainer,
+whose fields can change after: options TRL does not know, selections TRL cannot run as
+configured, TRL's entropy bonus under "ours").
 """
 
 from __future__ import annotations
