@@ -86,6 +86,22 @@ def test_mixed_kinds_keep_their_order():
         GradingRules(answer_extraction="first_number")
 
 
+@pytest.mark.parametrize(("completion", "expected"), [
+    ("\\boxed{A}", True), ("\\boxed{B}", True), ("The answer is B.", True),
+    ("\\boxed{C}", False), ("\\boxed{D}", False), ("no letter", False),
+])
+def test_a_letter_of_an_option_worded_as_the_gold_option_is_right(completion, expected):
+    """MMLU-STEM (the shared mmlu_stem.jsonl, row 2553): "Subtract. 2,396 - 1,709", options 687,
+    687, 1,493, 1,695, gold A; B names the same answer, 687 (B was graded wrong). Spaces around an
+    option do not count; a distinct option stays wrong."""
+    problem = Problem("q", "A", "choice", choices=["687", " 687 ", "1,493", "1,695"])
+    assert grade(problem, completion).correct is expected
+    distinct = Problem("q", "A", "choice", choices=["687", "688", "1,493", "1,695"])
+    assert grade(distinct, completion).correct is (expected and "A" in completion)
+    beyond = Problem("q", "E", "choice", choices=["687", "687", "1,493", "1,695"])  # no such option
+    assert grade(beyond, completion).correct is False
+
+
 def test_eval_last_number_uses_the_training_prompt_and_answer_rule():
     """`ict eval --answer-extraction last_number` shows the model exactly the prompt `ict train`
     trains on (the bare question) and grades the answer the reward grades."""

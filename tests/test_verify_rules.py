@@ -247,6 +247,43 @@ def test_a_boxed_number_in_a_text_wrapper_is_the_number(verifier, completion, go
     assert_graded_in_both_extractions(verifier, completion, gold, expected)
 
 
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # Minerva Math's gold (the shared minerva_math.jsonl) and renderings of it
+    ("\\boxed{\\lambda_{\\text{red}} / \\sqrt{2}}", "\\lambda_{\\text {red}} / \\sqrt{2}", True),
+    ("\\boxed{\\frac{\\lambda_{\\text{red}}}{\\sqrt{2}}}", "\\lambda_{\\text {red}} / \\sqrt{2}", True),
+    ("\\boxed{\\frac{\\lambda_{\\mathrm{red}}}{\\sqrt{2}}}", "\\lambda_{\\text {red}} / \\sqrt{2}", True),
+    ("\\boxed{\\lambda_{red} / \\sqrt{2}}", "\\lambda_{\\text {red}} / \\sqrt{2}", True),
+    ("\\boxed{\\lambda_{\\text{red}} / \\sqrt{3}}", "\\lambda_{\\text {red}} / \\sqrt{2}", False),
+    ("\\boxed{\\lambda_{\\text{blue}} / \\sqrt{2}}", "\\lambda_{\\text {red}} / \\sqrt{2}", False),
+    ("\\boxed{v_{\\text{total}} = \\frac{1}{2}}", "\\frac{1}{2}", True),
+    ("\\boxed{v_\\text{total} = \\frac{1}{2}}", "\\frac{1}{2}", True),
+    ("\\boxed{v_{\\text{total}} = \\frac{1}{3}}", "\\frac{1}{2}", False),
+])
+def test_a_subscript_in_a_text_wrapper_is_part_of_the_answer(verifier, completion, gold, expected):
+    """math-verify strips a unit from ``\\text{`` to the end of a boxed answer: it read
+    ``\\boxed{\\lambda_{\\text{red}} / \\sqrt{2}}`` as ``\\lambda_{``, wrong for Minerva's gold
+    ``\\lambda_{\\text {red}} / \\sqrt{2}``, and ``v_{\\text{total}} = \\frac{1}{2}`` as ``v_{``. Such a
+    subscript is written plain in the gold and the completion (`plain_subscript_text`). Both
+    extractions."""
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("\\lambda_{\\text {red}} / \\sqrt{2}", "\\lambda_{red} / \\sqrt{2}"),
+    ("E_\\mathrm{total} + v_{ \\textbf{max speed} }", "E_{total} + v_{maxspeed}"),
+    ("x_{\\mathbf{a}}^2", "x_{a}^2"),
+    # left alone: no subscript, or more than the wrapper in it
+    ("5 \\text{ cm}", None),
+    ("x_{1}", None),
+    ("x_{\\text{a} + 1}", None),
+    ("x_{\\text{a}{b}}", None),
+])
+def test_plain_subscript_text(text, expected):
+    from ict.answers.readings import plain_subscript_text
+
+    assert plain_subscript_text(text) == (text if expected is None else expected)
+
+
 @pytest.mark.parametrize(("text", "expected"), [
     ("\\boxed{\\textbf{(073)}}", "\\boxed{(073)}"),
     ("\\boxed{ \\mathbf{ 7.5 } }", "\\boxed{ 7.5 }"),

@@ -40,7 +40,7 @@ from ict.answers.verify import (
 )
 from ict.core.errors import UsageError
 from ict.core.metrics import answer_key
-from ict.core.problems import Problem
+from ict.core.problems import OPTION_LETTERS, Problem
 
 ANSWER_EXTRACTIONS = ("tag", "last_number")
 """How a reasoning-gym answer is found (see the module docstring)."""
@@ -120,11 +120,16 @@ def grade_reasoning_gym(problem: Problem, completion: str, extraction: str = "ta
 
 
 def grade_choice(problem: Problem, completion: str) -> Verdict:
-    """The committed option letter equals the gold letter."""
+    """The committed option letter equals the gold letter, or names an option of the gold option's
+    text (stripped): MMLU-STEM lists ``687`` as both A and B for ``2,396 - 1,709``, gold A."""
     if not problem.choices:
         raise UsageError("choice grading needs problems with choices (set choices_field)")
     letter = extract_choice_letter(completion, len(problem.choices))
-    return _binary(letter is not None and letter == problem.answer, letter)
+    options = dict(zip(OPTION_LETTERS, (str(option).strip() for option in problem.choices),
+                       strict=False))
+    correct = (letter is not None and problem.answer in options
+               and options[letter] == options[problem.answer])
+    return _binary(correct, letter)
 
 
 def _numbers_equal(left: str, right: str) -> bool:

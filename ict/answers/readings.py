@@ -95,6 +95,9 @@ _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")
 # a box holding only a number, optionally in parentheses, in a text wrapper: \boxed{\textbf{(073)}}
 _BOXED_TEXT_NUMBER = re.compile(rf"(\\boxed\s*\{{\s*){LATEX_WRAPPER}\s*(\(?\d+(?:\.\d+)?\)?)\s*\}}(\s*\}})")
 _BOXED_OPEN = re.compile(r"\\boxed\s*\{")
+# a subscript in a text wrapper: v_{\text{max}}, v_\text{max}, \lambda_{\mathrm {red}} (see
+# `plain_subscript_text`)
+_SUBSCRIPT_TEXT = re.compile(rf"_\s*(\{{\s*)?{LATEX_WRAPPER}([^{{}}]*)\}}(?(1)\s*\}})")
 # a run of whitespace longer than any window of math-verify's patterns (".{0,100}", then a space):
 # its patterns are quadratic in a run after a number ("The answer is 42" and 19,000 spaces took 20
 # s to parse: a "timeout"); cut to `_WHITESPACE_KEPT` characters (see `_shortened_whitespace`)
@@ -286,7 +289,7 @@ def gold_reading(gold: str) -> str:
     alternatives holding a percent sign written as `_alternatives` writes them (``25\\%, 50\\%`` ->
     ``25 \\text{ or } 50``, {25, 50}: math-verify read it as its last element, 50), wrapped in
     ``$...$`` (a bare ``1 - \\sqrt{2}`` parses as 1)."""
-    value = spell_logical_or(expand_scientific(gold))
+    value = plain_subscript_text(spell_logical_or(expand_scientific(gold)))
     listed = _alternatives(value, _PERCENT_LIST) if "%" in value else None
     return f"${value if listed is None else listed}$"
 
@@ -296,6 +299,15 @@ def spell_logical_or(text: str) -> str:
     ``\\boxed{3 \\lor 4}`` as 4 (the last alternative) and ``\\boxed{3 \\text{ or } 4}`` as the
     alternatives {3, 4}, right for a gold ``3, 4`` only."""
     return _LOGICAL_OR.sub(r"\\text{ or }", text)
+
+
+def plain_subscript_text(text: str) -> str:
+    """``text`` with each subscript in a text wrapper written plain, its whitespace dropped:
+    ``\\lambda_{\\text {red}}`` and ``E_\\mathrm{total}`` -> ``\\lambda_{red}``, ``E_{total}``, in the
+    gold and the completion alike. math-verify strips a unit from ``\\text{`` to the end of an
+    answer, so ``\\boxed{E_{\\text{total}} = \\frac{1}{2}}`` read as ``E_{`` (wrong for the gold
+    1/2), and Minerva's gold ``\\lambda_{\\text {red}} / \\sqrt{2}`` matched no rendering but itself."""
+    return _SUBSCRIPT_TEXT.sub(lambda match: "_{" + "".join(match[2].split()) + "}", text)
 
 
 def unwrap_boxed_text_number(text: str) -> str:
@@ -328,14 +340,15 @@ def _shortened_whitespace(text: str) -> str:
 
 def completion_readings(completion: str) -> list[str]:
     """The readings of ``completion`` for math-verify to parse in turn (the first that matches the
-    gold wins), ``\\lor`` and ``\\vee`` spelt out (`spell_logical_or`) and a boxed hedge's or list's percent
+    gold wins), ``\\lor`` and ``\\vee`` spelt out (`spell_logical_or`), subscripts in text wrappers
+    written plain (`plain_subscript_text`) and a boxed hedge's or list's percent
     signs dropped (`_unpercent_boxed_alternatives`): the ``<answer>`` tag's
     (`tag_answer_readings`), then the ``####`` line's
     (`hash_answer_readings`), scientific notation expanded, the anchored plain-text answer's
     (`anchor_answer_readings`), a boxed number in a text wrapper unwrapped, and the boxed
     percent's (`_boxed_percent_readings`); in each, long runs of whitespace are cut
     (`_shortened_whitespace`)."""
-    spelt = _unpercent_boxed_alternatives(spell_logical_or(completion))
+    spelt = _unpercent_boxed_alternatives(plain_subscript_text(spell_logical_or(completion)))
     return [percent for tagged in tag_answer_readings(spelt)
             for marked in hash_answer_readings(tagged)
             for anchored in anchor_answer_readings(expand_scientific(marked))
