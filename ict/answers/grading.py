@@ -44,7 +44,7 @@ from ict.core.problems import OPTION_LETTERS, Problem
 
 ANSWER_EXTRACTIONS = ("tag", "last_number")
 """How a reasoning-gym answer is found (see the module docstring)."""
-GRADING_RULES_VERSION = 6
+GRADING_RULES_VERSION = 7
 """The version of the answer-grading rules (`ict.answers`: extraction, gold, verify, grading): bump
 it when any verdict may change (3: plain-text algebra after an answer anchor read whole; in
 maj@n, math answers that are numbers of equal value vote together; 4: a listing of options reads
@@ -53,7 +53,10 @@ no option, a reason after the answer's option ends its clause, and a math hedge 
 alternatives, not one; 5: worded hedges `3 or maybe 4`, `3 and/or 4`, `3, maybe 4`, `3 (or 4)`,
 hedges with units `3 hours or 4 hours` (in a box's text too) and hedges in an answer tag or
 `####` line read as both alternatives, an anchored range `between 3 and 4` as no number, a
-reason right after a boxed or tagged option ends it, and a gold listing percents as the list).
+reason right after a boxed or tagged option ends it, and a gold listing percents as the list;
+6: a bare range `3 to 4` reads no number, and options a reason names together count once;
+7: a subscript in a text wrapper `v_{\\text{max}}` is read plain, and a letter of an option
+worded as the gold option is right).
 `ict eval` records it among each verdict's grading settings and re-grades stored completions
 graded under another (records older than it: unknown, older rules); results.json names it, and
 `ict compare`'s report names evaluations graded under other rules."""
