@@ -248,26 +248,31 @@ def test_rows_with_gradient_keeps_every_row_either_term_reaches_and_nan():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("autocast", [False, True])
-def test_bfloat16_hidden_states_match_float64_of_the_rounded_logits(backend, autocast):
+@pytest.mark.parametrize("dense", [False, True])
+def test_bfloat16_hidden_states_match_float64_of_the_rounded_logits(backend, autocast, dense):
     """bf16 hidden states and head, or float32 ones under bf16 autocast (mixed precision): each
     tile's logits are a bf16 matrix product, read as float32, and the folds stay in float32 under
-    autocast; the statistics equal float64 ones of those bf16 logits."""
+    autocast; the statistics equal float64 ones of those bf16 logits. ``dense``: every position a
+    response and no group reference, so the rows are read as a view of the hidden states (cast too)."""
     hidden, weight, _, token_ids, mask = hidden_batch(7, batch=6, bias=False)
     groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    references = () if dense else ("group_mean_absorbing",)
+    mask = torch.ones_like(mask) if dense else mask
     if not autocast:
         hidden, weight = hidden.bfloat16(), weight.bfloat16()
     device_type = DEVICE.type if backend == "triton" else "cpu"
     with torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
         stats = run(token_statistics_from_hidden, backend, hidden, weight, token_ids, mask, 1.0,
-                    ("group_mean_absorbing",), groups, tile_size=(64, 4096), differentiable_entropy=True)
+                    references, groups, tile_size=(64, 4096), differentiable_entropy=True)
     hidden, weight = hidden.bfloat16(), weight.bfloat16()
     device = DEVICE if backend == "triton" else torch.device("cpu")  # the tiles' bf16 product
     logits = (hidden.to(device) @ weight.to(device).T).double().cpu()
     expected = reference_statistics(logits, token_ids, mask, 1.0)
     torch.testing.assert_close(stats.log_probs.double(), expected["log_probs"], atol=1e-5, rtol=1e-6)
     torch.testing.assert_close(stats.entropy.double(), expected["entropy"], atol=1e-5, rtol=1e-6)
-    want = loop_reference_scores(logits, token_ids, mask, groups, 1.0, "group_mean_absorbing", "js")
-    torch.testing.assert_close(stats.js_scores["group_mean_absorbing"].double(), want, atol=2e-5, rtol=1e-6)
+    for reference in references:
+        want = loop_reference_scores(logits, token_ids, mask, groups, 1.0, reference, "js")
+        torch.testing.assert_close(stats.js_scores[reference].double(), want, atol=2e-5, rtol=1e-6)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -579,3 +584,28 @@ def test_numpy_scalars_are_numbers_as_python_ones_are():
     for bad in (np.bool_(True), np.float32("nan"), torch.tensor(0.7)):
         with pytest.raises(ValueError, match="temperature must be a finite number"):
             token_statistics(logits, token_ids, mask, bad)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hidden_states_of_width_zero_give_the_softmax_of_the_bias(backend):
+    """``d = 0`` (logits = the bias): reading the contiguous rows as ``view(-1, 0)`` raised
+    "cannot reshape tensor of 0 elements" (a traceback). Now the statistics of ``softmax(bias / T)``
+    and the bias's gradient, against float64."""
+    bias = torch.tensor([0.0, 1.0, 2.0, -1.0, float("-inf")])
+    token_ids, mask = torch.tensor([[0, 1, 2], [3, 0, 1]]), torch.ones(2, 3)  # every position: the rows as a view
+    leaves = [torch.zeros(2, 3, 0, requires_grad=True), torch.zeros(5, 0, requires_grad=True),
+              bias.clone().requires_grad_()]
+    stats = run(token_statistics_from_hidden, backend, *leaves[:2], token_ids, mask, 0.8, ("prev",), None,
+                leaves[2], differentiable_entropy=True)
+    (stats.log_probs.sum() + stats.entropy.sum()).backward()
+    log_p = torch.log_softmax(bias.double().clamp(min=-1e300) / 0.8, dim=-1)
+    p = log_p.exp()
+    entropy = -(p * log_p.clamp(min=-1e300)).sum()
+    torch.testing.assert_close(stats.log_probs.double(), log_p[token_ids] * mask.double(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(stats.entropy.double(), entropy * mask.double(), rtol=1e-6, atol=1e-6)
+    # d/db of sum_rows log p(y) + H(p) = sum_rows (onehot(y) - p - p (log p + H)) / T
+    onehots = torch.nn.functional.one_hot(token_ids[mask.bool()], 5).double().sum(dim=0)
+    expected = (onehots - 6 * (p + p * (log_p.clamp(min=-1e300) + entropy))) / 0.8
+    torch.testing.assert_close(leaves[2].grad.double(), expected, rtol=1e-5, atol=1e-6)
+    assert leaves[0].grad.shape == (2, 3, 0) and leaves[1].grad.shape == (5, 0)
+    assert stats.js_scores["prev"].abs().max() < 1e-6  # every position the same distribution

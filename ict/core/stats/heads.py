@@ -134,7 +134,7 @@ class LinearHead:
         """The hidden states of the rows ``(rows_b, rows_t)`` ``[n, d]`` in the compute dtype;
         ``span``: their flat positions ``b * T + t`` when contiguous, read as a view (no gather)."""
         if span is not None and self.hidden.is_contiguous():
-            return self.hidden.view(-1, self.hidden.shape[-1])[span].to(self.compute_dtype)
+            return self.hidden.flatten(0, 1)[span].to(self.compute_dtype)
         return self.hidden[rows_b, rows_t].to(self.compute_dtype)
 
     def weight_slice(self, start: int, end: int) -> Tensor:
