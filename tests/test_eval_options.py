@@ -30,6 +30,20 @@ def test_sampling_options_are_checked_at_their_documented_bounds():
             EvalConfig(**bad).validate()
 
 
+def test_a_bad_top_p_or_temperature_is_refused_naming_that_option_and_its_value():
+    """--top-p 0 was refused as "--temperature must be >= 0 and --top-p in (0, 1]" at a valid
+    temperature, and --temperature -1 the same, without the value given."""
+    from ict.core.errors import UsageError
+    from ict.evaluation.evaluate import EvalConfig
+
+    for options, message in ((dict(top_p=0.0), "--top-p must be in (0, 1], got 0"),
+                             (dict(top_p=1.5), "--top-p must be in (0, 1], got 1.5"),
+                             (dict(temperature=-1.0), "--temperature must be 0 (greedy) or >= 1e-06, got -1")):
+        with pytest.raises(UsageError) as refusal:
+            EvalConfig(**options).validate()
+        assert str(refusal.value) == message
+
+
 def test_a_temperature_too_cold_to_sample_at_is_refused_before_the_model_loads(tiny_model_dir, tmp_path,
                                                                                capsys):
     """At --temperature 1e-40 the logits / T overflow float32 (3 / 1e-40 = 3e40 > 3.4e38) and the

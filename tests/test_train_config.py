@@ -173,6 +173,24 @@ def test_a_directory_given_as_the_config_or_data_file_is_called_one(tmp_path):
         read_records(tmp_path / "other.jsonl")
 
 
+def test_a_device_or_a_pipe_given_as_the_config_or_data_file_is_not_called_missing(tmp_path):
+    """`--config /dev/null`, `--config <(...)` (a pipe): one line saying it is no regular file (it
+    said "config file not found" of a path that is there); nothing is opened (a pipe would block)."""
+    import os
+
+    from ict.data.rows import read_records
+
+    pipe = tmp_path / "options.yaml"
+    os.mkfifo(pipe)
+    for path in ("/dev/null", str(pipe)):
+        with pytest.raises(UsageError, match=rf"^config file {path} is not a regular file \(a device or a "
+                                             r"pipe\): give a YAML file$"):
+            build_config(path)
+        with pytest.raises(UsageError, match=rf"^data file {path} is not a regular file \(a device or a "
+                                             r"pipe\): give a .jsonl, .json or .parquet file$"):
+            read_records(path)
+
+
 def test_every_field_is_a_cli_option_with_its_default_in_the_help():
     from ict.cli import train as train_command
 

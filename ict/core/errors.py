@@ -50,6 +50,20 @@ def check_path_given(flag: str, path: Any, instead: str) -> None:
         raise UsageError(f"{flag} is empty: {instead}")
 
 
+def check_input_file(what: str, path: Path, give: str) -> None:
+    """One-line UsageError unless `path` is a regular file to read: ``<what> <path> is a
+    directory: <give>``, ``<what> <path> is not a regular file (a device or a pipe): <give>``
+    (``--config /dev/null``, bash's ``<(...)``: read more than once, or without end), or
+    ``<what> not found: <path>``."""
+    if path.is_file():
+        return
+    if path.is_dir():
+        raise UsageError(f"{what} {path} is a directory: {give}")
+    if path.exists():
+        raise UsageError(f"{what} {path} is not a regular file (a device or a pipe): {give}")
+    raise UsageError(f"{what} not found: {path}")
+
+
 def check_output_file(flag: str, path: Any) -> None:
     """One-line UsageError unless `path` can name a file to write, checked before any work: not a
     directory, its nearest existing ancestor a directory, a name the file system takes (a name

@@ -20,7 +20,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ict.core.errors import UsageError, encodes_as_utf8, is_finite_number, read_utf8_text
+from ict.core.errors import (
+    UsageError,
+    check_input_file,
+    encodes_as_utf8,
+    is_finite_number,
+    read_utf8_text,
+)
 
 MAX_CHOICES = 26
 
@@ -194,9 +200,7 @@ def read_records(path: str | Path, skipped: list[str] | None = None) -> Rows:
     left out and its reason appended there. A leading ``~`` is the home directory, and a leading
     UTF-8 byte-order mark (as Windows editors write) is not part of the first row."""
     path = Path(path).expanduser()
-    if not path.is_file():
-        raise UsageError(f"data file {path} is a directory: give a .jsonl, .json or .parquet file" if path.is_dir()
-                         else f"data file not found: {path}")
+    check_input_file("data file", path, "give a .jsonl, .json or .parquet file")
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         return _read_jsonl(path, skipped)

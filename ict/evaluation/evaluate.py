@@ -190,8 +190,8 @@ class EvalConfig:
         if self.verify_workers is not None and self.verify_workers < 1:
             raise UsageError("--verify-workers must be >= 1")
         check_option_text("--system-prompt", self.system_prompt)
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise UsageError("--temperature must be >= 0 and --top-p in (0, 1]")
+        if not 0 < self.top_p <= 1:  # a negative temperature: check_sampling_temperature's
+            raise UsageError(f"--top-p must be in (0, 1], got {self.top_p:g}")
         check_sampling_temperature("--temperature", self.temperature)
         check_path_given("--output-dir", self.output_dir, "give a directory, or leave it out for runs/eval/<model>")
         check_path_given("--data-dir", self.data_dir, "give a directory, or leave it out for the hub")

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from ict.core import selectors
-from ict.core.errors import UsageError, check_path_given, read_utf8_text
+from ict.core.errors import UsageError, check_input_file, check_path_given, read_utf8_text
 from ict.core.options import (
     load_options_yaml,
     load_value_yaml,
@@ -52,9 +52,7 @@ def load_yaml(path: str | Path, text_options: typing.Collection[str] | None = No
     value as YAML read it (`merge_dotted_keys`)."""
     check_path_given("--config", path, "give a YAML file, or leave it out")  # `--config ""`
     path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"config file {path} is a directory: give a YAML file" if path.is_dir()
-                         else f"config file not found: {path}")
+    check_input_file("config file", path, "give a YAML file")
     from ict.training.config import TrainConfig  # which imports this module
 
     try:
