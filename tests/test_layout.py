@@ -120,6 +120,47 @@ def test_names_moved_out_of_the_training_config_module_still_resolve_with_a_warn
         config.no_such_name  # noqa: B018
 
 
+VLLM_NAMES_ONCE_IN_ROLLOUT = ("VLLM_CPU_KVCACHE_GIB", "VLLM_DEVICES", "VLLM_INSTALL", "vllm_installed",
+                              "VLLM_PROMPT_ROOM", "VLLM_MIN_TEMPERATURE", "VLLM_MAX_TEMPERATURE",
+                              "check_vllm_sampling", "vllm_model_length", "reload_vllm_weights",
+                              "vllm_weight_reload_supported", "VLLMBackend")
+"""Every public name of the vLLM backend that ict.models.rollout defined before c05d99f."""
+
+
+@pytest.mark.parametrize("old_module", ["ict.models.rollout", "ict.rollout", "ict.training.rollout"])
+def test_the_vllm_names_moved_out_of_the_rollout_module_still_resolve_with_a_warning(old_module):
+    import warnings
+
+    from ict.models import vllm_backend
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the old module path's own warning
+        rollout = importlib.import_module(old_module)
+    for name in VLLM_NAMES_ONCE_IN_ROLLOUT:
+        with pytest.warns(DeprecationWarning, match=rf"ict.models.rollout.{name} moved to "
+                                                    rf"ict.models.vllm_backend.{name}; .* ict 0.3.0"):
+            assert getattr(rollout, name) is getattr(vllm_backend, name), name
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(AttributeError, match="ict.models.rollout"):
+            rollout.no_such_name  # noqa: B018
+    assert not caught  # a name that never lived here is no moved name
+    with pytest.raises(AttributeError):
+        rollout._encode_prompt  # noqa: B018 (private before the move: not kept)
+
+
+def test_no_file_of_the_repository_imports_a_moved_name_from_the_rollout_module():
+    stale = []
+    for path in sorted(path for folder in ("ict", "tests", "benchmarks", "examples")
+                       for path in (PACKAGE.parent / folder).glob("**/*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module in ("ict.models.rollout", "ict.rollout",
+                                                                    "ict.training.rollout"):
+                stale += [f"{path.name}: {alias.name}" for alias in node.names
+                          if alias.name in VLLM_NAMES_ONCE_IN_ROLLOUT]
+    assert not stale, stale
+
+
 def test_no_file_of_the_repository_imports_a_moved_name_from_the_training_config_module():
     from ict.training.config import _MOVED_TO_LOADING
 

@@ -307,3 +307,29 @@ def test_a_runs_own_curves_mark_the_end_of_its_warm_up(tmp_path, saved_figures):
     labels = [text.get_text() for axis in warmed.axes for text in axis.get_legend().get_texts()]
     assert labels.count("end of the full-token warm-up") == 1
     assert [_vertical_lines(axis) for axis in plain.axes] == [[], []]
+
+
+def test_a_run_that_never_left_its_warm_up_has_no_line_at_its_end(tmp_path, saved_figures):
+    """A run shorter than its full-token warm-up (ICT's 10 steps with ``--num-steps 3``) or stopped
+    inside it logs ``full_token_warmup`` at every step: its warm-up did not end, yet the curves drew
+    "end of the full-token warm-up" half a step after its last step (stretching the axis there)."""
+    from ict.runs.reporting import plot_curves, warmup_end
+
+    inside = [{"step": step, "reward_mean": 0.1 * step, "entropy": 1.0, "full_token_warmup": 1.0}
+              for step in (1, 2, 3)]
+    assert warmup_end(inside) is None
+    assert warmup_end([*inside, {"step": 4, "full_token_warmup": 0.0}]) == 3.5
+    assert warmup_end(inside[::-1] + [{"step": 4, "full_token_warmup": 0.0}]) == 3.5  # order of the lines
+    plot_curves(tmp_path, inside)
+    _write_run(tmp_path / "runs" / "ict" / "seed0", inside)  # a label pooling it with a run that left its warm-up
+    _write_run(tmp_path / "runs" / "ict" / "seed1", [*inside[:2], {**inside[2], "full_token_warmup": 0.0}])
+    assert main(["plot", str(tmp_path / "runs" / "ict" / "seed0"), str(tmp_path / "runs" / "ict" / "seed1"),
+                 "--by", "method", "--out", str(tmp_path / "curves.png")]) == 0
+    own, pooled = saved_figures
+    assert [_vertical_lines(axis) for axis in own.axes] == [[], []]
+    assert [axis.get_xlim()[1] < 3.5 for axis in own.axes] == [True, True]
+    labels = [text.get_text() for axis in own.axes for text in axis.get_legend().get_texts()]
+    assert "end of the full-token warm-up" not in labels
+    panels = [axis for axis in pooled.axes if axis.get_visible()]
+    assert len(panels) == 2  # reward, entropy
+    assert [[x for x, _, _ in _vertical_lines(axis)] for axis in panels] == [[2.5]] * len(panels)

@@ -386,3 +386,25 @@ def check_sampling_temperature(flag: str, temperature: float) -> None:
     >= :data:`~ict.core.stats.MIN_TEMPERATURE` (below it ``logits / T`` overflows mid-run)."""
     if not (temperature == 0 or temperature >= MIN_TEMPERATURE):
         raise UsageError(f"{flag} must be 0 (greedy) or >= {MIN_TEMPERATURE:g}, got {temperature:g}")
+
+
+# The vLLM backend's names, moved to `ict.models.vllm_backend` on 2026-11-30, still read from here
+# (with a DeprecationWarning) until ict 0.3.0, as the module paths of `ict.MOVED_MODULES` are.
+_MOVED_TO_VLLM_BACKEND = frozenset({
+    "VLLM_CPU_KVCACHE_GIB", "VLLM_DEVICES", "VLLM_INSTALL", "vllm_installed", "VLLM_PROMPT_ROOM",
+    "VLLM_MIN_TEMPERATURE", "VLLM_MAX_TEMPERATURE", "check_vllm_sampling", "vllm_model_length",
+    "reload_vllm_weights", "vllm_weight_reload_supported", "VLLMBackend"})
+
+
+def __getattr__(name: str) -> Any:
+    """``ict.models.rollout.NAME`` for a name of `_MOVED_TO_VLLM_BACKEND`: the object at its new
+    home, with a DeprecationWarning."""
+    if name not in _MOVED_TO_VLLM_BACKEND:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import warnings
+
+    from ict.models import vllm_backend
+
+    warnings.warn(f"ict.models.rollout.{name} moved to ict.models.vllm_backend.{name}; the old path "
+                  "is removed in ict 0.3.0", DeprecationWarning, stacklevel=2)
+    return getattr(vllm_backend, name)

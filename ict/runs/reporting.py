@@ -329,9 +329,11 @@ def isolated_points(values: Sequence[float]) -> list[int]:
 def warmup_end(lines: Sequence[dict[str, Any]]) -> float | None:
     """Where a run's full-token warm-up ends on a per-step plot: half a step after its last
     warm-up step (metrics ``full_token_warmup`` true), between it and the first step that selects;
-    None when no logged step is a warm-up step (no warm-up, or lines older than the key)."""
+    None when no logged step is a warm-up step (no warm-up, or lines older than the key) or none
+    comes after the last one (a warm-up as long as the run, or a run stopped inside it)."""
     steps = [line["step"] for line in lines if line.get("full_token_warmup")]
-    return max(steps) + 0.5 if steps else None
+    last = max(steps, default=None)
+    return last + 0.5 if last is not None and any(line["step"] > last for line in lines) else None
 
 
 WARMUP_LINE = {"linestyle": ":", "linewidth": 1.2, "alpha": 0.7}
