@@ -102,6 +102,25 @@ def test_a_letter_of_an_option_worded_as_the_gold_option_is_right(completion, ex
     assert grade(beyond, completion).correct is False
 
 
+@pytest.mark.parametrize(("votes", "expected"), [
+    ("CAB", True), ("ABCC", True), ("BAD", True), ("CCAB", False), ("BCC", False),
+])
+def test_letters_of_options_worded_alike_vote_together_in_maj_at_n(votes, expected):
+    """maj@n on MMLU-STEM row 2553 (687 listed as A and B, gold A): A and B are one answer, 687,
+    one vote (`vote_key`). Hand-worked: CAB is 687 two to one (A and B voted apart, 1 vote each,
+    and C won); ABCC ties 687 with 1,493, 687 first; BAD is 687 two to one; CCAB ties, 1,493 first;
+    BCC is 1,493 two to one."""
+    from ict.answers.grading import vote_key
+    from ict.core.metrics import majority_vote_correct
+
+    problem = Problem("q", "A", "choice", choices=["687", " 687 ", "1,493", "1,695"])
+    verdicts = [grade(problem, f"\\boxed{{{vote}}}") for vote in votes]
+    keys = [vote_key(problem, verdict.extracted) for verdict in verdicts]
+    assert majority_vote_correct(keys, [verdict.correct for verdict in verdicts]) is expected
+    assert [vote_key(problem, letter) for letter in ("A", "B", " B ", "C", "D", None)] == [
+        "A", "A", "A", "C", "D", None]
+
+
 def test_eval_last_number_uses_the_training_prompt_and_answer_rule():
     """`ict eval --answer-extraction last_number` shows the model exactly the prompt `ict train`
     trains on (the bare question) and grades the answer the reward grades."""

@@ -272,6 +272,7 @@ def test_a_subscript_in_a_text_wrapper_is_part_of_the_answer(verifier, completio
     ("\\lambda_{\\text {red}} / \\sqrt{2}", "\\lambda_{red} / \\sqrt{2}"),
     ("E_\\mathrm{total} + v_{ \\textbf{max speed} }", "E_{total} + v_{maxspeed}"),
     ("x_{\\mathbf{a}}^2", "x_{a}^2"),
+    ("x_ {\\text{a}} + y_ \\mathrm {b}", "x_{a} + y_{b}"),  # LaTeX allows a space after _
     # left alone: no subscript, or more than the wrapper in it
     ("5 \\text{ cm}", None),
     ("x_{1}", None),

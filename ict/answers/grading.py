@@ -6,7 +6,8 @@ Rules, picked by ``Problem.kind`` (`grade_batch`) or by name (the reward functio
   under a hard time bound per check in a worker process (`ict.answers.verify`); ``math_extraction``
   ``anchored`` (only ``\\boxed{}`` or "the answer is"-style anchors) or ``lenient``;
 * ``choice`` (`grade_choice`): the option letter the completion commits to
-  (`ict.answers.extraction.extract_choice_letter`) equals the gold letter;
+  (`ict.answers.extraction.extract_choice_letter`) is the gold letter or names an option worded
+  as the gold option;
 * ``reasoning_gym`` (`grade_reasoning_gym`): the task's own scorer on the strictly extracted
   answer; ``answer_extraction`` ``last_number`` (the last number in the completion) or ``tag``
   (the last ``<answer></answer>`` pair, else the last ``\\boxed{}``). The scorer never sees the
@@ -128,11 +129,16 @@ def grade_choice(problem: Problem, completion: str) -> Verdict:
     if not problem.choices:
         raise UsageError("choice grading needs problems with choices (set choices_field)")
     letter = extract_choice_letter(completion, len(problem.choices))
-    options = dict(zip(OPTION_LETTERS, (str(option).strip() for option in problem.choices),
-                       strict=False))
+    options = _option_texts(problem)
     correct = (letter is not None and problem.answer in options
                and options[letter] == options[problem.answer])
     return _binary(correct, letter)
+
+
+def _option_texts(problem: Problem) -> dict[str, str]:
+    """Each option letter's option text, stripped (`grade_choice`, `vote_key`)."""
+    return dict(zip(OPTION_LETTERS, (str(option).strip() for option in problem.choices or ()),
+                    strict=False))
 
 
 def _numbers_equal(left: str, right: str) -> bool:
@@ -203,11 +209,16 @@ def vote_key(problem: Problem, extracted: str | None) -> str | None:
     """The key one sample's extracted answer votes with in maj@n (`ict.core.metrics.
     majority_vote_correct`): a math answer written as a plain number or a fraction of two integers
     votes for its exact value (``18.50``, ``18.5``, ``37/2`` and ``\\frac{37}{2}`` are one vote;
-    `number_value`); any other answer, and every choice letter or reasoning-gym answer, for its
-    string with whitespace removed. ``None``: no answer. Digits split by a space (``2, 100``,
-    ``1 000``, `_SPACED_DIGITS`) are no number: `number_value`, which drops spaces, read 2100 and
-    1000, and they voted with ``2100`` and ``1000``, which math-verify grades otherwise."""
+    `number_value`); a choice letter for the first letter of an option worded as its option
+    (`grade_choice`: MMLU-STEM lists 687 as A and B, one answer, one vote); any other answer, and
+    every reasoning-gym answer, for its string with whitespace removed. ``None``: no answer. Digits
+    split by a space (``2, 100``, ``1 000``, `_SPACED_DIGITS`) are no number: `number_value`, which
+    drops spaces, read 2100 and 1000, and they voted with ``2100`` and ``1000``, which math-verify
+    grades otherwise."""
     if (problem.kind == "math" and not _SPACED_DIGITS.search(extracted or "")
             and (value := number_value(extracted)) is not None):
         return f"={value}"
-    return answer_key(extracted)
+    key = answer_key(extracted)
+    if problem.kind == "choice" and key in (options := _option_texts(problem)):
+        return next(letter for letter, text in options.items() if text == options[key])
+    return key

@@ -305,8 +305,11 @@ def plain_subscript_text(text: str) -> str:
     """``text`` with each subscript in a text wrapper written plain, its whitespace dropped:
     ``\\lambda_{\\text {red}}`` and ``E_\\mathrm{total}`` -> ``\\lambda_{red}``, ``E_{total}``, in the
     gold and the completion alike. math-verify strips a unit from ``\\text{`` to the end of an
-    answer, so ``\\boxed{E_{\\text{total}} = \\frac{1}{2}}`` read as ``E_{`` (wrong for the gold
-    1/2), and Minerva's gold ``\\lambda_{\\text {red}} / \\sqrt{2}`` matched no rendering but itself."""
+    answer, so ``\\boxed{v_{\\text{total}} = \\frac{1}{2}}`` read as ``v_{`` (wrong for the gold
+    1/2; math-verify parses ``E_{total} = \\frac{1}{2}`` as nothing), and Minerva's gold
+    ``\\lambda_{\\text {red}} / \\sqrt{2}`` matched no rendering but itself. An answer after an anchor
+    then a subscript in math reads as a plain one does: ``The answer is 20 m/s for $v_{\\text{max}}$``
+    is ``v_{max}``, not 20."""
     return _SUBSCRIPT_TEXT.sub(lambda match: "_{" + "".join(match[2].split()) + "}", text)
 
 

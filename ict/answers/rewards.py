@@ -10,7 +10,8 @@ Built in:
   (chain_sum's `compute_decimal_reward`); `last_number` is the binary reward for numeric tasks;
 - `math`: math-verify on the completion against the normalised gold, with a hard time bound
   per check in a worker process (`ict.answers.grading.grade_math_batch`, lenient extraction);
-- `choice`: the committed option letter (`ict.answers.grading.grade_choice`) equals the gold;
+- `choice`: the committed option letter (`ict.answers.grading.grade_choice`) is the gold's or names
+  an option worded as the gold's;
 - `last_number`: the last number in the completion equals the numeric gold;
 - `format`: 1 if the completion holds exactly one non-empty `<answer>...</answer>` pair.
 

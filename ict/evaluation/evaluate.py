@@ -22,7 +22,8 @@ Metrics per benchmark (fractions in [0, 1]; tables show percent):
 * ``pass@k`` for each requested k <= n: unbiased ``1 - C(n-c, k)/C(n, k)`` averaged over problems;
 * ``avg@n``: mean over problems of ``c / n`` (= pass@1 estimated from n samples);
 * ``maj@n``: majority vote over the n extracted answers (`vote_key`: identical strings vote
-  together, and math answers that are plain numbers or integer fractions of equal value; ties go
+  together, and math answers that are plain numbers or integer fractions of equal value, and
+  letters of options worded alike; ties go
   to the answer seen first, samples with no answer do not vote); correct if the winning answer is;
 * ``greedy``: accuracy of the single greedy completion (with ``greedy=True``).
 
