@@ -150,6 +150,7 @@ def test_verls_loss_is_select_and_policy_loss_on_one_micro_batch(drawn, spec, lo
     """verl's registered loss "ict" on one micro-batch (v0 or v1 layout, packed or padded, dual
     clip on or off): select + policy_loss on the padded logits, in value and gradient."""
     batch = make_batch(*drawn)
+    dual_clip &= not spec.startswith("clip_cov")  # refused beside Clip-Cov (loss_config_of)
     ict_verl._selections.update(step=-1, index=0)
     loss, grad = verl_path(batch, spec, loss_agg_mode, remove_padding, v1, ict_denominator=denominator,
                            ict_dual_clip=dual_clip)

@@ -151,6 +151,20 @@ def test_launch_validation_refuses_what_icts_hook_and_loss_cannot_take(overrides
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
+def test_launch_validation_refuses_clip_cov_beside_the_dual_clip() -> None:
+    """METHOD=clip_cov with ict_dual_clip: refused before Ray starts (the dual clip zeroes the
+    gradient of tokens Clip-Cov would spend its cuts on); METHOD=clip_cov alone is accepted."""
+    from verl.utils.config import validate_config
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(UsageError, match="ict_selector 'clip_cov' spares the tokens") as error:
+            validate_config(launch_config("clip_cov", f"+{ACTOR}policy_loss.ict_dual_clip=true"),
+                            use_reference_policy=False, use_critic=False)
+        assert "\n" not in str(error.value)
+        validate_config(launch_config("clip_cov"), use_reference_policy=False, use_critic=False)
+
+
 @pytest.mark.parametrize("overrides", [
     (),
     (f"{ACTOR}loss_agg_mode=token-sum",),  # ict's own aggregation does not read it

@@ -62,6 +62,20 @@ def test_a_badly_typed_option_is_refused_in_one_line(option: str, value: object)
     ict_verl.ICTPolicyLossConfig(loss_mode="ict", ict_seed=3, ict_dual_clip=True, ict_full_token_warmup_steps=None)
 
 
+def test_clip_cov_is_refused_beside_the_dual_clip_in_one_line() -> None:
+    """Clip-Cov spared only the tokens the (clip_low, clip_high) clip cuts: with ict_dual_clip it
+    also cut tokens of negative advantage and ratio > clip_ratio_c, whose gradient the dual clip
+    already zeroes (as TRL's delta; refused there too). Without the dual clip, and the dual clip
+    beside another selector, are accepted."""
+    with pytest.raises(UsageError, match=r"^ict_selector 'clip_cov' spares the tokens PPO's ratio clip cuts, but "
+                       r"ict_dual_clip \(clip_ratio_c=3.0\) also cuts those of ratio > 3.0 with a negative "
+                       r"advantage; leave ict_dual_clip false$") as error:
+        ict_verl.loss_config_of(actor_config("clip_cov:ratio=0.01", ict_dual_clip=True), "token-mean")
+    assert "\n" not in str(error.value)
+    assert ict_verl.loss_config_of(actor_config("clip_cov"), "token-mean").clip_ratio_c is None
+    assert ict_verl.loss_config_of(actor_config("kl_cov", ict_dual_clip=True), "token-mean").clip_ratio_c == 3.0
+
+
 def test_one_temperature_and_the_scored_micro_batches() -> None:
     """Refused in one line: rows sampled at different temperatures (one temperature scales the
     statistics); a training micro-batch whose rows differ from the scoring pass's selection."""

@@ -65,6 +65,10 @@ def test_precedence_defaults_yaml_options_overrides(tmp_path):
     (["mini_batch_size=72"], "mini_batch_size must be a multiple of num_generations"),
     (["micro_batch_size=0"], "micro_batch_size must be >= 1, got 0"),
     (["clip_ratio_c=1"], "clip_ratio_c must be > 1"),
+    # Clip-Cov spared only the ratio clip's tokens: the dual clip's (A < 0, ratio > c: no gradient)
+    # took its cuts (as TRL's delta does; refused there too)
+    (["method=clip_cov", "clip_ratio_c=3"], r"^method clip_cov spares the tokens PPO's ratio clip cuts, but "
+     r"clip_ratio_c=3.0 also cuts those of ratio > 3.0 with a negative advantage; leave clip_ratio_c none$"),
     (["top_p=0"], "top_p must be in"),
     (["learning_rate=0"], "learning_rate must be > 0"),
     (["ratio=0"], "ratio must be in"),
@@ -97,6 +101,14 @@ def test_bad_options_raise_one_line_usage_errors(overrides, message):
     with pytest.raises(UsageError, match=message) as error:
         build_config(None, {}, parse_key_values(overrides))
     assert "\n" not in str(error.value)
+
+
+def test_the_dual_clip_is_refused_only_beside_clip_cov():
+    """Clip-Cov alone and the dual clip beside another method (KL-Cov, GRPO) are accepted."""
+    assert build_config(None, {}, parse_key_values(["method=clip_cov"])).clip_ratio_c is None
+    for method in ("kl_cov", "grpo"):
+        config = build_config(None, {}, parse_key_values([f"method={method}", "clip_ratio_c=3"]))
+        assert (config.method, config.clip_ratio_c) == (method, 3.0)
 
 
 def test_dataset_config_keys_fill_the_default_tasks_options_and_no_other_tasks():

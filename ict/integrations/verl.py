@@ -186,8 +186,9 @@ def actor_refusal(actor: Any, model_config: Any) -> str | None:
     what verl's FSDP engine reads; the actor's own field is copied there). The hook refuses both
     again at the first micro-batch (:func:`_prepare_model_outputs`). Also the actor's loss
     settings ict's loss cannot take (:func:`loss_config_of`: clip ratios, ``clip_ratio_c`` under
-    ``ict_dual_clip``, ``loss_scale_factor``, ``loss_agg_mode`` under ``ict_aggregation=loss_agg_mode``),
-    which the loss would meet only at the first training step."""
+    ``ict_dual_clip``, ``ict_dual_clip`` beside ``clip_cov``, ``loss_scale_factor``,
+    ``loss_agg_mode`` under ``ict_aggregation=loss_agg_mode``), which the loss would meet only at
+    the first training step."""
     if model_config is not None and model_config.get("use_fused_kernels", False):
         return FUSED_KERNELS_REFUSAL
     if int(getattr(getattr(actor, "engine", None), "ulysses_sequence_parallel_size", 1) or 1) > 1:
@@ -234,7 +235,8 @@ class ICTPolicyLossConfig(VerlPolicyLossConfig):
             10 for ict, the paper's warm-up; 0 otherwise).
         ict_denominator: ``"selected"`` (ours: normalise by the selected tokens) or ``"all"``
             (response tokens, TRL's ``top_entropy_quantile`` convention).
-        ict_dual_clip: apply verl's ``actor.clip_ratio_c`` dual clip (ict's default: off).
+        ict_dual_clip: apply verl's ``actor.clip_ratio_c`` dual clip (ict's default: off; refused
+            beside ``clip_cov``, :func:`loss_config_of`).
         ict_stats_tile_size: token x vocabulary tile of ict's token statistics: ``"auto"``
             (follows the device: 4096x32768 for the Triton kernels on a GPU, 8 MiB tiles in torch
             on a CPU) or ``"TOKENSxVOCAB"``, e.g. ``"1024x32768"``.

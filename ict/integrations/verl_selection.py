@@ -82,13 +82,20 @@ def loss_config_of(actor_config: Any, loss_agg_mode: str, width: int | None = No
         aggregation = AGGREGATIONS[loss_agg_mode]
     else:
         aggregation = method_options(policy)["aggregation"]
+    dual_clip = getattr(policy, "ict_dual_clip", False)
+    if dual_clip and parsed_selector(policy.get("ict_selector", DEFAULT_SELECTOR))[0] == "clip_cov":
+        # as TRL's delta (ict.integrations.trl_config.selection_refusal)
+        bound = actor_config.clip_ratio_c
+        raise UsageError(f"ict_selector 'clip_cov' spares the tokens PPO's ratio clip cuts, but ict_dual_clip "
+                         f"(clip_ratio_c={bound}) also cuts those of ratio > {bound} with a negative advantage; "
+                         "leave ict_dual_clip false")
     clip = actor_config.clip_ratio
     low = actor_config.clip_ratio_low if actor_config.clip_ratio_low is not None else clip
     high = actor_config.clip_ratio_high if actor_config.clip_ratio_high is not None else clip
     return PolicyLossConfig(
         clip_low=low, clip_high=high, aggregation=aggregation,
         max_response_length=actor_config.loss_scale_factor if actor_config.loss_scale_factor is not None else width,
-        clip_ratio_c=actor_config.clip_ratio_c if getattr(policy, "ict_dual_clip", False) else None,
+        clip_ratio_c=actor_config.clip_ratio_c if dual_clip else None,
         denominator=getattr(policy, "ict_denominator", "selected"))
 
 

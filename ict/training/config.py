@@ -332,6 +332,10 @@ class TrainConfig:
                              "groups (the group-mean score and group advantages need them)")
         if self.clip_ratio_c is not None and not self.clip_ratio_c > 1:
             raise UsageError(f"clip_ratio_c must be > 1 (or none), got {self.clip_ratio_c}")
+        if self.clip_ratio_c is not None and self.selector_name == "clip_cov":  # as TRL's delta (trl_config)
+            raise UsageError(f"method clip_cov spares the tokens PPO's ratio clip cuts, but clip_ratio_c="
+                             f"{self.clip_ratio_c} also cuts those of ratio > {self.clip_ratio_c} with a "
+                             "negative advantage; leave clip_ratio_c none")
         if not self.temperature >= MIN_TEMPERATURE:
             raise UsageError(f"temperature must be >= {MIN_TEMPERATURE:g} for training rollouts, "
                              f"got {self.temperature}")
