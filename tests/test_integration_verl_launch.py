@@ -165,6 +165,37 @@ def test_launch_validation_refuses_clip_cov_beside_the_dual_clip() -> None:
         validate_config(launch_config("clip_cov"), use_reference_policy=False, use_critic=False)
 
 
+@pytest.mark.parametrize(("override", "message"), [
+    (f"{ACTOR}policy_loss.ict_selector=null", "ict_selector must be a string"),
+    (f"+{ACTOR}policy_loss.ict_aggregation=foo", "ict_aggregation must be none, loss_agg_mode or one of"),
+    (f"+{ACTOR}policy_loss.ict_full_token_warmup_steps=-1", "ict_full_token_warmup_steps must be null or"),
+    (f"+{ACTOR}policy_loss.ict_seed=1.5", "ict_seed must be an integer, got 1.5"),
+    (f"+{ACTOR}policy_loss.ict_dual_clip=no", "ict_dual_clip must be true or false, got 'no'"),
+    (f"{ACTOR}policy_loss.ict_selector='ict:reference=ref'", "the 'ref' JS reference is not supported"),
+    (f"+{ACTOR}policy_loss.ict_stats_tile_size=bad", "ict_stats_tile_size: tile size must be"),
+    (f"+{ACTOR}policy_loss.ict_denominator=foo", "ict_denominator must be 'selected' or 'all'"),
+])
+def test_launch_validation_refuses_a_bad_policy_loss_field(override: str, message: str) -> None:
+    """A bad ICTPolicyLossConfig field is refused by verl's launch check (before Ray starts),
+    where hydra instantiates the config: hydra wraps our one-line UsageError in its
+    InstantiationException, which ``python -m verl.trainer.main_ppo`` prints compactly (no
+    traceback, exit 1) as ``Error in call to target ...``, ``UsageError('<ours>')`` and the
+    ``full_key``. ict cannot unwrap it there: verl's launch process imports ict only when hydra
+    resolves this ``_target_``, inside the failing call."""
+    from hydra.errors import InstantiationException
+    from verl.utils.config import validate_config
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(InstantiationException) as error:
+            validate_config(launch_config("ict", override), use_reference_policy=False, use_critic=False)
+    cause = error.value.__cause__
+    assert isinstance(cause, UsageError) and str(cause).startswith(message) and "\n" not in str(cause)
+    assert str(error.value).splitlines() == [
+        "Error in call to target 'ict.integrations.verl.ICTPolicyLossConfig':", repr(cause),
+        "full_key: actor_rollout_ref.actor.policy_loss"]
+
+
 @pytest.mark.parametrize("overrides", [
     (),
     (f"{ACTOR}loss_agg_mode=token-sum",),  # ict's own aggregation does not read it
