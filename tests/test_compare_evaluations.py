@@ -90,6 +90,26 @@ def test_report_only_names_a_run_whose_final_evaluation_had_other_settings(tmp_p
     capsys.readouterr()
 
 
+def test_report_only_names_a_final_evaluation_sampled_with_another_top_p_or_system_prompt(tmp_path, capsys):
+    """A run evaluated by hand at top-p 1.0 with a system prompt (ict compare's evaluations: 0.95,
+    none) changes what is sampled, as a temperature does, but the report named no setting; it now
+    names both, and a reused evaluation made so is refused (test_compare_reruns)."""
+    from ict.cli import main
+
+    output = tmp_path / "cmp"
+    verdicts = {0: {0: [True, False]}, 1: {0: [False, False]}}
+    steps = {"config_yaml": "num_steps: 1\n", "metrics_jsonl": '{"step": 1}\n'}
+    ours = {**SETTINGS, "top_p": 0.95, "system_prompt": None}
+    _run(output, "grpo", 0, ours, verdicts, **steps)
+    _run(output, "grpo", 1, ours, verdicts, **steps)
+    _run(output, "ict", 0, {**ours, "top_p": 1.0, "system_prompt": "Answer briefly."}, verdicts, **steps)
+    assert main(["compare", "--report-only", "--output-dir", str(output), "--bootstrap-resamples", "10"]) == 0
+    note = "ict/seed0 (top_p 1.0, the others' 0.95, system_prompt 'Answer briefly.', the others' None)"
+    assert json.loads((output / "summary.json").read_text())["settings"] == [note]
+    assert f"- {note}" in (output / "report.md").read_text()
+    capsys.readouterr()
+
+
 def test_the_report_compares_the_settings_a_reused_evaluation_must_share():
     """The report's EVALUATION_SETTINGS are ict compare's EVAL_SETTINGS (what a reused evaluation
     must share) but ks, with seeds for seed: a setting added to one is added to the other."""

@@ -199,3 +199,28 @@ def test_an_exactly_zero_difference_prints_0_0_not_minus_0_0(tmp_path):
     (line,) = [line for line in report.splitlines() if line.startswith("| b | pass@1 | ict | grpo |")]
     assert line.split(" | ")[4] == "0.0"
     assert (_fmt(-0.0004), _fmt(-0.004, 2, 1.0), _fmt(-0.001), _fmt(0.0004)) == ("0.0", "0.00", "-0.1", "0.0")
+
+
+def test_two_methods_of_one_exact_mean_print_the_same_figure(tmp_path):
+    """20 problems, n = 4, two seeds: ict solves 48 and 46 of each seed's 80 samples, grpo 47 and
+    47: both means are exactly 47/80 = 58.75%, but ict's float is 0.5874999999999999 and the
+    report printed 58.7 beside grpo's 58.8, a difference the paired row (0.0) does not have. Both
+    now print the exact mean rounded half to even (58.8, by hand)."""
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "cmp"
+
+    def verdicts(total: int) -> dict[int, list[bool]]:
+        flat = [True] * total + [False] * (80 - total)
+        return {p: flat[4 * p: 4 * p + 4] for p in range(20)}
+
+    for label, totals in {"grpo": (47, 47), "ict": (48, 46)}.items():
+        for seed, total in enumerate(totals):
+            finished_run(output, label, verdicts(total), seed=seed)
+    report = write_report(output, ("grpo",), 40).read_text()
+    table = json.loads((output / "summary.json").read_text())["table"]
+    assert {row["method"]: row["mean"] for row in table}["ict"] != 0.5875  # the residue
+    final = report.split("## Paired differences")[0]
+    means = {line.split(" | ")[2]: line.split(" | ")[5] for line in final.splitlines()
+             if line.startswith("| b | pass@1 | ")}
+    assert means == {"grpo": "58.8", "ict": "58.8"}

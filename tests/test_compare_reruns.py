@@ -174,7 +174,7 @@ def test_every_eval_setting_is_checked_and_a_data_dir_is_compared_as_a_path(tmp_
         _check_eval_settings(directory / "eval", _eval_config(same, train_config, "m", directory / "eval"))
     other = {"benchmarks": "math500", "data_dir": None, "num_samples": 8, "ks": (1, 2), "temperature": 0.3,
              "max_new_tokens": 7, "seed": 1, "limit": 6, "math_extraction": "strict",
-             "answer_extraction": "tag"}
+             "answer_extraction": "tag", "top_p": 1.0, "system_prompt": "Answer briefly."}
     assert sorted(other) == sorted(EVAL_SETTINGS)
     for name, value in other.items():
         assert stored[name] != value

@@ -165,7 +165,8 @@ def test_the_options_a_resume_may_change_are_the_ones_docs_training_lists():
 def test_the_eval_settings_a_comparison_rerun_must_keep_are_the_ones_docs_training_lists():
     """docs/training.md names the `--eval-*` settings a comparison rerun must share with an
     evaluation it reuses, in words; each word is one of `EVAL_SETTINGS` and every setting but the
-    sampling seed (always 0 in a comparison) is named."""
+    sampling seed (always 0 in a comparison) is named, top-p and the system prompt (fixed in a
+    comparison) in a sentence of their own."""
     from ict.experiments.compare import EVAL_SETTINGS
 
     words = {"benchmarks": "benchmarks", "data directory": "data_dir", "samples": "num_samples",
@@ -175,7 +176,9 @@ def test_the_eval_settings_a_comparison_rerun_must_keep_are_the_ones_docs_traini
     assert listed, "docs/training.md's compare rerun sentence changed: update this test"
     named = [word.strip() for word in listed.group(1).split(",")]
     assert set(named) <= set(words), set(named) - set(words)
-    assert {field for word in named for field in words[word].split()} == set(EVAL_SETTINGS) - {"seed"}
+    assert {field for word in named for field in words[word].split()} == set(EVAL_SETTINGS) - {
+        "seed", "top_p", "system_prompt"}  # no --eval-* options: the next sentence names them
+    assert "sampled at another top-p or after a system prompt" in flat("docs/training.md")
 
 
 def test_the_run_json_settings_docs_evaluation_lists_are_the_ones_a_resume_checks():

@@ -180,3 +180,47 @@ def test_a_rerun_that_draws_nothing_names_the_backend_that_drew_the_samples(tmp_
     assert result.config["backend_used"] == backend
     assert json.loads((out / "results.json").read_text())["config"]["backend_used"] == backend
     assert result.benchmarks[0].metrics["pass@1"] == 0.5
+
+
+def test_the_table_rounds_a_percent_as_its_results_csv_figure_not_its_binary_float(tmp_path: Path):
+    """20 problems, n = 4: avg@4 of 23, 35 and 5 correct samples is exactly 28.75%, 43.75% and
+    6.25%; results.csv says 0.287500, 0.437500, 0.062500, and the table printed 28.7 beside 43.8
+    (100 * 0.2875 is 28.749999999999996 in binary). Two seeds of 48 and 46 correct: a mean of
+    exactly 58.75% whose float is 0.5874999999999999 (printed 58.7). Each printed figure is now
+    the exact value rounded half to even (reference: fractions and decimal, not the code)."""
+    from decimal import ROUND_HALF_EVEN, Decimal
+    from fractions import Fraction
+
+    import numpy as np
+
+    from ict.core.metrics import benchmark_metrics
+    from ict.evaluation.results import markdown_table, mean_over_seeds
+
+    def metrics(correct_samples: int) -> dict[str, float]:
+        correct = np.zeros((20, 4), dtype=bool)
+        correct.flat[:correct_samples] = True
+        return benchmark_metrics(correct, (1,))
+
+    def expected(correct_samples: int) -> str:
+        exact = Fraction(correct_samples, 80) * 100
+        return str((Decimal(exact.numerator) / exact.denominator).quantize(Decimal("0.1"), ROUND_HALF_EVEN))
+
+    rows = [BenchmarkResult(f"b{total}", "math", "", 20, 4, metrics(total), seeds=[0])
+            for total in (23, 35, 5)]
+    config = {"seeds": [0], "model": "m", "num_samples": 4, "temperature": 1.0, "top_p": 1.0,
+              "max_new_tokens": 8}
+    result = EvalResult(config, rows, [], tmp_path, {})
+    write_results(result)
+    csv_rows = list(csv.DictReader(open(tmp_path / "results.csv", encoding="utf-8")))
+    assert [r["avg@4"] for r in csv_rows] == ["0.287500", "0.437500", "0.062500"]
+    table = [[cell.strip() for cell in line.strip("|").split("|")] for line in markdown_table(result).splitlines()[2:]]
+    assert [cells[3:5] for cells in table] == [[expected(t), expected(t)] for t in (23, 35, 5)]
+    assert [expected(t) for t in (23, 35, 5)] == ["28.8", "43.8", "6.2"]
+
+    per_seed = {0: metrics(48), 1: metrics(46)}
+    mean, std = mean_over_seeds(per_seed)
+    assert mean["avg@4"] != 0.5875  # the float residue this test is about
+    row = BenchmarkResult("two", "math", "", 20, 4, mean, seeds=[0, 1],
+                          per_seed={str(s): m for s, m in per_seed.items()}, std=std)
+    two = EvalResult({**config, "seeds": [0, 1]}, [row], [], tmp_path, {})
+    assert markdown_table(two).splitlines()[2].split(" | ")[3] == f"{expected(47)} ± 1.8"

@@ -58,7 +58,7 @@ from ict.core.significance import (
     paired_permutation_test,
 )
 from ict.runs.checkpoint import write_atomically
-from ict.runs.reporting import ENVIRONMENT_FILE, environment_record, json_safe
+from ict.runs.reporting import ENVIRONMENT_FILE, decimal_text, environment_record, json_safe
 
 BASELINES = ("grpo", "random")  # default baselines: method names (every run label of them)
 BOOTSTRAP_RESAMPLES = 10_000  # default resamples of each paired interval
@@ -148,10 +148,11 @@ def _learning_curve_lines(rows: list[dict[str, Any]], figure: Path | None) -> li
 def _fmt(value: float, digits: int = 1, scale: float = 100.0) -> str:
     """``scale * value`` with ``digits`` decimals (percent by default), a dash for None or a
     non-finite value; one that rounds to zero is ``0.0``, never ``-0.0`` (an exactly-zero paired
-    difference averages to float residue such as -2.8e-17, whose sign is no finding)."""
+    difference averages to float residue such as -2.8e-17, whose sign is no finding). Rounded half
+    to even from the value's decimal figure (`decimal_text`): two methods of one mean print alike."""
     if value is None or not math.isfinite(value):
         return "-"
-    text = f"{scale * value:.{digits}f}"
+    text = decimal_text(value, digits, scale)
     return text[1:] if text.startswith("-") and float(text) == 0 else text
 
 

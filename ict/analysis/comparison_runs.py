@@ -193,8 +193,8 @@ def read_verdicts(samples: Path, units: tuple[set[str] | None, set[int] | None, 
     return correct
 
 
-EVALUATION_SETTINGS = ("benchmarks", "data_dir", "num_samples", "temperature", "max_new_tokens",
-                       "seeds", "limit", "math_extraction", "answer_extraction")
+EVALUATION_SETTINGS = ("benchmarks", "data_dir", "num_samples", "temperature", "top_p", "max_new_tokens",
+                       "system_prompt", "seeds", "limit", "math_extraction", "answer_extraction")
 """The settings of an `ict eval` its pass@k depends on, that the report's runs must share:
 ``ict.experiments.compare.EVAL_SETTINGS`` less ``ks`` (the report takes every k from the
 samples) with ``seeds`` for ``seed`` (a hand-run `ict eval --seeds 0,1`)."""

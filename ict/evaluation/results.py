@@ -20,7 +20,7 @@ import numpy as np
 from ict.data.benchmarks import SUITES
 from ict.evaluation.records import RESULTS_FILES, SAMPLES_FILE
 from ict.runs.checkpoint import write_atomically
-from ict.runs.reporting import environment_record, json_safe
+from ict.runs.reporting import decimal_text, environment_record, json_safe
 
 
 @dataclass
@@ -137,14 +137,16 @@ def _metric_names(result: EvalResult) -> list[str]:
 
 
 def _percent(value: float) -> str:
-    return "-" if value is None or math.isnan(value) else f"{100 * value:.1f}"
+    """A fraction in percent with one decimal (`decimal_text`: as its results.csv figure rounds), or
+    a dash for None or NaN."""
+    return "-" if value is None or math.isnan(value) else decimal_text(value)
 
 
 def _cell(row: BenchmarkResult, metric: str) -> str:
     """A metric in percent; ``mean ± std`` over seeds when the row has several seeds."""
     text = _percent(row.metrics.get(metric, float("nan")))
     if row.multi_seed and metric in row.std:
-        text += f" ± {100 * row.std[metric]:.1f}"
+        text += f" ± {_percent(row.std[metric])}"
     return text
 
 

@@ -531,8 +531,8 @@ def _afresh(output_dir: Path) -> str:
     return f"another --output-dir, or move {output_dir} aside to evaluate it again"
 
 
-EVAL_SETTINGS = ("benchmarks", "data_dir", "num_samples", "ks", "temperature", "max_new_tokens",
-                 "seed", "limit", "math_extraction", "answer_extraction")
+EVAL_SETTINGS = ("benchmarks", "data_dir", "num_samples", "ks", "temperature", "top_p", "max_new_tokens",
+                 "system_prompt", "seed", "limit", "math_extraction", "answer_extraction")
 """The `EvalConfig` fields a reused evaluation must share with the comparison's (what its
 problems, samples and graded metrics depend on; not the device, dtype or threads)."""
 
