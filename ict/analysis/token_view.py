@@ -14,7 +14,6 @@ from __future__ import annotations
 import html
 import json
 import unicodedata
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from ict.core.selectors import ICT_DEFAULT_REFERENCE
 from ict.core.stats import JS_REFERENCES, MIN_TEMPERATURE
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
 from ict.models.rollout import ROLLOUT_TEMPERATURE, Rollout
-from ict.models.tokens import token_strings
+from ict.models.tokens import token_strings, token_text
 
 COLOR_SCORES = ("js", "entropy", "renyi2")
 NEWLINE_MARK = "\u21b5"
@@ -147,12 +146,15 @@ class TokenView:
     score_name: str
     jaccard_ict_entropy20: float
     top_tokens: dict[str, list[tuple[str, int]]]
+    """per mark (ict, entropy20, stapo_silenced): its 10 most frequent tokens (string, count), counted
+    by token id (`ict.core.diagnostics.top_token_counts`: by count, then id)"""
     anatomy: dict[str, dict[str, float]]
     """per selection (ict, entropy20, stapo: the tokens each updates): ``ANATOMY_KEYS`` -> value"""
     figures: dict[str, dict[str, float]] = field(default_factory=dict)
     """per selection (as ``anatomy``): ``PAPER_FIGURE_KEYS`` -> value"""
     top_unselected: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
-    """per selection: its most frequent unselected response tokens (string, count)"""
+    """per selection: its most frequent unselected response tokens (string, count), counted by
+    token id and named as the trainer's top-token lists (`token_text`), as ``top_tokens``"""
     reference: str = ""
     """the JS reference of the ``js`` colour ('' for the entropies)"""
     seeds: list[int] = field(default_factory=list)
@@ -233,7 +235,7 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, *, temperature: float, 
     rollout's sampling `temperature` (the statistics' temperature). The view has no rewards:
     every completion counts as rewarded (advantage +1), so STAPO's marks are the tokens it would
     silence in a correct completion (it silences none of negative or zero advantage)."""
-    from ict.core.diagnostics import paper_figures, selection_anatomy
+    from ict.core.diagnostics import paper_figures, selection_anatomy, top_token_counts
     from ict.core.selectors import SelectionInputs, required_js_references, select
     from ict.core.stats import token_statistics
     from ict.models.forward import response_logits
@@ -264,28 +266,23 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, *, temperature: float, 
                                            selection.tie_decided)
         figures[label] = paper_figures(stats, batch.response_mask, selection.mask)  # knee: ICT's default
     # the tokens each selection leaves out (STAPO's are its silenced ones, shown below anyway)
-    unselected = {label: batch.response_mask.bool() & ~mask for label, mask in masks.items() if label != "stapo"}
+    left_out = [label for label in masks if label != "stapo"]
     # STAPO updates every token but the spurious ones: show the ones it silences
     masks[SILENCED] = batch.response_mask.bool() & ~masks.pop("stapo")
     score = {"js": stats.js_scores[reference], "entropy": stats.entropy,
              "renyi2": stats.renyi2}[color]
     tokens, scores = [], []
     selected: dict[str, list[list[bool]]] = {label: [] for label in masks}
-    counters: dict[str, Counter[str]] = {label: Counter() for label in masks}
-    left_out: dict[str, Counter[str]] = {label: Counter() for label in unselected}
     for row in range(batch.response_ids.shape[0]):
         length = int(batch.response_mask[row].sum())
-        ids = batch.response_ids[row, :length].tolist()
-        strings = token_strings(tokenizer, ids)
-        tokens.append(strings)
+        tokens.append(token_strings(tokenizer, batch.response_ids[row, :length].tolist()))
         scores.append(score[row, :length].tolist())
         for label, mask in masks.items():
-            flags = mask[row, :length].tolist()
-            selected[label].append(flags)
-            counters[label].update(s for s, flag in zip(strings, flags, strict=True) if flag and s)
-        for label, mask in unselected.items():
-            left_out[label].update(s for s, flag in zip(strings, mask[row, :length].tolist(), strict=True)
-                                   if flag and s)
+            selected[label].append(mask[row, :length].tolist())
+    # counted by token id, as the trainer's top-token lists (`top_token_counts`, `token_text`): by the
+    # string shown, a completion's first token, decoded with no token before it, lost its word-start
+    # space under a SentencePiece-style decoder, so one token was listed twice ('1' x2, ' 1' x2)
+    top = {label: top_token_counts(batch.response_ids, batch.response_mask, mask) for label, mask in masks.items()}
     a, b = masks["ict"], masks["entropy20"]
     union = int((a | b).sum())
     jaccard = int((a & b).sum()) / union if union else float("nan")
@@ -293,9 +290,15 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, *, temperature: float, 
     seeds = [seed for seed in (rollout.seeds if isinstance(rollout, SamplesRollout) else [])
              for _ in range(rollout.num_samples)]
     return TokenView(prompts, tokens, scores, selected, color, jaccard,
-                     {label: counter.most_common(10) for label, counter in counters.items()},
-                     anatomy, figures, {label: counter.most_common(10) for label, counter in left_out.items()},
+                     {label: _named(tokenizer, counts["selected"]) for label, counts in top.items()}, anatomy,
+                     figures, {label: _named(tokenizer, top[label]["unselected"]) for label in left_out},
                      reference if color == "js" else "", seeds, rollout.num_samples)
+
+
+def _named(tokenizer: Any, counts: list[tuple[int, int]]) -> list[tuple[str, int]]:
+    """``(token id, count)`` pairs as ``(string, count)``: each id's string as the trainer's
+    top-token lists name it (`token_text`)."""
+    return [(token_text(tokenizer, token), count) for token, count in counts]
 
 
 def _range(view: TokenView) -> tuple[float, float]:
