@@ -425,3 +425,31 @@ def test_a_completion_without_a_token_says_so_on_the_page_and_in_the_terminal():
     buffer = io.StringIO()  # the note is plain text, no token's colour
     print_view(view, Console(file=buffer, force_terminal=True, color_system="truecolor", width=300))
     assert "#1: (empty completion: no token to score)\n" in buffer.getvalue()
+
+
+def test_zero_width_format_characters_show_as_escapes_so_their_token_is_seen():
+    """A token of a zero-width format character (Unicode category Cf: U+200B zero-width space, U+200D
+    joiner, U+2060 word joiner, U+FEFF; tokens of byte-level vocabularies) was written raw: its span
+    had no width, so its colour and ICT's underline were invisible on the page (it is not CSS :empty)
+    and it took no cell in the terminal, although ICT had selected it. Like the bidirectional
+    controls (also Cf) they show as \\uNNNN (\\UNNNNNNNN above U+FFFF), on the page and in the
+    terminal; other characters are kept."""
+    import io
+
+    from rich.console import Console
+
+    from ict.analysis.token_view import TokenView, print_view, render_html
+
+    tokens = [" 7", "\u200b", " x\u00ad", "\u2060\ufeff", "\u200d", " \U000e0067", " é"]
+    expected = [" 7", "\\u200b", " x\\u00ad", "\\u2060\\ufeff", "\\u200d", " \\U000e0067", " é"]
+    view = TokenView(["p\u200b"], [tokens], [[0.1, 0.9, 0.2, 0.3, 0.4, 0.5, 0.6]],
+                     {"ict": [[False, True, False, False, False, False, False]]}, "js", 0.0, {}, {})
+    page = render_html(view)
+    shown = [html.unescape(text) for text in re.findall(r"<span class='tok[^']*'[^>]*>([^<]*)</span>", page)]
+    assert shown == expected
+    assert not any(char in page for char in "\u200b\u00ad\u2060\ufeff\u200d\U000e0067")
+    assert "#0: p\\u200b</div>" in page
+    plain = io.StringIO()
+    print_view(view, Console(file=plain, force_terminal=False, width=300))
+    assert "#0: " + "".join(expected) + "\n" in plain.getvalue()
+    assert "prompt: p\\u200b\n" in plain.getvalue()

@@ -330,7 +330,8 @@ def render_html(view: TokenView, source: str = "") -> str:
     box, its colour and marks visible; each token a bidi isolate (the tokens in generation order,
     whatever their direction); lines broken inside words where a word is wider than the page (a
     long token, tokens with no space between them); a line break inside a token shown as NEWLINE_MARK, and
-    its other control characters as ``\\xNN`` and its bidirectional controls as ``\\uNNNN``
+    its other control characters as ``\\xNN`` and its format characters (bidirectional controls,
+    zero-width ones) as ``\\uNNNN``
     (`_visible`: an HTML parser turns a carriage return into a line break and drops a NUL; a
     right-to-left override mirrors the text after it).
     `source` (e.g. the model and the samples file) is printed under the heading; each prompt is
@@ -398,10 +399,18 @@ def _verb(label: str) -> str:
 def _visible(text: str) -> str:
     """`text` for a terminal or the page: control characters but newline and tab as ``\\xNN`` (a
     completion's ESC would otherwise reach the terminal as an escape sequence) and the invisible
-    bidirectional controls (:data:`BIDI_CONTROLS`) as ``\\uNNNN`` (a right-to-left override
-    token showed the rest of its completion mirrored: " 12 + 34 = 46" as "64 = 43 + 21")."""
+    format characters (Unicode's category Cf) as ``\\uNNNN`` (``\\UNNNNNNNN`` above U+FFFF): the
+    bidirectional controls (:data:`BIDI_CONTROLS`; a right-to-left override token showed the rest of
+    its completion mirrored: " 12 + 34 = 46" as "64 = 43 + 21") and the zero-width ones (a token
+    U+200B, zero-width space, had no width: its colour and ICT's mark were invisible)."""
     return "".join(f"\\x{ord(char):02x}" if unicodedata.category(char) == "Cc" and char not in "\n\t"
-                   else f"\\u{ord(char):04x}" if char in BIDI_CONTROLS else char for char in text)
+                   else _escape(char) if char in BIDI_CONTROLS or unicodedata.category(char) == "Cf" else char
+                   for char in text)
+
+
+def _escape(char: str) -> str:
+    """``\\uNNNN`` (``\\UNNNNNNNN`` above U+FFFF, as Python writes it)."""
+    return f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}"
 
 
 def print_view(view: TokenView, console: Any = None) -> None:
