@@ -39,7 +39,8 @@ from ict.models.tokens import token_strings, token_text
 
 COLOR_SCORES = ("js", "entropy", "renyi2")
 NEWLINE_MARK = "\u21b5"
-"""shown before each line break of a token on the page (a newline token is otherwise invisible)"""
+"""shown before each line break of a token, on the page and in the terminal (a newline token is
+otherwise invisible)"""
 EMPTY_MARK = "\u25cc"
 """a token shown as '' (`token_strings`: a character's first bytes) in the terminal, where it
 would have no width, so neither its colour nor its ICT underline would show"""
@@ -415,7 +416,7 @@ def _escape(char: str) -> str:
 
 def print_view(view: TokenView, console: Any = None) -> None:
     """Terminal rendering with rich: background colour by score, ICT tokens underlined, a token
-    shown as '' as EMPTY_MARK, each completion labelled by `completion_labels`, each group's
+    shown as '' as EMPTY_MARK, a line break inside a token after NEWLINE_MARK, each completion labelled by `completion_labels`, each group's
     prompt (as the model saw it) above its first completion (`group_starts`), a completion with no
     token as EMPTY_COMPLETION, as on the page."""
     from rich.console import Console
@@ -424,9 +425,11 @@ def print_view(view: TokenView, console: Any = None) -> None:
     console = console or Console()
     low, high = _range(view)
     empty = any(token == "" for tokens in view.tokens for token in tokens)
+    breaks = any("\n" in token for tokens in view.tokens for token in tokens)
     console.print(colour_legend(view) + " Underlined: ICT." + (
         f" {EMPTY_MARK}: a token of a character's first bytes (the character shows on its last token)."
-        if empty else ""), markup=False, highlight=False, soft_wrap=True)
+        if empty else "") + (f" {NEWLINE_MARK}: a line break inside a token." if breaks else ""),
+        markup=False, highlight=False, soft_wrap=True)
     labels, starts = completion_labels(view), group_starts(view)
     for index, (prompt, tokens, scores) in enumerate(zip(view.prompts, view.tokens, view.scores,
                                                          strict=True)):
@@ -438,7 +441,9 @@ def print_view(view: TokenView, console: Any = None) -> None:
             style = f"black on rgb({red},{green},{blue})"
             if view.selected["ict"][index][position]:
                 style += " underline bold"
-            text.append(_visible(token) or EMPTY_MARK, style=style)
+            # a line break as NEWLINE_MARK before it, as on the page: a line break has no cell to colour or
+            # underline, so a selected newline token (frequent in reasoning text) left no trace
+            text.append((_visible(token) or EMPTY_MARK).replace("\n", NEWLINE_MARK + "\n"), style=style)
         console.print(text if tokens else text.append(EMPTY_COMPLETION))
     # soft_wrap: a line of the figures wraps as the terminal wraps it (rich's hard wrap at the console
     # width split a listed token from its count: "'a b' \nx3")
