@@ -232,7 +232,7 @@ def test_renyi2_colours_shades_jaccard_and_left_out_tokens_match_the_page(tiny_m
     """--color renyi2: every token's tooltip is -log sum p^2 (float64, one plain forward pass per
     completion, p = softmax(logits / T)); its shade is white -> red over the batch's range (green =
     blue); the printed Jaccard(ICT, 20-Entropy) and the tokens ICT leaves out are those of the
-    page's marks."""
+    page's marks (counted by token id)."""
     from collections import Counter
 
     prompt = "what is 1 + 2 ?"
@@ -265,11 +265,16 @@ def test_renyi2_colours_shades_jaccard_and_left_out_tokens_match_the_page(tiny_m
     both = sum(a and b for a, b in zip(ict, entropy20, strict=True))
     either = sum(a or b for a, b in zip(ict, entropy20, strict=True))
     assert f"Jaccard(ICT, 20-Entropy) = {both / either:.3f}" in printed
-    left_out = Counter(html.unescape(span[5]) for span, flag in zip(tokens, ict, strict=True) if not flag)
+    # the lists count token ids (a completion's first token reads '3', after a token ' 3': one id), each
+    # named as it reads after a space (the tiny tokenizer's words)
+    names = [" " + tokenizer.convert_ids_to_tokens(token) for completion in completions
+             for token in tokenizer.encode(completion, add_special_tokens=False)]
+    assert [html.unescape(span[5]).strip() for span in tokens] == [name.strip() for name in names]
+    left_out = Counter(name for name, flag in zip(names, ict, strict=True) if not flag)
     assert len(left_out) <= 10  # the line lists them all
     line = next(text for text in printed.splitlines() if text.startswith("ict leaves out most often: "))
     assert dict((token, int(count)) for token, count in re.findall(r"'([^']*)' x(\d+)", line)) == left_out
-    chosen = Counter(html.unescape(span[5]) for span, flag in zip(tokens, ict, strict=True) if flag)
+    chosen = Counter(name for name, flag in zip(names, ict, strict=True) if flag)
     line = next(text for text in printed.splitlines() if text.startswith("ict selects most often: "))
     assert dict((token, int(count)) for token, count in re.findall(r"'([^']*)' x(\d+)", line)) == chosen
     # no record says finished: no end token (the padding of the shorter ones ends nothing)
@@ -303,3 +308,34 @@ def test_samples_are_scored_after_the_system_prompt_they_were_sampled_after(tiny
     assert main(["inspect", "--model", str(tiny_model_dir), "--prompt", prompt, "--system-prompt", system,
                  "--n", "2", "--max-new-tokens", "4", "--html", str(page)]) == 0
     assert system in page.read_text().split("<div class='prompt'>")[1].split("</div>")[0]
+
+
+def test_the_top_token_lists_count_each_token_id_once_whatever_its_position(tiny_model_dir, tmp_path, capsys):
+    """A completion's first token is shown decoded with no token before it: under a decoder that
+    joins words with spaces (the tiny model's WordPiece, as SentencePiece's Metaspace) '7' there and
+    ' 7' after another token. The lists counted the shown strings, so one token id was listed twice
+    ("'7' x3, ' 7' x2"); they count each id once, named as the trainer's lists name it (after a
+    space). Reference: the ids of each completion (tokenizer.encode) against the page's ICT marks."""
+    from collections import Counter
+
+    from transformers import AutoTokenizer
+
+    prompt = "what is 1 + 2 ?"
+    completions = ["7 7 7 7 3", "7 7 3", "7 3 3 3", "3 7"]
+    samples = samples_file(tmp_path / "samples.jsonl", [{"prompt": prompt, "completion": c} for c in completions])
+    page = tmp_path / "view.html"
+    assert main(["inspect", "--model", str(tiny_model_dir), "--samples", str(samples), "--html", str(page)]) == 0
+    printed = capsys.readouterr().out
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    ids = [tokenizer.encode(completion, add_special_tokens=False) for completion in completions]
+    marks = [["ict" in classes.split() for classes in re.findall(r"<span class='tok([^']*)'", block)]
+             for block in page.read_text().split("<div class='prompt'>")[1:]]
+    assert [len(row) for row in marks] == [len(row) for row in ids] == [5, 3, 4, 2]
+    assert marks[0][0] is False or marks[2][0] is False  # some first token '7' is left out by ICT
+    for line_start, chosen in (("ict selects most often: ", True), ("ict leaves out most often: ", False)):
+        expected = Counter(" " + tokenizer.convert_ids_to_tokens(token) for row, flags in zip(ids, marks, strict=True)
+                           for token, flag in zip(row, flags, strict=True) if flag is chosen)
+        for text in (printed, html.unescape(page.read_text()).replace("<br>", "\n")):
+            line = next(item for item in text.splitlines() if item.startswith(line_start))
+            listed = re.findall(r"'([^']*)' x(\d+)", line)
+            assert len(listed) == len(expected) and {token: int(count) for token, count in listed} == expected, line

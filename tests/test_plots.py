@@ -333,3 +333,37 @@ def test_a_run_that_never_left_its_warm_up_has_no_line_at_its_end(tmp_path, save
     panels = [axis for axis in pooled.axes if axis.get_visible()]
     assert len(panels) == 2  # reward, entropy
     assert [[x for x, _, _ in _vertical_lines(axis)] for axis in panels] == [[2.5]] * len(panels)
+
+
+def _drawn_as_written(figure, text):
+    """Whether matplotlib draws ``text`` as its characters: as wide as the same string drawn with
+    mathtext off (two ``$`` otherwise start mathtext, which drops them and sets the rest in italics)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(figure).get_renderer()  # the figure is closed: a canvas of its own
+    plain = figure.text(0, 0, text.get_text(), fontsize=text.get_fontsize(), parse_math=False)
+    return text.get_window_extent(renderer).width == pytest.approx(plain.get_window_extent(renderer).width)
+
+
+def test_run_directories_and_methods_named_with_dollar_signs_are_named_as_written(tmp_path, saved_figures):
+    """matplotlib reads a label with two ``$`` as mathtext: a run directory named price_$5_or_$6 (a
+    legal name) failed the whole figure ("error: ... ParseSyntaxException", exit 2, no figure), and
+    a_$x$ showed as an italic x. The legend names each run as written; so do the learning curves'
+    legend and panel titles (method and benchmark names)."""
+    from ict.analysis.plots import plot_learning_curves
+
+    runs = [tmp_path / "price_$5_or_$6", tmp_path / "a_$x$"]
+    for index, run in enumerate(runs):
+        _write_run(run, [{"step": 1, "entropy": 2.0}])
+        assert main(["plot", str(run), "--out", str(tmp_path / f"{index}.png")]) == 0
+    for figure, run in zip(saved_figures, runs, strict=True):
+        (label,) = [text for text in figure.legends[0].get_texts() if text.get_text().endswith("(n=1)")]
+        assert label.get_text() == f"{run} (n=1)" and _drawn_as_written(figure, label)
+    rows = [{"method": "m_$x$", "seed": 0, "step": step, "benchmark": "b_$y$", "metric": "pass@1", "value": 0.5}
+            for step in (0, 5)]
+    assert plot_learning_curves(rows, tmp_path / "curves.png") is not None
+    figure = saved_figures[-1]
+    (legend,) = figure.legends[0].get_texts()
+    title = [axis.title for axis in figure.axes if axis.get_visible()][0]
+    assert (legend.get_text(), title.get_text()) == ("m_$x$", "pass@1: b_$y$")
+    assert _drawn_as_written(figure, legend) and _drawn_as_written(figure, title)

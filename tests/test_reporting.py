@@ -192,3 +192,21 @@ def test_the_curves_of_a_one_step_run_mark_their_points_on_an_integer_step_axis(
     plot_curves(tmp_path, [{"step": step, "reward_mean": 0.1 * step} for step in (1, 2, 3)])
     ((left, _),) = [figure.axes for figure in figures]
     assert left.get_lines()[0].get_marker() == "None"
+
+
+def test_the_summary_prints_listed_tokens_and_paths_as_written(tmp_path):
+    """The end-of-run summary went through rich's markup: a listed token ' [/' read as a closing tag
+    (MarkupError: the trained run ended in a traceback, its held-out and file lines unprinted), and
+    '[i]' as italics, printed as ''. Tokens of code and math; a run directory's '[' alike. Every
+    line is printed as written."""
+    run = tmp_path / "run[b]"
+    run.mkdir()
+    line = {"step": 1, "reward_mean": 0.5, "entropy": 1.0, "full_token_warmup": 0.0, "selected_fraction": 0.1,
+            "top_selected_tokens": [[" [/", 3], ["]", 2], ["[i]", 1]], "top_unselected_tokens": [["[bold red]x", 4]]}
+    (run / "metrics.jsonl").write_text(json.dumps(line) + "\n")
+    console = Console(record=True, width=300)
+    print_summary(console, run, {}, {}, run / "checkpoints" / "step-00000001")
+    text = console.export_text()
+    assert "  most often selected: ' [/' 3, ']' 2, '[i]' 1\n" in text
+    assert "  most often unselected: '[bold red]x' 4\n" in text
+    assert f"metrics: {run}/metrics.jsonl\n" in text and f"checkpoint: {run}/checkpoints/step-00000001\n" in text

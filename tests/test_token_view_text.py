@@ -28,7 +28,7 @@ def test_the_terminal_view_shows_control_characters_instead_of_sending_them():
     print_view(view, Console(file=buffer, force_terminal=False, width=200))
     out = buffer.getvalue()
     assert "\x1b" not in out and "\x07" not in out and "\\x09" not in out  # a tab is no control sequence
-    assert "#0: \\x1b[2J\\x1b]0;pwned\\x07\n" in out and "#1: a\n" in out  # newline (and tab) kept
+    assert "#0: \\x1b[2J\\x1b]0;pwned\\x07\n" in out and "#1: a\u21b5\n" in out  # newline (and tab) kept, after its mark
 
 
 def test_the_page_shows_carriage_returns_and_other_control_characters_as_the_terminal_does():
@@ -425,3 +425,59 @@ def test_a_completion_without_a_token_says_so_on_the_page_and_in_the_terminal():
     buffer = io.StringIO()  # the note is plain text, no token's colour
     print_view(view, Console(file=buffer, force_terminal=True, color_system="truecolor", width=300))
     assert "#1: (empty completion: no token to score)\n" in buffer.getvalue()
+
+
+def test_zero_width_format_characters_show_as_escapes_so_their_token_is_seen():
+    """A token of a zero-width format character (Unicode category Cf: U+200B zero-width space, U+200D
+    joiner, U+2060 word joiner, U+FEFF; tokens of byte-level vocabularies) was written raw: its span
+    had no width, so its colour and ICT's underline were invisible on the page (it is not CSS :empty)
+    and it took no cell in the terminal, although ICT had selected it. Like the bidirectional
+    controls (also Cf) they show as \\uNNNN (\\UNNNNNNNN above U+FFFF), on the page and in the
+    terminal; other characters are kept."""
+    import io
+
+    from rich.console import Console
+
+    from ict.analysis.token_view import TokenView, print_view, render_html
+
+    tokens = [" 7", "\u200b", " x\u00ad", "\u2060\ufeff", "\u200d", " \U000e0067", " é"]
+    expected = [" 7", "\\u200b", " x\\u00ad", "\\u2060\\ufeff", "\\u200d", " \\U000e0067", " é"]
+    view = TokenView(["p\u200b"], [tokens], [[0.1, 0.9, 0.2, 0.3, 0.4, 0.5, 0.6]],
+                     {"ict": [[False, True, False, False, False, False, False]]}, "js", 0.0, {}, {})
+    page = render_html(view)
+    shown = [html.unescape(text) for text in re.findall(r"<span class='tok[^']*'[^>]*>([^<]*)</span>", page)]
+    assert shown == expected
+    assert not any(char in page for char in "\u200b\u00ad\u2060\ufeff\u200d\U000e0067")
+    assert "#0: p\\u200b</div>" in page
+    plain = io.StringIO()
+    print_view(view, Console(file=plain, force_terminal=False, width=300))
+    assert "#0: " + "".join(expected) + "\n" in plain.getvalue()
+    assert "prompt: p\\u200b\n" in plain.getvalue()
+
+
+def test_the_terminal_marks_a_line_break_inside_a_token_as_the_page_does():
+    """A token holding a line break was appended as it is: a line break has no cell, so ICT's
+    underline and the token's colour left no trace (a selected "\\n\\n" token, frequent in reasoning
+    text, showed as an empty line). As on the page, U+21B5 stands before each line break, on the
+    token's colour with ICT's underline and bold, and the legend says so (only where one is shown)."""
+    import io
+
+    from rich.console import Console
+
+    from ict.analysis.token_view import TokenView, print_view
+
+    view = TokenView(["p"], [[" 7", "\n\n", " x"]], [[0.1, 0.9, 0.2]], {"ict": [[False, True, False]]}, "js", 0.0,
+                     {}, {})
+    buffer = io.StringIO()
+    print_view(view, Console(file=buffer, force_terminal=True, color_system="truecolor", width=300))
+    # the batch's maximum (0.9) is the reddest: rgb(255, 255 - 200, 255 - 200); bold (1), underline (4)
+    marks = re.findall(r"\x1b\[([0-9;]*)m\u21b5", buffer.getvalue())
+    assert marks == ["1;4;30;48;2;255;55;55", "1;4;30;48;2;255;55;55"]
+    plain = io.StringIO()
+    print_view(view, Console(file=plain, force_terminal=False, width=300))
+    assert "#0:  7\u21b5\n\u21b5\n x\n" in plain.getvalue()
+    assert "\u21b5: a line break inside a token." in plain.getvalue()
+    plain = io.StringIO()
+    print_view(TokenView(["p"], [[" 7", " x"]], [[0.1, 0.2]], {"ict": [[False, True]]}, "js", 0.0, {}, {}),
+               Console(file=plain, force_terminal=False, width=300))
+    assert "\u21b5" not in plain.getvalue()

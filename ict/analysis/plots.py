@@ -16,6 +16,7 @@ import os
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -178,8 +179,8 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
                 Line2D([], [], color="black", linestyle="--", label="selected tokens")]
     if warmed:
         handles.append(Line2D([], [], color="black", **WARMUP_LINE, label="end of the full-token warm-up"))
-    figure.legend(handles=handles, loc="lower center", ncol=legend_columns, fontsize=9,
-                  frameon=False)
+    _literal_texts(figure.legend(handles=handles, loc="lower center", ncol=legend_columns, fontsize=9,
+                                 frameon=False))
     figure.suptitle("Mean over the n runs of a label (line), min..max (band); at each step over the "
                     "runs that logged it")
     figure.tight_layout(rect=(0, legend_inches / height, 1, 1 - title_inches / height))
@@ -229,7 +230,7 @@ def plot_learning_curves(rows: list[dict], out: Path) -> Path | None:
                 axis.fill_between(steps, [min(by_step[s]) for s in steps],
                                   [max(by_step[s]) for s in steps], color=colour, alpha=0.15,
                                   linewidth=0)
-        axis.set_title(textwrap.fill(f"{metric}: {benchmark}", 52), fontsize=8)
+        axis.set_title(textwrap.fill(f"{metric}: {benchmark}", 52), fontsize=8, parse_math=False)
         axis.set_xlabel("training step (0 = untrained)")
         axis.set_ylabel(f"{metric} (%)")
         axis.grid(alpha=0.3)
@@ -239,8 +240,8 @@ def plot_learning_curves(rows: list[dict], out: Path) -> Path | None:
     for axis in axes.flat:
         for handle, label in zip(*axis.get_legend_handles_labels(), strict=True):
             legend.setdefault(label, handle)
-    figure.legend(list(legend.values()), list(legend), loc="lower center", ncol=min(len(methods), 3), fontsize=8,
-                  frameon=False)
+    _literal_texts(figure.legend(list(legend.values()), list(legend), loc="lower center",
+                                 ncol=min(len(methods), 3), fontsize=8, frameon=False))
     figure.suptitle("Held-out pass@k: mean over seeds (line), min..max (band)")
     figure.tight_layout(rect=(0, 0.5 / (3.8 * panel_rows + 0.6), 1, 0.95))
     out = Path(out)
@@ -248,6 +249,14 @@ def plot_learning_curves(rows: list[dict], out: Path) -> Path | None:
     figure.savefig(out, dpi=90, format="png")
     plt.close(figure)
     return out
+
+
+def _literal_texts(legend: Any) -> None:
+    """Draw a legend's labels as written: matplotlib reads a text with two ``$`` as mathtext, so a
+    run directory named ``price_$5_or_$6`` failed the whole figure ("ParseSyntaxException", exit 2)
+    and ``a_$x$`` showed as an italic x."""
+    for text in legend.get_texts():
+        text.set_parse_math(False)
 
 
 def _has(lines: list[dict], key: str) -> bool:

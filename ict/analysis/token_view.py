@@ -14,7 +14,6 @@ from __future__ import annotations
 import html
 import json
 import unicodedata
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,11 +35,12 @@ from ict.core.selectors import ICT_DEFAULT_REFERENCE
 from ict.core.stats import JS_REFERENCES, MIN_TEMPERATURE
 from ict.models.loading import OFFLINE_DEFAULT_MODEL
 from ict.models.rollout import ROLLOUT_TEMPERATURE, Rollout
-from ict.models.tokens import token_strings
+from ict.models.tokens import token_strings, token_text
 
 COLOR_SCORES = ("js", "entropy", "renyi2")
 NEWLINE_MARK = "\u21b5"
-"""shown before each line break of a token on the page (a newline token is otherwise invisible)"""
+"""shown before each line break of a token, on the page and in the terminal (a newline token is
+otherwise invisible)"""
 EMPTY_MARK = "\u25cc"
 """a token shown as '' (`token_strings`: a character's first bytes) in the terminal, where it
 would have no width, so neither its colour nor its ICT underline would show"""
@@ -147,12 +147,15 @@ class TokenView:
     score_name: str
     jaccard_ict_entropy20: float
     top_tokens: dict[str, list[tuple[str, int]]]
+    """per mark (ict, entropy20, stapo_silenced): its 10 most frequent tokens (string, count), counted
+    by token id (`ict.core.diagnostics.top_token_counts`: by count, then id)"""
     anatomy: dict[str, dict[str, float]]
     """per selection (ict, entropy20, stapo: the tokens each updates): ``ANATOMY_KEYS`` -> value"""
     figures: dict[str, dict[str, float]] = field(default_factory=dict)
     """per selection (as ``anatomy``): ``PAPER_FIGURE_KEYS`` -> value"""
     top_unselected: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
-    """per selection: its most frequent unselected response tokens (string, count)"""
+    """per selection: its most frequent unselected response tokens (string, count), counted by
+    token id and named as the trainer's top-token lists (`token_text`), as ``top_tokens``"""
     reference: str = ""
     """the JS reference of the ``js`` colour ('' for the entropies)"""
     seeds: list[int] = field(default_factory=list)
@@ -233,7 +236,7 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, *, temperature: float, 
     rollout's sampling `temperature` (the statistics' temperature). The view has no rewards:
     every completion counts as rewarded (advantage +1), so STAPO's marks are the tokens it would
     silence in a correct completion (it silences none of negative or zero advantage)."""
-    from ict.core.diagnostics import paper_figures, selection_anatomy
+    from ict.core.diagnostics import paper_figures, selection_anatomy, top_token_counts
     from ict.core.selectors import SelectionInputs, required_js_references, select
     from ict.core.stats import token_statistics
     from ict.models.forward import response_logits
@@ -264,28 +267,23 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, *, temperature: float, 
                                            selection.tie_decided)
         figures[label] = paper_figures(stats, batch.response_mask, selection.mask)  # knee: ICT's default
     # the tokens each selection leaves out (STAPO's are its silenced ones, shown below anyway)
-    unselected = {label: batch.response_mask.bool() & ~mask for label, mask in masks.items() if label != "stapo"}
+    left_out = [label for label in masks if label != "stapo"]
     # STAPO updates every token but the spurious ones: show the ones it silences
     masks[SILENCED] = batch.response_mask.bool() & ~masks.pop("stapo")
     score = {"js": stats.js_scores[reference], "entropy": stats.entropy,
              "renyi2": stats.renyi2}[color]
     tokens, scores = [], []
     selected: dict[str, list[list[bool]]] = {label: [] for label in masks}
-    counters: dict[str, Counter[str]] = {label: Counter() for label in masks}
-    left_out: dict[str, Counter[str]] = {label: Counter() for label in unselected}
     for row in range(batch.response_ids.shape[0]):
         length = int(batch.response_mask[row].sum())
-        ids = batch.response_ids[row, :length].tolist()
-        strings = token_strings(tokenizer, ids)
-        tokens.append(strings)
+        tokens.append(token_strings(tokenizer, batch.response_ids[row, :length].tolist()))
         scores.append(score[row, :length].tolist())
         for label, mask in masks.items():
-            flags = mask[row, :length].tolist()
-            selected[label].append(flags)
-            counters[label].update(s for s, flag in zip(strings, flags, strict=True) if flag and s)
-        for label, mask in unselected.items():
-            left_out[label].update(s for s, flag in zip(strings, mask[row, :length].tolist(), strict=True)
-                                   if flag and s)
+            selected[label].append(mask[row, :length].tolist())
+    # counted by token id, as the trainer's top-token lists (`top_token_counts`, `token_text`): by the
+    # string shown, a completion's first token, decoded with no token before it, lost its word-start
+    # space under a SentencePiece-style decoder, so one token was listed twice ('1' x2, ' 1' x2)
+    top = {label: top_token_counts(batch.response_ids, batch.response_mask, mask) for label, mask in masks.items()}
     a, b = masks["ict"], masks["entropy20"]
     union = int((a | b).sum())
     jaccard = int((a & b).sum()) / union if union else float("nan")
@@ -293,9 +291,15 @@ def build_view(model: Any, tokenizer: Any, rollout: Any, *, temperature: float, 
     seeds = [seed for seed in (rollout.seeds if isinstance(rollout, SamplesRollout) else [])
              for _ in range(rollout.num_samples)]
     return TokenView(prompts, tokens, scores, selected, color, jaccard,
-                     {label: counter.most_common(10) for label, counter in counters.items()},
-                     anatomy, figures, {label: counter.most_common(10) for label, counter in left_out.items()},
+                     {label: _named(tokenizer, counts["selected"]) for label, counts in top.items()}, anatomy,
+                     figures, {label: _named(tokenizer, top[label]["unselected"]) for label in left_out},
                      reference if color == "js" else "", seeds, rollout.num_samples)
+
+
+def _named(tokenizer: Any, counts: list[tuple[int, int]]) -> list[tuple[str, int]]:
+    """``(token id, count)`` pairs as ``(string, count)``: each id's string as the trainer's
+    top-token lists name it (`token_text`)."""
+    return [(token_text(tokenizer, token), count) for token, count in counts]
 
 
 def _range(view: TokenView) -> tuple[float, float]:
@@ -327,7 +331,8 @@ def render_html(view: TokenView, source: str = "") -> str:
     box, its colour and marks visible; each token a bidi isolate (the tokens in generation order,
     whatever their direction); lines broken inside words where a word is wider than the page (a
     long token, tokens with no space between them); a line break inside a token shown as NEWLINE_MARK, and
-    its other control characters as ``\\xNN`` and its bidirectional controls as ``\\uNNNN``
+    its other control characters as ``\\xNN`` and its format characters (bidirectional controls,
+    zero-width ones) as ``\\uNNNN``
     (`_visible`: an HTML parser turns a carriage return into a line break and drops a NUL; a
     right-to-left override mirrors the text after it).
     `source` (e.g. the model and the samples file) is printed under the heading; each prompt is
@@ -395,15 +400,23 @@ def _verb(label: str) -> str:
 def _visible(text: str) -> str:
     """`text` for a terminal or the page: control characters but newline and tab as ``\\xNN`` (a
     completion's ESC would otherwise reach the terminal as an escape sequence) and the invisible
-    bidirectional controls (:data:`BIDI_CONTROLS`) as ``\\uNNNN`` (a right-to-left override
-    token showed the rest of its completion mirrored: " 12 + 34 = 46" as "64 = 43 + 21")."""
+    format characters (Unicode's category Cf) as ``\\uNNNN`` (``\\UNNNNNNNN`` above U+FFFF): the
+    bidirectional controls (:data:`BIDI_CONTROLS`; a right-to-left override token showed the rest of
+    its completion mirrored: " 12 + 34 = 46" as "64 = 43 + 21") and the zero-width ones (a token
+    U+200B, zero-width space, had no width: its colour and ICT's mark were invisible)."""
     return "".join(f"\\x{ord(char):02x}" if unicodedata.category(char) == "Cc" and char not in "\n\t"
-                   else f"\\u{ord(char):04x}" if char in BIDI_CONTROLS else char for char in text)
+                   else _escape(char) if char in BIDI_CONTROLS or unicodedata.category(char) == "Cf" else char
+                   for char in text)
+
+
+def _escape(char: str) -> str:
+    """``\\uNNNN`` (``\\UNNNNNNNN`` above U+FFFF, as Python writes it)."""
+    return f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}"
 
 
 def print_view(view: TokenView, console: Any = None) -> None:
     """Terminal rendering with rich: background colour by score, ICT tokens underlined, a token
-    shown as '' as EMPTY_MARK, each completion labelled by `completion_labels`, each group's
+    shown as '' as EMPTY_MARK, a line break inside a token after NEWLINE_MARK, each completion labelled by `completion_labels`, each group's
     prompt (as the model saw it) above its first completion (`group_starts`), a completion with no
     token as EMPTY_COMPLETION, as on the page."""
     from rich.console import Console
@@ -412,9 +425,11 @@ def print_view(view: TokenView, console: Any = None) -> None:
     console = console or Console()
     low, high = _range(view)
     empty = any(token == "" for tokens in view.tokens for token in tokens)
+    breaks = any("\n" in token for tokens in view.tokens for token in tokens)
     console.print(colour_legend(view) + " Underlined: ICT." + (
         f" {EMPTY_MARK}: a token of a character's first bytes (the character shows on its last token)."
-        if empty else ""), markup=False, highlight=False, soft_wrap=True)
+        if empty else "") + (f" {NEWLINE_MARK}: a line break inside a token." if breaks else ""),
+        markup=False, highlight=False, soft_wrap=True)
     labels, starts = completion_labels(view), group_starts(view)
     for index, (prompt, tokens, scores) in enumerate(zip(view.prompts, view.tokens, view.scores,
                                                          strict=True)):
@@ -426,7 +441,9 @@ def print_view(view: TokenView, console: Any = None) -> None:
             style = f"black on rgb({red},{green},{blue})"
             if view.selected["ict"][index][position]:
                 style += " underline bold"
-            text.append(_visible(token) or EMPTY_MARK, style=style)
+            # a line break as NEWLINE_MARK before it, as on the page: a line break has no cell to colour or
+            # underline, so a selected newline token (frequent in reasoning text) left no trace
+            text.append((_visible(token) or EMPTY_MARK).replace("\n", NEWLINE_MARK + "\n"), style=style)
         console.print(text if tokens else text.append(EMPTY_COMPLETION))
     # soft_wrap: a line of the figures wraps as the terminal wraps it (rich's hard wrap at the console
     # width split a listed token from its count: "'a b' \nx3")

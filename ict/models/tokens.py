@@ -24,3 +24,19 @@ def token_strings(tokenizer: Any, ids: list[int]) -> list[str]:
         strings.append(text[len(before):] if text.startswith(before) else tokenizer.decode(ids[start:end]))
         context, start = start, end
     return strings
+
+
+def token_text(tokenizer: Any, token: int) -> str:
+    """A token id's string in the top-token lists (the trainer's and ict inspect's; the id as text
+    without a tokenizer): its text
+    decoded after itself (`token_strings` of ``[token, token]``, as ict
+    inspect shows it after the token before it): decoded alone, a SentencePiece decoder (Llama's,
+    Mistral's) drops a word-start space, so ``'▁the'`` and ``'the'`` both read 'the' and the run
+    summary and ict compare, which add the counts up by string, summed them as one. A token holding
+    part of a character's bytes decodes alone to U+FFFD, the same for every such token (SmolLM2's
+    first byte tokens of ' 😀', ' 日' and ' Ω' are all ' \ufffd'), so its string (decoded alone)
+    also names its id, ``' \ufffd (id 40303)'``."""
+    if tokenizer is None:
+        return str(token)
+    text = tokenizer.decode([token])
+    return f"{text} (id {token})" if "\ufffd" in text else token_strings(tokenizer, [token, token])[1]

@@ -250,31 +250,37 @@ def print_summary(console: Any, run_dir: Path, before: dict[str, Any], after: di
                   checkpoint: Path | None, after_warmup: dict[str, Any] | None = None,
                   phase: tuple[str, int, int] | None = None) -> None:
     """The end-of-run lines: reward and entropy sparklines, what was selected, the held-out
-    accuracy (before -> after the warm-up -> after, `phase_lines`) and where the files are."""
+    accuracy (before -> after the warm-up -> after, `phase_lines`) and where the files are; each
+    line as written, rich's markup off (a listed token '[/' read as a closing tag: MarkupError at the
+    end of a trained run; '[i]' as italics, its brackets gone; a run directory's '[' alike)."""
+
+    def say(text: str) -> None:
+        console.print(text, markup=False)
+
     metrics_path = run_dir / "metrics.jsonl"
     lines = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
     rewards = [line["reward_mean"] for line in lines]
     entropies = [line["entropy"] if line["entropy"] is not None else math.nan for line in lines]
     if rewards:
         window = min(10, max(1, len(rewards) // 2))
-        console.print(f"reward per step   {sparkline(rewards)}  (mean of the first {window} "
-                      f"steps {_window_mean(rewards[:window])} -> last {window} "
-                      f"{_window_mean(rewards[-window:])})")
-        console.print(f"entropy per step  {sparkline(entropies)}  (first {window} "
-                      f"{_window_mean(entropies[:window])} -> last {window} "
-                      f"{_window_mean(entropies[-window:])} nats)")
+        say(f"reward per step   {sparkline(rewards)}  (mean of the first {window} "
+            f"steps {_window_mean(rewards[:window])} -> last {window} "
+            f"{_window_mean(rewards[-window:])})")
+        say(f"entropy per step  {sparkline(entropies)}  (first {window} "
+            f"{_window_mean(entropies[:window])} -> last {window} "
+            f"{_window_mean(entropies[-window:])} nats)")
     for text in selection_summary(lines):
-        console.print(text)
+        say(text)
     plot = plot_curves(run_dir, lines)
     if plot is not None:
-        console.print(f"reward/entropy plot: {plot}")
+        say(f"reward/entropy plot: {plot}")
     if before and after:
         for text in phase_lines(before, after_warmup, after, phase):
-            console.print(text)
+            say(text)
     board = run_dir / "tensorboard"  # none with tensorboard: false
-    console.print(f"metrics: {metrics_path}" + (f"  tensorboard: {board}" if board.is_dir() else ""))
+    say(f"metrics: {metrics_path}" + (f"  tensorboard: {board}" if board.is_dir() else ""))
     if checkpoint is not None:
-        console.print(f"checkpoint: {checkpoint}")
+        say(f"checkpoint: {checkpoint}")
 
 
 def summed_top_tokens(lines: list[dict[str, Any]], k: int) -> dict[str, list[list[Any]]]:

@@ -19,7 +19,7 @@ from ict.core.diagnostics import (
     top_token_counts,
 )
 from ict.core.stats import TokenStatistics
-from ict.models.tokens import token_strings
+from ict.models.tokens import token_text
 from ict.training.config import TrainConfig
 from ict.training.step import BatchUpdates
 
@@ -57,21 +57,6 @@ def selection_diagnostics(updates: BatchUpdates, batch: Any, advantages: torch.T
     top = {TOP_TOKEN_KEYS[name]: [[token_text(tokenizer, token), count] for token, count in counts]
            for name, counts in top_token_counts(token_ids, response_mask, selected).items()}
     return {**diagnostics, **anatomy, **figures, **top}
-
-
-def token_text(tokenizer: Any, token: int) -> str:
-    """A token id's string in the top-token lists (the id as text without a tokenizer): its text
-    decoded after itself (`ict.models.tokens.token_strings` of ``[token, token]``, as ict
-    inspect shows it after the token before it): decoded alone, a SentencePiece decoder (Llama's,
-    Mistral's) drops a word-start space, so ``'▁the'`` and ``'the'`` both read 'the' and the run
-    summary and ict compare, which add the counts up by string, summed them as one. A token holding
-    part of a character's bytes decodes alone to U+FFFD, the same for every such token (SmolLM2's
-    first byte tokens of ' 😀', ' 日' and ' Ω' are all ' \ufffd'), so its string (decoded alone)
-    also names its id, ``' \ufffd (id 40303)'``."""
-    if tokenizer is None:
-        return str(token)
-    text = tokenizer.decode([token])
-    return f"{text} (id {token})" if "\ufffd" in text else token_strings(tokenizer, [token, token])[1]
 
 
 def reward_metrics(rewards: torch.Tensor, task: list[float]) -> dict[str, float]:
