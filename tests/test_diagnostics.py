@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ict.core.diagnostics import DIAGNOSTIC_KEYS, jaccard, token_diagnostics
+from ict.core.selector_registry import SelectionInputs, select
 from ict.core.selectors import ICT_DEFAULT_REFERENCE
 from ict.core.stats import TokenStatistics, token_statistics
 
@@ -70,10 +71,9 @@ def test_jaccard_with_the_reference_selections():
     top_entropy[entropy_order[:8]] = True  # ceil(0.2 * 40)
     out = token_diagnostics(stats, response, top_entropy.view(4, 10), torch.ones(4))
     assert out["jaccard_entropy20"] == 1.0
-    js_order = sorted(range(40), key=lambda i: (-float(stats.js_scores[ICT_DEFAULT_REFERENCE].flatten()[i]), i))
-    top_js = torch.zeros(40, dtype=torch.bool)
-    top_js[js_order[:4]] = True
-    expected = len(set(js_order[:4]) & set(entropy_order[:8])) / len(set(js_order[:4]) | set(entropy_order[:8]))
+    js = stats.js_scores[ICT_DEFAULT_REFERENCE]
+    top_js = {10 * row + max(range(10), key=lambda t: float(js[row, t])) for row in range(4)}  # ceil(0.1 * 10) each
+    expected = len(top_js & set(entropy_order[:8])) / len(top_js | set(entropy_order[:8]))
     assert out["jaccard_ict10"] == pytest.approx(expected)
     assert jaccard(torch.zeros(3, dtype=torch.bool), torch.zeros(3, dtype=torch.bool)) != jaccard(
         torch.ones(3, dtype=torch.bool), torch.ones(3, dtype=torch.bool))  # NaN vs 1.0
@@ -216,17 +216,34 @@ def test_a_selected_token_at_the_median_entropy_counts_as_low() -> None:
     assert paper_figures(stats, response, selected)["selected_high_low_entropy_ratio"] == 1.0
 
 
-def test_jaccard_ict10_compares_with_the_top_tenth_by_ict_score() -> None:
-    """``jaccard_ict10`` is the overlap with the top ``ceil(0.1 N)`` by the ICT score over the
-    step: 20 tokens with distinct scores 0..19, so the reference is the 2 highest (18, 19);
-    selecting exactly them gives 1, selecting the top 4 gives 2/4 (a top 20% would give 1)."""
+def test_jaccard_ict10_compares_with_ict_at_its_defaults_the_top_tenth_of_each_response() -> None:
+    """``jaccard_ict10`` is the overlap with ICT's default selection: the top ``ceil(0.1 L)`` of
+    each response by the ICT score. Two responses of 10 tokens with scores 0..9 and 10..19: the
+    reference is each one's highest (9 and 19), so selecting exactly them gives 1; the step's top
+    two (18, 19: a batch-wide top 10%) give 1/3, and the top four 1/5."""
     scores = torch.arange(20.0).view(2, 10)
     response = torch.ones(2, 10, dtype=torch.bool)
     stats = _stats_with(torch.ones(2, 10), torch.full((2, 10), 0.5), scores)
-    top2 = scores >= 18
-    top4 = scores >= 16
-    assert token_diagnostics(stats, response, top2, torch.ones(2))["jaccard_ict10"] == 1.0
-    assert token_diagnostics(stats, response, top4, torch.ones(2))["jaccard_ict10"] == 0.5
+    each_top = (scores == 9) | (scores == 19)
+    assert token_diagnostics(stats, response, each_top, torch.ones(2))["jaccard_ict10"] == 1.0
+    assert token_diagnostics(stats, response, scores >= 18, torch.ones(2))["jaccard_ict10"] == pytest.approx(1 / 3)
+    assert token_diagnostics(stats, response, scores >= 16, torch.ones(2))["jaccard_ict10"] == pytest.approx(1 / 5)
+
+
+def test_an_ict_run_at_its_defaults_logs_jaccard_ict10_of_one() -> None:
+    """What the registry's ``ict`` selector selects at its defaults is what ``jaccard_ict10``
+    compares with, on responses of unequal lengths (ceil(0.1 * 7) = 1, ceil(0.1 * 12) = 2)."""
+    generator = torch.Generator().manual_seed(3)
+    logits = torch.randn(4, 12, 9, generator=generator) * 2
+    tokens = torch.randint(0, 9, (4, 12), generator=generator)
+    response = torch.ones(4, 12, dtype=torch.bool)
+    response[1, 7:] = False
+    response[2, 11:] = False
+    stats = token_statistics(logits, tokens, response, temperature=1.0, js_references=(ICT_DEFAULT_REFERENCE,),
+                             group_ids=torch.tensor([0, 0, 1, 1]))
+    mask = select("ict", SelectionInputs(stats=stats, response_mask=response, group_ids=torch.tensor([0, 0, 1, 1]))).mask
+    assert mask.sum(dim=1).tolist() == [2, 1, 2, 2]
+    assert token_diagnostics(stats, response, mask, torch.ones(4))["jaccard_ict10"] == 1.0
 
 
 def test_selected_token_probability_and_entropy_ratio_by_hand():

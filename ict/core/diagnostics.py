@@ -12,9 +12,10 @@ micro-batches together), so they cost no extra pass over the vocabulary.
   median entropy of the step's response tokens (the paper reports about 0.5 for ICT: it is not
   an entropy filter).
 - ``jaccard_entropy20`` / ``jaccard_ict10``: Jaccard overlap ``|S & R| / |S | R|`` of the
-  method's selection ``S`` with what 20-Entropy (top 20% entropy over the step) and ICT (top 10%
-  by its default JS reference, ``ICT_DEFAULT_REFERENCE``, over the step) would select on the
-  same tokens (ties drawn with a generator seeded with 0).
+  method's selection ``S`` with what 20-Entropy (top 20% entropy over the step) and ICT at its
+  defaults (``ICT_PAPER_SELECTOR_OPTIONS``: the top 10% of each response, ``ceil(0.1 L)`` of its
+  ``L`` tokens, by ``ICT_DEFAULT_REFERENCE``) would select on the same tokens (ties drawn with a
+  generator seeded with 0), so an ICT run at its defaults logs 1.
 - ``selected_positive_advantage_fraction``: share of the selected tokens that lie in completions
   with positive advantage (the paper's A.3.4: high-JS tokens sit in positive-advantage
   completions although the score uses no reward).
@@ -78,7 +79,7 @@ import math
 import torch
 from torch import Tensor
 
-from ict.core.selectors import ICT_DEFAULT_REFERENCE, top_fraction_mask
+from ict.core.selectors import ICT_DEFAULT_REFERENCE, ICT_PAPER_SELECTOR_OPTIONS, top_fraction_mask
 from ict.core.stats import TokenStatistics, check_token_shapes, response_ends
 
 DIAGNOSTIC_KEYS = (
@@ -151,7 +152,9 @@ def token_diagnostics(
         out["jaccard_entropy20"] = jaccard(selected, top_fraction_mask(entropy, response, 0.2, "batch"))
         scores = stats.js_scores.get(ICT_DEFAULT_REFERENCE)
         if scores is not None:
-            out["jaccard_ict10"] = jaccard(selected, top_fraction_mask(scores, response, 0.1, "batch"))
+            ict = top_fraction_mask(scores, response, ICT_PAPER_SELECTOR_OPTIONS["ratio"],
+                                    ICT_PAPER_SELECTOR_OPTIONS["scope"])  # ICT's own default selection
+            out["jaccard_ict10"] = jaccard(selected, ict)
     return out
 
 
