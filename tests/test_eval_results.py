@@ -15,7 +15,7 @@ from eval_helpers import ScriptedGenerator, SeedScriptedGenerator, one_problem_e
 
 from ict.data.benchmarks import load_benchmark
 from ict.evaluation.evaluate import EvalConfig, evaluate
-from ict.evaluation.results import BenchmarkResult, EvalResult, write_results
+from ict.evaluation.results import BenchmarkResult, EvalResult, print_results_table, write_results
 
 
 def test_results_csv_has_each_metrics_std_over_seeds(tmp_path: Path):
@@ -224,3 +224,19 @@ def test_the_table_rounds_a_percent_as_its_results_csv_figure_not_its_binary_flo
                           per_seed={str(s): m for s, m in per_seed.items()}, std=std)
     two = EvalResult({**config, "seeds": [0, 1]}, [row], [], tmp_path, {})
     assert markdown_table(two).splitlines()[2].split(" | ")[3] == f"{expected(47)} ± 1.8"
+
+
+def test_the_printed_table_shows_model_benchmark_and_output_paths_as_written(tmp_path: Path, capsys):
+    """`ict eval`'s table and its last line went through rich's markup: an output directory
+    'out[/x]' (a closing tag that closes nothing) ended a finished evaluation in a MarkupError,
+    and a model 'm[b]' or a benchmark file 'set[i]' lost its brackets. Each is printed as written."""
+    output_dir = tmp_path / "out[/x]"
+    row = BenchmarkResult("set[i]", "custom", "", 3, 4, {"pass@1": 0.5})
+    config = {"seed": 0, "model": "m[b]", "num_samples": 4, "temperature": 1.0, "top_p": 1.0,
+              "max_new_tokens": 8}
+    timing = {"wall_seconds": 1.0, "generation_seconds": 0.5, "generated_tokens": 10, "grading_seconds": 0.1}
+    print_results_table(EvalResult(config, [row], [], output_dir, timing))
+    text = capsys.readouterr().out
+    assert "ict eval: m[b] (percent)" in text
+    assert "set[i]" in text and " 50.0 " in text
+    assert f"outputs in {output_dir}/ (" in " ".join(text.split())

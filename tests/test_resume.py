@@ -286,3 +286,31 @@ def test_a_resume_refuses_a_hub_dataset_that_gives_other_questions(tiny_model_di
     served["rows"] = rows
     train(tiny_config(tiny_model_dir, "someone/sums", run_dir, num_steps=2, resume=True), console=_quiet())
     assert latest_checkpoint(run_dir).name == "step-00000002"
+
+
+def test_a_run_directory_named_with_brackets_is_printed_as_written(tiny_model_dir, arithmetic_task, tmp_path,
+                                                                    one_thread):
+    """The console lines that name the run directory went through rich's markup: a directory
+    'a[/x]' (a closing tag that closes nothing) stopped `ict train` with a MarkupError before its
+    first step, and 'b[i]' printed as 'b'. A fresh run, a resume of it, and a resume that finds
+    no checkpoint name each directory as written."""
+    import io
+
+    from rich.console import Console
+
+    for name in ("a[/x]", "b[i]"):
+        run_dir = tmp_path / name
+        for resume in (False, True):
+            output = io.StringIO()
+            train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=1, resume=resume),
+                  console=Console(file=output, width=400))
+            text = output.getvalue()
+            assert f"run directory: {run_dir}  |" in text
+            if resume:
+                assert f"resumed from {run_dir}/checkpoints/step-00000001 (step 1)" in text
+        empty = tmp_path / "empty" / name
+        empty.mkdir(parents=True)
+        output = io.StringIO()
+        train(tiny_config(tiny_model_dir, arithmetic_task, empty, num_steps=1, resume=True),
+              console=Console(file=output, width=400))
+        assert f"no complete checkpoint in {empty}; starting fresh" in output.getvalue()

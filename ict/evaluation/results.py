@@ -244,19 +244,20 @@ def print_results_table(result: EvalResult) -> None:
     """Print the results table (rich) and where the files are."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     metrics = _metric_names(result)
     seeds = result.config.get("seeds") or [result.config.get("seed")]
     title = f"ict eval: {result.config['model']} (percent)"
     if len(seeds) > 1:
         title += f", mean ± std over seeds {','.join(map(str, seeds))}"
-    table = Table(title=title)
+    table = Table(title=Text(title))  # texts as written: a model path or benchmark name '[b]' is no style
     columns = ("benchmark", "group", "problems", *metrics)
     for column in columns:
         table.add_column(column, justify="left" if column in ("benchmark", "group") else "right")
     rows = display_rows(result)
     for cells, end_section in rows:
-        table.add_row(*cells, end_section=end_section)
+        table.add_row(*map(Text, cells), end_section=end_section)
     widths = [max(len(column), *(len(cells[i]) for cells, _ in rows)) for i, column in
               enumerate(columns)]
     needed = sum(widths) + 3 * len(columns) + 1
@@ -268,5 +269,5 @@ def print_results_table(result: EvalResult) -> None:
     console.print(
         f"wall {timing['wall_seconds']:.1f}s (generation {timing['generation_seconds']:.1f}s, "
         f"{int(timing['generated_tokens'])} tokens; grading {timing['grading_seconds']:.1f}s); "
-        f"outputs in {result.output_dir}/ ({SAMPLES_FILE}, {', '.join(RESULTS_FILES)})"
+        f"outputs in {result.output_dir}/ ({SAMPLES_FILE}, {', '.join(RESULTS_FILES)})", markup=False
     )

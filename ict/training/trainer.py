@@ -246,7 +246,7 @@ def _train_in(config: TrainConfig, console: Any, run_dir: Path,
     console.print(f"run directory: {run.run_dir}  |  method {config.method} ({run.method.selector} "
                   f"{run.method.options})  |  data: {run.data.description}  |  reward: "
                   f"{'+'.join(run.reward.names)}  |  device {next(run.model.parameters()).device}  |  "
-                  f"rollouts: {'vLLM' if run.backend is not None else 'Hugging Face generate'}")
+                  f"rollouts: {'vLLM' if run.backend is not None else 'Hugging Face generate'}", markup=False)
     warmup_note = full_token_warmup_note(config)
     if warmup_note:
         console.print(warmup_note)
@@ -356,7 +356,9 @@ def _resume(run: _Run) -> None:
     remove_leftovers(run.run_dir)  # what a kill mid-save or mid-delete left
     checkpoint = latest_checkpoint(run.run_dir)
     if checkpoint is None:
-        run.console.print(f"[yellow]no complete checkpoint in {run.run_dir}; starting fresh[/]")
+        from rich.markup import escape
+
+        run.console.print(f"[yellow]no complete checkpoint in {escape(str(run.run_dir))}; starting fresh[/]")
         return
     questions = run.trainer_state.get("questions")
     run.trainer_state = load_checkpoint(checkpoint, run.model, run.optimizer)
@@ -368,7 +370,7 @@ def _resume(run: _Run) -> None:
                          f"num_steps {run.config.num_steps}: give --num-steps {run.start_step} or more, "
                          "or start another --run-dir")
     run.last_checkpoint = checkpoint  # a run resumed at its end saves none: its result names this one
-    run.console.print(f"resumed from {checkpoint} (step {run.start_step})")
+    run.console.print(f"resumed from {checkpoint} (step {run.start_step})", markup=False)
 
 
 def _other_questions(run: _Run) -> str:
@@ -486,7 +488,7 @@ def _write_profile(run: _Run, profiler: StepProfiler, all_metrics: list[dict[str
         return
     heading, table = profile_heading(all_metrics, run.config), profiler.table(max(1, len(all_metrics)))
     (run.run_dir / "profile.md").write_text(f"{heading}\n\n{table}\n")
-    run.console.print(f"{heading}; also in {run.run_dir / 'profile.md'}:\n" + table)
+    run.console.print(f"{heading}; also in {run.run_dir / 'profile.md'}:\n" + table, markup=False)
 
 
 def _record_step(run: _Run, metrics: dict[str, Any], all_metrics: list[dict[str, Any]],
@@ -543,10 +545,11 @@ def _checkpoint_or_stop(run: _Run, step: int, stop: StopRequest, profiler: StepP
             "or other data needs a new run (a resumed run keeps its options)")
     if stop.requested and done and run.data.eval:  # a scheduler's SIGKILL may follow its SIGTERM
         run.console.print(f"stop requested in the last step: {run.last_checkpoint} holds it; the evaluation "
-                          f"after training follows (if it is killed, {run.continue_with} to finish it)")
+                          f"after training follows (if it is killed, {run.continue_with} to finish it)",
+                          markup=False)
     if stop.requested and not done:
         if not saved:  # the signal came after the decision above (between any two bytecodes)
             checkpoint()
         run.console.print(f"stopped after step {step + 1}: {run.last_checkpoint}; to continue, "
-                          f"{run.continue_with}")
+                          f"{run.continue_with}", markup=False)
         raise KeyboardInterrupt
