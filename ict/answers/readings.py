@@ -95,6 +95,9 @@ _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")
 # a box holding only a number, optionally in parentheses, in a text wrapper: \boxed{\textbf{(073)}}
 _BOXED_TEXT_NUMBER = re.compile(rf"(\\boxed\s*\{{\s*){LATEX_WRAPPER}\s*(\(?\d+(?:\.\d+)?\)?)\s*\}}(\s*\}})")
 _BOXED_OPEN = re.compile(r"\\boxed\s*\{")
+# a full stop that ends a box's content after something other than a point or a backslash: the
+# "." of \boxed{3.} (see `drop_boxed_full_stop`)
+_FULL_STOP_AT_END = re.compile(r"(?<=[^\s.\\])\s*\.\s*$")
 # a subscript in a text wrapper: v_{\text{max}}, v_\text{max}, \lambda_{\mathrm {red}} (see
 # `plain_subscript_text`)
 _SUBSCRIPT_TEXT = re.compile(rf"_\s*(\{{\s*)?{LATEX_WRAPPER}([^{{}}]*)\}}(?(1)\s*\}})")
@@ -313,6 +316,24 @@ def plain_subscript_text(text: str) -> str:
     return _SUBSCRIPT_TEXT.sub(lambda match: "_{" + "".join(match[2].split()) + "}", text)
 
 
+def drop_boxed_full_stop(text: str) -> str:
+    """``text`` with a sentence's full stop written at the end of a box's content dropped:
+    ``\\boxed{3.}`` -> ``\\boxed{3}``, ``\\boxed{\\frac{1}{2}.}`` -> ``\\boxed{\\frac{1}{2}}``, ``\\boxed{x
+    = 3. }`` -> ``\\boxed{x = 3}``; math-verify's LaTeX parser reads no number in ``3.`` (``\\boxed{3.}``
+    was wrong for the gold 3). Not an ellipsis (``\\boxed{1, 2, ...}``), an escaped ``\\.`` or a box
+    that is only the point; a box that does not close (`_balanced_group`) is left as it is."""
+    pieces, done = [], 0
+    for found in _BOXED_OPEN.finditer(text):
+        content = _balanced_group(text, found.end() - 1) if found.start() >= done else None
+        if content is None:
+            continue
+        kept = _FULL_STOP_AT_END.sub("", content)
+        if kept != content:
+            pieces += [text[done:found.end()], kept, "}"]
+            done = found.end() + len(content) + 1
+    return "".join(pieces) + text[done:]
+
+
 def unwrap_boxed_text_number(text: str) -> str:
     """``text`` with a number in a text wrapper inside a box unwrapped: ``\\boxed{\\textbf{(073)}}``
     (AoPS's AIME answers) -> ``\\boxed{(073)}``, ``\\boxed{\\text{073}}`` -> ``\\boxed{073}``, both 73;
@@ -348,7 +369,8 @@ def completion_readings(completion: str) -> list[str]:
     signs dropped (`_unpercent_boxed_alternatives`): the ``<answer>`` tag's
     (`tag_answer_readings`), then the ``####`` line's
     (`hash_answer_readings`), scientific notation expanded, the anchored plain-text answer's
-    (`anchor_answer_readings`), a boxed number in a text wrapper unwrapped, and the boxed
+    (`anchor_answer_readings`), a box's closing full stop dropped (`drop_boxed_full_stop`), a
+    boxed number in a text wrapper unwrapped, and the boxed
     percent's (`_boxed_percent_readings`); in each, long runs of whitespace are cut
     (`_shortened_whitespace`)."""
     spelt = _unpercent_boxed_alternatives(plain_subscript_text(spell_logical_or(completion)))
@@ -356,4 +378,5 @@ def completion_readings(completion: str) -> list[str]:
             for marked in hash_answer_readings(tagged)
             for anchored in anchor_answer_readings(expand_scientific(marked))
             for percent in map(_shortened_whitespace,
-                               _boxed_percent_readings(unwrap_boxed_text_number(anchored)))]
+                               _boxed_percent_readings(
+                                   unwrap_boxed_text_number(drop_boxed_full_stop(anchored))))]
