@@ -41,3 +41,57 @@ def test_drop_boxed_full_stop(text, expected):
     from ict.answers.readings import drop_boxed_full_stop
 
     assert drop_boxed_full_stop(text) == (text if expected is None else expected)
+
+
+_MINERVA_MEAN = "\\frac{1}{3} E_{1}+\\frac{2}{3} E_{2}"  # Minerva Math's golds (minerva_math.jsonl)
+_MINERVA_PAIR = "E_{1},E_{2}"
+_MINERVA_LEVELS = "\\hbar \\omega(v+1 / 2)-\\frac{E_{0}^{2} e^{2}}{2 m \\omega^{2}}"
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # renderings of the golds: math-verify parsed no E_{1}, so only the gold's own string matched
+    ("\\boxed{\\frac{E_{1}+2E_{2}}{3}}", _MINERVA_MEAN, True),
+    ("\\boxed{\\frac{E_1 + 2 E_2}{3}}", _MINERVA_MEAN, True),
+    ("\\boxed{E_1, E_2}", _MINERVA_PAIR, True),
+    ("\\boxed{E_{2},E_{1}}", _MINERVA_PAIR, True),
+    ("\\boxed{\\hbar \\omega\\left(v+\\frac{1}{2}\\right)-\\frac{e^{2} E_{0}^{2}}{2 m \\omega^{2}}}",
+     _MINERVA_LEVELS, True),
+    ("\\boxed{\\mathrm{E}_1}", "E_{1}", True),  # math-verify cut \mathrm{ (as \text{) to the end
+    ("\\boxed{I_{0}}", "I_{0}", True),
+    ("\\boxed{E_{1} = 13.6}", "13.6", True),  # anchored: no answer
+    # wrong answers: the gold with E_{0}^{2} parsed as a stray 2 (any 2 was right in the
+    # lenient extraction), I's subscript was dropped (I_{0} equalled I_{1} and i)
+    ("\\boxed{\\frac{2}{3} E_{1}+\\frac{1}{3} E_{2}}", _MINERVA_MEAN, False),
+    ("\\boxed{e}", _MINERVA_MEAN, False),
+    ("\\boxed{E_{1}}", _MINERVA_PAIR, False),
+    ("\\boxed{E_{3},E_{4}}", _MINERVA_PAIR, False),
+    ("\\boxed{2}", _MINERVA_LEVELS, False),
+    ("\\boxed{\\hbar \\omega(v+1 / 2)-\\frac{E_{1}^{2} e^{2}}{2 m \\omega^{2}}}", _MINERVA_LEVELS, False),
+    ("\\boxed{\\frac{I_{0}}{2}}", "\\frac{I_{1}}{2}", False),
+    ("\\boxed{I_{1}}", "i", False),
+    ("\\boxed{E_{1} = 13.6}", "13.7", False),
+    # Euler's number and the imaginary unit with no subscript are as they were
+    ("\\boxed{2e}", "2e", True),
+    ("\\boxed{E}", "e", True),
+    ("\\boxed{e^{2}}", "e^2", True),
+    ("\\boxed{i}", "i", True),
+])
+def test_a_subscripted_e_or_i_is_a_symbol(verifier, completion, gold, expected):
+    """math-verify's LaTeX parser reads E and e as Euler's number and I as the imaginary unit: it
+    failed on ``E_{1}`` and dropped the subscript of ``I_{0}`` (`plain_subscripted_constants`)."""
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("E_{1}+2E_{2}", "\\mathsf{E}_{1}+2\\mathsf{E}_{2}"),
+    ("\\frac{e_n}{I _0}", "\\frac{\\mathsf{e}_n}{\\mathsf{I} _0}"),
+    ("\\mathrm{E}_1 + \\mathcal{ I }_2", "\\mathsf{E}_1 + \\mathsf{I}_2"),
+    # left alone: no subscript, a piece of a word or a command, another letter
+    ("e^{2} + E + I", None),
+    ("NONE_1 + \\Xi_1 + \\hat{x}_1", None),
+    ("x_{1}", None),
+])
+def test_plain_subscripted_constants(text, expected):
+    from ict.answers.readings import plain_subscripted_constants
+
+    assert plain_subscripted_constants(text) == (text if expected is None else expected)

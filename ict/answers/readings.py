@@ -101,6 +101,12 @@ _FULL_STOP_AT_END = re.compile(r"(?<=[^\s.\\])\s*\.\s*$")
 # a subscript in a text wrapper: v_{\text{max}}, v_\text{max}, \lambda_{\mathrm {red}} (see
 # `plain_subscript_text`)
 _SUBSCRIPT_TEXT = re.compile(rf"_\s*(\{{\s*)?{LATEX_WRAPPER}([^{{}}]*)\}}(?(1)\s*\}})")
+# a subscripted E, e or I that is no piece of a word or a command (a digit may come before: 2E_2), or
+# one in a font command's braces: E_{1}, e_n, I_{0}, \mathrm{E}_1, \mathcal{E}_{0} (see
+# `plain_subscripted_constants`)
+_SUBSCRIPTED_CONSTANT = re.compile(
+    r"(?:\\(?:math(?:rm|it|bf|sf|tt|cal|bb|scr|frak)|text(?:rm|it|bf|sf)?|boldsymbol|bm)\s*\{\s*([EeI])\s*\}"
+    r"|(?<!\\)(?<![^\W\d])([EeI]))(?=\s*_)")
 # a run of whitespace longer than any window of math-verify's patterns (".{0,100}", then a space):
 # its patterns are quadratic in a run after a number ("The answer is 42" and 19,000 spaces took 20
 # s to parse: a "timeout"); cut to `_WHITESPACE_KEPT` characters (see `_shortened_whitespace`)
@@ -292,7 +298,7 @@ def gold_reading(gold: str) -> str:
     alternatives holding a percent sign written as `_alternatives` writes them (``25\\%, 50\\%`` ->
     ``25 \\text{ or } 50``, {25, 50}: math-verify read it as its last element, 50), wrapped in
     ``$...$`` (a bare ``1 - \\sqrt{2}`` parses as 1)."""
-    value = plain_subscript_text(spell_logical_or(expand_scientific(gold)))
+    value = plain_subscripted_constants(plain_subscript_text(spell_logical_or(expand_scientific(gold))))
     listed = _alternatives(value, _PERCENT_LIST) if "%" in value else None
     return f"${value if listed is None else listed}$"
 
@@ -314,6 +320,19 @@ def plain_subscript_text(text: str) -> str:
     then a subscript in math reads as a plain one does: ``The answer is 20 m/s for $v_{\\text{max}}$``
     is ``v_{max}``, not 20."""
     return _SUBSCRIPT_TEXT.sub(lambda match: "_{" + "".join(match[2].split()) + "}", text)
+
+
+def plain_subscripted_constants(text: str) -> str:
+    """``text`` with each subscripted ``E``, ``e`` or ``I``, bare or in a font command
+    (`_SUBSCRIPTED_CONSTANT`), written ``\\mathsf{E}_{1}``, a symbol, in the gold and the completion
+    alike: math-verify's LaTeX parser reads ``E`` and ``e`` as Euler's number and fails on ``E_{1}`` (Minerva's gold ``\\frac{1}{3}
+    E_{1}+\\frac{2}{3} E_{2}`` matched no rendering but itself, and its gold with ``E_{0}^{2}``
+    parsed as a stray 2 that any 2 matched), and reads ``I`` as the imaginary unit, its subscript
+    dropped (``I_{1}`` equalled ``I_{0}`` and ``i``). Not ``\\mathrm``: math-verify writes it
+    ``\\text`` and strips a "unit" from there to the end. The parser writes every symbol in lower case
+    (``X_1`` is ``x_1``), so ``E_1`` and ``e_1`` are one symbol, as are ``\\mathsf{E}_1`` and
+    ``\\mathcal{E}_1``."""
+    return _SUBSCRIPTED_CONSTANT.sub(lambda match: f"\\mathsf{{{match[1] or match[2]}}}", text)
 
 
 def drop_boxed_full_stop(text: str) -> str:
@@ -365,7 +384,8 @@ def _shortened_whitespace(text: str) -> str:
 def completion_readings(completion: str) -> list[str]:
     """The readings of ``completion`` for math-verify to parse in turn (the first that matches the
     gold wins), ``\\lor`` and ``\\vee`` spelt out (`spell_logical_or`), subscripts in text wrappers
-    written plain (`plain_subscript_text`) and a boxed hedge's or list's percent
+    written plain (`plain_subscript_text`), a subscripted E, e or I a symbol
+    (`plain_subscripted_constants`) and a boxed hedge's or list's percent
     signs dropped (`_unpercent_boxed_alternatives`): the ``<answer>`` tag's
     (`tag_answer_readings`), then the ``####`` line's
     (`hash_answer_readings`), scientific notation expanded, the anchored plain-text answer's
@@ -373,7 +393,8 @@ def completion_readings(completion: str) -> list[str]:
     boxed number in a text wrapper unwrapped, and the boxed
     percent's (`_boxed_percent_readings`); in each, long runs of whitespace are cut
     (`_shortened_whitespace`)."""
-    spelt = _unpercent_boxed_alternatives(plain_subscript_text(spell_logical_or(completion)))
+    spelt = _unpercent_boxed_alternatives(
+        plain_subscripted_constants(plain_subscript_text(spell_logical_or(completion))))
     return [percent for tagged in tag_answer_readings(spelt)
             for marked in hash_answer_readings(tagged)
             for anchored in anchor_answer_readings(expand_scientific(marked))
