@@ -244,3 +244,22 @@ def test_a_boxed_number_is_right_exactly_when_it_is_the_gold(gold, offset, befor
     verdicts = grade_batch([(problem, before + wrap % gold), (problem, before + wrap % other_text)],
                            GradingRules(math_extraction=extraction))
     assert [verdict.correct for verdict in verdicts] == [True, False]
+
+
+@pytest.mark.parametrize(("choices", "completion", "expected"), [
+    (["687", "$687$", "1,493", "1,695"], "\\boxed{B}", True),
+    (["$687$", " \\(687\\) ", "1,493", "1,695"], "The answer is B.", True),
+    (["$687$", "687.", "1,493", "1,695"], "\\boxed{B}", False),  # "687." is no math: as before
+    (["$687$", "$688$", "1,493", "1,695"], "\\boxed{B}", False),
+    (["$687$", "687", "1,493", "1,695"], "\\boxed{C}", False),
+])
+def test_an_option_in_math_delimiters_is_worded_as_the_same_option_without(choices, completion,
+                                                                            expected):
+    """``$687$`` and ``687`` name one answer (gold A): B was graded wrong, and in maj@n A and B
+    voted apart (`vote_key`)."""
+    from ict.answers.grading import vote_key
+
+    problem = Problem("q", "A", "choice", choices=choices)
+    verdict = grade(problem, completion)
+    assert verdict.correct is expected
+    assert (vote_key(problem, verdict.extracted) == vote_key(problem, "A")) is expected
