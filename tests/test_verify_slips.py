@@ -95,3 +95,37 @@ def test_plain_subscripted_constants(text, expected):
     from ict.answers.readings import plain_subscripted_constants
 
     assert plain_subscripted_constants(text) == (text if expected is None else expected)
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # math-verify read the rightmost formula after the anchor: v_{max}, x = 2, n
+    ("The answer is 20 m/s for $v_{\\text{max}}$", "20", True),
+    ("so the answer is 5 when $x = 2$.", "5", True),
+    ("so the answer is 5 when $x = 2$.", "2", False),  # was right: a false positive
+    ("Final answer: 12 cm when $r = 3$", "12", True),
+    ("The answer is 1/2 if $n$ is even.", "\\frac{1}{2}", True),
+    # as before: arithmetic with the formula
+    ("The answer is 2 times $\\pi$.", "2", False),
+    ("The answer is 3 over $\\sqrt{2}$.", "3", False),
+    ("The answer is 20 m/s.", "20", True),
+])
+def test_an_anchored_number_before_a_condition_in_math_is_the_answer(verifier, completion, gold,
+                                                                      expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    ("The answer is 20 m/s for $v_{max}$.", "The answer is \\boxed{20}"),
+    ("Answer: -3.5 if $n$ is odd", "Answer: \\boxed{-3.5}"),
+    ("The answer is 7 in \\(\\mathbb{Z}_9\\).", "The answer is \\boxed{7}"),
+    # left alone: arithmetic, no math in the condition, a condition past a comma, no condition word
+    ("The answer is 2 times $\\pi$.", None),
+    ("The answer is 4 squared when $x = 2$.", None),
+    ("The answer is 5 when x is 2.", None),
+    ("The answer is 10 for each of the $4$ boxes, so $40$.", None),
+    ("The answer is 2 $\\pi$.", None),
+])
+def test_anchor_answer_readings_boxes_the_number_before_a_condition(completion, expected):
+    from ict.answers.readings import anchor_answer_readings
+
+    assert anchor_answer_readings(completion) == [completion if expected is None else expected]

@@ -41,6 +41,14 @@ _NUMBER_AND_UNIT = re.compile(
 _JOINED = re.compile(r"\b(?:or|and)\b")  # "or"/"and": joined to a later number when a digit follows it
 # the last line's answer anchor: "The answer is X", "Final answer: X", "**Final Answer:** X"
 _ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*:?|:)\**[ \t]*")
+# an anchored plain number, an optional unit, then a condition holding math: "20 m/s for
+# $v_{max}$", "5 when $x = 2$", "1/2 if $n$ is even" (math-verify read the rightmost formula, v_{max},
+# x = 2 or n; see `anchor_answer_readings`); not arithmetic, "2 times $\pi$", "3 over $\sqrt{2}$",
+# nor a condition that goes on past a comma or semicolon ("10 for each of $4$ boxes, so $40$")
+_ARITHMETIC_WORD = r"(?i:times|over|plus|minus|divided|multiplied|and|or|of|to|than|squared|cubed|root)\b"
+_NUMBER_BEFORE_CONDITION = re.compile(
+    rf"({_NUMBER})(?:\s+(?!{_ARITHMETIC_WORD})[^\W\d_]+(?:[/^][^\W_]+)*)?"
+    r"\s+(?i:for|when|if|where|at|with|given|in|on)\s(?=[^,;]*$)(?=.*?(?:(?<!\\)\$|\\\())")
 # what math-verify misreads in plain text: LaTeX markup, a tuple or an interval, a list, algebra (a
 # one-letter symbol after a digit, or a letter next to + - = or a bracket: 2n-2, 6 - 5i, 2ab+1,
 # f(x)=x+1, p - q, read as 2, 6, 2 or none; not "5 m", "20 m/s" or "2nd", read as the number; a
@@ -193,7 +201,10 @@ def anchor_answer_readings(completion: str) -> list[str]:
     hedge rewarded), an ``either`` before them dropped; a range X ``between 3 and 4`` or ``from 3
     to 4`` (words after it too) is boxed as ``3 \\text{ to } 4`` (math-verify: the product
     ``3 to 4``, equal to no number; it read 3); an alternative must close its brackets
-    (``3 (or 4`` is none; ``3 (or 4)`` is two); a comma left before X's end (``8,.``) is dropped."""
+    (``3 (or 4`` is none; ``3 (or 4)`` is two); a comma left before X's end (``8,.``) is dropped.
+    A plain number, an optional unit, then a condition holding math (X ``20 m/s for
+    $v_{max}$``, ``5 when $x = 2$``: `_NUMBER_BEFORE_CONDITION`) has the number boxed: math-verify
+    read the condition's formula (v_{max}; x = 2, right for a gold 2)."""
     if any(command in completion for command in BOXED_COMMANDS):
         return [completion]
     text = completion.rstrip()
@@ -206,6 +217,8 @@ def anchor_answer_readings(completion: str) -> list[str]:
         value = alternatives  # the alternatives, not the first (3 or 4)
     elif (bounds := _range(value)) is not None:  # a range, not its first number
         value = bounds
+    elif (number := _NUMBER_BEFORE_CONDITION.match(value)) is not None:
+        value = number[1]  # the number, not the condition's formula
     elif (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value)
             or _has_word(value)):
         return [completion]
@@ -316,9 +329,7 @@ def plain_subscript_text(text: str) -> str:
     gold and the completion alike. math-verify strips a unit from ``\\text{`` to the end of an
     answer, so ``\\boxed{v_{\\text{total}} = \\frac{1}{2}}`` read as ``v_{`` (wrong for the gold
     1/2; math-verify parses ``E_{total} = \\frac{1}{2}`` as nothing), and Minerva's gold
-    ``\\lambda_{\\text {red}} / \\sqrt{2}`` matched no rendering but itself. An answer after an anchor
-    then a subscript in math reads as a plain one does: ``The answer is 20 m/s for $v_{\\text{max}}$``
-    is ``v_{max}``, not 20."""
+    ``\\lambda_{\\text {red}} / \\sqrt{2}`` matched no rendering but itself."""
     return _SUBSCRIPT_TEXT.sub(lambda match: "_{" + "".join(match[2].split()) + "}", text)
 
 
