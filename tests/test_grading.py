@@ -263,3 +263,29 @@ def test_an_option_in_math_delimiters_is_worded_as_the_same_option_without(choic
     verdict = grade(problem, completion)
     assert verdict.correct is expected
     assert (vote_key(problem, verdict.extracted) == vote_key(problem, "A")) is expected
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    # hedges: two options, none committed to (A was read, right for a gold A)
+    ("The answer is A, or maybe B.", None),
+    ("The answer is (A) or possibly (B)", None),
+    ("The answer is A and/or B.", None),
+    ("The answer is A (or B).", None),
+    ("\\boxed{A} or \\boxed{B}", None),
+    ("so \\boxed{A}, \\boxed{C}.", None),
+    ("\\boxed{(A)} or maybe \\boxed{B}", None),
+    # still one option: a reason, a repeated box, boxes not joined
+    ("The answer is A (not B).", "A"),
+    ("The answer is A, because B is too small.", "A"),
+    ("\\boxed{A} or \\boxed{A}", "A"),
+    ("First \\boxed{B}. On reflection the answer is \\boxed{A}", "A"),
+    ("The answer is A (maybe).", "A"),
+])
+def test_a_hedged_option_commits_to_none(completion, expected):
+    """"The answer is A, or maybe B" names two options as "A or B" does (`extract_choice_letter`'s
+    rule 2, `_HEDGE`), and so do two boxes joined by "or" or a comma (math-verify reads ``\\boxed{3}
+    or \\boxed{4}`` as both numbers): a hedge is graded wrong, whichever the gold."""
+    problem = Problem("q", "A", "choice", choices=["1", "2", "3", "4"])
+    verdict = grade(problem, completion)
+    assert verdict.extracted == expected
+    assert verdict.correct is (expected == "A")
