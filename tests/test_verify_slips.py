@@ -1,6 +1,7 @@
 """Slips of a model's writing that the math check read wrong: a full stop inside a box
 (``\\boxed{3.}``), Euler's ``e`` and the imaginary ``I`` with a subscript (``E_{1}``, ``I_{0}``), and
-an anchored number followed by a condition in math (``The answer is 20 m/s for $v_{max}$``).
+an anchored number followed by a condition in math (``The answer is 20 m/s for $v_{max}$``), and a
+spaced sign, a plain-text root or a ratio after an anchor (``- 5``, ``2√3``, ``2:30``).
 Hand-worked golds; both extractions unless said."""
 
 from __future__ import annotations
@@ -129,3 +130,23 @@ def test_anchor_answer_readings_boxes_the_number_before_a_condition(completion, 
     from ict.answers.readings import anchor_answer_readings
 
     assert anchor_answer_readings(completion) == [completion if expected is None else expected]
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # math-verify read each as a piece of it, in plain text after an anchor
+    ("The answer is - 5.", "5", False),  # read 5
+    ("The answer is - 5.", "-5", True),
+    ("The answer is 2\u221a3.", "2", False),  # read 2
+    ("The answer is 2\u221a3.", "2\\sqrt{3}", True),
+    ("The answer is 2 sqrt(3).", "2", False),  # read 2
+    ("The answer is 2 sqrt(3).", "2\\sqrt{3}", True),
+    ("Final answer: sqrt(2)", "\\sqrt{2}", True),  # read none
+    ("The answer is 2:30.", "2", False),  # read 2
+    ("The answer is 3:1.", "3", True),  # the ratio 3:1 is 3, as in a box
+    # as before
+    ("The answer is -5.", "-5", True),
+    ("The answer is 5.", "-5", False),
+])
+def test_a_spaced_sign_a_plain_root_and_a_ratio_after_an_anchor_are_read_whole(
+        verifier, completion, gold, expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)

@@ -55,7 +55,11 @@ _NUMBER_BEFORE_CONDITION = re.compile(
 # plain word is refused below)
 _LETTER = r"[^\W\d_](?![^\W\d_])"
 _PLAIN_TEXT_MISREAD = re.compile(
-    rf"[\\^_{{,]|^[(\[]|\d{_LETTER}|{_LETTER}\s*[-+=()]|[-+=()]\s*{_LETTER}")
+    rf"[\\^_{{,]|^[(\[]|\d{_LETTER}|{_LETTER}\s*[-+=()]|[-+=()]\s*{_LETTER}|\d\s*:\s*\d")
+# ... and a ratio or a time, 2:30 (read as 2); a sign spaced from its number, "- 5" (read as 5), and
+# a root in plain text, "2√3" and "2 sqrt(3)" (read as 2), are written out (-5, 2\sqrt{3}) and boxed
+_SPACED_SIGN = re.compile(r"^[-\u2212]\s+(?=\d)")
+_PLAIN_ROOT = re.compile(r"(?<![\\\w])sqrt\s*\(([^()]*)\)|\u221a\s*(\d+(?:\.\d+)?|[^\W\d_]\b)")
 # alternatives: "3 or 4", "3, or 4", "3 \text{ or } 4" ("\lor" and "\vee" are spelt so first), a
 # hedge "3 or maybe 4", "3 and/or 4"; a pair "3 and 4", "3, and 4", "3 \text{ and } 4" (math-verify
 # reads \boxed{3 \text{ and } 4} as {3, 4})
@@ -204,7 +208,9 @@ def anchor_answer_readings(completion: str) -> list[str]:
     (``3 (or 4`` is none; ``3 (or 4)`` is two); a comma left before X's end (``8,.``) is dropped.
     A plain number, an optional unit, then a condition holding math (X ``20 m/s for
     $v_{max}$``, ``5 when $x = 2$``: `_NUMBER_BEFORE_CONDITION`) has the number boxed: math-verify
-    read the condition's formula (v_{max}; x = 2, right for a gold 2)."""
+    read the condition's formula (v_{max}; x = 2, right for a gold 2). A sign spaced from its number
+    (``- 5``) and a plain-text root (``2√3``, ``2 sqrt(3)``) are written out and boxed (``-5``,
+    ``2\\sqrt{3}``), as is a ratio or a time (``2:30``): math-verify read 5, 2 and 2."""
     if any(command in completion for command in BOXED_COMMANDS):
         return [completion]
     text = completion.rstrip()
@@ -213,7 +219,11 @@ def anchor_answer_readings(completion: str) -> list[str]:
         return [completion]
     # a comma left dangling before the end ("8,.") ends no list
     value = text[anchors[-1].end():].strip().strip("*").removesuffix(".").strip().rstrip(",").rstrip()
-    if (alternatives := _alternatives(value)) is not None:
+    # "- 5", "2√3", "2 sqrt(3)": math-verify's misreadings (5, 2, 2) of a sign and a root, written out
+    spelt = _PLAIN_ROOT.sub(lambda root: f"\\sqrt{{{root[1] or root[2]}}}", _SPACED_SIGN.sub("-", value))
+    if spelt != value and not _has_word(spelt):
+        value = spelt
+    elif (alternatives := _alternatives(value)) is not None:
         value = alternatives  # the alternatives, not the first (3 or 4)
     elif (bounds := _range(value)) is not None:  # a range, not its first number
         value = bounds
