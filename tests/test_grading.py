@@ -244,3 +244,48 @@ def test_a_boxed_number_is_right_exactly_when_it_is_the_gold(gold, offset, befor
     verdicts = grade_batch([(problem, before + wrap % gold), (problem, before + wrap % other_text)],
                            GradingRules(math_extraction=extraction))
     assert [verdict.correct for verdict in verdicts] == [True, False]
+
+
+@pytest.mark.parametrize(("choices", "completion", "expected"), [
+    (["687", "$687$", "1,493", "1,695"], "\\boxed{B}", True),
+    (["$687$", " \\(687\\) ", "1,493", "1,695"], "The answer is B.", True),
+    (["$687$", "687.", "1,493", "1,695"], "\\boxed{B}", False),  # "687." is no math: as before
+    (["$687$", "$688$", "1,493", "1,695"], "\\boxed{B}", False),
+    (["$687$", "687", "1,493", "1,695"], "\\boxed{C}", False),
+])
+def test_an_option_in_math_delimiters_is_worded_as_the_same_option_without(choices, completion,
+                                                                            expected):
+    """``$687$`` and ``687`` name one answer (gold A): B was graded wrong, and in maj@n A and B
+    voted apart (`vote_key`)."""
+    from ict.answers.grading import vote_key
+
+    problem = Problem("q", "A", "choice", choices=choices)
+    verdict = grade(problem, completion)
+    assert verdict.correct is expected
+    assert (vote_key(problem, verdict.extracted) == vote_key(problem, "A")) is expected
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    # hedges: two options, none committed to (A was read, right for a gold A)
+    ("The answer is A, or maybe B.", None),
+    ("The answer is (A) or possibly (B)", None),
+    ("The answer is A and/or B.", None),
+    ("The answer is A (or B).", None),
+    ("\\boxed{A} or \\boxed{B}", None),
+    ("so \\boxed{A}, \\boxed{C}.", None),
+    ("\\boxed{(A)} or maybe \\boxed{B}", None),
+    # still one option: a reason, a repeated box, boxes not joined
+    ("The answer is A (not B).", "A"),
+    ("The answer is A, because B is too small.", "A"),
+    ("\\boxed{A} or \\boxed{A}", "A"),
+    ("First \\boxed{B}. On reflection the answer is \\boxed{A}", "A"),
+    ("The answer is A (maybe).", "A"),
+])
+def test_a_hedged_option_commits_to_none(completion, expected):
+    """"The answer is A, or maybe B" names two options as "A or B" does (`extract_choice_letter`'s
+    rule 2, `_HEDGE`), and so do two boxes joined by "or" or a comma (math-verify reads ``\\boxed{3}
+    or \\boxed{4}`` as both numbers): a hedge is graded wrong, whichever the gold."""
+    problem = Problem("q", "A", "choice", choices=["1", "2", "3", "4"])
+    verdict = grade(problem, completion)
+    assert verdict.extracted == expected
+    assert verdict.correct is (expected == "A")

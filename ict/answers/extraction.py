@@ -122,6 +122,12 @@ _OPENING_REASON = re.compile(
     rf"([).:]?)\s*,?\s*{_REASON}(?:[^\n.;!?]|[.;!?](?!\s|$)|(?<=\b[A-Z])\.)*")
 """A reason right after a box's option marker, to the end of its sentence: ``) since (C) fails``
 (group 1: the marker's close)."""
+_HEDGE = r"(?i:maybe|possibly|perhaps|probably)\b"
+"""A word that makes a second option a hedge: "the answer is A, or maybe B" commits to none."""
+_JOINED_BOX = re.compile(
+    rf"\\boxed\s*\{{([^{{}}]*)\}}\s*(?:,\s*(?:(?i:or|and)\s+)?|(?i:and/or|or|and)\s+(?:{_HEDGE}\s+)?|[/&]\s*)$")
+"""A box (group 1: its content) and what joins it to the text's end, a box that follows: ``\\boxed{A}
+or ``, ``\\boxed{A}, ``."""
 _NAMED_TOGETHER = r"\s*(?:,\s*(?:(?i:and|or)\s+)?|(?i:and|or|nor)\s+|[&/]\s*)"
 """What joins options named together after a marker: ``(C) and (D)``, ``(C), (D), or (E)``,
 ``C)/D)``."""
@@ -147,11 +153,13 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
        and (B)}`` is D; `_lists_options`); a reason right after the marker that marks at most
        one option (options named together count once: ``(C) and (D)``), to the end of its
        sentence, lists none (``\\boxed{(B) since (C) fails}`` and ``\\boxed{(B) because (C) and
-       (D) fail}`` are B; `_OPENING_REASON`);
+       (D) fail}`` are B; `_OPENING_REASON`); a box joined to the one before as rule 2's letters
+       are, that marks another letter, commits to none (``\\boxed{A} or \\boxed{C}``: `_JOINED_BOX`);
     2. otherwise the last phrase "answer is", "answer:", "Answer -" (case-insensitive, optionally
        "final"/"correct", optionally bold ``**``) followed by a valid letter as a whole word, in
        optional parentheses, brackets, ``\\(...\\)`` or ``$...$``, and not by a list of more
-       letters ("A or B", "A, B and C", "C/D") or, to the end of its clause (`_CLAUSE`: a reason
+       letters ("A or B", "A, B and C", "C/D") or a hedge ("A, or maybe B", "A and/or B", "A (or
+       B)": `_HEDGE`) or, to the end of its clause (`_CLAUSE`: a reason
        ends it, "(A) because (B) is too large" is A), options listed as rule 1 reads them ("the
        answer is (A) 3 (B) 4.");
     3. otherwise the whole completion, stripped of whitespace, ``*`` and a trailing period, is one
@@ -169,7 +177,13 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
 
     boxed = extract_boxed_answer(text)
     if boxed is not None:
-        return _marked_letter(boxed, letter)
+        found = _marked_letter(boxed, letter)
+        # "\boxed{A} or \boxed{C}", "\boxed{A}, \boxed{C}": boxes joined as rule 2's letters are
+        # (math-verify reads \boxed{3} or \boxed{4} as both); another letter in them commits to none
+        joined = _JOINED_BOX.search(text[:text.rfind("\\boxed")]) if found else None
+        if joined is not None and _marked_letter(joined[1], letter) not in (None, found):
+            return None
+        return found
     tagged = _last_tag_content(text)  # the format reward's answer, read as a box is
     if tagged is not None and (found := _marked_letter(tagged, letter)) is not None:
         return found
@@ -185,7 +199,9 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
     if last is not None:
         open_, close = r"(?:\\?\(|\[|\$)", r"(?:\\?\)|\]|\$)"
         # "the answer is A or B", "A, B and C", "(A) or (D)": several letters commit to none
-        more = re.match(rf"{close}?\s*(?:[,/&]\s*(?:(?:or|and)\s+)?|(?:or|and)\s+){open_}?\s*{letter}\s*{close}?"
+        # ... and a hedge: "A, or maybe B", "A or possibly B", "A and/or B", "A (or B)"
+        more = re.match(rf"{close}?\s*(?:\(\s*)?(?:[,/&]\s*(?:(?:or|and)\s+)?|(?:and/or|or|and)\s+)"
+                        rf"(?:{_HEDGE}\s+)?{open_}?\s*{letter}\s*{close}?"
                         rf"(?=\s*(?:$|[.,;:!?/&)]|(?:or|and)\b))", text[last.end():])
         # "The answer is (A) 3 (B) 4.": options listed after it, to the end of its clause (a
         # newline, or , ; ! ? . before a space that is no marker's "B.", or "because", "than", ...:

@@ -33,6 +33,7 @@ from ict.answers.extraction import (
     extract_tagged_answer,
     number_value,
 )
+from ict.answers.gold import _strip_math_delimiters
 from ict.answers.verify import (
     DEFAULT_TIMEOUT_SECONDS,
     MATH_EXTRACTIONS,
@@ -125,7 +126,8 @@ def grade_reasoning_gym(problem: Problem, completion: str, extraction: str = "ta
 
 def grade_choice(problem: Problem, completion: str) -> Verdict:
     """The committed option letter equals the gold letter, or names an option of the gold option's
-    text (stripped): MMLU-STEM lists ``687`` as both A and B for ``2,396 - 1,709``, gold A."""
+    text (stripped, math delimiters too: `_option_texts`): MMLU-STEM lists ``687`` as both A and B
+    for ``2,396 - 1,709``, gold A."""
     if not problem.choices:
         raise UsageError("choice grading needs problems with choices (set choices_field)")
     letter = extract_choice_letter(completion, len(problem.choices))
@@ -136,9 +138,10 @@ def grade_choice(problem: Problem, completion: str) -> Verdict:
 
 
 def _option_texts(problem: Problem) -> dict[str, str]:
-    """Each option letter's option text, stripped (`grade_choice`, `vote_key`)."""
-    return dict(zip(OPTION_LETTERS, (str(option).strip() for option in problem.choices or ()),
-                    strict=False))
+    """Each option letter's option text (`grade_choice`, `vote_key`), stripped, outer math delimiters
+    too (`ict.answers.gold._strip_math_delimiters`): ``$687$``, ``\\(687\\)`` and ``687`` are one."""
+    return dict(zip(OPTION_LETTERS, (_strip_math_delimiters(str(option)).strip()
+                                     for option in problem.choices or ()), strict=False))
 
 
 def _numbers_equal(left: str, right: str) -> bool:

@@ -41,13 +41,25 @@ _NUMBER_AND_UNIT = re.compile(
 _JOINED = re.compile(r"\b(?:or|and)\b")  # "or"/"and": joined to a later number when a digit follows it
 # the last line's answer anchor: "The answer is X", "Final answer: X", "**Final Answer:** X"
 _ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*:?|:)\**[ \t]*")
+# an anchored plain number, an optional unit, then a condition holding math: "20 m/s for
+# $v_{max}$", "5 when $x = 2$", "1/2 if $n$ is even" (math-verify read the rightmost formula, v_{max},
+# x = 2 or n; see `anchor_answer_readings`); not arithmetic, "2 times $\pi$", "3 over $\sqrt{2}$",
+# nor a condition that goes on past a comma or semicolon ("10 for each of $4$ boxes, so $40$")
+_ARITHMETIC_WORD = r"(?i:times|over|plus|minus|divided|multiplied|and|or|of|to|than|squared|cubed|root)\b"
+_NUMBER_BEFORE_CONDITION = re.compile(
+    rf"({_NUMBER})(?:\s+(?!{_ARITHMETIC_WORD})[^\W\d_]+(?:[/^][^\W_]+)*)?"
+    r"\s+(?i:for|when|if|where|at|with|given|in|on)\s(?=[^,;]*$)(?=.*?(?:(?<!\\)\$|\\\())")
 # what math-verify misreads in plain text: LaTeX markup, a tuple or an interval, a list, algebra (a
 # one-letter symbol after a digit, or a letter next to + - = or a bracket: 2n-2, 6 - 5i, 2ab+1,
 # f(x)=x+1, p - q, read as 2, 6, 2 or none; not "5 m", "20 m/s" or "2nd", read as the number; a
 # plain word is refused below)
 _LETTER = r"[^\W\d_](?![^\W\d_])"
 _PLAIN_TEXT_MISREAD = re.compile(
-    rf"[\\^_{{,]|^[(\[]|\d{_LETTER}|{_LETTER}\s*[-+=()]|[-+=()]\s*{_LETTER}")
+    rf"[\\^_{{,]|^[(\[]|\d{_LETTER}|{_LETTER}\s*[-+=()]|[-+=()]\s*{_LETTER}|\d\s*:\s*\d")
+# ... and a ratio or a time, 2:30 (read as 2); a sign spaced from its number, "- 5" (read as 5), and
+# a root in plain text, "2√3" and "2 sqrt(3)" (read as 2), are written out (-5, 2\sqrt{3}) and boxed
+_SPACED_SIGN = re.compile(r"^[-\u2212]\s+(?=\d)")
+_PLAIN_ROOT = re.compile(r"(?<![\\\w])sqrt\s*\(([^()]*)\)|\u221a\s*(\d+(?:\.\d+)?|[^\W\d_]\b)")
 # alternatives: "3 or 4", "3, or 4", "3 \text{ or } 4" ("\lor" and "\vee" are spelt so first), a
 # hedge "3 or maybe 4", "3 and/or 4"; a pair "3 and 4", "3, and 4", "3 \text{ and } 4" (math-verify
 # reads \boxed{3 \text{ and } 4} as {3, 4})
@@ -95,9 +107,18 @@ _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")
 # a box holding only a number, optionally in parentheses, in a text wrapper: \boxed{\textbf{(073)}}
 _BOXED_TEXT_NUMBER = re.compile(rf"(\\boxed\s*\{{\s*){LATEX_WRAPPER}\s*(\(?\d+(?:\.\d+)?\)?)\s*\}}(\s*\}})")
 _BOXED_OPEN = re.compile(r"\\boxed\s*\{")
+# a full stop that ends a box's content after something other than a point or a backslash: the
+# "." of \boxed{3.} (see `drop_boxed_full_stop`)
+_FULL_STOP_AT_END = re.compile(r"(?<=[^\s.\\])\s*\.\s*$")
 # a subscript in a text wrapper: v_{\text{max}}, v_\text{max}, \lambda_{\mathrm {red}} (see
 # `plain_subscript_text`)
 _SUBSCRIPT_TEXT = re.compile(rf"_\s*(\{{\s*)?{LATEX_WRAPPER}([^{{}}]*)\}}(?(1)\s*\}})")
+# a subscripted E, e or I that is no piece of a word or a command (a digit may come before: 2E_2), or
+# one in a font command's braces: E_{1}, e_n, I_{0}, \mathrm{E}_1, \mathcal{E}_{0} (see
+# `plain_subscripted_constants`)
+_SUBSCRIPTED_CONSTANT = re.compile(
+    r"(?:\\(?:math(?:rm|it|bf|sf|tt|cal|bb|scr|frak)|text(?:rm|it|bf|sf)?|boldsymbol|bm)\s*\{\s*([EeI])\s*\}"
+    r"|(?<!\\)(?<![^\W\d])([EeI]))(?=\s*_)")
 # a run of whitespace longer than any window of math-verify's patterns (".{0,100}", then a space):
 # its patterns are quadratic in a run after a number ("The answer is 42" and 19,000 spaces took 20
 # s to parse: a "timeout"); cut to `_WHITESPACE_KEPT` characters (see `_shortened_whitespace`)
@@ -184,7 +205,12 @@ def anchor_answer_readings(completion: str) -> list[str]:
     hedge rewarded), an ``either`` before them dropped; a range X ``between 3 and 4`` or ``from 3
     to 4`` (words after it too) is boxed as ``3 \\text{ to } 4`` (math-verify: the product
     ``3 to 4``, equal to no number; it read 3); an alternative must close its brackets
-    (``3 (or 4`` is none; ``3 (or 4)`` is two); a comma left before X's end (``8,.``) is dropped."""
+    (``3 (or 4`` is none; ``3 (or 4)`` is two); a comma left before X's end (``8,.``) is dropped.
+    A plain number, an optional unit, then a condition holding math (X ``20 m/s for
+    $v_{max}$``, ``5 when $x = 2$``: `_NUMBER_BEFORE_CONDITION`) has the number boxed: math-verify
+    read the condition's formula (v_{max}; x = 2, right for a gold 2). A sign spaced from its number
+    (``- 5``) and a plain-text root (``2√3``, ``2 sqrt(3)``) are written out and boxed (``-5``,
+    ``2\\sqrt{3}``), as is a ratio or a time (``2:30``): math-verify read 5, 2 and 2."""
     if any(command in completion for command in BOXED_COMMANDS):
         return [completion]
     text = completion.rstrip()
@@ -193,10 +219,16 @@ def anchor_answer_readings(completion: str) -> list[str]:
         return [completion]
     # a comma left dangling before the end ("8,.") ends no list
     value = text[anchors[-1].end():].strip().strip("*").removesuffix(".").strip().rstrip(",").rstrip()
-    if (alternatives := _alternatives(value)) is not None:
+    # "- 5", "2√3", "2 sqrt(3)": math-verify's misreadings (5, 2, 2) of a sign and a root, written out
+    spelt = _PLAIN_ROOT.sub(lambda root: f"\\sqrt{{{root[1] or root[2]}}}", _SPACED_SIGN.sub("-", value))
+    if spelt != value and not _has_word(spelt):
+        value = spelt
+    elif (alternatives := _alternatives(value)) is not None:
         value = alternatives  # the alternatives, not the first (3 or 4)
     elif (bounds := _range(value)) is not None:  # a range, not its first number
         value = bounds
+    elif (number := _NUMBER_BEFORE_CONDITION.match(value)) is not None:
+        value = number[1]  # the number, not the condition's formula
     elif (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value)
             or _has_word(value)):
         return [completion]
@@ -289,7 +321,7 @@ def gold_reading(gold: str) -> str:
     alternatives holding a percent sign written as `_alternatives` writes them (``25\\%, 50\\%`` ->
     ``25 \\text{ or } 50``, {25, 50}: math-verify read it as its last element, 50), wrapped in
     ``$...$`` (a bare ``1 - \\sqrt{2}`` parses as 1)."""
-    value = plain_subscript_text(spell_logical_or(expand_scientific(gold)))
+    value = plain_subscripted_constants(plain_subscript_text(spell_logical_or(expand_scientific(gold))))
     listed = _alternatives(value, _PERCENT_LIST) if "%" in value else None
     return f"${value if listed is None else listed}$"
 
@@ -307,10 +339,39 @@ def plain_subscript_text(text: str) -> str:
     gold and the completion alike. math-verify strips a unit from ``\\text{`` to the end of an
     answer, so ``\\boxed{v_{\\text{total}} = \\frac{1}{2}}`` read as ``v_{`` (wrong for the gold
     1/2; math-verify parses ``E_{total} = \\frac{1}{2}`` as nothing), and Minerva's gold
-    ``\\lambda_{\\text {red}} / \\sqrt{2}`` matched no rendering but itself. An answer after an anchor
-    then a subscript in math reads as a plain one does: ``The answer is 20 m/s for $v_{\\text{max}}$``
-    is ``v_{max}``, not 20."""
+    ``\\lambda_{\\text {red}} / \\sqrt{2}`` matched no rendering but itself."""
     return _SUBSCRIPT_TEXT.sub(lambda match: "_{" + "".join(match[2].split()) + "}", text)
+
+
+def plain_subscripted_constants(text: str) -> str:
+    """``text`` with each subscripted ``E``, ``e`` or ``I``, bare or in a font command
+    (`_SUBSCRIPTED_CONSTANT`), written ``\\mathsf{E}_{1}``, a symbol, in the gold and the completion
+    alike: math-verify's LaTeX parser reads ``E`` and ``e`` as Euler's number and fails on ``E_{1}`` (Minerva's gold ``\\frac{1}{3}
+    E_{1}+\\frac{2}{3} E_{2}`` matched no rendering but itself, and its gold with ``E_{0}^{2}``
+    parsed as a stray 2 that any 2 matched), and reads ``I`` as the imaginary unit, its subscript
+    dropped (``I_{1}`` equalled ``I_{0}`` and ``i``). Not ``\\mathrm``: math-verify writes it
+    ``\\text`` and strips a "unit" from there to the end. The parser writes every symbol in lower case
+    (``X_1`` is ``x_1``), so ``E_1`` and ``e_1`` are one symbol, as are ``\\mathsf{E}_1`` and
+    ``\\mathcal{E}_1``."""
+    return _SUBSCRIPTED_CONSTANT.sub(lambda match: f"\\mathsf{{{match[1] or match[2]}}}", text)
+
+
+def drop_boxed_full_stop(text: str) -> str:
+    """``text`` with a sentence's full stop written at the end of a box's content dropped:
+    ``\\boxed{3.}`` -> ``\\boxed{3}``, ``\\boxed{\\frac{1}{2}.}`` -> ``\\boxed{\\frac{1}{2}}``, ``\\boxed{x
+    = 3. }`` -> ``\\boxed{x = 3}``; math-verify's LaTeX parser reads no number in ``3.`` (``\\boxed{3.}``
+    was wrong for the gold 3). Not an ellipsis (``\\boxed{1, 2, ...}``), an escaped ``\\.`` or a box
+    that is only the point; a box that does not close (`_balanced_group`) is left as it is."""
+    pieces, done = [], 0
+    for found in _BOXED_OPEN.finditer(text):
+        content = _balanced_group(text, found.end() - 1) if found.start() >= done else None
+        if content is None:
+            continue
+        kept = _FULL_STOP_AT_END.sub("", content)
+        if kept != content:
+            pieces += [text[done:found.end()], kept, "}"]
+            done = found.end() + len(content) + 1
+    return "".join(pieces) + text[done:]
 
 
 def unwrap_boxed_text_number(text: str) -> str:
@@ -344,16 +405,20 @@ def _shortened_whitespace(text: str) -> str:
 def completion_readings(completion: str) -> list[str]:
     """The readings of ``completion`` for math-verify to parse in turn (the first that matches the
     gold wins), ``\\lor`` and ``\\vee`` spelt out (`spell_logical_or`), subscripts in text wrappers
-    written plain (`plain_subscript_text`) and a boxed hedge's or list's percent
+    written plain (`plain_subscript_text`), a subscripted E, e or I a symbol
+    (`plain_subscripted_constants`) and a boxed hedge's or list's percent
     signs dropped (`_unpercent_boxed_alternatives`): the ``<answer>`` tag's
     (`tag_answer_readings`), then the ``####`` line's
     (`hash_answer_readings`), scientific notation expanded, the anchored plain-text answer's
-    (`anchor_answer_readings`), a boxed number in a text wrapper unwrapped, and the boxed
+    (`anchor_answer_readings`), a box's closing full stop dropped (`drop_boxed_full_stop`), a
+    boxed number in a text wrapper unwrapped, and the boxed
     percent's (`_boxed_percent_readings`); in each, long runs of whitespace are cut
     (`_shortened_whitespace`)."""
-    spelt = _unpercent_boxed_alternatives(plain_subscript_text(spell_logical_or(completion)))
+    spelt = _unpercent_boxed_alternatives(
+        plain_subscripted_constants(plain_subscript_text(spell_logical_or(completion))))
     return [percent for tagged in tag_answer_readings(spelt)
             for marked in hash_answer_readings(tagged)
             for anchored in anchor_answer_readings(expand_scientific(marked))
             for percent in map(_shortened_whitespace,
-                               _boxed_percent_readings(unwrap_boxed_text_number(anchored)))]
+                               _boxed_percent_readings(
+                                   unwrap_boxed_text_number(drop_boxed_full_stop(anchored))))]

@@ -1,0 +1,152 @@
+"""Slips of a model's writing that the math check read wrong: a full stop inside a box
+(``\\boxed{3.}``), Euler's ``e`` and the imaginary ``I`` with a subscript (``E_{1}``, ``I_{0}``), and
+an anchored number followed by a condition in math (``The answer is 20 m/s for $v_{max}$``), and a
+spaced sign, a plain-text root or a ratio after an anchor (``- 5``, ``2√3``, ``2:30``).
+Hand-worked golds; both extractions unless said."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import assert_graded_in_both_extractions
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    ("\\boxed{3.}", "3", True),  # math-verify read no number in "3.": wrong
+    ("so \\boxed{-3.} done", "-3", True),
+    ("\\boxed{3.5.}", "3.5", True),
+    ("\\boxed{\\frac{1}{2}.}", "\\frac{1}{2}", True),  # anchored: no answer
+    ("\\boxed{x = 3. }", "3", True),
+    ("<answer>3.</answer>", "3", True),  # the answer tag's box
+    ("\\boxed{60\\%.}", "60", True),
+    # still wrong: another number, and the point is no decimal point (3. is 3, not 0.3 or 35)
+    ("\\boxed{3.}", "4", False),
+    ("\\boxed{3.}", "0.3", False),
+    ("\\boxed{3.5.}", "35", False),
+])
+def test_a_full_stop_closing_a_box_is_no_part_of_the_answer(verifier, completion, gold, expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("\\boxed{3.}", "\\boxed{3}"),
+    ("a \\boxed{ 3 . } b \\boxed{4.}", "a \\boxed{ 3} b \\boxed{4}"),
+    ("\\boxed{\\frac{1}{2}.}", "\\boxed{\\frac{1}{2}}"),
+    # left alone: an ellipsis, an escaped point, a lone point, no point at the end, an open box
+    ("\\boxed{1, 2, ...}", None),
+    ("\\boxed{x\\.}", None),
+    ("\\boxed{.}", None),
+    ("\\boxed{3.5}", None),
+    ("\\boxed{3.", None),
+])
+def test_drop_boxed_full_stop(text, expected):
+    from ict.answers.readings import drop_boxed_full_stop
+
+    assert drop_boxed_full_stop(text) == (text if expected is None else expected)
+
+
+_MINERVA_MEAN = "\\frac{1}{3} E_{1}+\\frac{2}{3} E_{2}"  # Minerva Math's golds (minerva_math.jsonl)
+_MINERVA_PAIR = "E_{1},E_{2}"
+_MINERVA_LEVELS = "\\hbar \\omega(v+1 / 2)-\\frac{E_{0}^{2} e^{2}}{2 m \\omega^{2}}"
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # renderings of the golds: math-verify parsed no E_{1}, so only the gold's own string matched
+    ("\\boxed{\\frac{E_{1}+2E_{2}}{3}}", _MINERVA_MEAN, True),
+    ("\\boxed{\\frac{E_1 + 2 E_2}{3}}", _MINERVA_MEAN, True),
+    ("\\boxed{E_1, E_2}", _MINERVA_PAIR, True),
+    ("\\boxed{E_{2},E_{1}}", _MINERVA_PAIR, True),
+    ("\\boxed{\\hbar \\omega\\left(v+\\frac{1}{2}\\right)-\\frac{e^{2} E_{0}^{2}}{2 m \\omega^{2}}}",
+     _MINERVA_LEVELS, True),
+    ("\\boxed{\\mathrm{E}_1}", "E_{1}", True),  # math-verify cut \mathrm{ (as \text{) to the end
+    ("\\boxed{I_{0}}", "I_{0}", True),
+    ("\\boxed{E_{1} = 13.6}", "13.6", True),  # anchored: no answer
+    # wrong answers: the gold with E_{0}^{2} parsed as a stray 2 (any 2 was right in the
+    # lenient extraction), I's subscript was dropped (I_{0} equalled I_{1} and i)
+    ("\\boxed{\\frac{2}{3} E_{1}+\\frac{1}{3} E_{2}}", _MINERVA_MEAN, False),
+    ("\\boxed{e}", _MINERVA_MEAN, False),
+    ("\\boxed{E_{1}}", _MINERVA_PAIR, False),
+    ("\\boxed{E_{3},E_{4}}", _MINERVA_PAIR, False),
+    ("\\boxed{2}", _MINERVA_LEVELS, False),
+    ("\\boxed{\\hbar \\omega(v+1 / 2)-\\frac{E_{1}^{2} e^{2}}{2 m \\omega^{2}}}", _MINERVA_LEVELS, False),
+    ("\\boxed{\\frac{I_{0}}{2}}", "\\frac{I_{1}}{2}", False),
+    ("\\boxed{I_{1}}", "i", False),
+    ("\\boxed{E_{1} = 13.6}", "13.7", False),
+    # Euler's number and the imaginary unit with no subscript are as they were
+    ("\\boxed{2e}", "2e", True),
+    ("\\boxed{E}", "e", True),
+    ("\\boxed{e^{2}}", "e^2", True),
+    ("\\boxed{i}", "i", True),
+])
+def test_a_subscripted_e_or_i_is_a_symbol(verifier, completion, gold, expected):
+    """math-verify's LaTeX parser reads E and e as Euler's number and I as the imaginary unit: it
+    failed on ``E_{1}`` and dropped the subscript of ``I_{0}`` (`plain_subscripted_constants`)."""
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("E_{1}+2E_{2}", "\\mathsf{E}_{1}+2\\mathsf{E}_{2}"),
+    ("\\frac{e_n}{I _0}", "\\frac{\\mathsf{e}_n}{\\mathsf{I} _0}"),
+    ("\\mathrm{E}_1 + \\mathcal{ I }_2", "\\mathsf{E}_1 + \\mathsf{I}_2"),
+    # left alone: no subscript, a piece of a word or a command, another letter
+    ("e^{2} + E + I", None),
+    ("NONE_1 + \\Xi_1 + \\hat{x}_1", None),
+    ("x_{1}", None),
+])
+def test_plain_subscripted_constants(text, expected):
+    from ict.answers.readings import plain_subscripted_constants
+
+    assert plain_subscripted_constants(text) == (text if expected is None else expected)
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # math-verify read the rightmost formula after the anchor: v_{max}, x = 2, n
+    ("The answer is 20 m/s for $v_{\\text{max}}$", "20", True),
+    ("so the answer is 5 when $x = 2$.", "5", True),
+    ("so the answer is 5 when $x = 2$.", "2", False),  # was right: a false positive
+    ("Final answer: 12 cm when $r = 3$", "12", True),
+    ("The answer is 1/2 if $n$ is even.", "\\frac{1}{2}", True),
+    # as before: arithmetic with the formula
+    ("The answer is 2 times $\\pi$.", "2", False),
+    ("The answer is 3 over $\\sqrt{2}$.", "3", False),
+    ("The answer is 20 m/s.", "20", True),
+])
+def test_an_anchored_number_before_a_condition_in_math_is_the_answer(verifier, completion, gold,
+                                                                      expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    ("The answer is 20 m/s for $v_{max}$.", "The answer is \\boxed{20}"),
+    ("Answer: -3.5 if $n$ is odd", "Answer: \\boxed{-3.5}"),
+    ("The answer is 7 in \\(\\mathbb{Z}_9\\).", "The answer is \\boxed{7}"),
+    # left alone: arithmetic, no math in the condition, a condition past a comma, no condition word
+    ("The answer is 2 times $\\pi$.", None),
+    ("The answer is 4 squared when $x = 2$.", None),
+    ("The answer is 5 when x is 2.", None),
+    ("The answer is 10 for each of the $4$ boxes, so $40$.", None),
+    ("The answer is 2 $\\pi$.", None),
+])
+def test_anchor_answer_readings_boxes_the_number_before_a_condition(completion, expected):
+    from ict.answers.readings import anchor_answer_readings
+
+    assert anchor_answer_readings(completion) == [completion if expected is None else expected]
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # math-verify read each as a piece of it, in plain text after an anchor
+    ("The answer is - 5.", "5", False),  # read 5
+    ("The answer is - 5.", "-5", True),
+    ("The answer is 2\u221a3.", "2", False),  # read 2
+    ("The answer is 2\u221a3.", "2\\sqrt{3}", True),
+    ("The answer is 2 sqrt(3).", "2", False),  # read 2
+    ("The answer is 2 sqrt(3).", "2\\sqrt{3}", True),
+    ("Final answer: sqrt(2)", "\\sqrt{2}", True),  # read none
+    ("The answer is 2:30.", "2", False),  # read 2
+    ("The answer is 3:1.", "3", True),  # the ratio 3:1 is 3, as in a box
+    # as before
+    ("The answer is -5.", "-5", True),
+    ("The answer is 5.", "-5", False),
+])
+def test_a_spaced_sign_a_plain_root_and_a_ratio_after_an_anchor_are_read_whole(
+        verifier, completion, gold, expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
