@@ -26,7 +26,7 @@ GoldFormat = Literal["latex", "gsm8k", "list", "number", "boxed_solution", "auto
 _TRAILING_PUNCTUATION = re.compile(r"((?<!\\)\$|\\\)|\\\])\s*[.,;]+$")
 
 
-def _strip_math_delimiters(text: str) -> str:
+def strip_math_delimiters(text: str) -> str:
     """``"$x$"`` -> ``"x"`` (also ``$$``, ``\\(\\)``, ``\\[\\]``); a ``.``, ``,`` or ``;`` after the
     closing delimiter is dropped first."""
     text = _TRAILING_PUNCTUATION.sub(r"\1", text.strip())
@@ -94,7 +94,7 @@ def gold_from_list(value: Sequence[str] | str) -> str:
         items = list_literal(value) or [value.strip()]
     # "$a$,$b$" inside one element is one answer typeset as several formulas: drop every
     # unescaped "$" (a currency "\\$" stays)
-    parts = [re.sub(r"(?<!\\)\$", "", _strip_math_delimiters(str(item))).strip() for item in items]
+    parts = [re.sub(r"(?<!\\)\$", "", strip_math_delimiters(str(item))).strip() for item in items]
     parts = [part for part in parts if part]
     if not parts:
         raise ValueError(f"empty gold answer list: {value!r}")
@@ -137,7 +137,7 @@ def normalize_gold(raw: Any, fmt: GoldFormat = "auto") -> str:
     if fmt == "boxed_solution":
         return gold_from_boxed_solution(str(raw))
     if fmt == "latex":
-        text = _strip_math_delimiters(str(raw))
+        text = strip_math_delimiters(str(raw))
         if re.fullmatch(r"[-+]?\d+\.0+", text):
             text = text.split(".")[0]
         return text

@@ -33,7 +33,7 @@ from ict.answers.extraction import (
     extract_tagged_answer,
     number_value,
 )
-from ict.answers.gold import _strip_math_delimiters
+from ict.answers.gold import strip_math_delimiters
 from ict.answers.verify import (
     DEFAULT_TIMEOUT_SECONDS,
     MATH_EXTRACTIONS,
@@ -46,7 +46,7 @@ from ict.core.problems import OPTION_LETTERS, Problem
 
 ANSWER_EXTRACTIONS = ("tag", "last_number")
 """How a reasoning-gym answer is found (see the module docstring)."""
-GRADING_RULES_VERSION = 7
+GRADING_RULES_VERSION = 8
 """The version of the answer-grading rules (`ict.answers`: extraction, gold, verify, grading): bump
 it when any verdict may change (3: plain-text algebra after an answer anchor read whole; in
 maj@n, math answers that are numbers of equal value vote together; 4: a listing of options reads
@@ -58,7 +58,10 @@ hedges with units `3 hours or 4 hours` (in a box's text too) and hedges in an an
 reason right after a boxed or tagged option ends it, and a gold listing percents as the list;
 6: a bare range `3 to 4` reads no number, and options a reason names together count once;
 7: a subscript in a text wrapper `v_{\\text{max}}` is read plain, and a letter of an option
-worded as the gold option is right).
+worded as the gold option is right; 8: a box's closing full stop `\\boxed{3.}` is dropped, a
+subscripted `E`, `e` or `I` is a symbol, an option in math delimiters `$687$` is worded as `687`,
+an anchored number before a condition in math `5 when $x = 2$` is the answer, a hedged option `A,
+or maybe B` commits to none, and after an anchor `- 5`, `2√3` and `2:30` are read whole).
 `ict eval` records it among each verdict's grading settings and re-grades stored completions
 graded under another (records older than it: unknown, older rules); results.json names it, and
 `ict compare`'s report names evaluations graded under other rules."""
@@ -139,8 +142,8 @@ def grade_choice(problem: Problem, completion: str) -> Verdict:
 
 def _option_texts(problem: Problem) -> dict[str, str]:
     """Each option letter's option text (`grade_choice`, `vote_key`), stripped, outer math delimiters
-    too (`ict.answers.gold._strip_math_delimiters`): ``$687$``, ``\\(687\\)`` and ``687`` are one."""
-    return dict(zip(OPTION_LETTERS, (_strip_math_delimiters(str(option)).strip()
+    too (`ict.answers.gold.strip_math_delimiters`): ``$687$``, ``\\(687\\)`` and ``687`` are one."""
+    return dict(zip(OPTION_LETTERS, (strip_math_delimiters(str(option)).strip()
                                      for option in problem.choices or ()), strict=False))
 
 
