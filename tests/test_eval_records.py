@@ -240,6 +240,40 @@ def test_records_graded_before_the_grading_field_are_regraded_as_lenient_ones(tm
         json.loads, (out / "samples.jsonl").read_text().splitlines())} == {"anchored"}
 
 
+def test_a_rerun_killed_before_it_rewrote_old_records_keeps_their_run_jsons_seed_and_grading(tmp_path: Path,
+                                                                                             monkeypatch):
+    """Records and a run.json from before ``seed`` and ``grading`` existed (sampled with seed 3,
+    graded lenient), rerun anchored and killed at the rewrite of samples.jsonl, then rerun: the
+    old run.json still says what the records were drawn and graded with. It was rewritten first,
+    so the second rerun took them for seed 0's (seed 3 drawn again) and graded anchored (never
+    re-graded: "the sum 3" kept pass@1 1.0, 0.0 anchored)."""
+    import ict.evaluation.records as records_module
+
+    config, prompt, out = one_problem_eval(tmp_path, math_extraction="lenient", seed=3)
+    evaluate(EvalConfig(**config), ScriptedGenerator({prompt: (["the sum 3", "the sum 3"], "")}),
+             progress=False, print_table=False)
+    old = [{key: value for key, value in json.loads(line).items() if key not in ("grading", "chunk", "seed")}
+           for line in (out / "samples.jsonl").read_text().splitlines()]
+    (out / "samples.jsonl").write_text("".join(json.dumps(record) + "\n" for record in old))
+    run = json.loads((out / "run.json").read_text())
+    del run["grading"]
+    (out / "run.json").write_text(json.dumps({**run, "seed": 3}))
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    anchored = EvalConfig(**{**config, "math_extraction": "anchored"})
+    with monkeypatch.context() as patch:
+        patch.setattr(records_module, "write_all_records", killed)
+        with pytest.raises(KeyboardInterrupt):
+            evaluate(anchored, ScriptedGenerator({}), progress=False, print_table=False)
+    again = evaluate(anchored, ScriptedGenerator({}),  # its generator has no completion to give
+                     progress=False, print_table=False)
+    assert again.benchmarks[0].metrics["pass@1"] == 0.0
+    stored = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert [(record["seed"], record["grading"]["math_extraction"]) for record in stored] == [(3, "anchored")] * 2
+
+
 def test_a_rerun_with_another_batch_size_keeps_the_units_drawn_in_its_other_chunks(tmp_path: Path):
     """--batch-size 4 (two problems per chunk, n 2), then --batch-size 2 (one): the stored units
     were drawn in chunks that start elsewhere, not cut by another --limit, and are kept: nothing

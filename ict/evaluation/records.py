@@ -186,9 +186,6 @@ def prepare_output_dir(
                          f"were drawn with); pass {afresh}")
     else:
         stored_grading = LEGACY_GRADING
-    # atomically: a write cut short (disk full, a kill) left a torn run.json that refused the
-    # directory's samples on every rerun
-    write_atomically(run_path, json.dumps({**current, "grading": grading}, indent=2) + "\n")
     grouped = load_sample_records(samples_path, legacy_seed, afresh)
     for unit in grouped.values():
         for record in unit:
@@ -209,7 +206,12 @@ def prepare_output_dir(
         log(f"{samples_path}: {len(conflicting)} unit(s) hold two different records of one sample "
             f"(e.g. {conflicting[0]}): drawn again")
     if len(finished) != len(grouped) or samples_path.is_file():
-        write_all_records(samples_path, finished)
+        write_all_records(samples_path, finished)  # each record with its own seed and grading
+    # last, and atomically: the old run.json tells a record written before ``seed`` and ``grading``
+    # existed which ones it has until the rewrite above holds them (a kill in between took such
+    # records for graded under the new settings, so they were never re-graded); a write cut short
+    # (disk full, a kill) left a torn run.json that refused the directory's samples on every rerun
+    write_atomically(run_path, json.dumps({**current, "grading": grading}, indent=2) + "\n")
     return finished, regrade and bool(finished)
 
 
