@@ -240,3 +240,34 @@ def test_the_printed_table_shows_model_benchmark_and_output_paths_as_written(tmp
     assert "ict eval: m[b] (percent)" in text
     assert "set[i]" in text and " 50.0 " in text
     assert f"outputs in {output_dir}/ (" in " ".join(text.split())
+
+
+def test_the_printed_table_keeps_its_title_style_with_the_title_as_written(tmp_path: Path, capsys, monkeypatch):
+    """The title became a rich Text (so a model 'm[b]' keeps its brackets), and rich draws a Text
+    title as it is, without the table's title style: on a terminal `ict eval`'s title lost its
+    italics (rich draws a str title in 'table.title', italic: SGR 3). Reference: rich's own
+    rendering of that title as a plain str."""
+    import re
+
+    from rich.console import Console
+    from rich.table import Table
+
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("TERM", raising=False)
+    row = BenchmarkResult("gsm8k", "math", "", 3, 4, {"pass@1": 0.5})
+    config = {"seed": 0, "model": "m[b]", "num_samples": 4, "temperature": 1.0, "top_p": 1.0,
+              "max_new_tokens": 8}
+    timing = {"wall_seconds": 1.0, "generation_seconds": 0.5, "generated_tokens": 10, "grading_seconds": 0.1}
+    print_results_table(EvalResult(config, [row], [], tmp_path / "out", timing))
+    printed = capsys.readouterr().out.splitlines()[0]
+    reference = Console(force_terminal=True, width=200)
+    with reference.capture() as captured:
+        reference.print(Table("a" * 40, title="ict eval: m (percent)"))
+
+    def style_of_title(line: str) -> list[str]:  # the escape codes before the title's text
+        return re.findall(r"\x1b\[[0-9;]*m", line[:line.index("ict eval:")])
+
+    assert style_of_title(captured.get().splitlines()[0]) == ["\x1b[3m"]  # rich's: italic
+    assert style_of_title(printed) == ["\x1b[3m"]
+    assert "ict eval: m[b] (percent)" in printed

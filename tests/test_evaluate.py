@@ -503,3 +503,18 @@ def test_results_json_records_the_data_directory_read_not_the_path_as_typed(tmp_
     _check_eval_settings(tmp_path / "out", dataclasses.replace(config, data_dir="../data"))
     with pytest.raises(UsageError, match=r"evaluated with other settings \(data_dir "):
         _check_eval_settings(tmp_path / "out", dataclasses.replace(config, data_dir="data"))
+
+
+def test_the_progress_bar_shows_a_benchmark_name_as_written(tmp_path, tiny_model_dir, capsys):
+    """The progress bar's label, the benchmark being evaluated, went through rich's markup: a
+    reasoning-gym option holding a closing tag (figlet_font's ``static_word=[/B]``) ended the
+    evaluation, its samples drawn, in a MarkupError (no results.json), and ``[b]`` would have been
+    taken for bold and not shown. The name shows as typed and the evaluation finishes."""
+    name = "rg:figlet_font:static_word=[/B]:size=1"
+    out = tmp_path / "out"
+    config = EvalConfig(model=str(tiny_model_dir), benchmarks=name, output_dir=str(out), num_samples=1, ks=(1,),
+                        max_new_tokens=2)
+    capsys.readouterr()
+    evaluate(config, generator=tiny_generator(config, tiny_model_dir), progress=True, print_table=False)
+    assert (out / "results.json").is_file()
+    assert name in capsys.readouterr().out

@@ -210,3 +210,18 @@ def test_the_summary_prints_listed_tokens_and_paths_as_written(tmp_path):
     assert "  most often selected: ' [/' 3, ']' 2, '[i]' 1\n" in text
     assert "  most often unselected: '[bold red]x' 4\n" in text
     assert f"metrics: {run}/metrics.jsonl\n" in text and f"checkpoint: {run}/checkpoints/step-00000001\n" in text
+
+
+def test_progress_labels_are_markup_only_where_asked():
+    """`ict train`'s bar label is rich markup ("[bold]train": the word in bold); `ict eval`'s, a
+    benchmark name, is shown as written (markup=False), brackets and all."""
+    from rich.progress import Progress
+
+    from ict.runs.reporting import progress_columns
+
+    progress = Progress()
+    progress.add_task("rg:figlet_font:static_word=[/B]", total=1)
+    (task,) = progress.tasks
+    trained = progress_columns("[bold]train")[0].render(task)
+    assert trained.plain == "train" and [str(span.style) for span in trained.spans] == ["bold"]
+    assert progress_columns("{task.description}", markup=False)[0].render(task).plain == task.description

@@ -500,7 +500,7 @@ def _generate_and_grade(config: EvalConfig, generator: Generator,
     units = _units(config)
     grading = config.grading()
     first_seed = config.resolved_seeds()[0]  # greedy decoding ignores it; kept for the record
-    columns = progress_columns("{task.description}")
+    columns = progress_columns("{task.description}", markup=False)  # a benchmark name as written
     with Progress(*columns, disable=not progress, transient=False) as bar, open(
         output_dir / SAMPLES_FILE, "a", encoding="utf-8"
     ) as samples_file:

@@ -251,7 +251,9 @@ def print_results_table(result: EvalResult) -> None:
     title = f"ict eval: {result.config['model']} (percent)"
     if len(seeds) > 1:
         title += f", mean ± std over seeds {','.join(map(str, seeds))}"
-    table = Table(title=Text(title))  # texts as written: a model path or benchmark name '[b]' is no style
+    # texts as written: a model path or benchmark name '[b]' is no style; a Text title takes no style of the
+    # table's own (a str title is drawn in 'table.title', italic): it is given that one
+    table = Table(title=Text(title, style="table.title"))
     columns = ("benchmark", "group", "problems", *metrics)
     for column in columns:
         table.add_column(column, justify="left" if column in ("benchmark", "group") else "right")

@@ -154,9 +154,11 @@ def step_line(metrics: dict[str, Any], total: int) -> str:
             + (f"  SKIPPED {skipped} non-finite update(s)" if skipped else ""))
 
 
-def progress_columns(label: str, *fields: str) -> tuple[Any, ...]:
+def progress_columns(label: str, *fields: str, markup: bool = True) -> tuple[Any, ...]:
     """rich progress columns: ``label``, the bar, done/total, ``name {value}`` for each task field
-    in ``fields``, elapsed and remaining time (shared by `ict train` and `ict eval`)."""
+    in ``fields``, elapsed and remaining time (shared by `ict train` and `ict eval`). ``markup``
+    False: ``label`` is shown as written (`ict eval`'s, a benchmark name: a reasoning-gym option
+    ``static_word=[/B]`` read as a closing tag ended the evaluation in a MarkupError)."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -165,7 +167,7 @@ def progress_columns(label: str, *fields: str) -> tuple[Any, ...]:
         TimeRemainingColumn,
     )
 
-    return (TextColumn(label), BarColumn(), MofNCompleteColumn(),
+    return (TextColumn(label, markup=markup), BarColumn(), MofNCompleteColumn(),
             *(TextColumn(f"{name} {{task.fields[{name}]}}") for name in fields),
             TimeElapsedColumn(), TimeRemainingColumn())
 
