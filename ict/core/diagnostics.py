@@ -15,7 +15,8 @@ micro-batches together), so they cost no extra pass over the vocabulary.
   method's selection ``S`` with what 20-Entropy (top 20% entropy over the step) and ICT at its
   defaults (``ICT_PAPER_SELECTOR_OPTIONS``: the top 10% of each response, ``ceil(0.1 L)`` of its
   ``L`` tokens, by ``ICT_DEFAULT_REFERENCE``) would select on the same tokens (ties drawn with a
-  generator seeded with 0), so an ICT run at its defaults logs 1.
+  generator seeded with 0), so an ICT run at its defaults logs 1 but where a tie decides (its
+  selection draws ties with the run's generator).
 - ``selected_positive_advantage_fraction``: share of the selected tokens that lie in completions
   with positive advantage (the paper's A.3.4: high-JS tokens sit in positive-advantage
   completions although the score uses no reward).
