@@ -4,6 +4,7 @@ one-line error (exit status 2) naming the option or file, never a silently diffe
 from __future__ import annotations
 
 import math
+import os
 import re
 
 import pytest
@@ -462,3 +463,22 @@ def test_a_comparisons_config_file_reads_its_plugin_selectors_options_as_a_built
     finally:
         SELECTORS.pop(name, None)
     assert "selector.count: YAML 1.1 reads an unquoted 017 as 15, YAML 1.2 as 17" in err, err
+
+
+def test_a_data_dir_whose_benchmark_file_is_a_pipe_says_so_not_that_it_is_missing(tmp_path, capsys):
+    """A FIFO (or a device) named gsm8k.jsonl is there: "benchmark file not found" sent the user
+    looking for a file they could see with ls."""
+    os.mkfifo(tmp_path / "gsm8k.jsonl")
+    err = _one_line_error(capsys, ["eval", "--model", "x", "--benchmarks", "gsm8k", "--data-dir", str(tmp_path)])
+    assert f"benchmark file {tmp_path / 'gsm8k.jsonl'} is not a regular file (a device or a pipe)" in err
+    assert "not found" not in err
+
+
+@pytest.mark.parametrize("kind", ["pipe", "directory"])
+def test_a_plugin_path_that_is_a_pipe_or_a_directory_says_so_not_that_it_is_missing(tmp_path, capsys, kind):
+    plugin = tmp_path / "plugin.py"
+    os.mkfifo(plugin) if kind == "pipe" else plugin.mkdir()
+    err = _one_line_error(capsys, ["train", "--plugin", str(plugin), "--num-steps", "1"])
+    what = "is a directory" if kind == "directory" else "is not a regular file (a device or a pipe)"
+    assert f"plugin file {plugin} {what}: give a .py file or a module name" in err and "not found" not in err
+
