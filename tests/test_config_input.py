@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from ict.core.errors import UsageError
+from ict.core.errors import UsageError, read_utf8_text
 from ict.training.config_loading import build_config
 from ict.training.config_text import load_yaml
 
@@ -482,3 +482,14 @@ def test_a_plugin_path_that_is_a_pipe_or_a_directory_says_so_not_that_it_is_miss
     what = "is a directory" if kind == "directory" else "is not a regular file (a device or a pipe)"
     assert f"plugin file {plugin} {what}: give a .py file or a module name" in err and "not found" not in err
 
+
+@pytest.mark.parametrize("ending", [b"\r\n", b"\r\r\n", b"\r"])
+def test_a_config_file_with_windows_or_doubled_line_endings_reads_as_written(tmp_path, ending):
+    """A CRLF file converted twice (\\r\\r\\n) was read with two line breaks a line: a blank line
+    between every two lines of a block scalar, so the system prompt sent with every question was
+    another text than the one written."""
+    text = "system_prompt: |\n  Think step by step.\n  Then answer.\nseed: 3\nmethod: ict\n"
+    path = tmp_path / "config.yaml"
+    path.write_bytes(text.encode().replace(b"\n", ending))
+    assert read_utf8_text(path) == text
+    assert load_yaml(path) == {"system_prompt": "Think step by step.\nThen answer.\n", "seed": 3, "method": "ict"}

@@ -5,6 +5,7 @@ import contextlib
 import json
 import math
 import numbers
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -122,12 +123,19 @@ def check_option_text(flag: str, text: str | None) -> None:
 
 
 def read_utf8_text(path: Any) -> str:
-    """The text of the file `path`, less a leading byte-order mark (as Windows editors write); a
+    """The text of the file `path`, less a leading byte-order mark (as Windows editors write), each
+    line ending ``\\n``: a Windows ``\\r\\n``, and the ``\\r\\r\\n`` a second conversion of one
+    leaves (read as two line breaks, it put a blank line between every two lines of a YAML block
+    scalar, a ``system_prompt: |``), one line break; a lone ``\\r`` (an old Mac file) one too. A
     one-line UsageError naming it, and where, if it is not UTF-8."""
     try:
-        return Path(path).read_text(encoding="utf-8-sig")
+        text = Path(path).read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise _not_utf8(path, error) from None
+    return _CARRIAGE_RETURNS.sub("\n", text).replace("\r", "\n") if "\r" in text else text
+
+
+_CARRIAGE_RETURNS = re.compile(r"\r+\n")  # the end of a Windows line, converted once or more
 
 
 def jsonl_records(path: Path, what: str, fix: str = "") -> Iterator[tuple[int, Any]]:
