@@ -474,6 +474,16 @@ def test_a_data_dir_whose_benchmark_file_is_a_pipe_says_so_not_that_it_is_missin
     assert "not found" not in err
 
 
+def test_a_data_dir_that_is_a_file_says_so_not_that_its_benchmark_file_is_missing(tmp_path, capsys):
+    """``--data-dir results.jsonl`` (a file given for the directory) said "benchmark file not found:
+    results.jsonl/gsm8k.jsonl", which sent the user looking for gsm8k.jsonl."""
+    (tmp_path / "data").write_text('{"question": "q", "answer": "#### 3"}\n')
+    err = _one_line_error(capsys, ["eval", "--model", "x", "--benchmarks", "gsm8k", "--data-dir",
+                                   str(tmp_path / "data"), "--output-dir", str(tmp_path / "out")])
+    assert f"--data-dir {tmp_path / 'data'} is not a directory (expected the directory of <name>.jsonl files)" in err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("kind", ["pipe", "directory"])
 def test_a_plugin_path_that_is_a_pipe_or_a_directory_says_so_not_that_it_is_missing(tmp_path, capsys, kind):
     plugin = tmp_path / "plugin.py"

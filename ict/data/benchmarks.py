@@ -536,7 +536,11 @@ def load_benchmark(
             expand_benchmark_names([name])  # raises the informative error
         spec = REGISTRY[name]
         if data_dir is not None:
-            path = Path(data_dir).expanduser() / f"{name}.jsonl"
+            directory = Path(data_dir).expanduser()
+            if directory.exists() and not directory.is_dir():  # "<file>/gsm8k.jsonl not found" hid why
+                raise UsageError(f"--data-dir {directory} is not a directory (expected the directory of "
+                                 "<name>.jsonl files)")
+            path = directory / f"{name}.jsonl"
             if path.is_dir():  # "not found" sent the user looking for a file that is there
                 raise UsageError(f"benchmark file {path} is a directory, not a file (expected <name>.jsonl "
                                  "in --data-dir)")
