@@ -65,6 +65,19 @@ def check_input_file(what: str, path: Path, give: str) -> None:
     raise UsageError(f"{what} not found: {path}")
 
 
+MAX_THREADS = 1024
+"""the most CPU threads `--threads` / ``num_threads`` give torch (more than the largest machines'
+cores; the limit does not depend on this machine's, so a run resumes on another)"""
+
+
+def check_thread_count(flag: str, threads: int | None) -> None:
+    """One-line UsageError unless `threads` (torch's CPU threads; None: one per core) is in
+    1..`MAX_THREADS`: OpenMP starts them all at the first parallel operation, and 100000 ran out of
+    memory there (exit 1, "unable to mmap ... Cannot allocate memory", or an abort of libgomp)."""
+    if threads is not None and not 1 <= threads <= MAX_THREADS:
+        raise UsageError(f"{flag} must be in 1..{MAX_THREADS}, got {threads}")
+
+
 def check_output_file(flag: str, path: Any) -> None:
     """One-line UsageError unless `path` can name a file to write, checked before any work: not a
     directory, its nearest existing ancestor a directory, a name the file system takes (a name
