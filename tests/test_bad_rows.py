@@ -6,6 +6,7 @@ golds, chat messages) is accepted. Every case fails before a model is loaded."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -207,3 +208,20 @@ def test_a_gold_integer_too_large_for_a_float_is_read_as_its_digits(tmp_path):
     assert load_benchmark("aime24", tmp_path).problems[0].answer == str(big)
     assert is_finite_number(big) and is_finite_number(-big) and is_finite_number(2.5)
     assert not any(is_finite_number(value) for value in (True, float("inf"), float("nan"), "3", None))
+
+
+@pytest.mark.parametrize("ending", [b"\n", b"\r\n", b"\r\r\n", b"\r"])
+def test_windows_line_endings_keep_each_rows_line_number_as_an_editor_counts_it(tmp_path, ending):
+    """Rows on lines 1, 3 and 4 (line 2 blank) are on lines 1, 3 and 4 whatever the line ending,
+    as ``grep -n`` and an editor number them; with "\\r\\r\\n" (a CRLF file converted again) each
+    line counted twice, so a bad row on line 5 was reported on line 9."""
+    good = [json.dumps({"question": f"q{number}", "answer": str(number)}).encode() for number in range(3)]
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(ending.join([good[0], b"", good[1], good[2], b'{"question": "q", "answer": null}', b""]))
+    rows = read_records(path)
+    assert rows[:3] == [{"question": f"q{number}", "answer": str(number)} for number in range(3)]
+    assert rows.numbers == [1, 3, 4, 5]
+    with pytest.raises(UsageError, match=rf"^{re.escape(str(path))}:5: row 4: field 'answer' must be text"):
+        load_training_data(str(path), seed=0)
+    path.write_bytes(good[0] + b"\r" + good[1] + b"\n" + good[2] + b"\r\n")  # a lone "\r" inside a line: still a break
+    assert read_records(path).numbers == [1, 1, 2]

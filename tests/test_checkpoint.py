@@ -5,8 +5,10 @@ tests/test_train.py, test_train_interrupts.py, test_resume.py and test_faults.py
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -288,3 +290,30 @@ def test_write_failure_reads_the_file_systems_refusal_of_a_write_and_nothing_els
     header = type("SafetensorError", (Exception,), {})("Error while deserializing header: HeaderTooLarge")
     assert write_failure(header) is None
     assert write_failure(RuntimeError("I/O error: not a write")) is None
+
+
+@pytest.mark.parametrize(("umask", "lora"), [(0o022, False), (0o027, True), (0o077, False)])
+def test_a_checkpoint_has_the_modes_the_umask_gives_as_the_run_directorys_other_files(tmp_path, umask, lora):
+    """A plain open/mkdir under umask U gives 0666 & ~U and 0777 & ~U; the checkpoint directory
+    was 0700 (tempfile.mkdtemp) and its .safetensors files 0600 (safetensors), whatever the umask:
+    a group sharing the runs could read metrics.jsonl but not the checkpoints (nor a LoRA run's
+    adapter/)."""
+    model, optimizer = _model_and_optimizer()
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"]))
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2, foreach=False)
+    previous = os.umask(umask)
+    try:
+        path = save_checkpoint(tmp_path / "run", 3, model, optimizer, {}, tokenizer=None)
+    finally:
+        os.umask(previous)
+    expected_file, expected_dir = {0o022: (0o644, 0o755), 0o027: (0o640, 0o750), 0o077: (0o600, 0o700)}[umask]
+    assert stat.S_IMODE(path.stat().st_mode) == expected_dir
+    modes = {file.name: stat.S_IMODE(file.stat().st_mode) for file in path.rglob("*") if file.is_file()}
+    assert {"model.safetensors", "optimizer.safetensors", "rng.safetensors", COMPLETE_MARKER} <= set(modes)
+    assert ("adapter_model.safetensors" in modes) == lora
+    assert modes == dict.fromkeys(modes, expected_file)
+    assert all(stat.S_IMODE(directory.stat().st_mode) == expected_dir for directory in path.rglob("*")
+               if directory.is_dir())

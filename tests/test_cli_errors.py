@@ -288,7 +288,7 @@ def test_each_error_has_its_documented_exit_status_and_one_line(capsys, monkeypa
     hint = " (run with --debug for the traceback)"
     cases = [(UsageError("bad option"), 2, "error: bad option"), (ValueError("bad value"), 2, "error: bad value"),
              (FileNotFoundError("no file"), 2, "error: no file"), (PermissionError("denied"), 2, "error: denied"),
-             (NotADirectoryError("not dir"), 2, "error: not dir"),
+             (NotADirectoryError("not dir"), 2, "error: not dir"), (IsADirectoryError("a dir"), 2, "error: a dir"),
              (TrainingDiverged("3 consecutive updates"), 1, "error: 3 consecutive updates"),
              (RuntimeError("first\n  second"), 1, "error: RuntimeError: first second" + hint),
              (RuntimeError(), 1, "error: RuntimeError: RuntimeError" + hint),
@@ -341,3 +341,17 @@ def test_options_that_do_not_go_together_are_refused_before_the_model_loads(
     assert loaded == [] and sorted(path.name for path in tmp_path.iterdir()) == []
     for fragment in fragments:
         assert fragment in err, (fragment, err)
+
+
+@pytest.mark.parametrize("name", ["samples.jsonl", "run.lock", "run.json"])
+def test_a_directory_where_eval_writes_a_file_is_one_line_exit_2(tmp_path, capsys, tiny_model_dir, name):
+    """A directory named samples.jsonl (run.lock, run.json) in --output-dir is bad input: it was
+    exit status 1, "IsADirectoryError: ... (run with --debug for the traceback)"."""
+    from ict.cli import main
+
+    (tmp_path / "out" / name).mkdir(parents=True)
+    assert main(["eval", "--model", str(tiny_model_dir), "--benchmarks", "rg:chain_sum:size=2", "--n", "2",
+                 "--k", "1", "--max-new-tokens", "2", "--device", "cpu", "--backend", "hf", "--quiet",
+                 "--output-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: [Errno 21] Is a directory: ") and name in err and err.count("\n") == 1, err

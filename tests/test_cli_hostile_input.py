@@ -293,3 +293,21 @@ def test_an_int_option_beyond_int64_is_refused_in_one_line_naming_it(run_command
     assert parse_field(COMMANDS[command], name, str(2**63 - 1)) == 2**63 - 1
     assert parse_field(COMMANDS[command], name, str(-(2**63))) == -(2**63)
     assert parse_field(COMMANDS[command], name, 2.0**62) == 2**62  # a YAML float that is an integer
+
+
+@pytest.mark.parametrize(("command", "flag", "name"), [("train", "--num-threads", "num_threads"),
+                                                       ("eval", "--threads", "--threads"),
+                                                       ("compare", "num_threads", "num_threads")])
+def test_a_thread_count_beyond_1024_is_refused_before_the_model_loads(run_command, command, flag, name):
+    """OpenMP starts every thread torch is given at the first parallel operation: ``ict train
+    --num-threads 100000`` passed the checks and stopped at the model load with "unable to mmap ...
+    Cannot allocate memory" (exit 1, "run with --debug"); 20000 aborted in libgomp ("Thread creation
+    failed"). 1 and 1024 are taken, 0 and 1025 refused."""
+    def given(value: int) -> list[str]:
+        return [f"{flag}={value}"] if command == "compare" else [flag, str(value)]
+
+    for value in (0, 1025, 100000):
+        assert run_command([command, *BASE[command], *given(value)]) == (
+            2, f"error: {name} must be in 1..1024, got {value}\n"), value
+    for value in (1, 1024):
+        assert run_command([command, *BASE[command], *given(value)])[0] == "accepted", value

@@ -4,11 +4,12 @@ one-line error (exit status 2) naming the option or file, never a silently diffe
 from __future__ import annotations
 
 import math
+import os
 import re
 
 import pytest
 
-from ict.core.errors import UsageError
+from ict.core.errors import UsageError, read_utf8_text
 from ict.training.config_loading import build_config
 from ict.training.config_text import load_yaml
 
@@ -462,3 +463,43 @@ def test_a_comparisons_config_file_reads_its_plugin_selectors_options_as_a_built
     finally:
         SELECTORS.pop(name, None)
     assert "selector.count: YAML 1.1 reads an unquoted 017 as 15, YAML 1.2 as 17" in err, err
+
+
+def test_a_data_dir_whose_benchmark_file_is_a_pipe_says_so_not_that_it_is_missing(tmp_path, capsys):
+    """A FIFO (or a device) named gsm8k.jsonl is there: "benchmark file not found" sent the user
+    looking for a file they could see with ls."""
+    os.mkfifo(tmp_path / "gsm8k.jsonl")
+    err = _one_line_error(capsys, ["eval", "--model", "x", "--benchmarks", "gsm8k", "--data-dir", str(tmp_path)])
+    assert f"benchmark file {tmp_path / 'gsm8k.jsonl'} is not a regular file (a device or a pipe)" in err
+    assert "not found" not in err
+
+
+def test_a_data_dir_that_is_a_file_says_so_not_that_its_benchmark_file_is_missing(tmp_path, capsys):
+    """``--data-dir results.jsonl`` (a file given for the directory) said "benchmark file not found:
+    results.jsonl/gsm8k.jsonl", which sent the user looking for gsm8k.jsonl."""
+    (tmp_path / "data").write_text('{"question": "q", "answer": "#### 3"}\n')
+    err = _one_line_error(capsys, ["eval", "--model", "x", "--benchmarks", "gsm8k", "--data-dir",
+                                   str(tmp_path / "data"), "--output-dir", str(tmp_path / "out")])
+    assert f"--data-dir {tmp_path / 'data'} is not a directory (expected the directory of <name>.jsonl files)" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["pipe", "directory"])
+def test_a_plugin_path_that_is_a_pipe_or_a_directory_says_so_not_that_it_is_missing(tmp_path, capsys, kind):
+    plugin = tmp_path / "plugin.py"
+    os.mkfifo(plugin) if kind == "pipe" else plugin.mkdir()
+    err = _one_line_error(capsys, ["train", "--plugin", str(plugin), "--num-steps", "1"])
+    what = "is a directory" if kind == "directory" else "is not a regular file (a device or a pipe)"
+    assert f"plugin file {plugin} {what}: give a .py file or a module name" in err and "not found" not in err
+
+
+@pytest.mark.parametrize("ending", [b"\r\n", b"\r\r\n", b"\r"])
+def test_a_config_file_with_windows_or_doubled_line_endings_reads_as_written(tmp_path, ending):
+    """A CRLF file converted twice (\\r\\r\\n) was read with two line breaks a line: a blank line
+    between every two lines of a block scalar, so the system prompt sent with every question was
+    another text than the one written."""
+    text = "system_prompt: |\n  Think step by step.\n  Then answer.\nseed: 3\nmethod: ict\n"
+    path = tmp_path / "config.yaml"
+    path.write_bytes(text.encode().replace(b"\n", ending))
+    assert read_utf8_text(path) == text
+    assert load_yaml(path) == {"system_prompt": "Think step by step.\nThen answer.\n", "seed": 3, "method": "ict"}

@@ -386,6 +386,23 @@ def test_a_blank_page_or_samples_path_is_refused_before_the_model_loads(tmp_path
     assert sorted(path.name for path in tmp_path.iterdir()) == ["samples.jsonl"]
 
 
+@pytest.mark.parametrize("spelling", ["same", "dotted", "link"])
+def test_a_page_named_as_the_samples_file_is_refused_before_the_model_loads(tmp_path, capsys, spelling):
+    """``--html`` naming the ``--samples`` file (an evaluation's samples.jsonl) wrote the page over
+    it: every record of the evaluation lost, exit 0."""
+    samples = tmp_path / "run" / "samples.jsonl"
+    samples.parent.mkdir()
+    text = '{"prompt": "a", "completion": "b"}\n{"prompt": "a", "completion": "c"}\n'
+    samples.write_text(text)
+    page = {"same": samples, "dotted": tmp_path / "run" / ".." / "run" / "samples.jsonl", "link": tmp_path / "l"}[spelling]
+    if spelling == "link":
+        page.symlink_to(samples)
+    assert main(["inspect", "--model", str(tmp_path / "no-model"), "--samples", str(samples), "--html", str(page)]) == 2
+    assert capsys.readouterr().err == (f"error: --html {page} is the --samples file: the page would replace its "
+                                       "records; give another file (FILE.html)\n")
+    assert samples.read_text() == text
+
+
 def test_a_prompt_drawn_twice_is_two_problems_and_a_repeated_record_counts_once(tiny_model_dir, tmp_path):
     """reasoning-gym draws repeat prompts (119 distinct prompts among the 200 problems of the
     committed cpu-ablation evaluations): each repeat was sampled n times, and they were merged into

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import warnings
 
 import pytest
@@ -366,6 +367,25 @@ def test_a_missing_relative_path_of_several_directories_is_no_hub_id(monkeypatch
     with pytest.raises(UsageError, match="^model directory not found: models/qwen/merged$"):
         loading.model_source("models/qwen/merged")
     assert loading.model_source("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+@pytest.mark.parametrize(("kind", "name"), [("file", "merged"), ("file", "./runs/model.safetensors"), ("pipe", "pipe")])
+def test_a_model_path_that_is_a_file_or_a_pipe_is_refused_as_no_directory(monkeypatch, tmp_path, capsys, kind, name):
+    """``--model merged`` naming a file was read by transformers as a config.json ("cannot load model
+    'merged': It looks like the config file at 'merged' is not a valid JSON file. (offline? ...)"), a
+    pipe as a hub id ("We couldn't connect to 'https://huggingface.co'"), and ``./FILE`` was
+    "model directory not found" though it is there."""
+    from ict.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path) if kind == "pipe" else path.write_text("{}")
+    assert main(["eval", "--model", name, "--benchmarks", "rg:chain_sum:size=2", "--output-dir", "out", "--quiet"]) == 2
+    assert capsys.readouterr().err == (f"error: model {name} is not a directory: pass a model directory (with "
+                                       "config.json), or a hub id\n")
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_missing_model_directory_under_home_is_refused_in_one_line(monkeypatch, tmp_path):

@@ -118,6 +118,10 @@ class InspectConfig:
             raise UsageError(f"--samples {self.samples} is not a file")
         if self.html is not None:
             check_output_file("--html", self.html)
+            html_path = Path(self.html).expanduser()
+            if self.samples is not None and html_path.exists() and html_path.samefile(Path(self.samples).expanduser()):
+                raise UsageError(f"--html {self.html} is the --samples file: the page would replace its records; "
+                                 "give another file (FILE.html)")
         if self.html is not None and not Path(self.html).expanduser().parent.is_dir():
             raise UsageError(f"--html {self.html}: no directory {Path(self.html).parent} (it was written after "
                              "the model had scored every token)")

@@ -1,10 +1,10 @@
 """Command line: `ict train`, `ict eval`. Only parses arguments and calls the library.
 
 Errors are one line on stderr (a line break in a value echoed escaped, `one_line`), never a
-traceback: bad input (`UsageError`, a missing file, a name too long, a bad value) exits with 2, a
-run stopped by non-finite updates with 1, anything unexpected with 1 and a hint; `--debug` (before
-or after the command, or ICT_DEBUG=1) shows the traceback instead. Ctrl-C and SIGTERM print
-"interrupted" and exit with 130.
+traceback: bad input (`UsageError`, a missing file, a directory where a file goes, a name too long,
+a bad value) exits with 2, a run stopped by non-finite updates with 1, anything unexpected with 1
+and a hint; `--debug` (before or after the command, or ICT_DEBUG=1) shows the traceback instead.
+Ctrl-C and SIGTERM print "interrupted" and exit with 130.
 """
 
 from __future__ import annotations
@@ -119,7 +119,8 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (UsageError, FileNotFoundError, NotADirectoryError, PermissionError, ValueError) as error:
+    except (UsageError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
+            ValueError) as error:
         if debug:
             raise
         from ict.cli.options import in_typed_spelling

@@ -5,6 +5,7 @@ import contextlib
 import json
 import math
 import numbers
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,19 @@ def check_input_file(what: str, path: Path, give: str) -> None:
     if path.exists():
         raise UsageError(f"{what} {path} is not a regular file (a device or a pipe): {give}")
     raise UsageError(f"{what} not found: {path}")
+
+
+MAX_THREADS = 1024
+"""the most CPU threads `--threads` / ``num_threads`` give torch (more than the largest machines'
+cores; the limit does not depend on this machine's, so a run resumes on another)"""
+
+
+def check_thread_count(flag: str, threads: int | None) -> None:
+    """One-line UsageError unless `threads` (torch's CPU threads; None: one per core) is in
+    1..`MAX_THREADS`: OpenMP starts them all at the first parallel operation, and 100000 ran out of
+    memory there (exit 1, "unable to mmap ... Cannot allocate memory", or an abort of libgomp)."""
+    if threads is not None and not 1 <= threads <= MAX_THREADS:
+        raise UsageError(f"{flag} must be in 1..{MAX_THREADS}, got {threads}")
 
 
 def check_output_file(flag: str, path: Any) -> None:
@@ -122,12 +136,19 @@ def check_option_text(flag: str, text: str | None) -> None:
 
 
 def read_utf8_text(path: Any) -> str:
-    """The text of the file `path`, less a leading byte-order mark (as Windows editors write); a
+    """The text of the file `path`, less a leading byte-order mark (as Windows editors write), each
+    line ending ``\\n``: a Windows ``\\r\\n``, and the ``\\r\\r\\n`` a second conversion of one
+    leaves (read as two line breaks, it put a blank line between every two lines of a YAML block
+    scalar, a ``system_prompt: |``), one line break; a lone ``\\r`` (an old Mac file) one too. A
     one-line UsageError naming it, and where, if it is not UTF-8."""
     try:
-        return Path(path).read_text(encoding="utf-8-sig")
+        text = Path(path).read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise _not_utf8(path, error) from None
+    return _CARRIAGE_RETURNS.sub("\n", text).replace("\r", "\n") if "\r" in text else text
+
+
+_CARRIAGE_RETURNS = re.compile(r"\r+\n")  # the end of a Windows line, converted once or more
 
 
 def jsonl_records(path: Path, what: str, fix: str = "") -> Iterator[tuple[int, Any]]:

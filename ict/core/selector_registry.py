@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ict.core.errors import is_finite_number
+from ict.core.errors import UsageError, check_input_file, is_finite_number
 from ict.core.ranking import SCOPES, Selection
 from ict.core.stats import TokenStatistics, check_token_shapes, score_key
 
@@ -320,8 +320,13 @@ def load_plugin(module: str) -> None:
     key = str(path.resolve()) if module.endswith(".py") else module
     if key in _LOADED_PLUGINS:
         return
-    if module.endswith(".py") and not path.is_file():
+    if module.endswith(".py") and not path.exists():
         raise ValueError(f"plugin file not found: {module}")
+    if module.endswith(".py"):
+        try:  # a directory, a pipe or a device named .py is there: not "not found"
+            check_input_file("plugin file", path, "give a .py file or a module name")
+        except UsageError as error:
+            raise ValueError(str(error)) from None
     try:
         if module.endswith(".py"):
             spec = importlib.util.spec_from_file_location(f"ict_plugin_{path.stem}", path)

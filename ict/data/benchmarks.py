@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ict.answers.gold import normalize_gold
-from ict.core.errors import UsageError, encodes_as_utf8, is_integer
+from ict.core.errors import UsageError, check_input_file, encodes_as_utf8, is_integer
 from ict.core.problems import (
     CHOICE_TEMPLATE,
     MATH_TEMPLATE,
@@ -536,13 +536,19 @@ def load_benchmark(
             expand_benchmark_names([name])  # raises the informative error
         spec = REGISTRY[name]
         if data_dir is not None:
-            path = Path(data_dir).expanduser() / f"{name}.jsonl"
+            directory = Path(data_dir).expanduser()
+            if directory.exists() and not directory.is_dir():  # "<file>/gsm8k.jsonl not found" hid why
+                raise UsageError(f"--data-dir {directory} is not a directory (expected the directory of "
+                                 "<name>.jsonl files)")
+            path = directory / f"{name}.jsonl"
             if path.is_dir():  # "not found" sent the user looking for a file that is there
                 raise UsageError(f"benchmark file {path} is a directory, not a file (expected <name>.jsonl "
                                  "in --data-dir)")
-            if not path.is_file():
+            if not path.exists():
                 raise UsageError(f"benchmark file not found: {path} (expected <name>.jsonl in "
                                  f"--data-dir)")
+            # a pipe or a device (not "not found": it is there), read more than once or without end
+            check_input_file("benchmark file", path, "give a regular <name>.jsonl file in --data-dir")
             rows, source = read_jsonl(path), str(path)
             if spec.hub is not None:  # a file in the hub source's layout holds its other rows too
                 rows = _kept_by_filter(rows, spec.hub.row_filter)

@@ -221,7 +221,7 @@ def _refuse_or_skip(where: str, error: Exception, skipped: list[str] | None) -> 
 
 def _read_jsonl(path: Path, skipped: list[str] | None) -> Rows:
     rows, lines = [], []
-    for number, raw in enumerate(path.read_bytes().removeprefix(codecs.BOM_UTF8).splitlines(), 1):
+    for number, raw in _numbered_lines(path.read_bytes().removeprefix(codecs.BOM_UTF8)):
         try:
             row = _jsonl_row(raw)
         except ValueError as error:
@@ -231,6 +231,17 @@ def _read_jsonl(path: Path, skipped: list[str] | None) -> Rows:
             rows.append(row)
             lines.append(number)
     return Rows(rows, str(path), lines)
+
+
+def _numbered_lines(data: bytes) -> list[tuple[int, bytes]]:
+    """(line number, bytes) of each line of a JSON-lines file, numbered as an editor and ``grep -n``
+    count them: at each "\\n" (a Windows "\\r\\n", or the "\\r\\r\\n" a second conversion of one
+    leaves, ends in "\\r"s, which `bytes.splitlines` counted as line breaks of their own: each row
+    after them named a line further down than it is), each "\\r" in a line a break within it; in a
+    file without a "\\n" (an old Mac file) at each "\\r"."""
+    if b"\n" not in data:
+        return list(enumerate(data.splitlines(), 1))
+    return [(number, raw) for number, line in enumerate(data.split(b"\n"), 1) for raw in line.splitlines()]
 
 
 def _read_json(path: Path, skipped: list[str] | None) -> Rows:

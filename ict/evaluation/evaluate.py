@@ -64,7 +64,7 @@ from ict.answers.verify import (
     check_timeout,
     default_verifier,
 )
-from ict.core.errors import UsageError, check_option_text, check_path_given
+from ict.core.errors import UsageError, check_option_text, check_path_given, check_thread_count
 from ict.core.metrics import benchmark_metrics, majority_vote_correct
 from ict.core.options import check_choices, option
 from ict.core.problems import Problem
@@ -186,8 +186,7 @@ class EvalConfig:
         check_timeout(self.verify_timeout, "--verify-timeout")
         if self.backend not in ("auto", "hf", "vllm"):
             raise UsageError(f"--backend must be auto, hf or vllm, got {self.backend!r}")
-        if self.threads is not None and self.threads < 1:
-            raise UsageError("--threads must be >= 1")
+        check_thread_count("--threads", self.threads)
         if self.verify_workers is not None and self.verify_workers < 1:
             raise UsageError("--verify-workers must be >= 1")
         check_option_text("--system-prompt", self.system_prompt)

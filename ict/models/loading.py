@@ -203,13 +203,17 @@ def model_source(name_or_path: str, cache_dir: str | os.PathLike[str] | None = N
     """Where ``name_or_path`` loads from: the offline default's directory, else the path (``~``
     expanded, made absolute: a LoRA adapter records it as its base, read from any directory later)
     or hub id itself; a path-like name (``./``, ``/``, ``~``, or more than one ``/``: a hub id is
-    ``namespace/name``) that is no directory is a one-line UsageError.
+    ``namespace/name``) that is no directory, or any name of a file, a pipe or a device here, is a
+    one-line UsageError.
     A hub id with the hub unreachable switches the process offline (`go_offline`): it loads from
     the Hugging Face cache, or fails at once, not after minutes of retries."""
     if name_or_path == OFFLINE_DEFAULT_MODEL:
         return offline_default_path(cache_dir)
     if (directory := local_model_dir(name_or_path)) is not None:
         return directory
+    if os.path.exists(os.path.expanduser(name_or_path)):  # transformers read a file as config.json, a pipe as a hub id
+        raise UsageError(f"model {name_or_path} is not a directory: pass a model directory (with config.json), "
+                         "or a hub id")
     if os.path.sep in name_or_path and (name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1):
         raise UsageError(f"model directory not found: {name_or_path}")
     if not hub_reachable():

@@ -172,6 +172,25 @@ def fsync_path(path: Path) -> None:
         os.close(handle)
 
 
+def current_umask() -> int:
+    """The process's umask (Python has no getter: set, then set back; 0o077 in between, so a file
+    another thread creates meanwhile is private rather than open to all)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def _as_umask_allows(root: Path) -> None:
+    """``root`` and everything in it given the modes a plain ``open``/``mkdir`` gives them, 0666 for
+    a file and 0777 for a directory less the umask: `tempfile.mkdtemp` makes ``root`` 0700 and
+    safetensors writes its files 0600, so a checkpoint was unreadable to the group that reads the
+    rest of the run directory (one chmod a file, at each save)."""
+    mask = current_umask()
+    for path in (root, *root.rglob("*")):
+        if not path.is_symlink():
+            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
+
+
 def _fsync_dir(path: Path) -> None:
     for file in sorted(path.rglob("*")):
         fsync_path(file)
@@ -238,6 +257,7 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, optimizer: torch
                 model.generation_config.save_pretrained(temp)
         if tokenizer is not None:
             tokenizer.save_pretrained(temp)
+        _as_umask_allows(temp)
         files = {str(file.relative_to(temp)): {"size": file.stat().st_size, "crc32": _crc32(file)}
                  for file in sorted(temp.rglob("*")) if file.is_file()}
         _fsync_dir(temp)

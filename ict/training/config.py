@@ -14,7 +14,7 @@ from typing import Any
 
 from ict.answers.verify import check_timeout
 from ict.core import selectors
-from ict.core.errors import UsageError, check_option_text, check_path_given
+from ict.core.errors import UsageError, check_option_text, check_path_given, check_thread_count
 from ict.core.options import check_choices, option
 from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.stats import MIN_TEMPERATURE, needs_reference_logits, parse_tile_size
@@ -345,8 +345,7 @@ class TrainConfig:
             raise UsageError("learning_rate must be > 0")
         if not self.vllm_cpu_kvcache_gib > 0:
             raise UsageError(f"vllm_cpu_kvcache_gib must be > 0, got {self.vllm_cpu_kvcache_gib}")
-        if self.num_threads is not None and self.num_threads < 1:
-            raise UsageError("num_threads must be >= 1")
+        check_thread_count("num_threads", self.num_threads)
         for name in ("eval_size", "eval_every", "save_every", "warmup_steps", "lora_rank",
                      "keep_checkpoints", "full_token_warmup_steps"):
             value = getattr(self, name)
