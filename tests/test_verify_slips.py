@@ -143,6 +143,12 @@ def test_anchor_answer_readings_boxes_the_number_before_a_condition(completion, 
     ("Final answer: sqrt(2)", "\\sqrt{2}", True),  # read none
     ("The answer is 2:30.", "2", False),  # read 2
     ("The answer is 3:1.", "3", True),  # the ratio 3:1 is 3, as in a box
+    ("The answer is 2 : 30.", "2", False),  # read 2
+    ("The answer is 2 : 30.", "\\frac{1}{15}", True),
+    # a colon that opens an explanation is no ratio: read 15 and 7, as before
+    ("The answer is 15: 3*5.", "15", True),
+    ("The answer is 7: 3 + 4", "7", True),
+    ("The answer is 7: 3 + 4", "\\frac{7}{3}", False),
     # as before
     ("The answer is -5.", "-5", True),
     ("The answer is 5.", "-5", False),

@@ -55,8 +55,9 @@ _NUMBER_BEFORE_CONDITION = re.compile(
 # plain word is refused below)
 _LETTER = r"[^\W\d_](?![^\W\d_])"
 _PLAIN_TEXT_MISREAD = re.compile(
-    rf"[\\^_{{,]|^[(\[]|\d{_LETTER}|{_LETTER}\s*[-+=()]|[-+=()]\s*{_LETTER}|\d\s*:\s*\d")
-# ... and a ratio or a time, 2:30 (read as 2); a sign spaced from its number, "- 5" (read as 5), and
+    rf"[\\^_{{,]|^[(\[]|\d{_LETTER}|{_LETTER}\s*[-+=()]|[-+=()]\s*{_LETTER}|\d(?::|\s+:\s*)\d")
+# ... and a ratio or a time, 2:30 or 2 : 30 (read as 2; not the colon of an explanation, "15: 3*5"
+# and "7: 3 + 4", read as 15 and 7); a sign spaced from its number, "- 5" (read as 5), and
 # a root in plain text, "2√3" and "2 sqrt(3)" (read as 2), are written out (-5, 2\sqrt{3}) and boxed
 _SPACED_SIGN = re.compile(r"^[-\u2212]\s+(?=\d)")
 _PLAIN_ROOT = re.compile(r"(?<![\\\w])sqrt\s*\(([^()]*)\)|\u221a\s*(\d+(?:\.\d+)?|[^\W\d_]\b)")
@@ -210,7 +211,8 @@ def anchor_answer_readings(completion: str) -> list[str]:
     $v_{max}$``, ``5 when $x = 2$``: `_NUMBER_BEFORE_CONDITION`) has the number boxed: math-verify
     read the condition's formula (v_{max}; x = 2, right for a gold 2). A sign spaced from its number
     (``- 5``) and a plain-text root (``2√3``, ``2 sqrt(3)``) are written out and boxed (``-5``,
-    ``2\\sqrt{3}``), as is a ratio or a time (``2:30``): math-verify read 5, 2 and 2."""
+    ``2\\sqrt{3}``), as is a ratio or a time (``2:30``, ``2 : 30``; not ``15: 3*5``, a colon
+    opening an explanation): math-verify read 5, 2 and 2."""
     if any(command in completion for command in BOXED_COMMANDS):
         return [completion]
     text = completion.rstrip()
