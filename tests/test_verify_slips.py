@@ -105,6 +105,12 @@ def test_plain_subscripted_constants(text, expected):
     ("so the answer is 5 when $x = 2$.", "2", False),  # was right: a false positive
     ("Final answer: 12 cm when $r = 3$", "12", True),
     ("The answer is 1/2 if $n$ is even.", "\\frac{1}{2}", True),
+    # a "unit" that is algebra stays with its number, as with no condition ("The answer is 2 x^2."
+    # is 2x^2): the number alone was right for a gold 2
+    ("The answer is 2 x^2 for $x > 0$.", "2", False),
+    ("The answer is 2 x^2 for $x > 0$.", "2x^2", True),
+    ("The answer is 2 x^2.", "2", False),
+    ("The answer is 3 n^2 when $n$ is odd.", "3", False),
     # as before: arithmetic with the formula
     ("The answer is 2 times $\\pi$.", "2", False),
     ("The answer is 3 over $\\sqrt{2}$.", "3", False),
@@ -118,6 +124,9 @@ def test_an_anchored_number_before_a_condition_in_math_is_the_answer(verifier, c
 @pytest.mark.parametrize(("completion", "expected"), [
     ("The answer is 20 m/s for $v_{max}$.", "The answer is \\boxed{20}"),
     ("Answer: -3.5 if $n$ is odd", "Answer: \\boxed{-3.5}"),
+    ("The answer is 2 x^2 for $x > 0$.", "The answer is \\boxed{2 x^2}"),
+    # as with no condition: a squared unit reads as algebra ("The answer is 9.8 m/s^2.")
+    ("The answer is 9.8 m/s^2 when $t = 1$.", "The answer is \\boxed{9.8 m/s^2}"),
     ("The answer is 7 in \\(\\mathbb{Z}_9\\).", "The answer is \\boxed{7}"),
     # left alone: arithmetic, no math in the condition, a condition past a comma, no condition word
     ("The answer is 2 times $\\pi$.", None),

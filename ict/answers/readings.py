@@ -44,10 +44,11 @@ _ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*
 # an anchored plain number, an optional unit, then a condition holding math: "20 m/s for
 # $v_{max}$", "5 when $x = 2$", "1/2 if $n$ is even" (math-verify read the rightmost formula, v_{max},
 # x = 2 or n; see `anchor_answer_readings`); not arithmetic, "2 times $\pi$", "3 over $\sqrt{2}$",
-# nor a condition that goes on past a comma or semicolon ("10 for each of $4$ boxes, so $40$")
+# nor a condition that goes on past a comma or semicolon ("10 for each of $4$ boxes, so $40$");
+# group 1: the number and its unit, group 2: the number
 _ARITHMETIC_WORD = r"(?i:times|over|plus|minus|divided|multiplied|and|or|of|to|than|squared|cubed|root)\b"
 _NUMBER_BEFORE_CONDITION = re.compile(
-    rf"({_NUMBER})(?:\s+(?!{_ARITHMETIC_WORD})[^\W\d_]+(?:[/^][^\W_]+)*)?"
+    rf"(({_NUMBER})(?:\s+(?!{_ARITHMETIC_WORD})[^\W\d_]+(?:[/^][^\W_]+)*)?)"
     r"\s+(?i:for|when|if|where|at|with|given|in|on)\s(?=[^,;]*$)(?=.*?(?:(?<!\\)\$|\\\())")
 # what math-verify misreads in plain text: LaTeX markup, a tuple or an interval, a list, algebra (a
 # one-letter symbol after a digit, or a letter next to + - = or a bracket: 2n-2, 6 - 5i, 2ab+1,
@@ -209,7 +210,9 @@ def anchor_answer_readings(completion: str) -> list[str]:
     (``3 (or 4`` is none; ``3 (or 4)`` is two); a comma left before X's end (``8,.``) is dropped.
     A plain number, an optional unit, then a condition holding math (X ``20 m/s for
     $v_{max}$``, ``5 when $x = 2$``: `_NUMBER_BEFORE_CONDITION`) has the number boxed: math-verify
-    read the condition's formula (v_{max}; x = 2, right for a gold 2). A sign spaced from its number
+    read the condition's formula (v_{max}; x = 2, right for a gold 2); a number and a "unit" that
+    is boxed whole with no condition (``2 x^2 for $x > 0$``, ``The answer is 2 x^2``: 2x^2) are
+    boxed whole. A sign spaced from its number
     (``- 5``) and a plain-text root (``2√3``, ``2 sqrt(3)``) are written out and boxed (``-5``,
     ``2\\sqrt{3}``), as is a ratio or a time (``2:30``, ``2 : 30``; not ``15: 3*5``, a colon
     opening an explanation): math-verify read 5, 2 and 2."""
@@ -230,7 +233,9 @@ def anchor_answer_readings(completion: str) -> list[str]:
     elif (bounds := _range(value)) is not None:  # a range, not its first number
         value = bounds
     elif (number := _NUMBER_BEFORE_CONDITION.match(value)) is not None:
-        value = number[1]  # the number, not the condition's formula
+        # the number, not the condition's formula; a "unit" read as algebra without the condition
+        # ("2 x^2", boxed whole: 2x^2) stays with it, as in "The answer is 2 x^2."
+        value = number[1] if _PLAIN_TEXT_MISREAD.search(number[1]) else number[2]
     elif (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value)
             or _has_word(value)):
         return [completion]
