@@ -111,6 +111,17 @@ def test_plain_subscripted_constants(text, expected):
     ("The answer is 2 x^2 for $x > 0$.", "2x^2", True),
     ("The answer is 2 x^2.", "2", False),
     ("The answer is 3 n^2 when $n$ is odd.", "3", False),
+    # a piecewise answer is a hedge, as "1 or 0" is: its first number alone was right for a gold 1
+    ("The answer is 1 if $n$ is odd and 0 if $n$ is even.", "1", False),
+    ("The answer is 1 if $n$ is odd and 0 if $n$ is even.", "0", False),
+    ("The answer is 3 for $n = 1$ or maybe 5 for $n = 2$.", "3", False),
+    ("The answer is 5 when $x = 2$ and 7 otherwise.", "5", False),
+    ("The answer is 5 when $x = 2$ and 7 otherwise.", "2", False),
+    # ... not a second formula, a number inside the condition's math, or a number in its words
+    ("The answer is 12 for $n = 3$ and $n = 4$.", "12", True),
+    ("The answer is 12 when \\(n = 3 \\text{ or } 4\\).", "12", True),
+    ("The answer is 5 for $n$ greater than 3.", "5", True),
+    ("The answer is 12 when $n = 3 or 4$.", "12", True),
     # as before: arithmetic with the formula
     ("The answer is 2 times $\\pi$.", "2", False),
     ("The answer is 3 over $\\sqrt{2}$.", "3", False),
@@ -128,6 +139,10 @@ def test_an_anchored_number_before_a_condition_in_math_is_the_answer(verifier, c
     # as with no condition: a squared unit reads as algebra ("The answer is 9.8 m/s^2.")
     ("The answer is 9.8 m/s^2 when $t = 1$.", "The answer is \\boxed{9.8 m/s^2}"),
     ("The answer is 7 in \\(\\mathbb{Z}_9\\).", "The answer is \\boxed{7}"),
+    ("The answer is 1 if $n$ is odd and 0 if $n$ is even.", "The answer is \\boxed{1 \\text{ or } 0}"),
+    ("The answer is 3 when \\(x = 2\\) or 4.5 when \\(x = 3\\)", "The answer is \\boxed{3 \\text{ or } 4.5}"),
+    ("The answer is 3 when $x = 2$ and 4x", "The answer is \\boxed{3}"),
+    ("The answer is 12 when $n = 3 or 4$.", "The answer is \\boxed{12}"),
     # left alone: arithmetic, no math in the condition, a condition past a comma, no condition word
     ("The answer is 2 times $\\pi$.", None),
     ("The answer is 4 squared when $x = 2$.", None),

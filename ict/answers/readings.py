@@ -70,6 +70,12 @@ _PLAIN_ROOT = re.compile(r"(?<![\\\w])sqrt\s*\(([^()]*)\)|\u221a\s*(\d+(?:\.\d+)
 # for "3", 1,000 spaces, "4" after an anchor; past a worker's time bound at a few thousand)
 _NOT_IN_A_SPACE_RUN = r"(?:(?<!\s)|(?!\s))"
 _HEDGE_WORD = r"(?:maybe|possibly|perhaps|probably)\b"
+# a `$...$` span (see `_blank_math`)
+_DOLLAR_SPAN = re.compile(r"(?<!\\)\$[^$]*(?<!\\)\$")
+# a later piece joined to the condition's: "1 if $n$ is odd and 0 if $n$ is even", "5 when $x = 2$
+# and 7 otherwise", "3 for $n = 1$ or maybe 5" (group 1: its number; a hedge, see
+# `anchor_answer_readings`)
+_LATER_PIECE = re.compile(rf"\b(?:or|and)\s+(?:{_HEDGE_WORD}\s+)?({_NUMBER})(?![\w.])")
 _CONNECTIVE = rf"(?:and/or|or|and)\b(?:\s+{_HEDGE_WORD})?"
 # ... and a hedge word after a comma: "3, maybe 4"
 _ALTERNATIVE = re.compile(
@@ -212,7 +218,9 @@ def anchor_answer_readings(completion: str) -> list[str]:
     $v_{max}$``, ``5 when $x = 2$``: `_NUMBER_BEFORE_CONDITION`) has the number boxed: math-verify
     read the condition's formula (v_{max}; x = 2, right for a gold 2); a number and a "unit" that
     is boxed whole with no condition (``2 x^2 for $x > 0$``, ``The answer is 2 x^2``: 2x^2) are
-    boxed whole. A sign spaced from its number
+    boxed whole; a later piece, "and" or "or" then a plain number (``1 if $n$ is odd and 0 if $n$
+    is even``, ``5 when $x = 2$ and 7 otherwise``: `_LATER_PIECE`), makes a hedge, boxed as
+    alternatives are (``1 \\text{ or } 0``; the first number alone was right for a gold 1). A sign spaced from its number
     (``- 5``) and a plain-text root (``2√3``, ``2 sqrt(3)``) are written out and boxed (``-5``,
     ``2\\sqrt{3}``), as is a ratio or a time (``2:30``, ``2 : 30``; not ``15: 3*5``, a colon
     opening an explanation): math-verify read 5, 2 and 2."""
@@ -236,10 +244,24 @@ def anchor_answer_readings(completion: str) -> list[str]:
         # the number, not the condition's formula; a "unit" read as algebra without the condition
         # ("2 x^2", boxed whole: 2x^2) stays with it, as in "The answer is 2 x^2."
         value = number[1] if _PLAIN_TEXT_MISREAD.search(number[1]) else number[2]
+        # a piecewise answer, "1 if $n$ is odd and 0 if $n$ is even", is a hedge: both numbers
+        if (later := _LATER_PIECE.search(_blank_math(number.string), number.end(1))) is not None:
+            value = f"{value} \\text{{ or }} {later[1]}"
     elif (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value)
             or _has_word(value)):
         return [completion]
     return [f"{text[:anchors[-1].end()]}\\boxed{{{value}}}{completion[len(text):]}"]
+
+
+def _blank_math(text: str) -> str:
+    """``text`` with each math span, ``$...$`` or ``\\(...\\)``, written as as many spaces (one scan:
+    a lazy ``\\(.*?\\)`` tried every unclosed ``\\(`` to the end)."""
+    text = _DOLLAR_SPAN.sub(lambda span: " " * len(span[0]), text)
+    pieces, done = [], 0
+    while (start := text.find("\\(", done)) >= 0 and (end := text.find("\\)", start + 2)) >= 0:
+        pieces += [text[done:start], " " * (end + 2 - start)]
+        done = end + 2
+    return "".join(pieces) + text[done:]
 
 
 def _alternatives(value: str, separator: re.Pattern[str] = _ALTERNATIVE) -> str | None:
