@@ -122,6 +122,10 @@ def test_plain_subscripted_constants(text, expected):
     ("The answer is 12 when \\(n = 3 \\text{ or } 4\\).", "12", True),
     ("The answer is 5 for $n$ greater than 3.", "5", True),
     ("The answer is 12 when $n = 3 or 4$.", "12", True),
+    # odds are no condition: read 6, as before (the 1 alone was right for a gold 1)
+    ("The answer is 1 in $6$.", "1", False),
+    ("The answer is 1 in \\(36\\).", "1", False),
+    ("The answer is 7 in \\(\\mathbb{Z}_9\\).", "7", True),
     # as before: arithmetic with the formula
     ("The answer is 2 times $\\pi$.", "2", False),
     ("The answer is 3 over $\\sqrt{2}$.", "3", False),
@@ -149,6 +153,7 @@ def test_an_anchored_number_before_a_condition_in_math_is_the_answer(verifier, c
     ("The answer is 5 when x is 2.", None),
     ("The answer is 10 for each of the $4$ boxes, so $40$.", None),
     ("The answer is 2 $\\pi$.", None),
+    ("The answer is 1 in $6$.", None),
 ])
 def test_anchor_answer_readings_boxes_the_number_before_a_condition(completion, expected):
     from ict.answers.readings import anchor_answer_readings

@@ -44,12 +44,14 @@ _ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*
 # an anchored plain number, an optional unit, then a condition holding math: "20 m/s for
 # $v_{max}$", "5 when $x = 2$", "1/2 if $n$ is even" (math-verify read the rightmost formula, v_{max},
 # x = 2 or n; see `anchor_answer_readings`); not arithmetic, "2 times $\pi$", "3 over $\sqrt{2}$",
-# nor a condition that goes on past a comma or semicolon ("10 for each of $4$ boxes, so $40$");
+# nor a condition that goes on past a comma or semicolon ("10 for each of $4$ boxes, so $40$"), nor
+# odds, "1 in $6$" (read 6 as before; the number alone, 1, was right for a gold 1);
 # group 1: the number and its unit, group 2: the number
 _ARITHMETIC_WORD = r"(?i:times|over|plus|minus|divided|multiplied|and|or|of|to|than|squared|cubed|root)\b"
 _NUMBER_BEFORE_CONDITION = re.compile(
     rf"(({_NUMBER})(?:\s+(?!{_ARITHMETIC_WORD})[^\W\d_]+(?:[/^][^\W_]+)*)?)"
-    r"\s+(?i:for|when|if|where|at|with|given|in|on)\s(?=[^,;]*$)(?=.*?(?:(?<!\\)\$|\\\())")
+    r"\s+(?i:for|when|if|where|at|with|given|on|in(?!\s+(?:\$|\\\()\s*\d+\s*(?:\$|\\\))))\s"
+    r"(?=[^,;]*$)(?=.*?(?:(?<!\\)\$|\\\())")
 # what math-verify misreads in plain text: LaTeX markup, a tuple or an interval, a list, algebra (a
 # one-letter symbol after a digit, or a letter next to + - = or a bracket: 2n-2, 6 - 5i, 2ab+1,
 # f(x)=x+1, p - q, read as 2, 6, 2 or none; not "5 m", "20 m/s" or "2nd", read as the number; a
