@@ -289,3 +289,29 @@ def test_a_hedged_option_commits_to_none(completion, expected):
     verdict = grade(problem, completion)
     assert verdict.extracted == expected
     assert verdict.correct is (expected == "A")
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    # hedges read as one option: a hedge word after a comma, boxes in text wrappers, a bold answer
+    ("\\boxed{A}, or perhaps \\boxed{C}", None),  # was C ("\boxed{B} or perhaps \boxed{C}": none)
+    ("\\boxed{A}, maybe \\boxed{C}", None),
+    ("\\boxed{\\text{A}} or \\boxed{\\text{B}}", None),  # was B
+    ("\\boxed{\\textbf{(A)}}, \\boxed{\\textbf{(C)}}", None),
+    ("**Answer: B** (or maybe C)", None),  # was B
+    ("**Answer: B** or C.", None),
+    # still one option
+    ("\\boxed{\\text{B}} or \\boxed{\\text{B}}", "B"),
+    ("\\boxed{\\text{A}}, so \\boxed{\\text{B}}", "B"),
+    ("\\boxed{A}, perhaps wrongly. Then \\boxed{B}", "B"),
+    ("**Answer: B** (C is too small).", "B"),
+    ("**Answer: B**", "B"),
+])
+def test_a_hedge_after_a_comma_between_wrapped_boxes_or_after_bold_commits_to_none(completion,
+                                                                                     expected):
+    """Session 61's hedge rules read a hedge word only after "or" between boxes, boxes of no
+    braces, and no ``**`` after the answer's letter: the second option of these hedges was
+    committed to, right for its gold."""
+    problem = Problem("q", "C", "choice", choices=["1", "2", "3", "4"])
+    verdict = grade(problem, completion)
+    assert verdict.extracted == expected
+    assert verdict.correct is (expected == "C")

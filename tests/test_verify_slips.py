@@ -105,6 +105,27 @@ def test_plain_subscripted_constants(text, expected):
     ("so the answer is 5 when $x = 2$.", "2", False),  # was right: a false positive
     ("Final answer: 12 cm when $r = 3$", "12", True),
     ("The answer is 1/2 if $n$ is even.", "\\frac{1}{2}", True),
+    # a "unit" that is algebra stays with its number, as with no condition ("The answer is 2 x^2."
+    # is 2x^2): the number alone was right for a gold 2
+    ("The answer is 2 x^2 for $x > 0$.", "2", False),
+    ("The answer is 2 x^2 for $x > 0$.", "2x^2", True),
+    ("The answer is 2 x^2.", "2", False),
+    ("The answer is 3 n^2 when $n$ is odd.", "3", False),
+    # a piecewise answer is a hedge, as "1 or 0" is: its first number alone was right for a gold 1
+    ("The answer is 1 if $n$ is odd and 0 if $n$ is even.", "1", False),
+    ("The answer is 1 if $n$ is odd and 0 if $n$ is even.", "0", False),
+    ("The answer is 3 for $n = 1$ or maybe 5 for $n = 2$.", "3", False),
+    ("The answer is 5 when $x = 2$ and 7 otherwise.", "5", False),
+    ("The answer is 5 when $x = 2$ and 7 otherwise.", "2", False),
+    # ... not a second formula, a number inside the condition's math, or a number in its words
+    ("The answer is 12 for $n = 3$ and $n = 4$.", "12", True),
+    ("The answer is 12 when \\(n = 3 \\text{ or } 4\\).", "12", True),
+    ("The answer is 5 for $n$ greater than 3.", "5", True),
+    ("The answer is 12 when $n = 3 or 4$.", "12", True),
+    # odds are no condition: read 6, as before (the 1 alone was right for a gold 1)
+    ("The answer is 1 in $6$.", "1", False),
+    ("The answer is 1 in \\(36\\).", "1", False),
+    ("The answer is 7 in \\(\\mathbb{Z}_9\\).", "7", True),
     # as before: arithmetic with the formula
     ("The answer is 2 times $\\pi$.", "2", False),
     ("The answer is 3 over $\\sqrt{2}$.", "3", False),
@@ -118,13 +139,21 @@ def test_an_anchored_number_before_a_condition_in_math_is_the_answer(verifier, c
 @pytest.mark.parametrize(("completion", "expected"), [
     ("The answer is 20 m/s for $v_{max}$.", "The answer is \\boxed{20}"),
     ("Answer: -3.5 if $n$ is odd", "Answer: \\boxed{-3.5}"),
+    ("The answer is 2 x^2 for $x > 0$.", "The answer is \\boxed{2 x^2}"),
+    # as with no condition: a squared unit reads as algebra ("The answer is 9.8 m/s^2.")
+    ("The answer is 9.8 m/s^2 when $t = 1$.", "The answer is \\boxed{9.8 m/s^2}"),
     ("The answer is 7 in \\(\\mathbb{Z}_9\\).", "The answer is \\boxed{7}"),
+    ("The answer is 1 if $n$ is odd and 0 if $n$ is even.", "The answer is \\boxed{1 \\text{ or } 0}"),
+    ("The answer is 3 when \\(x = 2\\) or 4.5 when \\(x = 3\\)", "The answer is \\boxed{3 \\text{ or } 4.5}"),
+    ("The answer is 3 when $x = 2$ and 4x", "The answer is \\boxed{3}"),
+    ("The answer is 12 when $n = 3 or 4$.", "The answer is \\boxed{12}"),
     # left alone: arithmetic, no math in the condition, a condition past a comma, no condition word
     ("The answer is 2 times $\\pi$.", None),
     ("The answer is 4 squared when $x = 2$.", None),
     ("The answer is 5 when x is 2.", None),
     ("The answer is 10 for each of the $4$ boxes, so $40$.", None),
     ("The answer is 2 $\\pi$.", None),
+    ("The answer is 1 in $6$.", None),
 ])
 def test_anchor_answer_readings_boxes_the_number_before_a_condition(completion, expected):
     from ict.answers.readings import anchor_answer_readings
@@ -143,6 +172,12 @@ def test_anchor_answer_readings_boxes_the_number_before_a_condition(completion, 
     ("Final answer: sqrt(2)", "\\sqrt{2}", True),  # read none
     ("The answer is 2:30.", "2", False),  # read 2
     ("The answer is 3:1.", "3", True),  # the ratio 3:1 is 3, as in a box
+    ("The answer is 2 : 30.", "2", False),  # read 2
+    ("The answer is 2 : 30.", "\\frac{1}{15}", True),
+    # a colon that opens an explanation is no ratio: read 15 and 7, as before
+    ("The answer is 15: 3*5.", "15", True),
+    ("The answer is 7: 3 + 4", "7", True),
+    ("The answer is 7: 3 + 4", "\\frac{7}{3}", False),
     # as before
     ("The answer is -5.", "-5", True),
     ("The answer is 5.", "-5", False),

@@ -125,9 +125,10 @@ _OPENING_REASON = re.compile(
 _HEDGE = r"(?i:maybe|possibly|perhaps|probably)\b"
 """A word that makes a second option a hedge: "the answer is A, or maybe B" commits to none."""
 _JOINED_BOX = re.compile(
-    rf"\\boxed\s*\{{([^{{}}]*)\}}\s*(?:,\s*(?:(?i:or|and)\s+)?|(?i:and/or|or|and)\s+(?:{_HEDGE}\s+)?|[/&]\s*)$")
-"""A box (group 1: its content) and what joins it to the text's end, a box that follows: ``\\boxed{A}
-or ``, ``\\boxed{A}, ``."""
+    rf"\\boxed\s*\{{((?:[^{{}}]|\{{[^{{}}]*\}})*)\}}\s*(?:,\s*(?:(?i:or|and)\s+)?|(?i:and/or|or|and)\s+|[/&]\s*)"
+    rf"(?:{_HEDGE}\s+)?$")
+"""A box (group 1: its content, one level of braces in it: ``\\text{A}``) and what joins it to the
+text's end, a box that follows: ``\\boxed{A} or ``, ``\\boxed{A}, ``, ``\\boxed{A}, or perhaps ``."""
 _NAMED_TOGETHER = r"\s*(?:,\s*(?:(?i:and|or)\s+)?|(?i:and|or|nor)\s+|[&/]\s*)"
 """What joins options named together after a marker: ``(C) and (D)``, ``(C), (D), or (E)``,
 ``C)/D)``."""
@@ -199,8 +200,8 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
     if last is not None:
         open_, close = r"(?:\\?\(|\[|\$)", r"(?:\\?\)|\]|\$)"
         # "the answer is A or B", "A, B and C", "(A) or (D)": several letters commit to none
-        # ... and a hedge: "A, or maybe B", "A or possibly B", "A and/or B", "A (or B)"
-        more = re.match(rf"{close}?\s*(?:\(\s*)?(?:[,/&]\s*(?:(?:or|and)\s+)?|(?:and/or|or|and)\s+)"
+        # ... and a hedge: "A, or maybe B", "A or possibly B", "A and/or B", "A (or B)", "**A** (or B)"
+        more = re.match(rf"{close}?\**\s*(?:\(\s*)?(?:[,/&]\s*(?:(?:or|and)\s+)?|(?:and/or|or|and)\s+)"
                         rf"(?:{_HEDGE}\s+)?{open_}?\s*{letter}\s*{close}?"
                         rf"(?=\s*(?:$|[.,;:!?/&)]|(?:or|and)\b))", text[last.end():])
         # "The answer is (A) 3 (B) 4.": options listed after it, to the end of its clause (a

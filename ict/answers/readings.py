@@ -44,19 +44,23 @@ _ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*
 # an anchored plain number, an optional unit, then a condition holding math: "20 m/s for
 # $v_{max}$", "5 when $x = 2$", "1/2 if $n$ is even" (math-verify read the rightmost formula, v_{max},
 # x = 2 or n; see `anchor_answer_readings`); not arithmetic, "2 times $\pi$", "3 over $\sqrt{2}$",
-# nor a condition that goes on past a comma or semicolon ("10 for each of $4$ boxes, so $40$")
+# nor a condition that goes on past a comma or semicolon ("10 for each of $4$ boxes, so $40$"), nor
+# odds, "1 in $6$" (read 6 as before; the number alone, 1, was right for a gold 1);
+# group 1: the number and its unit, group 2: the number
 _ARITHMETIC_WORD = r"(?i:times|over|plus|minus|divided|multiplied|and|or|of|to|than|squared|cubed|root)\b"
 _NUMBER_BEFORE_CONDITION = re.compile(
-    rf"({_NUMBER})(?:\s+(?!{_ARITHMETIC_WORD})[^\W\d_]+(?:[/^][^\W_]+)*)?"
-    r"\s+(?i:for|when|if|where|at|with|given|in|on)\s(?=[^,;]*$)(?=.*?(?:(?<!\\)\$|\\\())")
+    rf"(({_NUMBER})(?:\s+(?!{_ARITHMETIC_WORD})[^\W\d_]+(?:[/^][^\W_]+)*)?)"
+    r"\s+(?i:for|when|if|where|at|with|given|on|in(?!\s+(?:\$|\\\()\s*\d+\s*(?:\$|\\\))))\s"
+    r"(?=[^,;]*$)(?=.*?(?:(?<!\\)\$|\\\())")
 # what math-verify misreads in plain text: LaTeX markup, a tuple or an interval, a list, algebra (a
 # one-letter symbol after a digit, or a letter next to + - = or a bracket: 2n-2, 6 - 5i, 2ab+1,
 # f(x)=x+1, p - q, read as 2, 6, 2 or none; not "5 m", "20 m/s" or "2nd", read as the number; a
 # plain word is refused below)
 _LETTER = r"[^\W\d_](?![^\W\d_])"
 _PLAIN_TEXT_MISREAD = re.compile(
-    rf"[\\^_{{,]|^[(\[]|\d{_LETTER}|{_LETTER}\s*[-+=()]|[-+=()]\s*{_LETTER}|\d\s*:\s*\d")
-# ... and a ratio or a time, 2:30 (read as 2); a sign spaced from its number, "- 5" (read as 5), and
+    rf"[\\^_{{,]|^[(\[]|\d{_LETTER}|{_LETTER}\s*[-+=()]|[-+=()]\s*{_LETTER}|\d(?::|\s+:\s*)\d")
+# ... and a ratio or a time, 2:30 or 2 : 30 (read as 2; not the colon of an explanation, "15: 3*5"
+# and "7: 3 + 4", read as 15 and 7); a sign spaced from its number, "- 5" (read as 5), and
 # a root in plain text, "2√3" and "2 sqrt(3)" (read as 2), are written out (-5, 2\sqrt{3}) and boxed
 _SPACED_SIGN = re.compile(r"^[-\u2212]\s+(?=\d)")
 _PLAIN_ROOT = re.compile(r"(?<![\\\w])sqrt\s*\(([^()]*)\)|\u221a\s*(\d+(?:\.\d+)?|[^\W\d_]\b)")
@@ -68,6 +72,12 @@ _PLAIN_ROOT = re.compile(r"(?<![\\\w])sqrt\s*\(([^()]*)\)|\u221a\s*(\d+(?:\.\d+)
 # for "3", 1,000 spaces, "4" after an anchor; past a worker's time bound at a few thousand)
 _NOT_IN_A_SPACE_RUN = r"(?:(?<!\s)|(?!\s))"
 _HEDGE_WORD = r"(?:maybe|possibly|perhaps|probably)\b"
+# a `$...$` span (see `_blank_math`)
+_DOLLAR_SPAN = re.compile(r"(?<!\\)\$[^$]*(?<!\\)\$")
+# a later piece joined to the condition's: "1 if $n$ is odd and 0 if $n$ is even", "5 when $x = 2$
+# and 7 otherwise", "3 for $n = 1$ or maybe 5" (group 1: its number; a hedge, see
+# `anchor_answer_readings`)
+_LATER_PIECE = re.compile(rf"\b(?:or|and)\s+(?:{_HEDGE_WORD}\s+)?({_NUMBER})(?![\w.])")
 _CONNECTIVE = rf"(?:and/or|or|and)\b(?:\s+{_HEDGE_WORD})?"
 # ... and a hedge word after a comma: "3, maybe 4"
 _ALTERNATIVE = re.compile(
@@ -208,9 +218,14 @@ def anchor_answer_readings(completion: str) -> list[str]:
     (``3 (or 4`` is none; ``3 (or 4)`` is two); a comma left before X's end (``8,.``) is dropped.
     A plain number, an optional unit, then a condition holding math (X ``20 m/s for
     $v_{max}$``, ``5 when $x = 2$``: `_NUMBER_BEFORE_CONDITION`) has the number boxed: math-verify
-    read the condition's formula (v_{max}; x = 2, right for a gold 2). A sign spaced from its number
+    read the condition's formula (v_{max}; x = 2, right for a gold 2); a number and a "unit" that
+    is boxed whole with no condition (``2 x^2 for $x > 0$``, ``The answer is 2 x^2``: 2x^2) are
+    boxed whole; a later piece, "and" or "or" then a plain number (``1 if $n$ is odd and 0 if $n$
+    is even``, ``5 when $x = 2$ and 7 otherwise``: `_LATER_PIECE`), makes a hedge, boxed as
+    alternatives are (``1 \\text{ or } 0``; the first number alone was right for a gold 1). A sign spaced from its number
     (``- 5``) and a plain-text root (``2√3``, ``2 sqrt(3)``) are written out and boxed (``-5``,
-    ``2\\sqrt{3}``), as is a ratio or a time (``2:30``): math-verify read 5, 2 and 2."""
+    ``2\\sqrt{3}``), as is a ratio or a time (``2:30``, ``2 : 30``; not ``15: 3*5``, a colon
+    opening an explanation): math-verify read 5, 2 and 2."""
     if any(command in completion for command in BOXED_COMMANDS):
         return [completion]
     text = completion.rstrip()
@@ -228,11 +243,27 @@ def anchor_answer_readings(completion: str) -> list[str]:
     elif (bounds := _range(value)) is not None:  # a range, not its first number
         value = bounds
     elif (number := _NUMBER_BEFORE_CONDITION.match(value)) is not None:
-        value = number[1]  # the number, not the condition's formula
+        # the number, not the condition's formula; a "unit" read as algebra without the condition
+        # ("2 x^2", boxed whole: 2x^2) stays with it, as in "The answer is 2 x^2."
+        value = number[1] if _PLAIN_TEXT_MISREAD.search(number[1]) else number[2]
+        # a piecewise answer, "1 if $n$ is odd and 0 if $n$ is even", is a hedge: both numbers
+        if (later := _LATER_PIECE.search(_blank_math(number.string), number.end(1))) is not None:
+            value = f"{value} \\text{{ or }} {later[1]}"
     elif (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value)
             or _has_word(value)):
         return [completion]
     return [f"{text[:anchors[-1].end()]}\\boxed{{{value}}}{completion[len(text):]}"]
+
+
+def _blank_math(text: str) -> str:
+    """``text`` with each math span, ``$...$`` or ``\\(...\\)``, written as as many spaces (one scan:
+    a lazy ``\\(.*?\\)`` tried every unclosed ``\\(`` to the end)."""
+    text = _DOLLAR_SPAN.sub(lambda span: " " * len(span[0]), text)
+    pieces, done = [], 0
+    while (start := text.find("\\(", done)) >= 0 and (end := text.find("\\)", start + 2)) >= 0:
+        pieces += [text[done:start], " " * (end + 2 - start)]
+        done = end + 2
+    return "".join(pieces) + text[done:]
 
 
 def _alternatives(value: str, separator: re.Pattern[str] = _ALTERNATIVE) -> str | None:
