@@ -22,6 +22,7 @@ from ict.runs.checkpoint import (
     append_line,
     checkpoint_step,
     complete_checkpoints,
+    current_umask,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
@@ -357,3 +358,30 @@ def test_a_checkpoint_in_a_set_group_id_directory_stays_in_its_group(tmp_path, l
     groups = {str(file.relative_to(path)): file.stat().st_gid for file in path.rglob("*")}
     assert COMPLETE_MARKER in groups and groups == dict.fromkeys(groups, group)
 
+
+def test_saving_a_checkpoint_leaves_the_umask_alone(tmp_path, monkeypatch):
+    """The umask is read from /proc/self/status (Linux): setting it to 0o077 and back, to read it,
+    made a file another thread (a logger's, a tokenizer's) created in between private (0600)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        status = ""
+    if "\nUmask:" not in status:
+        pytest.skip("no Umask line in /proc/self/status (not Linux, or a kernel before 4.7)")
+    model, optimizer = _model_and_optimizer()
+    previous = os.umask(0o027)
+    set_to = []
+    real_umask = os.umask
+
+    def umask(mask: int) -> int:
+        set_to.append(mask)
+        return real_umask(mask)
+
+    monkeypatch.setattr(os, "umask", umask)
+    try:
+        assert current_umask() == 0o027
+        path = save_checkpoint(tmp_path / "run", 3, model, optimizer, {}, tokenizer=None)
+    finally:
+        real_umask(previous)
+    assert set_to == []
+    assert stat.S_IMODE((path / "model.safetensors").stat().st_mode) == 0o640

@@ -174,8 +174,16 @@ def fsync_path(path: Path) -> None:
 
 
 def current_umask() -> int:
-    """The process's umask (Python has no getter: set, then set back; 0o077 in between, so a file
-    another thread creates meanwhile is private rather than open to all)."""
+    """The process's umask: the ``Umask:`` line of Linux's /proc/self/status (4.7+), read without
+    changing it; elsewhere set, then set back (Python has no getter; 0o077 in between: a file that
+    another thread, a tokenizer's, a logger's, creates meanwhile is private rather than open to all)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8) & 0o777
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0o077)
     os.umask(mask)
     return mask
