@@ -22,6 +22,7 @@ from ict.runs.checkpoint import (
     append_line,
     checkpoint_step,
     complete_checkpoints,
+    current_umask,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
@@ -317,3 +318,70 @@ def test_a_checkpoint_has_the_modes_the_umask_gives_as_the_run_directorys_other_
     assert modes == dict.fromkeys(modes, expected_file)
     assert all(stat.S_IMODE(directory.stat().st_mode) == expected_dir for directory in path.rglob("*")
                if directory.is_dir())
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_a_checkpoint_in_a_set_group_id_directory_stays_in_its_group(tmp_path, lora):
+    """A group's shared runs directory is set-group-ID: what is made in it takes its group, and a
+    directory the bit too. chmod(2) clears the bit: the step directory lost it, and the marker,
+    written after the chmod, took the user's own group (0640: the shared group could read the
+    weights but not the marker, so it could neither verify nor load the checkpoint)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    group = os.getegid()
+    # another group than the user's own where one is allowed (any, for root): the marker's group shows
+    for gid in sorted({*os.getgroups(), *([12345] if os.geteuid() == 0 else [])} - {group}):
+        try:
+            os.chown(shared, -1, gid)
+        except OSError:
+            continue
+        group = gid
+        break
+    os.chmod(shared, 0o2770)
+    (shared / "probe").mkdir()
+    if not (shared / "probe").stat().st_mode & stat.S_ISGID:
+        pytest.skip("this file system gives no set-group-ID directories")
+    model, optimizer = _model_and_optimizer()
+    if lora:  # its adapter/ directory too
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"]))
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2, foreach=False)
+    previous = os.umask(0o027)
+    try:
+        path = save_checkpoint(shared / "run", 3, model, optimizer, {}, tokenizer=None)
+    finally:
+        os.umask(previous)
+    directories = [path, *(directory for directory in path.rglob("*") if directory.is_dir())]
+    assert len(directories) == 1 + lora
+    assert all(stat.S_IMODE(directory.stat().st_mode) == 0o2750 for directory in directories)
+    groups = {str(file.relative_to(path)): file.stat().st_gid for file in path.rglob("*")}
+    assert COMPLETE_MARKER in groups and groups == dict.fromkeys(groups, group)
+
+
+def test_saving_a_checkpoint_leaves_the_umask_alone(tmp_path, monkeypatch):
+    """The umask is read from /proc/self/status (Linux): setting it to 0o077 and back, to read it,
+    made a file another thread (a logger's, a tokenizer's) created in between private (0600)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        status = ""
+    if "\nUmask:" not in status:
+        pytest.skip("no Umask line in /proc/self/status (not Linux, or a kernel before 4.7)")
+    model, optimizer = _model_and_optimizer()
+    previous = os.umask(0o027)
+    set_to = []
+    real_umask = os.umask
+
+    def umask(mask: int) -> int:
+        set_to.append(mask)
+        return real_umask(mask)
+
+    monkeypatch.setattr(os, "umask", umask)
+    try:
+        assert current_umask() == 0o027
+        path = save_checkpoint(tmp_path / "run", 3, model, optimizer, {}, tokenizer=None)
+    finally:
+        real_umask(previous)
+    assert set_to == []
+    assert stat.S_IMODE((path / "model.safetensors").stat().st_mode) == 0o640

@@ -26,6 +26,7 @@ import json
 import os
 import random
 import shutil
+import stat
 import tempfile
 import time
 import zlib
@@ -173,8 +174,16 @@ def fsync_path(path: Path) -> None:
 
 
 def current_umask() -> int:
-    """The process's umask (Python has no getter: set, then set back; 0o077 in between, so a file
-    another thread creates meanwhile is private rather than open to all)."""
+    """The process's umask: the ``Umask:`` line of Linux's /proc/self/status (4.7+), read without
+    changing it; elsewhere set, then set back (Python has no getter; 0o077 in between: a file that
+    another thread, a tokenizer's, a logger's, creates meanwhile is private rather than open to all)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8) & 0o777
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0o077)
     os.umask(mask)
     return mask
@@ -184,11 +193,17 @@ def _as_umask_allows(root: Path) -> None:
     """``root`` and everything in it given the modes a plain ``open``/``mkdir`` gives them, 0666 for
     a file and 0777 for a directory less the umask: `tempfile.mkdtemp` makes ``root`` 0700 and
     safetensors writes its files 0600, so a checkpoint was unreadable to the group that reads the
-    rest of the run directory (one chmod a file, at each save)."""
+    rest of the run directory (one chmod a file, at each save). A directory keeps its set-group-ID
+    bit (a shared group directory's, inherited: chmod(2) clears it, and the files written into it
+    afterwards, the marker, took the user's own group, unreadable to the shared one)."""
     mask = current_umask()
     for path in (root, *root.rglob("*")):
-        if not path.is_symlink():
-            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
+        if path.is_symlink():
+            continue
+        if path.is_dir():
+            os.chmod(path, (0o777 & ~mask) | (path.stat().st_mode & stat.S_ISGID))
+        else:
+            os.chmod(path, 0o666 & ~mask)
 
 
 def _fsync_dir(path: Path) -> None:
