@@ -271,3 +271,21 @@ def test_the_printed_table_keeps_its_title_style_with_the_title_as_written(tmp_p
     assert style_of_title(captured.get().splitlines()[0]) == ["\x1b[3m"]  # rich's: italic
     assert style_of_title(printed) == ["\x1b[3m"]
     assert "ict eval: m[b] (percent)" in printed
+
+
+def test_the_printed_table_names_the_answers_counted_incorrect_without_a_verdict(tmp_path: Path, capsys):
+    """A check that timed out, failed or met an unparsable gold counts as incorrect; the counts were
+    only in results.json's statuses, so a table of low figures did not say why. The printed output
+    names them per benchmark, and says nothing when every answer was graded."""
+    timing = {"wall_seconds": 1.0, "generation_seconds": 0.5, "generated_tokens": 10, "grading_seconds": 0.1}
+    config = {"seed": 0, "model": "m", "num_samples": 4, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 8}
+    rows = [BenchmarkResult("gsm8k", "math", "", 3, 4, {"pass@1": 0.5}, {"ok": 12}),
+            BenchmarkResult("math500", "math", "", 3, 4, {"pass@1": 0.25},
+                            {"ok": 8, "no_answer": 1, "timeout": 2, "bad_gold": 1}),
+            BenchmarkResult("aime24", "math", "", 1, 4, {"pass@1": 0.0}, {"error": 4})]
+    print_results_table(EvalResult(config, rows, [], tmp_path, timing))
+    lines = [line for line in capsys.readouterr().out.splitlines() if "without a verdict" in line]
+    assert lines == ["counted incorrect without a verdict: math500 2 timeout, 1 bad_gold; aime24 4 error "
+                     "(results.json: each benchmark's statuses)"]
+    print_results_table(EvalResult(config, rows[:1], [], tmp_path, timing))
+    assert "without a verdict" not in capsys.readouterr().out

@@ -240,6 +240,22 @@ def write_results(result: EvalResult) -> None:
                      json.dumps(json_safe(results_as_dict(result)), indent=2, default=str, allow_nan=False) + "\n")
 
 
+UNGRADED_STATUSES = ("timeout", "error", "bad_gold")
+"""the statuses of a sampled answer that could not be graded (`ict.answers.verify`), counted incorrect"""
+
+
+def ungraded_note(result: EvalResult) -> str | None:
+    """One line naming, per benchmark, the sampled answers (all seeds) that could not be graded and
+    were counted incorrect (`UNGRADED_STATUSES`), e.g. ``counted incorrect without a verdict: math500
+    2 timeout, 1 error``; None when there are none (they were only in results.json's statuses)."""
+    parts = [f"{row.name} " + ", ".join(f"{row.statuses[status]} {status}" for status in UNGRADED_STATUSES
+                                         if row.statuses.get(status))
+             for row in result.benchmarks if any(row.statuses.get(status) for status in UNGRADED_STATUSES)]
+    if not parts:
+        return None
+    return f"counted incorrect without a verdict: {'; '.join(parts)} (results.json: each benchmark's statuses)"
+
+
 def print_results_table(result: EvalResult) -> None:
     """Print the results table (rich) and where the files are."""
     from rich.console import Console
@@ -267,6 +283,9 @@ def print_results_table(result: EvalResult) -> None:
     if console.width < needed:  # never truncate benchmark names (e.g. piped output is 80 wide)
         console = Console(width=needed)
     console.print(table)
+    note = ungraded_note(result)
+    if note is not None:
+        console.print(note, markup=False, soft_wrap=True)
     timing = result.timing
     console.print(
         f"wall {timing['wall_seconds']:.1f}s (generation {timing['generation_seconds']:.1f}s, "
