@@ -234,3 +234,45 @@ def test_results_json_comes_after_results_csv_and_md_and_every_file_is_utf8(tmp_
         *args, encoding=encoding, **options), raising=False)
     write_results(evaluation)
     assert "mean ± std over seeds" in (tmp_path / "results.md").read_bytes().decode("utf-8")
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_an_interrupted_eval_says_its_samples_are_kept_and_how_to_go_on(tiny_model_dir, tmp_path, monkeypatch,
+                                                                        capsys, overwrite):
+    """Ctrl-C in `ict eval` printed only "interrupted": nothing said that the samples drawn so far
+    are kept and that the same command goes on from them (with --overwrite, that command would
+    discard them: rerun it without). The second of three chunks is interrupted; the line names the
+    samples file, and the rerun it names draws only what is missing."""
+    from eval_helpers import tiny_generator
+
+    import ict.evaluation.evaluate as evaluate_module
+    from ict.cli import main
+
+    data, out = write_gsm8k(tmp_path / "data", size=3), tmp_path / "out"
+    command = eval_command(tiny_model_dir, data, out, ("--overwrite",) if overwrite else ())[3:]
+    calls: list[int] = []
+    stopped: list[bool] = []
+
+    def loaded(config):
+        generator = tiny_generator(config, tiny_model_dir)
+        real = generator.generate
+
+        def generate(prompts, *args, **kwargs):
+            calls.append(len(prompts))
+            if len(calls) == 2 and not stopped:
+                stopped.append(True)
+                raise KeyboardInterrupt
+            return real(prompts, *args, **kwargs)
+
+        generator.generate = generate
+        return generator
+
+    monkeypatch.setattr(evaluate_module, "load_generator", loaded)
+    assert main(command) == 130
+    again = "rerun it without --overwrite" if overwrite else "rerun the same command"
+    assert capsys.readouterr().err.endswith(f"\n{out / 'samples.jsonl'} keeps the samples drawn so far: {again} "
+                                            "to go on from them\ninterrupted\n")  # after the weights' loading bar
+    assert len(sample_records(out)) == 2  # the first chunk: one problem, n = 2
+    calls.clear()
+    assert main([word for word in command if word != "--overwrite"]) == 0
+    assert calls == [1, 1] and len(sample_records(out)) == 6  # the two problems left, one a chunk

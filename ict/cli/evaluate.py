@@ -49,7 +49,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Build an `EvalConfig` (defaults < --config < flags) and run the evaluation."""
     from ict.evaluation.evaluate import EvalConfig, evaluate
+    from ict.evaluation.records import SAMPLES_FILE
     config = options_from_args(EvalConfig, args)
-    evaluate(config, progress=not args.quiet,
-             log=None if args.quiet else (lambda message: print(message, file=sys.stderr)))
+    try:
+        evaluate(config, progress=not args.quiet,
+                 log=None if args.quiet else (lambda message: print(message, file=sys.stderr)))
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM: say that the samples drawn are kept, and how to go on
+        samples = config.resolved_output_dir() / SAMPLES_FILE
+        if samples.is_file() and samples.stat().st_size:
+            again = "rerun it without --overwrite" if config.overwrite else "rerun the same command"
+            print(f"{samples} keeps the samples drawn so far: {again} to go on from them", file=sys.stderr)
+        raise
     return 0
