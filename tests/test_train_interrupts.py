@@ -5,6 +5,7 @@ model, synthetic task)."""
 
 from __future__ import annotations
 
+import errno
 import json
 
 import pytest
@@ -326,8 +327,6 @@ def test_a_metrics_line_the_disk_refuses_names_metrics_jsonl(tiny_model_dir, ari
     resume (it was 'error: OSError: [Errno 28] No space left on device ...', exit 1); the
     checkpoint of step 1 stays the run's last. A quota refusing eval.json names eval.json; an
     error that is no refusal of a write stays as it was (exit 1)."""
-    import errno
-
     from ict.cli import main
     from ict.runs.reporting import MetricsLogger
 
@@ -375,3 +374,27 @@ def test_a_run_resumed_at_its_last_step_deletes_what_a_kill_mid_save_or_mid_dele
     resumed = train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=1, resume=True))
     assert sorted(path.name for path in root.iterdir()) == ["step-00000001"]
     assert resumed.metrics == []  # resumed from it: no step trained again
+
+
+def test_a_write_refused_for_other_reasons_than_space_says_what_to_do(tiny_model_dir, arithmetic_task, tmp_path,
+                                                                      capsys, monkeypatch):
+    """Every refused write said "free some space": a file named `checkpoints` in the run directory
+    (File exists, after a whole step) and a read-only file system too. The hint follows the
+    errno: space for ENOSPC, EDQUOT and EFBIG (safetensors' "os error 27"), "make it writable" for
+    EACCES, EPERM and EROFS, "clear the way for it" for the rest."""
+    from ict.cli import main
+    from ict.core.errors import write_remedy
+
+    assert [write_remedy(OSError(number, "x")) for number in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)] == [
+        "free some space"] * 3
+    assert [write_remedy(OSError(number, "x")) for number in (errno.EACCES, errno.EPERM, errno.EROFS)] == [
+        "make it writable"] * 3
+    assert write_remedy(OSError(errno.EEXIST, "x")) == write_remedy(OSError(errno.ENOTDIR, "x")) == "clear the way for it"
+    assert write_remedy(RuntimeError("I/O error: File too large (os error 27)")) == "free some space"
+    assert write_remedy(RuntimeError("I/O error: Read-only file system (os error 30)")) == "make it writable"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "checkpoints").write_text("not a directory")
+    assert main(_cli_train(tiny_model_dir, arithmetic_task, run, 1)) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and "; clear the way for it, then rerun with --resume" in errors[0], errors

@@ -2,6 +2,7 @@
 that decide the commonest of them."""
 
 import contextlib
+import errno
 import json
 import math
 import numbers
@@ -114,6 +115,25 @@ def write_failure(error: BaseException) -> str | None:
     if type(error).__name__ == "SafetensorError" and "I/O error: " in message:
         return message.split("I/O error: ", 1)[1]
     return None
+
+
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_NOT_ALLOWED = {errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def write_remedy(error: BaseException) -> str:
+    """What to do about a write the file system refused (`write_failure`), by its errno (an
+    OSError's, or the ``os error N`` that safetensors reports): "free some space" for a full disk,
+    a quota or a file too large, "make it writable" for no permission or a read-only file system,
+    else (a file where a directory goes, a name taken) "clear the way for it"."""
+    number = getattr(error, "errno", None)
+    if number is None and (found := re.search(r"\(os error (\d+)\)", str(error))):
+        number = int(found[1])
+    if number in _NOT_ALLOWED:
+        return "make it writable"
+    if number is None or number in _NO_SPACE:
+        return "free some space"
+    return "clear the way for it"
 
 
 def encodes_as_utf8(text: str) -> bool:

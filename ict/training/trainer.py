@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from ict.answers.rewards import Reward, build_reward
-from ict.core.errors import TrainingDiverged, UsageError, write_failure
+from ict.core.errors import TrainingDiverged, UsageError, write_failure, write_remedy
 from ict.core.loss import PolicyLossConfig
 from ict.core.profiling import StepProfiler
 from ict.core.seeding import step_seed
@@ -477,7 +477,7 @@ def _writing(run: _Run, path: Path) -> Iterator[None]:
         reason = write_failure(error)
         if reason is None:
             raise
-        raise UsageError(f"cannot write {path} ({reason}); free some space, then {run.continue_with} "
+        raise UsageError(f"cannot write {path} ({reason}); {write_remedy(error)}, then {run.continue_with} "
                          "(from its last complete checkpoint, if any)") from error
 
 
