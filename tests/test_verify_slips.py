@@ -230,3 +230,28 @@ def test_anchor_answer_readings_reads_bracketed_conditions_and_later_pieces(comp
     from ict.answers.readings import anchor_answer_readings
 
     assert anchor_answer_readings(completion) == [completion if expected is None else expected]
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a reason holding math after the number: math-verify read its formula (x = 4, 3^2 = 9), right
+    # for a gold 4 or 9
+    ("The answer is 3, since $x = 4$ fails.", "3", True),
+    ("The answer is 3, since $x = 4$ fails.", "4", False),
+    ("The answer is 3 because $3^2 = 9$.", "3", True),
+    ("The answer is 3 because $3^2 = 9$.", "9", False),
+    ("The answer is 3 (since $x = 4$ fails).", "4", False),
+    ("The answer is 2 as $n \\to \\infty$.", "2", True),
+    ("The answer is 5, when $x = 2$.", "2", False),
+    # a plain number in math delimiters before a condition: math-verify read n = 2, x = 1, r = 3
+    ("The answer is $5$ when $n = 2$.", "5", True),
+    ("The answer is $5$ when $n = 2$.", "2", False),
+    ("The answer is \\(5\\) for \\(x = 1\\).", "1", False),
+    ("Final answer: $12$ cm when $r = 3$", "12", True),
+    ("Final answer: $12$ cm when $r = 3$", "3", False),
+    # as before: a reason that goes on past a comma, a formula that is the answer
+    ("The answer is 3, since $x = 3$, so $x^2 = 9$.", "9", True),
+    ("The answer is $\\frac{1}{2}$ if $n$ is even.", "\\frac{1}{2}", True),
+])
+def test_a_number_before_a_reason_or_in_math_before_a_condition_is_the_answer(verifier, completion, gold,
+                                                                             expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
