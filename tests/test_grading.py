@@ -315,3 +315,22 @@ def test_a_hedge_after_a_comma_between_wrapped_boxes_or_after_bold_commits_to_no
     verdict = grade(problem, completion)
     assert verdict.extracted == expected
     assert verdict.correct is (expected == "C")
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    # a bold second option is a hedge as a plain one is ("The answer is B or C": none)
+    ("**Answer: B** or **C**", None),  # was B: right for a gold B
+    ("The correct answer is **(B)** or **(C)**.", None),
+    ("The answer is **B** and **C**.", None),
+    ("**Answer: B**/**C**", None),
+    ("**Answer: B**, or maybe **C**", None),
+    # still one option
+    ("**Answer: B** and **C is wrong**.", "B"),
+    ("**Answer: B**, **C** is too large.", "B"),
+    ("**Answer: (B)**", "B"),
+])
+def test_a_bold_second_option_after_a_bold_answer_commits_to_none(completion, expected):
+    problem = Problem("q", "B", "choice", choices=["1", "2", "3", "4"])
+    verdict = grade(problem, completion)
+    assert verdict.extracted == expected
+    assert verdict.correct is (expected == "B")

@@ -185,3 +185,73 @@ def test_anchor_answer_readings_boxes_the_number_before_a_condition(completion, 
 def test_a_spaced_sign_a_plain_root_and_a_ratio_after_an_anchor_are_read_whole(
         verifier, completion, gold, expected):
     assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a number in the condition's words is no later piece: these were hedges ("4, 3"), wrong for 4
+    ("The answer is 4 when $x$ is between 2 and 3.", "4", True),
+    ("The answer is 4 when $x$ is 2 or 3.", "4", True),
+    ("The answer is 4 when $x$ is 2 or 3.", "3", False),
+    ("The answer is 10 for $n = 2$ and 5.", "10", True),
+    ("The answer is 4 when $a = 1$ and 2 more steps.", "4", True),
+    # a later piece with a condition of its own, "otherwise" or a hedge word is still a hedge
+    ("The answer is 8 at $t = 2$ and 1 at $t = 0$.", "8", False),
+    ("The answer is 8 at $t = 2$ and 1 at $t = 0$.", "1", False),
+    ("The answer is 3 hours for $d = 120$ and 2.5 hours otherwise.", "3", False),
+    ("The answer is 20 m/s for $v_{max}$ and 10 m/s for $v_{min}$.", "20", False),
+    ("The answer is 3 for $n = 1$ or maybe 5.", "3", False),
+])
+def test_only_a_number_with_its_own_condition_or_a_hedge_word_is_a_later_piece(verifier, completion, gold,
+                                                                                 expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # math-verify read the condition's formula, n = 2: right for a gold 2, a false positive
+    ("Final answer: 5 (when $n = 2$)", "5", True),
+    ("Final answer: 5 (when $n = 2$)", "2", False),
+    ("The answer is 12 cm (for $r = 3$).", "12", True),
+    ("The answer is 12 cm (for $r = 3$).", "3", False),
+    ("The answer is 1 (if $n$ is odd) and 0 (if $n$ is even).", "1", False),  # a hedge
+])
+def test_an_anchored_number_before_a_condition_in_brackets_is_the_answer(verifier, completion, gold, expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    ("Final answer: 5 (when $n = 2$)", "Final answer: \\boxed{5}"),
+    ("The answer is 1 (if $n$ is odd) and 0 (if $n$ is even).", "The answer is \\boxed{1 \\text{ or } 0}"),
+    ("The answer is 4 when $x$ is between 2 and 3.", "The answer is \\boxed{4}"),
+    ("The answer is 5 when $x = 2$ and 7 else.", "The answer is \\boxed{5 \\text{ or } 7}"),
+    # left alone: a bracket that does not close the answer
+    ("The answer is 3 (for $n = 1$) times $\\pi$.", None),
+])
+def test_anchor_answer_readings_reads_bracketed_conditions_and_later_pieces(completion, expected):
+    from ict.answers.readings import anchor_answer_readings
+
+    assert anchor_answer_readings(completion) == [completion if expected is None else expected]
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a reason holding math after the number: math-verify read its formula (x = 4, 3^2 = 9), right
+    # for a gold 4 or 9
+    ("The answer is 3, since $x = 4$ fails.", "3", True),
+    ("The answer is 3, since $x = 4$ fails.", "4", False),
+    ("The answer is 3 because $3^2 = 9$.", "3", True),
+    ("The answer is 3 because $3^2 = 9$.", "9", False),
+    ("The answer is 3 (since $x = 4$ fails).", "4", False),
+    ("The answer is 2 as $n \\to \\infty$.", "2", True),
+    ("The answer is 5, when $x = 2$.", "2", False),
+    # a plain number in math delimiters before a condition: math-verify read n = 2, x = 1, r = 3
+    ("The answer is $5$ when $n = 2$.", "5", True),
+    ("The answer is $5$ when $n = 2$.", "2", False),
+    ("The answer is \\(5\\) for \\(x = 1\\).", "1", False),
+    ("Final answer: $12$ cm when $r = 3$", "12", True),
+    ("Final answer: $12$ cm when $r = 3$", "3", False),
+    # as before: a reason that goes on past a comma, a formula that is the answer
+    ("The answer is 3, since $x = 3$, so $x^2 = 9$.", "9", True),
+    ("The answer is $\\frac{1}{2}$ if $n$ is even.", "\\frac{1}{2}", True),
+])
+def test_a_number_before_a_reason_or_in_math_before_a_condition_is_the_answer(verifier, completion, gold,
+                                                                             expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)

@@ -159,10 +159,10 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
     2. otherwise the last phrase "answer is", "answer:", "Answer -" (case-insensitive, optionally
        "final"/"correct", optionally bold ``**``) followed by a valid letter as a whole word, in
        optional parentheses, brackets, ``\\(...\\)`` or ``$...$``, and not by a list of more
-       letters ("A or B", "A, B and C", "C/D") or a hedge ("A, or maybe B", "A and/or B", "A (or
-       B)": `_HEDGE`) or, to the end of its clause (`_CLAUSE`: a reason
-       ends it, "(A) because (B) is too large" is A), options listed as rule 1 reads them ("the
-       answer is (A) 3 (B) 4.");
+       letters ("A or B", "A, B and C", "C/D", "**A** or **B**") or a hedge ("A, or maybe B", "A
+       and/or B", "A (or B)": `_HEDGE`) or, to the end of its clause (`_CLAUSE`: a reason ends
+       it, "(A) because (B) is too large" is A), options listed as rule 1 reads them ("the answer
+       is (A) 3 (B) 4.");
     3. otherwise the whole completion, stripped of whitespace, ``*`` and a trailing period, is one
        valid letter, optionally in parentheses or followed by ``)`` / ``.`` / ``:`` and option text
        on the same line (``B) 42``; ``A. 3 B. 4`` lists options as rule 1 reads them: none).
@@ -200,9 +200,10 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
     if last is not None:
         open_, close = r"(?:\\?\(|\[|\$)", r"(?:\\?\)|\]|\$)"
         # "the answer is A or B", "A, B and C", "(A) or (D)": several letters commit to none
-        # ... and a hedge: "A, or maybe B", "A or possibly B", "A and/or B", "A (or B)", "**A** (or B)"
+        # ... and a hedge: "A, or maybe B", "A or possibly B", "A and/or B", "A (or B)", "**A** (or B)",
+        # "**A** or **B**", "**(A)**/**(B)**"
         more = re.match(rf"{close}?\**\s*(?:\(\s*)?(?:[,/&]\s*(?:(?:or|and)\s+)?|(?:and/or|or|and)\s+)"
-                        rf"(?:{_HEDGE}\s+)?{open_}?\s*{letter}\s*{close}?"
+                        rf"(?:{_HEDGE}\s+)?\**{open_}?\s*{letter}\s*{close}?\**"
                         rf"(?=\s*(?:$|[.,;:!?/&)]|(?:or|and)\b))", text[last.end():])
         # "The answer is (A) 3 (B) 4.": options listed after it, to the end of its clause (a
         # newline, or , ; ! ? . before a space that is no marker's "B.", or "because", "than", ...:

@@ -45,13 +45,22 @@ _ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*
 # $v_{max}$", "5 when $x = 2$", "1/2 if $n$ is even" (math-verify read the rightmost formula, v_{max},
 # x = 2 or n; see `anchor_answer_readings`); not arithmetic, "2 times $\pi$", "3 over $\sqrt{2}$",
 # nor a condition that goes on past a comma or semicolon ("10 for each of $4$ boxes, so $40$"), nor
-# odds, "1 in $6$" (read 6 as before; the number alone, 1, was right for a gold 1);
-# group 1: the number and its unit, group 2: the number
+# odds, "1 in $6$" (read 6 as before; the number alone, 1, was right for a gold 1); the condition
+# may be in brackets that close the answer, "5 (when $n = 2$)" (math-verify read n = 2, right for a
+# gold 2), after a comma, "5, when $x = 2$", or a reason, "3, since $x = 4$ fails", "3 because $3^2 =
+# 9$" (read x = 4 and 3^2 = 9);
+# group 1: the number and its unit, group 2: the number, group 3: the bracket
 _ARITHMETIC_WORD = r"(?i:times|over|plus|minus|divided|multiplied|and|or|of|to|than|squared|cubed|root)\b"
+_UNIT_WORD = rf"\s+(?!{_ARITHMETIC_WORD})[^\W\d_]+(?:[/^][^\W_]+)*"  # "m/s", "hours", "x^2"
 _NUMBER_BEFORE_CONDITION = re.compile(
-    rf"(({_NUMBER})(?:\s+(?!{_ARITHMETIC_WORD})[^\W\d_]+(?:[/^][^\W_]+)*)?)"
-    r"\s+(?i:for|when|if|where|at|with|given|on|in(?!\s+(?:\$|\\\()\s*\d+\s*(?:\$|\\\))))\s"
-    r"(?=[^,;]*$)(?=.*?(?:(?<!\\)\$|\\\())")
+    rf"(({_NUMBER})(?:{_UNIT_WORD})?)"
+    r",?\s+(\(\s*)?(?i:for|when|if|where|at|with|given|on|since|because|as"
+    r"|in(?!\s+(?:\$|\\\()\s*\d+\s*(?:\$|\\\))))\s"
+    r"(?=[^,;]*$)(?=.*?(?:(?<!\\)\$|\\\())(?(3)(?=.*\)$))")
+# a plain number in math delimiters opening the answer, "$5$ when $n = 2$", "\\(5\\) for \\(x =
+# 1\\)": read as the plain number before a condition is (math-verify read n = 2 and x = 1)
+_MATH_NUMBER = re.compile(
+    rf"^(?:(?<!\\)\$\s*({_NUMBER})\s*(?<!\\)\$|\\\(\s*({_NUMBER})\s*\\\))(?=[\s,])")
 # what math-verify misreads in plain text: LaTeX markup, a tuple or an interval, a list, algebra (a
 # one-letter symbol after a digit, or a letter next to + - = or a bracket: 2n-2, 6 - 5i, 2ab+1,
 # f(x)=x+1, p - q, read as 2, 6, 2 or none; not "5 m", "20 m/s" or "2nd", read as the number; a
@@ -74,10 +83,14 @@ _NOT_IN_A_SPACE_RUN = r"(?:(?<!\s)|(?!\s))"
 _HEDGE_WORD = r"(?:maybe|possibly|perhaps|probably)\b"
 # a `$...$` span (see `_blank_math`)
 _DOLLAR_SPAN = re.compile(r"(?<!\\)\$[^$]*(?<!\\)\$")
-# a later piece joined to the condition's: "1 if $n$ is odd and 0 if $n$ is even", "5 when $x = 2$
-# and 7 otherwise", "3 for $n = 1$ or maybe 5" (group 1: its number; a hedge, see
-# `anchor_answer_readings`)
-_LATER_PIECE = re.compile(rf"\b(?:or|and)\s+(?:{_HEDGE_WORD}\s+)?({_NUMBER})(?![\w.])")
+# a later piece joined to the condition's, a number with a condition of its own or "otherwise", or
+# a hedged number: "1 if $n$ is odd and 0 if $n$ is even", "5 when $x = 2$ and 7 otherwise", "3 for
+# $n = 1$ or maybe 5" (group 1 or 2: its number; a hedge, see `anchor_answer_readings`); not a number
+# in the condition's words, "4 when $x$ is between 2 and 3", "4 when $x$ is 2 or 3", "10 for $n = 2$
+# and 5", "4 when $a = 1$ and 2 more steps" (read 4; they were hedges, wrong for a gold 4)
+_LATER_PIECE = re.compile(
+    rf"\b(?:or|and)\s+(?:{_HEDGE_WORD}\s+({_NUMBER})(?![\w.])|({_NUMBER})(?:{_UNIT_WORD})?"
+    r"\s+(?:\(\s*)?(?:(?i:for|when|if|where|at|with|given|on|in)\s|(?i:otherwise|else)\b))")
 _CONNECTIVE = rf"(?:and/or|or|and)\b(?:\s+{_HEDGE_WORD})?"
 # ... and a hedge word after a comma: "3, maybe 4"
 _ALTERNATIVE = re.compile(
@@ -216,16 +229,18 @@ def anchor_answer_readings(completion: str) -> list[str]:
     to 4`` (words after it too) is boxed as ``3 \\text{ to } 4`` (math-verify: the product
     ``3 to 4``, equal to no number; it read 3); an alternative must close its brackets
     (``3 (or 4`` is none; ``3 (or 4)`` is two); a comma left before X's end (``8,.``) is dropped.
-    A plain number, an optional unit, then a condition holding math (X ``20 m/s for
-    $v_{max}$``, ``5 when $x = 2$``: `_NUMBER_BEFORE_CONDITION`) has the number boxed: math-verify
-    read the condition's formula (v_{max}; x = 2, right for a gold 2); a number and a "unit" that
-    is boxed whole with no condition (``2 x^2 for $x > 0$``, ``The answer is 2 x^2``: 2x^2) are
-    boxed whole; a later piece, "and" or "or" then a plain number (``1 if $n$ is odd and 0 if $n$
-    is even``, ``5 when $x = 2$ and 7 otherwise``: `_LATER_PIECE`), makes a hedge, boxed as
-    alternatives are (``1 \\text{ or } 0``; the first number alone was right for a gold 1). A sign spaced from its number
-    (``- 5``) and a plain-text root (``2√3``, ``2 sqrt(3)``) are written out and boxed (``-5``,
-    ``2\\sqrt{3}``), as is a ratio or a time (``2:30``, ``2 : 30``; not ``15: 3*5``, a colon
-    opening an explanation): math-verify read 5, 2 and 2."""
+    A plain number, an optional unit, then a condition holding math (X ``20 m/s for $v_{max}$``, ``5
+    when $x = 2$``, ``5 (when $x = 2$)``, ``3, since $x = 4$ fails``, ``$5$ when $x = 2$``:
+    `_NUMBER_BEFORE_CONDITION`, `_MATH_NUMBER`) has the number boxed: math-verify read the
+    condition's formula (v_{max}; x = 2, right for a gold 2); a number and a "unit" that is boxed
+    whole with no condition (``2 x^2 for $x > 0$``, ``The answer is 2 x^2``: 2x^2) are boxed whole;
+    a later piece, "and" or "or" then a plain number with a condition of its own or "otherwise", or
+    a hedge word before it (``1 if $n$ is odd and 0 if $n$ is even``, ``5 when $x = 2$ and 7
+    otherwise``: `_LATER_PIECE`; not ``4 when $x$ is 2 or 3``), makes a hedge, boxed as alternatives
+    are (``1 \\text{ or } 0``; the first number alone was right for a gold 1). A sign spaced from
+    its number (``- 5``) and a plain-text root (``2√3``, ``2 sqrt(3)``) are written out and boxed
+    (``-5``, ``2\\sqrt{3}``), as is a ratio or a time (``2:30``, ``2 : 30``; not ``15: 3*5``, a
+    colon opening an explanation): math-verify read 5, 2 and 2."""
     if any(command in completion for command in BOXED_COMMANDS):
         return [completion]
     text = completion.rstrip()
@@ -242,13 +257,14 @@ def anchor_answer_readings(completion: str) -> list[str]:
         value = alternatives  # the alternatives, not the first (3 or 4)
     elif (bounds := _range(value)) is not None:  # a range, not its first number
         value = bounds
-    elif (number := _NUMBER_BEFORE_CONDITION.match(value)) is not None:
+    elif (number := _NUMBER_BEFORE_CONDITION.match(
+            _MATH_NUMBER.sub(lambda math: math[1] or math[2], value, count=1))) is not None:
         # the number, not the condition's formula; a "unit" read as algebra without the condition
         # ("2 x^2", boxed whole: 2x^2) stays with it, as in "The answer is 2 x^2."
         value = number[1] if _PLAIN_TEXT_MISREAD.search(number[1]) else number[2]
         # a piecewise answer, "1 if $n$ is odd and 0 if $n$ is even", is a hedge: both numbers
         if (later := _LATER_PIECE.search(_blank_math(number.string), number.end(1))) is not None:
-            value = f"{value} \\text{{ or }} {later[1]}"
+            value = f"{value} \\text{{ or }} {later[1] or later[2]}"
     elif (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value)
             or _has_word(value)):
         return [completion]
