@@ -62,7 +62,8 @@ worded as the gold option is right; 8: a box's closing full stop `\\boxed{3.}` i
 subscripted `E`, `e` or `I` is a symbol, an option in math delimiters `$687$` is worded as `687`,
 an anchored number before a condition in math `5 when $x = 2$` is the answer, a hedged option `A,
 or maybe B` commits to none, an anchored piecewise answer `1 if $n$ is odd and 0 if ...` is a
-hedge, and after an anchor `- 5`, `2√3` and `2:30` are read whole, `15: 3*5` as 15).
+hedge, an anchored number before a reason or a bracketed condition `3, since $x = 4$ fails` is
+the answer, and after an anchor `- 5`, `2√3` and `2:30` are read whole, `15: 3*5` as 15).
 `ict eval` records it among each verdict's grading settings and re-grades stored completions
 graded under another (records older than it: unknown, older rules); results.json names it, and
 `ict compare`'s report names evaluations graded under other rules."""
