@@ -211,8 +211,8 @@ def test_in_bf16_the_first_updates_ratio_is_exactly_1_and_whole_group_micro_batc
     gives the old log-probs of the second) and clip_cov, whose population (the batch) spans the
     micro-batches: the first update's loss takes its own detached log-probs as old, so its ratio is
     exactly 1 (kl_old and clip_fraction 0), also at micro 1, where a one-row micro-batch runs its
-    prompt in full and the scoring pass (whole groups, each prompt run once for its group) reads
-    log-probs bf16 rounding apart. With micro-batches of whole groups both passes run the same
+    prompt in full and the scoring pass (whole groups, each prompt run once for its group) may read
+    log-probs bf16 rounding apart (a CPU with AMX's bf16 products gave none). With micro-batches of whole groups both passes run the same
     forward: the selection reads the loss's log-probs to the bit."""
     from conftest import build_tiny_model
 
@@ -240,8 +240,8 @@ def test_in_bf16_the_first_updates_ratio_is_exactly_1_and_whole_group_micro_batc
     assert first.totals.mean("kl_old") == 0.0 and first.totals.mean("clip_fraction") == 0.0
     loss_log_probs = torch.cat(losses[: 16 // micro])
     apart = float((first.stats.log_probs - loss_log_probs)[response].abs().max())
-    if micro == 1:
-        assert apart > 1e-3
+    if micro == 1:  # bf16 rounding apart (~1e-2 on a CPU without bf16 instructions; 0 on one with AMX)
+        assert apart < 0.1
     else:
         assert apart == 0.0
     assert math.isfinite(updates.losses[1]) and updates.totals.mean("kl_old") > 0  # the second update is off-policy
