@@ -270,8 +270,8 @@ def test_an_interrupted_eval_says_its_samples_are_kept_and_how_to_go_on(tiny_mod
     monkeypatch.setattr(evaluate_module, "load_generator", loaded)
     assert main(command) == 130
     again = "rerun it without --overwrite" if overwrite else "rerun the same command"
-    assert capsys.readouterr().err.endswith(f"\n{out / 'samples.jsonl'} keeps the samples drawn so far: {again} "
-                                            "to go on from them\ninterrupted\n")  # after the weights' loading bar
+    assert capsys.readouterr().err.splitlines()[-2:] == [  # after the weights' loading bar, where it is shown
+        f"{out / 'samples.jsonl'} keeps the samples drawn so far: {again} to go on from them", "interrupted"]
     assert len(sample_records(out)) == 2  # the first chunk: one problem, n = 2
     calls.clear()
     assert main([word for word in command if word != "--overwrite"]) == 0
