@@ -279,7 +279,10 @@ def assert_gradients_match_float64(backend, batch, scale, masked, temperature, t
     float64_loss(logits64, token_ids, mask, temperature, log_prob_weights, entropy_weights).backward()
     for leaf, want in zip(leaves, exact):
         assert leaf.grad is not None and torch.isfinite(leaf.grad).all()
-        torch.testing.assert_close(leaf.grad.double(), want.grad, atol=2e-5, rtol=1e-5)
+        # normwise: float32 rounds each element to ~1e-7 of the tensor's largest (scale 8 at T = 0.5:
+        # a gradient of ~8 whose element of ~0 came out 4.4e-5 on a CPU with AVX-512/AMX kernels)
+        torch.testing.assert_close(leaf.grad.double(), want.grad, rtol=1e-5,
+                                   atol=2e-5 * max(1.0, float(want.grad.abs().max())))
 
 
 @given(batch=batches(), scale=st.sampled_from([0.1, 1.0, 8.0]), masked=st.sampled_from([0.0, 0.3]),
