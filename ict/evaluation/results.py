@@ -248,9 +248,11 @@ def ungraded_note(result: EvalResult) -> str | None:
     """One line naming, per benchmark, the sampled answers (all seeds) that could not be graded and
     were counted incorrect (`UNGRADED_STATUSES`), e.g. ``counted incorrect without a verdict: math500
     2 timeout, 1 error``; None when there are none (they were only in results.json's statuses)."""
-    parts = [f"{row.name} " + ", ".join(f"{row.statuses[status]} {status}" for status in UNGRADED_STATUSES
-                                         if row.statuses.get(status))
-             for row in result.benchmarks if any(row.statuses.get(status) for status in UNGRADED_STATUSES)]
+    parts = []
+    for row in result.benchmarks:
+        counts = [f"{row.statuses[status]} {status}" for status in UNGRADED_STATUSES if row.statuses.get(status)]
+        if counts:
+            parts.append(f"{row.name} {', '.join(counts)}")
     if not parts:
         return None
     return f"counted incorrect without a verdict: {'; '.join(parts)} (results.json: each benchmark's statuses)"
