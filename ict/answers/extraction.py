@@ -122,7 +122,10 @@ _OPENING_REASON = re.compile(
     rf"([).:]?)\s*,?\s*{_REASON}(?:[^\n.;!?]|[.;!?](?!\s|$)|(?<=\b[A-Z])\.)*")
 """A reason right after a box's option marker, to the end of its sentence: ``) since (C) fails``
 (group 1: the marker's close)."""
-_HEDGE = r"(?i:maybe|possibly|perhaps|probably)\b"
+HEDGE_WORDS = "maybe|possibly|perhaps|probably"
+"""The words that make a second answer a hedge ("A, or maybe B"; "3 or maybe 4"), as a regex
+alternation: the choice letters' (`_HEDGE`) and the math readings' (`ict.answers.readings`)."""
+_HEDGE = rf"(?i:{HEDGE_WORDS})\b"
 """A word that makes a second option a hedge: "the answer is A, or maybe B" commits to none."""
 _JOINED_BOX = re.compile(
     rf"\\boxed\s*\{{((?:[^{{}}]|\{{[^{{}}]*\}})*)\}}\s*(?:,\s*(?:(?i:or|and)\s+)?|(?i:and/or|or|and)\s+|[/&]\s*)"

@@ -12,6 +12,7 @@ import re
 
 from ict.answers.extraction import (
     BOXED_COMMANDS,
+    HEDGE_WORDS,
     LATEX_WRAPPER,
     PLAIN_NUMBER,
     _balanced_group,
@@ -80,7 +81,7 @@ _PLAIN_ROOT = re.compile(r"(?<![\\\w])sqrt\s*\(([^()]*)\)|\u221a\s*(\d+(?:\.\d+)
 # tried every start in a run of n spaces, and "\s*,?\s*" every way to share it: n^3 steps, 13 s
 # for "3", 1,000 spaces, "4" after an anchor; past a worker's time bound at a few thousand)
 _NOT_IN_A_SPACE_RUN = r"(?:(?<!\s)|(?!\s))"
-_HEDGE_WORD = r"(?:maybe|possibly|perhaps|probably)\b"
+_HEDGE_WORD = rf"(?:{HEDGE_WORDS})\b"
 # a `$...$` span (see `_blank_math`)
 _DOLLAR_SPAN = re.compile(r"(?<!\\)\$[^$]*(?<!\\)\$")
 # a later piece joined to the condition's, a number with a condition of its own or "otherwise", or
