@@ -51,11 +51,12 @@ _ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*
 # gold 2), after a comma, "5, when $x = 2$", or a reason, "3, since $x = 4$ fails", "3 because $3^2 =
 # 9$" (read x = 4 and 3^2 = 9);
 # group 1: the number and its unit, group 2: the number, group 3: the bracket
+_CONDITION_WORDS = "for|when|if|where|at|with|given|on"  # what opens a condition: "5 when $x = 2$"
 _ARITHMETIC_WORD = r"(?i:times|over|plus|minus|divided|multiplied|and|or|of|to|than|squared|cubed|root)\b"
 _UNIT_WORD = rf"\s+(?!{_ARITHMETIC_WORD})[^\W\d_]+(?:[/^][^\W_]+)*"  # "m/s", "hours", "x^2"
 _NUMBER_BEFORE_CONDITION = re.compile(
     rf"(({_NUMBER})(?:{_UNIT_WORD})?)"
-    r",?\s+(\(\s*)?(?i:for|when|if|where|at|with|given|on|since|because|as"
+    rf",?\s+(\(\s*)?(?i:{_CONDITION_WORDS}|since|because|as"
     r"|in(?!\s+(?:\$|\\\()\s*\d+\s*(?:\$|\\\))))\s"
     r"(?=[^,;]*$)(?=.*?(?:(?<!\\)\$|\\\())(?(3)(?=.*\)$))")
 # a plain number in math delimiters opening the answer, "$5$ when $n = 2$", "\\(5\\) for \\(x =
@@ -91,7 +92,7 @@ _DOLLAR_SPAN = re.compile(r"(?<!\\)\$[^$]*(?<!\\)\$")
 # and 5", "4 when $a = 1$ and 2 more steps" (read 4; they were hedges, wrong for a gold 4)
 _LATER_PIECE = re.compile(
     rf"\b(?:or|and)\s+(?:{_HEDGE_WORD}\s+({_NUMBER})(?![\w.])|({_NUMBER})(?:{_UNIT_WORD})?"
-    r"\s+(?:\(\s*)?(?:(?i:for|when|if|where|at|with|given|on|in)\s|(?i:otherwise|else)\b))")
+    rf"\s+(?:\(\s*)?(?:(?i:{_CONDITION_WORDS}|in)\s|(?i:otherwise|else)\b))")
 _CONNECTIVE = rf"(?:and/or|or|and)\b(?:\s+{_HEDGE_WORD})?"
 # ... and a hedge word after a comma: "3, maybe 4"
 _ALTERNATIVE = re.compile(
