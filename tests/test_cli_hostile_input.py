@@ -297,12 +297,14 @@ def test_an_int_option_beyond_int64_is_refused_in_one_line_naming_it(run_command
 
 @pytest.mark.parametrize(("command", "flag", "name"), [("train", "--num-threads", "num_threads"),
                                                        ("eval", "--threads", "--threads"),
+                                                       ("eval", "--verify-workers", "--verify-workers"),
                                                        ("compare", "num_threads", "num_threads")])
 def test_a_thread_count_beyond_1024_is_refused_before_the_model_loads(run_command, command, flag, name):
     """OpenMP starts every thread torch is given at the first parallel operation: ``ict train
     --num-threads 100000`` passed the checks and stopped at the model load with "unable to mmap ...
     Cannot allocate memory" (exit 1, "run with --debug"); 20000 aborted in libgomp ("Thread creation
-    failed"). 1 and 1024 are taken, 0 and 1025 refused."""
+    failed"). 1 and 1024 are taken, 0 and 1025 refused. ``ict eval --verify-workers`` alike: a
+    math-verify process each (~250 MB, seconds to start), one per completion of a batch up to it."""
     def given(value: int) -> list[str]:
         return [f"{flag}={value}"] if command == "compare" else [flag, str(value)]
 

@@ -187,8 +187,9 @@ class EvalConfig:
         if self.backend not in ("auto", "hf", "vllm"):
             raise UsageError(f"--backend must be auto, hf or vllm, got {self.backend!r}")
         check_thread_count("--threads", self.threads)
-        if self.verify_workers is not None and self.verify_workers < 1:
-            raise UsageError("--verify-workers must be >= 1")
+        # a math-verify process each (~250 MB, seconds to start), as many as a batch has completions
+        # up to it: 10**6 started one per completion of a re-grade (a benchmark's), out of memory
+        check_thread_count("--verify-workers", self.verify_workers)
         check_option_text("--system-prompt", self.system_prompt)
         if not 0 < self.top_p <= 1:  # a negative temperature: check_sampling_temperature's
             raise UsageError(f"--top-p must be in (0, 1], got {self.top_p:g}")
