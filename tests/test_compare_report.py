@@ -487,3 +487,17 @@ def test_a_report_cut_short_mid_write_leaves_the_previous_files_whole(torn, tmp_
         module.write_report(output, ("grpo", "random"), 10)
     monkeypatch.undo()
     assert (output / torn).read_bytes() == before
+
+
+def test_the_learning_curve_table_orders_k_as_a_number():
+    """pass@10 sorted as text came between pass@1 and pass@2 (the final-evaluation table orders k as
+    a number, per benchmark); a row's cells stay its own (pass@k = k / 20 here)."""
+    from ict.analysis.compare import _learning_curve_lines
+
+    rows = [{"method": method, "seed": 0, "step": step, "benchmark": benchmark, "metric": f"pass@{k}",
+             "problems": 3, "value": k / 20} for step in (0, 10) for k in (10, 1, 2)
+            for benchmark in ("math500", "gsm8k") for method in ("ict", "grpo")]
+    table = [line for line in _learning_curve_lines(rows, None) if line.startswith(("| gsm8k", "| math500"))]
+    assert table == [f"| {benchmark} | pass@{k} | {method} | {cell} | {cell} |"
+                     for benchmark in ("gsm8k", "math500") for k, cell in ((1, "5.0"), (2, "10.0"), (10, "50.0"))
+                     for method in ("grpo", "ict")]

@@ -131,7 +131,9 @@ def _learning_curve_lines(rows: list[dict[str, Any]], figure: Path | None) -> li
              "some of a method's seeds is their mean, marked (m of n seeds).", "",
              "| benchmark | metric | method | " + " | ".join(f"step {s}" for s in steps) + " |",
              "|---|---|---|" + "---|" * len(steps)]
-    for (benchmark, metric, method), by_step in sorted(cells.items()):
+    # k as a number: pass@2 before pass@10 (as the final-evaluation table orders them)
+    for (benchmark, metric, method), by_step in sorted(cells.items(), key=lambda item: (
+            item[0][0], int(item[0][1].split("@")[1]), item[0][2])):
         total = len(seeds[(benchmark, metric, method)])
         values = ["-" if s not in by_step else _fmt(float(np.mean(by_step[s])))
                   + (f" ({len(by_step[s])} of {total} seeds)" if len(by_step[s]) < total else "")
