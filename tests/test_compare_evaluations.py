@@ -110,6 +110,29 @@ def test_report_only_names_a_final_evaluation_sampled_with_another_top_p_or_syst
     capsys.readouterr()
 
 
+def test_report_only_takes_an_empty_system_prompt_for_none(tmp_path, capsys):
+    """``ict eval --system-prompt ""`` adds no system message (`render_prompt`: the prompts of none),
+    but the report named such a run as evaluated with other settings ("system_prompt '', the
+    others' None")."""
+    from ict.cli import main
+    from ict.models.rollout import render_prompt
+
+    class Plain:  # a tokenizer without a chat template: the messages' contents, joined
+        chat_template = None
+
+    assert render_prompt(Plain(), "2 + 2?", "") == render_prompt(Plain(), "2 + 2?", None) == "2 + 2?"
+    output = tmp_path / "cmp"
+    verdicts = {0: {0: [True, False]}, 1: {0: [False, False]}}
+    steps = {"config_yaml": "num_steps: 1\n", "metrics_jsonl": '{"step": 1}\n'}
+    _run(output, "grpo", 0, {**SETTINGS, "system_prompt": None}, verdicts, **steps)
+    _run(output, "grpo", 1, {**SETTINGS, "system_prompt": None}, verdicts, **steps)
+    _run(output, "ict", 0, {**SETTINGS, "system_prompt": ""}, verdicts, **steps)
+    assert main(["compare", "--report-only", "--output-dir", str(output), "--bootstrap-resamples", "10"]) == 0
+    assert json.loads((output / "summary.json").read_text())["settings"] == []
+    assert "other settings" not in (output / "report.md").read_text()
+    capsys.readouterr()
+
+
 def test_the_report_compares_the_settings_a_reused_evaluation_must_share():
     """The report's EVALUATION_SETTINGS are ict compare's EVAL_SETTINGS (what a reused evaluation
     must share) but ks, with seeds for seed: a setting added to one is added to the other."""

@@ -125,6 +125,21 @@ def test_a_change_of_any_resume_key_refuses_the_directory(tmp_path: Path, key: s
     prepare_output_dir(tmp_path, current, grading, 4, False)  # the same run resumes
 
 
+def test_an_empty_system_prompt_resumes_a_run_without_one_and_back(tmp_path: Path):
+    """``--system-prompt ""`` adds no system message (the prompts of none), but a rerun without it
+    was refused ("holds samples of a different run (system_prompt: '' -> None)"), and the reverse;
+    another system prompt still is."""
+    current, grading = _settings(4)
+    for stored, given in (("", None), (None, ""), ("", "")):
+        directory = tmp_path / f"{stored!r}-{given!r}"
+        directory.mkdir()
+        prepare_output_dir(directory, {**current, "system_prompt": stored}, grading, 4, False)
+        (directory / "samples.jsonl").write_text("")
+        prepare_output_dir(directory, {**current, "system_prompt": given}, grading, 4, False)
+    with pytest.raises(UsageError, match=r"different run \(system_prompt: '' -> 'Be brief.'\)"):
+        prepare_output_dir(directory, {**current, "system_prompt": "Be brief."}, grading, 4, False)
+
+
 # Four GSM8K problems (gold, four sampled completions, the greedy one), worked by hand below.
 def test_a_longer_verify_timeout_regrades_the_checks_that_timed_out(tmp_path: Path):
     """--verify-timeout is a grading setting (`GRADING_KEYS`): a rerun with another bound grades

@@ -203,7 +203,7 @@ samples) with ``seeds`` for ``seed`` (a hand-run `ict eval --seeds 0,1`)."""
 def evaluation_settings(eval_dir: Path) -> dict[str, Any] | None:
     """:data:`EVALUATION_SETTINGS` of the finished `ict eval` in ``eval_dir`` (its results.json's
     ``config``; ``benchmarks``: the sorted names it evaluated, ``seeds``: ``[seed]`` when not
-    recorded), or None (no results.json, or no config in it)."""
+    recorded, an empty ``system_prompt`` as None), or None (no results.json, or no config in it)."""
     results = _results(eval_dir)
     config = results.get("config") if results is not None else None
     if not isinstance(config, dict):
@@ -213,6 +213,8 @@ def evaluation_settings(eval_dir: Path) -> dict[str, Any] | None:
         settings["benchmarks"] = sorted(results["benchmarks"])
     if "seeds" not in config and "seed" in config:
         settings["seeds"] = [config["seed"]]
+    if settings["system_prompt"] == "":  # the prompts of none (render_prompt adds no system message)
+        settings["system_prompt"] = None
     return settings
 
 

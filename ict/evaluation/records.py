@@ -53,6 +53,12 @@ START_AFRESH = "--overwrite or another --output-dir"
 compare`, which has no --overwrite, says its own (``afresh`` of `prepare_output_dir`, `evaluate`)."""
 
 
+def resume_value(key: str, value: Any) -> Any:
+    """A `RESUME_KEYS` value as a resume compares it: an empty ``system_prompt`` as None (the prompts
+    are the same: `ict.models.rollout.render_prompt` adds no system message for either)."""
+    return None if key == "system_prompt" and value == "" else value
+
+
 def unit_key(benchmark: str, index: int, seed: int | None) -> str:
     """The key of one unit of records: problem ``index`` of ``benchmark`` sampled with ``seed``
     (``None``: its greedy completion, which no seed changes)."""
@@ -173,7 +179,8 @@ def prepare_output_dir(
         previous = {**LEGACY_RESUME, **previous}
         legacy_seed = int(previous.get("seed") or 0)
         differing = {key: (previous.get(key), value) for key, value in current.items()
-                     if previous.get(key) != value and not (key in UNKNOWN_BEFORE and key not in previous)}
+                     if resume_value(key, previous.get(key)) != resume_value(key, value)
+                     and not (key in UNKNOWN_BEFORE and key not in previous)}
         if differing:
             details = ", ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in differing.items())
             raise UsageError(
