@@ -367,3 +367,17 @@ def test_run_directories_and_methods_named_with_dollar_signs_are_named_as_writte
     title = [axis.title for axis in figure.axes if axis.get_visible()][0]
     assert (legend.get_text(), title.get_text()) == ("m_$x$", "pass@1: b_$y$")
     assert _drawn_as_written(figure, legend) and _drawn_as_written(figure, title)
+
+
+def test_a_method_named_with_a_leading_underscore_keeps_its_legend_entry(tmp_path, saved_figures):
+    """matplotlib leaves a label starting "_" out of an axis' legend handles: a comparison's run
+    directory runs/_old/seed0 was drawn in the learning curves but missing from their legend."""
+    from ict.analysis.plots import plot_learning_curves
+
+    rows = [{"method": method, "seed": 0, "step": step, "benchmark": "b", "metric": "pass@1", "problems": 4,
+             "value": 0.5} for method in ("_old", "ict") for step in (0, 10)]
+    plot_learning_curves(rows, tmp_path / "curves.png")
+    (figure,) = saved_figures
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == ["_old", "ict"]
+    colour = {line.get_label(): line.get_color() for line in figure.axes[0].get_lines()}
+    assert [handle.get_color() for handle in figure.legends[0].legend_handles] == [colour["_old"], colour["ict"]]

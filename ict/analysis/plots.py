@@ -214,6 +214,7 @@ def plot_learning_curves(rows: list[dict], out: Path) -> Path | None:
     panel_rows = math.ceil(len(panels) / columns)
     figure, axes = plt.subplots(panel_rows, columns, figsize=(5 * columns, 3.8 * panel_rows + 0.6),
                                 squeeze=False)
+    legend: dict[str, Any] = {}  # method -> its first line drawn
     for axis, (benchmark, metric) in zip(axes.flat, panels, strict=False):
         for index, method in enumerate(methods):
             by_step: dict[int, list[float]] = {}
@@ -224,8 +225,9 @@ def plot_learning_curves(rows: list[dict], out: Path) -> Path | None:
                 continue
             steps = sorted(by_step)
             colour = colours[index]
-            axis.plot(steps, [np.mean(by_step[s]) for s in steps], "o-", color=colour,
-                      label=method)
+            (line,) = axis.plot(steps, [np.mean(by_step[s]) for s in steps], "o-", color=colour,
+                                label=method)
+            legend.setdefault(method, line)  # every method drawn in any panel, once
             if max(len(values) for values in by_step.values()) > 1:
                 axis.fill_between(steps, [min(by_step[s]) for s in steps],
                                   [max(by_step[s]) for s in steps], color=colour, alpha=0.15,
@@ -236,10 +238,8 @@ def plot_learning_curves(rows: list[dict], out: Path) -> Path | None:
         axis.grid(alpha=0.3)
     for axis in list(axes.flat)[len(panels):]:
         axis.set_visible(False)
-    legend: dict[str, object] = {}  # every method drawn in any panel, once
-    for axis in axes.flat:
-        for handle, label in zip(*axis.get_legend_handles_labels(), strict=True):
-            legend.setdefault(label, handle)
+    # the lines as drawn, not get_legend_handles_labels: that leaves out a label starting "_"
+    # (matplotlib's mark of a line kept out of legends), a method directory named _old
     _literal_texts(figure.legend(list(legend.values()), list(legend), loc="lower center",
                                  ncol=min(len(methods), 3), fontsize=8, frameon=False))
     figure.suptitle("Held-out pass@k: mean over seeds (line), min..max (band)")
