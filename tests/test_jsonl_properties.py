@@ -17,7 +17,7 @@ from ict.analysis.comparison_runs import read_verdicts
 from ict.analysis.plots import read_metrics
 from ict.analysis.token_view import rollout_from_samples
 from ict.core.errors import UsageError
-from ict.evaluation.records import load_sample_records, write_all_records
+from ict.evaluation.records import load_sample_records, prepare_output_dir, write_all_records
 from ict.runs.checkpoint import truncate_jsonl
 from ict.runs.reporting import MetricsLogger
 
@@ -76,6 +76,42 @@ def test_a_whole_last_record_without_its_newline_is_read_by_every_reader(tiny_to
     assert [record["sample"] for record in load_sample_records(path)["gsm8k#0#seed=0"]] == [0, 1]
     assert read_verdicts(path) == {"gsm8k": {0: [True, False]}}
     assert rollout_from_samples(tiny_tokenizer, path).completions == [["so 3\u2028", "it is 3"]]
+
+
+@pytest.mark.parametrize("end", [b"\r", b"\r\n", b"\r\r\n"])
+def test_every_reader_reads_a_file_whose_lines_end_otherwise(tiny_tokenizer, tmp_path: Path, end):
+    """A samples.jsonl converted to an old Mac's lone "\\r" line ends was one torn line to every
+    reader: `ict compare` and `ict inspect` read no sample, and `ict eval`'s resume rewrote the
+    file empty (its samples lost); "\\r\\n" and the "\\r\\r\\n" of a second conversion read
+    alike. A last line without its end is read when whole, left out when torn; a bad line before
+    it is named by its number, lone "\\r" ends counted."""
+    path = tmp_path / "samples.jsonl"
+    records = [_sample(0, "so 3\r", True), _sample(1, "it is\r\n3", False), _sample(2, "3", True)]
+    lines = [json.dumps(record, ensure_ascii=False).encode() for record in records]
+    for tail in (end, b""):
+        path.write_bytes(end.join(lines) + tail)
+        assert [record["completion"] for record in load_sample_records(path)["gsm8k#0#seed=0"]] == [
+            "so 3\r", "it is\r\n3", "3"]
+        assert read_verdicts(path) == {"gsm8k": {0: [True, False, True]}}
+        assert rollout_from_samples(tiny_tokenizer, path).completions == [["so 3\r", "it is\r\n3", "3"]]
+    path.write_bytes(end.join(lines) + end + lines[0][:-5])  # a torn fourth line
+    assert read_verdicts(path) == {"gsm8k": {0: [True, False, True]}}
+    for tail in (end, b""):
+        path.write_bytes(end.join([lines[0], lines[1][:-5], lines[2]]) + tail)
+        with pytest.raises(UsageError, match=r"samples.jsonl:2: not an evaluation sample \(no JSON"):
+            read_verdicts(path)
+    path.write_bytes(end.join([lines[0], lines[1], lines[2][:-5]]) + end)  # ended: not torn
+    with pytest.raises(UsageError, match=r"samples.jsonl:3: not an evaluation sample \(no JSON"):
+        read_verdicts(path)
+    current = {"model": "m", "num_samples": 3, "greedy": False, "temperature": 1.0, "top_p": 1.0,
+               "max_new_tokens": 8, "system_prompt": None, "answer_extraction": "tag", "dtype": "fp32",
+               "backend": "hf"}
+    path.unlink()
+    prepare_output_dir(tmp_path, current, {}, 3, False)  # run.json
+    path.write_bytes(end.join(lines) + end)
+    finished, _ = prepare_output_dir(tmp_path, current, {}, 3, False)  # a resume keeps the three
+    assert [record["sample"] for record in finished["gsm8k#0#seed=0"]] == [0, 1, 2]
+    assert [json.loads(line)["sample"] for line in path.read_text(encoding="utf-8").splitlines()] == [0, 1, 2]
 
 
 @pytest.mark.parametrize("torn", ["inside the JSON", "inside a character"])

@@ -173,33 +173,41 @@ _CARRIAGE_RETURNS = re.compile(r"\r+\n")  # the end of a Windows line, converted
 
 def jsonl_records(path: Path, what: str, fix: str = "") -> Iterator[tuple[int, Any]]:
     """(line number, JSON value) of each line of the JSON Lines file ``path`` that is not blank,
-    read as bytes split at "\\n" only (`str.splitlines` also splits at U+2028, U+2029 and U+0085,
+    read as bytes split at "\\n" and "\\r" only (`str.splitlines` also splits at U+2028, U+2029 and U+0085,
     which ``json.dumps(..., ensure_ascii=False)``, as `ict eval` writes samples.jsonl, leaves raw
     inside a string), a leading byte-order mark dropped. The one home of the policy for an
     append-only run file (``samples.jsonl``: `ict eval`, `ict compare`, `ict inspect`): a crash
     (a kill, a full disk) can only leave a torn last line, one without its newline, which is left
     out when it is no UTF-8 or no JSON (`ict eval`'s resume rewrites the file without it); any
     other such line is a one-line UsageError naming ``<path>:<line>``: ``not UTF-8 text``, or
-    ``not <what> (no JSON: ...)<fix>``."""
+    ``not <what> (no JSON: ...)<fix>``. A lone "\\r" (an old Mac's line end, a file converted to it)
+    ends a line too, as "\\r\\n" does: JSON has none raw inside a string (json.dumps writes
+    ``\\r``), and the file read as one torn line was no record at all, which `ict eval`'s resume
+    rewrote as an empty file."""
+    number = 0
     with open(path, "rb") as handle:
-        for number, data in enumerate(handle, 1):
-            torn = not data.endswith(b"\n")  # only the last line can lack its newline
-            try:
-                line = data.removesuffix(b"\n").decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as error:
-                if torn:
+        for chunk in handle:
+            pieces = chunk.removesuffix(b"\n").rstrip(b"\r").split(b"\r")
+            ended = chunk.endswith((b"\n", b"\r"))  # only the last line can lack its end
+            for position, data in enumerate(pieces):
+                number += 1
+                torn = not ended and position == len(pieces) - 1
+                try:
+                    line = data.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError as error:
+                    if torn:
+                        continue
+                    raise UsageError(f"{path}:{number}: not UTF-8 text ({error.reason} at byte {error.start} of "
+                                     "the line); re-encode the file as UTF-8") from None
+                if not line.strip():
                     continue
-                raise UsageError(f"{path}:{number}: not UTF-8 text ({error.reason} at byte {error.start} of "
-                                 "the line); re-encode the file as UTF-8") from None
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as error:
-                if torn:
-                    continue
-                raise UsageError(f"{path}:{number}: not {what} (no JSON: {error}){fix}") from None
-            yield number, value
+                try:
+                    value = json.loads(line)
+                except json.JSONDecodeError as error:
+                    if torn:
+                        continue
+                    raise UsageError(f"{path}:{number}: not {what} (no JSON: {error}){fix}") from None
+                yield number, value
 
 
 def _not_utf8(path: Any, error: UnicodeDecodeError) -> UsageError:
