@@ -481,3 +481,31 @@ def test_the_terminal_marks_a_line_break_inside_a_token_as_the_page_does():
     print_view(TokenView(["p"], [[" 7", " x"]], [[0.1, 0.2]], {"ict": [[False, True]]}, "js", 0.0, {}, {}),
                Console(file=plain, force_terminal=False, width=300))
     assert "\u21b5" not in plain.getvalue()
+
+
+def test_a_token_that_starts_with_a_combining_mark_shows_on_a_dotted_circle():
+    """A token U+0301 (combining acute, a token of decomposed text) had no cell in the terminal: it
+    joined the previous token's last letter, and ICT's underline and its colour were nowhere. It
+    shows on U+25CC, Unicode's base for a mark shown alone, in the terminal and on the page; a
+    mark after a base in one token (" e\\u0301") and a spacing mark are kept as they are."""
+    import io
+
+    from rich.cells import cell_len
+    from rich.console import Console
+
+    from ict.analysis.token_view import TokenView, print_view, render_html
+
+    tokens = [" cafe", "\u0301", " e\u0301", "\u20dd"]
+    view = TokenView(["p"], [tokens], [[0.1, 0.9, 0.2, 0.3]], {"ict": [[False, True, False, False]]},
+                     "js", 0.0, {}, {})
+    expected = [" cafe", "\u25cc\u0301", " e\u0301", "\u25cc\u20dd"]
+    page = render_html(view)
+    shown = [html.unescape(text) for text in re.findall(r"<span class='tok[^']*'[^>]*>([^<]*)</span>", page)]
+    assert shown == expected
+    buffer = io.StringIO()
+    print_view(view, Console(file=buffer, force_terminal=True, color_system="truecolor", width=300))
+    line = next(line for line in buffer.getvalue().splitlines() if line.startswith("#0: "))
+    # the selected token: bold, underlined, the batch maximum's red, on a cell of its own
+    assert "\x1b[1;4;30;48;2;255;55;55m\u25cc\u0301\x1b[0m" in line
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", line)
+    assert plain == "#0: " + "".join(expected) and cell_len(plain) == len("#0:  cafe") + 1 + 2 + 1

@@ -43,7 +43,8 @@ NEWLINE_MARK = "\u21b5"
 otherwise invisible)"""
 EMPTY_MARK = "\u25cc"
 """a token shown as '' (`token_strings`: a character's first bytes) in the terminal, where it
-would have no width, so neither its colour nor its ICT underline would show"""
+would have no width, so neither its colour nor its ICT underline would show; also the base shown
+before a token that starts with a combining mark (`_token_shown`), in the terminal and on the page"""
 EMPTY_COMPLETION = "(empty completion: no token to score)"
 """shown for a completion with no token (a samples file's empty text not marked finished), which
 showed as nothing after its label"""
@@ -391,7 +392,7 @@ def render_html(view: TokenView, source: str = "") -> str:
             red, green, blue = _shade(value, low, high)
             parts.append(f"<span class='{' '.join(classes)}' style='background:rgb({red},"
                          f"{green},{blue})' title='{view.score_name}={value:.4f}'>"
-                         f"{html.escape(_visible(token)).replace(chr(10), NEWLINE_MARK + chr(10))}</span>")
+                         f"{html.escape(_token_shown(token)).replace(chr(10), NEWLINE_MARK + chr(10))}</span>")
         parts.append("</p>" if tokens else f"<em>{EMPTY_COMPLETION}</em></p>")
     parts.append("</body></html>")
     return "".join(parts)
@@ -411,6 +412,15 @@ def _visible(text: str) -> str:
     return "".join(f"\\x{ord(char):02x}" if unicodedata.category(char) == "Cc" and char not in "\n\t"
                    else _escape(char) if char in BIDI_CONTROLS or unicodedata.category(char) == "Cf" else char
                    for char in text)
+
+
+def _token_shown(token: str) -> str:
+    """A token as the terminal and the page show it: `_visible`, with EMPTY_MARK (U+25CC, Unicode's
+    base for a mark shown alone) before a first character that is a combining mark (categories Mn,
+    Me: a token U+0301 of decomposed text had no width and joined the previous token's last
+    letter, so its colour and ICT's underline were nowhere)."""
+    shown = _visible(token)
+    return EMPTY_MARK + shown if shown and unicodedata.category(shown[0]) in ("Mn", "Me") else shown
 
 
 def _escape(char: str) -> str:
@@ -447,7 +457,7 @@ def print_view(view: TokenView, console: Any = None) -> None:
                 style += " underline bold"
             # a line break as NEWLINE_MARK before it, as on the page: a line break has no cell to colour or
             # underline, so a selected newline token (frequent in reasoning text) left no trace
-            text.append((_visible(token) or EMPTY_MARK).replace("\n", NEWLINE_MARK + "\n"), style=style)
+            text.append((_token_shown(token) or EMPTY_MARK).replace("\n", NEWLINE_MARK + "\n"), style=style)
         console.print(text if tokens else text.append(EMPTY_COMPLETION))
     # soft_wrap: a line of the figures wraps as the terminal wraps it (rich's hard wrap at the console
     # width split a listed token from its count: "'a b' \nx3")
