@@ -122,6 +122,33 @@ def test_the_phase_lines_count_what_the_selecting_phase_gained_and_lost():
         "held-out problems;" in line
 
 
+def test_the_phase_lines_say_how_the_evaluations_drew_and_when_they_drew_otherwise():
+    """The warm-up's line said "greedy" whatever eval_temperature drew; and a run resumed with
+    another eval_temperature (a setting a resume may change) compared its greedy "before" with an
+    "after" sampled at 0.6 without a word. Evaluations that record no temperature (older
+    eval.json files) read as greedy, as before."""
+    before = {"accuracy": 0.25, "num_problems": 4, "temperature": 0.0}
+    after = {"accuracy": 0.5, "num_problems": 4, "temperature": 0.6}
+    assert phase_lines(before, None, after, None) == [
+        "held-out accuracy: before 0.250 -> after 0.500 (4 problems)",
+        "not comparable: the held-out evaluations drew otherwise (before greedy, after temperature 0.6; "
+        "eval_temperature changed on a resume?)"]
+    assert phase_lines({"accuracy": 0.25}, None, {**after, "temperature": 0}, None) == [
+        "held-out accuracy: before 0.250 -> after 0.500 (4 problems)"]
+    warmup = {"accuracy": 0.5, "correct": [True, False, True, False], "temperature": 0.6}
+    sampled = {**after, "correct": [False, True, True, False]}
+    lines = phase_lines({**before, "temperature": 0.6}, warmup, sampled, ("ict", 11, 20))
+    assert lines[0].endswith("after ict's selection (step 20) 0.500 (4 problems, temperature 0.6)")
+    assert len(lines) == 2 and lines[1].startswith("ict's own phase (steps 11-20): 1 problem gained")
+    lines = phase_lines(before, {**warmup, "temperature": 0.0}, sampled, ("ict", 11, 20))
+    assert lines[0].endswith("(4 problems, temperature 0.6)") and len(lines) == 3
+    assert lines[2] == ("not comparable: the held-out evaluations drew otherwise (before greedy, after the "
+                        "warm-up greedy, after temperature 0.6; eval_temperature changed on a resume?)")
+    lines = phase_lines({**before, "temperature": 0.6}, {**warmup, "temperature": 0.0}, sampled, ("ict", 11, 20))
+    assert lines[2].startswith("not comparable: the held-out evaluations drew otherwise (before temperature 0.6, "
+                               "after the warm-up greedy, after temperature 0.6;")
+
+
 def test_each_start_appends_its_first_step_to_the_environment_file(tmp_path):
     append_environment(tmp_path, 1)
     append_environment(tmp_path, 7)

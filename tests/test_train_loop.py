@@ -66,6 +66,7 @@ def test_held_out_accuracy_counts_a_task_reward_of_at_least_one(tiny_model_dir):
     assert result["correct"] == [True, False, False, True]
     assert result["accuracy"] == 0.5 and result["num_problems"] == 4
     assert result["reward_mean"] == pytest.approx(1.125)
+    assert result["temperature"] == 0.0  # what the summary's phase lines say it drew with
     assert trainer.evaluate_accuracy(model, tokenizer, [], reward, TrainConfig()) == {}
 
 

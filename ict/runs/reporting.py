@@ -218,22 +218,37 @@ def drop_eval(run_dir: Path, name: str) -> None:
         write_atomically(run_dir / "eval.json", json.dumps(data, indent=1))
 
 
+def _drawn(evaluation: dict[str, Any]) -> str:
+    """How a held-out evaluation drew its completions: ``greedy`` (its ``temperature`` 0, or none
+    recorded: an eval.json older than the key, whose default was greedy) or ``temperature T``."""
+    temperature = evaluation.get("temperature")
+    return (f"temperature {temperature:g}" if isinstance(temperature, int | float)
+            and not isinstance(temperature, bool) and temperature > 0 else "greedy")
+
+
 def phase_lines(before: dict[str, Any], after_warmup: dict[str, Any] | None,
                 after: dict[str, Any], phase: tuple[str, int, int] | None) -> list[str]:
     """The held-out accuracy line (before -> after the warm-up -> after), and with a warm-up
     what the method's own phase did: problems it got right that the warm-up's model missed
-    (gained), the reverse (lost), and their net: what it added, nothing, or what it cost."""
+    (gained), the reverse (lost), and their net: what it added, nothing, or what it cost. When the
+    evaluations drew otherwise (`_drawn`: a resume that changed ``eval_temperature``), a last line
+    says so: their accuracies are not those of one way of drawing."""
     count = after["num_problems"]
+    shown = {"before": before, "after the warm-up": after_warmup if phase else None, "after": after}
+    drawn = {name: _drawn(evaluation) for name, evaluation in shown.items() if evaluation}
+    mixed = (["not comparable: the held-out evaluations drew otherwise ("
+              + ", ".join(f"{name} {how}" for name, how in drawn.items())
+              + "; eval_temperature changed on a resume?)"] if len(set(drawn.values())) > 1 else [])
     if not (after_warmup and phase and before):
         return [f"held-out accuracy: before {before['accuracy']:.3f} -> after "
-                f"{after['accuracy']:.3f} ({count} problems)"]
+                f"{after['accuracy']:.3f} ({count} problems)", *mixed]
     method, first, last = phase
     lines = [f"held-out accuracy: before {before['accuracy']:.3f} -> after the full-token "
              f"warm-up (step {first - 1}) {after_warmup['accuracy']:.3f} -> after {method}'s "
-             f"selection (step {last}) {after['accuracy']:.3f} ({count} problems, greedy)"]
+             f"selection (step {last}) {after['accuracy']:.3f} ({count} problems, {drawn['after']})"]
     start, end = after_warmup.get("correct"), after.get("correct")
     if start is None or end is None or len(start) != len(end):
-        return lines
+        return lines + mixed
     gained = sum(1 for a, b in zip(start, end, strict=True) if b and not a)
     lost = sum(1 for a, b in zip(start, end, strict=True) if a and not b)
     net = gained - lost
@@ -245,7 +260,7 @@ def phase_lines(before: dict[str, Any], after_warmup: dict[str, Any] | None,
                  f"problem{'' if gained == 1 else 's'} gained, {lost} "
                  f"lost, net {net:+d} of {count}: {verdict}; the warm-up (GRPO on every token) "
                  f"moved it {after_warmup['accuracy'] - before['accuracy']:+.3f}")
-    return lines
+    return lines + mixed
 
 
 def print_summary(console: Any, run_dir: Path, before: dict[str, Any], after: dict[str, Any],

@@ -97,7 +97,8 @@ from ict.training.train_step import loss_config_of, method_of, sampling_settings
 def evaluate_accuracy(model: Any, tokenizer: Any, problems: list[Problem], reward: Reward,
                       config: TrainConfig, temperature: float | None = None) -> dict[str, float]:
     """Accuracy (task reward >= 1) and mean reward of one completion per held-out problem
-    (greedy when the evaluation temperature is 0); ``correct``: each problem's verdict, in order."""
+    (greedy when the evaluation temperature is 0); ``correct``: each problem's verdict, in order;
+    ``temperature``: the one it sampled at (a resume may change ``eval_temperature``)."""
     if not problems:
         return {}
     temperature = config.eval_temperature if temperature is None else temperature
@@ -112,7 +113,8 @@ def evaluate_accuracy(model: Any, tokenizer: Any, problems: list[Problem], rewar
     correct = [value >= 1.0 for value in task]
     return {"accuracy": sum(correct) / len(correct),
             "reward_mean": sum(totals) / len(totals), "num_problems": len(problems),
-            "example_completion": rollout.completions[0][0], "correct": correct}
+            "example_completion": rollout.completions[0][0], "correct": correct,
+            "temperature": temperature}
 
 
 # ---------------------------------------------------------------------------------------------
