@@ -58,6 +58,20 @@ def test_the_summary_reads_back_the_metrics_of_a_resumed_run_once_each(tmp_path)
     assert "entropy per step  ██ ▁  (first 2 1.000 -> last 2 0.500 nats)" in text
 
 
+def test_the_summary_of_a_run_with_a_nan_reward_step_draws_it_as_a_gap(tmp_path):
+    """A step whose mean reward was NaN (a plugin reward's NaN) is logged as null, and the end-of-run
+    summary failed on it (TypeError in the sparkline) after the run had trained and been evaluated;
+    it is a gap, as a null entropy is, and the window means are over the finite steps (first 4:
+    (0 + 0.5 + 1) / 3, last 4: (0.5 + 1 + 1) / 3)."""
+    logger = MetricsLogger(tmp_path, tensorboard=False)
+    for step, reward in enumerate((0.0, 0.5, math.nan, 1.0, 1.0, 0.5, math.nan, 1.0), 1):
+        logger.log({"step": step, "reward_mean": reward, "entropy": 1.0})
+    logger.close()
+    console = Console(record=True, width=200)
+    print_summary(console, tmp_path, {}, {}, None)
+    assert "reward per step   ▁▅ ██▅ █  (mean of the first 4 steps 0.500 -> last 4 0.833)" in console.export_text()
+
+
 def test_the_selection_summary_covers_the_selecting_steps_only():
     """Steps of the full-token warm-up, and steps that selected every token, are left out of
     'what was selected'; the token counts add up over the rest, ties in string order."""

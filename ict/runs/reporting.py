@@ -276,7 +276,8 @@ def print_summary(console: Any, run_dir: Path, before: dict[str, Any], after: di
 
     metrics_path = run_dir / "metrics.jsonl"
     lines = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
-    rewards = [line["reward_mean"] for line in lines]
+    # null: a step whose value was NaN (MetricsLogger's json_safe), e.g. a plugin reward's NaN
+    rewards = [line["reward_mean"] if line["reward_mean"] is not None else math.nan for line in lines]
     entropies = [line["entropy"] if line["entropy"] is not None else math.nan for line in lines]
     if rewards:
         window = min(10, max(1, len(rewards) // 2))
