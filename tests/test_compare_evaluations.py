@@ -310,6 +310,25 @@ def test_a_reused_evaluation_older_than_a_setting_is_checked_on_the_settings_it_
         _check_eval_settings(tmp_path / "eval", config)
 
 
+def test_a_reused_evaluation_made_with_an_empty_system_prompt_passes_for_none(tmp_path):
+    """An ``ict eval --system-prompt ""`` run by hand into a run's eval directory sampled the
+    prompts of none (render_prompt adds no system message for either); _check_eval_settings
+    refused to reuse it ("system_prompt '' -> None"). Another system prompt is still refused."""
+    from ict.core.errors import UsageError
+    from ict.evaluation.evaluate import EvalConfig
+    from ict.experiments.compare import _check_eval_settings
+
+    config = EvalConfig(model="m", benchmarks="gsm8k", num_samples=2, ks=(1,), temperature=1.0,
+                        max_new_tokens=8, seed=0)
+    stored = {"model": "m", "benchmarks": "gsm8k", "data_dir": None, "num_samples": 2, "ks": [1],
+              "temperature": 1.0, "max_new_tokens": 8, "seed": 0, "system_prompt": ""}
+    _write_eval(tmp_path / "eval", {0: {0: [True, False]}}, stored)
+    _check_eval_settings(tmp_path / "eval", config)
+    _write_eval(tmp_path / "eval", {0: {0: [True, False]}}, {**stored, "system_prompt": " "})
+    with pytest.raises(UsageError, match=r"other settings \(system_prompt ' ' -> None\)"):
+        _check_eval_settings(tmp_path / "eval", config)
+
+
 def test_report_only_names_evaluations_graded_under_older_grading_rules(tmp_path, capsys):
     """`ict compare --report-only` pooled an evaluation graded under older answer-grading rules
     (results.json records ``grading_rules``; none: an ict eval older than it) with those graded

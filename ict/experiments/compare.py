@@ -46,6 +46,7 @@ from ict.core.stats import MIN_TEMPERATURE
 from ict.data.benchmarks import expand_benchmark_names
 from ict.data.training_data import is_reasoning_gym_task
 from ict.evaluation.evaluate import EvalConfig
+from ict.evaluation.records import resume_value
 from ict.experiments.methods import MethodSpec, method_overrides, parse_methods
 from ict.models.rollout import check_sampling_temperature
 from ict.training.config import TrainConfig
@@ -538,6 +539,8 @@ problems, samples and graded metrics depend on; not the device, dtype or threads
 
 
 def _eval_setting(name: str, value: Any) -> Any:
+    if name == "system_prompt":
+        return resume_value(name, value)  # "" is None: the same prompts
     if name == "benchmarks":
         return sorted(expand_benchmark_names(value))
     if name == "data_dir":
