@@ -138,6 +138,8 @@ if [[ -n "${DRY_RUN:-}" ]]; then
   printf '%s\n' "${ARGS[@]}" "$@"
   exit 0
 fi
+# ict's launch check: a bad ICT setting is one line "ict: ..." and exit 2, before Ray starts
+"$PY" -m ict.integrations.verl_check "${ARGS[@]}" "$@" || exit $?
 rm -f "$VERL_FILE_LOGGER_PATH"    # a dry run leaves the previous run's files alone
 rm -rf "$ICT_VERL_DUMP_DIR"
 "$PY" -m verl.trainer.main_ppo "${ARGS[@]}" "$@" 2>&1 | tee "$OUT/console.log"

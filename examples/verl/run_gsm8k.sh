@@ -8,6 +8,7 @@
 # Data: verl's examples/data_preprocess/gsm8k.py --local_save_dir "$DATA" (train/test.parquet).
 # Needs a verl 0.9 environment with this repository installed (docs/scaling.md, section verl).
 # DRY_RUN=1 prints the command line (one argument per line) instead of running it.
+# A bad ICT setting is refused in one line ("ict: ...", exit 2) before verl starts.
 set -euo pipefail
 
 METHOD=${METHOD:-ict}
@@ -97,4 +98,7 @@ if [[ -n "${DRY_RUN:-}" ]]; then
   printf '%s\n' "${ARGS[@]}" "$@"
   exit 0
 fi
+# ict's launch check (verl's own config and validate_config, as main_ppo runs them): a bad ICT
+# setting is one line "ict: ..." and exit 2 here, not hydra's override banner and traceback
+python3 -m ict.integrations.verl_check "${ARGS[@]}" "$@" || exit $?
 exec python3 -m verl.trainer.main_ppo "${ARGS[@]}" "$@"
