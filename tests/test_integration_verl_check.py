@@ -40,6 +40,9 @@ def script_overrides(method: str = "ict") -> list[str]:
     (("actor_rollout_ref.actor.clip_ratio_low=1.5",),
      "ict: loss_mode=ict cannot use the actor's clip_ratio(_low/_high), clip_ratio_c or loss_scale_factor: "
      "need 0 <= clip_low < 1 and clip_high >= 0, got 1.5, 0.28"),
+    ((f"{POLICY}.kl_cov_ratio=0.001",),  # read only by verl's own kl_cov loss
+     "ict: loss_mode=ict does not read policy_loss.kl_cov_ratio (0.001; verl's own kl_cov loss): set the "
+     "selector's option instead, ict_selector='kl_cov:ratio=0.001'"),
     (("actor_rollout_ref.model.use_fused_kernels=true",),
      "ict: loss_mode=ict needs the actor's logits: set actor_rollout_ref.model.use_fused_kernels=False"),
     (("algorithm.rollout_correction.rollout_is=token", "actor_rollout_ref.rollout.calculate_log_probs=True"),

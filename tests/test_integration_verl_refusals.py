@@ -173,3 +173,31 @@ def test_rollout_importance_weights_are_refused_in_one_line() -> None:
         get_policy_loss_fn("ict")(-ones, -ones, ones, ones.bool(), "token-mean", actor_config("all"),
                                   rollout_is_weights=ones)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("kl_cov_ratio", 0.001, "kl_cov_ratio (0.001; verl's own kl_cov loss): set the selector's option instead, "
+                            "ict_selector='kl_cov:ratio=0.001'"),
+    ("ppo_kl_coef", 1.0, "ppo_kl_coef (1.0; verl's own kl_cov loss): set the selector's option instead, "
+                         "ict_selector='kl_cov:kl_coef=1.0'"),
+    ("clip_cov_ratio", 0.001, "clip_cov_ratio (0.001; verl's own clip_cov loss): set the selector's option "
+                              "instead, ict_selector='clip_cov:ratio=0.001'"),
+    ("clip_cov_lb", 0.5, "clip_cov_lb (0.5; verl's own clip_cov loss): set the selector's option instead, "
+                         "ict_selector='clip_cov:cov_low=0.5'"),
+    ("clip_cov_ub", 9.0, "clip_cov_ub (9.0; verl's own clip_cov loss): set the selector's option instead, "
+                         "ict_selector='clip_cov:cov_high=9.0'"),
+    ("dro_beta", 0.5, "dro_beta (0.5; verl's own dro loss): ict's loss has no dro term; leave it null"),
+])
+def test_a_field_of_verls_own_losses_is_refused_not_ignored(field: str, value: float, message: str) -> None:
+    """verl's kl_cov / clip_cov / dro fields are read only by verl's own losses: under
+    loss_mode=ict, policy_loss.kl_cov_ratio=0.001 with ict_selector=kl_cov trained with the
+    selector's ratio 2e-3 without a word. Refused in one line naming the selector option; verl's
+    default values (what its config holds when the user sets nothing) and verl's own loss modes
+    are accepted."""
+    with pytest.raises(UsageError) as error:
+        ict_verl.ICTPolicyLossConfig(loss_mode="ict", ict_selector="kl_cov", **{field: value})
+    assert str(error.value) == f"loss_mode=ict does not read policy_loss.{message}"
+    defaults = {"kl_cov_ratio": 0.0002, "ppo_kl_coef": 0.1, "clip_cov_ratio": 0.0002, "clip_cov_lb": 1.0,
+                "clip_cov_ub": 5.0, "dro_beta": None}  # verl 0.9.1's actor.yaml
+    ict_verl.ICTPolicyLossConfig(loss_mode="ict", **{field: defaults[field]})
+    ict_verl.ICTPolicyLossConfig(loss_mode="kl_cov", **{field: value})

@@ -104,6 +104,7 @@ Memory: no copy of the response logits (the statistics' tiles gather their rows 
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from functools import partial
@@ -156,6 +157,7 @@ from ict.integrations.verl_selection import (  # noqa: F401 (also this module's 
     selection_diagnostics,
     selection_seed,
     training_step,
+    unread_verl_field,
 )
 
 try:  # verl's default (v1) trainer; it imports transfer_queue (the verl-core extra)
@@ -215,6 +217,9 @@ def rollout_weights_refusal(config: Any) -> str | None:
             or not config.actor_rollout_ref.rollout.get("calculate_log_probs", False)):
         return None
     return ROLLOUT_WEIGHTS_REFUSAL
+
+
+_VERL_DEFAULTS = {field.name: field.default for field in dataclasses.fields(VerlPolicyLossConfig)}
 
 
 @dataclass
@@ -282,6 +287,9 @@ class ICTPolicyLossConfig(VerlPolicyLossConfig):
             raise UsageError(f"ict_stats_tile_size: {error}") from None
         if self.ict_denominator not in TOKEN_SETS:
             raise UsageError(f"ict_denominator must be 'selected' or 'all', got {self.ict_denominator!r}")
+        unread = self.loss_mode == LOSS_NAME and unread_verl_field(self, _VERL_DEFAULTS)
+        if unread:  # e.g. kl_cov_ratio, which METHOD=kl_cov (ict's selector, its own ratio) ignored
+            raise UsageError(unread)
 
 
 _pending: list[MicroBatchSelection] = []  # the current micro-batch's, for compute_policy_loss_ict

@@ -48,6 +48,29 @@ AGGREGATIONS = {
 }
 
 
+# verl's PolicyLossConfig fields that only its own losses read -> (that loss, the ict selector
+# option that takes their place; None: none)
+VERL_LOSS_FIELDS = {
+    "clip_cov_ratio": ("clip_cov", "clip_cov:ratio"), "clip_cov_lb": ("clip_cov", "clip_cov:cov_low"),
+    "clip_cov_ub": ("clip_cov", "clip_cov:cov_high"), "kl_cov_ratio": ("kl_cov", "kl_cov:ratio"),
+    "ppo_kl_coef": ("kl_cov", "kl_cov:kl_coef"), "dro_beta": ("dro", None),
+}
+
+
+def unread_verl_field(policy: Any, defaults: dict[str, Any]) -> str | None:
+    """The one-line refusal of a field of verl's own losses (:data:`VERL_LOSS_FIELDS`) that
+    ``policy`` (the ``loss_mode=ict`` policy-loss config) sets to other than its verl default
+    (``defaults``), which ict's loss would leave unread, or None."""
+    for name, (loss, option) in VERL_LOSS_FIELDS.items():
+        value = getattr(policy, name, None)
+        if name not in defaults or value == defaults[name]:
+            continue
+        instead = (f"set the selector's option instead, ict_selector='{option}={value}'" if option
+                   else f"ict's loss has no {loss} term; leave it null")
+        return f"loss_mode=ict does not read policy_loss.{name} ({value}; verl's own {loss} loss): {instead}"
+    return None
+
+
 @functools.cache
 def parsed_selector(spec: str) -> tuple[str, dict[str, Any], str | None]:
     """``(name, resolved options, preset)`` of an ``ict_selector`` spec, parsed once per process
