@@ -217,6 +217,17 @@ def test_launch_script_refuses_unknown_method() -> None:
     assert result.returncode == 2 and "METHOD must be one of" in result.stderr
 
 
+@pytest.mark.parametrize(("name", "value"), [("N_GPUS", "0"), ("MICRO", "0"), ("N_GPUS", "eight"),
+                                           ("ROLLOUT_N", "-8"), ("MINI_BATCH", "08"), ("EPOCHS", "x")])
+def test_launch_script_refuses_a_size_that_is_no_positive_integer(name: str, value: str) -> None:
+    """N_GPUS=0 or MICRO=0 was a bash "division by 0" inside the batch-size check, which then let
+    the script go on (exit 0: verl launched with n_gpus_per_node=0); ROLLOUT_N=-8 passed it."""
+    result = subprocess.run(["bash", str(LAUNCH_SCRIPT)], capture_output=True, text=True,
+                            env={"PATH": os.environ.get("PATH", ""), "HOME": "/tmp", "DRY_RUN": "1", name: value})
+    assert (result.returncode, result.stderr, result.stdout) == (
+        2, f"{name} must be a positive integer, got '{value}'\n", "")
+
+
 def test_group_balanced_order_gives_each_rank_as_many_whole_groups() -> None:
     """v1 hands rank r the r-th of dp equal contiguous shares, so each rank must get the same
     number of whole groups even where an unequal split balances better (lengths 100 against

@@ -38,6 +38,9 @@ SELECTOR=${ICT_SELECTOR:-$SELECTOR}
 # which then balances whole prompts instead (with trainer.use_v1=False, trainer.balance_batch=False
 # does it). The selection always ranks the whole mini-batch, as `ict train` does: with several
 # micro-batches per GPU the integration adds one no-grad scoring forward.
+for name in N_GPUS ROLLOUT_N TRAIN_BATCH MINI_BATCH MICRO EPOCHS; do  # bash's arithmetic reads 0 or a word
+  [[ ${!name} =~ ^[1-9][0-9]*$ ]] || { echo "$name must be a positive integer, got '${!name}'" >&2; exit 2; }
+done
 SHARE=$(( MINI_BATCH * ROLLOUT_N / N_GPUS ))
 if (( TRAIN_BATCH % N_GPUS || MINI_BATCH % N_GPUS || TRAIN_BATCH % MINI_BATCH || MICRO % ROLLOUT_N || SHARE % MICRO )); then
   echo "need TRAIN_BATCH and MINI_BATCH multiples of N_GPUS ($N_GPUS), TRAIN_BATCH of MINI_BATCH, MICRO of ROLLOUT_N and MINI_BATCH*ROLLOUT_N/N_GPUS ($SHARE) of MICRO ($MICRO)" >&2
