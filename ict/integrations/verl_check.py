@@ -92,10 +92,12 @@ def launch_refusal(overrides: list[str]) -> str | None:
     except HydraException as error:
         message = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
         return message if POLICY_LOSS in message else None
-    refusal = rollout_weights_refusal(config)
-    if refusal:
-        return refusal
+    except Exception:  # noqa: BLE001 (no ICT setting: verl's launcher reports it)
+        return None
     try:  # verl's own launch check, as main_ppo runs it (its success line goes to stdout)
+        refusal = rollout_weights_refusal(config)
+        if refusal:
+            return refusal
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             validate_config(config, use_reference_policy=need_reference_policy(config),
