@@ -103,6 +103,21 @@ def test_run_cpu_dry_run_keeps_the_previous_run(tmp_path: Path) -> None:
     assert (out / "ict_masks" / "select_000001_rank0.pt").read_bytes() == b"mask"
 
 
+@pytest.mark.parametrize(("name", "value"), [("PROMPTS", "0"), ("STEPS", "-1"), ("N", "x"), ("KV_GIB", "0.5")])
+def test_run_cpu_refuses_a_size_that_is_no_positive_integer(tmp_path: Path, name: str, value: str) -> None:
+    """PROMPTS=0 or STEPS=-1 was a traceback of the data step (reasoning-gym's "size must be
+    positive", exit 1), N=x bash's "x: unbound variable"; each is one line, exit 2, before the
+    data step (the stub interpreter would print a model path)."""
+    stub = tmp_path / "python"
+    stub.write_text("#!/bin/sh\necho /stub/model\n")
+    stub.chmod(0o755)
+    env = {"PATH": os.environ.get("PATH", ""), "DRY_RUN": "1", "PY": str(stub), "OUT": str(tmp_path / "out"),
+           "DATA": str(tmp_path / "data"), name: value}
+    run = subprocess.run(["bash", str(ROOT / "examples" / "verl" / "run_cpu.sh")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert (run.returncode, run.stderr, run.stdout) == (2, f"{name} must be a positive integer, got '{value}'\n", "")
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 def test_verl_demo_runs_the_script_with_the_environment_it_built(tmp_path: Path) -> None:
     """``make verl-demo VERL_VENV=DIR`` builds DIR and checks the masks with DIR's Python, and runs

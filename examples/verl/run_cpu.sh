@@ -26,6 +26,9 @@ PROMPTS=${PROMPTS:-4}
 N=${N:-4}
 RESPONSE_LENGTH=${RESPONSE_LENGTH:-64}
 KV_GIB=${KV_GIB:-1}
+for name in STEPS PROMPTS N RESPONSE_LENGTH KV_GIB; do  # bash's arithmetic reads 0 or a word
+  [[ ${!name} =~ ^[1-9][0-9]*$ ]] || { echo "$name must be a positive integer, got '${!name}'" >&2; exit 2; }
+done
 
 case "$METHOD" in
   grpo) SELECTOR="all" ;;
