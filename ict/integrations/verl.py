@@ -89,7 +89,9 @@ both: ``actor.shuffle=False``, ``use_dynamic_bsz=False``, ``ppo_micro_batch_size
 multiple of ``rollout.n``); materialised logits (``use_fused_kernels=False``); no Ulysses sequence
 parallelism; one temperature; no rollout importance weights; with
 ``ict_aggregation=loss_agg_mode``, ``loss_agg_mode`` not ``token-sum`` / ``seq-mean-token-sum``
-(otherwise ict's loss does not read it, and any of verl's is accepted). Fused kernels, Ulysses
+(otherwise ict's loss does not read it, and any of verl's is accepted); the fields only verl's own
+losses read (``kl_cov_ratio``, ``ppo_kl_coef``, ``clip_cov_*``, ``dro_beta``) at verl's defaults
+(:func:`ict.integrations.verl_selection.unread_verl_field`). Fused kernels, Ulysses
 and actor loss settings ict's loss cannot take (this ``loss_agg_mode``, clip ratios outside ict's
 ranges) are refused already by verl's launch validation (``validate_config``, before Ray starts:
 :func:`actor_refusal`), rollout importance weights when verl's trainer is constructed
