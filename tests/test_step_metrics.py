@@ -10,6 +10,7 @@ import pytest
 import torch
 from rich.console import Console
 
+from ict.core.errors import UsageError
 from ict.models.rollout import Rollout
 from ict.training.config import TrainConfig
 from ict.training.step import BatchUpdates
@@ -65,6 +66,21 @@ def test_entropy_warnings_need_a_strict_crossing():
         fired.append(metrics["entropy_warning"])
     assert fired == [None, None, None, "collapse", "explosion"]
     assert state["initial_entropy"] == 1.0
+
+
+def test_no_accepted_warning_threshold_warns_at_the_first_step():
+    """The first step's entropy is the initial one, so no warning fires there for any setting
+    `validate` accepts (its ends: collapse fraction 1, explosion factor 1); 1.5 and 0.5 warned
+    "collapse" / "explosion" at step 1 of every run, and are refused."""
+    for fraction, factor in [(0.0, 1.0), (1.0, 1.0), (0.1, 3.0), (1.0, 1e9)]:
+        config = TrainConfig(entropy_collapse_fraction=fraction, entropy_explosion_factor=factor).validate()
+        for entropy in (1e-3, 1.2, 7.5):
+            metrics = {"step": 1, "entropy": entropy}
+            check_entropy(metrics, {"initial_entropy": None, "warned": []}, config, Console(record=True))
+            assert metrics["entropy_warning"] is None, (fraction, factor, entropy)
+    for fraction, factor in [(1.5, 3.0), (0.1, 0.5)]:
+        with pytest.raises(UsageError, match="^entropy_"):
+            TrainConfig(entropy_collapse_fraction=fraction, entropy_explosion_factor=factor).validate()
 
 
 def test_the_step_entropy_is_the_mean_over_response_tokens_at_any_micro_batch_size(tiny_tokenizer):

@@ -85,7 +85,12 @@ def test_precedence_defaults_yaml_options_overrides(tmp_path):
     (["adam_eps=0"], "adam_eps must be > 0"),
     (["vllm_gpu_memory_utilization=1.5"], "vllm_gpu_memory_utilization must be in"),
     (["vllm_cpu_kvcache_gib=0"], "vllm_cpu_kvcache_gib must be > 0"),
-    (["entropy_explosion_factor=0"], "entropy_explosion_factor must be > 0"),
+    # accepted, and the first step (whose entropy is the initial one) always warned: "entropy explosion at
+    # step 1: 1.2 nats > 0.5 x initial 1.2", or "entropy collapse ... < 1.5 x initial" (0.9 x: never at step 1)
+    (["entropy_explosion_factor=0"], r"^entropy_explosion_factor must be >= 1, got 0.0$"),
+    (["entropy_explosion_factor=0.5"], r"^entropy_explosion_factor must be >= 1, got 0.5$"),
+    (["entropy_collapse_fraction=1.5"], r"^entropy_collapse_fraction must be in \[0, 1\], got 1.5$"),
+    (["entropy_collapse_fraction=-0.1"], r"^entropy_collapse_fraction must be in \[0, 1\], got -0.1$"),
     (["lora_dropout=0.1"], "lora_dropout 0.1 needs disable_dropout: false"),
     (["temperature=1e-7"], "temperature must be >= 1e-06"),
     # passed, and the evaluation's sampling failed mid-run (RuntimeError: inf/nan probabilities)
@@ -143,6 +148,8 @@ def test_the_closed_ends_of_the_documented_ranges_are_accepted():
             "max_grad_norm": "0", "vllm_gpu_memory_utilization": "1", "top_p": "1", "ratio": "1",
             "clip_high": "0", "eval_temperature": "0", "entropy_collapse_fraction": "0"}
     config = build_config(None, {}, ends)
+    # the entropy warnings' other ends: a step-1 entropy, the initial one, crosses neither
+    build_config(None, {}, {"entropy_collapse_fraction": "1", "entropy_explosion_factor": "1"})
     assert (config.overlong_buffer, config.clip_low, config.selector["ratio"]) == (32, 0.0, 1.0)
     loss_config_of(config)  # and the loss the trainer builds from it accepts them too
 

@@ -229,9 +229,9 @@ class TrainConfig:
     profile: bool = option(False, "print (and save as RUN_DIR/profile.md) the time and peak "
                             "memory of each phase of a step")
     entropy_collapse_fraction: float = option(0.1, "warn when entropy falls below this "
-                                               "fraction of its starting value")
+                                               "fraction (0..1) of its starting value")
     entropy_explosion_factor: float = option(3.0, "warn when entropy exceeds this multiple "
-                                              "of its starting value")
+                                              "(>= 1) of its starting value")
 
     # -------------------------------------------------------------------------------------
     @property
@@ -383,8 +383,9 @@ class TrainConfig:
             "lora_dropout": ("in [0, 1)", lambda v: 0 <= v < 1),
             "format_reward": (">= 0", lambda v: v >= 0),  # a weight: build_reward adds it when > 0
             "vllm_gpu_memory_utilization": ("in (0, 1]", lambda v: 0 < v <= 1),
-            "entropy_collapse_fraction": (">= 0", lambda v: v >= 0),
-            "entropy_explosion_factor": ("> 0", lambda v: v > 0)}
+            # the first step's entropy is the initial one: outside these, step 1 always warned
+            "entropy_collapse_fraction": ("in [0, 1]", lambda v: 0 <= v <= 1),
+            "entropy_explosion_factor": (">= 1", lambda v: v >= 1)}
         for name, (allowed, test) in within.items():
             if not test(getattr(self, name)):
                 raise UsageError(f"{name} must be {allowed}, got {getattr(self, name)}")
