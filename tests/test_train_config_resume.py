@@ -161,3 +161,42 @@ def test_a_run_resumed_from_another_directory_reads_the_model_data_and_plugin_it
     assert (kept.model, kept.dataset, kept.plugin) == (OFFLINE_DEFAULT_MODEL, "chain_sum", None)
     hub = build_config(None, {"model": "Qwen/Qwen2.5-0.5B-Instruct", "dataset": "openai/gsm8k"}, {})
     assert (hub.model, hub.dataset) == ("Qwen/Qwen2.5-0.5B-Instruct", "openai/gsm8k")
+
+
+def test_a_config_yaml_from_before_disable_dropout_resumes_with_dropout_on(tiny_model_dir, arithmetic_task, tmp_path,
+                                                                           one_thread):
+    """A run's config.yaml written before 2026-11-27 has no ``disable_dropout``: its model's dropout
+    (LoRA's too) was on. It resumed with the default, dropout off (another computation than the
+    run's), and one with ``lora_dropout > 0`` could not resume at all: "lora_dropout 0.1 needs
+    disable_dropout: false", also with --no-disable-dropout given (the run's own config failed the
+    check). Now its absence means false: the resumed run ends as the uninterrupted dropout-on run."""
+    import io
+
+    import yaml
+    from rich.console import Console
+    from train_helpers import read_metrics, tiny_config
+
+    from ict.runs.checkpoint import latest_checkpoint
+    from ict.training.trainer import train
+
+    options = dict(method="grpo", lora_rank=4, lora_dropout=0.3, disable_dropout=False, num_steps=2)
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    train(tiny_config(tiny_model_dir, arithmetic_task, whole, **options), console=Console(file=io.StringIO()))
+    train(tiny_config(tiny_model_dir, arithmetic_task, stopped, **{**options, "num_steps": 1}),
+          console=Console(file=io.StringIO()))
+    saved = yaml.safe_load((stopped / "config.yaml").read_text())
+    del saved["disable_dropout"]  # as written before the option existed
+    (stopped / "config.yaml").write_text(yaml.safe_dump(saved))
+    resumed = build_config(None, {"run_dir": str(stopped), "resume": True, "num_steps": "2"}, {})
+    assert (resumed.disable_dropout, resumed.lora_dropout) == (False, 0.3)
+    train(resumed, console=Console(file=io.StringIO()))
+    timing = ("seconds", "per_second")
+    assert [{key: value for key, value in line.items() if not key.endswith(timing)}
+            for line in read_metrics(stopped)] == [
+        {key: value for key, value in line.items() if not key.endswith(timing)} for line in read_metrics(whole)]
+    assert ((latest_checkpoint(stopped) / "model.safetensors").read_bytes()
+            == (latest_checkpoint(whole) / "model.safetensors").read_bytes())
+    # a config.yaml that has the key keeps its value
+    saved["disable_dropout"], saved["lora_dropout"] = True, 0.0
+    (stopped / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert build_config(None, {"run_dir": str(stopped), "resume": True}, {}).disable_dropout is True

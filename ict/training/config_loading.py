@@ -70,8 +70,15 @@ RESUME_MAY_CHANGE = frozenset({"num_steps", "resume", "run_dir", "device", "num_
 def saved_before(stored: dict[str, Any]) -> dict[str, Any]:
     """What a run's config.yaml written before an option existed meant by its absence (on
     --resume): ``held_out_rule: draws`` for a file from before held-out questions were left out of
-    training, which has neither that key nor ``held_out_sets`` (added together, 2026-11-28)."""
-    return {} if "held_out_rule" in stored or "held_out_sets" in stored else {"held_out_rule": "draws"}
+    training, which has neither that key nor ``held_out_sets`` (added together, 2026-11-28);
+    ``disable_dropout: false`` for one without that key (added 2026-11-27: the model's dropout,
+    LoRA's too, was on before)."""
+    meant: dict[str, Any] = {}
+    if "held_out_rule" not in stored and "held_out_sets" not in stored:
+        meant["held_out_rule"] = "draws"
+    if "disable_dropout" not in stored:
+        meant["disable_dropout"] = False
+    return meant
 
 
 def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | None = None,
