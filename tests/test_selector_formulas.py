@@ -322,3 +322,21 @@ def test_an_option_given_as_none_keeps_its_value_and_yes_no_are_booleans() -> No
     assert resolve_options("ict", parse_selector_options("ict", {"ratio": "none"}))["ratio"] == 0.1
     for text, value in (("yes", True), ("no", False), ("1", True), ("0", False), ("True", True)):
         assert parse_selector_options("ict", {"complement": text}) == {"complement": value}, text
+
+
+def test_stapo_compares_a_bf16_tokens_probability_with_tau_p_unrounded() -> None:
+    """bf16 log-probs: a token of log-prob -6.21875 (exact in bf16) has ``p = exp(-6.21875) =
+    0.0019917 < tau_p = 0.002`` (float64), so it is a candidate; with the other candidate
+    (entropy 0.5) the 0.75 quantile of (0.1, 0.5) is 0.4 and it is silenced. Before, ``p`` and
+    ``tau_p`` were both rounded to bf16 (0.0019989 each): ``p < tau_p`` failed and nothing was
+    silenced. At ``tau_p = 0.001995`` too (bf16's ``exp`` rounds 0.0019917 up to 0.0019989)."""
+    log_probs = torch.tensor([[-6.21875, -7.0, -1.0, -1.0]])
+    entropy = torch.tensor([[0.1, 0.5, 1.0, 1.0]])
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    for tau_p in (0.002, 0.001995):
+        assert math.exp(-6.21875) < tau_p < math.exp(-1.0)  # the reference's candidates: the first two
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            kept = select_tokens("stapo", _inputs(log_probs.to(dtype), torch.tensor([1.0]), mask, entropy.to(dtype)),
+                                 tau_p=tau_p, quantile=0.75)
+            assert kept.tolist() == [[False, True, True, True]], (tau_p, dtype)
+

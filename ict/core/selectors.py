@@ -153,7 +153,8 @@ def stapo_silenced_mask(
     so the other tokens get exactly the silencing they would get without it."""
     if not 0.0 <= quantile <= 1.0:
         raise ValueError(f"quantile must be in [0, 1], got {quantile}")
-    candidates = (response_mask.bool() & (advantages > 0) & (log_probs.detach().exp() < tau_p)
+    # p in float64: a bf16 / fp16 probability would be rounded, and tau_p with it, to its 8 (11) bits
+    candidates = (response_mask.bool() & (advantages > 0) & (log_probs.detach().double().exp() < tau_p)
                   & ~entropy.detach().isnan())
     if not candidates.any():
         return candidates
