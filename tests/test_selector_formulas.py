@@ -340,3 +340,19 @@ def test_stapo_compares_a_bf16_tokens_probability_with_tau_p_unrounded() -> None
                                  tau_p=tau_p, quantile=0.75)
             assert kept.tolist() == [[False, True, True, True]], (tau_p, dtype)
 
+
+def test_clip_cov_reads_the_losss_clip_of_bf16_log_probs() -> None:
+    """bf16 log-probs -1.25 and old -1.5 (both exact): ``r = exp(0.25) = 1.2840 > 1 + 0.28`` with
+    A = 2, so the loss's ratio clip (float32) already clips (0, 0) and Clip-Cov keeps it, as at
+    float32; the other band token (1, 1) (r = 1, A = -2) is cut. Before, ``r`` and ``1.28`` were
+    both rounded to bf16 (1.28125): the clip looked inactive and (0, 0) was cut too."""
+    log_probs = torch.tensor([[-1.25, -3.0], [-1.0, -3.0]])
+    old = torch.tensor([[-1.5, -3.0], [-1.0, -3.0]])
+    assert math.exp(-1.25 - -1.5) > 1.28  # the reference: the loss clips (0, 0)
+    advantages = torch.tensor([2.0, -2.0])
+    mask = torch.ones(2, 2, dtype=torch.bool)
+    for dtype in (torch.float32, torch.bfloat16):
+        inputs = _inputs(log_probs.to(dtype), advantages, mask, generator=torch.Generator().manual_seed(0),
+                         old_log_probs=old.to(dtype), clip_range=(0.2, 0.28))
+        kept = select_tokens("clip_cov", inputs, ratio=1.0, cov_low=0.5, cov_high=5.0)
+        assert kept.tolist() == [[True, True], [True, False]], dtype

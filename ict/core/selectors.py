@@ -302,7 +302,9 @@ def select_clip_cov(inputs: SelectionInputs, ratio: float, cov_low: float, cov_h
     covariance = token_covariance(inputs.stats.log_probs, advantages, response)
     candidates = response & (covariance > cov_low) & (covariance < cov_high)
     if inputs.old_log_probs is not None and inputs.clip_range is not None:
-        ratio_now = (inputs.stats.log_probs.detach() - inputs.old_log_probs.detach()).exp()
+        # the loss's ratio, at least float32 (bf16 log-probs would round r and 1 + clip_high together)
+        dtype = torch.promote_types(inputs.stats.log_probs.dtype, torch.float32)
+        ratio_now = (inputs.stats.log_probs.detach().to(dtype) - inputs.old_log_probs.detach().to(dtype)).exp()
         low, high = inputs.clip_range
         unclipped = -advantages * ratio_now
         clipped = -advantages * ratio_now.clamp(1.0 - low, 1.0 + high)
