@@ -334,3 +334,46 @@ def test_a_bold_second_option_after_a_bold_answer_commits_to_none(completion, ex
     verdict = grade(problem, completion)
     assert verdict.extracted == expected
     assert verdict.correct is (expected == "B")
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    # the letter in math delimiters and a bracket or a text wrapper, or after "choice": read none
+    ("So the answer is $(C)$.", "C"),
+    ("The answer is $\\textbf{(C)}$", "C"),
+    ("The answer is \\(\\textbf{(C)}\\).", "C"),
+    ("The answer is choice C.", "C"),
+    ("The answer is $[C]$.", "C"),
+    # ... and two of them, or a hedge, commit to none as "(B) or (C)" does
+    ("The answer is $(B)$ or $(C)$.", None),
+    ("The answer is $\\textbf{(B)}$ or $\\textbf{(C)}$.", None),
+    ("The answer is $(B)$, or maybe $(C)$.", None),
+    ("The answer is choice B or choice C.", None),
+    # a reason after it still ends its clause
+    ("The answer is $(C)$ because $(B)$ is too large.", "C"),
+])
+def test_a_letter_in_math_delimiters_with_a_bracket_or_after_choice_is_the_answer(completion, expected):
+    """"The answer is" then ``$(C)$``, ``$\\textbf{(C)}$`` or "choice C" (rule 2 of
+    `extract_choice_letter`) read no letter: wrong for a gold C."""
+    problem = Problem("q", "C", "choice", choices=["1", "2", "3", "4"])
+    verdict = grade(problem, completion)
+    assert verdict.extracted == expected
+    assert verdict.correct is (expected == "C")
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    ("\\boxed{B}, not \\boxed{C}", "B"),  # was C: right for a gold C
+    ("The answer is \\boxed{B} rather than $\\boxed{C}$.", "B"),
+    ("The answer is \\boxed{B}, instead of \\boxed{C}", "B"),
+    ("The answer is not \\boxed{C}.", None),
+    ("\\boxed{A} or \\boxed{B}, not \\boxed{C}", None),  # the hedge before it commits to none
+    # a box after a sentence that says "not" is the answer
+    ("\\boxed{C} is not right, so \\boxed{B}", "B"),
+    ("Not C. The answer is \\boxed{C}", "C"),
+])
+def test_a_negated_last_box_is_no_answer(completion, expected):
+    """A last box after "not", "rather than" or "instead of" (`_NEGATED_BOX`) rejects its option:
+    the text before the word is read."""
+    problem = Problem("q", "C", "choice", choices=["1", "2", "3", "4"])
+    verdict = grade(problem, completion)
+    assert verdict.extracted == expected
+    assert verdict.correct is (expected == "C")

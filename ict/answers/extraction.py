@@ -133,6 +133,16 @@ _JOINED_BOX = re.compile(
 """A box (group 1: its content, one level of braces in it: ``\\text{A}``) and what joins it to the
 text's end, a box that follows: ``\\boxed{A} or ``, ``\\boxed{A}, ``, ``\\boxed{A}, or perhaps ``."""
 _NAMED_TOGETHER = r"\s*(?:,\s*(?:(?i:and|or)\s+)?|(?i:and|or|nor)\s+|[&/]\s*)"
+
+_LETTER_OPEN = (r"(?:(?:\\\(|\$)\s*)?(?:\\(?:text|textbf|mathrm|mathbf)\s*\{\s*)?(?:\\?\(|\[)?")
+"""What may open an answer's letter after "the answer is" (each optional, in this order): math
+delimiters ``$``, ``\\(``; a text wrapper ``\\textbf{``; a bracket ``(``, ``[``: ``$(C)$``,
+``$\\textbf{(C)}$``, ``\\(C\\)``, ``(C)``."""
+_LETTER_CLOSE = r"(?:\\?\)|\]|\}|\$)(?:\s*(?:\\?\)|\]|\}|\$)){0,3}"
+"""What closes it: ``)$``, ``)}$``, ``\\)``, ``]``."""
+_NEGATED_BOX = re.compile(r"\b(?i:not|rather\s+than|instead\s+of)\s*(?:\$\s*)?$")
+"""What makes the box after it no answer: ``\\boxed{B}, not \\boxed{C}`` commits to B."""
+
 """What joins options named together after a marker: ``(C) and (D)``, ``(C), (D), or (E)``,
 ``C)/D)``."""
 
@@ -159,9 +169,12 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
        sentence, lists none (``\\boxed{(B) since (C) fails}`` and ``\\boxed{(B) because (C) and
        (D) fail}`` are B; `_OPENING_REASON`); a box joined to the one before as rule 2's letters
        are, that marks another letter, commits to none (``\\boxed{A} or \\boxed{C}``: `_JOINED_BOX`);
+       a last box after "not", "rather than" or "instead of" is no answer, the text before that
+       word is read (``\\boxed{B}, not \\boxed{C}`` is B: `_NEGATED_BOX`);
     2. otherwise the last phrase "answer is", "answer:", "Answer -" (case-insensitive, optionally
-       "final"/"correct", optionally bold ``**``) followed by a valid letter as a whole word, in
-       optional parentheses, brackets, ``\\(...\\)`` or ``$...$``, and not by a list of more
+       "final"/"correct", optionally "option"/"choice", optionally bold ``**``) followed by a valid
+       letter as a whole word, in optional parentheses, brackets, ``\\(...\\)``, ``$...$`` or
+       both, in a text wrapper or not (``$(C)$``, ``$\\textbf{(C)}$``: `_LETTER_OPEN`), and not by a list of more
        letters ("A or B", "A, B and C", "C/D", "**A** or **B**") or a hedge ("A, or maybe B", "A
        and/or B", "A (or B)": `_HEDGE`) or, to the end of its clause (`_CLAUSE`: a reason ends
        it, "(A) because (B) is too large" is A), options listed as rule 1 reads them ("the answer
@@ -180,6 +193,13 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
     letter = _choice_pattern(letters)
 
     boxed = extract_boxed_answer(text)
+    for _ in range(MAX_BOXED_TRIES):  # "\boxed{B}, not \boxed{C}": the text before "not" is read
+        last_box = max(text.rfind(command) for command in BOXED_COMMANDS)
+        negated = _NEGATED_BOX.search(text, 0, last_box) if boxed is not None else None
+        if negated is None:
+            break
+        text = text[:negated.start()]
+        boxed = extract_boxed_answer(text)
     if boxed is not None:
         found = _marked_letter(boxed, letter)
         # "\boxed{A} or \boxed{C}", "\boxed{A}, \boxed{C}": boxes joined as rule 2's letters are
@@ -193,7 +213,7 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
         return found
 
     phrase = re.compile(
-        rf"(?:final\s+|correct\s+)?answer\s*(?:is\s*:?|:|-)\s*(?:option\s+)?\**\s*(?:\\?\(|\[|\$)?\s*({letter})\b(?![\w'])",
+        rf"(?:final\s+|correct\s+)?answer\s*(?:is\s*:?|:|-)\s*(?:(?:option|choice)\s+)?\**\s*{_LETTER_OPEN}\s*({letter})\b(?![\w'])",
         flags=re.IGNORECASE,
     )
     last = None
@@ -201,12 +221,12 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
         if match.group(1) in letters:  # IGNORECASE widened the class; keep upper case only
             last = match
     if last is not None:
-        open_, close = r"(?:\\?\(|\[|\$)", r"(?:\\?\)|\]|\$)"
+        close = rf"(?:{_LETTER_CLOSE})"
         # "the answer is A or B", "A, B and C", "(A) or (D)": several letters commit to none
         # ... and a hedge: "A, or maybe B", "A or possibly B", "A and/or B", "A (or B)", "**A** (or B)",
         # "**A** or **B**", "**(A)**/**(B)**"
         more = re.match(rf"{close}?\**\s*(?:\(\s*)?(?:[,/&]\s*(?:(?:or|and)\s+)?|(?:and/or|or|and)\s+)"
-                        rf"(?:{_HEDGE}\s+)?\**{open_}?\s*{letter}\s*{close}?\**"
+                        rf"(?:{_HEDGE}\s+)?\**(?:(?i:option|choice)\s+)?{_LETTER_OPEN}\s*{letter}\s*{close}?\**"
                         rf"(?=\s*(?:$|[.,;:!?/&)]|(?:or|and)\b))", text[last.end():])
         # "The answer is (A) 3 (B) 4.": options listed after it, to the end of its clause (a
         # newline, or , ; ! ? . before a space that is no marker's "B.", or "because", "than", ...:
