@@ -255,3 +255,46 @@ def test_anchor_answer_readings_reads_bracketed_conditions_and_later_pieces(comp
 def test_a_number_before_a_reason_or_in_math_before_a_condition_is_the_answer(verifier, completion, gold,
                                                                              expected):
     assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a rejected answer before the answer: math-verify read it (5), right for a gold 5
+    ("The answer is not 5, it is 6.", "5", False),
+    ("The answer is not 5, it is 6.", "6", True),
+    ("The answer is not 5 but 6.", "5", False),
+    ("The answer is not 5 but 6.", "6", True),
+    ("The answer is not 5; rather, it's 6 apples.", "6", True),
+    # a piecewise answer in words is a hedge, as one with a condition in math is (read 12)
+    ("The answer is 12 if we count the endpoints and 14 otherwise.", "12", False),
+    ("The answer is 12 if we count the endpoints and 14 otherwise.", "14", False),
+    ("The answer is 12 if we count the endpoints and 14 otherwise.", "12, 14", True),
+    ("The answer is 3 hours if he walks and 1 hour if he cycles.", "3", False),
+    # a time of day is read whole, as 2:30 is (read 3)
+    ("The answer is 3:45 pm.", "3", False),
+    ("The answer is 3:45 pm.", "3:45", True),
+    ("Final answer: 11:05 a.m.", "11", False),
+    # as before: one number, a number in the condition's words
+    ("The answer is 5 when x is 2.", "5", True),
+    ("The answer is 4 when x is 2 or 3.", "4", True),
+    ("The answer is 3 pm.", "3", True),
+])
+def test_a_rejected_answer_a_piecewise_answer_in_words_and_a_time_are_read_whole(verifier, completion, gold,
+                                                                                expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    ("The answer is not 5, it is 6.", "The answer is \\boxed{6}"),
+    ("The answer is not 5, it is 6 apples.", "The answer is \\boxed{6}"),
+    ("The answer is 12 if we count the endpoints and 14 otherwise.", "The answer is \\boxed{12 \\text{ or } 14}"),
+    ("The answer is 3:45 pm.", "The answer is \\boxed{3:45}"),
+    # left alone: no answer after the rejected one, a word after it, no later piece
+    ("The answer is not 5.", None),
+    ("The answer is not 5, it is more.", None),
+    ("The answer is 12 if we count the endpoints.", None),
+])
+def test_anchor_answer_readings_of_a_rejected_answer_a_piecewise_answer_in_words_and_a_time(completion,
+                                                                                            expected):
+    from ict.answers.readings import anchor_answer_readings
+
+    assert anchor_answer_readings(completion) == [completion if expected is None else expected]

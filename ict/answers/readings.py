@@ -59,6 +59,17 @@ _NUMBER_BEFORE_CONDITION = re.compile(
     rf",?\s+(\(\s*)?(?i:{_CONDITION_WORDS}|since|because|as"
     r"|in(?!\s+(?:\$|\\\()\s*\d+\s*(?:\$|\\\))))\s"
     r"(?=[^,;]*$)(?=.*?(?:(?<!\\)\$|\\\())(?(3)(?=.*\)$))")
+# a number before a condition in plain words, "12 if we count the ends" (boxed as a hedge only
+# with a later piece: "12 if we count the ends and 14 otherwise"; see `anchor_answer_readings`)
+_NUMBER_BEFORE_PLAIN_CONDITION = re.compile(
+    rf"(({_NUMBER})(?:{_UNIT_WORD})?),?\s+(?:\(\s*)?(?i:{_CONDITION_WORDS})\s")
+# a rejected answer before the answer, "not 5, it is 6", "not 5 but 6" (what follows it is boxed:
+# math-verify read 5)
+_NEGATED_ANSWER = re.compile(
+    r"^(?i:not)\s+[^,;]*?(?:[,;]|\s(?i:but)\b)\s*(?:(?i:but|rather|instead)\b,?\s*)?"
+    r"(?:(?i:it\s+is|it's|it\s+equals)\b\s*)?(?=\S)")
+# a time of day, "3:45 pm", "11:05 a.m" (its time is boxed as a ratio is; math-verify read 3)
+_CLOCK_TIME = re.compile(r"(\d{1,2}\s*:\s*\d{2})\s*(?i:[ap]\.?\s?m)\.?")
 # a plain number in math delimiters opening the answer, "$5$ when $n = 2$", "\\(5\\) for \\(x =
 # 1\\)": read as the plain number before a condition is (math-verify read n = 2 and x = 1)
 _MATH_NUMBER = re.compile(
@@ -241,8 +252,12 @@ def anchor_answer_readings(completion: str) -> list[str]:
     otherwise``: `_LATER_PIECE`; not ``4 when $x$ is 2 or 3``), makes a hedge, boxed as alternatives
     are (``1 \\text{ or } 0``; the first number alone was right for a gold 1). A sign spaced from
     its number (``- 5``) and a plain-text root (``2√3``, ``2 sqrt(3)``) are written out and boxed
-    (``-5``, ``2\\sqrt{3}``), as is a ratio or a time (``2:30``, ``2 : 30``; not ``15: 3*5``, a
-    colon opening an explanation): math-verify read 5, 2 and 2."""
+    (``-5``, ``2\\sqrt{3}``), as is a ratio or a time (``2:30``, ``2 : 30``, ``3:45 pm``: `_CLOCK_TIME`;
+    not ``15: 3*5``, a colon opening an explanation): math-verify read 5, 2 and 2. A rejected answer
+    before the answer (``not 5, it is 6``, ``not 5 but 6``: `_NEGATED_ANSWER`) is dropped and the
+    answer after it boxed (of a number and its unit, the number; math-verify read 5); a number
+    before a condition in words and a later piece (``12 if we count the ends and 14 otherwise``:
+    `_NUMBER_BEFORE_PLAIN_CONDITION`) is a hedge, as with a condition in math (read 12)."""
     if any(command in completion for command in BOXED_COMMANDS):
         return [completion]
     text = completion.rstrip()
@@ -251,6 +266,12 @@ def anchor_answer_readings(completion: str) -> list[str]:
         return [completion]
     # a comma left dangling before the end ("8,.") ends no list
     value = text[anchors[-1].end():].strip().strip("*").removesuffix(".").strip().rstrip(",").rstrip()
+    # "not 5, it is 6": the answer after the rejected one (a number and its unit: the number)
+    if (negated := _NEGATED_ANSWER.match(value)) is not None:
+        value = value[negated.end():]
+        if _has_word(value) and (unit := _NUMBER_AND_UNIT.fullmatch(value)) is not None:
+            value = unit[1]
+    value = clock[1] if (clock := _CLOCK_TIME.fullmatch(value)) is not None else value  # "3:45 pm"
     # "- 5", "2√3", "2 sqrt(3)": math-verify's misreadings (5, 2, 2) of a sign and a root, written out
     spelt = _PLAIN_ROOT.sub(lambda root: f"\\sqrt{{{root[1] or root[2]}}}", _SPACED_SIGN.sub("-", value))
     if spelt != value and not _has_word(spelt):
@@ -267,8 +288,13 @@ def anchor_answer_readings(completion: str) -> list[str]:
         # a piecewise answer, "1 if $n$ is odd and 0 if $n$ is even", is a hedge: both numbers
         if (later := _LATER_PIECE.search(_blank_math(number.string), number.end(1))) is not None:
             value = f"{value} \\text{{ or }} {later[1] or later[2]}"
-    elif (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value)
-            or _has_word(value)):
+    elif ((number := _NUMBER_BEFORE_PLAIN_CONDITION.match(value)) is not None
+            and (later := _LATER_PIECE.search(_blank_math(value), number.end(1))) is not None):
+        # "12 if we count the ends and 14 otherwise": a piecewise answer in words is a hedge too
+        first = number[1] if _PLAIN_TEXT_MISREAD.search(number[1]) else number[2]
+        value = f"{first} \\text{{ or }} {later[1] or later[2]}"
+    elif (negated is None and (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value))
+            or not value or _has_word(value)):
         return [completion]
     return [f"{text[:anchors[-1].end()]}\\boxed{{{value}}}{completion[len(text):]}"]
 
