@@ -298,3 +298,16 @@ def test_anchor_answer_readings_of_a_rejected_answer_a_piecewise_answer_in_words
     from ict.answers.readings import anchor_answer_readings
 
     assert anchor_answer_readings(completion) == [completion if expected is None else expected]
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a number in math then a unit of time is a condition, no odds: math-verify read 10 and 5
+    ("The answer is 2 in $10$ years.", "2", True),
+    ("The answer is 2 in $10$ years.", "10", False),
+    ("The answer is 3 in \\(5\\) days.", "3", True),
+    # odds, as before: read 6
+    ("The answer is 1 in $6$.", "1", False),
+    ("The answer is 1 in $6$ chances.", "1", False),
+])
+def test_an_anchored_number_in_a_time_in_math_is_the_answer(verifier, completion, gold, expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)

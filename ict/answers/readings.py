@@ -46,7 +46,8 @@ _ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*
 # $v_{max}$", "5 when $x = 2$", "1/2 if $n$ is even" (math-verify read the rightmost formula, v_{max},
 # x = 2 or n; see `anchor_answer_readings`); not arithmetic, "2 times $\pi$", "3 over $\sqrt{2}$",
 # nor a condition that goes on past a comma or semicolon ("10 for each of $4$ boxes, so $40$"), nor
-# odds, "1 in $6$" (read 6 as before; the number alone, 1, was right for a gold 1); the condition
+# odds, "1 in $6$" (read 6 as before; the number alone, 1, was right for a gold 1), but a time, "2
+# in $10$ years" (read 10), is a condition; the condition
 # may be in brackets that close the answer, "5 (when $n = 2$)" (math-verify read n = 2, right for a
 # gold 2), after a comma, "5, when $x = 2$", or a reason, "3, since $x = 4$ fails", "3 because $3^2 =
 # 9$" (read x = 4 and 3^2 = 9);
@@ -57,7 +58,7 @@ _UNIT_WORD = rf"\s+(?!{_ARITHMETIC_WORD})[^\W\d_]+(?:[/^][^\W_]+)*"  # "m/s", "h
 _NUMBER_BEFORE_CONDITION = re.compile(
     rf"(({_NUMBER})(?:{_UNIT_WORD})?)"
     rf",?\s+(\(\s*)?(?i:{_CONDITION_WORDS}|since|because|as"
-    r"|in(?!\s+(?:\$|\\\()\s*\d+\s*(?:\$|\\\))))\s"
+    r"|in(?!\s+(?:\$|\\\()\s*\d+\s*(?:\$|\\\))(?!\s*(?i:years?|months?|weeks?|days?|hours?|minutes?)\b)))\s"
     r"(?=[^,;]*$)(?=.*?(?:(?<!\\)\$|\\\())(?(3)(?=.*\)$))")
 # a number before a condition in plain words, "12 if we count the ends" (boxed as a hedge only
 # with a later piece: "12 if we count the ends and 14 otherwise"; see `anchor_answer_readings`)
