@@ -311,3 +311,34 @@ def test_anchor_answer_readings_of_a_rejected_answer_a_piecewise_answer_in_words
 ])
 def test_an_anchored_number_in_a_time_in_math_is_the_answer(verifier, completion, gold, expected):
     assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a power written after the box: math-verify read the box alone, 2 (right for a gold 2)
+    ("so \\boxed{2}^{2}", "2", False),
+    ("so \\boxed{2}^{2}", "4", True),
+    ("so \\boxed{2}^2.", "4", True),
+    ("\\boxed{10}^{-3}", "0.001", True),
+    ("\\boxed{1+2}^{2}", "9", True),  # in brackets: not 1 + 4
+    ("\\boxed{-2}^{2}", "4", True),
+    # as before: a degree sign, an ordinal
+    ("so \\boxed{30}^\\circ", "30", True),
+    ("so \\boxed{2}^{\\text{nd}}", "2", True),
+])
+def test_a_power_after_a_box_is_part_of_the_answer(verifier, completion, gold, expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("so \\boxed{2}^{2}.", "so \\boxed{2^{2}}."),
+    ("\\boxed{10} ^ 3 m", "\\boxed{10^{3}} m"),
+    ("\\boxed{\\frac{1}{2}}^{2}", "\\boxed{(\\frac{1}{2})^{2}}"),
+    ("\\boxed{30}^\\circ", None),
+    ("\\boxed{2}^{\\text{nd}}", None),
+    ("\\boxed{2^{2}}", None),
+    ("\\boxed{2", None),
+])
+def test_boxed_power(text, expected):
+    from ict.answers.readings import boxed_power
+
+    assert boxed_power(text) == (text if expected is None else expected)
