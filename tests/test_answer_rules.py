@@ -475,3 +475,26 @@ def test_a_choice_in_the_last_answer_tag_counts_when_nothing_is_boxed(completion
     assert extract_choice_letter(completion, 4) == expected
     problem = Problem(prompt="q", answer="B", kind="choice", choices=["1", "2", "3", "4"])
     assert grade_choice(problem, completion).correct is (expected == "B")
+
+
+@pytest.mark.parametrize("text", [
+    "The answer is" + " " * 400 + "x",  # 36 s: four \s* shared the run (n^4)
+    "The answer is" + " " * 20_000 + "x",
+    "The answer is:" + " " * 20_000 + "x",
+    "The answer is $" + " " * 20_000 + "x",
+    "The answer is **" + " " * 20_000 + "x",
+    "The answer is A" + " " * 20_000 + "x",
+    "The answer is A or" + " " * 20_000 + "x",
+    "The answer is not" + " " * 20_000 + "x",
+    "The answer is not 5," + " " * 20_000 + "x",
+    "\\boxed{A} not" + " " * 20_000 + "\\boxed{B}",
+])
+def test_a_run_of_spaces_after_an_answer_anchor_is_read_in_linear_time(text):
+    """The choice letter and the math readings of a completion with a long run of spaces after "the
+    answer is" take well under a second (each whitespace run is matched one way only)."""
+    from ict.answers.readings import completion_readings
+
+    start = time.perf_counter()
+    extract_choice_letter(text, 4)
+    completion_readings(text)
+    assert time.perf_counter() - start < 2.0

@@ -67,7 +67,7 @@ _NUMBER_BEFORE_PLAIN_CONDITION = re.compile(
 # a rejected answer before the answer, "not 5, it is 6", "not 5 but 6" (what follows it is boxed:
 # math-verify read 5)
 _NEGATED_ANSWER = re.compile(
-    r"^(?i:not)\s+[^,;]*?(?:[,;]|\s(?i:but)\b)\s*(?:(?i:but|rather|instead)\b,?\s*)?"
+    r"^(?i:not)\s[^,;]*?(?:[,;]|\s(?i:but)\b)\s*(?:(?i:but|rather|instead)\b,?\s*)?"
     r"(?:(?i:it\s+is|it's|it\s+equals)\b\s*)?(?=\S)")
 # a time of day, "3:45 pm", "11:05 a.m" (its time is boxed as a ratio is; math-verify read 3)
 _CLOCK_TIME = re.compile(r"(\d{1,2}\s*:\s*\d{2})\s*(?i:[ap]\.?\s?m)\.?")
