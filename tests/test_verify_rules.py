@@ -402,3 +402,19 @@ def test_shortened_whitespace_keeps_128_characters_and_a_newline():
     assert _shortened_whitespace("4" + " " * 500 + "\n" + " " * 9 + "x") == "4" + " " * 127 + "\nx"
     assert _shortened_whitespace("\t" * 300 + "4") == "\t" * 128 + "4"
     assert _shortened_whitespace(("a" + " " * 200) * 3) == ("a" + " " * 128) * 3
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a bare decimal after "####" lost its point: ".5" was 5, right for a gold 5
+    ("So it is half.\n#### .5", "0.5", True),
+    ("So it is half.\n#### .5", "5", False),
+    ("#### $.75$", "0.75", True),
+    ("#### $.75$", "75", False),
+    # as before: a closing full stop, a signed bare decimal
+    ("#### 72.", "72", True),
+    ("#### -.5", "-0.5", True),
+    ("#### ... 72", "72", True),
+])
+def test_a_bare_decimal_after_the_hash_marker_keeps_its_point(verifier, completion, gold, expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+    assert mark_hash_answer("#### .5") == "\\boxed{.5}"

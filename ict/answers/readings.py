@@ -26,6 +26,7 @@ from ict.answers.extraction import (
 _HEADING_WORD = re.compile(r"[^\W\d_]{2,}")
 _NUMBERED_TITLE = re.compile(r"\d+\s*[.)]\s+\S")
 _PLAIN_WORD = re.compile(r"(?<![\\\w])[^\W\d_]{2,}")
+_BARE_DECIMAL_START = re.compile(r"\s*(?:\\?\$\s*)*\.\d")  # the ".5" of "#### .5", "#### $.5$"
 _DIGIT_GROUP_COMMA = re.compile(r"(?<=\d),(?=\d{3})")  # the comma of 1,234 (see hash_answer_readings)
 # a number grouped the Indian way, two digits to a group before the last three: 1,00,000 (100000),
 # 12,34,567 (see hash_answer_readings)
@@ -171,7 +172,8 @@ _BOXED_PERCENT = re.compile(rf"(\\boxed\s*\{{[^{{}}]*?){_NOT_IN_A_SPACE_RUN}\s*\
 
 def mark_hash_answer(completion: str) -> str:
     """GSM8K convention: a completion with no ``\\boxed`` whose last ``####`` is followed by an
-    answer on the same line gets that answer boxed (``"... #### 72"`` -> ``"... \\boxed{72}"``),
+    answer on the same line gets that answer boxed (``"... #### 72"`` -> ``"... \\boxed{72}"``; a
+    bare decimal keeps its point, ``#### .5`` -> ``\\boxed{.5}``: it was 5),
     so that math-verify's boxed-first extraction picks it; the lines after it are kept. Other
     completions are returned as is, among them Markdown headings (``#### Step 2: Revenue``,
     ``#### 2. Money made``, ``#### 60 % of the students``: see ``_NUMBERED_TITLE``)."""
@@ -224,6 +226,8 @@ def hash_answer_readings(completion: str) -> list[str]:
     line = _INDIAN_GROUPED.sub(lambda number: number[0].replace(",", ""), line)
     line = _DIGIT_GROUP_COMMA.sub("", line)
     value = line.strip().replace("\\$", "").strip("$ .")
+    if _BARE_DECIMAL_START.match(line):  # a bare decimal keeps its point: "#### .5" is 0.5 (read 5)
+        value = f".{value}"
     if (not value or _HEADING_WORD.match(value) or _NUMBERED_TITLE.match(value)
             or len(_PLAIN_WORD.findall(value)) >= 2 and _alternatives(value) is None):
         return [completion]
