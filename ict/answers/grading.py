@@ -46,7 +46,7 @@ from ict.core.problems import OPTION_LETTERS, Problem
 
 ANSWER_EXTRACTIONS = ("tag", "last_number")
 """How a reasoning-gym answer is found (see the module docstring)."""
-GRADING_RULES_VERSION = 8
+GRADING_RULES_VERSION = 9
 """The version of the answer-grading rules (`ict.answers`: extraction, gold, verify, grading): bump
 it when any verdict may change (3: plain-text algebra after an answer anchor read whole; in
 maj@n, math answers that are numbers of equal value vote together; 4: a listing of options reads
@@ -63,7 +63,11 @@ subscripted `E`, `e` or `I` is a symbol, an option in math delimiters `$687$` is
 an anchored number before a condition in math `5 when $x = 2$` is the answer, a hedged option `A,
 or maybe B` commits to none, an anchored piecewise answer `1 if $n$ is odd and 0 if ...` is a
 hedge, an anchored number before a reason or a bracketed condition `3, since $x = 4$ fails` is
-the answer, and after an anchor `- 5`, `2√3` and `2:30` are read whole, `15: 3*5` as 15).
+the answer, and after an anchor `- 5`, `2√3` and `2:30` are read whole, `15: 3*5` as 15; 9: a letter in
+math delimiters or brackets `$(C)$`, `$\\textbf{(C)}$` or after "choice" is the answer, a last
+box after "not" `\\boxed{B}, not \\boxed{C}` is none, after an anchor a rejected answer `not 5,
+it is 6` is dropped, a piecewise answer in words is a hedge, `3:45 pm` and `2 in $10$ years`
+are read whole, a power after a box `\\boxed{2}^{2}` joins it, and `#### .5` keeps its point).
 `ict eval` records it among each verdict's grading settings and re-grades stored completions
 graded under another (records older than it: unknown, older rules); results.json names it, and
 `ict compare`'s report names evaluations graded under other rules."""
