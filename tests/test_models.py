@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import warnings
 
 import pytest
@@ -500,3 +501,31 @@ def test_a_lora_checkpoint_of_a_model_given_by_a_relative_path_loads_from_any_di
     with pytest.raises(UsageError, match=r"adapter_config.json names its base model by the relative path ./tiny-model, "
                                          r"not a directory here: run from the directory it was trained in"):
         load_inference_model(str(checkpoint), device="cpu")
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("num_hidden_layers", 3, "9 tensor(s) of its config.json missing from its weights (e.g. "
+                             "model.layers.2.input_layernorm.weight)"),
+    ("hidden_size", 64, "of another size in its weights than its config.json gives"),
+])
+def test_weights_that_do_not_fit_the_config_are_refused_in_one_line(field, value, expected, tiny_model_dir,
+                                                                    tmp_path, capsys):
+    """A config.json that is not the weights' (a third layer the 2-layer weights lack, or another
+    width): from_pretrained initialised the missing layer at random with only a warning table, so
+    a run trained or evaluated a partly random model; other sizes raised a RuntimeError (exit 1)."""
+    import json
+    import shutil
+
+    from ict.cli import main
+
+    directory = tmp_path / "mixed"
+    shutil.copytree(tiny_model_dir, directory)
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, field: value}))
+    with pytest.raises(UsageError, match=re.escape(expected)) as raised:
+        load_model_and_tokenizer(str(directory), device="cpu")
+    assert "\n" not in str(raised.value) and "not of one model" in str(raised.value)
+    if field == "hidden_size":  # the missing layer's case ran the evaluation (exit 0)
+        assert main(["eval", "--model", str(directory), "--benchmarks", "rg:chain_sum:size=2", "--limit", "1",
+                     "--output-dir", str(tmp_path / "eval")]) == 2
+        assert "not of one model" in capsys.readouterr().err

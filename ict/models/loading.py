@@ -239,6 +239,22 @@ def _load_error(name_or_path: str, source: str | Path, error: Exception) -> Usag
                       f"(offline? pass a local directory, or use {OFFLINE_DEFAULT_MODEL})")
 
 
+def check_loaded_weights(name_or_path: str, loading_info: dict[str, Any]) -> None:
+    """Refuse, in one line, a model whose weights files lack tensors its config.json asks for
+    (``missing_keys``) or hold them in other sizes (``mismatched_keys``): ``from_pretrained``
+    initialises those at random with only a warning table (a config.json of another model beside
+    the weights, a weights file of another size), so a run trained or evaluated a partly random model."""
+    missing = sorted(loading_info.get("missing_keys") or ())
+    mismatched = sorted(key[0] if isinstance(key, tuple) else key for key in loading_info.get("mismatched_keys") or ())
+    if not (missing or mismatched):
+        return
+    parts = ([f"{len(missing)} tensor(s) of its config.json missing from its weights (e.g. {missing[0]})"] if missing
+             else []) + ([f"{len(mismatched)} of another size in its weights than its config.json gives (e.g. {mismatched[0]})"]
+                         if mismatched else [])
+    raise UsageError(f"cannot load model {name_or_path!r}: {', and '.join(parts)}: its config.json and weights "
+                     "files are not of one model, or a weights file is incomplete")
+
+
 def load_tokenizer(name_or_path: str, cache_dir: str | os.PathLike[str] | None = None) -> tuple[Any, str | Path]:
     """``(tokenizer, source)`` of causal LM ``name_or_path`` (:func:`model_source`; a load that
     fails is a one-line UsageError, as is one with neither a pad nor an EOS token): a pad token
@@ -285,10 +301,12 @@ def load_model_and_tokenizer(
     tokenizer, source = load_tokenizer(name_or_path, cache_dir)
     from safetensors import SafetensorError
 
-    try:
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
+    try:  # sizes that differ are reported by loading_info (refused below), not raised as a RuntimeError
+        model, loading_info = AutoModelForCausalLM.from_pretrained(
+            source, dtype=torch_dtype, output_loading_info=True, ignore_mismatched_sizes=True)
     except (OSError, ValueError, SafetensorError) as error:  # ValueError: e.g. a directory with no model files
         raise _load_error(name_or_path, source, error) from error
+    check_loaded_weights(name_or_path, loading_info)
     if model.generation_config is not None and model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.to(resolved_device)
