@@ -529,3 +529,25 @@ def test_weights_that_do_not_fit_the_config_are_refused_in_one_line(field, value
         assert main(["eval", "--model", str(directory), "--benchmarks", "rg:chain_sum:size=2", "--limit", "1",
                      "--output-dir", str(tmp_path / "eval")]) == 2
         assert "not of one model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage, expected", [
+    ("tokenizer.json", "cannot load the tokenizer of model '{0}': Expecting value: line 1 column 1 (char 0) "
+                       "(is a file of {0} missing or damaged?)"),
+    ("model.safetensors", "cannot load model '{0}': Error no file named model.safetensors"),
+])
+def test_a_local_directory_with_a_damaged_file_is_not_blamed_on_the_network(damage, expected, tiny_model_dir,
+                                                                           tmp_path):
+    """An empty tokenizer.json, or no weights file, in a model directory was refused as 'cannot load
+    model DIR: Expecting value: line 1 column 1 (char 0) (offline? pass a local directory, or use
+    smollm2-135m-instruct)': a local directory was given, and the JSON error named no file."""
+    import shutil
+
+    directory = tmp_path / "damaged"
+    shutil.copytree(tiny_model_dir, directory)
+    (directory / damage).write_text("") if damage.endswith(".json") else (directory / damage).unlink()
+    with pytest.raises(UsageError) as raised:
+        load_model_and_tokenizer(str(directory), device="cpu")
+    error = str(raised.value)
+    assert error.startswith(expected.format(directory)) and "offline?" not in error and "\n" not in error
+    assert error.endswith(f"(is a file of {directory} missing or damaged?)")

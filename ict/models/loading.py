@@ -221,8 +221,10 @@ def model_source(name_or_path: str, cache_dir: str | os.PathLike[str] | None = N
     return name_or_path
 
 
-def _load_error(name_or_path: str, source: str | Path, error: Exception) -> UsageError:
-    """The one-line UsageError of a failed ``from_pretrained`` of ``source``."""
+def _load_error(name_or_path: str, source: str | Path, error: Exception, part: str = "model") -> UsageError:
+    """The one-line UsageError of a failed ``from_pretrained`` of ``source`` (``part``: ``model`` or
+    ``tokenizer``, what was loaded). A hub id's hints at the network; a local directory's (the
+    offline default's included) at its files, missing or damaged."""
     from safetensors import SafetensorError
 
     if isinstance(error, SafetensorError):  # e.g. a weights file cut short by an interrupted copy or save
@@ -235,6 +237,9 @@ def _load_error(name_or_path: str, source: str | Path, error: Exception) -> Usag
         return UsageError(f"{name_or_path} holds no model (no config.json): pass a model directory, e.g. a run's "
                           "checkpoints/step-N (of a full fine-tuning run)")
     detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    if os.path.isdir(source):  # a local directory: no network involved, a file of it is at fault
+        what = "the tokenizer of model" if part == "tokenizer" else "model"
+        return UsageError(f"cannot load {what} {name_or_path!r}: {detail} (is a file of {source} missing or damaged?)")
     return UsageError(f"cannot load model {name_or_path!r}: {detail} "
                       f"(offline? pass a local directory, or use {OFFLINE_DEFAULT_MODEL})")
 
@@ -266,7 +271,7 @@ def load_tokenizer(name_or_path: str, cache_dir: str | os.PathLike[str] | None =
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, cache_dir=None)
     except (OSError, ValueError) as error:  # ValueError: e.g. a directory with no tokenizer files
-        raise _load_error(name_or_path, source, error) from error
+        raise _load_error(name_or_path, source, error, "tokenizer") from error
     if tokenizer.pad_token is None and tokenizer.eos_token is None:  # nothing to pad with, nothing ends a completion
         raise UsageError(f"the tokenizer of {name_or_path} has neither a pad nor an EOS token: add an eos_token "
                          "to its tokenizer_config.json")
