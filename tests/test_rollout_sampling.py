@@ -215,3 +215,41 @@ def test_the_vllm_length_check_admits_a_prompt_that_fills_the_engine_exactly(tin
     assert rollout.completion_ids == [[[5, 6, 7, 8]]]
     with pytest.raises(UsageError, match=rf"a prompt of {prompt_length} tokens \+ max_new_tokens 5 exceeds"):
         backend.generate_completions(tiny_tokenizer, [PROMPT], 1, SamplingSettings(0.9, 5), 0, None)
+
+
+def test_a_vllm_sample_ending_at_the_cap_on_a_generation_config_eos_is_finished(tiny_tokenizer, tiny_model_dir,
+                                                                                 tmp_path, monkeypatch):
+    """vLLM checks the length cap before the stop ids: a sample whose last allowed token is an EOS
+    id only the generation config lists (Qwen2.5-Instruct's <|endoftext|>) is finish_reason
+    'length'. The backend looked for the tokenizer's EOS alone and called it unfinished, where the
+    hf backend (every EOS id of the generation config) ends it there. The backend reads the model's
+    generation config (config.json's without a generation_config.json), as vLLM does."""
+    import json
+    import shutil
+
+    from transformers import GenerationConfig
+
+    eos = tiny_tokenizer.eos_token_id
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=_Params))
+    backend = VLLMBackend.__new__(VLLMBackend)
+    backend.llm, backend.max_model_len = _LLM([([5, 6, 9], "length"), ([5, 6, 7], "length"),
+                                                ([5, eos, 0], "length")]), 4096
+    backend.generation_config = GenerationConfig(eos_token_id=[eos, 9])
+    rollout = backend.generate_completions(tiny_tokenizer, [PROMPT], 3, SamplingSettings(0.9, 3), 0, None)
+    assert rollout.finished == [[True, False, True]]
+    assert rollout.completion_ids == [[[5, 6, 9], [5, 6, 7], [5, eos]]]
+
+    class _Engine:
+        def __init__(self, **options) -> None:
+            pass
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=_Params, LLM=_Engine))
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # what __init__ sets, restored after
+    directory = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, directory)
+    (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": [eos, 9]}))
+    assert VLLMBackend(str(directory)).generation_config.eos_token_id == [eos, 9]
+    (directory / "generation_config.json").unlink()
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, "eos_token_id": 7}))
+    assert VLLMBackend(str(directory)).generation_config.eos_token_id == 7

@@ -18,6 +18,7 @@ from ict.models.rollout import (
     Prompt,
     Rollout,
     SamplingSettings,
+    _eos_ids,
     encode_prompt,
     render_prompt,
     truncate_at_eos,
@@ -114,9 +115,12 @@ class VLLMBackend:
     sample at 0.01, without an error); one above :data:`VLLM_MAX_TEMPERATURE` too (vLLM's traceback).
 
     `reload_in_place`: whether `sync_weights` goes through `reload_vllm_weights` (a CPU engine of
-    a vLLM that has it) rather than the model's per-tensor `load_weights`."""
+    a vLLM that has it) rather than the model's per-tensor `load_weights`.
+    `generation_config`: the model's, whose EOS ids vLLM stops at beside the tokenizer's; a
+    completion ends at any of them, as with the hf backend (`ict.models.rollout._eos_ids`)."""
 
     reload_in_place: bool = False
+    generation_config: Any = None
 
     def __init__(self, model_path: str, dtype: str = "bfloat16", gpu_memory_utilization: float = 0.3,
                  max_model_len: int = 4096, seed: int = 0, device: str = "cuda",
@@ -128,9 +132,14 @@ class VLLMBackend:
             from vllm import LLM
         except ImportError as error:
             raise UsageError(f"rollout backend vllm needs vLLM: {VLLM_INSTALL}") from error
-        from transformers import AutoConfig
+        from transformers import AutoConfig, GenerationConfig
 
-        positions = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
+        config = AutoConfig.from_pretrained(model_path)
+        positions = getattr(config, "max_position_embeddings", None)
+        try:  # vLLM stops at its EOS ids too (its generation_config="auto"), as transformers reads it
+            self.generation_config = GenerationConfig.from_pretrained(model_path)
+        except OSError:  # no generation_config.json: config.json's
+            self.generation_config = GenerationConfig.from_model_config(config)
         max_model_len = self.max_model_len = min(max_model_len, positions or max_model_len)  # vLLM refuses more
         options: dict[str, Any] = {}
         if device == "cpu":
@@ -220,7 +229,9 @@ class VLLMBackend:
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params,
                                     use_tqdm=False)
         seconds = time.perf_counter() - start
-        eos_ids = [tokenizer.eos_token_id]
+        # every id vLLM stops at: one of the generation config's sampled as the last allowed token is
+        # finish_reason "length" (vLLM checks the cap first), yet the completion ended there
+        eos_ids = _eos_ids(self, tokenizer)
         completion_ids, finished, completions = [], [], []
         for output in outputs:
             ids_group, done_group, text_group = [], [], []
