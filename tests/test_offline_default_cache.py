@@ -120,3 +120,28 @@ def test_a_cache_converted_by_transformers_5_5_is_converted_again_and_readable_b
             assert json.loads((target / "config.json").read_text())["transformers_version"] == transformers.__version__
             assert {stat.S_IMODE(path.stat().st_mode) for path in target.iterdir()} == {0o644}
             assert stat.S_IMODE(target.stat().st_mode) == 0o755
+
+
+def test_a_lora_checkpoint_of_the_offline_default_under_a_relative_cache_loads_from_any_directory(
+        monkeypatch, tmp_path, tiny_model_dir):
+    """ICT_CACHE=cache (relative) gave the offline default's directory as 'cache/smollm2-135m-instruct',
+    which a LoRA adapter records as its base model: ict eval and ict inspect of the checkpoint, from
+    another directory, looked that up as a hub id ('cannot load model ...: We couldn't connect to
+    the hub ...')."""
+    import json
+    import shutil
+
+    from ict.models.loading import LoraOptions, load_inference_model
+
+    (tmp_path / "work").mkdir()
+    shutil.copytree(tiny_model_dir, tmp_path / "work" / "cache" / OFFLINE_DEFAULT_MODEL)  # converted already
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("ICT_CACHE", "cache")
+    model, _ = load_model_and_tokenizer(OFFLINE_DEFAULT_MODEL, device="cpu", lora=LoraOptions(rank=2))
+    checkpoint = tmp_path / "step-00000001"
+    model.save_pretrained(checkpoint / "adapter")  # as ict.runs.checkpoint.save_checkpoint does
+    base = json.loads((checkpoint / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert base == str(tmp_path / "work" / "cache" / OFFLINE_DEFAULT_MODEL)
+    monkeypatch.chdir(tmp_path)
+    merged, tokenizer = load_inference_model(str(checkpoint), device="cpu")
+    assert tokenizer.padding_side == "left" and not hasattr(merged, "peft_config")

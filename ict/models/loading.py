@@ -200,7 +200,8 @@ def local_model_dir(name_or_path: str) -> str | None:
 
 
 def model_source(name_or_path: str, cache_dir: str | os.PathLike[str] | None = None) -> str | Path:
-    """Where ``name_or_path`` loads from: the offline default's directory, else the path (``~``
+    """Where ``name_or_path`` loads from: the offline default's directory (absolute, as a relative
+    $ICT_CACHE would not be), else the path (``~``
     expanded, made absolute: a LoRA adapter records it as its base, read from any directory later)
     or hub id itself; a path-like name (``./``, ``/``, ``~``, or more than one ``/``: a hub id is
     ``namespace/name``) that is no directory, or any name of a file, a pipe or a device here, is a
@@ -208,7 +209,7 @@ def model_source(name_or_path: str, cache_dir: str | os.PathLike[str] | None = N
     A hub id with the hub unreachable switches the process offline (`go_offline`): it loads from
     the Hugging Face cache, or fails at once, not after minutes of retries."""
     if name_or_path == OFFLINE_DEFAULT_MODEL:
-        return offline_default_path(cache_dir)
+        return offline_default_path(cache_dir).absolute()  # a LoRA adapter records it as its base
     if (directory := local_model_dir(name_or_path)) is not None:
         return directory
     if os.path.exists(os.path.expanduser(name_or_path)):  # transformers read a file as config.json, a pipe as a hub id
