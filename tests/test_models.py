@@ -551,3 +551,38 @@ def test_a_local_directory_with_a_damaged_file_is_not_blamed_on_the_network(dama
     error = str(raised.value)
     assert error.startswith(expected.format(directory)) and "offline?" not in error and "\n" not in error
     assert error.endswith(f"(is a file of {directory} missing or damaged?)")
+
+
+@pytest.mark.parametrize("damage, expected", [
+    ("config", "adapter/adapter_config.json is damaged (Expecting property name enclosed in double quotes"),
+    ("weights", "is a LoRA checkpoint without its adapter's weights"),
+    ("cut", "cannot load the LoRA adapter"),
+    ("rank", "cannot load the LoRA adapter"),
+])
+def test_a_damaged_lora_checkpoint_is_refused_in_one_line(damage, expected, tiny_model_dir, tmp_path, capsys):
+    """ict eval of a LoRA checkpoint with a damaged adapter_config.json printed json's 'Expecting
+    property name ...' naming no file; without its adapter weights peft's 'Repo id must be in the
+    form ...'; a cut weights file or an adapter_config.json whose rank is not its weights' was a
+    SafetensorError / RuntimeError (exit 1)."""
+    import json
+
+    from ict.cli import main
+    from ict.models.loading import LoraOptions
+
+    model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir), device="cpu", lora=LoraOptions(rank=2))
+    checkpoint = tmp_path / "step-00000001"
+    model.save_pretrained(checkpoint / "adapter")
+    tokenizer.save_pretrained(checkpoint)
+    config, weights = checkpoint / "adapter" / "adapter_config.json", checkpoint / "adapter" / "adapter_model.safetensors"
+    if damage == "config":
+        config.write_text("{")
+    elif damage == "weights":
+        weights.unlink()
+    elif damage == "cut":
+        weights.write_bytes(weights.read_bytes()[:100])
+    else:
+        config.write_text(json.dumps({**json.loads(config.read_text()), "r": 4}))
+    assert main(["eval", "--model", str(checkpoint), "--backend", "hf", "--benchmarks", "rg:chain_sum:size=2",
+                 "--limit", "1", "--output-dir", str(tmp_path / "eval")]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]  # after the save's warnings
+    assert error.startswith("error: ") and expected in error

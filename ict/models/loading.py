@@ -339,22 +339,38 @@ def load_inference_model(name_or_path: str, dtype: str = "auto", device: str = "
     ``ict inspect`` load it: a LoRA checkpoint (:func:`lora_adapter_dir`) is its base model (the
     adapter's ``base_model_name_or_path``) with the adapter merged (peft's ``merge_and_unload``:
     ``W + (alpha / r) B A`` per adapted layer), its tokenizer the checkpoint's when it has one
-    (:func:`load_tokenizer`'s pad token and left padding); anything else
+    (:func:`load_tokenizer`'s pad token and left padding); a damaged adapter (its config or weights
+    unreadable, or not fitting the base model) is a one-line UsageError; anything else
     :func:`load_model_and_tokenizer`."""
     adapter = lora_adapter_dir(name_or_path)
     if adapter is None:
         return load_model_and_tokenizer(name_or_path, dtype=dtype, device=device)
     from peft import PeftModel
+    from safetensors import SafetensorError
 
-    base = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    try:
+        adapter_config = json.loads((adapter / "adapter_config.json").read_text())
+    except ValueError as error:
+        raise UsageError(f"{adapter}/adapter_config.json is damaged ({error})") from None
+    base = adapter_config.get("base_model_name_or_path") if isinstance(adapter_config, dict) else None
     if not base:
         raise UsageError(f"{adapter}/adapter_config.json names no base model")
     if base.startswith(".") and not os.path.isdir(base):  # written by a version that kept ./paths relative
         raise UsageError(f"{adapter}/adapter_config.json names its base model by the relative path {base}, not a "
                          "directory here: run from the directory it was trained in, or write the base model's "
                          "absolute path as its base_model_name_or_path")
+    if not any((adapter / name).is_file() for name in ("adapter_model.safetensors", "adapter_model.bin")):
+        raise UsageError(f"{name_or_path} is a LoRA checkpoint without its adapter's weights "
+                         f"({adapter}/adapter_model.safetensors)")  # peft looked them up as a hub id
     model, tokenizer = load_model_and_tokenizer(base, dtype=dtype, device=device)
-    model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    try:
+        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    except torch.cuda.OutOfMemoryError:  # not the files
+        raise
+    except (SafetensorError, RuntimeError, ValueError) as error:  # RuntimeError: weights of other sizes
+        detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise UsageError(f"cannot load the LoRA adapter {adapter}: {detail} (its files are damaged, or do not fit "
+                         f"its base model {base})") from None
     for directory in (adapter.parent, adapter):
         if (directory / "tokenizer_config.json").is_file():
             tokenizer, _ = load_tokenizer(str(directory))
