@@ -230,6 +230,25 @@ def test_a_reasoning_gym_option_nested_too_deep_to_parse_is_read_as_its_text():
         {"digits": [1, 2]}, 3)
 
 
+
+def test_a_reasoning_gym_option_whose_value_holds_commas_stays_one_benchmark():
+    """A list or tuple value (``operators=["+","-"]``, as the docs' Python literals allow) was cut
+    at its comma into two names, the second refused as "unknown benchmark '"-"]:size=2'"; a comma
+    inside brackets or quotes belongs to the value, one at the top level still separates names."""
+    import reasoning_gym
+
+    listed = 'rg:basic_arithmetic:operators=["+","-"]:size=2'
+    quoted = "rg:basic_arithmetic:operators=(',', '-'):size=2"
+    assert expand_benchmark_names(f"gsm8k, {listed},{quoted} ,paper") == [
+        "gsm8k", listed, quoted, *[name for name in PAPER_SEVEN if name != "gsm8k"]]
+    assert expand_benchmark_names("rg:chain_sum:size=2,rg:gcd:size=(1)") == ["rg:chain_sum:size=2", "rg:gcd:size=(1)"]
+    assert expand_benchmark_names("rg:chain_sum:sep=', ',gsm8k") == ["rg:chain_sum:sep=', '", "gsm8k"]
+    benchmark, = load_benchmarks(listed)
+    reference = reasoning_gym.create_dataset("basic_arithmetic", size=2, seed=1_000_003, operators=("+", "-"))
+    assert [p.question for p in benchmark.problems] == [reference[i]["question"] for i in range(2)]
+    assert benchmark.config["operators"] == ["+", "-"]
+
+
 # ------------------------------------------------------------------------ the paper's seven
 
 PAPER_SEVEN = ["gsm8k", "math500", "mmlu_stem", "gpqa_diamond", "aime23", "aime24", "aime25"]

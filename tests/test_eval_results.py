@@ -289,3 +289,15 @@ def test_the_printed_table_names_the_answers_counted_incorrect_without_a_verdict
                      "(results.json: each benchmark's statuses)"]
     print_results_table(EvalResult(config, rows[:1], [], tmp_path, timing))
     assert "without a verdict" not in capsys.readouterr().out
+
+
+def test_an_evaluation_of_a_reasoning_gym_set_with_a_list_option_evaluates_it(tmp_path: Path):
+    """``--benchmarks gsm8k,rg:...:operators=["+","-"]`` was cut at the list's comma: "unknown
+    benchmark '"-"]:size=1'" before anything ran. Each set is evaluated under the name given and
+    the suites are the names given (results.json's aggregates)."""
+    name = 'rg:basic_arithmetic:operators=["+","-"]:size=1'
+    config, prompt, out = one_problem_eval(tmp_path, benchmarks=f"gsm8k,{name}", num_samples=1, ks=(1,))
+    rg_prompt = load_benchmark(name).problems[0].prompt
+    generator = ScriptedGenerator({prompt: (["\\boxed{3}"], ""), rg_prompt: (["no answer"], "")})
+    result = evaluate(EvalConfig(**config), generator, progress=False, print_table=False)
+    assert [(row.name, row.metrics["pass@1"]) for row in result.benchmarks] == [("gsm8k", 1.0), (name, 0.0)]

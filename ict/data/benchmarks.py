@@ -245,13 +245,35 @@ def available_benchmarks() -> list[str]:
     return sorted(REGISTRY)
 
 
+def split_benchmark_names(text: str) -> list[str]:
+    """``"gsm8k, rg:t:ops=['+','-']"`` -> ``["gsm8k", "rg:t:ops=['+','-']"]``: the names of a
+    comma-separated list, stripped, blanks left out. A comma inside brackets, parentheses, braces
+    or quotes belongs to an ``rg:`` option's value (a Python literal, `parse_reasoning_gym_name`)."""
+    names, start, depth, quote = [], 0, 0, ""
+    for position, char in enumerate(text):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth = max(depth - 1, 0)
+        elif char == "," and depth == 0:
+            names.append(text[start:position])
+            start = position + 1
+    names.append(text[start:])
+    return [name.strip() for name in names if name.strip()]
+
+
 def expand_benchmark_names(names: str | Sequence[str]) -> list[str]:
-    """Comma-separated names and suite names -> unique benchmark names in order.
+    """Comma-separated names and suite names (`split_benchmark_names`) -> unique benchmark names in
+    order.
 
     ``"paper"`` expands to its seven benchmarks; ``rg:...`` names pass through after validation.
     Unknown names raise `UsageError` listing what exists."""
     if isinstance(names, str):
-        names = [part for part in names.split(",")]
+        names = split_benchmark_names(names)
     result: list[str] = []
     for raw in names:
         name = raw.strip()

@@ -75,6 +75,7 @@ from ict.data.benchmarks import (
     expand_benchmark_names,
     group_of,
     load_benchmark,
+    split_benchmark_names,
 )
 from ict.evaluation.generator import (
     DTYPE_OPTIONS,
@@ -414,7 +415,7 @@ def evaluate(
     config.validate()
     config.resolve_max_new_tokens()
     started = time.perf_counter()
-    requested = [name.strip() for name in config.benchmarks.split(",") if name.strip()]
+    requested = split_benchmark_names(config.benchmarks)
     names = expand_benchmark_names(requested)
     benchmarks = [load_benchmark(name, config.data_dir, config.limit, config.answer_extraction)
                   for name in names]
