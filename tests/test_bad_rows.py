@@ -172,6 +172,24 @@ def test_json_nested_too_deeply_is_refused_in_one_line(tmp_path, tiny_model_dir,
     assert_one_line(code, capsys.readouterr().err, str(path), "nested too deeply")
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_a_number_longer_than_python_reads_is_refused_in_one_line(tmp_path, tiny_model_dir, capsys, suffix):
+    """An integer of 5,000 digits (Python's int() reads 4,300): the .json reader let json's
+    ValueError through, "Exceeds the limit (4300 digits) for integer string conversion ... use
+    sys.set_int_max_str_digits()", naming no file; the .jsonl one gave the same advice, no user's
+    to follow. Now a one-line error naming the file (and the line), exit code 2; skip_bad_rows
+    leaves such a line out."""
+    row = '{"question": "q", "answer": ' + "1" * 5000 + "}"
+    path = tmp_path / f"long{suffix}"
+    path.write_text(f"[{row}]" if suffix == ".json" else f"{json.dumps(GOOD)}\n{row}\n")
+    code = main(train_args(tiny_model_dir, path, tmp_path / "run"))
+    where = str(path) + (":2" if suffix == ".jsonl" else "")
+    assert_one_line(code, capsys.readouterr().err, where, "a number of more than 4300 digits")
+    if suffix == ".jsonl":
+        data = load_training_data(str(path), skip_bad_rows=True)
+        assert [problem.answer for problem in data.train] == ["2"]
+        assert "1 unusable rows skipped" in data.description
+
 def test_a_benchmark_question_must_be_text_and_numpy_choices_are_a_list():
     """`ict.data.rows`: a benchmark's question is text only (chat messages are for training files);
     choices that come as a numpy array (hub and parquet rows) are read as their list."""

@@ -17,6 +17,7 @@ import json
 import math
 import numbers
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from ict.core.errors import (
 )
 
 MAX_CHOICES = 26
+TOO_LONG_NUMBER = f"a number of more than {sys.get_int_max_str_digits()} digits, more than Python reads"
 
 
 class Rows(list):
@@ -251,6 +253,8 @@ def _read_json(path: Path, skipped: list[str] | None) -> Rows:
         raise UsageError(f"{path}: invalid JSON ({error.msg} at line {error.lineno})") from None
     except RecursionError:  # as a .jsonl line nested too deeply (`_jsonl_row`)
         raise UsageError(f"{path}: JSON nested too deeply; fix the file") from None
+    except ValueError:  # json's int(): past Python's limit on an integer's digits
+        raise UsageError(f"{path}: {TOO_LONG_NUMBER}; fix the file") from None
     if not isinstance(data, list):
         raise UsageError(f"{path} must hold a JSON list of records")
     rows, numbers = [], []
@@ -277,4 +281,6 @@ def _jsonl_row(raw: bytes) -> dict[str, Any] | None:
         raise ValueError(f"not valid JSON ({error.msg}); fix or remove the line") from None
     except RecursionError:
         raise ValueError("JSON nested too deeply; fix or remove the line") from None
+    except ValueError:  # json's int(): past Python's limit on an integer's digits
+        raise ValueError(f"{TOO_LONG_NUMBER}; fix or remove the line") from None
     return checked_object(row)
