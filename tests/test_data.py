@@ -8,7 +8,7 @@ import random
 import pytest
 
 from ict.core.errors import UsageError
-from ict.data.training_data import PromptSampler, load_training_data, read_records
+from ict.data.training_data import PromptSampler, is_dataset_file, load_training_data, read_records
 
 
 def test_jsonl_with_nested_field_mapping_and_gsm8k_gold(tmp_path):
@@ -310,3 +310,28 @@ def test_a_prompt_suffix_ends_the_last_chat_message(tmp_path):
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     prompts = sorted((p.prompt for p in load_training_data(str(path), prompt_suffix=" Think.").train), key=str)
     assert prompts == [[{"role": "system", "content": "s"}, {"role": "user", "content": "q Think."}], "t Think."]
+
+
+def test_a_directory_or_file_named_as_a_reasoning_gym_task_leaves_the_task_its_name(tmp_path, monkeypatch):
+    """``--dataset chain_sum`` run where a directory ``chain_sum`` (say an earlier --run-dir) or a
+    file ``gcd`` is: it was read as that path, "data file chain_sum is a directory" or "unsupported
+    data file gcd", and config.yaml named it by its absolute path: no way to train on the task
+    from there. The task is generated (reasoning-gym's own draws); a path of another name is a file."""
+    import reasoning_gym
+
+    from ict.training.config import TrainConfig
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "chain_sum").mkdir()
+    (tmp_path / "gcd").write_text("not data\n")
+    for task in ("chain_sum", "gcd"):
+        data = load_training_data(task, dataset_size=3, seed=5)
+        assert [problem.prompt for problem in data.train] == [
+            entry["question"] for entry in reasoning_gym.create_dataset(task, size=3, seed=5)]
+        config = TrainConfig(dataset=task)
+        config.absolute_local_paths()
+        assert config.dataset == task
+    (tmp_path / "mydata").write_text("not data\n")
+    assert is_dataset_file("mydata") and is_dataset_file("chain_sum.jsonl") and not is_dataset_file("org/not_here")
+    with pytest.raises(UsageError, match=r"^unsupported data file mydata \(use .jsonl"):
+        load_training_data("mydata")

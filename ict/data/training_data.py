@@ -36,8 +36,12 @@ HELD_OUT_DRAWS = 4
 
 def is_dataset_file(dataset: str) -> bool:
     """Whether `load_training_data` reads ``dataset`` as a local file: a .jsonl/.json/.parquet name,
-    or a path that exists (else it is a reasoning-gym task or a hub id)."""
-    return dataset.lower().endswith(FILE_SUFFIXES) or os.path.exists(dataset)
+    or a path that exists (else it is a reasoning-gym task or a hub id), but for a reasoning-gym
+    task's name: a directory or file ``countdown`` in the working directory (no data file: none
+    without a suffix is read) left no way to name the task."""
+    if dataset.lower().endswith(FILE_SUFFIXES):
+        return True
+    return os.path.exists(dataset) and not is_reasoning_gym_task(dataset)
 
 
 def is_reasoning_gym_task(name: str) -> bool:
