@@ -159,6 +159,14 @@ REFUSED = [
     (["train", "dataset_config.max_terms=[1"], ["dataset_config.max_terms", "line 1, column 3"]),
     (["train", "--plugin", "syntax_error.py"], ["failed to import: SyntaxError"]),
     (["train", "--plugin", "raises.py"], ["failed to import: RuntimeError: boom"]),
+    # a module the plugin imports is missing, not the plugin: it was "cannot import plugin ...; give
+    # a module on the Python path or a .py file", to a user who gave one
+    (["train", "--plugin", "imports_missing.py"],
+     ["imports_missing.py' failed to import: ModuleNotFoundError: No module named 'no_such_module_for_ict'"]),
+    (["train", "--plugin", "ict_test_imports_missing"],
+     ["plugin 'ict_test_imports_missing' failed to import: ModuleNotFoundError: No module named 'no_such_module_for_ict'"]),
+    (["train", "--plugin", "no_such_module_for_ict.sub"],
+     ["cannot import plugin 'no_such_module_for_ict.sub': No module named 'no_such_module_for_ict'; give a module"]),
     (["eval", "--k", "1,,2"], ["ks", "none empty"]),
     (["eval", "--n", "4", "--k", "2,1,2"], ["--k needs distinct values"]),
     (["compare", "--output-dir", "a_file"], ["a_file is a file"]),
@@ -218,6 +226,10 @@ def test_a_bad_value_is_refused_in_one_line_before_anything_runs(tmp_path, monke
     (tmp_path / "unclosed.yaml").write_text("num_steps: [1\n")
     (tmp_path / "syntax_error.py").write_text("def broken(:\n")
     (tmp_path / "raises.py").write_text("raise RuntimeError('boom')\n")
+    for name in ("imports_missing.py", "ict_test_imports_missing.py"):
+        (tmp_path / name).write_text("import no_such_module_for_ict\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # an imported plugin's __pycache__ is no output
     (tmp_path / "a_file").write_text("not a directory\n")
     (tmp_path / "a_dir").mkdir()
     (tmp_path / "empty_run").mkdir()

@@ -336,10 +336,12 @@ def load_plugin(module: str) -> None:
         else:
             importlib.import_module(module)
         _LOADED_PLUGINS.add(key)
-    except ModuleNotFoundError as error:
-        raise ValueError(f"cannot import plugin {module!r}: {error}; give a module on the Python "
-                         "path or a .py file") from None
     except Exception as error:  # noqa: BLE001 - the plugin's own code failed: one line (--debug: the traceback)
+        missing = (error.name or "") if isinstance(error, ModuleNotFoundError) else ""
+        if missing and f"{module}.".startswith(f"{missing}."):
+            # the plugin module (or its package) is not there; a module the plugin imports is its own error
+            raise ValueError(f"cannot import plugin {module!r}: {error}; give a module on the Python "
+                             "path or a .py file") from None
         message = " ".join(str(error).split()) or "no message"
         raise ValueError(f"plugin {module!r} failed to import: {type(error).__name__}: {message}") from error
 
