@@ -184,3 +184,26 @@ def test_the_last_number_reward_reads_scientific_notation_as_its_value():
     problem = Problem(prompt="q", answer="100000", kind="number")
     assert REWARDS["last_number"]("so it is 1e5", problem) == 1.0
     assert REWARDS["last_number"]("so it is 1e5", Problem(prompt="q", answer="5", kind="number")) == 0.0
+
+
+@pytest.mark.parametrize("returned", [None, float("nan"), float("inf"), "0.5", [1.0]])
+def test_a_plugin_reward_that_returns_no_finite_number_is_named_in_one_line(returned):
+    """A registered reward returning None was a TypeError at the weighted sum ("unsupported operand
+    type(s) for *: 'float' and 'NoneType'") naming no reward; NaN or infinity made its group's
+    advantages non-finite, the update skipped without a word. A bool, an int or a numpy float is a
+    number (True = 1)."""
+    import numpy as np
+
+    problem = Problem(prompt="p", answer="1", kind="math")
+    values = {"bad": returned, "flag": True, "count": 2, "np": np.float32(0.25)}
+    try:
+        for name, value in values.items():
+            register_reward(f"test_plugin_{name}")(lambda completion, problem, _value=value: _value)
+        with pytest.raises(ValueError, match=r"^reward 'test_plugin_bad' returned .* for a completion; a reward "
+                                             r"must be a finite number$"):
+            build_reward("last_number,test_plugin_bad", "math").score(["1"], [problem])
+        totals, task = build_reward("test_plugin_flag,test_plugin_count,test_plugin_np", "math").score(["1"], [problem])
+        assert (totals, task) == ([3.25], [True])
+    finally:
+        for name in values:
+            REWARDS.pop(f"test_plugin_{name}", None)

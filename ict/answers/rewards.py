@@ -22,6 +22,7 @@ added to the total reward by the trainer when `overlong_buffer > 0`.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -125,10 +126,25 @@ class Reward:
         columns = [batch(completions, problems) if (batch := self.batch_functions.get(index))
                    else [function(completion, problem) for completion, problem in pairs]
                    for index, function in enumerate(self.functions)]
+        for name, column in zip(self.names, columns, strict=True):
+            for value in column:
+                _check_reward_value(name, value)
         rows = list(zip(*columns, strict=True)) if columns else [()] * len(pairs)
         totals = [sum(weight * value for weight, value in zip(self.weights, values, strict=True))
                   for values in rows]
         return totals, [values[0] for values in rows]
+
+
+def _check_reward_value(name: str, value: object) -> None:
+    """A one-line ValueError naming reward `name` when its `value` for a completion is no finite
+    number (a bool counts as 0 or 1): a plugin's ``None`` was a TypeError naming no reward, and its
+    NaN made the group's advantages NaN, an update skipped in silence (then "diverged")."""
+    try:
+        number = float(value) if not isinstance(value, str | bytes) else math.nan  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
+    if not math.isfinite(number):
+        raise ValueError(f"reward {name!r} returned {value!r:.40} for a completion; a reward must be a finite number")
 
 
 def soft_overlong_penalty(lengths: Sequence[int], max_length: int, buffer: int,
