@@ -218,6 +218,10 @@ def test_reasoning_gym_tasks():
             parse_reasoning_gym_name(bad)
     with pytest.raises(UsageError, match="cannot create"):
         load_benchmark("rg:chain_sum:no_such_option=3")
+    # the last of a repeated option was taken in silence: a set of max_terms=3 under a name showing 2
+    for twice, option in (("rg:chain_sum:max_terms=2:max_terms=3", "max_terms"), ("rg:chain_sum:size=3: size=4", "size")):
+        with pytest.raises(UsageError, match=rf"^reasoning-gym option '{option}' is given twice in '{re.escape(twice)}'$"):
+            parse_reasoning_gym_name(twice)
 
 
 def test_a_reasoning_gym_option_nested_too_deep_to_parse_is_read_as_its_text():

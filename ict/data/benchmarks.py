@@ -501,6 +501,8 @@ def parse_reasoning_gym_name(name: str) -> tuple[str, dict[str, Any], int, int]:
         if "=" not in part:
             raise UsageError(f"bad reasoning-gym option {part!r} in {name!r}; use key=value")
         key, value = part.split("=", 1)
+        if key.strip() in config:  # the last one was taken: another set than the name shows
+            raise UsageError(f"reasoning-gym option {key.strip()!r} is given twice in {name!r}")
         try:  # a Python literal (size=10, digits=[1, 2]), else the text itself
             config[key.strip()] = python_literal(value, "")
         except ValueError:
