@@ -140,7 +140,7 @@ def test_the_phase_lines_say_how_the_evaluations_drew_and_when_they_drew_otherwi
     """The warm-up's line said "greedy" whatever eval_temperature drew; and a run resumed with
     another eval_temperature (a setting a resume may change) compared its greedy "before" with an
     "after" sampled at 0.6 without a word. Evaluations that record no temperature (older
-    eval.json files) read as greedy, as before."""
+    eval.json files) are left out of the comparison (`test_an_evaluation_without_a_temperature_is_no_other_drawing`)."""
     before = {"accuracy": 0.25, "num_problems": 4, "temperature": 0.0}
     after = {"accuracy": 0.5, "num_problems": 4, "temperature": 0.6}
     assert phase_lines(before, None, after, None) == [
@@ -161,6 +161,25 @@ def test_the_phase_lines_say_how_the_evaluations_drew_and_when_they_drew_otherwi
     lines = phase_lines({**before, "temperature": 0.6}, {**warmup, "temperature": 0.0}, sampled, ("ict", 11, 20))
     assert lines[2].startswith("not comparable: the held-out evaluations drew otherwise (before temperature 0.6, "
                                "after the warm-up greedy, after temperature 0.6;")
+
+
+def test_an_evaluation_without_a_temperature_is_no_other_drawing():
+    """An eval.json written before evaluations recorded their temperature says nothing of how its
+    "before" drew: a run at eval_temperature 0.7 throughout, resumed across that change, read it as
+    greedy and ended with "not comparable ... (before greedy, after temperature 0.7; eval_temperature
+    changed on a resume?)". Only recorded temperatures are compared."""
+    before, warmup = {"accuracy": 0.25, "num_problems": 4}, {"accuracy": 0.5, "correct": [True, False, True, False]}
+    after = {"accuracy": 0.75, "num_problems": 4, "temperature": 0.7, "correct": [True, True, True, False]}
+    for unknown in ({}, {"temperature": None}, {"temperature": True}):  # no number: nothing known
+        assert phase_lines({**before, **unknown}, None, after, None) == [
+            "held-out accuracy: before 0.250 -> after 0.750 (4 problems)"]
+    lines = phase_lines(before, warmup, after, ("ict", 2, 3))
+    assert lines[0].endswith("after ict's selection (step 3) 0.750 (4 problems, temperature 0.7)")
+    assert len(lines) == 2 and lines[1].startswith("ict's own phase (steps 2-3): 1 problem gained, 0 lost")
+    # two recorded temperatures that differ still say so, the unrecorded one left out
+    lines = phase_lines(before, {**warmup, "temperature": 0.0}, after, ("ict", 2, 3))
+    assert lines[2] == ("not comparable: the held-out evaluations drew otherwise (after the warm-up greedy, "
+                        "after temperature 0.7; eval_temperature changed on a resume?)")
 
 
 def test_each_start_appends_its_first_step_to_the_environment_file(tmp_path):

@@ -314,3 +314,27 @@ def test_a_run_directory_named_with_brackets_is_printed_as_written(tiny_model_di
         train(tiny_config(tiny_model_dir, arithmetic_task, empty, num_steps=1, resume=True),
               console=Console(file=output, width=400))
         assert f"no complete checkpoint in {empty}; starting fresh" in output.getvalue()
+
+
+def test_a_run_resumed_from_an_eval_json_without_temperatures_says_nothing_of_another_drawing(
+        tiny_model_dir, arithmetic_task, tmp_path, one_thread):
+    """A run sampling its held-out evaluations at eval_temperature 0.7 throughout, whose eval.json
+    was written before evaluations recorded their temperature, resumed: its summary ended with
+    "not comparable: ... (before greedy, ...; eval_temperature changed on a resume?)", about a
+    setting that never changed."""
+    import io
+
+    from rich.console import Console
+
+    options = dict(method="ict", full_token_warmup_steps=1, eval_size=4, eval_temperature=0.7)
+    run_dir = tmp_path / "run"
+    train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=1, **options), console=_quiet())
+    evaluations = json.loads((run_dir / "eval.json").read_text())
+    assert {name: evaluation.pop("temperature") for name, evaluation in evaluations.items()} == {
+        "before": 0.7, "after": 0.7}
+    (run_dir / "eval.json").write_text(json.dumps(evaluations, indent=1))  # as written before the key
+    console = io.StringIO()
+    train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=3, resume=True, **options),
+          console=Console(file=console, width=400))
+    summary = console.getvalue()
+    assert "(4 problems, temperature 0.7)" in summary and "not comparable" not in summary

@@ -218,12 +218,14 @@ def drop_eval(run_dir: Path, name: str) -> None:
         write_atomically(run_dir / "eval.json", json.dumps(data, indent=1))
 
 
-def _drawn(evaluation: dict[str, Any]) -> str:
-    """How a held-out evaluation drew its completions: ``greedy`` (its ``temperature`` 0, or none
-    recorded: an eval.json older than the key, whose default was greedy) or ``temperature T``."""
+def _drawn(evaluation: dict[str, Any]) -> str | None:
+    """How a held-out evaluation drew its completions: ``greedy`` (its ``temperature`` 0) or
+    ``temperature T``; None when it records none (an eval.json older than the key: a run's
+    ``eval_temperature`` may have been any, so its "before" is not known to be greedy)."""
     temperature = evaluation.get("temperature")
-    return (f"temperature {temperature:g}" if isinstance(temperature, int | float)
-            and not isinstance(temperature, bool) and temperature > 0 else "greedy")
+    if not isinstance(temperature, int | float) or isinstance(temperature, bool):
+        return None
+    return f"temperature {temperature:g}" if temperature > 0 else "greedy"
 
 
 def phase_lines(before: dict[str, Any], after_warmup: dict[str, Any] | None,
@@ -235,7 +237,7 @@ def phase_lines(before: dict[str, Any], after_warmup: dict[str, Any] | None,
     says so: their accuracies are not those of one way of drawing."""
     count = after["num_problems"]
     shown = {"before": before, "after the warm-up": after_warmup if phase else None, "after": after}
-    drawn = {name: _drawn(evaluation) for name, evaluation in shown.items() if evaluation}
+    drawn = {name: how for name, evaluation in shown.items() if evaluation and (how := _drawn(evaluation))}
     mixed = (["not comparable: the held-out evaluations drew otherwise ("
               + ", ".join(f"{name} {how}" for name, how in drawn.items())
               + "; eval_temperature changed on a resume?)"] if len(set(drawn.values())) > 1 else [])
@@ -245,7 +247,7 @@ def phase_lines(before: dict[str, Any], after_warmup: dict[str, Any] | None,
     method, first, last = phase
     lines = [f"held-out accuracy: before {before['accuracy']:.3f} -> after the full-token "
              f"warm-up (step {first - 1}) {after_warmup['accuracy']:.3f} -> after {method}'s "
-             f"selection (step {last}) {after['accuracy']:.3f} ({count} problems, {drawn['after']})"]
+             f"selection (step {last}) {after['accuracy']:.3f} ({count} problems, {drawn.get('after', 'greedy')})"]
     start, end = after_warmup.get("correct"), after.get("correct")
     if start is None or end is None or len(start) != len(end):
         return lines + mixed
