@@ -200,3 +200,24 @@ def test_a_config_yaml_from_before_disable_dropout_resumes_with_dropout_on(tiny_
     saved["disable_dropout"], saved["lora_dropout"] = True, 0.0
     (stopped / "config.yaml").write_text(yaml.safe_dump(saved))
     assert build_config(None, {"run_dir": str(stopped), "resume": True}, {}).disable_dropout is True
+
+
+@pytest.mark.parametrize(("name", "value", "allowed"), [("entropy_explosion_factor", 0.5, ">= 1"),
+                                                         ("entropy_collapse_fraction", 1.5, "in [0, 1]")])
+def test_a_stored_value_a_later_check_refuses_is_named_with_its_config_yaml(tmp_path, name, value, allowed):
+    """A run started when ``entropy_explosion_factor: 0.5`` was allowed (before 2026-12-01) could
+    not resume: "entropy_explosion_factor must be >= 1, got 0.5", no word of where from (the user
+    gave no such option: its config.yaml holds it). Now the refusal names the file to edit."""
+    import yaml
+
+    from ict.training.config_loading import save_config
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    save_config(build_config(None, {"method": "grpo", "run_dir": str(run_dir)}, {}), run_dir / "config.yaml")
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({**saved, name: value}))  # as written then
+    with pytest.raises(UsageError) as error:
+        build_config(None, {"run_dir": str(run_dir), "resume": True, "num_steps": "6"}, {})
+    assert str(error.value) == (f"--resume: config file {run_dir / 'config.yaml'}: {name} must be {allowed}, "
+                                f"got {value}")

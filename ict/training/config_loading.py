@@ -110,11 +110,12 @@ def build_config(yaml_path: str | Path | None = None, options: dict[str, Any] | 
         raise UsageError(f"--resume: {error}") from None
     if stored.get("plugin") is not None:  # the run's plugin, imported now: the options given read again
         given = _given_layers(yaml_path, options, overrides)
-    try:  # an unknown key or a bad value is one line
+    try:  # an unknown key or a bad value is one line naming the file (a value a check added since the
+        # run started refuses, e.g. entropy_explosion_factor 0.5, named no file: the user gave no such option)
         saved = _with_layer(saved_before(stored), stored)
+        run = TrainConfig(**saved).resolve()
     except UsageError as error:
         raise UsageError(f"--resume: config file {saved_path}: {error}") from None
-    run = TrainConfig(**saved).resolve()
     values = functools.reduce(_with_layer, _read_layers(given), saved)
 
     def refused(name: str, value: Any) -> UsageError:
