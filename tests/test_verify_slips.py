@@ -264,6 +264,12 @@ def test_a_number_before_a_reason_or_in_math_before_a_condition_is_the_answer(ve
     ("The answer is not 5 but 6.", "5", False),
     ("The answer is not 5 but 6.", "6", True),
     ("The answer is not 5; rather, it's 6 apples.", "6", True),
+    # ... and what follows it is read as an answer is: a hedge, a range, a piecewise answer (read 6)
+    ("The answer is not 5 but 6 or 7.", "6", False),
+    ("The answer is not 5 but 6 apples or 7 apples.", "6", False),
+    ("The answer is not 5 but 6 to 8.", "6", False),
+    ("The answer is not 5, it is 6 if we count the ends and 7 otherwise.", "6", False),
+    ("The answer is not 5 but 6 when x is 2 or 3.", "6", True),
     # a piecewise answer in words is a hedge, as one with a condition in math is (read 12)
     ("The answer is 12 if we count the endpoints and 14 otherwise.", "12", False),
     ("The answer is 12 if we count the endpoints and 14 otherwise.", "14", False),
@@ -286,6 +292,7 @@ def test_a_rejected_answer_a_piecewise_answer_in_words_and_a_time_are_read_whole
 @pytest.mark.parametrize(("completion", "expected"), [
     ("The answer is not 5, it is 6.", "The answer is \\boxed{6}"),
     ("The answer is not 5, it is 6 apples.", "The answer is \\boxed{6}"),
+    ("The answer is not 5 but 6 or 7.", "The answer is \\boxed{6 \\text{ or } 7}"),
     ("The answer is 12 if we count the endpoints and 14 otherwise.", "The answer is \\boxed{12 \\text{ or } 14}"),
     ("The answer is 3:45 pm.", "The answer is \\boxed{3:45}"),
     # left alone: no answer after the rejected one, a word after it, no later piece

@@ -275,11 +275,10 @@ def anchor_answer_readings(completion: str) -> list[str]:
         return [completion]
     # a comma left dangling before the end ("8,.") ends no list
     value = text[anchors[-1].end():].strip().strip("*").removesuffix(".").strip().rstrip(",").rstrip()
-    # "not 5, it is 6": the answer after the rejected one (a number and its unit: the number)
+    # "not 5, it is 6": the answer after the rejected one, read as an answer is (a number and its
+    # unit: the number, below, after the hedges: "not 5 but 6 or 7" is no 6)
     if (negated := _NEGATED_ANSWER.match(value)) is not None:
         value = value[negated.end():]
-        if _has_word(value) and (unit := _NUMBER_AND_UNIT.fullmatch(value)) is not None:
-            value = unit[1]
     value = clock[1] if (clock := _CLOCK_TIME.fullmatch(value)) is not None else value  # "3:45 pm"
     # "- 5", "2√3", "2 sqrt(3)": math-verify's misreadings (5, 2, 2) of a sign and a root, written out
     spelt = _PLAIN_ROOT.sub(lambda root: f"\\sqrt{{{root[1] or root[2]}}}", _SPACED_SIGN.sub("-", value))
@@ -302,6 +301,8 @@ def anchor_answer_readings(completion: str) -> list[str]:
         # "12 if we count the ends and 14 otherwise": a piecewise answer in words is a hedge too
         first = number[1] if _PLAIN_TEXT_MISREAD.search(number[1]) else number[2]
         value = f"{first} \\text{{ or }} {later[1] or later[2]}"
+    elif negated is not None and _has_word(value) and (unit := _NUMBER_AND_UNIT.fullmatch(value)) is not None:
+        value = unit[1]  # "not 5 but 6 apples": 6 (math-verify read 5)
     elif (negated is None and (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value))
             or not value or _has_word(value)):
         return [completion]
