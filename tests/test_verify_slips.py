@@ -331,6 +331,11 @@ def test_an_anchored_number_in_a_time_in_math_is_the_answer(verifier, completion
     # as before: a degree sign, an ordinal
     ("so \\boxed{30}^\\circ", "30", True),
     ("so \\boxed{2}^{\\text{nd}}", "2", True),
+    # ... a degree written ^0 and the power of a unit in the box (read 30^0 = 1 and 625)
+    ("so \\boxed{30}^0", "30", True),
+    ("The area is \\boxed{25 \\text{ cm}}^2.", "25", True),
+    ("The area is \\boxed{48 \\text{ square units}}^{2}", "48", True),
+    ("\\boxed{x}^2", "x^2", True),
 ])
 def test_a_power_after_a_box_is_part_of_the_answer(verifier, completion, gold, expected):
     assert_graded_in_both_extractions(verifier, completion, gold, expected)
@@ -343,6 +348,13 @@ def test_a_power_after_a_box_is_part_of_the_answer(verifier, completion, gold, e
     ("\\boxed{30}^\\circ", None),
     ("\\boxed{2}^{\\text{nd}}", None),
     ("\\boxed{2^{2}}", None),
+    ("\\boxed{30}^0", None),
+    ("\\boxed{30}^{0}", None),
+    ("\\boxed{25 \\text{ cm}}^2", None),
+    ("\\boxed{25 \\, \\mathrm{m}}^{2}", None),
+    ("\\boxed{25 cm}^2", None),
+    ("\\boxed{x}^2", "\\boxed{(x)^{2}}"),
+    ("\\boxed{2\\pi}^2", "\\boxed{(2\\pi)^{2}}"),
     ("\\boxed{2", None),
 ])
 def test_boxed_power(text, expected):

@@ -166,6 +166,9 @@ _LONG_WHITESPACE = re.compile(rf"(?<!\s)\s{{{_WHITESPACE_KEPT + 1},}}")
 # \boxed{30}^\circ nor \boxed{2}^{\text{nd}})
 _POWER_AFTER_BOX = re.compile(r"\s*\^\s*(\{\s*[-+]?\d+\s*\}|\d)")
 _UNSIGNED = re.compile(r"\d+(?:\.\d+)?")  # an unsigned number, raised to a power with no brackets
+# a unit that ends a box's content, whose power the one after the box is: the cm of \boxed{25 \text{
+# cm}}^2, \boxed{25 cm}^2 (25 cm^2, not 625; see `boxed_power`)
+_UNIT_AT_END = re.compile(r"(?:\\(?:text|textrm|mathrm|mbox)\s*\{[^{}]*\}|(?<![\\\w])[^\W\d_]{2,})\s*$")
 # a percent sign inside a box (see _boxed_percent_readings)
 _BOXED_PERCENT = re.compile(rf"(\\boxed\s*\{{[^{{}}]*?){_NOT_IN_A_SPACE_RUN}\s*\\?%\s*\}}")
 
@@ -464,7 +467,9 @@ def boxed_power(text: str) -> str:
     ``\\boxed{2^{2}}``, ``\\boxed{10}^3`` -> ``\\boxed{10^{3}}``, any other content in brackets
     (``\\boxed{1+2}^{2}`` -> ``\\boxed{(1+2)^{2}}``); math-verify read the box alone (2,
     right for a gold 2, wrong for 4). Not a degree sign or words (``\\boxed{30}^\\circ``,
-    ``\\boxed{2}^{\\text{nd}}``); a box that does not close (`_balanced_group`) is left as it is."""
+    ``\\boxed{2}^{\\text{nd}}``), a degree written ``\\boxed{30}^0``, nor the power of a unit that ends
+    the box (``\\boxed{25 \\text{ cm}}^2``: `_UNIT_AT_END`; read 25, not 625); a box that does not
+    close (`_balanced_group`) is left as it is."""
     pieces, done = [], 0
     for found in _BOXED_OPEN.finditer(text):
         content = _balanced_group(text, found.end() - 1) if found.start() >= done else None
@@ -472,7 +477,8 @@ def boxed_power(text: str) -> str:
             continue
         close = found.end() + len(content) + 1
         power = _POWER_AFTER_BOX.match(text, close)
-        if power is not None:
+        # not a unit's power (\boxed{25 \text{ cm}}^2) nor a degree written ^0 (\boxed{30}^0)
+        if power is not None and not _UNIT_AT_END.search(content) and int(power[1].strip("{} ")) != 0:
             base = content if _UNSIGNED.fullmatch(content.strip()) else f"({content})"  # (1+2)^{2}, (-2)^{2}
             pieces += [text[done:found.end()], f"{base}^{{{power[1].strip('{} ')}}}}}"]
             done = power.end()
