@@ -377,3 +377,24 @@ def test_a_negated_last_box_is_no_answer(completion, expected):
     verdict = grade(problem, completion)
     assert verdict.extracted == expected
     assert verdict.correct is (expected == "C")
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    # options listed after a letter in math delimiters or a wrapper, as after "(B) 42 (C) 43": none
+    ("The answer is $(B)$ 42 $(C)$ 43.", None),
+    ("The answer is $\\textbf{(B)}\\ 42 \\qquad \\textbf{(C)}\\ 43$", None),
+    ("The answer is \\(\\textbf{(B)}\\) 42 \\(\\textbf{(C)}\\) 43", None),
+    ("The answer is $(D)$ 6 $(C)$ 5 $(B)$ 4 $(A)$ 3", None),
+    ("The answer is $(B)\\ 42 \\quad (C)\\ 43$", None),
+    # one option with its text, an option its text names, a reason: the letter
+    ("The answer is $\\textbf{(B)}\\ 42$", "B"),
+    ("The answer is $(B)$, not $(C)$.", "B"),
+    ("The answer is $(D)$ Both $(A)$ and $(B)$", "D"),
+])
+def test_options_listed_after_a_letter_in_math_delimiters_commit_to_none(completion, expected):
+    """"The answer is $(B)$ 42 $(C)$ 43" echoes the options (rule 2's listing, read as without the
+    math markup); it read B: right for a gold B."""
+    problem = Problem("q", "B", "choice", choices=["41", "42", "43", "44"])
+    verdict = grade(problem, completion)
+    assert verdict.extracted == expected
+    assert verdict.correct is (expected == "B")

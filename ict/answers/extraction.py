@@ -179,7 +179,7 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
        letters ("A or B", "A, B and C", "C/D", "**A** or **B**") or a hedge ("A, or maybe B", "A
        and/or B", "A (or B)": `_HEDGE`) or, to the end of its clause (`_CLAUSE`: a reason ends
        it, "(A) because (B) is too large" is A), options listed as rule 1 reads them ("the answer
-       is (A) 3 (B) 4.");
+       is (A) 3 (B) 4.", and with the math markup read as spaces, "$(A)$ 3 $(B)$ 4": `_MATH_MARKUP`);
     3. otherwise the whole completion, stripped of whitespace, ``*`` and a trailing period, is one
        valid letter, optionally in parentheses or followed by ``)`` / ``.`` / ``:`` and option text
        on the same line (``B) 42``; ``A. 3 B. 4`` lists options as rule 1 reads them: none).
@@ -234,6 +234,8 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
         # newline, or , ; ! ? . before a space that is no marker's "B.", or "because", "than", ...:
         # "(A) because (B) is too large" is A), commit to none as a box does
         clause = _CLAUSE.match(text, last.end()).group(0)  # type: ignore[union-attr]
+        if _MATH_OPENED.search(last.group(0)):  # "$(B)$ 42 $(C)$ 43" lists as "(B) 42 (C) 43" does
+            clause = _MATH_MARKUP.sub(" ", clause)
         return None if more or _lists_options(last.group(1), clause, letter) else last.group(1)
 
     stripped = text.strip().strip("*").strip()
@@ -250,6 +252,11 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
 
 LATEX_WRAPPER = r"\\(?:text|textbf|mathrm|mathbf)\s*\{"  # opens \text{, \textbf{, \mathrm{, \mathbf{
 _LATEX_SPACE_COMMAND = r"~|\\[ ,;:]|\\q?quad\b"  # a LaTeX space other than whitespace: ~ \  \, \; \: \quad \qquad
+_MATH_OPENED = re.compile(rf"\$|\\\(|{LATEX_WRAPPER}")
+"""Math delimiters or a text wrapper before rule 2's letter (``$(B)$``, ``$\\textbf{(B)}$``)."""
+_MATH_MARKUP = re.compile(rf"\$|\\[()]|{LATEX_WRAPPER}|\}}|{_LATEX_SPACE_COMMAND}")
+"""What such a letter's clause is read without, as spaces, for the options it may list: ``)$ 42
+$(C)$ 43`` is ``) 42 (C) 43``, ``)}\\ 42 \\qquad \\textbf{(C)}\\ 43`` is ``) 42 (C) 43``."""
 
 
 def _marked_letter(content: str, letter: str) -> str | None:
