@@ -270,6 +270,9 @@ def test_a_number_before_a_reason_or_in_math_before_a_condition_is_the_answer(ve
     ("The answer is not 5 but 6 to 8.", "6", False),
     ("The answer is not 5, it is 6 if we count the ends and 7 otherwise.", "6", False),
     ("The answer is not 5 but 6 when x is 2 or 3.", "6", True),
+    # ... and in bold, as an anchored answer is (read **6 and 5)
+    ("**Final Answer:** not 5, but **6**", "6", True),
+    ("The answer is not **5** but **6**.", "6", True),
     # a piecewise answer in words is a hedge, as one with a condition in math is (read 12)
     ("The answer is 12 if we count the endpoints and 14 otherwise.", "12", False),
     ("The answer is 12 if we count the endpoints and 14 otherwise.", "14", False),
@@ -293,6 +296,7 @@ def test_a_rejected_answer_a_piecewise_answer_in_words_and_a_time_are_read_whole
     ("The answer is not 5, it is 6.", "The answer is \\boxed{6}"),
     ("The answer is not 5, it is 6 apples.", "The answer is \\boxed{6}"),
     ("The answer is not 5 but 6 or 7.", "The answer is \\boxed{6 \\text{ or } 7}"),
+    ("The answer is not **5** but **6**.", "The answer is \\boxed{6}"),
     ("The answer is 12 if we count the endpoints and 14 otherwise.", "The answer is \\boxed{12 \\text{ or } 14}"),
     ("The answer is 3:45 pm.", "The answer is \\boxed{3:45}"),
     # left alone: no answer after the rejected one, a word after it, no later piece

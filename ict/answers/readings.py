@@ -281,7 +281,7 @@ def anchor_answer_readings(completion: str) -> list[str]:
     # "not 5, it is 6": the answer after the rejected one, read as an answer is (a number and its
     # unit: the number, below, after the hedges: "not 5 but 6 or 7" is no 6)
     if (negated := _NEGATED_ANSWER.match(value)) is not None:
-        value = value[negated.end():]
+        value = value[negated.end():].strip("*").strip()  # "not **5**, but **6**": 6
     value = clock[1] if (clock := _CLOCK_TIME.fullmatch(value)) is not None else value  # "3:45 pm"
     # "- 5", "2√3", "2 sqrt(3)": math-verify's misreadings (5, 2, 2) of a sign and a root, written out
     spelt = _PLAIN_ROOT.sub(lambda root: f"\\sqrt{{{root[1] or root[2]}}}", _SPACED_SIGN.sub("-", value))
