@@ -453,7 +453,8 @@ def train_section(section: str, settings: dict[str, Any], section_end: float | N
 def check_options(args: argparse.Namespace) -> str | None:
     """What is wrong with the options (None: nothing): counts below their least (``--steps`` 2:
     each run's first step is a warm-up, never timed, so one step would time the warm-up),
-    a malformed ``--a-shape``, a section or configuration that does not exist."""
+    a malformed ``--a-shape``, a section, configuration or model that does not exist, a malformed
+    ``--tile-size`` or ``--ict-tiles`` (each named as itself)."""
     least = {"repeats": 1, "rounds": 1, "steps": 2, "prompts": 1, "completions": 1, "length": 1, "threads": 1,
              "a_vocab": 2}
     for name, low in least.items():
@@ -466,10 +467,23 @@ def check_options(args: argparse.Namespace) -> str | None:
         if len(cells) != 3 or not all(cell.isdigit() and int(cell) > 0 for cell in cells):
             return f"--a-shape: PROMPTSxCOMPLETIONSxPOSITIONS, three positive integers, not {args.a_shape!r}"
     for option, given, known in (("--sections", args.sections, SECTION_TITLES), ("--configs", args.configs,
-                                                                                ("full", "lora"))):
-        unknown = [name for name in given.split(",") if name not in known]
+                                                                                ("full", "lora")),
+                                 ("--models", args.models, runs.SHAPES), ("--train-models", args.train_models,
+                                                                          runs.SHAPES)):
+        unknown = [name for name in (given or "").split(",") if given is not None and name not in known]
         if unknown:
             return f"{option}: {', '.join(unknown)} unknown (known: {', '.join(known)})"
+    from ict.core.stats import parse_tile_size
+
+    for option, texts in (("--tile-size", [args.tile_size]),
+                          ("--ict-tiles", [text for text in (args.ict_tiles or "").split(",") if text])):
+        for text in texts:
+            try:
+                tile = parse_tile_size(text)
+            except ValueError as error:
+                return f"{option}: {error}"
+            if tile is None and option == "--ict-tiles":  # a row's tile is a size; 'auto' is the ICT row
+                return f"--ict-tiles: TOKENSxVOCAB tiles (comma-separated), not {text!r}"
     return None
 
 
@@ -522,9 +536,6 @@ def main() -> None:
         child_train(args.child, settings, args.child_model, Path(args.out),
                     None if args.deadline is None else float(args.deadline), args.only)
         return
-    parse_tile(settings["tile_size"])
-    for text in settings["ict_tiles"]:
-        parse_tile(text)
     start = time.time()
     temporary = settings["work_dir"] is None
     settings["work_dir"] = settings["work_dir"] or tempfile.mkdtemp(prefix="ict_cost_")

@@ -313,12 +313,19 @@ def test_ict_cost_prints_no_memory_ratio_it_does_not_judge(capsys):
     (["--a-shape", "2x8xa"], "--a-shape: PROMPTSxCOMPLETIONSxPOSITIONS"),
     (["--repeats", "0"], "--repeats: at least 1, not 0"),
     (["--configs", "full,ful"], "--configs: ful unknown"),
-    (["--sections", "a,d"], "--sections: d unknown")])
+    (["--sections", "a,d"], "--sections: d unknown"),
+    (["--models", "tiny,7b"], "--models: 7b unknown (known: 0.5b, 1.5b, tiny)"),
+    (["--train-models", "0.5B"], "--train-models: 0.5B unknown"),
+    (["--tile-size", "0x5"], "--tile-size: tile size must be 'auto' or TOKENSxVOCAB"),
+    (["--ict-tiles", "8x1000,8xq"], "--ict-tiles: tile size must be 'auto' or TOKENSxVOCAB"),
+    (["--ict-tiles", "auto"], "--ict-tiles: TOKENSxVOCAB tiles (comma-separated), not 'auto'")])
 def test_ict_cost_rejects_bad_options_in_one_line(options, message, monkeypatch, capsys):
     """Bad options end with argparse's one-line error (exit 2) before any child starts: before,
     --steps 1 timed each run's warm-up step as its figure, --a-shape 2x8xa raised a ValueError,
     --a-shape 2x8 failed in the child, --configs ful ran full fine-tuning labelled 'ful',
-    --sections a,d ran (a) alone without a word."""
+    --sections a,d ran (a) alone without a word, --models 7b started a child that died on a
+    KeyError traceback, a bad --ict-tiles exited 1 blaming --tile-size, and --ict-tiles auto
+    died in the child on a TypeError."""
     monkeypatch.setattr(sys, "argv", ["ict_cost.py", "--device", "cpu", *options])
     with pytest.raises(SystemExit) as stopped:
         benchmark_module("ict_cost").main()
