@@ -216,6 +216,9 @@ def main() -> None:
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    for name, least in (("steps", 2), ("rounds", 1), ("completions", 2), ("length", 1), ("threads", 1), ("prompts", 1)):
+        if getattr(args, name) < least:  # each run's first step is dropped: one step would leave nothing timed
+            parser.error(f"--{name}: at least {least}, not {getattr(args, name)}")
     if args.scaling_child:
         scaling_child(args.scaling_child, args.out, args.selector, int(args.scaling_rows))
         return

@@ -332,3 +332,19 @@ def test_ict_cost_rejects_bad_options_in_one_line(options, message, monkeypatch,
     assert stopped.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("ict_cost.py: error: ") and message in error
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--steps", "1"], "--steps: at least 2, not 1"),
+    (["--rounds", "0"], "--rounds: at least 1, not 0")])
+def test_trl_overhead_rejects_counts_that_leave_nothing_timed(options, message, monkeypatch, capsys):
+    """trl_overhead.py drops each run's first step: --steps 1 (or --rounds 0) ran every child for
+    minutes and then died on a StatisticsError traceback (the median of no step); now argparse's
+    one-line error (exit 2), before any child starts."""
+    monkeypatch.setattr(sys, "argv", ["trl_overhead.py", *options])
+    monkeypatch.setattr(subprocess, "run", lambda *args, **kwargs: pytest.fail("a child started"))
+    with pytest.raises(SystemExit) as stopped:
+        benchmark_module("trl_overhead").main()
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("trl_overhead.py: error: ") and message in error
