@@ -2,7 +2,7 @@
 settings, on the offline default model, on CPU (fp32) or a GPU (fp32 weights, TRL's bf16
 mixed precision). Each (variant, round) runs in its own subprocess, variants interleaved round
 by round; prints the median training-step time (TRL's ``step_time`` metric: generation + loss +
-update), on CPU also the median CPU seconds of the process per step (steadier than wall time on
+backward; on a GPU the device is synchronised inside it, ``ict_cost_runs.synchronized_training_step``), on CPU also the median CPU seconds of the process per step (steadier than wall time on
 a shared machine), the mean completion length (the policies differ after the first update, and
 so does the generation work), the peak memory (CPU: resident set; GPU:
 ``torch.cuda.max_memory_allocated``) and the ratios.
@@ -84,7 +84,10 @@ def child(variant: str, steps: int, completions: int, length: int, out: str, thr
     trainer = trainer_class(model=model, processing_class=tokenizer, reward_funcs=reward, args=args,
                             train_dataset=Dataset.from_dict({"prompt": questions}),
                             callbacks=[CPUTime()])
-    trainer.train()
+    from ict_cost_runs import synchronized_training_step  # beside this file
+
+    with synchronized_training_step(device):  # a GPU's step_time then holds the backward's work, not its launches
+        trainer.train()
     times = [e["step_time"] for e in trainer.state.log_history if "step_time" in e]
     lengths = [e["completions/mean_length"] for e in trainer.state.log_history
                if "completions/mean_length" in e]

@@ -348,3 +348,42 @@ def test_trl_overhead_rejects_counts_that_leave_nothing_timed(options, message, 
     assert stopped.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("trl_overhead.py: error: ") and message in error
+
+
+def test_trl_overhead_times_the_backwards_gpu_work_in_step_time(monkeypatch, tmp_path):
+    """On a GPU TRL's ``step_time`` ends when ``Trainer.training_step`` returns, with the backward's
+    kernels only queued: trl_overhead.py --device cuda timed their launches, not their work, for
+    both variants. Now the device is synchronised inside it (as ict_cost.py's (b) does); a fake
+    trainer on the CPU, with ``torch.cuda.synchronize`` recorded, shows the order."""
+    import transformers
+    import trl
+
+    import ict.integrations.trl  # noqa: F401 - before GRPOConfig is replaced below (its config subclasses it)
+    import ict.models.loading
+
+    events: list[str] = []
+    monkeypatch.setattr(transformers.Trainer, "training_step", lambda self, *args: events.append("backward queued"))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: events.append("synchronize"))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *args: 0)
+    monkeypatch.setattr(ict.models.loading, "offline_default_path", lambda: tmp_path)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *args, **kwargs: None)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *args, **kwargs: None)
+
+    class FakeTrainer:
+        def __init__(self, **kwargs):
+            self.state = type("State", (), {"log_history": [{"step_time": 1.0, "completions/mean_length": 4.0}]})
+
+        def train(self):
+            transformers.Trainer.training_step(self, None, None)
+            events.append("step_time read")
+
+    monkeypatch.setattr(trl, "GRPOTrainer", FakeTrainer)
+    monkeypatch.setattr(trl, "GRPOConfig", lambda **kwargs: kwargs)
+    trl_overhead = benchmark_module("trl_overhead")
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # as when run as a script: ict_cost_runs beside it
+    try:
+        trl_overhead.child("trl", 2, 2, 4, str(tmp_path / "out.json"), 1, "cuda", 1)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert events == ["backward queued", "synchronize", "step_time read"]
+    assert json.loads((tmp_path / "out.json").read_text())["step_times"] == [1.0]
