@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import random
 import subprocess
 import sys
@@ -78,13 +79,24 @@ def test_ict_cost_a_shuffles_each_rounds_order():
                 > max(row["started"][index - 1] for row in rows.values()))
 
 
+def failing_children(tmp_path) -> dict[str, str]:
+    """The environment of an ict_cost.py run whose children (``--child``) exit 1 at once: a
+    ``sitecustomize`` first on ``PYTHONPATH`` (an unknown model, which did it before, is now
+    refused by the parent)."""
+    folder = tmp_path / "failing_children"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text('import os\nimport sys\n\nif "--child" in sys.argv:\n    os._exit(1)\n')
+    env = environment_with_root()
+    return {**env, "PYTHONPATH": os.pathsep.join([str(folder), env["PYTHONPATH"]])}
+
+
 @pytest.mark.slow  # a process start
-def test_ict_cost_exits_1_when_a_section_fails():
+def test_ict_cost_exits_1_when_a_section_fails(tmp_path):
     """A child that failed was printed and the script exited 0, so gpu_run.sh and gpu_recheck.sh
     reported success with a section's tables missing."""
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ict_cost.py"), "--tiny", "--device", "cpu",
-                             "--sections", "a", "--models", "nosuch"],
-                            capture_output=True, text=True, env=environment_with_root(), timeout=300)
+                             "--sections", "a", "--models", "tiny"],
+                            capture_output=True, text=True, env=failing_children(tmp_path), timeout=300)
     assert result.returncode == 1, result.stdout[-2000:]
     assert "failed:\nsection a" in result.stderr, result.stderr[-2000:]
 
@@ -96,33 +108,33 @@ def test_ict_cost_never_reads_a_failed_childs_file_as_its_figures(tmp_path):
     an earlier child left there (of this run, or of a run before in the same --work-dir, as
     gpu_run.sh reuses), (a) printed that stale table, and with --isolation run each failed run
     was relabelled as its variant, so two crashes printed ``ict/grpo step time 1.000 (met)``.
-    Here every child fails (a model with no shape) in a work folder holding such files: no table
+    Here every child fails (exits 1 at once) in a work folder holding such files: no table
     of figures, both runs recorded as errors, no verdict."""
     work = tmp_path / "work"
     work.mkdir()
     stale_row = {"label": "stale", "seconds": [0.01], "median": 0.01, "peak": 1.0, "peak_mib": [1.0], "started": [0.0]}
-    (work / "a.json").write_text(json.dumps({"nosuch": {
+    (work / "a.json").write_text(json.dumps({"tiny": {
         "rows": {"trl": dict(stale_row), "ict_hidden": dict(stale_row)}, "shape": [2, 4, 16], "tokens": 128, "d": 32,
         "V": 1000, "repeats": 1, "dtype": "fp32", "origin_epoch": 0.0}}))
-    (work / "c-nosuch.json").write_text(json.dumps([{
+    (work / "c-tiny.json").write_text(json.dumps([{
         "step_times": [1.0, 1.0], "generation_seconds": [0.5, 0.5], "training_seconds": [0.5, 0.5],
         "lengths": [8.0, 8.0], "peak_mib": 1.0}]))
     report_path = tmp_path / "cost.json"
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ict_cost.py"), "--tiny", "--device", "cpu",
-                             "--sections", "a,c", "--models", "nosuch", "--train-models", "nosuch",
+                             "--sections", "a,c", "--models", "tiny", "--train-models", "tiny",
                              "--isolation", "run", "--rounds", "1", "--steps", "2", "--work-dir", str(work),
                              "--json", str(report_path)],
-                            capture_output=True, text=True, env=environment_with_root(), timeout=300)
+                            capture_output=True, text=True, env=failing_children(tmp_path), timeout=300)
     assert result.returncode == 1, result.stdout[-2000:]
     assert "###" not in result.stdout.replace("### (c)", ""), result.stdout[-3000:]  # no (a) table
     assert "step time" not in result.stdout, result.stdout[-3000:]
     report = json.loads(report_path.read_text())
     assert report["a"] == {} and report["verdicts"] == []
-    runs = report["c"]["nosuch"]["runs"]
+    runs = report["c"]["tiny"]["runs"]
     assert [run["variant"] for run in runs] == ["grpo", "ict"]
     assert all("the run's process failed (exit 1" in run["error"] and "step_times" not in run for run in runs), runs
-    assert report["c"]["nosuch"]["summary"] == {}
-    assert not (work / "a.json").exists() and not (work / "c-nosuch.json").exists()
+    assert report["c"]["tiny"]["summary"] == {}
+    assert not (work / "a.json").exists() and not (work / "c-tiny.json").exists()
 
 
 @pytest.mark.slow  # (a) of a tiny model, then a signal as the second model starts
