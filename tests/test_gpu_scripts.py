@@ -151,3 +151,25 @@ def test_gpu_clocks_rejects_a_json_that_is_not_ict_costs_in_one_line(tmp_path, c
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert "is not ict_cost.py's JSON with section (a)" in result.stderr
+
+
+@pytest.mark.parametrize(("agreement", "cost", "expected"), [(3, 1, 1), (3, 0, 3), (0, 1, 1), (0, 0, 0)])
+def test_gpu_run_script_reports_a_failed_step_even_when_the_agreement_target_is_missed(
+        tmp_path, agreement, cost, expected):
+    """gpu_run.sh's exit status, with every Python step replaced by a stub that exits as told:
+    3 means the agreement target was missed and every other step ran through; a failed step
+    (here ict_cost.py) gives its status. Before, a missed agreement target (3) hid the failed
+    step behind the status that says every value was computed."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    stub = stubs / "python3"
+    stub.write_text("#!/usr/bin/env bash\ncase \"$*\" in\n"
+                    f"  *stats_agreement.py*) exit {agreement} ;;\n  *ict_cost.py*) exit {cost} ;;\n"
+                    "  *) exit 0 ;;\nesac\n")
+    stub.chmod(0o755)
+    env = gpu_script_environment(tmp_path)
+    env["PATH"] = f"{stubs}:{env['PATH']}"
+    result = subprocess.run(["bash", str(BENCHMARKS / "gpu_run.sh")], capture_output=True, text=True, env=env,
+                            timeout=60, cwd=tmp_path)
+    assert result.returncode == expected, (result.stdout[-2000:], result.stderr[-2000:])
+    assert ("the agreement target was missed" in result.stdout) == (agreement == 3)
