@@ -16,7 +16,7 @@ import numpy as np
 from ict.analysis.plots import read_metrics
 from ict.core.errors import UsageError, jsonl_records, read_utf8_text
 from ict.core.metrics import pass_at_k
-from ict.runs.samples import same_draw, sampling_seed
+from ict.runs.samples import compared_setting, same_draw, sampling_seed
 
 BASE_MODEL_DIR = "base-model"  # DIR/base-model/: the untrained model's evaluation (step 0)
 DEFAULT_KS = (1, 4)  # k of pass@k for an evaluation whose results.json does not name its ks
@@ -203,18 +203,16 @@ samples) with ``seeds`` for ``seed`` (a hand-run `ict eval --seeds 0,1`)."""
 def evaluation_settings(eval_dir: Path) -> dict[str, Any] | None:
     """:data:`EVALUATION_SETTINGS` of the finished `ict eval` in ``eval_dir`` (its results.json's
     ``config``; ``benchmarks``: the sorted names it evaluated, ``seeds``: ``[seed]`` when not
-    recorded, an empty ``system_prompt`` as None), or None (no results.json, or no config in it)."""
+    recorded; each as `compared_setting` reads it), or None (no results.json, or no config in it)."""
     results = _results(eval_dir)
     config = results.get("config") if results is not None else None
     if not isinstance(config, dict):
         return None
-    settings = {name: config.get(name) for name in EVALUATION_SETTINGS}
+    settings = {name: compared_setting(name, config.get(name)) for name in EVALUATION_SETTINGS}
     if isinstance(results.get("benchmarks"), dict):  # expanded names, not --benchmarks as typed
         settings["benchmarks"] = sorted(results["benchmarks"])
     if "seeds" not in config and "seed" in config:
         settings["seeds"] = [config["seed"]]
-    if settings["system_prompt"] == "":  # the prompts of none (render_prompt adds no system message)
-        settings["system_prompt"] = None
     return settings
 
 

@@ -24,7 +24,7 @@ from ict.answers.verify import DEFAULT_TIMEOUT_SECONDS
 from ict.core.errors import UsageError, jsonl_records
 from ict.core.problems import Problem
 from ict.runs.checkpoint import write_atomically
-from ict.runs.samples import same_draw, sampling_seed
+from ict.runs.samples import compared_setting, same_draw, sampling_seed
 
 SAMPLES_FILE = "samples.jsonl"
 RESULTS_FILES = ("results.json", "results.csv", "results.md")
@@ -51,12 +51,6 @@ accepted (and recorded from then on)."""
 START_AFRESH = "--overwrite or another --output-dir"
 """What `ict eval`'s refusal of an output directory it cannot resume says to pass ("pass ..."); `ict
 compare`, which has no --overwrite, says its own (``afresh`` of `prepare_output_dir`, `evaluate`)."""
-
-
-def resume_value(key: str, value: Any) -> Any:
-    """A `RESUME_KEYS` value as a resume compares it: an empty ``system_prompt`` as None (the prompts
-    are the same: `ict.models.rollout.render_prompt` adds no system message for either)."""
-    return None if key == "system_prompt" and value == "" else value
 
 
 def unit_key(benchmark: str, index: int, seed: int | None) -> str:
@@ -179,7 +173,7 @@ def prepare_output_dir(
         previous = {**LEGACY_RESUME, **previous}
         legacy_seed = int(previous.get("seed") or 0)
         differing = {key: (previous.get(key), value) for key, value in current.items()
-                     if resume_value(key, previous.get(key)) != resume_value(key, value)
+                     if compared_setting(key, previous.get(key)) != compared_setting(key, value)
                      and not (key in UNKNOWN_BEFORE and key not in previous)}
         if differing:
             details = ", ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in differing.items())

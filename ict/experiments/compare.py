@@ -46,9 +46,9 @@ from ict.core.stats import MIN_TEMPERATURE
 from ict.data.benchmarks import expand_benchmark_names
 from ict.data.training_data import is_reasoning_gym_task
 from ict.evaluation.evaluate import EvalConfig
-from ict.evaluation.records import resume_value
 from ict.experiments.methods import MethodSpec, method_overrides, parse_methods
 from ict.models.rollout import check_sampling_temperature
+from ict.runs.samples import compared_setting
 from ict.training.config import TrainConfig
 
 # what a run stopped (Ctrl-C, SIGTERM) or diverged inside a comparison tells the user to do next
@@ -539,13 +539,11 @@ problems, samples and graded metrics depend on; not the device, dtype or threads
 
 
 def _eval_setting(name: str, value: Any) -> Any:
-    if name == "system_prompt":
-        return resume_value(name, value)  # "" is None: the same prompts
     if name == "benchmarks":
         return sorted(expand_benchmark_names(value))
     if name == "data_dir":
         return None if value is None else str(Path(value).expanduser().resolve())
-    return list(value) if name == "ks" else value
+    return list(value) if name == "ks" else compared_setting(name, value)  # "" system prompt: None
 
 
 def _check_eval_settings(output_dir: Path, eval_config: EvalConfig) -> None:

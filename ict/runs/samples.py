@@ -21,6 +21,14 @@ def sampling_seed(record: dict[str, Any], legacy_seed: int = 0) -> int | None:
     return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
 
+def compared_setting(key: str, value: Any) -> Any:
+    """An `ict eval` setting (a results.json ``config`` key) as two evaluations' settings compare
+    (`ict eval`'s resume, `ict compare`'s report and its reuse of an evaluation): an empty
+    ``system_prompt`` as None, the same prompts (`ict.models.rollout.render_prompt` adds no system
+    message for either)."""
+    return None if key == "system_prompt" and value == "" else value
+
+
 def same_draw(first: dict[str, Any], second: dict[str, Any]) -> bool:
     """Are two records of one sample one draw: equal in every field but `GRADED_FIELDS` (one
     completion graded twice, or a record repeated)?"""
