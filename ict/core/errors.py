@@ -36,6 +36,12 @@ def one_line(message: str) -> str:
     return message.translate(_LINE_BREAKS)
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message, stripped, or its type's name when it has none: a
+    library's error of many lines (transformers', peft's, datasets') inside a one-line message."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
 class UsageError(Exception):
     """Bad user input (an option, a file, a path): the message names the problem and the fix."""
 

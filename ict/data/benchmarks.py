@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ict.answers.gold import normalize_gold
-from ict.core.errors import UsageError, check_input_file, encodes_as_utf8, is_integer
+from ict.core.errors import UsageError, check_input_file, encodes_as_utf8, first_line, is_integer
 from ict.core.problems import (
     CHOICE_TEMPLATE,
     MATH_TEMPLATE,
@@ -449,12 +449,11 @@ def _load_hub_rows(spec: BenchmarkSpec) -> tuple[list[dict[str, Any]], str]:
         try:
             dataset = load_dataset(hub.path, config, split=hub.split)
         except Exception as error:  # noqa: BLE001 - any failure: offline, gated, renamed
-            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
             gated = (f"; gated: accept its terms at https://huggingface.co/datasets/{hub.path} "
                      "and log in (hf auth login)" if hub.gated else "")
             raise UsageError(
                 f"cannot load benchmark {spec.name!r} from the Hugging Face hub "
-                f"({hub.path}{'/' + config if config else ''}, split {hub.split}): {first_line[:200]}"
+                f"({hub.path}{'/' + config if config else ''}, split {hub.split}): {first_line(error)[:200]}"
                 f" -- offline? pass --data-dir DIR holding {spec.name}.jsonl{gated}"
             ) from None
         rows.extend(dict(row) for row in dataset)

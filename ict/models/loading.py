@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ict.core.errors import UsageError
+from ict.core.errors import UsageError, first_line
 from ict.data.hub import go_offline, hub_reachable
 
 OFFLINE_DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -237,7 +237,7 @@ def _load_error(name_or_path: str, source: str | Path, error: Exception, part: s
                               "base merged with the adapter: peft's merge_and_unload, then save_pretrained)")
         return UsageError(f"{name_or_path} holds no model (no config.json): pass a model directory, e.g. a run's "
                           "checkpoints/step-N (of a full fine-tuning run)")
-    detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    detail = first_line(error)
     if os.path.isdir(source):  # a local directory: no network involved, a file of it is at fault
         what = "the tokenizer of model" if part == "tokenizer" else "model"
         return UsageError(f"cannot load {what} {name_or_path!r}: {detail} (is a file of {source} missing or damaged?)")
@@ -368,7 +368,7 @@ def load_inference_model(name_or_path: str, dtype: str = "auto", device: str = "
     except torch.cuda.OutOfMemoryError:  # not the files
         raise
     except (SafetensorError, RuntimeError, ValueError) as error:  # RuntimeError: weights of other sizes
-        detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        detail = first_line(error)
         raise UsageError(f"cannot load the LoRA adapter {adapter}: {detail} (its files are damaged, or do not fit "
                          f"its base model {base})") from None
     for directory in (adapter.parent, adapter):
