@@ -133,8 +133,11 @@ _JOINED_BOX = re.compile(
 """A box (group 1: its content, one level of braces in it: ``\\text{A}``) and what joins it to the
 text's end, a box that follows: ``\\boxed{A} or ``, ``\\boxed{A}, ``, ``\\boxed{A}, or perhaps ``."""
 _NAMED_TOGETHER = r"\s*(?:,\s*(?:(?i:and|or)\s+)?|(?i:and|or|nor)\s+|[&/]\s*)"
+"""What joins options named together after a marker: ``(C) and (D)``, ``(C), (D), or (E)``,
+``C)/D)``."""
 
-_LETTER_OPEN = r"(?:(?:\\\(|\$)\s*)?(?:\\(?:text|textbf|mathrm|mathbf)\s*\{\s*)?(?:(?:\\?\(|\[)\s*)?"
+LATEX_WRAPPER = r"\\(?:text|textbf|mathrm|mathbf)\s*\{"  # opens \text{, \textbf{, \mathrm{, \mathbf{
+_LETTER_OPEN = rf"(?:(?:\\\(|\$)\s*)?(?:{LATEX_WRAPPER}\s*)?(?:(?:\\?\(|\[)\s*)?"
 """What may open an answer's letter after "the answer is" (each optional, in this order): math
 delimiters ``$``, ``\\(``; a text wrapper ``\\textbf{``; a bracket ``(``, ``[``: ``$(C)$``,
 ``$\\textbf{(C)}$``, ``\\(C\\)``, ``(C)``; each with the spaces after it (no two ``\\s*`` meet:
@@ -143,9 +146,6 @@ _LETTER_CLOSE = r"(?:\\?\)|\]|\}|\$)(?:\s*(?:\\?\)|\]|\}|\$)){0,3}"
 """What closes it: ``)$``, ``)}$``, ``\\)``, ``]``."""
 _NEGATED_BOX = re.compile(r"\b(?i:not|rather\s+than|instead\s+of)\s*(?:\$\s*)?$")
 """What makes the box after it no answer: ``\\boxed{B}, not \\boxed{C}`` commits to B."""
-
-"""What joins options named together after a marker: ``(C) and (D)``, ``(C), (D), or (E)``,
-``C)/D)``."""
 
 
 def _choice_pattern(letters: str) -> str:
@@ -250,7 +250,6 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
     return None
 
 
-LATEX_WRAPPER = r"\\(?:text|textbf|mathrm|mathbf)\s*\{"  # opens \text{, \textbf{, \mathrm{, \mathbf{
 _LATEX_SPACE_COMMAND = r"~|\\[ ,;:]|\\q?quad\b"  # a LaTeX space other than whitespace: ~ \  \, \; \: \quad \qquad
 _MATH_OPENED = re.compile(rf"\$|\\\(|{LATEX_WRAPPER}")
 """Math delimiters or a text wrapper before rule 2's letter (``$(B)$``, ``$\\textbf{(B)}$``)."""

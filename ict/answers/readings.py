@@ -293,17 +293,11 @@ def anchor_answer_readings(completion: str) -> list[str]:
         value = bounds
     elif (number := _NUMBER_BEFORE_CONDITION.match(
             _MATH_NUMBER.sub(lambda math: math[1] or math[2], value, count=1))) is not None:
-        # the number, not the condition's formula; a "unit" read as algebra without the condition
-        # ("2 x^2", boxed whole: 2x^2) stays with it, as in "The answer is 2 x^2."
-        value = number[1] if _PLAIN_TEXT_MISREAD.search(number[1]) else number[2]
         # a piecewise answer, "1 if $n$ is odd and 0 if $n$ is even", is a hedge: both numbers
-        if (later := _LATER_PIECE.search(_blank_math(number.string), number.end(1))) is not None:
-            value = f"{value} \\text{{ or }} {later[1] or later[2]}"
+        value = _piecewise(number, _LATER_PIECE.search(_blank_math(number.string), number.end(1)))
     elif ((number := _NUMBER_BEFORE_PLAIN_CONDITION.match(value)) is not None
             and (later := _LATER_PIECE.search(_blank_math(value), number.end(1))) is not None):
-        # "12 if we count the ends and 14 otherwise": a piecewise answer in words is a hedge too
-        first = number[1] if _PLAIN_TEXT_MISREAD.search(number[1]) else number[2]
-        value = f"{first} \\text{{ or }} {later[1] or later[2]}"
+        value = _piecewise(number, later)  # "12 if we count the ends and 14 otherwise": a hedge too
     elif negated is not None and _has_word(value) and (unit := _NUMBER_AND_UNIT.fullmatch(value)) is not None:
         value = unit[1]  # "not 5 but 6 apples": 6 (math-verify read 5)
     elif (negated is None and (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value))
@@ -462,6 +456,15 @@ def drop_boxed_full_stop(text: str) -> str:
     return "".join(pieces) + text[done:]
 
 
+def _piecewise(number: re.Match[str], later: re.Match[str] | None) -> str:
+    """The answer read from a number before a condition (``number``: `_NUMBER_BEFORE_CONDITION`'s or
+    `_NUMBER_BEFORE_PLAIN_CONDITION`'s match) and the later piece after it (`_LATER_PIECE`'s, or
+    None): the number, not the condition's formula (a "unit" read as algebra, "2 x^2", stays with
+    it, as in "The answer is 2 x^2."); with a later piece the hedge of both, ``1 \\text{ or } 0``."""
+    first = number[1] if _PLAIN_TEXT_MISREAD.search(number[1]) else number[2]
+    return first if later is None else f"{first} \\text{{ or }} {later[1] or later[2]}"
+
+
 def boxed_power(text: str) -> str:
     """``text`` with a power of digits written right after a box moved into it: ``\\boxed{2}^{2}`` ->
     ``\\boxed{2^{2}}``, ``\\boxed{10}^3`` -> ``\\boxed{10^{3}}``, any other content in brackets
@@ -478,9 +481,10 @@ def boxed_power(text: str) -> str:
         close = found.end() + len(content) + 1
         power = _POWER_AFTER_BOX.match(text, close)
         # not a unit's power (\boxed{25 \text{ cm}}^2) nor a degree written ^0 (\boxed{30}^0)
-        if power is not None and not _UNIT_AT_END.search(content) and int(power[1].strip("{} ")) != 0:
+        exponent = power[1].strip("{} ") if power is not None else "0"
+        if int(exponent) != 0 and not _UNIT_AT_END.search(content):
             base = content if _UNSIGNED.fullmatch(content.strip()) else f"({content})"  # (1+2)^{2}, (-2)^{2}
-            pieces += [text[done:found.end()], f"{base}^{{{power[1].strip('{} ')}}}}}"]
+            pieces += [text[done:found.end()], f"{base}^{{{exponent}}}}}"]
             done = power.end()
     return "".join(pieces) + text[done:]
 
