@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -23,6 +24,21 @@ def benchmark_module(name: str) -> ModuleType:
         return importlib.import_module(name)
     finally:
         sys.path.remove(str(BENCHMARKS))
+
+
+def argparse_refusal(name: str, options: list[str], monkeypatch: Any, capsys: Any) -> str:
+    """The one-line error with which ``benchmarks/<name>.py``'s ``main`` refuses ``options``:
+    asserts argparse's exit (status 2, ``<name>.py: error: ...`` last on stderr) and returns
+    that line."""
+    import pytest
+
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", *options])
+    with pytest.raises(SystemExit) as stopped:
+        benchmark_module(name).main()
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith(f"{name}.py: error: ")
+    return error
 
 
 def environment_with_root() -> dict[str, str]:

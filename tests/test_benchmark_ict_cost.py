@@ -16,6 +16,7 @@ import pytest
 import torch
 from benchmark_scripts import (
     ROOT,
+    argparse_refusal,
     benchmark_module,
     environment_with_root,
     finite,
@@ -338,12 +339,7 @@ def test_ict_cost_rejects_bad_options_in_one_line(options, message, monkeypatch,
     --sections a,d ran (a) alone without a word, --models 7b started a child that died on a
     KeyError traceback, a bad --ict-tiles exited 1 blaming --tile-size, and --ict-tiles auto
     died in the child on a TypeError."""
-    monkeypatch.setattr(sys, "argv", ["ict_cost.py", "--device", "cpu", *options])
-    with pytest.raises(SystemExit) as stopped:
-        benchmark_module("ict_cost").main()
-    assert stopped.value.code == 2
-    error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert error.startswith("ict_cost.py: error: ") and message in error
+    assert message in argparse_refusal("ict_cost", ["--device", "cpu", *options], monkeypatch, capsys)
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -353,13 +349,8 @@ def test_trl_overhead_rejects_counts_that_leave_nothing_timed(options, message, 
     """trl_overhead.py drops each run's first step: --steps 1 (or --rounds 0) ran every child for
     minutes and then died on a StatisticsError traceback (the median of no step); now argparse's
     one-line error (exit 2), before any child starts."""
-    monkeypatch.setattr(sys, "argv", ["trl_overhead.py", *options])
     monkeypatch.setattr(subprocess, "run", lambda *args, **kwargs: pytest.fail("a child started"))
-    with pytest.raises(SystemExit) as stopped:
-        benchmark_module("trl_overhead").main()
-    assert stopped.value.code == 2
-    error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert error.startswith("trl_overhead.py: error: ") and message in error
+    assert message in argparse_refusal("trl_overhead", options, monkeypatch, capsys)
 
 
 def test_trl_overhead_times_the_backwards_gpu_work_in_step_time(monkeypatch, tmp_path):

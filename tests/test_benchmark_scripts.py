@@ -16,6 +16,7 @@ import torch
 from benchmark_scripts import (
     BENCHMARKS,
     ROOT,
+    argparse_refusal,
     benchmark_module,
     environment_with_root,
     finite,
@@ -449,12 +450,7 @@ def test_stats_speed_rejects_bad_options_in_one_line(options, message, monkeypat
     """--rounds 0 ended in a StatisticsError traceback (no median of nothing), a --baseline that
     is no checkout in a FileNotFoundError (or the child's failure): now argparse's one-line error,
     exit 2, before anything is timed."""
-    monkeypatch.setattr(sys, "argv", ["stats_speed.py", *options])
-    with pytest.raises(SystemExit) as stopped:
-        benchmark_module("stats_speed").main()
-    assert stopped.value.code == 2
-    error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert error.startswith("stats_speed.py: error: ") and message in error
+    assert message in argparse_refusal("stats_speed", options, monkeypatch, capsys)
 
 
 def test_stats_memory_prints_no_ratio_when_the_logits_run_added_no_memory(monkeypatch, capsys):
