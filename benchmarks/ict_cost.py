@@ -470,7 +470,7 @@ def check_options(args: argparse.Namespace) -> str | None:
                                                                                 ("full", "lora")),
                                  ("--models", args.models, runs.SHAPES), ("--train-models", args.train_models,
                                                                           runs.SHAPES)):
-        unknown = [name for name in (given or "").split(",") if given is not None and name not in known]
+        unknown = [name for name in given.split(",") if name not in known] if given is not None else []
         if unknown:
             return f"{option}: {', '.join(unknown)} unknown (known: {', '.join(known)})"
     from ict.core.stats import parse_tile_size

@@ -2,8 +2,9 @@
 settings, on the offline default model, on CPU (fp32) or a GPU (fp32 weights, TRL's bf16
 mixed precision). Each (variant, round) runs in its own subprocess, variants interleaved round
 by round; prints the median training-step time (TRL's ``step_time`` metric: generation + loss +
-backward; on a GPU the device is synchronised inside it, ``ict_cost_runs.synchronized_training_step``), on CPU also the median CPU seconds of the process per step (steadier than wall time on
-a shared machine), the mean completion length (the policies differ after the first update, and
+backward; on a GPU the device is synchronised inside it, ``ict_cost_runs.synchronized_training_step``),
+on CPU also the median CPU seconds of the process per step (steadier than wall time on a shared
+machine), the mean completion length (the policies differ after the first update, and
 so does the generation work), the peak memory (CPU: resident set; GPU:
 ``torch.cuda.max_memory_allocated``) and the ratios.
 
