@@ -334,7 +334,8 @@ def test_report_only_names_evaluations_graded_under_older_grading_rules(tmp_path
     (results.json records ``grading_rules``; none: an ict eval older than it) with those graded
     under the current ones, without a word: the report names each (final, base-model), with how
     to re-grade it. An evaluation at the current version is not named."""
-    from ict.analysis.compare import load_runs, regrade_notes
+    from ict.analysis.compare import load_runs
+    from ict.analysis.evaluation_notes import regrade_notes
     from ict.answers.grading import GRADING_RULES_VERSION
     from ict.cli import main
 
