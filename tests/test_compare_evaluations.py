@@ -135,11 +135,30 @@ def test_report_only_takes_an_empty_system_prompt_for_none(tmp_path, capsys):
 
 def test_the_report_compares_the_settings_a_reused_evaluation_must_share():
     """The report's EVALUATION_SETTINGS are ict compare's EVAL_SETTINGS (what a reused evaluation
-    must share) but ks, with seeds for seed: a setting added to one is added to the other."""
+    must share) but ks, with seeds for seed, and verify_timeout (which ict compare re-grades rather
+    than refuses): a setting added to one is added to the other."""
     from ict.analysis.comparison_runs import EVALUATION_SETTINGS
     from ict.experiments.compare import EVAL_SETTINGS
 
-    assert sorted(EVALUATION_SETTINGS) == sorted({*EVAL_SETTINGS, "seeds"} - {"seed", "ks"})
+    assert sorted(EVALUATION_SETTINGS) == sorted({*EVAL_SETTINGS, "seeds", "verify_timeout"} - {"seed", "ks"})
+
+
+def test_report_only_names_a_final_evaluation_graded_with_another_verify_timeout(tmp_path, capsys):
+    """A run re-graded by hand with `ict eval --verify-timeout 0.5` (every check that took longer
+    counted incorrect) was pooled with runs graded with 5 s without a word; the report names it."""
+    from ict.cli import main
+
+    output = tmp_path / "cmp"
+    verdicts = {0: {0: [True, False]}, 1: {0: [False, False]}}
+    steps = {"config_yaml": "num_steps: 1\n", "metrics_jsonl": '{"step": 1}\n'}
+    _run(output, "grpo", 0, {**SETTINGS, "verify_timeout": 5.0}, verdicts, **steps)
+    _run(output, "grpo", 1, {**SETTINGS, "verify_timeout": 5.0}, verdicts, **steps)
+    _run(output, "ict", 0, {**SETTINGS, "verify_timeout": 0.5}, verdicts, **steps)
+    assert main(["compare", "--report-only", "--output-dir", str(output), "--bootstrap-resamples", "10"]) == 0
+    note = "ict/seed0 (verify_timeout 0.5, the others' 5.0)"
+    assert json.loads((output / "summary.json").read_text())["settings"] == [note]
+    assert f"- {note}" in (output / "report.md").read_text()
+    capsys.readouterr()
 
 
 def test_the_final_evaluation_of_a_run_that_records_no_step_is_not_step_0(tmp_path):
@@ -413,6 +432,59 @@ def test_a_reused_evaluation_graded_under_older_rules_is_regraded_by_the_compari
     results = json.loads((out / "results.json").read_text())
     assert results["config"]["grading_rules"] == GRADING_RULES_VERSION
     assert results["benchmarks"]["gsm8k"]["metrics"]["pass@1"] == 1.0
+
+
+def test_a_reused_evaluation_graded_with_another_verify_timeout_is_regraded_by_the_comparison(tmp_path):
+    """An evaluation re-graded by hand with `ict eval --verify-timeout 0.001` (the report says to
+    re-grade with `ict eval` into the directory) counted every check cut short as incorrect; ict
+    compare, which has no such option and grades with ict eval's default (5 s), reused it as it was
+    (only the grading rules were compared), beside runs graded with 5 s. It now re-grades it (nothing
+    generated): the two right answers count as right again, and results.json records 5 s."""
+    from types import SimpleNamespace
+
+    from ict.answers.verify import DEFAULT_TIMEOUT_SECONDS
+    from ict.evaluation.evaluate import Generator, evaluate
+    from ict.experiments.compare import CompareConfig, _eval_config, _evaluate
+
+    class Scripted(Generator):
+        def __init__(self) -> None:
+            self.name = "scripted"
+
+        def generate(self, prompts, num_samples, greedy, seed):
+            return [["\\boxed{3}"] * num_samples for _ in prompts], [[1] * num_samples for _ in prompts], \
+                [[True] * num_samples for _ in prompts]
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm8k.jsonl").write_text(json.dumps({"question": "question 3?", "answer": "#### 3"}) + "\n")
+    config = CompareConfig(methods="grpo", seeds=(0,), output_dir=tmp_path / "cmp", eval_benchmarks="gsm8k",
+                           eval_data_dir=str(data), eval_n=2, eval_ks=(1,))
+    train_config = SimpleNamespace(device="cpu", dtype="fp32", num_threads=None)
+    out = tmp_path / "eval"
+    evaluate(_eval_config(config, train_config, "m", out), Scripted(), progress=False, print_table=False)  # type: ignore[arg-type]
+    records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    for record in records:  # as `ict eval --verify-timeout 0.001` graded them: every check timed out
+        record["grading"]["verify_timeout"] = 0.001
+        record.update(correct=False, score=0.0, status="timeout")
+    (out / "samples.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    results = json.loads((out / "results.json").read_text())
+    results["config"]["verify_timeout"] = 0.001
+    results["benchmarks"]["gsm8k"]["metrics"]["pass@1"] = 0.0
+    (out / "results.json").write_text(json.dumps(results))
+    logged: list[str] = []
+    _evaluate(config, train_config, None, out, log=logged.append)  # type: ignore[arg-type]
+    assert logged == [f"re-grade {out} (verify_timeout 0.001, the comparison's {DEFAULT_TIMEOUT_SECONDS!r})"]
+    results = json.loads((out / "results.json").read_text())
+    assert results["config"]["verify_timeout"] == 5.0
+    assert results["benchmarks"]["gsm8k"]["metrics"]["pass@1"] == 1.0
+    before = (out / "results.json").stat().st_mtime_ns
+    _evaluate(config, train_config, None, out, log=logged.append)  # type: ignore[arg-type]
+    assert (out / "results.json").stat().st_mtime_ns == before and len(logged) == 1  # the same now: left alone
+    del results["config"]["verify_timeout"]  # a results.json that records none: the default's, left alone
+    (out / "results.json").write_text(json.dumps(results))
+    before = (out / "results.json").stat().st_mtime_ns
+    _evaluate(config, train_config, None, out, log=logged.append)  # type: ignore[arg-type]
+    assert (out / "results.json").stat().st_mtime_ns == before and len(logged) == 1
 
 
 def test_a_last_line_torn_inside_a_character_leaves_a_finished_evaluation_readable(tmp_path, capsys):

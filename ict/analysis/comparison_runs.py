@@ -194,10 +194,11 @@ def read_verdicts(samples: Path, units: tuple[set[str] | None, set[int] | None, 
 
 
 EVALUATION_SETTINGS = ("benchmarks", "data_dir", "num_samples", "temperature", "top_p", "max_new_tokens",
-                       "system_prompt", "seeds", "limit", "math_extraction", "answer_extraction")
+                       "system_prompt", "seeds", "limit", "math_extraction", "answer_extraction", "verify_timeout")
 """The settings of an `ict eval` its pass@k depends on, that the report's runs must share:
 ``ict.experiments.compare.EVAL_SETTINGS`` less ``ks`` (the report takes every k from the
-samples) with ``seeds`` for ``seed`` (a hand-run `ict eval --seeds 0,1`)."""
+samples) with ``seeds`` for ``seed`` (a hand-run `ict eval --seeds 0,1`), and ``verify_timeout``
+(a check cut short is counted incorrect; ict compare re-grades a reused evaluation of another)."""
 
 
 def evaluation_settings(eval_dir: Path) -> dict[str, Any] | None:

@@ -10,7 +10,8 @@ derives both from ``seed``); every run is evaluated on the same problems with th
 seed. A run whose ``eval/results.json`` exists is reused; a run with an older checkpoint resumes;
 one evaluated at another step than ``num_steps``, or trained past it, is refused before any run
 trains, and an evaluation made with other --eval-* settings is refused when it would be reused;
-one graded under other answer-grading rules is re-graded (nothing is generated again).
+one graded under other answer-grading rules, or with another verify_timeout, is re-graded (nothing
+is generated again).
 """
 
 from __future__ import annotations
@@ -502,7 +503,9 @@ def _evaluate(config: CompareConfig, train_config: TrainConfig, model: str | Non
     """`ict eval` of ``model`` into ``output_dir`` with the comparison's settings (`_eval_config`);
     skipped when its results.json exists (its settings were checked before any run trained),
     unless it records other answer-grading rules than `GRADING_RULES_VERSION` (or none: older
-    ones): then the same `ict eval` of the model it names resumes, which re-grades the stored
+    ones), or another ``verify_timeout`` than the comparison's (a hand-run ``ict eval
+    --verify-timeout``: a check cut short is counted incorrect, and ict compare has no option to
+    match it): then the same `ict eval` of the model it names resumes, which re-grades the stored
     completions and generates nothing. ``model`` None: only such a re-grade. Stopped (Ctrl-C,
     SIGTERM), it logs how to go on (the finished units of samples.jsonl are kept)."""
     from ict.evaluation.evaluate import evaluate
@@ -510,9 +513,16 @@ def _evaluate(config: CompareConfig, train_config: TrainConfig, model: str | Non
     if (output_dir / "results.json").is_file():
         evaluated, rules = graded_under(output_dir)
         model = evaluated.get("model") if evaluated is not None else None
-        if rules == GRADING_RULES_VERSION or not isinstance(model, str):  # a results.json without its config: as it is
+        if not isinstance(model, str):  # a results.json without its config: as it is
             return
-        log(f"re-grade {output_dir} (grading rules {rules}, current {GRADING_RULES_VERSION})")
+        assert evaluated is not None
+        ours = _eval_config(config, train_config, model, output_dir).verify_timeout
+        timeout = evaluated.get("verify_timeout", ours)  # none recorded: an ict eval of the default's
+        reasons = ([f"grading rules {rules}, current {GRADING_RULES_VERSION}"] if rules != GRADING_RULES_VERSION
+                   else []) + ([f"verify_timeout {timeout!r}, the comparison's {ours!r}"] if timeout != ours else [])
+        if not reasons:
+            return
+        log(f"re-grade {output_dir} ({'; '.join(reasons)})")
     elif model is None:
         return
     else:
