@@ -117,6 +117,22 @@ def test_results_md_names_the_grading_rules_its_verdicts_follow(tmp_path: Path):
     assert "grading rules" not in (tmp_path / "results.md").read_text(encoding="utf-8")
 
 
+
+@pytest.mark.parametrize("system_prompt, named", [("Answer | briefly.\nThen stop.", ', system prompt "Answer | briefly.\\nThen stop."'),
+                                                  (None, ""), ("", "")])
+def test_results_md_names_the_system_prompt_its_completions_followed(tmp_path: Path, system_prompt, named):
+    """results.md's note named the model, n, temperature, top-p and length, as if those were every
+    setting of its sampling, but not `--system-prompt` (a system message changes every prompt, and
+    pass@k with it): it names one given, on one line (JSON-quoted); none, or an empty one (no
+    system message either, `render_prompt`), is not named."""
+    row = BenchmarkResult("gsm8k", "math", "", 5, 4, {"pass@1": 0.3})
+    config = {"seed": 0, "model": "m", "num_samples": 4, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 8,
+              "system_prompt": system_prompt}
+    write_results(EvalResult(config, [row], [], tmp_path, {}))
+    note = (tmp_path / "results.md").read_text(encoding="utf-8").split("\n\n")[0]
+    assert note == (f"Model `m`, n=4, temperature 1.0, top-p 1.0, max 8 new tokens{named}, seed 0. Metrics in "
+                    "percent; aggregates are macro means over benchmarks.")
+
 SCRIPTED = [
     (3, ["\\boxed{5}", "\\boxed{3}", "\\boxed{3}", "no answer"], "\\boxed{3}"),  # c=2; 3 wins 2:1
     (7, ["no answer", "no answer", "no answer", "\\boxed{7}"], "\\boxed{1}"),  # c=1; 7, the only vote

@@ -21,6 +21,7 @@ from ict.data.benchmarks import SUITES
 from ict.evaluation.records import RESULTS_FILES, SAMPLES_FILE
 from ict.runs.checkpoint import write_atomically
 from ict.runs.reporting import decimal_text, environment_record, json_safe
+from ict.runs.samples import compared_setting
 
 
 @dataclass
@@ -226,9 +227,11 @@ def write_results(result: EvalResult) -> None:
     seed_note = (f"seed {seeds[0]}" if len(seeds) == 1 else
                  f"seeds {','.join(map(str, seeds))} (mean ± std over seeds, then each seed)")
     rules = config.get("grading_rules")  # which answer-grading rules the verdicts follow (results.json has it too)
+    system = compared_setting("system_prompt", config.get("system_prompt"))  # "": none, as None
     note = (f"Model `{config['model']}`, n={config['num_samples']}, temperature "
             f"{config['temperature']}, top-p {config['top_p']}, max {config['max_new_tokens']} new "
-            f"tokens, {seed_note}" + (f", first {config['limit']} problems per benchmark"
+            f"tokens" + (f", system prompt {json.dumps(system, ensure_ascii=False)}" if system is not None else "")
+            + f", {seed_note}" + (f", first {config['limit']} problems per benchmark"
                                       if config.get("limit") else "") +
             (f", answers graded by grading rules {rules}" if rules is not None else "") +
             ". Metrics in percent; aggregates are macro means over benchmarks.\n")
