@@ -59,6 +59,31 @@ def test_an_ablation_compares_with_a_run_label_named_as_baseline(tmp_path):
     assert len([row for row in rows if row["metric"] == "pass@1"]) == 6
 
 
+
+def test_a_plugin_method_whose_name_holds_a_hyphen_is_its_own_method(tmp_path):
+    """A plugin selector's name may hold ``-`` (the registry takes letters, digits, _ and -); the
+    method of a run label was its text up to the first ``-``: a plugin ``random-topk`` was a
+    default baseline (the method ``random``), compared with as one, and ``--baselines my-sel``
+    with ``--methods grpo,my-sel:ratio=0.2`` was refused (its run ``my-sel-ratio=0.2`` read as a
+    method ``my``). The method is the label up to its first ``-key=value``."""
+    from ict.analysis.compare import RunRecord, is_baseline, method_of, summarize
+    from ict.experiments.compare import CompareConfig
+    from ict.experiments.methods import parse_methods
+
+    labels = [spec.label for spec in parse_methods("grpo,random-topk,my-sel:ratio=0.2,random:ratio=0.1,"
+                                                   "ict:reference=group_mean,x=a-b")]
+    assert labels == ["grpo", "random-topk", "my-sel-ratio=0.2", "random-ratio=0.1", "ict-reference=group_mean-x=a-b"]
+    assert [method_of(label) for label in labels] == ["grpo", "random-topk", "my-sel", "random", "ict"]
+    assert [is_baseline(label, ("grpo", "random")) for label in labels] == [True, False, False, True, False]
+    verdicts = {"grpo": [True, False, False, False], "random-topk": [True, True, False, False]}
+    runs = [RunRecord(label, 0, tmp_path, [], {"b": {i: [v] * 4 for i, v in enumerate(values)}})
+            for label, values in verdicts.items()]
+    rows = summarize(runs, resamples=20)["differences"]
+    assert {(row["method"], row["baseline"]) for row in rows} == {("random-topk", "grpo")}  # not grpo vs it too
+    config = CompareConfig(methods="grpo,my-sel:ratio=0.2", baselines=("my-sel",), output_dir=tmp_path / "cmp",
+                           report_only=True)
+    assert config.validate().baselines == ("my-sel",)  # was "--baselines 'my-sel' is none of the runs"
+
 def test_runs_logged_before_the_anatomy_report_a_dash(tmp_path):
     """Metrics without the anatomy keys (runs older than it): NaN in training_end.csv, a dash in
     the report's anatomy table, no anatomy panel in the curves (and no crash)."""

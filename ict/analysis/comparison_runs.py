@@ -23,9 +23,13 @@ DEFAULT_KS = (1, 4)  # k of pass@k for an evaluation whose results.json does not
 
 
 def method_of(label: str) -> str:
-    """The method name of a run label: ``"random-ratio=0.1"`` -> ``"random"`` (method names
-    have no ``-``; see ``ict.experiments.methods.MethodSpec.label``)."""
-    return label.split("-", 1)[0]
+    """The method name of a run label (``ict.experiments.methods.MethodSpec.label``: the name, then
+    ``-key=value`` per option): ``"random-ratio=0.1"`` -> ``"random"``. A plugin selector's name
+    may hold ``-`` but never ``=`` (``ict.core.selector_registry``): ``"my-sel-ratio=0.2"`` ->
+    ``"my-sel"``, ``"random-topk"`` -> ``"random-topk"`` (not the method ``random``)."""
+    parts = label.split("-")
+    named = next((index for index, part in enumerate(parts) if "=" in part), len(parts))
+    return "-".join(parts[:named])
 
 
 def run_dir(output_dir: Path, label: str, seed: int) -> Path:
