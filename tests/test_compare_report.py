@@ -106,6 +106,35 @@ def test_runs_logged_before_the_anatomy_report_a_dash(tmp_path):
     assert (tmp_path / "cmp" / "curves.png").stat().st_size > 5_000
 
 
+
+def test_the_report_says_what_the_held_out_accuracy_panel_drew(tmp_path):
+    """The training curves' held-out accuracy panel (ict train's eval_every evaluation, at each
+    run's eval_temperature: greedy by default) sat beside the final-model evaluation (at
+    --eval-temperature, on the benchmarks) with nothing to tell them apart, and runs whose
+    evaluations during training drew otherwise (a rerun that changed eval_temperature) shared one
+    panel without a word. The report now says what the panel is and how each run drew it."""
+    from compare_helpers import finished_run
+
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "cmp"
+    for label, temperature in (("grpo", 0.0), ("ict", 0.0)):
+        run = finished_run(output, label, {0: [True, False]})
+        (run / "config.yaml").write_text(f"method: {label}\nnum_steps: 2\neval_temperature: {temperature}\n")
+        (run / "metrics.jsonl").write_text("".join(json.dumps({"step": step, "reward_mean": 0.5, "eval_accuracy": 0.25})
+                                                   + "\n" for step in (1, 2)))
+    panel = ("The held-out accuracy panel is each run's `eval_every` evaluation during training (one completion "
+             "of each of its held-out training problems), not the final-model evaluation above; ")
+    report = write_report(output, ("grpo",), 10).read_text()
+    assert panel + "drawn greedy." in report.splitlines()
+    (output / "runs" / "ict" / "seed0" / "config.yaml").write_text("method: ict\nnum_steps: 2\neval_temperature: 0.7\n")
+    report = write_report(output, ("grpo",), 10).read_text()
+    assert (panel + "drawn otherwise by run, so its lines are not comparable: grpo/seed0 greedy, ict/seed0 at "
+            "temperature 0.7.") in report.splitlines()
+    for run in (output / "runs").glob("*/seed0"):  # no run logged one: no word of it
+        (run / "metrics.jsonl").write_text(json.dumps({"step": 2, "reward_mean": 0.5}) + "\n")
+    assert "held-out accuracy panel" not in write_report(output, ("grpo",), 10).read_text()
+
 def test_a_run_still_training_is_listed_not_averaged(tmp_path):
     """A run that logged 2 of its 30 planned steps (another process's, or one stopped) is named as
     in progress and kept out of the end-of-training table, the CSVs and the curves; with no

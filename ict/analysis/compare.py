@@ -40,6 +40,7 @@ from ict.analysis.comparison_runs import (  # noqa: F401 (re-exported)
     problem_scores,
     read_verdicts,
     run_dir,
+    run_setting,
     samples_per_seed,
     score_matrix,
     step_eval_dir,
@@ -394,6 +395,28 @@ def _paper_figure_lines(rows: list[dict[str, Any]], labels: list[str]) -> list[s
     return lines
 
 
+def _held_out_panel_lines(runs: Sequence[RunRecord]) -> list[str]:
+    """What the training curves' held-out accuracy panel is, where a run logged one: each run's
+    ``eval_every`` evaluation during training (its config.yaml's ``eval_temperature``, greedy at 0:
+    the last one, where a resume changed it; metrics.jsonl records none per point), not the
+    final-model evaluation; runs drawn otherwise are named (their lines are not comparable)."""
+    def drawn(temperature: Any) -> str:
+        if not isinstance(temperature, int | float) or isinstance(temperature, bool):
+            return "at an unrecorded temperature"
+        return f"at temperature {temperature:g}" if temperature > 0 else "greedy"
+
+    how = {f"{run.label}/seed{run.seed}": drawn(run_setting(run.directory / "config.yaml", "eval_temperature"))
+           for run in runs if any(isinstance(line.get("eval_accuracy"), int | float) for line in run.metrics)}
+    if not how:
+        return []
+    text = ("The held-out accuracy panel is each run's `eval_every` evaluation during training (one "
+            "completion of each of its held-out training problems), not the final-model evaluation above; ")
+    if len(set(how.values())) == 1:
+        return ["", text + f"drawn {next(iter(how.values()))}."]
+    return ["", text + "drawn otherwise by run, so its lines are not comparable: "
+            + ", ".join(f"{name} {kind}" for name, kind in how.items()) + "."]
+
+
 def _token_cell(text: str) -> str:
     """A token string in a markdown table cell: its repr as code (pipes escaped, backticks as ')."""
     return "`" + repr(text).replace("|", "\\|").replace("`", "'") + "`"
@@ -504,7 +527,8 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
     lines += _training_end_lines(summary["training_end"], labels)
     lines += _top_token_lines(summary["top_tokens"], labels)
     lines += ["", "## Training curves", "",
-              "Mean over seeds (line) and min..max over seeds (band) per method.", "",
+              "Mean over seeds (line) and min..max over seeds (band) per method.",
+              *_held_out_panel_lines(runs), "",
               f"![training curves]({figure.name})" if figure else "(no metrics logged)", "",
               "## Entropy collapse / explosion (the trainer's `entropy_warning`)", ""]
     if summary["warnings"]:

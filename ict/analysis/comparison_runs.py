@@ -256,14 +256,20 @@ def _results(eval_dir: Path) -> dict[str, Any] | None:
 def planned_steps(path: Path) -> int | None:
     """``num_steps`` of a run's resolved config.yaml, or None (no file, or no integer there); a
     file that is not UTF-8 is a one-line UsageError naming it."""
+    steps = run_setting(path, "num_steps")
+    return steps if isinstance(steps, int) else None
+
+
+def run_setting(path: Path, key: str) -> Any:
+    """``key`` of a run's resolved config.yaml, or None (no file, no such key, or no YAML mapping);
+    a file that is not UTF-8 is a one-line UsageError naming it."""
     import yaml
 
     try:
         config = yaml.safe_load(read_utf8_text(path)) if path.is_file() else None
     except yaml.YAMLError:
         return None
-    steps = config.get("num_steps") if isinstance(config, dict) else None
-    return steps if isinstance(steps, int) else None
+    return config.get(key) if isinstance(config, dict) else None
 
 
 def problem_scores(run: RunRecord, benchmark: str, k: int) -> tuple[list[int], np.ndarray]:
