@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from selection_references import exact_count, make_inputs, reference_top_unique
@@ -17,6 +18,7 @@ from selection_references import exact_count, make_inputs, reference_top_unique
 from ict.core.ranking import TIE_TOLERANCE, population_rows, selection_counts, top_count
 from ict.core.selectors import (
     SelectionInputs,
+    linear_quantile,
     parse_selector_options,
     resolve_options,
     select,
@@ -167,6 +169,40 @@ def test_a_nan_entropy_token_is_never_silenced_and_leaves_the_others_threshold_a
     without = select_tokens("stapo", _inputs(log_probs[:, [0, 1, 2, 3, 5]], torch.tensor([1.0]),
                                              mask[:, :5], entropy[:, [0, 1, 2, 3, 5]]))
     assert without.tolist() == [[False, False, False, True, True]]
+
+
+def test_linear_quantile_is_numpys_linear_quantile_at_the_boundaries() -> None:
+    """:func:`linear_quantile` (STAPO's threshold) against ``numpy.quantile``'s default (linear)
+    method in float64: one value, two, ties, infinities, q at 0, 1, whole and fractional ranks."""
+    generator = torch.Generator().manual_seed(3)
+    samples = [[2.5], [1.0, 4.0], [3.0, 3.0, 1.0, 3.0], [0.1, 0.2, 0.3, 0.4], [-math.inf, 1.0, 2.0, math.inf],
+               torch.rand(1001, generator=generator).tolist(), torch.randint(0, 5, (64,), generator=generator).tolist()]
+    for values in samples:
+        for q in (0.0, 0.1, 0.25, 1 / 3, 0.5, 0.75, 0.999, 1.0):
+            expected = float(np.quantile(np.array(values, dtype=np.float64), q))
+            got = linear_quantile(torch.tensor(values, dtype=torch.float64), q)
+            assert got.dtype == torch.float64 and got.dim() == 0
+            assert float(got) == expected or (math.isnan(expected) and got.isnan()), (values, q)
+
+
+@pytest.mark.slow  # 2^24 tokens: seconds
+def test_stapo_beyond_torch_quantiles_limit_silences_below_the_exact_quantile() -> None:
+    """STAPO over more candidates than ``torch.quantile`` takes (2^24; a verl mini-batch of 512 x 16
+    rollouts x 8k tokens holds 2^26): the step raised "quantile() input tensor is too large". The
+    candidates hold ``k / 2^24`` for ``k = 0..2^24`` (exact in float32), shuffled, beside a
+    NaN-entropy candidate and a likely token of entropy 0: at q = 0.3 the rank ``0.3 * 2^24`` falls
+    between ``k = 5033164`` and ``5033165``, so exactly the 5033165 tokens ``k <= 5033164`` are
+    silenced, those below ``numpy.quantile``'s threshold."""
+    n = (1 << 24) + 1
+    shuffled = torch.arange(n) * 7919 % n  # a permutation: 7919 is prime to n = 97 * 257 * 673
+    entropy = torch.cat([shuffled.float() / (1 << 24), torch.tensor([math.nan, 0.0])]).unsqueeze(0)
+    log_probs = torch.full_like(entropy, math.log(1e-4))
+    log_probs[0, -1] = math.log(0.5)  # no candidate: kept although its entropy is the smallest
+    mask = torch.ones_like(entropy, dtype=torch.bool)
+    threshold = float(np.quantile(np.arange(n, dtype=np.float64) / (1 << 24), 0.3))
+    silenced = stapo_silenced_mask(log_probs, entropy, torch.ones_like(entropy), mask, 0.002, 0.3)
+    assert int(silenced.sum()) == 5033165 and not silenced[0, -2:].any()
+    assert torch.equal(silenced[0, :n], entropy[0, :n].double() < threshold)
 
 
 def test_a_score_exactly_the_tolerance_below_the_threshold_is_tied() -> None:

@@ -15,8 +15,8 @@ Built in (defaults in brackets):
 - ``stapo`` [tau_p=0.002, quantile=0.75]: every response token except the silenced ones, those
   with advantage > 0, sampled probability < tau_p and entropy strictly below the ``quantile``
   of the entropies of exactly those positive-advantage low-probability tokens (STAPO,
-  arXiv 2602.15620; linear-interpolation quantile as ``torch.quantile``). A NaN-entropy token is
-  never silenced and does not enter the quantile.
+  arXiv 2602.15620; linear-interpolation quantile as ``torch.quantile``, at any number of
+  tokens). A NaN-entropy token is never silenced and does not enter the quantile.
 - ``ict`` [ratio=0.1, reference=ICT_DEFAULT_REFERENCE, unit="position", scope="sequence"]: the top
   ``ratio`` by Jensen-Shannon score (ICT, arXiv 2606.19771). The group references
   (``group_mean_absorbing``, ``group_mean_loo``, ``group_mean_loo_absorbing`` and the alive-only
@@ -143,6 +143,18 @@ def _token_advantages(inputs: SelectionInputs) -> Tensor:
     return advantages.expand_as(inputs.response_mask)
 
 
+def linear_quantile(values: Tensor, q: float) -> Tensor:
+    """The ``q`` quantile (``q`` in [0, 1]) of the ``n >= 1`` values of ``values`` (1-D, no NaN), a
+    0-d tensor in its dtype: ``torch.quantile``'s linear interpolation, ``lerp(v_(i), v_(j), r - i)``
+    of the ascending values at ``i = floor(r)``, ``j = ceil(r)`` with ``r = q (n - 1)``, taken from two
+    ``kthvalue`` selections, so any ``n`` (``torch.quantile`` refuses more than 2^24 values)."""
+    rank = q * (values.numel() - 1)
+    below, above = int(rank), math.ceil(rank)  # rank >= 0: int is floor
+    low = values.kthvalue(below + 1).values
+    high = low if above == below else values.kthvalue(above + 1).values
+    return torch.lerp(low, high, rank - below)
+
+
 def stapo_silenced_mask(
     log_probs: Tensor, entropy: Tensor, advantages: Tensor, response_mask: Tensor, tau_p: float, quantile: float
 ) -> Tensor:
@@ -158,7 +170,7 @@ def stapo_silenced_mask(
                   & ~entropy.detach().isnan())
     if not candidates.any():
         return candidates
-    threshold = torch.quantile(entropy[candidates].double(), quantile)
+    threshold = linear_quantile(entropy.detach()[candidates].double(), quantile)
     return candidates & (entropy.double() < threshold)
 
 
