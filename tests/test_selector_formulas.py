@@ -2,8 +2,8 @@
 KL-Cov's centred covariance, Clip-Cov's open band and its skip of tokens the ratio clip already
 clips, their count ``max(1, int(ratio N))`` of response tokens, STAPO's strict ``p < tau_p``, the
 tie rule's inclusive tolerance (``|s - s_k| <= tol``, measured from the k-th largest), counts whose
-float product lands an ulp above an integer, ``random``'s generator, ``unit="token_id"``'s scope
-and the option values ``none`` and ``yes``/``no``. Each test pins a detail that the broader tests in
+float product lands an ulp above an integer (at any size), ``random``'s generator,
+``unit="token_id"``'s scope and the option values ``none`` and ``yes``/``no``. Each test pins a detail that the broader tests in
 ``test_selectors.py`` leave free."""
 
 from __future__ import annotations
@@ -284,6 +284,23 @@ def test_a_product_an_ulp_above_an_integer_counts_as_that_integer() -> None:
     assert selection_counts(0.14, torch.tensor([50, 150])).tolist() == [7, 21]
     inputs = make_inputs(3, batch=4, length=25, mask_rate=0.0)
     assert int(select_tokens("entropy", inputs, ratio=0.07).sum()) == exact_count(0.07, 100) == 7
+
+
+def test_a_large_product_an_ulp_above_an_integer_counts_as_that_integer() -> None:
+    """At a verl mini-batch's size the float64 product's ulp outgrows the absolute noise 5e-10:
+    ``0.07 * 10^8`` is 7000000.000000001 (an ulp, 9.3e-10, above), whose ``ceil`` gave 7000001
+    where the decimal count is 7000000. Against the exact decimal ``ceil(Fraction(ratio) n)``
+    for sizes up to 2^40, with genuine fractions at those sizes (``0.1 * 2^26`` = 6710886.4); a
+    small product keeps its 9 decimals."""
+    assert 0.07 * 10**8 > 7 * 10**6 and 0.07 * 100 * 2**20 > 7 * 2**20
+    sizes = ([10**k for k in range(13)] + [7 * 10**k for k in range(12)] + [100 * 2**k for k in range(33)]
+             + [2**k + 1 for k in range(41)] + [3 * 2**k for k in range(39)])
+    for ratio in (0.07, 0.1, 0.2, 0.29, 0.55, 0.57, 2e-4, 0.999, 1.0):
+        assert selection_counts(ratio, torch.tensor(sizes)).tolist() == [exact_count(ratio, n) for n in sizes], ratio
+    assert selection_counts(0.1, torch.tensor([1 << 26])).tolist() == [6710887]
+    # the 9 decimals still hold for a small product: 1.0000000002 is 1, 1.000000002 is above it
+    assert selection_counts(0.5000000001, torch.tensor([2])).tolist() == [1]
+    assert selection_counts(0.500000001, torch.tensor([2])).tolist() == [2]
 
 
 def _random_reference(generator: torch.Generator, mask: torch.Tensor, ratio: float) -> torch.Tensor:

@@ -53,17 +53,23 @@ def check_ratio(ratio: float) -> float:
 
 COUNT_NOISE = 5e-10
 """A product ``ratio * n`` within this distance of an integer counts as that integer (float noise:
-``0.07 * 100`` is ``7.000000000000001``)."""
+``0.07 * 100`` is ``7.000000000000001``); a large product within :data:`COUNT_NOISE_RELATIVE` of
+its size too (``0.07 * 10^8`` is ``7000000.000000001``, an ulp above, 9.3e-10)."""
+
+COUNT_NOISE_RELATIVE = 2.0**-51
+"""The float64 product's rounding error relative to its size: at most ``2^-52`` (the ratio's
+decimal rounded to float64, then the product), doubled."""
 
 
 def selection_counts(ratio: float, num_tokens: Tensor) -> Tensor:
     """``ceil(ratio * n)`` for each ``n`` of ``num_tokens`` (integers ``[P]``; long ``[P]`` on its
     device, no host synchronisation), the float64 product taken as the nearest integer when within
-    :data:`COUNT_NOISE` of it (but at least 1 for ``n > 0``: a product within the noise of 0 is
-    still positive)."""
+    its rounding error of it, ``max(COUNT_NOISE, COUNT_NOISE_RELATIVE * product)`` (but at least 1
+    for ``n > 0``: a product within the noise of 0 is still positive)."""
     product = check_ratio(ratio) * num_tokens.double()
     nearest = product.round()
-    counts = torch.where((product - nearest).abs() < COUNT_NOISE, nearest, product.ceil()).long()
+    noise = (product * COUNT_NOISE_RELATIVE).clamp_min(COUNT_NOISE)
+    counts = torch.where((product - nearest).abs() < noise, nearest, product.ceil()).long()
     return torch.maximum(counts, (num_tokens > 0).long())  # ceil of a positive product: >= 1, however small
 
 

@@ -64,10 +64,11 @@ each prompt together (``inputs.group_ids``), ``"sequence"`` ranks each sequence 
 
 Counting rules shared by every top-``ratio`` selector: ``N`` response tokens give
 ``k = ceil(ratio * N)`` (the product is rounded to 9 decimals first, so ``0.07 * 100`` is 7,
-not 8); so at least one token is selected whenever ``N > 0``, none when ``N = 0``, all when
-``ratio = 1``. A ratio outside (0, 1] is an error. Ties favour no position: with ``s_k`` the
-``k``-th largest score, every token scoring above ``s_k + tol`` is selected and the remaining
-slots go to tokens drawn uniformly at random among those within ``tol`` of ``s_k`` (``tol`` =
+not 8; one above 10^6 to float64's precision, ``2^-51`` of it); so at least one token is
+selected whenever ``N > 0``, none when ``N = 0``, all when ``ratio = 1``. A ratio outside
+(0, 1] is an error. Ties favour no position: with ``s_k`` the ``k``-th largest score, every
+token scoring above ``s_k + tol`` is selected and the remaining slots go to tokens drawn
+uniformly at random among those within ``tol`` of ``s_k`` (``tol`` =
 :data:`TIE_TOLERANCE`, absolute, in the score's unit): those of the smallest keys, one uniform
 float64 key per token (per id for ``unit=token_id``) drawn from ``inputs.generator`` (without
 one, a generator seeded with 0) for every ranking, whether it has a tie or not, so that the
