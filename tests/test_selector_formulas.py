@@ -314,6 +314,23 @@ def _random_reference(generator: torch.Generator, mask: torch.Tensor, ratio: flo
     return expected
 
 
+def test_random_reports_no_tie_decided_token_even_where_its_scores_tie() -> None:
+    """``random`` ranks nothing (``Selection``'s docstring, ``tests/test_host_syncs.py``), so it
+    decides nothing by a tie: it reported one tie-decided token wherever two float32 random scores
+    fell within the tolerance at its threshold (seed 296: 4096 tokens, ratio 0.5), and about 2e-5
+    of a long-response step's selection, in ``selected_tie_fraction``. The mask is still the top
+    2048 scores (the tied pair's one winner drawn)."""
+    mask = torch.ones(1, 4096, dtype=torch.bool)
+    raw = torch.rand(1, 4096, generator=torch.Generator().manual_seed(296))
+    scores = sorted(raw[0].tolist(), reverse=True)
+    assert scores[2047] - scores[2048] <= TIE_TOLERANCE  # a tie at the threshold: two scores for one slot
+    stats = TokenStatistics(torch.zeros(1, 4096), torch.zeros(1, 4096), torch.zeros(1, 4096))
+    selection = select("random", SelectionInputs(stats, mask, torch.ones(1),
+                                                 generator=torch.Generator().manual_seed(296)), ratio=0.5)
+    assert int(selection.mask.sum()) == 2048 and float(raw[selection.mask].min()) >= scores[2048]
+    assert not selection.tie_decided.any()
+
+
 def test_random_draws_its_scores_from_the_inputs_generator_before_its_seed() -> None:
     """``random`` uses ``inputs.generator`` when given (the trainer's per-step generator; ``seed`` is
     then unused), else a generator seeded with ``seed``: its first draw is the scores."""

@@ -41,6 +41,7 @@ Built in (defaults in brackets):
   generator seeded with ``seed``, else torch's global generator. The trainers (``ict train``,
   TRL's, verl's) give one, seeded from (``seed`` if set, else the run's seed; the step; the call). Preset ``paper``: ICT's recipe
   with this random score (``scope="sequence"``, ``seq_mean_token_mean``, 10 warm-up steps).
+  It reports no tie-decided tokens (random scores within the tolerance are drawn as the rest).
 - ``clip_cov`` [ratio=2e-4, cov_low=1.0, cov_high=5.0] (Clip-Cov, arXiv 2505.22617): every
   response token except ``max(1, int(ratio * N))`` drawn at random among those whose centred
   covariance ``Cov_t = (log p_t - mean log p) (A_t - mean A)`` lies strictly between
@@ -280,7 +281,9 @@ def select_random(inputs: SelectionInputs, ratio: float, seed: int | None, scope
     scores = torch.rand(
         inputs.response_mask.shape, generator=generator, device=inputs.response_mask.device
     )
-    return top_fraction_selection(scores, inputs.response_mask, ratio, scope, inputs.group_ids, generator)
+    mask = top_fraction_selection(scores, inputs.response_mask, ratio, scope, inputs.group_ids, generator).mask
+    # random scores within the tie tolerance are a random draw like the rest: no tie decides anything
+    return Selection(mask=mask, tie_decided=torch.zeros_like(mask))
 
 
 def token_covariance(log_probs: Tensor, advantages: Tensor, response_mask: Tensor) -> Tensor:
