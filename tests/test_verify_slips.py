@@ -292,6 +292,26 @@ def test_a_rejected_answer_a_piecewise_answer_in_words_and_a_time_are_read_whole
     assert_graded_in_both_extractions(verifier, completion, gold, expected)
 
 
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a rejected answer, then the answer and a reason after a comma, or in math delimiters:
+    # math-verify read the rejected 5
+    ("The answer is not 5 but 6, since 5 fails.", "6", True),
+    ("The answer is not 5 but 6, since 5 fails.", "5", False),
+    ("The answer is not 5, it is 6 apples, because 5 is odd.", "6", True),
+    ("The answer is not $5$, but $6$.", "6", True),
+    ("The answer is not $5$, but $6$.", "5", False),
+    ("The answer is not \\(5\\) but \\(6\\).", "6", True),
+    ("The answer is not $5$ but $\\frac{1}{2}$.", "\\frac{1}{2}", True),
+    ("The answer is not $5$ but $\\frac{1}{2}$.", "5", False),
+    ("The answer is not $5$ but $6$ apples.", "6", True),
+    # ... and a hedge after it is still both (read 5, then 6 alone)
+    ("The answer is not $5$ but $6$ or $7$.", "6", False),
+    ("The answer is not 5, it is 6, if we count the ends, and 7 otherwise.", "6", False),
+])
+def test_a_rejected_answer_before_a_reason_or_in_math_is_dropped(verifier, completion, gold, expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
 @pytest.mark.parametrize(("completion", "expected"), [
     ("The answer is not 5, it is 6.", "The answer is \\boxed{6}"),
     ("The answer is not 5, it is 6 apples.", "The answer is \\boxed{6}"),

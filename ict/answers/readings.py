@@ -70,6 +70,15 @@ _NUMBER_BEFORE_PLAIN_CONDITION = re.compile(
 _NEGATED_ANSWER = re.compile(
     r"^(?i:not)\s[^,;]*?(?:[,;]|\s(?i:but)\b)\s*(?:(?i:but|rather|instead)\b,?\s*)?"
     r"(?:(?i:it\s+is|it's|it\s+equals)\b\s*)?(?=\S)")
+# the answer after a rejected one in math delimiters, "not $5$, but $6$", "not $5$ but $6$ or $7$": a
+# plain number's delimiters are dropped, a formula's when it is the whole answer (math-verify read
+# the rejected $5$)
+_MATH_NUMBER_SPAN = re.compile(rf"(?<!\\)\$\s*({_NUMBER})\s*(?<!\\)\$|\\\(\s*({_NUMBER})\s*\\\)")
+_ONE_MATH_SPAN = re.compile(r"(?<!\\)\$([^$]+)(?<!\\)\$|\\\(((?:(?!\\[()]).)+)\\\)", re.S)
+# ... or a number, an optional unit, a comma, then a reason or a condition in words, "not 5 but 6,
+# since 5 fails" (the number is boxed: math-verify read 5)
+_NUMBER_BEFORE_REASON = re.compile(
+    rf"({_NUMBER})(?:{_UNIT_WORD})?,\s+(?i:{_CONDITION_WORDS}|since|because|as|so|which)\b")
 # a time of day, "3:45 pm", "11:05 a.m" (its time is boxed as a ratio is; math-verify read 3)
 _CLOCK_TIME = re.compile(r"(\d{1,2}\s*:\s*\d{2})\s*(?i:[ap]\.?\s?m)\.?")
 # a plain number in math delimiters opening the answer, "$5$ when $n = 2$", "\\(5\\) for \\(x =
@@ -267,9 +276,11 @@ def anchor_answer_readings(completion: str) -> list[str]:
     (``-5``, ``2\\sqrt{3}``), as is a ratio or a time (``2:30``, ``2 : 30``, ``3:45 pm``: `_CLOCK_TIME`;
     not ``15: 3*5``, a colon opening an explanation): math-verify read 5, 2 and 2. A rejected answer
     before the answer (``not 5, it is 6``, ``not 5 but 6``: `_NEGATED_ANSWER`) is dropped and the
-    answer after it boxed (of a number and its unit, the number; math-verify read 5); a number
-    before a condition in words and a later piece (``12 if we count the ends and 14 otherwise``:
-    `_NUMBER_BEFORE_PLAIN_CONDITION`) is a hedge, as with a condition in math (read 12)."""
+    answer after it boxed (of a number and its unit, or a number before a reason after a comma,
+    ``6, since 5 fails``, the number; of ``$6$`` or ``$\\frac{1}{2}$``, the content: math-verify
+    read 5); a number before a condition in words and a later piece (``12 if we count the ends and
+    14 otherwise``: `_NUMBER_BEFORE_PLAIN_CONDITION`) is a hedge, as with a condition in math (read
+    12)."""
     if any(command in completion for command in BOXED_COMMANDS):
         return [completion]
     text = completion.rstrip()
@@ -282,6 +293,9 @@ def anchor_answer_readings(completion: str) -> list[str]:
     # unit: the number, below, after the hedges: "not 5 but 6 or 7" is no 6)
     if (negated := _NEGATED_ANSWER.match(value)) is not None:
         value = value[negated.end():].strip("*").strip()  # "not **5**, but **6**": 6
+        # "not $5$, but $6$", "not $5$ but $6$ apples", "... but $\frac{1}{2}$": read as in plain text
+        value = _MATH_NUMBER_SPAN.sub(lambda math: math[1] or math[2], value)
+        value = (math[1] or math[2]).strip() if (math := _ONE_MATH_SPAN.fullmatch(value)) is not None else value
     value = clock[1] if (clock := _CLOCK_TIME.fullmatch(value)) is not None else value  # "3:45 pm"
     # "- 5", "2√3", "2 sqrt(3)": math-verify's misreadings (5, 2, 2) of a sign and a root, written out
     spelt = _PLAIN_ROOT.sub(lambda root: f"\\sqrt{{{root[1] or root[2]}}}", _SPACED_SIGN.sub("-", value))
@@ -298,8 +312,9 @@ def anchor_answer_readings(completion: str) -> list[str]:
     elif ((number := _NUMBER_BEFORE_PLAIN_CONDITION.match(value)) is not None
             and (later := _LATER_PIECE.search(_blank_math(value), number.end(1))) is not None):
         value = _piecewise(number, later)  # "12 if we count the ends and 14 otherwise": a hedge too
-    elif negated is not None and _has_word(value) and (unit := _NUMBER_AND_UNIT.fullmatch(value)) is not None:
-        value = unit[1]  # "not 5 but 6 apples": 6 (math-verify read 5)
+    elif negated is not None and _has_word(value) and (
+            unit := _NUMBER_AND_UNIT.fullmatch(value) or _NUMBER_BEFORE_REASON.match(value)) is not None:
+        value = unit[1]  # "not 5 but 6 apples", "not 5 but 6, since 5 fails": 6 (math-verify read 5)
     elif (negated is None and (not _PLAIN_TEXT_MISREAD.search(value) or PLAIN_NUMBER.fullmatch(value))
             or not value or _has_word(value)):
         return [completion]
