@@ -312,6 +312,28 @@ def test_a_rejected_answer_before_a_reason_or_in_math_is_dropped(verifier, compl
     assert_graded_in_both_extractions(verifier, completion, gold, expected)
 
 
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a time of day with words after it is read whole, as "3:45 pm" is (read 10)
+    ("The answer is 10:30 a.m. on Monday.", "10:30", True),
+    ("The answer is 10:30 a.m. on Monday.", "10", False),
+    ("The answer is 10:30 a.m. or 11 a.m.", "10:30", False),  # a hedge: no 10:30 alone
+    # a time on the hour is its hour too: GSM8K's "the latest time of day that Jordan can start" is 2
+    # (math-verify read 2:00 as no number equal to 2, wrong in every rendering)
+    ("The answer is 2:00 pm.", "2", True),
+    ("#### 2:00 pm", "2", True),
+    ("<answer>2:00 PM</answer>", "2", True),
+    ("\\boxed{2:00 \\text{ PM}}", "2", True),
+    ("\\boxed{2:00}", "2", True),
+    ("\\boxed{2:00}", "2:00", True),
+    # ... and no other number: not 3, nor the hour of a time off the hour, nor one of a hedge
+    ("\\boxed{2:00}", "3", False),
+    ("\\boxed{2:30}", "2", False),
+    ("\\boxed{2:00 \\text{ or } 3:00}", "2", False),
+])
+def test_a_time_of_day_with_words_after_it_or_on_the_hour(verifier, completion, gold, expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
 @pytest.mark.parametrize(("completion", "expected"), [
     ("The answer is not 5, it is 6.", "The answer is \\boxed{6}"),
     ("The answer is not 5, it is 6 apples.", "The answer is \\boxed{6}"),

@@ -79,8 +79,13 @@ _ONE_MATH_SPAN = re.compile(r"(?<!\\)\$([^$]+)(?<!\\)\$|\\\(((?:(?!\\[()]).)+)\\
 # since 5 fails" (the number is boxed: math-verify read 5)
 _NUMBER_BEFORE_REASON = re.compile(
     rf"({_NUMBER})(?:{_UNIT_WORD})?,\s+(?i:{_CONDITION_WORDS}|since|because|as|so|which)\b")
-# a time of day, "3:45 pm", "11:05 a.m" (its time is boxed as a ratio is; math-verify read 3)
+# a time of day, "3:45 pm", "11:05 a.m", words after it, "10:30 a.m. on Monday" (its time is boxed as
+# a ratio is; math-verify read 3 and 10)
 _CLOCK_TIME = re.compile(r"(\d{1,2}\s*:\s*\d{2})\s*(?i:[ap]\.?\s?m)\.?")
+_WORDS = re.compile(r"(?:[\s,]+[^\W\d_]+\.?)*")  # words with no digit: the " on Monday" after a time
+# a box's content (its \text wrappers read as spaces) that is a time on the hour, "2:00", "2:00 pm",
+# "2:00 \text{ PM}" (group 1: the hour; see `_on_the_hour_readings`)
+_ON_THE_HOUR = re.compile(r"\s*(\d{1,2})\s*:\s*00(?:\s|\\[ ,;:]|~)*(?i:[ap]\.?\s?m\.?)?\s*")
 # a plain number in math delimiters opening the answer, "$5$ when $n = 2$", "\\(5\\) for \\(x =
 # 1\\)": read as the plain number before a condition is (math-verify read n = 2 and x = 1)
 _MATH_NUMBER = re.compile(
@@ -296,7 +301,8 @@ def anchor_answer_readings(completion: str) -> list[str]:
         # "not $5$, but $6$", "not $5$ but $6$ apples", "... but $\frac{1}{2}$": read as in plain text
         value = _MATH_NUMBER_SPAN.sub(lambda math: math[1] or math[2], value)
         value = (math[1] or math[2]).strip() if (math := _ONE_MATH_SPAN.fullmatch(value)) is not None else value
-    value = clock[1] if (clock := _CLOCK_TIME.fullmatch(value)) is not None else value  # "3:45 pm"
+    if (clock := _CLOCK_TIME.match(value)) is not None and _WORDS.fullmatch(value, clock.end()):
+        value = clock[1]  # "3:45 pm", "10:30 a.m. on Monday"
     # "- 5", "2√3", "2 sqrt(3)": math-verify's misreadings (5, 2, 2) of a sign and a root, written out
     spelt = _PLAIN_ROOT.sub(lambda root: f"\\sqrt{{{root[1] or root[2]}}}", _SPACED_SIGN.sub("-", value))
     if spelt != value and not _has_word(spelt):
@@ -522,6 +528,21 @@ def _boxed_percent_readings(text: str) -> list[str]:
     return [_BOXED_PERCENT.sub(r"\1%}", text), _BOXED_PERCENT.sub(r"\1}\\%", text)]
 
 
+def _on_the_hour_readings(text: str) -> list[str]:
+    """``text``, and with a box that holds a time on the hour (`_ON_THE_HOUR`: ``\\boxed{2:00}``,
+    ``\\boxed{2:00 \\text{ PM}}``) a second reading with the hour alone boxed (``\\boxed{2}``):
+    GSM8K's gold for "the latest time ... to start" is 2, and math-verify reads ``2:00`` as no number
+    equal to it (a ratio over 0); a gold ``2:00`` still matches the first reading."""
+    pieces, done = [], 0
+    for found in _BOXED_OPEN.finditer(text):
+        content = _balanced_group(text, found.end() - 1) if found.start() >= done else None
+        hour = _ON_THE_HOUR.fullmatch(_TEXT_WRAPPER.sub(r" \1 ", content)) if content is not None else None
+        if hour is not None:
+            pieces += [text[done:found.end()], hour[1], "}"]
+            done = found.end() + len(content) + 1  # type: ignore[arg-type]
+    return [text, "".join(pieces) + text[done:]] if pieces else [text]
+
+
 def _shortened_whitespace(text: str) -> str:
     """``text`` with each run of more than `_WHITESPACE_KEPT` whitespace characters cut to its first
     `_WHITESPACE_KEPT`, the last a newline if the run holds one: math-verify's patterns read the
@@ -544,12 +565,14 @@ def completion_readings(completion: str) -> list[str]:
     full stop dropped (`drop_boxed_full_stop`), a
     boxed number in a text wrapper unwrapped, and the boxed
     percent's (`_boxed_percent_readings`); in each, long runs of whitespace are cut
-    (`_shortened_whitespace`)."""
+    (`_shortened_whitespace`), and a boxed time on the hour is read as its hour too
+    (`_on_the_hour_readings`)."""
     spelt = _unpercent_boxed_alternatives(
         plain_subscripted_constants(plain_subscript_text(spell_logical_or(completion))))
-    return [percent for tagged in tag_answer_readings(spelt)
+    return [hour for tagged in tag_answer_readings(spelt)
             for marked in hash_answer_readings(tagged)
             for anchored in anchor_answer_readings(expand_scientific(marked))
             for percent in map(_shortened_whitespace,
                                _boxed_percent_readings(
-                                   unwrap_boxed_text_number(drop_boxed_full_stop(boxed_power(anchored)))))]
+                                   unwrap_boxed_text_number(drop_boxed_full_stop(boxed_power(anchored)))))
+            for hour in _on_the_hour_readings(percent)]
