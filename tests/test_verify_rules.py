@@ -414,6 +414,13 @@ def test_shortened_whitespace_keeps_128_characters_and_a_newline():
     ("#### 72.", "72", True),
     ("#### -.5", "-0.5", True),
     ("#### ... 72", "72", True),
+    # ... and before a unit its number alone is a reading, as 18's is in "#### 18 dollars" (the
+    # text "0.5 dollars" was wrong for a gold 0.5)
+    ("So it is half.\n#### .5 dollars", "0.5", True),
+    ("So it is half.\n#### .5 dollars", "5", False),
+    ("<answer>.25 dollars</answer>", "0.25", True),
+    ("<answer>.25 dollars</answer>", "25", False),
+    ("The answer is not 5 but .5 dollars.", "0.5", True),
 ])
 def test_a_bare_decimal_after_the_hash_marker_keeps_its_point(verifier, completion, gold, expected):
     assert_graded_in_both_extractions(verifier, completion, gold, expected)

@@ -37,9 +37,10 @@ _NUMBER = rf"{_DECIMAL}(?:/\d+)?"  # ... or a fraction of one: 1/2
 # "18 (dollars)", "9.8 (m/s^2)"; not "1e5", "2:30", "5 x" (5x), "-2.5 %" (the percent readings
 # handle it) or brackets holding math: "3 (4^{1})" is 12, "42 (27, 9)" two answers, not 3 or 42;
 # a number joined to a later one by "or" or "and" is no reading alone (`_joined_to_a_number`): "3
-# or maybe 4", "3 hours or 4 hours", "2 and 1/2 cups" (a hedge or a mixed number, not 3 or 2)
+# or maybe 4", "3 hours or 4 hours", "2 and 1/2 cups" (a hedge or a mixed number, not 3 or 2); a
+# bare decimal too, ".5 dollars" (read as the text "0.5 dollars", wrong for a gold 0.5)
 _NUMBER_AND_UNIT = re.compile(
-    rf"({_NUMBER})\s+(?:[^\W\d_]{{2,}}|\(\s*[^\W\d_]+(?:\s*[/^]\s*\w+)*\s*\)).*")
+    rf"({_NUMBER}|[-+]?\.\d+)\s+(?:[^\W\d_]{{2,}}|\(\s*[^\W\d_]+(?:\s*[/^]\s*\w+)*\s*\)).*")
 _JOINED = re.compile(r"\b(?:or|and)\b")  # "or"/"and": joined to a later number when a digit follows it
 # the last line's answer anchor: "The answer is X", "Final answer: X", "**Final Answer:** X"
 _ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*:?|:)\**[ \t]*")
