@@ -225,6 +225,28 @@ def test_a_reason_after_the_answer_lists_no_options(text, expected):
 
 
 @pytest.mark.parametrize(("text", "expected"), [
+    # a set or an expression named by letters is no option (each read its first letter)
+    ("The answer is $C \\cup D$.", None),
+    ("The answer is C \\cup D.", None),
+    ("The answer is \\(A \\cap B\\).", None),
+    ("The answer is A \u222a B.", None),
+    ("The answer is $A \\times B$.", None),
+    ("The answer is $A^T A$.", None),
+    ("The answer is $B - A$.", None),
+    # as before: a letter closed before the operator, a dash in plain text, another command
+    ("The answer is $(C)$ - 42.", "C"),
+    ("Answer: $\\textbf{(C)}\\ 42$", "C"),
+    ("The answer is C - the third option.", "C"),
+    ("The answer is $C$ ^2", "C"),
+    ("The answer is C \\cupcake.", "C"),
+])
+def test_a_letter_in_a_formula_is_no_option(text, expected):
+    """Rule 2: an operator right after the letter makes it a piece of a formula (MMLU's set
+    questions: "$C \\cup D$" is no option C)."""
+    assert extract_choice_letter(text, 4) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
     # each read none: the reason's option was taken for a listed one
     ("<answer>(B) since (C) fails</answer>", "B"),
     (r"\boxed{(B) because (C) is too large}", "B"),

@@ -144,6 +144,13 @@ delimiters ``$``, ``\\(``; a text wrapper ``\\textbf{``; a bracket ``(``, ``[``:
 "answer is" and 400 spaces took 36 s, the ways to share a run among them, n^4)."""
 _LETTER_CLOSE = r"(?:\\?\)|\]|\}|\$)(?:\s*(?:\\?\)|\]|\}|\$)){0,3}"
 """What closes it: ``)$``, ``)}$``, ``\\)``, ``]``."""
+_OPERATOR_AFTER = re.compile(
+    r"\s*(?:\\(?:cup|cap|setminus|times|cdot|oplus|otimes|vee|wedge|circ)(?![^\W\d_])|[\^\u222a\u2229\u2216\u00d7\u22c5])")
+"""An operator right after an answer's letter, which makes the letter a piece of a formula, no
+option: ``C \\cup D``, ``A \u222a B``, ``A \\times B``, ``A^T A``."""
+_MATH_OPERATOR_AFTER = re.compile(r"\s*[-+*/]")
+"""... and in math delimiters also an arithmetic sign: ``$B - A$`` (not the ``-`` of plain text,
+"C - the third option")."""
 _NEGATED_BOX = re.compile(r"\b(?i:not|rather\s+than|instead\s+of)\s*(?:\$\s*)?$")
 """What makes the box after it no answer: ``\\boxed{B}, not \\boxed{C}`` commits to B."""
 
@@ -179,7 +186,9 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
        letters ("A or B", "A, B and C", "C/D", "**A** or **B**") or a hedge ("A, or maybe B", "A
        and/or B", "A (or B)": `_HEDGE`) or, to the end of its clause (`_CLAUSE`: a reason ends
        it, "(A) because (B) is too large" is A), options listed as rule 1 reads them ("the answer
-       is (A) 3 (B) 4.", and with the math markup read as spaces, "$(A)$ 3 $(B)$ 4": `_MATH_MARKUP`);
+       is (A) 3 (B) 4.", and with the math markup read as spaces, "$(A)$ 3 $(B)$ 4": `_MATH_MARKUP`),
+       nor by an operator that makes the letter a piece of a formula ("$C \\cup D$", "A ∪ B", "$A^T
+       A$", and in math delimiters "$B - A$": `_OPERATOR_AFTER`, `_MATH_OPERATOR_AFTER`);
     3. otherwise the whole completion, stripped of whitespace, ``*`` and a trailing period, is one
        valid letter, optionally in parentheses or followed by ``)`` / ``.`` / ``:`` and option text
        on the same line (``B) 42``; ``A. 3 B. 4`` lists options as rule 1 reads them: none).
@@ -236,7 +245,10 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
         clause = _CLAUSE.match(text, last.end()).group(0)  # type: ignore[union-attr]
         if _MATH_OPENED.search(last.group(0)):  # "$(B)$ 42 $(C)$ 43" lists as "(B) 42 (C) 43" does
             clause = _MATH_MARKUP.sub(" ", clause)
-        return None if more or _lists_options(last.group(1), clause, letter) else last.group(1)
+        # "$C \cup D$", "A ∪ B", "$B - A$": a set or an expression named by letters, no option
+        formula = _OPERATOR_AFTER.match(text, last.end()) or (
+            _MATH_OPENED.search(last.group(0)) and _MATH_OPERATOR_AFTER.match(text, last.end()))
+        return None if more or formula or _lists_options(last.group(1), clause, letter) else last.group(1)
 
     stripped = text.strip().strip("*").strip()
     match = re.fullmatch(rf"\(?({letter})\)?\.?", stripped)
