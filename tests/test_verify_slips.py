@@ -307,6 +307,11 @@ def test_a_rejected_answer_a_piecewise_answer_in_words_and_a_time_are_read_whole
     # ... and a hedge after it is still both (read 5, then 6 alone)
     ("The answer is not $5$ but $6$ or $7$.", "6", False),
     ("The answer is not 5, it is 6, if we count the ends, and 7 otherwise.", "6", False),
+    # "isn't" rejects as "is not" does (the anchor's "is" ended at no word boundary: read 5)
+    ("The answer isn't 5, it's 6.", "6", True),
+    ("The answer isn't 5, it's 6.", "5", False),
+    ("The final answer isn\u2019t 5 but 6.", "6", True),
+    ("The answer isn't 5.", "5", True),  # as before: no answer after it (read 5, as "is not 5.")
 ])
 def test_a_rejected_answer_before_a_reason_or_in_math_is_dropped(verifier, completion, gold, expected):
     assert_graded_in_both_extractions(verifier, completion, gold, expected)

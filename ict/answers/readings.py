@@ -42,8 +42,10 @@ _NUMBER = rf"{_DECIMAL}(?:/\d+)?"  # ... or a fraction of one: 1/2
 _NUMBER_AND_UNIT = re.compile(
     rf"({_NUMBER}|[-+]?\.\d+)\s+(?:[^\W\d_]{{2,}}|\(\s*[^\W\d_]+(?:\s*[/^]\s*\w+)*\s*\)).*")
 _JOINED = re.compile(r"\b(?:or|and)\b")  # "or"/"and": joined to a later number when a digit follows it
-# the last line's answer anchor: "The answer is X", "Final answer: X", "**Final Answer:** X"
-_ANSWER_ANCHOR = re.compile(r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)\b\s*:?|:)\**[ \t]*")
+# the last line's answer anchor: "The answer is X", "Final answer: X", "**Final Answer:** X", the "is"
+# of "The answer isn't 5, it's 6" (X: "n't 5, it's 6", a rejected answer: `_NEGATED_ANSWER`)
+_ANSWER_ANCHOR = re.compile(
+    r"\b(?i:final\s+)?(?i:answer)\b\**\s*(?:(?i:is)(?:\b|(?=(?i:n)['\u2019](?i:t)\b))\s*:?|:)\**[ \t]*")
 # an anchored plain number, an optional unit, then a condition holding math: "20 m/s for
 # $v_{max}$", "5 when $x = 2$", "1/2 if $n$ is even" (math-verify read the rightmost formula, v_{max},
 # x = 2 or n; see `anchor_answer_readings`); not arithmetic, "2 times $\pi$", "3 over $\sqrt{2}$",
@@ -66,10 +68,10 @@ _NUMBER_BEFORE_CONDITION = re.compile(
 # with a later piece: "12 if we count the ends and 14 otherwise"; see `anchor_answer_readings`)
 _NUMBER_BEFORE_PLAIN_CONDITION = re.compile(
     rf"(({_NUMBER})(?:{_UNIT_WORD})?),?\s+(?:\(\s*)?(?i:{_CONDITION_WORDS})\s")
-# a rejected answer before the answer, "not 5, it is 6", "not 5 but 6" (what follows it is boxed:
-# math-verify read 5)
+# a rejected answer before the answer, "not 5, it is 6", "not 5 but 6", the "n't" of "The answer isn't
+# 5, it's 6" (what follows it is boxed: math-verify read 5)
 _NEGATED_ANSWER = re.compile(
-    r"^(?i:not)\s[^,;]*?(?:[,;]|\s(?i:but)\b)\s*(?:(?i:but|rather|instead)\b,?\s*)?"
+    r"^(?i:not|n['\u2019]t)\s[^,;]*?(?:[,;]|\s(?i:but)\b)\s*(?:(?i:but|rather|instead)\b,?\s*)?"
     r"(?:(?i:it\s+is|it's|it\s+equals)\b\s*)?(?=\S)")
 # the answer after a rejected one in math delimiters, "not $5$, but $6$", "not $5$ but $6$ or $7$": a
 # plain number's delimiters are dropped, a formula's when it is the whole answer (math-verify read
