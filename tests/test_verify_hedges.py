@@ -283,6 +283,23 @@ def test_a_range_after_an_anchor_is_not_its_first_number(verifier, completion, g
     assert_graded_in_both_extractions(verifier, completion, gold, expected)
 
 
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a range written with an en or em dash is a range, as "3 to 5" is (read 3)
+    ("The answer is 3\u20135.", "3", False),
+    ("The answer is 3\u20135.", "5", False),
+    ("The answer is 3 \u2013 5 apples.", "3", False),
+    ("The answer is 3.5\u20144.5 hours.", "3.5", False),
+    ("#### 3\u20135", "3", False),
+    # as before: one number
+    ("The answer is 3 apples.", "3", True),
+])
+def test_a_range_with_a_dash_after_an_anchor_is_not_its_first_number(verifier, completion, gold, expected):
+    from ict.answers.readings import anchor_answer_readings
+
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+    assert anchor_answer_readings("The answer is 3\u20135.") == ["The answer is \\boxed{3 \\text{ to } 5}"]
+
+
 @pytest.mark.parametrize(("completion", "expected"), [
     ("The answer is between 3 and 4.", "The answer is \\boxed{3 \\text{ to } 4}"),
     ("Final answer: From -3 to 4.5 hours", "Final answer: \\boxed{-3 \\text{ to } 4.5}"),

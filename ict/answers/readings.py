@@ -149,10 +149,11 @@ _PERCENT_LIST = re.compile(rf"{_ALTERNATIVE.pattern}|{_NOT_IN_A_SPACE_RUN}\s*,(?
 _PERCENT_SIGN = re.compile(rf"{_NOT_IN_A_SPACE_RUN}\s*\\?%")
 _LOGICAL_OR = re.compile(r"\\(?:lor|vee)(?![^\W\d_])")
 _EITHER = re.compile(r"^(?i:either)\s+")  # "either 3 or 4": the alternatives 3 and 4
-# a range, "between 3 and 4", "from 3 to 4" or "3 to 4" (math-verify read its first number, 3; see
-# `_range`)
+# a range, "between 3 and 4", "from 3 to 4", "3 to 4" or "3\u20134" (an en or em dash; math-verify read
+# its first number, 3; see `_range`)
 _RANGE = re.compile(
-    rf"(?i:between\s+({_DECIMAL})\s+and|from\s+({_DECIMAL})\s+to|({_DECIMAL})\s+to)\s+({_DECIMAL})")
+    rf"(?i:between\s+({_DECIMAL})\s+and|from\s+({_DECIMAL})\s+to|({_DECIMAL})\s+to)\s+({_DECIMAL})"
+    rf"|(\d+(?:\.\d+)?)\s*[\u2013\u2014]\s*(\d+(?:\.\d+)?)")
 # the precision a number is given to, after "3.14 to 2": "decimal places", "significant figures",
 # "sig figs", "d.p.", "s.f.", "places", "digits" (no range)
 _PRECISION = re.compile(r"\s*(?i:decimal|significant|sig|places?|digits?|figures?|d\.?p|s\.?f)\b")
@@ -363,7 +364,7 @@ def _alternatives(value: str, separator: re.Pattern[str] = _ALTERNATIVE) -> str 
 
 def _range(value: str) -> str | None:
     """The range ``value`` opens with (`_RANGE`: ``between 3 and 4``, ``from 3 to 4``, ``3 to 4``,
-    words after it too) written ``3 \\text{ to } 4``, which math-verify reads as the product ``3 to
+    ``3\u20134``, words after it too) written ``3 \\text{ to } 4``, which math-verify reads as the product ``3 to
     4``, equal to no number; None for no range, and for ``2 to 1``, ``3 to 1.0`` (a ratio ``a:1``,
     which is ``a``: read as before), ``3.14 to 2 decimal places`` (a precision, `_PRECISION`: read
     as before). A range is a hedge; a ratio ``a:b`` is ``a/b``: neither is ``a`` unless ``b`` is
@@ -372,7 +373,7 @@ def _range(value: str) -> str | None:
     if bounds is None or bounds[3] is not None and (
             float(bounds[4]) == 1 or _PRECISION.match(value, bounds.end())):
         return None
-    return f"{bounds[1] or bounds[2] or bounds[3]} \\text{{ to }} {bounds[4]}"
+    return f"{bounds[1] or bounds[2] or bounds[3] or bounds[5]} \\text{{ to }} {bounds[4] or bounds[6]}"
 
 
 def _unpercent_boxed_alternatives(text: str) -> str:
