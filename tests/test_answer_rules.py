@@ -247,6 +247,24 @@ def test_a_letter_in_a_formula_is_no_option(text, expected):
 
 
 @pytest.mark.parametrize(("text", "expected"), [
+    # a relation names no option either, nor does a hedge in LaTeX (each read its first letter)
+    ("The answer is $A \\subset B$.", None),
+    ("The answer is A \u2282 B.", None),
+    ("The answer is A \\to B.", None),
+    ("The answer is $A = B$.", None),
+    ("The answer is $B \\text{ or } C$.", None),
+    ("The answer is B \\lor C.", None),
+    # as before: an "=" in plain text, a command that only starts so, a letter closed before "="
+    ("The answer is A = 5.", "A"),
+    ("The answer is B \\lorem.", "B"),
+    ("The answer is $C \\infty$.", "C"),
+    ("The answer is $(C)$ = 42.", "C"),
+])
+def test_a_letter_in_a_relation_or_a_latex_hedge_is_no_option(text, expected):
+    assert extract_choice_letter(text, 4) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
     # each read none: the reason's option was taken for a listed one
     ("<answer>(B) since (C) fails</answer>", "B"),
     (r"\boxed{(B) because (C) is too large}", "B"),

@@ -145,12 +145,16 @@ delimiters ``$``, ``\\(``; a text wrapper ``\\textbf{``; a bracket ``(``, ``[``:
 _LETTER_CLOSE = r"(?:\\?\)|\]|\}|\$)(?:\s*(?:\\?\)|\]|\}|\$)){0,3}"
 """What closes it: ``)$``, ``)}$``, ``\\)``, ``]``."""
 _OPERATOR_AFTER = re.compile(
-    r"\s*(?:\\(?:cup|cap|setminus|times|cdot|oplus|otimes|vee|wedge|circ)(?![^\W\d_])|[\^\u222a\u2229\u2216\u00d7\u22c5])")
-"""An operator right after an answer's letter, which makes the letter a piece of a formula, no
-option: ``C \\cup D``, ``A \u222a B``, ``A \\times B``, ``A^T A``."""
-_MATH_OPERATOR_AFTER = re.compile(r"\s*[-+*/]")
-"""... and in math delimiters also an arithmetic sign: ``$B - A$`` (not the ``-`` of plain text,
-"C - the third option")."""
+    r"\s*(?:\\(?:cup|cap|setminus|times|cdot|oplus|otimes|vee|wedge|circ|subseteq|subset|supseteq|supset"
+    r"|to|rightarrow|Rightarrow|implies|iff|in|notin|leq?|geq?|neq?|equiv|cong|sim|approx|lor|land)(?![^\W\d_])"
+    r"|[\^\u222a\u2229\u2216\u00d7\u22c5\u2282\u2286\u2283\u2287\u2192\u2208\u2264\u2265\u2260]"
+    r"|\\text\s*\{\s*(?i:or|and|and/or)\s*\})")
+"""An operator or a relation right after an answer's letter, which makes the letter a piece of a
+formula, no option: ``C \\cup D``, ``A \u222a B``, ``A \\times B``, ``A^T A``, ``A \\subset B``, ``A \\to
+B``; or a hedge in LaTeX, ``B \\lor C``, ``B \\text{ or } C`` (as "B or C": none)."""
+_MATH_OPERATOR_AFTER = re.compile(r"\s*[-+*/=<>]")
+"""... and in math delimiters also an arithmetic sign or a comparison: ``$B - A$``, ``$A = B$`` (not
+the ``-`` of plain text, "C - the third option")."""
 _NEGATED_BOX = re.compile(r"\b(?i:not|rather\s+than|instead\s+of)\s*(?:\$\s*)?$")
 """What makes the box after it no answer: ``\\boxed{B}, not \\boxed{C}`` commits to B."""
 
@@ -187,8 +191,9 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
        and/or B", "A (or B)": `_HEDGE`) or, to the end of its clause (`_CLAUSE`: a reason ends
        it, "(A) because (B) is too large" is A), options listed as rule 1 reads them ("the answer
        is (A) 3 (B) 4.", and with the math markup read as spaces, "$(A)$ 3 $(B)$ 4": `_MATH_MARKUP`),
-       nor by an operator that makes the letter a piece of a formula ("$C \\cup D$", "A ∪ B", "$A^T
-       A$", and in math delimiters "$B - A$": `_OPERATOR_AFTER`, `_MATH_OPERATOR_AFTER`);
+       nor by an operator or a relation that makes the letter a piece of a formula ("$C \\cup D$",
+       "A ∪ B", "$A^T A$", "A \\subset B", "A \\to B", and in math delimiters "$B - A$", "$A = B$")
+       or a hedge in LaTeX ("B \\lor C", "B \\text{ or } C"): `_OPERATOR_AFTER`, `_MATH_OPERATOR_AFTER`;
     3. otherwise the whole completion, stripped of whitespace, ``*`` and a trailing period, is one
        valid letter, optionally in parentheses or followed by ``)`` / ``.`` / ``:`` and option text
        on the same line (``B) 42``; ``A. 3 B. 4`` lists options as rule 1 reads them: none).
