@@ -265,6 +265,27 @@ def test_a_letter_in_a_relation_or_a_latex_hedge_is_no_option(text, expected):
 
 
 @pytest.mark.parametrize(("text", "expected"), [
+    # a rejected letter before the answer's: "not A but B" commits to B (read as none)
+    ("The answer is not A but B.", "B"),
+    ("The answer is not (A), it is (C).", "C"),
+    ("The answer isn't A, it's C.", "C"),
+    ("The answer isn\u2019t A, it\u2019s C.", "C"),
+    ("The answer is not A; rather, D.", "D"),
+    ("The answer is not **A** but **B**.", "B"),
+    ("The answer is not $(A)$ but $(D)$.", "D"),
+    # ... and what follows it is read as an answer is: a hedge, a listing
+    ("The answer is not A but B or C.", None),
+    ("The answer is not A but B) 42 C) 43", None),
+    # as before: no answer after the rejected letter, a word, the answer first
+    ("The answer is not A.", None),
+    ("The answer is not a prime, but B.", None),
+    ("The answer is B, not A.", "B"),
+])
+def test_a_rejected_letter_before_the_answer_is_dropped(text, expected):
+    assert extract_choice_letter(text, 4) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
     # each read none: the reason's option was taken for a listed one
     ("<answer>(B) since (C) fails</answer>", "B"),
     (r"\boxed{(B) because (C) is too large}", "B"),
