@@ -15,15 +15,14 @@ import pytest
 
 from ict.core.errors import UsageError
 from ict.core.problems import MATH_INSTRUCTION
+from ict.data.benchmark_names import REASONING_GYM_EVAL_SEED, parse_reasoning_gym_name
 from ict.data.benchmarks import (
-    REASONING_GYM_EVAL_SEED,
     REGISTRY,
     SUITES,
     expand_benchmark_names,
     group_of,
     load_benchmark,
     load_benchmarks,
-    parse_reasoning_gym_name,
     problem_from_row,
 )
 

@@ -213,7 +213,7 @@ def test_the_defaults_docs_state_in_words_are_the_codes():
     `overlong_penalty_factor`, vLLM's CPU KV cache, the sampling temperature, the math check's time
     bound (ict train's and ict eval's), its workers' memory limit and ict eval's answer extractions."""
     from ict.answers.verify import DEFAULT_TIMEOUT_SECONDS, WORKER_MEMORY_LIMIT_BYTES, verify_math
-    from ict.data.benchmarks import REASONING_GYM_DEFAULT_SIZE, REASONING_GYM_EVAL_SEED
+    from ict.data.benchmark_names import REASONING_GYM_DEFAULT_SIZE, REASONING_GYM_EVAL_SEED
     from ict.evaluation.evaluate import MAX_NEW_TOKENS_CPU, MAX_NEW_TOKENS_GPU, EvalConfig
     from ict.models.vllm_backend import VLLM_CPU_KVCACHE_GIB
     from ict.training.config import TrainConfig
@@ -387,11 +387,8 @@ def test_the_draws_docs_evaluation_says_training_shares_with_an_rg_set_are_reaso
     1_000_003) share draws, question for question, once s + dataset_size > 1_000_003. The docs said
     before that training seeds below 1_000_000 kept them apart: `--seed 999999` trains on all 200
     (4-term sums of 4-digit numbers here, so that no two draws ask one question by chance)."""
-    from ict.data.benchmarks import (
-        REASONING_GYM_DEFAULT_SIZE,
-        REASONING_GYM_EVAL_SEED,
-        load_benchmark,
-    )
+    from ict.data.benchmark_names import REASONING_GYM_DEFAULT_SIZE, REASONING_GYM_EVAL_SEED
+    from ict.data.benchmarks import load_benchmark
     from ict.data.training_data import load_training_data
     from ict.training.config import TrainConfig
 

@@ -15,7 +15,8 @@ ALIASES = {"num_samples": ["--n"], "ks": ["--k"]}
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the `eval` subcommand."""
-    from ict.data.benchmarks import REASONING_GYM_EVAL_SEED, SUITES, available_benchmarks
+    from ict.data.benchmark_names import REASONING_GYM_EVAL_SEED
+    from ict.data.benchmarks import SUITES, available_benchmarks
     from ict.evaluation.evaluate import EvalConfig
 
     suites = "; ".join(f"{name} = {','.join(members)}" for name, members in SUITES.items())

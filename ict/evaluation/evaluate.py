@@ -70,13 +70,8 @@ from ict.core.options import check_choices, option
 from ict.core.problems import Problem
 from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.stats import MIN_TEMPERATURE
-from ict.data.benchmarks import (
-    Benchmark,
-    expand_benchmark_names,
-    group_of,
-    load_benchmark,
-    split_benchmark_names,
-)
+from ict.data.benchmark_names import split_benchmark_names
+from ict.data.benchmarks import Benchmark, expand_benchmark_names, group_of, load_benchmark
 from ict.evaluation.generator import (
     DTYPE_OPTIONS,
     Generator,
