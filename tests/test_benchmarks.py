@@ -15,7 +15,11 @@ import pytest
 
 from ict.core.errors import UsageError
 from ict.core.problems import MATH_INSTRUCTION
-from ict.data.benchmark_names import REASONING_GYM_EVAL_SEED, parse_reasoning_gym_name
+from ict.data.benchmark_names import (
+    REASONING_GYM_EVAL_SEED,
+    parse_reasoning_gym_name,
+    split_benchmark_names,
+)
 from ict.data.benchmarks import (
     REGISTRY,
     SUITES,
@@ -250,6 +254,29 @@ def test_a_reasoning_gym_option_whose_value_holds_commas_stays_one_benchmark():
     reference = reasoning_gym.create_dataset("basic_arithmetic", size=2, seed=1_000_003, operators=("+", "-"))
     assert [p.question for p in benchmark.problems] == [reference[i]["question"] for i in range(2)]
     assert benchmark.config["operators"] == ["+", "-"]
+
+
+@pytest.mark.parametrize("text, left_open", [
+    ('rg:basic_arithmetic:size=2:format_style="simple,gsm8k', 'a " quote'),
+    ("rg:basic_arithmetic:size=2:whitespace='single", "a ' quote"),
+    ("rg:basic_arithmetic:size=2:operators=['+',gsm8k", "an opening bracket ((, [ or {)"),
+])
+def test_a_quote_or_bracket_left_open_in_the_benchmark_list_is_refused(text, left_open, tmp_path, capsys):
+    """An unmatched quote took every later name into the option's value: format_style='"simple,gsm8k'
+    generated basic_arithmetic and evaluated no gsm8k, without a word."""
+    from ict.cli import main
+
+    expected = (f"{left_open} is not closed in the benchmark list {text!r}: close it (an rg: option's text goes "
+                "in matching quotes)")
+    with pytest.raises(UsageError) as raised:
+        expand_benchmark_names(text)
+    assert str(raised.value) == expected
+    assert main(["eval", "--benchmarks", text, "--output-dir", str(tmp_path / "eval")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.strip().endswith(expected)
+    assert expand_benchmark_names("rg:basic_arithmetic:format_style=\"it's\",gsm8k") == [
+        "rg:basic_arithmetic:format_style=\"it's\"", "gsm8k"]
+    assert split_benchmark_names("rg:chain_sum:x=2),gsm8k") == ["rg:chain_sum:x=2)", "gsm8k"]  # a stray closer
 
 
 # ------------------------------------------------------------------------ the paper's seven

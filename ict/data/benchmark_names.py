@@ -23,7 +23,9 @@ REASONING_GYM_DEFAULT_SIZE = 200
 def split_benchmark_names(text: str) -> list[str]:
     """``"gsm8k, rg:t:ops=['+','-']"`` -> ``["gsm8k", "rg:t:ops=['+','-']"]``: the names of a
     comma-separated list, stripped, blanks left out. A comma inside brackets, parentheses, braces
-    or quotes belongs to an ``rg:`` option's value (a Python literal, `parse_reasoning_gym_name`)."""
+    or quotes belongs to an ``rg:`` option's value (a Python literal, `parse_reasoning_gym_name`);
+    a quote or an opening bracket left open is a `UsageError` (it took every later name into the
+    value: ``rg:basic_arithmetic:format_style="simple,gsm8k`` evaluated no gsm8k)."""
     names, start, depth, quote = [], 0, 0, ""
     for position, char in enumerate(text):
         if quote:
@@ -37,6 +39,10 @@ def split_benchmark_names(text: str) -> list[str]:
         elif char == "," and depth == 0:
             names.append(text[start:position])
             start = position + 1
+    if quote or depth:
+        left_open = f"a {quote} quote" if quote else "an opening bracket ((, [ or {)"
+        raise UsageError(f"{left_open} is not closed in the benchmark list {text!r}: close it (an rg: option's "
+                         "text goes in matching quotes)")
     names.append(text[start:])
     return [name.strip() for name in names if name.strip()]
 
