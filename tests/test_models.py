@@ -606,3 +606,33 @@ def test_a_config_json_that_is_no_object_is_refused_in_one_line(text, shown, tin
     assert main(["eval", "--model", str(directory), "--benchmarks", "rg:chain_sum:size=2", "--limit", "1",
                  "--output-dir", str(tmp_path / "eval")]) == 2
     assert capsys.readouterr().err.strip().endswith(expected)
+
+
+@pytest.mark.parametrize("layout", ["plain adapter, another model's tokenizer above it", "adapter's own tokenizer",
+                                    "ict train's <ckpt>/adapter"])
+def test_a_lora_adapter_takes_its_own_or_its_checkpoints_tokenizer_never_anothers(layout, tiny_model_dir, tmp_path):
+    """A plain adapter directory took the tokenizer of whatever directory it sat in (its parent's, before its own):
+    an adapter kept beside another model's tokenizer encoded with other ids, silently."""
+    import json
+    import shutil
+
+    from ict.models.loading import LoraOptions, load_inference_model
+
+    model, tokenizer = load_model_and_tokenizer(str(tiny_model_dir), device="cpu", lora=LoraOptions(rank=2))
+    swapped = tmp_path / "swapped"  # the tiny tokenizer with the ids of "1" and "2" exchanged
+    tokenizer.save_pretrained(swapped)
+    data = json.loads((swapped / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    base_ids = [vocab["1"], vocab["2"]]
+    vocab["1"], vocab["2"] = vocab["2"], vocab["1"]
+    (swapped / "tokenizer.json").write_text(json.dumps(data))
+    outer, adapter = (tmp_path / "outer", tmp_path / "outer" / "my-adapter") if layout.startswith("plain") else (
+        tmp_path / "step-00000001", tmp_path / "step-00000001" / "adapter")
+    model.save_pretrained(adapter)
+    shutil.copytree(swapped if layout != "adapter's own tokenizer" else tiny_model_dir, outer, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("*.safetensors", "config.json", "generation_config.json"))
+    if layout == "adapter's own tokenizer":
+        shutil.copytree(swapped, adapter, dirs_exist_ok=True)
+    expected = base_ids if layout.startswith("plain") else base_ids[::-1]
+    _, loaded = load_inference_model(str(adapter), device="cpu")
+    assert loaded("1 2", add_special_tokens=False)["input_ids"] == expected

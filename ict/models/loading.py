@@ -353,8 +353,8 @@ def load_inference_model(name_or_path: str, dtype: str = "auto", device: str = "
     """(model, tokenizer) to generate and score with, as ``ict eval`` (Hugging Face backend) and
     ``ict inspect`` load it: a LoRA checkpoint (:func:`lora_adapter_dir`) is its base model (the
     adapter's ``base_model_name_or_path``) with the adapter merged (peft's ``merge_and_unload``:
-    ``W + (alpha / r) B A`` per adapted layer), its tokenizer the checkpoint's when it has one
-    (:func:`load_tokenizer`'s pad token and left padding); a damaged adapter (its config or weights
+    ``W + (alpha / r) B A`` per adapted layer), its tokenizer the adapter directory's, else (``<ckpt>/adapter``)
+    the checkpoint's, else the base model's (:func:`load_tokenizer`'s pad token and left padding); a damaged adapter (its config or weights
     unreadable, or not fitting the base model) is a one-line UsageError; anything else
     :func:`load_model_and_tokenizer`."""
     adapter = lora_adapter_dir(name_or_path)
@@ -386,7 +386,9 @@ def load_inference_model(name_or_path: str, dtype: str = "auto", device: str = "
         detail = first_line(error)
         raise UsageError(f"cannot load the LoRA adapter {adapter}: {detail} (its files are damaged, or do not fit "
                          f"its base model {base})") from None
-    for directory in (adapter.parent, adapter):
+    # the adapter's own tokenizer, else its checkpoint's (ict train's <ckpt>/adapter), else the base model's: never
+    # another directory's (a plain adapter's parent took its tokenizer, silently other ids, from any model there)
+    for directory in (adapter, adapter.parent) if adapter.name == "adapter" else (adapter,):
         if (directory / "tokenizer_config.json").is_file():
             tokenizer, _ = load_tokenizer(str(directory))
             break
