@@ -79,6 +79,26 @@ def test_hub_id_offline_fails_with_one_line_pointing_to_local_files(monkeypatch)
     assert "\n" not in message and "local" in message and "openai/gsm8k" in message
 
 
+def test_a_hub_dataset_that_fails_to_load_says_why(monkeypatch):
+    """Online, a split the dataset lacks was refused as "cannot load hub dataset ... (offline or not
+    found): pass a local ... file [ValueError]": datasets' reason (the splits there are) was dropped."""
+    import datasets
+
+    from ict.data import training_data
+
+    def load_dataset(path, name, split):
+        raise ValueError(f'Unknown split "{split}". Should be one of [\'train\', \'test\'].\nmore detail')
+
+    monkeypatch.setattr(training_data, "hub_reachable", lambda: True)
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    with pytest.raises(UsageError) as error:
+        load_training_data("openai/gsm8k", dataset_subset="main", dataset_split="validation")
+    assert str(error.value) == (
+        "cannot load hub dataset 'openai/gsm8k' (subset main, split validation): Unknown split \"validation\". "
+        "Should be one of ['train', 'test']. -- offline or not found? pass a local .jsonl/.json/.parquet file "
+        "instead, with --question-field/--answer-field")
+
+
 def test_unknown_dataset_name():
     with pytest.raises(UsageError, match="neither a reasoning-gym task"):
         load_training_data("no_such_task_name")

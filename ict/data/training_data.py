@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ict.core.errors import UsageError
+from ict.core.errors import UsageError, first_line
 from ict.core.problems import OPTION_LETTERS, Problem, choice_prompt
 from ict.data.hub import go_offline, hub_reachable
 from ict.data.rows import (
@@ -150,18 +150,21 @@ def _record_to_problem(record: Any, question_field: str, answer_field: str,
 
 
 def hub_records(dataset_id: str, subset: str | None, split: str) -> list[dict[str, Any]]:
-    """Rows of a Hugging Face hub dataset; offline, a one-line UsageError asking for a local path."""
+    """Rows of a Hugging Face hub dataset; a load that fails (offline, or a split or subset the
+    dataset lacks) is a one-line UsageError with the first line of datasets' reason, asking for a
+    local path."""
     import datasets
 
-    offline_hint = (f"cannot load hub dataset {dataset_id!r} (offline or not found): pass a local "
-                    ".jsonl/.json/.parquet file instead, with --question-field/--answer-field")
     offline = not hub_reachable()
     if offline:  # a copy already in the datasets cache still works; nothing else is tried
         go_offline()
     try:
         dataset = datasets.load_dataset(dataset_id, subset, split=split)
     except Exception as error:  # network errors come as many types (requests, hub, OSError)
-        raise UsageError(f"{offline_hint} [{type(error).__name__}]") from None
+        # the reason: "(offline or not found)" alone sent a user online, with a split the dataset lacks, to a file
+        raise UsageError(f"cannot load hub dataset {dataset_id!r} ({f'subset {subset}, ' if subset else ''}split "
+                         f"{split}): {first_line(error)[:200]} -- offline or not found? pass a local "
+                         ".jsonl/.json/.parquet file instead, with --question-field/--answer-field") from None
     return [dict(row) for row in dataset]
 
 
