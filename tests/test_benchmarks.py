@@ -279,6 +279,22 @@ def test_a_quote_or_bracket_left_open_in_the_benchmark_list_is_refused(text, lef
     assert split_benchmark_names("rg:chain_sum:x=2),gsm8k") == ["rg:chain_sum:x=2)", "gsm8k"]  # a stray closer
 
 
+def test_a_negative_reasoning_gym_seed_is_refused():
+    """Python's random takes a seed -s as s, so rg:...:seed=-3:size=6 (draws -3 .. 2) asked two of its
+    six questions twice, and counted them twice in every rate, without a word."""
+    import reasoning_gym
+
+    assert random.Random(-2).random() == random.Random(2).random()
+    reference = reasoning_gym.create_dataset("chain_sum", size=6, seed=-3, min_digits=3, max_digits=3)
+    assert reference[1]["question"] == reference[5]["question"]  # draws -2 and 2
+    name = "rg:chain_sum:seed=-3:size=6:min_digits=3:max_digits=3"
+    with pytest.raises(UsageError) as raised:
+        load_benchmark(name)
+    assert str(raised.value) == (f"reasoning-gym seed must be >= 0 in {name!r}, got -3 (Python's random takes a "
+                                 "seed -s as s: a negative seed asks questions twice)")
+    assert parse_reasoning_gym_name("rg:chain_sum:seed=0")[3] == 0
+
+
 # ------------------------------------------------------------------------ the paper's seven
 
 PAPER_SEVEN = ["gsm8k", "math500", "mmlu_stem", "gpqa_diamond", "aime23", "aime24", "aime25"]

@@ -51,7 +51,7 @@ def parse_reasoning_gym_name(name: str) -> tuple[str, dict[str, Any], int, int]:
     """``rg:<task>[:key=value]...`` -> (task, config, size, seed).
 
     ``size`` (default `REASONING_GYM_DEFAULT_SIZE`) and ``seed`` (default
-    `REASONING_GYM_EVAL_SEED`) are taken out of the config; values are Python literals when they
+    `REASONING_GYM_EVAL_SEED`, at least 0) are taken out of the config; values are Python literals when they
     parse as such (``3``, ``0.5``, ``True``, ``[1,2]``), else strings."""
     parts = name.split(":")
     if len(parts) < 2 or parts[0] != "rg" or not parts[1]:
@@ -83,4 +83,7 @@ def parse_reasoning_gym_name(name: str) -> tuple[str, dict[str, Any], int, int]:
             raise UsageError(f"reasoning-gym {option} must be an integer in {name!r}, got {value!r}")
     if size < 1:
         raise UsageError(f"reasoning-gym size must be >= 1 in {name!r}")
+    if seed < 0:  # random.Random(-s) is Random(s): problems i and 2s - i (draws -s + i, s - i) were one question
+        raise UsageError(f"reasoning-gym seed must be >= 0 in {name!r}, got {seed} (Python's random takes a seed -s "
+                         "as s: a negative seed asks questions twice)")
     return task, config, size, seed
