@@ -204,6 +204,20 @@ def test_a_benchmark_question_must_be_text_and_numpy_choices_are_a_list():
 
 
 
+def test_a_benchmark_gold_stored_as_a_list_is_read_as_one(tmp_path):
+    """A math gold stored as a list (a redistribution's ["1", "2"]; OlympiadBench's own format) was
+    the list's repr, "['1', '2']", which no answer matched; AIME's [70] a TypeError ('float() argument
+    must be ... not list'). Read as OlympiadBench's list: the answers joined with ", "."""
+    from ict.answers.verify import check_math
+    from ict.data.benchmarks import load_benchmark
+
+    (tmp_path / "math500.jsonl").write_text(json.dumps({"problem": "roots?", "answer": ["1", "$2$"]}) + "\n")
+    (tmp_path / "aime24.jsonl").write_text(json.dumps({"problem": "q?", "answer": [70]}) + "\n")
+    gold = load_benchmark("math500", tmp_path).problems[0].answer
+    assert gold == "1, 2" and load_benchmark("aime24", tmp_path).problems[0].answer == "70"
+    assert check_math("so \\boxed{1, 2}", gold).correct
+
+
 def test_a_line_of_spaces_is_a_blank_line(tmp_path):
     """A .jsonl line of spaces and tabs is blank, as an empty one: left out, the next row keeps its
     line number (not refused as bad JSON)."""

@@ -374,7 +374,8 @@ def problem_from_row(spec: BenchmarkSpec, row: dict[str, Any], index: int) -> Pr
     for gold_field, gold_format in spec.gold_fields:
         if gold_field in row and row[gold_field] is not None and row[gold_field] != "":
             raw = checked_answer(row[gold_field], gold_field)
-            gold = normalize_gold(raw, gold_format)  # type: ignore[arg-type]
+            # a list (["1", "2"], as a redistribution stores it) is read as one: its repr "['1', '2']" was the gold
+            gold = normalize_gold(raw, "list" if isinstance(raw, list) else gold_format)  # type: ignore[arg-type]
             break
     else:
         raise ValueError(f"row has none of the answer fields {[f for f, _ in spec.gold_fields]}")
