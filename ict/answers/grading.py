@@ -46,7 +46,7 @@ from ict.core.problems import OPTION_LETTERS, Problem
 
 ANSWER_EXTRACTIONS = ("tag", "last_number")
 """How a reasoning-gym answer is found (see the module docstring)."""
-GRADING_RULES_VERSION = 9
+GRADING_RULES_VERSION = 10
 """The version of the answer-grading rules (`ict.answers`: extraction, gold, verify, grading): bump
 it when any verdict may change (3: plain-text algebra after an answer anchor read whole; in
 maj@n, math answers that are numbers of equal value vote together; 4: a listing of options reads
@@ -67,7 +67,13 @@ the answer, and after an anchor `- 5`, `2√3` and `2:30` are read whole, `15: 3
 math delimiters or brackets `$(C)$`, `$\\textbf{(C)}$` or after "choice" is the answer, a last
 box after "not" `\\boxed{B}, not \\boxed{C}` is none, after an anchor a rejected answer `not 5,
 it is 6` is dropped, a piecewise answer in words is a hedge, `3:45 pm` and `2 in $10$ years`
-are read whole, a power after a box `\\boxed{2}^{2}` joins it, and `#### .5` keeps its point).
+are read whole, a power after a box `\\boxed{2}^{2}` joins it, and `#### .5` keeps its point;
+10: after an anchor a rejected answer before a reason or in math `not $5$, but $6$` and after
+"isn't" is dropped, a rejected letter `not A but B` too, a time with words after it `10:30 a.m.
+on Monday` is read whole and a boxed time on the hour `2:00 pm` is its hour too, `.5 dollars`
+reads 0.5, a dash range `3–5` is a range, and a letter in a formula, relation or LaTeX hedge
+`$C \\cup D$`, `A \\to B`, `B \\lor C` is no option, and a gold stored as a list `["1", "2"]`
+reads as the list `1, 2`).
 `ict eval` records it among each verdict's grading settings and re-grades stored completions
 graded under another (records older than it: unknown, older rules); results.json names it, and
 `ict compare`'s report names evaluations graded under other rules."""
