@@ -555,3 +555,30 @@ def test_the_learning_curve_table_orders_k_as_a_number():
     assert table == [f"| {benchmark} | pass@{k} | {method} | {cell} | {cell} |"
                      for benchmark in ("gsm8k", "math500") for k, cell in ((1, "5.0"), (2, "10.0"), (10, "50.0"))
                      for method in ("grpo", "ict")]
+
+
+def test_the_held_out_accuracy_panel_names_a_run_resumed_with_another_eval_temperature(tmp_path):
+    """A run whose evaluations during training sampled greedily, then (a resume) at 0.7: the
+    report read config.yaml's last eval_temperature (0.7) and said the panel was drawn at
+    temperature 0.7 throughout. It reads each point's eval_temperature (metrics.jsonl) and names
+    the run as mixed; a run whose points all record 0.7 is drawn at 0.7, whatever config.yaml says."""
+    from ict.analysis.compare import write_report
+
+    output = tmp_path / "cmp"
+    for label in ("grpo", "ict"):
+        run = finished_run(output, label, {0: [True, False]})
+        (run / "config.yaml").write_text(f"method: {label}\nnum_steps: 2\neval_temperature: 0.7\n")
+        temperatures = (0.0, 0.7) if label == "ict" else (0.7, 0.7)
+        (run / "metrics.jsonl").write_text("".join(
+            json.dumps({"step": step, "reward_mean": 0.5, "eval_accuracy": 0.25, "eval_temperature": temperature})
+            + "\n" for step, temperature in zip((1, 2), temperatures, strict=True)))
+    panel = ("The held-out accuracy panel is each run's `eval_every` evaluation during training (one completion "
+             "of each of its held-out training problems), not the final-model evaluation above; ")
+    report = write_report(output, ("grpo",), 10).read_text()
+    assert (panel + "drawn otherwise by step, so its lines are not comparable: grpo/seed0 at temperature 0.7, "
+            "ict/seed0 mixed (greedy, at temperature 0.7: eval_temperature changed on a resume).") in report.splitlines()
+    (output / "runs" / "grpo" / "seed0" / "config.yaml").write_text("method: grpo\nnum_steps: 2\neval_temperature: 0\n")
+    (output / "runs" / "ict" / "seed0" / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": step, "reward_mean": 0.5, "eval_accuracy": 0.25, "eval_temperature": 0.7}) + "\n"
+        for step in (1, 2)))
+    assert panel + "drawn at temperature 0.7." in write_report(output, ("grpo",), 10).read_text().splitlines()

@@ -338,3 +338,22 @@ def test_a_run_resumed_from_an_eval_json_without_temperatures_says_nothing_of_an
           console=Console(file=console, width=400))
     summary = console.getvalue()
     assert "(4 problems, temperature 0.7)" in summary and "not comparable" not in summary
+
+
+
+def test_each_held_out_evaluation_during_training_records_the_temperature_it_sampled_at(
+        tiny_model_dir, arithmetic_task, tmp_path, one_thread):
+    """A run evaluating every 2 steps greedily, resumed after step 2 with eval_temperature 0.7 (an
+    option a resume may change): its eval_accuracy curve mixed two temperatures, and metrics.jsonl
+    said of neither (config.yaml keeps the last, 0.7, for every point). Each point now names its
+    own: 0 at step 2, 0.7 at steps 4 and 6, as given; the lines without an evaluation carry none."""
+    options = dict(eval_size=2, eval_every=2)
+    run_dir = tmp_path / "run"
+    train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=2, eval_temperature=0.0, **options),
+          console=_quiet())
+    train(tiny_config(tiny_model_dir, arithmetic_task, run_dir, num_steps=6, resume=True, eval_temperature=0.7,
+                      **options), console=_quiet())
+    lines = read_metrics(run_dir)
+    assert [line["step"] for line in lines] == [1, 2, 3, 4, 5, 6]
+    assert [line.get("eval_temperature") for line in lines] == [None, 0.0, None, 0.7, None, 0.7]
+    assert [("eval_accuracy" in line) for line in lines] == [False, True, False, True, False, True]

@@ -397,23 +397,34 @@ def _paper_figure_lines(rows: list[dict[str, Any]], labels: list[str]) -> list[s
 
 def _held_out_panel_lines(runs: Sequence[RunRecord]) -> list[str]:
     """What the training curves' held-out accuracy panel is, where a run logged one: each run's
-    ``eval_every`` evaluation during training (its config.yaml's ``eval_temperature``, greedy at 0:
-    the last one, where a resume changed it; metrics.jsonl records none per point), not the
-    final-model evaluation; runs drawn otherwise are named (their lines are not comparable)."""
+    ``eval_every`` evaluation during training, not the final-model evaluation; how each run drew
+    it, from its points' ``eval_temperature`` (greedy at 0; a resume may change it mid-curve), or
+    in a metrics.jsonl from before that field its config.yaml's (the last one); runs drawn
+    otherwise are named (their lines are not comparable)."""
     def drawn(temperature: Any) -> str:
         if not isinstance(temperature, int | float) or isinstance(temperature, bool):
             return "at an unrecorded temperature"
         return f"at temperature {temperature:g}" if temperature > 0 else "greedy"
 
-    how = {f"{run.label}/seed{run.seed}": drawn(run_setting(run.directory / "config.yaml", "eval_temperature"))
+    def run_drawn(run: RunRecord) -> str:
+        points = [line for line in run.metrics if isinstance(line.get("eval_accuracy"), int | float)]
+        if not any("eval_temperature" in line for line in points):  # written before the field
+            return drawn(run_setting(run.directory / "config.yaml", "eval_temperature"))
+        kinds = list(dict.fromkeys(drawn(line.get("eval_temperature")) for line in points))
+        if len(kinds) == 1:
+            return kinds[0]
+        return "mixed (" + ", ".join(kinds) + ": eval_temperature changed on a resume)"
+
+    how = {f"{run.label}/seed{run.seed}": run_drawn(run)
            for run in runs if any(isinstance(line.get("eval_accuracy"), int | float) for line in run.metrics)}
     if not how:
         return []
     text = ("The held-out accuracy panel is each run's `eval_every` evaluation during training (one "
             "completion of each of its held-out training problems), not the final-model evaluation above; ")
-    if len(set(how.values())) == 1:
+    mixed = any(kind.startswith("mixed") for kind in how.values())
+    if len(set(how.values())) == 1 and not mixed:
         return ["", text + f"drawn {next(iter(how.values()))}."]
-    return ["", text + "drawn otherwise by run, so its lines are not comparable: "
+    return ["", text + f"drawn otherwise {'by step' if mixed else 'by run'}, so its lines are not comparable: "
             + ", ".join(f"{name} {kind}" for name, kind in how.items()) + "."]
 
 

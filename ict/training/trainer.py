@@ -504,8 +504,9 @@ def _record_step(run: _Run, metrics: dict[str, Any], all_metrics: list[dict[str,
     warmup_end = phase is not None and metrics["step"] == phase[1] - 1
     if run.data.eval and (periodic or warmup_end):  # one evaluation serves both
         evaluation = evaluate_accuracy(run.model, run.tokenizer, run.data.eval, run.reward, config)
-        if periodic:
+        if periodic:  # with its temperature: a resume may change eval_temperature mid-curve
             metrics["eval_accuracy"] = evaluation["accuracy"]
+            metrics["eval_temperature"] = evaluation["temperature"]
         if warmup_end:
             _record_warmup_end(run, metrics["step"], evaluation)
     assert run.logger is not None
