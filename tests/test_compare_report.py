@@ -582,3 +582,9 @@ def test_the_held_out_accuracy_panel_names_a_run_resumed_with_another_eval_tempe
         json.dumps({"step": step, "reward_mean": 0.5, "eval_accuracy": 0.25, "eval_temperature": 0.7}) + "\n"
         for step in (1, 2)))
     assert panel + "drawn at temperature 0.7." in write_report(output, ("grpo",), 10).read_text().splitlines()
+    # resumed after an upgrade: its first point has no record, and is not taken for config.yaml's 0.7
+    (output / "runs" / "ict" / "seed0" / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": step, "reward_mean": 0.5, "eval_accuracy": 0.25, **extra}) + "\n"
+        for step, extra in ((1, {}), (2, {"eval_temperature": 0.7}))))
+    assert ("ict/seed0 mixed (at an unrecorded temperature, at temperature 0.7: its first points were logged "
+            "before metrics.jsonl recorded it).") in write_report(output, ("grpo",), 10).read_text()

@@ -413,7 +413,9 @@ def _held_out_panel_lines(runs: Sequence[RunRecord]) -> list[str]:
         kinds = list(dict.fromkeys(drawn(line.get("eval_temperature")) for line in points))
         if len(kinds) == 1:
             return kinds[0]
-        return "mixed (" + ", ".join(kinds) + ": eval_temperature changed on a resume)"
+        why = ("eval_temperature changed on a resume" if all("eval_temperature" in line for line in points)
+               else "its first points were logged before metrics.jsonl recorded it")
+        return "mixed (" + ", ".join(kinds) + f": {why})"
 
     how = {f"{run.label}/seed{run.seed}": run_drawn(run)
            for run in runs if any(isinstance(line.get("eval_accuracy"), int | float) for line in run.metrics)}
