@@ -108,6 +108,20 @@ def test_launch_script_refuses_a_bad_ict_option_in_one_line(tmp_path: Path) -> N
     """The whole path: the script, the real check in a fresh interpreter; verl never starts."""
     _stub_python(tmp_path, "real")
     run = _run_script(tmp_path, f"+{POLICY}.ict_seed=1.5")
-    ours = [line for line in run.stderr.splitlines() if not line.startswith("WARNING:")]  # verl's platform probe
-    assert run.returncode == 2 and ours == ["ict: ict_seed must be an integer, got 1.5"], run.stderr
+    assert run.returncode == 2 and run.stderr == "ict: ict_seed must be an integer, got 1.5\n", run.stderr
     assert len((tmp_path / "calls").read_text().splitlines()) == 1  # the check only
+
+
+@pytest.mark.parametrize(("method", "extra", "code", "err"), [
+    ("ict", (f"+{POLICY}.ict_seed=1.5",), 2, "ict: ict_seed must be an integer, got 1.5\n"),
+    ("random", (), 0, ""),
+])
+def test_launch_check_in_a_fresh_interpreter_prints_its_line_only(method, extra, code, err) -> None:
+    """``python -m ict.integrations.verl_check`` as the script runs it: nothing on stderr but the
+    refusal, where verl's accelerator probe logged two WARNING lines ("No supported accelerator
+    detected ... Falling back to 'nvidia'") on a machine without a GPU."""
+    root = str(Path(__file__).resolve().parents[1])
+    environment = {**os.environ, "PYTHONPATH": root}
+    run = subprocess.run([sys.executable, "-m", "ict.integrations.verl_check", *script_overrides(method), *extra],
+                         env=environment, capture_output=True, text=True)
+    assert (run.returncode, run.stderr, run.stdout) == (code, err, "")

@@ -29,13 +29,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import logging
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 from ict.core.errors import UsageError, one_line
 
 POLICY_LOSS = "actor_rollout_ref.actor.policy_loss"
+# verl's accelerator probe, which on a machine without a GPU logs two WARNING lines ("No supported
+# accelerator detected ... Falling back to 'nvidia'") when the check first imports verl's workers
+PLATFORM_LOGGER = "verl.plugin.platform.platform_manager"
 
 
 def _override_key(override: str) -> str:
@@ -69,9 +74,31 @@ def _hydra_refusal(error: Exception) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def _quiet_platform_probe() -> Iterator[None]:
+    """Drop the records below ERROR of verl's accelerator probe (:data:`PLATFORM_LOGGER`) while
+    inside: the check's output is its one line. A logger filter, as verl's module sets the
+    logger's level when imported."""
+    platform_logger = logging.getLogger(PLATFORM_LOGGER)
+    platform_logger.addFilter(_errors_only)
+    try:
+        yield
+    finally:
+        platform_logger.removeFilter(_errors_only)
+
+
+def _errors_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR
+
+
 def launch_refusal(overrides: list[str]) -> str | None:
     """The one-line refusal of verl launch overrides ``overrides`` for ``loss_mode=ict`` (see the
     module docstring), or None."""
+    with _quiet_platform_probe():
+        return _launch_refusal(overrides)
+
+
+def _launch_refusal(overrides: list[str]) -> str | None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import verl
