@@ -109,6 +109,25 @@ def test_the_whole_groups_refusal_names_generation_batch_size_and_keeps_accumula
     assert (advised.steps_per_generation, advised.generation_batch_size) == (1, 4)
 
 
+def test_a_group_scoped_random_control_needs_whole_groups_as_ict_does():
+    """'random:scope=group' ranks each prompt's G completions together, but random declares the
+    batch population, so with 2 steps per generation TRL's shuffle handed it fragments of groups,
+    each ranked as a group: a group of 4 rows of 5 tokens at ratio 0.1 had ceil(0.5) = 1 token
+    of each one-row fragment selected, 4 in all, where the whole group has ceil(2) = 2. Refused
+    as ict's scope=group is (docs/scaling.md); its other scopes still run so."""
+    from ict.integrations.trl import ICTGRPOConfig
+
+    common = dict(output_dir="unused", report_to="none", use_cpu=True, bf16=False, per_device_train_batch_size=4,
+                  num_generations=4, gradient_accumulation_steps=2)
+    for spec in ("random:scope=group", "ict:scope=group,reference=seq_mean"):
+        name = spec.split(":")[0]
+        with pytest.raises(ValueError, match=rf"^token_selector '{name}' needs whole groups in each micro-batch "):
+            ICTGRPOConfig(token_selector=spec, **common)
+    for spec in ("random:scope=sequence", "random:scope=batch", "ict:scope=sequence,reference=seq_mean"):
+        assert ICTGRPOConfig(token_selector=spec, **common).steps_per_generation == 2
+    assert ICTGRPOConfig(token_selector="random:scope=group", steps_per_generation=1, **common).token_selector
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "luspo"])
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 def test_trl_aggregate_is_trls_own_aggregation(loss_type, training):

@@ -58,7 +58,7 @@ def test_v1_balance_keeps_whole_groups_on_each_rank() -> None:
         return sum(24576 * seq_len[uid] + seq_len[uid] ** 2 for uid in uids)
 
     for selector in ["ict:ratio=0.1", "ict:reference=group_mean,ratio=0.1",
-                     "ict:reference=seq_mean,scope=group"]:
+                     "ict:reference=seq_mean,scope=group", "random:scope=group"]:
         uids, metrics = balanced("ict", selector)
         ranks = [uids[:4], uids[4:]]
         assert set(ranks[0]).isdisjoint(ranks[1]) and all(a == b for a, b in zip(uids[::2], uids[1::2])), uids

@@ -30,9 +30,11 @@ from ict.core.errors import UsageError
 def test_a_group_scoped_ranking_refuses_a_mini_batch_of_partial_groups() -> None:
     """Rows 0, 1 of one prompt and 3, 4 of the other (actor.shuffle=True, or the v0 trainer's
     balance_batch): a scope=group ranking ranked each fragment as a group; it is refused in one
-    line, as the group references already were."""
+    line, as the group references already were; so is random's scope=group (its population is the
+    batch, but it ranks each uid's rows together)."""
     rows = [0, 1, 3, 4]
-    for spec in ("ict:reference=seq_mean,scope=group,ratio=0.3", "ict:reference=group_mean,ratio=0.3"):
+    for spec in ("ict:reference=seq_mean,scope=group,ratio=0.3", "ict:reference=group_mean,ratio=0.3",
+                 "random:scope=group,ratio=0.3"):
         batch, model = make_batch(), ToyLM()
         data, fsdp = micro_batch(batch, True, global_batch_size=len(rows), rows=rows), engine()
         inputs, output_args = fsdp.prepare_model_inputs(data)

@@ -8,7 +8,12 @@ Each integration imports its engine lazily, so ``import ict`` never needs TRL or
 
 from typing import Any
 
-from ict.core.selectors import check_options, parse_selector_options, resolve_options
+from ict.core.selectors import (
+    check_options,
+    parse_selector_options,
+    ranking_population,
+    resolve_options,
+)
 
 
 def parse_token_selector(spec: str, with_preset: bool = False) -> Any:
@@ -39,3 +44,11 @@ def parse_token_selector(spec: str, with_preset: bool = False) -> Any:
     options = resolve_options(name, parse_selector_options(name, given), preset)
     check_options(name, options)
     return (name, options, preset) if with_preset else (name, options)
+
+
+def ranks_within_groups(name: str, options: dict[str, Any]) -> bool:
+    """Whether selector ``name`` ranks the G completions of each prompt together: a ``group``
+    ranking population, or ``scope=group`` of a selector whose population is wider (``random``
+    declares ``batch``), which ranks each fragment of a group as a group when a micro- or
+    mini-batch holds only part of it."""
+    return ranking_population(name, options) == "group" or options.get("scope") == "group"

@@ -15,7 +15,7 @@ from ict.core.errors import is_integer
 from ict.core.selector_registry import ranking_population, required_js_references
 from ict.core.selectors import method_train_options
 from ict.core.stats import needs_groups, needs_reference_logits, parse_tile_size
-from ict.integrations import parse_token_selector
+from ict.integrations import parse_token_selector, ranks_within_groups
 from ict.integrations.trl_loss import (
     OURS_AGGREGATION,
     TRL_CLIPPED_LOSS_TYPES,
@@ -125,6 +125,7 @@ def needs_whole_groups(js_references: tuple[str, ...], population: str) -> bool:
 def selection_refusal(config: Any) -> str | None:
     """The one-line refusal of a token selector that TRL cannot run as configured, or None:
     ``top_entropy_quantile`` below 1 (a second token picker), a selector that needs whole groups
+    (a group reference or a ``scope=group`` ranking, :func:`ict.integrations.ranks_within_groups`)
     with ``steps_per_generation != 1`` (TRL shuffles a group over micro-batches), the 'ref' JS
     reference (no reference logits inside TRL), Clip-Cov under GSPO's sequence-level ratio clip
     (``importance_sampling_level="sequence"``: it spares the tokens a token-level clip cuts) or
@@ -136,7 +137,9 @@ def selection_refusal(config: Any) -> str | None:
     js_references = required_js_references(name, options)
     if config.top_entropy_quantile < 1.0:
         return "top_entropy_quantile and token_selector both pick tokens; leave top_entropy_quantile at 1.0"
-    if needs_whole_groups(js_references, ranking_population(name, options)) and config.steps_per_generation != 1:
+    whole_groups = needs_whole_groups(js_references, ranking_population(name, options)) or ranks_within_groups(
+        name, options)
+    if whole_groups and config.steps_per_generation != 1:
         return (f"token_selector {name!r} needs whole groups in each micro-batch (TRL shuffles a group over "
                 "micro-batches): set steps_per_generation=1 and leave generation_batch_size unset (it sets "
                 "steps_per_generation); gradient_accumulation_steps may stay")

@@ -128,17 +128,14 @@ from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
 from ict.core.errors import UsageError, is_integer
 from ict.core.loss import TOKEN_SETS, policy_loss
-from ict.core.selectors import (
-    ICT_DEFAULT_REFERENCE,
-    ranking_population,
-    required_js_references,
-)
+from ict.core.selectors import ICT_DEFAULT_REFERENCE, required_js_references
 from ict.core.stats import (
     TokenStatistics,
     needs_groups,
     needs_reference_logits,
     parse_tile_size,
 )
+from ict.integrations import ranks_within_groups
 from ict.integrations.verl_selection import (  # noqa: F401 (also this module's API, as before the split)
     AGGREGATIONS,
     DEFAULT_SELECTOR,
@@ -406,9 +403,9 @@ def _forward_backward_batch(self: Any, data: Any, loss_function: Any, forward_on
 
 def needs_whole_groups(name: str, options: dict[str, Any]) -> bool:
     """Whether selector ``name`` needs each prompt's completions together: a group JS reference
-    (``group_mean`` and its variants, scored per micro-batch) or the ``group`` ranking population."""
-    return (needs_groups(required_js_references(name, options))
-            or ranking_population(name, options) == "group")
+    (``group_mean`` and its variants, scored per micro-batch) or a ``scope=group`` ranking
+    (:func:`ict.integrations.ranks_within_groups`, ranked on the gathered mini-batch)."""
+    return needs_groups(required_js_references(name, options)) or ranks_within_groups(name, options)
 
 
 def group_balanced_order(uids: list[Any], seq_lens: list[int], dp_size: int, group_size: int) -> list[int]:

@@ -27,12 +27,11 @@ from ict.core.selectors import (
     Selection,
     SelectionInputs,
     method_train_options,
-    ranking_population,
     required_js_references,
     select,
 )
 from ict.core.stats import TokenStatistics, needs_groups, parse_tile_size, token_statistics
-from ict.integrations import parse_token_selector
+from ict.integrations import parse_token_selector, ranks_within_groups
 
 # the hydra override that imports this module in every Ray process, verl's trainer included
 V1_OVERRIDE = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=ict.integrations.verl"
@@ -360,7 +359,7 @@ def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
     if expected is not None and len(uids) != expected:
         raise RuntimeError(f"ict: the selection sees {len(uids)} rows of a {expected}-row mini-batch")
     group_size = getattr(actor_config, "rollout_n", None)
-    if (ranking_population(name, options) == "group" and isinstance(group_size, int)
+    if (ranks_within_groups(name, options) and isinstance(group_size, int)
             and any(count != group_size for count in collections.Counter(uids).values())):
         # ranked within the fragments of a prompt's completions otherwise (the group references'
         # own check, in score_micro_batch, covers the selectors that score against the group)
