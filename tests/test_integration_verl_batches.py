@@ -252,3 +252,56 @@ def test_verls_entropy_bonus_and_kl_loss_are_its_own_under_ict(loss_agg_mode, si
                                                           ict_full_token_warmup_steps=0))
     assert float(expected.abs().max()) > 0.1
     torch.testing.assert_close(ours, expected, atol=1e-6, rtol=0)
+
+
+def _scores(parts: int, rows: int = 4, length: int = 6) -> list:
+    """``parts`` micro-batches of random statistics, 2 rows per uid; some rows end early."""
+    from ict.core.stats import TokenStatistics
+
+    generator, scores = torch.Generator().manual_seed(parts), []
+    for part in range(parts):
+        def draw() -> torch.Tensor:
+            return torch.rand(rows, length, generator=generator)
+        mask = torch.ones(rows, length, dtype=torch.bool)
+        mask[0, length // 2:] = mask[2, 1:] = False
+        scores.append(ict_verl.MicroBatchScores(
+            stats=TokenStatistics(-draw(), draw(), draw(), {}), response_mask=mask,
+            advantages=torch.randn(rows, length, generator=generator), old_log_probs=-draw(),
+            token_ids=torch.randint(0, 50, (rows, length), generator=generator),
+            uids=[f"p{part}_{row // 2}" for row in range(rows)], global_batch_size=None))
+    return scores
+
+
+@pytest.mark.parametrize(("loss_agg_mode", "denominator"), [
+    ("token-mean", "selected"), ("token-mean", "all"), ("seq-mean-token-mean", "selected"),
+    ("seq-mean-token-mean", "all"), ("seq-mean-token-sum-norm", "selected")])
+def test_the_micro_batches_loss_scales_cost_one_read_back_a_mini_batch(loss_agg_mode, denominator) -> None:
+    """Each micro-batch's scale ``dp * w_micro / W`` (ict.core.loss.aggregation_weight of its rows
+    and of the mini-batch's), with the device read back as often for 1, 2 or 4 micro-batches: each
+    ``w_micro`` was read back alone, one sync a micro-batch."""
+    import sys
+    from pathlib import Path
+
+    from ict.core.loss import PolicyLossConfig, aggregation_weight
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        from sync_census import SyncCensus
+    finally:
+        sys.path.pop(0)
+    config = actor_config("entropy:ratio=0.3", loss_agg_mode, ict_aggregation="loss_agg_mode",
+                          ict_denominator=denominator)
+    loss_config = PolicyLossConfig(aggregation=ict_verl.AGGREGATIONS[loss_agg_mode], denominator=denominator)
+    syncs = set()
+    for parts in (1, 2, 4):
+        scores, census = _scores(parts), SyncCensus()
+        with census:
+            results = ict_verl.select_mini_batch(scores, config)
+        syncs.add(census.total())
+        weights = [aggregation_weight(result.selection.mask, part.response_mask, loss_config)
+                   for result, part in zip(results, scores)]
+        assert [result.scale for result in results] == pytest.approx([weight / sum(weights) for weight in weights])
+        if loss_agg_mode == "seq-mean-token-mean" and denominator == "selected" and parts == 4:
+            assert len(set(weights)) > 1  # rows without a selected token count apart
+    assert len(syncs) == 1, syncs
+
