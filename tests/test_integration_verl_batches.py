@@ -305,3 +305,33 @@ def test_the_micro_batches_loss_scales_cost_one_read_back_a_mini_batch(loss_agg_
             assert len(set(weights)) > 1  # rows without a selected token count apart
     assert len(syncs) == 1, syncs
 
+
+@pytest.mark.parametrize("v1", [False, True], ids=["v0", "v1"])
+@pytest.mark.parametrize("lengths", [[6, 3, 5, 1, 6, 4], [1, 2, 3, 4, 5, 5], [6] * 6])
+def test_the_response_row_map_is_verls_slicing_without_a_read_back_a_row(v1: bool, lengths: list[int]) -> None:
+    """ict's ``[B, T]`` map of each response position to its packed logits row, and the rows that
+    end before ``T``, equal verl's own ``no_padding_2_padding`` applied to the row numbers (what
+    ict called, reading back three values a row: 20 reads for 6 rows); now at most one read, the
+    width of a nested batch."""
+    import sys
+    from pathlib import Path
+
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    from ict.integrations.verl_selection import response_rows
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        from sync_census import SyncCensus
+    finally:
+        sys.path.pop(0)
+    data = micro_batch(make_batch(response_lengths=lengths), True, v1=v1)
+    packed = sum(PROMPT_LENGTHS) + sum(lengths)
+    shifted = no_padding_2_padding(torch.arange(1, packed + 1), data)
+    census = SyncCensus()
+    with census:
+        index, finished = response_rows(data, packed, torch.device("cpu"))
+    assert torch.equal(index, (shifted - 1).clamp(min=0))
+    assert torch.equal(finished, (shifted > 0).sum(dim=1) < shifted.shape[1])
+    assert finished.tolist() == [length < shifted.shape[1] for length in lengths]
+    assert census.total() == int(v1)

@@ -21,7 +21,7 @@ How it plugs in (no verl file is changed or copied):
   ``ppo_loss`` with ``loss_mode="ict"``.
 - Score: in that wrapper the logits of the micro-batch exist (``[1, nnz, V]`` packed with
   ``use_remove_padding``, else ``[B, S, V]``). A ``[B, T]`` map of each response token's logits
-  row follows verl's own slicing rule (``no_padding_2_padding`` applied to row numbers, so position
+  row follows verl's own slicing rule (``no_padding_2_padding``'s, for all rows at once, so position
   ``t`` of every completion is column ``t``: group positions survive remove-padding), and
   :func:`ict.core.stats.token_statistics` reads those rows in place (``row_index``) to compute
   log-probs, entropy, Renyi-2 and the selector's JS scores without gradient, at the rollout

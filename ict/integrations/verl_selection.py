@@ -16,7 +16,6 @@ from typing import Any
 import torch
 from torch import Tensor
 from verl.utils import tensordict_utils as tu
-from verl.workers.utils.padding import no_padding_2_padding
 
 from ict.core.diagnostics import paper_figures, token_diagnostics
 from ict.core.errors import UsageError
@@ -200,9 +199,27 @@ def response_rows(micro_batch: Any, num_packed: int, device: torch.device) -> tu
     0 on tool results (its loss mask), so a row cut by the length cap inside a tool result would
     end, by that mask, on its last model token before ``T - 1``. ``T`` is the response cap or
     (v1's nested batches) the longest response of the micro-batch; a row that reaches it has no
-    later position in the micro-batch, finished or not, so either is the cap test."""
-    shifted = no_padding_2_padding(torch.arange(1, num_packed + 1, device=device), micro_batch)
-    return (shifted - 1).clamp(min=0), (shifted > 0).sum(dim=1) < shifted.shape[1]
+    later position in the micro-batch, finished or not, so either is the cap test.
+
+    verl's rule without its loop over the rows (three values read back a row): response position
+    ``t < r_b`` of row ``b`` is packed row ``e_b - r_b - 1 + t``, with ``r_b`` its response length
+    and ``e_b`` the end of its sequence in the packing (the running sum of prompt + response
+    lengths); ``T`` is read back only for a nested batch without ``max_response_len``, as verl's
+    own. ``num_packed``: the packed rows (``e`` of the last row, which verl's loss asserts)."""
+    prompts, responses = micro_batch["prompts"], micro_batch["responses"]
+    if prompts.is_nested:
+        prompt_lengths, lengths = prompts.offsets().diff(), responses.offsets().diff()
+        width = tu.get_non_tensor_data(data=micro_batch, key="max_response_len", default=-1)
+        width = int(lengths.max()) if width < 0 else int(width)
+    else:
+        attention = micro_batch["attention_mask"]
+        prompt_lengths, lengths = attention[:, : prompts.shape[1]].sum(1), attention[:, prompts.shape[1]:].sum(1)
+        width = responses.shape[1]
+    prompt_lengths, lengths = prompt_lengths.to(device), lengths.to(device)
+    ends = (prompt_lengths + lengths).cumsum(0)
+    columns = torch.arange(width, device=device)
+    index = (ends - lengths - 1)[:, None] + columns
+    return torch.where(columns < lengths[:, None], index, 0), lengths < width
 
 
 def _temperature(micro_batch: Any) -> float:
