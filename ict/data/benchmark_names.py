@@ -25,11 +25,14 @@ def split_benchmark_names(text: str) -> list[str]:
     comma-separated list, stripped, blanks left out. A comma inside brackets, parentheses, braces
     or quotes belongs to an ``rg:`` option's value (a Python literal, `parse_reasoning_gym_name`);
     a quote or an opening bracket left open is a `UsageError` (it took every later name into the
-    value: ``rg:basic_arithmetic:format_style="simple,gsm8k`` evaluated no gsm8k)."""
-    names, start, depth, quote = [], 0, 0, ""
+    value: ``rg:basic_arithmetic:format_style="simple,gsm8k`` evaluated no gsm8k). In quotes a backslash
+    escapes the next character, as in Python (``['O\\'Brien']`` is closed)."""
+    names, start, depth, quote, escaped = [], 0, 0, "", False
     for position, char in enumerate(text):
-        if quote:
-            quote = "" if char == quote else quote
+        if escaped:  # the character after a backslash in quotes: \' in 'O\'Brien' closes nothing
+            escaped = False
+        elif quote:
+            escaped, quote = char == "\\", "" if char == quote else quote
         elif char in "'\"":
             quote = char
         elif char in "([{":
