@@ -536,3 +536,23 @@ def load_benchmarks(
     same `data_dir`, `limit` and `answer_extraction`."""
     return [load_benchmark(name, data_dir, limit, answer_extraction)
             for name in expand_benchmark_names(names)]
+
+
+# The reasoning-gym set constants, moved to `ict.data.benchmark_names` on 2026-12-01, still read from here
+# (with a DeprecationWarning) until ict 0.3.0, as the module paths of `ict.MOVED_MODULES` are.
+_MOVED_TO_BENCHMARK_NAMES = frozenset({"REASONING_GYM_EVAL_SEED", "REASONING_GYM_DEFAULT_SIZE"})
+
+
+def __getattr__(name: str) -> Any:
+    """``ict.data.benchmarks.NAME`` for a name of `_MOVED_TO_BENCHMARK_NAMES`: the object at its new
+    home, with a DeprecationWarning (``from ict.data.benchmarks import REASONING_GYM_EVAL_SEED`` was
+    an ImportError after the move)."""
+    if name not in _MOVED_TO_BENCHMARK_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import warnings
+
+    from ict.data import benchmark_names
+
+    warnings.warn(f"ict.data.benchmarks.{name} moved to ict.data.benchmark_names.{name}; the old path is "
+                  "removed in ict 0.3.0", DeprecationWarning, stacklevel=2)
+    return getattr(benchmark_names, name)
