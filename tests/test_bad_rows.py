@@ -218,6 +218,20 @@ def test_a_benchmark_gold_stored_as_a_list_is_read_as_one(tmp_path):
     assert check_math("so \\boxed{1, 2}", gold).correct
 
 
+def test_a_benchmark_gold_stored_as_a_list_of_one_is_read_in_its_fields_format(tmp_path):
+    """One answer stored as a list is that answer, read as its field says: a solution field's
+    ["... \\boxed{3}"] is 3 (read as a list it was the whole solution text), a gsm8k field's
+    ["... #### 5"] is 5, a number field's [70.0] is 70."""
+    from ict.data.benchmarks import load_benchmark
+
+    (tmp_path / "minerva_math.jsonl").write_text(
+        json.dumps({"problem": "q?", "solution": ["Adding, we get $\\boxed{3}$ in all."]}) + "\n")
+    (tmp_path / "gsm8k.jsonl").write_text(json.dumps({"question": "q?", "answer": ["2 + 3 = 5\n#### 5"]}) + "\n")
+    (tmp_path / "aime24.jsonl").write_text(json.dumps({"problem": "q?", "answer": [70.0]}) + "\n")
+    assert [load_benchmark(name, tmp_path).problems[0].answer for name in ("minerva_math", "gsm8k", "aime24")] == [
+        "3", "5", "70"]
+
+
 def test_a_line_of_spaces_is_a_blank_line(tmp_path):
     """A .jsonl line of spaces and tabs is blank, as an empty one: left out, the next row keeps its
     line number (not refused as bad JSON)."""

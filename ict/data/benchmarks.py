@@ -374,6 +374,8 @@ def problem_from_row(spec: BenchmarkSpec, row: dict[str, Any], index: int) -> Pr
     for gold_field, gold_format in spec.gold_fields:
         if gold_field in row and row[gold_field] is not None and row[gold_field] != "":
             raw = checked_answer(row[gold_field], gold_field)
+            if isinstance(raw, list) and len(raw) == 1:
+                raw = raw[0]  # one answer stored as a list (["... \\boxed{3}"], [70]): read in its field's format
             # a list (["1", "2"], as a redistribution stores it) is read as one: its repr "['1', '2']" was the gold
             gold = normalize_gold(raw, "list" if isinstance(raw, list) else gold_format)  # type: ignore[arg-type]
             break
