@@ -636,3 +636,27 @@ def test_a_lora_adapter_takes_its_own_or_its_checkpoints_tokenizer_never_another
     expected = base_ids if layout.startswith("plain") else base_ids[::-1]
     _, loaded = load_inference_model(str(adapter), device="cpu")
     assert loaded("1 2", add_special_tokens=False)["input_ids"] == expected
+
+
+def test_a_model_directory_holding_an_adapter_folder_is_that_model(tiny_model_dir, tmp_path):
+    """A full model directory (its own config.json and weights) with an ``adapter/`` folder in it was
+    taken for ict train's LoRA checkpoint: ``ict eval --model DIR`` evaluated the adapter's base
+    model with the adapter merged, not DIR's weights. Its weights are the directory's own."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from ict.models.loading import LoraOptions, load_inference_model, lora_adapter_dir
+
+    directory = tmp_path / "merged"
+    shutil.copytree(tiny_model_dir, directory)
+    saved = load_file(str(directory / "model.safetensors"))
+    name = next(key for key in saved if key.endswith("q_proj.weight"))
+    saved[name] = saved[name] + 1.0  # this directory's own weights, unlike the adapter's base model's
+    save_file(saved, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    lora, _ = load_model_and_tokenizer(str(tiny_model_dir), device="cpu", lora=LoraOptions(rank=2))
+    lora.save_pretrained(directory / "adapter")  # base_model_name_or_path: tiny_model_dir
+    assert lora_adapter_dir(str(directory)) is None
+    assert lora_adapter_dir(str(directory / "adapter")) == directory / "adapter"
+    model, _ = load_inference_model(str(directory), device="cpu")
+    assert torch.equal(model.state_dict()[name], saved[name])

@@ -341,11 +341,12 @@ def load_model_and_tokenizer(
 
 def lora_adapter_dir(name_or_path: str) -> Path | None:
     """The peft adapter directory of a LoRA checkpoint of `ict train` (``<ckpt>/adapter``), or
-    of a plain adapter directory (``adapter_config.json``, no ``config.json``); None for anything else."""
+    of a plain adapter directory (``adapter_config.json``, no ``config.json``); None for anything else,
+    a model directory (its own ``config.json``) holding an ``adapter/`` too."""
     path = Path(name_or_path).expanduser()
     for candidate in (path / "adapter", path):
         if (candidate / "adapter_config.json").is_file() and not (candidate / "config.json").is_file():
-            return candidate
+            return None if candidate != path and (path / "config.json").is_file() else candidate
     return None
 
 
