@@ -279,3 +279,41 @@ def test_an_eval_temperature_vllm_does_not_sample_at_is_refused_before_anything_
         f"error: --eval-temperature {temperature:g}: ict compare evaluates with vLLM here (installed), which "
         "samples at temperatures in [0.01, 2]: give one there, or 0 (greedy)"]
     assert not output.exists()
+
+
+def test_an_option_key_written_with_hyphens_leaves_its_run_the_method_it_names(tmp_path):
+    """A --methods option's key may hold ``-`` (``grpo:learning-rate=1e-6`` trains with
+    ``learning_rate``, as ict train's --learning-rate); its run label ``grpo-learning-rate=1e-6``
+    was read as a method ``grpo-learning`` (the label up to its first ``-key=value``): no baseline
+    grpo in the report, and ``--baselines grpo`` refused. Reference: each spec's own method name."""
+    from ict.analysis.compare import RunRecord, is_baseline, method_of, summarize
+    from ict.experiments.methods import method_overrides
+    from ict.training.config_loading import build_config
+
+    specs = parse_methods("grpo:learning-rate=1e-6,ict:max-new-tokens=512,stapo:tau-p=0.01,"
+                          "random:scope=group,ratio=0.2,ict:x=-1,my-sel:ratio=0.2,random-topk,grpo")
+    assert [spec.label for spec in specs] == [
+        "grpo-learning-rate=1e-6", "ict-max-new-tokens=512", "stapo-tau-p=0.01", "random-scope=group-ratio=0.2",
+        "ict-x=-1", "my-sel-ratio=0.2", "random-topk", "grpo"]
+    assert [method_of(spec.label) for spec in specs] == [spec.name for spec in specs]
+    assert build_config(None, {}, method_overrides(specs[0])).learning_rate == 1e-6  # the key is an option
+    assert is_baseline("grpo-learning-rate=1e-6", ("grpo", "random"))
+    verdicts = {"grpo-learning-rate=1e-6": [True, False, False, False], "ict": [True, True, False, False]}
+    runs = [RunRecord(label, 0, tmp_path, [], {"b": {i: [v] * 4 for i, v in enumerate(values)}})
+            for label, values in verdicts.items()]
+    rows = summarize(runs, resamples=20)["differences"]
+    assert {(row["method"], row["baseline"]) for row in rows} == {("ict", "grpo-learning-rate=1e-6")}
+    config = CompareConfig(methods="grpo:learning-rate=1e-6,ict", baselines=("grpo",), output_dir=tmp_path / "cmp",
+                           report_only=True)
+    assert config.validate().baselines == ("grpo",)  # was "--baselines 'grpo' is none of the runs"
+    plugin = CompareConfig(methods="grpo,random-topk:ratio=0.2", baselines=("random-topk",),
+                           output_dir=tmp_path / "cmp", report_only=True)
+    assert plugin.validate().baselines == ("random-topk",)  # its plugin not loaded yet: its spec names it
+    from ict.core.selectors import SELECTORS, register_selector
+
+    register_selector("random-topk")(lambda inputs: inputs.response_mask.bool())
+    try:  # loaded, a plugin whose name starts with a built-in's is itself
+        assert method_of("random-topk-ratio=0.2") == "random-topk"
+        assert not is_baseline("random-topk-ratio=0.2", ("grpo", "random"))
+    finally:
+        SELECTORS.pop("random-topk", None)

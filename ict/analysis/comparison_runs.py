@@ -26,10 +26,17 @@ def method_of(label: str) -> str:
     """The method name of a run label (``ict.experiments.methods.MethodSpec.label``: the name, then
     ``-key=value`` per option): ``"random-ratio=0.1"`` -> ``"random"``. A plugin selector's name
     may hold ``-`` but never ``=`` (``ict.core.selector_registry``): ``"my-sel-ratio=0.2"`` ->
-    ``"my-sel"``, ``"random-topk"`` -> ``"random-topk"`` (not the method ``random``)."""
+    ``"my-sel"``, ``"random-topk"`` -> ``"random-topk"`` (not the method ``random``). An option's
+    key may hold ``-`` too (``grpo:learning-rate=1e-6``, read as ``learning_rate``): when the text
+    before the first ``=`` is no registered method but a shorter part of it is, the longest such is
+    the method (``"grpo-learning-rate=1e-6"`` -> ``"grpo"``)."""
+    from ict.core.selectors import METHOD_ALIASES, SELECTORS
+
     parts = label.split("-")
     named = next((index for index, part in enumerate(parts) if "=" in part), len(parts))
-    return "-".join(parts[:named])
+    known = [name for name in ("-".join(parts[:end]) for end in range(named, 0, -1))
+             if name in SELECTORS or name in METHOD_ALIASES]
+    return known[0] if named < len(parts) and known else "-".join(parts[:named])
 
 
 def run_dir(output_dir: Path, label: str, seed: int) -> Path:

@@ -165,7 +165,8 @@ class CompareConfig:
             runs = self.output_dir / "runs"
             labels = {spec.label for spec in specs} | (
                 {path.name for path in runs.iterdir() if path.is_dir()} if runs.is_dir() else set())
-            unknown = [name for name in self.baselines if not any(is_baseline(label, [name]) for label in labels)]
+            unknown = [name for name in self.baselines if not any(is_baseline(label, [name]) for label in labels)
+                       and not any(spec.name == name for spec in specs)]  # a plugin's, not loaded yet
             if unknown:
                 raise UsageError(f"--baselines {unknown[0]!r} is none of the runs of --methods "
                                  f"({', '.join(sorted(labels))}) nor of {runs}")
