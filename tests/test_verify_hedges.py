@@ -300,6 +300,24 @@ def test_a_range_with_a_dash_after_an_anchor_is_not_its_first_number(verifier, c
     assert anchor_answer_readings("The answer is 3\u20135.") == ["The answer is \\boxed{3 \\text{ to } 5}"]
 
 
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a dash after the answer that opens an aside is no range (each read "12 to 3": none, since rules 10)
+    ("The answer is 12 \u2014 3 more than 9.", "12", True),
+    ("The answer is 16 \u2013 2 less than 18.", "16", True),
+    ("The answer is 4 \u2014 2 + 2 = 4.", "4", True),
+    ("The answer is 6 \u2014 12 divided by 2.", "6", True),
+    # ... nor "1\u20130", which math-verify read as the product 1 to 0, equal to 0
+    ("The answer is 1\u20130.", "0", False),
+    # a range still is one: up to a larger number, a unit or words after it
+    ("The answer is 3 \u2014 5 apples.", "3", False),
+    ("The answer is 10\u201315 minutes, give or take.", "10", False),
+])
+def test_a_dash_before_an_aside_is_no_range(verifier, completion, gold, expected):
+    """A dash opens a range only up to a larger number with no arithmetic after it: "12 \u2014 3 more
+    than 9" is 12 and an aside (rules 10 read it as a range, equal to no number). Both extractions."""
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
 @pytest.mark.parametrize(("completion", "expected"), [
     ("The answer is between 3 and 4.", "The answer is \\boxed{3 \\text{ to } 4}"),
     ("Final answer: From -3 to 4.5 hours", "Final answer: \\boxed{-3 \\text{ to } 4.5}"),

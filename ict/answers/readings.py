@@ -154,6 +154,10 @@ _EITHER = re.compile(r"^(?i:either)\s+")  # "either 3 or 4": the alternatives 3 
 _RANGE = re.compile(
     rf"(?i:between\s+({_DECIMAL})\s+and|from\s+({_DECIMAL})\s+to|({_DECIMAL})\s+to)\s+({_DECIMAL})"
     rf"|(\d+(?:\.\d+)?)\s*[\u2013\u2014]\s*(\d+(?:\.\d+)?)")
+# what makes a dash no range's: an aside after the answer, "12 \u2014 3 more than 9", "4 \u2014 2 + 2", "6 \u2014 12
+# divided by 2" (an operator or a word of arithmetic after its second number; see `_range`)
+_DASH_ASIDE = re.compile(
+    r"\s*(?:[-+*/=^\u00d7\u00f7\u2212]|(?i:more|less|fewer|times|divided|multiplied|plus|minus|over)\b)")
 # the precision a number is given to, after "3.14 to 2": "decimal places", "significant figures",
 # "sig figs", "d.p.", "s.f.", "places", "digits" (no range)
 _PRECISION = re.compile(r"\s*(?i:decimal|significant|sig|places?|digits?|figures?|d\.?p|s\.?f)\b")
@@ -368,10 +372,14 @@ def _range(value: str) -> str | None:
     4``, equal to no number; None for no range, and for ``2 to 1``, ``3 to 1.0`` (a ratio ``a:1``,
     which is ``a``: read as before), ``3.14 to 2 decimal places`` (a precision, `_PRECISION`: read
     as before). A range is a hedge; a ratio ``a:b`` is ``a/b``: neither is ``a`` unless ``b`` is
-    1."""
+    1. A dash opens a range only up to a larger number with no arithmetic after it (`_DASH_ASIDE`):
+    ``12 \u2014 3 more than 9``, ``4 \u2014 2 + 2 = 4`` are the answer and an aside (read 12 and 4, as
+    before)."""
     bounds = _RANGE.match(value)
     if bounds is None or bounds[3] is not None and (
             float(bounds[4]) == 1 or _PRECISION.match(value, bounds.end())):
+        return None
+    if bounds[5] is not None and (float(bounds[5]) >= float(bounds[6]) or _DASH_ASIDE.match(value, bounds.end())):
         return None
     return f"{bounds[1] or bounds[2] or bounds[3] or bounds[5]} \\text{{ to }} {bounds[4] or bounds[6]}"
 
