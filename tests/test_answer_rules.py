@@ -265,6 +265,24 @@ def test_a_letter_in_a_relation_or_a_latex_hedge_is_no_option(text, expected):
 
 
 @pytest.mark.parametrize(("text", "expected"), [
+    # a plain arrow that points to the option's text, and an operator on a later line, leave the
+    # letter an answer (each read none under rules 10, the letter under rules 9)
+    ("The answer is C \u2192 42.", "C"),
+    ("Answer: B \u2192 correct", "B"),
+    ("The answer is B\n\n\u2192 because 42 is the mass.", "B"),
+    ("The answer is B\n\\in any case", "B"),
+    ("The answer is D\n\n\u00d7 A: wrong sign", "D"),
+    # a formula still commits to none: an arrow to a letter, an operator on the letter's line
+    ("The answer is A \u2192 B.", None),
+    ("The answer is A \u2192 b", None),
+    ("The answer is A \t\\to B.", None),
+    ("The answer is C \u00d7 D", None),
+])
+def test_a_letter_before_an_arrow_to_its_text_or_a_line_break_is_an_option(text, expected):
+    assert extract_choice_letter(text, 4) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
     # a rejected letter before the answer's: "not A but B" commits to B (read as none)
     ("The answer is not A but B.", "B"),
     ("The answer is not (A), it is (C).", "C"),

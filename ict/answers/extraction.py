@@ -145,13 +145,16 @@ delimiters ``$``, ``\\(``; a text wrapper ``\\textbf{``; a bracket ``(``, ``[``:
 _LETTER_CLOSE = r"(?:\\?\)|\]|\}|\$)(?:\s*(?:\\?\)|\]|\}|\$)){0,3}"
 """What closes it: ``)$``, ``)}$``, ``\\)``, ``]``."""
 _OPERATOR_AFTER = re.compile(
-    r"\s*(?:\\(?:cup|cap|setminus|times|cdot|oplus|otimes|vee|wedge|circ|subseteq|subset|supseteq|supset"
+    r"[ \t]*(?:\\(?:cup|cap|setminus|times|cdot|oplus|otimes|vee|wedge|circ|subseteq|subset|supseteq|supset"
     r"|to|rightarrow|Rightarrow|implies|iff|in|notin|leq?|geq?|neq?|equiv|cong|sim|approx|lor|land)(?![^\W\d_])"
-    r"|[\^\u222a\u2229\u2216\u00d7\u22c5\u2282\u2286\u2283\u2287\u2192\u2208\u2264\u2265\u2260]"
+    r"|[\^\u222a\u2229\u2216\u00d7\u22c5\u2282\u2286\u2283\u2287\u2208\u2264\u2265\u2260]"
+    r"|\u2192(?=[ \t]*[^\W\d_](?![\w']))"
     r"|\\text\s*\{\s*(?i:or|and|and/or)\s*\})")
-"""An operator or a relation right after an answer's letter, which makes the letter a piece of a
-formula, no option: ``C \\cup D``, ``A \u222a B``, ``A \\times B``, ``A^T A``, ``A \\subset B``, ``A \\to
-B``; or a hedge in LaTeX, ``B \\lor C``, ``B \\text{ or } C`` (as "B or C": none)."""
+"""An operator or a relation right after an answer's letter, on its line, which makes the letter a
+piece of a formula, no option: ``C \\cup D``, ``A \u222a B``, ``A \\times B``, ``A^T A``, ``A \\subset B``,
+``A \\to B``, ``A \u2192 B`` (a plain arrow before a letter only: ``B \u2192 42``, ``B \u2192 correct``
+point to the option's text); or a hedge in LaTeX, ``B \\lor C``, ``B \\text{ or } C`` (as "B or C":
+none). A line break ends the letter's formula: ``B``, then a line ``\u2192 because ...``, is B."""
 _MATH_OPERATOR_AFTER = re.compile(r"\s*[-+*/=<>]")
 """... and in math delimiters also an arithmetic sign or a comparison: ``$B - A$``, ``$A = B$`` (not
 the ``-`` of plain text, "C - the third option")."""
