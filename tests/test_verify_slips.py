@@ -318,6 +318,19 @@ def test_a_rejected_answer_before_a_reason_or_in_math_is_dropped(verifier, compl
 
 
 @pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # "it\u2019s" with a typographic apostrophe opens the answer as "it's" does (math-verify read the
+    # rejected 5)
+    ("The answer isn\u2019t 5, it\u2019s 6.", "6", True),
+    ("The answer isn\u2019t 5, it\u2019s 6.", "5", False),
+    ("The answer is not 5; it\u2019s 6 apples.", "6", True),
+    ("The answer is not 5, it\u2019s 6, since 5 fails.", "6", True),
+])
+def test_a_rejected_answer_before_it_s_with_a_typographic_apostrophe_is_dropped(verifier, completion, gold,
+                                                                                 expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
     # a time of day with words after it is read whole, as "3:45 pm" is (read 10)
     ("The answer is 10:30 a.m. on Monday.", "10:30", True),
     ("The answer is 10:30 a.m. on Monday.", "10", False),

@@ -72,7 +72,7 @@ _NUMBER_BEFORE_PLAIN_CONDITION = re.compile(
 # 5, it's 6" (what follows it is boxed: math-verify read 5)
 _NEGATED_ANSWER = re.compile(
     r"^(?i:not|n['\u2019]t)\s[^,;]*?(?:[,;]|\s(?i:but)\b)\s*(?:(?i:but|rather|instead)\b,?\s*)?"
-    r"(?:(?i:it\s+is|it's|it\s+equals)\b\s*)?(?=\S)")
+    r"(?:(?i:it\s+is|it['\u2019]s|it\s+equals)\b\s*)?(?=\S)")
 # the answer after a rejected one in math delimiters, "not $5$, but $6$", "not $5$ but $6$ or $7$": a
 # plain number's delimiters are dropped, a formula's when it is the whole answer (math-verify read
 # the rejected $5$)
