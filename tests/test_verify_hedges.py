@@ -318,6 +318,21 @@ def test_a_dash_before_an_aside_is_no_range(verifier, completion, gold, expected
     assert_graded_in_both_extractions(verifier, completion, gold, expected)
 
 
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a range between bare decimals is a range too (a bare decimal before a unit, ".5 dollars", is
+    # also read alone since rules 10, which read ".5 to .75 dollars" as .5)
+    ("<answer>.5 to .75 dollars</answer>", "0.5", False),
+    ("The answer is .5 to .75 dollars.", "0.5", False),
+    ("#### .5 to .75", "0.5", False),
+    ("The answer is between .5 and 2 cups.", "0.5", False),
+    # as before: a bare decimal and its unit, a ratio to 1
+    ("<answer>.5 dollars</answer>", "0.5", True),
+    ("<answer>.5 to 1 dollars</answer>", "0.5", True),
+])
+def test_a_range_between_bare_decimals_is_no_number(verifier, completion, gold, expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
 @pytest.mark.parametrize(("completion", "expected"), [
     ("The answer is between 3 and 4.", "The answer is \\boxed{3 \\text{ to } 4}"),
     ("Final answer: From -3 to 4.5 hours", "Final answer: \\boxed{-3 \\text{ to } 4.5}"),

@@ -151,8 +151,9 @@ _LOGICAL_OR = re.compile(r"\\(?:lor|vee)(?![^\W\d_])")
 _EITHER = re.compile(r"^(?i:either)\s+")  # "either 3 or 4": the alternatives 3 and 4
 # a range, "between 3 and 4", "from 3 to 4", "3 to 4" or "3\u20134" (an en or em dash; math-verify read
 # its first number, 3; see `_range`)
+_RANGE_BOUND = rf"{_DECIMAL}|[-+]?\.\d+"  # ... a bare decimal too: ".5 to .75 dollars" (read as .5 and its unit)
 _RANGE = re.compile(
-    rf"(?i:between\s+({_DECIMAL})\s+and|from\s+({_DECIMAL})\s+to|({_DECIMAL})\s+to)\s+({_DECIMAL})"
+    rf"(?i:between\s+({_RANGE_BOUND})\s+and|from\s+({_RANGE_BOUND})\s+to|({_RANGE_BOUND})\s+to)\s+({_RANGE_BOUND})"
     rf"|(\d+(?:\.\d+)?)\s*[\u2013\u2014]\s*(\d+(?:\.\d+)?)")
 # what makes a dash no range's: an aside after the answer, "12 \u2014 3 more than 9", "4 \u2014 2 + 2", "6 \u2014 12
 # divided by 2" (an operator or a word of arithmetic after its second number; see `_range`)
