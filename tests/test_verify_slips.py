@@ -6,6 +6,8 @@ Hand-worked golds; both extractions unless said."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from conftest import assert_graded_in_both_extractions
 
@@ -350,6 +352,26 @@ def test_a_rejected_answer_before_it_s_with_a_typographic_apostrophe_is_dropped(
 ])
 def test_a_time_of_day_with_words_after_it_or_on_the_hour(verifier, completion, gold, expected):
     assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("text", "most_chars"), [("\\boxed{" * 3000, 0), ("\\boxed{2:00 " * 1700, 1700 * 200)])
+def test_boxes_that_do_not_close_are_read_for_a_time_on_the_hour_in_linear_time(monkeypatch, text, most_chars):
+    """A box is looked into for a time on the hour only when its content opens with one, and to 200
+    characters: each of 3,000 unclosed boxes was scanned to 2,000 characters (0.4 s of a check).
+    ``most_chars``: the characters all the boxes' scans may take together."""
+    from ict.answers import readings
+
+    scanned, balanced_group = [], readings._balanced_group
+
+    def counted(text: str, open_index: int, limit: int = 2_000) -> str | None:
+        scanned.append(limit)
+        return balanced_group(text, open_index, limit)
+
+    monkeypatch.setattr(readings, "_balanced_group", counted)
+    start = time.perf_counter()
+    assert readings._on_the_hour_readings(text) == [text]
+    assert sum(scanned) <= most_chars
+    assert time.perf_counter() - start < 1.0
 
 
 @pytest.mark.parametrize(("completion", "expected"), [

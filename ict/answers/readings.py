@@ -89,6 +89,10 @@ _WORDS = re.compile(r"(?:[\s,]+[^\W\d_]+\.?)*")  # words with no digit: the " on
 # a box's content (its \text wrappers read as spaces) that is a time on the hour, "2:00", "2:00 pm",
 # "2:00 \text{ PM}" (group 1: the hour; see `_on_the_hour_readings`)
 _ON_THE_HOUR = re.compile(r"\s*(\d{1,2})\s*:\s*00(?:\s|\\[ ,;:]|~)*(?i:[ap]\.?\s?m\.?)?\s*")
+# a box that may hold one (its content opens with the time), and the most characters that content
+# is looked for in: each box of "\boxed{" * 3000 was looked for to 2,000 characters (1 s)
+_BOXED_HOUR_OPEN = re.compile(r"\\boxed\s*\{(?=\s*\d{1,2}\s*:\s*00)")
+_ON_THE_HOUR_CHARS = 200
 # a plain number in math delimiters opening the answer, "$5$ when $n = 2$", "\\(5\\) for \\(x =
 # 1\\)": read as the plain number before a condition is (math-verify read n = 2 and x = 1)
 _MATH_NUMBER = re.compile(
@@ -547,8 +551,8 @@ def _on_the_hour_readings(text: str) -> list[str]:
     GSM8K's gold for "the latest time ... to start" is 2, and math-verify reads ``2:00`` as no number
     equal to it (a ratio over 0); a gold ``2:00`` still matches the first reading."""
     pieces, done = [], 0
-    for found in _BOXED_OPEN.finditer(text):
-        content = _balanced_group(text, found.end() - 1) if found.start() >= done else None
+    for found in _BOXED_HOUR_OPEN.finditer(text):
+        content = _balanced_group(text, found.end() - 1, _ON_THE_HOUR_CHARS) if found.start() >= done else None
         hour = _ON_THE_HOUR.fullmatch(_TEXT_WRAPPER.sub(r" \1 ", content)) if content is not None else None
         if hour is not None:
             pieces += [text[done:found.end()], hour[1], "}"]
