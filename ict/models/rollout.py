@@ -90,6 +90,39 @@ def encode_prompt(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=add_special)["input_ids"])
 
 
+# RoPE scalings that stretch the positions a model was trained on by their `factor` (vLLM's rule for
+# max_model_len); llama3 and longrope configs already give the stretched length
+STRETCHING_ROPE_TYPES = ("linear", "dynamic", "yarn")
+
+
+def context_length(config: Any) -> int | None:
+    """Tokens one sequence of the model may hold (prompt + completion): its config's
+    `max_position_embeddings` (GPT-2's `n_positions`), or `factor` x `original_max_position_embeddings`
+    when a linear, dynamic or YaRN RoPE scaling stretches it further (as vLLM derives max_model_len);
+    None when the config names no length."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if not isinstance(positions, int) or positions < 1:
+        return None
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+    if isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) in STRETCHING_ROPE_TYPES:
+        factor = rope.get("factor")
+        if isinstance(factor, int | float) and factor > 1:
+            positions = max(positions, int(factor * rope.get("original_max_position_embeddings", positions)))
+    return positions
+
+
+def check_context(longest_prompt: int, max_new_tokens: int, context: int | None) -> None:
+    """Refuse, in one line naming both numbers, completions of up to `max_new_tokens` after a
+    prompt of `longest_prompt` tokens that would pass the model's `context` positions
+    (:func:`context_length`): `generate` went on past them with a warning only (positions the
+    model never saw, or an index error with learned position embeddings), where vLLM refuses a
+    request longer than its max_model_len."""
+    if context is not None and longest_prompt + max_new_tokens > context:
+        raise UsageError(f"a prompt of {longest_prompt} tokens + max_new_tokens {max_new_tokens} exceeds the "
+                         f"model's context of {context} tokens (max_position_embeddings): lower max_new_tokens "
+                         f"to at most {max(context - longest_prompt, 0)}")
+
+
 def truncate_at_eos(token_ids: list[int], eos_ids: Sequence[int]) -> tuple[list[int], bool]:
     """A row's tokens up to its first EOS (kept), and whether it has one. ``generate`` pads only
     the rows that ended (after their EOS): a row without EOS ran to the cap and every token of it
@@ -294,6 +327,8 @@ def generate_completions(
                                             seed=seed, system_prompt=system_prompt)
     prompt_texts = [render_prompt(tokenizer, prompt, system_prompt) for prompt in prompts]
     prompt_ids = [encode_prompt(tokenizer, text) for text in prompt_texts]
+    check_context(max((len(ids) for ids in prompt_ids), default=0), sampling.max_new_tokens,
+                  context_length(getattr(model, "config", None)))
     eos_ids = _eos_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     device = next(model.parameters()).device
