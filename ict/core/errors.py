@@ -6,6 +6,7 @@ import errno
 import json
 import math
 import numbers
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,6 +84,38 @@ def check_thread_count(flag: str, threads: int | None) -> None:
     memory there (exit 1, "unable to mmap ... Cannot allocate memory", or an abort of libgomp)."""
     if threads is not None and not 1 <= threads <= MAX_THREADS:
         raise UsageError(f"{flag} must be in 1..{MAX_THREADS}, got {threads}")
+
+
+ITEM_BYTES = 64
+"""a lower bound of the memory one completion of a step (or one generated problem) holds at once:
+its own list of token ids (an empty list object is 56 bytes in CPython) and a pointer to it"""
+
+
+def machine_memory_bytes() -> int:
+    """This machine's RAM + swap in bytes (``/proc/meminfo``; else sysconf's RAM), the most that
+    can exist for one process; ``2**63`` where neither says."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+        return (int(fields["MemTotal"].split()[0]) + int(fields.get("SwapTotal", "0 kB").split()[0])) * 1024
+    except (OSError, KeyError, ValueError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return 2**63
+
+
+def check_fits_in_memory(count: int, what: str, fix: str) -> None:
+    """One-line UsageError when `count` items (`what`: e.g. "completions a step") need more than
+    the machine has even at `ITEM_BYTES` each (a bound below their real size), checked before the
+    model loads: a million million completions a step ran out of memory after the load (MemoryError,
+    or the kernel's kill, exit 137), and a billion reasoning-gym problems were generated one by one
+    until memory ran out."""
+    memory = machine_memory_bytes()
+    if count * ITEM_BYTES > memory:
+        raise UsageError(f"{count:,} {what} need at least {count * ITEM_BYTES / 2**30:,.0f} GiB of memory "
+                         f"({ITEM_BYTES} bytes each), more than this machine's {memory / 2**30:,.1f} GiB of "
+                         f"RAM + swap: {fix}")
 
 
 def check_output_file(flag: str, path: Any) -> None:

@@ -64,7 +64,13 @@ from ict.answers.verify import (
     check_timeout,
     default_verifier,
 )
-from ict.core.errors import UsageError, check_option_text, check_path_given, check_thread_count
+from ict.core.errors import (
+    UsageError,
+    check_fits_in_memory,
+    check_option_text,
+    check_path_given,
+    check_thread_count,
+)
 from ict.core.metrics import benchmark_metrics, majority_vote_correct
 from ict.core.options import check_choices, option
 from ict.core.problems import Problem
@@ -164,6 +170,7 @@ class EvalConfig:
     def validate(self) -> None:
         if self.num_samples < 1:
             raise UsageError(f"--n must be >= 1, got {self.num_samples}")
+        check_fits_in_memory(self.num_samples, "completions a problem (--n)", "lower --n")  # a generate call holds them
         if not self.ks:
             raise UsageError("--k needs at least one value (e.g. --k 1,4)")
         if len(set(self.ks)) != len(self.ks):

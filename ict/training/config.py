@@ -14,7 +14,13 @@ from typing import Any
 
 from ict.answers.verify import check_timeout
 from ict.core import selectors
-from ict.core.errors import UsageError, check_option_text, check_path_given, check_thread_count
+from ict.core.errors import (
+    UsageError,
+    check_fits_in_memory,
+    check_option_text,
+    check_path_given,
+    check_thread_count,
+)
 from ict.core.options import check_choices, option
 from ict.core.seeding import RUN_SEED_LIMIT
 from ict.core.stats import MIN_TEMPERATURE, needs_reference_logits, parse_tile_size
@@ -325,6 +331,8 @@ class TrainConfig:
         if self.num_generations < 2:
             raise UsageError("num_generations must be >= 2 (group advantages need a group)")
         rows = self.prompts_per_step * self.num_generations
+        check_fits_in_memory(rows, f"completions a step (prompts_per_step {self.prompts_per_step} x num_generations "
+                             f"{self.num_generations})", "lower num_generations or prompts_per_step")
         if self.mini_batch_size is not None and not (
                 1 <= self.mini_batch_size <= rows and self.mini_batch_size % self.num_generations == 0):
             raise UsageError(f"mini_batch_size must be a multiple of num_generations "

@@ -1,0 +1,82 @@
+"""Sizes no machine here can hold are refused in one line (exit 2) before the model loads:
+completions a step (`ict train --num-generations`), completions a problem (`ict eval --n`) and
+generated reasoning-gym problems (``rg:...:size=``, ``--dataset-size``), each at least
+`ITEM_BYTES` of memory, against the machine's RAM + swap."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import ict.core.errors as errors
+from ict.cli import main
+from ict.core.errors import ITEM_BYTES, UsageError
+from ict.data.benchmark_names import parse_reasoning_gym_name
+from ict.data.training_data import reasoning_gym_problems
+from ict.evaluation.evaluate import EvalConfig
+from ict.training.config import TrainConfig
+
+GIB = 2**30
+
+
+@pytest.fixture
+def one_gib_machine(monkeypatch) -> None:
+    monkeypatch.setattr(errors, "machine_memory_bytes", lambda: GIB)
+
+
+def test_the_bound_is_below_what_a_completion_holds() -> None:
+    """Each completion of a rollout holds its own list of token ids (`Rollout.completion_ids`), an
+    object of at least `sys.getsizeof([])` bytes, and a pointer to it; each problem an object of a
+    dataclass (the object and its `__dict__`) and its slot in the list."""
+    from ict.core.problems import Problem
+
+    problem = Problem("q", "a", "reasoning_gym")
+    assert ITEM_BYTES <= sys.getsizeof([]) + 8
+    assert ITEM_BYTES <= sys.getsizeof(problem) + sys.getsizeof(vars(problem)) + 8
+
+
+def test_train_config_refuses_completions_a_step_past_the_machines_memory(one_gib_machine) -> None:
+    """1 GiB holds 2**30 / 64 = 16,777,216 completions: 8 x 2,097,152 are accepted, 8 x 2,097,153
+    (16,777,224) refused."""
+    TrainConfig(prompts_per_step=8, num_generations=2_097_152).validate()
+    with pytest.raises(UsageError) as error:
+        TrainConfig(prompts_per_step=8, num_generations=2_097_153).validate()
+    assert str(error.value) == ("16,777,224 completions a step (prompts_per_step 8 x num_generations 2097153) need at "
+                                "least 1 GiB of memory (64 bytes each), more than this machine's 1.0 GiB of RAM + "
+                                "swap: lower num_generations or prompts_per_step")
+
+
+def test_eval_config_and_rg_sizes_refuse_past_the_machines_memory(one_gib_machine) -> None:
+    EvalConfig(num_samples=16_777_216, ks=(1,)).validate()
+    with pytest.raises(UsageError, match=r"^16,777,217 completions a problem \(--n\) need at least 1 GiB .*: lower --n$"):
+        EvalConfig(num_samples=16_777_217, ks=(1,)).validate()
+    assert parse_reasoning_gym_name("rg:chain_sum:size=16777216")[2] == 16_777_216
+    with pytest.raises(UsageError, match=r"^16,777,217 problems of 'rg:chain_sum:size=16777217' .*: lower size$"):
+        parse_reasoning_gym_name("rg:chain_sum:size=16777217")
+    with pytest.raises(UsageError, match=r"^16,777,217 problems of reasoning-gym task 'chain_sum' .*dataset_size"):
+        reasoning_gym_problems("chain_sum", 16_777_217, 0)
+    assert len(reasoning_gym_problems("chain_sum", 3, 0)) == 3
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--num-generations", "1000000000000", "--device", "cpu", "--num-steps", "1"],
+    ["train", "--dataset", "chain_sum", "--dataset-size", "10000000000000", "--device", "cpu", "--num-steps", "1"],
+    ["eval", "--n", "10000000000000", "--k", "1", "--benchmarks", "rg:chain_sum:size=2", "--device", "cpu"],
+    ["eval", "--benchmarks", "rg:chain_sum:size=10000000000000", "--n", "1", "--k", "1", "--device", "cpu"],
+])
+def test_the_cli_refuses_sizes_no_machine_holds_before_loading_the_model(argv, tiny_model_dir, tmp_path, capsys,
+                                                                        monkeypatch) -> None:
+    """Hundreds of TiB: `ict train --num-generations 1e12` loaded the model, then ran out of memory
+    (MemoryError, or exit 137); `size=` and `--dataset-size` generated problems until it did."""
+    import ict.models.loading as loading
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    for name in ("load_model_and_tokenizer", "load_inference_model", "load_tokenizer"):
+        monkeypatch.setattr(loading, name, no_load)
+    out = ["--run-dir", str(tmp_path / "run")] if argv[0] == "train" else ["--output-dir", str(tmp_path / "out")]
+    assert main([*argv, "--model", str(tiny_model_dir), *out]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "GiB of memory (64 bytes each), more than this machine's" in error and "\n" not in error
