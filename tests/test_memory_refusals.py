@@ -1,7 +1,7 @@
 """Sizes no machine here can hold are refused in one line (exit 2) before the model loads:
 completions a step (`ict train --num-generations`), completions a problem (`ict eval --n`) and
 generated reasoning-gym problems (``rg:...:size=``, ``--dataset-size``), each at least
-`ITEM_BYTES` of memory, against the machine's RAM + swap."""
+`ITEM_BYTES` (a completion) or `PROBLEM_BYTES` (a problem) of memory, against the machine's RAM + swap."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 import ict.core.errors as errors
 from ict.cli import main
-from ict.core.errors import ITEM_BYTES, UsageError
+from ict.core.errors import ITEM_BYTES, PROBLEM_BYTES, UsageError
 from ict.data.benchmark_names import parse_reasoning_gym_name
 from ict.data.training_data import reasoning_gym_problems
 from ict.evaluation.evaluate import EvalConfig
@@ -33,7 +33,8 @@ def test_the_bound_is_below_what_a_completion_holds() -> None:
 
     problem = Problem("q", "a", "reasoning_gym")
     assert ITEM_BYTES <= sys.getsizeof([]) + 8
-    assert ITEM_BYTES <= sys.getsizeof(problem) + sys.getsizeof(vars(problem)) + 8
+    assert (ITEM_BYTES, PROBLEM_BYTES) == (64, 256)
+    assert PROBLEM_BYTES <= sys.getsizeof(problem) + sys.getsizeof(vars(problem)) + 8
 
 
 def test_train_config_refuses_completions_a_step_past_the_machines_memory(one_gib_machine) -> None:
@@ -51,11 +52,14 @@ def test_eval_config_and_rg_sizes_refuse_past_the_machines_memory(one_gib_machin
     EvalConfig(num_samples=16_777_216, ks=(1,)).validate()
     with pytest.raises(UsageError, match=r"^16,777,217 completions a problem \(--n\) need at least 1 GiB .*: lower --n$"):
         EvalConfig(num_samples=16_777_217, ks=(1,)).validate()
-    assert parse_reasoning_gym_name("rg:chain_sum:size=16777216")[2] == 16_777_216
-    with pytest.raises(UsageError, match=r"^16,777,217 problems of 'rg:chain_sum:size=16777217' .*: lower size$"):
-        parse_reasoning_gym_name("rg:chain_sum:size=16777217")
-    with pytest.raises(UsageError, match=r"^16,777,217 problems of reasoning-gym task 'chain_sum' .*dataset_size"):
-        reasoning_gym_problems("chain_sum", 16_777_217, 0)
+    # problems: 2**30 / 256 = 4,194,304
+    assert parse_reasoning_gym_name("rg:chain_sum:size=4194304")[2] == 4_194_304
+    with pytest.raises(UsageError) as error:
+        parse_reasoning_gym_name("rg:chain_sum:size=4194305")
+    assert str(error.value) == ("4,194,305 problems of 'rg:chain_sum:size=4194305' need at least 1 GiB of memory "
+                                "(256 bytes each), more than this machine's 1.0 GiB of RAM + swap: lower size")
+    with pytest.raises(UsageError, match=r"^4,194,305 problems of reasoning-gym task 'chain_sum' .*\(256 bytes each\)"):
+        reasoning_gym_problems("chain_sum", 4_194_305, 0)
     assert len(reasoning_gym_problems("chain_sum", 3, 0)) == 3
 
 
@@ -79,4 +83,4 @@ def test_the_cli_refuses_sizes_no_machine_holds_before_loading_the_model(argv, t
     out = ["--run-dir", str(tmp_path / "run")] if argv[0] == "train" else ["--output-dir", str(tmp_path / "out")]
     assert main([*argv, "--model", str(tiny_model_dir), *out]) == 2
     error = capsys.readouterr().err.strip()
-    assert "GiB of memory (64 bytes each), more than this machine's" in error and "\n" not in error
+    assert "bytes each), more than this machine's" in error and "\n" not in error

@@ -90,6 +90,11 @@ ITEM_BYTES = 64
 """a lower bound of the memory one completion of a step (or one generated problem) holds at once:
 its own list of token ids (an empty list object is 56 bytes in CPython) and a pointer to it"""
 
+PROBLEM_BYTES = 256
+"""a lower bound of the memory one generated problem holds: its `Problem` object and the object's
+`__dict__` (360 bytes in CPython 3.11, before its strings and its task's entry; ~1.4 KB in all for
+reasoning-gym's chain_sum)"""
+
 
 def machine_memory_bytes() -> int:
     """This machine's RAM + swap in bytes (``/proc/meminfo``; else sysconf's RAM), the most that
@@ -105,16 +110,16 @@ def machine_memory_bytes() -> int:
         return 2**63
 
 
-def check_fits_in_memory(count: int, what: str, fix: str) -> None:
+def check_fits_in_memory(count: int, what: str, fix: str, item_bytes: int = ITEM_BYTES) -> None:
     """One-line UsageError when `count` items (`what`: e.g. "completions a step") need more than
-    the machine has even at `ITEM_BYTES` each (a bound below their real size), checked before the
+    the machine has even at `item_bytes` each (a bound below their real size), checked before the
     model loads: a million million completions a step ran out of memory after the load (MemoryError,
     or the kernel's kill, exit 137), and a billion reasoning-gym problems were generated one by one
     until memory ran out."""
     memory = machine_memory_bytes()
-    if count * ITEM_BYTES > memory:
-        raise UsageError(f"{count:,} {what} need at least {count * ITEM_BYTES / 2**30:,.0f} GiB of memory "
-                         f"({ITEM_BYTES} bytes each), more than this machine's {memory / 2**30:,.1f} GiB of "
+    if count * item_bytes > memory:
+        raise UsageError(f"{count:,} {what} need at least {count * item_bytes / 2**30:,.0f} GiB of memory "
+                         f"({item_bytes} bytes each), more than this machine's {memory / 2**30:,.1f} GiB of "
                          f"RAM + swap: {fix}")
 
 

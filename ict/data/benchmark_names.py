@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ict.core.errors import UsageError, check_fits_in_memory, is_integer
+from ict.core.errors import PROBLEM_BYTES, UsageError, check_fits_in_memory, is_integer
 from ict.data.rows import python_literal
 
 REASONING_GYM_EVAL_SEED = 1_000_003
@@ -86,7 +86,7 @@ def parse_reasoning_gym_name(name: str) -> tuple[str, dict[str, Any], int, int]:
             raise UsageError(f"reasoning-gym {option} must be an integer in {name!r}, got {value!r}")
     if size < 1:
         raise UsageError(f"reasoning-gym size must be >= 1 in {name!r}")
-    check_fits_in_memory(size, f"problems of {name!r}", "lower size")  # all generated before the first is asked
+    check_fits_in_memory(size, f"problems of {name!r}", "lower size", PROBLEM_BYTES)  # all generated before the first is asked
     if seed < 0:  # random.Random(-s) is Random(s): problems i and 2s - i (draws -s + i, s - i) were one question
         raise UsageError(f"reasoning-gym seed must be >= 0 in {name!r}, got {seed} (Python's random takes a seed -s "
                          "as s: a negative seed asks questions twice)")

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ict.core.errors import UsageError, check_fits_in_memory, first_line
+from ict.core.errors import PROBLEM_BYTES, UsageError, check_fits_in_memory, first_line
 from ict.core.problems import OPTION_LETTERS, Problem, choice_prompt
 from ict.data.hub import go_offline, hub_reachable
 from ict.data.rows import (
@@ -62,7 +62,8 @@ def questions_digest(problems: Sequence[Problem]) -> str:
 def reasoning_gym_problems(name: str, size: int, seed: int, options: dict[str, Any] | None = None,
                            prompt_suffix: str = "") -> list[Problem]:
     """`size` problems of reasoning-gym task `name` generated with `seed` and task `options`."""
-    check_fits_in_memory(size, f"problems of reasoning-gym task {name!r}", "lower dataset_size (or eval_size)")
+    check_fits_in_memory(size, f"problems of reasoning-gym task {name!r}", "lower dataset_size (or eval_size)",
+                         PROBLEM_BYTES)
     import reasoning_gym
 
     try:
