@@ -27,14 +27,20 @@ def one_gib_machine(monkeypatch) -> None:
 
 def test_the_bound_is_below_what_a_completion_holds() -> None:
     """Each completion of a rollout holds its own list of token ids (`Rollout.completion_ids`), an
-    object of at least `sys.getsizeof([])` bytes, and a pointer to it; each problem an object of a
-    dataclass (the object and its `__dict__`) and its slot in the list."""
-    from ict.core.problems import Problem
+    object of at least `sys.getsizeof([])` bytes, and a pointer to it; each generated problem its
+    `Problem` object, the object's `__dict__`, its reasoning-gym entry (a dict), its prompt and
+    its slot in the list (a one-digit chain_sum, the shortest of questions)."""
+    from ict.data.benchmarks import load_reasoning_gym
 
-    problem = Problem("q", "a", "reasoning_gym")
-    assert ITEM_BYTES <= sys.getsizeof([]) + 8
     assert (ITEM_BYTES, PROBLEM_BYTES) == (64, 256)
-    assert PROBLEM_BYTES <= sys.getsizeof(problem) + sys.getsizeof(vars(problem)) + 8
+    assert ITEM_BYTES <= sys.getsizeof([]) + 8
+    trained = reasoning_gym_problems("chain_sum", 3, 0, {"min_terms": 2, "max_terms": 2, "min_digits": 1,
+                                                         "max_digits": 1})
+    evaluated = load_reasoning_gym("rg:chain_sum:min_terms=2:max_terms=2:min_digits=1:max_digits=1:size=3").problems
+    for problem in (*trained, *evaluated):
+        held = (sys.getsizeof(problem) + sys.getsizeof(vars(problem)) + sys.getsizeof(problem.entry)
+                + sys.getsizeof(problem.prompt) + 8)
+        assert PROBLEM_BYTES <= held
 
 
 def test_train_config_refuses_completions_a_step_past_the_machines_memory(one_gib_machine) -> None:

@@ -91,9 +91,9 @@ ITEM_BYTES = 64
 its own list of token ids (an empty list object is 56 bytes in CPython) and a pointer to it"""
 
 PROBLEM_BYTES = 256
-"""a lower bound of the memory one generated problem holds: its `Problem` object and the object's
-`__dict__` (360 bytes in CPython 3.11, before its strings and its task's entry; ~1.4 KB in all for
-reasoning-gym's chain_sum)"""
+"""a lower bound of the memory one generated problem holds: its `Problem` object, the object's
+`__dict__`, its task's entry (a dict) and its prompt (a string of its own): over 600 bytes in CPython
+3.11 for reasoning-gym's chain_sum, ~1.4 KB with the rest of its strings"""
 
 
 def machine_memory_bytes() -> int:
