@@ -69,3 +69,29 @@ def test_ict_eval_refuses_max_new_tokens_past_the_context_in_one_line(tiny_model
     assert code == 2
     assert "max_new_tokens 1000 exceeds the model's context of 256 tokens" in error and "\n" not in error
     assert not (out / "samples.jsonl").is_file() or not (out / "samples.jsonl").read_text().strip()
+
+
+def test_ict_train_refuses_a_training_prompt_past_the_context_before_step_one(tiny_model_dir, tmp_path,
+                                                                                 capsys) -> None:
+    """One training question of 300 words among 40 short ones, on a model of 256 positions: refused
+    before step 1 (a step that did not draw it trained; the run died at the step that did), its
+    length counted by the tokenizer here (the chat template, as generation renders it)."""
+    import json
+
+    tokenizer = build_tiny_tokenizer()
+    long_question = " ".join(["1 + 2"] * 100)
+    rows = [{"question": f"what is {n % 5} + {n % 3} ?", "answer": str(n % 5 + n % 3)} for n in range(40)]
+    data = tmp_path / "task.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in [*rows, {"question": long_question, "answer": "3"}]))
+    text = tokenizer.apply_chat_template([{"role": "user", "content": long_question}], tokenize=False,
+                                         add_generation_prompt=True)
+    length = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    assert length > 256
+    code = main(["train", "--model", str(tiny_model_dir), "--dataset", str(data), "--reward", "last_number",
+                 "--num-steps", "1", "--prompts-per-step", "2", "--num-generations", "2", "--max-new-tokens", "4",
+                 "--no-progress", "--no-tensorboard", "--device", "cpu", "--run-dir", str(tmp_path / "run")])
+    error = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in error
+    assert error.endswith(f"a prompt of {length} tokens + max_new_tokens 4 exceeds the model's context of 256 tokens "
+                          "(max_position_embeddings): lower max_new_tokens to at most 0")
+    assert not (tmp_path / "run" / "metrics.jsonl").is_file()

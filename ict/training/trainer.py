@@ -53,7 +53,7 @@ from ict.models.loading import (
     resolve_autocast,
     resolve_device,
 )
-from ict.models.rollout import SamplingSettings, generate_completions
+from ict.models.rollout import SamplingSettings, check_prompts_fit, generate_completions
 from ict.models.vllm_backend import VLLM_DEVICES, check_vllm_sampling, vllm_installed
 from ict.runs.checkpoint import (
     CHECKPOINT_PREFIX,
@@ -321,6 +321,8 @@ def _set_up(config: TrainConfig, console: Any, run_dir: Path) -> _Run:
     sampler = PromptSampler(data.train, config.prompts_per_step, config.seed)
     method = method_of(config)
     model, tokenizer = _load_policy(config, method)
+    check_prompts_fit(tokenizer, [problem.prompt for problem in [*data.train, *data.eval]], config.system_prompt,
+                      config.max_new_tokens, model.config)  # before step 1, not at the step that draws one
     needs_reference = config.kl_coef > 0 or needs_reference_logits(method.js_references)
     reference = ReferencePolicy(model, config.shared_prompt_forward) if needs_reference else None
     run = _Run(config, console, run_dir, data, reward, sampler, model, tokenizer,
