@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -383,18 +384,14 @@ def test_report_only_names_evaluations_graded_under_older_grading_rules(tmp_path
     capsys.readouterr()
 
 
-def test_a_reused_evaluation_graded_under_older_rules_is_regraded_by_the_comparison(tmp_path):
-    """A comparison rerun reused a final evaluation graded under older rules as it was; it now
-    resumes that `ict eval` (every unit is finished: nothing generated), which re-grades its
-    stored completions: two right answers stored as wrong (what older rules said) count as right,
-    and results.json records the current version. One graded under the current rules is left
-    alone (results.json not rewritten)."""
+def _boxed_three_evaluation(tmp_path: Path) -> tuple[Any, Any, Path]:
+    """A finished `ict eval` of ict compare's final evaluation (its `_eval_config`) in
+    ``tmp_path / "eval"``: one gsm8k problem of gold 3 in ``tmp_path / "data"``, two completions
+    ``\\boxed{3}`` (both right); (compare config, train config, evaluation directory)."""
     from types import SimpleNamespace
 
-    from ict.answers.grading import GRADING_RULES_VERSION
-    from ict.data.benchmarks import load_benchmark
     from ict.evaluation.evaluate import Generator, evaluate
-    from ict.experiments.compare import CompareConfig, _eval_config, _evaluate
+    from ict.experiments.compare import CompareConfig, _eval_config
 
     class Scripted(Generator):
         def __init__(self) -> None:
@@ -407,12 +404,26 @@ def test_a_reused_evaluation_graded_under_older_rules_is_regraded_by_the_compari
     data = tmp_path / "data"
     data.mkdir()
     (data / "gsm8k.jsonl").write_text(json.dumps({"question": "question 3?", "answer": "#### 3"}) + "\n")
-    assert load_benchmark("gsm8k", data).problems[0].answer == "3"
     config = CompareConfig(methods="grpo", seeds=(0,), output_dir=tmp_path / "cmp", eval_benchmarks="gsm8k",
                            eval_data_dir=str(data), eval_n=2, eval_ks=(1,))
     train_config = SimpleNamespace(device="cpu", dtype="fp32", num_threads=None)
     out = tmp_path / "eval"
     evaluate(_eval_config(config, train_config, "m", out), Scripted(), progress=False, print_table=False)  # type: ignore[arg-type]
+    return config, train_config, out
+
+
+def test_a_reused_evaluation_graded_under_older_rules_is_regraded_by_the_comparison(tmp_path):
+    """A comparison rerun reused a final evaluation graded under older rules as it was; it now
+    resumes that `ict eval` (every unit is finished: nothing generated), which re-grades its
+    stored completions: two right answers stored as wrong (what older rules said) count as right,
+    and results.json records the current version. One graded under the current rules is left
+    alone (results.json not rewritten)."""
+    from ict.answers.grading import GRADING_RULES_VERSION
+    from ict.data.benchmarks import load_benchmark
+    from ict.experiments.compare import _evaluate
+
+    config, train_config, out = _boxed_three_evaluation(tmp_path)
+    assert load_benchmark("gsm8k", tmp_path / "data").problems[0].answer == "3"
     before = (out / "results.json").stat().st_mtime_ns
     _evaluate(config, train_config, None, out, log=lambda *_: None)  # type: ignore[arg-type]
     assert (out / "results.json").stat().st_mtime_ns == before  # current rules: left alone
@@ -440,28 +451,10 @@ def test_a_reused_evaluation_graded_with_another_verify_timeout_is_regraded_by_t
     compare, which has no such option and grades with ict eval's default (5 s), reused it as it was
     (only the grading rules were compared), beside runs graded with 5 s. It now re-grades it (nothing
     generated): the two right answers count as right again, and results.json records 5 s."""
-    from types import SimpleNamespace
-
     from ict.answers.verify import DEFAULT_TIMEOUT_SECONDS
-    from ict.evaluation.evaluate import Generator, evaluate
-    from ict.experiments.compare import CompareConfig, _eval_config, _evaluate
+    from ict.experiments.compare import _evaluate
 
-    class Scripted(Generator):
-        def __init__(self) -> None:
-            self.name = "scripted"
-
-        def generate(self, prompts, num_samples, greedy, seed):
-            return [["\\boxed{3}"] * num_samples for _ in prompts], [[1] * num_samples for _ in prompts], \
-                [[True] * num_samples for _ in prompts]
-
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "gsm8k.jsonl").write_text(json.dumps({"question": "question 3?", "answer": "#### 3"}) + "\n")
-    config = CompareConfig(methods="grpo", seeds=(0,), output_dir=tmp_path / "cmp", eval_benchmarks="gsm8k",
-                           eval_data_dir=str(data), eval_n=2, eval_ks=(1,))
-    train_config = SimpleNamespace(device="cpu", dtype="fp32", num_threads=None)
-    out = tmp_path / "eval"
-    evaluate(_eval_config(config, train_config, "m", out), Scripted(), progress=False, print_table=False)  # type: ignore[arg-type]
+    config, train_config, out = _boxed_three_evaluation(tmp_path)
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     for record in records:  # as `ict eval --verify-timeout 0.001` graded them: every check timed out
         record["grading"]["verify_timeout"] = 0.001
