@@ -121,6 +121,22 @@ def test_a_resumed_runs_metrics_keep_exactly_the_steps_up_to_its_checkpoint(tmp_
     assert not (tmp_path / "none.jsonl").exists()
 
 
+def test_a_corrupted_metrics_line_before_the_last_is_refused_not_dropped(tmp_path):
+    """A resume dropped every line that was no JSON, wherever it stood: a corrupted step 2 in the
+    middle of metrics.jsonl vanished from the run's curves without a word. Only the last line (one
+    a kill tore) is dropped now (blank lines skipped); another is one line naming file:line, and the
+    file is left as it was."""
+    path = tmp_path / "metrics.jsonl"
+    text = '{"step": 1}\n{"step": 2, "rew\n{"step": 3}\n\n{"step": 4, "x"'
+    path.write_text(text)
+    with pytest.raises(UsageError, match=f"^{re.escape(str(path))}:2: not valid JSON "):
+        truncate_jsonl(path, 3)
+    assert path.read_text() == text
+    path.write_text('{"step": 1}\n{"step": 2}\n\n{"step": 3, "rew\n\n')  # torn, then blank lines
+    truncate_jsonl(path, 3)
+    assert path.read_text() == '{"step": 1}\n{"step": 2}\n'
+
+
 @pytest.mark.parametrize(("line", "what"), [
     ('{"step": "3", "reward_mean": 0.5}', "a record's step is '3', not a number"),
     ("[1, 2]", "a record's step is None, not a number"), ('{"step": null}', "a record's step is None, not a number"),

@@ -49,18 +49,25 @@ def checkpoint_dir(run_dir: str | Path) -> Path:
 
 def truncate_jsonl(path: str | Path, max_step: int) -> None:
     """Keep the lines of a metrics JSONL file whose `step` <= `max_step` (a resumed run's lines
-    up to its checkpoint), dropping a torn last line; a record without a step or whose step is no
-    number (a JSON line that is no object, or ``"step": "3"``) is a one-line UsageError. Atomic:
-    temp file + fsync + rename, so a kill during the rewrite leaves the old file intact."""
+    up to its checkpoint), dropping a torn last line (blank lines skipped, as `ict plot` reads the
+    file); a line that is no JSON before the last (a corrupted step: dropping it lost that step
+    without a word), a record without a step or whose step is no number (a JSON line that is no
+    object, or ``"step": "3"``) is a one-line UsageError naming the file. Atomic: temp file +
+    fsync + rename, so a kill during the rewrite leaves the old file intact."""
     path = Path(path)
     if not path.exists():
         return
     kept = []
-    for line in path.read_text(errors="replace").splitlines():
+    numbered = [(number, line) for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+                if line.strip()]
+    for index, (number, line) in enumerate(numbered):
         try:
             record = json.loads(line)
         except ValueError:
-            continue  # a line torn by a kill mid-write
+            if index == len(numbered) - 1:
+                continue  # the last line, torn by a kill mid-write
+            raise UsageError(f"{path}:{number}: not valid JSON ({line[:80]!r}), and not the last line (one a "
+                             "kill tore): restore the file, or start another --run-dir") from None
         step = record.get("step") if isinstance(record, dict) else None
         if not isinstance(step, (int, float)) or isinstance(step, bool):  # a hand-edited line: no step to cut at
             what = ("a record has no step" if isinstance(record, dict) and "step" not in record
