@@ -224,3 +224,24 @@ def test_two_methods_of_one_exact_mean_print_the_same_figure(tmp_path):
     means = {line.split(" | ")[2]: line.split(" | ")[5] for line in final.splitlines()
              if line.startswith("| b | pass@1 | ")}
     assert means == {"grpo": "58.8", "ict": "58.8"}
+
+
+def test_a_plugin_named_after_a_built_in_with_options_is_no_baseline_in_a_report_only(tmp_path):
+    """A plugin method ``grpo-foo:alpha=1`` has the run label ``grpo-foo-alpha=1``, which is also
+    that of ``grpo:foo-alpha=1``; with the plugin not loaded (``--report-only``) the label was read
+    as the method grpo: the plugin's run was a default baseline (grpo and ict compared against it)
+    and ``--baselines grpo-foo`` was refused. The run's config.yaml names its method. Reference:
+    the pairs the methods make by hand (grpo the one baseline)."""
+    from ict.experiments.compare import CompareConfig
+
+    output = tmp_path / "cmp"
+    for label, method, verdicts in [("grpo", "grpo", [True, False, False]),
+                                    ("grpo-foo-alpha=1", "grpo-foo", [True, True, False]),
+                                    ("ict", "ict", [True, True, True])]:
+        run = finished_run(output, label, {index: [value] for index, value in enumerate(verdicts)}, steps=1)
+        (run / "config.yaml").write_text(f"method: {method}\nnum_steps: 1\n")
+    assert main(["compare", "--report-only", "--output-dir", str(output), "--bootstrap-resamples", "20"]) == 0
+    rows = json.loads((output / "summary.json").read_text())["differences"]
+    assert {(row["method"], row["baseline"]) for row in rows} == {("grpo-foo-alpha=1", "grpo"), ("ict", "grpo")}
+    config = CompareConfig(baselines=("grpo-foo",), output_dir=output, report_only=True)
+    assert config.validate().baselines == ("grpo-foo",)  # was "--baselines 'grpo-foo' is none of the runs"

@@ -40,6 +40,7 @@ from ict.analysis.comparison_runs import (  # noqa: F401 (re-exported)
     problem_scores,
     read_verdicts,
     run_dir,
+    run_method,
     run_setting,
     samples_per_seed,
     score_matrix,
@@ -161,9 +162,15 @@ def _fmt(value: float, digits: int = 1, scale: float = 100.0) -> str:
     return text[1:] if text.startswith("-") and float(text) == 0 else text
 
 
-def is_baseline(label: str, baselines: Sequence[str]) -> bool:
-    """A run label is a baseline when it, or its method name, is listed."""
-    return label in baselines or method_of(label) in baselines
+def is_baseline(label: str, baselines: Sequence[str], method: str | None = None) -> bool:
+    """A run label is a baseline when it, or its method name, is listed: ``method`` where the run
+    records it (its config.yaml's, `run_method`), else the label's (`method_of`)."""
+    return label in baselines or (method or method_of(label)) in baselines
+
+
+def label_methods(runs: Sequence[RunRecord]) -> dict[str, str]:
+    """Run label -> the method its runs' config.yaml records (labels whose runs record none left out)."""
+    return {run.label: run.method for run in runs if run.method}
 
 
 def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
@@ -183,6 +190,7 @@ def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
     for group in by_label.values():  # notes name seeds in numeric order (load_runs lists seed10 before seed2)
         group.sort(key=lambda run: run.seed)
     benchmarks = sorted({name for run in runs for name in run.correct})
+    methods = label_methods(runs)
     table: list[dict[str, Any]] = []
     differences: list[dict[str, Any]] = []
     pairing: list[str] = []  # comparisons over fewer problems or seeds than a side evaluated
@@ -224,7 +232,7 @@ def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
                               "std": float(per_seed.std(ddof=1)) if len(seeds) > 1 else math.nan,
                               "per_seed": {str(s): float(v) for s, v in zip(seeds, per_seed,
                                                                             strict=True)}})
-            for baseline in (label for label in matrices if is_baseline(label, baselines)):
+            for baseline in (label for label in matrices if is_baseline(label, baselines, methods.get(label))):
                 base_seeds, base_problems, base = matrices[baseline]
                 for label, (seeds, problems, matrix) in matrices.items():
                     if label == baseline:
@@ -507,7 +515,7 @@ def write_report(output_dir: Path, baselines: Sequence[str], bootstrap_resamples
                      f"{row['seeds']} | {row['problems']} | {_fmt(row['mean'])} | "
                      f"{_fmt(row['std'])} |")
     missing = [name for name in baselines
-               if not any(is_baseline(run.label, [name]) for run in runs)]
+               if not any(is_baseline(run.label, [name], run.method) for run in runs)]
     lines += ["", "## Paired differences to the baselines (percentage points)", "",
               f"Baselines: {', '.join(baselines)}"
               + (f" (no runs of {', '.join(missing)})" if missing else "") + ".", "",

@@ -39,6 +39,14 @@ def method_of(label: str) -> str:
     return known[0] if named < len(parts) and known else "-".join(parts[:named])
 
 
+def run_method(directory: Path) -> str | None:
+    """The method a run directory trained (its config.yaml's ``method``), or None where it records
+    none: what its label cannot say when a plugin's name begins with a built-in's and the
+    plugin is not loaded (``ict-x:ratio=0.2`` and ``ict:x-ratio=0.2`` are both ``ict-x-ratio=0.2``)."""
+    method = run_setting(directory / "config.yaml", "method")
+    return method if isinstance(method, str) and method else None
+
+
 def run_dir(output_dir: Path, label: str, seed: int) -> Path:
     """The run directory of one method label and seed inside a comparison directory."""
     return output_dir / "runs" / label / f"seed{seed}"
@@ -81,6 +89,7 @@ class RunRecord:
     ks: tuple[int, ...] = DEFAULT_KS  # the k of pass@k its final evaluation asked for
     evaluating: bool = False  # samples of its final evaluation, but no results.json: not finished
     eval_settings: dict[str, Any] | None = None  # its final evaluation's (evaluation_settings)
+    method: str | None = None  # the method of its config.yaml (None: not recorded; method_of(label) then)
 
     @property
     def steps_logged(self) -> int:
@@ -121,7 +130,8 @@ def load_runs(output_dir: Path) -> list[RunRecord]:
                                  read_metrics(directory), verdicts or {},
                                  planned_steps(directory / "config.yaml"), evaluated_ks(directory / "eval"),
                                  evaluating=verdicts is None,
-                                 eval_settings=evaluation_settings(directory / "eval")))
+                                 eval_settings=evaluation_settings(directory / "eval"),
+                                 method=run_method(directory)))
     return records
 
 

@@ -163,15 +163,26 @@ class CompareConfig:
             expand_benchmark_names(self.eval_benchmarks)
         if tuple(self.baselines) != BASELINES:
             runs = self.output_dir / "runs"
-            labels = {spec.label for spec in specs} | (
-                {path.name for path in runs.iterdir() if path.is_dir()} if runs.is_dir() else set())
-            unknown = [name for name in self.baselines if not any(is_baseline(label, [name]) for label in labels)
-                       and not any(spec.name == name for spec in specs)]  # a plugin's, not loaded yet
+            methods = {**_recorded_methods(runs), **{spec.label: spec.name for spec in specs}}
+            labels = set(methods)
+            unknown = [name for name in self.baselines
+                       if not any(is_baseline(label, [name], methods[label]) for label in labels)]
             if unknown:
                 raise UsageError(f"--baselines {unknown[0]!r} is none of the runs of --methods "
                                  f"({', '.join(sorted(labels))}) nor of {runs}")
         check_choices(self)
         return self
+
+
+def _recorded_methods(runs: Path) -> dict[str, str | None]:
+    """Run label -> its method, of each label directory under ``runs``: any of its seeds'
+    config.yaml's (`run_method`; a plugin's, not loaded yet), None where none records one."""
+    from ict.analysis.comparison_runs import run_method
+
+    if not runs.is_dir():
+        return {}
+    return {path.name: next((method for seed in sorted(path.glob("seed*")) if (method := run_method(seed))), None)
+            for path in runs.iterdir() if path.is_dir()}
 
 
 def compare_options(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
