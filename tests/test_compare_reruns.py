@@ -181,3 +181,30 @@ def test_every_eval_setting_is_checked_and_a_data_dir_is_compared_as_a_path(tmp_
         changed = dataclasses.replace(_eval_config(config, train_config, "m", directory / "eval"), **{name: value})
         with pytest.raises(UsageError, match=rf"evaluated with other settings \({name} "):
             _check_eval_settings(directory / "eval", changed)
+
+
+def test_a_run_of_another_seed_standing_in_for_a_seed_is_refused(tmp_path):
+    """seed 1's run copied to seed2/ (config.yaml: seed 1) was reported as seed 2 by --report-only:
+    two seeds of one model, a std of 0, pairs over a seed never trained; a rerun refused it with
+    build_config's "--resume ... drop the option", an option ict compare gives itself. Both are one
+    line naming the directory and both seeds now, before anything trains or is written."""
+    import shutil
+
+    from ict.cli import main
+    from ict.core.errors import UsageError
+    from ict.experiments.compare import _training_config, parse_methods
+
+    output = tmp_path / "cmp"
+    _, directory = _run_trained_to_step_one(output)  # seed 0, trained and evaluated
+    (directory / "eval" / "results.json").write_text("{}")
+    (directory / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 0.5}) + "\n")
+    shutil.copytree(directory, directory.parent / "seed1")
+    expected = (f"{directory.parent / 'seed1'} is the run of seed 1, but its config.yaml trained seed 0: "
+                "rename it seed0")
+    with pytest.raises(UsageError, match="^" + expected):
+        _training_config(_grpo_seeds_0_1(output, 1), {}, parse_methods("grpo")[0], 1)
+    assert main(["compare", "--report-only", "--output-dir", str(output)]) == 2
+    assert not (output / "report.md").exists()
+    shutil.rmtree(directory.parent / "seed1" / "checkpoints")  # evaluated, its checkpoints deleted: the same
+    with pytest.raises(UsageError, match="^" + expected):
+        _training_config(_grpo_seeds_0_1(output, 1), {}, parse_methods("grpo")[0], 1)

@@ -47,6 +47,16 @@ def run_method(directory: Path) -> str | None:
     return method if isinstance(method, str) and method else None
 
 
+def check_run_seed(directory: Path, seed: int) -> None:
+    """One-line UsageError when the run directory of ``seed`` (``.../seed<seed>``) records another
+    training seed in its config.yaml (a run copied or renamed: seed 1's run stood in for seed 2,
+    and the report counted one run twice); a config.yaml without an integer seed passes."""
+    trained = run_setting(directory / "config.yaml", "seed")
+    if isinstance(trained, int) and not isinstance(trained, bool) and trained != seed:
+        raise UsageError(f"{directory} is the run of seed {seed}, but its config.yaml trained seed {trained}: "
+                         f"rename it seed{trained} (if that is free), or move it aside to train seed {seed} anew")
+
+
 def run_dir(output_dir: Path, label: str, seed: int) -> Path:
     """The run directory of one method label and seed inside a comparison directory."""
     return output_dir / "runs" / label / f"seed{seed}"
@@ -125,6 +135,7 @@ def load_runs(output_dir: Path) -> list[RunRecord]:
         if other != directory:
             raise UsageError(f"{other} and {directory} are both seed {seed} of {directory.parent.name}; "
                              f"keep one of them, named seed{seed}")
+        check_run_seed(directory, seed)
         verdicts = complete_verdicts(directory / "eval")
         records.append(RunRecord(directory.parent.name, seed, directory,
                                  read_metrics(directory), verdicts or {},

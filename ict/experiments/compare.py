@@ -9,7 +9,8 @@ seed => same training prompts in the same order and the same rollout seeds (`ict
 derives both from ``seed``); every run is evaluated on the same problems with the same sampling
 seed. A run whose ``eval/results.json`` exists is reused; a run with an older checkpoint resumes;
 one evaluated at another step than ``num_steps``, or trained past it, is refused before any run
-trains, and an evaluation made with other --eval-* settings is refused when it would be reused;
+trains, and so is one whose config.yaml trained another seed than its directory's (a copy), and an
+evaluation made with other --eval-* settings is refused when it would be reused;
 one graded under other answer-grading rules, or with another verify_timeout, is re-graded (nothing
 is generated again).
 """
@@ -234,11 +235,13 @@ def _training_config(config: CompareConfig, training_options: dict[str, Any], sp
     `build_config`'s one-line error, so it continues on the problems it started on. A run
     evaluated whose checkpoints were deleted since is checked the same way (it is reused as it
     is), and its config.yaml's ``num_steps`` must be ``num_steps``."""
+    from ict.analysis.comparison_runs import check_run_seed
     from ict.runs.checkpoint import checkpoint_step, latest_checkpoint
     from ict.training.config_loading import build_config, parse_value
 
     assert config.output_dir is not None
     directory = run_dir(config.output_dir, spec.label, seed)
+    check_run_seed(directory, seed)  # before build_config's "--resume ... drop the option"
     latest = latest_checkpoint(directory)
     # evaluated, its checkpoints deleted since (to free the disk): reused as it was trained
     evaluated_only = latest is None and (directory / "eval" / "results.json").is_file() and (
