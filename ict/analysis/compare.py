@@ -268,13 +268,22 @@ def summarize(runs: list[RunRecord], resamples: int = BOOTSTRAP_RESAMPLES,
             "training_end": training_end(runs), "top_tokens": top_tokens(runs)}
 
 
+def end_window(lines: list[dict[str, Any]], window: int = END_WINDOW) -> list[dict[str, Any]]:
+    """The last ``window`` of a run's metrics ``lines`` after its full-token warm-up (those whose
+    ``full_token_warmup`` is not true: in a run shorter than its warm-up plus ``window`` steps the
+    warm-up's full-token steps were averaged into a selecting method's end of training), or the
+    last ``window`` where every line is of the warm-up (a run that never left it)."""
+    selecting = [line for line in lines if not line.get("full_token_warmup")]
+    return (selecting or lines)[-window:]
+
+
 def training_end(runs: list[RunRecord], window: int = END_WINDOW) -> list[dict[str, Any]]:
-    """Per run: each of :data:`END_KEYS` averaged over the finite values of its last ``window``
-    logged steps (NaN where there is none, e.g. a key the run never logged), with the number of
-    steps the run logged."""
+    """Per run: each of :data:`END_KEYS` averaged over the finite values of its `end_window`
+    (NaN where there is none, e.g. a key the run never logged), with the number of steps the run
+    logged."""
     rows = []
     for run in runs:
-        last = run.metrics[-window:]
+        last = end_window(run.metrics, window)
         row: dict[str, Any] = {"method": run.label, "seed": run.seed, "steps": len(run.metrics)}
         for key in END_KEYS:
             values = [line[key] for line in last if isinstance(line.get(key), (int, float))
@@ -285,15 +294,15 @@ def training_end(runs: list[RunRecord], window: int = END_WINDOW) -> list[dict[s
 
 
 def top_tokens(runs: list[RunRecord], window: int = END_WINDOW, k: int = TOP_TOKENS) -> dict[str, dict[str, list]]:
-    """Per run label, the ``k`` most frequent selected and unselected token strings of its last
-    ``window`` logged steps, summed over its seeds: ``{label: {"selected": [[string, count], ...],
+    """Per run label, the ``k`` most frequent selected and unselected token strings of its
+    `end_window`, summed over its seeds: ``{label: {"selected": [[string, count], ...],
     "unselected": [...]}}`` (:func:`ict.runs.reporting.summed_top_tokens`). Runs logged before
     the lists existed add nothing."""
     from ict.runs.reporting import summed_top_tokens
 
     lines_of: dict[str, list[dict]] = {}
     for run in runs:
-        lines_of.setdefault(run.label, []).extend(run.metrics[-window:])
+        lines_of.setdefault(run.label, []).extend(end_window(run.metrics, window))
     return {label: summed_top_tokens(lines, k) for label, lines in lines_of.items()}
 
 
@@ -356,8 +365,9 @@ def _seed_mean(group: list[dict[str, Any]], key: str) -> float:
 def _training_end_lines(rows: list[dict[str, Any]], labels: list[str]) -> list[str]:
     """The report's end-of-training table, then its selection-anatomy table (selected, with the
     all-token value in parentheses; a dash for runs logged before the anatomy existed)."""
-    lines = ["", f"## The end of training (mean of the last {END_WINDOW} steps; mean over seeds)",
-             "", "| method | seeds | " + " | ".join(END_METRICS.values()) + " |",
+    lines = ["", f"## The end of training (mean of the last {END_WINDOW} steps; mean over seeds)", "",
+             f"The last {END_WINDOW} steps after the full-token warm-up (of a run that never left it: its last "
+             f"{END_WINDOW}).", "", "| method | seeds | " + " | ".join(END_METRICS.values()) + " |",
              "|---|---|" + "---|" * len(END_METRICS)]
     anatomy = ["", "Where the selected tokens lie (`selection_anatomy`, same means): the selected "
                "tokens' value, the all-token value (a uniform selection's) in parentheses.", "",
@@ -448,7 +458,7 @@ def _top_token_lines(tokens: dict[str, dict[str, list]], labels: list[str]) -> l
     if not any(counts for label in labels for counts in tokens.get(label, {}).values()):
         return []
     lines = ["", f"Most frequent selected / unselected tokens (the per-step top {TOP_TOKENS} "
-             f"lists of the last {END_WINDOW} steps, summed over seeds):", "",
+             f"lists of the same last {END_WINDOW} steps, summed over seeds):", "",
              "| method | selected | unselected |", "|---|---|---|"]
     for label in labels:
         cells = [", ".join(_token_cell(text) + f" x{count}" for text, count in tokens.get(label, {}).get(name, []))
