@@ -187,6 +187,30 @@ def test_the_held_out_accuracy_of_eval_every_is_drawn_at_its_steps(tmp_path, sav
     assert axes["Held-out accuracy"].get_ylabel() == "fraction of held-out problems"
 
 
+def test_held_out_points_of_different_eval_temperatures_are_not_one_curve(tmp_path, saved_figures):
+    """ict train records each held-out point's eval_temperature; a run resumed with another
+    (greedy at steps 2 and 4, temperature 1 at 6 and 8) and a run never told (no field) were drawn
+    as one line through all their points, the figure silent about it. Each temperature is its own
+    line now, its marker named in the legend, the panel's title says so; one temperature: as before."""
+    _write_run(tmp_path / "a", [{"step": step, "reward_mean": 0.1, **({"eval_accuracy": step / 10,
+                                "eval_temperature": 0 if step <= 4 else 1.0} if step % 2 == 0 else {})}
+                                for step in range(1, 9)])
+    _write_run(tmp_path / "b", [{"step": 2, "eval_accuracy": 0.5}])
+    assert main(["plot", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "c.png")]) == 0
+    (figure,) = saved_figures
+    (axis,) = [axis for axis in figure.axes if axis.get_title().startswith("Held-out accuracy")]
+    assert axis.get_title() == "Held-out accuracy (a line per sampling temperature)"
+    drawn = sorted((list(line.get_xdata()), list(line.get_ydata()), line.get_marker()) for line in axis.get_lines())
+    assert drawn == [([2], [0.5], "^"), ([2, 4], [0.2, 0.4], "o"), ([6, 8], [0.6, 0.8], "s")]
+    legend = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert legend[-3:] == ["held-out accuracy: greedy", "held-out accuracy: temperature 1",
+                           "held-out accuracy: temperature not recorded"]
+    saved_figures.clear()  # every point at one temperature: one line, no marker, the title as it was
+    assert main(["plot", str(tmp_path / "b"), "--out", str(tmp_path / "d.png")]) == 0
+    (axis,) = [axis for axis in saved_figures[0].axes if axis.get_title() == "Held-out accuracy"]
+    assert [line.get_marker() for line in axis.get_lines()] == ["o"]  # a lone point's marker, as before
+
+
 def test_a_run_directory_with_a_byte_that_is_not_utf8_is_named_in_the_legend(tmp_path, saved_figures):
     """A run directory named with a byte that is not UTF-8 (a legal Linux name: argv reads 0xff as
     U+DCFF) made its legend label a lone surrogate, which matplotlib's font engine refuses: "error:

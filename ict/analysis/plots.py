@@ -98,12 +98,44 @@ def _series(lines: list[dict], key: str) -> dict[int, float]:
             for line in lines if key in line}
 
 
+HELD_OUT_KEY = "eval_accuracy"  # ict train's eval_every accuracy, drawn at its points' eval_temperature
+TEMPERATURE_MARKERS = "os^Dvx*P"
+
+
+def _temperature(line: dict) -> float | None:
+    """The ``eval_temperature`` a held-out point was drawn at (None: not recorded, or no number)."""
+    value = line.get("eval_temperature")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def held_out_temperatures(groups: dict[str, list[list[dict]]]) -> list[float | None]:
+    """The distinct ``eval_temperature`` of every run's held-out points (:data:`HELD_OUT_KEY`),
+    recorded ones ascending then None (unrecorded), when there are two or more: those points are
+    then drawn as one line per temperature, a marker each (`temperature_text`), never as one
+    curve; [] when they share one."""
+    found = {_temperature(line) for runs in groups.values() for lines in runs for line in lines
+             if line.get(HELD_OUT_KEY) is not None}
+    if len(found) < 2:
+        return []
+    return sorted(value for value in found if value is not None) + ([None] if None in found else [])
+
+
+def temperature_text(temperature: float | None) -> str:
+    """How a held-out point was drawn: ``greedy`` (0), ``temperature T``, or ``temperature not recorded``."""
+    if temperature is None:
+        return "temperature not recorded"
+    return "greedy" if temperature == 0 else f"temperature {temperature:g}"
+
+
 def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) -> Path | None:
     """Draw the `PANELS` of the runs into the PNG file `out` (that path, whatever its suffix).
     Runs with the same label are pooled: line = mean over runs at each step, band = min..max; a
     point with no neighbour to draw a line to (`isolated_points`) gets a marker (hollow for the
     selected tokens) and its min..max a bar. The end of a label's full-token warm-up (`warmup_end`
-    of each of its runs) is a dotted vertical line in its colour. Panels with no data are left out."""
+    of each of its runs) is a dotted vertical line in its colour. Held-out accuracy points drawn at
+    different ``eval_temperature`` (a resume that changed it; runs evaluated otherwise) are one
+    line per temperature, a marker each named in the legend (`held_out_temperatures`), never one
+    curve. Panels with no data are left out."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -125,15 +157,22 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
     rows = math.ceil(len(panels) / columns)
     warmed = any(warmup_end(lines) is not None for _, runs in ordered for lines in runs)
     # One legend below the panels: a colour per label, plus the two line styles (and the warm-up's).
-    legend_inches = 0.3 + 0.25 * math.ceil((len(ordered) + 2 + warmed) / legend_columns)
+    legend_inches = 0.3 + 0.25 * math.ceil((len(ordered) + 2 + warmed + len(held_out_temperatures(groups)))
+                                           / legend_columns)
     title_inches = 0.4  # room for the suptitle above the panels
     height = 4.2 * rows + legend_inches + title_inches
     figure, axes = plt.subplots(rows, columns, figsize=(15, height), squeeze=False)
+    temperatures = held_out_temperatures(groups)  # points of several temperatures: a line each
     for axis, (title, ylabel, keys) in zip(axes.flat, panels, strict=False):
         for label, runs in ordered:
             colour = colour_of[label]
-            for key, suffix in keys:
-                series = [_series(lines, key) for lines in runs]
+            # (key, suffix, temperature of its points; False: all its points)
+            drawn = [(name, style, temperature) for name, style in keys
+                     for temperature in (temperatures if name == HELD_OUT_KEY else []) or [False]]
+            for key, suffix, temperature in drawn:
+                series = [_series(lines if temperature is False else
+                                  [line for line in lines if _temperature(line) == temperature], key)
+                          for lines in runs]
                 steps = sorted(set().union(*series))
                 if not steps:
                     continue
@@ -151,6 +190,9 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
                 alone = isolated_points(mean)  # a line draws nothing through them: a marker each
                 markers = ({"marker": "o", "markersize": 4, "markevery": alone,
                             "markerfacecolor": "none" if suffix == "selected" else colour} if alone else {})
+                if temperature is not False:  # every point marked by its temperature
+                    markers = {"marker": TEMPERATURE_MARKERS[temperatures.index(temperature)
+                                                             % len(TEMPERATURE_MARKERS)], "markersize": 5}
                 axis.plot(steps, mean, style, color=colour, **markers)
                 if len(runs) > 1:
                     axis.fill_between(steps, low, high, color=colour, alpha=0.15, linewidth=0)
@@ -160,7 +202,8 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
         for label, runs in ordered:
             for end in sorted({end for lines in runs if (end := warmup_end(lines)) is not None}):
                 axis.axvline(end, color=colour_of[label], **WARMUP_LINE)
-        axis.set_title(title)
+        axis.set_title(title + (" (a line per sampling temperature)" if temperatures and any(
+            key == HELD_OUT_KEY for key, _ in keys) else ""))
         axis.set_xlabel("training step")
         # min_n_ticks=1: a one-step run has one integer in view (it had ticks 0.96, 0.975, ... instead)
         axis.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
@@ -179,6 +222,10 @@ def plot_runs(run_dirs: list[Path], out: Path, labels: list[str] | None = None) 
                 Line2D([], [], color="black", linestyle="--", label="selected tokens")]
     if warmed:
         handles.append(Line2D([], [], color="black", **WARMUP_LINE, label="end of the full-token warm-up"))
+    handles += [Line2D([], [], color="black", linestyle="none",
+                       marker=TEMPERATURE_MARKERS[index % len(TEMPERATURE_MARKERS)],
+                       label=f"held-out accuracy: {temperature_text(temperature)}")
+                for index, temperature in enumerate(temperatures)]
     _literal_texts(figure.legend(handles=handles, loc="lower center", ncol=legend_columns, fontsize=9,
                                  frameon=False))
     figure.suptitle("Mean over the n runs of a label (line), min..max (band); at each step over the "
