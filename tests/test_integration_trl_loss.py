@@ -148,20 +148,21 @@ def test_trl_aggregate_is_trls_own_aggregation(loss_type, training):
     torch.testing.assert_close(ours.double(), expected, atol=1e-12, rtol=1e-6)
 
 def test_ours_weights_take_the_processes_counts_except_bnpo():
-    """ours_weights with selection_counts summed over processes (here this micro-batch's plus
+    """ours_weights with loss_counts summed over processes (here this micro-batch's plus
     another process's): grpo/sapo weight n_b / n_sel_b * B / S and dapo/cispo N / N_sel with the
     global B, S, N, N_sel; bnpo keeps this micro-batch's N / N_sel (TRL's bnpo normalises by the
     process's tokens), whatever counts it is given. A selected position outside the response
     mask gets weight 0 and counts in no n_sel_b."""
-    from ict.integrations.trl import ours_weights, selection_counts
+    from ict.core.loss import loss_counts
+    from ict.integrations.trl import ours_weights
 
     mask = torch.arange(5)[None, :] < torch.tensor([5, 4, 2])[:, None]
     selected = torch.zeros(3, 5, dtype=torch.bool)
     selected[0, [1, 3]] = selected[1, 0] = True  # row 2 has none
     selected[1, 4] = True  # outside row 1's response: neither weighted nor counted
-    other = torch.tensor([7.0, 3.0, 2.0, 2.0])  # another process: 7 tokens, 3 selected, 2 rows, both with some
-    counts = selection_counts(selected, mask) + other
-    assert counts.tolist() == [18.0, 6.0, 5.0, 4.0]
+    other = torch.tensor([3, 7, 2, 2])  # another process: 3 selected, 7 tokens, 2 rows with some, 2 rows
+    counts = loss_counts(selected, mask) + other
+    assert counts.tolist() == [6, 18, 4, 5]
     expected = {"grpo": {(0, 1): 5 / 2 * 5 / 4, (0, 3): 5 / 2 * 5 / 4, (1, 0): 4 / 1 * 5 / 4},
                 "dapo": {(0, 1): 18 / 6, (0, 3): 18 / 6, (1, 0): 18 / 6},
                 "bnpo": {(0, 1): 11 / 3, (0, 3): 11 / 3, (1, 0): 11 / 3}}

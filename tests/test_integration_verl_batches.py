@@ -306,6 +306,35 @@ def test_the_micro_batches_loss_scales_cost_one_read_back_a_mini_batch(loss_agg_
     assert len(syncs) == 1, syncs
 
 
+@pytest.mark.parametrize("denominator", ["selected", "all"])
+@pytest.mark.parametrize("loss_agg_mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_the_micro_batches_loss_scales_and_shares_are_the_hand_counts(loss_agg_mode, denominator) -> None:
+    """Each of 4 micro-batches' scale ``w_micro / W`` and token shares ``(K n_sel / N_sel,
+    K n / N)`` from its selected and response tokens counted by hand: ``w`` the selected tokens
+    (token-mean; response tokens with ``"all"``), the rows with a selected token
+    (seq-mean-token-mean; all rows with ``"all"``), the rows (seq-mean-token-sum-norm)."""
+    config = actor_config("entropy:ratio=0.3", loss_agg_mode, ict_aggregation="loss_agg_mode",
+                          ict_denominator=denominator)
+    scores = _scores(4)
+    for part, score in enumerate(scores):  # micro-batches of 18, 17, 16 and 15 response tokens
+        score.response_mask[3, 6 - part:] = False
+    results = ict_verl.select_mini_batch(scores, config)
+    counts = []  # per micro-batch: selected tokens, response tokens, rows with a selected token, rows
+    for result, part in zip(results, scores):
+        picked = [[bool(s and m) for s, m in zip(srow, mrow)]
+                  for srow, mrow in zip(result.selection.mask.tolist(), part.response_mask.tolist())]
+        counts.append((sum(map(sum, picked)), sum(map(sum, part.response_mask.tolist())),
+                       sum(map(any, picked)), len(picked)))
+    index = {("token-mean", "selected"): 0, ("token-mean", "all"): 1, ("seq-mean-token-mean", "selected"): 2,
+             ("seq-mean-token-mean", "all"): 3}.get((loss_agg_mode, denominator), 3)
+    weights = [count[index] for count in counts]
+    assert [result.scale for result in results] == [weight / sum(weights) for weight in weights]
+    selected, response = sum(count[0] for count in counts), sum(count[1] for count in counts)
+    assert [result.shares for result in results] == [(4 * count[0] / selected, 4 * count[1] / response)
+                                                      for count in counts]
+    assert (len(set(weights)) > 1) == (index != 3)  # each count but the rows tells the parts apart
+
+
 @pytest.mark.parametrize("v1", [False, True], ids=["v0", "v1"])
 @pytest.mark.parametrize("lengths", [[6, 3, 5, 1, 6, 4], [1, 2, 3, 4, 5, 5], [6] * 6])
 def test_the_response_row_map_is_verls_slicing_without_a_read_back_a_row(v1: bool, lengths: list[int]) -> None:

@@ -34,7 +34,7 @@ the per-token policy loss.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -157,18 +157,47 @@ def aggregate(
     raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
 
 
-def aggregation_weight(selected: Tensor, response_mask: Tensor, config: PolicyLossConfig) -> float:
-    """The weight of one micro-batch's aggregated loss in its mini-batch's, so that
-    ``sum_m w_m * loss_m / sum_m w_m`` is the loss of the whole mini-batch: its counted tokens
-    (``token_mean``: selected, or response tokens with ``denominator="all"``, selected or not), its
-    sequences with a selected token (``seq_mean_token_mean``; all its sequences with
-    ``denominator="all"``), its sequences (``seq_mean_token_sum_norm``)."""
+LOSS_COUNTS = ("selected", "response", "rows_selected", "rows")
+"""The order of :func:`loss_counts`: selected response tokens, response tokens, rows with a
+selected response token, rows."""
+
+
+def loss_counts(selected: Tensor, response_mask: Tensor) -> Tensor:
+    """int64 ``[4]`` on the tensors' device (nothing read back): a ``[B, T]`` selection's counts in
+    the order of :data:`LOSS_COUNTS`; the selected tokens outside ``response_mask`` are not counted.
+    Summed over micro-batches or processes, they are the counts of the whole; :func:`counted_weight`
+    reads a micro-batch's weight from them."""
     selected = selected.bool() & response_mask.bool()
+    rows = torch.tensor(selected.shape[0], device=selected.device)
+    return torch.stack([selected.sum(), response_mask.bool().sum(), selected.any(-1).sum(), rows])
+
+
+def _weight_index(config: PolicyLossConfig) -> int:
+    """Which of :data:`LOSS_COUNTS` is a micro-batch's aggregation weight under ``config``."""
     if config.aggregation == "token_mean":
-        return float((response_mask.bool() if config.denominator == "all" else selected).sum())
+        return LOSS_COUNTS.index("response" if config.denominator == "all" else "selected")
     if config.aggregation == "seq_mean_token_mean" and config.denominator != "all":
-        return float((selected.sum(dim=-1) > 0).sum())
-    return float(selected.shape[0])
+        return LOSS_COUNTS.index("rows_selected")
+    return LOSS_COUNTS.index("rows")
+
+
+def counted_weight(counts: Sequence[float], config: PolicyLossConfig) -> float:
+    """The weight of one micro-batch's aggregated loss in its mini-batch's, so that
+    ``sum_m w_m * loss_m / sum_m w_m`` is the loss of the whole mini-batch, from its
+    :func:`loss_counts` read back: its counted tokens (``token_mean``: selected, or response tokens
+    with ``denominator="all"``, selected or not), its sequences with a selected token
+    (``seq_mean_token_mean``; all its sequences with ``denominator="all"``), its sequences
+    (``seq_mean_token_sum_norm``)."""
+    return float(counts[_weight_index(config)])
+
+
+def aggregation_weight(selected: Tensor, response_mask: Tensor, config: PolicyLossConfig) -> float:
+    """:func:`counted_weight` of a ``[B, T]`` selection's :func:`loss_counts`: one value read back,
+    none when the weight is the rows ``B`` (a shape)."""
+    index = _weight_index(config)
+    if LOSS_COUNTS[index] == "rows":
+        return float(selected.shape[0])
+    return float(loss_counts(selected, response_mask)[index])
 
 
 def mask_truncated_completions(response_mask: Tensor, finished: Tensor) -> Tensor:

@@ -98,7 +98,7 @@ from trl import GRPOTrainer
 
 from ict.core.devices import to_device_unblocking
 from ict.core.errors import UsageError
-from ict.core.loss import kl_penalty_term, masked_sums, means_of
+from ict.core.loss import kl_penalty_term, loss_counts, masked_sums, means_of
 from ict.core.seeding import selection_base_seed
 from ict.core.selectors import (
     SelectionInputs,
@@ -135,7 +135,6 @@ from ict.integrations.trl_loss import (  # noqa: F401 (re-exported)
     TRL_LOSS_TYPE_OF,
     TRL_LOSS_TYPES,
     ours_weights,
-    selection_counts,
     trl_aggregate,
     trl_loss_factor,
 )
@@ -241,7 +240,7 @@ class ICTGRPOTrainer(GRPOTrainer):
         self._ict_selection_sums: dict[str, Tensor] = {}
         # bytes this process received for the selection, by kind: "ranking" ([B, T] statistics of
         # every process), "group_rows" (other processes' rows of this process's groups), "tags"
-        # (group tags), "counts" (grpo/sapo/dapo/cispo: the loss denominators, selection_counts)
+        # (group tags), "counts" (grpo/sapo/dapo/cispo: the loss denominators, loss_counts)
         self.ict_received_bytes: dict[str, int] = {}
         self._backbone(unwrapped).register_forward_hook(self._keep_hidden)
         unwrapped.register_forward_hook(self._keep_log_probs)
@@ -534,7 +533,7 @@ class ICTGRPOTrainer(GRPOTrainer):
         else:
             counts = None
             if self.loss_type in ("grpo", "sapo", "dapo", "cispo"):  # the denominators of all processes' rows
-                counts = self._gather(selection_counts(selected, response)[None], "counts").sum(0)
+                counts = self._gather(loss_counts(selected, response)[None], "counts").sum(0)
             weights = ours_weights(selected, response, self.loss_type, counts)
         weights = weights.to(entropies.dtype)
         # a population of this process's rows only (not gathered): its metrics are summed over processes

@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ict.core.loss import loss_counts
+
 TRL_LOSS_TYPES = ("grpo", "sapo", "bnpo", "dr_grpo", "luspo", "dapo", "cispo", "vespo")
 # loss_type -> ict aggregation whose "selected" denominator selection_denominator="ours" reproduces
 # (dr_grpo: L = max_completion_length; luspo: L = 1, a mean over sequences of sequence sums).
@@ -68,20 +70,11 @@ def trl_aggregate(
     return loss / accumulation_steps
 
 
-def selection_counts(selected: Tensor, response_mask: Tensor) -> Tensor:
-    """float32 ``[4]``: (response tokens ``N``, selected tokens ``N_sel``, rows ``B``, rows with a
-    selected token ``S``) of a micro-batch, the denominators of :func:`ours_weights`; under DDP
-    the trainer sums them over processes."""
-    selected = selected.bool() & response_mask.bool()
-    rows = torch.tensor(selected.shape[0], device=selected.device)
-    return torch.stack([response_mask.sum(), selected.sum(), rows, selected.any(-1).sum()]).float()
-
-
 def ours_weights(selected: Tensor, response_mask: Tensor, loss_type: str, counts: Tensor | None = None) -> Tensor:
     """The ``[B, T]`` weight that turns TRL's ``loss_type`` aggregation of its per-token loss
     into ict's aggregation (:data:`OURS_AGGREGATION`, ``denominator="selected"``) on the
     ``selected`` tokens: ``selected * c`` with ``c = n_b / n_sel_b * B / S`` for grpo/sapo,
-    ``N / N_sel`` for bnpo/dapo/cispo, 1 for dr_grpo/luspo. ``counts``: :func:`selection_counts`
+    ``N / N_sel`` for bnpo/dapo/cispo, 1 for dr_grpo/luspo. ``counts``: :func:`ict.core.loss.loss_counts`
     summed over the processes (grpo/sapo/dapo/cispo: DDP averages the processes' gradients, so
     with the global ``B / S`` the processes' mean is ``(1/S) sum`` over all rows, as in one
     process); None: this micro-batch's. bnpo always takes this micro-batch's ``N / N_sel``
@@ -94,8 +87,9 @@ def ours_weights(selected: Tensor, response_mask: Tensor, loss_type: str, counts
         raise ValueError(f"selection_denominator='ours' is not defined for TRL loss_type {loss_type!r} "
                          f"(defined for: {', '.join(OURS_AGGREGATION)}); use selection_denominator='trl'")
     if counts is None or loss_type == "bnpo":
-        counts = selection_counts(selected, response_mask)
-    tokens, chosen, rows, rows_with = counts.unbind()
+        counts = loss_counts(selected, response_mask)
+    # float32 as TRL's loss: exact below 2^24 tokens (above, the int64 sum's nearest float32)
+    chosen, tokens, rows_with, rows = counts.float().unbind()
     if loss_type in ("grpo", "sapo"):
         per_row = selected.sum(-1, keepdim=True)
         return weights * (response_mask.sum(-1, keepdim=True) / per_row.clamp(min=1) * (rows / rows_with.clamp(min=1)))

@@ -19,7 +19,7 @@ from verl.utils import tensordict_utils as tu
 
 from ict.core.diagnostics import paper_figures, token_diagnostics
 from ict.core.errors import UsageError
-from ict.core.loss import PolicyLossConfig
+from ict.core.loss import PolicyLossConfig, counted_weight, loss_counts
 from ict.core.seeding import selection_base_seed, step_seed
 from ict.core.selectors import (
     ICT_DEFAULT_REFERENCE,
@@ -413,9 +413,9 @@ def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
         part_length = part.response_mask.shape[1]
         mask = selection.mask[own, :part_length]
         penalty = None if selection.kl_penalty is None else selection.kl_penalty[own, :part_length]
-        counts.append(selection_counts(mask, part.response_mask))
+        counts.append(loss_counts(mask, part.response_mask))
         results.append(MicroBatchSelection(Selection(mask, penalty), part.stats, 0.0, length, diagnostics=diagnostics))
-    counts.append(selection_counts(selection.mask, all_mask))
+    counts.append(loss_counts(selection.mask, all_mask))
     *own_counts, whole = torch.stack(counts).tolist()  # one sync a mini-batch
     total = counted_weight(whole, loss_config)
     values = world * len(parts)  # verl's count of values per metric in the mini-batch: its micro-batches
@@ -425,26 +425,6 @@ def select_mini_batch(parts: list[MicroBatchScores], actor_config: Any,
         result.shares = (values * selected / whole[0] if whole[0] else None,
                          values * response / whole[1] if whole[1] else 0.0)
     return results
-
-
-def selection_counts(selected: Tensor, response_mask: Tensor) -> Tensor:
-    """``[4]`` counts of a ``[B, T]`` selection, read back with the others of the mini-batch in one
-    sync: selected response tokens, response tokens, rows with a selected response token, rows."""
-    selected = selected.bool() & response_mask.bool()
-    rows = torch.tensor(selected.shape[0], device=selected.device)
-    return torch.stack([selected.sum(), response_mask.bool().sum(), selected.any(-1).sum(), rows])
-
-
-def counted_weight(counts: list[float], config: PolicyLossConfig) -> float:
-    """:func:`ict.core.loss.aggregation_weight` from a selection's :func:`selection_counts`
-    (read back): its selected tokens (``token_mean``; response tokens with ``denominator="all"``),
-    its rows with a selected token (``seq_mean_token_mean``; all rows with ``"all"``), its rows."""
-    selected, response, rows_selected, rows = counts
-    if config.aggregation == "token_mean":
-        return float(response if config.denominator == "all" else selected)
-    if config.aggregation == "seq_mean_token_mean" and config.denominator != "all":
-        return float(rows_selected)
-    return float(rows)
 
 
 def selection_diagnostics(stats: TokenStatistics, response_mask: Tensor, selected: Tensor,
