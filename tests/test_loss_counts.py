@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from ict.core.loss import (
     AGGREGATIONS,
@@ -123,3 +124,31 @@ def test_trls_ours_weights_are_the_float32_hand_formula(loss_type, processes):
     if loss_type in ("dapo", "cispo", "bnpo"):
         exact = Fraction(total["response"], total["selected"])
         assert float(weights.max()) == pytest.approx(float(exact), rel=1e-7)
+
+
+class _FromHost(TorchFunctionMode):
+    """Records each ``torch.tensor`` / ``torch.as_tensor`` of Python data given a device: on CUDA a
+    copy from host memory without ``non_blocking``, which PyTorch follows with
+    ``cudaStreamSynchronize`` (a drain that the operator-level census cannot see on CPU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.tensor, torch.as_tensor) and kwargs.get("device") is not None:
+            self.calls.append(f"{func.__name__}({args[0]!r})")
+        return func(*args, **kwargs)
+
+
+def test_the_counts_copy_nothing_from_the_host():
+    """``loss_counts`` (and so TRL's ``ours_weights``, once a micro-batch, and verl's scales) fills
+    its rows ``B`` on the device: it built ``torch.tensor(B, device=...)``, a host-to-device copy
+    that waits for the GPU's queue."""
+    selected, mask = _random_selection(5)
+    for call in (lambda: loss_counts(selected, mask), lambda: ours_weights(selected, mask, "dapo")):
+        with _FromHost() as mode:
+            call()
+        assert mode.calls == []
+    assert loss_counts(selected, mask)[3].item() == 7

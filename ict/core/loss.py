@@ -168,7 +168,9 @@ def loss_counts(selected: Tensor, response_mask: Tensor) -> Tensor:
     Summed over micro-batches or processes, they are the counts of the whole; :func:`counted_weight`
     reads a micro-batch's weight from them."""
     selected = selected.bool() & response_mask.bool()
-    rows = torch.tensor(selected.shape[0], device=selected.device)
+    # filled on the device: torch.tensor(B, device=cuda) copies host memory without non_blocking, a
+    # cudaStreamSynchronize (TRL's ours_weights once a micro-batch, verl's scales once a micro-batch more)
+    rows = torch.full((), selected.shape[0], dtype=torch.int64, device=selected.device)
     return torch.stack([selected.sum(), response_mask.bool().sum(), selected.any(-1).sum(), rows])
 
 
