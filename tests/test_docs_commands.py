@@ -217,3 +217,103 @@ def test_every_documented_plugin_line_trains_a_selector_the_docs_register(monkey
     finally:
         SELECTORS.clear()
         SELECTORS.update(registry)
+
+
+PLACEHOLDER = re.compile(r"(?<![\w./-])(?:DIR|RUN|OUT|METHOD)(?![\w-])")
+
+
+class _Reached(Exception):
+    """Raised where a documented command would start its work (train, evaluate, load a model)."""
+
+
+def _documented_other_lines() -> list[tuple[str, str, list[str]]]:
+    """(doc, command, words) of each `ict eval|compare|inspect|plot` line in a code block of the
+    README and docs/*.md, with `...` dropped, a shell variable the block sets before it (`R=...`)
+    put in, a `> file` redirection cut and a glob expanded from the repository root, as the shell
+    would; a line that names a placeholder (DIR, RUN, OUT, METHOD) is left out, and so is a
+    command's name in prose (README's layout: `ict eval: evaluate, ...`)."""
+    import glob
+    import shlex
+
+    lines = []
+    for name in ALL_DOCS:
+        for block in re.findall(r"^```\w*\n(.*?)^```", doc_text(name), flags=re.S | re.M):
+            variables: dict[str, str] = {}
+            for line in block.splitlines():
+                line = line.split("#")[0]
+                if (assignment := re.fullmatch(r"\s*([A-Z_]+)=(\S+)\s*", line)) is not None:
+                    variables[assignment[1]] = assignment[2]
+                    continue
+                line = re.sub(r"\$(\w+)", lambda m, known=variables: known.get(m[1], m[0]), line)
+                for part in line.split(";"):
+                    if (match := re.search(r"\bict (eval|compare|inspect|plot)(?=\s|$)(.*)", part)) is None:
+                        continue
+                    text = match.group(2).split(" > ")[0]
+                    if PLACEHOLDER.search(text):
+                        continue
+                    words = [expanded for word in shlex.split(text) if word != "..." for expanded in
+                             (sorted(glob.glob(word, root_dir=ROOT)) if "*" in word else [word])]
+                    lines.append((name, match.group(1), words))
+    return lines
+
+
+def test_every_documented_eval_compare_inspect_and_plot_line_builds_its_configuration(
+        monkeypatch, tmp_path, capsys):
+    """Each documented `ict eval`, `ict compare`, `ict inspect` and `ict plot` command line builds
+    and checks its configuration as the command does, up to where it would load a model, train or
+    evaluate (option values and their combinations, benchmark and method names, --eval-ks against
+    --eval-n, a comparison's every run's training options, --samples files, plot run directories),
+    not only the options' names (test_every_option_a_documented_command_line_gives_is_that_commands).
+    A comparison trains into a directory of its own (tmp_path), so nothing committed is reused or
+    written; a `--report-only` line is checked against the committed directory it names, and left
+    out when that is not in the repository (a recipe's /tmp copy, tested on its own above)."""
+    import ict.analysis.plots
+    import ict.evaluation.evaluate
+    import ict.experiments.compare
+    import ict.models.loading
+    from ict.cli import main
+    from ict.data.benchmark_names import split_benchmark_names
+    from ict.data.benchmarks import expand_benchmark_names
+
+    reached: list[str] = []
+
+    def stop(what: str):
+        def reach(*args, **kwargs):
+            reached.append(what)
+            raise _Reached(what)
+        return reach
+
+    def evaluate(config, **kwargs):
+        config.validate()
+        expand_benchmark_names(split_benchmark_names(config.benchmarks))
+        reached.append("evaluate")
+
+    def plot(config):
+        config.validate()
+        reached.append("plot")
+        return config.out
+
+    monkeypatch.setattr(ict.evaluation.evaluate, "evaluate", evaluate)
+    monkeypatch.setattr(ict.analysis.plots, "plot", plot)
+    monkeypatch.setattr(ict.models.loading, "load_inference_model", stop("load a model"))
+    for name in ("_train", "_evaluate", "write_report"):
+        monkeypatch.setattr(ict.experiments.compare, name, stop(name))
+    monkeypatch.chdir(ROOT)
+    lines = _documented_other_lines()
+    checked = {"eval": 0, "compare": 0, "inspect": 0, "plot": 0}
+    for index, (name, command, words) in enumerate(lines):
+        if command == "compare":
+            directory = words[words.index("--output-dir") + 1] if "--output-dir" in words else None
+            if "--report-only" in words:
+                if directory is None or not (ROOT / directory).is_dir():
+                    continue
+            else:
+                own = tmp_path / str(index)
+                (own / "runs").mkdir(parents=True)  # an --eval-only line evaluates what is there
+                words = ([*words[:words.index("--output-dir") + 1], str(own), *words[words.index("--output-dir") + 2:]]
+                         if directory is not None else [*words, "--output-dir", str(own)])
+        reached.clear()
+        status = main([command, *words])
+        assert reached and status in (0, 1), (name, command, words, capsys.readouterr().err)
+        checked[command] += 1
+    assert checked["eval"] >= 7 and checked["compare"] >= 12 and checked["inspect"] >= 3 and checked["plot"] >= 1, checked
