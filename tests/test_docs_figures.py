@@ -1,0 +1,79 @@
+"""The README's verdict quotes the committed comparison reports (results/*/report.md): each mean
+and each paired difference with its interval it states is the report's, and the counts of runs
+and entropy collapses are the report's lists. A report rebuilt (re-graded, a run added) with
+other numbers fails here until the README says the new ones."""
+
+from __future__ import annotations
+
+import re
+
+from docs_helpers import ROOT, flat
+
+THREE_FOUR_TERMS = "rg:chain_sum:min_terms=3:max_terms=4:min_digits=1:max_digits=1:size=200"
+
+
+def _report_rows(directory: str) -> list[list[str]]:
+    """The cells of every table row of ``results/<directory>/report.md`` whose first cell is a
+    benchmark name (``rg:...``)."""
+    text = (ROOT / "results" / directory / "report.md").read_text()
+    return [[cell.strip() for cell in line.strip("|").split("|")]
+            for line in text.splitlines() if line.startswith("| rg:")]
+
+
+def _mean(directory: str, benchmark: str, metric: str, method: str) -> float:
+    """The final-model mean of ``method`` in the report's first table."""
+    rows = [row for row in _report_rows(directory)
+            if row[:3] == [benchmark, metric, method] and len(row) == 7 and row[3].isdigit() and row[4].isdigit()]
+    assert len(rows) == 1, (directory, benchmark, metric, method, rows)
+    return float(rows[0][5])
+
+
+def _difference(directory: str, benchmark: str, metric: str, method: str, baseline: str) -> str:
+    """``method - baseline`` with its interval as the README writes it: ``-3.8 [-7.6, -0.2]``."""
+    rows = [row for row in _report_rows(directory)
+            if row[:4] == [benchmark, metric, method, baseline] and row[5].startswith("[")]
+    assert len(rows) == 1, (directory, benchmark, metric, method, baseline, rows)
+    low, high = (float(value) for value in rows[0][5].strip("[]").split(","))
+    return f"{float(rows[0][4]):+.1f} [{low:+.1f}, {high:+.1f}]"
+
+
+def _quoted(difference: str, text: str) -> bool:
+    """Whether ``text`` states ``difference`` (a unit word after the value allowed: `-3.8 points [...]`)."""
+    value, interval = difference.split(" ", 1)
+    return re.search(re.escape(value) + r"(?: points)? " + re.escape(interval), text) is not None
+
+
+def test_the_readmes_third_comparison_figures_are_its_report():
+    readme = flat("README.md")
+    means = {label: _mean("cpu-v3", THREE_FOUR_TERMS, "pass@4", method) for label, method in
+             [("ICT", "ict"), ("random", "random-preset=paper"), ("STAPO", "stapo"), ("GRPO", "grpo"),
+              ("20-Entropy", "entropy")]}
+    ranked = ", ".join(f"{label} {mean:.1f}" for label, mean in sorted(means.items(), key=lambda item: item[1]))
+    assert f"({ranked})" in readme, ranked
+    assert min(means, key=means.get) == "ICT" and "Its mean is the lowest of the five methods" in readme
+    for method, baseline in [("ict", "grpo"), ("ict", "random-preset=paper"), ("random-preset=paper", "grpo")]:
+        difference = _difference("cpu-v3", THREE_FOUR_TERMS, "pass@4", method, baseline)
+        assert _quoted(difference, readme), (method, baseline, difference)
+    report = (ROOT / "results" / "cpu-v3" / "report.md").read_text()
+    runs = int(re.search(r"Runs: (\d+) ", report)[1])
+    collapses = len(re.findall(r"^- \S+ seed \d+: collapse at step \d+$", report, flags=re.M))
+    assert f"all {runs} runs" in readme and f"collapse in {collapses} of the {runs} runs" in readme
+    base = (ROOT / "results" / "cpu-v3" / "base-model" / "results.md").read_text()
+    untrained = next(line.split("|")[5].strip() for line in base.splitlines()
+                     if line.startswith(f"| {THREE_FOUR_TERMS} "))
+    assert f"the untrained model's pass@4 on these sums ({untrained};" in readme
+
+
+def test_the_readmes_probe_and_earlier_comparison_figures_are_their_reports():
+    readme = flat("README.md")
+    probe = _difference("probe", THREE_FOUR_TERMS.replace("size=200", "size=64"), "pass@4",
+                        "random-preset=paper", "grpo")
+    assert _quoted(probe, readme) and f"({probe} at step 100)" in readme, probe
+    two_terms = THREE_FOUR_TERMS.replace("min_terms=3:max_terms=4", "min_terms=2:max_terms=2")
+    first = [_difference("cpu-main", two_terms, "pass@1", "ict-reference=group_mean-ratio=0.1", baseline)
+             for baseline in ("grpo", "random-ratio=0.1")]
+    two_three = THREE_FOUR_TERMS.replace("min_terms=3:max_terms=4", "min_terms=2:max_terms=3")
+    second = [_difference("cpu-v2", two_three, "pass@1", "ict-reference=group_mean_absorbing-ratio=0.1", baseline)
+              for baseline in ("grpo", "random-ratio=0.1")]
+    for difference in first + second:
+        assert _quoted(difference, readme), difference
