@@ -58,13 +58,15 @@ def test_help_shows_the_defaults_a_user_would_get():
 
 def test_every_help_line_shows_a_default_a_user_can_type():
     """Every option's --help line ends with its default, never a blank one: an empty text or
-    list shows as ``""``, which is how it is given (``--eval-steps ""`` is the empty list)."""
+    list shows as ``""``, which is how it is given (``--eval-steps ""`` is the empty list); and
+    only there (`ict inspect --num-prompts` read "(default: all) (default: None)")."""
     for name in COMMANDS:
         for action in subparser(name)._actions:
             if not action.option_strings or action.dest == "help":  # positionals; -h
                 continue
             shown = re.search(r"\(default: ([^)]*)\)$", " ".join((action.help or "").split()))
             assert shown and shown.group(1).strip(), (name, action.dest, action.help)
+            assert (action.help or "").count("(default") == 1, (name, action.dest, action.help)
     compare_help = " ".join(subparser("compare").format_help().split())
     assert 'DIR/base-model/ (default: "")' in compare_help
     parsed = subparser("compare").parse_args(["--eval-steps", ""])

@@ -68,8 +68,8 @@ class InspectConfig:
     prompt: str | None = option(None, "sample --n completions of this prompt (or give --samples)")
     samples: str | None = option(None, "JSONL of {prompt, completion} records, e.g. an evaluation's "
                                  "samples.jsonl (or give --prompt)")
-    num_prompts: int | None = option(None, "with --samples: only the file's first K prompts "
-                                     "(default: all)")
+    num_prompts: int | None = option(None, "with --samples: only the file's first K prompts; "
+                                     "None = all")
     num_samples: int = option(4, "completions per prompt (>= 2: JS scores compare completions)")
     max_new_tokens: int = option(64, "maximum completion length in tokens")
     temperature: float = option(ROLLOUT_TEMPERATURE, "sampling temperature, also the "
