@@ -1,7 +1,7 @@
 """The front door stays short and its links, snippets and layout stay true: every relative link of
 README.md and docs/*.md resolves, the README is at most 220 lines, its library-API snippets run,
 and its layout section names every subpackage that ``ls ict/`` shows; every `ict.` name the docs
-give exists."""
+give exists, and so does every repository path they, the configs and the scripts name."""
 
 from __future__ import annotations
 
@@ -112,3 +112,35 @@ def test_the_name_check_catches_a_stale_name():
     assert resolves("ict.core.selectors.select_ict") and resolves("ict.experiments.compare")
     assert not resolves("ict.select_all_tokens") and not resolves("ict.core.selectors.no_such_selector")
     assert not resolves("ict.no_such_module.thing")
+
+
+# paths the docs name that are not in the repository, on purpose
+NOT_HERE = {"results/gpu-batch256": "docs/results.md: the GPU repetition's report, owed until a GPU is lent",
+            "examples/data_preprocess/gsm8k.py": "verl's own script (examples/verl/run_gsm8k.sh's data)"}
+REPOSITORY_PATH = re.compile(r"(?<![\w/.$~-])((?:docs|results|benchmarks|configs|examples|tests)/[\w./=+-]*"
+                             r"|ict/[\w/]*(?:\.py|/))(?![\w./=+*<{$-])")
+
+
+def test_every_repository_path_the_docs_and_configs_name_exists():
+    """A file or directory of this repository named in the README, docs/*.md, the configs'
+    comments, examples/, the benchmark scripts or the Makefile (`results/cpu-v3/report.md`,
+    `benchmarks/stats_profile.py`, `ict/core/stats/`) exists: a renamed or deleted file leaves
+    no pointer to nothing (markdown links are test_relative_links_resolve's; a glob or a
+    placeholder, `v36-*`, `runs/<label>/`, is not a path)."""
+    sources = [*DOCS, *sorted((ROOT / "configs").glob("*.yaml")), *sorted((ROOT / "benchmarks").glob("*.py")),
+               *sorted(path for path in (ROOT / "examples").rglob("*") if path.suffix in {".sh", ".py"}),
+               ROOT / "Makefile"]
+    named = [(source.name, match.group(1).rstrip(".")) for source in sources
+             for match in REPOSITORY_PATH.finditer(source.read_text())]
+    missing = sorted({(source, path) for source, path in named
+                      if not (ROOT / path).exists() and path.rstrip("/") not in NOT_HERE
+                      and not any(path.startswith(other + "/") for other in NOT_HERE)})
+    assert not missing, missing
+    assert len(named) >= 300
+
+
+def test_the_path_scan_takes_paths_and_leaves_globs_and_placeholders():
+    text = ("see `results/cpu-v3/report.md`, results/demo-2026-11-25/v36-* and results/cpu-v2/runs/<label>/seed0, "
+            "ict/core/stats/ and ict/entropy_selected; /path/to/verl/examples/x.py")
+    assert [match.group(1) for match in REPOSITORY_PATH.finditer(text)] == [
+        "results/cpu-v3/report.md", "ict/core/stats/"]
