@@ -172,3 +172,21 @@ def test_the_offline_default_run_docs_training_quotes_is_its_committed_metrics()
     residuals = rewards - (slope * step + intercept)
     error = np.sqrt(residuals @ residuals / 48 / ((step - step.mean()) ** 2).sum())
     assert f"{slope:.4f} +- {error:.4f} in the group-mean run" in text
+
+
+def test_the_readmes_demo_figures_are_the_committed_fresh_clone_demo():
+    """The README's `make demo` line (time, held-out accuracy before -> after the warm-up ->
+    after ICT, problems gained and lost) is the fresh-clone run docs/benchmarks.md cites,
+    ``results/demo-2026-11-28/fresh-clone-make-demo-185b13b`` (its eval.json and console.log)."""
+    import json
+
+    run = ROOT / "results" / "demo-2026-11-28" / "fresh-clone-make-demo-185b13b"
+    evaluation = {name: result["accuracy"] for name, result in json.loads((run / "eval.json").read_text()).items()}
+    log = (run / "console.log").read_text()
+    minutes, seconds = re.search(r"^real\s+(\d+)m(\d+)\.\d+s$", log, flags=re.M).groups()
+    gained, lost = re.search(r"(\d+) problems? gained, (\d+) lost", log).groups()
+    readme = flat("README.md")
+    assert (f"({int(minutes)} min {round(float(seconds))} s from a fresh clone with installs): "
+            f"**{evaluation['before']:.3f} -> {evaluation['after_warmup']:.3f} after the warm-up -> "
+            f"{evaluation['after']:.3f} after ICT** ({gained} problem gained, {lost} lost;") in readme
+    assert f"ICT's phase cost {int(lost) - int(gained)} of the 64" in readme
