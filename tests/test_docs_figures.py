@@ -190,3 +190,21 @@ def test_the_readmes_demo_figures_are_the_committed_fresh_clone_demo():
             f"**{evaluation['before']:.3f} -> {evaluation['after_warmup']:.3f} after the warm-up -> "
             f"{evaluation['after']:.3f} after ICT** ({gained} problem gained, {lost} lost;") in readme
     assert f"ICT's phase cost {int(lost) - int(gained)} of the 64" in readme
+
+
+def test_the_third_comparisons_per_run_table_of_docs_results_is_each_runs_evaluation():
+    """docs/results.md's table of every v3 run's pass@1 / @4 / @8 on both held-out sets is each
+    run's ``results/cpu-v3/runs/<method>/seed<k>/eval/results.json`` (percent, one decimal)."""
+    import json
+
+    labels = {"ict": "ict", "grpo": "grpo", "random": "random-preset=paper", "entropy": "entropy", "stapo": "stapo"}
+    rows = re.findall(r"^\| `(\w+)` seed (\d) \| ([\d.]+ / [\d.]+ / [\d.]+) \| ([\d.]+ / [\d.]+ / [\d.]+) \|$",
+                      (ROOT / "docs" / "results.md").read_text(), flags=re.M)
+    assert len(rows) == 15, rows
+    for method, seed, three_four, two in rows:
+        results = json.loads((ROOT / "results" / "cpu-v3" / "runs" / labels[method] / f"seed{seed}" / "eval"
+                              / "results.json").read_text())["benchmarks"]
+        quoted = [" / ".join(f"{100 * results[benchmark]['metrics'][f'pass@{k}']:.1f}" for k in (1, 4, 8))
+                  for benchmark in (THREE_FOUR_TERMS, THREE_FOUR_TERMS.replace(
+                      "min_terms=3:max_terms=4", "min_terms=2:max_terms=2").replace("size=200", "size=64"))]
+        assert quoted == [three_four, two], (method, seed, quoted)
