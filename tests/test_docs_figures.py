@@ -208,3 +208,21 @@ def test_the_third_comparisons_per_run_table_of_docs_results_is_each_runs_evalua
                   for benchmark in (THREE_FOUR_TERMS, THREE_FOUR_TERMS.replace(
                       "min_terms=3:max_terms=4", "min_terms=2:max_terms=2").replace("size=200", "size=64"))]
         assert quoted == [three_four, two], (method, seed, quoted)
+
+
+def test_the_third_comparisons_run_times_docs_results_quotes_are_its_runs():
+    """docs/results.md's minutes of steps and of evaluation a v3 run took span its 15 runs'
+    ``metrics.jsonl`` (summed `step_seconds`) and ``eval/results.json`` (`timing.wall_seconds`):
+    it said 21-64 and 5-30, the runs that had finished when it was written (STAPO's took 17-20)."""
+    import json
+
+    steps, evaluations = {}, []
+    for run in sorted((ROOT / "results" / "cpu-v3" / "runs").glob("*/seed*")):
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+        steps[f"{run.parent.name} {run.name}"] = sum(json.loads(line)["step_seconds"] for line in lines) / 60
+        evaluations.append(json.loads((run / "eval" / "results.json").read_text())["timing"]["wall_seconds"] / 60)
+    assert len(steps) == 15
+    text = flat("docs/results.md")
+    assert (f"a run took {min(steps.values()):.0f}-{max(steps.values()):.0f} minutes of steps (`ict` seed 3, "
+            f"whose completions stayed short, {steps['ict seed3']:.0f};") in text
+    assert f"and {min(evaluations):.0f}-{max(evaluations):.0f} minutes of evaluation" in text
