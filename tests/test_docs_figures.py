@@ -12,6 +12,14 @@ from docs_helpers import ROOT, flat
 THREE_FOUR_TERMS = "rg:chain_sum:min_terms=3:max_terms=4:min_digits=1:max_digits=1:size=200"
 
 
+def _percent(fraction: float) -> str:
+    """A fraction as the docs write a percent: its decimal figure (``repr``) times 100, rounded
+    half to even to one decimal (docs/evaluation.md: 0.2875 is 28.8, 0.1625 is 16.2)."""
+    from decimal import ROUND_HALF_EVEN, Decimal
+
+    return str((Decimal(repr(fraction)) * 100).quantize(Decimal("0.1"), rounding=ROUND_HALF_EVEN))
+
+
 def _report_rows(directory: str) -> list[list[str]]:
     """The cells of every table row of ``results/<directory>/report.md`` whose first cell is a
     benchmark name (``rg:...``)."""
@@ -204,7 +212,7 @@ def test_the_third_comparisons_per_run_table_of_docs_results_is_each_runs_evalua
     for method, seed, three_four, two in rows:
         results = json.loads((ROOT / "results" / "cpu-v3" / "runs" / labels[method] / f"seed{seed}" / "eval"
                               / "results.json").read_text())["benchmarks"]
-        quoted = [" / ".join(f"{100 * results[benchmark]['metrics'][f'pass@{k}']:.1f}" for k in (1, 4, 8))
+        quoted = [" / ".join(_percent(results[benchmark]["metrics"][f"pass@{k}"]) for k in (1, 4, 8))
                   for benchmark in (THREE_FOUR_TERMS, THREE_FOUR_TERMS.replace(
                       "min_terms=3:max_terms=4", "min_terms=2:max_terms=2").replace("size=200", "size=64"))]
         assert quoted == [three_four, two], (method, seed, quoted)
@@ -226,3 +234,29 @@ def test_the_third_comparisons_run_times_docs_results_quotes_are_its_runs():
     assert (f"a run took {min(steps.values()):.0f}-{max(steps.values()):.0f} minutes of steps (`ict` seed 3, "
             f"whose completions stayed short, {steps['ict seed3']:.0f};") in text
     assert f"and {min(evaluations):.0f}-{max(evaluations):.0f} minutes of evaluation" in text
+
+
+def test_the_second_comparisons_per_seed_figures_of_docs_results_are_each_runs_evaluation():
+    """docs/results.md's summary of the second comparison: each method's pass@1 and pass@4 per
+    seed are its runs' ``eval/results.json`` and the mean is the report's (it rounded 0.2725 and
+    0.1625 half up, 27.3 and 16.3, where the docs' rule and each run's own results.md give 27.2
+    and 16.2)."""
+    import json
+
+    two_three = THREE_FOUR_TERMS.replace("min_terms=3:max_terms=4", "min_terms=2:max_terms=3")
+    labels = {"grpo": "grpo", "stapo": "stapo", "random 0.1": "random-ratio=0.1", "entropy (top 20%)": "entropy",
+              "ict (`group_mean_absorbing`, 0.1)": "ict-reference=group_mean_absorbing-ratio=0.1"}
+    text = (ROOT / "docs" / "results.md").read_text()
+    header = "| run | pass@1 | pass@4 | reward | entropy (nats) | length (tokens) |"
+    assert text.count(header) == 1
+    text = text[text.index(header):].split("\n\n")[0]
+    for label, method in labels.items():
+        cells = []
+        for metric in ("pass@1", "pass@4"):
+            seeds = [_percent(json.loads((ROOT / "results" / "cpu-v2" / "runs" / method / f"seed{seed}" / "eval"
+                                          / "results.json").read_text())["benchmarks"][two_three]["metrics"][metric])
+                     for seed in range(3)]
+            cells.append(f"{_mean('cpu-v2', two_three, metric, method):.1f} ({' / '.join(seeds)})")
+        row = re.search(rf"^\| {re.escape(label)} \| \**([^|]*?)\** \| \**([^|]*?)\** \|", text, flags=re.M)
+        assert row, label
+        assert [cell.replace("**", "") for cell in row.groups()] == cells, (label, cells)
