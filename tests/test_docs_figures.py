@@ -239,8 +239,8 @@ def test_the_third_comparisons_run_times_docs_results_quotes_are_its_runs():
 def test_the_second_comparisons_per_seed_figures_of_docs_results_are_each_runs_evaluation():
     """docs/results.md's summary of the second comparison: each method's pass@1 and pass@4 per
     seed are its runs' ``eval/results.json`` and the mean is the report's (it rounded 0.2725 and
-    0.1625 half up, 27.3 and 16.3, where the docs' rule and each run's own results.md give 27.2
-    and 16.2)."""
+    0.1625 half up, 27.3 and 16.3, where the rule docs/evaluation.md states for a percent, half
+    to even on the decimal figure, gives 27.2 and 16.2)."""
     import json
 
     two_three = THREE_FOUR_TERMS.replace("min_terms=3:max_terms=4", "min_terms=2:max_terms=3")
