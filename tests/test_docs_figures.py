@@ -260,3 +260,33 @@ def test_the_second_comparisons_per_seed_figures_of_docs_results_are_each_runs_e
         row = re.search(rf"^\| {re.escape(label)} \| \**([^|]*?)\** \| \**([^|]*?)\** \|", text, flags=re.M)
         assert row, label
         assert [cell.replace("**", "") for cell in row.groups()] == cells, (label, cells)
+
+
+def test_the_group_mean_bounds_docs_method_states_are_reached_by_the_statistics():
+    """docs/method.md's range of the alive-only `group_mean` score, `h((n+1)/2n) - h(1/n)/2`
+    with `h` the binary entropy (it named `h` without defining it), and its values 0, 0.216 and
+    0.497 for n = 1, 2, 8: each is the score `token_statistics` gives n rows that each put their
+    mass on a token of their own (float64 formula against the library's float32)."""
+    import math
+
+    import torch
+
+    from ict import token_statistics
+
+    def h(x: float) -> float:
+        return 0.0 if x in (0.0, 1.0) else -x * math.log(x) - (1 - x) * math.log(1 - x)
+
+    text = flat("docs/method.md")
+    assert "`h(x) = -x ln x - (1-x) ln(1-x)` is the binary entropy in nats" in text
+    quoted = re.search(r"`h\(\(n\+1\)/2n\) - h\(1/n\)/2` \(0 for n = 1, ([\d.]+) for 2, ([\d.]+) for 8\)", text)
+    assert quoted, "docs/method.md's group_mean range changed: update this test"
+    for n, stated in ((1, "0"), (2, quoted[1]), (8, quoted[2])):
+        bound = h((n + 1) / (2 * n)) - h(1 / n) / 2
+        assert f"{bound:.3f}" == f"{float(stated):.3f}", (n, bound, stated)
+        logits = torch.full((n, 1, n + 1), -40.0)
+        logits[torch.arange(n), 0, torch.arange(n)] = 40.0
+        stats = token_statistics(logits, torch.arange(n).view(n, 1), torch.ones(n, 1, dtype=torch.bool), 1.0,
+                                 js_references=("group_mean",), group_ids=torch.zeros(n, dtype=torch.long))
+        assert torch.allclose(stats.js_scores["group_mean"][:, 0].double(), torch.full((n,), bound, dtype=torch.float64),
+                              atol=1e-6), (n, stats.js_scores["group_mean"], bound)
+    assert f"({h(9 / 16) - h(1 / 8) / 2:.3f} for G = 8)" in text
