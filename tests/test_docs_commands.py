@@ -1,6 +1,7 @@
 """Every command line the README and the docs show is one the tools take: each `--option` of an
 `ict` command or a benchmark script exists, each documented `ict train` line (and plugin line)
-builds its configuration as `ict train` does, and the quick-start comparisons train into a
+builds its configuration as `ict train` does, each `ict eval/compare/inspect/plot` line builds and
+checks its own, and the quick-start comparisons train into a
 directory of their own. Split from tests/test_docs_defaults.py (the defaults the docs restate)."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from docs_helpers import ALL_DOCS, ROOT, command_options, command_parsers, doc_text
 
 from ict.core.selectors import SELECTORS, TRAIN_OPTION_DEFAULTS, method_train_options
@@ -257,6 +259,7 @@ def _documented_other_lines() -> list[tuple[str, str, list[str]]]:
     return lines
 
 
+@pytest.mark.slow  # ~30 s on 2 cores: every documented comparison builds each run's options (~0.1 s each)
 def test_every_documented_eval_compare_inspect_and_plot_line_builds_its_configuration(
         monkeypatch, tmp_path, capsys):
     """Each documented `ict eval`, `ict compare`, `ict inspect` and `ict plot` command line builds
