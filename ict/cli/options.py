@@ -25,6 +25,7 @@ from ict.core.options import (
     parse_field,
     suggestion,
     text_option_names,
+    type_hints,
 )
 
 
@@ -33,7 +34,7 @@ def add_dataclass_options(parser: argparse.ArgumentParser, cls: type,
     """One flag per option field of `cls` (default suppressed: unset options are absent from the
     parsed namespace, so YAML values and dataclass defaults are not masked)."""
     aliases = aliases or {}
-    types_by_name = typing.get_type_hints(cls)
+    types_by_name = type_hints(cls)
     for item in option_fields(cls):
         inner, optional = optional_inner(types_by_name[item.name])
         default = describe(default_of(item))

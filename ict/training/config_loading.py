@@ -16,7 +16,7 @@ from typing import Any
 
 from ict.core import selectors
 from ict.core.errors import UsageError, read_utf8_text
-from ict.core.options import dump_options_yaml, optional_inner, parse_field
+from ict.core.options import dump_options_yaml, optional_inner, parse_field, type_hints
 from ict.runs.checkpoint import complete_checkpoints, write_atomically
 from ict.training.config import TrainConfig
 from ict.training.config_text import load_yaml, read_option_text, read_overrides
@@ -24,7 +24,7 @@ from ict.training.config_text import load_yaml, read_option_text, read_overrides
 
 def field_types() -> dict[str, Any]:
     """Field name -> resolved type annotation."""
-    return typing.get_type_hints(TrainConfig)
+    return dict(type_hints(TrainConfig))
 
 
 def parse_value(name: str, raw: Any) -> Any:
