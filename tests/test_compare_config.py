@@ -317,3 +317,17 @@ def test_an_option_key_written_with_hyphens_leaves_its_run_the_method_it_names(t
         assert not is_baseline("random-topk-ratio=0.2", ("grpo", "random"))
     finally:
         SELECTORS.pop("random-topk", None)
+
+
+def test_compare_help_names_the_default_baselines_the_report_uses(monkeypatch):
+    """The description's "(default ...)" is read from the baselines the report falls back to."""
+    import argparse
+
+    import ict.analysis.compare as analysis_compare
+    from ict.cli.compare import add_parser
+
+    monkeypatch.setattr(analysis_compare, "BASELINES", ("grpo", "entropy20"))
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    compare = parser._subparsers._group_actions[0].choices["compare"]  # type: ignore[union-attr]
+    assert "(default grpo and entropy20)" in compare.description

@@ -16,6 +16,7 @@ ALIASES = {"config_file": ["--config"]}
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register the `compare` subcommand."""
+    from ict.analysis.compare import BASELINES
     from ict.experiments.compare import CompareConfig
 
     parser = subparsers.add_parser(
@@ -23,7 +24,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="For every method and seed: train (same prompts, same rollout seeds per "
         "seed), evaluate the final checkpoint (same problems, same sampling seed), and write "
         "DIR/report.md, results.csv, differences.csv and curves.png with paired bootstrap "
-        "intervals and permutation p-values against the baselines (default grpo and random). "
+        f"intervals and permutation p-values against the baselines (default {' and '.join(BASELINES)}). "
         "Finished runs are reused.")
     add_dataclass_options(parser, CompareConfig, ALIASES)
     parser.add_argument("overrides", nargs="*", metavar="key=value",
