@@ -10,6 +10,7 @@ inside `ict.answers.verify`'s worker process.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from decimal import Decimal
 from fractions import Fraction
 
@@ -65,6 +66,42 @@ def _balanced_group(text: str, open_index: int, limit: int = MAX_BOXED_CHARS) ->
                 return text[open_index + 1 : index]
         index += 1
     return None
+
+
+def closing_braces(text: str) -> dict[int, int]:
+    """The index of the ``}`` that closes each ``{`` of ``text`` that closes, in one pass (a stack):
+    ``_balanced_group(text, i)`` is ``text[i + 1 : closes[i]]`` when ``closes[i] - i - 1`` is at most
+    its limit, else None. ``\\{`` and ``\\}`` are literal braces, as there (a ``{`` after a
+    backslash is reached as part of a pair by both scans, so they agree on every group that opens
+    with an unescaped brace). Many boxes that do not close cost O(n), not O(n * limit) (2,857
+    unclosed ``\\boxed{`` took 1.2 s, each scanned to 2,000 characters)."""
+    closes: dict[int, int] = {}
+    opened: list[int] = []
+    index, size = 0, len(text)
+    while index < size:
+        char = text[index]
+        if char == "\\":
+            index += 2
+            continue
+        if char == "{":
+            opened.append(index)
+        elif char == "}" and opened:
+            closes[opened.pop()] = index
+        index += 1
+    return closes
+
+
+def box_contents(text: str, opens: re.Pattern[str],
+                 limit: int = MAX_BOXED_CHARS) -> Iterator[tuple[re.Match[str], str | None]]:
+    """``(match, content)`` for each match of ``opens`` (a pattern ending in the box's ``{``) in
+    ``text``, ``content`` as `_balanced_group` reads it (None: no close within ``limit``
+    characters), found in one pass over ``text`` (`closing_braces`)."""
+    closes = closing_braces(text)
+    for found in opens.finditer(text):
+        open_index = found.end() - 1
+        close = closes.get(open_index)
+        fits = close is not None and close - open_index - 1 <= limit
+        yield found, text[open_index + 1 : close] if fits else None
 
 
 BOXED_COMMANDS = ("\\boxed", "\\fbox", "\\framebox")

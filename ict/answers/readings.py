@@ -16,6 +16,7 @@ from ict.answers.extraction import (
     LATEX_WRAPPER,
     PLAIN_NUMBER,
     _balanced_group,
+    box_contents,
     expand_scientific,
     last_tag_span,
 )
@@ -398,9 +399,8 @@ def _unpercent_boxed_alternatives(text: str) -> str:
     or } 4 \\text{ hours}}`` is {3, 4}; math-verify read it as 3). A box that does not close
     (`_balanced_group`) is left as it is."""
     pieces, done = [], 0
-    for found in _BOXED_OPEN.finditer(text):
-        content = _balanced_group(text, found.end() - 1) if found.start() >= done else None
-        if content is None:
+    for found, content in box_contents(text, _BOXED_OPEN):
+        if found.start() < done or content is None:
             continue
         if "%" in content:
             listed = _alternatives(content, _PERCENT_LIST)
@@ -483,9 +483,8 @@ def drop_boxed_full_stop(text: str) -> str:
     was wrong for the gold 3). Not an ellipsis (``\\boxed{1, 2, ...}``), an escaped ``\\.`` or a box
     that is only the point; a box that does not close (`_balanced_group`) is left as it is."""
     pieces, done = [], 0
-    for found in _BOXED_OPEN.finditer(text):
-        content = _balanced_group(text, found.end() - 1) if found.start() >= done else None
-        if content is None:
+    for found, content in box_contents(text, _BOXED_OPEN):
+        if found.start() < done or content is None:
             continue
         kept = _FULL_STOP_AT_END.sub("", content)
         if kept != content:
@@ -512,9 +511,8 @@ def boxed_power(text: str) -> str:
     the box (``\\boxed{25 \\text{ cm}}^2``: `_UNIT_AT_END`; read 25, not 625); a box that does not
     close (`_balanced_group`) is left as it is."""
     pieces, done = [], 0
-    for found in _BOXED_OPEN.finditer(text):
-        content = _balanced_group(text, found.end() - 1) if found.start() >= done else None
-        if content is None:
+    for found, content in box_contents(text, _BOXED_OPEN):
+        if found.start() < done or content is None:
             continue
         close = found.end() + len(content) + 1
         power = _POWER_AFTER_BOX.match(text, close)
