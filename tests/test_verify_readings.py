@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -40,3 +41,34 @@ def test_boxes_that_do_not_close_are_read_in_linear_time(monkeypatch):
     assert readings.completion_readings(text) == [text]
     assert sum(scanned) == 0
     assert time.perf_counter() - start < 0.6
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # a dash after a digit, a letter or a closing bracket subtracts or spans a range: it was -2, -5
+    ("10-2", "2"),
+    ("so it is 3\u20135", "5"),
+    ("f(x)-2", "2"),
+    ("10-2e5", "200000"),
+    # an en dash that opens a number is its minus: it was 5
+    ("\u20135", "-5"),
+    ("so x = \u20135.", "-5"),
+    ("so \u20132e2", "-200"),
+    # as before: a sign after a space, an operator or a bracket
+    ("so -5 it is", "-5"),
+    ("x=-3", "-3"),
+    ("(-3)", "-3"),
+    ("**\u22127**", "-7"),
+])
+def test_the_last_number_s_sign_is_no_subtraction_and_an_en_dash_may_be_one(text, expected):
+    from ict.answers.extraction import extract_last_number
+
+    assert extract_last_number(text) == expected
+
+
+def test_a_number_with_an_en_dash_minus_has_its_negative_value():
+    from fractions import Fraction
+
+    from ict.answers.extraction import number_value
+
+    assert number_value("\u20135") == Fraction(-5)
+    assert number_value("\u20131,000.5") == Fraction(-2001, 2)

@@ -432,9 +432,15 @@ def _last_tag_content(text: str, tag_name: str = "answer") -> str | None:
     return None if span is None else text[span[0] : span[1]].strip() or None
 
 
-# a sign (ASCII '-' or the minus sign U+2212), then digits with commas only between groups of three
-# (1,234.5), plain digits, or a bare decimal (.5; not the .1 of 1.1.1)
-PLAIN_NUMBER = re.compile(r"[-\u2212]?(?:(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|(?<![\d.])\.\d+)")
+MINUS_SIGNS = "-\u2212\u2013"
+"""What writes a minus: ASCII ``-``, the minus sign U+2212 and the en dash U+2013 (``\u20135``)."""
+_SIGN = rf"(?:(?<![\w)\]}}])[{MINUS_SIGNS}])"
+"""A minus sign that is no subtraction's or range's: not after a digit, a letter or a closing bracket
+(``10-2`` and ``3\u20135`` end in 2 and 5, not -2 and -5)."""
+_SIGN_AT = re.compile(_SIGN)
+# a sign (`_SIGN`), then digits with commas only between groups of three (1,234.5), plain digits,
+# or a bare decimal (.5; not the .1 of 1.1.1)
+PLAIN_NUMBER = re.compile(_SIGN + r"?(?:(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|(?<![\d.])\.\d+)")
 
 _LATEX_SPACE = r"(?:\s|\\[,;: ]|~)*"
 # a fraction of two integers: a/b, \frac{a}{b}, \dfrac{a}{b}, \tfrac{a}{b} (a sign before it or on a)
@@ -447,7 +453,7 @@ def number_value(text: str | None) -> Fraction | None:
     ``None`` for anything else (``x=3``, ``(1,2)``, ``\\sqrt{2}``, a zero denominator)."""
     text = "".join((text or "").split())
     if PLAIN_NUMBER.fullmatch(text):
-        return Fraction(text.replace(",", "").replace("\u2212", "-"))
+        return Fraction(re.sub(f"[{MINUS_SIGNS}]", "-", text.replace(",", "")))
     match = _INTEGER_FRACTION.fullmatch(text)
     if match is None:
         return None
@@ -492,7 +498,8 @@ def expand_scientific(text: str) -> str:
 
 def extract_last_number(text: str) -> str | None:
     """The last number in `text`: thousands commas removed (``1,234`` is 1234; ``(2,3)`` ends in
-    3), a ``-`` or U+2212 minus kept as ``-``, a bare decimal given its 0 (``.5`` is ``0.5``), a
+    3), a minus (`_SIGN`: ``-``, U+2212 or an en dash, not after a digit, a letter or a closing bracket:
+    ``10-2`` ends in 2) kept as ``-``, a bare decimal given its 0 (``.5`` is ``0.5``), a
     trailing ``.0..`` stripped. A number in scientific notation (`SCIENTIFIC`: ``4.5e33``,
     ``1.2\\times 10^{-5}``, ``3 × 10^8``) is one number, written out (`scientific_value`:
     ``4.5e33`` is ``4500000000000000000000000000000000``, not 33)."""
@@ -504,9 +511,9 @@ def extract_last_number(text: str) -> str | None:
     scientific = next(reversed(list(SCIENTIFIC.finditer(text))), None)
     if scientific is not None and last.start() < scientific.end():  # the last number is its exponent
         value = scientific_value(scientific)
-        negative = text[scientific.start() - 1 : scientific.start()] in ("-", "\u2212") and value != "0"
+        negative = scientific.start() > 0 and _SIGN_AT.match(text, scientific.start() - 1) and value != "0"
         return f"-{value}" if negative else value
-    number = last.group(0).replace(",", "").replace("\u2212", "-")
+    number = re.sub(f"[{MINUS_SIGNS}]", "-", last.group(0).replace(",", ""))
     if number.lstrip("-").startswith("."):  # a bare decimal: .5 -> 0.5, -.5 -> -0.5
         number = number.replace(".", "0.", 1)
     if "." in number and set(number.split(".", 1)[1]) == {"0"}:
