@@ -404,7 +404,7 @@ def test_a_choice_or_number_without_an_answer_is_status_no_answer():
     ("1234", "it is 1,234", True),
 ])
 def test_the_last_number_rule_tells_small_numbers_apart(gold, completion, correct):
-    """`grade_number` compares within 1e-9 (relative or absolute); 0.0005 is not 0. Hand values."""
+    """`grade_number` compares within 1e-9 relative; 0.0005 is not 0. Hand values."""
     assert grade_number(Problem(prompt="q", answer=gold, kind="math"), completion).correct is correct
 
 

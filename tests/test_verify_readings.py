@@ -72,3 +72,22 @@ def test_a_number_with_an_en_dash_minus_has_its_negative_value():
 
     assert number_value("\u20135") == Fraction(-5)
     assert number_value("\u20131,000.5") == Fraction(-2001, 2)
+
+
+@pytest.mark.parametrize(("gold", "completion", "correct"), [
+    # within 1e-9 absolute these were right: 0.5% and 5 times off
+    ("1e-07", "so it is 1.005e-07", False),
+    ("1e-07", "so it is 0.0000001005", False),
+    ("1e-10", "so it is 5e-10", False),
+    ("0", "so it is 0.0000000001", False),
+    # the gold itself, written out or in scientific notation, and float noise
+    ("1e-07", "so it is 0.0000001", True),
+    ("1e-07", "so it is 1 \\times 10^{-7}", True),
+    ("1e-07", "so it is 1.0000000000001e-07", True),
+    ("0", "so it is -0", True),
+])
+def test_the_last_number_rule_tells_small_golds_apart_relatively(gold, completion, correct):
+    from ict.answers.grading import grade_number
+    from ict.core.problems import Problem
+
+    assert grade_number(Problem(prompt="q", answer=gold, kind="number"), completion).correct is correct

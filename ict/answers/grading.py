@@ -161,14 +161,15 @@ def _option_texts(problem: Problem) -> dict[str, str]:
 
 def _numbers_equal(left: str, right: str) -> bool:
     """Do two numbers' texts name one number? Two integers exactly (`number_value`: 1e-9 of 10**9
-    is one unit, and a float rounds integers beyond 2**53); other numbers within 1e-9, relative or
-    absolute (``0.1000000000001`` is 0.1); a text that is no number as text."""
+    is one unit, and a float rounds integers beyond 2**53); other numbers within 1e-9 relative
+    (``0.1000000000001`` is 0.1), none absolute (within 1e-9 absolute, ``1.005e-07`` was a gold
+    ``1e-07`` and ``5e-10`` a gold ``1e-10``); a text that is no number as text."""
     values = [number_value(text) for text in (left, right)]
     if all(value is not None and value.denominator == 1 for value in values):
         return values[0] == values[1]
     try:
         return math.isclose(float(left.replace(",", "")), float(right.replace(",", "")),
-                            rel_tol=1e-9, abs_tol=1e-9)
+                            rel_tol=1e-9)
     except ValueError:
         return left.strip() == right.strip()
 
