@@ -9,6 +9,7 @@ import re
 import time
 
 import pytest
+from conftest import assert_graded_in_both_extractions
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -91,3 +92,42 @@ def test_the_last_number_rule_tells_small_golds_apart_relatively(gold, completio
     from ict.core.problems import Problem
 
     assert grade_number(Problem(prompt="q", answer=gold, kind="number"), completion).correct is correct
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a minus typed as an en dash or the minus sign: read as no number, or as the text "–5"
+    ("The answer is \u20135.", "-5", True),
+    ("The answer is \u20135.", "5", False),
+    ("The answer is \\boxed{\u20135}", "-5", True),
+    ("#### \u20135", "-5", True),
+    ("The answer is \u22125.", "-5", True),
+    ("so $x = \u2013\\frac{1}{2}$, and the answer is \\boxed{\u2013\\frac{1}{2}}", "-\\frac{1}{2}", True),
+    # a dash between numbers is a range, as before: no number
+    ("The answer is 3\u20135.", "3", False),
+    ("The answer is 3 \u2013 5.", "-5", False),
+])
+def test_a_minus_typed_as_a_dash_is_a_minus(verifier, completion, gold, expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("The answer is \u20135.", "The answer is -5."),
+    ("\\boxed{\u2212.5}", "\\boxed{-.5}"),
+    ("x\u20135 and (2)\u20133", "x-5 and (2)-3"),  # a subtraction, as "-" is
+    # kept: a range (a digit before the dash, spaces between), a dash before no number
+    ("3\u20135, 3 \u2013 5 and 3\n\u20135", None),
+    ("A \u2013 the first", None),
+])
+def test_spell_minus(text, expected):
+    from ict.answers.wording import spell_minus
+
+    assert spell_minus(text) == (text if expected is None else expected)
+
+
+def test_spell_minus_is_linear_in_runs_of_spaces():
+    from ict.answers.wording import spell_minus
+
+    text = ("x" + " " * 2_000 + "\u20135") * 100
+    start = time.perf_counter()
+    assert spell_minus(text) == text.replace("\u2013", "-")
+    assert time.perf_counter() - start < 0.5

@@ -20,6 +20,7 @@ from ict.answers.extraction import (
     expand_scientific,
     last_tag_span,
 )
+from ict.answers.wording import spell_minus
 
 # what makes a "#### x" line a Markdown heading, not an answer: a first word ("Step 2: Revenue"), a
 # numbered title ("2. Money made", "1) Eggs") or two plain words ("60 % of the students"); an
@@ -570,7 +571,8 @@ def _shortened_whitespace(text: str) -> str:
 
 def completion_readings(completion: str) -> list[str]:
     """The readings of ``completion`` for math-verify to parse in turn (the first that matches the
-    gold wins), ``\\lor`` and ``\\vee`` spelt out (`spell_logical_or`), subscripts in text wrappers
+    gold wins), a minus typed as a dash written ``-`` (`ict.answers.wording.spell_minus`), ``\\lor``
+    and ``\\vee`` spelt out (`spell_logical_or`), subscripts in text wrappers
     written plain (`plain_subscript_text`), a subscripted E, e or I a symbol
     (`plain_subscripted_constants`) and a boxed hedge's or list's percent
     signs dropped (`_unpercent_boxed_alternatives`): the ``<answer>`` tag's
@@ -583,7 +585,7 @@ def completion_readings(completion: str) -> list[str]:
     (`_shortened_whitespace`), and a boxed time on the hour is read as its hour too
     (`_on_the_hour_readings`)."""
     spelt = _unpercent_boxed_alternatives(
-        plain_subscripted_constants(plain_subscript_text(spell_logical_or(completion))))
+        plain_subscripted_constants(plain_subscript_text(spell_logical_or(spell_minus(completion)))))
     return [hour for tagged in tag_answer_readings(spelt)
             for marked in hash_answer_readings(tagged)
             for anchored in anchor_answer_readings(expand_scientific(marked))

@@ -1,0 +1,27 @@
+"""Answers in words or typography that math-verify misreads, written as it reads them: a minus
+typed as a dash (`spell_minus`). Pure string functions; `ict.answers.readings` applies them to a
+completion's readings."""
+
+from __future__ import annotations
+
+import re
+
+_DASH_BEFORE_NUMBER = re.compile(r"[\u2212\u2013](?=\.?\d|\\[^\W\d_])")  # -5, -.5, -\frac{1}{2}
+
+
+def spell_minus(text: str) -> str:
+    """``text`` with the minus sign U+2212 written ``-`` and an en dash U+2013 that opens a number or
+    a command (``\u2013\\frac{1}{2}``) too, unless the last character before it that is no space is a digit (``3\u20135``, ``3 \u2013 5``:
+    a range, see `ict.answers.readings._RANGE`; after a letter or a bracket, ``x\u20135``, it subtracts,
+    as ``-`` does): math-verify reads ``The answer is \u22125`` and ``\\boxed{\u20135}`` as no number.
+    One scan (each dash looks back over the spaces before it, a run only once)."""
+    pieces, done = [], 0
+    for dash in _DASH_BEFORE_NUMBER.finditer(text):
+        index = dash.start() - 1
+        while index >= 0 and text[index].isspace():
+            index -= 1
+        if dash[0] == "\u2013" and index >= 0 and text[index].isdigit():
+            continue
+        pieces += [text[done:dash.start()], "-"]
+        done = dash.end()
+    return "".join(pieces) + text[done:]
