@@ -131,3 +131,16 @@ def test_spell_minus_is_linear_in_runs_of_spaces():
     start = time.perf_counter()
     assert spell_minus(text) == text.replace("\u2013", "-")
     assert time.perf_counter() - start < 0.5
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a hedge of bare decimals with a unit is both: it read no number, or in the lenient extraction
+    # .75 (a hedge rewarded)
+    ("#### .5 or .75 dollars", "0.75", False),
+    ("#### .5 or .75 dollars", "0.5", False),
+    ("#### .5 or .75 dollars", "0.5, 0.75", True),
+    ("The answer is .5 dollars or .75 dollars.", "0.75", False),
+    ("<answer>.5 or .75 dollars</answer>", "0.5, 0.75", True),
+])
+def test_a_hedge_of_bare_decimals_with_a_unit_is_both(verifier, completion, gold, expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)

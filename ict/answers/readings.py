@@ -137,7 +137,7 @@ _ALTERNATIVE = re.compile(
 # an alternative that is a number and one unit word, or a number and a "?": "3 hours", "4 cm", "3?"
 # (its number: "3 hours or 4 hours" is {3, 4}; joined by "or", not "and": "2 hours and 30 minutes"
 # is one quantity)
-_NUMBER_WITH_UNIT = re.compile(rf"({_NUMBER})(?:\s+[^\W\d_]{{2,}}|\s*\?)")
+_NUMBER_WITH_UNIT = re.compile(rf"({_NUMBER}|[-+]?\.\d+)(?:\s+[^\W\d_]{{2,}}|\s*\?)")  # ".75 dollars" too
 _PLAIN_AND = re.compile(r"(?<![\w\\/])and\b(?!/)")
 # a decimal point with no digit after it that ends an alternative or its numerator, "3." or
 # "-3./2": math-verify's LaTeX parser reads no number in it and drops it from a box of
