@@ -144,3 +144,20 @@ def test_spell_minus_is_linear_in_runs_of_spaces():
 ])
 def test_a_hedge_of_bare_decimals_with_a_unit_is_both(verifier, completion, gold, expected):
     assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a rejected answer after "no longer" or before a dash: math-verify read the rejected 5
+    ("The answer is no longer 5 but 6.", "6", True),
+    ("The answer is no longer 5 but 6.", "5", False),
+    ("The answer is not 5 \u2014 it's 6.", "6", True),
+    ("The answer is not 5 \u2014 it's 6.", "5", False),
+    ("The answer is not 5\u2014it is 6 apples.", "6", True),
+    ("The answer is not 5 \u2013 it is 6.", "6", True),
+    ("The answer is not 5 -- 6.", "6", True),
+    # as before: a dash in a number's range, nothing after "no longer"
+    ("The answer is not 5\u20136, it is 7.", "7", True),
+    ("The answer is no longer 5.", "5", True),
+])
+def test_a_rejected_answer_after_no_longer_or_before_a_dash_is_dropped(verifier, completion, gold, expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)

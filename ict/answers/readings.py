@@ -70,10 +70,12 @@ _NUMBER_BEFORE_CONDITION = re.compile(
 # with a later piece: "12 if we count the ends and 14 otherwise"; see `anchor_answer_readings`)
 _NUMBER_BEFORE_PLAIN_CONDITION = re.compile(
     rf"(({_NUMBER})(?:{_UNIT_WORD})?),?\s+(?:\(\s*)?(?i:{_CONDITION_WORDS})\s")
-# a rejected answer before the answer, "not 5, it is 6", "not 5 but 6", the "n't" of "The answer isn't
-# 5, it's 6" (what follows it is boxed: math-verify read 5)
+# a rejected answer before the answer, "not 5, it is 6", "not 5 but 6", "no longer 5 but 6", "not 5 —
+# it's 6" (a dash: an em dash, a spaced en dash or "--"), the "n't" of "The answer isn't 5, it's 6"
+# (what follows it is boxed: math-verify read 5)
 _NEGATED_ANSWER = re.compile(
-    r"^(?i:not|n['\u2019]t)\s[^,;]*?(?:[,;]|\s(?i:but)\b)\s*(?:(?i:but|rather|instead)\b,?\s*)?"
+    r"^(?i:not|no\s+longer|n['\u2019]t)\s[^,;]*?(?:[,;]|(?<!\s)\s*\u2014(?!\d)|\s(?:\u2013|--)(?=\s)|\s(?i:but)\b)\s*"
+    r"(?:(?i:but|rather|instead)\b,?\s*)?"
     r"(?:(?i:it\s+is|it['\u2019]s|it\s+equals)\b\s*)?(?=\S)")
 # the answer after a rejected one in math delimiters, "not $5$, but $6$", "not $5$ but $6$ or $7$": a
 # plain number's delimiters are dropped, a formula's when it is the whole answer (math-verify read
