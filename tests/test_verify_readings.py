@@ -161,3 +161,32 @@ def test_a_hedge_of_bare_decimals_with_a_unit_is_both(verifier, completion, gold
 ])
 def test_a_rejected_answer_after_no_longer_or_before_a_dash_is_dropped(verifier, completion, gold, expected):
     assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # odds are the chance they give, MATH's gold for one: read 6 (in math) or 1 (in plain text)
+    ("The answer is 1 in $6$.", "\\frac{1}{6}", True),
+    ("The answer is 1 in $6$.", "6", False),
+    ("The answer is 1 in 6.", "\\frac{1}{6}", True),
+    ("The answer is 1 in 6.", "1", False),
+    ("The answer is a 1 in 6 chance.", "\\frac{1}{6}", True),
+    ("#### 1 in 6", "\\frac{1}{6}", True),
+    ("<answer>3 in \\(36\\)</answer>", "\\frac{1}{12}", True),
+    # as before: a time, a set, a number in no odds
+    ("The answer is 2 in $10$ years.", "2", True),
+    ("The answer is 7 in \\(\\mathbb{Z}_9\\).", "7", True),
+    ("The answer is 2 in 10 years.", "2", True),
+])
+def test_odds_are_the_chance_they_give(verifier, completion, gold, expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("1 in 6", "\\frac{1}{6}"), ("1 in $6$", "\\frac{1}{6}"), ("an 11 in \\( 36 \\) chance", "\\frac{11}{36}"),
+    ("6 in 6", "\\frac{6}{6}"),
+    ("5 in 2", None), ("1 in 0", None), ("2 in 10 years", None), ("1 in 6 and 2", None), ("1.5 in 6", None),
+])
+def test_odds(value, expected):
+    from ict.answers.wording import odds
+
+    assert odds(value) == expected

@@ -124,7 +124,7 @@ def test_plain_subscripted_constants(text, expected):
     ("The answer is 12 when \\(n = 3 \\text{ or } 4\\).", "12", True),
     ("The answer is 5 for $n$ greater than 3.", "5", True),
     ("The answer is 12 when $n = 3 or 4$.", "12", True),
-    # odds are no condition: read 6, as before (the 1 alone was right for a gold 1)
+    # odds are no condition: read 1/6 (`ict.answers.wording.odds`; the 1 alone was right for a gold 1)
     ("The answer is 1 in $6$.", "1", False),
     ("The answer is 1 in \\(36\\).", "1", False),
     ("The answer is 7 in \\(\\mathbb{Z}_9\\).", "7", True),
@@ -155,7 +155,7 @@ def test_an_anchored_number_before_a_condition_in_math_is_the_answer(verifier, c
     ("The answer is 5 when x is 2.", None),
     ("The answer is 10 for each of the $4$ boxes, so $40$.", None),
     ("The answer is 2 $\\pi$.", None),
-    ("The answer is 1 in $6$.", None),
+    ("The answer is 1 in $6$.", "The answer is \\boxed{\\frac{1}{6}}"),  # odds: a probability
 ])
 def test_anchor_answer_readings_boxes_the_number_before_a_condition(completion, expected):
     from ict.answers.readings import anchor_answer_readings
@@ -398,7 +398,7 @@ def test_anchor_answer_readings_of_a_rejected_answer_a_piecewise_answer_in_words
     ("The answer is 2 in $10$ years.", "2", True),
     ("The answer is 2 in $10$ years.", "10", False),
     ("The answer is 3 in \\(5\\) days.", "3", True),
-    # odds, as before: read 6
+    # odds: read 1/6 (read 6)
     ("The answer is 1 in $6$.", "1", False),
     ("The answer is 1 in $6$ chances.", "1", False),
 ])

@@ -20,7 +20,7 @@ from ict.answers.extraction import (
     expand_scientific,
     last_tag_span,
 )
-from ict.answers.wording import spell_minus
+from ict.answers.wording import odds, spell_minus
 
 # what makes a "#### x" line a Markdown heading, not an answer: a first word ("Step 2: Revenue"), a
 # numbered title ("2. Money made", "1) Eggs") or two plain words ("60 % of the students"); an
@@ -52,8 +52,8 @@ _ANSWER_ANCHOR = re.compile(
 # $v_{max}$", "5 when $x = 2$", "1/2 if $n$ is even" (math-verify read the rightmost formula, v_{max},
 # x = 2 or n; see `anchor_answer_readings`); not arithmetic, "2 times $\pi$", "3 over $\sqrt{2}$",
 # nor a condition that goes on past a comma or semicolon ("10 for each of $4$ boxes, so $40$"), nor
-# odds, "1 in $6$" (read 6 as before; the number alone, 1, was right for a gold 1), but a time, "2
-# in $10$ years" (read 10), is a condition; the condition
+# odds, "1 in $6$" (read as 1/6: `ict.answers.wording.odds`), but a time, "2 in $10$ years" (read
+# 10), is a condition; the condition
 # may be in brackets that close the answer, "5 (when $n = 2$)" (math-verify read n = 2, right for a
 # gold 2), after a comma, "5, when $x = 2$", or a reason, "3, since $x = 4$ fails", "3 because $3^2 =
 # 9$" (read x = 4 and 3^2 = 9);
@@ -236,7 +236,7 @@ def _boxed_in_place(before: str, value: str, after: str) -> list[str]:
     `_alternatives` writes them, one reading (the number-and-unit reading read ``3 or 4`` as 3)."""
     if (alternatives := _alternatives(value)) is not None:
         return [f"{before}\\boxed{{{alternatives}}}{after}"]
-    if (bounds := _range(value)) is not None:  # "3 to 4": no number (the unit reading read 3)
+    if (bounds := _range(value) or odds(value)) is not None:  # "3 to 4": no number; "1 in 6": 1/6 (read 3, 1)
         return [f"{before}\\boxed{{{bounds}}}{after}"]
     values = [value]
     number = _NUMBER_AND_UNIT.match(value)
@@ -283,7 +283,8 @@ def anchor_answer_readings(completion: str) -> list[str]:
     are boxed together as ``3 \\text{ or } 4`` (math-verify: {3, 4}; in plain text it read 3, a
     hedge rewarded), an ``either`` before them dropped; a range X ``between 3 and 4`` or ``from 3
     to 4`` (words after it too) is boxed as ``3 \\text{ to } 4`` (math-verify: the product
-    ``3 to 4``, equal to no number; it read 3); an alternative must close its brackets
+    ``3 to 4``, equal to no number; it read 3), odds ``1 in $6$`` as ``\\frac{1}{6}``
+    (`ict.answers.wording.odds`; it read 6); an alternative must close its brackets
     (``3 (or 4`` is none; ``3 (or 4)`` is two); a comma left before X's end (``8,.``) is dropped.
     A plain number, an optional unit, then a condition holding math (X ``20 m/s for $v_{max}$``, ``5
     when $x = 2$``, ``5 (when $x = 2$)``, ``3, since $x = 4$ fails``, ``$5$ when $x = 2$``:
@@ -328,6 +329,8 @@ def anchor_answer_readings(completion: str) -> list[str]:
         value = alternatives  # the alternatives, not the first (3 or 4)
     elif (bounds := _range(value)) is not None:  # a range, not its first number
         value = bounds
+    elif (chance := odds(value)) is not None:  # "1 in $6$": 1/6, not 6
+        value = chance
     elif (number := _NUMBER_BEFORE_CONDITION.match(
             _MATH_NUMBER.sub(lambda math: math[1] or math[2], value, count=1))) is not None:
         # a piecewise answer, "1 if $n$ is odd and 0 if $n$ is even", is a hedge: both numbers

@@ -25,3 +25,21 @@ def spell_minus(text: str) -> str:
         pieces += [text[done:dash.start()], "-"]
         done = dash.end()
     return "".join(pieces) + text[done:]
+
+
+_MATH_INTEGER = r"(?:(\d+)|\$\s*(\d+)\s*\$|\\\(\s*(\d+)\s*\\\))"  # 6, $6$ or \(6\)
+_ODDS = re.compile(
+    rf"(?:(?i:an?)\s+)?(\d+)\s+in\s+{_MATH_INTEGER}(?:\s+(?i:chances?|odds))?", re.ASCII)
+
+
+def odds(value: str) -> str | None:
+    """The probability an answer in odds is, ``\\frac{a}{b}``: ``1 in 6``, ``1 in $6$``, ``a 1 in 6
+    chance`` (whole, ``a <= b``, ``b > 0``); math-verify read ``1 in 6`` as 1 and ``1 in $6$`` as 6,
+    where the benchmarks' golds for a chance are fractions (MATH's ``\\frac{1}{6}``). None for
+    anything else: a number in a time, ``2 in 10 years`` (`ict.answers.readings` reads 2), or in
+    a set, ``7 in \\(\\mathbb{Z}_9\\)``, and ``5 in 2``."""
+    found = _ODDS.fullmatch(value.strip())
+    if found is None:
+        return None
+    first, second = int(found[1]), int(found[2] or found[3] or found[4])
+    return f"\\frac{{{first}}}{{{second}}}" if 0 < second and first <= second else None
