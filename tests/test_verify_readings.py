@@ -190,3 +190,31 @@ def test_odds(value, expected):
     from ict.answers.wording import odds
 
     assert odds(value) == expected
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # arithmetic of two numbers in words is its value, as in a box: math-verify read the first number
+    ("The answer is 0.5 times 4 dollars.", "2", True),
+    ("The answer is 0.5 times 4 dollars.", "0.5", False),
+    ("#### 0.5 times 4 dollars", "2", True),
+    ("The answer is 12 divided by 3.", "4", True),
+    ("The answer is 12 divided by 3.", "12", False),
+    ("<answer>3 plus 4</answer>", "7", True),
+    ("The answer is 10 minus 3 apples.", "7", True),
+    # as before: a formula after "times", a count of times
+    ("The answer is 2 times $\\pi$.", "2", False),
+    ("The answer is 3 times.", "3", True),
+])
+def test_arithmetic_in_words_is_its_value(verifier, completion, gold, expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("0.5 times 4 dollars", "0.5 \\times 4"), ("1/2 Multiplied  by .5", "1/2 \\times .5"),
+    ("12 divided by 3", "12 \\div 3"), ("10 minus 3 red apples", "10 - 3"),
+    ("2 times $\\pi$", None), ("3 times", None), ("2 times 3 = 6", None), ("2 times 3 and 4", None),
+])
+def test_arithmetic_in_words(value, expected):
+    from ict.answers.wording import arithmetic_in_words
+
+    assert arithmetic_in_words(value) == expected

@@ -20,7 +20,7 @@ from ict.answers.extraction import (
     expand_scientific,
     last_tag_span,
 )
-from ict.answers.wording import odds, spell_minus
+from ict.answers.wording import arithmetic_in_words, odds, spell_minus
 
 # what makes a "#### x" line a Markdown heading, not an answer: a first word ("Step 2: Revenue"), a
 # numbered title ("2. Money made", "1) Eggs") or two plain words ("60 % of the students"); an
@@ -236,7 +236,7 @@ def _boxed_in_place(before: str, value: str, after: str) -> list[str]:
     `_alternatives` writes them, one reading (the number-and-unit reading read ``3 or 4`` as 3)."""
     if (alternatives := _alternatives(value)) is not None:
         return [f"{before}\\boxed{{{alternatives}}}{after}"]
-    if (bounds := _range(value) or odds(value)) is not None:  # "3 to 4": no number; "1 in 6": 1/6 (read 3, 1)
+    if (bounds := _range(value) or odds(value) or arithmetic_in_words(value)) is not None:  # "3 to 4": none
         return [f"{before}\\boxed{{{bounds}}}{after}"]
     values = [value]
     number = _NUMBER_AND_UNIT.match(value)
@@ -263,7 +263,8 @@ def hash_answer_readings(completion: str) -> list[str]:
     if _BARE_DECIMAL_START.match(line):  # a bare decimal keeps its point: "#### .5" is 0.5 (read 5)
         value = f".{value}"
     if (not value or _HEADING_WORD.match(value) or _NUMBERED_TITLE.match(value)
-            or len(_PLAIN_WORD.findall(value)) >= 2 and _alternatives(value) is None):
+            or len(_PLAIN_WORD.findall(value)) >= 2 and _alternatives(value) is None
+            and arithmetic_in_words(value) is None):
         return [completion]
     rest = f"\n{rest}" if rest.strip() else ""
     return _boxed_in_place(completion[:marker], value, rest)
@@ -329,8 +330,8 @@ def anchor_answer_readings(completion: str) -> list[str]:
         value = alternatives  # the alternatives, not the first (3 or 4)
     elif (bounds := _range(value)) is not None:  # a range, not its first number
         value = bounds
-    elif (chance := odds(value)) is not None:  # "1 in $6$": 1/6, not 6
-        value = chance
+    elif (worded := odds(value) or arithmetic_in_words(value)) is not None:  # "1 in $6$": 1/6, not 6
+        value = worded  # ... "0.5 times 4 dollars": 0.5 \times 4, not 0.5
     elif (number := _NUMBER_BEFORE_CONDITION.match(
             _MATH_NUMBER.sub(lambda math: math[1] or math[2], value, count=1))) is not None:
         # a piecewise answer, "1 if $n$ is odd and 0 if $n$ is even", is a hedge: both numbers

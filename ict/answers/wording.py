@@ -43,3 +43,23 @@ def odds(value: str) -> str | None:
         return None
     first, second = int(found[1]), int(found[2] or found[3] or found[4])
     return f"\\frac{{{first}}}{{{second}}}" if 0 < second and first <= second else None
+
+
+_OPERAND = r"(\d+(?:\.\d+)?(?:/\d+)?|\.\d+)"  # 4, 0.5, 1/2, .5
+_OPERATOR_WORDS = {"times": "\\times", "multiplied by": "\\times", "divided by": "\\div", "plus": "+",
+                   "minus": "-"}
+_ARITHMETIC = re.compile(
+    rf"{_OPERAND}\s+((?i:times|multiplied\s+by|divided\s+by|plus|minus))\s+{_OPERAND}"
+    r"(?:\s+[^\W\d_]+(?:/[^\W\d_]+)?){0,2}", re.ASCII)
+
+
+def arithmetic_in_words(value: str) -> str | None:
+    """Two plain numbers and an operation in words, optionally a unit of one or two words after
+    them, written in LaTeX: ``0.5 times 4 dollars`` -> ``0.5 \\times 4``, ``12 divided by 3`` ->
+    ``12 \\div 3``, ``3 plus 4`` (math-verify read 0.5, 12 and 3: the first number, wrong for a gold
+    2, 4 or 7 and right for 0.5, 12 or 3; ``\\boxed{0.5 \\times 4}`` is 2 to it). None for anything
+    else: ``2 times $\\pi$``, ``3 times``, ``2 times 3 = 6``."""
+    found = _ARITHMETIC.fullmatch(value.strip())
+    if found is None:
+        return None
+    return f"{found[1]} {_OPERATOR_WORDS[' '.join(found[2].lower().split())]} {found[3]}"
