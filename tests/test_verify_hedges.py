@@ -196,8 +196,9 @@ def test_a_hedge_with_words_or_in_an_answer_tag_is_read_as_both_alternatives(
     ("The answer is 3 hours.", "3", True),
     ("\\boxed{3 \\text{ hours}}", "3", True),
     ("The answer is 3 / 4.", "\\frac{3}{4}", True),
-    ("The answer is 2 hours and 30 minutes.", "2", True),
-    ("\\boxed{2 \\text{ hours and } 30 \\text{ minutes}}", "2", True),
+    ("The answer is 2 hours and 30 minutes.", "2.5", True),  # one quantity: 2.5 or 150 (read 2)
+    ("The answer is 2 hours and 30 minutes.", "2", False),
+    ("\\boxed{2 \\text{ hours and } 30 \\text{ minutes}}", "2", True),  # in a box: read 2
     ("The answer is 7 or more.", "7", True),
 ])
 def test_a_hedge_with_units_or_a_hedge_word_is_read_as_both_alternatives(
@@ -215,8 +216,8 @@ def test_a_hedge_with_units_or_a_hedge_word_is_read_as_both_alternatives(
     ("The answer is 3 (or possibly 4).", "The answer is \\boxed{3 \\text{ or } 4}"),
     ("The answer is 1/2 cup, maybe 3/4 cup.", "The answer is \\boxed{1/2 \\text{ or } 3/4}"),
     ("The answer is 3? or 4", "The answer is \\boxed{3 \\text{ or } 4}"),
-    # left alone: "and" joins one quantity, two words after a number, a word with no number
-    ("The answer is 2 hours and 30 minutes.", None),
+    # left alone: two words after a number, a word with no number ("and" joins one quantity in two
+    # units: ict.answers.wording.two_unit_amounts)
     ("The answer is 3 or 4 more hours.", None),
     ("The answer is 3 hours or more.", None),
     ("The answer is 3, maybe.", None),

@@ -218,3 +218,33 @@ def test_arithmetic_in_words(value, expected):
     from ict.answers.wording import arithmetic_in_words
 
     assert arithmetic_in_words(value) == expected
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # a quantity in two units is one number in either (GSM8K asks in one: 215 minutes for two films of
+    # 1 hour 30 minutes and 2 hours 5 minutes); math-verify read its first number, 3, or none
+    ("The answer is 3 hours and 30 minutes.", "210", True),
+    ("The answer is 3 hours and 30 minutes.", "3.5", True),
+    ("The answer is 3 hours and 30 minutes.", "3", False),
+    ("#### 3 hours and 35 minutes", "215", True),
+    ("#### 3 hours and 35 minutes", "\\frac{43}{12}", True),
+    ("<answer>5 feet 6 inches</answer>", "66", True),
+    ("The answer is 2 min 30 sec.", "150", True),
+    ("The answer is 3 dollars and 50 cents.", "3.5", True),
+    ("The answer is 3 dollars and 50 cents.", "50", False),
+    # as before: a hedge of quantities is no one quantity
+    ("The answer is 2 hours and 30 minutes or 3 hours.", "2.5", False),
+])
+def test_a_quantity_in_two_units_is_one_number_in_either(verifier, completion, gold, expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("3 hours and 30 minutes", ["3.5", "210"]), ("1 hour 20 minutes", ["\\frac{4}{3}", "80"]),
+    ("2 hrs, 15 mins", ["2.25", "135"]), ("1 m 20 cm", ["1.2", "120"]), ("2 Weeks and 3 Days", ["\\frac{17}{7}", "17"]),
+    ("3 hours", None), ("30 minutes and 3 hours", None), ("1 hour and 30 minutes and 5 seconds", None),
+])
+def test_two_unit_amounts(value, expected):
+    from ict.answers.wording import two_unit_amounts
+
+    assert two_unit_amounts(value) == expected

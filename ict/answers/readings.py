@@ -20,7 +20,7 @@ from ict.answers.extraction import (
     expand_scientific,
     last_tag_span,
 )
-from ict.answers.wording import arithmetic_in_words, odds, spell_minus
+from ict.answers.wording import arithmetic_in_words, odds, spell_minus, two_unit_amounts
 
 # what makes a "#### x" line a Markdown heading, not an answer: a first word ("Step 2: Revenue"), a
 # numbered title ("2. Money made", "1) Eggs") or two plain words ("60 % of the students"); an
@@ -238,8 +238,8 @@ def _boxed_in_place(before: str, value: str, after: str) -> list[str]:
         return [f"{before}\\boxed{{{alternatives}}}{after}"]
     if (bounds := _range(value) or odds(value) or arithmetic_in_words(value)) is not None:  # "3 to 4": none
         return [f"{before}\\boxed{{{bounds}}}{after}"]
-    values = [value]
-    number = _NUMBER_AND_UNIT.match(value)
+    values = two_unit_amounts(value) or [value]  # "3 hours and 30 minutes": 3.5 and 210 (read 3)
+    number = _NUMBER_AND_UNIT.match(value) if len(values) == 1 else None
     if number is not None and not _joined_to_a_number(value, number.end(1)):
         values.append(number.group(1))
     return [f"{before}\\boxed{{{item}}}{after}" for item in values]
@@ -248,7 +248,8 @@ def _boxed_in_place(before: str, value: str, after: str) -> list[str]:
 def hash_answer_readings(completion: str) -> list[str]:
     """`mark_hash_answer`'s reading, and for an answer with a unit after a number (``#### 18
     dollars``: math-verify knows cm or hours, not dollars) one more with the number alone boxed.
-    Alternatives with units (``#### 3 apples or 4 apples``, `_alternatives`) are no heading."""
+    Alternatives with units (``#### 3 apples or 4 apples``, `_alternatives`), arithmetic in words and a
+    quantity in two units (`ict.answers.wording`) are no heading."""
     marker = completion.rfind("####")
     if marker < 0 or any(command in completion for command in BOXED_COMMANDS):
         return [completion]
@@ -264,7 +265,7 @@ def hash_answer_readings(completion: str) -> list[str]:
         value = f".{value}"
     if (not value or _HEADING_WORD.match(value) or _NUMBERED_TITLE.match(value)
             or len(_PLAIN_WORD.findall(value)) >= 2 and _alternatives(value) is None
-            and arithmetic_in_words(value) is None):
+            and arithmetic_in_words(value) is None and two_unit_amounts(value) is None):
         return [completion]
     rest = f"\n{rest}" if rest.strip() else ""
     return _boxed_in_place(completion[:marker], value, rest)
@@ -285,7 +286,9 @@ def anchor_answer_readings(completion: str) -> list[str]:
     hedge rewarded), an ``either`` before them dropped; a range X ``between 3 and 4`` or ``from 3
     to 4`` (words after it too) is boxed as ``3 \\text{ to } 4`` (math-verify: the product
     ``3 to 4``, equal to no number; it read 3), odds ``1 in $6$`` as ``\\frac{1}{6}``
-    (`ict.answers.wording.odds`; it read 6); an alternative must close its brackets
+    (`ict.answers.wording.odds`; it read 6), arithmetic in words ``0.5 times 4`` as ``0.5 \\times 4``
+    (it read 0.5) and a quantity in two units ``3 hours and 30 minutes`` in each (two readings,
+    3.5 and 210; it read 3); an alternative must close its brackets
     (``3 (or 4`` is none; ``3 (or 4)`` is two); a comma left before X's end (``8,.``) is dropped.
     A plain number, an optional unit, then a condition holding math (X ``20 m/s for $v_{max}$``, ``5
     when $x = 2$``, ``5 (when $x = 2$)``, ``3, since $x = 4$ fails``, ``$5$ when $x = 2$``:
@@ -322,6 +325,8 @@ def anchor_answer_readings(completion: str) -> list[str]:
         value = (math[1] or math[2]).strip() if (math := _ONE_MATH_SPAN.fullmatch(value)) is not None else value
     if (clock := _CLOCK_TIME.match(value)) is not None and _WORDS.fullmatch(value, clock.end()):
         value = clock[1]  # "3:45 pm", "10:30 a.m. on Monday"
+    if (amounts := two_unit_amounts(value)) is not None:  # "3 hours and 30 minutes": 3.5 and 210 (read 3)
+        return [f"{text[:anchors[-1].end()]}\\boxed{{{amount}}}{completion[len(text):]}" for amount in amounts]
     # "- 5", "2√3", "2 sqrt(3)": math-verify's misreadings (5, 2, 2) of a sign and a root, written out
     spelt = _PLAIN_ROOT.sub(lambda root: f"\\sqrt{{{root[1] or root[2]}}}", _SPACED_SIGN.sub("-", value))
     if spelt != value and not _has_word(spelt):

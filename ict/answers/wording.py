@@ -1,10 +1,13 @@
 """Answers in words or typography that math-verify misreads, written as it reads them: a minus
-typed as a dash (`spell_minus`). Pure string functions; `ict.answers.readings` applies them to a
+typed as a dash (`spell_minus`), odds (`odds`), arithmetic in words (`arithmetic_in_words`) and a
+quantity in two units (`two_unit_amounts`). Pure string functions; `ict.answers.readings` applies them to a
 completion's readings."""
 
 from __future__ import annotations
 
 import re
+from decimal import Decimal
+from fractions import Fraction
 
 _DASH_BEFORE_NUMBER = re.compile(r"[\u2212\u2013](?=\.?\d|\\[^\W\d_])")  # -5, -.5, -\frac{1}{2}
 
@@ -63,3 +66,38 @@ def arithmetic_in_words(value: str) -> str | None:
     if found is None:
         return None
     return f"{found[1]} {_OPERATOR_WORDS[' '.join(found[2].lower().split())]} {found[3]}"
+
+
+_UNIT_PAIRS = [  # (larger unit, smaller unit, smaller units in one larger), singular, plural and short
+    (r"hours?|hrs?", r"minutes?|mins?", 60), (r"minutes?|mins?", r"seconds?|secs?", 60),
+    (r"days?", r"hours?|hrs?", 24), (r"weeks?", r"days?", 7), (r"years?", r"months?", 12),
+    (r"feet|foot|ft", r"inch(?:es)?", 12), (r"pounds?|lbs?", r"ounces?|oz", 16),
+    (r"dollars?", r"cents?", 100), (r"meters?|metres?|m", r"centimeters?|centimetres?|cm", 100),
+]
+_AMOUNT = r"(\d+(?:\.\d+)?)"
+_TWO_UNITS = [(re.compile(rf"{_AMOUNT}\s*(?:{larger})\.?,?\s+(?:(?i:and)\s+)?{_AMOUNT}\s*(?:{smaller})\.?",
+                          re.ASCII | re.IGNORECASE), factor) for larger, smaller, factor in _UNIT_PAIRS]
+
+
+def _number_text(value: Fraction) -> str:
+    """``value`` as a plain decimal when it has one (``3.5``, ``210``), else ``\\frac{p}{q}``."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    decimal = Decimal(value.numerator) / Decimal(value.denominator)
+    if Fraction(decimal) == value:
+        return format(decimal, "f")
+    return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
+def two_unit_amounts(value: str) -> list[str] | None:
+    """A quantity in two units, ``3 hours and 30 minutes``, ``5 feet 6 inches``, ``2 min 30 s``
+    (`_UNIT_PAIRS`), as the one number it is in each: ``["3.5", "210"]`` (hours, minutes); one
+    quantity, not a hedge, so a gold in either unit is right (GSM8K's golds for a time are in the
+    unit the question asks: 215 for "how many minutes"). math-verify read its first number, 3,
+    wrong for both. None for anything else."""
+    for pattern, factor in _TWO_UNITS:
+        found = pattern.fullmatch(value.strip())
+        if found is not None:
+            larger, smaller = Fraction(found[1]), Fraction(found[2])
+            return [_number_text(larger + smaller / factor), _number_text(larger * factor + smaller)]
+    return None
