@@ -198,7 +198,8 @@ def test_a_hedge_with_words_or_in_an_answer_tag_is_read_as_both_alternatives(
     ("The answer is 3 / 4.", "\\frac{3}{4}", True),
     ("The answer is 2 hours and 30 minutes.", "2.5", True),  # one quantity: 2.5 or 150 (read 2)
     ("The answer is 2 hours and 30 minutes.", "2", False),
-    ("\\boxed{2 \\text{ hours and } 30 \\text{ minutes}}", "2", True),  # in a box: read 2
+    ("\\boxed{2 \\text{ hours and } 30 \\text{ minutes}}", "2", False),
+    ("\\boxed{2 \\text{ hours and } 30 \\text{ minutes}}", "150", True),
     ("The answer is 7 or more.", "7", True),
 ])
 def test_a_hedge_with_units_or_a_hedge_word_is_read_as_both_alternatives(
@@ -237,8 +238,8 @@ def test_anchor_answer_readings_box_a_hedge_with_units(completion, expected):
     ("<answer>3 cm or 4 cm</answer>", ["\\boxed{3 \\text{ or } 4}"]),
     ("\\boxed{3 \\text{ cm or } 4 \\text{ cm}}.", ["\\boxed{3 \\text{ or } 4}."]),
     ("\\boxed{3 \\text{ hours}}", ["\\boxed{3 \\text{ hours}}"]),
-    ("\\boxed{2 \\text{ hours and } 30 \\text{ minutes}}",
-     ["\\boxed{2 \\text{ hours and } 30 \\text{ minutes}}"]),
+    # one quantity in two units: its number in each (ict.answers.wording.two_unit_box_readings)
+    ("\\boxed{2 \\text{ hours and } 30 \\text{ minutes}}", ["\\boxed{2.5}", "\\boxed{150}"]),
     # a list holding a percent and a word is no list of numbers (units only for "or")
     ("\\boxed{25\\%, 50 people}", ["\\boxed{25\\%, 50 people}"]),
 ])

@@ -248,3 +248,18 @@ def test_two_unit_amounts(value, expected):
     from ict.answers.wording import two_unit_amounts
 
     assert two_unit_amounts(value) == expected
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), [
+    # ... in a box too, its units in text wrappers: math-verify read the first number, 2
+    ("so \\boxed{2 \\text{ hours and } 30 \\text{ minutes}}.", "150", True),
+    ("so \\boxed{2 \\text{ hours and } 30 \\text{ minutes}}.", "2.5", True),
+    ("so \\boxed{2 \\text{ hours and } 30 \\text{ minutes}}.", "2", False),
+    ("\\boxed{2\\,\\text{h}\\ 30\\,\\text{min}}", "150", True),
+    ("\\boxed{5\\text{ feet }6\\text{ inches}}", "5", False),
+    # as before: one unit, a hedge of two
+    ("\\boxed{2 \\text{ hours}}", "2", True),
+    ("\\boxed{3 \\text{ hours or } 4 \\text{ hours}}", "3", False),
+])
+def test_a_boxed_quantity_in_two_units_is_one_number_in_either(verifier, completion, gold, expected):
+    assert_graded_in_both_extractions(verifier, completion, gold, expected)

@@ -20,7 +20,13 @@ from ict.answers.extraction import (
     expand_scientific,
     last_tag_span,
 )
-from ict.answers.wording import arithmetic_in_words, odds, spell_minus, two_unit_amounts
+from ict.answers.wording import (
+    arithmetic_in_words,
+    odds,
+    spell_minus,
+    two_unit_amounts,
+    two_unit_box_readings,
+)
 
 # what makes a "#### x" line a Markdown heading, not an answer: a first word ("Step 2: Revenue"), a
 # numbered title ("2. Money made", "1) Eggs") or two plain words ("60 % of the students"); an
@@ -589,7 +595,8 @@ def completion_readings(completion: str) -> list[str]:
     signs dropped (`_unpercent_boxed_alternatives`): the ``<answer>`` tag's
     (`tag_answer_readings`), then the ``####`` line's
     (`hash_answer_readings`), scientific notation expanded, the anchored plain-text answer's
-    (`anchor_answer_readings`), a power after a box moved into it (`boxed_power`), a box's closing
+    (`anchor_answer_readings`), a box's quantity in two units in each (`two_unit_box_readings`), a
+    power after a box moved into it (`boxed_power`), a box's closing
     full stop dropped (`drop_boxed_full_stop`), a
     boxed number in a text wrapper unwrapped, and the boxed
     percent's (`_boxed_percent_readings`); in each, long runs of whitespace are cut
@@ -600,7 +607,8 @@ def completion_readings(completion: str) -> list[str]:
     return [hour for tagged in tag_answer_readings(spelt)
             for marked in hash_answer_readings(tagged)
             for anchored in anchor_answer_readings(expand_scientific(marked))
+            for amount in two_unit_box_readings(anchored)
             for percent in map(_shortened_whitespace,
                                _boxed_percent_readings(
-                                   unwrap_boxed_text_number(drop_boxed_full_stop(boxed_power(anchored)))))
+                                   unwrap_boxed_text_number(drop_boxed_full_stop(boxed_power(amount)))))
             for hour in _on_the_hour_readings(percent)]

@@ -9,6 +9,8 @@ import re
 from decimal import Decimal
 from fractions import Fraction
 
+from ict.answers.extraction import box_contents
+
 _DASH_BEFORE_NUMBER = re.compile(r"[\u2212\u2013](?=\.?\d|\\[^\W\d_])")  # -5, -.5, -\frac{1}{2}
 
 
@@ -69,8 +71,8 @@ def arithmetic_in_words(value: str) -> str | None:
 
 
 _UNIT_PAIRS = [  # (larger unit, smaller unit, smaller units in one larger), singular, plural and short
-    (r"hours?|hrs?", r"minutes?|mins?", 60), (r"minutes?|mins?", r"seconds?|secs?", 60),
-    (r"days?", r"hours?|hrs?", 24), (r"weeks?", r"days?", 7), (r"years?", r"months?", 12),
+    (r"hours?|hrs?|h", r"minutes?|mins?", 60), (r"minutes?|mins?", r"seconds?|secs?|s", 60),
+    (r"days?", r"hours?|hrs?|h", 24), (r"weeks?", r"days?", 7), (r"years?", r"months?", 12),
     (r"feet|foot|ft", r"inch(?:es)?", 12), (r"pounds?|lbs?", r"ounces?|oz", 16),
     (r"dollars?", r"cents?", 100), (r"meters?|metres?|m", r"centimeters?|centimetres?|cm", 100),
 ]
@@ -101,3 +103,22 @@ def two_unit_amounts(value: str) -> list[str] | None:
             larger, smaller = Fraction(found[1]), Fraction(found[2])
             return [_number_text(larger + smaller / factor), _number_text(larger * factor + smaller)]
     return None
+
+
+_BOX_OPEN = re.compile(r"\\boxed\s*\{")
+_TEXT_IN_BOX = re.compile(r"\\(?:text|mathrm|textrm|mbox)\s*\{([^{}]*)\}|\\[ ,;:]|~")  # \text{ hours}, \,
+
+
+def two_unit_box_readings(text: str) -> list[str]:
+    """``text``, or with a box that holds a quantity in two units (``\\boxed{2 \\text{ hours and } 30
+    \\text{ minutes}}``: `two_unit_amounts` of its content, text wrappers and LaTeX spaces read as
+    spaces) one reading for each of its numbers (``\\boxed{2.5}``, ``\\boxed{150}``) in its place:
+    math-verify read the box's first number, 2. The boxes are found in one pass
+    (`ict.answers.extraction.box_contents`)."""
+    for found, content in box_contents(text, _BOX_OPEN):
+        plain = _TEXT_IN_BOX.sub(lambda piece: f" {piece[1] or ''} ", content) if content is not None else None
+        amounts = two_unit_amounts(" ".join(plain.split())) if plain is not None and len(plain) <= 200 else None
+        if amounts is not None:
+            close = found.end() + len(content)  # type: ignore[arg-type]
+            return [f"{text[:found.end()]}{amount}{text[close:]}" for amount in amounts]
+    return [text]
