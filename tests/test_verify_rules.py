@@ -296,7 +296,7 @@ def test_plain_subscript_text(text, expected):
     ("\\boxed{\\text{2 and 3}}", None),
 ])
 def test_unwrap_boxed_text_number_unwraps_only_a_box_that_is_one_number(text, expected):
-    from ict.answers.readings import unwrap_boxed_text_number
+    from ict.answers.boxes import unwrap_boxed_text_number
 
     assert unwrap_boxed_text_number(text) == (text if expected is None else expected)
 

@@ -41,7 +41,7 @@ def test_a_full_stop_closing_a_box_is_no_part_of_the_answer(verifier, completion
     ("\\boxed{3.", None),
 ])
 def test_drop_boxed_full_stop(text, expected):
-    from ict.answers.readings import drop_boxed_full_stop
+    from ict.answers.boxes import drop_boxed_full_stop
 
     assert drop_boxed_full_stop(text) == (text if expected is None else expected)
 
@@ -444,6 +444,6 @@ def test_a_power_after_a_box_is_part_of_the_answer(verifier, completion, gold, e
     ("\\boxed{2", None),
 ])
 def test_boxed_power(text, expected):
-    from ict.answers.readings import boxed_power
+    from ict.answers.boxes import boxed_power
 
     assert boxed_power(text) == (text if expected is None else expected)

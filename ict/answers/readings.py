@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from ict.answers.boxes import boxed_power, drop_boxed_full_stop, unwrap_boxed_text_number
 from ict.answers.extraction import (
     BOXED_COMMANDS,
     HEDGE_WORDS,
@@ -179,12 +180,7 @@ _PRECISION = re.compile(r"\s*(?i:decimal|significant|sig|places?|digits?|figures
 # a LaTeX environment's name is no plain word: \begin{pmatrix} ... \end{pmatrix}
 _ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}")
 _MATH_DELIMITER = re.compile(r"(?<!\\)\$|\\\(|\\\[")
-# a box holding only a number, optionally in parentheses, in a text wrapper: \boxed{\textbf{(073)}}
-_BOXED_TEXT_NUMBER = re.compile(rf"(\\boxed\s*\{{\s*){LATEX_WRAPPER}\s*(\(?\d+(?:\.\d+)?\)?)\s*\}}(\s*\}})")
 _BOXED_OPEN = re.compile(r"\\boxed\s*\{")
-# a full stop that ends a box's content after something other than a point or a backslash: the
-# "." of \boxed{3.} (see `drop_boxed_full_stop`)
-_FULL_STOP_AT_END = re.compile(r"(?<=[^\s.\\])\s*\.\s*$")
 # a subscript in a text wrapper: v_{\text{max}}, v_\text{max}, \lambda_{\mathrm {red}} (see
 # `plain_subscript_text`)
 _SUBSCRIPT_TEXT = re.compile(rf"_\s*(\{{\s*)?{LATEX_WRAPPER}([^{{}}]*)\}}(?(1)\s*\}})")
@@ -199,13 +195,6 @@ _SUBSCRIPTED_CONSTANT = re.compile(
 # s to parse: a "timeout"); cut to `_WHITESPACE_KEPT` characters (see `_shortened_whitespace`)
 _WHITESPACE_KEPT = 128
 _LONG_WHITESPACE = re.compile(rf"(?<!\s)\s{{{_WHITESPACE_KEPT + 1},}}")
-# a power of digits written after a box: the ^2, ^{2}, ^{-3} of \boxed{2}^{2} (see `boxed_power`; not
-# \boxed{30}^\circ nor \boxed{2}^{\text{nd}})
-_POWER_AFTER_BOX = re.compile(r"\s*\^\s*(\{\s*[-+]?\d+\s*\}|\d)")
-_UNSIGNED = re.compile(r"\d+(?:\.\d+)?")  # an unsigned number, raised to a power with no brackets
-# a unit that ends a box's content, whose power the one after the box is: the cm of \boxed{25 \text{
-# cm}}^2, \boxed{25 cm}^2 (25 cm^2, not 625; see `boxed_power`)
-_UNIT_AT_END = re.compile(r"(?:\\(?:text|textrm|mathrm|mbox)\s*\{[^{}]*\}|(?<![\\\w])[^\W\d_]{2,})\s*$")
 # a percent sign inside a box (see _boxed_percent_readings)
 _BOXED_PERCENT = re.compile(rf"(\\boxed\s*\{{[^{{}}]*?){_NOT_IN_A_SPACE_RUN}\s*\\?%\s*\}}")
 
@@ -494,23 +483,6 @@ def plain_subscripted_constants(text: str) -> str:
     return _SUBSCRIPTED_CONSTANT.sub(lambda match: f"\\mathsf{{{match[1] or match[2]}}}", text)
 
 
-def drop_boxed_full_stop(text: str) -> str:
-    """``text`` with a sentence's full stop written at the end of a box's content dropped:
-    ``\\boxed{3.}`` -> ``\\boxed{3}``, ``\\boxed{\\frac{1}{2}.}`` -> ``\\boxed{\\frac{1}{2}}``, ``\\boxed{x
-    = 3. }`` -> ``\\boxed{x = 3}``; math-verify's LaTeX parser reads no number in ``3.`` (``\\boxed{3.}``
-    was wrong for the gold 3). Not an ellipsis (``\\boxed{1, 2, ...}``), an escaped ``\\.`` or a box
-    that is only the point; a box that does not close (`_balanced_group`) is left as it is."""
-    pieces, done = [], 0
-    for found, content in box_contents(text, _BOXED_OPEN):
-        if found.start() < done or content is None:
-            continue
-        kept = _FULL_STOP_AT_END.sub("", content)
-        if kept != content:
-            pieces += [text[done:found.end()], kept, "}"]
-            done = found.end() + len(content) + 1
-    return "".join(pieces) + text[done:]
-
-
 def _piecewise(number: re.Match[str], later: re.Match[str] | None) -> str:
     """The answer read from a number before a condition (``number``: `_NUMBER_BEFORE_CONDITION`'s or
     `_NUMBER_BEFORE_PLAIN_CONDITION`'s match) and the later piece after it (`_LATER_PIECE`'s, or
@@ -518,36 +490,6 @@ def _piecewise(number: re.Match[str], later: re.Match[str] | None) -> str:
     it, as in "The answer is 2 x^2."); with a later piece the hedge of both, ``1 \\text{ or } 0``."""
     first = number[1] if _PLAIN_TEXT_MISREAD.search(number[1]) else number[2]
     return first if later is None else f"{first} \\text{{ or }} {later[1] or later[2]}"
-
-
-def boxed_power(text: str) -> str:
-    """``text`` with a power of digits written right after a box moved into it: ``\\boxed{2}^{2}`` ->
-    ``\\boxed{2^{2}}``, ``\\boxed{10}^3`` -> ``\\boxed{10^{3}}``, any other content in brackets
-    (``\\boxed{1+2}^{2}`` -> ``\\boxed{(1+2)^{2}}``); math-verify read the box alone (2,
-    right for a gold 2, wrong for 4). Not a degree sign or words (``\\boxed{30}^\\circ``,
-    ``\\boxed{2}^{\\text{nd}}``), a degree written ``\\boxed{30}^0``, nor the power of a unit that ends
-    the box (``\\boxed{25 \\text{ cm}}^2``: `_UNIT_AT_END`; read 25, not 625); a box that does not
-    close (`_balanced_group`) is left as it is."""
-    pieces, done = [], 0
-    for found, content in box_contents(text, _BOXED_OPEN):
-        if found.start() < done or content is None:
-            continue
-        close = found.end() + len(content) + 1
-        power = _POWER_AFTER_BOX.match(text, close)
-        # not a unit's power (\boxed{25 \text{ cm}}^2) nor a degree written ^0 (\boxed{30}^0)
-        exponent = power[1].strip("{} ") if power is not None else "0"
-        if int(exponent) != 0 and not _UNIT_AT_END.search(content):
-            base = content if _UNSIGNED.fullmatch(content.strip()) else f"({content})"  # (1+2)^{2}, (-2)^{2}
-            pieces += [text[done:found.end()], f"{base}^{{{exponent}}}}}"]
-            done = power.end()
-    return "".join(pieces) + text[done:]
-
-
-def unwrap_boxed_text_number(text: str) -> str:
-    """``text`` with a number in a text wrapper inside a box unwrapped: ``\\boxed{\\textbf{(073)}}``
-    (AoPS's AIME answers) -> ``\\boxed{(073)}``, ``\\boxed{\\text{073}}`` -> ``\\boxed{073}``, both 73;
-    math-verify reads ``\\text{073}`` as the text "073", not equal to 73."""
-    return _BOXED_TEXT_NUMBER.sub(r"\1\2\3", text)
 
 
 def _boxed_percent_readings(text: str) -> list[str]:
