@@ -263,3 +263,20 @@ def test_two_unit_amounts(value, expected):
 ])
 def test_a_boxed_quantity_in_two_units_is_one_number_in_either(verifier, completion, gold, expected):
     assert_graded_in_both_extractions(verifier, completion, gold, expected)
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    # a rejected letter after "no longer" or before a dash, as the math answers' (it read none)
+    ("The answer is no longer A but B.", "B"),
+    ("The answer is not A \u2014 it is B.", "B"),
+    ("The answer is not A\u2014it's B.", "B"),
+    ("The answer is not (A) -- it is (B).", "B"),
+    # as before
+    ("The answer is not A, it is B.", "B"),
+    ("The answer is not A.", None),
+    ("The answer is not A \u2014 it is B or C.", None),
+])
+def test_a_rejected_letter_after_no_longer_or_before_a_dash_is_dropped(completion, expected):
+    from ict.answers.extraction import extract_choice_letter
+
+    assert extract_choice_letter(completion, 4) == expected

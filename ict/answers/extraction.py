@@ -224,7 +224,8 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
        a last box after "not", "rather than" or "instead of" is no answer, the text before that
        word is read (``\\boxed{B}, not \\boxed{C}`` is B: `_NEGATED_BOX`);
     2. otherwise the last phrase "answer is", "answer:", "Answer -" (case-insensitive, optionally
-       "final"/"correct", optionally a rejected letter, "not A but", "isn't A, it's", optionally
+       "final"/"correct", optionally a rejected letter, "not A but", "isn't A, it's", "no longer A but",
+       "not A — it is", optionally
        "option"/"choice", optionally bold ``**``) followed by a valid
        letter as a whole word, in optional parentheses, brackets, ``\\(...\\)``, ``$...$`` or
        both, in a text wrapper or not (``$(C)$``, ``$\\textbf{(C)}$``: `_LETTER_OPEN`), and not by a list of more
@@ -269,8 +270,10 @@ def extract_choice_letter(completion: str | bytes | None, num_choices: int) -> s
         return found
 
     # "the answer is not A but B", "isn't A, it's B": a rejected letter before the answer's
-    rejected = (rf"(?:(?:not|n['\u2019]t)\s+(?:\*+\s*)?{_LETTER_OPEN}{letter}(?![\w'])(?:{_LETTER_CLOSE})?\**"
-                rf"(?:\s*[,;])?\s+(?:but\s+(?:rather,?\s+)?|rather,?\s+|instead,?\s+|it\s+is\s+|it['\u2019]s\s+))?")
+    # ... "no longer A but B", "not A — it is B" (a dash: an em dash, a spaced en dash or "--")
+    rejected = (rf"(?:(?:not|no\s+longer|n['\u2019]t)\s+(?:\*+\s*)?{_LETTER_OPEN}{letter}(?![\w'])(?:{_LETTER_CLOSE})?\**"
+                rf"(?:\s*[,;]\s+|\s*\u2014\s*|\s+(?:\u2013|--)\s+|\s+)"
+                rf"(?:but\s+(?:rather,?\s+)?|rather,?\s+|instead,?\s+|it\s+is\s+|it['\u2019]s\s+))?")
     phrase = re.compile(
         rf"(?:final\s+|correct\s+)?answer\s*(?:is\s*(?::\s*)?|[:-]\s*){rejected}(?:(?:option|choice)\s+)?(?:\*+\s*)?"
         rf"{_LETTER_OPEN}({letter})\b(?![\w'])",
