@@ -46,7 +46,7 @@ from ict.core.problems import OPTION_LETTERS, Problem
 
 ANSWER_EXTRACTIONS = ("tag", "last_number")
 """How a reasoning-gym answer is found (see the module docstring)."""
-GRADING_RULES_VERSION = 10
+GRADING_RULES_VERSION = 11
 """The version of the answer-grading rules (`ict.answers`: extraction, gold, verify, grading): bump
 it when any verdict may change (3: plain-text algebra after an answer anchor read whole; in
 maj@n, math answers that are numbers of equal value vote together; 4: a listing of options reads
@@ -73,7 +73,12 @@ are read whole, a power after a box `\\boxed{2}^{2}` joins it, and `#### .5` kee
 on Monday` is read whole and a boxed time on the hour `2:00 pm` is its hour too, `.5 dollars`
 reads 0.5, a dash range `3–5` is a range, and a letter in a formula, relation or LaTeX hedge
 `$C \\cup D$`, `A \\to B`, `B \\lor C` is no option, and a gold stored as a list `["1", "2"]`
-reads as the list `1, 2`).
+reads as the list `1, 2`; 11: the last number after a digit or letter `10-2` is 2 and after
+an en dash or U+2212 minus `–5` is -5 (last numbers that are not integers agree within 1e-9
+relative only), `#### .5 or .75 dollars` is a hedge, after "no longer" or before a dash `not 5 —
+it's 6` the rejected answer or letter is dropped, odds `1 in 6` read 1/6, two plain numbers with
+an operation in words `0.5 times 4` read its value, and an amount in two units `3 hours and 30
+minutes`, boxed too, reads in either unit).
 `ict eval` records it among each verdict's grading settings and re-grades stored completions
 graded under another (records older than it: unknown, older rules); results.json names it, and
 `ict compare`'s report names evaluations graded under other rules."""
