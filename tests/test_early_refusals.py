@@ -159,7 +159,8 @@ def test_ict_eval_refuses_a_vllm_temperature_before_loading(temperature: float, 
     monkeypatch.setattr(generator, "vllm_installed", lambda: True)
     monkeypatch.setattr(loading, "load_tokenizer", lambda model: (started.append("tokenizer"), load_tokenizer(model))[1])
     monkeypatch.setattr(vllm_backend, "VLLMBackend", lambda *args, **options: started.append("engine"))
-    config = EvalConfig(model=str(tiny_model_dir), backend="vllm", device="cpu", temperature=temperature)
+    config = EvalConfig(model=str(tiny_model_dir), backend="vllm", device="cpu", temperature=temperature,
+                        max_new_tokens=8)  # within the model's 256 positions
     if not refused:
         assert generator.load_generator(config).name == "vllm" and started == ["tokenizer", "engine"]
         return

@@ -253,7 +253,7 @@ def test_an_interrupted_eval_says_its_samples_are_kept_and_how_to_go_on(tiny_mod
     calls: list[int] = []
     stopped: list[bool] = []
 
-    def loaded(config):
+    def loaded(config, prompts=()):
         generator = tiny_generator(config, tiny_model_dir)
         real = generator.generate
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import build_tiny_model
+from conftest import build_tiny_model, build_tiny_tokenizer
 from train_helpers import tiny_config
 
 from ict.models.rollout import generate_completions
@@ -151,7 +151,7 @@ def test_the_trainer_generates_every_step_with_the_weights_of_the_last_update(
             return generate_completions(self.engine.model, tokenizer, prompts, sampling,
                                         num_samples=num_samples, seed=seed, system_prompt=system_prompt)
 
-    def make_backend(config, model):
+    def make_backend(config, model, tokenizer, prompts):
         backend = RecordingBackend(model)
         backend.sync_weights(model)  # as _make_backend does after starting the engine
         return backend
@@ -231,10 +231,10 @@ def test_ict_eval_on_vllm_loads_the_tokenizer_with_the_hf_paths_checks(case, tin
             config.pop("chat_template", None)
             config_path.write_text(json.dumps(config))
             (model / "chat_template.jinja").unlink(missing_ok=True)
-    config = EvalConfig(model=str(model), backend="vllm", device="cpu", max_new_tokens=7000)
-    if case == "loads":
+    config = EvalConfig(model=str(model), backend="vllm", device="cpu", max_new_tokens=70)
+    if case == "loads":  # the engine: max(8192, 70 + 2048) tokens, at most the model's 256 positions
         generator = evaluate.load_generator(config)
-        assert generator.tokenizer.chat_template and StandInBackend.made[0]["max_model_len"] == 7000 + 2048
+        assert generator.tokenizer.chat_template and StandInBackend.made[0]["max_model_len"] == 256
         return
     expected = {"no chat template": "has no chat template", "no such directory": "model directory not found",
                 "empty directory": "holds no model"}[case]
@@ -263,5 +263,6 @@ def test_the_trainers_vllm_engine_loads_the_directory_the_policy_loaded_from(giv
     monkeypatch.setattr(loading, "offline_default_path", lambda cache_dir=None: tiny_model_dir)
     Engine.made = []
     name = f"~/{tiny_model_dir.name}" if given == "tilde" else loading.OFFLINE_DEFAULT_MODEL
-    _make_backend(TrainConfig(model=name, rollout_backend="vllm", device="cpu"), build_tiny_model(8))
+    _make_backend(TrainConfig(model=name, rollout_backend="vllm", device="cpu"), build_tiny_model(8),
+                  build_tiny_tokenizer(), ["what is 1 + 2 ?"])
     assert [made["path"] for made in Engine.made] == [str(tiny_model_dir)]

@@ -83,8 +83,8 @@ def run_trainer(model_dir: str, out: Path, steps: int, reward: str) -> None:
     made: dict[str, Any] = {}
     make_backend = trainer_module._make_backend
 
-    def keep_backend(config: TrainConfig, model: Any) -> Any:  # the real one, remembered
-        made["model"], made["backend"] = model, make_backend(config, model)
+    def keep_backend(config: TrainConfig, model: Any, *args: Any) -> Any:  # the real one, remembered
+        made["model"], made["backend"] = model, make_backend(config, model, *args)
         return made["backend"]
 
     trainer_module._make_backend = keep_backend

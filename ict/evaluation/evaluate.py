@@ -464,9 +464,14 @@ def evaluate(
                 say(f"re-graded {count} stored completions ({config.math_extraction} math extraction, "
                     f"grading rules {GRADING_RULES_VERSION})")
             if remaining:
+                # every prompt a chunk to draw holds: a vLLM engine is sized and checked for them
+                per_chunk = _problems_per_chunk(config)
+                prompts = [problem.prompt for benchmark, problems in todo
+                           for chunk in _chunks(benchmark, {problem.index for problem in problems}, per_chunk)
+                           for problem in chunk]
                 if generator is None:
                     load_start = time.perf_counter()
-                    generator = load_generator(config)
+                    generator = load_generator(config, prompts)
                     timing["load_model_seconds"] = time.perf_counter() - load_start
                 _generate_and_grade(config, generator, todo, records, output_dir, verifier, timing,
                                     total, total - remaining, progress)

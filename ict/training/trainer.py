@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -53,7 +53,7 @@ from ict.models.loading import (
     resolve_autocast,
     resolve_device,
 )
-from ict.models.rollout import SamplingSettings, check_prompts_fit, generate_completions
+from ict.models.rollout import Prompt, SamplingSettings, check_prompts_fit, generate_completions
 from ict.models.vllm_backend import VLLM_DEVICES, check_vllm_sampling, vllm_installed
 from ict.runs.checkpoint import (
     CHECKPOINT_PREFIX,
@@ -156,13 +156,14 @@ def uses_vllm(config: TrainConfig, device: torch.device) -> bool:
     return wanted == "vllm" or (wanted == "auto" and device.type in VLLM_DEVICES and vllm_installed())
 
 
-def _make_backend(config: TrainConfig, model: Any) -> Any:
+def _make_backend(config: TrainConfig, model: Any, tokenizer: Any, prompts: Sequence[Prompt]) -> Any:
     """The vLLM backend when asked (`auto`: whenever vLLM is installed, on a GPU or a CPU; see
     docs/benchmarks.md, "Rollouts: vLLM against Hugging Face"), else None (HF `generate`).
 
     On a CUDA device vLLM gets `vllm_gpu_memory_utilization` of the GPU; on a CPU a KV cache of
     `vllm_cpu_kvcache_gib` GiB and eager execution. It generates in the dtype the trainer
-    computes in (autocast's, else the weights': fp32 on CPU by default)."""
+    computes in (autocast's, else the weights': fp32 on CPU by default), and holds the longest of
+    ``prompts`` (every one it generates for) beside max_new_tokens (`vllm_engine_length`)."""
     from ict.models.loading import dtype_name, model_source
 
     device = next(model.parameters()).device
@@ -171,7 +172,7 @@ def _make_backend(config: TrainConfig, model: Any) -> Any:
     if device.type not in VLLM_DEVICES:
         raise UsageError(f"rollout_backend=vllm runs on a CUDA device or the CPU, not {device.type}; "
                          "use --rollout-backend hf")
-    from ict.models.vllm_backend import VLLMBackend, vllm_model_length
+    from ict.models.vllm_backend import VLLMBackend, vllm_engine_length
 
     path = str(model_source(config.model))  # where the policy loaded from (`~` expanded)
     compute_dtype = resolve_autocast(config.autocast, device)
@@ -179,7 +180,8 @@ def _make_backend(config: TrainConfig, model: Any) -> Any:
              else dtype_name(weights_dtype(config), device))
     backend = VLLMBackend(path, dtype=dtype,
                           gpu_memory_utilization=config.vllm_gpu_memory_utilization,
-                          max_model_len=vllm_model_length(config.max_new_tokens, 4096),
+                          max_model_len=vllm_engine_length(tokenizer, prompts, config.system_prompt,
+                                                           config.max_new_tokens, 4096, model.config),
                           seed=config.seed, device=device.type,
                           cpu_kvcache_gib=config.vllm_cpu_kvcache_gib)
     backend.sync_weights(model)
@@ -244,7 +246,8 @@ def _train_in(config: TrainConfig, console: Any, run_dir: Path,
     save_config(config, run.run_dir / "config.yaml")
     append_environment(run.run_dir, run.start_step + 1)
     run.logger = MetricsLogger(run.run_dir, config.tensorboard, resume_step=run.start_step)
-    run.backend = _make_backend(config, run.model)
+    run.backend = _make_backend(config, run.model, run.tokenizer,
+                                [problem.prompt for problem in [*run.data.train, *run.data.eval]])
     console.print(f"run directory: {run.run_dir}  |  method {config.method} ({run.method.selector} "
                   f"{run.method.options})  |  data: {run.data.description}  |  reward: "
                   f"{'+'.join(run.reward.names)}  |  device {next(run.model.parameters()).device}  |  "
