@@ -95,3 +95,31 @@ def test_ict_train_refuses_a_training_prompt_past_the_context_before_step_one(ti
     assert error.endswith(f"a prompt of {length} tokens + max_new_tokens 4 exceeds the model's context of 256 tokens "
                           "(max_position_embeddings): lower max_new_tokens to at most 0")
     assert not (tmp_path / "run" / "metrics.jsonl").is_file()
+
+
+def test_ict_eval_checks_every_benchmarks_prompts_before_the_first_generation(tiny_model_dir, tmp_path,
+                                                                              capsys) -> None:
+    """gsm8k's short question, then math500's of 300 words past the model's 256 positions: the run
+    generated and wrote gsm8k's samples, then refused at math500; now before any generation."""
+    import json
+
+    from ict.data.benchmarks import load_benchmark
+
+    tokenizer = build_tiny_tokenizer()
+    long_question = " ".join(["1 + 2"] * 100)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm8k.jsonl").write_text(json.dumps({"question": PROMPT, "answer": "#### 7"}) + "\n")
+    (data / "math500.jsonl").write_text(json.dumps({"problem": long_question, "answer": "3"}) + "\n")
+    text = tokenizer.apply_chat_template([{"role": "user", "content": load_benchmark("math500", data).problems[0].prompt}],
+                                         tokenize=False, add_generation_prompt=True)
+    length = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    out = tmp_path / "out"
+    code = main(["eval", "--model", str(tiny_model_dir), "--benchmarks", "gsm8k,math500", "--data-dir", str(data),
+                 "--n", "1", "--k", "1", "--max-new-tokens", "8", "--backend", "hf", "--device", "cpu",
+                 "--output-dir", str(out), "--quiet"])
+    error = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in error
+    assert error.endswith(f"a prompt of {length} tokens + max_new_tokens 8 exceeds the model's context of 256 tokens "
+                          "(max_position_embeddings): lower max_new_tokens to at most 0")
+    assert not (out / "samples.jsonl").is_file() or not (out / "samples.jsonl").read_text().strip()

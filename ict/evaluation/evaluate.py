@@ -81,6 +81,7 @@ from ict.data.benchmarks import Benchmark, expand_benchmark_names, group_of, loa
 from ict.evaluation.generator import (
     DTYPE_OPTIONS,
     Generator,
+    check_prompts,
     load_generator,
     resolved_backend,
 )
@@ -464,7 +465,8 @@ def evaluate(
                 say(f"re-graded {count} stored completions ({config.math_extraction} math extraction, "
                     f"grading rules {GRADING_RULES_VERSION})")
             if remaining:
-                # every prompt a chunk to draw holds: a vLLM engine is sized and checked for them
+                # every prompt a chunk to draw holds, checked against the context before the first
+                # generation (not at the benchmark that holds a too long one, after the others ran)
                 per_chunk = _problems_per_chunk(config)
                 prompts = [problem.prompt for benchmark, problems in todo
                            for chunk in _chunks(benchmark, {problem.index for problem in problems}, per_chunk)
@@ -473,6 +475,7 @@ def evaluate(
                     load_start = time.perf_counter()
                     generator = load_generator(config, prompts)
                     timing["load_model_seconds"] = time.perf_counter() - load_start
+                check_prompts(generator, config, prompts)
                 _generate_and_grade(config, generator, todo, records, output_dir, verifier, timing,
                                     total, total - remaining, progress)
         finally:

@@ -46,6 +46,20 @@ def eval_sampling(config: EvalConfig, greedy: bool = False) -> SamplingSettings:
     return SamplingSettings(config.temperature, config.max_new_tokens, config.top_p, greedy)
 
 
+def check_prompts(generator: Any, config: EvalConfig, prompts: Sequence[str]) -> None:
+    """Refuse in one line, before any generation, a prompt + max_new_tokens past the context of
+    the model of ``generator`` (`check_prompts_fit`, with its config, else ``config``); a vLLM
+    engine was checked and sized for its prompts when it started (`load_generator`), a generator
+    without a model (a script) has no context."""
+    from ict.models.rollout import check_prompts_fit
+
+    model = getattr(generator, "model", None)
+    if model is not None:
+        config = getattr(generator, "config", config)
+        check_prompts_fit(generator.tokenizer, prompts, config.system_prompt, eval_sampling(config).max_new_tokens,
+                          model.config)
+
+
 DTYPE_OPTIONS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # torch name -> --dtype
 
 
