@@ -90,3 +90,22 @@ def test_the_cli_refuses_sizes_no_machine_holds_before_loading_the_model(argv, t
     assert main([*argv, "--model", str(tiny_model_dir), *out]) == 2
     error = capsys.readouterr().err.strip()
     assert "bytes each), more than this machine's" in error and "\n" not in error
+
+
+def test_rg_sizes_in_scientific_notation_are_read_as_the_cli_reads_numbers(one_gib_machine) -> None:
+    """``--n 1e1`` and a config file's ``dataset_size: 1e1`` are 10, but ``rg:...:size=1e1`` was
+    refused ("size must be an integer ..., got 10.0"), and ``size=1e9`` by that message instead of
+    its memory: 10**9 problems x 256 bytes = 238.4 GiB, past 1 GiB."""
+    from ict.data.benchmarks import load_reasoning_gym
+
+    assert parse_reasoning_gym_name("rg:chain_sum:size=1e1:seed=7e0")[2:] == (10, 7)
+    written = [problem.prompt for problem in load_reasoning_gym("rg:chain_sum:size=1e1:seed=7e0").problems]
+    assert written == [problem.prompt for problem in load_reasoning_gym("rg:chain_sum:size=10:seed=7").problems]
+    with pytest.raises(UsageError) as error:
+        parse_reasoning_gym_name("rg:chain_sum:size=1e9")
+    assert str(error.value) == ("1,000,000,000 problems of 'rg:chain_sum:size=1e9' need at least 238 GiB of memory "
+                                "(256 bytes each), more than this machine's 1.0 GiB of RAM + swap: lower size")
+    for bad, option in (("rg:chain_sum:size=2.5", "size"), ("rg:chain_sum:size=1e999", "size"),
+                        ("rg:chain_sum:seed=1.5", "seed")):
+        with pytest.raises(UsageError, match=rf"^reasoning-gym {option} must be an integer in "):
+            parse_reasoning_gym_name(bad)

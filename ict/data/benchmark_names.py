@@ -55,7 +55,8 @@ def parse_reasoning_gym_name(name: str) -> tuple[str, dict[str, Any], int, int]:
 
     ``size`` (default `REASONING_GYM_DEFAULT_SIZE`) and ``seed`` (default
     `REASONING_GYM_EVAL_SEED`, at least 0) are taken out of the config; values are Python literals when they
-    parse as such (``3``, ``0.5``, ``True``, ``[1,2]``), else strings."""
+    parse as such (``3``, ``0.5``, ``True``, ``[1,2]``), else strings; ``size`` and ``seed`` are
+    integers, written as the command line's number options may be (``size=1e3`` is 1000)."""
     parts = name.split(":")
     if len(parts) < 2 or parts[0] != "rg" or not parts[1]:
         raise UsageError(f"bad reasoning-gym benchmark {name!r}; use rg:<task>[:key=value]...")
@@ -81,6 +82,8 @@ def parse_reasoning_gym_name(name: str) -> tuple[str, dict[str, Any], int, int]:
         except ValueError:
             config[key.strip()] = value.strip()
     size, seed = config.pop("size", REASONING_GYM_DEFAULT_SIZE), config.pop("seed", REASONING_GYM_EVAL_SEED)
+    # 1e3 (a float) is 1000, as the number options of the command line and a config file read it
+    size, seed = (int(value) if isinstance(value, float) and value.is_integer() else value for value in (size, seed))
     for option, value in (("size", size), ("seed", seed)):
         if not is_integer(value):
             raise UsageError(f"reasoning-gym {option} must be an integer in {name!r}, got {value!r}")
