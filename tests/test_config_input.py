@@ -221,6 +221,25 @@ def test_a_number_option_s_text_on_the_command_line_is_read_as_in_a_config_file(
             trained("--num-steps", value)
 
 
+def test_a_list_option_s_integers_are_read_as_a_number_option_s(tmp_path):
+    """``--seed 1e1`` is 10, but ``--seeds 0,1e1`` (and ``--k 1,1e1``, a file's ``seeds: [0, 1e1]``)
+    was refused as no list of ints; a number that is no integer still is, as ``--seed 2.5``."""
+    from ict.cli import build_parser
+    from ict.cli.options import options_from_args
+    from ict.evaluation.evaluate import EvalConfig
+
+    def evaluated(*argv: str) -> EvalConfig:
+        return options_from_args(EvalConfig, build_parser().parse_args(["eval", *argv]))
+
+    assert evaluated("--seeds", "0,1e1", "--k", "1,1e1", "--n", "1e1").seeds == (0, 10)
+    assert evaluated("--k", "1,1e1", "--n", "1e1").ks == (1, 10)
+    (tmp_path / "eval.yaml").write_text("seeds: [0, 1e1, 0x10, 2.0]\n")
+    assert evaluated("--config", str(tmp_path / "eval.yaml")).seeds == (0, 10, 16, 2)
+    for value in ("0,2.5", "0,1e400", "0,ten"):
+        with pytest.raises(UsageError, match=re.escape(f"bad value for seeds: '{value}' (expected a comma-separated")):
+            evaluated("--seeds", value)
+
+
 def test_a_nan_number_option_is_refused_as_not_finite_not_as_a_yaml_misreading(tmp_path):
     """``.nan`` is nan in YAML 1.1 and 1.2 alike: not a reading that differs, but no finite float."""
     path = tmp_path / "config.yaml"

@@ -133,11 +133,9 @@ def parse_field(cls: type, name: str, raw: Any) -> Any:
         # a number's text (`--num-steps 1e3`) is read as a config file reads it
         number = _number_text(raw) if isinstance(raw, str) and inner in (int, float) else raw
         if inner is int:
-            if isinstance(number, bool) or (isinstance(number, float) and not number.is_integer()):
-                raise ValueError
-            if not -INT64_LIMIT <= int(number) < INT64_LIMIT:  # --lora-rank 1e30: torch's OverflowError, exit 1
+            if not -INT64_LIMIT <= (value := _integer(number)) < INT64_LIMIT:  # --lora-rank 1e30: torch's OverflowError
                 raise UsageError(f"bad value for {name}: {raw!r:.80} (expected int within int64: -2^63..2^63-1)")
-            return int(number)
+            return value
         if inner is float:  # finite: no option means anything by nan or inf
             if isinstance(number, bool) or not math.isfinite(value := float(number)):
                 raise ValueError
@@ -420,9 +418,18 @@ def yaml_problem(error: yaml.YAMLError) -> str:
     return " ".join(str(error).split())
 
 
+def _integer(number: Any) -> int:
+    """An int option's number (`_number_text`'s, or a config file's): an int, or a float of integral
+    value (``1e3``); a bool, ``2.5`` or a non-finite float is a ValueError."""
+    if isinstance(number, bool) or (isinstance(number, float) and not number.is_integer()):
+        raise ValueError(number)
+    return int(number)
+
+
 def _scalar(kind: type, text: str) -> Any:
-    """`text` as an int, a path or a string (`kind`)."""
-    return int(text) if kind is int else Path(text) if kind is Path else str(text)
+    """`text` as an int (a list item read as an int option reads its number: ``--seeds 0,1e1`` is
+    0, 10, as ``--seed 1e1`` is 10), a path or a string (`kind`)."""
+    return _integer(_number_text(text)) if kind is int else Path(text) if kind is Path else str(text)
 
 
 def check_choices(config: Any) -> None:
