@@ -123,3 +123,34 @@ def test_ict_eval_checks_every_benchmarks_prompts_before_the_first_generation(ti
     assert error.endswith(f"a prompt of {length} tokens + max_new_tokens 8 exceeds the model's context of 256 tokens "
                           "(max_position_embeddings): lower max_new_tokens to at most 0")
     assert not (out / "samples.jsonl").is_file() or not (out / "samples.jsonl").read_text().strip()
+
+
+def test_ict_compare_refuses_eval_max_new_tokens_past_the_context_before_any_run_trains(
+        tiny_model_dir, arithmetic_task, tmp_path, capsys, monkeypatch) -> None:
+    """`ict compare --eval-max-new-tokens 1000` on a model of 256 positions trained every run, then
+    refused at the first evaluation; now exit 2 and one line before the first run trains."""
+    import json
+
+    import ict.experiments.compare as compare
+    from ict.data.benchmarks import load_benchmark
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a run trained")
+
+    monkeypatch.setattr(compare, "_train", no_training)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm8k.jsonl").write_text(json.dumps({"question": PROMPT, "answer": "#### 7"}) + "\n")
+    tokenizer = build_tiny_tokenizer()
+    text = tokenizer.apply_chat_template([{"role": "user", "content": load_benchmark("gsm8k", data).problems[0].prompt}],
+                                         tokenize=False, add_generation_prompt=True)
+    length = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    code = main(["compare", "--methods", "grpo", "--seeds", "0", "--output-dir", str(tmp_path / "cmp"),
+                 "--eval-benchmarks", "gsm8k", "--eval-data-dir", str(data), "--eval-n", "1",
+                 "--eval-max-new-tokens", "1000", f"model={tiny_model_dir}", f"dataset={arithmetic_task}",
+                 "reward=last_number", "num_steps=1", "device=cpu"])
+    error = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in error
+    assert error.endswith(f"--eval-max-new-tokens 1000: a prompt of {length} tokens + max_new_tokens 1000 exceeds the "
+                          f"model's context of 256 tokens (max_position_embeddings): lower max_new_tokens to at most "
+                          f"{256 - length}")

@@ -404,6 +404,7 @@ def run_comparison(config: CompareConfig, log: Any = print) -> Path:
                     _check_eval_settings(output_dir, _eval_config(config, train_config, "", output_dir))
                     reused.append(output_dir)
         _check_reused_questions(config, reused)
+        _check_eval_context(config, runs)
     if (config.report_only or config.eval_only) and not (config.output_dir / "runs").is_dir():
         # nothing to evaluate or report: refused before a mistyped directory is created
         raise UsageError(f"no runs under {config.output_dir / 'runs'}; train them first (ict "
@@ -459,6 +460,32 @@ def _train(train_config: TrainConfig, directory: Path, log: Any) -> Path | None:
             f"{COMPARE_CONTINUE}")
         raise KeyboardInterrupt
     return result.checkpoint
+
+
+def _check_eval_context(config: CompareConfig, runs: list[tuple[MethodSpec, int, TrainConfig]]) -> None:
+    """One-line UsageError, before anything trains, for an evaluation prompt + ``--eval-max-new-tokens``
+    past the context of a run's model (`check_prompts_fit`, its tokenizer and config alone): it was
+    refused at the first evaluation, after a run had trained."""
+    from transformers import AutoConfig
+
+    from ict.data.benchmarks import load_benchmarks
+    from ict.models.loading import load_tokenizer
+    from ict.models.rollout import check_prompts_fit
+
+    assert config.output_dir is not None
+    if not runs:
+        return
+    eval_config = _eval_config(config, runs[0][2], "", config.output_dir)
+    prompts = [problem.prompt for benchmark in load_benchmarks(eval_config.benchmarks, eval_config.data_dir,
+                                                               eval_config.limit, eval_config.answer_extraction)
+               for problem in benchmark.problems]
+    for model in dict.fromkeys(train_config.model for _, _, train_config in runs):
+        tokenizer, source = load_tokenizer(model)
+        try:
+            check_prompts_fit(tokenizer, prompts, eval_config.system_prompt, config.eval_max_new_tokens,
+                              AutoConfig.from_pretrained(source))
+        except UsageError as error:
+            raise UsageError(f"--eval-max-new-tokens {config.eval_max_new_tokens}: {error}") from None
 
 
 def _check_reused_questions(config: CompareConfig, output_dirs: list[Path]) -> None:
